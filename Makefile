@@ -1,0 +1,30 @@
+# Two commands do all the set-up on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install run test bench check-java clean
+
+$(STAMP): setup.cfg pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	@touch $(STAMP)
+
+install: check-java $(STAMP)
+
+check-java:
+	@deploy/check_java.sh
+
+run: install
+	$(VENV)/bin/xsg serve
+
+test: install
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) -m pytest -q -s tests/bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

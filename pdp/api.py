@@ -1,0 +1,255 @@
+"""The PDP's HTTP face: health, decisions (POST /pdp) and the PAP (/policies).
+
+Two rules shape this module. The subject of a decision is the authenticated caller: the
+request's subject-id and role attributes are overwritten with the token's identity before the
+engine sees them. And nothing a client sends can produce a 500: every parse, load or store
+error maps to a 4xx that says what went wrong and where.
+
+Who may change which policy is one function, `may_manage_policy(identity, policy_info)`; the
+blueprint takes it as a parameter so that the PEP can widen it (stream owners for the
+policies about their streams) without touching this module.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from urllib.parse import quote
+
+from flask import Blueprint, Response as FlaskResponse, jsonify, request
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from pdp.auth import Identity, current_identity, require_identity
+from pdp.engine import PolicyInfo, PolicySource, inspect_policy
+from pdp.errors import PolicyLoadError, RequestSyntaxError
+from pdp.request import bind_subject, media_kind, parse_request
+from pdp.response import render_response
+from pdp.results import STATUS_SYNTAX_ERROR, Decision, Response, Result, Status
+from pdp.service import PolicyIdMismatchError, PolicyService
+from pdp.store import PolicyExistsError, PolicyNotFoundError, StoredPolicy
+
+log = logging.getLogger(__name__)
+
+
+XACML_XML = "application/xacml+xml"
+XACML_JSON = "application/xacml+json"
+_OFFERED = {"xml": (XACML_XML, "application/xml", "text/xml"),
+            "json": (XACML_JSON, "application/json")}
+_KIND_OF = {t: k for k, types in _OFFERED.items() for t in types}
+
+ManagePolicy = Callable[[Identity, PolicyInfo], bool]
+
+
+def may_manage_policy(identity: Identity, policy_info: PolicyInfo) -> bool:
+    """May this caller add, change, delete or read this policy? Administrators only, for now.
+
+    The PEP extends this (stream owners manage the policies about their own streams) by passing
+    its own function to `create_pdp_blueprint`, typically `may_manage_policy(i, p) or ...`.
+    """
+    return identity.admin
+
+
+def error(http_status: int, message: str, **extra) -> FlaskResponse:
+    response = jsonify(error=message, **extra)
+    response.status_code = http_status
+    return response
+
+
+def load_error(exc: PolicyLoadError, status: int = 400) -> FlaskResponse:
+    return error(status, exc.message, source=exc.source, element=exc.element, line=exc.line)
+
+
+def _request_kind() -> str | None:
+    """'xml' / 'json' from Content-Type, None when it is neither (-> 415)."""
+    try:
+        return media_kind(request.headers.get("Content-Type", ""))
+    except RequestSyntaxError:
+        return None
+
+
+def _response_media_type(request_kind: str) -> str | None:
+    """Pick the response format from Accept; the request's format wins ties and `*/*`."""
+    if not request.headers.get("Accept"):
+        return _OFFERED[request_kind][0]
+    other = "json" if request_kind == "xml" else "xml"
+    # For `*/*` werkzeug keeps the first offer, i.e. the request's own XACML media type.
+    return request.accept_mimetypes.best_match(list(_OFFERED[request_kind]) + list(_OFFERED[other]))
+
+
+def _xacml(response: Response, media_type: str, status: int = 200) -> FlaskResponse:
+    return FlaskResponse(render_response(response, media_type), status=status,
+                         content_type=media_type)
+
+
+def read_body() -> bytes:
+    """The request body, refusing one over MAX_CONTENT_LENGTH even when it came chunked
+    (werkzeug then stops at the limit and returns what it read instead of raising)."""
+    data = request.get_data(cache=False)
+    limit = request.max_content_length
+    if limit is not None and len(data) >= limit:
+        raise RequestEntityTooLarge()
+    return data
+
+
+def _policy_body() -> bytes | FlaskResponse:
+    content_type = request.headers.get("Content-Type", "")
+    base = content_type.split(";", 1)[0].strip().lower()
+    if base not in _OFFERED["xml"]:
+        return error(415, f"unsupported Content-Type {content_type!r}: send the XACML policy as "
+                          f"{XACML_XML}")
+    body = read_body()
+    if not body.strip():
+        return error(400, "empty body: expected a XACML Policy or PolicySet document")
+    return body
+
+
+def _stored_json(stored: StoredPolicy) -> dict:
+    return {"id": stored.policy_id, "version": stored.version,
+            "store_version": stored.store_version}
+
+
+def create_pdp_blueprint(service: PolicyService,
+                         may_manage: ManagePolicy = may_manage_policy) -> Blueprint:
+    """Routes: GET /health, POST /pdp, and the PAP under /policies."""
+    bp = Blueprint("pdp", __name__)
+
+    def existing_info(policy_id: str) -> PolicyInfo | None:
+        return service.policy_info(policy_id)
+
+    @bp.before_request
+    def engine_loaded():
+        if not service.ready and request.endpoint != "pdp.health":
+            return error(503, "policy engine not loaded; see GET /health")
+        return None
+
+    @bp.get("/health")
+    def health():
+        if not service.ready:
+            return error(503, "policy engine not loaded", status="starting")
+        return jsonify(status="ready", policies=len(service.engine.policies),
+                       store_version=service.store.store_version())
+
+    @bp.post("/pdp")
+    @require_identity()
+    def decide():
+        kind = _request_kind()
+        if kind is None:
+            return error(415, f"unsupported Content-Type {request.headers.get('Content-Type')!r}: "
+                              f"use {XACML_XML} or {XACML_JSON}")
+        media_type = _response_media_type(kind)
+        if media_type is None:
+            return error(406, f"cannot answer in {request.headers.get('Accept')!r}: "
+                              f"{XACML_XML} and {XACML_JSON} are offered")
+        try:
+            ctx = parse_request(read_body(), request.headers["Content-Type"])
+        except RequestSyntaxError as exc:
+            status = Status(code=STATUS_SYNTAX_ERROR, message=str(exc))
+            answer = Response(results=(Result(decision=Decision.INDETERMINATE, status=status),))
+            return _xacml(answer, media_type, 400)
+        ctx = bind_subject(ctx, current_identity())
+        return _xacml(service.decide(ctx), media_type)
+
+    @bp.get("/policies")
+    @require_identity()
+    def list_policies():
+        identity = current_identity()
+        visible = []
+        for stored in service.list():
+            info = existing_info(stored.policy_id)
+            if info is not None and may_manage(identity, info):
+                visible.append(stored.summary())
+        return jsonify(visible)
+
+    @bp.post("/policies")
+    @require_identity()
+    def add_policy():
+        body = _policy_body()
+        if isinstance(body, FlaskResponse):
+            return body
+        identity = current_identity()
+        try:
+            info = inspect_policy(PolicySource("request body", body))
+            if not may_manage(identity, info):
+                return error(403, f"{identity.subject!r} may not manage policy {info.id!r}")
+            stored = service.add(body, owner=identity.subject, source="request body")
+        except PolicyLoadError as exc:
+            return load_error(exc)
+        except PolicyExistsError as exc:
+            return error(409, f"{exc}; use PUT /policies/<id> to publish a new version",
+                         id=exc.policy_id)
+        response = jsonify(_stored_json(stored))
+        response.status_code = 201
+        response.headers["Location"] = f"{request.root_path}/policies/{quote(stored.policy_id, safe='')}"
+        return response
+
+    @bp.get("/policies/<path:policy_id>")
+    @require_identity()
+    def get_policy(policy_id: str):
+        identity = current_identity()
+        info = existing_info(policy_id)
+        if info is None:
+            # A deleted policy's history stays readable by administrators.
+            if not identity.admin:
+                return error(404, f"policy {policy_id!r} not found")
+        elif not may_manage(identity, info):
+            return error(403, f"{identity.subject!r} may not read policy {policy_id!r}")
+        try:
+            if request.args.get("history", "").lower() in ("1", "true", "yes"):
+                return jsonify([p.summary() for p in service.history(policy_id)])
+            store_version = request.args.get("store_version")
+            if store_version is not None and not store_version.isdigit():
+                return error(400, f"store_version must be a positive integer, not {store_version!r}")
+            stored = service.get(policy_id, version=request.args.get("version"),
+                                 store_version=int(store_version) if store_version else None)
+        except PolicyNotFoundError as exc:
+            return error(404, str(exc))
+        if stored.deleted:
+            return error(410, f"policy {policy_id!r} store version {stored.store_version} is a "
+                              f"deletion", store_version=stored.store_version)
+        response = FlaskResponse(stored.data, content_type=XACML_XML)
+        response.headers["X-Policy-Version"] = stored.version
+        response.headers["X-Store-Version"] = str(stored.store_version)
+        return response
+
+    @bp.put("/policies/<path:policy_id>")
+    @require_identity()
+    def update_policy(policy_id: str):
+        body = _policy_body()
+        if isinstance(body, FlaskResponse):
+            return body
+        identity = current_identity()
+        current = existing_info(policy_id)
+        if current is None:
+            return error(404, f"policy {policy_id!r} not found; use POST /policies to add it")
+        try:
+            info = inspect_policy(PolicySource("request body", body))
+            if info.id != policy_id:
+                raise PolicyIdMismatchError(policy_id, info.id)
+            if not (may_manage(identity, current) and may_manage(identity, info)):
+                return error(403, f"{identity.subject!r} may not manage policy {policy_id!r}")
+            stored = service.update(policy_id, body, owner=identity.subject, source="request body")
+        except PolicyLoadError as exc:
+            return load_error(exc)
+        except PolicyIdMismatchError as exc:
+            return error(400, str(exc), id=exc.found)
+        except PolicyNotFoundError as exc:
+            return error(404, str(exc))
+        return jsonify(_stored_json(stored))
+
+    @bp.delete("/policies/<path:policy_id>")
+    @require_identity()
+    def delete_policy(policy_id: str):
+        identity = current_identity()
+        current = existing_info(policy_id)
+        if current is None:
+            return error(404, f"policy {policy_id!r} not found")
+        if not may_manage(identity, current):
+            return error(403, f"{identity.subject!r} may not manage policy {policy_id!r}")
+        try:
+            service.delete(policy_id, owner=identity.subject)
+        except PolicyNotFoundError as exc:
+            return error(404, str(exc))
+        except PolicyLoadError as exc:  # e.g. still referenced by a PolicySet
+            return load_error(exc, 409)
+        return FlaskResponse(status=204)
+
+    return bp

@@ -1,0 +1,182 @@
+"""Bearer-token authentication and the identity a request is decided as.
+
+The gateway never trusts who a XACML request says its subject is: the subject is whoever
+authenticated. Tokens come from an auth file (JSON list of
+`{"token", "subject", "roles": [...], "admin": bool}`) and are compared in constant time
+(every entry is compared, on SHA-256 digests, so neither the position of the match nor the
+token's length shows in the timing).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flask import current_app, g, jsonify, request
+
+AUTH_EXTENSION = "xsg.auth"
+
+
+class AuthFileError(ValueError):
+    """The auth file is missing, malformed, or inconsistent; raised at start-up."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    subject: str
+    roles: tuple[str, ...] = ()
+    admin: bool = False
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+class TokenAuthenticator:
+    """Maps bearer tokens to identities."""
+
+    def __init__(self, entries: Iterable[tuple[str, Identity]]) -> None:
+        # Keyed by the SHA-256 of the token: a lookup reveals nothing usable through timing (an
+        # attacker controls the token, not its digest) and costs the same with 3 tokens or 3,000.
+        self._by_digest: dict[bytes, Identity] = {}
+        for token, identity in entries:
+            if not token:
+                raise AuthFileError(f"empty token for subject {identity.subject!r}")
+            d = _digest(token)
+            if d in self._by_digest:
+                raise AuthFileError(f"token for subject {identity.subject!r} is used twice")
+            self._by_digest[d] = identity
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> TokenAuthenticator:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise AuthFileError(f"cannot read auth file {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise AuthFileError(f"auth file {path} is not UTF-8: {exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise AuthFileError(f"auth file {path} is not valid JSON: {exc.msg} "
+                                f"(line {exc.lineno}, column {exc.colno})") from None
+        try:
+            return cls(parse_auth_entries(data, str(path)))
+        except AuthFileError as exc:
+            if str(path) in str(exc):
+                raise
+            raise AuthFileError(f"{path}: {exc}") from None
+
+    def authenticate(self, token: str | None) -> Identity | None:
+        if not token:
+            return None
+        return self._by_digest.get(_digest(token))
+
+    def authenticate_header(self, authorization: str | None) -> Identity | None:
+        """Accepts `Authorization: Bearer <token>` (scheme case-insensitive)."""
+        if not authorization:
+            return None
+        scheme, _, token = authorization.strip().partition(" ")
+        if scheme.lower() != "bearer":
+            return None
+        return self.authenticate(token.strip())
+
+    @property
+    def identities(self) -> list[Identity]:
+        return list(self._by_digest.values())
+
+
+def parse_auth_entries(data: Any, where: str = "auth file") -> list[tuple[str, Identity]]:
+    """Validate the auth file's JSON; every error names the entry and the field."""
+    if not isinstance(data, list):
+        raise AuthFileError(f"{where}: expected a JSON list of entries, found {type(data).__name__}")
+    entries = []
+    for i, item in enumerate(data):
+        at = f"{where}: entry {i}"
+        if not isinstance(item, dict):
+            raise AuthFileError(f"{at}: expected an object, found {type(item).__name__}")
+        unknown = set(item) - {"token", "subject", "roles", "admin"}
+        if unknown:
+            raise AuthFileError(f"{at}: unknown field(s) {', '.join(sorted(unknown))}")
+        token, subject = item.get("token"), item.get("subject")
+        roles, admin = item.get("roles", []), item.get("admin", False)
+        if not isinstance(token, str) or not token.strip():
+            raise AuthFileError(f"{at}: 'token' must be a non-empty string")
+        if token != token.strip() or any(c.isspace() for c in token):
+            raise AuthFileError(f"{at}: 'token' must not contain whitespace")
+        if not isinstance(subject, str) or not subject.strip():
+            raise AuthFileError(f"{at}: 'subject' must be a non-empty string")
+        if not isinstance(roles, list) or not all(isinstance(r, str) and r for r in roles):
+            raise AuthFileError(f"{at}: 'roles' must be a list of non-empty strings")
+        if not isinstance(admin, bool):
+            raise AuthFileError(f"{at}: 'admin' must be true or false")
+        entries.append((token, Identity(subject=subject, roles=tuple(roles), admin=admin)))
+    if not entries:
+        raise AuthFileError(f"{where}: no entries; nobody could use the gateway")
+    return entries
+
+
+def write_auth_file(path: str | Path, entries: list[dict]) -> None:
+    """Write an auth file readable by its owner only (it holds secrets)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(entries, f, indent=2)
+        f.write("\n")
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+# -- Flask glue -----------------------------------------------------------------------------------
+
+def install_authenticator(app, authenticator: TokenAuthenticator) -> None:
+    app.extensions[AUTH_EXTENSION] = authenticator
+
+
+def unauthorized(message: str = "a valid bearer token is required"):
+    response = jsonify(error=message)
+    response.status_code = 401
+    response.headers["WWW-Authenticate"] = 'Bearer realm="xsg"'
+    return response
+
+
+def authenticate_request() -> Identity | None:
+    authenticator: TokenAuthenticator | None = current_app.extensions.get(AUTH_EXTENSION)
+    if authenticator is None:  # a misconfigured app denies everything rather than allowing
+        return None
+    return authenticator.authenticate_header(request.headers.get("Authorization"))
+
+
+def require_identity() -> Callable:
+    """Decorator: the view runs only for an authenticated caller, available as `current_identity()`."""
+
+    def decorator(view: Callable) -> Callable:
+        @functools.wraps(view)
+        def wrapped(*args, **kwargs):
+            identity = authenticate_request()
+            if identity is None:
+                header = request.headers.get("Authorization")
+                return unauthorized("missing bearer token" if not header else "invalid bearer token")
+            g.xsg_identity = identity
+            return view(*args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+def current_identity() -> Identity:
+    identity = g.get("xsg_identity")
+    if identity is None:
+        raise RuntimeError("current_identity() outside a view decorated with require_identity()")
+    return identity

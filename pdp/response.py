@@ -1,0 +1,180 @@
+"""Render a Response as XACML 3.0 XML or as the XACML JSON Profile.
+
+Values stay in their XACML lexical form in both formats (the JSON Profile allows native JSON
+numbers and booleans, but strings keep doubles such as NaN and INF exact).
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from lxml import etree
+
+from pdp.request import XACML_NS, XML_ID, media_kind
+from pdp.results import Obligation, PolicyIdentifier, Response, Result, ResultCategory, Status
+
+XML_MEDIA_TYPE = "application/xacml+xml"
+JSON_MEDIA_TYPE = "application/xacml+json"
+
+_NS = "{%s}" % XACML_NS
+_NON_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def render_response(response: Response, media_type: str) -> bytes:
+    """Serialize a Response; media_type decides XML or JSON (as for requests)."""
+    if media_kind(media_type) == "json":
+        return json.dumps(response_to_json(response), ensure_ascii=False).encode("utf-8")
+    return etree.tostring(response_to_xml(response), xml_declaration=True, encoding="UTF-8")
+
+
+# ----------------------------------------------------------------------------- XML
+
+
+def _sub(parent: etree._Element, name: str, attrib: dict | None = None,
+         text: str | None = None) -> etree._Element:
+    attrs = {k: v for k, v in (attrib or {}).items() if v is not None}
+    try:
+        elem = etree.SubElement(parent, _NS + name, attrs)
+    except ValueError:
+        elem = etree.SubElement(parent, _NS + name,
+                                {k: _NON_XML.sub("\ufffd", v) for k, v in attrs.items()})
+    if text is not None:
+        try:
+            elem.text = text
+        except ValueError:  # a character XML cannot carry: never fail the whole response
+            elem.text = _NON_XML.sub("\ufffd", text)
+    return elem
+
+
+def response_to_xml(response: Response) -> etree._Element:
+    root = etree.Element(_NS + "Response", nsmap={None: XACML_NS})
+    for result in response.results:
+        _result_xml(root, result)
+    return root
+
+
+def _status_xml(parent: etree._Element, status: Status) -> None:
+    st = _sub(parent, "Status")
+    code = _sub(st, "StatusCode", {"Value": status.code})
+    for sub in status.subcodes:
+        code = _sub(code, "StatusCode", {"Value": sub})
+    if status.message:
+        _sub(st, "StatusMessage", text=status.message)
+    if status.missing_attributes:
+        detail = _sub(st, "StatusDetail")
+        for m in status.missing_attributes:
+            _sub(detail, "MissingAttributeDetail", {"Category": m.category,
+                                                    "AttributeId": m.attribute_id,
+                                                    "DataType": m.datatype, "Issuer": m.issuer})
+
+
+def _obligation_xml(parent: etree._Element, name: str, id_attr: str, ob: Obligation) -> None:
+    el = _sub(parent, name, {id_attr: ob.id})
+    for a in ob.assignments:
+        _sub(el, "AttributeAssignment", {"AttributeId": a.attribute_id, "DataType": a.datatype,
+                                         "Category": a.category, "Issuer": a.issuer}, a.value)
+
+
+def _result_xml(root: etree._Element, result: Result) -> None:
+    res = _sub(root, "Result")
+    _sub(res, "Decision", text=result.decision.value)
+    _status_xml(res, result.status)
+    if result.obligations:
+        obs = _sub(res, "Obligations")
+        for ob in result.obligations:
+            _obligation_xml(obs, "Obligation", "ObligationId", ob)
+    if result.advice:
+        adv = _sub(res, "AssociatedAdvice")
+        for ad in result.advice:
+            _obligation_xml(adv, "Advice", "AdviceId", ad)
+    for cat in result.attributes:
+        attrs = _sub(res, "Attributes", {"Category": cat.category})
+        if cat.id:
+            attrs.set(XML_ID, cat.id)
+        for a in cat.attributes:
+            at = _sub(attrs, "Attribute", {"AttributeId": a.attribute_id,
+                                           "IncludeInResult": "true", "Issuer": a.issuer})
+            for v in a.values:
+                _sub(at, "AttributeValue", {"DataType": a.datatype}, v)
+    if result.policy_identifiers is not None:
+        pil = _sub(res, "PolicyIdentifierList")
+        for p in result.policy_identifiers:
+            _sub(pil, "PolicySetIdReference" if p.is_policy_set else "PolicyIdReference",
+                 {"Version": p.version}, p.id)
+
+
+# ----------------------------------------------------------------------------- JSON
+
+
+def _status_json(status: Status) -> dict:
+    code: dict[str, Any] = {"Value": status.code}
+    inner = code
+    for sub in status.subcodes:
+        nxt = {"Value": sub}
+        inner["StatusCode"] = nxt
+        inner = nxt
+    out: dict[str, Any] = {"StatusCode": code}
+    if status.message:
+        out["StatusMessage"] = status.message
+    if status.missing_attributes:
+        out["StatusDetail"] = {"MissingAttributeDetail": [
+            _drop_none({"Category": m.category, "AttributeId": m.attribute_id,
+                        "DataType": m.datatype, "Issuer": m.issuer})
+            for m in status.missing_attributes]}
+    return out
+
+
+def _drop_none(d: dict) -> dict:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def _obligation_json(ob: Obligation) -> dict:
+    out: dict[str, Any] = {"Id": ob.id}
+    if ob.assignments:
+        out["AttributeAssignment"] = [
+            _drop_none({"AttributeId": a.attribute_id, "Value": a.value, "DataType": a.datatype,
+                        "Category": a.category, "Issuer": a.issuer})
+            for a in ob.assignments]
+    return out
+
+
+def _category_json(cat: ResultCategory) -> dict:
+    out: dict[str, Any] = {"CategoryId": cat.category}
+    if cat.id:
+        out["Id"] = cat.id
+    out["Attribute"] = [
+        _drop_none({"AttributeId": a.attribute_id, "Value": list(a.values),
+                    "DataType": a.datatype, "Issuer": a.issuer, "IncludeInResult": True})
+        for a in cat.attributes]
+    return out
+
+
+def _policy_ids_json(ids: tuple[PolicyIdentifier, ...]) -> dict:
+    out: dict[str, list] = {}
+    for p in ids:
+        key = "PolicySetIdReference" if p.is_policy_set else "PolicyIdReference"
+        out.setdefault(key, []).append({"Id": p.id, "Version": p.version})
+    return out
+
+
+def result_to_json(result: Result) -> dict:
+    out: dict[str, Any] = {"Decision": result.decision.value,
+                           "Status": _status_json(result.status)}
+    if result.obligations:
+        out["Obligations"] = [_obligation_json(o) for o in result.obligations]
+    if result.advice:
+        out["AssociatedAdvice"] = [_obligation_json(a) for a in result.advice]
+    if result.attributes:
+        out["Category"] = [_category_json(c) for c in result.attributes]
+    if result.policy_identifiers is not None:
+        out["PolicyIdentifierList"] = _policy_ids_json(result.policy_identifiers)
+    return out
+
+
+def response_to_json(response: Response) -> dict:
+    return {"Response": [result_to_json(r) for r in response.results]}
+
+
+__all__ = ["render_response", "response_to_xml", "response_to_json", "result_to_json",
+           "XML_MEDIA_TYPE", "JSON_MEDIA_TYPE"]

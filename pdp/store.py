@@ -1,0 +1,324 @@
+"""The policy store (PAP persistence): every write is a new, immutable store version.
+
+The store keeps the full history (including deletions, as tombstones) so that an owner can see
+what a policy said when a decision was made, and so that a crash in the middle of a write can
+never leave a half-written state: a write is one SQLite transaction in WAL mode with
+synchronous=FULL, so after a crash the database shows either all of a write or none of it.
+
+The store knows nothing of XACML semantics: callers pass the PolicyId and Version they read from
+the document. `PolicyStore` is the seam for another database.
+"""
+from __future__ import annotations
+
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+
+class StoreError(Exception):
+    """Base class for store errors that callers are expected to handle."""
+
+
+class PolicyExistsError(StoreError):
+    def __init__(self, policy_id: str) -> None:
+        super().__init__(f"policy {policy_id!r} already exists")
+        self.policy_id = policy_id
+
+
+class PolicyNotFoundError(StoreError):
+    def __init__(self, policy_id: str, version: str | int | None = None) -> None:
+        what = f"policy {policy_id!r}" + (f" version {version!r}" if version is not None else "")
+        super().__init__(f"{what} not found")
+        self.policy_id = policy_id
+        self.version = version
+
+
+@dataclass(frozen=True)
+class StoredPolicy:
+    """One version of one policy, as written; `deleted` marks a tombstone (then data is b'')."""
+
+    policy_id: str
+    version: str  # the XACML Version attribute
+    store_version: int  # global, strictly increasing write number
+    owner: str  # the authenticated subject who wrote this version
+    created_at: str  # ISO 8601, UTC
+    is_policy_set: bool
+    data: bytes
+    deleted: bool = False
+
+    def summary(self) -> dict:
+        """JSON-ready description without the XML."""
+        return {
+            "id": self.policy_id,
+            "version": self.version,
+            "store_version": self.store_version,
+            "owner": self.owner,
+            "created_at": self.created_at,
+            "is_policy_set": self.is_policy_set,
+            "deleted": self.deleted,
+        }
+
+
+class PolicyStore(ABC):
+    """What the policy service needs from a database."""
+
+    @abstractmethod
+    def put(self, policy_id: str, version: str, owner: str, data: bytes, *,
+            is_policy_set: bool = False, must_exist: bool | None = None) -> StoredPolicy:
+        """Write a new version. must_exist: True = update only, False = create only, None = either."""
+
+    @abstractmethod
+    def put_all(self, items: list[tuple[str, str, str, bytes, bool]]) -> list[StoredPolicy]:
+        """Create several policies in one transaction (all or none)."""
+
+    @abstractmethod
+    def get(self, policy_id: str, version: str | None = None,
+            store_version: int | None = None) -> StoredPolicy:
+        """The current version, or a historical one by XACML version or store version."""
+
+    @abstractmethod
+    def list(self) -> list[StoredPolicy]:
+        """Current (not deleted) policies, ordered by id."""
+
+    @abstractmethod
+    def history(self, policy_id: str) -> list[StoredPolicy]:
+        """Every version of a policy, tombstones included, oldest first."""
+
+    @abstractmethod
+    def delete(self, policy_id: str, owner: str) -> StoredPolicy:
+        """Write a tombstone; returns it. The history is kept."""
+
+    @abstractmethod
+    def store_version(self) -> int:
+        """The number of the last write (0 for an empty store)."""
+
+    def current_sources(self) -> list:
+        """The current policies as engine sources (PolicySource), ready to compile."""
+        from pdp.engine import PolicySource
+
+        return [PolicySource(source_name(p), p.data) for p in self.list()]
+
+    def is_empty(self) -> bool:
+        return self.store_version() == 0
+
+    def close(self) -> None:
+        """Release resources; the default has none."""
+
+
+def source_name(policy: StoredPolicy) -> str:
+    """How a stored policy is named in load errors: enough to find it in the history."""
+    return f"{policy.policy_id} (store version {policy.store_version})"
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS policy_versions (
+    store_version INTEGER PRIMARY KEY AUTOINCREMENT,
+    policy_id     TEXT    NOT NULL,
+    version       TEXT    NOT NULL,
+    owner         TEXT    NOT NULL,
+    created_at    TEXT    NOT NULL,
+    is_policy_set INTEGER NOT NULL,
+    deleted       INTEGER NOT NULL DEFAULT 0,
+    data          BLOB    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS policy_versions_by_id ON policy_versions (policy_id, store_version);
+CREATE TABLE IF NOT EXISTS policy_current (
+    policy_id     TEXT PRIMARY KEY,
+    store_version INTEGER NOT NULL REFERENCES policy_versions (store_version)
+);
+CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+_COLUMNS = "v.policy_id, v.version, v.store_version, v.owner, v.created_at, v.is_policy_set, v.data, v.deleted"
+
+
+def _row(row: tuple) -> StoredPolicy:
+    return StoredPolicy(policy_id=row[0], version=row[1], store_version=row[2], owner=row[3],
+                        created_at=row[4], is_policy_set=bool(row[5]), data=bytes(row[6]),
+                        deleted=bool(row[7]))
+
+
+class SQLitePolicyStore(PolicyStore):
+    """SQLite-backed store. One connection guarded by a lock: the server is multi-threaded, but
+    policy reads and writes are rare next to decisions (which never touch the store)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves so a write is exactly one transaction.
+        self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False,
+                                     timeout=30.0)
+        try:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            with self._transaction() as cur:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    cur.execute(statement)
+                cur.execute("INSERT OR IGNORE INTO store_meta (key, value) VALUES ('schema', ?)",
+                            (str(SCHEMA_VERSION),))
+                found = cur.execute("SELECT value FROM store_meta WHERE key='schema'").fetchone()[0]
+            if int(found) != SCHEMA_VERSION:
+                raise StoreError(f"{self.path}: policy store schema {found} is not supported "
+                                 f"(expected {SCHEMA_VERSION})")
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise StoreError(f"{self.path}: cannot open policy store: {exc}") from exc
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Cursor]:
+        """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (nothing half-written)."""
+        with self._lock:
+            cur = self._conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+            except BaseException:
+                self._conn.rollback()
+                raise
+            else:
+                cur.execute("COMMIT")
+            finally:
+                cur.close()
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def put(self, policy_id: str, version: str, owner: str, data: bytes, *,
+            is_policy_set: bool = False, must_exist: bool | None = None) -> StoredPolicy:
+        if not policy_id:
+            raise ValueError("policy id must not be empty")
+        with self._transaction() as cur:
+            exists = self._current_version(cur, policy_id) is not None
+            if must_exist is True and not exists:
+                raise PolicyNotFoundError(policy_id)
+            if must_exist is False and exists:
+                raise PolicyExistsError(policy_id)
+            stored = self._insert_version(cur, policy_id, version, owner, bytes(data),
+                                          is_policy_set, deleted=False)
+            self._set_current(cur, policy_id, stored.store_version)
+        return stored
+
+    def put_all(self, items: list[tuple[str, str, str, bytes, bool]]) -> list[StoredPolicy]:
+        """Create several policies (id, version, owner, data, is_policy_set) in one transaction:
+        all are written or none (used to seed an empty store)."""
+        written = []
+        with self._transaction() as cur:
+            for policy_id, version, owner, data, is_policy_set in items:
+                if self._current_version(cur, policy_id) is not None:
+                    raise PolicyExistsError(policy_id)
+                stored = self._insert_version(cur, policy_id, version, owner, bytes(data),
+                                              is_policy_set, deleted=False)
+                self._set_current(cur, policy_id, stored.store_version)
+                written.append(stored)
+        return written
+
+    def delete(self, policy_id: str, owner: str) -> StoredPolicy:
+        with self._transaction() as cur:
+            current = self._current_version(cur, policy_id)
+            if current is None:
+                raise PolicyNotFoundError(policy_id)
+            previous = self._by_store_version(cur, current)
+            tombstone = self._insert_version(cur, policy_id, previous.version, owner, b"",
+                                             previous.is_policy_set, deleted=True)
+            self._set_current(cur, policy_id, None)
+        return tombstone
+
+    # Separate steps so that a crash test can interrupt a write between them.
+    def _insert_version(self, cur: sqlite3.Cursor, policy_id: str, version: str, owner: str,
+                        data: bytes, is_policy_set: bool, deleted: bool) -> StoredPolicy:
+        created_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        cur.execute(
+            "INSERT INTO policy_versions (policy_id, version, owner, created_at, is_policy_set,"
+            " deleted, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (policy_id, version, owner, created_at, int(is_policy_set), int(deleted), data))
+        return StoredPolicy(policy_id, version, int(cur.lastrowid), owner, created_at,
+                            is_policy_set, data, deleted)
+
+    def _set_current(self, cur: sqlite3.Cursor, policy_id: str, store_version: int | None) -> None:
+        if store_version is None:
+            cur.execute("DELETE FROM policy_current WHERE policy_id = ?", (policy_id,))
+        else:
+            cur.execute(
+                "INSERT INTO policy_current (policy_id, store_version) VALUES (?, ?) "
+                "ON CONFLICT (policy_id) DO UPDATE SET store_version = excluded.store_version",
+                (policy_id, store_version))
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _current_version(cur: sqlite3.Cursor, policy_id: str) -> int | None:
+        row = cur.execute("SELECT store_version FROM policy_current WHERE policy_id = ?",
+                          (policy_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    @staticmethod
+    def _by_store_version(cur: sqlite3.Cursor, store_version: int) -> StoredPolicy:
+        row = cur.execute(f"SELECT {_COLUMNS} FROM policy_versions v WHERE v.store_version = ?",
+                          (store_version,)).fetchone()
+        return _row(row)
+
+    def get(self, policy_id: str, version: str | None = None,
+            store_version: int | None = None) -> StoredPolicy:
+        with self._lock:
+            cur = self._conn.cursor()
+            try:
+                if store_version is not None:
+                    row = cur.execute(
+                        f"SELECT {_COLUMNS} FROM policy_versions v "
+                        "WHERE v.policy_id = ? AND v.store_version = ?",
+                        (policy_id, int(store_version))).fetchone()
+                    if row is None:
+                        raise PolicyNotFoundError(policy_id, store_version)
+                elif version is not None:
+                    row = cur.execute(
+                        f"SELECT {_COLUMNS} FROM policy_versions v "
+                        "WHERE v.policy_id = ? AND v.version = ? AND v.deleted = 0 "
+                        "ORDER BY v.store_version DESC LIMIT 1",
+                        (policy_id, version)).fetchone()
+                    if row is None:
+                        raise PolicyNotFoundError(policy_id, version)
+                else:
+                    row = cur.execute(
+                        f"SELECT {_COLUMNS} FROM policy_current c "
+                        "JOIN policy_versions v ON v.store_version = c.store_version "
+                        "WHERE c.policy_id = ?", (policy_id,)).fetchone()
+                    if row is None:
+                        raise PolicyNotFoundError(policy_id)
+                return _row(row)
+            finally:
+                cur.close()
+
+    def list(self) -> list[StoredPolicy]:
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM policy_current c "
+                "JOIN policy_versions v ON v.store_version = c.store_version "
+                "ORDER BY v.policy_id").fetchall()
+        return [_row(r) for r in rows]
+
+    def history(self, policy_id: str) -> list[StoredPolicy]:
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM policy_versions v WHERE v.policy_id = ? "
+                "ORDER BY v.store_version", (policy_id,)).fetchall()
+        if not rows:
+            raise PolicyNotFoundError(policy_id)
+        return [_row(r) for r in rows]
+
+    def store_version(self) -> int:
+        with self._lock:
+            row = self._conn.execute("SELECT MAX(store_version) FROM policy_versions").fetchone()
+        return int(row[0] or 0)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
