@@ -262,6 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("file")
     u.set_defaults(func=cmd_policy_update)
 
+    # Listed for --help; main() hands `xsg proxy ...` to proxy.cli before parsing.
+    sub.add_parser("proxy", help="run the caching proxy in front of a gateway "
+                                 "(see: xsg proxy --help)", add_help=False)
+
     x = sub.add_parser("pdp", help="decide without a server")
     xsub = x.add_subparsers(dest="pdp_command", metavar="ACTION")
     xsub.required = True
@@ -281,6 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["proxy"]:
+        from proxy.cli import main as proxy_main
+        return proxy_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -1,0 +1,436 @@
+"""The caching proxy as a Flask app: forwards the gateway's API and caches stream-request answers.
+
+Routes of its own live under `/proxy/` (`stats`, `health`, `invalidate`); every other path goes
+to the gateway. Only `POST /requests` answers are cached, and only successful handle answers
+(200/201 JSON with a `handle`), keyed as `proxy.canonical` explains. A hit is answered `200` with
+the cached body (the gateway, too, answers a repeated identical request with the same handle) and
+`X-XSG-Cache: hit`; other answers carry `miss` or `bypass`.
+
+Handle URLs in answers point at the gateway; when they start with the upstream's base URL they are
+rewritten to the proxy's own base (or `public_base`), so consumers read handles through the proxy.
+The rewriting happens when answering, so a cached answer fits every host name the proxy is reached
+by.
+
+Besides the gateway's events, the proxy drops entries on what it sees pass by: a `DELETE
+/handles/<id>` (before and after forwarding), a `404`/`410` on a handle, and any successful write
+under `/policies` (flush). These are shortcuts, never the only channel.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+from dataclasses import dataclass
+from io import BytesIO
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from flask import Flask, Response, jsonify, request
+from werkzeug.wrappers import Request as WerkzeugRequest
+
+from pep.invalidation import (SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
+                              InvalidEventError, verify)
+from proxy.cache import CachedAnswer, HandleCache
+from proxy.canonical import (NotCacheable, cache_key, canonical_query, canonical_request,
+                             subject_key)
+from proxy.feed import FeedClient
+from proxy.forward import (Forwarder, Timeouts, UpstreamError, make_session, request_headers,
+                           response_headers)
+from proxy.sync import CacheSync
+
+log = logging.getLogger(__name__)
+
+EXTENSION = "xsg.proxy"
+ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+CACHE_HEADER = "X-XSG-Cache"
+MAX_ANSWER_BYTES = 256 * 1024
+
+
+@dataclass
+class ProxyConfig:
+    upstream: str
+    feed_token: str | None = None  # bearer token for the gateway's invalidation feed
+    webhook_secret: str | None = None  # HMAC key shared with the gateway's hub
+    webhook_url: str | None = None  # where the gateway can reach POST /proxy/invalidate
+    max_entries: int = 10_000
+    ttl: float = 300.0
+    require_feed: bool = True  # False: cache without a feed (webhooks only; tests, one host)
+    start_feed: bool = True
+    feed_read_timeout: float = 6.0
+    feed_backoff: tuple[float, float] = (0.2, 5.0)
+    signature_window: float = 300.0
+    webhook_grace: float = 3.0  # an event seen on the feed must arrive by webhook within this
+    public_base: str | None = None
+    rewrite_handles: bool = True
+    max_request_bytes: int = 1024 * 1024
+    timeouts: Timeouts | None = None
+    pool_size: int = 32
+
+
+class ProxyRuntime:
+    """Everything one proxy app holds; `close()` stops the feed thread and open streams."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.upstream = config.upstream.rstrip("/") + "/"
+        self.cache = HandleCache(config.max_entries, config.ttl)
+        self.sync = CacheSync(
+            self.cache, require_feed=config.require_feed,
+            expect_webhooks=bool(config.require_feed and config.webhook_secret
+                                 and config.webhook_url),
+            webhook_grace=config.webhook_grace)
+        self.forwarder = Forwarder(self.upstream, make_session(config.pool_size),
+                                   timeouts=config.timeouts or Timeouts())
+        self.salt = secrets.token_bytes(32)
+        self.feed: FeedClient | None = None
+        if config.require_feed:
+            self.feed = FeedClient(self.upstream, self.sync, config.feed_token,
+                                   config.webhook_url, read_timeout=config.feed_read_timeout,
+                                   backoff=config.feed_backoff)
+        self._lock = threading.Lock()
+        self.counters = {"stream_requests": 0, "forwarded": 0, "bypassed": 0,
+                         "upstream_errors": 0, "local_invalidations": 0}
+        self.last_bypass: str | None = None
+
+    def count(self, name: str, reason: str | None = None) -> None:
+        with self._lock:
+            self.counters[name] += 1
+            if reason is not None:
+                self.last_bypass = reason
+
+    def start(self) -> None:
+        if self.feed is not None:
+            self.feed.start()
+
+    def close(self) -> None:
+        if self.feed is not None:
+            self.feed.stop()
+        self.forwarder.close()
+
+    def stats(self) -> dict[str, Any]:
+        feed = self.sync.stats()
+        if self.feed is not None:
+            feed.update(self.feed.stats())
+        with self._lock:
+            counters = dict(self.counters, last_bypass_reason=self.last_bypass)
+        mode = "caching" if self.cache.enabled else "pass-through"
+        return {"mode": mode, "upstream": self.upstream, "cache": self.cache.stats(),
+                "feed": feed, "requests": counters,
+                "upstream_calls": self.forwarder.sent,
+                "upstream_failures": self.forwarder.failures}
+
+
+def handle_id_of(url: str) -> str | None:
+    path = urlsplit(url).path
+    marker = path.rfind("/handles/")
+    if marker < 0:
+        return None
+    ident = path[marker + len("/handles/"):]
+    return ident if ident and "/" not in ident else None
+
+
+def create_app(config: ProxyConfig) -> Flask:
+    app = Flask(__name__)
+    runtime = ProxyRuntime(config)
+    app.extensions[EXTENSION] = runtime
+    if config.start_feed:
+        runtime.start()
+
+    def error(status: int, message: str) -> Response:
+        resp = jsonify(error=message)
+        resp.status_code = status
+        return resp
+
+    # -- the proxy's own routes ---------------------------------------------------------------
+
+    @app.get("/proxy/stats")
+    def stats():
+        return jsonify(runtime.stats())
+
+    @app.get("/proxy/health")
+    def health():
+        return jsonify(status="ok", mode="caching" if runtime.cache.enabled else "pass-through",
+                       feed=runtime.sync.state)
+
+    @app.post("/proxy/invalidate")
+    def invalidate():
+        if not config.webhook_secret:
+            return error(503, "this proxy has no webhook secret configured")
+        body, complete = _read_up_to(request.stream, 1024 * 1024)
+        if not complete:
+            return error(413, "invalidation body over 1 MiB")
+        reason = verify(config.webhook_secret, body, request.headers.get(SIGNATURE_HEADER),
+                        request.headers.get(TIMESTAMP_HEADER), config.signature_window)
+        if reason is not None:
+            runtime.sync.note_webhook(accepted=False)
+            log.warning("invalidation webhook refused: %s", reason)
+            return error(401, f"invalidation refused: {reason}")
+        try:
+            event = InvalidationEvent.from_json(json.loads(body))
+        except (ValueError, InvalidEventError) as exc:
+            return error(400, f"malformed invalidation event: {exc}")
+        outcome = runtime.sync.apply(event, "webhook")
+        runtime.sync.note_webhook(accepted=True)
+        return jsonify(result=outcome, position=runtime.sync.position)
+
+    # -- forwarding ---------------------------------------------------------------------------
+
+    def public_base() -> str:
+        return (config.public_base or request.host_url).rstrip("/") + "/"
+
+    upstream_prefix = urlsplit(runtime.upstream).path  # ends with "/"
+
+    def rewrite(url: str | None) -> str | None:
+        """A handle URL of the gateway -> the same handle through this proxy.
+
+        Matched on the path, not the host: the gateway may name itself by another host name
+        (its configured base URL) than the one the proxy uses to reach it.
+        """
+        if not url or not config.rewrite_handles:
+            return url
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.path.startswith(upstream_prefix):
+            return url
+        rest = parts.path[len(upstream_prefix):]
+        if not rest.startswith("handles/"):
+            return url
+        return public_base() + rest + (f"?{parts.query}" if parts.query else "")
+
+    def upstream_path() -> str:
+        return quote(request.path, safe="/%:@!$&'()*+,;=-._~")
+
+    def outgoing_headers(**overrides: str) -> dict[str, str]:
+        headers = request_headers(request.headers, request.remote_addr, request.scheme,
+                                  request.host)
+        headers.update(overrides)
+        return headers
+
+    def chunked_upload() -> bool:
+        return "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+
+    def outgoing_body(prefix: bytes = b""):
+        length = request.content_length
+        if length is not None and not prefix:
+            if length == 0:
+                return None
+            if length <= runtime.forwarder.buffer_limit:
+                return request.get_data(cache=True)
+            return runtime.forwarder.sized_body(request.stream, length)
+        if prefix or chunked_upload():
+            # No length known: relay as it comes (requests sends it chunked).
+            def relay():
+                if prefix:
+                    yield prefix
+                while chunk := request.stream.read(64 * 1024):
+                    yield chunk
+            return relay()
+        return None
+
+    def passthrough(resp, cache_state: str, prefix: bytes = b"") -> Response:
+        keep_length = not resp.raw.chunked and not prefix
+        headers = response_headers(resp, keep_length)
+
+        def body():
+            if prefix:
+                yield prefix
+            yield from runtime.forwarder.stream_body(resp)
+
+        out = Response(body(), status=resp.status_code, headers=headers, direct_passthrough=True)
+        out.headers[CACHE_HEADER] = cache_state
+        if "Location" in out.headers:
+            out.headers["Location"] = rewrite(out.headers["Location"]) or ""
+        return out
+
+    def forward(streaming: bool = False, cache_state: str = "bypass",
+                prefix: bytes = b"") -> Response:
+        resp = runtime.forwarder.send(request.method, upstream_path(), request.query_string,
+                                      outgoing_headers(), outgoing_body(prefix),
+                                      streaming=streaming)
+        runtime.count("forwarded")
+        return passthrough(resp, cache_state)
+
+    def rewrite_doc(doc: dict, hit: bool) -> bool:
+        """Point handle URLs at the proxy; a hit is a repeat, so `new` is false. Changed?"""
+        before = dict(doc)
+        if isinstance(doc.get("handle"), str):
+            doc["handle"] = rewrite(doc["handle"])
+        release = doc.get("release")
+        if isinstance(release, str) and release.startswith("DELETE "):
+            doc["release"] = "DELETE " + (rewrite(release[7:]) or release[7:])
+        if hit and doc.get("new") is True:
+            doc["new"] = False
+        return doc != before
+
+    def render(answer: CachedAnswer, status: int, cache_state: str) -> Response:
+        body = answer.body
+        doc = json.loads(body)
+        if rewrite_doc(doc, hit=cache_state == "hit"):
+            body = json.dumps(doc).encode("utf-8")
+        out = Response(body, status=status, content_type=answer.content_type)
+        for name, value in answer.headers:
+            out.headers[name] = value
+        if answer.location:
+            out.headers["Location"] = rewrite(answer.location) or answer.location
+        out.headers[CACHE_HEADER] = cache_state
+        return out
+
+    def key_for(body: bytes) -> str:
+        subject = subject_key(request.headers.get("Authorization"), runtime.salt)
+        ctype = request.headers.get("Content-Type", "")
+        if ctype.split(";", 1)[0].strip().lower() == "multipart/form-data":
+            canon_req, canon_query = _multipart(body, ctype)
+        else:
+            canon_req, canon_query = canonical_request(body, ctype), None
+        args = [(k, v) for k, v in request.args.items(multi=True)]
+        return cache_key(subject, "/requests", args, canon_req, canon_query)
+
+    def answer_of(resp, body: bytes) -> CachedAnswer | None:
+        if resp.status_code not in (200, 201):
+            return None
+        ctype = resp.headers.get("Content-Type", "")
+        if "json" not in ctype or resp.headers.get("Content-Encoding", "identity") != "identity":
+            return None
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return None
+        handle = doc.get("handle") if isinstance(doc, dict) else None
+        ident = handle_id_of(handle) if isinstance(handle, str) else None
+        if ident is None:
+            return None
+        return CachedAnswer(ident, resp.status_code, body, ctype, resp.headers.get("Location"))
+
+    def stream_request() -> Response:
+        runtime.count("stream_requests")
+        # Snapshot first: an invalidation from here on keeps this answer out of the cache.
+        generation = runtime.cache.generation()
+        length = request.content_length
+        if length is not None and length > config.max_request_bytes:
+            runtime.count("bypassed", "request body over the canonicalisation limit")
+            return forward()
+        if length is None and not chunked_upload():
+            body = b""
+        else:
+            body, complete = _read_up_to(request.stream, config.max_request_bytes)
+            if not complete:
+                runtime.count("bypassed", "request body over the canonicalisation limit")
+                return forward(prefix=body)
+        key = None
+        if not runtime.cache.enabled:
+            runtime.count("bypassed", f"cache off: invalidation feed {runtime.sync.state}")
+        else:
+            try:
+                key = key_for(body)
+            except NotCacheable as exc:
+                runtime.count("bypassed", f"not cacheable: {exc}"[:200])
+            except Exception as exc:  # noqa: BLE001 - a canonicaliser bug must not become a 500
+                log.exception("canonicalisation failed")
+                runtime.count("bypassed", f"canonicalisation error: {type(exc).__name__}")
+        if key is not None:
+            cached = runtime.cache.get(key)
+            if cached is not None:
+                return render(cached, 200, "hit")
+        resp = runtime.forwarder.send("POST", upstream_path(), request.query_string,
+                                      outgoing_headers(**{"Accept-Encoding": "identity"}), body)
+        runtime.count("forwarded")
+        try:
+            data, complete = runtime.forwarder.read_limited(resp, MAX_ANSWER_BYTES)
+        except Exception as exc:  # noqa: BLE001 - connection cut mid-answer
+            resp.close()
+            raise UpstreamError(f"gateway broke off its answer: {type(exc).__name__}", 502) \
+                from None
+        state = "miss" if key is not None else "bypass"
+        if not complete:
+            return passthrough(resp, state, prefix=data)
+        resp.close()
+        answer = answer_of(resp, data)
+        if answer is None:
+            if "json" in resp.headers.get("Content-Type", ""):  # e.g. a 409 naming a handle
+                try:
+                    doc = json.loads(data)
+                    if isinstance(doc, dict) and rewrite_doc(doc, hit=False):
+                        data = json.dumps(doc).encode("utf-8")
+                except ValueError:
+                    pass
+            out = Response(data, status=resp.status_code,
+                           headers=response_headers(resp, keep_length=False))
+            out.headers[CACHE_HEADER] = state
+            return out
+        if key is not None:
+            runtime.cache.put(key, answer, generation)
+        return render(answer, answer.status, state)
+
+    def handle_call(ident: str) -> Response:
+        if request.method == "DELETE":
+            runtime.cache.invalidate_handles([ident])
+            runtime.count("local_invalidations")
+        out = forward(streaming=request.method == "GET")
+        if request.method == "DELETE" or out.status_code in (404, 410):
+            runtime.cache.invalidate_handles([ident])
+        return out
+
+    @app.route("/", defaults={"path": ""}, methods=ALL_METHODS, provide_automatic_options=False)
+    @app.route("/<path:path>", methods=ALL_METHODS, provide_automatic_options=False)
+    def proxied(path: str):
+        route = "/" + path
+        try:
+            if route == "/requests" and request.method == "POST":
+                return stream_request()
+            ident = handle_id_of(route) if route.startswith("/handles/") else None
+            if ident is not None and route == "/handles/" + ident:
+                return handle_call(ident)
+            out = forward()
+            if (route == "/policies" or route.startswith("/policies/")) and \
+                    request.method not in ("GET", "HEAD") and 200 <= out.status_code < 300:
+                runtime.cache.flush()
+                runtime.count("local_invalidations")
+            return out
+        except UpstreamError as exc:
+            runtime.count("upstream_errors")
+            return error(exc.status, str(exc))
+
+    @app.errorhandler(413)
+    def too_large(_exc):
+        return error(413, "request body too large")
+
+    return app
+
+
+def _multipart(body: bytes, content_type: str) -> tuple[dict, list | None]:
+    """Canonical (request, query) from multipart parts `request` and `query` (nothing else)."""
+    environ_request = WerkzeugRequest.from_values(
+        input_stream=BytesIO(body), content_length=len(body), content_type=content_type,
+        method="POST")
+    environ_request.max_form_parts = 8
+    parts: dict[str, tuple[bytes, str | None]] = {}
+    for name, value in environ_request.form.items(multi=True):
+        if name in parts:
+            raise NotCacheable(f"multipart part {name!r} appears twice")
+        parts[name] = (value.encode("utf-8"), None)
+    for name, storage in environ_request.files.items(multi=True):
+        if name in parts:
+            raise NotCacheable(f"multipart part {name!r} appears twice")
+        parts[name] = (storage.read(), storage.mimetype or None)
+    if set(parts) - {"request", "query"} or "request" not in parts:
+        raise NotCacheable("multipart body must hold a 'request' part and at most a 'query' part")
+    canon_req = canonical_request(*parts["request"])
+    canon_query = canonical_query(*parts["query"]) if "query" in parts else None
+    return canon_req, canon_query
+
+
+def _read_up_to(stream: Any, limit: int) -> tuple[bytes, bool]:
+    """At most limit + 1 bytes of a body, and whether that was all of it."""
+    parts: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = stream.read(min(64 * 1024, limit + 1 - size))
+        if not chunk:
+            return b"".join(parts), True
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts), False
+
+
+def runtime_of(app: Flask) -> ProxyRuntime:
+    return app.extensions[EXTENSION]

@@ -1,0 +1,94 @@
+"""`xsg proxy --upstream URL --port P`: the caching proxy in front of a gateway.
+
+Secrets come from the environment by default (command lines are visible to every local user):
+`XSG_PROXY_TOKEN` is the bearer token for the gateway's invalidation feed, `XSG_PROXY_SECRET` the
+HMAC key of its webhooks. Without a feed token the proxy still forwards, but never caches: it
+cannot know when a cached handle dies.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from urllib.parse import urlsplit
+
+from proxy.app import ProxyConfig, create_app, runtime_of
+from proxy.forward import Timeouts
+from proxy.server import serve_forever
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="xsg proxy", description="Caching proxy in front of an xsg "
+                                "gateway: forwards its API, caches stream-request answers.")
+    p.add_argument("--upstream", required=True, help="gateway base URL, e.g. http://127.0.0.1:8080")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
+    p.add_argument("--threads", type=int, default=64,
+                   help="server threads; each open handle stream holds one (default 64)")
+    p.add_argument("--cache-size", type=int, default=10_000, help="max cached answers (LRU)")
+    p.add_argument("--ttl", type=float, default=300.0, help="seconds a cached answer lives")
+    p.add_argument("--feed-token", default=None,
+                   help="bearer token for the invalidation feed (default: $XSG_PROXY_TOKEN)")
+    p.add_argument("--webhook-secret", default=None,
+                   help="HMAC key of invalidation webhooks (default: $XSG_PROXY_SECRET)")
+    p.add_argument("--webhook-url", default=None,
+                   help="URL at which the gateway reaches this proxy's /proxy/invalidate "
+                        "(default: http://<host>:<port>/proxy/invalidate when a secret is set)")
+    p.add_argument("--public-base", default=None,
+                   help="base URL consumers use for this proxy (default: the Host they used)")
+    p.add_argument("--no-rewrite-handles", action="store_true",
+                   help="leave handle URLs pointing at the gateway")
+    p.add_argument("--feed-timeout", type=float, default=6.0,
+                   help="seconds without a feed heartbeat before caching stops (default 6)")
+    p.add_argument("--upstream-timeout", type=float, default=60.0,
+                   help="read timeout for ordinary gateway calls (default 60)")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> ProxyConfig:
+    parts = urlsplit(args.upstream)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise SystemExit(f"xsg proxy: --upstream must be http(s)://host[:port], got {args.upstream!r}")
+    if not 0 < args.port < 65536:
+        raise SystemExit(f"xsg proxy: --port must be 1-65535, got {args.port}")
+    if args.cache_size < 1 or args.ttl <= 0:
+        raise SystemExit("xsg proxy: --cache-size must be at least 1 and --ttl positive")
+    token = args.feed_token or os.environ.get("XSG_PROXY_TOKEN") or None
+    secret = args.webhook_secret or os.environ.get("XSG_PROXY_SECRET") or None
+    webhook_url = args.webhook_url
+    if webhook_url is None and secret:
+        host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+        webhook_url = f"http://{host}:{args.port}/proxy/invalidate"
+    return ProxyConfig(upstream=args.upstream, feed_token=token, webhook_secret=secret,
+                       webhook_url=webhook_url if secret else None, max_entries=args.cache_size,
+                       ttl=args.ttl, feed_read_timeout=args.feed_timeout,
+                       public_base=args.public_base,
+                       rewrite_handles=not args.no_rewrite_handles,
+                       timeouts=Timeouts(read=args.upstream_timeout),
+                       start_feed=False)  # started once the port serves: webhooks can land
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = config_from_args(args)
+    if not config.feed_token:
+        logging.getLogger("proxy").warning(
+            "no feed token ($XSG_PROXY_TOKEN): the proxy cannot follow invalidations and will "
+            "pass every request through uncached")
+    if not config.webhook_secret:
+        logging.getLogger("proxy").warning(
+            "no webhook secret ($XSG_PROXY_SECRET): invalidations arrive only by the feed, "
+            "not before a revocation call returns")
+    app = create_app(config)
+    runtime = runtime_of(app)
+    serve_forever(app, args.host, args.port, threads=args.threads, name="xsg-proxy",
+                  on_start=runtime.start, on_stop=runtime.close)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
