@@ -18,7 +18,7 @@ check-java:
 	@deploy/check_java.sh
 
 run: install
-	$(VENV)/bin/xsg serve
+	$(VENV)/bin/xsg serve --proxy-port 8081
 
 test: install
 	$(PY) -m pytest -q

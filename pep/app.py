@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
-from flask import Flask, jsonify
+from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from pdp.api import ManagePolicy, create_pdp_blueprint, may_manage_policy
@@ -18,6 +19,7 @@ from pdp.events import PolicyEvents
 from pdp.service import PolicyService, seed_store
 from pdp.store import PolicyStore, SQLitePolicyStore, StoredPolicy
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
+from pep.invalidation import InvalidationHub
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +38,22 @@ class GatewayServices:
     may_manage: ManagePolicy = may_manage_policy
     seeded: list[StoredPolicy] = field(default_factory=list)
     demo_auth_created: bool = False
+    invalidation: InvalidationHub | None = None
+    stream_runtime: Any = None  # a runtime to use instead of Spark's (tests, embedding)
+    stream_side: Any = None  # set by create_app: pep.gateway.StreamSide
+
+    def close_stream_side(self) -> None:
+        """Close handle readers (final `shutdown` event), stop re-evaluation and the runtime.
+
+        Must run before the HTTP server stops: the server waits for its streaming workers, and
+        those finish only when their handle buffers close. Handles stay live for the next start."""
+        if self.stream_side is not None:
+            self.stream_side.close()
 
     def close(self) -> None:
+        self.close_stream_side()
+        if self.invalidation is not None:
+            self.invalidation.close()
         self.store.close()
 
 
@@ -59,8 +75,11 @@ def build_services(config: GatewayConfig) -> GatewayServices:
     except BaseException:
         store.close()
         raise
+    hub = InvalidationHub(secret=config.proxy_secret, proxy_token=config.proxy_token)
+    hub.follow_policy_events(events)
     return GatewayServices(config=config, store=store, events=events, policies=policies,
-                           authenticator=authenticator, seeded=seeded, demo_auth_created=created)
+                           authenticator=authenticator, seeded=seeded, demo_auth_created=created,
+                           invalidation=hub)
 
 
 def _json_errors(app: Flask) -> None:
@@ -103,9 +122,19 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(create_pdp_blueprint(
         services.policies, may_manage=lambda identity, info: services.may_manage(identity, info)))
 
-    # PEP blueprints are registered here: streams (/streams), access requests (/requests),
-    # handles (/handles/<id>) and explanations (/explain). They receive `services` (policy
-    # service, events for revocation, authenticator); the PEP widens `services.may_manage` so
-    # that stream owners manage the policies about their streams.
+    # The stream side: /explain, /streams, /requests, /handles, and the invalidation feed that
+    # caching proxies follow.
+    from pep.explain_api import explain_blueprint
+    from pep.gateway import register_stream_side
+    from pep.invalidation import invalidation_blueprint
 
+    side = register_stream_side(app, services)
+    services.stream_side = side
+    app.register_blueprint(explain_blueprint(lambda: services.policies.engine, side.catalog.schema))
+
+    def caller_is_admin() -> bool:
+        identity = services.authenticator.authenticate_header(request.headers.get("Authorization"))
+        return identity is not None and identity.admin
+
+    app.register_blueprint(invalidation_blueprint(services.invalidation, caller_is_admin))
     return app

@@ -54,7 +54,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             auth_file=Path(args.auth) if args.auth else None,
             root_combining_alg=args.root_combining, root_policy_id=args.root_policy,
             spark_master=args.spark_master, base_url=args.base_url,
-            threads=args.threads, max_threads=args.max_threads,
+            threads=args.threads, max_threads=args.max_threads, start_spark=True,
+            proxy_port=args.proxy_port,
             **({"policies_dir": Path(args.policies)} if args.policies else {}))
         return serve(config)
     except (AuthFileError, PolicyLoadError, StoreError, ValueError) as exc:
@@ -231,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=32, help="HTTP worker threads at start")
     s.add_argument("--max-threads", type=int, default=1000,
                    help="ceiling for the HTTP thread pool (streaming readers hold threads)")
+    s.add_argument("--proxy-port", type=int, metavar="PORT",
+                   help="also run the caching proxy on this port, as a child process")
     s.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("policy", help="manage the policies of a running gateway",

@@ -39,6 +39,16 @@ class GatewayConfig:
     max_content_length: int = DEFAULT_MAX_CONTENT_LENGTH
     threads: int = 32  # worker threads started with the server
     max_threads: int = 1000  # the pool grows up to this while streaming readers hold threads
+    # Stream side. `xsg serve` starts Spark with the gateway; tests and embedders leave it lazy
+    # (the session then starts with the first handle).
+    start_spark: bool = False
+    reevaluation_interval: float = 1.0  # seconds between re-decisions of time-dependent grants
+    heartbeat: float = 15.0  # seconds between keep-alive lines on idle handle streams
+    # Invalidation feed for caching proxies (pep/invalidation.py): the bearer token a proxy
+    # presents on /events/invalidations and the HMAC key of the webhooks pushed to it.
+    proxy_token: str | None = None
+    proxy_secret: str | None = None
+    proxy_port: int | None = None  # `xsg serve --proxy-port`: also run a proxy beside the gateway
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

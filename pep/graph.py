@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Literal, Union
 
 from pep.conditions import Expr, to_text
-from pep.plan import Aggregate, Field, StreamSchema
+from pep.plan import Aggregate, StreamSchema
+# Re-exported for callers of the graph model; defined in pep.schemas.
+from pep.schemas import AIS_SCHEMA, BUILTIN_SCHEMAS, WEATHER_SCHEMA  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -125,22 +127,3 @@ def pipeline_graph(stream: str, *, filter: tuple[Expr, str] | None = None,
         node = WindowAggregate(node, kind, size, step, tuple(aggregates))  # type: ignore[arg-type]
     return QueryGraph(node)
 
-
-def _schema(*fields: tuple[str, str]) -> StreamSchema:
-    return StreamSchema(tuple(Field(name, kind) for name, kind in fields))  # type: ignore[arg-type]
-
-
-# The paper's weather station (eXACML+ Example 1).
-WEATHER_SCHEMA = _schema(
-    ("samplingtime", "timestamp"), ("temperature", "double"), ("humidity", "double"),
-    ("solarradiation", "double"), ("rainrate", "double"), ("windspeed", "double"),
-    ("winddirection", "double"), ("barometer", "double"),
-)
-
-# AIS-like ship positions (ASSIST's port-authority example).
-AIS_SCHEMA = _schema(
-    ("mmsi", "long"), ("shipname", "string"), ("shiptype", "string"), ("lat", "double"),
-    ("lon", "double"), ("speed", "double"), ("course", "double"), ("ts", "timestamp"),
-)
-
-BUILTIN_SCHEMAS = {"weather": WEATHER_SCHEMA, "ais": AIS_SCHEMA}

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import secrets
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -101,6 +104,9 @@ def _banner(services, server: GatewayServer, out) -> None:
     print(f"  health    GET  {base}/health", file=out)
     print(f"  decide    POST {base}/pdp", file=out)
     print(f"  policies  GET|POST {base}/policies", file=out)
+    print(f"  streams   GET|POST {base}/streams   requests POST {base}/requests   "
+          f"handles GET {base}/handles", file=out)
+    print(f"  explain   POST {base}/explain", file=out)
     print(f"  data dir  {config.data_dir.resolve()}  (policy store {config.store_path})", file=out)
     policies = services.policies.engine.policies
     print(f"  {len(policies)} policies loaded"
@@ -118,15 +124,35 @@ def _banner(services, server: GatewayServer, out) -> None:
     out.flush()
 
 
+def start_proxy(config, gateway_url: str, out) -> subprocess.Popen:
+    """`xsg serve --proxy-port P`: the caching proxy as a child process beside the gateway.
+
+    It is the same program as `xsg proxy`, reached over HTTP like a proxy on another host; the
+    feed token and webhook key travel in its environment, never on a command line."""
+    env = dict(os.environ, XSG_PROXY_TOKEN=config.proxy_token or "",
+               XSG_PROXY_SECRET=config.proxy_secret or "")
+    cmd = [sys.executable, "-m", "pep.cli", "proxy", "--upstream", gateway_url,
+           "--host", config.host, "--port", str(config.proxy_port)]
+    proc = subprocess.Popen(cmd, env=env)
+    host = config.host if config.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    print(f"  proxy     http://{host}:{config.proxy_port} (caching proxy in front of the gateway; "
+          f"stats at /proxy/stats)", file=out, flush=True)
+    return proc
+
+
 def serve(config, services=None, out=None) -> int:
     """Run the gateway in the foreground until SIGINT or SIGTERM; returns an exit status."""
     from pep.app import build_services, create_app
 
     out = out or sys.stdout
+    if config.proxy_port and not (config.proxy_token and config.proxy_secret):
+        config.proxy_token = config.proxy_token or secrets.token_urlsafe(32)
+        config.proxy_secret = config.proxy_secret or secrets.token_urlsafe(32)
     services = services or build_services(config)
     app = create_app(services=services)
     server = GatewayServer(app, host=config.host, port=config.port, threads=config.threads,
                            max_threads=config.max_threads)
+    proxy: subprocess.Popen | None = None
     stop = threading.Event()
 
     def on_signal(signum, _frame) -> None:
@@ -137,10 +163,19 @@ def serve(config, services=None, out=None) -> int:
     try:
         server.start()
         _banner(services, server, out)
+        if config.proxy_port:
+            proxy = start_proxy(config, server.url, out)
         while not stop.wait(1.0):
             pass
         print("stopping...", file=out, flush=True)
     finally:
+        if proxy is not None:
+            proxy.terminate()
+            try:
+                proxy.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proxy.kill()
+        services.close_stream_side()  # readers end first, or the server waits for them forever
         server.stop()
         services.close()
         for s, handler in previous.items():

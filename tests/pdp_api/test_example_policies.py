@@ -108,7 +108,7 @@ def test_ais_port_authority(engine):
     window = next(o for o in count.obligations if o.id == "exacml:obligation:stream-window")
     assert window.values("stream-window-type-id") == ["time"]
     assert window.values("stream-window-size-id") == ["600"]
-    assert window.values("stream-window-attr-id") == ["sid:count"]
+    assert window.values("stream-window-attr-id") == ["mmsi:count"]
 
 
 def test_mls_no_read_up(engine):

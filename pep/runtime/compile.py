@@ -1,0 +1,188 @@
+"""Turn an ExecutionPlan into data: predicate rows for the shared Spark job, and a routing recipe.
+
+Nothing here builds Spark expressions or SQL text. A plan's filter becomes nested lists of
+(attribute index, operator mask, kind, numeric constant, string constant) tuples that travel to
+Spark as the contents of a one-row table, so attaching a handle never changes the physical plan
+and a constant can never be read as code.
+
+Comparison encoding: the generic predicate computes, per tuple, which of "less", "equal",
+"greater" holds between the attribute and the constant (bits 1, 2, 4); an operator is the set of
+outcomes it accepts. A null attribute yields no outcome, so every operator is false on it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from pep.plan import AGGREGATE_FUNCTIONS, ExecutionPlan, Predicate, StreamSchema
+
+LESS, EQUAL, GREATER = 1, 2, 4
+OPERATOR_MASKS: dict[str, int] = {
+    "<": LESS,
+    "<=": LESS | EQUAL,
+    ">": GREATER,
+    ">=": GREATER | EQUAL,
+    "=": EQUAL,
+    "!=": LESS | GREATER,
+}
+NUMERIC_KIND, STRING_KIND = 0, 1
+NUMERIC_TYPES = ("double", "long", "boolean", "timestamp")
+
+# (attribute index 1-based, operator mask, kind, numeric constant, string constant)
+PredicateRow = tuple[int, int, int, float | None, str | None]
+
+
+class PlanError(ValueError):
+    """A plan the runtime cannot execute; the message names the offending part."""
+
+
+@dataclass(frozen=True)
+class CompiledWindow:
+    kind: str  # "tuple" | "time"
+    size: int
+    step: int
+    aggregates: tuple[tuple[str, str, str], ...]  # (attribute, function, output name)
+    time_attribute: str | None
+    time_is_timestamp: bool
+
+
+@dataclass(frozen=True)
+class CompiledPlan:
+    """What the executor needs of one distinct plan: its conjunct rows and how to shape output."""
+
+    key: str
+    conjuncts: tuple[tuple[PredicateRow, ...], ...]  # empty tuple: nothing passes
+    projection: tuple[str, ...]
+    window: CompiledWindow | None
+
+    @property
+    def passes_nothing(self) -> bool:
+        return not self.conjuncts
+
+
+def epoch_seconds(value: object, where: str) -> float:
+    """Epoch seconds of a timestamp constant (ISO-8601 text, naive means UTC, or a number)."""
+    if isinstance(value, bool):
+        raise PlanError(f"{where}: a boolean is not a timestamp")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError:
+            raise PlanError(f"{where}: {value!r} is not an ISO-8601 timestamp") from None
+    else:
+        raise PlanError(f"{where}: {value!r} is not a timestamp")
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def _numeric_constant(pred: Predicate, ftype: str, where: str) -> float:
+    value = pred.value
+    if ftype == "timestamp":
+        return epoch_seconds(value, where)
+    if ftype == "boolean":
+        if isinstance(value, bool):
+            return 1.0 if value else 0.0
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return 1.0 if value.strip().lower() == "true" else 0.0
+        if isinstance(value, (int, float)) and value in (0, 1):
+            return float(value)
+        raise PlanError(f"{where}: {value!r} is not a boolean")
+    if isinstance(value, bool):
+        raise PlanError(f"{where}: a boolean constant cannot be compared with a {ftype} attribute")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise PlanError(f"{where}: {value!r} is not a number, but attribute "
+                        f"{pred.attribute!r} is {ftype}") from None
+    if math.isnan(number):
+        raise PlanError(f"{where}: NaN is not a valid constant")
+    return number
+
+
+def compile_predicate(pred: Predicate, schema: StreamSchema, where: str) -> PredicateRow:
+    field = schema.lookup(pred.attribute)
+    if field is None:
+        raise PlanError(f"{where}: attribute {pred.attribute!r} is not in the stream's schema")
+    mask = OPERATOR_MASKS.get(pred.op)
+    if mask is None:
+        raise PlanError(f"{where}: unknown operator {pred.op!r}")
+    index = schema.fields.index(field) + 1
+    if field.type == "string":
+        if isinstance(pred.value, bool):
+            text = "true" if pred.value else "false"
+        elif isinstance(pred.value, (int, float, str)):
+            text = str(pred.value)
+        else:
+            raise PlanError(f"{where}: {pred.value!r} is not a string constant")
+        return (index, mask, STRING_KIND, None, text)
+    return (index, mask, NUMERIC_KIND, _numeric_constant(pred, field.type, where), None)
+
+
+def _canonical(schema: StreamSchema, name: str, where: str) -> str:
+    field = schema.lookup(name)
+    if field is None:
+        raise PlanError(f"{where}: attribute {name!r} is not in the stream's schema")
+    return field.name
+
+
+def compile_plan(plan: ExecutionPlan, schema: StreamSchema, stream_time_attribute: str | None = None
+                 ) -> CompiledPlan:
+    """Check a plan against the stream's schema and reduce it to data; raises PlanError."""
+    if plan.filter_dnf is None:
+        conjuncts: tuple[tuple[PredicateRow, ...], ...] = ((),)  # one empty conjunct: always true
+    else:
+        conjuncts = tuple(
+            tuple(compile_predicate(p, schema, f"filter conjunct {ci + 1}, predicate {pi + 1}")
+                  for pi, p in enumerate(conj))
+            for ci, conj in enumerate(plan.filter_dnf))
+    projection = tuple(_canonical(schema, a, "projection") for a in plan.projection)
+    window = None
+    if plan.window is not None:
+        window = _compile_window(plan, schema, stream_time_attribute)
+    elif not projection:
+        raise PlanError("projection: a plan without a window must project at least one attribute")
+    return CompiledPlan(plan.key(), conjuncts, projection, window)
+
+
+def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str | None
+                    ) -> CompiledWindow:
+    w = plan.window
+    assert w is not None
+    if w.kind not in ("tuple", "time"):
+        raise PlanError(f"window: unknown kind {w.kind!r}")
+    if not isinstance(w.size, int) or not isinstance(w.step, int) or w.size < 1 or w.step < 1:
+        raise PlanError(f"window: size and step must be positive integers (got {w.size}, {w.step})")
+    if not w.aggregates:
+        raise PlanError("window: at least one aggregate is required")
+    aggs = []
+    for a in w.aggregates:
+        if a.function not in AGGREGATE_FUNCTIONS:
+            raise PlanError(f"window: unknown aggregate function {a.function!r}")
+        name = _canonical(schema, a.attribute, f"window aggregate {a.output_name}")
+        ftype = schema.lookup(name).type  # type: ignore[union-attr]
+        if a.function in ("avg", "sum") and ftype not in ("double", "long"):
+            raise PlanError(f"window aggregate {a.output_name}: {a.function} needs a numeric "
+                            f"attribute, {name!r} is {ftype}")
+        aggs.append((name, a.function, a.output_name))
+    time_attr = None
+    is_ts = False
+    if w.kind == "time":
+        wanted = w.time_attribute or stream_time
+        if not wanted:
+            raise PlanError("window: a time window needs a time attribute (plan or stream)")
+        time_attr = _canonical(schema, wanted, "window time attribute")
+        ftype = schema.lookup(time_attr).type  # type: ignore[union-attr]
+        if ftype not in ("timestamp", "double", "long"):
+            raise PlanError(f"window time attribute {time_attr!r} is {ftype}, "
+                            "not a timestamp or epoch-seconds number")
+        is_ts = ftype == "timestamp"
+    return CompiledWindow(w.kind, w.size, w.step, tuple(aggs), time_attr, is_ts)

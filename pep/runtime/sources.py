@@ -1,0 +1,177 @@
+"""Streaming DataFrames for each kind of stream source, all with the same shape.
+
+Every source frame has the stream's declared attributes (in schema order, with the declared
+types) followed by two ordering columns the executor relies on:
+  `_xsg_seq`  a per-stream monotonically increasing integer when the source has one (the
+              gateway's ingest writes it into each record; generators use the rate counter),
+              else null;
+  `_xsg_file` the file a tuple came from (file sources), else null.
+
+Ordering rule (tuple windows and firstval/lastval need one, because the file source does not keep
+arrival order within a micro-batch): micro-batches are processed in order; within a batch tuples
+are ordered by `_xsg_seq` when present, otherwise by the stream's time attribute, then by file
+name, then by position within the file (line order), nulls last. The socket source spreads the
+lines of a batch round-robin over partitions, so socket lines need `_xsg_seq` (or a time attribute)
+to be ordered within a micro-batch.
+"""
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pep.plan import StreamDefinition, StreamSchema
+from pep.runtime.generators import generator_frame
+
+SEQ_COLUMN = "_xsg_seq"
+FILE_COLUMN = "_xsg_file"
+FILE_FORMATS = ("json", "csv", "parquet")
+_SPARK_TYPES = {
+    "double": T.DoubleType(),
+    "long": T.LongType(),
+    "string": T.StringType(),
+    "boolean": T.BooleanType(),
+    "timestamp": T.TimestampType(),
+}
+# Reader options a stream definition may pass through to Spark's file readers.
+_FILE_READER_OPTIONS = ("header", "sep", "delimiter", "quote", "escape", "encoding",
+                        "timestampFormat", "multiLine", "recursiveFileLookup", "pathGlobFilter")
+
+
+class SourceError(ValueError):
+    """A stream's source cannot be built; the message says which stream and why."""
+
+
+class KafkaConnectorMissing(SourceError):
+    """Kafka was configured but Spark's Kafka connector is not on the classpath."""
+
+
+def spark_schema(schema: StreamSchema, with_seq: bool = False) -> T.StructType:
+    fields = [T.StructField(f.name, _SPARK_TYPES[f.type], True) for f in schema.fields]
+    if with_seq and schema.lookup(SEQ_COLUMN) is None:
+        fields.append(T.StructField(SEQ_COLUMN, T.LongType(), True))
+    return T.StructType(fields)
+
+
+def _shape(df: DataFrame, schema: StreamSchema, seq: object, file: object) -> DataFrame:
+    cols = [F.col(f"`{f.name}`").cast(_SPARK_TYPES[f.type]).alias(f.name) for f in schema.fields]
+    cols.append((seq if seq is not None else F.lit(None)).cast("long").alias(SEQ_COLUMN))
+    cols.append((file if file is not None else F.lit(None)).cast("string").alias(FILE_COLUMN))
+    return df.select(*cols)
+
+
+def _local_dir(path: str) -> str | None:
+    parsed = urlparse(path)
+    if parsed.scheme in ("", "file"):
+        return parsed.path if parsed.scheme else path
+    return None
+
+
+def _file_frame(spark: SparkSession, stream: StreamDefinition, path: str | None, fmt: str,
+                max_files: int, create: bool) -> DataFrame:
+    name = stream.name
+    if not path:
+        raise SourceError(f"stream {name!r}: source option 'path' is required")
+    if fmt not in FILE_FORMATS:
+        raise SourceError(f"stream {name!r}: file format {fmt!r} is not one of "
+                          f"{', '.join(FILE_FORMATS)}")
+    local = _local_dir(path)
+    if local is not None:
+        if create:
+            os.makedirs(local, exist_ok=True)
+        elif not os.path.isdir(local):
+            raise SourceError(f"stream {name!r}: source directory {path!r} does not exist")
+    per_stream = stream.source.option("maxFilesPerTrigger")
+    if per_stream is not None:
+        if not str(per_stream).isdigit() or int(per_stream) < 1:
+            raise SourceError(f"stream {name!r}: maxFilesPerTrigger must be a positive integer")
+        max_files = int(per_stream)
+    with_seq = fmt != "csv"  # CSV columns are positional: only the declared ones exist
+    reader = (spark.readStream.schema(spark_schema(stream.schema, with_seq))
+              .option("maxFilesPerTrigger", str(max_files)))
+    if fmt == "csv":
+        reader = reader.option("header", stream.source.option("header", "true"))
+    for option in _FILE_READER_OPTIONS:
+        value = stream.source.option(option)
+        if value is not None and option != "header":
+            reader = reader.option(option, value)
+    df = reader.format(fmt).load(path)
+    seq = F.col(f"`{SEQ_COLUMN}`") if with_seq else None
+    return _shape(df, stream.schema, seq, F.col("_metadata.file_path"))
+
+
+def _socket_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
+    host = stream.source.option("host", "localhost")
+    port = stream.source.option("port")
+    if not port or not port.isdigit():
+        raise SourceError(f"stream {stream.name!r}: socket source needs a numeric 'port' option")
+    raw = (spark.readStream.format("socket").option("host", host).option("port", port).load())
+    parsed = raw.select(F.from_json("value", spark_schema(stream.schema, True)).alias("r"))
+    return _shape(parsed.select("r.*"), stream.schema, F.col(f"`{SEQ_COLUMN}`"), None)
+
+
+def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
+    opts = dict(stream.source.options)
+    servers = opts.pop("bootstrap.servers", None) or opts.pop("kafka.bootstrap.servers", None)
+    if not servers:
+        raise SourceError(f"stream {stream.name!r}: kafka source needs 'bootstrap.servers'")
+    if not any(k in opts for k in ("subscribe", "subscribePattern", "assign")):
+        raise SourceError(f"stream {stream.name!r}: kafka source needs 'subscribe', "
+                          "'subscribePattern' or 'assign'")
+    reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers)
+    for key, value in opts.items():
+        if key in ("subscribe", "subscribePattern", "assign", "startingOffsets",
+                   "maxOffsetsPerTrigger", "failOnDataLoss") or key.startswith("kafka."):
+            reader = reader.option(key, value)
+    try:
+        raw = reader.load()
+    except AnalysisException as exc:
+        if "kafka" in str(exc).lower() and ("DATA_SOURCE_NOT_FOUND" in str(exc)
+                                            or "Failed to find data source" in str(exc)):
+            raise KafkaConnectorMissing(
+                f"stream {stream.name!r}: Kafka needs Spark's Kafka connector "
+                "(org.apache.spark:spark-sql-kafka-0-10_2.13 matching this Spark version) on the "
+                "classpath, e.g. via spark.jars or spark.jars.packages. The pyspark pip wheel does "
+                "not include it, and no Maven repository is reachable from this machine.") from None
+        raise
+    parsed = raw.select(F.from_json(F.col("value").cast("string"),
+                                    spark_schema(stream.schema, True)).alias("r"),
+                        F.col("offset"))
+    seq = F.coalesce(F.col(f"r.`{SEQ_COLUMN}`"), F.col("offset"))
+    return _shape(parsed.select("r.*", "offset"), stream.schema, seq, None)
+
+
+def build_source(spark: SparkSession, stream: StreamDefinition, max_files_per_trigger: int = 50
+                 ) -> DataFrame:
+    """The stream's source as a streaming DataFrame (see the module docstring for its shape)."""
+    src = stream.source
+    kind = src.kind
+    if kind == "ingest":
+        return _file_frame(spark, stream, src.option("path"), "json", max_files_per_trigger,
+                           create=True)
+    if kind == "files":
+        fmt = (src.option("format") or "json").lower()
+        return _file_frame(spark, stream, src.option("path"), fmt, max_files_per_trigger,
+                           create=False)
+    if kind == "generator":
+        gen = (src.option("schema") or "").lower()
+        rate_text = src.option("rate", "10") or "10"
+        try:
+            rate = max(1, round(float(rate_text)))
+        except ValueError:
+            raise SourceError(f"stream {stream.name!r}: generator rate {rate_text!r} "
+                              "is not a number") from None
+        try:
+            df = generator_frame(spark, gen, rate, stream.schema)
+        except ValueError as exc:
+            raise SourceError(f"stream {stream.name!r}: {exc}") from None
+        return _shape(df, stream.schema, F.col(SEQ_COLUMN), None)
+    if kind == "socket":
+        return _socket_frame(spark, stream)
+    if kind == "kafka":
+        return _kafka_frame(spark, stream)
+    raise SourceError(f"stream {stream.name!r}: unknown source kind {kind!r}")
