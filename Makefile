@@ -24,7 +24,7 @@ test: install
 	$(PY) -m pytest -q
 
 bench: install
-	$(PY) -m pytest -q -s tests/bench
+	for f in tests/bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

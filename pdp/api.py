@@ -7,12 +7,16 @@ error maps to a 4xx that says what went wrong and where.
 
 Who may change which policy is one function, `may_manage_policy(identity, policy_info)`; the
 blueprint takes it as a parameter so that the PEP can widen it (stream owners for the
-policies about their streams) without touching this module.
+policies about their streams) without touching this module. The blueprint always passes a
+`ManagedPolicy`, the policy's info plus the document it judges: the new one for a write, the
+stored current one for reads, updates and deletes (an update is judged on both). A function may
+answer with a falsy `Refusal` instead of False to say why; the 403 then carries the reason.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from urllib.parse import quote
 
 from flask import Blueprint, Response as FlaskResponse, jsonify, request
@@ -37,6 +41,33 @@ _OFFERED = {"xml": (XACML_XML, "application/xml", "text/xml"),
 _KIND_OF = {t: k for k, types in _OFFERED.items() for t in types}
 
 ManagePolicy = Callable[[Identity, PolicyInfo], bool]
+
+
+@dataclass(frozen=True)
+class ManagedPolicy(PolicyInfo):
+    """What a ManagePolicy function judges: the policy's info and its XACML document."""
+
+    data: bytes = b""
+
+    @classmethod
+    def of(cls, info: PolicyInfo, data: bytes) -> "ManagedPolicy":
+        return cls(**{f.name: getattr(info, f.name) for f in fields(PolicyInfo)}, data=data)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A 'no' from a ManagePolicy function that says why; it is falsy like False."""
+
+    reason: str
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def _refused(identity: Identity, what: str, verdict: object) -> FlaskResponse:
+    reason = verdict.reason if isinstance(verdict, Refusal) else None
+    message = f"{identity.subject!r} may not {what}"
+    return error(403, f"{message}: {reason}" if reason else message)
 
 
 def may_manage_policy(identity: Identity, policy_info: PolicyInfo) -> bool:
@@ -112,8 +143,17 @@ def create_pdp_blueprint(service: PolicyService,
     """Routes: GET /health, POST /pdp, and the PAP under /policies."""
     bp = Blueprint("pdp", __name__)
 
-    def existing_info(policy_id: str) -> PolicyInfo | None:
-        return service.policy_info(policy_id)
+    def existing_info(policy_id: str, stored: StoredPolicy | None = None) -> ManagedPolicy | None:
+        """The live policy with its stored current document; None when there is none."""
+        info = service.policy_info(policy_id)
+        if info is None:
+            return None
+        if stored is None:
+            try:
+                stored = service.get(policy_id)
+            except PolicyNotFoundError:
+                return None
+        return ManagedPolicy.of(info, stored.data)
 
     @bp.before_request
     def engine_loaded():
@@ -154,7 +194,7 @@ def create_pdp_blueprint(service: PolicyService,
         identity = current_identity()
         visible = []
         for stored in service.list():
-            info = existing_info(stored.policy_id)
+            info = existing_info(stored.policy_id, stored)
             if info is not None and may_manage(identity, info):
                 visible.append(stored.summary())
         return jsonify(visible)
@@ -167,9 +207,10 @@ def create_pdp_blueprint(service: PolicyService,
             return body
         identity = current_identity()
         try:
-            info = inspect_policy(PolicySource("request body", body))
-            if not may_manage(identity, info):
-                return error(403, f"{identity.subject!r} may not manage policy {info.id!r}")
+            info = ManagedPolicy.of(inspect_policy(PolicySource("request body", body)), body)
+            verdict = may_manage(identity, info)
+            if not verdict:
+                return _refused(identity, f"manage policy {info.id!r}", verdict)
             stored = service.add(body, owner=identity.subject, source="request body")
         except PolicyLoadError as exc:
             return load_error(exc)
@@ -190,8 +231,10 @@ def create_pdp_blueprint(service: PolicyService,
             # A deleted policy's history stays readable by administrators.
             if not identity.admin:
                 return error(404, f"policy {policy_id!r} not found")
-        elif not may_manage(identity, info):
-            return error(403, f"{identity.subject!r} may not read policy {policy_id!r}")
+        else:
+            verdict = may_manage(identity, info)
+            if not verdict:
+                return _refused(identity, f"read policy {policy_id!r}", verdict)
         try:
             if request.args.get("history", "").lower() in ("1", "true", "yes"):
                 return jsonify([p.summary() for p in service.history(policy_id)])
@@ -205,6 +248,12 @@ def create_pdp_blueprint(service: PolicyService,
         if stored.deleted:
             return error(410, f"policy {policy_id!r} store version {stored.store_version} is a "
                               f"deletion", store_version=stored.store_version)
+        if info is not None and stored.data != info.data:
+            # An earlier version is judged on its own document: managing a policy's id today
+            # does not open what others wrote under it before.
+            verdict = may_manage(identity, ManagedPolicy.of(info, stored.data))
+            if not verdict:
+                return _refused(identity, f"read this version of policy {policy_id!r}", verdict)
         response = FlaskResponse(stored.data, content_type=XACML_XML)
         response.headers["X-Policy-Version"] = stored.version
         response.headers["X-Store-Version"] = str(stored.store_version)
@@ -221,11 +270,16 @@ def create_pdp_blueprint(service: PolicyService,
         if current is None:
             return error(404, f"policy {policy_id!r} not found; use POST /policies to add it")
         try:
-            info = inspect_policy(PolicySource("request body", body))
+            info = ManagedPolicy.of(inspect_policy(PolicySource("request body", body)), body)
             if info.id != policy_id:
                 raise PolicyIdMismatchError(policy_id, info.id)
-            if not (may_manage(identity, current) and may_manage(identity, info)):
-                return error(403, f"{identity.subject!r} may not manage policy {policy_id!r}")
+            verdict = may_manage(identity, current)
+            if not verdict:
+                return _refused(identity, f"manage policy {policy_id!r} (its current version)",
+                                verdict)
+            verdict = may_manage(identity, info)
+            if not verdict:
+                return _refused(identity, f"manage policy {policy_id!r} (the new version)", verdict)
             stored = service.update(policy_id, body, owner=identity.subject, source="request body")
         except PolicyLoadError as exc:
             return load_error(exc)
@@ -242,8 +296,9 @@ def create_pdp_blueprint(service: PolicyService,
         current = existing_info(policy_id)
         if current is None:
             return error(404, f"policy {policy_id!r} not found")
-        if not may_manage(identity, current):
-            return error(403, f"{identity.subject!r} may not manage policy {policy_id!r}")
+        verdict = may_manage(identity, current)
+        if not verdict:
+            return _refused(identity, f"manage policy {policy_id!r}", verdict)
         try:
             service.delete(policy_id, owner=identity.subject)
         except PolicyNotFoundError as exc:

@@ -127,9 +127,14 @@ def create_app(config: GatewayConfig | None = None,
     from pep.explain_api import explain_blueprint
     from pep.gateway import register_stream_side
     from pep.invalidation import invalidation_blueprint
+    from pep.ownership import stream_owner_rule
 
     side = register_stream_side(app, services)
     services.stream_side = side
+    if services.may_manage is may_manage_policy:  # keep a rule the embedder chose
+        # Through services, so that the rule always asks the stream side currently mounted.
+        services.may_manage = stream_owner_rule(
+            lambda name: services.stream_side.catalog.get(name))
     app.register_blueprint(explain_blueprint(lambda: services.policies.engine, side.catalog.schema))
 
     def caller_is_admin() -> bool:

@@ -48,6 +48,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from pep.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per callback otherwise
     try:
         config = GatewayConfig(
             host=args.host, port=args.port, data_dir=Path(args.data_dir),

@@ -125,6 +125,24 @@ def _identity_lookup(authenticator: Any) -> Callable[[str], Any] | None:
     return lookup
 
 
+def seed_streams(catalog: StreamCatalog, path: Path) -> list[str]:
+    """Register the example streams of `path` (policies/streams.json) into an empty catalogue.
+
+    Like the policy seeding, it happens once: a catalogue that has ever held a stream is left
+    alone, so an owner's deletions and changes survive restarts. Returns the names registered."""
+    import json
+
+    if not path.is_file() or catalog.all():
+        return []
+    names = []
+    for entry in json.loads(path.read_text(encoding="utf-8")):
+        catalog.register(entry["name"], entry["owner"], entry.get("schema"), entry.get("source"),
+                         entry.get("time_attribute"), trusted=True)
+        names.append(entry["name"])
+    log.info("seeded the stream catalogue with %s from %s", ", ".join(names), path)
+    return names
+
+
 def register_stream_side(app: Any, services: Any, *, runtime: Any = None, windows: Any = None,
                          reevaluation_interval: float = 1.0,
                          heartbeat: float = DEFAULT_HEARTBEAT,
@@ -152,6 +170,8 @@ def register_stream_side(app: Any, services: Any, *, runtime: Any = None, window
     heartbeat = getattr(config, "heartbeat", heartbeat)
     data_dir = Path(config.data_dir)
     catalog = StreamCatalog(data_dir / "streams.db", data_dir)
+    if getattr(config, "policies_dir", None) is not None:
+        seed_streams(catalog, Path(config.policies_dir) / "streams.json")
     store = HandleStore(data_dir / "handles.db")
     if runtime is None:
         runtime = LazyRuntime(spark_runtime_factory(config.spark_master, data_dir / "runtime",

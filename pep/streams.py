@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pep.plan import Field, SourceSpec, StreamDefinition, StreamSchema
-from pep.runtime.generators import GENERATOR_SCHEMAS, GENERATOR_TIME_ATTRIBUTES
+from pep.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
 
 SEQ_FIELD = "_xsg_seq"
 RESERVED_PREFIX = "_xsg"
@@ -53,10 +53,6 @@ MAX_STRING_CHARS = 65_536
 LONG_MIN, LONG_MAX = -(2 ** 63), 2 ** 63 - 1
 
 
-# The built-in generators' schemas (the paper's weather station, section 2.2, and an AIS-like ship
-# feed) are defined by the runtime that produces them; that module imports no Spark.
-BUILTIN_SCHEMAS: dict[str, StreamSchema] = dict(GENERATOR_SCHEMAS)
-BUILTIN_TIME_ATTRIBUTES: dict[str, str] = dict(GENERATOR_TIME_ATTRIBUTES)
 
 
 class StreamError(Exception):

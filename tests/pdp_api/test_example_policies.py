@@ -36,7 +36,7 @@ def test_every_policy_file_loads_on_its_own():
 
 def test_every_xml_file_is_well_formed_and_requests_parse():
     requests = [p for p in POLICIES.rglob("*") if p.suffix in (".xml", ".json")
-                and p not in policy_files(POLICIES)]
+                and p not in policy_files(POLICIES) and p.name != "streams.json"]
     assert len(requests) == 7
     for p in requests:
         parse_request(p.read_bytes(), JSON if p.suffix == ".json" else XML)
