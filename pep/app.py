@@ -19,7 +19,10 @@ from pdp.events import PolicyEvents
 from pdp.service import PolicyService, seed_store
 from pdp.store import PolicyStore, SQLitePolicyStore, StoredPolicy
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
-from pep.invalidation import InvalidationHub
+from pep.explain_api import explain_blueprint
+from pep.gateway import register_stream_side
+from pep.invalidation import InvalidationHub, invalidation_blueprint
+from pep.ownership import stream_owner_rule
 
 log = logging.getLogger(__name__)
 
@@ -124,11 +127,6 @@ def create_app(config: GatewayConfig | None = None,
 
     # The stream side: /explain, /streams, /requests, /handles, and the invalidation feed that
     # caching proxies follow.
-    from pep.explain_api import explain_blueprint
-    from pep.gateway import register_stream_side
-    from pep.invalidation import invalidation_blueprint
-    from pep.ownership import stream_owner_rule
-
     side = register_stream_side(app, services)
     services.stream_side = side
     if services.may_manage is may_manage_policy:  # keep a rule the embedder chose
