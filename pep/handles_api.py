@@ -282,15 +282,22 @@ def create_handles_blueprint(handles: HandleService, engine: Callable[[], Any],
         return _error(410, f"handle is {record.state.value}", state=record.state.value,
                       reason=record.reason)
 
-    @bp.get("/handles/<handle_id>")
-    @require_identity()
-    def read_handle(handle_id: str):
-        identity = current_identity()
-        record = handles.get_owned(handle_id, identity.subject)
+    def _live_handle_of_caller(handle_id: str):
+        """The caller's live handle, or the answer to give: 404 for a handle that is not the
+        caller's (as for one that does not exist: no oracle of others' ids), 410 when it ended."""
+        record = handles.get_owned(handle_id, current_identity().subject)
         if record is None:
             return _error(404, "no such handle")
         if not record.live:
             return _gone(record)
+        return record
+
+    @bp.get("/handles/<handle_id>")
+    @require_identity()
+    def read_handle(handle_id: str):
+        record = _live_handle_of_caller(handle_id)
+        if isinstance(record, Response):
+            return record
         fmt = _wanted_format()
         if fmt is None:
             return _error(406, f"a handle is read as {SSE} or {NDJSON} "
@@ -324,13 +331,10 @@ def create_handles_blueprint(handles: HandleService, engine: Callable[[], Any],
     @bp.delete("/handles/<handle_id>")
     @require_identity()
     def release_handle(handle_id: str):
-        identity = current_identity()
-        record = handles.get_owned(handle_id, identity.subject)
-        if record is None:
-            return _error(404, "no such handle")
-        if not record.live:
-            return _gone(record)
-        record = handles.release(handle_id, identity.subject)
+        record = _live_handle_of_caller(handle_id)
+        if isinstance(record, Response):
+            return record
+        record = handles.release(handle_id, current_identity().subject)
         if record is None:
             return _error(404, "no such handle")
         return jsonify(id=record.id, state=record.state.value, reason=record.reason)
