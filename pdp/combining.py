@@ -12,6 +12,10 @@ deny-overrides the first Deny stops evaluation, so later rules are not evaluated
 The ids of evaluated non-NotApplicable children (policies only) are concatenated for
 ReturnPolicyIdList, and the top-level documents that took part are unioned for the decision
 trace.
+
+Every algorithm but first- and only-one-applicable is a mirror pair (deny vs permit wins), so
+each family is written once, in `_overrides`, parameterised by the winning effect and by what
+errors lead to; the closures are built once at import, so a decision pays no dispatch on the mode.
 """
 from __future__ import annotations
 
@@ -55,66 +59,126 @@ def _first_status(outcomes: Sequence[Outcome], codes: tuple) -> Status | None:
     return None
 
 
-def deny_overrides(children: Sequence[Any], ctx: EvalContext) -> Outcome:
-    evaluated = []
-    permits = []
-    err_d = err_p = err_dp = False
-    for child in children:
-        o = child.evaluate(ctx)
-        d = o.decision
-        if d == NOT_APPLICABLE:
-            continue
-        evaluated.append(o)
-        if d == DENY:
-            return _finish(DENY, None, (o,), evaluated)
-        if d == PERMIT:
-            permits.append(o)
-        elif d == IND_D:
-            err_d = True
-        elif d == IND_P:
-            err_p = True
-        else:
-            err_dp = True
-    if err_dp or (err_d and (err_p or permits)):
-        return _finish(IND_DP, _first_status(evaluated, (IND_D, IND_P, IND_DP)), (), evaluated)
-    if err_d:
-        return _finish(IND_D, _first_status(evaluated, (IND_D,)), (), evaluated)
-    if permits:
-        return _finish(PERMIT, None, permits, evaluated)
-    if err_p:
-        return _finish(IND_P, _first_status(evaluated, (IND_P,)), (), evaluated)
-    return NA_OUTCOME
+_OTHER = {DENY: PERMIT, PERMIT: DENY}
+_IND_OF = {DENY: IND_D, PERMIT: IND_P}
+_ANY_IND = (IND_D, IND_P, IND_DP)
+
+# How an overrides algorithm ends when no child decided the winning effect but some child was
+# Indeterminate: (evaluated, losers, err_w, err_l, err_dp) -> Outcome, the flags saying whether a
+# child was Indeterminate{winner}, {loser} or {DP}. Without errors every variant agrees (the
+# losers' effect, else NotApplicable), so that common path never pays for this call.
+OnErrors = Callable[[list, list, bool, bool, bool], Outcome]
 
 
-def permit_overrides(children: Sequence[Any], ctx: EvalContext) -> Outcome:
-    evaluated = []
-    denies = []
-    err_d = err_p = err_dp = False
-    for child in children:
-        o = child.evaluate(ctx)
-        d = o.decision
-        if d == NOT_APPLICABLE:
-            continue
-        evaluated.append(o)
-        if d == PERMIT:
-            return _finish(PERMIT, None, (o,), evaluated)
-        if d == DENY:
-            denies.append(o)
-        elif d == IND_D:
-            err_d = True
-        elif d == IND_P:
-            err_p = True
-        else:
-            err_dp = True
-    if err_dp or (err_p and (err_d or denies)):
-        return _finish(IND_DP, _first_status(evaluated, (IND_D, IND_P, IND_DP)), (), evaluated)
-    if err_p:
-        return _finish(IND_P, _first_status(evaluated, (IND_P,)), (), evaluated)
-    if denies:
-        return _finish(DENY, None, denies, evaluated)
-    if err_d:
-        return _finish(IND_D, _first_status(evaluated, (IND_D,)), (), evaluated)
-    return NA_OUTCOME
+def _errors_3_0(winner: int) -> OnErrors:
+    """Annex C.2/C.3: an error that could have been the winner taints the losing effect."""
+    loser, ind_w, ind_l = _OTHER[winner], _IND_OF[winner], _IND_OF[_OTHER[winner]]
+    only_w, only_l = (ind_w,), (ind_l,)
+
+    def on_errors(evaluated: list, losers: list, err_w: bool, err_l: bool,
+                  err_dp: bool) -> Outcome:
+        if err_dp or (err_w and (err_l or losers)):
+            return _finish(IND_DP, _first_status(evaluated, _ANY_IND), (), evaluated)
+        if err_w:
+            return _finish(ind_w, _first_status(evaluated, only_w), (), evaluated)
+        if losers:
+            return _finish(loser, None, losers, evaluated)
+        return _finish(ind_l, _first_status(evaluated, only_l), (), evaluated)
+    return on_errors
+
+
+def _errors_legacy_rules(winner: int) -> OnErrors:
+    """Legacy rule algorithms: an error that might have been the winner makes it {DP}."""
+    loser, ind_l = _OTHER[winner], _IND_OF[_OTHER[winner]]
+    potential = (_IND_OF[winner], IND_DP)
+
+    def on_errors(evaluated: list, losers: list, err_w: bool, err_l: bool,
+                  err_dp: bool) -> Outcome:
+        if err_w or err_dp:
+            return _finish(IND_DP, _first_status(evaluated, potential), (), evaluated)
+        if losers:
+            return _finish(loser, None, losers, evaluated)
+        return _finish(ind_l, _first_status(evaluated, _ANY_IND), (), evaluated)
+    return on_errors
+
+
+def _errors_legacy_policies(winner: int) -> OnErrors:
+    """Legacy policy algorithms: the losing effect beats errors; errors alone are {DP}.
+
+    Legacy deny-overrides stops at the first error instead (`error_is_winner` of `_overrides`),
+    so only legacy permit-overrides ever gets here.
+    """
+    loser = _OTHER[winner]
+
+    def on_errors(evaluated: list, losers: list, err_w: bool, err_l: bool,
+                  err_dp: bool) -> Outcome:
+        if losers:
+            return _finish(loser, None, losers, evaluated)
+        return _finish(IND_DP, _first_status(evaluated, _ANY_IND), (), evaluated)
+    return on_errors
+
+
+def _errors_unless(winner: int) -> OnErrors:
+    """deny-unless-permit / permit-unless-deny ignore errors: never Indeterminate."""
+    loser = _OTHER[winner]
+
+    def on_errors(evaluated: list, losers: list, err_w: bool, err_l: bool,
+                  err_dp: bool) -> Outcome:
+        return _finish(loser, None, losers, evaluated)
+    return on_errors
+
+
+def _overrides(winner: int, on_errors: OnErrors, error_is_winner: bool = False,
+               when_none: Outcome = NA_OUTCOME) -> Combiner:
+    """The overrides family: the first child deciding `winner` decides alone, at once.
+
+    `error_is_winner` is legacy policy deny-overrides, where an Indeterminate policy counts as
+    the winning effect (without its obligations) and also stops evaluation. `when_none` is the
+    result when no child decided anything: NotApplicable, except for the unless algorithms.
+    """
+    loser, ind_w, ind_l = _OTHER[winner], _IND_OF[winner], _IND_OF[_OTHER[winner]]
+
+    def combine(children: Sequence[Any], ctx: EvalContext) -> Outcome:
+        evaluated = []
+        losers = []
+        err_w = err_l = err_dp = False
+        for child in children:
+            o = child.evaluate(ctx)
+            d = o.decision
+            if d == NOT_APPLICABLE:
+                continue
+            evaluated.append(o)
+            if d == winner:
+                return _finish(winner, None, (o,), evaluated)
+            if d == loser:
+                losers.append(o)
+            elif error_is_winner:
+                return _finish(winner, None, (), evaluated)
+            elif d == ind_w:
+                err_w = True
+            elif d == ind_l:
+                err_l = True
+            else:
+                err_dp = True
+        if err_w or err_l or err_dp:
+            return on_errors(evaluated, losers, err_w, err_l, err_dp)
+        if losers:
+            return _finish(loser, None, losers, evaluated)
+        return when_none
+    return combine
+
+
+def _named(name: str, fn: Combiner) -> Combiner:
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+deny_overrides = _named("deny_overrides", _overrides(DENY, _errors_3_0(DENY)))
+permit_overrides = _named("permit_overrides", _overrides(PERMIT, _errors_3_0(PERMIT)))
+deny_unless_permit = _named(
+    "deny_unless_permit", _overrides(PERMIT, _errors_unless(PERMIT), when_none=Outcome(DENY)))
+permit_unless_deny = _named(
+    "permit_unless_deny", _overrides(DENY, _errors_unless(DENY), when_none=Outcome(PERMIT)))
 
 
 def first_applicable(children: Sequence[Any], ctx: EvalContext) -> Outcome:
@@ -123,38 +187,6 @@ def first_applicable(children: Sequence[Any], ctx: EvalContext) -> Outcome:
         if o.decision != NOT_APPLICABLE:
             return o
     return NA_OUTCOME
-
-
-def deny_unless_permit(children: Sequence[Any], ctx: EvalContext) -> Outcome:
-    evaluated = []
-    denies = []
-    for child in children:
-        o = child.evaluate(ctx)
-        d = o.decision
-        if d == NOT_APPLICABLE:
-            continue
-        evaluated.append(o)
-        if d == PERMIT:
-            return _finish(PERMIT, None, (o,), evaluated)
-        if d == DENY:
-            denies.append(o)
-    return _finish(DENY, None, denies, evaluated)
-
-
-def permit_unless_deny(children: Sequence[Any], ctx: EvalContext) -> Outcome:
-    evaluated = []
-    permits = []
-    for child in children:
-        o = child.evaluate(ctx)
-        d = o.decision
-        if d == NOT_APPLICABLE:
-            continue
-        evaluated.append(o)
-        if d == DENY:
-            return _finish(DENY, None, (o,), evaluated)
-        if d == PERMIT:
-            permits.append(o)
-    return _finish(PERMIT, None, permits, evaluated)
 
 
 def only_one_applicable(children: Sequence[Any], ctx: EvalContext) -> Outcome:
@@ -179,102 +211,15 @@ def only_one_applicable(children: Sequence[Any], ctx: EvalContext) -> Outcome:
 
 # Legacy (XACML 1.0/1.1) algorithms, with the extended Indeterminate annotations of 3.0 Annex C.
 
-def legacy_deny_overrides_rules(children: Sequence[Any], ctx: EvalContext) -> Outcome:
-    evaluated = []
-    permits = []
-    error = potential_deny = False
-    for child in children:
-        o = child.evaluate(ctx)
-        d = o.decision
-        if d == NOT_APPLICABLE:
-            continue
-        evaluated.append(o)
-        if d == DENY:
-            return _finish(DENY, None, (o,), evaluated)
-        if d == PERMIT:
-            permits.append(o)
-            continue
-        error = True
-        if d in (IND_D, IND_DP):
-            potential_deny = True
-    if potential_deny:
-        return _finish(IND_DP, _first_status(evaluated, (IND_D, IND_DP)), (), evaluated)
-    if permits:
-        return _finish(PERMIT, None, permits, evaluated)
-    if error:
-        return _finish(IND_P, _first_status(evaluated, (IND_P, IND_D, IND_DP)), (), evaluated)
-    return NA_OUTCOME
-
-
-def legacy_permit_overrides_rules(children: Sequence[Any], ctx: EvalContext) -> Outcome:
-    evaluated = []
-    denies = []
-    error = potential_permit = False
-    for child in children:
-        o = child.evaluate(ctx)
-        d = o.decision
-        if d == NOT_APPLICABLE:
-            continue
-        evaluated.append(o)
-        if d == PERMIT:
-            return _finish(PERMIT, None, (o,), evaluated)
-        if d == DENY:
-            denies.append(o)
-            continue
-        error = True
-        if d in (IND_P, IND_DP):
-            potential_permit = True
-    if potential_permit:
-        return _finish(IND_DP, _first_status(evaluated, (IND_P, IND_DP)), (), evaluated)
-    if denies:
-        return _finish(DENY, None, denies, evaluated)
-    if error:
-        return _finish(IND_D, _first_status(evaluated, (IND_P, IND_D, IND_DP)), (), evaluated)
-    return NA_OUTCOME
-
-
-def legacy_deny_overrides_policies(children: Sequence[Any], ctx: EvalContext) -> Outcome:
-    evaluated = []
-    permits = []
-    for child in children:
-        o = child.evaluate(ctx)
-        d = o.decision
-        if d == NOT_APPLICABLE:
-            continue
-        evaluated.append(o)
-        if d == DENY:
-            return _finish(DENY, None, (o,), evaluated)
-        if d == PERMIT:
-            permits.append(o)
-            continue
-        # Legacy semantics: an Indeterminate policy counts as Deny (without its obligations).
-        return _finish(DENY, None, (), evaluated)
-    if permits:
-        return _finish(PERMIT, None, permits, evaluated)
-    return NA_OUTCOME
-
-
-def legacy_permit_overrides_policies(children: Sequence[Any], ctx: EvalContext) -> Outcome:
-    evaluated = []
-    denies = []
-    error = False
-    for child in children:
-        o = child.evaluate(ctx)
-        d = o.decision
-        if d == NOT_APPLICABLE:
-            continue
-        evaluated.append(o)
-        if d == PERMIT:
-            return _finish(PERMIT, None, (o,), evaluated)
-        if d == DENY:
-            denies.append(o)
-        else:
-            error = True
-    if denies:
-        return _finish(DENY, None, denies, evaluated)
-    if error:
-        return _finish(IND_DP, _first_status(evaluated, (IND_P, IND_D, IND_DP)), (), evaluated)
-    return NA_OUTCOME
+legacy_deny_overrides_rules = _named(
+    "legacy_deny_overrides_rules", _overrides(DENY, _errors_legacy_rules(DENY)))
+legacy_permit_overrides_rules = _named(
+    "legacy_permit_overrides_rules", _overrides(PERMIT, _errors_legacy_rules(PERMIT)))
+legacy_deny_overrides_policies = _named(
+    "legacy_deny_overrides_policies",
+    _overrides(DENY, _errors_legacy_policies(DENY), error_is_winner=True))
+legacy_permit_overrides_policies = _named(
+    "legacy_permit_overrides_policies", _overrides(PERMIT, _errors_legacy_policies(PERMIT)))
 
 
 _R1 = "urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:"

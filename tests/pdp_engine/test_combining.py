@@ -141,3 +141,68 @@ def test_every_standard_id_is_known():
     assert c.policy_combiner("first-applicable") is c.first_applicable
     with pytest.raises(KeyError):
         c.policy_combiner("no-such-algorithm")
+
+
+# The deny/permit variants are built from one factory; these check they stay true mirrors and
+# that the asymmetric legacy policy pair keeps its own behaviour.
+
+_MIRROR = {P: D, D: P, NA: NA, IND_P: IND_D, IND_D: IND_P, IND_DP: IND_DP}
+
+
+class NamedStatusChild(Child):
+    """A child whose Indeterminate status names it, to see which status the result keeps."""
+
+    def evaluate(self, ctx):
+        out = super().evaluate(ctx)
+        if out.status is not None:
+            out.status = Status(f"urn:err:{self.name}")
+        return out
+
+
+def _all_sequences(max_len=4):
+    import itertools
+    for n in range(max_len + 1):
+        yield from itertools.product((P, D, NA, IND_P, IND_D, IND_DP), repeat=n)
+
+
+@pytest.mark.parametrize("deny_alg,permit_alg", [
+    (c.deny_overrides, c.permit_overrides),
+    (c.permit_unless_deny, c.deny_unless_permit),
+    (c.legacy_deny_overrides_rules, c.legacy_permit_overrides_rules),
+])
+def test_mirror_pairs_are_exact_mirrors(deny_alg, permit_alg):
+    for seq in _all_sequences():
+        kids = [NamedStatusChild(d, f"c{i}") for i, d in enumerate(seq)]
+        mirrored = [NamedStatusChild(_MIRROR[d], f"c{i}") for i, d in enumerate(seq)]
+        a, b = deny_alg(kids, CTX), permit_alg(mirrored, CTX)
+        assert _MIRROR[a.decision] == b.decision, seq
+        assert a.status == b.status and a.obligations == b.obligations, seq
+        assert [k.calls for k in kids] == [k.calls for k in mirrored], seq
+
+
+def test_indeterminate_dp_keeps_the_first_relevant_status():
+    kids = [NamedStatusChild(d, f"c{i}") for i, d in enumerate([IND_P, P, IND_D])]
+    out = c.deny_overrides(kids, CTX)
+    assert out.decision == IND_DP and out.status == Status("urn:err:c0")
+    kids = [NamedStatusChild(d, f"c{i}") for i, d in enumerate([IND_P, P, IND_D])]
+    out = c.legacy_deny_overrides_rules(kids, CTX)
+    # Legacy: only an error that could have been a Deny explains the {DP}.
+    assert out.decision == IND_DP and out.status == Status("urn:err:c2")
+
+
+def test_legacy_policy_deny_overrides_stops_at_the_first_error():
+    kids = [Child(P, "a"), Child(IND_P), Child(D, "late")]
+    out = c.legacy_deny_overrides_policies(kids, CTX)
+    assert out.decision == D and out.obligations == () and out.status is None
+    assert kids[2].calls == 0
+    # Its permit mirror is not symmetric: the error waits, and a Deny beats it.
+    kids = [Child(D, "a"), Child(IND_D), Child(D, "b")]
+    out = c.legacy_permit_overrides_policies(kids, CTX)
+    assert out.decision == D and [o.id for o in out.obligations] == ["a", "b"]
+    assert kids[2].calls == 1
+
+
+def test_unless_algorithms_with_nothing_applicable_give_the_default_effect():
+    out = run(c.deny_unless_permit, [NA, IND_P])
+    assert out.decision == D and out.status is None and out.obligations == ()
+    assert run(c.permit_unless_deny, []).decision == P
