@@ -17,6 +17,8 @@ to be ordered within a micro-batch.
 from __future__ import annotations
 
 import os
+import threading
+from typing import Callable
 from urllib.parse import urlparse
 
 from pyspark.errors import AnalysisException
@@ -90,6 +92,12 @@ def _file_frame(spark: SparkSession, stream: StreamDefinition, path: str | None,
         if not str(per_stream).isdigit() or int(per_stream) < 1:
             raise SourceError(f"stream {name!r}: maxFilesPerTrigger must be a positive integer")
         max_files = int(per_stream)
+    return _cached_frame(spark, ("file", stream, path, fmt, max_files),
+                         lambda: _file_reader_frame(spark, stream, path, fmt, max_files))
+
+
+def _file_reader_frame(spark: SparkSession, stream: StreamDefinition, path: str, fmt: str,
+                       max_files: int) -> DataFrame:
     with_seq = fmt != "csv"  # CSV columns are positional: only the declared ones exist
     reader = (spark.readStream.schema(spark_schema(stream.schema, with_seq))
               .option("maxFilesPerTrigger", str(max_files)))
@@ -145,9 +153,33 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
     return _shape(parsed.select("r.*", "offset"), stream.schema, seq, None)
 
 
+# Building a source frame costs ~0.1 s of py4j calls and analysis, paid when a stream's query
+# starts. A streaming DataFrame is only a description (every query started from it gets its own
+# source instance and offsets), so one frame per session and definition serves every restart.
+_FRAMES_LOCK = threading.Lock()
+_FRAMES: dict[tuple, tuple[SparkSession, DataFrame]] = {}
+_FRAMES_MAX = 64
+
+
+def _cached_frame(spark: SparkSession, key: tuple, build: Callable[[], DataFrame]) -> DataFrame:
+    with _FRAMES_LOCK:
+        hit = _FRAMES.get(key)
+        if hit is not None and hit[0] is spark:
+            return hit[1]
+    frame = build()
+    with _FRAMES_LOCK:
+        _FRAMES.pop(key, None)
+        while len(_FRAMES) >= _FRAMES_MAX:
+            _FRAMES.pop(next(iter(_FRAMES)))
+        _FRAMES[key] = (spark, frame)
+    return frame
+
+
 def build_source(spark: SparkSession, stream: StreamDefinition, max_files_per_trigger: int = 50
                  ) -> DataFrame:
-    """The stream's source as a streaming DataFrame (see the module docstring for its shape)."""
+    """The stream's source as a streaming DataFrame (see the module docstring for its shape).
+
+    Checks run on every call; the frame itself is reused for the same session and definition."""
     src = stream.source
     kind = src.kind
     if kind == "ingest":
@@ -165,13 +197,16 @@ def build_source(spark: SparkSession, stream: StreamDefinition, max_files_per_tr
         except ValueError:
             raise SourceError(f"stream {stream.name!r}: generator rate {rate_text!r} "
                               "is not a number") from None
-        try:
-            df = generator_frame(spark, gen, rate, stream.schema)
-        except ValueError as exc:
-            raise SourceError(f"stream {stream.name!r}: {exc}") from None
-        return _shape(df, stream.schema, F.col(SEQ_COLUMN), None)
+
+        def generated() -> DataFrame:
+            try:
+                df = generator_frame(spark, gen, rate, stream.schema)
+            except ValueError as exc:
+                raise SourceError(f"stream {stream.name!r}: {exc}") from None
+            return _shape(df, stream.schema, F.col(SEQ_COLUMN), None)
+        return _cached_frame(spark, ("generator", stream, gen, rate), generated)
     if kind == "socket":
-        return _socket_frame(spark, stream)
+        return _cached_frame(spark, ("socket", stream), lambda: _socket_frame(spark, stream))
     if kind == "kafka":
-        return _kafka_frame(spark, stream)
+        return _cached_frame(spark, ("kafka", stream), lambda: _kafka_frame(spark, stream))
     raise SourceError(f"stream {stream.name!r}: unknown source kind {kind!r}")
