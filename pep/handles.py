@@ -41,6 +41,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
+from pep.errors import RefusedError
 from pep.plan import ExecutionPlan, StreamDefinition
 
 log = logging.getLogger(__name__)
@@ -352,11 +353,8 @@ class HandleBuffer:
 
 # -- the service ---------------------------------------------------------------------------------------
 
-class HandleError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+class HandleError(RefusedError):
+    """A handle operation was refused (status and message for the HTTP answer)."""
 
 
 class StalePolicies(Exception):

@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from pep.errors import RefusedError
 from pep.plan import Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
 
@@ -55,13 +56,8 @@ LONG_MIN, LONG_MAX = -(2 ** 63), 2 ** 63 - 1
 
 
 
-class StreamError(Exception):
+class StreamError(RefusedError):
     """A catalogue operation was refused; `status` is the HTTP status it maps to."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 class RecordError(StreamError):
