@@ -8,19 +8,14 @@ token's length shows in the timing).
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from flask import current_app, g, jsonify, request
-
-AUTH_EXTENSION = "xsg.auth"
 
 
 class AuthFileError(ValueError):
@@ -135,48 +130,3 @@ def write_auth_file(path: str | Path, entries: list[dict]) -> None:
 
 def new_token() -> str:
     return secrets.token_urlsafe(24)
-
-
-# -- Flask glue -----------------------------------------------------------------------------------
-
-def install_authenticator(app, authenticator: TokenAuthenticator) -> None:
-    app.extensions[AUTH_EXTENSION] = authenticator
-
-
-def unauthorized(message: str = "a valid bearer token is required"):
-    response = jsonify(error=message)
-    response.status_code = 401
-    response.headers["WWW-Authenticate"] = 'Bearer realm="xsg"'
-    return response
-
-
-def authenticate_request() -> Identity | None:
-    authenticator: TokenAuthenticator | None = current_app.extensions.get(AUTH_EXTENSION)
-    if authenticator is None:  # a misconfigured app denies everything rather than allowing
-        return None
-    return authenticator.authenticate_header(request.headers.get("Authorization"))
-
-
-def require_identity() -> Callable:
-    """Decorator: the view runs only for an authenticated caller, available as `current_identity()`."""
-
-    def decorator(view: Callable) -> Callable:
-        @functools.wraps(view)
-        def wrapped(*args, **kwargs):
-            identity = authenticate_request()
-            if identity is None:
-                header = request.headers.get("Authorization")
-                return unauthorized("missing bearer token" if not header else "invalid bearer token")
-            g.xsg_identity = identity
-            return view(*args, **kwargs)
-
-        return wrapped
-
-    return decorator
-
-
-def current_identity() -> Identity:
-    identity = g.get("xsg_identity")
-    if identity is None:
-        raise RuntimeError("current_identity() outside a view decorated with require_identity()")
-    return identity

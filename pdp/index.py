@@ -17,7 +17,7 @@ is NoMatch whatever the other AnyOfs say, and the child is NotApplicable (and no
 only-one-applicable). Every combining algorithm ignores NotApplicable children, and candidates
 are evaluated in their original order, so the order-sensitive algorithms (first-applicable,
 only-one-applicable) see the same sequence minus NotApplicable children.
-`tests/pdp_engine/test_index.py` checks it against a full scan on random requests.
+`tests/pdp/engine/test_index.py` checks it against a full scan on random requests.
 """
 from __future__ import annotations
 

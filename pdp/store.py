@@ -11,13 +11,12 @@ the document. `PolicyStore` is the seam for another database.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+from pdp.db import Database
 
 SCHEMA_VERSION = 1
 
@@ -151,44 +150,25 @@ class SQLitePolicyStore(PolicyStore):
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        if str(path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.RLock()
-        # isolation_level=None: we issue BEGIN/COMMIT ourselves so a write is exactly one transaction.
-        self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False,
-                                     timeout=30.0)
         try:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._db = Database(path, _SCHEMA, foreign_keys=True)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot open policy store: {exc}") from exc
+        self._lock = self._db.lock
+        self._conn = self._db.connection
+        self._transaction = self._db.transaction
+        try:
             with self._transaction() as cur:
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    cur.execute(statement)
                 cur.execute("INSERT OR IGNORE INTO store_meta (key, value) VALUES ('schema', ?)",
                             (str(SCHEMA_VERSION),))
                 found = cur.execute("SELECT value FROM store_meta WHERE key='schema'").fetchone()[0]
-            if int(found) != SCHEMA_VERSION:
-                raise StoreError(f"{self.path}: policy store schema {found} is not supported "
-                                 f"(expected {SCHEMA_VERSION})")
         except sqlite3.DatabaseError as exc:
-            self._conn.close()
+            self._db.close()
             raise StoreError(f"{self.path}: cannot open policy store: {exc}") from exc
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Cursor]:
-        """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (nothing half-written)."""
-        with self._lock:
-            cur = self._conn.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                yield cur
-            except BaseException:
-                self._conn.rollback()
-                raise
-            else:
-                cur.execute("COMMIT")
-            finally:
-                cur.close()
+        if int(found) != SCHEMA_VERSION:
+            self._db.close()
+            raise StoreError(f"{self.path}: policy store schema {found} is not supported "
+                             f"(expected {SCHEMA_VERSION})")
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -320,5 +300,4 @@ class SQLitePolicyStore(PolicyStore):
         return int(row[0] or 0)
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()

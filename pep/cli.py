@@ -41,11 +41,9 @@ class CliError(Exception):
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
-    from pdp.auth import AuthFileError
-    from pdp.errors import PolicyLoadError
-    from pdp.store import StoreError
+    from pdp import AuthFileError, PolicyLoadError, StoreError
     from pep.config import GatewayConfig
-    from pep.server import serve
+    from pep.serve import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per callback otherwise
@@ -173,11 +171,8 @@ def cmd_policy_delete(args: argparse.Namespace) -> int:
 # -- pdp decide (offline) -------------------------------------------------------------------------
 
 def cmd_pdp_decide(args: argparse.Namespace) -> int:
-    from pdp.engine import PolicyEngine
-    from pdp.errors import PolicyLoadError, RequestSyntaxError
-    from pdp.request import parse_request
-    from pdp.response import render_response
-    from pdp.service import load_sources, policy_files
+    from pdp import (PolicyEngine, PolicyLoadError, RequestSyntaxError, load_sources,
+                     parse_request, policy_files, render_response)
 
     policies = Path(args.policies)
     if not policies.exists():
@@ -266,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("file")
     u.set_defaults(func=cmd_policy_update)
 
-    # Listed for --help; main() hands `xsg proxy ...` to proxy.cli before parsing.
+    # Listed for --help; main() runs `xsg proxy ...` as the proxy program before parsing.
     sub.add_parser("proxy", help="run the caching proxy in front of a gateway "
                                  "(see: xsg proxy --help)", add_help=False)
 
@@ -291,8 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["proxy"]:
-        from proxy.cli import main as proxy_main
-        return proxy_main(argv[1:])
+        # The proxy is its own program (python -m proxy): run it in this process's place, so
+        # that signals and the exit status are its own, without pep importing proxy.
+        os.execv(sys.executable, [sys.executable, "-m", "proxy", *argv[1:]])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pdp.auth import AuthFileError, new_token, write_auth_file
+from pdp import AuthFileError, new_token, write_auth_file
 
 DEFAULT_PORT = 8080
 DEFAULT_MAX_CONTENT_LENGTH = 10 * 1024 * 1024
@@ -43,8 +43,9 @@ class GatewayConfig:
     # (the session then starts with the first handle).
     start_spark: bool = False
     reevaluation_interval: float = 1.0  # seconds between re-decisions of time-dependent grants
+    trigger_interval: float = 0.25  # seconds between a stream query's micro-batches
     heartbeat: float = 15.0  # seconds between keep-alive lines on idle handle streams
-    # Invalidation feed for caching proxies (pep/invalidation.py): the bearer token a proxy
+    # Invalidation feed for caching proxies (pep/invalidation/): the bearer token a proxy
     # presents on /events/invalidations and the HMAC key of the webhooks pushed to it.
     proxy_token: str | None = None
     proxy_secret: str | None = None

@@ -29,8 +29,8 @@ from urllib.parse import quote, urlsplit
 from flask import Flask, Response, jsonify, request
 from werkzeug.wrappers import Request as WerkzeugRequest
 
-from pep.invalidation import (SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
-                              InvalidEventError, verify)
+from pep.invalidation.protocol import (SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
+                                       InvalidEventError, verify)
 from proxy.cache import CachedAnswer, HandleCache
 from proxy.canonical import (NotCacheable, cache_key, canonical_query, canonical_request,
                              subject_key)

@@ -13,9 +13,9 @@ import os
 import sys
 from urllib.parse import urlsplit
 
+from pep.http.server import HttpServer, run_until_signal
 from proxy.app import ProxyConfig, create_app, runtime_of
 from proxy.forward import Timeouts
-from proxy.server import serve_forever
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
     p.add_argument("--threads", type=int, default=64,
-                   help="server threads; each open handle stream holds one (default 64)")
+                   help="server threads at start; each open handle stream holds one (default 64)")
+    p.add_argument("--max-threads", type=int, default=1000,
+                   help="ceiling the pool grows to while readers hold threads (default 1000)")
     p.add_argument("--cache-size", type=int, default=10_000, help="max cached answers (LRU)")
     p.add_argument("--ttl", type=float, default=300.0, help="seconds a cached answer lives")
     p.add_argument("--feed-token", default=None,
@@ -85,8 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             "not before a revocation call returns")
     app = create_app(config)
     runtime = runtime_of(app)
-    serve_forever(app, args.host, args.port, threads=args.threads, name="xsg-proxy",
-                  on_start=runtime.start, on_stop=runtime.close)
+    server = HttpServer(app, args.host, args.port, threads=args.threads,
+                        max_threads=max(args.threads, args.max_threads), name="xsg-proxy")
+    run_until_signal(server, on_start=runtime.start, on_stop=runtime.close)
     return 0
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import requests
 
-from pep.invalidation import FEED_PATH, InvalidationEvent, InvalidEventError
+from pep.invalidation.protocol import FEED_PATH, InvalidationEvent, InvalidEventError
 from proxy.forward import iter_raw, make_session
 from proxy.sync import CacheSync
 

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from pep.plan import AGGREGATE_FUNCTIONS, ExecutionPlan, Predicate, StreamSchema
+from pep.core.plan import AGGREGATE_FUNCTIONS, ExecutionPlan, Predicate, StreamSchema
 
 LESS, EQUAL, GREATER = 1, 2, 4
 OPERATOR_MASKS: dict[str, int] = {

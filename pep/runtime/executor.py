@@ -29,8 +29,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pep.plan import StreamDefinition, StreamSchema
+from pep.core.plan import StreamDefinition, StreamSchema
 from pep.runtime.compile import NUMERIC_KIND, CompiledPlan
+from pep.runtime.memo import OwnedCache
 from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN, build_source
 from pep.runtime.windows import TimeWindows, TupleWindows
 
@@ -111,24 +112,12 @@ def matched_plans_column() -> Column:
 # Building the generic filter expressions takes ~100 py4j round trips (~0.2 s measured), paid by
 # a stream's first attach. The expressions are unresolved, hold no session state and depend on
 # the schema only, so they are built once per JVM gateway and schema and shared by every query.
-_EXPRESSIONS_LOCK = threading.Lock()
-_EXPRESSIONS: dict[Any, tuple[Any, tuple[Column, ...]]] = {}
-_EXPRESSIONS_MAX = 64
+_EXPRESSIONS = OwnedCache(maxsize=64)
 
 
 def _shared_expressions(key: Any, build: Callable[[], tuple[Column, ...]]) -> tuple[Column, ...]:
     from pyspark import SparkContext
-    gateway = SparkContext._gateway
-    with _EXPRESSIONS_LOCK:
-        hit = _EXPRESSIONS.get(key)
-        if hit is not None and hit[0] is gateway:
-            return hit[1]
-    built = build()
-    with _EXPRESSIONS_LOCK:
-        if len(_EXPRESSIONS) >= _EXPRESSIONS_MAX:
-            _EXPRESSIONS.pop(next(iter(_EXPRESSIONS)))
-        _EXPRESSIONS[key] = (gateway, built)
-    return built
+    return _EXPRESSIONS.get_or_build(SparkContext._gateway, key, build)
 
 
 def filter_expressions(schema: StreamSchema) -> tuple[Column, Column, Column]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pep.plan import StreamSchema
+from pep.core.plan import StreamSchema
 # The schemas the generators produce (one definition, shared with the PEP core).
-from pep.schemas import AIS_SCHEMA, WEATHER_SCHEMA  # noqa: F401
-from pep.schemas import BUILTIN_SCHEMAS as GENERATOR_SCHEMAS  # noqa: F401
-from pep.schemas import BUILTIN_TIME_ATTRIBUTES as GENERATOR_TIME_ATTRIBUTES  # noqa: F401
+from pep.core.schemas import AIS_SCHEMA, WEATHER_SCHEMA  # noqa: F401
+from pep.core.schemas import BUILTIN_SCHEMAS as GENERATOR_SCHEMAS  # noqa: F401
+from pep.core.schemas import BUILTIN_TIME_ATTRIBUTES as GENERATOR_TIME_ATTRIBUTES  # noqa: F401
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

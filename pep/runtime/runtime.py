@@ -8,7 +8,7 @@ from typing import Callable
 
 from pyspark.sql import SparkSession
 
-from pep.plan import ExecutionPlan, StreamDefinition
+from pep.core.plan import ExecutionPlan, StreamDefinition
 from pep.runtime.compile import PlanError, compile_plan
 from pep.runtime.executor import StreamExecutor
 

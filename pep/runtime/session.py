@@ -50,7 +50,7 @@ def warm_up(spark: SparkSession, timeout: float = 60.0) -> float:
     import time
     from pathlib import Path
 
-    from pep.plan import ExecutionPlan, Predicate, SourceSpec, StreamDefinition
+    from pep.core.plan import ExecutionPlan, Predicate, SourceSpec, StreamDefinition
     from pep.runtime.generators import WEATHER_SCHEMA
     from pep.runtime.runtime import StreamRuntime
 

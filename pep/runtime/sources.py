@@ -17,7 +17,6 @@ to be ordered within a micro-batch.
 from __future__ import annotations
 
 import os
-import threading
 from typing import Callable
 from urllib.parse import urlparse
 
@@ -26,8 +25,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pep.plan import StreamDefinition, StreamSchema
+from pep.core.plan import StreamDefinition, StreamSchema
 from pep.runtime.generators import generator_frame
+from pep.runtime.memo import OwnedCache
 
 SEQ_COLUMN = "_xsg_seq"
 FILE_COLUMN = "_xsg_file"
@@ -156,23 +156,11 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
 # Building a source frame costs ~0.1 s of py4j calls and analysis, paid when a stream's query
 # starts. A streaming DataFrame is only a description (every query started from it gets its own
 # source instance and offsets), so one frame per session and definition serves every restart.
-_FRAMES_LOCK = threading.Lock()
-_FRAMES: dict[tuple, tuple[SparkSession, DataFrame]] = {}
-_FRAMES_MAX = 64
+_FRAMES = OwnedCache(maxsize=64)
 
 
 def _cached_frame(spark: SparkSession, key: tuple, build: Callable[[], DataFrame]) -> DataFrame:
-    with _FRAMES_LOCK:
-        hit = _FRAMES.get(key)
-        if hit is not None and hit[0] is spark:
-            return hit[1]
-    frame = build()
-    with _FRAMES_LOCK:
-        _FRAMES.pop(key, None)
-        while len(_FRAMES) >= _FRAMES_MAX:
-            _FRAMES.pop(next(iter(_FRAMES)))
-        _FRAMES[key] = (spark, frame)
-    return frame
+    return _FRAMES.get_or_build(spark, key, build)
 
 
 def build_source(spark: SparkSession, stream: StreamDefinition, max_files_per_trigger: int = 50

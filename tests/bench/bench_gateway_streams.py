@@ -2,8 +2,8 @@
 
 Run: .venv/bin/python tests/bench/bench_gateway_streams.py [--quick]
 
-One SparkSession and one real gateway (pep.app + the stream side + StreamRuntime, served by
-pep.server.GatewayServer on a free loopback port); every figure is measured through HTTP:
+One SparkSession and one real gateway (pep.services + pep.http.app + StreamRuntime, served by
+pep.http.server.HttpServer on a free loopback port); every figure is measured through HTTP:
 1. request -> first result: `POST /requests` to the first row read from the handle (NDJSON),
    vs a direct Structured Streaming query (readStream json, same schema, same filter,
    foreachBatch collecting) on the same ingest directory, start -> first row; records are
@@ -236,11 +236,11 @@ class Reader(threading.Thread):
 class Gateway:
     def __init__(self, spark, data_dir: Path, consumers: int) -> None:
         from pdp.auth import write_auth_file
-        from pep.app import build_services, create_app
+        from pep.http.app import create_app
+        from pep.services import build_services
         from pep.config import GatewayConfig
-        from pep.gateway import STREAMS_EXTENSION, register_stream_side
         from pep.runtime.runtime import StreamRuntime
-        from pep.server import GatewayServer
+        from pep.http.server import HttpServer
 
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -263,15 +263,11 @@ class Gateway:
             finally:
                 self.attach_seconds.append(time.perf_counter() - t)
         self.runtime.attach = timed_attach
-        config = GatewayConfig(data_dir=data_dir, auth_file=auth, policies_dir=None, port=0)
-        config.heartbeat = 1.0
-        config.reevaluation_interval = 1.0
-        self.services = build_services(config)
-        self.services.stream_runtime = self.runtime
+        config = GatewayConfig(data_dir=data_dir, auth_file=auth, policies_dir=None, port=0,
+                               heartbeat=1.0, reevaluation_interval=1.0)
+        self.services = build_services(config, runtime=self.runtime)
         self.app = create_app(services=self.services)
-        self.side = self.app.extensions.get(STREAMS_EXTENSION) \
-            or register_stream_side(self.app, self.services)
-        self.server = GatewayServer(self.app, host="127.0.0.1", port=0, threads=16,
+        self.server = HttpServer(self.app, host="127.0.0.1", port=0, threads=16,
                                     max_threads=max(200, consumers + 100))
         self.server.start()
         self.url = self.server.url
@@ -280,7 +276,7 @@ class Gateway:
         return self.data_dir / "streams" / stream / "ingest"
 
     def close(self) -> None:
-        for step in (self.side.close, self.server.stop, self.services.close, self.runtime.stop):
+        for step in (self.services.close_stream_side, self.server.stop, self.services.close, self.runtime.stop):
             try:
                 step()
             except Exception as exc:  # noqa: BLE001
@@ -320,7 +316,7 @@ class DirectQuery:
 
     def __init__(self, spark, directory: Path, condition: str, columns: list[str],
                  want_rows: int | None = None) -> None:
-        from pep.plan import Field, StreamSchema
+        from pep.core.plan import Field, StreamSchema
         from pep.runtime.sources import spark_schema
 
         self.spark, self.directory = spark, directory

@@ -10,7 +10,7 @@ Measures, with the workload of pdp_workload.py (equivalent policies in both syst
     then from the JSON Profile, then pre-parsed (evaluation alone, to split the cost);
   * py-abac on the same requests in the same run (JSON text -> dict -> Request -> is_allowed), and
     the ratio xsg/py-abac;
-  * over HTTP: the gateway app (pep.app.create_app, policies seeded into its SQLite store) on a
+  * over HTTP: the gateway app (pep.http.app.create_app, policies seeded into its SQLite store) on a
     real cheroot server on loopback, `POST /pdp` with a bearer token from one requests.Session,
     a bounded sequential loop; a WSGI middleware also times the app inside the server thread, to
     split the HTTP figure into the app's own time and the client/socket/cheroot rest.
@@ -188,22 +188,22 @@ def pyabac_call(pdp) -> Callable[[bytes], str]:
 
 class _Server:
     """The gateway app on a real cheroot server bound to an ephemeral loopback port: the gateway's
-    own GatewayServer (pep.server) when it exists, else a plain cheroot.wsgi.Server."""
+    own HttpServer (pep.http.server) when it exists, else a plain cheroot.wsgi.Server."""
 
     def __init__(self, app, threads: int) -> None:
         try:
-            from pep.server import GatewayServer
+            from pep.http.server import HttpServer
         except ImportError:
-            GatewayServer = None
-        if GatewayServer is not None:
-            self.via = "served by pep.server.GatewayServer (cheroot)"
-            self._gateway = GatewayServer(app, host="127.0.0.1", port=0, threads=threads)
+            HttpServer = None
+        if HttpServer is not None:
+            self.via = "served by pep.http.server.HttpServer (cheroot)"
+            self._gateway = HttpServer(app, host="127.0.0.1", port=0, threads=threads)
             self._gateway.start()
             self.port = self._gateway.port
             return
         from cheroot import wsgi
 
-        self.via = "pep.server not importable yet: served by a plain cheroot.wsgi.Server"
+        self.via = "pep.http.server not importable yet: served by a plain cheroot.wsgi.Server"
         self._gateway = None
         self.server = wsgi.Server(("127.0.0.1", 0), app, numthreads=threads)
         self.server.prepare()
@@ -250,7 +250,7 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
              n_requests: int, profile_top: int = 0) -> tuple[list[Timing], list[str]]:
     try:
         import requests
-        from pep.app import create_app
+        from pep.http.app import create_app
         from pep.config import GatewayConfig
     except ImportError as exc:
         return [], [f"HTTP part skipped: the gateway is not importable yet ({exc})"]

@@ -23,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pdp.results import AttributeAssignment, Obligation  # noqa: E402
-from pep.graph import WEATHER_SCHEMA  # noqa: E402
-from pep.merge import merge  # noqa: E402
-from pep.obligations import policy_graph  # noqa: E402
-from pep.userquery import query_from_json, user_graph  # noqa: E402
+from pep.core.graph import WEATHER_SCHEMA  # noqa: E402
+from pep.core.merge import merge  # noqa: E402
+from pep.core.obligations import policy_graph  # noqa: E402
+from pep.core.userquery import query_from_json, user_graph  # noqa: E402
 
 MIX = {"FB": 160, "MB": 170, "AB": 130, "FB+MB": 124, "FB+AB": 254, "MB+AB": 290, "FB+MB+AB": 372}
 NUMERIC = [f.name for f in WEATHER_SCHEMA.fields if f.type == "double"]
@@ -160,7 +160,10 @@ def bench_with_engine(cases, n_policies: int, n_requests: int) -> None:
         from pdp.auth import Identity
         from pdp.engine import PolicyEngine, PolicySource
         from pdp.request import parse_request
-        from pep.processor import Refused, bind_identity, prepare
+        from pdp import bind_subject as bind_identity
+        from pep.core.access import decide_and_plan as prepare
+        from pep.core.errors import Refusal as Refused
+        from pep.http.errors import status_of
     except ImportError as exc:  # pragma: no cover - the engine is another helper's work
         print(f"\n(PDP engine not importable: {exc}; decision not measured)")
         return
@@ -194,7 +197,8 @@ def bench_with_engine(cases, n_policies: int, n_requests: int) -> None:
         try:
             prepare(engine, body, "application/xacml+json", who, lambda s: WEATHER_SCHEMA)
         except Refused as exc:
-            refusals[exc.status] = refusals.get(exc.status, 0) + 1
+            status = status_of(exc)
+            refusals[status] = refusals.get(status, 0) + 1
         whole.append(time.perf_counter() - t3)
     print(f"{n_requests} requests, {denied} not permitted, refused by status: "
           f"{dict(sorted(refusals.items())) or 'none'} (422: NR, a policy and query filter that "

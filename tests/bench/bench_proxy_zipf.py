@@ -18,7 +18,7 @@ rule allows one live handle per subject and stream); each policy's rule matches 
 `user<i>:*` (string-starts-with). The streams are ingest directories with a few records, so Spark
 work stays small. The uncached time (b) is broken down from outside:
   decision       = `engine.decide_with_trace` on the bound request, timed in-process;
-  graph work     = `pep.processor.prepare` (parse, bind, decide, graphs, merge, NR/PR analysis)
+  graph work     = `pep.core.access.decide_and_plan` (parse, bind, decide, graphs, merge, NR/PR analysis)
                    for the same request in-process, minus the decision;
   network        = median round trip of `GET /health` on the gateway (HTTP + Flask + loopback);
   Spark + handle = the rest (attach to the stream's shared query, or start it if none runs;
@@ -134,11 +134,11 @@ class Stack:
                  ) -> None:
         from pdp.auth import write_auth_file
         from pdp.store import SQLitePolicyStore
-        from pep.invalidation import InvalidationHub
+        from pep.invalidation.hub import InvalidationHub
         from pep.runtime.runtime import StreamRuntime
         from pep.runtime.session import create_spark_session
-        from pep.server import GatewayServer
-        from tests.streams.conftest import build_gateway
+        from pep.http.server import HttpServer
+        from tests.pep.conftest import build_gateway
 
         entries = [{"token": ADMIN_TOKEN, "subject": "owner", "roles": ["data-owner"],
                     "admin": True}]
@@ -161,10 +161,9 @@ class Stack:
         token, secret = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         self.hub = InvalidationHub(secret=secret, proxy_token=token)
         self.runtime = StreamRuntime(self.spark, work / "gw" / "runtime", trigger_interval=0.25)
-        self.app, self.services, self.side = build_gateway(
+        self.app, self.services = build_gateway(
             work / "gw", self.runtime, heartbeat=15.0, interval=5.0, invalidation=self.hub)
-        self.hub.follow_policy_events(self.services.events)
-        self.server = GatewayServer(self.app, host="127.0.0.1", port=0, threads=32)
+        self.server = HttpServer(self.app, host="127.0.0.1", port=0, threads=32)
         self.server.start()
         self.url = self.server.url
         port = free_port()
@@ -172,7 +171,7 @@ class Stack:
         env = dict(os.environ, XSG_PROXY_TOKEN=token, XSG_PROXY_SECRET=secret,
                    PYTHONPATH=str(ROOT))
         self.proxy = subprocess.Popen(
-            [sys.executable, "-m", "pep.cli", "proxy", "--upstream", self.url, "--port", str(port),
+            [sys.executable, "-m", "proxy", "--upstream", self.url, "--port", str(port),
              "--cache-size", "10000", "--ttl", "3600", "--log-level", "WARNING"],
             env=env, cwd=str(ROOT))
         deadline = time.monotonic() + 30
@@ -195,7 +194,7 @@ class Stack:
             self.proxy.wait(10)
         except subprocess.TimeoutExpired:
             self.proxy.kill()
-        self.side.close()
+        self.services.close_stream_side()
         self.server.stop()
         self.services.close()
         self.hub.close()
@@ -207,7 +206,7 @@ class Stack:
 
 
 def setup_streams(stack: Stack, streams: int, records: int) -> None:
-    from pep.graph import WEATHER_SCHEMA
+    from pep.core.graph import WEATHER_SCHEMA
     from tests.e2e.test_paper_scenario import make_records, ndjson
 
     schema = [{"name": f.name, "type": f.type} for f in WEATHER_SCHEMA.fields]
@@ -246,9 +245,11 @@ class Run:
 
 
 def in_process(stack: Stack, t: Template) -> tuple[float, float, object]:
-    """(decision, prepare) seconds and the Prepared (or None) for (b)'s subject."""
+    """(decision, prepare) seconds and the Grant (or None) for (b)'s subject."""
     from pdp.request import parse_request
-    from pep.processor import Refused, bind_identity, prepare
+    from pdp import bind_subject as bind_identity
+    from pep.core.access import decide_and_plan as prepare
+    from pep.core.errors import Refusal as Refused
 
     identity = stack.services.authenticator.authenticate_header(
         f"Bearer {t.token('b')}")
@@ -261,8 +262,8 @@ def in_process(stack: Stack, t: Template) -> tuple[float, float, object]:
     t1 = time.perf_counter()
     try:
         prepared = prepare(engine, body, "application/xacml+json", identity,
-                           stack.side.catalog.schema,
-                           time_attribute_lookup=stack.side.catalog.time_attribute)
+                           stack.services.catalog.schema,
+                           time_attribute_lookup=stack.services.catalog.time_attribute)
     except Refused:
         prepared = None
     return decision, time.perf_counter() - t1, prepared
@@ -270,10 +271,10 @@ def in_process(stack: Stack, t: Template) -> tuple[float, float, object]:
 
 def direct_spark(stack: Stack, prepared) -> float:
     """A fresh streaming query running the plan's SQL on its first micro-batch; start to done."""
-    from pep.graph import WEATHER_SCHEMA
+    from pep.core.graph import WEATHER_SCHEMA
     from pep.runtime.sources import spark_schema
 
-    stream = stack.side.catalog.get(prepared.stream)
+    stream = stack.services.catalog.get(prepared.stream)
     path = stream.source.option("path")
     sql = prepared.sql.strip().rstrip(";")
     out: list = []

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pep.plan import ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition, StreamSchema  # noqa: E402
+from pep.core.plan import ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition, StreamSchema  # noqa: E402
 from pep.runtime.runtime import StreamRuntime  # noqa: E402
 from pep.runtime.session import create_spark_session  # noqa: E402
 

@@ -1,7 +1,7 @@
 """End-to-end fixtures: ONE SparkSession and ONE gateway over cheroot for the whole run.
 
-The gateway is the real thing (pep.app + the stream side + StreamRuntime on Spark), served by
-pep.server.GatewayServer on a free loopback port; tests talk to it with `requests`.
+The gateway is the real thing (pep.services + pep.http.app + StreamRuntime on Spark), served by
+pep.http.server.HttpServer on a free loopback port; tests talk to it with `requests`.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.streams.conftest import TOKENS, build_gateway
+from tests.pep.conftest import TOKENS, build_gateway
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 
@@ -24,27 +24,26 @@ class Gateway:
     url: str
     app: object
     services: object
-    side: object
     server: object
     runtime: object
 
     def close(self) -> None:
         # Streaming readers first: cheroot's stop waits for every worker, and a reader's
         # response only ends when its handle's buffer closes.
-        self.side.close()
+        self.services.close_stream_side()
         self.server.stop()
         self.services.close()
 
 
 def start_gateway(spark, data_dir: Path) -> Gateway:
     from pep.runtime.runtime import StreamRuntime
-    from pep.server import GatewayServer
+    from pep.http.server import HttpServer
 
     runtime = StreamRuntime(spark, data_dir / "runtime", trigger_interval=0.25)
-    app, services, side = build_gateway(data_dir, runtime, heartbeat=1.0, interval=0.5)
-    server = GatewayServer(app, host="127.0.0.1", port=0, threads=16)
+    app, services = build_gateway(data_dir, runtime, heartbeat=1.0, interval=0.5)
+    server = HttpServer(app, host="127.0.0.1", port=0, threads=16)
     server.start()
-    return Gateway(server.url, app, services, side, server, runtime)
+    return Gateway(server.url, app, services, server, runtime)
 
 
 @pytest.fixture(scope="session")

@@ -30,26 +30,24 @@ class _LateApp:
 
 @pytest.fixture
 def stack(spark, tmp_path):
-    from pep.invalidation import InvalidationHub
+    from pep.invalidation.hub import InvalidationHub
     from pep.runtime.runtime import StreamRuntime
-    from pep.server import GatewayServer
+    from pep.http.server import HttpServer
     from proxy.app import ProxyConfig, create_app, runtime_of
     from proxy.feed import wait_live
-    from proxy.server import BackgroundServer
-    from tests.streams.conftest import build_gateway
+    from tests.pep.conftest import build_gateway
 
     token, secret = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     hub = InvalidationHub(secret=secret, proxy_token=token, heartbeat=0.5)
     runtime = StreamRuntime(spark, tmp_path / "gw" / "runtime", trigger_interval=0.25)
-    app, services, side = build_gateway(tmp_path / "gw", runtime, heartbeat=1.0, interval=0.5,
-                                        invalidation=hub)
-    hub.follow_policy_events(services.events)  # build_services' own hub follows them too
-    server = GatewayServer(app, host="127.0.0.1", port=0, threads=16)
+    app, services = build_gateway(tmp_path / "gw", runtime, heartbeat=1.0, interval=0.5,
+                                  invalidation=hub)  # build_services subscribes it to policy events
+    server = HttpServer(app, host="127.0.0.1", port=0, threads=16)
     server.start()
-    gw = Gateway(server.url, app, services, side, server, runtime)
+    gw = Gateway(server.url, app, services, server, runtime)
 
     late = _LateApp()
-    proxy_server = BackgroundServer(late, name="proxy", threads=16).start()
+    proxy_server = HttpServer(late, name="proxy", threads=16).start()
     late.app = create_app(ProxyConfig(upstream=gw.url, feed_token=token, webhook_secret=secret,
                                       webhook_url=proxy_server.url + "/proxy/invalidate",
                                       feed_read_timeout=2.0, feed_backoff=(0.05, 0.2)))

@@ -7,7 +7,7 @@ import time
 
 import requests
 
-from pep.handles import GENERATION_SPAN
+from pep.handles.buffer import GENERATION_SPAN
 from tests.e2e.conftest import Reader, auth, start_gateway
 
 XML = {"Content-Type": "application/xacml+xml"}
@@ -127,7 +127,7 @@ def test_restart_keeps_handles(spark, tmp_path):
 
     b = start_gateway(spark, data_dir)
     try:
-        assert b.side.resumed == [hid] and b.side.ended == []
+        assert b.services.resumed == [hid] and b.services.ended == []
         listed = requests.get(f"{b.url}/handles", headers=auth("lta"), timeout=10).json()
         assert [(h["id"], h["state"]) for h in listed["handles"]] == [(hid, "live")]
         handle_b = f"{b.url}/handles/{hid}"

@@ -6,7 +6,7 @@ import pytest
 
 from proxy.app import ProxyConfig, ProxyRuntime, create_app, runtime_of
 from proxy.feed import wait_live
-from proxy.server import BackgroundServer
+from pep.http.server import HttpServer
 from tests.proxy.upstream import PROXY_TOKEN, SECRET, FakeGateway
 
 
@@ -14,7 +14,7 @@ from tests.proxy.upstream import PROXY_TOKEN, SECRET, FakeGateway
 class RunningProxy:
     url: str
     runtime: ProxyRuntime
-    server: BackgroundServer
+    server: HttpServer
 
 
 class _LateApp:
@@ -29,7 +29,7 @@ class _LateApp:
 @pytest.fixture
 def gateway():
     gw = FakeGateway(heartbeat=0.2)
-    server = BackgroundServer(gw.app, name="fake-gateway", threads=24).start()
+    server = HttpServer(gw.app, name="fake-gateway", threads=24).start()
     gw.url = server.url
     yield gw
     gw.hub.close()
@@ -38,7 +38,7 @@ def gateway():
 
 def start_proxy(gateway, **overrides) -> RunningProxy:
     late = _LateApp()
-    server = BackgroundServer(late, name="proxy", threads=24).start()
+    server = HttpServer(late, name="proxy", threads=24).start()
     options = dict(upstream=gateway.url, feed_token=PROXY_TOKEN, webhook_secret=SECRET,
                    webhook_url=server.url + "/proxy/invalidate", feed_read_timeout=0.8,
                    feed_backoff=(0.05, 0.2))

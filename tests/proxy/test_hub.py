@@ -9,10 +9,12 @@ import pytest
 from flask import Flask, jsonify, request
 
 from pdp.events import PolicyChange, PolicyEvents
-from pep.invalidation import (FEED_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
-                              InvalidationHub, InvalidEventError, invalidation_blueprint,
-                              parse_event_id, sign, verify)
-from proxy.server import BackgroundServer
+from pep.http.invalidation import invalidation_blueprint
+from pep.invalidation.hub import InvalidationHub
+from pep.invalidation.protocol import (FEED_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER,
+                                       InvalidationEvent, InvalidEventError, parse_event_id, sign,
+                                       verify)
+from pep.http.server import HttpServer
 
 SECRET = "s3cret"
 
@@ -73,7 +75,7 @@ class Receiver:
             self.events.append(json.loads(body))
             return jsonify(ok=True)
 
-        self.server = BackgroundServer(app, name="receiver").start()
+        self.server = HttpServer(app, name="receiver").start()
         self.url = self.server.url + "/hook"
 
 

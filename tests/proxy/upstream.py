@@ -15,7 +15,8 @@ import time
 
 from flask import Flask, Response, jsonify, request
 
-from pep.invalidation import InvalidationHub, invalidation_blueprint
+from pep.http.invalidation import invalidation_blueprint
+from pep.invalidation.hub import InvalidationHub
 
 TOKENS = {"tok-alice": "alice", "tok-alice-2": "alice", "tok-bob": "bob", "tok-admin": "admin"}
 PROXY_TOKEN = "proxy-feed-token"

@@ -1,0 +1,2 @@
+"""The PDP's HTTP edge: the decision and policy API (`api`), request authentication (`auth`),
+the one JSON error body (`errors`)."""

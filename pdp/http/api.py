@@ -1,0 +1,277 @@
+"""The PDP's HTTP face: health, decisions (POST /pdp) and the PAP (/policies).
+
+Two rules shape this module. The subject of a decision is the authenticated caller: the
+request's subject-id and role attributes are overwritten with the token's identity before the
+engine sees them. And nothing a client sends can produce a 500: every parse, load or store
+error maps to a 4xx that says what went wrong and where.
+
+Who may change which policy is one function (`pdp.manage`); the blueprint takes it as a
+parameter so that the PEP can widen it (stream owners for the policies about their streams)
+without touching this module. A falsy `Veto` answer becomes a 403 that carries its reason.
+"""
+from __future__ import annotations
+
+import logging
+from urllib.parse import quote
+
+from flask import Blueprint, Response as FlaskResponse, jsonify, request
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from pdp.auth import Identity
+from pdp.engine import PolicyInfo, PolicySource, inspect_policy
+from pdp.errors import PolicyLoadError, RequestSyntaxError
+from pdp.http.auth import current_identity, require_identity
+from pdp.http.errors import error_response
+from pdp.manage import ManagedPolicy, ManagePolicy, Veto, may_manage_policy
+from pdp.request import bind_subject, media_kind, parse_request
+from pdp.response import render_response
+from pdp.results import STATUS_SYNTAX_ERROR, Decision, Response, Result, Status
+from pdp.service import PolicyIdMismatchError, PolicyService
+from pdp.store import PolicyExistsError, PolicyNotFoundError, StoredPolicy
+
+log = logging.getLogger(__name__)
+
+
+XACML_XML = "application/xacml+xml"
+XACML_JSON = "application/xacml+json"
+_OFFERED = {"xml": (XACML_XML, "application/xml", "text/xml"),
+            "json": (XACML_JSON, "application/json")}
+
+
+def _refused(identity: Identity, what: str, verdict: object) -> FlaskResponse:
+    reason = verdict.reason if isinstance(verdict, Veto) else None
+    message = f"{identity.subject!r} may not {what}"
+    return error_response(403, f"{message}: {reason}" if reason else message)
+
+
+def load_error(exc: PolicyLoadError, status: int = 400) -> FlaskResponse:
+    return error_response(status, exc.message, source=exc.source, element=exc.element,
+                          line=exc.line)
+
+
+def _request_kind() -> str | None:
+    """'xml' / 'json' from Content-Type, None when it is neither (-> 415)."""
+    try:
+        return media_kind(request.headers.get("Content-Type", ""))
+    except RequestSyntaxError:
+        return None
+
+
+def _response_media_type(request_kind: str) -> str | None:
+    """Pick the response format from Accept; the request's format wins ties and `*/*`."""
+    if not request.headers.get("Accept"):
+        return _OFFERED[request_kind][0]
+    other = "json" if request_kind == "xml" else "xml"
+    # For `*/*` werkzeug keeps the first offer, i.e. the request's own XACML media type.
+    return request.accept_mimetypes.best_match(list(_OFFERED[request_kind]) + list(_OFFERED[other]))
+
+
+def _xacml(response: Response, media_type: str, status: int = 200) -> FlaskResponse:
+    return FlaskResponse(render_response(response, media_type), status=status,
+                         content_type=media_type)
+
+
+def read_body() -> bytes:
+    """The request body, refusing one over MAX_CONTENT_LENGTH even when it came chunked
+    (werkzeug then stops at the limit and returns what it read instead of raising)."""
+    data = request.get_data(cache=False)
+    limit = request.max_content_length
+    if limit is not None and len(data) >= limit:
+        raise RequestEntityTooLarge()
+    return data
+
+
+def _policy_body() -> bytes | FlaskResponse:
+    content_type = request.headers.get("Content-Type", "")
+    base = content_type.split(";", 1)[0].strip().lower()
+    if base not in _OFFERED["xml"]:
+        return error_response(415, f"unsupported Content-Type {content_type!r}: send the XACML "
+                                   f"policy as {XACML_XML}")
+    body = read_body()
+    if not body.strip():
+        return error_response(400, "empty body: expected a XACML Policy or PolicySet document")
+    return body
+
+
+def _stored_json(stored: StoredPolicy) -> dict:
+    return {"id": stored.policy_id, "version": stored.version,
+            "store_version": stored.store_version}
+
+
+def create_pdp_blueprint(service: PolicyService,
+                         may_manage: ManagePolicy = may_manage_policy) -> Blueprint:
+    """Routes: GET /health, POST /pdp, and the PAP under /policies."""
+    bp = Blueprint("pdp", __name__)
+
+    def existing_info(policy_id: str, stored: StoredPolicy | None = None) -> ManagedPolicy | None:
+        """The live policy with its stored current document; None when there is none."""
+        info = service.policy_info(policy_id)
+        if info is None:
+            return None
+        if stored is None:
+            try:
+                stored = service.get(policy_id)
+            except PolicyNotFoundError:
+                return None
+        return ManagedPolicy.of(info, stored.data)
+
+    @bp.before_request
+    def engine_loaded():
+        if not service.ready and request.endpoint != "pdp.health":
+            return error_response(503, "policy engine not loaded; see GET /health")
+        return None
+
+    @bp.get("/health")
+    def health():
+        if not service.ready:
+            # the health document itself, not an error body: its `status` is the engine's state
+            response = jsonify(status="starting", error="policy engine not loaded")
+            response.status_code = 503
+            return response
+        return jsonify(status="ready", policies=len(service.engine.policies),
+                       store_version=service.store.store_version())
+
+    @bp.post("/pdp")
+    @require_identity()
+    def decide():
+        kind = _request_kind()
+        if kind is None:
+            return error_response(415, "unsupported Content-Type "
+                                       f"{request.headers.get('Content-Type')!r}: use {XACML_XML} "
+                                       f"or {XACML_JSON}")
+        media_type = _response_media_type(kind)
+        if media_type is None:
+            return error_response(406, f"cannot answer in {request.headers.get('Accept')!r}: "
+                                  f"{XACML_XML} and {XACML_JSON} are offered")
+        try:
+            ctx = parse_request(read_body(), request.headers["Content-Type"])
+        except RequestSyntaxError as exc:
+            status = Status(code=STATUS_SYNTAX_ERROR, message=str(exc))
+            answer = Response(results=(Result(decision=Decision.INDETERMINATE, status=status),))
+            return _xacml(answer, media_type, 400)
+        ctx = bind_subject(ctx, current_identity())
+        return _xacml(service.decide(ctx), media_type)
+
+    @bp.get("/policies")
+    @require_identity()
+    def list_policies():
+        identity = current_identity()
+        visible = []
+        for stored in service.list():
+            info = existing_info(stored.policy_id, stored)
+            if info is not None and may_manage(identity, info):
+                visible.append(stored.summary())
+        return jsonify(visible)
+
+    @bp.post("/policies")
+    @require_identity()
+    def add_policy():
+        body = _policy_body()
+        if isinstance(body, FlaskResponse):
+            return body
+        identity = current_identity()
+        try:
+            info = ManagedPolicy.of(inspect_policy(PolicySource("request body", body)), body)
+            verdict = may_manage(identity, info)
+            if not verdict:
+                return _refused(identity, f"manage policy {info.id!r}", verdict)
+            stored = service.add(body, owner=identity.subject, source="request body")
+        except PolicyLoadError as exc:
+            return load_error(exc)
+        except PolicyExistsError as exc:
+            return error_response(409, f"{exc}; use PUT /policies/<id> to publish a new version",
+                                  id=exc.policy_id)
+        response = jsonify(_stored_json(stored))
+        response.status_code = 201
+        response.headers["Location"] = f"{request.root_path}/policies/{quote(stored.policy_id, safe='')}"
+        return response
+
+    @bp.get("/policies/<path:policy_id>")
+    @require_identity()
+    def get_policy(policy_id: str):
+        identity = current_identity()
+        info = existing_info(policy_id)
+        if info is None:
+            # A deleted policy's history stays readable by administrators.
+            if not identity.admin:
+                return error_response(404, f"policy {policy_id!r} not found")
+        else:
+            verdict = may_manage(identity, info)
+            if not verdict:
+                return _refused(identity, f"read policy {policy_id!r}", verdict)
+        try:
+            if request.args.get("history", "").lower() in ("1", "true", "yes"):
+                return jsonify([p.summary() for p in service.history(policy_id)])
+            store_version = request.args.get("store_version")
+            if store_version is not None and not store_version.isdigit():
+                return error_response(400, "store_version must be a positive integer, not "
+                                           f"{store_version!r}")
+            stored = service.get(policy_id, version=request.args.get("version"),
+                                 store_version=int(store_version) if store_version else None)
+        except PolicyNotFoundError as exc:
+            return error_response(404, str(exc))
+        if stored.deleted:
+            return error_response(410, f"policy {policy_id!r} store version "
+                                       f"{stored.store_version} is a deletion",
+                                  store_version=stored.store_version)
+        if info is not None and stored.data != info.data:
+            # An earlier version is judged on its own document: managing a policy's id today
+            # does not open what others wrote under it before.
+            verdict = may_manage(identity, ManagedPolicy.of(info, stored.data))
+            if not verdict:
+                return _refused(identity, f"read this version of policy {policy_id!r}", verdict)
+        response = FlaskResponse(stored.data, content_type=XACML_XML)
+        response.headers["X-Policy-Version"] = stored.version
+        response.headers["X-Store-Version"] = str(stored.store_version)
+        return response
+
+    @bp.put("/policies/<path:policy_id>")
+    @require_identity()
+    def update_policy(policy_id: str):
+        body = _policy_body()
+        if isinstance(body, FlaskResponse):
+            return body
+        identity = current_identity()
+        current = existing_info(policy_id)
+        if current is None:
+            return error_response(404, f"policy {policy_id!r} not found; use POST /policies to "
+                                       "add it")
+        try:
+            info = ManagedPolicy.of(inspect_policy(PolicySource("request body", body)), body)
+            if info.id != policy_id:
+                raise PolicyIdMismatchError(policy_id, info.id)
+            verdict = may_manage(identity, current)
+            if not verdict:
+                return _refused(identity, f"manage policy {policy_id!r} (its current version)",
+                                verdict)
+            verdict = may_manage(identity, info)
+            if not verdict:
+                return _refused(identity, f"manage policy {policy_id!r} (the new version)", verdict)
+            stored = service.update(policy_id, body, owner=identity.subject, source="request body")
+        except PolicyLoadError as exc:
+            return load_error(exc)
+        except PolicyIdMismatchError as exc:
+            return error_response(400, str(exc), id=exc.found)
+        except PolicyNotFoundError as exc:
+            return error_response(404, str(exc))
+        return jsonify(_stored_json(stored))
+
+    @bp.delete("/policies/<path:policy_id>")
+    @require_identity()
+    def delete_policy(policy_id: str):
+        identity = current_identity()
+        current = existing_info(policy_id)
+        if current is None:
+            return error_response(404, f"policy {policy_id!r} not found")
+        verdict = may_manage(identity, current)
+        if not verdict:
+            return _refused(identity, f"manage policy {policy_id!r}", verdict)
+        try:
+            service.delete(policy_id, owner=identity.subject)
+        except PolicyNotFoundError as exc:
+            return error_response(404, str(exc))
+        except PolicyLoadError as exc:  # e.g. still referenced by a PolicySet
+            return load_error(exc, 409)
+        return FlaskResponse(status=204)
+
+    return bp

@@ -1,0 +1,62 @@
+"""Request authentication for Flask views: who is calling, as an `Identity`.
+
+The app holds one authenticator (`install_authenticator`); a view decorated with
+`require_identity()` runs only for a caller with a valid bearer token and finds it in
+`current_identity()`. A caller without one gets 401 with `WWW-Authenticate: Bearer`.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from flask import current_app, g, request
+
+from pdp.auth import Identity
+from pdp.http.errors import error_response
+
+AUTH_EXTENSION = "xsg.auth"
+
+
+def install_authenticator(app: Any, authenticator: Any) -> None:
+    app.extensions[AUTH_EXTENSION] = authenticator
+
+
+def unauthorized(message: str = "a valid bearer token is required"):
+    return error_response(401, message, {"WWW-Authenticate": 'Bearer realm="xsg"'})
+
+
+def authenticate_request() -> Identity | None:
+    authenticator = current_app.extensions.get(AUTH_EXTENSION)
+    if authenticator is None:  # a misconfigured app denies everything rather than allowing
+        return None
+    return authenticator.authenticate_header(request.headers.get("Authorization"))
+
+
+def require_identity() -> Callable:
+    """Decorator: the view runs only for an authenticated caller, available as `current_identity()`."""
+
+    def decorator(view: Callable) -> Callable:
+        @functools.wraps(view)
+        def wrapped(*args, **kwargs):
+            identity = authenticate_request()
+            if identity is None:
+                header = request.headers.get("Authorization")
+                return unauthorized("missing bearer token" if not header else "invalid bearer token")
+            g.xsg_identity = identity
+            return view(*args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+def current_identity() -> Identity:
+    identity = g.get("xsg_identity")
+    if identity is None:
+        raise RuntimeError("current_identity() outside a view decorated with require_identity()")
+    return identity
+
+
+__all__ = ["install_authenticator", "require_identity", "current_identity", "unauthorized",
+           "authenticate_request", "AUTH_EXTENSION"]

@@ -1,0 +1,80 @@
+"""The one JSON error body, and the handlers that turn exceptions into it.
+
+Every refusal the gateway answers (PDP, PAP, stream side, proxy feed) is
+`{"error": "<what and where>", "status": <code>, ...details}` with `Content-Type:
+application/json`: one shape, so a client needs one parser. Errors a client can fix are 4xx;
+anything unexpected is a 500 whose body says only to look at the gateway's log (the log has the
+stack trace; the client never does).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from flask import Flask, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger(__name__)
+
+# (exception type, HTTP status), first match wins: list subclasses before their bases
+ErrorTable = Sequence[tuple[type[BaseException], int]]
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None,
+                   **details: Any) -> Response:
+    """The error body every route answers with."""
+    response = jsonify(error=message, status=status, **details)
+    response.status_code = status
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+def status_for(exc: BaseException, table: ErrorTable) -> int | None:
+    """The status of the first table entry whose type the exception is an instance of."""
+    for kind, status in table:
+        if isinstance(exc, kind):
+            return status
+    return None
+
+
+def install_error_handlers(app: Flask, table: ErrorTable,
+                           render: Callable[[BaseException, int], Response | None] | None = None
+                           ) -> None:
+    """Route every exception through `table`; `render` may answer a mapped error in a form of
+    its own (e.g. a XACML response), else the body is `error_response` with the exception's
+    `message` and `details`. Unmapped exceptions are logged and answered 500."""
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        message = exc.description or exc.name
+        if exc.code == 413:
+            message = (f"request body too large: the limit is "
+                       f"{app.config['MAX_CONTENT_LENGTH']} bytes")
+        headers = {}
+        if exc.code == 405 and exc.valid_methods:
+            headers["Allow"] = ", ".join(exc.valid_methods)
+        return error_response(exc.code or 500, message, headers)
+
+    @app.errorhandler(Exception)
+    def mapped_error(exc: Exception) -> Response:
+        return respond(exc, table, render)
+
+
+def respond(exc: BaseException, table: ErrorTable,
+            render: Callable[[BaseException, int], Response | None] | None = None) -> Response:
+    """The answer to `exc` (inside an app context): its table status, else a logged 500."""
+    status = status_for(exc, table)
+    if status is None:
+        log.error("unhandled error", exc_info=exc)
+        return error_response(500, "internal error; see the gateway log")
+    if render is not None:
+        answer = render(exc, status)
+        if answer is not None:
+            return answer
+    details = getattr(exc, "details", None) or {}
+    return error_response(status, getattr(exc, "message", None) or str(exc), **details)
+
+
+__all__ = ["error_response", "install_error_handlers", "respond", "status_for", "ErrorTable"]

@@ -1,0 +1,182 @@
+"""Readable renderings of a merged query: Spark-SQL-like text (as eXACML+ Figure 4(b)) and JSON.
+
+The text is for people (the consumer, an operator debugging a policy); it is never executed.
+Conditions reach Spark as data (pep.core.plan.Predicate), not as SQL. Identifiers and literals are
+quoted anyway, so what is shown is unambiguous and could not be misread as more SQL.
+"""
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+from pep.core.conditions import And, Comparison, Const, Expr, Not, Or
+from pep.core.graph import Filter, Join, Map, QueryGraph, Source, Union_, WindowAggregate
+from pep.core.plan import ExecutionPlan, Predicate, Scalar, StreamSchema
+
+SPARK_FUNCTIONS = {"avg": "avg", "max": "max", "min": "min", "sum": "sum", "count": "count",
+                   "firstval": "first_value", "lastval": "last_value"}
+
+
+def quote_identifier(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def quote_string(value: str) -> str:
+    out = []
+    for ch in value:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == "'":
+            out.append("\\'")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ch == "\x7f":
+            out.append("\\u%04x" % ord(ch))
+        else:
+            out.append(ch)
+    return "'" + "".join(out) + "'"
+
+
+def sql_literal(value: Scalar, field_type: str | None = None) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return quote_string(value)
+    if field_type == "timestamp" and isinstance(value, (int, float)) and math.isfinite(value):
+        moment = datetime.fromtimestamp(value, tz=timezone.utc)
+        return "TIMESTAMP " + quote_string(moment.strftime("%Y-%m-%d %H:%M:%S.%f").rstrip("0")
+                                           .rstrip(".") + "Z")
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+def _types(schema: StreamSchema | None) -> dict[str, str]:
+    return {f.name: f.type for f in schema.fields} if schema is not None else {}
+
+
+def _predicate_sql(p: Predicate, types: dict[str, str]) -> str:
+    op = "<>" if p.op == "!=" else p.op
+    return f"{quote_identifier(p.attribute)} {op} {sql_literal(p.value, types.get(p.attribute))}"
+
+
+def filter_sql(dnf: tuple[tuple[Predicate, ...], ...] | None, schema: StreamSchema | None = None
+               ) -> str | None:
+    """The WHERE condition of a DNF filter; None when every tuple passes."""
+    if dnf is None:
+        return None
+    if not dnf:
+        return "false"
+    types = _types(schema)
+    parts = []
+    for conj in dnf:
+        inner = " AND ".join(_predicate_sql(p, types) for p in conj) or "true"
+        parts.append(f"({inner})" if len(dnf) > 1 and len(conj) > 1 else inner)
+    return " OR ".join(parts)
+
+
+def expr_sql(expr: Expr, schema: StreamSchema | None = None) -> str:
+    types = _types(schema)
+    if isinstance(expr, Comparison):
+        return _predicate_sql(Predicate(expr.attribute, expr.op, expr.value), types)  # type: ignore[arg-type]
+    if isinstance(expr, Const):
+        return "true" if expr.value else "false"
+    if isinstance(expr, Not):
+        return f"NOT ({expr_sql(expr.item, schema)})"
+    joiner = " AND " if isinstance(expr, And) else " OR "
+    return joiner.join(f"({expr_sql(i, schema)})" if isinstance(i, (And, Or)) else
+                       expr_sql(i, schema) for i in expr.items)
+
+
+def render_sql(plan: ExecutionPlan, schema: StreamSchema | None = None) -> str:
+    """The plan as one Spark-SQL-like statement (tuple windows appear as a WINDOW clause comment)."""
+    lines = [f"-- authorised view of stream {quote_identifier(plan.stream)}, plan {plan.key()[:16]}"]
+    if schema is not None:
+        cols = ", ".join(f"{quote_identifier(f.name)} {f.type}" for f in schema.fields)
+        lines.append(f"-- input: {quote_identifier(plan.stream)} ({cols})")
+    where = filter_sql(plan.filter_dnf, schema)
+    projection = ", ".join(quote_identifier(a) for a in plan.projection) or "NULL AS `nothing`"
+    inner = [f"SELECT {projection}", f"FROM {quote_identifier(plan.stream)}"]
+    if where is not None:
+        inner.append(f"WHERE {where}")
+    w = plan.window
+    if w is None:
+        lines.extend(inner)
+        return "\n".join(lines) + ";"
+    aggs = ", ".join(f"{SPARK_FUNCTIONS[a.function]}({quote_identifier(a.attribute)}) AS "
+                     f"{quote_identifier(a.output_name)}" for a in w.aggregates) or "NULL"
+    body = "\n".join("  " + line for line in inner)
+    if w.kind == "time":
+        time_attr = quote_identifier(w.time_attribute or "timestamp")
+        extra = "" if w.time_attribute in plan.projection else f", {time_attr}"
+        lines.append(f"SELECT window.start AS `window_start`, window.end AS `window_end`, {aggs}")
+        lines.append(f"FROM (\n  SELECT {projection}{extra}\n" +
+                     "\n".join("  " + line for line in inner[1:]) + "\n) AS `authorised`")
+        lines.append(f"GROUP BY window({time_attr}, '{w.size} seconds', '{w.step} seconds')")
+    else:
+        lines.append(f"-- WINDOW TUPLES (SIZE {w.size} ADVANCE {w.step}): one row every {w.step} "
+                     f"tuples, over the last {w.size}, in arrival order")
+        lines.append(f"SELECT {aggs}")
+        lines.append(f"FROM (\n{body}\n) AS `authorised`")
+    return "\n".join(lines) + ";"
+
+
+def _json_value(value: Scalar) -> Any:
+    return value
+
+
+def plan_to_json(plan: ExecutionPlan) -> dict:
+    w = plan.window
+    return {
+        "stream": plan.stream,
+        "key": plan.key(),
+        "filter": None if plan.filter_dnf is None else [
+            [{"attribute": p.attribute, "op": p.op, "value": _json_value(p.value)} for p in conj]
+            for conj in plan.filter_dnf],
+        "projection": list(plan.projection),
+        "window": None if w is None else {
+            "type": w.kind, "size": w.size, "step": w.step,
+            "aggregates": [{"attribute": a.attribute, "function": a.function,
+                            "output": a.output_name} for a in w.aggregates],
+            "time_attribute": w.time_attribute,
+        },
+        "output": [a.output_name for a in w.aggregates] if w is not None else list(plan.projection),
+    }
+
+
+def graph_to_json(graph: QueryGraph, schema: StreamSchema | None = None) -> dict:
+    """Operators from source to sink (joins and unions as nested inputs)."""
+    def node_json(node) -> dict:
+        if isinstance(node, Source):
+            return {"op": "source", "stream": node.stream}
+        if isinstance(node, Filter):
+            return {"op": "filter", "condition": expr_sql(node.condition, schema),
+                    "input": node_json(node.input)}
+        if isinstance(node, Map):
+            return {"op": "map", "attributes": list(node.attributes), "input": node_json(node.input)}
+        if isinstance(node, WindowAggregate):
+            return {"op": "window", "type": node.kind, "size": node.size, "step": node.step,
+                    "aggregates": [f"{a.attribute}:{a.function}" for a in node.aggregates],
+                    "input": node_json(node.input)}
+        if isinstance(node, Join):
+            return {"op": "join", "condition": expr_sql(node.condition, schema),
+                    "left": node_json(node.left), "right": node_json(node.right)}
+        if isinstance(node, Union_):
+            return {"op": "union", "inputs": [node_json(i) for i in node.inputs]}
+        raise TypeError(f"unknown graph node {node!r}")
+
+    try:
+        _, ops = graph.pipeline()
+    except ValueError:
+        return {"sink": node_json(graph.sink)}
+    chain = [{"op": "source", "stream": graph.source.stream}]
+    for op in ops:
+        item = node_json(op)
+        item.pop("input", None)
+        chain.append(item)
+    return {"operators": chain}

@@ -1,0 +1,129 @@
+"""Query graphs (Aurora style): the common shape of policy obligations and user queries.
+
+Both sides of a request become a `QueryGraph`, so that merging is "merge each kind of operator".
+A graph is a tree of operators ending in its sink; every operator names its input. Today the PEP
+builds and merges linear pipelines `Source -> Filter -> Map -> WindowAggregate` (any of the last
+three optional, always in that order: security filters before windows). `Join` and `Union` are
+modelled (ASSIST's operators) so that graphs with several sources can be represented and
+rendered; the merge refuses them explicitly rather than guessing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Union
+
+from pep.core.conditions import Expr, to_text
+from pep.core.plan import Aggregate, StreamSchema
+# Re-exported for callers of the graph model; defined in pep.core.schemas.
+from pep.core.schemas import AIS_SCHEMA, BUILTIN_SCHEMAS, WEATHER_SCHEMA  # noqa: F401
+
+
+@dataclass(frozen=True)
+class Source:
+    stream: str
+
+
+@dataclass(frozen=True)
+class Filter:
+    input: "Node"
+    condition: Expr  # bound to the stream schema
+    text: str = ""  # as written, for messages
+
+    def describe(self) -> str:
+        return self.text.strip() or to_text(self.condition)
+
+
+@dataclass(frozen=True)
+class Map:
+    input: "Node"
+    attributes: tuple[str, ...]  # canonical schema names, in schema order
+
+
+@dataclass(frozen=True)
+class WindowAggregate:
+    input: "Node"
+    kind: Literal["tuple", "time"]
+    size: int
+    step: int
+    aggregates: tuple[Aggregate, ...]  # empty in a user query: "whatever the policy allows"
+
+
+@dataclass(frozen=True)
+class Join:
+    """Windowed join of two inputs (ASSIST section 5.1); not merged by this PEP yet."""
+
+    left: "Node"
+    right: "Node"
+    condition: Expr
+    left_window: tuple[int, int] | None = None  # (size, step)
+    right_window: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Union_:
+    """Union of inputs with one schema (ASSIST section 5.1); not merged by this PEP yet."""
+
+    inputs: tuple["Node", ...]
+
+
+Node = Union[Source, Filter, Map, WindowAggregate, Join, Union_]
+Operator = Union[Filter, Map, WindowAggregate]
+
+
+class UnsupportedGraph(ValueError):
+    """The graph has an operator the merge does not handle (joins, unions)."""
+
+
+@dataclass(frozen=True)
+class QueryGraph:
+    sink: Node
+
+    @property
+    def source(self) -> Source:
+        return self.pipeline()[0]
+
+    def pipeline(self) -> tuple[Source, tuple[Operator, ...]]:
+        """Source and operators from the source to the sink, for a linear graph."""
+        ops: list[Operator] = []
+        node = self.sink
+        while not isinstance(node, Source):
+            if isinstance(node, (Join, Union_)):
+                raise UnsupportedGraph(
+                    f"{type(node).__name__.rstrip('_')} operators are not supported by the merge yet")
+            ops.append(node)
+            node = node.input
+        return node, tuple(reversed(ops))
+
+    def operator(self, kind: type) -> Operator | None:
+        for op in self.pipeline()[1]:
+            if isinstance(op, kind):
+                return op
+        return None
+
+    @property
+    def filter(self) -> Filter | None:
+        return self.operator(Filter)  # type: ignore[return-value]
+
+    @property
+    def map(self) -> Map | None:
+        return self.operator(Map)  # type: ignore[return-value]
+
+    @property
+    def window(self) -> WindowAggregate | None:
+        return self.operator(WindowAggregate)  # type: ignore[return-value]
+
+
+def pipeline_graph(stream: str, *, filter: tuple[Expr, str] | None = None,
+                   map: tuple[str, ...] | None = None,
+                   window: tuple[str, int, int, tuple[Aggregate, ...]] | None = None) -> QueryGraph:
+    """Build Source -> Filter -> Map -> WindowAggregate with the parts that are given."""
+    node: Node = Source(stream)
+    if filter is not None:
+        node = Filter(node, filter[0], filter[1])
+    if map is not None:
+        node = Map(node, tuple(map))
+    if window is not None:
+        kind, size, step, aggregates = window
+        node = WindowAggregate(node, kind, size, step, tuple(aggregates))  # type: ignore[arg-type]
+    return QueryGraph(node)
+

@@ -1,0 +1,206 @@
+"""Merging the policy's query graph with the user's into one safe graph and its execution plan.
+
+Rules (eXACML+ section 3.1, with the corrections of the design):
+- Filter: policy AND user, simplified and checked exactly (pep.core.analysis). The security filter is
+  always evaluated before any projection or window.
+- Map: the user sees the intersection of what the policy exposes and what the query asks for
+  (never the paper's union, which would hand out hidden attributes). A query without a map that
+  is cut down by the policy gets a PR warning naming the hidden attributes.
+- Leak rules: a query that reads (map), filters on, or aggregates an attribute the policy does
+  not expose is refused, naming the attribute (`QueryRefused`).
+- Window: with a policy window, the query's window must have the same type and a size and step
+  at least the policy's, and may only use the (attribute, function) pairs the policy allows;
+  anything finer or different is refused, never silently granted. A query without a window gets
+  the policy's. A query without aggregates gets every aggregate the policy allows on visible
+  attributes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pep.core.analysis import FilterAnalysis, Warning, analyse_filter
+from pep.core.errors import InvalidInput, NotPermitted, Unprocessable
+from pep.core.conditions import And, Comparison, Expr, FALSE, Or, attributes_of
+from pep.core.graph import Filter, Map, Node, QueryGraph, Source, WindowAggregate
+from pep.core.plan import Aggregate, Conjunct, ExecutionPlan, StreamSchema, WindowSpec
+
+
+class QueryRefused(NotPermitted):
+    """The user's query asks for more than the policy allows (a leak rule), naming the attribute."""
+
+    def __init__(self, message: str, attribute: str | None = None) -> None:
+        super().__init__(message, attribute=attribute)
+        self.attribute = attribute
+
+
+class QueryInvalid(InvalidInput):
+    """The user's query contradicts itself or names another stream."""
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    graph: QueryGraph
+    plan: ExecutionPlan
+    warnings: tuple[Warning, ...]
+    filter_analysis: FilterAnalysis
+
+    @property
+    def nr(self) -> bool:
+        return any(w.kind == "NR" for w in self.warnings)
+
+
+def _exposed(policy: QueryGraph, schema: StreamSchema) -> tuple[str, ...]:
+    m = policy.map
+    return m.attributes if m is not None else schema.names
+
+
+def check_leaks(policy: QueryGraph, user: QueryGraph, schema: StreamSchema) -> None:
+    """Refuse a query that touches an attribute the policy does not expose."""
+    exposed = set(_exposed(policy, schema))
+    uf, um, uw = user.filter, user.map, user.window
+    if uf is not None:
+        for attr in attributes_of(uf.condition):
+            if attr not in exposed:
+                raise QueryRefused(f"your query filters on attribute {attr!r}, which the policy "
+                                   "does not expose", attr)
+    if um is not None:
+        for attr in um.attributes:
+            if attr not in exposed:
+                raise QueryRefused(f"your query reads attribute {attr!r}, which the policy does "
+                                   "not expose", attr)
+    if uw is not None:
+        for agg in uw.aggregates:
+            if agg.attribute not in exposed:
+                raise QueryRefused(f"your query aggregates attribute {agg.attribute!r} "
+                                   f"({agg.function}), which the policy does not expose",
+                                   agg.attribute)
+
+
+def _dnf_expr(dnf: tuple[Conjunct, ...] | None) -> Expr | None:
+    if dnf is None:
+        return None
+    if not dnf:
+        return FALSE
+    alternatives: list[Expr] = []
+    for conj in dnf:
+        cmps = tuple(Comparison(p.attribute, p.op, p.value) for p in conj)
+        alternatives.append(cmps[0] if len(cmps) == 1 else And(cmps))
+    return alternatives[0] if len(alternatives) == 1 else Or(tuple(alternatives))
+
+
+def _describe(agg: Aggregate) -> str:
+    return f"{agg.function}({agg.attribute})"
+
+
+def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
+                  visible: tuple[str, ...], user_map: Map | None) -> tuple[str, int, int, tuple[Aggregate, ...]] | None:
+    if pw is None and uw is None:
+        return None
+    if uw is not None and user_map is not None:
+        for agg in uw.aggregates:
+            if agg.attribute not in user_map.attributes:
+                raise QueryInvalid(f"your query aggregates {agg.attribute!r}, which its own map "
+                                   "leaves out", attribute=agg.attribute)
+    if pw is None:
+        assert uw is not None
+        if not uw.aggregates:
+            raise QueryInvalid("your query's window lists no aggregate (attribute:function)")
+        return uw.kind, uw.size, uw.step, uw.aggregates
+    policy_visible = tuple(a for a in pw.aggregates if a.attribute in visible)
+    if uw is None:
+        return pw.kind, pw.size, pw.step, policy_visible
+    if uw.kind != pw.kind:
+        raise QueryRefused(f"the policy allows only {pw.kind} windows; your query asks for a "
+                           f"{uw.kind} window")
+    if uw.size < pw.size:
+        raise QueryRefused(f"your window size {uw.size} is finer than the policy allows "
+                           f"(at least {pw.size} {'tuples' if pw.kind == 'tuple' else 'seconds'})")
+    if uw.step < pw.step:
+        raise QueryRefused(f"your window step {uw.step} is finer than the policy allows "
+                           f"(at least {pw.step} {'tuples' if pw.kind == 'tuple' else 'seconds'})")
+    if not uw.aggregates:
+        return uw.kind, uw.size, uw.step, policy_visible
+    allowed = set(pw.aggregates)
+    for agg in uw.aggregates:
+        if agg not in allowed:
+            same_attr = [a.function for a in pw.aggregates if a.attribute == agg.attribute]
+            hint = (f"allowed on {agg.attribute!r}: {', '.join(same_attr)}" if same_attr
+                    else f"the policy's window does not aggregate {agg.attribute!r}")
+            raise QueryRefused(f"your query asks for {_describe(agg)}, which the policy's window "
+                               f"does not allow ({hint})", agg.attribute)
+    return uw.kind, uw.size, uw.step, uw.aggregates
+
+
+def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
+          time_attribute: str | None = None) -> MergeResult:
+    """One graph and one plan from the policy's and the user's graphs.
+
+    Raises QueryRefused (leak rules), QueryInvalid, Unprocessable and
+    pep.core.analysis.ConditionTooComplex.
+    NR is reported as a warning; the caller decides to refuse (the request processor does).
+    """
+    source, _ = policy.pipeline()
+    if user is None:
+        user = QueryGraph(Source(source.stream))
+    if user.source.stream != source.stream:
+        raise QueryInvalid(f"the query is for stream {user.source.stream!r}, the policy for "
+                           f"{source.stream!r}")
+    check_leaks(policy, user, schema)
+    warnings: list[Warning] = []
+
+    pf, uf = policy.filter, user.filter
+    analysis = analyse_filter(pf.condition if pf else None, uf.condition if uf else None, schema)
+    warnings.extend(analysis.warnings)
+
+    exposed = _exposed(policy, schema)
+    um, uw, pw = user.map, user.window, policy.window
+    if um is not None:
+        visible = tuple(a for a in exposed if a in set(um.attributes))
+    else:
+        visible = exposed
+        hidden = [n for n in schema.names if n not in set(exposed)]
+        if hidden and not (uw is not None and uw.aggregates):
+            warnings.append(Warning(
+                "PR", "map", f"partial result: the policy hides attribute(s) "
+                f"{', '.join(hidden)}; you receive only {', '.join(exposed) or 'nothing'}",
+                tuple(hidden)))
+    if pw is not None:
+        dropped = [a for a in pw.aggregates if a.attribute not in set(exposed)]
+        if dropped:
+            warnings.append(Warning(
+                "INFO", "window", "the policy's window aggregates attribute(s) its map hides; "
+                f"those aggregates are withheld: {', '.join(_describe(a) for a in dropped)}",
+                tuple(_describe(a) for a in dropped)))
+
+    window = _merge_window(pw, uw, visible, um)
+    window_spec = None
+    if window is not None:
+        kind, size, step, aggregates = window
+        if not aggregates:
+            warnings.append(Warning(
+                "NR", "window", "no result: none of the aggregates the policy's window allows is "
+                "on an attribute you may see or asked for", ()))
+        time_attr = None
+        if kind == "time":
+            time_attr = time_attribute or next(
+                (f.name for f in schema.fields if f.type == "timestamp"), None)
+            if time_attr is None:
+                raise Unprocessable("a time window needs a timestamp attribute and this stream "
+                                    "has none")
+        projection = tuple(n for n in schema.names if n in {a.attribute for a in aggregates})
+        window_spec = WindowSpec(kind, size, step, tuple(aggregates), time_attr)  # type: ignore[arg-type]
+    else:
+        projection = visible
+        if not projection:
+            warnings.append(Warning("NR", "map", "no result: no attribute is visible", ()))
+
+    plan = ExecutionPlan(source.stream, analysis.filter_dnf, projection, window_spec)
+    node: Node = Source(source.stream)
+    merged_filter = _dnf_expr(analysis.filter_dnf)
+    if merged_filter is not None:
+        node = Filter(node, merged_filter)
+    node = Map(node, projection)
+    if window_spec is not None:
+        node = WindowAggregate(node, window_spec.kind, window_spec.size, window_spec.step,
+                               window_spec.aggregates)
+    return MergeResult(QueryGraph(node), plan, tuple(warnings), analysis)

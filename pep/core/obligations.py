@@ -1,0 +1,246 @@
+"""The eXACML+ obligation vocabulary, turned into the policy side's query graph.
+
+Accepted obligation ids (the design's spelling and the paper's Table 1 spelling):
+
+    exacml:obligation:stream-filter  | exacml:obligation:stream-filtering
+    exacml:obligation:stream-map     | exacml:obligation:stream-mapping
+    exacml:obligation:stream-window  | exacml:obligation:stream-window-aggregation
+
+Attribute ids carry either prefix `exacml:obligation:` or `pCloud:obligation:` (Figure 2 uses the
+latter): `stream-filter-condition-id`, `stream-map-attribute-id`, `stream-window-type-id`,
+`stream-window-size-id`, `stream-window-step-id`, `stream-window-attr-id` (`attribute:function`).
+
+An obligation the PEP does not understand, or one it cannot fulfil (bad value, unknown attribute,
+missing or ambiguous placeholder), means deny: XACML 3.0 section 7.18. `ObligationError` carries
+the reason.
+
+When several applicable policies contribute obligations, all of them apply:
+- filters are conjoined;
+- maps are intersected (an attribute is visible only if every map exposes it);
+- windows: the coarsest requirement wins. Every window must have the same type (else deny); the
+  merged window has the largest size and the largest step of them, and allows an aggregate
+  (attribute, function) only if every window allows it (none left: deny). A window of size >= s
+  and step >= t is at least as coarse as every policy asked.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from pdp import Obligation
+from pep.core.conditions import ConditionError, Expr, PlaceholderResolver, conjoin, parse_condition
+from pep.core.graph import QueryGraph, pipeline_graph
+from pep.core.plan import AGGREGATE_FUNCTIONS, Aggregate, StreamSchema
+
+PREFIXES = ("exacml:obligation:", "pcloud:obligation:")
+FILTER_IDS = frozenset({"exacml:obligation:stream-filter", "exacml:obligation:stream-filtering"})
+MAP_IDS = frozenset({"exacml:obligation:stream-map", "exacml:obligation:stream-mapping"})
+WINDOW_IDS = frozenset({"exacml:obligation:stream-window",
+                        "exacml:obligation:stream-window-aggregation"})
+
+FILTER_CONDITION = "stream-filter-condition-id"
+MAP_ATTRIBUTE = "stream-map-attribute-id"
+WINDOW_TYPE = "stream-window-type-id"
+WINDOW_SIZE = "stream-window-size-id"
+WINDOW_STEP = "stream-window-step-id"
+WINDOW_ATTR = "stream-window-attr-id"
+
+MAX_WINDOW = 100_000_000  # tuples or seconds (over three years): a guard against typos
+
+# The paper's spellings (Avg, LastValue, ...) and ours, case-insensitive.
+FUNCTION_SPELLINGS = {
+    "avg": "avg", "average": "avg", "mean": "avg",
+    "max": "max", "maximum": "max",
+    "min": "min", "minimum": "min",
+    "sum": "sum",
+    "count": "count",
+    "firstval": "firstval", "firstvalue": "firstval", "first": "firstval", "first_value": "firstval",
+    "lastval": "lastval", "lastvalue": "lastval", "last": "lastval", "last_value": "lastval",
+}
+# Functions that make sense per attribute type (avg/sum only over numbers).
+FUNCTIONS_FOR_TYPE = {
+    "double": frozenset({"avg", "max", "min", "sum", "count", "firstval", "lastval"}),
+    "long": frozenset({"avg", "max", "min", "sum", "count", "firstval", "lastval"}),
+    "timestamp": frozenset({"max", "min", "count", "firstval", "lastval"}),
+    "string": frozenset({"max", "min", "count", "firstval", "lastval"}),
+    "boolean": frozenset({"max", "min", "count", "firstval", "lastval"}),
+}
+
+
+class ObligationError(ValueError):
+    """An obligation the PEP cannot understand or fulfil: the request is denied with this reason."""
+
+    def __init__(self, message: str, obligation_id: str | None = None) -> None:
+        self.obligation_id = obligation_id
+        self.message = message
+        super().__init__(message)
+
+
+def normalise_function(name: str) -> str | None:
+    return FUNCTION_SPELLINGS.get(name.strip().lower())
+
+
+def parse_aggregate(value: str, schema: StreamSchema) -> Aggregate:
+    """`attribute:function` (or `function(attribute)`) to an Aggregate; ValueError says why."""
+    text = value.strip()
+    if text.endswith(")") and "(" in text:
+        fn, _, rest = text[:-1].partition("(")
+        attr = rest
+    elif ":" in text:
+        attr, _, fn = text.rpartition(":")
+    else:
+        raise ValueError(f"aggregate {value!r} must be written attribute:function")
+    attr, fn = attr.strip(), fn.strip()
+    field = schema.lookup(attr)
+    if field is None:
+        raise ValueError(f"aggregate {value!r} names unknown attribute {attr!r}")
+    function = normalise_function(fn)
+    if function is None:
+        raise ValueError(f"aggregate {value!r} uses unknown function {fn!r}; known: "
+                         "avg, max, min, sum, count, firstval, lastval")
+    if function not in FUNCTIONS_FOR_TYPE.get(field.type, frozenset()):
+        raise ValueError(f"aggregate {value!r}: {function} does not apply to {field.type} "
+                         f"attribute {field.name!r}")
+    return Aggregate(field.name, function)  # type: ignore[arg-type]
+
+
+def parse_window_number(value: str, what: str) -> int:
+    text = value.strip()
+    if not (text.lstrip("+").isascii() and text.lstrip("+").isdigit()):
+        raise ValueError(f"window {what} {value!r} is not a positive integer")
+    number = int(text)
+    if number < 1:
+        raise ValueError(f"window {what} must be at least 1, not {number}")
+    if number > MAX_WINDOW:
+        raise ValueError(f"window {what} {number} is over the limit of {MAX_WINDOW}")
+    return number
+
+
+def parse_window_kind(value: str) -> str:
+    kind = value.strip().lower()
+    if kind not in ("tuple", "time"):
+        raise ValueError(f"window type {value!r} must be 'tuple' or 'time'")
+    return kind
+
+
+@dataclass(frozen=True)
+class PolicyWindow:
+    kind: str
+    size: int
+    step: int
+    aggregates: tuple[Aggregate, ...]
+
+
+def _suffix(attribute_id: str) -> str | None:
+    low = attribute_id.lower()
+    for prefix in PREFIXES:
+        if low.startswith(prefix):
+            return attribute_id[len(prefix):]
+    return None
+
+
+def _assignments(ob: Obligation, allowed: Sequence[str]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {name: [] for name in allowed}
+    for a in ob.assignments:
+        suffix = _suffix(a.attribute_id)
+        if suffix not in found:
+            raise ObligationError(
+                f"obligation {ob.id} carries attribute {a.attribute_id!r}, which the PEP does "
+                f"not understand (expected {', '.join(allowed)} under prefix exacml:obligation: "
+                "or pCloud:obligation:)", ob.id)
+        found[suffix].append(a.value)
+    return found
+
+
+def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamSchema, *,
+                 resolver: PlaceholderResolver | None = None) -> QueryGraph:
+    """The policy side's graph for one decision's obligations (all of them apply)."""
+    filters: list[tuple[Expr, str]] = []
+    maps: list[set[str]] = []
+    windows: list[PolicyWindow] = []
+    for ob in obligations:
+        if ob.id in FILTER_IDS:
+            values = _assignments(ob, [FILTER_CONDITION])[FILTER_CONDITION]
+            if not values:
+                raise ObligationError(f"obligation {ob.id} has no {FILTER_CONDITION}", ob.id)
+            for text in values:
+                try:
+                    filters.append((parse_condition(text, schema, resolver=resolver), text.strip()))
+                except ConditionError as exc:
+                    raise ObligationError(
+                        f"obligation {ob.id}: filter condition {text.strip()!r}: {exc}", ob.id
+                    ) from None
+        elif ob.id in MAP_IDS:
+            values = _assignments(ob, [MAP_ATTRIBUTE])[MAP_ATTRIBUTE]
+            if not values:
+                raise ObligationError(f"obligation {ob.id} lists no visible attribute", ob.id)
+            visible = set()
+            for name in values:
+                field = schema.lookup(name.strip())
+                if field is None:
+                    raise ObligationError(
+                        f"obligation {ob.id}: stream {stream!r} has no attribute {name.strip()!r}",
+                        ob.id)
+                visible.add(field.name)
+            maps.append(visible)
+        elif ob.id in WINDOW_IDS:
+            windows.append(_window(ob, schema))
+        else:
+            raise ObligationError(
+                f"obligation {ob.id!r} is not understood by this PEP; the request is denied "
+                "(XACML 3.0 section 7.18)", ob.id)
+
+    filter_part = None
+    if filters:
+        condition = conjoin([f[0] for f in filters])
+        text = " AND ".join(f"({t})" if len(filters) > 1 else t for _, t in filters)
+        filter_part = (condition, text)
+    map_part = None
+    if maps:
+        visible = set.intersection(*maps)
+        map_part = tuple(n for n in schema.names if n in visible)
+    window_part = None
+    if windows:
+        w = merge_policy_windows(windows)
+        # Canonical order (schema, then function), so that the plan - and its key, which decides
+        # whether a live handle survives a policy change - does not depend on policy order.
+        position = {name: i for i, name in enumerate(schema.names)}
+        aggregates = tuple(sorted(w.aggregates, key=lambda a: (
+            position[a.attribute], AGGREGATE_FUNCTIONS.index(a.function))))
+        window_part = (w.kind, w.size, w.step, aggregates)
+    return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part)
+
+
+def _window(ob: Obligation, schema: StreamSchema) -> PolicyWindow:
+    found = _assignments(ob, [WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP, WINDOW_ATTR])
+    for name in (WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP):
+        if len(found[name]) != 1:
+            raise ObligationError(
+                f"obligation {ob.id} needs exactly one {name}, found {len(found[name])}", ob.id)
+    if not found[WINDOW_ATTR]:
+        raise ObligationError(f"obligation {ob.id} lists no {WINDOW_ATTR} (attribute:function)",
+                              ob.id)
+    try:
+        kind = parse_window_kind(found[WINDOW_TYPE][0])
+        size = parse_window_number(found[WINDOW_SIZE][0], "size")
+        step = parse_window_number(found[WINDOW_STEP][0], "step")
+        aggregates = tuple(dict.fromkeys(parse_aggregate(v, schema) for v in found[WINDOW_ATTR]))
+    except ValueError as exc:
+        raise ObligationError(f"obligation {ob.id}: {exc}", ob.id) from None
+    return PolicyWindow(kind, size, step, aggregates)
+
+
+def merge_policy_windows(windows: Sequence[PolicyWindow]) -> PolicyWindow:
+    """The coarsest window that respects every policy's (see the module docstring)."""
+    kinds = {w.kind for w in windows}
+    if len(kinds) > 1:
+        raise ObligationError("applicable policies require windows of different types "
+                              f"({' and '.join(sorted(kinds))}); no window satisfies all of them")
+    allowed = set(windows[0].aggregates)
+    for w in windows[1:]:
+        allowed &= set(w.aggregates)
+    if not allowed:
+        raise ObligationError("applicable policies' windows allow no aggregate in common")
+    ordered = tuple(a for a in windows[0].aggregates if a in allowed)
+    return PolicyWindow(windows[0].kind, max(w.size for w in windows),
+                        max(w.step for w in windows), ordered)

@@ -1,0 +1,151 @@
+"""The execution plan: what the PEP hands to the stream runtime, and the stream schema both use.
+
+The PEP core (conditions, obligations, user queries, merge, analysis) ends in an `ExecutionPlan`;
+the Spark runtime (`pep.runtime`) starts from one. Keeping this boundary small and data-only lets the
+heart of the gateway stay pure Python, and lets the runtime treat conditions as data (attribute,
+operator code, constant) rather than as SQL text, which closes the door on injection.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Literal, Union
+
+FieldType = Literal["double", "long", "string", "boolean", "timestamp"]
+Scalar = Union[float, int, str, bool]
+Operator = Literal["<", "<=", ">", ">=", "=", "!="]
+AggregateFunction = Literal["avg", "max", "min", "sum", "count", "firstval", "lastval"]
+
+OPERATORS: tuple[str, ...] = ("<", "<=", ">", ">=", "=", "!=")
+AGGREGATE_FUNCTIONS: tuple[str, ...] = ("avg", "max", "min", "sum", "count", "firstval", "lastval")
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: FieldType
+
+
+@dataclass(frozen=True)
+class StreamSchema:
+    """Ordered attributes of a stream. Attribute names are matched case-insensitively."""
+
+    fields: tuple[Field, ...]
+
+    def lookup(self, name: str) -> Field | None:
+        low = name.lower()
+        for f in self.fields:
+            if f.name.lower() == low:
+                return f
+        return None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """`attribute op value`; a predicate over a missing (null) attribute is false."""
+
+    attribute: str  # canonical schema name
+    op: Operator
+    value: Scalar
+
+
+Conjunct = tuple[Predicate, ...]
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    attribute: str
+    function: AggregateFunction
+
+    @property
+    def output_name(self) -> str:
+        return f"{self.function}_{self.attribute}"
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """Tuple windows count rows (size/step in tuples); time windows use seconds of event time."""
+
+    kind: Literal["tuple", "time"]
+    size: int
+    step: int
+    aggregates: tuple[Aggregate, ...]
+    time_attribute: str | None = None  # event-time attribute for time windows
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """One consumer's authorised view of one stream.
+
+    filter_dnf: None means every tuple passes; otherwise a tuple passes when all predicates of at
+    least one conjunct hold (an empty tuple of conjuncts therefore passes nothing).
+    The filter is always applied before the projection and the window.
+    """
+
+    stream: str
+    filter_dnf: tuple[Conjunct, ...] | None
+    projection: tuple[str, ...]
+    window: WindowSpec | None = None
+
+    def canonical_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), default=str)
+
+    def key(self) -> str:
+        """Stable identity: identical plans are computed once and share a handle."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+
+def plan_from_json(data: str | dict) -> ExecutionPlan:
+    """Rebuild an ExecutionPlan from its canonical JSON (to re-attach a handle after a restart)."""
+    d = json.loads(data) if isinstance(data, str) else data
+    dnf = d.get("filter_dnf")
+    window = d.get("window")
+    return ExecutionPlan(
+        stream=d["stream"],
+        filter_dnf=None if dnf is None else tuple(
+            tuple(Predicate(p["attribute"], p["op"], p["value"]) for p in conj) for conj in dnf),
+        projection=tuple(d.get("projection") or ()),
+        window=None if window is None else WindowSpec(
+            kind=window["kind"], size=int(window["size"]), step=int(window["step"]),
+            aggregates=tuple(Aggregate(a["attribute"], a["function"])
+                             for a in window.get("aggregates") or ()),
+            time_attribute=window.get("time_attribute")))
+
+
+SourceKind = Literal["ingest", "files", "generator", "socket", "kafka"]
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where a stream's tuples come from.
+
+    ingest: a directory the gateway owns; `POST /streams/<name>/records` writes JSON-lines files
+      into it atomically (options: {"path": dir}).
+    files: an existing directory of JSON lines / CSV / Parquet files
+      (options: {"path": dir, "format": "json"|"csv"|"parquet"}).
+    generator: built-in synthetic source (options: {"schema": "weather"|"ais", "rate": rows/s}).
+    socket: text lines of JSON from host:port, for tests (options: {"host", "port"}).
+    kafka: configuration only (options: {"bootstrap.servers", "subscribe"}); needs the connector.
+    """
+
+    kind: SourceKind
+    options: tuple[tuple[str, str], ...] = ()
+
+    def option(self, name: str, default: str | None = None) -> str | None:
+        return dict(self.options).get(name, default)
+
+
+@dataclass(frozen=True)
+class StreamDefinition:
+    name: str
+    owner: str  # the authenticated subject that registered it
+    schema: StreamSchema
+    source: SourceSpec
+    # Event-time attribute (a timestamp or epoch-seconds number) used by time windows and, with
+    # arrival sequence, to order tuples for tuple windows.
+    time_attribute: str | None = None

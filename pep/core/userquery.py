@@ -1,0 +1,371 @@
+"""A consumer's own query on a stream, in XML (eXACML+ Figure 4(a)) or JSON, as a query graph.
+
+XML form (element names as in the paper; the query may sit in the XACML request's resource
+`<Content>` or travel beside the request):
+
+    <UserQuery>
+      <Stream name="weather"/>                         optional; must match the request's stream
+      <Filter><FilterCondition>RainRate > 50</FilterCondition></Filter>
+      <Map><Attribute>RainRate</Attribute></Map>        one <Attribute> per visible attribute
+      <Aggregation>
+        <WindowType>tuple</WindowType>                  tuple | time (seconds)
+        <WindowSize>10</WindowSize>
+        <WindowStep>2</WindowStep>
+        <Attribute>avg(RainRate)</Attribute>            or RainRate:avg; repeated
+      </Aggregation>
+    </UserQuery>
+
+The paper's figure writes `<WindowSize>10<WindowSize>` (unclosed). That is not well-formed XML
+and is refused, with lxml's line and column and a hint naming the element; a lenient parser in
+front of an access-control decision is not worth the ambiguity.
+
+JSON form (same meaning; every key optional except that a window needs type, size and step):
+
+    {"stream": "weather", "filter": "rainrate > 50", "map": ["rainrate"],
+     "window": {"type": "tuple", "size": 10, "step": 2, "aggregates": ["rainrate:avg"]}}
+
+An object `{"UserQuery": {...}}` is accepted too. Aggregates are "attr:function",
+"function(attr)" or {"attribute": ..., "function": ...}. A window without aggregates asks for
+whatever the policy's window allows. Errors are `UserQueryError(message, position)` (HTTP 400);
+the position is "line L, column C" for XML, a JSON path such as "$.window.size" for JSON, or
+"filter, column C" for a condition.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from lxml import etree
+
+from pep.core.conditions import ConditionError, parse_condition
+from pep.core.graph import QueryGraph, pipeline_graph
+from pep.core.obligations import parse_aggregate, parse_window_kind, parse_window_number
+from pep.core.plan import Aggregate, StreamSchema
+
+MAX_QUERY_BYTES = 64 * 1024
+MAX_QUERY_DEPTH = 16
+
+
+class UserQueryError(ValueError):
+    """The user's query is malformed or does not fit the stream."""
+
+    def __init__(self, message: str, position: str | None = None) -> None:
+        self.message = message
+        self.position = position
+        super().__init__(f"{message} ({position})" if position else message)
+
+
+@dataclass(frozen=True)
+class UserQuery:
+    """A parsed, not yet schema-checked, user query."""
+
+    stream: str | None = None
+    filter: str | None = None
+    map: tuple[str, ...] | None = None
+    window_kind: str | None = None
+    window_size: int | None = None
+    window_step: int | None = None
+    aggregates: tuple[str, ...] = ()
+    has_window: bool = False
+    filter_position: str | None = None  # where the filter text sits in the document
+
+    @property
+    def is_empty(self) -> bool:
+        return self.filter is None and self.map is None and not self.has_window
+
+
+# -- XML ------------------------------------------------------------------------------------------
+
+def _local(el: etree._Element) -> str:
+    tag = el.tag
+    if not isinstance(tag, str):
+        return ""
+    return tag.rsplit("}", 1)[-1]
+
+
+def _at(el: etree._Element) -> str | None:
+    return f"line {el.sourceline}" if el.sourceline else None
+
+
+def _parser() -> etree.XMLParser:
+    return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
+                           dtd_validation=False, huge_tree=False, remove_comments=True,
+                           remove_pis=True)
+
+
+def parse_xml_query(data: bytes | str) -> UserQuery:
+    """Parse the XML form from bytes, hardened: no DTD, no entities, no network, size/depth limits."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if len(data) > MAX_QUERY_BYTES:
+        raise UserQueryError(f"user query is {len(data)} bytes, over the limit of {MAX_QUERY_BYTES}")
+    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
+        raise UserQueryError("user query contains a DOCTYPE/ENTITY declaration, which is refused")
+    try:
+        root = etree.fromstring(data, _parser())
+    except etree.XMLSyntaxError as exc:
+        line, column = exc.position if exc.position else (exc.lineno, None)
+        where = f"line {line}, column {column}" if column else (f"line {line}" if line else None)
+        message = f"malformed user query XML: {exc.msg}"
+        m = re.search(rb"<(Window\w+)>\s*[^<]*<\1>", data)
+        if m:
+            name = m.group(1).decode()
+            message += (f" (hint: <{name}> is not closed; write <{name}>...</{name}>, the paper's "
+                        "Figure 4(a) has this typo)")
+        raise UserQueryError(message, where) from None
+    except ValueError as exc:
+        raise UserQueryError(f"malformed user query XML: {exc}") from None
+    if root.getroottree().docinfo.doctype:
+        raise UserQueryError("user query contains a DOCTYPE declaration, which is refused")
+    return query_from_element(root)
+
+
+def _depth_ok(root: etree._Element) -> None:
+    stack = [(root, 1)]
+    while stack:
+        el, depth = stack.pop()
+        if depth > MAX_QUERY_DEPTH:
+            raise UserQueryError(f"user query nests deeper than {MAX_QUERY_DEPTH} elements", _at(el))
+        stack.extend((c, depth + 1) for c in el)
+
+
+def _text(el: etree._Element) -> str:
+    if len(el):
+        raise UserQueryError(f"<{_local(el)}> must contain text only", _at(el))
+    return (el.text or "").strip()
+
+
+def _children(el: etree._Element) -> list[etree._Element]:
+    return [c for c in el if isinstance(c.tag, str)]
+
+
+def query_from_element(root: etree._Element) -> UserQuery:
+    """The XML form from an already parsed element (for example the request's <Content> child)."""
+    _depth_ok(root)
+    if _local(root) != "UserQuery":
+        raise UserQueryError(f"expected a <UserQuery> element, found <{_local(root)}>", _at(root))
+    stream = filter_text = None
+    filter_pos = None
+    attributes: list[str] | None = None
+    window: dict[str, Any] = {}
+    has_window = False
+    seen: set[str] = set()
+    for child in _children(root):
+        name = _local(child)
+        if name in seen:
+            raise UserQueryError(f"<UserQuery> has more than one <{name}>", _at(child))
+        seen.add(name)
+        if name == "Stream":
+            stream = (child.get("name") or _text(child)).strip()
+            if not stream:
+                raise UserQueryError("<Stream> needs a name attribute", _at(child))
+        elif name == "Filter":
+            conds = _children(child)
+            if len(conds) != 1 or _local(conds[0]) != "FilterCondition":
+                raise UserQueryError("<Filter> must hold exactly one <FilterCondition>", _at(child))
+            filter_text = _text(conds[0])
+            filter_pos = _at(conds[0])
+            if not filter_text:
+                raise UserQueryError("<FilterCondition> is empty", _at(conds[0]))
+        elif name == "Map":
+            attributes = []
+            for a in _children(child):
+                if _local(a) != "Attribute":
+                    raise UserQueryError(f"<Map> may hold only <Attribute>, found <{_local(a)}>",
+                                         _at(a))
+                attributes.append(_text(a))
+            if not attributes:
+                raise UserQueryError("<Map> lists no <Attribute>", _at(child))
+        elif name == "Aggregation":
+            has_window = True
+            window = _xml_window(child)
+        else:
+            raise UserQueryError(f"unknown element <{name}> in <UserQuery>; expected Stream, "
+                                 "Filter, Map or Aggregation", _at(child))
+    return UserQuery(stream, filter_text, tuple(attributes) if attributes is not None else None,
+                     window.get("kind"), window.get("size"), window.get("step"),
+                     tuple(window.get("aggregates", ())), has_window, filter_pos)
+
+
+def _xml_window(el: etree._Element) -> dict[str, Any]:
+    out: dict[str, Any] = {"aggregates": []}
+    for child in _children(el):
+        name = _local(child)
+        try:
+            if name == "WindowType":
+                out["kind"] = parse_window_kind(_text(child))
+            elif name == "WindowSize":
+                out["size"] = parse_window_number(_text(child), "size")
+            elif name == "WindowStep":
+                out["step"] = parse_window_number(_text(child), "step")
+            elif name == "Attribute":
+                out["aggregates"].append(_text(child))
+            else:
+                raise UserQueryError(f"unknown element <{name}> in <Aggregation>", _at(child))
+        except ValueError as exc:
+            if isinstance(exc, UserQueryError):
+                raise
+            raise UserQueryError(str(exc), _at(child)) from None
+    for key, element in (("kind", "WindowType"), ("size", "WindowSize"), ("step", "WindowStep")):
+        if key not in out:
+            raise UserQueryError(f"<Aggregation> needs <{element}>", _at(el))
+    return out
+
+
+# -- JSON -----------------------------------------------------------------------------------------
+
+_JSON_KEYS = {"stream", "filter", "map", "window"}
+_JSON_WINDOW_KEYS = {"type", "size", "step", "aggregates"}
+
+
+def parse_json_query(data: bytes | str) -> UserQuery:
+    if isinstance(data, (bytes, bytearray)):
+        if len(data) > MAX_QUERY_BYTES:
+            raise UserQueryError(
+                f"user query is {len(data)} bytes, over the limit of {MAX_QUERY_BYTES}")
+        try:
+            data = bytes(data).decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise UserQueryError(f"user query is not UTF-8: {exc}") from None
+    if len(data) > MAX_QUERY_BYTES:
+        raise UserQueryError(f"user query is over the limit of {MAX_QUERY_BYTES} bytes")
+    if data.count("[") + data.count("{") > 4 * MAX_QUERY_DEPTH + 200:
+        raise UserQueryError("user query JSON has too many nested values")
+    try:
+        doc = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise UserQueryError(f"malformed user query JSON: {exc.msg}",
+                             f"line {exc.lineno}, column {exc.colno}") from None
+    except RecursionError:
+        raise UserQueryError("user query JSON nests too deeply") from None
+    return query_from_json(doc)
+
+
+def query_from_json(doc: Any) -> UserQuery:
+    """The JSON form from an already decoded value (for example the JSON request's Content)."""
+    path = "$"
+    if isinstance(doc, dict) and set(doc) == {"UserQuery"}:
+        doc, path = doc["UserQuery"], "$.UserQuery"
+    if not isinstance(doc, dict):
+        raise UserQueryError(f"a user query must be a JSON object, found {type(doc).__name__}", path)
+    unknown = sorted(set(doc) - _JSON_KEYS)
+    if unknown:
+        raise UserQueryError(f"unknown key(s) {', '.join(map(repr, unknown))}; expected "
+                             "stream, filter, map, window", path)
+    stream = doc.get("stream")
+    if stream is not None and (not isinstance(stream, str) or not stream.strip()):
+        raise UserQueryError("'stream' must be a non-empty string", f"{path}.stream")
+    filt = doc.get("filter")
+    if filt is not None and (not isinstance(filt, str) or not filt.strip()):
+        raise UserQueryError("'filter' must be a non-empty condition string", f"{path}.filter")
+    attrs = doc.get("map")
+    if attrs is not None:
+        if not isinstance(attrs, list) or not attrs or not all(isinstance(a, str) for a in attrs):
+            raise UserQueryError("'map' must be a non-empty list of attribute names", f"{path}.map")
+    window = doc.get("window")
+    kind = size = step = None
+    aggregates: list[str] = []
+    if window is not None:
+        wpath = f"{path}.window"
+        if not isinstance(window, dict):
+            raise UserQueryError("'window' must be an object", wpath)
+        unknown = sorted(set(window) - _JSON_WINDOW_KEYS)
+        if unknown:
+            raise UserQueryError(f"unknown key(s) {', '.join(map(repr, unknown))}; expected "
+                                 "type, size, step, aggregates", wpath)
+        for key in ("type", "size", "step"):
+            if key not in window:
+                raise UserQueryError(f"window needs '{key}'", wpath)
+        if not isinstance(window["type"], str):
+            raise UserQueryError("window type must be 'tuple' or 'time'", f"{wpath}.type")
+        try:
+            kind = parse_window_kind(window["type"])
+        except ValueError as exc:
+            raise UserQueryError(str(exc), f"{wpath}.type") from None
+        for key in ("size", "step"):
+            value = window[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UserQueryError(f"window {key} must be a positive integer", f"{wpath}.{key}")
+            try:
+                parse_window_number(str(value), key)
+            except ValueError as exc:
+                raise UserQueryError(str(exc), f"{wpath}.{key}") from None
+        size, step = window["size"], window["step"]
+        raw = window.get("aggregates", [])
+        if not isinstance(raw, list):
+            raise UserQueryError("'aggregates' must be a list", f"{wpath}.aggregates")
+        for i, item in enumerate(raw):
+            if isinstance(item, str):
+                aggregates.append(item)
+            elif (isinstance(item, dict) and set(item) == {"attribute", "function"}
+                  and all(isinstance(v, str) for v in item.values())):
+                aggregates.append(f"{item['attribute']}:{item['function']}")
+            else:
+                raise UserQueryError("an aggregate is \"attribute:function\" or "
+                                     "{\"attribute\": ..., \"function\": ...}",
+                                     f"{wpath}.aggregates[{i}]")
+    return UserQuery(stream, filt.strip() if filt else None,
+                     tuple(attrs) if attrs is not None else None, kind, size, step,
+                     tuple(aggregates), window is not None, f"{path}.filter")
+
+
+def parse_user_query(data: bytes | str, kind: str | None = None) -> UserQuery:
+    """`kind` is 'xml', 'json' or a media type; without it the first character decides."""
+    text = data.decode("utf-8", "replace") if isinstance(data, (bytes, bytearray)) else data
+    k = (kind or "").lower()
+    if "json" in k:
+        return parse_json_query(data)
+    if "xml" in k:
+        return parse_xml_query(data)
+    if k:
+        raise UserQueryError(f"unsupported user query type {kind!r}; use XML or JSON")
+    return parse_xml_query(data) if text.lstrip().startswith("<") else parse_json_query(data)
+
+
+def query_from_content(content: Any) -> UserQuery:
+    """The query carried in a XACML request's resource Content (an element, JSON value or text)."""
+    if isinstance(content, etree._Element):
+        return query_from_element(content)
+    if isinstance(content, str):
+        return parse_user_query(content)
+    return query_from_json(content)
+
+
+# -- to a graph -----------------------------------------------------------------------------------
+
+def user_graph(query: UserQuery, stream: str, schema: StreamSchema) -> QueryGraph:
+    """The user's graph with names checked against the schema (placeholders are not allowed)."""
+    if query.stream is not None and query.stream != stream:
+        raise UserQueryError(f"the user query is for stream {query.stream!r} but the request is "
+                             f"for {stream!r}")
+    filter_part = None
+    if query.filter is not None:
+        try:
+            expr = parse_condition(query.filter, schema, allow_placeholders=False)
+        except ConditionError as exc:
+            where = query.filter_position
+            raise UserQueryError(f"filter condition: {exc}", where) from None
+        filter_part = (expr, query.filter)
+    map_part = None
+    if query.map is not None:
+        names = []
+        for name in query.map:
+            field = schema.lookup(name.strip())
+            if field is None:
+                raise UserQueryError(f"map: unknown attribute {name!r}; the stream has: "
+                                     f"{', '.join(schema.names)}")
+            names.append(field.name)
+        map_part = tuple(n for n in schema.names if n in set(names))
+    window_part = None
+    if query.has_window:
+        aggregates: list[Aggregate] = []
+        for text in query.aggregates:
+            try:
+                aggregates.append(parse_aggregate(text, schema))
+            except ValueError as exc:
+                raise UserQueryError(f"window: {exc}") from None
+        window_part = (query.window_kind, query.window_size, query.window_step,
+                       tuple(dict.fromkeys(aggregates)))
+    return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part)

@@ -1,0 +1,169 @@
+"""Handle records: what was granted to whom, persisted so that it can be decided again.
+
+A record keeps the subject and roles at the time, the stored request and user query (so the
+decision can be made again), the plan and its key, the policies it depended on, and the
+handle's state: `live` -> `revoked` (the policy no longer allows it), `released` (its owner let
+it go) or `ended` (the gateway could not keep it: stream gone, restart without permission,
+runtime failure). Terminal states never change again; the transition is one conditional UPDATE.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import Iterable
+
+from pdp.db import Database
+
+
+class HandleState(str, Enum):
+    LIVE = "live"
+    REVOKED = "revoked"
+    RELEASED = "released"
+    ENDED = "ended"
+
+
+TERMINAL_STATES = (HandleState.REVOKED, HandleState.RELEASED, HandleState.ENDED)
+
+
+def new_handle_id() -> str:
+    """256 random bits, URL-safe: the id is the capability's secret part, so never guessable."""
+    return secrets.token_urlsafe(32)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class StoredRequest:
+    """What the consumer sent, kept so that the decision can be made again later."""
+
+    body: bytes
+    media_type: str
+    user_query: bytes | None = None
+    user_query_type: str | None = None
+
+
+@dataclass(frozen=True)
+class HandleRecord:
+    id: str
+    subject: str
+    roles: tuple[str, ...]
+    admin: bool
+    stream: str
+    plan_json: str
+    plan_key: str
+    policy_ids: tuple[str, ...]
+    request: StoredRequest
+    state: HandleState = HandleState.LIVE
+    reason: str | None = None
+    created_at: str = field(default_factory=_now)
+    updated_at: str | None = None
+    generation: int = 0
+
+    @property
+    def live(self) -> bool:
+        return self.state is HandleState.LIVE
+
+    def summary(self, base_url: str) -> dict:
+        """JSON for its owner (never the stored request: it can be large)."""
+        return {"id": self.id, "handle": f"{base_url}/handles/{self.id}", "stream": self.stream,
+                "state": self.state.value, "reason": self.reason, "created_at": self.created_at,
+                "updated_at": self.updated_at, "plan": json.loads(self.plan_json),
+                "policy_ids": list(self.policy_ids)}
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS handles (
+    id TEXT PRIMARY KEY, subject TEXT NOT NULL, roles TEXT NOT NULL,
+    admin INTEGER NOT NULL, stream TEXT NOT NULL, plan_json TEXT NOT NULL,
+    plan_key TEXT NOT NULL, policy_ids TEXT NOT NULL, request_body BLOB NOT NULL,
+    request_media_type TEXT NOT NULL, user_query BLOB, user_query_type TEXT,
+    state TEXT NOT NULL, reason TEXT, created_at TEXT NOT NULL, updated_at TEXT,
+    generation INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS handles_subject ON handles (subject);
+CREATE INDEX IF NOT EXISTS handles_state ON handles (state)
+"""
+
+
+class HandleStore:
+    """Handle records in SQLite (WAL, synchronous=FULL: a committed state change survives a crash)."""
+
+    _COLUMNS = ("id, subject, roles, admin, stream, plan_json, plan_key, policy_ids, request_body,"
+                " request_media_type, user_query, user_query_type, state, reason, created_at,"
+                " updated_at, generation")
+
+    def __init__(self, db_path: str | Path) -> None:
+        self._db = Database(db_path, _SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    @staticmethod
+    def _record(row: tuple) -> HandleRecord:
+        (hid, subject, roles, admin, stream, plan_json, plan_key, policy_ids, body, media_type,
+         user_query, user_query_type, state, reason, created_at, updated_at, generation) = row
+        return HandleRecord(
+            id=hid, subject=subject, roles=tuple(json.loads(roles)), admin=bool(admin),
+            stream=stream, plan_json=plan_json, plan_key=plan_key,
+            policy_ids=tuple(json.loads(policy_ids)),
+            request=StoredRequest(bytes(body), media_type,
+                                  bytes(user_query) if user_query is not None else None,
+                                  user_query_type),
+            state=HandleState(state), reason=reason, created_at=created_at,
+            updated_at=updated_at, generation=generation)
+
+    def insert(self, r: HandleRecord) -> None:
+        self._db.execute(
+            f"INSERT INTO handles ({self._COLUMNS}) VALUES "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (r.id, r.subject, json.dumps(list(r.roles)), int(r.admin), r.stream, r.plan_json,
+             r.plan_key, json.dumps(sorted(r.policy_ids)), r.request.body,
+             r.request.media_type, r.request.user_query, r.request.user_query_type,
+             r.state.value, r.reason, r.created_at, r.updated_at, r.generation))
+
+    def get(self, handle_id: str) -> HandleRecord | None:
+        if not isinstance(handle_id, str) or len(handle_id) > 200:
+            return None
+        row = self._db.fetchone(f"SELECT {self._COLUMNS} FROM handles WHERE id = ?",
+                                (handle_id,))
+        return self._record(row) if row else None
+
+    def for_subject(self, subject: str) -> list[HandleRecord]:
+        rows = self._db.fetchall(f"SELECT {self._COLUMNS} FROM handles WHERE subject = ?"
+                                 " ORDER BY created_at, id", (subject,))
+        return [self._record(r) for r in rows]
+
+    def live(self) -> list[HandleRecord]:
+        rows = self._db.fetchall(f"SELECT {self._COLUMNS} FROM handles WHERE state = 'live'"
+                                 " ORDER BY created_at, id")
+        return [self._record(r) for r in rows]
+
+    def finish(self, handle_id: str, state: HandleState, reason: str | None) -> bool:
+        """live -> a terminal state; False when the handle was not live (nothing changes)."""
+        if state not in TERMINAL_STATES:
+            raise ValueError(f"{state} is not a terminal state")
+        cur = self._db.execute(
+            "UPDATE handles SET state = ?, reason = ?, updated_at = ? "
+            "WHERE id = ? AND state = 'live'", (state.value, reason, _now(), handle_id))
+        return cur.rowcount == 1
+
+    def set_policy_ids(self, handle_id: str, policy_ids: Iterable[str]) -> None:
+        self._db.execute("UPDATE handles SET policy_ids = ?, updated_at = ? WHERE id = ?",
+                         (json.dumps(sorted(policy_ids)), _now(), handle_id))
+
+    def next_generation(self, handle_id: str) -> int:
+        with self._db.transaction() as cur:
+            cur.execute("UPDATE handles SET generation = generation + 1 WHERE id = ?",
+                        (handle_id,))
+            row = cur.execute("SELECT generation FROM handles WHERE id = ?",
+                              (handle_id,)).fetchone()
+        return int(row[0]) if row else 0
+
+
+__all__ = ["HandleState", "HandleRecord", "StoredRequest", "HandleStore", "new_handle_id",
+           "TERMINAL_STATES"]

@@ -1,0 +1,232 @@
+"""Opening and ending handles: the only writer of handle state.
+
+`HandleService` opens handles (one window per subject and stream, the runtime attach) and ends
+them. The runtime's deliver callback is `HandleBuffer.put`, which checks under the buffer's lock
+that the buffer is open before writing, and the buffer is closed (under that same lock) before
+the handle's state is persisted and before the runtime is told to detach: so no tuple is
+delivered after `revoke` returns, however long Spark takes to stop.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from typing import Any, Callable, Iterable, Protocol
+
+from pep.core.errors import NotFound, Unavailable
+from pep.core.plan import ExecutionPlan, StreamDefinition, plan_from_json
+from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
+from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
+
+log = logging.getLogger(__name__)
+
+
+class StalePolicies(Exception):
+    """The policies changed between the decision and the handle's creation: decide again."""
+
+
+class Runtime(Protocol):
+    def attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan,
+               deliver: Callable[[list[dict]], bool]) -> Any: ...
+
+    def detach(self, handle_id: str) -> Any: ...
+
+
+class WindowRegistryLike(Protocol):
+    def acquire(self, subject: str, stream: str, plan_key: str) -> tuple[str, bool]: ...
+
+    def release(self, handle_id: str) -> Any: ...
+
+    def restore(self, subject: str, stream: str, plan_key: str, handle_id: str) -> Any: ...
+
+
+class HandleService:
+    """Opens, lists and ends handles; the only writer of handle state."""
+
+    def __init__(self, store: HandleStore, streams: Callable[[str], StreamDefinition | None],
+                 runtime: Runtime, windows: WindowRegistryLike,
+                 max_rows: int = DEFAULT_MAX_ROWS, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.store = store
+        self.streams = streams
+        self.runtime = runtime
+        self.windows = windows
+        self.max_rows = max_rows
+        self.max_bytes = max_bytes
+        # Serialises opening and ending handles and policy re-evaluation; reads never take it.
+        self.lock = threading.RLock()
+        # Bumped by every policy change; a handle decided under an older epoch is not created.
+        self.policy_epoch = 0
+        self._buffers: dict[str, HandleBuffer] = {}
+        # Called with the final record after a handle ends (state persisted, runtime detached),
+        # outside the lock: e.g. to tell caching proxies that the handle is gone.
+        self._listeners: list[Callable[[HandleRecord], None]] = []
+
+    def add_listener(self, callback: Callable[[HandleRecord], None]) -> None:
+        self._listeners.append(callback)
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def get(self, handle_id: str) -> HandleRecord | None:
+        return self.store.get(handle_id)
+
+    def get_owned(self, handle_id: str, subject: str) -> HandleRecord | None:
+        """The handle if `subject` owns it, else None: others cannot even learn it exists."""
+        record = self.store.get(handle_id)
+        if record is None or not secrets.compare_digest(record.subject.encode(), subject.encode()):
+            return None
+        return record
+
+    def buffer(self, handle_id: str) -> HandleBuffer | None:
+        with self.lock:
+            return self._buffers.get(handle_id)
+
+    def list_for(self, subject: str) -> list[HandleRecord]:
+        return self.store.for_subject(subject)
+
+    def live(self) -> list[HandleRecord]:
+        return self.store.live()
+
+    # -- opening ----------------------------------------------------------------------------------
+
+    def open(self, subject: str, roles: Iterable[str], admin: bool, plan: ExecutionPlan,
+             policy_ids: Iterable[str], request: StoredRequest,
+             epoch: int | None = None) -> tuple[HandleRecord, bool]:
+        """A live handle for this decision: (record, True) when new, (existing, False) when the
+        same subject already has a handle with the same plan on that stream.
+
+        Raises the window registry's WindowConflict (another plan on that stream is live),
+        StalePolicies (policies changed since `epoch`), NotFound (stream unknown) or
+        Unavailable (the runtime refused)."""
+        stream = self.streams(plan.stream)
+        if stream is None:
+            raise NotFound(f"no stream named {plan.stream!r}")
+        key = plan.key()
+        with self.lock:
+            if epoch is not None and epoch != self.policy_epoch:
+                raise StalePolicies()
+            handle_id, is_new = self.windows.acquire(subject, stream.name, key)
+            if not is_new:
+                existing = self.store.get(handle_id)
+                if existing is not None and existing.live:
+                    return existing, False
+                # The registry remembered a handle that is not live here: forget it, start afresh.
+                self.windows.release(handle_id)
+                handle_id, is_new = self.windows.acquire(subject, stream.name, key)
+            record = HandleRecord(
+                id=handle_id, subject=subject, roles=tuple(roles), admin=bool(admin),
+                stream=stream.name, plan_json=plan.canonical_json(), plan_key=key,
+                policy_ids=tuple(sorted(set(policy_ids))), request=request)
+            try:
+                self.store.insert(record)
+            except BaseException:
+                self.windows.release(handle_id)
+                raise
+            buffer = HandleBuffer(self.max_rows, self.max_bytes)
+            self._buffers[handle_id] = buffer
+        # Attaching can take seconds (the first handle starts the stream's query): not under the
+        # lock, so revocations of other handles are not held up. The buffer is registered first,
+        # so a revocation meanwhile closes it and the runtime can deliver nothing.
+        self._attach(record.id, stream, plan, buffer)
+        return record, True
+
+    def _attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan,
+                buffer: HandleBuffer) -> None:
+        try:
+            self.runtime.attach(handle_id, stream, plan, buffer.put)
+        except Exception as exc:
+            log.exception("runtime refused handle %s", handle_id)
+            self._finish(handle_id, HandleState.ENDED, f"the stream runtime failed: {exc}")
+            raise Unavailable(f"the stream runtime could not start the query: {exc}") \
+                from None
+        with self.lock:
+            finished_meanwhile = self._buffers.get(handle_id) is not buffer
+        if finished_meanwhile:
+            self._detach(handle_id)
+
+    def resume(self, record: HandleRecord, policy_ids: Iterable[str] | None = None) -> bool:
+        """Re-attach a live handle after a restart; False (and the handle ended) if impossible."""
+        with self.lock:
+            stream = self.streams(record.stream)
+            if stream is None:
+                self._finish(record.id, HandleState.ENDED, "its stream no longer exists")
+                return False
+            try:
+                plan = plan_from_json(record.plan_json)
+            except (KeyError, TypeError, ValueError) as exc:
+                self._finish(record.id, HandleState.ENDED, f"its stored plan is unreadable: {exc}")
+                return False
+            generation = self.store.next_generation(record.id)
+            try:
+                self.windows.restore(record.subject, record.stream, record.plan_key, record.id)
+            except Exception as exc:  # noqa: BLE001 - e.g. two live handles for one window
+                self._finish(record.id, HandleState.ENDED, f"cannot restore its window: {exc}")
+                return False
+            if policy_ids is not None:
+                self.store.set_policy_ids(record.id, policy_ids)
+            buffer = HandleBuffer(self.max_rows, self.max_bytes, generation=generation)
+            self._buffers[record.id] = buffer
+        try:
+            self._attach(record.id, stream, plan, buffer)
+        except Unavailable:
+            return False
+        return True
+
+    # -- ending -----------------------------------------------------------------------------------
+
+    def revoke(self, handle_id: str, reason: str) -> bool:
+        return self._finish(handle_id, HandleState.REVOKED, reason)
+
+    def end(self, handle_id: str, reason: str) -> bool:
+        return self._finish(handle_id, HandleState.ENDED, reason)
+
+    def release(self, handle_id: str, subject: str) -> HandleRecord | None:
+        """The owner lets the handle go; None if it is not theirs. Idempotent on ended handles."""
+        record = self.get_owned(handle_id, subject)
+        if record is None:
+            return None
+        self._finish(handle_id, HandleState.RELEASED, "released by its owner")
+        return self.store.get(handle_id)
+
+    def set_policy_ids(self, handle_id: str, policy_ids: Iterable[str]) -> None:
+        self.store.set_policy_ids(handle_id, policy_ids)
+
+    def _finish(self, handle_id: str, state: HandleState, reason: str) -> bool:
+        """Close the buffer first (no write passes after this), then persist, free the window,
+        and detach from the runtime before returning. False when the handle was not live."""
+        with self.lock:
+            buffer = self._buffers.pop(handle_id, None)
+            if buffer is not None:
+                buffer.close(state.value, reason)
+            changed = self.store.finish(handle_id, state, reason)
+            if buffer is None and not changed:
+                return False
+            try:
+                self.windows.release(handle_id)
+            except Exception:  # noqa: BLE001 - the handle is ended whatever the registry says
+                log.exception("window registry release failed for %s", handle_id)
+        self._detach(handle_id)
+        if changed and self._listeners:
+            record = self.store.get(handle_id)
+            for callback in list(self._listeners):
+                try:
+                    callback(record)
+                except Exception:  # noqa: BLE001 - a listener must not undo an ended handle
+                    log.exception("handle listener failed for %s", handle_id)
+        return changed
+
+    def _detach(self, handle_id: str) -> None:
+        try:
+            self.runtime.detach(handle_id)
+        except Exception:  # noqa: BLE001 - the buffer is closed; nothing more is delivered
+            log.exception("runtime detach failed for %s", handle_id)
+
+    def shutdown(self) -> None:
+        """Process exit: buffers close with `ended`, but handles stay live in the store so that
+        the next start re-evaluates and resumes them."""
+        with self.lock:
+            for hid, buffer in list(self._buffers.items()):
+                buffer.close("shutdown", "the gateway is stopping; reconnect after its restart")
+            self._buffers.clear()
+
+
+__all__ = ["HandleService", "StalePolicies", "Runtime", "WindowRegistryLike"]

@@ -1,0 +1,42 @@
+"""`POST /explain`: what a stream request would get, without starting anything.
+
+Same body and Content-Type as a stream request (XACML XML or JSON, the user query in the
+resource Content). Answers JSON {decision, stream, warnings, plan, sql, graph, policies}; a
+denial is 403 with the XACML response; other refusals go through the error table. An NR finding
+is shown (200 with the warning) rather than refused, since explaining is the point.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flask import Blueprint, jsonify, request
+
+from pdp.http.auth import current_identity, require_identity
+from pep.core.access import SchemaLookup, decide_and_plan as default_decide_and_plan
+
+
+def explain_blueprint(get_engine: Callable[[], Any], schema_lookup: SchemaLookup,
+                      decide_and_plan: Callable[..., Any] = default_decide_and_plan) -> Blueprint:
+    bp = Blueprint("explain", __name__)
+
+    @bp.post("/explain")
+    @require_identity()
+    def explain():
+        grant = decide_and_plan(get_engine(), request.get_data(cache=False),
+                                request.headers.get("Content-Type", ""), current_identity(),
+                                schema_lookup, refuse_nr=False)
+        return jsonify(
+            decision=grant.decision.results[0].decision.value,
+            stream=grant.stream,
+            warnings=[w.to_json() for w in grant.warnings],
+            plan=grant.plan_json,
+            sql=grant.sql,
+            graph=grant.graph_json,
+            policies=sorted(grant.policy_ids),
+        )
+
+    return bp
+
+
+__all__ = ["explain_blueprint"]

@@ -1,0 +1,63 @@
+"""The Spark runtime, started on first use.
+
+The SparkSession takes seconds to start, and a gateway with no live handle need not pay for it
+before the first request: `LazyRuntime` creates the session and the `StreamRuntime` the first
+time a handle attaches (or at once, when the gateway asks for it at start-up). This module
+imports no Spark itself; the factory does, when it is called.
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+
+class LazyRuntime:
+    """Creates the runtime on first use; `stop()` stops what it created."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self._factory = factory
+        self._runtime: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def started(self) -> bool:
+        return self._runtime is not None
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._runtime is None:
+                self._runtime = self._factory()
+            return self._runtime
+
+    def attach(self, handle_id, stream, plan, deliver) -> None:
+        self.get().attach(handle_id, stream, plan, deliver)
+
+    def detach(self, handle_id) -> None:
+        if self._runtime is not None:
+            self._runtime.detach(handle_id)
+
+    def stats(self) -> dict:
+        return self._runtime.stats() if self._runtime is not None else {}
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._runtime is not None:
+                self._runtime.stop()
+
+
+def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float = 0.25
+                          ) -> Callable[[], Any]:
+    """A factory for `LazyRuntime`: a SparkSession on `master` and a StreamRuntime over it."""
+
+    def build() -> Any:
+        from pep.runtime.runtime import StreamRuntime
+        from pep.runtime.session import create_spark_session
+
+        spark = create_spark_session(master=master)
+        return StreamRuntime(spark, work_dir, trigger_interval=trigger_interval)
+
+    return build
+
+
+__all__ = ["LazyRuntime", "spark_runtime_factory"]

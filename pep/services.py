@@ -1,0 +1,190 @@
+"""The one place that builds every service of a gateway and wires them together.
+
+Read `build_services` top to bottom to see the whole gateway: what exists, what it is built
+from, and who listens to whom, in the order it happens. Everything else receives what it needs
+as arguments; nothing else constructs a service or subscribes to an event. (OPA's
+`runtime/runtime.go` plays this role there.)
+
+Files under `config.data_dir`: `policies.db` (policy store), `streams.db` (catalogue),
+`handles.db` (handles), `streams/<name>/ingest/` (ingested JSON lines), `runtime/` (the Spark
+runtime's work directory), `auth.json` (demo tokens, when no auth file is given).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pdp import (ManagePolicy, PolicyEvents, PolicyService, PolicyStore, SQLitePolicyStore,
+                 StoredPolicy, TokenAuthenticator, seed_store)
+from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
+from pep.core.access import Grant, decide_and_plan
+from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS
+from pep.handles.one_window import WindowRegistry
+from pep.handles.records import HandleStore, new_handle_id
+from pep.handles.revocation import RevocationService, policies_mention_time
+from pep.handles.service import HandleService
+from pep.invalidation.hub import InvalidationHub
+from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
+from pep.streams.catalog import StreamCatalog, seed_streams
+from pep.streams.ownership import stream_owner_rule
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GatewayServices:
+    """Every long-lived part of one gateway process; the HTTP edge only reads these."""
+
+    config: GatewayConfig
+    authenticator: TokenAuthenticator
+    store: PolicyStore
+    events: PolicyEvents
+    policies: PolicyService
+    catalog: StreamCatalog
+    runtime: Any
+    handle_store: HandleStore
+    windows: WindowRegistry
+    handles: HandleService
+    revocation: RevocationService
+    invalidation: InvalidationHub
+    # decide and plan one access request (the XACML request, the identity, the user query)
+    decide_and_plan: Callable[..., Grant]
+    # who may manage which policy; read on every call, so an embedder may replace it
+    may_manage: ManagePolicy
+    seeded: list[StoredPolicy] = field(default_factory=list)
+    demo_auth_created: bool = False
+    resumed: list[str] = field(default_factory=list)  # handles resumed at start
+    ended: list[str] = field(default_factory=list)  # handles that could not be resumed
+    _unsubscribe: list[Callable[[], None]] = field(default_factory=list)
+    _stream_side_closed: bool = False
+
+    def close_stream_side(self) -> None:
+        """Stop re-evaluation, close readers (final `shutdown` event; handles stay live for the
+        next start), stop the runtime, close the stream-side databases. Idempotent.
+
+        Must run before the HTTP server stops: the server waits for its streaming workers, and
+        those finish only when their handle buffers close."""
+        if self._stream_side_closed:
+            return
+        self._stream_side_closed = True
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self.revocation.stop()
+        self.handles.shutdown()
+        try:
+            self.runtime.stop()
+        except Exception:  # noqa: BLE001 - closing must go on
+            log.exception("stopping the stream runtime failed")
+        self.handle_store.close()
+        self.catalog.close()
+
+    def close(self) -> None:
+        self.close_stream_side()
+        self.invalidation.close()
+        self.store.close()
+
+
+def build_services(config: GatewayConfig, *, runtime: Any = None,
+                   invalidation: InvalidationHub | None = None,
+                   buffer_rows: int = DEFAULT_MAX_ROWS,
+                   buffer_bytes: int = DEFAULT_MAX_BYTES) -> GatewayServices:
+    """Build, wire and start a gateway's services from its configuration.
+
+    `runtime` replaces the Spark runtime (tests, embedding); by default Spark starts lazily with
+    the first handle, or now when `config.start_spark` is set (`xsg serve`). `invalidation`
+    replaces the hub that caching proxies follow."""
+    # Identity.
+    ensure_data_dir(config)
+    demo_auth_created = ensure_demo_auth_file(config)
+    authenticator = TokenAuthenticator.from_file(config.effective_auth_file)
+
+    # Policies: the store (seeded once, when empty), the events, the service over both.
+    store = SQLitePolicyStore(config.store_path)
+    try:
+        seeded = []
+        if config.policies_dir is not None:
+            seeded = seed_store(store, config.policies_dir, owner=config.seed_owner,
+                                root_combining_alg=config.root_combining_alg,
+                                root_policy_id=config.root_policy_id)
+        events = PolicyEvents()
+        policies = PolicyService(store, events, root_combining_alg=config.root_combining_alg,
+                                 root_policy_id=config.root_policy_id)
+    except BaseException:
+        store.close()
+        raise
+
+    # Streams: the catalogue (seeded once, when empty) and the runtime that runs them.
+    data_dir = Path(config.data_dir)
+    catalog = StreamCatalog(data_dir / "streams.db", data_dir)
+    if config.policies_dir is not None:
+        seed_streams(catalog, Path(config.policies_dir) / "streams.json")
+    if runtime is None:
+        runtime = LazyRuntime(spark_runtime_factory(config.spark_master, data_dir / "runtime",
+                                                    config.trigger_interval))
+
+    # Access requests: decided and planned the same way when opened and when re-decided.
+    plan_access = functools.partial(decide_and_plan,
+                                    time_attribute_lookup=catalog.time_attribute)
+
+    # Handles, the one-window rule, and revocation.
+    handle_store = HandleStore(data_dir / "handles.db")
+    windows = WindowRegistry(new_handle_id=new_handle_id)
+    handles = HandleService(handle_store, catalog.get, runtime, windows, buffer_rows,
+                            buffer_bytes)
+    revocation = RevocationService(
+        handles, engine=lambda: policies.engine, decide_and_plan=plan_access,
+        schema_lookup=catalog.schema, identity_lookup=_identity_lookup(authenticator),
+        time_sensitive=lambda: policies_mention_time(policies),
+        interval=config.reevaluation_interval)
+
+    # Caching proxies follow this hub.
+    hub = invalidation or InvalidationHub(secret=config.proxy_secret,
+                                          proxy_token=config.proxy_token)
+
+    services = GatewayServices(
+        config=config, authenticator=authenticator, store=store, events=events,
+        policies=policies, catalog=catalog, runtime=runtime, handle_store=handle_store,
+        windows=windows, handles=handles, revocation=revocation, invalidation=hub,
+        decide_and_plan=plan_access, may_manage=stream_owner_rule(catalog.get),
+        seeded=seeded, demo_auth_created=demo_auth_created)
+
+    # Who listens to whom, in the order they are called:
+    # 1. a policy change re-decides the live handles first (they are revoked before the PAP
+    #    call returns) ...
+    services._unsubscribe.append(events.subscribe(revocation.on_policy_change))
+    # 2. ... then proxies hear of the change (and flush what it may affect);
+    services._unsubscribe.append(hub.follow_policy_events(events))
+    # 3. every handle that ends (revoked, released, ended) is published to proxies, after its
+    #    state is persisted.
+    handles.add_listener(lambda record: hub.publish(
+        f"handle-{record.state.value}", [record.id], subject=record.subject,
+        stream=record.stream))
+
+    # Start: Spark now if asked (`xsg serve` pays the session's start-up before the first
+    # request), the handles of the previous run re-decided and resumed or ended, and the
+    # re-evaluation timer of time-dependent grants.
+    if config.start_spark and isinstance(runtime, LazyRuntime):
+        runtime.get()
+    services.resumed, services.ended = revocation.restore_all()
+    revocation.start()
+    return services
+
+
+def _identity_lookup(authenticator: Any) -> Callable[[str], Any] | None:
+    """Find a subject's current identity (roles may have changed since the handle opened)."""
+    if authenticator is None or not hasattr(authenticator, "identities"):
+        return None
+
+    def lookup(subject: str) -> Any:
+        for identity in authenticator.identities:
+            if identity.subject == subject:
+                return identity
+        return None
+
+    return lookup
+
+
+__all__ = ["GatewayServices", "build_services"]

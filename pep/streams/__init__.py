@@ -1,0 +1,1 @@
+"""The stream catalogue: which streams exist, their schemas and owners, and the owner's ingest."""

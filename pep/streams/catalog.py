@@ -1,0 +1,253 @@
+"""The stream catalogue: which streams exist, who owns them, and the owner's record ingest.
+
+A stream is registered once (name, schema, source, event-time attribute) and persisted in SQLite,
+so a restart keeps it. The owner of a stream is the authenticated subject that registered it.
+
+Ingest (`append_records`) is the HTTP way for an owner to feed an `ingest` stream. A batch is all
+or nothing: every line is validated against the schema before anything is written, the batch is
+written to a hidden temporary file in the stream's ingest directory (Spark's file source skips
+names starting with `.`) and renamed into place with `os.replace`, so Spark never sees half a
+batch. Each record gets `_xsg_seq`, a per-stream, strictly increasing integer that the runtime
+uses to order tuples for tuple windows (the file source does not keep arrival order within a
+micro-batch); the counter is persisted in the same database, so it keeps increasing after a
+restart.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pdp.db import Database
+from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
+from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
+from pep.streams.definition import (SEQ_FIELD, STREAM_NAME, InvalidStream, StreamConflict,
+                                    StreamNotFound, describe, parse_schema, parse_source)
+from pep.streams.records import DEFAULT_MAX_LINES, BatchTooLarge, validate_records
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+_SCHEMA = ("CREATE TABLE IF NOT EXISTS streams ("
+           " name TEXT PRIMARY KEY COLLATE NOCASE, owner TEXT NOT NULL,"
+           " schema_json TEXT NOT NULL, source_json TEXT NOT NULL, time_attribute TEXT,"
+           " created_at TEXT NOT NULL, next_seq INTEGER NOT NULL DEFAULT 1)")
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    definition: StreamDefinition
+    created_at: str
+    next_seq: int
+
+
+class StreamCatalog:
+    """Registered streams in SQLite, plus the ingest directory of each `ingest` stream."""
+
+    def __init__(self, db_path: str | Path, data_dir: str | Path,
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 max_lines: int = DEFAULT_MAX_LINES) -> None:
+        self.db_path = Path(db_path)
+        self.data_dir = Path(data_dir)
+        self.max_body_bytes = max_body_bytes
+        self.max_lines = max_lines
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._ingest_locks: dict[str, threading.Lock] = {}
+        self._db = Database(self.db_path, _SCHEMA)
+        self._lock = self._db.lock
+
+    def close(self) -> None:
+        self._db.close()
+
+    def ingest_dir(self, name: str) -> Path:
+        return self.data_dir / "streams" / name / "ingest"
+
+    # -- registration ---------------------------------------------------------------------------
+
+    def register(self, name: str, owner: str, schema: Any, source: Any = None,
+                 time_attribute: str | None = None, *, trusted: bool = False) -> StreamDefinition:
+        """Register a stream; InvalidStream, SourceNotPermitted (privileged source) or
+        StreamConflict (exists).
+
+        `schema` may be omitted (None) for a generator source, which then uses its built-in one.
+        """
+        if not isinstance(name, str) or not STREAM_NAME.fullmatch(name):
+            raise InvalidStream(f"stream name must match {STREAM_NAME.pattern}, got {name!r}")
+        if not isinstance(owner, str) or not owner:
+            raise InvalidStream("a stream needs an owner")
+        spec = parse_source(source, self.ingest_dir(name), trusted)
+        if spec.kind == "generator":
+            builtin = BUILTIN_SCHEMAS[spec.option("schema") or ""]
+            if schema is None:
+                schema = builtin
+                time_attribute = time_attribute or BUILTIN_TIME_ATTRIBUTES[spec.option("schema")]
+            parsed = parse_schema(schema)
+            if parsed != builtin:
+                raise InvalidStream(f"a {spec.option('schema')} generator produces its built-in "
+                                    "schema; omit 'schema' or give exactly that one")
+        else:
+            parsed = parse_schema(schema)
+        if time_attribute is not None:
+            if not isinstance(time_attribute, str):
+                raise InvalidStream("time_attribute must be a field name")
+            f = parsed.lookup(time_attribute)
+            if f is None:
+                raise InvalidStream(f"time_attribute {time_attribute!r} is not in the schema")
+            if f.type not in ("timestamp", "double", "long"):
+                raise InvalidStream(f"time_attribute {f.name!r} must be a timestamp or a "
+                                    f"number of epoch seconds, not {f.type}")
+            time_attribute = f.name
+        definition = StreamDefinition(name, owner, parsed, spec, time_attribute)
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        with self._db.transaction() as db:
+            if db.execute("SELECT 1 FROM streams WHERE name = ?", (name,)).fetchone():
+                raise StreamConflict(f"stream {name!r} already exists")
+            db.execute(
+                "INSERT INTO streams (name, owner, schema_json, source_json, time_attribute,"
+                " created_at, next_seq) VALUES (?, ?, ?, ?, ?, ?, 1)",
+                (name, owner, json.dumps([[f.name, f.type] for f in parsed.fields]),
+                 json.dumps([spec.kind, [list(o) for o in spec.options]]), time_attribute, now))
+            if spec.kind == "ingest":
+                self.ingest_dir(name).mkdir(parents=True, exist_ok=True)
+        return definition
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _entry(row: tuple) -> StreamEntry:
+        name, owner, schema_json, source_json, time_attribute, created_at, next_seq = row
+        schema = StreamSchema(tuple(Field(n, t) for n, t in json.loads(schema_json)))
+        kind, options = json.loads(source_json)
+        source = SourceSpec(kind, tuple((k, v) for k, v in options))
+        return StreamEntry(StreamDefinition(name, owner, schema, source, time_attribute),
+                           created_at, next_seq)
+
+    _COLUMNS = "name, owner, schema_json, source_json, time_attribute, created_at, next_seq"
+
+    def entry(self, name: str) -> StreamEntry | None:
+        if not isinstance(name, str):
+            return None
+        row = self._db.fetchone(f"SELECT {self._COLUMNS} FROM streams WHERE name = ?", (name,))
+        return self._entry(row) if row else None
+
+    def get(self, name: str) -> StreamDefinition | None:
+        """The stream, looked up case-insensitively, or None."""
+        e = self.entry(name)
+        return e.definition if e else None
+
+    def schema(self, name: str) -> StreamSchema | None:
+        """The schema of the stream spelled exactly `name` (the request processor's lookup: a
+        plan must carry the registered spelling, which the runtime checks)."""
+        d = self.get(name)
+        return d.schema if d is not None and d.name == name else None
+
+    def time_attribute(self, name: str) -> str | None:
+        d = self.get(name)
+        return d.time_attribute if d is not None and d.name == name else None
+
+    def all(self) -> list[StreamEntry]:
+        rows = self._db.fetchall(f"SELECT {self._COLUMNS} FROM streams ORDER BY name")
+        return [self._entry(r) for r in rows]
+
+    def list_visible(self, identity: Any) -> list[dict]:
+        """Every stream, described for this caller (see the module docstring for who sees what)."""
+        return [describe(e.definition, e.created_at,
+                         show_source=bool(identity.admin) or e.definition.owner == identity.subject)
+                for e in self.all()]
+
+    # -- ingest -----------------------------------------------------------------------------------
+
+    def _ingest_lock(self, name: str) -> threading.Lock:
+        with self._lock:
+            return self._ingest_locks.setdefault(name.lower(), threading.Lock())
+
+    def append_records(self, name: str, body: bytes) -> int:
+        """Validate and append a batch of JSON lines; returns how many records were written.
+
+        All or nothing: a RecordError (BatchTooLarge for a batch over the limits) leaves no file
+        and no sequence numbers used.
+        """
+        entry = self.entry(name)
+        if entry is None:
+            raise StreamNotFound(f"no stream named {name!r}")
+        d = entry.definition
+        if d.source.kind != "ingest":
+            raise StreamConflict(f"stream {d.name!r} reads from a {d.source.kind} source; "
+                                 "records can only be appended to an 'ingest' stream")
+        if len(body) > self.max_body_bytes:
+            raise BatchTooLarge(f"batch of {len(body)} bytes is over the limit of "
+                                f"{self.max_body_bytes}")
+        records = validate_records(d.schema, body, d.time_attribute, self.max_lines)
+        if not records:
+            return 0
+        directory = self.ingest_dir(d.name)
+        directory.mkdir(parents=True, exist_ok=True)
+        with self._ingest_lock(d.name):
+            tmp = directory / f".incoming-{secrets.token_hex(8)}.json.tmp"
+            with self._db.transaction() as db:
+                (first,) = db.execute("SELECT next_seq FROM streams WHERE name = ?",
+                                      (d.name,)).fetchone()
+                lines = []
+                for i, r in enumerate(records):
+                    r[SEQ_FIELD] = first + i
+                    lines.append(json.dumps(r, separators=(",", ":"), ensure_ascii=False))
+                data = ("\n".join(lines) + "\n").encode("utf-8")
+                final = directory / f"{first:020d}-{secrets.token_hex(4)}.json"
+                try:
+                    with open(tmp, "wb") as f:
+                        f.write(data)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    db.execute("UPDATE streams SET next_seq = ? WHERE name = ?",
+                               (first + len(records), d.name))
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    raise
+            # The counter is committed before the file appears: a crash in between wastes
+            # sequence numbers (harmless) but can never reuse one.
+            try:
+                os.replace(tmp, final)
+            finally:
+                tmp.unlink(missing_ok=True)
+            _fsync_dir(directory)
+        return len(records)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def seed_streams(catalog: StreamCatalog, path: Path) -> list[str]:
+    """Register the example streams of `path` (policies/streams.json) into an empty catalogue.
+
+    Like the policy seeding, it happens once: a catalogue that has ever held a stream is left
+    alone, so an owner's deletions and changes survive restarts. Returns the names registered."""
+    if not path.is_file() or catalog.all():
+        return []
+    names = []
+    for entry in json.loads(path.read_text(encoding="utf-8")):
+        catalog.register(entry["name"], entry["owner"], entry.get("schema"), entry.get("source"),
+                         entry.get("time_attribute"), trusted=True)
+        names.append(entry["name"])
+    log.info("seeded the stream catalogue with %s from %s", ", ".join(names), path)
+    return names
+
+
+__all__ = ["StreamCatalog", "StreamEntry", "seed_streams", "DEFAULT_MAX_BODY_BYTES"]

@@ -1,0 +1,54 @@
+"""Stream owners manage the policies of their own streams, and nothing else.
+
+Administrators manage every policy. Anyone else may add, replace, delete, read or list a policy
+only when the policy is provably confined to streams that the caller owns: its top-level Target
+must require the resource-id (category resource, string-equal, MustBePresent="false") to be one
+of the caller's streams, spelled exactly as registered (`pdp.policy_scope` says why that is
+enough: such a policy is NotApplicable to every other stream, whatever its rules). Replacing or
+deleting a policy judges the stored current version as well as the new one, so an owner cannot
+take over another's policy by writing a confined version over it.
+
+The rule is judged again on every call against the live catalogue, not remembered.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pdp import (RESOURCE_ID, Identity, ManagedPolicy, PolicyInfo, Veto, confined_resource_ids,
+                 may_manage_policy)
+from pep.core.plan import StreamDefinition
+
+StreamLookup = Callable[[str], "StreamDefinition | None"]
+
+UNCONFINED = ("its top-level <Target> must confine it to your streams: an <AnyOf> in which every "
+              "<AllOf> has a string-equal <Match> of a string literal against the resource's "
+              f"{RESOURCE_ID} (category resource, MustBePresent=\"false\"), and no policy "
+              "references")
+
+
+def stream_owner_rule(lookup: StreamLookup) -> Callable[[Identity, PolicyInfo], bool | Veto]:
+    """The gateway's `may_manage`: administrators always, owners for policies confined to their
+    streams. `lookup(name)` is the catalogue's `get` (a StreamDefinition with `.owner`)."""
+
+    def may_manage(identity: Identity, info: PolicyInfo) -> bool | Veto:
+        if may_manage_policy(identity, info):
+            return True
+        data = info.data if isinstance(info, ManagedPolicy) else None
+        if not data:
+            return Veto("only administrators manage policies whose document is not at hand")
+        streams = confined_resource_ids(data)
+        if streams is None:
+            return Veto(f"policy {info.id!r} is not confined to streams you own; {UNCONFINED}")
+        if not streams:
+            return Veto(f"policy {info.id!r} names no stream in its target")
+        for name in sorted(streams):
+            stream = lookup(name)
+            if stream is None or stream.name != name:
+                return Veto(f"policy {info.id!r} is about {name!r}, which is not a registered "
+                            "stream (names are matched exactly)")
+            if stream.owner != identity.subject:
+                return Veto(f"policy {info.id!r} is about stream {name!r}, which "
+                            f"{identity.subject!r} does not own")
+        return True
+
+    return may_manage

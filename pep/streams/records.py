@@ -1,0 +1,177 @@
+"""Records an owner appends to an `ingest` stream: parsed and checked against the schema.
+
+Every line of a batch is checked before anything is written (the catalogue writes all or
+nothing); every error names the line (1-based, blank lines counted) and, when known, the field.
+"""
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+from pep.core.errors import InvalidInput, TooLarge
+from pep.core.plan import StreamSchema
+from pep.streams.definition import StreamError
+
+DEFAULT_MAX_LINES = 100_000
+MAX_STRING_CHARS = 65_536
+LONG_MIN, LONG_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+class RecordError(StreamError, InvalidInput):
+    """A batch of records was rejected; names the line (1-based) and, when known, the field."""
+
+    def __init__(self, message: str, line: int | None = None, field: str | None = None) -> None:
+        where = ", ".join(p for p in (f"line {line}" if line else "",
+                                      f"field {field!r}" if field else "") if p)
+        super().__init__(f"{where}: {message}" if where else message, line=line, field=field)
+        self.line = line
+        self.field = field
+        self.detail = message
+
+
+class BatchTooLarge(RecordError, TooLarge):
+    """A batch over the size or line limits."""
+
+
+class _BadJson(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    raise _BadJson(f"{name} is not a JSON number")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise _BadJson(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+            dict: "object"}.get(type(value), type(value).__name__)
+
+
+def normalise_timestamp(value: Any) -> str:
+    """ISO-8601 text or epoch seconds -> ISO-8601 UTC with microseconds (`...Z`), the one form
+    the runtime reads. Naive text is taken as UTC."""
+    if isinstance(value, bool):
+        raise ValueError("expected an ISO-8601 timestamp or epoch seconds, found boolean")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError("timestamp must be finite")
+        try:
+            ts = datetime.fromtimestamp(value, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            raise ValueError(f"epoch seconds {value!r} out of range") from None
+    elif isinstance(value, str):
+        if len(value) > 64:
+            raise ValueError("timestamp text is too long")
+        try:
+            ts = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"{value!r} is not an ISO-8601 timestamp") from None
+        ts = ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+    else:
+        raise ValueError(f"expected an ISO-8601 timestamp or epoch seconds, "
+                         f"found {_type_name(value)}")
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _check_value(ftype: str, value: Any) -> Any:
+    """The value as written to the ingest file, or ValueError saying what is wrong."""
+    if ftype == "double":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"expected a number, found {_type_name(value)}")
+        try:
+            out = float(value)
+        except OverflowError:
+            raise ValueError("number out of range for a double") from None
+        if not math.isfinite(out):
+            raise ValueError("number out of range for a double")
+        return out
+    if ftype == "long":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected an integer, found {_type_name(value)}")
+        if not LONG_MIN <= value <= LONG_MAX:
+            raise ValueError("integer out of range for a 64-bit long")
+        return value
+    if ftype == "string":
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, found {_type_name(value)}")
+        if len(value) > MAX_STRING_CHARS:
+            raise ValueError(f"string longer than {MAX_STRING_CHARS} characters")
+        return value
+    if ftype == "boolean":
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, found {_type_name(value)}")
+        return value
+    return normalise_timestamp(value)
+
+
+def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | None = None,
+                     max_lines: int = DEFAULT_MAX_LINES) -> list[dict]:
+    """Parse and check JSON lines against the schema; raises RecordError at the first problem.
+
+    Every field of the schema must be present in every record (field names match
+    case-insensitively and are written with the schema's spelling). A value may be `null`
+    (a sensor without a reading), except the event-time attribute, which orders the stream.
+    Blank lines are skipped but counted, so line numbers match the client's file.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = body[: exc.start].count(b"\n") + 1
+        raise RecordError(f"not valid UTF-8 (byte {exc.start})", line=line) from None
+    lines = text.split("\n")
+    if len(lines) > max_lines + 1 or (len(lines) == max_lines + 1 and lines[-1].strip()):
+        raise BatchTooLarge(f"more than {max_lines} lines in one batch")
+    by_lower = {f.name.lower(): f for f in schema.fields}
+    time_key = time_attribute.lower() if time_attribute else None
+    records = []
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line, parse_constant=_reject_constant,
+                             object_pairs_hook=_no_duplicates)
+        except _BadJson as exc:
+            raise RecordError(f"bad JSON: {exc}", line=number) from None
+        except json.JSONDecodeError as exc:
+            raise RecordError(f"bad JSON: {exc.msg} at column {exc.colno}", line=number) from None
+        except (ValueError, RecursionError) as exc:
+            raise RecordError(f"bad JSON: {str(exc)[:200]}", line=number) from None
+        if not isinstance(obj, dict):
+            raise RecordError(f"expected a JSON object, found {_type_name(obj)}", line=number)
+        record: dict[str, Any] = {}
+        for key, value in obj.items():
+            f = by_lower.get(key.lower())
+            if f is None:
+                raise RecordError("unknown field (not in the stream's schema)", line=number,
+                                  field=key[:100])
+            if f.name in record:
+                raise RecordError("field given twice (names are case-insensitive)", line=number,
+                                  field=f.name)
+            if value is None:
+                if f.name.lower() == time_key:
+                    raise RecordError("the event-time attribute may not be null", line=number,
+                                      field=f.name)
+                record[f.name] = None
+                continue
+            try:
+                record[f.name] = _check_value(f.type, value)
+            except ValueError as exc:
+                raise RecordError(str(exc), line=number, field=f.name) from None
+        for f in schema.fields:
+            if f.name not in record:
+                raise RecordError("missing required field", line=number, field=f.name)
+        records.append(record)
+    return records

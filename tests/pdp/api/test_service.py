@@ -1,0 +1,155 @@
+"""PolicyService without HTTP: compile first, commit, swap, emit; readers never see half a change."""
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from pdp.auth import Identity
+from pdp import bind_subject
+from pdp.errors import PolicyLoadError
+from pdp.events import PolicyEvents
+from pdp.request import parse_request
+from pdp.service import PolicyIdMismatchError, PolicyService, seed_store
+from pdp.store import PolicyExistsError, PolicyNotFoundError, SQLitePolicyStore
+from tests.pdp.api.conftest import POLICIES, simple_policy, xml_request
+
+XML = "application/xacml+xml"
+
+
+@pytest.fixture
+def service(tmp_path):
+    store = SQLitePolicyStore(tmp_path / "p.db")
+    svc = PolicyService(store, PolicyEvents())
+    yield svc
+    store.close()
+
+
+def decision(svc, subject, resource):
+    return svc.decide(parse_request(xml_request(subject, resource), XML)).results[0].decision.value
+
+
+def test_lifecycle_and_events(service, caplog):
+    seen = []
+
+    def bad_subscriber(change):
+        raise RuntimeError("bad subscriber")
+
+    service.events.subscribe(bad_subscriber)
+    service.events.subscribe(seen.append)
+    with caplog.at_level(logging.ERROR):
+        added = service.add(simple_policy("urn:t:a", "r1", "u"), owner="nea")
+        assert decision(service, "u", "r1") == "Permit"
+        service.update("urn:t:a", simple_policy("urn:t:a", "r1", "u", "Deny", "1.1"), owner="nea")
+        assert decision(service, "u", "r1") == "Deny"
+        # only the new version is live, not both
+        assert list(service.engine.policies) == ["urn:t:a"]
+        service.delete("urn:t:a", owner="admin2")
+    assert decision(service, "u", "r1") == "NotApplicable"
+    assert added.store_version == 1
+    assert [(c.kind, c.version, c.owner, c.store_version) for c in seen] == [
+        ("added", "1.0", "nea", 1), ("updated", "1.1", "nea", 2), ("deleted", "1.1", "admin2", 3)]
+    failures = [r for r in caplog.records if r.name == "pdp.events" and r.exc_info]
+    assert len(failures) == 3  # logged each time, and every write still committed
+
+
+def test_refused_changes_leave_store_and_engine_alone(service):
+    service.add(simple_policy("urn:t:a", "r1", "u"), owner="nea")
+    engine = service.engine
+    with pytest.raises(PolicyExistsError):
+        service.add(simple_policy("urn:t:a", "r1", "u"), owner="nea")
+    with pytest.raises(PolicyLoadError):
+        service.add(b"<Policy", owner="nea")
+    with pytest.raises(PolicyIdMismatchError):
+        service.update("urn:t:a", simple_policy("urn:t:b"), owner="nea")
+    with pytest.raises(PolicyNotFoundError):
+        service.update("urn:t:zzz", simple_policy("urn:t:zzz"), owner="nea")
+    with pytest.raises(PolicyNotFoundError):
+        service.delete("urn:t:zzz", owner="nea")
+    assert service.engine is engine and service.store.store_version() == 1
+
+
+def test_store_failure_keeps_the_old_engine(service, monkeypatch):
+    service.add(simple_policy("urn:t:a", "r1", "u"), owner="nea")
+    engine = service.engine
+
+    def broken_put(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(service.store, "put", broken_put)
+    with pytest.raises(OSError):
+        service.add(simple_policy("urn:t:b", "r2", "u"), owner="nea")
+    assert service.engine is engine and "urn:t:b" not in service.engine.policies
+
+
+def test_readers_see_whole_engines_during_writes(service):
+    service.add(simple_policy("urn:t:a", "r1", "u"), owner="nea")
+    stop = threading.Event()
+    seen, errors = set(), []
+
+    def reader():
+        ctx = parse_request(xml_request("u", "r1"), XML)
+        while not stop.is_set():
+            try:
+                seen.add(service.decide(ctx).results[0].decision.value)
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for i in range(15):
+        service.update("urn:t:a", simple_policy("urn:t:a", "r1", "u",
+                                                "Deny" if i % 2 else "Permit", f"1.{i + 1}"), "nea")
+    service.delete("urn:t:a", "nea")
+    stop.set()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert seen <= {"Permit", "Deny", "NotApplicable"} and "Permit" in seen
+
+
+def test_root_policy_set_and_algorithm(tmp_path):
+    store = SQLitePolicyStore(tmp_path / "p.db")
+    root = b"""<PolicySet xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
+      PolicySetId="urn:t:root" Version="1.0"
+      PolicyCombiningAlgId="urn:oasis:names:tc:xacml:3.0:policy-combining-algorithm:permit-overrides">
+      <Target/><PolicyIdReference>urn:t:deny</PolicyIdReference>
+      <PolicyIdReference>urn:t:permit</PolicyIdReference></PolicySet>"""
+    store.put_all([("urn:t:deny", "1.0", "s", simple_policy("urn:t:deny", "r", "u", "Deny"), False),
+                   ("urn:t:permit", "1.0", "s", simple_policy("urn:t:permit", "r", "u"), False),
+                   ("urn:t:root", "1.0", "s", root, True)])
+    by_root = PolicyService(store, root_policy_id="urn:t:root")
+    assert decision(by_root, "u", "r") == "Permit"  # the root set's permit-overrides decides
+    assert decision(PolicyService(store), "u", "r") == "Deny"  # default deny-overrides
+    assert decision(PolicyService(store, root_combining_alg="permit-overrides"), "u", "r") == "Permit"
+    # deleting a policy the root still references is refused, nothing changes
+    with pytest.raises(PolicyLoadError):
+        by_root.delete("urn:t:permit", "nea")
+    assert store.store_version() == 3 and decision(by_root, "u", "r") == "Permit"
+    with pytest.raises(PolicyLoadError):
+        PolicyService(store, root_policy_id="urn:t:absent")
+    store.close()
+
+
+def test_seed_is_all_or_nothing_and_only_into_an_empty_store(tmp_path):
+    store = SQLitePolicyStore(tmp_path / "p.db")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "ok.xml").write_bytes(simple_policy("urn:t:ok"))
+    (bad / "broken.xml").write_bytes(simple_policy("urn:t:broken").replace(b"string-equal", b"nope"))
+    with pytest.raises(PolicyLoadError) as err:
+        seed_store(store, bad, owner="seed")
+    assert "broken.xml" in str(err.value)
+    assert store.is_empty()
+    assert len(seed_store(store, POLICIES, owner="seed")) == 3
+    assert seed_store(store, POLICIES, owner="seed") == []
+    store.close()
+
+
+def test_identity_without_roles_binds_an_empty_role_bag(service):
+    service.add(simple_policy("urn:t:a", "r1", "u"), owner="nea")
+    ctx = parse_request(xml_request("someone-else", "r1"), XML)
+    result = service.decide(bind_subject(ctx, Identity("u"))).results[0]
+    assert result.decision.value == "Permit"

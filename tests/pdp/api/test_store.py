@@ -1,0 +1,202 @@
+"""The SQLite policy store: versions, history, restart, crash safety, threads."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from pdp.store import (PolicyExistsError, PolicyNotFoundError, SQLitePolicyStore, StoreError)
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = SQLitePolicyStore(tmp_path / "policies.db")
+    yield s
+    s.close()
+
+
+def test_put_get_list_and_versions(store):
+    assert store.is_empty() and store.store_version() == 0
+    a1 = store.put("a", "1.0", "nea", b"<a1/>", must_exist=False)
+    b1 = store.put("b", "1.0", "nea", b"<b1/>", is_policy_set=True, must_exist=False)
+    a2 = store.put("a", "2.0", "admin2", b"<a2/>", must_exist=True)
+    assert (a1.store_version, b1.store_version, a2.store_version) == (1, 2, 3)
+    assert store.store_version() == 3
+    assert store.get("a").data == b"<a2/>" and store.get("a").owner == "admin2"
+    assert store.get("a", version="1.0").data == b"<a1/>"
+    assert store.get("a", store_version=1).data == b"<a1/>"
+    assert store.get("b").is_policy_set is True
+    assert [p.policy_id for p in store.list()] == ["a", "b"]
+    assert [h.version for h in store.history("a")] == ["1.0", "2.0"]
+    with pytest.raises(PolicyNotFoundError):
+        store.get("a", store_version=2)  # store version 2 belongs to b
+    with pytest.raises(PolicyNotFoundError):
+        store.get("a", version="9.9")
+
+
+def test_create_and_update_guards(store):
+    store.put("a", "1.0", "nea", b"<a/>", must_exist=False)
+    with pytest.raises(PolicyExistsError):
+        store.put("a", "1.1", "nea", b"<a2/>", must_exist=False)
+    with pytest.raises(PolicyNotFoundError):
+        store.put("zzz", "1.0", "nea", b"<z/>", must_exist=True)
+    assert store.store_version() == 1  # refused writes leave no trace
+
+
+def test_delete_is_a_tombstone_and_keeps_history(store):
+    store.put("a", "1.0", "nea", b"<a1/>")
+    tomb = store.delete("a", "nea")
+    assert tomb.deleted and tomb.store_version == 2
+    assert store.list() == []
+    with pytest.raises(PolicyNotFoundError):
+        store.get("a")
+    history = store.history("a")
+    assert [(h.store_version, h.deleted) for h in history] == [(1, False), (2, True)]
+    assert store.get("a", store_version=1).data == b"<a1/>"
+    with pytest.raises(PolicyNotFoundError):
+        store.delete("a", "nea")
+    # the id can be reused after a delete
+    store.put("a", "3.0", "nea", b"<a3/>", must_exist=False)
+    assert store.get("a").version == "3.0" and not store.is_empty()
+
+
+def test_restart_keeps_everything(tmp_path):
+    path = tmp_path / "p.db"
+    s = SQLitePolicyStore(path)
+    s.put("a", "1.0", "nea", b"<a1/>")
+    s.put("a", "2.0", "nea", b"<a2/>")
+    s.put("b", "1.0", "nea", b"<b/>")
+    s.delete("b", "nea")
+    s.close()
+    s2 = SQLitePolicyStore(path)
+    try:
+        assert [p.policy_id for p in s2.list()] == ["a"]
+        assert s2.get("a").data == b"<a2/>"
+        assert len(s2.history("a")) == 2 and s2.history("b")[-1].deleted
+        assert s2.store_version() == 4
+        assert s2.put("c", "1.0", "nea", b"<c/>").store_version == 5
+    finally:
+        s2.close()
+
+
+def test_wal_and_full_sync(store):
+    assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+
+
+def test_exception_inside_the_write_rolls_back(tmp_path):
+    class Failing(SQLitePolicyStore):
+        def _set_current(self, cur, policy_id, store_version):
+            super()._set_current(cur, policy_id, store_version)
+            raise RuntimeError("crash between the two steps of a write")
+
+    path = tmp_path / "p.db"
+    good = SQLitePolicyStore(path)
+    good.put("a", "1.0", "nea", b"<a1/>")
+    good.close()
+    bad = Failing(path)
+    with pytest.raises(RuntimeError):
+        bad.put("a", "2.0", "nea", b"<a2/>")
+    with pytest.raises(RuntimeError):
+        bad.delete("a", "nea")
+    with pytest.raises(RuntimeError):
+        bad.put_all([("x", "1.0", "nea", b"<x/>", False), ("y", "1.0", "nea", b"<y/>", False)])
+    # the same connection is still usable and shows the previous state
+    assert bad.get("a").data == b"<a1/>" and bad.store_version() == 1
+    bad.close()
+    again = SQLitePolicyStore(path)
+    assert [p.policy_id for p in again.list()] == ["a"] and again.get("a").version == "1.0"
+    assert again.store_version() == 1
+    again.close()
+
+
+def test_put_all_is_all_or_nothing(store):
+    store.put("b", "1.0", "nea", b"<b/>")
+    with pytest.raises(PolicyExistsError):
+        store.put_all([("a", "1.0", "seed", b"<a/>", False), ("b", "1.0", "seed", b"<b2/>", False)])
+    assert [p.policy_id for p in store.list()] == ["b"]
+    written = store.put_all([("a", "1.0", "seed", b"<a/>", False), ("c", "1.0", "seed", b"<c/>", True)])
+    assert [w.store_version for w in written] == [2, 3]
+
+
+CRASHING_WRITER = textwrap.dedent("""
+    import sys, time
+    from pdp.store import SQLitePolicyStore
+
+    class Stalling(SQLitePolicyStore):
+        def _set_current(self, cur, policy_id, store_version):
+            super()._set_current(cur, policy_id, store_version)
+            print("inside-transaction", flush=True)
+            time.sleep(60)   # killed here, before COMMIT
+
+    s = Stalling(sys.argv[1])
+    big = b"<x>" + b"y" * 2_000_000 + b"</x>"
+    s.put("a", "2.0", "killer", big)
+""")
+
+
+def test_writer_killed_mid_write_leaves_previous_state(tmp_path):
+    path = tmp_path / "p.db"
+    s = SQLitePolicyStore(path)
+    s.put("a", "1.0", "nea", b"<a1/>")
+    s.close()
+    proc = subprocess.Popen([sys.executable, "-c", CRASHING_WRITER, str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == b"inside-transaction", proc.stderr.read().decode()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    after = SQLitePolicyStore(path)
+    try:
+        assert after.get("a").data == b"<a1/>" and after.get("a").version == "1.0"
+        assert [h.version for h in after.history("a")] == ["1.0"]
+        assert after.store_version() == 1
+        after.put("a", "3.0", "nea", b"<a3/>")  # and the database is writable again
+        assert after.get("a").version == "3.0"
+    finally:
+        after.close()
+
+
+def test_concurrent_writers_from_threads(store):
+    errors = []
+
+    def writer(n: int) -> None:
+        try:
+            for i in range(20):
+                store.put(f"p{n}", f"1.{i}", f"w{n}", f"<p{n} i='{i}'/>".encode())
+                store.list()
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert store.store_version() == 160
+    assert len(store.list()) == 8
+    assert all(len(store.history(f"p{n}")) == 20 for n in range(8))
+    versions = [h.store_version for n in range(8) for h in store.history(f"p{n}")]
+    assert sorted(versions) == list(range(1, 161))
+
+
+def test_not_a_database_is_a_clear_error(tmp_path):
+    path = tmp_path / "garbage.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="cannot open policy store"):
+        SQLitePolicyStore(path)

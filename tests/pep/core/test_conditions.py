@@ -1,0 +1,187 @@
+"""The condition language: parsing, positions in errors, limits, binding to a schema, evaluation."""
+import pytest
+
+from pep.core.conditions import (MAX_CONDITION_LENGTH, MAX_NESTING_DEPTH, And, Comparison, ConditionError,
+                            Const, Not, Or, evaluate, parse, parse_condition, to_text)
+from pep.core.graph import AIS_SCHEMA, WEATHER_SCHEMA
+from pep.core.plan import Field, StreamSchema
+
+MIXED = StreamSchema((Field("a", "double"), Field("n", "long"), Field("s", "string"),
+                      Field("flag", "boolean"), Field("t", "timestamp")))
+
+
+def test_paper_conditions_parse_to_the_expected_tree():
+    assert parse("rainrate > 5") == Comparison("rainrate", ">", 5, 1)
+    tree = parse("(a > 20 AND a < 30) OR NOT (a != 40)")
+    assert isinstance(tree, Or)
+    assert isinstance(tree.items[0], And) and isinstance(tree.items[1], Not)
+    assert tree.items[1].item == Comparison("a", "!=", 40, 29)
+
+
+@pytest.mark.parametrize("text,op", [("a<1", "<"), ("a>1", ">"), ("a<=1", "<="), ("a>=1", ">="),
+                                     ("a=1", "="), ("a==1", "="), ("a!=1", "!="), ("a<>1", "!="),
+                                     ("a ≤ 1", "<="), ("a ≥ 1", ">="), ("a ≠ 1", "!=")])
+def test_every_operator_spelling(text, op):
+    assert parse(text).op == op
+
+
+def test_keywords_are_case_insensitive_and_literal_on_the_left_is_flipped():
+    tree = parse("5 < a and not B = 'x' oR TRUE")
+    assert tree == Or((And((Comparison("a", ">", 5, 5), Not(Comparison("B", "=", "x", 15)))),
+                       Const(True)))
+
+
+def test_strings_with_both_quotes_and_escapes():
+    assert parse("s = 'it\\'s'").value == "it's"
+    assert parse('s = "say \\"hi\\"\\n"').value == 'say "hi"\n'
+    assert parse("s = '\\u00e9t\\u00E9'").value == "été"
+
+
+@pytest.mark.parametrize("text,column,fragment", [
+    ("rainrate >", 11, "expected a value"),
+    ("rainrate > 5 AND", 17, "ends too early"),
+    ("(a > 1", 7, "expected ')'"),
+    ("a > 1)", 6, "unbalanced ')'"),
+    ("a > 'open", 5, "unterminated string"),
+    ("a 5", 3, "comparison operator"),
+    ("a > 1 && b < 2", 7, "AND / OR"),
+    ("a > 1 ; DROP TABLE x", 7, "unexpected character ';'"),
+    ("a > 1e", 5, "malformed number"),
+    ("a > 1.2.3", 5, "malformed number"),
+    ("x = 's\\q'", 7, "unknown escape"),
+    ("", None, "empty condition"),
+    ("a > b", 1, "two attributes"),
+    ("5 > 6", 1, "attribute on one side"),
+    ("()", 2, "empty parentheses"),
+    ("{nobody:x} = a", 1, "unknown placeholder category"),
+])
+def test_syntax_errors_name_the_column(text, column, fragment):
+    with pytest.raises(ConditionError) as info:
+        parse(text)
+    assert fragment in str(info.value)
+    assert info.value.position == (column if column is not None else 1) or column is None
+    if column is not None:
+        assert f"column {column}" in str(info.value)
+
+
+def test_multiline_errors_give_line_and_column():
+    with pytest.raises(ConditionError) as info:
+        parse("a > 1\n  AND b >")
+    assert "line 2, column 10" in str(info.value)
+
+
+def test_limits_are_clear_errors_not_recursion_errors():
+    with pytest.raises(ConditionError, match="over the limit"):
+        parse("a > 1 OR " * 2000 + "a > 1")
+    deep = "(" * (MAX_NESTING_DEPTH + 1) + "a > 1" + ")" * (MAX_NESTING_DEPTH + 1)
+    with pytest.raises(ConditionError, match="nests deeper"):
+        parse(deep)
+    with pytest.raises(ConditionError, match="nests deeper"):
+        parse("NOT " * 100 + "a > 1")
+    ok = "(" * MAX_NESTING_DEPTH + "a > 1" + ")" * MAX_NESTING_DEPTH
+    assert parse(ok) == Comparison("a", ">", 1, MAX_NESTING_DEPTH + 1)
+    long_but_fine = " OR ".join(f"a = {i}" for i in range(900))
+    assert len(long_but_fine) < MAX_CONDITION_LENGTH and len(parse(long_but_fine).items) == 900
+
+
+def test_non_finite_and_out_of_range_numbers_are_refused():
+    for text in ("a > NaN", "a > inf", "a > Infinity"):
+        with pytest.raises(ConditionError, match="NaN and infinity"):
+            parse_condition(text, MIXED)
+    with pytest.raises(ConditionError, match="not finite"):
+        parse("a > 1e999")
+    with pytest.raises(ConditionError, match="64-bit"):
+        parse("a > 99999999999999999999")
+
+
+def test_binding_uses_the_schema_spelling_and_types():
+    expr = parse_condition("RainRate > 5 AND WINDSPEED <= 20", WEATHER_SCHEMA)
+    assert expr.items[0] == Comparison("rainrate", ">", 5.0, 1)
+    assert isinstance(expr.items[0].value, float)
+    assert parse_condition("mmsi = 5", AIS_SCHEMA).value == 5
+    assert parse_condition("shipname >= 'M'", AIS_SCHEMA).value == "M"
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("speed2 > 5", "unknown attribute 'speed2'"),
+    ("a = 'x'", "type mismatch: double attribute 'a'"),
+    ("s = 5", "type mismatch: string attribute 's'"),
+    ("flag = 1", "type mismatch: boolean"),
+    ("flag < true", "only be compared with = or !="),
+    ("n = true", "type mismatch: long"),
+    ("t > 'yesterday'", "not an ISO-8601"),
+])
+def test_binding_errors_name_the_attribute(text, fragment):
+    with pytest.raises(ConditionError, match=fragment.replace("(", r"\(")):
+        parse_condition(text, MIXED)
+
+
+def test_timestamps_become_epoch_seconds():
+    expr = parse_condition("t >= '2024-01-01T00:00:00Z'", MIXED)
+    assert expr.value == 1704067200.0
+    assert parse_condition("t >= '2024-01-01 00:00:00'", MIXED).value == 1704067200.0
+    assert parse_condition("t >= 1704067200", MIXED).value == 1704067200.0
+
+
+def test_placeholders_become_typed_literals_never_text():
+    values = {("urn:oasis:names:tc:xacml:1.0:subject-category:access-subject", "clearance"): ["2"],
+              ("urn:oasis:names:tc:xacml:1.0:subject-category:access-subject", "subject-id"):
+                  ["x' OR 's' = 's"],
+              ("urn:oasis:names:tc:xacml:3.0:attribute-category:environment", "two"): ["1", "2"]}
+
+    def resolver(category, attribute):
+        return values.get((category, attribute), [])
+
+    expr = parse_condition("n <= {subject:clearance}", MIXED, resolver=resolver)
+    assert expr == Comparison("n", "<=", 2, 1)
+    injected = parse_condition("s = {subject:subject-id}", MIXED, resolver=resolver)
+    assert injected == Comparison("s", "=", "x' OR 's' = 's", 1)  # one literal, nothing parsed
+    assert evaluate(injected, {"s": "s"}) is False
+    with pytest.raises(ConditionError, match="no such attribute"):
+        parse_condition("n <= {subject:missing}", MIXED, resolver=resolver)
+    with pytest.raises(ConditionError, match="2 values"):
+        parse_condition("n <= {environment:two}", MIXED, resolver=resolver)
+    with pytest.raises(ConditionError, match="not a valid long"):
+        parse_condition("n <= {subject:subject-id}", MIXED, resolver=resolver)
+    with pytest.raises(ConditionError, match="not allowed here"):
+        parse_condition("n <= {subject:clearance}", MIXED, resolver=resolver,
+                        allow_placeholders=False)
+
+
+def test_evaluation_treats_missing_values_like_sql():
+    expr = parse_condition("NOT (a > 5) OR s = 'x'", MIXED)
+    assert evaluate(expr, {"a": 3.0, "s": "y"}) is True
+    assert evaluate(expr, {"a": 7.0, "s": "x"}) is True
+    assert evaluate(expr, {"a": 7.0, "s": "y"}) is False
+    assert evaluate(expr, {"s": "y"}) is False  # NOT(unknown) is unknown, not true
+    assert evaluate(parse_condition("a > 5 OR s = 'x'", MIXED), {"s": "x"}) is True
+
+
+def test_to_text_round_trips():
+    for text in ["(a > 20 AND a < 30) OR NOT (a != 40)", "s = 'it''s'".replace("''", "\\'"),
+                 "flag = true AND NOT (n >= 3 OR t < 5)"]:
+        expr = parse_condition(text, MIXED)
+        assert parse_condition(to_text(expr), MIXED) == parse_condition(to_text(expr), MIXED)
+        again = parse_condition(to_text(expr), MIXED)
+        rows = [{"a": a, "s": s, "flag": f, "n": n, "t": t} for a in (10.0, 25.0, 40.0)
+                for s in ("it's", "x") for f in (True, False) for n in (2, 3) for t in (1.0, 9.0)]
+        assert all(evaluate(expr, r) == evaluate(again, r) for r in rows)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_pieces = st.sampled_from(["a", "n", "s", "flag", "t", "(", ")", "NOT", "AND", "OR", "<", ">=", "=",
+                           "!=", "<>", "'x'", '"y\\"', "1", "-2.5", "1e3", "true", "{subject:id}",
+                           "\\", "'", "{", "}", " ", "\n", "é", "nan", ";"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=60), st.lists(_pieces, max_size=25).map(" ".join)))
+def test_any_text_parses_or_fails_with_a_condition_error(text):
+    try:
+        expr = parse_condition(text, MIXED, resolver=lambda c, a: ["1"])
+    except ConditionError as exc:
+        assert exc.message
+    else:
+        evaluate(expr, {"a": 1.0, "n": 1, "s": "x", "flag": True, "t": 0.0})

@@ -1,0 +1,187 @@
+"""Bounded handle buffers: limits, gaps, resume, blocking reads, closing, and the wire formats."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from pep.handles.buffer import GENERATION_SPAN, HandleBuffer, row_json
+from pep.http.handles import ndjson_event, sse_event, stream_events
+
+
+def rows(a: int, b: int) -> list[dict]:
+    return [{"n": i} for i in range(a, b)]
+
+
+def data(events) -> list:
+    return [json.loads(e.data)["n"] for e in events if e.kind == "row"]
+
+
+def test_ids_increase_and_reads_resume():
+    buf = HandleBuffer(max_rows=100)
+    assert buf.put(rows(0, 5))
+    ev = buf.read(None, timeout=0)
+    assert [e.id for e in ev] == [1, 2, 3, 4, 5] and data(ev) == [0, 1, 2, 3, 4]
+    assert buf.read(5, timeout=0) == []
+    buf.put(rows(5, 7))
+    assert data(buf.read(3, timeout=0)) == [3, 4, 5, 6]
+    assert [e.id for e in buf.read(5, timeout=0)] == [6, 7]
+
+
+def test_row_bound_drops_oldest_and_reports_gap():
+    buf = HandleBuffer(max_rows=10)
+    buf.put(rows(0, 25))
+    assert len(buf) == 10 and buf.dropped == 15
+    ev = buf.read(0, timeout=0)
+    assert ev[0].kind == "gap"
+    gap = json.loads(ev[0].data)
+    assert gap["lost"] == 15 and gap["resume_from"] == 15 and ev[0].id == 15
+    assert data(ev[1:]) == list(range(15, 25))
+    # a reader that had seen up to id 12 lost only 3
+    ev = buf.read(12, timeout=0)
+    assert json.loads(ev[0].data)["lost"] == 3 and data(ev[1:]) == list(range(15, 25))
+    # a reader that is inside the kept range gets no gap
+    assert [e.kind for e in buf.read(20, timeout=0)] == ["row"] * 5
+
+
+def test_byte_bound():
+    one = len(row_json({"n": 0, "pad": "x" * 100}))
+    buf = HandleBuffer(max_rows=1000, max_bytes=one * 3)
+    buf.put([{"n": i, "pad": "x" * 100} for i in range(10)])
+    assert len(buf) == 3
+    assert data(buf.read(0, timeout=0)[1:]) == [7, 8, 9]
+    # a single row larger than the whole budget is dropped, and the reader is told
+    small = HandleBuffer(max_rows=10, max_bytes=10)
+    small.put([{"n": 1, "pad": "y" * 50}])
+    assert len(small) == 0
+    ev = small.read(0, timeout=0)
+    assert [e.kind for e in ev] == ["gap"] and json.loads(ev[0].data)["lost"] == 1
+
+
+def test_memory_stays_bounded_with_no_reader():
+    buf = HandleBuffer(max_rows=100, max_bytes=10_000)
+    for i in range(200):
+        buf.put(rows(i * 50, i * 50 + 50))
+    assert len(buf) <= 100 and buf.last_id == 10_000
+    assert buf._bytes <= 10_000
+
+
+def test_blocking_read_wakes_on_put_and_times_out():
+    buf = HandleBuffer()
+    t0 = time.monotonic()
+    assert buf.read(0, timeout=0.2) == []
+    assert 0.15 <= time.monotonic() - t0 < 2
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(buf.read(0, timeout=5)))
+    reader.start()
+    time.sleep(0.05)
+    buf.put(rows(0, 1))
+    reader.join(2)
+    assert not reader.is_alive() and data(got) == [0]
+
+
+def test_close_wakes_readers_discards_rows_and_refuses_writes():
+    buf = HandleBuffer()
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(buf.read(0, timeout=5)))
+    reader.start()
+    time.sleep(0.05)
+    assert buf.close("revoked", "policy deleted")
+    reader.join(2)
+    assert [e.kind for e in got] == ["revoked"] and got[0].final
+    buf2 = HandleBuffer()
+    buf2.put(rows(0, 3))
+    buf2.close("revoked", "x")
+    assert buf2.put(rows(3, 4)) is False
+    ev = buf2.read(0, timeout=0)
+    assert [e.kind for e in ev] == ["revoked"] and ev[0].id == 4
+    assert json.loads(ev[0].data) == {"event": "revoked", "reason": "x"}
+    assert buf2.read(4, timeout=0) == []
+    assert buf2.close("released") is False
+
+
+def test_generation_ids_continue_and_old_ids_get_unknown_gap():
+    buf = HandleBuffer(generation=2)
+    buf.put(rows(0, 2))
+    ev = buf.read(0, timeout=0)
+    assert ev[0].kind == "gap" and json.loads(ev[0].data)["lost"] is None
+    assert [e.id for e in ev[1:]] == [2 * GENERATION_SPAN + 1, 2 * GENERATION_SPAN + 2]
+    # a reader without Last-Event-ID after a restart simply starts at what is kept
+    assert [e.kind for e in buf.read(None, timeout=0)] == ["row", "row"]
+
+
+def test_bogus_future_id_reads_from_now_on():
+    buf = HandleBuffer()
+    buf.put(rows(0, 2))
+    assert buf.read(10**9, timeout=0) == []
+    buf.put(rows(2, 3))
+    assert data(buf.read(2, timeout=0)) == [2]
+
+
+def test_concurrent_writers_and_reader_see_every_row_once():
+    buf = HandleBuffer(max_rows=100_000)
+    def w(k):
+        for i in range(100):
+            buf.put([{"n": k * 1000 + i}])
+    ws = [threading.Thread(target=w, args=(k,)) for k in range(4)]
+    for t in ws:
+        t.start()
+    seen, cursor = [], 0
+    deadline = time.monotonic() + 5
+    while len(seen) < 400 and time.monotonic() < deadline:
+        ev = buf.read(cursor, timeout=0.5)
+        if ev:
+            seen.extend(data(ev))
+            cursor = ev[-1].id
+    assert sorted(seen) == sorted(k * 1000 + i for k in range(4) for i in range(100))
+
+
+def test_row_json_handles_spark_values():
+    text = row_json({"t": datetime(2024, 5, 1, 10, 0, tzinfo=timezone.utc),
+                     "naive": datetime(2024, 5, 1, 10, 0), "avg": float("nan"), "x": 1.5})
+    assert json.loads(text) == {"t": "2024-05-01T10:00:00Z", "naive": "2024-05-01T10:00:00Z",
+                                "avg": None, "x": 1.5}
+
+
+# -- wire formats ------------------------------------------------------------------------------------
+
+def test_sse_and_ndjson_formatting():
+    buf = HandleBuffer(max_rows=2)
+    buf.put(rows(0, 3))
+    gap, r1, r2 = buf.read(0, timeout=0)
+    assert sse_event(r1) == 'id: 2\ndata: {"n":1}\n\n'
+    assert sse_event(gap).startswith("id: 1\nevent: gap\ndata: {")
+    assert json.loads(ndjson_event(r1)) == {"id": 2, "row": {"n": 1}}
+    g = json.loads(ndjson_event(gap))
+    assert g["id"] == 1 and g["event"] == "gap" and g["lost"] == 1
+    buf.close("revoked", "gone")
+    (final,) = buf.read(3, timeout=0)
+    assert sse_event(final) == ('id: 4\nevent: revoked\n'
+                                'data: {"event": "revoked", "reason": "gone"}\n\n')
+    assert json.loads(ndjson_event(final)) == {"id": 4, "event": "revoked", "reason": "gone"}
+
+
+def test_stream_events_heartbeats_then_ends_after_final():
+    buf = HandleBuffer()
+    gen = stream_events(buf, None, sse_event, ": hb\n\n", heartbeat=0.05, opening=": hi\n\n")
+    assert next(gen) == b": hi\n\n"
+    assert next(gen) == b": hb\n\n"  # nothing yet: a heartbeat
+    buf.put(rows(0, 2))
+    assert next(gen) == b'id: 1\ndata: {"n":0}\n\nid: 2\ndata: {"n":1}\n\n'
+    buf.put(rows(2, 3))
+    buf.close("revoked", "r")
+    chunk = next(gen).decode()
+    assert "event: revoked" in chunk and '"n":2' not in chunk  # unread rows are withheld
+    with pytest.raises(StopIteration):
+        next(gen)
+
+
+def test_stream_events_resume_from_last_event_id():
+    buf = HandleBuffer()
+    buf.put(rows(0, 5))
+    gen = stream_events(buf, 3, ndjson_event, "{}\n", heartbeat=0.05)
+    lines = [json.loads(x) for x in next(gen).decode().splitlines()]
+    assert [x["id"] for x in lines] == [4, 5] and lines[0]["row"] == {"n": 3}

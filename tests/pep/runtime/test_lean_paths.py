@@ -1,0 +1,93 @@
+"""The runtime's fast paths keep their results: expressions and source frames built once and
+reused, only the columns the plans read converted to Arrow, timestamps formatted as before."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
+                      StreamSchema, WindowSpec)
+
+SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("hum", "long"),
+                       Field("station", "string"), Field("ok", "boolean")))
+
+
+def definition(tmp_path, name="lean", kind="ingest"):
+    return StreamDefinition(name, "nea", SCHEMA,
+                            SourceSpec(kind, (("path", str(tmp_path / name)),)),
+                            time_attribute="ts")
+
+
+def test_iso_text_matches_strftime_on_edge_values():
+    from pep.runtime.executor import ISO_TEXT, _iso_text
+    micros = [0, -1, 1, 1_714_564_800_123_456, -62_135_596_800_000_000,
+              253_402_300_799_999_999, None]
+    column = pa.chunked_array([pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC"))])
+    expected = pc.strftime(column.cast(pa.timestamp("us")), format=ISO_TEXT)
+    got = _iso_text(column)
+    assert got.to_pylist() == expected.to_pylist()
+    assert got[3].as_py() == "2024-05-01T12:00:00.123456Z"
+
+
+def test_filter_expressions_are_built_once_per_schema(spark):
+    from pep.runtime.executor import filter_expressions
+    first = filter_expressions(SCHEMA)
+    again = filter_expressions(StreamSchema(SCHEMA.fields))
+    assert all(a is b for a, b in zip(first, again))
+    other = filter_expressions(StreamSchema(SCHEMA.fields[:2]))
+    assert other[0] is not first[0] and other[2] is first[2]  # the match expression is generic
+
+
+def test_source_frame_reused_but_checks_still_run(spark, tmp_path):
+    from pep.runtime.sources import SourceError, build_source
+    sd = definition(tmp_path)
+    frame = build_source(spark, sd, 7)
+    assert build_source(spark, sd, 7) is frame
+    assert build_source(spark, sd, 8) is not frame  # other reader options: another frame
+    files = definition(tmp_path, "gone", kind="files")
+    (tmp_path / "gone").mkdir()
+    assert build_source(spark, files, 7) is build_source(spark, files, 7)
+    (tmp_path / "gone").rmdir()
+    with pytest.raises(SourceError, match="does not exist"):
+        build_source(spark, files, 7)
+
+
+def test_only_the_columns_the_plans_read_are_converted(spark, tmp_path):
+    from pep.runtime.compile import compile_plan
+    from pep.runtime.executor import MATCH_COLUMN, POS_COLUMN, StreamExecutor
+    from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN
+    ex = StreamExecutor(spark, definition(tmp_path), tmp_path, 0.25, 2, 0.0, lambda h: None)
+    batch = spark.createDataFrame(
+        [(datetime.fromtimestamp(i, timezone.utc), i * 1.5, i, f"s{i % 3}", i % 2 == 0, i, None)
+         for i in range(12)],
+        "ts timestamp, temp double, hum long, station string, ok boolean, _xsg_seq long, "
+        "_xsg_file string")
+
+    def attach(handle, plan):
+        ex.add_handle(handle, compile_plan(plan, SCHEMA, "ts"), lambda rows: True)
+        states = list(ex._plans.values())
+        columns = ex._needed_columns(states, ex._version)
+        arrow = ex.evaluation_frame(batch, ex._plan_table(states, ex._version),
+                                    columns).toArrow()
+        return columns, arrow
+
+    # filters on `station` and `ok` but projects `hum`: the filter reads them in Spark only
+    columns, arrow = attach("a", ExecutionPlan(
+        "lean", ((Predicate("station", "=", "s1"), Predicate("ok", "=", True)),), ("hum",)))
+    assert columns == ["ts", "hum"]  # ts: the stream's time attribute orders the rows
+    assert arrow.column_names == ["ts", "hum", SEQ_COLUMN, FILE_COLUMN, POS_COLUMN, MATCH_COLUMN]
+    matched = [r["hum"] for r in arrow.to_pylist() if r[MATCH_COLUMN]]
+    assert matched == [i for i in range(12) if i % 3 == 1 and i % 2 == 0]
+    # a window plan adds its aggregated attribute; the set is recomputed as plans change
+    columns, _ = attach("b", ExecutionPlan(
+        "lean", None, ("temp",), WindowSpec("tuple", 4, 4, (Aggregate("temp", "avg"),))))
+    assert columns == ["ts", "temp", "hum"]
+    ex.remove_handle("a")
+    states = list(ex._plans.values())
+    assert ex._needed_columns(states, ex._version) == ["ts", "temp"]
+    # no plan filters: no match column, the same pruning
+    arrow = ex.evaluation_frame(batch, None, ["ts", "temp"]).toArrow()
+    assert arrow.column_names == ["ts", "temp", SEQ_COLUMN, FILE_COLUMN, POS_COLUMN]

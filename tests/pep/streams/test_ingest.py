@@ -1,0 +1,273 @@
+"""The stream catalogue and record ingest: validation names line and field, batches are atomic."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from pdp.auth import Identity
+from pep.core.plan import SourceSpec
+from pep.core.errors import Conflict, InvalidInput, NotFound, NotPermitted, TooLarge
+from pep.core.schemas import BUILTIN_SCHEMAS
+from pep.streams.catalog import StreamCatalog
+from pep.streams.definition import SEQ_FIELD, StreamError
+from pep.streams.records import RecordError, normalise_timestamp
+
+SCHEMA = [{"name": "samplingtime", "type": "timestamp"}, {"name": "rainrate", "type": "double"},
+          {"name": "winddirection", "type": "long"}, {"name": "station", "type": "string"},
+          {"name": "ok", "type": "boolean"}]
+
+
+def line(**overrides) -> str:
+    rec = {"samplingtime": "2024-05-01T10:00:00Z", "rainrate": 7.5, "winddirection": 180,
+           "station": "S1", "ok": True}
+    rec.update(overrides)
+    return json.dumps(rec)
+
+
+@pytest.fixture
+def catalog(tmp_path):
+    c = StreamCatalog(tmp_path / "streams.db", tmp_path / "data")
+    c.register("weather", "nea", SCHEMA, {"kind": "ingest"}, "samplingtime")
+    yield c
+    c.close()
+
+
+def ingest_files(catalog: StreamCatalog, name: str = "weather") -> list[str]:
+    return sorted(os.listdir(catalog.ingest_dir(name)))
+
+
+def read_all(catalog: StreamCatalog, name: str = "weather") -> list[dict]:
+    out = []
+    for f in ingest_files(catalog, name):
+        with open(catalog.ingest_dir(name) / f) as fh:
+            out.extend(json.loads(x) for x in fh if x.strip())
+    return out
+
+
+# -- registration -----------------------------------------------------------------------------
+
+def test_register_and_get(catalog):
+    d = catalog.get("weather")
+    assert d.owner == "nea" and d.time_attribute == "samplingtime"
+    assert d.schema.names == ("samplingtime", "rainrate", "winddirection", "station", "ok")
+    assert d.source.kind == "ingest"
+    assert d.source.option("path") == str(catalog.ingest_dir("weather"))
+    assert catalog.get("WEATHER") == d  # names are case-insensitive
+    assert catalog.get("nope") is None
+
+
+@pytest.mark.parametrize("name", ["", "1abc", "a b", "a/b", "../x", "a" * 65, "x\n", None, 5])
+def test_register_rejects_bad_names(catalog, name):
+    with pytest.raises(StreamError) as e:
+        catalog.register(name, "nea", SCHEMA)
+    assert isinstance(e.value, InvalidInput)
+
+
+def test_duplicate_is_409_case_insensitive(catalog):
+    for name in ("weather", "Weather"):
+        with pytest.raises(StreamError) as e:
+            catalog.register(name, "other", SCHEMA)
+        assert isinstance(e.value, Conflict)
+    assert catalog.get("weather").owner == "nea"
+
+
+@pytest.mark.parametrize("schema, fragment", [
+    ([], "non-empty"),
+    ("x", "non-empty"),
+    ([{"name": "a", "type": "int"}], "type must be one of"),
+    ([{"name": "a", "type": "double"}, {"name": "A", "type": "long"}], "duplicate"),
+    ([{"name": "_xsg_seq", "type": "long"}], "must match"),
+    ([{"name": "xsgx", "type": "long"}, {"name": "a b", "type": "long"}], "entry 1"),
+    ([{"name": "a", "type": "double", "extra": 1}], "unknown key"),
+])
+def test_register_rejects_bad_schemas(catalog, schema, fragment):
+    with pytest.raises(StreamError) as e:
+        catalog.register("s2", "nea", schema)
+    assert isinstance(e.value, InvalidInput) and fragment in e.value.message
+    assert catalog.get("s2") is None
+
+
+def test_time_attribute_must_exist_and_be_time_like(catalog):
+    with pytest.raises(StreamError, match="not in the schema"):
+        catalog.register("s3", "nea", SCHEMA, None, "nope")
+    with pytest.raises(StreamError, match="timestamp or a number"):
+        catalog.register("s3", "nea", SCHEMA, None, "station")
+    d = catalog.register("s3", "nea", SCHEMA, None, "SAMPLINGTIME")
+    assert d.time_attribute == "samplingtime"
+
+
+def test_privileged_sources_need_trust(catalog, tmp_path):
+    src = {"kind": "files", "path": str(tmp_path), "format": "csv"}
+    with pytest.raises(StreamError) as e:
+        catalog.register("f", "nea", SCHEMA, src)
+    assert isinstance(e.value, NotPermitted)
+    d = catalog.register("f", "root", SCHEMA, src, trusted=True)
+    assert d.source == SourceSpec("files", (("format", "csv"), ("path", str(tmp_path))))
+    with pytest.raises(StreamError, match="unknown option"):
+        catalog.register("g", "root", SCHEMA, {"kind": "socket", "host": "h", "port": 1,
+                                               "evil": 1}, trusted=True)
+    with pytest.raises(StreamError, match="port"):
+        catalog.register("g", "root", SCHEMA, {"kind": "socket", "host": "h", "port": "x"},
+                         trusted=True)
+
+
+def test_generator_uses_its_builtin_schema(catalog):
+    d = catalog.register("gen", "nea", None, {"kind": "generator", "schema": "weather",
+                                              "rate": 5})
+    assert d.schema == BUILTIN_SCHEMAS["weather"] and d.time_attribute == "samplingtime"
+    with pytest.raises(StreamError, match="built-in"):
+        catalog.register("gen2", "nea", SCHEMA, {"kind": "generator", "schema": "weather"})
+    with pytest.raises(StreamError, match="rate"):
+        catalog.register("gen3", "nea", None, {"kind": "generator", "schema": "ais",
+                                               "rate": -1})
+
+
+def test_catalogue_survives_restart(tmp_path):
+    c = StreamCatalog(tmp_path / "s.db", tmp_path / "d")
+    d = c.register("w", "nea", SCHEMA, None, "samplingtime")
+    c.append_records("w", (line() + "\n" + line()).encode())
+    c.close()
+    c2 = StreamCatalog(tmp_path / "s.db", tmp_path / "d")
+    assert c2.get("w") == d
+    c2.append_records("w", line().encode())
+    assert [r[SEQ_FIELD] for r in read_all(c2, "w")] == [1, 2, 3]
+    c2.close()
+
+
+def test_visibility(catalog):
+    catalog.register("gen", "nea", None, {"kind": "generator", "schema": "weather"})
+    lta = catalog.list_visible(Identity("lta", ("consumer",)))
+    assert {s["name"] for s in lta} == {"weather", "gen"}
+    assert all(set(s["source"]) == {"kind"} for s in lta)  # no paths for consumers
+    assert all(s["schema"] for s in lta)
+    nea = {s["name"]: s for s in catalog.list_visible(Identity("nea"))}
+    assert "path" in nea["weather"]["source"]
+    admin = {s["name"]: s for s in catalog.list_visible(Identity("root", admin=True))}
+    assert "path" in admin["weather"]["source"] and "rate" in admin["gen"]["source"]
+
+
+# -- ingest -------------------------------------------------------------------------------------
+
+def test_append_assigns_increasing_seq_and_normalises(catalog):
+    body = "\n".join([line(), "", line(rainrate=3, samplingtime=1714557600),
+                      line(samplingtime="2024-05-01T12:00:00+02:00").replace(
+                          '"winddirection": 180', '"WindDirection": 5')]) + "\n"
+    assert catalog.append_records("weather", body.encode()) == 3
+    assert catalog.append_records("weather", line().encode()) == 1
+    rows = read_all(catalog)
+    assert [r[SEQ_FIELD] for r in rows] == [1, 2, 3, 4]
+    assert rows[1]["rainrate"] == 3.0 and isinstance(rows[1]["rainrate"], float)
+    assert rows[1]["samplingtime"] == "2024-05-01T10:00:00.000000Z"
+    assert rows[2]["samplingtime"] == "2024-05-01T10:00:00.000000Z"
+    assert rows[2]["winddirection"] == 5  # written with the schema's spelling
+    assert len(ingest_files(catalog)) == 2
+    assert not [f for f in ingest_files(catalog) if f.startswith(".")]
+
+
+def test_nulls_allowed_except_time(catalog):
+    assert catalog.append_records("weather", line(rainrate=None, station=None).encode()) == 1
+    with pytest.raises(RecordError) as e:
+        catalog.append_records("weather", line(samplingtime=None).encode())
+    assert e.value.field == "samplingtime"
+
+
+HOSTILE = [
+    (b'{"samplingtime": "2024-05-01T10:00:00Z", ', "bad JSON", None),
+    (line(rainrate="7.5").encode(), "expected a number", "rainrate"),
+    (line(rainrate=True).encode(), "expected a number", "rainrate"),
+    (line(winddirection=1.5).encode(), "expected an integer", "winddirection"),
+    (line(winddirection=True).encode(), "expected an integer", "winddirection"),
+    (line(winddirection=2 ** 63).encode(), "out of range", "winddirection"),
+    (line(station=5).encode(), "expected a string", "station"),
+    (line(ok="true").encode(), "expected true or false", "ok"),
+    (line(samplingtime="yesterday").encode(), "ISO-8601", "samplingtime"),
+    (line(samplingtime=[1]).encode(), "found array", "samplingtime"),
+    (line(extra=1).encode(), "unknown field", "extra"),
+    (line(_xsg_seq=99).encode(), "unknown field", "_xsg_seq"),
+    (json.dumps({"samplingtime": "2024-05-01T10:00:00Z"}).encode(), "missing", "rainrate"),
+    (line().replace("7.5", "NaN").encode(), "bad JSON", None),
+    (line().replace("7.5", "1e999").encode(), "out of range", "rainrate"),
+    (line()[:-1].encode() + b', "rainrate": 1}', "duplicate key", None),
+    (line()[:-1].encode() + b', "RAINRATE": 1}', "given twice", "rainrate"),
+    (b"[1, 2]", "expected a JSON object", None),
+    (b"42", "expected a JSON object", None),
+    (b"[" * 100_000 + b"]" * 100_000, "bad JSON", None),
+    (b'{"station": "\xff\xfe"}', "UTF-8", None),
+    (("1" * 5000).encode(), "bad JSON", None),
+    (line(station="x" * 70_000).encode(), "longer than", "station"),
+]
+
+
+@pytest.mark.parametrize("bad, fragment, field", HOSTILE)
+def test_hostile_line_is_rejected_with_line_and_field(catalog, bad, fragment, field):
+    body = (line() + "\n" + line() + "\n").encode() + bad + b"\n" + line().encode()
+    with pytest.raises(RecordError) as e:
+        catalog.append_records("weather", body)
+    assert isinstance(e.value, InvalidInput)
+    assert e.value.line == 3, e.value.message
+    assert e.value.field == field
+    assert fragment in e.value.message and "line 3" in e.value.message
+    # all or nothing: no file, no sequence number used
+    assert ingest_files(catalog) == []
+    catalog.append_records("weather", line().encode())
+    assert [r[SEQ_FIELD] for r in read_all(catalog)] == [1]
+
+
+def test_limits(tmp_path):
+    c = StreamCatalog(tmp_path / "s.db", tmp_path / "d", max_body_bytes=2000, max_lines=3)
+    c.register("w", "nea", SCHEMA, None, "samplingtime")
+    with pytest.raises(RecordError) as e:
+        c.append_records("w", "\n".join([line()] * 4).encode())
+    assert isinstance(e.value, TooLarge)
+    assert c.append_records("w", ("\n".join([line()] * 3) + "\n").encode()) == 3
+    with pytest.raises(RecordError) as e:
+        c.append_records("w", b" " * 2001)
+    assert isinstance(e.value, TooLarge)
+    c.close()
+
+
+def test_append_to_unknown_or_non_ingest_stream(catalog):
+    with pytest.raises(StreamError) as e:
+        catalog.append_records("nope", line().encode())
+    assert isinstance(e.value, NotFound)
+    catalog.register("gen", "nea", None, {"kind": "generator", "schema": "weather"})
+    with pytest.raises(StreamError) as e:
+        catalog.append_records("gen", line().encode())
+    assert isinstance(e.value, Conflict)
+
+
+def test_concurrent_appends_get_distinct_sequence_numbers(catalog):
+    import threading
+
+    def worker():
+        for _ in range(10):
+            catalog.append_records("weather", (line() + "\n" + line()).encode())
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seqs = sorted(r[SEQ_FIELD] for r in read_all(catalog))
+    assert seqs == list(range(1, 81))
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("2024-05-01T10:00:00", "2024-05-01T10:00:00.000000Z"),
+    ("2024-05-01T10:00:00.5Z", "2024-05-01T10:00:00.500000Z"),
+    (0, "1970-01-01T00:00:00.000000Z"),
+    (1.25, "1970-01-01T00:00:01.250000Z"),
+])
+def test_normalise_timestamp(value, expected):
+    assert normalise_timestamp(value) == expected
+
+
+def test_importing_the_catalogue_needs_no_spark():
+    import subprocess
+    import sys
+
+    code = "import sys, pep.streams.catalog, pep.handles.service, pep.handles.revocation; print('pyspark' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,35 @@
+"""The example streams of policies/streams.json seed an empty catalogue, once."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pep.streams.catalog import seed_streams
+from pep.core.schemas import WEATHER_SCHEMA
+from pep.streams.catalog import StreamCatalog
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "policies" / "streams.json"
+
+
+def test_examples_seed_an_empty_catalogue_once(tmp_path):
+    catalog = StreamCatalog(tmp_path / "streams.db", tmp_path)
+    try:
+        assert seed_streams(catalog, EXAMPLES) == ["weather", "ais", "vitals"]
+        weather = catalog.get("weather")
+        assert weather.owner == "nea" and weather.source.kind == "ingest"
+        assert weather.schema == WEATHER_SCHEMA  # the API-fed stream has the generator's schema
+        assert weather.time_attribute == "samplingtime"
+        assert catalog.get("ais").source.kind == "generator"
+        # a catalogue that already holds streams is left alone (owners' changes survive restarts)
+        assert seed_streams(catalog, EXAMPLES) == []
+        assert len(catalog.all()) == 3
+    finally:
+        catalog.close()
+
+
+def test_missing_file_seeds_nothing(tmp_path):
+    catalog = StreamCatalog(tmp_path / "streams.db", tmp_path)
+    try:
+        assert seed_streams(catalog, tmp_path / "absent.json") == []
+        assert catalog.all() == []
+    finally:
+        catalog.close()
