@@ -3,7 +3,11 @@
 A `HandleBuffer` holds at most `max_rows` rows and `max_bytes` of their JSON; when full, the
 OLDEST rows are dropped. Readers are cursors (the id of the last event they saw), not consumers:
 a reader that reconnects with `Last-Event-ID` gets what followed, and if some of that was
-dropped meanwhile it first gets a `gap` event saying how many rows it lost. Event ids grow
+dropped meanwhile it first gets a `gap` event saying how many rows it lost. A reader that is
+reading (inside `read`, or left it less than `READER_STALL` seconds ago) is not overrun by one
+large delivery: `put` waits for it to take the rows about to be dropped, at most `MAX_PUT_WAIT`
+seconds per delivery (a reader that does not keep up within that bound loses rows, so one slow
+reader can hold its stream's shared query back by that much at most). Event ids grow
 strictly per handle, also across restarts: after the n-th restart ids start at n * 2**40, so a
 reader resuming with an id from before a restart gets a `gap` with an unknown count (the rows in
 memory died with the process). Closing the buffer (revocation, release) DISCARDS rows not yet
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
@@ -23,6 +28,11 @@ from typing import Any, Iterable
 
 DEFAULT_MAX_ROWS = 10_000
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+# A micro-batch can deliver far more rows than a buffer keeps (a tuple window with step 1 gives
+# one row per tuple, and one ingest file holds up to 100,000). Without waiting, a reader that
+# keeps up lost all but the last `max_rows` of every such delivery (issue 15).
+READER_STALL = 2.0    # seconds without a read after which a reader counts as away
+MAX_PUT_WAIT = 5.0    # the longest one delivery waits for readers before dropping rows
 GENERATION_SPAN = 2 ** 40  # event ids of generation g are in (g * span, (g + 1) * span]
 
 # `shutdown` closes readers when the process stops; the handle itself stays live and resumes.
@@ -83,6 +93,11 @@ class HandleBuffer:
         self._floor = self.base  # every row id <= floor has been dropped (or never existed)
         self._final: Event | None = None
         self.dropped = 0  # rows dropped because the buffer was full
+        self.reader_stall = READER_STALL
+        self.max_put_wait = MAX_PUT_WAIT
+        self._read_upto = self.base  # the newest row id handed to a reader
+        self._reading = 0  # readers inside read() now
+        self._last_read = -math.inf  # monotonic time a reader last left read()
 
     @property
     def closed(self) -> bool:
@@ -106,16 +121,31 @@ class HandleBuffer:
         with self._cond:
             if self._final is not None:
                 return False
+            deadline = None
             for text in encoded:
                 size = len(text.encode("utf-8")) if not text.isascii() else len(text)
+                # the oldest row is about to be dropped before a reading reader took it: wait
+                while (self._rows and self._rows[0][0] > self._read_upto
+                       and (len(self._rows) >= self.max_rows
+                            or self._bytes + size > self.max_bytes)):
+                    now = time.monotonic()
+                    deadline = now + self.max_put_wait if deadline is None else deadline
+                    if (not self._reading and now - self._last_read > self.reader_stall) \
+                            or now >= deadline:
+                        break  # no reader, or it stopped reading: drop, as for a slow reader
+                    self._cond.notify_all()
+                    self._cond.wait(min(self.reader_stall, deadline - now))
+                    if self._final is not None:
+                        return False  # closed meanwhile: close() discarded what was written
                 self._last += 1
                 self._rows.append((self._last, text))
                 self._bytes += size
-            while self._rows and (len(self._rows) > self.max_rows or self._bytes > self.max_bytes):
-                rid, text = self._rows.popleft()
-                self._bytes -= len(text.encode("utf-8")) if not text.isascii() else len(text)
-                self._floor = rid
-                self.dropped += 1
+                while self._rows and (len(self._rows) > self.max_rows
+                                      or self._bytes > self.max_bytes):
+                    rid, old = self._rows.popleft()
+                    self._bytes -= len(old.encode("utf-8")) if not old.isascii() else len(old)
+                    self._floor = rid
+                    self.dropped += 1
             if encoded:
                 self._cond.notify_all()
             return True
@@ -140,28 +170,41 @@ class HandleBuffer:
         had not seen were dropped. After the final event nothing more ever comes."""
         after = self.base if after is None or after < 0 else after
         with self._cond:
-            if self._final is None and after > self._last:
-                after = self._last  # an id this buffer never issued: read from now on
-            if not self._has_after(after):
-                self._cond.wait_for(lambda: self._has_after(after), timeout)
-            events: list[Event] = []
-            if self._final is not None:
-                if after < self._final.id:
-                    events.append(self._final)
-                return events
-            if after < self._floor:
-                lost = self._floor - after if after >= self.base else None
-                events.append(Event(self._floor, "gap", json.dumps(
-                    {"event": "gap", "lost": lost, "resume_from": self._floor,
-                     "reason": "buffer full" if lost is not None else "gateway restarted"})))
-            start = max(after, self._floor)
-            if self._rows:
-                first = self._rows[0][0]
-                index = start + 1 - first
-                for i in range(max(index, 0), min(len(self._rows), max(index, 0) + limit)):
-                    rid, text = self._rows[i]
-                    events.append(Event(rid, "row", text))
+            self._reading += 1
+            try:
+                events = self._read(after, timeout, limit)
+            finally:
+                self._reading -= 1
+                self._last_read = time.monotonic()
+            rows = [e.id for e in events if e.kind == "row"]
+            if rows and rows[-1] > self._read_upto:
+                self._read_upto = rows[-1]
+                self._cond.notify_all()  # a put may be waiting for this reader
             return events
+
+    def _read(self, after: int, timeout: float | None, limit: int) -> list[Event]:
+        if self._final is None and after > self._last:
+            after = self._last  # an id this buffer never issued: read from now on
+        if not self._has_after(after):
+            self._cond.wait_for(lambda: self._has_after(after), timeout)
+        events: list[Event] = []
+        if self._final is not None:
+            if after < self._final.id:
+                events.append(self._final)
+            return events
+        if after < self._floor:
+            lost = self._floor - after if after >= self.base else None
+            events.append(Event(self._floor, "gap", json.dumps(
+                {"event": "gap", "lost": lost, "resume_from": self._floor,
+                 "reason": "buffer full" if lost is not None else "gateway restarted"})))
+        start = max(after, self._floor)
+        if self._rows:
+            first = self._rows[0][0]
+            index = start + 1 - first
+            for i in range(max(index, 0), min(len(self._rows), max(index, 0) + limit)):
+                rid, text = self._rows[i]
+                events.append(Event(rid, "row", text))
+        return events
 
     def _has_after(self, after: int) -> bool:
         if self._final is not None:

@@ -185,3 +185,65 @@ def test_stream_events_resume_from_last_event_id():
     gen = stream_events(buf, 3, ndjson_event, "{}\n", heartbeat=0.05)
     lines = [json.loads(x) for x in next(gen).decode().splitlines()]
     assert [x["id"] for x in lines] == [4, 5] and lines[0]["row"] == {"n": 3}
+
+
+# -- one delivery larger than the buffer (issue 15) ---------------------------------------------------
+
+def _ndjson_reader(buf: HandleBuffer, got: list) -> threading.Thread:
+    def run():
+        for chunk in stream_events(buf, None, ndjson_event, "", heartbeat=0.05):
+            for line in chunk.decode().splitlines():
+                got.append(json.loads(line))
+                if got[-1].get("event") == "revoked":
+                    return
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_reading_reader_is_not_overrun_by_one_large_delivery():
+    # a micro-batch of a tuple window with step 1 delivers one row per tuple: far more than
+    # the buffer keeps. A reader that keeps reading must get all of it, with no gap.
+    buf = HandleBuffer(max_rows=100)
+    got: list = []
+    _ndjson_reader(buf, got)
+    time.sleep(0.1)
+    assert buf.put(rows(0, 30)) and buf.put(rows(30, 3_000))
+    deadline = time.monotonic() + 10
+    while len(got) < 3_000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [o.get("event") for o in got if "row" not in o] == []
+    assert [o["row"]["n"] for o in got] == list(range(3_000))
+
+
+def test_a_large_delivery_stops_waiting_for_a_reader_that_stopped_reading():
+    buf = HandleBuffer(max_rows=10)
+    buf.reader_stall = 0.2
+    buf.put(rows(0, 5))
+    assert data(buf.read(0, timeout=0)) == [0, 1, 2, 3, 4]  # then the reader goes quiet
+    t0 = time.monotonic()
+    assert buf.put(rows(5, 500))
+    assert time.monotonic() - t0 < 2
+    ev = buf.read(5, timeout=0)
+    assert ev[0].kind == "gap" and json.loads(ev[0].data)["lost"] == 485
+    # no reader at all: no waiting, the oldest rows go (a reader away loses them)
+    t0 = time.monotonic()
+    HandleBuffer(max_rows=10).put(rows(0, 500))
+    assert time.monotonic() - t0 < 0.5
+
+
+def test_closing_releases_a_delivery_waiting_for_its_reader():
+    buf = HandleBuffer(max_rows=10)
+    buf.reader_stall = 30.0  # the reader looks alive: the put waits until the close
+    buf.put(rows(0, 10))
+    buf.read(0, timeout=0)
+    result = []
+    writer = threading.Thread(target=lambda: result.append(buf.put(rows(10, 100))))
+    writer.start()
+    time.sleep(0.2)
+    assert writer.is_alive()  # waiting for the reader to take rows 11..20
+    t0 = time.monotonic()
+    assert buf.close("revoked", "policy deleted")
+    writer.join(2)
+    assert not writer.is_alive() and result == [False] and time.monotonic() - t0 < 1
+    assert [e.kind for e in buf.read(10, timeout=0)] == ["revoked"]  # nothing after the close
