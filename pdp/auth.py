@@ -2,7 +2,8 @@
 
 The gateway never trusts who a XACML request says its subject is: the subject is whoever
 authenticated. Tokens come from an auth file (JSON list of
-`{"token", "subject", "roles": [...], "admin": bool}`) and are compared in constant time
+`{"token", "subject", "roles": [...], "admin": bool, "attributes": {id: value or [values]}}`)
+and are compared in constant time
 (every entry is compared, on SHA-256 digests, so neither the position of the match nor the
 token's length shows in the timing).
 """
@@ -10,23 +11,70 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 
 class AuthFileError(ValueError):
     """The auth file is missing, malformed, or inconsistent; raised at start-up."""
 
 
+AttributeValue = Union[str, int, float, bool]
+MAX_IDENTITY_ATTRIBUTES = 64
+MAX_ATTRIBUTE_VALUES = 1024
+
+
 @dataclass(frozen=True)
 class Identity:
+    """Who authenticated: the only source of the XACML access-subject (see `pdp.request.
+    bind_subject`) and of the values a policy's `{subject:...}` placeholders stand for.
+
+    `attributes` are the caller's other attributes as the gateway knows them (from the auth file,
+    later from token claims): `(attribute id, values)` pairs; a value's Python type gives its
+    XACML data type (str string, bool boolean, int integer, float double)."""
+
     subject: str
     roles: tuple[str, ...] = ()
     admin: bool = False
+    attributes: tuple[tuple[str, tuple[AttributeValue, ...]], ...] = ()
+
+    def attribute(self, attribute_id: str) -> tuple[AttributeValue, ...] | None:
+        for name, values in self.attributes:
+            if name == attribute_id:
+                return values
+        return None
+
+
+def parse_identity_attributes(data: Any, at: str) -> tuple[tuple[str, tuple[AttributeValue, ...]], ...]:
+    """`{"clearance": 1, "ship-list": [123, 456]}` -> identity attributes; errors name the key."""
+    if not isinstance(data, dict):
+        raise AuthFileError(f"{at}: 'attributes' must be an object of attribute id -> value(s)")
+    if len(data) > MAX_IDENTITY_ATTRIBUTES:
+        raise AuthFileError(f"{at}: at most {MAX_IDENTITY_ATTRIBUTES} attributes")
+    out = []
+    for name, raw in data.items():
+        if not isinstance(name, str) or not name.strip() or len(name) > 512:
+            raise AuthFileError(f"{at}: attribute ids must be non-empty strings")
+        values = raw if isinstance(raw, list) else [raw]
+        if len(values) > MAX_ATTRIBUTE_VALUES:
+            raise AuthFileError(f"{at}: attribute {name!r} has more than "
+                                f"{MAX_ATTRIBUTE_VALUES} values")
+        for v in values:
+            if not isinstance(v, (str, int, float, bool)) or (isinstance(v, float)
+                                                              and not math.isfinite(v)):
+                raise AuthFileError(f"{at}: attribute {name!r}: values must be strings, "
+                                    "numbers or booleans")
+        if len({type(v) for v in values}) > 1:
+            raise AuthFileError(f"{at}: attribute {name!r}: all values must have one type")
+        if name in ("subject-id", "role") or name.endswith((":subject-id", ":role")):
+            raise AuthFileError(f"{at}: attribute {name!r} is bound from 'subject' and 'roles'")
+        out.append((name, tuple(values)))
+    return tuple(out)
 
 
 def _digest(token: str) -> bytes:
@@ -97,7 +145,7 @@ def parse_auth_entries(data: Any, where: str = "auth file") -> list[tuple[str, I
         at = f"{where}: entry {i}"
         if not isinstance(item, dict):
             raise AuthFileError(f"{at}: expected an object, found {type(item).__name__}")
-        unknown = set(item) - {"token", "subject", "roles", "admin"}
+        unknown = set(item) - {"token", "subject", "roles", "admin", "attributes"}
         if unknown:
             raise AuthFileError(f"{at}: unknown field(s) {', '.join(sorted(unknown))}")
         token, subject = item.get("token"), item.get("subject")
@@ -112,7 +160,9 @@ def parse_auth_entries(data: Any, where: str = "auth file") -> list[tuple[str, I
             raise AuthFileError(f"{at}: 'roles' must be a list of non-empty strings")
         if not isinstance(admin, bool):
             raise AuthFileError(f"{at}: 'admin' must be true or false")
-        entries.append((token, Identity(subject=subject, roles=tuple(roles), admin=admin)))
+        attributes = parse_identity_attributes(item.get("attributes", {}), at)
+        entries.append((token, Identity(subject=subject, roles=tuple(roles), admin=admin,
+                                        attributes=attributes)))
     if not entries:
         raise AuthFileError(f"{where}: no entries; nobody could use the gateway")
     return entries

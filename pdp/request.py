@@ -580,7 +580,30 @@ SUBJECT_ROLE = "urn:oasis:names:tc:xacml:2.0:subject:role"
 
 
 def bind_subject(ctx: "RequestContext", identity) -> "RequestContext":
-    """The request as it is decided: the access-subject's subject-id and roles are the
-    authenticated caller's (`identity.subject`, `identity.roles`), whatever the request claimed."""
-    ctx = ctx.with_attribute(ACCESS_SUBJECT, SUBJECT_ID, STRING, [identity.subject])
-    return ctx.with_attribute(ACCESS_SUBJECT, SUBJECT_ROLE, STRING, list(identity.roles))
+    """The request as it is decided: the access subject is the authenticated caller.
+
+    Every access-subject attribute the request brought is dropped (under any id, datatype or
+    issuer, in every repeated access-subject element, which collapse into one), and the
+    category holds exactly what the gateway knows of the caller: subject-id, roles, and the
+    identity's other attributes (`identity.attributes`). Nothing a request claims about its
+    subject reaches a decision or an obligation."""
+    attributes = [RequestAttribute(SUBJECT_ID, STRING, (identity.subject,)),
+                  RequestAttribute(SUBJECT_ROLE, STRING, tuple(identity.roles))]
+    for attribute_id, values in getattr(identity, "attributes", ()):
+        datatype, lexical = _identity_values(values)
+        attributes.append(RequestAttribute(attribute_id, datatype, lexical))
+    others = [inst for inst in ctx.instances if inst.category != ACCESS_SUBJECT]
+    subject = CategoryInstance.build(ACCESS_SUBJECT, attributes)
+    return RequestContext([subject, *others], ctx.return_policy_id_list, ctx.combined_decision)
+
+
+def _identity_values(values) -> tuple[str, tuple[str, ...]]:
+    """XACML datatype and lexical forms of an identity attribute's values (one Python type)."""
+    first = values[0] if values else ""
+    if isinstance(first, bool):
+        return DATATYPE_SHORTHANDS["boolean"], tuple("true" if v else "false" for v in values)
+    if isinstance(first, int):
+        return DATATYPE_SHORTHANDS["integer"], tuple(str(int(v)) for v in values)
+    if isinstance(first, float):
+        return DATATYPE_SHORTHANDS["double"], tuple(repr(float(v)) for v in values)
+    return STRING, tuple(str(v) for v in values)

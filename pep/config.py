@@ -90,10 +90,10 @@ class GatewayConfig:
 
 
 DEMO_USERS = (
-    # subject, roles, admin
-    ("nea", ["data-owner"], True),
-    ("lta", ["consumer"], False),
-    ("other", ["consumer", "port-authority", "medic", "clearance:1"], False),
+    # subject, roles, admin, attributes
+    ("nea", ["data-owner"], True, {}),
+    ("lta", ["consumer"], False, {}),
+    ("other", ["consumer", "port-authority", "medic", "clearance:1"], False, {"clearance": 1}),
 )
 
 
@@ -112,5 +112,6 @@ def ensure_demo_auth_file(config: GatewayConfig) -> bool:
     if path.exists():
         return False
     write_auth_file(path, [{"token": new_token(), "subject": subject, "roles": roles,
-                            "admin": admin} for subject, roles, admin in DEMO_USERS])
+                            "admin": admin, **({"attributes": attrs} if attrs else {})}
+                           for subject, roles, admin, attrs in DEMO_USERS])
     return True

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestContext, RequestSyntaxError, Response,
-                 Result, Status, bind_subject, media_kind, parse_request)
+from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestSyntaxError, Response, Result, Status,
+                 bind_subject, media_kind, parse_request)
 from pep.core.analysis import ConditionTooComplex, Warning
 from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
                              TooComplex, UnsupportedMedia)
@@ -44,23 +44,44 @@ class Grant:
     graph_json: dict = field(default_factory=dict)
 
 
-def request_resolver(ctx: RequestContext) -> Callable[[str, str], list[str]]:
-    """Placeholder lookup: a full AttributeId, or a short name matching its last ':' segment."""
+SUBJECT_ID = "urn:oasis:names:tc:xacml:1.0:subject:subject-id"
+SUBJECT_ROLE = "urn:oasis:names:tc:xacml:2.0:subject:role"
+SUBJECT_CATEGORY = "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
+
+
+def caller_resolver(identity, stream: str) -> Callable[[str, str], list[str]]:
+    """What a policy's placeholders may stand for: only what the gateway itself vouches for.
+
+    `{subject:...}` is the authenticated caller: subject-id, role, or one of the identity's
+    attributes (from the auth file or the token), by its full AttributeId or, when exactly one
+    attribute ends so, its last segment. `{resource:resource-id}` is the stream being asked for.
+    Nothing else resolves, and nothing is ever read from the request document: a request can add,
+    repeat or respell attributes in any category without changing what a placeholder becomes.
+    """
+    subject: list[tuple[str, list[str]]] = [
+        (SUBJECT_ID, [identity.subject]), (SUBJECT_ROLE, list(identity.roles))]
+    for attribute_id, values in getattr(identity, "attributes", ()):
+        subject.append((attribute_id, [_lexical(v) for v in values]))
+    by_category = {SUBJECT_CATEGORY: subject, RESOURCE: [(RESOURCE_ID, [stream])]}
 
     def resolve(category: str, attribute: str) -> list[str]:
-        exact: list[str] = []
-        short: list[str] = []
-        for inst in ctx.instances:
-            if inst.category != category:
-                continue
-            for attr in inst.attributes:
-                if attr.attribute_id == attribute:
-                    exact.extend(attr.values)
-                elif attr.attribute_id.rsplit(":", 1)[-1] == attribute:
-                    short.extend(attr.values)
-        return exact or short
+        known = by_category.get(category, [])
+        exact = [values for name, values in known if name == attribute]
+        if exact:
+            return exact[0]
+        short = [values for name, values in known if name.rsplit(":", 1)[-1] == attribute]
+        if len(short) > 1:
+            raise ObligationError(f"placeholder {attribute!r} is ambiguous: several of the "
+                                  "caller's attributes end so; write the full AttributeId")
+        return short[0] if short else []
 
     return resolve
+
+
+def _lexical(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _deny(reason: str, media_type: str) -> AccessDenied:
@@ -108,7 +129,8 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
     policy_ids: set[str] = set().union(*traces) if traces else set()
 
     try:
-        policy = policy_graph(result.obligations, stream, schema, resolver=request_resolver(ctx))
+        policy = policy_graph(result.obligations, stream, schema,
+                              resolver=caller_resolver(identity, stream))
     except ObligationError as exc:
         raise _deny(f"obligation cannot be fulfilled: {exc.message}", media_type) from None
 
@@ -157,5 +179,5 @@ def decision_name(decision: object) -> str:
     return str(getattr(decision, "value", decision))
 
 
-__all__ = ["Grant", "decide_and_plan", "request_resolver", "decision_name", "SchemaLookup",
+__all__ = ["Grant", "decide_and_plan", "caller_resolver", "decision_name", "SchemaLookup",
            "RESOURCE", "RESOURCE_ID"]

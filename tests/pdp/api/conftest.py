@@ -25,7 +25,7 @@ AUTH_ENTRIES = [
     {"token": TOKENS["nea"], "subject": "nea", "roles": ["data-owner"], "admin": True},
     {"token": TOKENS["lta"], "subject": "lta", "roles": ["consumer"], "admin": False},
     {"token": TOKENS["other"], "subject": "other", "roles": ["consumer", "medic", "clearance:1"],
-     "admin": False},
+     "admin": False, "attributes": {"clearance": 1}},
 ]
 
 XML = "application/xacml+xml"

@@ -193,12 +193,16 @@ def test_unknown_obligation_denies_with_reason(engine):
     assert doc["Response"][0]["Decision"] == "Deny"
 
 
-def test_mls_placeholder_from_the_request(engine):
-    medic = Identity("medic-1", roles=("medic", "clearance:1"))
+def test_mls_placeholder_from_the_callers_identity(engine):
+    medic = Identity("medic-1", roles=("medic", "clearance:1"), attributes=(("clearance", (1,)),))
     p = run(engine, (MLS / "medic-request.xml").read_bytes(), who=medic)
     assert p.plan.filter_dnf == ((Predicate("level", "<=", 1),),)
-    err = refused(engine, (MLS / "medic-read-up-request.xml").read_bytes(), who=medic)
-    assert err.status == 403  # claims clearance 3 without the role: no read up
+    # the request claims clearance 3: the claim is dropped, the medic still reads at 1
+    up = run(engine, (MLS / "medic-read-up-request.xml").read_bytes(), who=medic)
+    assert up.plan == p.plan
+    # without a clearance of its own the caller cannot be decided (MustBePresent): denied
+    bare = Identity("medic-2", roles=("medic", "clearance:1"))
+    assert refused(engine, (MLS / "medic-request.xml").read_bytes(), who=bare).status == 403
 
 
 # -- POST /explain --------------------------------------------------------------------------------
