@@ -69,13 +69,19 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """Tuple windows count rows (size/step in tuples); time windows use seconds of event time."""
+    """Tuple windows count rows (size/step in tuples); time windows use seconds of event time.
+
+    `min_count`: a window that holds fewer tuples is not emitted (a window of one tuple shows it
+    raw). `keys`: attributes the aggregates are grouped by within each window (one output row per
+    key value per window; the key values are part of the row)."""
 
     kind: Literal["tuple", "time"]
     size: int
     step: int
     aggregates: tuple[Aggregate, ...]
     time_attribute: str | None = None  # event-time attribute for time windows
+    min_count: int = 1
+    keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,13 +97,30 @@ class ExecutionPlan:
     filter_dnf: tuple[Conjunct, ...] | None
     projection: tuple[str, ...]
     window: WindowSpec | None = None
+    # Tuples at or before this stream position (`_xsg_seq`) are never given to the plan: a
+    # consumer's query never aggregates tuples an earlier query of theirs aggregated differently.
+    start_after: int | None = None
 
     def canonical_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), default=str)
+        doc = asdict(self)
+        # Fields added after plans were first persisted are left out at their defaults, so a
+        # stored plan's key does not change with the version that reads it.
+        for name, default in _LATER_FIELDS.items():
+            if doc.get(name) == default:
+                doc.pop(name, None)
+        if doc.get("window"):
+            for name, default in _LATER_WINDOW_FIELDS.items():
+                if doc["window"].get(name) == default:
+                    doc["window"].pop(name, None)
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
 
     def key(self) -> str:
         """Stable identity: identical plans are computed once and share a handle."""
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+
+_LATER_FIELDS = {"start_after": None}
+_LATER_WINDOW_FIELDS = {"min_count": 1, "keys": ()}
 
 
 def plan_from_json(data: str | dict) -> ExecutionPlan:
@@ -114,7 +137,10 @@ def plan_from_json(data: str | dict) -> ExecutionPlan:
             kind=window["kind"], size=int(window["size"]), step=int(window["step"]),
             aggregates=tuple(Aggregate(a["attribute"], a["function"])
                              for a in window.get("aggregates") or ()),
-            time_attribute=window.get("time_attribute")))
+            time_attribute=window.get("time_attribute"),
+            min_count=int(window.get("min_count", 1)),
+            keys=tuple(window.get("keys") or ())),
+        start_after=None if d.get("start_after") is None else int(d["start_after"]))
 
 
 SourceKind = Literal["ingest", "files", "generator", "socket", "kafka"]

@@ -22,9 +22,9 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
-from decimal import Decimal
 from typing import Any, Iterable
+
+from pep.core.rows import RowBatch, row_json
 
 DEFAULT_MAX_ROWS = 10_000
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
@@ -37,29 +37,6 @@ GENERATION_SPAN = 2 ** 40  # event ids of generation g are in (g * span, (g + 1)
 
 # `shutdown` closes readers when the process stops; the handle itself stays live and resumes.
 FINAL_EVENTS = ("revoked", "released", "ended", "shutdown")
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return float(value)
-    if hasattr(value, "item"):  # numpy / pandas scalars
-        return value.item()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    return str(value)
-
-
-def row_json(row: dict) -> str:
-    """A result row as compact JSON; NaN and infinities (e.g. avg of nothing) become null."""
-    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-             for k, v in row.items()}
-    return json.dumps(clean, separators=(",", ":"), default=_json_default, allow_nan=False)
 
 
 @dataclass(frozen=True)
@@ -111,13 +88,16 @@ class HandleBuffer:
         with self._cond:
             return len(self._rows)
 
-    def put(self, rows: Iterable[dict]) -> bool:
+    def put(self, rows: RowBatch | Iterable[dict]) -> bool:
         """Append result rows; False once the buffer is closed (the runtime then stops sending).
 
         The closed check and the write happen under one lock, the same one `close` takes: that
         is the check-before-each-write that makes revocation exact.
         """
-        encoded = [row_json(r) for r in rows]  # outside the lock: encoding can be slow
+        if isinstance(rows, RowBatch):
+            encoded = rows.rows  # encoded once by the runtime, shared with the plan's other handles
+        else:
+            encoded = [row_json(r) for r in rows]  # outside the lock: encoding can be slow
         with self._cond:
             if self._final is not None:
                 return False
@@ -212,5 +192,5 @@ class HandleBuffer:
         return after < self._last and self._last > self.base
 
 
-__all__ = ["HandleBuffer", "Event", "row_json", "FINAL_EVENTS", "GENERATION_SPAN",
+__all__ = ["HandleBuffer", "Event", "RowBatch", "row_json", "FINAL_EVENTS", "GENERATION_SPAN",
            "DEFAULT_MAX_ROWS", "DEFAULT_MAX_BYTES"]
