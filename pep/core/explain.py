@@ -7,6 +7,7 @@ quoted anyway, so what is shown is unambiguous and could not be misread as more 
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,20 +23,21 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+# Characters a reader cannot see, or that reorder or break what is around them, are shown as
+# \uXXXX escapes (Spark SQL's own escape): controls (C0, DEL, C1), line and paragraph separators,
+# bidirectional marks, embeddings, overrides and isolates, non-characters, and lone surrogates
+# (which no encoding can write, so the text could not even be sent otherwise).
+_SHOWN_ESCAPED = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e"
+                            "\u2066-\u2069\ud800-\udfff\ufeff\ufffe\uffff]")
+_SIMPLE_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def quote_string(value: str) -> str:
     out = []
     for ch in value:
-        if ch == "\\":
-            out.append("\\\\")
-        elif ch == "'":
-            out.append("\\'")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ord(ch) < 0x20 or ch == "\x7f":
+        if ch in _SIMPLE_ESCAPES:
+            out.append(_SIMPLE_ESCAPES[ch])
+        elif _SHOWN_ESCAPED.match(ch):
             out.append("\\u%04x" % ord(ch))
         else:
             out.append(ch)
@@ -48,9 +50,14 @@ def sql_literal(value: Scalar, field_type: str | None = None) -> str:
     if isinstance(value, str):
         return quote_string(value)
     if field_type == "timestamp" and isinstance(value, (int, float)) and math.isfinite(value):
-        moment = datetime.fromtimestamp(value, tz=timezone.utc)
-        return "TIMESTAMP " + quote_string(moment.strftime("%Y-%m-%d %H:%M:%S.%f").rstrip("0")
-                                           .rstrip(".") + "Z")
+        try:
+            moment = datetime.fromtimestamp(value, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            # outside years 1 to 9999 (conditions refuse such constants; a plan restored from
+            # elsewhere may still hold one): shown as the number of epoch seconds it is
+            return repr(float(value))
+        text = moment.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+        return "TIMESTAMP " + quote_string(text.rstrip("0").rstrip(".") + "Z")
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return str(int(value))
     return repr(value)
@@ -111,18 +118,28 @@ def render_sql(plan: ExecutionPlan, schema: StreamSchema | None = None) -> str:
     aggs = ", ".join(f"{SPARK_FUNCTIONS[a.function]}({quote_identifier(a.attribute)}) AS "
                      f"{quote_identifier(a.output_name)}" for a in w.aggregates) or "NULL"
     body = "\n".join("  " + line for line in inner)
+    keys = ", ".join(quote_identifier(k) for k in w.keys)
+    key_cols = f"{keys}, " if keys else ""
+    having = f"HAVING count(*) >= {w.min_count}" if w.min_count > 1 else None
     if w.kind == "time":
         time_attr = quote_identifier(w.time_attribute or "timestamp")
         extra = "" if w.time_attribute in plan.projection else f", {time_attr}"
-        lines.append(f"SELECT window.start AS `window_start`, window.end AS `window_end`, {aggs}")
+        lines.append(f"SELECT window.start AS `window_start`, window.end AS `window_end`, "
+                     f"{key_cols}{aggs}")
         lines.append(f"FROM (\n  SELECT {projection}{extra}\n" +
                      "\n".join("  " + line for line in inner[1:]) + "\n) AS `authorised`")
-        lines.append(f"GROUP BY window({time_attr}, '{w.size} seconds', '{w.step} seconds')")
+        lines.append(f"GROUP BY window({time_attr}, '{w.size} seconds', '{w.step} seconds')"
+                     + (f", {keys}" if keys else ""))
     else:
+        per_key = f", per {keys}" if keys else ""
         lines.append(f"-- WINDOW TUPLES (SIZE {w.size} ADVANCE {w.step}): one row every {w.step} "
-                     f"tuples, over the last {w.size}, in arrival order")
-        lines.append(f"SELECT {aggs}")
+                     f"tuples{per_key}, over the last {w.size}, in arrival order")
+        lines.append(f"SELECT {key_cols}{aggs}")
         lines.append(f"FROM (\n{body}\n) AS `authorised`")
+        if keys:
+            lines.append(f"GROUP BY {keys}")
+    if having:
+        lines.append(having)
     return "\n".join(lines) + ";"
 
 
@@ -144,8 +161,11 @@ def plan_to_json(plan: ExecutionPlan) -> dict:
             "aggregates": [{"attribute": a.attribute, "function": a.function,
                             "output": a.output_name} for a in w.aggregates],
             "time_attribute": w.time_attribute,
+            "keys": list(w.keys),
+            "min_count": w.min_count,
         },
-        "output": [a.output_name for a in w.aggregates] if w is not None else list(plan.projection),
+        "output": ([*w.keys, *(a.output_name for a in w.aggregates)] if w is not None
+                   else list(plan.projection)),
     }
 
 
@@ -162,6 +182,7 @@ def graph_to_json(graph: QueryGraph, schema: StreamSchema | None = None) -> dict
         if isinstance(node, WindowAggregate):
             return {"op": "window", "type": node.kind, "size": node.size, "step": node.step,
                     "aggregates": [f"{a.attribute}:{a.function}" for a in node.aggregates],
+                    "keys": list(node.keys or ()), "min_count": node.min_count,
                     "input": node_json(node.input)}
         if isinstance(node, Join):
             return {"op": "join", "condition": expr_sql(node.condition, schema),

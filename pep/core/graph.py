@@ -41,11 +41,21 @@ class Map:
 
 @dataclass(frozen=True)
 class WindowAggregate:
+    """Windows over the input, aggregated (per group-by key, when keys are given).
+
+    In a policy's graph: `keys` are the group-by attributes it allows (the finest grouping),
+    `min_count` the fewest tuples a window may hold to be emitted, and `prefilter` the attributes
+    a consumer may filter on before the window (None: the policy said nothing, i.e. none). In a
+    user's graph, `keys` None means "what the policy allows" and `min_count` 1 "the policy's"."""
+
     input: "Node"
     kind: Literal["tuple", "time"]
     size: int
     step: int
     aggregates: tuple[Aggregate, ...]  # empty in a user query: "whatever the policy allows"
+    min_count: int = 1
+    keys: tuple[str, ...] | None = None
+    prefilter: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -115,15 +125,20 @@ class QueryGraph:
 
 def pipeline_graph(stream: str, *, filter: tuple[Expr, str] | None = None,
                    map: tuple[str, ...] | None = None,
-                   window: tuple[str, int, int, tuple[Aggregate, ...]] | None = None) -> QueryGraph:
-    """Build Source -> Filter -> Map -> WindowAggregate with the parts that are given."""
+                   window: tuple | dict | None = None) -> QueryGraph:
+    """Build Source -> Filter -> Map -> WindowAggregate with the parts that are given.
+
+    `window` is (kind, size, step, aggregates) or a dict of WindowAggregate's fields."""
     node: Node = Source(stream)
     if filter is not None:
         node = Filter(node, filter[0], filter[1])
     if map is not None:
         node = Map(node, tuple(map))
     if window is not None:
-        kind, size, step, aggregates = window
-        node = WindowAggregate(node, kind, size, step, tuple(aggregates))  # type: ignore[arg-type]
+        if not isinstance(window, dict):
+            kind, size, step, aggregates = window
+            window = {"kind": kind, "size": size, "step": step, "aggregates": aggregates}
+        window = {**window, "aggregates": tuple(window["aggregates"])}
+        node = WindowAggregate(node, **window)
     return QueryGraph(node)
 

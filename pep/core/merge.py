@@ -12,7 +12,11 @@ Rules (eXACML+ section 3.1, with the corrections of the design):
   at least the policy's, and may only use the (attribute, function) pairs the policy allows;
   anything finer or different is refused, never silently granted. A query without a window gets
   the policy's. A query without aggregates gets every aggregate the policy allows on visible
-  attributes.
+  attributes. The minimum count per window is the larger of the two; the query may group by a
+  subset of the keys the policy allows (none given: the policy's), never by others.
+- Filters before a policy's window: the query's own filter runs before the window, so it may use
+  only the attributes the policy lists as pre-window filterable (none by default); otherwise a
+  narrow filter would choose which tuples a window aggregates.
 """
 from __future__ import annotations
 
@@ -74,6 +78,20 @@ def check_leaks(policy: QueryGraph, user: QueryGraph, schema: StreamSchema) -> N
                 raise QueryRefused(f"your query aggregates attribute {agg.attribute!r} "
                                    f"({agg.function}), which the policy does not expose",
                                    agg.attribute)
+        for key in uw.keys or ():
+            if key not in exposed:
+                raise QueryRefused(f"your query groups by attribute {key!r}, which the policy "
+                                   "does not expose", key)
+    pw = policy.window
+    if pw is not None and uf is not None:
+        allowed = set(pw.prefilter or ())
+        for attr in attributes_of(uf.condition):
+            if attr not in allowed:
+                listed = ", ".join(pw.prefilter or ()) or "none"
+                raise QueryRefused(
+                    f"your query filters on attribute {attr!r} before the policy's window; the "
+                    f"policy allows a consumer's filter before its window only on: {listed} "
+                    "(a filter there would choose which tuples a window aggregates)", attr)
 
 
 def _dnf_expr(dnf: tuple[Conjunct, ...] | None) -> Expr | None:
@@ -92,8 +110,18 @@ def _describe(agg: Aggregate) -> str:
     return f"{agg.function}({agg.attribute})"
 
 
+@dataclass(frozen=True)
+class _Window:
+    kind: str
+    size: int
+    step: int
+    aggregates: tuple[Aggregate, ...]
+    min_count: int = 1
+    keys: tuple[str, ...] = ()
+
+
 def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
-                  visible: tuple[str, ...], user_map: Map | None) -> tuple[str, int, int, tuple[Aggregate, ...]] | None:
+                  visible: tuple[str, ...], user_map: Map | None) -> _Window | None:
     if pw is None and uw is None:
         return None
     if uw is not None and user_map is not None:
@@ -105,10 +133,11 @@ def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
         assert uw is not None
         if not uw.aggregates:
             raise QueryInvalid("your query's window lists no aggregate (attribute:function)")
-        return uw.kind, uw.size, uw.step, uw.aggregates
+        return _Window(uw.kind, uw.size, uw.step, uw.aggregates, uw.min_count, uw.keys or ())
     policy_visible = tuple(a for a in pw.aggregates if a.attribute in visible)
+    policy_keys = tuple(k for k in pw.keys or () if k in visible)
     if uw is None:
-        return pw.kind, pw.size, pw.step, policy_visible
+        return _Window(pw.kind, pw.size, pw.step, policy_visible, pw.min_count, policy_keys)
     if uw.kind != pw.kind:
         raise QueryRefused(f"the policy allows only {pw.kind} windows; your query asks for a "
                            f"{uw.kind} window")
@@ -118,8 +147,15 @@ def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
     if uw.step < pw.step:
         raise QueryRefused(f"your window step {uw.step} is finer than the policy allows "
                            f"(at least {pw.step} {'tuples' if pw.kind == 'tuple' else 'seconds'})")
+    keys = policy_keys if uw.keys is None else uw.keys
+    for key in keys:
+        if key not in (pw.keys or ()):
+            allowed_keys = ", ".join(pw.keys or ()) or "none"
+            raise QueryRefused(f"your query groups by {key!r}, finer than the policy's window "
+                               f"allows (group-by keys allowed: {allowed_keys})", key)
+    min_count = max(pw.min_count, uw.min_count)
     if not uw.aggregates:
-        return uw.kind, uw.size, uw.step, policy_visible
+        return _Window(uw.kind, uw.size, uw.step, policy_visible, min_count, keys)
     allowed = set(pw.aggregates)
     for agg in uw.aggregates:
         if agg not in allowed:
@@ -128,7 +164,7 @@ def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
                     else f"the policy's window does not aggregate {agg.attribute!r}")
             raise QueryRefused(f"your query asks for {_describe(agg)}, which the policy's window "
                                f"does not allow ({hint})", agg.attribute)
-    return uw.kind, uw.size, uw.step, uw.aggregates
+    return _Window(uw.kind, uw.size, uw.step, uw.aggregates, min_count, keys)
 
 
 def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
@@ -175,7 +211,7 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
     window = _merge_window(pw, uw, visible, um)
     window_spec = None
     if window is not None:
-        kind, size, step, aggregates = window
+        kind, aggregates = window.kind, window.aggregates
         if not aggregates:
             warnings.append(Warning(
                 "NR", "window", "no result: none of the aggregates the policy's window allows is "
@@ -187,8 +223,11 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
             if time_attr is None:
                 raise Unprocessable("a time window needs a timestamp attribute and this stream "
                                     "has none")
-        projection = tuple(n for n in schema.names if n in {a.attribute for a in aggregates})
-        window_spec = WindowSpec(kind, size, step, tuple(aggregates), time_attr)  # type: ignore[arg-type]
+        needed = {a.attribute for a in aggregates} | set(window.keys)
+        projection = tuple(n for n in schema.names if n in needed)
+        keys = tuple(n for n in schema.names if n in set(window.keys))
+        window_spec = WindowSpec(kind, window.size, window.step, tuple(aggregates),  # type: ignore[arg-type]
+                                 time_attr, window.min_count, keys)
     else:
         projection = visible
         if not projection:
@@ -202,5 +241,5 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
     node = Map(node, projection)
     if window_spec is not None:
         node = WindowAggregate(node, window_spec.kind, window_spec.size, window_spec.step,
-                               window_spec.aggregates)
+                               window_spec.aggregates, window_spec.min_count, window_spec.keys)
     return MergeResult(QueryGraph(node), plan, tuple(warnings), analysis)

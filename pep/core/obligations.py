@@ -8,7 +8,19 @@ Accepted obligation ids (the design's spelling and the paper's Table 1 spelling)
 
 Attribute ids carry either prefix `exacml:obligation:` or `pCloud:obligation:` (Figure 2 uses the
 latter): `stream-filter-condition-id`, `stream-map-attribute-id`, `stream-window-type-id`,
-`stream-window-size-id`, `stream-window-step-id`, `stream-window-attr-id` (`attribute:function`).
+`stream-window-size-id`, `stream-window-step-id`, `stream-window-attr-id` (`attribute:function`),
+and three of xsg's own for windows:
+- `stream-window-min-count-id`: a window holding fewer tuples is not emitted. Default: 1 for tuple
+  windows (a tuple window always holds `size` tuples), 3 for time windows (a window of one tuple
+  shows it raw; of two, an average and either value give the other; three is the fewest at which
+  an average, a sum or a count alone shows no single value).
+- `stream-window-filter-attribute-id` (repeated): the attributes a consumer's own filter may use
+  before the window. Default: none. A consumer filter runs before the window, so a narrow one
+  (a time range, a thin value band) would choose which few tuples a window aggregates; the
+  eXACML+ paper conjoins the consumer's filter with the policy's before the window without this
+  check, which lets a consumer steer a window onto a single tuple.
+- `stream-window-key-id` (repeated): group-by attributes; aggregates are per key value per
+  window, and a consumer may group by a subset of them, never by more.
 
 An obligation the PEP does not understand, or one it cannot fulfil (bad value, unknown attribute,
 missing or ambiguous placeholder), means deny: XACML 3.0 section 7.18. `ObligationError` carries
@@ -18,9 +30,10 @@ When several applicable policies contribute obligations, all of them apply:
 - filters are conjoined;
 - maps are intersected (an attribute is visible only if every map exposes it);
 - windows: the coarsest requirement wins. Every window must have the same type (else deny); the
-  merged window has the largest size and the largest step of them, and allows an aggregate
-  (attribute, function) only if every window allows it (none left: deny). A window of size >= s
-  and step >= t is at least as coarse as every policy asked.
+  merged window has the largest size, step and minimum count of them, allows an aggregate
+  (attribute, function), a pre-window filter attribute or a group-by key only if every window
+  allows it (no aggregate left: deny). A window of size >= s and step >= t is at least as coarse
+  as every policy asked.
 """
 from __future__ import annotations
 
@@ -44,6 +57,10 @@ WINDOW_TYPE = "stream-window-type-id"
 WINDOW_SIZE = "stream-window-size-id"
 WINDOW_STEP = "stream-window-step-id"
 WINDOW_ATTR = "stream-window-attr-id"
+WINDOW_MIN_COUNT = "stream-window-min-count-id"
+WINDOW_PREFILTER = "stream-window-filter-attribute-id"
+WINDOW_KEY = "stream-window-key-id"
+DEFAULT_MIN_COUNT = {"tuple": 1, "time": 3}
 
 MAX_WINDOW = 100_000_000  # tuples or seconds (over three years): a guard against typos
 
@@ -129,6 +146,9 @@ class PolicyWindow:
     size: int
     step: int
     aggregates: tuple[Aggregate, ...]
+    min_count: int = 1
+    keys: tuple[str, ...] = ()
+    prefilter: tuple[str, ...] = ()
 
 
 def _suffix(attribute_id: str) -> str | None:
@@ -207,16 +227,36 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
         position = {name: i for i, name in enumerate(schema.names)}
         aggregates = tuple(sorted(w.aggregates, key=lambda a: (
             position[a.attribute], AGGREGATE_FUNCTIONS.index(a.function))))
-        window_part = (w.kind, w.size, w.step, aggregates)
+        window_part = {"kind": w.kind, "size": w.size, "step": w.step, "aggregates": aggregates,
+                       "min_count": w.min_count, "keys": _in_schema_order(w.keys, schema),
+                       "prefilter": _in_schema_order(w.prefilter, schema)}
     return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part)
 
 
+def _in_schema_order(names: Iterable[str], schema: StreamSchema) -> tuple[str, ...]:
+    wanted = set(names)
+    return tuple(n for n in schema.names if n in wanted)
+
+
+def _attribute_names(values: Iterable[str], schema: StreamSchema, what: str) -> tuple[str, ...]:
+    names = []
+    for value in values:
+        field = schema.lookup(value.strip())
+        if field is None:
+            raise ValueError(f"{what} names unknown attribute {value.strip()!r}")
+        names.append(field.name)
+    return tuple(dict.fromkeys(names))
+
+
 def _window(ob: Obligation, schema: StreamSchema) -> PolicyWindow:
-    found = _assignments(ob, [WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP, WINDOW_ATTR])
+    found = _assignments(ob, [WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP, WINDOW_ATTR,
+                              WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_KEY])
     for name in (WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP):
         if len(found[name]) != 1:
             raise ObligationError(
                 f"obligation {ob.id} needs exactly one {name}, found {len(found[name])}", ob.id)
+    if len(found[WINDOW_MIN_COUNT]) > 1:
+        raise ObligationError(f"obligation {ob.id} has more than one {WINDOW_MIN_COUNT}", ob.id)
     if not found[WINDOW_ATTR]:
         raise ObligationError(f"obligation {ob.id} lists no {WINDOW_ATTR} (attribute:function)",
                               ob.id)
@@ -225,9 +265,16 @@ def _window(ob: Obligation, schema: StreamSchema) -> PolicyWindow:
         size = parse_window_number(found[WINDOW_SIZE][0], "size")
         step = parse_window_number(found[WINDOW_STEP][0], "step")
         aggregates = tuple(dict.fromkeys(parse_aggregate(v, schema) for v in found[WINDOW_ATTR]))
+        min_count = (parse_window_number(found[WINDOW_MIN_COUNT][0], "minimum count")
+                     if found[WINDOW_MIN_COUNT] else DEFAULT_MIN_COUNT[kind])
+        keys = _attribute_names(found[WINDOW_KEY], schema, "a group-by key")
+        prefilter = _attribute_names(found[WINDOW_PREFILTER], schema, "a pre-window filter")
     except ValueError as exc:
         raise ObligationError(f"obligation {ob.id}: {exc}", ob.id) from None
-    return PolicyWindow(kind, size, step, aggregates)
+    if kind == "tuple" and min_count > size:
+        raise ObligationError(f"obligation {ob.id}: a tuple window of {size} tuples can never "
+                              f"hold the minimum of {min_count}", ob.id)
+    return PolicyWindow(kind, size, step, aggregates, min_count, keys, prefilter)
 
 
 def merge_policy_windows(windows: Sequence[PolicyWindow]) -> PolicyWindow:
@@ -242,5 +289,9 @@ def merge_policy_windows(windows: Sequence[PolicyWindow]) -> PolicyWindow:
     if not allowed:
         raise ObligationError("applicable policies' windows allow no aggregate in common")
     ordered = tuple(a for a in windows[0].aggregates if a in allowed)
+    keys = set(windows[0].keys).intersection(*(w.keys for w in windows[1:]))
+    prefilter = set(windows[0].prefilter).intersection(*(w.prefilter for w in windows[1:]))
     return PolicyWindow(windows[0].kind, max(w.size for w in windows),
-                        max(w.step for w in windows), ordered)
+                        max(w.step for w in windows), ordered,
+                        max(w.min_count for w in windows), tuple(sorted(keys)),
+                        tuple(sorted(prefilter)))

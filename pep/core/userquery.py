@@ -12,6 +12,8 @@ XML form (element names as in the paper; the query may sit in the XACML request'
         <WindowSize>10</WindowSize>
         <WindowStep>2</WindowStep>
         <Attribute>avg(RainRate)</Attribute>            or RainRate:avg; repeated
+        <Key>station</Key>                              optional, repeated: group by
+        <MinCount>5</MinCount>                          optional: fewest tuples per window
       </Aggregation>
     </UserQuery>
 
@@ -22,11 +24,13 @@ front of an access-control decision is not worth the ambiguity.
 JSON form (same meaning; every key optional except that a window needs type, size and step):
 
     {"stream": "weather", "filter": "rainrate > 50", "map": ["rainrate"],
-     "window": {"type": "tuple", "size": 10, "step": 2, "aggregates": ["rainrate:avg"]}}
+     "window": {"type": "tuple", "size": 10, "step": 2, "aggregates": ["rainrate:avg"],
+                "keys": ["station"], "min_count": 5}}
 
 An object `{"UserQuery": {...}}` is accepted too. Aggregates are "attr:function",
 "function(attr)" or {"attribute": ..., "function": ...}. A window without aggregates asks for
-whatever the policy's window allows. Errors are `UserQueryError(message, position)` (HTTP 400);
+whatever the policy's window allows, one without keys for the policy's group-by keys (`"keys": []`
+for none); a minimum count below the policy's has no effect (the larger wins). Errors are `UserQueryError(message, position)` (HTTP 400);
 the position is "line L, column C" for XML, a JSON path such as "$.window.size" for JSON, or
 "filter, column C" for a condition.
 """
@@ -70,6 +74,8 @@ class UserQuery:
     aggregates: tuple[str, ...] = ()
     has_window: bool = False
     filter_position: str | None = None  # where the filter text sits in the document
+    window_keys: tuple[str, ...] | None = None  # None: the policy's
+    window_min_count: int = 1
 
     @property
     def is_empty(self) -> bool:
@@ -95,10 +101,24 @@ def _parser() -> etree.XMLParser:
                            remove_pis=True)
 
 
+def _utf8(text: str) -> bytes:
+    """Text (e.g. a JSON string that carried the query) as UTF-8; a lone surrogate, which a JSON
+    escape such as "\\ud800" can make and no encoding can write, is refused with its place."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        before = text[:exc.start]
+        line = before.count("\n") + 1
+        column = exc.start - (before.rfind("\n") + 1) + 1
+        raise UserQueryError(f"user query has a lone UTF-16 surrogate "
+                             f"U+{ord(text[exc.start]):04X}, which is not a character",
+                             f"line {line}, column {column}") from None
+
+
 def parse_xml_query(data: bytes | str) -> UserQuery:
     """Parse the XML form from bytes, hardened: no DTD, no entities, no network, size/depth limits."""
     if isinstance(data, str):
-        data = data.encode("utf-8")
+        data = _utf8(data)
     if len(data) > MAX_QUERY_BYTES:
         raise UserQueryError(f"user query is {len(data)} bytes, over the limit of {MAX_QUERY_BYTES}")
     if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
@@ -184,9 +204,11 @@ def query_from_element(root: etree._Element) -> UserQuery:
         else:
             raise UserQueryError(f"unknown element <{name}> in <UserQuery>; expected Stream, "
                                  "Filter, Map or Aggregation", _at(child))
+    keys = window.get("keys")
     return UserQuery(stream, filter_text, tuple(attributes) if attributes is not None else None,
                      window.get("kind"), window.get("size"), window.get("step"),
-                     tuple(window.get("aggregates", ())), has_window, filter_pos)
+                     tuple(window.get("aggregates", ())), has_window, filter_pos,
+                     tuple(keys) if keys is not None else None, window.get("min_count", 1))
 
 
 def _xml_window(el: etree._Element) -> dict[str, Any]:
@@ -202,6 +224,10 @@ def _xml_window(el: etree._Element) -> dict[str, Any]:
                 out["step"] = parse_window_number(_text(child), "step")
             elif name == "Attribute":
                 out["aggregates"].append(_text(child))
+            elif name == "Key":
+                out.setdefault("keys", []).append(_text(child))
+            elif name == "MinCount":
+                out["min_count"] = parse_window_number(_text(child), "minimum count")
             else:
                 raise UserQueryError(f"unknown element <{name}> in <Aggregation>", _at(child))
         except ValueError as exc:
@@ -217,7 +243,7 @@ def _xml_window(el: etree._Element) -> dict[str, Any]:
 # -- JSON -----------------------------------------------------------------------------------------
 
 _JSON_KEYS = {"stream", "filter", "map", "window"}
-_JSON_WINDOW_KEYS = {"type", "size", "step", "aggregates"}
+_JSON_WINDOW_KEYS = {"type", "size", "step", "aggregates", "keys", "min_count"}
 
 
 def parse_json_query(data: bytes | str) -> UserQuery:
@@ -267,6 +293,8 @@ def query_from_json(doc: Any) -> UserQuery:
     window = doc.get("window")
     kind = size = step = None
     aggregates: list[str] = []
+    keys: tuple[str, ...] | None = None
+    min_count = 1
     if window is not None:
         wpath = f"{path}.window"
         if not isinstance(window, dict):
@@ -274,7 +302,7 @@ def query_from_json(doc: Any) -> UserQuery:
         unknown = sorted(set(window) - _JSON_WINDOW_KEYS)
         if unknown:
             raise UserQueryError(f"unknown key(s) {', '.join(map(repr, unknown))}; expected "
-                                 "type, size, step, aggregates", wpath)
+                                 "type, size, step, aggregates, keys, min_count", wpath)
         for key in ("type", "size", "step"):
             if key not in window:
                 raise UserQueryError(f"window needs '{key}'", wpath)
@@ -306,9 +334,22 @@ def query_from_json(doc: Any) -> UserQuery:
                 raise UserQueryError("an aggregate is \"attribute:function\" or "
                                      "{\"attribute\": ..., \"function\": ...}",
                                      f"{wpath}.aggregates[{i}]")
+        if "keys" in window:
+            raw_keys = window["keys"]
+            if not isinstance(raw_keys, list) or not all(isinstance(k, str) for k in raw_keys):
+                raise UserQueryError("'keys' must be a list of attribute names", f"{wpath}.keys")
+            keys = tuple(raw_keys)
+        if "min_count" in window:
+            value = window["min_count"]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UserQueryError("min_count must be a positive integer", f"{wpath}.min_count")
+            try:
+                min_count = parse_window_number(str(value), "minimum count")
+            except ValueError as exc:
+                raise UserQueryError(str(exc), f"{wpath}.min_count") from None
     return UserQuery(stream, filt.strip() if filt else None,
                      tuple(attrs) if attrs is not None else None, kind, size, step,
-                     tuple(aggregates), window is not None, f"{path}.filter")
+                     tuple(aggregates), window is not None, f"{path}.filter", keys, min_count)
 
 
 def parse_user_query(data: bytes | str, kind: str | None = None) -> UserQuery:
@@ -366,6 +407,17 @@ def user_graph(query: UserQuery, stream: str, schema: StreamSchema) -> QueryGrap
                 aggregates.append(parse_aggregate(text, schema))
             except ValueError as exc:
                 raise UserQueryError(f"window: {exc}") from None
-        window_part = (query.window_kind, query.window_size, query.window_step,
-                       tuple(dict.fromkeys(aggregates)))
+        keys = None
+        if query.window_keys is not None:
+            names = []
+            for name in query.window_keys:
+                field = schema.lookup(name.strip())
+                if field is None:
+                    raise UserQueryError(f"window: unknown group-by key {name!r}; the stream "
+                                         f"has: {', '.join(schema.names)}")
+                names.append(field.name)
+            keys = tuple(n for n in schema.names if n in set(names))
+        window_part = {"kind": query.window_kind, "size": query.window_size,
+                       "step": query.window_step, "aggregates": tuple(dict.fromkeys(aggregates)),
+                       "min_count": query.window_min_count, "keys": keys}
     return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part)

@@ -60,7 +60,8 @@ EXPECTED_FIGURE2 = {
         ("pCloud:obligation:stream-window-type-id", "string", "tuple"),
         ("pCloud:obligation:stream-window-attr-id", "string", "samplingtime:lastval"),
         ("pCloud:obligation:stream-window-attr-id", "string", "rainrate:avg"),
-        ("pCloud:obligation:stream-window-attr-id", "string", "windspeed:max")],
+        ("pCloud:obligation:stream-window-attr-id", "string", "windspeed:max"),
+        ("exacml:obligation:stream-window-filter-attribute-id", "string", "rainrate")],
 }
 
 

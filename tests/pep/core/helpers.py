@@ -11,7 +11,8 @@ def ob(obligation_id: str, *pairs: tuple[str, str], prefix: str = "pCloud:obliga
 
 
 def figure2(filter_text: str = "rainrate > 5") -> tuple[Obligation, ...]:
-    """The paper's Figure 2 obligations."""
+    """The paper's Figure 2 obligations, plus (as policies/weather/nea-weather-policy.xml) xsg's
+    pre-window filter attribute `rainrate`, without which Figure 4(a)'s filter is refused."""
     return (
         ob("exacml:obligation:stream-filter", ("stream-filter-condition-id", filter_text)),
         ob("exacml:obligation:stream-map", ("stream-map-attribute-id", "samplingtime"),
@@ -19,7 +20,8 @@ def figure2(filter_text: str = "rainrate > 5") -> tuple[Obligation, ...]:
         ob("exacml:obligation:stream-window", ("stream-window-step-id", "2"),
            ("stream-window-size-id", "5"), ("stream-window-type-id", "tuple"),
            ("stream-window-attr-id", "samplingtime:lastval"),
-           ("stream-window-attr-id", "rainrate:avg"), ("stream-window-attr-id", "windspeed:max")),
+           ("stream-window-attr-id", "rainrate:avg"), ("stream-window-attr-id", "windspeed:max"),
+           ("stream-window-filter-attribute-id", "rainrate")),
     )
 
 
