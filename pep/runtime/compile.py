@@ -45,6 +45,7 @@ class CompiledWindow:
     aggregates: tuple[tuple[str, str, str], ...]  # (attribute, function, output name)
     time_attribute: str | None
     time_is_timestamp: bool
+    min_count: int = 1
 
 
 @dataclass(frozen=True)
@@ -185,4 +186,6 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
             raise PlanError(f"window time attribute {time_attr!r} is {ftype}, "
                             "not a timestamp or epoch-seconds number")
         is_ts = ftype == "timestamp"
-    return CompiledWindow(w.kind, w.size, w.step, tuple(aggs), time_attr, is_ts)
+    if w.keys:
+        raise PlanError("window: group-by keys are not supported by this runtime yet")
+    return CompiledWindow(w.kind, w.size, w.step, tuple(aggs), time_attr, is_ts, w.min_count)

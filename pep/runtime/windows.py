@@ -13,8 +13,9 @@ Semantics (also in deploy/spark-standalone.md and the README):
   the stream has shown (over all its tuples, filtered or not) minus the allowed lateness; it moves
   only between micro-batches. A window is emitted once the watermark reaches its end. A tuple that
   arrives for windows already emitted is dropped from those windows and counted as late. Windows
-  with no tuples are not emitted. When a plan attaches to a stream that already showed event time
-  T, windows starting at or before T are never emitted (they would be partial).
+  with no tuples, or fewer than the plan's minimum count, are not emitted. When a plan attaches
+  to a stream that already showed event time T, windows starting at or before T are never
+  emitted (they would be partial).
   window_start and window_end are the window's bounds in the attribute's own form (ISO-8601 UTC
   text for timestamps, epoch seconds for numbers).
 - Aggregates ignore null values: count is the number of non-null values, avg/sum/min/max/firstval/
@@ -186,6 +187,8 @@ class TimeWindows:
         emitted = []
         for k in sorted(k for k, w in self.open.items() if w.end <= watermark):
             window = self.open.pop(k)
+            if window.rows < self.spec.min_count:
+                continue  # too few tuples to show without showing them
             if self.spec.time_is_timestamp:
                 emitted.append(window.output(self.spec, iso_utc(window.start),
                                              iso_utc(window.end)))

@@ -94,3 +94,15 @@ def test_tuple_window_state_stays_small():
     for _ in range(200):
         state.add([{"t": 0.0, "v": random.random()} for _ in range(7)])
         assert len(state.open) <= 3
+
+
+def test_time_windows_with_too_few_tuples_are_not_emitted():
+    aggs = tuple(Aggregate("v", f) for f in FUNCS)
+    three = compile_plan(ExecutionPlan("s", None, (), WindowSpec("time", 10, 10, aggs, "t", 3)),
+                         SCHEMA).window
+    state = TimeWindows(three)
+    # window [0, 10) holds one tuple (shown raw if emitted), window [10, 20) holds three
+    state.add([{"t": 1.0, "v": 7.0}, {"t": 11.0, "v": None}, {"t": 12.0, "v": 2.0},
+               {"t": 13.0, "v": 4.0}], [1.0, 11.0, 12.0, 13.0])
+    assert state.advance(25.0) == [{"window_start": 10, "window_end": 20,
+                                    **brute([None, 2.0, 4.0])}]
