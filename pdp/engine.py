@@ -296,9 +296,11 @@ class PolicyEngine:
             links, refs_of = self._links, self._refs_of
         # policies: drop the ids that lost every document, then update in place or append, in
         # the order of their first document (what a from-scratch build gives).
+        # An id keeps its place while its first document does (new slots come after all).
         policies = dict(self.policies)
+        old_versions = self._versions
         for pid in touched_ids:
-            if pid not in versions:
+            if pid not in versions or versions[pid][0] != old_versions.get(pid, (None,))[0]:
                 policies.pop(pid, None)
         for pid in sorted((p for p in touched_ids if p in versions),
                           key=lambda p: versions[p][0]):
