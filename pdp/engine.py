@@ -55,6 +55,7 @@ from pdp.policy_parser import (CompiledDocument, PolicyInfo, PolicySource, RefSp
 from pdp.request import Individual, RequestContext, parse_request
 from pdp.results import (STATUS_PROCESSING_ERROR, Decision, Response, Result, Status)
 from pdp.target_scope import evaluator_scope
+from pdp.xmlsafe import get_limits
 
 __all__ = ["PolicyEngine", "PolicySource", "PolicyInfo", "CompiledPolicy", "compile_policy",
            "inspect_policy", "DENY_OVERRIDES_3_0"]
@@ -82,19 +83,23 @@ class CompiledPolicy:
 
 _Entry = CompiledPolicy  # the name of earlier versions
 
-# The last few documents compiled by `compile_policy`, by (source name, bytes). The PAP checks a
-# document (inspect_policy) before it hands the same bytes to PolicyService.add; this lets the
-# add take that compiled form instead of compiling the bytes a second time. Compiled documents
-# are immutable and shared between engine generations anyway, so sharing one more is safe.
+# The last few documents compiled by `compile_policy`, by (source name, bytes, parser limits).
+# The PAP checks a document (inspect_policy) before it hands the same bytes to
+# PolicyService.add; this lets the add take that compiled form instead of compiling the bytes a
+# second time. Compiled documents are immutable and shared between engine generations anyway,
+# so sharing one more is safe. Large documents are not kept (memory), only compiled again.
 _RECENT_SIZE = 16
-_recent: "OrderedDict[tuple[str, bytes], CompiledDocument]" = OrderedDict()
+_RECENT_MAX_BYTES = 256 * 1024
+_recent: "OrderedDict[tuple, CompiledDocument]" = OrderedDict()
 _recent_lock = threading.Lock()
 
 
 def compile_policy(source: PolicySource) -> CompiledPolicy:
     """Parse, compile and validate one document on its own (references stay unresolved until
     it joins an engine); raises PolicyLoadError."""
-    key = (source.name, source.data)
+    if len(source.data) > _RECENT_MAX_BYTES:
+        return CompiledPolicy(source, compile_document(source))
+    key = (source.name, source.data, get_limits())
     with _recent_lock:
         compiled = _recent.get(key)
         if compiled is not None:
@@ -294,9 +299,9 @@ class PolicyEngine:
             links, refs_of = _link(by_slot, versions, referrers)
         else:  # the reference graph is untouched
             links, refs_of = self._links, self._refs_of
-        # policies: drop the ids that lost every document, then update in place or append, in
-        # the order of their first document (what a from-scratch build gives).
-        # An id keeps its place while its first document does (new slots come after all).
+        # policies: an id keeps its place while its first document keeps its slot (new slots
+        # come after all others); otherwise it is dropped, and appended again in the order of
+        # first documents if it still has one. That is the order a from-scratch build gives.
         policies = dict(self.policies)
         old_versions = self._versions
         for pid in touched_ids:
