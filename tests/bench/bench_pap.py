@@ -6,14 +6,16 @@
 With the workload of pdp_workload.py (the policies of bench_pdp.py), for each size N:
   * PolicyService.add of one policy to a service holding N stored policies (SQLite store in a
     temporary directory, synchronous=FULL: the figure includes the fsync), median and p90 of
-    `--adds` consecutive adds; and, inside it, the engine change alone (with_changes of one
-    compiled document on the N-policy engine, median of repeated calls);
+    `--adds` consecutive adds; and its phases measured apart: compiling the document, the
+    engine change (with_changes of one compiled document on the N-policy engine) and the store
+    transaction (the fsync makes this one depend on the disk and on other I/O);
   * side by side, in the same run: a from-scratch compile of the same N+1 documents (parse,
     compile, link, index: what a restart does), and a rebuild of the engine from the N+1 already
     compiled documents (what every change cost before the engine became incremental);
   * decisions/s on pre-parsed requests of the engine built by the adds and of a from-scratch
     engine over the same documents (they must agree, and so must the workload's reference
-    semantics), so that an incrementally built index is seen to cost nothing at decision time.
+    semantics), so that an incrementally built index is seen to cost nothing at decision time
+    (best of interleaved rounds).
 Then add_many of `--bulk` policies into an empty service (one transaction, one engine change)
 against a from-scratch compile of the same documents and against adding them one by one.
 Timings are printed, never asserted.
@@ -38,6 +40,7 @@ import pdp_workload as wl  # noqa: E402
 from bench_pdp import load_average, machine  # noqa: E402
 
 from pdp.engine import PolicyEngine, PolicySource, compile_policy  # noqa: E402
+from pdp.policy_parser import compile_document  # noqa: E402
 from pdp.request import parse_request  # noqa: E402
 from pdp.service import PolicyService  # noqa: E402
 from pdp.store import SQLitePolicyStore  # noqa: E402
@@ -64,14 +67,19 @@ def timed(call, repeat: int) -> list[float]:
     return out
 
 
-def throughput(engine: PolicyEngine, contexts: list, rounds: int = 3) -> tuple[float, list[str]]:
-    decisions = [engine.decide(c).results[0].decision.value for c in contexts[:100]]  # warm-up
-    best = 0.0
+def throughput(engines: list[PolicyEngine], contexts: list,
+               rounds: int = 5) -> list[tuple[float, list[str]]]:
+    """Best decisions/s of each engine over `rounds` interleaved rounds (a busy machine slows
+    some rounds; interleaving gives every engine the same chances)."""
+    best = [0.0] * len(engines)
+    decisions: list[list[str]] = [[] for _ in engines]
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        decisions = [engine.decide(c).results[0].decision.value for c in contexts]
-        best = max(best, len(contexts) / (time.perf_counter() - t0))
-    return best, decisions
+        for i, engine in enumerate(engines):
+            gc.collect()
+            t0 = time.perf_counter()
+            decisions[i] = [engine.decide(c).results[0].decision.value for c in contexts]
+            best[i] = max(best[i], len(contexts) / (time.perf_counter() - t0))
+    return list(zip(best, decisions))
 
 
 def run_size(n: int, adds: int, workload: wl.Workload, contexts: list, expected: list[str],
@@ -87,9 +95,16 @@ def run_size(n: int, adds: int, workload: wl.Workload, contexts: list, expected:
     start_s = time.perf_counter() - t0
     engine_n = service.engine
 
-    # The engine change alone, always on the N-policy engine (so N stays N).
+    # The phases of an add, apart: compiling the document, the engine change (always on the
+    # N-policy engine, so N stays N) and the store transaction (into a copy of the store).
+    compile_s = [timed(lambda src=src: compile_document(src), 1)[0] for src in extra]
     one = compile_policy(PolicySource("one more", extra[0].data))
     change = timed(lambda: engine_n.with_changes(upsert=[one]), 25)
+    side = SQLitePolicyStore(tmp / f"pap-{n}-side.db")
+    side.put_all([(d.info.id, d.info.version, "bench", d.source.data, False) for d in docs])
+    put_s = [timed(lambda i=i: side.put(f"side-{i}", "1.0", "bench", one.source.data,
+                                        must_exist=False), 1)[0] for i in range(adds)]
+    side.close()
     # Adds through the service: compile + engine change + store transaction (+ events: none).
     add_times = []
     for src in extra:
@@ -107,15 +122,17 @@ def run_size(n: int, adds: int, workload: wl.Workload, contexts: list, expected:
     print(f"\n== {n} stored policies (service start-up: {start_s:.2f} s)")
     print(f"  PolicyService.add, one policy   median {ms(statistics.median(add_times))}   "
           f"p90 {ms(p90(add_times))}   ({adds} adds: {n} -> {n + adds})")
-    print(f"    of which the engine change    median {ms(statistics.median(change))}   "
+    print(f"    its phases apart: compile     median {ms(statistics.median(compile_s))}")
+    print(f"                      engine change median {ms(statistics.median(change))}   "
           f"(with_changes of one compiled document)")
+    print(f"                      store write   median {ms(statistics.median(put_s))}   "
+          f"p90 {ms(p90(put_s))}   (one SQLite transaction, fsync)")
     print(f"  from-scratch compile of {n + 1}   median {ms(statistics.median(scratch))}")
     print(f"  engine rebuilt from {n + 1} compiled documents (the old per-change cost) "
           f"median {ms(statistics.median(rebuild))}")
     # Decisions: the engine built by the adds against a fresh compile of the same documents.
     fresh = PolicyEngine.compile(base + extra)
-    inc_rate, inc_dec = throughput(service.engine, contexts)
-    fresh_rate, fresh_dec = throughput(fresh, contexts)
+    (inc_rate, inc_dec), (fresh_rate, fresh_dec) = throughput([service.engine, fresh], contexts)
     wrong = sum(a != b for a, b in zip(inc_dec, expected))
     differ = sum(a != b for a, b in zip(inc_dec, fresh_dec))
     print(f"  decisions/s (pre-parsed), engine built by adds {inc_rate:10,.0f}   "
