@@ -10,11 +10,27 @@ Root: without `root_policy_id`, all top-level documents are combined under the r
 (in the order given), through the target index. With `root_policy_id`, that document is the
 root and the others are only reachable by reference.
 
+Order of the root's children (first-applicable and the obligation order depend on it): the
+order of `compile`'s sources; `with_changes` keeps it, replaces a document with the same id and
+version where it stands, and appends every other upserted document at the end, in the order
+given (an update that removes the id and upserts the new version therefore moves it to the end).
+
+Incremental generations: each top-level document has a *slot*, a number that grows in root
+order and stays with the document until it is removed or replaced. The root's target index
+(`pdp.index.RootIndex`) is keyed by slot, so `with_changes` edits only the changed documents'
+postings (copy-on-write: the old generation keeps its snapshot) instead of rebuilding the index
+from every child, and the link table is recomputed over the documents that hold references only
+(a document without references has no edges: it can neither be undefined nor part of a cycle).
+The cost of a change is that of copying a few flat tables (pointer copies, microseconds per
+thousand documents), not of re-analysing the documents. A document compiles once: `compile_policy`
+gives a `CompiledPolicy` that `with_changes` takes as it is.
+
 Decision trace: `decide_with_trace` returns, per Result, the ids of the top-level documents
 that were applicable (evaluated to something other than NotApplicable), including documents
 reached through references. The PEP uses it to know which handles a policy change can affect.
 `dependencies(request)` is the wider, conservative set: every document that could take part in
 the decision (index candidates plus everything they reference), applicable or not.
+`resource_scope(policy_id)` is the resource-ids a document can apply to at all (or None).
 
 ReturnPolicyIdList: the Result lists every applicable Policy and PolicySet, nested ones
 included, in evaluation order: a policy is applicable when it evaluated to something other than
@@ -23,112 +39,333 @@ upstream uses; the implicit root is not a policy and is not listed).
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, Union
 
+import pdp.index as index_module
 from pdp.combining import DENY_OVERRIDES_3_0, policy_combiner
 from pdp.errors import PolicyLoadError, RequestSyntaxError
 from pdp.evaluation import (DENY, PERMIT, TO_DECISION, EvalContext, Outcome, PolicyEvaluator,
                             status_of_bug)
-from pdp.index import build_index
+from pdp.index import RootIndex
 from pdp.policy_parser import (CompiledDocument, PolicyInfo, PolicySource, RefSpec,
                                compile_document)
 from pdp.request import Individual, RequestContext, parse_request
 from pdp.results import (STATUS_PROCESSING_ERROR, Decision, Response, Result, Status)
+from pdp.target_scope import evaluator_scope
+from pdp.xmlsafe import get_limits
 
-__all__ = ["PolicyEngine", "PolicySource", "PolicyInfo", "inspect_policy", "DENY_OVERRIDES_3_0"]
+__all__ = ["PolicyEngine", "PolicySource", "PolicyInfo", "CompiledPolicy", "compile_policy",
+           "inspect_policy", "DENY_OVERRIDES_3_0"]
 
 _OK = Status()
 MAX_REFERENCE_DEPTH = 32
 
 
+@dataclass(frozen=True)
+class CompiledPolicy:
+    """One document and its compiled form: what `with_changes` takes without compiling again."""
+
+    source: PolicySource
+    compiled: CompiledDocument
+
+    @property
+    def info(self) -> PolicyInfo:
+        return self.compiled.info
+
+    @property
+    def key(self) -> tuple[bool, str, str]:
+        info = self.compiled.info
+        return (info.is_policy_set, info.id, info.version)
+
+
+_Entry = CompiledPolicy  # the name of earlier versions
+
+# The last few documents compiled by `compile_policy`, by (source name, bytes, parser limits).
+# The PAP checks a document (inspect_policy) before it hands the same bytes to
+# PolicyService.add; this lets the add take that compiled form instead of compiling the bytes a
+# second time. Compiled documents are immutable and shared between engine generations anyway,
+# so sharing one more is safe. Large documents are not kept (memory), only compiled again.
+_RECENT_SIZE = 16
+_RECENT_MAX_BYTES = 256 * 1024
+_recent: "OrderedDict[tuple, CompiledDocument]" = OrderedDict()
+_recent_lock = threading.Lock()
+
+
+def compile_policy(source: PolicySource) -> CompiledPolicy:
+    """Parse, compile and validate one document on its own (references stay unresolved until
+    it joins an engine); raises PolicyLoadError."""
+    if len(source.data) > _RECENT_MAX_BYTES:
+        return CompiledPolicy(source, compile_document(source))
+    key = (source.name, source.data, get_limits())
+    with _recent_lock:
+        compiled = _recent.get(key)
+        if compiled is not None:
+            _recent.move_to_end(key)
+    if compiled is None:
+        compiled = compile_document(source)
+        with _recent_lock:
+            _recent[key] = compiled
+            while len(_recent) > _RECENT_SIZE:
+                _recent.popitem(last=False)
+    return CompiledPolicy(source, compiled)
+
+
 def inspect_policy(source: PolicySource) -> PolicyInfo:
     """Parse and fully validate one document on its own (references may stay unresolved)."""
-    return compile_document(source).info
+    return compile_policy(source).info
 
 
 class _Root:
-    """The implicit root when no root policy is named: the top-level documents, combined."""
+    """The implicit root when no root policy is named: the top-level documents, combined.
 
-    __slots__ = ("combine", "children", "index")
+    `by_slot` maps each document's slot to its evaluator, in root order; `index` is the target
+    index when it is in use, `maintained` the one kept up to date across generations (None when
+    the engine does not index)."""
 
-    def __init__(self, combine: Any, children: Sequence[PolicyEvaluator]) -> None:
+    __slots__ = ("combine", "by_slot", "index", "maintained", "_children")
+
+    def __init__(self, combine: Any, by_slot: dict, maintained: RootIndex | None) -> None:
         self.combine = combine
-        self.children = tuple(children)
-        self.index = build_index(self.children)
+        self.by_slot = by_slot
+        self.maintained = maintained
+        # Read MIN_CHILDREN now, as build_index does, so that tests can switch indexing off.
+        use = (maintained is not None and len(by_slot) >= index_module.MIN_CHILDREN
+               and maintained.useful)
+        self.index = maintained if use else None
+        self._children = tuple(by_slot.values()) if self.index is None else None
+
+    @property
+    def children(self) -> tuple:
+        children = self._children
+        if children is None:
+            children = self._children = tuple(self.by_slot.values())
+        return children
 
     def candidates(self, ctx: EvalContext) -> Sequence[Any]:
-        return self.children if self.index is None else self.index.candidates(self.children, ctx)
+        index = self.index
+        if index is None:
+            return self._children  # type: ignore[return-value]
+        by_slot = self.by_slot
+        return [by_slot[s] for s in index.candidate_positions(ctx.bags)]
 
     def evaluate(self, ctx: EvalContext) -> Outcome:
         return self.combine(self.candidates(ctx), ctx)
 
 
-@dataclass(frozen=True)
-class _Entry:
-    source: PolicySource
-    compiled: CompiledDocument
+Upsert = Union[PolicySource, CompiledPolicy]
 
 
 class PolicyEngine:
     """Compiled policies plus the root; `decide` turns requests into responses."""
 
-    def __init__(self, entries: Sequence[_Entry], root_combining_alg: str,
+    # Per generation, all treated as immutable once the engine is built:
+    #   _by_slot    slot -> CompiledPolicy, in root order (slots ascend)
+    #   _slot_of    (is_policy_set, id, version) -> slot
+    #   _versions   id -> slots of its documents, ascending
+    #   _referrers  slots of the documents that hold references
+    #   _links, _refs_of   the link table and, per referring evaluator, what it reaches
+
+    def __init__(self, entries: Sequence[CompiledPolicy], root_combining_alg: str,
                  root_policy_id: str | None, use_index: bool = True) -> None:
-        self._entries = tuple(entries)
-        self.root_combining_alg = root_combining_alg
-        self.root_policy_id = root_policy_id
-        self.use_index = use_index
-        self._links, self._refs_of = _link(self._entries)
-        infos: dict[str, PolicyInfo] = {}
-        for e in self._entries:
-            info = e.compiled.info
-            prev = infos.get(info.id)
-            if prev is None or _vt(info.version) > _vt(prev.version):
-                infos[info.id] = info
-        self.policies: Mapping[str, PolicyInfo] = infos
+        """Build from nothing: `entries` in root order (a from-scratch compile)."""
+        by_slot: dict[int, CompiledPolicy] = {}
+        slot_of: dict[tuple, int] = {}
+        versions: dict[str, tuple[int, ...]] = {}
+        for slot, entry in enumerate(entries):
+            key = entry.key
+            if key in slot_of:
+                first = by_slot[slot_of[key]].info
+                raise _defined_twice(entry.info, first.source)
+            by_slot[slot] = entry
+            slot_of[key] = slot
+            versions[entry.info.id] = versions.get(entry.info.id, ()) + (slot,)
+        referrers = frozenset(s for s, e in by_slot.items() if e.compiled.references)
+        links, refs_of = _link(by_slot, versions, referrers)
+        policies = {pid: _latest_info(by_slot, slots) for pid, slots in versions.items()}
         try:
             combine = policy_combiner(root_combining_alg)
         except KeyError:
             raise PolicyLoadError(f"unknown root policy-combining algorithm {root_combining_alg}"
                                   ) from None
+        self._setup(by_slot, slot_of, versions, len(by_slot), referrers, links, refs_of,
+                    policies, root_combining_alg, root_policy_id, use_index, combine)
         if root_policy_id is None:
-            self._root: Any = _Root(combine, [e.compiled.evaluator for e in self._entries])
-            if not use_index:
-                self._root.index = None
+            maintained = None
+            if use_index:
+                maintained = RootIndex.empty().changed(
+                    (), [(s, e.compiled.evaluator) for s, e in by_slot.items()])
+            self._root: Any = _Root(combine, {s: e.compiled.evaluator
+                                               for s, e in by_slot.items()}, maintained)
         else:
-            candidates = [e.compiled.evaluator for e in self._entries
-                          if e.compiled.info.id == root_policy_id]
-            if not candidates:
-                raise PolicyLoadError(f"root policy {root_policy_id} is not among the documents")
-            self._root = max(candidates, key=lambda ev: _vt(ev.identifier.version))
+            self._root = _named_root(by_slot, versions, root_policy_id)
+
+    def _setup(self, by_slot, slot_of, versions, next_slot, referrers, links, refs_of, policies,
+               root_combining_alg, root_policy_id, use_index, combine) -> None:
+        self._by_slot = by_slot
+        self._slot_of = slot_of
+        self._versions = versions
+        self._next_slot = next_slot
+        self._referrers = referrers
+        self._links = links
+        self._refs_of = refs_of
+        # Ids that some reference names: a change to any other id cannot alter the links.
+        self._referenced = frozenset(spec.id for slot in referrers
+                                     for spec, _ in by_slot[slot].compiled.references)
+        self.policies: Mapping[str, PolicyInfo] = policies
+        self.root_combining_alg = root_combining_alg
+        self.root_policy_id = root_policy_id
+        self.use_index = use_index
+        self._combine = combine
+
+    @property
+    def _entries(self) -> tuple[CompiledPolicy, ...]:
+        """The top-level documents in root order."""
+        return tuple(self._by_slot.values())
 
     # -- building
 
     @classmethod
-    def compile(cls, sources: Sequence[PolicySource], root_combining_alg: str = DENY_OVERRIDES_3_0,
+    def compile(cls, sources: Sequence[Upsert], root_combining_alg: str = DENY_OVERRIDES_3_0,
                 root_policy_id: str | None = None, *, use_index: bool = True) -> "PolicyEngine":
-        entries = [_Entry(s, compile_document(s)) for s in sources]
+        entries = [s if isinstance(s, CompiledPolicy) else CompiledPolicy(s, compile_document(s))
+                   for s in sources]
         return cls(entries, root_combining_alg, root_policy_id, use_index)
 
-    def with_changes(self, upsert: Sequence[PolicySource] = (),
-                     remove_ids: Sequence[str] = ()) -> "PolicyEngine":
+    def with_changes(self, upsert: Sequence[Upsert] = (),
+                     remove_ids: Iterable[str] = ()) -> "PolicyEngine":
         """Next generation: documents with an id in `remove_ids` are dropped (every version),
-        then each upserted document replaces the one with the same id and version, or is added.
-        Unchanged documents are not recompiled."""
-        removed = set(remove_ids)
-        by_bytes = {e.source.data: e.compiled for e in self._entries}
-        entries = [e for e in self._entries if e.compiled.info.id not in removed]
-        for src in upsert:
-            compiled = by_bytes.get(src.data) or compile_document(src)
-            key = (compiled.info.id, compiled.info.version)
-            for i, e in enumerate(entries):
-                if (e.compiled.info.id, e.compiled.info.version) == key:
-                    entries[i] = _Entry(src, compiled)
-                    break
+        then each upserted document replaces the one with the same id and version, or is added
+        at the end. An upsert is a CompiledPolicy (taken as it is: see `compile_policy`) or a
+        PolicySource (reusing the compiled form of a current document with the same bytes,
+        else compiled). This engine is not modified; raises PolicyLoadError."""
+        by_slot = dict(self._by_slot)
+        slot_of = dict(self._slot_of)
+        versions = dict(self._versions)
+        next_slot = self._next_slot
+        touched_slots: set[int] = set()
+        touched_ids: dict[str, None] = {}
+        for pid in remove_ids:
+            for slot in versions.pop(pid, ()):
+                del slot_of[by_slot.pop(slot).key]
+                touched_slots.add(slot)
+            touched_ids[pid] = None
+        by_bytes: dict[bytes, CompiledDocument] | None = None
+        for item in upsert:
+            if isinstance(item, CompiledPolicy):
+                entry = item
             else:
-                entries.append(_Entry(src, compiled))
-        return PolicyEngine(entries, self.root_combining_alg, self.root_policy_id, self.use_index)
+                if by_bytes is None:
+                    by_bytes = {e.source.data: e.compiled for e in self._by_slot.values()}
+                compiled = by_bytes.get(item.data) or compile_document(item)
+                entry = CompiledPolicy(item, compiled)
+            info = entry.info
+            # Replace the first document (in root order) with this id and version, whatever
+            # its kind, as the list-based engine did.
+            same = [slot_of[k] for k in ((False, info.id, info.version),
+                                         (True, info.id, info.version)) if k in slot_of]
+            if same:
+                slot = min(same)
+                old_key = by_slot[slot].key
+                if old_key != entry.key and entry.key in slot_of:
+                    other = slot_of[entry.key]
+                    first, second = sorted((slot, other))
+                    later = entry.info if second == slot else by_slot[second].info
+                    earlier_src = (entry.info if first == slot else by_slot[first].info).source
+                    raise _defined_twice(later, earlier_src)
+                del slot_of[old_key]
+            else:
+                slot = next_slot
+                next_slot += 1
+                versions[info.id] = versions.get(info.id, ()) + (slot,)
+            by_slot[slot] = entry
+            slot_of[entry.key] = slot
+            touched_slots.add(slot)
+            touched_ids[info.id] = None
+        return self._next(by_slot, slot_of, versions, next_slot, touched_slots, touched_ids)
+
+    def _next(self, by_slot: dict, slot_of: dict, versions: dict, next_slot: int,
+              touched_slots: set[int], touched_ids: dict[str, None]) -> "PolicyEngine":
+        referrers = self._referrers
+        if any(s in referrers or (s in by_slot and by_slot[s].compiled.references)
+               for s in touched_slots):
+            referrers = frozenset((referrers - touched_slots) | {
+                s for s in touched_slots if s in by_slot and by_slot[s].compiled.references})
+            links, refs_of = _link(by_slot, versions, referrers)
+        elif referrers and not self._referenced.isdisjoint(touched_ids):
+            # A document some reference may resolve to changed: resolve them all again.
+            links, refs_of = _link(by_slot, versions, referrers)
+        else:  # the reference graph is untouched
+            links, refs_of = self._links, self._refs_of
+        # policies: an id keeps its place while its first document keeps its slot (new slots
+        # come after all others); otherwise it is dropped, and appended again in the order of
+        # first documents if it still has one. That is the order a from-scratch build gives.
+        policies = dict(self.policies)
+        old_versions = self._versions
+        for pid in touched_ids:
+            if pid not in versions or versions[pid][0] != old_versions.get(pid, (None,))[0]:
+                policies.pop(pid, None)
+        for pid in sorted((p for p in touched_ids if p in versions),
+                          key=lambda p: versions[p][0]):
+            policies[pid] = _latest_info(by_slot, versions[pid])
+        engine = PolicyEngine.__new__(PolicyEngine)
+        engine._setup(by_slot, slot_of, versions, next_slot, referrers, links, refs_of, policies,
+                      self.root_combining_alg, self.root_policy_id, self.use_index,
+                      self._combine)
+        if self.root_policy_id is None:
+            old_root: _Root = self._root
+            evaluators = dict(old_root.by_slot)
+            gone, replaced, fresh = [], [], []
+            for s in touched_slots:
+                if s not in evaluators:
+                    fresh.append(s)  # a new slot: greater than every slot of this engine
+                elif s in by_slot:
+                    replaced.append(s)
+                else:
+                    gone.append(s)
+            fresh.sort()
+            for s in gone:
+                del evaluators[s]
+            for s in replaced:  # assigning an existing key keeps its place in the order
+                evaluators[s] = by_slot[s].compiled.evaluator
+            for s in fresh:
+                evaluators[s] = by_slot[s].compiled.evaluator
+            maintained = None
+            if old_root.maintained is not None:
+                maintained = old_root.maintained.changed(
+                    gone + replaced, [(s, evaluators[s]) for s in sorted(replaced) + fresh])
+            engine._root = _Root(self._combine, evaluators, maintained)
+        elif self.root_policy_id in touched_ids:
+            engine._root = _named_root(by_slot, versions, self.root_policy_id)
+        else:
+            engine._root = self._root
+        return engine
+
+    # -- what a document can reach
+
+    def resource_scope(self, policy_id: str) -> frozenset[str] | None:
+        """The resource-id values the top-level document(s) with this id can apply to: every
+        request none of whose resource-id values (category resource, data type string) is in
+        the answer finds them NotApplicable. Proven from their targets' string-equal matches on
+        urn:oasis:names:tc:xacml:1.0:resource:resource-id, and through the children of a Policy
+        or PolicySet whose combining algorithm is NotApplicable when all children are
+        (`pdp.target_scope` says why that is sound). None when it could apply to any resource:
+        no such constraint, a reference or child without one, or an id this engine does not
+        hold (ask the engine from before a deletion, or use the scope the change event carries).
+        Every version of the id is a root child, so the answer covers them all."""
+        slots = self._versions.get(policy_id)
+        if not slots:
+            return None
+        memo: dict = {}
+        union: set = set()
+        for slot in slots:
+            scope = evaluator_scope(self._by_slot[slot].compiled.evaluator, self._links, memo)
+            if scope is None:
+                return None
+            union |= scope
+        return frozenset(union)
 
     # -- deciding
 
@@ -200,44 +437,73 @@ def _vt(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
 
-def _link(entries: Sequence[_Entry]) -> tuple[dict, dict]:
-    """Resolve every reference to the latest matching top-level document; detect cycles."""
-    seen_keys: dict[tuple[bool, str, str], str] = {}
-    for e in entries:
-        info = e.compiled.info
-        key = (info.is_policy_set, info.id, info.version)
-        if key in seen_keys:
-            raise PolicyLoadError(f"{'PolicySet' if info.is_policy_set else 'Policy'} {info.id} "
-                                  f"version {info.version} is defined twice (also in "
-                                  f"{seen_keys[key]})", info.source)
-        seen_keys[key] = info.source
+def _defined_twice(info: PolicyInfo, also_in: str) -> PolicyLoadError:
+    return PolicyLoadError(f"{'PolicySet' if info.is_policy_set else 'Policy'} {info.id} "
+                           f"version {info.version} is defined twice (also in {also_in})",
+                           info.source)
+
+
+def _latest_info(by_slot: Mapping[int, CompiledPolicy], slots: Sequence[int]) -> PolicyInfo:
+    """The info of the highest version (the first in root order among equals)."""
+    best = None
+    for slot in slots:
+        info = by_slot[slot].compiled.info
+        if best is None or _vt(info.version) > _vt(best.version):
+            best = info
+    assert best is not None
+    return best
+
+
+def _named_root(by_slot: Mapping[int, CompiledPolicy], versions: Mapping[str, Sequence[int]],
+                root_policy_id: str) -> PolicyEvaluator:
+    slots = versions.get(root_policy_id, ())
+    if not slots:
+        raise PolicyLoadError(f"root policy {root_policy_id} is not among the documents")
+    return max((by_slot[s].compiled.evaluator for s in slots),
+               key=lambda ev: _vt(ev.identifier.version))
+
+
+def _link(by_slot: Mapping[int, CompiledPolicy], versions: Mapping[str, Sequence[int]],
+          referrers: Iterable[int]) -> tuple[dict, dict]:
+    """Resolve every reference to the latest matching top-level document; detect cycles and
+    over-deep reference chains.
+
+    Only the documents that hold references (`referrers`, slots) are walked: any other document
+    is a leaf of the reference graph (depth 1, on no cycle), so the result and the first error
+    found are those of a walk over every document in root order."""
+    docs = [by_slot[s] for s in sorted(referrers)]
     links: dict[RefSpec, PolicyEvaluator] = {}
+    if not docs:
+        return links, {}
     edges: dict[int, list[CompiledDocument]] = {}
-    by_id: dict[tuple[bool, str], list[CompiledDocument]] = {}
-    for e in entries:
-        by_id.setdefault((e.compiled.info.is_policy_set, e.compiled.info.id), []).append(e.compiled)
-    for e in entries:
+    resolved: dict[RefSpec, CompiledDocument] = {}
+    for e in docs:
         targets = []
         for spec, line in e.compiled.references:
-            best = None
-            for other in by_id.get((spec.is_policy_set, spec.id), ()):
-                if spec.matches(other.info.version):
-                    if best is None or _vt(other.info.version) > _vt(best.info.version):
-                        best = other
+            best = resolved.get(spec)
             if best is None:
-                raise PolicyLoadError(f"undefined reference: {spec.describe()} matches no "
-                                      "policy document", e.source.name,
-                                      "PolicySetIdReference" if spec.is_policy_set
-                                      else "PolicyIdReference", line)
-            links[spec] = best.evaluator
+                for slot in versions.get(spec.id, ()):
+                    other = by_slot[slot].compiled
+                    if other.info.is_policy_set == spec.is_policy_set and \
+                            spec.matches(other.info.version):
+                        if best is None or _vt(other.info.version) > _vt(best.info.version):
+                            best = other
+                if best is None:
+                    raise PolicyLoadError(f"undefined reference: {spec.describe()} matches no "
+                                          "policy document", e.source.name,
+                                          "PolicySetIdReference" if spec.is_policy_set
+                                          else "PolicyIdReference", line)
+                resolved[spec] = best
+                links[spec] = best.evaluator
             targets.append(best)
         edges[id(e.compiled)] = targets
+    no_edges: list[CompiledDocument] = []
     # Cycle detection (iterative DFS with colours).
     WHITE, GREY, BLACK = 0, 1, 2
-    colour = {id(e.compiled): WHITE for e in entries}
-    for e in entries:
+    colour: dict[int, int] = {}
+    for e in docs:
         start = e.compiled
-        if colour[id(start)] != WHITE:
+        if colour.get(id(start), WHITE) != WHITE:
             continue
         stack = [(start, iter(edges[id(start)]))]
         path = [start]
@@ -250,14 +516,14 @@ def _link(entries: Sequence[_Entry]) -> tuple[dict, dict]:
                 stack.pop()
                 path.pop()
                 continue
-            c = colour[id(nxt)]
+            c = colour.get(id(nxt), WHITE)
             if c == GREY:
                 cycle = path[path.index(nxt):] + [nxt]
                 raise PolicyLoadError("circular policy reference: " +
                                       " -> ".join(d.info.id for d in cycle), nxt.info.source)
             if c == WHITE:
                 colour[id(nxt)] = GREY
-                stack.append((nxt, iter(edges[id(nxt)])))
+                stack.append((nxt, iter(edges.get(id(nxt), no_edges))))
                 path.append(nxt)
     # Reference depth: evaluation recurses along references, so bound the chain length.
     depth: dict[int, int] = {}
@@ -268,7 +534,7 @@ def _link(entries: Sequence[_Entry]) -> tuple[dict, dict]:
             node, expanded = todo.pop()
             if id(node) in depth:
                 continue
-            kids = edges[id(node)]
+            kids = edges.get(id(node), no_edges)
             if expanded or not kids:
                 depth[id(node)] = 1 + max((depth[id(k)] for k in kids), default=0)
             else:
@@ -276,13 +542,13 @@ def _link(entries: Sequence[_Entry]) -> tuple[dict, dict]:
                 todo.extend((k, False) for k in kids if id(k) not in depth)
         return depth[id(doc)]
 
-    for e in entries:
+    for e in docs:
         if chain(e.compiled) > MAX_REFERENCE_DEPTH:
             raise PolicyLoadError(f"policy references nest more than {MAX_REFERENCE_DEPTH} "
                                   f"documents deep from {e.compiled.info.id}", e.source.name)
     # Transitive references per document evaluator, for dependencies().
     refs_of: dict[int, set[str]] = {}
-    for e in entries:
+    for e in docs:
         seen: set[str] = set()
         todo = list(edges[id(e.compiled)])
         while todo:
@@ -290,6 +556,6 @@ def _link(entries: Sequence[_Entry]) -> tuple[dict, dict]:
             if d.info.id in seen:
                 continue
             seen.add(d.info.id)
-            todo.extend(edges[id(d)])
+            todo.extend(edges.get(id(d), no_edges))
         refs_of[id(e.compiled.evaluator)] = seen
     return links, refs_of

@@ -26,6 +26,9 @@ class PolicyChange:
     version: str  # the XACML Version of the policy written (of the last version, for a delete)
     owner: str  # the subject who made the change
     store_version: int = 0
+    # The resource-ids whose decisions the change can alter: the scope of the policy before the
+    # change united with its scope after (PolicyEngine.resource_scope). None: any resource.
+    resources: frozenset[str] | None = None
 
 
 Subscriber = Callable[[PolicyChange], None]

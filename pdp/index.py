@@ -144,3 +144,214 @@ def build_index(children: Sequence[Any], min_children: int | None = None) -> Chi
     if len(always) == len(children):
         return None
     return ChildIndex(len(children), always, by_key, mbp_by_key, filters)
+
+
+# ---------------------------------------------------------------------------------------------
+# The root's index: updated in place of rebuilt, one snapshot per engine generation.
+
+
+class _Placed:
+    """Where one child sits in a RootIndex: what to undo when it leaves."""
+
+    __slots__ = ("postings", "mbp_keys", "counted", "always")
+
+    def __init__(self, postings: tuple, mbp_keys: tuple, counted: tuple, always: bool) -> None:
+        self.postings = postings  # ((key, value), ...) of its primary AnyOf, without repeats
+        self.mbp_keys = mbp_keys  # keys of its primary AnyOf with MustBePresent="true"
+        self.counted = counted  # every (key, value) it adds to the selectivity counts
+        self.always = always
+
+
+_NOT_INDEXED = _Placed((), (), (), True)
+
+
+class RootIndex:
+    """The target index over the top-level documents, keyed by *slot* instead of position.
+
+    A slot is a number the engine gives each top-level document; slots grow in the root's
+    combining order, so sorting candidate slots gives the candidates in that order (as
+    `ChildIndex` sorts positions). Because a slot never changes while its document stays,
+    adding, replacing or removing a document touches only that document's postings: `changed`
+    returns a new RootIndex and leaves this one as it was (copy-on-write: the outer tables and
+    the posting tables of the attributes the change touches are copied, nothing is rebuilt from
+    the other children). An engine generation keeps its own snapshot, so a decision in flight
+    on the old engine sees the old set.
+
+    Built from nothing with every child at once, it holds exactly what `build_index` would (same
+    primary AnyOf per child, same filters); built step by step, a child's primary AnyOf is chosen
+    with the selectivity counts of its own step. Any indexable AnyOf is a sound primary (see the
+    module docstring), so this can only change how many candidates a request gets, never a
+    decision. A match value that cannot be hashed makes its child always a candidate.
+    """
+
+    __slots__ = ("by_key", "mbp_by_key", "always", "filters", "placed", "distinct")
+
+    def __init__(self, by_key: dict, mbp_by_key: dict, always: frozenset, filters: dict,
+                 placed: dict, distinct: dict) -> None:
+        self.by_key = by_key  # key -> {value: (slot, ...)}
+        self.mbp_by_key = mbp_by_key  # key -> frozenset of slots
+        self.always = always  # slots that are candidates for every request
+        self.filters = filters  # slot -> (AnyOfFilter, ...)
+        self.placed = placed  # slot -> _Placed, for every child
+        self.distinct = distinct  # key -> {value: how many children test it}
+
+    @classmethod
+    def empty(cls) -> "RootIndex":
+        return cls({}, {}, frozenset(), {}, {}, {})
+
+    def __len__(self) -> int:
+        return len(self.placed)
+
+    @property
+    def useful(self) -> bool:
+        """False when it could rule nothing out (every child is always a candidate)."""
+        return len(self.always) < len(self.placed)
+
+    def candidate_positions(self, bags: dict) -> list[int]:
+        """The slots of the children whose target could match, in ascending order."""
+        positions = set(self.always)
+        try:
+            for key, table in self.by_key.items():
+                bag = bags.get(key)
+                if bag:
+                    for value in bag:
+                        hit = table.get(value)
+                        if hit:
+                            positions.update(hit)
+                else:
+                    required = self.mbp_by_key.get(key)
+                    if required:
+                        positions.update(required)
+            filters = self.filters
+            out = []
+            for pos in sorted(positions):
+                checks = filters.get(pos)
+                if checks is None or all(_may_match(f, bags) for f in checks):
+                    out.append(pos)
+            return out
+        except TypeError:  # an unhashable value: nothing can be ruled out
+            return sorted(self.placed)
+
+    def candidates(self, by_slot: dict, ctx: Any) -> list[Any]:
+        return [by_slot[s] for s in self.candidate_positions(ctx.bags)]
+
+    def changed(self, removed: Any = (), added: Sequence[tuple[int, Any]] = ()) -> "RootIndex":
+        """A new index without the children in slots `removed` and with `added` ((slot, child)
+        pairs; a slot both removed and added is a replacement). This index is not modified."""
+        w = _Writer(self)
+        for slot in removed:
+            w.remove(slot)
+        # Count every new child's literals first, then choose primaries: with all children added
+        # at once this is exactly build_index's choice.
+        analysed = []
+        for slot, child in added:
+            any_ofs = _indexable_any_ofs(getattr(child, "target_spec", None))
+            counted = []
+            try:
+                for any_of in any_ofs:
+                    for m in any_of:
+                        hash(m.value)
+                        counted.append((m.key, m.value))
+            except TypeError:
+                any_ofs, counted = [], []
+            unique = tuple(dict.fromkeys(counted))  # one count per child and (key, value)
+            w.count(unique, +1)
+            analysed.append((slot, any_ofs, unique))
+        for slot, any_ofs, counted in analysed:
+            w.place(slot, any_ofs, counted)
+        return w.freeze()
+
+
+class _Writer:
+    """Copy-on-write editing of a RootIndex: every table is copied before its first change."""
+
+    def __init__(self, base: RootIndex) -> None:
+        self.by_key = dict(base.by_key)
+        self.mbp_by_key = dict(base.mbp_by_key)
+        self.always = set(base.always)
+        self.filters = dict(base.filters)
+        self.placed = dict(base.placed)
+        self.distinct = dict(base.distinct)
+        self._own_tables: set = set()
+        self._own_counts: set = set()
+
+    def _table(self, key: tuple) -> dict:
+        if key not in self._own_tables:
+            self._own_tables.add(key)
+            self.by_key[key] = dict(self.by_key.get(key, ()))
+        return self.by_key[key]
+
+    def count(self, counted: Sequence[tuple], delta: int) -> None:
+        for key, value in counted:
+            if key not in self._own_counts:
+                self._own_counts.add(key)
+                self.distinct[key] = dict(self.distinct.get(key, ()))
+            table = self.distinct[key]
+            n = table.get(value, 0) + delta
+            if n > 0:
+                table[value] = n
+            else:
+                table.pop(value, None)
+                if not table:
+                    del self.distinct[key]
+                    self._own_counts.discard(key)
+
+    def remove(self, slot: int) -> None:
+        placed = self.placed.pop(slot, None)
+        if placed is None:
+            return
+        self.always.discard(slot)
+        self.filters.pop(slot, None)
+        for key, value in placed.postings:
+            table = self._table(key)
+            rest = tuple(s for s in table.get(value, ()) if s != slot)
+            if rest:
+                table[value] = rest
+            else:
+                table.pop(value, None)
+                if not table:
+                    del self.by_key[key]
+                    self._own_tables.discard(key)
+        for key in placed.mbp_keys:
+            rest_set = self.mbp_by_key.get(key, frozenset()) - {slot}
+            if rest_set:
+                self.mbp_by_key[key] = rest_set
+            else:
+                self.mbp_by_key.pop(key, None)
+        # Each (key, value) was counted once per child: undo exactly that.
+        self.count(placed.counted, -1)
+
+    def place(self, slot: int, any_ofs: list[list], counted: tuple) -> None:
+        if not any_ofs:
+            self.always.add(slot)
+            self.placed[slot] = _NOT_INDEXED if not counted else _Placed((), (), counted, True)
+            return
+        distinct = self.distinct
+        primary = max(any_ofs, key=lambda a: min(len(distinct.get(m.key, ())) for m in a))
+        postings: dict[tuple, None] = {}
+        mbp_keys: dict[tuple, None] = {}
+        for match in primary:
+            postings[(match.key, match.value)] = None
+            if match.must_be_present:
+                mbp_keys[match.key] = None
+        for key, value in postings:
+            table = self._table(key)
+            table[value] = table.get(value, ()) + (slot,)
+        for key in mbp_keys:
+            self.mbp_by_key[key] = self.mbp_by_key.get(key, frozenset()) | {slot}
+        secondary = []
+        for any_of in any_ofs:
+            if any_of is primary:
+                continue
+            flt: AnyOfFilter = {}
+            for m in any_of:
+                values, mbp = flt.get(m.key, (frozenset(), False))
+                flt[m.key] = (values | {m.value}, mbp or m.must_be_present)
+            secondary.append(flt)
+        if secondary:
+            self.filters[slot] = tuple(secondary)
+        self.placed[slot] = _Placed(tuple(postings), tuple(mbp_keys), counted, False)
+
+    def freeze(self) -> RootIndex:
+        return RootIndex(self.by_key, self.mbp_by_key, frozenset(self.always), self.filters,
+                         self.placed, self.distinct)

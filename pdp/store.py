@@ -26,9 +26,15 @@ class StoreError(Exception):
 
 
 class PolicyExistsError(StoreError):
-    def __init__(self, policy_id: str) -> None:
-        super().__init__(f"policy {policy_id!r} already exists")
+    """`source`, when given, names the document that tried to reuse the id (bulk adds)."""
+
+    def __init__(self, policy_id: str, source: str | None = None, detail: str | None = None) -> None:
+        message = f"policy {policy_id!r} already exists"
+        if source is not None:
+            message += f" (in {source}{': ' + detail if detail else ''})"
+        super().__init__(message)
         self.policy_id = policy_id
+        self.source = source
 
 
 class PolicyNotFoundError(StoreError):

@@ -200,3 +200,37 @@ def test_not_a_database_is_a_clear_error(tmp_path):
     path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreError, match="cannot open policy store"):
         SQLitePolicyStore(path)
+
+
+def test_a_write_reads_only_its_own_policy(tmp_path):
+    """put, put_all and delete issue the same statements however many policies are stored:
+    nothing re-reads the stored set."""
+    import re
+
+    def statements(store, write):
+        seen = []
+        store._conn.set_trace_callback(seen.append)
+        try:
+            write()
+        finally:
+            store._conn.set_trace_callback(None)
+        # The shape of each statement: the values bound into it differ between the stores.
+        return [re.sub(r"x?'[^']*'|\b\d+\b", "?", sql) for sql in seen]
+
+    traces = []
+    for size in (3, 300):
+        store = SQLitePolicyStore(tmp_path / f"s{size}.db")
+        store.put_all([(f"p{i}", "1.0", "nea", b"<p/>" * 50, False) for i in range(size)])
+        traces.append([
+            statements(store, lambda: store.put("new", "1.0", "nea", b"<n/>")),
+            statements(store, lambda: store.put("new", "2.0", "nea", b"<n2/>", must_exist=True)),
+            statements(store, lambda: store.put_all([("x", "1.0", "nea", b"<x/>", False)])),
+            statements(store, lambda: store.delete("new", "nea")),
+        ])
+        store.close()
+    assert traces[0] == traces[1]
+    for trace in traces[1]:
+        for sql in trace:
+            assert "policy_current c" not in sql  # the list() query
+            if sql.lstrip().upper().startswith("SELECT"):
+                assert "WHERE" in sql.upper()
