@@ -189,7 +189,7 @@ def test_agrees_with_the_ownership_rule_on_documents_without_references():
 
 def test_example_policies():
     from pdp.service import load_sources, policy_files
-    from tests.pdp_api.conftest import POLICIES
+    from tests.pdp.api.conftest import POLICIES
 
     engine = PolicyEngine.compile(load_sources(policy_files(POLICIES)))
     for pid in engine.policies:
