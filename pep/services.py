@@ -24,7 +24,7 @@ from pep.core.access import Grant, decide_and_plan
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS
 from pep.handles.one_window import WindowRegistry
 from pep.handles.records import HandleStore, new_handle_id
-from pep.handles.revocation import RevocationService, policies_mention_time
+from pep.handles.revocation import RevocationService, TimeSensitivity
 from pep.handles.service import HandleService
 from pep.invalidation.hub import InvalidationHub
 from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
@@ -137,7 +137,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     revocation = RevocationService(
         handles, engine=lambda: policies.engine, decide_and_plan=plan_access,
         schema_lookup=catalog.schema, identity_lookup=_identity_lookup(authenticator),
-        time_sensitive=lambda: policies_mention_time(policies),
+        time_sensitivity=TimeSensitivity(policies),
         interval=config.reevaluation_interval)
 
     # Caching proxies follow this hub.
@@ -157,11 +157,9 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     services._unsubscribe.append(events.subscribe(revocation.on_policy_change))
     # 2. ... then proxies hear of the change (and flush what it may affect);
     services._unsubscribe.append(hub.follow_policy_events(events))
-    # 3. every handle that ends (revoked, released, ended) is published to proxies, after its
-    #    state is persisted.
-    handles.add_listener(lambda record: hub.publish(
-        f"handle-{record.state.value}", [record.id], subject=record.subject,
-        stream=record.stream))
+    # 3. handles that end (revoked, released, ended) are published to proxies, after their state
+    #    is persisted: one event per kind of ending for a whole batch.
+    handles.add_listener(lambda records: publish_endings(hub, records))
 
     # Start: Spark now if asked (`xsg serve` pays the session's start-up before the first
     # request), the handles of the previous run re-decided and resumed or ended, and the
@@ -171,6 +169,19 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     services.resumed, services.ended = revocation.restore_all()
     revocation.start()
     return services
+
+
+def publish_endings(hub: InvalidationHub, records: list[Any]) -> None:
+    """One invalidation event per kind of ending; subject and stream when all share them."""
+    by_kind: dict[str, list[Any]] = {}
+    for record in records:
+        by_kind.setdefault(f"handle-{record.state.value}", []).append(record)
+    for kind, group in by_kind.items():
+        subjects = {r.subject for r in group}
+        streams = {r.stream for r in group}
+        hub.publish(kind, [r.id for r in group],
+                    subject=subjects.pop() if len(subjects) == 1 else None,
+                    stream=streams.pop() if len(streams) == 1 else None)
 
 
 def _identity_lookup(authenticator: Any) -> Callable[[str], Any] | None:

@@ -145,12 +145,42 @@ class HandleStore:
 
     def finish(self, handle_id: str, state: HandleState, reason: str | None) -> bool:
         """live -> a terminal state; False when the handle was not live (nothing changes)."""
-        if state not in TERMINAL_STATES:
-            raise ValueError(f"{state} is not a terminal state")
-        cur = self._db.execute(
-            "UPDATE handles SET state = ?, reason = ?, updated_at = ? "
-            "WHERE id = ? AND state = 'live'", (state.value, reason, _now(), handle_id))
-        return cur.rowcount == 1
+        return handle_id in self.finish_many([(handle_id, state, reason)])
+
+    def finish_many(self, endings: Iterable[tuple[str, HandleState, str | None]]) -> set[str]:
+        """Several live -> terminal transitions in one transaction; returns the ids changed."""
+        changed = set()
+        now = _now()
+        with self._db.transaction() as cur:
+            for handle_id, state, reason in endings:
+                if state not in TERMINAL_STATES:
+                    raise ValueError(f"{state} is not a terminal state")
+                cur.execute("UPDATE handles SET state = ?, reason = ?, updated_at = ? "
+                            "WHERE id = ? AND state = 'live'",
+                            (state.value, reason, now, handle_id))
+                if cur.rowcount == 1:
+                    changed.add(handle_id)
+        return changed
+
+    def get_many(self, handle_ids: Iterable[str]) -> list[HandleRecord]:
+        """The records of these handles, in the order given (unknown ids left out)."""
+        ids = list(handle_ids)
+        found: dict[str, HandleRecord] = {}
+        for start in range(0, len(ids), 500):  # SQLite's bound on parameters per statement
+            chunk = ids[start:start + 500]
+            marks = ", ".join("?" * len(chunk))
+            for row in self._db.fetchall(
+                    f"SELECT {self._COLUMNS} FROM handles WHERE id IN ({marks})", chunk):
+                record = self._record(row)
+                found[record.id] = record
+        return [found[h] for h in ids if h in found]
+
+    def set_policy_ids_many(self, updates: dict[str, tuple[str, ...]]) -> None:
+        now = _now()
+        with self._db.transaction() as cur:
+            for handle_id, policy_ids in updates.items():
+                cur.execute("UPDATE handles SET policy_ids = ?, updated_at = ? WHERE id = ?",
+                            (json.dumps(sorted(policy_ids)), now, handle_id))
 
     def set_policy_ids(self, handle_id: str, policy_ids: Iterable[str]) -> None:
         self._db.execute("UPDATE handles SET policy_ids = ?, updated_at = ? WHERE id = ?",

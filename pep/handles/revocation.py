@@ -4,20 +4,23 @@ Re-evaluation means deciding the handle's stored request again, as its owner (th
 looked up afresh when the gateway knows how, else the one recorded with the handle), with the
 current engine, through the same `decide_and_plan` that created it. The handle is revoked when
 the answer is no longer Permit (Deny, NotApplicable, Indeterminate, NR, an error: deny when in
-doubt), or when the plan differs (the obligations changed; comparing the plan's key covers filter, map and
-window at once).
+doubt), or when the plan differs (the obligations changed; comparing the plan's key covers
+filter, map and window at once).
 
 When it happens:
 - on every policy change, synchronously inside the PDP's event, so that when
-  `DELETE /policies/<id>` answers, every handle it allowed is already revoked. A deletion
-  re-evaluates the handles that depended on the deleted policy (a policy that did not apply to a
-  decision cannot change it by disappearing). An addition or an update re-evaluates every live
-  handle: a new or changed Deny can apply to requests the old policy never matched.
+  `DELETE /policies/<id>` answers, every handle it allowed is already revoked. Only the handles
+  whose decision the change can alter are decided again: those on the streams the policy's
+  target can match before or after the change (`PolicyChange.resources`; None means any stream),
+  and for a deletion only those that depended on the deleted policy (a policy that did not apply
+  to a decision cannot change it by disappearing). Handles with identical requests from one
+  caller are decided once per pass, and the revocations of a pass are written in one
+  transaction and published to proxies as one event.
 - periodically (default every second) while any loaded policy mentions the environment or the
   current date/time: such a decision can change with nothing but the clock, so a time-limited
-  grant ends within one period of its end. The check is coarse on purpose (simple and safe):
-  when it is on, every live handle is decided again each period; when no policy mentions time,
-  the timer costs nothing.
+  grant ends within one period of its end. Which policies do is tracked per policy as they
+  change (the check is coarse on purpose: a policy mentioning `environment` counts); when none
+  does, the timer costs nothing.
 - at start-up (`restore_all`): every handle persisted as live is decided again and either
   resumed (re-attached to the runtime) or revoked/ended with a reason, never silently lost.
 """
@@ -49,15 +52,37 @@ class Verdict:
     policy_ids: tuple[str, ...] = ()
 
 
-def policies_mention_time(policy_service: Any) -> bool:
-    """True when a current policy could change its decision with the clock alone."""
-    try:
-        stored = policy_service.list()
-    except Exception:  # noqa: BLE001 - if we cannot tell, assume it could
-        log.exception("cannot list policies; assuming time-dependent policies")
-        return True
-    return any(not getattr(p, "deleted", False) and TIME_MARKERS.search(p.data or b"")
-               for p in stored)
+def mentions_time(document: bytes | None) -> bool:
+    """Could this policy's decision change with the clock alone? (Coarse, on purpose.)"""
+    return bool(document) and TIME_MARKERS.search(document) is not None
+
+
+class TimeSensitivity:
+    """Which current policies mention time, kept up to date one change at a time."""
+
+    def __init__(self, policy_service: Any) -> None:
+        self._service = policy_service
+        self._ids: set[str] = set()
+        try:
+            self._ids = {p.policy_id for p in policy_service.list() if mentions_time(p.data)}
+        except Exception:  # noqa: BLE001 - if we cannot tell, assume time matters
+            log.exception("cannot list policies; assuming time-dependent policies")
+            self._ids = {"*"}
+
+    def __bool__(self) -> bool:
+        return bool(self._ids)
+
+    def changed(self, change: Any) -> None:
+        self._ids.discard(change.policy_id)
+        if change.kind == "deleted":
+            return
+        try:
+            document = self._service.get(change.policy_id).data
+        except Exception:  # noqa: BLE001 - if we cannot tell, assume it does
+            log.exception("cannot read policy %s; assuming it mentions time", change.policy_id)
+            document = b"environment"
+        if mentions_time(document):
+            self._ids.add(change.policy_id)
 
 
 class RevocationService:
@@ -67,7 +92,7 @@ class RevocationService:
                  schema_lookup: Callable[[str], Any],
                  identity_lookup: Callable[[str], Any] | None = None,
                  make_identity: Callable[[str, tuple[str, ...], bool], Any] | None = None,
-                 time_sensitive: Callable[[], bool] | None = None,
+                 time_sensitivity: TimeSensitivity | None = None,
                  interval: float = 1.0) -> None:
         self.handles = handles
         self.engine = engine
@@ -75,8 +100,7 @@ class RevocationService:
         self.schema_lookup = schema_lookup
         self.identity_lookup = identity_lookup
         self.make_identity = make_identity or _default_identity
-        self._time_sensitive_fn = time_sensitive
-        self.time_sensitive = True if time_sensitive is None else bool(time_sensitive())
+        self._time_sensitivity = time_sensitivity
         self.interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -89,11 +113,35 @@ class RevocationService:
             return self.identity_lookup(record.subject)
         return self.make_identity(record.subject, record.roles, record.admin)
 
-    def reevaluate(self, record: HandleRecord, engine: Any | None = None) -> Verdict:
+    @property
+    def time_sensitive(self) -> bool:
+        return True if self._time_sensitivity is None else bool(self._time_sensitivity)
+
+    def reevaluate(self, record: HandleRecord, engine: Any | None = None,
+                   memo: dict | None = None) -> Verdict:
+        """Decide the handle's request again. `memo` shares the outcome between handles of one
+        pass that carry the same request from the same identity."""
         identity = self.identity_for(record)
         if identity is None:
             return Verdict(False, f"subject {record.subject!r} is no longer known to the gateway")
         engine = engine if engine is not None else self.engine()
+        req = record.request
+        key = (identity, req.body, req.media_type, req.user_query, req.user_query_type)
+        outcome = memo.get(key) if memo is not None else None
+        if outcome is None:
+            outcome = self._decide(record, identity, engine)
+            if memo is not None:
+                memo[key] = outcome
+        if isinstance(outcome, Verdict):
+            return outcome
+        plan_key, policy_ids = outcome
+        if plan_key != record.plan_key:
+            return Verdict(False, "the policy's obligations changed what this handle may see")
+        return Verdict(True, None, policy_ids)
+
+    def _decide(self, record: HandleRecord, identity: Any,
+                engine: Any) -> Verdict | tuple[str, tuple[str, ...]]:
+        """A refusal's Verdict, or (plan key, policy ids) when the request is still permitted."""
         req = record.request
         try:
             grant = self.decide_and_plan(engine, req.body, req.media_type, identity,
@@ -108,52 +156,54 @@ class RevocationService:
         decision = decision_name(grant.decision)
         if decision != "Permit":
             return Verdict(False, f"the decision is now {decision}")
-        if grant.plan.key() != record.plan_key:
-            return Verdict(False, "the policy's obligations changed what this handle may see")
-        return Verdict(True, None, tuple(sorted(set(grant.policy_ids or ()))))
+        return grant.plan.key(), tuple(sorted(set(grant.policy_ids or ())))
 
-    def _apply(self, record: HandleRecord, engine: Any, why: str) -> bool:
-        """Decide one handle again and revoke it if needed; True if it was revoked."""
-        verdict = self.reevaluate(record, engine)
-        if verdict.keep:
-            if tuple(sorted(record.policy_ids)) != verdict.policy_ids:
-                self.handles.set_policy_ids(record.id, verdict.policy_ids)
-            return False
-        revoked = self.handles.revoke(record.id, f"{why}: {verdict.reason}")
+    def _apply_all(self, records: list[HandleRecord], engine: Any, why: str) -> int:
+        """Decide handles again; revoke, in one batch, those no longer granted exactly what they
+        get, and record changed policy ids in one transaction. Returns how many were revoked."""
+        memo: dict = {}
+        revocations: list[tuple[str, str]] = []
+        policy_updates: dict[str, tuple[str, ...]] = {}
+        for record in records:
+            verdict = self.reevaluate(record, engine, memo)
+            if verdict.keep:
+                if tuple(sorted(record.policy_ids)) != verdict.policy_ids:
+                    policy_updates[record.id] = verdict.policy_ids
+            else:
+                revocations.append((record.id, f"{why}: {verdict.reason}"))
+        if policy_updates:
+            self.handles.set_policy_ids_many(policy_updates)
+        revoked = self.handles.revoke_many(revocations)
         if revoked:
-            log.info("revoked handle %s of %s (%s: %s)", record.id[:8], record.subject, why,
-                     verdict.reason)
-        return revoked
+            log.info("revoked %d handle(s) (%s)", len(revoked), why)
+        return len(revoked)
 
     # -- policy events ----------------------------------------------------------------------------
 
     def on_policy_change(self, change: Any) -> None:
         """The PDP's event callback; returns only when every affected handle is dealt with."""
+        if self._time_sensitivity is not None:
+            self._time_sensitivity.changed(change)
         engine = self.engine()
         why = f"policy {change.policy_id!r} {change.kind}"
+        resources = getattr(change, "resources", None)
         with self.handles.lock:
             self.handles.policy_epoch += 1
-            live = self.handles.live()
+            targets = self.handles.live()
+            if resources is not None:
+                targets = [r for r in targets if r.stream in resources]
             if change.kind == "deleted":
                 # A handle with no recorded policies is treated as depending on every policy.
-                targets = [r for r in live if not r.policy_ids or change.policy_id in r.policy_ids]
-            else:
-                targets = live
-            for record in targets:
-                self._apply(record, engine, why)
-        if self._time_sensitive_fn is not None:
-            self.time_sensitive = bool(self._time_sensitive_fn())
+                targets = [r for r in targets
+                           if not r.policy_ids or change.policy_id in r.policy_ids]
+            if targets:
+                self._apply_all(targets, engine, why)
 
     def sweep(self) -> int:
         """One periodic pass over every live handle; returns how many were revoked."""
         engine = self.engine()
-        revoked = 0
-        for record in self.handles.live():
-            with self.handles.lock:
-                current = self.handles.get(record.id)
-                if current is None or not current.live:
-                    continue
-                revoked += self._apply(current, engine, "periodic re-evaluation")
+        with self.handles.lock:
+            revoked = self._apply_all(self.handles.live(), engine, "periodic re-evaluation")
         self.sweeps += 1
         return revoked
 
@@ -164,8 +214,9 @@ class RevocationService:
         engine = self.engine()
         resumed: list[str] = []
         ended: list[str] = []
+        memo: dict = {}
         for record in self.handles.live():
-            verdict = self.reevaluate(record, engine)
+            verdict = self.reevaluate(record, engine, memo)
             if not verdict.keep:
                 self.handles.revoke(record.id, f"re-evaluated at gateway start: {verdict.reason}")
                 ended.append(record.id)
@@ -206,4 +257,4 @@ def _default_identity(subject: str, roles: tuple[str, ...], admin: bool) -> Any:
     return Identity(subject=subject, roles=tuple(roles), admin=admin)
 
 
-__all__ = ["RevocationService", "Verdict", "policies_mention_time", "TIME_MARKERS"]
+__all__ = ["RevocationService", "Verdict", "TimeSensitivity", "mentions_time", "TIME_MARKERS"]

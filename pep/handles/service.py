@@ -57,11 +57,11 @@ class HandleService:
         # Bumped by every policy change; a handle decided under an older epoch is not created.
         self.policy_epoch = 0
         self._buffers: dict[str, HandleBuffer] = {}
-        # Called with the final record after a handle ends (state persisted, runtime detached),
-        # outside the lock: e.g. to tell caching proxies that the handle is gone.
-        self._listeners: list[Callable[[HandleRecord], None]] = []
+        # Called with the final records after handles end (state persisted, runtime detached),
+        # outside the lock, once per batch: e.g. to tell caching proxies that they are gone.
+        self._listeners: list[Callable[[list[HandleRecord]], None]] = []
 
-    def add_listener(self, callback: Callable[[HandleRecord], None]) -> None:
+    def add_listener(self, callback: Callable[[list[HandleRecord]], None]) -> None:
         self._listeners.append(callback)
 
     # -- reads ------------------------------------------------------------------------------------
@@ -176,6 +176,10 @@ class HandleService:
     def revoke(self, handle_id: str, reason: str) -> bool:
         return self._finish(handle_id, HandleState.REVOKED, reason)
 
+    def revoke_many(self, revocations: Iterable[tuple[str, str]]) -> list[str]:
+        """Revoke several handles at once ((handle id, reason) pairs); returns those revoked."""
+        return self.finish_many([(hid, HandleState.REVOKED, why) for hid, why in revocations])
+
     def end(self, handle_id: str, reason: str) -> bool:
         return self._finish(handle_id, HandleState.ENDED, reason)
 
@@ -190,29 +194,44 @@ class HandleService:
     def set_policy_ids(self, handle_id: str, policy_ids: Iterable[str]) -> None:
         self.store.set_policy_ids(handle_id, policy_ids)
 
+    def set_policy_ids_many(self, updates: dict[str, tuple[str, ...]]) -> None:
+        self.store.set_policy_ids_many(updates)
+
     def _finish(self, handle_id: str, state: HandleState, reason: str) -> bool:
-        """Close the buffer first (no write passes after this), then persist, free the window,
-        and detach from the runtime before returning. False when the handle was not live."""
+        return bool(self.finish_many([(handle_id, state, reason)]))
+
+    def finish_many(self, endings: Iterable[tuple[str, HandleState, str]]) -> list[str]:
+        """End handles: close their buffers first (no write passes after this), persist every
+        state change in one transaction, free their windows, detach them from the runtime, then
+        tell the listeners once with every ended record. Returns the ids that were live."""
+        endings = list(endings)
+        if not endings:
+            return []
         with self.lock:
-            buffer = self._buffers.pop(handle_id, None)
-            if buffer is not None:
-                buffer.close(state.value, reason)
-            changed = self.store.finish(handle_id, state, reason)
-            if buffer is None and not changed:
-                return False
-            try:
-                self.windows.release(handle_id)
-            except Exception:  # noqa: BLE001 - the handle is ended whatever the registry says
-                log.exception("window registry release failed for %s", handle_id)
-        self._detach(handle_id)
-        if changed and self._listeners:
-            record = self.store.get(handle_id)
+            closed = set()
+            for handle_id, state, reason in endings:
+                buffer = self._buffers.pop(handle_id, None)
+                if buffer is not None:
+                    buffer.close(state.value, reason)
+                    closed.add(handle_id)
+            changed = self.store.finish_many(endings)
+            ended = [hid for hid, _, _ in endings if hid in changed or hid in closed]
+            for handle_id in ended:
+                try:
+                    self.windows.release(handle_id)
+                except Exception:  # noqa: BLE001 - the handle is ended whatever the registry says
+                    log.exception("window registry release failed for %s", handle_id)
+        for handle_id in ended:
+            self._detach(handle_id)
+        finished = [hid for hid, _, _ in endings if hid in changed]
+        if finished and self._listeners:
+            records = self.store.get_many(finished)
             for callback in list(self._listeners):
                 try:
-                    callback(record)
+                    callback(records)
                 except Exception:  # noqa: BLE001 - a listener must not undo an ended handle
-                    log.exception("handle listener failed for %s", handle_id)
-        return changed
+                    log.exception("handle listener failed for %d handles", len(records))
+        return finished
 
     def _detach(self, handle_id: str) -> None:
         try:
