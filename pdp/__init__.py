@@ -19,14 +19,17 @@ from importlib import import_module
 from typing import Any
 
 from pdp.auth import AuthFileError, Identity, TokenAuthenticator, new_token, write_auth_file
-from pdp.engine import PolicyEngine, PolicyInfo, PolicySource, inspect_policy
+from pdp.engine import (PolicyEngine, PolicyInfo, PolicySource, inspect_policy,
+                        policy_resource_scope)
 from pdp.errors import PolicyLoadError, RequestSyntaxError
 from pdp.events import PolicyChange, PolicyEvents
 from pdp.manage import ManagedPolicy, ManagePolicy, Veto, may_manage_policy
 from pdp.policy_scope import RESOURCE_ID, confined_resource_ids
 from pdp.request import RequestContext, bind_subject, media_kind, parse_request
 from pdp.response import render_response
-from pdp.results import STATUS_SYNTAX_ERROR, Decision, Obligation, Response, Result, Status
+from pdp.results import (STATUS_SYNTAX_ERROR, AttributeAssignment, Decision, Obligation, Response,
+                         Result, Status)
+from pdp.xmlsafe import UnsafeDocumentError, parse_xml
 
 _PERSISTENCE = {
     "PolicyService": "pdp.service", "PolicyIdMismatchError": "pdp.service",
@@ -48,11 +51,12 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AuthFileError", "Identity", "TokenAuthenticator", "new_token", "write_auth_file",
-    "PolicyEngine", "PolicyInfo", "PolicySource", "inspect_policy",
+    "PolicyEngine", "PolicyInfo", "PolicySource", "inspect_policy", "policy_resource_scope",
     "PolicyLoadError", "RequestSyntaxError", "PolicyChange", "PolicyEvents",
     "ManagedPolicy", "ManagePolicy", "Veto", "may_manage_policy",
     "RESOURCE_ID", "confined_resource_ids",
     "RequestContext", "bind_subject", "media_kind", "parse_request", "render_response",
-    "STATUS_SYNTAX_ERROR", "Decision", "Obligation", "Response", "Result", "Status",
+    "STATUS_SYNTAX_ERROR", "AttributeAssignment", "Decision", "Obligation", "Response", "Result",
+    "Status", "UnsafeDocumentError", "parse_xml",
     *_PERSISTENCE,
 ]

@@ -58,6 +58,7 @@ from pdp.target_scope import evaluator_scope
 from pdp.xmlsafe import get_limits
 
 __all__ = ["PolicyEngine", "PolicySource", "PolicyInfo", "CompiledPolicy", "compile_policy",
+           "policy_resource_scope",
            "inspect_policy", "DENY_OVERRIDES_3_0"]
 
 _OK = Status()
@@ -92,6 +93,12 @@ _RECENT_SIZE = 16
 _RECENT_MAX_BYTES = 256 * 1024
 _recent: "OrderedDict[tuple, CompiledDocument]" = OrderedDict()
 _recent_lock = threading.Lock()
+
+
+def policy_resource_scope(source: PolicySource) -> frozenset[str] | None:
+    """The resource-ids one document on its own can apply to (see `resource_scope`); None when
+    it could apply to any (references are not followed: they give None)."""
+    return evaluator_scope(compile_policy(source).compiled.evaluator, {}, {})
 
 
 def compile_policy(source: PolicySource) -> CompiledPolicy:

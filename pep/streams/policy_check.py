@@ -1,0 +1,119 @@
+"""A policy is checked against the schemas of the streams it targets when it is written.
+
+An obligation that names an attribute a stream lacks (a typo in a map, a filter or a window)
+cannot be fulfilled, so every request it applies to is denied, and a live handle it now covers is
+revoked. Better to refuse the policy: `check_policy` finds the streams the policy's target can
+apply to (`pdp.policy_resource_scope`), and runs the static values of its stream obligations
+through the same code that will read them at decision time (`pep.core.obligations`), against
+each registered stream's schema.
+
+- A registered stream whose schema the obligations do not fit: the policy is refused (400), with
+  the obligation's message (which attribute, which stream) and its line.
+- A targeted stream that is not registered yet: accepted, with a warning.
+- A policy whose target does not pin its streams (it can apply to any): accepted; a warning
+  names the registered streams on which its obligations could not be fulfilled.
+- An obligation value computed at decision time (an AttributeDesignator, an Apply) cannot be
+  checked in advance: a warning says so. Placeholders (`{subject:...}`) are checked for syntax
+  only: what they stand for is known at decision time.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pdp import (AttributeAssignment, Obligation, PolicyLoadError, PolicySource,
+                 UnsafeDocumentError, parse_xml, policy_resource_scope)
+from pep.core.obligations import FILTER_IDS, MAP_IDS, WINDOW_IDS, ObligationError, policy_graph
+from pep.core.plan import StreamDefinition
+
+XACML_NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
+STREAM_OBLIGATIONS = FILTER_IDS | MAP_IDS | WINDOW_IDS
+StreamLookup = Callable[[str], "StreamDefinition | None"]
+
+
+def _local(tag: object) -> str:
+    return str(tag).rsplit("}", 1)[-1]
+
+
+def _stream_obligations(root) -> tuple[list[tuple[Obligation, int | None]], list[str]]:
+    """The stream obligations with static values, each with its line; warnings for the rest."""
+    found: list[tuple[Obligation, int | None]] = []
+    warnings: list[str] = []
+    for element in root.iter(f"{{{XACML_NS}}}ObligationExpression"):
+        obligation_id = element.get("ObligationId", "")
+        if obligation_id not in STREAM_OBLIGATIONS:
+            continue
+        assignments = []
+        computed = False
+        for expression in element.iter(f"{{{XACML_NS}}}AttributeAssignmentExpression"):
+            children = [c for c in expression if isinstance(c.tag, str)]
+            if len(children) != 1 or _local(children[0].tag) != "AttributeValue":
+                warnings.append(f"obligation {obligation_id} (line {expression.sourceline}): "
+                                f"{expression.get('AttributeId')} is computed at decision time; "
+                                "this obligation could not be checked against the stream schemas")
+                computed = True
+                continue
+            value = children[0]
+            assignments.append(AttributeAssignment(expression.get("AttributeId", ""),
+                                                   value.get("DataType", ""),
+                                                   "".join(value.itertext())))
+        if not computed:
+            found.append((Obligation(obligation_id, tuple(assignments)), element.sourceline))
+    return found, warnings
+
+
+def _placeholder(category: str, attribute: str) -> list[str]:
+    # Only the shape is checked now; "0" reads as a number, a timestamp, a boolean or a string.
+    return ["0"]
+
+
+def _failure(obligations: list[tuple[Obligation, int | None]],
+             stream: StreamDefinition) -> tuple[str, int | None] | None:
+    for obligation, line in obligations:
+        try:
+            policy_graph([obligation], stream.name, stream.schema, resolver=_placeholder)
+        except ObligationError as exc:
+            return exc.message, line
+    return None
+
+
+def check_policy(data: bytes, lookup: StreamLookup,
+                 all_streams: Callable[[], list[StreamDefinition]],
+                 source: str = "request body") -> list[str]:
+    """Warnings for a policy that fits the streams it targets; PolicyLoadError when it does not.
+    `lookup(name)` finds a registered stream; `all_streams()` lists them."""
+    try:
+        root = parse_xml(data)
+    except UnsafeDocumentError:
+        return []  # the policy parser reports it, with where, when the policy is loaded
+    obligations, warnings = _stream_obligations(root)
+    if not obligations:
+        return warnings
+    scope = policy_resource_scope(PolicySource(source, data))
+    if scope is None:
+        return warnings + _unpinned(obligations, all_streams())
+    for name in sorted(scope):
+        stream = lookup(name)
+        if stream is None or stream.name != name:
+            warnings.append(f"stream {name!r} is not registered yet: this policy's obligations "
+                            "were not checked against its schema")
+            continue
+        failure = _failure(obligations, stream)
+        if failure is not None:
+            message, line = failure
+            raise PolicyLoadError(f"the policy's obligations cannot be fulfilled on stream "
+                                  f"{name!r}: {message}", source, "ObligationExpression", line)
+    return warnings
+
+
+def _unpinned(obligations: list[tuple[Obligation, int | None]],
+              streams: list[StreamDefinition]) -> list[str]:
+    out = []
+    for stream in streams:
+        failure = _failure(obligations, stream)
+        if failure is not None:
+            out.append(f"the policy's target does not pin its streams; on stream "
+                       f"{stream.name!r} its obligations cannot be fulfilled: {failure[0]}")
+    return out
+
+
+__all__ = ["check_policy"]
