@@ -44,6 +44,8 @@ class GatewayConfig:
     start_spark: bool = False
     reevaluation_interval: float = 1.0  # seconds between re-decisions of time-dependent grants
     trigger_interval: float = 0.25  # seconds between a stream query's micro-batches
+    audit_max_bytes: int = 10 * 1024 * 1024  # the audit file rotates past this size
+    audit_keep: int = 10  # rotated audit files kept (the oldest beyond are removed)
     heartbeat: float = 15.0  # seconds between keep-alive lines on idle handle streams
     # Invalidation feed for caching proxies (pep/invalidation/): the bearer token a proxy
     # presents on /events/invalidations and the HMAC key of the webhooks pushed to it.

@@ -7,7 +7,8 @@ as arguments; nothing else constructs a service or subscribes to an event. (OPA'
 
 Files under `config.data_dir`: `policies.db` (policy store), `streams.db` (catalogue),
 `handles.db` (handles), `streams/<name>/ingest/` (ingested JSON lines), `runtime/` (the Spark
-runtime's work directory), `auth.json` (demo tokens, when no auth file is given).
+runtime's work directory), `audit/` (the audit trail, JSON lines), `auth.json` (demo tokens, when
+no auth file is given).
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from typing import Any, Callable
 
 from pdp import (ManagePolicy, PolicyEvents, PolicyService, PolicyStore, SQLitePolicyStore,
                  StoredPolicy, TokenAuthenticator, seed_store)
+from pep.audit.log import AuditLog
+from pep.audit.trail import AuditTrail
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
 from pep.core.access import Grant, decide_and_plan
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS
@@ -50,6 +53,7 @@ class GatewayServices:
     handles: HandleService
     revocation: RevocationService
     invalidation: InvalidationHub
+    audit: AuditTrail
     # decide and plan one access request (the XACML request, the identity, the user query)
     decide_and_plan: Callable[..., Grant]
     # who may manage which policy; read on every call, so an embedder may replace it
@@ -84,6 +88,7 @@ class GatewayServices:
     def close(self) -> None:
         self.close_stream_side()
         self.invalidation.close()
+        self.audit.log.close()
         self.store.close()
 
 
@@ -144,10 +149,14 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     hub = invalidation or InvalidationHub(secret=config.proxy_secret,
                                           proxy_token=config.proxy_token)
 
+    # The audit trail.
+    audit = AuditTrail(AuditLog(data_dir / "audit", config.audit_max_bytes, config.audit_keep),
+                       policy_versions=_policy_versions(policies))
+
     services = GatewayServices(
         config=config, authenticator=authenticator, store=store, events=events,
         policies=policies, catalog=catalog, runtime=runtime, handle_store=handle_store,
-        windows=windows, handles=handles, revocation=revocation, invalidation=hub,
+        windows=windows, handles=handles, revocation=revocation, invalidation=hub, audit=audit,
         decide_and_plan=plan_access, may_manage=stream_owner_rule(catalog.get),
         seeded=seeded, demo_auth_created=demo_auth_created)
 
@@ -160,6 +169,11 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     # 3. handles that end (revoked, released, ended) are published to proxies, after their state
     #    is persisted: one event per kind of ending for a whole batch.
     handles.add_listener(lambda records: publish_endings(hub, records))
+    # 4. the audit trail records every grant, ending, policy change and stream registration.
+    handles.add_open_listener(audit.granted)
+    handles.add_listener(audit.ended)
+    services._unsubscribe.append(events.subscribe(audit.policy_changed))
+    catalog.add_listener(audit.stream_registered)
 
     # Start: Spark now if asked (`xsg serve` pays the session's start-up before the first
     # request), the handles of the previous run re-decided and resumed or ended, and the
@@ -167,8 +181,18 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     if config.start_spark and isinstance(runtime, LazyRuntime):
         runtime.get()
     services.resumed, services.ended = revocation.restore_all()
+    audit.resumed(handle_store.get_many(services.resumed))
     revocation.start()
     return services
+
+
+def _policy_versions(policies: PolicyService) -> Callable[[Any], list[dict]]:
+    def versions(ids: Any) -> list[dict]:
+        wanted = set(ids)
+        return [{"id": p.policy_id, "version": p.version, "store_version": p.store_version}
+                for p in policies.list() if p.policy_id in wanted]
+
+    return versions
 
 
 def publish_endings(hub: InvalidationHub, records: list[Any]) -> None:

@@ -15,7 +15,7 @@ from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestSyntaxError, Response, Re
                  bind_subject, media_kind, parse_request)
 from pep.core.analysis import ConditionTooComplex, Warning
 from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
-                             TooComplex, UnsupportedMedia)
+                             Refusal, TooComplex, UnsupportedMedia)
 from pep.core.explain import graph_to_json, plan_to_json, render_sql
 from pep.core.graph import UnsupportedGraph
 from pep.core.merge import merge
@@ -118,6 +118,17 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
     if schema is None:
         raise NotFound(f"unknown stream {stream!r}", stream=stream)
 
+    try:
+        return _plan(engine, ctx, stream, schema, identity, media_type, user_query,
+                     user_query_type, refuse_nr, time_attribute_lookup)
+    except Refusal as exc:
+        exc.details.setdefault("stream", stream)  # for the audit trail and the error body
+        raise
+
+
+def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: str,
+          user_query: bytes | None, user_query_type: str | None, refuse_nr: bool,
+          time_attribute_lookup: Callable[[str], str | None] | None) -> Grant:
     response, traces = engine.decide_with_trace(ctx)
     if len(response.results) != 1:
         raise InvalidInput(f"the request asks for {len(response.results)} decisions (Multiple "

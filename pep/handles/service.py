@@ -60,6 +60,7 @@ class HandleService:
         # Called with the final records after handles end (state persisted, runtime detached),
         # outside the lock, once per batch: e.g. to tell caching proxies that they are gone.
         self._listeners: list[Callable[[list[HandleRecord]], None]] = []
+        self._open_listeners: list[Callable[[HandleRecord, bool], None]] = []
 
     def add_listener(self, callback: Callable[[list[HandleRecord]], None]) -> None:
         self._listeners.append(callback)
@@ -108,6 +109,7 @@ class HandleService:
             if not is_new:
                 existing = self.store.get(handle_id)
                 if existing is not None and existing.live:
+                    self._notify_opened(existing, False)
                     return existing, False
                 # The registry remembered a handle that is not live here: forget it, start afresh.
                 self.windows.release(handle_id)
@@ -127,7 +129,19 @@ class HandleService:
         # lock, so revocations of other handles are not held up. The buffer is registered first,
         # so a revocation meanwhile closes it and the runtime can deliver nothing.
         self._attach(record.id, stream, plan, buffer)
+        self._notify_opened(record, True)
         return record, True
+
+    def add_open_listener(self, callback: Callable[[HandleRecord, bool], None]) -> None:
+        """Called with (record, is_new) when a request gets a live handle, outside the lock."""
+        self._open_listeners.append(callback)
+
+    def _notify_opened(self, record: HandleRecord, is_new: bool) -> None:
+        for callback in list(self._open_listeners):
+            try:
+                callback(record, is_new)
+            except Exception:  # noqa: BLE001 - a listener must not undo a granted handle
+                log.exception("handle open listener failed for %s", record.id[:8])
 
     def _attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan,
                 buffer: HandleBuffer) -> None:

@@ -11,6 +11,7 @@ from pdp.http.api import create_pdp_blueprint
 from pdp.http.auth import install_authenticator
 from pep.config import GatewayConfig
 from pep.http import errors
+from pep.http.audit import audit_blueprint
 from pep.http.explain import explain_blueprint
 from pep.http.handles import create_handles_blueprint
 from pep.http.invalidation import invalidation_blueprint
@@ -45,7 +46,9 @@ def create_app(config: GatewayConfig | None = None,
                                              services.decide_and_plan))
     app.register_blueprint(create_streams_blueprint(services.catalog))
     app.register_blueprint(create_requests_blueprint(
-        services.handles, engine, services.catalog.schema, services.decide_and_plan, base_url))
+        services.handles, engine, services.catalog.schema, services.decide_and_plan, base_url,
+        on_refused=services.audit.refused))
+    app.register_blueprint(audit_blueprint(services.audit.log, services.catalog.get))
     app.register_blueprint(create_handles_blueprint(services.handles, base_url,
                                                     config.heartbeat))
 

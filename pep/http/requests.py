@@ -26,7 +26,7 @@ from flask import Blueprint, jsonify, request
 
 from pdp.http.auth import current_identity, require_identity
 from pep.core.access import SchemaLookup, decide_and_plan as default_decide_and_plan
-from pep.core.errors import InvalidInput, Unavailable, UnsupportedMedia
+from pep.core.errors import InvalidInput, Refusal, Unavailable, UnsupportedMedia
 from pep.handles.one_window import WindowConflict
 from pep.handles.records import StoredRequest
 from pep.handles.service import HandleService, StalePolicies
@@ -105,12 +105,23 @@ def read_access_request() -> StoredRequest:
 def create_requests_blueprint(handles: HandleService, engine: Callable[[], Any],
                               schema_lookup: SchemaLookup,
                               decide_and_plan: Callable[..., Any] = default_decide_and_plan,
-                              base_url: str | None = None) -> Blueprint:
+                              base_url: str | None = None,
+                              on_refused: Callable[[Any, Refusal], None] | None = None
+                              ) -> Blueprint:
+    """`on_refused(identity, refusal)` hears of every refused stream request (the audit)."""
     bp = Blueprint("xsg_requests", __name__)
 
     @bp.post("/requests")
     @require_identity()
     def create_request():
+        try:
+            return request_stream()
+        except Refusal as exc:
+            if on_refused is not None:
+                on_refused(current_identity(), exc)
+            raise
+
+    def request_stream():
         identity = current_identity()
         stored = read_access_request()
         if not stored.body.strip():

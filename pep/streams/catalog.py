@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pdp.db import Database
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
@@ -63,6 +63,11 @@ class StreamCatalog:
         self._ingest_locks: dict[str, threading.Lock] = {}
         self._db = Database(self.db_path, _SCHEMA)
         self._lock = self._db.lock
+        # Called with the definition of every stream registered (its owner registered it).
+        self._listeners: list[Callable[[StreamDefinition], None]] = []
+
+    def add_listener(self, callback: Callable[[StreamDefinition], None]) -> None:
+        self._listeners.append(callback)
 
     def close(self) -> None:
         self._db.close()
@@ -117,6 +122,11 @@ class StreamCatalog:
                  json.dumps([spec.kind, [list(o) for o in spec.options]]), time_attribute, now))
             if spec.kind == "ingest":
                 self.ingest_dir(name).mkdir(parents=True, exist_ok=True)
+        for callback in list(self._listeners):
+            try:
+                callback(definition)
+            except Exception:  # noqa: BLE001 - a listener must not undo a registration
+                log.exception("stream listener failed for %s", name)
         return definition
 
     # -- reads ------------------------------------------------------------------------------------

@@ -1,0 +1,162 @@
+"""An append-only audit log in JSON lines, rotated by size, queryable by time, kind and stream.
+
+Every entry is one line: `{"time": ISO-8601 UTC, "seq": n, "kind": ..., ...fields}`. `seq` grows
+by one per entry and survives restarts (it is read back from the newest file at start), so a
+reader can tell whether entries are missing. What an entry never holds: bearer tokens, handle ids
+(the capability's secret part: a handle appears as `handle_ref`, a short hash its owner can match
+against GET /handles), request bodies, or any value of a stream's data.
+
+Files: `audit.log` is written; when it passes `max_bytes` it becomes `audit.log.1` (the older
+ones shift up) and the oldest beyond `keep` files is removed. Lines are flushed (and fsynced when
+`durable`) before `record` returns.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+DEFAULT_KEEP = 10
+FORBIDDEN_FIELDS = frozenset({"token", "authorization", "body", "handle_id", "rows", "row"})
+
+
+def handle_ref(handle_id: str) -> str:
+    """How the audit names a handle: a short hash, not the capability itself."""
+    return hashlib.sha256(handle_id.encode("utf-8")).hexdigest()[:16]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class AuditLog:
+    """Thread-safe writer and reader of the audit files in one directory."""
+
+    def __init__(self, directory: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
+                 keep: int = DEFAULT_KEEP, durable: bool = True) -> None:
+        if max_bytes < 1024 or keep < 1:
+            raise ValueError("an audit log needs max_bytes >= 1024 and keep >= 1")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / "audit.log"
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self.durable = durable
+        self._lock = threading.Lock()
+        self._seq = self._last_seq()
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def _last_seq(self) -> int:
+        for path in self.files()[::-1]:
+            last = None
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if line.strip():
+                        last = line
+            if last is not None:
+                try:
+                    return int(json.loads(last).get("seq", 0))
+                except (ValueError, AttributeError):
+                    return 0
+        return 0
+
+    def files(self) -> list[Path]:
+        """Oldest first."""
+        rotated = sorted((p for p in self.directory.glob("audit.log.*")
+                          if p.suffix.lstrip(".").isdigit()),
+                         key=lambda p: -int(p.suffix.lstrip(".")))
+        return rotated + ([self.path] if self.path.exists() else [])
+
+    def record(self, kind: str, **fields: Any) -> dict:
+        """Append one entry; returns it. Fields that could hold secrets are refused."""
+        bad = FORBIDDEN_FIELDS.intersection(k.lower() for k in fields)
+        if bad:
+            raise ValueError(f"audit entries never hold {', '.join(sorted(bad))}")
+        with self._lock:
+            self._seq += 1
+            entry = {"time": _now(), "seq": self._seq, "kind": kind,
+                     **{k: v for k, v in fields.items() if v is not None}}
+            line = json.dumps(entry, separators=(",", ":"), ensure_ascii=False, default=str)
+            self._file.write(line + "\n")
+            self._file.flush()
+            if self.durable:
+                os.fsync(self._file.fileno())
+            if self._file.tell() >= self.max_bytes:
+                self._rotate()
+        return entry
+
+    def _rotate(self) -> None:
+        self._file.close()
+        for path in self.directory.glob("audit.log.*"):
+            n = path.suffix.lstrip(".")
+            if n.isdigit() and int(n) >= self.keep - 1:
+                path.unlink(missing_ok=True)
+        for n in range(self.keep - 2, 0, -1):
+            older = self.directory / f"audit.log.{n}"
+            if older.exists():
+                os.replace(older, self.directory / f"audit.log.{n + 1}")
+        if self.keep > 1:
+            os.replace(self.path, self.directory / "audit.log.1")
+        else:
+            self.path.unlink(missing_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def entries(self) -> Iterator[dict]:
+        """Every entry still kept, oldest first (a line that does not parse is skipped)."""
+        with self._lock:
+            self._file.flush()
+            paths = self.files()
+        for path in paths:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    for line in f:
+                        try:
+                            entry = json.loads(line)
+                        except ValueError:
+                            continue
+                        if isinstance(entry, dict):
+                            yield entry
+            except FileNotFoundError:  # rotated away meanwhile
+                continue
+
+    def query(self, *, kinds: Iterable[str] | None = None, stream: str | None = None,
+              subject: str | None = None, since: str | None = None, until: str | None = None,
+              after_seq: int | None = None, visible: Any = None, limit: int = 1000) -> list[dict]:
+        """Matching entries, newest last, at most `limit` (the newest ones). `visible(entry)`
+        decides what the caller may see."""
+        kinds = set(kinds) if kinds else None
+        out: list[dict] = []
+        for entry in self.entries():
+            if kinds is not None and entry.get("kind") not in kinds:
+                continue
+            if stream is not None and entry.get("stream") != stream \
+                    and stream not in (entry.get("streams") or ()):
+                continue
+            if subject is not None and entry.get("subject") != subject:
+                continue
+            time = entry.get("time", "")
+            if since is not None and time < since:
+                continue
+            if until is not None and time >= until:
+                continue
+            if after_seq is not None and int(entry.get("seq", 0)) <= after_seq:
+                continue
+            if visible is not None and not visible(entry):
+                continue
+            out.append(entry)
+            if len(out) > limit:
+                out.pop(0)
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+__all__ = ["AuditLog", "handle_ref"]

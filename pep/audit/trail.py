@@ -1,0 +1,66 @@
+"""What the gateway records in the audit log, and when (`pep/services.py` wires the calls).
+
+| kind | when | fields |
+|---|---|---|
+| `granted` | a request opened a handle (or got its live one back: `new` false) | subject, stream, handle_ref, plan_key, plan, policies (id, version, store_version) |
+| `refused` | a stream request was refused | subject, stream (when known), refusal (its kind), reason |
+| `handle-revoked`, `handle-released`, `handle-ended` | a handle ended | subject, stream, handle_ref, reason |
+| `handle-resumed` | a live handle was resumed at start, re-decided | subject, stream, handle_ref |
+| `policy-added`, `policy-updated`, `policy-deleted` | the PAP changed a policy | policy_id, version, store_version, by, streams (the change's resource scope; absent: any) |
+| `stream-registered` | a stream was registered | stream, by, source (its kind) |
+
+The plan is the authorised view (filter, map, window: what the policies and the query allow), not
+data. Nothing else of a request is kept.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pep.audit.log import AuditLog, handle_ref
+from pep.core.errors import Refusal
+
+PolicyVersions = Callable[[Iterable[str]], list[dict]]
+
+
+class AuditTrail:
+    def __init__(self, log: AuditLog, policy_versions: PolicyVersions) -> None:
+        self.log = log
+        self._policy_versions = policy_versions
+
+    def granted(self, record: Any, is_new: bool) -> None:
+        self.log.record("granted", subject=record.subject, stream=record.stream,
+                        handle_ref=handle_ref(record.id), new=is_new, plan_key=record.plan_key,
+                        plan=json.loads(record.plan_json),
+                        policies=self._policy_versions(record.policy_ids))
+
+    def refused(self, identity: Any, exc: Refusal, stream: str | None = None) -> None:
+        self.log.record("refused", subject=identity.subject,
+                        stream=stream or exc.details.get("stream"), refusal=type(exc).__name__,
+                        reason=exc.message)
+
+    def ended(self, records: list[Any]) -> None:
+        for record in records:
+            self.log.record(f"handle-{record.state.value}", subject=record.subject,
+                            stream=record.stream, handle_ref=handle_ref(record.id),
+                            reason=record.reason)
+
+    def resumed(self, records: list[Any]) -> None:
+        for record in records:
+            self.log.record("handle-resumed", subject=record.subject, stream=record.stream,
+                            handle_ref=handle_ref(record.id))
+
+    def policy_changed(self, change: Any) -> None:
+        resources = getattr(change, "resources", None)
+        self.log.record(f"policy-{change.kind}", policy_id=change.policy_id,
+                        version=change.version, store_version=change.store_version,
+                        by=change.owner,
+                        streams=sorted(resources) if resources is not None else None)
+
+    def stream_registered(self, definition: Any) -> None:
+        self.log.record("stream-registered", stream=definition.name, by=definition.owner,
+                        source=definition.source.kind)
+
+
+__all__ = ["AuditTrail"]
