@@ -138,7 +138,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     handle_store = HandleStore(data_dir / "handles.db")
     windows = WindowRegistry(new_handle_id=new_handle_id)
     handles = HandleService(handle_store, catalog.get, runtime, windows, buffer_rows,
-                            buffer_bytes)
+                            buffer_bytes, stream_position=catalog.position)
     revocation = RevocationService(
         handles, engine=lambda: policies.engine, decide_and_plan=plan_access,
         schema_lookup=catalog.schema, identity_lookup=_identity_lookup(authenticator),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Protocol
 
 from pep.core.errors import NotFound, Unavailable
@@ -19,6 +20,14 @@ from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
 from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
 
 log = logging.getLogger(__name__)
+
+
+def window_signature(plan: ExecutionPlan) -> tuple | None:
+    """What makes two windows "other" windows over the same tuples (None: no window)."""
+    w = plan.window
+    if w is None:
+        return None
+    return (w.kind, w.size, w.step, w.aggregates, w.keys, w.time_attribute)
 
 
 class StalePolicies(Exception):
@@ -45,13 +54,17 @@ class HandleService:
 
     def __init__(self, store: HandleStore, streams: Callable[[str], StreamDefinition | None],
                  runtime: Runtime, windows: WindowRegistryLike,
-                 max_rows: int = DEFAULT_MAX_ROWS, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+                 max_rows: int = DEFAULT_MAX_ROWS, max_bytes: int = DEFAULT_MAX_BYTES,
+                 stream_position: Callable[[str], int | None] | None = None) -> None:
+        """`stream_position(name)`: the position (`_xsg_seq`) of the last tuple ingested into a
+        stream, when the stream has positions (see `_start_after_other_windows`)."""
         self.store = store
         self.streams = streams
         self.runtime = runtime
         self.windows = windows
         self.max_rows = max_rows
         self.max_bytes = max_bytes
+        self.stream_position = stream_position
         # Serialises opening and ending handles and policy re-evaluation; reads never take it.
         self.lock = threading.RLock()
         # Bumped by every policy change; a handle decided under an older epoch is not created.
@@ -114,6 +127,9 @@ class HandleService:
                 # The registry remembered a handle that is not live here: forget it, start afresh.
                 self.windows.release(handle_id)
                 handle_id, is_new = self.windows.acquire(subject, stream.name, key)
+            plan = self._start_after_other_windows(subject, stream.name, plan)
+            # plan_key stays the key of the plan as decided (what revocation compares with);
+            # plan_json is what runs, its start position included (what a restart re-attaches).
             record = HandleRecord(
                 id=handle_id, subject=subject, roles=tuple(roles), admin=bool(admin),
                 stream=stream.name, plan_json=plan.canonical_json(), plan_key=key,
@@ -142,6 +158,24 @@ class HandleService:
                 callback(record, is_new)
             except Exception:  # noqa: BLE001 - a listener must not undo a granted handle
                 log.exception("handle open listener failed for %s", record.id[:8])
+
+    def _start_after_other_windows(self, subject: str, stream: str,
+                                   plan: ExecutionPlan) -> ExecutionPlan:
+        """Example 2 across time: windows of other sizes over the same tuples rebuild raw values,
+        so a consumer's query whose window differs from one of its earlier queries on the
+        stream starts after every tuple ingested so far (those may have reached the earlier
+        query). The same window again needs no such cut: it cannot tell anything new."""
+        if self.stream_position is None:
+            return plan
+        window = window_signature(plan)
+        earlier = {window_signature(plan_from_json(r.plan_json))
+                   for r in self.store.for_subject(subject) if r.stream == stream}
+        if not earlier or earlier == {window}:
+            return plan
+        position = self.stream_position(stream)
+        if position is None:
+            return plan
+        return replace(plan, start_after=max(position, plan.start_after or 0))
 
     def _attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan,
                 buffer: HandleBuffer) -> None:

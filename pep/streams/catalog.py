@@ -163,6 +163,14 @@ class StreamCatalog:
         d = self.get(name)
         return d.time_attribute if d is not None and d.name == name else None
 
+    def position(self, name: str) -> int | None:
+        """The `_xsg_seq` of the last record ingested into an `ingest` stream (0: none yet);
+        None for other sources, whose positions the gateway does not number."""
+        entry = self.entry(name)
+        if entry is None or entry.definition.source.kind != "ingest":
+            return None
+        return entry.next_seq - 1
+
     def all(self) -> list[StreamEntry]:
         rows = self._db.fetchall(f"SELECT {self._COLUMNS} FROM streams ORDER BY name")
         return [self._entry(r) for r in rows]
