@@ -46,7 +46,9 @@ class WindowAggregate:
     In a policy's graph: `keys` are the group-by attributes it allows (the finest grouping),
     `min_count` the fewest tuples a window may hold to be emitted, and `prefilter` the attributes
     a consumer may filter on before the window (None: the policy said nothing, i.e. none). In a
-    user's graph, `keys` None means "what the policy allows" and `min_count` 1 "the policy's"."""
+    user's graph, `keys` None means "what the policy allows" and `min_count` 1 "the policy's";
+    `coarsen` asks for a window finer than the policy's to be raised to it (ASSIST Definition 4)
+    rather than refused."""
 
     input: "Node"
     kind: Literal["tuple", "time"]
@@ -56,6 +58,7 @@ class WindowAggregate:
     min_count: int = 1
     keys: tuple[str, ...] | None = None
     prefilter: tuple[str, ...] | None = None
+    coarsen: bool = False  # user side: raise a finer window to the policy's instead of refusing
 
 
 @dataclass(frozen=True)

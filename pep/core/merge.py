@@ -121,7 +121,8 @@ class _Window:
 
 
 def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
-                  visible: tuple[str, ...], user_map: Map | None) -> _Window | None:
+                  visible: tuple[str, ...], user_map: Map | None,
+                  warnings: list[Warning]) -> _Window | None:
     if pw is None and uw is None:
         return None
     if uw is not None and user_map is not None:
@@ -141,13 +142,31 @@ def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
     if uw.kind != pw.kind:
         raise QueryRefused(f"the policy allows only {pw.kind} windows; your query asks for a "
                            f"{uw.kind} window")
-    if uw.size < pw.size:
-        raise QueryRefused(f"your window size {uw.size} is finer than the policy allows "
-                           f"(at least {pw.size} {'tuples' if pw.kind == 'tuple' else 'seconds'})")
-    if uw.step < pw.step:
-        raise QueryRefused(f"your window step {uw.step} is finer than the policy allows "
-                           f"(at least {pw.step} {'tuples' if pw.kind == 'tuple' else 'seconds'})")
+    unit = "tuples" if pw.kind == "tuple" else "seconds"
+    size, step = uw.size, uw.step
     keys = policy_keys if uw.keys is None else uw.keys
+    finer = [k for k in keys if k not in (pw.keys or ())]
+    if uw.coarsen:  # ASSIST Definition 4: |W|' = max(|W|, P.W.size), S' = max(S, P.W.step)
+        raised = []
+        if size < pw.size:
+            raised.append(f"size {size} -> {pw.size} {unit}")
+            size = pw.size
+        if step < pw.step:
+            raised.append(f"step {step} -> {pw.step} {unit}")
+            step = pw.step
+        if finer:
+            raised.append(f"no grouping by {', '.join(finer)}")
+            keys = tuple(k for k in keys if k not in finer)
+        if raised:
+            warnings.append(Warning(
+                "PR", "window", "partial result: your window was coarsened to what the policy "
+                f"allows: {'; '.join(raised)}", tuple(raised)))
+    if size < pw.size:
+        raise QueryRefused(f"your window size {size} is finer than the policy allows "
+                           f"(at least {pw.size} {unit}); ask with coarsen to get the policy's")
+    if step < pw.step:
+        raise QueryRefused(f"your window step {step} is finer than the policy allows "
+                           f"(at least {pw.step} {unit}); ask with coarsen to get the policy's")
     for key in keys:
         if key not in (pw.keys or ()):
             allowed_keys = ", ".join(pw.keys or ()) or "none"
@@ -155,7 +174,7 @@ def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
                                f"allows (group-by keys allowed: {allowed_keys})", key)
     min_count = max(pw.min_count, uw.min_count)
     if not uw.aggregates:
-        return _Window(uw.kind, uw.size, uw.step, policy_visible, min_count, keys)
+        return _Window(uw.kind, size, step, policy_visible, min_count, keys)
     allowed = set(pw.aggregates)
     for agg in uw.aggregates:
         if agg not in allowed:
@@ -164,7 +183,7 @@ def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
                     else f"the policy's window does not aggregate {agg.attribute!r}")
             raise QueryRefused(f"your query asks for {_describe(agg)}, which the policy's window "
                                f"does not allow ({hint})", agg.attribute)
-    return _Window(uw.kind, uw.size, uw.step, uw.aggregates, min_count, keys)
+    return _Window(uw.kind, size, step, uw.aggregates, min_count, keys)
 
 
 def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
@@ -208,7 +227,7 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
                 f"those aggregates are withheld: {', '.join(_describe(a) for a in dropped)}",
                 tuple(_describe(a) for a in dropped)))
 
-    window = _merge_window(pw, uw, visible, um)
+    window = _merge_window(pw, uw, visible, um, warnings)
     window_spec = None
     if window is not None:
         kind, aggregates = window.kind, window.aggregates

@@ -14,7 +14,8 @@ XML form (element names as in the paper; the query may sit in the XACML request'
         <Attribute>avg(RainRate)</Attribute>            or RainRate:avg; repeated
         <Key>station</Key>                              optional, repeated: group by
         <MinCount>5</MinCount>                          optional: fewest tuples per window
-      </Aggregation>
+        <Coarsen>true</Coarsen>                         optional: raise a finer window to the
+      </Aggregation>                                      policy's instead of refusing it
     </UserQuery>
 
 The paper's figure writes `<WindowSize>10<WindowSize>` (unclosed). That is not well-formed XML
@@ -25,7 +26,7 @@ JSON form (same meaning; every key optional except that a window needs type, siz
 
     {"stream": "weather", "filter": "rainrate > 50", "map": ["rainrate"],
      "window": {"type": "tuple", "size": 10, "step": 2, "aggregates": ["rainrate:avg"],
-                "keys": ["station"], "min_count": 5}}
+                "keys": ["station"], "min_count": 5, "coarsen": true}}
 
 An object `{"UserQuery": {...}}` is accepted too. Aggregates are "attr:function",
 "function(attr)" or {"attribute": ..., "function": ...}. A window without aggregates asks for
@@ -76,6 +77,7 @@ class UserQuery:
     filter_position: str | None = None  # where the filter text sits in the document
     window_keys: tuple[str, ...] | None = None  # None: the policy's
     window_min_count: int = 1
+    window_coarsen: bool = False
 
     @property
     def is_empty(self) -> bool:
@@ -208,7 +210,8 @@ def query_from_element(root: etree._Element) -> UserQuery:
     return UserQuery(stream, filter_text, tuple(attributes) if attributes is not None else None,
                      window.get("kind"), window.get("size"), window.get("step"),
                      tuple(window.get("aggregates", ())), has_window, filter_pos,
-                     tuple(keys) if keys is not None else None, window.get("min_count", 1))
+                     tuple(keys) if keys is not None else None, window.get("min_count", 1),
+                     window.get("coarsen", False))
 
 
 def _xml_window(el: etree._Element) -> dict[str, Any]:
@@ -228,6 +231,11 @@ def _xml_window(el: etree._Element) -> dict[str, Any]:
                 out.setdefault("keys", []).append(_text(child))
             elif name == "MinCount":
                 out["min_count"] = parse_window_number(_text(child), "minimum count")
+            elif name == "Coarsen":
+                flag = _text(child).strip().lower()
+                if flag not in ("true", "false"):
+                    raise UserQueryError("<Coarsen> is true or false", _at(child))
+                out["coarsen"] = flag == "true"
             else:
                 raise UserQueryError(f"unknown element <{name}> in <Aggregation>", _at(child))
         except ValueError as exc:
@@ -243,7 +251,7 @@ def _xml_window(el: etree._Element) -> dict[str, Any]:
 # -- JSON -----------------------------------------------------------------------------------------
 
 _JSON_KEYS = {"stream", "filter", "map", "window"}
-_JSON_WINDOW_KEYS = {"type", "size", "step", "aggregates", "keys", "min_count"}
+_JSON_WINDOW_KEYS = {"type", "size", "step", "aggregates", "keys", "min_count", "coarsen"}
 
 
 def parse_json_query(data: bytes | str) -> UserQuery:
@@ -295,6 +303,7 @@ def query_from_json(doc: Any) -> UserQuery:
     aggregates: list[str] = []
     keys: tuple[str, ...] | None = None
     min_count = 1
+    coarsen = False
     if window is not None:
         wpath = f"{path}.window"
         if not isinstance(window, dict):
@@ -302,7 +311,7 @@ def query_from_json(doc: Any) -> UserQuery:
         unknown = sorted(set(window) - _JSON_WINDOW_KEYS)
         if unknown:
             raise UserQueryError(f"unknown key(s) {', '.join(map(repr, unknown))}; expected "
-                                 "type, size, step, aggregates, keys, min_count", wpath)
+                                 "type, size, step, aggregates, keys, min_count, coarsen", wpath)
         for key in ("type", "size", "step"):
             if key not in window:
                 raise UserQueryError(f"window needs '{key}'", wpath)
@@ -347,9 +356,14 @@ def query_from_json(doc: Any) -> UserQuery:
                 min_count = parse_window_number(str(value), "minimum count")
             except ValueError as exc:
                 raise UserQueryError(str(exc), f"{wpath}.min_count") from None
+        if "coarsen" in window:
+            if not isinstance(window["coarsen"], bool):
+                raise UserQueryError("coarsen must be true or false", f"{wpath}.coarsen")
+            coarsen = window["coarsen"]
     return UserQuery(stream, filt.strip() if filt else None,
                      tuple(attrs) if attrs is not None else None, kind, size, step,
-                     tuple(aggregates), window is not None, f"{path}.filter", keys, min_count)
+                     tuple(aggregates), window is not None, f"{path}.filter", keys, min_count,
+                     coarsen)
 
 
 def parse_user_query(data: bytes | str, kind: str | None = None) -> UserQuery:
@@ -419,5 +433,6 @@ def user_graph(query: UserQuery, stream: str, schema: StreamSchema) -> QueryGrap
             keys = tuple(n for n in schema.names if n in set(names))
         window_part = {"kind": query.window_kind, "size": query.window_size,
                        "step": query.window_step, "aggregates": tuple(dict.fromkeys(aggregates)),
-                       "min_count": query.window_min_count, "keys": keys}
+                       "min_count": query.window_min_count, "keys": keys,
+                       "coarsen": query.window_coarsen}
     return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part)

@@ -130,3 +130,25 @@ def test_the_xml_form_names_keys_and_a_minimum_count():
     p = policy_graph((ais_window("shiptype"),), "ais", AIS_SCHEMA)
     w = merge(p, user_graph(q, "ais", AIS_SCHEMA), AIS_SCHEMA).plan.window
     assert (w.keys, w.min_count) == (("shiptype",), 7)  # 7 > the policy's default 3
+
+
+def test_coarsen_raises_a_finer_window_with_a_partial_result_warning():
+    """ASSIST Definition 4: |W|' = max(|W|, P.W.size), S' = max(S, P.W.step)."""
+    p = policy_graph((ais_window("shiptype"),), "ais", AIS_SCHEMA)
+    fine = {"type": "time", "size": 1800, "step": 300, "aggregates": ["mmsi:count"],
+            "keys": ["shiptype", "mmsi"]}
+    with pytest.raises(QueryRefused, match="step 300 is finer"):
+        merge(p, user({"window": fine}, "ais", AIS_SCHEMA), AIS_SCHEMA)
+    r = merge(p, user({"window": {**fine, "coarsen": True}}, "ais", AIS_SCHEMA), AIS_SCHEMA)
+    w = r.plan.window
+    assert (w.size, w.step, w.keys) == (1800, 600, ("shiptype",))  # size kept: it was coarser
+    (warning,) = [x for x in r.warnings if x.operator == "window"]
+    assert warning.kind == "PR" and "step 300 -> 600 seconds" in warning.message
+    assert "no grouping by mmsi" in warning.message
+    # coarsening never widens what is allowed otherwise: another kind or aggregate is refused
+    with pytest.raises(QueryRefused, match="only time windows"):
+        merge(p, user({"window": {**fine, "type": "tuple", "coarsen": True}}, "ais",
+                      AIS_SCHEMA), AIS_SCHEMA)
+    with pytest.raises(QueryRefused, match="max"):
+        merge(p, user({"window": {**fine, "aggregates": ["speed:max"], "coarsen": True}},
+                      "ais", AIS_SCHEMA), AIS_SCHEMA)
