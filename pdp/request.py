@@ -478,7 +478,9 @@ def parse_json_request(doc: Any) -> RequestContext:
                 instances.append(_parse_json_category(obj, CATEGORY_SHORTHANDS[key],
                                                       f"Request.{key}[{i}]"))
         else:
-            raise RequestSyntaxError(f"unknown member Request.{key}")
+            # the name as a quoted literal: it is the client's text, and may hold anything
+            # (a lone surrogate from a "\\ud800" escape cannot even be written out as UTF-8)
+            raise RequestSyntaxError(f"unknown member Request.{ascii(key)}")
     return RequestContext(instances, rpil, combined)
 
 
@@ -595,6 +597,35 @@ def bind_subject(ctx: "RequestContext", identity) -> "RequestContext":
     others = [inst for inst in ctx.instances if inst.category != ACCESS_SUBJECT]
     subject = CategoryInstance.build(ACCESS_SUBJECT, attributes)
     return RequestContext([subject, *others], ctx.return_policy_id_list, ctx.combined_decision)
+
+
+CURRENT_TIME_IDS = frozenset({
+    "urn:oasis:names:tc:xacml:1.0:environment:current-time",
+    "urn:oasis:names:tc:xacml:1.0:environment:current-date",
+    "urn:oasis:names:tc:xacml:1.0:environment:current-dateTime",
+})
+GATEWAY_ENVIRONMENT_PREFIX = "urn:xsg:"
+
+
+def bind_environment(ctx: "RequestContext",
+                     attributes: Sequence[tuple[str, str, Sequence[str]]] = ()) -> "RequestContext":
+    """The request as it is decided: the environment's clock and the gateway's own environment
+    attributes are the gateway's, whatever the request claimed.
+
+    Dropped from the request: current-time, current-date and current-dateTime (the PDP then
+    reads its own clock) and every attribute under `urn:xsg:`; added: `attributes`, as
+    (attribute id, datatype, lexical values), e.g. the state of stream events."""
+    kept = []
+    for inst in ctx.instances:
+        if inst.category == ENVIRONMENT:
+            attrs = [a for a in inst.attributes if a.attribute_id not in CURRENT_TIME_IDS
+                     and not a.attribute_id.startswith(GATEWAY_ENVIRONMENT_PREFIX)]
+            inst = CategoryInstance.build(ENVIRONMENT, attrs, inst.content, inst.xml_id)
+        kept.append(inst)
+    ctx = RequestContext(kept, ctx.return_policy_id_list, ctx.combined_decision)
+    for attribute_id, datatype, values in attributes:
+        ctx = ctx.with_attribute(ENVIRONMENT, attribute_id, datatype, list(values))
+    return ctx
 
 
 def _identity_values(values) -> tuple[str, tuple[str, ...]]:

@@ -32,6 +32,7 @@ from pep.handles.service import HandleService
 from pep.invalidation.hub import InvalidationHub
 from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
 from pep.streams.catalog import StreamCatalog, seed_streams
+from pep.streams.events import StreamEvents
 from pep.streams.ownership import stream_owner_rule
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class GatewayServices:
     events: PolicyEvents
     policies: PolicyService
     catalog: StreamCatalog
+    stream_events: StreamEvents
     runtime: Any
     handle_store: HandleStore
     windows: WindowRegistry
@@ -83,6 +85,7 @@ class GatewayServices:
         except Exception:  # noqa: BLE001 - closing must go on
             log.exception("stopping the stream runtime failed")
         self.handle_store.close()
+        self.stream_events.close()
         self.catalog.close()
 
     def close(self) -> None:
@@ -130,9 +133,13 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         runtime = LazyRuntime(spark_runtime_factory(config.spark_master, data_dir / "runtime",
                                                     config.trigger_interval))
 
+    # Stream events: conditions that open grants while they hold (environment attributes).
+    stream_events = StreamEvents(data_dir / "events.db", catalog.get)
+
     # Access requests: decided and planned the same way when opened and when re-decided.
     plan_access = functools.partial(decide_and_plan,
-                                    time_attribute_lookup=catalog.time_attribute)
+                                    time_attribute_lookup=catalog.time_attribute,
+                                    environment=stream_events.environment)
 
     # Handles, the one-window rule, and revocation.
     handle_store = HandleStore(data_dir / "handles.db")
@@ -155,7 +162,8 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
 
     services = GatewayServices(
         config=config, authenticator=authenticator, store=store, events=events,
-        policies=policies, catalog=catalog, runtime=runtime, handle_store=handle_store,
+        policies=policies, catalog=catalog, stream_events=stream_events, runtime=runtime,
+        handle_store=handle_store,
         windows=windows, handles=handles, revocation=revocation, invalidation=hub, audit=audit,
         decide_and_plan=plan_access, may_manage=stream_owner_rule(catalog.get),
         seeded=seeded, demo_auth_created=demo_auth_created)
@@ -169,7 +177,10 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     # 3. handles that end (revoked, released, ended) are published to proxies, after their state
     #    is persisted: one event per kind of ending for a whole batch.
     handles.add_listener(lambda records: publish_endings(hub, records))
-    # 4. the audit trail records every grant, ending, policy change and stream registration.
+    # 4. a stream event that opens, closes or grows re-decides the live handles;
+    stream_events.add_listener(revocation.on_environment_change)
+    revocation.every_tick(stream_events.tick)
+    # 5. the audit trail records every grant, ending, policy change and stream registration.
     handles.add_open_listener(audit.granted)
     handles.add_listener(audit.ended)
     services._unsubscribe.append(events.subscribe(audit.policy_changed))
@@ -182,6 +193,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         runtime.get()
     services.resumed, services.ended = revocation.restore_all()
     audit.resumed(handle_store.get_many(services.resumed))
+    stream_events.attach_all(runtime)  # starts the queries of the streams that have events
     revocation.start()
     return services
 

@@ -8,6 +8,7 @@
 | `handle-resumed` | a live handle was resumed at start, re-decided | subject, stream, handle_ref |
 | `policy-added`, `policy-updated`, `policy-deleted` | the PAP changed a policy | policy_id, version, store_version, by, streams (the change's resource scope; absent: any) |
 | `stream-registered` | a stream was registered | stream, by, source (its kind) |
+| `event-defined`, `event-deleted` | an owner defined or removed a stream event | stream, event, by, condition, hold, key |
 
 The plan is the authorised view (filter, map, window: what the policies and the query allow), not
 data. Nothing else of a request is kept.
@@ -57,6 +58,10 @@ class AuditTrail:
                         version=change.version, store_version=change.store_version,
                         by=change.owner,
                         streams=sorted(resources) if resources is not None else None)
+
+    def event_changed(self, kind: str, event: dict) -> None:
+        self.log.record(kind, stream=event["stream"], event=event["name"], by=event["owner"],
+                        condition=event["condition"], hold=event["hold"], key=event["key"])
 
     def stream_registered(self, definition: Any) -> None:
         self.log.record("stream-registered", stream=definition.name, by=definition.owner,

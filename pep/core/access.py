@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestSyntaxError, Response, Result, Status,
-                 bind_subject, media_kind, parse_request)
+                 bind_environment, bind_subject, media_kind, parse_request)
 from pep.core.analysis import ConditionTooComplex, Warning
 from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
                              Refusal, TooComplex, UnsupportedMedia)
@@ -49,26 +49,36 @@ SUBJECT_ROLE = "urn:oasis:names:tc:xacml:2.0:subject:role"
 SUBJECT_CATEGORY = "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
 
 
-def caller_resolver(identity, stream: str) -> Callable[[str, str], list[str]]:
+ENVIRONMENT_CATEGORY = "urn:oasis:names:tc:xacml:3.0:attribute-category:environment"
+EnvironmentAttributes = list[tuple[str, str, list[str]]]
+
+
+def caller_resolver(identity, stream: str, environment: EnvironmentAttributes = ()
+                    ) -> Callable[[str, str], list[str]]:
     """What a policy's placeholders may stand for: only what the gateway itself vouches for.
 
     `{subject:...}` is the authenticated caller: subject-id, role, or one of the identity's
     attributes (from the auth file or the token), by its full AttributeId or, when exactly one
     attribute ends so, its last segment. `{resource:resource-id}` is the stream being asked for.
-    Nothing else resolves, and nothing is ever read from the request document: a request can add,
-    repeat or respell attributes in any category without changing what a placeholder becomes.
+    `{environment:...}` is one of the gateway's own environment attributes (stream events, by
+    full id). Nothing else resolves, and nothing is ever read from the request document: a
+    request can add, repeat or respell attributes in any category without changing what a
+    placeholder becomes.
     """
     subject: list[tuple[str, list[str]]] = [
         (SUBJECT_ID, [identity.subject]), (SUBJECT_ROLE, list(identity.roles))]
     for attribute_id, values in getattr(identity, "attributes", ()):
         subject.append((attribute_id, [_lexical(v) for v in values]))
-    by_category = {SUBJECT_CATEGORY: subject, RESOURCE: [(RESOURCE_ID, [stream])]}
+    by_category = {SUBJECT_CATEGORY: subject, RESOURCE: [(RESOURCE_ID, [stream])],
+                   ENVIRONMENT_CATEGORY: [(a, list(v)) for a, _, v in environment]}
 
     def resolve(category: str, attribute: str) -> list[str]:
         known = by_category.get(category, [])
         exact = [values for name, values in known if name == attribute]
         if exact:
             return exact[0]
+        if category == ENVIRONMENT_CATEGORY:
+            return []  # the gateway's environment attributes are named in full
         short = [values for name, values in known if name.rsplit(":", 1)[-1] == attribute]
         if len(short) > 1:
             raise ObligationError(f"placeholder {attribute!r} is ambiguous: several of the "
@@ -92,8 +102,10 @@ def _deny(reason: str, media_type: str) -> AccessDenied:
 def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_lookup: SchemaLookup,
                     user_query: bytes | None = None, user_query_type: str | None = None, *,
                     refuse_nr: bool = True,
-                    time_attribute_lookup: Callable[[str], str | None] | None = None) -> Grant:
-    """Decide and plan one stream request; raises a Refusal saying why on any failure."""
+                    time_attribute_lookup: Callable[[str], str | None] | None = None,
+                    environment: Callable[[], EnvironmentAttributes] | None = None) -> Grant:
+    """Decide and plan one stream request; raises a Refusal saying why on any failure.
+    `environment()` gives the gateway's own environment attributes (stream events)."""
     try:
         media_kind(media_type)
     except RequestSyntaxError as exc:
@@ -105,6 +117,8 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
         response = Response((Result(Decision.INDETERMINATE, status),))
         raise MalformedRequest(str(exc), response, media_type) from None
     ctx = bind_subject(ctx, identity)
+    gateway_environment = environment() if environment is not None else []
+    ctx = bind_environment(ctx, gateway_environment)
 
     streams = list(dict.fromkeys(ctx.values(RESOURCE, RESOURCE_ID)))
     if not streams:
@@ -120,7 +134,7 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
 
     try:
         return _plan(engine, ctx, stream, schema, identity, media_type, user_query,
-                     user_query_type, refuse_nr, time_attribute_lookup)
+                     user_query_type, refuse_nr, time_attribute_lookup, gateway_environment)
     except Refusal as exc:
         exc.details.setdefault("stream", stream)  # for the audit trail and the error body
         raise
@@ -128,7 +142,8 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
 
 def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: str,
           user_query: bytes | None, user_query_type: str | None, refuse_nr: bool,
-          time_attribute_lookup: Callable[[str], str | None] | None) -> Grant:
+          time_attribute_lookup: Callable[[str], str | None] | None,
+          gateway_environment: EnvironmentAttributes) -> Grant:
     response, traces = engine.decide_with_trace(ctx)
     if len(response.results) != 1:
         raise InvalidInput(f"the request asks for {len(response.results)} decisions (Multiple "
@@ -141,7 +156,7 @@ def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: 
 
     try:
         policy = policy_graph(result.obligations, stream, schema,
-                              resolver=caller_resolver(identity, stream))
+                              resolver=caller_resolver(identity, stream, gateway_environment))
     except ObligationError as exc:
         raise _deny(f"obligation cannot be fulfilled: {exc.message}", media_type) from None
 

@@ -105,6 +105,7 @@ class RevocationService:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.sweeps = 0  # periodic sweeps run (observable in tests)
+        self._tickers: list[Callable[[], Any]] = []
 
     # -- deciding again ---------------------------------------------------------------------------
 
@@ -199,6 +200,20 @@ class RevocationService:
             if targets:
                 self._apply_all(targets, engine, why)
 
+    def on_environment_change(self) -> None:
+        """The gateway's own environment changed (a stream event opened, closed or grew): every
+        live handle is decided again, as for a policy change of unknown scope."""
+        engine = self.engine()
+        with self.handles.lock:
+            self.handles.policy_epoch += 1
+            targets = self.handles.live()
+            if targets:
+                self._apply_all(targets, engine, "a stream event changed")
+
+    def every_tick(self, callback: Callable[[], Any]) -> None:
+        """Run `callback` on every period of the timer (e.g. closing stream events on time)."""
+        self._tickers.append(callback)
+
     def sweep(self) -> int:
         """One periodic pass over every live handle; returns how many were revoked."""
         engine = self.engine()
@@ -245,6 +260,11 @@ class RevocationService:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
+            for tick in list(self._tickers):
+                try:
+                    tick()
+                except Exception:  # noqa: BLE001 - the timer must survive one bad tick
+                    log.exception("periodic tick failed")
             if not self.time_sensitive:
                 continue
             try:

@@ -12,9 +12,13 @@ from pdp.http.auth import install_authenticator
 from pep.config import GatewayConfig
 from pep.http import errors
 from pep.http.audit import audit_blueprint
+from pep.http.console import create_console_blueprint
+from pep.http.cors import install_cors
+from pep.http.events import events_blueprint
 from pep.http.explain import explain_blueprint
 from pep.http.handles import create_handles_blueprint
 from pep.http.invalidation import invalidation_blueprint
+from pep.http.read_tokens import ReadTokens, create_read_tokens_blueprint
 from pep.http.requests import create_requests_blueprint
 from pep.http.streams import create_streams_blueprint
 from pep.services import GatewayServices, build_services
@@ -49,6 +53,8 @@ def create_app(config: GatewayConfig | None = None,
         services.handles, engine, services.catalog.schema, services.decide_and_plan, base_url,
         on_refused=services.audit.refused))
     app.register_blueprint(audit_blueprint(services.audit.log, services.catalog.get))
+    app.register_blueprint(events_blueprint(services.catalog, services.stream_events,
+                                            services.runtime, services.audit.event_changed))
     app.register_blueprint(create_handles_blueprint(services.handles, base_url,
                                                     config.heartbeat))
 
@@ -57,6 +63,12 @@ def create_app(config: GatewayConfig | None = None,
         return identity is not None and identity.admin
 
     app.register_blueprint(invalidation_blueprint(services.invalidation, caller_is_admin))
+    # the web console, the handle read tokens its EventSources carry, CORS for other web apps
+    app.register_blueprint(create_read_tokens_blueprint(services.handles, ReadTokens(
+        config.read_token_key, config.read_token_ttl, lambda: services.authenticator.identities),
+        base_url))
+    app.register_blueprint(create_console_blueprint(services))
+    install_cors(app, config.cors_origins)
     return app
 
 

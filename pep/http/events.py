@@ -1,0 +1,76 @@
+"""Stream events over HTTP, for the stream's owner and administrators:
+
+- `GET /streams/<name>/events`: the definitions and whether each is open now;
+- `POST /streams/<name>/events` `{"name", "condition", "hold": seconds, "key": attribute}`: define
+  one (the runtime starts evaluating it at once);
+- `DELETE /streams/<name>/events/<event>`: remove it (an open event closes).
+
+What an event is and what policies see of it: `pep/streams/events.py`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from flask import Blueprint, jsonify, request
+
+from pdp.http.auth import current_identity, require_identity
+from pep.core.errors import InvalidInput, NotFound, NotPermitted
+from pep.streams.catalog import StreamCatalog
+from pep.streams.events import StreamEvents
+
+
+def events_blueprint(catalog: StreamCatalog, events: StreamEvents, runtime: Any,
+                     on_change: Callable[[str, dict], None] | None = None) -> Blueprint:
+    """`on_change(kind, event_json)` hears of definitions added and removed (the audit)."""
+    bp = Blueprint("xsg_events", __name__)
+
+    def owned_stream(name: str):
+        stream = catalog.get(name)
+        if stream is None or stream.name != name:
+            raise NotFound(f"no stream named {name!r}")
+        identity = current_identity()
+        if not (identity.admin or stream.owner == identity.subject):
+            raise NotPermitted(f"only the owner of stream {name!r} or an administrator manages "
+                               "its events")
+        return stream
+
+    @bp.get("/streams/<name>/events")
+    @require_identity()
+    def list_events(name: str):
+        owned_stream(name)
+        return jsonify(events=[d.to_json(events.state(d)) for d in events.all(name)])
+
+    @bp.post("/streams/<name>/events")
+    @require_identity()
+    def define_event(name: str):
+        stream = owned_stream(name)
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            raise InvalidInput('expected a JSON object {"name", "condition", "hold", "key"}')
+        unknown = set(body) - {"name", "condition", "hold", "key"}
+        if unknown:
+            raise InvalidInput(f"unknown key(s): {', '.join(sorted(map(str, unknown)))}")
+        definition = events.define(stream.name, body.get("name"), body.get("condition"),
+                                   body.get("hold", 3600), body.get("key"),
+                                   current_identity().subject)
+        events.attach(definition, runtime)
+        if on_change is not None:
+            on_change("event-defined", definition.to_json())
+        response = jsonify(definition.to_json(events.state(definition)))
+        response.status_code = 201
+        return response
+
+    @bp.delete("/streams/<name>/events/<event>")
+    @require_identity()
+    def delete_event(name: str, event: str):
+        stream = owned_stream(name)
+        definition = events.delete(stream.name, event)
+        runtime.detach(definition.runtime_id)
+        if on_change is not None:
+            on_change("event-deleted", definition.to_json())
+        return "", 204
+
+    return bp
+
+
+__all__ = ["events_blueprint"]

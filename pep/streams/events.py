@@ -1,0 +1,302 @@
+"""Stream events: conditions on a stream that, while they hold, open grants for policies to use.
+
+An owner defines an event on its stream: a name, a condition over the stream's attributes, how
+long it stays open after the last tuple that met it (`hold` seconds), and optionally a key
+attribute whose values are collected while it is open (which ships are in the emergency). The
+runtime evaluates the condition like any filter (in Spark, as data); while tuples meet it, the
+event is open. Policies see the state as environment attributes that only the gateway sets (a
+request's own `urn:xsg:` attributes are dropped, see `pdp.request.bind_environment`):
+
+- `urn:xsg:event:<stream>:<name>`: boolean, true while the event is open (absent otherwise);
+- `urn:xsg:event:<stream>:<name>:keys`: the bag of key values seen since it opened (with `key`);
+- `urn:xsg:event:<stream>:<name>:since`: dateTime at which it opened.
+
+A policy's Rule can then require the event (ASSIST Table 2, last row: a captain sees every
+attribute of the ships in an emergency, while it lasts), and a filter obligation can name the
+keys (`mmsi IN {environment:urn:xsg:event:ais:emergency:keys}`). Whenever an event opens,
+closes or gains keys, the live handles are decided again, so a grant opens and closes on time.
+
+Definitions are persisted; the state is not: after a restart every event is closed until a tuple
+meets it again (closed is the side that denies).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pdp.db import Database
+from pep.core.conditions import ConditionError, parse_condition
+from pep.core.errors import Conflict, InvalidInput, NotFound
+from pep.core.graph import pipeline_graph
+from pep.core.merge import merge
+from pep.core.plan import ExecutionPlan, StreamDefinition
+from pep.core.rows import RowBatch
+
+EVENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+PREFIX = "urn:xsg:event:"
+BOOLEAN = "http://www.w3.org/2001/XMLSchema#boolean"
+STRING = "http://www.w3.org/2001/XMLSchema#string"
+DATETIME = "http://www.w3.org/2001/XMLSchema#dateTime"
+MAX_HOLD = 7 * 24 * 3600
+MAX_KEYS = 10_000
+MAX_EVENTS_PER_STREAM = 64
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = ("CREATE TABLE IF NOT EXISTS events (stream TEXT NOT NULL, name TEXT NOT NULL,"
+           " condition TEXT NOT NULL, hold REAL NOT NULL, key TEXT, owner TEXT NOT NULL,"
+           " created_at TEXT NOT NULL, PRIMARY KEY (stream, name))")
+
+
+@dataclass(frozen=True)
+class EventDefinition:
+    stream: str
+    name: str
+    condition: str
+    hold: float
+    key: str | None
+    owner: str
+    created_at: str = ""
+
+    @property
+    def attribute_id(self) -> str:
+        return f"{PREFIX}{self.stream}:{self.name}"
+
+    @property
+    def runtime_id(self) -> str:
+        """How the event's evaluation is attached to the runtime (never a handle id)."""
+        return f"event:{self.stream}:{self.name}"
+
+    def to_json(self, state: "EventState | None" = None) -> dict:
+        out: dict[str, Any] = {"stream": self.stream, "name": self.name,
+                               "condition": self.condition, "hold": self.hold, "key": self.key,
+                               "owner": self.owner, "attribute": self.attribute_id,
+                               "created_at": self.created_at}
+        if state is not None:
+            out["open"] = state.open
+            out["since"] = _iso(state.since) if state.open else None
+            out["keys"] = len(state.keys)
+        return out
+
+
+@dataclass
+class EventState:
+    open: bool = False
+    since: float = 0.0
+    last_match: float = 0.0
+    keys: set = field(default_factory=set)
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+
+
+class StreamEvents:
+    """Definitions (SQLite) and states (memory) of every stream event."""
+
+    def __init__(self, db_path: str | Path, stream_lookup: Callable[[str], StreamDefinition | None],
+                 clock: Callable[[], float] = time.time) -> None:
+        self._db = Database(db_path, _SCHEMA)
+        self._lookup = stream_lookup
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._states: dict[tuple[str, str], EventState] = {}
+        self._version = 0  # bumped whenever what policies see changes
+        # Called (outside the lock) whenever the environment attributes change.
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        self._listeners.append(callback)
+
+    # -- definitions --------------------------------------------------------------------------
+
+    def define(self, stream: str, name: Any, condition: Any, hold: Any = 3600.0,
+               key: Any = None, owner: str = "") -> EventDefinition:
+        """Check and store an event; InvalidInput says what is wrong, Conflict if it exists."""
+        definition = self.check(stream, name, condition, hold, key, owner)
+        with self._db.transaction() as cur:
+            if cur.execute("SELECT 1 FROM events WHERE stream = ? AND name = ?",
+                           (stream, definition.name)).fetchone():
+                raise Conflict(f"stream {stream!r} already has an event {definition.name!r}")
+            count = cur.execute("SELECT COUNT(*) FROM events WHERE stream = ?",
+                                (stream,)).fetchone()[0]
+            if count >= MAX_EVENTS_PER_STREAM:
+                raise Conflict(f"stream {stream!r} has {count} events, the most allowed")
+            cur.execute("INSERT INTO events (stream, name, condition, hold, key, owner,"
+                        " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (stream, definition.name, definition.condition, definition.hold,
+                         definition.key, owner, definition.created_at))
+        return definition
+
+    def check(self, stream_name: str, name: Any, condition: Any, hold: Any, key: Any,
+              owner: str) -> EventDefinition:
+        stream = self._lookup(stream_name)
+        if stream is None:
+            raise NotFound(f"no stream named {stream_name!r}")
+        if not isinstance(name, str) or not EVENT_NAME.fullmatch(name):
+            raise InvalidInput(f"an event's name must match {EVENT_NAME.pattern}")
+        if not isinstance(condition, str) or not condition.strip():
+            raise InvalidInput("an event needs a condition over the stream's attributes")
+        try:
+            parse_condition(condition, stream.schema, allow_placeholders=False)
+        except ConditionError as exc:
+            raise InvalidInput(f"condition: {exc}", field="condition") from None
+        if isinstance(hold, bool) or not isinstance(hold, (int, float)) \
+                or not 0 < float(hold) <= MAX_HOLD:
+            raise InvalidInput(f"hold must be seconds in (0, {MAX_HOLD}]", field="hold")
+        if key is not None:
+            f = stream.schema.lookup(key) if isinstance(key, str) else None
+            if f is None:
+                raise InvalidInput(f"key {key!r} is not an attribute of stream {stream.name!r}",
+                                   field="key")
+            key = f.name
+        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        return EventDefinition(stream.name, name, condition.strip(), float(hold), key, owner,
+                               created)
+
+    def delete(self, stream: str, name: str) -> EventDefinition:
+        definition = self.get(stream, name)
+        if definition is None:
+            raise NotFound(f"stream {stream!r} has no event {name!r}")
+        self._db.execute("DELETE FROM events WHERE stream = ? AND name = ?", (stream, name))
+        with self._lock:
+            state = self._states.pop((stream, name), None)
+            changed = state is not None and state.open
+            if changed:
+                self._version += 1
+        if changed:
+            self._notify()
+        return definition
+
+    def get(self, stream: str, name: str) -> EventDefinition | None:
+        row = self._db.fetchone("SELECT stream, name, condition, hold, key, owner, created_at"
+                                " FROM events WHERE stream = ? AND name = ?", (stream, name))
+        return EventDefinition(*row) if row else None
+
+    def all(self, stream: str | None = None) -> list[EventDefinition]:
+        sql = "SELECT stream, name, condition, hold, key, owner, created_at FROM events"
+        rows = (self._db.fetchall(sql + " WHERE stream = ? ORDER BY name", (stream,))
+                if stream is not None else self._db.fetchall(sql + " ORDER BY stream, name"))
+        return [EventDefinition(*r) for r in rows]
+
+    def state(self, definition: EventDefinition) -> EventState:
+        with self._lock:
+            return self._states.get((definition.stream, definition.name)) or EventState()
+
+    def plan(self, definition: EventDefinition) -> ExecutionPlan:
+        """What the runtime evaluates: the condition as a filter, the key (or the event time)
+        as the only attribute that comes back."""
+        stream = self._lookup(definition.stream)
+        if stream is None:
+            raise NotFound(f"no stream named {definition.stream!r}")
+        expr = parse_condition(definition.condition, stream.schema, allow_placeholders=False)
+        keep = definition.key or stream.time_attribute or stream.schema.names[0]
+        graph = pipeline_graph(stream.name, filter=(expr, definition.condition), map=(keep,))
+        return merge(graph, None, stream.schema).plan
+
+    # -- evaluation ---------------------------------------------------------------------------
+
+    def attach(self, definition: EventDefinition, runtime: Any) -> None:
+        """Have the runtime evaluate the event's condition and report matches to `observe`."""
+        stream = self._lookup(definition.stream)
+        if stream is None:
+            return
+        runtime.attach(definition.runtime_id, stream, self.plan(definition),
+                       lambda rows, d=definition: self.observe(d, rows))
+
+    def attach_all(self, runtime: Any) -> None:
+        for definition in self.all():
+            try:
+                self.attach(definition, runtime)
+            except Exception:  # noqa: BLE001 - one event must not keep the others off
+                log.exception("cannot evaluate event %s", definition.attribute_id)
+
+    # -- state --------------------------------------------------------------------------------
+
+    def observe(self, definition: EventDefinition, rows: RowBatch | Iterable[dict]) -> bool:
+        """Tuples that met the event's condition (the runtime's delivery); always True."""
+        if isinstance(rows, RowBatch):
+            if not rows.rows:
+                return True
+            values = [json.loads(r).get(definition.key) for r in rows.rows] \
+                if definition.key else [None]
+        else:
+            rows = list(rows)
+            if not rows:
+                return True
+            values = [r.get(definition.key) for r in rows] if definition.key else [None]
+        now = self._clock()
+        with self._lock:
+            state = self._states.setdefault((definition.stream, definition.name), EventState())
+            changed = not state.open
+            if not state.open:
+                state.open, state.since, state.keys = True, now, set()
+            state.last_match = now
+            if definition.key:
+                before = len(state.keys)
+                for v in values:
+                    if v is not None and len(state.keys) < MAX_KEYS:
+                        state.keys.add(v)
+                changed = changed or len(state.keys) != before
+            if changed:
+                self._version += 1
+        if changed:
+            self._notify()
+        return True
+
+    def tick(self) -> bool:
+        """Close the events whose hold ran out; True when something closed."""
+        now = self._clock()
+        holds = {(d.stream, d.name): d.hold for d in self.all()}
+        with self._lock:
+            closed = [k for k, s in self._states.items()
+                      if s.open and now - s.last_match > holds.get(k, 0.0)]
+            for k in closed:
+                self._states[k] = EventState()
+            if closed:
+                self._version += 1
+        if closed:
+            self._notify()
+        return bool(closed)
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def environment(self) -> list[tuple[str, str, list[str]]]:
+        """The environment attributes policies see now (see the module docstring)."""
+        definitions = {(d.stream, d.name): d for d in self.all()}
+        out: list[tuple[str, str, list[str]]] = []
+        with self._lock:
+            for k, state in sorted(self._states.items()):
+                d = definitions.get(k)
+                if d is None or not state.open:
+                    continue
+                out.append((d.attribute_id, BOOLEAN, ["true"]))
+                out.append((d.attribute_id + ":since", DATETIME, [_iso(state.since)]))
+                if d.key:
+                    out.append((d.attribute_id + ":keys", STRING,
+                                sorted(str(v) for v in state.keys)))
+        return out
+
+    def _notify(self) -> None:
+        for callback in list(self._listeners):
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - a listener must not stop the event's state
+                log.exception("event listener failed")
+
+    def close(self) -> None:
+        self._db.close()
+
+
+__all__ = ["StreamEvents", "EventDefinition", "EventState", "PREFIX"]
