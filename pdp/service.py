@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -51,6 +52,7 @@ class PolicyService:
         self.root_combining_alg = root_combining_alg
         self.root_policy_id = root_policy_id
         self._write_lock = threading.RLock()
+        self._decision_observers: list = []
         self._engine: PolicyEngine | None = None
         # The current stored policies by id, as the store holds them: `list()` answers from it
         # instead of reading every row again (event subscribers call it on every change). A new
@@ -83,7 +85,18 @@ class PolicyService:
         return engine
 
     def decide(self, request):
-        return self.engine.decide(request)
+        if not self._decision_observers:
+            return self.engine.decide(request)
+        started = time.perf_counter()
+        response = self.engine.decide(request)
+        elapsed = time.perf_counter() - started
+        for observer in self._decision_observers:
+            observer(response, elapsed)
+        return response
+
+    def observe_decisions(self, observer) -> None:
+        """`observer(response, seconds)` after every `decide` (metrics)."""
+        self._decision_observers.append(observer)
 
     def decide_with_trace(self, request):
         return self.engine.decide_with_trace(request)

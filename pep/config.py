@@ -7,6 +7,7 @@ stream), lta and other (consumers).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,12 +47,22 @@ class GatewayConfig:
     trigger_interval: float = 0.25  # seconds between a stream query's micro-batches
     audit_max_bytes: int = 10 * 1024 * 1024  # the audit file rotates past this size
     audit_keep: int = 10  # rotated audit files kept (the oldest beyond are removed)
+    metrics_public: bool = False  # GET /metrics without a token (else an administrator's)
     heartbeat: float = 15.0  # seconds between keep-alive lines on idle handle streams
     # Invalidation feed for caching proxies (pep/invalidation/): the bearer token a proxy
     # presents on /events/invalidations and the HMAC key of the webhooks pushed to it.
     proxy_token: str | None = None
     proxy_secret: str | None = None
     proxy_port: int | None = None  # `xsg serve --proxy-port`: also run a proxy beside the gateway
+    # Browsers (pep/http/cors.py, pep/http/read_tokens.py). Origins of other web apps allowed to
+    # call the API (exact "scheme://host[:port]", or "*"); default none. XSG_CORS_ORIGINS
+    # (comma-separated) sets it for `xsg serve`.
+    cors_origins: tuple[str, ...] = field(default_factory=lambda: _env_list("XSG_CORS_ORIGINS"))
+    # HMAC key of the handle read tokens an EventSource URL carries; None: a random key per
+    # process (tokens then die with it). XSG_READ_TOKEN_KEY sets it for `xsg serve`.
+    read_token_key: str | None = field(
+        default_factory=lambda: os.environ.get("XSG_READ_TOKEN_KEY") or None)
+    read_token_ttl: float = 300.0  # seconds a handle read token stays valid
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -64,6 +75,11 @@ class GatewayConfig:
         if self.threads < 1 or self.max_threads < self.threads:
             raise ValueError(f"threads ({self.threads}) must be >= 1 and <= max_threads "
                              f"({self.max_threads})")
+        if isinstance(self.cors_origins, str):
+            self.cors_origins = tuple(p.strip() for p in self.cors_origins.split(",") if p.strip())
+        self.cors_origins = tuple(self.cors_origins or ())
+        if not 1 <= float(self.read_token_ttl) <= 3600:
+            raise ValueError(f"read_token_ttl ({self.read_token_ttl}) must be 1 to 3600 seconds")
 
     @property
     def store_path(self) -> Path:
@@ -89,6 +105,10 @@ class GatewayConfig:
         if ":" in host:
             host = f"[{host}]"
         return f"http://{host}:{port if port is not None else self.port}"
+
+
+def _env_list(name: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in os.environ.get(name, "").split(",") if p.strip())
 
 
 DEMO_USERS = (

@@ -30,6 +30,7 @@ from pep.handles.records import HandleStore, new_handle_id
 from pep.handles.revocation import RevocationService, TimeSensitivity
 from pep.handles.service import HandleService
 from pep.invalidation.hub import InvalidationHub
+from pep.metrics import GatewayMetrics, gateway_state
 from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
 from pep.streams.catalog import StreamCatalog, seed_streams
 from pep.streams.events import StreamEvents
@@ -56,6 +57,7 @@ class GatewayServices:
     revocation: RevocationService
     invalidation: InvalidationHub
     audit: AuditTrail
+    metrics: GatewayMetrics
     # decide and plan one access request (the XACML request, the identity, the user query)
     decide_and_plan: Callable[..., Grant]
     # who may manage which policy; read on every call, so an embedder may replace it
@@ -165,6 +167,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         policies=policies, catalog=catalog, stream_events=stream_events, runtime=runtime,
         handle_store=handle_store,
         windows=windows, handles=handles, revocation=revocation, invalidation=hub, audit=audit,
+        metrics=GatewayMetrics(),
         decide_and_plan=plan_access, may_manage=stream_owner_rule(catalog.get),
         seeded=seeded, demo_auth_created=demo_auth_created)
 
@@ -193,6 +196,15 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         runtime.get()
     services.resumed, services.ended = revocation.restore_all()
     audit.resumed(handle_store.get_many(services.resumed))
+    # 6. metrics: decisions, stream requests and revocations as they happen; the rest is read
+    #    from the services at every scrape.
+    metrics = services.metrics
+    policies.observe_decisions(metrics.decided)
+    handles.add_open_listener(lambda record, is_new: metrics.stream_requests.labels(
+        outcome="granted").inc())
+    revocation.observer = metrics.revoked
+    metrics.watch(lambda: gateway_state(services))
+
     stream_events.attach_all(runtime)  # starts the queries of the streams that have events
     revocation.start()
     return services

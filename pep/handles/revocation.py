@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +107,8 @@ class RevocationService:
         self._thread: threading.Thread | None = None
         self.sweeps = 0  # periodic sweeps run (observable in tests)
         self._tickers: list[Callable[[], Any]] = []
+        # `observer(revoked, seconds)` after each policy change or environment change (metrics)
+        self.observer: Callable[[int, float], None] | None = None
 
     # -- deciding again ---------------------------------------------------------------------------
 
@@ -183,11 +186,13 @@ class RevocationService:
 
     def on_policy_change(self, change: Any) -> None:
         """The PDP's event callback; returns only when every affected handle is dealt with."""
+        started = time.perf_counter()
         if self._time_sensitivity is not None:
             self._time_sensitivity.changed(change)
         engine = self.engine()
         why = f"policy {change.policy_id!r} {change.kind}"
         resources = getattr(change, "resources", None)
+        revoked = 0
         with self.handles.lock:
             self.handles.policy_epoch += 1
             targets = self.handles.live()
@@ -198,17 +203,23 @@ class RevocationService:
                 targets = [r for r in targets
                            if not r.policy_ids or change.policy_id in r.policy_ids]
             if targets:
-                self._apply_all(targets, engine, why)
+                revoked = self._apply_all(targets, engine, why)
+        if self.observer is not None:
+            self.observer(revoked, time.perf_counter() - started)
 
     def on_environment_change(self) -> None:
         """The gateway's own environment changed (a stream event opened, closed or grew): every
         live handle is decided again, as for a policy change of unknown scope."""
+        started = time.perf_counter()
         engine = self.engine()
+        revoked = 0
         with self.handles.lock:
             self.handles.policy_epoch += 1
             targets = self.handles.live()
             if targets:
-                self._apply_all(targets, engine, "a stream event changed")
+                revoked = self._apply_all(targets, engine, "a stream event changed")
+        if self.observer is not None:
+            self.observer(revoked, time.perf_counter() - started)
 
     def every_tick(self, callback: Callable[[], Any]) -> None:
         """Run `callback` on every period of the timer (e.g. closing stream events on time)."""

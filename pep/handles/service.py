@@ -70,6 +70,8 @@ class HandleService:
         # Bumped by every policy change; a handle decided under an older epoch is not created.
         self.policy_epoch = 0
         self._buffers: dict[str, HandleBuffer] = {}
+        self._buffer_streams: dict[str, str] = {}  # handle id -> stream, while buffered
+        self._dropped_before: dict[str, int] = {}  # stream -> rows dropped by ended buffers
         # Called with the final records after handles end (state persisted, runtime detached),
         # outside the lock, once per batch: e.g. to tell caching proxies that they are gone.
         self._listeners: list[Callable[[list[HandleRecord]], None]] = []
@@ -141,6 +143,7 @@ class HandleService:
                 raise
             buffer = HandleBuffer(self.max_rows, self.max_bytes)
             self._buffers[handle_id] = buffer
+            self._buffer_streams[handle_id] = stream.name
         # Attaching can take seconds (the first handle starts the stream's query): not under the
         # lock, so revocations of other handles are not held up. The buffer is registered first,
         # so a revocation meanwhile closes it and the runtime can deliver nothing.
@@ -213,6 +216,7 @@ class HandleService:
                 self.store.set_policy_ids(record.id, policy_ids)
             buffer = HandleBuffer(self.max_rows, self.max_bytes, generation=generation)
             self._buffers[record.id] = buffer
+            self._buffer_streams[record.id] = record.stream
         try:
             self._attach(record.id, stream, plan, buffer)
         except Unavailable:
@@ -262,6 +266,7 @@ class HandleService:
                 if buffer is not None:
                     buffer.close(state.value, reason)
                     closed.add(handle_id)
+                    self._forget_buffer(handle_id, buffer)
             changed = self.store.finish_many(endings)
             ended = [hid for hid, _, _ in endings if hid in changed or hid in closed]
             for handle_id in ended:
@@ -286,6 +291,21 @@ class HandleService:
             self.runtime.detach(handle_id)
         except Exception:  # noqa: BLE001 - the buffer is closed; nothing more is delivered
             log.exception("runtime detach failed for %s", handle_id)
+
+    def _forget_buffer(self, handle_id: str, buffer: HandleBuffer) -> None:
+        stream = self._buffer_streams.pop(handle_id, None)
+        if stream is not None and buffer.dropped:
+            self._dropped_before[stream] = self._dropped_before.get(stream, 0) + buffer.dropped
+
+    def dropped_rows(self) -> dict[str, int]:
+        """Rows dropped for slow readers so far, per stream (ended handles included)."""
+        with self.lock:
+            totals = dict(self._dropped_before)
+            for handle_id, buffer in self._buffers.items():
+                stream = self._buffer_streams.get(handle_id)
+                if stream is not None:
+                    totals[stream] = totals.get(stream, 0) + buffer.dropped
+        return totals
 
     def shutdown(self) -> None:
         """Process exit: buffers close with `ended`, but handles stay live in the store so that

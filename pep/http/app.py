@@ -18,6 +18,7 @@ from pep.http.events import events_blueprint
 from pep.http.explain import explain_blueprint
 from pep.http.handles import create_handles_blueprint
 from pep.http.invalidation import invalidation_blueprint
+from pep.http.metrics import metrics_blueprint
 from pep.http.read_tokens import ReadTokens, create_read_tokens_blueprint
 from pep.http.requests import create_requests_blueprint
 from pep.http.streams import create_streams_blueprint
@@ -49,9 +50,14 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(explain_blueprint(engine, services.catalog.schema,
                                              services.decide_and_plan))
     app.register_blueprint(create_streams_blueprint(services.catalog))
+    def refused(identity, refusal) -> None:
+        services.audit.refused(identity, refusal)
+        services.metrics.stream_requests.labels(outcome="refused").inc()
+
     app.register_blueprint(create_requests_blueprint(
         services.handles, engine, services.catalog.schema, services.decide_and_plan, base_url,
-        on_refused=services.audit.refused))
+        on_refused=refused))
+    app.register_blueprint(metrics_blueprint(services.metrics, config.metrics_public))
     app.register_blueprint(audit_blueprint(services.audit.log, services.catalog.get))
     app.register_blueprint(events_blueprint(services.catalog, services.stream_events,
                                             services.runtime, services.audit.event_changed))

@@ -1,0 +1,33 @@
+"""`GET /metrics`: the gateway's metrics in the Prometheus text format (see pep/metrics.py).
+
+An administrator's bearer token is needed unless the `metrics_public` setting is on (point a
+Prometheus scrape job at it with `authorization: {credentials: <token>}`, or open it on a network
+only the scraper reaches).
+"""
+from __future__ import annotations
+
+from flask import Blueprint, Response
+
+from pdp.http.auth import authenticate_request, unauthorized
+from pdp.http.errors import error_response
+from pep.metrics import CONTENT_TYPE, GatewayMetrics
+
+
+def metrics_blueprint(metrics: GatewayMetrics, public: bool = False) -> Blueprint:
+    bp = Blueprint("xsg_metrics", __name__)
+
+    @bp.get("/metrics")
+    def scrape():
+        if not public:
+            identity = authenticate_request()
+            if identity is None:
+                return unauthorized()
+            if not identity.admin:
+                return error_response(403, "the metrics need an administrator's token (or the "
+                                           "metrics_public setting)")
+        return Response(metrics.exposition(), content_type=CONTENT_TYPE)
+
+    return bp
+
+
+__all__ = ["metrics_blueprint"]
