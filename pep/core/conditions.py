@@ -33,6 +33,11 @@ from pep.core.plan import Field, Scalar, StreamSchema
 MAX_CONDITION_LENGTH = 10_000
 MAX_NESTING_DEPTH = 64
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# Timestamps are instants of years 1 to 9999 (UTC), as Python's datetime and Spark's TIMESTAMP
+# both hold them; a constant outside can be neither compared nor shown. In epoch seconds: from
+# 0001-01-01T00:00:00Z up to, not including, 10000-01-01T00:00:00Z.
+MIN_EPOCH_SECONDS = -62_135_596_800.0
+END_EPOCH_SECONDS = 253_402_300_800.0
 
 SUBJECT_CATEGORY = "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
 RESOURCE_CATEGORY = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
@@ -277,14 +282,29 @@ def _tokenize(text: str) -> list[_Token]:
 
 def _number(lexeme: str, pos: int, text: str) -> int | float:
     if re.fullmatch(r"[+-]?\d+", lexeme):
-        value: int | float = int(lexeme)
+        # no int() of a long lexeme: past 4300 digits Python refuses with a ValueError of its own
+        digits = lexeme.lstrip("+-").lstrip("0")
+        value: int | float = int(lexeme) if len(digits) <= 19 else _INT64_MAX + 1
         if not _INT64_MIN <= value <= _INT64_MAX:
-            raise ConditionError(f"integer {lexeme} is out of the 64-bit range", pos, text)
+            shown = lexeme if len(lexeme) <= 40 else f"{lexeme[:20]}... ({len(digits)} digits)"
+            raise ConditionError(f"integer {shown} is out of the 64-bit range", pos, text)
         return value
     value = float(lexeme)
     if not math.isfinite(value):
-        raise ConditionError(f"number {lexeme} is not finite", pos, text)
+        shown = lexeme if len(lexeme) <= 40 else f"{lexeme[:20]}..."
+        raise ConditionError(f"number {shown} is not finite (beyond the range of a double)",
+                             pos, text)
     return value
+
+
+def _is_surrogate(ch: str) -> bool:
+    return "\ud800" <= ch <= "\udfff"
+
+
+def _lone_surrogate(ch: str, pos: int, text: str) -> ConditionError:
+    return ConditionError(f"string has a lone UTF-16 surrogate U+{ord(ch):04X}, which is not a "
+                          "character (write the character itself, or a \\u escape pair for "
+                          "one beyond U+FFFF)", pos, text)
 
 
 def _lex_string(text: str, start: int) -> tuple[str, int]:
@@ -303,14 +323,32 @@ def _lex_string(text: str, start: int) -> tuple[str, int]:
             if esc in _ESCAPES:
                 out.append(_ESCAPES[esc]); i += 2; continue
             if esc == "u":
-                hexdigits = text[i + 2:i + 6]
-                if len(hexdigits) == 4 and all(c in "0123456789abcdefABCDEF" for c in hexdigits):
-                    out.append(chr(int(hexdigits, 16))); i += 6; continue
-                raise ConditionError("malformed \\u escape; expected four hex digits", i + 1, text)
+                code = _hex4(text, i + 2)
+                if code is None:
+                    raise ConditionError("malformed \\u escape; expected four hex digits", i + 1,
+                                         text)
+                if 0xD800 <= code <= 0xDBFF and text[i + 6:i + 8] == "\\u":
+                    low = _hex4(text, i + 8)
+                    if low is not None and 0xDC00 <= low <= 0xDFFF:  # a pair: one character
+                        out.append(chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)))
+                        i += 12
+                        continue
+                if 0xD800 <= code <= 0xDFFF:
+                    raise _lone_surrogate(chr(code), i + 1, text)
+                out.append(chr(code)); i += 6; continue
             raise ConditionError(f"unknown escape \\{esc} in string", i + 1, text)
+        if _is_surrogate(ch):
+            raise _lone_surrogate(ch, i + 1, text)
         out.append(ch)
         i += 1
     raise ConditionError("unterminated string", start + 1, text)
+
+
+def _hex4(text: str, at: int) -> int | None:
+    digits = text[at:at + 4]
+    if len(digits) == 4 and all(c in "0123456789abcdefABCDEF" for c in digits):
+        return int(digits, 16)
+    return None
 
 
 # -- parser ---------------------------------------------------------------------------------------
@@ -495,7 +533,13 @@ def coerce_literal(value: Scalar, field: Field, position: int | None = None,
             raise ConditionError(f"type mismatch: timestamp attribute {field.name!r} compared with "
                                  f"{format_literal(value)}", position, text)
         if isinstance(value, (int, float)):
-            return float(value)
+            seconds = float(value)
+            if not MIN_EPOCH_SECONDS <= seconds < END_EPOCH_SECONDS:
+                raise ConditionError(
+                    f"timestamp attribute {field.name!r} compared with {format_literal(value)} "
+                    "epoch seconds, out of the range of timestamps (years 1 to 9999)",
+                    position, text)
+            return seconds
         return _parse_timestamp(value, field, position, text)
     if kind == "string":
         if not isinstance(value, str):
@@ -519,7 +563,15 @@ def _parse_timestamp(value: str, field: Field, position: int | None, text: str |
                              position, text) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
+    try:
+        seconds = moment.timestamp()
+    except (OverflowError, ValueError):  # e.g. 0001-01-01T00:00:00+01:00 is in year 0 in UTC
+        seconds = math.inf
+    if not MIN_EPOCH_SECONDS <= seconds < END_EPOCH_SECONDS:
+        raise ConditionError(f"timestamp attribute {field.name!r} compared with "
+                             f"{format_literal(value)}, which is outside years 1 to 9999 in UTC",
+                             position, text)
+    return seconds
 
 
 def _resolve_placeholder(ph: Placeholder, field: Field, resolver: PlaceholderResolver | None,

@@ -185,3 +185,38 @@ def test_any_text_parses_or_fails_with_a_condition_error(text):
         assert exc.message
     else:
         evaluate(expr, {"a": 1.0, "n": 1, "s": "x", "flag": True, "t": 0.0})
+
+
+# -- issue 9, item 4: odd input is a ConditionError (a 400), never an internal error ----------
+
+def test_lone_surrogates_in_strings_are_refused_with_their_column():
+    # raw, as a JSON escape such as "\ud800" leaves it after decoding
+    with pytest.raises(ConditionError, match=r"lone UTF-16 surrogate U\+D800, .* at column 6"):
+        parse("s = '\ud800'")
+    # written as the condition language's own \u escape, alone or reversed
+    for text in ("s = '\\ud800'", "s = 'x\\udc00'", "s = '\\udc00\\ud800'"):
+        with pytest.raises(ConditionError, match="lone UTF-16 surrogate"):
+            parse(text)
+    # a proper pair is one character beyond U+FFFF
+    assert parse("s = '\\ud83d\\ude00'").value == "\U0001f600"
+    assert parse("s = '\U0001f600'").value == "\U0001f600"
+
+
+def test_timestamp_constants_out_of_the_range_of_timestamps_are_refused():
+    for text in ("t > 1e300", "t > -1e300", "t > 253402300800", "t < -62135596801",
+                 "t > 9223372036854775807", "t > '0001-01-01T00:00:00+01:00'",
+                 "t < '9999-12-31T23:59:59-01:00'"):
+        with pytest.raises(ConditionError, match="timestamp attribute 't'"):
+            parse_condition(text, MIXED)
+    # the ends of the range stay valid
+    assert parse_condition("t >= -62135596800", MIXED).value == -62135596800.0
+    assert parse_condition("t <= '9999-12-31T23:59:59Z'", MIXED).value == 253402300799.0
+    # a double attribute holds 1e300 fine
+    assert parse_condition("a > 1e300", MIXED).value == 1e300
+
+
+def test_integers_past_pythons_digit_limit_are_out_of_range_not_a_crash():
+    with pytest.raises(ConditionError, match=r"64-bit range at column 5"):
+        parse("a > " + "9" * 5000)
+    with pytest.raises(ConditionError, match="not finite"):
+        parse("a > 1" + "0" * 5000 + ".5")
