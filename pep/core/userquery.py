@@ -272,6 +272,8 @@ def parse_json_query(data: bytes | str) -> UserQuery:
     except json.JSONDecodeError as exc:
         raise UserQueryError(f"malformed user query JSON: {exc.msg}",
                              f"line {exc.lineno}, column {exc.colno}") from None
+    except ValueError as exc:  # an integer over Python's 4300-digit conversion limit
+        raise UserQueryError(f"malformed user query JSON: {str(exc)[:120]}") from None
     except RecursionError:
         raise UserQueryError("user query JSON nests too deeply") from None
     return query_from_json(doc)

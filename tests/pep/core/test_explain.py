@@ -49,3 +49,24 @@ def test_plan_and_graph_json():
     assert [o["op"] for o in ops] == ["source", "filter", "map", "window"]
     join = QueryGraph(Join(Source("a"), Source("b"), Comparison("x", "=", 1)))
     assert graph_to_json(join)["sink"]["op"] == "join"
+
+
+# -- issue 9, item 4: strange literals render (or were refused before), never crash ------------
+
+def test_strange_string_literals_render_as_escapes():
+    shown = sql_literal("a\\b'c\n\r\t\x00\x1b\x7f\x85\u2028\u202e\u2066\ufeff\ufffe"
+                        "\ud800\udfffé😀")
+    assert shown == ("'a\\\\b\\'c\\n\\r\\t\\u0000\\u001b\\u007f\\u0085\\u2028\\u202e\\u2066"
+                     "\\ufeff\\ufffe\\ud800\\udfffé😀'")
+    shown.encode("utf-8")  # every character of the text can be sent
+
+
+def test_timestamp_constants_beyond_year_9999_render_as_numbers():
+    # conditions refuse them (test_conditions); a plan from elsewhere may still carry one, and
+    # rendering it used to raise OverflowError / ValueError (a 500 from /explain and /requests)
+    for value in (1e300, -1e300, 253402300800.0, -62135596801.0):
+        assert sql_literal(value, "timestamp") == repr(value)
+    assert sql_literal(-62135596800.0, "timestamp") == "TIMESTAMP '0001-01-01 00:00:00Z'"
+    assert sql_literal(253402300799.5, "timestamp") == "TIMESTAMP '9999-12-31 23:59:59.5Z'"
+    plan = ExecutionPlan("s", ((Predicate("t", ">", 1e300),),), ("t",))
+    assert "`t` > 1e+300" in render_sql(plan, StreamSchema((Field("t", "timestamp"),)))

@@ -4,7 +4,7 @@ import json
 import pytest
 from lxml import etree
 
-from pep.core.graph import WEATHER_SCHEMA
+from pep.core.graph import AIS_SCHEMA, WEATHER_SCHEMA
 from pep.core.plan import Aggregate
 from pep.core.userquery import (UserQueryError, parse_json_query, parse_user_query, parse_xml_query,
                            query_from_content, user_graph)
@@ -144,3 +144,42 @@ def test_any_input_gives_a_query_or_a_user_query_error(data):
         user_graph(parse_user_query(data), "weather", WEATHER_SCHEMA)
     except UserQueryError as exc:
         assert exc.message
+
+
+# -- issue 9, item 4: lone surrogates are refused with a position, never an internal error ----
+
+def test_lone_surrogate_in_a_json_filter_is_refused_with_its_place():
+    query = parse_json_query(b'{"filter": "shipname = \'\\ud800\'"}')  # the JSON escape
+    with pytest.raises(UserQueryError) as info:
+        user_graph(query, "ais", AIS_SCHEMA)
+    assert info.value.position == "$.filter"
+    assert "lone UTF-16 surrogate U+D800" in info.value.message
+    assert "column 13" in info.value.message
+
+
+def test_lone_surrogate_in_an_xml_filter_is_refused():
+    # as a character reference, which lxml itself refuses, with line and column
+    with pytest.raises(UserQueryError, match="malformed user query XML") as info:
+        parse_xml_query(b"<UserQuery><Filter><FilterCondition>shipname = '&#xD800;'"
+                        b"</FilterCondition></Filter></UserQuery>")
+    assert info.value.position.startswith("line 1, column")
+    # as the condition language's \u escape inside well-formed XML
+    query = parse_xml_query(b"<UserQuery><Filter><FilterCondition>shipname = '\\ud800'"
+                            b"</FilterCondition></Filter></UserQuery>")
+    with pytest.raises(UserQueryError, match="lone UTF-16 surrogate"):
+        user_graph(query, "ais", AIS_SCHEMA)
+
+
+def test_xml_query_in_a_json_string_with_a_lone_surrogate_is_refused():
+    # a JSON request's resource Content may carry the XML form as a string; "\udc00" in it
+    # decodes to a character UTF-8 cannot encode (this was a UnicodeEncodeError, a 500)
+    content = json.loads('"<UserQuery>\\n<Filter>\\udc00</Filter></UserQuery>"')
+    with pytest.raises(UserQueryError, match="lone UTF-16 surrogate U\\+DC00") as info:
+        query_from_content(content)
+    assert info.value.position == "line 2, column 9"
+
+
+def test_json_query_with_an_integer_past_pythons_digit_limit_is_refused():
+    # json.loads raises a plain ValueError (not a JSONDecodeError) for it: it was a 500
+    with pytest.raises(UserQueryError, match="malformed user query JSON: Exceeds the limit"):
+        parse_json_query(b'{"window": {"type": "tuple", "size": ' + b"9" * 5000 + b', "step": 1}}')
