@@ -17,7 +17,7 @@ from pdp import Identity
 from pdp.http.auth import current_identity, require_identity
 from pep.core.errors import InvalidInput, NotFound, NotPermitted, UnsupportedMedia
 from pep.streams.catalog import StreamCatalog, StreamEntry
-from pep.streams.definition import describe
+from pep.streams.definition import describe, parse_registration
 
 OWNER_ROLES = ("data-owner", "owner")
 RECORD_MEDIA_TYPES = ("application/x-ndjson", "application/json", "application/jsonl",
@@ -40,9 +40,12 @@ def create_streams_blueprint(catalog: StreamCatalog,
         if not may_register(identity, owner_roles):
             raise NotPermitted("registering a stream needs the data-owner role or an "
                                "administrator")
-        body = request.get_json(silent=True)
-        if not isinstance(body, dict):
-            raise InvalidInput("expected a JSON object {name, schema, source, time_attribute}")
+        if not request.is_json:
+            raise UnsupportedMedia(f"a stream registration is JSON (application/json), not "
+                                   f"{request.mimetype or '(no Content-Type)'}")
+        # not request.get_json: Flask's parser recurses, and a deeply nested array ends in a
+        # RecursionError (a 500) instead of a refusal
+        body = parse_registration(request.get_data(cache=False))
         unknown = set(body) - {"name", "schema", "source", "time_attribute"}
         if unknown:
             raise InvalidInput(f"unknown key(s): {', '.join(sorted(map(str, unknown)))}")

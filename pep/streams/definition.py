@@ -8,6 +8,7 @@ which describe the server and not the data.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -29,6 +30,9 @@ FILE_FORMATS = ("json", "csv", "parquet")
 STREAM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 MAX_FIELDS = 256
+MAX_REGISTRATION_BYTES = 1024 * 1024
+MAX_REGISTRATION_DEPTH = 16  # a registration nests 3 levels: {"schema": [{...}]}
+_REGISTRATION = "a JSON object {name, schema, source, time_attribute}"
 
 
 class StreamError(Refusal):
@@ -49,6 +53,61 @@ class StreamConflict(StreamError, Conflict):
 
 class SourceNotPermitted(StreamError, NotPermitted):
     """The caller may not register a source of that kind."""
+
+
+# -- the registration document -----------------------------------------------------------------
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidStream(f"expected {_REGISTRATION}: {name} is not a JSON number")
+
+
+def _json_depth_ok(text: str, limit: int) -> None:
+    """Bracket nesting outside strings, counted before the (recursive) JSON parser runs."""
+    if text.count("[") + text.count("{") <= limit:
+        return
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                raise InvalidStream(f"expected {_REGISTRATION}: the document nests deeper than "
+                                    f"{limit} levels")
+        elif ch in "]}":
+            depth -= 1
+
+
+def parse_registration(body: bytes) -> dict:
+    """The JSON object an owner sends to register a stream; InvalidStream says what is wrong
+    and where. Hardened like every parser of client input: a size and a nesting limit (Python's
+    json module recurses), no NaN or Infinity, UTF-8 only."""
+    if len(body) > MAX_REGISTRATION_BYTES:
+        raise InvalidStream(f"stream registration is {len(body)} bytes, over the limit of "
+                            f"{MAX_REGISTRATION_BYTES}")
+    try:
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidStream(f"expected {_REGISTRATION}: not valid UTF-8 (byte {exc.start})") \
+            from None
+    _json_depth_ok(text, MAX_REGISTRATION_DEPTH)
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise InvalidStream(f"expected {_REGISTRATION}: {exc.msg} at line {exc.lineno}, "
+                            f"column {exc.colno}") from None
+    except ValueError as exc:  # e.g. an integer over Python's 4300-digit limit
+        raise InvalidStream(f"expected {_REGISTRATION}: {str(exc)[:200]}") from None
+    if not isinstance(doc, dict):
+        raise InvalidStream(f"expected {_REGISTRATION}")
+    return doc
 
 
 # -- schema and source parsing ------------------------------------------------------------------
@@ -88,10 +147,13 @@ def parse_schema(fields: Any) -> StreamSchema:
 def _option_text(kind: str, key: str, value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise InvalidStream(f"source ({kind}): option {key!r} must be a string or a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidStream(f"source ({kind}): option {key!r} must be a finite number")
     text = str(value)
-    if not text or len(text) > 4096 or any(ord(c) < 32 for c in text):
+    if not text or len(text) > 4096 or any(ord(c) < 32 or "\ud800" <= c <= "\udfff"
+                                           for c in text):
         raise InvalidStream(f"source ({kind}): option {key!r} is empty, too long or has "
-                            "control characters")
+                            "control characters or lone surrogates")
     return text
 
 
@@ -124,7 +186,7 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
         raise InvalidStream(f"source ({kind}): unknown option(s) "
                             f"{', '.join(sorted(map(str, unknown)))}; allowed: "
                             f"{', '.join(sorted(allowed)) or 'none'}")
-    text = {k: _option_text(kind, k, v) for k, v in opts.items()}
+    text = {str(k): _option_text(kind, k, v) for k, v in opts.items()}
     if kind == "ingest":
         text["path"] = str(ingest_dir)
     elif kind == "files":

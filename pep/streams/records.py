@@ -17,6 +17,9 @@ from pep.streams.definition import StreamError
 DEFAULT_MAX_LINES = 100_000
 MAX_STRING_CHARS = 65_536
 LONG_MIN, LONG_MAX = -(2 ** 63), 2 ** 63 - 1
+# A timestamp is an instant of years 1 to 9999 (UTC): epoch seconds from 0001-01-01T00:00:00Z
+# up to, not including, 10000-01-01T00:00:00Z.
+MIN_EPOCH_SECONDS, END_EPOCH_SECONDS = -62_135_596_800, 253_402_300_800
 
 
 class RecordError(StreamError, InvalidInput):
@@ -52,6 +55,19 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
+def _shown(value: Any) -> str:
+    """A number for a message, shortened (a JSON integer may have thousands of digits)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
+
+
+def _lone_surrogate(text: str) -> str | None:
+    for ch in text:
+        if "\ud800" <= ch <= "\udfff":
+            return ch
+    return None
+
+
 def _type_name(value: Any) -> str:
     if value is None:
         return "null"
@@ -65,12 +81,18 @@ def normalise_timestamp(value: Any) -> str:
     if isinstance(value, bool):
         raise ValueError("expected an ISO-8601 timestamp or epoch seconds, found boolean")
     if isinstance(value, (int, float)):
-        if not math.isfinite(value):
+        # A JSON integer may have any number of digits: compare before converting to a float
+        # (math.isfinite and fromtimestamp raise OverflowError past 1.8e308).
+        if isinstance(value, float) and not math.isfinite(value):
             raise ValueError("timestamp must be finite")
+        out_of_range = ValueError(f"epoch seconds {_shown(value)} out of range "
+                                  "(years 1 to 9999)")
+        if not MIN_EPOCH_SECONDS <= value < END_EPOCH_SECONDS:
+            raise out_of_range
         try:
             ts = datetime.fromtimestamp(value, tz=timezone.utc)
-        except (OverflowError, OSError, ValueError):
-            raise ValueError(f"epoch seconds {value!r} out of range") from None
+        except (OverflowError, OSError, ValueError):  # rounded up to the year 10000
+            raise out_of_range from None
     elif isinstance(value, str):
         if len(value) > 64:
             raise ValueError("timestamp text is too long")
@@ -78,11 +100,16 @@ def normalise_timestamp(value: Any) -> str:
             ts = datetime.fromisoformat(value.strip())
         except ValueError:
             raise ValueError(f"{value!r} is not an ISO-8601 timestamp") from None
-        ts = ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+        try:
+            ts = (ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None
+                  else ts.astimezone(timezone.utc))
+        except OverflowError:  # 0001-01-01T00:00:00+01:00 is in year 0 in UTC
+            raise ValueError(f"{value!r} is outside years 1 to 9999 in UTC") from None
     else:
         raise ValueError(f"expected an ISO-8601 timestamp or epoch seconds, "
                          f"found {_type_name(value)}")
-    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat, not strftime: "%Y" does not pad years before 1000 to four digits on glibc
+    return ts.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def _check_value(ftype: str, value: Any) -> Any:
@@ -108,6 +135,10 @@ def _check_value(ftype: str, value: Any) -> Any:
             raise ValueError(f"expected a string, found {_type_name(value)}")
         if len(value) > MAX_STRING_CHARS:
             raise ValueError(f"string longer than {MAX_STRING_CHARS} characters")
+        bad = _lone_surrogate(value)
+        if bad is not None:  # a JSON escape such as "\ud800" without its pair: not text
+            raise ValueError(f"string has a lone UTF-16 surrogate U+{ord(bad):04X}, which is "
+                             "not a character")
         return value
     if ftype == "boolean":
         if not isinstance(value, bool):

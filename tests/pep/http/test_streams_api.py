@@ -104,3 +104,13 @@ def test_records(client):
     files = sorted(catalog.ingest_dir("weather").iterdir())
     seqs = [json.loads(x)[SEQ_FIELD] for f in files for x in f.read_text().splitlines()]
     assert seqs == [1, 2, 3, 4, 5, 6]
+
+
+def test_register_refuses_deep_nesting_and_non_json_media(client):
+    # issue 9, item 4: Flask's get_json recursed into a RecursionError (a 500)
+    c, _ = client
+    r = c.post("/streams", data=b"[" * 50_000 + b"]" * 50_000, headers=h("nea"),
+               content_type="application/json")
+    assert r.status_code == 400 and "nests deeper than" in r.json["error"]
+    r = c.post("/streams", data=json.dumps(WEATHER), headers=h("nea"), content_type="text/plain")
+    assert r.status_code == 415 and "application/json" in r.json["error"]

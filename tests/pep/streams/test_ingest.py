@@ -197,6 +197,18 @@ HOSTILE = [
     (b'{"station": "\xff\xfe"}', "UTF-8", None),
     (("1" * 5000).encode(), "bad JSON", None),
     (line(station="x" * 70_000).encode(), "longer than", "station"),
+    # issue 9, item 4: these were internal errors (500s) or wrote what the runtime cannot read
+    (line(samplingtime=10 ** 400).encode(), "out of range", "samplingtime"),  # OverflowError
+    (line(samplingtime=1e300).encode(), "out of range", "samplingtime"),
+    (line(samplingtime=253402300800).encode(), "out of range", "samplingtime"),
+    (line(samplingtime=-62135596801).encode(), "out of range", "samplingtime"),
+    (line(samplingtime="0001-01-01T00:00:00+01:00").encode(), "outside years 1 to 9999",
+     "samplingtime"),  # OverflowError converting to UTC
+    (line(rainrate=10 ** 400).encode(), "out of range", "rainrate"),
+    (line(winddirection=2 ** 64).encode(), "out of range", "winddirection"),
+    # "\ud800" as a JSON escape: a string UTF-8 cannot write (UnicodeEncodeError writing the file)
+    (line(station="\ud800").encode(), "lone UTF-16 surrogate U+D800", "station"),
+    (line(station="ok\udfff").encode(), "lone UTF-16 surrogate U+DFFF", "station"),
 ]
 
 
@@ -259,6 +271,9 @@ def test_concurrent_appends_get_distinct_sequence_numbers(catalog):
     ("2024-05-01T10:00:00.5Z", "2024-05-01T10:00:00.500000Z"),
     (0, "1970-01-01T00:00:00.000000Z"),
     (1.25, "1970-01-01T00:00:01.250000Z"),
+    # the first and last instants, with four-digit years (strftime wrote "1-01-01...")
+    (-62135596800, "0001-01-01T00:00:00.000000Z"),
+    ("9999-12-31T23:59:59.999999Z", "9999-12-31T23:59:59.999999Z"),
 ])
 def test_normalise_timestamp(value, expected):
     assert normalise_timestamp(value) == expected
@@ -271,3 +286,39 @@ def test_importing_the_catalogue_needs_no_spark():
     code = "import sys, pep.streams.catalog, pep.handles.service, pep.handles.revocation; print('pyspark' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- issue 9, item 4: the registration document is parsed like any client input ---------------
+
+@pytest.mark.parametrize("body, fragment", [
+    (b"[" * 100_000 + b"]" * 100_000, "nests deeper than"),  # was a RecursionError, a 500
+    (b'{"name": ' * 50 + b"1" + b"}" * 50, "nests deeper than"),
+    (b'{"name": "w", "source": {"kind": "generator", "schema": "weather", "rate": NaN}}',
+     "NaN is not a JSON number"),
+    (b'{"name": ' + b"9" * 5000 + b"}", "expected a JSON object"),
+    (b'{"name": "w"', "line 1, column 13"),
+    (b"\xff{}", "not valid UTF-8"),
+    (b"[]", "expected a JSON object"),
+    (b"x" * (1024 * 1024 + 1), "over the limit"),
+])
+def test_registration_document_errors_are_invalid_stream(body, fragment):
+    from pep.streams.definition import InvalidStream, parse_registration
+    with pytest.raises(InvalidStream) as e:
+        parse_registration(body)
+    assert isinstance(e.value, InvalidInput) and fragment in e.value.message
+
+
+def test_registration_document_parses():
+    from pep.streams.definition import parse_registration
+    doc = {"name": "w", "schema": SCHEMA, "source": {"kind": "ingest"}}
+    assert parse_registration(json.dumps(doc).encode()) == doc
+    assert parse_registration(b"\xef\xbb\xbf" + json.dumps(doc).encode()) == doc
+
+
+def test_source_options_refuse_lone_surrogates_and_non_finite_numbers(catalog):
+    with pytest.raises(StreamError, match="lone surrogates"):
+        catalog.register("f", "root", SCHEMA, {"kind": "files", "path": "/tmp/\ud800"},
+                         trusted=True)
+    with pytest.raises(StreamError, match="finite"):
+        catalog.register("g", "nea", None, {"kind": "generator", "schema": "weather",
+                                            "rate": float("inf")})
