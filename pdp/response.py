@@ -24,7 +24,12 @@ _NON_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 def render_response(response: Response, media_type: str) -> bytes:
     """Serialize a Response; media_type decides XML or JSON (as for requests)."""
     if media_kind(media_type) == "json":
-        return json.dumps(response_to_json(response), ensure_ascii=False).encode("utf-8")
+        # A status message may quote what the client sent, lone surrogates included (a JSON
+        # escape such as "\\ud800" decodes to one). UTF-8 cannot carry them: they are written
+        # back as the JSON escapes they came as, which is what "backslashreplace" produces
+        # inside a JSON string (and json.dumps puts raw characters nowhere else).
+        text = json.dumps(response_to_json(response), ensure_ascii=False)
+        return text.encode("utf-8", "backslashreplace")
     return etree.tostring(response_to_xml(response), xml_declaration=True, encoding="UTF-8")
 
 

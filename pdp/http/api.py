@@ -93,6 +93,27 @@ def _policy_body() -> bytes | FlaskResponse:
     return body
 
 
+class _BadStoreVersion(ValueError):
+    pass
+
+
+_MAX_STORE_VERSION = 2 ** 63 - 1  # SQLite's INTEGER
+
+
+def _store_version(text: str | None) -> int | None:
+    """The `store_version` query parameter: ASCII digits within SQLite's INTEGER. (str.isdigit
+    also accepts '²' and other digits int() refuses, and a long run of digits is over SQLite's
+    range or Python's 4300-digit conversion limit.)"""
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit()) or len(text) > 19 \
+            or int(text) > _MAX_STORE_VERSION:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise _BadStoreVersion(f"store_version must be a positive integer of at most "
+                               f"{_MAX_STORE_VERSION}, not {shown!r}")
+    return int(text)
+
+
 def _stored_json(stored: StoredPolicy) -> dict:
     return {"id": stored.policy_id, "version": stored.version,
             "store_version": stored.store_version}
@@ -202,14 +223,13 @@ def create_pdp_blueprint(service: PolicyService,
         try:
             if request.args.get("history", "").lower() in ("1", "true", "yes"):
                 return jsonify([p.summary() for p in service.history(policy_id)])
-            store_version = request.args.get("store_version")
-            if store_version is not None and not store_version.isdigit():
-                return error_response(400, "store_version must be a positive integer, not "
-                                           f"{store_version!r}")
+            store_version = _store_version(request.args.get("store_version"))
             stored = service.get(policy_id, version=request.args.get("version"),
-                                 store_version=int(store_version) if store_version else None)
+                                 store_version=store_version)
         except PolicyNotFoundError as exc:
             return error_response(404, str(exc))
+        except _BadStoreVersion as exc:
+            return error_response(400, str(exc))
         if stored.deleted:
             return error_response(410, f"policy {policy_id!r} store version "
                                        f"{stored.store_version} is a deletion",

@@ -122,3 +122,20 @@ def test_hostile_decision_requests_are_syntax_errors(gateway, body, content_type
     assert result["Decision"] == "Indeterminate"
     assert result["Status"]["StatusCode"]["Value"].endswith(":syntax-error")
     assert result["Status"]["StatusMessage"]
+
+
+@pytest.mark.parametrize("store_version", ["²", "٣", "9" * 5000, "9" * 30, str(2 ** 63)])
+def test_odd_store_versions_are_400_not_500(gateway, store_version):
+    # issue 9, item 4: str.isdigit() let '²' and '٣' through to int(); long digit runs hit
+    # Python's 4300-digit limit or SQLite's INTEGER range (a ValueError / OverflowError, a 500)
+    r = gateway.client.get("/policies/urn:xsg:example:weather:nea-policy",
+                           query_string={"store_version": store_version}, headers=bearer("nea"))
+    assert r.status_code == 400 and "store_version must be a positive integer" in r.json["error"]
+
+
+def test_unknown_json_member_with_a_lone_surrogate_is_400_in_either_format(gateway):
+    # issue 9, item 4: the message quoted the member's name raw, and the JSON rendering of the
+    # XACML answer raised UnicodeEncodeError (a 500)
+    for accept in (JSON, XML):
+        r = gateway.decide("lta", b'{"Request": {"\\ud800": 1}}', content_type=JSON, accept=accept)
+        assert r.status_code == 400 and b"unknown member" in r.data, (accept, r.data[:200])

@@ -148,3 +148,23 @@ def test_xml_rendering_survives_odd_characters():
     result = Result(Decision.PERMIT, obligations=(Obligation("o", (
         AttributeAssignment("a", "http://www.w3.org/2001/XMLSchema#string", "x\x00y"),)),))
     assert "x\ufffdy".encode() in render_response(Response((result,)), XML)
+
+
+def test_json_rendering_survives_lone_surrogates():
+    # issue 9, item 4: a status message quoting the client's text may hold a lone surrogate
+    # (from a JSON escape); json.dumps(ensure_ascii=False).encode() raised UnicodeEncodeError
+    from pdp.results import Response, Result, Status
+    result = Result(Decision.INDETERMINATE, Status(message="unknown member Request.\ud800x"))
+    body = render_response(Response((result,)), JSON)
+    assert json.loads(body)["Response"][0]["Status"]["StatusMessage"] == \
+        "unknown member Request.\ud800x"
+    assert "é".encode() in render_response(Response((Result(
+        Decision.DENY, Status(message="é")),)), JSON)  # other text stays as it is
+
+
+def test_unknown_member_names_are_quoted_in_the_message():
+    body = b'{"Request": {"\\ud800": 1}}'
+    with pytest.raises(RequestSyntaxError) as info:
+        parse_request(body, JSON)
+    assert str(info.value) == "unknown member Request.'\\ud800'"
+    str(info.value).encode("utf-8")
