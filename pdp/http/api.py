@@ -12,6 +12,7 @@ without touching this module. A falsy `Veto` answer becomes a 403 that carries i
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from urllib.parse import quote
 
 from flask import Blueprint, Response as FlaskResponse, jsonify, request
@@ -23,7 +24,7 @@ from pdp.errors import PolicyLoadError, RequestSyntaxError
 from pdp.http.auth import current_identity, require_identity
 from pdp.http.errors import error_response
 from pdp.manage import ManagedPolicy, ManagePolicy, Veto, may_manage_policy
-from pdp.request import bind_subject, media_kind, parse_request
+from pdp.request import bind_environment, bind_subject, media_kind, parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_SYNTAX_ERROR, Decision, Response, Result, Status
 from pdp.service import PolicyIdMismatchError, PolicyService
@@ -119,10 +120,25 @@ def _stored_json(stored: StoredPolicy) -> dict:
             "store_version": stored.store_version}
 
 
+CheckPolicy = Callable[[bytes, str], list[str]]
+Environment = Callable[[], list[tuple[str, str, list[str]]]]
+MAX_BULK = 10_000
+
+
 def create_pdp_blueprint(service: PolicyService,
-                         may_manage: ManagePolicy = may_manage_policy) -> Blueprint:
-    """Routes: GET /health, POST /pdp, and the PAP under /policies."""
+                         may_manage: ManagePolicy = may_manage_policy,
+                         check_policy: CheckPolicy | None = None,
+                         environment: Environment | None = None) -> Blueprint:
+    """Routes: GET /health, POST /pdp, and the PAP under /policies.
+
+    `check_policy(document, source)` runs before a policy is written: it returns warnings for the answer
+    or raises PolicyLoadError (400) when the policy cannot work (the gateway checks obligations
+    against stream schemas). `environment()` gives the gateway's own environment attributes,
+    which a decision sees instead of the request's (`pdp.request.bind_environment`)."""
     bp = Blueprint("pdp", __name__)
+
+    def checked(body: bytes, source: str = "request body") -> list[str]:
+        return check_policy(body, source) if check_policy is not None else []
 
     def existing_info(policy_id: str, stored: StoredPolicy | None = None) -> ManagedPolicy | None:
         """The live policy with its stored current document; None when there is none."""
@@ -171,6 +187,7 @@ def create_pdp_blueprint(service: PolicyService,
             answer = Response(results=(Result(decision=Decision.INDETERMINATE, status=status),))
             return _xacml(answer, media_type, 400)
         ctx = bind_subject(ctx, current_identity())
+        ctx = bind_environment(ctx, environment() if environment is not None else [])
         return _xacml(service.decide(ctx), media_type)
 
     @bp.get("/policies")
@@ -196,13 +213,14 @@ def create_pdp_blueprint(service: PolicyService,
             verdict = may_manage(identity, info)
             if not verdict:
                 return _refused(identity, f"manage policy {info.id!r}", verdict)
+            warnings = checked(body)
             stored = service.add(body, owner=identity.subject, source="request body")
         except PolicyLoadError as exc:
             return load_error(exc)
         except PolicyExistsError as exc:
             return error_response(409, f"{exc}; use PUT /policies/<id> to publish a new version",
                                   id=exc.policy_id)
-        response = jsonify(_stored_json(stored))
+        response = jsonify({**_stored_json(stored), "warnings": warnings})
         response.status_code = 201
         response.headers["Location"] = f"{request.root_path}/policies/{quote(stored.policy_id, safe='')}"
         return response
@@ -267,6 +285,7 @@ def create_pdp_blueprint(service: PolicyService,
             verdict = may_manage(identity, info)
             if not verdict:
                 return _refused(identity, f"manage policy {policy_id!r} (the new version)", verdict)
+            warnings = checked(body)
             stored = service.update(policy_id, body, owner=identity.subject, source="request body")
         except PolicyLoadError as exc:
             return load_error(exc)
@@ -274,7 +293,45 @@ def create_pdp_blueprint(service: PolicyService,
             return error_response(400, str(exc), id=exc.found)
         except PolicyNotFoundError as exc:
             return error_response(404, str(exc))
-        return jsonify(_stored_json(stored))
+        return jsonify({**_stored_json(stored), "warnings": warnings})
+
+    @bp.post("/policies/bulk")
+    @require_identity()
+    def add_policies():
+        """Many new policies at once, all or none: `multipart/form-data`, one file part per
+        XACML policy document. Each is judged and checked as POST /policies would; then they
+        are added in one transaction and one engine change."""
+        if request.mimetype != "multipart/form-data":
+            return error_response(415, "send the policies as multipart/form-data, one file part "
+                                       "per XACML Policy or PolicySet document")
+        parts = [(name, f) for name in request.files for f in request.files.getlist(name)]
+        if not parts:
+            return error_response(400, "no policy documents: send one file part per policy")
+        if len(parts) > MAX_BULK:
+            return error_response(413, f"{len(parts)} documents; at most {MAX_BULK} at once")
+        identity = current_identity()
+        sources, warnings = [], []
+        for n, (field, part) in enumerate(parts, 1):
+            label = f"part {n} ({part.filename or field})"
+            data = part.read()
+            try:
+                info = ManagedPolicy.of(inspect_policy(PolicySource(label, data)), data)
+                verdict = may_manage(identity, info)
+                if not verdict:
+                    return _refused(identity, f"manage policy {info.id!r} ({label})", verdict)
+                warnings.extend(f"{label}: {w}" for w in checked(data, label))
+            except PolicyLoadError as exc:
+                return load_error(exc)
+            sources.append(PolicySource(label, data))
+        try:
+            written = service.add_many(sources, owner=identity.subject)
+        except PolicyLoadError as exc:
+            return load_error(exc)
+        except PolicyExistsError as exc:
+            return error_response(409, f"{exc}; nothing was added", id=exc.policy_id)
+        response = jsonify(policies=[_stored_json(s) for s in written], warnings=warnings)
+        response.status_code = 201
+        return response
 
     @bp.delete("/policies/<path:policy_id>")
     @require_identity()

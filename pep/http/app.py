@@ -23,6 +23,7 @@ from pep.http.read_tokens import ReadTokens, create_read_tokens_blueprint
 from pep.http.requests import create_requests_blueprint
 from pep.http.streams import create_streams_blueprint
 from pep.services import GatewayServices, build_services
+from pep.streams.policy_check import check_policy
 
 SERVICES_EXTENSION = "xsg.services"
 
@@ -46,7 +47,10 @@ def create_app(config: GatewayConfig | None = None,
     base_url = config.base_url.rstrip("/") if config.base_url else None
     # /health, /pdp, /policies; the management rule is read per call (an embedder may swap it)
     app.register_blueprint(create_pdp_blueprint(
-        services.policies, may_manage=lambda identity, info: services.may_manage(identity, info)))
+        services.policies, may_manage=lambda identity, info: services.may_manage(identity, info),
+        check_policy=lambda document, source: check_policy(
+            document, services.catalog.get, services.catalog.definitions, source),
+        environment=services.stream_events.environment))
     app.register_blueprint(explain_blueprint(engine, services.catalog.schema,
                                              services.decide_and_plan))
     app.register_blueprint(create_streams_blueprint(services.catalog))

@@ -171,6 +171,9 @@ class StreamCatalog:
             return None
         return entry.next_seq - 1
 
+    def definitions(self) -> list[StreamDefinition]:
+        return [e.definition for e in self.all()]
+
     def all(self) -> list[StreamEntry]:
         rows = self._db.fetchall(f"SELECT {self._COLUMNS} FROM streams ORDER BY name")
         return [self._entry(r) for r in rows]
