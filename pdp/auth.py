@@ -6,18 +6,28 @@ authenticated. Tokens come from an auth file (JSON list of
 and are compared in constant time
 (every entry is compared, on SHA-256 digests, so neither the position of the match nor the
 token's length shows in the timing).
+
+`TokenFileAuthenticator` is the file as a running gateway uses it: re-read when it changes on
+disk (checked at most once a second, on use) and on `reload()` (`xsg serve` calls it on SIGHUP);
+a new file that does not load is logged and the previous tokens stay in force. OIDC / JWT bearer
+tokens are `pdp.oidc`'s.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import secrets
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Protocol, Union
+
+log = logging.getLogger(__name__)
 
 
 class AuthFileError(ValueError):
@@ -134,6 +144,105 @@ class TokenAuthenticator:
     @property
     def identities(self) -> list[Identity]:
         return list(self._by_digest.values())
+
+    def identity_for(self, subject: str) -> Identity | None:
+        """The identity of `subject` (its first entry), or None."""
+        for identity in self._by_digest.values():
+            if identity.subject == subject:
+                return identity
+        return None
+
+
+class Authenticator(Protocol):
+    """What the HTTP edge and the revocation service use of an authenticator."""
+
+    def authenticate_header(self, authorization: str | None) -> Identity | None: ...
+
+    @property
+    def identities(self) -> list[Identity]: ...
+
+
+class TokenFileAuthenticator:
+    """The auth file, followed while the gateway runs.
+
+    Loaded at construction (an unusable file raises `AuthFileError`: the gateway does not start).
+    Afterwards it is re-read when its size, modification time or inode change (looked at on use,
+    at most every `check_interval` seconds) and whenever `reload()` is called. A new version that
+    does not load is logged once and ignored: the tokens in force stay until a good version
+    appears."""
+
+    def __init__(self, path: str | Path, check_interval: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = Path(path)
+        self.check_interval = check_interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        signature = self._stat()
+        self._current = TokenAuthenticator.from_file(self.path)
+        self._signature = signature
+        self._rejected: tuple | None = None  # the signature of a broken version, logged once
+        self._checked = clock()
+        self.reloads = 0  # successful re-reads (observable in tests)
+
+    def _stat(self) -> tuple | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def reload(self) -> bool:
+        """Re-read the file now (SIGHUP); True when the new tokens are in force."""
+        with self._lock:
+            return self._load(self._stat(), force=True)
+
+    def _load(self, signature: tuple | None, force: bool = False) -> bool:
+        if not force and signature == self._rejected:
+            return False
+        try:
+            fresh = TokenAuthenticator.from_file(self.path)
+        except AuthFileError as exc:
+            self._rejected = signature
+            log.error("auth file %s changed but cannot be used; the previous tokens stay in "
+                      "force: %s", self.path, exc)
+            return False
+        self._current = fresh
+        self._signature = signature
+        self._rejected = None
+        self.reloads += 1
+        log.info("auth file %s reloaded: %d tokens", self.path, len(fresh.identities))
+        return True
+
+    def _maybe_reload(self) -> None:
+        now = self._clock()
+        if now - self._checked < self.check_interval:
+            return
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is looking; use the tokens in force meanwhile
+        try:
+            self._checked = now
+            signature = self._stat()
+            if signature is not None and signature != self._signature:
+                self._load(signature)
+        finally:
+            self._lock.release()
+
+    def authenticate(self, token: str | None) -> Identity | None:
+        self._maybe_reload()
+        return self._current.authenticate(token)
+
+    def authenticate_header(self, authorization: str | None) -> Identity | None:
+        self._maybe_reload()
+        return self._current.authenticate_header(authorization)
+
+    @property
+    def identities(self) -> list[Identity]:
+        self._maybe_reload()
+        return self._current.identities
+
+    def identity_for(self, subject: str) -> Identity | None:
+        self._maybe_reload()
+        return self._current.identity_for(subject)
 
 
 def parse_auth_entries(data: Any, where: str = "auth file") -> list[tuple[str, Identity]]:

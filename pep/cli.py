@@ -20,6 +20,7 @@ EPILOG = """\
 examples:
   xsg serve                                  # embedded defaults: ./data, policies/, demo tokens
   xsg serve --port 9000 --auth auth.json --root-combining permit-overrides
+  xsg serve --config deploy/xsg.example.toml --log-format json
   export XSG_TOKEN=<nea's token from the serve banner>
   xsg policy list
   xsg policy add policies/weather/nea-weather-policy.xml
@@ -38,29 +39,159 @@ class CliError(Exception):
 
 # -- serve ----------------------------------------------------------------------------------------
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def version() -> str:
+    """The installed package's version (its metadata)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as package_version
+
+    try:
+        return package_version("xsg")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _utc_time(record) -> str:
+    from datetime import datetime, timezone
+
+    moment = datetime.fromtimestamp(record.created, timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(record.msecs):03d}Z"
+
+
+def _formatter(fmt: str):
     import logging
 
-    from pdp import AuthFileError, PolicyLoadError, StoreError
-    from pep.config import GatewayConfig
-    from pep.serve import serve
+    class TextFormatter(logging.Formatter):
+        def formatTime(self, record, datefmt=None):  # noqa: N802 - logging's name
+            return _utc_time(record)
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per callback otherwise
+    class JsonFormatter(logging.Formatter):
+        def format(self, record):
+            out = {"time": _utc_time(record), "level": record.levelname, "logger": record.name,
+                   "message": record.getMessage()}
+            access = getattr(record, "access", None)
+            if isinstance(access, dict):
+                out.update(access)
+            if record.exc_info:
+                out["exception"] = self.formatException(record.exc_info)
+            return json.dumps(out, default=str)
+
+    if fmt == "json":
+        return JsonFormatter()
+    return TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+# Python-side loggers of py4j and PySpark; PySpark's query-context loggers would otherwise add
+# their own handler (and JSON format) when first used, so they are created here, plain.
+LIBRARY_LOGGERS = ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark",
+                   "DataFrameQueryContextLogger", "SQLQueryContextLogger")
+
+
+def configure_logging(level: str = "INFO", fmt: str = "text", stream=None):
+    """One handler on stderr for every line of the process: ours, the access log, py4j's and
+    PySpark's Python side; ISO-8601 UTC timestamps. Returns the handler."""
+    import logging
+
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, "xsg", False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.xsg = True
+    handler.setFormatter(_formatter(fmt))
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        for own in list(logger.handlers):
+            if not isinstance(own, logging.NullHandler):
+                logger.removeHandler(own)
+        logger.propagate = True
+    # py4j logs a line per callback at INFO: only its warnings, unless we debug
+    logging.getLogger("py4j").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
+    return handler
+
+
+def serve_flags(args: argparse.Namespace) -> dict:
+    """The settings given on the command line (flags default to absent, not to a value)."""
+    from pep.config import settings
+
+    names = {s.name for s in settings()}
+    return {name: value for name, value in vars(args).items() if name in names}
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from pdp import AuthFileError, PolicyLoadError, StoreError
+    from pep.config import SERVE_DEFAULTS, ConfigError, load_settings
+    from pep.serve import PortUnavailable, serve
+
+    config_file = args.config or os.environ.get("XSG_CONFIG") or None
     try:
-        config = GatewayConfig(
-            host=args.host, port=args.port, data_dir=Path(args.data_dir),
-            auth_file=Path(args.auth) if args.auth else None,
-            root_combining_alg=args.root_combining, root_policy_id=args.root_policy,
-            spark_master=args.spark_master, base_url=args.base_url,
-            threads=args.threads, max_threads=args.max_threads, start_spark=True,
-            proxy_port=args.proxy_port,
-            **({"policies_dir": Path(args.policies)} if args.policies else {}))
+        config = load_settings(serve_flags(args), os.environ, config_file, SERVE_DEFAULTS)
+    except ConfigError as exc:
+        raise CliError(f"cannot start the gateway: {exc}", EXIT_USAGE) from None
+    configure_logging(config.log_level, config.log_format)
+    try:
         return serve(config)
     except (AuthFileError, PolicyLoadError, StoreError, ValueError) as exc:
         raise CliError(f"cannot start the gateway: {exc}", EXIT_USAGE) from None
+    except PortUnavailable as exc:
+        raise CliError(f"cannot start the gateway: {exc}") from None
     except OSError as exc:
-        raise CliError(f"cannot start the gateway on {args.host}:{args.port}: {exc}") from None
+        raise CliError(f"cannot start the gateway on {config.host}:{config.port}: {exc}"
+                       ) from None
+
+
+SERVE_DESCRIPTION = """Run the gateway. With no flags: data in ./data, example policies from policies/, demo tokens in
+data/auth.json, Spark started before serving.
+
+Every setting below can also be given as an environment variable (shown with it) or as a key
+of a TOML configuration file (--config FILE or XSG_CONFIG; the key is the flag's name with _
+for -, e.g. data_dir; Spark settings in a [spark] table, the --oidc-* ones in an [oidc] table:
+see deploy/xsg.example.toml). Precedence: flags > environment > file > defaults."""
+
+METAVARS = {"auth_file": "FILE", "root_combining_alg": "ALG", "root_policy_id": "ID",
+            "policies_dir": "DIR", "data_dir": "DIR", "spark_conf": "KEY=VALUE",
+            "oidc.attributes": "ID=CLAIM", "spark_master": "URL", "base_url": "URL",
+            "proxy_port": "PORT", "port": "PORT", "host": "HOST", "log_level": "LEVEL",
+            "spark_log_level": "LEVEL", "log_format": "text|json", "proxy_token": "TOKEN",
+            "proxy_secret": "KEY", "read_token_key": "KEY", "oidc.issuer": "URL",
+            "oidc.jwks_uri": "URL", "oidc.subject_claim": "CLAIM", "oidc.admin_role": "ROLE",
+            "max_content_length": "BYTES", "audit_max_bytes": "BYTES", "seed_owner": "SUBJECT"}
+KIND_METAVARS = {"int": "N", "optint": "N", "float": "SECONDS", "optfloat": "SECONDS",
+                 "list": "A,B,..", "path": "PATH", "optpath": "PATH"}
+
+
+def _group_of(name: str) -> str:
+    if name.startswith("oidc."):
+        return "OIDC / JWT bearer tokens (besides the token file)"
+    if name.startswith("spark") or name in ("start_spark", "trigger_interval"):
+        return "Spark"
+    if name.startswith("log_"):
+        return "logs (stderr)"
+    if name.startswith(("proxy_", "cors_", "read_token_")):
+        return "proxies and browsers"
+    return "gateway"
+
+
+def add_serve_settings(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting (pep.config.settings), each showing its default once."""
+    from pep.config import SERVE_DEFAULTS, settings
+
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for setting in settings(SERVE_DEFAULTS):
+        title = _group_of(setting.name)
+        group = groups.get(title) or groups.setdefault(title, parser.add_argument_group(title))
+        text = f"{setting.help} (default: {setting.default_text}; env {setting.env})"
+        options = {"dest": setting.name, "default": argparse.SUPPRESS,
+                   "help": text.replace("%", "%%")}
+        if setting.kind == "bool":
+            group.add_argument(setting.flag, action=argparse.BooleanOptionalAction, **options)
+        elif setting.kind == "map":
+            group.add_argument(setting.flag, action="append", metavar=METAVARS[setting.name],
+                               **options)
+        else:
+            metavar = METAVARS.get(setting.name) or KIND_METAVARS.get(setting.kind, "TEXT")
+            group.add_argument(setting.flag, metavar=metavar, **options)
 
 
 # -- policy (HTTP client) -------------------------------------------------------------------------
@@ -206,30 +337,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xsg", description="XACML decision and enforcement gateway for live data streams.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"xsg {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     s = sub.add_parser("serve", help="run the gateway (cheroot WSGI server)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                       description="Run the gateway. With no flags: data in ./data, example "
-                                   "policies from policies/, demo tokens in data/auth.json.")
-    s.add_argument("--host", default="127.0.0.1", help="interface to listen on")
-    s.add_argument("--port", type=int, default=8080, help="TCP port (0: any free port)")
-    s.add_argument("--data-dir", default="data", help="where the policy store and state live")
-    s.add_argument("--auth", metavar="FILE", help="auth file: JSON list of {token, subject, "
-                   "roles, admin}; default: data-dir/auth.json with generated demo tokens")
-    s.add_argument("--root-combining", metavar="ALG", default="deny-overrides",
-                   help="policy-combining algorithm at the root (short name or full URI)")
-    s.add_argument("--root-policy", metavar="ID", help="use this stored PolicySet as the root")
-    s.add_argument("--policies", metavar="DIR", help="seed an empty store from this directory "
-                   "(default: ./policies)")
-    s.add_argument("--spark-master", default="local[*]", help="Spark master URL")
-    s.add_argument("--base-url", help="public URL of the gateway (for handle URIs)")
-    s.add_argument("--threads", type=int, default=32, help="HTTP worker threads at start")
-    s.add_argument("--max-threads", type=int, default=1000,
-                   help="ceiling for the HTTP thread pool (streaming readers hold threads)")
-    s.add_argument("--proxy-port", type=int, metavar="PORT",
-                   help="also run the caching proxy on this port, as a child process")
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description=SERVE_DESCRIPTION)
+    s.add_argument("--config", metavar="FILE", default=None,
+                   help="TOML configuration file (env XSG_CONFIG)")
+    add_serve_settings(s)
     s.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("policy", help="manage the policies of a running gateway",
@@ -289,7 +406,11 @@ def main(argv: list[str] | None = None) -> int:
         # The proxy is its own program (python -m proxy): run it in this process's place, so
         # that signals and the exit status are its own, without pep importing proxy.
         os.execv(sys.executable, [sys.executable, "-m", "proxy", *argv[1:]])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not argv:  # bare `xsg`: what it can do
+        parser.print_help()
+        return EXIT_OK
+    args = parser.parse_args(argv)
     try:
         return args.func(args)
     except CliError as exc:

@@ -8,10 +8,15 @@ stream), lta and other (consumers).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from pdp import AuthFileError, new_token, write_auth_file
+from pdp.oidc import OidcSettings
 
 DEFAULT_PORT = 8080
 DEFAULT_MAX_CONTENT_LENGTH = 10 * 1024 * 1024
@@ -64,7 +69,18 @@ class GatewayConfig:
         default_factory=lambda: os.environ.get("XSG_READ_TOKEN_KEY") or None)
     read_token_ttl: float = 300.0  # seconds a handle read token stays valid
 
+    # Operating it (README "Operating xsg"): Spark settings passed to the SparkSession as
+    # spark-submit --conf passes them, the web UI, log levels and format, and OIDC issuer whose
+    # JWTs are accepted besides the token file. Every field is a setting of `load_settings`.
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    spark_ui: bool = False
+    spark_log_level: str = "WARN"
+    log_level: str = "INFO"
+    log_format: str = "text"
+    oidc: OidcSettings | None = None
+
     def __post_init__(self) -> None:
+        self._check_operating_settings()
         self.data_dir = Path(self.data_dir)
         if self.auth_file is not None:
             self.auth_file = Path(self.auth_file)
@@ -80,6 +96,36 @@ class GatewayConfig:
         self.cors_origins = tuple(self.cors_origins or ())
         if not 1 <= float(self.read_token_ttl) <= 3600:
             raise ValueError(f"read_token_ttl ({self.read_token_ttl}) must be 1 to 3600 seconds")
+
+    def _check_operating_settings(self) -> None:
+        if isinstance(self.oidc, Mapping):
+            self.oidc = OidcSettings(**self.oidc)
+        if self.oidc is not None and not isinstance(self.oidc, OidcSettings):
+            raise ValueError("oidc must be OidcSettings or a mapping of its fields")
+        conf = dict(self.spark_conf or {})
+        for key, value in conf.items():
+            if not isinstance(key, str) or not key.startswith("spark."):
+                raise ValueError(f"spark_conf: {key!r} is not a Spark setting (spark.*)")
+            if not isinstance(value, str):
+                raise ValueError(f"spark_conf: {key}: the value must be a string")
+        self.spark_conf = conf
+        self.spark_log_level = str(self.spark_log_level).upper()
+        if self.spark_log_level not in SPARK_LOG_LEVELS:
+            raise ValueError(f"spark_log_level {self.spark_log_level!r} is not one of "
+                             f"{', '.join(SPARK_LOG_LEVELS)}")
+        level = str(self.log_level).upper()
+        self.log_level = "WARNING" if level == "WARN" else level
+        if self.log_level not in LOG_LEVELS:
+            raise ValueError(f"log_level {self.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+        if self.log_format not in LOG_FORMATS:
+            raise ValueError(f"log_format {self.log_format!r} is not one of "
+                             f"{', '.join(LOG_FORMATS)}")
+
+    @property
+    def spark_session_conf(self) -> dict[str, str]:
+        """What the SparkSession gets beyond the runtime's defaults: the UI setting, then every
+        `spark_conf` entry (an explicit spark.ui.enabled there wins over `spark_ui`)."""
+        return {"spark.ui.enabled": "true" if self.spark_ui else "false", **self.spark_conf}
 
     @property
     def store_path(self) -> Path:
@@ -137,3 +183,348 @@ def ensure_demo_auth_file(config: GatewayConfig) -> bool:
                             "admin": admin, **({"attributes": attrs} if attrs else {})}
                            for subject, roles, admin, attrs in DEMO_USERS])
     return True
+
+
+# -- operating xsg: every setting from a file, the environment or a flag --------------------------
+#
+# One precedence, setting by setting: flags > environment (XSG_<SETTING>) > configuration file
+# (TOML, `xsg serve --config FILE` or XSG_CONFIG) > defaults (the embedded ones above, with
+# SERVE_DEFAULTS for `xsg serve`). The settings are GatewayConfig's fields, so one added there is
+# at once a file key, an XSG_ variable and a flag. `spark_conf` merges key by key in the same
+# order (file [spark] < XSG_SPARK_CONF < --conf), as spark-submit's --conf does over
+# spark-defaults.conf; the [oidc] table's keys are the `oidc.*` settings.
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names the setting and where it came from."""
+
+
+SERVE_DEFAULTS: dict[str, Any] = {"start_spark": True}  # `xsg serve` pays Spark's start-up first
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+SPARK_LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
+LOG_FORMATS = ("text", "json")
+
+FLAG_NAMES = {"auth_file": "--auth", "root_combining_alg": "--root-combining",
+              "root_policy_id": "--root-policy", "policies_dir": "--policies",
+              "spark_conf": "--conf", "oidc.attributes": "--oidc-attribute"}
+SECRET_SETTINGS = frozenset({"proxy_token", "proxy_secret", "read_token_key"})
+
+SETTING_HELP = {
+    "host": "interface to listen on",
+    "port": "TCP port (0: any free port)",
+    "data_dir": "where the policy store, catalogue, handles and audit trail live",
+    "auth_file": "token file: JSON list of {token, subject, roles, admin, attributes}; re-read "
+                 "when it changes and on SIGHUP",
+    "root_combining_alg": "policy-combining algorithm at the root (short name or full URI)",
+    "root_policy_id": "use this stored PolicySet as the root",
+    "policies_dir": "seed an empty store (and the stream catalogue) from this directory",
+    "seed_owner": "recorded as the writer of the seeded policies",
+    "spark_master": "Spark master URL",
+    "base_url": "public URL of the gateway (for handle URIs)",
+    "max_content_length": "largest request body, in bytes",
+    "threads": "HTTP worker threads at start",
+    "max_threads": "ceiling for the HTTP thread pool (streaming readers hold threads)",
+    "start_spark": "start Spark before serving (else with the first handle)",
+    "reevaluation_interval": "seconds between re-decisions of time-dependent grants",
+    "trigger_interval": "seconds between a stream query's micro-batches",
+    "audit_max_bytes": "the audit file rotates past this many bytes",
+    "audit_keep": "rotated audit files kept",
+    "metrics_public": "serve GET /metrics without a token",
+    "heartbeat": "seconds between keep-alive lines on idle handle streams",
+    "proxy_token": "bearer token caching proxies present on the invalidation feed "
+                   "(a secret: prefer the environment or the file to a flag)",
+    "proxy_secret": "HMAC key of the webhooks pushed to proxies (a secret: prefer the "
+                    "environment or the file to a flag)",
+    "proxy_port": "also run the caching proxy on this port, as a child process",
+    "cors_origins": "comma-separated origins of web apps allowed to call the API, or *",
+    "read_token_key": "HMAC key of handle read tokens (a secret: prefer the environment or the "
+                      "file to a flag)",
+    "read_token_ttl": "seconds a handle read token stays valid",
+    "spark_conf": "a Spark setting, KEY=VALUE, as spark-submit --conf (repeatable; file: "
+                  "[spark] table; env: a JSON object)",
+    "spark_ui": "run the Spark web UI (port 4040)",
+    "spark_log_level": "log level of Spark's JVM side (log4j)",
+    "log_level": "log level of the gateway's own lines",
+    "log_format": "text or json (one object per line)",
+    "oidc.issuer": "accept JWTs of this OIDC issuer (its 'iss'), besides the token file",
+    "oidc.audience": "comma-separated audiences; a token's 'aud' must contain one",
+    "oidc.jwks_uri": "the issuer's JWKS URL",
+    "oidc.algorithms": "comma-separated signature algorithms accepted (asymmetric only)",
+    "oidc.leeway": "seconds of clock skew allowed on exp, nbf and iat",
+    "oidc.subject_claim": "claim (dotted path) holding the subject",
+    "oidc.roles_claims": "comma-separated claim paths holding roles",
+    "oidc.admin_role": "callers with this role are administrators",
+    "oidc.attributes": "identity attribute from a claim, ATTRIBUTE_ID=CLAIM_PATH (repeatable; "
+                       "file: [oidc.attributes] table; env: a JSON object)",
+    "oidc.jwks_cache_seconds": "seconds the issuer's keys are cached",
+    "oidc.jwks_refetch_seconds": "at most one JWKS fetch per this many seconds for an unknown kid",
+    "oidc.http_timeout": "seconds per JWKS request",
+}
+
+DEFAULT_TEXT = {
+    "auth_file": "DATA_DIR/auth.json, created with demo tokens",
+    "policies_dir": "./policies",
+    "base_url": "from host and port",
+    "cors_origins": "none",
+    "read_token_key": "random per process",
+    "proxy_token": "random when a proxy port is set",
+    "proxy_secret": "random when a proxy port is set",
+    "proxy_port": "no proxy",
+    "root_policy_id": "all stored policies",
+    "spark_conf": "none",
+    "oidc.issuer": "no OIDC",
+    "oidc.audience": "required with an issuer",
+    "oidc.jwks_uri": "from the issuer's /.well-known/openid-configuration",
+    "oidc.admin_role": "none",
+    "oidc.attributes": "none",
+}
+
+_KINDS = {"str": "str", "str | None": "optstr", "int": "int", "int | None": "optint",
+          "float": "float", "float | None": "optfloat", "bool": "bool", "Path": "path",
+          "Path | None": "optpath", "tuple[str, ...]": "list", "dict[str, str]": "map",
+          "tuple[tuple[str, str], ...]": "map"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: `name` is its file key (`oidc.issuer`: key `issuer` of the [oidc] table)."""
+
+    name: str
+    kind: str  # str, int, float, bool, path, list, map; "opt" prefixed when it may be unset
+    default: Any
+    help: str
+
+    @property
+    def env(self) -> str:
+        return "XSG_" + self.name.upper().replace(".", "_")
+
+    @property
+    def flag(self) -> str:
+        return FLAG_NAMES.get(self.name) or "--" + self.name.replace(".", "-").replace("_", "-")
+
+    @property
+    def default_text(self) -> str:
+        if self.name in DEFAULT_TEXT:
+            return DEFAULT_TEXT[self.name]
+        if isinstance(self.default, bool):
+            return "on" if self.default else "off"
+        if isinstance(self.default, (tuple, list)):
+            return ",".join(map(str, self.default)) or "none"
+        return "none" if self.default is None else str(self.default)
+
+
+def settings(defaults: Mapping[str, Any] | None = None) -> list[Setting]:
+    """Every setting, in GatewayConfig's order, then the `oidc.*` ones."""
+    from pdp.oidc import OidcSettings
+
+    out = []
+    for owner, prefix in ((GatewayConfig, ""), (OidcSettings, "oidc.")):
+        for f in fields(owner):
+            if f.name == "oidc":
+                continue
+            name = prefix + f.name
+            if defaults and name in defaults:
+                default = defaults[name]
+            elif f.default is not MISSING:
+                default = f.default
+            elif f.default_factory is not MISSING and name not in DEFAULT_TEXT:
+                default = f.default_factory()
+            else:
+                default = None
+            out.append(Setting(name, _KINDS.get(str(f.type), "str"), default,
+                               SETTING_HELP.get(name, f"GatewayConfig.{f.name}")))
+    return out
+
+
+def _describe(value: Any) -> str:
+    kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "an array", dict: "a table"}.get(type(value), type(value).__name__)
+    return f"{kind} ({value!r})" if not isinstance(value, (list, dict)) else kind
+
+
+def _scalar_text(value: Any, where: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    raise ConfigError(f"{where}: expected a string, number or boolean, found {_describe(value)}")
+
+
+def _map_from(value: Any, where: str, flatten: bool = False) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a table of KEY = VALUE, found {_describe(value)}")
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        if isinstance(item, dict) and flatten:
+            out.update({f"{key}.{k}": v for k, v in _map_from(item, f"{where}.{key}", True).items()})
+        else:
+            out[str(key)] = _scalar_text(item, f"{where}.{key}")
+    return out
+
+
+def _from_text(setting: Setting, text: str, where: str) -> Any:
+    """A setting's value from an environment variable or a flag."""
+    kind = setting.kind
+    if kind.startswith("opt"):
+        if not text.strip():
+            return None
+        kind = kind[3:]
+    try:
+        if kind == "int":
+            return int(text.strip())
+        if kind == "float":
+            number = float(text.strip())
+            if not math.isfinite(number):
+                raise ValueError
+            return number
+    except ValueError:
+        what = "an integer" if kind == "int" else "a number"
+        raise ConfigError(f"{where}: expected {what}, found {text!r}") from None
+    if kind == "bool":
+        word = text.strip().lower()
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{where}: expected true or false, found {text!r}")
+    if kind == "list":
+        return tuple(p.strip() for p in text.split(",") if p.strip())
+    if kind == "map":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: expected a JSON object, {exc.msg}") from None
+        return _map_from(data, where)
+    return text
+
+
+def _from_toml(setting: Setting, value: Any, where: str) -> Any:
+    """A setting's value from the configuration file (TOML's own types)."""
+    kind = setting.kind.removeprefix("opt")
+    if kind in ("str", "path") and isinstance(value, str):
+        return value
+    if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind == "bool" and isinstance(value, bool):
+        return value
+    if kind == "list":
+        if isinstance(value, str):
+            return tuple(p.strip() for p in value.split(",") if p.strip())
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError(f"{where}: expected an array of strings, found {_describe(value)}")
+    if kind == "map":
+        return _map_from(value, where)
+    what = {"str": "a string", "path": "a path (string)", "int": "an integer",
+            "float": "a number", "bool": "true or false"}[kind]
+    raise ConfigError(f"{where}: expected {what}, found {_describe(value)}")
+
+
+def _spark_conf(values: dict[str, str]) -> dict[str, str]:
+    """The [spark] table's keys: `ui.port` and `spark.ui.port` both mean spark.ui.port."""
+    return {(k if k.startswith("spark.") else f"spark.{k}"): v for k, v in values.items()}
+
+
+def read_config_file(path: str | Path, table: dict[str, Setting] | None = None
+                     ) -> tuple[dict[str, Any], dict[str, str]]:
+    """(settings by name, spark conf) from a TOML file; unknown keys and wrong types name the
+    key and the file."""
+    import difflib
+    import tomllib
+
+    path = Path(path)
+    table = table if table is not None else {s.name: s for s in settings()}
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc.strerror or exc}"
+                          ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"configuration file {path} is not valid TOML: {exc}") from None
+    values: dict[str, Any] = {}
+    spark: dict[str, str] = {}
+
+    def unknown(key: str) -> ConfigError:
+        hint = difflib.get_close_matches(key, [*table, "spark", "oidc"], n=1)
+        return ConfigError(f"{path}: unknown setting {key!r}"
+                           + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+
+    for key, value in data.items():
+        if key == "spark":
+            spark = _spark_conf(_map_from(value, f"{path}: [spark]", flatten=True))
+        elif key == "oidc":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: oidc must be a table ([oidc])")
+            for sub, item in value.items():
+                name = f"oidc.{sub}"
+                if name not in table:
+                    raise unknown(name)
+                values[name] = _from_toml(table[name], item, f"{path}: {name}")
+        elif key in table and key != "spark_conf" and not key.startswith("oidc."):
+            values[key] = _from_toml(table[key], value, f"{path}: {key}")
+        else:
+            raise unknown(key)
+    return values, spark
+
+
+def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
+                  file: str | Path | None = None, defaults: Mapping[str, Any] | None = None
+                  ) -> GatewayConfig:
+    """The configuration from flags > environment > file > defaults (module notes above).
+
+    `flags` maps setting names to what the command line gave (text, a bool for on/off flags, a
+    list of KEY=VALUE for `spark_conf` and `oidc.attributes`); `env` is usually os.environ."""
+    from pdp.oidc import OidcSettings
+
+    table = {s.name: s for s in settings()}
+    values: dict[str, Any] = dict(defaults or {})
+    spark: dict[str, str] = {}
+    if file is not None:
+        from_file, spark = read_config_file(file, table)
+        values.update(from_file)
+    for name, setting in table.items():
+        raw = (env or {}).get(setting.env)
+        if raw is None:
+            continue
+        where = f"environment variable {setting.env}"
+        if name == "spark_conf":
+            spark.update(_from_text(setting, raw, where))
+        else:
+            values[name] = _from_text(setting, raw, where)
+    for name, raw in (flags or {}).items():
+        setting = table.get(name)
+        if setting is None:
+            raise ConfigError(f"unknown setting {name!r}")
+        where = setting.flag
+        if setting.kind == "map" and isinstance(raw, (list, tuple)):
+            pairs = {}
+            for item in raw:
+                key, sep, value = str(item).partition("=")
+                if not sep or not key.strip():
+                    raise ConfigError(f"{where}: expected KEY=VALUE, found {item!r}")
+                pairs[key.strip()] = value
+            if name == "spark_conf":
+                spark.update(pairs)
+            else:
+                values[name] = pairs
+        elif isinstance(raw, str):
+            values[name] = _from_text(setting, raw, where)
+        else:
+            values[name] = raw
+    values["spark_conf"] = spark
+    oidc = {k[len("oidc."):]: values.pop(k) for k in [k for k in values if k.startswith("oidc.")]}
+    if oidc:
+        if not oidc.get("issuer"):
+            raise ConfigError(f"oidc.{sorted(oidc)[0]} is set but oidc.issuer is not (file "
+                              "[oidc] issuer, XSG_OIDC_ISSUER or --oidc-issuer)")
+        oidc.setdefault("audience", ())
+        try:
+            values["oidc"] = OidcSettings(**oidc)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    try:
+        return GatewayConfig(**values)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(str(exc)) from None

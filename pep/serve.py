@@ -5,17 +5,115 @@ host; this module never imports it.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import logging
 import os
 import secrets
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from typing import TextIO
 
 from pep.config import GatewayConfig
 from pep.http.app import create_app
 from pep.http.server import HttpServer, run_until_signal
 from pep.services import GatewayServices, build_services
+
+log = logging.getLogger(__name__)
+PROGRESS_EVERY = 5.0  # seconds between "still starting ..." lines
+
+
+class PortUnavailable(OSError):
+    """The gateway's (or its proxy's) address cannot be bound; found before Spark starts."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "port unavailable"
+
+
+def check_port(host: str, port: int | None, what: str = "the gateway") -> None:
+    """Bind `host:port` once, as the server will (SO_REUSEADDR), and let it go again, so that a
+    port in use is reported at once instead of after Spark's start-up."""
+    if not port:
+        return  # 0: any free port
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise PortUnavailable(f"cannot listen on {where} for {what}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise PortUnavailable(f"{where} is already in use (wanted for {what})") from None
+        raise PortUnavailable(f"cannot listen on {where} for {what}: "
+                              f"{exc.strerror or exc}") from None
+    finally:
+        sock.close()
+
+
+class StartupProgress:
+    """`with progress("starting Spark ..."):` says what start-up waits for, then every few
+    seconds how long it has waited, then how long it took (Spark's start is 10 s or more)."""
+
+    def __init__(self, out: TextIO, every: float = PROGRESS_EVERY) -> None:
+        self.out = out
+        self.every = every
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    @contextlib.contextmanager
+    def __call__(self, what: str) -> Iterator[None]:
+        started = time.monotonic()
+        self._say(f"  {what} ...")
+        done = threading.Event()
+
+        def tick() -> None:
+            while not done.wait(self.every):
+                self._say(f"  ... {what}: {time.monotonic() - started:.0f} s")
+
+        ticker = threading.Thread(target=tick, name="xsg-progress", daemon=True)
+        ticker.start()
+        try:
+            yield
+        except BaseException:
+            done.set()
+            self._say(f"  {what}: failed after {time.monotonic() - started:.1f} s")
+            raise
+        finally:
+            done.set()
+            ticker.join()
+        self._say(f"  {what}: done in {time.monotonic() - started:.1f} s")
+
+
+@contextlib.contextmanager
+def reload_on_sighup(services: GatewayServices) -> Iterator[None]:
+    """SIGHUP re-reads the token file (the previous tokens stay if the new file is broken)."""
+    reload = getattr(services.authenticator, "reload", None)
+    if (reload is None or not hasattr(signal, "SIGHUP")
+            or threading.current_thread() is not threading.main_thread()):
+        yield
+        return
+
+    def on_hup(_signum: int, _frame) -> None:
+        log.info("SIGHUP: re-reading the auth file")
+        # not in the signal handler itself: the main thread may hold the logging lock
+        threading.Thread(target=reload, name="xsg-auth-reload", daemon=True).start()
+
+    previous = signal.signal(signal.SIGHUP, on_hup)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def _banner(services: GatewayServices, server: HttpServer, out: TextIO) -> None:
@@ -67,7 +165,14 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
     if config.proxy_port and not (config.proxy_token and config.proxy_secret):
         config.proxy_token = config.proxy_token or secrets.token_urlsafe(32)
         config.proxy_secret = config.proxy_secret or secrets.token_urlsafe(32)
-    services = services or build_services(config)
+    check_port(config.host, config.port)
+    if config.proxy_port:
+        check_port(config.host, config.proxy_port, "the caching proxy")
+    if services is None:
+        where = f"[{config.host}]" if ":" in config.host else config.host
+        print(f"starting the xsg gateway on {where}:{config.port} (data dir {config.data_dir})",
+              file=out, flush=True)
+        services = build_services(config, progress=StartupProgress(out))
     server = HttpServer(create_app(services=services), host=config.host, port=config.port,
                         threads=config.threads, max_threads=config.max_threads, name="xsg")
     proxy: list[subprocess.Popen] = []
@@ -88,10 +193,11 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
         services.close_stream_side()  # readers end first, or the server waits for them forever
 
     try:
-        run_until_signal(server, on_start=started, on_stop=stopping)
+        with reload_on_sighup(services):
+            run_until_signal(server, on_start=started, on_stop=stopping)
     finally:
         services.close()
     return 0
 
 
-__all__ = ["serve", "start_proxy"]
+__all__ = ["PortUnavailable", "StartupProgress", "check_port", "serve", "start_proxy"]

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pdp import (ManagePolicy, PolicyEvents, PolicyService, PolicyStore, SQLitePolicyStore,
-                 StoredPolicy, TokenAuthenticator, seed_store)
+                 StoredPolicy, seed_store)
+from pdp.oidc import CompositeAuthenticator, build_authenticator
 from pep.audit.log import AuditLog
 from pep.audit.trail import AuditTrail
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
@@ -44,7 +45,7 @@ class GatewayServices:
     """Every long-lived part of one gateway process; the HTTP edge only reads these."""
 
     config: GatewayConfig
-    authenticator: TokenAuthenticator
+    authenticator: CompositeAuthenticator  # the token file (followed), then OIDC JWTs
     store: PolicyStore
     events: PolicyEvents
     policies: PolicyService
@@ -100,16 +101,23 @@ class GatewayServices:
 def build_services(config: GatewayConfig, *, runtime: Any = None,
                    invalidation: InvalidationHub | None = None,
                    buffer_rows: int = DEFAULT_MAX_ROWS,
-                   buffer_bytes: int = DEFAULT_MAX_BYTES) -> GatewayServices:
+                   buffer_bytes: int = DEFAULT_MAX_BYTES,
+                   progress: Callable[[str], Any] | None = None) -> GatewayServices:
     """Build, wire and start a gateway's services from its configuration.
 
     `runtime` replaces the Spark runtime (tests, embedding); by default Spark starts lazily with
     the first handle, or now when `config.start_spark` is set (`xsg serve`). `invalidation`
-    replaces the hub that caching proxies follow."""
+    replaces the hub that caching proxies follow. `progress(what)` (a context manager) is held
+    while Spark starts, so that `xsg serve` can say what it is waiting for."""
     # Identity.
     ensure_data_dir(config)
     demo_auth_created = ensure_demo_auth_file(config)
-    authenticator = TokenAuthenticator.from_file(config.effective_auth_file)
+    # The token file, re-read when it changes (and on SIGHUP, see pep/serve.py), then JWTs of
+    # the OIDC issuer when one is configured; the last identity verified per JWT subject is kept
+    # in oidc-identities.json for re-decisions (pdp/oidc.py).
+    authenticator = build_authenticator(config.effective_auth_file, config.oidc,
+                                        remember_file=Path(config.data_dir)
+                                        / "oidc-identities.json")
 
     # Policies: the store (seeded once, when empty), the events, the service over both.
     store = SQLitePolicyStore(config.store_path)
@@ -132,8 +140,10 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     if config.policies_dir is not None:
         seed_streams(catalog, Path(config.policies_dir) / "streams.json")
     if runtime is None:
-        runtime = LazyRuntime(spark_runtime_factory(config.spark_master, data_dir / "runtime",
-                                                    config.trigger_interval))
+        runtime = LazyRuntime(spark_runtime_factory(
+            config.spark_master, data_dir / "runtime", config.trigger_interval,
+            extra_conf=config.spark_session_conf, log_level=config.spark_log_level,
+            progress=progress))
 
     # Stream events: conditions that open grants while they hold (environment attributes).
     stream_events = StreamEvents(data_dir / "events.db", catalog.get)
@@ -233,8 +243,13 @@ def publish_endings(hub: InvalidationHub, records: list[Any]) -> None:
 
 
 def _identity_lookup(authenticator: Any) -> Callable[[str], Any] | None:
-    """Find a subject's current identity (roles may have changed since the handle opened)."""
-    if authenticator is None or not hasattr(authenticator, "identities"):
+    """Find a subject's current identity (roles may have changed since the handle opened):
+    the token file's entry, else the last identity verified from the subject's JWT."""
+    if authenticator is None:
+        return None
+    if hasattr(authenticator, "identity_for"):
+        return authenticator.identity_for
+    if not hasattr(authenticator, "identities"):
         return None
 
     def lookup(subject: str) -> Any:

@@ -9,8 +9,10 @@ from flask import Flask, request
 
 from pdp.http.api import create_pdp_blueprint
 from pdp.http.auth import install_authenticator
+from pdp.http.errors import error_response
+from pdp.oidc import AuthenticationFailed
 from pep.config import GatewayConfig
-from pep.http import errors
+from pep.http import access_log, errors
 from pep.http.audit import audit_blueprint
 from pep.http.console import create_console_blueprint
 from pep.http.cors import install_cors
@@ -40,6 +42,10 @@ def create_app(config: GatewayConfig | None = None,
     app.extensions[SERVICES_EXTENSION] = services
     install_authenticator(app, services.authenticator)
     errors.install(app)
+    # a refused JWT: 401 (503 when the issuer's keys are out of reach) saying why
+    app.register_error_handler(AuthenticationFailed, lambda exc: error_response(
+        exc.status, exc.message, exc.headers))
+    access_log.install(app)
 
     def engine():
         return services.policies.engine

@@ -46,15 +46,26 @@ class LazyRuntime:
                 self._runtime.stop()
 
 
-def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float = 0.25
-                          ) -> Callable[[], Any]:
-    """A factory for `LazyRuntime`: a SparkSession on `master` and a StreamRuntime over it."""
+def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float = 0.25,
+                          extra_conf: dict[str, str] | None = None, log_level: str = "WARN",
+                          progress: Callable[[str], Any] | None = None) -> Callable[[], Any]:
+    """A factory for `LazyRuntime`: a SparkSession on `master` and a StreamRuntime over it.
+
+    `extra_conf` goes to the session as spark-submit's --conf would (over the runtime's
+    defaults), `log_level` is Spark's (log4j) level, and `progress(what)`, when given, returns
+    a context manager held while the session starts (`xsg serve` prints progress with it)."""
 
     def build() -> Any:
+        from contextlib import nullcontext
+
         from pep.runtime.runtime import StreamRuntime
         from pep.runtime.session import create_spark_session
 
-        spark = create_spark_session(master=master)
+        step = progress(f"starting Spark on {master} (JVM, SparkSession, a warm-up query)"
+                        ) if progress is not None else nullcontext()
+        with step:
+            spark = create_spark_session(master=master, extra_conf=extra_conf)
+            spark.sparkContext.setLogLevel(log_level)
         return StreamRuntime(spark, work_dir, trigger_interval=trigger_interval)
 
     return build
