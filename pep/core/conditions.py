@@ -13,11 +13,23 @@ Grammar (keywords case-insensitive):
     and        := unary ( AND unary )*
     unary      := NOT unary | primary
     primary    := '(' condition ')' | TRUE | FALSE | operand op operand
-    operand    := attribute | number | string | TRUE | FALSE | '{' category ':' attribute '}'
+                | attribute [NOT] IN ( '(' value ( ',' value )* ')' | placeholder )
+                | WITHIN_BOX '(' attribute ',' attribute ',' value ',' value ',' value ',' value ')'
+    operand    := attribute | value
+    value      := number | string | TRUE | FALSE | placeholder
+    placeholder:= '{' category ':' attribute '}'
     op         := < | > | <= | >= | = | == | != | <> | ≤ | ≥ | ≠
 
-Exactly one side of a comparison must be an attribute. Limits (length, nesting) are enforced with
-clear errors, never with a RecursionError.
+Exactly one side of a comparison must be an attribute. Limits (length, nesting, set sizes) are
+enforced with clear errors, never with a RecursionError.
+
+Set membership and boxes are written for people and bound into plain comparisons, so the
+analysis, the runtime and the SQL text need nothing new: `a IN (1, 2)` is `a = 1 OR a = 2`,
+`a NOT IN (...)` the AND of `!=`, and a placeholder in a set stands for a bag (every value the
+gateway vouches for; an empty bag makes `IN` false and `NOT IN` true).
+`WITHIN_BOX(lat, lon, south, west, north, east)` is `lat >= south AND lat <= north` with
+`lon >= west AND lon <= east`, or, for a box across the 180th meridian (west > east),
+`(lon >= west OR lon <= east)`.
 """
 from __future__ import annotations
 
@@ -32,6 +44,7 @@ from pep.core.plan import Field, Scalar, StreamSchema
 
 MAX_CONDITION_LENGTH = 10_000
 MAX_NESTING_DEPTH = 64
+MAX_SET_SIZE = 1_000  # values in one IN set, literal or from a bag
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # Timestamps are instants of years 1 to 9999 (UTC), as Python's datetime and Spark's TIMESTAMP
 # both hold them; a constant outside can be neither compared nor shown. In epoch seconds: from
@@ -123,7 +136,27 @@ class Const:
     value: bool
 
 
-Expr = Union[Comparison, And, Or, Not, Const]
+@dataclass(frozen=True)
+class Membership:
+    """`attribute [NOT] IN <set>` before binding: the set is literals or one bag placeholder."""
+
+    attribute: str
+    values: tuple["Value", ...] | Placeholder
+    negated: bool = False
+    position: int = 0
+
+
+@dataclass(frozen=True)
+class Box:
+    """`WITHIN_BOX(lat, lon, south, west, north, east)` before binding."""
+
+    latitude: str
+    longitude: str
+    bounds: tuple["Value", "Value", "Value", "Value"]
+    position: int = 0
+
+
+Expr = Union[Comparison, And, Or, Not, Const, Membership, Box]
 TRUE = Const(True)
 FALSE = Const(False)
 
@@ -208,7 +241,8 @@ class _Token:
 _NUMBER_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER_RE = re.compile(r"\{\s*([A-Za-z]+)\s*:\s*([^\s{}]+)\s*\}")
-_KEYWORDS = {"and": "AND", "or": "OR", "not": "NOT"}
+_KEYWORDS = {"and": "AND", "or": "OR", "not": "NOT", "in": "IN"}
+_FUNCTIONS = {"within_box": "WITHIN_BOX"}
 _ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r", "0": "\0"}
 _NON_FINITE = {"nan", "inf", "infinity"}
 
@@ -226,6 +260,8 @@ def _tokenize(text: str) -> list[_Token]:
             tokens.append(_Token("LPAREN", ch, pos)); i += 1; continue
         if ch == ")":
             tokens.append(_Token("RPAREN", ch, pos)); i += 1; continue
+        if ch == ",":
+            tokens.append(_Token("COMMA", ch, pos)); i += 1; continue
         two = text[i:i + 2]
         if two in ("<=", ">=", "==", "!=", "<>"):
             tokens.append(_Token("OP", _OP_SPELLINGS[two], pos)); i += 2; continue
@@ -267,6 +303,8 @@ def _tokenize(text: str) -> list[_Token]:
                                      "literals", pos, text)
             if low in _KEYWORDS:
                 tokens.append(_Token(_KEYWORDS[low], word, pos))
+            elif low in _FUNCTIONS:
+                tokens.append(_Token("FUNCTION", _FUNCTIONS[low], pos))
             elif low in ("true", "false"):
                 tokens.append(_Token("BOOL", low == "true", pos))
             else:
@@ -423,6 +461,11 @@ class _Parser:
         if tok.kind == "BOOL" and self.tokens[self.i + 1].kind != "OP":
             self.next()
             return Const(tok.value)
+        if tok.kind == "FUNCTION":
+            return self.parse_box()
+        if tok.kind == "IDENT" and (self.tokens[self.i + 1].kind == "IN" or (
+                self.tokens[self.i + 1].kind == "NOT" and self.tokens[self.i + 2].kind == "IN")):
+            return self.parse_membership()
         if tok.kind in ("IDENT", "NUMBER", "STRING", "BOOL", "PLACEHOLDER"):
             return self.parse_comparison()
         if tok.kind == "EOF":
@@ -446,6 +489,56 @@ class _Parser:
         if right.kind == "IDENT":
             return Comparison(right.value, FLIPPED_OP[op.value], left.value, right.pos)
         raise self.error("a comparison needs an attribute on one side", left)
+
+
+    def parse_membership(self) -> Membership:
+        attribute = self.next()
+        negated = self.peek().kind == "NOT"
+        if negated:
+            self.next()
+        self.next()  # IN
+        tok = self.next()
+        if tok.kind == "PLACEHOLDER":
+            return Membership(attribute.value, tok.value, negated, attribute.pos)
+        if tok.kind != "LPAREN":
+            raise self.error(f"expected '(' or a placeholder after IN, found {_describe(tok)}",
+                             tok)
+        values: list[Value] = []
+        while True:
+            value = self.next()
+            if value.kind not in ("NUMBER", "STRING", "BOOL", "PLACEHOLDER"):
+                raise self.error(f"expected a value in the IN set, found {_describe(value)}",
+                                 value)
+            values.append(value.value)
+            if len(values) > MAX_SET_SIZE:
+                raise self.error(f"an IN set holds at most {MAX_SET_SIZE} values", value)
+            sep = self.next()
+            if sep.kind == "RPAREN":
+                break
+            if sep.kind != "COMMA":
+                raise self.error(f"expected ',' or ')' in the IN set, found {_describe(sep)}",
+                                 sep)
+        return Membership(attribute.value, tuple(values), negated, attribute.pos)
+
+    def parse_box(self) -> Box:
+        name = self.next()
+        if self.next().kind != "LPAREN":
+            raise self.error(f"expected '(' after {name.value}", name)
+        args: list[_Token] = []
+        while True:
+            arg = self.next()
+            args.append(arg)
+            sep = self.next()
+            if sep.kind == "RPAREN":
+                break
+            if sep.kind != "COMMA" or len(args) >= 6:
+                raise self.error(f"{name.value} takes (lat, lon, south, west, north, east)", sep)
+        if len(args) != 6 or any(a.kind != "IDENT" for a in args[:2]) or any(
+                a.kind not in ("NUMBER", "PLACEHOLDER") for a in args[2:]):
+            raise self.error(f"{name.value} takes two attributes (latitude, longitude) and four "
+                             "numbers or placeholders (south, west, north, east)", name)
+        return Box(args[0].value, args[1].value, tuple(a.value for a in args[2:]),  # type: ignore
+                   name.pos)
 
 
 def _describe(tok: _Token) -> str:
@@ -481,12 +574,82 @@ def bind(expr: Expr, schema: StreamSchema, *, resolver: PlaceholderResolver | No
         return _bind_comparison(expr, schema, resolver, text, allow_placeholders)
     if isinstance(expr, Const):
         return expr
+    if isinstance(expr, Membership):
+        return _bind_membership(expr, schema, resolver, text, allow_placeholders)
+    if isinstance(expr, Box):
+        return _bind_box(expr, schema, resolver, text, allow_placeholders)
     if isinstance(expr, Not):
         return Not(bind(expr.item, schema, resolver=resolver, text=text,
                         allow_placeholders=allow_placeholders))
     items = tuple(bind(i, schema, resolver=resolver, text=text,
                        allow_placeholders=allow_placeholders) for i in expr.items)
     return And(items) if isinstance(expr, And) else Or(items)
+
+
+def _bind_membership(m: Membership, schema: StreamSchema, resolver: PlaceholderResolver | None,
+                     text: str | None, allow_placeholders: bool) -> Expr:
+    field = schema.lookup(m.attribute)
+    if field is None:
+        raise ConditionError(
+            f"unknown attribute {m.attribute!r}; the stream has: {', '.join(schema.names)}",
+            m.position, text)
+    if isinstance(m.values, Placeholder):
+        if not allow_placeholders:
+            raise ConditionError(f"placeholder {m.values} is not allowed here (placeholders "
+                                 "belong in policy obligations)", m.values.position, text)
+        if resolver is None:
+            raise ConditionError(f"placeholder {m.values} cannot be resolved: no request "
+                                 "attributes", m.values.position, text)
+        bag = list(dict.fromkeys(resolver(PLACEHOLDER_CATEGORIES[m.values.category],
+                                          m.values.attribute)))
+        if len(bag) > MAX_SET_SIZE:
+            raise ConditionError(f"placeholder {m.values} has {len(bag)} values; an IN set holds "
+                                 f"at most {MAX_SET_SIZE}", m.values.position, text)
+        literals = []
+        for lexical in bag:
+            try:
+                literals.append(coerce_literal(_lexical_for(lexical, field), field, m.position,
+                                               text))
+            except ValueError:
+                raise ConditionError(f"placeholder {m.values}: value {lexical!r} is not a valid "
+                                     f"{field.type} for attribute {field.name!r}",
+                                     m.values.position, text) from None
+    else:
+        literals = [_bind_comparison(Comparison(field.name, "=", v, m.position), schema,
+                                     resolver, text, allow_placeholders).value for v in m.values]
+    literals = list(dict.fromkeys(literals))
+    if not literals:
+        return TRUE if m.negated else FALSE
+    op = "!=" if m.negated else "="
+    items = tuple(Comparison(field.name, op, v, m.position) for v in literals)
+    if len(items) == 1:
+        return items[0]
+    return And(items) if m.negated else Or(items)
+
+
+def _bind_box(box: Box, schema: StreamSchema, resolver: PlaceholderResolver | None,
+              text: str | None, allow_placeholders: bool) -> Expr:
+    def bound(attribute: str, op: str, value: Value) -> Comparison:
+        return _bind_comparison(Comparison(attribute, op, value, box.position), schema,
+                                resolver, text, allow_placeholders)
+
+    for attribute in (box.latitude, box.longitude):
+        f = schema.lookup(attribute)
+        if f is not None and f.type not in ("double", "long"):
+            raise ConditionError(f"WITHIN_BOX needs numeric coordinates; {f.name!r} is {f.type}",
+                                 box.position, text)
+    south, west, north, east = box.bounds
+    lat_low, lat_high = bound(box.latitude, ">=", south), bound(box.latitude, "<=", north)
+    lon_low, lon_high = bound(box.longitude, ">=", west), bound(box.longitude, "<=", east)
+    if not -90 <= lat_low.value <= lat_high.value <= 90:  # type: ignore[operator]
+        raise ConditionError("WITHIN_BOX: latitudes must satisfy -90 <= south <= north <= 90",
+                             box.position, text)
+    if not (-180 <= lon_low.value <= 180 and -180 <= lon_high.value <= 180):  # type: ignore
+        raise ConditionError("WITHIN_BOX: longitudes must be within -180 and 180", box.position,
+                             text)
+    if lon_low.value <= lon_high.value:  # type: ignore[operator]
+        return And((lat_low, lat_high, lon_low, lon_high))
+    return And((lat_low, lat_high, Or((lon_low, lon_high))))  # across the 180th meridian
 
 
 def parse_condition(text: str, schema: StreamSchema, *, resolver: PlaceholderResolver | None = None,
