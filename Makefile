@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test bench check-java clean
+.PHONY: install run test bench check-java chromium clean
+CHROMIUM ?= $(or $(XSG_CHROMIUM),/usr/bin/chromium)
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,8 +21,23 @@ check-java:
 run: install
 	$(VENV)/bin/xsg serve --proxy-port 8081
 
-test: install
+test: install chromium
 	$(PY) -m pytest -q
+
+# The console's browser tests (tests/console) drive Debian's headless chromium through Playwright.
+# Installed here when missing and apt-get can be used (as root); otherwise those tests skip and say
+# what to install.
+chromium:
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing chromium (apt-get) for the console's browser tests"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends chromium >/dev/null) \
+	      || echo "could not install chromium: the console's browser tests will skip"; \
+	  else \
+	    echo "no $(CHROMIUM): the console's browser tests will skip (apt-get install chromium)"; \
+	  fi; \
+	fi
 
 bench: install
 	for f in tests/bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

@@ -7,7 +7,6 @@ stream), lta and other (consumers).
 """
 from __future__ import annotations
 
-import os
 import json
 import math
 from collections.abc import Mapping
@@ -60,15 +59,13 @@ class GatewayConfig:
     proxy_secret: str | None = None
     proxy_port: int | None = None  # `xsg serve --proxy-port`: also run a proxy beside the gateway
     # Browsers (pep/http/cors.py, pep/http/read_tokens.py). Origins of other web apps allowed to
-    # call the API (exact "scheme://host[:port]", or "*"); default none. XSG_CORS_ORIGINS
-    # (comma-separated) sets it for `xsg serve`.
-    cors_origins: tuple[str, ...] = field(default_factory=lambda: _env_list("XSG_CORS_ORIGINS"))
+    # call the API (exact "scheme://host[:port]", or "*"; a string is split at commas); none by
+    # default.
+    cors_origins: tuple[str, ...] = ()
     # HMAC key of the handle read tokens an EventSource URL carries; None: a random key per
-    # process (tokens then die with it). XSG_READ_TOKEN_KEY sets it for `xsg serve`.
-    read_token_key: str | None = field(
-        default_factory=lambda: os.environ.get("XSG_READ_TOKEN_KEY") or None)
+    # process (tokens then die with it).
+    read_token_key: str | None = None
     read_token_ttl: float = 300.0  # seconds a handle read token stays valid
-
     # Operating it (README "Operating xsg"): Spark settings passed to the SparkSession as
     # spark-submit --conf passes them, the web UI, log levels and format, and OIDC issuer whose
     # JWTs are accepted besides the token file. Every field is a setting of `load_settings`.
@@ -151,10 +148,6 @@ class GatewayConfig:
         if ":" in host:
             host = f"[{host}]"
         return f"http://{host}:{port if port is not None else self.port}"
-
-
-def _env_list(name: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in os.environ.get(name, "").split(",") if p.strip())
 
 
 DEMO_USERS = (

@@ -26,6 +26,7 @@ from pep.core.errors import Gone, InvalidInput, NotFound, Unavailable
 from pep.handles.buffer import Event, HandleBuffer
 from pep.handles.records import HandleRecord
 from pep.handles.service import HandleService
+from pep.http.read_tokens import require_identity_or_read_token
 from pep.http.urls import public_base
 
 SSE = "text/event-stream"
@@ -121,7 +122,7 @@ def create_handles_blueprint(handles: HandleService, base_url: str | None = None
         return record
 
     @bp.get("/handles/<handle_id>")
-    @require_identity()
+    @require_identity_or_read_token()  # a bearer token, or ?read_token= for this handle
     def read_handle(handle_id: str):
         record = live_handle_of_caller(handle_id)
         fmt = _wanted_format()

@@ -1,0 +1,1025 @@
+/* xsg console: a single page over the gateway's public HTTP API. Plain JavaScript, no library.
+ *
+ * Security: the bearer token lives in this closure only (never localStorage, sessionStorage or a
+ * cookie; a reload signs out). Every call sends it in an Authorization header, which no other
+ * site can make a browser send, so there is nothing for a cross-site request to borrow (no CSRF).
+ * An EventSource cannot send headers: it carries a handle read token instead, minted with the
+ * bearer token by POST /handles/<id>/read-token, valid for minutes and for GET of that one handle
+ * only. Everything the server or a stream sends is shown with textContent, never as HTML.
+ */
+'use strict';
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const FINAL_EVENTS = ['revoked', 'released', 'ended', 'shutdown'];
+  const KEEP_ROWS = 300;       // rows kept for the table and the chart
+  const TABLE_ROWS = 40;       // rows shown in the table
+  const TRAIL = 12;            // positions kept per point on the map
+  const XACML_NS = 'urn:oasis:names:tc:xacml:3.0:core:schema:wd-17';
+
+  const S = {
+    token: null,      // the bearer token: page memory only
+    me: null,         // GET /console/whoami
+    streams: [],
+    policy: null,     // {id, isNew} in the editor
+    history: [],
+    live: null,       // the live view of one handle
+    handles: [],
+  };
+
+  // -- small DOM helpers (text only: nothing is ever parsed as HTML) ----------------------------
+
+  function h(tag, props, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const kid of kids.flat()) {
+      if (kid === null || kid === undefined || kid === false) continue;
+      e.append(kid instanceof Node ? kid : String(kid));
+    }
+    return e;
+  }
+
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); return node; }
+  const enc = encodeURIComponent;
+  let flashTimer = null;
+
+  function flash(message, bad) {
+    const f = $('flash');
+    f.textContent = message;
+    f.className = 'flash' + (bad ? ' error' : '');
+    f.hidden = false;
+    clearTimeout(flashTimer);
+    flashTimer = setTimeout(() => { f.hidden = true; }, 8000);
+  }
+
+  function setResult(id, message, ok) {
+    const p = $(id);
+    p.textContent = message;
+    p.className = 'result ' + (ok ? 'ok' : 'bad');
+  }
+
+  function badge(node, text, cls) {
+    node.textContent = text;
+    node.className = 'badge ' + (cls || text);
+  }
+
+  // -- the API ------------------------------------------------------------------------------------
+
+  function xacmlDecision(text) {
+    try {
+      const doc = new DOMParser().parseFromString(text, 'application/xml');
+      const d = doc.getElementsByTagNameNS(XACML_NS, 'Decision')[0];
+      const m = doc.getElementsByTagNameNS(XACML_NS, 'StatusMessage')[0];
+      if (d) return { decision: d.textContent.trim(), message: m ? m.textContent.trim() : '' };
+    } catch (e) { /* not XML */ }
+    try {
+      const j = JSON.parse(text);
+      const r = (j.Response && (Array.isArray(j.Response) ? j.Response[0] : j.Response)) || null;
+      if (r && r.Decision) {
+        return { decision: r.Decision, message: (r.Status && r.Status.StatusMessage) || '' };
+      }
+    } catch (e) { /* not JSON */ }
+    return null;
+  }
+
+  // The error body is {error, status, ...details}; a denial is a XACML response.
+  function describeError(r) {
+    if (r.status === 0) return r.error;
+    const j = r.json;
+    if (j && typeof j.error === 'string') {
+      const extra = Object.entries(j)
+        .filter(([k, v]) => !['error', 'status'].includes(k) && v !== null && v !== undefined)
+        .map(([k, v]) => `${k}: ${typeof v === 'object' ? JSON.stringify(v) : v}`);
+      return `${r.status}: ${j.error}` + (extra.length ? ` (${extra.join('; ')})` : '');
+    }
+    const x = r.ctype.includes('xacml') ? xacmlDecision(r.text) : null;
+    if (x) return `${r.status}: ${x.decision}` + (x.message ? ` (${x.message})` : '');
+    return `${r.status}: ${r.text.slice(0, 300) || 'no answer body'}`;
+  }
+
+  async function api(method, path, opts = {}) {
+    if (!S.token) return { status: 0, ok: false, error: 'not signed in', json: null, text: '', ctype: '' };
+    const headers = { Authorization: 'Bearer ' + S.token, Accept: opts.accept || 'application/json' };
+    if (opts.type) headers['Content-Type'] = opts.type;
+    let res;
+    try {
+      res = await fetch(path, { method, headers, body: opts.body, cache: 'no-store',
+                                credentials: 'omit', redirect: 'error' });
+    } catch (err) {
+      return { status: 0, ok: false, error: 'the gateway did not answer: ' + err.message,
+               json: null, text: '', ctype: '' };
+    }
+    const text = await res.text();
+    const ctype = res.headers.get('Content-Type') || '';
+    let json = null;
+    if (ctype.includes('json') && text) { try { json = JSON.parse(text); } catch (e) { json = null; } }
+    const out = { status: res.status, ok: res.ok, headers: res.headers, text, json, ctype };
+    if (!res.ok) out.error = describeError(out);
+    if (res.status === 401 && opts.signOutOn401 !== false) {
+      signOut('The gateway no longer accepts your token; sign in again.');
+    }
+    return out;
+  }
+
+  // -- signing in and out -------------------------------------------------------------------------
+
+  const isManager = () => !!(S.me && (S.me.admin || S.me.may_register_streams));
+
+  $('signin-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const input = $('signin-token');
+    const token = input.value.trim();
+    input.value = '';
+    $('signin-error').hidden = true;
+    if (!token) return;
+    S.token = token;
+    const r = await api('GET', '/console/whoami', { signOutOn401: false });
+    if (!r.ok || !r.json) {
+      S.token = null;
+      $('signin-error').textContent = r.status === 401 ? 'This token is not valid here.' : r.error;
+      $('signin-error').hidden = false;
+      return;
+    }
+    S.me = r.json;
+    $('whoami').textContent = `${S.me.subject}` + (S.me.admin ? ' (administrator)' : '') +
+      (S.me.roles.length ? ` · ${S.me.roles.join(', ')}` : '');
+    $('nav').hidden = false;
+    $('signout').hidden = false;
+    for (const e of document.querySelectorAll('[data-needs=owner]')) e.hidden = !isManager();
+    if (!location.hash || location.hash === '#signin') location.hash = '#streams';
+    else route();
+  });
+
+  function signOut(message) {
+    closeLive();
+    S.token = null; S.me = null; S.streams = []; S.policy = null; S.history = []; S.handles = [];
+    $('whoami').textContent = '';
+    $('nav').hidden = true;
+    $('signout').hidden = true;
+    for (const id of ['streams-table', 'policies-table', 'handles-table', 'history-table']) {
+      clear($(id).querySelector('tbody'));
+    }
+    $('editor-text').value = '';
+    $('policy-editor').hidden = true;
+    $('policy-history').hidden = true;
+    $('modal').hidden = true;
+    resetTryResult();
+    if (message) flash(message, true);
+    route();
+  }
+
+  $('signout').addEventListener('click', () => signOut('Signed out.'));
+
+  // -- pages --------------------------------------------------------------------------------------
+
+  const PAGES = ['signin', 'streams', 'policies', 'try', 'handles'];
+  const LOADERS = { streams: loadStreams, policies: loadPolicies, try: loadTry, handles: loadHandles };
+
+  function route() {
+    let page = (location.hash || '').replace(/^#/, '') || 'streams';
+    if (!S.token) page = 'signin';
+    else if (!PAGES.includes(page) || page === 'signin') page = 'streams';
+    if (page === 'policies' && !isManager()) page = 'streams';
+    for (const p of PAGES) $('page-' + p).hidden = p !== page;
+    for (const a of document.querySelectorAll('#nav a')) {
+      a.classList.toggle('active', a.dataset.page === page);
+    }
+    document.body.dataset.page = page;
+    if (page === 'signin') $('signin-token').focus();
+    if (LOADERS[page]) LOADERS[page]();
+  }
+
+  window.addEventListener('hashchange', route);
+
+  // -- Streams ------------------------------------------------------------------------------------
+
+  async function fetchStreams() {
+    const r = await api('GET', '/streams');
+    if (!r.ok) { flash(r.error, true); return false; }
+    S.streams = r.json.streams || [];
+    return true;
+  }
+
+  async function loadStreams() {
+    if (!await fetchStreams()) return;
+    const body = clear($('streams-table').querySelector('tbody'));
+    for (const s of S.streams) {
+      const options = Object.entries(s.source || {}).filter(([k]) => k !== 'kind')
+        .map(([k, v]) => `${k}=${v}`).join(', ');
+      body.append(h('tr', { 'data-stream': s.name },
+        h('td', { text: s.name }), h('td', { text: s.owner }),
+        h('td', { text: s.time_attribute || '—' }),
+        h('td', { text: s.source.kind + (options ? ` (${options})` : '') }),
+        h('td', { class: 'schema' }, s.schema.map((f) => h('span', { text: `${f.name}: ${f.type}` })))));
+    }
+    if (!S.streams.length) body.append(h('tr', {}, h('td', { colspan: 5, class: 'hint', text: 'No streams yet.' })));
+    const select = clear($('append-stream'));
+    for (const s of S.streams) {
+      if ((S.me.admin || s.owner === S.me.subject) && s.source.kind === 'ingest') {
+        select.append(h('option', { value: s.name, text: s.name }));
+      }
+    }
+  }
+
+  $('streams-refresh').addEventListener('click', loadStreams);
+
+  $('stream-register').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const name = $('reg-name').value.trim();
+    const [kind, builtin] = $('reg-source').value.split(':');
+    const body = { name, source: { kind } };
+    if (kind === 'generator') {
+      body.source.schema = builtin;
+      body.source.rate = 5;
+    } else {
+      const schema = [];
+      const lines = $('reg-schema').value.split('\n');
+      for (let i = 0; i < lines.length; i++) {
+        const line = lines[i].trim();
+        if (!line) continue;
+        const parts = line.split(/[\s:]+/);
+        if (parts.length !== 2) {
+          setResult('reg-result', `schema line ${i + 1}: expected "name type", got "${line}"`, false);
+          return;
+        }
+        schema.push({ name: parts[0], type: parts[1] });
+      }
+      body.schema = schema;
+      const time = $('reg-time').value.trim();
+      if (time) body.time_attribute = time;
+    }
+    const r = await api('POST', '/streams', { type: 'application/json', body: JSON.stringify(body) });
+    if (!r.ok) { setResult('reg-result', r.error, false); return; }
+    setResult('reg-result', `Registered stream ${r.json.name} (owner ${r.json.owner}).`, true);
+    loadStreams();
+  });
+
+  $('stream-append').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const name = $('append-stream').value;
+    const file = $('append-file').files[0];
+    if (!name) { setResult('append-result', 'Choose one of your ingest streams.', false); return; }
+    if (!file) { setResult('append-result', 'Choose a JSON lines file.', false); return; }
+    const r = await api('POST', `/streams/${enc(name)}/records`,
+                        { type: 'application/x-ndjson', body: file });
+    if (!r.ok) { setResult('append-result', r.error, false); return; }
+    setResult('append-result', `Appended ${r.json.appended} record(s) to ${r.json.stream}.`, true);
+  });
+
+  // -- Policies -----------------------------------------------------------------------------------
+
+  const TEMPLATE = `<?xml version="1.0" encoding="UTF-8"?>
+<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
+        PolicyId="urn:example:my-policy" Version="1.0"
+        RuleCombiningAlgId="urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable">
+  <Target>
+    <AnyOf>
+      <AllOf>
+        <Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
+          <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">my-stream</AttributeValue>
+          <AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
+                               AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id"
+                               DataType="http://www.w3.org/2001/XMLSchema#string" MustBePresent="false"/>
+        </Match>
+      </AllOf>
+    </AnyOf>
+  </Target>
+  <Rule RuleId="urn:example:my-policy:permit" Effect="Permit"/>
+</Policy>
+`;
+
+  async function loadPolicies() {
+    const r = await api('GET', '/policies');
+    if (!r.ok) { flash(r.error, true); return; }
+    const body = clear($('policies-table').querySelector('tbody'));
+    for (const p of r.json) {
+      const open = h('button', { type: 'button', class: 'secondary small', text: 'Open',
+                                 onclick: () => openPolicy(p.id) });
+      body.append(h('tr', { 'data-policy': p.id, class: S.policy && S.policy.id === p.id ? 'selected' : null },
+        h('td', { text: p.id }), h('td', { text: p.version }), h('td', { text: p.store_version }),
+        h('td', { text: p.owner || '' }), h('td', { text: p.created_at || '' }), h('td', {}, open)));
+    }
+    $('policies-empty').hidden = r.json.length > 0;
+  }
+
+  $('policies-refresh').addEventListener('click', loadPolicies);
+  $('policy-new').addEventListener('click', () => showEditor(null, TEMPLATE));
+
+  function showEditor(id, text) {
+    S.policy = { id, isNew: id === null };
+    $('policy-editor').hidden = false;
+    $('policy-history').hidden = true;
+    $('editor-title').textContent = id === null ? 'New policy' : id;
+    $('editor-history').hidden = id === null;
+    $('editor-delete').hidden = id === null;
+    $('editor-save').textContent = id === null ? 'Upload' : 'Save a new version';
+    $('editor-text').value = text;
+    $('editor-result').textContent = '';
+    markError(null);
+    renderGutter();
+    $('editor-text').scrollTop = 0;
+    for (const tr of document.querySelectorAll('#policies-table tbody tr')) {
+      tr.classList.toggle('selected', tr.dataset.policy === id);
+    }
+  }
+
+  async function openPolicy(id) {
+    const r = await api('GET', `/policies/${enc(id)}`, { accept: 'application/xacml+xml' });
+    if (!r.ok) { flash(r.error, true); return; }
+    showEditor(id, r.text);
+  }
+
+  let errorLine = null;
+
+  function renderGutter() {
+    const n = $('editor-text').value.split('\n').length;
+    const gutter = clear($('editor-gutter'));
+    const lines = [];
+    for (let i = 1; i <= n; i++) {
+      if (i === errorLine) {
+        if (lines.length) gutter.append(lines.join('\n') + '\n');
+        lines.length = 0;
+        gutter.append(h('span', { class: 'err', text: String(i) }));
+      } else {
+        lines.push(String(i));
+      }
+    }
+    if (lines.length) gutter.append(lines.join('\n'));
+    gutter.scrollTop = $('editor-text').scrollTop;
+  }
+
+  function markError(error) {
+    const box = $('editor-error');
+    if (!error) { box.hidden = true; errorLine = null; renderGutter(); return; }
+    errorLine = error.line || null;
+    const where = error.line ? `Line ${error.line}` + (error.column ? `, column ${error.column}` : '') : '';
+    box.textContent = (where ? where + ': ' : '') + error.message;
+    box.dataset.line = error.line || '';
+    box.dataset.column = error.column || '';
+    box.hidden = false;
+    renderGutter();
+    if (error.line) {
+      const ta = $('editor-text');
+      const lines = ta.value.split('\n');
+      let start = 0;
+      for (let i = 0; i < error.line - 1 && i < lines.length; i++) start += lines[i].length + 1;
+      const lineText = lines[error.line - 1] || '';
+      const col = Math.min(Math.max((error.column || 1) - 1, 0), lineText.length);
+      ta.focus();
+      ta.setSelectionRange(start + col, start + lineText.length);
+      ta.scrollTop = Math.max(0, (error.line - 5) * 18);
+      $('editor-gutter').scrollTop = ta.scrollTop;
+    }
+  }
+
+  function loadError(r) {
+    const j = r.json || {};
+    const message = typeof j.error === 'string' ? j.error : r.error;
+    let line = Number.isInteger(j.line) ? j.line : null;
+    let column = null;
+    // lxml's messages end with "line L, column C"; take the column when the line agrees
+    const m = [...message.matchAll(/line (\d+), column (\d+)/g)].pop();
+    if (m && (line === null || Number(m[1]) === line)) { line = Number(m[1]); column = Number(m[2]); }
+    const parts = [message];
+    if (j.element) parts.push(`element ${j.element}`);
+    return { line, column, message: `${parts.join('; ')} (HTTP ${r.status})` };
+  }
+
+  $('editor-text').addEventListener('input', renderGutter);
+  $('editor-text').addEventListener('scroll', () => { $('editor-gutter').scrollTop = $('editor-text').scrollTop; });
+  $('editor-close').addEventListener('click', () => {
+    $('policy-editor').hidden = true; $('policy-history').hidden = true; S.policy = null;
+  });
+  $('editor-file').addEventListener('change', async () => {
+    const f = $('editor-file').files[0];
+    if (f) { $('editor-text').value = await f.text(); markError(null); }
+  });
+
+  $('editor-save').addEventListener('click', async () => {
+    const text = $('editor-text').value;
+    const p = S.policy;
+    const r = p.isNew
+      ? await api('POST', '/policies', { type: 'application/xacml+xml', body: text })
+      : await api('PUT', `/policies/${enc(p.id)}`, { type: 'application/xacml+xml', body: text });
+    if (!r.ok) {
+      $('editor-result').textContent = '';
+      markError(loadError(r));
+      return;
+    }
+    markError(null);
+    S.policy = { id: r.json.id, isNew: false };
+    $('editor-title').textContent = r.json.id;
+    $('editor-history').hidden = false;
+    $('editor-delete').hidden = false;
+    $('editor-save').textContent = 'Save a new version';
+    setResult('editor-result', `Saved ${r.json.id}: version ${r.json.version}, store version ${r.json.store_version}.`, true);
+    await loadPolicies();
+    if (!$('policy-history').hidden) showHistory();
+  });
+
+  async function showHistory() {
+    const id = S.policy && S.policy.id;
+    if (!id) return;
+    const r = await api('GET', `/policies/${enc(id)}?history=true`);
+    if (!r.ok) { flash(r.error, true); return; }
+    S.history = r.json;
+    const body = clear($('history-table').querySelector('tbody'));
+    const n = S.history.length;
+    S.history.forEach((v, i) => {
+      body.append(h('tr', { 'data-store-version': v.store_version },
+        h('td', {}, h('input', { type: 'radio', name: 'diff-a', value: v.store_version, checked: i === n - 2 || (n === 1) })),
+        h('td', {}, h('input', { type: 'radio', name: 'diff-b', value: v.store_version, checked: i === n - 1 })),
+        h('td', { text: v.store_version }), h('td', { text: v.version }), h('td', { text: v.owner || '' }),
+        h('td', { text: v.created_at || '' }), h('td', { text: v.deleted ? 'deletion' : 'version' })));
+    });
+    $('diff').hidden = true;
+    $('policy-history').hidden = false;
+  }
+
+  $('editor-history').addEventListener('click', showHistory);
+
+  async function versionText(id, storeVersion) {
+    const r = await api('GET', `/policies/${enc(id)}?store_version=${enc(storeVersion)}`,
+                        { accept: 'application/xacml+xml' });
+    if (r.status === 410) return '';  // a deletion: nothing
+    if (!r.ok) throw new Error(r.error);
+    return r.text;
+  }
+
+  $('history-diff').addEventListener('click', async () => {
+    const a = document.querySelector('input[name=diff-a]:checked');
+    const b = document.querySelector('input[name=diff-b]:checked');
+    if (!a || !b) { flash('Pick two versions, A and B.', true); return; }
+    let ta, tb;
+    try {
+      [ta, tb] = await Promise.all([versionText(S.policy.id, a.value), versionText(S.policy.id, b.value)]);
+    } catch (err) { flash(err.message, true); return; }
+    renderDiff(ta, tb, `store version ${a.value}`, `store version ${b.value}`);
+  });
+
+  // A line diff (longest common subsequence) shown as a unified diff with 3 lines of context.
+  function lineDiff(a, b) {
+    const n = a.length, m = b.length;
+    if (n * m > 25e6) return null;
+    const w = m + 1;
+    const dp = new Uint32Array((n + 1) * w);
+    for (let i = n - 1; i >= 0; i--) {
+      for (let j = m - 1; j >= 0; j--) {
+        dp[i * w + j] = a[i] === b[j] ? dp[(i + 1) * w + j + 1] + 1
+          : Math.max(dp[(i + 1) * w + j], dp[i * w + j + 1]);
+      }
+    }
+    const ops = [];
+    let i = 0, j = 0;
+    while (i < n && j < m) {
+      if (a[i] === b[j]) { ops.push([' ', a[i], i, j]); i++; j++; }
+      else if (dp[(i + 1) * w + j] >= dp[i * w + j + 1]) { ops.push(['-', a[i], i, j]); i++; }
+      else { ops.push(['+', b[j], i, j]); j++; }
+    }
+    while (i < n) { ops.push(['-', a[i], i, j]); i++; }
+    while (j < m) { ops.push(['+', b[j], i, j]); j++; }
+    return ops;
+  }
+
+  function renderDiff(textA, textB, nameA, nameB) {
+    const out = clear($('diff'));
+    out.hidden = false;
+    const a = textA ? textA.replace(/\n$/, '').split('\n') : [];
+    const b = textB ? textB.replace(/\n$/, '').split('\n') : [];
+    const ops = lineDiff(a, b);
+    out.append(h('span', { class: 'hunk', text: `--- ${nameA}\n` }), h('span', { class: 'hunk', text: `+++ ${nameB}` }));
+    if (ops === null) { out.append(h('span', { text: 'too large to compare here' })); return; }
+    const changed = ops.map((o) => o[0] !== ' ');
+    if (!changed.some(Boolean)) { out.append(h('span', { text: '(identical)' })); out.dataset.changes = '0'; return; }
+    const keep = ops.map((_, k) => {
+      for (let d = -3; d <= 3; d++) if (changed[k + d]) return true;
+      return false;
+    });
+    let k = 0;
+    let changes = 0;
+    while (k < ops.length) {
+      if (!keep[k]) { k++; continue; }
+      let end = k;
+      while (end < ops.length && keep[end]) end++;
+      const first = ops[k];
+      out.append(h('span', { class: 'hunk', text: `@@ -${first[2] + 1} +${first[3] + 1} @@` }));
+      for (let x = k; x < end; x++) {
+        const [op, line] = ops[x];
+        if (op !== ' ') changes++;
+        out.append(h('span', { class: op === '+' ? 'add' : op === '-' ? 'del' : 'ctx', text: `${op} ${line}` }));
+      }
+      k = end;
+    }
+    out.dataset.changes = String(changes);
+  }
+
+  // Delete: first how many live handles depend on the policy, then a confirmation.
+  $('editor-delete').addEventListener('click', async () => {
+    const id = S.policy && S.policy.id;
+    if (!id) return;
+    const r = await api('GET', `/policies/${enc(id)}/handles`);
+    if (!r.ok) { flash(r.error, true); return; }
+    const n = r.json.live_handles;
+    const body = clear($('modal-body'));
+    body.append(h('p', { id: 'modal-count', 'data-count': n,
+      text: n === 0 ? 'No live handle depends on this policy.'
+        : `${n} live handle${n === 1 ? '' : 's'} depend${n === 1 ? 's' : ''} on this policy. ` +
+          `Deleting it re-decides ${n === 1 ? 'it' : 'them'} at once: any it alone permitted ${n === 1 ? 'is' : 'are'} revoked, ` +
+          `and ${n === 1 ? 'its reader gets' : 'their readers get'} a revoked event.` }));
+    if (n > 0) {
+      body.append(h('ul', {}, Object.entries(r.json.streams).map(([s, c]) => h('li', { text: `stream ${s}: ${c} handle${c === 1 ? '' : 's'}` }))));
+      body.append(h('p', { class: 'hint', text: 'Held by: ' + r.json.subjects.join(', ') }));
+    }
+    const ok = await confirmModal(`Delete policy ${id}?`);
+    if (!ok) return;
+    const d = await api('DELETE', `/policies/${enc(id)}`);
+    if (!d.ok) { flash(d.error, true); return; }
+    flash(`Deleted ${id}` + (n ? `; ${n} dependent handle(s) re-decided.` : '.'));
+    $('policy-editor').hidden = true;
+    $('policy-history').hidden = true;
+    S.policy = null;
+    loadPolicies();
+  });
+
+  function confirmModal(title) {
+    return new Promise((resolve) => {
+      $('modal-title').textContent = title;
+      $('modal').hidden = false;
+      const done = (value) => {
+        $('modal').hidden = true;
+        $('modal-confirm').onclick = null;
+        $('modal-cancel').onclick = null;
+        resolve(value);
+      };
+      $('modal-confirm').onclick = () => done(true);
+      $('modal-cancel').onclick = () => done(false);
+      $('modal-cancel').focus();
+    });
+  }
+
+  // -- Try a request ------------------------------------------------------------------------------
+
+  async function loadTry() {
+    const select = $('try-stream');
+    const previous = select.value;
+    if (!await fetchStreams()) return;
+    clear(select);
+    for (const s of S.streams) select.append(h('option', { value: s.name, text: `${s.name} (${s.owner})` }));
+    if (previous && S.streams.some((s) => s.name === previous)) select.value = previous;
+    renderMapChoices();
+    renderRequestXml();
+  }
+
+  function currentStream() { return S.streams.find((s) => s.name === $('try-stream').value); }
+
+  function renderMapChoices() {
+    const box = $('try-map');
+    for (const e of [...box.querySelectorAll('label')]) e.remove();
+    const s = currentStream();
+    if (!s) return;
+    for (const f of s.schema) {
+      box.append(h('label', { class: 'check' },
+        h('input', { type: 'checkbox', value: f.name, onchange: renderRequestXml }), ` ${f.name}`));
+    }
+  }
+
+  $('try-stream').addEventListener('change', () => { renderMapChoices(); renderRequestXml(); });
+  for (const id of ['try-action', 'try-filter', 'try-window-type', 'try-window-size', 'try-window-step',
+                    'try-window-min', 'try-window-aggs', 'try-window-keys']) {
+    $(id).addEventListener('input', renderRequestXml);
+  }
+
+  function esc(text) {
+    return String(text).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
+      .replace(/"/g, '&quot;');
+  }
+
+  const list = (text) => text.split(',').map((x) => x.trim()).filter(Boolean);
+
+  function buildRequestXml() {
+    const stream = $('try-stream').value;
+    const action = $('try-action').value;
+    const filter = $('try-filter').value.trim();
+    const map = [...document.querySelectorAll('#try-map input:checked')].map((i) => i.value);
+    const wtype = $('try-window-type').value;
+    const q = [];
+    if (filter) q.push(`        <Filter><FilterCondition>${esc(filter)}</FilterCondition></Filter>`);
+    if (map.length) q.push(`        <Map>${map.map((a) => `<Attribute>${esc(a)}</Attribute>`).join('')}</Map>`);
+    if (wtype) {
+      const agg = [`<WindowType>${esc(wtype)}</WindowType>`,
+                   `<WindowSize>${esc($('try-window-size').value)}</WindowSize>`,
+                   `<WindowStep>${esc($('try-window-step').value)}</WindowStep>`];
+      for (const a of list($('try-window-aggs').value)) agg.push(`<Attribute>${esc(a)}</Attribute>`);
+      for (const k of list($('try-window-keys').value)) agg.push(`<Key>${esc(k)}</Key>`);
+      if ($('try-window-min').value) agg.push(`<MinCount>${esc($('try-window-min').value)}</MinCount>`);
+      q.push(`        <Aggregation>\n          ${agg.join('\n          ')}\n        </Aggregation>`);
+    }
+    const content = q.length
+      ? `    <Content>\n      <UserQuery xmlns="">\n        <Stream name="${esc(stream)}"/>\n${q.join('\n')}\n      </UserQuery>\n    </Content>\n`
+      : '';
+    const attr = (id, value) =>
+      `    <Attribute AttributeId="${id}" IncludeInResult="false">\n` +
+      `      <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">${esc(value)}</AttributeValue>\n    </Attribute>\n`;
+    return `<?xml version="1.0" encoding="UTF-8"?>
+<Request xmlns="${XACML_NS}" ReturnPolicyIdList="false" CombinedDecision="false">
+  <Attributes Category="urn:oasis:names:tc:xacml:1.0:subject-category:access-subject">
+${attr('urn:oasis:names:tc:xacml:1.0:subject:subject-id', S.me ? S.me.subject : '')}  </Attributes>
+  <Attributes Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource">
+${content}${attr('urn:oasis:names:tc:xacml:1.0:resource:resource-id', stream)}  </Attributes>
+  <Attributes Category="urn:oasis:names:tc:xacml:3.0:attribute-category:action">
+${attr('urn:oasis:names:tc:xacml:1.0:action:action-id', action)}  </Attributes>
+</Request>
+`;
+  }
+
+  function renderRequestXml() { $('try-xml').textContent = buildRequestXml(); }
+
+  function resetTryResult() {
+    badge($('try-decision'), '—', '');
+    $('try-stream-name').textContent = '';
+    $('try-error').hidden = true;
+    clear($('try-warnings')).append(h('li', { class: 'hint', text: 'none yet' }));
+    $('try-plan').textContent = '';
+    $('try-sql').textContent = '';
+    $('try-policies').textContent = '';
+    clear($('try-handle'));
+  }
+
+  function showGrant(j) {
+    badge($('try-decision'), j.decision || 'Permit');
+    $('try-stream-name').textContent = j.stream ? `on ${j.stream}` : '';
+    const ul = clear($('try-warnings'));
+    for (const w of j.warnings || []) {
+      ul.append(h('li', { class: w.kind, text: `${w.kind}${w.operator ? ` (${w.operator})` : ''}: ${w.message}` }));
+    }
+    if (!(j.warnings || []).length) ul.append(h('li', { class: 'hint', text: 'none' }));
+    $('try-plan').textContent = j.plan ? JSON.stringify(j.plan, null, 2) : '';
+    $('try-sql').textContent = j.sql || '';
+    const pols = j.policies || j.policy_ids || [];
+    $('try-policies').textContent = pols.length ? `Policies: ${pols.join(', ')}` : '';
+  }
+
+  function showRefusal(r) {
+    const x = r.ctype.includes('xacml') ? xacmlDecision(r.text) : null;
+    badge($('try-decision'), x ? x.decision : `refused (${r.status})`, x ? x.decision : 'error');
+    $('try-error').textContent = r.error;
+    $('try-error').hidden = false;
+    const ul = clear($('try-warnings'));
+    const j = r.json || {};
+    for (const w of j.warnings || (j.warning ? [j.warning] : [])) {
+      ul.append(h('li', { class: w.kind, text: `${w.kind}: ${w.message}` }));
+    }
+  }
+
+  $('try-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    resetTryResult();
+    const xml = buildRequestXml();
+    $('try-xml').textContent = xml;
+    const r = await api('POST', '/explain', { type: 'application/xacml+xml', body: xml });
+    if (!r.ok) { showRefusal(r); return; }
+    showGrant(r.json);
+  });
+
+  $('try-open').addEventListener('click', async () => {
+    resetTryResult();
+    const xml = buildRequestXml();
+    $('try-xml').textContent = xml;
+    const r = await api('POST', '/requests', { type: 'application/xacml+xml', body: xml });
+    if (!r.ok) { showRefusal(r); return; }
+    showGrant(Object.assign({ decision: 'Permit' }, r.json));
+    const p = clear($('try-handle'));
+    p.className = 'result ok';
+    p.append(`${r.json.new ? 'Opened' : 'Already open:'} handle on ${r.json.stream}. `,
+      h('a', { href: '#handles', id: 'try-watch', 'data-handle': r.json.id, text: 'Watch it live',
+               onclick: (e) => { e.preventDefault(); watchHandle(r.json.id); } }));
+  });
+
+  // -- My handles ---------------------------------------------------------------------------------
+
+  // A handle's plan (its stored form: filter_dnf, window.kind) or an explained one (filter, type).
+  function planSummary(plan) {
+    if (!plan) return '';
+    const parts = [];
+    const dnf = plan.filter || plan.filter_dnf;
+    if (dnf && dnf.length) {
+      parts.push('filter ' + dnf.map((c) => c.map((p) => `${p.attribute} ${p.op} ${p.value}`).join(' AND ')).join(' OR '));
+    }
+    const w = plan.window;
+    if (w) parts.push(`${w.type || w.kind} window ${w.size}/${w.step}`);
+    const output = plan.output || (w ? [...(w.keys || []), ...(w.aggregates || []).map((a) => `${a.function}_${a.attribute}`)]
+      : plan.projection);
+    if (output && output.length) parts.push('columns ' + output.join(', '));
+    return parts.join(' · ');
+  }
+
+  async function loadHandles() {
+    const r = await api('GET', '/handles');
+    if (!r.ok) { flash(r.error, true); return; }
+    S.handles = r.json.handles || [];
+    const body = clear($('handles-table').querySelector('tbody'));
+    const shown = [...S.handles].reverse();
+    for (const x of shown) {
+      const state = h('span', {}); badge(state, x.state);
+      const buttons = x.state === 'live' ? [
+        h('button', { type: 'button', class: 'small', text: 'Watch', onclick: () => watchHandle(x.id) }),
+        h('button', { type: 'button', class: 'danger small', text: 'Release', onclick: () => release(x.id) }),
+      ] : [];
+      body.append(h('tr', { 'data-handle': x.id, class: S.live && S.live.id === x.id ? 'selected' : null },
+        h('td', { text: x.stream }), h('td', {}, state), h('td', { text: x.reason || '' }),
+        h('td', { text: x.created_at || '' }), h('td', { text: planSummary(x.plan) }), h('td', {}, buttons)));
+    }
+    $('handles-empty').hidden = S.handles.length > 0;
+  }
+
+  $('handles-refresh').addEventListener('click', loadHandles);
+
+  async function release(id) {
+    const r = await api('DELETE', `/handles/${enc(id)}`);
+    if (!r.ok) flash(r.error, true);
+    else flash('Released the handle.');
+    loadHandles();
+  }
+
+  async function watchHandle(id) {
+    if (location.hash !== '#handles') {
+      location.hash = '#handles';  // route() loads the table
+    }
+    await loadHandles();
+    const record = S.handles.find((x) => x.id === id);
+    if (!record) { flash('No such handle.', true); return; }
+    openLive(record);
+  }
+
+  // The live view: one EventSource on the handle, a table, a chart and, for positions, a map.
+  function closeLive() {
+    const L = S.live;
+    if (L) {
+      L.closed = true;
+      if (L.es) L.es.close();
+      clearTimeout(L.retryTimer);
+    }
+    S.live = null;
+    $('live').hidden = true;
+  }
+
+  function openLive(record) {
+    closeLive();
+    const L = S.live = {
+      id: record.id, stream: record.stream, plan: record.plan, rows: [], count: 0, lastId: null,
+      es: null, final: null, closed: false, attr: null, columns: [], ships: new Map(),
+      bounds: null, drawPending: false, retries: 0, retryTimer: null,
+    };
+    $('live').hidden = false;
+    $('live').dataset.handle = L.id;
+    $('live-stream').textContent = L.stream;
+    $('live-count').textContent = '0';
+    $('live-last').textContent = '—';
+    clear($('live-events'));
+    clear($('live-rows').querySelector('thead'));
+    clear($('live-rows').querySelector('tbody'));
+    clear($('live-attr'));
+    $('live-release').disabled = false;
+    $('live-map-box').hidden = true;
+    $('live-chart').dataset.points = '0';
+    $('live-map').dataset.points = '0';
+    for (const tr of document.querySelectorAll('#handles-table tbody tr')) {
+      tr.classList.toggle('selected', tr.dataset.handle === L.id);
+    }
+    draw();
+    connectLive(L);
+  }
+
+  function setLiveStatus(L, text) {
+    if (S.live !== L) return;
+    badge($('live-status'), text);
+    $('live').dataset.status = text;
+  }
+
+  function logEvent(L, kind, text) {
+    if (S.live !== L) return;
+    const time = new Date().toLocaleTimeString();
+    $('live-events').prepend(h('li', { class: kind, 'data-kind': kind, text: `${time} ${kind}: ${text}` }));
+  }
+
+  async function connectLive(L) {
+    if (L.closed || L.final) return;
+    setLiveStatus(L, L.count ? 'reconnecting' : 'connecting');
+    const r = await api('POST', `/handles/${enc(L.id)}/read-token`);
+    if (L.closed) return;
+    if (!r.ok) {
+      if (r.status === 410 && r.json) { finish(L, r.json.state || 'ended', r.json.reason || ''); return; }
+      setLiveStatus(L, 'error');
+      logEvent(L, 'error', r.error);
+      return;
+    }
+    let url = `/handles/${enc(L.id)}?read_token=${enc(r.json.read_token)}`;
+    if (L.lastId !== null) url += `&last_event_id=${enc(L.lastId)}`;
+    const es = new EventSource(url);
+    L.es = es;
+    es.onopen = () => { L.retries = 0; setLiveStatus(L, 'live'); };
+    es.onmessage = (ev) => onRow(L, ev);
+    es.addEventListener('gap', (ev) => {
+      const d = safeJson(ev.data);
+      L.lastId = ev.lastEventId || L.lastId;
+      logEvent(L, 'gap', d.lost === null || d.lost === undefined ? 'rows were lost in a gateway restart'
+        : `${d.lost} row(s) were dropped (the reader was too slow or away)`);
+    });
+    for (const kind of FINAL_EVENTS) {
+      es.addEventListener(kind, (ev) => {
+        const d = safeJson(ev.data);
+        L.lastId = ev.lastEventId || L.lastId;
+        if (kind === 'shutdown') {
+          es.close();
+          logEvent(L, 'shutdown', 'the gateway is stopping; reconnecting when it is back');
+          scheduleReconnect(L, 3000);
+          return;
+        }
+        finish(L, kind, d.reason || '');
+      });
+    }
+    es.onerror = () => {
+      // The connection failed or ended without a final event. The browser's own retry would
+      // reuse this URL, whose token may have expired: close it and resume under our control.
+      if (L.closed || L.final || L.es !== es) return;
+      es.close();
+      setLiveStatus(L, 'reconnecting');
+      recover(L);
+    };
+  }
+
+  function scheduleReconnect(L, delay) {
+    clearTimeout(L.retryTimer);
+    L.retryTimer = setTimeout(() => connectLive(L), delay);
+  }
+
+  // Is the handle still live? Then reconnect with a fresh token after the last row we have.
+  async function recover(L) {
+    const r = await api('GET', `/handles/${enc(L.id)}`, { accept: 'application/json' });
+    if (L.closed || L.final) return;
+    if (r.status === 410 && r.json) { finish(L, r.json.state || 'ended', r.json.reason || ''); return; }
+    if (r.status === 404) { finish(L, 'ended', 'the handle no longer exists'); return; }
+    scheduleReconnect(L, Math.min(250 * Math.pow(2, L.retries++), 10000));
+  }
+
+  function finish(L, kind, reason) {
+    if (L.final) return;
+    L.final = kind;
+    if (L.es) L.es.close();
+    setLiveStatus(L, kind);
+    logEvent(L, kind, reason || '(no reason given)');
+    if (S.live === L) $('live-release').disabled = true;
+    if (document.body.dataset.page === 'handles') loadHandles();
+  }
+
+  function safeJson(text) { try { return JSON.parse(text) || {}; } catch (e) { return {}; } }
+
+  function onRow(L, ev) {
+    const row = safeJson(ev.data);
+    L.count++;
+    L.lastId = ev.lastEventId || L.lastId;
+    L.rows.push({ id: Number(ev.lastEventId), row });
+    if (L.rows.length > KEEP_ROWS) L.rows.splice(0, L.rows.length - KEEP_ROWS);
+    if (!L.columns.length) setupColumns(L, row);
+    if (typeof row.lat === 'number' && typeof row.lon === 'number') {
+      const key = row.mmsi !== undefined ? String(row.mmsi) : row.shipname !== undefined ? String(row.shipname) : 'point';
+      let trail = L.ships.get(key);
+      if (!trail) { trail = []; L.ships.set(key, trail); }
+      trail.push([row.lon, row.lat]);
+      if (trail.length > TRAIL) trail.shift();
+      const b = L.bounds || { minLat: row.lat, maxLat: row.lat, minLon: row.lon, maxLon: row.lon };
+      b.minLat = Math.min(b.minLat, row.lat); b.maxLat = Math.max(b.maxLat, row.lat);
+      b.minLon = Math.min(b.minLon, row.lon); b.maxLon = Math.max(b.maxLon, row.lon);
+      L.bounds = b;
+    }
+    if (!L.drawPending) {
+      L.drawPending = true;
+      requestAnimationFrame(() => { L.drawPending = false; if (S.live === L) draw(); });
+    }
+  }
+
+  function setupColumns(L, row) {
+    L.columns = Object.keys(row);
+    const head = clear($('live-rows').querySelector('thead'));
+    head.append(h('tr', {}, h('th', { text: 'id' }), L.columns.map((c) => h('th', { text: c }))));
+    const numeric = L.columns.filter((c) => typeof row[c] === 'number' && c !== 'mmsi');
+    const preferred = numeric.find((c) => /^(avg|sum|max|min|count|firstval|lastval)_/.test(c))
+      || numeric.find((c) => !['lat', 'lon'].includes(c)) || numeric[0] || null;
+    const select = clear($('live-attr'));
+    for (const c of numeric) select.append(h('option', { value: c, text: c }));
+    if (preferred) select.value = preferred;
+    L.attr = preferred;
+    $('live-map-box').hidden = !(L.columns.includes('lat') && L.columns.includes('lon'));
+  }
+
+  $('live-attr').addEventListener('change', () => { if (S.live) { S.live.attr = $('live-attr').value; draw(); } });
+  $('live-close').addEventListener('click', closeLive);
+  $('live-release').addEventListener('click', () => { if (S.live) release(S.live.id); });
+
+  function fmt(v) {
+    if (typeof v === 'number') return Number.isInteger(v) ? String(v) : v.toFixed(Math.abs(v) < 10 ? 3 : 2);
+    if (v === null || v === undefined) return '';
+    return typeof v === 'object' ? JSON.stringify(v) : String(v);
+  }
+
+  function draw() {
+    const L = S.live;
+    if (!L) return;
+    $('live-count').textContent = String(L.count);
+    $('live-last').textContent = L.lastId === null ? '—' : String(L.lastId);
+    $('live').dataset.rows = String(L.count);
+    const body = clear($('live-rows').querySelector('tbody'));
+    for (const { id, row } of L.rows.slice(-TABLE_ROWS).reverse()) {
+      body.append(h('tr', {}, h('td', { text: String(id) }), L.columns.map((c) => h('td', { text: fmt(row[c]) }))));
+    }
+    drawChart(L);
+    if (!$('live-map-box').hidden) drawMap(L);
+  }
+
+  function niceTicks(min, max, count) {
+    if (!(max > min)) { const pad = Math.abs(min) * 0.1 || 1; min -= pad; max += pad; }
+    const raw = (max - min) / count;
+    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = [1, 2, 2.5, 5, 10].map((s) => s * mag).find((s) => s >= raw) || raw;
+    const lo = Math.floor(min / step) * step, hi = Math.ceil(max / step) * step;
+    const ticks = [];
+    for (let t = lo; t <= hi + step / 2; t += step) ticks.push(Number(t.toPrecision(12)));
+    return { lo, hi, ticks };
+  }
+
+  function drawChart(L) {
+    const c = $('live-chart');
+    const g = c.getContext('2d');
+    const W = c.width, H = c.height, left = 56, right = 12, top = 14, bottom = 28;
+    g.clearRect(0, 0, W, H);
+    g.font = '11px sans-serif';
+    const pts = L.attr ? L.rows.filter((r) => typeof r.row[L.attr] === 'number').map((r) => [r.id, r.row[L.attr]]) : [];
+    c.dataset.points = String(pts.length);
+    c.dataset.attr = L.attr || '';
+    g.fillStyle = '#5d6677';
+    if (!pts.length) { g.fillText(L.attr ? 'waiting for rows…' : 'no numeric attribute yet', left, H / 2); return; }
+    const ys = pts.map((p) => p[1]);
+    const y = niceTicks(Math.min(...ys), Math.max(...ys), 5);
+    const x0 = pts[0][0], x1 = Math.max(pts[pts.length - 1][0], x0 + 1);
+    const X = (v) => left + (v - x0) / (x1 - x0) * (W - left - right);
+    const Y = (v) => H - bottom - (v - y.lo) / (y.hi - y.lo) * (H - top - bottom);
+    g.strokeStyle = '#e3e7ee'; g.lineWidth = 1;
+    g.textAlign = 'right'; g.textBaseline = 'middle';
+    for (const t of y.ticks) {
+      g.beginPath(); g.moveTo(left, Y(t)); g.lineTo(W - right, Y(t)); g.stroke();
+      g.fillText(fmt(t), left - 6, Y(t));
+    }
+    g.textAlign = 'center'; g.textBaseline = 'top';
+    g.fillText(`event id ${x0} … ${pts[pts.length - 1][0]}`, (left + W - right) / 2, H - bottom + 8);
+    g.strokeStyle = '#2457c5'; g.lineWidth = 1.6;
+    g.beginPath();
+    pts.forEach((p, i) => { if (i) g.lineTo(X(p[0]), Y(p[1])); else g.moveTo(X(p[0]), Y(p[1])); });
+    g.stroke();
+    g.fillStyle = '#2457c5';
+    for (const p of pts.slice(-60)) { g.beginPath(); g.arc(X(p[0]), Y(p[1]), 2, 0, 2 * Math.PI); g.fill(); }
+    g.textAlign = 'left'; g.textBaseline = 'top'; g.fillStyle = '#1d2330';
+    g.fillText(`${L.attr}: ${fmt(ys[ys.length - 1])}`, left + 6, top);
+  }
+
+  function drawMap(L) {
+    const c = $('live-map');
+    const g = c.getContext('2d');
+    const W = c.width, H = c.height, left = 58, right = 14, top = 12, bottom = 34;
+    g.clearRect(0, 0, W, H);
+    g.font = '11px sans-serif';
+    c.dataset.points = String(L.ships.size);
+    if (!L.bounds) return;
+    const b = L.bounds;
+    const padLat = (b.maxLat - b.minLat) * 0.1 || 0.05, padLon = (b.maxLon - b.minLon) * 0.1 || 0.05;
+    const lat = niceTicks(b.minLat - padLat, b.maxLat + padLat, 5);
+    const lon = niceTicks(b.minLon - padLon, b.maxLon + padLon, 6);
+    const X = (v) => left + (v - lon.lo) / (lon.hi - lon.lo) * (W - left - right);
+    const Y = (v) => H - bottom - (v - lat.lo) / (lat.hi - lat.lo) * (H - top - bottom);
+    g.strokeStyle = '#e3e7ee'; g.fillStyle = '#5d6677'; g.lineWidth = 1;
+    g.textAlign = 'right'; g.textBaseline = 'middle';
+    for (const t of lat.ticks) { g.beginPath(); g.moveTo(left, Y(t)); g.lineTo(W - right, Y(t)); g.stroke(); g.fillText(fmt(t) + '°', left - 5, Y(t)); }
+    g.textAlign = 'center'; g.textBaseline = 'top';
+    for (const t of lon.ticks) { g.beginPath(); g.moveTo(X(t), top); g.lineTo(X(t), H - bottom); g.stroke(); g.fillText(fmt(t) + '°', X(t), H - bottom + 4); }
+    g.fillText('longitude', (left + W - right) / 2, H - 14);
+    g.save(); g.translate(12, (top + H - bottom) / 2); g.rotate(-Math.PI / 2); g.fillText('latitude', 0, -6); g.restore();
+    let k = 0;
+    for (const [key, trail] of L.ships) {
+      const hue = (k++ * 67) % 360;
+      g.strokeStyle = `hsla(${hue}, 65%, 45%, 0.35)`; g.lineWidth = 1.5;
+      g.beginPath();
+      trail.forEach(([x, y], i) => { if (i) g.lineTo(X(x), Y(y)); else g.moveTo(X(x), Y(y)); });
+      g.stroke();
+      const [x, y] = trail[trail.length - 1];
+      g.fillStyle = `hsl(${hue}, 65%, 42%)`;
+      g.beginPath(); g.arc(X(x), Y(y), 4, 0, 2 * Math.PI); g.fill();
+      if (L.ships.size <= 12) { g.textAlign = 'left'; g.textBaseline = 'bottom'; g.fillText(key, X(x) + 5, Y(y) - 2); }
+    }
+  }
+
+  route();
+})();
