@@ -51,7 +51,7 @@ def test_add_show_update_delete_take_effect_at_once(gateway):
 
     r = post_policy(gateway, simple_policy(pid, resource="rain", subject="other"))
     assert r.status_code == 201, r.data
-    assert r.get_json() == {"id": pid, "version": "1.0", "store_version": 4}
+    assert r.get_json() == {"id": pid, "version": "1.0", "store_version": 4, "warnings": []}
     assert r.headers["Location"].endswith("/policies/" + quote(pid, safe=""))
     assert gateway.decision("other", "other", "rain") == "Permit"
     assert [(e.kind, e.policy_id, e.version, e.owner) for e in events] == [
