@@ -171,6 +171,25 @@ def create_pdp_blueprint(service: PolicyService,
     @bp.post("/pdp")
     @require_identity()
     def decide():
+        """Decide a XACML request, as the authenticated caller (whatever subject it names).
+        ---
+        post:
+          requestBody:
+            required: true
+            content:
+              application/xacml+xml: {}
+              application/xacml+json: {}
+          responses:
+            200:
+              description: the XACML response, in the format Accept asks for (else the request's)
+              content:
+                application/xacml+xml: {}
+                application/xacml+json: {}
+            400:
+              description: a request that does not parse; a XACML response with syntax-error
+            415:
+              description: not a XACML media type
+        """
         kind = _request_kind()
         if kind is None:
             return error_response(415, "unsupported Content-Type "

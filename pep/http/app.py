@@ -21,6 +21,7 @@ from pep.http.explain import explain_blueprint
 from pep.http.handles import create_handles_blueprint
 from pep.http.invalidation import invalidation_blueprint
 from pep.http.metrics import metrics_blueprint
+from pep.http.openapi import create_openapi_blueprint
 from pep.http.read_tokens import ReadTokens, create_read_tokens_blueprint
 from pep.http.requests import create_requests_blueprint
 from pep.http.streams import create_streams_blueprint
@@ -85,6 +86,8 @@ def create_app(config: GatewayConfig | None = None,
         base_url))
     app.register_blueprint(create_console_blueprint(services))
     install_cors(app, config.cors_origins)
+    # GET / (the XACML REST home document) and GET /openapi.json, generated from these routes
+    app.register_blueprint(create_openapi_blueprint())
     return app
 
 

@@ -114,6 +114,27 @@ def create_requests_blueprint(handles: HandleService, engine: Callable[[], Any],
     @bp.post("/requests")
     @require_identity()
     def create_request():
+        """Ask for a stream: decide, plan, and open (or find) the caller's handle.
+        ---
+        post:
+          requestBody:
+            required: true
+            content:
+              application/xacml+xml: {}
+              application/xacml+json: {}
+              multipart/form-data:
+                schema:
+                  type: object
+                  properties:
+                    request: {type: string, format: binary}
+                    query: {type: string, format: binary}
+          responses:
+            201: {description: "a new handle: {handle, id, stream, warnings, plan, sql, policy_ids}"}
+            200: {description: the caller's live handle for the same plan}
+            403: {description: "denied: the XACML response, or a query asking for hidden data"}
+            409: {description: another query of the caller's is live on the stream}
+            422: {description: "NR: no result can ever come; nothing is started"}
+        """
         try:
             return request_stream()
         except Refusal as exc:
