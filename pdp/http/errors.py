@@ -1,14 +1,17 @@
 """The one JSON error body, and the handlers that turn exceptions into it.
 
-Every refusal the gateway answers (PDP, PAP, stream side, proxy feed) is
-`{"error": "<what and where>", "status": <code>, ...details}` with `Content-Type:
-application/json`: one shape, so a client needs one parser. Errors a client can fix are 4xx;
+Every refusal the gateway answers (PDP, PAP, stream side, proxy feed) is an RFC 9457 problem
+document, `Content-Type: application/problem+json`:
+`{"type": "about:blank", "title": "<the status's phrase>", "status": <code>, "detail": "<what and
+where>", "error": "<the same>", ...details}` (`error` stays for clients written against the
+first release). One shape, so a client needs one parser. Errors a client can fix are 4xx;
 anything unexpected is a 500 whose body says only to look at the gateway's log (the log has the
 stack trace; the client never does).
 """
 from __future__ import annotations
 
 import logging
+from http import HTTPStatus
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,11 +24,20 @@ log = logging.getLogger(__name__)
 ErrorTable = Sequence[tuple[type[BaseException], int]]
 
 
+PROBLEM_JSON = "application/problem+json"
+
+
 def error_response(status: int, message: str, headers: dict[str, str] | None = None,
                    **details: Any) -> Response:
     """The error body every route answers with."""
-    response = jsonify(error=message, status=status, **details)
+    try:
+        title = HTTPStatus(status).phrase
+    except ValueError:
+        title = "Error"
+    response = jsonify(type="about:blank", title=title, status=status, detail=message,
+                       error=message, **details)
     response.status_code = status
+    response.content_type = PROBLEM_JSON
     for name, value in (headers or {}).items():
         response.headers[name] = value
     return response

@@ -573,7 +573,7 @@ def check(response, *, xacml: bool = False, what: str = "") -> None:
         if response.status_code == 400:
             assert message.strip(), f"{what}: 400 in XACML without a StatusMessage: {body[:300]!r}"
         return
-    assert response.mimetype == "application/json", (
+    assert response.mimetype == "application/problem+json", (
         f"{what}: {response.status_code} answered as {response.mimetype!r}: {body[:300]!r}")
     doc = response.get_json()
     assert isinstance(doc, dict) and isinstance(doc.get("error"), str) and doc["error"].strip(), (

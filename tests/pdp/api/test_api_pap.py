@@ -162,7 +162,8 @@ def test_invalid_policy_changes_nothing(gateway):
               put_policy(gateway, WEATHER_ID, broken)):
         assert r.status_code == 400, r.data
         body = r.get_json()
-        assert set(body) == {"error", "status", "source", "element", "line"}
+        assert set(body) == {"type", "title", "status", "detail", "error", "source", "element",
+                             "line"}
         assert "no-such-function" in body["error"]
         assert body["source"] == "request body" and isinstance(body["line"], int)
     assert snapshot(gateway) == before and events == []

@@ -216,6 +216,6 @@ def test_refusals_change_nothing_and_say_why_in_json(gw):
     client, services = gw
     before = (services.store.store_version(), sorted(services.policies.engine.policies))
     r = add(client, "own2", grant("urn:own2:alpha", "alpha"))
-    assert r.status_code == 403 and r.content_type.startswith("application/json")
+    assert r.status_code == 403 and r.content_type.startswith("application/problem+json")
     assert json.loads(r.data)["error"].startswith("'own2' may not manage policy 'urn:own2:alpha'")
     assert (services.store.store_version(), sorted(services.policies.engine.policies)) == before
