@@ -22,7 +22,7 @@ from pdp.auth import Identity
 from pdp.engine import PolicyInfo, PolicySource, inspect_policy
 from pdp.errors import PolicyLoadError, RequestSyntaxError
 from pdp.http.auth import current_identity, require_identity
-from pdp.http.errors import error_response
+from pdp.http.errors import error_response, no_content
 from pdp.manage import ManagedPolicy, ManagePolicy, Veto, may_manage_policy
 from pdp.request import bind_environment, bind_subject, media_kind, parse_request
 from pdp.response import render_response
@@ -247,7 +247,13 @@ def create_pdp_blueprint(service: PolicyService,
     @bp.get("/policies/<path:policy_id>")
     @require_identity()
     def get_policy(policy_id: str):
+        """A policy's current document (XACML XML), an earlier version (`version`,
+        `store_version`), or its history (`history=true`, JSON)."""
         identity = current_identity()
+        wants_history = request.args.get("history", "").lower() in ("1", "true", "yes")
+        offered = ["application/json"] if wants_history else [XACML_XML, "application/xml"]
+        if request.headers.get("Accept") and request.accept_mimetypes.best_match(offered) is None:
+            return error_response(406, f"this resource is {' or '.join(offered)}")
         info = existing_info(policy_id)
         if info is None:
             # A deleted policy's history stays readable by administrators.
@@ -258,7 +264,7 @@ def create_pdp_blueprint(service: PolicyService,
             if not verdict:
                 return _refused(identity, f"read policy {policy_id!r}", verdict)
         try:
-            if request.args.get("history", "").lower() in ("1", "true", "yes"):
+            if wants_history:
                 return jsonify([p.summary() for p in service.history(policy_id)])
             store_version = _store_version(request.args.get("store_version"))
             stored = service.get(policy_id, version=request.args.get("version"),
@@ -368,6 +374,6 @@ def create_pdp_blueprint(service: PolicyService,
             return error_response(404, str(exc))
         except PolicyLoadError as exc:  # e.g. still referenced by a PolicySet
             return load_error(exc, 409)
-        return FlaskResponse(status=204)
+        return no_content()
 
     return bp

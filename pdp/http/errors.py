@@ -43,6 +43,13 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
     return response
 
 
+def no_content() -> Response:
+    """204: no body, hence no Content-Type either."""
+    response = Response(status=204)
+    del response.headers["Content-Type"]
+    return response
+
+
 def status_for(exc: BaseException, table: ErrorTable) -> int | None:
     """The status of the first table entry whose type the exception is an instance of."""
     for kind, status in table:
@@ -89,4 +96,5 @@ def respond(exc: BaseException, table: ErrorTable,
     return error_response(status, getattr(exc, "message", None) or str(exc), **details)
 
 
-__all__ = ["error_response", "install_error_handlers", "respond", "status_for", "ErrorTable"]
+__all__ = ["error_response", "no_content", "install_error_handlers", "respond", "status_for",
+           "ErrorTable"]

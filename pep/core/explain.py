@@ -166,6 +166,7 @@ def plan_to_json(plan: ExecutionPlan) -> dict:
         },
         "output": ([*w.keys, *(a.output_name for a in w.aggregates)] if w is not None
                    else list(plan.projection)),
+        **({"start_after": plan.start_after} if plan.start_after is not None else {}),
     }
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Iterable
 
 from pdp.db import Database
+from pep.core.explain import plan_to_json
+from pep.core.plan import plan_from_json
 
 
 class HandleState(str, Enum):
@@ -70,10 +72,12 @@ class HandleRecord:
         return self.state is HandleState.LIVE
 
     def summary(self, base_url: str) -> dict:
-        """JSON for its owner (never the stored request: it can be large)."""
+        """JSON for its owner (never the stored request: it can be large). The plan has the
+        shape POST /requests and POST /explain give it."""
         return {"id": self.id, "handle": f"{base_url}/handles/{self.id}", "stream": self.stream,
                 "state": self.state.value, "reason": self.reason, "created_at": self.created_at,
-                "updated_at": self.updated_at, "plan": json.loads(self.plan_json),
+                "updated_at": self.updated_at,
+                "plan": plan_to_json(plan_from_json(self.plan_json)),
                 "policy_ids": list(self.policy_ids)}
 
 

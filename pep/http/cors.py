@@ -21,6 +21,8 @@ from collections.abc import Iterable
 
 from flask import Flask, Response, request
 
+from pdp.http.errors import no_content
+
 ALLOWED_METHODS = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
 ALLOWED_HEADERS = "Authorization, Content-Type, Accept, Last-Event-ID"
 EXPOSED_HEADERS = "Location, Retry-After, X-Policy-Version, X-Store-Version, X-XSG-Cache"
@@ -65,7 +67,7 @@ def install_cors(app: Flask, origins: Iterable[str]) -> None:
         origin = allowed_origin()
         if origin is None:
             return None
-        response = Response(status=204)
+        response = no_content()
         response.headers["Access-Control-Allow-Methods"] = ALLOWED_METHODS
         response.headers["Access-Control-Allow-Headers"] = ALLOWED_HEADERS
         response.headers["Access-Control-Max-Age"] = MAX_AGE

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from flask import Blueprint, jsonify, request
 
 from pdp.http.auth import current_identity, require_identity
+from pdp.http.errors import no_content
 from pep.core.errors import InvalidInput, NotFound, NotPermitted
 from pep.streams.catalog import StreamCatalog
 from pep.streams.events import StreamEvents
@@ -68,7 +69,7 @@ def events_blueprint(catalog: StreamCatalog, events: StreamEvents, runtime: Any,
         runtime.detach(definition.runtime_id)
         if on_change is not None:
             on_change("event-deleted", definition.to_json())
-        return "", 204
+        return no_content()
 
     return bp
 

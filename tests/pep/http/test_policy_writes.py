@@ -130,3 +130,19 @@ def test_pdp_decides_on_the_gateways_clock_not_the_requests(gw):
     r = client.post("/pdp", data=claim, headers=auth_header("lta", **XML,
                                                             Accept="application/xacml+json"))
     assert r.status_code == 200 and r.json["Response"][0]["Decision"] == "Deny"
+
+
+def test_consistent_answers_204_without_a_type_406_on_accept_one_plan_shape(gw):
+    client, runtime, services = gw
+    client.post("/policies", data=NEA_POLICY, headers=auth_header("nea", **XML))
+    pid = "/policies/urn:xsg:example:weather:nea-policy"
+    assert client.get(pid, headers=auth_header("nea", Accept="application/json")).status_code == 406
+    assert client.get(pid, headers=auth_header("nea", Accept="application/xacml+xml")).status_code == 200
+    assert client.get(pid + "?history=true", headers=auth_header(
+        "nea", Accept="application/json")).status_code == 200
+    r = client.post("/requests", data=(POLICIES / "lta-request.xml").read_bytes(),
+                    headers=auth_header("lta", **XML))
+    listed = client.get("/handles", headers=auth_header("lta")).json["handles"][0]
+    assert listed["plan"] == r.json["plan"]  # the same shape as POST /requests gives
+    r = client.delete(pid, headers=auth_header("nea"))
+    assert r.status_code == 204 and "Content-Type" not in r.headers and r.data == b""
