@@ -244,7 +244,7 @@ def create_pdp_blueprint(service: PolicyService,
         response.headers["Location"] = f"{request.root_path}/policies/{quote(stored.policy_id, safe='')}"
         return response
 
-    @bp.get("/policies/<path:policy_id>")
+    @bp.get("/policies/<path:policy_id>", merge_slashes=False)  # ids may hold "//"
     @require_identity()
     def get_policy(policy_id: str):
         """A policy's current document (XACML XML), an earlier version (`version`,
@@ -288,7 +288,7 @@ def create_pdp_blueprint(service: PolicyService,
         response.headers["X-Store-Version"] = str(stored.store_version)
         return response
 
-    @bp.put("/policies/<path:policy_id>")
+    @bp.put("/policies/<path:policy_id>", merge_slashes=False)  # ids may hold "//"
     @require_identity()
     def update_policy(policy_id: str):
         body = _policy_body()
@@ -358,7 +358,7 @@ def create_pdp_blueprint(service: PolicyService,
         response.status_code = 201
         return response
 
-    @bp.delete("/policies/<path:policy_id>")
+    @bp.delete("/policies/<path:policy_id>", merge_slashes=False)  # ids may hold "//"
     @require_identity()
     def delete_policy(policy_id: str):
         identity = current_identity()

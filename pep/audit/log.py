@@ -82,7 +82,7 @@ class AuditLog:
             self._seq += 1
             entry = {"time": _now(), "seq": self._seq, "kind": kind,
                      **{k: v for k, v in fields.items() if v is not None}}
-            line = json.dumps(entry, separators=(",", ":"), ensure_ascii=False, default=str)
+            line = json.dumps(entry, separators=(",", ":"), default=str)  # ASCII: any text fits
             self._file.write(line + "\n")
             self._file.flush()
             if self.durable:

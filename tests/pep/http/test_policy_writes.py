@@ -146,3 +146,23 @@ def test_consistent_answers_204_without_a_type_406_on_accept_one_plan_shape(gw):
     assert listed["plan"] == r.json["plan"]  # the same shape as POST /requests gives
     r = client.delete(pid, headers=auth_header("nea"))
     assert r.status_code == 204 and "Content-Type" not in r.headers and r.data == b""
+
+
+def test_a_policy_id_with_a_double_slash_is_managed_like_any_other(gw):
+    client, runtime, services = gw
+    pid = "http://example.org//policies/p1"
+    body = simple(pid, "weather")
+    assert client.post("/policies", data=body, headers=auth_header("nea", **XML)).status_code == 201
+    from urllib.parse import quote
+    path = "/policies/" + quote(pid, safe="")
+    assert client.get(path, headers=auth_header("nea")).status_code == 200
+    assert client.get("/policies/" + pid, headers=auth_header("nea")).status_code == 200
+    assert client.delete("/policies/" + pid, headers=auth_header("nea")).status_code == 204
+
+
+def test_the_audit_keeps_any_text(tmp_path):
+    from pep.audit.log import AuditLog
+    log = AuditLog(tmp_path, durable=False)
+    log.record("refused", reason="bad \ud800 surrogate and é")
+    assert [e["reason"] for e in log.entries()] == ["bad \ud800 surrogate and é"]
+    log.close()
