@@ -55,6 +55,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             spark_master=args.spark_master, base_url=args.base_url,
             threads=args.threads, max_threads=args.max_threads, start_spark=True,
             proxy_port=args.proxy_port,
+            max_connections=args.max_connections,
+            max_readers_per_subject=args.max_readers_per_subject,
+            idle_timeout=args.idle_timeout, write_timeout=args.write_timeout,
             **({"policies_dir": Path(args.policies)} if args.policies else {}))
         return serve(config)
     except (AuthFileError, PolicyLoadError, StoreError, ValueError) as exc:
@@ -209,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    s = sub.add_parser("serve", help="run the gateway (cheroot WSGI server)",
+    s = sub.add_parser("serve", help="run the gateway (HTTP server: pep/http/server.py)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                        description="Run the gateway. With no flags: data in ./data, example "
                                    "policies from policies/, demo tokens in data/auth.json.")
@@ -230,6 +233,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ceiling for the HTTP thread pool (streaming readers hold threads)")
     s.add_argument("--proxy-port", type=int, metavar="PORT",
                    help="also run the caching proxy on this port, as a child process")
+    s.add_argument("--max-connections", type=int, default=4096,
+                   help="open connections at once; more are answered 429")
+    s.add_argument("--max-readers-per-subject", type=int, default=32,
+                   help="handle streams one subject may read at once; more are answered 429")
+    s.add_argument("--idle-timeout", type=float, default=20.0, metavar="SECONDS",
+                   help="close a connection idle this long before or between requests")
+    s.add_argument("--write-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="close a connection whose client has not read for this long (a handle "
+                        "reader may resume with Last-Event-ID)")
     s.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("policy", help="manage the policies of a running gateway",

@@ -50,6 +50,15 @@ class GatewayConfig:
     proxy_token: str | None = None
     proxy_secret: str | None = None
     proxy_port: int | None = None  # `xsg serve --proxy-port`: also run a proxy beside the gateway
+    # Connections and readers (pep/http/server.py, pep/http/handles.py): open connections at
+    # once (more are answered 429), handle streams one subject reads at once (more: 429),
+    # seconds a connection may sit idle before or between requests, and seconds a write to a
+    # client may make no progress before its connection is closed (a reader whose socket does
+    # not drain; its handle stays live and it may resume with Last-Event-ID).
+    max_connections: int = 4096
+    max_readers_per_subject: int = 32
+    idle_timeout: float = 20.0
+    write_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -62,6 +71,10 @@ class GatewayConfig:
         if self.threads < 1 or self.max_threads < self.threads:
             raise ValueError(f"threads ({self.threads}) must be >= 1 and <= max_threads "
                              f"({self.max_threads})")
+        for name in ("max_connections", "max_readers_per_subject", "idle_timeout",
+                     "write_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
 
     @property
     def store_path(self) -> Path:

@@ -14,7 +14,7 @@ from typing import TextIO
 
 from pep.config import GatewayConfig
 from pep.http.app import create_app
-from pep.http.server import HttpServer, run_until_signal
+from pep.http.server import HttpServer, limit_malloc_arenas, run_until_signal
 from pep.services import GatewayServices, build_services
 
 
@@ -45,6 +45,14 @@ def _banner(services: GatewayServices, server: HttpServer, out: TextIO) -> None:
     out.flush()
 
 
+def gateway_server(app, config: GatewayConfig) -> HttpServer:
+    """The gateway's HTTP server, with the configuration's limits (see pep/http/server.py)."""
+    return HttpServer(app, host=config.host, port=config.port, threads=config.threads,
+                      max_threads=config.max_threads, name="xsg",
+                      max_connections=config.max_connections, idle_timeout=config.idle_timeout,
+                      write_timeout=config.write_timeout)
+
+
 def start_proxy(config: GatewayConfig, gateway_url: str, out: TextIO) -> subprocess.Popen:
     """The caching proxy as a child process beside the gateway.
 
@@ -64,12 +72,12 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
           out: TextIO | None = None) -> int:
     """Run the gateway in the foreground until SIGINT or SIGTERM; returns an exit status."""
     out = out or sys.stdout
+    limit_malloc_arenas()  # before Spark's and the server's threads allocate (see its doc)
     if config.proxy_port and not (config.proxy_token and config.proxy_secret):
         config.proxy_token = config.proxy_token or secrets.token_urlsafe(32)
         config.proxy_secret = config.proxy_secret or secrets.token_urlsafe(32)
     services = services or build_services(config)
-    server = HttpServer(create_app(services=services), host=config.host, port=config.port,
-                        threads=config.threads, max_threads=config.max_threads, name="xsg")
+    server = gateway_server(create_app(services=services), config)
     proxy: list[subprocess.Popen] = []
 
     def started() -> None:
@@ -94,4 +102,4 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
     return 0
 
 
-__all__ = ["serve", "start_proxy"]
+__all__ = ["serve", "start_proxy", "gateway_server"]

@@ -46,8 +46,9 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(create_streams_blueprint(services.catalog))
     app.register_blueprint(create_requests_blueprint(
         services.handles, engine, services.catalog.schema, services.decide_and_plan, base_url))
-    app.register_blueprint(create_handles_blueprint(services.handles, base_url,
-                                                    config.heartbeat))
+    app.register_blueprint(create_handles_blueprint(
+        services.handles, base_url, config.heartbeat,
+        max_readers_per_subject=config.max_readers_per_subject))
 
     def caller_is_admin() -> bool:
         identity = services.authenticator.authenticate_header(request.headers.get("Authorization"))
