@@ -63,6 +63,10 @@ STREAM_BODY = "xsg.stream_body"  # environ key: call it with a StreamBody to str
 MAX_HEAD = 64 * 1024
 MAX_HEADERS = 100
 PULL_BYTES = 128 * 1024  # at most this much is taken from a stream body per write
+# The kernel's send buffer of a streaming connection (Linux doubles it): without a bound it grows
+# to tcp_wmem's maximum (4 MiB here), so a reader that stops reading would park megabytes in the
+# kernel and show no stall for minutes. 128 KiB in flight still carry ~2.5 MB/s at 50 ms RTT.
+STREAM_SNDBUF = 64 * 1024
 LINGER = 0.02  # seconds a worker waits for the next request on a keep-alive connection
 TICK = 0.25  # seconds between the I/O thread's checks of deadlines, stalls and heartbeats
 DRAIN_LIMIT = 1024 * 1024  # unread request body drained to keep a connection, at most
@@ -206,16 +210,18 @@ def raise_fd_limit(wanted: int) -> int:
 # -- the worker pool --------------------------------------------------------------------------------
 
 class _Workers:
-    """Threads that run tasks; a new thread starts as soon as a task finds none idle."""
+    """Threads that run tasks. A task goes to the most recently idle thread (so that threads
+    beyond what the load needs stay idle and leave after `idle_exit` seconds), and a new thread
+    starts at once when none is idle, up to `max`."""
 
     def __init__(self, min_threads: int, max_threads: int, idle_exit: float, name: str) -> None:
         self.min = max(1, min_threads)
         self.max = max(self.min, max_threads)
         self.idle_exit = idle_exit
         self.name = name
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
         self._tasks: collections.deque = collections.deque()
-        self._idle = 0
+        self._idle: list[threading.Event] = []  # a stack: the last to go idle is woken first
         self._threads: set[threading.Thread] = set()
         self._stopping = False
         self._ids = itertools.count(1)
@@ -227,21 +233,22 @@ class _Workers:
 
     @property
     def idle(self) -> int:
-        return self._idle
+        return len(self._idle)
 
     def start(self) -> None:
-        with self._cond:
+        with self._lock:
             for _ in range(self.min):
                 self._spawn()
 
     def submit(self, fn: Callable, *args: Any) -> None:
-        with self._cond:
+        with self._lock:
             if self._stopping:
                 raise RuntimeError("the server is stopping")
             self._tasks.append((fn, args))
-            if len(self._tasks) > self._idle and len(self._threads) < self.max:
+            if self._idle:
+                self._idle.pop().set()
+            elif len(self._threads) < self.max:
                 self._spawn()
-            self._cond.notify()
 
     def _spawn(self) -> None:
         t = threading.Thread(target=self._run, name=f"{self.name}-worker-{next(self._ids)}",
@@ -252,30 +259,42 @@ class _Workers:
 
     def _run(self) -> None:
         me = threading.current_thread()
-        cond, tasks = self._cond, self._tasks
+        wake = threading.Event()
+        lock, tasks = self._lock, self._tasks
         while True:
-            with cond:
-                while not tasks:
-                    if self._stopping:
-                        self._threads.discard(me)
-                        return
-                    self._idle += 1
-                    woke = cond.wait(self.idle_exit)
-                    self._idle -= 1
-                    if not woke and not tasks and len(self._threads) > self.min:
-                        self._threads.discard(me)
-                        return
-                fn, args = tasks.popleft()
+            task = None
+            with lock:
+                if tasks:
+                    task = tasks.popleft()
+                elif self._stopping:
+                    self._threads.discard(me)
+                    return
+                else:
+                    wake.clear()
+                    self._idle.append(wake)
+            if task is None:
+                if not wake.wait(self.idle_exit):
+                    with lock:
+                        if wake in self._idle and len(self._threads) > self.min:
+                            self._idle.remove(wake)  # not chosen meanwhile: leave
+                            self._threads.discard(me)
+                            return
+                        if wake in self._idle:
+                            self._idle.remove(wake)
+                continue
+            fn, args = task
             try:
                 fn(*args)
             except Exception:  # noqa: BLE001 - a task's failure must not kill its thread
                 log.exception("server task failed")
-            del fn, args
+            del fn, args, task
 
     def stop(self, timeout: float) -> None:
-        with self._cond:
+        with self._lock:
             self._stopping = True
-            self._cond.notify_all()
+            for wake in self._idle:
+                wake.set()
+            self._idle.clear()
             threads = list(self._threads)
         deadline = time.monotonic() + timeout
         for t in threads:
@@ -501,6 +520,7 @@ class HttpServer:
         self.header_timeout = float(header_timeout)
         self.min_threads = threads
         self.linger = LINGER
+        self.stream_sndbuf = STREAM_SNDBUF
         self._workers = _Workers(threads, max_threads, max(self.idle_timeout, 5.0), name)
         self._bind = (host, port)
         self._backlog = request_queue_size
@@ -868,6 +888,8 @@ class HttpServer:
         st = _Stream(conn, body, chunked)
         self._streams[conn.fd] = st
         try:
+            if self.stream_sndbuf:
+                conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.stream_sndbuf)
             conn.sock.setblocking(False)
             self._sel.register(conn.fd, selectors.EVENT_READ, "stream")
             st.registered = True
