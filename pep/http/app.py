@@ -12,6 +12,7 @@ from pdp.http.auth import install_authenticator
 from pep.config import GatewayConfig
 from pep.http import errors
 from pep.http.explain import explain_blueprint
+from pep.http.fast_pdp import install_fast_pdp
 from pep.http.handles import create_handles_blueprint
 from pep.http.invalidation import invalidation_blueprint
 from pep.http.requests import create_requests_blueprint
@@ -55,6 +56,8 @@ def create_app(config: GatewayConfig | None = None,
         return identity is not None and identity.admin
 
     app.register_blueprint(invalidation_blueprint(services.invalidation, caller_is_admin))
+    # POST /pdp answered 200 without Flask's machinery; everything else reaches the routes above
+    install_fast_pdp(app, services.policies, services.authenticator)
     return app
 
 

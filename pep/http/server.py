@@ -529,6 +529,8 @@ class HttpServer:
         self._io_thread: threading.Thread | None = None
         self._running = False
         self._stopping = threading.Event()
+        self._stop_flag = False  # the same, read on every request without a call
+        self._base_environ: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._open = 0  # connections open (idle, in a worker, or streaming)
         self._calls: collections.deque = collections.deque()  # work for the I/O thread
@@ -592,6 +594,12 @@ class HttpServer:
             sock.close()
             raise
         self._sock = sock
+        self._base_environ = {
+            "SCRIPT_NAME": "", "SERVER_NAME": host, "SERVER_PORT": str(self.port),
+            "SERVER_SOFTWARE": self.name, "REMOTE_ADDR": "", "REMOTE_PORT": "",
+            "wsgi.version": (1, 0), "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True, "wsgi.multiprocess": False, "wsgi.run_once": False,
+            "wsgi.input_terminated": True}
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._sel.register(sock, selectors.EVENT_READ, "accept")
@@ -609,6 +617,7 @@ class HttpServer:
         if self._stopping.is_set() or self._sock is None:
             return
         self._stopping.set()
+        self._stop_flag = True
         self._call(self._begin_stop)
         deadline = time.monotonic() + self.shutdown_timeout
         while time.monotonic() < deadline and self._open > 0:
@@ -1012,7 +1021,7 @@ class HttpServer:
                 after = self._one_request(conn)
                 if after == DETACHED:
                     return  # the I/O thread writes its stream now
-                if after == CLOSE or self._stopping.is_set():
+                if after == CLOSE or self._stop_flag:
                     conn.close()
                     return
                 if conn.buf:
@@ -1117,28 +1126,15 @@ class HttpServer:
         path, _, query = target.partition(b"?")
         if b"%" in path:
             path = b"%2F".join(unquote_to_bytes(p) for p in _QUOTED_SLASH.split(path))
-        host, port = self._bind[0], self.port
-        env: dict[str, Any] = {
-            "REQUEST_METHOD": method.decode("ascii"),
-            "SCRIPT_NAME": "",
-            "PATH_INFO": path.decode("latin-1"),
-            "QUERY_STRING": query.decode("latin-1"),
-            "REQUEST_URI": target.decode("latin-1"),
-            "RAW_URI": target.decode("latin-1"),
-            "SERVER_NAME": host,
-            "SERVER_PORT": str(port),
-            "SERVER_PROTOCOL": version.decode("ascii"),
-            "SERVER_SOFTWARE": self.name,
-            "REMOTE_ADDR": conn.addr[0] if conn.addr else "",
-            "REMOTE_PORT": str(conn.addr[1]) if conn.addr else "",
-            "wsgi.version": (1, 0),
-            "wsgi.url_scheme": "http",
-            "wsgi.errors": sys.stderr,
-            "wsgi.multithread": True,
-            "wsgi.multiprocess": False,
-            "wsgi.run_once": False,
-            "wsgi.input_terminated": True,
-        }
+        env = self._base_environ.copy()
+        env["REQUEST_METHOD"] = method.decode("ascii")
+        env["PATH_INFO"] = path.decode("latin-1")
+        env["QUERY_STRING"] = query.decode("latin-1")
+        env["REQUEST_URI"] = env["RAW_URI"] = target.decode("latin-1")
+        env["SERVER_PROTOCOL"] = "HTTP/1.0" if http10 else "HTTP/1.1"
+        if conn.addr:
+            env["REMOTE_ADDR"] = conn.addr[0]
+            env["REMOTE_PORT"] = str(conn.addr[1])
         if len(lines) > MAX_HEADERS + 1:
             raise _Busy(431, f"more than {MAX_HEADERS} request headers")
         length = None
