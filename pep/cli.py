@@ -230,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--base-url", help="public URL of the gateway (for handle URIs)")
     s.add_argument("--threads", type=int, default=32, help="HTTP worker threads at start")
     s.add_argument("--max-threads", type=int, default=1000,
-                   help="ceiling for the HTTP thread pool (streaming readers hold threads)")
+                   help="ceiling for the HTTP worker pool (requests in progress hold a thread; "
+                        "idle connections and handle readers do not)")
     s.add_argument("--proxy-port", type=int, metavar="PORT",
                    help="also run the caching proxy on this port, as a child process")
     s.add_argument("--max-connections", type=int, default=4096,

@@ -547,6 +547,7 @@ class HttpServer:
         self.peak_connections = 0
         self._peak_since_trim = 0
         self._last_trim = time.monotonic()
+        self._last_close = 0.0
         self.stats = collections.Counter()
 
     # -- public -----------------------------------------------------------------------------------
@@ -840,9 +841,11 @@ class HttpServer:
                 if beat:
                     self._queue_out(st, beat, False)
                     self._pump(st)
-        # Give memory back once a crowd has gone (see trim_memory).
-        if (self._peak_since_trim - self._open >= 32 and now - self._last_trim > 2.0) or \
-                (now - self._last_trim > 60.0 and self._peak_since_trim > self._open):
+        # Give memory back once a crowd has gone and its connections have settled (their
+        # buffers are freed as they close): see trim_memory.
+        settled = now - self._last_close >= 1.0
+        if settled and ((self._peak_since_trim - self._open >= 32 and now - self._last_trim > 2.0)
+                        or (now - self._last_trim > 60.0 and self._peak_since_trim > self._open)):
             self._last_trim = now
             self._peak_since_trim = self._open
             trim_memory()
@@ -886,6 +889,7 @@ class HttpServer:
     def _closed_one(self) -> None:
         with self._lock:
             self._open -= 1
+        self._last_close = time.monotonic()
 
     # -- streams (I/O thread) ---------------------------------------------------------------------
 
@@ -903,11 +907,10 @@ class HttpServer:
             self._sel.register(conn.fd, selectors.EVENT_READ, "stream")
             st.registered = True
             body.start(lambda st=st: self._stream_ready(st))
+            self._pump(st)
         except Exception:  # noqa: BLE001
             log.exception("starting a stream")
             self._end_stream(st)
-            return
-        self._pump(st)
 
     @staticmethod
     def _retracted(st: _Stream) -> bool:
