@@ -4,9 +4,10 @@ A `HandleBuffer` holds at most `max_rows` rows and `max_bytes` of their JSON; wh
 OLDEST rows are dropped. Readers are cursors (the id of the last event they saw), not consumers:
 a reader that reconnects with `Last-Event-ID` gets what followed, and if some of that was
 dropped meanwhile it first gets a `gap` event saying how many rows it lost. A reader that is
-reading (inside `read`, or left it less than `READER_STALL` seconds ago) is not overrun by one
-large delivery: `put` waits for it to take the rows about to be dropped, at most `MAX_PUT_WAIT`
-seconds per delivery (a reader that does not keep up within that bound loses rows, so one slow
+reading (inside `read`, or left it less than `READER_STALL` seconds ago, or woken by a waiter
+after a read that had everything: idle, not slow) is not overrun by one large delivery: `put`
+waits for it to take the rows about to be dropped, at most `MAX_PUT_WAIT` seconds per delivery
+(a reader that does not keep up within that bound loses rows, so one slow
 reader can hold its stream's shared query back by that much at most). Event ids grow
 strictly per handle, also across restarts: after the n-th restart ids start at n * 2**40, so a
 reader resuming with an id from before a restart gets a `gap` with an unknown count (the rows in
@@ -99,6 +100,7 @@ class HandleBuffer:
         self._read_upto = self.base  # the newest event id handed to a reader
         self._reading = 0  # readers inside read() now
         self._last_read = -math.inf  # monotonic time a reader last left read()
+        self._caught_up = False  # the last read returned everything there was
         self._waiters: tuple[Callable[[], None], ...] = ()
 
     @property
@@ -151,7 +153,7 @@ class HandleBuffer:
         with self._cond:
             if self._final is not None:
                 return False
-            deadline = None
+            deadline = idle_grace = None
             entries = self._entries
             for text in encoded:
                 size = len(text) if text.isascii() else len(text.encode("utf-8"))
@@ -161,9 +163,16 @@ class HandleBuffer:
                             or self._bytes + size > self.max_bytes)):
                     now = time.monotonic()
                     deadline = now + self.max_put_wait if deadline is None else deadline
-                    if (not self._reading and now - self._last_read > self.reader_stall) \
-                            or now >= deadline:
-                        break  # no reader, or it stopped reading: drop, as for a slow reader
+                    if now >= deadline:
+                        break
+                    if not self._reading and now - self._last_read > self.reader_stall:
+                        # Not read for a while. A reader whose last read had everything was idle
+                        # (nothing to read), not slow: wake it and give it the stall bound to
+                        # come. Otherwise no reader, or it stopped reading: drop.
+                        if idle_grace is None and self._caught_up and self._waiters:
+                            idle_grace = now + self.reader_stall
+                        if idle_grace is None or now >= idle_grace:
+                            break
                     self._wake()
                     self._cond.wait(min(self.reader_stall, deadline - now))
                     if self._final is not None:
@@ -247,6 +256,7 @@ class HandleBuffer:
             finally:
                 self._reading -= 1
                 self._last_read = time.monotonic()
+            self._caught_up = not events or events[-1].id >= self._last
             if events and not events[-1].final and events[-1].id > self._read_upto:
                 self._read_upto = events[-1].id
                 self._cond.notify_all()  # a put may be waiting for this reader

@@ -354,3 +354,51 @@ def test_handle_stream_pulls_formatted_chunks_for_the_io_thread():
     stream.close()
     assert released == [1]
     assert buf._waiters == ()
+
+
+def test_an_idle_woken_reader_is_not_overrun_by_a_burst_after_a_quiet_spell():
+    # A reader driven by a waiter (the server's I/O thread) reads only when woken. After a quiet
+    # spell longer than reader_stall it has not read for a while, but its last read had
+    # everything: it is idle, not slow, and a burst larger than the buffer must wait for it.
+    from pep.http.handles import HandleStream
+
+    buf = HandleBuffer(max_rows=50)
+    buf.reader_stall = 0.3
+    got: list = []
+    woken = threading.Event()
+    stream = HandleStream(buf, None, ndjson_event, "", 15.0)
+
+    def io_thread():
+        while True:
+            woken.wait(5)
+            woken.clear()
+            data, done = stream.pull(1 << 20)
+            got.extend(json.loads(x) for x in data.decode().splitlines())
+            if done:
+                return
+
+    t = threading.Thread(target=io_thread, daemon=True)
+    t.start()
+    stream.start(woken.set)
+    buf.put(rows(0, 10))
+    time.sleep(0.8)  # quiet: longer than reader_stall since the last read
+    assert buf.put(rows(10, 1_000))
+    deadline = time.monotonic() + 10
+    while sum("row" in o for o in got) < 1_000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    buf.close("released")  # (a close discards what is unread: only after the reader has it all)
+    t.join(10)
+    assert [o.get("event") for o in got if "row" not in o] == ["released"]
+    assert [o["row"]["n"] for o in got if "row" in o] == list(range(1_000))
+
+
+def test_a_woken_reader_that_does_not_come_is_given_up_on():
+    buf = HandleBuffer(max_rows=10)
+    buf.reader_stall = 0.2
+    buf.add_waiter(lambda: None)  # woken, never reads
+    buf.read(None, timeout=0)  # its last read had everything
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    assert buf.put(rows(0, 100))
+    assert 0.15 <= time.monotonic() - t0 < 2  # waited the stall bound once, then dropped
+    assert len(buf) == 10
