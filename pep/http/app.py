@@ -57,7 +57,7 @@ def create_app(config: GatewayConfig | None = None,
 
     app.register_blueprint(invalidation_blueprint(services.invalidation, caller_is_admin))
     # POST /pdp answered 200 without Flask's machinery; everything else reaches the routes above
-    install_fast_pdp(app, services.policies, services.authenticator)
+    install_fast_pdp(app, services.policies)
     return app
 
 

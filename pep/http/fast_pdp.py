@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pdp.errors import RequestSyntaxError
+from pdp.http.auth import AUTH_EXTENSION
 from pdp.request import bind_subject, media_kind, parse_request
 from pdp.response import render_response
 
@@ -34,11 +35,11 @@ _ALL_OFFERED = frozenset(_OFFERED["xml"] + _OFFERED["json"])
 class FastPdp:
     """WSGI middleware in front of the gateway's Flask app (see the module docstring)."""
 
-    def __init__(self, app: Callable, service: Any, authenticator: Any,
+    def __init__(self, app: Callable, service: Any, extensions: dict,
                  max_content_length: int | None) -> None:
         self.app = app
         self.service = service
-        self.authenticator = authenticator
+        self.extensions = extensions  # the Flask app's: its authenticator is read per call
         self.limit = max_content_length
         self.answered = 0  # decisions answered here (the rest went to the app)
 
@@ -59,7 +60,7 @@ class FastPdp:
         service = self.service
         if not service.ready or environ.get("SCRIPT_NAME"):
             return None
-        authenticator = self.authenticator
+        authenticator = self.extensions.get(AUTH_EXTENSION)
         identity = authenticator.authenticate_header(environ.get("HTTP_AUTHORIZATION")) \
             if authenticator is not None else None
         if identity is None:
@@ -96,9 +97,9 @@ class FastPdp:
         return render_response(response, media_type), media_type
 
 
-def install_fast_pdp(app: Any, service: Any, authenticator: Any) -> FastPdp:
+def install_fast_pdp(app: Any, service: Any) -> FastPdp:
     """Put the fast path in front of `app.wsgi_app`; returns it."""
-    fast = FastPdp(app.wsgi_app, service, authenticator, app.config.get("MAX_CONTENT_LENGTH"))
+    fast = FastPdp(app.wsgi_app, service, app.extensions, app.config.get("MAX_CONTENT_LENGTH"))
     app.wsgi_app = fast
     return fast
 
