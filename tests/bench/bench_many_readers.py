@@ -258,7 +258,7 @@ def stamp_puts(put_times: dict):
         ok = original(self, rows)
         t = time.time()
         put_times["put_seconds"] += time.perf_counter() - c
-        put_times["puts"] += 1
+        put_times["puts"] += len(rows)
         key = id(self)
         if isinstance(rows, RowBatch):
             for text in rows.rows:
@@ -415,11 +415,11 @@ def report(r: dict, rate: int) -> None:
               f"p95 {pct(total, 95):.3f} s (plan table p50 {pct([x[1] for x in b], 50):.3f}, "
               f"Spark job + toArrow p50 {pct([x[2] for x in b], 50):.3f}, routing + delivery "
               f"into buffers p50 {pct([x[3] for x in b], 50):.3f}); trigger every {TRIGGER} s")
-    if b and r["put"][1]:
-        route = sum(x[3] for x in b)
-        print(f"  in HandleBuffer.put (encoding each handle's rows as JSON, appending, waking the "
-              f"readers): {r['put'][0]:.2f} s over the run, {r['put'][0] / max(1, len(b)):.3f} s "
-              f"per batch ({r['put'][1]:,} puts); the rest of routing is the runtime's own")
+    if r["put"][1]:
+        print(f"  in HandleBuffer.put (with lists of dicts: each handle's rows encoded as JSON "
+              f"there; appending; waking the readers): {r['put'][0] / r['put'][1] * 1e6:.1f} us "
+              f"per row, {r['put'][0]:.2f} s for {r['put'][1]:,} rows; the rest of routing is "
+              f"the runtime's own")
     print(f"  gateway process CPU: {r['gateway_cpu']:.2f} cores on average")
     if r["errors"]:
         print("  reader errors:", r["errors"][:3])
