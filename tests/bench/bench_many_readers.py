@@ -3,6 +3,7 @@ ingested through the API at a steady rate. Ingest-to-reader latency, and where i
 
 Run: .venv/bin/python tests/bench/bench_many_readers.py [--handles 1000,2000] [--rate 200]
                                                         [--seconds 30] [--reader-procs 4]
+                                                        [--runtime spark|fake]
 
 One SparkSession and one real gateway (pep.services + pep.http.app + the Spark StreamRuntime,
 on pep.http.server); per size N:
@@ -17,6 +18,8 @@ on pep.http.server); per size N:
     trigger, the micro-batch: plan table, Spark job, routing) and buffer->reader is delivery's
     (wake-up, the server's I/O thread, the socket, the reader); the runtime's own per-batch
     timings (its DEBUG line) are summarised too.
+`--runtime fake` measures delivery alone: no Spark and no ingest calls; a stand-in runtime in
+the gateway process makes the tuples and pushes each handle's rows as a RowBatch every 0.25 s.
 Everything started is stopped, even on error; every wait is bounded.
 """
 from __future__ import annotations
@@ -213,22 +216,101 @@ class BatchLog(logging.Handler):
         self.logger.removeHandler(self)
 
 
+class FakeRuntime:
+    """`--runtime fake`: delivery alone. Stands in for Spark in the gateway process: every
+    trigger it makes `rate * trigger` tuples (stamped as sent evenly over the last interval),
+    finds each handle's rows by its plan's filter (numpy), and pushes them as one RowBatch of
+    texts encoded once per tuple. Latency is then the trigger's wait plus delivery."""
+
+    def __init__(self, rate: int) -> None:
+        import numpy as np
+
+        self.np = np
+        self.rate = rate
+        self.lock = threading.Lock()
+        self.handles: dict[str, tuple] = {}
+        self.stop_event = threading.Event()
+        self.seq = 0
+        self.running = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="fake-runtime")
+        self.thread.start()
+
+    def attach(self, handle_id, stream, plan, deliver) -> None:
+        np = self.np
+        lo, hi = -np.inf, np.inf
+        for conjunct in plan.filter_dnf or ((),):
+            for p in conjunct:  # the bands: v > -1 AND v >= a AND v < a + 100
+                v = float(p.value)
+                if p.op in (">", ">="):
+                    lo = max(lo, v)
+                elif p.op in ("<", "<="):
+                    hi = min(hi, v)
+        with self.lock:
+            self.handles[handle_id] = (lo, hi, deliver)
+
+    def detach(self, handle_id) -> None:
+        with self.lock:
+            self.handles.pop(handle_id, None)
+
+    def stats(self) -> dict:
+        return {}
+
+    def _run(self) -> None:
+        np = self.np
+        log = logging.getLogger("pep.runtime.executor")
+        batch_id = 0
+        while not self.stop_event.wait(TRIGGER):
+            if not self.running.is_set():
+                continue
+            from pep.core.rows import RowBatch
+
+            t0 = time.perf_counter()
+            now = time.time()
+            n = max(1, int(self.rate * TRIGGER))
+            seqs = np.arange(self.seq, self.seq + n)
+            self.seq += n
+            values = (seqs * 7.31) % 1000.0
+            sent = now - TRIGGER + (np.arange(n) + 1) * (TRIGGER / n)
+            texts = np.array([json.dumps({"ts": round(t, 6), "seq": int(q), "sent": round(t, 6),
+                                          "v": round(float(v), 6), "pad": "p" * 40},
+                                         separators=(",", ":"))
+                              for q, t, v in zip(seqs, sent, values)], dtype=object)
+            t1 = time.perf_counter()
+            with self.lock:
+                handles = list(self.handles.values())
+            for lo, hi, deliver in handles:
+                mask = (values > lo) & (values < hi) if lo == -1 else \
+                    (values >= lo) & (values < hi)
+                picked = texts[mask]
+                if len(picked):
+                    deliver(RowBatch.of_texts(picked.tolist()))
+            log.debug("batch %s: table %.3f eval %.3f route %.3f", batch_id, 0.0, t1 - t0,
+                      time.perf_counter() - t1)
+            batch_id += 1
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(10)
+
+
 class Gateway:
-    def __init__(self, spark, data_dir: Path, subjects: int) -> None:
+    def __init__(self, spark, data_dir: Path, subjects: int, rate: int = 200) -> None:
         from pdp.auth import write_auth_file
         from pep.config import GatewayConfig
         from pep.http.app import create_app
-        from pep.runtime.runtime import StreamRuntime
         from pep.serve import gateway_server
         from pep.services import build_services
 
+        if spark is not None:
+            from pep.runtime.runtime import StreamRuntime
         data_dir.mkdir(parents=True, exist_ok=True)
         auth = data_dir / "auth.json"
         write_auth_file(auth, [{"token": ADMIN, "subject": "nea", "roles": ["data-owner"],
                                 "admin": True}]
                         + [{"token": token(i), "subject": f"c{i:05d}", "roles": ["consumer"],
                             "admin": False} for i in range(subjects)])
-        self.runtime = StreamRuntime(spark, data_dir / "runtime", trigger_interval=TRIGGER)
+        self.runtime = (StreamRuntime(spark, data_dir / "runtime", trigger_interval=TRIGGER)
+                        if spark is not None else FakeRuntime(rate))
         config = GatewayConfig(data_dir=data_dir, auth_file=auth, policies_dir=None, port=0,
                                heartbeat=15.0, max_connections=subjects + 1000, threads=16)
         self.services = build_services(config, runtime=self.runtime)
@@ -340,13 +422,21 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
         while gw.server.stream_count < n and time.monotonic() < deadline:
             time.sleep(0.2)
         connected = gw.server.stream_count
-        ingest = subprocess.Popen([sys.executable, __file__, "--ingest", gw.url, stream,
-                                   str(rate), str(3.0 + warm + seconds + 1.0), str(first_seq)],
-                                  stdout=subprocess.PIPE, text=True)
+        fake = isinstance(gw.runtime, FakeRuntime)
+        if not fake:
+            ingest = subprocess.Popen([sys.executable, __file__, "--ingest", gw.url, stream,
+                                       str(rate), str(3.0 + warm + seconds + 1.0),
+                                       str(first_seq)], stdout=subprocess.PIPE, text=True)
         with BatchLog() as batches:
             c0, w0 = time.process_time(), time.time()
             p0, n0 = put_times["put_seconds"], put_times["puts"]
-            out, _ = ingest.communicate(timeout=3.0 + warm + seconds + 120)
+            if fake:
+                gw.runtime.running.set()
+                time.sleep(max(0.0, window[1] + 1.0 - time.time()))
+                gw.runtime.running.clear()
+                out = json.dumps({"calls": 0, "late": 0, "last_seq": gw.runtime.seq})
+            else:
+                out, _ = ingest.communicate(timeout=3.0 + warm + seconds + 120)
             put_share = (put_times["put_seconds"] - p0, put_times["puts"] - n0)
             gateway_cpu = (time.process_time() - c0) / (time.time() - w0)
             time.sleep(3.0)  # the last rows reach their readers
@@ -444,17 +534,21 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=200, help="tuples ingested per second")
     ap.add_argument("--seconds", type=float, default=30.0, help="measured seconds per size")
     ap.add_argument("--reader-procs", type=int, default=4)
+    ap.add_argument("--runtime", choices=("spark", "fake"), default="spark",
+                    help="fake: delivery alone, rows made in the gateway process (no Spark)")
     args = ap.parse_args()
     sizes = [int(x) for x in args.handles.split(",")]
-    print("machine:", machine())
-    from pep.runtime.session import create_spark_session
+    print("machine:", machine(), "; runtime:", args.runtime)
+    spark = None
+    if args.runtime == "spark":
+        from pep.runtime.session import create_spark_session
 
-    spark = create_spark_session(extra_conf={"spark.driver.memory": "4g"})
+        spark = create_spark_session(extra_conf={"spark.driver.memory": "4g"})
     gw = None
     results = []
     try:
         with tempfile.TemporaryDirectory(prefix="xsg-bench-many-") as tmp:
-            gw = Gateway(spark, Path(tmp) / "gw", max(sizes))
+            gw = Gateway(spark, Path(tmp) / "gw", max(sizes), args.rate)
             seq = 0
             for n in sizes:
                 res = run_size(gw, n, args.rate, args.seconds, args.reader_procs, Path(tmp), seq)
@@ -464,7 +558,8 @@ def main() -> None:
     finally:
         if gw is not None:
             gw.close()
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     print("\nsummary: handles, p95 ingest->reader (s), p95 delivery part (ms), rows/s to readers")
     for r in results:
         print(f"  {r['n']:>6,}  {pct(r['lat'], 95):.3f}  {pct(r['delivery'], 95) * 1000:.0f}  "
