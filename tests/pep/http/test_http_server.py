@@ -193,13 +193,13 @@ def test_slow_request_head_is_dropped_with_408(server):
 
 def test_idle_connections_hold_no_thread_and_are_closed(server):
     threads = server.thread_count
+    t0 = time.monotonic()
     socks = [connect(server) for _ in range(50)]
     time.sleep(0.3)
     assert server.connection_count == 50
     assert server.thread_count == threads  # waiting for a first byte takes no worker
-    t0 = time.monotonic()
-    assert all(Wire(s).closed(3) for s in socks)
-    assert 0.8 <= time.monotonic() - t0 < 3
+    assert all(Wire(s).closed(5) for s in socks)
+    assert 0.95 <= time.monotonic() - t0 < 5  # idle_timeout is 1 s, checked every 0.25 s
     # a keep-alive connection idle between requests, too
     s = connect(server)
     s.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
