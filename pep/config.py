@@ -75,6 +75,15 @@ class GatewayConfig:
     log_level: str = "INFO"
     log_format: str = "text"
     oidc: OidcSettings | None = None
+    # Connections and readers (pep/http/server.py, pep/http/handles.py): open connections at
+    # once (more are answered 429), handle streams one subject reads at once (more: 429),
+    # seconds a connection may sit idle before or between requests, and seconds a write to a
+    # client may make no progress before its connection is closed (a reader whose socket does
+    # not drain; its handle stays live and it may resume with Last-Event-ID).
+    max_connections: int = 4096
+    max_readers_per_subject: int = 32
+    idle_timeout: float = 20.0
+    write_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         self._check_operating_settings()
@@ -93,6 +102,10 @@ class GatewayConfig:
         self.cors_origins = tuple(self.cors_origins or ())
         if not 1 <= float(self.read_token_ttl) <= 3600:
             raise ValueError(f"read_token_ttl ({self.read_token_ttl}) must be 1 to 3600 seconds")
+        for name in ("max_connections", "max_readers_per_subject", "idle_timeout",
+                     "write_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
 
     def _check_operating_settings(self) -> None:
         if isinstance(self.oidc, Mapping):
@@ -215,7 +228,14 @@ SETTING_HELP = {
     "base_url": "public URL of the gateway (for handle URIs)",
     "max_content_length": "largest request body, in bytes",
     "threads": "HTTP worker threads at start",
-    "max_threads": "ceiling for the HTTP thread pool (streaming readers hold threads)",
+    "max_threads": "ceiling for the HTTP worker pool (requests in progress hold a thread; "
+                   "idle connections and handle readers do not)",
+    "max_connections": "open connections at once; more are answered 429",
+    "max_readers_per_subject": "handle streams one subject may read at once; more are "
+                               "answered 429",
+    "idle_timeout": "seconds a connection may sit idle before or between requests",
+    "write_timeout": "seconds a write to a client may make no progress before its connection "
+                     "is closed (a handle reader may resume with Last-Event-ID)",
     "start_spark": "start Spark before serving (else with the first handle)",
     "reevaluation_interval": "seconds between re-decisions of time-dependent grants",
     "trigger_interval": "seconds between a stream query's micro-batches",

@@ -22,7 +22,7 @@ from typing import TextIO
 
 from pep.config import GatewayConfig
 from pep.http.app import create_app
-from pep.http.server import HttpServer, run_until_signal
+from pep.http.server import HttpServer, limit_malloc_arenas, run_until_signal
 from pep.services import GatewayServices, build_services
 
 log = logging.getLogger(__name__)
@@ -135,12 +135,23 @@ def _banner(services: GatewayServices, server: HttpServer, out: TextIO) -> None:
         state = "created" if services.demo_auth_created else "from"
         print(f"  demo tokens ({state} {config.demo_auth_path}):", file=out)
         for entry in json.loads(config.demo_auth_path.read_text(encoding="utf-8")):
-            role = "admin" if entry.get("admin") else "consumer"
-            print(f"    {entry['subject']:<6} {role:<8} {entry['token']}", file=out)
+            # the roles the PDP will see for this subject, as the file gives them; "admin" is
+            # the gateway's own right to manage policies and streams, not an XACML role
+            roles = ", ".join(entry.get("roles") or []) or "no roles"
+            admin = "  + admin" if entry.get("admin") else ""
+            print(f"    {entry['subject']:<6} {entry['token']}  roles: {roles}{admin}", file=out)
         print(f"  try: curl -H 'Authorization: Bearer <token>' {base}/policies", file=out)
     else:
         print(f"  auth file {config.auth_file}", file=out)
     out.flush()
+
+
+def gateway_server(app, config: GatewayConfig) -> HttpServer:
+    """The gateway's HTTP server, with the configuration's limits (see pep/http/server.py)."""
+    return HttpServer(app, host=config.host, port=config.port, threads=config.threads,
+                      max_threads=config.max_threads, name="xsg",
+                      max_connections=config.max_connections, idle_timeout=config.idle_timeout,
+                      write_timeout=config.write_timeout)
 
 
 def start_proxy(config: GatewayConfig, gateway_url: str, out: TextIO) -> subprocess.Popen:
@@ -162,6 +173,7 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
           out: TextIO | None = None) -> int:
     """Run the gateway in the foreground until SIGINT or SIGTERM; returns an exit status."""
     out = out or sys.stdout
+    limit_malloc_arenas()  # before Spark's and the server's threads allocate (see its doc)
     if config.proxy_port and not (config.proxy_token and config.proxy_secret):
         config.proxy_token = config.proxy_token or secrets.token_urlsafe(32)
         config.proxy_secret = config.proxy_secret or secrets.token_urlsafe(32)
@@ -173,8 +185,7 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
         print(f"starting the xsg gateway on {where}:{config.port} (data dir {config.data_dir})",
               file=out, flush=True)
         services = build_services(config, progress=StartupProgress(out))
-    server = HttpServer(create_app(services=services), host=config.host, port=config.port,
-                        threads=config.threads, max_threads=config.max_threads, name="xsg")
+    server = gateway_server(create_app(services=services), config)
     proxy: list[subprocess.Popen] = []
 
     def started() -> None:
@@ -200,4 +211,5 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
     return 0
 
 
-__all__ = ["PortUnavailable", "StartupProgress", "check_port", "serve", "start_proxy"]
+__all__ = ["PortUnavailable", "StartupProgress", "check_port", "gateway_server", "serve",
+           "start_proxy"]

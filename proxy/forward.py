@@ -38,7 +38,11 @@ class UpstreamError(Exception):
 class Timeouts:
     connect: float = 5.0
     read: float = 60.0  # ordinary calls
-    stream_read: float | None = None  # handle streams may be quiet for a long time
+    # A handle stream is never silent for long: the gateway sends a heartbeat every 15 s (its
+    # default) when it has nothing else. Nothing for this long means the gateway or the path to
+    # it is gone: the relay is cut (the consumer reconnects with Last-Event-ID) rather than
+    # holding the consumer's connection and a proxy thread forever. None: wait forever.
+    stream_read: float | None = 60.0
 
 
 def make_session(pool_size: int = 32) -> requests.Session:
@@ -162,13 +166,18 @@ class Forwarder:
         return _SizedStream(stream, length)
 
     def stream_body(self, resp: requests.Response) -> Iterator[bytes]:
-        """Pass the body through; closing the generator (client gone) closes the upstream."""
+        """Pass the body through; closing the generator (client gone) closes the upstream.
+
+        When the upstream breaks off (error, or silent past `stream_read`), the consumer's
+        connection is cut too, without the chunked body's last chunk: the consumer sees an
+        interrupted stream, not one that ended, and resumes with Last-Event-ID."""
         with self._lock:
             self._open.add(resp)
         try:
             yield from iter_raw(resp)
         except Exception as exc:  # noqa: BLE001 - the client already has the status line
-            log.info("upstream stream %s ended: %s", resp.url, type(exc).__name__)
+            log.info("upstream stream %s broke off: %s", resp.url, type(exc).__name__)
+            raise ConnectionAbortedError("the gateway's stream broke off") from None
         finally:
             with self._lock:
                 self._open.discard(resp)

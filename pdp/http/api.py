@@ -121,6 +121,14 @@ def _stored_json(stored: StoredPolicy) -> dict:
 
 
 CheckPolicy = Callable[[bytes, str], list[str]]
+
+
+def decide_as(service: PolicyService, identity: Identity, ctx, environment=None) -> Response:
+    """A request decided as the authenticated caller, on the gateway's clock and environment:
+    what POST /pdp answers (its route and its fast path, pep/http/fast_pdp.py, both call this)."""
+    ctx = bind_subject(ctx, identity)
+    ctx = bind_environment(ctx, environment() if environment is not None else [])
+    return service.decide(ctx)
 Environment = Callable[[], list[tuple[str, str, list[str]]]]
 MAX_BULK = 10_000
 
@@ -205,9 +213,7 @@ def create_pdp_blueprint(service: PolicyService,
             status = Status(code=STATUS_SYNTAX_ERROR, message=str(exc))
             answer = Response(results=(Result(decision=Decision.INDETERMINATE, status=status),))
             return _xacml(answer, media_type, 400)
-        ctx = bind_subject(ctx, current_identity())
-        ctx = bind_environment(ctx, environment() if environment is not None else [])
-        return _xacml(service.decide(ctx), media_type)
+        return _xacml(decide_as(service, current_identity(), ctx, environment), media_type)
 
     @bp.get("/policies")
     @require_identity()

@@ -4,25 +4,35 @@ A `HandleBuffer` holds at most `max_rows` rows and `max_bytes` of their JSON; wh
 OLDEST rows are dropped. Readers are cursors (the id of the last event they saw), not consumers:
 a reader that reconnects with `Last-Event-ID` gets what followed, and if some of that was
 dropped meanwhile it first gets a `gap` event saying how many rows it lost. A reader that is
-reading (inside `read`, or left it less than `READER_STALL` seconds ago) is not overrun by one
-large delivery: `put` waits for it to take the rows about to be dropped, at most `MAX_PUT_WAIT`
-seconds per delivery (a reader that does not keep up within that bound loses rows, so one slow
+reading (inside `read`, or left it less than `READER_STALL` seconds ago, or woken by a waiter
+after a read that had everything: idle, not slow) is not overrun by one large delivery: `put`
+waits for it to take the rows about to be dropped, at most `MAX_PUT_WAIT` seconds per delivery
+(a reader that does not keep up within that bound loses rows, so one slow
 reader can hold its stream's shared query back by that much at most). Event ids grow
 strictly per handle, also across restarts: after the n-th restart ids start at n * 2**40, so a
 reader resuming with an id from before a restart gets a `gap` with an unknown count (the rows in
 memory died with the process). Closing the buffer (revocation, release) DISCARDS rows not yet
 read, then appends the final event: nothing of a revoked handle is delivered after the
 revocation returns.
+
+Rows are kept as the JSON texts they arrive as (a `RowBatch`'s texts are shared by every handle
+of the plan; nothing is re-encoded per handle). Besides rows, `notice(kind, data)` appends an
+event that is not a row (e.g. `stalled`: the stream's query makes no progress): it takes an id
+in the same sequence, so readers get it in order and can resume past it, but it is not counted
+as a row (not in `len()`, not in `max_rows`, not in a gap's `lost`). Readers that do not block in
+`read` (the server's I/O thread) register a waiter (`add_waiter`): a cheap callback called, under
+the buffer's lock, whenever an event was appended or the buffer closed.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import re
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from pep.core.rows import RowBatch, row_json
 
@@ -39,10 +49,18 @@ GENERATION_SPAN = 2 ** 40  # event ids of generation g are in (g * span, (g + 1)
 FINAL_EVENTS = ("revoked", "released", "ended", "shutdown")
 
 
-@dataclass(frozen=True)
-class Event:
-    """One thing a reader receives: a row (`kind == "row"`), a `gap`, or a final event
-    (`revoked`, `released`, `ended`); `data` is JSON text."""
+# Names a notice may not take: the row, gap and heartbeat kinds, and the final events.
+RESERVED_KINDS = frozenset(("row", "message", "gap", "heartbeat") + FINAL_EVENTS)
+_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+MAX_NOTICES = 100  # notices kept besides the rows (the oldest entries go first)
+_REMEMBERED_DROPS = 1024  # ids of dropped notices kept to count a gap's lost rows exactly
+
+
+class Event(NamedTuple):
+    """One thing a reader receives: a row (`kind == "row"`), a `gap`, a notice (any other
+    non-final kind, e.g. `stalled`) or a final event (`revoked`, `released`, `ended`,
+    `shutdown`); `data` is JSON text (for a row, the row; otherwise an object whose `event` is
+    the kind)."""
 
     id: int
     kind: str
@@ -51,6 +69,10 @@ class Event:
     @property
     def final(self) -> bool:
         return self.kind in FINAL_EVENTS
+
+
+def _size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 class HandleBuffer:
@@ -64,17 +86,22 @@ class HandleBuffer:
         self.max_bytes = max_bytes
         self.base = generation * GENERATION_SPAN
         self._cond = threading.Condition(threading.Lock())
-        self._rows: deque[tuple[int, str]] = deque()
+        # (id, text, kind): kind is None for a row, the notice's kind otherwise
+        self._entries: deque[tuple[int, str, str | None]] = deque()
+        self._nrows = 0
         self._bytes = 0
         self._last = self.base  # id of the newest event
-        self._floor = self.base  # every row id <= floor has been dropped (or never existed)
+        self._floor = self.base  # every entry id <= floor has been dropped (or never existed)
         self._final: Event | None = None
+        self._dropped_notices: deque[int] = deque(maxlen=_REMEMBERED_DROPS)
         self.dropped = 0  # rows dropped because the buffer was full
         self.reader_stall = READER_STALL
         self.max_put_wait = MAX_PUT_WAIT
-        self._read_upto = self.base  # the newest row id handed to a reader
+        self._read_upto = self.base  # the newest event id handed to a reader
         self._reading = 0  # readers inside read() now
         self._last_read = -math.inf  # monotonic time a reader last left read()
+        self._caught_up = False  # the last read returned everything there was
+        self._waiters: tuple[Callable[[], None], ...] = ()
 
     @property
     def closed(self) -> bool:
@@ -85,8 +112,33 @@ class HandleBuffer:
         return self._last
 
     def __len__(self) -> int:
+        """Rows kept (notices are not rows)."""
         with self._cond:
-            return len(self._rows)
+            return self._nrows
+
+    # -- waiters ----------------------------------------------------------------------------------
+
+    def add_waiter(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` whenever an event is appended or the buffer closes (and once now).
+        It runs under the buffer's lock, from the writer's thread: it must only take note."""
+        with self._cond:
+            self._waiters = self._waiters + (callback,)
+        callback()
+
+    def remove_waiter(self, callback: Callable[[], None]) -> None:
+        with self._cond:
+            self._waiters = tuple(w for w in self._waiters if w is not callback)
+
+    def _wake(self) -> None:
+        """Under the lock: wake blocked readers and call the waiters."""
+        self._cond.notify_all()
+        for waiter in self._waiters:
+            try:
+                waiter()
+            except Exception:  # noqa: BLE001 - a reader's callback must not break a delivery
+                pass
+
+    # -- writing ----------------------------------------------------------------------------------
 
     def put(self, rows: RowBatch | Iterable[dict]) -> bool:
         """Append result rows; False once the buffer is closed (the runtime then stops sending).
@@ -101,71 +153,122 @@ class HandleBuffer:
         with self._cond:
             if self._final is not None:
                 return False
-            deadline = None
+            deadline = idle_grace = None
+            entries = self._entries
             for text in encoded:
-                size = len(text.encode("utf-8")) if not text.isascii() else len(text)
+                size = len(text) if text.isascii() else len(text.encode("utf-8"))
                 # the oldest row is about to be dropped before a reading reader took it: wait
-                while (self._rows and self._rows[0][0] > self._read_upto
-                       and (len(self._rows) >= self.max_rows
+                while (entries and entries[0][0] > self._read_upto
+                       and (self._nrows >= self.max_rows
                             or self._bytes + size > self.max_bytes)):
                     now = time.monotonic()
                     deadline = now + self.max_put_wait if deadline is None else deadline
-                    if (not self._reading and now - self._last_read > self.reader_stall) \
-                            or now >= deadline:
-                        break  # no reader, or it stopped reading: drop, as for a slow reader
-                    self._cond.notify_all()
+                    if now >= deadline:
+                        break
+                    if not self._reading and now - self._last_read > self.reader_stall:
+                        # Not read for a while. A reader whose last read had everything was idle
+                        # (nothing to read), not slow: wake it and give it the stall bound to
+                        # come. Otherwise no reader, or it stopped reading: drop.
+                        if idle_grace is None and self._caught_up and self._waiters:
+                            idle_grace = now + self.reader_stall
+                        if idle_grace is None or now >= idle_grace:
+                            break
+                    self._wake()
                     self._cond.wait(min(self.reader_stall, deadline - now))
                     if self._final is not None:
                         return False  # closed meanwhile: close() discarded what was written
                 self._last += 1
-                self._rows.append((self._last, text))
+                entries.append((self._last, text, None))
+                self._nrows += 1
                 self._bytes += size
-                while self._rows and (len(self._rows) > self.max_rows
-                                      or self._bytes > self.max_bytes):
-                    rid, old = self._rows.popleft()
-                    self._bytes -= len(old.encode("utf-8")) if not old.isascii() else len(old)
-                    self._floor = rid
-                    self.dropped += 1
+                if self._nrows > self.max_rows or self._bytes > self.max_bytes:
+                    self._evict()
             if encoded:
-                self._cond.notify_all()
+                self._wake()
             return True
+
+    def notice(self, kind: str, data: dict[str, Any] | None = None) -> bool:
+        """Append a notice (not a row) that readers receive in order: SSE `event: <kind>`,
+        NDJSON `{"id": n, "event": kind, ...data}`. False once the buffer is closed.
+
+        `kind` is a short lower-case name (`[a-z][a-z0-9_-]*`) other than `row`, `message`,
+        `gap`, `heartbeat` and the final events; `data` a JSON object (its `event` key, if
+        any, is replaced by the kind). A notice never waits for readers."""
+        if not isinstance(kind, str) or not _KIND.match(kind) or kind in RESERVED_KINDS:
+            raise ValueError(f"not a notice kind: {kind!r}")
+        fields = dict(data or {})
+        fields.pop("event", None)
+        text = json.dumps({"event": kind, **fields}, separators=(",", ":"), allow_nan=False,
+                          default=str)
+        with self._cond:
+            if self._final is not None:
+                return False
+            self._last += 1
+            self._entries.append((self._last, text, kind))
+            self._bytes += _size(text)
+            self._evict()
+            self._wake()
+            return True
+
+    def _evict(self) -> None:
+        """Under the lock: drop the oldest entries until the bounds hold."""
+        entries = self._entries
+        limit = self.max_rows + MAX_NOTICES
+        while entries and (self._nrows > self.max_rows or self._bytes > self.max_bytes
+                           or len(entries) > limit):
+            eid, old, kind = entries.popleft()
+            self._bytes -= len(old) if old.isascii() else len(old.encode("utf-8"))
+            self._floor = eid
+            if kind is None:
+                self._nrows -= 1
+                self.dropped += 1
+            else:
+                self._dropped_notices.append(eid)
 
     def close(self, kind: str, reason: str | None = None) -> bool:
         """Discard unread rows and append the final event; False if it was already closed."""
         with self._cond:
             if self._final is not None:
                 return False
-            self._rows.clear()
+            self._entries.clear()
+            self._nrows = 0
             self._bytes = 0
             self._floor = self._last
             self._last += 1
             self._final = Event(self._last, kind, json.dumps({"event": kind, "reason": reason}))
-            self._cond.notify_all()
+            self._wake()
             return True
 
+    # -- reading ----------------------------------------------------------------------------------
+
     def read(self, after: int | None = None, timeout: float | None = None,
-             limit: int = 1000) -> list[Event]:
+             limit: int = 1000, max_bytes: int | None = None) -> list[Event]:
         """Events after the id `after` (None or 0: from the oldest kept row), waiting up to
         `timeout` seconds for one; [] on timeout. A `gap` event comes first when rows the reader
-        had not seen were dropped. After the final event nothing more ever comes."""
+        had not seen were dropped. After the final event nothing more ever comes. At most
+        `limit` events, and (when given) about `max_bytes` of their data: the event that
+        reaches it is the last."""
         after = self.base if after is None or after < 0 else after
         with self._cond:
             self._reading += 1
             try:
-                events = self._read(after, timeout, limit)
+                events = self._read(after, timeout, limit, max_bytes)
             finally:
                 self._reading -= 1
                 self._last_read = time.monotonic()
-            rows = [e.id for e in events if e.kind == "row"]
-            if rows and rows[-1] > self._read_upto:
-                self._read_upto = rows[-1]
+            self._caught_up = not events or events[-1].id >= self._last
+            if events and not events[-1].final and events[-1].id > self._read_upto:
+                self._read_upto = events[-1].id
                 self._cond.notify_all()  # a put may be waiting for this reader
             return events
 
-    def _read(self, after: int, timeout: float | None, limit: int) -> list[Event]:
+    def _read(self, after: int, timeout: float | None, limit: int,
+              max_bytes: int | None) -> list[Event]:
         if self._final is None and after > self._last:
             after = self._last  # an id this buffer never issued: read from now on
         if not self._has_after(after):
+            if timeout is not None and timeout <= 0:
+                return []
             self._cond.wait_for(lambda: self._has_after(after), timeout)
         events: list[Event] = []
         if self._final is not None:
@@ -173,18 +276,28 @@ class HandleBuffer:
                 events.append(self._final)
             return events
         if after < self._floor:
-            lost = self._floor - after if after >= self.base else None
+            lost = self._lost(after) if after >= self.base else None
             events.append(Event(self._floor, "gap", json.dumps(
                 {"event": "gap", "lost": lost, "resume_from": self._floor,
                  "reason": "buffer full" if lost is not None else "gateway restarted"})))
         start = max(after, self._floor)
-        if self._rows:
-            first = self._rows[0][0]
-            index = start + 1 - first
-            for i in range(max(index, 0), min(len(self._rows), max(index, 0) + limit)):
-                rid, text = self._rows[i]
-                events.append(Event(rid, "row", text))
+        entries = self._entries
+        if entries:
+            index = max(start + 1 - entries[0][0], 0)
+            budget = max_bytes if max_bytes is not None else -1
+            append = events.append
+            for eid, text, kind in itertools.islice(entries, index, index + limit):
+                append(Event(eid, "row" if kind is None else kind, text))
+                if budget >= 0:
+                    budget -= len(text)
+                    if budget <= 0:
+                        break
         return events
+
+    def _lost(self, after: int) -> int:
+        """Rows (not notices) dropped with ids in (after, floor]."""
+        notices = sum(1 for eid in self._dropped_notices if after < eid <= self._floor)
+        return self._floor - after - notices
 
     def _has_after(self, after: int) -> bool:
         if self._final is not None:
@@ -193,4 +306,4 @@ class HandleBuffer:
 
 
 __all__ = ["HandleBuffer", "Event", "RowBatch", "row_json", "FINAL_EVENTS", "GENERATION_SPAN",
-           "DEFAULT_MAX_ROWS", "DEFAULT_MAX_BYTES"]
+           "DEFAULT_MAX_ROWS", "DEFAULT_MAX_BYTES", "RESERVED_KINDS"]

@@ -37,6 +37,20 @@ def loggable_path(path: str) -> str:
     return _printable(_HANDLE_PATH.sub(lambda m: f"/handles/ref:{handle_ref(m.group(1))}", path))
 
 
+def record(fields: dict[str, Any], elapsed: float) -> None:
+    """Write one line: `fields` holds method, path (as `loggable_path` gives it), status,
+    subject and remote; `elapsed` is in seconds."""
+    fields["duration_ms"] = round(elapsed * 1000, 1)
+    if not log.isEnabledFor(logging.INFO):
+        return
+    text = f"{fields['method']} {fields['path']} {fields['status']} {fields['duration_ms']} ms"
+    if fields.get("subject"):
+        text += f" subject={fields['subject']}"
+    if fields.get("remote"):
+        text += f" remote={fields['remote']}"
+    log.info(text, extra={"access": fields})
+
+
 def install(app: Flask) -> None:
     """Log every request `app` answers (a before/after-request pair)."""
 
@@ -57,16 +71,7 @@ def install(app: Flask) -> None:
 
         def write() -> None:
             elapsed = time.perf_counter() - started if started is not None else 0.0
-            fields["duration_ms"] = round(elapsed * 1000, 1)
-            if not log.isEnabledFor(logging.INFO):
-                return
-            text = (f"{fields['method']} {fields['path']} {fields['status']} "
-                    f"{fields['duration_ms']} ms")
-            if fields["subject"]:
-                text += f" subject={fields['subject']}"
-            if fields["remote"]:
-                text += f" remote={fields['remote']}"
-            log.info(text, extra={"access": fields})
+            record(fields, elapsed)
 
         if response.is_streamed:
             response.call_on_close(write)
@@ -75,4 +80,4 @@ def install(app: Flask) -> None:
         return response
 
 
-__all__ = ["install", "loggable_path"]
+__all__ = ["install", "loggable_path", "record"]

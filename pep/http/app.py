@@ -18,6 +18,7 @@ from pep.http.console import create_console_blueprint
 from pep.http.cors import install_cors
 from pep.http.events import events_blueprint
 from pep.http.explain import explain_blueprint
+from pep.http.fast_pdp import install_fast_pdp
 from pep.http.handles import create_handles_blueprint
 from pep.http.invalidation import invalidation_blueprint
 from pep.http.metrics import metrics_blueprint
@@ -61,6 +62,7 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(explain_blueprint(engine, services.catalog.schema,
                                              services.decide_and_plan))
     app.register_blueprint(create_streams_blueprint(services.catalog))
+
     def refused(identity, refusal) -> None:
         services.audit.refused(identity, refusal)
         services.metrics.stream_requests.labels(outcome="refused").inc()
@@ -72,8 +74,9 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(audit_blueprint(services.audit.log, services.catalog.get))
     app.register_blueprint(events_blueprint(services.catalog, services.stream_events,
                                             services.runtime, services.audit.event_changed))
-    app.register_blueprint(create_handles_blueprint(services.handles, base_url,
-                                                    config.heartbeat))
+    app.register_blueprint(create_handles_blueprint(
+        services.handles, base_url, config.heartbeat,
+        max_readers_per_subject=config.max_readers_per_subject))
 
     def caller_is_admin() -> bool:
         identity = services.authenticator.authenticate_header(request.headers.get("Authorization"))
@@ -88,6 +91,9 @@ def create_app(config: GatewayConfig | None = None,
     install_cors(app, config.cors_origins)
     # GET / (the XACML REST home document) and GET /openapi.json, generated from these routes
     app.register_blueprint(create_openapi_blueprint())
+    # POST /pdp answered without Flask's machinery, with the route's own code; everything else
+    # reaches the routes above
+    install_fast_pdp(app, services.policies, services.stream_events.environment)
     return app
 
 

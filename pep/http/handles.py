@@ -5,17 +5,33 @@ exist):
 - `Accept: text/event-stream`: Server-Sent Events. A row is `id: <n>` + `data: <row JSON>`
   (the default `message` event); a `gap` event (`data: {"lost": k, "resume_from": n}`) says
   rows were dropped because the reader was too slow or away (k is null when a gateway restart
-  lost them); the last event is `revoked`, `released`, `ended` or `shutdown`, then the
-  connection closes. A comment line is sent every `heartbeat` seconds (default 15) while
-  nothing else is. Resume with `Last-Event-ID` (or `?last_event_id=`).
+  lost them); a notice is `id: <n>` + `event: <kind>` + `data: {"event": kind, ...}` (e.g.
+  `stalled`: the stream's query makes no progress; it is not a row and the stream goes on); the
+  last event is `revoked`, `released`, `ended` or `shutdown`, then the connection closes. A
+  comment line is sent every `heartbeat` seconds (default 15) while nothing else is. Resume with
+  `Last-Event-ID` (or `?last_event_id=`): every event with an id (rows, gaps, notices) is a
+  place to resume from.
 - `Accept: application/x-ndjson` (also the answer to `*/*` or no Accept): JSON lines, the same
   events: `{"id": n, "row": {...}}`, `{"id": n, "event": "gap", "lost": k, ...}`,
-  `{"event": "heartbeat"}`, and finally `{"id": n, "event": "revoked", "reason": ...}`.
+  `{"id": n, "event": "stalled", ...}` (a notice), `{"event": "heartbeat"}`, and finally
+  `{"id": n, "event": "revoked", "reason": ...}`.
 - `Accept: application/json`: the handle's description.
 - A handle that is not live answers 410 Gone with its state and reason.
+
+Delivery: on the gateway's server (`pep.http.server`) a reader holds no thread. The route hands
+a `HandleStream` to the server's I/O thread, which is woken when the handle's buffer gets
+events and writes whatever is there as one chunk (many events per write; the rows' JSON texts
+go out as the runtime encoded them). A reader whose socket does not drain for the server's
+`write_timeout` is disconnected; its handle stays live and it may reconnect with
+`Last-Event-ID` (rows it missed meanwhile are still there, or a `gap` says how many went).
+Under another WSGI server (or Flask's test client) the same events come from a generator.
+
+Limits: a subject reads at most `max_readers_per_subject` streams at once (all its handles
+together); one more is answered 429 with `Retry-After`.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 
 from flask import Blueprint, Response, jsonify, request
@@ -27,11 +43,14 @@ from pep.handles.buffer import Event, HandleBuffer
 from pep.handles.records import HandleRecord
 from pep.handles.service import HandleService
 from pep.http.read_tokens import require_identity_or_read_token
+from pep.http.server import STREAM_BODY
 from pep.http.urls import public_base
 
 SSE = "text/event-stream"
 NDJSON = "application/x-ndjson"
 DEFAULT_HEARTBEAT = 15.0
+DEFAULT_MAX_READERS_PER_SUBJECT = 32
+READER_RETRY_AFTER = 5  # seconds, in the Retry-After of a refused reader
 
 
 def sse_event(event: Event) -> str:
@@ -76,6 +95,108 @@ def stream_events(buffer: HandleBuffer, after: int | None, fmt: Callable[[Event]
             return
 
 
+class HandleStream:
+    """A handle's events as a `pep.http.server.StreamBody`: the server's I/O thread pulls what
+    the buffer has (never waiting), formatted, when the buffer's waiter says there is some."""
+
+    def __init__(self, buffer: HandleBuffer, after: int | None, fmt: Callable[[Event], str],
+                 heartbeat_text: str, heartbeat: float, opening: str = "",
+                 on_close: Callable[[], None] | None = None) -> None:
+        self.buffer = buffer
+        self.cursor = after
+        self.fmt = fmt
+        self.heartbeat_interval = heartbeat
+        self._beat = heartbeat_text.encode()
+        self._opening = opening.encode()
+        self._on_close = on_close
+        self._wake: Callable[[], None] | None = None
+        self._closed = False
+
+    def start(self, wake: Callable[[], None]) -> None:
+        self._wake = wake
+        self.buffer.add_waiter(wake)
+
+    def pull(self, max_bytes: int) -> tuple[bytes, bool]:
+        out, self._opening = self._opening, b""
+        buffer = self.buffer
+        events = buffer.read(self.cursor, timeout=0, max_bytes=max_bytes)
+        if not events:
+            return out, False
+        if buffer.closed and not events[-1].final:
+            # Revoked while we were reading: rows not yet on the wire are withheld.
+            events = [e for e in buffer.read(events[-1].id, timeout=0) if e.final] or events
+        self.cursor = events[-1].id
+        fmt = self.fmt
+        text = "".join([fmt(e) for e in events])
+        return out + text.encode("utf-8"), events[-1].final
+
+    def retract(self) -> bool:
+        """Bytes pulled but not written yet must not go out: the handle ended meanwhile (its
+        final event follows instead)."""
+        return self.buffer.closed
+
+    def heartbeat(self) -> bytes:
+        return self._beat
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._wake is not None:
+            self.buffer.remove_waiter(self._wake)
+        if self._on_close is not None:
+            self._on_close()
+
+
+class ReaderSlots:
+    """How many handle streams each subject reads at once, bounded per subject."""
+
+    def __init__(self, per_subject: int) -> None:
+        self.per_subject = per_subject
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, subject: str) -> bool:
+        with self._lock:
+            n = self._counts.get(subject, 0)
+            if n >= self.per_subject:
+                return False
+            self._counts[subject] = n + 1
+            return True
+
+    def release(self, subject: str) -> None:
+        with self._lock:
+            n = self._counts.get(subject, 0) - 1
+            if n > 0:
+                self._counts[subject] = n
+            else:
+                self._counts.pop(subject, None)
+
+    def count(self, subject: str) -> int:
+        with self._lock:
+            return self._counts.get(subject, 0)
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())
+
+
+def _released_once(release: Callable[[], None]) -> Callable[[], None]:
+    done = threading.Lock()
+
+    def once() -> None:
+        if done.acquire(blocking=False):
+            release()
+    return once
+
+
+def _generated(body: Iterator[bytes], release: Callable[[], None]) -> Iterator[bytes]:
+    try:
+        yield from body
+    finally:
+        release()
+
+
 def _last_event_id() -> int | None:
     raw = request.headers.get("Last-Event-ID") or request.args.get("last_event_id") \
         or request.args.get("after")
@@ -101,8 +222,12 @@ def _wanted_format() -> str | None:
 
 
 def create_handles_blueprint(handles: HandleService, base_url: str | None = None,
-                             heartbeat: float = DEFAULT_HEARTBEAT) -> Blueprint:
+                             heartbeat: float = DEFAULT_HEARTBEAT,
+                             max_readers_per_subject: int = DEFAULT_MAX_READERS_PER_SUBJECT
+                             ) -> Blueprint:
     bp = Blueprint("xsg_handles", __name__)
+    readers = ReaderSlots(max_readers_per_subject)
+    bp.readers = readers  # for tests and monitoring
 
     @bp.get("/handles")
     @require_identity()
@@ -138,11 +263,28 @@ def create_handles_blueprint(handles: HandleService, base_url: str | None = None
             if record is not None and not record.live:
                 raise _gone(record)
             raise Unavailable("the handle is being restored; retry shortly", retry_after=1)
-        if fmt == SSE:
-            body = stream_events(buffer, after, sse_event, SSE_HEARTBEAT, heartbeat,
-                                 opening=": connected\n\n")
-        else:
-            body = stream_events(buffer, after, ndjson_event, NDJSON_HEARTBEAT, heartbeat)
+        subject = current_identity().subject
+        if not readers.acquire(subject):
+            return error_response(
+                429, f"{subject!r} already reads {readers.per_subject} handle streams at once, "
+                     "the most one subject may; close one, or retry later",
+                headers={"Retry-After": str(READER_RETRY_AFTER)},
+                limit=readers.per_subject)
+        release = _released_once(lambda: readers.release(subject))
+        try:
+            if fmt == SSE:
+                args = (buffer, after, sse_event, SSE_HEARTBEAT, heartbeat, ": connected\n\n")
+            else:
+                args = (buffer, after, ndjson_event, NDJSON_HEARTBEAT, heartbeat, "")
+            attach = request.environ.get(STREAM_BODY)
+            if attach is not None:  # the gateway's server: its I/O thread writes the stream
+                attach(HandleStream(*args, on_close=release))
+                body: object = b""
+            else:  # any other WSGI server: a generator on the server's thread
+                body = _generated(stream_events(*args), release)
+        except BaseException:
+            release()
+            raise
         response = Response(body, mimetype=fmt, direct_passthrough=True)
         response.headers["Cache-Control"] = "no-cache, no-store"
         response.headers["X-Accel-Buffering"] = "no"
@@ -165,4 +307,5 @@ def _gone(record: HandleRecord) -> Gone:
 
 
 __all__ = ["create_handles_blueprint", "sse_event", "ndjson_event", "stream_events", "SSE",
-           "NDJSON", "DEFAULT_HEARTBEAT"]
+           "NDJSON", "DEFAULT_HEARTBEAT", "DEFAULT_MAX_READERS_PER_SUBJECT", "HandleStream",
+           "ReaderSlots"]

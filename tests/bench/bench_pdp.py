@@ -187,41 +187,23 @@ def pyabac_call(pdp) -> Callable[[bytes], str]:
 
 
 class _Server:
-    """The gateway app on a real cheroot server bound to an ephemeral loopback port: the gateway's
-    own HttpServer (pep.http.server) when it exists, else a plain cheroot.wsgi.Server."""
+    """The gateway app on the gateway's own server (pep.http.server) on a loopback port."""
 
     def __init__(self, app, threads: int) -> None:
-        try:
-            from pep.http.server import HttpServer
-        except ImportError:
-            HttpServer = None
-        if HttpServer is not None:
-            self.via = "served by pep.http.server.HttpServer (cheroot)"
-            self._gateway = HttpServer(app, host="127.0.0.1", port=0, threads=threads)
-            self._gateway.start()
-            self.port = self._gateway.port
-            return
-        from cheroot import wsgi
+        from pep.http.server import HttpServer
 
-        self.via = "pep.http.server not importable yet: served by a plain cheroot.wsgi.Server"
-        self._gateway = None
-        self.server = wsgi.Server(("127.0.0.1", 0), app, numthreads=threads)
-        self.server.prepare()
-        self.port = self.server.bind_addr[1]
-        self.thread = threading.Thread(target=self.server.serve, daemon=True)
-        self.thread.start()
+        self.via = "served by pep.http.server.HttpServer"
+        self._gateway = HttpServer(app, host="127.0.0.1", port=0, threads=threads)
+        self._gateway.start()
+        self.port = self._gateway.port
 
     def stop(self) -> None:
-        if self._gateway is not None:
-            self._gateway.stop()
-            return
-        self.server.stop()
-        self.thread.join(timeout=5)
+        self._gateway.stop()
 
 
 class _AppTimer:
     """WSGI middleware timing the gateway app for POST /pdp inside the server thread, so that the
-    HTTP figure splits into the app's own time and the rest (client, socket, cheroot). With a
+    HTTP figure splits into the app's own time and the rest (client, socket, server). With a
     profiler set, it also profiles the app (requests are sequential, so one profiler will do)."""
 
     def __init__(self, app) -> None:
@@ -230,8 +212,10 @@ class _AppTimer:
         self.cpu_ns: list[int] = []
         self.profiler: cProfile.Profile | None = None
 
+    enabled = True
+
     def __call__(self, environ, start_response):
-        if environ.get("PATH_INFO") != "/pdp":
+        if not self.enabled or environ.get("PATH_INFO") != "/pdp":
             return self.app(environ, start_response)
         prof = self.profiler
         c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
@@ -246,15 +230,121 @@ class _AppTimer:
             self.cpu_ns.append(time.thread_time_ns() - c0)
 
 
-def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[str],
-             n_requests: int, profile_top: int = 0) -> tuple[list[Timing], list[str]]:
+def http_client_main(payload_path: str) -> None:
+    """The HTTP clients, in a process of their own (`--http-client FILE`): `threads` threads,
+    each with one keep-alive connection (http.client), POST /pdp XML in, JSON out; prints one
+    JSON line with every latency and the count of wrong decisions."""
+    import http.client
+    import socket
+
+    job = json.loads(Path(payload_path).read_text())
+    host, port, threads, per_thread = job["host"], job["port"], job["threads"], job["per_thread"]
+    items = job["items"]
+    barrier = threading.Barrier(threads + 1)
+    results: list[tuple[list[int], int]] = []
+    samples: list[str] = []
+    lock = threading.Lock()
+
+    def run(k: int) -> None:
+        mine = items[k::threads] or items
+        if job.get("client") == "http.client":
+            conn = http.client.HTTPConnection(host, port, timeout=60)
+            headers = [{"Authorization": f"Bearer {t}", "Content-Type": XML, "Accept": JSON}
+                       for t, _, _ in mine]
+
+            def exchange(i: int) -> tuple[int, bytes]:
+                conn.request("POST", "/pdp", body=mine[i][1].encode(), headers=headers[i])
+                r = conn.getresponse()
+                return r.status, r.read()
+        else:  # raw: the requests' bytes built beforehand, a minimal reader of the answers
+            conn = socket.create_connection((host, port), timeout=60)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            wire = [(f"POST /pdp HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {t}"
+                     f"\r\nContent-Type: {XML}\r\nAccept: {JSON}\r\nContent-Length: "
+                     f"{len(b.encode())}\r\n\r\n").encode() + b.encode() for t, b, _ in mine]
+            pending = [b""]
+
+            def exchange(i: int) -> tuple[int, bytes]:
+                conn.sendall(wire[i])
+                buf = pending[0]
+                while b"\r\n\r\n" not in buf:
+                    buf += conn.recv(65536)
+                head, _, rest = buf.partition(b"\r\n\r\n")
+                at = head.lower().find(b"content-length:")
+                length = int(head[at + 15:head.find(b"\r\n", at)].strip())
+                while len(rest) < length:
+                    rest += conn.recv(65536)
+                pending[0] = rest[length:]
+                return int(head[9:12]), rest[:length]
+
+        def one(i: int) -> bool:
+            i %= len(mine)
+            status, data = exchange(i)
+            want = mine[i][2]
+            ok = status == 200 and json.loads(data)["Response"][0]["Decision"] == want
+            if not ok and len(samples) < 3:
+                samples.append(f"{status} want {want}: {data[:300]!r}")
+            return ok
+
+        for i in range(min(WARMUP, len(mine))):
+            one(i)
+        barrier.wait()
+        lat, wrong = [], 0
+        clock = time.perf_counter_ns
+        for i in range(per_thread):
+            t0 = clock()
+            ok = one(i)
+            lat.append(clock() - t0)
+            wrong += not ok
+        conn.close()
+        with lock:
+            results.append((lat, wrong))
+
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for w in workers:
+        w.start()
+    barrier.wait()
+    c0, t0 = time.process_time(), time.perf_counter()
+    for w in workers:
+        w.join()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(json.dumps({"wall": wall, "cpu": cpu, "wrong": sum(w for _, w in results),
+                      "wrong_samples": samples,
+                      "lat": [x for lat, _ in results for x in lat]}))
+
+
+def _clients_in_a_process(port: int, items: list, threads: int, n: int,
+                          client: str = "raw") -> dict:
+    """Run `threads` client threads in another process; n requests in all."""
+    import subprocess
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"host": "127.0.0.1", "port": port, "threads": threads, "client": client,
+                   "per_thread": max(1, n // threads), "items": items}, f)
+        path = f.name
     try:
-        import requests
+        out = subprocess.run([sys.executable, __file__, "--http-client", path],
+                             capture_output=True, text=True, timeout=900)
+    finally:
+        os.unlink(path)
+    if out.returncode != 0:
+        raise RuntimeError(f"HTTP clients failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[str],
+             n_requests: int, profile_top: int = 0, client_threads: Sequence[int] = (1, 4),
+             py_spy: str | None = None, client: str = "raw") -> tuple[list[Timing], list[str]]:
+    """The gateway app on its server in this process; clients in another process (1 and 4
+    threads by default), so that the figure is the server's, not the client's GIL's."""
+    try:
         from pep.http.app import create_app
         from pep.config import GatewayConfig
     except ImportError as exc:
         return [], [f"HTTP part skipped: the gateway is not importable yet ({exc})"]
 
+    rows: list[Timing] = []
+    notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="xsg-bench-") as tmp:
         tmp_path = Path(tmp)
         policy_dir = tmp_path / "policies"
@@ -269,8 +359,15 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
             s = q.subject
             if s.subject_id not in tokens:
                 tokens[s.subject_id] = f"bench-{s.subject_id}"
+                # the gateway takes the subject's attributes from the token, never the request
+                attributes = {}
+                if s.level is not None:
+                    attributes[wl.LEVEL_ID] = s.level
+                if s.department is not None:
+                    attributes[wl.DEPARTMENT_ID] = s.department
                 entries.append({"token": tokens[s.subject_id], "subject": s.subject_id,
-                                "roles": list(s.roles), "admin": False})
+                                "roles": list(s.roles), "admin": False,
+                                **({"attributes": attributes} if attributes else {})})
         auth = tmp_path / "auth.json"
         auth.write_text(json.dumps(entries))
         config = GatewayConfig(host="127.0.0.1", port=0, data_dir=tmp_path / "data",
@@ -281,44 +378,76 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
         timer = _AppTimer(app.wsgi_app)
         app.wsgi_app = timer
         server = _Server(app, threads=config.threads)
-        url = f"http://127.0.0.1:{server.port}"
-        session = requests.Session()
+        spy = None
         try:
-            health = session.get(f"{url}/health", timeout=30).json()
-            items = [(tokens[q.subject.subject_id], body)
-                     for q, body in zip(workload.queries, bodies)][:n_requests]
+            import urllib.request
 
-            def call(item) -> str:
-                token, body = item
-                r = session.post(f"{url}/pdp", data=body, timeout=30, headers={
-                    "Authorization": f"Bearer {token}", "Content-Type": XML, "Accept": JSON})
-                if r.status_code != 200:
-                    return f"HTTP {r.status_code}"
-                return r.json()["Response"][0]["Decision"]
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health", timeout=30) as r:
+                health = json.loads(r.read())
+            items = [(tokens[q.subject.subject_id], body.decode(), want)
+                     for q, body, want in zip(workload.queries, bodies, expected)]
+            for threads in client_threads:
+                if py_spy and threads == max(client_threads):
+                    import subprocess
 
-            timing = timed_loop("xsg over HTTP (XML in, JSON out)", items, call, expected)
-            n = timing.n
-            app_timing = Timing("  of which the gateway app (server thread)", timer.wall_ns[-n:],
-                                sum(timer.wall_ns[-n:]) / 1e9, 0, timer.cpu_ns[-n:])
+                    spy = subprocess.Popen(["py-spy", "record", "--pid", str(os.getpid()),
+                                            "--threads", "--gil", "--rate", "250", "--format",
+                                            "speedscope", "--output", py_spy, "--nonblocking"],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    time.sleep(1.0)
+                # the app's own time is taken with one client only: the timer's clock calls
+                # would cost the concurrent run a tenth of its throughput
+                timer.enabled = threads == 1
+                n_app = len(timer.cpu_ns)
+                c0 = time.process_time()
+                got = _clients_in_a_process(server.port, items, threads, n_requests, client)
+                server_cpu = time.process_time() - c0
+                if spy is not None:
+                    spy.send_signal(2)  # SIGINT: py-spy writes its profile and exits
+                    spy.wait(timeout=60)
+                    spy = None
+                n = len(got["lat"])
+                if got["wrong"]:
+                    notes.append(f"wrong answers over HTTP, e.g.: {got['wrong_samples']}")
+                rows.append(Timing(f"xsg over HTTP, {threads} client thread{'s' * (threads > 1)}"
+                                   " (other process)", got["lat"], got["wall"], got["wrong"]))
+                app_cpu = timer.cpu_ns[n_app:]
+                app_part = (f" (the app itself {sum(app_cpu) / len(app_cpu) / 1e6:.3f} ms, the "
+                            f"rest is HTTP: parsing, the socket, threads)" if app_cpu else "")
+                notes.append(
+                    f"HTTP, {threads} client thread(s): {n / got['wall']:,.0f} decisions/s; per "
+                    f"request the server process used {server_cpu / n * 1000:.3f} ms of CPU"
+                    f"{app_part}, the client process {got['cpu'] / n * 1000:.3f} ms")
             profile_text = ""
             if profile_top:
+                import http.client
+
+                conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
                 timer.profiler = cProfile.Profile()
-                for item in items:
-                    call(item)
+                for token, body, _ in items[:n_requests]:
+                    conn.request("POST", "/pdp", body=body.encode(), headers={
+                        "Authorization": f"Bearer {token}", "Content-Type": XML, "Accept": JSON})
+                    conn.getresponse().read()
                 timer.profiler.disable()
+                conn.close()
                 profile_text = _stats_text(timer.profiler, profile_top)
         finally:
-            session.close()
+            if spy is not None:
+                spy.kill()
             server.stop()
             services = app.extensions.get("xsg.services")
             if services is not None:
                 services.close()
-    notes = [f"HTTP: gateway start with {health.get('policies')} policies seeded into SQLite: "
-             f"{startup:.2f} s; {server.via}; one client, sequential requests, keep-alive"]
+    notes.insert(0, f"HTTP: gateway start with {health.get('policies')} policies seeded into "
+                    f"SQLite: {startup:.2f} s; {server.via}; clients ({client}, keep-alive, "
+                    f"XML in, JSON out) in another process")
+    if py_spy:
+        notes.append(f"py-spy profile of the server during the {max(client_threads)}-thread run: "
+                     f"{py_spy} (speedscope format)")
     if profile_text:
-        notes.append(f"\n--- cProfile: gateway app serving POST /pdp (server thread), {len(items)} "
-                     f"requests, sorted by own time ---\n{profile_text}")
-    return [timing, app_timing], notes
+        notes.append(f"\n--- cProfile: gateway app serving POST /pdp (server thread), "
+                     f"{n_requests} requests, sorted by own time ---\n{profile_text}")
+    return rows, notes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,9 +458,9 @@ def print_table(rows: list[Timing]) -> None:
     print(f"{'measurement':44} {'n':>6} {'dec/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
           f"{'mean ms':>8} {'cpu p99':>8} {'wrong':>6}")
     for t in rows:
+        cpu = f"{t.percentile_ms(99, cpu=True):8.3f}" if t.cpu_ns else f"{'-':>8}"
         print(f"{t.label:44} {t.n:6d} {t.per_second:9.0f} {t.percentile_ms(50):8.3f} "
-              f"{t.percentile_ms(99):8.3f} {t.mean_ms:8.3f} {t.percentile_ms(99, cpu=True):8.3f} "
-              f"{t.mismatches:6d}")
+              f"{t.percentile_ms(99):8.3f} {t.mean_ms:8.3f} {cpu} {t.mismatches:6d}")
 
 
 def _stats_text(prof: cProfile.Profile, top: int) -> str:
@@ -351,12 +480,26 @@ def profile(label: str, items: Sequence, call: Callable, top: int = 25) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--http-client"]:
+        http_client_main(argv[1])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--policies", type=int, default=1000)
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--pyabac-requests", type=int, default=1000,
                     help="py-abac is slow; it decides the first N requests (default 1000)")
-    ap.add_argument("--http-requests", type=int, default=1000)
+    ap.add_argument("--http-requests", type=int, default=4000,
+                    help="requests per HTTP measurement (all client threads together)")
+    ap.add_argument("--client-threads", default="1,4",
+                    help="HTTP client threads to measure with, comma-separated")
+    ap.add_argument("--client", choices=("raw", "http.client"), default="raw",
+                    help="HTTP client: raw sockets with the requests built beforehand (the "
+                         "server's figure), or the standard library's http.client")
+    ap.add_argument("--py-spy", metavar="FILE",
+                    help="record the server with py-spy during the largest HTTP run")
+    ap.add_argument("--only-http", action="store_true", help="skip py-abac and the in-process "
+                    "rows except the XML one")
     ap.add_argument("--seed", type=int, default=20260522)
     ap.add_argument("--profile", action="store_true", help="cProfile the in-process XML path and the app behind POST /pdp")
     ap.add_argument("--no-http", action="store_true")
@@ -384,23 +527,30 @@ def main(argv: list[str] | None = None) -> int:
         xsg_xml = timed_loop("xsg in process, XML parsed in loop", xml_bodies,
                              xsg_bytes_call(engine, XML), expected)
         rows.append(xsg_xml)
-        rows.append(timed_loop("xsg in process, JSON parsed in loop", json_bodies,
-                               xsg_bytes_call(engine, JSON), expected))
-        contexts, decide = xsg_preparsed(engine, xml_bodies)
-        rows.append(timed_loop("xsg in process, pre-parsed (evaluation only)", contexts,
-                               decide, expected))
+        if not args.only_http:
+            rows.append(timed_loop("xsg in process, JSON parsed in loop", json_bodies,
+                                   xsg_bytes_call(engine, JSON), expected))
+            contexts, decide = xsg_preparsed(engine, xml_bodies)
+            rows.append(timed_loop("xsg in process, pre-parsed (evaluation only)", contexts,
+                                   decide, expected))
 
-    pyabac_pdp, pyabac_load = load_pyabac(workload)
-    n_abac = min(args.pyabac_requests, len(workload.queries))
-    abac_bodies = [json.dumps(wl.pyabac_request(q)).encode() for q in workload.queries[:n_abac]]
-    abac_expected = [wl.PERMIT if e == wl.PERMIT else "not Permit" for e in expected[:n_abac]]
-    abac = timed_loop("py-abac in process, JSON parsed in loop", abac_bodies,
-                      pyabac_call(pyabac_pdp), abac_expected)
-    rows.append(abac)
+    abac = pyabac_load = None
+    if not args.only_http:
+        pyabac_pdp, pyabac_load = load_pyabac(workload)
+        n_abac = min(args.pyabac_requests, len(workload.queries))
+        abac_bodies = [json.dumps(wl.pyabac_request(q)).encode()
+                       for q in workload.queries[:n_abac]]
+        abac_expected = [wl.PERMIT if e == wl.PERMIT else "not Permit" for e in expected[:n_abac]]
+        abac = timed_loop("py-abac in process, JSON parsed in loop", abac_bodies,
+                          pyabac_call(pyabac_pdp), abac_expected)
+        rows.append(abac)
 
     if engine is not None and not args.no_http:
-        http_rows, http_notes = run_http(workload, xml_bodies, expected, args.http_requests,
-                                         profile_top=25 if args.profile else 0)
+        http_rows, http_notes = run_http(
+            workload, xml_bodies, expected, args.http_requests,
+            profile_top=25 if args.profile else 0,
+            client_threads=[int(x) for x in args.client_threads.split(",")],
+            py_spy=args.py_spy, client=args.client)
         rows.extend(http_rows)
         notes.extend(http_notes)
 
@@ -410,8 +560,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"xsg policy load:     {xsg_load:8.3f} s total, {per * 1e3:7.3f} ms per policy "
               f"(paper: {PAPER_LOAD_S_PER_POLICY * 1e3:.0f} ms per policy, "
               f"{PAPER_LOAD_S_PER_POLICY / per:,.0f}x faster)")
-    print(f"py-abac policy load: {pyabac_load:8.3f} s total, "
-          f"{pyabac_load / len(workload.policies) * 1e3:7.3f} ms per policy")
+    if pyabac_load is not None:
+        print(f"py-abac policy load: {pyabac_load:8.3f} s total, "
+              f"{pyabac_load / len(workload.policies) * 1e3:7.3f} ms per policy")
     print()
     print_table(rows)
     print("(latencies are wall-clock per call; 'cpu p99' is the calling thread's CPU time, which "
@@ -419,7 +570,13 @@ def main(argv: list[str] | None = None) -> int:
           "threads); 'wrong': decisions differing from the workload's reference semantics, "
           "py-abac scored on Permit vs not-Permit)")
     print(f"load average at start {load_start}, at end {load_average()}")
-    if xsg_xml is not None:
+    http_rows = [r for r in rows if "over HTTP" in r.label]
+    if xsg_xml is not None and http_rows:
+        best = max(http_rows, key=lambda r: r.per_second)
+        print(f"\nover HTTP / in process (XML parsed in loop), side by side in this run: "
+              f"{best.per_second:,.0f} / {xsg_xml.per_second:,.0f} decisions/s = "
+              f"{best.per_second / xsg_xml.per_second:.2f} (aim: 2,000 decisions/s over HTTP)")
+    if xsg_xml is not None and abac is not None:
         ratio = xsg_xml.per_second / abac.per_second
         print(f"\nratio xsg (XML parsed in loop) / py-abac, decisions/s: {ratio:.1f}x "
               f"(aim >= 20x: {'met' if ratio >= 20 else 'MISSED'}); "

@@ -1,6 +1,6 @@
 """Fixtures for the console: a whole gateway (real PDP, catalogue, handles; the RecordingRuntime
-in place of Spark, so rows are pushed by the test) served by cheroot on a loopback port, and
-headless Chromium driven by Playwright.
+in place of Spark, so rows are pushed by the test) served by the gateway's HTTP server on a
+loopback port, and headless Chromium driven by Playwright.
 
 The browser is Debian's `chromium` (`/usr/bin/chromium`, or `XSG_CHROMIUM`); Playwright's own
 browser download cannot work here. When Playwright or Chromium is missing the browser tests skip

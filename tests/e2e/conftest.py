@@ -1,4 +1,4 @@
-"""End-to-end fixtures: ONE SparkSession and ONE gateway over cheroot for the whole run.
+"""End-to-end fixtures: ONE SparkSession and ONE gateway over its HTTP server for the whole run.
 
 The gateway is the real thing (pep.services + pep.http.app + StreamRuntime on Spark), served by
 pep.http.server.HttpServer on a free loopback port; tests talk to it with `requests`.
@@ -28,8 +28,8 @@ class Gateway:
     runtime: object
 
     def close(self) -> None:
-        # Streaming readers first: cheroot's stop waits for every worker, and a reader's
-        # response only ends when its handle's buffer closes.
+        # Streaming readers first: their responses end only when their handles' buffers
+        # close, and the server's stop waits for its workers.
         self.services.close_stream_side()
         self.server.stop()
         self.services.close()

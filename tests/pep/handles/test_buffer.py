@@ -247,3 +247,158 @@ def test_closing_releases_a_delivery_waiting_for_its_reader():
     writer.join(2)
     assert not writer.is_alive() and result == [False] and time.monotonic() - t0 < 1
     assert [e.kind for e in buf.read(10, timeout=0)] == ["revoked"]  # nothing after the close
+
+
+# -- notices, waiters, byte-bounded reads ----------------------------------------------------------
+
+def test_a_notice_comes_in_order_and_is_not_a_row():
+    buf = HandleBuffer(max_rows=100)
+    buf.put(rows(0, 2))
+    assert buf.notice("stalled", {"seconds": 30, "event": "ignored"})
+    buf.put(rows(2, 3))
+    ev = buf.read(0, timeout=0)
+    assert [(e.id, e.kind) for e in ev] == [(1, "row"), (2, "row"), (3, "stalled"), (4, "row")]
+    assert json.loads(ev[2].data) == {"event": "stalled", "seconds": 30}
+    assert not ev[2].final and len(buf) == 3
+    assert sse_event(ev[2]) == 'id: 3\nevent: stalled\ndata: {"event":"stalled","seconds":30}\n\n'
+    assert json.loads(ndjson_event(ev[2])) == {"id": 3, "event": "stalled", "seconds": 30}
+    # resuming past a notice works like past a row
+    assert [e.id for e in buf.read(3, timeout=0)] == [4]
+
+
+@pytest.mark.parametrize("kind", ["row", "gap", "heartbeat", "message", "revoked", "ended",
+                                  "Stalled", "", "a b", "x" * 40, None])
+def test_notice_kinds_are_checked(kind):
+    with pytest.raises(ValueError):
+        HandleBuffer().notice(kind, {})
+
+
+def test_a_notice_after_close_is_refused_and_rows_dropped_around_notices_count_right():
+    buf = HandleBuffer(max_rows=4)
+    buf.put(rows(0, 2))       # ids 1, 2
+    buf.notice("stalled", {})  # id 3
+    buf.put(rows(2, 7))       # ids 4..8: rows 1, 2 and the notice... go as the rows push out
+    ev = buf.read(0, timeout=0)
+    assert ev[0].kind == "gap"
+    gap = json.loads(ev[0].data)
+    assert gap["resume_from"] == ev[0].id
+    kept_rows = [e for e in ev[1:] if e.kind == "row"]
+    assert len(kept_rows) == 4
+    # lost counts rows only: 7 rows were put, 4 are kept
+    assert gap["lost"] == 3
+    buf.close("revoked", "r")
+    assert buf.notice("stalled", {}) is False
+
+
+def test_notices_alone_stay_bounded():
+    buf = HandleBuffer(max_rows=5)
+    for i in range(500):
+        buf.notice("stalled", {"n": i})
+    assert len(buf._entries) <= 5 + 100 and len(buf) == 0
+
+
+def test_waiters_are_called_on_put_notice_and_close():
+    buf = HandleBuffer()
+    calls = []
+    waiter = lambda: calls.append(1)  # noqa: E731
+    buf.add_waiter(waiter)
+    assert calls == [1]  # called once at once: there may be events already
+    buf.put(rows(0, 3))
+    buf.notice("stalled", {})
+    buf.put([])
+    assert len(calls) == 3
+    buf.remove_waiter(waiter)
+    buf.put(rows(3, 4))
+    assert len(calls) == 3
+    buf.add_waiter(waiter)
+    buf.close("released")
+    assert len(calls) == 5
+
+
+def test_read_stops_near_max_bytes():
+    buf = HandleBuffer()
+    buf.put([{"n": i, "pad": "x" * 90} for i in range(100)])
+    one = len(row_json({"n": 10, "pad": "x" * 90}))
+    ev = buf.read(0, timeout=0, max_bytes=one * 10)
+    assert 9 <= len(ev) <= 11
+    assert len(buf.read(0, timeout=0, max_bytes=1)) == 1  # at least one event
+
+
+def test_handle_stream_pulls_formatted_chunks_for_the_io_thread():
+    from pep.http.handles import HandleStream
+
+    buf = HandleBuffer()
+    released = []
+    stream = HandleStream(buf, None, ndjson_event, '{"event":"heartbeat"}\n', 15.0,
+                          on_close=lambda: released.append(1))
+    wakes = []
+    stream.start(lambda: wakes.append(1))
+    assert wakes == [1]
+    assert stream.pull(1 << 20) == (b"", False)
+    buf.put(rows(0, 3))
+    buf.notice("stalled", {"seconds": 5})
+    assert len(wakes) == 3
+    data, done = stream.pull(1 << 20)
+    lines = [json.loads(x) for x in data.decode().splitlines()]
+    assert not done and [x["id"] for x in lines] == [1, 2, 3, 4]
+    assert lines[0] == {"id": 1, "row": {"n": 0}} and lines[3]["event"] == "stalled"
+    assert stream.pull(1 << 20) == (b"", False)
+    buf.put(rows(3, 5))
+    assert not stream.retract()
+    buf.close("revoked", "gone")
+    assert stream.retract()  # pulled-but-unwritten bytes must be withheld now
+    data, done = stream.pull(1 << 20)
+    assert done and [json.loads(x)["event"] for x in data.decode().splitlines()] == ["revoked"]
+    assert stream.heartbeat() == b'{"event":"heartbeat"}\n'
+    stream.close()
+    stream.close()
+    assert released == [1]
+    assert buf._waiters == ()
+
+
+def test_an_idle_woken_reader_is_not_overrun_by_a_burst_after_a_quiet_spell():
+    # A reader driven by a waiter (the server's I/O thread) reads only when woken. After a quiet
+    # spell longer than reader_stall it has not read for a while, but its last read had
+    # everything: it is idle, not slow, and a burst larger than the buffer must wait for it.
+    from pep.http.handles import HandleStream
+
+    buf = HandleBuffer(max_rows=50)
+    buf.reader_stall = 0.3
+    got: list = []
+    woken = threading.Event()
+    stream = HandleStream(buf, None, ndjson_event, "", 15.0)
+
+    def io_thread():
+        while True:
+            woken.wait(5)
+            woken.clear()
+            data, done = stream.pull(1 << 20)
+            got.extend(json.loads(x) for x in data.decode().splitlines())
+            if done:
+                return
+
+    t = threading.Thread(target=io_thread, daemon=True)
+    t.start()
+    stream.start(woken.set)
+    buf.put(rows(0, 10))
+    time.sleep(0.8)  # quiet: longer than reader_stall since the last read
+    assert buf.put(rows(10, 1_000))
+    deadline = time.monotonic() + 10
+    while sum("row" in o for o in got) < 1_000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    buf.close("released")  # (a close discards what is unread: only after the reader has it all)
+    t.join(10)
+    assert [o.get("event") for o in got if "row" not in o] == ["released"]
+    assert [o["row"]["n"] for o in got if "row" in o] == list(range(1_000))
+
+
+def test_a_woken_reader_that_does_not_come_is_given_up_on():
+    buf = HandleBuffer(max_rows=10)
+    buf.reader_stall = 0.2
+    buf.add_waiter(lambda: None)  # woken, never reads
+    buf.read(None, timeout=0)  # its last read had everything
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    assert buf.put(rows(0, 100))
+    assert 0.15 <= time.monotonic() - t0 < 2  # waited the stall bound once, then dropped
+    assert len(buf) == 10

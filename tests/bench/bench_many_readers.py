@@ -1,0 +1,571 @@
+"""Many handles, each with its own query, each read over HTTP by reader processes; records
+ingested through the API at a steady rate. Ingest-to-reader latency, and where it goes.
+
+Run: .venv/bin/python tests/bench/bench_many_readers.py [--handles 1000,2000] [--rate 200]
+                                                        [--seconds 30] [--reader-procs 4]
+                                                        [--runtime spark|fake]
+
+One SparkSession and one real gateway (pep.services + pep.http.app + the Spark StreamRuntime,
+on pep.http.server); per size N:
+  * N subjects each open one handle on stream `lat` with a query of its own (a band
+    `v >= a AND v < a + 100` with a different `a`: every tuple matches about 10% of them);
+  * the handles are read (NDJSON) by `--reader-procs` processes (not threads of the gateway),
+    each a selector over raw sockets;
+  * an ingest process POSTs `--rate` records/s to /streams/lat/records (20 per call), each
+    stamped with its send time; a row's latency is its arrival at a reader minus that stamp;
+  * the split: the gateway stamps (sampled) when a row is in its handle's buffer, so
+    ingest->buffer is the runtime's part (the ingest call, the wait for the next 0.25 s
+    trigger, the micro-batch: plan table, Spark job, routing) and buffer->reader is delivery's
+    (wake-up, the server's I/O thread, the socket, the reader); the runtime's own per-batch
+    timings (its DEBUG line) are summarised too.
+`--runtime fake` measures delivery alone: no Spark and no ingest calls; a stand-in runtime in
+the gateway process makes the tuples and pushes each handle's rows as a RowBatch every 0.25 s.
+Everything started is stopped, even on error; every wait is bounded.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import selectors
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+ADMIN = "tok-many-admin-0123456789"
+TRIGGER = 0.25
+SAMPLE = 7  # rows with seq % SAMPLE == 0 are stamped at the buffer for the split
+S = "http://www.w3.org/2001/XMLSchema#string"
+SCHEMA = [{"name": "ts", "type": "timestamp"}, {"name": "seq", "type": "long"},
+          {"name": "sent", "type": "double"}, {"name": "v", "type": "double"},
+          {"name": "pad", "type": "string"}]
+POLICY = """<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
+  PolicyId="urn:bench:many:STREAM" Version="1"
+  RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
+  <Target><AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
+    <AttributeValue DataType="S">STREAM</AttributeValue>
+    <AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
+      AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id" DataType="S"
+      MustBePresent="false"/></Match></AllOf></AnyOf></Target>
+  <Rule RuleId="all" Effect="Permit"><ObligationExpressions>
+    <ObligationExpression ObligationId="exacml:obligation:stream-filter" FulfillOn="Permit">
+      <AttributeAssignmentExpression AttributeId="exacml:obligation:stream-filter-condition-id">
+        <AttributeValue DataType="S">v &gt; -1</AttributeValue>
+      </AttributeAssignmentExpression></ObligationExpression>
+  </ObligationExpressions></Rule></Policy>""".replace('DataType="S"', f'DataType="{S}"')
+
+
+def policy(stream: str) -> bytes:
+    return POLICY.replace("STREAM", stream).encode()
+
+
+def request_for(stream: str) -> str:
+    return json.dumps({"Request": {"Resource": {"Attribute": [{
+        "AttributeId": "urn:oasis:names:tc:xacml:1.0:resource:resource-id", "Value": stream}]}}})
+
+
+def token(i: int) -> str:
+    return f"tok-many-{i:05d}-0123456789"
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(p / 100 * (len(s) - 1)))))] if s else float("nan")
+
+
+# -- reader process -----------------------------------------------------------------------------------
+
+def reader_main(job_path: str) -> None:
+    """Read every handle of the job until SIGTERM; write latencies (arrival - sent) and the
+    sampled arrivals to the job's output file."""
+    job = json.loads(Path(job_path).read_text())
+    host, port = job["host"], job["port"]
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    sel = selectors.DefaultSelector()
+    state = {}
+    for index, hid, tok in job["handles"]:
+        s = socket.create_connection((host, port), timeout=30)
+        # HTTP/1.0: the stream is delimited by the connection's end, no chunk framing to undo
+        s.sendall(f"GET /handles/{hid} HTTP/1.0\r\nAccept: application/x-ndjson\r\n"
+                  f"Authorization: Bearer {tok}\r\n\r\n".encode())
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ, index)
+        state[index] = [s, b"", False]  # socket, pending bytes, head seen
+    latencies: list[float] = []
+    samples: list[tuple[int, int, float]] = []
+    rows = gaps = 0
+    window = job["window"]
+    errors = []
+    while not stop.is_set() and state:
+        for key, _ in sel.select(0.5):
+            index = key.data
+            entry = state.get(index)
+            if entry is None:
+                continue
+            try:
+                data = entry[0].recv(262144)
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                data = b""
+                errors.append(repr(exc))
+            now = time.time()
+            if not data:
+                sel.unregister(entry[0])
+                entry[0].close()
+                del state[index]
+                continue
+            buf = entry[1] + data
+            if not entry[2]:
+                end = buf.find(b"\r\n\r\n")
+                if end < 0:
+                    entry[1] = buf
+                    continue
+                if b" 200 " not in buf[:20]:
+                    errors.append(buf[:200].decode(errors="replace"))
+                buf = buf[end + 4:]
+                entry[2] = True
+            *lines, entry[1] = buf.split(b"\n")
+            for line in lines:
+                if not line.startswith(b'{"id":'):
+                    continue
+                obj = json.loads(line)
+                row = obj.get("row")
+                if row is None:
+                    gaps += obj.get("event") == "gap"
+                    continue
+                rows += 1
+                sent = row["sent"]
+                if window[0] <= sent <= window[1]:
+                    latencies.append(now - sent)
+                    if row["seq"] % SAMPLE == 0:
+                        samples.append((index, row["seq"], now))
+    for entry in state.values():
+        entry[0].close()
+    Path(job["out"]).write_text(json.dumps({"latencies": latencies, "samples": samples,
+                                            "rows": rows, "gaps": gaps, "errors": errors[:5],
+                                            "still_open": len(state)}))
+
+
+# -- ingest process -------------------------------------------------------------------------------------
+
+def ingest_main(url: str, stream: str, rate: int, seconds: float, first_seq: int) -> None:
+    """POST `rate` records/s for `seconds` s (20 per call), each stamped with its send time."""
+    per_call = 20
+    period = per_call / rate
+    seq = first_seq
+    calls = late = 0
+    with requests.Session() as s:
+        start = time.monotonic()
+        next_at = start
+        while time.monotonic() - start < seconds:
+            now = time.time()
+            body = "".join(json.dumps({
+                "ts": now, "seq": seq + k, "sent": now, "v": ((seq + k) * 7.31) % 1000.0,
+                "pad": "p" * 40}) + "\n" for k in range(per_call))
+            seq += per_call
+            r = s.post(f"{url}/streams/{stream}/records", data=body.encode(), timeout=30,
+                       headers={"Authorization": f"Bearer {ADMIN}",
+                                "Content-Type": "application/x-ndjson"})
+            if r.status_code != 201:
+                print(f"ingest: {r.status_code} {r.text[:200]}", file=sys.stderr)
+            calls += 1
+            next_at += period
+            pause = next_at - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            else:
+                late += 1
+    print(json.dumps({"calls": calls, "late": late, "last_seq": seq}))
+
+
+# -- the gateway --------------------------------------------------------------------------------------
+
+class BatchLog(logging.Handler):
+    """The runtime's per-batch timings (its DEBUG line), with the time each batch ended."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.batches: list[tuple[float, float, float, float]] = []
+        self.logger = logging.getLogger("pep.runtime.executor")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg.startswith("batch %s: table"):
+            self.batches.append((record.created, *record.args[1:4]))
+
+    def __enter__(self) -> "BatchLog":
+        self.logger.addHandler(self)
+        self.logger.setLevel(logging.DEBUG)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.logger.removeHandler(self)
+
+
+class FakeRuntime:
+    """`--runtime fake`: delivery alone. Stands in for Spark in the gateway process: every
+    trigger it makes `rate * trigger` tuples (stamped as sent evenly over the last interval),
+    finds each handle's rows by its plan's filter (numpy), and pushes them as one RowBatch of
+    texts encoded once per tuple. Latency is then the trigger's wait plus delivery."""
+
+    def __init__(self, rate: int) -> None:
+        import numpy as np
+
+        self.np = np
+        self.rate = rate
+        self.lock = threading.Lock()
+        self.handles: dict[str, tuple] = {}
+        self.stop_event = threading.Event()
+        self.seq = 0
+        self.running = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="fake-runtime")
+        self.thread.start()
+
+    def attach(self, handle_id, stream, plan, deliver) -> None:
+        np = self.np
+        lo, hi = -np.inf, np.inf
+        for conjunct in plan.filter_dnf or ((),):
+            for p in conjunct:  # the bands: v > -1 AND v >= a AND v < a + 100
+                v = float(p.value)
+                if p.op in (">", ">="):
+                    lo = max(lo, v)
+                elif p.op in ("<", "<="):
+                    hi = min(hi, v)
+        with self.lock:
+            self.handles[handle_id] = (lo, hi, deliver)
+
+    def detach(self, handle_id) -> None:
+        with self.lock:
+            self.handles.pop(handle_id, None)
+
+    def stats(self) -> dict:
+        return {}
+
+    def _run(self) -> None:
+        np = self.np
+        log = logging.getLogger("pep.runtime.executor")
+        batch_id = 0
+        while not self.stop_event.wait(TRIGGER):
+            if not self.running.is_set():
+                continue
+            from pep.core.rows import RowBatch
+
+            t0 = time.perf_counter()
+            now = time.time()
+            n = max(1, int(self.rate * TRIGGER))
+            seqs = np.arange(self.seq, self.seq + n)
+            self.seq += n
+            values = (seqs * 7.31) % 1000.0
+            sent = now - TRIGGER + (np.arange(n) + 1) * (TRIGGER / n)
+            texts = np.array([json.dumps({"ts": round(t, 6), "seq": int(q), "sent": round(t, 6),
+                                          "v": round(float(v), 6), "pad": "p" * 40},
+                                         separators=(",", ":"))
+                              for q, t, v in zip(seqs, sent, values)], dtype=object)
+            t1 = time.perf_counter()
+            with self.lock:
+                handles = list(self.handles.values())
+            for lo, hi, deliver in handles:
+                mask = (values > lo) & (values < hi) if lo == -1 else \
+                    (values >= lo) & (values < hi)
+                picked = texts[mask]
+                if len(picked):
+                    deliver(RowBatch.of_texts(picked.tolist()))
+            log.debug("batch %s: table %.3f eval %.3f route %.3f", batch_id, 0.0, t1 - t0,
+                      time.perf_counter() - t1)
+            batch_id += 1
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(10)
+
+
+class Gateway:
+    def __init__(self, spark, data_dir: Path, subjects: int, rate: int = 200) -> None:
+        from pdp.auth import write_auth_file
+        from pep.config import GatewayConfig
+        from pep.http.app import create_app
+        from pep.serve import gateway_server
+        from pep.services import build_services
+
+        if spark is not None:
+            from pep.runtime.runtime import StreamRuntime
+        data_dir.mkdir(parents=True, exist_ok=True)
+        auth = data_dir / "auth.json"
+        write_auth_file(auth, [{"token": ADMIN, "subject": "nea", "roles": ["data-owner"],
+                                "admin": True}]
+                        + [{"token": token(i), "subject": f"c{i:05d}", "roles": ["consumer"],
+                            "admin": False} for i in range(subjects)])
+        self.runtime = (StreamRuntime(spark, data_dir / "runtime", trigger_interval=TRIGGER)
+                        if spark is not None else FakeRuntime(rate))
+        config = GatewayConfig(data_dir=data_dir, auth_file=auth, policies_dir=None, port=0,
+                               heartbeat=15.0, max_connections=subjects + 1000, threads=16)
+        self.services = build_services(config, runtime=self.runtime)
+        self.server = gateway_server(create_app(services=self.services), config).start()
+        self.url = self.server.url
+
+    def close(self) -> None:
+        for step in (self.services.close_stream_side, self.server.stop, self.services.close):
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001
+                print(f"(cleanup: {step.__qualname__} failed: {exc!r})")
+
+
+def stamp_puts(put_times: dict):
+    """Record when sampled rows are in their handle's buffer (this process: the gateway's);
+    returns the original `put`, to put back."""
+    from pep.core.rows import RowBatch
+    from pep.handles.buffer import HandleBuffer
+
+    original = HandleBuffer.put
+    put_times.setdefault("put_seconds", 0.0)
+    put_times.setdefault("puts", 0)
+
+    def put(self, rows):
+        c = time.perf_counter()
+        ok = original(self, rows)
+        t = time.time()
+        put_times["put_seconds"] += time.perf_counter() - c
+        put_times["puts"] += len(rows)
+        key = id(self)
+        if isinstance(rows, RowBatch):
+            for text in rows.rows:
+                at = text.find('"seq":')
+                seq = int(text[at + 6:text.find(",", at)]) if at >= 0 else -1
+                if seq % SAMPLE == 0:
+                    put_times[(key, seq)] = t
+        else:
+            for row in rows:
+                seq = row.get("seq", -1)
+                if seq is not None and seq % SAMPLE == 0:
+                    put_times[(key, seq)] = t
+        return ok
+    HandleBuffer.put = put
+    return original
+
+
+def open_handles(gw: Gateway, n: int, stream: str) -> list[str]:
+    """N handles, each with a query of its own: v in [a, a + 100), a different for each."""
+    ids: list[str | None] = [None] * n
+
+    def work(lo: int, hi: int) -> None:
+        with requests.Session() as s:
+            for i in range(lo, hi):
+                a = (i * 900.0 / n) + (i % 7) * 0.001
+                query = json.dumps({"filter": f"v >= {a:.3f} AND v < {a + 100:.3f}"})
+                r = s.post(f"{gw.url}/requests", timeout=120,
+                           headers={"Authorization": f"Bearer {token(i)}"},
+                           files={"request": ("r.json", request_for(stream),
+                                              "application/xacml+json"),
+                                  "query": ("q.json", query, "application/json")})
+                if r.status_code not in (200, 201):
+                    raise RuntimeError(f"handle {i}: {r.status_code} {r.text[:300]}")
+                ids[i] = r.json()["id"]
+
+    parts = 8
+    threads = [threading.Thread(target=work, args=(k * n // parts, (k + 1) * n // parts))
+               for k in range(parts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    if any(x is None for x in ids):
+        raise RuntimeError("not every handle opened")
+    return ids  # type: ignore[return-value]
+
+
+def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Path,
+             first_seq: int) -> dict:
+    from pep.handles.buffer import HandleBuffer
+
+    stream = f"lat{n}"  # a stream of its own: a restarted query would re-read older records
+    r = requests.post(f"{gw.url}/streams", timeout=30, headers={
+        "Authorization": f"Bearer {ADMIN}"}, json={
+        "name": stream, "time_attribute": "ts", "source": {"kind": "ingest"}, "schema": SCHEMA})
+    assert r.status_code == 201, r.text
+    r = requests.post(f"{gw.url}/policies", data=policy(stream), timeout=30, headers={
+        "Authorization": f"Bearer {ADMIN}", "Content-Type": "application/xacml+xml"})
+    assert r.status_code == 201, r.text
+    put_times: dict = {}
+    original_put = stamp_puts(put_times)  # before the handles attach their buffers' put
+    readers = []
+    ingest = None
+    try:
+        t0 = time.perf_counter()
+        ids = open_handles(gw, n, stream)
+        opened = time.perf_counter() - t0
+        warm = 8.0
+        start_at = time.time() + 3.0 + warm  # the measurement window, by send time
+        window = (start_at, start_at + seconds)
+        for k in range(procs):
+            job = tmp / f"reader-{n}-{k}.json"
+            job.write_text(json.dumps({
+                "host": "127.0.0.1", "port": gw.server.port, "window": window,
+                "out": str(tmp / f"reader-{n}-{k}.out"),
+                "handles": [(i, ids[i], token(i)) for i in range(k, n, procs)]}))
+            readers.append(subprocess.Popen([sys.executable, __file__, "--reader", str(job)]))
+        deadline = time.monotonic() + 120
+        while gw.server.stream_count < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+        connected = gw.server.stream_count
+        fake = isinstance(gw.runtime, FakeRuntime)
+        if not fake:
+            ingest = subprocess.Popen([sys.executable, __file__, "--ingest", gw.url, stream,
+                                       str(rate), str(3.0 + warm + seconds + 1.0),
+                                       str(first_seq)], stdout=subprocess.PIPE, text=True)
+        with BatchLog() as batches:
+            c0, w0 = time.process_time(), time.time()
+            p0, n0 = put_times["put_seconds"], put_times["puts"]
+            if fake:
+                gw.runtime.running.set()
+                time.sleep(max(0.0, window[1] + 1.0 - time.time()))
+                gw.runtime.running.clear()
+                out = json.dumps({"calls": 0, "late": 0, "last_seq": gw.runtime.seq})
+            else:
+                out, _ = ingest.communicate(timeout=3.0 + warm + seconds + 120)
+            put_share = (put_times["put_seconds"] - p0, put_times["puts"] - n0)
+            gateway_cpu = (time.process_time() - c0) / (time.time() - w0)
+            time.sleep(3.0)  # the last rows reach their readers
+    finally:
+        if ingest is not None and ingest.poll() is None:
+            ingest.kill()
+            ingest.wait()
+        for p in readers:
+            p.send_signal(signal.SIGTERM)
+        for p in readers:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        HandleBuffer.put = original_put
+    lat: list[float] = []
+    samples = []
+    rows = gaps = 0
+    errors = []
+    for k in range(procs):
+        res = json.loads((tmp / f"reader-{n}-{k}.out").read_text())
+        lat += res["latencies"]
+        samples += res["samples"]
+        rows += res["rows"]
+        gaps += res["gaps"]
+        errors += res["errors"]
+    buffers = dict(gw.services.handles._buffers)
+    key_of = {i: id(buffers[hid]) for i, hid in enumerate(ids) if hid in buffers}
+    delivery_part = []
+    for index, seq, arrived in samples:
+        put = put_times.get((key_of.get(index), seq))
+        if put is not None:
+            delivery_part.append(arrived - put)
+    in_window = [b for b in batches.batches if window[0] <= b[0] <= window[1] + 1]
+    with requests.Session() as s:
+        for i, hid in enumerate(ids):
+            s.delete(f"{gw.url}/handles/{hid}", headers={"Authorization": f"Bearer {token(i)}"},
+                     timeout=60)
+    ingested = json.loads(out.strip().splitlines()[-1])
+    return {"n": n, "opened_s": opened, "connected": connected, "lat": lat, "rows": rows,
+            "gaps": gaps, "errors": errors, "delivery": delivery_part, "batches": in_window,
+            "ingest": ingested, "seconds": seconds, "gateway_cpu": gateway_cpu,
+            "last_seq": ingested["last_seq"], "procs": procs, "put": put_share}
+
+
+def report(r: dict, rate: int) -> None:
+    lat, dl, b = r["lat"], r["delivery"], r["batches"]
+    print(f"\n{r['n']:,} handles (distinct queries, each ~10% of the tuples), {rate} tuples/s "
+          f"ingested for {r['seconds']:.0f} s; {r['connected']:,} readers connected from "
+          f"{r['procs']} reader processes; handles opened in {r['opened_s']:.1f} s")
+    if not lat:
+        print("  no rows measured", r["errors"])
+        return
+    print(f"  ingest -> reader latency: p50 {pct(lat, 50):.3f} s, p95 {pct(lat, 95):.3f} s, "
+          f"p99 {pct(lat, 99):.3f} s, max {max(lat):.3f} s over {len(lat):,} rows "
+          f"({len(lat) / r['seconds']:,.0f} rows/s to readers); gaps {r['gaps']}; "
+          f"ingest calls late {r['ingest']['late']}")
+    if dl:
+        print(f"  of which delivery (in the handle's buffer -> at the reader, sampled "
+              f"{len(dl):,} rows): p50 {pct(dl, 50) * 1000:.0f} ms, p95 {pct(dl, 95) * 1000:.0f} ms,"
+              f" p99 {pct(dl, 99) * 1000:.0f} ms")
+    if b:
+        total = [x[1] + x[2] + x[3] for x in b]
+        print(f"  runtime micro-batches in the window: {len(b)}, each p50 {pct(total, 50):.3f} s "
+              f"p95 {pct(total, 95):.3f} s (plan table p50 {pct([x[1] for x in b], 50):.3f}, "
+              f"Spark job + toArrow p50 {pct([x[2] for x in b], 50):.3f}, routing + delivery "
+              f"into buffers p50 {pct([x[3] for x in b], 50):.3f}); trigger every {TRIGGER} s")
+    if r["put"][1]:
+        print(f"  in HandleBuffer.put (with lists of dicts: each handle's rows encoded as JSON "
+              f"there; appending; waking the readers): {r['put'][0] / r['put'][1] * 1e6:.1f} us "
+              f"per row, {r['put'][0]:.2f} s for {r['put'][1]:,} rows; the rest of routing is "
+              f"the runtime's own")
+    print(f"  gateway process CPU: {r['gateway_cpu']:.2f} cores on average")
+    if r["errors"]:
+        print("  reader errors:", r["errors"][:3])
+
+
+def machine() -> str:
+    return (f"{platform.platform()}; {os.cpu_count()} cores; Python {platform.python_version()}; "
+            f"load average {' '.join('%.2f' % x for x in os.getloadavg())}")
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--reader"]:
+        reader_main(sys.argv[2])
+        return
+    if sys.argv[1:2] == ["--ingest"]:
+        ingest_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]),
+                    int(sys.argv[6]))
+        return
+    sys.stdout.reconfigure(line_buffering=True)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--handles", default="1000", help="sizes, comma-separated (e.g. 1000,2000)")
+    ap.add_argument("--rate", type=int, default=200, help="tuples ingested per second")
+    ap.add_argument("--seconds", type=float, default=30.0, help="measured seconds per size")
+    ap.add_argument("--reader-procs", type=int, default=4)
+    ap.add_argument("--runtime", choices=("spark", "fake"), default="spark",
+                    help="fake: delivery alone, rows made in the gateway process (no Spark)")
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.handles.split(",")]
+    print("machine:", machine(), "; runtime:", args.runtime)
+    spark = None
+    if args.runtime == "spark":
+        from pep.runtime.session import create_spark_session
+
+        spark = create_spark_session(extra_conf={"spark.driver.memory": "4g"})
+    gw = None
+    results = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="xsg-bench-many-") as tmp:
+            gw = Gateway(spark, Path(tmp) / "gw", max(sizes), args.rate)
+            seq = 0
+            for n in sizes:
+                res = run_size(gw, n, args.rate, args.seconds, args.reader_procs, Path(tmp), seq)
+                seq = res["last_seq"] + 1
+                report(res, args.rate)
+                results.append(res)
+    finally:
+        if gw is not None:
+            gw.close()
+        if spark is not None:
+            spark.stop()
+    print("\nsummary: handles, p95 ingest->reader (s), p95 delivery part (ms), rows/s to readers")
+    for r in results:
+        print(f"  {r['n']:>6,}  {pct(r['lat'], 95):.3f}  {pct(r['delivery'], 95) * 1000:.0f}  "
+              f"{len(r['lat']) / r['seconds']:,.0f}")
+    print("load average at the end:", " ".join("%.2f" % x for x in os.getloadavg()))
+
+
+if __name__ == "__main__":
+    main()
