@@ -44,6 +44,12 @@ class GatewayConfig:
     start_spark: bool = False
     reevaluation_interval: float = 1.0  # seconds between re-decisions of time-dependent grants
     trigger_interval: float = 0.25  # seconds between a stream query's micro-batches
+    # Stream runtime (pep/runtime): ingest files a stream's query has committed are kept under
+    # data_dir/runtime/archive/<stream>/ this many seconds and this many bytes in all (None: no
+    # bound); a stream whose input waits this long without a completed micro-batch is stalled.
+    ingest_retention_seconds: float | None = 3600.0
+    ingest_retention_bytes: int | None = 1 << 30
+    stall_seconds: float = 30.0
     heartbeat: float = 15.0  # seconds between keep-alive lines on idle handle streams
     # Invalidation feed for caching proxies (pep/invalidation/): the bearer token a proxy
     # presents on /events/invalidations and the HMAC key of the webhooks pushed to it.

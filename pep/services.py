@@ -6,8 +6,10 @@ as arguments; nothing else constructs a service or subscribes to an event. (OPA'
 `runtime/runtime.go` plays this role there.)
 
 Files under `config.data_dir`: `policies.db` (policy store), `streams.db` (catalogue),
-`handles.db` (handles), `streams/<name>/ingest/` (ingested JSON lines), `runtime/` (the Spark
-runtime's work directory), `auth.json` (demo tokens, when no auth file is given).
+`handles.db` (handles), `streams/<name>/ingest/` (ingested JSON lines not yet committed by their
+stream's query), `runtime/` (the Spark runtime's work directory: `checkpoints/<stream>/`, kept
+across restarts, and `archive/<stream>/`, committed ingest files until retention removes them),
+`auth.json` (demo tokens, when no auth file is given).
 """
 from __future__ import annotations
 
@@ -122,8 +124,10 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     if config.policies_dir is not None:
         seed_streams(catalog, Path(config.policies_dir) / "streams.json")
     if runtime is None:
-        runtime = LazyRuntime(spark_runtime_factory(config.spark_master, data_dir / "runtime",
-                                                    config.trigger_interval))
+        runtime = LazyRuntime(spark_runtime_factory(
+            config.spark_master, data_dir / "runtime", config.trigger_interval,
+            retention_seconds=config.ingest_retention_seconds,
+            retention_bytes=config.ingest_retention_bytes, stall_seconds=config.stall_seconds))
 
     # Access requests: decided and planned the same way when opened and when re-decided.
     plan_access = functools.partial(decide_and_plan,

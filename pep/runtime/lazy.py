@@ -40,22 +40,31 @@ class LazyRuntime:
     def stats(self) -> dict:
         return self._runtime.stats() if self._runtime is not None else {}
 
+    def health(self) -> dict:
+        return self._runtime.health() if self._runtime is not None else {}
+
     def stop(self) -> None:
         with self._lock:
             if self._runtime is not None:
                 self._runtime.stop()
 
 
-def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float = 0.25
-                          ) -> Callable[[], Any]:
-    """A factory for `LazyRuntime`: a SparkSession on `master` and a StreamRuntime over it."""
+def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float = 0.25,
+                          retention_seconds: float | None = 3600.0,
+                          retention_bytes: int | None = 1 << 30,
+                          stall_seconds: float = 30.0) -> Callable[[], Any]:
+    """A factory for `LazyRuntime`: a SparkSession on `master` and a StreamRuntime over it,
+    keeping its checkpoints and archived ingest files under `work_dir` (see
+    `pep.runtime.runtime.RuntimeSettings` for the other arguments)."""
 
     def build() -> Any:
-        from pep.runtime.runtime import StreamRuntime
+        from pep.runtime.runtime import RuntimeSettings, StreamRuntime
         from pep.runtime.session import create_spark_session
 
         spark = create_spark_session(master=master)
-        return StreamRuntime(spark, work_dir, trigger_interval=trigger_interval)
+        return StreamRuntime(spark, work_dir, settings=RuntimeSettings(
+            trigger_interval=trigger_interval, retention_seconds=retention_seconds,
+            retention_bytes=retention_bytes, stall_seconds=stall_seconds))
 
     return build
 
