@@ -99,13 +99,18 @@ PLAN_TABLE_ARROW = pa.schema([("plans", pa.list_(pa.struct([
 # Per-row expressions (built once per schema and JVM; unresolved, so shared by every query)
 # ---------------------------------------------------------------------------------------------
 
-def value_arrays(definition: StreamDefinition | StreamSchema) -> tuple[Column, Column]:
-    """Per-row arrays of every attribute as a number and as text, indexed like the schema."""
+def value_arrays(definition: StreamDefinition | StreamSchema,
+                 only: frozenset[str] | None = None) -> tuple[Column, Column]:
+    """Per-row arrays of every attribute as a number and as text, indexed like the schema
+    (with `only`: the other attributes are null, so the scan need not read them)."""
     schema = definition.schema if isinstance(definition, StreamDefinition) else definition
     nums, strs = [], []
     for f in schema.fields:
         c = F.col(f"`{f.name}`")
-        if f.type == "string":
+        if only is not None and f.name not in only:
+            nums.append(F.lit(None).cast("double"))
+            strs.append(F.lit(None).cast("string"))
+        elif f.type == "string":
             nums.append(F.lit(None).cast("double"))
             strs.append(c)
         else:
@@ -120,13 +125,15 @@ def value_arrays(definition: StreamDefinition | StreamSchema) -> tuple[Column, C
     return F.array(*nums), F.array(*strs)
 
 
-def long_array(schema: StreamSchema) -> Column:
+def long_array(schema: StreamSchema, only: frozenset[str] | None = None) -> Column:
     """Per-row array of every attribute as a 64-bit integer (long as is, timestamps in epoch
     microseconds, booleans 0/1), null for doubles and strings: exact values for windows."""
     out = []
     for f in schema.fields:
         c = F.col(f"`{f.name}`")
-        if f.type == "long":
+        if only is not None and f.name not in only:
+            out.append(F.lit(None).cast("long"))
+        elif f.type == "long":
             out.append(c)
         elif f.type == "timestamp":
             out.append(F.unix_micros(c))
@@ -209,23 +216,29 @@ class Shape:
     plain_columns: tuple[str, ...]  # union of the plain plans' projections, schema order
     tuple_windows: bool
     time_windows: bool
-    slots: tuple[int, int, int]  # most aggregated attributes of family d, l, s in one plan
+    # value slots of the panes job: (column prefix, family, partials wanted), per family in
+    # order; a plan's i-th aggregated attribute of family f is slot f<i>
+    slots: tuple[tuple[str, str, frozenset[str]], ...]
     keys: tuple[str, ...]  # attributes some window plan groups by, schema order
     time_attributes: tuple[str, ...]  # observed for watermarks (time plans + the stream's)
     ordered_time_firsts: bool  # a time plan asks firstval/lastval: order ties by stream order
     full_order: bool  # the source may lack `_xsg_seq`: order by time, file, position too
+    single_tuples: bool  # every tuple-window pane is one tuple: no aggregation in Spark
+    read: frozenset[str]  # attributes filters, windows or time read (the value arrays)
 
     @property
     def windows(self) -> bool:
         return self.tuple_windows or self.time_windows
 
+    @property
+    def raw(self) -> bool:
+        """Only one-tuple panes: the panes job returns each tuple's values, not partials."""
+        return self.single_tuples and self.tuple_windows and not self.time_windows
+
 
 def slot_names(shape: Shape) -> list[tuple[str, str]]:
     """(slot column prefix, family) of every value slot of the panes job."""
-    out = []
-    for fam, count in zip(("d", "l", "s"), shape.slots):
-        out += [(f"{fam}{i}", fam) for i in range(count)]
-    return out
+    return [(name, fam) for name, fam, _ in shape.slots]
 
 
 @dataclass
@@ -526,31 +539,42 @@ class StreamExecutor:
         plain: set[str] = set()
         keys: set[str] = set()
         times: set[str] = set()
-        slots = [0, 0, 0]
+        read: set[str] = set()
+        slots: dict[str, set[str]] = {}
         tuples = timed = ordered = False
+        single = True
         for s in plans:
+            for conj in s.compiled.conjuncts:
+                read.update(self._field_names[a - 1] for a, *_ in conj)
             w = s.compiled.window
             if w is None:
                 plain.update(s.compiled.projection)
                 continue
+            layout = s.windows.layout  # type: ignore[union-attr]
             keys.update(w.keys)
-            counts = {"d": 0, "l": 0, "s": 0}
-            for _, t in w.attributes:
-                counts[FAMILIES[t]] += 1
-            for i, fam in enumerate("dls"):
-                slots[i] = max(slots[i], counts[fam])
+            read.update(a for a, _ in w.attributes)
+            seen = {"d": 0, "l": 0, "s": 0}
+            for fam, parts in zip(layout.families, layout.parts):
+                slots.setdefault(f"{fam}{seen[fam]}", set()).update(parts)
+                seen[fam] += 1
             if w.kind == "tuple":
                 tuples = True
+                single &= layout.width == 1
             else:
                 timed = True
                 times.add(w.time_attribute or "")
+                read.add(w.time_attribute or "")
                 ordered |= any(f in ("firstval", "lastval") for _, f, _ in w.aggregates)
         if self._time_attr:
             times.add(self._time_attr)
-        order = [n for n in self._field_names]
-        shape = Shape(tuple(n for n in order if n in plain), tuples, timed,
-                      (slots[0], slots[1], slots[2]), tuple(n for n in order if n in keys),
-                      tuple(n for n in order if n in times), ordered, self._full_order)
+        order = list(self._field_names)
+        slot_list = tuple((name, name[0], frozenset(parts)) for fam in "dls"
+                          for name, parts in sorted(slots.items(), key=lambda kv: int(kv[0][1:]))
+                          if name[0] == fam)
+        shape = Shape(tuple(n for n in order if n in plain), tuples, timed, slot_list,
+                      tuple(n for n in order if n in keys),
+                      tuple(n for n in order if n in times), ordered, self._full_order,
+                      single, frozenset(read))
         self._shape = (version, shape)
         return shape
 
@@ -599,7 +623,8 @@ class StreamExecutor:
                 by_family: dict[str, list[int | None]] = {"d": [], "l": [], "s": []}
                 for attr, ftype in w.attributes:
                     by_family[FAMILIES[ftype]].append(self._index[attr])
-                for fam, count in zip("dls", shape.slots):
+                for fam in "dls":
+                    count = sum(1 for _, f, _ in shape.slots if f == fam)
                     row[fam] = by_family[fam] + [None] * (count - len(by_family[fam]))
             data.append(row)
         if not data:
@@ -626,15 +651,15 @@ class StreamExecutor:
                 else:
                     cols.append(F.lit(None).cast("double").alias(TIME_COLUMN))
                 cols.append(F.col(FILE_COLUMN))
-            nums, strs = value_arrays(self._schema)
+            nums, strs = value_arrays(self._schema, shape.read)
             cols += [nums.alias(NUMS_COLUMN), strs.alias(STRS_COLUMN)]
             if windows:
-                cols.append(long_array(self._schema).alias(LNGS_COLUMN))
+                cols.append(long_array(self._schema, shape.read).alias(LNGS_COLUMN))
                 if shape.keys:
                     cols.append(key_array(self._schema, shape.keys).alias(KEYS_COLUMN))
             return cols
         return _shared_expressions(("base", self._schema, tuple(columns), windows, shape.keys,
-                                    shape.full_order, self._time_attr), build)
+                                    shape.full_order, self._time_attr, shape.read), build)
 
     def _time_number(self, attr: str) -> Column:
         c = F.col(f"`{attr}`")
@@ -666,7 +691,8 @@ class StreamExecutor:
                 .select(*keep).where(nonempty))
 
     def panes_frame(self, batch: DataFrame, plans_column: Column, shape: Shape) -> DataFrame:
-        """Window plans: partial aggregates per (plan, key, pane)."""
+        """Window plans: partial aggregates per (plan, key, pane) (with `shape.raw`: each
+        tuple's values, every pane being one tuple)."""
         base = self._base_columns(shape, [], True)
         parts = []
         for kind, wanted in ((TUPLE, shape.tuple_windows), (TIME, shape.time_windows)):
@@ -677,14 +703,18 @@ class StreamExecutor:
             frame = batch.select(*base, plans_column.alias(PLANS_COLUMN))
             frame = frame.select(*stages["explode"]).select(*stages["values"])
             if kind == TUPLE:
-                frame = frame.select(*stages["number"])
+                frame = frame.select(*stages["number"]).select(*stages["pane"])
+                if "aggregates" in stages:
+                    frame = frame.groupBy(*stages["group"]).agg(*stages["aggregates"])
+                else:
+                    frame = frame.select(*stages["single"])
             else:
-                frame = frame.where(stages["timed"])
-            frame = frame.groupBy(*stages["group"]).agg(*stages["aggregates"])
+                frame = (frame.where(stages["timed"]).groupBy(*stages["group"])
+                         .agg(*stages["aggregates"]))
             parts.append(frame)
         out = parts[0]
         for other in parts[1:]:
-            out = out.unionByName(other)
+            out = out.unionByName(other, allowMissingColumns=True)
         return out
 
     def _pane_stages(self, shape: Shape, kind: int) -> dict[str, Any]:
@@ -709,16 +739,34 @@ class StreamExecutor:
             if fam == "d":
                 v = F.nanvl(v, F.lit(None).cast("double"))
             values.append(v.alias(name))
+        slot_cols = [F.col(n) for n, _ in slots]
         stages: dict[str, Any] = {"explode": explode}
+        stages["group"] = [F.col("pid"), F.col("key"), F.col("pane")]
         if kind == TUPLE:
             values += [p["g"].alias("_g"), p["off"].alias("_off")]
             ordered = [F.col(c).asc_nulls_last() for c in order]
             rn = F.row_number().over(Window.partitionBy("pid", "key").orderBy(*ordered))
-            stages["number"] = [F.col("pid"), F.col("key"), F.col(SEQ_COLUMN),
-                                *[F.col(n) for n, _ in slots],
-                                rn.alias("_ok"),
-                                F.floor((F.col("_off") + rn - F.lit(1)) / F.col("_g"))
-                                .alias("pane")]
+            stages["number"] = [F.col("pid"), F.col("key"), F.col(SEQ_COLUMN), *slot_cols,
+                                F.col("_g"), F.col("_off"), rn.alias("_ok")]
+            stages["pane"] = [F.col("pid"), F.col("key"), F.col(SEQ_COLUMN), *slot_cols,
+                              F.col("_ok"),
+                              F.floor((F.col("_off") + F.col("_ok") - F.lit(1)) / F.col("_g"))
+                              .alias("pane")]
+            if shape.single_tuples:
+                single = [F.col("pid"), F.col("key"), F.col("pane"),
+                          F.col(SEQ_COLUMN).alias("mseq")]
+                if shape.raw:
+                    single += slot_cols  # one value per attribute: the driver makes partials
+                else:  # the partials of a one-tuple pane, shaped like the time panes'
+                    single.append(F.lit(1).cast("long").alias("rows"))
+                    for (name, fam, parts) in shape.slots:
+                        v = F.col(name)
+                        for part in ("c", "s", "n", "x", "f", "l"):
+                            if part in parts:
+                                col = v.isNotNull().cast("long") if part == "c" else v
+                                single.append(col.alias(f"{name}_{part}"))
+                stages["single"] = single
+                return {**stages, "values": values}
             okey = F.col("_ok")
             tcol = None
         else:
@@ -740,25 +788,22 @@ class StreamExecutor:
             else:
                 okey = tcol  # no plan reads first/last values: ties need no order
         stages["values"] = values
-        stages["group"] = [F.col("pid"), F.col("key"), F.col("pane")]
         aggs = [F.count(F.lit(1)).alias("rows"), F.max(F.col(SEQ_COLUMN)).alias("mseq")]
-        for name, fam in slots:
+        for name, fam, parts in shape.slots:
             v = F.col(name)
             present = v.isNotNull()
-            aggs.append(F.count(v).alias(f"{name}_c"))
-            if fam == "d":
-                aggs.append(F.sum(v).alias(f"{name}_s"))
-            elif fam == "l":
-                aggs.append(F.try_sum(v).alias(f"{name}_s"))
-            aggs += [F.min(v).alias(f"{name}_n"), F.max(v).alias(f"{name}_x"),
-                     F.min_by(v, F.when(present, okey)).alias(f"{name}_f"),
-                     F.max_by(v, F.when(present, okey)).alias(f"{name}_l")]
-            if tcol is not None:
-                aggs += [F.min(F.when(present, tcol)).alias(f"{name}_ft"),
-                         F.max(F.when(present, tcol)).alias(f"{name}_lt")]
-            else:
-                aggs += [F.lit(None).cast("double").alias(f"{name}_ft"),
-                         F.lit(None).cast("double").alias(f"{name}_lt")]
+            made = {
+                "c": lambda: F.count(v),
+                "s": lambda: F.try_sum(v) if fam == "l" else F.sum(v),
+                "n": lambda: F.min(v), "x": lambda: F.max(v),
+                "f": lambda: F.min_by(v, F.when(present, okey)),
+                "l": lambda: F.max_by(v, F.when(present, okey)),
+                "ft": lambda: F.min(F.when(present, tcol)),
+                "lt": lambda: F.max(F.when(present, tcol)),
+            }
+            for part in ("c", "s", "n", "x", "f", "l", "ft", "lt"):
+                if part in parts and (tcol is not None or part not in ("ft", "lt")):
+                    aggs.append(made[part]().alias(f"{name}_{part}"))
         stages["aggregates"] = aggs
         return stages
 
@@ -891,7 +936,7 @@ class StreamExecutor:
             if state.id in bounds:
                 lo, hi = bounds[state.id]
                 partials = partials_from_arrow(arrow.slice(lo, hi - lo), layout,
-                                               _slot_columns(layout))
+                                               _slot_columns(layout), raw=shape.raw)
             else:
                 partials = empty_partials(layout)
             watermark = None
@@ -932,6 +977,7 @@ def _slot_columns(layout) -> dict[str, str]:
     for j, fam in enumerate(layout.families):
         name = f"{fam}{seen[fam]}"
         seen[fam] += 1
+        out[f"v{j}"] = name
         for part in ("c", "s", "n", "x", "f", "l", "ft", "lt"):
             out[f"{part}{j}"] = f"{name}_{part}"
     return out

@@ -76,6 +76,28 @@ def iso_utc(seconds: float) -> str:
 Columns = dict[str, np.ndarray]
 
 
+NEEDS = {"count": (), "sum": ("s",), "avg": ("s",), "min": ("n",), "max": ("x",),
+         "firstval": ("f",), "lastval": ("l",)}
+
+
+def needed_parts(window: CompiledWindow) -> tuple[frozenset[str], ...]:
+    """Per aggregated attribute, the partials its functions need (the count always: it tells
+    whether a pane holds a value)."""
+    timed = window.kind == "time"
+    out = []
+    for attr, _ in window.attributes:
+        parts = {"c"}
+        for a, function, _ in window.aggregates:
+            if a == attr:
+                parts.update(NEEDS[function])
+        if timed and "f" in parts:
+            parts.add("ft")
+        if timed and "l" in parts:
+            parts.add("lt")
+        out.append(frozenset(parts))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class PaneLayout:
     """How one window plan's partials are shaped, derived from its compiled window."""
@@ -83,13 +105,15 @@ class PaneLayout:
     window: CompiledWindow
     width: int  # pane width: tuples (tuple windows) or seconds (time windows)
     families: tuple[str, ...]  # per aggregated attribute
+    parts: tuple[frozenset[str], ...]  # per aggregated attribute: the partials it needs
 
     @classmethod
     def of(cls, window: CompiledWindow) -> "PaneLayout":
         width = window.pane
         if window.kind == "tuple" and window.keys:
             width = 1  # per-key tuple counts are the driver's: keyed tuple panes are tuples
-        return cls(window, width, tuple(FAMILIES[t] for _, t in window.attributes))
+        return cls(window, width, tuple(FAMILIES[t] for _, t in window.attributes),
+                   needed_parts(window))
 
     @property
     def timed(self) -> bool:
@@ -104,32 +128,29 @@ class PaneLayout:
         return self.window.step // self.width
 
     def value_columns(self) -> list[str]:
-        cols = []
-        for j, fam in enumerate(self.families):
-            cols += [f"c{j}", f"n{j}", f"x{j}", f"f{j}", f"l{j}"]
-            if fam != "s":
-                cols.append(f"s{j}")
-            if self.timed:
-                cols += [f"ft{j}", f"lt{j}"]
-        return cols
+        return [f"{part}{j}" for j, parts in enumerate(self.parts) for part in
+                ("c", "s", "n", "x", "f", "l", "ft", "lt") if part in parts]
 
 
-def _dtype(family: str) -> Any:
+def _dtype(family: str, part: str = "v") -> Any:
+    if part == "c":
+        return np.int64
+    if part in ("ft", "lt"):
+        return np.float64
     return {"d": np.float64, "l": np.int64, "s": object}[family]
+
+
+def _filler(family: str, part: str = "v") -> Any:
+    dtype = _dtype(family, part)
+    return None if dtype is object else dtype(0)
 
 
 def empty_partials(layout: PaneLayout) -> Columns:
     out: Columns = {"key": np.empty(0, object), "pane": np.empty(0, np.int64),
                     "rows": np.empty(0, np.int64), "mseq": np.empty(0, np.int64)}
-    for j, fam in enumerate(layout.families):
-        out[f"c{j}"] = np.empty(0, np.int64)
-        for p in ("n", "x", "f", "l"):
-            out[f"{p}{j}"] = np.empty(0, _dtype(fam))
-        if fam != "s":
-            out[f"s{j}"] = np.empty(0, _dtype(fam))
-        if layout.timed:
-            out[f"ft{j}"] = np.empty(0, np.float64)
-            out[f"lt{j}"] = np.empty(0, np.float64)
+    for name in layout.value_columns():
+        part, j = name.rstrip("0123456789"), int(name.lstrip("cnxsflt"))
+        out[name] = np.empty(0, _dtype(layout.families[j], part))
     return out
 
 
@@ -162,25 +183,31 @@ def _numeric(values: Any, family: str, filler: Any) -> np.ndarray:
     return np.asarray(values, dtype=_dtype(family))
 
 
-def partials_from_arrow(table: pa.Table, layout: PaneLayout, columns: dict[str, str]) -> Columns:
+def partials_from_arrow(table: pa.Table, layout: PaneLayout, columns: dict[str, str],
+                        raw: bool = False) -> Columns:
     """Partials of one plan from the executor's Arrow result. `columns` maps this module's
-    column names (c0, s0, ...) to the result's column names; key/pane/rows/mseq are named so."""
+    column names (c0, s0, ...; with `raw`, v0, ...) to the result's column names; key, pane,
+    rows and mseq are named so. `raw`: every pane is one tuple and the result holds its value
+    per attribute (no aggregation in Spark)."""
+    n = table.num_rows
     out: Columns = {
         "key": np.array(table.column("key").fill_null("").to_pylist(), dtype=object),
         "pane": _numeric(table.column("pane"), "l", 0),
-        "rows": _numeric(table.column("rows"), "l", 0),
+        "rows": np.ones(n, np.int64) if raw else _numeric(table.column("rows"), "l", 0),
         "mseq": _numeric(table.column("mseq"), "l", NO_SEQ),
     }
-    for j, fam in enumerate(layout.families):
-        filler = 0.0 if fam == "d" else 0
-        out[f"c{j}"] = _numeric(table.column(columns[f"c{j}"]), "l", 0)
-        for p in ("n", "x", "f", "l"):
-            out[f"{p}{j}"] = _numeric(table.column(columns[f"{p}{j}"]), fam, filler)
-        if fam != "s":
-            out[f"s{j}"] = _numeric(table.column(columns[f"s{j}"]), fam, filler)
-        if layout.timed:
-            out[f"ft{j}"] = _numeric(table.column(columns[f"ft{j}"]), "d", 0.0)
-            out[f"lt{j}"] = _numeric(table.column(columns[f"lt{j}"]), "d", 0.0)
+    for name in layout.value_columns():
+        part, j = name.rstrip("0123456789"), int(name.lstrip("cnxsflt"))
+        fam = layout.families[j]
+        if raw:
+            column = table.column(columns[f"v{j}"])
+            if part == "c":
+                out[name] = column.is_valid().to_numpy(zero_copy_only=False).astype(np.int64)
+            else:
+                out[name] = _numeric(column, fam, _filler(fam))
+        else:
+            out[name] = _numeric(table.column(columns[name]), "l" if part == "c" else
+                                 ("d" if part in ("ft", "lt") else fam), _filler(fam, part))
     return out
 
 
@@ -221,26 +248,31 @@ def _collapse(cols: Columns, layout: PaneLayout) -> Columns:
 
 def _merge_group(g: Columns, layout: PaneLayout) -> dict[str, Any]:
     out: dict[str, Any] = {"rows": int(g["rows"].sum()), "mseq": int(g["mseq"].max())}
-    for j, fam in enumerate(layout.families):
+    for j, parts in enumerate(layout.parts):
         valid = g[f"c{j}"] > 0
         out[f"c{j}"] = int(g[f"c{j}"].sum())
         if not valid.any():
             continue
         idx = np.flatnonzero(valid)
-        vals_n, vals_x = g[f"n{j}"][idx], g[f"x{j}"][idx]
-        out[f"n{j}"] = min(vals_n.tolist())
-        out[f"x{j}"] = max(vals_x.tolist())
-        if fam != "s":
-            total = sum(g[f"s{j}"][idx].tolist())
-            out[f"s{j}"] = total
-        if layout.timed:
-            ft, lt = g[f"ft{j}"][idx], g[f"lt{j}"][idx]
-            first = idx[int(np.argmin(ft))]  # argmin: the earliest row among equal times
-            last = idx[len(lt) - 1 - int(np.argmax(lt[::-1]))]  # the latest among equal times
-            out[f"ft{j}"], out[f"lt{j}"] = g[f"ft{j}"][first], g[f"lt{j}"][last]
-        else:
-            first, last = idx[0], idx[-1]
-        out[f"f{j}"], out[f"l{j}"] = g[f"f{j}"][first], g[f"l{j}"][last]
+        if "n" in parts:
+            out[f"n{j}"] = min(g[f"n{j}"][idx].tolist())
+        if "x" in parts:
+            out[f"x{j}"] = max(g[f"x{j}"][idx].tolist())
+        if "s" in parts:
+            out[f"s{j}"] = sum(g[f"s{j}"][idx].tolist())
+        if "f" in parts:
+            first = idx[0]
+            if layout.timed:  # the earliest event time; the earliest row among equal times
+                first = idx[int(np.argmin(g[f"ft{j}"][idx]))]
+                out[f"ft{j}"] = g[f"ft{j}"][first]
+            out[f"f{j}"] = g[f"f{j}"][first]
+        if "l" in parts:
+            last = idx[-1]
+            if layout.timed:  # the latest event time; the latest row among equal times
+                lt = g[f"lt{j}"][idx]
+                last = idx[len(lt) - 1 - int(np.argmax(lt[::-1]))]
+                out[f"lt{j}"] = g[f"lt{j}"][last]
+            out[f"l{j}"] = g[f"l{j}"][last]
     return out
 
 
@@ -332,44 +364,40 @@ def _combine(cols: Columns, layout: PaneLayout, segments: list[tuple[str, int, i
     mseq = _slide(dense("mseq", NO_SEQ), starts, span, np.maximum)
     values: dict[str, np.ndarray] = {}
     index = np.arange(total, dtype=np.int64)
-    for j, fam in enumerate(layout.families):
+    for j, (fam, parts) in enumerate(zip(layout.families, layout.parts)):
         cnt_d = dense(f"c{j}", 0)
         valid = cnt_d > 0
         values[f"c{j}"] = _slide(cnt_d, starts, span, np.add)
-        first_at = _slide(np.where(valid, index, INT_MAX), starts, span, np.minimum)
-        last_at = _slide(np.where(valid, index, -1), starts, span, np.maximum)
         some = values[f"c{j}"] > 0
-        first_at = np.where(some, first_at, 0)
-        last_at = np.where(some, last_at, 0)
+        filler = _filler(fam)
+        if "f" in parts:
+            first_at = _slide(np.where(valid, index, INT_MAX), starts, span, np.minimum)
+            values[f"f{j}"] = dense(f"f{j}", filler)[np.where(some, first_at, 0)]
+        if "l" in parts:
+            last_at = _slide(np.where(valid, index, -1), starts, span, np.maximum)
+            values[f"l{j}"] = dense(f"l{j}", filler)[np.where(some, last_at, 0)]
         if fam == "s":
-            filler: Any = None
-        else:
-            filler = 0.0 if fam == "d" else 0
-        f_d, l_d = dense(f"f{j}", filler), dense(f"l{j}", filler)
-        values[f"f{j}"] = f_d[first_at] if total else f_d[:0]
-        values[f"l{j}"] = l_d[last_at] if total else l_d[:0]
-        if fam == "s":
-            n_d, x_d = dense(f"n{j}", None), dense(f"x{j}", None)
-            present = sorted(set(v for v in np.concatenate([n_d[valid], x_d[valid]]).tolist()))
-            if present:
+            for part, op, none in (("n", np.minimum, INT_MAX), ("x", np.maximum, -1)):
+                if part not in parts:
+                    continue
+                d = dense(f"{part}{j}", None)
+                present = sorted(set(d[valid].tolist()))
+                if not present:
+                    values[f"{part}{j}"] = np.full(len(starts), None, object)
+                    continue
                 uniq = np.array(present, dtype=object)
-                codes_n = np.full(total, INT_MAX, np.int64)
-                codes_x = np.full(total, -1, np.int64)
-                codes_n[valid] = np.searchsorted(uniq, n_d[valid])
-                codes_x[valid] = np.searchsorted(uniq, x_d[valid])
-                lo = _slide(codes_n, starts, span, np.minimum)
-                hi = _slide(codes_x, starts, span, np.maximum)
-                values[f"n{j}"] = uniq[np.where(some, lo, 0)]
-                values[f"x{j}"] = uniq[np.where(some, hi, 0)]
-            else:
-                values[f"n{j}"] = np.full(len(starts), None, object)
-                values[f"x{j}"] = np.full(len(starts), None, object)
+                codes = np.full(total, none, np.int64)
+                codes[valid] = np.searchsorted(uniq, d[valid])
+                values[f"{part}{j}"] = uniq[np.where(some, _slide(codes, starts, span, op), 0)]
         else:
             big, small = (np.inf, -np.inf) if fam == "d" else (INT_MAX, INT_MIN)
-            values[f"n{j}"] = _slide(np.where(valid, dense(f"n{j}", big), big), starts, span,
-                                     np.minimum)
-            values[f"x{j}"] = _slide(np.where(valid, dense(f"x{j}", small), small), starts, span,
-                                     np.maximum)
+            if "n" in parts:
+                values[f"n{j}"] = _slide(np.where(valid, dense(f"n{j}", big), big), starts,
+                                         span, np.minimum)
+            if "x" in parts:
+                values[f"x{j}"] = _slide(np.where(valid, dense(f"x{j}", small), small), starts,
+                                         span, np.maximum)
+        if "s" in parts:
             sums = np.where(valid, dense(f"s{j}", filler), filler)
             if fam == "l" and len(sums) and float(np.abs(sums.astype(np.float64)).sum()) \
                     >= _SUM_LIMIT:
@@ -659,35 +687,24 @@ def partials_from_rows(layout: PaneLayout, rows: Iterable[dict], panes: Iterable
         out["rows"].append(len(idx))
         s = [seqs[i] for i in idx if seqs[i] is not None]
         out["mseq"].append(max(s) if s else NO_SEQ)
-        for j, ((attr, ftype), fam) in enumerate(zip(w.attributes, layout.families)):
+        for j, ((attr, ftype), fam, parts) in enumerate(zip(w.attributes, layout.families,
+                                                            layout.parts)):
             vals = [(times[i], n, _family_value(rows[i].get(attr), ftype))
                     for n, i in enumerate(idx)]
             vals = [v for v in vals if v[2] is not None]
             out[f"c{j}"].append(len(vals))
-            filler: Any = None if fam == "s" else (0.0 if fam == "d" else 0)
-            if not vals:
-                for q in ("n", "x", "f", "l"):
-                    out[f"{q}{j}"].append(filler)
-                if fam != "s":
-                    out[f"s{j}"].append(filler)
-                if layout.timed:
-                    out[f"ft{j}"].append(0.0)
-                    out[f"lt{j}"].append(0.0)
-                continue
             plain = [v[2] for v in vals]
-            out[f"n{j}"].append(min(plain))
-            out[f"x{j}"].append(max(plain))
-            if fam != "s":
-                out[f"s{j}"].append(sum(plain))
-            if layout.timed:
-                first = min(vals, key=lambda v: (v[0], v[1]))
-                last = max(vals, key=lambda v: (v[0], v[1]))
-                out[f"ft{j}"].append(first[0])
-                out[f"lt{j}"].append(last[0])
-            else:
-                first, last = vals[0], vals[-1]
-            out[f"f{j}"].append(first[2])
-            out[f"l{j}"].append(last[2])
+            first = min(vals, key=lambda v: (v[0], v[1])) if vals and layout.timed else \
+                (vals[0] if vals else None)
+            last = max(vals, key=lambda v: (v[0], v[1])) if vals and layout.timed else \
+                (vals[-1] if vals else None)
+            got = {"n": min(plain) if vals else None, "x": max(plain) if vals else None,
+                   "s": sum(plain) if vals and "s" in parts else None,
+                   "f": first[2] if vals else None, "l": last[2] if vals else None,
+                   "ft": first[0] if vals else None, "lt": last[0] if vals else None}
+            for part in parts - {"c"}:
+                value = got[part]
+                out[f"{part}{j}"].append(_filler(fam, part) if value is None else value)
     cols: Columns = {}
     template = empty_partials(layout)
     for name, values in out.items():

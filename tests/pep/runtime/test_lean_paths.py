@@ -84,7 +84,8 @@ def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
     # a window plan adds nothing to the rows: its tuples become panes in Spark
     shape, scalar = attach("b", ExecutionPlan(
         "lean", None, ("temp",), WindowSpec("tuple", 4, 4, (Aggregate("temp", "avg"),))))
-    assert shape.plain_columns == ("hum",) and shape.tuple_windows and shape.slots == (1, 0, 0)
+    assert shape.plain_columns == ("hum",) and shape.tuple_windows
+    assert shape.slots == (("d0", "d", frozenset({"c", "s"})),)
     panes = ex.panes_frame(batch, scalar, shape).toArrow()
     assert panes.num_rows == 3  # 12 tuples, panes of 4
     assert sorted(panes.column("rows").to_pylist()) == [4, 4, 4]

@@ -158,13 +158,15 @@ def sort_key(plan):
     return lambda r: (r["window_start"], json.dumps(r.get(k)))
 
 
-def run(spark, tmp_path, batches):
+def run(spark, tmp_path, batches, names=None):
     from pep.runtime.executor import StreamExecutor
     sd = StreamDefinition("x", "o", SCHEMA, SourceSpec("ingest", (("path", str(tmp_path)),)),
                           time_attribute="ts")
     ex = StreamExecutor(spark, sd, tmp_path / "work", 0.25, 2, 0.0, lambda h: None)
-    got: dict[str, list[RowBatch]] = {name: [] for name in PLANS}
-    for name, plan in PLANS.items():
+    names = list(PLANS) if names is None else names
+    got: dict[str, list[RowBatch]] = {name: [] for name in names}
+    for name in names:
+        plan = PLANS[name]
         ex.add_handle(name, compile_plan(plan, SCHEMA, "ts"),
                       lambda batch, name=name: got[name].append(batch) or True)
     for i, recs in enumerate(batches):
@@ -176,8 +178,8 @@ def run(spark, tmp_path, batches):
 
 
 def check(got, recs):
-    for name, plan in PLANS.items():
-        batches = got[name]
+    for name, batches in got.items():
+        plan = PLANS[name]
         rows = [json.loads(t) for b in batches for t in b.rows]
         want = expected(recs, plan)
         lasts = [w.pop("_last") for w in want] if plan.window is not None else []
@@ -213,3 +215,16 @@ def test_two_batches_split_at_every_position(spark, tmp_path):
         _, got = run(spark, tmp_path / f"c{cut}", [recs[:cut], recs[cut:]])
         check(got, recs)
         assert [n for n in PLANS if not got[n]] == []
+
+
+def test_one_tuple_panes_come_back_as_values(spark, tmp_path):
+    """Tuple windows whose panes are single tuples (step or gcd 1, or keyed) need no
+    aggregation in Spark: each tuple's values come back once per plan."""
+    recs = records(30)
+    names = ["plain", "tuple", "tuple-keyed"]
+    for cut in (0, 7, 30):
+        ex, got = run(spark, tmp_path / f"c{cut}", [recs[:cut], recs[cut:]], names)
+        plans, version = ex._current()
+        assert ex._shape_of(plans, version).raw
+        check(got, recs)
+        assert all(got[n] for n in names)
