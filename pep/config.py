@@ -52,6 +52,12 @@ class GatewayConfig:
     audit_max_bytes: int = 10 * 1024 * 1024  # the audit file rotates past this size
     audit_keep: int = 10  # rotated audit files kept (the oldest beyond are removed)
     metrics_public: bool = False  # GET /metrics without a token (else an administrator's)
+    # Stream runtime (pep/runtime): ingest files a stream's query has committed are kept under
+    # data_dir/runtime/archive/<stream>/ this many seconds and this many bytes in all (None: no
+    # bound); a stream whose input waits this long without a completed micro-batch is stalled.
+    ingest_retention_seconds: float | None = 3600.0
+    ingest_retention_bytes: int | None = 1 << 30
+    stall_seconds: float = 30.0
     heartbeat: float = 15.0  # seconds between keep-alive lines on idle handle streams
     # Invalidation feed for caching proxies (pep/invalidation/): the bearer token a proxy
     # presents on /events/invalidations and the HMAC key of the webhooks pushed to it.
@@ -103,9 +109,12 @@ class GatewayConfig:
         if not 1 <= float(self.read_token_ttl) <= 3600:
             raise ValueError(f"read_token_ttl ({self.read_token_ttl}) must be 1 to 3600 seconds")
         for name in ("max_connections", "max_readers_per_subject", "idle_timeout",
-                     "write_timeout"):
+                     "write_timeout", "stall_seconds"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        for name in ("ingest_retention_seconds", "ingest_retention_bytes"):
+            if getattr(self, name) is not None and getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 or unset, got {getattr(self, name)!r}")
 
     def _check_operating_settings(self) -> None:
         if isinstance(self.oidc, Mapping):
@@ -239,6 +248,12 @@ SETTING_HELP = {
     "start_spark": "start Spark before serving (else with the first handle)",
     "reevaluation_interval": "seconds between re-decisions of time-dependent grants",
     "trigger_interval": "seconds between a stream query's micro-batches",
+    "ingest_retention_seconds": "seconds committed ingest files stay in data_dir/runtime/archive "
+                                "(empty: no time bound)",
+    "ingest_retention_bytes": "bytes of committed ingest files kept in all (empty: no size "
+                              "bound)",
+    "stall_seconds": "seconds a stream's input may wait without a completed micro-batch before "
+                     "the stream is reported stalled (health, log, a notice to its readers)",
     "audit_max_bytes": "the audit file rotates past this many bytes",
     "audit_keep": "rotated audit files kept",
     "metrics_public": "serve GET /metrics without a token",

@@ -6,9 +6,10 @@ as arguments; nothing else constructs a service or subscribes to an event. (OPA'
 `runtime/runtime.go` plays this role there.)
 
 Files under `config.data_dir`: `policies.db` (policy store), `streams.db` (catalogue),
-`handles.db` (handles), `streams/<name>/ingest/` (ingested JSON lines), `runtime/` (the Spark
-runtime's work directory), `audit/` (the audit trail, JSON lines), `auth.json` (demo tokens, when
-no auth file is given).
+`handles.db` (handles), `streams/<name>/ingest/` (ingested JSON lines not yet committed by their
+stream's query), `runtime/` (the Spark runtime's work directory: `checkpoints/<stream>/`, kept
+across restarts, and `archive/<stream>/`, committed ingest files until retention removes them),
+`audit/` (the audit trail, JSON lines), `auth.json` (demo tokens, when no auth file is given).
 """
 from __future__ import annotations
 
@@ -143,7 +144,8 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         runtime = LazyRuntime(spark_runtime_factory(
             config.spark_master, data_dir / "runtime", config.trigger_interval,
             extra_conf=config.spark_session_conf, log_level=config.spark_log_level,
-            progress=progress))
+            progress=progress, retention_seconds=config.ingest_retention_seconds,
+            retention_bytes=config.ingest_retention_bytes, stall_seconds=config.stall_seconds))
 
     # Stream events: conditions that open grants while they hold (environment attributes).
     stream_events = StreamEvents(data_dir / "events.db", catalog.get)

@@ -37,15 +37,31 @@ class PlanError(ValueError):
     """A plan the runtime cannot execute; the message names the offending part."""
 
 
+# Value families: how an attribute's values travel between Spark and the driver's windows.
+# "d": doubles; "l": 64-bit integers (long as is, timestamp as epoch microseconds, boolean 0/1);
+# "s": strings.
+FAMILIES: dict[str, str] = {"double": "d", "long": "l", "timestamp": "l", "boolean": "l",
+                            "string": "s"}
+
+
 @dataclass(frozen=True)
 class CompiledWindow:
     kind: str  # "tuple" | "time"
     size: int
     step: int
-    aggregates: tuple[tuple[str, str, str], ...]  # (attribute, function, output name)
+    aggregates: tuple[tuple[str, str, str], ...]  # (attribute, function, output name), unique names
     time_attribute: str | None
     time_is_timestamp: bool
     min_count: int = 1
+    keys: tuple[str, ...] = ()  # group-by attributes (canonical names)
+    # the aggregated attributes, each once, in first-use order, with their schema types
+    attributes: tuple[tuple[str, str], ...] = ()
+    key_types: tuple[str, ...] = ()
+
+    @property
+    def pane(self) -> int:
+        """Pane width (tuples or seconds): every window is a whole number of panes."""
+        return math.gcd(self.size, self.step)
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,8 @@ class CompiledPlan:
     conjuncts: tuple[tuple[PredicateRow, ...], ...]  # empty tuple: nothing passes
     projection: tuple[str, ...]
     window: CompiledWindow | None
+    start_after: int | None = None
+    projection_types: tuple[str, ...] = ()
 
     @property
     def passes_nothing(self) -> bool:
@@ -145,13 +163,19 @@ def compile_plan(plan: ExecutionPlan, schema: StreamSchema, stream_time_attribut
             tuple(compile_predicate(p, schema, f"filter conjunct {ci + 1}, predicate {pi + 1}")
                   for pi, p in enumerate(conj))
             for ci, conj in enumerate(plan.filter_dnf))
-    projection = tuple(_canonical(schema, a, "projection") for a in plan.projection)
+    projection = tuple(dict.fromkeys(_canonical(schema, a, "projection")
+                                     for a in plan.projection))
     window = None
     if plan.window is not None:
         window = _compile_window(plan, schema, stream_time_attribute)
     elif not projection:
         raise PlanError("projection: a plan without a window must project at least one attribute")
-    return CompiledPlan(plan.key(), conjuncts, projection, window)
+    start_after = plan.start_after
+    if start_after is not None and (isinstance(start_after, bool)
+                                    or not isinstance(start_after, int)):
+        raise PlanError(f"start_after: {start_after!r} is not a stream position (an integer)")
+    types = tuple(schema.lookup(a).type for a in projection)  # type: ignore[union-attr]
+    return CompiledPlan(plan.key(), conjuncts, projection, window, start_after, types)
 
 
 def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str | None
@@ -164,7 +188,7 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
         raise PlanError(f"window: size and step must be positive integers (got {w.size}, {w.step})")
     if not w.aggregates:
         raise PlanError("window: at least one aggregate is required")
-    aggs = []
+    aggs: dict[str, tuple[str, str, str]] = {}
     for a in w.aggregates:
         if a.function not in AGGREGATE_FUNCTIONS:
             raise PlanError(f"window: unknown aggregate function {a.function!r}")
@@ -173,7 +197,11 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
         if a.function in ("avg", "sum") and ftype not in ("double", "long"):
             raise PlanError(f"window aggregate {a.output_name}: {a.function} needs a numeric "
                             f"attribute, {name!r} is {ftype}")
-        aggs.append((name, a.function, a.output_name))
+        aggs.setdefault(a.output_name, (name, a.function, a.output_name))
+    min_count = w.min_count
+    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 0:
+        raise PlanError(f"window: min_count must be a non-negative integer (got {min_count!r})")
+    keys = tuple(dict.fromkeys(_canonical(schema, k, "window key") for k in w.keys))
     time_attr = None
     is_ts = False
     if w.kind == "time":
@@ -186,6 +214,8 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
             raise PlanError(f"window time attribute {time_attr!r} is {ftype}, "
                             "not a timestamp or epoch-seconds number")
         is_ts = ftype == "timestamp"
-    if w.keys:
-        raise PlanError("window: group-by keys are not supported by this runtime yet")
-    return CompiledWindow(w.kind, w.size, w.step, tuple(aggs), time_attr, is_ts, w.min_count)
+    attributes = tuple(dict.fromkeys(a for a, _, _ in aggs.values()))
+    return CompiledWindow(w.kind, w.size, w.step, tuple(aggs.values()), time_attr, is_ts,
+                          max(1, min_count), keys,
+                          tuple((a, schema.lookup(a).type) for a in attributes),  # type: ignore
+                          tuple(schema.lookup(k).type for k in keys))  # type: ignore

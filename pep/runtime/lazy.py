@@ -40,6 +40,9 @@ class LazyRuntime:
     def stats(self) -> dict:
         return self._runtime.stats() if self._runtime is not None else {}
 
+    def health(self) -> dict:
+        return self._runtime.health() if self._runtime is not None else {}
+
     def stop(self) -> None:
         with self._lock:
             if self._runtime is not None:
@@ -48,8 +51,13 @@ class LazyRuntime:
 
 def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float = 0.25,
                           extra_conf: dict[str, str] | None = None, log_level: str = "WARN",
-                          progress: Callable[[str], Any] | None = None) -> Callable[[], Any]:
-    """A factory for `LazyRuntime`: a SparkSession on `master` and a StreamRuntime over it.
+                          progress: Callable[[str], Any] | None = None,
+                          retention_seconds: float | None = 3600.0,
+                          retention_bytes: int | None = 1 << 30,
+                          stall_seconds: float = 30.0) -> Callable[[], Any]:
+    """A factory for `LazyRuntime`: a SparkSession on `master` and a StreamRuntime over it,
+    keeping its checkpoints and archived ingest files under `work_dir` (see
+    `pep.runtime.runtime.RuntimeSettings` for the retention and stall arguments).
 
     `extra_conf` goes to the session as spark-submit's --conf would (over the runtime's
     defaults), `log_level` is Spark's (log4j) level, and `progress(what)`, when given, returns
@@ -58,7 +66,7 @@ def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float =
     def build() -> Any:
         from contextlib import nullcontext
 
-        from pep.runtime.runtime import StreamRuntime
+        from pep.runtime.runtime import RuntimeSettings, StreamRuntime
         from pep.runtime.session import create_spark_session
 
         step = progress(f"starting Spark on {master} (JVM, SparkSession, a warm-up query)"
@@ -66,7 +74,9 @@ def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float =
         with step:
             spark = create_spark_session(master=master, extra_conf=extra_conf)
             spark.sparkContext.setLogLevel(log_level)
-        return StreamRuntime(spark, work_dir, trigger_interval=trigger_interval)
+        return StreamRuntime(spark, work_dir, settings=RuntimeSettings(
+            trigger_interval=trigger_interval, retention_seconds=retention_seconds,
+            retention_bytes=retention_bytes, stall_seconds=stall_seconds))
 
     return build
 

@@ -3,41 +3,77 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from pyspark.sql import SparkSession
 
 from pep.core.plan import ExecutionPlan, StreamDefinition
+from pep.core.rows import RowBatch
+from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS, Janitor,
+                                     Retention)
 from pep.runtime.compile import PlanError, compile_plan
 from pep.runtime.executor import StreamExecutor
 
 log = logging.getLogger(__name__)
 
+DEFAULT_STALL_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """What the runtime's construction takes from the gateway's configuration."""
+
+    trigger_interval: float = 0.25
+    max_files_per_trigger: int = 50
+    time_window_lateness: float = 0.0
+    retention_seconds: float | None = DEFAULT_RETENTION_SECONDS  # archived ingest files
+    retention_bytes: int | None = DEFAULT_RETENTION_BYTES
+    stall_seconds: float = DEFAULT_STALL_SECONDS  # input waiting this long without a batch
+    janitor_interval: float = 5.0  # seconds between retention sweeps and stall checks
+
 
 class StreamRuntime:
     """One shared Structured Streaming query per source stream, started by its first handle.
 
-    `deliver(rows)` is called from the query's micro-batch thread, never after `detach()` of its
-    handle returned; returning False (or raising) detaches the handle. Rows handed to handles
-    with identical plans are the same list: treat them as read-only.
+    `deliver(batch)` is called from the query's micro-batch thread with a `RowBatch`, never
+    after `detach()` of its handle returned; returning False (or raising) detaches the handle.
+    Handles with identical plans receive the same RowBatch object.
+
+    Each stream's query keeps its checkpoint under `work_dir/checkpoints/<stream>/`: a query
+    stopped with handles attached (`stop()`) continues where it stopped at the next start; a
+    stream's first handle (the query stopped with its last handle, or never ran) starts at the
+    stream's current end. Ingested files the query has committed move to
+    `work_dir/archive/<stream>/` and are removed by the retention settings.
     """
 
     def __init__(self, spark: SparkSession, work_dir: Path, trigger_interval: float = 0.25,
-                 max_files_per_trigger: int = 50, time_window_lateness: float = 0.0) -> None:
+                 max_files_per_trigger: int = 50, time_window_lateness: float = 0.0,
+                 settings: RuntimeSettings | None = None) -> None:
+        if settings is None:
+            settings = RuntimeSettings(trigger_interval, max_files_per_trigger,
+                                       time_window_lateness)
+        self.settings = settings
         self.spark = spark
         self.work_dir = Path(work_dir)
-        self.trigger_interval = trigger_interval
-        self.max_files_per_trigger = max_files_per_trigger
-        self.time_window_lateness = time_window_lateness
+        self.trigger_interval = settings.trigger_interval
+        self.max_files_per_trigger = settings.max_files_per_trigger
+        self.time_window_lateness = settings.time_window_lateness
+        self.retention = Retention(settings.retention_seconds, settings.retention_bytes)
         self._lock = threading.RLock()
         self._executors: dict[str, StreamExecutor] = {}
         self._handle_streams: dict[str, str] = {}
         self._stoppers: list[threading.Thread] = []
         self._closed = False
+        self._stall_warned: set[str] = set()
+        self._last_sweep = 0.0
+        self._janitor = Janitor(self._tick, settings.janitor_interval)
+        self._janitor.start()
 
     def attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan,
-               deliver: Callable[[list[dict]], bool]) -> None:
+               deliver: Callable[[RowBatch], bool]) -> None:
         """Serve `plan` to `deliver`; raises PlanError / SourceError / ValueError on bad input."""
         if plan.stream != stream.name:
             raise PlanError(f"plan is for stream {plan.stream!r}, not {stream.name!r}")
@@ -53,10 +89,11 @@ class StreamRuntime:
                                  " detach its handles before redefining it")
             carried: list = []
             if executor is not None and not executor.active:
-                # its query failed: a new attach starts a fresh query and moves the old handles
-                # onto it (their windows restart), rather than attaching to a dead one
+                # its query failed: a new attach starts a fresh query (on the same checkpoint,
+                # so the failed batch is tried again) and moves the old handles onto it (their
+                # windows restart), rather than attaching to a dead one
                 carried = executor.attached()
-                self._retire(executor)
+                self._retire(executor, idle=False)
                 executor = None
             if executor is None:
                 executor = StreamExecutor(self.spark, stream, self.work_dir,
@@ -84,17 +121,18 @@ class StreamRuntime:
             if last:
                 del self._executors[stream]
         if last:
-            self._retire(executor)
+            self._retire(executor, idle=True)
 
-    def _retire(self, executor: StreamExecutor) -> None:
+    def _retire(self, executor: StreamExecutor, idle: bool) -> None:
         if executor.in_batch_thread():
             # a query cannot wait for its own micro-batch to finish: stop it from another thread
-            t = threading.Thread(target=executor.stop, name="xsg-query-stop", daemon=True)
+            t = threading.Thread(target=executor.stop, args=(idle,), name="xsg-query-stop",
+                                 daemon=True)
             with self._lock:
                 self._stoppers = [s for s in self._stoppers if s.is_alive()] + [t]
             t.start()
         else:
-            executor.stop()
+            executor.stop(idle)
 
     def _closed_by_deliver(self, handle_id: str) -> None:
         self.detach(handle_id)
@@ -104,24 +142,75 @@ class StreamRuntime:
             return dict(self._handle_streams)
 
     def stats(self) -> dict:
+        """Per running stream: counters, and whether input waits (`input_waiting`), since when,
+        the time of the last completed micro-batch (`last_batch_at`) and `stalled` (input has
+        waited longer than the stall bound without a completed batch)."""
         with self._lock:
             executors = dict(self._executors)
-        return {name: ex.stats() for name, ex in executors.items()}
+        return {name: ex.stats(self.settings.stall_seconds) for name, ex in executors.items()}
+
+    def health(self) -> dict:
+        """Per running stream: {"state": running|stalled|failed|idle, "last_batch_at",
+        "last_error"} (epoch seconds or None)."""
+        with self._lock:
+            executors = dict(self._executors)
+        out = {}
+        for name, ex in executors.items():
+            h = ex.health(self.settings.stall_seconds)
+            out[name] = {"state": h["state"], "last_batch_at": h["last_batch_at"],
+                         "last_error": h["last_error"]}
+        return out
 
     def query_id(self, stream_name: str) -> str | None:
         with self._lock:
             ex = self._executors.get(stream_name)
         return ex.query_id if ex is not None else None
 
+    # ----- the janitor: stall warnings and retention -----------------------------------------
+    def _tick(self) -> None:
+        self.check_stalls()
+        now = time.monotonic()
+        if now - self._last_sweep >= 60.0:
+            self._last_sweep = now
+            self.sweep()
+
+    def check_stalls(self) -> list[str]:
+        """Log a warning once per stall; returns the streams stalled now."""
+        with self._lock:
+            executors = dict(self._executors)
+        stalled = []
+        for name, ex in executors.items():
+            h = ex.health(self.settings.stall_seconds)
+            if h["stalled"]:
+                stalled.append(name)
+                if name not in self._stall_warned:
+                    self._stall_warned.add(name)
+                    since = h["waiting_since"]
+                    log.warning("stream %s is stalled: input has waited %.0f s without a "
+                                "completed micro-batch (last batch at %s)", name,
+                                time.time() - since if since else float("nan"),
+                                time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                              time.gmtime(h["last_batch_at"]))
+                                if h["last_batch_at"] else "never")
+            else:
+                self._stall_warned.discard(name)
+        return stalled
+
+    def sweep(self) -> tuple[int, int]:
+        """Apply the retention settings to the archived ingest files of every stream."""
+        return self.retention.sweep(self.work_dir / "archive")
+
     def stop(self) -> None:
-        """Stop every query and wait for it; the runtime accepts no attach afterwards."""
+        """Stop every query and wait for it; the runtime accepts no attach afterwards. Streams
+        with handles attached resume where they stopped at the next start."""
         with self._lock:
             self._closed = True
             executors = list(self._executors.values())
             self._executors.clear()
             self._handle_streams.clear()
             stoppers = list(self._stoppers)
+        self._janitor.stop()
         for ex in executors:
-            ex.stop()
+            ex.stop(idle=False)
         for t in stoppers:
             t.join(timeout=30)

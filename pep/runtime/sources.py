@@ -74,7 +74,7 @@ def _local_dir(path: str) -> str | None:
 
 
 def _file_frame(spark: SparkSession, stream: StreamDefinition, path: str | None, fmt: str,
-                max_files: int, create: bool) -> DataFrame:
+                max_files: int | None, create: bool, archive: str | None = None) -> DataFrame:
     name = stream.name
     if not path:
         raise SourceError(f"stream {name!r}: source option 'path' is required")
@@ -91,16 +91,24 @@ def _file_frame(spark: SparkSession, stream: StreamDefinition, path: str | None,
     if per_stream is not None:
         if not str(per_stream).isdigit() or int(per_stream) < 1:
             raise SourceError(f"stream {name!r}: maxFilesPerTrigger must be a positive integer")
-        max_files = int(per_stream)
-    return _cached_frame(spark, ("file", stream, path, fmt, max_files),
-                         lambda: _file_reader_frame(spark, stream, path, fmt, max_files))
+        if max_files is not None:
+            max_files = int(per_stream)
+    return _cached_frame(spark, ("file", stream, path, fmt, max_files, archive),
+                         lambda: _file_reader_frame(spark, stream, path, fmt, max_files, archive))
 
 
 def _file_reader_frame(spark: SparkSession, stream: StreamDefinition, path: str, fmt: str,
-                       max_files: int) -> DataFrame:
+                       max_files: int | None, archive: str | None) -> DataFrame:
     with_seq = fmt != "csv"  # CSV columns are positional: only the declared ones exist
-    reader = (spark.readStream.schema(spark_schema(stream.schema, with_seq))
-              .option("maxFilesPerTrigger", str(max_files)))
+    reader = spark.readStream.schema(spark_schema(stream.schema, with_seq))
+    if max_files is not None:
+        reader = reader.option("maxFilesPerTrigger", str(max_files))
+    # A batch re-run after a failure may list a file that was removed meanwhile (a bad file
+    # taken away by its owner): read what is still there rather than fail again.
+    reader = reader.option("ignoreMissingFiles", "true")
+    if archive is not None:
+        # committed files leave the source directory for the archive (retention sweeps it)
+        reader = reader.option("cleanSource", "archive").option("sourceArchiveDir", archive)
     if fmt == "csv":
         reader = reader.option("header", stream.source.option("header", "true"))
     for option in _FILE_READER_OPTIONS:
@@ -163,16 +171,20 @@ def _cached_frame(spark: SparkSession, key: tuple, build: Callable[[], DataFrame
     return _FRAMES.get_or_build(spark, key, build)
 
 
-def build_source(spark: SparkSession, stream: StreamDefinition, max_files_per_trigger: int = 50
+def build_source(spark: SparkSession, stream: StreamDefinition,
+                 max_files_per_trigger: int | None = 50, archive_dir: str | None = None
                  ) -> DataFrame:
     """The stream's source as a streaming DataFrame (see the module docstring for its shape).
 
-    Checks run on every call; the frame itself is reused for the same session and definition."""
+    `max_files_per_trigger` None: no bound (the runtime's skip-to-the-end query). `archive_dir`:
+    where an `ingest` stream's committed files go (Spark's `cleanSource=archive`); the files of
+    a `files` source are the owner's and are never moved. Checks run on every call; the frame
+    itself is reused for the same session, definition and options."""
     src = stream.source
     kind = src.kind
     if kind == "ingest":
         return _file_frame(spark, stream, src.option("path"), "json", max_files_per_trigger,
-                           create=True)
+                           create=True, archive=archive_dir)
     if kind == "files":
         fmt = (src.option("format") or "json").lower()
         return _file_frame(spark, stream, src.option("path"), fmt, max_files_per_trigger,

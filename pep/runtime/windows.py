@@ -1,37 +1,61 @@
-"""Per-plan window state kept on the driver between micro-batches (pure Python, no Spark).
+"""Windows from pane partials: the driver's share of window work (numpy; no Spark).
 
-Only partial aggregates of the windows that are still open and a tuple counter are kept, so the
-state of a plan is O(size/step) whatever the stream's length.
+Spark computes, per micro-batch, partial aggregates per (plan, key, pane): the tuples of a pane,
+and per aggregated attribute the count of non-null values, their sum, min, max, first and last
+(`executor.py`). A window of size N and step M is a run of N/P consecutive panes of P =
+gcd(N, M) (tuples or seconds), starting every M/P panes. This module keeps, per plan and key,
+the panes of the windows that are still open, merges the new partials in, and combines panes
+into the windows that are complete. Combining is O(1) per window whatever N/P: panes lie in
+blocks of N/P, a window covers the suffix of one block and the prefix of the next, and per
+block prefix and suffix aggregates are running accumulations (the van Herk / Gil-Werman
+scheme), computed for all windows of a batch at once with numpy.
 
-Semantics (also in deploy/spark-standalone.md and the README):
+The state of a plan is the panes of its open windows (at most N/P + M/P panes per key for
+tuple windows; for time windows the panes not yet behind the watermark) plus, for tuple
+windows, a tuple count and the next window index per key.
+
+Semantics (also in the README):
 - Tuple windows (size N, step M) count the tuples that passed the plan's filter, from the first
-  tuple after the plan attached, numbered 0, 1, 2, ... Window k holds tuples [k*M, k*M+N) and is
-  emitted as soon as its last tuple arrives; window_start and window_end are the indices of its
-  first and last tuple (inclusive). With M > N the tuples between windows belong to none.
-- Time windows (size S, step P seconds on the time attribute) are aligned to the epoch: window k
-  covers [k*P, k*P+S) (start inclusive, end exclusive). The watermark is the largest event time
-  the stream has shown (over all its tuples, filtered or not) minus the allowed lateness; it moves
-  only between micro-batches. A window is emitted once the watermark reaches its end. A tuple that
-  arrives for windows already emitted is dropped from those windows and counted as late. Windows
-  with no tuples, or fewer than the plan's minimum count, are not emitted. When a plan attaches
-  to a stream that already showed event time T, windows starting at or before T are never
-  emitted (they would be partial).
-  window_start and window_end are the window's bounds in the attribute's own form (ISO-8601 UTC
-  text for timestamps, epoch seconds for numbers).
-- Aggregates ignore null values: count is the number of non-null values, avg/sum/min/max/firstval/
-  lastval are computed over the non-null values (null when there are none). firstval/lastval
-  follow stream order for tuple windows and (event time, stream order) for time windows.
+  tuple after the plan attached (per key value when the window has keys), numbered 0, 1, 2, ...
+  Window k holds tuples [k*M, k*M+N) and is emitted as soon as its last tuple arrived;
+  window_start and window_end are the indices of its first and last tuple (inclusive). With
+  M > N the tuples between windows belong to none.
+- Time windows (size S, step P seconds) are aligned to the epoch: window k covers [k*P, k*P+S).
+  The watermark is the largest event time the stream has shown (over all its tuples, filtered
+  or not) minus the allowed lateness; it moves only between micro-batches. A window is emitted
+  once the watermark reaches its end. A tuple that arrives for windows already emitted is
+  dropped from those windows and counted as late. When a plan attaches to a stream that already
+  showed event time T, windows starting at or before T are never emitted (they would be
+  partial). window_start and window_end are the window's bounds in the attribute's own form
+  (ISO-8601 UTC text for timestamps, epoch seconds for numbers).
+- A window (per key value) holding fewer than min_count tuples (nulls included) is not
+  emitted; a time window with no tuple never is.
+- Aggregates ignore null values: count is the number of non-null values, avg/sum/min/max/
+  firstval/lastval are computed over the non-null values (null when there are none). firstval/
+  lastval follow stream order for tuple windows and (event time, stream order) for time windows.
+  Sums of doubles add pane sums: they can differ from a left-to-right sum in the last bits.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterable
 
-from pep.runtime.compile import CompiledWindow
+import numpy as np
+import pyarrow as pa
 
+from pep.runtime.compile import FAMILIES, CompiledWindow
+import pyarrow.compute as pc
+
+from pep.runtime.encode import json_array
 
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+INT_MAX = np.iinfo(np.int64).max
+INT_MIN = np.iinfo(np.int64).min
+NO_SEQ = INT_MIN  # mseq of a pane whose tuples have no stream position
+KEY_SEP = "\x01"  # joins the JSON texts of a key's values (JSON text never holds a raw \x01)
+_SUM_LIMIT = 2.0 ** 62  # long sums this large are redone with Python integers
 
 
 def iso_utc(seconds: float) -> str:
@@ -39,159 +63,716 @@ def iso_utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime(ISO_FORMAT)
 
 
-class _Accumulator:
-    __slots__ = ("count", "total", "low", "high", "first", "first_key", "last", "last_key")
+# ---------------------------------------------------------------------------------------------
+# Pane partials: a dict of equally long numpy columns
+#   key (object: the key's JSON value texts joined by KEY_SEP; "" without keys), pane (int64),
+#   rows (int64: tuples, nulls included), mseq (int64: highest stream position, NO_SEQ if none),
+#   and per aggregated attribute j: c{j} count of non-null values, s{j} sum (d and l
+#   families), n{j} min, x{j} max, f{j} first, l{j} last, and for time windows ft{j}/lt{j}, the
+#   event time of the first/last value. Values are float64 (d), int64 (l) or object (s); where
+#   c{j} == 0 the value columns hold fillers and are never read.
+# ---------------------------------------------------------------------------------------------
 
-    def __init__(self) -> None:
-        self.count = 0
-        self.total: Any = 0
-        self.low: Any = None
-        self.high: Any = None
-        self.first: Any = None
-        self.first_key: Any = None
-        self.last: Any = None
-        self.last_key: Any = None
-
-    def add(self, value: Any, key: Any) -> None:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return
-        self.count += 1
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            self.total += value
-        if self.low is None or value < self.low:
-            self.low = value
-        if self.high is None or value > self.high:
-            self.high = value
-        if self.first_key is None or key < self.first_key:
-            self.first, self.first_key = value, key
-        if self.last_key is None or key >= self.last_key:
-            self.last, self.last_key = value, key
-
-    def result(self, function: str) -> Any:
-        if function == "count":
-            return self.count
-        if self.count == 0:
-            return None
-        if function == "sum":
-            return self.total
-        if function == "avg":
-            return self.total / self.count
-        if function == "min":
-            return self.low
-        if function == "max":
-            return self.high
-        if function == "firstval":
-            return self.first
-        if function == "lastval":
-            return self.last
-        raise ValueError(f"unknown aggregate function {function!r}")
+Columns = dict[str, np.ndarray]
 
 
-class _OpenWindow:
-    __slots__ = ("start", "end", "accs", "rows")
+NEEDS = {"count": (), "sum": ("s",), "avg": ("s",), "min": ("n",), "max": ("x",),
+         "firstval": ("f",), "lastval": ("l",)}
 
-    def __init__(self, start: Any, end: Any, attributes: tuple[str, ...]) -> None:
-        self.start = start
-        self.end = end
-        self.accs = {a: _Accumulator() for a in attributes}
-        self.rows = 0
 
-    def add(self, row: dict, key: Any) -> None:
-        self.rows += 1
-        for attr, acc in self.accs.items():
-            acc.add(row.get(attr), key)
+def needed_parts(window: CompiledWindow) -> tuple[frozenset[str], ...]:
+    """Per aggregated attribute, the partials its functions need (the count always: it tells
+    whether a pane holds a value)."""
+    timed = window.kind == "time"
+    out = []
+    for attr, _ in window.attributes:
+        parts = {"c"}
+        for a, function, _ in window.aggregates:
+            if a == attr:
+                parts.update(NEEDS[function])
+        if timed and "f" in parts:
+            parts.add("ft")
+        if timed and "l" in parts:
+            parts.add("lt")
+        out.append(frozenset(parts))
+    return tuple(out)
 
-    def output(self, spec: CompiledWindow, start: Any, end: Any) -> dict:
-        out = {"window_start": start, "window_end": end}
-        for attr, function, name in spec.aggregates:
-            out[name] = self.accs[attr].result(function)
+
+@dataclass(frozen=True)
+class PaneLayout:
+    """How one window plan's partials are shaped, derived from its compiled window."""
+
+    window: CompiledWindow
+    width: int  # pane width: tuples (tuple windows) or seconds (time windows)
+    families: tuple[str, ...]  # per aggregated attribute
+    parts: tuple[frozenset[str], ...]  # per aggregated attribute: the partials it needs
+
+    @classmethod
+    def of(cls, window: CompiledWindow) -> "PaneLayout":
+        width = window.pane
+        if window.kind == "tuple" and window.keys:
+            width = 1  # per-key tuple counts are the driver's: keyed tuple panes are tuples
+        return cls(window, width, tuple(FAMILIES[t] for _, t in window.attributes),
+                   needed_parts(window))
+
+    @property
+    def timed(self) -> bool:
+        return self.window.kind == "time"
+
+    @property
+    def span(self) -> int:  # W: panes per window
+        return self.window.size // self.width
+
+    @property
+    def stride(self) -> int:  # S: panes between window starts
+        return self.window.step // self.width
+
+    def value_columns(self) -> list[str]:
+        return [f"{part}{j}" for j, parts in enumerate(self.parts) for part in
+                ("c", "s", "n", "x", "f", "l", "ft", "lt") if part in parts]
+
+
+def _dtype(family: str, part: str = "v") -> Any:
+    if part == "c":
+        return np.int64
+    if part in ("ft", "lt"):
+        return np.float64
+    return {"d": np.float64, "l": np.int64, "s": object}[family]
+
+
+def _filler(family: str, part: str = "v") -> Any:
+    dtype = _dtype(family, part)
+    return None if dtype is object else dtype(0)
+
+
+def empty_partials(layout: PaneLayout) -> Columns:
+    out: Columns = {"key": np.empty(0, object), "pane": np.empty(0, np.int64),
+                    "rows": np.empty(0, np.int64), "mseq": np.empty(0, np.int64)}
+    for name in layout.value_columns():
+        part, j = name.rstrip("0123456789"), int(name.lstrip("cnxsflt"))
+        out[name] = np.empty(0, _dtype(layout.families[j], part))
+    return out
+
+
+def _length(cols: Columns) -> int:
+    return len(cols["pane"])
+
+
+def _take(cols: Columns, index: np.ndarray) -> Columns:
+    return {k: v[index] for k, v in cols.items()}
+
+
+def _concat(a: Columns, b: Columns) -> Columns:
+    if _length(a) == 0:
+        return b
+    if _length(b) == 0:
+        return a
+    return {k: np.concatenate([a[k], b[k]]) for k in a}
+
+
+def _numeric(values: Any, family: str, filler: Any) -> np.ndarray:
+    """An Arrow column (or anything array-like) as a numpy column of the family's dtype."""
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        if family == "s":
+            return np.array(values.to_pylist(), dtype=object)
+        arr = values.fill_null(filler)
+        out = arr.to_numpy() if isinstance(arr, pa.Array) else arr.to_numpy()
+        return np.asarray(out, dtype=_dtype(family))
+    if family == "s":
+        return np.array(list(values), dtype=object)
+    return np.asarray(values, dtype=_dtype(family))
+
+
+def partials_from_arrow(table: pa.Table, layout: PaneLayout, columns: dict[str, str],
+                        raw: bool = False) -> Columns:
+    """Partials of one plan from the executor's Arrow result. `columns` maps this module's
+    column names (c0, s0, ...; with `raw`, v0, ...) to the result's column names; key, pane,
+    rows and mseq are named so. `raw`: every pane is one tuple and the result holds its value
+    per attribute (no aggregation in Spark)."""
+    n = table.num_rows
+    out: Columns = {
+        "key": np.array(table.column("key").fill_null("").to_pylist(), dtype=object),
+        "pane": _numeric(table.column("pane"), "l", 0),
+        "rows": np.ones(n, np.int64) if raw else _numeric(table.column("rows"), "l", 0),
+        "mseq": _numeric(table.column("mseq"), "l", NO_SEQ),
+    }
+    for name in layout.value_columns():
+        part, j = name.rstrip("0123456789"), int(name.lstrip("cnxsflt"))
+        fam = layout.families[j]
+        if raw:
+            column = table.column(columns[f"v{j}"])
+            if part == "c":
+                out[name] = column.is_valid().to_numpy(zero_copy_only=False).astype(np.int64)
+            else:
+                out[name] = _numeric(column, fam, _filler(fam))
+        else:
+            out[name] = _numeric(table.column(columns[name]), "l" if part == "c" else
+                                 ("d" if part in ("ft", "lt") else fam), _filler(fam, part))
+    return out
+
+
+def _codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, code of each key)."""
+    if len(keys) == 0:
+        return np.empty(0, object), np.empty(0, np.int64)
+    if keys[0] == keys[-1] and (keys == keys[0]).all():  # one key (always, without keys)
+        return np.array([keys[0]], dtype=object), np.zeros(len(keys), np.int64)
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    return uniq, inverse.astype(np.int64)
+
+
+def _collapse(cols: Columns, layout: PaneLayout) -> Columns:
+    """Sort by (key, pane) and merge partials of the same pane (earlier rows first: the stored
+    panes come before a batch's new partials, which is stream order)."""
+    n = _length(cols)
+    if n == 0:
+        return cols
+    _, code = _codes(cols["key"])
+    order = np.lexsort((np.arange(n), cols["pane"], code))
+    cols = _take(cols, order)
+    code = code[order]
+    same = (code[1:] == code[:-1]) & (cols["pane"][1:] == cols["pane"][:-1])
+    if not same.any():
+        return cols
+    starts = np.flatnonzero(np.concatenate([[True], ~same]))
+    merged = _take(cols, starts)
+    runs = np.flatnonzero(np.diff(np.concatenate([starts, [n]])) > 1)
+    for r in runs.tolist():  # only panes met twice (a batch boundary, late tuples): few
+        lo = starts[r]
+        hi = starts[r + 1] if r + 1 < len(starts) else n
+        group = _take(cols, np.arange(lo, hi))
+        for name, value in _merge_group(group, layout).items():
+            merged[name][r] = value
+    return merged
+
+
+def _merge_group(g: Columns, layout: PaneLayout) -> dict[str, Any]:
+    out: dict[str, Any] = {"rows": int(g["rows"].sum()), "mseq": int(g["mseq"].max())}
+    for j, parts in enumerate(layout.parts):
+        valid = g[f"c{j}"] > 0
+        out[f"c{j}"] = int(g[f"c{j}"].sum())
+        if not valid.any():
+            continue
+        idx = np.flatnonzero(valid)
+        if "n" in parts:
+            out[f"n{j}"] = min(g[f"n{j}"][idx].tolist())
+        if "x" in parts:
+            out[f"x{j}"] = max(g[f"x{j}"][idx].tolist())
+        if "s" in parts:
+            out[f"s{j}"] = sum(g[f"s{j}"][idx].tolist())
+        if "f" in parts:
+            first = idx[0]
+            if layout.timed:  # the earliest event time; the earliest row among equal times
+                first = idx[int(np.argmin(g[f"ft{j}"][idx]))]
+                out[f"ft{j}"] = g[f"ft{j}"][first]
+            out[f"f{j}"] = g[f"f{j}"][first]
+        if "l" in parts:
+            last = idx[-1]
+            if layout.timed:  # the latest event time; the latest row among equal times
+                lt = g[f"lt{j}"][idx]
+                last = idx[len(lt) - 1 - int(np.argmax(lt[::-1]))]
+                out[f"lt{j}"] = g[f"lt{j}"][last]
+            out[f"l{j}"] = g[f"l{j}"][last]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Sliding combination over dense pane arrays
+# ---------------------------------------------------------------------------------------------
+
+def _blocks(values: np.ndarray, span: int, op: np.ufunc) -> tuple[np.ndarray, np.ndarray]:
+    """Per block of `span`: running op from the block's start (prefix) and to its end (suffix)."""
+    shaped = values.reshape(-1, span)
+    prefix = op.accumulate(shaped, axis=1).ravel()
+    suffix = op.accumulate(shaped[:, ::-1], axis=1)[:, ::-1].ravel()
+    return prefix, suffix
+
+
+def _slide(values: np.ndarray, starts: np.ndarray, span: int, op: np.ufunc) -> np.ndarray:
+    """op over values[x:x+span] for every x in starts (values: a multiple of span long, blocks
+    aligned at 0)."""
+    if span == 1:
+        return values[starts]
+    prefix, suffix = _blocks(values, span, op)
+    ends = starts + span - 1
+    aligned = starts % span == 0
+    return np.where(aligned, prefix[ends], op(suffix[starts], prefix[ends]))
+
+
+def _dense(column: np.ndarray, positions: np.ndarray, size: int, filler: Any) -> np.ndarray:
+    out = np.full(size, filler, dtype=column.dtype)
+    out[positions] = column
+    return out
+
+
+@dataclass
+class Emitted:
+    """Windows computed for one plan in one batch: each output row's columns, in order."""
+
+    starts: np.ndarray  # window start, in panes
+    keys: np.ndarray  # object: key text per window
+    rows: np.ndarray
+    mseq: np.ndarray
+    values: dict[str, np.ndarray]  # per attribute: cnt, sum, min, max, first, last (by name)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def _combine(cols: Columns, layout: PaneLayout, segments: list[tuple[str, int, int]],
+             windows: list[np.ndarray]) -> Emitted:
+    """Aggregate windows over the stored panes.
+
+    segments: (key, base pane, panes) runs; windows[i]: window start panes in segment i (each
+    window inside its segment). Panes of `cols` outside every segment are ignored."""
+    span = layout.span
+    bases, offsets, total = [], [], 0
+    for _, base, count in segments:
+        padded = -(-count // span) * span
+        bases.append(base)
+        offsets.append(total)
+        total += padded
+    # place every stored pane that falls into a segment (cols are sorted by key, then pane)
+    pos = np.full(_length(cols), -1, dtype=np.int64)
+    keys, panes = cols["key"], cols["pane"]
+    ranges: dict[str, tuple[int, int]] = {}
+    if len(keys):
+        cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+        los = np.concatenate([[0], cuts]).tolist()
+        his = np.concatenate([cuts, [len(keys)]]).tolist()
+        ranges = {keys[lo]: (lo, hi) for lo, hi in zip(los, his)}
+    for i, (key, base, count) in enumerate(segments):
+        if key not in ranges:
+            continue
+        lo, hi = ranges[key]
+        a = lo + int(np.searchsorted(panes[lo:hi], base, "left"))
+        b = lo + int(np.searchsorted(panes[lo:hi], base + count, "left"))
+        pos[a:b] = offsets[i] + panes[a:b] - base
+    keep = pos >= 0
+    at = pos[keep]
+    starts = np.concatenate([offsets[i] + (w - bases[i]) for i, w in enumerate(windows)]
+                            ) if windows else np.empty(0, np.int64)
+    starts = starts.astype(np.int64)
+    win_keys = np.concatenate([np.full(len(w), segments[i][0], dtype=object)
+                               for i, w in enumerate(windows)]) if windows else np.empty(0, object)
+    win_panes = np.concatenate(windows).astype(np.int64) if windows else np.empty(0, np.int64)
+
+    def dense(name: str, filler: Any) -> np.ndarray:
+        return _dense(cols[name][keep], at, total, filler)
+
+    rows = _slide(dense("rows", 0), starts, span, np.add)
+    mseq = _slide(dense("mseq", NO_SEQ), starts, span, np.maximum)
+    values: dict[str, np.ndarray] = {}
+    index = np.arange(total, dtype=np.int64)
+    for j, (fam, parts) in enumerate(zip(layout.families, layout.parts)):
+        cnt_d = dense(f"c{j}", 0)
+        valid = cnt_d > 0
+        values[f"c{j}"] = _slide(cnt_d, starts, span, np.add)
+        some = values[f"c{j}"] > 0
+        filler = _filler(fam)
+        if "f" in parts:
+            first_at = _slide(np.where(valid, index, INT_MAX), starts, span, np.minimum)
+            values[f"f{j}"] = dense(f"f{j}", filler)[np.where(some, first_at, 0)]
+        if "l" in parts:
+            last_at = _slide(np.where(valid, index, -1), starts, span, np.maximum)
+            values[f"l{j}"] = dense(f"l{j}", filler)[np.where(some, last_at, 0)]
+        if fam == "s":
+            for part, op, none in (("n", np.minimum, INT_MAX), ("x", np.maximum, -1)):
+                if part not in parts:
+                    continue
+                d = dense(f"{part}{j}", None)
+                present = sorted(set(d[valid].tolist()))
+                if not present:
+                    values[f"{part}{j}"] = np.full(len(starts), None, object)
+                    continue
+                uniq = np.array(present, dtype=object)
+                codes = np.full(total, none, np.int64)
+                codes[valid] = np.searchsorted(uniq, d[valid])
+                values[f"{part}{j}"] = uniq[np.where(some, _slide(codes, starts, span, op), 0)]
+        else:
+            big, small = (np.inf, -np.inf) if fam == "d" else (INT_MAX, INT_MIN)
+            if "n" in parts:
+                values[f"n{j}"] = _slide(np.where(valid, dense(f"n{j}", big), big), starts,
+                                         span, np.minimum)
+            if "x" in parts:
+                values[f"x{j}"] = _slide(np.where(valid, dense(f"x{j}", small), small), starts,
+                                         span, np.maximum)
+        if "s" in parts:
+            sums = np.where(valid, dense(f"s{j}", filler), filler)
+            if fam == "l" and len(sums) and float(np.abs(sums.astype(np.float64)).sum()) \
+                    >= _SUM_LIMIT:
+                sums = np.array([int(v) for v in sums.tolist()], dtype=object)  # exact ints
+            values[f"s{j}"] = _slide(sums, starts, span, np.add)
+    return Emitted(win_panes, win_keys, rows, mseq, values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Window state per plan
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class WindowBatch:
+    """What one micro-batch emits for a plan: output rows as JSON texts (and their size in
+    bytes), and the highest stream position behind them (None when unknown)."""
+
+    texts: list[str]
+    last_position: int | None
+    nbytes: int = 0
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+class PaneWindows:
+    """One window plan's state between micro-batches (tuple or time windows)."""
+
+    def __init__(self, window: CompiledWindow, not_before: float | None = None) -> None:
+        self.window = window
+        self.layout = PaneLayout.of(window)
+        self.stored = empty_partials(self.layout)
+        # tuple windows: per key, tuples counted so far and the next window to emit
+        self.counts: dict[str, int] = {}
+        self.next_window: dict[str, int] = {}
+        # time windows
+        self.closed_until = -math.inf
+        self.not_before = not_before
+        self.late = 0
+
+    # -- what Spark needs to place the next batch's tuples into panes --------------------------
+    def pane_offset(self) -> int:
+        """Keyless tuple windows: the tuples already in the current pane (count mod width)."""
+        if self.layout.timed or self.window.keys:
+            return 0
+        return self.counts.get("", 0) % self.layout.width
+
+    @property
+    def open(self) -> dict[Any, None]:
+        """The windows that have started but are not complete (tuple windows)."""
+        out: dict[Any, None] = {}
+        if self.layout.timed:
+            for p in np.unique(self.stored["pane"]).tolist():
+                out[p] = None
+            return out
+        w = self.window
+        for key, count in self.counts.items():
+            k = self.next_window.get(key, 0)
+            while k * w.step < count:
+                out[(key, k)] = None
+                k += 1
         return out
 
+    @property
+    def stored_panes(self) -> int:
+        return _length(self.stored)
 
-def _attributes(spec: CompiledWindow) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(a for a, _, _ in spec.aggregates))
+    # -- one micro-batch ----------------------------------------------------------------------
+    def add(self, partials: Columns, watermark: float | None = None) -> WindowBatch:
+        """Merge a batch's partials (pane indices as Spark gave them) and emit what is complete.
+        Time windows close up to `watermark` (event time, seconds)."""
+        if self.layout.timed:
+            return self._add_time(partials, watermark)
+        return self._add_tuple(partials)
+
+    def _add_tuple(self, new: Columns) -> WindowBatch:
+        w, layout = self.window, self.layout
+        width, span, stride = layout.width, layout.span, layout.stride
+        if _length(new):
+            # Spark numbered panes from the batch's start: make them global per key
+            uniq, code = _codes(new["key"])
+            before = np.array([self.counts.get(k, 0) for k in uniq.tolist()], dtype=np.int64)
+            added = np.bincount(code, weights=new["rows"], minlength=len(uniq)).astype(np.int64)
+            for k, b, a in zip(uniq.tolist(), before.tolist(), added.tolist()):
+                self.counts[k] = b + a
+            new = dict(new, pane=new["pane"] + (before // width)[code])
+            # panes between windows (step > size) belong to none
+            if stride > span:
+                new = _take(new, np.flatnonzero(new["pane"] % stride < span))
+        cols = _collapse(_concat(self.stored, new), layout)
+        segments, windows = [], []
+        for key, count in self.counts.items():
+            k0 = self.next_window.get(key, 0)
+            k1 = (count - w.size) // w.step + 1 if count >= w.size else 0  # windows complete
+            if k1 <= k0:
+                continue
+            base = k0 * stride
+            last = (k1 - 1) * stride + span
+            segments.append((key, base, last - base))
+            windows.append(np.arange(k0, k1, dtype=np.int64) * stride)
+            self.next_window[key] = k1
+        # a tuple window holds `size` tuples: fewer than min_count means none is ever emitted
+        wanted = segments and w.size >= w.min_count
+        emitted = _combine(cols, layout, segments, windows) if wanted else None
+        # keep the panes of the windows still open
+        if _length(cols):
+            uniq, code = _codes(cols["key"])
+            firsts = np.array([self.next_window.get(k, 0) for k in uniq.tolist()],
+                              dtype=np.int64) * stride
+            cols = _take(cols, np.flatnonzero(cols["pane"] >= firsts[code]))
+        self.stored = cols
+        if emitted is None or len(emitted) == 0:
+            return WindowBatch([], None)
+        _, code = _codes(emitted.keys)
+        order = np.lexsort((emitted.starts, code))
+        starts = emitted.starts[order] * width
+        return self._output(emitted, order, pa.array(starts, pa.int64()),
+                            pa.array(starts + w.size - 1, pa.int64()))
+
+    def _add_time(self, new: Columns, watermark: float | None) -> WindowBatch:
+        w, layout = self.window, self.layout
+        width, span, stride = layout.width, layout.span, layout.stride
+        if _length(new):
+            panes = new["pane"]
+            k_last = panes // stride
+            in_window = panes < k_last * stride + span
+            last_end = (k_last * stride + span) * width
+            late = in_window & (last_end <= self.closed_until)
+            if late.any():
+                self.late += int(new["rows"][late].sum())
+            keep = in_window & ~late
+            if self.not_before is not None:
+                keep &= (k_last * stride * width) > self.not_before
+            new = _take(new, np.flatnonzero(keep))
+        cols = _collapse(_concat(self.stored, new), layout)
+        emitted = None
+        if watermark is not None and watermark > self.closed_until and _length(cols):
+            segments, windows = self._candidates(cols)
+            if segments:
+                emitted = _combine(cols, layout, segments, windows)
+                start_s = emitted.starts * width
+                end_s = start_s + w.size
+                ok = (end_s <= watermark) & (end_s > self.closed_until) \
+                    & (emitted.rows >= w.min_count)
+                if self.not_before is not None:
+                    ok &= start_s > self.not_before
+                emitted = _select(emitted, np.flatnonzero(ok))
+            self.closed_until = watermark
+        elif watermark is not None and watermark > self.closed_until:
+            self.closed_until = watermark
+        if _length(cols):  # keep the panes of windows not yet closed
+            k_last = cols["pane"] // stride
+            keep = (k_last * stride + span) * width > self.closed_until
+            cols = _take(cols, np.flatnonzero(keep))
+        self.stored = cols
+        if emitted is None or len(emitted) == 0:
+            return WindowBatch([], None)
+        _, code = _codes(emitted.keys)
+        order = np.lexsort((code, emitted.starts))
+        start_s = emitted.starts[order] * width
+        if w.time_is_timestamp:
+            micros = start_s.astype(np.int64) * 1_000_000
+            starts = pa.array(micros, pa.timestamp("us"))
+            ends = pa.array(micros + w.size * 1_000_000, pa.timestamp("us"))
+        else:
+            starts = pa.array(start_s, pa.int64())
+            ends = pa.array(start_s + w.size, pa.int64())
+        return self._output(emitted, order, starts, ends)
+
+    def _candidates(self, cols: Columns) -> tuple[list, list]:
+        """Segments of stored panes (split where no window can span a gap) and, per segment,
+        the starts of the windows that hold at least one of its panes."""
+        span, stride = self.layout.span, self.layout.stride
+        segments, windows = [], []
+        keys, panes = cols["key"], cols["pane"]
+        bounds = np.flatnonzero((keys[1:] != keys[:-1]) | (np.diff(panes) >= span)) + 1
+        lo_idx = np.concatenate([[0], bounds])
+        hi_idx = np.concatenate([bounds, [len(panes)]]) - 1
+        for lo, hi in zip(lo_idx.tolist(), hi_idx.tolist()):
+            a, b = int(panes[lo]), int(panes[hi])
+            first = -((span - 1 - a) // stride)  # ceil((a - span + 1) / stride)
+            last = b // stride
+            if last < first:
+                continue
+            starts = np.arange(first, last + 1, dtype=np.int64) * stride
+            base = int(starts[0])
+            segments.append((keys[lo], base, int(starts[-1]) + span - base))
+            windows.append(starts)
+        return segments, windows
+
+    def _output(self, emitted: Emitted, order: np.ndarray, starts: pa.Array, ends: pa.Array
+                ) -> WindowBatch:
+        w = self.window
+        columns: list[tuple[str, Any, bool]] = [("window_start", starts, False),
+                                                ("window_end", ends, False)]
+        keys = emitted.keys[order]
+        if w.keys:
+            parts = [k.split(KEY_SEP) for k in keys.tolist()]
+            for i, name in enumerate(w.keys):
+                columns.append((name, pa.array([p[i] for p in parts], pa.string()), True))
+        slot = {a: j for j, (a, _) in enumerate(w.attributes)}
+        types = dict(w.attributes)
+        for attr, function, name in w.aggregates:
+            j = slot[attr]
+            values, raw = self._result(emitted, order, j, function, types[attr])
+            columns.append((name, values, raw))
+        mseq = emitted.mseq
+        top = int(mseq.max()) if len(mseq) else NO_SEQ
+        encoded = json_array(columns)
+        return WindowBatch(encoded.to_pylist(), None if top == NO_SEQ else top,
+                           int(pc.sum(pc.binary_length(encoded)).as_py() or 0))
+
+    @staticmethod
+    def _result(emitted: Emitted, order: np.ndarray, j: int, function: str, ftype: str
+                ) -> tuple[pa.Array, bool]:
+        """One aggregate's output column, and whether it is raw JSON text already."""
+        cnt = emitted.values[f"c{j}"][order]
+        if function == "count":
+            return pa.array(cnt.astype(np.int64), pa.int64()), False
+        none = cnt == 0
+        if function == "avg":
+            sums = emitted.values[f"s{j}"][order]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                avg = np.array([float(s) / c if c else np.nan
+                                for s, c in zip(sums.tolist(), cnt.tolist())]) \
+                    if sums.dtype == object else sums.astype(np.float64) / np.maximum(cnt, 1)
+            return pa.array(avg, pa.float64(), mask=none), False
+        key = {"sum": "s", "min": "n", "max": "x", "firstval": "f", "lastval": "l"}[function]
+        values = emitted.values[f"{key}{j}"][order]
+        if ftype == "double":
+            return pa.array(values.astype(np.float64), pa.float64(), mask=none), False
+        if ftype == "long":
+            if values.dtype == object:  # exact big sums, as JSON integers
+                return pa.array([None if m else str(int(v)) for v, m in
+                                 zip(values.tolist(), none.tolist())], pa.string()), True
+            return pa.array(values.astype(np.int64), pa.int64(), mask=none), False
+        if ftype == "timestamp":
+            return pa.array(values.astype(np.int64), pa.timestamp("us"), mask=none), False
+        if ftype == "boolean":
+            return pa.array(values.astype(np.int64) != 0, pa.bool_(), mask=none), False
+        return pa.array([None if m else v for v, m in zip(values.tolist(), none.tolist())],
+                        pa.string()), False
+
+
+def _select(e: Emitted, index: np.ndarray) -> Emitted:
+    return Emitted(e.starts[index], e.keys[index], e.rows[index], e.mseq[index],
+                   {k: v[index] for k, v in e.values.items()})
+
+
+# ---------------------------------------------------------------------------------------------
+# A pure-Python reference of Spark's share: partials from plain rows (tests, and the
+# compatibility classes below)
+# ---------------------------------------------------------------------------------------------
+
+def _family_value(value: Any, ftype: str) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if ftype == "boolean":
+        return 1 if value else 0
+    if ftype == "timestamp" and isinstance(value, str):
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        delta = dt - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return value
+
+
+def partials_from_rows(layout: PaneLayout, rows: Iterable[dict], panes: Iterable[int],
+                       keys: Iterable[str] | None = None, times: Iterable[float] | None = None,
+                       seqs: Iterable[int | None] | None = None) -> Columns:
+    """What Spark computes for one plan's tuples of one batch (given in stream order): partials
+    per (key, pane). `panes` is each tuple's pane as Spark numbers it."""
+    rows = list(rows)
+    panes = list(panes)
+    keys = list(keys) if keys is not None else [""] * len(rows)
+    times = list(times) if times is not None else [0.0] * len(rows)
+    seqs = list(seqs) if seqs is not None else [None] * len(rows)
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, (k, p) in enumerate(zip(keys, panes)):
+        groups.setdefault((k, p), []).append(i)
+    w = layout.window
+    out: dict[str, list] = {n: [] for n in empty_partials(layout)}
+    for (k, p), idx in groups.items():
+        out["key"].append(k)
+        out["pane"].append(p)
+        out["rows"].append(len(idx))
+        s = [seqs[i] for i in idx if seqs[i] is not None]
+        out["mseq"].append(max(s) if s else NO_SEQ)
+        for j, ((attr, ftype), fam, parts) in enumerate(zip(w.attributes, layout.families,
+                                                            layout.parts)):
+            vals = [(times[i], n, _family_value(rows[i].get(attr), ftype))
+                    for n, i in enumerate(idx)]
+            vals = [v for v in vals if v[2] is not None]
+            out[f"c{j}"].append(len(vals))
+            plain = [v[2] for v in vals]
+            first = min(vals, key=lambda v: (v[0], v[1])) if vals and layout.timed else \
+                (vals[0] if vals else None)
+            last = max(vals, key=lambda v: (v[0], v[1])) if vals and layout.timed else \
+                (vals[-1] if vals else None)
+            got = {"n": min(plain) if vals else None, "x": max(plain) if vals else None,
+                   "s": sum(plain) if vals and "s" in parts else None,
+                   "f": first[2] if vals else None, "l": last[2] if vals else None,
+                   "ft": first[0] if vals else None, "lt": last[0] if vals else None}
+            for part in parts - {"c"}:
+                value = got[part]
+                out[f"{part}{j}"].append(_filler(fam, part) if value is None else value)
+    cols: Columns = {}
+    template = empty_partials(layout)
+    for name, values in out.items():
+        cols[name] = np.array(values, dtype=template[name].dtype) if values else template[name]
+    return cols
+
+
+def _decode(texts: list[str]) -> list[dict]:
+    import json
+    return [json.loads(t) for t in texts]
 
 
 class TupleWindows:
-    """Count-based sliding windows over the filtered tuples in stream order."""
+    """Count-based sliding windows fed with plain rows (reference path: tests, tools)."""
 
     def __init__(self, spec: CompiledWindow) -> None:
         assert spec.kind == "tuple"
         self.spec = spec
-        self.attributes = _attributes(spec)
-        self.seen = 0
-        self.open: dict[int, _OpenWindow] = {}
+        self.state = PaneWindows(spec)
 
-    def add(self, rows: list[dict]) -> list[dict]:
-        size, step = self.spec.size, self.spec.step
-        emitted: list[dict] = []
-        for row in rows:
-            i = self.seen
-            self.seen += 1
-            first_k = max(0, -((size - 1 - i) // step))  # ceil((i - size + 1) / step)
-            for k in range(first_k, i // step + 1):
-                window = self.open.get(k)
-                if window is None:
-                    window = self.open[k] = _OpenWindow(k * step, k * step + size - 1,
-                                                        self.attributes)
-                window.add(row, i)
-                if i == window.end:
-                    emitted.append(window.output(self.spec, window.start, window.end))
-                    del self.open[k]
-        return emitted
+    @property
+    def open(self) -> dict:
+        return self.state.open
+
+    def add(self, rows: list[dict], keys: list[str] | None = None) -> list[dict]:
+        layout = self.state.layout
+        keys = keys if keys is not None else [""] * len(rows)
+        local: dict[str, int] = {}
+        panes = []
+        offset = self.state.pane_offset()
+        for k in keys:  # what Spark's row_number gives: ordinals from the batch's start
+            rn = local.get(k, 0)
+            local[k] = rn + 1
+            panes.append((offset + rn) // layout.width)
+        parts = partials_from_rows(layout, rows, panes, keys)
+        return _decode(self.state.add(parts).texts)
 
 
 class TimeWindows:
-    """Event-time sliding windows aligned to the epoch, closed by the stream's watermark."""
+    """Event-time sliding windows fed with plain rows and their times (reference path)."""
 
     def __init__(self, spec: CompiledWindow, not_before: float | None = None) -> None:
         assert spec.kind == "time"
         self.spec = spec
-        self.attributes = _attributes(spec)
-        self.open: dict[int, _OpenWindow] = {}
-        self.closed_until = -math.inf
-        # Windows starting at or before this event time were partly seen before attach.
-        self.not_before = not_before
-        self.late = 0
-        self.arrivals = 0
+        self.state = PaneWindows(spec, not_before)
 
-    def add(self, rows: list[dict], times: list[float | None]) -> None:
-        size, step = self.spec.size, self.spec.step
-        for row, t in zip(rows, times):
-            if t is None:
-                continue
-            self.arrivals += 1
-            key = (t, self.arrivals)
-            accepted = True  # a tuple in a gap between windows (step > size) is not late
-            for k in range(math.floor((t - size) / step) + 1, math.floor(t / step) + 1):
-                start = k * step
-                end = start + size
-                if end <= self.closed_until:
-                    accepted = False
-                    continue
-                if self.not_before is not None and start <= self.not_before:
-                    accepted = True  # belongs to a suppressed partial window: not late
-                    continue
-                window = self.open.get(k)
-                if window is None:
-                    window = self.open[k] = _OpenWindow(start, end, self.attributes)
-                window.add(row, key)
-                accepted = True
-            if not accepted:
-                self.late += 1
+    @property
+    def late(self) -> int:
+        return self.state.late
+
+    @property
+    def open(self) -> dict:
+        return self.state.open
+
+    def add(self, rows: list[dict], times: list[float | None],
+            keys: list[str] | None = None) -> None:
+        keys = keys if keys is not None else [""] * len(rows)
+        picked = [(r, t, k) for r, t, k in zip(rows, times, keys) if t is not None]
+        width = self.state.layout.width
+        parts = partials_from_rows(self.state.layout, [r for r, _, _ in picked],
+                                   [math.floor(t / width) for _, t, _ in picked],
+                                   [k for _, _, k in picked], [t for _, t, _ in picked])
+        self.state.add(parts)  # no watermark: nothing closes before advance()
 
     def advance(self, watermark: float | None) -> list[dict]:
-        if watermark is None or watermark <= self.closed_until:
-            return []
-        self.closed_until = watermark
-        emitted = []
-        for k in sorted(k for k, w in self.open.items() if w.end <= watermark):
-            window = self.open.pop(k)
-            if window.rows < self.spec.min_count:
-                continue  # too few tuples to show without showing them
-            if self.spec.time_is_timestamp:
-                emitted.append(window.output(self.spec, iso_utc(window.start),
-                                             iso_utc(window.end)))
-            else:
-                emitted.append(window.output(self.spec, window.start, window.end))
-        return emitted
+        return _decode(self.state.add(empty_partials(self.state.layout), watermark).texts)
+
+
+__all__ = ["PaneLayout", "PaneWindows", "WindowBatch", "TupleWindows", "TimeWindows",
+           "partials_from_rows", "partials_from_arrow", "empty_partials", "iso_utc",
+           "ISO_FORMAT", "KEY_SEP", "NO_SEQ"]

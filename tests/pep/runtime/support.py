@@ -9,16 +9,20 @@ from typing import Callable
 
 
 class Collector:
-    """A deliver callback that records what it got (and can close itself)."""
+    """A deliver callback that records what it got (and can close itself): the RowBatches as
+    they came, and their rows decoded from JSON."""
 
     def __init__(self, close_after: int | None = None) -> None:
         self.rows: list[dict] = []
+        self.batches: list = []
         self.calls = 0
         self.close_after = close_after
 
-    def __call__(self, rows: list[dict]) -> bool:
+    def __call__(self, batch) -> bool:
         self.calls += 1
-        self.rows.extend(dict(r) for r in rows)
+        self.batches.append(batch)
+        texts = batch.rows if hasattr(batch, "rows") else [json.dumps(r) for r in batch]
+        self.rows.extend(json.loads(t) for t in texts)
         return self.close_after is None or self.calls < self.close_after
 
 

@@ -1,5 +1,6 @@
 """The runtime's fast paths keep their results: expressions and source frames built once and
-reused, only the columns the plans read converted to Arrow, timestamps formatted as before."""
+reused, only the columns the plans output come back to the driver, timestamps formatted as
+before."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -22,7 +23,7 @@ def definition(tmp_path, name="lean", kind="ingest"):
 
 
 def test_iso_text_matches_strftime_on_edge_values():
-    from pep.runtime.executor import ISO_TEXT, _iso_text
+    from pep.runtime.encode import ISO_TEXT, iso_text as _iso_text
     micros = [0, -1, 1, 1_714_564_800_123_456, -62_135_596_800_000_000,
               253_402_300_799_999_999, None]
     column = pa.chunked_array([pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC"))])
@@ -55,10 +56,10 @@ def test_source_frame_reused_but_checks_still_run(spark, tmp_path):
         build_source(spark, files, 7)
 
 
-def test_only_the_columns_the_plans_read_are_converted(spark, tmp_path):
+def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
     from pep.runtime.compile import compile_plan
-    from pep.runtime.executor import MATCH_COLUMN, POS_COLUMN, StreamExecutor
-    from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN
+    from pep.runtime.executor import PIDS_COLUMN, POS_COLUMN, StreamExecutor
+    from pep.runtime.sources import SEQ_COLUMN
     ex = StreamExecutor(spark, definition(tmp_path), tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
         [(datetime.fromtimestamp(i, timezone.utc), i * 1.5, i, f"s{i % 3}", i % 2 == 0, i, None)
@@ -68,26 +69,26 @@ def test_only_the_columns_the_plans_read_are_converted(spark, tmp_path):
 
     def attach(handle, plan):
         ex.add_handle(handle, compile_plan(plan, SCHEMA, "ts"), lambda rows: True)
-        states = list(ex._plans.values())
-        columns = ex._needed_columns(states, ex._version)
-        arrow = ex.evaluation_frame(batch, ex._plan_table(states, ex._version),
-                                    columns).toArrow()
-        return columns, arrow
+        plans, version = ex._current()
+        shape = ex._shape_of(plans, version)
+        _, scalar = ex._plan_table(plans, version, shape)
+        return shape, scalar
 
-    # filters on `station` and `ok` but projects `hum`: the filter reads them in Spark only
-    columns, arrow = attach("a", ExecutionPlan(
+    # filters on `station` and `ok` but projects `hum`: the filter reads them in Spark only,
+    # and only the tuples that pass come back
+    shape, scalar = attach("a", ExecutionPlan(
         "lean", ((Predicate("station", "=", "s1"), Predicate("ok", "=", True)),), ("hum",)))
-    assert columns == ["ts", "hum"]  # ts: the stream's time attribute orders the rows
-    assert arrow.column_names == ["ts", "hum", SEQ_COLUMN, FILE_COLUMN, POS_COLUMN, MATCH_COLUMN]
-    matched = [r["hum"] for r in arrow.to_pylist() if r[MATCH_COLUMN]]
-    assert matched == [i for i in range(12) if i % 3 == 1 and i % 2 == 0]
-    # a window plan adds its aggregated attribute; the set is recomputed as plans change
-    columns, _ = attach("b", ExecutionPlan(
+    arrow = ex.rows_frame(batch, scalar, shape).toArrow()
+    assert arrow.column_names == ["hum", SEQ_COLUMN, POS_COLUMN, PIDS_COLUMN]
+    assert arrow.column("hum").to_pylist() == [i for i in range(12) if i % 3 == 1 and i % 2 == 0]
+    # a window plan adds nothing to the rows: its tuples become panes in Spark
+    shape, scalar = attach("b", ExecutionPlan(
         "lean", None, ("temp",), WindowSpec("tuple", 4, 4, (Aggregate("temp", "avg"),))))
-    assert columns == ["ts", "temp", "hum"]
+    assert shape.plain_columns == ("hum",) and shape.tuple_windows
+    assert shape.slots == (("d0", "d", frozenset({"c", "s"})),)
+    panes = ex.panes_frame(batch, scalar, shape).toArrow()
+    assert panes.num_rows == 3  # 12 tuples, panes of 4
+    assert sorted(panes.column("rows").to_pylist()) == [4, 4, 4]
     ex.remove_handle("a")
-    states = list(ex._plans.values())
-    assert ex._needed_columns(states, ex._version) == ["ts", "temp"]
-    # no plan filters: no match column, the same pruning
-    arrow = ex.evaluation_frame(batch, None, ["ts", "temp"]).toArrow()
-    assert arrow.column_names == ["ts", "temp", SEQ_COLUMN, FILE_COLUMN, POS_COLUMN]
+    plans, version = ex._current()
+    assert ex._shape_of(plans, version).plain_columns == ()

@@ -216,7 +216,7 @@ def test_attach_detach_share_one_query_and_last_detach_stops_it(runtime, spark, 
 
 def test_physical_plan_does_not_grow_with_handles_and_constants_are_data(spark, tmp_path):
     from pep.runtime.compile import compile_plan
-    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.executor import PIDS_COLUMN, StreamExecutor
     sd = stream(tmp_path, "static")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -228,26 +228,41 @@ def test_physical_plan_does_not_grow_with_handles_and_constants_are_data(spark, 
     def run(n_handles):
         ex._plans.clear()
         ex._plan_ids.clear()
+        ex._version += 1
         plans = [ExecutionPlan("static", ((Predicate("station", "=", HOSTILE),),), ("hum",))]
         plans += [ExecutionPlan("static", ((Predicate("temp", ">", float(i)),
                                             Predicate("station", "!=", f"s{i % 3}")),), ("hum",))
                   for i in range(n_handles - 1)]
+        plans += [ExecutionPlan("static", ((Predicate("temp", ">", float(i)),),), (),
+                                WindowSpec("tuple" if i % 2 else "time", 4 + i, 2,
+                                           (Aggregate("temp", "max"), Aggregate("hum", "sum")),
+                                           "ts", keys=("station",) if i % 3 == 0 else ()))
+                  for i in range(n_handles + 1)]  # both kinds, with and without keys
         for i, p in enumerate(plans):
-            ex.add_handle(f"h{i}", compile_plan(p, SCHEMA), lambda rows: True)
-        states = list(ex._plans.values())
-        frame = ex.evaluation_frame(batch, ex._plan_table(states, ex._version))
-        result = frame.toArrow().to_pylist()
-        text = frame._jdf.queryExecution().executedPlan().toString()
-        return result, re.sub(r"#\d+|plan_id=\d+", "#", text), states[0].id
+            ex.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
+        states, version = ex._current()
+        shape = ex._shape_of(states, version)
+        _, scalar = ex._plan_table(states, version, shape)
+        rows = ex.rows_frame(batch, scalar, shape)
+        panes = ex.panes_frame(batch, scalar, shape)
+        texts = []
+        for frame in (rows, panes):
+            text = frame._jdf.queryExecution().executedPlan().toString()
+            texts.append(re.sub(r"#\d+L?|plan_id=\d+|\[id=#?\d+\]", "#", text))
+        ids = {s.compiled.key: s.id for s in states}
+        return rows.toArrow().to_pylist(), texts, ids[compile_plan(plans[0], SCHEMA).key]
 
     one, plan_1, hostile_id = run(1)
     fifty, plan_50, hostile_id_50 = run(50)
     assert plan_1 == plan_50
-    assert HOSTILE not in plan_50 and "1=1" not in plan_50
-    assert [r["hum"] for r in one if hostile_id in r["_xsg_m"]] == [7]
-    assert [r["hum"] for r in fifty if hostile_id_50 in r["_xsg_m"]] == [7]
-    # the 49 ordinary plans, evaluated in Spark, agree with Python
-    for r in fifty:
+    assert all(HOSTILE not in t and "1=1" not in t for t in plan_50)
+    assert [r["hum"] for r in one if hostile_id in r[PIDS_COLUMN]] == [7]
+    assert [r["hum"] for r in fifty if hostile_id_50 in r[PIDS_COLUMN]] == [7]
+    # the 49 ordinary plans, evaluated in Spark, agree with Python (a row comes back only
+    # when some plan passes it)
+    rows = {r["hum"]: r[PIDS_COLUMN] for r in fifty}
+    for hum in range(30):
+        temp, station = hum * 1.5, HOSTILE if hum == 7 else f"s{hum % 3}"
         for i in range(49):
-            expected = r["temp"] > i and r["station"] != f"s{i % 3}"
-            assert (hostile_id_50 + 1 + i in r["_xsg_m"]) == expected
+            expected = temp > i and station != f"s{i % 3}"
+            assert (hostile_id_50 + 1 + i in rows.get(hum, [])) == expected

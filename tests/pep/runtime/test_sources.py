@@ -145,6 +145,8 @@ def test_failed_query_is_reported_and_next_attach_restarts_it_with_old_handles(r
     os.replace(src / ".bad.tmp", src / "bad.parquet")
     assert wait_until(lambda: not runtime.stats()["f_parquet"]["active"])
     assert runtime.stats()["f_parquet"]["last_error"]
+    health = runtime.health()["f_parquet"]
+    assert health["state"] == "failed" and health["last_error"]
     os.remove(src / "bad.parquet")
     second = Collector()
     runtime.attach("second", sd, ExecutionPlan("f_parquet", None, ("t",)), second)

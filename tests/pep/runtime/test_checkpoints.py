@@ -1,0 +1,166 @@
+"""No replay, bounded disk, visible stalls: per-stream checkpoints kept across restarts, a
+stream's first handle starting at the stream's end, committed files archived and swept by the
+retention settings, and stall detection."""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from pep.core.plan import ExecutionPlan, Field, SourceSpec, StreamDefinition, StreamSchema
+from pep.runtime.checkpoints import Retention
+from tests.pep.runtime.support import Collector, wait_until, write_jsonl
+
+SCHEMA = StreamSchema((Field("n", "long"), Field("v", "double")))
+
+
+def ingest(tmp_path, name="ck"):
+    return StreamDefinition(name, "o", SCHEMA, SourceSpec("ingest", (("path", str(tmp_path / name)),)))
+
+
+def recs(lo, hi):
+    return [{"n": i, "v": i / 2, "_xsg_seq": i} for i in range(lo, hi)]
+
+
+PLAN = ExecutionPlan("ck", None, ("n",))
+
+
+def runtime_for(spark, work, **settings):
+    from pep.runtime.runtime import RuntimeSettings, StreamRuntime
+    return StreamRuntime(spark, work, settings=RuntimeSettings(
+        trigger_interval=0.2, max_files_per_trigger=2, **settings))
+
+
+def test_first_handle_starts_at_the_end_and_again_after_the_last_left(spark, tmp_path):
+    sd = ingest(tmp_path)
+    write_jsonl(tmp_path / "ck", "a.json", recs(0, 5))  # before any handle: never delivered
+    rt = runtime_for(spark, tmp_path / "work")
+    try:
+        first = Collector()
+        rt.attach("h1", sd, PLAN, first)
+        assert rt.stats()["ck"]["skipped_to_end"]
+        write_jsonl(tmp_path / "ck", "b.json", recs(5, 8))
+        assert wait_until(lambda: len(first.rows) >= 3)
+        time.sleep(0.6)
+        assert [r["n"] for r in first.rows] == [5, 6, 7]
+        rt.detach("h1")  # the last handle left: the next first handle starts at the end again
+        write_jsonl(tmp_path / "ck", "c.json", recs(8, 10))
+        second = Collector()
+        rt.attach("h2", sd, PLAN, second)
+        write_jsonl(tmp_path / "ck", "d.json", recs(10, 12))
+        assert wait_until(lambda: len(second.rows) >= 2)
+        time.sleep(0.6)
+        assert [r["n"] for r in second.rows] == [10, 11]
+        assert second.batches[-1].last_position == 11
+    finally:
+        rt.stop()
+
+
+def test_restarted_query_continues_where_it_stopped(spark, tmp_path):
+    sd = ingest(tmp_path)
+    work = tmp_path / "work"
+    rt = runtime_for(spark, work)
+    try:
+        a = Collector()
+        rt.attach("h", sd, PLAN, a)
+        write_jsonl(tmp_path / "ck", "a.json", recs(0, 3))
+        assert wait_until(lambda: len(a.rows) >= 3)
+    finally:
+        rt.stop()  # the gateway stops with the handle live: its stream resumes at next start
+    write_jsonl(tmp_path / "ck", "b.json", recs(3, 6))  # ingested while the gateway was down
+    assert (work / "checkpoints" / "ck" / "query" / "commits").is_dir()
+    rt = runtime_for(spark, work)
+    try:
+        b = Collector()
+        rt.attach("h", sd, PLAN, b)  # the handle resumes
+        assert not rt.stats()["ck"]["skipped_to_end"]
+        write_jsonl(tmp_path / "ck", "c.json", recs(6, 7))
+        assert wait_until(lambda: len(b.rows) >= 4)
+        time.sleep(0.6)
+        assert [r["n"] for r in b.rows] == [3, 4, 5, 6]  # nothing replayed, nothing lost
+    finally:
+        rt.stop()
+
+
+def test_committed_files_are_archived_and_swept_uncommitted_ones_never(spark, tmp_path):
+    sd = ingest(tmp_path)
+    work = tmp_path / "work"
+    rt = runtime_for(spark, work, retention_seconds=None, retention_bytes=None)
+    try:
+        sink = Collector()
+        rt.attach("h", sd, PLAN, sink)
+        for i in range(4):
+            write_jsonl(tmp_path / "ck", f"f{i}.json", recs(i * 10, i * 10 + 2))
+            assert wait_until(lambda i=i: len(sink.rows) >= 2 * (i + 1))
+        # Spark moves a batch's files when the next batch starts: all but the last are gone
+        assert wait_until(lambda: len(os.listdir(tmp_path / "ck")) <= 2)
+        assert {p.name for p in (work / "archive" / "ck").rglob("*.json")} >= {"f0.json"}
+        # an uncommitted file (the stream is stopped) and old archived files
+        rt.detach("h")
+        write_jsonl(tmp_path / "ck", "late.json", recs(90, 91))
+        old = time.time() - 7200
+        for p in (work / "archive" / "ck").rglob("*.json"):
+            os.utime(p, (old, old))
+        before = set(os.listdir(tmp_path / "ck"))
+        removed, freed = Retention(max_age=3600, max_bytes=None).sweep(work / "archive")
+        assert removed >= 1 and freed > 0
+        assert list((work / "archive" / "ck").rglob("*.json")) == []
+        assert set(os.listdir(tmp_path / "ck")) == before  # the source directory is untouched
+    finally:
+        rt.stop()
+
+
+def test_retention_by_age_and_by_size(tmp_path):
+    root = tmp_path / "archive"
+    (root / "s" / "deep").mkdir(parents=True)
+    now = time.time()
+    for i in range(6):
+        p = root / "s" / "deep" / f"{i}.json"
+        p.write_bytes(b"x" * 100)
+        os.utime(p, (now - 1000 * (6 - i), now - 1000 * (6 - i)))  # 0 oldest ... 5 newest
+    assert Retention(max_age=None, max_bytes=None).sweep(root) == (0, 0)
+    assert Retention(max_age=3500, max_bytes=None).sweep(root, now) == (3, 300)
+    assert sorted(p.name for p in root.rglob("*.json")) == ["3.json", "4.json", "5.json"]
+    assert Retention(max_age=None, max_bytes=150).sweep(root, now) == (2, 200)
+    assert [p.name for p in root.rglob("*.json")] == ["5.json"]
+    assert Retention(max_age=0, max_bytes=None).sweep(root, now) == (1, 100)
+    assert not (root / "s").exists()  # emptied directories go too
+    assert Retention(max_age=0).sweep(tmp_path / "missing") == (0, 0)
+
+
+def test_a_stall_is_reported_once_and_clears(spark, tmp_path, caplog):
+    sd = ingest(tmp_path)
+    rt = runtime_for(spark, tmp_path / "work", stall_seconds=1.0, janitor_interval=0.2)
+    release = threading.Event()
+    blocked = threading.Event()
+    got = []
+
+    def slow(batch):
+        got.append(batch)
+        blocked.set()
+        release.wait(20)  # the micro-batch thread is stuck in delivery
+        return True
+    try:
+        rt.attach("h", sd, PLAN, slow)
+        assert rt.health()["ck"]["state"] in ("running", "idle")
+        with caplog.at_level(logging.WARNING, logger="pep.runtime.runtime"):
+            write_jsonl(tmp_path / "ck", "a.json", recs(0, 2))
+            assert blocked.wait(60)
+            write_jsonl(tmp_path / "ck", "b.json", recs(2, 4))  # waits behind the stuck batch
+            assert wait_until(lambda: rt.stats()["ck"]["stalled"], 20)
+            stats = rt.stats()["ck"]
+            assert stats["input_waiting"] and stats["waiting_since"] is not None
+            health = rt.health()["ck"]
+            assert health["state"] == "stalled" and health["last_error"] is None
+            time.sleep(1.0)  # several janitor ticks: still one warning
+            warnings = [r for r in caplog.records if "stalled" in r.getMessage()]
+            assert len(warnings) == 1
+        release.set()
+        assert wait_until(lambda: len(got) >= 2, 30)
+        assert wait_until(lambda: not rt.stats()["ck"]["stalled"], 10)
+        assert rt.health()["ck"]["state"] == "running"
+        assert rt.health()["ck"]["last_batch_at"] is not None
+    finally:
+        release.set()
+        rt.stop()
