@@ -31,6 +31,7 @@ from pep.handles.one_window import WindowRegistry
 from pep.handles.records import HandleStore, new_handle_id
 from pep.handles.revocation import RevocationService, TimeSensitivity
 from pep.handles.service import HandleService
+from pep.handles.stall_notices import StallNotices
 from pep.invalidation.hub import InvalidationHub
 from pep.metrics import GatewayMetrics, gateway_state
 from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
@@ -60,6 +61,7 @@ class GatewayServices:
     invalidation: InvalidationHub
     audit: AuditTrail
     metrics: GatewayMetrics
+    stall_notices: StallNotices  # tells readers when their stream's query stalls or recovers
     # decide and plan one access request (the XACML request, the identity, the user query)
     decide_and_plan: Callable[..., Grant]
     # who may manage which policy; read on every call, so an embedder may replace it
@@ -179,7 +181,8 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         policies=policies, catalog=catalog, stream_events=stream_events, runtime=runtime,
         handle_store=handle_store,
         windows=windows, handles=handles, revocation=revocation, invalidation=hub, audit=audit,
-        metrics=GatewayMetrics(),
+        metrics=GatewayMetrics(), stall_notices=StallNotices(
+            getattr(runtime, "health", dict), handles),  # a runtime without health: never
         decide_and_plan=plan_access, may_manage=stream_owner_rule(catalog.get),
         seeded=seeded, demo_auth_created=demo_auth_created)
 
@@ -195,7 +198,10 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     # 4. a stream event that opens, closes or grows re-decides the live handles;
     stream_events.add_listener(revocation.on_environment_change)
     revocation.every_tick(stream_events.tick)
-    # 5. the audit trail records every grant, ending, policy change and stream registration.
+    # 5. a stream whose query stalls or fails (and later runs again) is announced to the
+    #    readers of its handles (`stalled` / `resumed` notices); /health lists it too.
+    revocation.every_tick(services.stall_notices.check)
+    # 6. the audit trail records every grant, ending, policy change and stream registration.
     handles.add_open_listener(audit.granted)
     handles.add_listener(audit.ended)
     services._unsubscribe.append(events.subscribe(audit.policy_changed))
@@ -208,7 +214,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         runtime.get()
     services.resumed, services.ended = revocation.restore_all()
     audit.resumed(handle_store.get_many(services.resumed))
-    # 6. metrics: decisions, stream requests and revocations as they happen; the rest is read
+    # 7. metrics: decisions, stream requests and revocations as they happen; the rest is read
     #    from the services at every scrape.
     metrics = services.metrics
     policies.observe_decisions(metrics.decided)
