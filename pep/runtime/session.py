@@ -1,12 +1,25 @@
 """The gateway's one SparkSession: started once per process, with the settings the runtime needs."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from pyspark.sql import SparkSession
+
+# The JVM's log lines in the gateway's own format and on stderr (see the file); a path with
+# spaces is quoted, as spark-submit splits the option string like a shell.
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties").resolve().as_uri()
+
+
+def _java_option(name: str, value: str) -> str:
+    option = f"-D{name}={value}"
+    return f'"{option}"' if " " in option else option
+
 
 # Measured here: stopping foreachBatch queries can overflow the driver's default thread stack,
 # and a large shuffle partition count only adds scheduling overhead to tiny micro-batches.
 DEFAULT_CONF: dict[str, str] = {
-    "spark.driver.extraJavaOptions": "-Xss16m",
+    "spark.driver.extraJavaOptions": "-Xss16m "
+                                     + _java_option("log4j2.configurationFile", LOG4J2_CONFIG),
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "2",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -271,6 +272,10 @@ def test_xsg_serve_embedded_defaults_and_graceful_stop(tmp_path):
                         + err_path.read_text(errors="replace")[-5000:])
         assert code == 0, err_path.read_text(errors="replace")[-5000:]
         assert "stopping..." in out_path.read_text()
+        # one log format: Spark's JVM lines look like ours, not like log4j's default
+        err = err_path.read_text(errors="replace")
+        assert "Using Spark's default log4j profile" not in err
+        assert not re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d ", err, re.MULTILINE), err[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
