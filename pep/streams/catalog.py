@@ -65,6 +65,10 @@ class StreamCatalog:
         self._lock = self._db.lock
         # Called with the definition of every stream registered (its owner registered it).
         self._listeners: list[Callable[[StreamDefinition], None]] = []
+        # Definitions by the name they were found under: a stream, once registered, never
+        # changes and is never removed (the API has no such call), so a found one stays true.
+        # A re-decision of a thousand handles looks its stream up a thousand times.
+        self._found: dict[str, StreamDefinition] = {}
 
     def add_listener(self, callback: Callable[[StreamDefinition], None]) -> None:
         self._listeners.append(callback)
@@ -150,8 +154,15 @@ class StreamCatalog:
 
     def get(self, name: str) -> StreamDefinition | None:
         """The stream, looked up case-insensitively, or None."""
+        found = self._found.get(name) if isinstance(name, str) else None
+        if found is not None:
+            return found
         e = self.entry(name)
-        return e.definition if e else None
+        if e is None:
+            return None
+        if len(self._found) < 10_000:
+            self._found[name] = e.definition
+        return e.definition
 
     def schema(self, name: str) -> StreamSchema | None:
         """The schema of the stream spelled exactly `name` (the request processor's lookup: a
