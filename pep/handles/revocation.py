@@ -197,7 +197,7 @@ class RevocationService:
             self.handles.policy_epoch += 1
             targets = self.handles.live()
             if resources is not None:
-                targets = [r for r in targets if r.stream in resources]
+                targets = [r for r in targets if any(s in resources for s in r.streams)]
             if change.kind == "deleted":
                 # A handle with no recorded policies is treated as depending on every policy.
                 targets = [r for r in targets
