@@ -184,6 +184,10 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
                                 "is not one of its side's outputs")
         cols = [_time_column(definition, time_attribute.name).alias(time_col)]
         for i, name in enumerate(plan.projection):
+            if name == time_attribute.name and time_attribute.type == "timestamp":
+                # the time column is this output already: not kept twice in the join's state
+                outputs.append(_Output(time_col, f"{definition.name}.{name}"))
+                continue
             cols.append(F.col(f"`{name}`").alias(f"{prefix}{i}"))
             outputs.append(_Output(f"{prefix}{i}", f"{definition.name}.{name}"))
         return df.select(*cols).withWatermark(time_col, _delay(lateness)), outputs
@@ -324,7 +328,8 @@ class _JoinQuery:
                 handles = [h for h in self.handles.values() if h.active]
             if not handles:
                 return
-            columns = [o.internal for o in self.outputs] + [f"l{TIME}", f"r{TIME}"]
+            columns = list(dict.fromkeys([o.internal for o in self.outputs]
+                                         + [f"l{TIME}", f"r{TIME}"]))
             arrow = batch.select(*columns).toArrow()
             self.counters["batches"] += 1
             if arrow.num_rows == 0:

@@ -395,3 +395,39 @@ def test_the_join_part_of_a_user_query_parses_in_both_forms():
     x = parse_user_query(b'<UserQuery><Join><Stream name="ships"/><On left="station" '
                          b'right="area"/><Within>60</Within></Join></UserQuery>')
     assert x.join.on == q.join.on and x.join.within == 60.0 and x.join.stream == "ships"
+
+
+# -- the example in policies/ ---------------------------------------------------------------------
+
+def test_the_port_authority_example_joins_ais_with_routes():
+    from pathlib import Path
+
+    from pdp.engine import PolicySource
+    from pep.core.schemas import AIS_SCHEMA
+
+    policies = Path(__file__).resolve().parents[3] / "policies"
+    streams = json.loads((policies / "streams.json").read_text())
+    routes = next(s for s in streams if s["name"] == "routes")
+    schemas = {"ais": AIS_SCHEMA, "routes": StreamSchema(tuple(
+        Field(f["name"], f["type"]) for f in routes["schema"]))}
+    times = {"ais": "ts", "routes": routes["time_attribute"]}
+    engine = PolicyEngine.compile([
+        PolicySource(str(p), p.read_bytes()) for p in
+        (policies / "ais" / "port-authority-policy.xml", policies / "joins" / "routes-policy.xml")])
+    body = (policies / "joins" / "port-authority-join-request.xml").read_bytes()
+    grant = decide_and_plan(engine, body, XML, Identity("mpa", ("port-authority",)), schemas.get,
+                            time_attribute_lookup=times.get)
+    plan = grant.plan
+    assert isinstance(plan, JoinPlan) and plan.streams == ("ais", "routes")
+    assert plan.on == (("mmsi", "mmsi"),) and plan.within == 60.0
+    assert (plan.left_time, plan.right_time) == ("ts", "ts")
+    assert Predicate("lat", ">=", 1.15) in plan.left.filter_dnf[0]  # the AIS policy: port waters
+    assert Predicate("next_leg", "!=", "naval-base") not in plan.right.filter_dnf[0]  # implied
+    assert plan.right.filter_dnf == ((Predicate("free_load", ">=", 10),
+                                      Predicate("next_leg", "=", "Los Angeles")),)
+    assert "consignee" not in plan.right.projection
+    assert "routes.free_load" in join_output(plan) and "ais.shipname" in join_output(plan)
+    with pytest.raises(AccessDenied) as denied:  # a consumer without the role: the first side
+        decide_and_plan(engine, body, XML, Identity("lta", ("consumer",)), schemas.get,
+                        time_attribute_lookup=times.get)
+    assert "'ais'" in denied.value.message

@@ -128,7 +128,7 @@ def test_cli_policy_commands_against_the_server(live, capsys, tmp_path):
     new.write_bytes(simple_policy("urn:test:rain", "rain", "other"))
 
     code, out, _ = run_cli(capsys, *common, "add", str(new))
-    assert code == 0 and "added urn:test:rain version 1.0 (store version 4)" in out
+    assert code == 0 and "added urn:test:rain version 1.0 (store version 5)" in out
     code, out, _ = run_cli(capsys, *common, "list")
     assert code == 0 and "urn:test:rain" in out and WEATHER_ID in out
     code, out, _ = run_cli(capsys, *common, "list", "--json")
@@ -236,13 +236,13 @@ def test_xsg_serve_embedded_defaults_and_graceful_stop(tmp_path):
             if line.strip().startswith("try:"):
                 break
         assert url and set(tokens) == {"nea", "lta", "other"}, "".join(lines) + proc.stderr.read()
-        assert "3 policies loaded (3 seeded" in "".join(lines)
+        assert "4 policies loaded (4 seeded" in "".join(lines)
         auth_file = tmp_path / "data" / "auth.json"
         assert oct(auth_file.stat().st_mode & 0o777) == "0o600"
         assert (tmp_path / "data" / "policies.db").exists()
         r = requests.get(f"{url}/policies", headers={"Authorization": f"Bearer {tokens['nea']}"},
                          timeout=5)
-        assert r.status_code == 200 and len(r.json()) == 3
+        assert r.status_code == 200 and len(r.json()) == 4
         r = requests.post(f"{url}/pdp", data=LTA_REQUEST_XML.read_bytes(), timeout=5,
                           headers={"Authorization": f"Bearer {tokens['lta']}", "Content-Type": XML})
         assert b"Permit" in r.content
