@@ -70,6 +70,7 @@ class GatewayServices:
     demo_auth_created: bool = False
     resumed: list[str] = field(default_factory=list)  # handles resumed at start
     ended: list[str] = field(default_factory=list)  # handles that could not be resumed
+    join_runtime: Any = None  # runs joins of two streams (pep/runtime/joins.py)
     _unsubscribe: list[Callable[[], None]] = field(default_factory=list)
     _stream_side_closed: bool = False
 
@@ -86,6 +87,11 @@ class GatewayServices:
             unsubscribe()
         self.revocation.stop()
         self.handles.shutdown()
+        if self.join_runtime is not None and self.join_runtime is not self.runtime:
+            try:
+                self.join_runtime.stop()
+            except Exception:  # noqa: BLE001 - closing must go on
+                log.exception("stopping the join runtime failed")
         try:
             self.runtime.stop()
         except Exception:  # noqa: BLE001 - closing must go on
@@ -157,11 +163,16 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
                                     time_attribute_lookup=catalog.time_attribute,
                                     environment=stream_events.environment)
 
+    # Joins of two streams run as queries of their own, on the same SparkSession.
+    join_runtime = join_runtime_for(runtime, data_dir / "runtime" / "joins",
+                                    config.trigger_interval)
+
     # Handles, the one-window rule, and revocation.
     handle_store = HandleStore(data_dir / "handles.db")
     windows = WindowRegistry(new_handle_id=new_handle_id)
     handles = HandleService(handle_store, catalog.get, runtime, windows, buffer_rows,
-                            buffer_bytes, stream_position=catalog.position)
+                            buffer_bytes, stream_position=catalog.position,
+                            join_runtime=join_runtime)
     revocation = RevocationService(
         handles, engine=lambda: policies.engine, decide_and_plan=plan_access,
         schema_lookup=catalog.schema, identity_lookup=_identity_lookup(authenticator),
@@ -179,7 +190,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     services = GatewayServices(
         config=config, authenticator=authenticator, store=store, events=events,
         policies=policies, catalog=catalog, stream_events=stream_events, runtime=runtime,
-        handle_store=handle_store,
+        join_runtime=join_runtime, handle_store=handle_store,
         windows=windows, handles=handles, revocation=revocation, invalidation=hub, audit=audit,
         metrics=GatewayMetrics(), stall_notices=StallNotices(
             getattr(runtime, "health", dict), handles),  # a runtime without health: never
@@ -226,6 +237,23 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     stream_events.attach_all(runtime)  # starts the queries of the streams that have events
     revocation.start()
     return services
+
+
+def join_runtime_for(runtime: Any, work_dir: Path, trigger_interval: float = 0.25) -> Any:
+    """The runtime of joins beside `runtime`: a `pep.runtime.joins.JoinRuntime` on the same
+    SparkSession, built on first use (so Spark starts no sooner than it would). A stand-in for
+    Spark (tests: no SparkSession behind it) receives the joins itself."""
+    if not isinstance(runtime, LazyRuntime) and not hasattr(runtime, "spark"):
+        return runtime
+
+    def build() -> Any:
+        from pep.runtime.joins import JoinRuntime
+
+        base = runtime.get() if isinstance(runtime, LazyRuntime) else runtime
+        return JoinRuntime(getattr(base, "spark", None), work_dir,
+                           trigger_interval=trigger_interval)
+
+    return LazyRuntime(build)
 
 
 def _policy_versions(policies: PolicyService) -> Callable[[Any], list[dict]]:

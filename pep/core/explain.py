@@ -13,7 +13,7 @@ from typing import Any
 
 from pep.core.conditions import And, Comparison, Const, Expr, Not, Or
 from pep.core.graph import Filter, Join, Map, QueryGraph, Source, Union_, WindowAggregate
-from pep.core.plan import ExecutionPlan, Predicate, Scalar, StreamSchema
+from pep.core.plan import ExecutionPlan, JoinPlan, Predicate, Scalar, StreamSchema
 
 SPARK_FUNCTIONS = {"avg": "avg", "max": "max", "min": "min", "sum": "sum", "count": "count",
                    "firstval": "first_value", "lastval": "last_value"}
@@ -147,7 +147,10 @@ def _json_value(value: Scalar) -> Any:
     return value
 
 
-def plan_to_json(plan: ExecutionPlan) -> dict:
+def plan_to_json(plan: ExecutionPlan | JoinPlan) -> dict:
+    if isinstance(plan, JoinPlan):
+        from pep.core.join import join_plan_to_json  # which renders each side with this function
+        return join_plan_to_json(plan)
     w = plan.window
     return {
         "stream": plan.stream,
