@@ -320,6 +320,7 @@ class StreamExecutor:
         self.last_batch_started_at: float | None = None
         self.last_batch_at: float | None = None
         self.skipped_to_end = False
+        self._skip_names: frozenset[str] | None = None
         self.stats_counters: dict[str, Any] = {
             "batches": 0, "rows_in": 0, "rows_delivered": 0, "last_batch_ms": None,
             "plan_evaluations": 0, "late_rows": 0, "last_error": None,
@@ -342,8 +343,15 @@ class StreamExecutor:
         kind = self.definition.source.kind
         archive = (str(archive_dir(self.work_dir, self.definition)) if kind == "ingest"
                    else None)
-        if skip and kind in ("ingest", "files") and self._source_has_files():
-            self._skip_to_end(archive)
+        if skip and kind in ("ingest", "files"):
+            names = [e.name for e in self._source_files()] if self._source_path() else None
+            if names is not None and 0 < len(names) <= self._files_per_trigger():
+                # the query's first batch lists these files (the oldest first, so all of them)
+                # and maybe newer ones: it drops the tuples of these
+                self._skip_names = frozenset(names)
+                self.skipped_to_end = True
+            elif names != []:
+                self._skip_to_end(archive)
         source = build_source(self.spark, self.definition, self.max_files_per_trigger, archive)
         millis = max(1, int(round(self.trigger_interval * 1000)))
         self.started_at = time.time()
@@ -376,8 +384,9 @@ class StreamExecutor:
         except OSError:
             return []
 
-    def _source_has_files(self) -> bool:
-        return self._source_path() is None or bool(self._source_files())
+    def _files_per_trigger(self) -> int:
+        own = self.definition.source.option("maxFilesPerTrigger")
+        return int(own) if own and str(own).isdigit() else self.max_files_per_trigger
 
     def _skip_to_end(self, archive: str | None) -> None:
         """Mark every file now in the source directory as processed, without reading one: a
@@ -856,6 +865,12 @@ class StreamExecutor:
         try:
             if self._stopped:
                 return
+            if self._skip_names is not None:
+                # the files present when the stream's first handle attached are not delivered
+                names = sorted(self._skip_names)
+                self._skip_names = None
+                batch = batch.where(~F.element_at(F.split(F.col(FILE_COLUMN), "/"), -1)
+                                    .isin(*names))
             plans, version = self._current()
             if not plans:
                 return
