@@ -27,6 +27,7 @@ import logging
 import math
 import operator
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -45,8 +46,7 @@ from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import StreamCheckpoint, archive_dir
 from pep.runtime.compile import FAMILIES, NUMERIC_KIND, CompiledPlan
-from pep.runtime.encode import (ISO_TEXT, iso_text, json_array,  # noqa: F401 (re-exported)
-                                value_texts)
+from pep.runtime.encode import json_array, value_texts
 from pep.runtime.memo import OwnedCache
 from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN, build_source
 from pep.runtime.windows import (KEY_SEP, NO_SEQ, PaneWindows, empty_partials,
@@ -412,7 +412,6 @@ class StreamExecutor:
                     raise
                 log.warning("stream %s: skipping to the end failed (%s); starting a new "
                             "checkpoint", self.definition.name, exc)
-                import shutil
                 shutil.rmtree(self._checkpoint.location, ignore_errors=True)
         self.skipped_to_end = True
         log.info("stream %s: started at the end of its source (%.2f s)", self.definition.name,
@@ -1108,11 +1107,6 @@ def _pick(texts: list[str], at: np.ndarray) -> tuple[str, ...]:
     if len(at) == 1:
         return (texts[int(at[0])],)
     return operator.itemgetter(*at.tolist())(texts)
-
-
-def _filters(compiled: CompiledPlan) -> bool:
-    """Whether the plan needs the Spark-side filter (not pass-all, not pass-nothing)."""
-    return bool(compiled.conjuncts) and compiled.conjuncts != ((),)
 
 
 __all__ = ["StreamExecutor", "Shape", "filter_expressions", "value_arrays", "long_array",
