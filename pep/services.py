@@ -165,7 +165,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
 
     # Joins of two streams run as queries of their own, on the same SparkSession.
     join_runtime = join_runtime_for(runtime, data_dir / "runtime" / "joins",
-                                    config.trigger_interval)
+                                    config.trigger_interval, feeds=catalog)
 
     # Handles, the one-window rule, and revocation.
     handle_store = HandleStore(data_dir / "handles.db")
@@ -239,10 +239,12 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     return services
 
 
-def join_runtime_for(runtime: Any, work_dir: Path, trigger_interval: float = 0.25) -> Any:
+def join_runtime_for(runtime: Any, work_dir: Path, trigger_interval: float = 0.25,
+                     feeds: Any = None) -> Any:
     """The runtime of joins beside `runtime`: a `pep.runtime.joins.JoinRuntime` on the same
-    SparkSession, built on first use (so Spark starts no sooner than it would). A stand-in for
-    Spark (tests: no SparkSession behind it) receives the joins itself."""
+    SparkSession, built on first use (so Spark starts no sooner than it would), fed with the
+    batches of `ingest` streams by `feeds` (the catalogue). A stand-in for Spark (tests: no
+    SparkSession behind it) receives the joins itself."""
     if not isinstance(runtime, LazyRuntime) and not hasattr(runtime, "spark"):
         return runtime
 
@@ -251,7 +253,7 @@ def join_runtime_for(runtime: Any, work_dir: Path, trigger_interval: float = 0.2
 
         base = runtime.get() if isinstance(runtime, LazyRuntime) else runtime
         return JoinRuntime(getattr(base, "spark", None), work_dir,
-                           trigger_interval=trigger_interval)
+                           trigger_interval=trigger_interval, feeds=feeds)
 
     return LazyRuntime(build)
 

@@ -1,7 +1,10 @@
 """Joins of two streams on Spark: one Structured Streaming query per distinct `JoinPlan`.
 
 Each join runs as a stream-stream inner join of its own, beside the shared per-stream queries
-(which it does not touch): each side is that stream's source with the side plan applied in the
+(which it does not touch): each side is that stream's source (for an `ingest` stream, a feed of
+the batches written since the join started, `StreamCatalog.open_feed`: nothing from before is
+replayed, and the stream's own query archiving its committed files takes nothing away from the
+join; other kinds read their source as the stream's query does) with the side plan applied in the
 DataFrame API (its start position, its filter with every constant a literal (`F.lit`), never SQL
 text; its projection; its time window as a Spark window aggregation), a watermark on each side's
 time column, then the join on the equalities and the time bound. Handles with the same plan key
@@ -26,10 +29,10 @@ import shutil
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,7 +41,7 @@ from pyspark.sql import functions as F
 
 from pep.core.plan import ExecutionPlan, JoinPlan, Predicate, StreamDefinition
 from pep.core.rows import RowBatch
-from pep.runtime.sources import SEQ_COLUMN, build_source
+from pep.runtime.sources import DELETE_COMMITTED, SEQ_COLUMN, build_source
 
 log = logging.getLogger(__name__)
 
@@ -159,13 +162,24 @@ def _aggregate(function: str, column: Column, order: Column) -> Column:
 
 
 def side_frame(spark: SparkSession, definition: StreamDefinition, plan: ExecutionPlan,
-               time_output: str, prefix: str, lateness: float, max_files: int
-               ) -> tuple[DataFrame, list[_Output]]:
+               time_output: str, prefix: str, lateness: float, max_files: int,
+               feed: Path | None = None) -> tuple[DataFrame, list[_Output]]:
     """The side's authorised view as a streaming DataFrame: columns `<prefix><i>` (its outputs,
-    in order) and `<prefix>_t` (its time), watermarked; plus how to name its outputs."""
+    in order) and `<prefix>_t` (its time), watermarked; plus how to name its outputs.
+
+    `feed`: for an `ingest` stream, the directory that receives the stream's batches written
+    since the join opened (`StreamCatalog.open_feed`); read instead of the ingest directory,
+    whose files the stream's own query archives, and deleted once committed."""
     if plan.stream != definition.name:
         raise JoinPlanError(f"side plan is for stream {plan.stream!r}, not {definition.name!r}")
-    df = build_source(spark, definition, max_files)
+    if feed is not None and definition.source.kind == "ingest":
+        options = dict(definition.source.options)
+        options["path"] = str(feed)
+        fed = replace(definition, source=replace(definition.source,
+                                                 options=tuple(sorted(options.items()))))
+        df = build_source(spark, fed, max_files, DELETE_COMMITTED)
+    else:
+        df = build_source(spark, definition, max_files)
     if plan.start_after is not None:
         df = df.filter(F.col(SEQ_COLUMN) > F.lit(int(plan.start_after)))
     condition = filter_column(plan.filter_dnf, definition)
@@ -235,14 +249,16 @@ def _delay(seconds: float) -> str:
 
 
 def joined_frame(spark: SparkSession, left: StreamDefinition, right: StreamDefinition,
-                 plan: JoinPlan, lateness: float = 10.0, max_files: int = 50
+                 plan: JoinPlan, lateness: float = 10.0, max_files: int = 50,
+                 feeds: tuple[Path | None, Path | None] = (None, None)
                  ) -> tuple[DataFrame, list[_Output]]:
     """The join of the two sides' authorised views, and how to name the result's columns."""
     if (left.name, right.name) != plan.streams:
         raise JoinPlanError(f"the join is of {plan.streams}, not of {(left.name, right.name)}")
-    lframe, lout = side_frame(spark, left, plan.left, plan.left_time, "l", lateness, max_files)
+    lframe, lout = side_frame(spark, left, plan.left, plan.left_time, "l", lateness, max_files,
+                              feeds[0])
     rframe, rout = side_frame(spark, right, plan.right, plan.right_time, "r", lateness,
-                              max_files)
+                              max_files, feeds[1])
     index = {("left", n): o.internal for n, o in zip(_names(plan.left), lout)}
     index.update({("right", n): o.internal for n, o in zip(_names(plan.right), rout)})
     terms = []
@@ -294,6 +310,7 @@ class _JoinQuery:
         self.lock = threading.RLock()
         self.query = None
         self.checkpoint: Path | None = None
+        self.feeds: list[tuple[str, Path]] = []  # (stream, directory) opened for this query
         self.outputs: list[_Output] = []
         self.stopped = False
         self.batch_thread: int | None = None
@@ -302,17 +319,38 @@ class _JoinQuery:
 
     def start(self) -> None:
         rt = self.runtime
-        frame, self.outputs = joined_frame(rt.spark, self.streams[0], self.streams[1], self.plan,
-                                           rt.lateness, rt.max_files_per_trigger)
-        self.checkpoint = rt.work_dir / "checkpoints" / uuid.uuid4().hex
-        self.checkpoint.mkdir(parents=True, exist_ok=True)
-        millis = max(1, int(round(rt.trigger_interval * 1000)))
-        self.query = (frame.writeStream
-                      .queryName(f"xsg-join-{uuid.uuid4().hex[:12]}")
-                      .foreachBatch(self._on_batch)
-                      .option("checkpointLocation", str(self.checkpoint))
-                      .trigger(processingTime=f"{millis} milliseconds")
-                      .start())
+        qid = uuid.uuid4().hex
+        feeds: list[Path | None] = []
+        for side, definition in zip(("left", "right"), self.streams):
+            if rt.feeds is None or definition.source.kind != "ingest":
+                feeds.append(None)
+                continue
+            directory = rt.work_dir / "feeds" / qid / side
+            rt.feeds.open_feed(definition.name, directory)
+            self.feeds.append((definition.name, directory))
+            feeds.append(directory)
+        try:
+            frame, self.outputs = joined_frame(rt.spark, self.streams[0], self.streams[1],
+                                               self.plan, rt.lateness, rt.max_files_per_trigger,
+                                               (feeds[0], feeds[1]))
+            self.checkpoint = rt.work_dir / "checkpoints" / qid
+            self.checkpoint.mkdir(parents=True, exist_ok=True)
+            millis = max(1, int(round(rt.trigger_interval * 1000)))
+            self.query = (frame.writeStream
+                          .queryName(f"xsg-join-{qid[:12]}")
+                          .foreachBatch(self._on_batch)
+                          .option("checkpointLocation", str(self.checkpoint))
+                          .trigger(processingTime=f"{millis} milliseconds")
+                          .start())
+        except BaseException:
+            self._close_feeds()
+            raise
+
+    def _close_feeds(self) -> None:
+        feeds, self.feeds = self.feeds, []
+        for name, directory in feeds:
+            self.runtime.feeds.close_feed(name, directory)  # type: ignore[union-attr]
+            shutil.rmtree(directory.parent, ignore_errors=True)
 
     @property
     def active(self) -> bool:
@@ -401,6 +439,7 @@ class _JoinQuery:
                 log.warning("stopping join %s: %s", self.plan.key()[:12], exc)
         if self.checkpoint is not None:
             shutil.rmtree(self.checkpoint, ignore_errors=True)
+        self._close_feeds()
 
     def stats(self) -> dict:
         out = dict(self.counters)
@@ -424,6 +463,14 @@ def _iso_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.binary_join_element_wise(text, "Z", "")
 
 
+class FeedSource(Protocol):
+    """Where an `ingest` stream's batches can be copied for a join (`StreamCatalog`)."""
+
+    def open_feed(self, name: str, directory: Path) -> None: ...
+
+    def close_feed(self, name: str, directory: Path) -> None: ...
+
+
 class JoinRuntime:
     """Runs `JoinPlan`s: attach / detach / handles / stats / stop, like the stream runtime.
 
@@ -434,7 +481,7 @@ class JoinRuntime:
 
     def __init__(self, spark: SparkSession | None, work_dir: Path,
                  trigger_interval: float = 0.25, max_files_per_trigger: int = 50,
-                 lateness: float = 10.0) -> None:
+                 lateness: float = 10.0, feeds: FeedSource | None = None) -> None:
         self.spark = spark if spark is not None else SparkSession.builder.getOrCreate()
         self.work_dir = Path(work_dir)
         self.trigger_interval = trigger_interval
@@ -442,6 +489,7 @@ class JoinRuntime:
         if not math.isfinite(lateness) or lateness < 0:
             raise ValueError("lateness must be a finite number of seconds, at least 0")
         self.lateness = lateness
+        self.feeds = feeds
         self._lock = threading.RLock()
         self._queries: dict[str, _JoinQuery] = {}
         self._handle_keys: dict[str, str] = {}

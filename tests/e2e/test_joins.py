@@ -236,3 +236,43 @@ def test_one_side_only_a_hidden_attribute_and_the_first_sides_revocation(gateway
     ingest(base, RIGHT, ships(108, 8))
     time.sleep(1.0)
     assert len(reader.rows) == count
+
+
+def test_a_join_beside_a_plain_handle_gets_every_new_row_and_no_old_one(gateway, streams):
+    """The stream's own query (opened by a plain handle) archives the files it has committed;
+    a join opened later on the same stream must still see every record ingested after it
+    opened, and none from before."""
+    base = gateway.url
+    r = requests.post(f"{base}/policies", headers=auth("nea", **XML), timeout=30,
+                      data=policy(RIGHT, "lta", *SHIPS_POLICY))
+    assert r.status_code in (201, 409), r.text
+    r = requests.post(f"{base}/requests", headers=auth("other", **JSON), timeout=120,
+                      data=json.dumps({"Request": {"Resource": {"Attribute": [{
+                          "AttributeId": "urn:oasis:names:tc:xacml:1.0:resource:resource-id",
+                          "Value": LEFT}]}, "Action": {"Attribute": [{
+                              "AttributeId": "urn:oasis:names:tc:xacml:1.0:action:action-id",
+                              "Value": "read"}]}}}))
+    assert r.status_code == 201, r.text
+    plain = Reader(r.json()["handle"], who="other").start()
+    ingest(base, LEFT, stations(200, 8))
+    ingest(base, RIGHT, ships(200, 8))
+    assert plain.wait_rows(1, timeout=150), plain.lines
+
+    r = requests.post(f"{base}/requests", headers=auth("lta", **JSON), data=join_request(QUERY),
+                      timeout=120)
+    assert r.status_code == 201, r.text
+    reader = Reader(r.json()["handle"]).start()
+    left, right = [], []
+    for start in range(300, 348, 8):
+        left += stations(start, 8)
+        right += ships(start, 8)
+        ingest(base, LEFT, left[-8:])
+        ingest(base, RIGHT, right[-8:])
+        time.sleep(0.5)
+    expected = expected_join(left, right)
+    got = reader.wait_rows(sum(expected.values()), timeout=150)
+    time.sleep(1.0)
+    got = reader.rows
+    assert Counter(_key(row) for row in got) == expected, (len(got), sum(expected.values()))
+    for url, who in ((r.json()["handle"], "lta"), (plain.url, "other")):
+        requests.delete(url, headers=auth(who), timeout=30)
