@@ -34,6 +34,7 @@ gateway vouches for; an empty bag makes `IN` false and `NOT IN` true).
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -785,18 +786,14 @@ def _lexical_for(lexical: str, field: Field) -> Scalar:
 
 # -- evaluation -----------------------------------------------------------------------------------
 
+# The comparison operators by their symbol; they work on Python values and on Spark Columns alike.
+COMPARATORS: dict[str, Callable[[Any, Any], Any]] = {
+    "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+    ">=": operator.ge}
+
+
 def _compare(left: Any, op: str, right: Any) -> bool:
-    if op == "=":
-        return left == right
-    if op == "!=":
-        return left != right
-    if op == "<":
-        return left < right
-    if op == "<=":
-        return left <= right
-    if op == ">":
-        return left > right
-    return left >= right
+    return COMPARATORS[op](left, right)
 
 
 def evaluate(expr: Expr, row: Mapping[str, Any]) -> bool:

@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pep.core.conditions import COMPARATORS
 from pep.core.plan import ExecutionPlan, JoinPlan, Predicate, StreamDefinition
 from pep.core.rows import RowBatch
 from pep.runtime.sources import DELETE_COMMITTED, SEQ_COLUMN, build_source
@@ -74,19 +75,10 @@ def _operand(column: Column, ftype: str) -> Column:
 
 
 def _compare(left: Column, op: str, right: Column) -> Column:
-    if op == "<":
-        return left < right
-    if op == "<=":
-        return left <= right
-    if op == ">":
-        return left > right
-    if op == ">=":
-        return left >= right
-    if op == "=":
-        return left == right
-    if op == "!=":
-        return left != right
-    raise JoinPlanError(f"unknown operator {op!r}")
+    try:
+        return COMPARATORS[op](left, right)
+    except KeyError:
+        raise JoinPlanError(f"unknown operator {op!r}") from None
 
 
 def filter_column(dnf: tuple[tuple[Predicate, ...], ...] | None,
