@@ -58,6 +58,9 @@ class GatewayConfig:
     ingest_retention_seconds: float | None = 3600.0
     ingest_retention_bytes: int | None = 1 << 30
     stall_seconds: float = 30.0
+    # Joins (pep/runtime/joins.py): a record this many seconds behind the slower side's latest
+    # event time is dropped; the join's state holds about its time bound plus this much.
+    join_lateness: float = 10.0
     heartbeat: float = 15.0  # seconds between keep-alive lines on idle handle streams
     # Invalidation feed for caching proxies (pep/invalidation/): the bearer token a proxy
     # presents on /events/invalidations and the HMAC key of the webhooks pushed to it.
@@ -112,6 +115,9 @@ class GatewayConfig:
                      "write_timeout", "stall_seconds"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if not 0 <= float(self.join_lateness) <= 86400:
+            raise ValueError(f"join_lateness must be 0 to 86400 seconds, got "
+                             f"{self.join_lateness!r}")
         for name in ("ingest_retention_seconds", "ingest_retention_bytes"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 or unset, got {getattr(self, name)!r}")
@@ -254,6 +260,8 @@ SETTING_HELP = {
                               "bound)",
     "stall_seconds": "seconds a stream's input may wait without a completed micro-batch before "
                      "the stream is reported stalled (health, log, a notice to its readers)",
+    "join_lateness": "seconds a join waits for its slower side: a record further behind that "
+                     "side's latest event time is dropped (the join's state grows with it)",
     "audit_max_bytes": "the audit file rotates past this many bytes",
     "audit_keep": "rotated audit files kept",
     "metrics_public": "serve GET /metrics without a token",

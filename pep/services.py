@@ -165,7 +165,8 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
 
     # Joins of two streams run as queries of their own, on the same SparkSession.
     join_runtime = join_runtime_for(runtime, data_dir / "runtime" / "joins",
-                                    config.trigger_interval, feeds=catalog)
+                                    config.trigger_interval, feeds=catalog,
+                                    lateness=config.join_lateness)
 
     # Handles, the one-window rule, and revocation.
     handle_store = HandleStore(data_dir / "handles.db")
@@ -240,7 +241,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
 
 
 def join_runtime_for(runtime: Any, work_dir: Path, trigger_interval: float = 0.25,
-                     feeds: Any = None) -> Any:
+                     feeds: Any = None, lateness: float = 10.0) -> Any:
     """The runtime of joins beside `runtime`: a `pep.runtime.joins.JoinRuntime` on the same
     SparkSession, built on first use (so Spark starts no sooner than it would), fed with the
     batches of `ingest` streams by `feeds` (the catalogue). A stand-in for Spark (tests: no
@@ -253,7 +254,7 @@ def join_runtime_for(runtime: Any, work_dir: Path, trigger_interval: float = 0.2
 
         base = runtime.get() if isinstance(runtime, LazyRuntime) else runtime
         return JoinRuntime(getattr(base, "spark", None), work_dir,
-                           trigger_interval=trigger_interval, feeds=feeds)
+                           trigger_interval=trigger_interval, feeds=feeds, lateness=lateness)
 
     return LazyRuntime(build)
 

@@ -96,6 +96,7 @@ def test_file_errors_name_the_key_and_the_file(tmp_path, text, message):
     ({"log_level": "LOUD"}, {}, "log_level 'LOUD' is not one of"),
     ({"spark_log_level": "chatty"}, {}, "spark_log_level 'CHATTY' is not one of"),
     ({"port": "70000"}, {}, "port 70000 is not between 0 and 65535"),
+    ({"join_lateness": "-1"}, {}, "join_lateness must be 0 to 86400 seconds"),
     ({"oidc.audience": "x"}, {}, "oidc.audience is set but oidc.issuer is not"),
     ({"oidc.issuer": "https://i"}, {}, "oidc.audience must name at least one audience"),
     ({"oidc.issuer": "https://i", "oidc.audience": "x", "oidc.algorithms": "RS256,HS256"}, {},
