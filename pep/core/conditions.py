@@ -505,7 +505,8 @@ class _Parser:
 
     def next(self) -> _Token:
         tok = self.tokens[self.i]
-        self.i += 1
+        if tok.kind != "EOF":  # the end stays the end, however far a rule reads
+            self.i += 1
         return tok
 
     def error(self, message: str, tok: _Token) -> ConditionError:
