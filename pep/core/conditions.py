@@ -659,6 +659,10 @@ class _Parser:
         args: list[_Token] = []
         while True:
             if function == "WITHIN_POLYGON" and len(args) == 2:
+                for a in args:
+                    if a.kind != "IDENT":
+                        raise self.error(f"{function}: expected an attribute, found "
+                                         f"{_describe(a)} ({usage})", a)
                 points = self.parse_vertices(name, usage)
                 close = self.next()
                 if close.kind != "RPAREN":
