@@ -98,6 +98,7 @@ class TokenAuthenticator:
         # Keyed by the SHA-256 of the token: a lookup reveals nothing usable through timing (an
         # attacker controls the token, not its digest) and costs the same with 3 tokens or 3,000.
         self._by_digest: dict[bytes, Identity] = {}
+        self._by_subject: dict[str, Identity] = {}  # a subject's first entry (re-decisions)
         for token, identity in entries:
             if not token:
                 raise AuthFileError(f"empty token for subject {identity.subject!r}")
@@ -105,6 +106,7 @@ class TokenAuthenticator:
             if d in self._by_digest:
                 raise AuthFileError(f"token for subject {identity.subject!r} is used twice")
             self._by_digest[d] = identity
+            self._by_subject.setdefault(identity.subject, identity)
 
     @classmethod
     def from_file(cls, path: str | Path) -> TokenAuthenticator:
@@ -147,10 +149,7 @@ class TokenAuthenticator:
 
     def identity_for(self, subject: str) -> Identity | None:
         """The identity of `subject` (its first entry), or None."""
-        for identity in self._by_digest.values():
-            if identity.subject == subject:
-                return identity
-        return None
+        return self._by_subject.get(subject)
 
 
 class Authenticator(Protocol):

@@ -31,6 +31,7 @@ from pep.handles.one_window import WindowRegistry
 from pep.handles.records import HandleStore, new_handle_id
 from pep.handles.revocation import RevocationService, TimeSensitivity
 from pep.handles.service import HandleService
+from pep.handles.stall_notices import StallNotices
 from pep.invalidation.hub import InvalidationHub
 from pep.metrics import GatewayMetrics, gateway_state
 from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
@@ -60,6 +61,7 @@ class GatewayServices:
     invalidation: InvalidationHub
     audit: AuditTrail
     metrics: GatewayMetrics
+    stall_notices: StallNotices  # tells readers when their stream's query stalls or recovers
     # decide and plan one access request (the XACML request, the identity, the user query)
     decide_and_plan: Callable[..., Grant]
     # who may manage which policy; read on every call, so an embedder may replace it
@@ -68,6 +70,7 @@ class GatewayServices:
     demo_auth_created: bool = False
     resumed: list[str] = field(default_factory=list)  # handles resumed at start
     ended: list[str] = field(default_factory=list)  # handles that could not be resumed
+    join_runtime: Any = None  # runs joins of two streams (pep/runtime/joins.py)
     _unsubscribe: list[Callable[[], None]] = field(default_factory=list)
     _stream_side_closed: bool = False
 
@@ -84,6 +87,11 @@ class GatewayServices:
             unsubscribe()
         self.revocation.stop()
         self.handles.shutdown()
+        if self.join_runtime is not None and self.join_runtime is not self.runtime:
+            try:
+                self.join_runtime.stop()
+            except Exception:  # noqa: BLE001 - closing must go on
+                log.exception("stopping the join runtime failed")
         try:
             self.runtime.stop()
         except Exception:  # noqa: BLE001 - closing must go on
@@ -155,11 +163,16 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
                                     time_attribute_lookup=catalog.time_attribute,
                                     environment=stream_events.environment)
 
+    # Joins of two streams run as queries of their own, on the same SparkSession.
+    join_runtime = join_runtime_for(runtime, data_dir / "runtime" / "joins",
+                                    config.trigger_interval, feeds=catalog)
+
     # Handles, the one-window rule, and revocation.
     handle_store = HandleStore(data_dir / "handles.db")
     windows = WindowRegistry(new_handle_id=new_handle_id)
     handles = HandleService(handle_store, catalog.get, runtime, windows, buffer_rows,
-                            buffer_bytes, stream_position=catalog.position)
+                            buffer_bytes, stream_position=catalog.position,
+                            join_runtime=join_runtime)
     revocation = RevocationService(
         handles, engine=lambda: policies.engine, decide_and_plan=plan_access,
         schema_lookup=catalog.schema, identity_lookup=_identity_lookup(authenticator),
@@ -177,9 +190,10 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     services = GatewayServices(
         config=config, authenticator=authenticator, store=store, events=events,
         policies=policies, catalog=catalog, stream_events=stream_events, runtime=runtime,
-        handle_store=handle_store,
+        join_runtime=join_runtime, handle_store=handle_store,
         windows=windows, handles=handles, revocation=revocation, invalidation=hub, audit=audit,
-        metrics=GatewayMetrics(),
+        metrics=GatewayMetrics(), stall_notices=StallNotices(
+            getattr(runtime, "health", dict), handles),  # a runtime without health: never
         decide_and_plan=plan_access, may_manage=stream_owner_rule(catalog.get),
         seeded=seeded, demo_auth_created=demo_auth_created)
 
@@ -195,7 +209,10 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     # 4. a stream event that opens, closes or grows re-decides the live handles;
     stream_events.add_listener(revocation.on_environment_change)
     revocation.every_tick(stream_events.tick)
-    # 5. the audit trail records every grant, ending, policy change and stream registration.
+    # 5. a stream whose query stalls or fails (and later runs again) is announced to the
+    #    readers of its handles (`stalled` / `resumed` notices); /health lists it too.
+    revocation.every_tick(services.stall_notices.check)
+    # 6. the audit trail records every grant, ending, policy change and stream registration.
     handles.add_open_listener(audit.granted)
     handles.add_listener(audit.ended)
     services._unsubscribe.append(events.subscribe(audit.policy_changed))
@@ -208,7 +225,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         runtime.get()
     services.resumed, services.ended = revocation.restore_all()
     audit.resumed(handle_store.get_many(services.resumed))
-    # 6. metrics: decisions, stream requests and revocations as they happen; the rest is read
+    # 7. metrics: decisions, stream requests and revocations as they happen; the rest is read
     #    from the services at every scrape.
     metrics = services.metrics
     policies.observe_decisions(metrics.decided)
@@ -220,6 +237,25 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     stream_events.attach_all(runtime)  # starts the queries of the streams that have events
     revocation.start()
     return services
+
+
+def join_runtime_for(runtime: Any, work_dir: Path, trigger_interval: float = 0.25,
+                     feeds: Any = None) -> Any:
+    """The runtime of joins beside `runtime`: a `pep.runtime.joins.JoinRuntime` on the same
+    SparkSession, built on first use (so Spark starts no sooner than it would), fed with the
+    batches of `ingest` streams by `feeds` (the catalogue). A stand-in for Spark (tests: no
+    SparkSession behind it) receives the joins itself."""
+    if not isinstance(runtime, LazyRuntime) and not hasattr(runtime, "spark"):
+        return runtime
+
+    def build() -> Any:
+        from pep.runtime.joins import JoinRuntime
+
+        base = runtime.get() if isinstance(runtime, LazyRuntime) else runtime
+        return JoinRuntime(getattr(base, "spark", None), work_dir,
+                           trigger_interval=trigger_interval, feeds=feeds)
+
+    return LazyRuntime(build)
 
 
 def _policy_versions(policies: PolicyService) -> Callable[[Any], list[dict]]:

@@ -1,6 +1,6 @@
 """The caching proxy as a Flask app: forwards the gateway's API and caches stream-request answers.
 
-Routes of its own live under `/proxy/` (`stats`, `health`, `invalidate`); every other path goes
+Routes of its own live under `/proxy/` (`stats`, `metrics`, `health`, `invalidate`); every other path goes
 to the gateway. Only `POST /requests` answers are cached, and only successful handle answers
 (200/201 JSON with a `handle`), keyed as `proxy.canonical` explains. A hit is answered `200` with
 the cached body (the gateway, too, answers a repeated identical request with the same handle) and
@@ -37,6 +37,8 @@ from proxy.canonical import (NotCacheable, cache_key, canonical_query, canonical
 from proxy.feed import FeedClient
 from proxy.forward import (Forwarder, Timeouts, UpstreamError, make_session, request_headers,
                            response_headers)
+from proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from proxy.metrics import metrics_text
 from proxy.sync import CacheSync
 
 log = logging.getLogger(__name__)
@@ -147,6 +149,10 @@ def create_app(config: ProxyConfig) -> Flask:
     @app.get("/proxy/stats")
     def stats():
         return jsonify(runtime.stats())
+
+    @app.get("/proxy/metrics")
+    def metrics():
+        return Response(metrics_text(runtime.stats), content_type=METRICS_CONTENT_TYPE)
 
     @app.get("/proxy/health")
     def health():

@@ -136,8 +136,13 @@ MAX_BULK = 10_000
 def create_pdp_blueprint(service: PolicyService,
                          may_manage: ManagePolicy = may_manage_policy,
                          check_policy: CheckPolicy | None = None,
-                         environment: Environment | None = None) -> Blueprint:
+                         environment: Environment | None = None,
+                         health_details: Callable[[], dict] | None = None) -> Blueprint:
     """Routes: GET /health, POST /pdp, and the PAP under /policies.
+
+    `health_details()` adds the embedder's own parts to GET /health (the gateway: its streams);
+    a non-empty `problems` list among them makes the status `degraded` (still 200: decisions
+    are served, so a load balancer should not take the gateway out).
 
     `check_policy(document, source)` runs before a policy is written: it returns warnings for the answer
     or raises PolicyLoadError (400) when the policy cannot work (the gateway checks obligations
@@ -173,8 +178,10 @@ def create_pdp_blueprint(service: PolicyService,
             response = jsonify(status="starting", error="policy engine not loaded")
             response.status_code = 503
             return response
-        return jsonify(status="ready", policies=len(service.engine.policies),
-                       store_version=service.store.store_version())
+        details = health_details() if health_details is not None else {}
+        status = "degraded" if details.get("problems") else "ready"
+        return jsonify(status=status, policies=len(service.engine.policies),
+                       store_version=service.store.store_version(), **details)
 
     @bp.post("/pdp")
     @require_identity()

@@ -42,15 +42,17 @@ class AuditTrail:
                         reason=exc.message)
 
     def ended(self, records: list[Any]) -> None:
-        for record in records:
-            self.log.record(f"handle-{record.state.value}", subject=record.subject,
-                            stream=record.stream, handle_ref=handle_ref(record.id),
-                            reason=record.reason)
+        self.log.record_many(
+            (f"handle-{record.state.value}",
+             {"subject": record.subject, "stream": record.stream,
+              "handle_ref": handle_ref(record.id), "reason": record.reason})
+            for record in records)
 
     def resumed(self, records: list[Any]) -> None:
-        for record in records:
-            self.log.record("handle-resumed", subject=record.subject, stream=record.stream,
-                            handle_ref=handle_ref(record.id))
+        self.log.record_many(
+            ("handle-resumed", {"subject": record.subject, "stream": record.stream,
+                                "handle_ref": handle_ref(record.id)})
+            for record in records)
 
     def policy_changed(self, change: Any) -> None:
         resources = getattr(change, "resources", None)

@@ -5,6 +5,15 @@ handle). The order of the steps is the eXACML+ workflow (section 3.2): parse, bi
 authenticated subject, decide, obligations to a graph, user query to a graph, merge with NR/PR
 analysis. Every failure is a `pep.core.errors.Refusal` of the kind that says what went wrong (a
 denial carries the XACML response, for the edge to answer in XACML); nothing here starts a query.
+
+A user query with a `join` (pep.core.join) asks for two streams: the request's own and a second
+one. The second is decided with the same request, its resource-id replaced (same authenticated
+subject, action and environment), rather than with one request holding two resource categories:
+that way each side gets exactly the decision and obligations a request for that stream alone
+would get, from the policies written for that stream (whose targets and `{resource:resource-id}`
+placeholders see their own stream), owners need no join-specific policies, and the PDP stays
+single-decision (two resource categories are the Multiple Decision Profile, which a stream
+request refuses). The join is planned only when both are Permit; a denial names the stream.
 """
 from __future__ import annotations
 
@@ -18,13 +27,16 @@ from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoRes
                              Refusal, TooComplex, UnsupportedMedia)
 from pep.core.explain import graph_to_json, plan_to_json, render_sql
 from pep.core.graph import UnsupportedGraph
+from pep.core.join import JoinSide, build_join, check_streams
 from pep.core.merge import merge
 from pep.core.obligations import ObligationError, policy_graph
-from pep.core.plan import ExecutionPlan, StreamSchema
-from pep.core.userquery import UserQueryError, parse_user_query, query_from_content, user_graph
+from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema
+from pep.core.userquery import (JoinQuery, UserQueryError, parse_user_query, query_from_content,
+                                user_graph)
 
 RESOURCE = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
 RESOURCE_ID = "urn:oasis:names:tc:xacml:1.0:resource:resource-id"
+STRING = "http://www.w3.org/2001/XMLSchema#string"
 
 SchemaLookup = Callable[[str], "StreamSchema | None"]
 
@@ -36,7 +48,7 @@ class Grant:
     decision: Response
     stream: str
     subject: str
-    plan: ExecutionPlan
+    plan: ExecutionPlan | JoinPlan  # a JoinPlan when the user query asks for a join
     warnings: list[Warning]
     sql: str
     plan_json: dict
@@ -134,16 +146,17 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
 
     try:
         return _plan(engine, ctx, stream, schema, identity, media_type, user_query,
-                     user_query_type, refuse_nr, time_attribute_lookup, gateway_environment)
+                     user_query_type, refuse_nr, time_attribute_lookup, gateway_environment,
+                     schema_lookup)
     except Refusal as exc:
         exc.details.setdefault("stream", stream)  # for the audit trail and the error body
         raise
 
 
-def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: str,
-          user_query: bytes | None, user_query_type: str | None, refuse_nr: bool,
-          time_attribute_lookup: Callable[[str], str | None] | None,
-          gateway_environment: EnvironmentAttributes) -> Grant:
+def _decide(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: str,
+            gateway_environment: EnvironmentAttributes, join: str | None = None):
+    """One stream's decision and its policy graph: (response, policy graph, policy ids).
+    `join`, when the request is a join, words a denial so that it names the stream."""
     response, traces = engine.decide_with_trace(ctx)
     if len(response.results) != 1:
         raise InvalidInput(f"the request asks for {len(response.results)} decisions (Multiple "
@@ -151,39 +164,94 @@ def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: 
     result = response.results[0]
     if result.decision is not Decision.PERMIT:
         reason = result.status.message or f"decision is {result.decision.value}"
-        raise AccessDenied(f"access denied: {reason}", response, media_type)
+        if join is None:
+            raise AccessDenied(f"access denied: {reason}", response, media_type)
+        raise _join_denial(response, stream, join, media_type)
     policy_ids: set[str] = set().union(*traces) if traces else set()
-
     try:
         policy = policy_graph(result.obligations, stream, schema,
                               resolver=caller_resolver(identity, stream, gateway_environment))
     except ObligationError as exc:
-        raise _deny(f"obligation cannot be fulfilled: {exc.message}", media_type) from None
+        where = f" on stream {stream!r} ({join})" if join else ""
+        raise _deny(f"obligation cannot be fulfilled{where}: {exc.message}", media_type) \
+            from None
+    return response, policy, policy_ids
 
+
+def _join_denial(response: Response, stream: str, join: str, media_type: str) -> AccessDenied:
+    """A join side's denial, its XACML status message naming the stream that is refused."""
+    result = response.results[0]
+    reason = result.status.message or f"decision is {result.decision.value}"
+    message = f"access denied to stream {stream!r} ({join}): {reason}"
+    named = Response((Result(result.decision, Status(result.status.code, message,
+                                                      result.status.subcodes,
+                                                      result.status.missing_attributes)),))
+    return AccessDenied(message, named, media_type, stream=stream)
+
+
+def _user_query(ctx, user_query: bytes | None, user_query_type: str | None):
+    """The user query, from the request's resource Content or beside it (None: there is none)."""
     content = ctx.content(RESOURCE)
     if content is not None and user_query is not None:
         raise InvalidInput("two user queries: one in the request's resource Content and one "
                            "beside it; send only one")
-    user = None
     try:
         if content is not None:
-            query = query_from_content(content)
-        elif user_query is not None:
-            query = parse_user_query(user_query, user_query_type)
-        else:
-            query = None
-        if query is not None:
-            user = user_graph(query, stream, schema)
+            return query_from_content(content)
+        if user_query is not None:
+            return parse_user_query(user_query, user_query_type)
     except UserQueryError as exc:
         raise InvalidInput(f"user query: {exc.message}", position=exc.position) from None
+    return None
 
-    time_attribute = time_attribute_lookup(stream) if time_attribute_lookup else None
+
+def _asks_for_join(ctx, user_query: bytes | None, user_query_type: str | None) -> str | None:
+    """The second stream, when the request's user query parses and asks for a join."""
     try:
-        merged = merge(policy, user, schema, time_attribute=time_attribute)
+        query = _user_query(ctx, user_query, user_query_type)
+    except Refusal:
+        return None
+    return query.join.stream if query is not None and query.join is not None else None
+
+
+def _merge(policy, user, schema: StreamSchema, time_attribute: str | None):
+    try:
+        return merge(policy, user, schema, time_attribute=time_attribute)
     except ConditionTooComplex as exc:
         raise TooComplex(str(exc)) from None
     except UnsupportedGraph as exc:
         raise InvalidInput(str(exc)) from None
+
+
+def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: str,
+          user_query: bytes | None, user_query_type: str | None, refuse_nr: bool,
+          time_attribute_lookup: Callable[[str], str | None] | None,
+          gateway_environment: EnvironmentAttributes,
+          schema_lookup: SchemaLookup | None = None) -> Grant:
+    try:
+        response, policy, policy_ids = _decide(engine, ctx, stream, schema, identity,
+                                               media_type, gateway_environment)
+    except AccessDenied as exc:
+        second = _asks_for_join(ctx, user_query, user_query_type)
+        if second is None or exc.decision is None or len(exc.decision.results) != 1 \
+                or exc.decision.results[0].decision is Decision.PERMIT:
+            raise
+        # a join: say which side is refused (here the first, the request's own stream)
+        raise _join_denial(exc.decision, stream, f"the first stream of the join with {second!r}",
+                           media_type) from None
+
+    query = _user_query(ctx, user_query, user_query_type)
+    try:
+        user = user_graph(query, stream, schema) if query is not None else None
+    except UserQueryError as exc:
+        raise InvalidInput(f"user query: {exc.message}", position=exc.position) from None
+
+    time_attribute = time_attribute_lookup(stream) if time_attribute_lookup else None
+    merged = _merge(policy, user, schema, time_attribute)
+    if query is not None and query.join is not None:
+        return _plan_join(engine, ctx, response, stream, schema, policy, user, merged,
+                          policy_ids, query.join, identity, media_type, refuse_nr,
+                          time_attribute_lookup, gateway_environment, schema_lookup)
 
     warnings = list(merged.warnings)
     if refuse_nr and merged.nr:
@@ -193,6 +261,48 @@ def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: 
         decision=response, stream=stream, subject=identity.subject, plan=merged.plan,
         warnings=warnings, sql=render_sql(merged.plan, schema), plan_json=plan_to_json(merged.plan),
         policy_ids=policy_ids, graph_json=graph_to_json(merged.graph, schema))
+
+
+def _plan_join(engine, ctx, response, stream: str, schema: StreamSchema, policy, user, merged,
+               policy_ids: set[str], join: JoinQuery, identity, media_type: str,
+               refuse_nr: bool, time_attribute_lookup: Callable[[str], str | None] | None,
+               gateway_environment: EnvironmentAttributes,
+               schema_lookup: SchemaLookup | None) -> Grant:
+    """A join (pep.core.join): the second side is decided with the first side's request, its
+    resource-id replaced (same authenticated subject, action and environment), merged with its
+    part of the user query like any stream request, and both sides are joined."""
+    second = join.stream
+    second_schema = schema_lookup(second) if schema_lookup is not None else None
+    if second_schema is None:
+        raise NotFound(f"unknown stream {second!r} (the join's second stream)", stream=second)
+    try:
+        check_streams(stream, second)
+        second_ctx = ctx.with_attribute(RESOURCE, RESOURCE_ID, STRING, [second])
+        second_response, second_policy, second_ids = _decide(
+            engine, second_ctx, second, second_schema, identity, media_type,
+            gateway_environment, join=f"the second stream of the join with {stream!r}")
+        try:
+            second_user = user_graph(join.side, second, second_schema)
+        except UserQueryError as exc:
+            raise InvalidInput(f"user query (join): {exc.message}",
+                               position=exc.position) from None
+        second_time = time_attribute_lookup(second) if time_attribute_lookup else None
+        second_merged = _merge(second_policy, second_user, second_schema, second_time)
+        first_time = time_attribute_lookup(stream) if time_attribute_lookup else None
+        result = build_join(
+            JoinSide(stream, schema, merged, policy, user, first_time),
+            JoinSide(second, second_schema, second_merged, second_policy, second_user,
+                     second_time), join)
+    except Refusal as exc:
+        exc.details.setdefault("stream", second)
+        raise
+    warnings = list(result.warnings)
+    if refuse_nr and result.nr:
+        nr = [w for w in warnings if w.kind == "NR"]
+        raise NoResult("no result: " + nr[0].message, warnings=[w.to_json() for w in warnings])
+    return Grant(decision=response, stream=stream, subject=identity.subject, plan=result.plan,
+                 warnings=warnings, sql=result.sql, plan_json=result.plan_json,
+                 policy_ids=policy_ids | second_ids, graph_json=result.graph_json)
 
 
 def decision_name(decision: object) -> str:

@@ -60,7 +60,7 @@ class Warning:  # noqa: A001 - the name the gateway's API uses
     """A finding reported to the consumer; it never weakens enforcement."""
 
     kind: Literal["NR", "PR", "INFO"]
-    operator: Literal["filter", "map", "window"]
+    operator: Literal["filter", "map", "window", "join"]
     message: str
     predicates: tuple[str, ...] = ()
 
@@ -609,6 +609,13 @@ def _range_predicates(attr: str, kind: str, r: _Range) -> list[Predicate]:
     out.extend(Predicate(attr, "!=", n) for n in sorted(nes, key=repr) if _in_bounds(probe, n)
                and not (n == lo or n == hi))
     return out
+
+
+def values_satisfiable(kind: str, preds: list[tuple[str, Scalar]]) -> bool:
+    """Whether some value of a type (double, long, string, boolean, timestamp) meets every
+    (operator, constant) of `preds`: the per-attribute check, for other modules (joins)."""
+    r = _collect(list(preds))
+    return r is not None and _range_satisfiable(kind, r)
 
 
 # -- the analysis ---------------------------------------------------------------------------------

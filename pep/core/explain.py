@@ -13,7 +13,8 @@ from typing import Any
 
 from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial
 from pep.core.graph import Filter, Join, Map, QueryGraph, Source, Union_, WindowAggregate
-from pep.core.plan import AnyPredicate, ExecutionPlan, Predicate, Scalar, SpatialPredicate, StreamSchema
+from pep.core.plan import (AnyPredicate, ExecutionPlan, JoinPlan, Predicate, Scalar,
+                           SpatialPredicate, StreamSchema)
 
 SPARK_FUNCTIONS = {"avg": "avg", "max": "max", "min": "min", "sum": "sum", "count": "count",
                    "firstval": "first_value", "lastval": "last_value"}
@@ -185,7 +186,10 @@ def predicate_json(p: AnyPredicate) -> dict:
     return {"attribute": p.attribute, "op": p.op, "value": _json_value(p.value)}
 
 
-def plan_to_json(plan: ExecutionPlan) -> dict:
+def plan_to_json(plan: ExecutionPlan | JoinPlan) -> dict:
+    if isinstance(plan, JoinPlan):
+        from pep.core.join import join_plan_to_json  # which renders each side with this function
+        return join_plan_to_json(plan)
     w = plan.window
     return {
         "stream": plan.stream,

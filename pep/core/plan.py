@@ -177,6 +177,85 @@ def _predicate_from_json(p: dict) -> AnyPredicate:
     return Predicate(p["attribute"], p["op"], p["value"])
 
 
+@dataclass(frozen=True)
+class JoinPlan:
+    """A windowed join of two authorised views: what a join's handle runs.
+
+    Each side is an `ExecutionPlan`, merged from that stream's obligations and its part of the
+    user query exactly as a single-stream request is, so each side is enforced before the join.
+    A left row and a right row meet when, for every pair in `on`, the left side's output
+    attribute equals the right side's, and their times are at most `within` seconds apart. A
+    side's time is its stream's event-time attribute for a plain side (`left_time` names it, and
+    it is one of the side's outputs), or `window_end` for a time-windowed side (which joins on
+    its window outputs, never on raw tuples). A result row holds both sides' outputs, each named
+    `<stream>.<output>` (`weather.rainrate`, `ais.mmsi`)."""
+
+    left: ExecutionPlan
+    right: ExecutionPlan
+    on: tuple[tuple[str, str], ...]  # (left output, right output) pairs, all must be equal
+    within: float  # seconds
+    left_time: str  # the time attribute of a plain side, "window_end" of a windowed one
+    right_time: str
+
+    @property
+    def stream(self) -> str:
+        """The first (requested) stream: where the handle is listed."""
+        return self.left.stream
+
+    @property
+    def streams(self) -> tuple[str, str]:
+        return (self.left.stream, self.right.stream)
+
+    def output_name(self, side: Literal["left", "right"], name: str) -> str:
+        plan = self.left if side == "left" else self.right
+        return f"{plan.stream}.{name}"
+
+    def canonical_json(self) -> str:
+        doc = {"join": {"left": json.loads(self.left.canonical_json()),
+                        "right": json.loads(self.right.canonical_json()),
+                        "on": [list(pair) for pair in self.on], "within": float(self.within),
+                        "left_time": self.left_time, "right_time": self.right_time}}
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+
+    def key(self) -> str:
+        """Stable identity: identical joins are computed once and shared by their handles."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+
+AnyPlan = Union[ExecutionPlan, JoinPlan]
+
+
+def is_join_json(data: str | dict) -> bool:
+    """Whether a stored plan (canonical JSON or its dict) is a join's."""
+    if isinstance(data, str):
+        return data.startswith('{"join":')
+    return "join" in data
+
+
+def any_plan_from_json(data: str | dict) -> AnyPlan:
+    """A stored plan of either kind: a single stream's `ExecutionPlan` or a `JoinPlan`."""
+    d = json.loads(data) if isinstance(data, str) else data
+    if "join" not in d:
+        return plan_from_json(d)
+    j = d["join"]
+    return JoinPlan(left=plan_from_json(j["left"]), right=plan_from_json(j["right"]),
+                    on=tuple((str(a), str(b)) for a, b in j["on"]),
+                    within=float(j["within"]), left_time=j["left_time"],
+                    right_time=j["right_time"])
+
+
+def plan_streams(plan: AnyPlan) -> tuple[str, ...]:
+    """The streams a plan reads: one, or a join's two."""
+    return plan.streams if isinstance(plan, JoinPlan) else (plan.stream,)
+
+
+def side_plans(plan: AnyPlan) -> dict[str, ExecutionPlan]:
+    """Each stream's own authorised view in a plan: {stream: plan}."""
+    if isinstance(plan, JoinPlan):
+        return {plan.left.stream: plan.left, plan.right.stream: plan.right}
+    return {plan.stream: plan}
+
+
 SourceKind = Literal["ingest", "files", "generator", "socket", "kafka"]
 
 

@@ -28,6 +28,33 @@ JSON form (same meaning; every key optional except that a window needs type, siz
      "window": {"type": "tuple", "size": 10, "step": 2, "aggregates": ["rainrate:avg"],
                 "keys": ["station"], "min_count": 5, "coarsen": true}}
 
+Joins (a second stream, each side enforced by its own policy before the join; see
+pep/core/join.py for the semantics): the top-level filter, map and window are the request's
+stream's side, and a `join` names the second stream, the equalities that must hold between the
+two sides' outputs, optionally a time bound, and the second side's own filter, map and window:
+
+    {"filter": "rainrate > 5", "map": ["samplingtime", "station", "rainrate"],
+     "join": {"stream": "ais", "on": [["station", "area"]], "within": 60,
+              "filter": "speed > 1", "map": ["ts", "area", "mmsi"],
+              "window": {...}}}
+
+`on` is a non-empty list of [left attribute, right attribute] pairs (an attribute of a windowed
+side is one of its window outputs: window_start, window_end, a group-by key or an aggregate's
+output name such as avg_rainrate); `within` is in seconds (a number >= 0): a left and a right row
+meet when their times are at most that far apart (a plain side's time is its stream's event-time
+attribute, a windowed side's its window_end). `within` is required unless both sides are
+time-windowed (then it defaults to 0: windows that end together meet). In XML, a `<Join>` element
+inside `<UserQuery>` holds the same parts:
+
+    <Join>
+      <Stream name="ais"/>                             required
+      <On left="station" right="area"/>                repeated, at least one
+      <Within>60</Within>                              seconds
+      <Filter>...</Filter> <Map>...</Map> <Aggregation>...</Aggregation>   the second side's
+    </Join>
+
+A join joins exactly two streams (no `join` inside a `join`), and two different ones.
+
 An object `{"UserQuery": {...}}` is accepted too. Aggregates are "attr:function",
 "function(attr)" or {"attribute": ..., "function": ...}. A window without aggregates asks for
 whatever the policy's window allows, one without keys for the policy's group-by keys (`"keys": []`
@@ -38,15 +65,17 @@ the position is "line L, column C" for XML, a JSON path such as "$.window.size" 
 from __future__ import annotations
 
 import json
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lxml import etree
 
 from pep.core.conditions import ConditionError, parse_condition
 from pep.core.graph import QueryGraph, pipeline_graph
-from pep.core.obligations import parse_aggregate, parse_window_kind, parse_window_number
+from pep.core.obligations import (MAX_WINDOW, parse_aggregate, parse_window_kind,
+                                  parse_window_number)
 from pep.core.plan import Aggregate, StreamSchema
 
 MAX_QUERY_BYTES = 64 * 1024
@@ -78,10 +107,24 @@ class UserQuery:
     window_keys: tuple[str, ...] | None = None  # None: the policy's
     window_min_count: int = 1
     window_coarsen: bool = False
+    join: "JoinQuery | None" = None  # a second stream joined with this one
 
     @property
     def is_empty(self) -> bool:
-        return self.filter is None and self.map is None and not self.has_window
+        return (self.filter is None and self.map is None and not self.has_window
+                and self.join is None)
+
+
+@dataclass(frozen=True)
+class JoinQuery:
+    """The join part of a user query: the second stream, the condition, the second side's query.
+
+    `side` is the second stream's own filter, map and window (its `stream` is the join's)."""
+
+    stream: str
+    on: tuple[tuple[str, str], ...]  # (attribute of the request's side, attribute of the second)
+    within: float | None
+    side: UserQuery
 
 
 # -- XML ------------------------------------------------------------------------------------------
@@ -163,11 +206,13 @@ def _children(el: etree._Element) -> list[etree._Element]:
     return [c for c in el if isinstance(c.tag, str)]
 
 
-def query_from_element(root: etree._Element) -> UserQuery:
-    """The XML form from an already parsed element (for example the request's <Content> child)."""
+def query_from_element(root: etree._Element, in_join: bool = False) -> UserQuery:
+    """The XML form from an already parsed element (for example the request's <Content> child).
+    With `in_join`, `root` is a `<Join>` and this reads the second side's parts of it."""
     _depth_ok(root)
-    if _local(root) != "UserQuery":
+    if not in_join and _local(root) != "UserQuery":
         raise UserQueryError(f"expected a <UserQuery> element, found <{_local(root)}>", _at(root))
+    join_el = None
     stream = filter_text = None
     filter_pos = None
     attributes: list[str] | None = None
@@ -176,8 +221,10 @@ def query_from_element(root: etree._Element) -> UserQuery:
     seen: set[str] = set()
     for child in _children(root):
         name = _local(child)
+        if in_join and name in ("On", "Within"):
+            continue  # read by _xml_join
         if name in seen:
-            raise UserQueryError(f"<UserQuery> has more than one <{name}>", _at(child))
+            raise UserQueryError(f"<{_local(root)}> has more than one <{name}>", _at(child))
         seen.add(name)
         if name == "Stream":
             stream = (child.get("name") or _text(child)).strip()
@@ -203,15 +250,66 @@ def query_from_element(root: etree._Element) -> UserQuery:
         elif name == "Aggregation":
             has_window = True
             window = _xml_window(child)
+        elif name == "Join" and not in_join:
+            join_el = child
         else:
-            raise UserQueryError(f"unknown element <{name}> in <UserQuery>; expected Stream, "
-                                 "Filter, Map or Aggregation", _at(child))
+            expected = "Stream, On, Within, Filter, Map or Aggregation" if in_join else \
+                "Stream, Filter, Map, Aggregation or Join"
+            if name == "Join":
+                raise UserQueryError("a <Join> cannot hold another <Join>: a join joins exactly "
+                                     "two streams", _at(child))
+            raise UserQueryError(f"unknown element <{name}> in <{_local(root)}>; expected "
+                                 f"{expected}", _at(child))
     keys = window.get("keys")
+    join = _xml_join(join_el) if join_el is not None else None
     return UserQuery(stream, filter_text, tuple(attributes) if attributes is not None else None,
                      window.get("kind"), window.get("size"), window.get("step"),
                      tuple(window.get("aggregates", ())), has_window, filter_pos,
                      tuple(keys) if keys is not None else None, window.get("min_count", 1),
-                     window.get("coarsen", False))
+                     window.get("coarsen", False), join)
+
+
+def _xml_join(el: etree._Element) -> JoinQuery:
+    """`<Join>`: Stream, On (repeated), Within, and the second side's Filter, Map, Aggregation."""
+    on: list[tuple[str, str]] = []
+    within = None
+    for child in _children(el):
+        name = _local(child)
+        if name == "On":
+            if _children(child) or (child.text or "").strip():
+                raise UserQueryError("<On> takes attributes left and right, and no content",
+                                     _at(child))
+            left, right = (child.get("left") or "").strip(), (child.get("right") or "").strip()
+            if not left or not right:
+                raise UserQueryError("<On> needs both a left and a right attribute", _at(child))
+            on.append((left, right))
+        elif name == "Within":
+            if within is not None:
+                raise UserQueryError("<Join> has more than one <Within>", _at(child))
+            within = _within(_text(child), _at(child))
+    side = query_from_element(el, in_join=True)
+    if side.stream is None:
+        raise UserQueryError('<Join> needs <Stream name="..."/>: the stream to join', _at(el))
+    if not on:
+        raise UserQueryError("<Join> needs at least one <On left=\"...\" right=\"...\"/>",
+                             _at(el))
+    return JoinQuery(side.stream, tuple(on), within, side)
+
+
+def _within(value: Any, where: str | None) -> float:
+    """A join's time bound in seconds: a finite number >= 0 (and not absurdly large)."""
+    if isinstance(value, bool):
+        raise UserQueryError("within must be a number of seconds", where)
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise UserQueryError(f"within {value!r} is not a number of seconds", where) from None
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise UserQueryError("within must be a finite number of seconds, at least 0", where)
+    if value > MAX_WINDOW:
+        raise UserQueryError(f"within {value} is over the limit of {MAX_WINDOW} seconds", where)
+    return float(value)
 
 
 def _xml_window(el: etree._Element) -> dict[str, Any]:
@@ -250,7 +348,8 @@ def _xml_window(el: etree._Element) -> dict[str, Any]:
 
 # -- JSON -----------------------------------------------------------------------------------------
 
-_JSON_KEYS = {"stream", "filter", "map", "window"}
+_JSON_KEYS = {"stream", "filter", "map", "window", "join"}
+_JSON_JOIN_KEYS = {"stream", "on", "within", "filter", "map", "window"}
 _JSON_WINDOW_KEYS = {"type", "size", "step", "aggregates", "keys", "min_count", "coarsen"}
 
 
@@ -279,17 +378,21 @@ def parse_json_query(data: bytes | str) -> UserQuery:
     return query_from_json(doc)
 
 
-def query_from_json(doc: Any) -> UserQuery:
-    """The JSON form from an already decoded value (for example the JSON request's Content)."""
-    path = "$"
-    if isinstance(doc, dict) and set(doc) == {"UserQuery"}:
+def query_from_json(doc: Any, path: str = "$", in_join: bool = False) -> UserQuery:
+    """The JSON form from an already decoded value (for example the JSON request's Content).
+    With `in_join`, `doc` is a query's `join` object and this reads the second side's parts."""
+    if not in_join and isinstance(doc, dict) and set(doc) == {"UserQuery"}:
         doc, path = doc["UserQuery"], "$.UserQuery"
     if not isinstance(doc, dict):
         raise UserQueryError(f"a user query must be a JSON object, found {type(doc).__name__}", path)
-    unknown = sorted(set(doc) - _JSON_KEYS)
+    allowed = _JSON_JOIN_KEYS if in_join else _JSON_KEYS
+    unknown = sorted(set(doc) - allowed)
     if unknown:
+        if in_join and "join" in unknown:
+            raise UserQueryError("a join cannot hold another join: a join joins exactly two "
+                                 "streams", f"{path}.join")
         raise UserQueryError(f"unknown key(s) {', '.join(map(repr, unknown))}; expected "
-                             "stream, filter, map, window", path)
+                             f"{', '.join(sorted(allowed))}", path)
     stream = doc.get("stream")
     if stream is not None and (not isinstance(stream, str) or not stream.strip()):
         raise UserQueryError("'stream' must be a non-empty string", f"{path}.stream")
@@ -362,10 +465,34 @@ def query_from_json(doc: Any) -> UserQuery:
             if not isinstance(window["coarsen"], bool):
                 raise UserQueryError("coarsen must be true or false", f"{wpath}.coarsen")
             coarsen = window["coarsen"]
+    join = _json_join(doc["join"], f"{path}.join") if "join" in doc else None
     return UserQuery(stream, filt.strip() if filt else None,
                      tuple(attrs) if attrs is not None else None, kind, size, step,
                      tuple(aggregates), window is not None, f"{path}.filter", keys, min_count,
-                     coarsen)
+                     coarsen, join)
+
+
+def _json_join(doc: Any, path: str) -> JoinQuery:
+    if not isinstance(doc, dict):
+        raise UserQueryError("'join' must be an object", path)
+    if not isinstance(doc.get("stream"), str) or not doc["stream"].strip():
+        raise UserQueryError("a join needs 'stream': the name of the stream to join",
+                             f"{path}.stream")
+    raw_on = doc.get("on")
+    if not isinstance(raw_on, list) or not raw_on:
+        raise UserQueryError("a join needs 'on': a non-empty list of [left attribute, right "
+                             "attribute] pairs", f"{path}.on")
+    on = []
+    for i, pair in enumerate(raw_on):
+        if (not isinstance(pair, list) or len(pair) != 2
+                or not all(isinstance(a, str) and a.strip() for a in pair)):
+            raise UserQueryError("each 'on' item is a pair [left attribute, right attribute]",
+                                 f"{path}.on[{i}]")
+        on.append((pair[0].strip(), pair[1].strip()))
+    within = _within(doc["within"], f"{path}.within") if doc.get("within") is not None else None
+    name = doc["stream"].strip()
+    side = replace(query_from_json(doc, path, in_join=True), stream=name)
+    return JoinQuery(name, tuple(on), within, side)
 
 
 def parse_user_query(data: bytes | str, kind: str | None = None) -> UserQuery:

@@ -18,7 +18,7 @@ from typing import Iterable
 
 from pdp.db import Database
 from pep.core.explain import plan_to_json
-from pep.core.plan import plan_from_json
+from pep.core.plan import any_plan_from_json, is_join_json
 
 
 class HandleState(str, Enum):
@@ -71,13 +71,21 @@ class HandleRecord:
     def live(self) -> bool:
         return self.state is HandleState.LIVE
 
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """Every stream the handle reads: its own, or a join's two (the first is `stream`)."""
+        if is_join_json(self.plan_json):
+            join = json.loads(self.plan_json)["join"]
+            return (join["left"]["stream"], join["right"]["stream"])
+        return (self.stream,)
+
     def summary(self, base_url: str) -> dict:
         """JSON for its owner (never the stored request: it can be large). The plan has the
         shape POST /requests and POST /explain give it."""
         return {"id": self.id, "handle": f"{base_url}/handles/{self.id}", "stream": self.stream,
                 "state": self.state.value, "reason": self.reason, "created_at": self.created_at,
                 "updated_at": self.updated_at,
-                "plan": plan_to_json(plan_from_json(self.plan_json)),
+                "plan": plan_to_json(any_plan_from_json(self.plan_json)),
                 "policy_ids": list(self.policy_ids)}
 
 

@@ -11,8 +11,9 @@ When it happens:
 - on every policy change, synchronously inside the PDP's event, so that when
   `DELETE /policies/<id>` answers, every handle it allowed is already revoked. Only the handles
   whose decision the change can alter are decided again: those on the streams the policy's
-  target can match before or after the change (`PolicyChange.resources`; None means any stream),
-  and for a deletion only those that depended on the deleted policy (a policy that did not apply
+  target can match before or after the change (`PolicyChange.resources`; None means any stream;
+  a join's handle is on both its streams, and deciding it again decides both sides), and for a
+  deletion only those that depended on the deleted policy (a policy that did not apply
   to a decision cannot change it by disappearing). Handles with identical requests from one
   caller are decided once per pass, and the revocations of a pass are written in one
   transaction and published to proxies as one event.
@@ -197,7 +198,7 @@ class RevocationService:
             self.handles.policy_epoch += 1
             targets = self.handles.live()
             if resources is not None:
-                targets = [r for r in targets if r.stream in resources]
+                targets = [r for r in targets if any(s in resources for s in r.streams)]
             if change.kind == "deleted":
                 # A handle with no recorded policies is treated as depending on every policy.
                 targets = [r for r in targets

@@ -1,7 +1,8 @@
 """Opening and ending handles: the only writer of handle state.
 
 `HandleService` opens handles (one window per subject and stream, the runtime attach) and ends
-them. The runtime's deliver callback is `HandleBuffer.put`, which checks under the buffer's lock
+them. A join's handle (`JoinPlan`) holds the caller's window on both its streams and is attached
+to the join runtime, with both streams' definitions. The runtime's deliver callback is `HandleBuffer.put`, which checks under the buffer's lock
 that the buffer is open before writing, and the buffer is closed (under that same lock) before
 the handle's state is persisted and before the runtime is told to detach: so no tuple is
 delivered after `revoke` returns, however long Spark takes to stop.
@@ -15,7 +16,8 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Protocol
 
 from pep.core.errors import NotFound, Unavailable
-from pep.core.plan import ExecutionPlan, StreamDefinition, plan_from_json
+from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition,
+                           any_plan_from_json, plan_streams, side_plans)
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
 from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
 
@@ -42,11 +44,13 @@ class Runtime(Protocol):
 
 
 class WindowRegistryLike(Protocol):
-    def acquire(self, subject: str, stream: str, plan_key: str) -> tuple[str, bool]: ...
+    def acquire(self, subject: str, stream: str | tuple[str, ...], plan_key: str
+                ) -> tuple[str, bool]: ...
 
     def release(self, handle_id: str) -> Any: ...
 
-    def restore(self, subject: str, stream: str, plan_key: str, handle_id: str) -> Any: ...
+    def restore(self, subject: str, stream: str | tuple[str, ...], plan_key: str,
+                handle_id: str) -> Any: ...
 
 
 class HandleService:
@@ -55,12 +59,17 @@ class HandleService:
     def __init__(self, store: HandleStore, streams: Callable[[str], StreamDefinition | None],
                  runtime: Runtime, windows: WindowRegistryLike,
                  max_rows: int = DEFAULT_MAX_ROWS, max_bytes: int = DEFAULT_MAX_BYTES,
-                 stream_position: Callable[[str], int | None] | None = None) -> None:
+                 stream_position: Callable[[str], int | None] | None = None,
+                 join_runtime: Runtime | None = None) -> None:
         """`stream_position(name)`: the position (`_xsg_seq`) of the last tuple ingested into a
-        stream, when the stream has positions (see `_start_after_other_windows`)."""
+        stream, when the stream has positions (see `_start_after_other_windows`).
+        `join_runtime` runs joins (`attach(handle_id, (left, right), join_plan, deliver)`);
+        without one, `runtime` gets them."""
         self.store = store
         self.streams = streams
         self.runtime = runtime
+        self.join_runtime = join_runtime if join_runtime is not None else runtime
+        self._joins: set[str] = set()  # handles attached to the join runtime
         self.windows = windows
         self.max_rows = max_rows
         self.max_bytes = max_bytes
@@ -104,23 +113,23 @@ class HandleService:
 
     # -- opening ----------------------------------------------------------------------------------
 
-    def open(self, subject: str, roles: Iterable[str], admin: bool, plan: ExecutionPlan,
+    def open(self, subject: str, roles: Iterable[str], admin: bool, plan: AnyPlan,
              policy_ids: Iterable[str], request: StoredRequest,
              epoch: int | None = None) -> tuple[HandleRecord, bool]:
         """A live handle for this decision: (record, True) when new, (existing, False) when the
-        same subject already has a handle with the same plan on that stream.
+        same subject already has a handle with the same plan on that stream (a join: on both).
 
         Raises the window registry's WindowConflict (another plan on that stream is live),
         StalePolicies (policies changed since `epoch`), NotFound (stream unknown) or
         Unavailable (the runtime refused)."""
-        stream = self.streams(plan.stream)
-        if stream is None:
-            raise NotFound(f"no stream named {plan.stream!r}")
+        definitions = self._definitions(plan)
+        stream = definitions[0]
+        slots = tuple(d.name for d in definitions) if len(definitions) > 1 else stream.name
         key = plan.key()
         with self.lock:
             if epoch is not None and epoch != self.policy_epoch:
                 raise StalePolicies()
-            handle_id, is_new = self.windows.acquire(subject, stream.name, key)
+            handle_id, is_new = self.windows.acquire(subject, slots, key)
             if not is_new:
                 existing = self.store.get(handle_id)
                 if existing is not None and existing.live:
@@ -128,8 +137,8 @@ class HandleService:
                     return existing, False
                 # The registry remembered a handle that is not live here: forget it, start afresh.
                 self.windows.release(handle_id)
-                handle_id, is_new = self.windows.acquire(subject, stream.name, key)
-            plan = self._start_after_other_windows(subject, stream.name, plan)
+                handle_id, is_new = self.windows.acquire(subject, slots, key)
+            plan = self._start_after_other_windows(subject, plan)
             # plan_key stays the key of the plan as decided (what revocation compares with);
             # plan_json is what runs, its start position included (what a restart re-attaches).
             record = HandleRecord(
@@ -147,9 +156,19 @@ class HandleService:
         # Attaching can take seconds (the first handle starts the stream's query): not under the
         # lock, so revocations of other handles are not held up. The buffer is registered first,
         # so a revocation meanwhile closes it and the runtime can deliver nothing.
-        self._attach(record.id, stream, plan, buffer)
+        self._attach(record.id, definitions, plan, buffer)
         self._notify_opened(record, True)
         return record, True
+
+    def _definitions(self, plan: AnyPlan) -> list[StreamDefinition]:
+        """The definitions of the plan's streams (a join's two); NotFound names a missing one."""
+        found = []
+        for name in plan_streams(plan):
+            definition = self.streams(name)
+            if definition is None:
+                raise NotFound(f"no stream named {name!r}")
+            found.append(definition)
+        return found
 
     def add_open_listener(self, callback: Callable[[HandleRecord, bool], None]) -> None:
         """Called with (record, is_new) when a request gets a live handle, outside the lock."""
@@ -162,28 +181,43 @@ class HandleService:
             except Exception:  # noqa: BLE001 - a listener must not undo a granted handle
                 log.exception("handle open listener failed for %s", record.id[:8])
 
-    def _start_after_other_windows(self, subject: str, stream: str,
-                                   plan: ExecutionPlan) -> ExecutionPlan:
+    def _start_after_other_windows(self, subject: str, plan: AnyPlan) -> AnyPlan:
         """Example 2 across time: windows of other sizes over the same tuples rebuild raw values,
         so a consumer's query whose window differs from one of its earlier queries on the
         stream starts after every tuple ingested so far (those may have reached the earlier
-        query). The same window again needs no such cut: it cannot tell anything new."""
+        query). The same window again needs no such cut: it cannot tell anything new. A join's
+        two sides are cut each against the caller's earlier queries on its own stream (joins
+        included)."""
         if self.stream_position is None:
             return plan
-        window = window_signature(plan)
-        earlier = {window_signature(plan_from_json(r.plan_json))
-                   for r in self.store.for_subject(subject) if r.stream == stream}
-        if not earlier or earlier == {window}:
-            return plan
-        position = self.stream_position(stream)
-        if position is None:
-            return plan
-        return replace(plan, start_after=max(position, plan.start_after or 0))
+        earlier: dict[str, set] = {}
+        for r in self.store.for_subject(subject):
+            try:
+                sides = side_plans(any_plan_from_json(r.plan_json))
+            except (KeyError, TypeError, ValueError):
+                continue
+            for name, side in sides.items():
+                earlier.setdefault(name, set()).add(window_signature(side))
+        cut: dict[str, ExecutionPlan] = {}
+        for name, side in side_plans(plan).items():
+            window = window_signature(side)
+            seen = earlier.get(name)
+            position = (self.stream_position(name) if seen and seen != {window} else None)
+            cut[name] = side if position is None else replace(
+                side, start_after=max(position, side.start_after or 0))
+        if isinstance(plan, JoinPlan):
+            return replace(plan, left=cut[plan.left.stream], right=cut[plan.right.stream])
+        return cut[plan.stream]
 
-    def _attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan,
+    def _attach(self, handle_id: str, streams: list[StreamDefinition], plan: AnyPlan,
                 buffer: HandleBuffer) -> None:
         try:
-            self.runtime.attach(handle_id, stream, plan, buffer.put)
+            if isinstance(plan, JoinPlan):
+                with self.lock:
+                    self._joins.add(handle_id)
+                self.join_runtime.attach(handle_id, tuple(streams), plan, buffer.put)
+            else:
+                self.runtime.attach(handle_id, streams[0], plan, buffer.put)
         except Exception as exc:
             log.exception("runtime refused handle %s", handle_id)
             self._finish(handle_id, HandleState.ENDED, f"the stream runtime failed: {exc}")
@@ -197,18 +231,20 @@ class HandleService:
     def resume(self, record: HandleRecord, policy_ids: Iterable[str] | None = None) -> bool:
         """Re-attach a live handle after a restart; False (and the handle ended) if impossible."""
         with self.lock:
-            stream = self.streams(record.stream)
-            if stream is None:
-                self._finish(record.id, HandleState.ENDED, "its stream no longer exists")
-                return False
             try:
-                plan = plan_from_json(record.plan_json)
+                plan = any_plan_from_json(record.plan_json)
             except (KeyError, TypeError, ValueError) as exc:
                 self._finish(record.id, HandleState.ENDED, f"its stored plan is unreadable: {exc}")
                 return False
+            try:
+                definitions = self._definitions(plan)
+            except NotFound:
+                self._finish(record.id, HandleState.ENDED, "its stream no longer exists")
+                return False
+            slots = tuple(d.name for d in definitions) if len(definitions) > 1 else record.stream
             generation = self.store.next_generation(record.id)
             try:
-                self.windows.restore(record.subject, record.stream, record.plan_key, record.id)
+                self.windows.restore(record.subject, slots, record.plan_key, record.id)
             except Exception as exc:  # noqa: BLE001 - e.g. two live handles for one window
                 self._finish(record.id, HandleState.ENDED, f"cannot restore its window: {exc}")
                 return False
@@ -218,7 +254,7 @@ class HandleService:
             self._buffers[record.id] = buffer
             self._buffer_streams[record.id] = record.stream
         try:
-            self._attach(record.id, stream, plan, buffer)
+            self._attach(record.id, definitions, plan, buffer)
         except Unavailable:
             return False
         return True
@@ -287,8 +323,11 @@ class HandleService:
         return finished
 
     def _detach(self, handle_id: str) -> None:
+        with self.lock:
+            join = handle_id in self._joins
+            self._joins.discard(handle_id)
         try:
-            self.runtime.detach(handle_id)
+            (self.join_runtime if join else self.runtime).detach(handle_id)
         except Exception:  # noqa: BLE001 - the buffer is closed; nothing more is delivered
             log.exception("runtime detach failed for %s", handle_id)
 

@@ -19,6 +19,7 @@ from pep.http.cors import install_cors
 from pep.http.events import events_blueprint
 from pep.http.explain import explain_blueprint
 from pep.http.fast_pdp import install_fast_pdp
+from pep.http.health import stream_health
 from pep.http.handles import create_handles_blueprint
 from pep.http.invalidation import invalidation_blueprint
 from pep.http.metrics import metrics_blueprint
@@ -52,13 +53,25 @@ def create_app(config: GatewayConfig | None = None,
     def engine():
         return services.policies.engine
 
+    def caller_is_admin() -> bool:
+        identity = services.authenticator.authenticate_header(request.headers.get("Authorization"))
+        return identity is not None and identity.admin
+
+    def admin_asks() -> bool:
+        """For public routes that say more to an administrator: a bad token just says less."""
+        try:
+            return caller_is_admin()
+        except AuthenticationFailed:
+            return False
+
     base_url = config.base_url.rstrip("/") if config.base_url else None
     # /health, /pdp, /policies; the management rule is read per call (an embedder may swap it)
     app.register_blueprint(create_pdp_blueprint(
         services.policies, may_manage=lambda identity, info: services.may_manage(identity, info),
         check_policy=lambda document, source: check_policy(
             document, services.catalog.get, services.catalog.definitions, source),
-        environment=services.stream_events.environment))
+        environment=services.stream_events.environment,
+        health_details=lambda: stream_health(services.runtime, admin_asks())))
     app.register_blueprint(explain_blueprint(engine, services.catalog.schema,
                                              services.decide_and_plan))
     app.register_blueprint(create_streams_blueprint(services.catalog))
@@ -77,10 +90,6 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(create_handles_blueprint(
         services.handles, base_url, config.heartbeat,
         max_readers_per_subject=config.max_readers_per_subject))
-
-    def caller_is_admin() -> bool:
-        identity = services.authenticator.authenticate_header(request.headers.get("Authorization"))
-        return identity is not None and identity.admin
 
     app.register_blueprint(invalidation_blueprint(services.invalidation, caller_is_admin))
     # the web console, the handle read tokens its EventSources carry, CORS for other web apps

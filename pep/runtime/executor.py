@@ -27,6 +27,7 @@ import logging
 import math
 import operator
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -45,13 +46,13 @@ from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import StreamCheckpoint, archive_dir
 from pep.runtime.compile import FAMILIES, NUMERIC_KIND, STRING_KIND, CompiledPlan, row_attributes
-from pep.runtime.encode import ISO_TEXT, iso_text, json_array  # noqa: F401 (re-exported)
+from pep.runtime.encode import json_array, value_texts
 from pep.runtime.memo import OwnedCache
 from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN, build_source
 from pep.runtime.spatial import (PREDICATE_FIELDS, AnchorTracker, predicate_struct,
                                  spatial_outcome)
 from pep.runtime.windows import (KEY_SEP, NO_SEQ, PaneWindows, empty_partials,
-                                 partials_from_arrow)
+                                 partials_from_arrow, partials_from_values)
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,15 @@ KEYS_COLUMN = "_xsg_k"
 PLANS_COLUMN = "_xsg_plans"
 PIDS_COLUMN = "_xsg_pids"
 PLAN = "p"
-PLAIN, TUPLE, TIME = 0, 1, 2
+# plan kinds in the plan table: plain rows; tuple windows whose panes Spark aggregates; time
+# windows; tuple windows whose tuples come back as rows (panes of one tuple, on the driver)
+PLAIN, TUPLE, TIME, ROW_TUPLE = 0, 1, 2, 3
+ROW_KINDS = (PLAIN, ROW_TUPLE)
+# Tuple windows with panes narrower than this travel as rows (see README "Where windows are
+# computed"); wider panes are aggregated in Spark.
+DEFAULT_TUPLE_PANE_MIN = 8
 SEQ_KINDS = ("ingest", "generator", "kafka")  # sources whose every tuple has `_xsg_seq`
+UNIQUE_SEQ_KINDS = ("ingest", "generator")  # ... and no two tuples share one
 MAX_LONG = (1 << 63) - 1
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'", "ignoreNullFields": "false"}
 
@@ -83,7 +91,7 @@ _PRED_ARROW = pa.struct([pa.field("a", pa.int32(), False), pa.field("m", pa.int3
                          ("s", pa.string()), *PREDICATE_FIELDS])  # spatial fields: spatial.py
 PLAN_TABLE_ARROW = pa.schema([("plans", pa.list_(pa.struct([
     pa.field("id", pa.int32(), False),
-    pa.field("k", pa.int32(), False),       # PLAIN, TUPLE or TIME
+    pa.field("k", pa.int32(), False),       # PLAIN, TUPLE, TIME or ROW_TUPLE
     ("c", pa.list_(pa.list_(_PRED_ARROW))),  # conjuncts; [[]] passes everything
     ("sa", pa.int64()),                      # start_after: positions <= sa never reach the plan
     ("g", pa.int64()),                       # pane width (tuples or seconds)
@@ -180,13 +188,14 @@ def _matches(plan: Column) -> Column:
     return started & F.exists(plan["c"], lambda conj: F.forall(conj, _predicate_holds))
 
 
-def matched_plans_column(kind: int | None = None) -> Column:
-    """Ids of the plans (of `kind`) whose filter holds for the row: one expression for any
+def matched_plans_column(kinds: tuple[int, ...] | None = None) -> Column:
+    """Ids of the plans (of `kinds`) whose filter holds for the row: one expression for any
     number of plans."""
-    if kind is None:
+    if kinds is None:
         chosen = F.filter(F.col(PLANS_COLUMN), _matches)
     else:
-        chosen = F.filter(F.col(PLANS_COLUMN), lambda p: (p["k"] == kind) & _matches(p))
+        chosen = F.filter(F.col(PLANS_COLUMN),
+                          lambda p: p["k"].isin(*kinds) & _matches(p))
     return F.transform(chosen, lambda plan: plan["id"])
 
 
@@ -217,7 +226,9 @@ def filter_expressions(schema: StreamSchema) -> tuple[Column, Column, Column]:
 
 @dataclass(frozen=True)
 class Shape:
-    plain_columns: tuple[str, ...]  # union of the plain plans' projections, schema order
+    # what the rows job returns: the plain plans' projections and the aggregated and group-by
+    # attributes of tuple windows whose tuples come back as rows, schema order
+    plain_columns: tuple[str, ...]
     tuple_windows: bool
     time_windows: bool
     # value slots of the panes job: (column prefix, family, partials wanted), per family in
@@ -259,9 +270,19 @@ class _Handle:
 class _PlanState:
     id: int
     compiled: CompiledPlan
+    rows: bool  # its tuples come back as rows (plain plans, tuple windows with narrow panes)
     handles: dict[str, _Handle] = field(default_factory=dict)
     windows: PaneWindows | None = None
     batches: int = 0
+
+    @property
+    def kind(self) -> int:
+        w = self.compiled.window
+        if w is None:
+            return PLAIN
+        if w.kind == "time":
+            return TIME
+        return ROW_TUPLE if self.rows else TUPLE
 
 
 class StreamExecutor:
@@ -269,8 +290,10 @@ class StreamExecutor:
 
     def __init__(self, spark: SparkSession, definition: StreamDefinition, work_dir: Path,
                  trigger_interval: float, max_files_per_trigger: int, lateness: float,
-                 on_handle_closed: Callable[[str], None]) -> None:
+                 on_handle_closed: Callable[[str], None],
+                 tuple_pane_min: int = DEFAULT_TUPLE_PANE_MIN) -> None:
         self.spark = spark
+        self.tuple_pane_min = tuple_pane_min
         self.definition = definition
         self.work_dir = Path(work_dir)
         self.trigger_interval = trigger_interval
@@ -302,6 +325,7 @@ class StreamExecutor:
         self.last_batch_started_at: float | None = None
         self.last_batch_at: float | None = None
         self.skipped_to_end = False
+        self._skip_names: frozenset[str] | None = None
         self.stats_counters: dict[str, Any] = {
             "batches": 0, "rows_in": 0, "rows_delivered": 0, "last_batch_ms": None,
             "plan_evaluations": 0, "late_rows": 0, "last_error": None,
@@ -324,8 +348,15 @@ class StreamExecutor:
         kind = self.definition.source.kind
         archive = (str(archive_dir(self.work_dir, self.definition)) if kind == "ingest"
                    else None)
-        if skip and kind in ("ingest", "files") and self._source_has_files():
-            self._skip_to_end(archive)
+        if skip and kind in ("ingest", "files"):
+            names = [e.name for e in self._source_files()] if self._source_path() else None
+            if names is not None and 0 < len(names) <= self._files_per_trigger():
+                # the query's first batch lists these files (the oldest first, so all of them)
+                # and maybe newer ones: it drops the tuples of these
+                self._skip_names = frozenset(names)
+                self.skipped_to_end = True
+            elif names != []:
+                self._skip_to_end(archive)
         source = build_source(self.spark, self.definition, self.max_files_per_trigger, archive)
         millis = max(1, int(round(self.trigger_interval * 1000)))
         self.started_at = time.time()
@@ -358,8 +389,9 @@ class StreamExecutor:
         except OSError:
             return []
 
-    def _source_has_files(self) -> bool:
-        return self._source_path() is None or bool(self._source_files())
+    def _files_per_trigger(self) -> int:
+        own = self.definition.source.option("maxFilesPerTrigger")
+        return int(own) if own and str(own).isdigit() else self.max_files_per_trigger
 
     def _skip_to_end(self, archive: str | None) -> None:
         """Mark every file now in the source directory as processed, without reading one: a
@@ -385,7 +417,6 @@ class StreamExecutor:
                     raise
                 log.warning("stream %s: skipping to the end failed (%s); starting a new "
                             "checkpoint", self.definition.name, exc)
-                import shutil
                 shutil.rmtree(self._checkpoint.location, ignore_errors=True)
         self.skipped_to_end = True
         log.info("stream %s: started at the end of its source (%.2f s)", self.definition.name,
@@ -424,7 +455,9 @@ class StreamExecutor:
             if plan_id is None:
                 plan_id = self._next_plan_id
                 self._next_plan_id += 1
-                state = _PlanState(plan_id, compiled, windows=self._new_windows(compiled))
+                rows = self._rows_mode(compiled)
+                state = _PlanState(plan_id, compiled, rows,
+                                   windows=self._new_windows(compiled, rows))
                 self._plans[plan_id] = state
                 self._plan_ids[compiled.key] = plan_id
                 self._version += 1
@@ -432,12 +465,17 @@ class StreamExecutor:
             self._plans[plan_id].handles[handle_id] = handle
             self._handles[handle_id] = handle
 
-    def _new_windows(self, compiled: CompiledPlan) -> PaneWindows | None:
+    def _rows_mode(self, compiled: CompiledPlan) -> bool:
+        w = compiled.window
+        return w is None or (w.kind == "tuple"
+                             and (bool(w.keys) or w.pane < self.tuple_pane_min))
+
+    def _new_windows(self, compiled: CompiledPlan, rows: bool) -> PaneWindows | None:
         w = compiled.window
         if w is None:
             return None
         if w.kind == "tuple":
-            return PaneWindows(w)
+            return PaneWindows(w, single=rows)
         return PaneWindows(w, not_before=self._max_time.get(w.time_attribute or ""))
 
     def remove_handle(self, handle_id: str) -> int:
@@ -555,6 +593,10 @@ class StreamExecutor:
             if w is None:
                 plain.update(s.compiled.projection)
                 continue
+            if s.rows:
+                plain.update(a for a, _ in w.attributes)
+                plain.update(w.keys)
+                continue
             layout = s.windows.layout  # type: ignore[union-attr]
             keys.update(w.keys)
             read.update(a for a, _ in w.attributes)
@@ -620,7 +662,7 @@ class StreamExecutor:
             w = c.window
             if w is not None:
                 layout = s.windows.layout  # type: ignore[union-attr]
-                row.update(k=TUPLE if w.kind == "tuple" else TIME, g=layout.width,
+                row.update(k=s.kind, g=layout.width,
                            off=s.windows.pane_offset(),  # type: ignore[union-attr]
                            ky=[self._index[k] for k in w.keys])
                 if w.kind == "time":
@@ -642,6 +684,10 @@ class StreamExecutor:
     def _order_columns(self, shape: Shape) -> list[str]:
         if shape.full_order:
             return [SEQ_COLUMN, TIME_COLUMN, FILE_COLUMN, POS_COLUMN]
+        if self.definition.source.kind in UNIQUE_SEQ_KINDS:
+            # the position alone orders them; no row id: monotonically_increasing_id is
+            # nondeterministic and keeps Spark from pruning the scan's file metadata
+            return [SEQ_COLUMN]
         return [SEQ_COLUMN, POS_COLUMN]
 
     def _base_columns(self, shape: Shape, columns: list[str], windows: bool) -> list[Column]:
@@ -649,7 +695,8 @@ class StreamExecutor:
         def build() -> list[Column]:
             cols = [F.col(f"`{n}`") for n in columns]
             cols.append(F.col(SEQ_COLUMN))
-            cols.append(F.monotonically_increasing_id().alias(POS_COLUMN))
+            if POS_COLUMN in self._order_columns(shape):
+                cols.append(F.monotonically_increasing_id().alias(POS_COLUMN))
             if shape.full_order:
                 if self._time_attr:
                     cols.append(self._time_number(self._time_attr).alias(TIME_COLUMN))
@@ -664,7 +711,8 @@ class StreamExecutor:
                     cols.append(key_array(self._schema, shape.keys).alias(KEYS_COLUMN))
             return cols
         return _shared_expressions(("base", self._schema, tuple(columns), windows, shape.keys,
-                                    shape.full_order, self._time_attr, shape.read), build)
+                                    tuple(self._order_columns(shape)), self._time_attr,
+                                    shape.read), build)
 
     def _time_number(self, attr: str) -> Column:
         c = F.col(f"`{attr}`")
@@ -688,10 +736,10 @@ class StreamExecutor:
 
         def build() -> tuple[list[Column], Column]:
             keep = [F.col(f"`{n}`") for n in columns] + [F.col(c) for c in order]
-            return keep + [matched_plans_column(PLAIN).alias(PIDS_COLUMN)], \
+            return keep + [matched_plans_column(ROW_KINDS).alias(PIDS_COLUMN)], \
                 F.size(F.col(PIDS_COLUMN)) > 0
         keep, nonempty = _shared_expressions(("rows", self._schema, tuple(columns),
-                                              shape.full_order), build)
+                                              tuple(order)), build)
         return (batch.select(*base, plans_column.alias(PLANS_COLUMN))
                 .select(*keep).where(nonempty))
 
@@ -703,7 +751,8 @@ class StreamExecutor:
         for kind, wanted in ((TUPLE, shape.tuple_windows), (TIME, shape.time_windows)):
             if not wanted:
                 continue
-            stages = _shared_expressions(("panes", self._schema, shape, kind),
+            stages = _shared_expressions(("panes", self._schema, shape, kind,
+                                          tuple(self._order_columns(shape))),
                                          lambda kind=kind: self._pane_stages(shape, kind))
             frame = batch.select(*base, plans_column.alias(PLANS_COLUMN))
             frame = frame.select(*stages["explode"]).select(*stages["values"])
@@ -789,7 +838,7 @@ class StreamExecutor:
                                 *([F.coalesce(F.col(TIME_COLUMN), F.lit(float("inf"))),
                                    F.coalesce(F.col(FILE_COLUMN), F.lit("\uffff"))]
                                   if shape.full_order else []),
-                                F.col(POS_COLUMN))
+                                *([F.col(POS_COLUMN)] if POS_COLUMN in order else []))
             else:
                 okey = tcol  # no plan reads first/last values: ties need no order
         stages["values"] = values
@@ -820,6 +869,12 @@ class StreamExecutor:
         try:
             if self._stopped:
                 return
+            if self._skip_names is not None:
+                # the files present when the stream's first handle attached are not delivered
+                names = sorted(self._skip_names)
+                self._skip_names = None
+                batch = batch.where(~F.element_at(F.split(F.col(FILE_COLUMN), "/"), -1)
+                                    .isin(*names))
             plans, version = self._current()
             if not plans:
                 return
@@ -829,11 +884,14 @@ class StreamExecutor:
             table, scalar = self._plan_table(plans, version, shape)
             t1 = time.perf_counter()
             closed: list[str] = []
+            spark_s = 0.0
             if scalar is not None:
-                closed = self._evaluate(batch, plans, shape, scalar)
+                closed, spark_s = self._evaluate(batch, plans, shape, scalar)
             t2 = time.perf_counter()
-            log.debug("batch %s: table %.3f eval %.3f route %.3f", batch_id, t1 - t0, t2 - t1,
-                      0.0)
+            # the evaluation jobs incl. toArrow, then the driver's share (windows, encoding,
+            # delivery): the same split as before, read by tests/bench
+            log.debug("batch %s: table %.3f eval %.3f route %.3f", batch_id, t1 - t0, spark_s,
+                      t2 - t1 - spark_s)
             self.stats_counters["batches"] += 1
             self.stats_counters["plan_evaluations"] += len(plans)
             for handle_id in closed:
@@ -851,9 +909,12 @@ class StreamExecutor:
                 self.last_batch_at = time.time()
 
     def _evaluate(self, batch: DataFrame, plans: list[_PlanState], shape: Shape,
-                  scalar: Column) -> list[str]:
-        plain = [s for s in plans if s.compiled.window is None and not s.compiled.passes_nothing]
-        windowed = [s for s in plans if s.compiled.window is not None]
+                  scalar: Column) -> tuple[list[str], float]:
+        """Run the batch's jobs and hand out their results; (closed handles, seconds in
+        Spark jobs)."""
+        started = time.perf_counter()
+        plain = [s for s in plans if s.rows and not s.compiled.passes_nothing]
+        windowed = [s for s in plans if not s.rows]
         observation = Observation(f"xsg_{uuid.uuid4().hex}")
         observed = batch.observe(observation, *self._observed(shape))
         rows_arrow = panes_arrow = None
@@ -865,6 +926,7 @@ class StreamExecutor:
         if windowed:
             panes_arrow = self.panes_frame(panes_source, scalar, shape).toArrow()
         figures = observation.get
+        spark_s = time.perf_counter() - started
         self._observe(figures, shape)
         closed: list[str] = []
         for arrow in (rows_arrow, panes_arrow):
@@ -875,7 +937,7 @@ class StreamExecutor:
             closed += self._route_rows(rows_arrow, plain, shape)
         if windowed:
             closed += self._route_panes(panes_arrow, windowed, shape)
-        return closed
+        return closed, spark_s
 
     def _observe(self, figures: dict, shape: Shape) -> None:
         self.stats_counters["rows_in"] += int(figures.get("rows") or 0)
@@ -902,10 +964,15 @@ class StreamExecutor:
         bounds = dict(zip(ids.tolist(), zip(starts.tolist(), ends)))
         seqs = arrow.column(SEQ_COLUMN).combine_chunks().fill_null(NO_SEQ).to_numpy()
         groups: dict[tuple[str, ...], list[_PlanState]] = {}
-        for state in plans:
-            if state.id in bounds:
-                groups.setdefault(state.compiled.projection, []).append(state)
         closed: list[str] = []
+        for state in plans:
+            if state.id not in bounds:
+                continue
+            if state.windows is not None:
+                closed += self._row_windows(state, arrow, row_ids[slice(*bounds[state.id])],
+                                            seqs)
+            else:
+                groups.setdefault(state.compiled.projection, []).append(state)
         for projection, members in groups.items():
             picks = [row_ids[slice(*bounds[s.id])] for s in members]
             rows = picks[0] if len(picks) == 1 else np.unique(np.concatenate(picks))
@@ -923,6 +990,29 @@ class StreamExecutor:
                 state.batches += 1
                 closed += self._deliver(state, out)
         return closed
+
+    def _row_windows(self, state: _PlanState, arrow: pa.Table, idx: np.ndarray,
+                     seqs: np.ndarray) -> list[str]:
+        """A tuple window's tuples of this batch (in stream order) into one-tuple panes."""
+        windows = state.windows
+        assert windows is not None
+        w = windows.window
+        take = pa.array(idx)
+        keys = None
+        if w.keys:
+            texts = [value_texts(arrow.column(k).take(take)) for k in w.keys]
+            joined = texts[0] if len(texts) == 1 else \
+                pc.binary_join_element_wise(*texts, KEY_SEP)
+            keys = np.array(joined.to_pylist(), dtype=object)
+        values = [_family_values(arrow.column(attr).take(take), ftype)
+                  for attr, ftype in w.attributes]
+        partials = partials_from_values(windows.layout, keys, seqs[idx], values)
+        result = windows.add(partials)
+        state.batches += 1
+        if not len(result):
+            return []
+        return self._deliver(state, RowBatch(tuple(result.texts), result.nbytes,
+                                             result.last_position))
 
     # ----- window plans: panes into windows ---------------------------------------------------
     def _route_panes(self, arrow: pa.Table | None, plans: list[_PlanState], shape: Shape
@@ -976,6 +1066,27 @@ class StreamExecutor:
         return closed
 
 
+def _family_values(column: pa.ChunkedArray, ftype: str) -> tuple[np.ndarray, np.ndarray]:
+    """An attribute's values as the windows' family dtype, and where they are present (NaN
+    counts as absent, as null does)."""
+    column = column.combine_chunks()
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    if ftype == "string":
+        return np.array(column.to_pylist(), dtype=object), valid
+    if ftype == "double":
+        values = column.fill_null(0.0).to_numpy(zero_copy_only=False).astype(np.float64)
+        nan = np.isnan(values)
+        if nan.any():
+            valid = valid & ~nan
+            values = np.where(nan, 0.0, values)
+        return values, valid
+    if ftype == "timestamp":
+        column = column.cast(pa.timestamp("us")).cast(pa.int64())
+    elif ftype == "boolean":
+        column = column.cast(pa.int64())
+    return column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), valid
+
+
 def _slot_columns(layout) -> dict[str, str]:
     """This plan's attribute j -> the panes job's slot columns (per family, in order)."""
     seen = {"d": 0, "l": 0, "s": 0}
@@ -1002,11 +1113,6 @@ def _pick(texts: list[str], at: np.ndarray) -> tuple[str, ...]:
     if len(at) == 1:
         return (texts[int(at[0])],)
     return operator.itemgetter(*at.tolist())(texts)
-
-
-def _filters(compiled: CompiledPlan) -> bool:
-    """Whether the plan needs the Spark-side filter (not pass-all, not pass-nothing)."""
-    return bool(compiled.conjuncts) and compiled.conjuncts != ((),)
 
 
 __all__ = ["StreamExecutor", "Shape", "filter_expressions", "value_arrays", "long_array",

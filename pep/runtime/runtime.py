@@ -15,7 +15,7 @@ from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS, Janitor,
                                      Retention)
 from pep.runtime.compile import PlanError, compile_plan
-from pep.runtime.executor import StreamExecutor
+from pep.runtime.executor import DEFAULT_TUPLE_PANE_MIN, StreamExecutor
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,9 @@ class RuntimeSettings:
     retention_bytes: int | None = DEFAULT_RETENTION_BYTES
     stall_seconds: float = DEFAULT_STALL_SECONDS  # input waiting this long without a batch
     janitor_interval: float = 5.0  # seconds between retention sweeps and stall checks
+    # tuple windows with panes (gcd of size and step) narrower than this travel as rows and
+    # are combined on the driver; wider ones are aggregated per pane in Spark
+    tuple_pane_min: int = DEFAULT_TUPLE_PANE_MIN
 
 
 class StreamRuntime:
@@ -98,7 +101,8 @@ class StreamRuntime:
             if executor is None:
                 executor = StreamExecutor(self.spark, stream, self.work_dir,
                                           self.trigger_interval, self.max_files_per_trigger,
-                                          self.time_window_lateness, self._closed_by_deliver)
+                                          self.time_window_lateness, self._closed_by_deliver,
+                                          self.settings.tuple_pane_min)
                 for old_id, old_plan, old_deliver in carried:
                     executor.add_handle(old_id, old_plan, old_deliver)
                 executor.add_handle(handle_id, compiled, deliver)

@@ -106,7 +106,9 @@ def _file_reader_frame(spark: SparkSession, stream: StreamDefinition, path: str,
     # A batch re-run after a failure may list a file that was removed meanwhile (a bad file
     # taken away by its owner): read what is still there rather than fail again.
     reader = reader.option("ignoreMissingFiles", "true")
-    if archive is not None:
+    if archive == DELETE_COMMITTED:
+        reader = reader.option("cleanSource", "delete")
+    elif archive is not None:
         # committed files leave the source directory for the archive (retention sweeps it)
         reader = reader.option("cleanSource", "archive").option("sourceArchiveDir", archive)
     if fmt == "csv":
@@ -171,15 +173,21 @@ def _cached_frame(spark: SparkSession, key: tuple, build: Callable[[], DataFrame
     return _FRAMES.get_or_build(spark, key, build)
 
 
+# `archive_dir` value for a directory whose files are the reader's own (a join's feed, see
+# `StreamCatalog.open_feed`): committed files are deleted rather than archived.
+DELETE_COMMITTED = "<delete committed files>"
+
+
 def build_source(spark: SparkSession, stream: StreamDefinition,
                  max_files_per_trigger: int | None = 50, archive_dir: str | None = None
                  ) -> DataFrame:
     """The stream's source as a streaming DataFrame (see the module docstring for its shape).
 
     `max_files_per_trigger` None: no bound (the runtime's skip-to-the-end query). `archive_dir`:
-    where an `ingest` stream's committed files go (Spark's `cleanSource=archive`); the files of
-    a `files` source are the owner's and are never moved. Checks run on every call; the frame
-    itself is reused for the same session, definition and options."""
+    where an `ingest` stream's committed files go (Spark's `cleanSource=archive`), or
+    `DELETE_COMMITTED`; the files of a `files` source are the owner's and are never moved. Checks
+    run on every call; the frame itself is reused for the same session, definition and
+    options."""
     src = stream.source
     kind = src.kind
     if kind == "ingest":

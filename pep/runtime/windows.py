@@ -38,7 +38,7 @@ Semantics (also in the README):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
@@ -108,9 +108,10 @@ class PaneLayout:
     parts: tuple[frozenset[str], ...]  # per aggregated attribute: the partials it needs
 
     @classmethod
-    def of(cls, window: CompiledWindow) -> "PaneLayout":
+    def of(cls, window: CompiledWindow, single: bool = False) -> "PaneLayout":
+        """`single`: every pane is one tuple (tuple windows whose tuples reach the driver)."""
         width = window.pane
-        if window.kind == "tuple" and window.keys:
+        if window.kind == "tuple" and (window.keys or single):
             width = 1  # per-key tuple counts are the driver's: keyed tuple panes are tuples
         return cls(window, width, tuple(FAMILIES[t] for _, t in window.attributes),
                    needed_parts(window))
@@ -208,6 +209,33 @@ def partials_from_arrow(table: pa.Table, layout: PaneLayout, columns: dict[str, 
         else:
             out[name] = _numeric(table.column(columns[name]), "l" if part == "c" else
                                  ("d" if part in ("ft", "lt") else fam), _filler(fam, part))
+    return out
+
+
+def partials_from_values(layout: PaneLayout, keys: np.ndarray | None, seqs: np.ndarray,
+                         values: list[tuple[np.ndarray, np.ndarray]]) -> Columns:
+    """One-tuple panes of tuple windows from a batch's tuples of one plan, in stream order:
+    `keys` (object array of key texts, None without keys), `seqs` (NO_SEQ where unknown),
+    and per aggregated attribute (values in its family's dtype, validity). Panes are numbered
+    per key from the batch's start, as `PaneWindows.add` expects."""
+    n = len(seqs)
+    if keys is None:
+        keys = np.full(n, "", dtype=object)
+        panes = np.arange(n, dtype=np.int64)
+    else:
+        _, code = _codes(keys)
+        order = np.argsort(code, kind="stable")
+        sorted_code = code[order]
+        starts = np.flatnonzero(np.concatenate([[True], sorted_code[1:] != sorted_code[:-1]]))
+        rank = np.arange(n) - np.repeat(starts, np.diff(np.concatenate([starts, [n]])))
+        panes = np.empty(n, np.int64)
+        panes[order] = rank
+    out: Columns = {"key": keys, "pane": panes, "rows": np.ones(n, np.int64),
+                    "mseq": seqs.astype(np.int64)}
+    for j, ((vals, valid), parts) in enumerate(zip(values, layout.parts)):
+        out[f"c{j}"] = valid.astype(np.int64)
+        for part in parts - {"c", "ft", "lt"}:
+            out[f"{part}{j}"] = vals
     return out
 
 
@@ -426,9 +454,10 @@ class WindowBatch:
 class PaneWindows:
     """One window plan's state between micro-batches (tuple or time windows)."""
 
-    def __init__(self, window: CompiledWindow, not_before: float | None = None) -> None:
+    def __init__(self, window: CompiledWindow, not_before: float | None = None,
+                 single: bool = False) -> None:
         self.window = window
-        self.layout = PaneLayout.of(window)
+        self.layout = PaneLayout.of(window, single)
         self.stored = empty_partials(self.layout)
         # tuple windows: per key, tuples counted so far and the next window to emit
         self.counts: dict[str, int] = {}
@@ -774,5 +803,6 @@ class TimeWindows:
 
 
 __all__ = ["PaneLayout", "PaneWindows", "WindowBatch", "TupleWindows", "TimeWindows",
-           "partials_from_rows", "partials_from_arrow", "empty_partials", "iso_utc",
+           "partials_from_rows", "partials_from_arrow", "partials_from_values",
+           "empty_partials", "iso_utc",
            "ISO_FORMAT", "KEY_SEP", "NO_SEQ"]

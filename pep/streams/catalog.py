@@ -11,6 +11,12 @@ batch. Each record gets `_xsg_seq`, a per-stream, strictly increasing integer th
 uses to order tuples for tuple windows (the file source does not keep arrival order within a
 micro-batch); the counter is persisted in the same database, so it keeps increasing after a
 restart.
+
+Feeds (`open_feed` / `close_feed`) give a reader other than the stream's own query (a join)
+every batch written after it opened, and none before: each new file is also hard-linked (copied
+where links are impossible) into the feed's directory, under the same lock that numbers the
+batches, so a feed starts exactly between two batches. The stream's own query moves the files
+it has committed to its archive; a feed's files are its reader's to consume.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -61,10 +68,15 @@ class StreamCatalog:
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._ingest_locks: dict[str, threading.Lock] = {}
+        self._feeds: dict[str, list[Path]] = {}
         self._db = Database(self.db_path, _SCHEMA)
         self._lock = self._db.lock
         # Called with the definition of every stream registered (its owner registered it).
         self._listeners: list[Callable[[StreamDefinition], None]] = []
+        # Definitions by the name they were found under: a stream, once registered, never
+        # changes and is never removed (the API has no such call), so a found one stays true.
+        # A re-decision of a thousand handles looks its stream up a thousand times.
+        self._found: dict[str, StreamDefinition] = {}
 
     def add_listener(self, callback: Callable[[StreamDefinition], None]) -> None:
         self._listeners.append(callback)
@@ -150,8 +162,15 @@ class StreamCatalog:
 
     def get(self, name: str) -> StreamDefinition | None:
         """The stream, looked up case-insensitively, or None."""
+        found = self._found.get(name) if isinstance(name, str) else None
+        if found is not None:
+            return found
         e = self.entry(name)
-        return e.definition if e else None
+        if e is None:
+            return None
+        if len(self._found) < 10_000:
+            self._found[name] = e.definition
+        return e.definition
 
     def schema(self, name: str) -> StreamSchema | None:
         """The schema of the stream spelled exactly `name` (the request processor's lookup: a
@@ -189,6 +208,38 @@ class StreamCatalog:
     def _ingest_lock(self, name: str) -> threading.Lock:
         with self._lock:
             return self._ingest_locks.setdefault(name.lower(), threading.Lock())
+
+    def open_feed(self, name: str, directory: Path) -> None:
+        """From now on, every batch appended to stream `name` also appears in `directory`."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        with self._ingest_lock(name):
+            feeds = self._feeds.setdefault(name.lower(), [])
+            if directory not in feeds:
+                feeds.append(directory)
+
+    def close_feed(self, name: str, directory: Path) -> None:
+        """Stop copying batches into `directory` (idempotent); its files are left as they are."""
+        with self._ingest_lock(name):
+            feeds = self._feeds.get(name.lower(), [])
+            if Path(directory) in feeds:
+                feeds.remove(Path(directory))
+
+    def _to_feeds(self, name: str, final: Path) -> None:
+        for feed in self._feeds.get(name.lower(), ()):
+            target = feed / final.name
+            try:
+                os.link(final, target)
+            except FileExistsError:
+                pass
+            except OSError:
+                try:  # another filesystem: a hidden copy renamed into place, never half a file
+                    hidden = feed / f".incoming-{secrets.token_hex(8)}.json.tmp"
+                    shutil.copyfile(final, hidden)
+                    os.replace(hidden, target)
+                except OSError as exc:
+                    log.error("stream %s: could not feed %s into %s: %s", name, final.name,
+                              feed, exc)
 
     def append_records(self, name: str, body: bytes) -> int:
         """Validate and append a batch of JSON lines; returns how many records were written.
@@ -238,6 +289,7 @@ class StreamCatalog:
                 os.replace(tmp, final)
             finally:
                 tmp.unlink(missing_ok=True)
+            self._to_feeds(d.name, final)
             _fsync_dir(directory)
         return len(records)
 

@@ -274,6 +274,9 @@ class StreamEvents:
 
     def environment(self) -> list[tuple[str, str, list[str]]]:
         """The environment attributes policies see now (see the module docstring)."""
+        with self._lock:
+            if not any(state.open for state in self._states.values()):
+                return []  # the common case, asked once per decision: no database read
         definitions = {(d.stream, d.name): d for d in self.all()}
         out: list[tuple[str, str, list[str]]] = []
         with self._lock:

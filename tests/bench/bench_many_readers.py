@@ -18,6 +18,9 @@ on pep.http.server); per size N:
     trigger, the micro-batch: plan table, Spark job, routing) and buffer->reader is delivery's
     (wake-up, the server's I/O thread, the socket, the reader); the runtime's own per-batch
     timings (its DEBUG line) are summarised too.
+Then revocation at that size: with every reader still connected, the owner deletes the one
+policy behind all the handles; reported are the DELETE call's duration (handles are revoked
+before it returns) and when each reader's `revoked` event arrived, counted from the call's start.
 `--runtime fake` measures delivery alone: no Spark and no ingest calls; a stand-in runtime in
 the gateway process makes the tuples and pushes each handle's rows as a RowBatch every 0.25 s.
 Everything started is stopped, even on error; every wait is bounded.
@@ -106,6 +109,7 @@ def reader_main(job_path: str) -> None:
         sel.register(s, selectors.EVENT_READ, index)
         state[index] = [s, b"", False]  # socket, pending bytes, head seen
     latencies: list[float] = []
+    revoked: list[float] = []  # arrival times of `revoked` events
     samples: list[tuple[int, int, float]] = []
     rows = gaps = 0
     window = job["window"]
@@ -147,6 +151,8 @@ def reader_main(job_path: str) -> None:
                 row = obj.get("row")
                 if row is None:
                     gaps += obj.get("event") == "gap"
+                    if obj.get("event") == "revoked":
+                        revoked.append(now)
                     continue
                 rows += 1
                 sent = row["sent"]
@@ -157,6 +163,7 @@ def reader_main(job_path: str) -> None:
     for entry in state.values():
         entry[0].close()
     Path(job["out"]).write_text(json.dumps({"latencies": latencies, "samples": samples,
+                                            "revoked": revoked,
                                             "rows": rows, "gaps": gaps, "errors": errors[:5],
                                             "still_open": len(state)}))
 
@@ -440,6 +447,16 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
             put_share = (put_times["put_seconds"] - p0, put_times["puts"] - n0)
             gateway_cpu = (time.process_time() - c0) / (time.time() - w0)
             time.sleep(3.0)  # the last rows reach their readers
+        # Revocation: the owner deletes the one policy behind every handle while all readers
+        # are connected; each reader notes when its `revoked` event arrives, and a reader
+        # process ends when all of its streams have ended.
+        t_revoke = time.time()
+        r = requests.delete(f"{gw.url}/policies/urn:bench:many:{stream}", timeout=300,
+                            headers={"Authorization": f"Bearer {ADMIN}"})
+        revoke_call = time.time() - t_revoke
+        assert r.status_code in (200, 204), r.text
+        for p in readers:
+            p.wait(timeout=120)
     finally:
         if ingest is not None and ingest.poll() is None:
             ingest.kill()
@@ -454,6 +471,7 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
                 p.wait()
         HandleBuffer.put = original_put
     lat: list[float] = []
+    revoked: list[float] = []
     samples = []
     rows = gaps = 0
     errors = []
@@ -464,6 +482,7 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
         rows += res["rows"]
         gaps += res["gaps"]
         errors += res["errors"]
+        revoked += [t - t_revoke for t in res["revoked"]]
     buffers = dict(gw.services.handles._buffers)
     key_of = {i: id(buffers[hid]) for i, hid in enumerate(ids) if hid in buffers}
     delivery_part = []
@@ -472,15 +491,12 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
         if put is not None:
             delivery_part.append(arrived - put)
     in_window = [b for b in batches.batches if window[0] <= b[0] <= window[1] + 1]
-    with requests.Session() as s:
-        for i, hid in enumerate(ids):
-            s.delete(f"{gw.url}/handles/{hid}", headers={"Authorization": f"Bearer {token(i)}"},
-                     timeout=60)
     ingested = json.loads(out.strip().splitlines()[-1])
     return {"n": n, "opened_s": opened, "connected": connected, "lat": lat, "rows": rows,
             "gaps": gaps, "errors": errors, "delivery": delivery_part, "batches": in_window,
             "ingest": ingested, "seconds": seconds, "gateway_cpu": gateway_cpu,
-            "last_seq": ingested["last_seq"], "procs": procs, "put": put_share}
+            "last_seq": ingested["last_seq"], "procs": procs, "put": put_share,
+            "revoke_call": revoke_call, "revoked": revoked}
 
 
 def report(r: dict, rate: int) -> None:
@@ -511,6 +527,11 @@ def report(r: dict, rate: int) -> None:
               f"per row, {r['put'][0]:.2f} s for {r['put'][1]:,} rows; the rest of routing is "
               f"the runtime's own")
     print(f"  gateway process CPU: {r['gateway_cpu']:.2f} cores on average")
+    rv = r["revoked"]
+    print(f"  revocation (the owner deletes the policy behind all {r['n']:,} handles): the "
+          f"DELETE returned in {r['revoke_call'] * 1000:.0f} ms; {len(rv):,} readers got "
+          f"`revoked`" + (f", p50 {pct(rv, 50) * 1000:.0f} ms, p99 {pct(rv, 99) * 1000:.0f} ms, "
+                          f"max {max(rv) * 1000:.0f} ms after the call began" if rv else ""))
     if r["errors"]:
         print("  reader errors:", r["errors"][:3])
 

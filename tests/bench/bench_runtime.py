@@ -104,11 +104,19 @@ def first_row(spark, work: Path, rounds: int, interval: float) -> None:
 
 
 def throughput(spark, work: Path, files: int, per_file: int, interval: float) -> None:
-    directory = work / "backlog"
-    directory.mkdir(parents=True)
+    """Both sides run on an empty directory; then the same backlog appears in it at once (a
+    stream's first handle starts at the stream's end: files present before would be skipped)."""
+    staging = work / "backlog-staging"
+    staging.mkdir(parents=True)
     for n in range(files):
-        write_file(directory, f"b{n:05d}.json", n * per_file, per_file)
+        write_file(staging, f"b{n:05d}.json", n * per_file, per_file)
     total = files * per_file
+
+    def link_backlog(directory: Path) -> None:
+        for p in sorted(staging.iterdir()):
+            os.link(p, directory / p.name)
+    directory = work / "backlog-direct"
+    directory.mkdir(parents=True)
 
     done = threading.Event()
     count = [0]
@@ -119,10 +127,12 @@ def throughput(spark, work: Path, files: int, per_file: int, interval: float) ->
         if count[0] >= total:
             last[0] = time.perf_counter()
             done.set()
-    started = time.perf_counter()
     q = (spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 50).json(str(directory))
          .writeStream.foreachBatch(batch).trigger(processingTime=f"{int(interval * 1000)} milliseconds")
          .start())
+    time.sleep(1)
+    started = time.perf_counter()
+    link_backlog(directory)
     done.wait(600)
     q.stop()
     direct_rate = total / (last[0] - started)
@@ -137,9 +147,13 @@ def throughput(spark, work: Path, files: int, per_file: int, interval: float) ->
             done2.set()
         return True
     rt = StreamRuntime(spark, work / "rt-tp", trigger_interval=interval, max_files_per_trigger=50)
-    started = time.perf_counter()
+    directory = work / "backlog-runtime"
+    directory.mkdir(parents=True)
     rt.attach("h", stream(directory, "backlog"), ExecutionPlan(
         "backlog", ((Predicate("temp", ">", -100),),), ("seq", "temp")), deliver)
+    time.sleep(1)
+    started = time.perf_counter()
+    link_backlog(directory)
     done2.wait(600)
     ours_rate = total / (last[0] - started)
     rt.stop()
@@ -155,9 +169,9 @@ def concurrency(spark, work: Path, n_handles: int, seconds: float, rate_per_s: i
     lock = threading.Lock()
 
     def make_deliver():
-        def deliver(rows):
+        def deliver(batch):  # a RowBatch: one JSON text per row, keys in projection order
             now = time.time()
-            lat = [now - r["sent"] for r in rows]
+            lat = [now - float(t.split(',"sent":', 1)[1].split(",", 1)[0]) for t in batch.rows]
             with lock:
                 latencies.extend(lat)
             return True

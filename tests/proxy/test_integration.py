@@ -1,4 +1,4 @@
-"""The proxy on cheroot in front of a real (small) gateway on cheroot, talking real HTTP.
+"""The proxy on its HTTP server in front of a real (small) gateway, talking real HTTP.
 
 The gateway stand-in (tests/proxy/upstream.py) uses the real InvalidationHub, so webhooks, the
 SSE feed, signatures and the proxy's re-sync are all exercised over loopback sockets.
@@ -326,3 +326,28 @@ def test_handle_urls_are_rewritten_whatever_host_the_gateway_names(gateway, prox
     assert r.json()["handle"].startswith(proxy.url + "/handles/")
     assert r.headers["Location"] == r.json()["handle"]
     assert post(proxy).json()["handle"] == r.json()["handle"]  # the hit too
+
+
+def test_metrics_count_hits_misses_and_invalidations_in_the_prometheus_format(gateway, proxy):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape():
+        r = requests.get(proxy.url + "/proxy/metrics", timeout=5)
+        assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain")
+        return {s.name: s.value for family in text_string_to_metric_families(r.text)
+                for s in family.samples}
+
+    before = scrape()
+    assert before["xsg_proxy_cache_enabled"] == 1
+    handle = post(proxy).json()["handle"]
+    post(proxy)
+    post(proxy)
+    after = scrape()
+    assert after["xsg_proxy_cache_hits_total"] - before["xsg_proxy_cache_hits_total"] == 2
+    assert after["xsg_proxy_cache_misses_total"] - before["xsg_proxy_cache_misses_total"] == 1
+    assert after["xsg_proxy_cache_entries"] >= 1
+    s = stats(proxy)  # the same numbers as /proxy/stats
+    assert s["cache"]["hits"] == after["xsg_proxy_cache_hits_total"]
+    requests.delete(handle, headers=ALICE, timeout=5)
+    assert wait_for(lambda: scrape()["xsg_proxy_cache_invalidations_total"]
+                    > after["xsg_proxy_cache_invalidations_total"])

@@ -28,7 +28,8 @@ def decide(engine, relative: str):
 def test_every_policy_file_loads_on_its_own():
     files = policy_files(POLICIES)
     assert {f.relative_to(POLICIES).as_posix() for f in files} == {
-        "weather/nea-weather-policy.xml", "ais/port-authority-policy.xml", "mls/vitals-policy.xml"}
+        "weather/nea-weather-policy.xml", "ais/port-authority-policy.xml", "mls/vitals-policy.xml",
+        "joins/routes-policy.xml"}
     for f in files:
         info = inspect_policy(PolicySource(str(f), f.read_bytes()))
         assert info.id.startswith("urn:xsg:example:") and info.version == "1.0"
@@ -37,7 +38,7 @@ def test_every_policy_file_loads_on_its_own():
 def test_every_xml_file_is_well_formed_and_requests_parse():
     requests = [p for p in POLICIES.rglob("*") if p.suffix in (".xml", ".json")
                 and p not in policy_files(POLICIES) and p.name != "streams.json"]
-    assert len(requests) == 10
+    assert len(requests) == 11
     for p in requests:
         parse_request(p.read_bytes(), JSON if p.suffix == ".json" else XML)
 
@@ -128,6 +129,21 @@ def test_ais_ship_company_and_captain(engine):
     assert captain.obligations[1].values("stream-map-attribute-id") == ["mmsi", "lon", "lat"]
     # the emergency view only while the gateway says the event is open (offline: never)
     assert decide(engine, "ais/ship-captain-emergency-request.xml").decision is Decision.DENY
+
+
+def test_port_authority_join_both_sides(engine):
+    """The join request decides `ais`; its second side, `routes`, is the same request with the
+    resource-id replaced (pep.core.access): both are Permit for the port authority."""
+    path = POLICIES / "joins" / "port-authority-join-request.xml"
+    first = engine.decide(parse_request(path.read_bytes(), XML)).results[0]
+    assert first.decision is Decision.PERMIT
+    second_body = path.read_bytes().replace(b">ais</AttributeValue>", b">routes</AttributeValue>")
+    second = engine.decide(parse_request(second_body, XML)).results[0]
+    assert second.decision is Decision.PERMIT
+    assert second.obligations[1].values("stream-map-attribute-id") == [
+        "mmsi", "next_leg", "free_load", "eta", "ts"]
+    captain = second_body.replace(b">port-authority<", b">ship-captain<")
+    assert engine.decide(parse_request(captain, XML)).results[0].decision is Decision.DENY
 
 
 def test_mls_no_read_up(engine):

@@ -119,3 +119,25 @@ def test_rotation_keeps_order_and_numbering_across_files_and_restarts(tmp_path):
     with pytest.raises(ValueError, match="never hold"):
         again.record("granted", token="secret")
     again.close()
+
+
+def test_a_batch_is_written_at_once_numbered_in_order_and_checked_before_writing(
+        tmp_path, monkeypatch):
+    import os
+
+    log = AuditLog(tmp_path, durable=True)
+    log.record("policy-added", policy_id="p0")
+    syncs = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: syncs.append(fd) or real_fsync(fd))
+    entries = log.record_many(("handle-revoked", {"subject": f"c{i}", "reason": None})
+                              for i in range(500))
+    assert len(syncs) == 1  # one flush to disk for the whole batch
+    assert [e["seq"] for e in entries] == list(range(2, 502))
+    assert "reason" not in entries[0]  # None fields are left out, as for one entry
+    with pytest.raises(ValueError, match="never hold"):
+        log.record_many([("handle-revoked", {"subject": "ok"}),
+                         ("granted", {"Authorization": "Bearer x"})])
+    assert [e["seq"] for e in log.entries()] == list(range(1, 502))  # nothing half-written
+    assert log.record_many([]) == []
+    log.close()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -126,7 +127,7 @@ def test_cli_policy_commands_against_the_server(live, capsys, tmp_path):
     new.write_bytes(simple_policy("urn:test:rain", "rain", "other"))
 
     code, out, _ = run_cli(capsys, *common, "add", str(new))
-    assert code == 0 and "added urn:test:rain version 1.0 (store version 4)" in out
+    assert code == 0 and "added urn:test:rain version 1.0 (store version 5)" in out
     code, out, _ = run_cli(capsys, *common, "list")
     assert code == 0 and "urn:test:rain" in out and WEATHER_ID in out
     code, out, _ = run_cli(capsys, *common, "list", "--json")
@@ -247,7 +248,7 @@ def test_xsg_serve_embedded_defaults_and_graceful_stop(tmp_path):
             proc.wait(timeout=30)
             pytest.fail("no banner:\n" + "\n".join(lines) + "\n--- stderr ---\n"
                         + err_path.read_text(errors="replace")[-5000:])
-        assert "3 policies loaded (3 seeded" in "\n".join(lines)
+        assert "4 policies loaded (4 seeded" in "\n".join(lines)
         # the banner names each subject's roles as the PDP sees them, and who may administer
         assert roles["nea"] == "roles: data-owner  + admin"
         assert roles["lta"] == "roles: consumer"
@@ -257,7 +258,7 @@ def test_xsg_serve_embedded_defaults_and_graceful_stop(tmp_path):
         assert (tmp_path / "data" / "policies.db").exists()
         r = requests.get(f"{url}/policies", headers={"Authorization": f"Bearer {tokens['nea']}"},
                          timeout=5)
-        assert r.status_code == 200 and len(r.json()) == 3
+        assert r.status_code == 200 and len(r.json()) == 4
         r = requests.post(f"{url}/pdp", data=LTA_REQUEST_XML.read_bytes(), timeout=5,
                           headers={"Authorization": f"Bearer {tokens['lta']}", "Content-Type": XML})
         assert b"Permit" in r.content
@@ -271,6 +272,10 @@ def test_xsg_serve_embedded_defaults_and_graceful_stop(tmp_path):
                         + err_path.read_text(errors="replace")[-5000:])
         assert code == 0, err_path.read_text(errors="replace")[-5000:]
         assert "stopping..." in out_path.read_text()
+        # one log format: Spark's JVM lines look like ours, not like log4j's default
+        err = err_path.read_text(errors="replace")
+        assert "Using Spark's default log4j profile" not in err
+        assert not re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d ", err, re.MULTILINE), err[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+
+import pytest
 import threading
 import time
 
@@ -32,9 +34,14 @@ def runtime_for(spark, work, **settings):
         trigger_interval=0.2, max_files_per_trigger=2, **settings))
 
 
-def test_first_handle_starts_at_the_end_and_again_after_the_last_left(spark, tmp_path):
+@pytest.mark.parametrize("files_before", [1, 5])
+def test_first_handle_starts_at_the_end_and_again_after_the_last_left(spark, tmp_path,
+                                                                     files_before):
+    """Files present at a stream's first attach are skipped: up to maxFilesPerTrigger (2 here)
+    by the query's first batch, more by a one-batch query that commits them unread."""
     sd = ingest(tmp_path)
-    write_jsonl(tmp_path / "ck", "a.json", recs(0, 5))  # before any handle: never delivered
+    for i in range(files_before):  # before any handle: never delivered
+        write_jsonl(tmp_path / "ck", f"a{i}.json", recs(100 + i, 101 + i))
     rt = runtime_for(spark, tmp_path / "work")
     try:
         first = Collector()

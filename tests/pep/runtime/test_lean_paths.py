@@ -58,7 +58,7 @@ def test_source_frame_reused_but_checks_still_run(spark, tmp_path):
 
 def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
     from pep.runtime.compile import compile_plan
-    from pep.runtime.executor import PIDS_COLUMN, POS_COLUMN, StreamExecutor
+    from pep.runtime.executor import PIDS_COLUMN, StreamExecutor
     from pep.runtime.sources import SEQ_COLUMN
     ex = StreamExecutor(spark, definition(tmp_path), tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -79,16 +79,21 @@ def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
     shape, scalar = attach("a", ExecutionPlan(
         "lean", ((Predicate("station", "=", "s1"), Predicate("ok", "=", True)),), ("hum",)))
     arrow = ex.rows_frame(batch, scalar, shape).toArrow()
-    assert arrow.column_names == ["hum", SEQ_COLUMN, POS_COLUMN, PIDS_COLUMN]
+    assert arrow.column_names == ["hum", SEQ_COLUMN, PIDS_COLUMN]  # ingest: _xsg_seq orders
     assert arrow.column("hum").to_pylist() == [i for i in range(12) if i % 3 == 1 and i % 2 == 0]
-    # a window plan adds nothing to the rows: its tuples become panes in Spark
+    # a window with wide panes adds nothing to the rows: its tuples become panes in Spark
     shape, scalar = attach("b", ExecutionPlan(
-        "lean", None, ("temp",), WindowSpec("tuple", 4, 4, (Aggregate("temp", "avg"),))))
+        "lean", None, ("temp",), WindowSpec("tuple", 8, 8, (Aggregate("temp", "avg"),))))
     assert shape.plain_columns == ("hum",) and shape.tuple_windows
     assert shape.slots == (("d0", "d", frozenset({"c", "s"})),)
     panes = ex.panes_frame(batch, scalar, shape).toArrow()
-    assert panes.num_rows == 3  # 12 tuples, panes of 4
-    assert sorted(panes.column("rows").to_pylist()) == [4, 4, 4]
+    assert panes.num_rows == 2  # 12 tuples, panes of 8
+    assert sorted(panes.column("rows").to_pylist()) == [4, 8]
+    # a tuple window with narrow panes (here 2) reads its tuples from the rows
+    shape, _ = attach("c", ExecutionPlan(
+        "lean", None, (), WindowSpec("tuple", 4, 2, (Aggregate("ok", "max"),))))
+    assert shape.plain_columns == ("hum", "ok")
     ex.remove_handle("a")
+    ex.remove_handle("c")
     plans, version = ex._current()
     assert ex._shape_of(plans, version).plain_columns == ()

@@ -8,6 +8,8 @@ import json
 import math
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
                            StreamDefinition, StreamSchema, WindowSpec)
 from pep.core.rows import RowBatch
@@ -158,11 +160,14 @@ def sort_key(plan):
     return lambda r: (r["window_start"], json.dumps(r.get(k)))
 
 
-def run(spark, tmp_path, batches, names=None):
-    from pep.runtime.executor import StreamExecutor
+def run(spark, tmp_path, batches, names=None, tuple_pane_min=None):
+    """Feed `batches` through one executor's micro-batch function; tuple_pane_min 1: every
+    keyless tuple window is aggregated per pane in Spark (else narrow panes travel as rows)."""
+    from pep.runtime.executor import DEFAULT_TUPLE_PANE_MIN, StreamExecutor
     sd = StreamDefinition("x", "o", SCHEMA, SourceSpec("ingest", (("path", str(tmp_path)),)),
                           time_attribute="ts")
-    ex = StreamExecutor(spark, sd, tmp_path / "work", 0.25, 2, 0.0, lambda h: None)
+    ex = StreamExecutor(spark, sd, tmp_path / "work", 0.25, 2, 0.0, lambda h: None,
+                        tuple_pane_min or DEFAULT_TUPLE_PANE_MIN)
     names = list(PLANS) if names is None else names
     got: dict[str, list[RowBatch]] = {name: [] for name in names}
     for name in names:
@@ -199,9 +204,13 @@ def check(got, recs):
             assert max(b.last_position for b in batches) == max(lasts)
 
 
-def test_one_batch_matches_brute_force(spark, tmp_path):
+@pytest.mark.parametrize("tuple_pane_min", [None, 1])
+def test_one_batch_matches_brute_force(spark, tmp_path, tuple_pane_min):
     recs = records(40)
-    ex, got = run(spark, tmp_path, [recs])
+    ex, got = run(spark, tmp_path, [recs], tuple_pane_min=tuple_pane_min)
+    plans, _ = ex._current()
+    rows = {s.compiled.key: s.rows for s in plans}
+    assert rows[PLANS["tuple-wide-step"].key()] == (tuple_pane_min is None)
     check(got, recs)
     assert [n for n in PLANS if not got[n]] == []  # every plan produced something
     stats = ex.stats()
@@ -212,7 +221,10 @@ def test_one_batch_matches_brute_force(spark, tmp_path):
 def test_two_batches_split_at_every_position(spark, tmp_path):
     recs = records(12)
     for cut in range(len(recs) + 1):
-        _, got = run(spark, tmp_path / f"c{cut}", [recs[:cut], recs[cut:]])
+        # tuple windows' tuples as rows, and (every third cut) as panes aggregated in Spark
+        pane_min = 1 if cut % 3 == 0 else None
+        _, got = run(spark, tmp_path / f"c{cut}", [recs[:cut], recs[cut:]],
+                     tuple_pane_min=pane_min)
         check(got, recs)
         assert [n for n in PLANS if not got[n]] == []
 
@@ -223,7 +235,8 @@ def test_one_tuple_panes_come_back_as_values(spark, tmp_path):
     recs = records(30)
     names = ["plain", "tuple", "tuple-keyed"]
     for cut in (0, 7, 30):
-        ex, got = run(spark, tmp_path / f"c{cut}", [recs[:cut], recs[cut:]], names)
+        ex, got = run(spark, tmp_path / f"c{cut}", [recs[:cut], recs[cut:]], names,
+                      tuple_pane_min=1)
         plans, version = ex._current()
         assert ex._shape_of(plans, version).raw
         check(got, recs)

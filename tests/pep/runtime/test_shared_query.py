@@ -237,7 +237,7 @@ def test_physical_plan_does_not_grow_with_handles_and_constants_are_data(spark, 
                                 WindowSpec("tuple" if i % 2 else "time", 4 + i, 2,
                                            (Aggregate("temp", "max"), Aggregate("hum", "sum")),
                                            "ts", keys=("station",) if i % 3 == 0 else ()))
-                  for i in range(n_handles + 1)]  # both kinds, with and without keys
+                  for i in range(n_handles + 3)]  # both kinds, with and without keys
         for i, p in enumerate(plans):
             ex.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
         states, version = ex._current()

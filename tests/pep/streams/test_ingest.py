@@ -322,3 +322,22 @@ def test_source_options_refuse_lone_surrogates_and_non_finite_numbers(catalog):
     with pytest.raises(StreamError, match="finite"):
         catalog.register("g", "nea", None, {"kind": "generator", "schema": "weather",
                                             "rate": float("inf")})
+
+
+def test_a_feed_receives_every_batch_after_it_opened_and_none_before(catalog, tmp_path):
+    catalog.append_records("weather", line(rainrate=1.0).encode())
+    feed = tmp_path / "feed" / "left"
+    catalog.open_feed("WEATHER", feed)  # names are case-insensitive, as everywhere
+    assert os.listdir(feed) == []
+    catalog.append_records("weather", (line(rainrate=2.0) + "\n" + line(rainrate=3.0)).encode())
+    catalog.append_records("weather", line(rainrate=4.0).encode())
+    fed = sorted(os.listdir(feed))
+    assert fed == ingest_files(catalog)[1:]  # same names, only the later batches
+    rows = [json.loads(x) for f in fed for x in (feed / f).read_text().splitlines()]
+    assert [r["rainrate"] for r in rows] == [2.0, 3.0, 4.0]
+    # the stream's own reader may move its files away: the feed keeps its own
+    os.remove(catalog.ingest_dir("weather") / fed[0])
+    assert (feed / fed[0]).exists()
+    catalog.close_feed("weather", feed)
+    catalog.append_records("weather", line(rainrate=5.0).encode())
+    assert sorted(os.listdir(feed)) == fed

@@ -13,7 +13,7 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "policies" / "streams.json"
 def test_examples_seed_an_empty_catalogue_once(tmp_path):
     catalog = StreamCatalog(tmp_path / "streams.db", tmp_path)
     try:
-        assert seed_streams(catalog, EXAMPLES) == ["weather", "ais", "vitals"]
+        assert seed_streams(catalog, EXAMPLES) == ["weather", "ais", "vitals", "routes"]
         weather = catalog.get("weather")
         assert weather.owner == "nea" and weather.source.kind == "ingest"
         assert weather.schema == WEATHER_SCHEMA  # the API-fed stream has the generator's schema
@@ -21,7 +21,7 @@ def test_examples_seed_an_empty_catalogue_once(tmp_path):
         assert catalog.get("ais").source.kind == "generator"
         # a catalogue that already holds streams is left alone (owners' changes survive restarts)
         assert seed_streams(catalog, EXAMPLES) == []
-        assert len(catalog.all()) == 3
+        assert len(catalog.all()) == 4
     finally:
         catalog.close()
 

@@ -1,0 +1,519 @@
+"""Joins of two streams under policy: each side enforced first, then the windowed join.
+
+A join request names a first stream (the XACML request's resource-id) and, in its user query, a
+second stream with the join condition (see `pep.core.userquery`). Each side is decided by the PDP
+on its own (`pep.core.access` builds the second side's request from the first with the
+resource-id replaced) and merged with its part of the user query exactly as a single-stream
+request is (`pep.core.merge`), which gives two side plans. This module takes the two merged
+sides and the join part of the query and gives the `JoinPlan`, or refuses:
+
+- the join condition may use only attributes that each side's authorised output exposes: an
+  attribute the side's policy hides (by its map, or because the policy lets the side be seen only
+  through its window) is refused naming it (`QueryRefused`, 403); one the consumer's own map or
+  window left out, or that does not exist, is invalid (`QueryInvalid`, 400);
+- a time-windowed side joins on its window outputs (window_start, window_end, group-by keys,
+  aggregates), never on raw tuples; a tuple-windowed side cannot be joined (Spark cannot join
+  after a count-based window: `Unprocessable`, 422);
+- a plain side's time is its stream's event-time attribute, which the time bound uses: it must be
+  one of the side's outputs like any attribute of the condition; a windowed side's time is its
+  window_end. `within` is required unless both sides are windowed (then it defaults to 0);
+- the output holds both sides' outputs named `<stream>.<output>`; a stream joined with itself is
+  refused (two windows over one stream in one query is what the one-window rule forbids).
+
+Why this cannot leak what either policy hides: every row of a side is a row the consumer would
+get from that stream alone (the same merged plan, policy filter before any window), the join
+condition and the time bound read only those rows' outputs, and a result row is a pair of such
+rows. The join only selects among authorised rows, so it shows nothing that two single-stream
+handles would not show; it holds the caller's one window on both streams, so it never adds a
+second window over a stream either. In Spark, each side's watermark is taken after its policy
+filter, so a hidden tuple does not even move a side's time.
+
+NR/PR analysis: each side's own warnings (prefixed with its stream), plus NR for the join
+condition: an equality whose two sides' filters can never agree (the left keeps station = 'A',
+the right area = 'B'), or a time bound their time filters can never meet, checked with the
+interval machinery of `pep.core.analysis` over every pair of the sides' filter conjuncts. A
+windowed side's key, min, max, firstval and lastval outputs are values of the attribute they come
+from, so the side's filter constrains them; its other aggregates and window bounds are not
+analysed. The check never claims NR wrongly; it may miss one that needs reasoning across
+several outputs of a windowed side.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Literal
+
+from pep.core.analysis import Warning, values_satisfiable
+from pep.core.errors import Unprocessable
+from pep.core.explain import graph_to_json, plan_to_json, quote_identifier, render_sql
+from pep.core.conditions import format_literal
+from pep.core.graph import QueryGraph
+from pep.core.merge import MergeResult, QueryInvalid, QueryRefused
+from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema
+from pep.core.userquery import JoinQuery
+
+Side = Literal["left", "right"]
+NUMERIC = frozenset({"double", "long"})
+ORDER_PRESERVING = frozenset({"min", "max", "firstval", "lastval"})
+MAX_CONJUNCT_PAIRS = 4096  # beyond, the join condition is not analysed (said as INFO)
+MAX_CHOICES = 256
+
+
+@dataclass(frozen=True)
+class JoinSide:
+    """One merged side: its stream, schema, merge result and the graphs it was merged from."""
+
+    stream: str
+    schema: StreamSchema
+    merged: MergeResult
+    policy: QueryGraph
+    user: QueryGraph | None = None
+    time_attribute: str | None = None  # the stream's event-time attribute
+
+    @property
+    def plan(self) -> ExecutionPlan:
+        return self.merged.plan
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    plan: JoinPlan
+    warnings: tuple[Warning, ...]
+    sql: str
+    plan_json: dict
+    graph_json: dict
+    output: tuple[str, ...]
+
+    @property
+    def nr(self) -> bool:
+        return any(w.kind == "NR" for w in self.warnings)
+
+
+# -- what a side shows ----------------------------------------------------------------------------
+
+def _aggregate_type(function: str, attribute_type: str) -> str:
+    if function == "count":
+        return "long"
+    if function == "avg":
+        return "double"
+    return attribute_type
+
+
+def side_outputs(plan: ExecutionPlan, schema: StreamSchema) -> dict[str, str]:
+    """The side's output attributes and their types, in output order: the projection of a plain
+    side; window_start, window_end, group-by keys and aggregates of a windowed one."""
+    def type_of(name: str) -> str:
+        field = schema.lookup(name)
+        return field.type if field is not None else "double"
+
+    w = plan.window
+    if w is None:
+        return {a: type_of(a) for a in plan.projection}
+    bound = "timestamp" if w.time_attribute is None or type_of(w.time_attribute) == "timestamp" \
+        else "double"
+    out = {"window_start": bound, "window_end": bound}
+    for key in w.keys:
+        out[key] = type_of(key)
+    for agg in w.aggregates:
+        out[agg.output_name] = _aggregate_type(agg.function, type_of(agg.attribute))
+    return out
+
+
+def output_names(plan: ExecutionPlan) -> tuple[str, ...]:
+    """The side's output names (no schema needed)."""
+    w = plan.window
+    if w is None:
+        return tuple(plan.projection)
+    return ("window_start", "window_end", *w.keys, *(a.output_name for a in w.aggregates))
+
+
+def output_source(plan: ExecutionPlan, name: str) -> str | None:
+    """The attribute whose every value an output is (so the side's filter constrains it)."""
+    w = plan.window
+    if w is None:
+        return name if name in plan.projection else None
+    if name in w.keys:
+        return name
+    for agg in w.aggregates:
+        if agg.output_name == name and agg.function in ORDER_PRESERVING:
+            return agg.attribute
+    return None
+
+
+def join_output(plan: JoinPlan) -> tuple[str, ...]:
+    """A result row's attribute names: both sides' outputs, `<stream>.<output>`."""
+    return (tuple(plan.output_name("left", n) for n in output_names(plan.left))
+            + tuple(plan.output_name("right", n) for n in output_names(plan.right)))
+
+
+def _family(kind: str) -> str:
+    return "number" if kind in NUMERIC else kind
+
+
+# -- naming the condition's attributes ------------------------------------------------------------
+
+def _policy_exposes(side: JoinSide, attribute: str) -> bool:
+    m = side.policy.map
+    return attribute in (m.attributes if m is not None else side.schema.names)
+
+
+def _resolve(side: JoinSide, name: str, role: str) -> str:
+    """The side's output named `name` (case-insensitive); refuses naming it otherwise."""
+    outputs = side_outputs(side.plan, side.schema)
+    for out in outputs:
+        if out.lower() == name.lower():
+            return out
+    shown = ", ".join(outputs) or "nothing"
+    field = side.schema.lookup(name)
+    if field is None:
+        # maybe an aggregate of a hidden attribute (avg_humidity): refuse naming that attribute
+        function, _, attribute = name.partition("_")
+        hidden = side.schema.lookup(attribute) if function and attribute else None
+        if hidden is not None and not _policy_exposes(side, hidden.name):
+            raise QueryRefused(
+                f"the join {role} uses {name!r} of stream {side.stream!r}: an aggregate of "
+                f"attribute {hidden.name!r}, which that stream's policy hides", hidden.name)
+        raise QueryInvalid(f"the join {role} uses {name!r}, which is not an output of stream "
+                           f"{side.stream!r} (its side shows: {shown})", attribute=name)
+    attribute = field.name
+    if not _policy_exposes(side, attribute):
+        raise QueryRefused(f"the join {role} uses attribute {attribute!r} of stream "
+                           f"{side.stream!r}, which that stream's policy hides", attribute)
+    if side.plan.window is not None:
+        if side.policy.window is not None:
+            raise QueryRefused(
+                f"the join {role} uses attribute {attribute!r} of stream {side.stream!r}, whose "
+                "policy lets it be seen only through its window: a windowed side joins on its "
+                f"window outputs ({shown}), never on raw tuples", attribute)
+        raise QueryInvalid(f"the join {role} uses attribute {attribute!r} of stream "
+                           f"{side.stream!r}, but your query windows that side: join on its "
+                           f"window outputs ({shown})", attribute=attribute)
+    raise QueryInvalid(f"the join {role} uses attribute {attribute!r} of stream {side.stream!r}, "
+                       f"which your own map for that side leaves out (it shows: {shown}); add it",
+                       attribute=attribute)
+
+
+def _time_of(side: JoinSide) -> str:
+    w = side.plan.window
+    if w is not None:
+        if w.kind != "time":
+            raise Unprocessable(
+                f"stream {side.stream!r}: a tuple-windowed side cannot be joined (Spark cannot "
+                "join after a count-based window); only plain and time-windowed sides can",
+                stream=side.stream)
+        return "window_end"
+    time_attr = side.time_attribute or next(
+        (f.name for f in side.schema.fields if f.type == "timestamp"), None)
+    if time_attr is None:
+        raise Unprocessable(f"stream {side.stream!r} has no event-time attribute; a join needs "
+                            "one on each side", stream=side.stream)
+    return _resolve(side, time_attr, "time bound")
+
+
+# -- the join -------------------------------------------------------------------------------------
+
+def check_streams(first: str, second: str) -> None:
+    """Refuse a join of a stream with itself (before its second side is decided)."""
+    if first == second:
+        raise QueryInvalid(f"a join of stream {first!r} with itself is not supported: it would "
+                           "put two windows over one stream in one query, which the one-window "
+                           "rule forbids", stream=second)
+
+
+def _check_no_anchor(side: JoinSide) -> None:
+    """A side whose filter measures DISTANCE_TO a moving anchor cannot be joined: the anchor's
+    positions are tracked only by the stream's own shared query, not by a join's. Refused
+    (never run without the filter)."""
+    for conj in side.plan.filter_dnf or ():
+        for p in conj:
+            if getattr(p, "function", None) == "distance_to":
+                raise Unprocessable(f"stream {side.stream!r}: its filter uses DISTANCE_TO (a "
+                                    "moving anchor), which a join cannot evaluate; read the "
+                                    "stream on its own instead")
+
+
+def build_join(left: JoinSide, right: JoinSide, query: JoinQuery) -> JoinResult:
+    """The JoinPlan of two merged sides and the join part of the query, with its warnings,
+    SQL-like text and JSON; raises QueryRefused, QueryInvalid or Unprocessable."""
+    check_streams(left.stream, right.stream)
+    for side in (left, right):
+        _check_no_anchor(side)
+    left_time, right_time = _time_of(left), _time_of(right)
+    lout, rout = side_outputs(left.plan, left.schema), side_outputs(right.plan, right.schema)
+    pairs: list[tuple[str, str]] = []
+    for a, b in query.on:
+        la, rb = _resolve(left, a, "condition"), _resolve(right, b, "condition")
+        if _family(lout[la]) != _family(rout[rb]):
+            raise QueryInvalid(f"the join condition compares {left.stream}.{la} ({lout[la]}) "
+                               f"with {right.stream}.{rb} ({rout[rb]}); both sides of an "
+                               "equality need the same kind of value", attribute=rb)
+        if (la, rb) not in pairs:
+            pairs.append((la, rb))
+    within = query.within
+    if within is None:
+        if left.plan.window is None or right.plan.window is None:
+            raise QueryInvalid("a join with a plain (unwindowed) side needs 'within': how many "
+                               "seconds apart two tuples may be to meet")
+        within = 0.0
+    plan = JoinPlan(left.plan, right.plan, tuple(pairs), float(within), left_time, right_time)
+
+    warnings: list[Warning] = []
+    for side in (left, right):
+        for w in side.merged.warnings:
+            warnings.append(Warning(w.kind, w.operator, f"{side.stream}: {w.message}",
+                                    w.predicates))
+    nr = analyse_join(plan, left, right)
+    if nr is not None:
+        warnings.append(nr)
+    return JoinResult(plan, tuple(warnings), render_join_sql(plan, left.schema, right.schema),
+                      join_plan_to_json(plan), join_graph_json(plan, left, right),
+                      join_output(plan))
+
+
+# -- NR analysis of the join condition ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Member:
+    side: Side
+    output: str
+    source: str | None  # attribute the side's filter constrains, if any
+
+
+def _classes(plan: JoinPlan) -> list[list[tuple[Side, str]]]:
+    """Equivalence classes of outputs the equalities make equal (union-find)."""
+    parent: dict[tuple[Side, str], tuple[Side, str]] = {}
+
+    def find(x):
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in plan.on:
+        ra, rb = find(("left", a)), find(("right", b))
+        if ra != rb:
+            parent[ra] = rb
+    groups: dict[tuple, list] = {}
+    for node in list(parent):
+        groups.setdefault(find(node), []).append(node)
+    return [sorted(g) for g in groups.values()]
+
+
+def _preds(conj, attribute: str | None) -> list[tuple[str, object]]:
+    if attribute is None:
+        return []
+    # spatial predicates have no single attribute: left out, which can only hide an NR
+    return [(p.op, p.value) for p in conj if getattr(p, "attribute", None) == attribute]
+
+
+def _texts(conj, attribute: str | None) -> list[str]:
+    if attribute is None:
+        return []
+    return [f"{p.attribute} {p.op} {format_literal(p.value)}" for p in conj
+            if getattr(p, "attribute", None) == attribute]
+
+
+def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> Warning | None:
+    """NR when the join condition can never hold given the sides' filters (see the module
+    docstring); an INFO warning when there are too many alternatives to check; else None."""
+    sides = {"left": (left, plan.left), "right": (right, plan.right)}
+    dnfs = {name: plan_.filter_dnf for name, (_, plan_) in sides.items()}
+    if () in dnfs.values():
+        return None  # a side can never deliver: its own NR warning says why
+    conjuncts = {name: (dnf if dnf is not None else ((),)) for name, dnf in dnfs.items()}
+    windowed = {name: plan_.window is not None for name, (_, plan_) in sides.items()}
+    kinds = {"left": side_outputs(plan.left, left.schema),
+             "right": side_outputs(plan.right, right.schema)}
+    classes = []
+    for group in _classes(plan):
+        members = [_Member(s, o, output_source(sides[s][1], o)) for s, o in group]
+        types = {kinds[m.side][m.output] for m in members}
+        kind = "long" if "long" in types else next(iter(types))
+        classes.append((members, kind))
+    # the time bound is analysed between plain sides (a window's end is not constrained by its
+    # side's filter), unless an equality already makes the two times equal
+    time_check = not any(windowed.values()) and not any(
+        {("left", plan.left_time), ("right", plan.right_time)}
+        <= {(m.side, m.output) for m in members} for members, _ in classes)
+
+    raw_choices = [conjuncts[s] if not windowed[s] else ((),) for s in ("left", "right")]
+    if len(raw_choices[0]) * len(raw_choices[1]) > MAX_CONJUNCT_PAIRS:
+        return Warning("INFO", "join", "the join condition is too large to analyse for "
+                       "results that can never come (too many alternatives in the sides' "
+                       "filters); it is still enforced")
+    first_failure: str | None = None
+    failed_predicates: list[str] = []
+    for lc, rc in itertools.product(*raw_choices):
+        chosen = {"left": lc, "right": rc}
+        failure = None
+        for members, kind in classes:
+            if not _class_satisfiable(members, kind, chosen, windowed, conjuncts):
+                failure = _describe_class(plan, members, chosen, windowed, conjuncts)
+                break
+        if failure is None and time_check and not _time_satisfiable(plan, lc, rc):
+            failure = _describe_time(plan, lc, rc)
+        if failure is None:
+            return None
+        if first_failure is None:
+            first_failure, failed_predicates = failure
+    assert first_failure is not None
+    return Warning("NR", "join", "no result: the join can never match: " + first_failure,
+                   tuple(dict.fromkeys(failed_predicates)))
+
+
+def _class_satisfiable(members, kind, chosen, windowed, conjuncts) -> bool:
+    fixed: list = []
+    free = []
+    for m in members:
+        if m.source is None:
+            continue
+        if windowed[m.side]:
+            free.append(m)
+        else:
+            fixed.extend(_preds(chosen[m.side], m.source))
+    options = [conjuncts[m.side] for m in free]
+    total = 1
+    for o in options:
+        total *= len(o)
+    if total > MAX_CHOICES:
+        return True  # too many to check: never claim NR without proof
+    for combo in itertools.product(*options):
+        preds = list(fixed)
+        for m, conj in zip(free, combo):
+            preds.extend(_preds(conj, m.source))
+        if values_satisfiable(kind, preds):
+            return True
+    return False
+
+
+def _describe_class(plan, members, chosen, windowed, conjuncts) -> tuple[str, list[str]]:
+    names = " = ".join(f"{plan.left.stream if m.side == 'left' else plan.right.stream}."
+                       f"{m.output}" for m in members)
+    parts, predicates = [], []
+    for m in members:
+        stream = plan.left.stream if m.side == "left" else plan.right.stream
+        if m.source is None:
+            continue
+        if windowed[m.side]:
+            texts = sorted({t for conj in conjuncts[m.side] for t in _texts(conj, m.source)})
+        else:
+            texts = _texts(chosen[m.side], m.source)
+        if texts:
+            parts.append(f"{stream}'s filter keeps only {' AND '.join(texts)}")
+            predicates.extend(texts)
+    detail = "; ".join(parts) if parts else "no value satisfies both sides"
+    return f"{names} never holds ({detail})", predicates
+
+
+def _interval(preds) -> tuple:
+    """(low, low inclusive, high, high inclusive) of a conjunct's comparisons on one attribute
+    (None: unbounded); `!=` is ignored (it removes a point, which a positive bound covers)."""
+    lo = hi = None
+    lo_incl = hi_incl = True
+    for op, v in preds:
+        if op in (">", ">=", "="):
+            incl = op != ">"
+            if lo is None or v > lo or (v == lo and not incl):
+                lo, lo_incl = v, incl
+        if op in ("<", "<=", "="):
+            incl = op != "<"
+            if hi is None or v < hi or (v == hi and not incl):
+                hi, hi_incl = v, incl
+    return lo, lo_incl, hi, hi_incl
+
+
+def _time_satisfiable(plan: JoinPlan, lc, rc) -> bool:
+    lpreds, rpreds = _preds(lc, plan.left_time), _preds(rc, plan.right_time)
+    if not lpreds or not rpreds:
+        return True
+    if plan.within == 0:
+        return values_satisfiable("double", lpreds + rpreds)
+    lo, lo_incl, hi, hi_incl = _interval(lpreds)
+    grown = []
+    if lo is not None:
+        grown.append((">=" if lo_incl else ">", float(lo) - plan.within))
+    if hi is not None:
+        grown.append(("<=" if hi_incl else "<", float(hi) + plan.within))
+    return values_satisfiable("double", grown + rpreds)
+
+
+def _describe_time(plan: JoinPlan, lc, rc) -> tuple[str, list[str]]:
+    lt, rt = _texts(lc, plan.left_time), _texts(rc, plan.right_time)
+    return (f"{plan.left.stream}.{plan.left_time} and {plan.right.stream}.{plan.right_time} are "
+            f"never within {_seconds(plan.within)} s of each other ({plan.left.stream}'s filter "
+            f"keeps only {' AND '.join(lt)}; {plan.right.stream}'s only {' AND '.join(rt)})",
+            lt + rt)
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+# -- renderings -----------------------------------------------------------------------------------
+
+def join_plan_to_json(plan: JoinPlan) -> dict:
+    """The join as JSON: both side plans (as a single stream's), the condition, the output."""
+    return {
+        "join": {
+            "left": plan_to_json(plan.left),
+            "right": plan_to_json(plan.right),
+            "on": [{"left": a, "right": b} for a, b in plan.on],
+            "within": plan.within,
+            "time": {"left": plan.left_time, "right": plan.right_time},
+        },
+        "streams": list(plan.streams),
+        "key": plan.key(),
+        "output": list(join_output(plan)),
+    }
+
+
+def _time_interval(seconds: float) -> str:
+    return f"INTERVAL '{_seconds(seconds)}' SECOND"
+
+
+def render_join_sql(plan: JoinPlan, left_schema: StreamSchema | None = None,
+                    right_schema: StreamSchema | None = None) -> str:
+    """The join as Spark-SQL-like text (never executed): each side its own authorised view."""
+    ls, rs = plan.left.stream, plan.right.stream
+    lq, rq = quote_identifier(ls), quote_identifier(rs)
+    lines = [f"-- authorised join of {lq} and {rq}, plan {plan.key()[:16]}",
+             "-- each side is that stream's own authorised view (its policy's filter, map and "
+             "window applied first)"]
+
+    def body(side_plan: ExecutionPlan, schema: StreamSchema | None) -> str:
+        text = render_sql(side_plan, schema).rstrip(";")
+        return "\n".join("  " + line for line in text.splitlines())
+
+    lines.append(f"WITH {lq} AS (\n{body(plan.left, left_schema)}\n), {rq} AS (\n"
+                 f"{body(plan.right, right_schema)}\n)")
+    cols = [f"{lq}.{quote_identifier(n)} AS {quote_identifier(f'{ls}.{n}')}"
+            for n in output_names(plan.left)]
+    cols += [f"{rq}.{quote_identifier(n)} AS {quote_identifier(f'{rs}.{n}')}"
+             for n in output_names(plan.right)]
+    lines.append("SELECT " + ",\n       ".join(cols))
+    lines.append(f"FROM {lq} JOIN {rq}")
+    conditions = [f"{lq}.{quote_identifier(a)} = {rq}.{quote_identifier(b)}" for a, b in plan.on]
+    lt, rt = f"{lq}.{quote_identifier(plan.left_time)}", f"{rq}.{quote_identifier(plan.right_time)}"
+    if plan.within == 0:
+        conditions.append(f"{lt} = {rt}")
+    else:
+        iv = _time_interval(plan.within)
+        conditions.append(f"{lt} BETWEEN {rt} - {iv} AND {rt} + {iv}")
+    lines.append("  ON " + "\n AND ".join(conditions) + ";")
+    return "\n".join(lines)
+
+
+def join_graph_json(plan: JoinPlan, left: JoinSide, right: JoinSide) -> dict:
+    return {"sink": {"op": "join",
+                     "on": [{"left": f"{plan.left.stream}.{a}", "right": f"{plan.right.stream}.{b}"}
+                            for a, b in plan.on],
+                     "within": plan.within,
+                     "time": {"left": plan.left_time, "right": plan.right_time},
+                     "left": graph_to_json(left.merged.graph, left.schema),
+                     "right": graph_to_json(right.merged.graph, right.schema)}}
+
+
+__all__ = ["JoinSide", "JoinResult", "build_join", "check_streams", "analyse_join", "side_outputs",
+           "output_names", "output_source", "join_output", "join_plan_to_json",
+           "render_join_sql", "join_graph_json"]

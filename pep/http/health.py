@@ -1,0 +1,32 @@
+"""What GET /health says about the gateway's streams (the PDP's blueprint serves the route)."""
+from __future__ import annotations
+
+
+def stream_health(runtime: object, detailed: bool) -> dict:
+    """The streams' part of GET /health: how many stream queries are in each state, and a
+    problem per stalled or failed one. Stream names and errors only for an administrator's
+    token (the endpoint is public); a runtime that has not started reports nothing."""
+    health = getattr(runtime, "health", None)
+    states = health() if health is not None else {}
+    counts: dict[str, int] = {}
+    problems = []
+    for name, state in sorted(states.items()):
+        kind = state.get("state", "unknown")
+        counts[kind] = counts.get(kind, 0) + 1
+        if kind not in ("stalled", "failed"):
+            continue
+        if not detailed:
+            problems.append(f"a stream is {kind}")
+        elif kind == "failed" and state.get("last_error"):
+            problems.append(f"stream {name} is failed: {state['last_error']}")
+        else:
+            problems.append(f"stream {name} is {kind}")
+    out: dict = {"streams": counts}
+    if detailed:
+        out["stream_states"] = states
+    if problems:
+        out["problems"] = problems
+    return out
+
+
+__all__ = ["stream_health"]
