@@ -178,11 +178,20 @@ class GatewayConfig:
         return f"http://{host}:{port if port is not None else self.port}"
 
 
+# The port of Singapore for the AIS examples (policies/ais/, ASSIST Table 2): the port waters as
+# a polygon (lat, lon pairs) and the port's point; the generator's ships sail there.
+DEMO_PORT = {"port-bounds": [1.15, 103.60, 1.13, 103.85, 1.18, 104.05, 1.30, 104.05, 1.32, 103.85,
+                             1.30, 103.60],
+             "port-lat": 1.264, "port-lon": 103.84}
+
 DEMO_USERS = (
     # subject, roles, admin, attributes
     ("nea", ["data-owner"], True, {}),
     ("lta", ["consumer"], False, {}),
-    ("other", ["consumer", "port-authority", "medic", "clearance:1"], False, {"clearance": 1}),
+    ("other", ["consumer", "port-authority", "medic", "clearance:1"], False,
+     {"clearance": 1, **DEMO_PORT}),
+    ("shipco", ["ship-company"], False, {"ship-list": [244000001, 244000003, 244000005]}),
+    ("captain", ["ship-captain"], False, {"ship-mmsi": 244000007}),
 )
 
 

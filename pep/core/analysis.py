@@ -17,6 +17,21 @@ Missing attributes are taken into account: a comparison over a missing value is 
 that lacks an attribute the policy's filter needs is withheld (PR) even if the policy's filter is
 a tautology over present values.
 
+Spatial predicates (DISTANCE, DISTANCE_TO, WITHIN_POLYGON) are sound and conservative rather than
+exact. Each becomes an atom over a *derived variable* (the distance to one point, the distance to
+one anchor, inside one polygon), so predicates on the same variable are decided exactly (a policy's
+`DISTANCE(...) <= 50000` and a query's `DISTANCE(...) <= 20000` with the same point; the same
+polygon inside and outside). A positive DISTANCE (< or <=) or WITHIN_POLYGON also implies a
+lat/lon bounding box, added as *implied* atoms, so a contradiction with other latitude and
+longitude ranges is found by the interval check. Across variables on the same coordinates:
+two circles (triangle inequality on the sphere: inside C1 and outside C2 is empty when
+d(p1, p2) + r1 < r2, two insides are disjoint when d(p1, p2) > r1 + r2, each with a 1 m margin for
+rounding), and a convex polygon containing another polygon or a lat/lon box (all its vertices or
+corners inside; polygons are planar in lat/lon, so this is exact up to rounding at the edge).
+Everything else is assumed satisfiable: NR is never reported falsely, and PR is reported where
+the analysis cannot tell, with the warning saying that it could not decide. DISTANCE_TO is
+decided only against the same anchor.
+
 The DNF is our own rather than sympy's `to_dnf`: on these small formulas sympy takes about 1 ms
 per call (over the whole budget of a request), cannot prune while it expands, and does not
 know the theory anyway. The tests use sympy as an independent oracle for the boolean part.
@@ -27,12 +42,17 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Union
 
-from pep.core.conditions import NEGATED_OP, And, Comparison, Const, Expr, Not, format_literal
-from pep.core.plan import Conjunct, Predicate, Scalar, StreamSchema
+from pep.core import geo
+from pep.core.conditions import (NEGATED_OP, And, Comparison, Const, Expr, Not, Spatial,
+                                 format_literal, spatial_text)
+from pep.core.plan import AnyPredicate, Conjunct, Predicate, Scalar, SpatialPredicate, StreamSchema
 
 ANALYSIS_LIMIT = 256  # conjuncts in the DNF of NOT(policy) and of the user's filter, for PR
 PLAN_LIMIT = 1024  # conjuncts in the final filter handed to the runtime
 WORK_LIMIT = 50_000  # conjunct pairs examined while distributing one AND (CPU bound)
+CONTAINMENT_LIMIT = 20_000  # vertex x edge tests for one polygon-in-polygon check (CPU bound)
+DISTANCE_MARGIN_M = 1.0  # slack for rounding when two circles are compared
+SPATIAL = "\x00"  # derived variables' names start so; no attribute of a schema does
 
 
 @dataclass(frozen=True)
@@ -69,15 +89,78 @@ class Atom:
     value: Scalar
     origin: Literal["policy", "user"]
     written: str  # the comparison as its author wrote it (before any NOT was pushed into it)
+    # Spatial atoms: `attribute` names a derived variable (see the module docstring), `op` and
+    # `value` constrain it, `spatial` holds the geometry (its own op/value are not used).
+    spatial: SpatialPredicate | None = None
+    # A lat/lon bound implied by the spatial predicate `written`: used to find contradictions,
+    # never shown as the user's own words and never put in the plan.
+    implied: bool = False
 
     def text(self) -> str:
+        if self.spatial is not None:
+            return spatial_text(_spatial_with(self.spatial, self.op, self.value))
         return f"{self.attribute} {self.op} {format_literal(self.value)}"
+
+    def shown(self) -> str:
+        """What to call this atom in a warning."""
+        return self.written if self.implied else self.text()
+
+
+def _spatial_with(s: SpatialPredicate, op: str, value: Scalar) -> SpatialPredicate:
+    """The geometry with an atom's op and value (a polygon's as "=" inside / "!=" outside)."""
+    if s.function == "polygon":
+        inside = (op == "=") == bool(value)
+        return SpatialPredicate("polygon", s.latitude, s.longitude, "=" if inside else "!=",
+                                0.0, s.points)
+    return SpatialPredicate(s.function, s.latitude, s.longitude, op, float(value),  # type: ignore[arg-type]
+                            s.points, s.key, s.key_value)
+
+
+def _variable(s: Spatial) -> str:
+    if s.function == "polygon":
+        return f"{SPATIAL}polygon:{s.latitude}:{s.longitude}:{s.points!r}"
+    if s.function == "distance_to":
+        return (f"{SPATIAL}distance_to:{s.latitude}:{s.longitude}:{s.key}:"
+                f"{type(s.key_value).__name__}:{s.key_value!r}")
+    return f"{SPATIAL}distance:{s.latitude}:{s.longitude}:{s.points!r}"
+
+
+def _spatial_atoms(expr: Spatial, origin: Literal["policy", "user"], negate: bool) -> "NNF":
+    geometry = expr.to_predicate()
+    if expr.function == "polygon":  # as written: WITHIN_POLYGON, never its negation
+        written = spatial_text(_spatial_with(geometry, "=", True))
+    else:
+        written = spatial_text(expr)
+    var = _variable(expr)
+    if expr.function == "polygon":
+        inside = (expr.op == "=") != negate
+        geometry = _spatial_with(geometry, "=", True)
+        atom = Atom(var, "=" if inside else "!=", True, origin, written, geometry)
+        if not inside:
+            return atom
+        south, west, north, east = geo.polygon_bbox(geometry.points)
+        bounds = [(expr.latitude, ">=", south), (expr.latitude, "<=", north),
+                  (expr.longitude, ">=", west), (expr.longitude, "<=", east)]
+    else:
+        op = NEGATED_OP[expr.op] if negate else expr.op
+        atom = Atom(var, op, float(expr.radius), origin, written, geometry)  # type: ignore[arg-type]
+        if expr.function == "distance_to" or op not in ("<", "<="):
+            return atom
+        plat, plon = geometry.points
+        south, north, west, east = geo.circle_bbox(plat, plon, geometry.value)
+        bounds = [(expr.latitude, ">=", south), (expr.latitude, "<=", north)]
+        if west is not None:
+            bounds += [(expr.longitude, ">=", west), (expr.longitude, "<=", east)]
+    implied = [Atom(a, o, v, origin, written, implied=True) for a, o, v in bounds]
+    return ("and", (atom, *implied))
 
 
 NNF = Union[Atom, bool, tuple]  # ("and", items) | ("or", items) | Atom | True | False
 
 
 def to_nnf(expr: Expr, origin: Literal["policy", "user"], negate: bool = False) -> NNF:
+    if isinstance(expr, Spatial):
+        return _spatial_atoms(expr, origin, negate)
     if isinstance(expr, Comparison):
         written = f"{expr.attribute} {expr.op} {format_literal(expr.value)}"
         op = NEGATED_OP[expr.op] if negate else expr.op
@@ -215,21 +298,140 @@ class _Checker:
         self.kinds = {f.name: f.type for f in schema.fields}
         self.memo: dict[tuple, bool] = {}
 
+    def kind(self, attribute: str) -> str:
+        if attribute.startswith(SPATIAL):
+            return "boolean" if attribute.startswith(SPATIAL + "polygon:") else "double"
+        return self.kinds.get(attribute, "double")
+
     def attr_sat(self, attribute: str, preds) -> bool:
         key = (attribute, tuple(preds))
         hit = self.memo.get(key)
         if hit is None:
-            r = _collect(preds)
-            hit = r is not None and _range_satisfiable(self.kinds.get(attribute, "double"), r)
+            checked = list(preds)
+            if attribute.startswith(SPATIAL) and not attribute.startswith(SPATIAL + "polygon:"):
+                # a distance is never negative nor beyond half the circumference (plus rounding)
+                checked += [(">=", 0.0), ("<=", geo.MAX_DISTANCE_M + DISTANCE_MARGIN_M)]
+            r = _collect(checked)
+            hit = r is not None and _range_satisfiable(self.kind(attribute), r)
             if len(self.memo) < 10_000:
                 self.memo[key] = hit
         return hit
 
     def satisfiable(self, atoms) -> bool:
-        return all(self.attr_sat(attr, preds) for attr, preds in _group(atoms).items())
+        return all(self.attr_sat(attr, preds) for attr, preds in _group(atoms).items()) \
+            and not self.spatial_conflict(atoms)
+
+    def spatial_conflict(self, atoms) -> tuple[Atom, ...]:
+        """Atoms of different spatial variables that cannot hold together (see the module
+        docstring for what is decided); () when none is found."""
+        spatial = [a for a in atoms if a.spatial is not None]
+        if not spatial or (len(spatial) == 1 and spatial[0].spatial.function != "polygon"):
+            return ()
+        groups: dict[str, list[Atom]] = {}
+        for a in spatial:
+            groups.setdefault(a.attribute, []).append(a)
+        circles = []  # (atom group geometry, lower bound atom, upper bound atom, lo, hi)
+        inside: list[tuple[Atom, SpatialPredicate]] = []
+        outside: list[tuple[Atom, SpatialPredicate]] = []
+        for var, group in groups.items():
+            g = group[0].spatial
+            assert g is not None
+            if g.function == "polygon":
+                for a in group:
+                    (inside if (a.op == "=") == bool(a.value) else outside).append((a, g))
+            elif g.function == "distance":
+                lo = hi = None
+                for a in group:
+                    if a.op in (">", ">=") and (lo is None or a.value > lo.value):
+                        lo = a
+                    if a.op in ("<", "<=") and (hi is None or a.value < hi.value):
+                        hi = a
+                circles.append((g, lo, hi))
+        for i, (g1, lo1, hi1) in enumerate(circles):
+            for j, (g2, lo2, hi2) in enumerate(circles):
+                if i == j or (g1.latitude, g1.longitude) != (g2.latitude, g2.longitude):
+                    continue
+                d = geo.haversine(g1.points[0], g1.points[1], g2.points[0], g2.points[1])
+                if hi1 is not None and lo2 is not None:
+                    reach = d + float(hi1.value)
+                    if reach + DISTANCE_MARGIN_M + 1e-9 * reach < float(lo2.value):
+                        return (hi1, lo2)
+                if i < j and hi1 is not None and hi2 is not None:
+                    apart = float(hi1.value) + float(hi2.value)
+                    if d > apart + DISTANCE_MARGIN_M + 1e-9 * d:
+                        return (hi1, hi2)
+        for out_atom, p2 in outside:
+            if not self.convex(p2.points):
+                continue
+            for in_atom, p1 in inside:
+                if (p1.latitude, p1.longitude) != (p2.latitude, p2.longitude) or p1 == p2:
+                    continue
+                if len(p1.points) * len(p2.points) // 4 > CONTAINMENT_LIMIT:
+                    continue
+                if geo.polygon_contains_points(p2.points, p1.points):
+                    return (in_atom, out_atom)
+            box = self._box(atoms, p2.latitude, p2.longitude)
+            if box is not None and len(p2.points) * 2 <= CONTAINMENT_LIMIT:
+                (south, west, north, east), bounds = box
+                corners = (south, west, south, east, north, east, north, west)
+                if geo.polygon_contains_points(p2.points, corners):
+                    return (*bounds, out_atom)
+        return ()
+
+    def convex(self, points: tuple[float, ...]) -> bool:
+        key = ("convex", points)
+        hit = self.memo.get(key)  # type: ignore[arg-type]
+        if hit is None:
+            hit = geo.convex(points)
+            if len(self.memo) < 10_000:
+                self.memo[key] = hit  # type: ignore[index]
+        return hit
+
+    @staticmethod
+    def _box(atoms, lat: str, lon: str):
+        """The lat/lon box the conjunct's bounds (implied ones included) confine a tuple to,
+        with the atoms that give its four sides; None when a side is open."""
+        sides = []
+        used: list[Atom] = []
+        for attr in (lat, lon):
+            lo = hi = None
+            for a in atoms:
+                if a.attribute != attr or a.spatial is not None or isinstance(a.value, bool) \
+                        or not isinstance(a.value, (int, float)):
+                    continue
+                if a.op in (">", ">=", "=") and (lo is None or a.value > lo.value):
+                    lo = a
+                if a.op in ("<", "<=", "=") and (hi is None or a.value < hi.value):
+                    hi = a
+            if lo is None or hi is None:
+                return None
+            sides.append((float(lo.value), float(hi.value)))
+            used += [lo, hi]
+        (south, north), (west, east) = sides
+        return (south, west, north, east), tuple(dict.fromkeys(used))
+
+    def inexact(self, atoms) -> tuple[str, ...]:
+        """The spatial predicates whose interplay in this conjunct the analysis cannot decide
+        exactly (a verdict of 'satisfiable' may then be an over-approximation)."""
+        by_position: dict[tuple[str, str], list[Atom]] = {}
+        for a in atoms:
+            if a.spatial is not None:
+                by_position.setdefault((a.spatial.latitude, a.spatial.longitude), []).append(a)
+        out: dict[str, None] = {}
+        for (lat, lon), group in by_position.items():
+            variables = {a.attribute for a in group}
+            ranged = any(a.spatial is None and not a.implied and a.attribute in (lat, lon)
+                         for a in atoms)
+            if len(variables) > 1 or ranged:
+                for a in group:
+                    out.setdefault(a.text(), None)
+        return tuple(out)
 
     def conflict(self, atoms) -> tuple[Atom, ...]:
         """A small set of atoms that cannot hold together (a pair when one exists)."""
+        return self._attribute_conflict(atoms) or self.spatial_conflict(atoms)
+
+    def _attribute_conflict(self, atoms) -> tuple[Atom, ...]:
         by_attr: dict[str, list[Atom]] = {}
         for a in atoms:
             by_attr.setdefault(a.attribute, []).append(a)
@@ -251,8 +453,10 @@ class _Checker:
     # -- DNF with pruning -------------------------------------------------------------------------
 
     def dnf(self, node: NNF, limit: int, prune: bool = True) -> list[tuple[Atom, ...]]:
-        """Conjuncts of the DNF, contradictory ones dropped as they appear (when `prune`)."""
-        return [atoms for atoms, _ in self._dnf(node, limit, prune)]
+        """Conjuncts of the DNF, contradictory ones dropped as they appear (when `prune`; the
+        spatial checks across variables run on the finished conjuncts)."""
+        return [atoms for atoms, _ in self._dnf(node, limit, prune)
+                if not prune or not self.spatial_conflict(atoms)]
 
     def _dnf(self, node: NNF, limit: int, prune: bool) -> list[tuple[tuple[Atom, ...], dict]]:
         # A conjunct travels with its predicates grouped per attribute, so that conjoining two
@@ -322,11 +526,15 @@ class _Checker:
     # -- simplification to plan predicates ---------------------------------------------------------
 
     def simplify(self, atoms) -> Conjunct:
-        preds: list[Predicate] = []
-        for attr, group in _group(atoms).items():
-            kind = self.kinds.get(attr, "double")
+        preds: list[AnyPredicate] = []
+        geometry = {a.attribute: a.spatial for a in atoms if a.spatial is not None}
+        for attr, group in _group([a for a in atoms if not a.implied]).items():
+            kind = self.kind(attr)
             r = _collect(group)
             assert r is not None
+            if attr in geometry:
+                preds.extend(_spatial_predicates(geometry[attr], r))  # type: ignore[arg-type]
+                continue
             simplified = _range_predicates(attr, kind, r)
             if not simplified:
                 # Every present value passes (e.g. `n != 1.5` on a long), but a tuple missing the
@@ -339,8 +547,25 @@ class _Checker:
 _OP_ORDER = {"=": 0, ">": 1, ">=": 2, "<": 3, "<=": 4, "!=": 5}
 
 
-def _predicate_key(p: Predicate) -> tuple:
+def _predicate_key(p: AnyPredicate) -> tuple:
+    if isinstance(p, SpatialPredicate):
+        return (p.latitude, 10 + _OP_ORDER[p.op], "~spatial",
+                repr((p.function, p.points, p.key, repr(p.key_value), p.value)))
     return (p.attribute, _OP_ORDER[p.op], type(p.value).__name__, p.value)
+
+
+def _spatial_predicates(g: SpatialPredicate, r: _Range) -> list[SpatialPredicate]:
+    """A spatial variable's range back as plan predicates (a distance's bounds stay bounds:
+    no `=` on a distance, no `!=` arises; a polygon is inside or outside)."""
+    if g.function == "polygon":
+        inside = r.eq is True or (r.eq is _UNSET and False in r.nes)
+        return [_spatial_with(g, "=" if inside else "!=", True)]
+    out = []
+    if r.lo is not None:
+        out.append(_spatial_with(g, ">=" if r.lo_incl else ">", r.lo))
+    if r.hi is not None:
+        out.append(_spatial_with(g, "<=" if r.hi_incl else "<", r.hi))
+    return out
 
 
 def _range_predicates(attr: str, kind: str, r: _Range) -> list[Predicate]:
@@ -404,7 +629,7 @@ class FilterAnalysis:
 
 
 def _show(atom: Atom) -> str:
-    return f"{atom.text()} ({'policy' if atom.origin == 'policy' else 'your query'})"
+    return f"{atom.shown()} ({'policy' if atom.origin == 'policy' else 'your query'})"
 
 
 def analyse_filter(policy: Expr | None, user: Expr | None, schema: StreamSchema, *,
@@ -481,12 +706,14 @@ def _nr_warning(checker: _Checker, p_nnf: NNF, u_nnf: NNF, limit: int) -> Warnin
     else:
         lead = ("your query's filter contradicts the policy's filter: no tuple can satisfy both, "
                 "so none will ever be delivered")
-    details = "; ".join(" contradicts ".join(_show(a) for a in c) if len(c) > 1
+    details = "; ".join(" contradicts ".join(_show(a) for a in c) if len(c) == 2
+                        else f"{', '.join(_show(a) for a in c[:-1])} and {_show(c[-1])} cannot "
+                             "hold together" if len(c) > 2
                         else f"{_show(c[0])} holds for no value" for c in conflicts[:8])
     predicates: dict[str, None] = {}
     for c in conflicts:
         for a in c:
-            predicates.setdefault(a.text(), None)
+            predicates.setdefault(a.shown(), None)
     message = f"{lead} ({details})" if details else lead
     return Warning("NR", "filter", message, tuple(predicates))
 
@@ -500,11 +727,11 @@ def _pr_warning(checker: _Checker, policy: Expr, u_nnf: NNF, limit: int) -> Warn
     for u in users:  # a witness with every attribute present, the clearest to report
         for n in classical:
             if checker.satisfiable(u + n):
-                return _describe_pr(u, n, ())
+                return _describe_pr(u, n, (), undecided=checker.inexact(u + n))
     by_presence: dict[frozenset, list[tuple[Atom, ...]]] = {}
     work = 0
     for u in users:
-        present = frozenset(a.attribute for a in u)
+        present = _present(u)
         not_policy = by_presence.get(present)
         if not_policy is None:
             # Attributes the user's conjunct does not constrain may be missing from a tuple, and
@@ -516,15 +743,42 @@ def _pr_warning(checker: _Checker, policy: Expr, u_nnf: NNF, limit: int) -> Warn
             raise TooLarge
         for n in not_policy:
             if checker.satisfiable(u + n):
-                missing = sorted({a.attribute for a in _atoms(negated)} - present)
-                return _describe_pr(u, n, missing, [a.written for a in _atoms(negated)
-                                                    if a.attribute not in present])
+                absent = [a for a in _atoms(negated) if not _needs(a) <= present]
+                missing = sorted({_name(x, a) for a in absent for x in _needs(a) - present})
+                return _describe_pr(u, n, missing, [a.written for a in absent],
+                                    undecided=checker.inexact(u + n))
     return None
+
+
+def _needs(atom: Atom) -> frozenset[str]:
+    """What a tuple must have for the atom to be able to hold: its attribute; for DISTANCE and
+    WITHIN_POLYGON a position; for DISTANCE_TO a known anchor (which only the same anchor in the
+    user's conjunct guarantees)."""
+    g = atom.spatial
+    if g is None or g.function == "distance_to":
+        return frozenset({atom.attribute})
+    return frozenset({g.latitude, g.longitude})
+
+
+def _present(conjunct: tuple[Atom, ...]) -> frozenset[str]:
+    """What every tuple passing the conjunct has (a predicate over a missing value is false)."""
+    out: set[str] = set()
+    for a in conjunct:
+        out.add(a.attribute)
+        if a.spatial is not None:
+            out.update((a.spatial.latitude, a.spatial.longitude))
+    return frozenset(out)
+
+
+def _name(needed: str, atom: Atom) -> str:
+    if needed.startswith(SPATIAL):
+        return f"the anchor's position of {atom.written}"
+    return needed
 
 
 def _restrict(node: NNF, present: frozenset) -> NNF:
     if isinstance(node, Atom):
-        return node if node.attribute in present else True
+        return node if _needs(node) <= present else True
     if isinstance(node, bool):
         return node
     kind, items = node
@@ -540,16 +794,24 @@ def _atoms(node: NNF) -> list[Atom]:
 
 
 def _describe_pr(user: tuple[Atom, ...], witness: tuple[Atom, ...], missing,
-                 also_violated=()) -> Warning:
+                 also_violated=(), undecided: tuple[str, ...] = ()) -> Warning:
     violated: dict[str, None] = {}
     for text in [a.written for a in witness] + list(also_violated):
         violated.setdefault(text, None)
-    where = " AND ".join(a.text() for a in witness)
+    where = " AND ".join(a.text() for a in witness if not a.implied)
     gone = f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing" if missing else ""
     if where and gone:
         where = f"{where} (or where {gone})"
-    wants = " AND ".join(a.text() for a in user) if user else "every tuple"
-    message = (f"partial result: some tuples your query asks for ({wants}) are withheld by the "
-               f"policy's filter, for example those where {where or gone}")
+    shown = [a.text() for a in user if not a.implied]
+    wants = " AND ".join(shown) if shown else "every tuple"
+    if undecided:
+        message = (f"possibly partial result: the analysis cannot decide exactly whether the "
+                   f"tuples your query asks for ({wants}) all pass the policy's filter, because "
+                   f"it does not decide how these spatial predicates combine: "
+                   f"{', '.join(undecided)}; it reports a partial result to be safe (perhaps "
+                   f"none is withheld), for example where {where or gone}")
+    else:
+        message = (f"partial result: some tuples your query asks for ({wants}) are withheld by "
+                   f"the policy's filter, for example those where {where or gone}")
     message += f"; policy predicates that such tuples fail: {', '.join(violated)}"
     return Warning("PR", "filter", message, tuple(violated))

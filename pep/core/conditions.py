@@ -15,6 +15,10 @@ Grammar (keywords case-insensitive):
     primary    := '(' condition ')' | TRUE | FALSE | operand op operand
                 | attribute [NOT] IN ( '(' value ( ',' value )* ')' | placeholder )
                 | WITHIN_BOX '(' attribute ',' attribute ',' value ',' value ',' value ',' value ')'
+                | DISTANCE '(' attribute ',' attribute ',' value ',' value ')' op value
+                | DISTANCE_TO '(' attribute ',' attribute ',' attribute ',' value ')' op value
+                | WITHIN_POLYGON '(' attribute ',' attribute ',' ( '[' value ( ',' value )* ']'
+                                                            | placeholder ) ')'
     operand    := attribute | value
     value      := number | string | TRUE | FALSE | placeholder
     placeholder:= '{' category ':' attribute '}'
@@ -30,6 +34,20 @@ gateway vouches for; an empty bag makes `IN` false and `NOT IN` true).
 `WITHIN_BOX(lat, lon, south, west, north, east)` is `lat >= south AND lat <= north` with
 `lon >= west AND lon <= east`, or, for a box across the 180th meridian (west > east),
 `(lon >= west OR lon <= east)`.
+
+Spatial predicates (the geometry and its conventions are in `pep.core.geo`) stay predicates of
+their own, since no combination of comparisons expresses them:
+- `DISTANCE(lat, lon, plat, plon) op r`: the haversine distance in metres (mean Earth radius
+  6,371,008.8 m) from the tuple's position to the point (plat, plon), compared with r >= 0;
+- `DISTANCE_TO(lat, lon, key, keyvalue) op r`: the distance to a *moving anchor*: the latest
+  position reported on the same stream, strictly before this tuple in stream order, by the tuple
+  whose `key` equals `keyvalue` (a captain's own ship). No known anchor position: false;
+- `WITHIN_POLYGON(lat, lon, [lat1, lon1, lat2, lon2, ...])`: at least 3 and at most
+  `MAX_POLYGON_VERTICES` vertices, or the vertex list from a bag placeholder
+  (`{subject:port-bounds}`, a bag of doubles in the order the gateway holds them).
+The point, the radius, the key value and the vertices may be literals or placeholders; the
+coordinates must be numeric attributes. A tuple without a valid position fails a spatial
+predicate and its negation alike (like any comparison over a missing value).
 """
 from __future__ import annotations
 
@@ -41,7 +59,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Union
 
-from pep.core.plan import Field, Scalar, StreamSchema
+from pep.core import geo
+from pep.core.plan import Field, Scalar, SpatialPredicate, StreamSchema
 
 MAX_CONDITION_LENGTH = 10_000
 MAX_NESTING_DEPTH = 64
@@ -157,7 +176,60 @@ class Box:
     position: int = 0
 
 
-Expr = Union[Comparison, And, Or, Not, Const, Membership, Box]
+@dataclass(frozen=True)
+class Spatial:
+    """A spatial predicate (see the module docstring); placeholders before binding, typed
+    literals after.
+
+    function "distance": `points` is (plat, plon); "distance_to": `points` is () and `key`,
+    `key_value` name the anchor; for both, the distance in metres is compared with `radius` by
+    `op`. function "polygon": `points` is the flat vertex list (or one bag placeholder before
+    binding), `op` is "=" (inside) and `radius` 0; NOT WITHIN_POLYGON is a Not around it."""
+
+    function: str
+    latitude: str
+    longitude: str
+    op: str
+    radius: "Value"
+    points: tuple["Value", ...] | Placeholder
+    key: str | None = None
+    key_value: "Value | None" = None
+    position: int = 0
+
+    def __str__(self) -> str:
+        return spatial_text(self)
+
+    def to_predicate(self) -> SpatialPredicate:
+        """The plan's form of a bound spatial predicate."""
+        return SpatialPredicate(self.function, self.latitude, self.longitude, self.op,  # type: ignore[arg-type]
+                                float(self.radius), tuple(float(p) for p in self.points),  # type: ignore[union-attr, arg-type]
+                                self.key, self.key_value)  # type: ignore[arg-type]
+
+
+def spatial_from_predicate(p: SpatialPredicate) -> Spatial:
+    return Spatial(p.function, p.latitude, p.longitude, p.op, p.value, tuple(p.points), p.key,
+                   p.key_value)
+
+
+def spatial_text(s: Spatial | SpatialPredicate) -> str:
+    """The condition language's text of a spatial predicate (parses back to it)."""
+    if isinstance(s, SpatialPredicate):
+        s = spatial_from_predicate(s)
+    if s.function == "polygon":
+        pts = (str(s.points) if isinstance(s.points, Placeholder)
+               else "[" + ", ".join(format_literal(p) for p in s.points) + "]")
+        negated = "NOT " if s.op == "!=" else ""
+        return f"{negated}WITHIN_POLYGON({s.latitude}, {s.longitude}, {pts})"
+    if s.function == "distance_to":
+        head = f"DISTANCE_TO({s.latitude}, {s.longitude}, {s.key}, {format_literal(s.key_value)})"  # type: ignore[arg-type]
+    else:
+        plat, plon = s.points  # type: ignore[misc]
+        head = (f"DISTANCE({s.latitude}, {s.longitude}, {format_literal(plat)}, "
+                f"{format_literal(plon)})")
+    return f"{head} {s.op} {format_literal(s.radius)}"
+
+
+Expr = Union[Comparison, And, Or, Not, Const, Membership, Box, Spatial]
 TRUE = Const(True)
 FALSE = Const(False)
 
@@ -177,7 +249,7 @@ def format_literal(value: Value) -> str:
 
 def to_text(expr: Expr) -> str:
     """Readable condition text that parses back to an equivalent AST."""
-    if isinstance(expr, Comparison):
+    if isinstance(expr, (Comparison, Spatial)):
         return str(expr)
     if isinstance(expr, Const):
         return "true" if expr.value else "false"
@@ -210,6 +282,10 @@ def attributes_of(expr: Expr) -> list[str]:
         e = stack.pop()
         if isinstance(e, Comparison):
             seen.setdefault(e.attribute, None)
+        elif isinstance(e, Spatial):
+            for name in (e.latitude, e.longitude, e.key):
+                if name is not None:
+                    seen.setdefault(name, None)
         elif isinstance(e, (And, Or)):
             stack.extend(reversed(e.items))
         elif isinstance(e, Not):
@@ -217,11 +293,30 @@ def attributes_of(expr: Expr) -> list[str]:
     return list(seen)
 
 
+def spatial_parts(expr: Expr) -> list[Spatial]:
+    """The spatial predicates of a (bound) condition, in order."""
+    out: list[Spatial] = []
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Spatial):
+            out.append(e)
+        elif isinstance(e, (And, Or)):
+            stack.extend(reversed(e.items))
+        elif isinstance(e, Not):
+            stack.append(e.item)
+    return out
+
+
 def has_placeholders(expr: Expr) -> bool:
     stack = [expr]
     while stack:
         e = stack.pop()
         if isinstance(e, Comparison) and isinstance(e.value, Placeholder):
+            return True
+        if isinstance(e, Spatial) and any(isinstance(v, Placeholder) for v in (
+                e.radius, e.key_value, e.points,
+                *(e.points if isinstance(e.points, tuple) else ()))):
             return True
         if isinstance(e, (And, Or)):
             stack.extend(e.items)
@@ -244,6 +339,10 @@ _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER_RE = re.compile(r"\{\s*([A-Za-z]+)\s*:\s*([^\s{}]+)\s*\}")
 _KEYWORDS = {"and": "AND", "or": "OR", "not": "NOT", "in": "IN"}
 _FUNCTIONS = {"within_box": "WITHIN_BOX"}
+# Spatial functions are recognised only when '(' follows, so that an attribute may still be
+# called `distance`.
+_SPATIAL_FUNCTIONS = {"distance": "DISTANCE", "distance_to": "DISTANCE_TO",
+                      "within_polygon": "WITHIN_POLYGON"}
 _ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r", "0": "\0"}
 _NON_FINITE = {"nan", "inf", "infinity"}
 
@@ -263,6 +362,10 @@ def _tokenize(text: str) -> list[_Token]:
             tokens.append(_Token("RPAREN", ch, pos)); i += 1; continue
         if ch == ",":
             tokens.append(_Token("COMMA", ch, pos)); i += 1; continue
+        if ch == "[":
+            tokens.append(_Token("LBRACKET", ch, pos)); i += 1; continue
+        if ch == "]":
+            tokens.append(_Token("RBRACKET", ch, pos)); i += 1; continue
         two = text[i:i + 2]
         if two in ("<=", ">=", "==", "!=", "<>"):
             tokens.append(_Token("OP", _OP_SPELLINGS[two], pos)); i += 2; continue
@@ -403,7 +506,8 @@ class _Parser:
 
     def next(self) -> _Token:
         tok = self.tokens[self.i]
-        self.i += 1
+        if tok.kind != "EOF":  # the end stays the end, however far a rule reads
+            self.i += 1
         return tok
 
     def error(self, message: str, tok: _Token) -> ConditionError:
@@ -464,6 +568,9 @@ class _Parser:
             return Const(tok.value)
         if tok.kind == "FUNCTION":
             return self.parse_box()
+        if tok.kind == "IDENT" and tok.value.lower() in _SPATIAL_FUNCTIONS \
+                and self.tokens[self.i + 1].kind == "LPAREN":
+            return self.parse_spatial()
         if tok.kind == "IDENT" and (self.tokens[self.i + 1].kind == "IN" or (
                 self.tokens[self.i + 1].kind == "NOT" and self.tokens[self.i + 2].kind == "IN")):
             return self.parse_membership()
@@ -542,6 +649,91 @@ class _Parser:
                    name.pos)
 
 
+    def parse_spatial(self) -> Spatial:
+        name = self.next()
+        function = _SPATIAL_FUNCTIONS[name.value.lower()]
+        self.next()  # LPAREN
+        usage = {"DISTANCE": "DISTANCE(lat, lon, point_lat, point_lon) <op> metres",
+                 "DISTANCE_TO": "DISTANCE_TO(lat, lon, key_attribute, key_value) <op> metres",
+                 "WITHIN_POLYGON": "WITHIN_POLYGON(lat, lon, [lat1, lon1, lat2, lon2, ...]) or "
+                                   "WITHIN_POLYGON(lat, lon, {category:attribute})"}[function]
+        args: list[_Token] = []
+        while True:
+            if function == "WITHIN_POLYGON" and len(args) == 2:
+                for a in args:
+                    if a.kind != "IDENT":
+                        raise self.error(f"{function}: expected an attribute, found "
+                                         f"{_describe(a)} ({usage})", a)
+                points = self.parse_vertices(name, usage)
+                close = self.next()
+                if close.kind != "RPAREN":
+                    raise self.error(f"{function} takes three arguments: {usage}; found "
+                                     f"{_describe(close)}", close)
+                return Spatial("polygon", args[0].value, args[1].value, "=", 0.0, points,
+                               position=name.pos)
+            arg = self.next()
+            args.append(arg)
+            sep = self.next()
+            if sep.kind == "RPAREN":
+                break
+            if sep.kind != "COMMA" or len(args) >= 4:
+                raise self.error(f"{function} takes four arguments: {usage}; found "
+                                 f"{_describe(sep)}", sep)
+        if function == "WITHIN_POLYGON" or len(args) != 4:
+            raise self.error(f"{function} takes {'three' if function == 'WITHIN_POLYGON' else 'four'}"
+                             f" arguments, not {len(args)}: {usage}", name)
+        attrs = args[:3] if function == "DISTANCE_TO" else args[:2]
+        for a in attrs:
+            if a.kind != "IDENT":
+                raise self.error(f"{function}: expected an attribute, found {_describe(a)} "
+                                 f"({usage})", a)
+        values = args[3:] if function == "DISTANCE_TO" else args[2:]
+        allowed = ("NUMBER", "STRING", "BOOL", "PLACEHOLDER") if function == "DISTANCE_TO" \
+            else ("NUMBER", "PLACEHOLDER")
+        for v in values:
+            if v.kind not in allowed:
+                what = "a value" if function == "DISTANCE_TO" else "a number or a placeholder"
+                raise self.error(f"{function}: expected {what}, found {_describe(v)} ({usage})",
+                                 v)
+        op = self.next()
+        if op.kind != "OP":
+            raise self.error(f"{function}(...) must be compared with a distance in metres "
+                             f"({usage}); found {_describe(op)}", op)
+        radius = self.next()
+        if radius.kind not in ("NUMBER", "PLACEHOLDER"):
+            raise self.error(f"{function}(...) {op.value} needs a distance in metres (a number "
+                             f"or a placeholder), found {_describe(radius)}", radius)
+        if function == "DISTANCE_TO":
+            return Spatial("distance_to", args[0].value, args[1].value, op.value, radius.value,
+                           (), args[2].value, args[3].value, name.pos)
+        return Spatial("distance", args[0].value, args[1].value, op.value, radius.value,
+                       (args[2].value, args[3].value), position=name.pos)
+
+    def parse_vertices(self, name: _Token, usage: str) -> tuple[Value, ...] | Placeholder:
+        tok = self.next()
+        if tok.kind == "PLACEHOLDER":
+            return tok.value
+        if tok.kind != "LBRACKET":
+            raise self.error(f"WITHIN_POLYGON: expected '[' and the vertices, or a "
+                             f"placeholder, found {_describe(tok)} ({usage})", tok)
+        values: list[Value] = []
+        while True:
+            value = self.next()
+            if value.kind not in ("NUMBER", "PLACEHOLDER"):
+                raise self.error(f"WITHIN_POLYGON: expected a number in the vertex list, found "
+                                 f"{_describe(value)}", value)
+            values.append(value.value)
+            if len(values) > 2 * geo.MAX_POLYGON_VERTICES:
+                raise self.error(f"WITHIN_POLYGON: a polygon has at most "
+                                 f"{geo.MAX_POLYGON_VERTICES} vertices", value)
+            sep = self.next()
+            if sep.kind == "RBRACKET":
+                return tuple(values)
+            if sep.kind != "COMMA":
+                raise self.error(f"WITHIN_POLYGON: expected ',' or ']' in the vertex list, "
+                                 f"found {_describe(sep)}", sep)
+
+
 def _describe(tok: _Token) -> str:
     if tok.kind == "EOF":
         return "the end of the condition"
@@ -579,6 +771,8 @@ def bind(expr: Expr, schema: StreamSchema, *, resolver: PlaceholderResolver | No
         return _bind_membership(expr, schema, resolver, text, allow_placeholders)
     if isinstance(expr, Box):
         return _bind_box(expr, schema, resolver, text, allow_placeholders)
+    if isinstance(expr, Spatial):
+        return _bind_spatial(expr, schema, resolver, text, allow_placeholders)
     if isinstance(expr, Not):
         return Not(bind(expr.item, schema, resolver=resolver, text=text,
                         allow_placeholders=allow_placeholders))
@@ -651,6 +845,120 @@ def _bind_box(box: Box, schema: StreamSchema, resolver: PlaceholderResolver | No
     if lon_low.value <= lon_high.value:  # type: ignore[operator]
         return And((lat_low, lat_high, lon_low, lon_high))
     return And((lat_low, lat_high, Or((lon_low, lon_high))))  # across the 180th meridian
+
+
+_NAMES = {"distance": "DISTANCE", "distance_to": "DISTANCE_TO", "polygon": "WITHIN_POLYGON"}
+
+
+def _bind_spatial(s: Spatial, schema: StreamSchema, resolver: PlaceholderResolver | None,
+                  text: str | None, allow_placeholders: bool) -> Spatial:
+    name = _NAMES[s.function]
+
+    def fail(message: str, position: int | None = None) -> ConditionError:
+        return ConditionError(f"{name}: {message}", s.position if position is None else position,
+                              text)
+
+    def coordinate_field(attribute: str) -> Field:
+        f = schema.lookup(attribute)
+        if f is None:
+            raise fail(f"unknown attribute {attribute!r}; the stream has: "
+                       f"{', '.join(schema.names)}")
+        if f.type not in ("double", "long"):
+            raise fail(f"coordinates must be numeric attributes; {f.name!r} is {f.type}")
+        return f
+
+    def placeholder_allowed(ph: Placeholder) -> None:
+        if not allow_placeholders:
+            raise fail(f"placeholder {ph} is not allowed here (placeholders belong in policy "
+                       "obligations)", ph.position)
+        if resolver is None:
+            raise fail(f"placeholder {ph} cannot be resolved: no request attributes",
+                       ph.position)
+
+    def number(value: Value, what: str) -> float:
+        if isinstance(value, Placeholder):
+            placeholder_allowed(value)
+            try:
+                literal = _resolve_placeholder(value, Field(what, "double"), resolver, text)
+            except ConditionError as exc:
+                raise fail(f"{what}: {exc.reason}", value.position) from None
+            return float(literal)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise fail(f"{what} must be a number, not {format_literal(value)}")
+        number_ = float(value)
+        if not math.isfinite(number_):
+            raise fail(f"{what} must be a finite number")
+        return number_
+
+    def latitude(value: float, what: str) -> float:
+        if not -90.0 <= value <= 90.0:
+            raise fail(f"{what} {format_literal(value)} is not a latitude (-90 to 90)")
+        return value
+
+    def longitude(value: float, what: str) -> float:
+        if not -180.0 <= value <= 180.0:
+            raise fail(f"{what} {format_literal(value)} is not a longitude (-180 to 180)")
+        return value
+
+    lat_field = coordinate_field(s.latitude)
+    lon_field = coordinate_field(s.longitude)
+    if lat_field.name == lon_field.name:
+        raise fail(f"latitude and longitude are the same attribute {lat_field.name!r}")
+    if s.function == "polygon":
+        if isinstance(s.points, Placeholder):
+            placeholder_allowed(s.points)
+            lexicals = list(resolver(PLACEHOLDER_CATEGORIES[s.points.category],  # type: ignore[misc]
+                                     s.points.attribute))
+            if len(lexicals) > 2 * geo.MAX_POLYGON_VERTICES:
+                raise fail(f"placeholder {s.points} has {len(lexicals)} values; a polygon has at "
+                           f"most {geo.MAX_POLYGON_VERTICES} vertices", s.points.position)
+            raw: list[float] = []
+            for lexical in lexicals:
+                try:
+                    v = float(str(lexical).strip())
+                except ValueError:
+                    v = math.nan
+                if not math.isfinite(v):
+                    raise fail(f"placeholder {s.points}: value {lexical!r} is not a finite "
+                               "number", s.points.position)
+                raw.append(v)
+            where = f"placeholder {s.points}"
+        else:
+            raw = [number(v, "a vertex coordinate") for v in s.points]
+            where = "the vertex list"
+        if len(raw) % 2:
+            raise fail(f"{where} has {len(raw)} numbers; vertices are (lat, lon) pairs, so the "
+                       "count must be even")
+        if len(raw) < 6:
+            raise fail(f"{where} has {len(raw) // 2} vertices; a polygon needs at least 3")
+        if len(raw) > 2 * geo.MAX_POLYGON_VERTICES:
+            raise fail(f"{where} has {len(raw) // 2} vertices; at most "
+                       f"{geo.MAX_POLYGON_VERTICES} are allowed")
+        for k in range(0, len(raw), 2):
+            latitude(raw[k], f"vertex {k // 2 + 1}: latitude")
+            longitude(raw[k + 1], f"vertex {k // 2 + 1}: longitude")
+        return Spatial("polygon", lat_field.name, lon_field.name, "=", 0.0, tuple(raw),
+                       position=s.position)
+    if s.op not in ("<", "<=", ">", ">="):
+        raise fail(f"the distance is compared with <, <=, > or >=, not {s.op!r}")
+    radius = number(s.radius, "the distance")
+    if radius < 0:
+        raise fail(f"the distance {format_literal(radius)} is negative; metres are >= 0")
+    if s.function == "distance":
+        plat, plon = s.points  # type: ignore[misc]
+        point = (latitude(number(plat, "the point's latitude"), "the point's latitude"),
+                 longitude(number(plon, "the point's longitude"), "the point's longitude"))
+        return Spatial("distance", lat_field.name, lon_field.name, s.op, radius, point,
+                       position=s.position)
+    key_field = schema.lookup(s.key or "")
+    if key_field is None:
+        raise fail(f"unknown key attribute {s.key!r}; the stream has: {', '.join(schema.names)}")
+    if key_field.name in (lat_field.name, lon_field.name):
+        raise fail(f"the key attribute {key_field.name!r} cannot be a coordinate")
+    key = _bind_comparison(Comparison(key_field.name, "=", s.key_value, s.position),  # type: ignore[arg-type]
+                           schema, resolver, text, allow_placeholders)
+    return Spatial("distance_to", lat_field.name, lon_field.name, s.op, radius, (),
+                   key_field.name, key.value, s.position)
 
 
 def parse_condition(text: str, schema: StreamSchema, *, resolver: PlaceholderResolver | None = None,
@@ -796,33 +1104,64 @@ def _compare(left: Any, op: str, right: Any) -> bool:
     return COMPARATORS[op](left, right)
 
 
-def evaluate(expr: Expr, row: Mapping[str, Any]) -> bool:
+AnchorLookup = Callable[[str, Scalar, str, str], "tuple[float, float] | None"]
+"""(key attribute, key value, latitude attribute, longitude attribute) -> the anchor's latest
+position before the tuple being evaluated, or None when none is known."""
+
+
+def evaluate(expr: Expr, row: Mapping[str, Any], *, anchor: AnchorLookup | None = None) -> bool:
     """Truth of a bound condition on one tuple, with SQL semantics for missing values.
 
     A comparison with a missing (None) attribute is unknown; unknown propagates through
     AND/OR/NOT by Kleene's rules and an unknown condition lets the tuple through no more than
     false does. This equals pushing NOT down to the comparisons and treating any comparison
-    over a missing attribute as false, which is what the execution plan states.
+    over a missing attribute as false, which is what the execution plan states. A spatial
+    predicate is unknown on a tuple without a valid position, and DISTANCE_TO also when
+    `anchor` knows no position for its anchor (no `anchor`: none is known).
     """
-    result = _eval3(expr, row)
+    result = _eval3(expr, row, anchor)
     return result is True
 
 
-def _eval3(expr: Expr, row: Mapping[str, Any]) -> bool | None:
+def spatial_holds(s: Spatial | SpatialPredicate, row: Mapping[str, Any],
+                  anchor: AnchorLookup | None = None) -> bool | None:
+    """A bound spatial predicate on one tuple: True, False or None (unknown)."""
+    lat, lon = row.get(s.latitude), row.get(s.longitude)
+    if not geo.valid_position(lat, lon):
+        return None
+    if s.function == "polygon":
+        inside = geo.in_polygon(float(lat), float(lon), s.points)  # type: ignore[arg-type]
+        return inside if s.op == "=" else not inside
+    if s.function == "distance":
+        plat, plon = s.points  # type: ignore[misc]
+        d = geo.haversine(float(lat), float(lon), plat, plon)  # type: ignore[arg-type]
+    else:
+        where = anchor(s.key, s.key_value, s.latitude, s.longitude) if anchor else None  # type: ignore[arg-type]
+        if where is None or not geo.valid_position(*where):
+            return None
+        d = geo.haversine(float(lat), float(lon), where[0], where[1])
+    radius = s.radius if isinstance(s, Spatial) else s.value
+    return _compare(d, s.op, radius)
+
+
+def _eval3(expr: Expr, row: Mapping[str, Any], anchor: AnchorLookup | None = None
+           ) -> bool | None:
     if isinstance(expr, Comparison):
         value = row.get(expr.attribute)
         if value is None:
             return None
         return _compare(value, expr.op, expr.value)
+    if isinstance(expr, Spatial):
+        return spatial_holds(expr, row, anchor)
     if isinstance(expr, Const):
         return expr.value
     if isinstance(expr, Not):
-        inner = _eval3(expr.item, row)
+        inner = _eval3(expr.item, row, anchor)
         return None if inner is None else not inner
     if isinstance(expr, And):
         result: bool | None = True
         for item in expr.items:
-            v = _eval3(item, row)
+            v = _eval3(item, row, anchor)
             if v is False:
                 return False
             if v is None:
@@ -830,7 +1169,7 @@ def _eval3(expr: Expr, row: Mapping[str, Any]) -> bool | None:
         return result
     result = False
     for item in expr.items:
-        v = _eval3(item, row)
+        v = _eval3(item, row, anchor)
         if v is True:
             return True
         if v is None:

@@ -11,9 +11,10 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from pep.core.conditions import And, Comparison, Const, Expr, Not, Or
+from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial
 from pep.core.graph import Filter, Join, Map, QueryGraph, Source, Union_, WindowAggregate
-from pep.core.plan import ExecutionPlan, JoinPlan, Predicate, Scalar, StreamSchema
+from pep.core.plan import (AnyPredicate, ExecutionPlan, JoinPlan, Predicate, Scalar,
+                           SpatialPredicate, StreamSchema)
 
 SPARK_FUNCTIONS = {"avg": "avg", "max": "max", "min": "min", "sum": "sum", "count": "count",
                    "firstval": "first_value", "lastval": "last_value"}
@@ -67,12 +68,31 @@ def _types(schema: StreamSchema | None) -> dict[str, str]:
     return {f.name: f.type for f in schema.fields} if schema is not None else {}
 
 
-def _predicate_sql(p: Predicate, types: dict[str, str]) -> str:
+def _spatial_sql(p: SpatialPredicate, types: dict[str, str]) -> str:
+    """A spatial predicate in the text (xsg's own functions: Spark has none of them; the
+    runtime evaluates them as data, see pep/runtime/spatial.py)."""
+    coords = f"{quote_identifier(p.latitude)}, {quote_identifier(p.longitude)}"
+    if p.function == "polygon":
+        vertices = ", ".join(sql_literal(v) for v in p.points)
+        text = f"WITHIN_POLYGON({coords}, ARRAY({vertices}))"
+        return f"NOT {text}" if p.op == "!=" else text
+    if p.function == "distance_to":
+        key = sql_literal(p.key_value, types.get(p.key or ""))  # type: ignore[arg-type]
+        head = f"DISTANCE_TO({coords}, {quote_identifier(p.key or '')}, {key})"
+    else:
+        head = f"DISTANCE({coords}, {sql_literal(p.points[0])}, {sql_literal(p.points[1])})"
+    op = "<>" if p.op == "!=" else p.op
+    return f"{head} {op} {sql_literal(p.value)}"
+
+
+def _predicate_sql(p: AnyPredicate, types: dict[str, str]) -> str:
+    if isinstance(p, SpatialPredicate):
+        return _spatial_sql(p, types)
     op = "<>" if p.op == "!=" else p.op
     return f"{quote_identifier(p.attribute)} {op} {sql_literal(p.value, types.get(p.attribute))}"
 
 
-def filter_sql(dnf: tuple[tuple[Predicate, ...], ...] | None, schema: StreamSchema | None = None
+def filter_sql(dnf: tuple[tuple[AnyPredicate, ...], ...] | None, schema: StreamSchema | None = None
                ) -> str | None:
     """The WHERE condition of a DNF filter; None when every tuple passes."""
     if dnf is None:
@@ -91,6 +111,8 @@ def expr_sql(expr: Expr, schema: StreamSchema | None = None) -> str:
     types = _types(schema)
     if isinstance(expr, Comparison):
         return _predicate_sql(Predicate(expr.attribute, expr.op, expr.value), types)  # type: ignore[arg-type]
+    if isinstance(expr, Spatial):
+        return _spatial_sql(expr.to_predicate(), types)
     if isinstance(expr, Const):
         return "true" if expr.value else "false"
     if isinstance(expr, Not):
@@ -147,6 +169,23 @@ def _json_value(value: Scalar) -> Any:
     return value
 
 
+def predicate_json(p: AnyPredicate) -> dict:
+    """One plan predicate as JSON (a spatial one names its function and geometry)."""
+    if isinstance(p, SpatialPredicate):
+        out: dict[str, Any] = {"function": p.function, "attributes": [p.latitude, p.longitude],
+                               "op": p.op}
+        if p.function == "polygon":
+            out["polygon"] = [[p.points[k], p.points[k + 1]] for k in range(0, len(p.points), 2)]
+        else:
+            out["metres"] = p.value
+            if p.function == "distance":
+                out["point"] = list(p.points)
+            else:
+                out["anchor"] = {"attribute": p.key, "value": p.key_value}
+        return out
+    return {"attribute": p.attribute, "op": p.op, "value": _json_value(p.value)}
+
+
 def plan_to_json(plan: ExecutionPlan | JoinPlan) -> dict:
     if isinstance(plan, JoinPlan):
         from pep.core.join import join_plan_to_json  # which renders each side with this function
@@ -156,7 +195,7 @@ def plan_to_json(plan: ExecutionPlan | JoinPlan) -> dict:
         "stream": plan.stream,
         "key": plan.key(),
         "filter": None if plan.filter_dnf is None else [
-            [{"attribute": p.attribute, "op": p.op, "value": _json_value(p.value)} for p in conj]
+            [predicate_json(p) for p in conj]
             for conj in plan.filter_dnf],
         "projection": list(plan.projection),
         "window": None if w is None else {

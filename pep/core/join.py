@@ -220,10 +220,24 @@ def check_streams(first: str, second: str) -> None:
                            "rule forbids", stream=second)
 
 
+def _check_no_anchor(side: JoinSide) -> None:
+    """A side whose filter measures DISTANCE_TO a moving anchor cannot be joined: the anchor's
+    positions are tracked only by the stream's own shared query, not by a join's. Refused
+    (never run without the filter)."""
+    for conj in side.plan.filter_dnf or ():
+        for p in conj:
+            if getattr(p, "function", None) == "distance_to":
+                raise Unprocessable(f"stream {side.stream!r}: its filter uses DISTANCE_TO (a "
+                                    "moving anchor), which a join cannot evaluate; read the "
+                                    "stream on its own instead")
+
+
 def build_join(left: JoinSide, right: JoinSide, query: JoinQuery) -> JoinResult:
     """The JoinPlan of two merged sides and the join part of the query, with its warnings,
     SQL-like text and JSON; raises QueryRefused, QueryInvalid or Unprocessable."""
     check_streams(left.stream, right.stream)
+    for side in (left, right):
+        _check_no_anchor(side)
     left_time, right_time = _time_of(left), _time_of(right)
     lout, rout = side_outputs(left.plan, left.schema), side_outputs(right.plan, right.schema)
     pairs: list[tuple[str, str]] = []
@@ -289,14 +303,15 @@ def _classes(plan: JoinPlan) -> list[list[tuple[Side, str]]]:
 def _preds(conj, attribute: str | None) -> list[tuple[str, object]]:
     if attribute is None:
         return []
-    return [(p.op, p.value) for p in conj if p.attribute == attribute]
+    # spatial predicates have no single attribute: left out, which can only hide an NR
+    return [(p.op, p.value) for p in conj if getattr(p, "attribute", None) == attribute]
 
 
 def _texts(conj, attribute: str | None) -> list[str]:
     if attribute is None:
         return []
     return [f"{p.attribute} {p.op} {format_literal(p.value)}" for p in conj
-            if p.attribute == attribute]
+            if getattr(p, "attribute", None) == attribute]
 
 
 def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> Warning | None:

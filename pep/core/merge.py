@@ -24,9 +24,11 @@ from dataclasses import dataclass
 
 from pep.core.analysis import FilterAnalysis, Warning, analyse_filter
 from pep.core.errors import InvalidInput, NotPermitted, Unprocessable
-from pep.core.conditions import And, Comparison, Expr, FALSE, Or, attributes_of
+from pep.core.conditions import (And, Comparison, Expr, FALSE, Or, Spatial, attributes_of,
+                                 spatial_from_predicate, spatial_parts)
 from pep.core.graph import Filter, Map, Node, QueryGraph, Source, WindowAggregate
-from pep.core.plan import Aggregate, Conjunct, ExecutionPlan, StreamSchema, WindowSpec
+from pep.core.plan import (Aggregate, Conjunct, ExecutionPlan, SpatialPredicate, StreamSchema,
+                           WindowSpec)
 
 
 class QueryRefused(NotPermitted):
@@ -82,6 +84,8 @@ def check_leaks(policy: QueryGraph, user: QueryGraph, schema: StreamSchema) -> N
             if key not in exposed:
                 raise QueryRefused(f"your query groups by attribute {key!r}, which the policy "
                                    "does not expose", key)
+    if uf is not None:
+        _check_anchors(policy, uf.condition)
     pw = policy.window
     if pw is not None and uf is not None:
         allowed = set(pw.prefilter or ())
@@ -94,6 +98,29 @@ def check_leaks(policy: QueryGraph, user: QueryGraph, schema: StreamSchema) -> N
                     "(a filter there would choose which tuples a window aggregates)", attr)
 
 
+def _anchor(s: Spatial) -> tuple:
+    return (s.latitude, s.longitude, s.key, type(s.key_value).__name__, s.key_value)
+
+
+def _check_anchors(policy: QueryGraph, condition: Expr) -> None:
+    """A consumer's DISTANCE_TO may only use an anchor the policy's own filter uses.
+
+    The anchor's positions come from other tuples of the stream, which the policy may withhold
+    from this consumer: a DISTANCE_TO of the consumer's choosing would let it locate any ship
+    (by which visible tuples pass) without ever seeing that ship's tuples. The policy's own
+    anchors are already part of what the policy reveals; narrowing them (a smaller radius) is
+    allowed."""
+    allowed = {_anchor(s) for s in spatial_parts(policy.filter.condition)
+               if s.function == "distance_to"} if policy.filter is not None else set()
+    for s in spatial_parts(condition):
+        if s.function == "distance_to" and _anchor(s) not in allowed:
+            raise QueryRefused(
+                f"your query's {s} measures the distance to an anchor the policy's filter does "
+                "not use; the anchor's positions come from tuples the policy may withhold from "
+                "you, so a consumer may use DISTANCE_TO only with the policy's own anchor",
+                s.key)
+
+
 def _dnf_expr(dnf: tuple[Conjunct, ...] | None) -> Expr | None:
     if dnf is None:
         return None
@@ -101,7 +128,8 @@ def _dnf_expr(dnf: tuple[Conjunct, ...] | None) -> Expr | None:
         return FALSE
     alternatives: list[Expr] = []
     for conj in dnf:
-        cmps = tuple(Comparison(p.attribute, p.op, p.value) for p in conj)
+        cmps = tuple(spatial_from_predicate(p) if isinstance(p, SpatialPredicate)
+                     else Comparison(p.attribute, p.op, p.value) for p in conj)
         alternatives.append(cmps[0] if len(cmps) == 1 else And(cmps))
     return alternatives[0] if len(alternatives) == 1 else Or(tuple(alternatives))
 

@@ -54,7 +54,33 @@ class Predicate:
     value: Scalar
 
 
-Conjunct = tuple[Predicate, ...]
+@dataclass(frozen=True)
+class SpatialPredicate:
+    """A spatial test over two coordinate attributes (`pep.core.conditions`, `pep.core.geo`).
+
+    function "distance": the haversine distance in metres from (latitude, longitude) to the point
+    `points` = (lat, lon) compared with `value` by `op`; "distance_to": the same to the latest
+    position of the anchor (the tuple whose `key` equals `key_value`), strictly before this tuple
+    in stream order; "polygon": `op` "=" inside the polygon `points` (lat1, lon1, ...), "!="
+    outside, `value` 0. False on a tuple without a valid position, and (distance_to) while no
+    position of the anchor is known, whatever the op."""
+
+    function: Literal["distance", "distance_to", "polygon"]
+    latitude: str
+    longitude: str
+    op: Operator
+    value: float
+    points: tuple[float, ...] = ()
+    key: str | None = None
+    key_value: Scalar | None = None
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        return (self.latitude, self.longitude) + ((self.key,) if self.key else ())
+
+
+AnyPredicate = Union[Predicate, SpatialPredicate]
+Conjunct = tuple[AnyPredicate, ...]
 
 
 @dataclass(frozen=True)
@@ -131,7 +157,7 @@ def plan_from_json(data: str | dict) -> ExecutionPlan:
     return ExecutionPlan(
         stream=d["stream"],
         filter_dnf=None if dnf is None else tuple(
-            tuple(Predicate(p["attribute"], p["op"], p["value"]) for p in conj) for conj in dnf),
+            tuple(_predicate_from_json(p) for p in conj) for conj in dnf),
         projection=tuple(d.get("projection") or ()),
         window=None if window is None else WindowSpec(
             kind=window["kind"], size=int(window["size"]), step=int(window["step"]),
@@ -141,6 +167,14 @@ def plan_from_json(data: str | dict) -> ExecutionPlan:
             min_count=int(window.get("min_count", 1)),
             keys=tuple(window.get("keys") or ())),
         start_after=None if d.get("start_after") is None else int(d["start_after"]))
+
+
+def _predicate_from_json(p: dict) -> AnyPredicate:
+    if "function" in p:
+        return SpatialPredicate(p["function"], p["latitude"], p["longitude"], p["op"],
+                                float(p["value"]), tuple(float(v) for v in p.get("points") or ()),
+                                p.get("key"), p.get("key_value"))
+    return Predicate(p["attribute"], p["op"], p["value"])
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,13 @@ and a constant can never be read as code.
 Comparison encoding: the generic predicate computes, per tuple, which of "less", "equal",
 "greater" holds between the attribute and the constant (bits 1, 2, 4); an operator is the set of
 outcomes it accepts. A null attribute yields no outcome, so every operator is false on it.
+
+Spatial predicates (`pep.core.plan.SpatialPredicate`) use the same encoding: the distance in
+metres is compared with the constant (kinds DISTANCE_KIND and ANCHOR_KIND), and a polygon's
+outcome is "equal" inside and "less" outside (POLYGON_KIND; WITHIN_POLYGON's mask is "equal",
+NOT WITHIN_POLYGON's "less or greater"). Their rows carry two more fields: the longitude's
+attribute index and the geometry (the point, the flat vertex list, or for DISTANCE_TO the
+`AnchorSpec` whose positions the executor supplies per micro-batch, see pep/runtime/spatial.py).
 """
 from __future__ import annotations
 
@@ -15,7 +22,9 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from pep.core.plan import AGGREGATE_FUNCTIONS, ExecutionPlan, Predicate, StreamSchema
+from pep.core import geo
+from pep.core.plan import (AGGREGATE_FUNCTIONS, AnyPredicate, ExecutionPlan, Predicate,
+                           SpatialPredicate, StreamSchema)
 
 LESS, EQUAL, GREATER = 1, 2, 4
 OPERATOR_MASKS: dict[str, int] = {
@@ -26,11 +35,26 @@ OPERATOR_MASKS: dict[str, int] = {
     "=": EQUAL,
     "!=": LESS | GREATER,
 }
-NUMERIC_KIND, STRING_KIND = 0, 1
+NUMERIC_KIND, STRING_KIND, DISTANCE_KIND, POLYGON_KIND, ANCHOR_KIND = 0, 1, 2, 3, 4
 NUMERIC_TYPES = ("double", "long", "boolean", "timestamp")
 
-# (attribute index 1-based, operator mask, kind, numeric constant, string constant)
-PredicateRow = tuple[int, int, int, float | None, str | None]
+
+@dataclass(frozen=True)
+class AnchorSpec:
+    """A DISTANCE_TO anchor of a stream: the tuples whose key attribute (index, 1-based)
+    equals the constant (a number, or text for string keys), and where their position is."""
+
+    key_index: int
+    key_kind: int  # NUMERIC_KIND or STRING_KIND
+    key_number: float | None
+    key_text: str | None
+    lat_index: int
+    lon_index: int
+
+
+# (attribute index 1-based, operator mask, kind, numeric constant, string constant); spatial
+# rows add (longitude index, geometry): a point (lat, lon), a flat vertex list, or an AnchorSpec.
+PredicateRow = tuple
 
 
 class PlanError(ValueError):
@@ -78,6 +102,12 @@ class CompiledPlan:
     @property
     def passes_nothing(self) -> bool:
         return not self.conjuncts
+
+    @property
+    def anchors(self) -> tuple[AnchorSpec, ...]:
+        """The DISTANCE_TO anchors the filter uses (each once)."""
+        return tuple(dict.fromkeys(row[6] for conj in self.conjuncts for row in conj
+                                   if len(row) > 5 and isinstance(row[6], AnchorSpec)))
 
 
 def epoch_seconds(value: object, where: str) -> float:
@@ -127,7 +157,59 @@ def _numeric_constant(pred: Predicate, ftype: str, where: str) -> float:
     return number
 
 
-def compile_predicate(pred: Predicate, schema: StreamSchema, where: str) -> PredicateRow:
+def compile_spatial(pred: SpatialPredicate, schema: StreamSchema, where: str) -> PredicateRow:
+    """A spatial predicate as a row: checked again here, as a plan may come from storage."""
+    def index(name: str | None, what: str, numeric: bool = True) -> int:
+        field = schema.lookup(name or "")
+        if field is None:
+            raise PlanError(f"{where}: {what} {name!r} is not in the stream's schema")
+        if numeric and field.type not in ("double", "long"):
+            raise PlanError(f"{where}: {what} {field.name!r} is {field.type}, not a number")
+        return schema.fields.index(field) + 1
+
+    mask = OPERATOR_MASKS.get(pred.op)
+    if mask is None:
+        raise PlanError(f"{where}: unknown operator {pred.op!r}")
+    lat, lon = index(pred.latitude, "latitude"), index(pred.longitude, "longitude")
+    points = tuple(float(v) for v in pred.points)
+    if not all(math.isfinite(v) for v in points):
+        raise PlanError(f"{where}: the geometry has a number that is not finite")
+    if pred.function == "polygon":
+        if pred.op not in ("=", "!=") or len(points) % 2 or not \
+                3 <= len(points) // 2 <= geo.MAX_POLYGON_VERTICES:
+            raise PlanError(f"{where}: a polygon needs 3 to {geo.MAX_POLYGON_VERTICES} (lat, lon) "
+                            "vertices and the operator = (inside) or != (outside)")
+        if not all(geo.valid_position(points[k], points[k + 1]) for k in range(0, len(points), 2)):
+            raise PlanError(f"{where}: a polygon vertex is outside the latitude/longitude ranges")
+        return (lat, mask, POLYGON_KIND, 0.0, None, lon, points)
+    radius = float(pred.value)
+    if not math.isfinite(radius) or radius < 0:
+        raise PlanError(f"{where}: the distance must be a finite number of metres >= 0")
+    if pred.function == "distance":
+        if len(points) != 2 or not geo.valid_position(*points):
+            raise PlanError(f"{where}: DISTANCE needs a point (lat, lon) within the ranges")
+        return (lat, mask, DISTANCE_KIND, radius, None, lon, points)
+    if pred.function != "distance_to":
+        raise PlanError(f"{where}: unknown spatial function {pred.function!r}")
+    key = index(pred.key, "anchor key attribute", numeric=False)
+    key_row = compile_predicate(Predicate(schema.fields[key - 1].name, "=", pred.key_value),  # type: ignore[arg-type]
+                                schema, where)
+    spec = AnchorSpec(key, key_row[2], key_row[3], key_row[4], lat, lon)
+    return (lat, mask, ANCHOR_KIND, radius, None, lon, spec)
+
+
+def row_attributes(row: PredicateRow) -> tuple[int, ...]:
+    """The attribute indices (1-based) a predicate row reads."""
+    if len(row) == 5:
+        return (row[0],)
+    if isinstance(row[6], AnchorSpec):
+        return (row[0], row[5], row[6].key_index)
+    return (row[0], row[5])
+
+
+def compile_predicate(pred: AnyPredicate, schema: StreamSchema, where: str) -> PredicateRow:
+    if isinstance(pred, SpatialPredicate):
+        return compile_spatial(pred, schema, where)
     field = schema.lookup(pred.attribute)
     if field is None:
         raise PlanError(f"{where}: attribute {pred.attribute!r} is not in the stream's schema")

@@ -45,10 +45,12 @@ from pyspark.sql import types as T
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import StreamCheckpoint, archive_dir
-from pep.runtime.compile import FAMILIES, NUMERIC_KIND, CompiledPlan
+from pep.runtime.compile import FAMILIES, NUMERIC_KIND, STRING_KIND, CompiledPlan, row_attributes
 from pep.runtime.encode import json_array, value_texts
 from pep.runtime.memo import OwnedCache
 from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN, build_source
+from pep.runtime.spatial import (PREDICATE_FIELDS, AnchorTracker, predicate_struct,
+                                 spatial_outcome)
 from pep.runtime.windows import (KEY_SEP, NO_SEQ, PaneWindows, empty_partials,
                                  partials_from_arrow, partials_from_values)
 
@@ -86,7 +88,7 @@ PREDICATE_TYPE = T.StructType([
 ])
 _PRED_ARROW = pa.struct([pa.field("a", pa.int32(), False), pa.field("m", pa.int32(), False),
                          pa.field("k", pa.int32(), False), ("n", pa.float64()),
-                         ("s", pa.string())])
+                         ("s", pa.string()), *PREDICATE_FIELDS])  # spatial fields: spatial.py
 PLAN_TABLE_ARROW = pa.schema([("plans", pa.list_(pa.struct([
     pa.field("id", pa.int32(), False),
     pa.field("k", pa.int32(), False),       # PLAIN, TUPLE, TIME or ROW_TUPLE
@@ -173,7 +175,9 @@ def _outcome(value: Column, constant: Column) -> Column:
 def _predicate_holds(p: Column) -> Column:
     num = F.element_at(F.col(NUMS_COLUMN), p["a"])
     txt = F.element_at(F.col(STRS_COLUMN), p["a"])
-    outcome = F.when(p["k"] == NUMERIC_KIND, _outcome(num, p["n"])).otherwise(_outcome(txt, p["s"]))
+    outcome = (F.when(p["k"] == NUMERIC_KIND, _outcome(num, p["n"]))
+               .when(p["k"] == STRING_KIND, _outcome(txt, p["s"]))
+               .otherwise(spatial_outcome(p, F.col(NUMS_COLUMN), _outcome)))
     return F.coalesce(p["m"].bitwiseAND(outcome) != 0, F.lit(False))
 
 
@@ -316,6 +320,7 @@ class StreamExecutor:
         self._types = {f.name: f.type for f in definition.schema.fields}
         self._full_order = definition.source.kind not in SEQ_KINDS
         self._time_attr = self._order_time_attribute()
+        self._anchors = AnchorTracker(spark, value_arrays, definition.schema)  # DISTANCE_TO
         self.started_at: float | None = None
         self.last_batch_started_at: float | None = None
         self.last_batch_at: float | None = None
@@ -583,7 +588,7 @@ class StreamExecutor:
         single = True
         for s in plans:
             for conj in s.compiled.conjuncts:
-                read.update(self._field_names[a - 1] for a, *_ in conj)
+                read.update(self._field_names[i - 1] for row in conj for i in row_attributes(row))
             w = s.compiled.window
             if w is None:
                 plain.update(s.compiled.projection)
@@ -632,7 +637,7 @@ class StreamExecutor:
 
         Built in the gateway's session (the batch of the query's cloned session reads a
         LocalRelation from it just as well)."""
-        key = (version, self._offsets(plans))
+        key = (version, self._offsets(plans), self._anchors.version)
         with self._table_lock:  # start() and the first micro-batch may ask at once
             cached = self._table
             if cached is not None and cached[0] == key:
@@ -650,7 +655,7 @@ class StreamExecutor:
                 continue
             row: dict[str, Any] = {
                 "id": s.id, "k": PLAIN, "sa": c.start_after,
-                "c": [[{"a": a, "m": m, "k": k, "n": n, "s": t} for (a, m, k, n, t) in conj]
+                "c": [[predicate_struct(r, self._anchors.segments) for r in conj]
                       for conj in c.conjuncts],
                 "g": None, "off": None, "t": None, "tk": None, "ky": [], "d": [], "l": [],
                 "s": []}
@@ -874,6 +879,7 @@ class StreamExecutor:
             if not plans:
                 return
             t0 = time.perf_counter()
+            self._anchors.update(batch, [s.compiled for s in plans])  # nothing without DISTANCE_TO
             shape = self._shape_of(plans, version)
             table, scalar = self._plan_table(plans, version, shape)
             t1 = time.perf_counter()

@@ -40,9 +40,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pep.core.conditions import COMPARATORS
-from pep.core.plan import ExecutionPlan, JoinPlan, Predicate, StreamDefinition
+from pep.core.plan import AnyPredicate, ExecutionPlan, JoinPlan, SpatialPredicate, StreamDefinition
 from pep.core.rows import RowBatch
 from pep.runtime.sources import DELETE_COMMITTED, SEQ_COLUMN, build_source
+from pep.runtime.spatial import edges, haversine, inside_polygon, valid_position
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,37 @@ def _compare(left: Column, op: str, right: Column) -> Column:
         raise JoinPlanError(f"unknown operator {op!r}") from None
 
 
-def filter_column(dnf: tuple[tuple[Predicate, ...], ...] | None,
+def _coordinate(definition: StreamDefinition, name: str) -> Column:
+    field_ = definition.schema.lookup(name)
+    if field_ is None or field_.type not in ("double", "long"):
+        raise JoinPlanError(f"stream {definition.name!r}: {name!r} is not a numeric attribute")
+    return F.col(f"`{field_.name}`").cast("double")
+
+
+def _spatial_column(p: SpatialPredicate, definition: StreamDefinition) -> Column:
+    """DISTANCE and WITHIN_POLYGON with the shared runtime's Column expressions
+    (pep/runtime/spatial.py), constants as literals; false without a valid position.
+    DISTANCE_TO needs the shared query's anchor tracking: refused (pep.core.join refuses it
+    first)."""
+    lat, lon = _coordinate(definition, p.latitude), _coordinate(definition, p.longitude)
+    if p.function == "distance":
+        test = _compare(haversine(lat, lon, F.lit(float(p.points[0])), F.lit(float(p.points[1]))),
+                        p.op, F.lit(float(p.value)))
+    elif p.function == "polygon":
+        edge_array = F.array(*[F.struct(*[F.lit(float(e[k])).alias(k)
+                                          for k in ("y1", "x1", "y2", "x2")])
+                               for e in edges(tuple(p.points))])
+        inside = inside_polygon(lat, lon, edge_array)
+        if p.op not in ("=", "!="):
+            raise JoinPlanError(f"stream {definition.name!r}: a polygon is tested with = or !=")
+        test = inside if p.op == "=" else ~inside
+    else:
+        raise JoinPlanError(f"stream {definition.name!r}: {p.function.upper()} cannot be "
+                            "evaluated in a join")
+    return F.coalesce(valid_position(lat, lon) & test, F.lit(False))
+
+
+def filter_column(dnf: tuple[tuple[AnyPredicate, ...], ...] | None,
                   definition: StreamDefinition) -> Column | None:
     """The DNF as one Column (None: every tuple passes); constants are literals. A comparison
     over a null attribute is null, which a filter drops: false, as the plan says."""
@@ -93,6 +124,9 @@ def filter_column(dnf: tuple[tuple[Predicate, ...], ...] | None,
     for conjunct in dnf:
         terms = []
         for p in conjunct:
+            if isinstance(p, SpatialPredicate):
+                terms.append(_spatial_column(p, definition))
+                continue
             field_ = definition.schema.lookup(p.attribute)
             if field_ is None:
                 raise JoinPlanError(f"stream {definition.name!r} has no attribute {p.attribute!r}")

@@ -63,7 +63,9 @@ def _stream_obligations(root) -> tuple[list[tuple[Obligation, int | None]], list
 
 def _placeholder(category: str, attribute: str) -> list[str]:
     # Only the shape is checked now; "0" reads as a number, a timestamp, a boolean or a string.
-    return ["0"]
+    # Six times: a WITHIN_POLYGON bag needs at least three (lat, lon) vertices, and a
+    # placeholder that must stand for one value accepts the same value repeated.
+    return ["0"] * 6
 
 
 def _failure(obligations: list[tuple[Obligation, int | None]],

@@ -702,13 +702,21 @@ ${attr('urn:oasis:names:tc:xacml:1.0:action:action-id', action)}  </Attributes>
 
   // -- My handles ---------------------------------------------------------------------------------
 
+  // One predicate of a plan; spatial ones (DISTANCE, DISTANCE_TO, WITHIN_POLYGON) name their function.
+  function predicateText(p) {
+    if (!p.function) return `${p.attribute} ${p.op} ${p.value}`;
+    const coords = (p.attributes || [p.latitude, p.longitude]).join(', ');
+    if (p.function === 'polygon') return `${p.op === '!=' ? 'NOT ' : ''}WITHIN_POLYGON(${coords}, ...)`;
+    return `${p.function.toUpperCase()}(${coords}, ...) ${p.op} ${p.metres ?? p.value}`;
+  }
+
   // A handle's plan (its stored form: filter_dnf, window.kind) or an explained one (filter, type).
   function planSummary(plan) {
     if (!plan) return '';
     const parts = [];
     const dnf = plan.filter || plan.filter_dnf;
     if (dnf && dnf.length) {
-      parts.push('filter ' + dnf.map((c) => c.map((p) => `${p.attribute} ${p.op} ${p.value}`).join(' AND ')).join(' OR '));
+      parts.push('filter ' + dnf.map((c) => c.map(predicateText).join(' AND ')).join(' OR '));
     }
     const w = plan.window;
     if (w) parts.push(`${w.type || w.kind} window ${w.size}/${w.step}`);

@@ -38,7 +38,7 @@ def test_every_policy_file_loads_on_its_own():
 def test_every_xml_file_is_well_formed_and_requests_parse():
     requests = [p for p in POLICIES.rglob("*") if p.suffix in (".xml", ".json")
                 and p not in policy_files(POLICIES) and p.name != "streams.json"]
-    assert len(requests) == 8
+    assert len(requests) == 11
     for p in requests:
         parse_request(p.read_bytes(), JSON if p.suffix == ".json" else XML)
 
@@ -104,13 +104,31 @@ def test_ais_port_authority(engine):
     assert read.decision is Decision.PERMIT
     assert [o.id for o in read.obligations] == ["exacml:obligation:stream-filter"]
     assert read.obligations[0].values("stream-filter-condition-id") == [
-        "lat >= 1.15 AND lat <= 1.30 AND lon >= 103.60 AND lon <= 104.05"]
+        "WITHIN_POLYGON(lat, lon, {subject:port-bounds})"]
     count = decide(engine, "ais/port-authority-count-request.xml")
     assert count.decision is Decision.PERMIT
     window = next(o for o in count.obligations if o.id == "exacml:obligation:stream-window")
     assert window.values("stream-window-type-id") == ["time"]
     assert window.values("stream-window-size-id") == ["600"]
     assert window.values("stream-window-attr-id") == ["mmsi:count"]
+    assert window.values("stream-window-key-id") == ["shiptype"]
+    near = next(o for o in count.obligations if o.id == "exacml:obligation:stream-filter")
+    assert near.values("stream-filter-condition-id") == [
+        "DISTANCE(lat, lon, {subject:port-lat}, {subject:port-lon}) <= 92600"]
+
+
+def test_ais_ship_company_and_captain(engine):
+    company = decide(engine, "ais/ship-company-request.xml")
+    assert company.decision is Decision.PERMIT
+    assert company.obligations[0].values("stream-filter-condition-id") == [
+        "mmsi IN {subject:ship-list}"]
+    captain = decide(engine, "ais/ship-captain-request.xml")
+    assert captain.decision is Decision.PERMIT
+    assert captain.obligations[0].values("stream-filter-condition-id") == [
+        "DISTANCE_TO(lat, lon, mmsi, {subject:ship-mmsi}) <= 370400"]
+    assert captain.obligations[1].values("stream-map-attribute-id") == ["mmsi", "lon", "lat"]
+    # the emergency view only while the gateway says the event is open (offline: never)
+    assert decide(engine, "ais/ship-captain-emergency-request.xml").decision is Decision.DENY
 
 
 def test_port_authority_join_both_sides(engine):

@@ -415,13 +415,20 @@ def test_the_port_authority_example_joins_ais_with_routes():
         PolicySource(str(p), p.read_bytes()) for p in
         (policies / "ais" / "port-authority-policy.xml", policies / "joins" / "routes-policy.xml")])
     body = (policies / "joins" / "port-authority-join-request.xml").read_bytes()
-    grant = decide_and_plan(engine, body, XML, Identity("mpa", ("port-authority",)), schemas.get,
+    from pep.config import DEMO_PORT
+    from pep.core.plan import SpatialPredicate
+
+    port = tuple((k, tuple(v) if isinstance(v, list) else (v,)) for k, v in DEMO_PORT.items())
+    grant = decide_and_plan(engine, body, XML, Identity("mpa", ("port-authority",),
+                                                        attributes=port), schemas.get,
                             time_attribute_lookup=times.get)
     plan = grant.plan
     assert isinstance(plan, JoinPlan) and plan.streams == ("ais", "routes")
     assert plan.on == (("mmsi", "mmsi"),) and plan.within == 60.0
     assert (plan.left_time, plan.right_time) == ("ts", "ts")
-    assert Predicate("lat", ">=", 1.15) in plan.left.filter_dnf[0]  # the AIS policy: port waters
+    # the AIS policy: the caller's own port waters (Table 2, row 1)
+    assert SpatialPredicate("polygon", "lat", "lon", "=", 0.0,
+                            tuple(DEMO_PORT["port-bounds"])) in plan.left.filter_dnf[0]
     assert Predicate("next_leg", "!=", "naval-base") not in plan.right.filter_dnf[0]  # implied
     assert plan.right.filter_dnf == ((Predicate("free_load", ">=", 10),
                                       Predicate("next_leg", "=", "Los Angeles")),)
@@ -431,3 +438,41 @@ def test_the_port_authority_example_joins_ais_with_routes():
         decide_and_plan(engine, body, XML, Identity("lta", ("consumer",)), schemas.get,
                         time_attribute_lookup=times.get)
     assert "'ais'" in denied.value.message
+    with pytest.raises(AccessDenied) as denied:  # a port authority without a port: no AIS side
+        decide_and_plan(engine, body, XML, Identity("mpa", ("port-authority",)), schemas.get,
+                        time_attribute_lookup=times.get)
+    assert "port-bounds" in denied.value.message
+
+
+def test_spatial_sides_join_and_a_moving_anchor_is_refused():
+    """A side's DISTANCE or WITHIN_POLYGON stays in its side plan; a side filtered by
+    DISTANCE_TO (whose anchor only the stream's own query tracks) is refused, never run
+    without its filter."""
+    from pep.core.plan import SpatialPredicate
+
+    positions = StreamSchema((Field("ts", "timestamp"), Field("area", "string"),
+                              Field("mmsi", "long"), Field("lat", "double"),
+                              Field("lon", "double")))
+    schemas = {**SCHEMAS, "positions": positions}
+    times = {**TIMES, "positions": "ts"}
+    stations = filters("station IN ('A', 'B')") + maps("t", "station", "rainrate")
+    shown = maps("ts", "area", "mmsi", "lat", "lon")
+    engine = PolicyEngine.compile([
+        inline_policy("urn:t:st-poly", "stations", "poly", stations),
+        inline_policy("urn:t:pos-poly", "positions", "poly", filters(
+            "WITHIN_POLYGON(lat, lon, [1, 103, 1, 104, 2, 104]) AND "
+            "DISTANCE(lat, lon, 1.5, 103.5) &lt;= 90000") + shown),
+        inline_policy("urn:t:st-cap", "stations", "cap", stations),
+        inline_policy("urn:t:pos-cap", "positions", "cap", filters(
+            "DISTANCE_TO(lat, lon, mmsi, 7) &lt;= 1000") + shown),
+    ])
+
+    def go(who):
+        return decide_and_plan(engine, request("stations", join_query(stream="positions")), JSON,
+                               Identity(who), schemas.get, time_attribute_lookup=times.get)
+
+    plan = go("poly").plan
+    assert {p.function for p in plan.right.filter_dnf[0]
+            if isinstance(p, SpatialPredicate)} == {"polygon", "distance"}
+    with pytest.raises(Unprocessable, match="DISTANCE_TO"):
+        go("cap")

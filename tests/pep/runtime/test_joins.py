@@ -128,3 +128,38 @@ def test_a_windowed_side_joins_on_its_window_outputs(joins, tmp_path):
     assert len(joins.stats()) == 1
     joins.detach("b")  # the last handle: the query stops
     assert joins.stats() == {} and joins.handles() == {}
+
+
+def test_a_sides_spatial_filter_matches_the_reference_semantics(spark):
+    """DISTANCE and WITHIN_POLYGON (inside and outside) in a join side's filter, on Spark,
+    against pep.core.conditions' evaluation; DISTANCE_TO is refused by the join runtime."""
+    import random
+
+    from pep.core.plan import SpatialPredicate
+    from pep.runtime.joins import JoinPlanError, filter_column
+
+    schema = StreamSchema((Field("id", "long"), Field("lat", "double"), Field("lon", "double")))
+    definition = StreamDefinition("pos", "t", schema, SourceSpec("ingest"))
+    polygon = (1.0, 103.0, 1.0, 104.0, 2.0, 104.0, 2.0, 103.5)
+    rng = random.Random(7)
+    rows = [(i, round(rng.uniform(0.5, 2.5), 4), round(rng.uniform(102.5, 104.5), 4))
+            for i in range(400)] + [(400, None, 103.5), (401, 95.0, 103.5), (402, 1.0, 103.5)]
+    frame = spark.createDataFrame(rows, "id long, lat double, lon double")
+    from pep.core.conditions import spatial_holds
+
+    for dnf in [
+            ((SpatialPredicate("polygon", "lat", "lon", "=", 0.0, polygon),),),
+            ((SpatialPredicate("polygon", "lat", "lon", "!=", 0.0, polygon),),),
+            ((SpatialPredicate("distance", "lat", "lon", "<=", 60000.0, (1.5, 103.5)),
+              SpatialPredicate("polygon", "lat", "lon", "=", 0.0, polygon)),
+             (Predicate("lat", ">", 2.4),))]:
+        got = {r["id"] for r in frame.where(filter_column(dnf, definition)).collect()}
+        want = {i for i, lat, lon in rows
+                if any(all((spatial_holds(p, {"lat": lat, "lon": lon}) is True)
+                           if isinstance(p, SpatialPredicate)
+                           else (lat is not None and lat > p.value) for p in conj)
+                       for conj in dnf)}
+        assert got == want and 0 < len(got) < len(rows), dnf
+    with pytest.raises(JoinPlanError, match="DISTANCE_TO"):
+        filter_column(((SpatialPredicate("distance_to", "lat", "lon", "<=", 1.0, (), "id", 7),),),
+                      definition)

@@ -102,3 +102,24 @@ def test_placeholders_and_computed_values():
                 "</AttributeAssignmentExpression></ObligationExpression>")
     warnings = check(policy(computed))
     assert len(warnings) == 1 and "computed at decision time" in warnings[0]
+
+
+def test_spatial_placeholders_pass_the_shape_check():
+    """A polygon from a bag placeholder needs at least three vertices at check time; the
+    single-value placeholders beside it still read one (repeated) value."""
+    ais = StreamDefinition("ais", "nea", StreamSchema((
+        Field("mmsi", "long"), Field("lat", "double"), Field("lon", "double"))),
+        SourceSpec("ingest"))
+    streams = {"ais": ais}
+    for condition in ("WITHIN_POLYGON(lat, lon, {subject:port-bounds})",
+                      "DISTANCE(lat, lon, {subject:port-lat}, {subject:port-lon}) &lt;= 92600",
+                      "DISTANCE_TO(lat, lon, mmsi, {subject:ship-mmsi}) &lt;= 370400",
+                      "mmsi IN {subject:ship-list}"):
+        doc = policy(ob("stream-filter", assignment("stream-filter-condition-id", condition)),
+                     streams=("ais",))
+        assert check_policy(doc, streams.get, lambda: [ais]) == [], condition
+    bad = policy(ob("stream-filter", assignment("stream-filter-condition-id",
+                                                "WITHIN_POLYGON(lat, mmsi2, {subject:b})")),
+                 streams=("ais",))
+    with pytest.raises(PolicyLoadError, match="mmsi2"):
+        check_policy(bad, streams.get, lambda: [ais])
