@@ -246,14 +246,16 @@ def test_a_join_beside_a_plain_handle_gets_every_new_row_and_no_old_one(gateway,
     r = requests.post(f"{base}/policies", headers=auth("nea", **XML), timeout=30,
                       data=policy(RIGHT, "lta", *SHIPS_POLICY))
     assert r.status_code in (201, 409), r.text
-    r = requests.post(f"{base}/requests", headers=auth("other", **JSON), timeout=120,
+    # nea's plain handle (not `other`'s: the paper scenario checks that `other`, sharing this
+    # gateway, has no handle at all)
+    r = requests.post(f"{base}/requests", headers=auth("nea", **JSON), timeout=120,
                       data=json.dumps({"Request": {"Resource": {"Attribute": [{
                           "AttributeId": "urn:oasis:names:tc:xacml:1.0:resource:resource-id",
                           "Value": LEFT}]}, "Action": {"Attribute": [{
                               "AttributeId": "urn:oasis:names:tc:xacml:1.0:action:action-id",
                               "Value": "read"}]}}}))
     assert r.status_code == 201, r.text
-    plain = Reader(r.json()["handle"], who="other").start()
+    plain = Reader(r.json()["handle"], who="nea").start()
     ingest(base, LEFT, stations(200, 8))
     ingest(base, RIGHT, ships(200, 8))
     assert plain.wait_rows(1, timeout=150), plain.lines
@@ -274,5 +276,5 @@ def test_a_join_beside_a_plain_handle_gets_every_new_row_and_no_old_one(gateway,
     time.sleep(1.0)
     got = reader.rows
     assert Counter(_key(row) for row in got) == expected, (len(got), sum(expected.values()))
-    for url, who in ((r.json()["handle"], "lta"), (plain.url, "other")):
-        requests.delete(url, headers=auth(who), timeout=30)
+    for url, who in ((r.json()["handle"], "lta"), (plain.url, "nea")):
+        assert requests.delete(url, headers=auth(who), timeout=30).status_code == 200
