@@ -119,7 +119,8 @@ class _StateCollector:
 
 def gateway_state(services: Any) -> dict:
     """The figures `_StateCollector` reads, from the gateway's services."""
-    live = Tally(r.stream for r in services.handles.live())
+    # a join's handle counts on each of its two streams
+    live = Tally(s for r in services.handles.live() for s in r.streams)
     runtime = services.runtime
     stats = runtime.stats() if hasattr(runtime, "stats") else {}
     return {"policies": len(services.policies.engine.policies), "live_handles": dict(live),

@@ -163,7 +163,8 @@ def create_requests_blueprint(handles: HandleService, engine: Callable[[], Any],
                 exc.details.update(handle=existing, release=f"DELETE {existing}")
                 raise
             url = f"{public_base(base_url)}/handles/{record.id}"
-            body = {"handle": url, "id": record.id, "stream": record.stream, "state": "live",
+            body = {"handle": url, "id": record.id, "stream": record.stream,
+                    "streams": list(record.streams), "state": "live",
                     "new": is_new, "warnings": _to_json(grant.warnings or []),
                     "plan": _to_json(grant.plan_json if grant.plan_json is not None
                                      else json.loads(record.plan_json)),

@@ -76,8 +76,14 @@ def test_a_join_handle_runs_a_join_plan_on_both_stream_definitions(gw):
     assert r.json["plan"]["join"]["on"] == [{"left": "station", "right": "area"}]
     assert "JOIN `jships`" in r.json["sql"]
     assert set(r.json["policy_ids"]) == {"urn:t:jstations-lta", "urn:t:jships-lta"}
+    assert r.json["streams"] == ["jstations", "jships"]
     listed = client.get("/handles", headers=auth_header("lta")).json["handles"]
     assert listed[0]["plan"]["streams"] == ["jstations", "jships"]
+    assert listed[0]["streams"] == ["jstations", "jships"]
+    # /metrics counts the join's handle on both streams
+    text = client.get("/metrics", headers=auth_header("nea")).get_data(as_text=True)
+    for name in ("jstations", "jships"):
+        assert f'xsg_live_handles{{stream="{name}"}} 1.0' in text, text
     record = services.handles.get(hid)
     assert record.stream == "jstations" and record.streams == ("jstations", "jships")
     assert runtime.push(hid, [{"jstations.station": "A", "jships.area": "A"}])
