@@ -83,8 +83,8 @@ class HandleRecord:
         """JSON for its owner (never the stored request: it can be large). The plan has the
         shape POST /requests and POST /explain give it."""
         return {"id": self.id, "handle": f"{base_url}/handles/{self.id}", "stream": self.stream,
-                "streams": list(self.streams), "state": self.state.value, "reason": self.reason, "created_at": self.created_at,
-                "updated_at": self.updated_at,
+                "streams": list(self.streams), "state": self.state.value, "reason": self.reason,
+                "created_at": self.created_at, "updated_at": self.updated_at,
                 "plan": plan_to_json(any_plan_from_json(self.plan_json)),
                 "policy_ids": list(self.policy_ids)}
 

@@ -188,9 +188,9 @@ def _predicate_holds(p: Column, spatial: bool) -> Column:
 def _matches(plan: Column, spatial: bool) -> Column:
     """The plan's start position and DNF filter hold for the row. `spatial`: some attached
     plan has a spatial predicate. Without one the expression leaves the spatial branch out:
-    Spark evaluates these lambdas per row and plan, uncompiled, and carries the whole tree in
-    every task; with the branch, 1,000 plain plans ran about 20 times slower (measured with
-    bench_many_readers: 3.8 s per micro-batch against 0.17 s)."""
+    Spark evaluates these lambdas per row and plan, uncompiled; with the branch (and whole-stage
+    code generation still on), 1,000 plain plans ran about 20 times slower (bench_many_readers:
+    3.8 s per micro-batch against 0.17 s)."""
     seq = F.col(SEQ_COLUMN)
     started = plan["sa"].isNull() | seq.isNull() | (seq > plan["sa"])
     return started & F.exists(plan["c"], lambda conj: F.forall(
@@ -331,7 +331,6 @@ class StreamExecutor:
         self._full_order = definition.source.kind not in SEQ_KINDS
         self._time_attr = self._order_time_attribute()
         self._anchors = AnchorTracker(spark, value_arrays, definition.schema)  # DISTANCE_TO
-        self._codegen_off_in: Any = None  # the session whole-stage codegen was turned off in
         self.started_at: float | None = None
         self.last_batch_started_at: float | None = None
         self.last_batch_at: float | None = None
@@ -926,15 +925,14 @@ class StreamExecutor:
         """Run the batch's jobs and hand out their results; (closed handles, seconds in
         Spark jobs)."""
         started = time.perf_counter()
-        if self._codegen_off_in is not batch.sparkSession:
-            # The plan-table lambdas are evaluated per row without generated code (Spark's
-            # higher-order functions fall back to interpretation); inside whole-stage code
-            # generation that fallback copies the row, the whole plan table included, for every
-            # row. Without it the jobs ran 1.2-8 times faster (1,000 plans over 5,000 rows:
-            # 1.9 s -> 1.2 s, 9 s -> 1.1 s with a spatial predicate). The setting is the
-            # stream query's own session's, so other queries keep their generated code.
-            batch.sparkSession.conf.set("spark.sql.codegen.wholeStage", "false")
-            self._codegen_off_in = batch.sparkSession
+        # The plan-table lambdas are evaluated per row without generated code (Spark's
+        # higher-order functions fall back to interpretation); inside whole-stage code
+        # generation that fallback copies the row, the whole plan table included, for every
+        # row. Without it the jobs ran 1.2-8 times faster (1,000 plans over 5,000 rows: 1.9 s
+        # -> 1.2 s, 9 s -> 1.1 s with a spatial predicate). The batch's session is the stream
+        # query's own clone (checked: the gateway's session keeps its setting), so other
+        # queries keep their generated code; one py4j call per micro-batch.
+        batch.sparkSession.conf.set("spark.sql.codegen.wholeStage", "false")
         plain = [s for s in plans if s.rows and not s.compiled.passes_nothing]
         windowed = [s for s in plans if not s.rows]
         observation = Observation(f"xsg_{uuid.uuid4().hex}")

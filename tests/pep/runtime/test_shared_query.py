@@ -208,6 +208,8 @@ def test_attach_detach_share_one_query_and_last_detach_stops_it(runtime, spark, 
     assert b.rows == expected_b
     assert len(a.rows) == 20 and c.calls == 1  # nothing after detach
     assert runtime.query_id("shared") == qid
+    # the stream query runs without whole-stage code generation in its own session only
+    assert spark.conf.get("spark.sql.codegen.wholeStage") == "true"
 
     runtime.detach("b")
     assert runtime.query_id("shared") is None and runtime.handles() == {}
