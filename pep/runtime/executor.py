@@ -365,6 +365,8 @@ class StreamExecutor:
                 # and maybe newer ones: it drops the tuples of these
                 self._skip_names = frozenset(names)
                 self.skipped_to_end = True
+            elif names and kind == "ingest" and archive is not None:
+                self._archive_present(names, Path(archive))
             elif names != []:
                 self._skip_to_end(archive)
         source = build_source(self.spark, self.definition, self.max_files_per_trigger, archive)
@@ -402,6 +404,26 @@ class StreamExecutor:
     def _files_per_trigger(self) -> int:
         own = self.definition.source.option("maxFilesPerTrigger")
         return int(own) if own and str(own).isdigit() else self.max_files_per_trigger
+
+    def _archive_present(self, names: list[str], archive: Path) -> None:
+        """An `ingest` stream's directory is the gateway's own: files present when a first
+        handle starts the query (more than its first batch would list) are moved to the
+        archive, where retention removes them, instead of a Spark query that marks them
+        processed (measured 0.3-0.5 s of the request that starts the stream)."""
+        started = time.perf_counter()
+        source = Path(self._source_path() or "")
+        target = archive / "not-delivered"
+        target.mkdir(parents=True, exist_ok=True)
+        moved = 0
+        for name in names:
+            try:
+                os.replace(source / name, target / name)
+                moved += 1
+            except FileNotFoundError:
+                continue
+        self.skipped_to_end = True
+        log.info("stream %s: started at the end of its source, %d files archived (%.3f s)",
+                 self.definition.name, moved, time.perf_counter() - started)
 
     def _skip_to_end(self, archive: str | None) -> None:
         """Mark every file now in the source directory as processed, without reading one: a

@@ -11,7 +11,8 @@ pep.http.server.HttpServer on a free loopback port); every figure is measured th
    stream's shared query) and warm (another handle keeps the query running), for a plain
    filter+map policy and for NEA's windowed policy (Figure 2).
 2. tuples/s delivered through the handle (reader over HTTP) vs the direct query, over the same
-   pre-ingested records.
+   backlog of files (linked into the ingest directory right after the handle opened: a handle
+   starts at its stream's current end, nothing is replayed).
 3. revocation latency: K live handles of K consumers, each read by its own thread, from the
    start of `DELETE /policies/<id>` to each reader's `revoked` event.
 Only loopback traffic; every loop is bounded; everything started is stopped, even on error.
@@ -24,6 +25,7 @@ import logging
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -551,9 +553,9 @@ def reader_process_main(url: str, token: str, want: int) -> None:
     print(json.dumps({"rows": rd.rows, "lost": rd.lost, "first_row_at": rd.first_row_at,
                       "last_row_at": rd.last_row_at, "error": rd.error, "status": rd.status}))
 
-def direct_trial(spark, gw: Gateway, stream: str, total: int) -> dict:
+def direct_trial(spark, staging: Path, total: int) -> dict:
     cond, cols = "temperature > -100", ["samplingtime", "temperature", "humidity", "rainrate"]
-    q = DirectQuery(spark, gw.ingest_dir(stream), cond, cols, want_rows=total).start()
+    q = DirectQuery(spark, staging, cond, cols, want_rows=total).start()
     try:
         q.done.wait(600)
     finally:
@@ -564,11 +566,17 @@ def direct_trial(spark, gw: Gateway, stream: str, total: int) -> dict:
             "first": q.first_row_at - q.started_at, "rows": q.rows, "lost": 0, "split": ""}
 
 
-def gateway_trial(gw: Gateway, stream: str, total: int, own_process: bool) -> dict:
+def gateway_trial(gw: Gateway, stream: str, staging: Path, trial: str, total: int,
+                  own_process: bool) -> dict:
+    """A handle starts at its stream's current end (nothing is replayed), so the records arrive
+    after it opened: the staged files are linked into the ingest directory at once, as a
+    backlog that the stream's query reads 50 files per micro-batch, like the direct query."""
     token = consumer_token(2)
     with BatchSplit() as split:
         started = time.perf_counter()
         opened = gw.open(token, request_json(stream))
+        for f in sorted(staging.iterdir()):
+            os.link(f, gw.ingest_dir(stream) / f"{trial}-{f.name}")
         try:
             if own_process:
                 got = read_in_subprocess(opened["handle"], token, total)
@@ -589,17 +597,27 @@ def gateway_trial(gw: Gateway, stream: str, total: int, own_process: bool) -> di
             "split": split.summary()}
 
 
-def throughput(spark, gw: Gateway, total: int, per_file: int, trials: int) -> dict:
-    """Each trial: the direct query, then a handle read in-process, then a handle read by a
-    consumer process, all over the same pre-ingested files (each starts from the beginning)."""
-    stream = "tp"
+def stage_records(directory: Path, total: int, per_file: int) -> None:
+    """The records as the ingest writes them (JSON lines with `_xsg_seq`), in files that sort in
+    stream order."""
     maker = RecordMaker(99)
-    with requests.Session() as s:
-        for _ in range(total // per_file):
-            r = s.post(f"{gw.url}/streams/{stream}/records", data=ndjson(maker.make(per_file)),
-                       headers=hdr(ADMIN_TOKEN, **NDJSON), timeout=60)
-            assert r.status_code == 201, r.text
-    print(f"\n2. throughput over {total:,} pre-ingested records ({total // per_file} files of "
+    seq = 0
+    for i in range(total // per_file):
+        records = maker.make(per_file)
+        for r in records:
+            r["_xsg_seq"] = seq
+            seq += 1
+        (directory / f"{i:06d}.json").write_bytes(ndjson(records))
+
+
+def throughput(spark, gw: Gateway, total: int, per_file: int, trials: int) -> dict:
+    """Each trial: the direct query over a staged backlog of files, then a handle read
+    in-process, then a handle read by a consumer process, each handed the same backlog (linked
+    into the stream's ingest directory right after the handle opened)."""
+    stream = "tp"
+    staging = Path(tempfile.mkdtemp(prefix="xsg-bench-tp-"))
+    stage_records(staging, total, per_file)
+    print(f"\n2. throughput over {total:,} records ({total // per_file} files of "
           f"{per_file}, maxFilesPerTrigger {MAX_FILES}, trigger {TRIGGER} s), {trials} trials")
     if total // per_file <= MAX_FILES:
         print("  (all files fit one micro-batch: first->last row rates are meaningless; "
@@ -609,14 +627,16 @@ def throughput(spark, gw: Gateway, total: int, per_file: int, trials: int) -> di
     for trial in range(trials):
         for mode in modes:
             if mode == "direct":
-                t = direct_trial(spark, gw, stream, total)
+                t = direct_trial(spark, staging, total)
             else:
-                t = gateway_trial(gw, stream, total, own_process=mode == "own process")
+                t = gateway_trial(gw, stream, staging, f"t{trial}{mode[0]}", total,
+                                  own_process=mode == "own process")
             runs[mode].append(t)
             print(f"  trial {trial + 1} {mode:12s}: {t['rows']:,} rows, {t['rate']:,.0f} tuples/s "
                   f"from start (first row at {t['first']:.2f} s), first->last row "
                   f"{t['steady']:,.0f} tuples/s, lost {t['lost']}"
                   + (f"; executor {t['split']}" if t["split"] else ""))
+    shutil.rmtree(staging, ignore_errors=True)
     res: dict = {}
     for mode in modes:
         res[mode] = {"gateway" if mode != "direct" else "rate":

@@ -17,8 +17,8 @@ from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 SCHEMA = StreamSchema((Field("n", "long"), Field("v", "double")))
 
 
-def ingest(tmp_path, name="ck"):
-    return StreamDefinition(name, "o", SCHEMA, SourceSpec("ingest", (("path", str(tmp_path / name)),)))
+def ingest(tmp_path, name="ck", kind="ingest"):
+    return StreamDefinition(name, "o", SCHEMA, SourceSpec(kind, (("path", str(tmp_path / name)),)))
 
 
 def recs(lo, hi):
@@ -34,12 +34,14 @@ def runtime_for(spark, work, **settings):
         trigger_interval=0.2, max_files_per_trigger=2, **settings))
 
 
-@pytest.mark.parametrize("files_before", [1, 5])
+@pytest.mark.parametrize("files_before,kind", [(1, "ingest"), (5, "ingest"), (5, "files")])
 def test_first_handle_starts_at_the_end_and_again_after_the_last_left(spark, tmp_path,
-                                                                     files_before):
+                                                                     files_before, kind):
     """Files present at a stream's first attach are skipped: up to maxFilesPerTrigger (2 here)
-    by the query's first batch, more by a one-batch query that commits them unread."""
-    sd = ingest(tmp_path)
+    by the query's first batch; more are moved to the archive (an ingest stream's directory is
+    the gateway's) or, in an owner's `files` directory, committed unread by a one-batch query."""
+    sd = ingest(tmp_path, kind=kind)
+    (tmp_path / "ck").mkdir(exist_ok=True)
     for i in range(files_before):  # before any handle: never delivered
         write_jsonl(tmp_path / "ck", f"a{i}.json", recs(100 + i, 101 + i))
     rt = runtime_for(spark, tmp_path / "work")
@@ -47,6 +49,10 @@ def test_first_handle_starts_at_the_end_and_again_after_the_last_left(spark, tmp
         first = Collector()
         rt.attach("h1", sd, PLAN, first)
         assert rt.stats()["ck"]["skipped_to_end"]
+        archived = tmp_path / "work" / "archive" / "ck" / "not-delivered"
+        moved = sorted(os.listdir(archived)) if archived.is_dir() else []
+        assert moved == ([f"a{i}.json" for i in range(files_before)]
+                         if files_before > 2 and kind == "ingest" else [])
         write_jsonl(tmp_path / "ck", "b.json", recs(5, 8))
         assert wait_until(lambda: len(first.rows) >= 3)
         time.sleep(0.6)
