@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import functools
 import operator
 import os
 import shutil
@@ -208,6 +209,40 @@ def matched_plans_column(kinds: tuple[int, ...] | None = None, spatial: bool = F
     return F.transform(chosen, lambda plan: plan["id"])
 
 
+# Up to this many row plans (and none spatial, no window plan in Spark) are matched by one
+# compiled Column per plan instead of the plan table: Spark generates code for it, where the
+# plan table's higher-order functions run interpreted (measured on one plain plan: the
+# gateway's throughput against a direct query 0.75-0.80 with the plan table).
+FEW_PLANS = 8
+
+
+def few_plans_column(plans: list[tuple[int, CompiledPlan]]) -> Column:
+    """Ids of the plans whose filter holds for the row, one Column per plan: the same tests as
+    the plan table's (`_predicate_holds`, on the same per-row value arrays, a null operand
+    false), every constant a typed literal (data in the expression tree, never SQL text)."""
+    nums, strs, seq = F.col(NUMS_COLUMN), F.col(STRS_COLUMN), F.col(SEQ_COLUMN)
+    chosen = []
+    for plan_id, compiled in plans:
+        alternatives = []
+        for conj in compiled.conjuncts:
+            terms = []
+            for a, m, k, n, s in conj:
+                if k == NUMERIC_KIND:
+                    value, constant = F.element_at(nums, a), F.lit(n).cast("double")
+                else:
+                    value, constant = F.element_at(strs, a), F.lit(s).cast("string")
+                tests = [test for bit, test in ((1, value < constant), (2, value == constant),
+                                                (4, value > constant)) if m & bit]
+                term = functools.reduce(operator.or_, tests) if tests else F.lit(False)
+                terms.append(F.coalesce(term, F.lit(False)))
+            alternatives.append(functools.reduce(operator.and_, terms) if terms else F.lit(True))
+        holds = functools.reduce(operator.or_, alternatives) if alternatives else F.lit(False)
+        if compiled.start_after is not None:
+            holds = holds & (seq.isNull() | (seq > F.lit(int(compiled.start_after))))
+        chosen.append(F.when(holds, F.lit(plan_id)))
+    return F.array_compact(F.array(*chosen))
+
+
 def matched_plan_structs(kind: int, spatial: bool = False) -> Column:
     return F.filter(F.col(PLANS_COLUMN), lambda p: (p["k"] == kind) & _matches(p, spatial))
 
@@ -331,6 +366,7 @@ class StreamExecutor:
         self._full_order = definition.source.kind not in SEQ_KINDS
         self._time_attr = self._order_time_attribute()
         self._anchors = AnchorTracker(spark, value_arrays, definition.schema)  # DISTANCE_TO
+        self._few: tuple[tuple, Column] | None = None  # the few-plans matcher and its plans
         self.started_at: float | None = None
         self.last_batch_started_at: float | None = None
         self.last_batch_at: float | None = None
@@ -762,11 +798,17 @@ class StreamExecutor:
             return cols
         return _shared_expressions(("observed", self._schema, shape.time_attributes), build)
 
-    def rows_frame(self, batch: DataFrame, plans_column: Column, shape: Shape) -> DataFrame:
-        """Plain plans: each passing tuple once, its projected attributes and plan ids."""
+    def rows_frame(self, batch: DataFrame, plans_column: Column, shape: Shape,
+                   few: Column | None = None) -> DataFrame:
+        """Plain plans: each passing tuple once, its projected attributes and plan ids (from
+        `few`, a `few_plans_column`, when given; else from the plan table)."""
         columns = list(shape.plain_columns)
         base = self._base_columns(shape, columns, False)
         order = self._order_columns(shape)
+        if few is not None:
+            keep = [F.col(f"`{n}`") for n in columns] + [F.col(c) for c in order]
+            return (batch.select(*base).select(*keep, few.alias(PIDS_COLUMN))
+                    .where(F.size(F.col(PIDS_COLUMN)) > 0))
 
         def build() -> tuple[list[Column], Column]:
             keep = [F.col(f"`{n}`") for n in columns] + [F.col(c) for c in order]
@@ -947,23 +989,31 @@ class StreamExecutor:
         """Run the batch's jobs and hand out their results; (closed handles, seconds in
         Spark jobs)."""
         started = time.perf_counter()
-        # The plan-table lambdas are evaluated per row without generated code (Spark's
-        # higher-order functions fall back to interpretation); inside whole-stage code
-        # generation that fallback copies the row, the whole plan table included, for every
-        # row. Without it the jobs ran 1.2-8 times faster (1,000 plans over 5,000 rows: 1.9 s
-        # -> 1.2 s, 9 s -> 1.1 s with a spatial predicate). Only in the stream query's own
-        # clone of the session (a batch handed in from the gateway's session, as some tests
-        # do, leaves it alone), so other queries keep their generated code.
-        session = batch.sparkSession
-        if not session._jsparkSession.equals(self.spark._jsparkSession):
-            session.conf.set("spark.sql.codegen.wholeStage", "false")
         plain = [s for s in plans if s.rows and not s.compiled.passes_nothing]
         windowed = [s for s in plans if not s.rows]
+        # A few plain plans: one compiled Column each (`few_plans_column`), with whole-stage
+        # code generation. Otherwise the plan table, whose lambdas Spark evaluates per row
+        # without generated code (higher-order functions fall back to interpretation); inside
+        # whole-stage code generation that fallback copies the row, the whole plan table
+        # included, for every row, so it is turned off: the jobs ran 1.2-8 times faster (1,000
+        # plans over 5,000 rows: 1.9 s -> 1.2 s, 9 s -> 1.1 s with a spatial predicate). Only
+        # in the stream query's own clone of the session (a batch handed in from the gateway's
+        # session, as some tests do, leaves it alone), so other queries keep their setting.
+        few = None
+        if not windowed and not shape.spatial and 0 < len(plain) <= FEW_PLANS:
+            key = tuple((s.id, s.compiled.key, s.compiled.start_after) for s in plain)
+            if self._few is None or self._few[0] != key:
+                self._few = (key, few_plans_column([(s.id, s.compiled) for s in plain]))
+            few = self._few[1]
+        session = batch.sparkSession
+        if not session._jsparkSession.equals(self.spark._jsparkSession):
+            session.conf.set("spark.sql.codegen.wholeStage", "true" if few is not None
+                             else "false")
         observation = Observation(f"xsg_{uuid.uuid4().hex}")
         observed = batch.observe(observation, *self._observed(shape))
         rows_arrow = panes_arrow = None
         if plain and shape.plain_columns:
-            rows_arrow = self.rows_frame(observed, scalar, shape).toArrow()
+            rows_arrow = self.rows_frame(observed, scalar, shape, few).toArrow()
             panes_source = batch
         else:
             panes_source = observed
