@@ -268,3 +268,43 @@ def test_physical_plan_does_not_grow_with_handles_and_constants_are_data(spark, 
         for i in range(49):
             expected = temp > i and station != f"s{i % 3}"
             assert (hostile_id_50 + 1 + i in rows.get(hum, [])) == expected
+
+
+def test_a_few_plans_compiled_agree_with_the_plan_table(spark, tmp_path):
+    """The compiled matcher of a few plain plans gives every row the plan ids the plan table
+    gives it: nulls, NaN, a hostile string, booleans, timestamps, OR of ANDs, start positions."""
+    from dataclasses import replace
+
+    from pep.runtime.compile import compile_plan
+    from pep.runtime.executor import PIDS_COLUMN, StreamExecutor, few_plans_column
+    sd = stream(tmp_path, "few")
+    ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
+    batch = spark.createDataFrame(
+        [(None if i == 3 else T0 + timedelta(seconds=i),
+          float("nan") if i == 5 else (None if i == 6 else i * 1.5), i,
+          HOSTILE if i == 7 else (None if i == 8 else f"s{i % 3}"), i % 2 == 0,
+          None if i == 9 else i, None) for i in range(30)],
+        "ts timestamp, temp double, hum long, station string, ok boolean, _xsg_seq long, "
+        "_xsg_file string")
+    plans = [
+        ExecutionPlan("few", ((Predicate("station", "=", HOSTILE),),), ("hum",)),
+        ExecutionPlan("few", ((Predicate("temp", ">", 10.0), Predicate("station", "!=", "s1")),
+                              (Predicate("hum", "<=", 2),)), ("hum", "temp")),
+        ExecutionPlan("few", ((Predicate("ok", "=", True),),), ("hum",)),
+        ExecutionPlan("few", ((Predicate("ts", ">=", (T0 + timedelta(seconds=20)).isoformat()),),),
+                      ("hum",)),
+        ExecutionPlan("few", ((Predicate("temp", "<", 1e300),),), ("hum",)),
+        replace(ExecutionPlan("few", None, ("hum",)), start_after=15),
+        ExecutionPlan("few", ((Predicate("station", ">", "s0"),),), ("station",)),
+    ]
+    for i, p in enumerate(plans):
+        ex.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
+    states, version = ex._current()
+    shape = ex._shape_of(states, version)
+    _, scalar = ex._plan_table(states, version, shape)
+    few = few_plans_column([(s.id, s.compiled) for s in states])
+    generic = ex.rows_frame(batch, scalar, shape).toArrow().to_pylist()
+    compiled = ex.rows_frame(batch, scalar, shape, few).toArrow().to_pylist()
+    assert len(generic) > 10
+    assert [(r["hum"], sorted(r[PIDS_COLUMN])) for r in compiled] == \
+        [(r["hum"], sorted(r[PIDS_COLUMN])) for r in generic]
