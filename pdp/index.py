@@ -41,31 +41,38 @@ class ChildIndex:
         self.filters = filters
 
     def candidate_positions(self, bags: dict) -> list[int]:
-        positions = set(self.always)
-        try:
-            for key, table in self.by_key.items():
-                bag = bags.get(key)
-                if bag:
-                    for value in bag:
-                        hit = table.get(value)
-                        if hit:
-                            positions.update(hit)
-                else:
-                    required = self.mbp_by_key.get(key)
-                    if required:
-                        positions.update(required)
-            filters = self.filters
-            out = []
-            for pos in sorted(positions):
-                checks = filters.get(pos)
-                if checks is None or all(_may_match(f, bags) for f in checks):
-                    out.append(pos)
-            return out
-        except TypeError:  # an unhashable value: nothing can be ruled out
-            return list(range(self.size))
+        found = _candidates(self, bags)
+        return list(range(self.size)) if found is None else found
 
     def candidates(self, children: Sequence[Any], ctx: Any) -> list[Any]:
         return [children[i] for i in self.candidate_positions(ctx.bags)]
+
+
+def _candidates(index: "ChildIndex | RootIndex", bags: dict) -> list[int] | None:
+    """The positions whose target could match the request's attribute bags, ascending: the
+    always-candidates, those indexed under a value of the request, those with a MustBePresent
+    designator for a key the request lacks (they are Indeterminate, not ruled out), less those
+    a remaining AnyOf filter rules out. None when a
+    value is unhashable: nothing can be ruled out, and the caller returns every position."""
+    positions = set(index.always)
+    try:
+        for key, table in index.by_key.items():
+            bag = bags.get(key)
+            if bag:
+                for value in bag:
+                    hit = table.get(value)
+                    if hit:
+                        positions.update(hit)
+            else:
+                required = index.mbp_by_key.get(key)
+                if required:
+                    positions.update(required)
+        filters = index.filters
+        return [pos for pos in sorted(positions)
+                if (checks := filters.get(pos)) is None
+                or all(_may_match(f, bags) for f in checks)]
+    except TypeError:
+        return None
 
 
 def _may_match(any_of: AnyOfFilter, bags: dict) -> bool:
@@ -209,28 +216,8 @@ class RootIndex:
 
     def candidate_positions(self, bags: dict) -> list[int]:
         """The slots of the children whose target could match, in ascending order."""
-        positions = set(self.always)
-        try:
-            for key, table in self.by_key.items():
-                bag = bags.get(key)
-                if bag:
-                    for value in bag:
-                        hit = table.get(value)
-                        if hit:
-                            positions.update(hit)
-                else:
-                    required = self.mbp_by_key.get(key)
-                    if required:
-                        positions.update(required)
-            filters = self.filters
-            out = []
-            for pos in sorted(positions):
-                checks = filters.get(pos)
-                if checks is None or all(_may_match(f, bags) for f in checks):
-                    out.append(pos)
-            return out
-        except TypeError:  # an unhashable value: nothing can be ruled out
-            return sorted(self.placed)
+        found = _candidates(self, bags)
+        return sorted(self.placed) if found is None else found
 
     def candidates(self, by_slot: dict, ctx: Any) -> list[Any]:
         return [by_slot[s] for s in self.candidate_positions(ctx.bags)]
