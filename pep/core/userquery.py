@@ -68,6 +68,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, replace
+from collections.abc import Sequence
 from typing import Any
 
 from lxml import etree
@@ -519,6 +520,18 @@ def query_from_content(content: Any) -> UserQuery:
 
 # -- to a graph -----------------------------------------------------------------------------------
 
+def _schema_names(schema: StreamSchema, names: Sequence[str], unknown: str) -> tuple[str, ...]:
+    """The attributes named (case-insensitive, trimmed) by their schema names, in schema order;
+    an unknown one is refused with `unknown` and the stream's attributes."""
+    found = set()
+    for name in names:
+        field = schema.lookup(name.strip())
+        if field is None:
+            raise UserQueryError(f"{unknown} {name!r}; the stream has: {', '.join(schema.names)}")
+        found.add(field.name)
+    return tuple(n for n in schema.names if n in found)
+
+
 def user_graph(query: UserQuery, stream: str, schema: StreamSchema) -> QueryGraph:
     """The user's graph with names checked against the schema (placeholders are not allowed)."""
     if query.stream is not None and query.stream != stream:
@@ -534,14 +547,7 @@ def user_graph(query: UserQuery, stream: str, schema: StreamSchema) -> QueryGrap
         filter_part = (expr, query.filter)
     map_part = None
     if query.map is not None:
-        names = []
-        for name in query.map:
-            field = schema.lookup(name.strip())
-            if field is None:
-                raise UserQueryError(f"map: unknown attribute {name!r}; the stream has: "
-                                     f"{', '.join(schema.names)}")
-            names.append(field.name)
-        map_part = tuple(n for n in schema.names if n in set(names))
+        map_part = _schema_names(schema, query.map, "map: unknown attribute")
     window_part = None
     if query.has_window:
         aggregates: list[Aggregate] = []
@@ -552,14 +558,7 @@ def user_graph(query: UserQuery, stream: str, schema: StreamSchema) -> QueryGrap
                 raise UserQueryError(f"window: {exc}") from None
         keys = None
         if query.window_keys is not None:
-            names = []
-            for name in query.window_keys:
-                field = schema.lookup(name.strip())
-                if field is None:
-                    raise UserQueryError(f"window: unknown group-by key {name!r}; the stream "
-                                         f"has: {', '.join(schema.names)}")
-                names.append(field.name)
-            keys = tuple(n for n in schema.names if n in set(names))
+            keys = _schema_names(schema, query.window_keys, "window: unknown group-by key")
         window_part = {"kind": query.window_kind, "size": query.window_size,
                        "step": query.window_step, "aggregates": tuple(dict.fromkeys(aggregates)),
                        "min_count": query.window_min_count, "keys": keys,
