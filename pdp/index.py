@@ -75,6 +75,21 @@ def _candidates(index: "ChildIndex | RootIndex", bags: dict) -> list[int] | None
         return None
 
 
+def _secondary_filters(any_ofs: list[list], primary: list) -> tuple[AnyOfFilter, ...]:
+    """The target's AnyOfs other than the indexed one, as filters `_may_match` checks: per
+    attribute key the values that could match and whether a MustBePresent designator reads it."""
+    out = []
+    for any_of in any_ofs:
+        if any_of is primary:
+            continue
+        flt: AnyOfFilter = {}
+        for m in any_of:
+            values, mbp = flt.get(m.key, (frozenset(), False))
+            flt[m.key] = (values | {m.value}, mbp or m.must_be_present)
+        out.append(flt)
+    return tuple(out)
+
+
 def _may_match(any_of: AnyOfFilter, bags: dict) -> bool:
     for key, (values, must_be_present) in any_of.items():
         bag = bags.get(key)
@@ -137,17 +152,9 @@ def build_index(children: Sequence[Any], min_children: int | None = None) -> Chi
                 lst = mbp_by_key.setdefault(match.key, [])
                 if not lst or lst[-1] != pos:
                     lst.append(pos)
-        secondary = []
-        for any_of in any_ofs:
-            if any_of is primary:
-                continue
-            flt: AnyOfFilter = {}
-            for m in any_of:
-                values, mbp = flt.get(m.key, (frozenset(), False))
-                flt[m.key] = (values | {m.value}, mbp or m.must_be_present)
-            secondary.append(flt)
+        secondary = _secondary_filters(any_ofs, primary)
         if secondary:
-            filters[pos] = tuple(secondary)
+            filters[pos] = secondary
     if len(always) == len(children):
         return None
     return ChildIndex(len(children), always, by_key, mbp_by_key, filters)
@@ -326,17 +333,9 @@ class _Writer:
             table[value] = table.get(value, ()) + (slot,)
         for key in mbp_keys:
             self.mbp_by_key[key] = self.mbp_by_key.get(key, frozenset()) | {slot}
-        secondary = []
-        for any_of in any_ofs:
-            if any_of is primary:
-                continue
-            flt: AnyOfFilter = {}
-            for m in any_of:
-                values, mbp = flt.get(m.key, (frozenset(), False))
-                flt[m.key] = (values | {m.value}, mbp or m.must_be_present)
-            secondary.append(flt)
+        secondary = _secondary_filters(any_ofs, primary)
         if secondary:
-            self.filters[slot] = tuple(secondary)
+            self.filters[slot] = secondary
         self.placed[slot] = _Placed(tuple(postings), tuple(mbp_keys), counted, False)
 
     def freeze(self) -> RootIndex:
