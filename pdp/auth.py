@@ -91,6 +91,14 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8")).digest()
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header (scheme case-insensitive)."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
 class TokenAuthenticator:
     """Maps bearer tokens to identities."""
 
@@ -136,12 +144,7 @@ class TokenAuthenticator:
 
     def authenticate_header(self, authorization: str | None) -> Identity | None:
         """Accepts `Authorization: Bearer <token>` (scheme case-insensitive)."""
-        if not authorization:
-            return None
-        scheme, _, token = authorization.strip().partition(" ")
-        if scheme.lower() != "bearer":
-            return None
-        return self.authenticate(token.strip())
+        return self.authenticate(bearer_token(authorization))
 
     @property
     def identities(self) -> list[Identity]:

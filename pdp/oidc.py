@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from pdp.auth import (AuthFileError, Identity, TokenAuthenticator, TokenFileAuthenticator,
-                      parse_identity_attributes)
+                      bearer_token, parse_identity_attributes)
 
 log = logging.getLogger(__name__)
 
@@ -510,12 +510,7 @@ class CompositeAuthenticator:
         return None
 
     def authenticate_header(self, authorization: str | None) -> Identity | None:
-        if not authorization:
-            return None
-        scheme, _, token = authorization.strip().partition(" ")
-        if scheme.lower() != "bearer":
-            return None
-        return self.authenticate(token.strip())
+        return self.authenticate(bearer_token(authorization))
 
     def reload(self) -> bool:
         """Re-read the token file now (SIGHUP)."""
