@@ -781,13 +781,16 @@ def bind(expr: Expr, schema: StreamSchema, *, resolver: PlaceholderResolver | No
     return And(items) if isinstance(expr, And) else Or(items)
 
 
+def _unknown_attribute(name: object, schema: StreamSchema, what: str = "attribute") -> str:
+    return f"unknown {what} {name!r}; the stream has: {', '.join(schema.names)}"
+
+
 def _bind_membership(m: Membership, schema: StreamSchema, resolver: PlaceholderResolver | None,
                      text: str | None, allow_placeholders: bool) -> Expr:
     field = schema.lookup(m.attribute)
     if field is None:
         raise ConditionError(
-            f"unknown attribute {m.attribute!r}; the stream has: {', '.join(schema.names)}",
-            m.position, text)
+            _unknown_attribute(m.attribute, schema), m.position, text)
     if isinstance(m.values, Placeholder):
         if not allow_placeholders:
             raise ConditionError(f"placeholder {m.values} is not allowed here (placeholders "
@@ -861,8 +864,7 @@ def _bind_spatial(s: Spatial, schema: StreamSchema, resolver: PlaceholderResolve
     def coordinate_field(attribute: str) -> Field:
         f = schema.lookup(attribute)
         if f is None:
-            raise fail(f"unknown attribute {attribute!r}; the stream has: "
-                       f"{', '.join(schema.names)}")
+            raise fail(_unknown_attribute(attribute, schema))
         if f.type not in ("double", "long"):
             raise fail(f"coordinates must be numeric attributes; {f.name!r} is {f.type}")
         return f
@@ -952,7 +954,7 @@ def _bind_spatial(s: Spatial, schema: StreamSchema, resolver: PlaceholderResolve
                        position=s.position)
     key_field = schema.lookup(s.key or "")
     if key_field is None:
-        raise fail(f"unknown key attribute {s.key!r}; the stream has: {', '.join(schema.names)}")
+        raise fail(_unknown_attribute(s.key, schema, "key attribute"))
     if key_field.name in (lat_field.name, lon_field.name):
         raise fail(f"the key attribute {key_field.name!r} cannot be a coordinate")
     key = _bind_comparison(Comparison(key_field.name, "=", s.key_value, s.position),  # type: ignore[arg-type]
@@ -973,8 +975,7 @@ def _bind_comparison(cmp: Comparison, schema: StreamSchema, resolver: Placeholde
     field = schema.lookup(cmp.attribute)
     if field is None:
         raise ConditionError(
-            f"unknown attribute {cmp.attribute!r}; the stream has: {', '.join(schema.names)}",
-            cmp.position, text)
+            _unknown_attribute(cmp.attribute, schema), cmp.position, text)
     value = cmp.value
     if isinstance(value, Placeholder):
         if not allow_placeholders:
