@@ -367,6 +367,7 @@ class StreamExecutor:
         self._time_attr = self._order_time_attribute()
         self._anchors = AnchorTracker(spark, value_arrays, definition.schema)  # DISTANCE_TO
         self._few: tuple[tuple, Column] | None = None  # the few-plans matcher and its plans
+        self._codegen: str | None = None  # whole-stage codegen as set in the query's session
         self.started_at: float | None = None
         self.last_batch_started_at: float | None = None
         self.last_batch_at: float | None = None
@@ -390,6 +391,7 @@ class StreamExecutor:
     # ----- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         self._checkpoint = StreamCheckpoint.for_stream(self.work_dir, self.definition)
+        self._codegen = None  # a new query clones a new session
         skip = self._checkpoint.prepare()
         kind = self.definition.source.kind
         archive = (str(archive_dir(self.work_dir, self.definition)) if kind == "ingest"
@@ -1005,10 +1007,12 @@ class StreamExecutor:
             if self._few is None or self._few[0] != key:
                 self._few = (key, few_plans_column([(s.id, s.compiled) for s in plain]))
             few = self._few[1]
-        session = batch.sparkSession
-        if not session._jsparkSession.equals(self.spark._jsparkSession):
-            session.conf.set("spark.sql.codegen.wholeStage", "true" if few is not None
-                             else "false")
+        codegen = "true" if few is not None else "false"
+        if codegen != self._codegen:  # a query keeps its session: set when the choice changes
+            session = batch.sparkSession
+            if not session._jsparkSession.equals(self.spark._jsparkSession):
+                session.conf.set("spark.sql.codegen.wholeStage", codegen)
+            self._codegen = codegen
         observation = Observation(f"xsg_{uuid.uuid4().hex}")
         observed = batch.observe(observation, *self._observed(shape))
         rows_arrow = panes_arrow = None
