@@ -341,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    s = sub.add_parser("serve", help="run the gateway (HTTP server: pep/http/server.py)",
+    s = sub.add_parser("serve", help="run the gateway (HTTP server: pep/http/serving.py)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description=SERVE_DESCRIPTION)
     s.add_argument("--config", metavar="FILE", default=None,

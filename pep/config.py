@@ -42,8 +42,8 @@ class GatewayConfig:
     spark_master: str = "local[*]"
     base_url: str | None = None  # public URL for handles; derived from host/port when unset
     max_content_length: int = DEFAULT_MAX_CONTENT_LENGTH
-    threads: int = 32  # worker threads started with the server
-    max_threads: int = 1000  # the pool grows up to this while streaming readers hold threads
+    threads: int = 32  # threads that run routes, started with the server (pep/http/pool.py)
+    max_threads: int = 1000  # the pool grows up to this many routes running at once
     # Stream side. `xsg serve` starts Spark with the gateway; tests and embedders leave it lazy
     # (the session then starts with the first handle).
     start_spark: bool = False
@@ -84,15 +84,24 @@ class GatewayConfig:
     log_level: str = "INFO"
     log_format: str = "text"
     oidc: OidcSettings | None = None
-    # Connections and readers (pep/http/server.py, pep/http/handles.py): open connections at
+    # Connections and readers (pep/http/serving.py, pep/http/handles.py): open connections at
     # once (more are answered 429), handle streams one subject reads at once (more: 429),
     # seconds a connection may sit idle before or between requests, and seconds a write to a
     # client may make no progress before its connection is closed (a reader whose socket does
-    # not drain; its handle stays live and it may resume with Last-Event-ID).
+    # not drain; its handle stays live and it may resume with Last-Event-ID); seconds a request
+    # head may take from its first byte, and the bytes/s a request body must average once
+    # header_timeout seconds have passed (0: no minimum).
     max_connections: int = 4096
     max_readers_per_subject: int = 32
     idle_timeout: float = 20.0
     write_timeout: float = 30.0
+    header_timeout: float = 10.0
+    min_body_rate: float = 1024.0
+    # TLS (PEM files; both or neither) and the reverse proxies in front whose X-Forwarded-For and
+    # X-Forwarded-Proto are trusted (addresses or networks; none by default).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    forwarded_allow_ips: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self._check_operating_settings()
@@ -112,15 +121,48 @@ class GatewayConfig:
         if not 1 <= float(self.read_token_ttl) <= 3600:
             raise ValueError(f"read_token_ttl ({self.read_token_ttl}) must be 1 to 3600 seconds")
         for name in ("max_connections", "max_readers_per_subject", "idle_timeout",
-                     "write_timeout", "stall_seconds"):
+                     "write_timeout", "stall_seconds", "header_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if not float(self.min_body_rate) >= 0:
+            raise ValueError(f"min_body_rate must be >= 0, got {self.min_body_rate!r}")
+        self._check_tls()
+        if isinstance(self.forwarded_allow_ips, str):
+            self.forwarded_allow_ips = tuple(p.strip() for p in self.forwarded_allow_ips.split(",")
+                                             if p.strip())
+        self.forwarded_allow_ips = tuple(self.forwarded_allow_ips or ())
+        for item in self.forwarded_allow_ips:
+            _check_network(item)
         if not 0 <= float(self.join_lateness) <= 86400:
             raise ValueError(f"join_lateness must be 0 to 86400 seconds, got "
                              f"{self.join_lateness!r}")
         for name in ("ingest_retention_seconds", "ingest_retention_bytes"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 or unset, got {getattr(self, name)!r}")
+
+    def _check_tls(self) -> None:
+        """Both files or neither, and a certificate that loads with its key: a pair that cannot
+        be used stops `xsg serve` before anything starts."""
+        if self.tls_cert is None and self.tls_key is None:
+            return
+        if self.tls_cert is None or self.tls_key is None:
+            raise ValueError("tls_cert and tls_key go together: set both, or neither")
+        self.tls_cert, self.tls_key = Path(self.tls_cert), Path(self.tls_key)
+        import ssl
+
+        for name, path in (("tls_cert", self.tls_cert), ("tls_key", self.tls_key)):
+            if not path.is_file():
+                raise ValueError(f"{name}: {path} is not a readable file")
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                str(self.tls_cert), str(self.tls_key))
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(f"tls_cert {self.tls_cert} with tls_key {self.tls_key} cannot be "
+                             f"used: {getattr(exc, 'reason', None) or exc}") from None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert is not None else "http"
 
     def _check_operating_settings(self) -> None:
         if isinstance(self.oidc, Mapping):
@@ -175,7 +217,19 @@ class GatewayConfig:
         host = self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{port if port is not None else self.port}"
+        return f"{self.scheme}://{host}:{port if port is not None else self.port}"
+
+
+def _check_network(text: str) -> None:
+    """An address or network of a trusted reverse proxy (`*` trusts everyone: refused, since
+    any client could then name its own address and scheme)."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise ValueError(f"forwarded_allow_ips: {text!r} is not an IP address or network"
+                         ) from None
 
 
 # The port of Singapore for the AIS examples (policies/ais/, ASSIST Table 2): the port waters as
@@ -251,15 +305,22 @@ SETTING_HELP = {
     "spark_master": "Spark master URL",
     "base_url": "public URL of the gateway (for handle URIs)",
     "max_content_length": "largest request body, in bytes",
-    "threads": "HTTP worker threads at start",
-    "max_threads": "ceiling for the HTTP worker pool (requests in progress hold a thread; "
-                   "idle connections and handle readers do not)",
+    "threads": "threads that run routes, started with the server and kept",
+    "max_threads": "ceiling of that pool: routes running at once (bodies, idle connections "
+                   "and handle readers hold no thread)",
     "max_connections": "open connections at once; more are answered 429",
     "max_readers_per_subject": "handle streams one subject may read at once; more are "
                                "answered 429",
     "idle_timeout": "seconds a connection may sit idle before or between requests",
     "write_timeout": "seconds a write to a client may make no progress before its connection "
                      "is closed (a handle reader may resume with Last-Event-ID)",
+    "header_timeout": "seconds a request head may take from its first byte (then 408)",
+    "min_body_rate": "bytes/s a request body must average once header_timeout seconds have "
+                     "passed (then 408; 0: no minimum)",
+    "tls_cert": "serve HTTPS with this PEM certificate (chain); needs tls_key",
+    "tls_key": "the PEM private key of tls_cert",
+    "forwarded_allow_ips": "comma-separated addresses or networks of reverse proxies whose "
+                           "X-Forwarded-For and X-Forwarded-Proto are trusted",
     "start_spark": "start Spark before serving (else with the first handle)",
     "reevaluation_interval": "seconds between re-decisions of time-dependent grants",
     "trigger_interval": "seconds between a stream query's micro-batches",
@@ -310,6 +371,9 @@ DEFAULT_TEXT = {
     "policies_dir": "./policies",
     "base_url": "from host and port",
     "cors_origins": "none",
+    "tls_cert": "plain HTTP",
+    "tls_key": "plain HTTP",
+    "forwarded_allow_ips": "none",
     "read_token_key": "random per process",
     "proxy_token": "random when a proxy port is set",
     "proxy_secret": "random when a proxy port is set",

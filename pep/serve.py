@@ -22,7 +22,7 @@ from typing import TextIO
 
 from pep.config import GatewayConfig
 from pep.http.app import create_app
-from pep.http.server import HttpServer, limit_malloc_arenas, run_until_signal
+from pep.http.serving import HttpServer, limit_malloc_arenas, run_until_signal
 from pep.services import GatewayServices, build_services
 
 log = logging.getLogger(__name__)
@@ -147,11 +147,16 @@ def _banner(services: GatewayServices, server: HttpServer, out: TextIO) -> None:
 
 
 def gateway_server(app, config: GatewayConfig) -> HttpServer:
-    """The gateway's HTTP server, with the configuration's limits (see pep/http/server.py)."""
+    """The gateway's HTTP server, with the configuration's limits (see pep/http/serving.py)."""
     return HttpServer(app, host=config.host, port=config.port, threads=config.threads,
                       max_threads=config.max_threads, name="xsg",
                       max_connections=config.max_connections, idle_timeout=config.idle_timeout,
-                      write_timeout=config.write_timeout)
+                      write_timeout=config.write_timeout, header_timeout=config.header_timeout,
+                      min_body_rate=config.min_body_rate,
+                      max_body=config.max_content_length,
+                      tls_cert=str(config.tls_cert) if config.tls_cert else None,
+                      tls_key=str(config.tls_key) if config.tls_key else None,
+                      forwarded_allow_ips=config.forwarded_allow_ips)
 
 
 def start_proxy(config: GatewayConfig, gateway_url: str, out: TextIO) -> subprocess.Popen:

@@ -29,6 +29,7 @@ from urllib.parse import quote, urlsplit
 from flask import Flask, Response, jsonify, request
 from werkzeug.wrappers import Request as WerkzeugRequest
 
+from pep.http.bridge import NATIVE_ROUTES
 from pep.invalidation.protocol import (SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
                                        InvalidEventError, verify)
 from proxy.cache import CachedAnswer, HandleCache
@@ -136,11 +137,16 @@ def create_app(config: ProxyConfig) -> Flask:
     app = Flask(__name__)
     runtime = ProxyRuntime(config)
     app.extensions[EXTENSION] = runtime
+    # on the proxy's own server, handle streams are relayed on its event loop (proxy/relay.py);
+    # the Flask route below relays them elsewhere
+    from proxy.relay import HandleRelay
+
+    app.extensions[NATIVE_ROUTES] = [HandleRelay(runtime)]
     if config.start_feed:
         runtime.start()
 
     def error(status: int, message: str) -> Response:
-        resp = jsonify(error=message)
+        resp = jsonify(error=message, status=status)  # the gateway's one error body
         resp.status_code = status
         return resp
 
@@ -204,7 +210,12 @@ def create_app(config: ProxyConfig) -> Flask:
         return public_base() + rest + (f"?{parts.query}" if parts.query else "")
 
     def upstream_path() -> str:
-        return quote(request.path, safe="/%:@!$&'()*+,;=-._~")
+        """The path as the client sent it (the server checked it is visible ASCII): decoding it
+        here and quoting it again would decode it twice upstream (`/%2562ars` became `/bars`)."""
+        raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI")
+        if raw and raw.startswith("/"):
+            return raw.split("?", 1)[0]
+        return quote(request.path, safe="/:@!$&'()*+,;=-._~")
 
     def outgoing_headers(**overrides: str) -> dict[str, str]:
         headers = request_headers(request.headers, request.remote_addr, request.scheme,

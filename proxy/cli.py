@@ -13,7 +13,7 @@ import os
 import sys
 from urllib.parse import urlsplit
 
-from pep.http.server import HttpServer, run_until_signal
+from pep.http.serving import HttpServer, run_until_signal
 from proxy.app import ProxyConfig, create_app, runtime_of
 from proxy.forward import Timeouts
 

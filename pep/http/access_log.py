@@ -21,6 +21,7 @@ from typing import Any
 from flask import Flask, Response, g, request
 
 from pep.audit.log import handle_ref
+from pep.http.streaming import STREAMED
 
 log = logging.getLogger("xsg.access")
 
@@ -73,8 +74,8 @@ def install(app: Flask) -> None:
             elapsed = time.perf_counter() - started if started is not None else 0.0
             record(fields, elapsed)
 
-        if response.is_streamed:
-            response.call_on_close(write)
+        if response.is_streamed or request.environ.get(STREAMED):
+            response.call_on_close(write)  # when the stream ends
         else:
             write()
         return response

@@ -9,7 +9,9 @@ requests that route would answer 200: a ready engine, a valid bearer token, a XA
 Accept or one naming one of the offered types exactly, a Content-Length under the app's limit,
 and a body that parses. Every other request (a refusal of any kind, a chunked body, an Accept
 with alternatives or wildcards, any other path) goes to the Flask app unchanged, its body
-replayed: refusals keep the one error body and the route's own rules.
+replayed: refusals keep the one error body and the route's own rules. The gateway's server
+(pep/http/serving.py) calls `decide` on its event loop with the body it has read, and hands
+what it declines to Flask marked as tried.
 `tests/pep/http/test_fast_pdp.py` checks both give the same answers.
 """
 from __future__ import annotations
@@ -22,10 +24,13 @@ import time
 
 from pdp.errors import RequestSyntaxError
 from pdp.http.api import decide_as
+from pdp.auth import bearer_token
 from pdp.http.auth import AUTH_EXTENSION
+from pdp.oidc import looks_like_jwt
 from pdp.request import media_kind, parse_request
 from pdp.response import render_response
 from pep.http import access_log
+from pep.http.bridge import FAST_PDP_EXTENSION, FAST_PDP_SKIP
 
 XACML_XML = "application/xacml+xml"
 XACML_JSON = "application/xacml+json"
@@ -50,60 +55,81 @@ class FastPdp:
         self.answered = 0  # decisions answered here (the rest went to the app)
 
     def __call__(self, environ: dict, start_response: Callable) -> Any:
-        if environ.get("PATH_INFO") != "/pdp" or environ.get("REQUEST_METHOD") != "POST":
+        """The WSGI form (any WSGI server, Flask's test client); the gateway's own server calls
+        `decide` on its event loop instead and marks what it already tried."""
+        if environ.get("PATH_INFO") != "/pdp" or environ.get("REQUEST_METHOD") != "POST" \
+                or environ.get(FAST_PDP_SKIP) or environ.get("SCRIPT_NAME"):
             return self.app(environ, start_response)
-        started = time.perf_counter()
-        answer = self._answer(environ)
+        length = environ.get("CONTENT_LENGTH", "")
+        if not length.isdigit() or environ.get("HTTP_TRANSFER_ENCODING") \
+                or (self.limit is not None and int(length) >= self.limit):
+            return self.app(environ, start_response)
+        size = int(length)
+        data = environ["wsgi.input"].read(size) if size else b""
+        answer = None
+        if len(data) == size:
+            answer = self.decide(environ.get("HTTP_AUTHORIZATION"),
+                                 environ.get("CONTENT_TYPE", ""), environ.get("HTTP_ACCEPT"),
+                                 data, environ.get("REMOTE_ADDR"))
         if answer is None:
+            # the app answers (400 with a XACML body, ...): give it the body again
+            environ["wsgi.input"] = io.BytesIO(data)
+            environ["CONTENT_LENGTH"] = str(len(data))
             return self.app(environ, start_response)
-        body, media_type, subject = answer
-        self.answered += 1
+        body, media_type = answer
         start_response("200 OK", [("Content-Type", media_type),
                                   ("Content-Length", str(len(body)))])
-        access_log.record({"method": "POST", "path": "/pdp", "status": 200, "subject": subject,
-                           "remote": environ.get("REMOTE_ADDR")}, time.perf_counter() - started)
         return [body]
 
-    def _answer(self, environ: dict) -> tuple[bytes, str, str] | None:
-        """The decision's body, media type and subject, or None: the app answers instead."""
+    def blocks(self, authorization: str | None) -> bool:
+        """Whether authenticating may wait on the network (a JWT whose issuer's keys are
+        fetched): then `decide` must not run on the server's event loop."""
+        return looks_like_jwt(bearer_token(authorization) or "")
+
+    def decide(self, authorization: str | None, content_type: str, accept: str | None,
+               body: bytes, remote: str | None) -> tuple[bytes, str] | None:
+        """The decision's body and media type, logged, or None: the Flask route answers
+        instead (see the module docstring)."""
+        started = time.perf_counter()
+        answer = self._answer(authorization, content_type, accept, body)
+        if answer is None:
+            return None
+        data, media_type, subject = answer
+        self.answered += 1
+        access_log.record({"method": "POST", "path": "/pdp", "status": 200, "subject": subject,
+                           "remote": remote}, time.perf_counter() - started)
+        return data, media_type
+
+    def _answer(self, authorization: str | None, content_type: str, accept: str | None,
+                data: bytes) -> tuple[bytes, str, str] | None:
         service = self.service
-        if not service.ready or environ.get("SCRIPT_NAME"):
+        if not service.ready:
+            return None
+        if self.limit is not None and len(data) >= self.limit:
             return None
         authenticator = self.extensions.get(AUTH_EXTENSION)
         try:
-            identity = authenticator.authenticate_header(environ.get("HTTP_AUTHORIZATION")) \
+            identity = authenticator.authenticate_header(authorization) \
                 if authenticator is not None else None
         except Exception:  # noqa: BLE001 - a refused JWT and the like: the route answers why
             return None
         if identity is None:
             return None
-        content_type = environ.get("CONTENT_TYPE", "")
         try:
             kind = media_kind(content_type)
         except RequestSyntaxError:
             return None
-        accept = environ.get("HTTP_ACCEPT")
         if accept is None or accept == "":
             media_type = _OFFERED[kind][0]
         else:
             media_type = accept.strip()
             if media_type not in _ALL_OFFERED:
                 return None
-        length = environ.get("CONTENT_LENGTH", "")
-        if not length.isdigit() or environ.get("HTTP_TRANSFER_ENCODING"):
-            return None
-        size = int(length)
-        if self.limit is not None and size >= self.limit:
-            return None
-        data = environ["wsgi.input"].read(size) if size else b""
         try:
             ctx = parse_request(data, content_type)
         except RequestSyntaxError:
-            ctx = None
-        if ctx is None or len(data) != size:
-            # the app answers (400 with a XACML body, ...): give it the body again
-            environ["wsgi.input"] = io.BytesIO(data)
-            environ["CONTENT_LENGTH"] = str(len(data))
+            return None
+        if ctx is None:
             return None
         response = decide_as(service, identity, ctx, self.environment)
         return render_response(response, media_type), media_type, identity.subject
@@ -115,6 +141,7 @@ def install_fast_pdp(app: Any, service: Any,
     fast = FastPdp(app.wsgi_app, service, app.extensions, app.config.get("MAX_CONTENT_LENGTH"),
                    environment)
     app.wsgi_app = fast
+    app.extensions[FAST_PDP_EXTENSION] = fast  # the gateway's server answers on its loop
     return fast
 
 

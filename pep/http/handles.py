@@ -18,10 +18,10 @@ exist):
 - `Accept: application/json`: the handle's description.
 - A handle that is not live answers 410 Gone with its state and reason.
 
-Delivery: on the gateway's server (`pep.http.server`) a reader holds no thread. The route hands
-a `HandleStream` to the server's I/O thread, which is woken when the handle's buffer gets
-events and writes whatever is there as one chunk (many events per write; the rows' JSON texts
-go out as the runtime encoded them). A reader whose socket does not drain for the server's
+Delivery: on the gateway's server (`pep.http.serving`) a reader holds no thread. The route hands
+a `HandleStream` to the server's event loop (`pep.http.streaming`), which is woken when the
+handle's buffer gets events and writes whatever is there as one chunk (many events per write;
+the rows' JSON texts go out as the runtime encoded them). A reader whose socket does not drain for the server's
 `write_timeout` is disconnected; its handle stays live and it may reconnect with
 `Last-Event-ID` (rows it missed meanwhile are still there, or a `gap` says how many went).
 Under another WSGI server (or Flask's test client) the same events come from a generator.
@@ -43,7 +43,7 @@ from pep.handles.buffer import Event, HandleBuffer
 from pep.handles.records import HandleRecord
 from pep.handles.service import HandleService
 from pep.http.read_tokens import require_identity_or_read_token
-from pep.http.server import STREAM_BODY
+from pep.http.streaming import STREAM_BODY
 from pep.http.urls import public_base
 
 SSE = "text/event-stream"
@@ -96,8 +96,9 @@ def stream_events(buffer: HandleBuffer, after: int | None, fmt: Callable[[Event]
 
 
 class HandleStream:
-    """A handle's events as a `pep.http.server.StreamBody`: the server's I/O thread pulls what
-    the buffer has (never waiting), formatted, when the buffer's waiter says there is some."""
+    """A handle's events as a `pep.http.streaming.StreamBody`: the server's event loop pulls
+    what the buffer has (never waiting), formatted, when the buffer's waiter says there is
+    some."""
 
     def __init__(self, buffer: HandleBuffer, after: int | None, fmt: Callable[[Event], str],
                  heartbeat_text: str, heartbeat: float, opening: str = "",
@@ -277,7 +278,7 @@ def create_handles_blueprint(handles: HandleService, base_url: str | None = None
             else:
                 args = (buffer, after, ndjson_event, NDJSON_HEARTBEAT, heartbeat, "")
             attach = request.environ.get(STREAM_BODY)
-            if attach is not None:  # the gateway's server: its I/O thread writes the stream
+            if attach is not None:  # the gateway's server: its event loop writes the stream
                 attach(HandleStream(*args, on_close=release))
                 body: object = b""
             else:  # any other WSGI server: a generator on the server's thread

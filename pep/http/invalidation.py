@@ -13,6 +13,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from pdp.http.errors import error_response
 from pep.invalidation.hub import InvalidationHub
+from pep.http.streaming import STREAM_BODY
 from pep.invalidation.protocol import FEED_PATH, parse_event_id
 
 
@@ -59,11 +60,16 @@ def invalidation_blueprint(hub: InvalidationHub,
             return jsonify(epoch=hub.epoch, last_id=hub.last_id, reset=not complete,
                            events=[e.to_json() for e in events])
         last = request.headers.get("Last-Event-ID") or request.args.get("last_event_id")
+        attach = request.environ.get(STREAM_BODY)
         try:
-            body = hub.feed_stream(last)
+            if attach is not None:  # the gateway's server: its event loop writes the feed
+                attach(hub.feed_body(last))
+                body: object = b""
+            else:  # any other WSGI server: a generator on the server's thread
+                body = hub.feed_stream(last)
         except (OverflowError, RuntimeError) as exc:  # too many readers; hub closed
             return error_response(503, str(exc))
-        return Response(body, mimetype="text/event-stream",
+        return Response(body, mimetype="text/event-stream", direct_passthrough=True,
                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     def webhook_from_body():

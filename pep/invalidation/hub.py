@@ -81,12 +81,16 @@ class _Subscription:
         self.queue: queue.Queue[InvalidationEvent | None] = queue.Queue(capacity)
         self.closed = False
         self.overflowed = False
+        self.waiter: Callable[[], None] | None = None  # told of every offer (FeedBody)
 
     def offer(self, event: InvalidationEvent | None) -> None:
         try:
             self.queue.put_nowait(event)
         except queue.Full:
             self.closed = self.overflowed = True
+        waiter = self.waiter
+        if waiter is not None:
+            waiter()
 
 
 class InvalidationHub:
@@ -303,11 +307,14 @@ class InvalidationHub:
             self._subscriptions.clear()
         for sub in subs:
             sub.closed = True
-            try:
-                sub.queue.put_nowait(None)
-            except queue.Full:
-                pass
+            sub.offer(None)
         return len(subs)
+
+    def feed_body(self, last_event_id: str | None) -> "FeedBody":
+        """The same SSE text as `feed_stream`, as a body the server's event loop pulls
+        (pep.http.streaming.StreamBody): no thread waits on the reader's queue."""
+        sub, hello, replay = self.open_feed(last_event_id)
+        return FeedBody(self, sub, hello, replay)
 
     def feed_stream(self, last_event_id: str | None) -> Iterator[str]:
         """SSE text for one reader: hello, the replayed events, then live events and heartbeats."""
@@ -354,6 +361,56 @@ class InvalidationHub:
         for proxy in proxies:
             proxy.executor.shutdown(wait=False, cancel_futures=True)
         self._session.close()
+
+
+class FeedBody:
+    """One feed reader's events, pulled without waiting (see `InvalidationHub.feed_body`)."""
+
+    def __init__(self, hub: InvalidationHub, sub: _Subscription, hello: dict,
+                 replay: list[InvalidationEvent]) -> None:
+        self.hub = hub
+        self.sub = sub
+        self.heartbeat_interval = hub.heartbeat
+        self._pending = (f"retry: 1000\nid: {format_event_id(hello['epoch'], hello['last_id'])}\n"
+                         f"event: hello\ndata: {json.dumps(hello)}\n\n"
+                         + "".join(_sse(e) for e in replay))
+        self._closed = False
+
+    def start(self, wake: Callable[[], None]) -> None:
+        self.sub.waiter = wake
+        wake()
+
+    def pull(self, max_bytes: int) -> tuple[bytes, bool]:
+        parts = [self._pending]
+        self._pending = ""
+        size = len(parts[0])
+        finished = False
+        while size < max_bytes:
+            try:
+                item = self.sub.queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                finished = True
+                break
+            text = _sse(item)
+            parts.append(text)
+            size += len(text)
+        if not finished and (self.sub.closed or self.hub._closed) and self.sub.queue.empty():
+            finished = True
+        if finished and self.sub.overflowed:
+            parts.append("event: overflow\ndata: {}\n\n")
+        return "".join(parts).encode("utf-8"), finished
+
+    def heartbeat(self) -> bytes:
+        hub = self.hub
+        return f": heartbeat {format_event_id(hub.epoch, hub.last_id)}\n\n".encode()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.sub.waiter = None
+            self.hub.close_feed(self.sub)
 
 
 def _sse(event: InvalidationEvent) -> str:

@@ -6,7 +6,7 @@ Run: .venv/bin/python tests/bench/bench_many_readers.py [--handles 1000,2000] [-
                                                         [--runtime spark|fake]
 
 One SparkSession and one real gateway (pep.services + pep.http.app + the Spark StreamRuntime,
-on pep.http.server); per size N:
+on pep.http.serving); per size N:
   * N subjects each open one handle on stream `lat` with a query of its own (a band
     `v >= a AND v < a + 100` with a different `a`: every tuple matches about 10% of them);
   * the handles are read (NDJSON) by `--reader-procs` processes (not threads of the gateway),

@@ -187,12 +187,12 @@ def pyabac_call(pdp) -> Callable[[bytes], str]:
 
 
 class _Server:
-    """The gateway app on the gateway's own server (pep.http.server) on a loopback port."""
+    """The gateway app on the gateway's own server (pep.http.serving) on a loopback port."""
 
     def __init__(self, app, threads: int) -> None:
-        from pep.http.server import HttpServer
+        from pep.http.serving import HttpServer
 
-        self.via = "served by pep.http.server.HttpServer"
+        self.via = "served by pep.http.serving.HttpServer"
         self._gateway = HttpServer(app, host="127.0.0.1", port=0, threads=threads)
         self._gateway.start()
         self.port = self._gateway.port

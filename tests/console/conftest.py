@@ -73,7 +73,7 @@ def start_gateway(data_dir: Path, buffer_rows: int = 10_000, wrap=None,
     """A gateway on a loopback port; `wrap(app)` may put WSGI middleware in front of it."""
     from pep.config import GatewayConfig
     from pep.http.app import create_app
-    from pep.http.server import HttpServer
+    from pep.http.serving import HttpServer
     from pep.services import build_services
 
     data_dir.mkdir(parents=True, exist_ok=True)

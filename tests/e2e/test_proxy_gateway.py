@@ -27,12 +27,17 @@ class _LateApp:
     def __call__(self, environ, start_response):
         return self.app(environ, start_response)
 
+    @property
+    def extensions(self) -> dict:
+        """The proxy app's: its server finds the native relay of handle streams there."""
+        return self.app.extensions if self.app is not None else {}
+
 
 @pytest.fixture
 def stack(spark, tmp_path):
     from pep.invalidation.hub import InvalidationHub
     from pep.runtime.runtime import StreamRuntime
-    from pep.http.server import HttpServer
+    from pep.http.serving import HttpServer
     from proxy.app import ProxyConfig, create_app, runtime_of
     from proxy.feed import wait_live
     from tests.pep.conftest import build_gateway

@@ -6,7 +6,7 @@ import pytest
 
 from proxy.app import ProxyConfig, ProxyRuntime, create_app, runtime_of
 from proxy.feed import wait_live
-from pep.http.server import HttpServer
+from pep.http.serving import HttpServer
 from tests.proxy.upstream import PROXY_TOKEN, SECRET, FakeGateway
 
 
@@ -24,6 +24,11 @@ class _LateApp:
 
     def __call__(self, environ, start_response):
         return self.app(environ, start_response)
+
+    @property
+    def extensions(self) -> dict:
+        """The proxy app's: its server finds the native relay of handle streams there."""
+        return self.app.extensions if self.app is not None else {}
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import requests
 
 from pep.core.rows import RowBatch
 from pep.http.app import create_app
-from pep.http.server import HttpServer
+from pep.http.serving import HttpServer
 from tests.pep.conftest import RecordingRuntime, auth_header, build_gateway
 from tests.pep.http.test_handles_api import POLICIES, WEATHER, XML
 
@@ -137,7 +137,7 @@ def test_resume_with_last_event_id_over_ndjson(live):
 
 def test_readers_hold_no_thread(live):
     server, _, runtime, hid = live
-    server._workers.idle_exit = 0.3
+    server.pool.idle_exit = 0.3
     socks = []
     # the per-subject limit (32 by default) bounds one subject's readers
     for _ in range(30):

@@ -10,7 +10,7 @@ import time
 
 import requests
 
-from pep.http.server import HttpServer
+from pep.http.serving import HttpServer
 from proxy.app import ProxyConfig, create_app
 from proxy.forward import Timeouts
 
@@ -75,5 +75,27 @@ def test_a_consumer_that_stops_reading_is_cut_and_the_upstream_closed():
         assert gateway.connection_count == 0
         s.close()
     finally:
+        proxy.stop()
+        gateway.stop()
+
+
+def test_relayed_streams_hold_no_proxy_thread():
+    """The proxy relays handle streams on its event loop (proxy/relay.py): 20 readers, and its
+    pool keeps its 2 threads."""
+    gateway, proxy = start_pair(read_bound=30)
+    socks = []
+    try:
+        for i in range(20):
+            s = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
+            s.sendall(f"GET /handles/h{i} HTTP/1.1\r\nHost: p\r\n\r\n".encode())
+            socks.append(s)
+        for s in socks:
+            data = b""
+            while b'"x":1' not in data:
+                data += s.recv(65536)
+        assert proxy.stream_count == 20 and proxy.thread_count == 2
+    finally:
+        for s in socks:
+            s.close()
         proxy.stop()
         gateway.stop()

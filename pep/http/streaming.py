@@ -1,0 +1,186 @@
+"""Long-lived response bodies written by the event loop: handle streams and the invalidation feed.
+
+A Flask route that answers with a stream does not iterate a generator on a thread. It hands the
+server a `StreamBody` (`request.environ[STREAM_BODY](body)`) and returns its status and headers
+with an empty body; the event loop then pulls the body whenever it says it has data (its `wake`
+callback, which any thread may call: the handle buffer calls it under its lock when an event is
+appended), writes what is there as one chunk (many events per write), sends the body's
+heartbeat when nothing was written for its interval, and ends the response when the body is
+finished, when the client goes away, or when the client's socket has not drained for
+`write_timeout` seconds (the reader is too slow or not reading at all). A thousand readers cost
+no thread.
+
+Bytes are pulled only when the connection can take them at once (its transport is not paused),
+so what a body withholds after being pulled (a handle revoked meanwhile: see
+`pep.http.handles.HandleStream.pull`) is never stuck behind a slow client: at most the transport's
+buffer and the socket's (`STREAM_SNDBUF`) hold bytes written before the revocation.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+STREAM_BODY = "xsg.stream_body"  # environ key: call it with a StreamBody (see the docstring)
+STREAMED = "xsg.streamed"  # environ key, True once a route handed a StreamBody over
+CONNECTION = "xsg.connection"  # scope["extensions"] key: the connection's protocol object
+PULL_BYTES = 128 * 1024  # at most about this much is taken from a body per write
+# The kernel's send buffer of a streaming connection (Linux doubles it): without a bound it grows
+# to tcp_wmem's maximum (4 MiB here), so a reader that stops reading would park megabytes in the
+# kernel and show no stall for minutes.
+STREAM_SNDBUF = 64 * 1024
+
+
+class StreamBody(Protocol):
+    """A response body the event loop writes (see the module docstring). Every method but the
+    `wake` callback runs on the event loop's thread and must not block."""
+
+    heartbeat_interval: float  # seconds without a write after which `heartbeat()` is sent
+
+    def start(self, wake: Callable[[], None]) -> None:
+        """Called once, before the first pull: call `wake()` (from any thread) whenever data
+        may be ready."""
+
+    def pull(self, max_bytes: int) -> tuple[bytes, bool]:
+        """Whatever is ready now, without blocking (about `max_bytes` at most; b"" when
+        nothing is), and whether the body is finished."""
+
+    def heartbeat(self) -> bytes:
+        """Bytes that keep an idle connection alive (b"" for none)."""
+
+    def close(self) -> None:
+        """The response ended (finished, client gone, stalled or server stopping); once."""
+
+
+class StreamStats(Protocol):
+    def count(self, name: str) -> None: ...
+
+
+Send = Callable[[dict], Awaitable[None]]
+Receive = Callable[[], Awaitable[dict]]
+
+
+class _Waker:
+    """`wake()` from any thread sets an asyncio.Event on the loop, at most one call queued."""
+
+    __slots__ = ("loop", "event", "pending")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.event = asyncio.Event()
+        self.pending = False
+
+    def _set(self) -> None:
+        self.pending = False
+        self.event.set()
+
+    def wake(self) -> None:
+        if not self.pending:
+            self.pending = True
+            try:
+                self.loop.call_soon_threadsafe(self._set)
+            except RuntimeError:  # the loop is closed: the server has stopped
+                pass
+
+
+async def _watch_disconnect(receive: Receive, gone: asyncio.Event, waker: _Waker) -> None:
+    """The request body is read already: the next receive() returns when the client leaves."""
+    try:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+    finally:
+        gone.set()
+        waker.event.set()
+
+
+async def writable(connection: Any, timeout: float) -> bool:
+    """Wait until the connection's transport takes writes again (it is paused while its buffer
+    is over the high-water mark); False when it did not within `timeout` seconds."""
+    flow = getattr(connection, "flow", None)
+    if flow is None or not flow.write_paused:
+        return True
+    try:
+        await asyncio.wait_for(flow.drain(), timeout)
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
+def abort(connection: Any) -> None:
+    """Cut the connection (a client that does not read: nothing more can reach it)."""
+    transport = getattr(connection, "transport", None)
+    if transport is not None:
+        transport.abort()
+
+
+def bound_send_buffer(connection: Any) -> None:
+    transport = getattr(connection, "transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SNDBUF)
+        except OSError:
+            pass
+
+
+async def drive(body: StreamBody, scope: dict, receive: Receive, send: Send,
+                write_timeout: float, stats: StreamStats | None = None) -> None:
+    """Write `body` as the rest of a response whose start was sent (see the module docstring);
+    always closes the body."""
+    loop = asyncio.get_running_loop()
+    connection = scope.get("extensions", {}).get(CONNECTION)
+    bound_send_buffer(connection)
+    waker = _Waker(loop)
+    gone = asyncio.Event()
+    watcher = loop.create_task(_watch_disconnect(receive, gone, waker))
+    if connection is not None:
+        connection.streams += 1
+    try:
+        body.start(waker.wake)
+        last_sent = time.monotonic()
+        interval = max(0.05, float(body.heartbeat_interval))
+        while not gone.is_set():
+            wait = last_sent + interval - time.monotonic()
+            if wait > 0 and not waker.event.is_set():
+                try:
+                    await asyncio.wait_for(waker.event.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
+            waker.event.clear()
+            if gone.is_set():
+                break
+            if not await writable(connection, write_timeout):
+                if stats is not None:
+                    stats.count("stalled_closed")
+                log.info("closing a stream whose client has not read for %.0f s", write_timeout)
+                abort(connection)
+                await asyncio.sleep(0)  # the transport reports the loss: the response is over
+                break
+            data, finished = body.pull(PULL_BYTES)
+            if not data and not finished:
+                if time.monotonic() - last_sent < interval:
+                    continue
+                data = body.heartbeat()
+            await send({"type": "http.response.body", "body": data, "more_body": not finished})
+            last_sent = time.monotonic()
+            if finished:
+                break
+    finally:
+        watcher.cancel()
+        if connection is not None:
+            connection.streams -= 1
+        try:
+            body.close()
+        except Exception:  # noqa: BLE001
+            log.exception("closing a stream body")
+
+
+__all__ = ["STREAM_BODY", "STREAMED", "CONNECTION", "StreamBody", "drive", "writable", "abort",
+           "bound_send_buffer", "PULL_BYTES"]

@@ -1,0 +1,149 @@
+"""`GET /handles/<id>` relayed on the event loop: a handle stream costs the proxy no thread.
+
+The Flask route relays with `requests` on a pool thread, which a stream would hold for as long
+as it lasts (each consumer's reader one thread). This native route of the proxy's server
+(pep/http/bridge.py tries it before Flask) reads the gateway's answer with httpx's async client
+and writes it through as it comes: undecoded bytes (Content-Encoding stays valid), each write
+bounded by the server's `write_timeout` (a consumer that stops reading is cut; it resumes with
+Last-Event-ID), the gateway's silence bounded by `Timeouts.stream_read`, the upstream closed
+when the consumer leaves. A 404 or 410 drops the handle's cached answers, as the Flask route
+does. The path goes upstream as the client sent it (never decoded and quoted again).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any
+
+import httpx
+from werkzeug.datastructures import Headers
+
+from pep.http.bridge import BRIDGE, read_body, respond_error
+from pep.http.streaming import CONNECTION, abort, writable
+
+log = logging.getLogger(__name__)
+
+_HANDLE = re.compile(r"^/handles/([^/]+)$")
+HEADER_LIMIT = 64 * 1024  # a GET's body, if any, is read and dropped up to this
+
+
+class HandleRelay:
+    """The native route (see the module docstring); one per proxy app."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+        self._client: httpx.AsyncClient | None = None
+
+    def matches(self, scope: dict) -> bool:
+        return scope["method"] == "GET" and _HANDLE.match(scope["path"]) is not None
+
+    def _client_for_loop(self) -> httpx.AsyncClient:
+        if self._client is None:
+            from proxy.forward import Timeouts
+
+            t = self.runtime.forwarder.timeouts or Timeouts()
+            self._client = httpx.AsyncClient(
+                trust_env=False, follow_redirects=False,
+                timeout=httpx.Timeout(connect=t.connect, read=t.stream_read, write=t.connect,
+                                      pool=t.connect),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
+        return self._client
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        from proxy.app import CACHE_HEADER
+        from proxy.forward import HOP_BY_HOP, request_headers
+
+        runtime = self.runtime
+        ident = _HANDLE.match(scope["path"]).group(1)
+        if await read_body(scope, receive, HEADER_LIMIT, 0, 0) is None:
+            return
+        incoming = Headers([(k.decode("latin-1"), v.decode("latin-1"))
+                            for k, v in scope["headers"]])
+        client_addr = scope["client"][0] if scope.get("client") else None
+        headers = request_headers(incoming, client_addr, scope.get("scheme", "http"),
+                                  incoming.get("Host", ""))
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        url = runtime.forwarder.url_for(raw_path, scope.get("query_string", b""))
+        client = self._client_for_loop()
+        try:
+            upstream = await client.send(client.build_request("GET", url, headers=headers),
+                                         stream=True)
+        except httpx.TimeoutException:
+            runtime.forwarder._count(failed=True)
+            runtime.count("upstream_errors")
+            await respond_error(send, 504, "gateway did not answer in time", close=False)
+            return
+        except httpx.HTTPError as exc:
+            runtime.forwarder._count(failed=True)
+            runtime.count("upstream_errors")
+            await respond_error(send, 502, f"gateway unreachable: {type(exc).__name__}",
+                                close=False)
+            return
+        runtime.forwarder._count(failed=False)
+        runtime.count("forwarded")
+        try:
+            if upstream.status_code in (404, 410):
+                runtime.cache.invalidate_handles([ident])
+            out = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+                   for k, v in upstream.headers.multi_items()
+                   if k.lower() not in HOP_BY_HOP or (k.lower() == "content-length"
+                                                      and "chunked" not in
+                                                      upstream.headers.get("transfer-encoding",
+                                                                           ""))]
+            out = [(k, v) for k, v in out if k not in (b"date", b"server")]
+            out.append((CACHE_HEADER.lower().encode(), b"bypass"))
+            await send({"type": "http.response.start", "status": upstream.status_code,
+                        "headers": out})
+            await self._pass_body(upstream, scope, receive, send)
+        finally:
+            await upstream.aclose()
+
+    async def _pass_body(self, upstream: httpx.Response, scope: dict, receive: Any,
+                         send: Any) -> None:
+        """The body as it arrives; the consumer leaving, not reading, or the gateway breaking
+        off ends it (the last two without the final chunk: an interrupted stream)."""
+        connection = scope.get("extensions", {}).get(CONNECTION)
+        bridge = scope.get("extensions", {}).get(BRIDGE)
+        if connection is not None:
+            connection.streams += 1
+        relay = asyncio.ensure_future(self._copy(upstream, connection, bridge, send))
+        gone = asyncio.ensure_future(_client_gone(receive))
+        try:
+            await asyncio.wait({relay, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if connection is not None:
+                connection.streams -= 1
+            for task in (relay, gone):
+                task.cancel()
+            await asyncio.gather(relay, gone, return_exceptions=True)
+        if relay.done() and not relay.cancelled() and relay.exception() is not None:
+            log.info("upstream stream %s broke off: %s", upstream.url,
+                     type(relay.exception()).__name__)
+            abort(connection)
+            await asyncio.sleep(0)
+
+    async def _copy(self, upstream: httpx.Response, connection: Any, bridge: Any,
+                    send: Any) -> None:
+        write_timeout = bridge.write_timeout if bridge is not None else 30.0
+        async for chunk in upstream.aiter_raw():
+            if not await writable(connection, write_timeout):
+                if bridge is not None:
+                    bridge.count("write_failed")
+                abort(connection)
+                await asyncio.sleep(0)
+                return
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+
+async def _client_gone(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+__all__ = ["HandleRelay"]
