@@ -167,9 +167,15 @@ def start_proxy(config: GatewayConfig, gateway_url: str, out: TextIO) -> subproc
                XSG_PROXY_SECRET=config.proxy_secret or "")
     cmd = [sys.executable, "-m", "proxy", "--upstream", gateway_url,
            "--host", config.host, "--port", str(config.proxy_port)]
+    if config.tls_cert is not None:
+        # the proxy reaches the gateway over HTTPS with the gateway's certificate file as its CA
+        # bundle (right for a self-signed certificate; one signed by a CA verifies only if the
+        # file also holds that CA), and serves HTTPS itself with the same pair
+        env.update(XSG_PROXY_UPSTREAM_CA=str(config.tls_cert),
+                   XSG_PROXY_TLS_CERT=str(config.tls_cert), XSG_PROXY_TLS_KEY=str(config.tls_key))
     proc = subprocess.Popen(cmd, env=env)
     host = config.host if config.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
-    print(f"  proxy     http://{host}:{config.proxy_port} (caching proxy in front of the gateway; "
+    print(f"  proxy     {config.scheme}://{host}:{config.proxy_port} (caching proxy in front of the gateway; "
           f"stats at /proxy/stats)", file=out, flush=True)
     return proc
 

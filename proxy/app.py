@@ -69,6 +69,7 @@ class ProxyConfig:
     max_request_bytes: int = 1024 * 1024
     timeouts: Timeouts | None = None
     pool_size: int = 32
+    upstream_ca: str | None = None  # CA file for a gateway on HTTPS (None: the system's CAs)
 
 
 class ProxyRuntime:
@@ -83,14 +84,15 @@ class ProxyRuntime:
             expect_webhooks=bool(config.require_feed and config.webhook_secret
                                  and config.webhook_url),
             webhook_grace=config.webhook_grace)
-        self.forwarder = Forwarder(self.upstream, make_session(config.pool_size),
+        self.verify: bool | str = config.upstream_ca or True
+        self.forwarder = Forwarder(self.upstream, make_session(config.pool_size, self.verify),
                                    timeouts=config.timeouts or Timeouts())
         self.salt = secrets.token_bytes(32)
         self.feed: FeedClient | None = None
         if config.require_feed:
             self.feed = FeedClient(self.upstream, self.sync, config.feed_token,
                                    config.webhook_url, read_timeout=config.feed_read_timeout,
-                                   backoff=config.feed_backoff)
+                                   backoff=config.feed_backoff, verify=self.verify)
         self._lock = threading.Lock()
         self.counters = {"stream_requests": 0, "forwarded": 0, "bypassed": 0,
                          "upstream_errors": 0, "local_invalidations": 0}

@@ -24,10 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream", required=True, help="gateway base URL, e.g. http://127.0.0.1:8080")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
-    p.add_argument("--threads", type=int, default=64,
-                   help="server threads at start; each open handle stream holds one (default 64)")
+    p.add_argument("--threads", type=int, default=32,
+                   help="threads that run forwarded calls, at start (relayed handle streams "
+                        "hold none; default 32)")
     p.add_argument("--max-threads", type=int, default=1000,
-                   help="ceiling the pool grows to while readers hold threads (default 1000)")
+                   help="ceiling of that pool: calls forwarded at once (default 1000)")
     p.add_argument("--cache-size", type=int, default=10_000, help="max cached answers (LRU)")
     p.add_argument("--ttl", type=float, default=300.0, help="seconds a cached answer lives")
     p.add_argument("--feed-token", default=None,
@@ -45,6 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds without a feed heartbeat before caching stops (default 6)")
     p.add_argument("--upstream-timeout", type=float, default=60.0,
                    help="read timeout for ordinary gateway calls (default 60)")
+    p.add_argument("--upstream-ca", default=None,
+                   help="CA file to verify a gateway on HTTPS (default: $XSG_PROXY_UPSTREAM_CA, "
+                        "else the system's CAs)")
+    p.add_argument("--tls-cert", default=None,
+                   help="serve HTTPS with this PEM certificate (default: $XSG_PROXY_TLS_CERT)")
+    p.add_argument("--tls-key", default=None,
+                   help="the certificate's PEM key (default: $XSG_PROXY_TLS_KEY)")
+    p.add_argument("--forwarded-allow-ips", default="",
+                   help="comma-separated addresses of reverse proxies whose X-Forwarded-For "
+                        "and X-Forwarded-Proto are trusted (default: none)")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -69,6 +80,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
                        public_base=args.public_base,
                        rewrite_handles=not args.no_rewrite_handles,
                        timeouts=Timeouts(read=args.upstream_timeout),
+                       upstream_ca=args.upstream_ca or os.environ.get("XSG_PROXY_UPSTREAM_CA")
+                       or None,
                        start_feed=False)  # started once the port serves: webhooks can land
 
 
@@ -87,8 +100,15 @@ def main(argv: list[str] | None = None) -> int:
             "not before a revocation call returns")
     app = create_app(config)
     runtime = runtime_of(app)
+    cert = args.tls_cert or os.environ.get("XSG_PROXY_TLS_CERT") or None
+    key = args.tls_key or os.environ.get("XSG_PROXY_TLS_KEY") or None
+    if bool(cert) != bool(key):
+        raise SystemExit("xsg proxy: --tls-cert and --tls-key go together")
     server = HttpServer(app, args.host, args.port, threads=args.threads,
-                        max_threads=max(args.threads, args.max_threads), name="xsg-proxy")
+                        max_threads=max(args.threads, args.max_threads), name="xsg-proxy",
+                        tls_cert=cert, tls_key=key,
+                        forwarded_allow_ips=[p.strip() for p in args.forwarded_allow_ips.split(",")
+                                             if p.strip()])
     run_until_signal(server, on_start=runtime.start, on_stop=runtime.close)
     return 0
 

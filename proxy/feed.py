@@ -76,7 +76,8 @@ class FeedClient:
 
     def __init__(self, upstream: str, sync: CacheSync, token: str | None,
                  webhook_url: str | None = None, read_timeout: float = 6.0,
-                 connect_timeout: float = 2.0, backoff: tuple[float, float] = (0.2, 5.0)) -> None:
+                 connect_timeout: float = 2.0, backoff: tuple[float, float] = (0.2, 5.0),
+                 verify: bool | str = True) -> None:
         self.url = upstream.rstrip("/") + FEED_PATH
         self.sync = sync
         self.token = token
@@ -84,7 +85,7 @@ class FeedClient:
         self.read_timeout = read_timeout
         self.connect_timeout = connect_timeout
         self.backoff = backoff
-        self.session = make_session(pool_size=2)
+        self.session = make_session(pool_size=2, verify=verify)
         self.connects = 0
         self.registrations = 0
         self.registration_error: str | None = None

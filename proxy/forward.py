@@ -45,9 +45,11 @@ class Timeouts:
     stream_read: float | None = 60.0
 
 
-def make_session(pool_size: int = 32) -> requests.Session:
+def make_session(pool_size: int = 32, verify: bool | str = True) -> requests.Session:
+    """`verify`: True (the system's CAs) or a CA file for a gateway on HTTPS."""
     session = requests.Session()
     session.trust_env = False  # proxy environment variables must not redirect gateway traffic
+    session.verify = verify
     adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)

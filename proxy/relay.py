@@ -43,8 +43,13 @@ class HandleRelay:
             from proxy.forward import Timeouts
 
             t = self.runtime.forwarder.timeouts or Timeouts()
+            verify = self.runtime.verify
+            if isinstance(verify, str):
+                import ssl
+
+                verify = ssl.create_default_context(cafile=verify)
             self._client = httpx.AsyncClient(
-                trust_env=False, follow_redirects=False,
+                trust_env=False, follow_redirects=False, verify=verify,
                 timeout=httpx.Timeout(connect=t.connect, read=t.stream_read, write=t.connect,
                                       pool=t.connect),
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))

@@ -162,3 +162,27 @@ def test_the_deploy_examples_parse_and_validate(name):
     else:
         assert spark["spark.driver.memory"] == "2g" and config.spark_conf == spark
         assert config.port == 8080 and config.start_spark is True
+
+
+def test_server_settings_tls_deadlines_and_forwarded(tmp_path):
+    """The server's settings exist as flag, variable and file key alike, and are checked."""
+    from tests.pep.http.test_http_server import self_signed
+
+    cert, key = self_signed(tmp_path)
+    config = load_settings(flags={"tls_cert": cert, "header_timeout": "5"},
+                           env={"XSG_TLS_KEY": key, "XSG_MIN_BODY_RATE": "512",
+                                "XSG_FORWARDED_ALLOW_IPS": "10.0.0.5, 192.168.0.0/24"},
+                           file=toml(tmp_path, "idle_timeout = 7.5\n"))
+    assert str(config.tls_cert) == cert and str(config.tls_key) == key
+    assert config.header_timeout == 5 and config.min_body_rate == 512
+    assert config.idle_timeout == 7.5
+    assert config.forwarded_allow_ips == ("10.0.0.5", "192.168.0.0/24")
+    assert config.public_base_url(8443) == "https://127.0.0.1:8443"
+    with pytest.raises(ConfigError, match="tls_cert and tls_key go together"):
+        load_settings(flags={"tls_cert": cert})
+    with pytest.raises(ConfigError, match="cannot be used"):
+        load_settings(flags={"tls_cert": cert, "tls_key": cert})
+    with pytest.raises(ConfigError, match="not an IP address"):
+        load_settings(env={"XSG_FORWARDED_ALLOW_IPS": "*"})
+    with pytest.raises(ConfigError, match="header_timeout must be positive"):
+        load_settings(flags={"header_timeout": "0"})

@@ -532,3 +532,68 @@ def test_stop_lets_streams_send_their_last_bytes():
         chunk = w.take(int(w.line(), 16))
         w.take(2)
     assert chunk == b"bye\n"
+
+
+def self_signed(tmp_path) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 and localhost, and its key (PEM files)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([
+                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+def test_tls(tmp_path):
+    cert, key = self_signed(tmp_path)
+    srv = HttpServer(echo_app, threads=1, tls_cert=cert, tls_key=key).start()
+    try:
+        assert srv.url.startswith("https://")
+        doc = requests.get(f"{srv.url}/t", verify=cert, timeout=10).json()
+        assert doc["scheme"] == "https" and doc["path"] == "/t"
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.get(f"{srv.url}/t", timeout=10)  # not a CA the system trusts
+        with pytest.raises(requests.exceptions.ConnectionError):
+            requests.get(srv.url.replace("https", "http") + "/t", timeout=10)
+    finally:
+        srv.stop()
+
+
+def test_a_certificate_without_its_key_is_refused(tmp_path):
+    cert, _ = self_signed(tmp_path)
+    with pytest.raises(ValueError):
+        HttpServer(echo_app, tls_cert=cert)
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_forwarded_headers_only_from_trusted_proxies(trusted):
+    srv = HttpServer(echo_app, threads=1,
+                     forwarded_allow_ips=["127.0.0.1"] if trusted else []).start()
+    try:
+        doc = requests.get(f"{srv.url}/f", timeout=10, headers={
+            "X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "https"}).json()
+        if trusted:
+            assert doc["remote"] == "203.0.113.9" and doc["scheme"] == "https"
+        else:
+            assert doc["remote"] == "127.0.0.1" and doc["scheme"] == "http"
+    finally:
+        srv.stop()
