@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test bench check-java chromium clean
+.PHONY: install run test bench check-java chromium wrk clean
 CHROMIUM ?= $(or $(XSG_CHROMIUM),/usr/bin/chromium)
 
 $(STAMP): setup.cfg pyproject.toml
@@ -39,7 +39,20 @@ chromium:
 	  fi; \
 	fi
 
-bench: install
+# The HTTP benchmarks (tests/bench/bench_pdp.py) load the server with wrk; without it they say so.
+wrk:
+	@if ! command -v wrk >/dev/null 2>&1; then \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing wrk (apt-get) for the HTTP benchmarks"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends wrk >/dev/null) \
+	      || echo "could not install wrk: bench_pdp.py will skip its wrk rows"; \
+	  else \
+	    echo "no wrk: bench_pdp.py will skip its wrk rows (apt-get install wrk)"; \
+	  fi; \
+	fi
+
+bench: install wrk
 	for f in tests/bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:

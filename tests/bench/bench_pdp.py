@@ -10,10 +10,12 @@ Measures, with the workload of pdp_workload.py (equivalent policies in both syst
     then from the JSON Profile, then pre-parsed (evaluation alone, to split the cost);
   * py-abac on the same requests in the same run (JSON text -> dict -> Request -> is_allowed), and
     the ratio xsg/py-abac;
-  * over HTTP: the gateway app (pep.http.app.create_app, policies seeded into its SQLite store) on a
-    real cheroot server on loopback, `POST /pdp` with a bearer token from one requests.Session,
-    a bounded sequential loop; a WSGI middleware also times the app inside the server thread, to
-    split the HTTP figure into the app's own time and the client/socket/cheroot rest.
+  * over HTTP: the gateway app (pep.http.app.create_app, policies seeded into its SQLite store) on
+    its own server (pep.http.serving: uvicorn) on loopback, `POST /pdp` with each subject's
+    bearer token, XML in, JSON out: raw-socket clients in another process (every answer checked),
+    then `wrk` (apt-get install wrk, or `make wrk`) with 1 and 8 connections; against the same
+    decisions in process through the same code without HTTP (token, XML parsed, decided, JSON
+    rendered: `FastPdp.decide`), side by side in the same run.
 Every decision is checked against the workload's reference semantics (column 'wrong').
 --profile adds cProfile listings of the in-process XML path and of the app behind POST /pdp.
 Timings are printed, never asserted. On a busy machine, read the CPU-time columns too.
@@ -418,6 +420,14 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
                     f"HTTP, {threads} client thread(s): {n / got['wall']:,.0f} decisions/s; per "
                     f"request the server process used {server_cpu / n * 1000:.3f} ms of CPU"
                     f"{app_part}, the client process {got['cpu'] / n * 1000:.3f} ms")
+            fast = app.extensions["xsg.fast_pdp"]
+            by_token = [(f"Bearer {t}", b.encode(), want) for t, b, want in items]
+            in_process = timed_loop(
+                "xsg in process as POST /pdp without HTTP (token, XML parsed, decided, JSON "
+                "rendered)", by_token, lambda item: _decision(fast.decide(
+                    item[0], XML, JSON, item[1], None)[0]), [w for _, _, w in by_token])
+            rows.insert(0, in_process)
+            notes.extend(run_wrk(server.port, items, in_process))
             profile_text = ""
             if profile_top:
                 import http.client
@@ -448,6 +458,66 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
         notes.append(f"\n--- cProfile: gateway app serving POST /pdp (server thread), "
                      f"{n_requests} requests, sorted by own time ---\n{profile_text}")
     return rows, notes
+
+
+def _decision(body: bytes) -> str:
+    at = body.find(b'"Decision"')
+    start = body.find(b'"', body.find(b":", at)) + 1
+    return body[start:body.find(b'"', start)].decode()
+
+
+def _lua_string(data: bytes) -> str:
+    """A Lua string literal of `data` (long brackets would turn CRLF into LF)."""
+    return '"' + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}"
+                         for b in data) + '"'
+
+
+def run_wrk(port: int, items: list, in_process: "Timing", seconds: int = 10,
+            connections: Sequence[int] = (1, 8)) -> list[str]:
+    """`wrk` against POST /pdp, cycling through the workload's requests (each with its subject's
+    token); the figures and their ratio to the in-process row, as notes."""
+    import re
+    import shutil
+    import subprocess
+
+    if shutil.which("wrk") is None:
+        return ["wrk rows skipped: wrk is not installed (apt-get install wrk, or make wrk)"]
+    requests_lua = [
+        (f"POST /pdp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {t}\r\n"
+         f"Content-Type: {XML}\r\nAccept: {JSON}\r\nContent-Length: {len(b.encode())}\r\n"
+         f"\r\n").encode() + b.encode() for t, b, _ in items]
+    notes = []
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write("local reqs = {\n" + ",\n".join(_lua_string(r) for r in requests_lua) + "\n}\n")
+        f.write("local i = math.random(#reqs)\n"
+                "request = function()\n  i = i % #reqs + 1\n  return reqs[i]\nend\n")
+        script = f.name
+    try:
+        for conns in connections:
+            c0 = time.process_time()
+            out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency",
+                                  "-s", script, f"http://127.0.0.1:{port}/pdp"],
+                                 capture_output=True, text=True, timeout=seconds + 60)
+            server_cpu = time.process_time() - c0
+            text = out.stdout
+            rate = re.search(r"Requests/sec:\s+([\d.]+)", text)
+            total = re.search(r"(\d+) requests in", text)
+            bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+            lat = dict(re.findall(r"^\s+(50|90|99)%\s+(\S+)", text, re.M))
+            if rate is None or total is None:
+                notes.append(f"wrk with {conns} connection(s) failed: {out.stderr[-500:]}")
+                continue
+            per_s = float(rate.group(1))
+            notes.append(
+                f"wrk, 1 thread, {conns} connection(s), {seconds} s: {per_s:,.0f} decisions/s "
+                f"(p50 {lat.get('50')}, p90 {lat.get('90')}, p99 {lat.get('99')}; non-2xx "
+                f"{bad.group(1) if bad else 0}); server process CPU "
+                f"{server_cpu / int(total.group(1)) * 1000:.3f} ms per request; over HTTP / in "
+                f"process (same code without HTTP, {in_process.per_second:,.0f}/s): "
+                f"{per_s / in_process.per_second:.2f}x")
+    finally:
+        os.unlink(script)
+    return notes
 
 
 # ---------------------------------------------------------------------------------------------
