@@ -21,7 +21,7 @@ from typing import Any
 from flask import Flask, Response, g, request
 
 from pep.audit.log import handle_ref
-from pep.http.streaming import STREAMED
+from pep.http.streaming import ON_STREAM_END, STREAMED
 
 log = logging.getLogger("xsg.access")
 
@@ -74,8 +74,10 @@ def install(app: Flask) -> None:
             elapsed = time.perf_counter() - started if started is not None else 0.0
             record(fields, elapsed)
 
-        if response.is_streamed or request.environ.get(STREAMED):
-            response.call_on_close(write)  # when the stream ends
+        if request.environ.get(STREAMED):  # the server writes it: logged when it ends
+            request.environ.setdefault(ON_STREAM_END, []).append(write)
+        elif response.is_streamed:
+            response.call_on_close(write)
         else:
             write()
         return response

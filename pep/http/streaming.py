@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 STREAM_BODY = "xsg.stream_body"  # environ key: call it with a StreamBody (see the docstring)
 STREAMED = "xsg.streamed"  # environ key, True once a route handed a StreamBody over
+ON_STREAM_END = "xsg.on_stream_end"  # environ key: callables run when that stream has ended
 CONNECTION = "xsg.connection"  # scope["extensions"] key: the connection's protocol object
 PULL_BYTES = 128 * 1024  # at most about this much is taken from a body per write
 # The kernel's send buffer of a streaming connection (Linux doubles it): without a bound it grows
@@ -182,5 +183,5 @@ async def drive(body: StreamBody, scope: dict, receive: Receive, send: Send,
             log.exception("closing a stream body")
 
 
-__all__ = ["STREAM_BODY", "STREAMED", "CONNECTION", "StreamBody", "drive", "writable", "abort",
+__all__ = ["STREAM_BODY", "STREAMED", "ON_STREAM_END", "CONNECTION", "StreamBody", "drive", "writable", "abort",
            "bound_send_buffer", "PULL_BYTES"]

@@ -273,7 +273,8 @@ def http_client_main(payload_path: str) -> None:
                     buf += conn.recv(65536)
                 head, _, rest = buf.partition(b"\r\n\r\n")
                 at = head.lower().find(b"content-length:")
-                length = int(head[at + 15:head.find(b"\r\n", at)].strip())
+                end = head.find(b"\r\n", at)
+                length = int(head[at + 15:end if end >= 0 else len(head)].strip())
                 while len(rest) < length:
                     rest += conn.recv(65536)
                 pending[0] = rest[length:]
@@ -302,7 +303,16 @@ def http_client_main(payload_path: str) -> None:
         with lock:
             results.append((lat, wrong))
 
-    workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    def guarded(k: int) -> None:
+        try:
+            run(k)
+        except BaseException:  # noqa: BLE001 - a dead client thread would leave the barrier
+            import traceback
+
+            traceback.print_exc()
+            os._exit(1)
+
+    workers = [threading.Thread(target=guarded, args=(k,)) for k in range(threads)]
     for w in workers:
         w.start()
     barrier.wait()

@@ -156,3 +156,30 @@ def test_readers_hold_no_thread(live):
         got = Chunks(s).until(b'"x":1')
         assert b'{"id":1,"row":{"x":1}}' in b"".join(got)
         s.close()
+
+
+def test_a_stream_is_logged_once_when_it_ends(live, caplog):
+    """The access log's line for a handle stream comes when the stream ends (its duration is
+    the stream's), with the handle's reference, never its id."""
+    import logging
+
+    server, _, runtime, hid = live
+    caplog.set_level(logging.INFO, logger="xsg.access")
+    s = raw_get(server, f"/handles/{hid}", "application/x-ndjson")
+    reader = Chunks(s)
+    runtime.push(hid, [{"x": 1}])
+    reader.until(b'"x":1')
+    time.sleep(0.5)
+    streamed = [r for r in caplog.records if "/handles/ref:" in r.getMessage()]
+    assert streamed == []  # still streaming: not logged yet
+    assert requests.delete(f"{server.url}/handles/{hid}", headers=auth_header("lta"),
+                           timeout=10).status_code == 200
+    reader.until(b'"released"')
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        streamed = [r for r in caplog.records if r.getMessage().startswith("GET /handles/ref:")]
+        if streamed:
+            break
+        time.sleep(0.05)
+    assert len(streamed) == 1 and hid not in streamed[0].getMessage()
+    assert streamed[0].access["status"] == 200 and streamed[0].access["duration_ms"] >= 500
