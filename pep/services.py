@@ -85,6 +85,9 @@ class GatewayServices:
         self._stream_side_closed = True
         for unsubscribe in self._unsubscribe:
             unsubscribe()
+        stop_watching = getattr(self.authenticator, "stop", None)
+        if stop_watching is not None:
+            stop_watching()
         self.revocation.stop()
         self.handles.shutdown()
         if self.join_runtime is not None and self.join_runtime is not self.runtime:
@@ -204,6 +207,14 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     services._unsubscribe.append(events.subscribe(revocation.on_policy_change))
     # 2. ... then proxies hear of the change (and flush what it may affect);
     services._unsubscribe.append(hub.follow_policy_events(events))
+    # 2b. an identity that changes (the auth file re-read: on disk, by its watcher or at a
+    #    request, or SIGHUP; a JWT with other claims) re-decides that subject's live handles at
+    #    once, as a policy change does (nothing once the stream side is closed);
+    def identity_changed(subjects: frozenset, source: str) -> None:
+        if not services._stream_side_closed:
+            revocation.on_identity_change(subjects, source)
+
+    authenticator.add_listener(identity_changed)
     # 3. handles that end (revoked, released, ended) are published to proxies, after their state
     #    is persisted: one event per kind of ending for a whole batch.
     handles.add_listener(lambda records: publish_endings(hub, records))
@@ -237,6 +248,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
 
     stream_events.attach_all(runtime)  # starts the queries of the streams that have events
     revocation.start()
+    authenticator.watch()  # the auth file is looked at every 0.25 s, requests or not
     return services
 
 
