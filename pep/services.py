@@ -38,6 +38,7 @@ from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
 from pep.streams.catalog import StreamCatalog, seed_streams
 from pep.streams.events import StreamEvents
 from pep.streams.ownership import stream_owner_rule
+from pep.streams.visibility import StreamVisibility
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ class GatewayServices:
     resumed: list[str] = field(default_factory=list)  # handles resumed at start
     ended: list[str] = field(default_factory=list)  # handles that could not be resumed
     join_runtime: Any = None  # runs joins of two streams (pep/runtime/joins.py)
+    # who may see which stream (a restricted one: its owner, admins, whom the PDP may permit)
+    visibility: Any = None
     _unsubscribe: list[Callable[[], None]] = field(default_factory=list)
     _stream_side_closed: bool = False
 
@@ -183,6 +186,13 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         time_sensitivity=TimeSensitivity(policies),
         interval=config.reevaluation_interval)
 
+    # Who sees which stream: `listed` ones everybody, `restricted` ones their owner, admins, and
+    # the callers the PDP (asked now, with their identity) may permit some action on them.
+    visibility = StreamVisibility(
+        catalog, engine=lambda: policies.engine, environment=stream_events.environment,
+        live_streams=lambda subject: [s for r in handles.list_for(subject) if r.live
+                                      for s in r.streams])
+
     # Caching proxies follow this hub.
     hub = invalidation or InvalidationHub(secret=config.proxy_secret,
                                           proxy_token=config.proxy_token)
@@ -198,8 +208,9 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         windows=windows, handles=handles, revocation=revocation, invalidation=hub, audit=audit,
         metrics=GatewayMetrics(), stall_notices=StallNotices(
             getattr(runtime, "health", dict), handles),  # a runtime without health: never
-        decide_and_plan=plan_access, may_manage=stream_owner_rule(catalog.get),
-        seeded=seeded, demo_auth_created=demo_auth_created)
+        decide_and_plan=plan_access,
+        may_manage=stream_owner_rule(catalog.get, may_see=visibility.may_see),
+        seeded=seeded, demo_auth_created=demo_auth_created, visibility=visibility)
 
     # Who listens to whom, in the order they are called:
     # 1. a policy change re-decides the live handles first (they are revoked before the PAP
@@ -229,6 +240,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     handles.add_listener(audit.ended)
     services._unsubscribe.append(events.subscribe(audit.policy_changed))
     catalog.add_listener(audit.stream_registered)
+    catalog.add_change_listener(audit.stream_changed)
 
     # Start: Spark now if asked (`xsg serve` pays the session's start-up before the first
     # request), the handles of the previous run re-decided and resumed or ended, and the
@@ -244,7 +256,10 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     handles.add_open_listener(lambda record, is_new: metrics.stream_requests.labels(
         outcome="granted").inc())
     revocation.observer = metrics.revoked
-    metrics.watch(lambda: gateway_state(services))
+    # public metrics name no restricted stream (nobody authenticated may see it)
+    hidden = ((lambda stream: catalog.visibility(stream) not in (None, "listed"))
+              if config.metrics_public else None)
+    metrics.watch(lambda: gateway_state(services, hidden))
 
     stream_events.attach_all(runtime)  # starts the queries of the streams that have events
     revocation.start()
