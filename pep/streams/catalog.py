@@ -1,7 +1,10 @@
 """The stream catalogue: which streams exist, who owns them, and the owner's record ingest.
 
-A stream is registered once (name, schema, source, event-time attribute) and persisted in SQLite,
-so a restart keeps it. The owner of a stream is the authenticated subject that registered it.
+A stream is registered once (name, schema, source, event-time attribute, visibility) and
+persisted in SQLite, so a restart keeps it. The owner of a stream is the authenticated subject
+that registered it. Its definition never changes; what an owner may change afterwards (its
+visibility, `update`) is kept beside it. A store written before a column existed gets it, with
+its default, when it is opened (`_migrate`).
 
 Ingest (`append_records`) is the HTTP way for an owner to feed an `ingest` stream. A batch is all
 or nothing: every line is validated against the schema before anything is written, the batch is
