@@ -196,7 +196,8 @@ class StreamCatalog:
             if "visibility" in changes:
                 self._visibility[registered.lower()] = changes["visibility"]
         entry = self.entry(registered)
-        assert entry is not None
+        if entry is None:  # streams are never removed; kept for the type checker's sake
+            raise StreamNotFound(f"no stream named {name!r}")
         for callback in list(self._change_listeners):
             try:
                 callback(entry, dict(changes), by)
