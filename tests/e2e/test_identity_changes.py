@@ -42,7 +42,9 @@ def medic_entry(clearance: int) -> dict:
 def replace_auth(path: Path, entries: list[dict]) -> float:
     """Write a new auth file atomically; returns when it is in place (monotonic)."""
     tmp = path.with_name(path.name + ".ident-tmp")
-    tmp.write_text(json.dumps(entries))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds tokens
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(entries, f)
     os.replace(tmp, path)
     return time.monotonic()
 
