@@ -8,9 +8,13 @@ and are compared in constant time
 token's length shows in the timing).
 
 `TokenFileAuthenticator` is the file as a running gateway uses it: re-read when it changes on
-disk (checked at most once a second, on use) and on `reload()` (`xsg serve` calls it on SIGHUP);
-a new file that does not load is logged and the previous tokens stay in force. OIDC / JWT bearer
-tokens are `pdp.oidc`'s.
+disk (looked at, at most once a second, on use, and every `WATCH_INTERVAL` seconds by a watcher
+thread once `watch()` is called, so that a change is noticed without any request) and on
+`reload()` (`xsg serve` calls it on SIGHUP); a new file that does not load is logged and the
+previous tokens stay in force. After every re-read that is used, its listeners hear which
+subjects' identities changed (`changed_subjects`: added, removed, or with other roles, admin
+flag or attributes), so that the gateway can re-decide those subjects' live handles at once
+(`pep.handles.revocation`). OIDC / JWT bearer tokens are `pdp.oidc`'s.
 """
 from __future__ import annotations
 
@@ -37,6 +41,11 @@ class AuthFileError(ValueError):
 AttributeValue = Union[str, int, float, bool]
 MAX_IDENTITY_ATTRIBUTES = 64
 MAX_ATTRIBUTE_VALUES = 1024
+WATCH_INTERVAL = 0.25  # seconds between two looks at the auth file by its watcher thread
+
+# `listener(subjects, source)`: these subjects' identities changed (`source` says how, for logs
+# and the audit trail: "auth file", "new token claims").
+IdentityListener = Callable[[frozenset, str], None]
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,11 @@ class TokenAuthenticator:
                 raise AuthFileError(f"token for subject {identity.subject!r} is used twice")
             self._by_digest[d] = identity
             self._by_subject.setdefault(identity.subject, identity)
+        # Every identity a subject has here (several tokens may name one subject).
+        self._all_by_subject: dict[str, frozenset[Identity]] = {}
+        for identity in self._by_digest.values():
+            self._all_by_subject[identity.subject] = (
+                self._all_by_subject.get(identity.subject, frozenset()) | {identity})
 
     @classmethod
     def from_file(cls, path: str | Path) -> TokenAuthenticator:
@@ -154,6 +168,22 @@ class TokenAuthenticator:
         """The identity of `subject` (its first entry), or None."""
         return self._by_subject.get(subject)
 
+    def identities_of(self, subject: str) -> frozenset[Identity]:
+        """Every identity the file gives `subject` (one per token naming it)."""
+        return self._all_by_subject.get(subject, frozenset())
+
+    @property
+    def subjects(self) -> frozenset[str]:
+        return frozenset(self._all_by_subject)
+
+
+def changed_subjects(old: TokenAuthenticator, new: TokenAuthenticator) -> frozenset[str]:
+    """The subjects whose identities differ between two versions of the token file: added,
+    removed, or with other roles, admin flag or attributes under any of their tokens. A
+    subject that only got another token (same identity) has not changed."""
+    return frozenset(subject for subject in old.subjects | new.subjects
+                     if old.identities_of(subject) != new.identities_of(subject))
+
 
 class Authenticator(Protocol):
     """What the HTTP edge and the revocation service use of an authenticator."""
@@ -169,9 +199,11 @@ class TokenFileAuthenticator:
 
     Loaded at construction (an unusable file raises `AuthFileError`: the gateway does not start).
     Afterwards it is re-read when its size, modification time or inode change (looked at on use,
-    at most every `check_interval` seconds) and whenever `reload()` is called. A new version that
-    does not load is logged once and ignored: the tokens in force stay until a good version
-    appears."""
+    at most every `check_interval` seconds, and by the watcher thread of `watch()`) and whenever
+    `reload()` is called. A new version that does not load is logged once and ignored: the tokens
+    in force stay until a good version appears. A version that is used is announced to the
+    listeners (`add_listener`) with the subjects whose identities changed, after the new tokens
+    are in force and outside this object's lock."""
 
     def __init__(self, path: str | Path, check_interval: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -185,6 +217,13 @@ class TokenFileAuthenticator:
         self._rejected: tuple | None = None  # the signature of a broken version, logged once
         self._checked = clock()
         self.reloads = 0  # successful re-reads (observable in tests)
+        self._listeners: list[IdentityListener] = []
+        self._watch_stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    def add_listener(self, callback: IdentityListener) -> None:
+        """`callback(subjects, "auth file")` after every re-read that changed some identity."""
+        self._listeners.append(callback)
 
     def _stat(self) -> tuple | None:
         try:
@@ -196,38 +235,83 @@ class TokenFileAuthenticator:
     def reload(self) -> bool:
         """Re-read the file now (SIGHUP); True when the new tokens are in force."""
         with self._lock:
-            return self._load(self._stat(), force=True)
+            changed = self._load(self._stat(), force=True)
+        self._announce(changed)
+        return changed is not None
 
-    def _load(self, signature: tuple | None, force: bool = False) -> bool:
+    def _load(self, signature: tuple | None, force: bool = False) -> frozenset[str] | None:
+        """Read the file; the subjects whose identities changed when the new version is in
+        force, None when it was not used."""
         if not force and signature == self._rejected:
-            return False
+            return None
         try:
             fresh = TokenAuthenticator.from_file(self.path)
         except AuthFileError as exc:
             self._rejected = signature
             log.error("auth file %s changed but cannot be used; the previous tokens stay in "
                       "force: %s", self.path, exc)
-            return False
-        self._current = fresh
+            return None
+        previous, self._current = self._current, fresh
         self._signature = signature
         self._rejected = None
         self.reloads += 1
-        log.info("auth file %s reloaded: %d tokens", self.path, len(fresh.identities))
-        return True
+        changed = changed_subjects(previous, fresh)
+        log.info("auth file %s reloaded: %d tokens, %d subject(s) changed", self.path,
+                 len(fresh.identities), len(changed))
+        return changed
 
-    def _maybe_reload(self) -> None:
+    def _announce(self, changed: frozenset[str] | None) -> None:
+        if not changed:
+            return
+        for callback in list(self._listeners):
+            try:
+                callback(changed, "auth file")
+            except Exception:  # noqa: BLE001 - the new tokens are in force whatever a listener does
+                log.exception("identity listener failed after reloading %s", self.path)
+
+    def _maybe_reload(self, force: bool = False) -> None:
         now = self._clock()
-        if now - self._checked < self.check_interval:
+        if not force and now - self._checked < self.check_interval:
             return
         if not self._lock.acquire(blocking=False):
             return  # another thread is looking; use the tokens in force meanwhile
+        changed = None
         try:
             self._checked = now
             signature = self._stat()
             if signature is not None and signature != self._signature:
-                self._load(signature)
+                changed = self._load(signature)
         finally:
             self._lock.release()
+        self._announce(changed)
+
+    def poll(self) -> None:
+        """Look at the file now (the watcher's step): re-read it if it changed on disk."""
+        self._maybe_reload(force=True)
+
+    def watch(self, interval: float = WATCH_INTERVAL) -> None:
+        """Look at the file every `interval` seconds from a daemon thread until `stop()`, so a
+        change is noticed (and its listeners told) without waiting for a request. Idempotent."""
+        if self._watcher is not None or interval <= 0:
+            return
+        self._watch_stop.clear()
+
+        def run() -> None:
+            while not self._watch_stop.wait(interval):
+                try:
+                    self.poll()
+                except Exception:  # noqa: BLE001 - the watcher must survive one bad look
+                    log.exception("looking at auth file %s failed", self.path)
+
+        self._watcher = threading.Thread(target=run, name="xsg-auth-watch", daemon=True)
+        self._watcher.start()
+
+    def stop(self) -> None:
+        """Stop the watcher thread (idempotent)."""
+        self._watch_stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=5)
+            self._watcher = None
 
     def authenticate(self, token: str | None) -> Identity | None:
         self._maybe_reload()
@@ -245,6 +329,9 @@ class TokenFileAuthenticator:
     def identity_for(self, subject: str) -> Identity | None:
         self._maybe_reload()
         return self._current.identity_for(subject)
+
+    def identities_of(self, subject: str) -> frozenset[Identity]:
+        return self._current.identities_of(subject)
 
 
 def parse_auth_entries(data: Any, where: str = "auth file") -> list[tuple[str, Identity]]:

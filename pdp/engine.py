@@ -54,7 +54,7 @@ from pdp.policy_parser import (CompiledDocument, PolicyInfo, PolicySource, RefSp
                                compile_document)
 from pdp.request import Individual, RequestContext, parse_request
 from pdp.results import (STATUS_PROCESSING_ERROR, Decision, Response, Result, Status)
-from pdp.target_scope import evaluator_scope
+from pdp.target_scope import attribute_key, evaluator_scope, target_literals
 from pdp.xmlsafe import get_limits
 
 __all__ = ["PolicyEngine", "PolicySource", "PolicyInfo", "CompiledPolicy", "compile_policy",
@@ -373,6 +373,18 @@ class PolicyEngine:
                 return None
             union |= scope
         return frozenset(union)
+
+    def target_values(self, policy_id: str, category: str, attribute_id: str,
+                      datatype: str = "http://www.w3.org/2001/XMLSchema#string") -> frozenset:
+        """The literals the targets of the document(s) with this id (and what they reference)
+        compare an attribute with by equality, e.g. the action ids a policy names
+        (`pdp.target_scope.target_literals`; values in Conditions are not found). Empty for an
+        id this engine does not hold."""
+        key = attribute_key(category, attribute_id, datatype)
+        found: set = set()
+        for slot in self._versions.get(policy_id, ()):
+            found |= target_literals(self._by_slot[slot].compiled.evaluator, self._links, key)
+        return frozenset(found)
 
     # -- deciding
 

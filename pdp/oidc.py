@@ -32,7 +32,11 @@ last identity it verified for each subject (and that token's expiry), bounded to
 `MAX_REMEMBERED` subjects, optionally in a file so that a restart keeps them. Re-decisions use
 that identity even after its token expired: a token's lifetime limits when it may be presented,
 not how long a granted stream may run (as with the token file); the claims are refreshed
-whenever the subject presents a new token.
+whenever the subject presents a new token. When a token's claims give a subject another
+identity than the one remembered (other roles, admin flag or attributes), the listeners
+(`add_listener`) hear of it before `authenticate` returns, so the subject's live handles are
+re-decided with the new claims at once (a subject seen for the first time has nothing to
+re-decide).
 """
 from __future__ import annotations
 
@@ -50,8 +54,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pdp.auth import (AuthFileError, Identity, TokenAuthenticator, TokenFileAuthenticator,
-                      bearer_token, parse_identity_attributes)
+from pdp.auth import (WATCH_INTERVAL, AuthFileError, Identity, IdentityListener,
+                      TokenAuthenticator, TokenFileAuthenticator, bearer_token,
+                      parse_identity_attributes)
 
 log = logging.getLogger(__name__)
 
@@ -347,8 +352,14 @@ class JwtAuthenticator:
         # subject -> (identity, exp of the last token seen), most recent last
         self._remembered: OrderedDict[str, tuple[Identity, float]] = OrderedDict()
         self._remember_file = Path(remember_file) if remember_file is not None else None
+        self._listeners: list[IdentityListener] = []
         if self._remember_file is not None:
             self._load_remembered()
+
+    def add_listener(self, callback: IdentityListener) -> None:
+        """`callback({subject}, "new token claims")` when a verified token changes the identity
+        remembered for its subject (module docstring)."""
+        self._listeners.append(callback)
 
     def authenticate(self, token: str) -> Identity:
         """The identity a valid token stands for; raises `InvalidToken` saying why not."""
@@ -449,6 +460,12 @@ class JwtAuthenticator:
             changed = previous is None or previous[0] != identity
             if changed and self._remember_file is not None:
                 self._save_remembered()
+        if previous is not None and previous[0] != identity:
+            for callback in list(self._listeners):
+                try:
+                    callback(frozenset({identity.subject}), "new token claims")
+                except Exception:  # noqa: BLE001 - the caller is authenticated whatever happens
+                    log.exception("identity listener failed for subject %r", identity.subject)
 
     def _save_remembered(self) -> None:
         """Write the remembered identities (claims only, no token) atomically, mode 0600."""
@@ -516,6 +533,25 @@ class CompositeAuthenticator:
         """Re-read the token file now (SIGHUP)."""
         reload = getattr(self.tokens, "reload", None)
         return bool(reload()) if reload is not None else False
+
+    def add_listener(self, callback: IdentityListener) -> None:
+        """`callback(subjects, source)` whenever subjects' identities change: the token file
+        re-read (on disk, by the watcher, on SIGHUP) or a JWT with other claims."""
+        for source in (self.tokens, self.jwt):
+            add = getattr(source, "add_listener", None)
+            if add is not None:
+                add(callback)
+
+    def watch(self, interval: float = WATCH_INTERVAL) -> None:
+        """Follow the token file from a thread (`TokenFileAuthenticator.watch`)."""
+        watch = getattr(self.tokens, "watch", None)
+        if watch is not None:
+            watch(interval)
+
+    def stop(self) -> None:
+        stop = getattr(self.tokens, "stop", None)
+        if stop is not None:
+            stop()
 
     @property
     def identities(self) -> list[Identity]:

@@ -115,4 +115,35 @@ def _scope(ev: Any, links: Mapping, memo: dict) -> frozenset | None:
     return best
 
 
-__all__ = ["target_scope", "evaluator_scope", "resource_key", "RESOURCE_ID", "RESOURCE_CATEGORY"]
+def attribute_key(category: str, attribute_id: str, datatype: str = STRING) -> tuple:
+    """The (category, attribute, data type) key the compiler gives a designator."""
+    from pdp.datatypes import canonical_datatype_id
+    from pdp.request import normalize_category
+
+    return (normalize_category(category), attribute_id, canonical_datatype_id(datatype))
+
+
+def target_literals(ev: Any, links: Mapping, key: tuple, _seen: set | None = None) -> frozenset:
+    """Every literal that a target in this evaluator's tree (its own, its children's, and those
+    its references reach) compares the attribute `key` with by an equality Match. Not a proof
+    of anything: the values a policy names for an attribute (e.g. the action ids it grants or
+    refuses), for callers that want to ask the PDP about each of them. Values tested only in a
+    Condition, or by another function, are not found."""
+    seen: set = set() if _seen is None else _seen
+    if id(ev) in seen:
+        return frozenset()
+    seen.add(id(ev))
+    if isinstance(ev, ReferenceEvaluator):
+        target = links.get(ev.key)
+        return frozenset() if target is None else target_literals(target, links, key, seen)
+    found: set = set()
+    for any_of in getattr(ev, "target_spec", None) or ():
+        for all_of in any_of:
+            found.update(m.value for m in all_of if m is not None and m.key == key)
+    for child in getattr(ev, "children", ()) or ():
+        found |= target_literals(child, links, key, seen)
+    return frozenset(found)
+
+
+__all__ = ["target_scope", "evaluator_scope", "resource_key", "attribute_key", "target_literals",
+           "RESOURCE_ID", "RESOURCE_CATEGORY"]

@@ -117,14 +117,19 @@ class _StateCollector:
         yield from families.values()
 
 
-def gateway_state(services: Any) -> dict:
-    """The figures `_StateCollector` reads, from the gateway's services."""
+def gateway_state(services: Any, hidden: Callable[[str], bool] | None = None) -> dict:
+    """The figures `_StateCollector` reads, from the gateway's services; streams for which
+    `hidden(stream)` holds are left out (public metrics: restricted streams)."""
     # a join's handle counts on each of its two streams
     live = Tally(s for r in services.handles.live() for s in r.streams)
     runtime = services.runtime
     stats = runtime.stats() if hasattr(runtime, "stats") else {}
-    return {"policies": len(services.policies.engine.policies), "live_handles": dict(live),
-            "dropped": services.handles.dropped_rows(), "runtime": stats}
+    state = {"policies": len(services.policies.engine.policies), "live_handles": dict(live),
+             "dropped": services.handles.dropped_rows(), "runtime": stats}
+    if hidden is not None:
+        for key in ("live_handles", "dropped", "runtime"):
+            state[key] = {s: v for s, v in state[key].items() if not hidden(s)}
+    return state
 
 
 __all__ = ["GatewayMetrics", "gateway_state", "CONTENT_TYPE"]

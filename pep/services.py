@@ -38,6 +38,7 @@ from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
 from pep.streams.catalog import StreamCatalog, seed_streams
 from pep.streams.events import StreamEvents
 from pep.streams.ownership import stream_owner_rule
+from pep.streams.visibility import StreamVisibility
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ class GatewayServices:
     resumed: list[str] = field(default_factory=list)  # handles resumed at start
     ended: list[str] = field(default_factory=list)  # handles that could not be resumed
     join_runtime: Any = None  # runs joins of two streams (pep/runtime/joins.py)
+    # who may see which stream (a restricted one: its owner, admins, whom the PDP may permit)
+    visibility: Any = None
     _unsubscribe: list[Callable[[], None]] = field(default_factory=list)
     _stream_side_closed: bool = False
 
@@ -85,6 +88,9 @@ class GatewayServices:
         self._stream_side_closed = True
         for unsubscribe in self._unsubscribe:
             unsubscribe()
+        stop_watching = getattr(self.authenticator, "stop", None)
+        if stop_watching is not None:
+            stop_watching()
         self.revocation.stop()
         self.handles.shutdown()
         if self.join_runtime is not None and self.join_runtime is not self.runtime:
@@ -180,6 +186,13 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         time_sensitivity=TimeSensitivity(policies),
         interval=config.reevaluation_interval)
 
+    # Who sees which stream: `listed` ones everybody, `restricted` ones their owner, admins, and
+    # the callers the PDP (asked now, with their identity) may permit some action on them.
+    visibility = StreamVisibility(
+        catalog, engine=lambda: policies.engine, environment=stream_events.environment,
+        live_streams=lambda subject: [s for r in handles.list_for(subject) if r.live
+                                      for s in r.streams])
+
     # Caching proxies follow this hub.
     hub = invalidation or InvalidationHub(secret=config.proxy_secret,
                                           proxy_token=config.proxy_token)
@@ -195,8 +208,9 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         windows=windows, handles=handles, revocation=revocation, invalidation=hub, audit=audit,
         metrics=GatewayMetrics(), stall_notices=StallNotices(
             getattr(runtime, "health", dict), handles),  # a runtime without health: never
-        decide_and_plan=plan_access, may_manage=stream_owner_rule(catalog.get),
-        seeded=seeded, demo_auth_created=demo_auth_created)
+        decide_and_plan=plan_access,
+        may_manage=stream_owner_rule(catalog.get, may_see=visibility.may_see),
+        seeded=seeded, demo_auth_created=demo_auth_created, visibility=visibility)
 
     # Who listens to whom, in the order they are called:
     # 1. a policy change re-decides the live handles first (they are revoked before the PAP
@@ -204,6 +218,14 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     services._unsubscribe.append(events.subscribe(revocation.on_policy_change))
     # 2. ... then proxies hear of the change (and flush what it may affect);
     services._unsubscribe.append(hub.follow_policy_events(events))
+    # 2b. an identity that changes (the auth file re-read: on disk, by its watcher or at a
+    #    request, or SIGHUP; a JWT with other claims) re-decides that subject's live handles at
+    #    once, as a policy change does (nothing once the stream side is closed);
+    def identity_changed(subjects: frozenset, source: str) -> None:
+        if not services._stream_side_closed:
+            revocation.on_identity_change(subjects, source)
+
+    authenticator.add_listener(identity_changed)
     # 3. handles that end (revoked, released, ended) are published to proxies, after their state
     #    is persisted: one event per kind of ending for a whole batch.
     handles.add_listener(lambda records: publish_endings(hub, records))
@@ -218,6 +240,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     handles.add_listener(audit.ended)
     services._unsubscribe.append(events.subscribe(audit.policy_changed))
     catalog.add_listener(audit.stream_registered)
+    catalog.add_change_listener(audit.stream_changed)
 
     # Start: Spark now if asked (`xsg serve` pays the session's start-up before the first
     # request), the handles of the previous run re-decided and resumed or ended, and the
@@ -233,10 +256,14 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     handles.add_open_listener(lambda record, is_new: metrics.stream_requests.labels(
         outcome="granted").inc())
     revocation.observer = metrics.revoked
-    metrics.watch(lambda: gateway_state(services))
+    # public metrics name no restricted stream (nobody authenticated may see it)
+    hidden = ((lambda stream: catalog.visibility(stream) not in (None, "listed"))
+              if config.metrics_public else None)
+    metrics.watch(lambda: gateway_state(services, hidden))
 
     stream_events.attach_all(runtime)  # starts the queries of the streams that have events
     revocation.start()
+    authenticator.watch()  # the auth file is looked at every 0.25 s, requests or not
     return services
 
 

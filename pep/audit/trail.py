@@ -8,6 +8,7 @@
 | `handle-resumed` | a live handle was resumed at start, re-decided | subject, stream, handle_ref |
 | `policy-added`, `policy-updated`, `policy-deleted` | the PAP changed a policy | policy_id, version, store_version, by, streams (the change's resource scope; absent: any) |
 | `stream-registered` | a stream was registered | stream, by, source (its kind) |
+| `stream-changed` | an owner changed a stream (`PATCH /streams/<name>`) | stream, by, changes |
 | `event-defined`, `event-deleted` | an owner defined or removed a stream event | stream, event, by, condition, hold, key |
 
 The plan is the authorised view (filter, map, window: what the policies and the query allow), not
@@ -68,6 +69,10 @@ class AuditTrail:
     def stream_registered(self, definition: Any) -> None:
         self.log.record("stream-registered", stream=definition.name, by=definition.owner,
                         source=definition.source.kind)
+
+    def stream_changed(self, entry: Any, changes: dict, by: str) -> None:
+        self.log.record("stream-changed", stream=entry.definition.name, by=by,
+                        changes=dict(changes))
 
 
 __all__ = ["AuditTrail"]

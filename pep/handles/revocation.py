@@ -17,6 +17,14 @@ When it happens:
   to a decision cannot change it by disappearing). Handles with identical requests from one
   caller are decided once per pass, and the revocations of a pass are written in one
   transaction and published to proxies as one event.
+- when subjects' identities change (`on_identity_change`): the auth file re-read (a change on
+  disk, seen by its watcher or at a request, or SIGHUP), a subject removed from it, or a JWT
+  whose claims differ from the ones remembered. Only the live handles of those subjects are
+  decided again, with their new identity, synchronously, exactly as for a policy change: a
+  handle no longer permitted, or whose plan differs (a `{subject:clearance}` in a filter now
+  stands for another value), is revoked; a subject no longer known loses every handle. The
+  policy epoch is bumped too, so that a request decided with the old identity meanwhile is
+  decided again before it can open a handle.
 - periodically (default every second) while any loaded policy mentions the environment or the
   current date/time: such a decision can change with nothing but the clock, so a time-limited
   grant ends within one period of its end. Which policies do is tracked per policy as they
@@ -31,7 +39,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,6 +229,27 @@ class RevocationService:
                 revoked = self._apply_all(targets, engine, "a stream event changed")
         if self.observer is not None:
             self.observer(revoked, time.perf_counter() - started)
+
+    def on_identity_change(self, subjects: Iterable[str], source: str = "identity") -> int:
+        """Subjects' identities changed (`pdp.auth.IdentityListener`): decide their live handles
+        again with the identities now in force; returns how many were revoked."""
+        wanted = frozenset(subjects)
+        if not wanted:
+            return 0
+        started = time.perf_counter()
+        engine = self.engine()
+        revoked = 0
+        with self.handles.lock:
+            self.handles.policy_epoch += 1
+            if len(wanted) <= 16:  # the usual case: one subject; its handles by index
+                targets = [r for s in sorted(wanted) for r in self.handles.list_for(s) if r.live]
+            else:
+                targets = [r for r in self.handles.live() if r.subject in wanted]
+            if targets:
+                revoked = self._apply_all(targets, engine, f"identity changed ({source})")
+        if self.observer is not None:
+            self.observer(revoked, time.perf_counter() - started)
+        return revoked
 
     def every_tick(self, callback: Callable[[], Any]) -> None:
         """Run `callback` on every period of the timer (e.g. closing stream events on time)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from flask import Flask, request
 
 from pdp.http.api import create_pdp_blueprint
-from pdp.http.auth import install_authenticator
+from pdp.http.auth import current_identity, install_authenticator
 from pdp.http.errors import error_response
 from pdp.oidc import AuthenticationFailed
 from pep.config import GatewayConfig
@@ -72,30 +72,43 @@ def create_app(config: GatewayConfig | None = None,
             document, services.catalog.get, services.catalog.definitions, source),
         environment=services.stream_events.environment,
         health_details=lambda: stream_health(services.runtime, admin_asks())))
-    app.register_blueprint(explain_blueprint(engine, services.catalog.schema,
-                                             services.decide_and_plan))
-    app.register_blueprint(create_streams_blueprint(services.catalog))
+    # A stream the caller may not see (pep/streams/visibility.py) is, on every route that names
+    # it, a stream that does not exist: these lookups find nothing for it.
+    visibility = services.visibility
+
+    def may_see(identity, name: str) -> bool:
+        return visibility is None or visibility.may_see(identity, name)
+
+    def visible_schema(name: str):
+        """The schema of a stream the caller may see (POST /requests, /explain; a join's two)."""
+        if not may_see(current_identity(), name):
+            return None
+        return services.catalog.schema(name)
+
+    app.register_blueprint(explain_blueprint(engine, visible_schema, services.decide_and_plan))
+    app.register_blueprint(create_streams_blueprint(services.catalog, visibility=visibility))
 
     def refused(identity, refusal) -> None:
         services.audit.refused(identity, refusal)
         services.metrics.stream_requests.labels(outcome="refused").inc()
 
     app.register_blueprint(create_requests_blueprint(
-        services.handles, engine, services.catalog.schema, services.decide_and_plan, base_url,
+        services.handles, engine, visible_schema, services.decide_and_plan, base_url,
         on_refused=refused))
     app.register_blueprint(metrics_blueprint(services.metrics, config.metrics_public))
     app.register_blueprint(audit_blueprint(services.audit.log, services.catalog.get))
     app.register_blueprint(events_blueprint(services.catalog, services.stream_events,
-                                            services.runtime, services.audit.event_changed))
+                                            services.runtime, services.audit.event_changed,
+                                            may_see=may_see))
     app.register_blueprint(create_handles_blueprint(
         services.handles, base_url, config.heartbeat,
-        max_readers_per_subject=config.max_readers_per_subject))
+        max_readers_per_subject=config.max_readers_per_subject, may_see=may_see))
 
     app.register_blueprint(invalidation_blueprint(services.invalidation, caller_is_admin))
     # the web console, the handle read tokens its EventSources carry, CORS for other web apps
     app.register_blueprint(create_read_tokens_blueprint(services.handles, ReadTokens(
         config.read_token_key, config.read_token_ttl, lambda: services.authenticator.identities),
-        base_url))
+        base_url, may_see=may_see))
     app.register_blueprint(create_console_blueprint(services))
     install_cors(app, config.cors_origins)
     # GET / (the XACML REST home document) and GET /openapi.json, generated from these routes

@@ -23,7 +23,7 @@ from flask import Flask, Response, request
 
 from pdp.http.errors import no_content
 
-ALLOWED_METHODS = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
+ALLOWED_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
 ALLOWED_HEADERS = "Authorization, Content-Type, Accept, Last-Event-ID"
 EXPOSED_HEADERS = "Location, Retry-After, X-Policy-Version, X-Store-Version, X-XSG-Cache"
 MAX_AGE = "600"

@@ -21,12 +21,17 @@ from pep.streams.events import StreamEvents
 
 
 def events_blueprint(catalog: StreamCatalog, events: StreamEvents, runtime: Any,
-                     on_change: Callable[[str, dict], None] | None = None) -> Blueprint:
-    """`on_change(kind, event_json)` hears of definitions added and removed (the audit)."""
+                     on_change: Callable[[str, dict], None] | None = None,
+                     may_see: Callable[[Any, str], bool] | None = None) -> Blueprint:
+    """`on_change(kind, event_json)` hears of definitions added and removed (the audit);
+    `may_see(identity, name)`: a stream the caller may not see answers as one that does not
+    exist (`pep.streams.visibility`)."""
     bp = Blueprint("xsg_events", __name__)
 
     def owned_stream(name: str):
         stream = catalog.get(name)
+        if stream is not None and may_see is not None and not may_see(current_identity(), name):
+            stream = None
         if stream is None or stream.name != name:
             raise NotFound(f"no stream named {name!r}")
         identity = current_identity()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
@@ -44,6 +45,7 @@ from pep.handles.records import HandleRecord
 from pep.handles.service import HandleService
 from pep.http.read_tokens import require_identity_or_read_token
 from pep.http.streaming import STREAM_BODY
+from pep.streams.visibility import hidden_from
 from pep.http.urls import public_base
 
 SSE = "text/event-stream"
@@ -224,8 +226,10 @@ def _wanted_format() -> str | None:
 
 def create_handles_blueprint(handles: HandleService, base_url: str | None = None,
                              heartbeat: float = DEFAULT_HEARTBEAT,
-                             max_readers_per_subject: int = DEFAULT_MAX_READERS_PER_SUBJECT
-                             ) -> Blueprint:
+                             max_readers_per_subject: int = DEFAULT_MAX_READERS_PER_SUBJECT,
+                             may_see: Callable[[Any, str], bool] | None = None) -> Blueprint:
+    """`may_see(identity, stream)` (`pep.streams.visibility`): the caller's ended handles on a
+    stream it may not see are not listed and answer 404, as if that stream never existed."""
     bp = Blueprint("xsg_handles", __name__)
     readers = ReaderSlots(max_readers_per_subject)
     bp.readers = readers  # for tests and monitoring
@@ -235,13 +239,16 @@ def create_handles_blueprint(handles: HandleService, base_url: str | None = None
     def list_handles():
         identity = current_identity()
         base = public_base(base_url)
-        return jsonify(handles=[r.summary(base) for r in handles.list_for(identity.subject)])
+        hidden = hidden_from(may_see, identity)
+        return jsonify(handles=[r.summary(base) for r in handles.list_for(identity.subject)
+                                if not hidden(r)])
 
     def live_handle_of_caller(handle_id: str) -> HandleRecord:
         """The caller's live handle; NotFound for a handle that is not the caller's (as for one
-        that does not exist: no oracle of others' ids), Gone when it ended."""
+        that does not exist: no oracle of others' ids) or that is hidden with its stream, Gone
+        when it ended."""
         record = handles.get_owned(handle_id, current_identity().subject)
-        if record is None:
+        if record is None or hidden_from(may_see, current_identity())(record):
             raise NotFound("no such handle")
         if not record.live:
             raise _gone(record)

@@ -43,6 +43,7 @@ from pdp.http.auth import current_identity, require_identity, unauthorized
 from pep.core.errors import Gone, NotFound
 from pep.handles.service import HandleService
 from pep.http.urls import public_base
+from pep.streams.visibility import hidden_from
 
 READ_TOKENS_EXTENSION = "xsg.read_tokens"
 QUERY_PARAMETER = "read_token"
@@ -147,8 +148,10 @@ def require_identity_or_read_token(handle_arg: str = "handle_id") -> Callable:
 
 
 def create_read_tokens_blueprint(handles: HandleService, tokens: ReadTokens,
-                                 base_url: str | None = None) -> Blueprint:
-    """`POST /handles/<id>/read-token`; registering it makes the handle read accept the tokens."""
+                                 base_url: str | None = None,
+                                 may_see: Callable[[Any, str], bool] | None = None) -> Blueprint:
+    """`POST /handles/<id>/read-token`; registering it makes the handle read accept the tokens.
+    `may_see`: as for `GET /handles/<id>` (`pep.streams.visibility.hidden_from`)."""
     bp = Blueprint("xsg_read_tokens", __name__)
 
     @bp.record_once
@@ -160,7 +163,7 @@ def create_read_tokens_blueprint(handles: HandleService, tokens: ReadTokens,
     def mint_read_token(handle_id: str):
         identity = current_identity()
         record = handles.get_owned(handle_id, identity.subject)
-        if record is None:
+        if record is None or hidden_from(may_see, identity)(record):
             raise NotFound("no such handle")
         if not record.live:
             raise Gone(f"handle is {record.state.value}", state=record.state.value,

@@ -22,9 +22,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, g, jsonify, request
 
-from pdp.http.auth import current_identity, require_identity
+from pdp.http.auth import (authenticate_request, current_identity, require_identity,
+                           unauthorized)
 from pep.core.access import SchemaLookup, decide_and_plan as default_decide_and_plan
 from pep.core.errors import InvalidInput, Refusal, Unavailable, UnsupportedMedia
 from pep.handles.one_window import WindowConflict
@@ -157,7 +158,13 @@ def create_requests_blueprint(handles: HandleService, engine: Callable[[], Any],
                                               grant.plan, grant.policy_ids or (), stored,
                                               epoch=epoch)
             except StalePolicies:
-                continue  # a policy changed while we decided: decide again
+                # a policy, or the caller's identity, changed while we decided: decide again,
+                # as the caller's token stands for now (its roles may have been lowered)
+                identity = authenticate_request()
+                if identity is None:
+                    return unauthorized("the bearer token is no longer valid")
+                g.xsg_identity = identity
+                continue
             except WindowConflict as exc:
                 existing = f"{public_base(base_url)}/handles/{exc.existing_handle_id}"
                 exc.details.update(handle=existing, release=f"DELETE {existing}")

@@ -1,7 +1,10 @@
 """The stream catalogue: which streams exist, who owns them, and the owner's record ingest.
 
-A stream is registered once (name, schema, source, event-time attribute) and persisted in SQLite,
-so a restart keeps it. The owner of a stream is the authenticated subject that registered it.
+A stream is registered once (name, schema, source, event-time attribute, visibility) and
+persisted in SQLite, so a restart keeps it. The owner of a stream is the authenticated subject
+that registered it. Its definition never changes; what an owner may change afterwards (its
+visibility, `update`) is kept beside it. A store written before a column existed gets it, with
+its default, when it is opened (`_migrate`).
 
 Ingest (`append_records`) is the HTTP way for an owner to feed an `ingest` stream. A batch is all
 or nothing: every line is validated against the schema before anything is written, the batch is
@@ -34,18 +37,24 @@ from typing import Any, Callable
 from pdp.db import Database
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
-from pep.streams.definition import (SEQ_FIELD, STREAM_NAME, InvalidStream, StreamConflict,
-                                    StreamNotFound, describe, parse_schema, parse_source)
+from pep.streams.definition import (LISTED, SEQ_FIELD, STREAM_NAME, InvalidStream,
+                                    StreamConflict, StreamNotFound, describe, parse_schema,
+                                    parse_source, parse_visibility)
 from pep.streams.records import DEFAULT_MAX_LINES, BatchTooLarge, validate_records
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+# The column behind each field an owner may change (`definition.PATCHABLE`).
+_PATCH_COLUMNS = {"visibility": "visibility"}
 
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS streams ("
            " name TEXT PRIMARY KEY COLLATE NOCASE, owner TEXT NOT NULL,"
            " schema_json TEXT NOT NULL, source_json TEXT NOT NULL, time_attribute TEXT,"
-           " created_at TEXT NOT NULL, next_seq INTEGER NOT NULL DEFAULT 1)")
+           " created_at TEXT NOT NULL, next_seq INTEGER NOT NULL DEFAULT 1,"
+           " visibility TEXT NOT NULL DEFAULT 'listed')")
+# Columns added since the first stores were written: (name, its definition for ALTER TABLE).
+_ADDED_COLUMNS = (("visibility", "TEXT NOT NULL DEFAULT 'listed'"),)
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,7 @@ class StreamEntry:
     definition: StreamDefinition
     created_at: str
     next_seq: int
+    visibility: str = LISTED  # `pep.streams.visibility`: listed or restricted
 
 
 class StreamCatalog:
@@ -71,8 +81,15 @@ class StreamCatalog:
         self._feeds: dict[str, list[Path]] = {}
         self._db = Database(self.db_path, _SCHEMA)
         self._lock = self._db.lock
+        self._migrate()
         # Called with the definition of every stream registered (its owner registered it).
         self._listeners: list[Callable[[StreamDefinition], None]] = []
+        # `callback(entry, changes, by)` after an owner's change (`update`) is committed.
+        self._change_listeners: list[Callable[[StreamEntry, dict, str], None]] = []
+        # Each stream's visibility by lower-cased name: read on every call that names a stream,
+        # written only through this object (register, update), so it cannot go stale.
+        self._visibility: dict[str, str] = {
+            str(n).lower(): v for n, v in self._db.fetchall("SELECT name, visibility FROM streams")}
         # Definitions by the name they were found under: a stream, once registered, never
         # changes and is never removed (the API has no such call), so a found one stays true.
         # A re-decision of a thousand handles looks its stream up a thousand times.
@@ -80,6 +97,19 @@ class StreamCatalog:
 
     def add_listener(self, callback: Callable[[StreamDefinition], None]) -> None:
         self._listeners.append(callback)
+
+    def add_change_listener(self, callback: Callable[[StreamEntry, dict, str], None]) -> None:
+        self._change_listeners.append(callback)
+
+    def _migrate(self) -> None:
+        """Bring a store written by an earlier version up to this schema (added columns get
+        their default: an existing stream stays `listed`, as every stream was)."""
+        with self._db.transaction() as db:
+            have = {row[1] for row in db.execute("PRAGMA table_info(streams)").fetchall()}
+            for column, definition in _ADDED_COLUMNS:
+                if column not in have:
+                    db.execute(f"ALTER TABLE streams ADD COLUMN {column} {definition}")
+                    log.info("stream catalogue %s: added column %s", self.db_path, column)
 
     def close(self) -> None:
         self._db.close()
@@ -90,16 +120,19 @@ class StreamCatalog:
     # -- registration ---------------------------------------------------------------------------
 
     def register(self, name: str, owner: str, schema: Any, source: Any = None,
-                 time_attribute: str | None = None, *, trusted: bool = False) -> StreamDefinition:
+                 time_attribute: str | None = None, *, trusted: bool = False,
+                 visibility: Any = LISTED) -> StreamDefinition:
         """Register a stream; InvalidStream, SourceNotPermitted (privileged source) or
         StreamConflict (exists).
 
         `schema` may be omitted (None) for a generator source, which then uses its built-in one.
+        `visibility` is `listed` (everyone sees it) or `restricted` (`pep.streams.visibility`).
         """
         if not isinstance(name, str) or not STREAM_NAME.fullmatch(name):
             raise InvalidStream(f"stream name must match {STREAM_NAME.pattern}, got {name!r}")
         if not isinstance(owner, str) or not owner:
             raise InvalidStream("a stream needs an owner")
+        visibility = parse_visibility(visibility)
         spec = parse_source(source, self.ingest_dir(name), trusted)
         if spec.kind == "generator":
             builtin = BUILTIN_SCHEMAS[spec.option("schema") or ""]
@@ -129,11 +162,13 @@ class StreamCatalog:
                 raise StreamConflict(f"stream {name!r} already exists")
             db.execute(
                 "INSERT INTO streams (name, owner, schema_json, source_json, time_attribute,"
-                " created_at, next_seq) VALUES (?, ?, ?, ?, ?, ?, 1)",
+                " created_at, next_seq, visibility) VALUES (?, ?, ?, ?, ?, ?, 1, ?)",
                 (name, owner, json.dumps([[f.name, f.type] for f in parsed.fields]),
-                 json.dumps([spec.kind, [list(o) for o in spec.options]]), time_attribute, now))
+                 json.dumps([spec.kind, [list(o) for o in spec.options]]), time_attribute, now,
+                 visibility))
             if spec.kind == "ingest":
                 self.ingest_dir(name).mkdir(parents=True, exist_ok=True)
+            self._visibility[name.lower()] = visibility
         for callback in list(self._listeners):
             try:
                 callback(definition)
@@ -141,18 +176,53 @@ class StreamCatalog:
                 log.exception("stream listener failed for %s", name)
         return definition
 
+    # -- an owner's changes ---------------------------------------------------------------------
+
+    def update(self, name: str, changes: dict, by: str) -> StreamEntry:
+        """Apply an owner's validated changes (`definition.parse_stream_patch`) to the stream, all
+        in one transaction, and tell the change listeners; StreamNotFound if it is not there.
+        Only the fields of `definition.PATCHABLE` exist; each has its column here."""
+        unknown = set(changes) - set(_PATCH_COLUMNS)
+        if unknown:
+            raise InvalidStream(f"cannot change {', '.join(sorted(unknown))}")
+        with self._db.transaction() as db:
+            row = db.execute("SELECT name FROM streams WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise StreamNotFound(f"no stream named {name!r}")
+            (registered,) = row
+            for field_name, value in changes.items():
+                db.execute(f"UPDATE streams SET {_PATCH_COLUMNS[field_name]} = ? WHERE name = ?",
+                           (value, registered))
+            if "visibility" in changes:
+                self._visibility[registered.lower()] = changes["visibility"]
+        entry = self.entry(registered)
+        if entry is None:  # streams are never removed; kept for the type checker's sake
+            raise StreamNotFound(f"no stream named {name!r}")
+        for callback in list(self._change_listeners):
+            try:
+                callback(entry, dict(changes), by)
+            except Exception:  # noqa: BLE001 - a listener must not undo a committed change
+                log.exception("stream change listener failed for %s", registered)
+        return entry
+
+    def visibility(self, name: str) -> str | None:
+        """The stream's visibility (name looked up case-insensitively), None when unknown."""
+        return self._visibility.get(name.lower()) if isinstance(name, str) else None
+
     # -- reads ------------------------------------------------------------------------------------
 
     @staticmethod
     def _entry(row: tuple) -> StreamEntry:
-        name, owner, schema_json, source_json, time_attribute, created_at, next_seq = row
+        name, owner, schema_json, source_json, time_attribute, created_at, next_seq, \
+            visibility = row
         schema = StreamSchema(tuple(Field(n, t) for n, t in json.loads(schema_json)))
         kind, options = json.loads(source_json)
         source = SourceSpec(kind, tuple((k, v) for k, v in options))
         return StreamEntry(StreamDefinition(name, owner, schema, source, time_attribute),
-                           created_at, next_seq)
+                           created_at, next_seq, visibility)
 
-    _COLUMNS = "name, owner, schema_json, source_json, time_attribute, created_at, next_seq"
+    _COLUMNS = ("name, owner, schema_json, source_json, time_attribute, created_at, next_seq,"
+                " visibility")
 
     def entry(self, name: str) -> StreamEntry | None:
         if not isinstance(name, str):
@@ -197,11 +267,14 @@ class StreamCatalog:
         rows = self._db.fetchall(f"SELECT {self._COLUMNS} FROM streams ORDER BY name")
         return [self._entry(r) for r in rows]
 
-    def list_visible(self, identity: Any) -> list[dict]:
-        """Every stream, described for this caller (see the module docstring for who sees what)."""
+    def list_visible(self, identity: Any, may_see: Callable[[Any, StreamEntry], bool] | None = None
+                     ) -> list[dict]:
+        """The streams this caller may see (`may_see(identity, entry)`, every one without it),
+        described for it (`definition.describe` says what each caller is shown)."""
         return [describe(e.definition, e.created_at,
-                         show_source=bool(identity.admin) or e.definition.owner == identity.subject)
-                for e in self.all()]
+                         show_source=bool(identity.admin) or e.definition.owner == identity.subject,
+                         visibility=e.visibility)
+                for e in self.all() if may_see is None or may_see(identity, e)]
 
     # -- ingest -----------------------------------------------------------------------------------
 
@@ -317,7 +390,8 @@ def seed_streams(catalog: StreamCatalog, path: Path) -> list[str]:
     names = []
     for entry in json.loads(path.read_text(encoding="utf-8")):
         catalog.register(entry["name"], entry["owner"], entry.get("schema"), entry.get("source"),
-                         entry.get("time_attribute"), trusted=True)
+                         entry.get("time_attribute"), trusted=True,
+                         visibility=entry.get("visibility", LISTED))
         names.append(entry["name"])
     log.info("seeded the stream catalogue with %s from %s", ", ".join(names), path)
     return names

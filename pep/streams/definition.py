@@ -1,10 +1,14 @@
 """What a stream is: its name, schema, source and event-time attribute, checked as an owner
 writes them, and how a stream is shown to a caller.
 
-What a caller sees (`describe`): everyone authenticated sees every stream's name, owner, schema,
-event-time attribute and source kind, because a consumer must know what it can ask for. Only the
-stream's owner and administrators see the source's options (directory paths, hosts, rates),
-which describe the server and not the data.
+What a caller sees (`describe`): a stream's name, owner, schema, event-time attribute, source
+kind and visibility, for every stream the caller may see (all `listed` streams; a `restricted`
+one only when `pep.streams.visibility` says so), because a consumer must know what it can ask
+for. Only the stream's owner and administrators see the source's options (directory paths,
+hosts, rates), which describe the server and not the data.
+
+What an owner may change afterwards (`PATCH /streams/<name>`, `parse_stream_patch`): the fields
+of `PATCHABLE`, each with its own parser; anything else is refused by name.
 """
 from __future__ import annotations
 
@@ -26,6 +30,10 @@ SOURCE_KINDS = ("ingest", "files", "generator", "socket", "kafka")
 # Sources that reach into the server's file system or network: administrators only.
 PRIVILEGED_SOURCE_KINDS = ("files", "socket", "kafka")
 FILE_FORMATS = ("json", "csv", "parquet")
+
+LISTED = "listed"          # every authenticated caller sees the stream (the default)
+RESTRICTED = "restricted"  # only its owner, administrators and callers the PDP may permit
+VISIBILITIES = (LISTED, RESTRICTED)
 
 STREAM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
@@ -108,6 +116,60 @@ def parse_registration(body: bytes) -> dict:
     if not isinstance(doc, dict):
         raise InvalidStream(f"expected {_REGISTRATION}")
     return doc
+
+
+def parse_visibility(value: Any) -> str:
+    """`listed` or `restricted`; InvalidStream names the accepted values."""
+    if isinstance(value, str) and value in VISIBILITIES:
+        return value
+    shown = repr(value[:40]) if isinstance(value, str) else _json_type(value)
+    raise InvalidStream(f"visibility must be one of {', '.join(VISIBILITIES)}, got {shown}")
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+# The fields an owner may change after registration, each with the parser of its new value. A
+# field added here needs its column in `StreamCatalog.update` (`catalog._PATCH_COLUMNS`).
+PATCHABLE: dict[str, Any] = {"visibility": parse_visibility}
+_PATCH = f"a JSON object with one or more of: {', '.join(PATCHABLE)}"
+
+
+def parse_stream_patch(body: bytes) -> dict:
+    """An owner's change to a stream (`PATCH /streams/<name>`): `{field: new value}` for fields
+    of `PATCHABLE`, each value parsed by its own parser. Refuses unknown fields by name, an empty
+    change, and anything that is not such an object (same hardening as `parse_registration`)."""
+    if len(body) > MAX_REGISTRATION_BYTES:
+        raise InvalidStream(f"stream change is {len(body)} bytes, over the limit of "
+                            f"{MAX_REGISTRATION_BYTES}")
+    try:
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidStream(f"expected {_PATCH}: not valid UTF-8 (byte {exc.start})") from None
+    _json_depth_ok(text, MAX_REGISTRATION_DEPTH)
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise InvalidStream(f"expected {_PATCH}: {exc.msg} at line {exc.lineno}, "
+                            f"column {exc.colno}") from None
+    except ValueError as exc:
+        raise InvalidStream(f"expected {_PATCH}: {str(exc)[:200]}") from None
+    if not isinstance(doc, dict):
+        raise InvalidStream(f"expected {_PATCH}")
+    unknown = sorted(str(k)[:64] for k in doc if k not in PATCHABLE)
+    if unknown:
+        raise InvalidStream(f"unknown or unchangeable field(s): {', '.join(unknown)}; a "
+                            f"stream's {', '.join(PATCHABLE)} can be changed", fields=unknown)
+    if not doc:
+        raise InvalidStream(f"nothing to change: expected {_PATCH}")
+    return {name: PATCHABLE[name](value) for name, value in doc.items()}
 
 
 # -- schema and source parsing ------------------------------------------------------------------
@@ -222,7 +284,7 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
 
 
 def describe(definition: StreamDefinition, created_at: str | None = None,
-             show_source: bool = False) -> dict:
+             show_source: bool = False, visibility: str | None = None) -> dict:
     """JSON view of a stream for a caller (source options only for owners and admins)."""
     src: dict[str, Any] = {"kind": definition.source.kind}
     if show_source:
@@ -234,6 +296,8 @@ def describe(definition: StreamDefinition, created_at: str | None = None,
         "time_attribute": definition.time_attribute,
         "source": src,
     }
+    if visibility is not None:
+        out["visibility"] = visibility
     if created_at:
         out["created_at"] = created_at
     return out

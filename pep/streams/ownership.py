@@ -26,9 +26,13 @@ UNCONFINED = ("its top-level <Target> must confine it to your streams: an <AnyOf
               "references")
 
 
-def stream_owner_rule(lookup: StreamLookup) -> Callable[[Identity, PolicyInfo], bool | Veto]:
+def stream_owner_rule(lookup: StreamLookup,
+                      may_see: Callable[[Identity, str], bool] | None = None
+                      ) -> Callable[[Identity, PolicyInfo], bool | Veto]:
     """The gateway's `may_manage`: administrators always, owners for policies confined to their
-    streams. `lookup(name)` is the catalogue's `get` (a StreamDefinition with `.owner`)."""
+    streams. `lookup(name)` is the catalogue's `get` (a StreamDefinition with `.owner`);
+    `may_see(identity, name)` (`pep.streams.visibility`): a stream the caller may not see is
+    refused in the words used for a name no stream has."""
 
     def may_manage(identity: Identity, info: PolicyInfo) -> bool | Veto:
         if may_manage_policy(identity, info):
@@ -43,6 +47,8 @@ def stream_owner_rule(lookup: StreamLookup) -> Callable[[Identity, PolicyInfo], 
             return Veto(f"policy {info.id!r} names no stream in its target")
         for name in sorted(streams):
             stream = lookup(name)
+            if stream is not None and may_see is not None and not may_see(identity, name):
+                stream = None
             if stream is None or stream.name != name:
                 return Veto(f"policy {info.id!r} is about {name!r}, which is not a registered "
                             "stream (names are matched exactly)")

@@ -293,3 +293,25 @@ def test_browser_settings(tmp_path):
     for ttl in (0, 3601):
         with pytest.raises(ValueError):
             GatewayConfig(data_dir=tmp_path, read_token_ttl=ttl)
+
+
+def test_the_console_changes_visibility_through_the_api_it_shows(gateway_factory):
+    """What the console's visibility switch sends (PATCH /streams/<name>, from another origin
+    too when CORS allows it) and what its streams page reads back."""
+    gw = gateway_factory(cors_origins=("http://app.example",))
+    gw.add_weather()
+    pre = requests.options(gw.url + "/streams/weather", headers={
+        "Origin": "http://app.example", "Access-Control-Request-Method": "PATCH",
+        "Access-Control-Request-Headers": "authorization, content-type"}, timeout=5)
+    assert pre.status_code == 204 and "PATCH" in pre.headers["Access-Control-Allow-Methods"]
+    assert [s["visibility"] for s in gw.api("GET", "/streams", who="lta").json()["streams"]] \
+        == ["listed"]
+    r = gw.api("PATCH", "/streams/weather", json={"visibility": "restricted"},
+               headers={"Origin": "http://app.example"})
+    assert r.status_code == 200 and r.json()["visibility"] == "restricted"
+    assert r.headers["Access-Control-Allow-Origin"] == "http://app.example"
+    assert gw.api("GET", "/streams", who="lta").json()["streams"] == []
+    assert gw.api("PATCH", "/streams/weather", who="lta",
+                  json={"visibility": "listed"}).status_code == 404
+    index = requests.get(gw.url + "/console", timeout=5).text
+    assert 'id="reg-visibility"' in index and "<th>Visibility</th>" in index

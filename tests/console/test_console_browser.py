@@ -353,3 +353,47 @@ def test_the_stream_resumes_with_a_fresh_read_token_after_the_old_one_expired(
     assert ids == [6, 5, 4, 3, 2, 1]  # newest first: none twice, none lost
     assert tab.js_errors == []
     tab.context.close()
+
+
+def test_owner_chooses_who_sees_a_stream_and_others_see_only_what_they_may(browser, gateway,
+                                                                           shots):
+    """The streams page lists only the streams the caller may see; an owner registers a
+    restricted stream and switches a stream between listed and restricted."""
+    gateway.add_weather()
+    owner = sign_in(browser, gateway, "nea")
+    owner.wait_for_selector("#streams-table tr[data-stream=weather][data-visibility=listed]")
+    owner.fill("#reg-name", "hidden1")
+    owner.fill("#reg-schema", "ts timestamp\nvalue double")
+    owner.select_option("#reg-visibility", "restricted")
+    owner.click("#stream-register button[type=submit]")
+    owner.wait_for_selector("#reg-result.ok")
+    assert "restricted" in owner.inner_text("#reg-result")
+    owner.wait_for_selector("#streams-table tr[data-stream=hidden1][data-visibility=restricted]")
+
+    consumer = sign_in(browser, gateway, "lta")
+    consumer.wait_for_selector("#streams-table tr[data-stream=weather]")
+    assert consumer.query_selector("#streams-table tr[data-stream=hidden1]") is None
+    # a consumer may not change another's stream: no switch is offered
+    assert consumer.query_selector("#streams-table tr[data-stream=weather] button") is None
+
+    # the owner restricts weather; with no policy permitting lta anything, lta no longer sees it
+    owner.click("#streams-table tr[data-stream=weather] button[data-visibility-to=restricted]")
+    owner.wait_for_selector("#streams-table tr[data-stream=weather][data-visibility=restricted]")
+    assert "now restricted" in owner.inner_text("#flash")
+    owner.screenshot(path=str(shots / "streams-visibility.png"), full_page=True)
+    consumer.click("#streams-refresh")
+    wait_true(consumer, "!document.querySelector('#streams-table tr[data-stream=weather]')")
+    assert "No streams yet." in consumer.inner_text("#streams-table")
+    # a policy that permits lta makes it visible again, restricted as it is
+    gateway.add_weather_policy()
+    consumer.click("#streams-refresh")
+    consumer.wait_for_selector("#streams-table tr[data-stream=weather][data-visibility=restricted]")
+    # and listed again for everyone
+    owner.click("#streams-table tr[data-stream=weather] button[data-visibility-to=listed]")
+    owner.wait_for_selector("#streams-table tr[data-stream=weather][data-visibility=listed]")
+    other = sign_in(browser, gateway, "other")
+    other.wait_for_selector("#streams-table tr[data-stream=weather][data-visibility=listed]")
+    assert other.query_selector("#streams-table tr[data-stream=hidden1]") is None
+    for tab in (owner, consumer, other):
+        assert tab.js_errors == []
+        tab.context.close()

@@ -80,3 +80,31 @@ def test_register_stream_answers_below_500(gateway, body, who):
               what="GET /streams/<name>")
         listed = gateway.client.get("/streams", headers=auth_header("lta"))
         check(listed, what="GET /streams")
+
+
+patches = one_of(
+    st.fixed_dictionaries({"visibility": one_of(st.sampled_from(["listed", "restricted"]),
+                                                nasty_text(8), json_scalar)}),
+    st.dictionaries(one_of(st.sampled_from(["visibility", "owner", "schema", "name"]),
+                           nasty_text(4)), json_scalar, max_size=3),
+    json_scalar)
+patch_bodies = mostly(st.tuples(patches.map(lambda doc: to_bytes(dump(doc))),
+                                st.just("application/json")),
+                      one_of(st.tuples(patches.map(lambda d: to_bytes(dump(d))).flatmap(mutated),
+                                       content_type("json")),
+                             st.tuples(st.sampled_from(ODD_BODIES), content_type())))
+
+
+@FUZZ_MORE
+@given(body=patch_bodies, who=st.sampled_from(["nea", "nea", "lta"]),
+       name=mostly(st.sampled_from(["ships", "SHIPS", "nosuch"]), nasty_text(6)))
+def test_change_stream_answers_below_500(gateway, body, who, name):
+    """PATCH /streams/<name> (visibility): any body, Content-Type and name -> below 500; after
+    it, the stream is listed again (other fuzz tests use it)."""
+    data, ctype = body
+    name = "".join(c for c in name.encode("utf-8", "ignore").decode() if c not in "/?#%\x00")
+    path = "/streams/" + (name or "x")
+    r = gateway.client.patch(path, data=data, headers=headers(auth_header(who), ctype))
+    check(r, what=f"PATCH {path} {ctype!r}")
+    check(gateway.client.get("/streams", headers=auth_header("lta")), what="GET /streams")
+    gateway.services.catalog.update("ships", {"visibility": "listed"}, by="nea")

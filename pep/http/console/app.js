@@ -205,19 +205,45 @@
     return true;
   }
 
+  // A stream's visibility, with a switch for its owner and administrators: listed streams are
+  // seen by everyone signed in, restricted ones by those a policy may permit (the gateway decides).
+  function visibilityCell(s) {
+    const vis = s.visibility || 'listed';
+    const cell = h('td', { class: 'visibility' }, h('span', { class: 'badge ' + vis, text: vis }));
+    if (S.me.admin || s.owner === S.me.subject) {
+      const next = vis === 'listed' ? 'restricted' : 'listed';
+      cell.append(' ', h('button', {
+        type: 'button', class: 'secondary small', 'data-visibility-to': next,
+        title: next === 'restricted' ? 'Show it only to those a policy may permit'
+                                     : 'Show it to everyone signed in',
+        text: next === 'restricted' ? 'Restrict' : 'List',
+        onclick: () => setVisibility(s.name, next) }));
+    }
+    return cell;
+  }
+
+  async function setVisibility(name, visibility) {
+    const r = await api('PATCH', `/streams/${enc(name)}`,
+                        { type: 'application/json', body: JSON.stringify({ visibility }) });
+    if (!r.ok) { flash(r.error, true); return; }
+    flash(`Stream ${r.json.name} is now ${r.json.visibility}.`, false);
+    loadStreams();
+  }
+
   async function loadStreams() {
     if (!await fetchStreams()) return;
     const body = clear($('streams-table').querySelector('tbody'));
     for (const s of S.streams) {
       const options = Object.entries(s.source || {}).filter(([k]) => k !== 'kind')
         .map(([k, v]) => `${k}=${v}`).join(', ');
-      body.append(h('tr', { 'data-stream': s.name },
+      body.append(h('tr', { 'data-stream': s.name, 'data-visibility': s.visibility || 'listed' },
         h('td', { text: s.name }), h('td', { text: s.owner }),
         h('td', { text: s.time_attribute || '—' }),
         h('td', { text: s.source.kind + (options ? ` (${options})` : '') }),
-        h('td', { class: 'schema' }, s.schema.map((f) => h('span', { text: `${f.name}: ${f.type}` })))));
+        h('td', { class: 'schema' }, s.schema.map((f) => h('span', { text: `${f.name}: ${f.type}` }))),
+        visibilityCell(s)));
     }
-    if (!S.streams.length) body.append(h('tr', {}, h('td', { colspan: 5, class: 'hint', text: 'No streams yet.' })));
+    if (!S.streams.length) body.append(h('tr', {}, h('td', { colspan: 6, class: 'hint', text: 'No streams yet.' })));
     const select = clear($('append-stream'));
     for (const s of S.streams) {
       if ((S.me.admin || s.owner === S.me.subject) && s.source.kind === 'ingest') {
@@ -232,7 +258,7 @@
     ev.preventDefault();
     const name = $('reg-name').value.trim();
     const [kind, builtin] = $('reg-source').value.split(':');
-    const body = { name, source: { kind } };
+    const body = { name, source: { kind }, visibility: $('reg-visibility').value };
     if (kind === 'generator') {
       body.source.schema = builtin;
       body.source.rate = 5;
@@ -255,7 +281,7 @@
     }
     const r = await api('POST', '/streams', { type: 'application/json', body: JSON.stringify(body) });
     if (!r.ok) { setResult('reg-result', r.error, false); return; }
-    setResult('reg-result', `Registered stream ${r.json.name} (owner ${r.json.owner}).`, true);
+    setResult('reg-result', `Registered stream ${r.json.name} (owner ${r.json.owner}, ${r.json.visibility}).`, true);
     loadStreams();
   });
 
