@@ -8,16 +8,26 @@ stream), lta and other (consumers).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from pdp import AuthFileError, new_token, write_auth_file
+from pdp.numbers import INT64_MAX, NumberError, check_float, check_int, parse_float, parse_int
 from pdp.oidc import OidcSettings
 
 DEFAULT_PORT = 8080
+MAX_SECONDS = 10 ** 9  # about 31 years: every duration setting stays below it
+# (low, high) of the number settings no finer rule of GatewayConfig.__post_init__ bounds; the
+# others are only checked to be finite numbers of their kind here, and bounded there
+NUMBER_RANGES: dict[str, tuple[float, float]] = {
+    "proxy_port": (0, 65535), "max_content_length": (1, INT64_MAX),
+    "audit_max_bytes": (1, INT64_MAX), "audit_keep": (0, 1_000_000),
+    "heartbeat": (0.001, MAX_SECONDS),
+    "reevaluation_interval": (0, MAX_SECONDS),  # 0: no periodic re-decision
+    "trigger_interval": (0, MAX_SECONDS),  # 0: micro-batches one after the other
+}
 DEFAULT_MAX_CONTENT_LENGTH = 10 * 1024 * 1024
 
 
@@ -95,6 +105,7 @@ class GatewayConfig:
     write_timeout: float = 30.0
 
     def __post_init__(self) -> None:
+        self._check_numbers()
         self._check_operating_settings()
         self.data_dir = Path(self.data_dir)
         if self.auth_file is not None:
@@ -121,6 +132,22 @@ class GatewayConfig:
         for name in ("ingest_retention_seconds", "ingest_retention_bytes"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 or unset, got {getattr(self, name)!r}")
+
+    def _check_numbers(self) -> None:
+        """Every number setting is a number of its kind, finite and in a sane range (a NaN
+        passes every `<` check, an infinite timeout never fires), whatever set it: the file,
+        the environment, a flag or an embedder. The finer rules follow in __post_init__."""
+        for f in fields(self):
+            kind = _KINDS.get(str(f.type), "str").removeprefix("opt")
+            value = getattr(self, f.name)
+            if value is None and str(f.type).endswith("| None"):
+                continue
+            if kind == "int":
+                low, high = NUMBER_RANGES.get(f.name, (-INT64_MAX, INT64_MAX))
+                check_int(value, f.name, low=int(low), high=int(high))
+            elif kind == "float":
+                low, high = NUMBER_RANGES.get(f.name, (-MAX_SECONDS, MAX_SECONDS))
+                setattr(self, f.name, check_float(value, f.name, low=low, high=high))
 
     def _check_operating_settings(self) -> None:
         if isinstance(self.oidc, Mapping):
@@ -415,13 +442,10 @@ def _from_text(setting: Setting, text: str, where: str) -> Any:
         kind = kind[3:]
     try:
         if kind == "int":
-            return int(text.strip())
+            return parse_int(text, where, low=-INT64_MAX, high=INT64_MAX)
         if kind == "float":
-            number = float(text.strip())
-            if not math.isfinite(number):
-                raise ValueError
-            return number
-    except ValueError:
+            return parse_float(text, where, low=-MAX_SECONDS, high=MAX_SECONDS)
+    except NumberError:
         what = "an integer" if kind == "int" else "a number"
         raise ConfigError(f"{where}: expected {what}, found {text!r}") from None
     if kind == "bool":

@@ -29,6 +29,8 @@ from urllib.parse import quote, urlsplit
 from flask import Flask, Response, jsonify, request
 from werkzeug.wrappers import Request as WerkzeugRequest
 
+from pdp.http.errors import error_response, install_error_handlers
+from pdp.http.safe_json import install_safe_json
 from pep.invalidation.protocol import (SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
                                        InvalidEventError, verify)
 from proxy.cache import CachedAnswer, HandleCache
@@ -139,10 +141,11 @@ def create_app(config: ProxyConfig) -> Flask:
     if config.start_feed:
         runtime.start()
 
-    def error(status: int, message: str) -> Response:
-        resp = jsonify(error=message)
-        resp.status_code = status
-        return resp
+    # The gateway's one error body, also for what Flask refuses before a route (and a logged
+    # 500 that says no more than that for anything unexpected)
+    install_error_handlers(app, ())
+    install_safe_json(app)
+    error = error_response
 
     # -- the proxy's own routes ---------------------------------------------------------------
 

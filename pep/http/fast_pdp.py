@@ -23,6 +23,7 @@ import time
 from pdp.errors import RequestSyntaxError
 from pdp.http.api import decide_as
 from pdp.http.auth import AUTH_EXTENSION
+from pdp.numbers import NumberError, parse_int
 from pdp.request import media_kind, parse_request
 from pdp.response import render_response
 from pep.http import access_log
@@ -89,10 +90,12 @@ class FastPdp:
             media_type = accept.strip()
             if media_type not in _ALL_OFFERED:
                 return None
-        length = environ.get("CONTENT_LENGTH", "")
-        if not length.isdigit() or environ.get("HTTP_TRANSFER_ENCODING"):
+        if environ.get("HTTP_TRANSFER_ENCODING"):
             return None
-        size = int(length)
+        try:
+            size = parse_int(environ.get("CONTENT_LENGTH", ""), "Content-Length")
+        except NumberError:  # none, or not a number: the app answers
+            return None
         if self.limit is not None and size >= self.limit:
             return None
         data = environ["wsgi.input"].read(size) if size else b""

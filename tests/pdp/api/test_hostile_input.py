@@ -130,7 +130,7 @@ def test_odd_store_versions_are_400_not_500(gateway, store_version):
     # Python's 4300-digit limit or SQLite's INTEGER range (a ValueError / OverflowError, a 500)
     r = gateway.client.get("/policies/urn:xsg:example:weather:nea-policy",
                            query_string={"store_version": store_version}, headers=bearer("nea"))
-    assert r.status_code == 400 and "store_version must be a positive integer" in r.json["error"]
+    assert r.status_code == 400 and "'store_version' must be a whole number" in r.json["error"]
 
 
 def test_unknown_json_member_with_a_lone_surrogate_is_400_in_either_format(gateway):
