@@ -471,10 +471,13 @@ def _from_toml(setting: Setting, value: Any, where: str) -> Any:
     kind = setting.kind.removeprefix("opt")
     if kind in ("str", "path") and isinstance(value, str):
         return value
-    if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+    try:  # TOML has nan, inf and integers of any size: finite and within 64 bits here
+        if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return check_int(value, where, low=-INT64_MAX, high=INT64_MAX)
+        if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return check_float(value, where, low=-MAX_SECONDS, high=MAX_SECONDS)
+    except NumberError as exc:
+        raise ConfigError(exc.message) from None
     if kind == "bool" and isinstance(value, bool):
         return value
     if kind == "list":

@@ -128,9 +128,11 @@ def _file_reader_frame(spark: SparkSession, stream: StreamDefinition, path: str,
 
 def _socket_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
     host = stream.source.option("host", "localhost")
-    port = stream.source.option("port")
-    if not port or not port.isdigit():
-        raise SourceError(f"stream {stream.name!r}: socket source needs a numeric 'port' option")
+    try:
+        port = str(parse_int(stream.source.option("port"), "port", low=1, high=65535))
+    except NumberError:
+        raise SourceError(f"stream {stream.name!r}: socket source needs a numeric 'port' option"
+                          ) from None
     raw = (spark.readStream.format("socket").option("host", host).option("port", port).load())
     parsed = raw.select(F.from_json("value", spark_schema(stream.schema, True)).alias("r"))
     return _shape(parsed.select("r.*"), stream.schema, F.col(f"`{SEQ_COLUMN}`"), None)

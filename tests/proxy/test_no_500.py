@@ -92,3 +92,17 @@ def test_the_proxys_own_routes_answer_below_500(proxied, method, route, timestam
     assert status < 500, answer[:300]
     if status >= 400 and method != "HEAD":
         assert error_body_problem(status, content_type, answer) is None, answer[:300]
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--port", "٣"), ("--port", "²"), ("--port", "0"), ("--threads", "1_0"),
+    ("--cache-size", "1" * 5000), ("--ttl", "nan"), ("--ttl", "inf"), ("--feed-timeout", "٣"),
+    ("--upstream-timeout", "-1")])
+def test_the_proxy_flags_are_ascii_finite_numbers(flag, value, capsys):
+    # int('٣') is 3 and float('nan') passes every comparison: both were taken
+    from proxy.cli import build_parser
+
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(["--upstream", "http://gw:8080", flag, value])
+    assert stop.value.code == 2
+    assert f"argument {flag}: the value must be a" in capsys.readouterr().err

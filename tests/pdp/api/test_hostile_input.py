@@ -92,6 +92,27 @@ def test_hostile_policy_is_refused_and_nothing_changes(small_gateway, name, body
         assert "root:" not in r.get_json()["error"]  # no local file content leaks back
 
 
+@pytest.mark.parametrize("version", ["١.0", "1.٣", "²", "1." + "9" * 19, "1" * 5000, "1._0",
+                                     "1.0" * 100])
+def test_policy_versions_are_ascii_digits_of_bounded_length(small_gateway, version):
+    # issue 19: \d took every Unicode decimal digit (int('١') is 1), a digit run went on to
+    # int() and past Python's 4300-digit limit (a ValueError, a 500)
+    client, services = small_gateway
+    before = state(services)
+    body = simple_policy("urn:test:versioned", version=version)
+    r = client.post("/policies", data=body, headers={**bearer("nea"), "Content-Type": XML})
+    assert r.status_code == 400 and "Version" in r.get_json()["error"], r.data[:300]
+    assert state(services) == before
+    reference = f"""<PolicySet xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
+      PolicySetId="urn:test:set" Version="1.0"
+      PolicyCombiningAlgId="urn:oasis:names:tc:xacml:3.0:policy-combining-algorithm:deny-overrides">
+      <Target/><PolicyIdReference Version="{version}.*">urn:test:good</PolicyIdReference>
+    </PolicySet>""".encode()
+    r = client.post("/policies", data=reference, headers={**bearer("nea"), "Content-Type": XML})
+    assert r.status_code == 400 and "version pattern" in r.get_json()["error"], r.data[:300]
+    assert state(services) == before
+
+
 def test_huge_bodies_are_413(small_gateway):
     client, services = small_gateway
     before = state(services)
