@@ -111,6 +111,11 @@ _VERSION_RE = re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,18})*")
 _VERSION_PATTERN_RE = re.compile(r"(?:(?:[0-9]{1,18}|[*+])\.)*(?:[0-9]{1,18}|[*+])")
 
 
+def is_version(text: str) -> bool:
+    """A XACML VersionType: ASCII numbers of at most 18 digits joined by dots ('1', '2.0.1')."""
+    return len(text) <= MAX_VERSION_TEXT and _VERSION_RE.fullmatch(text) is not None
+
+
 def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
@@ -254,7 +259,7 @@ class _DocumentCompiler:
 
     def _version(self, elem: etree._Element) -> str:
         version = (elem.get("Version") or "1.0").strip()
-        if len(version) > MAX_VERSION_TEXT or not _VERSION_RE.fullmatch(version):
+        if not is_version(version):
             raise self.fail(f"invalid Version {version!r}", elem)
         return version
 

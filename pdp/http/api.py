@@ -25,6 +25,7 @@ from pdp.http.auth import current_identity, require_identity
 from pdp.http.errors import error_response, no_content
 from pdp.manage import ManagedPolicy, ManagePolicy, Veto, may_manage_policy
 from pdp.numbers import INT64_MAX, NumberError, parse_int
+from pdp.policy_parser import is_version
 from pdp.request import bind_environment, bind_subject, media_kind, parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_SYNTAX_ERROR, Decision, Response, Result, Status
@@ -265,7 +266,7 @@ def create_pdp_blueprint(service: PolicyService,
         ---
         get:
           parameters:
-            - {name: version, in: query, schema: {type: string}}
+            - {name: version, in: query, schema: {type: string, pattern: '^[0-9]+(\\.[0-9]+)*$'}}
             - {name: store_version, in: query, schema: {type: integer, minimum: 0}}
             - {name: history, in: query, schema: {type: boolean}}
           responses:
@@ -293,8 +294,12 @@ def create_pdp_blueprint(service: PolicyService,
             if wants_history:
                 return jsonify([p.summary() for p in service.history(policy_id)])
             store_version = _store_version(request.args.get("store_version"))
-            stored = service.get(policy_id, version=request.args.get("version"),
-                                 store_version=store_version)
+            version = request.args.get("version")
+            if version is not None and not is_version(version):
+                return error_response(400, f"query parameter 'version' must be a XACML version "
+                                           f"(ASCII numbers joined by dots, e.g. 1.0), not "
+                                           f"{version[:40]!r}")
+            stored = service.get(policy_id, version=version, store_version=store_version)
         except PolicyNotFoundError as exc:
             return error_response(404, str(exc))
         except NumberError as exc:

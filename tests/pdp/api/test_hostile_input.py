@@ -154,6 +154,13 @@ def test_odd_store_versions_are_400_not_500(gateway, store_version):
     assert r.status_code == 400 and "'store_version' must be a whole number" in r.json["error"]
 
 
+@pytest.mark.parametrize("version", ["١.0", "²", "1.", "x", "1" * 300, ""])
+def test_odd_version_parameters_are_400_naming_it(gateway, version):
+    r = gateway.client.get("/policies/urn:xsg:example:weather:nea-policy",
+                           query_string={"version": version}, headers=bearer("nea"))
+    assert r.status_code == 400 and "'version' must be a XACML version" in r.json["error"]
+
+
 def test_unknown_json_member_with_a_lone_surrogate_is_400_in_either_format(gateway):
     # issue 9, item 4: the message quoted the member's name raw, and the JSON rendering of the
     # XACML answer raised UnicodeEncodeError (a 500)
