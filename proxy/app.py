@@ -31,6 +31,7 @@ from werkzeug.wrappers import Request as WerkzeugRequest
 
 from pdp.http.errors import error_response, install_error_handlers
 from pdp.http.safe_json import install_safe_json
+from pdp.xmlsafe import parse_json
 from pep.invalidation.protocol import (SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
                                        InvalidEventError, verify)
 from proxy.cache import CachedAnswer, HandleCache
@@ -176,8 +177,9 @@ def create_app(config: ProxyConfig) -> Flask:
             log.warning("invalidation webhook refused: %s", reason)
             return error(401, f"invalidation refused: {reason}")
         try:
-            event = InvalidationEvent.from_json(json.loads(body))
-        except (ValueError, InvalidEventError) as exc:
+            # within the size and depth limits: json.loads recurses (a RecursionError, a 500)
+            event = InvalidationEvent.from_json(parse_json(body))
+        except (ValueError, InvalidEventError) as exc:  # UnsafeDocumentError is a ValueError
             return error(400, f"malformed invalidation event: {exc}")
         outcome = runtime.sync.apply(event, "webhook")
         runtime.sync.note_webhook(accepted=True)

@@ -134,5 +134,6 @@ def verify(secret: str | bytes, body: bytes, signature: str | None, timestamp: s
 
 
 __all__ = ["KINDS", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "EVENT_ID_HEADER",
-           "DEFAULT_SIGNATURE_WINDOW", "FEED_PATH", "MAX_HANDLE_IDS", "MAX_EVENT_NUMBER", "InvalidEventError",
+           "DEFAULT_SIGNATURE_WINDOW", "FEED_PATH", "MAX_HANDLE_IDS", "MAX_EVENT_NUMBER",
+           "InvalidEventError",
            "InvalidationEvent", "format_event_id", "parse_event_id", "sign", "verify"]

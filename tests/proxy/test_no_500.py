@@ -19,8 +19,9 @@ pytest.importorskip("schemathesis")
 import schemathesis  # noqa: E402
 
 from pep.invalidation.protocol import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign  # noqa: E402
-from tests.pep.http.no500 import (BODIES, error_body_problem, no500_gateway,  # noqa: E402,F401
-                                  report, run_schema, seed, send)
+from tests.pep.http.no500 import (BODIES, error_body_problem,  # noqa: E402,F401
+                                  hypothesis_as_found, no500_gateway, report, run_schema, seed,
+                                  send)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -106,3 +107,18 @@ def test_the_proxy_flags_are_ascii_finite_numbers(flag, value, capsys):
         build_parser().parse_args(["--upstream", "http://gw:8080", flag, value])
     assert stop.value.code == 2
     assert f"argument {flag}: the value must be a" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 5000 + b"]" * 5000, b"[" * 100_000 + b"]" * 100_000,
+    b'{"a":' * 3000 + b"1" + b"}" * 3000, b"1" * 5000,
+    b'{"id": 1e999, "epoch": "e", "kind": "policy-changed"}', b"\xff\xfe",
+    b'{"id": "\xc2\xb2", "epoch": "e", "kind": "policy-changed"}'])
+def test_a_signed_but_malformed_webhook_is_400(proxied, body):
+    # a deep document made json.loads recurse out of the stack: a 500 even when signed
+    headers = sign(SECRET, body, int(time.time()))
+    status, content_type, answer = send(Client(proxied), {
+        "method": "POST", "path": "/proxy/invalidate", "headers": headers, "data": body})
+    assert status == 400, answer[:300]
+    assert error_body_problem(status, content_type, answer) is None
+    assert b"malformed invalidation event" in answer

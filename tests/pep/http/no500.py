@@ -38,6 +38,36 @@ from tests.pep.conftest import RecordingRuntime, build_gateway
 # JSON lines (POST /streams/<name>/records) go as the text they are
 schemathesis.serializer.alias("application/x-ndjson", "text/plain")
 
+# What schemathesis patches in Hypothesis, process-wide, the first time it builds a strategy
+# (schemathesis.generation.hypothesis.setup: a 32 KiB buffer instead of 8, no printing of
+# failing examples, ...): (module, attribute) pairs.
+_PATCHED_IN_HYPOTHESIS = (
+    ("hypothesis.core", "RepresentationPrinter"), ("hypothesis.core", "BUFFER_SIZE"),
+    ("hypothesis.internal.conjecture.engine", "BUFFER_SIZE"),
+    ("hypothesis.strategies._internal.collections", "BUFFER_SIZE"),
+    ("hypothesis.strategies._internal.core", "is_first_param_referenced_in_function"),
+    ("hypothesis.internal.entropy", "register_random"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hypothesis_as_found() -> Iterator[None]:
+    """The tests after these get Hypothesis back as it was (the rest of the suite runs in the
+    same process, with its own Hypothesis tests)."""
+    import importlib
+
+    from schemathesis.generation import hypothesis as patcher
+
+    saved = [(importlib.import_module(m), a, getattr(importlib.import_module(m), a, None))
+             for m, a in _PATCHED_IN_HYPOTHESIS]
+    was_patched = getattr(patcher.setup, "_is_patched", False)
+    yield
+    if was_patched:
+        return  # patched before these tests: nothing of theirs to undo
+    for module, attribute, value in saved:
+        if value is not None:
+            setattr(module, attribute, value)
+    patcher.setup._is_patched = False  # type: ignore[attr-defined]
+
 TOKENS = {"admin": "tok-no500-admin-0123456789", "owner": "tok-no500-owner-0123456789",
           "consumer": "tok-no500-lta-0123456789"}
 CALLERS = (*TOKENS, *TOKENS, "anonymous", "wrong-token")  # an identity three times in four

@@ -23,8 +23,9 @@ pytest.importorskip("schemathesis")
 import schemathesis  # noqa: E402
 
 from tests.fuzz.support import LTA_REQUEST_XML, NEA_POLICY_ID  # noqa: E402
-from tests.pep.http.no500 import (BODIES, CONVERTER, XML, no500_gateway,  # noqa: E402,F401
-                                  headers_for, report, run_schema, seed, sweep)
+from tests.pep.http.no500 import (BODIES, CONVERTER, XML, headers_for,  # noqa: E402,F401
+                                  hypothesis_as_found, no500_gateway, report, run_schema, seed,
+                                  sweep)
 
 pytestmark = pytest.mark.timeout(240)
 
