@@ -57,8 +57,11 @@ from typing import Any
 from pdp.auth import (WATCH_INTERVAL, AuthFileError, Identity, IdentityListener,
                       TokenAuthenticator, TokenFileAuthenticator, bearer_token,
                       parse_identity_attributes)
+from pdp.numbers import NumberError, check_float
 
 log = logging.getLogger(__name__)
+
+MAX_EXP = 253402300799  # 9999-12-31T23:59:59Z in Unix seconds
 
 # Asymmetric signature algorithms PyJWT verifies with a public key; nothing else may be listed.
 ASYMMETRIC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
@@ -146,11 +149,12 @@ class OidcSettings:
                        "unknown algorithm")
                 raise ValueError(f"oidc.algorithms: {alg!r}: {why}; allowed: "
                                  f"{', '.join(ASYMMETRIC_ALGORITHMS)}")
-        if not 0 <= float(self.leeway) <= 300:
-            raise ValueError(f"oidc.leeway ({self.leeway}) must be 0 to 300 seconds")
+        # finite and in range (a NaN passes every comparison, an infinite timeout never fires)
+        object.__setattr__(self, "leeway", check_float(self.leeway, "oidc.leeway", low=0,
+                                                       high=300))
         for name in ("jwks_cache_seconds", "jwks_refetch_seconds", "http_timeout"):
-            if not float(getattr(self, name)) > 0:
-                raise ValueError(f"oidc.{name} must be a positive number of seconds")
+            object.__setattr__(self, name, check_float(getattr(self, name), f"oidc.{name}",
+                                                       low=0.001, high=86400))
         if not self.subject_claim:
             raise ValueError("oidc.subject_claim must name a claim")
         for attribute_id, claim in self.attributes:
@@ -407,8 +411,13 @@ class JwtAuthenticator:
                                f"{kid!r}") from None
         except jwt.PyJWTError as exc:
             raise InvalidToken(f"invalid token: {exc}") from None
+        try:  # PyJWT checked it is a number in the future; a float beyond year 9999 overflows
+            expires = check_float(claims.get("exp"), "the token's 'exp' claim", low=0,
+                                  high=MAX_EXP)
+        except NumberError as exc:
+            raise InvalidToken(exc.message) from None
         identity = self.identity_from(claims)
-        self._remember(identity, float(claims.get("exp") or 0))
+        self._remember(identity, expires)
         return identity
 
     def identity_from(self, claims: Mapping[str, Any]) -> Identity:

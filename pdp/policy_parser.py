@@ -104,8 +104,16 @@ class CompiledDocument:
 
 # ----------------------------------------------------------------------------- versions
 
-_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
-_VERSION_PATTERN_RE = re.compile(r"^((\d+|[*+])\.)*(\d+|[*+])$")
+# ASCII digits ([0-9], never \d, which takes every Unicode decimal digit), at most 18 to a
+# number so that each fits a 64-bit integer, at most MAX_VERSION_TEXT characters in all
+MAX_VERSION_TEXT = 255
+_VERSION_RE = re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,18})*")
+_VERSION_PATTERN_RE = re.compile(r"(?:(?:[0-9]{1,18}|[*+])\.)*(?:[0-9]{1,18}|[*+])")
+
+
+def is_version(text: str) -> bool:
+    """A XACML VersionType: ASCII numbers of at most 18 digits joined by dots ('1', '2.0.1')."""
+    return len(text) <= MAX_VERSION_TEXT and _VERSION_RE.fullmatch(text) is not None
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -116,9 +124,9 @@ def _pattern_regex(pattern: str) -> re.Pattern:
     parts = []
     for token in pattern.split("."):
         if token == "*":
-            parts.append(r"\d+(?:\.\d+)*")
+            parts.append(r"[0-9]+(?:\.[0-9]+)*")
         elif token == "+":
-            parts.append(r"\d+")
+            parts.append(r"[0-9]+")
         else:
             parts.append(re.escape(token))
     return re.compile("^" + r"\.".join(parts) + "$")
@@ -251,7 +259,7 @@ class _DocumentCompiler:
 
     def _version(self, elem: etree._Element) -> str:
         version = (elem.get("Version") or "1.0").strip()
-        if not _VERSION_RE.match(version):
+        if not is_version(version):
             raise self.fail(f"invalid Version {version!r}", elem)
         return version
 
@@ -302,7 +310,8 @@ class _DocumentCompiler:
         spec = RefSpec(is_set, ref_id, elem.get("Version"), elem.get("EarliestVersion"),
                        elem.get("LatestVersion"))
         for pattern in (spec.version, spec.earliest, spec.latest):
-            if pattern is not None and not _VERSION_PATTERN_RE.match(pattern):
+            if pattern is not None and (len(pattern) > MAX_VERSION_TEXT
+                                        or not _VERSION_PATTERN_RE.fullmatch(pattern)):
                 raise self.fail(f"invalid version pattern {pattern!r}", elem)
         self.references.append((spec, elem.sourceline))
         return ReferenceEvaluator(spec, spec.describe())

@@ -31,6 +31,19 @@ examples:
 """
 
 
+def _seconds(text: str) -> float:
+    """`--timeout`: pdp.numbers' parser, imported when a flag is read (`xsg --help` stays fast)."""
+    from pdp.numbers import float_argument
+
+    return float_argument(0.001, 86400)(text)
+
+
+def _whole_number(text: str) -> int:
+    from pdp.numbers import int_argument
+
+    return int_argument(0)(text)
+
+
 class CliError(Exception):
     def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
         super().__init__(message)
@@ -355,7 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gateway URL (env XSG_URL; default %(default)s)")
     p.add_argument("--token", default=os.environ.get("XSG_TOKEN"),
                    help="bearer token (env XSG_TOKEN)")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP call")
+    p.add_argument("--timeout", type=_seconds, default=30.0,
+                   help="seconds per HTTP call")
     psub = p.add_subparsers(dest="policy_command", metavar="ACTION")
     psub.required = True
     a = psub.add_parser("add", help="add a policy from a XACML file")
@@ -367,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     sh = psub.add_parser("show", help="print a policy's XML (current or historical)")
     sh.add_argument("id")
     sh.add_argument("--version", help="the latest stored document with this XACML Version")
-    sh.add_argument("--store-version", type=int, help="exactly this store version")
+    sh.add_argument("--store-version", type=_whole_number,
+                    help="exactly this store version")
     sh.add_argument("--history", action="store_true", help="list every stored version")
     sh.set_defaults(func=cmd_policy_show)
     d = psub.add_parser("delete", help="delete a policy (its history is kept)")

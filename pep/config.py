@@ -8,16 +8,26 @@ stream), lta and other (consumers).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from pdp import AuthFileError, new_token, write_auth_file
+from pdp.numbers import INT64_MAX, NumberError, check_float, check_int, parse_float, parse_int
 from pdp.oidc import OidcSettings
 
 DEFAULT_PORT = 8080
+MAX_SECONDS = 10 ** 9  # about 31 years: every duration setting stays below it
+# (low, high) of the number settings no finer rule of GatewayConfig.__post_init__ bounds; the
+# others are only checked to be finite numbers of their kind here, and bounded there
+NUMBER_RANGES: dict[str, tuple[float, float]] = {
+    "proxy_port": (0, 65535), "max_content_length": (1, INT64_MAX),
+    "audit_max_bytes": (1, INT64_MAX), "audit_keep": (0, 1_000_000),
+    "heartbeat": (0.001, MAX_SECONDS),
+    "reevaluation_interval": (0, MAX_SECONDS),  # 0: no periodic re-decision
+    "trigger_interval": (0, MAX_SECONDS),  # 0: micro-batches one after the other
+}
 DEFAULT_MAX_CONTENT_LENGTH = 10 * 1024 * 1024
 
 
@@ -104,6 +114,7 @@ class GatewayConfig:
     forwarded_allow_ips: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        self._check_numbers()
         self._check_operating_settings()
         self.data_dir = Path(self.data_dir)
         if self.auth_file is not None:
@@ -163,6 +174,21 @@ class GatewayConfig:
     @property
     def scheme(self) -> str:
         return "https" if self.tls_cert is not None else "http"
+    def _check_numbers(self) -> None:
+        """Every number setting is a number of its kind, finite and in a sane range (a NaN
+        passes every `<` check, an infinite timeout never fires), whatever set it: the file,
+        the environment, a flag or an embedder. The finer rules follow in __post_init__."""
+        for f in fields(self):
+            kind = _KINDS.get(str(f.type), "str").removeprefix("opt")
+            value = getattr(self, f.name)
+            if value is None and str(f.type).endswith("| None"):
+                continue
+            if kind == "int":
+                low, high = NUMBER_RANGES.get(f.name, (-INT64_MAX, INT64_MAX))
+                check_int(value, f.name, low=int(low), high=int(high))
+            elif kind == "float":
+                low, high = NUMBER_RANGES.get(f.name, (-MAX_SECONDS, MAX_SECONDS))
+                setattr(self, f.name, check_float(value, f.name, low=low, high=high))
 
     def _check_operating_settings(self) -> None:
         if isinstance(self.oidc, Mapping):
@@ -479,13 +505,10 @@ def _from_text(setting: Setting, text: str, where: str) -> Any:
         kind = kind[3:]
     try:
         if kind == "int":
-            return int(text.strip())
+            return parse_int(text, where, low=-INT64_MAX, high=INT64_MAX)
         if kind == "float":
-            number = float(text.strip())
-            if not math.isfinite(number):
-                raise ValueError
-            return number
-    except ValueError:
+            return parse_float(text, where, low=-MAX_SECONDS, high=MAX_SECONDS)
+    except NumberError:
         what = "an integer" if kind == "int" else "a number"
         raise ConfigError(f"{where}: expected {what}, found {text!r}") from None
     if kind == "bool":
@@ -511,10 +534,13 @@ def _from_toml(setting: Setting, value: Any, where: str) -> Any:
     kind = setting.kind.removeprefix("opt")
     if kind in ("str", "path") and isinstance(value, str):
         return value
-    if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+    try:  # TOML has nan, inf and integers of any size: finite and within 64 bits here
+        if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return check_int(value, where, low=-INT64_MAX, high=INT64_MAX)
+        if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return check_float(value, where, low=-MAX_SECONDS, high=MAX_SECONDS)
+    except NumberError as exc:
+        raise ConfigError(exc.message) from None
     if kind == "bool" and isinstance(value, bool):
         return value
     if kind == "list":

@@ -30,6 +30,9 @@ from flask import Flask, Response, jsonify, request
 from werkzeug.wrappers import Request as WerkzeugRequest
 
 from pep.http.bridge import NATIVE_ROUTES
+from pdp.http.errors import error_response, install_error_handlers
+from pdp.http.safe_json import install_safe_json
+from pdp.xmlsafe import parse_json
 from pep.invalidation.protocol import (SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
                                        InvalidEventError, verify)
 from proxy.cache import CachedAnswer, HandleCache
@@ -147,10 +150,11 @@ def create_app(config: ProxyConfig) -> Flask:
     if config.start_feed:
         runtime.start()
 
-    def error(status: int, message: str) -> Response:
-        resp = jsonify(error=message, status=status)  # the gateway's one error body
-        resp.status_code = status
-        return resp
+    # The gateway's one error body, also for what Flask refuses before a route (and a logged
+    # 500 that says no more than that for anything unexpected)
+    install_error_handlers(app, ())
+    install_safe_json(app)
+    error = error_response
 
     # -- the proxy's own routes ---------------------------------------------------------------
 
@@ -181,8 +185,9 @@ def create_app(config: ProxyConfig) -> Flask:
             log.warning("invalidation webhook refused: %s", reason)
             return error(401, f"invalidation refused: {reason}")
         try:
-            event = InvalidationEvent.from_json(json.loads(body))
-        except (ValueError, InvalidEventError) as exc:
+            # within the size and depth limits: json.loads recurses (a RecursionError, a 500)
+            event = InvalidationEvent.from_json(parse_json(body))
+        except (ValueError, InvalidEventError) as exc:  # UnsafeDocumentError is a ValueError
             return error(400, f"malformed invalidation event: {exc}")
         outcome = runtime.sync.apply(event, "webhook")
         runtime.sync.note_webhook(accepted=True)

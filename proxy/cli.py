@@ -13,9 +13,12 @@ import os
 import sys
 from urllib.parse import urlsplit
 
+from pdp.numbers import float_argument, int_argument
 from pep.http.serving import HttpServer, run_until_signal
 from proxy.app import ProxyConfig, create_app, runtime_of
 from proxy.forward import Timeouts
+
+MAX_SECONDS = 10 ** 9  # a duration flag beyond this (31 years) is a typo
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,14 +26,17 @@ def build_parser() -> argparse.ArgumentParser:
                                 "gateway: forwards its API, caches stream-request answers.")
     p.add_argument("--upstream", required=True, help="gateway base URL, e.g. http://127.0.0.1:8080")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
-    p.add_argument("--threads", type=int, default=32,
+    p.add_argument("--port", type=int_argument(1, 65535), default=8081,
+                   help="port to listen on (default 8081)")
+    p.add_argument("--threads", type=int_argument(1, 100_000), default=32,
                    help="threads that run forwarded calls, at start (relayed handle streams "
                         "hold none; default 32)")
-    p.add_argument("--max-threads", type=int, default=1000,
+    p.add_argument("--max-threads", type=int_argument(1, 100_000), default=1000,
                    help="ceiling of that pool: calls forwarded at once (default 1000)")
-    p.add_argument("--cache-size", type=int, default=10_000, help="max cached answers (LRU)")
-    p.add_argument("--ttl", type=float, default=300.0, help="seconds a cached answer lives")
+    p.add_argument("--cache-size", type=int_argument(1, 100_000_000), default=10_000,
+                   help="max cached answers (LRU)")
+    p.add_argument("--ttl", type=float_argument(0.001, MAX_SECONDS), default=300.0,
+                   help="seconds a cached answer lives")
     p.add_argument("--feed-token", default=None,
                    help="bearer token for the invalidation feed (default: $XSG_PROXY_TOKEN)")
     p.add_argument("--webhook-secret", default=None,
@@ -42,9 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="base URL consumers use for this proxy (default: the Host they used)")
     p.add_argument("--no-rewrite-handles", action="store_true",
                    help="leave handle URLs pointing at the gateway")
-    p.add_argument("--feed-timeout", type=float, default=6.0,
+    p.add_argument("--feed-timeout", type=float_argument(0.1, MAX_SECONDS), default=6.0,
                    help="seconds without a feed heartbeat before caching stops (default 6)")
-    p.add_argument("--upstream-timeout", type=float, default=60.0,
+    p.add_argument("--upstream-timeout", type=float_argument(0.1, MAX_SECONDS), default=60.0,
                    help="read timeout for ordinary gateway calls (default 60)")
     p.add_argument("--upstream-ca", default=None,
                    help="CA file to verify a gateway on HTTPS (default: $XSG_PROXY_UPSTREAM_CA, "

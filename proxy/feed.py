@@ -22,11 +22,15 @@ from typing import Any
 
 import requests
 
-from pep.invalidation.protocol import FEED_PATH, InvalidationEvent, InvalidEventError
+from pdp.numbers import check_float, check_int
+from pep.invalidation.protocol import (FEED_PATH, MAX_EVENT_NUMBER, InvalidationEvent,
+                                       InvalidEventError)
 from proxy.forward import iter_raw, make_session
 from proxy.sync import CacheSync
 
 log = logging.getLogger(__name__)
+
+MAX_HEARTBEAT = 3600.0  # seconds; a hello announcing more is malformed
 
 
 def parse_sse(chunks: Iterator[bytes]) -> Iterator[tuple[str, str, str | None]]:
@@ -178,7 +182,10 @@ class FeedClient:
                     continue
                 if event == "hello":
                     hello = json.loads(data)
-                    heartbeat = float(hello.get("heartbeat") or 0)
+                    if not isinstance(hello, dict):
+                        raise ValueError("hello is not a JSON object")
+                    heartbeat = check_float(hello.get("heartbeat") or 0, "hello.heartbeat",
+                                            low=0, high=MAX_HEARTBEAT)
                     if heartbeat and self.read_timeout < 2 * heartbeat:
                         # Our lease would expire between two heartbeats: lengthen it, reconnect.
                         log.warning("feed heartbeat is %.1f s but the read timeout %.1f s; "
@@ -187,7 +194,9 @@ class FeedClient:
                         raise ConnectionError("read timeout adjusted to the feed's heartbeat")
                     # Register before serving from cache, so the next revocation waits for us.
                     registered = self._register()
-                    self.sync.feed_hello(str(hello["epoch"]), int(hello["last_id"]),
+                    self.sync.feed_hello(str(hello["epoch"]),
+                                         check_int(hello["last_id"], "hello.last_id",
+                                                   high=MAX_EVENT_NUMBER),
                                          bool(hello.get("resumed")), webhook_registered=registered)
                     greeted = True
                 elif event == "invalidation":
@@ -196,7 +205,8 @@ class FeedClient:
                     self.sync.apply(InvalidationEvent.from_json(json.loads(data)), "feed")
                 elif event == "overflow":
                     raise ConnectionError("gateway dropped this reader (backlog overflow)")
-        except (ValueError, KeyError, InvalidEventError) as exc:
+        except (ValueError, KeyError, TypeError, InvalidEventError) as exc:
+            # NumberError is a ValueError; TypeError: a message that is not a JSON object
             raise ConnectionError(f"malformed feed message: {exc}") from None
         finally:
             with self._lock:

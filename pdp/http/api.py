@@ -24,6 +24,8 @@ from pdp.errors import PolicyLoadError, RequestSyntaxError
 from pdp.http.auth import current_identity, require_identity
 from pdp.http.errors import error_response, no_content
 from pdp.manage import ManagedPolicy, ManagePolicy, Veto, may_manage_policy
+from pdp.numbers import INT64_MAX, NumberError, parse_int
+from pdp.policy_parser import is_version
 from pdp.request import bind_environment, bind_subject, media_kind, parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_SYNTAX_ERROR, Decision, Response, Result, Status
@@ -94,25 +96,11 @@ def _policy_body() -> bytes | FlaskResponse:
     return body
 
 
-class _BadStoreVersion(ValueError):
-    pass
-
-
-_MAX_STORE_VERSION = 2 ** 63 - 1  # SQLite's INTEGER
-
-
 def _store_version(text: str | None) -> int | None:
-    """The `store_version` query parameter: ASCII digits within SQLite's INTEGER. (str.isdigit
-    also accepts '²' and other digits int() refuses, and a long run of digits is over SQLite's
-    range or Python's 4300-digit conversion limit.)"""
+    """The `store_version` query parameter: ASCII digits within SQLite's INTEGER."""
     if not text:
         return None
-    if not (text.isascii() and text.isdigit()) or len(text) > 19 \
-            or int(text) > _MAX_STORE_VERSION:
-        shown = text if len(text) <= 40 else text[:40] + "..."
-        raise _BadStoreVersion(f"store_version must be a positive integer of at most "
-                               f"{_MAX_STORE_VERSION}, not {shown!r}")
-    return int(text)
+    return parse_int(text, "query parameter 'store_version'", high=INT64_MAX)
 
 
 def _stored_json(stored: StoredPolicy) -> dict:
@@ -192,8 +180,10 @@ def create_pdp_blueprint(service: PolicyService,
           requestBody:
             required: true
             content:
-              application/xacml+xml: {}
-              application/xacml+json: {}
+              application/xacml+xml:
+                schema: {$ref: '#/components/schemas/XacmlXml'}
+              application/xacml+json:
+                schema: {$ref: '#/components/schemas/XacmlJson'}
           responses:
             200:
               description: the XACML response, in the format Accept asks for (else the request's)
@@ -236,6 +226,17 @@ def create_pdp_blueprint(service: PolicyService,
     @bp.post("/policies")
     @require_identity()
     def add_policy():
+        """Add a policy (XACML XML) that the caller may manage.
+        ---
+        post:
+          requestBody:
+            required: true
+            content:
+              application/xacml+xml:
+                schema: {$ref: '#/components/schemas/XacmlXml'}
+          responses:
+            201: {description: '{"id", "version", "store_version", "warnings"}'}
+        """
         body = _policy_body()
         if isinstance(body, FlaskResponse):
             return body
@@ -261,7 +262,20 @@ def create_pdp_blueprint(service: PolicyService,
     @require_identity()
     def get_policy(policy_id: str):
         """A policy's current document (XACML XML), an earlier version (`version`,
-        `store_version`), or its history (`history=true`, JSON)."""
+        `store_version`), or its history (`history=true`, JSON).
+        ---
+        get:
+          parameters:
+            - {name: version, in: query, schema: {type: string, pattern: '^[0-9]+(\\.[0-9]+)*$'}}
+            - {name: store_version, in: query, schema: {type: integer, minimum: 0}}
+            - {name: history, in: query, schema: {type: boolean}}
+          responses:
+            200:
+              description: the document, or the history
+              content:
+                application/xacml+xml: {}
+                application/json: {}
+        """
         identity = current_identity()
         wants_history = request.args.get("history", "").lower() in ("1", "true", "yes")
         offered = ["application/json"] if wants_history else [XACML_XML, "application/xml"]
@@ -280,12 +294,16 @@ def create_pdp_blueprint(service: PolicyService,
             if wants_history:
                 return jsonify([p.summary() for p in service.history(policy_id)])
             store_version = _store_version(request.args.get("store_version"))
-            stored = service.get(policy_id, version=request.args.get("version"),
-                                 store_version=store_version)
+            version = request.args.get("version")
+            if version is not None and not is_version(version):
+                return error_response(400, f"query parameter 'version' must be a XACML version "
+                                           f"(ASCII numbers joined by dots, e.g. 1.0), not "
+                                           f"{version[:40]!r}")
+            stored = service.get(policy_id, version=version, store_version=store_version)
         except PolicyNotFoundError as exc:
             return error_response(404, str(exc))
-        except _BadStoreVersion as exc:
-            return error_response(400, str(exc))
+        except NumberError as exc:
+            return error_response(400, exc.message)
         if stored.deleted:
             return error_response(410, f"policy {policy_id!r} store version "
                                        f"{stored.store_version} is a deletion",
@@ -304,6 +322,15 @@ def create_pdp_blueprint(service: PolicyService,
     @bp.put("/policies/<path:policy_id>", merge_slashes=False)  # ids may hold "//"
     @require_identity()
     def update_policy(policy_id: str):
+        """Publish a new version of a policy (XACML XML).
+        ---
+        put:
+          requestBody:
+            required: true
+            content:
+              application/xacml+xml:
+                schema: {$ref: '#/components/schemas/XacmlXml'}
+        """
         body = _policy_body()
         if isinstance(body, FlaskResponse):
             return body
@@ -338,7 +365,21 @@ def create_pdp_blueprint(service: PolicyService,
     def add_policies():
         """Many new policies at once, all or none: `multipart/form-data`, one file part per
         XACML policy document. Each is judged and checked as POST /policies would; then they
-        are added in one transaction and one engine change."""
+        are added in one transaction and one engine change.
+        ---
+        post:
+          requestBody:
+            required: true
+            content:
+              multipart/form-data:
+                schema:
+                  type: object
+                  properties:
+                    policy: {type: string, format: binary}
+                    other: {type: string, format: binary}
+          responses:
+            201: {description: '{"policies": [...], "warnings": [...]}'}
+        """
         if request.mimetype != "multipart/form-data":
             return error_response(415, "send the policies as multipart/form-data, one file part "
                                        "per XACML Policy or PolicySet document")

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Union
 
+from pdp.numbers import NumberError, parse_float
 from pep.core import geo
 from pep.core.plan import Field, Scalar, SpatialPredicate, StreamSchema
 
@@ -66,6 +67,7 @@ MAX_CONDITION_LENGTH = 10_000
 MAX_NESTING_DEPTH = 64
 MAX_SET_SIZE = 1_000  # values in one IN set, literal or from a bag
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_DOUBLE_MAX = 1.7976931348623157e308
 # Timestamps are instants of years 1 to 9999 (UTC), as Python's datetime and Spark's TIMESTAMP
 # both hold them; a constant outside can be neither compared nor shown. In epoch seconds: from
 # 0001-01-01T00:00:00Z up to, not including, 10000-01-01T00:00:00Z.
@@ -334,7 +336,9 @@ class _Token:
     pos: int  # 1-based column
 
 
-_NUMBER_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+# [0-9], never \d (every Unicode decimal digit: '٣' would read as 3)
+_NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_DIGITS = frozenset("0123456789")
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER_RE = re.compile(r"\{\s*([A-Za-z]+)\s*:\s*([^\s{}]+)\s*\}")
 _KEYWORDS = {"and": "AND", "or": "OR", "not": "NOT", "in": "IN"}
@@ -387,7 +391,8 @@ def _tokenize(text: str) -> list[_Token]:
             tokens.append(_Token("PLACEHOLDER", Placeholder(category, m.group(2), pos), pos))
             i = m.end()
             continue
-        if ch.isdigit() or (ch in "+-." and i + 1 < n and (text[i + 1].isdigit() or text[i + 1] == ".")):
+        if ch in _DIGITS or (ch in "+-." and i + 1 < n and (text[i + 1] in _DIGITS
+                                                            or text[i + 1] == ".")):
             m = _NUMBER_RE.match(text, i)
             if not m:
                 raise ConditionError("malformed number", pos, text)
@@ -423,7 +428,7 @@ def _tokenize(text: str) -> list[_Token]:
 
 
 def _number(lexeme: str, pos: int, text: str) -> int | float:
-    if re.fullmatch(r"[+-]?\d+", lexeme):
+    if re.fullmatch(r"[+-]?[0-9]+", lexeme):
         # no int() of a long lexeme: past 4300 digits Python refuses with a ValueError of its own
         digits = lexeme.lstrip("+-").lstrip("0")
         value: int | float = int(lexeme) if len(digits) <= 19 else _INT64_MAX + 1
@@ -1069,11 +1074,11 @@ def _resolve_placeholder(ph: Placeholder, field: Field, resolver: PlaceholderRes
 
 def _lexical_for(lexical: str, field: Field) -> Scalar:
     if field.type in ("double", "long"):
-        number = float(lexical.strip())
-        if not math.isfinite(number):
-            raise ValueError(lexical)
-        stripped = lexical.strip()
-        return int(stripped) if re.fullmatch(r"[+-]?\d+", stripped) else number
+        stripped = lexical.strip().removeprefix("+")
+        # ASCII digits, finite (NumberError is a ValueError)
+        number = parse_float(stripped, f"attribute {field.name!r}", low=-_DOUBLE_MAX,
+                             high=_DOUBLE_MAX)
+        return int(stripped) if re.fullmatch(r"-?[0-9]+", stripped) else number
     if field.type == "boolean":
         low = lexical.strip().lower()
         if low in ("true", "1"):
@@ -1083,13 +1088,13 @@ def _lexical_for(lexical: str, field: Field) -> Scalar:
         raise ValueError(lexical)
     if field.type == "timestamp":
         stripped = lexical.strip()
-        try:
-            number = float(stripped)
-        except ValueError:
+        try:  # epoch seconds, else the text of a date-time (checked where it is compared)
+            return parse_float(stripped.removeprefix("+"), f"attribute {field.name!r}",
+                               low=-_DOUBLE_MAX, high=_DOUBLE_MAX)
+        except NumberError:
+            if stripped.lower().lstrip("+-") in ("nan", "inf", "infinity"):
+                raise ValueError(lexical) from None
             return stripped
-        if not math.isfinite(number):
-            raise ValueError(lexical)
-        return number
     return lexical
 
 

@@ -41,6 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pdp import Obligation
+from pdp.numbers import INT64_MAX, NumberError, parse_int
 from pep.core.conditions import ConditionError, Expr, PlaceholderResolver, conjoin, parse_condition
 from pep.core.graph import QueryGraph, pipeline_graph
 from pep.core.plan import AGGREGATE_FUNCTIONS, Aggregate, StreamSchema
@@ -122,10 +123,10 @@ def parse_aggregate(value: str, schema: StreamSchema) -> Aggregate:
 
 
 def parse_window_number(value: str, what: str) -> int:
-    text = value.strip()
-    if not (text.lstrip("+").isascii() and text.lstrip("+").isdigit()):
-        raise ValueError(f"window {what} {value!r} is not a positive integer")
-    number = int(text)
+    try:  # a '+' is let through: XACML's integers may carry one
+        number = parse_int(value.strip().removeprefix("+"), f"window {what}", high=INT64_MAX)
+    except NumberError:
+        raise ValueError(f"window {what} {value!r} is not a positive integer") from None
     if number < 1:
         raise ValueError(f"window {what} must be at least 1, not {number}")
     if number > MAX_WINDOW:

@@ -10,6 +10,7 @@ from flask import Flask, request
 from pdp.http.api import create_pdp_blueprint
 from pdp.http.auth import current_identity, install_authenticator
 from pdp.http.errors import error_response
+from pdp.http.safe_json import install_safe_json
 from pdp.oidc import AuthenticationFailed
 from pep.config import GatewayConfig
 from pep.http import access_log, errors
@@ -43,6 +44,7 @@ def create_app(config: GatewayConfig | None = None,
     app.config["MAX_CONTENT_LENGTH"] = config.max_content_length
     app.config["JSON_SORT_KEYS"] = False
     app.extensions[SERVICES_EXTENSION] = services
+    install_safe_json(app)  # request.get_json() within the size and depth limits: a 400, not a 500
     install_authenticator(app, services.authenticator)
     errors.install(app)
     # a refused JWT: 401 (503 when the issuer's keys are out of reach) saying why

@@ -15,6 +15,7 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 
 from pdp.http.auth import current_identity, require_identity
+from pdp.numbers import parse_int
 from pep.audit.log import AuditLog
 from pep.core.errors import InvalidInput, NotPermitted
 
@@ -28,21 +29,23 @@ def _moment(name: str) -> str | None:
         return None
     try:
         moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.astimezone(timezone.utc)
     except ValueError:
-        raise InvalidInput(f"{name} must be an ISO-8601 date-time, got {raw[:40]!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
+        raise InvalidInput(f"query parameter {name!r} must be an ISO-8601 date-time, got "
+                           f"{raw[:40]!r}") from None
+    except OverflowError:  # 0001-01-01T00:00:00+14:00 is before year 1 in UTC
+        raise InvalidInput(f"query parameter {name!r}: {raw[:40]!r} is outside years 1 to 9999 "
+                           f"in UTC") from None
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _number(name: str, default: int | None, low: int, high: int) -> int | None:
     raw = request.args.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
-        raise InvalidInput(f"{name} must be a whole number from {low} to {high}")
-    return int(raw)
+    return parse_int(raw, f"query parameter {name!r}", low=low, high=high)
 
 
 def audit_blueprint(log: AuditLog, stream_lookup: Callable[[str], Any]) -> Blueprint:
@@ -51,6 +54,23 @@ def audit_blueprint(log: AuditLog, stream_lookup: Callable[[str], Any]) -> Bluep
     @bp.get("/audit")
     @require_identity()
     def audit():
+        """The audit trail, oldest first: all of it for an administrator, a stream owner's own.
+        ---
+        get:
+          parameters:
+            - {name: kind, in: query, explode: true, schema: {type: array, items: {type: string}}}
+            - {name: stream, in: query, schema: {type: string}}
+            - {name: subject, in: query, schema: {type: string}}
+            - {name: since, in: query, schema: {type: string, format: date-time}}
+            - {name: until, in: query, schema: {type: string, format: date-time}}
+            - {name: after, in: query, schema: {type: integer, minimum: 0}}
+            - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 10000}}
+          responses:
+            200:
+              description: '{"entries": [...], "last_seq": n}'
+              content:
+                application/json: {}
+        """
         identity = current_identity()
         visible = None
         if not identity.admin:

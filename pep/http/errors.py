@@ -15,6 +15,7 @@ from pdp import (PolicyExistsError, PolicyIdMismatchError, PolicyLoadError, Poli
                  RequestSyntaxError, media_kind, render_response)
 from pdp.http.errors import (ErrorTable, error_response, install_error_handlers, respond,
                              status_for)
+from pdp.numbers import NumberError
 from pep.core.errors import (AccessDenied, Conflict, Gone, InvalidInput, MalformedRequest,
                              NotFound, NotPermitted, TooLarge, Unavailable, Unprocessable,
                              UnsupportedMedia)
@@ -24,6 +25,7 @@ ERROR_STATUS: ErrorTable = (
     (TooLarge, 413),  # before InvalidInput: a batch over the limits is both
     (MalformedRequest, 400),
     (InvalidInput, 400),
+    (NumberError, 400),  # a header, query parameter or field that is not the number it must be
     (UnsupportedMedia, 415),
     (AccessDenied, 403),
     (NotPermitted, 403),

@@ -49,6 +49,17 @@ def events_blueprint(catalog: StreamCatalog, events: StreamEvents, runtime: Any,
     @bp.post("/streams/<name>/events")
     @require_identity()
     def define_event(name: str):
+        """Define a named event over a stream (its owner or an administrator).
+        ---
+        post:
+          requestBody:
+            required: true
+            content:
+              application/json:
+                schema: {$ref: '#/components/schemas/EventDefinition'}
+          responses:
+            201: {description: the event's definition and state}
+        """
         stream = owned_stream(name)
         body = request.get_json(silent=True)
         if not isinstance(body, dict):

@@ -23,6 +23,17 @@ def explain_blueprint(get_engine: Callable[[], Any], schema_lookup: SchemaLookup
     @bp.post("/explain")
     @require_identity()
     def explain():
+        """Decide and plan a stream request without opening a handle: the plan, SQL and graph.
+        ---
+        post:
+          requestBody:
+            required: true
+            content:
+              application/xacml+xml:
+                schema: {$ref: '#/components/schemas/XacmlXml'}
+              application/xacml+json:
+                schema: {$ref: '#/components/schemas/XacmlJson'}
+        """
         grant = decide_and_plan(get_engine(), request.get_data(cache=False),
                                 request.headers.get("Content-Type", ""), current_identity(),
                                 schema_lookup, refuse_nr=False)

@@ -39,7 +39,8 @@ from flask import Blueprint, Response, jsonify, request
 
 from pdp.http.auth import current_identity, require_identity
 from pdp.http.errors import error_response
-from pep.core.errors import Gone, InvalidInput, NotFound, Unavailable
+from pdp.numbers import parse_int
+from pep.core.errors import Gone, NotFound, Unavailable
 from pep.handles.buffer import Event, HandleBuffer
 from pep.handles.records import HandleRecord
 from pep.handles.service import HandleService
@@ -193,22 +194,41 @@ def _released_once(release: Callable[[], None]) -> Callable[[], None]:
     return once
 
 
-def _generated(body: Iterator[bytes], release: Callable[[], None]) -> Iterator[bytes]:
-    try:
-        yield from body
-    finally:
-        release()
+class _Generated:
+    """A handle stream on a WSGI server's thread. `release` (run once) frees the reader's slot
+    when the stream ends or when the server closes it, also before its first event: a
+    generator closed before it started never runs its `finally`, and the slot would stay
+    taken (at the per-subject limit: a 429 for every new reader of that subject)."""
+
+    def __init__(self, body: Iterator[bytes], release: Callable[[], None]) -> None:
+        self._body = body
+        self._release = release
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._body)
+        except BaseException:  # the end of the stream, or its failure
+            self._release()
+            raise
+
+    def close(self) -> None:
+        try:
+            self._body.close()  # type: ignore[attr-defined]
+        finally:
+            self._release()
 
 
 def _last_event_id() -> int | None:
-    raw = request.headers.get("Last-Event-ID") or request.args.get("last_event_id") \
-        or request.args.get("after")
-    if raw is None or raw.strip() == "":
-        return None
-    raw = raw.strip()
-    if not raw.isdigit() or len(raw) > 20:
-        raise InvalidInput(f"Last-Event-ID must be a non-negative integer, got {raw[:40]!r}")
-    return int(raw)
+    """Where a reader resumes: the Last-Event-ID header, else ?last_event_id=, else ?after=."""
+    for field, raw in (("header Last-Event-ID", request.headers.get("Last-Event-ID")),
+                       ("query parameter 'last_event_id'", request.args.get("last_event_id")),
+                       ("query parameter 'after'", request.args.get("after"))):
+        if raw:
+            return None if raw.strip() == "" else parse_int(raw, field)
+    return None
 
 
 def _wanted_format() -> str | None:
@@ -257,6 +277,22 @@ def create_handles_blueprint(handles: HandleService, base_url: str | None = None
     @bp.get("/handles/<handle_id>")
     @require_identity_or_read_token()  # a bearer token, or ?read_token= for this handle
     def read_handle(handle_id: str):
+        """Read a handle's stream (SSE or NDJSON, by Accept), or describe it (application/json).
+        ---
+        get:
+          parameters:
+            - {name: after, in: query, schema: {type: integer, minimum: 0}}
+            - {name: last_event_id, in: query, schema: {type: integer, minimum: 0}}
+            - {name: read_token, in: query, schema: {type: string}}
+            - {name: Last-Event-ID, in: header, schema: {type: integer, minimum: 0}}
+          responses:
+            200:
+              description: the stream, or the handle's description
+              content:
+                text/event-stream: {}
+                application/x-ndjson: {}
+                application/json: {}
+        """
         record = live_handle_of_caller(handle_id)
         fmt = _wanted_format()
         if fmt is None:
@@ -289,7 +325,7 @@ def create_handles_blueprint(handles: HandleService, base_url: str | None = None
                 attach(HandleStream(*args, on_close=release))
                 body: object = b""
             else:  # any other WSGI server: a generator on the server's thread
-                body = _generated(stream_events(*args), release)
+                body = _Generated(stream_events(*args), release)
         except BaseException:
             release()
             raise

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from flask import Blueprint, Response, jsonify, request
 
 from pdp.http.errors import error_response
+from pdp.numbers import NumberError, parse_int
 from pep.invalidation.hub import InvalidationHub
 from pep.http.streaming import STREAM_BODY
-from pep.invalidation.protocol import FEED_PATH, parse_event_id
+from pep.invalidation.protocol import FEED_PATH, MAX_EVENT_NUMBER, parse_event_id
 
 
 def invalidation_blueprint(hub: InvalidationHub,
@@ -48,14 +49,31 @@ def invalidation_blueprint(hub: InvalidationHub,
 
     @bp.get(FEED_PATH)
     def feed():
+        """The invalidation feed: SSE (Accept text/event-stream), or the events after `after`.
+        ---
+        get:
+          parameters:
+            - {name: after, in: query, schema: {type: string}, description: "N or <epoch>.<N>"}
+            - {name: epoch, in: query, schema: {type: string}}
+            - {name: last_event_id, in: query, schema: {type: string}}
+            - {name: Last-Event-ID, in: header, schema: {type: string}}
+          responses:
+            200:
+              description: the events after a position (JSON), or the live feed (SSE)
+              content:
+                application/json: {}
+                text/event-stream: {}
+        """
         after = request.args.get("after")
         wants_sse = "text/event-stream" in request.headers.get("Accept", "") or after is None
         if after is not None or not wants_sse:
             position = parse_event_id(after) if after and "." in after else None
             if position is None:
-                if after is None or not after.isdigit() or len(after) > 18:
-                    return bad_request("after must be an event number N or an id <epoch>.<N>")
-                position = (request.args.get("epoch") or hub.epoch, int(after))
+                try:
+                    number = parse_int(after, "query parameter 'after'", high=MAX_EVENT_NUMBER)
+                except NumberError as exc:
+                    return bad_request(f"{exc}; or an event id <epoch>.<N>")
+                position = (request.args.get("epoch") or hub.epoch, number)
             events, complete = hub.events_after(position[1], position[0])
             return jsonify(epoch=hub.epoch, last_id=hub.last_id, reset=not complete,
                            events=[e.to_json() for e in events])
@@ -80,6 +98,15 @@ def invalidation_blueprint(hub: InvalidationHub,
 
     @bp.post(FEED_PATH + "/subscribers")
     def register():
+        """Register a proxy's webhook URL for signed invalidation events.
+        ---
+        post:
+          requestBody:
+            required: true
+            content:
+              application/json:
+                schema: {$ref: '#/components/schemas/Webhook'}
+        """
         url, error = webhook_from_body()
         if error is not None:
             return error
@@ -91,6 +118,15 @@ def invalidation_blueprint(hub: InvalidationHub,
 
     @bp.delete(FEED_PATH + "/subscribers")
     def unregister():
+        """Remove a proxy's webhook URL.
+        ---
+        delete:
+          requestBody:
+            required: true
+            content:
+              application/json:
+                schema: {$ref: '#/components/schemas/Webhook'}
+        """
         url, error = webhook_from_body()
         if error is not None:
             return error

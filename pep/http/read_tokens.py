@@ -40,6 +40,7 @@ from flask import Blueprint, current_app, g, jsonify, request
 
 from pdp.auth import Identity
 from pdp.http.auth import current_identity, require_identity, unauthorized
+from pdp.numbers import check_float, parse_int
 from pep.core.errors import Gone, NotFound
 from pep.handles.service import HandleService
 from pep.http.urls import public_base
@@ -49,6 +50,7 @@ READ_TOKENS_EXTENSION = "xsg.read_tokens"
 QUERY_PARAMETER = "read_token"
 DEFAULT_TTL = 300.0
 MAX_TOKEN_LENGTH = 600
+MAX_EXPIRY = 10 ** 12 - 1  # Unix seconds
 _PURPOSE = b"xsg-handle-read-token/v1"
 
 
@@ -69,7 +71,7 @@ class ReadTokens:
         if key is None or key == "" or key == b"":
             key = secrets.token_bytes(32)
         self._key = key.encode("utf-8") if isinstance(key, str) else bytes(key)
-        self.ttl = float(ttl)
+        self.ttl = check_float(ttl, "read_token_ttl", low=1, high=3600)
         self._identities = identities
         self._clock = clock
 
@@ -93,15 +95,15 @@ class ReadTokens:
         if not isinstance(token, str) or len(token) > MAX_TOKEN_LENGTH or not token.isascii():
             return None
         parts = token.split(".")
-        if len(parts) != 5 or parts[0] != "v1" or not parts[1].isdigit() or len(parts[1]) > 12:
+        if len(parts) != 5 or parts[0] != "v1":
             return None
         _, expiry_text, nonce, subject_b64, mac_b64 = parts
         try:
+            expiry = parse_int(expiry_text, "read token expiry", high=MAX_EXPIRY)
             subject = _unb64(subject_b64).decode("utf-8")
             mac = _unb64(mac_b64)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError):  # NumberError is a ValueError
             return None
-        expiry = int(expiry_text)
         expected = self._mac(handle_id, subject, expiry, nonce)
         if not hmac.compare_digest(mac, expected):
             return None

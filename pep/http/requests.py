@@ -121,8 +121,10 @@ def create_requests_blueprint(handles: HandleService, engine: Callable[[], Any],
           requestBody:
             required: true
             content:
-              application/xacml+xml: {}
-              application/xacml+json: {}
+              application/xacml+xml:
+                schema: {$ref: '#/components/schemas/XacmlXml'}
+              application/xacml+json:
+                schema: {$ref: '#/components/schemas/XacmlJson'}
               multipart/form-data:
                 schema:
                   type: object

@@ -50,6 +50,17 @@ def create_streams_blueprint(catalog: StreamCatalog,
     @bp.post("/streams")
     @require_identity()
     def register_stream():
+        """Register a stream (data owners and administrators).
+        ---
+        post:
+          requestBody:
+            required: true
+            content:
+              application/json:
+                schema: {$ref: '#/components/schemas/StreamRegistration'}
+          responses:
+            201: {description: the stream as registered}
+        """
         identity = current_identity()
         if not may_register(identity, owner_roles):
             raise NotPermitted("registering a stream needs the data-owner role or an "
@@ -125,6 +136,19 @@ def create_streams_blueprint(catalog: StreamCatalog,
     @bp.post("/streams/<name>/records")
     @require_identity()
     def append_records(name: str):
+        """Append records to an ingest stream: JSON lines, one record per line.
+        ---
+        post:
+          requestBody:
+            required: true
+            content:
+              application/x-ndjson:
+                schema: {type: string}
+              application/json:
+                schema: {type: object}
+          responses:
+            201: {description: '{"stream": name, "appended": n}'}
+        """
         identity = current_identity()
         entry = entry_named(name)
         if not (identity.admin or entry.definition.owner == identity.subject):

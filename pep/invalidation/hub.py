@@ -93,6 +93,29 @@ class _Subscription:
             waiter()
 
 
+class _FeedBody:
+    """One reader's SSE text. Its subscription ends when the text ends or when the server closes
+    the body, also before the first line: a generator closed before it started never runs its
+    `finally`, and each such reader would keep its place (at `max_feed_readers`: a 503 for
+    every new one)."""
+
+    def __init__(self, lines: Iterator[str], end: Callable[[], None]) -> None:
+        self._lines = lines
+        self._end = end
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._lines)
+
+    def close(self) -> None:
+        try:
+            self._lines.close()  # type: ignore[attr-defined]
+        finally:
+            self._end()
+
+
 class InvalidationHub:
     """Numbers invalidation events, keeps a bounded log, pushes them to proxies, feeds readers."""
 
@@ -340,7 +363,7 @@ class InvalidationHub:
             finally:
                 self.close_feed(sub)
 
-        return generate()
+        return _FeedBody(generate(), lambda: self.close_feed(sub))
 
     # -- bookkeeping --------------------------------------------------------------------------
 

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pdp.numbers import INT64_MAX, NumberError, parse_int
+
 KINDS = ("handle-revoked", "handle-released", "handle-ended", "policy-changed")
 SIGNATURE_HEADER = "X-XSG-Signature"
 TIMESTAMP_HEADER = "X-XSG-Timestamp"
@@ -27,6 +29,8 @@ EVENT_ID_HEADER = "X-XSG-Event-Id"
 DEFAULT_SIGNATURE_WINDOW = 300.0
 FEED_PATH = "/events/invalidations"
 MAX_HANDLE_IDS = 10_000
+MAX_EVENT_NUMBER = INT64_MAX
+MAX_TIMESTAMP = 10 ** 12 - 1  # Unix seconds: twelve digits reach past the year 30000
 
 
 class InvalidEventError(ValueError):
@@ -90,9 +94,12 @@ def parse_event_id(text: str | None) -> tuple[str, int] | None:
     if not text:
         return None
     epoch, sep, num = text.strip().rpartition(".")
-    if not sep or not epoch or not num.isdigit() or len(num) > 18:
+    if not sep or not epoch:
         return None
-    return epoch, int(num)
+    try:
+        return epoch, parse_int(num, "event number", high=MAX_EVENT_NUMBER)
+    except NumberError:
+        return None
 
 
 def _key(secret: str | bytes) -> bytes:
@@ -111,19 +118,22 @@ def verify(secret: str | bytes, body: bytes, signature: str | None, timestamp: s
     """None when the signature is good; otherwise the reason it is refused."""
     if not signature or not timestamp:
         return "missing signature or timestamp header"
-    if not timestamp.isdigit() or len(timestamp) > 12:
+    try:
+        stamp = parse_int(timestamp, TIMESTAMP_HEADER, high=MAX_TIMESTAMP)
+    except NumberError:
         return "malformed timestamp"
     now = time.time() if now is None else now
-    if abs(now - int(timestamp)) > window:
+    if abs(now - stamp) > window:
         return "timestamp outside the accepted window (clock skew or replay)"
     if not signature.startswith("sha256="):
         return "unsupported signature scheme"
-    expected = sign(secret, body, int(timestamp))[SIGNATURE_HEADER]
+    expected = sign(secret, body, stamp)[SIGNATURE_HEADER]
     if not hmac.compare_digest(expected.encode("ascii"), signature.encode("ascii", "replace")):
         return "bad signature"
     return None
 
 
 __all__ = ["KINDS", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "EVENT_ID_HEADER",
-           "DEFAULT_SIGNATURE_WINDOW", "FEED_PATH", "MAX_HANDLE_IDS", "InvalidEventError",
+           "DEFAULT_SIGNATURE_WINDOW", "FEED_PATH", "MAX_HANDLE_IDS", "MAX_EVENT_NUMBER",
+           "InvalidEventError",
            "InvalidationEvent", "format_event_id", "parse_event_id", "sign", "verify"]

@@ -43,6 +43,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from pdp.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import StreamCheckpoint, archive_dir
@@ -441,7 +442,10 @@ class StreamExecutor:
 
     def _files_per_trigger(self) -> int:
         own = self.definition.source.option("maxFilesPerTrigger")
-        return int(own) if own and str(own).isdigit() else self.max_files_per_trigger
+        try:
+            return parse_int(str(own), "maxFilesPerTrigger", low=1, high=1_000_000)
+        except NumberError:  # unset (or refused at registration)
+            return self.max_files_per_trigger
 
     def _archive_present(self, names: list[str], archive: Path) -> None:
         """An `ingest` stream's directory is the gateway's own: files present when a first

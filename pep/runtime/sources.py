@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from pdp.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.runtime.generators import generator_frame
 from pep.runtime.memo import OwnedCache
@@ -89,10 +90,13 @@ def _file_frame(spark: SparkSession, stream: StreamDefinition, path: str | None,
             raise SourceError(f"stream {name!r}: source directory {path!r} does not exist")
     per_stream = stream.source.option("maxFilesPerTrigger")
     if per_stream is not None:
-        if not str(per_stream).isdigit() or int(per_stream) < 1:
-            raise SourceError(f"stream {name!r}: maxFilesPerTrigger must be a positive integer")
+        try:
+            per_stream = parse_int(str(per_stream), "maxFilesPerTrigger", low=1, high=1_000_000)
+        except NumberError:
+            raise SourceError(f"stream {name!r}: maxFilesPerTrigger must be a positive integer"
+                              ) from None
         if max_files is not None:
-            max_files = int(per_stream)
+            max_files = per_stream
     return _cached_frame(spark, ("file", stream, path, fmt, max_files, archive),
                          lambda: _file_reader_frame(spark, stream, path, fmt, max_files, archive))
 
@@ -124,9 +128,11 @@ def _file_reader_frame(spark: SparkSession, stream: StreamDefinition, path: str,
 
 def _socket_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
     host = stream.source.option("host", "localhost")
-    port = stream.source.option("port")
-    if not port or not port.isdigit():
-        raise SourceError(f"stream {stream.name!r}: socket source needs a numeric 'port' option")
+    try:
+        port = str(parse_int(stream.source.option("port"), "port", low=1, high=65535))
+    except NumberError:
+        raise SourceError(f"stream {stream.name!r}: socket source needs a numeric 'port' option"
+                          ) from None
     raw = (spark.readStream.format("socket").option("host", host).option("port", port).load())
     parsed = raw.select(F.from_json("value", spark_schema(stream.schema, True)).alias("r"))
     return _shape(parsed.select("r.*"), stream.schema, F.col(f"`{SEQ_COLUMN}`"), None)

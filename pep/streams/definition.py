@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from pdp.numbers import NumberError, parse_float, parse_int
 from pep.core.errors import Conflict, InvalidInput, NotFound, NotPermitted, Refusal
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS
@@ -257,6 +258,12 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
         if not os.path.isabs(text["path"]):
             raise InvalidStream("source (files): 'path' must be absolute")
         text.setdefault("format", "json")
+        if "maxFilesPerTrigger" in text:
+            try:
+                parse_int(text["maxFilesPerTrigger"], "source (files): 'maxFilesPerTrigger'",
+                          low=1, high=1_000_000)
+            except NumberError as exc:
+                raise InvalidStream(exc.message) from None
         if text["format"] not in FILE_FORMATS:
             raise InvalidStream(f"source (files): format must be one of "
                                 f"{', '.join(FILE_FORMATS)}")
@@ -265,17 +272,21 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
             raise InvalidStream(f"source (generator): schema must be one of "
                                 f"{', '.join(BUILTIN_SCHEMAS)}")
         try:
-            rate = float(text.setdefault("rate", "10"))
-        except ValueError:
-            rate = math.nan
-        if not (0 < rate <= 100_000):
+            rate = parse_float(text.setdefault("rate", "10"), "source (generator): rate",
+                               low=0, high=100_000)
+        except NumberError:
+            rate = 0.0
+        if not rate > 0:
             raise InvalidStream("source (generator): rate must be a number of rows per second "
                                 "in (0, 100000]")
     elif kind == "socket":
         if "host" not in text or "port" not in text:
             raise InvalidStream("source (socket): 'host' and 'port' are required")
-        if not text["port"].isdigit() or not 0 < int(text["port"]) < 65536:
-            raise InvalidStream("source (socket): 'port' must be an integer in 1..65535")
+        try:
+            parse_int(text["port"], "source (socket): 'port'", low=1, high=65535)
+        except NumberError:
+            raise InvalidStream("source (socket): 'port' must be an integer in 1..65535") \
+                from None
     elif kind == "kafka":
         if "bootstrap.servers" not in text or "subscribe" not in text:
             raise InvalidStream("source (kafka): 'bootstrap.servers' and 'subscribe' are "

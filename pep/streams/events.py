@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pdp.db import Database
+from pdp.numbers import NumberError, check_float
 from pep.core.conditions import ConditionError, parse_condition
 from pep.core.errors import Conflict, InvalidInput, NotFound
 from pep.core.graph import pipeline_graph
@@ -150,8 +151,11 @@ class StreamEvents:
             parse_condition(condition, stream.schema, allow_placeholders=False)
         except ConditionError as exc:
             raise InvalidInput(f"condition: {exc}", field="condition") from None
-        if isinstance(hold, bool) or not isinstance(hold, (int, float)) \
-                or not 0 < float(hold) <= MAX_HOLD:
+        try:
+            hold = check_float(hold, "hold", low=0, high=MAX_HOLD)
+        except NumberError:
+            hold = 0.0
+        if not hold > 0:
             raise InvalidInput(f"hold must be seconds in (0, {MAX_HOLD}]", field="hold")
         if key is not None:
             f = stream.schema.lookup(key) if isinstance(key, str) else None
@@ -160,7 +164,7 @@ class StreamEvents:
                                    field="key")
             key = f.name
         created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        return EventDefinition(stream.name, name, condition.strip(), float(hold), key, owner,
+        return EventDefinition(stream.name, name, condition.strip(), hold, key, owner,
                                created)
 
     def delete(self, stream: str, name: str) -> EventDefinition:

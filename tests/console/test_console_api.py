@@ -202,6 +202,11 @@ def test_read_tokens_expire_and_bind_their_subject():
     parts[3] = base64.urlsafe_b64encode(b"nea").rstrip(b"=").decode()
     assert ReadTokens("k" * 32, ttl=60, clock=lambda: 1_000_000.0).verify(".".join(parts),
                                                                          "h1") is None
+    # an expiry in digits int() refuses or reads otherwise is no token (never a 500)
+    for expiry in ("²", "٣" * 7, "1_000_000_060", "-1", "9" * 13):
+        parts = token.split(".")
+        parts[1] = expiry
+        assert tokens.verify(".".join(parts), "h1") is None
 
 
 def test_expired_read_token_is_refused_over_http(gateway_factory):

@@ -80,6 +80,18 @@ def test_configuration_errors_are_usage_errors(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("XSG_THREADS", "lots")
     code, _, err = run(capsys, "serve")
     assert code == 2 and "XSG_THREADS: expected an integer, found 'lots'" in err
+    monkeypatch.setenv("XSG_THREADS", "٣")  # int() reads it as 3
+    code, _, err = run(capsys, "serve")
+    assert code == 2 and "XSG_THREADS: expected an integer, found '٣'" in err
+
+
+@pytest.mark.parametrize("argv", [["policy", "--timeout", "nan", "list"],
+                                  ["policy", "--timeout", "٣", "list"],
+                                  ["policy", "show", "x", "--store-version", "²"]])
+def test_client_flags_are_ascii_finite_numbers(capsys, argv):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2 and "the value must be a" in capsys.readouterr().err
 
 
 # -- logs -----------------------------------------------------------------------------------------

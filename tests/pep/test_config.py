@@ -108,6 +108,51 @@ def test_environment_and_flag_errors_name_the_setting(flags, env, message):
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize("env, message", [
+    # issue 19: int() and float() read any Unicode decimal digit, and float() NaN and infinity
+    ({"XSG_PORT": "٣"}, "XSG_PORT: expected an integer, found '٣'"),
+    ({"XSG_THREADS": "²"}, "XSG_THREADS: expected an integer, found '²'"),
+    ({"XSG_THREADS": "1_000"}, "XSG_THREADS: expected an integer, found '1_000'"),
+    ({"XSG_PORT": "9" * 5000}, "XSG_PORT: expected an integer"),
+    ({"XSG_HEARTBEAT": "nan"}, "XSG_HEARTBEAT: expected a number, found 'nan'"),
+    ({"XSG_IDLE_TIMEOUT": "inf"}, "XSG_IDLE_TIMEOUT: expected a number, found 'inf'"),
+    ({"XSG_IDLE_TIMEOUT": "1e999"}, "XSG_IDLE_TIMEOUT: expected a number"),
+    ({"XSG_READ_TOKEN_TTL": "٣٠٠"}, "XSG_READ_TOKEN_TTL: expected a number, found '٣٠٠'"),
+    ({"XSG_HEARTBEAT": "0"}, "heartbeat must be a number from 0.001"),
+    ({"XSG_AUDIT_KEEP": "-1"}, "audit_keep must be a whole number from 0"),
+    ({"XSG_PROXY_PORT": "70000"}, "proxy_port must be a whole number from 0 to 65535"),
+    ({"XSG_OIDC_ISSUER": "https://i", "XSG_OIDC_AUDIENCE": "x", "XSG_OIDC_HTTP_TIMEOUT": "0"},
+     "oidc.http_timeout must be a number from 0.001 to 86400"),
+])
+def test_numbers_from_the_environment_are_ascii_finite_and_in_range(env, message):
+    with pytest.raises(ConfigError) as error:
+        load_settings({}, env, None)
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("heartbeat = nan\n", "heartbeat must be a number"),
+    ("idle_timeout = inf\n", "idle_timeout must be a number"),
+    ("write_timeout = -inf\n", "write_timeout must be a number"),
+    ("port = 99999999999999999999\n", "port must be a whole number"),
+    ("[oidc]\nissuer = 'https://i'\naudience = ['x']\nleeway = nan\n", "oidc.leeway must be"),
+])
+def test_numbers_from_the_file_are_finite_and_in_range(tmp_path, text, message):
+    file = toml(tmp_path, text)
+    with pytest.raises(ConfigError) as error:
+        load_settings({}, {}, file)
+    assert message in str(error.value) and str(file) in str(error.value)
+
+
+def test_a_config_built_in_code_is_checked_too():
+    from pep.config import GatewayConfig
+
+    for bad in ({"heartbeat": float("nan")}, {"idle_timeout": float("inf")}, {"port": True},
+                {"audit_max_bytes": 0}, {"threads": 2.5}):
+        with pytest.raises(ValueError):
+            GatewayConfig(**bad)
+
+
 def test_spark_conf_merges_key_by_key_and_the_ui_setting(tmp_path):
     file = toml(tmp_path, '[spark]\n"spark.driver.memory" = "1g"\nsql.shuffle.partitions = 4\n'
                           'spark.ui.port = 4050\n"spark.eventLog.enabled" = true\n')

@@ -43,6 +43,10 @@ def test_signatures():
     old = sign(SECRET, body, timestamp=int(time.time()) - 3600)
     assert "window" in verify(SECRET, body, old[SIGNATURE_HEADER], old[TIMESTAMP_HEADER])
     assert verify(SECRET, body, None, None)
+    # issue 19: '²'.isdigit() is True and int('²') raises (a 500 at /proxy/invalidate);
+    # int('٣') is 3. Every one is a malformed timestamp.
+    for stamp in ("²", "٣" * 10, "1_700_000_000", " ", "-1", "1" * 5000, "+1700000000"):
+        assert verify(SECRET, body, headers[SIGNATURE_HEADER], stamp) == "malformed timestamp"
 
 
 def test_event_documents_are_validated():
@@ -54,6 +58,8 @@ def test_event_documents_are_validated():
             InvalidationEvent.from_json(bad)
     assert parse_event_id("ab.12") == ("ab", 12)
     assert parse_event_id("12") is None and parse_event_id("a.b") is None
+    for odd in ("ab.²", "ab.٣", "ab.-1", "ab.1_0", "ab." + "9" * 30, "ab.", ".5"):
+        assert parse_event_id(odd) is None
 
 
 class Receiver:

@@ -92,6 +92,27 @@ def test_hostile_policy_is_refused_and_nothing_changes(small_gateway, name, body
         assert "root:" not in r.get_json()["error"]  # no local file content leaks back
 
 
+@pytest.mark.parametrize("version", ["١.0", "1.٣", "²", "1." + "9" * 19, "1" * 5000, "1._0",
+                                     "1.0" * 100])
+def test_policy_versions_are_ascii_digits_of_bounded_length(small_gateway, version):
+    # issue 19: \d took every Unicode decimal digit (int('١') is 1), a digit run went on to
+    # int() and past Python's 4300-digit limit (a ValueError, a 500)
+    client, services = small_gateway
+    before = state(services)
+    body = simple_policy("urn:test:versioned", version=version)
+    r = client.post("/policies", data=body, headers={**bearer("nea"), "Content-Type": XML})
+    assert r.status_code == 400 and "Version" in r.get_json()["error"], r.data[:300]
+    assert state(services) == before
+    reference = f"""<PolicySet xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
+      PolicySetId="urn:test:set" Version="1.0"
+      PolicyCombiningAlgId="urn:oasis:names:tc:xacml:3.0:policy-combining-algorithm:deny-overrides">
+      <Target/><PolicyIdReference Version="{version}.*">urn:test:good</PolicyIdReference>
+    </PolicySet>""".encode()
+    r = client.post("/policies", data=reference, headers={**bearer("nea"), "Content-Type": XML})
+    assert r.status_code == 400 and "version pattern" in r.get_json()["error"], r.data[:300]
+    assert state(services) == before
+
+
 def test_huge_bodies_are_413(small_gateway):
     client, services = small_gateway
     before = state(services)
@@ -130,7 +151,14 @@ def test_odd_store_versions_are_400_not_500(gateway, store_version):
     # Python's 4300-digit limit or SQLite's INTEGER range (a ValueError / OverflowError, a 500)
     r = gateway.client.get("/policies/urn:xsg:example:weather:nea-policy",
                            query_string={"store_version": store_version}, headers=bearer("nea"))
-    assert r.status_code == 400 and "store_version must be a positive integer" in r.json["error"]
+    assert r.status_code == 400 and "'store_version' must be a whole number" in r.json["error"]
+
+
+@pytest.mark.parametrize("version", ["١.0", "²", "1.", "x", "1" * 300, ""])
+def test_odd_version_parameters_are_400_naming_it(gateway, version):
+    r = gateway.client.get("/policies/urn:xsg:example:weather:nea-policy",
+                           query_string={"version": version}, headers=bearer("nea"))
+    assert r.status_code == 400 and "'version' must be a XACML version" in r.json["error"]
 
 
 def test_unknown_json_member_with_a_lone_surrogate_is_400_in_either_format(gateway):

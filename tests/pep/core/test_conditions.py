@@ -123,6 +123,14 @@ def test_timestamps_become_epoch_seconds():
     assert parse_condition("t >= 1704067200", MIXED).value == 1704067200.0
 
 
+def test_numbers_are_ascii_digits():
+    # issue 19: \d and str.isdigit() took '٣' (read as 3 by int()) and '²' (refused by int())
+    for text in ("a > ٣", "a > 1٣", "a > ²", "a > 5.٣", "a > 1e٣", "a > ５"):
+        with pytest.raises(ConditionError):
+            parse(text)
+    assert parse("a > 3") == Comparison("a", ">", 3, 1)
+
+
 def test_placeholders_become_typed_literals_never_text():
     values = {("urn:oasis:names:tc:xacml:1.0:subject-category:access-subject", "clearance"): ["2"],
               ("urn:oasis:names:tc:xacml:1.0:subject-category:access-subject", "subject-id"):
@@ -143,6 +151,10 @@ def test_placeholders_become_typed_literals_never_text():
         parse_condition("n <= {environment:two}", MIXED, resolver=resolver)
     with pytest.raises(ConditionError, match="not a valid long"):
         parse_condition("n <= {subject:subject-id}", MIXED, resolver=resolver)
+    for odd in ("٣", "²", "1_000", "nan", "1e999", "9" * 100):  # ASCII digits, finite
+        values[("urn:oasis:names:tc:xacml:1.0:subject-category:access-subject", "odd")] = [odd]
+        with pytest.raises(ConditionError, match="not a valid long"):
+            parse_condition("n <= {subject:odd}", MIXED, resolver=resolver)
     with pytest.raises(ConditionError, match="not allowed here"):
         parse_condition("n <= {subject:clearance}", MIXED, resolver=resolver,
                         allow_placeholders=False)

@@ -108,9 +108,14 @@ def test_privileged_sources_need_trust(catalog, tmp_path):
     with pytest.raises(StreamError, match="unknown option"):
         catalog.register("g", "root", SCHEMA, {"kind": "socket", "host": "h", "port": 1,
                                                "evil": 1}, trusted=True)
-    with pytest.raises(StreamError, match="port"):
-        catalog.register("g", "root", SCHEMA, {"kind": "socket", "host": "h", "port": "x"},
-                         trusted=True)
+    for port in ("x", "²", "٣", "0", "65536", "1_0", "9" * 5000, True):  # '²'.isdigit() was
+        with pytest.raises(StreamError, match="port"):                 # a 500 (int() refused)
+            catalog.register("g", "root", SCHEMA, {"kind": "socket", "host": "h", "port": port},
+                             trusted=True)
+    for files in ("0", "²", "٣", "1e3", "x"):
+        with pytest.raises(StreamError, match="maxFilesPerTrigger"):
+            catalog.register("f2", "root", SCHEMA, {"kind": "files", "path": str(tmp_path),
+                                                    "maxFilesPerTrigger": files}, trusted=True)
 
 
 def test_generator_uses_its_builtin_schema(catalog):
@@ -119,9 +124,12 @@ def test_generator_uses_its_builtin_schema(catalog):
     assert d.schema == BUILTIN_SCHEMAS["weather"] and d.time_attribute == "samplingtime"
     with pytest.raises(StreamError, match="built-in"):
         catalog.register("gen2", "nea", SCHEMA, {"kind": "generator", "schema": "weather"})
-    with pytest.raises(StreamError, match="rate"):
-        catalog.register("gen3", "nea", None, {"kind": "generator", "schema": "ais",
-                                               "rate": -1})
+    for rate in (-1, 0, "nan", "inf", "٣", "1_0", 1e999, "1e6"):  # float('٣') is 3.0
+        with pytest.raises(StreamError, match="rate"):
+            catalog.register("gen3", "nea", None, {"kind": "generator", "schema": "ais",
+                                                   "rate": rate})
+    assert catalog.register("gen4", "nea", None, {"kind": "generator", "schema": "ais",
+                                                  "rate": "0.5"}).name == "gen4"
 
 
 def test_catalogue_survives_restart(tmp_path):
