@@ -24,6 +24,7 @@ from pdp.errors import PolicyLoadError, RequestSyntaxError
 from pdp.http.auth import current_identity, require_identity
 from pdp.http.errors import error_response, no_content
 from pdp.manage import ManagedPolicy, ManagePolicy, Veto, may_manage_policy
+from pdp.policy_scope import RESOURCE_CATEGORY, RESOURCE_ID
 from pdp.request import bind_environment, bind_subject, media_kind, parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_SYNTAX_ERROR, Decision, Response, Result, Status
@@ -125,11 +126,18 @@ CheckPolicy = Callable[[bytes, str], list[str]]
 
 def decide_as(service: PolicyService, identity: Identity, ctx, environment=None) -> Response:
     """A request decided as the authenticated caller, on the gateway's clock and environment:
-    what POST /pdp answers (its route and its fast path, pep/http/fast_pdp.py, both call this)."""
+    what POST /pdp answers (its route and its fast path, pep/http/fast_pdp.py, both call this).
+    `environment(resource_ids)` is asked with the request's resource-id values, so that the
+    embedder can hand a decision only what concerns the resource it is about."""
     ctx = bind_subject(ctx, identity)
-    ctx = bind_environment(ctx, environment() if environment is not None else [])
+    attributes = environment(ctx.values(RESOURCE_CATEGORY, RESOURCE_ID)) \
+        if environment is not None else []
+    ctx = bind_environment(ctx, attributes)
     return service.decide(ctx)
-Environment = Callable[[], list[tuple[str, str, list[str]]]]
+
+
+# the embedder's environment attributes for a request naming these resource-ids
+Environment = Callable[[list[str]], list[tuple[str, str, list[str]]]]
 MAX_BULK = 10_000
 
 
@@ -146,8 +154,9 @@ def create_pdp_blueprint(service: PolicyService,
 
     `check_policy(document, source)` runs before a policy is written: it returns warnings for the answer
     or raises PolicyLoadError (400) when the policy cannot work (the gateway checks obligations
-    against stream schemas). `environment()` gives the gateway's own environment attributes,
-    which a decision sees instead of the request's (`pdp.request.bind_environment`)."""
+    against stream schemas). `environment(resource_ids)` gives the gateway's own environment
+    attributes for a request naming those resource-ids, which a decision sees instead of the
+    request's (`pdp.request.bind_environment`)."""
     bp = Blueprint("pdp", __name__)
 
     def checked(body: bytes, source: str = "request body") -> list[str]:
