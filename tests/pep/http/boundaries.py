@@ -126,9 +126,10 @@ def designator(attribute: str, datatype: str, category: str = ENVIRONMENT) -> st
             f'DataType="{datatype}" MustBePresent="false"/>')
 
 
-def reading(placement: str, attribute: str) -> dict[str, str]:
+def reading(placement: str, attribute: str, value: str | None = None) -> dict[str, str]:
     """The keyword arguments of `policy` that make it read `attribute` (an event attribute,
-    `urn:xsg:event:<stream>:<event>[:since|:keys]`) at `placement`."""
+    `urn:xsg:event:<stream>:<event>[:since|:keys]`) at `placement`; a Target match compares it
+    with `value` (by default a sample of its type)."""
     suffix = next((s for s in (":since", ":keys") if attribute.endswith(s)), "")
     datatype = EVENT_TYPES[suffix]
     short = datatype.rsplit("#", 1)[1]
@@ -137,8 +138,8 @@ def reading(placement: str, attribute: str) -> dict[str, str]:
             f'<AttributeValue DataType="{INTEGER}">0</AttributeValue></Apply>')
     echo = (f'<AttributeAssignmentExpression AttributeId="urn:t:echo">'
             f'{designator(attribute, datatype)}</AttributeAssignmentExpression>')
-    equal = match(f"{FN}{short}-equal", datatype, SAMPLE_VALUES[datatype], ENVIRONMENT,
-                  attribute)
+    equal = match(f"{FN}{short}-equal", datatype, value or SAMPLE_VALUES[datatype],
+                  ENVIRONMENT, attribute)
     if placement == "condition":
         return {"condition": size}
     if placement == "advice":
