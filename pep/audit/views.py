@@ -89,7 +89,7 @@ def owner_view(entry: dict, owns: Callable[[Any], bool]) -> dict | None:
     if "streams" not in view:
         view["streams"] = streams
     reason = entry.get("reason")
-    if reason is not None and reason not in PLAIN_REASONS \
+    if reason is not None and not (isinstance(reason, str) and reason in PLAIN_REASONS) \
             and not (isinstance(entry.get("side"), str) and owns(entry["side"])):
         del view["reason"]
         withheld.append("reason")

@@ -329,3 +329,19 @@ def test_audit_entries_written_before_joins_were_split_are_split_when_read(gw):
     assert "BOBFILTER" not in text([alices]) and BOB_POLICY not in text([alices])
     [bobs] = audit(gw, BOB, kind="granted")
     assert [s["stream"] for s in bobs["sides"]] == ["bstream"]
+
+
+def test_an_owners_view_of_odd_entries_never_fails():
+    """Entries are read back from files: whatever shape one has, a view is computed or the
+    entry is left out, never an error (GET /audit must not answer 500)."""
+    from pep.audit.views import owner_view
+
+    owns = lambda s: s == "astream"  # noqa: E731
+    odd = [{}, {"stream": 3}, {"stream": "astream", "reason": ["x"], "streams": "ab"},
+           {"kind": "policy-added", "streams": "astream"}, {"stream": "astream", "plan": []},
+           {"streams": ["astream", "bstream"], "sides": [1, {"stream": None}], "reason": {}},
+           {"stream": "astream", "plan": {"join": {"left": 1, "right": {"stream": "bstream"}}}}]
+    views = [owner_view(entry, owns) for entry in odd]
+    assert views[0] is None and views[1] is None
+    assert views[5]["sides"] == [] and views[5]["withheld"] == ["reason"]
+    assert views[6]["streams"] == ["astream", "bstream"] and "plan" not in views[6]
