@@ -40,8 +40,18 @@ _OFFERED = {"xml": (XACML_XML, "application/xml", "text/xml"),
             "json": (XACML_JSON, "application/json")}
 
 
-def _refused(identity: Identity, what: str, verdict: object) -> FlaskResponse:
+STORED_NOT_YOURS = ("it was written by someone else and is not confined to what you manage; "
+                    "why is not said, as it would tell what the document holds")
+
+
+def _refused(identity: Identity, what: str, verdict: object,
+             writer: str | None = None) -> FlaskResponse:
+    """403 saying why. When the document judged is a stored one (`writer` wrote it), the reason
+    is said only to its writer and administrators: a rule's reason quotes the document (the
+    streams it is about, the events it reads), which is its writer's to know."""
     reason = verdict.reason if isinstance(verdict, Veto) else None
+    if reason and writer is not None and not identity.admin and writer != identity.subject:
+        reason = STORED_NOT_YOURS
     message = f"{identity.subject!r} may not {what}"
     return error_response(403, f"{message}: {reason}" if reason else message)
 
@@ -161,6 +171,13 @@ def create_pdp_blueprint(service: PolicyService,
 
     def checked(body: bytes, source: str = "request body") -> list[str]:
         return check_policy(body, source) if check_policy is not None else []
+
+    def writer_of(policy_id: str) -> str:
+        """Who wrote the stored current version ("" when it cannot be read: no reason then)."""
+        try:
+            return service.get(policy_id).owner
+        except PolicyNotFoundError:
+            return ""
 
     def existing_info(policy_id: str, stored: StoredPolicy | None = None) -> ManagedPolicy | None:
         """The live policy with its stored current document; None when there is none."""
@@ -284,7 +301,8 @@ def create_pdp_blueprint(service: PolicyService,
         else:
             verdict = may_manage(identity, info)
             if not verdict:
-                return _refused(identity, f"read policy {policy_id!r}", verdict)
+                return _refused(identity, f"read policy {policy_id!r}", verdict,
+                                writer_of(policy_id))
         try:
             if wants_history:
                 return jsonify([p.summary() for p in service.history(policy_id)])
@@ -304,7 +322,8 @@ def create_pdp_blueprint(service: PolicyService,
             # does not open what others wrote under it before.
             verdict = may_manage(identity, ManagedPolicy.of(info, stored.data))
             if not verdict:
-                return _refused(identity, f"read this version of policy {policy_id!r}", verdict)
+                return _refused(identity, f"read this version of policy {policy_id!r}", verdict,
+                                stored.owner)
         response = FlaskResponse(stored.data, content_type=XACML_XML)
         response.headers["X-Policy-Version"] = stored.version
         response.headers["X-Store-Version"] = str(stored.store_version)
@@ -328,7 +347,7 @@ def create_pdp_blueprint(service: PolicyService,
             verdict = may_manage(identity, current)
             if not verdict:
                 return _refused(identity, f"manage policy {policy_id!r} (its current version)",
-                                verdict)
+                                verdict, writer_of(policy_id))
             verdict = may_manage(identity, info)
             if not verdict:
                 return _refused(identity, f"manage policy {policy_id!r} (the new version)", verdict)
@@ -389,7 +408,8 @@ def create_pdp_blueprint(service: PolicyService,
             return error_response(404, f"policy {policy_id!r} not found")
         verdict = may_manage(identity, current)
         if not verdict:
-            return _refused(identity, f"manage policy {policy_id!r}", verdict)
+            return _refused(identity, f"manage policy {policy_id!r}", verdict,
+                            writer_of(policy_id))
         try:
             service.delete(policy_id, owner=identity.subject)
         except PolicyNotFoundError as exc:

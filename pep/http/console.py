@@ -31,6 +31,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, send_from_directory
 
+from pdp.http.api import STORED_NOT_YOURS
 from pdp.http.auth import current_identity, require_identity
 from pdp.http.errors import error_response
 from pdp.manage import ManagedPolicy
@@ -97,6 +98,8 @@ def create_console_blueprint(services: Any) -> Blueprint:
         verdict = services.may_manage(identity, ManagedPolicy.of(info, stored.data))
         if not verdict:
             reason = getattr(verdict, "reason", None)
+            if reason and not identity.admin and stored.owner != identity.subject:
+                reason = STORED_NOT_YOURS  # the reason would quote another's document
             message = f"{identity.subject!r} may not read policy {policy_id!r}"
             return error_response(403, f"{message}: {reason}" if reason else message)
         live = [r for r in services.handles.live() if policy_id in r.policy_ids]

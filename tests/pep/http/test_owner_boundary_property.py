@@ -15,7 +15,8 @@ his event keys, his consumers' names. Then
 - no answer to any call Alice may make (POST /pdp, /explain, /requests; GET /audit with and
   without `?stream=`, /policies and each of hers, their histories and handle counts, /streams,
   /streams/<name>, /streams/<name>/events, /metrics (public here), /handles, /health, the
-  console's /console/whoami, the invalidation feed) contains the canary;
+  console's /console/whoami, the invalidation feed) contains the canary, and her attempts at
+  Bob's policies by their ids say nothing of what they hold;
 - each of her attempts to read Bob's events is refused (403) when written;
 - her decisions and explanations are the same whether Bob's events are open or closed, and
   whatever keys they gathered.
@@ -229,6 +230,17 @@ def test_nothing_alice_can_call_tells_her_bobs_data_policies_events_or_consumers
 
     note(f"handles: {len(handles)}, revoked: "
          f"{sum(1 for _, h in handles if not gw.services.handles.get(h).live)}")
+    # Bob's policies by the ids Alice would have to guess: refused, echoing the id she sent
+    # and nothing of the document (not even which stream it is about)
+    for policy_id in b_policies:
+        for method, suffix, data in (("GET", "", None), ("GET", "?history=true", None),
+                                     ("GET", "/handles", None), ("DELETE", "", None),
+                                     ("PUT", "", policy(policy_id, (a_streams[0],)))):
+            r = gw.call(method, f"/policies/{policy_id}{suffix}", ALICE, data=data,
+                        headers=XML if data else {})
+            assert r.status_code in (403, 404), (method, suffix, r.status_code)
+            said = r.get_data(as_text=True).replace(policy_id, "<id>")
+            assert CANARY not in said and not any(b in said for b in b_streams), said
     leaks = [text for text in alice_views(gw, a_streams, b_streams, a_policies)
              if CANARY in text]
     assert leaks == [], leaks[0][:2000]
