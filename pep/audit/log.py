@@ -141,11 +141,11 @@ class AuditLog:
 
     def query(self, *, kinds: Iterable[str] | None = None, stream: str | None = None,
               subject: str | None = None, since: str | None = None, until: str | None = None,
-              after_seq: int | None = None, visible: Any = None, view: Any = None,
+              after_seq: int | None = None, view: Any = None,
               limit: int = 1000) -> list[dict]:
-        """Matching entries, newest last, at most `limit` (the newest ones). `visible(entry)`
-        decides what the caller may see; `view(entry)` gives what the caller sees of it (None:
-        nothing). `stream` matches an entry about that stream, either side of a join included
+        """Matching entries, newest last, at most `limit` (the newest ones). `view(entry)` gives
+        what the caller may see of an entry (None: nothing; `pep.audit.views`). `stream`
+        matches an entry about that stream, either side of a join included
         (`pep.audit.views.entry_streams`)."""
         kinds = set(kinds) if kinds else None
         out: list[dict] = []
@@ -162,8 +162,6 @@ class AuditLog:
             if until is not None and time >= until:
                 continue
             if after_seq is not None and int(entry.get("seq", 0)) <= after_seq:
-                continue
-            if visible is not None and not visible(entry):
                 continue
             if view is not None:
                 entry = view(entry)
