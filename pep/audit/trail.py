@@ -51,10 +51,11 @@ class AuditTrail:
     def granted(self, record: Any, is_new: bool) -> None:
         plan = json.loads(record.plan_json)
         policies = self._policy_versions(record.policy_ids)
+        streams = _join_streams(record)
         self.log.record("granted", subject=record.subject, stream=record.stream,
-                        streams=_join_streams(record), handle_ref=handle_ref(record.id),
+                        streams=streams, handle_ref=handle_ref(record.id),
                         new=is_new, plan_key=record.plan_key, plan=plan, policies=policies,
-                        sides=self._sides(plan, policies) if _join_streams(record) else None)
+                        sides=self._sides(plan, policies) if streams else None)
 
     def _sides(self, plan: dict, policies: list[dict]) -> list[dict]:
         """A join's two sides: each its stream, its plan and the policies that can apply to it."""
