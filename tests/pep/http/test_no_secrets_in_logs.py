@@ -96,9 +96,9 @@ def test_a_representative_run_logs_no_handle_id_token_or_secret(tmp_path, captur
             assert call("POST", "/streams", who, json=stream_json(name)).status_code == 201
         assert call("POST", "/streams/bstream/events", BOB, json={
             "name": "bevent", "condition": "speed > 50", "key": "area"}).status_code == 201
-        for who, pid, stream, extra in (
-                (ALICE, "urn:alice:p", "astream", {}),
-                (BOB, "urn:bob:p", "bstream", reading("condition", "urn:xsg:event:bstream:bevent"))):
+        waits = reading("condition", "urn:xsg:event:bstream:bevent")
+        for who, pid, stream, extra in ((ALICE, "urn:alice:p", "astream", {}),
+                                        (BOB, "urn:bob:p", "bstream", waits)):
             doc = policy(pid, (stream,), (CAROL,),
                          obligations=stream_obligations("speed > 1", ("ts", "mmsi", "area")),
                          **extra)
