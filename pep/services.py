@@ -199,7 +199,8 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
 
     # The audit trail.
     audit = AuditTrail(AuditLog(data_dir / "audit", config.audit_max_bytes, config.audit_keep),
-                       policy_versions=_policy_versions(policies))
+                       policy_versions=_policy_versions(policies),
+                       policy_scope=lambda policy_id: policies.engine.resource_scope(policy_id))
 
     services = GatewayServices(
         config=config, authenticator=authenticator, store=store, events=events,
@@ -229,7 +230,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     # 3. handles that end (revoked, released, ended) are published to proxies, after their state
     #    is persisted: one event per kind of ending for a whole batch.
     handles.add_listener(lambda records: publish_endings(hub, records))
-    # 4. a stream event that opens, closes or grows re-decides the live handles;
+    # 4. a stream event that opens, closes or grows re-decides the live handles on its stream;
     stream_events.add_listener(revocation.on_environment_change)
     revocation.every_tick(stream_events.tick)
     # 5. a stream whose query stalls or fails (and later runs again) is announced to the

@@ -7,17 +7,30 @@ bytes are passed without decoding so Content-Encoding stays valid). Request bodi
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
 
 log = logging.getLogger(__name__)
+
+_HANDLE_PATH = re.compile(r"/handles/([^/]+)")
+
+
+def loggable_url_path(url: str) -> str:
+    """An upstream URL as a log line may show it: the path, with a handle's id (a capability)
+    replaced by its reference (the first 16 hex digits of its SHA-256, as the gateway's logs
+    and audit name it) and no query string (a read token travels there)."""
+    path = urlsplit(url).path
+    return _HANDLE_PATH.sub(lambda m: "/handles/ref:" + hashlib.sha256(
+        m.group(1).encode("utf-8")).hexdigest()[:16], path)
 
 # RFC 9110 section 7.6.1, plus headers that the HTTP stack sets for each hop itself.
 HOP_BY_HOP = frozenset({
@@ -178,7 +191,8 @@ class Forwarder:
         try:
             yield from iter_raw(resp)
         except Exception as exc:  # noqa: BLE001 - the client already has the status line
-            log.info("upstream stream %s broke off: %s", resp.url, type(exc).__name__)
+            log.info("upstream stream %s broke off: %s", loggable_url_path(resp.url),
+                     type(exc).__name__)
             raise ConnectionAbortedError("the gateway's stream broke off") from None
         finally:
             with self._lock:

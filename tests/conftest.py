@@ -1,6 +1,19 @@
 """Suite-wide fixtures. Spark is started at most once per run (a cold session costs seconds),
-and only when a test asks for it: the pure-Python tests never start a JVM."""
+and only when a test asks for it: the pure-Python tests never start a JVM.
+
+Every test's log records are also checked for secrets (`no_secrets_in_logs`): no line the suite
+writes may carry a bearer token, a handle read token or a handle id (README, "Logs"). The
+thorough check, with every logger at DEBUG over a representative run, is
+tests/pep/http/test_no_secrets_in_logs.py; this one looks at what every other test writes
+anyway (WARNING and above unless a test lowers a level), by shape: a bearer credential, a read
+token (`v1.<expiry>.`), a handle id (43 URL-safe characters mixing upper and lower case and
+digits, as `secrets.token_urlsafe(32)` makes them), and the tokens the test helpers hand out.
+"""
 from __future__ import annotations
+
+import logging
+import re
+import sys
 
 import pytest
 
@@ -18,3 +31,45 @@ def spark():
     for query in session.streams.active:
         query.stop()
     session.stop()
+
+
+_SECRET_SHAPES = re.compile(
+    r"Bearer\s+[\w.~+/-]{8,}"
+    r"|(?<![\w.-])v1\.\d{9,}\.[\w-]+\."
+    r"|(?<![\w-])(?=[\w-]*[A-Z])(?=[\w-]*[a-z])(?=[\w-]*\d)[\w-]{43}(?![\w-])",
+    re.ASCII)
+_HELPER_TOKENS = ("tests.pep.conftest", "tests.pep.http.boundaries")
+
+
+class _SecretWatch(logging.Handler):
+    """Remembers the log records that look as if they carried a secret."""
+
+    def __init__(self, known: tuple[str, ...]) -> None:
+        super().__init__(logging.NOTSET)
+        self.known = known
+        self.found: list[str] = []
+        self.formatter = logging.Formatter("%(name)s %(levelname)s %(message)s")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+        except Exception:  # noqa: BLE001 - a record that does not format is not ours to judge
+            return
+        match = _SECRET_SHAPES.search(text)
+        hit = match.group(0) if match else next((t for t in self.known if t in text), None)
+        if hit is not None:
+            self.found.append(f"{hit[:10]}... in: {text[:300]}")
+
+
+@pytest.fixture(autouse=True)
+def no_secrets_in_logs():
+    known = tuple(token for name in _HELPER_TOKENS
+                  for token in getattr(sys.modules.get(name), "TOKENS", {}).values())
+    watch = _SecretWatch(known)
+    root = logging.getLogger()
+    root.addHandler(watch)
+    try:
+        yield watch
+    finally:
+        root.removeHandler(watch)
+    assert not watch.found, "a log record carries a secret:\n" + "\n".join(watch.found[:5])

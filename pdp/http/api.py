@@ -26,6 +26,7 @@ from pdp.http.errors import error_response, no_content
 from pdp.manage import ManagedPolicy, ManagePolicy, Veto, may_manage_policy
 from pdp.numbers import INT64_MAX, NumberError, parse_int
 from pdp.policy_parser import is_version
+from pdp.policy_scope import RESOURCE_CATEGORY, RESOURCE_ID
 from pdp.request import bind_environment, bind_subject, media_kind, parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_SYNTAX_ERROR, Decision, Response, Result, Status
@@ -41,8 +42,18 @@ _OFFERED = {"xml": (XACML_XML, "application/xml", "text/xml"),
             "json": (XACML_JSON, "application/json")}
 
 
-def _refused(identity: Identity, what: str, verdict: object) -> FlaskResponse:
+STORED_NOT_YOURS = ("it was written by someone else and is not confined to what you manage; "
+                    "why is not said, as it would tell what the document holds")
+
+
+def _refused(identity: Identity, what: str, verdict: object,
+             writer: str | None = None) -> FlaskResponse:
+    """403 saying why. When the document judged is a stored one (`writer` wrote it), the reason
+    is said only to its writer and administrators: a rule's reason quotes the document (the
+    streams it is about, the events it reads), which is its writer's to know."""
     reason = verdict.reason if isinstance(verdict, Veto) else None
+    if reason and writer is not None and not identity.admin and writer != identity.subject:
+        reason = STORED_NOT_YOURS
     message = f"{identity.subject!r} may not {what}"
     return error_response(403, f"{message}: {reason}" if reason else message)
 
@@ -113,11 +124,18 @@ CheckPolicy = Callable[[bytes, str], list[str]]
 
 def decide_as(service: PolicyService, identity: Identity, ctx, environment=None) -> Response:
     """A request decided as the authenticated caller, on the gateway's clock and environment:
-    what POST /pdp answers (its route and its fast path, pep/http/fast_pdp.py, both call this)."""
+    what POST /pdp answers (its route and its fast path, pep/http/fast_pdp.py, both call this).
+    `environment(resource_ids)` is asked with the request's resource-id values, so that the
+    embedder can hand a decision only what concerns the resource it is about."""
     ctx = bind_subject(ctx, identity)
-    ctx = bind_environment(ctx, environment() if environment is not None else [])
+    attributes = environment(ctx.values(RESOURCE_CATEGORY, RESOURCE_ID)) \
+        if environment is not None else []
+    ctx = bind_environment(ctx, attributes)
     return service.decide(ctx)
-Environment = Callable[[], list[tuple[str, str, list[str]]]]
+
+
+# the embedder's environment attributes for a request naming these resource-ids
+Environment = Callable[[list[str]], list[tuple[str, str, list[str]]]]
 MAX_BULK = 10_000
 
 
@@ -134,12 +152,20 @@ def create_pdp_blueprint(service: PolicyService,
 
     `check_policy(document, source)` runs before a policy is written: it returns warnings for the answer
     or raises PolicyLoadError (400) when the policy cannot work (the gateway checks obligations
-    against stream schemas). `environment()` gives the gateway's own environment attributes,
-    which a decision sees instead of the request's (`pdp.request.bind_environment`)."""
+    against stream schemas). `environment(resource_ids)` gives the gateway's own environment
+    attributes for a request naming those resource-ids, which a decision sees instead of the
+    request's (`pdp.request.bind_environment`)."""
     bp = Blueprint("pdp", __name__)
 
     def checked(body: bytes, source: str = "request body") -> list[str]:
         return check_policy(body, source) if check_policy is not None else []
+
+    def writer_of(policy_id: str) -> str:
+        """Who wrote the stored current version ("" when it cannot be read: no reason then)."""
+        try:
+            return service.get(policy_id).owner
+        except PolicyNotFoundError:
+            return ""
 
     def existing_info(policy_id: str, stored: StoredPolicy | None = None) -> ManagedPolicy | None:
         """The live policy with its stored current document; None when there is none."""
@@ -289,7 +315,8 @@ def create_pdp_blueprint(service: PolicyService,
         else:
             verdict = may_manage(identity, info)
             if not verdict:
-                return _refused(identity, f"read policy {policy_id!r}", verdict)
+                return _refused(identity, f"read policy {policy_id!r}", verdict,
+                                writer_of(policy_id))
         try:
             if wants_history:
                 return jsonify([p.summary() for p in service.history(policy_id)])
@@ -313,7 +340,8 @@ def create_pdp_blueprint(service: PolicyService,
             # does not open what others wrote under it before.
             verdict = may_manage(identity, ManagedPolicy.of(info, stored.data))
             if not verdict:
-                return _refused(identity, f"read this version of policy {policy_id!r}", verdict)
+                return _refused(identity, f"read this version of policy {policy_id!r}", verdict,
+                                stored.owner)
         response = FlaskResponse(stored.data, content_type=XACML_XML)
         response.headers["X-Policy-Version"] = stored.version
         response.headers["X-Store-Version"] = str(stored.store_version)
@@ -346,7 +374,7 @@ def create_pdp_blueprint(service: PolicyService,
             verdict = may_manage(identity, current)
             if not verdict:
                 return _refused(identity, f"manage policy {policy_id!r} (its current version)",
-                                verdict)
+                                verdict, writer_of(policy_id))
             verdict = may_manage(identity, info)
             if not verdict:
                 return _refused(identity, f"manage policy {policy_id!r} (the new version)", verdict)
@@ -421,7 +449,8 @@ def create_pdp_blueprint(service: PolicyService,
             return error_response(404, f"policy {policy_id!r} not found")
         verdict = may_manage(identity, current)
         if not verdict:
-            return _refused(identity, f"manage policy {policy_id!r}", verdict)
+            return _refused(identity, f"manage policy {policy_id!r}", verdict,
+                            writer_of(policy_id))
         try:
             service.delete(policy_id, owner=identity.subject)
         except PolicyNotFoundError as exc:

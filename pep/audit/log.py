@@ -13,7 +13,6 @@ overrun `max_bytes` before the file rotates).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -22,14 +21,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pep.audit.views import entry_streams
+from pep.core.refs import handle_ref  # the audit's name for a handle (re-exported)
+
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 DEFAULT_KEEP = 10
 FORBIDDEN_FIELDS = frozenset({"token", "authorization", "body", "handle_id", "rows", "row"})
-
-
-def handle_ref(handle_id: str) -> str:
-    """How the audit names a handle: a short hash, not the capability itself."""
-    return hashlib.sha256(handle_id.encode("utf-8")).hexdigest()[:16]
 
 
 def _now() -> str:
@@ -144,16 +141,18 @@ class AuditLog:
 
     def query(self, *, kinds: Iterable[str] | None = None, stream: str | None = None,
               subject: str | None = None, since: str | None = None, until: str | None = None,
-              after_seq: int | None = None, visible: Any = None, limit: int = 1000) -> list[dict]:
-        """Matching entries, newest last, at most `limit` (the newest ones). `visible(entry)`
-        decides what the caller may see."""
+              after_seq: int | None = None, view: Any = None,
+              limit: int = 1000) -> list[dict]:
+        """Matching entries, newest last, at most `limit` (the newest ones). `view(entry)` gives
+        what the caller may see of an entry (None: nothing; `pep.audit.views`). `stream`
+        matches an entry about that stream, either side of a join included
+        (`pep.audit.views.entry_streams`)."""
         kinds = set(kinds) if kinds else None
         out: list[dict] = []
         for entry in self.entries():
             if kinds is not None and entry.get("kind") not in kinds:
                 continue
-            if stream is not None and entry.get("stream") != stream \
-                    and stream not in (entry.get("streams") or ()):
+            if stream is not None and stream not in entry_streams(entry):
                 continue
             if subject is not None and entry.get("subject") != subject:
                 continue
@@ -164,8 +163,10 @@ class AuditLog:
                 continue
             if after_seq is not None and int(entry.get("seq", 0)) <= after_seq:
                 continue
-            if visible is not None and not visible(entry):
-                continue
+            if view is not None:
+                entry = view(entry)
+                if entry is None:
+                    continue
             out.append(entry)
             if len(out) > limit:
                 out.pop(0)

@@ -2,10 +2,10 @@
 
 | kind | when | fields |
 |---|---|---|
-| `granted` | a request opened a handle (or got its live one back: `new` false) | subject, stream, handle_ref, plan_key, plan, policies (id, version, store_version) |
-| `refused` | a stream request was refused | subject, stream (when known), refusal (its kind), reason |
-| `handle-revoked`, `handle-released`, `handle-ended` | a handle ended | subject, stream, handle_ref, reason |
-| `handle-resumed` | a live handle was resumed at start, re-decided | subject, stream, handle_ref |
+| `granted` | a request opened a handle (or got its live one back: `new` false) | subject, stream, handle_ref, plan_key, plan, policies (id, version, store_version); a join's also streams, sides |
+| `refused` | a stream request was refused | subject, stream (when known), refusal (its kind), reason; a join's also streams, and side when the refusal came from one side |
+| `handle-revoked`, `handle-released`, `handle-ended` | a handle ended | subject, stream, handle_ref, reason; a join's also streams |
+| `handle-resumed` | a live handle was resumed at start, re-decided | subject, stream, handle_ref; a join's also streams |
 | `policy-added`, `policy-updated`, `policy-deleted` | the PAP changed a policy | policy_id, version, store_version, by, streams (the change's resource scope; absent: any) |
 | `stream-registered` | a stream was registered | stream, by, source (its kind) |
 | `stream-changed` | an owner changed a stream (`PATCH /streams/<name>`) | stream, by, changes |
@@ -13,6 +13,11 @@
 
 The plan is the authorised view (filter, map, window: what the policies and the query allow), not
 data. Nothing else of a request is kept.
+
+A join's entries name both streams (`streams`, the first is `stream`), and a grant carries each
+side's part (`sides`: `[{"stream", "plan", "policies"}, ...]`) so that each stream's owner can
+be shown its own side only (`pep.audit.views`). A side's policies are those whose target can
+apply to its stream (`policy_scope(id)`: the resource-ids a policy can apply to, None for any).
 """
 from __future__ import annotations
 
@@ -24,34 +29,66 @@ from pep.audit.log import AuditLog, handle_ref
 from pep.core.errors import Refusal
 
 PolicyVersions = Callable[[Iterable[str]], list[dict]]
+PolicyScope = Callable[[str], "frozenset[str] | None"]
+
+
+def _any_stream(policy_id: str) -> None:
+    return None
+
+
+def _join_streams(record: Any) -> list[str] | None:
+    """Both streams of a join's handle; None for a single stream's."""
+    streams = list(getattr(record, "streams", ()) or ())
+    return streams if len(streams) > 1 else None
 
 
 class AuditTrail:
-    def __init__(self, log: AuditLog, policy_versions: PolicyVersions) -> None:
+    def __init__(self, log: AuditLog, policy_versions: PolicyVersions,
+                 policy_scope: PolicyScope = _any_stream) -> None:
         self.log = log
         self._policy_versions = policy_versions
+        self._policy_scope = policy_scope
 
     def granted(self, record: Any, is_new: bool) -> None:
+        plan = json.loads(record.plan_json)
+        policies = self._policy_versions(record.policy_ids)
+        streams = _join_streams(record)
         self.log.record("granted", subject=record.subject, stream=record.stream,
-                        handle_ref=handle_ref(record.id), new=is_new, plan_key=record.plan_key,
-                        plan=json.loads(record.plan_json),
-                        policies=self._policy_versions(record.policy_ids))
+                        streams=streams, handle_ref=handle_ref(record.id),
+                        new=is_new, plan_key=record.plan_key, plan=plan, policies=policies,
+                        sides=self._sides(plan, policies) if streams else None)
+
+    def _sides(self, plan: dict, policies: list[dict]) -> list[dict]:
+        """A join's two sides: each its stream, its plan and the policies that can apply to it."""
+        scopes = {p["id"]: self._policy_scope(p["id"]) for p in policies}
+        sides = []
+        for name in ("left", "right"):
+            side = plan["join"][name]
+            stream = side["stream"]
+            sides.append({"stream": stream, "plan": side, "policies": [
+                p for p in policies if scopes[p["id"]] is None or stream in scopes[p["id"]]]})
+        return sides
 
     def refused(self, identity: Any, exc: Refusal, stream: str | None = None) -> None:
+        streams = exc.details.get("streams")
         self.log.record("refused", subject=identity.subject,
-                        stream=stream or exc.details.get("stream"), refusal=type(exc).__name__,
-                        reason=exc.message)
+                        stream=stream or exc.details.get("stream"),
+                        streams=list(streams) if streams else None,
+                        side=exc.details.get("side") if streams else None,
+                        refusal=type(exc).__name__, reason=exc.message)
 
     def ended(self, records: list[Any]) -> None:
         self.log.record_many(
             (f"handle-{record.state.value}",
              {"subject": record.subject, "stream": record.stream,
-              "handle_ref": handle_ref(record.id), "reason": record.reason})
+              "streams": _join_streams(record), "handle_ref": handle_ref(record.id),
+              "reason": record.reason})
             for record in records)
 
     def resumed(self, records: list[Any]) -> None:
         self.log.record_many(
             ("handle-resumed", {"subject": record.subject, "stream": record.stream,
+                                "streams": _join_streams(record),
                                 "handle_ref": handle_ref(record.id)})
             for record in records)
 

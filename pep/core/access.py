@@ -14,6 +14,12 @@ would get, from the policies written for that stream (whose targets and `{resour
 placeholders see their own stream), owners need no join-specific policies, and the PDP stays
 single-decision (two resource categories are the Multiple Decision Profile, which a stream
 request refuses). The join is planned only when both are Permit; a denial names the stream.
+
+The gateway's environment (stream events) is asked per stream: each decision sees the events
+of the stream it decides, the second side of a join those of the second stream, never another
+stream's (`pep.streams.events` says why). A refusal of a join carries both streams in its
+details (`streams`) and, when it came from one side's own decision, query or merge, that side
+(`side`): the audit trail shows each owner only what concerns its own side.
 """
 from __future__ import annotations
 
@@ -63,6 +69,8 @@ SUBJECT_CATEGORY = "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject
 
 ENVIRONMENT_CATEGORY = "urn:oasis:names:tc:xacml:3.0:attribute-category:environment"
 EnvironmentAttributes = list[tuple[str, str, list[str]]]
+# the gateway's environment attributes for a decision about one stream
+StreamEnvironment = Callable[[str], EnvironmentAttributes]
 
 
 def caller_resolver(identity, stream: str, environment: EnvironmentAttributes = ()
@@ -115,9 +123,10 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
                     user_query: bytes | None = None, user_query_type: str | None = None, *,
                     refuse_nr: bool = True,
                     time_attribute_lookup: Callable[[str], str | None] | None = None,
-                    environment: Callable[[], EnvironmentAttributes] | None = None) -> Grant:
+                    environment: StreamEnvironment | None = None) -> Grant:
     """Decide and plan one stream request; raises a Refusal saying why on any failure.
-    `environment()` gives the gateway's own environment attributes (stream events)."""
+    `environment(stream)` gives the gateway's own environment attributes for a decision about
+    that stream (its events)."""
     try:
         media_kind(media_type)
     except RequestSyntaxError as exc:
@@ -129,8 +138,6 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
         response = Response((Result(Decision.INDETERMINATE, status),))
         raise MalformedRequest(str(exc), response, media_type) from None
     ctx = bind_subject(ctx, identity)
-    gateway_environment = environment() if environment is not None else []
-    ctx = bind_environment(ctx, gateway_environment)
 
     streams = list(dict.fromkeys(ctx.values(RESOURCE, RESOURCE_ID)))
     if not streams:
@@ -143,14 +150,21 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
     schema = schema_lookup(stream)
     if schema is None:
         raise NotFound(f"unknown stream {stream!r}", stream=stream)
+    environment = environment if environment is not None else _no_environment
+    gateway_environment = environment(stream)
+    ctx = bind_environment(ctx, gateway_environment)
 
     try:
         return _plan(engine, ctx, stream, schema, identity, media_type, user_query,
-                     user_query_type, refuse_nr, time_attribute_lookup, gateway_environment,
-                     schema_lookup)
+                     user_query_type, refuse_nr, time_attribute_lookup, environment,
+                     gateway_environment, schema_lookup)
     except Refusal as exc:
         exc.details.setdefault("stream", stream)  # for the audit trail and the error body
         raise
+
+
+def _no_environment(stream: str) -> EnvironmentAttributes:
+    return []
 
 
 def _decide(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: str,
@@ -226,32 +240,43 @@ def _merge(policy, user, schema: StreamSchema, time_attribute: str | None):
 def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: str,
           user_query: bytes | None, user_query_type: str | None, refuse_nr: bool,
           time_attribute_lookup: Callable[[str], str | None] | None,
-          gateway_environment: EnvironmentAttributes,
+          environment: StreamEnvironment, gateway_environment: EnvironmentAttributes,
           schema_lookup: SchemaLookup | None = None) -> Grant:
+    """`gateway_environment` is what `ctx` is bound to (`environment(stream)`); a join's second
+    side asks `environment` for its own stream."""
     try:
         response, policy, policy_ids = _decide(engine, ctx, stream, schema, identity,
                                                media_type, gateway_environment)
     except AccessDenied as exc:
         second = _asks_for_join(ctx, user_query, user_query_type)
-        if second is None or exc.decision is None or len(exc.decision.results) != 1 \
+        if second is None:
+            raise
+        _mark_side(exc, stream, second, stream)
+        if exc.decision is None or len(exc.decision.results) != 1 \
                 or exc.decision.results[0].decision is Decision.PERMIT:
             raise
         # a join: say which side is refused (here the first, the request's own stream)
-        raise _join_denial(exc.decision, stream, f"the first stream of the join with {second!r}",
-                           media_type) from None
+        raise _mark_side(_join_denial(exc.decision, stream,
+                                      f"the first stream of the join with {second!r}",
+                                      media_type), stream, second, stream) from None
 
     query = _user_query(ctx, user_query, user_query_type)
+    second = query.join.stream if query is not None and query.join is not None else None
     try:
-        user = user_graph(query, stream, schema) if query is not None else None
-    except UserQueryError as exc:
-        raise InvalidInput(f"user query: {exc.message}", position=exc.position) from None
-
-    time_attribute = time_attribute_lookup(stream) if time_attribute_lookup else None
-    merged = _merge(policy, user, schema, time_attribute)
+        try:
+            user = user_graph(query, stream, schema) if query is not None else None
+        except UserQueryError as exc:
+            raise InvalidInput(f"user query: {exc.message}", position=exc.position) from None
+        time_attribute = time_attribute_lookup(stream) if time_attribute_lookup else None
+        merged = _merge(policy, user, schema, time_attribute)
+    except Refusal as exc:
+        if second is not None:
+            _mark_side(exc, stream, second, stream)
+        raise
     if query is not None and query.join is not None:
         return _plan_join(engine, ctx, response, stream, schema, policy, user, merged,
                           policy_ids, query.join, identity, media_type, refuse_nr,
-                          time_attribute_lookup, gateway_environment, schema_lookup)
+                          time_attribute_lookup, environment, schema_lookup)
 
     warnings = list(merged.warnings)
     if refuse_nr and merged.nr:
@@ -266,28 +291,35 @@ def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: 
 def _plan_join(engine, ctx, response, stream: str, schema: StreamSchema, policy, user, merged,
                policy_ids: set[str], join: JoinQuery, identity, media_type: str,
                refuse_nr: bool, time_attribute_lookup: Callable[[str], str | None] | None,
-               gateway_environment: EnvironmentAttributes,
+               environment: StreamEnvironment,
                schema_lookup: SchemaLookup | None) -> Grant:
     """A join (pep.core.join): the second side is decided with the first side's request, its
-    resource-id replaced (same authenticated subject, action and environment), merged with its
-    part of the user query like any stream request, and both sides are joined."""
+    resource-id replaced (same authenticated subject and action; the environment of the second
+    stream, not the first's), merged with its part of the user query like any stream request,
+    and both sides are joined."""
     second = join.stream
     second_schema = schema_lookup(second) if schema_lookup is not None else None
     if second_schema is None:
         raise NotFound(f"unknown stream {second!r} (the join's second stream)", stream=second)
     try:
         check_streams(stream, second)
-        second_ctx = ctx.with_attribute(RESOURCE, RESOURCE_ID, STRING, [second])
-        second_response, second_policy, second_ids = _decide(
-            engine, second_ctx, second, second_schema, identity, media_type,
-            gateway_environment, join=f"the second stream of the join with {stream!r}")
         try:
-            second_user = user_graph(join.side, second, second_schema)
-        except UserQueryError as exc:
-            raise InvalidInput(f"user query (join): {exc.message}",
-                               position=exc.position) from None
-        second_time = time_attribute_lookup(second) if time_attribute_lookup else None
-        second_merged = _merge(second_policy, second_user, second_schema, second_time)
+            second_environment = environment(second)
+            second_ctx = bind_environment(
+                ctx.with_attribute(RESOURCE, RESOURCE_ID, STRING, [second]), second_environment)
+            second_response, second_policy, second_ids = _decide(
+                engine, second_ctx, second, second_schema, identity, media_type,
+                second_environment, join=f"the second stream of the join with {stream!r}")
+            try:
+                second_user = user_graph(join.side, second, second_schema)
+            except UserQueryError as exc:
+                raise InvalidInput(f"user query (join): {exc.message}",
+                                   position=exc.position) from None
+            second_time = time_attribute_lookup(second) if time_attribute_lookup else None
+            second_merged = _merge(second_policy, second_user, second_schema, second_time)
+        except Refusal as exc:
+            _mark_side(exc, stream, second, second)
+            raise
         first_time = time_attribute_lookup(stream) if time_attribute_lookup else None
         result = build_join(
             JoinSide(stream, schema, merged, policy, user, first_time),
@@ -295,14 +327,25 @@ def _plan_join(engine, ctx, response, stream: str, schema: StreamSchema, policy,
                      second_time), join)
     except Refusal as exc:
         exc.details.setdefault("stream", second)
+        exc.details.setdefault("streams", [stream, second])
         raise
     warnings = list(result.warnings)
     if refuse_nr and result.nr:
         nr = [w for w in warnings if w.kind == "NR"]
-        raise NoResult("no result: " + nr[0].message, warnings=[w.to_json() for w in warnings])
+        raise NoResult("no result: " + nr[0].message, warnings=[w.to_json() for w in warnings],
+                       streams=[stream, second])
     return Grant(decision=response, stream=stream, subject=identity.subject, plan=result.plan,
                  warnings=warnings, sql=result.sql, plan_json=result.plan_json,
                  policy_ids=policy_ids | second_ids, graph_json=result.graph_json)
+
+
+def _mark_side(exc: Refusal, first: str, second: str, side: str) -> Refusal:
+    """A join's refusal that came from one side alone: both streams, and which side. What the
+    refusal says then concerns that side's stream (its policy, its query), not the other's."""
+    exc.details.setdefault("streams", [first, second])
+    exc.details.setdefault("side", side)
+    exc.details.setdefault("stream", side)
+    return exc
 
 
 def decision_name(decision: object) -> str:

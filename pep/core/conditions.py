@@ -327,6 +327,13 @@ def has_placeholders(expr: Expr) -> bool:
     return False
 
 
+def placeholders_in(text: str) -> list[tuple[str, str]]:
+    """Every `{category:attribute}` in a text, as (category in lower case, attribute), found as
+    the lexer finds them but anywhere (inside a quoted string too): for checks that must not
+    miss one, such as which gateway attributes a policy's obligations could read."""
+    return [(m.group(1).lower(), m.group(2)) for m in _PLACEHOLDER_RE.finditer(text)]
+
+
 # -- lexer ----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

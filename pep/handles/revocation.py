@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdp import Identity
+from pep.core.refs import handle_ref
 from pep.core.access import decision_name
 from pep.core.errors import Refusal
 from pep.handles.records import HandleRecord
@@ -164,7 +165,7 @@ class RevocationService:
             kind = type(exc).__name__
             return Verdict(False, f"the request is no longer permitted ({kind}): {exc.message}")
         except Exception as exc:  # noqa: BLE001 - anything else: deny when in doubt
-            log.exception("re-evaluation of handle %s failed", record.id)
+            log.exception("re-evaluation of handle %s failed", handle_ref(record.id))
             return Verdict(False, f"re-evaluation failed: {str(exc) or type(exc).__name__}")
         decision = decision_name(grant.decision)
         if decision != "Permit":
@@ -216,15 +217,19 @@ class RevocationService:
         if self.observer is not None:
             self.observer(revoked, time.perf_counter() - started)
 
-    def on_environment_change(self) -> None:
-        """The gateway's own environment changed (a stream event opened, closed or grew): every
-        live handle is decided again, as for a policy change of unknown scope."""
+    def on_environment_change(self, streams: Any = None) -> None:
+        """The gateway's own environment changed (a stream event opened, closed or grew): the
+        live handles on those streams (a join's on either of its two; every handle when
+        `streams` is None) are decided again. A decision about a stream sees only that stream's
+        events, so no other handle's decision can change."""
         started = time.perf_counter()
         engine = self.engine()
         revoked = 0
         with self.handles.lock:
             self.handles.policy_epoch += 1
             targets = self.handles.live()
+            if streams is not None:
+                targets = [r for r in targets if any(s in streams for s in r.streams)]
             if targets:
                 revoked = self._apply_all(targets, engine, "a stream event changed")
         if self.observer is not None:

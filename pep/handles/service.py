@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Protocol
 
 from pep.core.errors import NotFound, Unavailable
+from pep.core.refs import handle_ref
 from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition,
                            any_plan_from_json, plan_streams, side_plans)
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
@@ -179,7 +180,7 @@ class HandleService:
             try:
                 callback(record, is_new)
             except Exception:  # noqa: BLE001 - a listener must not undo a granted handle
-                log.exception("handle open listener failed for %s", record.id[:8])
+                log.exception("handle open listener failed for %s", handle_ref(record.id))
 
     def _start_after_other_windows(self, subject: str, plan: AnyPlan) -> AnyPlan:
         """Example 2 across time: windows of other sizes over the same tuples rebuild raw values,
@@ -219,7 +220,7 @@ class HandleService:
             else:
                 self.runtime.attach(handle_id, streams[0], plan, buffer.put)
         except Exception as exc:
-            log.exception("runtime refused handle %s", handle_id)
+            log.exception("runtime refused handle %s", handle_ref(handle_id))
             self._finish(handle_id, HandleState.ENDED, f"the stream runtime failed: {exc}")
             raise Unavailable(f"the stream runtime could not start the query: {exc}") \
                 from None
@@ -309,7 +310,8 @@ class HandleService:
                 try:
                     self.windows.release(handle_id)
                 except Exception:  # noqa: BLE001 - the handle is ended whatever the registry says
-                    log.exception("window registry release failed for %s", handle_id)
+                    log.exception("window registry release failed for %s",
+                                  handle_ref(handle_id))
         for handle_id in ended:
             self._detach(handle_id)
         finished = [hid for hid, _, _ in endings if hid in changed]
@@ -329,7 +331,7 @@ class HandleService:
         try:
             (self.join_runtime if join else self.runtime).detach(handle_id)
         except Exception:  # noqa: BLE001 - the buffer is closed; nothing more is delivered
-            log.exception("runtime detach failed for %s", handle_id)
+            log.exception("runtime detach failed for %s", handle_ref(handle_id))
 
     def _forget_buffer(self, handle_id: str, buffer: HandleBuffer) -> None:
         stream = self._buffer_streams.pop(handle_id, None)

@@ -72,7 +72,7 @@ def create_app(config: GatewayConfig | None = None,
         services.policies, may_manage=lambda identity, info: services.may_manage(identity, info),
         check_policy=lambda document, source: check_policy(
             document, services.catalog.get, services.catalog.definitions, source),
-        environment=services.stream_events.environment,
+        environment=services.stream_events.environment_for,
         health_details=lambda: stream_health(services.runtime, admin_asks())))
     # A stream the caller may not see (pep/streams/visibility.py) is, on every route that names
     # it, a stream that does not exist: these lookups find nothing for it.
@@ -117,7 +117,7 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(create_openapi_blueprint())
     # POST /pdp answered without Flask's machinery, with the route's own code; everything else
     # reaches the routes above
-    install_fast_pdp(app, services.policies, services.stream_events.environment)
+    install_fast_pdp(app, services.policies, services.stream_events.environment_for)
     return app
 
 

@@ -1,5 +1,6 @@
 """`GET /audit`: the audit trail, for administrators (everything) and stream owners (their
-streams: the entries about them, and the policy changes confined to them).
+streams: the entries about them, and the policy changes confined to them; of an entry about a
+join with another owner's stream, only their own side: `pep.audit.views`).
 
 Query parameters, all optional: `kind` (repeatable: granted, refused, handle-revoked, ...),
 `stream`, `subject`, `since` and `until` (ISO-8601 UTC, e.g. 2026-11-23T10:00:00Z), `after` (a
@@ -17,6 +18,7 @@ from flask import Blueprint, jsonify, request
 from pdp.http.auth import current_identity, require_identity
 from pdp.numbers import parse_int
 from pep.audit.log import AuditLog
+from pep.audit.views import owner_view
 from pep.core.errors import InvalidInput, NotPermitted
 
 OWNER_ROLES = ("data-owner", "owner")
@@ -72,7 +74,7 @@ def audit_blueprint(log: AuditLog, stream_lookup: Callable[[str], Any]) -> Bluep
                 application/json: {}
         """
         identity = current_identity()
-        visible = None
+        view = None
         if not identity.admin:
             if not any(r in OWNER_ROLES for r in identity.roles):
                 raise NotPermitted("the audit trail is for administrators and stream owners")
@@ -82,18 +84,16 @@ def audit_blueprint(log: AuditLog, stream_lookup: Callable[[str], Any]) -> Bluep
                 return stream is not None and stream.name == name \
                     and stream.owner == identity.subject
 
-            def visible(entry: dict) -> bool:
-                if entry.get("stream") is not None:
-                    return owns(entry["stream"])
-                streams = entry.get("streams")
-                return bool(streams) and all(owns(s) for s in streams)
+            def view(entry: dict) -> dict | None:
+                # an owner's streams only; of a join, its own side (pep.audit.views)
+                return owner_view(entry, owns)
 
         entries = log.query(kinds=request.args.getlist("kind") or None,
                             stream=request.args.get("stream"),
                             subject=request.args.get("subject"),
                             since=_moment("since"), until=_moment("until"),
                             after_seq=_number("after", None, 0, 2 ** 62),
-                            visible=visible, limit=_number("limit", 1000, 1, MAX_LIMIT))
+                            view=view, limit=_number("limit", 1000, 1, MAX_LIMIT))
         return jsonify(entries=entries, last_seq=entries[-1]["seq"] if entries else None)
 
     return bp

@@ -12,7 +12,9 @@ read-only endpoints it needs that the rest of the API does not give.
 - `GET /policies/<id>/handles` (bearer; administrators and those who may manage the policy, as
   for `GET /policies/<id>`): how many live handles depend on the policy, i.e. would be re-decided
   and revoked by deleting it: `{"policy": id, "live_handles": n, "streams": {stream: n},
-  "subjects": [...]}`. Never handle ids: they are their holders' capabilities. A policy id that
+  "subjects": [...]}`. Never handle ids: they are their holders' capabilities. A join's handle
+  is counted on the streams of its two that the policy can apply to, and an owner is shown only
+  its own streams: not which other owner's stream its consumers join it with. A policy id that
   itself ends in `/handles` is still readable: when the full path names a policy, the answer is
   that policy, as `GET /policies/<id>` gives it.
 
@@ -29,6 +31,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, send_from_directory
 
+from pdp.http.api import STORED_NOT_YOURS
 from pdp.http.auth import current_identity, require_identity
 from pdp.http.errors import error_response
 from pdp.manage import ManagedPolicy
@@ -95,11 +98,22 @@ def create_console_blueprint(services: Any) -> Blueprint:
         verdict = services.may_manage(identity, ManagedPolicy.of(info, stored.data))
         if not verdict:
             reason = getattr(verdict, "reason", None)
+            if reason and not identity.admin and stored.owner != identity.subject:
+                reason = STORED_NOT_YOURS  # the reason would quote another's document
             message = f"{identity.subject!r} may not read policy {policy_id!r}"
             return error_response(403, f"{message}: {reason}" if reason else message)
         live = [r for r in services.handles.live() if policy_id in r.policy_ids]
+        scope = policies.engine.resource_scope(policy_id)
+
+        def counted(name: str) -> bool:
+            if scope is not None and name not in scope:
+                return False
+            stream = services.catalog.get(name)
+            return identity.admin or (stream is not None and stream.owner == identity.subject)
+
+        streams = Counter(s for r in live for s in r.streams if counted(s))
         response = jsonify(policy=policy_id, live_handles=len(live),
-                           streams=dict(sorted(Counter(r.stream for r in live).items())),
+                           streams=dict(sorted(streams.items())),
                            subjects=sorted({r.subject for r in live}))
         response.headers["Cache-Control"] = "no-store"
         return response

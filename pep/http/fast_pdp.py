@@ -46,7 +46,7 @@ class FastPdp:
 
     def __init__(self, app: Callable, service: Any, extensions: dict,
                  max_content_length: int | None,
-                 environment: Callable[[], list] | None = None) -> None:
+                 environment: Callable[[list[str]], list] | None = None) -> None:
         self.app = app
         self.service = service
         self.environment = environment
@@ -136,7 +136,7 @@ class FastPdp:
 
 
 def install_fast_pdp(app: Any, service: Any,
-                     environment: Callable[[], list] | None = None) -> FastPdp:
+                     environment: Callable[[list[str]], list] | None = None) -> FastPdp:
     """Put the fast path in front of `app.wsgi_app`; returns it."""
     fast = FastPdp(app.wsgi_app, service, app.extensions, app.config.get("MAX_CONTENT_LENGTH"),
                    environment)

@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 
 import requests
 
+from pep.core.refs import handle_ref
 from pep.invalidation.protocol import (EVENT_ID_HEADER, KINDS, InvalidationEvent,
                                        format_event_id, parse_event_id, sign)
 
@@ -168,7 +169,7 @@ class InvalidationHub:
                 raise ValueError(f"too many registered proxies (limit {self.max_proxies})")
             self._proxies[url] = _Proxy(url, ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="xsg-invalidation-push"))
-        log.info("invalidation webhook registered: %s", url)
+        log.info("invalidation webhook registered: %s", _loggable_url(url))
 
     def unregister(self, url: str) -> bool:
         with self._lock:
@@ -176,7 +177,7 @@ class InvalidationHub:
         if proxy is None:
             return False
         proxy.executor.shutdown(wait=False, cancel_futures=True)
-        log.info("invalidation webhook unregistered: %s", url)
+        log.info("invalidation webhook unregistered: %s", _loggable_url(url))
         return True
 
     def proxies(self) -> list[dict[str, Any]]:
@@ -215,8 +216,10 @@ class InvalidationHub:
                     skipped.append(proxy.url)
                 else:
                     waited.append((proxy, future))
-        log.info("invalidation %s: %s handles=%s subject=%s stream=%s policy=%s", event.sse_id,
-                 kind, list(ids)[:10], subject, stream, policy_id)
+        # never a handle id (a capability): its handle_ref, as the access log and audit name it
+        log.info("invalidation %s: %s handles=%d refs=%s subject=%s stream=%s policy=%s",
+                 event.sse_id, kind, len(ids), [handle_ref(h) for h in ids[:10]], subject,
+                 stream, policy_id)
         acked: list[str] = []
         failed: list[str] = []
         if waited:
@@ -235,7 +238,7 @@ class InvalidationHub:
                     with self._lock:
                         if not proxy.stale:
                             log.warning("proxy %s did not acknowledge invalidation %s in time: "
-                                        "marked stale", proxy.url, event.sse_id)
+                                        "marked stale", _loggable_url(proxy.url), event.sse_id)
                         proxy.stale = True
                     failed.append(proxy.url)
         return PublishResult(event, tuple(acked), tuple(failed), tuple(skipped))
@@ -250,14 +253,15 @@ class InvalidationHub:
             ok = 200 <= resp.status_code < 300
             error = None if ok else f"HTTP {resp.status_code}"
         except requests.RequestException as exc:
-            ok, error = False, f"{type(exc).__name__}: {exc}"
+            ok, error = False, _loggable_error(exc, proxy.url)
         with self._lock:
             proxy.pending -= 1
             if ok:
                 proxy.delivered += 1
                 proxy.last_ok = time.time()
                 if proxy.stale:
-                    log.info("proxy %s acknowledged %s: fresh again", proxy.url, event.sse_id)
+                    log.info("proxy %s acknowledged %s: fresh again", _loggable_url(proxy.url),
+                             event.sse_id)
                 proxy.stale = False
                 proxy.last_error = None
             else:
@@ -265,7 +269,7 @@ class InvalidationHub:
                 proxy.last_error = error
                 if not proxy.stale:
                     log.warning("proxy %s did not acknowledge invalidation %s (%s): marked stale",
-                                proxy.url, event.sse_id, error)
+                                _loggable_url(proxy.url), event.sse_id, error)
                 proxy.stale = True
         return ok
 
@@ -434,6 +438,23 @@ class FeedBody:
             self._closed = True
             self.sub.waiter = None
             self.hub.close_feed(self.sub)
+def _loggable_url(url: str) -> str:
+    """A webhook URL as logged: scheme, host and path; never userinfo or a query string, which
+    may hold credentials."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+
+def _loggable_error(exc: Exception, url: str) -> str:
+    """Why a delivery failed, without the parts of the URL that may hold credentials (the
+    client's message quotes the URL it was given)."""
+    parts = urlsplit(url)
+    text = f"{type(exc).__name__}: {exc}"
+    userinfo = parts.netloc.rpartition("@")[0]
+    for secret in (parts.query, userinfo):
+        if secret:
+            text = text.replace(secret, "...")
+    return text
 
 
 def _sse(event: InvalidationEvent) -> str:

@@ -45,6 +45,7 @@ from pyspark.sql import types as T
 
 from pdp.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition, StreamSchema
+from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import StreamCheckpoint, archive_dir
 from pep.runtime.compile import FAMILIES, NUMERIC_KIND, STRING_KIND, CompiledPlan, row_attributes
@@ -1157,7 +1158,8 @@ class StreamExecutor:
                 try:
                     ok = handle.deliver(out)
                 except Exception:
-                    log.exception("deliver of handle %s failed; detaching it", handle.id)
+                    log.exception("deliver of handle %s failed; detaching it",
+                                  handle_ref(handle.id))
                     ok = False
                 if ok is False:
                     handle.active = False

@@ -41,6 +41,7 @@ from pyspark.sql import functions as F
 
 from pep.core.conditions import COMPARATORS
 from pep.core.plan import AnyPredicate, ExecutionPlan, JoinPlan, SpatialPredicate, StreamDefinition
+from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 from pep.runtime.sources import DELETE_COMMITTED, SEQ_COLUMN, build_source
 from pep.runtime.spatial import edges, haversine, inside_polygon, valid_position
@@ -435,7 +436,8 @@ class _JoinQuery:
                 try:
                     ok = handle.deliver(batch)
                 except Exception:
-                    log.exception("deliver of handle %s failed; detaching it", handle.id[:8])
+                    log.exception("deliver of handle %s failed; detaching it",
+                                  handle_ref(handle.id))
                     ok = False
                 if ok is False:
                     handle.active = False

@@ -18,6 +18,15 @@ closes or gains keys, the live handles are decided again, so a grant opens and c
 
 Definitions are persisted; the state is not: after a restart every event is closed until a tuple
 meets it again (closed is the side that denies).
+
+Who sees an event. Its state is its stream owner's information (with a key, values of the
+stream's data), so a decision sees only the events of the stream it is about: `environment(s)`
+gives stream s's events, and a request that names no stream, or several, sees none (a join
+decides each side with its own stream's). Policies cannot name another stream's event either,
+unless an administrator wrote them (`pep.streams.event_scope`, `pep.streams.ownership`). The
+definitions and states are listed to the stream's owner and administrators only
+(`GET /streams/<name>/events`); listeners hear which streams' events changed, so that only the
+handles reading those streams are decided again.
 """
 from __future__ import annotations
 
@@ -112,10 +121,11 @@ class StreamEvents:
         self._lock = threading.Lock()
         self._states: dict[tuple[str, str], EventState] = {}
         self._version = 0  # bumped whenever what policies see changes
-        # Called (outside the lock) whenever the environment attributes change.
-        self._listeners: list[Callable[[], None]] = []
+        # Called (outside the lock) with the streams whose environment attributes changed.
+        self._listeners: list[Callable[[frozenset[str]], None]] = []
 
-    def add_listener(self, callback: Callable[[], None]) -> None:
+    def add_listener(self, callback: Callable[[frozenset[str]], None]) -> None:
+        """`callback(streams)` whenever the events of those streams open, close or grow."""
         self._listeners.append(callback)
 
     # -- definitions --------------------------------------------------------------------------
@@ -178,7 +188,7 @@ class StreamEvents:
             if changed:
                 self._version += 1
         if changed:
-            self._notify()
+            self._notify({stream})
         return definition
 
     def get(self, stream: str, name: str) -> EventDefinition | None:
@@ -254,7 +264,7 @@ class StreamEvents:
             if changed:
                 self._version += 1
         if changed:
-            self._notify()
+            self._notify({definition.stream})
         return True
 
     def tick(self) -> bool:
@@ -269,19 +279,20 @@ class StreamEvents:
             if closed:
                 self._version += 1
         if closed:
-            self._notify()
+            self._notify({stream for stream, _ in closed})
         return bool(closed)
 
     @property
     def version(self) -> int:
         return self._version
 
-    def environment(self) -> list[tuple[str, str, list[str]]]:
-        """The environment attributes policies see now (see the module docstring)."""
+    def environment(self, stream: str) -> list[tuple[str, str, list[str]]]:
+        """The environment attributes a decision about `stream` sees now: that stream's open
+        events only (see the module docstring)."""
         with self._lock:
-            if not any(state.open for state in self._states.values()):
+            if not any(state.open and key[0] == stream for key, state in self._states.items()):
                 return []  # the common case, asked once per decision: no database read
-        definitions = {(d.stream, d.name): d for d in self.all()}
+        definitions = {(d.stream, d.name): d for d in self.all(stream)}
         out: list[tuple[str, str, list[str]]] = []
         with self._lock:
             for k, state in sorted(self._states.items()):
@@ -295,10 +306,17 @@ class StreamEvents:
                                 sorted(str(v) for v in state.keys)))
         return out
 
-    def _notify(self) -> None:
+    def environment_for(self, resource_ids: Iterable[str]) -> list[tuple[str, str, list[str]]]:
+        """What a XACML request naming these resource-id values sees (POST /pdp): the events
+        of the stream when it names exactly one, else none."""
+        names = set(resource_ids)
+        return self.environment(names.pop()) if len(names) == 1 else []
+
+    def _notify(self, streams: set[str]) -> None:
+        changed = frozenset(streams)
         for callback in list(self._listeners):
             try:
-                callback()
+                callback(changed)
             except Exception:  # noqa: BLE001 - a listener must not stop the event's state
                 log.exception("event listener failed")
 

@@ -8,6 +8,12 @@ enough: such a policy is NotApplicable to every other stream, whatever its rules
 deleting a policy judges the stored current version as well as the new one, so an owner cannot
 take over another's policy by writing a confined version over it.
 
+A confined policy must also read nothing of another stream: the events it names (in a Condition,
+an Obligation or Advice expression, a VariableDefinition, a Target, or an obligation's
+placeholder) must be events of the streams it is confined to (`pep.streams.event_scope` says
+where it looks). Otherwise its advice could hand the caller another owner's event keys, or its
+condition tell whether another owner's event is open.
+
 The rule is judged again on every call against the live catalogue, not remembered.
 """
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections.abc import Callable
 from pdp import (RESOURCE_ID, Identity, ManagedPolicy, PolicyInfo, Veto, confined_resource_ids,
                  may_manage_policy)
 from pep.core.plan import StreamDefinition
+from pep.streams.event_scope import foreign_event
 
 StreamLookup = Callable[[str], "StreamDefinition | None"]
 
@@ -55,6 +62,12 @@ def stream_owner_rule(lookup: StreamLookup,
             if stream.owner != identity.subject:
                 return Veto(f"policy {info.id!r} is about stream {name!r}, which "
                             f"{identity.subject!r} does not own")
+        foreign = foreign_event(data, streams)
+        if foreign is not None:
+            line = f" (line {foreign.line})" if foreign.line else ""
+            return Veto(f"policy {info.id!r} reads attribute {foreign.attribute!r}{line}, an "
+                        f"event of stream {foreign.stream!r}; a policy may read only the events "
+                        f"of the streams it is confined to ({', '.join(sorted(streams))})")
         return True
 
     return may_manage

@@ -15,6 +15,10 @@ each registered stream's schema.
 - An obligation value computed at decision time (an AttributeDesignator, an Apply) cannot be
   checked in advance: a warning says so. Placeholders (`{subject:...}`) are checked for syntax
   only: what they stand for is known at decision time.
+- A stream event the policy reads (`urn:xsg:event:<stream>:...`) of a stream its target never
+  applies to: a warning, since a decision sees only the events of the stream it is about
+  (`pep.streams.events`), so the policy would never see that event open. (An owner's policy may
+  not read such an event at all: `pep.streams.ownership` refuses it before this check.)
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from pdp import (AttributeAssignment, Obligation, PolicyLoadError, PolicySource,
                  UnsafeDocumentError, parse_xml, policy_resource_scope)
 from pep.core.obligations import FILTER_IDS, MAP_IDS, WINDOW_IDS, ObligationError, policy_graph
 from pep.core.plan import StreamDefinition
+from pep.streams.event_scope import event_references
 
 XACML_NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
 STREAM_OBLIGATIONS = FILTER_IDS | MAP_IDS | WINDOW_IDS
@@ -88,9 +93,23 @@ def check_policy(data: bytes, lookup: StreamLookup,
     except UnsafeDocumentError:
         return []  # the policy parser reports it, with where, when the policy is loaded
     obligations, warnings = _stream_obligations(root)
-    if not obligations:
+    references = event_references(data) or []
+    if not obligations and not references:
         return warnings
     scope = policy_resource_scope(PolicySource(source, data))
+    if scope is not None:
+        seen: set[str] = set()
+        for reference in references:
+            if reference.stream not in scope and reference.attribute not in seen:
+                seen.add(reference.attribute)
+                warnings.append(
+                    f"line {reference.line}: the policy reads {reference.attribute!r}, an event "
+                    f"of stream {reference.stream!r}, but applies only to requests about "
+                    f"{', '.join(repr(s) for s in sorted(scope)) or 'no stream'}; a decision "
+                    "sees only the events of the stream it is about, so this event never "
+                    "appears to it")
+    if not obligations:
+        return warnings
     if scope is None:
         return warnings + _unpinned(obligations, all_streams())
     for name in sorted(scope):

@@ -55,11 +55,11 @@ class StreamVisibility:
 
     `catalog` is the stream catalogue (`visibility`, `get`); `engine()` the PDP's current
     engine (None: no PDP, so a restricted stream is seen only by its owner and administrators);
-    `environment()` the gateway's environment attributes; `live_streams(subject)` the streams of
+    `environment(stream)` the gateway's environment attributes for a decision on that stream; `live_streams(subject)` the streams of
     the subject's live handles."""
 
     def __init__(self, catalog: Any, engine: Callable[[], Any] | None = None,
-                 environment: Callable[[], EnvironmentAttributes] | None = None,
+                 environment: Callable[[str], EnvironmentAttributes] | None = None,
                  live_streams: Callable[[str], Iterable[str]] | None = None) -> None:
         self.catalog = catalog
         self.engine = engine
@@ -154,11 +154,12 @@ class Seer:
             return False
         if self._base is None:
             self._engine = self.visibility.engine()
-            environment = self.visibility.environment() if self.visibility.environment else []
-            self._base = bind_environment(bind_subject(RequestContext([]), self.identity),
-                                          environment)
+            self._base = bind_subject(RequestContext([]), self.identity)
         engine = self._engine
-        on_stream = self._base.with_attribute(RESOURCE_CATEGORY, RESOURCE_ID, STRING, [stream])
+        # a decision about a stream sees that stream's events only (pep/streams/event_scope.py)
+        environment = self.visibility.environment(stream) if self.visibility.environment else []
+        on_stream = bind_environment(self._base, environment).with_attribute(
+            RESOURCE_CATEGORY, RESOURCE_ID, STRING, [stream])
         for action in self.visibility.actions_for(engine, stream):
             response = engine.decide(
                 on_stream.with_attribute(ACTION_CATEGORY, ACTION_ID, STRING, [action]))

@@ -132,6 +132,6 @@ def test_events_survive_a_restart_closed(gw, tmp_path):
     app2, services2 = build_gateway(tmp_path / "data", runtime2)
     try:
         assert "event:weather:storm" in runtime2.attached  # evaluated again
-        assert services2.stream_events.environment() == []  # closed until a tuple meets it
+        assert services2.stream_events.environment("weather") == []  # closed until a tuple meets it
     finally:
         services2.close()

@@ -1,0 +1,18 @@
+"""How a handle is named where its id must not appear: logs, the audit trail, counters.
+
+A handle's id is its capability (whoever holds it reads the stream), so it is never written
+anywhere but to its owner. `handle_ref` is the first 16 hex digits of the id's SHA-256: stable,
+so a line can be matched with the handle, and computable by the owner from the id it holds
+(`GET /handles` gives both), but it gives the id to nobody.
+"""
+from __future__ import annotations
+
+import hashlib
+
+
+def handle_ref(handle_id: str) -> str:
+    """How logs and the audit name a handle: a short hash, not the capability itself."""
+    return hashlib.sha256(handle_id.encode("utf-8")).hexdigest()[:16]
+
+
+__all__ = ["handle_ref"]
