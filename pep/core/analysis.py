@@ -9,9 +9,12 @@ Method (eXACML+ section 3.5, made exact):
 2. The result is expanded to DNF by distribution, pruning each conjunct the moment it becomes
    unsatisfiable, with a bound on its size (an AND of ten two-way ORs has 1024 conjuncts).
 3. A conjunct is satisfiable when, for every attribute, its interval (open or closed bounds),
-   equalities and inequalities leave a value: over the reals for double and timestamp attributes,
-   over the integers for long ones, over strings in code-point order (where `s > 'a' AND
-   s < 'a\\0'` is empty), over {true, false} for booleans.
+   equalities and inequalities leave a value: over the reals for double attributes (double
+   semantics: their constants are doubles already, rounded as the attribute's values are), over
+   the 64-bit integers for long ones and over the microseconds of years 1 to 9999 for timestamps
+   (exactly, with Python's integers: `n > 2^53 AND n < 2^53 + 2` leaves one value, and with
+   `n != 2^53 + 1` none; `n > 2^63 - 1` none), over strings in code-point order (where
+   `s > 'a' AND s < 'a\\0'` is empty), over {true, false} for booleans.
 
 Missing attributes are taken into account: a comparison over a missing value is false, so a tuple
 that lacks an attribute the policy's filter needs is withheld (PR) even if the policy's filter is
@@ -38,11 +41,13 @@ know the theory anyway. The tests use sympy as an independent oracle for the boo
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal, Union
 
 from pep.core import geo
+from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ceil_exact, floor_exact,
+                            is_integral, iso_from_micros, is_number, micros_from_iso,
+                            micros_from_seconds)
 from pep.core.conditions import (NEGATED_OP, And, Comparison, Const, Expr, Not, Spatial,
                                  format_literal, spatial_text)
 from pep.core.plan import AnyPredicate, Conjunct, Predicate, Scalar, SpatialPredicate, StreamSchema
@@ -235,31 +240,58 @@ def _in_bounds(r: _Range, v: Scalar) -> bool:
     return True
 
 
-def _int_bounds(r: _Range) -> tuple[float, float]:
-    lo = -math.inf if r.lo is None else (math.ceil(r.lo) if r.lo_incl else math.floor(r.lo) + 1)
-    hi = math.inf if r.hi is None else (math.floor(r.hi) if r.hi_incl else math.ceil(r.hi) - 1)
+# The integer domains: long attributes hold 64-bit integers, timestamps microseconds of years
+# 1 to 9999 (their constants, the gateway's texts, are read as such; see `_integers`).
+INTEGER_DOMAINS: dict[str, tuple[int, int]] = {"long": (INT64_MIN, INT64_MAX),
+                                               "timestamp": (MIN_MICROS, MAX_MICROS)}
+
+
+def _micros(value: Scalar):
+    """A timestamp constant as epoch microseconds (a number, as plans stored before the texts
+    held, is epoch seconds)."""
+    if isinstance(value, str):
+        return micros_from_iso(value)
+    return micros_from_seconds(value)  # type: ignore[arg-type]
+
+
+def _integers(kind: str, preds) -> list:
+    """The (operator, constant) pairs of an integer-domain attribute with numeric constants."""
+    if kind == "timestamp":
+        return [(op, _micros(v)) for op, v in preds]
+    return list(preds)
+
+
+def _int_bounds(r: _Range, kind: str) -> tuple[int, int]:
+    """The least and greatest integers of the domain within the range's bounds (exact)."""
+    low, high = INTEGER_DOMAINS[kind]
+    lo, hi = low, high
+    if r.lo is not None:
+        lo = max(low, ceil_exact(r.lo) if r.lo_incl else floor_exact(r.lo) + 1)  # type: ignore[arg-type]
+    if r.hi is not None:
+        hi = min(high, floor_exact(r.hi) if r.hi_incl else ceil_exact(r.hi) - 1)  # type: ignore[arg-type]
     return lo, hi
 
 
 def _range_satisfiable(kind: str, r: _Range) -> bool:
+    if kind in INTEGER_DOMAINS:
+        low, high = INTEGER_DOMAINS[kind]
+        if r.eq is not _UNSET:
+            v = r.eq
+            return (is_integral(v) and low <= v <= high  # type: ignore[arg-type, operator]
+                    and _in_bounds(r, v) and v not in r.nes)  # type: ignore[arg-type]
+        lo, hi = _int_bounds(r, kind)
+        if lo > hi:
+            return False
+        excluded = {n for n in r.nes if is_number(n) and is_integral(n) and lo <= n <= hi}
+        return hi - lo + 1 > len(excluded)
     if r.eq is not _UNSET:
         v = r.eq
-        if kind == "long" and not float(v).is_integer():  # type: ignore[arg-type]
-            return False
         return _in_bounds(r, v) and v not in r.nes  # type: ignore[arg-type]
     if kind == "boolean":
         return any(v not in r.nes for v in (False, True))
-    if kind == "long":
-        lo, hi = _int_bounds(r)
-        if lo > hi:
-            return False
-        if math.isinf(lo) or math.isinf(hi):
-            return True
-        excluded = {n for n in r.nes if float(n).is_integer() and lo <= n <= hi}
-        return hi - lo + 1 > len(excluded)
     if kind == "string":
         return _string_range_satisfiable(r)
-    # double and timestamp: the reals
+    # double: the reals
     if r.lo is None or r.hi is None:
         return True
     if r.lo < r.hi:
@@ -311,8 +343,9 @@ class _Checker:
             if attribute.startswith(SPATIAL) and not attribute.startswith(SPATIAL + "polygon:"):
                 # a distance is never negative nor beyond half the circumference (plus rounding)
                 checked += [(">=", 0.0), ("<=", geo.MAX_DISTANCE_M + DISTANCE_MARGIN_M)]
-            r = _collect(checked)
-            hit = r is not None and _range_satisfiable(self.kind(attribute), r)
+            kind = self.kind(attribute)
+            r = _collect(_integers(kind, checked))
+            hit = r is not None and _range_satisfiable(kind, r)
             if len(self.memo) < 10_000:
                 self.memo[key] = hit
         return hit
@@ -530,7 +563,7 @@ class _Checker:
         geometry = {a.attribute: a.spatial for a in atoms if a.spatial is not None}
         for attr, group in _group([a for a in atoms if not a.implied]).items():
             kind = self.kind(attr)
-            r = _collect(group)
+            r = _collect(group if attr in geometry else _integers(kind, group))
             assert r is not None
             if attr in geometry:
                 preds.extend(_spatial_predicates(geometry[attr], r))  # type: ignore[arg-type]
@@ -570,13 +603,17 @@ def _spatial_predicates(g: SpatialPredicate, r: _Range) -> list[SpatialPredicate
 
 def _range_predicates(attr: str, kind: str, r: _Range) -> list[Predicate]:
     if r.eq is not _UNSET:
+        if kind == "timestamp":
+            return [Predicate(attr, "=", iso_from_micros(int(r.eq)))]  # type: ignore[arg-type]
         return [Predicate(attr, "=", r.eq)]  # type: ignore[arg-type]
     if kind == "boolean":
         remaining = [v for v in (False, True) if v not in r.nes]
         return [Predicate(attr, "=", remaining[0])] if len(remaining) == 1 else []
-    if kind == "long":
-        lo, hi = _int_bounds(r)
-        nes = sorted(n for n in r.nes if float(n).is_integer() and lo <= n <= hi)
+    if kind in INTEGER_DOMAINS:
+        low, high = INTEGER_DOMAINS[kind]
+        shown = iso_from_micros if kind == "timestamp" else int
+        lo, hi = _int_bounds(r, kind)
+        nes = sorted(n for n in r.nes if is_integral(n) and lo <= n <= hi)
         while nes and nes[0] == lo:
             lo += 1
             nes.pop(0)
@@ -584,13 +621,13 @@ def _range_predicates(attr: str, kind: str, r: _Range) -> list[Predicate]:
             hi -= 1
             nes.pop()
         if lo == hi:
-            return [Predicate(attr, "=", int(lo))]
+            return [Predicate(attr, "=", shown(lo))]
         out = []
-        if not math.isinf(lo):
-            out.append(Predicate(attr, ">=", int(lo)))
-        if not math.isinf(hi):
-            out.append(Predicate(attr, "<=", int(hi)))
-        out.extend(Predicate(attr, "!=", int(n)) for n in nes)
+        if lo > low:
+            out.append(Predicate(attr, ">=", shown(lo)))
+        if hi < high:
+            out.append(Predicate(attr, "<=", shown(hi)))
+        out.extend(Predicate(attr, "!=", shown(int(n))) for n in nes)
         return out
     lo, lo_incl, hi, hi_incl = r.lo, r.lo_incl, r.hi, r.hi_incl
     nes = set(r.nes)
@@ -614,7 +651,7 @@ def _range_predicates(attr: str, kind: str, r: _Range) -> list[Predicate]:
 def values_satisfiable(kind: str, preds: list[tuple[str, Scalar]]) -> bool:
     """Whether some value of a type (double, long, string, boolean, timestamp) meets every
     (operator, constant) of `preds`: the per-attribute check, for other modules (joins)."""
-    r = _collect(list(preds))
+    r = _collect(_integers(kind, preds))
     return r is not None and _range_satisfiable(kind, r)
 
 

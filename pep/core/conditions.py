@@ -6,6 +6,13 @@ replaced by the schema's spelling, literals are checked against the attribute's 
 placeholders (`{subject:clearance}`) are replaced by typed literals. The AST never becomes SQL text
 for execution: the runtime receives predicates as data, so no input can inject an expression.
 
+Numbers are exact (`pep.core.exact`): an integer literal is a Python int and a decimal one a
+`Decimal`, as written, never a float on the way. Bound to a double attribute a literal becomes a
+double (double semantics); bound to a long it stays a 64-bit int, and to a timestamp it becomes
+the gateway's text of a whole microsecond; a constant that is no value of those domains (2.5 for
+a long, 1e30, a fraction of a microsecond) turns the comparison into its exact integer
+equivalent (`account < 2.5` is `account <= 2`, `account = 2.5` holds for no value).
+
 Grammar (keywords case-insensitive):
 
     condition  := or
@@ -56,23 +63,20 @@ import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any, Union
 
-from pdp.numbers import NumberError, parse_float
 from pep.core import geo
+from pep.core.exact import (MAX_MICROS, MIN_MICROS, ExactNumber, exact_decimal, in_timestamp_range,
+                            integer_comparison, iso_from_micros, is_number, micros_from_iso,
+                            micros_from_seconds)
 from pep.core.plan import Field, Scalar, SpatialPredicate, StreamSchema
 
 MAX_CONDITION_LENGTH = 10_000
 MAX_NESTING_DEPTH = 64
 MAX_SET_SIZE = 1_000  # values in one IN set, literal or from a bag
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_DOUBLE_MAX = 1.7976931348623157e308
-# Timestamps are instants of years 1 to 9999 (UTC), as Python's datetime and Spark's TIMESTAMP
-# both hold them; a constant outside can be neither compared nor shown. In epoch seconds: from
-# 0001-01-01T00:00:00Z up to, not including, 10000-01-01T00:00:00Z.
-MIN_EPOCH_SECONDS = -62_135_596_800.0
-END_EPOCH_SECONDS = 253_402_300_800.0
+# Integer literals longer than this cannot be finite doubles (1.8e308 has 309 digits)
+_MAX_INTEGER_DIGITS = 309
 
 SUBJECT_CATEGORY = "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
 RESOURCE_CATEGORY = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
@@ -124,7 +128,11 @@ class Placeholder:
         return "{%s:%s}" % (self.category, self.attribute)
 
 
-Value = Union[Scalar, Placeholder]
+Literal_ = Union[Scalar, Decimal]
+"""A literal as parsed: integers are ints and decimals `Decimal`s, exact as written (binding
+turns them into the attribute's representation: floats for doubles, see `pep.core.exact` for
+longs and timestamps)."""
+Value = Union[Literal_, Placeholder]
 
 
 @dataclass(frozen=True)
@@ -246,6 +254,8 @@ def format_literal(value: Value) -> str:
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return str(int(value))
+    if isinstance(value, Decimal):
+        return str(value)
     return repr(value)
 
 
@@ -434,21 +444,22 @@ def _tokenize(text: str) -> list[_Token]:
     return tokens
 
 
-def _number(lexeme: str, pos: int, text: str) -> int | float:
+def _number(lexeme: str, pos: int, text: str) -> int | Decimal:
+    """The literal's exact value: an int, or a Decimal when it has a fraction or an exponent
+    (never a float: `9007199254740993.0` must stay that number for a long attribute). Numbers
+    beyond the range of a double are refused, as no attribute could be compared with them."""
     if re.fullmatch(r"[+-]?[0-9]+", lexeme):
         # no int() of a long lexeme: past 4300 digits Python refuses with a ValueError of its own
         digits = lexeme.lstrip("+-").lstrip("0")
-        value: int | float = int(lexeme) if len(digits) <= 19 else _INT64_MAX + 1
-        if not _INT64_MIN <= value <= _INT64_MAX:
-            shown = lexeme if len(lexeme) <= 40 else f"{lexeme[:20]}... ({len(digits)} digits)"
-            raise ConditionError(f"integer {shown} is out of the 64-bit range", pos, text)
-        return value
-    value = float(lexeme)
-    if not math.isfinite(value):
-        shown = lexeme if len(lexeme) <= 40 else f"{lexeme[:20]}..."
-        raise ConditionError(f"number {shown} is not finite (beyond the range of a double)",
-                             pos, text)
-    return value
+        if len(digits) <= _MAX_INTEGER_DIGITS and math.isfinite(float(lexeme)):
+            return int(lexeme)
+    else:
+        value = Decimal(lexeme)
+        if math.isfinite(float(value)):
+            return value
+    shown = lexeme if len(lexeme) <= 40 else f"{lexeme[:20]}..."
+    raise ConditionError(f"number {shown} is not finite (beyond the range of a double)",
+                         pos, text)
 
 
 def _is_surrogate(ch: str) -> bool:
@@ -815,23 +826,24 @@ def _bind_membership(m: Membership, schema: StreamSchema, resolver: PlaceholderR
         if len(bag) > MAX_SET_SIZE:
             raise ConditionError(f"placeholder {m.values} has {len(bag)} values; an IN set holds "
                                  f"at most {MAX_SET_SIZE}", m.values.position, text)
-        literals = []
+        op = "!=" if m.negated else "="
+        pairs = []
         for lexical in bag:
-            try:
-                literals.append(coerce_literal(_lexical_for(lexical, field), field, m.position,
-                                               text))
-            except ValueError:
-                raise ConditionError(f"placeholder {m.values}: value {lexical!r} is not a valid "
-                                     f"{field.type} for attribute {field.name!r}",
-                                     m.values.position, text) from None
+            literal = _placeholder_literal(lexical, m.values, field, text)
+            pairs.append(bind_literal(op, literal, field, m.values.position, text))
     else:
-        literals = [_bind_comparison(Comparison(field.name, "=", v, m.position), schema,
-                                     resolver, text, allow_placeholders).value for v in m.values]
-    literals = list(dict.fromkeys(literals))
-    if not literals:
+        pairs = []
+        for v in m.values:
+            cmp = _bind_comparison(Comparison(field.name, "!=" if m.negated else "=", v,
+                                              m.position), schema, resolver, text,
+                                   allow_placeholders)
+            pairs.append((cmp.op, cmp.value))
+    # `op` may differ from = / != where a long or timestamp constant is not a value of the
+    # attribute (`n IN (2.5)`): the comparison holds for no present value (see bind_literal)
+    pairs = list(dict.fromkeys(pairs))
+    if not pairs:
         return TRUE if m.negated else FALSE
-    op = "!=" if m.negated else "="
-    items = tuple(Comparison(field.name, op, v, m.position) for v in literals)
+    items = tuple(Comparison(field.name, op_, v, m.position) for op_, v in pairs)
     if len(items) == 1:
         return items[0]
     return And(items) if m.negated else Or(items)
@@ -851,13 +863,16 @@ def _bind_box(box: Box, schema: StreamSchema, resolver: PlaceholderResolver | No
     south, west, north, east = box.bounds
     lat_low, lat_high = bound(box.latitude, ">=", south), bound(box.latitude, "<=", north)
     lon_low, lon_high = bound(box.longitude, ">=", west), bound(box.longitude, "<=", east)
-    if not -90 <= lat_low.value <= lat_high.value <= 90:  # type: ignore[operator]
+    # checked on the numbers as given: a long coordinate's comparison may hold a rewritten bound
+    s_, w_, n_, e_ = (float(_resolve_value(v, Field("bound", "double"), resolver, text,  # type: ignore[arg-type]
+                                           allow_placeholders)) for v in box.bounds)
+    if not -90 <= s_ <= n_ <= 90:
         raise ConditionError("WITHIN_BOX: latitudes must satisfy -90 <= south <= north <= 90",
                              box.position, text)
-    if not (-180 <= lon_low.value <= 180 and -180 <= lon_high.value <= 180):  # type: ignore
+    if not (-180 <= w_ <= 180 and -180 <= e_ <= 180):
         raise ConditionError("WITHIN_BOX: longitudes must be within -180 and 180", box.position,
                              text)
-    if lon_low.value <= lon_high.value:  # type: ignore[operator]
+    if w_ <= e_:
         return And((lat_low, lat_high, lon_low, lon_high))
     return And((lat_low, lat_high, Or((lon_low, lon_high))))  # across the 180th meridian
 
@@ -896,8 +911,8 @@ def _bind_spatial(s: Spatial, schema: StreamSchema, resolver: PlaceholderResolve
                 literal = _resolve_placeholder(value, Field(what, "double"), resolver, text)
             except ConditionError as exc:
                 raise fail(f"{what}: {exc.reason}", value.position) from None
-            return float(literal)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return float(literal)  # type: ignore[arg-type]
+        if not is_number(value):
             raise fail(f"{what} must be a number, not {format_literal(value)}")
         number_ = float(value)
         if not math.isfinite(number_):
@@ -971,6 +986,9 @@ def _bind_spatial(s: Spatial, schema: StreamSchema, resolver: PlaceholderResolve
         raise fail(f"the key attribute {key_field.name!r} cannot be a coordinate")
     key = _bind_comparison(Comparison(key_field.name, "=", s.key_value, s.position),  # type: ignore[arg-type]
                            schema, resolver, text, allow_placeholders)
+    if key.op != "=":  # 2.5 for a long key: no anchor could ever be that tuple
+        raise fail(f"the key value {format_literal(s.key_value)} is not a value of "  # type: ignore[arg-type]
+                   f"{key_field.type} attribute {key_field.name!r}")
     return Spatial("distance_to", lat_field.name, lon_field.name, s.op, radius, (),
                    key_field.name, key.value, s.position)
 
@@ -984,83 +1002,98 @@ def parse_condition(text: str, schema: StreamSchema, *, resolver: PlaceholderRes
 
 def _bind_comparison(cmp: Comparison, schema: StreamSchema, resolver: PlaceholderResolver | None,
                      text: str | None, allow_placeholders: bool) -> Comparison:
+    """The comparison bound to its attribute: canonical name, the constant in the attribute's
+    representation, and for longs and timestamps the exact integer form (`bind_literal`), which
+    may change the operator."""
     field = schema.lookup(cmp.attribute)
     if field is None:
         raise ConditionError(
             _unknown_attribute(cmp.attribute, schema), cmp.position, text)
-    value = cmp.value
-    if isinstance(value, Placeholder):
-        if not allow_placeholders:
-            raise ConditionError(f"placeholder {value} is not allowed here (placeholders belong "
-                                 "in policy obligations)", value.position, text)
-        value = _resolve_placeholder(value, field, resolver, text)
-    else:
-        value = coerce_literal(value, field, cmp.position, text)
+    value = _resolve_value(cmp.value, field, resolver, text, allow_placeholders)
+    position = cmp.value.position if isinstance(cmp.value, Placeholder) else cmp.position
     if field.type == "boolean" and cmp.op not in ("=", "!="):
         raise ConditionError(f"boolean attribute {field.name!r} can only be compared with = or !=",
                              cmp.position, text)
-    return Comparison(field.name, cmp.op, value, cmp.position)
+    op, bound = bind_literal(cmp.op, value, field, position, text)
+    return Comparison(field.name, op, bound, cmp.position)
 
 
-def coerce_literal(value: Scalar, field: Field, position: int | None = None,
-                   text: str | None = None) -> Scalar:
-    """A literal in the representation predicates on this field use (see module docstring)."""
+def _resolve_value(value: Value, field: Field, resolver: PlaceholderResolver | None,
+                   text: str | None, allow_placeholders: bool) -> Literal_:
+    """A literal as written, or a placeholder's one value read for this field (not yet bound)."""
+    if not isinstance(value, Placeholder):
+        return value
+    if not allow_placeholders:
+        raise ConditionError(f"placeholder {value} is not allowed here (placeholders belong "
+                             "in policy obligations)", value.position, text)
+    return _resolve_placeholder(value, field, resolver, text)
+
+
+def bind_literal(op: str, value: Literal_, field: Field, position: int | None = None,
+                 text: str | None = None) -> tuple[str, Scalar]:
+    """`field op value` as the plan states it: doubles as floats (double semantics: an integer
+    beyond 2^53 is rounded, as the attribute's own values are); longs as 64-bit ints and
+    timestamps as the gateway's text of a whole microsecond, both exact, a constant that is not
+    a value of the domain (2.5 for a long, beyond its range, a fraction of a microsecond)
+    turning the comparison into its exact integer equivalent (`pep.core.exact`)."""
     kind = field.type
     if kind in ("double", "long"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             raise ConditionError(f"type mismatch: {kind} attribute {field.name!r} compared with "
                                  f"{format_literal(value)}", position, text)
         if kind == "double":
-            return float(value)
-        return int(value) if float(value).is_integer() and abs(value) < 2**63 else float(value)
+            number = float(value)  # type: ignore[arg-type]
+            if not math.isfinite(number):
+                raise ConditionError(f"number {format_literal(value)} is beyond the range of a "
+                                     "double", position, text)
+            return op, number
+        return integer_comparison(op, value)  # type: ignore[arg-type]
     if kind == "timestamp":
         if isinstance(value, bool):
             raise ConditionError(f"type mismatch: timestamp attribute {field.name!r} compared with "
                                  f"{format_literal(value)}", position, text)
-        if isinstance(value, (int, float)):
-            seconds = float(value)
-            if not MIN_EPOCH_SECONDS <= seconds < END_EPOCH_SECONDS:
+        if is_number(value):
+            micros = micros_from_seconds(value)  # type: ignore[arg-type]
+            if not in_timestamp_range(micros):
                 raise ConditionError(
                     f"timestamp attribute {field.name!r} compared with {format_literal(value)} "
                     "epoch seconds, out of the range of timestamps (years 1 to 9999)",
                     position, text)
-            return seconds
-        return _parse_timestamp(value, field, position, text)
+        else:
+            micros = _parse_timestamp(value, field, position, text)  # type: ignore[arg-type]
+        op, whole = integer_comparison(op, micros, MIN_MICROS, MAX_MICROS)
+        return op, iso_from_micros(whole)
     if kind == "string":
         if not isinstance(value, str):
             raise ConditionError(f"type mismatch: string attribute {field.name!r} compared with "
                                  f"{format_literal(value)} (quote strings)", position, text)
-        return value
+        return op, value
     if kind == "boolean":
         if not isinstance(value, bool):
             raise ConditionError(f"type mismatch: boolean attribute {field.name!r} compared with "
                                  f"{format_literal(value)}", position, text)
-        return value
+        return op, value
     raise ConditionError(f"attribute {field.name!r} has unsupported type {kind!r}", position, text)
 
 
-def _parse_timestamp(value: str, field: Field, position: int | None, text: str | None) -> float:
+def _parse_timestamp(value: str, field: Field, position: int | None, text: str | None
+                     ) -> ExactNumber:
+    """Epoch microseconds of ISO-8601 text, exactly (a fraction of a microsecond is kept)."""
     try:
-        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
+        micros = micros_from_iso(value)
+    except (ValueError, OverflowError):
         raise ConditionError(f"timestamp attribute {field.name!r} compared with "
                              f"{format_literal(value)}, which is not an ISO-8601 date-time",
                              position, text) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    try:
-        seconds = moment.timestamp()
-    except (OverflowError, ValueError):  # e.g. 0001-01-01T00:00:00+01:00 is in year 0 in UTC
-        seconds = math.inf
-    if not MIN_EPOCH_SECONDS <= seconds < END_EPOCH_SECONDS:
+    if not in_timestamp_range(micros):
         raise ConditionError(f"timestamp attribute {field.name!r} compared with "
                              f"{format_literal(value)}, which is outside years 1 to 9999 in UTC",
                              position, text)
-    return seconds
+    return micros
 
 
 def _resolve_placeholder(ph: Placeholder, field: Field, resolver: PlaceholderResolver | None,
-                         text: str | None) -> Scalar:
+                         text: str | None) -> Literal_:
     if resolver is None:
         raise ConditionError(f"placeholder {ph} cannot be resolved: no request attributes",
                              ph.position, text)
@@ -1070,22 +1103,34 @@ def _resolve_placeholder(ph: Placeholder, field: Field, resolver: PlaceholderRes
     if len(set(values)) > 1:
         raise ConditionError(f"placeholder {ph}: the request has {len(values)} values for it; "
                              "exactly one is needed", ph.position, text)
-    lexical = values[0]
+    return _placeholder_literal(values[0], ph, field, text)
+
+
+def _placeholder_literal(lexical: str, ph: Placeholder, field: Field, text: str | None
+                         ) -> Literal_:
     try:
-        literal: Scalar = _lexical_for(lexical, field)
-    except ValueError:
+        return _lexical_for(lexical, field)
+    except (ValueError, ArithmeticError):
         raise ConditionError(f"placeholder {ph}: value {lexical!r} is not a valid {field.type} "
                              f"for attribute {field.name!r}", ph.position, text) from None
-    return coerce_literal(literal, field, ph.position, text)
 
 
-def _lexical_for(lexical: str, field: Field) -> Scalar:
+def _exact_number(lexical: str) -> int | Decimal:
+    """A request attribute's lexical number, exactly (ValueError if it is none, or beyond the
+    range of a double)."""
+    stripped = lexical.strip()
+    if re.fullmatch(r"[+-]?[0-9]{1,%d}" % _MAX_INTEGER_DIGITS, stripped):
+        number: int | Decimal = int(stripped)
+    else:
+        number = exact_decimal(stripped)
+    if not math.isfinite(float(number)):
+        raise ValueError(lexical)
+    return number
+
+
+def _lexical_for(lexical: str, field: Field) -> Literal_:
     if field.type in ("double", "long"):
-        stripped = lexical.strip().removeprefix("+")
-        # ASCII digits, finite (NumberError is a ValueError)
-        number = parse_float(stripped, f"attribute {field.name!r}", low=-_DOUBLE_MAX,
-                             high=_DOUBLE_MAX)
-        return int(stripped) if re.fullmatch(r"-?[0-9]+", stripped) else number
+        return _exact_number(lexical)
     if field.type == "boolean":
         low = lexical.strip().lower()
         if low in ("true", "1"):
@@ -1094,14 +1139,10 @@ def _lexical_for(lexical: str, field: Field) -> Scalar:
             return False
         raise ValueError(lexical)
     if field.type == "timestamp":
-        stripped = lexical.strip()
-        try:  # epoch seconds, else the text of a date-time (checked where it is compared)
-            return parse_float(stripped.removeprefix("+"), f"attribute {field.name!r}",
-                               low=-_DOUBLE_MAX, high=_DOUBLE_MAX)
-        except NumberError:
-            if stripped.lower().lstrip("+-") in ("nan", "inf", "infinity"):
-                raise ValueError(lexical) from None
-            return stripped
+        try:
+            return _exact_number(lexical)  # epoch seconds
+        except (ValueError, ArithmeticError):
+            return lexical.strip()
     return lexical
 
 
@@ -1125,6 +1166,9 @@ position before the tuple being evaluated, or None when none is known."""
 def evaluate(expr: Expr, row: Mapping[str, Any], *, anchor: AnchorLookup | None = None) -> bool:
     """Truth of a bound condition on one tuple, with SQL semantics for missing values.
 
+    Row values are as the runtime delivers them: numbers (Python's ints for longs, compared
+    exactly), strings, booleans, and timestamps as `YYYY-MM-DDTHH:MM:SS.ffffffZ` text (fixed
+    width, so they compare in time order with bound timestamp constants).
     A comparison with a missing (None) attribute is unknown; unknown propagates through
     AND/OR/NOT by Kleene's rules and an unknown condition lets the tuple through no more than
     false does. This equals pushing NOT down to the comparisons and treating any comparison

@@ -11,6 +11,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+from pep.core.exact import iso_from_micros, timestamp_micros
 from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial
 from pep.core.graph import Filter, Join, Map, QueryGraph, Source, Union_, WindowAggregate
 from pep.core.plan import (AnyPredicate, ExecutionPlan, JoinPlan, Predicate, Scalar,
@@ -48,9 +49,17 @@ def quote_string(value: str) -> str:
 def sql_literal(value: Scalar, field_type: str | None = None) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if field_type == "timestamp" and isinstance(value, str):
+        try:  # the gateway's text of a microsecond, as bound conditions hold it
+            text = iso_from_micros(timestamp_micros(value))
+        except ValueError:
+            return quote_string(value)
+        return "TIMESTAMP " + quote_string(text[:-1].replace("T", " ").rstrip("0").rstrip(".")
+                                           + "Z")
     if isinstance(value, str):
         return quote_string(value)
     if field_type == "timestamp" and isinstance(value, (int, float)) and math.isfinite(value):
+        # epoch seconds: plans stored before timestamps were held as text
         try:
             moment = datetime.fromtimestamp(value, tz=timezone.utc)
         except (OverflowError, OSError, ValueError):

@@ -41,10 +41,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal
 
 from pep.core.analysis import Warning, values_satisfiable
 from pep.core.errors import Unprocessable
+from pep.core.exact import micros_from_iso
 from pep.core.explain import graph_to_json, plan_to_json, quote_identifier, render_sql
 from pep.core.conditions import format_literal
 from pep.core.graph import QueryGraph
@@ -423,18 +425,31 @@ def _interval(preds) -> tuple:
     return lo, lo_incl, hi, hi_incl
 
 
+def _seconds_exact(value: object) -> Fraction:
+    """A time constant as exact epoch seconds: a timestamp's text (its microseconds) or a
+    number (epoch seconds)."""
+    if isinstance(value, str):
+        return Fraction(micros_from_iso(value), 1_000_000)
+    return Fraction(value)  # type: ignore[arg-type]
+
+
 def _time_satisfiable(plan: JoinPlan, lc, rc) -> bool:
-    lpreds, rpreds = _preds(lc, plan.left_time), _preds(rc, plan.right_time)
+    """Whether the sides' time filters leave two times at most `within` apart: over exact
+    rationals (never rounding two instants together), as reals (timestamps are whole
+    microseconds, so this can only find a match where none is, never claim NR falsely)."""
+    lpreds = [(op, _seconds_exact(v)) for op, v in _preds(lc, plan.left_time)]
+    rpreds = [(op, _seconds_exact(v)) for op, v in _preds(rc, plan.right_time)]
     if not lpreds or not rpreds:
         return True
-    if plan.within == 0:
+    within = Fraction(plan.within)
+    if within == 0:
         return values_satisfiable("double", lpreds + rpreds)
     lo, lo_incl, hi, hi_incl = _interval(lpreds)
     grown = []
     if lo is not None:
-        grown.append((">=" if lo_incl else ">", float(lo) - plan.within))
+        grown.append((">=" if lo_incl else ">", lo - within))
     if hi is not None:
-        grown.append(("<=" if hi_incl else "<", float(hi) + plan.within))
+        grown.append(("<=" if hi_incl else "<", hi + within))
     return values_satisfiable("double", grown + rpreds)
 
 

@@ -8,6 +8,13 @@ and a constant can never be read as code.
 Comparison encoding: the generic predicate computes, per tuple, which of "less", "equal",
 "greater" holds between the attribute and the constant (bits 1, 2, 4); an operator is the set of
 outcomes it accepts. A null attribute yields no outcome, so every operator is false on it.
+Each attribute is compared in its own family, exactly: doubles as doubles (NUMERIC_KIND, a float
+constant), longs, timestamps (epoch microseconds) and booleans (0/1) as 64-bit integers
+(INTEGER_KIND, an int constant: no rounding through a double, so `n = 2^53 + 1` never matches
+2^53), strings as strings. A long or timestamp constant that is not a value of the attribute's
+domain (2.5, beyond 64 bits, a fraction of a microsecond) is rewritten into the equivalent
+integer comparison (`pep.core.exact.integer_comparison`), so every row's constant is an integer
+of the domain.
 
 Spatial predicates (`pep.core.plan.SpatialPredicate`) use the same encoding: the distance in
 metres is compared with the constant (kinds DISTANCE_KIND and ANCHOR_KIND), and a polygon's
@@ -20,9 +27,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from decimal import Decimal
+from fractions import Fraction
 
 from pep.core import geo
+from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, exact_decimal,
+                            in_timestamp_range, integer_comparison, is_number, micros_from_iso)
 from pep.core.plan import (AGGREGATE_FUNCTIONS, AnyPredicate, ExecutionPlan, Predicate,
                            SpatialPredicate, StreamSchema)
 
@@ -35,7 +45,7 @@ OPERATOR_MASKS: dict[str, int] = {
     "=": EQUAL,
     "!=": LESS | GREATER,
 }
-NUMERIC_KIND, STRING_KIND, DISTANCE_KIND, POLYGON_KIND, ANCHOR_KIND = 0, 1, 2, 3, 4
+NUMERIC_KIND, STRING_KIND, DISTANCE_KIND, POLYGON_KIND, ANCHOR_KIND, INTEGER_KIND = 0, 1, 2, 3, 4, 5
 NUMERIC_TYPES = ("double", "long", "boolean", "timestamp")
 
 
@@ -45,15 +55,16 @@ class AnchorSpec:
     equals the constant (a number, or text for string keys), and where their position is."""
 
     key_index: int
-    key_kind: int  # NUMERIC_KIND or STRING_KIND
-    key_number: float | None
+    key_kind: int  # NUMERIC_KIND (a float), INTEGER_KIND (an int) or STRING_KIND
+    key_number: float | int | None
     key_text: str | None
     lat_index: int
     lon_index: int
 
 
-# (attribute index 1-based, operator mask, kind, numeric constant, string constant); spatial
-# rows add (longitude index, geometry): a point (lat, lon), a flat vertex list, or an AnchorSpec.
+# (attribute index 1-based, operator mask, kind, numeric constant, string constant); the numeric
+# constant is a float for NUMERIC_KIND and a 64-bit int for INTEGER_KIND. Spatial rows add
+# (longitude index, geometry): a point (lat, lon), a flat vertex list, or an AnchorSpec.
 PredicateRow = tuple
 
 
@@ -110,50 +121,66 @@ class CompiledPlan:
                                    if len(row) > 5 and isinstance(row[6], AnchorSpec)))
 
 
-def epoch_seconds(value: object, where: str) -> float:
-    """Epoch seconds of a timestamp constant (ISO-8601 text, naive means UTC, or a number)."""
+def timestamp_micros(value: object, where: str):
+    """Epoch microseconds of a timestamp constant, exactly (an int, or a Fraction for a text
+    naming a fraction of a microsecond): ISO-8601 text (naive means UTC; the gateway's own
+    `...ffffffZ` is what bound conditions hold), or a number of epoch seconds (plans stored
+    before conditions held texts), rounded to the microsecond as they were meant."""
     if isinstance(value, bool):
         raise PlanError(f"{where}: a boolean is not a timestamp")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, datetime):
-        dt = value
-    elif isinstance(value, str):
-        text = value.strip()
-        if text.endswith(("Z", "z")):
-            text = text[:-1] + "+00:00"
+    if isinstance(value, str):
         try:
-            dt = datetime.fromisoformat(text)
-        except ValueError:
+            micros = micros_from_iso(value)
+        except (ValueError, OverflowError):
             raise PlanError(f"{where}: {value!r} is not an ISO-8601 timestamp") from None
+    elif is_number(value):
+        number = Fraction(value)  # type: ignore[arg-type]
+        micros = round(number * 1_000_000)
     else:
         raise PlanError(f"{where}: {value!r} is not a timestamp")
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return dt.timestamp()
+    if not in_timestamp_range(micros):
+        raise PlanError(f"{where}: {value!r} is outside years 1 to 9999")
+    return micros
 
 
-def _numeric_constant(pred: Predicate, ftype: str, where: str) -> float:
+def _integer_constant(pred: Predicate, ftype: str, where: str) -> tuple[str, int]:
+    """(operator, 64-bit integer constant) equivalent to the predicate on a long, timestamp or
+    boolean attribute, exactly."""
     value = pred.value
     if ftype == "timestamp":
-        return epoch_seconds(value, where)
+        return integer_comparison(pred.op, timestamp_micros(value, where), MIN_MICROS, MAX_MICROS)
     if ftype == "boolean":
         if isinstance(value, bool):
-            return 1.0 if value else 0.0
+            return pred.op, int(value)
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return 1.0 if value.strip().lower() == "true" else 0.0
-        if isinstance(value, (int, float)) and value in (0, 1):
-            return float(value)
+            return pred.op, int(value.strip().lower() == "true")
+        if is_number(value) and value in (0, 1):
+            return pred.op, int(value)  # type: ignore[arg-type]
         raise PlanError(f"{where}: {value!r} is not a boolean")
+    return integer_comparison(pred.op, _exact_number(pred, ftype, where), INT64_MIN, INT64_MAX)
+
+
+def _exact_number(pred: Predicate, ftype: str, where: str) -> int | float | Decimal:
+    value = pred.value
     if isinstance(value, bool):
         raise PlanError(f"{where}: a boolean constant cannot be compared with a {ftype} attribute")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise PlanError(f"{where}: {value!r} is not a number, but attribute "
-                        f"{pred.attribute!r} is {ftype}") from None
-    if math.isnan(number):
-        raise PlanError(f"{where}: NaN is not a valid constant")
+    if isinstance(value, str):
+        try:
+            value = exact_decimal(value)
+        except ValueError:
+            value = None  # type: ignore[assignment]
+    if not is_number(value):
+        raise PlanError(f"{where}: {pred.value!r} is not a number, but attribute "
+                        f"{pred.attribute!r} is {ftype}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PlanError(f"{where}: {value!r} is not a valid constant")
+    return value  # type: ignore[return-value]
+
+
+def _double_constant(pred: Predicate, where: str) -> float:
+    number = float(_exact_number(pred, "double", where))
+    if not math.isfinite(number):
+        raise PlanError(f"{where}: {pred.value!r} is not a finite double")
     return number
 
 
@@ -194,6 +221,9 @@ def compile_spatial(pred: SpatialPredicate, schema: StreamSchema, where: str) ->
     key = index(pred.key, "anchor key attribute", numeric=False)
     key_row = compile_predicate(Predicate(schema.fields[key - 1].name, "=", pred.key_value),  # type: ignore[arg-type]
                                 schema, where)
+    if key_row[1] != EQUAL:
+        raise PlanError(f"{where}: the anchor's key value {pred.key_value!r} is not a value of "
+                        f"attribute {schema.fields[key - 1].name!r}")
     spec = AnchorSpec(key, key_row[2], key_row[3], key_row[4], lat, lon)
     return (lat, mask, ANCHOR_KIND, radius, None, lon, spec)
 
@@ -225,7 +255,10 @@ def compile_predicate(pred: AnyPredicate, schema: StreamSchema, where: str) -> P
         else:
             raise PlanError(f"{where}: {pred.value!r} is not a string constant")
         return (index, mask, STRING_KIND, None, text)
-    return (index, mask, NUMERIC_KIND, _numeric_constant(pred, field.type, where), None)
+    if FAMILIES[field.type] == "l":
+        op, constant = _integer_constant(pred, field.type, where)
+        return (index, OPERATOR_MASKS[op], INTEGER_KIND, constant, None)
+    return (index, mask, NUMERIC_KIND, _double_constant(pred, where), None)
 
 
 def _canonical(schema: StreamSchema, name: str, where: str) -> str:

@@ -48,7 +48,8 @@ from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import StreamCheckpoint, archive_dir
-from pep.runtime.compile import FAMILIES, NUMERIC_KIND, STRING_KIND, CompiledPlan, row_attributes
+from pep.runtime.compile import (FAMILIES, INTEGER_KIND, NUMERIC_KIND, STRING_KIND, CompiledPlan,
+                                 row_attributes)
 from pep.runtime.encode import json_array, value_texts
 from pep.runtime.memo import OwnedCache
 from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN, build_source
@@ -85,13 +86,15 @@ JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'", "ignoreNul
 PREDICATE_TYPE = T.StructType([
     T.StructField("a", T.IntegerType(), False),   # attribute index, 1-based
     T.StructField("m", T.IntegerType(), False),   # accepted outcomes: 1 less, 2 equal, 4 greater
-    T.StructField("k", T.IntegerType(), False),   # 0 numeric, 1 string
-    T.StructField("n", T.DoubleType(), True),
-    T.StructField("s", T.StringType(), True),
+    T.StructField("k", T.IntegerType(), False),   # 0 double, 1 string, 5 64-bit integer
+    T.StructField("n", T.DoubleType(), True),     # the constant of a double comparison
+    T.StructField("s", T.StringType(), True),     # ... of a string comparison
+    T.StructField("i", T.LongType(), True),       # ... of a long, timestamp, boolean comparison
 ])
 _PRED_ARROW = pa.struct([pa.field("a", pa.int32(), False), pa.field("m", pa.int32(), False),
                          pa.field("k", pa.int32(), False), ("n", pa.float64()),
-                         ("s", pa.string()), *PREDICATE_FIELDS])  # spatial fields: spatial.py
+                         ("s", pa.string()), ("i", pa.int64()),
+                         *PREDICATE_FIELDS])  # spatial fields: spatial.py
 PLAN_TABLE_ARROW = pa.schema([("plans", pa.list_(pa.struct([
     pa.field("id", pa.int32(), False),
     pa.field("k", pa.int32(), False),       # PLAIN, TUPLE, TIME or ROW_TUPLE
@@ -176,13 +179,17 @@ def _outcome(value: Column, constant: Column) -> Column:
 
 
 def _predicate_holds(p: Column, spatial: bool) -> Column:
+    """Each comparison in its attribute's family: doubles, 64-bit integers (exact), strings."""
     num = F.element_at(F.col(NUMS_COLUMN), p["a"])
     txt = F.element_at(F.col(STRS_COLUMN), p["a"])
+    lng = F.element_at(F.col(LNGS_COLUMN), p["a"])
     if not spatial:
-        outcome = F.when(p["k"] == NUMERIC_KIND, _outcome(num, p["n"])) \
-            .otherwise(_outcome(txt, p["s"]))
+        outcome = (F.when(p["k"] == NUMERIC_KIND, _outcome(num, p["n"]))
+                   .when(p["k"] == INTEGER_KIND, _outcome(lng, p["i"]))
+                   .otherwise(_outcome(txt, p["s"])))
     else:
         outcome = (F.when(p["k"] == NUMERIC_KIND, _outcome(num, p["n"]))
+                   .when(p["k"] == INTEGER_KIND, _outcome(lng, p["i"]))
                    .when(p["k"] == STRING_KIND, _outcome(txt, p["s"]))
                    .otherwise(spatial_outcome(p, F.col(NUMS_COLUMN), _outcome)))
     return F.coalesce(p["m"].bitwiseAND(outcome) != 0, F.lit(False))
@@ -223,6 +230,7 @@ def few_plans_column(plans: list[tuple[int, CompiledPlan]]) -> Column:
     the plan table's (`_predicate_holds`, on the same per-row value arrays, a null operand
     false), every constant a typed literal (data in the expression tree, never SQL text)."""
     nums, strs, seq = F.col(NUMS_COLUMN), F.col(STRS_COLUMN), F.col(SEQ_COLUMN)
+    lngs = F.col(LNGS_COLUMN)
     chosen = []
     for plan_id, compiled in plans:
         alternatives = []
@@ -231,6 +239,8 @@ def few_plans_column(plans: list[tuple[int, CompiledPlan]]) -> Column:
             for a, m, k, n, s in conj:
                 if k == NUMERIC_KIND:
                     value, constant = F.element_at(nums, a), F.lit(n).cast("double")
+                elif k == INTEGER_KIND:
+                    value, constant = F.element_at(lngs, a), F.lit(int(n)).cast("long")
                 else:
                     value, constant = F.element_at(strs, a), F.lit(s).cast("string")
                 tests = [test for bit, test in ((1, value < constant), (2, value == constant),
@@ -367,7 +377,8 @@ class StreamExecutor:
         self._types = {f.name: f.type for f in definition.schema.fields}
         self._full_order = definition.source.kind not in SEQ_KINDS
         self._time_attr = self._order_time_attribute()
-        self._anchors = AnchorTracker(spark, value_arrays, definition.schema)  # DISTANCE_TO
+        self._anchors = AnchorTracker(spark, value_arrays, definition.schema,  # DISTANCE_TO
+                                      long_array)
         self._few: tuple[tuple, Column] | None = None  # the few-plans matcher and its plans
         self._codegen: str | None = None  # whole-stage codegen as set in the query's session
         self.started_at: float | None = None
@@ -782,8 +793,10 @@ class StreamExecutor:
                 cols.append(F.col(FILE_COLUMN))
             nums, strs = value_arrays(self._schema, shape.read)
             cols += [nums.alias(NUMS_COLUMN), strs.alias(STRS_COLUMN)]
+            # exact values of long, timestamp and boolean attributes: what their comparisons
+            # read (a constant array of nulls, folded away, when no such attribute is read)
+            cols.append(long_array(self._schema, shape.read).alias(LNGS_COLUMN))
             if windows:
-                cols.append(long_array(self._schema, shape.read).alias(LNGS_COLUMN))
                 if shape.keys:
                     cols.append(key_array(self._schema, shape.keys).alias(KEYS_COLUMN))
             return cols

@@ -43,6 +43,8 @@ from pep.core.conditions import COMPARATORS
 from pep.core.plan import AnyPredicate, ExecutionPlan, JoinPlan, SpatialPredicate, StreamDefinition
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
+from pep.runtime.compile import PlanError, compile_predicate
+from pep.runtime.predicates import row_column
 from pep.runtime.sources import DELETE_COMMITTED, SEQ_COLUMN, build_source
 from pep.runtime.spatial import edges, haversine, inside_polygon, valid_position
 
@@ -57,24 +59,6 @@ class JoinPlanError(ValueError):
 
 
 # -- one side, in the DataFrame API ---------------------------------------------------------------
-
-def _literal_for(value: object, ftype: str) -> Column:
-    if ftype in ("double", "long", "timestamp"):
-        return F.lit(float(value))  # type: ignore[arg-type]
-    if ftype == "boolean":
-        return F.lit(bool(value))
-    return F.lit(str(value))
-
-
-def _operand(column: Column, ftype: str) -> Column:
-    """The attribute as the filter compares it: numbers and timestamps (epoch seconds) as
-    doubles, like the shared runtime's generic predicate."""
-    if ftype == "timestamp":
-        return F.unix_micros(column) / F.lit(1_000_000.0)
-    if ftype in ("double", "long"):
-        return column.cast("double")
-    return column
-
 
 def _compare(left: Column, op: str, right: Column) -> Column:
     try:
@@ -128,12 +112,13 @@ def filter_column(dnf: tuple[tuple[AnyPredicate, ...], ...] | None,
             if isinstance(p, SpatialPredicate):
                 terms.append(_spatial_column(p, definition))
                 continue
-            field_ = definition.schema.lookup(p.attribute)
-            if field_ is None:
+            if definition.schema.lookup(p.attribute) is None:
                 raise JoinPlanError(f"stream {definition.name!r} has no attribute {p.attribute!r}")
-            column = _operand(F.col(f"`{field_.name}`"), field_.type)
-            terms.append(F.coalesce(_compare(column, p.op, _literal_for(p.value, field_.type)),
-                                    F.lit(False)))
+            try:  # each attribute compared in its own family, exactly (pep/runtime/compile.py)
+                row = compile_predicate(p, definition.schema, f"stream {definition.name!r}")
+            except PlanError as exc:
+                raise JoinPlanError(str(exc)) from None
+            terms.append(row_column(row, definition.schema))
         alternatives.append(_and(terms) if terms else F.lit(True))
     out = alternatives[0]
     for alt in alternatives[1:]:

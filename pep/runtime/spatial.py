@@ -6,7 +6,7 @@ module adds the spatial kinds to that struct and to that outcome, with Column ex
 no SQL text, no Python UDF, and no constant ever becomes code. Attaching a plan with a spatial
 predicate therefore changes the plan table's contents, never the physical plan.
 
-Struct fields beside (a, m, k, n, s): `b` the longitude's index, `p` a point (lat, lon), `e` a
+Struct fields beside (a, m, k, n, s, i): `b` the longitude's index, `p` a point (lat, lon), `e` a
 polygon's edges (each (y1, x1, y2, x2) from vertex i to vertex i - 1, precomputed on the driver
 so the job needs no index arithmetic), `z` an anchor's position segments (see below).
 
@@ -45,8 +45,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pep.core.geo import EARTH_DIAMETER_M
-from pep.runtime.compile import (ANCHOR_KIND, DISTANCE_KIND, NUMERIC_KIND, POLYGON_KIND,
-                                 AnchorSpec, CompiledPlan, PredicateRow)
+from pep.runtime.compile import (ANCHOR_KIND, DISTANCE_KIND, INTEGER_KIND, NUMERIC_KIND,
+                                 POLYGON_KIND, AnchorSpec, CompiledPlan, PredicateRow)
 from pep.runtime.sources import SEQ_COLUMN
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ PREDICATE_FIELDS: list[tuple[str, pa.DataType]] = [
     ("z", pa.list_(_SEGMENT))]
 _ANCHOR_TABLE = pa.schema([("anchors", pa.list_(pa.struct([
     pa.field("id", pa.int32(), False), ("a", pa.int32()), ("k", pa.int32()), ("n", pa.float64()),
-    ("s", pa.string()), ("la", pa.int32()), ("lo", pa.int32())])))])
+    ("s", pa.string()), ("i", pa.int64()), ("la", pa.int32()), ("lo", pa.int32())])))])
 
 Segment = tuple[int, int, float | None, float | None]  # (from_seq, to_seq, lat, lon)
 
@@ -88,7 +88,9 @@ def predicate_struct(row: PredicateRow, segments: Callable[[AnchorSpec], list[Se
                      ) -> dict[str, Any]:
     """One predicate row as the plan table's struct (spatial fields null for comparisons)."""
     a, m, k, n, s = row[:5]
-    out: dict[str, Any] = {"a": a, "m": m, "k": k, "n": n, "s": s,
+    integer = k == INTEGER_KIND  # the constant is exact: it travels as a 64-bit integer
+    out: dict[str, Any] = {"a": a, "m": m, "k": k, "n": None if integer else n, "s": s,
+                           "i": n if integer else None,
                            "b": None, "p": None, "e": None, "z": None}
     if len(row) > 5:
         geometry = row[6]
@@ -192,9 +194,10 @@ class AnchorTracker:
     table then and only then."""
 
     def __init__(self, spark: SparkSession, value_arrays: Callable[..., tuple[Column, Column]],
-                 schema: Any) -> None:
+                 schema: Any, long_array: Callable[..., Column]) -> None:
         self.spark = spark
         self._value_arrays = value_arrays
+        self._long_array = long_array
         self._schema = schema
         self._names = list(schema.names)
         self._lock = threading.Lock()
@@ -242,15 +245,18 @@ class AnchorTracker:
         needed = frozenset(self._names[i - 1] for s in specs
                            for i in (s.key_index, s.lat_index, s.lon_index))
         nums, strs = self._value_arrays(self._schema, needed)
+        lngs = self._long_array(self._schema, needed)  # long, timestamp, boolean keys: exact
 
         def is_anchor(s: Column) -> Column:
             number = F.element_at(F.col("_n"), s["a"])
             text = F.element_at(F.col("_s"), s["a"])
+            integer = F.element_at(F.col("_l"), s["a"])
             return F.coalesce(F.when(s["k"] == NUMERIC_KIND, number == s["n"])
+                              .when(s["k"] == INTEGER_KIND, integer == s["i"])
                               .otherwise(text == s["s"]), F.lit(False))
 
         frame = (batch.select(F.col(SEQ_COLUMN), nums.alias("_n"), strs.alias("_s"),
-                              scalar.alias(ANCHOR_COLUMN))
+                              lngs.alias("_l"), scalar.alias(ANCHOR_COLUMN))
                  .where(F.col(SEQ_COLUMN).isNotNull())
                  .select(F.col(SEQ_COLUMN), F.col("_n"),
                          F.explode(F.filter(F.col(ANCHOR_COLUMN), is_anchor)).alias("x"))
@@ -268,7 +274,9 @@ class AnchorTracker:
         cached = self._table
         if cached is not None and cached[0] == specs:
             return cached[1]
-        rows = [{"id": i, "a": s.key_index, "k": s.key_kind, "n": s.key_number,
+        rows = [{"id": i, "a": s.key_index, "k": s.key_kind,
+                 "n": None if s.key_kind == INTEGER_KIND else s.key_number,
+                 "i": s.key_number if s.key_kind == INTEGER_KIND else None,
                  "s": s.key_text, "la": s.lat_index, "lo": s.lon_index}
                 for i, s in enumerate(specs)]
         frame = self.spark.createDataFrame(pa.Table.from_pylist([{"anchors": rows}],

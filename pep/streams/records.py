@@ -2,15 +2,25 @@
 
 Every line of a batch is checked before anything is written (the catalogue writes all or
 nothing); every error names the line (1-based, blank lines counted) and, when known, the field.
+
+Numbers are read exactly: a JSON integer is a Python int whatever its size (a long must fit in
+64 bits, or the line is refused), a number with a fraction or an exponent a `Decimal`, turned
+into a double only for a double field. So a long such as 9007199254740993 reaches the ingest
+file, Spark's LongType column and the readers' JSON as that integer, never through a float; and
+epoch seconds of a timestamp become microseconds exactly (rounded half-even to the microsecond,
+the precision of Spark's timestamps).
 """
 from __future__ import annotations
 
 import json
 import math
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 from pep.core.errors import InvalidInput, TooLarge
+from pep.core.exact import (END_MICROS, MIN_MICROS, iso_from_micros, micros_from_seconds,
+                            round_half_even)
 from pep.core.plan import StreamSchema
 from pep.streams.definition import StreamError
 
@@ -57,7 +67,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
 
 def _shown(value: Any) -> str:
     """A number for a message, shortened (a JSON integer may have thousands of digits)."""
-    text = repr(value)
+    text = str(value) if isinstance(value, Decimal) else repr(value)
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
 
 
@@ -71,8 +81,8 @@ def _lone_surrogate(text: str) -> str | None:
 def _type_name(value: Any) -> str:
     if value is None:
         return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
-            dict: "object"}.get(type(value), type(value).__name__)
+    return {bool: "boolean", int: "integer", float: "number", Decimal: "number", str: "string",
+            list: "array", dict: "object"}.get(type(value), type(value).__name__)
 
 
 def normalise_timestamp(value: Any) -> str:
@@ -80,8 +90,8 @@ def normalise_timestamp(value: Any) -> str:
     the runtime reads. Naive text is taken as UTC."""
     if isinstance(value, bool):
         raise ValueError("expected an ISO-8601 timestamp or epoch seconds, found boolean")
-    if isinstance(value, (int, float)):
-        # A JSON integer may have any number of digits: compare before converting to a float
+    if isinstance(value, (int, float, Decimal)):
+        # A JSON integer may have any number of digits: compare before converting anything
         # (math.isfinite and fromtimestamp raise OverflowError past 1.8e308).
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError("timestamp must be finite")
@@ -89,10 +99,10 @@ def normalise_timestamp(value: Any) -> str:
                                   "(years 1 to 9999)")
         if not MIN_EPOCH_SECONDS <= value < END_EPOCH_SECONDS:
             raise out_of_range
-        try:
-            ts = datetime.fromtimestamp(value, tz=timezone.utc)
-        except (OverflowError, OSError, ValueError):  # rounded up to the year 10000
-            raise out_of_range from None
+        micros = round_half_even(micros_from_seconds(value))  # exact, then to the microsecond
+        if not MIN_MICROS <= micros < END_MICROS:  # rounded up to the year 10000
+            raise out_of_range
+        return iso_from_micros(micros)
     elif isinstance(value, str):
         if len(value) > 64:
             raise ValueError("timestamp text is too long")
@@ -115,7 +125,7 @@ def normalise_timestamp(value: Any) -> str:
 def _check_value(ftype: str, value: Any) -> Any:
     """The value as written to the ingest file, or ValueError saying what is wrong."""
     if ftype == "double":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
             raise ValueError(f"expected a number, found {_type_name(value)}")
         try:
             out = float(value)
@@ -172,7 +182,7 @@ def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | No
         if not line:
             continue
         try:
-            obj = json.loads(line, parse_constant=_reject_constant,
+            obj = json.loads(line, parse_constant=_reject_constant, parse_float=Decimal,
                              object_pairs_hook=_no_duplicates)
         except _BadJson as exc:
             raise RecordError(f"bad JSON: {exc}", line=number) from None

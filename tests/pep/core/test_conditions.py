@@ -90,8 +90,14 @@ def test_non_finite_and_out_of_range_numbers_are_refused():
             parse_condition(text, MIXED)
     with pytest.raises(ConditionError, match="not finite"):
         parse("a > 1e999")
-    with pytest.raises(ConditionError, match="64-bit"):
-        parse("a > 99999999999999999999")
+    with pytest.raises(ConditionError, match="not finite"):
+        parse("a > 1" + "0" * 400)
+    # an integer beyond 64 bits is a number like any other: against a long it is decided
+    # exactly (pep.core.exact), against a double rounded as doubles are
+    assert parse("a > 99999999999999999999").value == 99999999999999999999
+    assert parse_condition("n < 99999999999999999999", MIXED) == Comparison(
+        "n", "<=", 2**63 - 1, 1)
+    assert parse_condition("a < 99999999999999999999", MIXED).value == 1e20
 
 
 def test_binding_uses_the_schema_spelling_and_types():
@@ -116,11 +122,13 @@ def test_binding_errors_name_the_attribute(text, fragment):
         parse_condition(text, MIXED)
 
 
-def test_timestamps_become_epoch_seconds():
+def test_timestamps_become_the_gateways_text_of_a_microsecond():
     expr = parse_condition("t >= '2024-01-01T00:00:00Z'", MIXED)
-    assert expr.value == 1704067200.0
-    assert parse_condition("t >= '2024-01-01 00:00:00'", MIXED).value == 1704067200.0
-    assert parse_condition("t >= 1704067200", MIXED).value == 1704067200.0
+    assert expr.value == "2024-01-01T00:00:00.000000Z"
+    assert parse_condition("t >= '2024-01-01 01:00:00+01:00'", MIXED).value == expr.value
+    assert parse_condition("t >= 1704067200", MIXED).value == expr.value
+    assert parse_condition("t >= 1704067200.000001", MIXED).value == \
+        "2024-01-01T00:00:00.000001Z"
 
 
 def test_numbers_are_ascii_digits():
@@ -176,7 +184,8 @@ def test_to_text_round_trips():
         assert parse_condition(to_text(expr), MIXED) == parse_condition(to_text(expr), MIXED)
         again = parse_condition(to_text(expr), MIXED)
         rows = [{"a": a, "s": s, "flag": f, "n": n, "t": t} for a in (10.0, 25.0, 40.0)
-                for s in ("it's", "x") for f in (True, False) for n in (2, 3) for t in (1.0, 9.0)]
+                for s in ("it's", "x") for f in (True, False) for n in (2, 3)
+                for t in ("1970-01-01T00:00:01.000000Z", "1970-01-01T00:00:09.000000Z")]
         assert all(evaluate(expr, r) == evaluate(again, r) for r in rows)
 
 
@@ -196,7 +205,8 @@ def test_any_text_parses_or_fails_with_a_condition_error(text):
     except ConditionError as exc:
         assert exc.message
     else:
-        evaluate(expr, {"a": 1.0, "n": 1, "s": "x", "flag": True, "t": 0.0})
+        evaluate(expr, {"a": 1.0, "n": 1, "s": "x", "flag": True,
+                        "t": "1970-01-01T00:00:00.000000Z"})
 
 
 # -- issue 9, item 4: odd input is a ConditionError (a 400), never an internal error ----------
@@ -221,14 +231,15 @@ def test_timestamp_constants_out_of_the_range_of_timestamps_are_refused():
         with pytest.raises(ConditionError, match="timestamp attribute 't'"):
             parse_condition(text, MIXED)
     # the ends of the range stay valid
-    assert parse_condition("t >= -62135596800", MIXED).value == -62135596800.0
-    assert parse_condition("t <= '9999-12-31T23:59:59Z'", MIXED).value == 253402300799.0
+    assert parse_condition("t >= -62135596800", MIXED).value == "0001-01-01T00:00:00.000000Z"
+    assert parse_condition("t <= '9999-12-31T23:59:59Z'", MIXED).value == \
+        "9999-12-31T23:59:59.000000Z"
     # a double attribute holds 1e300 fine
     assert parse_condition("a > 1e300", MIXED).value == 1e300
 
 
 def test_integers_past_pythons_digit_limit_are_out_of_range_not_a_crash():
-    with pytest.raises(ConditionError, match=r"64-bit range at column 5"):
+    with pytest.raises(ConditionError, match=r"not finite .* at column 5"):
         parse("a > " + "9" * 5000)
     with pytest.raises(ConditionError, match="not finite"):
         parse("a > 1" + "0" * 5000 + ".5")

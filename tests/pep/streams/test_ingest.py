@@ -349,3 +349,40 @@ def test_a_feed_receives_every_batch_after_it_opened_and_none_before(catalog, tm
     catalog.close_feed("weather", feed)
     catalog.append_records("weather", line(rainrate=5.0).encode())
     assert sorted(os.listdir(feed)) == fed
+
+
+# -- issue 21, part 3: longs and timestamps reach the ingest file exactly ----------------------
+
+def test_longs_beyond_2_53_and_epoch_fractions_are_written_exactly(catalog):
+    big = [2 ** 53 + 1, 2 ** 63 - 1, -(2 ** 63), -(2 ** 53) - 1]
+    seconds = ("253402300799.999999", "1.0000015", "-62135596800", "1704067200.000001")
+    # epoch seconds as JSON numbers, written as they are (not through a float)
+    body = "\n".join(line(winddirection=v, samplingtime="S").replace('"S"', s)
+                     for v, s in zip(big, seconds))
+    catalog.append_records("weather", body.encode())
+    records = read_all(catalog)
+    # the file's text holds every digit (json reads it back as the same int)
+    assert [r["winddirection"] for r in records] == big
+    raw = "".join(open(catalog.ingest_dir("weather") / f).read() for f in ingest_files(catalog))
+    assert all(str(v) in raw for v in big)
+    # epoch seconds are read as the decimals they are, to the microsecond (half-even)
+    assert [r["samplingtime"] for r in records] == [
+        "9999-12-31T23:59:59.999999Z", "1970-01-01T00:00:01.000002Z",
+        "0001-01-01T00:00:00.000000Z", "2024-01-01T00:00:00.000001Z"]
+    assert records[0]["rainrate"] == 7.5 and isinstance(records[0]["rainrate"], float)
+
+
+@pytest.mark.parametrize("value, fragment", [
+    (2 ** 63, "out of range for a 64-bit long"),
+    (-(2 ** 63) - 1, "out of range for a 64-bit long"),
+    ("9007199254740993.0", "expected an integer, found number"),
+    ("1e3", "expected an integer, found number"),
+])
+def test_longs_outside_64_bits_or_not_integers_are_refused_naming_line_and_field(catalog, value,
+                                                                                 fragment):
+    body = line() + "\n" + line(winddirection=0).replace('"winddirection": 0',
+                                                         f'"winddirection": {value}')
+    with pytest.raises(RecordError) as e:
+        catalog.append_records("weather", body.encode())
+    assert e.value.line == 2 and e.value.field == "winddirection" and fragment in str(e.value)
+    assert read_all(catalog) == []

@@ -1,0 +1,51 @@
+"""A compiled predicate row as one Column, for queries that filter with plain Column expressions
+(joins' sides) rather than the shared query's plan table.
+
+The row (`pep.runtime.compile`) already holds the comparison in its attribute's family, so the
+Column compares exactly as the plan table does: doubles as doubles, longs, timestamps (epoch
+microseconds) and booleans (0/1) as 64-bit integers, strings as strings. Constants are typed
+literals (data in the expression tree, never SQL text).
+"""
+from __future__ import annotations
+
+import functools
+import operator
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from pep.core.plan import StreamSchema
+from pep.runtime.compile import EQUAL, GREATER, INTEGER_KIND, LESS, NUMERIC_KIND, PredicateRow
+
+
+def integer_value(column: Column, ftype: str) -> Column:
+    """A long, timestamp or boolean attribute as the 64-bit integer its comparisons use."""
+    if ftype == "timestamp":
+        return F.unix_micros(column)
+    if ftype == "boolean":
+        return F.when(column, F.lit(1)).when(~column, F.lit(0)).cast("long")
+    return column.cast("long")
+
+
+def masked_comparison(value: Column, mask: int, constant: Column) -> Column:
+    """The outcomes the operator mask accepts (less, equal, greater); false on a null value."""
+    tests = [test for bit, test in ((LESS, value < constant), (EQUAL, value == constant),
+                                    (GREATER, value > constant)) if mask & bit]
+    term = functools.reduce(operator.or_, tests) if tests else F.lit(False)
+    return F.coalesce(term, F.lit(False))
+
+
+def row_column(row: PredicateRow, schema: StreamSchema) -> Column:
+    """A comparison row (not a spatial one) on the frame's own attribute columns."""
+    index, mask, kind, number, text = row[:5]
+    field = schema.fields[index - 1]
+    column = F.col(f"`{field.name}`")
+    if kind == INTEGER_KIND:
+        return masked_comparison(integer_value(column, field.type), mask,
+                                 F.lit(int(number)).cast("long"))
+    if kind == NUMERIC_KIND:
+        return masked_comparison(column.cast("double"), mask, F.lit(float(number)).cast("double"))
+    return masked_comparison(column, mask, F.lit(text).cast("string"))
+
+
+__all__ = ["integer_value", "masked_comparison", "row_column"]
