@@ -114,8 +114,8 @@ def test_owner_goes_from_nothing_to_a_consumers_live_handle_without_xml(
     # a window, previewed, then taken off again
     nea.select_option("#rule-window-type", "tuple")
     nea.check("#rule-attrs-table input[data-kind=agg][data-attr=rainrate][data-fn=avg]")
-    wait_true(nea, "document.getElementById('rule-summary').textContent.includes('tuple windows "
-                   "of 5 every 5 [avg(rainrate)]')")
+    wait_true(nea, "document.getElementById('rule-summary').textContent.includes("
+                   "'gets avg(rainrate) per tuple window of 5 every 5')")
     assert nea.is_disabled("#rule-attrs-table input[data-kind=agg][data-attr=samplingtime]"
                            "[data-fn=avg]")  # no average of a timestamp
     nea.select_option("#rule-window-type", "")
@@ -212,7 +212,7 @@ def test_a_saved_rule_opens_as_xacml_and_a_hand_written_policy_is_summarised(
     assert nea.get_attribute(row, "data-form") == "xacml"
     assert nea.inner_text(f"{row} td.summary").startswith(
         "weather: nea (any action) gets every attribute | lta (read, subscribe) gets "
-        "samplingtime, rainrate, windspeed where rainrate > 5 in tuple windows of 5 every 2")
+        "lastval(samplingtime), avg(rainrate), max(windspeed) per tuple window of 5 every 2")
     assert nea.locator(f"{row} button[data-action=rule]").count() == 0
     # a new rule: Edit as XACML opens the compiled document in the XML editor
     nea.click("#rule-new")

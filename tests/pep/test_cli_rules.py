@@ -36,12 +36,12 @@ def test_an_owner_shares_a_stream_from_the_command_line(gw, capsys, tmp_path):
                          "--description", "LTA sees heavy rain")
     assert code == 0, err
     assert "added urn:xsg:rule:weather:lta version 1.0 (store version 1)" in out
-    assert ("grants: weather: lta (read, subscribe) gets samplingtime, rainrate where "
-            "rainrate > 5 in tuple windows of 5 every 5 [avg(rainrate)]") in out
+    assert ("grants: weather: lta (read, subscribe) gets avg(rainrate) per tuple window of 5 "
+            "every 5, of tuples where rainrate > 5") in out
 
     code, out, _ = run(capsys, gw, "nea", "list")
     assert "GRANTS" in out.splitlines()[0]
-    assert "weather: lta (read, subscribe) gets samplingtime, rainrate" in out
+    assert "weather: lta (read, subscribe) gets avg(rainrate) per tuple window" in out
     code, out, _ = run(capsys, gw, "nea", "show", "urn:xsg:rule:weather:lta")
     lines = out.splitlines()
     assert lines[0].startswith("# grants: weather: lta (read, subscribe)")

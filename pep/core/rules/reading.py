@@ -78,11 +78,15 @@ class PolicyReading:
     description: str | None = None
 
 
+_PREFIX = "{%s}" % NS
+_PREFIX_LENGTH = len(_PREFIX)
+
+
 def _local(element: etree._Element) -> str | None:
     tag = element.tag
-    if not isinstance(tag, str) or not tag.startswith("{%s}" % NS):
+    if tag.__class__ is not str or not tag.startswith(_PREFIX):
         return None
-    return tag[len(NS) + 2:]
+    return tag[_PREFIX_LENGTH:]
 
 
 def _children(element: etree._Element) -> list[etree._Element]:

@@ -2,8 +2,10 @@
 validity, events. Rules and hand-written policies alike, whenever `pep.core.rules.reading` can
 read them; anything else is "custom XACML" (with its streams, when its target confines it).
 
-    weather: lta (read, subscribe) gets samplingtime, rainrate where rainrate > 5 in tuple
-    windows of 5 every 2 [avg(rainrate)], from 2026-11-23T00:00:00Z until 2026-11-24T00:00:00Z
+    weather: lta (read, subscribe) gets avg(rainrate) per tuple window of 5 every 2, of tuples
+    where rainrate > 5, from 2026-11-23T00:00:00Z, until 2026-11-24T00:00:00Z
+    weather: other (read) gets samplingtime, rainrate where station = 'S1'
+
 
 Several rules are separated by " | ", in document order (under first-applicable the first that
 applies wins).
@@ -33,18 +35,18 @@ def who_text(who: Who) -> str:
 
 
 def window_text(w: RuleWindow) -> str:
+    """`avg(rainrate), max(windspeed) per tuple window of 5 every 2, ...`: with a window, the
+    aggregates are all a consumer sees."""
     unit = "" if w.type == "tuple" else " s"
     aggregates = []
     for text in w.aggregates:
         attribute, _, function = text.rpartition(":")
         aggregates.append(f"{function.strip().lower()}({attribute.strip()})")
-    out = f"{w.type} windows of {w.size}{unit} every {w.step}{unit} [{', '.join(aggregates)}]"
+    out = f"{', '.join(aggregates)} per {w.type} window of {w.size}{unit} every {w.step}{unit}"
     if w.min_count is not None:
-        out += f" of at least {w.min_count} tuples"
+        out += f", at least {w.min_count} tuples"
     if w.group_by:
-        out += f" per {', '.join(w.group_by)}"
-    if w.filterable:
-        out += f" (own filter before the window on {', '.join(w.filterable)})"
+        out += f", by {', '.join(w.group_by)}"
     return out
 
 
@@ -56,14 +58,19 @@ def grant_text(grant: GrantReading) -> str:
             return "anyone else: denied"
         head = f"{who} ({actions}): denied"
     else:
-        shown = grant.attributes
-        head = f"{who} ({actions}) gets " + (", ".join(shown) if shown is not None
-                                             else "every attribute")
-        if grant.filters:
-            head += " where " + (grant.filters[0] if len(grant.filters) == 1 else
-                                 " AND ".join(f"({f})" for f in grant.filters))
         if grant.windows:
-            head += " in " + " and ".join(window_text(w) for w in grant.windows)
+            what = " and ".join(window_text(w) for w in grant.windows)
+        else:
+            shown = grant.attributes
+            what = ", ".join(shown) if shown is not None else "every attribute"
+        head = f"{who} ({actions}) gets {what}"
+        if grant.filters:
+            head += (", of tuples where " if grant.windows else " where ") + (
+                grant.filters[0] if len(grant.filters) == 1 else
+                " AND ".join(f"({f})" for f in grant.filters))
+        filterable = sorted({a for w in grant.windows for a in w.filterable})
+        if filterable:
+            head += f" (own filter before the window on {', '.join(filterable)})"
     if grant.valid is not None:
         if grant.valid.start:
             head += f", from {grant.valid.start}"

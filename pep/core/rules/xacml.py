@@ -20,6 +20,8 @@ which the gateway denies anyway.
 """
 from __future__ import annotations
 
+import re
+
 from lxml import etree
 
 from pep.core.obligations import (FILTER_CONDITION, MAP_ATTRIBUTE, WINDOW_ATTR, WINDOW_KEY,
@@ -199,7 +201,27 @@ def rule_to_xacml(rule: SharingRule) -> bytes:
     _obligations(grant, rule)
     document = etree.ElementTree(policy)
     etree.indent(document, space="  ")
-    return etree.tostring(document, xml_declaration=True, encoding="UTF-8") + b"\n"
+    text = etree.tostring(document, xml_declaration=True, encoding="UTF-8").decode("utf-8")
+    return "\n".join(_wrap(line) for line in text.split("\n")).encode("utf-8") + b"\n"
+
+
+# A start tag and its attributes (values never hold a raw `"`: lxml writes `&quot;`).
+_START_TAG = re.compile(r'^(\s*<[\w:]+)((?: [\w:]+="[^"]*")+)(/?>.*)$')
+_ATTRIBUTE = re.compile(r' [\w:]+="[^"]*"')
+WIDTH = 100
+
+
+def _wrap(line: str) -> str:
+    """A long start tag with one attribute per line, aligned, as the examples are written."""
+    match = _START_TAG.match(line)
+    if len(line) <= WIDTH or match is None:
+        return line
+    head, attributes, tail = match.groups()
+    parts = _ATTRIBUTE.findall(attributes)
+    if len(parts) < 2:
+        return line
+    indent = " " * (len(head) + 1)
+    return head + parts[0] + "".join("\n" + indent + p[1:] for p in parts[1:]) + tail
 
 
 __all__ = ["rule_to_xacml", "event_attribute", "datatype_of", "lexical", "NS",

@@ -101,9 +101,8 @@ def test_an_owner_shares_a_stream_with_a_rule_and_the_consumer_gets_its_view(gw)
                                                "aggregates": ["rainrate:avg", "ts:lastval"]}))
     assert r.status_code == 201, r.json
     assert r.json["id"] == "urn:xsg:rule:alpha:lta" and r.json["form"] == "rule"
-    assert r.json["summary"] == ("alpha: lta (read, subscribe) gets ts, rainrate where "
-                                 "rainrate > 5 in tuple windows of 5 every 5 "
-                                 "[avg(rainrate), lastval(ts)]")
+    assert r.json["summary"] == ("alpha: lta (read, subscribe) gets avg(rainrate), lastval(ts) "
+                                 "per tuple window of 5 every 5, of tuples where rainrate > 5")
     # stored as XACML, like any other policy, and confined to the owner's stream
     stored = services.store.get("urn:xsg:rule:alpha:lta")
     assert stored.owner == "own1" and stored.data.lstrip().startswith(b"<?xml")
@@ -159,9 +158,9 @@ def test_a_rule_reads_back_as_json_and_yaml_and_a_hand_written_policy_does_not(g
     assert figure2["form"] == "xacml"
     assert figure2["summary"] == (
         "weather: nea (any action) gets every attribute | lta (read, subscribe) gets "
-        "samplingtime, rainrate, windspeed where rainrate > 5 in tuple windows of 5 every 2 "
-        "[lastval(samplingtime), avg(rainrate), max(windspeed)] (own filter before the window "
-        "on rainrate) | anyone else: denied")
+        "lastval(samplingtime), avg(rainrate), max(windspeed) per tuple window of 5 every 2, "
+        "of tuples where rainrate > 5 (own filter before the window on rainrate) | anyone "
+        "else: denied")
     r = client.get("/policies/urn:xsg:example:weather:nea-policy", headers=h("root", Accept=RULE))
     assert r.status_code == 406 and "custom XACML" in r.json["error"]
 
@@ -389,7 +388,8 @@ def test_the_preview_compiles_and_explains_for_a_sample_consumer(gw):
     body = r.json
     assert body["change"] == "added" and body["rule"]["id"] == "urn:xsg:rule:alpha:transport"
     assert body["xacml"].startswith("<?xml") and "stream-window" in body["xacml"]
-    assert body["summary"].startswith("alpha: role transport (read, subscribe) gets ts")
+    assert body["summary"] == ("alpha: role transport (read, subscribe) gets max(rainrate) per "
+                               "time window of 60 s every 60 s, of tuples where rainrate > 5")
     assert body["explain"]["decision"] == "Permit"
     assert body["explain"]["plan"]["window"]["type"] == "time"
     assert "SELECT" in body["explain"]["sql"]
