@@ -180,23 +180,23 @@ class Rules:
         report = self.services.revocation.what_if(prospect, prospect.engine)
         catalog = self.services.catalog
 
-        def visible(record) -> bool:
-            if identity.admin:
-                return True
-            for name in record.streams:
-                stream = catalog.get(name)
-                if stream is not None and stream.owner == identity.subject:
-                    return True
-            return False
+        def owned(name: str) -> bool:
+            stream = catalog.get(name)
+            return stream is not None and stream.owner == identity.subject
 
         counts: Counter = Counter()
         groups: dict[tuple, int] = {}
         for record, verdict in report.outcomes:
-            if not visible(record):
+            mine = [owned(name) for name in record.streams]
+            if not identity.admin and not any(mine):
                 continue
             outcome = report.outcome(verdict)
             counts[outcome] += 1
-            key = (record.subject, record.streams, outcome, verdict.reason or "")
+            reason = verdict.reason or ""
+            if reason and not identity.admin and not all(mine):
+                # a join with another owner's stream: why its side would fail is not ours to say
+                reason = "a join with a stream of another owner, decided again"
+            key = (record.subject, record.streams, outcome, reason)
             groups[key] = groups.get(key, 0) + 1
         order = {"revoked": 0, "changed": 1, "kept": 2}
         consumers = [{"subject": subject, "streams": list(streams), "outcome": outcome,

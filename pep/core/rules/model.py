@@ -220,6 +220,9 @@ def _who(value: Any, path: str) -> Who:
     for attribute_id, values in attributes.items():
         at = f"{path}/attributes/{_pointer(attribute_id)}"
         name = _text(attribute_id, at, what="an attribute id")
+        if name in ("subject-id", "role") or name.endswith((":subject-id", ":role")):
+            raise RuleError(at, "the subject id and the roles are written under `subjects` and "
+                                "`roles`")
         items = values if isinstance(values, list) else [values]
         if not items:
             raise RuleError(at, "lists no value")

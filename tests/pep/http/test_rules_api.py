@@ -201,6 +201,7 @@ def test_a_put_rule_without_an_id_takes_the_id_in_the_url(gw):
     (rule(who={"subjects": "lta", "roles": [1]}), 400, "/who/roles/0"),
     (rule(who={"attributes": {"clearance": []}}), 400, "/who/attributes/clearance"),
     (rule(who={"attributes": {"a/b": {"x": 1}}}), 400, "/who/attributes/a~1b"),
+    (rule(who={"attributes": {"role": "x"}}), 400, "/who/attributes/role"),
     (rule(actions=[]), 400, "/actions"),
     (rule(actions=["read", "read"]), 400, "/actions/1"),
     (rule(filter="rainrate >> 5"), 400, "/filter"),
@@ -419,3 +420,32 @@ def test_the_preview_of_a_saved_rule_is_an_update_and_not_of_anothers_policy(gw)
     r = client.post("/rules/preview", json={"rule": rule("beta", id="urn:p")},
                     headers=h("own2"))
     assert r.status_code == 403
+
+
+def test_a_join_with_another_owners_stream_is_counted_but_not_explained_to_an_owner(gw):
+    client, services, _ = gw
+    assert post_rule(client, "own1", rule(who="anyone", attributes=[])).status_code == 201
+    assert post_rule(client, "own2", rule("beta", who="anyone", attributes=[])).status_code == 201
+    body = json.dumps({"Request": {
+        "Resource": {"Attribute": [{"AttributeId":
+                                    "urn:oasis:names:tc:xacml:1.0:resource:resource-id",
+                                    "Value": "alpha"}],
+                     "Content": {"join": {"stream": "beta", "on": [["station", "station"]],
+                                          "within": 30}}},
+        "Action": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:action:action-id",
+                                  "Value": "read"}]}}})
+    r = client.post("/requests", data=body, headers=h("lta", **{
+        "Content-Type": "application/xacml+json"}))
+    assert r.status_code == 201, r.json
+    pid = "urn:xsg:rule:alpha:anyone"
+    mine = client.delete(f"/policies/{pid}", headers=h("own1"), query_string={"dry_run": "1"})
+    (consumer,) = mine.json["what_if"]["consumers"]
+    assert consumer["streams"] == ["alpha", "beta"] and consumer["outcome"] == "revoked"
+    assert consumer["reason"] == "a join with a stream of another owner, decided again"
+    admin = client.delete(f"/policies/{pid}", headers=h("root"), query_string={"dry_run": "1"})
+    assert "no longer permitted" in admin.json["what_if"]["consumers"][0]["reason"]
+    # own2 sees the same join from its side, as a consumer of its stream
+    theirs = client.delete("/policies/urn:xsg:rule:beta:anyone", headers=h("own2"),
+                           query_string={"dry_run": "1"})
+    assert theirs.json["what_if"]["consumers"][0]["subject"] == "lta"
+    assert len(services.handles.live()) == 1
