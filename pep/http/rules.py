@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -63,22 +62,18 @@ RULE_TYPES = (RULE_JSON, RULE_YAML)
 MAX_SUMMARIES = 20_000
 
 
-# -- reading rule documents -------------------------------------------------------------------------
+# -- reading rule documents ------------------------------------------------------------------------
 
 class _RuleLoader(yaml.SafeLoader):
-    """YAML without anchors and aliases (their expansion is how a small document becomes a huge
-    one) and without implicit timestamps (a `from:` stays the text the owner wrote)."""
+    """YAML without aliases (their expansion is how a small document becomes a huge one) and
+    without implicit timestamps (a `from:` stays the text the owner wrote)."""
 
     def compose_node(self, parent, index):  # noqa: D102 - PyYAML's hook
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.MarkedYAMLError(None, None, "aliases (*name) are not allowed in a rule",
                                        event.start_mark)
-        node = super().compose_node(parent, index)
-        if getattr(node, "anchor", None):
-            raise yaml.MarkedYAMLError(None, None, "anchors (&name) are not allowed in a rule",
-                                       node.start_mark)
-        return node
+        return super().compose_node(parent, index)
 
 
 _RuleLoader.yaml_implicit_resolvers = {
@@ -120,7 +115,7 @@ def dump_rule(rule: SharingRule, media_type: str) -> bytes:
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-# -- the gateway's rules ----------------------------------------------------------------------------
+# -- the gateway's rules ---------------------------------------------------------------------------
 
 class Rules:
     """Sharing rules over the gateway's services: the policy format, the summaries, the

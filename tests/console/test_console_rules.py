@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 import operator
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.console.conftest import RecordingRuntime
-from tests.console.test_console_browser import VIEWPORT, sign_in, wait_true
+from tests.console.test_console_browser import sign_in, wait_true
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -92,7 +92,7 @@ def ask(client, who: str, stream: str):
         "Content-Type": XML}))
 
 
-# -- writing, reading back, summaries ---------------------------------------------------------------
+# -- writing, reading back, summaries --------------------------------------------------------------
 
 def test_an_owner_shares_a_stream_with_a_rule_and_the_consumer_gets_its_view(gw):
     client, services, runtime = gw
@@ -192,7 +192,7 @@ def test_a_put_rule_without_an_id_takes_the_id_in_the_url(gw):
     assert r.status_code == 400 and "urn:own1:else" in r.json["error"]
 
 
-# -- refusals: 4xx naming the field, never 500 -------------------------------------------------------
+# -- refusals: 4xx naming the field, never 500 -----------------------------------------------------
 
 @pytest.mark.parametrize("body, status, field", [
     ({"who": {"subjects": ["lta"]}}, 400, "/stream"),
@@ -304,7 +304,7 @@ def test_no_rule_document_gets_a_500(gw, value):
             assert r.json["status"] == r.status_code
 
 
-# -- what-if -----------------------------------------------------------------------------------------
+# -- what-if ---------------------------------------------------------------------------------------
 
 def test_a_dry_run_says_what_a_change_would_do_and_changes_nothing(gw):
     client, services, _ = gw
