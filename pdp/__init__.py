@@ -34,6 +34,7 @@ from pdp.xmlsafe import UnsafeDocumentError, parse_xml
 
 _PERSISTENCE = {
     "PolicyService": "pdp.service", "PolicyIdMismatchError": "pdp.service",
+    "Prospect": "pdp.service",
     "seed_store": "pdp.service", "policy_files": "pdp.service", "load_sources": "pdp.service",
     "PolicyStore": "pdp.store", "SQLitePolicyStore": "pdp.store", "StoredPolicy": "pdp.store",
     "StoreError": "pdp.store", "PolicyExistsError": "pdp.store",

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pdp.engine import (CompiledPolicy, PolicyEngine, PolicyInfo, PolicySource,
@@ -39,6 +40,17 @@ class PolicyIdMismatchError(ValueError):
                          f"but the policy being updated is {expected!r}")
         self.expected = expected
         self.found = found
+
+
+@dataclass(frozen=True)
+class Prospect:
+    """A change not applied: the engine it would give and the resources it concerns (None:
+    any), in the terms of the PolicyChange it would announce."""
+
+    kind: str  # "added" | "updated" | "deleted"
+    policy_id: str
+    engine: PolicyEngine
+    resources: frozenset[str] | None
 
 
 class PolicyService:
@@ -225,6 +237,33 @@ class PolicyService:
             self._emit("deleted", tombstone, old.resource_scope(policy_id))
         return tombstone
 
+    def prospect(self, kind: str, policy_id: str, data: bytes | None = None,
+                 source: str = "proposed policy") -> "Prospect":
+        """What a change would make of the engine, without storing, swapping or announcing
+        anything: the engine after the change and the resources it concerns, exactly as
+        `add` (kind "added"), `update` ("updated") or `delete` ("deleted") would compute them
+        now. Raises what they raise (PolicyLoadError, PolicyExistsError, PolicyNotFoundError,
+        PolicyIdMismatchError)."""
+        old = self.engine
+        if kind == "deleted":
+            if policy_id not in old.policies:
+                raise PolicyNotFoundError(policy_id)
+            return Prospect(kind, policy_id, old.with_changes(remove_ids=[policy_id]),
+                            old.resource_scope(policy_id))
+        doc = compile_policy(PolicySource(source, bytes(data or b"")))
+        if doc.info.id != policy_id:
+            raise PolicyIdMismatchError(policy_id, doc.info.id)
+        if kind == "added":
+            if policy_id in old.policies:
+                raise PolicyExistsError(policy_id)
+            new_engine = old.with_changes(upsert=[doc])
+            return Prospect(kind, policy_id, new_engine, new_engine.resource_scope(policy_id))
+        if policy_id not in old.policies:
+            raise PolicyNotFoundError(policy_id)
+        new_engine = old.with_changes(upsert=[doc], remove_ids=[policy_id])
+        return Prospect(kind, policy_id, new_engine,
+                        _union(old.resource_scope(policy_id), new_engine.resource_scope(policy_id)))
+
     def _emit(self, kind: str, stored: StoredPolicy,
               resources: frozenset[str] | None = None) -> None:
         self.events.emit(PolicyChange(kind=kind, policy_id=stored.policy_id,  # type: ignore[arg-type]
@@ -279,5 +318,6 @@ def seed_store(store: PolicyStore, directory: str | Path, owner: str,
     return written
 
 
-__all__ = ["PolicyService", "PolicyIdMismatchError", "policy_files", "load_sources",
+__all__ = ["PolicyService", "Prospect", "PolicyIdMismatchError", "policy_files",
+           "load_sources",
            "seed_store"]

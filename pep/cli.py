@@ -23,7 +23,10 @@ examples:
   xsg serve --config deploy/xsg.example.toml --log-format json
   export XSG_TOKEN=<nea's token from the serve banner>
   xsg policy list
+  xsg policy new --stream weather --subject lta --filter 'rainrate > 5' \
+      --attributes samplingtime,rainrate --window tuple:5 --aggregate rainrate:avg --what-if
   xsg policy add policies/weather/nea-weather-policy.xml
+  xsg policy add my-rule.yaml                # a sharing rule (.json, .yaml, .yml)
   xsg policy show urn:xsg:example:weather:nea-policy
   xsg policy update urn:xsg:example:weather:nea-policy new-version.xml
   xsg policy delete urn:xsg:example:weather:nea-policy
@@ -256,20 +259,190 @@ def _policy_path(policy_id: str) -> str:
 
 
 XML_HEADERS = {"Content-Type": "application/xacml+xml"}
+RULE_JSON = "application/vnd.xsg.rule+json"
+RULE_YAML = "application/vnd.xsg.rule+yaml"
+
+
+def _document_headers(path: str) -> dict:
+    """A policy file's media type by its name: a sharing rule (.json, .yaml, .yml) or XACML."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".json":
+        return {"Content-Type": RULE_JSON}
+    if suffix in (".yaml", ".yml"):
+        return {"Content-Type": RULE_YAML}
+    return XML_HEADERS
+
+
+def _dry_run(args: argparse.Namespace) -> dict:
+    return {"dry_run": "true"} if getattr(args, "what_if", False) else {}
+
+
+def print_what_if(body: dict) -> None:
+    """A dry run's answer: what the change would do to the live handles; nothing was done."""
+    report = body.get("what_if") or {}
+    n = report.get("handles", 0)
+    print(f"what-if: {body.get('change')} {body.get('id')}: {n} live handle"
+          f"{'' if n == 1 else 's'} would be re-decided: {report.get('revoked', 0)} revoked, "
+          f"{report.get('changed', 0)} changed (revoked, the consumer asks again), "
+          f"{report.get('kept', 0)} kept")
+    for c in report.get("consumers", []):
+        streams = ", ".join(c["streams"])
+        count = f"{c['handles']} handle{'' if c['handles'] == 1 else 's'}"
+        reason = f": {c['reason']}" if c.get("reason") else ""
+        print(f"  {c['outcome']:<8} {c['subject']} on {streams} ({count}){reason}")
+    for warning in body.get("warnings", []):
+        print(f"warning: {warning}")
+    print("nothing was changed (dry run)")
+
+
+def _written(body: dict, verb: str) -> None:
+    print(f"{verb} {body['id']} version {body['version']} (store version "
+          f"{body['store_version']})")
+    if body.get("summary"):
+        print(f"  grants: {body['summary']}")
+    for warning in body.get("warnings", []):
+        print(f"warning: {warning}")
 
 
 def cmd_policy_add(args: argparse.Namespace) -> int:
-    r = _call(args, "POST", "/policies", data=_read_file(args.file), headers=XML_HEADERS)
-    body = r.json()
-    print(f"added {body['id']} version {body['version']} (store version {body['store_version']})")
+    r = _call(args, "POST", "/policies", data=_read_file(args.file),
+              headers=_document_headers(args.file), params=_dry_run(args))
+    if args.what_if:
+        print_what_if(r.json())
+    else:
+        _written(r.json(), "added")
     return EXIT_OK
 
 
 def cmd_policy_update(args: argparse.Namespace) -> int:
-    r = _call(args, "PUT", _policy_path(args.id), data=_read_file(args.file), headers=XML_HEADERS)
-    body = r.json()
-    print(f"updated {body['id']} to version {body['version']} "
-          f"(store version {body['store_version']})")
+    r = _call(args, "PUT", _policy_path(args.id), data=_read_file(args.file),
+              headers=_document_headers(args.file), params=_dry_run(args))
+    if args.what_if:
+        print_what_if(r.json())
+    else:
+        _written(r.json(), "updated to")
+    return EXIT_OK
+
+
+def _attribute_value(text: str):
+    """`--attribute id=value`: a number or true/false when it reads so, else the text."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _csv(values: list[str] | None) -> list[str]:
+    return [part.strip() for v in values or [] for part in v.split(",") if part.strip()]
+
+
+def rule_from_flags(args: argparse.Namespace) -> dict:
+    """The sharing rule of `xsg policy new`: the file's (if any), then each flag given over it.
+    The gateway checks it (errors name the field)."""
+    rule: dict = {}
+    if args.file:
+        import yaml
+
+        text = _read_file(args.file).decode("utf-8", errors="replace")
+        try:
+            loaded = yaml.safe_load(text) if Path(args.file).suffix.lower() in (
+                ".yaml", ".yml") else json.loads(text)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise CliError(f"cannot read the rule in {args.file}: {exc}", EXIT_USAGE) from None
+        if not isinstance(loaded, dict):
+            raise CliError(f"{args.file}: a rule is an object (stream, who, ...)", EXIT_USAGE)
+        rule = loaded
+    for flag, key in (("id", "id"), ("version", "version"), ("stream", "stream"),
+                      ("description", "description"), ("filter", "filter")):
+        if getattr(args, flag) is not None:
+            rule[key] = getattr(args, flag)
+    if args.anyone:
+        rule["who"] = "anyone"
+    elif args.subject or args.role or args.attribute:
+        who: dict = {}
+        if args.subject:
+            who["subjects"] = _csv(args.subject)
+        if args.role:
+            who["roles"] = _csv(args.role)
+        for item in args.attribute or []:
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                raise CliError(f"--attribute {item!r}: write ID=VALUE", EXIT_USAGE)
+            who.setdefault("attributes", {}).setdefault(name.strip(), []).append(
+                _attribute_value(value))
+        rule["who"] = who
+    if args.any_action:
+        rule["actions"] = "any"
+    elif args.action:
+        rule["actions"] = _csv(args.action)
+    if args.attributes is not None:
+        rule["attributes"] = _csv([args.attributes])
+    if args.window is not None:
+        parts = args.window.split(":")
+        if len(parts) not in (2, 3) or not all(p.strip() for p in parts):
+            raise CliError(f"--window {args.window!r}: write TYPE:SIZE or TYPE:SIZE:STEP "
+                           "(tuple:5:2, time:600)", EXIT_USAGE)
+        window = dict(rule.get("window") or {})
+        window.update(type=parts[0], size=parts[1], step=parts[2] if len(parts) == 3 else
+                      parts[1])
+        rule["window"] = window
+    extras = {"aggregates": _csv(args.aggregate), "group_by": _csv(args.group_by),
+              "filterable": _csv(args.filterable)}
+    if any(extras.values()) or args.min_count is not None:
+        if not rule.get("window"):
+            raise CliError("--aggregate, --group-by, --filterable and --min-count need --window",
+                           EXIT_USAGE)
+        rule["window"].update({k: v for k, v in extras.items() if v})
+        if args.min_count is not None:
+            rule["window"]["min_count"] = args.min_count
+    if args.valid_from is not None or args.valid_until is not None:
+        valid = dict(rule.get("valid") or {})
+        if args.valid_from is not None:
+            valid["from"] = args.valid_from
+        if args.valid_until is not None:
+            valid["until"] = args.valid_until
+        rule["valid"] = valid
+    if args.event:
+        rule["events"] = _csv(args.event)
+    return rule
+
+
+def _jsonable(value):
+    """YAML's dates and times (a rule file's `from: 2026-11-23`) as the text they were."""
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not a rule value")
+
+
+def cmd_policy_new(args: argparse.Namespace) -> int:
+    rule = rule_from_flags(args)
+    if args.xacml:
+        r = _call(args, "POST", "/rules/preview", data=json.dumps({"rule": rule},
+                                                                  default=_jsonable),
+                  headers={"Content-Type": "application/json"})
+        body = r.json()
+        sys.stdout.write(body["xacml"])
+        if body.get("summary"):
+            print(f"grants: {body['summary']}", file=sys.stderr)
+        for warning in body.get("warnings", []):
+            print(f"warning: {warning}", file=sys.stderr)
+        return EXIT_OK
+    data = json.dumps(rule, default=_jsonable).encode()
+    headers = {"Content-Type": RULE_JSON}
+    if args.replace:
+        path = _policy_path(args.replace)
+        r = _call(args, "PUT", path, data=data, headers=headers, params=_dry_run(args))
+    else:
+        r = _call(args, "POST", "/policies", data=data, headers=headers, params=_dry_run(args))
+    if args.what_if:
+        print_what_if(r.json())
+    else:
+        _written(r.json(), "updated to" if args.replace else "added")
     return EXIT_OK
 
 
@@ -281,11 +454,18 @@ def cmd_policy_list(args: argparse.Namespace) -> int:
     if not policies:
         print("no policies")
         return EXIT_OK
-    print(f"{'ID':<48} {'VERSION':<9} {'STORE':>5}  {'OWNER':<12} WRITTEN")
+    print(f"{'ID':<48} {'VERSION':<9} {'STORE':>5}  {'OWNER':<12} {'WRITTEN':<29} GRANTS")
     for p in policies:
         print(f"{p['id']:<48} {p['version']:<9} {p['store_version']:>5}  {p['owner']:<12} "
-              f"{p['created_at']}")
+              f"{p['created_at']:<29} {p.get('summary', '')}")
     return EXIT_OK
+
+
+def _summary_of(args: argparse.Namespace, policy_id: str) -> str | None:
+    for p in _call(args, "GET", "/policies").json():
+        if p.get("id") == policy_id:
+            return p.get("summary")
+    return None
 
 
 def cmd_policy_show(args: argparse.Namespace) -> int:
@@ -296,19 +476,29 @@ def cmd_policy_show(args: argparse.Namespace) -> int:
         params["store_version"] = str(args.store_version)
     if args.history:
         params = {"history": "true"}
-    r = _call(args, "GET", _policy_path(args.id), params=params)
+    headers = {}
+    if args.rule:
+        headers["Accept"] = RULE_JSON if args.rule == "json" else RULE_YAML
+    r = _call(args, "GET", _policy_path(args.id), params=params, headers=headers)
     if args.history:
         print(json.dumps(r.json(), indent=2))
-    else:
-        sys.stdout.write(r.content.decode("utf-8", errors="replace"))
-        if not r.content.endswith(b"\n"):
-            print()
+        return EXIT_OK
+    if not (args.raw or args.rule or params):
+        summary = _summary_of(args, args.id)
+        if summary:
+            print(f"# grants: {summary}")
+    sys.stdout.write(r.content.decode("utf-8", errors="replace"))
+    if not r.content.endswith(b"\n"):
+        print()
     return EXIT_OK
 
 
 def cmd_policy_delete(args: argparse.Namespace) -> int:
-    _call(args, "DELETE", _policy_path(args.id))
-    print(f"deleted {args.id}")
+    r = _call(args, "DELETE", _policy_path(args.id), params=_dry_run(args))
+    if args.what_if:
+        print_what_if(r.json())
+    else:
+        print(f"deleted {args.id}")
     return EXIT_OK
 
 
@@ -346,6 +536,57 @@ def cmd_pdp_decide(args: argparse.Namespace) -> int:
 
 # -- parser ---------------------------------------------------------------------------------------
 
+NEW_DESCRIPTION = """Write a sharing rule: what one stream shows to whom. It is compiled to a XACML
+3.0 policy by the gateway, stored and enforced like any other (xsg policy show ID prints it).
+Flags go over the fields of --file (a rule in JSON or YAML). Lists take repeated flags or
+commas: --subject lta,other."""
+
+
+def add_new_parser(psub, what_if: dict) -> None:
+    n = psub.add_parser("new", help="write a sharing rule from flags or a rule file",
+                        description=NEW_DESCRIPTION,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    n.add_argument("--file", metavar="RULE", help="a rule file (.json, .yaml, .yml)")
+    n.add_argument("--stream", help="the stream shared")
+    n.add_argument("--id", help="the policy id (default urn:xsg:rule:<stream>:<who>)")
+    n.add_argument("--version", help="the XACML Version (default 1.0)")
+    n.add_argument("--description")
+    who = n.add_argument_group("who (any one of them)")
+    who.add_argument("--subject", action="append", metavar="ID", help="a subject id")
+    who.add_argument("--role", action="append", help="a role")
+    who.add_argument("--attribute", action="append", metavar="ID=VALUE",
+                     help="an attribute the gateway vouches for (auth file or token)")
+    who.add_argument("--anyone", action="store_true", help="every authenticated caller")
+    what = n.add_argument_group("what")
+    what.add_argument("--action", action="append",
+                      help="an action id (default: read and subscribe)")
+    what.add_argument("--any-action", action="store_true", help="every action")
+    what.add_argument("--filter", metavar="CONDITION", help="only tuples meeting it: "
+                                                            "'rainrate > 5'")
+    what.add_argument("--attributes", metavar="A,B,..", help="the attributes shown "
+                                                             "(default: all)")
+    window = n.add_argument_group("window (only aggregates are shown)")
+    window.add_argument("--window", metavar="TYPE:SIZE[:STEP]",
+                        help="tuple:5:2 (tuples) or time:600 (seconds); step defaults to size")
+    window.add_argument("--aggregate", action="append", metavar="ATTR:FN",
+                        help="rainrate:avg (avg max min sum count firstval lastval)")
+    window.add_argument("--min-count", type=int, metavar="N",
+                        help="windows of fewer tuples are not shown")
+    window.add_argument("--group-by", action="append", metavar="ATTR")
+    window.add_argument("--filterable", action="append", metavar="ATTR",
+                        help="an attribute the consumer's own filter may use before the window")
+    when = n.add_argument_group("when")
+    when.add_argument("--valid-from", metavar="DATETIME", help="2026-11-23T00:00:00Z")
+    when.add_argument("--valid-until", metavar="DATETIME")
+    when.add_argument("--event", action="append", metavar="NAME",
+                      help="a stream event that must be open")
+    n.add_argument("--replace", metavar="ID", help="publish it as a new version of policy ID")
+    n.add_argument("--xacml", action="store_true",
+                   help="print the XACML it compiles to, and store nothing")
+    n.add_argument("--what-if", **what_if)
+    n.set_defaults(func=cmd_policy_new)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xsg", description="XACML decision and enforcement gateway for live data streams.",
@@ -372,14 +613,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds per HTTP call")
     psub = p.add_subparsers(dest="policy_command", metavar="ACTION")
     psub.required = True
-    a = psub.add_parser("add", help="add a policy from a XACML file")
+    what_if = {"action": "store_true", "dest": "what_if",
+               "help": "say what the change would do to the live handles (revoked, changed, "
+                       "kept), and change nothing"}
+    a = psub.add_parser("add", help="add a policy from a XACML file or a sharing rule "
+                                    "(.json, .yaml)")
     a.add_argument("file")
+    a.add_argument("--what-if", **what_if)
     a.set_defaults(func=cmd_policy_add)
+    add_new_parser(psub, what_if)
     lst = psub.add_parser("list", help="list the current policies")
     lst.add_argument("--json", action="store_true", help="print JSON")
     lst.set_defaults(func=cmd_policy_list)
-    sh = psub.add_parser("show", help="print a policy's XML (current or historical)")
+    sh = psub.add_parser("show", help="print what a policy grants and its XML (current or "
+                                      "historical)")
     sh.add_argument("id")
+    sh.add_argument("--raw", action="store_true", help="the XML only, without the summary line")
+    sh.add_argument("--rule", nargs="?", const="yaml", choices=("yaml", "json"),
+                    help="the sharing rule the policy is (YAML unless json is given)")
     sh.add_argument("--version", help="the latest stored document with this XACML Version")
     sh.add_argument("--store-version", type=_whole_number,
                     help="exactly this store version")
@@ -387,10 +638,12 @@ def build_parser() -> argparse.ArgumentParser:
     sh.set_defaults(func=cmd_policy_show)
     d = psub.add_parser("delete", help="delete a policy (its history is kept)")
     d.add_argument("id")
+    d.add_argument("--what-if", **what_if)
     d.set_defaults(func=cmd_policy_delete)
-    u = psub.add_parser("update", help="publish a new version of a policy")
+    u = psub.add_parser("update", help="publish a new version of a policy (XACML or a rule)")
     u.add_argument("id")
     u.add_argument("file")
+    u.add_argument("--what-if", **what_if)
     u.set_defaults(func=cmd_policy_update)
 
     # Listed for --help; main() runs `xsg proxy ...` as the proxy program before parsing.

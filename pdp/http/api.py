@@ -12,7 +12,8 @@ without touching this module. A falsy `Veto` answer becomes a 403 that carries i
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from urllib.parse import quote
 
 from flask import Blueprint, Response as FlaskResponse, jsonify, request
@@ -30,7 +31,7 @@ from pdp.policy_scope import RESOURCE_CATEGORY, RESOURCE_ID
 from pdp.request import bind_environment, bind_subject, media_kind, parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_SYNTAX_ERROR, Decision, Response, Result, Status
-from pdp.service import PolicyIdMismatchError, PolicyService
+from pdp.service import PolicyIdMismatchError, PolicyService, Prospect
 from pdp.store import PolicyExistsError, PolicyNotFoundError, StoredPolicy
 
 log = logging.getLogger(__name__)
@@ -95,16 +96,41 @@ def read_body() -> bytes:
     return data
 
 
-def _policy_body() -> bytes | FlaskResponse:
+@dataclass(frozen=True)
+class PolicyFormat:
+    """Another way to write a policy than XACML (the gateway's: sharing rules).
+
+    `to_xacml(body, media_type, identity, policy_id)` gives the XACML document the body stands
+    for (`policy_id`: the id a PUT names, None for a POST) and warnings for the answer; the
+    document is then judged, checked, stored and decided like any other. It may raise, and the
+    app's error handlers answer (a 4xx naming what is wrong). `from_xacml(document,
+    media_type)` gives a stored document in this form, or None when it cannot be written so."""
+
+    media_types: tuple[str, ...]
+    to_xacml: Callable[[bytes, str, Identity, "str | None"], "tuple[bytes, list[str]]"]
+    from_xacml: Callable[[bytes, str], bytes | None]
+
+
+def _policy_body(identity: Identity, formats: Sequence[PolicyFormat] = (),
+                 policy_id: str | None = None) -> tuple[bytes, list[str]] | FlaskResponse:
+    """The XACML document of a write, the body itself or what a PolicyFormat makes of it, and
+    the format's warnings."""
     content_type = request.headers.get("Content-Type", "")
     base = content_type.split(";", 1)[0].strip().lower()
-    if base not in _OFFERED["xml"]:
+    form = next((f for f in formats if base in f.media_types), None)
+    if base not in _OFFERED["xml"] and form is None:
+        others = "".join(f", or {', '.join(f.media_types)}" for f in formats)
         return error_response(415, f"unsupported Content-Type {content_type!r}: send the XACML "
-                                   f"policy as {XACML_XML}")
+                                   f"policy as {XACML_XML}{others}")
     body = read_body()
     if not body.strip():
-        return error_response(400, "empty body: expected a XACML Policy or PolicySet document")
-    return body
+        return error_response(400, "empty body: expected a XACML Policy or PolicySet document"
+                              if form is None else f"empty body: expected a {base} document")
+    return form.to_xacml(body, base, identity, policy_id) if form is not None else (body, [])
+
+
+def _dry_run() -> bool:
+    return request.args.get("dry_run", "").lower() in ("1", "true", "yes")
 
 
 def _store_version(text: str | None) -> int | None:
@@ -139,11 +165,18 @@ Environment = Callable[[list[str]], list[tuple[str, str, list[str]]]]
 MAX_BULK = 10_000
 
 
+WhatIf = Callable[[Identity, Prospect], dict]
+Describe = Callable[[StoredPolicy], dict]
+
+
 def create_pdp_blueprint(service: PolicyService,
                          may_manage: ManagePolicy = may_manage_policy,
                          check_policy: CheckPolicy | None = None,
                          environment: Environment | None = None,
-                         health_details: Callable[[], dict] | None = None) -> Blueprint:
+                         health_details: Callable[[], dict] | None = None,
+                         formats: Sequence[PolicyFormat] = (),
+                         what_if: WhatIf | None = None,
+                         describe: Describe | None = None) -> Blueprint:
     """Routes: GET /health, POST /pdp, and the PAP under /policies.
 
     `health_details()` adds the embedder's own parts to GET /health (the gateway: its streams);
@@ -154,8 +187,22 @@ def create_pdp_blueprint(service: PolicyService,
     or raises PolicyLoadError (400) when the policy cannot work (the gateway checks obligations
     against stream schemas). `environment(resource_ids)` gives the gateway's own environment
     attributes for a request naming those resource-ids, which a decision sees instead of the
-    request's (`pdp.request.bind_environment`)."""
+    request's (`pdp.request.bind_environment`).
+
+    `formats` are other media types a policy may be written in (and read back as, by Accept).
+    `describe(stored)` adds fields to each policy of GET /policies and to a write's answer (the
+    gateway: a one-line summary of what it grants). A write with `?dry_run=true` is judged and
+    checked exactly as the write, then answered 200 with what it would do (`what_if(identity,
+    prospect)`, the change computed against the live engine) and nothing is applied."""
     bp = Blueprint("pdp", __name__)
+
+    def described(stored: StoredPolicy) -> dict:
+        return describe(stored) if describe is not None else {}
+
+    def dry_run_answer(identity: Identity, prospect: Prospect, **fields) -> FlaskResponse:
+        report = what_if(identity, prospect) if what_if is not None else None
+        return jsonify({"dry_run": True, "change": prospect.kind, "id": prospect.policy_id,
+                        **fields, "what_if": report})
 
     def checked(body: bytes, source: str = "request body") -> list[str]:
         return check_policy(body, source) if check_policy is not None else []
@@ -246,15 +293,18 @@ def create_pdp_blueprint(service: PolicyService,
         for stored in service.list():
             info = existing_info(stored.policy_id, stored)
             if info is not None and may_manage(identity, info):
-                visible.append(stored.summary())
+                visible.append({**stored.summary(), **described(stored)})
         return jsonify(visible)
 
     @bp.post("/policies")
     @require_identity()
     def add_policy():
-        """Add a policy (XACML XML) that the caller may manage.
+        """Add a policy: XACML, or another form (`formats`); `?dry_run=true` says what it
+        would do to the live handles and stores nothing.
         ---
         post:
+          parameters:
+            - {name: dry_run, in: query, schema: {type: boolean}}
           requestBody:
             required: true
             content:
@@ -263,23 +313,28 @@ def create_pdp_blueprint(service: PolicyService,
           responses:
             201: {description: '{"id", "version", "store_version", "warnings"}'}
         """
-        body = _policy_body()
-        if isinstance(body, FlaskResponse):
-            return body
         identity = current_identity()
+        incoming = _policy_body(identity, formats)
+        if isinstance(incoming, FlaskResponse):
+            return incoming
+        body, warnings = incoming
         try:
             info = ManagedPolicy.of(inspect_policy(PolicySource("request body", body)), body)
             verdict = may_manage(identity, info)
             if not verdict:
                 return _refused(identity, f"manage policy {info.id!r}", verdict)
-            warnings = checked(body)
+            warnings = warnings + checked(body)
+            if _dry_run():
+                prospect = service.prospect("added", info.id, body, source="request body")
+                return dry_run_answer(identity, prospect, version=info.version,
+                                      warnings=warnings)
             stored = service.add(body, owner=identity.subject, source="request body")
         except PolicyLoadError as exc:
             return load_error(exc)
         except PolicyExistsError as exc:
             return error_response(409, f"{exc}; use PUT /policies/<id> to publish a new version",
                                   id=exc.policy_id)
-        response = jsonify({**_stored_json(stored), "warnings": warnings})
+        response = jsonify({**_stored_json(stored), **described(stored), "warnings": warnings})
         response.status_code = 201
         response.headers["Location"] = f"{request.root_path}/policies/{quote(stored.policy_id, safe='')}"
         return response
@@ -304,8 +359,11 @@ def create_pdp_blueprint(service: PolicyService,
         """
         identity = current_identity()
         wants_history = request.args.get("history", "").lower() in ("1", "true", "yes")
-        offered = ["application/json"] if wants_history else [XACML_XML, "application/xml"]
-        if request.headers.get("Accept") and request.accept_mimetypes.best_match(offered) is None:
+        offered = ["application/json"] if wants_history else [
+            XACML_XML, "application/xml", *(t for f in formats for t in f.media_types)]
+        chosen = request.accept_mimetypes.best_match(offered) \
+            if request.headers.get("Accept") else offered[0]
+        if chosen is None:
             return error_response(406, f"this resource is {' or '.join(offered)}")
         info = existing_info(policy_id)
         if info is None:
@@ -342,7 +400,15 @@ def create_pdp_blueprint(service: PolicyService,
             if not verdict:
                 return _refused(identity, f"read this version of policy {policy_id!r}", verdict,
                                 stored.owner)
-        response = FlaskResponse(stored.data, content_type=XACML_XML)
+        form = next((f for f in formats if chosen in f.media_types), None)
+        if form is not None:
+            written = form.from_xacml(stored.data, chosen)
+            if written is None:
+                return error_response(406, f"policy {policy_id!r} cannot be shown as {chosen}: "
+                                           f"it is custom XACML; read it as {XACML_XML}")
+            response = FlaskResponse(written, content_type=chosen)
+        else:
+            response = FlaskResponse(stored.data, content_type=XACML_XML)
         response.headers["X-Policy-Version"] = stored.version
         response.headers["X-Store-Version"] = str(stored.store_version)
         return response
@@ -350,19 +416,22 @@ def create_pdp_blueprint(service: PolicyService,
     @bp.put("/policies/<path:policy_id>", merge_slashes=False)  # ids may hold "//"
     @require_identity()
     def update_policy(policy_id: str):
-        """Publish a new version of a policy (XACML XML).
+        """Publish a new version: XACML or another form; `?dry_run=true` as for POST.
         ---
         put:
+          parameters:
+            - {name: dry_run, in: query, schema: {type: boolean}}
           requestBody:
             required: true
             content:
               application/xacml+xml:
                 schema: {$ref: '#/components/schemas/XacmlXml'}
         """
-        body = _policy_body()
-        if isinstance(body, FlaskResponse):
-            return body
         identity = current_identity()
+        incoming = _policy_body(identity, formats, policy_id)
+        if isinstance(incoming, FlaskResponse):
+            return incoming
+        body, warnings = incoming
         current = existing_info(policy_id)
         if current is None:
             return error_response(404, f"policy {policy_id!r} not found; use POST /policies to "
@@ -378,7 +447,11 @@ def create_pdp_blueprint(service: PolicyService,
             verdict = may_manage(identity, info)
             if not verdict:
                 return _refused(identity, f"manage policy {policy_id!r} (the new version)", verdict)
-            warnings = checked(body)
+            warnings = warnings + checked(body)
+            if _dry_run():
+                prospect = service.prospect("updated", policy_id, body, source="request body")
+                return dry_run_answer(identity, prospect, version=info.version,
+                                      warnings=warnings)
             stored = service.update(policy_id, body, owner=identity.subject, source="request body")
         except PolicyLoadError as exc:
             return load_error(exc)
@@ -386,7 +459,7 @@ def create_pdp_blueprint(service: PolicyService,
             return error_response(400, str(exc), id=exc.found)
         except PolicyNotFoundError as exc:
             return error_response(404, str(exc))
-        return jsonify({**_stored_json(stored), "warnings": warnings})
+        return jsonify({**_stored_json(stored), **described(stored), "warnings": warnings})
 
     @bp.post("/policies/bulk")
     @require_identity()
@@ -452,6 +525,8 @@ def create_pdp_blueprint(service: PolicyService,
             return _refused(identity, f"manage policy {policy_id!r}", verdict,
                             writer_of(policy_id))
         try:
+            if _dry_run():
+                return dry_run_answer(identity, service.prospect("deleted", policy_id))
             service.delete(policy_id, owner=identity.subject)
         except PolicyNotFoundError as exc:
             return error_response(404, str(exc))

@@ -61,6 +61,18 @@ class Verdict:
     keep: bool
     reason: str | None = None
     policy_ids: tuple[str, ...] = ()
+    changed: bool = False  # still permitted, but the obligations changed what it may see
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """What a policy change would do to the live handles, decided and not applied: each handle
+    that would be re-decided, with its verdict."""
+
+    outcomes: tuple[tuple[HandleRecord, Verdict], ...]
+
+    def outcome(self, verdict: Verdict) -> str:
+        return "kept" if verdict.keep else "changed" if verdict.changed else "revoked"
 
 
 def mentions_time(document: bytes | None) -> bool:
@@ -150,7 +162,8 @@ class RevocationService:
             return outcome
         plan_key, policy_ids = outcome
         if plan_key != record.plan_key:
-            return Verdict(False, "the policy's obligations changed what this handle may see")
+            return Verdict(False, "the policy's obligations changed what this handle may see",
+                           policy_ids, changed=True)
         return Verdict(True, None, policy_ids)
 
     def _decide(self, record: HandleRecord, identity: Any,
@@ -194,6 +207,29 @@ class RevocationService:
 
     # -- policy events ----------------------------------------------------------------------------
 
+    @staticmethod
+    def affected(records: list[HandleRecord], change: Any) -> list[HandleRecord]:
+        """The live handles a policy change is to re-decide (see the module docstring)."""
+        resources = getattr(change, "resources", None)
+        targets = records
+        if resources is not None:
+            targets = [r for r in targets if any(s in resources for s in r.streams)]
+        if change.kind == "deleted":
+            # A handle with no recorded policies is treated as depending on every policy.
+            targets = [r for r in targets
+                       if not r.policy_ids or change.policy_id in r.policy_ids]
+        return targets
+
+    def what_if(self, change: Any, engine: Any) -> WhatIf:
+        """What `change` (kind, policy_id, resources, as a PolicyChange) would do to the live
+        handles if `engine` (the engine after it) were the live one: the same handles decided
+        again the same way as `on_policy_change` would, and nothing applied, revoked or
+        recorded. The handles are read without the write lock: a dry run does not wait for
+        changes in progress, and answers for the state it read."""
+        memo: dict = {}
+        return WhatIf(tuple((record, self.reevaluate(record, engine, memo))
+                            for record in self.affected(self.handles.live(), change)))
+
     def on_policy_change(self, change: Any) -> None:
         """The PDP's event callback; returns only when every affected handle is dealt with."""
         started = time.perf_counter()
@@ -201,17 +237,10 @@ class RevocationService:
             self._time_sensitivity.changed(change)
         engine = self.engine()
         why = f"policy {change.policy_id!r} {change.kind}"
-        resources = getattr(change, "resources", None)
         revoked = 0
         with self.handles.lock:
             self.handles.policy_epoch += 1
-            targets = self.handles.live()
-            if resources is not None:
-                targets = [r for r in targets if any(s in resources for s in r.streams)]
-            if change.kind == "deleted":
-                # A handle with no recorded policies is treated as depending on every policy.
-                targets = [r for r in targets
-                           if not r.policy_ids or change.policy_id in r.policy_ids]
+            targets = self.affected(self.handles.live(), change)
             if targets:
                 revoked = self._apply_all(targets, engine, why)
         if self.observer is not None:
@@ -323,4 +352,4 @@ def _default_identity(subject: str, roles: tuple[str, ...], admin: bool) -> Any:
     return Identity(subject=subject, roles=tuple(roles), admin=admin)
 
 
-__all__ = ["RevocationService", "Verdict", "TimeSensitivity", "mentions_time", "TIME_MARKERS"]
+__all__ = ["RevocationService", "Verdict", "WhatIf", "TimeSensitivity", "mentions_time", "TIME_MARKERS"]

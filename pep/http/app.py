@@ -27,6 +27,7 @@ from pep.http.metrics import metrics_blueprint
 from pep.http.openapi import create_openapi_blueprint
 from pep.http.read_tokens import ReadTokens, create_read_tokens_blueprint
 from pep.http.requests import create_requests_blueprint
+from pep.http.rules import Rules, rules_blueprint
 from pep.http.streams import create_streams_blueprint
 from pep.services import GatewayServices, build_services
 from pep.streams.policy_check import check_policy
@@ -67,13 +68,18 @@ def create_app(config: GatewayConfig | None = None,
             return False
 
     base_url = config.base_url.rstrip("/") if config.base_url else None
-    # /health, /pdp, /policies; the management rule is read per call (an embedder may swap it)
+    # /health, /pdp, /policies; the management rule is read per call (an embedder may swap it);
+    # sharing rules are a second way to write a policy, every policy has a one-line summary,
+    # and a write with ?dry_run=true says what it would do to the live handles
+    rules = Rules(services)
     app.register_blueprint(create_pdp_blueprint(
         services.policies, may_manage=lambda identity, info: services.may_manage(identity, info),
         check_policy=lambda document, source: check_policy(
             document, services.catalog.get, services.catalog.definitions, source),
         environment=services.stream_events.environment_for,
-        health_details=lambda: stream_health(services.runtime, admin_asks())))
+        health_details=lambda: stream_health(services.runtime, admin_asks()),
+        formats=[rules.policy_format()], what_if=rules.what_if, describe=rules.describe))
+    app.register_blueprint(rules_blueprint(rules))
     # A stream the caller may not see (pep/streams/visibility.py) is, on every route that names
     # it, a stream that does not exist: these lookups find nothing for it.
     visibility = services.visibility

@@ -68,9 +68,10 @@ class ConsoleGateway:
         self.services.close()
 
 
-def start_gateway(data_dir: Path, buffer_rows: int = 10_000, wrap=None,
+def start_gateway(data_dir: Path, buffer_rows: int = 10_000, wrap=None, runtime=None,
                   **config_fields) -> ConsoleGateway:
-    """A gateway on a loopback port; `wrap(app)` may put WSGI middleware in front of it."""
+    """A gateway on a loopback port; `wrap(app)` may put WSGI middleware in front of it;
+    `runtime` replaces the RecordingRuntime."""
     from pep.config import GatewayConfig
     from pep.http.app import create_app
     from pep.http.serving import HttpServer
@@ -82,7 +83,7 @@ def start_gateway(data_dir: Path, buffer_rows: int = 10_000, wrap=None,
     config_fields.setdefault("cors_origins", ())
     config = GatewayConfig(data_dir=data_dir, auth_file=auth_file, policies_dir=None, port=0,
                            heartbeat=0.5, reevaluation_interval=0.25, **config_fields)
-    runtime = RecordingRuntime()
+    runtime = runtime if runtime is not None else RecordingRuntime()
     services = build_services(config, runtime=runtime, buffer_rows=buffer_rows)
     app = create_app(services=services)
     server = HttpServer(wrap(app) if wrap else app, host="127.0.0.1", port=0, threads=16, name="xsg-console-test")

@@ -21,6 +21,7 @@
     me: null,         // GET /console/whoami
     streams: [],
     policy: null,     // {id, isNew} in the editor
+    rule: null,       // {id} of the sharing rule in the rule form (id null: a new one)
     history: [],
     live: null,       // the live view of one handle
     handles: [],
@@ -158,6 +159,7 @@
   function signOut(message) {
     closeLive();
     S.token = null; S.me = null; S.streams = []; S.policy = null; S.history = []; S.handles = [];
+    S.rule = null;
     $('whoami').textContent = '';
     $('nav').hidden = true;
     $('signout').hidden = true;
@@ -166,6 +168,7 @@
     }
     $('editor-text').value = '';
     $('policy-editor').hidden = true;
+    closeRuleEditor();
     $('policy-history').hidden = true;
     $('modal').hidden = true;
     resetTryResult();
@@ -324,19 +327,24 @@
     if (!r.ok) { flash(r.error, true); return; }
     const body = clear($('policies-table').querySelector('tbody'));
     for (const p of r.json) {
-      const open = h('button', { type: 'button', class: 'secondary small', text: 'Open',
-                                 onclick: () => openPolicy(p.id) });
-      body.append(h('tr', { 'data-policy': p.id, class: S.policy && S.policy.id === p.id ? 'selected' : null },
-        h('td', { text: p.id }), h('td', { text: p.version }), h('td', { text: p.store_version }),
-        h('td', { text: p.owner || '' }), h('td', { text: p.created_at || '' }), h('td', {}, open)));
+      const open = h('button', { type: 'button', class: 'secondary small', text: 'XACML',
+                                 'data-action': 'xacml', onclick: () => openPolicy(p.id) });
+      const edit = p.form === 'rule' ? h('button', { type: 'button', class: 'small', text: 'Edit rule',
+                                                     'data-action': 'rule', onclick: () => openRule(p.id) }) : null;
+      const selected = (S.policy && S.policy.id === p.id) || (S.rule && S.rule.id === p.id);
+      body.append(h('tr', { 'data-policy': p.id, 'data-form': p.form || '', class: selected ? 'selected' : null },
+        h('td', { text: p.id }), h('td', { class: 'summary', text: p.summary || '' }),
+        h('td', { text: p.version }), h('td', { text: p.store_version }),
+        h('td', { text: p.owner || '' }), h('td', { text: p.created_at || '' }), h('td', {}, open, edit)));
     }
     $('policies-empty').hidden = r.json.length > 0;
   }
 
   $('policies-refresh').addEventListener('click', loadPolicies);
-  $('policy-new').addEventListener('click', () => showEditor(null, TEMPLATE));
+  $('policy-new').addEventListener('click', () => { closeRuleEditor(); showEditor(null, TEMPLATE); });
 
   function showEditor(id, text) {
+    closeRuleEditor();
     S.policy = { id, isNew: id === null };
     $('policy-editor').hidden = false;
     $('policy-history').hidden = true;
@@ -429,15 +437,29 @@
   $('editor-save').addEventListener('click', async () => {
     const text = $('editor-text').value;
     const p = S.policy;
-    const r = p.isNew
-      ? await api('POST', '/policies', { type: 'application/xacml+xml', body: text })
-      : await api('PUT', `/policies/${enc(p.id)}`, { type: 'application/xacml+xml', body: text });
+    const write = (query) => p.isNew
+      ? api('POST', '/policies' + query, { type: 'application/xacml+xml', body: text })
+      : api('PUT', `/policies/${enc(p.id)}${query}`, { type: 'application/xacml+xml', body: text });
+    // first what it would do to the live handles; a confirmation when it would revoke any
+    const dry = await write('?dry_run=true');
+    if (!dry.ok) {
+      $('editor-result').textContent = '';
+      markError(loadError(dry));
+      return;
+    }
+    markError(null);
+    const report = dry.json.what_if;
+    if (report && (report.revoked || report.changed)) {
+      const body = clear($('modal-body'));
+      renderWhatIf(report, body);
+      if (!await confirmModal(`Save ${dry.json.id}?`)) return;
+    }
+    const r = await write('');
     if (!r.ok) {
       $('editor-result').textContent = '';
       markError(loadError(r));
       return;
     }
-    markError(null);
     S.policy = { id: r.json.id, isNew: false };
     $('editor-title').textContent = r.json.id;
     $('editor-history').hidden = false;
@@ -560,6 +582,8 @@
     if (n > 0) {
       body.append(h('ul', {}, Object.entries(r.json.streams).map(([s, c]) => h('li', { text: `stream ${s}: ${c} handle${c === 1 ? '' : 's'}` }))));
       body.append(h('p', { class: 'hint', text: 'Held by: ' + r.json.subjects.join(', ') }));
+      const dry = await api('DELETE', `/policies/${enc(id)}?dry_run=true`);
+      if (dry.ok && dry.json.what_if) renderWhatIf(dry.json.what_if, body);
     }
     const ok = await confirmModal(`Delete policy ${id}?`);
     if (!ok) return;
@@ -587,6 +611,348 @@
       $('modal-cancel').focus();
     });
   }
+
+
+  // What a policy change would do to the live handles (a dry run's `what_if`), into `box`.
+  function renderWhatIf(report, box) {
+    const n = report.handles;
+    box.append(h('p', { id: 'what-if-count', 'data-handles': n, 'data-revoked': report.revoked,
+                        'data-changed': report.changed, 'data-kept': report.kept,
+      text: n === 0 ? 'No live handle of your streams would be affected.'
+        : `${n} live handle${n === 1 ? '' : 's'} would be decided again: ${report.revoked} revoked, ` +
+          `${report.changed} with changed obligations (revoked; the consumer asks again), ${report.kept} kept.` }));
+    if (!report.consumers.length) return;
+    box.append(h('table', { class: 'grid small what-if', id: 'what-if-table' },
+      h('thead', {}, h('tr', {}, ['Outcome', 'Consumer', 'Streams', 'Handles', 'Why'].map((t) => h('th', { text: t })))),
+      h('tbody', {}, report.consumers.map((c) => h('tr', { 'data-subject': c.subject, 'data-outcome': c.outcome },
+        h('td', { class: c.outcome, text: c.outcome }), h('td', { text: c.subject }),
+        h('td', { text: c.streams.join(', ') }), h('td', { text: String(c.handles) }),
+        h('td', { text: c.reason || '' }))))));
+  }
+
+  // -- Sharing rules: a form instead of XML -------------------------------------------------------
+
+  const RULE_TYPE = 'application/vnd.xsg.rule+json';
+  const FUNCTIONS = ['avg', 'max', 'min', 'sum', 'count', 'firstval', 'lastval'];
+  const NUMERIC_ONLY = ['avg', 'sum'];
+  let previewTimer = null;
+  let previewSeq = 0;
+  let lastXacml = '';
+
+  function managedStreams() {
+    return S.streams.filter((s) => S.me.admin || s.owner === S.me.subject);
+  }
+
+  function closeRuleEditor() {
+    S.rule = null;
+    $('rule-editor').hidden = true;
+    clearTimeout(previewTimer);
+  }
+
+  async function openRule(id) {
+    const r = await api('GET', `/policies/${enc(id)}`, { accept: RULE_TYPE });
+    if (!r.ok || !r.json) { flash(r.error || 'not a sharing rule', true); return; }
+    await openRuleEditor(r.json, id);
+  }
+
+  async function openRuleEditor(rule, id) {
+    if (!await fetchStreams()) return;
+    $('policy-editor').hidden = true;
+    $('policy-history').hidden = true;
+    S.policy = null;
+    S.rule = { id: id || null };
+    const streams = managedStreams();
+    const select = clear($('rule-stream'));
+    for (const s of streams) select.append(h('option', { value: s.name, text: s.name }));
+    if (rule && rule.stream && !streams.some((s) => s.name === rule.stream)) {
+      select.append(h('option', { value: rule.stream, text: rule.stream }));
+    }
+    if (rule) select.value = rule.stream;
+    $('rule-title').textContent = id ? `Sharing rule ${id}` : 'New sharing rule';
+    $('rule-id').value = id || (rule && rule.id) || '';
+    $('rule-id').readOnly = !!id;
+    $('rule-description').value = (rule && rule.description) || '';
+    const who = rule ? rule.who : { subjects: [], roles: [], attributes: {} };
+    const anyone = who === 'anyone';
+    $('rule-anyone').checked = anyone;
+    $('rule-subjects').value = anyone ? '' : (who.subjects || []).join(', ');
+    $('rule-roles').value = anyone ? '' : (who.roles || []).join(', ');
+    $('rule-who-attrs').value = anyone ? '' : Object.entries(who.attributes || {})
+      .flatMap(([k, v]) => (Array.isArray(v) ? v : [v]).map((x) => `${k}=${x}`)).join('\n');
+    const actions = rule ? rule.actions : ['read', 'subscribe'];
+    $('rule-any-action').checked = actions === 'any';
+    for (const box of document.querySelectorAll('input[name=rule-action]')) {
+      box.checked = actions !== 'any' && actions.includes(box.value);
+    }
+    $('rule-filter').value = (rule && rule.filter) || '';
+    const w = rule && rule.window;
+    $('rule-window-type').value = w ? w.type : '';
+    $('rule-window-size').value = w ? w.size : 5;
+    $('rule-window-step').value = w ? w.step : 5;
+    $('rule-window-min').value = w && w.min_count ? w.min_count : '';
+    const valid = (rule && rule.valid) || {};
+    $('rule-valid-from').value = valid.from ? valid.from.replace(/Z$/, '') : '';
+    $('rule-valid-until').value = valid.until ? valid.until.replace(/Z$/, '') : '';
+    $('rule-sample-subject').value = '';
+    $('rule-sample-roles').value = '';
+    $('rule-result').textContent = '';
+    ruleError(null);
+    renderRuleAttributes(rule);
+    await renderRuleEvents(rule ? rule.events : []);
+    $('rule-editor').hidden = false;
+    for (const tr of document.querySelectorAll('#policies-table tbody tr')) {
+      tr.classList.toggle('selected', tr.dataset.policy === id);
+    }
+    schedulePreview(0);
+  }
+
+  function ruleStream() { return S.streams.find((s) => s.name === $('rule-stream').value); }
+
+  // One row per attribute of the stream: shown, aggregates, group-by key, filterable before the window.
+  function renderRuleAttributes(rule) {
+    const table = $('rule-attrs-table');
+    const head = clear(table.querySelector('thead'));
+    head.append(h('tr', {}, h('th', { text: 'attribute' }), h('th', { text: 'shown' }),
+      FUNCTIONS.map((f) => h('th', { text: f.replace(/val$/, ''), title: `${f} per window` })),
+      h('th', { text: 'key', title: 'group-by key: aggregates per value of it' }),
+      h('th', { text: 'pre', title: "the consumer's own filter may use it before the window" })));
+    const body = clear(table.querySelector('tbody'));
+    const s = ruleStream();
+    if (!s) return;
+    const shown = new Set((rule && rule.attributes) || []);
+    const w = rule && rule.window;
+    const aggs = new Set(w ? w.aggregates.map((a) => a.replace(/\s+/g, '')) : []);
+    const keys = new Set(w ? w.group_by : []);
+    const pre = new Set(w ? w.filterable : []);
+    const box = (kind, attr, fn, checked, disabled) => h('input', {
+      type: 'checkbox', 'data-kind': kind, 'data-attr': attr, 'data-fn': fn || null,
+      checked: checked || null, disabled: disabled || null, 'aria-label': `${attr} ${fn || kind}`,
+      onchange: () => schedulePreview() });
+    for (const f of s.schema) {
+      const numeric = ['double', 'long'].includes(f.type);
+      body.append(h('tr', { 'data-attr': f.name },
+        h('td', { text: `${f.name} (${f.type})` }),
+        h('td', {}, box('show', f.name, null, shown.has(f.name))),
+        FUNCTIONS.map((fn) => h('td', {}, box('agg', f.name, fn, aggs.has(`${f.name}:${fn}`),
+          NUMERIC_ONLY.includes(fn) && !numeric))),
+        h('td', {}, box('key', f.name, null, keys.has(f.name))),
+        h('td', {}, box('pre', f.name, null, pre.has(f.name)))));
+    }
+    windowColumns();
+  }
+
+  function windowColumns() {
+    const windowed = !!$('rule-window-type').value;
+    for (const input of document.querySelectorAll('#rule-attrs-table input[data-kind=agg], #rule-attrs-table input[data-kind=key], #rule-attrs-table input[data-kind=pre]')) {
+      const fnAllowed = !(NUMERIC_ONLY.includes(input.dataset.fn) &&
+        !['double', 'long'].includes((ruleStream().schema.find((f) => f.name === input.dataset.attr) || {}).type));
+      input.disabled = !windowed || !fnAllowed;
+    }
+    for (const id of ['rule-window-size', 'rule-window-step', 'rule-window-min']) $(id).disabled = !windowed;
+  }
+
+  async function renderRuleEvents(selected) {
+    const box = $('rule-events');
+    for (const e of [...box.querySelectorAll('label, p')]) e.remove();
+    const s = ruleStream();
+    const names = [];
+    if (s) {
+      const r = await api('GET', `/streams/${enc(s.name)}/events`);
+      if (r.ok && r.json) for (const e of r.json.events || []) names.push(e.name);
+    }
+    for (const name of selected || []) if (!names.includes(name)) names.push(name);
+    if (!names.length) box.append(h('p', { class: 'hint', text: 'This stream has no events.' }));
+    for (const name of names) {
+      box.append(h('label', { class: 'check' }, h('input', { type: 'checkbox', value: name,
+        checked: (selected || []).includes(name) || null, onchange: () => schedulePreview() }), ` ${name}`));
+    }
+  }
+
+  function typedValue(text) {
+    const t = text.trim();
+    if (t === 'true' || t === 'false') return t === 'true';
+    if (/^-?\d+$/.test(t) && Number.isSafeInteger(Number(t))) return Number(t);
+    if (/^-?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?$/.test(t)) return Number(t);
+    return t;
+  }
+
+  function ruleFromForm() {
+    const rule = { stream: $('rule-stream').value };
+    const id = $('rule-id').value.trim();
+    if (id) rule.id = id;
+    const description = $('rule-description').value.trim();
+    if (description) rule.description = description;
+    if ($('rule-anyone').checked) {
+      rule.who = 'anyone';
+    } else {
+      const attributes = {};
+      for (const line of $('rule-who-attrs').value.split('\n')) {
+        if (!line.trim()) continue;
+        const at = line.indexOf('=');
+        const key = (at < 0 ? line : line.slice(0, at)).trim();
+        const value = at < 0 ? '' : typedValue(line.slice(at + 1));
+        (attributes[key] = attributes[key] || []).push(value);
+      }
+      rule.who = { subjects: list($('rule-subjects').value), roles: list($('rule-roles').value),
+                   attributes: Object.fromEntries(Object.entries(attributes).map(([k, v]) => [k, v.length === 1 ? v[0] : v])) };
+    }
+    rule.actions = $('rule-any-action').checked ? 'any'
+      : [...document.querySelectorAll('input[name=rule-action]:checked')].map((i) => i.value);
+    const filter = $('rule-filter').value.trim();
+    if (filter) rule.filter = filter;
+    const ticked = (kind) => [...document.querySelectorAll(`#rule-attrs-table input[data-kind=${kind}]:checked`)];
+    rule.attributes = ticked('show').map((i) => i.dataset.attr);
+    const type = $('rule-window-type').value;
+    if (type) {
+      const number = (id) => ($(id).value === '' ? undefined : Number($(id).value));
+      rule.window = { type, size: number('rule-window-size'), step: number('rule-window-step'),
+                      aggregates: ticked('agg').map((i) => `${i.dataset.attr}:${i.dataset.fn}`),
+                      group_by: ticked('key').map((i) => i.dataset.attr),
+                      filterable: ticked('pre').map((i) => i.dataset.attr) };
+      const min = number('rule-window-min');
+      if (min !== undefined) rule.window.min_count = min;
+    }
+    const from = $('rule-valid-from').value, until = $('rule-valid-until').value;
+    if (from || until) {
+      rule.valid = {};
+      if (from) rule.valid.from = (from.length === 16 ? from + ':00' : from) + 'Z';
+      if (until) rule.valid.until = (until.length === 16 ? until + ':00' : until) + 'Z';
+    }
+    rule.events = [...document.querySelectorAll('#rule-events input:checked')].map((i) => i.value);
+    return rule;
+  }
+
+  // An error names its field (a JSON pointer); the input that holds it is outlined.
+  function ruleError(r) {
+    for (const e of document.querySelectorAll('#rule-editor .field-error')) e.classList.remove('field-error');
+    const box = $('rule-error');
+    if (!r) { box.hidden = true; box.dataset.field = ''; return; }
+    const j = r.json || {};
+    let field = typeof j.field === 'string' ? j.field.replace(/^\/rule(?=\/|$)/, '') : '';
+    box.textContent = typeof j.error === 'string' ? j.error : r.error;
+    box.dataset.field = field;
+    box.hidden = false;
+    while (field) {
+      const target = document.querySelector(`#rule-editor [data-field="${field}"]`);
+      if (target) { target.classList.add('field-error'); break; }
+      field = field.replace(/\/[^/]*$/, '');
+    }
+  }
+
+  function schedulePreview(delay) {
+    clearTimeout(previewTimer);
+    previewTimer = setTimeout(preview, delay === undefined ? 300 : delay);
+  }
+
+  function sampleConsumer(rule) {
+    const subject = $('rule-sample-subject').value.trim();
+    const roles = list($('rule-sample-roles').value);
+    const who = rule.who;
+    const guess = (who !== 'anyone' && who.subjects[0]) || 'someone';
+    $('rule-sample-subject').placeholder = guess;
+    if (!roles.length && who !== 'anyone' && !who.subjects.length && who.roles.length) {
+      $('rule-sample-roles').placeholder = who.roles[0];
+      return { subject: subject || guess, roles: [who.roles[0]] };
+    }
+    return { subject: subject || guess, roles };
+  }
+
+  async function preview() {
+    if ($('rule-editor').hidden || !S.token) return;
+    windowColumns();
+    const seq = ++previewSeq;
+    const rule = ruleFromForm();
+    if (S.rule && S.rule.id) rule.id = S.rule.id;
+    const body = { rule, consumer: sampleConsumer(rule), action: $('rule-sample-action').value };
+    const r = await api('POST', '/rules/preview', { type: 'application/json', body: JSON.stringify(body) });
+    if (seq !== previewSeq) return;  // a newer preview is on its way
+    const editor = $('rule-editor');
+    editor.dataset.previews = String(Number(editor.dataset.previews || 0) + 1);
+    if (!r.ok) {
+      ruleError(r);
+      $('rule-summary').textContent = '—';
+      $('rule-xacml').textContent = '';
+      lastXacml = '';
+      badge($('rule-explain-decision'), '—', '');
+      $('rule-explain-note').textContent = '';
+      $('rule-explain-sql').textContent = '';
+      clear($('rule-warnings'));
+      clear($('rule-explain-warnings'));
+      editor.dataset.state = 'error';
+      return;
+    }
+    ruleError(null);
+    const j = r.json;
+    lastXacml = j.xacml;
+    $('rule-summary').textContent = j.summary || '—';
+    $('rule-xacml').textContent = j.xacml;
+    const ws = clear($('rule-warnings'));
+    for (const w of j.warnings || []) ws.append(h('li', { class: 'PR', text: w }));
+    const x = j.explain || {};
+    badge($('rule-explain-decision'), x.decision || (x.status ? `refused (${x.status})` : '—'), x.decision || 'error');
+    $('rule-explain-note').textContent = x.decision === 'Permit'
+      ? `${x.consumer} (${x.action}) would get: ${planSummary(x.plan)}`
+      : (x.error ? `${x.consumer} (${x.action}): ${x.error}` : '');
+    const xw = clear($('rule-explain-warnings'));
+    for (const w of x.warnings || []) xw.append(h('li', { class: w.kind, text: `${w.kind}: ${w.message}` }));
+    $('rule-explain-sql').textContent = x.sql || '';
+    editor.dataset.state = 'ok';
+    editor.dataset.decision = x.decision || '';
+  }
+
+  $('rule-new').addEventListener('click', () => openRuleEditor(null, null));
+  $('rule-close').addEventListener('click', closeRuleEditor);
+  $('rule-stream').addEventListener('change', async () => {
+    renderRuleAttributes(null);
+    await renderRuleEvents([]);
+    schedulePreview(0);
+  });
+  $('rule-window-type').addEventListener('change', () => { windowColumns(); schedulePreview(); });
+  for (const id of ['rule-id', 'rule-description', 'rule-subjects', 'rule-roles', 'rule-who-attrs',
+                    'rule-filter', 'rule-window-size', 'rule-window-step', 'rule-window-min',
+                    'rule-valid-from', 'rule-valid-until', 'rule-sample-subject', 'rule-sample-roles']) {
+    $(id).addEventListener('input', () => schedulePreview());
+  }
+  for (const id of ['rule-anyone', 'rule-any-action', 'rule-sample-action']) {
+    $(id).addEventListener('change', () => schedulePreview());
+  }
+  for (const box of document.querySelectorAll('input[name=rule-action]')) {
+    box.addEventListener('change', () => schedulePreview());
+  }
+
+  // Save: first what it would do (a dry run, decided against the live handles), then confirm.
+  $('rule-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const rule = ruleFromForm();
+    const id = S.rule && S.rule.id;
+    const write = (query) => id
+      ? api('PUT', `/policies/${enc(id)}${query}`, { type: RULE_TYPE, body: JSON.stringify(rule) })
+      : api('POST', '/policies' + query, { type: RULE_TYPE, body: JSON.stringify(rule) });
+    const dry = await write('?dry_run=true');
+    if (!dry.ok) { ruleError(dry); setResult('rule-result', dry.error, false); return; }
+    ruleError(null);
+    const body = clear($('modal-body'));
+    body.append(h('p', { class: 'code', text: $('rule-summary').textContent }));
+    renderWhatIf(dry.json.what_if || { handles: 0, revoked: 0, changed: 0, kept: 0, consumers: [] }, body);
+    for (const w of dry.json.warnings || []) body.append(h('p', { class: 'hint', text: `warning: ${w}` }));
+    if (!await confirmModal(`${id ? 'Save a new version of' : 'Add'} ${dry.json.id}?`)) return;
+    const r = await write('');
+    if (!r.ok) { ruleError(r); setResult('rule-result', r.error, false); return; }
+    S.rule = { id: r.json.id };
+    $('rule-id').value = r.json.id;
+    $('rule-id').readOnly = true;
+    $('rule-title').textContent = `Sharing rule ${r.json.id}`;
+    setResult('rule-result', `Saved ${r.json.id}: version ${r.json.version}, store version ${r.json.store_version}.`, true);
+    await loadPolicies();
+  });
+
+  // The XACML from here on: the stored document, or (not saved yet) the compiled one.
+  $('rule-as-xacml').addEventListener('click', async () => {
+    const id = S.rule && S.rule.id;
+    if (id) { await openPolicy(id); return; }
+    if (!lastXacml) { flash('Fix the rule first: it does not compile yet.', true); return; }
+    showEditor(null, lastXacml);
+  });
 
   // -- Try a request ------------------------------------------------------------------------------
 

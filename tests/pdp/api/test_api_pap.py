@@ -52,7 +52,10 @@ def test_add_show_update_delete_take_effect_at_once(gateway):
 
     r = post_policy(gateway, simple_policy(pid, resource="rain", subject="other"))
     assert r.status_code == 201, r.data
-    assert r.get_json() == {"id": pid, "version": "1.0", "store_version": 5, "warnings": []}
+    assert r.get_json() == {"id": pid, "version": "1.0", "store_version": 5, "warnings": [],
+                            # what it grants, in one line (pep/http/rules.py)
+                            "summary": "rain: other (any action) gets every attribute",
+                            "form": "rule"}
     assert r.headers["Location"].endswith("/policies/" + quote(pid, safe=""))
     assert gateway.decision("other", "other", "rain") == "Permit"
     assert [(e.kind, e.policy_id, e.version, e.owner) for e in events] == [
