@@ -91,6 +91,11 @@ class HttpServer:
                              body_grace=header_timeout, write_timeout=write_timeout,
                              native=native, fast=fast, stats=self.stats, server_name=name)
         trusted = list(forwarded_allow_ips)
+        # Our access log is `xsg.access` (pep/http/access_log.py: handle refs, no query strings).
+        # uvicorn's own would print raw request lines, handle ids and read tokens included; its
+        # protocol decides per connection from `hasHandlers()`, which any handler on the root
+        # logger with propagation turned back on satisfies, so the logger is switched off here.
+        logging.getLogger("uvicorn.access").disabled = True
         self._config = uvicorn.Config(
             self.bridge, host=host, port=port, http=protocol_for(self.limits), ws="none",
             lifespan="off", interface="asgi3", log_config=None, access_log=False,

@@ -6,7 +6,6 @@ gateway could not be reached (it always can here), and every refusal is the one 
 """
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -36,19 +35,17 @@ def gateway(no500_gateway):
 
 @pytest.fixture(scope="module")
 def proxied(gateway):
-    from werkzeug.serving import make_server
-
+    from pep.http.serving import HttpServer
     from proxy.app import ProxyConfig, create_app, runtime_of
 
-    server = make_server("127.0.0.1", 0, gateway.app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, name="no500-gateway", daemon=True)
-    thread.start()
-    app = create_app(ProxyConfig(upstream=f"http://127.0.0.1:{server.server_port}",
+    # the gateway behind the proxy on its own server, as in production
+    server = HttpServer(gateway.app, host="127.0.0.1", port=0, name="no500-gateway")
+    server.start()
+    app = create_app(ProxyConfig(upstream=server.url,
                                  webhook_secret=SECRET, require_feed=False, start_feed=False))
     yield app
     runtime_of(app).close()
-    server.shutdown()
-    thread.join(10)
+    server.stop()
 
 
 def test_no_route_through_the_proxy_answers_5xx(gateway, proxied):
