@@ -59,7 +59,7 @@ EARTH_RADIUS = 6_371_008.8  # metres, the mean radius the README names
 INNER = [1.2003, 103.7103, 1.2003, 103.9497, 1.2697, 103.9497, 1.2697, 103.7103]  # in the port
 WORLD = [-89.0, -179.0, -89.0, 179.0, 89.0, 179.0, 89.0, -179.0]
 TYPES = ("cargo", "tanker", "passenger", "fishing", "tug")
-HOLD = 3.0
+HOLD = 6.0  # seconds; long enough that a loaded machine opens the handle before it closes
 SUBJECTS = {  # subject: (roles, attributes)
     "mpa": (["port-authority"], DEMO_PORT),
     "mpa-claims": (["port-authority"], DEMO_PORT),
