@@ -492,6 +492,31 @@ class StreamExecutor:
         log.info("stream %s: started at the end of its source (%.2f s)", self.definition.name,
                  time.perf_counter() - started)
 
+    def restart(self, definition: StreamDefinition) -> None:
+        """Stop the query and start it again on its checkpoint with `definition`, whose schema
+        adds attributes after the existing ones (`pep.streams.definition.extend_schema`): the
+        source is read with the new columns; attached plans (their attribute indices stay
+        valid), their windows and the stream's figures carry over; the new query continues
+        where the old one committed, so a record ingested meanwhile is read once, by it."""
+        old = self.definition
+        n = len(old.schema.fields)
+        if (definition.name, definition.source) != (old.name, old.source) \
+                or definition.schema.fields[:n] != old.schema.fields:
+            raise ValueError(f"stream {old.name!r}: a query restarts only for added attributes")
+        self.stop(idle=False)
+        self.definition = definition
+        self._schema = definition.schema
+        self._field_names = list(definition.schema.names)
+        self._index = {name: i + 1 for i, name in enumerate(self._field_names)}
+        self._types = {f.name: f.type for f in definition.schema.fields}
+        self._anchors = self._anchors.with_schema(definition.schema)
+        with self._table_lock:
+            self._table = None
+        self._shape, self._few = None, None
+        StreamCheckpoint.for_stream(self.work_dir, definition).adopt(old)
+        self._stopped = False
+        self.start()
+
     @property
     def query_id(self) -> str | None:
         return str(self._query.id) if self._query is not None else None
