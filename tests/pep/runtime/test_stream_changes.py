@@ -28,6 +28,19 @@ def runtime_for(spark, work, **kw):
         trigger_interval=0.2, max_files_per_trigger=3), **kw)
 
 
+class SlowCollector(Collector):
+    """A reader whose delivery takes a while: a restart is asked for while one is under way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside = threading.Event()
+
+    def __call__(self, batch) -> bool:
+        self.inside.set()
+        time.sleep(0.5)
+        return super().__call__(batch)
+
+
 def test_added_attributes_restart_the_query_losing_and_repeating_nothing(spark, tmp_path):
     old = stream(tmp_path)
     new = replace(old, schema=StreamSchema(SCHEMA.fields + (Field("w", "long"),)))
@@ -36,7 +49,7 @@ def test_added_attributes_restart_the_query_losing_and_repeating_nothing(spark, 
     rt = runtime_for(spark, tmp_path / "work")
     total = 240
     try:
-        plain, windows = Collector(), Collector()
+        plain, windows = SlowCollector(), Collector()
         rt.attach("plain", old, ExecutionPlan("grow", None, ("n",)), plain)
         rt.attach("windows", old, ExecutionPlan(
             "grow", None, ("n",), WindowSpec("tuple", 4, 4, (Aggregate("n", "sum"),))), windows)
@@ -53,6 +66,8 @@ def test_added_attributes_restart_the_query_losing_and_repeating_nothing(spark, 
         writer = threading.Thread(target=produce)
         writer.start()
         assert wait_until(lambda: len(plain.rows) >= 30)
+        plain.inside.clear()
+        assert plain.inside.wait(30)  # a delivery is under way: the restart waits for its end
         assert rt.redefine(new)  # while records keep arriving
         assert run() != first_run
         assert rt.stats()["grow"]["handles"] == 2
