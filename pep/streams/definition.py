@@ -166,7 +166,8 @@ def _seconds(name: str, value: Any, high: float) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not math.isfinite(value) or not 0 <= value <= high:
-        shown = repr(value)[:40] if isinstance(value, (int, float)) else _json_type(value)
+        shown = repr(value)[:40] if isinstance(value, (int, float)) \
+            and not isinstance(value, bool) else _json_type(value)
         raise InvalidStream(f"{name} must be a number of seconds in [0, {high:.0f}] or null "
                             f"(the gateway's default), got {shown}")
     return float(value)
