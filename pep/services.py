@@ -287,8 +287,9 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     handles.add_open_listener(lambda record, is_new: metrics.stream_requests.labels(
         outcome="granted").inc())
     revocation.observer = metrics.revoked
-    # public metrics name no restricted stream (nobody authenticated may see it)
-    hidden = ((lambda stream: catalog.visibility(stream) not in (None, "listed"))
+    # public metrics name no restricted stream (nobody authenticated may see it), nor one that
+    # was deleted (its handles' dropped rows are still counted)
+    hidden = ((lambda stream: catalog.visibility(stream) != "listed")
               if config.metrics_public else None)
     metrics.watch(lambda: gateway_state(services, hidden))
 

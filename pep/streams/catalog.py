@@ -344,6 +344,11 @@ class StreamCatalog:
             shutil.move(str(directory), str(move_to))
             return move_to
 
+    def ever_held(self) -> bool:
+        """Has this catalogue ever held a stream (one now, or one deleted)?"""
+        return bool(self._db.fetchone("SELECT 1 FROM streams UNION ALL"
+                                      " SELECT 1 FROM deleted_streams LIMIT 1"))
+
     def deleted(self, name: str) -> DeletedStream | None:
         """The deleted stream that held this name (case-insensitively), if any."""
         if not isinstance(name, str):
@@ -537,7 +542,7 @@ def seed_streams(catalog: StreamCatalog, path: Path) -> list[str]:
 
     Like the policy seeding, it happens once: a catalogue that has ever held a stream is left
     alone, so an owner's deletions and changes survive restarts. Returns the names registered."""
-    if not path.is_file() or catalog.all():
+    if not path.is_file() or catalog.ever_held():
         return []
     names = []
     for entry in json.loads(path.read_text(encoding="utf-8")):
