@@ -249,7 +249,7 @@ class StreamLifecycle:
                                   "handles were revoked; try again") from None
             if holding is not None and kept_until is None:
                 shutil.rmtree(holding, ignore_errors=True)
-        removed = self._remove_policies([f for f in fates if f.remove], by)
+        removed = self._remove_policies([f for f in fates if f.remove], registered, by)
         outcome = {
             "stream": registered, "deleted": True, "handles_revoked": revoked,
             "events_removed": events,
@@ -319,9 +319,15 @@ class StreamLifecycle:
                 shutil.move(str(holding / label), str(path))
         shutil.rmtree(holding, ignore_errors=True)
 
-    def _remove_policies(self, fates: Iterable[PolicyFate], by: str) -> set[str]:
+    def _remove_policies(self, fates: Iterable[PolicyFate], stream: str, by: str) -> set[str]:
         removed: set[str] = set()
         for fate in fates:
+            scope = self.policies.engine.resource_scope(fate.policy_id) \
+                if fate.policy_id in self.policies.engine.policies else frozenset({stream})
+            if scope != frozenset({stream}):
+                log.warning("policy %s was changed meanwhile to apply beyond stream %s: kept",
+                            fate.policy_id, stream)
+                continue
             try:
                 self.policies.delete(fate.policy_id, by)
                 removed.add(fate.policy_id)
