@@ -9,7 +9,9 @@ Files under `config.data_dir`: `policies.db` (policy store), `streams.db` (catal
 `handles.db` (handles), `streams/<name>/ingest/` (ingested JSON lines not yet committed by their
 stream's query), `runtime/` (the Spark runtime's work directory: `checkpoints/<stream>/`, kept
 across restarts, and `archive/<stream>/`, committed ingest files until retention removes them),
-`audit/` (the audit trail, JSON lines), `auth.json` (demo tokens, when no auth file is given).
+`deleted/<stream>-<time>-<id>/` (a deleted stream's files, kept for the `keep_data` its owner
+asked for), `audit/` (the audit trail, JSON lines), `auth.json` (demo tokens, when no auth file
+is given).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from pep.metrics import GatewayMetrics, gateway_state
 from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
 from pep.streams.catalog import StreamCatalog, seed_streams
 from pep.streams.events import StreamEvents
+from pep.streams.lifecycle import StreamLifecycle
 from pep.streams.ownership import stream_owner_rule
 from pep.streams.visibility import StreamVisibility
 
@@ -74,6 +77,7 @@ class GatewayServices:
     join_runtime: Any = None  # runs joins of two streams (pep/runtime/joins.py)
     # who may see which stream (a restricted one: its owner, admins, whom the PDP may permit)
     visibility: Any = None
+    lifecycle: Any = None  # changes and deletions of streams (pep/streams/lifecycle.py)
     _unsubscribe: list[Callable[[], None]] = field(default_factory=list)
     _stream_side_closed: bool = False
 
@@ -155,11 +159,16 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     if config.policies_dir is not None:
         seed_streams(catalog, Path(config.policies_dir) / "streams.json")
     if runtime is None:
+        def retention_for(name: str) -> float | None:  # a stream's own, asked at every sweep
+            entry = catalog.entry(name)
+            return entry.retention if entry is not None else None
+
         runtime = LazyRuntime(spark_runtime_factory(
             config.spark_master, data_dir / "runtime", config.trigger_interval,
             extra_conf=config.spark_session_conf, log_level=config.spark_log_level,
             progress=progress, retention_seconds=config.ingest_retention_seconds,
-            retention_bytes=config.ingest_retention_bytes, stall_seconds=config.stall_seconds))
+            retention_bytes=config.ingest_retention_bytes, stall_seconds=config.stall_seconds,
+            retention_for=retention_for))
 
     # Stream events: conditions that open grants while they hold (environment attributes).
     stream_events = StreamEvents(data_dir / "events.db", catalog.get)
@@ -202,6 +211,24 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
                        policy_versions=_policy_versions(policies),
                        policy_scope=lambda policy_id: policies.engine.resource_scope(policy_id))
 
+    # Changing and deleting streams: the catalogue, the events, the runtime, the policies and
+    # the live handles, in the order `pep/streams/lifecycle.py` describes.
+    def revoke_stream(stream: str, reason: str) -> int:
+        with handles.lock:  # the lock `HandleService.open` looks the stream up again under
+            handles.policy_epoch += 1
+            return len(handles.revoke_many([(r.id, reason) for r in handles.live_on(stream)]))
+
+    def runtime_dirs(stream: str) -> list[tuple[str, Path]]:
+        work = data_dir / "runtime"
+        return [("checkpoint", work / "checkpoints" / stream), ("archive", work / "archive" / stream)]
+
+    lifecycle = StreamLifecycle(
+        catalog, events=stream_events, runtime=runtime, policies=policies,
+        may_manage=lambda identity, info: services.may_manage(identity, info),
+        revoke_stream=revoke_stream, redecide_stream=revocation.on_stream_change,
+        live_on=handles.live_on, wait_for_attaches=handles.wait_for_attaches,
+        runtime_dirs=runtime_dirs, deleted_dir=data_dir / "deleted", audit=audit)
+
     services = GatewayServices(
         config=config, authenticator=authenticator, store=store, events=events,
         policies=policies, catalog=catalog, stream_events=stream_events, runtime=runtime,
@@ -210,8 +237,10 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         metrics=GatewayMetrics(), stall_notices=StallNotices(
             getattr(runtime, "health", dict), handles),  # a runtime without health: never
         decide_and_plan=plan_access,
-        may_manage=stream_owner_rule(catalog.get, may_see=visibility.may_see),
-        seeded=seeded, demo_auth_created=demo_auth_created, visibility=visibility)
+        may_manage=stream_owner_rule(catalog.get, may_see=visibility.may_see,
+                                     former=catalog.deleted),
+        seeded=seeded, demo_auth_created=demo_auth_created, visibility=visibility,
+        lifecycle=lifecycle)
 
     # Who listens to whom, in the order they are called:
     # 1. a policy change re-decides the live handles first (they are revoked before the PAP
@@ -236,6 +265,8 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     # 5. a stream whose query stalls or fails (and later runs again) is announced to the
     #    readers of its handles (`stalled` / `resumed` notices); /health lists it too.
     revocation.every_tick(services.stall_notices.check)
+    # 5b. deleted streams' files whose keeping time is over are removed (looked at each minute).
+    revocation.every_tick(lifecycle.sweep_kept)
     # 6. the audit trail records every grant, ending, policy change and stream registration.
     handles.add_open_listener(audit.granted)
     handles.add_listener(audit.ended)
@@ -257,12 +288,14 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     handles.add_open_listener(lambda record, is_new: metrics.stream_requests.labels(
         outcome="granted").inc())
     revocation.observer = metrics.revoked
-    # public metrics name no restricted stream (nobody authenticated may see it)
-    hidden = ((lambda stream: catalog.visibility(stream) not in (None, "listed"))
+    # public metrics name no restricted stream (nobody authenticated may see it), nor one that
+    # was deleted (its handles' dropped rows are still counted)
+    hidden = ((lambda stream: catalog.visibility(stream) != "listed")
               if config.metrics_public else None)
     metrics.watch(lambda: gateway_state(services, hidden))
 
     stream_events.attach_all(runtime)  # starts the queries of the streams that have events
+    lifecycle.sweep_kept(every=0)
     revocation.start()
     authenticator.watch()  # the auth file is looked at every 0.25 s, requests or not
     return services

@@ -8,7 +8,8 @@
 | `handle-resumed` | a live handle was resumed at start, re-decided | subject, stream, handle_ref; a join's also streams |
 | `policy-added`, `policy-updated`, `policy-deleted` | the PAP changed a policy | policy_id, version, store_version, by, streams (the change's resource scope; absent: any) |
 | `stream-registered` | a stream was registered | stream, by, source (its kind) |
-| `stream-changed` | an owner changed a stream (`PATCH /streams/<name>`) | stream, by, changes |
+| `stream-changed` | an owner changed a stream (`PATCH /streams/<name>`) | stream, by, changes (settings as given; `add_attributes`) |
+| `stream-deleted` | an owner deleted a stream (`DELETE /streams/<name>`) | stream, by, handles_revoked, events, policies_removed, policies_kept, kept_until (its files; absent: removed at once) |
 | `event-defined`, `event-deleted` | an owner defined or removed a stream event | stream, event, by, condition, hold, key |
 
 The plan is the authorised view (filter, map, window: what the policies and the query allow), not
@@ -110,6 +111,13 @@ class AuditTrail:
     def stream_changed(self, entry: Any, changes: dict, by: str) -> None:
         self.log.record("stream-changed", stream=entry.definition.name, by=by,
                         changes=dict(changes))
+
+    def stream_deleted(self, stream: str, by: str, handles_revoked: int, events: list[str],
+                       policies_removed: list[str], policies_kept: list[str],
+                       kept_until: str | None) -> None:
+        self.log.record("stream-deleted", stream=stream, by=by, handles_revoked=handles_revoked,
+                        events=list(events), policies_removed=list(policies_removed),
+                        policies_kept=list(policies_kept), kept_until=kept_until)
 
 
 __all__ = ["AuditTrail"]

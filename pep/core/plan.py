@@ -288,3 +288,6 @@ class StreamDefinition:
     # Event-time attribute (a timestamp or epoch-seconds number) used by time windows and, with
     # arrival sequence, to order tuples for tuple windows.
     time_attribute: str | None = None
+    # Seconds the time windows of this stream wait for late tuples (the watermark is the largest
+    # event time seen minus this); None: the runtime's default. The owner may change it.
+    lateness: float | None = None

@@ -285,6 +285,23 @@ class RevocationService:
             self.observer(revoked, time.perf_counter() - started)
         return revoked
 
+    def on_stream_change(self, stream: str, why: str) -> int:
+        """A stream's definition changed (its owner added attributes): decide its live handles
+        (a join's on either side) again against the stream as it is now, as for a policy change
+        of that stream; a handle whose grant now differs (a policy without a map, or a query
+        without one, covers the new attributes) is revoked. Returns how many were revoked."""
+        started = time.perf_counter()
+        engine = self.engine()
+        revoked = 0
+        with self.handles.lock:
+            self.handles.policy_epoch += 1
+            targets = self.handles.live_on(stream)
+            if targets:
+                revoked = self._apply_all(targets, engine, why)
+        if self.observer is not None:
+            self.observer(revoked, time.perf_counter() - started)
+        return revoked
+
     def every_tick(self, callback: Callable[[], Any]) -> None:
         """Run `callback` on every period of the timer (e.g. closing stream events on time)."""
         self._tickers.append(callback)

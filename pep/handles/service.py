@@ -86,6 +86,10 @@ class HandleService:
         # outside the lock, once per batch: e.g. to tell caching proxies that they are gone.
         self._listeners: list[Callable[[list[HandleRecord]], None]] = []
         self._open_listeners: list[Callable[[HandleRecord, bool], None]] = []
+        # Handles being attached (outside the lock) -> their streams; a stream's deletion waits
+        # for them (`wait_for_attaches`) before it removes what a query would read or write.
+        self._attaching: dict[str, tuple[str, ...]] = {}
+        self._attached = threading.Condition(threading.Lock())
 
     def add_listener(self, callback: Callable[[list[HandleRecord]], None]) -> None:
         self._listeners.append(callback)
@@ -112,6 +116,10 @@ class HandleService:
     def live(self) -> list[HandleRecord]:
         return self.store.live()
 
+    def live_on(self, stream: str) -> list[HandleRecord]:
+        """The live handles that read `stream` (a join's on either side)."""
+        return [r for r in self.store.live() if stream in r.streams]
+
     # -- opening ----------------------------------------------------------------------------------
 
     def open(self, subject: str, roles: Iterable[str], admin: bool, plan: AnyPlan,
@@ -130,6 +138,17 @@ class HandleService:
         with self.lock:
             if epoch is not None and epoch != self.policy_epoch:
                 raise StalePolicies()
+            # The streams again, under the lock that a stream's change or deletion holds while
+            # it deals with the live handles: a stream deleted since the decision is not found
+            # (never a live handle on a deleted stream), one changed since is decided again.
+            for definition in definitions:
+                now = self.streams(definition.name)
+                if now is None:
+                    raise NotFound(f"no stream named {definition.name!r}")
+                if now != definition:
+                    if epoch is None:
+                        raise NotFound(f"stream {definition.name!r} changed; ask again")
+                    raise StalePolicies()
             handle_id, is_new = self.windows.acquire(subject, slots, key)
             if not is_new:
                 existing = self.store.get(handle_id)
@@ -154,6 +173,7 @@ class HandleService:
             buffer = HandleBuffer(self.max_rows, self.max_bytes)
             self._buffers[handle_id] = buffer
             self._buffer_streams[handle_id] = stream.name
+            self._begin_attach(handle_id, plan_streams(plan))
         # Attaching can take seconds (the first handle starts the stream's query): not under the
         # lock, so revocations of other handles are not held up. The buffer is registered first,
         # so a revocation meanwhile closes it and the runtime can deliver nothing.
@@ -210,8 +230,29 @@ class HandleService:
             return replace(plan, left=cut[plan.left.stream], right=cut[plan.right.stream])
         return cut[plan.stream]
 
+    def _begin_attach(self, handle_id: str, streams: Iterable[str]) -> None:
+        with self._attached:
+            self._attaching[handle_id] = tuple(streams)
+
+    def wait_for_attaches(self, stream: str, timeout: float = 60.0) -> bool:
+        """Wait until no handle on `stream` is being attached to the runtime (an attach that
+        began before the stream's handles were revoked ends by detaching itself); False on
+        time-out."""
+        with self._attached:
+            return self._attached.wait_for(
+                lambda: not any(stream in s for s in self._attaching.values()), timeout)
+
     def _attach(self, handle_id: str, streams: list[StreamDefinition], plan: AnyPlan,
                 buffer: HandleBuffer) -> None:
+        try:
+            self._attach_now(handle_id, streams, plan, buffer)
+        finally:
+            with self._attached:
+                self._attaching.pop(handle_id, None)
+                self._attached.notify_all()
+
+    def _attach_now(self, handle_id: str, streams: list[StreamDefinition], plan: AnyPlan,
+                    buffer: HandleBuffer) -> None:
         try:
             if isinstance(plan, JoinPlan):
                 with self.lock:
@@ -254,6 +295,7 @@ class HandleService:
             buffer = HandleBuffer(self.max_rows, self.max_bytes, generation=generation)
             self._buffers[record.id] = buffer
             self._buffer_streams[record.id] = record.stream
+            self._begin_attach(record.id, plan_streams(plan))
         try:
             self._attach(record.id, definitions, plan, buffer)
         except Unavailable:

@@ -94,7 +94,8 @@ def create_app(config: GatewayConfig | None = None,
         return services.catalog.schema(name)
 
     app.register_blueprint(explain_blueprint(engine, visible_schema, services.decide_and_plan))
-    app.register_blueprint(create_streams_blueprint(services.catalog, visibility=visibility))
+    app.register_blueprint(create_streams_blueprint(services.catalog, visibility=visibility,
+                                                    lifecycle=services.lifecycle))
 
     def refused(identity, refusal) -> None:
         services.audit.refused(identity, refusal)
@@ -104,7 +105,10 @@ def create_app(config: GatewayConfig | None = None,
         services.handles, engine, visible_schema, services.decide_and_plan, base_url,
         on_refused=refused))
     app.register_blueprint(metrics_blueprint(services.metrics, config.metrics_public))
-    app.register_blueprint(audit_blueprint(services.audit.log, services.catalog.get))
+    # a deleted stream's entries stay its former owner's (its name is reserved to it)
+    app.register_blueprint(audit_blueprint(
+        services.audit.log,
+        lambda name: services.catalog.get(name) or services.catalog.deleted(name)))
     app.register_blueprint(events_blueprint(services.catalog, services.stream_events,
                                             services.runtime, services.audit.event_changed,
                                             may_see=may_see))

@@ -67,10 +67,13 @@ def events_blueprint(catalog: StreamCatalog, events: StreamEvents, runtime: Any,
         unknown = set(body) - {"name", "condition", "hold", "key"}
         if unknown:
             raise InvalidInput(f"unknown key(s): {', '.join(sorted(map(str, unknown)))}")
-        definition = events.define(stream.name, body.get("name"), body.get("condition"),
-                                   body.get("hold", 3600), body.get("key"),
-                                   current_identity().subject)
-        events.attach(definition, runtime)
+        with catalog.changing(stream.name):  # not while the stream is changed or deleted
+            if catalog.get(stream.name) is None:
+                raise NotFound(f"no stream named {name!r}")
+            definition = events.define(stream.name, body.get("name"), body.get("condition"),
+                                       body.get("hold", 3600), body.get("key"),
+                                       current_identity().subject)
+            events.attach(definition, runtime)
         if on_change is not None:
             on_change("event-defined", definition.to_json())
         response = jsonify(definition.to_json(events.state(definition)))

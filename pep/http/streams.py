@@ -1,10 +1,12 @@
-"""HTTP for the stream catalogue: register, list, describe, change, and append records.
+"""HTTP for the stream catalogue: register, list, describe, change, delete, append records.
 
 Who may do what: registering a stream needs the `data-owner` (or `owner`) role or an
 administrator, and the caller becomes the stream's owner; only administrators may register
-sources that read the server's own files or network (files, socket, kafka). Appending records and
-changing a stream (`PATCH /streams/<name>`: its `visibility` for now, `definition.PATCHABLE`) are
-for the stream's owner and administrators. Listing and describing are open to every
+sources that read the server's own files or network (files, socket, kafka). Appending records,
+changing a stream (`PATCH /streams/<name>`: `definition.PATCHABLE`), deleting it (`DELETE
+/streams/<name>`) and asking what its deletion would do (`GET /streams/<name>/dependents`) are
+for the stream's owner and administrators; what follows a change or a deletion is
+`pep.streams.lifecycle`'s. Listing and describing are open to every
 authenticated caller for the streams it may see (every `listed` stream; a `restricted` one as
 `pep.streams.visibility` decides), without the source's options unless they own the stream. A
 stream the caller may not see answers every route here exactly as a name no stream has: 404 with
@@ -20,7 +22,9 @@ from pdp import Identity
 from pdp.http.auth import current_identity, require_identity
 from pep.core.errors import InvalidInput, NotFound, NotPermitted, UnsupportedMedia
 from pep.streams.catalog import StreamCatalog, StreamEntry
-from pep.streams.definition import LISTED, describe, parse_registration, parse_stream_patch
+from pep.streams.definition import (LISTED, SETTINGS, describe, parse_keep_data,
+                                    parse_registration, parse_stream_patch)
+from pep.streams.lifecycle import StreamLifecycle
 from pep.streams.visibility import StreamVisibility
 
 OWNER_ROLES = ("data-owner", "owner")
@@ -35,17 +39,30 @@ def may_register(identity: Identity, owner_roles: Iterable[str] = OWNER_ROLES) -
 def describe_entry(entry: StreamEntry, identity: Identity) -> dict:
     d = entry.definition
     return describe(d, entry.created_at, show_source=identity.admin or d.owner == identity.subject,
-                    visibility=entry.visibility)
+                    visibility=entry.visibility, settings=entry.settings(),
+                    optional=entry.optional)
+
+
+def _flag(name: str) -> bool:
+    value = request.args.get(name, "false").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise InvalidInput(f"{name} must be true or false, got {value[:40]!r}")
 
 
 def create_streams_blueprint(catalog: StreamCatalog,
                              owner_roles: Iterable[str] = OWNER_ROLES,
-                             visibility: StreamVisibility | None = None) -> Blueprint:
+                             visibility: StreamVisibility | None = None,
+                             lifecycle: StreamLifecycle | None = None) -> Blueprint:
     """`visibility` decides who sees a restricted stream; without it, only the stream's owner
-    and administrators do."""
+    and administrators do. `lifecycle` changes and deletes streams (without it: the catalogue
+    alone, nothing running to tell)."""
     bp = Blueprint("xsg_streams", __name__)
     owner_roles = tuple(owner_roles)
     visibility = visibility or StreamVisibility(catalog)
+    lifecycle = lifecycle or StreamLifecycle(catalog)
 
     @bp.post("/streams")
     @require_identity()
@@ -71,17 +88,20 @@ def create_streams_blueprint(catalog: StreamCatalog,
         # not request.get_json: Flask's parser recurses, and a deeply nested array ends in a
         # RecursionError (a 500) instead of a refusal
         body = parse_registration(request.get_data(cache=False))
-        unknown = set(body) - {"name", "schema", "source", "time_attribute", "visibility"}
+        unknown = set(body) - {"name", "schema", "source", "time_attribute", "visibility",
+                               *SETTINGS}
         if unknown:
             raise InvalidInput(f"unknown key(s): {', '.join(sorted(map(str, unknown)))}")
         definition = catalog.register(body.get("name"), identity.subject, body.get("schema"),
                                       body.get("source"), body.get("time_attribute"),
                                       trusted=identity.admin,
-                                      visibility=body.get("visibility", LISTED))
+                                      visibility=body.get("visibility", LISTED),
+                                      **{k: body.get(k) for k in SETTINGS})
         entry = catalog.entry(definition.name)
         response = jsonify(describe(definition, entry.created_at if entry else None,
                                     show_source=True,
-                                    visibility=entry.visibility if entry else None))
+                                    visibility=entry.visibility if entry else None,
+                                    settings=entry.settings() if entry else None))
         response.status_code = 201
         response.headers["Location"] = f"/streams/{definition.name}"
         return response
@@ -105,10 +125,21 @@ def create_streams_blueprint(catalog: StreamCatalog,
     def get_stream(name: str):
         return jsonify(describe_entry(entry_named(name), current_identity()))
 
+    def owned(name: str, doing: str) -> StreamEntry:
+        identity = current_identity()
+        entry = entry_named(name)
+        if not (identity.admin or entry.definition.owner == identity.subject):
+            raise NotPermitted(f"only the owner of stream {entry.definition.name!r} or an "
+                               f"administrator may {doing}")
+        return entry
+
     @bp.patch("/streams/<name>")
     @require_identity()
     def change_stream(name: str):
-        """Change a stream: `{"visibility": "listed" | "restricted"}` (owner or administrator).
+        """Change a stream (owner or administrator): any of `visibility` ("listed" or
+        "restricted"), `description`, `lateness` and `retention` (seconds, null: the gateway's
+        default), and `add_attributes` ([{name, type}]) or the whole `schema` (which may only
+        add attributes after the existing ones).
         ---
         patch:
           requestBody:
@@ -116,22 +147,58 @@ def create_streams_blueprint(catalog: StreamCatalog,
             content:
               application/json: {}
           responses:
-            200: {description: the stream as it is now}
-            400: {description: an unknown field or a bad value (named)}
+            200: {description: "the stream as it is now, with `added` attributes and `revoked` handles"}
+            400: {description: an unknown field or a bad value (named); a schema change that is not an addition}
             403: {description: not the stream's owner or an administrator}
             404: {description: no such stream (or one the caller may not see)}
+            409: {description: the schema change would break the policies it names}
         """
         identity = current_identity()
-        entry = entry_named(name)
-        if not (identity.admin or entry.definition.owner == identity.subject):
-            raise NotPermitted(f"only the owner of stream {entry.definition.name!r} or an "
-                               "administrator may change it")
+        entry = owned(name, "change it")
         if not request.is_json:
             raise UnsupportedMedia(f"a stream change is JSON (application/json), not "
                                    f"{request.mimetype or '(no Content-Type)'}")
         changes = parse_stream_patch(request.get_data(cache=False))
-        entry = catalog.update(entry.definition.name, changes, by=identity.subject)
-        return jsonify(describe_entry(entry, identity))
+        entry, followed = lifecycle.change(entry.definition.name, changes, identity)
+        return jsonify({**describe_entry(entry, identity), **followed})
+
+    @bp.get("/streams/<name>/dependents")
+    @require_identity()
+    def stream_dependents(name: str):
+        """What deleting the stream would do (owner or administrator): live handles (joins
+        among them) that would be revoked, its events, and the policies that name it with
+        what would become of each (`?remove_policies=true` as for the deletion).
+        ---
+        get:
+          responses:
+            200: {description: "{stream, live_handles, joins, subjects, events, policies, other_policies}"}
+            403: {description: not the stream's owner or an administrator}
+            404: {description: no such stream (or one the caller may not see)}
+        """
+        entry = owned(name, "see what depends on it")
+        return jsonify(lifecycle.dependents(entry.definition.name, current_identity(),
+                                            _flag("remove_policies")))
+
+    @bp.delete("/streams/<name>")
+    @require_identity()
+    def delete_stream(name: str):
+        """Delete a stream (owner or administrator): its live handles are revoked first, its
+        query stops, its events go, its files go (`?keep_data=<seconds>`: kept that long) and
+        the policies naming it are kept, or removed (`?remove_policies=true`: those confined
+        to it that the caller may manage).
+        ---
+        delete:
+          responses:
+            200: {description: "what was done: {stream, handles_revoked, events_removed, policies, data}"}
+            400: {description: a bad keep_data or remove_policies}
+            403: {description: not the stream's owner or an administrator}
+            404: {description: no such stream (or one the caller may not see)}
+            503: {description: the deletion failed and was undone (its handles stay revoked)}
+        """
+        keep = parse_keep_data(request.args.get("keep_data"))
+        remove = _flag("remove_policies")
+        entry = owned(name, "delete it")
+        return jsonify(lifecycle.delete(entry.definition.name, current_identity(), keep, remove))
 
     @bp.post("/streams/<name>/records")
     @require_identity()
@@ -149,11 +216,7 @@ def create_streams_blueprint(catalog: StreamCatalog,
           responses:
             201: {description: '{"stream": name, "appended": n}'}
         """
-        identity = current_identity()
-        entry = entry_named(name)
-        if not (identity.admin or entry.definition.owner == identity.subject):
-            raise NotPermitted(f"only the owner of stream {entry.definition.name!r} or an "
-                               "administrator may append records")
+        entry = owned(name, "append records")
         if request.mimetype and request.mimetype not in RECORD_MEDIA_TYPES:
             raise UnsupportedMedia(f"records must be JSON lines "
                                    f"({', '.join(RECORD_MEDIA_TYPES[:2])}), not {request.mimetype}")

@@ -102,6 +102,15 @@ class StreamCheckpoint:
             return True
         return state.get("state") != "running"
 
+    def adopt(self, previous: StreamDefinition) -> bool:
+        """The stream's definition changed in a way its checkpoint survives (attributes added):
+        if the checkpoint belongs to `previous`, make it this definition's, keeping its state
+        (a restarted query then continues where the old one stopped). True when adopted."""
+        if self.temporary or self._read().get("fingerprint") != fingerprint(previous):
+            return False
+        self._write(fingerprint=fingerprint(self.definition))
+        return True
+
     def mark_running(self) -> None:
         if not self.temporary:
             self._write(state="running", since=time.time())

@@ -342,6 +342,10 @@ class _PlanState:
         return ROW_TUPLE if self.rows else TUPLE
 
 
+class _Paused(Exception):
+    """A micro-batch refused while the query is being restarted (`StreamExecutor.restart`)."""
+
+
 class StreamExecutor:
     """The shared query of one stream; its foreachBatch runs every attached plan."""
 
@@ -371,6 +375,8 @@ class StreamExecutor:
         self._query = None
         self._checkpoint: StreamCheckpoint | None = None
         self._stopped = False
+        self._pausing = False  # a restart (`restart`) is waiting for a batch boundary
+        self._completed_batch = -1  # the last batch whose every delivery was made
         self._schema = definition.schema
         self._field_names = list(definition.schema.names)
         self._index = {n: i + 1 for i, n in enumerate(self._field_names)}
@@ -406,6 +412,8 @@ class StreamExecutor:
         self._checkpoint = StreamCheckpoint.for_stream(self.work_dir, self.definition)
         self._codegen = None  # a new query clones a new session
         skip = self._checkpoint.prepare()
+        if skip:
+            self._completed_batch = -1  # a new checkpoint numbers its batches from 0 again
         kind = self.definition.source.kind
         archive = (str(archive_dir(self.work_dir, self.definition)) if kind == "ingest"
                    else None)
@@ -507,6 +515,43 @@ class StreamExecutor:
         self.skipped_to_end = True
         log.info("stream %s: started at the end of its source (%.2f s)", self.definition.name,
                  time.perf_counter() - started)
+
+    def restart(self, definition: StreamDefinition) -> None:
+        """Stop the query and start it again on its checkpoint with `definition`, whose schema
+        adds attributes after the existing ones (`pep.streams.definition.extend_schema`): the
+        source is read with the new columns; attached plans (their attribute indices stay
+        valid), their windows and the stream's figures carry over; the new query continues
+        where the old one committed, so a record ingested meanwhile is read once, by it."""
+        old = self.definition
+        n = len(old.schema.fields)
+        if (definition.name, definition.source) != (old.name, old.source) \
+                or definition.schema.fields[:n] != old.schema.fields:
+            raise ValueError(f"stream {old.name!r}: a query restarts only for added attributes")
+        # Stop between two batches: a batch stopped half-way would be run again by the new
+        # query after some of its rows were delivered. The batch under way ends first; one
+        # starting meanwhile fails before it delivers anything (so it is not committed, and the
+        # new query runs it); one that ended but whose commit the stop cut off is run again and
+        # skipped (`_completed_batch`).
+        self._pausing = True
+        try:
+            deadline = time.monotonic() + 120.0
+            while self._batch_thread is not None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.stop(idle=False)
+        finally:
+            self._pausing = False
+        self.definition = definition
+        self._schema = definition.schema
+        self._field_names = list(definition.schema.names)
+        self._index = {name: i + 1 for i, name in enumerate(self._field_names)}
+        self._types = {f.name: f.type for f in definition.schema.fields}
+        self._anchors = self._anchors.with_schema(definition.schema)
+        with self._table_lock:
+            self._table = None
+        self._shape, self._few = None, None
+        StreamCheckpoint.for_stream(self.work_dir, definition).adopt(old)
+        self._stopped = False
+        self.start()
 
     @property
     def query_id(self) -> str | None:
@@ -963,8 +1008,12 @@ class StreamExecutor:
         self.last_batch_started_at = time.time()
         self._batch_thread = threading.get_ident()
         try:
+            if self._pausing:
+                raise _Paused()  # never committed: the restarted query runs this batch
             if self._stopped:
                 return
+            if batch_id <= self._completed_batch:
+                return  # run again after a restart: delivered in full before the stop
             if self._skip_names is not None:
                 # the files present when the stream's first handle attached are not delivered
                 names = sorted(self._skip_names)
@@ -973,6 +1022,7 @@ class StreamExecutor:
                                     .isin(*names))
             plans, version = self._current()
             if not plans:
+                self._completed_batch = batch_id
                 return
             t0 = time.perf_counter()
             self._anchors.update(batch, [s.compiled for s in plans])  # nothing without DISTANCE_TO
@@ -990,9 +1040,12 @@ class StreamExecutor:
                       t2 - t1 - spark_s)
             self.stats_counters["batches"] += 1
             self.stats_counters["plan_evaluations"] += len(plans)
+            self._completed_batch = batch_id
             for handle_id in closed:
                 self._on_handle_closed(handle_id)
         except Exception as exc:
+            if isinstance(exc, _Paused):
+                raise
             if self._stopped:
                 return  # the job was cancelled by stop(); nothing is delivered any more
             self.stats_counters["last_error"] = f"{type(exc).__name__}: {exc}"

@@ -37,6 +37,14 @@ class LazyRuntime:
         if self._runtime is not None:
             self._runtime.detach(handle_id)
 
+    def redefine(self, stream) -> bool:
+        """A changed stream (`StreamRuntime.redefine`); nothing runs before Spark started."""
+        return self._runtime.redefine(stream) if self._runtime is not None else False
+
+    def drop_stream(self, name: str) -> bool:
+        """A deleted stream (`StreamRuntime.drop_stream`); nothing runs before Spark started."""
+        return self._runtime.drop_stream(name) if self._runtime is not None else False
+
     def stats(self) -> dict:
         return self._runtime.stats() if self._runtime is not None else {}
 
@@ -54,10 +62,13 @@ def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float =
                           progress: Callable[[str], Any] | None = None,
                           retention_seconds: float | None = 3600.0,
                           retention_bytes: int | None = 1 << 30,
-                          stall_seconds: float = 30.0) -> Callable[[], Any]:
+                          stall_seconds: float = 30.0,
+                          retention_for: Callable[[str], float | None] | None = None
+                          ) -> Callable[[], Any]:
     """A factory for `LazyRuntime`: a SparkSession on `master` and a StreamRuntime over it,
     keeping its checkpoints and archived ingest files under `work_dir` (see
-    `pep.runtime.runtime.RuntimeSettings` for the retention and stall arguments).
+    `pep.runtime.runtime.RuntimeSettings` for the retention and stall arguments;
+    `retention_for(stream)` is a stream's own retention, None for the default).
 
     `extra_conf` goes to the session as spark-submit's --conf would (over the runtime's
     defaults), `log_level` is Spark's (log4j) level, and `progress(what)`, when given, returns
@@ -76,7 +87,8 @@ def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float =
             spark.sparkContext.setLogLevel(log_level)
         return StreamRuntime(spark, work_dir, settings=RuntimeSettings(
             trigger_interval=trigger_interval, retention_seconds=retention_seconds,
-            retention_bytes=retention_bytes, stall_seconds=stall_seconds))
+            retention_bytes=retention_bytes, stall_seconds=stall_seconds),
+            retention_for=retention_for)
 
     return build
 

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from pep.core.plan import ExecutionPlan, StreamDefinition
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS, Janitor,
-                                     Retention)
+                                     Retention, StreamCheckpoint)
 from pep.runtime.compile import PlanError, compile_plan
 from pep.runtime.executor import DEFAULT_TUPLE_PANE_MIN, StreamExecutor
 
@@ -54,7 +54,10 @@ class StreamRuntime:
 
     def __init__(self, spark: SparkSession, work_dir: Path, trigger_interval: float = 0.25,
                  max_files_per_trigger: int = 50, time_window_lateness: float = 0.0,
-                 settings: RuntimeSettings | None = None) -> None:
+                 settings: RuntimeSettings | None = None,
+                 retention_for: Callable[[str], float | None] | None = None) -> None:
+        """`retention_for(stream)`: the stream's own archive retention in seconds (None: the
+        settings' `retention_seconds`), asked at every sweep."""
         if settings is None:
             settings = RuntimeSettings(trigger_interval, max_files_per_trigger,
                                        time_window_lateness)
@@ -65,6 +68,7 @@ class StreamRuntime:
         self.max_files_per_trigger = settings.max_files_per_trigger
         self.time_window_lateness = settings.time_window_lateness
         self.retention = Retention(settings.retention_seconds, settings.retention_bytes)
+        self.retention_for = retention_for
         self._lock = threading.RLock()
         self._executors: dict[str, StreamExecutor] = {}
         self._handle_streams: dict[str, str] = {}
@@ -88,8 +92,9 @@ class StreamRuntime:
                 raise ValueError(f"handle {handle_id!r} is already attached")
             executor = self._executors.get(stream.name)
             if executor is not None and executor.definition != stream:
-                raise ValueError(f"stream {stream.name!r} is running with a different definition;"
-                                 " detach its handles before redefining it")
+                # the owner changed the stream (lateness, added attributes) and this attach
+                # comes before `redefine` was told: the same change, now
+                self._redefine(executor, stream)
             carried: list = []
             if executor is not None and not executor.active:
                 # its query failed: a new attach starts a fresh query (on the same checkpoint,
@@ -101,7 +106,7 @@ class StreamRuntime:
             if executor is None:
                 executor = StreamExecutor(self.spark, stream, self.work_dir,
                                           self.trigger_interval, self.max_files_per_trigger,
-                                          self.time_window_lateness, self._closed_by_deliver,
+                                          self._lateness(stream), self._closed_by_deliver,
                                           self.settings.tuple_pane_min)
                 for old_id, old_plan, old_deliver in carried:
                     executor.add_handle(old_id, old_plan, old_deliver)
@@ -111,6 +116,59 @@ class StreamRuntime:
             else:
                 executor.add_handle(handle_id, compiled, deliver)
             self._handle_streams[handle_id] = stream.name
+
+    def _lateness(self, stream: StreamDefinition) -> float:
+        return stream.lateness if stream.lateness is not None else self.time_window_lateness
+
+    def redefine(self, stream: StreamDefinition) -> bool:
+        """The owner changed the stream: its lateness applies from the next micro-batch; added
+        attributes restart its query on the same checkpoint (`StreamExecutor.restart`: handles,
+        windows and the read position carry over, nothing ingested is lost). A stream not
+        running gets its checkpoint adopted, so its next start continues as it would have.
+        Raises ValueError for any other change. True when a running query was changed."""
+        with self._lock:
+            executor = self._executors.get(stream.name)
+            if executor is None or not executor.active:
+                previous = executor.definition if executor is not None else None
+                if previous is not None:
+                    StreamCheckpoint.for_stream(self.work_dir, stream).adopt(previous)
+                return False
+            if executor.definition == stream:
+                return False
+            self._redefine(executor, stream)
+            return True
+
+    def _redefine(self, executor: StreamExecutor, stream: StreamDefinition) -> None:
+        old = executor.definition
+        if (old.name, old.source, old.time_attribute) != \
+                (stream.name, stream.source, stream.time_attribute):
+            raise ValueError(f"stream {stream.name!r} is running with a different definition;"
+                             " detach its handles before redefining it")
+        if stream.schema != old.schema:
+            executor.restart(stream)  # raises ValueError unless attributes were only added
+        else:
+            executor.definition = stream
+        executor.lateness = self._lateness(stream)
+        log.info("stream %s redefined (%d attributes, lateness %.1f s)", stream.name,
+                 len(stream.schema.fields), executor.lateness)
+
+    def drop_stream(self, name: str) -> bool:
+        """The stream is being deleted: stop its query whatever is still attached (its handles
+        were revoked and detached first) and wait for queries being stopped in the background,
+        so that nothing of this runtime writes under the stream's checkpoint or archive
+        afterwards. True when a query was running."""
+        with self._lock:
+            executor = self._executors.pop(name, None)
+            for handle_id, stream in list(self._handle_streams.items()):
+                if stream == name:
+                    del self._handle_streams[handle_id]
+            stoppers = list(self._stoppers)
+            self._stall_warned.discard(name)
+        if executor is not None:
+            executor.stop(idle=False)
+        for t in stoppers:
+            t.join(timeout=30)
+        return executor is not None
 
     def detach(self, handle_id: str) -> None:
         """Stop serving the handle (idempotent); the stream's query stops with its last handle."""
@@ -201,8 +259,27 @@ class StreamRuntime:
         return stalled
 
     def sweep(self) -> tuple[int, int]:
-        """Apply the retention settings to the archived ingest files of every stream."""
-        return self.retention.sweep(self.work_dir / "archive")
+        """Apply the retention settings to the archived ingest files of every stream: each
+        stream's own age bound (`retention_for`) or the default, then the byte bound over the
+        whole archive."""
+        root = self.work_dir / "archive"
+        if self.retention_for is None:
+            return self.retention.sweep(root)
+        removed = freed = 0
+        try:
+            streams = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+        except OSError:
+            streams = []
+        for directory in streams:
+            try:
+                own = self.retention_for(directory.name)
+            except Exception:  # noqa: BLE001 - a lookup failing keeps the default
+                own = None
+            age = own if own is not None else self.retention.max_age
+            r, f = Retention(age, None).sweep(directory)
+            removed, freed = removed + r, freed + f
+        r, f = Retention(None, self.retention.max_bytes).sweep(root)
+        return removed + r, freed + f
 
     def stop(self) -> None:
         """Stop every query and wait for it; the runtime accepts no attach afterwards. Streams

@@ -207,6 +207,15 @@ class AnchorTracker:
         self.version = 0
         self.rows = 0  # anchor tuples brought to the driver, in all
 
+    def with_schema(self, schema: Any) -> "AnchorTracker":
+        """The same anchors' positions over a schema that added attributes after this one's (a
+        stream's query restarted for its new attributes: attribute indices stay valid)."""
+        other = AnchorTracker(self.spark, self._value_arrays, schema)
+        with self._lock:
+            other._last, other._segments = dict(self._last), dict(self._segments)
+            other.version, other.rows = self.version + 1, self.rows
+        return other
+
     def segments(self, spec: AnchorSpec) -> list[Segment]:
         with self._lock:
             return list(self._segments.get(spec, ()))

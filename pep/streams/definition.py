@@ -8,7 +8,10 @@ for. Only the stream's owner and administrators see the source's options (direct
 hosts, rates), which describe the server and not the data.
 
 What an owner may change afterwards (`PATCH /streams/<name>`, `parse_stream_patch`): the fields
-of `PATCHABLE`, each with its own parser; anything else is refused by name.
+of `PATCHABLE`, each with its own parser; anything else is refused by name. The settings
+(`description`, `lateness`, `retention`) may be given at registration too. A schema may only
+grow (`extend_schema`): attributes are added after the existing ones, which keep their names,
+types and order, so that every stored plan, compiled plan and record stays valid.
 """
 from __future__ import annotations
 
@@ -134,12 +137,88 @@ def _json_type(value: Any) -> str:
         return "a boolean"
     if isinstance(value, (int, float)):
         return "a number"
+    if isinstance(value, str):
+        return "a string"
     return "an array" if isinstance(value, list) else "an object"
 
 
+MAX_DESCRIPTION = 2000
+MAX_LATENESS = 7 * 86400.0     # a week
+MAX_RETENTION = 366 * 86400.0  # a year
+MAX_KEEP_DATA = 366 * 86400.0
+
+
+def parse_description(value: Any) -> str:
+    """Free text about the stream, shown to everyone who sees it; `null` or "" clears it."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidStream(f"description must be a string, got {_json_type(value)}")
+    if len(value) > MAX_DESCRIPTION:
+        raise InvalidStream(f"description is {len(value)} characters; at most "
+                            f"{MAX_DESCRIPTION} allowed")
+    if any((ord(c) < 32 and c not in "\n\t") or "\ud800" <= c <= "\udfff" for c in value):
+        raise InvalidStream("description has control characters or lone surrogates")
+    return value.strip()
+
+
+def _seconds(name: str, value: Any, high: float) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or not 0 <= value <= high:
+        shown = repr(value)[:40] if isinstance(value, (int, float)) \
+            and not isinstance(value, bool) else _json_type(value)
+        raise InvalidStream(f"{name} must be a number of seconds in [0, {high:.0f}] or null "
+                            f"(the gateway's default), got {shown}")
+    return float(value)
+
+
+def parse_lateness(value: Any) -> float | None:
+    """Seconds this stream's time windows wait for late tuples; null: the gateway's default."""
+    return _seconds("lateness", value, MAX_LATENESS)
+
+
+def parse_retention(value: Any) -> float | None:
+    """Seconds the stream's committed ingest files stay in the archive; null: the default."""
+    return _seconds("retention", value, MAX_RETENTION)
+
+
+def parse_keep_data(value: Any) -> float:
+    """`DELETE /streams/<name>?keep_data=<seconds>`: how long a deleted stream's files are kept
+    (0, the default: removed at once)."""
+    if value is None or value == "":
+        return 0.0
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_KEEP_DATA:
+        raise InvalidStream(f"keep_data must be a number of seconds in [0, {MAX_KEEP_DATA:.0f}], "
+                            f"got {str(value)[:40]!r}")
+    return seconds
+
+
+def parse_added_attributes(value: Any) -> tuple[Field, ...]:
+    """`add_attributes`: `[{"name", "type"}, ...]`, checked as schema entries are."""
+    if not isinstance(value, list) or not value:
+        raise InvalidStream("add_attributes must be a non-empty list of {name, type} objects")
+    return parse_schema(value).fields
+
+
+def parse_whole_schema(value: Any) -> tuple[Field, ...]:
+    """`schema`: the whole new schema (`extend_schema` says which changes are possible)."""
+    return parse_schema(value).fields
+
+
 # The fields an owner may change after registration, each with the parser of its new value. A
-# field added here needs its column in `StreamCatalog.update` (`catalog._PATCH_COLUMNS`).
-PATCHABLE: dict[str, Any] = {"visibility": parse_visibility}
+# setting added here needs its column in `StreamCatalog.update` (`catalog._PATCH_COLUMNS`); the
+# two schema fields are turned into a new schema by `extend_schema`.
+PATCHABLE: dict[str, Any] = {"visibility": parse_visibility, "description": parse_description,
+                             "lateness": parse_lateness, "retention": parse_retention,
+                             "add_attributes": parse_added_attributes,
+                             "schema": parse_whole_schema}
+SETTINGS = ("description", "lateness", "retention")  # also accepted at registration
 _PATCH = f"a JSON object with one or more of: {', '.join(PATCHABLE)}"
 
 
@@ -170,7 +249,69 @@ def parse_stream_patch(body: bytes) -> dict:
                             f"stream's {', '.join(PATCHABLE)} can be changed", fields=unknown)
     if not doc:
         raise InvalidStream(f"nothing to change: expected {_PATCH}")
+    if "add_attributes" in doc and "schema" in doc:
+        raise InvalidStream("give either add_attributes or the whole schema, not both")
     return {name: PATCHABLE[name](value) for name, value in doc.items()}
+
+
+class SchemaChange(InvalidStream):
+    """A schema change that is not an addition; `attributes` names the attributes it would
+    remove or retype (the caller may name the policies that use them)."""
+
+    def __init__(self, message: str, attributes: tuple[str, ...] = ()) -> None:
+        super().__init__(message, attributes=list(attributes))
+        self.attributes = attributes
+
+
+def extend_schema(definition: StreamDefinition, changes: dict) -> StreamSchema | None:
+    """The stream's new schema for a change holding `add_attributes` or `schema` (None when it
+    holds neither, or the schema is the same). Only additions are possible: the existing
+    attributes keep their names, types and order, and new ones come after them.
+
+    Why additions only: plans (stored with live handles, compiled in the running query) read
+    attributes by name and position, records already written carry the old attributes, and
+    policies name them. Removing or retyping one could not be made safe for all of those at
+    once, so it is refused (SchemaChange, naming the attributes)."""
+    old = definition.schema.fields
+    if "add_attributes" in changes:
+        have = {f.name.lower() for f in old}
+        for f in changes["add_attributes"]:
+            if f.name.lower() in have:
+                raise InvalidStream(f"add_attributes: duplicate field {f.name!r}: the stream has "
+                                    "it already (names are case-insensitive)")
+        new = old + tuple(changes["add_attributes"])
+    elif "schema" in changes:
+        new = tuple(changes["schema"])
+    else:
+        return None
+    by_lower = {f.name.lower(): f for f in new}
+    gone = tuple(f.name for f in old if f.name.lower() not in by_lower)
+    retyped = tuple(f.name for f in old if f.name.lower() in by_lower
+                    and (by_lower[f.name.lower()].type != f.type
+                         or by_lower[f.name.lower()].name != f.name))
+    if gone or retyped:
+        parts = ([f"removes {', '.join(gone)}"] if gone else []) + \
+                ([f"renames or retypes {', '.join(retyped)}"] if retyped else [])
+        raise SchemaChange(f"the new schema {' and '.join(parts)}: a stream's attributes can "
+                           "only be added to (stored plans, running queries, records already "
+                           "written and policies refer to the existing ones)", gone + retyped)
+    if tuple(f.name for f in new[:len(old)]) != tuple(f.name for f in old):
+        raise SchemaChange("the existing attributes must keep their order; new attributes go "
+                           "after them")
+    if len(new) == len(old):
+        return None
+    if definition.source.kind != "ingest":
+        raise InvalidStream(f"stream {definition.name!r} reads a {definition.source.kind} "
+                            "source, whose schema the source fixes; attributes can be added to "
+                            "'ingest' streams only")
+    if len(new) > MAX_FIELDS:
+        raise InvalidStream(f"the schema would have {len(new)} fields; at most {MAX_FIELDS} "
+                            "allowed")
+    for f in new[len(old):]:
+        if f.type not in FIELD_TYPES:  # parse_schema checked it; a caller may build Fields
+            raise InvalidStream(f"attribute {f.name!r}: type must be one of "
+                                f"{', '.join(FIELD_TYPES)}")
+    return StreamSchema(new)
 
 
 # -- schema and source parsing ------------------------------------------------------------------
@@ -295,20 +436,28 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
 
 
 def describe(definition: StreamDefinition, created_at: str | None = None,
-             show_source: bool = False, visibility: str | None = None) -> dict:
-    """JSON view of a stream for a caller (source options only for owners and admins)."""
+             show_source: bool = False, visibility: str | None = None,
+             settings: dict | None = None, optional: Any = ()) -> dict:
+    """JSON view of a stream for a caller (source options only for owners and admins).
+    `settings`: description, lateness, retention (None: the gateway's default); `optional`:
+    attributes added after registration, which records may leave out (marked so)."""
     src: dict[str, Any] = {"kind": definition.source.kind}
     if show_source:
         src.update(dict(definition.source.options))
+    optional = {n.lower() for n in optional}
     out = {
         "name": definition.name,
         "owner": definition.owner,
-        "schema": [{"name": f.name, "type": f.type} for f in definition.schema.fields],
+        "schema": [{"name": f.name, "type": f.type, **({"optional": True}
+                                                        if f.name.lower() in optional else {})}
+                   for f in definition.schema.fields],
         "time_attribute": definition.time_attribute,
         "source": src,
     }
     if visibility is not None:
         out["visibility"] = visibility
+    if settings is not None:
+        out.update(settings)
     if created_at:
         out["created_at"] = created_at
     return out

@@ -19,6 +19,7 @@ The rule is judged again on every call against the live catalogue, not remembere
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from pdp import (RESOURCE_ID, Identity, ManagedPolicy, PolicyInfo, Veto, confined_resource_ids,
                  may_manage_policy)
@@ -34,12 +35,15 @@ UNCONFINED = ("its top-level <Target> must confine it to your streams: an <AnyOf
 
 
 def stream_owner_rule(lookup: StreamLookup,
-                      may_see: Callable[[Identity, str], bool] | None = None
+                      may_see: Callable[[Identity, str], bool] | None = None,
+                      former: Callable[[str], Any] | None = None
                       ) -> Callable[[Identity, PolicyInfo], bool | Veto]:
     """The gateway's `may_manage`: administrators always, owners for policies confined to their
     streams. `lookup(name)` is the catalogue's `get` (a StreamDefinition with `.owner`);
     `may_see(identity, name)` (`pep.streams.visibility`): a stream the caller may not see is
-    refused in the words used for a name no stream has."""
+    refused in the words used for a name no stream has. `former(name)` (the catalogue's
+    `deleted`): a deleted stream's name and former owner, who still manages the policies it
+    kept when it deleted the stream (the name stays reserved to it)."""
 
     def may_manage(identity: Identity, info: PolicyInfo) -> bool | Veto:
         if may_manage_policy(identity, info):
@@ -56,6 +60,8 @@ def stream_owner_rule(lookup: StreamLookup,
             stream = lookup(name)
             if stream is not None and may_see is not None and not may_see(identity, name):
                 stream = None
+            if stream is None and former is not None:
+                stream = former(name)  # a deleted stream: its name is its former owner's
             if stream is None or stream.name != name:
                 return Veto(f"policy {info.id!r} is about {name!r}, which is not a registered "
                             "stream (names are matched exactly)")

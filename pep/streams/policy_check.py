@@ -22,12 +22,13 @@ each registered stream's schema.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from pdp import (AttributeAssignment, Obligation, PolicyLoadError, PolicySource,
                  UnsafeDocumentError, parse_xml, policy_resource_scope)
 from pep.core.obligations import FILTER_IDS, MAP_IDS, WINDOW_IDS, ObligationError, policy_graph
-from pep.core.plan import StreamDefinition
+from pep.core.plan import StreamDefinition, StreamSchema
 from pep.streams.event_scope import event_references
 
 XACML_NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
@@ -137,4 +138,38 @@ def _unpinned(obligations: list[tuple[Obligation, int | None]],
     return out
 
 
-__all__ = ["check_policy"]
+def policies_naming(stream: StreamDefinition, attributes: Iterable[str],
+                    policies: Iterable[tuple[str, bytes, "frozenset[str] | None"]]
+                    ) -> dict[str, list[tuple[str, int | None]]]:
+    """Which of `policies` ((id, document, resource scope), None: any stream) name which of the
+    stream's `attributes` in a stream obligation: {policy id: [(attribute, line), ...]}.
+
+    A policy names an attribute when its obligations, which fit the stream's schema, no longer
+    fit it without that attribute: the same check that refuses a policy naming an attribute a
+    stream lacks (`check_policy`), run the other way round for a schema change. Values computed
+    at decision time cannot be checked and are not counted."""
+    wanted = [a for a in attributes if stream.schema.lookup(a) is not None]
+    found: dict[str, list[tuple[str, int | None]]] = {}
+    if not wanted:
+        return found
+    for policy_id, data, scope in policies:
+        if scope is not None and stream.name not in scope:
+            continue
+        try:
+            obligations, _ = _stream_obligations(parse_xml(data))
+        except UnsafeDocumentError:
+            continue
+        if not obligations or _failure(obligations, stream) is not None:
+            continue  # it does not fit the stream as it is: nothing it names can be told
+        for attribute in wanted:
+            low = attribute.lower()
+            without = replace(stream, schema=StreamSchema(tuple(
+                f for f in stream.schema.fields if f.name.lower() != low)))
+            failure = _failure(obligations, without)
+            if failure is not None:
+                found.setdefault(policy_id, []).append(
+                    (stream.schema.lookup(attribute).name, failure[1]))  # type: ignore[union-attr]
+    return found
+
+
+__all__ = ["check_policy", "policies_naming"]

@@ -158,12 +158,15 @@ def _check_value(ftype: str, value: Any) -> Any:
 
 
 def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | None = None,
-                     max_lines: int = DEFAULT_MAX_LINES) -> list[dict]:
+                     max_lines: int = DEFAULT_MAX_LINES,
+                     optional: frozenset[str] = frozenset()) -> list[dict]:
     """Parse and check JSON lines against the schema; raises RecordError at the first problem.
 
     Every field of the schema must be present in every record (field names match
-    case-insensitively and are written with the schema's spelling). A value may be `null`
-    (a sensor without a reading), except the event-time attribute, which orders the stream.
+    case-insensitively and are written with the schema's spelling), except those in `optional`
+    (lower-cased names: attributes the owner added after registration, which producers written
+    before may not know), written as `null` when left out. A value may be `null` (a sensor
+    without a reading), except the event-time attribute, which orders the stream.
     Blank lines are skipped but counted, so line numbers match the client's file.
     """
     try:
@@ -213,6 +216,9 @@ def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | No
                 raise RecordError(str(exc), line=number, field=f.name) from None
         for f in schema.fields:
             if f.name not in record:
+                if f.name.lower() in optional:
+                    record[f.name] = None
+                    continue
                 raise RecordError("missing required field", line=number, field=f.name)
         records.append(record)
     return records

@@ -397,3 +397,68 @@ def test_owner_chooses_who_sees_a_stream_and_others_see_only_what_they_may(brows
     for tab in (owner, consumer, other):
         assert tab.js_errors == []
         tab.context.close()
+
+
+def test_owner_changes_a_stream_then_deletes_it_after_seeing_what_depends_on_it(
+        browser, gateway, shots):
+    """Change (description, lateness, an added attribute) and delete from the Streams page:
+    the confirmation counts the live handles to be revoked and shows what becomes of each
+    policy; the consumer's handle is revoked."""
+    gateway.add_weather()
+    gateway.add_weather_policy()
+    r = gateway.api("POST", "/requests", who="lta",
+                    data=(POLICIES / "weather" / "lta-request.xml").read_bytes(),
+                    headers={"Content-Type": "application/xacml+xml"})
+    assert r.status_code == 201, r.text
+    handle_id = r.json()["id"]
+    consumer = sign_in(browser, gateway, "lta")
+    consumer.wait_for_selector("#streams-table tr[data-stream=weather]")
+    assert consumer.query_selector("#streams-table tr[data-stream=weather] [data-delete]") is None
+
+    owner = sign_in(browser, gateway, "nea")
+    owner.click("#streams-table tr[data-stream=weather] button[data-change=weather]")
+    owner.wait_for_selector("#stream-change:not([hidden])")
+    owner.fill("#change-description", "NEA's weather stations")
+    owner.fill("#change-lateness", "4")
+    owner.fill("#change-attributes", "uvindex double")
+    owner.click("#stream-change button[type=submit]")
+    owner.wait_for_selector("#change-result.ok")
+    assert "Added uvindex; 0 handles revoked" in owner.inner_text("#change-result")
+    row = owner.inner_text("#streams-table tr[data-stream=weather]")
+    assert "NEA's weather stations" in row and "lateness 4 s" in row and "uvindex: double?" in row
+    owner.fill("#change-attributes", "bad line here")
+    owner.click("#stream-change button[type=submit]")
+    owner.wait_for_selector("#change-result.bad")
+    assert 'expected "name type"' in owner.inner_text("#change-result")
+    assert gateway.services.handle_store.get(handle_id).live  # its grant lists its attributes
+
+    # Delete, then Cancel: nothing happens
+    owner.click("#streams-table tr[data-stream=weather] button[data-delete=weather]")
+    owner.wait_for_selector("#modal:not([hidden])")
+    assert owner.get_attribute("#modal-count", "data-count") == "1"
+    owner.click("#modal-cancel")
+    assert gateway.api("GET", "/streams/weather").status_code == 200
+
+    owner.click("#streams-table tr[data-stream=weather] button[data-delete=weather]")
+    owner.wait_for_selector("#modal:not([hidden])")
+    assert "1 live handle on this stream will be revoked" in owner.inner_text("#modal-body")
+    owner.wait_for_selector(f"#delete-policies li[data-policy='{WEATHER_POLICY_ID}']"
+                            "[data-action=keep]")
+    owner.check("#delete-remove-policies")
+    owner.wait_for_selector(f"#delete-policies li[data-policy='{WEATHER_POLICY_ID}']"
+                            "[data-action=remove]")
+    owner.screenshot(path=str(shots / "streams-delete.png"), full_page=True)
+    owner.click("#modal-confirm")
+    wait_true(owner, "!document.querySelector('#streams-table tr[data-stream=weather]')")
+    flash = owner.inner_text("#flash")
+    assert "Deleted stream weather: 1 handle revoked" in flash
+    assert f"policies removed: {WEATHER_POLICY_ID}" in flash and "files were removed" in flash
+    assert owner.is_hidden("#stream-change")
+    record = gateway.services.handle_store.get(handle_id)
+    assert record.state.value == "revoked" and "was deleted by 'nea'" in record.reason
+    assert gateway.api("GET", f"/policies/{WEATHER_POLICY_ID}").status_code == 404
+    consumer.click("#streams-refresh")
+    wait_true(consumer, "!document.querySelector('#streams-table tr[data-stream=weather]')")
+    for tab in (owner, consumer):
+        assert tab.js_errors == []
+        tab.context.close()

@@ -233,6 +233,24 @@
     loadStreams();
   }
 
+  const mine = (s) => !!(S.me && (S.me.admin || s.owner === S.me.subject));
+  const seconds = (v) => (v === null || v === undefined ? 'default' : `${v} s`);
+
+  function settingsCell(s) {
+    return h('td', { class: 'settings' },
+      s.description ? h('div', { class: 'description', text: s.description }) : null,
+      h('div', { class: 'hint', text: `lateness ${seconds(s.lateness)} · retention ${seconds(s.retention)}` }));
+  }
+
+  function actionsCell(s) {
+    if (!mine(s)) return h('td', {});
+    return h('td', { class: 'actions' },
+      h('button', { type: 'button', class: 'secondary small', 'data-change': s.name, text: 'Change…',
+                    onclick: () => openChange(s.name) }),
+      h('button', { type: 'button', class: 'danger small', 'data-delete': s.name, text: 'Delete…',
+                    onclick: () => deleteStream(s.name) }));
+  }
+
   async function loadStreams() {
     if (!await fetchStreams()) return;
     const body = clear($('streams-table').querySelector('tbody'));
@@ -243,10 +261,14 @@
         h('td', { text: s.name }), h('td', { text: s.owner }),
         h('td', { text: s.time_attribute || '—' }),
         h('td', { text: s.source.kind + (options ? ` (${options})` : '') }),
-        h('td', { class: 'schema' }, s.schema.map((f) => h('span', { text: `${f.name}: ${f.type}` }))),
-        visibilityCell(s)));
+        h('td', { class: 'schema' }, s.schema.map((f) => h('span', {
+          text: `${f.name}: ${f.type}` + (f.optional ? '?' : ''),
+          title: f.optional ? 'added after registration: records may leave it out' : null }))),
+        visibilityCell(s), settingsCell(s), actionsCell(s)));
     }
-    if (!S.streams.length) body.append(h('tr', {}, h('td', { colspan: 6, class: 'hint', text: 'No streams yet.' })));
+    if (!S.streams.length) body.append(h('tr', {}, h('td', { colspan: 8, class: 'hint', text: 'No streams yet.' })));
+    const open = $('stream-change').dataset.stream;
+    if (open && !S.streams.some((s) => s.name === open && mine(s))) closeChange();
     const select = clear($('append-stream'));
     for (const s of S.streams) {
       if ((S.me.admin || s.owner === S.me.subject) && s.source.kind === 'ingest') {
@@ -256,6 +278,139 @@
   }
 
   $('streams-refresh').addEventListener('click', loadStreams);
+
+  // Change: description, lateness, retention, added attributes (PATCH /streams/<name>; only
+  // what differs from the stream as it is is sent).
+  function openChange(name) {
+    const s = S.streams.find((x) => x.name === name);
+    if (!s) return;
+    const form = $('stream-change');
+    form.dataset.stream = name;
+    $('change-name').textContent = name;
+    $('change-description').value = s.description || '';
+    $('change-lateness').value = s.lateness === null || s.lateness === undefined ? '' : String(s.lateness);
+    $('change-lateness').disabled = !s.time_attribute;
+    $('change-retention').value = s.retention === null || s.retention === undefined ? '' : String(s.retention);
+    $('change-attributes').value = '';
+    $('change-attributes').disabled = s.source.kind !== 'ingest';
+    $('change-result').textContent = '';
+    form.hidden = false;
+    form.scrollIntoView({ block: 'nearest' });
+  }
+
+  function closeChange() {
+    const form = $('stream-change');
+    form.hidden = true;
+    delete form.dataset.stream;
+  }
+
+  $('change-close').addEventListener('click', closeChange);
+
+  function secondsField(id, current, name, body) {
+    const text = $(id).value.trim();
+    const value = text === '' ? null : Number(text);
+    if (value !== null && !(Number.isFinite(value) && value >= 0)) {
+      throw new Error(`${name}: a number of seconds, at least 0 (or empty for the default)`);
+    }
+    if (value !== (current === undefined ? null : current)) body[name] = value;
+  }
+
+  $('stream-change').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const name = $('stream-change').dataset.stream;
+    const s = S.streams.find((x) => x.name === name);
+    if (!s) return;
+    const body = {};
+    try {
+      const description = $('change-description').value.trim();
+      if (description !== (s.description || '')) body.description = description;
+      if (s.time_attribute) secondsField('change-lateness', s.lateness, 'lateness', body);
+      secondsField('change-retention', s.retention, 'retention', body);
+      const added = [];
+      const lines = $('change-attributes').value.split('\n');
+      for (let i = 0; i < lines.length; i++) {
+        const line = lines[i].trim();
+        if (!line) continue;
+        const parts = line.split(/[\s:]+/);
+        if (parts.length !== 2) throw new Error(`attribute line ${i + 1}: expected "name type", got "${line}"`);
+        added.push({ name: parts[0], type: parts[1] });
+      }
+      if (added.length) body.add_attributes = added;
+    } catch (err) {
+      setResult('change-result', err.message, false);
+      return;
+    }
+    if (!Object.keys(body).length) { setResult('change-result', 'Nothing to change.', false); return; }
+    const r = await api('PATCH', `/streams/${enc(name)}`, { type: 'application/json', body: JSON.stringify(body) });
+    if (!r.ok) { setResult('change-result', r.error, false); return; }
+    const j = r.json;
+    let text = `Changed stream ${j.name}: ${Object.keys(body).join(', ')}.`;
+    if (j.added && j.added.length) {
+      text += ` Added ${j.added.join(', ')}; ${j.revoked} handle${j.revoked === 1 ? '' : 's'} revoked` +
+        (j.revoked ? ' (their grant covered every attribute).' : '.');
+    }
+    for (const w of j.warnings || []) text += ` Warning: ${w}`;
+    await loadStreams();
+    openChange(name);
+    setResult('change-result', text, true);
+  });
+
+  // Delete: first what depends on the stream (live handles, events, policies), then a
+  // confirmation; the options (remove policies, keep files) are sent as query parameters.
+  function renderDependents(box, d) {
+    clear(box);
+    const n = d.live_handles;
+    box.append(h('p', { id: 'modal-count', 'data-count': n,
+      text: n === 0 ? 'No live handle reads this stream.'
+        : `${n} live handle${n === 1 ? '' : 's'} on this stream` +
+          (d.joins ? ` (${d.joins} join${d.joins === 1 ? '' : 's'})` : '') +
+          ` will be revoked: ${n === 1 ? 'its reader gets' : 'their readers get'} a revoked event and nothing after it.` }));
+    if (d.events.length) box.append(h('p', { text: `Its events go with it: ${d.events.join(', ')}.` }));
+    if (d.policies.length) {
+      box.append(h('p', { text: 'Policies that name it:' }));
+      box.append(h('ul', { id: 'delete-policies' }, d.policies.map((p) => h('li', {
+        'data-policy': p.id, 'data-action': p.action, text: `${p.id}: ${p.action} (${p.reason})` }))));
+    } else {
+      box.append(h('p', { id: 'delete-policies-none', text: 'No policy you manage names it.' }));
+    }
+    if (d.other_policies) {
+      box.append(h('p', { class: 'hint', text: `${d.other_policies} other polic${d.other_policies === 1 ? 'y' : 'ies'} (that you do not manage) name${d.other_policies === 1 ? 's' : ''} it: kept.` }));
+    }
+  }
+
+  async function deleteStream(name) {
+    const dependents = async (remove) => api('GET', `/streams/${enc(name)}/dependents?remove_policies=${remove}`);
+    const r = await dependents(false);
+    if (!r.ok) { flash(r.error, true); return; }
+    const body = clear($('modal-body'));
+    const info = h('div', { id: 'delete-dependents' });
+    renderDependents(info, r.json);
+    const remove = h('input', { type: 'checkbox', id: 'delete-remove-policies' });
+    remove.addEventListener('change', async () => {
+      const again = await dependents(remove.checked);
+      if (again.ok) renderDependents(info, again.json);
+    });
+    const keep = h('input', { type: 'number', id: 'delete-keep-data', min: '0', step: 'any', value: '0' });
+    body.append(info,
+      h('label', { class: 'check' }, remove, ' Remove the policies confined to this stream with it'),
+      h('label', { for: 'delete-keep-data', text: 'Keep its files (ingested records, checkpoint, archive) for this many seconds (0: remove them now)' }),
+      keep,
+      h('p', { class: 'hint', text: 'The name stays yours: only you (or an administrator) may register it again.' }));
+    const ok = await confirmModal(`Delete stream ${name}?`);
+    if (!ok) return;
+    const keepSeconds = keep.value.trim() === '' ? '0' : keep.value.trim();
+    const d = await api('DELETE', `/streams/${enc(name)}?remove_policies=${remove.checked}&keep_data=${enc(keepSeconds)}`);
+    if (!d.ok) { flash(d.error, true); return; }
+    const j = d.json;
+    const removed = j.policies.filter((p) => p.action === 'removed').map((p) => p.id);
+    const kept = j.policies.filter((p) => p.action === 'kept').map((p) => p.id);
+    flash(`Deleted stream ${j.stream}: ${j.handles_revoked} handle${j.handles_revoked === 1 ? '' : 's'} revoked` +
+      (removed.length ? `; policies removed: ${removed.join(', ')}` : '') +
+      (kept.length ? `; policies kept: ${kept.join(', ')}` : '') +
+      (j.data === 'removed' ? '; its files were removed.' : `; its files are kept until ${j.data.kept_until}.`), false);
+    if ($('stream-change').dataset.stream === name) closeChange();
+    loadStreams();
+  }
 
   $('stream-register').addEventListener('submit', async (ev) => {
     ev.preventDefault();

@@ -289,3 +289,28 @@ def test_xsg_serve_refuses_a_bad_auth_file(tmp_path, capsys):
                            "--auth", str(bad))
     assert code == 2
     assert "cannot start the gateway" in err and "'subject' must be a non-empty string" in err
+
+
+def test_cli_stream_commands_show_and_delete_a_stream(live, capsys):
+    server, services = live
+    r = requests.post(f"{server.url}/streams", headers=auth("nea"), timeout=5, json={
+        "name": "cli_gauge", "source": {"kind": "ingest"}, "description": "for the CLI",
+        "schema": [{"name": "v", "type": "double"}]})
+    assert r.status_code == 201, r.text
+    common = ["stream", "--url", server.url, "--token", TOKENS["nea"]]
+    code, out, _ = run_cli(capsys, *common, "list")
+    assert code == 0 and "cli_gauge" in out
+    code, out, _ = run_cli(capsys, *common, "show", "cli_gauge")
+    assert code == 0 and json.loads(out)["description"] == "for the CLI"
+    code, out, _ = run_cli(capsys, *common, "delete", "cli_gauge", "--dry-run")
+    assert code == 0 and "would revoke 0 live handle(s)" in out
+    assert services.catalog.get("cli_gauge") is not None
+    code, _, err = run_cli(capsys, "stream", "--url", server.url, "--token", TOKENS["lta"],
+                           "delete", "cli_gauge")
+    assert code == 1 and "HTTP 403" in err
+    code, _, err = run_cli(capsys, *common, "delete", "cli_gauge", "--keep-data", "-5")
+    assert code == 1 and "HTTP 400" in err and "keep_data" in err
+    code, out, _ = run_cli(capsys, *common, "delete", "cli_gauge", "--keep-data", "60")
+    assert code == 0 and "deleted cli_gauge: 0 handle(s) revoked; files kept until" in out
+    code, _, err = run_cli(capsys, *common, "show", "cli_gauge")
+    assert code == 1 and "HTTP 404" in err

@@ -239,9 +239,9 @@ def test_patch_is_for_the_owner_and_administrators_and_names_what_it_refuses(gw)
     r = client.patch("/streams/secret", headers=bearer("other"), json={"visibility": "restricted"})
     assert r.status_code == 403 and "owner" in r.json["error"]
     r = client.patch("/streams/secret", headers=bearer("acme"),
-                     json={"visibility": "restricted", "owner": "x", "schema": []})
-    assert r.status_code == 400 and r.json["fields"] == ["owner", "schema"]
-    assert "owner, schema" in r.json["error"] and "visibility" in r.json["error"]
+                     json={"visibility": "restricted", "owner": "x", "source": {}})
+    assert r.status_code == 400 and r.json["fields"] == ["owner", "source"]
+    assert "owner, source" in r.json["error"] and "visibility" in r.json["error"]
     for body, fragment in (({"visibility": "hidden"}, "one of listed, restricted, got 'hidden'"),
                            ({"visibility": None}, "got null"), ({}, "nothing to change"),
                            ([1], "JSON object")):

@@ -33,3 +33,16 @@ def test_missing_file_seeds_nothing(tmp_path):
         assert catalog.all() == []
     finally:
         catalog.close()
+
+
+def test_a_catalogue_whose_streams_were_all_deleted_is_not_seeded_again(tmp_path):
+    catalog = StreamCatalog(tmp_path / "streams.db", tmp_path)
+    try:
+        seed_streams(catalog, EXAMPLES)
+        for entry in catalog.all():
+            catalog.begin_delete(entry.definition.name)
+            catalog.finish_delete(entry.definition.name, "nea", None)
+        assert catalog.all() == []
+        assert seed_streams(catalog, EXAMPLES) == []  # the owner's deletions survive restarts
+    finally:
+        catalog.close()
