@@ -18,6 +18,13 @@ closes or gains keys, the live handles are decided again, so a grant opens and c
 
 Definitions are persisted; the state is not: after a restart every event is closed until a tuple
 meets it again (closed is the side that denies).
+
+What moves an event: its condition reads every tuple of the stream, including tuples a
+consumer's policy hides. That is the owner's declassification (the owner writes the event and
+the policy that grants on it, which reveals the event's state, not the tuples). Nothing else
+moves it: a tuple that does not meet the condition changes nothing, and no tuple's event time
+does (opening, `since` and the hold run on the gateway's clock). Tested in
+tests/pep/runtime/test_hidden_time.py.
 """
 from __future__ import annotations
 
