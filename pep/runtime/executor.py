@@ -18,13 +18,14 @@ when a handle attaches, and constants travel as data (never as SQL text).
   the driver carries; time windows use the epoch-aligned pane of the event time. Spark then
   aggregates per (plan, key, pane): tuples, and per aggregated attribute the count, sum, min,
   max, first and last non-null value. The driver combines panes into windows (`windows.py`).
-The stream's own figures (tuples in, highest position, largest event time) are observed on the
-same jobs (`DataFrame.observe`), without another pass over the batch.
+The stream's own figures (tuples in, highest position) are observed on the same jobs
+(`DataFrame.observe`), without another pass over the batch. Time is per plan: each time-window
+plan's watermark is the largest event time among the tuples its own filter passed (a max per
+pane in the panes job), so a tuple a plan's policy hides moves none of its time.
 """
 from __future__ import annotations
 
 import logging
-import math
 import functools
 import operator
 import os
@@ -81,6 +82,7 @@ DEFAULT_TUPLE_PANE_MIN = 8
 SEQ_KINDS = ("ingest", "generator", "kafka")  # sources whose every tuple has `_xsg_seq`
 UNIQUE_SEQ_KINDS = ("ingest", "generator")  # ... and no two tuples share one
 MAX_LONG = (1 << 63) - 1
+TIME_LIMIT = float(1 << 53)  # seconds: larger numeric event times (and NaN) are no time
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'", "ignoreNullFields": "false"}
 
 PREDICATE_TYPE = T.StructType([
@@ -291,7 +293,6 @@ class Shape:
     # order; a plan's i-th aggregated attribute of family f is slot f<i>
     slots: tuple[tuple[str, str, frozenset[str]], ...]
     keys: tuple[str, ...]  # attributes some window plan groups by, schema order
-    time_attributes: tuple[str, ...]  # observed for watermarks (time plans + the stream's)
     ordered_time_firsts: bool  # a time plan asks firstval/lastval: order ties by stream order
     full_order: bool  # the source may lack `_xsg_seq`: order by time, file, position too
     single_tuples: bool  # every tuple-window pane is one tuple: no aggregation in Spark
@@ -370,7 +371,9 @@ class StreamExecutor:
         self._table: tuple[Any, DataFrame | None, Column | None] | None = None
         self._table_lock = threading.Lock()
         self._shape: tuple[int, Shape] | None = None
-        self._max_time: dict[str, float] = {}
+        # a micro-batch ran: a time-window plan attached now may have missed tuples of its
+        # first windows (whether a batch ran is public: `health()`'s last_batch_at)
+        self._ran_batch = False
         self._batch_thread: int | None = None
         self._query = None
         self._checkpoint: StreamCheckpoint | None = None
@@ -607,7 +610,7 @@ class StreamExecutor:
             return None
         if w.kind == "tuple":
             return PaneWindows(w, single=rows)
-        return PaneWindows(w, not_before=self._max_time.get(w.time_attribute or ""))
+        return PaneWindows(w, late_start=self._ran_batch)
 
     def remove_handle(self, handle_id: str) -> int:
         """Detach a handle (waiting for a delivery to it in progress); returns handles left."""
@@ -712,7 +715,6 @@ class StreamExecutor:
             return cached[1]
         plain: set[str] = set()
         keys: set[str] = set()
-        times: set[str] = set()
         read: set[str] = set()
         slots: dict[str, set[str]] = {}
         tuples = timed = ordered = False
@@ -740,18 +742,14 @@ class StreamExecutor:
                 single &= layout.width == 1
             else:
                 timed = True
-                times.add(w.time_attribute or "")
                 read.add(w.time_attribute or "")
                 ordered |= any(f in ("firstval", "lastval") for _, f, _ in w.aggregates)
-        if self._time_attr:
-            times.add(self._time_attr)
         order = list(self._field_names)
         slot_list = tuple((name, name[0], frozenset(parts)) for fam in "dls"
                           for name, parts in sorted(slots.items(), key=lambda kv: int(kv[0][1:]))
                           if name[0] == fam)
         shape = Shape(tuple(n for n in order if n in plain), tuples, timed, slot_list,
-                      tuple(n for n in order if n in keys),
-                      tuple(n for n in order if n in times), ordered, self._full_order,
+                      tuple(n for n in order if n in keys), ordered, self._full_order,
                       single, frozenset(read),
                       any(len(row) > 5 for s in plans for conj in s.compiled.conjuncts
                           for row in conj))
@@ -856,12 +854,10 @@ class StreamExecutor:
         return c.cast("double")
 
     def _observed(self, shape: Shape) -> list[Column]:
-        def build() -> list[Column]:
-            cols = [F.count(F.lit(1)).alias("rows"), F.max(F.col(SEQ_COLUMN)).alias("seq")]
-            for i, attr in enumerate(shape.time_attributes):
-                cols.append(F.max(self._time_number(attr)).alias(f"t{i}"))
-            return cols
-        return _shared_expressions(("observed", self._schema, shape.time_attributes), build)
+        """The stream's own figures. No event time: each time-window plan's clock comes from its
+        own tuples, in the panes job (`mt`), never from the stream's."""
+        return _shared_expressions(("observed",), lambda: [
+            F.count(F.lit(1)).alias("rows"), F.max(F.col(SEQ_COLUMN)).alias("seq")])
 
     def rows_frame(self, batch: DataFrame, plans_column: Column, shape: Shape,
                    few: Column | None = None) -> DataFrame:
@@ -965,7 +961,10 @@ class StreamExecutor:
             okey = F.col("_ok")
             tcol = None
         else:
+            # a numeric time beyond 2^53 s (or NaN, infinite) is no time: such a tuple joins
+            # no window and moves no clock (floor() of it would fail the batch, ANSI overflow)
             tnum = F.element_at(F.col(NUMS_COLUMN), p["t"])
+            tnum = F.when(F.abs(tnum) <= F.lit(TIME_LIMIT), tnum)
             micros = F.element_at(F.col(LNGS_COLUMN), p["t"])
             width = p["g"] * F.lit(1_000_000)
             pane = F.when(p["tk"] == 0,
@@ -984,6 +983,10 @@ class StreamExecutor:
                 okey = tcol  # no plan reads first/last values: ties need no order
         stages["values"] = values
         aggs = [F.count(F.lit(1)).alias("rows"), F.max(F.col(SEQ_COLUMN)).alias("mseq")]
+        if tcol is not None:
+            # the pane's largest event time: the plan's clock is the largest over its panes,
+            # i.e. over the tuples its own filter passed (README "Time windows")
+            aggs.append(F.max(tcol).alias("mt"))
         for name, fam, parts in shape.slots:
             v = F.col(name)
             present = v.isNotNull()
@@ -1007,6 +1010,7 @@ class StreamExecutor:
         started = time.perf_counter()
         self.last_batch_started_at = time.time()
         self._batch_thread = threading.get_ident()
+        self._ran_batch = True
         try:
             if self._pausing:
                 raise _Paused()  # never committed: the restarted query runs this batch
@@ -1114,10 +1118,6 @@ class StreamExecutor:
         if seq is not None:
             top = self.stats_counters["max_position"]
             self.stats_counters["max_position"] = seq if top is None else max(top, seq)
-        for i, attr in enumerate(shape.time_attributes):
-            value = figures.get(f"t{i}")
-            if value is not None and value > self._max_time.get(attr, -math.inf):
-                self._max_time[attr] = float(value)
 
     # ----- plain plans: order, encode once per projection, deliver ---------------------------
     def _route_rows(self, arrow: pa.Table, plans: list[_PlanState], shape: Shape) -> list[str]:
@@ -1198,16 +1198,18 @@ class StreamExecutor:
             windows = state.windows
             assert windows is not None
             layout = windows.layout
+            batch_time = None
             if state.id in bounds:
                 lo, hi = bounds[state.id]
-                partials = partials_from_arrow(arrow.slice(lo, hi - lo), layout,
-                                               _slot_columns(layout), raw=shape.raw)
+                mine = arrow.slice(lo, hi - lo)
+                partials = partials_from_arrow(mine, layout, _slot_columns(layout),
+                                               raw=shape.raw)
+                if layout.timed:
+                    batch_time = pc.max(mine.column("mt")).as_py()
             else:
                 partials = empty_partials(layout)
-            watermark = None
-            if layout.timed:
-                top = self._max_time.get(state.compiled.window.time_attribute or "")
-                watermark = None if top is None else top - self.lateness
+            # the plan's own watermark: only tuples its filter passed move it
+            watermark = windows.advance(batch_time, self.lateness) if layout.timed else None
             result = windows.add(partials, watermark)
             state.batches += 1
             if len(result):

@@ -21,13 +21,15 @@ Semantics (also in the README):
   window_start and window_end are the indices of its first and last tuple (inclusive). With
   M > N the tuples between windows belong to none.
 - Time windows (size S, step P seconds) are aligned to the epoch: window k covers [k*P, k*P+S).
-  The watermark is the largest event time the stream has shown (over all its tuples, filtered
-  or not) minus the allowed lateness; it moves only between micro-batches. A window is emitted
-  once the watermark reaches its end. A tuple that arrives for windows already emitted is
-  dropped from those windows and counted as late. When a plan attaches to a stream that already
-  showed event time T, windows starting at or before T are never emitted (they would be
-  partial). window_start and window_end are the window's bounds in the attribute's own form
-  (ISO-8601 UTC text for timestamps, epoch seconds for numbers).
+  Each plan has its own clock: its watermark is the largest event time among the tuples that
+  passed the plan's filter (never another plan's tuples: what a policy hides moves no time)
+  minus the allowed lateness; it moves only between micro-batches. A window is emitted once the
+  watermark reaches its end. A tuple that arrives for windows already emitted is dropped from
+  those windows and counted as late. A plan attached to a stream whose query has already run a
+  micro-batch never emits windows starting at or before the earliest event time of the first
+  micro-batch that brings it a tuple (they may hold tuples from before it attached).
+  window_start and window_end are the window's bounds in the attribute's own form (ISO-8601
+  UTC text for timestamps, epoch seconds for numbers).
 - A window (per key value) holding fewer than min_count tuples (nulls included) is not
   emitted; a time window with no tuple never is.
 - Aggregates ignore null values: count is the number of non-null values, avg/sum/min/max/
@@ -455,16 +457,22 @@ class PaneWindows:
     """One window plan's state between micro-batches (tuple or time windows)."""
 
     def __init__(self, window: CompiledWindow, not_before: float | None = None,
-                 single: bool = False) -> None:
+                 single: bool = False, late_start: bool = False) -> None:
+        """`not_before`: windows starting at or before it are never emitted. `late_start`
+        (time windows of a plan attached to a running stream): `not_before` becomes the start
+        of the pane of the earliest tuple of the first batch that brings the plan any tuple
+        (windows starting at or before that tuple may hold tuples from before it attached)."""
         self.window = window
         self.layout = PaneLayout.of(window, single)
         self.stored = empty_partials(self.layout)
         # tuple windows: per key, tuples counted so far and the next window to emit
         self.counts: dict[str, int] = {}
         self.next_window: dict[str, int] = {}
-        # time windows
-        self.closed_until = -math.inf
+        # time windows: the plan's own clock, from its own tuples only
+        self.event_time: float | None = None  # the largest event time among the plan's tuples
+        self.closed_until = -math.inf  # the watermark reached: windows ending here are closed
         self.not_before = not_before
+        self.late_start = late_start and not_before is None
         self.late = 0
 
     # -- what Spark needs to place the next batch's tuples into panes --------------------------
@@ -495,9 +503,21 @@ class PaneWindows:
         return _length(self.stored)
 
     # -- one micro-batch ----------------------------------------------------------------------
+    def advance(self, batch_time: float | None, lateness: float) -> float | None:
+        """Time windows: the plan's watermark after a batch whose tuples (those that passed
+        the plan's filter; the executor computes their largest event time in Spark, per plan)
+        reach `batch_time` at most: the plan's largest event time so far minus `lateness`.
+        None while the plan has seen no event time. Nothing but the plan's own tuples moves
+        it: a tuple another plan's filter passes, and this one's does not, moves no time
+        here."""
+        if batch_time is not None and not math.isnan(batch_time) \
+                and (self.event_time is None or batch_time > self.event_time):
+            self.event_time = float(batch_time)
+        return None if self.event_time is None else self.event_time - lateness
+
     def add(self, partials: Columns, watermark: float | None = None) -> WindowBatch:
         """Merge a batch's partials (pane indices as Spark gave them) and emit what is complete.
-        Time windows close up to `watermark` (event time, seconds)."""
+        Time windows close up to `watermark` (event time, seconds; `advance` gives the plan's)."""
         if self.layout.timed:
             return self._add_time(partials, watermark)
         return self._add_tuple(partials)
@@ -549,6 +569,9 @@ class PaneWindows:
     def _add_time(self, new: Columns, watermark: float | None) -> WindowBatch:
         w, layout = self.window, self.layout
         width, span, stride = layout.width, layout.span, layout.stride
+        if self.late_start and _length(new):
+            self.not_before = float(int(new["pane"].min()) * width)
+            self.late_start = False
         if _length(new):
             panes = new["pane"]
             k_last = panes // stride

@@ -27,6 +27,12 @@ unless an administrator wrote them (`pep.streams.event_scope`, `pep.streams.owne
 definitions and states are listed to the stream's owner and administrators only
 (`GET /streams/<name>/events`); listeners hear which streams' events changed, so that only the
 handles reading those streams are decided again.
+What moves an event: its condition reads every tuple of the stream, including tuples a
+consumer's policy hides. That is the owner's declassification (the owner writes the event and
+the policy that grants on it, which reveals the event's state, not the tuples). Nothing else
+moves it: a tuple that does not meet the condition changes nothing, and no tuple's event time
+does (opening, `since` and the hold run on the gateway's clock). Tested in
+tests/pep/runtime/test_hidden_time.py.
 """
 from __future__ import annotations
 
