@@ -238,6 +238,9 @@ class HandleService:
                 buffer: HandleBuffer, subject: str) -> None:
         try:
             if isinstance(plan, JoinPlan):
+                if any(private_window(side) is not None for side in (plan.left, plan.right)):
+                    # refused when planned; a stored plan must not slip past the budgets
+                    raise ValueError("a differentially private window cannot be joined")
                 with self.lock:
                     self._joins.add(handle_id)
                 self.join_runtime.attach(handle_id, tuple(streams), plan, buffer.put)
