@@ -33,7 +33,7 @@ from pep.core.conditions import (And, Comparison, Expr, FALSE, Or, Spatial, attr
 from pep.core.graph import Filter, Map, Node, QueryGraph, Source, WindowAggregate
 from pep.core.plan import (Aggregate, Conjunct, ExecutionPlan, SpatialPredicate, StreamSchema,
                            WindowSpec)
-from pep.core.privacy import DP_FUNCTIONS, NOT_PRIVATE, PrivacySpec, apply_ask
+from pep.core.privacy import DP_FUNCTIONS, NOT_PRIVATE, AskTooMuch, PrivacySpec, apply_ask
 
 
 class QueryRefused(NotPermitted):
@@ -174,8 +174,8 @@ def _private(pw: WindowAggregate, uw: WindowAggregate | None, warnings: list[War
                     "private windows release count, sum and avg", agg.attribute)
         try:
             spec = apply_ask(spec, uw.privacy)
-        except ValueError as exc:
-            raise QueryRefused(str(exc), "epsilon") from None
+        except AskTooMuch as exc:
+            raise QueryRefused(str(exc), exc.parameter) from None
     kept = tuple(a for a in pw.aggregates if a.function in DP_FUNCTIONS)
     withheld = [a for a in pw.aggregates if a.function not in DP_FUNCTIONS]
     if withheld and (uw is None or not uw.aggregates):

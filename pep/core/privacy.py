@@ -272,22 +272,30 @@ def strictest(specs: Sequence[PrivacySpec], order: Sequence[str] = ()) -> Privac
                        budgets)
 
 
+class AskTooMuch(ValueError):
+    """A consumer's epsilon or delta above the policy's; `parameter` names which."""
+
+    def __init__(self, message: str, parameter: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+
 def apply_ask(spec: PrivacySpec, ask: PrivacyAsk | None) -> PrivacySpec:
-    """The consumer's own epsilon/delta, if any, within the policy's; ValueError (naming the
-    parameter) when it asks for more privacy loss than the policy allows."""
+    """The consumer's own epsilon/delta, if any, within the policy's; AskTooMuch when it asks
+    for more privacy loss than the policy allows."""
     if ask is None:
         return spec
     epsilon, delta = spec.epsilon, spec.delta
     if ask.epsilon is not None:
         if ask.epsilon > spec.epsilon:
-            raise ValueError(f"your query asks for epsilon {_number(ask.epsilon)} per window; "
+            raise AskTooMuch(f"your query asks for epsilon {_number(ask.epsilon)} per window; "
                              f"the policy allows at most {_number(spec.epsilon)} (a larger "
-                             "epsilon means less noise, more privacy loss)")
+                             "epsilon means less noise, more privacy loss)", "epsilon")
         epsilon = ask.epsilon
     if ask.delta is not None:
         if ask.delta > spec.delta:
-            raise ValueError(f"your query asks for delta {_number(ask.delta)} per window; the "
-                             f"policy allows at most {_number(spec.delta)}")
+            raise AskTooMuch(f"your query asks for delta {_number(ask.delta)} per window; the "
+                             f"policy allows at most {_number(spec.delta)}", "delta")
         delta = ask.delta
     return replace(spec, epsilon=epsilon, delta=delta)
 
@@ -411,7 +419,7 @@ def is_finite_spec(spec: PrivacySpec) -> bool:
                     for b in spec.budgets))
 
 
-__all__ = ["PrivacySpec", "PrivacyAsk", "Bound", "Budget", "Quantity", "DP_ATTRIBUTES",
+__all__ = ["PrivacySpec", "PrivacyAsk", "AskTooMuch", "Bound", "Budget", "Quantity", "DP_ATTRIBUTES",
            "DP_EPSILON", "DP_DELTA", "DP_BOUNDS", "DP_BUDGET", "DP_FUNCTIONS", "NOT_PRIVATE",
            "parse_spec", "check_aggregates", "strictest", "apply_ask", "quantities",
            "laplace_scale", "windows_per_period", "units", "budget_units", "from_units",

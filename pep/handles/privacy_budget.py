@@ -1,10 +1,10 @@
 """Consumers' privacy budgets: the ledger of what each emitted private window spent, and the
 guard that makes every delivery pay before it reaches a handle's buffer.
 
-The ledger (`PrivacyLedger`, SQLite under the data directory, `privacy.db`) holds one row per
-paying delivery: subject, stream, time, epsilon (in integer billionths, rounded up; budgets
-are rounded down, so rounding never grants a window too many), windows, delta and the
-handle's ref. A budget `epsilon/seconds` holds when the consumer's spends on that stream in
+The ledger (`PrivacyLedger`, SQLite under the data directory, `privacy.db`) holds what each
+consumer paid on each stream, per second: epsilon (in integer billionths, rounded up; budgets
+are rounded down, so rounding never grants a window too many), windows and delta; a spend is
+dated at the end of its second, so it counts a little longer than its period, never shorter. A budget `epsilon/seconds` holds when the consumer's spends on that stream in
 the last `seconds` (a rolling period: at any moment, over every handle it had, has or will
 have) add up to at most `epsilon`; older spends no longer count, which is how a budget
 refills. The ledger survives restarts; nothing else is kept about a consumer's privacy.
@@ -29,7 +29,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,10 +50,11 @@ log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS spends (
-    id INTEGER PRIMARY KEY, subject TEXT NOT NULL, stream TEXT NOT NULL, at REAL NOT NULL,
-    units INTEGER NOT NULL, windows INTEGER NOT NULL, delta REAL NOT NULL, handle_ref TEXT);
-CREATE INDEX IF NOT EXISTS spends_by ON spends (subject, stream, at)
+    subject TEXT NOT NULL, stream TEXT NOT NULL, second INTEGER NOT NULL,
+    units INTEGER NOT NULL, windows INTEGER NOT NULL, delta REAL NOT NULL,
+    PRIMARY KEY (subject, stream, second))
 """
+BUCKETS = 1024  # a budget's rolling period is kept in memory in at most this many buckets
 
 
 def iso(t: float) -> str:
@@ -102,12 +106,50 @@ class BudgetState:
         return out
 
 
+class _Rolling:
+    """One budget's spends of one consumer on one stream, in memory: buckets of
+    `period / BUCKETS` seconds (at least one), each dated at its end, so a spend counts a
+    little longer than its period, never shorter; and their running sum."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.width = max(1, budget.period // BUCKETS)
+        self.buckets: deque[list] = deque()  # [end time, units], oldest first
+        self.total = 0
+
+    def end_of(self, t: float) -> int:
+        return -(-int(math.ceil(t)) // self.width) * self.width
+
+    def add(self, t: float, spent: int) -> None:
+        end = self.end_of(t)
+        if self.buckets and self.buckets[-1][0] >= end:
+            self.buckets[-1][1] += spent
+        else:
+            self.buckets.append([end, spent])
+        self.total += spent
+
+    def state(self, now: float) -> BudgetState:
+        while self.buckets and self.buckets[0][0] <= now - self.budget.period:
+            self.total -= self.buckets.popleft()[1]
+        return BudgetState(self.budget, self.total,
+                           tuple((float(e), int(u)) for e, u in self.buckets))
+
+
 class PrivacyLedger:
-    """What every consumer spent on every stream, persisted (see the module docstring)."""
+    """What every consumer spent on every stream, persisted (see the module docstring).
+
+    Every paying delivery is written to SQLite (one row per consumer, stream and second, the
+    spends of a second added up, dated at the second's end) before its rows are delivered.
+    Budgets are checked against running sums in memory (`_Rolling`), loaded from the database
+    the first time a consumer's budget on a stream is asked about, so a delivery costs one
+    small write whatever the period's length."""
 
     def __init__(self, path: str | Path, clock: Callable[[], float] = time.time) -> None:
         self._db = Database(path, _SCHEMA)
         self.clock = clock
+        self._rolling: dict[tuple[str, str, Budget], _Rolling] = {}
+        self._lock = threading.Lock()
+        self._writes = 0
         self.prune()
 
     def close(self) -> None:
@@ -115,43 +157,53 @@ class PrivacyLedger:
 
     def prune(self) -> int:
         """Forget spends older than the longest period a budget may have."""
-        cur = self._db.execute("DELETE FROM spends WHERE at <= ?", (self.clock() - MAX_PERIOD,))
+        cur = self._db.execute("DELETE FROM spends WHERE second <= ?",
+                               (int(self.clock()) - MAX_PERIOD,))
         return cur.rowcount
 
-    def _spends(self, cur: Any, subject: str, stream: str, since: float
-                ) -> list[tuple[float, int]]:
-        return [(float(a), int(u)) for a, u in cur.execute(
-            "SELECT at, units FROM spends WHERE subject = ? AND stream = ? AND at > ? "
-            "ORDER BY at, id", (subject, stream, since)).fetchall()]
+    def _window(self, subject: str, stream: str, budget: Budget, now: float) -> _Rolling:
+        key = (subject, stream, budget)
+        rolling = self._rolling.get(key)
+        if rolling is None:
+            rolling = _Rolling(budget)
+            for second, spent in self._db.fetchall(
+                    "SELECT second, units FROM spends WHERE subject = ? AND stream = ? AND "
+                    "second > ? ORDER BY second",
+                    (subject, stream, math.floor(now) - budget.period - rolling.width)):
+                rolling.add(float(second), int(spent))
+            self._rolling[key] = rolling
+        return rolling
 
     def states(self, subject: str, stream: str, budgets: tuple[Budget, ...],
                now: float | None = None) -> list[BudgetState]:
         now = self.clock() if now is None else now
-        with self._db.lock:
-            cur = self._db.connection.cursor()
-            try:
-                return [self._state(cur, subject, stream, b, now) for b in budgets]
-            finally:
-                cur.close()
-
-    def _state(self, cur: Any, subject: str, stream: str, budget: Budget, now: float
-               ) -> BudgetState:
-        spends = self._spends(cur, subject, stream, now - budget.period)
-        return BudgetState(budget, sum(u for _, u in spends), tuple(spends))
+        with self._lock:
+            return [self._window(subject, stream, b, now).state(now) for b in budgets]
 
     def spend(self, subject: str, stream: str, per_window: int, windows: int,
               budgets: tuple[Budget, ...], delta: float = 0.0, ref: str | None = None,
               now: float | None = None) -> tuple[int, list[BudgetState]]:
         """Pay for up to `windows` windows of `per_window` units each, as many as every budget
-        allows, in one transaction: (windows paid, the states before paying)."""
+        allows, written to the database before this returns: (windows paid, the states before
+        paying). `ref` (the handle's ref) is for callers' messages; it is not stored."""
         now = self.clock() if now is None else now
-        with self._db.transaction() as cur:
-            states = [self._state(cur, subject, stream, b, now) for b in budgets]
+        with self._lock:
+            rolling = [self._window(subject, stream, b, now) for b in budgets]
+            states = [r.state(now) for r in rolling]
             paid = min([windows] + [s.remaining // per_window for s in states])
             if paid > 0:
-                cur.execute("INSERT INTO spends (subject, stream, at, units, windows, delta, "
-                            "handle_ref) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            (subject, stream, now, per_window * paid, paid, delta * paid, ref))
+                second = int(math.ceil(now))
+                self._db.execute(
+                    "INSERT INTO spends (subject, stream, second, units, windows, delta) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (subject, stream, second) DO UPDATE "
+                    "SET units = units + excluded.units, windows = windows + excluded.windows, "
+                    "delta = delta + excluded.delta",
+                    (subject, stream, second, per_window * paid, paid, delta * paid))
+                for r in rolling:
+                    r.add(second, per_window * paid)
+                self._writes += 1
+                if self._writes % 10_000 == 0:
+                    self.prune()
         return paid, states
 
 

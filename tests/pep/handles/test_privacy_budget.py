@@ -93,6 +93,28 @@ def test_the_ledger_counts_a_rolling_period_and_survives_a_restart(tmp_path):
     again.close()
 
 
+def test_long_periods_are_kept_in_buckets_that_never_forget_a_spend_early(tmp_path):
+    clock = Clock(1_800_000_000.5)
+    day = (Budget(1.0, 86_400),)  # buckets of 84 s
+    ledger = PrivacyLedger(tmp_path / "p.db", clock=clock)
+    for _ in range(3):
+        assert ledger.spend("lta", "weather", units(0.25), 1, day)[0] == 1
+        clock.t += 1_000
+    spent_at = 1_800_000_000.5
+    (state,) = ledger.states("lta", "weather", day)
+    assert state.spent == units(0.75) and len(state.spends) == 3
+    first_free = state.refills_at(units(0.5))
+    assert spent_at + 86_400 <= first_free <= spent_at + 86_400 + 84
+    ledger.close()
+    again = PrivacyLedger(tmp_path / "p.db", clock=clock)  # read back from SQLite
+    assert again.states("lta", "weather", day)[0].spends == state.spends
+    clock.t = first_free - 1
+    assert again.states("lta", "weather", day)[0].spent == units(0.75)
+    clock.t = first_free
+    assert again.states("lta", "weather", day)[0].spent == units(0.5)
+    again.close()
+
+
 def test_a_tuple_window_is_admitted_while_one_window_is_affordable(env):
     service, clock, _ = env
     svc = service()
