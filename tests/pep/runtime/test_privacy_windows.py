@@ -47,16 +47,21 @@ def test_private_windows_are_clamped_in_spark_and_noisy(runtime, tmp_path):
     exact = ExecutionPlan("obs", None, (), WindowSpec("tuple", 3, 3, AGGS))
     keyed = ExecutionPlan("obs", None, (), WindowSpec(
         "time", 10, 10, (Aggregate("temp", "sum"),), "ts", keys=("station",), privacy=SPEC))
-    sinks = {"private": Collector(), "exact": Collector(), "keyed": Collector()}
+    per_key = ExecutionPlan("obs", None, (), WindowSpec(
+        "tuple", 2, 2, (Aggregate("temp", "sum"),), keys=("station",), privacy=SPEC))
+    sinks = {"private": Collector(), "exact": Collector(), "keyed": Collector(),
+             "per_key": Collector()}
     runtime.attach("private", sd, private, sinks["private"])
     runtime.attach("exact", sd, exact, sinks["exact"])
     runtime.attach("keyed", sd, keyed, sinks["keyed"])
+    runtime.attach("per_key", sd, per_key, sinks["per_key"])
     data = records(60)
     for n in range(2):
         write_jsonl(tmp_path / "obs", f"part-{n}.json", data[n * 30:(n + 1) * 30])
         time.sleep(0.1)
     assert wait_until(lambda: len(sinks["private"].rows) >= 20
-                      and len(sinks["exact"].rows) >= 20 and len(sinks["keyed"].rows) >= 8,
+                      and len(sinks["exact"].rows) >= 20 and len(sinks["keyed"].rows) >= 8
+                      and len(sinks["per_key"].rows) >= 30,
                       120), {k: len(v.rows) for k, v in sinks.items()}
 
     # the exact plan on the same stream sees the values as they are
@@ -92,4 +97,11 @@ def test_private_windows_are_clamped_in_spark_and_noisy(runtime, tmp_path):
     for row in sinks["keyed"].rows:
         start = datetime.fromisoformat(row["window_start"].replace("Z", "+00:00")).timestamp()
         want = sum(by_window.get((int(start), row["station"]), []))
+        assert abs(row["sum_temp"] - want) < 8
+
+    # keyed tuple windows (narrow panes, which would travel as rows if exact): per station
+    for row in sinks["per_key"].rows:
+        mine = [r for r in data if r["station"] == row["station"]]
+        window = mine[row["window_start"]:row["window_end"] + 1]
+        want = sum(clamp(r["temp"], 0.0, 10.0) for r in window if r["temp"] is not None)
         assert abs(row["sum_temp"] - want) < 8
