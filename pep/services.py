@@ -11,7 +11,7 @@ stream's query), `runtime/` (the Spark runtime's work directory: `checkpoints/<s
 across restarts, and `archive/<stream>/`, committed ingest files until retention removes them),
 `deleted/<stream>-<time>-<id>/` (a deleted stream's files, kept for the `keep_data` its owner
 asked for), `audit/` (the audit trail, JSON lines), `auth.json` (demo tokens, when no auth file
-is given).
+is given), `privacy.db` (the consumers' privacy budgets: what each private window spent).
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
 from pep.core.access import Grant, decide_and_plan
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS
 from pep.handles.one_window import WindowRegistry
+from pep.handles.privacy_budget import PrivacyGuard, PrivacyLedger
 from pep.handles.records import HandleStore, new_handle_id
 from pep.handles.revocation import RevocationService, TimeSensitivity
 from pep.handles.service import HandleService
@@ -78,6 +79,8 @@ class GatewayServices:
     # who may see which stream (a restricted one: its owner, admins, whom the PDP may permit)
     visibility: Any = None
     lifecycle: Any = None  # changes and deletions of streams (pep/streams/lifecycle.py)
+    # the consumers' privacy budgets for differentially private windows (ledger and guard)
+    privacy: PrivacyGuard | None = None
     _unsubscribe: list[Callable[[], None]] = field(default_factory=list)
     _stream_side_closed: bool = False
 
@@ -107,6 +110,8 @@ class GatewayServices:
         except Exception:  # noqa: BLE001 - closing must go on
             log.exception("stopping the stream runtime failed")
         self.handle_store.close()
+        if self.privacy is not None:
+            self.privacy.ledger.close()
         self.stream_events.close()
         self.catalog.close()
 
@@ -183,12 +188,13 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
                                     config.trigger_interval, feeds=catalog,
                                     lateness=config.join_lateness)
 
-    # Handles, the one-window rule, and revocation.
+    # Handles, the one-window rule, the privacy budgets of private windows, and revocation.
     handle_store = HandleStore(data_dir / "handles.db")
     windows = WindowRegistry(new_handle_id=new_handle_id)
+    privacy = PrivacyGuard(PrivacyLedger(data_dir / "privacy.db"))
     handles = HandleService(handle_store, catalog.get, runtime, windows, buffer_rows,
                             buffer_bytes, stream_position=catalog.position,
-                            join_runtime=join_runtime)
+                            join_runtime=join_runtime, privacy=privacy)
     revocation = RevocationService(
         handles, engine=lambda: policies.engine, decide_and_plan=plan_access,
         schema_lookup=catalog.schema, identity_lookup=_identity_lookup(authenticator),
@@ -240,7 +246,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         may_manage=stream_owner_rule(catalog.get, may_see=visibility.may_see,
                                      former=catalog.deleted),
         seeded=seeded, demo_auth_created=demo_auth_created, visibility=visibility,
-        lifecycle=lifecycle)
+        lifecycle=lifecycle, privacy=privacy)
 
     # Who listens to whom, in the order they are called:
     # 1. a policy change re-decides the live handles first (they are revoked before the PAP

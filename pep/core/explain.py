@@ -16,6 +16,7 @@ from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial
 from pep.core.graph import Filter, Join, Map, QueryGraph, Source, Union_, WindowAggregate
 from pep.core.plan import (AnyPredicate, ExecutionPlan, JoinPlan, Predicate, Scalar,
                            SpatialPredicate, StreamSchema)
+from pep.core.privacy import spec_to_json
 
 SPARK_FUNCTIONS = {"avg": "avg", "max": "max", "min": "min", "sum": "sum", "count": "count",
                    "firstval": "first_value", "lastval": "last_value"}
@@ -171,6 +172,14 @@ def render_sql(plan: ExecutionPlan, schema: StreamSchema | None = None) -> str:
             lines.append(f"GROUP BY {keys}")
     if having:
         lines.append(having)
+    if w.privacy is not None:
+        p = w.privacy
+        bounds = ", ".join(f"{quote_identifier(b.attribute)} to [{b.lower}, {b.upper}]"
+                           for b in p.bounds) or "none"
+        lines.append(f"-- DIFFERENTIALLY PRIVATE: each window released with {p.mechanism} noise, "
+                     f"epsilon {p.epsilon:g}" + (f", delta {p.delta:g}" if p.delta else "")
+                     + f" per window; values clamped first ({bounds}); budgets: "
+                     + "; ".join(b.text() for b in p.budgets))
     return "\n".join(lines) + ";"
 
 
@@ -214,6 +223,7 @@ def plan_to_json(plan: ExecutionPlan | JoinPlan) -> dict:
             "time_attribute": w.time_attribute,
             "keys": list(w.keys),
             "min_count": w.min_count,
+            **({"privacy": spec_to_json(w.privacy, w.aggregates)} if w.privacy else {}),
         },
         "output": ([*w.keys, *(a.output_name for a in w.aggregates)] if w is not None
                    else list(plan.projection)),

@@ -10,7 +10,7 @@ rendered; the merge refuses them explicitly rather than guessing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 from pep.core.conditions import Expr, to_text
 from pep.core.plan import Aggregate, StreamSchema
@@ -48,7 +48,9 @@ class WindowAggregate:
     a consumer may filter on before the window (None: the policy said nothing, i.e. none). In a
     user's graph, `keys` None means "what the policy allows" and `min_count` 1 "the policy's";
     `coarsen` asks for a window finer than the policy's to be raised to it (ASSIST Definition 4)
-    rather than refused."""
+    rather than refused. `privacy`: in a policy's graph, its differential privacy (a
+    `pep.core.privacy.PrivacySpec`, None: exact windows); in a user's, what it asks of it (a
+    `PrivacyAsk`: a smaller epsilon or delta)."""
 
     input: "Node"
     kind: Literal["tuple", "time"]
@@ -59,6 +61,7 @@ class WindowAggregate:
     keys: tuple[str, ...] | None = None
     prefilter: tuple[str, ...] | None = None
     coarsen: bool = False  # user side: raise a finer window to the policy's instead of refusing
+    privacy: Any = None  # PrivacySpec (policy) or PrivacyAsk (user), see the docstring
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ sides and the join part of the query and gives the `JoinPlan`, or refuses:
   window left out, or that does not exist, is invalid (`QueryInvalid`, 400);
 - a time-windowed side joins on its window outputs (window_start, window_end, group-by keys,
   aggregates), never on raw tuples; a tuple-windowed side cannot be joined (Spark cannot join
-  after a count-based window: `Unprocessable`, 422);
+  after a count-based window: `Unprocessable`, 422), nor can a differentially private one
+  (its noise and its budget are per emitted window of one consumer's handle; a join's windows
+  run in a Spark query of their own, without either: 422);
 - a plain side's time is its stream's event-time attribute, which the time bound uses: it must be
   one of the side's outputs like any attribute of the condition; a windowed side's time is its
   window_end. `within` is required unless both sides are windowed (then it defaults to 0);
@@ -198,6 +200,12 @@ def _resolve(side: JoinSide, name: str, role: str) -> str:
 def _time_of(side: JoinSide) -> str:
     w = side.plan.window
     if w is not None:
+        if w.privacy is not None:
+            raise Unprocessable(
+                f"stream {side.stream!r}: its policy's windows are differentially private, and "
+                "a private window cannot be joined (its noise and the consumer's privacy budget "
+                "are applied per window of a handle of its own); ask for the stream alone",
+                stream=side.stream)
         if w.kind != "time":
             raise Unprocessable(
                 f"stream {side.stream!r}: a tuple-windowed side cannot be joined (Spark cannot "

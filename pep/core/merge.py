@@ -17,6 +17,10 @@ Rules (eXACML+ section 3.1, with the corrections of the design):
 - Filters before a policy's window: the query's own filter runs before the window, so it may use
   only the attributes the policy lists as pre-window filterable (none by default); otherwise a
   narrow filter would choose which tuples a window aggregates.
+- Differentially private windows (`pep.core.privacy`): the merged window carries the policy's
+  privacy, with the query's smaller epsilon or delta if it asks for one (a larger one is
+  refused). Aggregates without a private release (min, max, firstval, lastval) are withheld
+  from the policy's defaults and refused, named, when the query asks for them.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from pep.core.conditions import (And, Comparison, Expr, FALSE, Or, Spatial, attr
 from pep.core.graph import Filter, Map, Node, QueryGraph, Source, WindowAggregate
 from pep.core.plan import (Aggregate, Conjunct, ExecutionPlan, SpatialPredicate, StreamSchema,
                            WindowSpec)
+from pep.core.privacy import DP_FUNCTIONS, NOT_PRIVATE, AskTooMuch, PrivacySpec, apply_ask
 
 
 class QueryRefused(NotPermitted):
@@ -146,6 +151,40 @@ class _Window:
     aggregates: tuple[Aggregate, ...]
     min_count: int = 1
     keys: tuple[str, ...] = ()
+    privacy: PrivacySpec | None = None
+
+
+def _private(pw: WindowAggregate, uw: WindowAggregate | None, warnings: list[Warning]
+             ) -> tuple[PrivacySpec | None, tuple[Aggregate, ...]]:
+    """The merged window's privacy and the policy's aggregates it can release (the others are
+    withheld, with a warning when the query did not name any: `_merge_window` refuses them when
+    it did)."""
+    spec = pw.privacy
+    if spec is None:
+        if uw is not None and uw.privacy is not None:
+            raise QueryInvalid("your query asks for epsilon/delta, but the policy's window is "
+                               "not differentially private: its windows are exact")
+        return None, pw.aggregates
+    if uw is not None:
+        for agg in uw.aggregates:
+            if agg.function not in DP_FUNCTIONS:
+                raise QueryRefused(
+                    f"your query asks for {_describe(agg)}, which the policy's differentially "
+                    f"private window cannot release: it {NOT_PRIVATE.get(agg.function, '')}; "
+                    "private windows release count, sum and avg", agg.attribute)
+        try:
+            spec = apply_ask(spec, uw.privacy)
+        except AskTooMuch as exc:
+            raise QueryRefused(str(exc), exc.parameter) from None
+    kept = tuple(a for a in pw.aggregates if a.function in DP_FUNCTIONS)
+    withheld = [a for a in pw.aggregates if a.function not in DP_FUNCTIONS]
+    if withheld and (uw is None or not uw.aggregates):
+        warnings.append(Warning(
+            "INFO", "window", "the policy's window is differentially private; aggregates "
+            "that show single values have no private release and are withheld: "
+            f"{', '.join(_describe(a) for a in withheld)}",
+            tuple(_describe(a) for a in withheld)))
+    return spec, kept
 
 
 def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
@@ -162,11 +201,16 @@ def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
         assert uw is not None
         if not uw.aggregates:
             raise QueryInvalid("your query's window lists no aggregate (attribute:function)")
+        if uw.privacy is not None:
+            raise QueryInvalid("your query asks for epsilon/delta, but no policy makes this "
+                               "stream's windows differentially private: they are exact")
         return _Window(uw.kind, uw.size, uw.step, uw.aggregates, uw.min_count, uw.keys or ())
-    policy_visible = tuple(a for a in pw.aggregates if a.attribute in visible)
+    privacy, releasable = _private(pw, uw, warnings)
+    policy_visible = tuple(a for a in releasable if a.attribute in visible)
     policy_keys = tuple(k for k in pw.keys or () if k in visible)
     if uw is None:
-        return _Window(pw.kind, pw.size, pw.step, policy_visible, pw.min_count, policy_keys)
+        return _Window(pw.kind, pw.size, pw.step, policy_visible, pw.min_count, policy_keys,
+                       privacy)
     if uw.kind != pw.kind:
         raise QueryRefused(f"the policy allows only {pw.kind} windows; your query asks for a "
                            f"{uw.kind} window")
@@ -202,7 +246,7 @@ def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
                                f"allows (group-by keys allowed: {allowed_keys})", key)
     min_count = max(pw.min_count, uw.min_count)
     if not uw.aggregates:
-        return _Window(uw.kind, size, step, policy_visible, min_count, keys)
+        return _Window(uw.kind, size, step, policy_visible, min_count, keys, privacy)
     allowed = set(pw.aggregates)
     for agg in uw.aggregates:
         if agg not in allowed:
@@ -211,7 +255,7 @@ def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
                     else f"the policy's window does not aggregate {agg.attribute!r}")
             raise QueryRefused(f"your query asks for {_describe(agg)}, which the policy's window "
                                f"does not allow ({hint})", agg.attribute)
-    return _Window(uw.kind, size, step, uw.aggregates, min_count, keys)
+    return _Window(uw.kind, size, step, uw.aggregates, min_count, keys, privacy)
 
 
 def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
@@ -274,7 +318,7 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
         projection = tuple(n for n in schema.names if n in needed)
         keys = tuple(n for n in schema.names if n in set(window.keys))
         window_spec = WindowSpec(kind, window.size, window.step, tuple(aggregates),  # type: ignore[arg-type]
-                                 time_attr, window.min_count, keys)
+                                 time_attr, window.min_count, keys, window.privacy)
     else:
         projection = visible
         if not projection:
@@ -288,5 +332,6 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
     node = Map(node, projection)
     if window_spec is not None:
         node = WindowAggregate(node, window_spec.kind, window_spec.size, window_spec.step,
-                               window_spec.aggregates, window_spec.min_count, window_spec.keys)
+                               window_spec.aggregates, window_spec.min_count, window_spec.keys,
+                               privacy=window_spec.privacy)
     return MergeResult(QueryGraph(node), plan, tuple(warnings), analysis)

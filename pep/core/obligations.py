@@ -21,6 +21,10 @@ and three of xsg's own for windows:
   check, which lets a consumer steer a window onto a single tuple.
 - `stream-window-key-id` (repeated): group-by attributes; aggregates are per key value per
   window, and a consumer may group by a subset of them, never by more.
+and four more for differentially private windows (`pep/core/privacy.py` says what they mean):
+`stream-window-dp-epsilon-id`, `stream-window-dp-delta-id`, `stream-window-dp-bounds-id`
+(`attribute:lower:upper`, repeated) and `stream-window-dp-budget-id` (`epsilon/seconds`,
+repeated). An unknown or invalid one means deny, as every other attribute.
 
 An obligation the PEP does not understand, or one it cannot fulfil (bad value, unknown attribute,
 missing or ambiguous placeholder), means deny: XACML 3.0 section 7.18. `ObligationError` carries
@@ -33,7 +37,8 @@ When several applicable policies contribute obligations, all of them apply:
   merged window has the largest size, step and minimum count of them, allows an aggregate
   (attribute, function), a pre-window filter attribute or a group-by key only if every window
   allows it (no aggregate left: deny). A window of size >= s and step >= t is at least as coarse
-  as every policy asked.
+  as every policy asked. If any window is differentially private the merged one is, with the
+  strictest parameters (`pep.core.privacy.strictest`).
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ from pdp.numbers import INT64_MAX, NumberError, parse_int
 from pep.core.conditions import ConditionError, Expr, PlaceholderResolver, conjoin, parse_condition
 from pep.core.graph import QueryGraph, pipeline_graph
 from pep.core.plan import AGGREGATE_FUNCTIONS, Aggregate, StreamSchema
+from pep.core.privacy import DP_ATTRIBUTES, PrivacySpec, check_aggregates, parse_spec, strictest
 
 PREFIXES = ("exacml:obligation:", "pcloud:obligation:")
 FILTER_IDS = frozenset({"exacml:obligation:stream-filter", "exacml:obligation:stream-filtering"})
@@ -150,6 +156,7 @@ class PolicyWindow:
     min_count: int = 1
     keys: tuple[str, ...] = ()
     prefilter: tuple[str, ...] = ()
+    privacy: PrivacySpec | None = None
 
 
 def _suffix(attribute_id: str) -> str | None:
@@ -230,7 +237,9 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
             position[a.attribute], AGGREGATE_FUNCTIONS.index(a.function))))
         window_part = {"kind": w.kind, "size": w.size, "step": w.step, "aggregates": aggregates,
                        "min_count": w.min_count, "keys": _in_schema_order(w.keys, schema),
-                       "prefilter": _in_schema_order(w.prefilter, schema)}
+                       "prefilter": _in_schema_order(w.prefilter, schema),
+                       "privacy": None if w.privacy is None
+                       else strictest([w.privacy], schema.names)}  # bounds in schema order
     return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part)
 
 
@@ -251,7 +260,7 @@ def _attribute_names(values: Iterable[str], schema: StreamSchema, what: str) -> 
 
 def _window(ob: Obligation, schema: StreamSchema) -> PolicyWindow:
     found = _assignments(ob, [WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP, WINDOW_ATTR,
-                              WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_KEY])
+                              WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_KEY, *DP_ATTRIBUTES])
     for name in (WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP):
         if len(found[name]) != 1:
             raise ObligationError(
@@ -270,12 +279,16 @@ def _window(ob: Obligation, schema: StreamSchema) -> PolicyWindow:
                      if found[WINDOW_MIN_COUNT] else DEFAULT_MIN_COUNT[kind])
         keys = _attribute_names(found[WINDOW_KEY], schema, "a group-by key")
         prefilter = _attribute_names(found[WINDOW_PREFILTER], schema, "a pre-window filter")
+        privacy = parse_spec(found, lambda name: (lambda f: None if f is None
+                                                  else (f.name, f.type))(schema.lookup(name)))
+        if privacy is not None:
+            check_aggregates(privacy, aggregates)
     except ValueError as exc:
         raise ObligationError(f"obligation {ob.id}: {exc}", ob.id) from None
     if kind == "tuple" and min_count > size:
         raise ObligationError(f"obligation {ob.id}: a tuple window of {size} tuples can never "
                               f"hold the minimum of {min_count}", ob.id)
-    return PolicyWindow(kind, size, step, aggregates, min_count, keys, prefilter)
+    return PolicyWindow(kind, size, step, aggregates, min_count, keys, prefilter, privacy)
 
 
 def merge_policy_windows(windows: Sequence[PolicyWindow]) -> PolicyWindow:
@@ -292,7 +305,14 @@ def merge_policy_windows(windows: Sequence[PolicyWindow]) -> PolicyWindow:
     ordered = tuple(a for a in windows[0].aggregates if a in allowed)
     keys = set(windows[0].keys).intersection(*(w.keys for w in windows[1:]))
     prefilter = set(windows[0].prefilter).intersection(*(w.prefilter for w in windows[1:]))
+    private = [w.privacy for w in windows if w.privacy is not None]
+    privacy = None
+    if private:
+        try:
+            privacy = strictest(private)  # one spec too: bounds in a canonical order
+        except ValueError as exc:
+            raise ObligationError(str(exc)) from None
     return PolicyWindow(windows[0].kind, max(w.size for w in windows),
                         max(w.step for w in windows), ordered,
                         max(w.min_count for w in windows), tuple(sorted(keys)),
-                        tuple(sorted(prefilter)))
+                        tuple(sorted(prefilter)), privacy)

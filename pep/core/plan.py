@@ -12,6 +12,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Literal, Union
 
+from pep.core.privacy import PrivacySpec, spec_from_json
+
 FieldType = Literal["double", "long", "string", "boolean", "timestamp"]
 Scalar = Union[float, int, str, bool]
 Operator = Literal["<", "<=", ">", ">=", "=", "!="]
@@ -99,7 +101,8 @@ class WindowSpec:
 
     `min_count`: a window that holds fewer tuples is not emitted (a window of one tuple shows it
     raw). `keys`: attributes the aggregates are grouped by within each window (one output row per
-    key value per window; the key values are part of the row)."""
+    key value per window; the key values are part of the row). `privacy`: the window is
+    released with noise (differential privacy, `pep.core.privacy`); None: exact."""
 
     kind: Literal["tuple", "time"]
     size: int
@@ -108,6 +111,7 @@ class WindowSpec:
     time_attribute: str | None = None  # event-time attribute for time windows
     min_count: int = 1
     keys: tuple[str, ...] = ()
+    privacy: PrivacySpec | None = None
 
 
 @dataclass(frozen=True)
@@ -146,7 +150,7 @@ class ExecutionPlan:
 
 
 _LATER_FIELDS = {"start_after": None}
-_LATER_WINDOW_FIELDS = {"min_count": 1, "keys": ()}
+_LATER_WINDOW_FIELDS = {"min_count": 1, "keys": (), "privacy": None}
 
 
 def plan_from_json(data: str | dict) -> ExecutionPlan:
@@ -165,7 +169,8 @@ def plan_from_json(data: str | dict) -> ExecutionPlan:
                              for a in window.get("aggregates") or ()),
             time_attribute=window.get("time_attribute"),
             min_count=int(window.get("min_count", 1)),
-            keys=tuple(window.get("keys") or ())),
+            keys=tuple(window.get("keys") or ()),
+            privacy=spec_from_json(window.get("privacy"))),
         start_after=None if d.get("start_after") is None else int(d["start_after"]))
 
 

@@ -15,7 +15,10 @@ XML form (element names as in the paper; the query may sit in the XACML request'
         <Key>station</Key>                              optional, repeated: group by
         <MinCount>5</MinCount>                          optional: fewest tuples per window
         <Coarsen>true</Coarsen>                         optional: raise a finer window to the
-      </Aggregation>                                      policy's instead of refusing it
+                                                          policy's instead of refusing it
+        <Epsilon>0.1</Epsilon>                          optional, under a differentially private
+        <Delta>0</Delta>                                  window: less privacy loss per window
+      </Aggregation>                                      than the policy's (never more)
     </UserQuery>
 
 The paper's figure writes `<WindowSize>10<WindowSize>` (unclosed). That is not well-formed XML
@@ -26,7 +29,8 @@ JSON form (same meaning; every key optional except that a window needs type, siz
 
     {"stream": "weather", "filter": "rainrate > 50", "map": ["rainrate"],
      "window": {"type": "tuple", "size": 10, "step": 2, "aggregates": ["rainrate:avg"],
-                "keys": ["station"], "min_count": 5, "coarsen": true}}
+                "keys": ["station"], "min_count": 5, "coarsen": true,
+                "epsilon": 0.1, "delta": 0}}
 
 Joins (a second stream, each side enforced by its own policy before the join; see
 pep/core/join.py for the semantics): the top-level filter, map and window are the request's
@@ -78,6 +82,7 @@ from pep.core.graph import QueryGraph, pipeline_graph
 from pep.core.obligations import (MAX_WINDOW, parse_aggregate, parse_window_kind,
                                   parse_window_number)
 from pep.core.plan import Aggregate, StreamSchema
+from pep.core.privacy import PrivacyAsk, parse_delta, parse_epsilon
 
 MAX_QUERY_BYTES = 64 * 1024
 MAX_QUERY_DEPTH = 16
@@ -109,6 +114,7 @@ class UserQuery:
     window_min_count: int = 1
     window_coarsen: bool = False
     join: "JoinQuery | None" = None  # a second stream joined with this one
+    window_privacy: PrivacyAsk | None = None  # a smaller epsilon/delta than the policy's
 
     @property
     def is_empty(self) -> bool:
@@ -267,7 +273,13 @@ def query_from_element(root: etree._Element, in_join: bool = False) -> UserQuery
                      window.get("kind"), window.get("size"), window.get("step"),
                      tuple(window.get("aggregates", ())), has_window, filter_pos,
                      tuple(keys) if keys is not None else None, window.get("min_count", 1),
-                     window.get("coarsen", False), join)
+                     window.get("coarsen", False), join, _ask(window))
+
+
+def _ask(window: dict[str, Any]) -> PrivacyAsk | None:
+    if "epsilon" not in window and "delta" not in window:
+        return None
+    return PrivacyAsk(window.get("epsilon"), window.get("delta"))
 
 
 def _xml_join(el: etree._Element) -> JoinQuery:
@@ -335,6 +347,12 @@ def _xml_window(el: etree._Element) -> dict[str, Any]:
                 if flag not in ("true", "false"):
                     raise UserQueryError("<Coarsen> is true or false", _at(child))
                 out["coarsen"] = flag == "true"
+            elif name in ("Epsilon", "Delta"):
+                key = name.lower()
+                if key in out:
+                    raise UserQueryError(f"<Aggregation> has more than one <{name}>", _at(child))
+                out[key] = (parse_epsilon(_text(child)) if key == "epsilon"
+                            else parse_delta(_text(child)))
             else:
                 raise UserQueryError(f"unknown element <{name}> in <Aggregation>", _at(child))
         except ValueError as exc:
@@ -351,7 +369,8 @@ def _xml_window(el: etree._Element) -> dict[str, Any]:
 
 _JSON_KEYS = {"stream", "filter", "map", "window", "join"}
 _JSON_JOIN_KEYS = {"stream", "on", "within", "filter", "map", "window"}
-_JSON_WINDOW_KEYS = {"type", "size", "step", "aggregates", "keys", "min_count", "coarsen"}
+_JSON_WINDOW_KEYS = {"type", "size", "step", "aggregates", "keys", "min_count", "coarsen",
+                     "epsilon", "delta"}
 
 
 def parse_json_query(data: bytes | str) -> UserQuery:
@@ -410,6 +429,7 @@ def query_from_json(doc: Any, path: str = "$", in_join: bool = False) -> UserQue
     keys: tuple[str, ...] | None = None
     min_count = 1
     coarsen = False
+    asked: dict[str, float] = {}
     if window is not None:
         wpath = f"{path}.window"
         if not isinstance(window, dict):
@@ -417,7 +437,8 @@ def query_from_json(doc: Any, path: str = "$", in_join: bool = False) -> UserQue
         unknown = sorted(set(window) - _JSON_WINDOW_KEYS)
         if unknown:
             raise UserQueryError(f"unknown key(s) {', '.join(map(repr, unknown))}; expected "
-                                 "type, size, step, aggregates, keys, min_count, coarsen", wpath)
+                                 "type, size, step, aggregates, keys, min_count, coarsen, "
+                                 "epsilon, delta", wpath)
         for key in ("type", "size", "step"):
             if key not in window:
                 raise UserQueryError(f"window needs '{key}'", wpath)
@@ -466,11 +487,22 @@ def query_from_json(doc: Any, path: str = "$", in_join: bool = False) -> UserQue
             if not isinstance(window["coarsen"], bool):
                 raise UserQueryError("coarsen must be true or false", f"{wpath}.coarsen")
             coarsen = window["coarsen"]
+        for key in ("epsilon", "delta"):
+            if key not in window:
+                continue
+            value = window[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise UserQueryError(f"{key} must be a number", f"{wpath}.{key}")
+            try:
+                asked[key] = (parse_epsilon(repr(float(value))) if key == "epsilon"
+                              else parse_delta(repr(float(value))))
+            except (ValueError, OverflowError) as exc:
+                raise UserQueryError(str(exc), f"{wpath}.{key}") from None
     join = _json_join(doc["join"], f"{path}.join") if "join" in doc else None
     return UserQuery(stream, filt.strip() if filt else None,
                      tuple(attrs) if attrs is not None else None, kind, size, step,
                      tuple(aggregates), window is not None, f"{path}.filter", keys, min_count,
-                     coarsen, join)
+                     coarsen, join, _ask(asked))
 
 
 def _json_join(doc: Any, path: str) -> JoinQuery:
@@ -562,5 +594,5 @@ def user_graph(query: UserQuery, stream: str, schema: StreamSchema) -> QueryGrap
         window_part = {"kind": query.window_kind, "size": query.window_size,
                        "step": query.window_step, "aggregates": tuple(dict.fromkeys(aggregates)),
                        "min_count": query.window_min_count, "keys": keys,
-                       "coarsen": query.window_coarsen}
+                       "coarsen": query.window_coarsen, "privacy": query.window_privacy}
     return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part)

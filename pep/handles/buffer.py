@@ -13,7 +13,8 @@ strictly per handle, also across restarts: after the n-th restart ids start at n
 reader resuming with an id from before a restart gets a `gap` with an unknown count (the rows in
 memory died with the process). Closing the buffer (revocation, release) DISCARDS rows not yet
 read, then appends the final event: nothing of a revoked handle is delivered after the
-revocation returns.
+revocation returns. A handle that ends on its own terms (its privacy budget is spent) closes with
+`keep=True` instead: the rows it was given stay readable, before the final event.
 
 Rows are kept as the JSON texts they arrive as (a `RowBatch`'s texts are shared by every handle
 of the plan; nothing is re-encoded per handle). Besides rows, `notice(kind, data)` appends an
@@ -93,6 +94,7 @@ class HandleBuffer:
         self._last = self.base  # id of the newest event
         self._floor = self.base  # every entry id <= floor has been dropped (or never existed)
         self._final: Event | None = None
+        self._kept = False  # closed with keep=True: the rows before the final event stay
         self._dropped_notices: deque[int] = deque(maxlen=_REMEMBERED_DROPS)
         self.dropped = 0  # rows dropped because the buffer was full
         self.reader_stall = READER_STALL
@@ -106,6 +108,12 @@ class HandleBuffer:
     @property
     def closed(self) -> bool:
         return self._final is not None
+
+    @property
+    def withholds(self) -> bool:
+        """Closed so that rows not yet written to a reader are withheld (revoked, released,
+        ended); False while open, and after a close that kept its rows (`close(keep=True)`)."""
+        return self._final is not None and not self._kept
 
     @property
     def last_id(self) -> int:
@@ -225,15 +233,18 @@ class HandleBuffer:
             else:
                 self._dropped_notices.append(eid)
 
-    def close(self, kind: str, reason: str | None = None) -> bool:
-        """Discard unread rows and append the final event; False if it was already closed."""
+    def close(self, kind: str, reason: str | None = None, keep: bool = False) -> bool:
+        """Discard unread rows (with `keep`, leave them to be read first) and append the final
+        event; False if it was already closed."""
         with self._cond:
             if self._final is not None:
                 return False
-            self._entries.clear()
-            self._nrows = 0
-            self._bytes = 0
-            self._floor = self._last
+            self._kept = keep
+            if not keep:
+                self._entries.clear()
+                self._nrows = 0
+                self._bytes = 0
+                self._floor = self._last
             self._last += 1
             self._final = Event(self._last, kind, json.dumps({"event": kind, "reason": reason}))
             self._wake()
@@ -271,7 +282,7 @@ class HandleBuffer:
                 return []
             self._cond.wait_for(lambda: self._has_after(after), timeout)
         events: list[Event] = []
-        if self._final is not None:
+        if self._final is not None and not (self._entries and after < self._entries[-1][0]):
             if after < self._final.id:
                 events.append(self._final)
             return events
@@ -292,6 +303,9 @@ class HandleBuffer:
                     budget -= len(text)
                     if budget <= 0:
                         break
+        if (self._final is not None and len(events) < limit
+                and (not entries or (events and events[-1].id >= entries[-1][0]))):
+            events.append(self._final)  # kept rows (close with keep) all read: then the end
         return events
 
     def _lost(self, after: int) -> int:

@@ -6,6 +6,11 @@ to the join runtime, with both streams' definitions. The runtime's deliver callb
 that the buffer is open before writing, and the buffer is closed (under that same lock) before
 the handle's state is persisted and before the runtime is told to detach: so no tuple is
 delivered after `revoke` returns, however long Spark takes to stop.
+
+A differentially private window's handle (`pep.core.privacy`) is admitted only if the
+consumer's remaining privacy budget can pay for it, and its deliveries go through the privacy
+guard (`privacy_budget.py`), which pays for every window before it reaches the buffer and ends
+the handle, its paid rows still readable, when the budget is spent.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from pep.core.refs import handle_ref
 from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition,
                            any_plan_from_json, plan_streams, side_plans)
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
+from pep.handles.privacy_budget import PrivacyGuard, private_window
 from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
 
 log = logging.getLogger(__name__)
@@ -61,11 +67,13 @@ class HandleService:
                  runtime: Runtime, windows: WindowRegistryLike,
                  max_rows: int = DEFAULT_MAX_ROWS, max_bytes: int = DEFAULT_MAX_BYTES,
                  stream_position: Callable[[str], int | None] | None = None,
-                 join_runtime: Runtime | None = None) -> None:
+                 join_runtime: Runtime | None = None,
+                 privacy: PrivacyGuard | None = None) -> None:
         """`stream_position(name)`: the position (`_xsg_seq`) of the last tuple ingested into a
         stream, when the stream has positions (see `_start_after_other_windows`).
         `join_runtime` runs joins (`attach(handle_id, (left, right), join_plan, deliver)`);
-        without one, `runtime` gets them."""
+        without one, `runtime` gets them. `privacy` keeps the consumers' privacy budgets;
+        without it a differentially private plan is refused (it could not be paid for)."""
         self.store = store
         self.streams = streams
         self.runtime = runtime
@@ -75,6 +83,7 @@ class HandleService:
         self.max_rows = max_rows
         self.max_bytes = max_bytes
         self.stream_position = stream_position
+        self.privacy = privacy
         # Serialises opening and ending handles and policy re-evaluation; reads never take it.
         self.lock = threading.RLock()
         # Bumped by every policy change; a handle decided under an older epoch is not created.
@@ -158,6 +167,11 @@ class HandleService:
                 # The registry remembered a handle that is not live here: forget it, start afresh.
                 self.windows.release(handle_id)
                 handle_id, is_new = self.windows.acquire(subject, slots, key)
+            try:
+                self._admit(subject, plan)
+            except BaseException:
+                self.windows.release(handle_id)
+                raise
             plan = self._start_after_other_windows(subject, plan)
             # plan_key stays the key of the plan as decided (what revocation compares with);
             # plan_json is what runs, its start position included (what a restart re-attaches).
@@ -177,9 +191,19 @@ class HandleService:
         # Attaching can take seconds (the first handle starts the stream's query): not under the
         # lock, so revocations of other handles are not held up. The buffer is registered first,
         # so a revocation meanwhile closes it and the runtime can deliver nothing.
-        self._attach(record.id, definitions, plan, buffer)
+        self._attach(record.id, definitions, plan, buffer, subject)
         self._notify_opened(record, True)
         return record, True
+
+    def _admit(self, subject: str, plan: AnyPlan) -> None:
+        """A private window's handle only if the consumer's budget can pay for it (raises
+        PrivacyBudgetExceeded with the figures; Unavailable without a ledger)."""
+        if private_window(plan) is None:
+            return
+        if self.privacy is None:
+            raise Unavailable("this gateway keeps no privacy budgets, so it cannot serve a "
+                              "differentially private window")
+        self.privacy.admit(subject, plan)
 
     def _definitions(self, plan: AnyPlan) -> list[StreamDefinition]:
         """The definitions of the plan's streams (a join's two); NotFound names a missing one."""
@@ -243,7 +267,7 @@ class HandleService:
                 lambda: not any(stream in s for s in self._attaching.values()), timeout)
 
     def _attach(self, handle_id: str, streams: list[StreamDefinition], plan: AnyPlan,
-                buffer: HandleBuffer) -> None:
+                buffer: HandleBuffer, subject: str) -> None:
         try:
             self._attach_now(handle_id, streams, plan, buffer)
         finally:
@@ -255,11 +279,15 @@ class HandleService:
                     buffer: HandleBuffer) -> None:
         try:
             if isinstance(plan, JoinPlan):
+                if any(private_window(side) is not None for side in (plan.left, plan.right)):
+                    # refused when planned; a stored plan must not slip past the budgets
+                    raise ValueError("a differentially private window cannot be joined")
                 with self.lock:
                     self._joins.add(handle_id)
                 self.join_runtime.attach(handle_id, tuple(streams), plan, buffer.put)
             else:
-                self.runtime.attach(handle_id, streams[0], plan, buffer.put)
+                self.runtime.attach(handle_id, streams[0], plan,
+                                    self._deliverer(handle_id, subject, plan, buffer))
         except Exception as exc:
             log.exception("runtime refused handle %s", handle_ref(handle_id))
             self._finish(handle_id, HandleState.ENDED, f"the stream runtime failed: {exc}")
@@ -269,6 +297,24 @@ class HandleService:
             finished_meanwhile = self._buffers.get(handle_id) is not buffer
         if finished_meanwhile:
             self._detach(handle_id)
+
+    def _deliverer(self, handle_id: str, subject: str, plan: ExecutionPlan,
+                   buffer: HandleBuffer) -> Callable[[Any], bool]:
+        """What the runtime delivers to: the buffer, or for a private window the privacy guard
+        in front of it (which pays for every window first)."""
+        if private_window(plan) is None:
+            return buffer.put
+        if self.privacy is None:
+            raise Unavailable("no privacy ledger: a differentially private window cannot run")
+
+        def spent(reason: str) -> None:
+            # from the micro-batch thread, under the runtime's handle lock: end it from another
+            # thread (ending detaches, and a detach waits for the delivery in progress)
+            threading.Thread(target=self.end, args=(handle_id, reason),
+                             kwargs={"keep_rows": True}, name="xsg-budget-spent",
+                             daemon=True).start()
+
+        return self.privacy.deliverer(handle_id, subject, plan, buffer.put, spent)
 
     def resume(self, record: HandleRecord, policy_ids: Iterable[str] | None = None) -> bool:
         """Re-attach a live handle after a restart; False (and the handle ended) if impossible."""
@@ -297,7 +343,7 @@ class HandleService:
             self._buffer_streams[record.id] = record.stream
             self._begin_attach(record.id, plan_streams(plan))
         try:
-            self._attach(record.id, definitions, plan, buffer)
+            self._attach(record.id, definitions, plan, buffer, record.subject)
         except Unavailable:
             return False
         return True
@@ -311,8 +357,11 @@ class HandleService:
         """Revoke several handles at once ((handle id, reason) pairs); returns those revoked."""
         return self.finish_many([(hid, HandleState.REVOKED, why) for hid, why in revocations])
 
-    def end(self, handle_id: str, reason: str) -> bool:
-        return self._finish(handle_id, HandleState.ENDED, reason)
+    def end(self, handle_id: str, reason: str, keep_rows: bool = False) -> bool:
+        """End a handle (`ended`); with `keep_rows` the rows it was given stay readable before
+        the final event (it ended on its own terms, not because it lost a right)."""
+        return bool(self.finish_many([(handle_id, HandleState.ENDED, reason)],
+                                     keep_rows=keep_rows))
 
     def release(self, handle_id: str, subject: str) -> HandleRecord | None:
         """The owner lets the handle go; None if it is not theirs. Idempotent on ended handles."""
@@ -331,10 +380,12 @@ class HandleService:
     def _finish(self, handle_id: str, state: HandleState, reason: str) -> bool:
         return bool(self.finish_many([(handle_id, state, reason)]))
 
-    def finish_many(self, endings: Iterable[tuple[str, HandleState, str]]) -> list[str]:
+    def finish_many(self, endings: Iterable[tuple[str, HandleState, str]],
+                    keep_rows: bool = False) -> list[str]:
         """End handles: close their buffers first (no write passes after this), persist every
         state change in one transaction, free their windows, detach them from the runtime, then
-        tell the listeners once with every ended record. Returns the ids that were live."""
+        tell the listeners once with every ended record. Returns the ids that were live.
+        `keep_rows`: the buffers keep their unread rows before the final event."""
         endings = list(endings)
         if not endings:
             return []
@@ -343,7 +394,7 @@ class HandleService:
             for handle_id, state, reason in endings:
                 buffer = self._buffers.pop(handle_id, None)
                 if buffer is not None:
-                    buffer.close(state.value, reason)
+                    buffer.close(state.value, reason, keep=keep_rows)
                     closed.add(handle_id)
                     self._forget_buffer(handle_id, buffer)
             changed = self.store.finish_many(endings)

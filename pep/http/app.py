@@ -93,7 +93,10 @@ def create_app(config: GatewayConfig | None = None,
             return None
         return services.catalog.schema(name)
 
-    app.register_blueprint(explain_blueprint(engine, visible_schema, services.decide_and_plan))
+    privacy = getattr(services, "privacy", None)
+    app.register_blueprint(explain_blueprint(
+        engine, visible_schema, services.decide_and_plan,
+        privacy_status=privacy.status if privacy is not None else None))
     app.register_blueprint(create_streams_blueprint(services.catalog, visibility=visibility,
                                                     lifecycle=services.lifecycle))
 

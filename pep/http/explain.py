@@ -1,7 +1,9 @@
 """`POST /explain`: what a stream request would get, without starting anything.
 
 Same body and Content-Type as a stream request (XACML XML or JSON, the user query in the
-resource Content). Answers JSON {decision, stream, warnings, plan, sql, graph, policies}; a
+resource Content). Answers JSON {decision, stream, warnings, plan, sql, graph, policies}, and
+for a differentially private window `privacy`: the caller's budgets on the stream now (spent,
+remaining, windows affordable, when it refills) and whether a request would be admitted; a
 denial is 403 with the XACML response; other refusals go through the error table. An NR finding
 is shown (200 with the warning) rather than refused, since explaining is the point.
 """
@@ -17,7 +19,10 @@ from pep.core.access import SchemaLookup, decide_and_plan as default_decide_and_
 
 
 def explain_blueprint(get_engine: Callable[[], Any], schema_lookup: SchemaLookup,
-                      decide_and_plan: Callable[..., Any] = default_decide_and_plan) -> Blueprint:
+                      decide_and_plan: Callable[..., Any] = default_decide_and_plan,
+                      privacy_status: Callable[[str, Any], dict | None] | None = None
+                      ) -> Blueprint:
+    """`privacy_status(subject, plan)`: the caller's privacy budgets for a private plan."""
     bp = Blueprint("explain", __name__)
 
     @bp.post("/explain")
@@ -37,6 +42,8 @@ def explain_blueprint(get_engine: Callable[[], Any], schema_lookup: SchemaLookup
         grant = decide_and_plan(get_engine(), request.get_data(cache=False),
                                 request.headers.get("Content-Type", ""), current_identity(),
                                 schema_lookup, refuse_nr=False)
+        privacy = (privacy_status(current_identity().subject, grant.plan)
+                   if privacy_status is not None else None)
         return jsonify(
             decision=grant.decision.results[0].decision.value,
             stream=grant.stream,
@@ -45,6 +52,7 @@ def explain_blueprint(get_engine: Callable[[], Any], schema_lookup: SchemaLookup
             sql=grant.sql,
             graph=grant.graph_json,
             policies=sorted(grant.policy_ids),
+            **({"privacy": privacy} if privacy is not None else {}),
         )
 
     return bp

@@ -88,7 +88,7 @@ def stream_events(buffer: HandleBuffer, after: int | None, fmt: Callable[[Event]
         if not events:
             yield beat
             continue
-        if buffer.closed and not events[-1].final:
+        if buffer.withholds and not events[-1].final:
             # Revoked while we were reading: rows not yet on the wire are withheld.
             events = buffer.read(events[-1].id, timeout=0) or events
             events = [e for e in events if e.final] or events
@@ -126,7 +126,7 @@ class HandleStream:
         events = buffer.read(self.cursor, timeout=0, max_bytes=max_bytes)
         if not events:
             return out, False
-        if buffer.closed and not events[-1].final:
+        if buffer.withholds and not events[-1].final:
             # Revoked while we were reading: rows not yet on the wire are withheld.
             events = [e for e in buffer.read(events[-1].id, timeout=0) if e.final] or events
         self.cursor = events[-1].id
@@ -137,7 +137,7 @@ class HandleStream:
     def retract(self) -> bool:
         """Bytes pulled but not written yet must not go out: the handle ended meanwhile (its
         final event follows instead)."""
-        return self.buffer.closed
+        return self.buffer.withholds
 
     def heartbeat(self) -> bytes:
         return self._beat

@@ -9,10 +9,12 @@ The XACML request comes in one of two ways:
   one is recognised by its first character (`<` XML, `{` JSON).
 The subject is always the authenticated caller, whatever the file says.
 
-Answers: Permit -> 201 `{handle, id, stream, state, new, warnings, plan, sql, policy_ids}` with
-`Location`; the same subject asking again for the same plan on the same stream -> 200 with the
-same handle; another plan on a stream where the subject already has a live handle -> 409 naming
-the handle to release (one window per user); Deny / NotApplicable / Indeterminate -> 403 with the
+Answers: Permit -> 201 `{handle, id, stream, state, new, warnings, plan, sql, policy_ids}` (and
+`privacy`, the caller's budgets, for a differentially private window) with `Location`; the
+same subject asking again for the same plan on the same stream -> 200 with the same handle; a
+private window the caller's privacy budget cannot pay for -> 403 with the figures; another
+plan on a stream where the subject already has a live handle -> 409 naming the handle to
+release (one window per user); Deny / NotApplicable / Indeterminate -> 403 with the
 XACML response; NR -> 422 with the warning (no query is started); malformed -> 400.
 """
 from __future__ import annotations
@@ -178,6 +180,10 @@ def create_requests_blueprint(handles: HandleService, engine: Callable[[], Any],
                     "plan": _to_json(grant.plan_json if grant.plan_json is not None
                                      else json.loads(record.plan_json)),
                     "sql": grant.sql, "policy_ids": sorted(grant.policy_ids or ())}
+            guard = getattr(handles, "privacy", None)
+            privacy = guard.status(identity.subject, grant.plan) if guard is not None else None
+            if privacy is not None:  # a private window: the caller's budgets after admission
+                body["privacy"] = privacy
             response = jsonify(body)
             response.status_code = 201 if is_new else 200
             response.headers["Location"] = url

@@ -35,6 +35,7 @@ from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, exact_
                             in_timestamp_range, integer_comparison, is_number, micros_from_iso)
 from pep.core.plan import (AGGREGATE_FUNCTIONS, AnyPredicate, ExecutionPlan, Predicate,
                            SpatialPredicate, StreamSchema)
+from pep.core.privacy import PrivacySpec, Quantity, is_finite_spec, quantities
 
 LESS, EQUAL, GREATER = 1, 2, 4
 OPERATOR_MASKS: dict[str, int] = {
@@ -92,6 +93,10 @@ class CompiledWindow:
     # the aggregated attributes, each once, in first-use order, with their schema types
     attributes: tuple[tuple[str, str], ...] = ()
     key_types: tuple[str, ...] = ()
+    # differential privacy: the plan's parameters and the noisy quantities one window row
+    # releases (pep.core.privacy); None: exact windows
+    privacy: PrivacySpec | None = None
+    noise: tuple[Quantity, ...] = ()
 
     @property
     def pane(self) -> int:
@@ -330,7 +335,34 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
                             "not a timestamp or epoch-seconds number")
         is_ts = ftype == "timestamp"
     attributes = tuple(dict.fromkeys(a for a, _, _ in aggs.values()))
+    privacy, noise = _privacy(w.privacy, w.aggregates, schema)
     return CompiledWindow(w.kind, w.size, w.step, tuple(aggs.values()), time_attr, is_ts,
                           max(1, min_count), keys,
                           tuple((a, schema.lookup(a).type) for a in attributes),  # type: ignore
-                          tuple(schema.lookup(k).type for k in keys))  # type: ignore
+                          tuple(schema.lookup(k).type for k in keys),  # type: ignore
+                          privacy, noise)
+
+
+def _privacy(spec: PrivacySpec | None, aggregates, schema: StreamSchema
+             ) -> tuple[PrivacySpec | None, tuple[Quantity, ...]]:
+    """A private window's parameters checked again (a plan may come from storage): bounds on
+    numeric attributes of the schema, every sum and avg bounded, only count/sum/avg."""
+    if spec is None:
+        return None, ()
+    if not is_finite_spec(spec):
+        raise PlanError("window privacy: epsilon, delta, bounds or budgets out of range")
+    bounds = []
+    for b in spec.bounds:
+        field = schema.lookup(b.attribute)
+        if field is None or field.type not in ("double", "long"):
+            raise PlanError(f"window privacy: bounds on {b.attribute!r}, which is not a numeric "
+                            "attribute of the stream")
+        bounds.append(type(b)(field.name, b.lower, b.upper))
+    spec = PrivacySpec(spec.epsilon, spec.delta, tuple(bounds), spec.budgets)
+    names = [type(a)(_canonical(schema, a.attribute, "window aggregate"), a.function)
+             for a in aggregates]
+    try:
+        noise = quantities(names, spec, {f.name: f.type for f in schema.fields})
+    except ValueError as exc:
+        raise PlanError(f"window privacy: {exc}") from None
+    return spec, noise

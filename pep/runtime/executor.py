@@ -53,6 +53,7 @@ from pep.runtime.compile import (FAMILIES, INTEGER_KIND, NUMERIC_KIND, STRING_KI
                                  row_attributes)
 from pep.runtime.encode import json_array, value_texts
 from pep.runtime.memo import OwnedCache
+from pep.runtime.privacy import bound_arrays, clamped, is_private
 from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN, build_source
 from pep.runtime.spatial import (PREDICATE_FIELDS, AnchorTracker, predicate_struct,
                                  spatial_outcome)
@@ -110,6 +111,8 @@ PLAN_TABLE_ARROW = pa.schema([("plans", pa.list_(pa.struct([
     ("d", pa.list_(pa.int32())),             # aggregated attributes per family, padded
     ("l", pa.list_(pa.int32())),
     ("s", pa.list_(pa.int32())),
+    ("lo", pa.list_(pa.float64())),          # private windows: clamping bounds per attribute
+    ("hi", pa.list_(pa.float64())),          # (pep/runtime/privacy.py); null otherwise
 ])))])
 
 
@@ -298,6 +301,7 @@ class Shape:
     single_tuples: bool  # every tuple-window pane is one tuple: no aggregation in Spark
     read: frozenset[str]  # attributes filters, windows or time read (the value arrays)
     spatial: bool = False  # some plan's filter has a spatial predicate
+    clamped: bool = False  # some window plan is differentially private: clamp its values
 
     @property
     def windows(self) -> bool:
@@ -601,6 +605,8 @@ class StreamExecutor:
 
     def _rows_mode(self, compiled: CompiledPlan) -> bool:
         w = compiled.window
+        if is_private(w):
+            return False  # its values are clamped by the panes job, never raw on the driver
         return w is None or (w.kind == "tuple"
                              and (bool(w.keys) or w.pane < self.tuple_pane_min))
 
@@ -752,7 +758,8 @@ class StreamExecutor:
                       tuple(n for n in order if n in keys), ordered, self._full_order,
                       single, frozenset(read),
                       any(len(row) > 5 for s in plans for conj in s.compiled.conjuncts
-                          for row in conj))
+                          for row in conj),
+                      clamped=any(is_private(s.compiled.window) for s in plans if not s.rows))
         self._shape = (version, shape)
         return shape
 
@@ -789,11 +796,12 @@ class StreamExecutor:
                 "c": [[predicate_struct(r, self._anchors.segments) for r in conj]
                       for conj in c.conjuncts],
                 "g": None, "off": None, "t": None, "tk": None, "ky": [], "d": [], "l": [],
-                "s": []}
+                "s": [], "lo": None, "hi": None}
             w = c.window
             if w is not None:
                 layout = s.windows.layout  # type: ignore[union-attr]
-                row.update(k=s.kind, g=layout.width,
+                lo, hi = bound_arrays(w, self._index)
+                row.update(k=s.kind, g=layout.width, lo=lo, hi=hi,
                            off=s.windows.pane_offset(),  # type: ignore[union-attr]
                            ky=[self._index[k] for k in w.keys])
                 if w.kind == "time":
@@ -929,6 +937,8 @@ class StreamExecutor:
             v = F.element_at(F.col(arrays[fam]), index)
             if fam == "d":
                 v = F.nanvl(v, F.lit(None).cast("double"))
+            if shape.clamped:  # private windows' values into their bounds, before any sum
+                v = clamped(v, p, index, fam)
             values.append(v.alias(name))
         slot_cols = [F.col(n) for n, _ in slots]
         stages: dict[str, Any] = {"explode": explode}

@@ -85,6 +85,12 @@ class StreamRuntime:
         if plan.stream != stream.name:
             raise PlanError(f"plan is for stream {plan.stream!r}, not {stream.name!r}")
         compiled = compile_plan(plan, stream.schema, stream.time_attribute)
+        if compiled.window is not None and compiled.window.noise:
+            # a private window: calibrate its mechanisms now (OpenDP; a Gaussian takes about
+            # half a second), not in its first micro-batch, and fail here if they cannot be
+            from pep.runtime.noise import mechanism_of
+            for quantity in compiled.window.noise:
+                mechanism_of(quantity)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the stream runtime has been stopped")

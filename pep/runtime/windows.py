@@ -652,10 +652,13 @@ class PaneWindows:
                 columns.append((name, pa.array([p[i] for p in parts], pa.string()), True))
         slot = {a: j for j, (a, _) in enumerate(w.attributes)}
         types = dict(w.attributes)
-        for attr, function, name in w.aggregates:
+        for attr, function, name in (w.aggregates if w.privacy is None else ()):
             j = slot[attr]
             values, raw = self._result(emitted, order, j, function, types[attr])
             columns.append((name, values, raw))
+        if w.privacy is not None:  # differential privacy: noisy aggregates, never the exact
+            from pep.runtime.noise import release
+            columns += release(w, emitted, order)
         mseq = emitted.mseq
         top = int(mseq.max()) if len(mseq) else NO_SEQ
         encoded = json_array(columns)

@@ -103,6 +103,32 @@ def test_close_wakes_readers_discards_rows_and_refuses_writes():
     assert buf2.close("released") is False
 
 
+def test_a_close_that_keeps_rows_lets_them_be_read_before_the_final_event():
+    """A handle that ends on its own terms (its privacy budget spent) keeps what it was given."""
+    from pep.http.handles import HandleStream
+
+    buf = HandleBuffer()
+    buf.put(rows(0, 3))
+    assert buf.read(0, timeout=0, limit=1)[0].id == 1
+    assert buf.close("ended", "privacy budget spent", keep=True)
+    assert buf.closed and not buf.withholds and buf.put(rows(3, 4)) is False
+    ev = buf.read(1, timeout=0, limit=1)
+    assert [e.kind for e in ev] == ["row"] and data(ev) == [1]
+    ev = buf.read(2, timeout=0)
+    assert [e.kind for e in ev] == ["row", "ended"] and data(ev) == [2] and ev[-1].id == 4
+    assert buf.read(4, timeout=0) == []
+    chunks = list(stream_events(buf, None, ndjson_event, "", heartbeat=0.05))
+    lines = [json.loads(x) for c in chunks for x in c.decode().splitlines()]
+    assert [x.get("row", {}).get("n", x.get("event")) for x in lines] == [0, 1, 2, "ended"]
+    stream = HandleStream(buf, None, ndjson_event, "", 15.0)
+    data_, done = stream.pull(1 << 20)
+    assert done and not stream.retract() and len(data_.decode().splitlines()) == 4
+    revoked = HandleBuffer()
+    revoked.put(rows(0, 3))
+    revoked.close("revoked", "x")
+    assert revoked.withholds
+
+
 def test_generation_ids_continue_and_old_ids_get_unknown_gap():
     buf = HandleBuffer(generation=2)
     buf.put(rows(0, 2))
