@@ -3,7 +3,9 @@
 Who may do what: registering a stream needs the `data-owner` (or `owner`) role or an
 administrator, and the caller becomes the stream's owner; only administrators may register
 sources that read the server's own files or network (files, socket, kafka). Appending records is
-for the stream's owner and administrators. Listing and describing are open to every
+for the stream's owner and administrators, to `ingest` streams (a file the stream's query reads)
+and `kafka` streams (produced to the topic; answered once the broker acknowledged them, 503 when
+it does not). Listing and describing are open to every
 authenticated caller, without the source's options unless they own the stream (see
 `pep.streams.catalog`).
 """

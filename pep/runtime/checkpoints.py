@@ -98,9 +98,23 @@ class StreamCheckpoint:
                 shutil.rmtree(self.location, ignore_errors=True)
             self._write(fingerprint=fp, state="new")
             return True
+        running = state.get("state") == "running"
+        if self.definition.source.kind == "kafka":
+            # a query that stopped with handles (or was killed) resumes, even before its first
+            # micro-batch: its starting offsets are in sources/; a first handle starts at the
+            # latest offsets, whatever an old checkpoint says
+            if running and (self.location / "sources").is_dir():
+                return False
+            shutil.rmtree(self.location, ignore_errors=True)
+            return True
         if not (self.location / "offsets").is_dir():
             return True
-        return state.get("state") != "running"
+        return not running
+
+    def kafka_offsets_fixed(self) -> bool:
+        """A Kafka query has written the offsets it starts from (Spark's `sources/0/0`, at its
+        first trigger): every record produced after this is read."""
+        return (self.location / "sources" / "0" / "0").is_file()
 
     def mark_running(self) -> None:
         if not self.temporary:

@@ -75,7 +75,9 @@ ROW_KINDS = (PLAIN, ROW_TUPLE)
 # Tuple windows with panes narrower than this travel as rows (see README "Where windows are
 # computed"); wider panes are aggregated in Spark.
 DEFAULT_TUPLE_PANE_MIN = 8
-SEQ_KINDS = ("ingest", "generator", "kafka")  # sources whose every tuple has `_xsg_seq`
+# sources whose every tuple has `_xsg_seq`; a Kafka record has none, and is ordered by the
+# stream's time attribute, then partition, then offset (`_xsg_file`, see sources.py)
+SEQ_KINDS = ("ingest", "generator")
 UNIQUE_SEQ_KINDS = ("ingest", "generator")  # ... and no two tuples share one
 MAX_LONG = (1 << 63) - 1
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'", "ignoreNullFields": "false"}
@@ -417,12 +419,25 @@ class StreamExecutor:
                        .trigger(processingTime=f"{millis} milliseconds")
                        .start())
         self._checkpoint.mark_running()
+        if kind == "kafka":
+            self._await_kafka_start()
         # Built while the query lists its source and plans its first batch (a few tenths of a
         # second), so that batch finds it ready instead of the request waiting for it first.
         try:
             self._prepare_plans()
         except Exception as exc:  # the query runs already: its first batch builds it (or fails)
             log.warning("stream %s: plan table not prepared: %s", self.definition.name, exc)
+
+    def _await_kafka_start(self, timeout: float = 30.0) -> None:
+        """A new Kafka query fixes its starting offsets (the latest) at its first trigger: wait
+        for it, so that every record produced after the handle's request was answered reaches
+        the handle (bounded; a query that cannot reach its broker goes on trying)."""
+        assert self._checkpoint is not None
+        deadline = time.monotonic() + timeout
+        while not self._checkpoint.kafka_offsets_fixed() and time.monotonic() < deadline:
+            if self._query is None or not self._query.isActive:
+                return
+            time.sleep(0.02)
 
     def _source_path(self) -> str | None:
         from pep.runtime.sources import _local_dir

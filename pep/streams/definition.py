@@ -26,6 +26,14 @@ SOURCE_KINDS = ("ingest", "files", "generator", "socket", "kafka")
 # Sources that reach into the server's file system or network: administrators only.
 PRIVILEGED_SOURCE_KINDS = ("files", "socket", "kafka")
 FILE_FORMATS = ("json", "csv", "parquet")
+KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+# `kafka.<client setting>` options of a Kafka source (e.g. kafka.security.protocol); the runtime
+# sets these itself: where to start reading, which group, how to deserialise
+KAFKA_CLIENT_OPTION = re.compile(r"kafka\.[a-z][a-z0-9.]{0,99}")
+KAFKA_RUNTIME_OWNED = frozenset({"kafka.bootstrap.servers", "kafka.group.id",
+                                 "kafka.auto.offset.reset", "kafka.enable.auto.commit",
+                                 "kafka.key.deserializer", "kafka.value.deserializer",
+                                 "kafka.key.serializer", "kafka.value.serializer"})
 
 STREAM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
@@ -178,10 +186,13 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
         "files": {"path", "format", "maxFilesPerTrigger"},
         "generator": {"schema", "rate"},
         "socket": {"host", "port"},
-        "kafka": {"bootstrap.servers", "subscribe", "startingOffsets"},
+        "kafka": {"bootstrap.servers", "subscribe"},
     }[kind]
     opts = {k: v for k, v in source.items() if k != "kind"}
     unknown = set(opts) - allowed
+    if kind == "kafka":  # client settings (security, SASL) for Spark's consumer and the producer
+        unknown = {k for k in unknown if not (isinstance(k, str) and KAFKA_CLIENT_OPTION.fullmatch(k)
+                                              and k not in KAFKA_RUNTIME_OWNED)}
     if unknown:
         raise InvalidStream(f"source ({kind}): unknown option(s) "
                             f"{', '.join(sorted(map(str, unknown)))}; allowed: "
@@ -218,6 +229,9 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
         if "bootstrap.servers" not in text or "subscribe" not in text:
             raise InvalidStream("source (kafka): 'bootstrap.servers' and 'subscribe' are "
                                 "required")
+        if not KAFKA_TOPIC.fullmatch(text["subscribe"]):
+            raise InvalidStream("source (kafka): 'subscribe' must name one topic (letters, "
+                                f"digits, '.', '_', '-'; at most 249), got {text['subscribe']!r}")
     return SourceSpec(kind, tuple(sorted(text.items())))  # type: ignore[arg-type]
 
 
