@@ -111,10 +111,7 @@ class StreamCheckpoint:
             return True
         return not running
 
-    def kafka_offsets_fixed(self) -> bool:
-        """A Kafka query has written the offsets it starts from (Spark's `sources/0/0`, at its
-        first trigger): every record produced after this is read."""
-        return (self.location / "sources" / "0" / "0").is_file()
+
 
     def mark_running(self) -> None:
         if not self.temporary:
@@ -135,6 +132,22 @@ class StreamCheckpoint:
         """The query stopped with handles attached (gateway stopping): keep it resumable."""
         if self.temporary:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def await_kafka_offsets(location: Path, kafka_sources: int, query, timeout: float = 30.0
+                        ) -> bool:
+    """Wait until a query's Kafka sources have fixed the offsets they start from (Spark writes
+    them to `<checkpoint>/sources/<i>/0` at the query's first trigger; a file source writes
+    nothing there before its first files), so that every record produced after this is read.
+    Bounded: a query that cannot reach its broker goes on trying; False then."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sum(1 for _ in Path(location).glob("sources/*/0")) >= kafka_sources:
+            return True
+        if query is None or not query.isActive:
+            return False
+        time.sleep(0.02)
+    return False
 
 
 def archive_dir(work_dir: Path, definition: StreamDefinition) -> Path:
@@ -214,5 +227,6 @@ class Janitor(threading.Thread):
             self.join(timeout=10)
 
 
-__all__ = ["StreamCheckpoint", "Retention", "Janitor", "archive_dir", "fingerprint",
+__all__ = ["StreamCheckpoint", "Retention", "Janitor", "archive_dir", "await_kafka_offsets",
+           "fingerprint",
            "DEFAULT_RETENTION_SECONDS", "DEFAULT_RETENTION_BYTES"]

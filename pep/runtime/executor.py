@@ -45,7 +45,7 @@ from pyspark.sql import types as T
 
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.rows import RowBatch
-from pep.runtime.checkpoints import StreamCheckpoint, archive_dir
+from pep.runtime.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
 from pep.runtime.compile import FAMILIES, NUMERIC_KIND, STRING_KIND, CompiledPlan, row_attributes
 from pep.runtime.encode import json_array, value_texts
 from pep.runtime.memo import OwnedCache
@@ -420,24 +420,15 @@ class StreamExecutor:
                        .start())
         self._checkpoint.mark_running()
         if kind == "kafka":
-            self._await_kafka_start()
+            # a new query starts at the latest offsets, fixed at its first trigger: every record
+            # produced after the handle's request was answered reaches the handle
+            await_kafka_offsets(self._checkpoint.location, 1, self._query)
         # Built while the query lists its source and plans its first batch (a few tenths of a
         # second), so that batch finds it ready instead of the request waiting for it first.
         try:
             self._prepare_plans()
         except Exception as exc:  # the query runs already: its first batch builds it (or fails)
             log.warning("stream %s: plan table not prepared: %s", self.definition.name, exc)
-
-    def _await_kafka_start(self, timeout: float = 30.0) -> None:
-        """A new Kafka query fixes its starting offsets (the latest) at its first trigger: wait
-        for it, so that every record produced after the handle's request was answered reaches
-        the handle (bounded; a query that cannot reach its broker goes on trying)."""
-        assert self._checkpoint is not None
-        deadline = time.monotonic() + timeout
-        while not self._checkpoint.kafka_offsets_fixed() and time.monotonic() < deadline:
-            if self._query is None or not self._query.isActive:
-                return
-            time.sleep(0.02)
 
     def _source_path(self) -> str | None:
         from pep.runtime.sources import _local_dir
@@ -1038,7 +1029,15 @@ class StreamExecutor:
             panes_source = observed
         if windowed:
             panes_arrow = self.panes_frame(panes_source, scalar, shape).toArrow()
-        figures = observation.get
+        try:
+            figures = observation.get
+        except Exception as exc:  # noqa: BLE001
+            # pyspark 4.2.0 (the version Kafka pins) sometimes has no observed row for a Kafka
+            # micro-batch whose only job is the panes job (toPyRow's assertion fails): the same
+            # figures from one more small job over the batch
+            log.debug("stream %s: observed figures unavailable (%s); computed",
+                      self.definition.name, type(exc).__name__)
+            figures = batch.agg(*self._observed(shape)).first().asDict()
         spark_s = time.perf_counter() - started
         self._observe(figures, shape)
         closed: list[str] = []

@@ -224,7 +224,8 @@ class StreamCatalog:
         from pep.streams.kafka_producer import DEFAULT_TIMEOUT, KafkaAppender
         with self._lock:
             if self._kafka is None:
-                self._kafka = KafkaAppender(self.kafka_timeout or DEFAULT_TIMEOUT)
+                self._kafka = KafkaAppender()
+            self._kafka.timeout = self.kafka_timeout or DEFAULT_TIMEOUT
             return self._kafka
 
     def open_feed(self, name: str, directory: Path) -> None:

@@ -69,6 +69,9 @@ class _Producer:
             # a topic the cluster does not know fails its records after this, not 30 s
             "topic.metadata.propagation.max.ms": int(min(timeout, 5.0) * 1000),
             "logger": logging.getLogger("xsg.kafka.producer"),
+            # a broker that is away: one line per attempt, at most every few seconds
+            "reconnect.backoff.ms": 500,
+            "reconnect.backoff.max.ms": 5000,
         })
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="xsg-kafka-producer",
@@ -82,7 +85,7 @@ class _Producer:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(5)
-        self.producer.flush(5)
+        self.producer.flush(2)
 
 
 class KafkaAppender:
@@ -101,17 +104,39 @@ class KafkaAppender:
                 found = self._producers[key] = _Producer(config, self.timeout)
             return found
 
+    def _drop(self, config: dict[str, str]) -> None:
+        """Forget a producer that failed (a broker that is gone: it would retry and log for
+        ever); the next append makes a new one. Closed on a thread of its own (its flush may
+        wait for records that will time out)."""
+        with self._lock:
+            found = self._producers.pop(tuple(sorted(config.items())), None)
+        if found is not None:
+            threading.Thread(target=found.close, name="xsg-kafka-producer-close",
+                             daemon=True).start()
+
     def append(self, definition: StreamDefinition, records: list[dict]) -> int:
         """Produce `records` to the stream's topic; returns their number once the broker has
         acknowledged all of them, else Unavailable saying what happened."""
-        from confluent_kafka import KafkaException
+        try:
+            return self._append(definition, records)
+        except Unavailable:
+            self._drop(self._config(definition)[0])
+            raise
 
+    @staticmethod
+    def _config(definition: StreamDefinition) -> tuple[dict[str, str], str]:
         opts = dict(definition.source.options)
-        servers, topic = opts["bootstrap.servers"], opts["subscribe"]
-        config = {"bootstrap.servers": servers}
+        config = {"bootstrap.servers": opts["bootstrap.servers"]}
         config.update({k[len("kafka."):]: v for k, v in opts.items()
                        if k.startswith("kafka.") and k != "kafka.bootstrap.servers"})
-        where = f"stream {definition.name!r} (Kafka topic {topic!r} at {servers})"
+        return config, opts["subscribe"]
+
+    def _append(self, definition: StreamDefinition, records: list[dict]) -> int:
+        from confluent_kafka import KafkaException
+
+        config, topic = self._config(definition)
+        where = (f"stream {definition.name!r} (Kafka topic {topic!r} at "
+                 f"{config['bootstrap.servers']})")
         try:
             client = self._producer(config)
         except KafkaException as exc:
