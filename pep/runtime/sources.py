@@ -136,10 +136,15 @@ def _socket_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
     return _shape(parsed.select("r.*"), stream.schema, F.col(f"`{SEQ_COLUMN}`"), None)
 
 
+# Records one micro-batch of a Kafka stream reads at most (source option maxOffsetsPerTrigger):
+# a backlog is read in batches a handle's buffer (10,000 rows) can take, as the file sources'
+# maxFilesPerTrigger does.
+KAFKA_MAX_OFFSETS = 10_000
+
+
 def kafka_options(stream: StreamDefinition) -> tuple[str, str, dict[str, str]]:
-    """(bootstrap servers, topic, client settings) of a Kafka stream's source; the settings are
-    the `kafka.*` options without their prefix (security, SASL: the same for Spark's consumer
-    and the gateway's producer)."""
+    """(bootstrap servers, topic, consumer settings) of a Kafka stream's source; the settings
+    are the `kafka.*` options without their prefix (Java client names: security, SASL)."""
     opts = dict(stream.source.options)
     servers = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
     if not servers:
@@ -157,13 +162,17 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
 
     A new query starts at the latest offsets (nothing is replayed: the runtime drops a Kafka
     stream's checkpoint when its last handle leaves); a query that stopped with handles attached
-    resumes from its checkpoint. Records whose value is not a JSON object are dropped. Order
+    resumes from its checkpoint. Records whose value is not a JSON object are dropped; in an
+    object, an attribute that is missing or not of its declared type is null (an object that
+    does not parse gives a tuple of nulls, as Spark's from_json does). Order
     (see the module docstring): `_xsg_seq` is null and `_xsg_file` is "<topic>/<partition>/
     <offset>", zero-padded, so that the executor orders a micro-batch by the stream's time
     attribute, then partition, then offset."""
     servers, topic, client = kafka_options(stream)
+    per_trigger = stream.source.option("maxOffsetsPerTrigger") or str(KAFKA_MAX_OFFSETS)
     reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers)
               .option("subscribe", topic).option("startingOffsets", "latest")
+              .option("maxOffsetsPerTrigger", per_trigger)
               # records that retention removed while the query was stopped are skipped (logged
               # by Spark) rather than failing the stream at every restart
               .option("failOnDataLoss", "false"))
@@ -182,11 +191,12 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
                 f"{kafka_unavailable_reason()}") from None
         raise
     text = F.col("value").cast("string")
-    parsed = (raw.select(F.from_json(text, spark_schema(stream.schema)).alias("r"),
-                         F.format_string("%s/%010d/%020d", F.col("topic"), F.col("partition"),
-                                         F.col("offset")).alias(FILE_COLUMN),
-                         F.ltrim(text).startswith("{").alias("_xsg_obj"))
-              .where(F.col("_xsg_obj") & F.col("r").isNotNull()))
+    # Only on the text: a filter on the parsed struct would be pushed below the projection and
+    # parse every record twice (measured: the rows job 1.3x slower)
+    parsed = (raw.where(F.ltrim(text).startswith("{"))
+              .select(F.from_json(text, spark_schema(stream.schema)).alias("r"),
+                      F.format_string("%s/%010d/%020d", F.col("topic"), F.col("partition"),
+                                      F.col("offset")).alias(FILE_COLUMN)))
     return _shape(parsed.select("r.*", FILE_COLUMN), stream.schema, None, F.col(FILE_COLUMN))
 
 

@@ -126,9 +126,8 @@ class KafkaAppender:
     @staticmethod
     def _config(definition: StreamDefinition) -> tuple[dict[str, str], str]:
         opts = dict(definition.source.options)
-        config = {"bootstrap.servers": opts["bootstrap.servers"]}
-        config.update({k[len("kafka."):]: v for k, v in opts.items()
-                       if k.startswith("kafka.") and k != "kafka.bootstrap.servers"})
+        config = {k[len("producer."):]: v for k, v in opts.items() if k.startswith("producer.")}
+        config["bootstrap.servers"] = opts["bootstrap.servers"]
         return config, opts["subscribe"]
 
     def _append(self, definition: StreamDefinition, records: list[dict]) -> int:
