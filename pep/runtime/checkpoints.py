@@ -104,6 +104,11 @@ class StreamCheckpoint:
             # micro-batch: its starting offsets are in sources/; a first handle starts at the
             # latest offsets, whatever an old checkpoint says
             if running and (self.location / "sources").is_dir():
+                offsets = self.location / "offsets"
+                if offsets.is_dir() and not any(p.name.isdigit() for p in offsets.iterdir()):
+                    # stopped while writing its first batch's offsets: only a temporary file,
+                    # which Spark refuses to start batch 0 on; the starting offsets stay
+                    shutil.rmtree(offsets, ignore_errors=True)
                 return False
             shutil.rmtree(self.location, ignore_errors=True)
             return True
