@@ -1,6 +1,7 @@
 """The gateway's one SparkSession: started once per process, with the settings the runtime needs."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -37,14 +38,14 @@ DEFAULT_CONF: dict[str, str] = {
 # Spark's Kafka connector is not in the pyspark wheel: `make install` (deploy/fetch_kafka_jars.sh)
 # fetches it for the installed pyspark into the checkout's cache; XSG_KAFKA_JARS names another
 # directory of jars (a deployment that is not a checkout).
-KAFKA_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "kafka"
+KAFKA_CACHE = Path(os.environ.get("XSG_KAFKA_CACHE")
+                   or Path(__file__).resolve().parents[2] / ".cache" / "kafka")
 
 
 def kafka_connector_jars() -> list[str]:
     """The jars that give Spark its Kafka source, for the installed pyspark: from the directory
     XSG_KAFKA_JARS names, else from the checkout's cache when its fetch completed; [] when there
     are none (Kafka streams then fail saying so; everything else runs without them)."""
-    import os
     from importlib.metadata import version
 
     named = os.environ.get("XSG_KAFKA_JARS")

@@ -187,7 +187,7 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
             raise KafkaConnectorMissing(
                 f"stream {stream.name!r}: Kafka needs Spark's Kafka connector "
                 "(org.apache.spark:spark-sql-kafka-0-10_2.13 matching this Spark version) on the "
-                "classpath, which the pyspark wheel does not include: "
+                "classpath; the pyspark wheel does not include it. "
                 f"{kafka_unavailable_reason()}") from None
         raise
     text = F.col("value").cast("string")
