@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test bench check-java chromium wrk clean
+.PHONY: install run test bench check-java chromium wrk clean kafka-jars kafka
 CHROMIUM ?= $(or $(XSG_CHROMIUM),/usr/bin/chromium)
 
 $(STAMP): setup.cfg pyproject.toml
@@ -13,7 +13,7 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	@touch $(STAMP)
 
-install: check-java $(STAMP)
+install: check-java $(STAMP) kafka-jars
 
 check-java:
 	@deploy/check_java.sh
@@ -51,6 +51,18 @@ wrk:
 	    echo "no wrk: bench_pdp.py will skip its wrk rows (apt-get install wrk)"; \
 	  fi; \
 	fi
+
+# Spark's Kafka connector for the installed pyspark and a Kafka broker with its console tools, from
+# Maven Central into .cache/kafka/ (once; later runs do nothing). Without mvn it says what to
+# install, and Kafka streams and their tests then say so too.
+kafka-jars: $(STAMP)
+	@deploy/fetch_kafka_jars.sh $(PY)
+
+# A single-node Kafka broker (KRaft) on 127.0.0.1:9092 for trying Kafka streams (README); Ctrl-C
+# stops it. KAFKA_PORT=... picks another port.
+KAFKA_PORT ?= 9092
+kafka: install
+	$(PY) -m tests.kafka.broker --port $(KAFKA_PORT) --data-dir data/kafka
 
 bench: install wrk
 	for f in tests/bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

@@ -2,15 +2,16 @@
 
 Who may do what: registering a stream needs the `data-owner` (or `owner`) role or an
 administrator, and the caller becomes the stream's owner; only administrators may register
-sources that read the server's own files or network (files, socket, kafka). Appending records,
-changing a stream (`PATCH /streams/<name>`: `definition.PATCHABLE`), deleting it (`DELETE
-/streams/<name>`) and asking what its deletion would do (`GET /streams/<name>/dependents`) are
-for the stream's owner and administrators; what follows a change or a deletion is
-`pep.streams.lifecycle`'s. Listing and describing are open to every
-authenticated caller for the streams it may see (every `listed` stream; a `restricted` one as
-`pep.streams.visibility` decides), without the source's options unless they own the stream. A
-stream the caller may not see answers every route here exactly as a name no stream has: 404 with
-the same body.
+sources that read the server's own files or network (files, socket, kafka). Appending records
+(to `ingest` streams: a file the stream's query reads; to `kafka` streams: produced to the
+topic, answered once the broker acknowledged them, 503 when it does not), changing a stream
+(`PATCH /streams/<name>`: `definition.PATCHABLE`), deleting it (`DELETE /streams/<name>`) and
+asking what its deletion would do (`GET /streams/<name>/dependents`) are for the stream's owner
+and administrators; what follows a change or a deletion is `pep.streams.lifecycle`'s. Listing
+and describing are open to every authenticated caller for the streams it may see (every
+`listed` stream; a `restricted` one as `pep.streams.visibility` decides), without the source's
+options unless they own the stream. A stream the caller may not see answers every route here
+exactly as a name no stream has: 404 with the same body.
 """
 from __future__ import annotations
 

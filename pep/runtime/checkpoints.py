@@ -98,9 +98,25 @@ class StreamCheckpoint:
                 shutil.rmtree(self.location, ignore_errors=True)
             self._write(fingerprint=fp, state="new")
             return True
+        running = state.get("state") == "running"
+        if self.definition.source.kind == "kafka":
+            # a query that stopped with handles (or was killed) resumes, even before its first
+            # micro-batch: its starting offsets are in sources/; a first handle starts at the
+            # latest offsets, whatever an old checkpoint says
+            if running and (self.location / "sources").is_dir():
+                offsets = self.location / "offsets"
+                if offsets.is_dir() and not any(p.name.isdigit() for p in offsets.iterdir()):
+                    # stopped while writing its first batch's offsets: only a temporary file,
+                    # which Spark refuses to start batch 0 on; the starting offsets stay
+                    shutil.rmtree(offsets, ignore_errors=True)
+                return False
+            shutil.rmtree(self.location, ignore_errors=True)
+            return True
         if not (self.location / "offsets").is_dir():
             return True
-        return state.get("state") != "running"
+        return not running
+
+
 
     def adopt(self, previous: StreamDefinition) -> bool:
         """The stream's definition changed in a way its checkpoint survives (attributes added):
@@ -130,6 +146,22 @@ class StreamCheckpoint:
         """The query stopped with handles attached (gateway stopping): keep it resumable."""
         if self.temporary:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def await_kafka_offsets(location: Path, kafka_sources: int, query, timeout: float = 30.0
+                        ) -> bool:
+    """Wait until a query's Kafka sources have fixed the offsets they start from (Spark writes
+    them to `<checkpoint>/sources/<i>/0` at the query's first trigger; a file source writes
+    nothing there before its first files), so that every record produced after this is read.
+    Bounded: a query that cannot reach its broker goes on trying; False then."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sum(1 for _ in Path(location).glob("sources/*/0")) >= kafka_sources:
+            return True
+        if query is None or not query.isActive:
+            return False
+        time.sleep(0.02)
+    return False
 
 
 def archive_dir(work_dir: Path, definition: StreamDefinition) -> Path:
@@ -209,5 +241,6 @@ class Janitor(threading.Thread):
             self.join(timeout=10)
 
 
-__all__ = ["StreamCheckpoint", "Retention", "Janitor", "archive_dir", "fingerprint",
+__all__ = ["StreamCheckpoint", "Retention", "Janitor", "archive_dir", "await_kafka_offsets",
+           "fingerprint",
            "DEFAULT_RETENTION_SECONDS", "DEFAULT_RETENTION_BYTES"]

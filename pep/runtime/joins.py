@@ -43,6 +43,7 @@ from pep.core.conditions import COMPARATORS
 from pep.core.plan import AnyPredicate, ExecutionPlan, JoinPlan, SpatialPredicate, StreamDefinition
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
+from pep.runtime.checkpoints import await_kafka_offsets
 from pep.runtime.compile import PlanError, compile_predicate
 from pep.runtime.predicates import row_column
 from pep.runtime.sources import DELETE_COMMITTED, SEQ_COLUMN, build_source
@@ -354,6 +355,9 @@ class _JoinQuery:
                           .option("checkpointLocation", str(self.checkpoint))
                           .trigger(processingTime=f"{millis} milliseconds")
                           .start())
+            kafka = sum(1 for d in self.streams if d.source.kind == "kafka")
+            if kafka:  # a Kafka side starts at the latest offsets, fixed at the first trigger
+                await_kafka_offsets(self.checkpoint, kafka, self.query)
         except BaseException:
             self._close_feeds()
             raise

@@ -23,6 +23,11 @@ uses to order tuples for tuple windows (the file source does not keep arrival or
 micro-batch); the counter is persisted in the same database, so it keeps increasing after a
 restart.
 
+For a `kafka` stream, `append_records` validates the batch the same way and produces its
+records to the stream's topic, returning once the broker acknowledged them all
+(`pep/streams/kafka_producer.py`; a broker that refuses or does not answer: Unavailable, 503).
+No `_xsg_seq` is added: a Kafka stream is ordered by time, partition and offset.
+
 Feeds (`open_feed` / `close_feed`) give a reader other than the stream's own query (a join)
 every batch written after it opened, and none before: each new file is also hard-linked (copied
 where links are impossible) into the feed's directory, under the same lock that numbers the
@@ -106,7 +111,8 @@ class StreamCatalog:
 
     def __init__(self, db_path: str | Path, data_dir: str | Path,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 max_lines: int = DEFAULT_MAX_LINES) -> None:
+                 max_lines: int = DEFAULT_MAX_LINES,
+                 kafka_timeout: float | None = None) -> None:
         self.db_path = Path(db_path)
         self.data_dir = Path(data_dir)
         self.max_body_bytes = max_body_bytes
@@ -132,6 +138,9 @@ class StreamCatalog:
         # goes (`_forget`). A re-decision of a thousand handles looks its stream up a thousand
         # times.
         self._found: dict[str, StreamDefinition] = {}
+        # records appended to Kafka-backed streams go to their topics (made at the first one)
+        self._kafka = None
+        self.kafka_timeout = kafka_timeout
 
     def add_listener(self, callback: Callable[[StreamDefinition], None]) -> None:
         self._listeners.append(callback)
@@ -150,6 +159,8 @@ class StreamCatalog:
                     log.info("stream catalogue %s: added column %s", self.db_path, column)
 
     def close(self) -> None:
+        if self._kafka is not None:
+            self._kafka.close()
         self._db.close()
 
     def ingest_dir(self, name: str) -> Path:
@@ -434,6 +445,14 @@ class StreamCatalog:
         with self._lock:
             return self._ingest_locks.setdefault(name.lower(), threading.Lock())
 
+    def _kafka_appender(self):
+        from pep.streams.kafka_producer import DEFAULT_TIMEOUT, KafkaAppender
+        with self._lock:
+            if self._kafka is None:
+                self._kafka = KafkaAppender()
+            self._kafka.timeout = self.kafka_timeout or DEFAULT_TIMEOUT
+            return self._kafka
+
     def open_feed(self, name: str, directory: Path) -> None:
         """From now on, every batch appended to stream `name` also appears in `directory`."""
         directory = Path(directory)
@@ -470,15 +489,16 @@ class StreamCatalog:
         """Validate and append a batch of JSON lines; returns how many records were written.
 
         All or nothing: a RecordError (BatchTooLarge for a batch over the limits) leaves no file
-        and no sequence numbers used.
+        and no sequence numbers used (and sends nothing to a Kafka stream's topic).
         """
         entry = self.entry(name)
         if entry is None:
             raise StreamNotFound(f"no stream named {name!r}")
         d = entry.definition
-        if d.source.kind != "ingest":
+        if d.source.kind not in ("ingest", "kafka"):
             raise StreamConflict(f"stream {d.name!r} reads from a {d.source.kind} source; "
-                                 "records can only be appended to an 'ingest' stream")
+                                 "records can only be appended to an 'ingest' or a 'kafka' "
+                                 "stream")
         if len(body) > self.max_body_bytes:
             raise BatchTooLarge(f"batch of {len(body)} bytes is over the limit of "
                                 f"{self.max_body_bytes}")
@@ -486,6 +506,8 @@ class StreamCatalog:
                                    optional=frozenset(n.lower() for n in entry.optional))
         if not records:
             return 0
+        if d.source.kind == "kafka":
+            return self._kafka_appender().append(d, records)
         directory = self.ingest_dir(d.name)
         with self._ingest_lock(d.name):
             tmp = directory / f".incoming-{secrets.token_hex(8)}.json.tmp"

@@ -34,6 +34,19 @@ SOURCE_KINDS = ("ingest", "files", "generator", "socket", "kafka")
 # Sources that reach into the server's file system or network: administrators only.
 PRIVILEGED_SOURCE_KINDS = ("files", "socket", "kafka")
 FILE_FORMATS = ("json", "csv", "parquet")
+KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+# `kafka.<setting>` options of a Kafka source go to Spark's consumer (Java client names, e.g.
+# kafka.security.protocol), `producer.<setting>` to the gateway's producer (librdkafka names, e.g.
+# producer.sasl.username); these the runtime sets itself: where to start reading, which group,
+# how to (de)serialise, how to acknowledge
+KAFKA_CLIENT_OPTION = re.compile(r"(kafka|producer)\.[a-z][a-z0-9.]{0,99}")
+KAFKA_RUNTIME_OWNED = frozenset({"kafka.bootstrap.servers", "kafka.group.id",
+                                 "kafka.auto.offset.reset", "kafka.enable.auto.commit",
+                                 "kafka.key.deserializer", "kafka.value.deserializer",
+                                 "kafka.key.serializer", "kafka.value.serializer",
+                                 "producer.bootstrap.servers", "producer.acks",
+                                 "producer.enable.idempotence", "producer.message.timeout.ms",
+                                 "producer.logger"})
 
 LISTED = "listed"          # every authenticated caller sees the stream (the default)
 RESTRICTED = "restricted"  # only its owner, administrators and callers the PDP may permit
@@ -382,10 +395,15 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
         "files": {"path", "format", "maxFilesPerTrigger"},
         "generator": {"schema", "rate"},
         "socket": {"host", "port"},
-        "kafka": {"bootstrap.servers", "subscribe", "startingOffsets"},
+        "kafka": {"bootstrap.servers", "subscribe", "maxOffsetsPerTrigger"},
     }[kind]
     opts = {k: v for k, v in source.items() if k != "kind"}
     unknown = set(opts) - allowed
+    if kind == "kafka":  # client settings (security, SASL) for Spark's consumer and producer
+        unknown = {k for k in unknown if not (isinstance(k, str)
+                                              and KAFKA_CLIENT_OPTION.fullmatch(k)
+                                              and k not in KAFKA_RUNTIME_OWNED)}
+        allowed = allowed | {"kafka.<consumer setting>", "producer.<producer setting>"}
     if unknown:
         raise InvalidStream(f"source ({kind}): unknown option(s) "
                             f"{', '.join(sorted(map(str, unknown)))}; allowed: "
@@ -432,6 +450,13 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
         if "bootstrap.servers" not in text or "subscribe" not in text:
             raise InvalidStream("source (kafka): 'bootstrap.servers' and 'subscribe' are "
                                 "required")
+        limit = text.get("maxOffsetsPerTrigger")
+        if limit is not None and not (limit.isdigit() and 0 < int(limit) <= 10_000_000):
+            raise InvalidStream("source (kafka): maxOffsetsPerTrigger must be an integer in "
+                                "1..10000000")
+        if not KAFKA_TOPIC.fullmatch(text["subscribe"]):
+            raise InvalidStream("source (kafka): 'subscribe' must name one topic (letters, "
+                                f"digits, '.', '_', '-'; at most 249), got {text['subscribe']!r}")
     return SourceSpec(kind, tuple(sorted(text.items())))  # type: ignore[arg-type]
 
 
