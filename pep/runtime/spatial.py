@@ -210,7 +210,7 @@ class AnchorTracker:
     def with_schema(self, schema: Any) -> "AnchorTracker":
         """The same anchors' positions over a schema that added attributes after this one's (a
         stream's query restarted for its new attributes: attribute indices stay valid)."""
-        other = AnchorTracker(self.spark, self._value_arrays, schema)
+        other = AnchorTracker(self.spark, self._value_arrays, schema, self._long_array)
         with self._lock:
             other._last, other._segments = dict(self._last), dict(self._segments)
             other.version, other.rows = self.version + 1, self.rows
