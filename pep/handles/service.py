@@ -269,14 +269,14 @@ class HandleService:
     def _attach(self, handle_id: str, streams: list[StreamDefinition], plan: AnyPlan,
                 buffer: HandleBuffer, subject: str) -> None:
         try:
-            self._attach_now(handle_id, streams, plan, buffer)
+            self._attach_now(handle_id, streams, plan, buffer, subject)
         finally:
             with self._attached:
                 self._attaching.pop(handle_id, None)
                 self._attached.notify_all()
 
     def _attach_now(self, handle_id: str, streams: list[StreamDefinition], plan: AnyPlan,
-                    buffer: HandleBuffer) -> None:
+                    buffer: HandleBuffer, subject: str) -> None:
         try:
             if isinstance(plan, JoinPlan):
                 if any(private_window(side) is not None for side in (plan.left, plan.right)):
