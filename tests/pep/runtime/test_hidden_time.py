@@ -391,7 +391,7 @@ def test_event_state_moves_only_with_tuples_that_meet_its_condition(spark, tmp_p
                      + (None,) for r in recs], SPARK_SCHEMA)
                 ex._on_batch(frame, i)
                 events.tick()
-                seen.append((events.version, events.environment()))
+                seen.append((events.version, events.environment(sd.name)))
                 clock[0] += 4.0
             return seen
         finally:
