@@ -131,7 +131,9 @@ class KafkaBroker:
         if not (logs / "meta.properties").is_file():
             with open(self.work_dir / "format.log", "wb") as out:
                 done = subprocess.run(
-                    self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(),
+                    # one argument with '=': an id may begin with '-', which argparse would
+                    # take for an option of its own
+                    self._java("kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}",
                                "-c", str(config), heap="128m"),
                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     timeout=max(5.0, deadline - time.monotonic()))
