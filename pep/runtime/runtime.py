@@ -16,6 +16,7 @@ from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_
                                      Retention)
 from pep.runtime.compile import PlanError, compile_plan
 from pep.runtime.executor import DEFAULT_TUPLE_PANE_MIN, StreamExecutor
+from pep.runtime.mask_keys import MaskKeys
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +55,17 @@ class StreamRuntime:
 
     def __init__(self, spark: SparkSession, work_dir: Path, trigger_interval: float = 0.25,
                  max_files_per_trigger: int = 50, time_window_lateness: float = 0.0,
-                 settings: RuntimeSettings | None = None) -> None:
+                 settings: RuntimeSettings | None = None,
+                 mask_keys: MaskKeys | None = None) -> None:
         if settings is None:
             settings = RuntimeSettings(trigger_interval, max_files_per_trigger,
                                        time_window_lateness)
         self.settings = settings
         self.spark = spark
         self.work_dir = Path(work_dir)
+        # the owners' hash-mask keys (pep/runtime/mask_keys.py), shared with the join runtime
+        self.mask_keys = mask_keys if mask_keys is not None else \
+            MaskKeys(self.work_dir / "mask-keys")
         self.trigger_interval = settings.trigger_interval
         self.max_files_per_trigger = settings.max_files_per_trigger
         self.time_window_lateness = settings.time_window_lateness
@@ -102,7 +107,8 @@ class StreamRuntime:
                 executor = StreamExecutor(self.spark, stream, self.work_dir,
                                           self.trigger_interval, self.max_files_per_trigger,
                                           self.time_window_lateness, self._closed_by_deliver,
-                                          self.settings.tuple_pane_min)
+                                          self.settings.tuple_pane_min,
+                                          self.mask_keys.key_for)
                 for old_id, old_plan, old_deliver in carried:
                     executor.add_handle(old_id, old_plan, old_deliver)
                 executor.add_handle(handle_id, compiled, deliver)
