@@ -40,7 +40,7 @@ from functools import lru_cache
 from typing import Any
 
 from pep.core.analysis import MASKED, NEVER, Warning
-from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial, spatial_parts
+from pep.core.conditions import And, Comparison, Expr, Not, Or, spatial_parts
 from pep.core.errors import NotPermitted
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ceil_exact, floor_exact,
                             iso_from_micros, is_integral, is_number, micros_from_iso)
@@ -528,9 +528,10 @@ def plan_masks(policy, user, schema: StreamSchema) -> MaskPlan | None:
                                   "not expose", name)
             have = masks.get(name)
             if not at_least_as_coarse(mask, have):
+                policy_spec = have.spec if have is not None else "none"
                 raise MaskRefused(
                     f"your query asks for attribute {name!r} as {mask.spec!r}, which is not "
-                    f"coarser than the policy's mask {have.spec!r}; ask for the policy's mask "  # type: ignore[union-attr]
+                    f"coarser than the policy's mask {policy_spec!r}; ask for the policy's mask "
                     "or a coarser one (a multiple of its step, a subset of its band edges, a "
                     "larger unit, a shorter prefix or suffix, null)", name)
             masks[name] = mask

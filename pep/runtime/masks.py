@@ -74,7 +74,8 @@ def mask_struct(mask: Mask, field_type: str, key: bytes | None) -> dict[str, Any
         step = Fraction(mask.step)  # type: ignore[arg-type]
         out.update(n=float(step.numerator), d=float(step.denominator))
     elif code == STEP_L:
-        out["l"] = UNIT_MICROS[mask.unit] if mask.kind == "truncate" else int(mask.step)  # type: ignore
+        out["l"] = (UNIT_MICROS[mask.unit] if mask.kind == "truncate"  # type: ignore[index]
+                    else int(mask.step))  # type: ignore[arg-type]
     elif code == BANDS_D:
         out["e"] = [float(e) for e in mask.edges]
     elif code == BANDS_L:

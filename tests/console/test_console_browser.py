@@ -186,7 +186,8 @@ def test_consumer_chart_gets_rows_and_shows_revoked_when_the_owner_deletes_the_p
     lta.fill("#try-masks", "rainrate:round:10")
     lta.click("#try-explain")
     lta.wait_for_selector("#try-warnings li.PR")
-    wait_true(lta, "document.getElementById('try-sql').textContent.includes('floor(`rainrate` / 10) * 10')")
+    wait_true(lta, "document.getElementById('try-sql').textContent"
+                   ".includes('floor(`rainrate` / 10) * 10')")
     assert '"rainrate": "round:10"' in lta.inner_text("#try-plan")
     assert "<Mask><Attribute>rainrate:round:10</Attribute></Mask>" in lta.text_content("#try-xml")
     lta.fill("#try-masks", "")
