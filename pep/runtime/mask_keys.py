@@ -69,7 +69,7 @@ class MaskKeys:
     def _read(path: Path) -> bytes:
         data = path.read_bytes()
         if len(data) != KEY_BYTES:
-            raise RuntimeError(f"the hash key file {path} is damaged ({len(data)} bytes, not "
+            raise RuntimeError(f"an owner's hash key file is damaged ({len(data)} bytes, not "
                                f"{KEY_BYTES}); hashed values cannot be computed")
         return data
 

@@ -86,6 +86,8 @@ class StreamRuntime:
         if plan.stream != stream.name:
             raise PlanError(f"plan is for stream {plan.stream!r}, not {stream.name!r}")
         compiled = compile_plan(plan, stream.schema, stream.time_attribute)
+        if any(m.kind == "hash" for _, m in compiled.masks):
+            self.mask_keys.key_for(stream.owner)  # made (or found unusable) now, not mid-batch
         with self._lock:
             if self._closed:
                 raise RuntimeError("the stream runtime has been stopped")
