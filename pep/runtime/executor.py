@@ -1009,9 +1009,8 @@ class StreamExecutor:
                    .alias(PLAN),
                    *carried, F.col(NUMS_COLUMN), F.col(STRS_COLUMN), F.col(LNGS_COLUMN)]
         if shape.keys and shape.masked:
-            key = F.concat_ws(KEY_SEP, F.transform(
-                p["ky"], lambda i: F.coalesce(F.element_at(self._masked_keys(shape, p), i),
-                                              F.lit("null"))))
+            key = let(self._masked_keys(shape, p), lambda texts: F.concat_ws(KEY_SEP, F.transform(
+                p["ky"], lambda i: F.coalesce(F.element_at(texts, i), F.lit("null")))))
         elif shape.keys:
             explode.append(F.col(KEYS_COLUMN))
             key = F.concat_ws(KEY_SEP, F.transform(
