@@ -584,7 +584,7 @@ def filter_notes(dnf, plan: MaskPlan) -> list[Warning]:
                     tuple(undecided))]
 
 
-def window_masks(plan: MaskPlan, kind: str, size: int, step: int, aggregates, keys,
+def window_masks(plan: MaskPlan, kind: str, size: int, step: int, aggregates,
                  time_attribute: str | None, functions_for_type: Mapping[str, Iterable[str]]
                  ) -> tuple:
     """The aggregates a window may compute over masked values (those whose function fits the

@@ -17,6 +17,9 @@ Rules (eXACML+ section 3.1, with the corrections of the design):
 - Filters before a policy's window: the query's own filter runs before the window, so it may use
   only the attributes the policy lists as pre-window filterable (none by default); otherwise a
   narrow filter would choose which tuples a window aggregates.
+- Masks (`pep.core.masks`): the policy's, each replaced by a coarser one the query asks for (a
+  finer one is refused); the policy's filter reads raw values, the query's filter, keys and
+  aggregates masked ones (its comparisons become derived variables of the analysis).
 """
 from __future__ import annotations
 
@@ -227,7 +230,7 @@ def _masked_aggregates(masking: MaskPlan, window: _Window, uw: WindowAggregate |
         time_attr = time_attribute or next(
             (f.name for f in schema.fields if f.type == "timestamp"), None)
     kept, notes = window_masks(masking, window.kind, window.size, window.step,
-                               window.aggregates, window.keys, time_attr, FUNCTIONS_FOR_TYPE)
+                               window.aggregates, time_attr, FUNCTIONS_FOR_TYPE)
     if notes and uw is not None and uw.aggregates:
         dropped = [a for a in window.aggregates if a not in kept]
         raise QueryRefused(f"your query asks for {_describe(dropped[0])}, but the policy shows "
