@@ -383,6 +383,12 @@ def rule_from_flags(args: argparse.Namespace) -> dict:
         rule["actions"] = _csv(args.action)
     if args.attributes is not None:
         rule["attributes"] = _csv([args.attributes])
+    for item in args.mask or []:
+        names, sep, spec = item.partition(":")  # lat,lon:grid:0.1: the attributes come first
+        if not sep or not names.strip() or not spec.strip():
+            raise CliError(f"--mask {item!r}: write ATTR:MASK (speed:round:10, "
+                           "lat,lon:grid:0.1, mmsi:hash)", EXIT_USAGE)
+        rule.setdefault("mask", {})[names.strip()] = spec.strip()
     if args.window is not None:
         parts = args.window.split(":")
         if len(parts) not in (2, 3) or not all(p.strip() for p in parts):
@@ -645,6 +651,10 @@ def add_new_parser(psub, what_if: dict) -> None:
                                                             "'rainrate > 5'")
     what.add_argument("--attributes", metavar="A,B,..", help="the attributes shown "
                                                              "(default: all)")
+    what.add_argument("--mask", action="append", metavar="ATTR:MASK",
+                      help="shown coarser or hashed: speed:round:10, lat,lon:grid:0.1, "
+                           "ts:truncate:minute, speed:bands:0,10,20, name:prefix:3, mmsi:hash, "
+                           "name:null")
     window = n.add_argument_group("window (only aggregates are shown)")
     window.add_argument("--window", metavar="TYPE:SIZE[:STEP]",
                         help="tuple:5:2 (tuples) or time:600 (seconds); step defaults to size")

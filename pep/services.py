@@ -321,7 +321,8 @@ def join_runtime_for(runtime: Any, work_dir: Path, trigger_interval: float = 0.2
 
         base = runtime.get() if isinstance(runtime, LazyRuntime) else runtime
         return JoinRuntime(getattr(base, "spark", None), work_dir,
-                           trigger_interval=trigger_interval, feeds=feeds, lateness=lateness)
+                           trigger_interval=trigger_interval, feeds=feeds, lateness=lateness,
+                           mask_keys=getattr(base, "mask_keys", None))
 
     return LazyRuntime(build)
 

@@ -34,6 +34,7 @@ from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoRes
 from pep.core.explain import graph_to_json, plan_to_json, render_sql
 from pep.core.graph import UnsupportedGraph
 from pep.core.join import JoinSide, build_join, check_streams
+from pep.core.masks import policy_masks
 from pep.core.merge import merge
 from pep.core.obligations import ObligationError, policy_graph
 from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema
@@ -264,7 +265,8 @@ def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: 
     second = query.join.stream if query is not None and query.join is not None else None
     try:
         try:
-            user = user_graph(query, stream, schema) if query is not None else None
+            user = (user_graph(query, stream, schema, policy_masks(policy))
+                    if query is not None else None)
         except UserQueryError as exc:
             raise InvalidInput(f"user query: {exc.message}", position=exc.position) from None
         time_attribute = time_attribute_lookup(stream) if time_attribute_lookup else None
@@ -311,7 +313,8 @@ def _plan_join(engine, ctx, response, stream: str, schema: StreamSchema, policy,
                 engine, second_ctx, second, second_schema, identity, media_type,
                 second_environment, join=f"the second stream of the join with {stream!r}")
             try:
-                second_user = user_graph(join.side, second, second_schema)
+                second_user = user_graph(join.side, second, second_schema,
+                                         policy_masks(second_policy))
             except UserQueryError as exc:
                 raise InvalidInput(f"user query (join): {exc.message}",
                                    position=exc.position) from None

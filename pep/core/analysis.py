@@ -42,6 +42,7 @@ know the theory anyway. The tests use sympy as an independent oracle for the boo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Literal, Union
 
 from pep.core import geo
@@ -58,6 +59,10 @@ WORK_LIMIT = 50_000  # conjunct pairs examined while distributing one AND (CPU b
 CONTAINMENT_LIMIT = 20_000  # vertex x edge tests for one polygon-in-polygon check (CPU bound)
 DISTANCE_MARGIN_M = 1.0  # slack for rounding when two circles are compared
 SPATIAL = "\x00"  # derived variables' names start so; no attribute of a schema does
+# A masked value (pep.core.masks) is a derived variable too: `MASKED attribute MASKED spec`;
+# NEVER is a variable no value satisfies (a comparison on a masked value that cannot hold).
+MASKED = "\x01"
+NEVER = MASKED + "never"
 
 
 @dataclass(frozen=True)
@@ -104,11 +109,18 @@ class Atom:
     def text(self) -> str:
         if self.spatial is not None:
             return spatial_text(_spatial_with(self.spatial, self.op, self.value))
-        return f"{self.attribute} {self.op} {format_literal(self.value)}"
+        return f"{_shown_name(self.attribute)} {self.op} {format_literal(self.value)}"
 
     def shown(self) -> str:
         """What to call this atom in a warning."""
         return self.written if self.implied else self.text()
+
+
+def _shown_name(attribute: str) -> str:
+    """An attribute's name as its author wrote it (a masked value: its attribute's name)."""
+    if attribute.startswith(MASKED):
+        return attribute[1:].partition(MASKED)[0]
+    return attribute
 
 
 def _spatial_with(s: SpatialPredicate, op: str, value: Scalar) -> SpatialPredicate:
@@ -163,19 +175,35 @@ def _spatial_atoms(expr: Spatial, origin: Literal["policy", "user"], negate: boo
 NNF = Union[Atom, bool, tuple]  # ("and", items) | ("or", items) | Atom | True | False
 
 
-def to_nnf(expr: Expr, origin: Literal["policy", "user"], negate: bool = False) -> NNF:
+# What a comparison on a masked value implies of the raw attribute: alternatives (an OR of
+# ANDs) of (attribute, op, value), or None (pep.core.masks.MaskPlan.implied).
+Implied = Callable[[str, str, Scalar], "list[list[tuple[str, str, Scalar]]] | None"]
+
+
+def to_nnf(expr: Expr, origin: Literal["policy", "user"], negate: bool = False,
+           implied: Implied | None = None) -> NNF:
     if isinstance(expr, Spatial):
         return _spatial_atoms(expr, origin, negate)
     if isinstance(expr, Comparison):
-        written = f"{expr.attribute} {expr.op} {format_literal(expr.value)}"
+        written = f"{_shown_name(expr.attribute)} {expr.op} {format_literal(expr.value)}"
         op = NEGATED_OP[expr.op] if negate else expr.op
-        return Atom(expr.attribute, op, expr.value, origin, written)  # type: ignore[arg-type]
+        atom = Atom(expr.attribute, op, expr.value, origin, written)  # type: ignore[arg-type]
+        if implied is not None and expr.attribute.startswith(MASKED):
+            alternatives = implied(expr.attribute, op, expr.value)
+            if alternatives is not None:
+                # raw bounds the masked comparison implies: they find contradictions with the
+                # policy's filter, and are never put in the plan (as a circle's box)
+                return _combine("and", [atom, _combine("or", [
+                    _combine("and", [Atom(a, o, v, origin, written, implied=True)
+                                     for a, o, v in alternative])
+                    for alternative in alternatives])])
+        return atom
     if isinstance(expr, Const):
         return expr.value != negate
     if isinstance(expr, Not):
-        return to_nnf(expr.item, origin, not negate)
+        return to_nnf(expr.item, origin, not negate, implied)
     is_and = isinstance(expr, And) != negate
-    items = [to_nnf(i, origin, negate) for i in expr.items]
+    items = [to_nnf(i, origin, negate, implied) for i in expr.items]
     return _combine("and" if is_and else "or", items)
 
 
@@ -273,6 +301,8 @@ def _int_bounds(r: _Range, kind: str) -> tuple[int, int]:
 
 
 def _range_satisfiable(kind: str, r: _Range) -> bool:
+    if kind == "null":  # a masked value that is always null (or NEVER): no comparison holds
+        return False
     if kind in INTEGER_DOMAINS:
         low, high = INTEGER_DOMAINS[kind]
         if r.eq is not _UNSET:
@@ -326,9 +356,11 @@ def _group(atoms) -> dict[str, list[tuple[str, Scalar]]]:
 class _Checker:
     """Satisfiability of conjuncts for one schema, with a small memo."""
 
-    def __init__(self, schema: StreamSchema) -> None:
+    def __init__(self, schema: StreamSchema, inexact: "set[str] | frozenset[str]" = frozenset()
+                 ) -> None:
         self.kinds = {f.name: f.type for f in schema.fields}
         self.memo: dict[tuple, bool] = {}
+        self.inexact_variables = inexact  # masked values decided only approximately
 
     def kind(self, attribute: str) -> str:
         if attribute.startswith(SPATIAL):
@@ -458,6 +490,9 @@ class _Checker:
             if len(variables) > 1 or ranged:
                 for a in group:
                     out.setdefault(a.text(), None)
+        for a in atoms:
+            if not a.implied and a.attribute in self.inexact_variables:
+                out.setdefault(a.text(), None)
         return tuple(out)
 
     def conflict(self, atoms) -> tuple[Atom, ...]:
@@ -666,20 +701,28 @@ class FilterAnalysis:
 
 
 def _show(atom: Atom) -> str:
+    if atom.attribute.startswith(MASKED) and atom.attribute != NEVER:
+        name, _, spec = atom.attribute[1:].partition(MASKED)
+        return f"{atom.shown()} (your query, on {name} masked as {spec})"
+    if atom.attribute == NEVER:
+        return f"{atom.shown()} (your query, on a masked value)"
     return f"{atom.shown()} ({'policy' if atom.origin == 'policy' else 'your query'})"
 
 
 def analyse_filter(policy: Expr | None, user: Expr | None, schema: StreamSchema, *,
-                   analysis_limit: int = ANALYSIS_LIMIT, plan_limit: int = PLAN_LIMIT
-                   ) -> FilterAnalysis:
+                   analysis_limit: int = ANALYSIS_LIMIT, plan_limit: int = PLAN_LIMIT,
+                   masks=None) -> FilterAnalysis:
     """Merged filter for the plan, with NR/PR warnings.
 
     Raises ConditionTooComplex when the merged filter exceeds `plan_limit` conjuncts even after
     pruning: the request is refused rather than enforced approximately.
+    `masks` (a `pep.core.masks.MaskPlan`): the user's comparisons on masked values are derived
+    variables of its analysis schema, with the raw bounds they imply.
     """
-    checker = _Checker(schema)
+    implied = masks.implied if masks is not None else None
+    u_nnf = to_nnf(user, "user", implied=implied) if user is not None else True
+    checker = _Checker(schema, masks.inexact if masks is not None else frozenset())
     p_nnf = to_nnf(policy, "policy") if policy is not None else True
-    u_nnf = to_nnf(user, "user") if user is not None else True
     both = _combine("and", [p_nnf, u_nnf])
     try:
         merged = checker.dnf(both, plan_limit)
@@ -830,6 +873,16 @@ def _atoms(node: NNF) -> list[Atom]:
     return [a for i in node[1] for a in _atoms(i)]
 
 
+def _undecided_kind(texts) -> str:
+    spatial = any(t.startswith(("DISTANCE", "WITHIN_POLYGON", "NOT WITHIN_POLYGON"))
+                  for t in texts)
+    masked = not all(t.startswith(("DISTANCE", "WITHIN_POLYGON", "NOT WITHIN_POLYGON"))
+                     for t in texts)
+    if spatial and masked:
+        return "spatial predicates and comparisons of masked values"
+    return "comparisons of masked values" if masked else "spatial predicates"
+
+
 def _describe_pr(user: tuple[Atom, ...], witness: tuple[Atom, ...], missing,
                  also_violated=(), undecided: tuple[str, ...] = ()) -> Warning:
     violated: dict[str, None] = {}
@@ -844,7 +897,7 @@ def _describe_pr(user: tuple[Atom, ...], witness: tuple[Atom, ...], missing,
     if undecided:
         message = (f"possibly partial result: the analysis cannot decide exactly whether the "
                    f"tuples your query asks for ({wants}) all pass the policy's filter, because "
-                   f"it does not decide how these spatial predicates combine: "
+                   f"it does not decide how these {_undecided_kind(undecided)} combine: "
                    f"{', '.join(undecided)}; it reports a partial result to be safe (perhaps "
                    f"none is withheld), for example where {where or gone}")
     else:

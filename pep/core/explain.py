@@ -13,7 +13,8 @@ from typing import Any
 
 from pep.core.exact import iso_from_micros, timestamp_micros
 from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial
-from pep.core.graph import Filter, Join, Map, QueryGraph, Source, Union_, WindowAggregate
+from pep.core.graph import Filter, Join, Map, Mask, QueryGraph, Source, Union_, WindowAggregate
+from pep.core.masks import describe, mask_sql, masks_json, parse_mask, split_variable
 from pep.core.plan import (AnyPredicate, ExecutionPlan, JoinPlan, Predicate, Scalar,
                            SpatialPredicate, StreamSchema)
 from pep.core.privacy import spec_to_json
@@ -99,7 +100,24 @@ def _predicate_sql(p: AnyPredicate, types: dict[str, str]) -> str:
     if isinstance(p, SpatialPredicate):
         return _spatial_sql(p, types)
     op = "<>" if p.op == "!=" else p.op
-    return f"{quote_identifier(p.attribute)} {op} {sql_literal(p.value, types.get(p.attribute))}"
+    attribute, mask = p.attribute, parse_mask(p.mask) if p.mask else None
+    split = split_variable(attribute)
+    if split is not None:  # a merged graph's comparison on a masked value
+        attribute, mask = split
+    if mask is not None:
+        raw = types.get(attribute, "double")
+        column = mask_sql(quote_identifier(attribute), mask, raw)
+        return f"{column} {op} {sql_literal(p.value, mask.output_type(raw))}"
+    return f"{quote_identifier(attribute)} {op} {sql_literal(p.value, types.get(attribute))}"
+
+
+def _column_sql(name: str, masks: dict[str, str], types: dict[str, str]) -> str:
+    """A projected attribute: itself, or its masked value under its own name."""
+    if name not in masks:
+        return quote_identifier(name)
+    mask = parse_mask(masks[name])
+    return f"{mask_sql(quote_identifier(name), mask, types.get(name, 'double'))} AS " \
+           f"{quote_identifier(name)}"
 
 
 def filter_sql(dnf: tuple[tuple[AnyPredicate, ...], ...] | None, schema: StreamSchema | None = None
@@ -139,7 +157,13 @@ def render_sql(plan: ExecutionPlan, schema: StreamSchema | None = None) -> str:
         cols = ", ".join(f"{quote_identifier(f.name)} {f.type}" for f in schema.fields)
         lines.append(f"-- input: {quote_identifier(plan.stream)} ({cols})")
     where = filter_sql(plan.filter_dnf, schema)
-    projection = ", ".join(quote_identifier(a) for a in plan.projection) or "NULL AS `nothing`"
+    masks = dict(plan.masks)
+    if masks:
+        lines.append("-- masked after the filter, before anything else: "
+                     + describe(plan.masks))
+    types = _types(schema)
+    projection = ", ".join(_column_sql(a, masks, types) for a in plan.projection) \
+        or "NULL AS `nothing`"
     inner = [f"SELECT {projection}", f"FROM {quote_identifier(plan.stream)}"]
     if where is not None:
         inner.append(f"WHERE {where}")
@@ -201,7 +225,10 @@ def predicate_json(p: AnyPredicate) -> dict:
             else:
                 out["anchor"] = {"attribute": p.key, "value": p.key_value}
         return out
-    return {"attribute": p.attribute, "op": p.op, "value": _json_value(p.value)}
+    out = {"attribute": p.attribute, "op": p.op, "value": _json_value(p.value)}
+    if p.mask:
+        out["mask"] = p.mask  # compared on the masked value
+    return out
 
 
 def plan_to_json(plan: ExecutionPlan | JoinPlan) -> dict:
@@ -228,6 +255,7 @@ def plan_to_json(plan: ExecutionPlan | JoinPlan) -> dict:
         "output": ([*w.keys, *(a.output_name for a in w.aggregates)] if w is not None
                    else list(plan.projection)),
         **({"start_after": plan.start_after} if plan.start_after is not None else {}),
+        **({"masks": masks_json(plan.masks)} if plan.masks else {}),
     }
 
 
@@ -241,6 +269,8 @@ def graph_to_json(graph: QueryGraph, schema: StreamSchema | None = None) -> dict
                     "input": node_json(node.input)}
         if isinstance(node, Map):
             return {"op": "map", "attributes": list(node.attributes), "input": node_json(node.input)}
+        if isinstance(node, Mask):
+            return {"op": "mask", "masks": masks_json(node.masks), "input": node_json(node.input)}
         if isinstance(node, WindowAggregate):
             return {"op": "window", "type": node.kind, "size": node.size, "step": node.step,
                     "aggregates": [f"{a.attribute}:{a.function}" for a in node.aggregates],

@@ -2,8 +2,9 @@
 
 Both sides of a request become a `QueryGraph`, so that merging is "merge each kind of operator".
 A graph is a tree of operators ending in its sink; every operator names its input. Today the PEP
-builds and merges linear pipelines `Source -> Filter -> Map -> WindowAggregate` (any of the last
-three optional, always in that order: security filters before windows). `Join` and `Union` are
+builds and merges linear pipelines `Source -> Filter -> Mask -> Map -> WindowAggregate` (any of
+the last four optional, always in that order: security filters on raw values first, then the
+masks, before anything else sees a value). `Join` and `Union` are
 modelled (ASSIST's operators) so that graphs with several sources can be represented and
 rendered; the merge refuses them explicitly rather than guessing.
 """
@@ -31,6 +32,16 @@ class Filter:
 
     def describe(self) -> str:
         return self.text.strip() or to_text(self.condition)
+
+
+@dataclass(frozen=True)
+class Mask:
+    """Attributes shown masked (`pep.core.masks`): (attribute, mask spec) in schema order. In a
+    policy's graph the owner's masks; in a user's graph the coarser masks the consumer asks
+    for; in a merged graph what is applied, right after the filter."""
+
+    input: "Node"
+    masks: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -82,8 +93,8 @@ class Union_:
     inputs: tuple["Node", ...]
 
 
-Node = Union[Source, Filter, Map, WindowAggregate, Join, Union_]
-Operator = Union[Filter, Map, WindowAggregate]
+Node = Union[Source, Filter, Mask, Map, WindowAggregate, Join, Union_]
+Operator = Union[Filter, Mask, Map, WindowAggregate]
 
 
 class UnsupportedGraph(ValueError):
@@ -128,16 +139,23 @@ class QueryGraph:
     def window(self) -> WindowAggregate | None:
         return self.operator(WindowAggregate)  # type: ignore[return-value]
 
+    @property
+    def mask(self) -> Mask | None:
+        return self.operator(Mask)  # type: ignore[return-value]
+
 
 def pipeline_graph(stream: str, *, filter: tuple[Expr, str] | None = None,
                    map: tuple[str, ...] | None = None,
-                   window: tuple | dict | None = None) -> QueryGraph:
-    """Build Source -> Filter -> Map -> WindowAggregate with the parts that are given.
+                   window: tuple | dict | None = None,
+                   mask: tuple[tuple[str, str], ...] | None = None) -> QueryGraph:
+    """Build Source -> Filter -> Mask -> Map -> WindowAggregate with the parts that are given.
 
     `window` is (kind, size, step, aggregates) or a dict of WindowAggregate's fields."""
     node: Node = Source(stream)
     if filter is not None:
         node = Filter(node, filter[0], filter[1])
+    if mask:
+        node = Mask(node, tuple(mask))
     if map is not None:
         node = Map(node, tuple(map))
     if window is not None:

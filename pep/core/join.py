@@ -52,6 +52,7 @@ from pep.core.exact import micros_from_iso
 from pep.core.explain import graph_to_json, plan_to_json, quote_identifier, render_sql
 from pep.core.conditions import format_literal
 from pep.core.graph import QueryGraph
+from pep.core.masks import parse_mask
 from pep.core.merge import MergeResult, QueryInvalid, QueryRefused
 from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema
 from pep.core.userquery import JoinQuery
@@ -106,9 +107,14 @@ def _aggregate_type(function: str, attribute_type: str) -> str:
 def side_outputs(plan: ExecutionPlan, schema: StreamSchema) -> dict[str, str]:
     """The side's output attributes and their types, in output order: the projection of a plain
     side; window_start, window_end, group-by keys and aggregates of a windowed one."""
+    masks = dict(plan.masks)
+
     def type_of(name: str) -> str:
         field = schema.lookup(name)
-        return field.type if field is not None else "double"
+        kind = field.type if field is not None else "double"
+        if field is not None and field.name in masks:  # a hashed value is text
+            return parse_mask(masks[field.name]).output_type(kind)
+        return kind
 
     w = plan.window
     if w is None:
@@ -132,7 +138,14 @@ def output_names(plan: ExecutionPlan) -> tuple[str, ...]:
 
 
 def output_source(plan: ExecutionPlan, name: str) -> str | None:
-    """The attribute whose every value an output is (so the side's filter constrains it)."""
+    """The attribute whose every value an output is (so the side's filter constrains it). A
+    masked attribute's outputs are masked values, which the filter's comparisons on the raw
+    value do not bound: None (never an NR claimed from them)."""
+    source = _output_source(plan, name)
+    return None if source in dict(plan.masks) else source
+
+
+def _output_source(plan: ExecutionPlan, name: str) -> str | None:
     w = plan.window
     if w is None:
         return name if name in plan.projection else None
@@ -275,6 +288,14 @@ def build_join(left: JoinSide, right: JoinSide, query: JoinQuery) -> JoinResult:
     nr = analyse_join(plan, left, right)
     if nr is not None:
         warnings.append(nr)
+    hashed = [(a, b) for a, b in pairs if dict(plan.left.masks).get(a) == "hash"
+              and dict(plan.right.masks).get(b) == "hash"]
+    if hashed:
+        warnings.append(Warning(
+            "INFO", "join", "the join compares hashed values ("
+            + ", ".join(f"{left.stream}.{a} = {right.stream}.{b}" for a, b in hashed)
+            + "): each is keyed with its stream owner's secret, so they are equal only when "
+            "both streams have the same owner and the raw values are equal", ()))
     return JoinResult(plan, tuple(warnings), render_join_sql(plan, left.schema, right.schema),
                       join_plan_to_json(plan), join_graph_json(plan, left, right),
                       join_output(plan))
@@ -313,15 +334,17 @@ def _classes(plan: JoinPlan) -> list[list[tuple[Side, str]]]:
 def _preds(conj, attribute: str | None) -> list[tuple[str, object]]:
     if attribute is None:
         return []
-    # spatial predicates have no single attribute: left out, which can only hide an NR
-    return [(p.op, p.value) for p in conj if getattr(p, "attribute", None) == attribute]
+    # spatial predicates have no single attribute, comparisons on a masked value say nothing
+    # of the raw one: left out, which can only hide an NR
+    return [(p.op, p.value) for p in conj if getattr(p, "attribute", None) == attribute
+            and getattr(p, "mask", None) is None]
 
 
 def _texts(conj, attribute: str | None) -> list[str]:
     if attribute is None:
         return []
     return [f"{p.attribute} {p.op} {format_literal(p.value)}" for p in conj
-            if getattr(p, "attribute", None) == attribute]
+            if getattr(p, "attribute", None) == attribute and getattr(p, "mask", None) is None]
 
 
 def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> Warning | None:
@@ -345,7 +368,9 @@ def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> Warning | N
     # side's filter), unless an equality already makes the two times equal
     time_check = not any(windowed.values()) and not any(
         {("left", plan.left_time), ("right", plan.right_time)}
-        <= {(m.side, m.output) for m in members} for members, _ in classes)
+        <= {(m.side, m.output) for m in members} for members, _ in classes) \
+        and plan.left_time not in dict(plan.left.masks) \
+        and plan.right_time not in dict(plan.right.masks)  # a masked time: not bounded
 
     raw_choices = [conjuncts[s] if not windowed[s] else ((),) for s in ("left", "right")]
     if len(raw_choices[0]) * len(raw_choices[1]) > MAX_CONJUNCT_PAIRS:

@@ -21,6 +21,9 @@ Rules (eXACML+ section 3.1, with the corrections of the design):
   privacy, with the query's smaller epsilon or delta if it asks for one (a larger one is
   refused). Aggregates without a private release (min, max, firstval, lastval) are withheld
   from the policy's defaults and refused, named, when the query asks for them.
+- Masks (`pep.core.masks`): the policy's, each replaced by a coarser one the query asks for (a
+  finer one is refused); the policy's filter reads raw values, the query's filter, keys and
+  aggregates masked ones (its comparisons become derived variables of the analysis).
 """
 from __future__ import annotations
 
@@ -30,7 +33,10 @@ from pep.core.analysis import FilterAnalysis, Warning, analyse_filter
 from pep.core.errors import InvalidInput, NotPermitted, Unprocessable
 from pep.core.conditions import (And, Comparison, Expr, FALSE, Or, Spatial, attributes_of,
                                  spatial_from_predicate, spatial_parts)
-from pep.core.graph import Filter, Map, Node, QueryGraph, Source, WindowAggregate
+from pep.core.graph import Filter, Map, Mask, Node, QueryGraph, Source, WindowAggregate
+from pep.core.masks import (MaskPlan, filter_notes, output_masks, plan_dnf, plan_masks,
+                            window_masks)
+from pep.core.obligations import FUNCTIONS_FOR_TYPE
 from pep.core.plan import (Aggregate, Conjunct, ExecutionPlan, SpatialPredicate, StreamSchema,
                            WindowSpec)
 from pep.core.privacy import DP_FUNCTIONS, NOT_PRIVATE, AskTooMuch, PrivacySpec, apply_ask
@@ -258,6 +264,26 @@ def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
     return _Window(uw.kind, size, step, uw.aggregates, min_count, keys, privacy)
 
 
+def _masked_aggregates(masking: MaskPlan, window: _Window, uw: WindowAggregate | None,
+                       schema: StreamSchema, time_attribute: str | None,
+                       warnings: list[Warning]) -> tuple[Aggregate, ...]:
+    """The window's aggregates over masked values: those whose function fits the masked type
+    (a hash is text: no avg); one the consumer asked for by name is refused instead."""
+    time_attr = None
+    if window.kind == "time":
+        time_attr = time_attribute or next(
+            (f.name for f in schema.fields if f.type == "timestamp"), None)
+    kept, notes = window_masks(masking, window.kind, window.size, window.step,
+                               window.aggregates, time_attr, FUNCTIONS_FOR_TYPE)
+    if notes and uw is not None and uw.aggregates:
+        dropped = [a for a in window.aggregates if a not in kept]
+        raise QueryRefused(f"your query asks for {_describe(dropped[0])}, but the policy shows "
+                           f"{dropped[0].attribute!r} only masked: {notes[0].message}",
+                           dropped[0].attribute)
+    warnings.extend(notes)
+    return kept
+
+
 def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
           time_attribute: str | None = None) -> MergeResult:
     """One graph and one plan from the policy's and the user's graphs.
@@ -276,8 +302,17 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
     warnings: list[Warning] = []
 
     pf, uf = policy.filter, user.filter
-    analysis = analyse_filter(pf.condition if pf else None, uf.condition if uf else None, schema)
+    # Masks (pep.core.masks): the consumer's filter reads masked values, the policy's raw ones.
+    masking = plan_masks(policy, user, schema)
+    user_condition = uf.condition if uf else None
+    if masking is not None and user_condition is not None:
+        user_condition = masking.user_condition(user_condition)
+    analysis = analyse_filter(pf.condition if pf else None, user_condition,
+                              masking.analysis_schema if masking is not None else schema,
+                              masks=masking)
     warnings.extend(analysis.warnings)
+    if masking is not None:
+        warnings.extend(filter_notes(analysis.filter_dnf, masking))
 
     exposed = _exposed(policy, schema)
     um, uw, pw = user.map, user.window, policy.window
@@ -303,6 +338,9 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
     window_spec = None
     if window is not None:
         kind, aggregates = window.kind, window.aggregates
+        if masking is not None:
+            aggregates = _masked_aggregates(masking, window, uw, schema, time_attribute,
+                                            warnings)
         if not aggregates:
             warnings.append(Warning(
                 "NR", "window", "no result: none of the aggregates the policy's window allows is "
@@ -324,11 +362,18 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
         if not projection:
             warnings.append(Warning("NR", "map", "no result: no attribute is visible", ()))
 
-    plan = ExecutionPlan(source.stream, analysis.filter_dnf, projection, window_spec)
+    filter_dnf = analysis.filter_dnf
+    applied: tuple[tuple[str, str], ...] = ()
+    if masking is not None:
+        filter_dnf = plan_dnf(filter_dnf, masking)
+        applied = output_masks(masking, (*projection, *(window_spec.keys if window_spec else ())))
+    plan = ExecutionPlan(source.stream, filter_dnf, projection, window_spec, masks=applied)
     node: Node = Source(source.stream)
     merged_filter = _dnf_expr(analysis.filter_dnf)
     if merged_filter is not None:
         node = Filter(node, merged_filter)
+    if applied:
+        node = Mask(node, applied)
     node = Map(node, projection)
     if window_spec is not None:
         node = WindowAggregate(node, window_spec.kind, window_spec.size, window_spec.step,

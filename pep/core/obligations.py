@@ -5,6 +5,7 @@ Accepted obligation ids (the design's spelling and the paper's Table 1 spelling)
     exacml:obligation:stream-filter  | exacml:obligation:stream-filtering
     exacml:obligation:stream-map     | exacml:obligation:stream-mapping
     exacml:obligation:stream-window  | exacml:obligation:stream-window-aggregation
+    exacml:obligation:stream-mask    (xsg's own: attributes shown coarser or hashed)
 
 Attribute ids carry either prefix `exacml:obligation:` or `pCloud:obligation:` (Figure 2 uses the
 latter): `stream-filter-condition-id`, `stream-map-attribute-id`, `stream-window-type-id`,
@@ -26,6 +27,12 @@ and four more for differentially private windows (`pep/core/privacy.py` says wha
 (`attribute:lower:upper`, repeated) and `stream-window-dp-budget-id` (`epsilon/seconds`,
 repeated). An unknown or invalid one means deny, as every other attribute.
 
+`stream-mask` carries `stream-mask-attribute-id` values (repeated), each `attribute:mask`
+(`speed:round:10`, `lat,lon:grid:0.1`, `ts:truncate:minute`, `speed:bands:0,10,20`,
+`shipname:prefix:3`, `mmsi:hash`, `shipname:null`; the vocabulary and its order are in
+`pep.core.masks`). An unknown mask, a bad parameter or a mask on an attribute of the wrong type
+means deny, as for any obligation.
+
 An obligation the PEP does not understand, or one it cannot fulfil (bad value, unknown attribute,
 missing or ambiguous placeholder), means deny: XACML 3.0 section 7.18. `ObligationError` carries
 the reason.
@@ -39,6 +46,9 @@ When several applicable policies contribute obligations, all of them apply:
   allows it (no aggregate left: deny). A window of size >= s and step >= t is at least as coarse
   as every policy asked. If any window is differentially private the merged one is, with the
   strictest parameters (`pep.core.privacy.strictest`).
+- masks: per attribute, the coarsest of them (`round:10` over `round:5`); two masks neither of
+  which is coarser (`round:4` and `round:6`, `hash` and `prefix:3`) cannot both be honoured:
+  deny.
 """
 from __future__ import annotations
 
@@ -49,6 +59,7 @@ from pdp import Obligation
 from pdp.numbers import INT64_MAX, NumberError, parse_int
 from pep.core.conditions import ConditionError, Expr, PlaceholderResolver, conjoin, parse_condition
 from pep.core.graph import QueryGraph, pipeline_graph
+from pep.core.masks import MaskError, compose_all, ordered, parse_assignment
 from pep.core.plan import AGGREGATE_FUNCTIONS, Aggregate, StreamSchema
 from pep.core.privacy import DP_ATTRIBUTES, PrivacySpec, check_aggregates, parse_spec, strictest
 
@@ -57,6 +68,7 @@ FILTER_IDS = frozenset({"exacml:obligation:stream-filter", "exacml:obligation:st
 MAP_IDS = frozenset({"exacml:obligation:stream-map", "exacml:obligation:stream-mapping"})
 WINDOW_IDS = frozenset({"exacml:obligation:stream-window",
                         "exacml:obligation:stream-window-aggregation"})
+MASK_IDS = frozenset({"exacml:obligation:stream-mask"})
 
 FILTER_CONDITION = "stream-filter-condition-id"
 MAP_ATTRIBUTE = "stream-map-attribute-id"
@@ -67,6 +79,7 @@ WINDOW_ATTR = "stream-window-attr-id"
 WINDOW_MIN_COUNT = "stream-window-min-count-id"
 WINDOW_PREFILTER = "stream-window-filter-attribute-id"
 WINDOW_KEY = "stream-window-key-id"
+MASK_ATTRIBUTE = "stream-mask-attribute-id"
 DEFAULT_MIN_COUNT = {"tuple": 1, "time": 3}
 
 MAX_WINDOW = 100_000_000  # tuples or seconds (over three years): a guard against typos
@@ -186,6 +199,7 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
     filters: list[tuple[Expr, str]] = []
     maps: list[set[str]] = []
     windows: list[PolicyWindow] = []
+    masks: dict = {}
     for ob in obligations:
         if ob.id in FILTER_IDS:
             values = _assignments(ob, [FILTER_CONDITION])[FILTER_CONDITION]
@@ -213,6 +227,8 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
             maps.append(visible)
         elif ob.id in WINDOW_IDS:
             windows.append(_window(ob, schema))
+        elif ob.id in MASK_IDS:
+            masks = _masks(ob, schema, masks)
         else:
             raise ObligationError(
                 f"obligation {ob.id!r} is not understood by this PEP; the request is denied "
@@ -240,7 +256,22 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
                        "prefilter": _in_schema_order(w.prefilter, schema),
                        "privacy": None if w.privacy is None
                        else strictest([w.privacy], schema.names)}  # bounds in schema order
-    return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part)
+    return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part,
+                          mask=ordered(masks, schema) if masks else None)
+
+
+def _masks(ob: Obligation, schema: StreamSchema, into: dict) -> dict:
+    """The obligation's masks composed with those found so far (all of them apply)."""
+    values = _assignments(ob, [MASK_ATTRIBUTE])[MASK_ATTRIBUTE]
+    if not values:
+        raise ObligationError(f"obligation {ob.id} lists no {MASK_ATTRIBUTE} (attribute:mask)",
+                              ob.id)
+    try:
+        for text in values:
+            into = compose_all(parse_assignment(text, schema), into)
+    except MaskError as exc:
+        raise ObligationError(f"obligation {ob.id}: {exc}", ob.id) from None
+    return into
 
 
 def _in_schema_order(names: Iterable[str], schema: StreamSchema) -> tuple[str, ...]:

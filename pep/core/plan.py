@@ -49,11 +49,15 @@ class StreamSchema:
 
 @dataclass(frozen=True)
 class Predicate:
-    """`attribute op value`; a predicate over a missing (null) attribute is false."""
+    """`attribute op value`; a predicate over a missing (null) attribute is false.
+
+    `mask` (a mask's spec, `pep.core.masks`): the comparison is on the attribute's masked
+    value (a consumer's filter on a masked attribute), not on the raw value."""
 
     attribute: str  # canonical schema name
     op: Operator
     value: Scalar
+    mask: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,9 @@ class ExecutionPlan:
     # Tuples at or before this stream position (`_xsg_seq`) are never given to the plan: a
     # consumer's query never aggregates tuples an earlier query of theirs aggregated differently.
     start_after: int | None = None
+    # (attribute, mask spec) of the attributes the plan outputs masked (pep.core.masks), in
+    # schema order: applied right after the filter, before the projection and the window.
+    masks: tuple[tuple[str, str], ...] = ()
 
     def canonical_json(self) -> str:
         doc = asdict(self)
@@ -138,6 +145,12 @@ class ExecutionPlan:
         for name, default in _LATER_FIELDS.items():
             if doc.get(name) == default:
                 doc.pop(name, None)
+        if not doc.get("masks"):
+            doc.pop("masks", None)
+        for conj in doc.get("filter_dnf") or ():
+            for p in conj:
+                if "mask" in p and p["mask"] is None:
+                    del p["mask"]
         if doc.get("window"):
             for name, default in _LATER_WINDOW_FIELDS.items():
                 if doc["window"].get(name) == default:
@@ -171,7 +184,8 @@ def plan_from_json(data: str | dict) -> ExecutionPlan:
             min_count=int(window.get("min_count", 1)),
             keys=tuple(window.get("keys") or ()),
             privacy=spec_from_json(window.get("privacy"))),
-        start_after=None if d.get("start_after") is None else int(d["start_after"]))
+        start_after=None if d.get("start_after") is None else int(d["start_after"]),
+        masks=tuple((str(a), str(m)) for a, m in d.get("masks") or ()))
 
 
 def _predicate_from_json(p: dict) -> AnyPredicate:
@@ -179,7 +193,7 @@ def _predicate_from_json(p: dict) -> AnyPredicate:
         return SpatialPredicate(p["function"], p["latitude"], p["longitude"], p["op"],
                                 float(p["value"]), tuple(float(v) for v in p.get("points") or ()),
                                 p.get("key"), p.get("key_value"))
-    return Predicate(p["attribute"], p["op"], p["value"])
+    return Predicate(p["attribute"], p["op"], p["value"], p.get("mask"))
 
 
 @dataclass(frozen=True)

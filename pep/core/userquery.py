@@ -7,6 +7,7 @@ XML form (element names as in the paper; the query may sit in the XACML request'
       <Stream name="weather"/>                         optional; must match the request's stream
       <Filter><FilterCondition>RainRate > 50</FilterCondition></Filter>
       <Map><Attribute>RainRate</Attribute></Map>        one <Attribute> per visible attribute
+      <Mask><Attribute>RainRate:round:10</Attribute></Mask>   optional: coarser masks (below)
       <Aggregation>
         <WindowType>tuple</WindowType>                  tuple | time (seconds)
         <WindowSize>10</WindowSize>
@@ -28,9 +29,16 @@ front of an access-control decision is not worth the ambiguity.
 JSON form (same meaning; every key optional except that a window needs type, size and step):
 
     {"stream": "weather", "filter": "rainrate > 50", "map": ["rainrate"],
+     "mask": {"rainrate": "round:10"},
      "window": {"type": "tuple", "size": 10, "step": 2, "aggregates": ["rainrate:avg"],
                 "keys": ["station"], "min_count": 5, "coarsen": true,
                 "epsilon": 0.1, "delta": 0}}
+
+`mask` asks for attributes in a coarser form than the policy's masks (`pep.core.masks`): an
+object attribute -> mask (`{"speed": "round:20", "lat,lon": "grid:1"}`) or a list of
+`attribute:mask` texts; in XML one `<Attribute>attribute:mask</Attribute>` per mask. A mask finer
+than the policy's is refused (403). The query's filter, group-by keys, aggregates and a join's
+condition read the masked values, never the raw ones.
 
 Joins (a second stream, each side enforced by its own policy before the join; see
 pep/core/join.py for the semantics): the top-level filter, map and window are the request's
@@ -72,13 +80,14 @@ import json
 import math
 import re
 from dataclasses import dataclass, replace
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lxml import etree
 
 from pep.core.conditions import ConditionError, parse_condition
 from pep.core.graph import QueryGraph, pipeline_graph
+from pep.core.masks import Mask, MaskError, ordered, parse_assignment, view_schema
 from pep.core.obligations import (MAX_WINDOW, parse_aggregate, parse_window_kind,
                                   parse_window_number)
 from pep.core.plan import Aggregate, StreamSchema
@@ -115,11 +124,12 @@ class UserQuery:
     window_coarsen: bool = False
     join: "JoinQuery | None" = None  # a second stream joined with this one
     window_privacy: PrivacyAsk | None = None  # a smaller epsilon/delta than the policy's
+    masks: tuple[str, ...] = ()  # "attribute:mask" texts: coarser masks asked for
 
     @property
     def is_empty(self) -> bool:
         return (self.filter is None and self.map is None and not self.has_window
-                and self.join is None)
+                and self.join is None and not self.masks)
 
 
 @dataclass(frozen=True)
@@ -224,6 +234,7 @@ def query_from_element(root: etree._Element, in_join: bool = False) -> UserQuery
     filter_pos = None
     attributes: list[str] | None = None
     window: dict[str, Any] = {}
+    masks: list[str] = []
     has_window = False
     seen: set[str] = set()
     for child in _children(root):
@@ -254,14 +265,22 @@ def query_from_element(root: etree._Element, in_join: bool = False) -> UserQuery
                 attributes.append(_text(a))
             if not attributes:
                 raise UserQueryError("<Map> lists no <Attribute>", _at(child))
+        elif name == "Mask":
+            for a in _children(child):
+                if _local(a) != "Attribute":
+                    raise UserQueryError(f"<Mask> may hold only <Attribute>, found <{_local(a)}>",
+                                         _at(a))
+                masks.append(_text(a))
+            if not masks:
+                raise UserQueryError("<Mask> lists no <Attribute> (attribute:mask)", _at(child))
         elif name == "Aggregation":
             has_window = True
             window = _xml_window(child)
         elif name == "Join" and not in_join:
             join_el = child
         else:
-            expected = "Stream, On, Within, Filter, Map or Aggregation" if in_join else \
-                "Stream, Filter, Map, Aggregation or Join"
+            expected = "Stream, On, Within, Filter, Map, Mask or Aggregation" if in_join else \
+                "Stream, Filter, Map, Mask, Aggregation or Join"
             if name == "Join":
                 raise UserQueryError("a <Join> cannot hold another <Join>: a join joins exactly "
                                      "two streams", _at(child))
@@ -273,7 +292,7 @@ def query_from_element(root: etree._Element, in_join: bool = False) -> UserQuery
                      window.get("kind"), window.get("size"), window.get("step"),
                      tuple(window.get("aggregates", ())), has_window, filter_pos,
                      tuple(keys) if keys is not None else None, window.get("min_count", 1),
-                     window.get("coarsen", False), join, _ask(window))
+                     window.get("coarsen", False), join, _ask(window), tuple(masks))
 
 
 def _ask(window: dict[str, Any]) -> PrivacyAsk | None:
@@ -367,8 +386,8 @@ def _xml_window(el: etree._Element) -> dict[str, Any]:
 
 # -- JSON -----------------------------------------------------------------------------------------
 
-_JSON_KEYS = {"stream", "filter", "map", "window", "join"}
-_JSON_JOIN_KEYS = {"stream", "on", "within", "filter", "map", "window"}
+_JSON_KEYS = {"stream", "filter", "map", "mask", "window", "join"}
+_JSON_JOIN_KEYS = {"stream", "on", "within", "filter", "map", "mask", "window"}
 _JSON_WINDOW_KEYS = {"type", "size", "step", "aggregates", "keys", "min_count", "coarsen",
                      "epsilon", "delta"}
 
@@ -499,10 +518,28 @@ def query_from_json(doc: Any, path: str = "$", in_join: bool = False) -> UserQue
             except (ValueError, OverflowError) as exc:
                 raise UserQueryError(str(exc), f"{wpath}.{key}") from None
     join = _json_join(doc["join"], f"{path}.join") if "join" in doc else None
+    masks = _json_masks(doc["mask"], f"{path}.mask") if doc.get("mask") is not None else ()
     return UserQuery(stream, filt.strip() if filt else None,
                      tuple(attrs) if attrs is not None else None, kind, size, step,
                      tuple(aggregates), window is not None, f"{path}.filter", keys, min_count,
-                     coarsen, join, _ask(asked))
+                     coarsen, join, _ask(asked), masks)
+
+
+def _json_masks(value: Any, path: str) -> tuple[str, ...]:
+    """`{"speed": "round:10", "lat,lon": "grid:1"}` or `["speed:round:10", ...]` as
+    "attribute:mask" texts."""
+    if isinstance(value, dict):
+        out = []
+        for name, spec in value.items():
+            if not isinstance(spec, str) or not spec.strip() or not name.strip():
+                raise UserQueryError("each mask is \"attribute\": \"mask\" (\"speed\": "
+                                     "\"round:10\")", f"{path}.{name}")
+            out.append(f"{name}:{spec}")
+        return tuple(out)
+    if isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value):
+        return tuple(value)
+    raise UserQueryError("'mask' must be an object attribute -> mask ({\"speed\": "
+                         "\"round:10\"}) or a list of \"attribute:mask\" texts", path)
 
 
 def _json_join(doc: Any, path: str) -> JoinQuery:
@@ -564,15 +601,28 @@ def _schema_names(schema: StreamSchema, names: Sequence[str], unknown: str) -> t
     return tuple(n for n in schema.names if n in found)
 
 
-def user_graph(query: UserQuery, stream: str, schema: StreamSchema) -> QueryGraph:
-    """The user's graph with names checked against the schema (placeholders are not allowed)."""
+def user_graph(query: UserQuery, stream: str, schema: StreamSchema,
+               masks: Mapping[str, Mask] | None = None) -> QueryGraph:
+    """The user's graph with names checked against the schema (placeholders are not allowed).
+    `masks`: the policy's masks; the filter is read against the values the consumer sees
+    (a hashed attribute is text), the consumer's own masks replacing the policy's."""
     if query.stream is not None and query.stream != stream:
         raise UserQueryError(f"the user query is for stream {query.stream!r} but the request is "
                              f"for {stream!r}")
+    asked: dict[str, Mask] = {}
+    for text in query.masks:
+        try:
+            for name, mask in parse_assignment(text, schema):
+                if name in asked:
+                    raise UserQueryError(f"mask: attribute {name!r} is masked twice")
+                asked[name] = mask
+        except MaskError as exc:
+            raise UserQueryError(f"mask: {exc}") from None
+    view = view_schema(schema, {**(masks or {}), **asked})
     filter_part = None
     if query.filter is not None:
         try:
-            expr = parse_condition(query.filter, schema, allow_placeholders=False)
+            expr = parse_condition(query.filter, view, allow_placeholders=False)
         except ConditionError as exc:
             where = query.filter_position
             raise UserQueryError(f"filter condition: {exc}", where) from None
@@ -585,7 +635,7 @@ def user_graph(query: UserQuery, stream: str, schema: StreamSchema) -> QueryGrap
         aggregates: list[Aggregate] = []
         for text in query.aggregates:
             try:
-                aggregates.append(parse_aggregate(text, schema))
+                aggregates.append(parse_aggregate(text, view))
             except ValueError as exc:
                 raise UserQueryError(f"window: {exc}") from None
         keys = None
@@ -595,4 +645,5 @@ def user_graph(query: UserQuery, stream: str, schema: StreamSchema) -> QueryGrap
                        "step": query.window_step, "aggregates": tuple(dict.fromkeys(aggregates)),
                        "min_count": query.window_min_count, "keys": keys,
                        "coarsen": query.window_coarsen, "privacy": query.window_privacy}
-    return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part)
+    return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part,
+                          mask=ordered(asked, schema) if asked else None)

@@ -33,7 +33,8 @@ from fractions import Fraction
 from pep.core import geo
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, exact_decimal,
                             in_timestamp_range, integer_comparison, is_number, micros_from_iso)
-from pep.core.plan import (AGGREGATE_FUNCTIONS, AnyPredicate, ExecutionPlan, Predicate,
+from pep.core.masks import Mask, MaskError, check_fits, parse_mask
+from pep.core.plan import (AGGREGATE_FUNCTIONS, AnyPredicate, ExecutionPlan, Field, Predicate,
                            SpatialPredicate, StreamSchema)
 from pep.core.privacy import PrivacySpec, Quantity, is_finite_spec, quantities
 
@@ -47,6 +48,15 @@ OPERATOR_MASKS: dict[str, int] = {
     "!=": LESS | GREATER,
 }
 NUMERIC_KIND, STRING_KIND, DISTANCE_KIND, POLYGON_KIND, ANCHOR_KIND, INTEGER_KIND = 0, 1, 2, 3, 4, 5
+# A comparison on a masked value (a consumer's filter on a masked attribute): its kind with this
+# bit set (8 double, 9 string, 13 64-bit integer), compared in the masked value's family; the
+# plan's mask for the attribute says how the value is masked (pep/runtime/masks.py).
+MASKED_KIND = 8
+
+
+def base_kind(kind: int) -> int:
+    """The comparison family of a kind, masked or not."""
+    return kind & 7
 NUMERIC_TYPES = ("double", "long", "boolean", "timestamp")
 
 
@@ -113,7 +123,10 @@ class CompiledPlan:
     projection: tuple[str, ...]
     window: CompiledWindow | None
     start_after: int | None = None
-    projection_types: tuple[str, ...] = ()
+    projection_types: tuple[str, ...] = ()  # the types the consumer sees (a hash is a string)
+    # (attribute index 1-based, mask) of every attribute the plan masks: its outputs' and
+    # those its filter compares masked; empty: nothing is masked
+    masks: tuple[tuple[int, Mask], ...] = ()
 
     @property
     def passes_nothing(self) -> bool:
@@ -242,9 +255,28 @@ def row_attributes(row: PredicateRow) -> tuple[int, ...]:
     return (row[0], row[5])
 
 
+def _masked(pred: Predicate, schema: StreamSchema, where: str) -> PredicateRow:
+    """A comparison on a masked value: compiled as one on an attribute of the masked type,
+    its kind marked (MASKED_KIND)."""
+    field = schema.lookup(pred.attribute)
+    if field is None:
+        raise PlanError(f"{where}: attribute {pred.attribute!r} is not in the stream's schema")
+    try:
+        mask = parse_mask(pred.mask)  # type: ignore[arg-type]
+        check_fits(mask, field.name, field.type)
+    except MaskError as exc:
+        raise PlanError(f"{where}: {exc}") from None
+    view = StreamSchema(tuple(Field(f.name, mask.output_type(f.type))  # type: ignore[arg-type]
+                              if f.name == field.name else f for f in schema.fields))
+    row = compile_predicate(Predicate(field.name, pred.op, pred.value), view, where)
+    return (row[0], row[1], row[2] | MASKED_KIND, row[3], row[4])
+
+
 def compile_predicate(pred: AnyPredicate, schema: StreamSchema, where: str) -> PredicateRow:
     if isinstance(pred, SpatialPredicate):
         return compile_spatial(pred, schema, where)
+    if pred.mask is not None:
+        return _masked(pred, schema, where)
     field = schema.lookup(pred.attribute)
     if field is None:
         raise PlanError(f"{where}: attribute {pred.attribute!r} is not in the stream's schema")
@@ -285,17 +317,49 @@ def compile_plan(plan: ExecutionPlan, schema: StreamSchema, stream_time_attribut
             for ci, conj in enumerate(plan.filter_dnf))
     projection = tuple(dict.fromkeys(_canonical(schema, a, "projection")
                                      for a in plan.projection))
+    masks = plan_masks(plan, schema)
+    view = _view(schema, masks)
     window = None
     if plan.window is not None:
-        window = _compile_window(plan, schema, stream_time_attribute)
+        window = _compile_window(plan, view, stream_time_attribute)
     elif not projection:
         raise PlanError("projection: a plan without a window must project at least one attribute")
     start_after = plan.start_after
     if start_after is not None and (isinstance(start_after, bool)
                                     or not isinstance(start_after, int)):
         raise PlanError(f"start_after: {start_after!r} is not a stream position (an integer)")
-    types = tuple(schema.lookup(a).type for a in projection)  # type: ignore[union-attr]
-    return CompiledPlan(plan.key(), conjuncts, projection, window, start_after, types)
+    types = tuple(view.lookup(a).type for a in projection)  # type: ignore[union-attr]
+    index = {f.name: i + 1 for i, f in enumerate(schema.fields)}
+    return CompiledPlan(plan.key(), conjuncts, projection, window, start_after, types,
+                        tuple((index[n], m) for n, m in masks.items()))
+
+
+def plan_masks(plan: ExecutionPlan, schema: StreamSchema) -> dict[str, Mask]:
+    """The plan's masks and those its filter compares on, one per attribute, checked."""
+    found: dict[str, Mask] = {}
+    pairs = list(plan.masks) + [(p.attribute, p.mask) for conj in plan.filter_dnf or ()
+                                for p in conj if getattr(p, "mask", None)]
+    for name, spec in pairs:
+        where = f"mask of {name!r}"
+        canonical = _canonical(schema, name, where)
+        try:
+            mask = parse_mask(spec)
+            check_fits(mask, canonical, schema.lookup(canonical).type)  # type: ignore[union-attr]
+        except MaskError as exc:
+            raise PlanError(f"{where}: {exc}") from None
+        if canonical in found and found[canonical] != mask:
+            raise PlanError(f"{where}: the plan masks it both as {found[canonical].spec!r} and "
+                            f"as {mask.spec!r}")
+        found[canonical] = mask
+    return {n: found[n] for n in schema.names if n in found}
+
+
+def _view(schema: StreamSchema, masks: dict[str, Mask]) -> StreamSchema:
+    """The schema as the plan's outputs are typed (a hashed attribute is a string)."""
+    if not masks:
+        return schema
+    return StreamSchema(tuple(Field(f.name, masks[f.name].output_type(f.type))  # type: ignore
+                              if f.name in masks else f for f in schema.fields))
 
 
 def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str | None

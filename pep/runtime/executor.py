@@ -49,9 +49,11 @@ from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
-from pep.runtime.compile import (FAMILIES, INTEGER_KIND, NUMERIC_KIND, STRING_KIND, CompiledPlan,
-                                 row_attributes)
+from pep.runtime.compile import (FAMILIES, INTEGER_KIND, MASKED_KIND, NUMERIC_KIND, STRING_KIND,
+                                 CompiledPlan, row_attributes)
 from pep.runtime.encode import json_array, value_texts
+from pep.runtime.masks import (MASK_ARROW, MASKS_TYPE, hashed_text, is_hash, let, mask_struct,
+                               masked_column, masked_double, masked_long, masked_text)
 from pep.runtime.memo import OwnedCache
 from pep.runtime.privacy import bound_arrays, clamped, is_private
 from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN, build_source
@@ -115,7 +117,10 @@ PLAN_TABLE_ARROW = pa.schema([("plans", pa.list_(pa.struct([
     ("s", pa.list_(pa.int32())),
     ("lo", pa.list_(pa.float64())),          # private windows: clamping bounds per attribute
     ("hi", pa.list_(pa.float64())),          # (pep/runtime/privacy.py); null otherwise
+    ("mk", pa.list_(MASK_ARROW)),            # masks per attribute index (null: none masked)
 ])))])
+HASHED_PREFIX = "_xsg_h_"  # a hashed long attribute's text in the rows job's output
+EMIT = "_xsg_e"  # the rows job's emission (with masks): the plan ids a row is for, their masks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,12 +190,27 @@ def _outcome(value: Column, constant: Column) -> Column:
             .when(value > constant, F.lit(4)))
 
 
-def _predicate_holds(p: Column, spatial: bool) -> Column:
-    """Each comparison in its attribute's family: doubles, 64-bit integers (exact), strings."""
+def _predicate_holds(p: Column, spatial: bool, plan: Column | None = None) -> Column:
+    """Each comparison in its attribute's family: doubles, 64-bit integers (exact), strings.
+    With `plan` (some attached plan masks): a comparison marked MASKED_KIND reads the value
+    under the plan's mask for its attribute (pep/runtime/masks.py)."""
     num = F.element_at(F.col(NUMS_COLUMN), p["a"])
     txt = F.element_at(F.col(STRS_COLUMN), p["a"])
     lng = F.element_at(F.col(LNGS_COLUMN), p["a"])
-    if not spatial:
+    if plan is not None:
+        m = F.element_at(plan["mk"], p["a"])
+        outcome = (F.when(p["k"] == NUMERIC_KIND, _outcome(num, p["n"]))
+                   .when(p["k"] == INTEGER_KIND, _outcome(lng, p["i"]))
+                   .when(p["k"] == STRING_KIND, _outcome(txt, p["s"]))
+                   .when(p["k"] == NUMERIC_KIND | MASKED_KIND,
+                         _outcome(masked_double(num, m), p["n"]))
+                   .when(p["k"] == INTEGER_KIND | MASKED_KIND,
+                         _outcome(masked_long(lng, m), p["i"]))
+                   .when(p["k"] == STRING_KIND | MASKED_KIND,
+                         _outcome(masked_text(F.coalesce(txt, lng.cast("string")), m), p["s"])))
+        if spatial:
+            outcome = outcome.otherwise(spatial_outcome(p, F.col(NUMS_COLUMN), _outcome))
+    elif not spatial:
         outcome = (F.when(p["k"] == NUMERIC_KIND, _outcome(num, p["n"]))
                    .when(p["k"] == INTEGER_KIND, _outcome(lng, p["i"]))
                    .otherwise(_outcome(txt, p["s"])))
@@ -202,7 +222,7 @@ def _predicate_holds(p: Column, spatial: bool) -> Column:
     return F.coalesce(p["m"].bitwiseAND(outcome) != 0, F.lit(False))
 
 
-def _matches(plan: Column, spatial: bool) -> Column:
+def _matches(plan: Column, spatial: bool, masked: bool = False) -> Column:
     """The plan's start position and DNF filter hold for the row. `spatial`: some attached
     plan has a spatial predicate. Without one the expression leaves the spatial branch out:
     Spark evaluates these lambdas per row and plan, uncompiled; with the branch (and whole-stage
@@ -211,18 +231,41 @@ def _matches(plan: Column, spatial: bool) -> Column:
     seq = F.col(SEQ_COLUMN)
     started = plan["sa"].isNull() | seq.isNull() | (seq > plan["sa"])
     return started & F.exists(plan["c"], lambda conj: F.forall(
-        conj, lambda p: _predicate_holds(p, spatial)))
+        conj, lambda p: _predicate_holds(p, spatial, plan if masked else None)))
 
 
-def matched_plans_column(kinds: tuple[int, ...] | None = None, spatial: bool = False) -> Column:
+def matched_plans_column(kinds: tuple[int, ...] | None = None, spatial: bool = False,
+                         masked: bool = False) -> Column:
     """Ids of the plans (of `kinds`) whose filter holds for the row: one expression for any
     number of plans."""
     if kinds is None:
-        chosen = F.filter(F.col(PLANS_COLUMN), lambda p: _matches(p, spatial))
+        chosen = F.filter(F.col(PLANS_COLUMN), lambda p: _matches(p, spatial, masked))
     else:
         chosen = F.filter(F.col(PLANS_COLUMN),
-                          lambda p: p["k"].isin(*kinds) & _matches(p, spatial))
+                          lambda p: p["k"].isin(*kinds) & _matches(p, spatial, masked))
     return F.transform(chosen, lambda plan: plan["id"])
+
+
+def masked_emissions(kinds: tuple[int, ...], spatial: bool, masked_filters: bool) -> Column:
+    """The rows job's emissions when some plan masks: one for the plans without masks that the
+    row passes (their ids, no masks), then one per masked plan it passes (its id, its masks),
+    since each masked plan sees its own values of the row."""
+    matched = F.filter(F.col(PLANS_COLUMN),
+                       lambda p: p["k"].isin(*kinds) & _matches(p, spatial, masked_filters))
+
+    def emissions(ms: Column) -> Column:
+        plain = F.transform(F.filter(ms, lambda p: p["mk"].isNull()), lambda p: p["id"])
+        masked = F.filter(ms, lambda p: p["mk"].isNotNull())
+        none = F.lit(None).cast(MASKS_TYPE)
+        shared = F.when(F.size(plain) > 0,
+                        F.array(F.struct(plain.alias("i"), none.alias("mk")))) \
+            .otherwise(F.array().cast(T.ArrayType(T.StructType([
+                T.StructField("i", T.ArrayType(T.IntegerType(), False)),
+                T.StructField("mk", MASKS_TYPE)]))))
+        own = F.transform(masked, lambda p: F.struct(F.array(p["id"]).alias("i"),
+                                                     p["mk"].alias("mk")))
+        return F.concat(shared, own)
+    return let(matched, emissions)
 
 
 # Up to this many row plans (and none spatial, no window plan in Spark) are matched by one
@@ -262,8 +305,9 @@ def few_plans_column(plans: list[tuple[int, CompiledPlan]]) -> Column:
     return F.array_compact(F.array(*chosen))
 
 
-def matched_plan_structs(kind: int, spatial: bool = False) -> Column:
-    return F.filter(F.col(PLANS_COLUMN), lambda p: (p["k"] == kind) & _matches(p, spatial))
+def matched_plan_structs(kind: int, spatial: bool = False, masked: bool = False) -> Column:
+    return F.filter(F.col(PLANS_COLUMN),
+                    lambda p: (p["k"] == kind) & _matches(p, spatial, masked))
 
 
 # Building expressions takes py4j round trips (~0.1-0.3 ms each); they are unresolved and hold
@@ -304,6 +348,9 @@ class Shape:
     read: frozenset[str]  # attributes filters, windows or time read (the value arrays)
     spatial: bool = False  # some plan's filter has a spatial predicate
     clamped: bool = False  # some window plan is differentially private: clamp its values
+    masked: bool = False  # some plan masks (pep/runtime/masks.py): per-plan values
+    masked_filters: bool = False  # some plan's filter compares masked values
+    hashed: tuple[str, ...] = ()  # long attributes some row plan shows hashed (their text)
 
     @property
     def windows(self) -> bool:
@@ -359,8 +406,10 @@ class StreamExecutor:
     def __init__(self, spark: SparkSession, definition: StreamDefinition, work_dir: Path,
                  trigger_interval: float, max_files_per_trigger: int, lateness: float,
                  on_handle_closed: Callable[[str], None],
-                 tuple_pane_min: int = DEFAULT_TUPLE_PANE_MIN) -> None:
+                 tuple_pane_min: int = DEFAULT_TUPLE_PANE_MIN,
+                 mask_key: Callable[[str], bytes] | None = None) -> None:
         self.spark = spark
+        self._mask_key_of = mask_key
         self.tuple_pane_min = tuple_pane_min
         self.definition = definition
         self.work_dir = Path(work_dir)
@@ -731,7 +780,13 @@ class StreamExecutor:
         slots: dict[str, set[str]] = {}
         tuples = timed = ordered = False
         single = True
+        masked = any(s.compiled.masks for s in plans)
+        hashed: set[str] = set()
         for s in plans:
+            if s.rows:
+                hashed.update(self._field_names[i - 1] for i, m in s.compiled.masks
+                              if m.kind == "hash" and self._types[self._field_names[i - 1]]
+                              == "long")
             for conj in s.compiled.conjuncts:
                 read.update(self._field_names[i - 1] for row in conj for i in row_attributes(row))
             w = s.compiled.window
@@ -745,6 +800,8 @@ class StreamExecutor:
             layout = s.windows.layout  # type: ignore[union-attr]
             keys.update(w.keys)
             read.update(a for a, _ in w.attributes)
+            if s.compiled.masks:
+                read.update(w.keys)  # masked keys are computed per plan from the values
             seen = {"d": 0, "l": 0, "s": 0}
             for fam, parts in zip(layout.families, layout.parts):
                 slots.setdefault(f"{fam}{seen[fam]}", set()).update(parts)
@@ -756,6 +813,8 @@ class StreamExecutor:
                 timed = True
                 read.add(w.time_attribute or "")
                 ordered |= any(f in ("firstval", "lastval") for _, f, _ in w.aggregates)
+        if masked:
+            read.update(keys)  # every plan's keys are computed from the values then
         order = list(self._field_names)
         slot_list = tuple((name, name[0], frozenset(parts)) for fam in "dls"
                           for name, parts in sorted(slots.items(), key=lambda kv: int(kv[0][1:]))
@@ -765,7 +824,12 @@ class StreamExecutor:
                       single, frozenset(read),
                       any(len(row) > 5 for s in plans for conj in s.compiled.conjuncts
                           for row in conj),
-                      clamped=any(is_private(s.compiled.window) for s in plans if not s.rows))
+                      clamped=any(is_private(s.compiled.window) for s in plans if not s.rows),
+                      masked=masked,
+                      masked_filters=any(row[2] & MASKED_KIND for s in plans
+                                         for conj in s.compiled.conjuncts
+                                         for row in conj if len(row) == 5),
+                      hashed=tuple(n for n in order if n in hashed and n in plain))
         self._shape = (version, shape)
         return shape
 
@@ -802,7 +866,7 @@ class StreamExecutor:
                 "c": [[predicate_struct(r, self._anchors.segments) for r in conj]
                       for conj in c.conjuncts],
                 "g": None, "off": None, "t": None, "tk": None, "ky": [], "d": [], "l": [],
-                "s": [], "lo": None, "hi": None}
+                "s": [], "lo": None, "hi": None, "mk": self._mask_structs(c)}
             w = c.window
             if w is not None:
                 layout = s.windows.layout  # type: ignore[union-attr]
@@ -824,6 +888,30 @@ class StreamExecutor:
         # from Arrow: a LocalRelation, so reading it as a subquery needs no Spark job
         return self.spark.createDataFrame(pa.Table.from_pylist([{"plans": data}],
                                                                 schema=PLAN_TABLE_ARROW))
+
+    def _mask_key(self, owner: str) -> bytes:
+        if self._mask_key_of is None:
+            raise RuntimeError("this runtime has no hash keys: a hash mask cannot be served")
+        return self._mask_key_of(owner)
+
+    def _mask_structs(self, compiled: CompiledPlan) -> list | None:
+        """The plan's masks as one struct per attribute (None where it shows the raw value),
+        the owner's hash key inside hash masks only; None when the plan masks nothing."""
+        if not compiled.masks:
+            return None
+        out: list[dict | None] = [None] * len(self._field_names)
+        for index, mask in compiled.masks:
+            ftype = self._types[self._field_names[index - 1]]
+            key = self._mask_key(self.definition.owner) if mask.kind == "hash" else None
+            out[index - 1] = mask_struct(mask, ftype, key)
+        return out
+
+    def row_columns(self, compiled: CompiledPlan, names) -> list[str]:
+        """The rows job's columns holding a plan's values of `names` (a hashed long: its
+        text's column)."""
+        hashed = {self._field_names[i - 1] for i, m in compiled.masks if m.kind == "hash"
+                  and self._types[self._field_names[i - 1]] == "long"}
+        return [HASHED_PREFIX + n if n in hashed else n for n in names]
 
     # ----- the batch's frames ----------------------------------------------------------------
     def _order_columns(self, shape: Shape) -> list[str]:
@@ -884,6 +972,13 @@ class StreamExecutor:
             keep = [F.col(f"`{n}`") for n in columns] + [F.col(c) for c in order]
             return (batch.select(*base).select(*keep, few.alias(PIDS_COLUMN))
                     .where(F.size(F.col(PIDS_COLUMN)) > 0))
+        if shape.masked:
+            emit, out = _shared_expressions(
+                ("rows-masked", self._schema, tuple(columns), tuple(order), shape.spatial,
+                 shape.masked_filters, shape.hashed),
+                lambda: self._masked_rows(columns, order, shape))
+            return (batch.select(*base, plans_column.alias(PLANS_COLUMN))
+                    .select(*emit).select(*out))
 
         def build() -> tuple[list[Column], Column]:
             keep = [F.col(f"`{n}`") for n in columns] + [F.col(c) for c in order]
@@ -893,6 +988,47 @@ class StreamExecutor:
                                               tuple(order), shape.spatial), build)
         return (batch.select(*base, plans_column.alias(PLANS_COLUMN))
                 .select(*keep).where(nonempty))
+
+    def _masked_rows(self, columns: list[str], order: list[str], shape: Shape
+                     ) -> tuple[list[Column], list[Column]]:
+        """The rows job when some plan masks: a row per emission (`masked_emissions`), its
+        values under the emission's masks, right after the filter (pep/runtime/masks.py)."""
+        emit = [F.explode(masked_emissions(ROW_KINDS, shape.spatial, shape.masked_filters))
+                .alias(EMIT),
+                *[F.col(f"`{n}`") for n in columns], *[F.col(c) for c in order]]
+        e = F.col(EMIT)
+        out = []
+        for n in columns:
+            m = F.element_at(e["mk"], self._index[n])
+            out.append(masked_column(F.col(f"`{n}`"), self._types[n], m).alias(n))
+        for n in shape.hashed:
+            m = F.element_at(e["mk"], self._index[n])
+            out.append(hashed_text(F.col(f"`{n}`"), self._types[n], m)
+                       .alias(HASHED_PREFIX + n))
+        out += [F.col(c) for c in order]
+        out.append(e["i"].alias(PIDS_COLUMN))
+        return emit, out
+
+    def _masked_keys(self, shape: Shape, p: Column) -> Column:
+        """Per (row, plan): the JSON text of each group-by attribute under the plan's mask
+        (null elsewhere), from the value arrays."""
+        texts = []
+        for f in self._schema.fields:
+            if f.name not in shape.keys:
+                texts.append(F.lit(None).cast("string"))
+                continue
+            i = self._index[f.name]
+            lng = F.element_at(F.col(LNGS_COLUMN), i)
+            raw = {"double": F.element_at(F.col(NUMS_COLUMN), i), "long": lng,
+                   "timestamp": F.timestamp_micros(lng), "boolean": lng == F.lit(1),
+                   "string": F.element_at(F.col(STRS_COLUMN), i)}[f.type]
+            m = F.element_at(p["mk"], i)
+            text = json_value(masked_column(raw, f.type, m), f.type)
+            if f.type in ("long", "string"):
+                text = F.when(is_hash(m), json_value(hashed_text(raw, f.type, m), "string")
+                              ).otherwise(text)
+            texts.append(text)
+        return F.array(*texts)
 
     def panes_frame(self, batch: DataFrame, plans_column: Column, shape: Shape) -> DataFrame:
         """Window plans: partial aggregates per (plan, key, pane) (with `shape.raw`: each
@@ -926,9 +1062,13 @@ class StreamExecutor:
         order = self._order_columns(shape)
         p = F.col(PLAN)
         carried = [F.col(c) for c in order]
-        explode = [F.explode(matched_plan_structs(kind, shape.spatial)).alias(PLAN), *carried,
-                   F.col(NUMS_COLUMN), F.col(STRS_COLUMN), F.col(LNGS_COLUMN)]
-        if shape.keys:
+        explode = [F.explode(matched_plan_structs(kind, shape.spatial, shape.masked_filters))
+                   .alias(PLAN),
+                   *carried, F.col(NUMS_COLUMN), F.col(STRS_COLUMN), F.col(LNGS_COLUMN)]
+        if shape.keys and shape.masked:
+            key = let(self._masked_keys(shape, p), lambda texts: F.concat_ws(KEY_SEP, F.transform(
+                p["ky"], lambda i: F.coalesce(F.element_at(texts, i), F.lit("null")))))
+        elif shape.keys:
             explode.append(F.col(KEYS_COLUMN))
             key = F.concat_ws(KEY_SEP, F.transform(
                 p["ky"], lambda i: F.coalesce(F.element_at(F.col(KEYS_COLUMN), i),
@@ -941,7 +1081,12 @@ class StreamExecutor:
         for name, fam in slots:
             index = F.element_at(p[fam], int(name[1:]) + 1)
             v = F.element_at(F.col(arrays[fam]), index)
-            if fam == "d":
+            if shape.masked:  # the value under the plan's mask of the attribute
+                m = F.element_at(p["mk"], index)
+                v = {"d": lambda: masked_double(v, m), "l": lambda: masked_long(v, m),
+                     "s": lambda: masked_text(F.coalesce(v, F.element_at(
+                         F.col(LNGS_COLUMN), index).cast("string")), m)}[fam]()
+            elif fam == "d":
                 v = F.nanvl(v, F.lit(None).cast("double"))
             if shape.clamped:  # private windows' values into their bounds, before any sum
                 v = clamped(v, p, index, fam)
@@ -1093,7 +1238,7 @@ class StreamExecutor:
         # in the stream query's own clone of the session (a batch handed in from the gateway's
         # session, as some tests do, leaves it alone), so other queries keep their setting.
         few = None
-        if not windowed and not shape.spatial and 0 < len(plain) <= FEW_PLANS:
+        if not windowed and not shape.spatial and not shape.masked and 0 < len(plain) <= FEW_PLANS:
             key = tuple((s.id, s.compiled.key, s.compiled.start_after) for s in plain)
             if self._few is None or self._few[0] != key:
                 self._few = (key, few_plans_column([(s.id, s.compiled) for s in plain]))
@@ -1156,7 +1301,7 @@ class StreamExecutor:
         ends = list(starts[1:].tolist()) + [len(plan_ids)]
         bounds = dict(zip(ids.tolist(), zip(starts.tolist(), ends)))
         seqs = arrow.column(SEQ_COLUMN).combine_chunks().fill_null(NO_SEQ).to_numpy()
-        groups: dict[tuple[str, ...], list[_PlanState]] = {}
+        groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[_PlanState]] = {}
         closed: list[str] = []
         for state in plans:
             if state.id not in bounds:
@@ -1165,11 +1310,14 @@ class StreamExecutor:
                 closed += self._row_windows(state, arrow, row_ids[slice(*bounds[state.id])],
                                             seqs)
             else:
-                groups.setdefault(state.compiled.projection, []).append(state)
-        for projection, members in groups.items():
+                projection = state.compiled.projection
+                sources = tuple(self.row_columns(state.compiled, projection))
+                groups.setdefault((projection, sources), []).append(state)
+        for (projection, sources), members in groups.items():
             picks = [row_ids[slice(*bounds[s.id])] for s in members]
             rows = picks[0] if len(picks) == 1 else np.unique(np.concatenate(picks))
-            table = arrow.select(list(projection)).take(pa.array(rows))
+            table = arrow.select(list(sources)).rename_columns(list(projection)) \
+                .take(pa.array(rows))
             texts, lengths = _json_texts(table)
             for state, idx in zip(members, picks):
                 if len(picks) == 1:
@@ -1192,12 +1340,14 @@ class StreamExecutor:
         w = windows.window
         take = pa.array(idx)
         keys = None
+        column = dict(zip(self._field_names, self.row_columns(state.compiled,
+                                                              self._field_names)))
         if w.keys:
-            texts = [value_texts(arrow.column(k).take(take)) for k in w.keys]
+            texts = [value_texts(arrow.column(column[k]).take(take)) for k in w.keys]
             joined = texts[0] if len(texts) == 1 else \
                 pc.binary_join_element_wise(*texts, KEY_SEP)
             keys = np.array(joined.to_pylist(), dtype=object)
-        values = [_family_values(arrow.column(attr).take(take), ftype)
+        values = [_family_values(arrow.column(column[attr]).take(take), ftype)
                   for attr, ftype in w.attributes]
         partials = partials_from_values(windows.layout, keys, seqs[idx], values)
         result = windows.add(partials)

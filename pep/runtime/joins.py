@@ -44,7 +44,10 @@ from pep.core.plan import AnyPredicate, ExecutionPlan, JoinPlan, SpatialPredicat
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import await_kafka_offsets
-from pep.runtime.compile import PlanError, compile_predicate
+from pep.runtime.compile import PlanError, compile_predicate, plan_masks
+from pep.runtime.mask_keys import MaskKeys
+from pep.core.masks import Mask
+from pep.runtime.masks import hashed_text, hmac_material, mask_literal, masked_column
 from pep.runtime.predicates import row_column
 from pep.runtime.sources import DELETE_COMMITTED, SEQ_COLUMN, build_source
 from pep.runtime.spatial import edges, haversine, inside_polygon, valid_position
@@ -99,7 +102,8 @@ def _spatial_column(p: SpatialPredicate, definition: StreamDefinition) -> Column
 
 
 def filter_column(dnf: tuple[tuple[AnyPredicate, ...], ...] | None,
-                  definition: StreamDefinition) -> Column | None:
+                  definition: StreamDefinition,
+                  mask_of: Callable[[str], Column] | None = None) -> Column | None:
     """The DNF as one Column (None: every tuple passes); constants are literals. A comparison
     over a null attribute is null, which a filter drops: false, as the plan says."""
     if dnf is None:
@@ -119,7 +123,7 @@ def filter_column(dnf: tuple[tuple[AnyPredicate, ...], ...] | None,
                 row = compile_predicate(p, definition.schema, f"stream {definition.name!r}")
             except PlanError as exc:
                 raise JoinPlanError(str(exc)) from None
-            terms.append(row_column(row, definition.schema))
+            terms.append(row_column(row, definition.schema, mask_of))
         alternatives.append(_and(terms) if terms else F.lit(True))
     out = alternatives[0]
     for alt in alternatives[1:]:
@@ -174,9 +178,13 @@ def _aggregate(function: str, column: Column, order: Column) -> Column:
     raise JoinPlanError(f"unknown aggregate function {function!r}")
 
 
+KEY_COLUMN = "_xsg_key"  # the owner's hash key, from a one-row table the side is crossed with
+
+
 def side_frame(spark: SparkSession, definition: StreamDefinition, plan: ExecutionPlan,
                time_output: str, prefix: str, lateness: float, max_files: int,
-               feed: Path | None = None) -> tuple[DataFrame, list[_Output]]:
+               feed: Path | None = None, mask_key: Callable[[str], bytes] | None = None
+               ) -> tuple[DataFrame, list[_Output]]:
     """The side's authorised view as a streaming DataFrame: columns `<prefix><i>` (its outputs,
     in order) and `<prefix>_t` (its time), watermarked; plus how to name its outputs.
 
@@ -195,9 +203,31 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
         df = build_source(spark, definition, max_files)
     if plan.start_after is not None:
         df = df.filter(F.col(SEQ_COLUMN) > F.lit(int(plan.start_after)))
-    condition = filter_column(plan.filter_dnf, definition)
+    try:
+        masks = plan_masks(plan, definition.schema)
+    except PlanError as exc:
+        raise JoinPlanError(f"stream {definition.name!r}: {exc}") from None
+    key = None
+    if any(m.kind == "hash" for m in masks.values()):
+        if mask_key is None:
+            raise JoinPlanError(f"stream {definition.name!r}: a hash mask needs its owner's key")
+        table = pa.Table.from_pylist([{KEY_COLUMN: hmac_material(mask_key(definition.owner))}],
+                                     schema=pa.schema([(KEY_COLUMN, pa.binary())]))
+        df = df.crossJoin(spark.createDataFrame(table))  # the key as data, never a literal
+        key = F.col(KEY_COLUMN)
+    types = {f.name: f.type for f in definition.schema.fields}
+
+    def mask_of(name: str) -> Column:
+        return mask_literal(masks[name], types[name], key)
+
+    condition = filter_column(plan.filter_dnf, definition, mask_of)
     if condition is not None:
         df = df.filter(condition)
+    if masks:  # right after the filter, before the projection, the window and the join
+        df = df.withColumns({n: _masked_value(F.col(f"`{n}`"), types[n], masks[n], mask_of(n))
+                             for n in masks})
+        if key is not None:
+            df = df.drop(KEY_COLUMN)
     time_col = f"{prefix}{TIME}"
     seq_col = f"{prefix}_seq"
     w = plan.window
@@ -256,6 +286,14 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
     return grouped.select(*cols), outputs
 
 
+def _masked_value(column: Column, field_type: str, mask: Mask, m: Column) -> Column:
+    """What a side shows of a masked attribute (`m`: `mask` as a struct): a hashed long
+    becomes its hash's text."""
+    if mask.kind == "hash" and field_type == "long":
+        return hashed_text(column, field_type, m)
+    return masked_column(column, field_type, m)
+
+
 def _delay(seconds: float) -> str:
     millis = max(0, int(round(seconds * 1000)))
     return f"{millis} milliseconds"
@@ -263,15 +301,16 @@ def _delay(seconds: float) -> str:
 
 def joined_frame(spark: SparkSession, left: StreamDefinition, right: StreamDefinition,
                  plan: JoinPlan, lateness: float = 10.0, max_files: int = 50,
-                 feeds: tuple[Path | None, Path | None] = (None, None)
+                 feeds: tuple[Path | None, Path | None] = (None, None),
+                 mask_key: Callable[[str], bytes] | None = None
                  ) -> tuple[DataFrame, list[_Output]]:
     """The join of the two sides' authorised views, and how to name the result's columns."""
     if (left.name, right.name) != plan.streams:
         raise JoinPlanError(f"the join is of {plan.streams}, not of {(left.name, right.name)}")
     lframe, lout = side_frame(spark, left, plan.left, plan.left_time, "l", lateness, max_files,
-                              feeds[0])
+                              feeds[0], mask_key)
     rframe, rout = side_frame(spark, right, plan.right, plan.right_time, "r", lateness,
-                              max_files, feeds[1])
+                              max_files, feeds[1], mask_key)
     index = {("left", n): o.internal for n, o in zip(_names(plan.left), lout)}
     index.update({("right", n): o.internal for n, o in zip(_names(plan.right), rout)})
     terms = []
@@ -345,7 +384,7 @@ class _JoinQuery:
         try:
             frame, self.outputs = joined_frame(rt.spark, self.streams[0], self.streams[1],
                                                self.plan, rt.lateness, rt.max_files_per_trigger,
-                                               (feeds[0], feeds[1]))
+                                               (feeds[0], feeds[1]), rt.mask_keys.key_for)
             self.checkpoint = rt.work_dir / "checkpoints" / qid
             self.checkpoint.mkdir(parents=True, exist_ok=True)
             millis = max(1, int(round(rt.trigger_interval * 1000)))
@@ -498,9 +537,13 @@ class JoinRuntime:
 
     def __init__(self, spark: SparkSession | None, work_dir: Path,
                  trigger_interval: float = 0.25, max_files_per_trigger: int = 50,
-                 lateness: float = 10.0, feeds: FeedSource | None = None) -> None:
+                 lateness: float = 10.0, feeds: FeedSource | None = None,
+                 mask_keys: MaskKeys | None = None) -> None:
         self.spark = spark if spark is not None else SparkSession.builder.getOrCreate()
         self.work_dir = Path(work_dir)
+        # the owners' hash-mask keys: the stream runtime's, so both hash alike
+        self.mask_keys = mask_keys if mask_keys is not None else \
+            MaskKeys(self.work_dir / "mask-keys")
         self.trigger_interval = trigger_interval
         self.max_files_per_trigger = max_files_per_trigger
         if not math.isfinite(lateness) or lateness < 0:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Callable
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from pep.core.plan import StreamSchema
-from pep.runtime.compile import EQUAL, GREATER, INTEGER_KIND, LESS, NUMERIC_KIND, PredicateRow
+from pep.runtime.compile import (EQUAL, GREATER, INTEGER_KIND, LESS, MASKED_KIND, NUMERIC_KIND,
+                                 PredicateRow, base_kind)
+from pep.runtime.masks import masked_double, masked_long, masked_text
 
 
 def integer_value(column: Column, ftype: str) -> Column:
@@ -35,11 +38,28 @@ def masked_comparison(value: Column, mask: int, constant: Column) -> Column:
     return F.coalesce(term, F.lit(False))
 
 
-def row_column(row: PredicateRow, schema: StreamSchema) -> Column:
-    """A comparison row (not a spatial one) on the frame's own attribute columns."""
+def row_column(row: PredicateRow, schema: StreamSchema,
+               mask_of: Callable[[str], Column] | None = None) -> Column:
+    """A comparison row (not a spatial one) on the frame's own attribute columns. A row on a
+    masked value (MASKED_KIND) compares the attribute under `mask_of(attribute)`, a mask
+    struct (pep/runtime/masks.py)."""
     index, mask, kind, number, text = row[:5]
     field = schema.fields[index - 1]
     column = F.col(f"`{field.name}`")
+    if kind & MASKED_KIND:
+        if mask_of is None:
+            raise ValueError(f"a comparison on the masked value of {field.name!r} without its "
+                             "mask")
+        m = mask_of(field.name)
+        kind = base_kind(kind)
+        if kind == INTEGER_KIND:
+            return masked_comparison(masked_long(integer_value(column, field.type), m), mask,
+                                     F.lit(int(number)).cast("long"))
+        if kind == NUMERIC_KIND:
+            return masked_comparison(masked_double(column.cast("double"), m), mask,
+                                     F.lit(float(number)).cast("double"))
+        source = column if field.type == "string" else column.cast("long").cast("string")
+        return masked_comparison(masked_text(source, m), mask, F.lit(text).cast("string"))
     if kind == INTEGER_KIND:
         return masked_comparison(integer_value(column, field.type), mask,
                                  F.lit(int(number)).cast("long"))

@@ -16,6 +16,7 @@ from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_
                                      Retention, StreamCheckpoint)
 from pep.runtime.compile import PlanError, compile_plan
 from pep.runtime.executor import DEFAULT_TUPLE_PANE_MIN, StreamExecutor
+from pep.runtime.mask_keys import MaskKeys
 
 log = logging.getLogger(__name__)
 
@@ -55,15 +56,20 @@ class StreamRuntime:
     def __init__(self, spark: SparkSession, work_dir: Path, trigger_interval: float = 0.25,
                  max_files_per_trigger: int = 50, time_window_lateness: float = 0.0,
                  settings: RuntimeSettings | None = None,
-                 retention_for: Callable[[str], float | None] | None = None) -> None:
+                 retention_for: Callable[[str], float | None] | None = None,
+                 mask_keys: MaskKeys | None = None) -> None:
         """`retention_for(stream)`: the stream's own archive retention in seconds (None: the
-        settings' `retention_seconds`), asked at every sweep."""
+        settings' `retention_seconds`), asked at every sweep. `mask_keys`: the owners' keys of
+        hash masks (made under the work directory when not given)."""
         if settings is None:
             settings = RuntimeSettings(trigger_interval, max_files_per_trigger,
                                        time_window_lateness)
         self.settings = settings
         self.spark = spark
         self.work_dir = Path(work_dir)
+        # the owners' hash-mask keys (pep/runtime/mask_keys.py), shared with the join runtime
+        self.mask_keys = mask_keys if mask_keys is not None else \
+            MaskKeys(self.work_dir / "mask-keys")
         self.trigger_interval = settings.trigger_interval
         self.max_files_per_trigger = settings.max_files_per_trigger
         self.time_window_lateness = settings.time_window_lateness
@@ -91,6 +97,8 @@ class StreamRuntime:
             from pep.runtime.noise import mechanism_of
             for quantity in compiled.window.noise:
                 mechanism_of(quantity)
+        if any(m.kind == "hash" for _, m in compiled.masks):
+            self.mask_keys.key_for(stream.owner)  # made (or found unusable) now, not mid-batch
         with self._lock:
             if self._closed:
                 raise RuntimeError("the stream runtime has been stopped")
@@ -113,7 +121,8 @@ class StreamRuntime:
                 executor = StreamExecutor(self.spark, stream, self.work_dir,
                                           self.trigger_interval, self.max_files_per_trigger,
                                           self._lateness(stream), self._closed_by_deliver,
-                                          self.settings.tuple_pane_min)
+                                          self.settings.tuple_pane_min,
+                                          self.mask_keys.key_for)
                 for old_id, old_plan, old_deliver in carried:
                     executor.add_handle(old_id, old_plan, old_deliver)
                 executor.add_handle(handle_id, compiled, deliver)

@@ -88,7 +88,7 @@ def predicate_struct(row: PredicateRow, segments: Callable[[AnchorSpec], list[Se
                      ) -> dict[str, Any]:
     """One predicate row as the plan table's struct (spatial fields null for comparisons)."""
     a, m, k, n, s = row[:5]
-    integer = k == INTEGER_KIND  # the constant is exact: it travels as a 64-bit integer
+    integer = (k & 7) == INTEGER_KIND  # exact: a 64-bit integer (masked comparisons too)
     out: dict[str, Any] = {"a": a, "m": m, "k": k, "n": None if integer else n, "s": s,
                            "i": n if integer else None,
                            "b": None, "p": None, "e": None, "z": None}

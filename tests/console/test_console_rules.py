@@ -110,6 +110,17 @@ def test_owner_goes_from_nothing_to_a_consumers_live_handle_without_xml(
     nea.fill("#rule-filter", "rainrate > 5")
     for attribute in ("samplingtime", "rainrate", "windspeed"):
         nea.check(f"#rule-attrs-table input[data-kind=show][data-attr={attribute}]")
+    # a mask (issue 24): a bad one shown at its field, a good one in the summary and the
+    # XACML, then taken off again
+    nea.fill("#rule-masks", "rainrate:blur")
+    wait_true(nea, "document.getElementById('rule-error').dataset.field === '/mask/rainrate'")
+    assert "field-error" in nea.get_attribute("#rule-masks", "class")
+    nea.fill("#rule-masks", "rainrate:round:0.5; samplingtime:truncate:hour")
+    wait_true(nea, "document.getElementById('rule-summary').textContent.includes("
+                   "'rainrate as round:0.5, samplingtime as truncate:hour')")
+    assert "rainrate:round:0.5" in nea.text_content("#rule-xacml")
+    nea.fill("#rule-masks", "")
+    wait_true(nea, "!document.getElementById('rule-summary').textContent.includes('round')")
     # a window, previewed, then taken off again
     nea.select_option("#rule-window-type", "tuple")
     nea.check("#rule-attrs-table input[data-kind=agg][data-attr=rainrate][data-fn=avg]")

@@ -14,7 +14,10 @@ handles over HTTP and read NDJSON; their rows must equal the recomputation value
 - row 4: a ship company reads its own ships;
 - row 5: a captain reads mmsi, lon, lat within 200 nm of his moving ship (DISTANCE_TO);
 - row 6: a captain's emergency view opens when the stream event happens and is revoked when it
-  ends (hold), on time.
+  ends (hold), on time;
+- masks (issue 24, the read-traffic rule of the same policy): the port authority sees the
+  other ships (outside its waters) on a 0.1 degree grid, by a keyed hash of the MMSI, speeds in
+  bands, the time to the minute; checked against masks applied here, with the owner's key.
 Leaks tried, per row: subject attributes claimed in the request file (in the subject, resource
 and environment categories), a wider polygon or circle in the consumer's own query, a subject
 without the attribute a rule needs, finer or regrouped windows, hidden attributes, another
@@ -22,10 +25,13 @@ anchor, and the emergency view outside an emergency or for another role.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import time
 from datetime import datetime, timezone
+from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
 from xml.sax.saxutils import escape
 
@@ -66,6 +72,7 @@ SUBJECTS = {  # subject: (roles, attributes)
     "mpa-stats": (["port-authority"], DEMO_PORT),
     "mpa-ops": (["port-authority"], DEMO_PORT),
     "mpa-noport": (["port-authority"], {}),
+    "mpa-traffic": (["port-authority"], DEMO_PORT),
     "shipco": (["ship-company"], {"ship-list": COMPANY_SHIPS}),
     "shipco-claims": (["ship-company"], {"ship-list": COMPANY_SHIPS}),
     "shipco-none": (["ship-company"], {}),
@@ -521,3 +528,63 @@ def test_row_6_the_emergency_grant_opens_and_closes_on_time(table2):
     took = reader.final_at - last_match
     assert HOLD - 0.5 <= took <= HOLD + 6, took  # on time: the hold, a batch and a tick
     assert ask(base, "captain2", "read-emergency", claims=forged).status_code == 403
+
+
+# -- masks: the other ships' traffic, generalised ---------------------------------------------
+
+def grid(value: float, step: str = "0.1") -> float:
+    """Rounded down to the grid: exact decimal arithmetic on the value as written."""
+    s = Decimal(step)
+    return float((Decimal(repr(value)) / s).to_integral_value(rounding=ROUND_FLOOR) * s)
+
+
+def traffic_view(records: list[dict], key: bytes) -> list[dict]:
+    """The brute force of the read-traffic rule: ships outside the port waters,
+    their position on the 0.1 degree grid, an HMAC-SHA-256 of the MMSI with the owner's key,
+    the speed's band (0, 5, 10, 15, 20), the minute."""
+    out = []
+    for r in records:
+        if inside(r["lat"], r["lon"], BOUNDS):
+            continue
+        t = datetime.fromisoformat(r["ts"].replace("Z", "+00:00"))
+        out.append({"mmsi": hmac.new(key, str(r["mmsi"]).encode(), hashlib.sha256).hexdigest(),
+                    "shiptype": r["shiptype"], "lat": grid(r["lat"]), "lon": grid(r["lon"]),
+                    "speed": float(max(e for e in (0, 5, 10, 15, 20) if e <= r["speed"])),
+                    "ts": t.replace(second=0, microsecond=0).strftime(
+                        "%Y-%m-%dT%H:%M:%S.%fZ")})
+    return out
+
+
+@pytest.mark.timeout(90)
+def test_the_port_authority_sees_other_ships_on_a_grid(table2, gateway):
+    base = table2
+    r = ask(base, "mpa-traffic", "read-traffic")
+    assert r.status_code == 201, r.text
+    doc = r.json()
+    assert doc["plan"]["masks"] == {"mmsi": "hash", "lat": "grid:0.1", "lon": "grid:0.1",
+                                    "speed": "bands:0,5,10,15,20", "ts": "truncate:minute"}
+    assert "floor(`lat` / 0.1) * 0.1 AS `lat`" in doc["sql"]
+    reader = Reader(doc["handle"], "mpa-traffic").start()
+    records = make_records(30, 10)
+    assert near_a_boundary(records) == []
+    ingest(base, records)
+    count = len(traffic_view(records, b""))
+    assert 0 < count < len(records)  # some ships are in the port waters, most are not
+    assert wait_for(lambda: len(reader.rows) >= count, 60), (len(reader.rows), count)
+    time.sleep(0.5)
+    key = gateway.runtime.mask_keys.path_for("nea").read_bytes()  # made at its first use
+    want = traffic_view(records, key)
+    assert len({(w["lat"], w["lon"]) for w in want}) < len(want)  # ships share grid cells
+    assert reader.rows == want
+    assert key.hex() not in json.dumps(doc)
+    assert requests.delete(doc["handle"], headers=auth("mpa-traffic"),
+                           timeout=30).status_code in (200, 204)
+    # a finer grid is refused; a coarser one is granted, and a filter reads its cells
+    r = ask(base, "mpa-traffic", "read-traffic", {"mask": {"lat,lon": "grid:0.01"}})
+    assert r.status_code == 403 and "lat" in error(r), r.text
+    r = ask(base, "mpa-traffic", "read-traffic",
+            {"mask": {"lat,lon": "grid:0.5"}, "filter": "lat = 1.0 AND lon >= 104"})
+    assert r.status_code == 201, r.text
+    assert "floor(`lat` / 0.5) * 0.5 = 1" in r.json()["sql"], r.json()["sql"]
+    assert requests.delete(r.json()["handle"], headers=auth("mpa-traffic"),
+                           timeout=30).status_code in (200, 204)

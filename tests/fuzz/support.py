@@ -259,6 +259,11 @@ conditions = mostly(st.recursive(comparison, _combine, max_leaves=4), one_of(
 json_scalar = one_of(number_token.map(Raw), nasty_text(6), st.booleans(), st.none())
 
 
+# masks a consumer may ask for (pep.core.masks): some fit their attribute, some do not
+MASK_SPECS = ("round:10", "round:0.5", "grid:1", "truncate:hour", "bands:0,5,50", "prefix:2",
+              "suffix:1", "hash", "null", "round:0", "blur", "bands:5,1", "prefix:-1")
+mask_text = one_of(st.tuples(st.sampled_from(sorted(FIELD_TYPES)), st.sampled_from(MASK_SPECS))
+                   .map(lambda p: f"{p[0]}:{p[1]}"), nasty_text(8))
 AGGREGATES = ("rainrate:avg", "avg(rainrate)", "samplingtime:lastval", "windspeed:max",
               "shipname:max", "moored:min", "winddirection:sum", "rainrate:count")
 ODD_AGGREGATES = ("moored:avg", "shipname:sum", "rainrate:", ":avg", "avg(", "x:y:z", "avg()")
@@ -281,8 +286,13 @@ def hostile_slot(draw, slots: tuple[str, ...]) -> str | None:
 def json_user_query(draw) -> Any:
     """A user query as a Python value (with Raw tokens): a filter of typed comparisons at the
     edges of their types, valid elsewhere except, maybe, in one hostile slot."""
-    bad = hostile_slot(draw, ("stream", "filter", "map", "window", "window", "extra", "wrap"))
+    bad = hostile_slot(draw, ("stream", "filter", "map", "window", "window", "extra", "wrap",
+                              "mask"))
     query: dict[str, Any] = {}
+    if one_in(draw, 4) or bad == "mask":
+        query["mask"] = draw(st.lists(mask_text, min_size=1, max_size=3) if bad != "mask"
+                             else one_of(st.dictionaries(nasty_text(6), json_scalar, max_size=2),
+                                         json_scalar, st.lists(json_scalar, max_size=2)))
     if bad == "stream":
         query["stream"] = draw(one_of(st.sampled_from(STREAMS), json_scalar))
     if not one_in(draw, 5) or bad == "filter":
@@ -325,6 +335,10 @@ def xml_user_query(draw) -> str:
         return xml_escape(text, charrefs)
 
     parts = []
+    if one_in(draw, 4):
+        masks = draw(st.lists(mask_text, max_size=2))
+        parts.append("<Mask>" + "".join(f"<Attribute>{esc(m)}</Attribute>" for m in masks)
+                     + "</Mask>")
     if bad == "stream":
         name = draw(one_of(st.sampled_from(STREAMS), nasty_text(6)))
         parts.append(f'<Stream name="{esc(name)}"/>')

@@ -110,3 +110,18 @@ def test_what_if_before_an_update_or_a_delete(gw, capsys):
     assert gw.services.store.store_version() == before and len(gw.services.handles.live()) == 2
     code, out, _ = run(capsys, gw, "nea", "list", "--json")
     assert json.loads(out)[0]["form"] == "rule"
+
+
+def test_masks_from_flags(gw, capsys):
+    code, out, err = run(capsys, gw, "nea", "new", "--stream", "weather", "--subject", "lta",
+                         "--mask", "rainrate:round:5", "--mask", "samplingtime:truncate:hour",
+                         "--xacml")
+    assert code == 0, err
+    assert "exacml:obligation:stream-mask" in out and "rainrate:round:5" in out
+    assert "rainrate as round:5, samplingtime as truncate:hour" in err
+    code, _, err = run(capsys, gw, "nea", "new", "--stream", "weather", "--subject", "lta",
+                       "--mask", "rainrate")
+    assert code == 2 and "ATTR:MASK" in err
+    code, _, err = run(capsys, gw, "nea", "new", "--stream", "weather", "--subject", "lta",
+                       "--mask", "rainrate:hash")
+    assert code == 1 and "HTTP 400" in err and "/mask/rainrate" in err

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from pep.core.conditions import ConditionError, parse_condition
+from pep.core.masks import MaskError, parse_assignment
 from pep.core.obligations import parse_aggregate
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.rules.model import RuleError, SharingRule
@@ -44,6 +45,12 @@ def check_rule(rule: SharingRule, stream: StreamDefinition,
             raise RuleError("/filter", exc.message) from None
     for i, name in enumerate(rule.attributes):
         _attribute(schema, stream.name, name, f"/attributes/{i}")
+    for names, spec in rule.masks:
+        try:
+            parse_assignment(f"{names}:{spec}", schema)
+        except MaskError as exc:
+            raise RuleError(f"/mask/{names.replace('~', '~0').replace('/', '~1')}",
+                            str(exc)) from None
     if rule.window is not None:
         w = rule.window
         if w.type == "time" and not stream.time_attribute:

@@ -6,6 +6,7 @@
      "actions": ["read", "subscribe"],
      "filter": "rainrate > 5",
      "attributes": ["samplingtime", "rainrate"],
+     "mask": {"rainrate": "round:5", "samplingtime": "truncate:minute"},
      "window": {"type": "tuple", "size": 5, "step": 2, "aggregates": ["rainrate:avg"],
                 "min_count": 1, "group_by": [], "filterable": ["rainrate"]},
      "valid": {"from": "2026-11-23T00:00:00Z", "until": "2026-11-24T00:00:00Z"},
@@ -18,6 +19,9 @@ file's `attributes` or the token's mapped claims); `"who": "anyone"` applies to 
 authenticated caller. `actions` defaults to read and subscribe (`"any"`: every action).
 `attributes` empty or absent: every attribute. The window is the eXACML+ `stream-window`
 obligation (size in tuples or seconds; `min_count` absent: the PEP's default for the type).
+`mask` shows attributes coarser or hashed instead of raw (`pep.core.masks`: `round:<step>`,
+`lat,lon: grid:<degrees>`, `truncate:<unit>`, `bands:<edges>`, `prefix:<n>`, `suffix:<n>`,
+`hash`, `null`), compiled to the `exacml:obligation:stream-mask` obligation.
 `valid` bounds the grant in time (either end may be absent), `events` names stream events of
 the same stream that must all be open. A rule compiles to one XACML 3.0 Policy
 (`pep.core.rules.xacml`), which is what is stored, decided and revoked.
@@ -34,6 +38,7 @@ from datetime import datetime, timezone
 from typing import Any, Union
 
 from pep.core.errors import InvalidInput
+from pep.core.masks import MaskError, parse_mask
 
 AttributeValue = Union[str, int, float, bool]
 
@@ -48,7 +53,7 @@ POLICY_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,1000}")
 VERSION = re.compile(r"\d{1,9}(\.\d{1,9}){0,9}")
 EVENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")  # as pep.streams.events.EVENT_NAME
 KNOWN_FIELDS = ("id", "version", "stream", "description", "who", "actions", "filter",
-                "attributes", "window", "valid", "events")
+                "attributes", "mask", "window", "valid", "events")
 WINDOW_FIELDS = ("type", "size", "step", "aggregates", "min_count", "group_by", "filterable")
 WHO_FIELDS = ("subjects", "roles", "attributes")
 
@@ -112,6 +117,8 @@ class SharingRule:
     events: tuple[str, ...] = ()
     description: str | None = None
     version: str = "1.0"
+    # (attributes as written, "speed" or "lat,lon"; the mask's canonical spec)
+    masks: tuple[tuple[str, str], ...] = ()
 
 
 # -- reading the JSON form ------------------------------------------------------------------------
@@ -304,6 +311,34 @@ def _validity(value: Any, path: str) -> Validity | None:
     return Validity(start, end)
 
 
+def _masks(value: Any, path: str) -> tuple[tuple[str, str], ...]:
+    """`{"speed": "round:10", "lat,lon": "grid:0.1"}`: the masks' syntax (the attributes are
+    checked against the stream by `check_rule`)."""
+    if not isinstance(value, dict):
+        raise RuleError(path, "must be an object of attribute -> mask ({\"speed\": "
+                              f"\"round:10\", \"lat,lon\": \"grid:0.1\"}}), not {_kind(value)}")
+    if len(value) > MAX_ITEMS:
+        raise RuleError(path, f"holds {len(value)} masks, over the limit of {MAX_ITEMS}")
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for key, spec in value.items():
+        at = f"{path}/{_pointer(key)}"
+        names = [n.strip() for n in _text(key, at, what="attribute names").split(",")]
+        if not all(names):
+            raise RuleError(at, "names an empty attribute")
+        text = _text(spec, at, 2000, "a mask such as round:10")
+        try:
+            mask = parse_mask(text)
+        except MaskError as exc:
+            raise RuleError(at, str(exc)) from None
+        for name in names:
+            if name.lower() in seen:
+                raise RuleError(at, f"attribute {name!r} is masked twice")
+            seen.add(name.lower())
+        out.append((",".join(names), mask.spec))
+    return tuple(out)
+
+
 def slug(text: str) -> str:
     out = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
     return out[:60] or "rule"
@@ -354,6 +389,7 @@ def rule_from_json(data: Any) -> SharingRule:
     if data.get("filter") is not None:
         filter_text = _text(data["filter"], "/filter", MAX_FILTER, "a condition")
     attributes = _names(data.get("attributes", []) or [], "/attributes", "attributes")
+    masks = _masks(data["mask"], "/mask") if data.get("mask") is not None else ()
     window = _window(data["window"], "/window") if data.get("window") is not None else None
     valid = _validity(data["valid"], "/valid") if data.get("valid") is not None else None
     events = _names(data.get("events", []) or [], "/events", "event names")
@@ -365,7 +401,7 @@ def rule_from_json(data: Any) -> SharingRule:
     if data.get("description") is not None and str(data["description"]).strip():
         description = _text(data["description"], "/description", MAX_DESCRIPTION)
     return SharingRule(rule_id, stream, who, actions, filter_text, attributes, window, valid,
-                       events, description, version)
+                       events, description, version, masks)
 
 
 def rule_to_json(rule: SharingRule) -> dict:
@@ -383,6 +419,7 @@ def rule_to_json(rule: SharingRule) -> dict:
                            "description": rule.description, "who": who,
                            "actions": list(rule.actions) if rule.actions else "any",
                            "filter": rule.filter, "attributes": list(rule.attributes),
+                           "mask": {names: spec for names, spec in rule.masks},
                            "window": None, "valid": None, "events": list(rule.events)}
     if rule.window is not None:
         w = rule.window

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from lxml import etree
 
 from pdp import UnsafeDocumentError, parse_xml
-from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, MAP_ATTRIBUTE, MAP_IDS, PREFIXES,
+from pep.core.masks import MaskError, parse_mask
+from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, MAP_ATTRIBUTE, MAP_IDS,
+                                  MASK_ATTRIBUTE, MASK_IDS, PREFIXES,
                                   WINDOW_ATTR, WINDOW_IDS, WINDOW_KEY, WINDOW_MIN_COUNT,
                                   WINDOW_PREFILTER, WINDOW_SIZE, WINDOW_STEP, WINDOW_TYPE,
                                   parse_window_kind, parse_window_number)
@@ -57,6 +59,7 @@ class GrantReading:
     valid: Validity | None = None
     events: tuple[str, ...] = ()
     description: str | None = None
+    masks: tuple[tuple[str, str], ...] = ()  # (attributes, canonical mask spec); all apply
 
     @property
     def attributes(self) -> tuple[str, ...] | None:
@@ -310,11 +313,26 @@ def _window(found: dict[str, list[str]]) -> RuleWindow:
                       tuple(found[WINDOW_KEY]), tuple(found[WINDOW_PREFILTER]))
 
 
+def _mask(text: str) -> tuple[str, str]:
+    """`attributes:mask` as (attributes, canonical spec); the attributes are checked against
+    the stream when the policy is written."""
+    names, sep, spec = text.partition(":")
+    names = ",".join(n.strip() for n in names.split(","))
+    if not sep or not all(names.split(",")):
+        raise Unreadable("a mask without its attribute")
+    try:
+        return names, parse_mask(spec).spec
+    except MaskError:
+        raise Unreadable("a mask the PEP refuses") from None
+
+
 def _obligations(expressions: etree._Element | None, effect: str
-                 ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...], tuple[RuleWindow, ...]]:
+                 ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...], tuple[RuleWindow, ...],
+                            tuple[tuple[str, str], ...]]:
     filters: list[str] = []
     maps: list[tuple[str, ...]] = []
     windows: list[RuleWindow] = []
+    masks: list[tuple[str, str]] = []
     for obligation in (_children(expressions) if expressions is not None else []):
         if _local(obligation) != "ObligationExpression" or effect != "Permit" or \
                 _attr(obligation, "FulfillOn") != "Permit":
@@ -334,9 +352,14 @@ def _obligations(expressions: etree._Element | None, effect: str
             windows.append(_window(_assignments(obligation, (
                 WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP, WINDOW_ATTR, WINDOW_MIN_COUNT,
                 WINDOW_PREFILTER, WINDOW_KEY))))
+        elif obligation_id in MASK_IDS:
+            values = _assignments(obligation, (MASK_ATTRIBUTE,))[MASK_ATTRIBUTE]
+            if not values:
+                raise Unreadable("a mask obligation without masks")
+            masks.extend(_mask(v) for v in values)
         else:
             raise Unreadable(f"obligation {obligation_id!r}")
-    return tuple(filters), tuple(maps), tuple(windows)
+    return tuple(filters), tuple(maps), tuple(windows), tuple(masks)
 
 
 def _grant(rule: etree._Element, streams: tuple[str, ...]) -> GrantReading:
@@ -352,10 +375,10 @@ def _grant(rule: etree._Element, streams: tuple[str, ...]) -> GrantReading:
         parts[name] = child
     who, actions = _rule_target(parts.get("Target"))
     valid, events = _condition(parts.get("Condition"), streams)
-    filters, maps, windows = _obligations(parts.get("ObligationExpressions"), effect)
+    filters, maps, windows, masks = _obligations(parts.get("ObligationExpressions"), effect)
     description = _text(parts["Description"]).strip() if "Description" in parts else None
     return GrantReading(effect, who, actions, filters, maps, windows, valid, events,
-                        description or None)
+                        description or None, masks)
 
 
 def read_document(root: etree._Element) -> PolicyReading | None:
@@ -412,7 +435,8 @@ def rule_from_reading(reading: PolicyReading) -> SharingRule | None:
         filter=grant.filters[0] if grant.filters else None,
         attributes=grant.maps[0] if grant.maps else (),
         window=grant.windows[0] if grant.windows else None, valid=grant.valid,
-        events=grant.events, description=description, version=reading.version)
+        events=grant.events, description=description, version=reading.version,
+        masks=grant.masks)
     try:
         checked = rule_from_json(rule_to_json(candidate))
     except RuleError:

@@ -5,6 +5,8 @@ read them; anything else is "custom XACML" (with its streams, when its target co
     weather: lta (read, subscribe) gets avg(rainrate) per tuple window of 5 every 2, of tuples
     where rainrate > 5, from 2026-11-23T00:00:00Z, until 2026-11-24T00:00:00Z
     weather: other (read) gets samplingtime, rainrate where station = 'S1'
+    ais: role port-authority (read-traffic) gets every attribute where ..., lat and lon as
+    grid:0.1, mmsi as hash
 
 
 Several rules are separated by " | ", in document order (under first-applicable the first that
@@ -68,6 +70,9 @@ def grant_text(grant: GrantReading) -> str:
             head += (", of tuples where " if grant.windows else " where ") + (
                 grant.filters[0] if len(grant.filters) == 1 else
                 " AND ".join(f"({f})" for f in grant.filters))
+        if grant.masks:
+            head += ", " + ", ".join(f"{' and '.join(names.split(','))} as {spec}"
+                                     for names, spec in grant.masks)
         filterable = sorted({a for w in grant.windows for a in w.filterable})
         if filterable:
             head += f" (own filter before the window on {', '.join(filterable)})"

@@ -11,8 +11,8 @@ The shape (`pep.core.rules.reading` reads it back, and any policy of the same sh
                   attribute, each `<type>-equal`), an AnyOf of the actions (action-id)
         <Condition>  and(current-dateTime >= from, current-dateTime < until,
                          boolean-is-in(true, urn:xsg:event:<stream>:<event>) ...)
-        <ObligationExpressions>  exacml:obligation:stream-filter, -map, -window with the
-                                 eXACML+ attribute ids (pep.core.obligations)
+        <ObligationExpressions>  exacml:obligation:stream-filter, -map, -mask, -window with
+                                 the eXACML+ attribute ids (pep.core.obligations)
 
 No catch-all Deny rule: under the root's deny-overrides a Deny in one owner's rule would
 override another rule's Permit on the same stream; a caller no rule names is NotApplicable,
@@ -24,9 +24,9 @@ import re
 
 from lxml import etree
 
-from pep.core.obligations import (FILTER_CONDITION, MAP_ATTRIBUTE, WINDOW_ATTR, WINDOW_KEY,
-                                  WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_SIZE, WINDOW_STEP,
-                                  WINDOW_TYPE)
+from pep.core.obligations import (FILTER_CONDITION, MAP_ATTRIBUTE, MASK_ATTRIBUTE, WINDOW_ATTR,
+                                  WINDOW_KEY, WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_SIZE,
+                                  WINDOW_STEP, WINDOW_TYPE)
 from pep.core.rules.model import AttributeMatch, SharingRule
 
 NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
@@ -57,6 +57,7 @@ CURRENT_DATETIME = "urn:oasis:names:tc:xacml:1.0:environment:current-dateTime"
 FILTER_ID = "exacml:obligation:stream-filter"
 MAP_ID = "exacml:obligation:stream-map"
 WINDOW_ID = "exacml:obligation:stream-window"
+MASK_ID = "exacml:obligation:stream-mask"
 PREFIX = "exacml:obligation:"
 
 
@@ -156,7 +157,7 @@ def _assign(obligation: etree._Element, suffix: str, datatype: str, text: str) -
 
 
 def _obligations(rule_element: etree._Element, rule: SharingRule) -> None:
-    if rule.filter is None and not rule.attributes and rule.window is None:
+    if rule.filter is None and not rule.attributes and rule.window is None and not rule.masks:
         return
     expressions = _el(rule_element, "ObligationExpressions")
     if rule.filter is not None:
@@ -166,6 +167,10 @@ def _obligations(rule_element: etree._Element, rule: SharingRule) -> None:
         ob = _el(expressions, "ObligationExpression", ObligationId=MAP_ID, FulfillOn="Permit")
         for name in rule.attributes:
             _assign(ob, MAP_ATTRIBUTE, STRING, name)
+    if rule.masks:
+        ob = _el(expressions, "ObligationExpression", ObligationId=MASK_ID, FulfillOn="Permit")
+        for names, spec in rule.masks:
+            _assign(ob, MASK_ATTRIBUTE, STRING, f"{names}:{spec}")
     if rule.window is not None:
         w = rule.window
         ob = _el(expressions, "ObligationExpression", ObligationId=WINDOW_ID, FulfillOn="Permit")

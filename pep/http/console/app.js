@@ -840,6 +840,7 @@
       box.checked = actions !== 'any' && actions.includes(box.value);
     }
     $('rule-filter').value = (rule && rule.filter) || '';
+    $('rule-masks').value = Object.entries((rule && rule.mask) || {}).map(([a, m]) => `${a}:${m}`).join('; ');
     const w = rule && rule.window;
     $('rule-window-type').value = w ? w.type : '';
     $('rule-window-size').value = w ? w.size : 5;
@@ -955,6 +956,14 @@
       : [...document.querySelectorAll('input[name=rule-action]:checked')].map((i) => i.value);
     const filter = $('rule-filter').value.trim();
     if (filter) rule.filter = filter;
+    // "speed:round:5; lat,lon:grid:0.1": the attributes before the first colon, the mask after
+    const masks = $('rule-masks').value.split(';').map((x) => x.trim()).filter(Boolean);
+    if (masks.length) {
+      rule.mask = Object.fromEntries(masks.map((m) => {
+        const at = m.indexOf(':');
+        return at < 0 ? [m, ''] : [m.slice(0, at).trim(), m.slice(at + 1).trim()];
+      }));
+    }
     const ticked = (kind) => [...document.querySelectorAll(`#rule-attrs-table input[data-kind=${kind}]:checked`)];
     rule.attributes = ticked('show').map((i) => i.dataset.attr);
     const type = $('rule-window-type').value;
@@ -988,7 +997,8 @@
     box.dataset.field = field;
     box.hidden = false;
     while (field) {
-      const target = document.querySelector(`#rule-editor [data-field="${field}"]`);
+      // (the error box carries the field too: it is not the field)
+      const target = document.querySelector(`#rule-editor [data-field="${field}"]:not(#rule-error)`);
       if (target) { target.classList.add('field-error'); break; }
       field = field.replace(/\/[^/]*$/, '');
     }
@@ -1064,7 +1074,7 @@
   });
   $('rule-window-type').addEventListener('change', () => { windowColumns(); schedulePreview(); });
   for (const id of ['rule-id', 'rule-description', 'rule-subjects', 'rule-roles', 'rule-who-attrs',
-                    'rule-filter', 'rule-window-size', 'rule-window-step', 'rule-window-min',
+                    'rule-filter', 'rule-masks', 'rule-window-size', 'rule-window-step', 'rule-window-min',
                     'rule-valid-from', 'rule-valid-until', 'rule-sample-subject', 'rule-sample-roles']) {
     $(id).addEventListener('input', () => schedulePreview());
   }
@@ -1136,7 +1146,7 @@
   }
 
   $('try-stream').addEventListener('change', () => { renderMapChoices(); renderRequestXml(); });
-  for (const id of ['try-action', 'try-filter', 'try-window-type', 'try-window-size', 'try-window-step',
+  for (const id of ['try-action', 'try-filter', 'try-masks', 'try-window-type', 'try-window-size', 'try-window-step',
                     'try-window-min', 'try-window-aggs', 'try-window-keys']) {
     $(id).addEventListener('input', renderRequestXml);
   }
@@ -1157,6 +1167,8 @@
     const q = [];
     if (filter) q.push(`        <Filter><FilterCondition>${esc(filter)}</FilterCondition></Filter>`);
     if (map.length) q.push(`        <Map>${map.map((a) => `<Attribute>${esc(a)}</Attribute>`).join('')}</Map>`);
+    const masks = $('try-masks').value.split(';').map((x) => x.trim()).filter(Boolean);
+    if (masks.length) q.push(`        <Mask>${masks.map((m) => `<Attribute>${esc(m)}</Attribute>`).join('')}</Mask>`);
     if (wtype) {
       const agg = [`<WindowType>${esc(wtype)}</WindowType>`,
                    `<WindowSize>${esc($('try-window-size').value)}</WindowSize>`,
@@ -1251,7 +1263,7 @@ ${attr('urn:oasis:names:tc:xacml:1.0:action:action-id', action)}  </Attributes>
 
   // One predicate of a plan; spatial ones (DISTANCE, DISTANCE_TO, WITHIN_POLYGON) name their function.
   function predicateText(p) {
-    if (!p.function) return `${p.attribute} ${p.op} ${p.value}`;
+    if (!p.function) return p.mask ? `${p.mask}(${p.attribute}) ${p.op} ${p.value}` : `${p.attribute} ${p.op} ${p.value}`;
     const coords = (p.attributes || [p.latitude, p.longitude]).join(', ');
     if (p.function === 'polygon') return `${p.op === '!=' ? 'NOT ' : ''}WITHIN_POLYGON(${coords}, ...)`;
     return `${p.function.toUpperCase()}(${coords}, ...) ${p.op} ${p.metres ?? p.value}`;
@@ -1270,6 +1282,9 @@ ${attr('urn:oasis:names:tc:xacml:1.0:action:action-id', action)}  </Attributes>
     const output = plan.output || (w ? [...(w.keys || []), ...(w.aggregates || []).map((a) => `${a.function}_${a.attribute}`)]
       : plan.projection);
     if (output && output.length) parts.push('columns ' + output.join(', '));
+    // masks: {attribute: spec} when explained, [[attribute, spec], ...] when stored
+    const masks = Array.isArray(plan.masks) ? plan.masks : Object.entries(plan.masks || {});
+    if (masks.length) parts.push('masked ' + masks.map(([a, m]) => `${a} as ${m}`).join(', '));
     return parts.join(' · ');
   }
 

@@ -38,7 +38,7 @@ def test_every_policy_file_loads_on_its_own():
 def test_every_xml_file_is_well_formed_and_requests_parse():
     requests = [p for p in POLICIES.rglob("*") if p.suffix in (".xml", ".json")
                 and p not in policy_files(POLICIES) and p.name != "streams.json"]
-    assert len(requests) == 11
+    assert len(requests) == 12
     for p in requests:
         parse_request(p.read_bytes(), JSON if p.suffix == ".json" else XML)
 
@@ -115,6 +115,11 @@ def test_ais_port_authority(engine):
     near = next(o for o in count.obligations if o.id == "exacml:obligation:stream-filter")
     assert near.values("stream-filter-condition-id") == [
         "DISTANCE(lat, lon, {subject:port-lat}, {subject:port-lon}) <= 92600"]
+    traffic = decide(engine, "ais/port-authority-traffic-request.xml")
+    assert traffic.decision is Decision.PERMIT
+    mask = next(o for o in traffic.obligations if o.id == "exacml:obligation:stream-mask")
+    assert mask.values("stream-mask-attribute-id") == [
+        "lat,lon:grid:0.1", "mmsi:hash", "speed:bands:0,5,10,15,20", "ts:truncate:minute"]
 
 
 def test_ais_ship_company_and_captain(engine):

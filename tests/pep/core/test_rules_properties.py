@@ -40,6 +40,9 @@ FUNCTIONS = {"ts": ("max", "min", "count", "firstval", "lastval"),
              "station": ("max", "min", "count", "firstval", "lastval"),
              "wet": ("count", "firstval", "lastval")}
 BASE = datetime(2026, 11, 23, tzinfo=timezone.utc)
+MASKS = [("rainrate", "round:0.5"), ("level", "round:10"), ("level", "bands:0,10"),
+         ("station", "prefix:2"), ("station", "hash"), ("ts", "truncate:minute"),
+         ("wet", "null")]
 
 # -- generated rules -------------------------------------------------------------------------------
 
@@ -139,6 +142,8 @@ def rules(draw) -> SharingRule:
         filter=draw(filters()),
         attributes=draw(_unique(st.sampled_from(SCHEMA.names), 5)),
         window=draw(windows()), valid=draw(validities()), events=draw(_unique(events, 2)),
+        masks=tuple(draw(st.lists(st.sampled_from(MASKS), max_size=3,
+                                  unique_by=lambda m: m[0]))),
         description=description.strip() if description else None,
         version=draw(st.sampled_from(["1.0", "2", "1.2.3"])))
     # what the JSON form reads back is the rule the compiler sees
@@ -218,6 +223,8 @@ def expected(rule: SharingRule, req: dict) -> dict | None:
         view["filter"] = [rule.filter]
     if rule.attributes:
         view["map"] = sorted(rule.attributes)
+    if rule.masks:
+        view["mask"] = sorted(f"{names}:{spec}" for names, spec in rule.masks)
     if rule.window is not None:
         w = rule.window
         view["window"] = {"type": [w.type], "size": [str(w.size)], "step": [str(w.step)],
@@ -269,6 +276,8 @@ def _view(obligations) -> dict:
             view["filter"] = values["condition"]
         elif kind == "map":
             view["map"] = sorted(values["attribute"])
+        elif kind == "mask":
+            view["mask"] = sorted(values["attribute"])
         else:
             view["window"] = {k: sorted(values.get(k, [])) for k in
                               ("type", "size", "step", "attr", "key", "filter-attribute",
