@@ -357,6 +357,8 @@ class _Token:
 _NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _DIGITS = frozenset("0123456789")
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# `stream.attribute`, in conditions over two streams (a join grant's, `qualified_conjuncts`)
+_QUALIFIED_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\.[A-Za-z_][A-Za-z0-9_]*|[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER_RE = re.compile(r"\{\s*([A-Za-z]+)\s*:\s*([^\s{}]+)\s*\}")
 _KEYWORDS = {"and": "AND", "or": "OR", "not": "NOT", "in": "IN"}
 _FUNCTIONS = {"within_box": "WITHIN_BOX"}
@@ -368,8 +370,9 @@ _ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r", "0"
 _NON_FINITE = {"nan", "inf", "infinity"}
 
 
-def _tokenize(text: str) -> list[_Token]:
+def _tokenize(text: str, qualified: bool = False) -> list[_Token]:
     tokens: list[_Token] = []
+    ident_re = _QUALIFIED_IDENT_RE if qualified else _IDENT_RE
     i, n = 0, len(text)
     while i < n:
         ch = text[i]
@@ -420,7 +423,7 @@ def _tokenize(text: str) -> list[_Token]:
             tokens.append(_Token("NUMBER", _number(lexeme, pos, text), pos))
             i = end
             continue
-        m = _IDENT_RE.match(text, i)
+        m = ident_re.match(text, i)
         if m:
             word = m.group(0)
             low = word.lower()
@@ -775,6 +778,80 @@ def parse(text: str) -> Expr:
         raise ConditionError(
             f"condition is {len(text)} characters long, over the limit of {MAX_CONDITION_LENGTH}")
     return _Parser(text, _tokenize(text)).parse()
+
+
+@dataclass(frozen=True)
+class QualifiedConjunct:
+    """One top-level conjunct of a condition over two streams (`stream.attribute` names).
+
+    Either an equality of two streams' attributes (`equality`: ((stream, attribute), (stream,
+    attribute)), as written), or a condition on one stream's attributes: `stream` and `text`,
+    the conjunct with its qualifiers removed, to be parsed against that stream's schema."""
+
+    equality: tuple[tuple[str, str], tuple[str, str]] | None
+    stream: str | None
+    text: str
+    position: int
+
+
+def qualified_conjuncts(text: str) -> list[QualifiedConjunct]:
+    """A join grant's condition split into its top-level conjuncts (see QualifiedConjunct).
+
+    Every attribute is qualified with its stream; a conjunct that reads two streams must be an
+    equality of two attributes (the joins' runtime evaluates equalities and a time bound
+    between the sides, nothing else); ConditionError otherwise, naming the column."""
+    if not isinstance(text, str):
+        raise ConditionError("a condition must be text")
+    if len(text) > MAX_CONDITION_LENGTH:
+        raise ConditionError(
+            f"condition is {len(text)} characters long, over the limit of {MAX_CONDITION_LENGTH}")
+    tokens = _tokenize(text, qualified=True)
+    if tokens[0].kind == "EOF":
+        raise ConditionError("empty condition")
+    parts: list[list[_Token]] = [[]]
+    ends: list[int] = []
+    depth = 0
+    for tok in tokens:
+        if tok.kind in ("LPAREN", "LBRACKET"):
+            depth += 1
+        elif tok.kind in ("RPAREN", "RBRACKET"):
+            depth -= 1
+        if tok.kind == "EOF" or (tok.kind == "AND" and depth == 0):
+            ends.append(tok.pos - 1)
+            if tok.kind != "EOF":
+                parts.append([])
+            continue
+        parts[-1].append(tok)
+    out = []
+    for part, end in zip(parts, ends):
+        if not part:
+            raise ConditionError("empty conjunct around AND", end + 1, text)
+        attributes = [(i, t) for i, t in enumerate(part) if t.kind == "IDENT" and not (
+            i + 1 < len(part) and part[i + 1].kind == "LPAREN")]
+        for _, t in attributes:
+            if "." not in t.value:
+                raise ConditionError(f"attribute {t.value!r} must be qualified with its stream "
+                                     "(stream.attribute) in a condition over two streams",
+                                     t.pos, text)
+        streams = list(dict.fromkeys(t.value.split(".", 1)[0] for _, t in attributes))
+        start = part[0].pos - 1
+        if len(part) == 3 and len(attributes) == 2 and part[1].kind == "OP" \
+                and part[1].value == "=" and len(streams) == 2:
+            a, b = (t.value.split(".", 1) for t in (part[0], part[2]))
+            out.append(QualifiedConjunct(((a[0], a[1]), (b[0], b[1])), None,
+                                         text[start:end].strip(), part[0].pos))
+            continue
+        if len(streams) != 1:
+            what = "no attribute" if not streams else "attributes of two streams"
+            raise ConditionError(f"a conjunct with {what} must be an equality of two streams' "
+                                 "attributes (a.x = b.y) or a condition on one stream",
+                                 part[0].pos, text)
+        piece = text[start:end]
+        for _, t in reversed(attributes):
+            at = t.pos - 1 - start
+            piece = piece[:at] + t.value.split(".", 1)[1] + piece[at + len(t.value):]
+        out.append(QualifiedConjunct(None, streams[0], piece.strip(), part[0].pos))
+    return out
 
 
 # -- binding to a schema --------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 from pep.core.exact import iso_from_micros, timestamp_micros
 from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial
 from pep.core.graph import Filter, Join, Map, QueryGraph, Source, Union_, WindowAggregate
-from pep.core.plan import (AnyPredicate, ExecutionPlan, JoinPlan, Predicate, Scalar,
+from pep.core.plan import (AnyPredicate, ExecutionPlan, JoinPlan, Predicate, Scalar, UnionPlan,
                            SpatialPredicate, StreamSchema)
 
 SPARK_FUNCTIONS = {"avg": "avg", "max": "max", "min": "min", "sum": "sum", "count": "count",
@@ -131,8 +131,17 @@ def expr_sql(expr: Expr, schema: StreamSchema | None = None) -> str:
                        expr_sql(i, schema) for i in expr.items)
 
 
-def render_sql(plan: ExecutionPlan, schema: StreamSchema | None = None) -> str:
-    """The plan as one Spark-SQL-like statement (tuple windows appear as a WINDOW clause comment)."""
+def render_sql(plan: ExecutionPlan | UnionPlan, schema: StreamSchema | None = None) -> str:
+    """The plan as one Spark-SQL-like statement (tuple windows appear as a WINDOW clause comment);
+    a union as one statement per grant."""
+    if isinstance(plan, UnionPlan):
+        parts = [f"-- union of {len(plan.plans)} grants on stream "
+                 f"{quote_identifier(plan.stream)}, plan {plan.key()[:16]}: a tuple passing "
+                 "several plain grants is delivered once, with the attributes of each; every "
+                 "windowed grant has its own windows (rows carry `grant`)"]
+        for i, member in enumerate(plan.plans):
+            parts.append(f"-- grant {i}\n" + render_sql(member, schema))
+        return "\n".join(parts)
     lines = [f"-- authorised view of stream {quote_identifier(plan.stream)}, plan {plan.key()[:16]}"]
     if schema is not None:
         cols = ", ".join(f"{quote_identifier(f.name)} {f.type}" for f in schema.fields)
@@ -195,10 +204,16 @@ def predicate_json(p: AnyPredicate) -> dict:
     return {"attribute": p.attribute, "op": p.op, "value": _json_value(p.value)}
 
 
-def plan_to_json(plan: ExecutionPlan | JoinPlan) -> dict:
+def plan_to_json(plan: ExecutionPlan | JoinPlan | UnionPlan) -> dict:
     if isinstance(plan, JoinPlan):
         from pep.core.join import join_plan_to_json  # which renders each side with this function
         return join_plan_to_json(plan)
+    if isinstance(plan, UnionPlan):
+        members = [plan_to_json(p) for p in plan.plans]
+        return {"stream": plan.stream, "key": plan.key(), "union": members,
+                "output": list(dict.fromkeys(
+                    name for m, p in zip(members, plan.plans) if p.window is None
+                    for name in m["output"]))}
     w = plan.window
     return {
         "stream": plan.stream,

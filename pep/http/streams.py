@@ -35,7 +35,7 @@ def may_register(identity: Identity, owner_roles: Iterable[str] = OWNER_ROLES) -
 def describe_entry(entry: StreamEntry, identity: Identity) -> dict:
     d = entry.definition
     return describe(d, entry.created_at, show_source=identity.admin or d.owner == identity.subject,
-                    visibility=entry.visibility)
+                    visibility=entry.visibility, combining=entry.combining)
 
 
 def create_streams_blueprint(catalog: StreamCatalog,
@@ -108,7 +108,8 @@ def create_streams_blueprint(catalog: StreamCatalog,
     @bp.patch("/streams/<name>")
     @require_identity()
     def change_stream(name: str):
-        """Change a stream: `{"visibility": "listed" | "restricted"}` (owner or administrator).
+        """Change a stream: `{"visibility": "listed" | "restricted"}`, `{"combining":
+        "intersection" | "union" | null}` (owner or administrator).
         ---
         patch:
           requestBody:

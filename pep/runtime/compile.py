@@ -34,7 +34,7 @@ from pep.core import geo
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, exact_decimal,
                             in_timestamp_range, integer_comparison, is_number, micros_from_iso)
 from pep.core.plan import (AGGREGATE_FUNCTIONS, AnyPredicate, ExecutionPlan, Predicate,
-                           SpatialPredicate, StreamSchema)
+                           SpatialPredicate, StreamSchema, UnionPlan)
 
 LESS, EQUAL, GREATER = 1, 2, 4
 OPERATOR_MASKS: dict[str, int] = {
@@ -291,6 +291,33 @@ def compile_plan(plan: ExecutionPlan, schema: StreamSchema, stream_time_attribut
         raise PlanError(f"start_after: {start_after!r} is not a stream position (an integer)")
     types = tuple(schema.lookup(a).type for a in projection)  # type: ignore[union-attr]
     return CompiledPlan(plan.key(), conjuncts, projection, window, start_after, types)
+
+
+@dataclass(frozen=True)
+class CompiledUnion:
+    """A union of grants (`pep.core.plan.UnionPlan`): its members compiled, in the plan's order
+    (a windowed member's rows carry its index as `grant`). The executor runs every member as a
+    plan of its own (shared with other handles' identical plans) and merges the plain members'
+    rows per tuple (`pep.runtime.union`)."""
+
+    key: str
+    members: tuple[CompiledPlan, ...]
+
+
+def compile_union(plan: UnionPlan, schema: StreamSchema, stream_time_attribute: str | None = None
+                  ) -> CompiledUnion:
+    if not plan.plans:
+        raise PlanError("union: no member plan")
+    members = []
+    for i, member in enumerate(plan.plans):
+        if member.stream != plan.stream:
+            raise PlanError(f"union member {i} is for stream {member.stream!r}, not "
+                            f"{plan.stream!r}")
+        try:
+            members.append(compile_plan(member, schema, stream_time_attribute))
+        except PlanError as exc:
+            raise PlanError(f"union member {i}: {exc}") from None
+    return CompiledUnion(plan.key(), tuple(members))
 
 
 def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str | None

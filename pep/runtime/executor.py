@@ -49,12 +49,13 @@ from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import StreamCheckpoint, archive_dir
 from pep.runtime.compile import (FAMILIES, INTEGER_KIND, NUMERIC_KIND, STRING_KIND, CompiledPlan,
-                                 row_attributes)
+                                 CompiledUnion, row_attributes)
 from pep.runtime.encode import json_array, value_texts
 from pep.runtime.memo import OwnedCache
 from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN, build_source
 from pep.runtime.spatial import (PREDICATE_FIELDS, AnchorTracker, predicate_struct,
                                  spatial_outcome)
+from pep.runtime.union import member_masks, merged_rows, tag_rows
 from pep.runtime.windows import (KEY_SEP, NO_SEQ, PaneWindows, empty_partials,
                                  partials_from_arrow, partials_from_values)
 
@@ -321,6 +322,7 @@ class _Handle:
     lock: threading.RLock = field(default_factory=threading.RLock)
     active: bool = True
     delivered_rows: int = 0
+    union: str | None = None  # the key of the union of grants it reads (`pep.runtime.union`)
 
 
 @dataclass
@@ -331,6 +333,11 @@ class _PlanState:
     handles: dict[str, _Handle] = field(default_factory=dict)
     windows: PaneWindows | None = None
     batches: int = 0
+    unions: dict[str, int] = field(default_factory=dict)  # union key -> member index
+
+    @property
+    def used(self) -> bool:
+        return bool(self.handles or self.unions)
 
     @property
     def kind(self) -> int:
@@ -340,6 +347,15 @@ class _PlanState:
         if w.kind == "time":
             return TIME
         return ROW_TUPLE if self.rows else TUPLE
+
+
+@dataclass
+class _UnionState:
+    """A union of grants: its members' plan ids (in the plan's order) and its handles."""
+
+    compiled: CompiledUnion
+    members: tuple[int, ...]
+    handles: dict[str, _Handle] = field(default_factory=dict)
 
 
 class StreamExecutor:
@@ -361,6 +377,7 @@ class StreamExecutor:
         self._plans: dict[int, _PlanState] = {}
         self._plan_ids: dict[str, int] = {}
         self._handles: dict[str, _Handle] = {}
+        self._unions: dict[str, _UnionState] = {}
         self._next_plan_id = 1
         self._version = 0
         self._table: tuple[Any, DataFrame | None, Column | None] | None = None
@@ -535,21 +552,43 @@ class StreamExecutor:
                 log.exception("stream %s: checkpoint state not written", self.definition.name)
 
     # ----- handles ---------------------------------------------------------------------------
-    def add_handle(self, handle_id: str, compiled: CompiledPlan, deliver: Deliver) -> None:
+    def add_handle(self, handle_id: str, compiled: CompiledPlan | CompiledUnion,
+                   deliver: Deliver) -> None:
         with self._lock:
-            plan_id = self._plan_ids.get(compiled.key)
-            if plan_id is None:
-                plan_id = self._next_plan_id
-                self._next_plan_id += 1
-                rows = self._rows_mode(compiled)
-                state = _PlanState(plan_id, compiled, rows,
-                                   windows=self._new_windows(compiled, rows))
-                self._plans[plan_id] = state
-                self._plan_ids[compiled.key] = plan_id
-                self._version += 1
+            if isinstance(compiled, CompiledUnion):
+                self._add_union_handle(handle_id, compiled, deliver)
+                return
+            plan_id = self._plan_state(compiled)
             handle = _Handle(handle_id, plan_id, deliver)
             self._plans[plan_id].handles[handle_id] = handle
             self._handles[handle_id] = handle
+
+    def _plan_state(self, compiled: CompiledPlan) -> int:
+        """The id of the plan's state, made when no attached plan has its key (under the lock)."""
+        plan_id = self._plan_ids.get(compiled.key)
+        if plan_id is None:
+            plan_id = self._next_plan_id
+            self._next_plan_id += 1
+            rows = self._rows_mode(compiled)
+            state = _PlanState(plan_id, compiled, rows,
+                               windows=self._new_windows(compiled, rows))
+            self._plans[plan_id] = state
+            self._plan_ids[compiled.key] = plan_id
+            self._version += 1
+        return plan_id
+
+    def _add_union_handle(self, handle_id: str, compiled: CompiledUnion,
+                          deliver: Deliver) -> None:
+        union = self._unions.get(compiled.key)
+        if union is None:
+            members = tuple(self._plan_state(m) for m in compiled.members)
+            union = _UnionState(compiled, members)
+            for index, plan_id in enumerate(members):
+                self._plans[plan_id].unions[compiled.key] = index
+            self._unions[compiled.key] = union
+        handle = _Handle(handle_id, -1, deliver, union=compiled.key)
+        union.handles[handle_id] = handle
+        self._handles[handle_id] = handle
 
     def _rows_mode(self, compiled: CompiledPlan) -> bool:
         w = compiled.window
@@ -573,21 +612,41 @@ class StreamExecutor:
                 handle.active = False
         with self._lock:
             handle = self._handles.pop(handle_id, None)
-            if handle is not None:
+            if handle is not None and handle.union is not None:
+                union = self._unions.get(handle.union)
+                if union is not None:
+                    union.handles.pop(handle_id, None)
+                    if not union.handles:
+                        del self._unions[handle.union]
+                        for plan_id in union.members:
+                            state = self._plans.get(plan_id)
+                            if state is not None:
+                                state.unions.pop(handle.union, None)
+                                self._drop_if_unused(state)
+            elif handle is not None:
                 state = self._plans.get(handle.plan_id)
                 if state is not None:
                     state.handles.pop(handle_id, None)
-                    if not state.handles:
-                        del self._plans[state.id]
-                        del self._plan_ids[state.compiled.key]
-                        self._version += 1
+                    self._drop_if_unused(state)
             return len(self._handles)
+
+    def _drop_if_unused(self, state: _PlanState) -> None:
+        if not state.used and state.id in self._plans:
+            del self._plans[state.id]
+            del self._plan_ids[state.compiled.key]
+            self._version += 1
 
     def attached(self) -> list[tuple[str, CompiledPlan, Deliver]]:
         """The active handles with their plans (to move them onto a replacement query)."""
         with self._lock:
-            return [(h.id, self._plans[h.plan_id].compiled, h.deliver)
-                    for h in self._handles.values() if h.active and h.plan_id in self._plans]
+            out: list[tuple[str, Any, Deliver]] = [
+                (h.id, self._plans[h.plan_id].compiled, h.deliver)
+                for h in self._handles.values()
+                if h.active and h.union is None and h.plan_id in self._plans]
+            out += [(h.id, self._unions[h.union].compiled, h.deliver)
+                    for h in self._handles.values()
+                    if h.active and h.union is not None and h.union in self._unions]
+            return out
 
     def handle_ids(self) -> list[str]:
         with self._lock:
@@ -653,7 +712,7 @@ class StreamExecutor:
     # ----- the plan table and the batch's shape ----------------------------------------------
     def _current(self) -> tuple[list[_PlanState], int]:
         with self._lock:
-            return [s for s in self._plans.values() if s.handles], self._version
+            return [s for s in self._plans.values() if s.used], self._version
 
     def _prepare_plans(self) -> None:
         plans, version = self._current()
@@ -1087,7 +1146,7 @@ class StreamExecutor:
             if state.windows is not None:
                 closed += self._row_windows(state, arrow, row_ids[slice(*bounds[state.id])],
                                             seqs)
-            else:
+            elif state.handles:  # a member of unions only is delivered through them, below
                 groups.setdefault(state.compiled.projection, []).append(state)
         for projection, members in groups.items():
             picks = [row_ids[slice(*bounds[s.id])] for s in members]
@@ -1105,6 +1164,30 @@ class StreamExecutor:
                 out = RowBatch(chosen, size, None if top == NO_SEQ else top)
                 state.batches += 1
                 closed += self._deliver(state, out)
+        closed += self._route_unions(arrow, row_ids, bounds, seqs, plans)
+        return closed
+
+    def _route_unions(self, arrow: pa.Table, row_ids: np.ndarray,
+                      bounds: dict[int, tuple[int, int]], seqs: np.ndarray,
+                      plans: list[_PlanState]) -> list[str]:
+        """Each union's plain members' rows, merged per tuple (`pep.runtime.union`)."""
+        with self._lock:
+            unions = [u for u in self._unions.values() if u.handles]
+        if not unions:
+            return []
+        states = {s.id: s for s in plans}
+        closed: list[str] = []
+        for union in unions:
+            members = [(bit, pid) for bit, pid in enumerate(union.members)
+                       if pid in states and states[pid].windows is None]
+            if not members:
+                continue
+            mask = member_masks(arrow.num_rows, row_ids, bounds, members)
+            projections = {bit: states[pid].compiled.projection for bit, pid in members}
+            out = merged_rows(arrow, mask, projections, self._field_names, _json_texts, seqs,
+                              NO_SEQ)
+            if out is not None:
+                closed += self._deliver_to(list(union.handles.values()), out)
         return closed
 
     def _row_windows(self, state: _PlanState, arrow: pa.Table, idx: np.ndarray,
@@ -1163,8 +1246,19 @@ class StreamExecutor:
         return closed
 
     def _deliver(self, state: _PlanState, out: RowBatch) -> list[str]:
+        closed = self._deliver_to(list(state.handles.values()), out)
+        if state.unions and state.windows is not None:
+            # a windowed member's windows go to its unions' handles, tagged with its index
+            with self._lock:
+                targets = [(self._unions[key], index) for key, index in state.unions.items()
+                           if key in self._unions]
+            for union, index in targets:
+                closed += self._deliver_to(list(union.handles.values()), tag_rows(out, index))
+        return closed
+
+    def _deliver_to(self, handles: list[_Handle], out: RowBatch) -> list[str]:
         closed = []
-        for handle in list(state.handles.values()):
+        for handle in handles:
             with handle.lock:
                 if not handle.active:
                     continue

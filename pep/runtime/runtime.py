@@ -10,11 +10,11 @@ from typing import Callable
 
 from pyspark.sql import SparkSession
 
-from pep.core.plan import ExecutionPlan, StreamDefinition
+from pep.core.plan import ExecutionPlan, StreamDefinition, UnionPlan
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS, Janitor,
                                      Retention)
-from pep.runtime.compile import PlanError, compile_plan
+from pep.runtime.compile import PlanError, compile_plan, compile_union
 from pep.runtime.executor import DEFAULT_TUPLE_PANE_MIN, StreamExecutor
 
 log = logging.getLogger(__name__)
@@ -75,12 +75,15 @@ class StreamRuntime:
         self._janitor = Janitor(self._tick, settings.janitor_interval)
         self._janitor.start()
 
-    def attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan,
+    def attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan | UnionPlan,
                deliver: Callable[[RowBatch], bool]) -> None:
         """Serve `plan` to `deliver`; raises PlanError / SourceError / ValueError on bad input."""
         if plan.stream != stream.name:
             raise PlanError(f"plan is for stream {plan.stream!r}, not {stream.name!r}")
-        compiled = compile_plan(plan, stream.schema, stream.time_attribute)
+        if isinstance(plan, UnionPlan):
+            compiled = compile_union(plan, stream.schema, stream.time_attribute)
+        else:
+            compiled = compile_plan(plan, stream.schema, stream.time_attribute)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the stream runtime has been stopped")

@@ -46,15 +46,15 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 # The column behind each field an owner may change (`definition.PATCHABLE`).
-_PATCH_COLUMNS = {"visibility": "visibility"}
+_PATCH_COLUMNS = {"visibility": "visibility", "combining": "combining"}
 
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS streams ("
            " name TEXT PRIMARY KEY COLLATE NOCASE, owner TEXT NOT NULL,"
            " schema_json TEXT NOT NULL, source_json TEXT NOT NULL, time_attribute TEXT,"
            " created_at TEXT NOT NULL, next_seq INTEGER NOT NULL DEFAULT 1,"
-           " visibility TEXT NOT NULL DEFAULT 'listed')")
+           " visibility TEXT NOT NULL DEFAULT 'listed', combining TEXT)")
 # Columns added since the first stores were written: (name, its definition for ALTER TABLE).
-_ADDED_COLUMNS = (("visibility", "TEXT NOT NULL DEFAULT 'listed'"),)
+_ADDED_COLUMNS = (("visibility", "TEXT NOT NULL DEFAULT 'listed'"), ("combining", "TEXT"))
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class StreamEntry:
     created_at: str
     next_seq: int
     visibility: str = LISTED  # `pep.streams.visibility`: listed or restricted
+    combining: str | None = None  # `pep.core.union`: the owner's mode; None: the gateway's
 
 
 class StreamCatalog:
@@ -90,6 +91,10 @@ class StreamCatalog:
         # written only through this object (register, update), so it cannot go stale.
         self._visibility: dict[str, str] = {
             str(n).lower(): v for n, v in self._db.fetchall("SELECT name, visibility FROM streams")}
+        # Each stream's combining mode (set by its owner), read by every decision about it.
+        self._combining: dict[str, str] = {
+            str(n).lower(): c for n, c in self._db.fetchall(
+                "SELECT name, combining FROM streams WHERE combining IS NOT NULL")}
         # Definitions by the name they were found under: a stream, once registered, never
         # changes and is never removed (the API has no such call), so a found one stays true.
         # A re-decision of a thousand handles looks its stream up a thousand times.
@@ -195,6 +200,11 @@ class StreamCatalog:
                            (value, registered))
             if "visibility" in changes:
                 self._visibility[registered.lower()] = changes["visibility"]
+            if "combining" in changes:
+                if changes["combining"] is None:
+                    self._combining.pop(registered.lower(), None)
+                else:
+                    self._combining[registered.lower()] = changes["combining"]
         entry = self.entry(registered)
         if entry is None:  # streams are never removed; kept for the type checker's sake
             raise StreamNotFound(f"no stream named {name!r}")
@@ -205,6 +215,11 @@ class StreamCatalog:
                 log.exception("stream change listener failed for %s", registered)
         return entry
 
+    def combining(self, name: str) -> str | None:
+        """The owner's combining mode for the stream (`pep.core.union`), None when it chose
+        none (or there is no such stream)."""
+        return self._combining.get(name.lower()) if isinstance(name, str) else None
+
     def visibility(self, name: str) -> str | None:
         """The stream's visibility (name looked up case-insensitively), None when unknown."""
         return self._visibility.get(name.lower()) if isinstance(name, str) else None
@@ -214,15 +229,15 @@ class StreamCatalog:
     @staticmethod
     def _entry(row: tuple) -> StreamEntry:
         name, owner, schema_json, source_json, time_attribute, created_at, next_seq, \
-            visibility = row
+            visibility, combining = row
         schema = StreamSchema(tuple(Field(n, t) for n, t in json.loads(schema_json)))
         kind, options = json.loads(source_json)
         source = SourceSpec(kind, tuple((k, v) for k, v in options))
         return StreamEntry(StreamDefinition(name, owner, schema, source, time_attribute),
-                           created_at, next_seq, visibility)
+                           created_at, next_seq, visibility, combining)
 
     _COLUMNS = ("name, owner, schema_json, source_json, time_attribute, created_at, next_seq,"
-                " visibility")
+                " visibility, combining")
 
     def entry(self, name: str) -> StreamEntry | None:
         if not isinstance(name, str):
@@ -273,7 +288,7 @@ class StreamCatalog:
         described for it (`definition.describe` says what each caller is shown)."""
         return [describe(e.definition, e.created_at,
                          show_source=bool(identity.admin) or e.definition.owner == identity.subject,
-                         visibility=e.visibility)
+                         visibility=e.visibility, combining=e.combining)
                 for e in self.all() if may_see is None or may_see(identity, e)]
 
     # -- ingest -----------------------------------------------------------------------------------

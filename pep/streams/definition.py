@@ -137,9 +137,22 @@ def _json_type(value: Any) -> str:
     return "an array" if isinstance(value, list) else "an object"
 
 
+COMBINING_MODES = ("intersection", "union")
+
+
+def parse_combining(value: Any) -> str | None:
+    """How the obligations of several applicable rules combine on the stream
+    (`pep.core.union`): `intersection`, `union`, or null for the gateway's setting."""
+    if value is None or (isinstance(value, str) and value in COMBINING_MODES):
+        return value
+    shown = repr(value[:40]) if isinstance(value, str) else _json_type(value)
+    raise InvalidStream(f"combining must be one of {', '.join(COMBINING_MODES)} or null (the "
+                        f"gateway's setting), got {shown}")
+
+
 # The fields an owner may change after registration, each with the parser of its new value. A
 # field added here needs its column in `StreamCatalog.update` (`catalog._PATCH_COLUMNS`).
-PATCHABLE: dict[str, Any] = {"visibility": parse_visibility}
+PATCHABLE: dict[str, Any] = {"visibility": parse_visibility, "combining": parse_combining}
 _PATCH = f"a JSON object with one or more of: {', '.join(PATCHABLE)}"
 
 
@@ -295,7 +308,8 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
 
 
 def describe(definition: StreamDefinition, created_at: str | None = None,
-             show_source: bool = False, visibility: str | None = None) -> dict:
+             show_source: bool = False, visibility: str | None = None,
+             combining: str | None = None) -> dict:
     """JSON view of a stream for a caller (source options only for owners and admins)."""
     src: dict[str, Any] = {"kind": definition.source.kind}
     if show_source:
@@ -309,6 +323,8 @@ def describe(definition: StreamDefinition, created_at: str | None = None,
     }
     if visibility is not None:
         out["visibility"] = visibility
+    if combining is not None:
+        out["combining"] = combining
     if created_at:
         out["created_at"] = created_at
     return out
