@@ -39,7 +39,7 @@ from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
 from pep.streams.definition import (LISTED, SEQ_FIELD, STREAM_NAME, InvalidStream,
                                     StreamConflict, StreamNotFound, describe, parse_schema,
-                                    parse_source, parse_visibility)
+                                    parse_combining, parse_source, parse_visibility)
 from pep.streams.records import DEFAULT_MAX_LINES, BatchTooLarge, validate_records
 
 log = logging.getLogger(__name__)
@@ -407,6 +407,9 @@ def seed_streams(catalog: StreamCatalog, path: Path) -> list[str]:
         catalog.register(entry["name"], entry["owner"], entry.get("schema"), entry.get("source"),
                          entry.get("time_attribute"), trusted=True,
                          visibility=entry.get("visibility", LISTED))
+        if entry.get("combining") is not None:  # the owner's choice, as a PATCH would set it
+            catalog.update(entry["name"], {"combining": parse_combining(entry["combining"])},
+                           by=entry["owner"])
         names.append(entry["name"])
     log.info("seeded the stream catalogue with %s from %s", ", ".join(names), path)
     return names
