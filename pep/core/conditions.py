@@ -70,6 +70,7 @@ from pep.core import geo
 from pep.core.exact import (MAX_MICROS, MIN_MICROS, ExactNumber, exact_decimal, in_timestamp_range,
                             integer_comparison, iso_from_micros, is_number, micros_from_iso,
                             micros_from_seconds)
+from pep.core.labels import Label, LabelError, holds as label_holds
 from pep.core.plan import Field, Scalar, SpatialPredicate, StreamSchema
 
 MAX_CONDITION_LENGTH = 10_000
@@ -90,7 +91,11 @@ PLACEHOLDER_CATEGORIES = {
 }
 
 NEGATED_OP = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "=": "!=", "!=": "="}
-FLIPPED_OP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
+FLIPPED_OP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!=",
+              "dominated_by": "dominates", "dominates": "dominated_by"}
+# Label comparisons (`pep.core.labels`): DOMINATED_BY / DOMINATES, bound to "<=" / ">=" on a
+# label attribute (and refused on any other).
+LABEL_WORDS = {"dominated_by": "<=", "dominates": ">="}
 _OP_SPELLINGS = {"<": "<", ">": ">", "<=": "<=", ">=": ">=", "=": "=", "==": "=", "!=": "!=",
                  "<>": "!=", "≤": "<=", "≥": ">=", "≠": "!="}
 NUMERIC_TYPES = frozenset({"double", "long", "timestamp"})
@@ -256,6 +261,8 @@ def format_literal(value: Value) -> str:
         return str(int(value))
     if isinstance(value, Decimal):
         return str(value)
+    if isinstance(value, Label):
+        return "'" + str(value) + "'"
     return repr(value)
 
 
@@ -361,6 +368,7 @@ _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _QUALIFIED_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\.[A-Za-z_][A-Za-z0-9_]*|[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER_RE = re.compile(r"\{\s*([A-Za-z]+)\s*:\s*([^\s{}]+)\s*\}")
 _KEYWORDS = {"and": "AND", "or": "OR", "not": "NOT", "in": "IN"}
+_OP_WORDS = {"dominated_by": "dominated_by", "dominates": "dominates"}
 _FUNCTIONS = {"within_box": "WITHIN_BOX"}
 # Spatial functions are recognised only when '(' follows, so that an attribute may still be
 # called `distance`.
@@ -432,6 +440,8 @@ def _tokenize(text: str, qualified: bool = False) -> list[_Token]:
                                      "literals", pos, text)
             if low in _KEYWORDS:
                 tokens.append(_Token(_KEYWORDS[low], word, pos))
+            elif low in _OP_WORDS:
+                tokens.append(_Token("OP", _OP_WORDS[low], pos))
             elif low in _FUNCTIONS:
                 tokens.append(_Token("FUNCTION", _FUNCTIONS[low], pos))
             elif low in ("true", "false"):
@@ -1091,7 +1101,13 @@ def _bind_comparison(cmp: Comparison, schema: StreamSchema, resolver: Placeholde
     if field.type == "boolean" and cmp.op not in ("=", "!="):
         raise ConditionError(f"boolean attribute {field.name!r} can only be compared with = or !=",
                              cmp.position, text)
-    op, bound = bind_literal(cmp.op, value, field, position, text)
+    op = cmp.op
+    if op in LABEL_WORDS:
+        if field.type != "label":
+            raise ConditionError(f"{op.upper()} compares security labels; {field.type} "
+                                 f"attribute {field.name!r} is none", cmp.position, text)
+        op = LABEL_WORDS[op]
+    op, bound = bind_literal(op, value, field, position, text)
     return Comparison(field.name, op, bound, cmp.position)
 
 
@@ -1114,6 +1130,16 @@ def bind_literal(op: str, value: Literal_, field: Field, position: int | None = 
     a value of the domain (2.5 for a long, beyond its range, a fraction of a microsecond)
     turning the comparison into its exact integer equivalent (`pep.core.exact`)."""
     kind = field.type
+    if kind == "label":
+        if not isinstance(value, (str, Label)) or field.lattice is None:
+            raise ConditionError(f"type mismatch: label attribute {field.name!r} compared with "
+                                 f"{format_literal(value)} (write a label as text, 'S:{{a,b}}')",
+                                 position, text)
+        try:
+            return op, field.lattice.parse(str(value))
+        except LabelError as exc:
+            raise ConditionError(f"label attribute {field.name!r}: {exc}", position, text) \
+                from None
     if kind in ("double", "long"):
         if not is_number(value):
             raise ConditionError(f"type mismatch: {kind} attribute {field.name!r} compared with "
@@ -1232,6 +1258,12 @@ COMPARATORS: dict[str, Callable[[Any, Any], Any]] = {
 
 
 def _compare(left: Any, op: str, right: Any) -> bool:
+    if isinstance(right, Label):  # a label attribute's value: its text or a Label
+        try:
+            value = left if isinstance(left, Label) else right.lattice.parse(left)
+        except LabelError:
+            return False
+        return label_holds(value, op, right)
     return COMPARATORS[op](left, right)
 
 

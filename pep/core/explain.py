@@ -13,6 +13,7 @@ from typing import Any
 
 from pep.core.exact import iso_from_micros, timestamp_micros
 from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial
+from pep.core.labels import Label, comparison_text
 from pep.core.graph import Filter, Join, Map, QueryGraph, Source, Union_, WindowAggregate
 from pep.core.plan import (AnyPredicate, ExecutionPlan, JoinPlan, Predicate, Scalar, UnionPlan,
                            SpatialPredicate, StreamSchema)
@@ -97,6 +98,9 @@ def _spatial_sql(p: SpatialPredicate, types: dict[str, str]) -> str:
 def _predicate_sql(p: AnyPredicate, types: dict[str, str]) -> str:
     if isinstance(p, SpatialPredicate):
         return _spatial_sql(p, types)
+    if types.get(p.attribute) == "label" or isinstance(p.value, Label):
+        # xsg's dominance on a lattice (pep/core/labels.py), data in Spark like any comparison
+        return comparison_text(quote_identifier(p.attribute), p.op, p.value)
     op = "<>" if p.op == "!=" else p.op
     return f"{quote_identifier(p.attribute)} {op} {sql_literal(p.value, types.get(p.attribute))}"
 
@@ -201,6 +205,8 @@ def predicate_json(p: AnyPredicate) -> dict:
             else:
                 out["anchor"] = {"attribute": p.key, "value": p.key_value}
         return out
+    if isinstance(p.value, Label):
+        return {"attribute": p.attribute, "op": p.op, "label": str(p.value)}
     return {"attribute": p.attribute, "op": p.op, "value": _json_value(p.value)}
 
 

@@ -12,7 +12,9 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Literal, Union
 
-FieldType = Literal["double", "long", "string", "boolean", "timestamp"]
+from pep.core.labels import Lattice
+
+FieldType = Literal["double", "long", "string", "boolean", "timestamp", "label"]
 Scalar = Union[float, int, str, bool]
 Operator = Literal["<", "<=", ">", ">=", "=", "!="]
 AggregateFunction = Literal["avg", "max", "min", "sum", "count", "firstval", "lastval"]
@@ -25,6 +27,8 @@ AGGREGATE_FUNCTIONS: tuple[str, ...] = ("avg", "max", "min", "sum", "count", "fi
 class Field:
     name: str
     type: FieldType
+    # A `label` attribute's levels and categories (`pep.core.labels`); None for other types.
+    lattice: Lattice | None = None
 
 
 @dataclass(frozen=True)

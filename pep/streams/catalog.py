@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pdp.db import Database
+from pep.core.labels import Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
 from pep.streams.definition import (LISTED, SEQ_FIELD, STREAM_NAME, InvalidStream,
@@ -168,7 +169,9 @@ class StreamCatalog:
             db.execute(
                 "INSERT INTO streams (name, owner, schema_json, source_json, time_attribute,"
                 " created_at, next_seq, visibility) VALUES (?, ?, ?, ?, ?, ?, 1, ?)",
-                (name, owner, json.dumps([[f.name, f.type] for f in parsed.fields]),
+                (name, owner, json.dumps([[f.name, f.type] + ([f.lattice.to_json()]
+                                                              if f.lattice else [])
+                                          for f in parsed.fields]),
                  json.dumps([spec.kind, [list(o) for o in spec.options]]), time_attribute, now,
                  visibility))
             if spec.kind == "ingest":
@@ -230,7 +233,9 @@ class StreamCatalog:
     def _entry(row: tuple) -> StreamEntry:
         name, owner, schema_json, source_json, time_attribute, created_at, next_seq, \
             visibility, combining = row
-        schema = StreamSchema(tuple(Field(n, t) for n, t in json.loads(schema_json)))
+        schema = StreamSchema(tuple(
+            Field(f[0], f[1], Lattice.from_json(f[2]) if len(f) > 2 else None)
+            for f in json.loads(schema_json)))
         kind, options = json.loads(source_json)
         source = SourceSpec(kind, tuple((k, v) for k, v in options))
         return StreamEntry(StreamDefinition(name, owner, schema, source, time_attribute),

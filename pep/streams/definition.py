@@ -21,12 +21,13 @@ from typing import Any
 
 from pdp.numbers import NumberError, parse_float, parse_int
 from pep.core.errors import Conflict, InvalidInput, NotFound, NotPermitted, Refusal
+from pep.core.labels import LabelError, Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS
 
 SEQ_FIELD = "_xsg_seq"
 RESERVED_PREFIX = "_xsg"
-FIELD_TYPES = ("double", "long", "string", "boolean", "timestamp")
+FIELD_TYPES = ("double", "long", "string", "boolean", "timestamp", "label")
 SOURCE_KINDS = ("ingest", "files", "generator", "socket", "kafka")
 # Sources that reach into the server's file system or network: administrators only.
 PRIVILEGED_SOURCE_KINDS = ("files", "socket", "kafka")
@@ -191,7 +192,7 @@ def parse_stream_patch(body: bytes) -> dict:
 def parse_schema(fields: Any) -> StreamSchema:
     """Schema from JSON `[{"name", "type"}, ...]`; every error says which entry is wrong."""
     if isinstance(fields, StreamSchema):
-        fields = [{"name": f.name, "type": f.type} for f in fields.fields]
+        fields = [field_json(f) for f in fields.fields]
     if not isinstance(fields, list) or not fields:
         raise InvalidStream("schema must be a non-empty list of {name, type} objects")
     if len(fields) > MAX_FIELDS:
@@ -202,7 +203,8 @@ def parse_schema(fields: Any) -> StreamSchema:
         at = f"schema entry {i}"
         if not isinstance(item, dict):
             raise InvalidStream(f"{at}: expected an object with name and type")
-        unknown = set(item) - {"name", "type"}
+        unknown = set(item) - ({"name", "type", "levels", "categories"}
+                               if item.get("type") == "label" else {"name", "type"})
         if unknown:
             raise InvalidStream(f"{at}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
         name, ftype = item.get("name"), item.get("type")
@@ -216,8 +218,23 @@ def parse_schema(fields: Any) -> StreamSchema:
             raise InvalidStream(f"{at} ({name}): type must be one of {', '.join(FIELD_TYPES)}, "
                                 f"got {ftype!r}")
         seen.add(name.lower())
-        out.append(Field(name, ftype))
+        lattice = None
+        if ftype == "label":
+            try:
+                lattice = Lattice.from_json(item)
+            except LabelError as exc:
+                raise InvalidStream(f"{at} ({name}): {exc} (a label attribute lists its "
+                                    "levels, lowest first, and its categories)") from None
+        out.append(Field(name, ftype, lattice))
     return StreamSchema(tuple(out))
+
+
+def field_json(f: Field) -> dict:
+    """A schema entry as registrations write it (a label attribute with its lattice)."""
+    out: dict[str, Any] = {"name": f.name, "type": f.type}
+    if f.lattice is not None:
+        out.update(f.lattice.to_json())
+    return out
 
 
 def _option_text(kind: str, key: str, value: Any) -> str:
@@ -317,7 +334,7 @@ def describe(definition: StreamDefinition, created_at: str | None = None,
     out = {
         "name": definition.name,
         "owner": definition.owner,
-        "schema": [{"name": f.name, "type": f.type} for f in definition.schema.fields],
+        "schema": [field_json(f) for f in definition.schema.fields],
         "time_attribute": definition.time_attribute,
         "source": src,
     }
