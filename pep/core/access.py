@@ -31,10 +31,11 @@ from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestSyntaxError, Response, Re
                  parse_request)
 from pep.core.analysis import ConditionTooComplex, Warning
 from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
-                             Refusal, TooComplex, Unprocessable, UnsupportedMedia)
+                             NotPermitted, Refusal, TooComplex, Unprocessable, UnsupportedMedia)
 from pep.core.explain import graph_to_json, plan_to_json, render_sql
 from pep.core.graph import UnsupportedGraph
 from pep.core.join import JoinSide, build_join, check_streams
+from pep.core.labels import LabelError
 from pep.core.joingrant import JoinGrant, apply_join_grants, read_join_grant, split_obligations
 from pep.core.merge import merge
 from pep.core.obligations import ObligationError, policy_graph
@@ -142,6 +143,7 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
         status = Status(code=getattr(exc, "status_code", STATUS_SYNTAX_ERROR), message=str(exc))
         response = Response((Result(Decision.INDETERMINATE, status),))
         raise MalformedRequest(str(exc), response, media_type) from None
+    asked_session = ctx.values(SUBJECT_CATEGORY, SESSION)
     ctx = bind_subject(ctx, identity)
 
     streams = list(dict.fromkeys(ctx.values(RESOURCE, RESOURCE_ID)))
@@ -155,6 +157,10 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
     schema = schema_lookup(stream)
     if schema is None:
         raise NotFound(f"unknown stream {stream!r}", stream=stream)
+    session = session_level(asked_session, identity, schema, stream)
+    if session is not None:
+        ctx = ctx.with_attribute(SUBJECT_CATEGORY, SESSION, STRING, [session])
+        identity = _with_session(identity, session)
     environment = environment if environment is not None else _no_environment
     gateway_environment = environment(stream)
     ctx = bind_environment(ctx, gateway_environment)
@@ -169,6 +175,64 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
     except Refusal as exc:
         exc.details.setdefault("stream", stream)  # for the audit trail and the error body
         raise
+
+
+SESSION = "urn:xsg:subject:session"
+CLEARANCE = "clearance"
+
+
+def session_level(asked: list[str], identity, schema: StreamSchema, stream: str) -> str | None:
+    """The security label the request runs at (MLS DSMS: a user logs in as one of its
+    principals, at or below its clearance), or None when there is nothing to bind.
+
+    The caller's clearance is the identity attribute `clearance` (from the auth file or the
+    token, never the request); the request may name a lower session level in its access-subject
+    attribute `urn:xsg:subject:session` (the one subject attribute a request states; the
+    gateway checks it), else it runs at its clearance. Both are labels of the stream's label
+    attributes' lattices; a session not dominated by the clearance is refused (403), as is one
+    on a stream without labels (400)."""
+    lattices = list(dict.fromkeys(f.lattice for f in schema.fields if f.lattice is not None))
+    clearance = [v for a, values in getattr(identity, "attributes", ())
+                 if a == CLEARANCE or a.endswith(":" + CLEARANCE) for v in values]
+    wanted = list(dict.fromkeys(asked))
+    if len(wanted) > 1:
+        raise InvalidInput(f"the request names {len(wanted)} session levels "
+                           f"({SESSION}); a request runs at one")
+    if not lattices:
+        if wanted:
+            raise InvalidInput(f"stream {stream!r} has no security labels: a session level "
+                               f"({SESSION}) means nothing for it", stream=stream)
+        return None
+    if len(clearance) != 1:
+        if wanted:
+            raise NotPermitted(f"you have no clearance (attribute {CLEARANCE!r}) to run at "
+                               f"session level {wanted[0][:64]!r}", stream=stream)
+        return None
+    session = wanted[0] if wanted else str(clearance[0])
+    for lattice in lattices:
+        try:
+            cleared = lattice.parse(str(clearance[0]))
+        except LabelError as exc:
+            raise NotPermitted(f"your clearance is not a label of stream {stream!r}: {exc}",
+                               stream=stream) from None
+        try:
+            level = lattice.parse(session)
+        except LabelError as exc:
+            raise InvalidInput(f"session level ({SESSION}): {exc}", stream=stream) from None
+        if not level.dominated_by(cleared):
+            raise NotPermitted(f"session level {str(level)!r} is not dominated by your "
+                               f"clearance {str(cleared)!r}: no session above it", stream=stream)
+        session = str(level)
+    return session
+
+
+def _with_session(identity, session: str):
+    """The identity with its session level among its attributes (`{subject:session}`)."""
+    attributes = tuple((a, v) for a, v in getattr(identity, "attributes", ()) if a != SESSION)
+    try:
+        return replace(identity, attributes=attributes + ((SESSION, (session,)),))
+    except TypeError:  # an identity that is not a dataclass: placeholders read only its fields
+        return identity
 
 
 def _no_environment(stream: str) -> EnvironmentAttributes:

@@ -82,6 +82,7 @@ FUNCTIONS_FOR_TYPE = {
     "timestamp": frozenset({"max", "min", "count", "firstval", "lastval"}),
     "string": frozenset({"max", "min", "count", "firstval", "lastval"}),
     "boolean": frozenset({"max", "min", "count", "firstval", "lastval"}),
+    "label": frozenset({"count"}),
 }
 
 

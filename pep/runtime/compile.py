@@ -33,6 +33,7 @@ from fractions import Fraction
 from pep.core import geo
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, exact_decimal,
                             in_timestamp_range, integer_comparison, is_number, micros_from_iso)
+from pep.core.labels import LABEL_MASKS, LabelError
 from pep.core.plan import (AGGREGATE_FUNCTIONS, AnyPredicate, ExecutionPlan, Predicate,
                            SpatialPredicate, StreamSchema, UnionPlan)
 
@@ -46,6 +47,9 @@ OPERATOR_MASKS: dict[str, int] = {
     "!=": LESS | GREATER,
 }
 NUMERIC_KIND, STRING_KIND, DISTANCE_KIND, POLYGON_KIND, ANCHOR_KIND, INTEGER_KIND = 0, 1, 2, 3, 4, 5
+# A label comparison (`pep.core.labels`): the value's code against the constant's, its outcome
+# one of BELOW 1, EQUAL 2, ABOVE 4, INCOMPARABLE 8, the mask the op's (labels.LABEL_MASKS).
+LABEL_KIND = 6
 NUMERIC_TYPES = ("double", "long", "boolean", "timestamp")
 
 
@@ -76,7 +80,7 @@ class PlanError(ValueError):
 # "d": doubles; "l": 64-bit integers (long as is, timestamp as epoch microseconds, boolean 0/1);
 # "s": strings.
 FAMILIES: dict[str, str] = {"double": "d", "long": "l", "timestamp": "l", "boolean": "l",
-                            "string": "s"}
+                            "string": "s", "label": "l"}  # a label: its code (labels.py)
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,8 @@ def compile_predicate(pred: AnyPredicate, schema: StreamSchema, where: str) -> P
     field = schema.lookup(pred.attribute)
     if field is None:
         raise PlanError(f"{where}: attribute {pred.attribute!r} is not in the stream's schema")
+    if field.type == "label":
+        return _label_row(pred, field, schema.fields.index(field) + 1, where)
     mask = OPERATOR_MASKS.get(pred.op)
     if mask is None:
         raise PlanError(f"{where}: unknown operator {pred.op!r}")
@@ -259,6 +265,18 @@ def compile_predicate(pred: AnyPredicate, schema: StreamSchema, where: str) -> P
         op, constant = _integer_constant(pred, field.type, where)
         return (index, OPERATOR_MASKS[op], INTEGER_KIND, constant, None)
     return (index, mask, NUMERIC_KIND, _double_constant(pred, where), None)
+
+
+def _label_row(pred: Predicate, field, index: int, where: str) -> PredicateRow:
+    """A label comparison: the constant's code as the 64-bit constant, the op's outcomes."""
+    mask = LABEL_MASKS.get(pred.op)
+    if mask is None or field.lattice is None:
+        raise PlanError(f"{where}: {pred.op!r} does not compare labels")
+    try:
+        label = field.lattice.parse(str(pred.value))
+    except LabelError as exc:
+        raise PlanError(f"{where}: {exc}") from None
+    return (index, mask, LABEL_KIND, label.code, None)
 
 
 def _canonical(schema: StreamSchema, name: str, where: str) -> str:

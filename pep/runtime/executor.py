@@ -48,8 +48,9 @@ from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import StreamCheckpoint, archive_dir
-from pep.runtime.compile import (FAMILIES, INTEGER_KIND, NUMERIC_KIND, STRING_KIND, CompiledPlan,
-                                 CompiledUnion, row_attributes)
+from pep.runtime.compile import (FAMILIES, INTEGER_KIND, LABEL_KIND, NUMERIC_KIND, STRING_KIND,
+                                 CompiledPlan, CompiledUnion, row_attributes)
+from pep.runtime.labels import label_code, label_holds, label_outcome
 from pep.runtime.encode import json_array, value_texts
 from pep.runtime.memo import OwnedCache
 from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN, build_source
@@ -127,7 +128,7 @@ def value_arrays(definition: StreamDefinition | StreamSchema,
         if only is not None and f.name not in only:
             nums.append(F.lit(None).cast("double"))
             strs.append(F.lit(None).cast("string"))
-        elif f.type == "string":
+        elif f.type in ("string", "label"):  # a label's text (its code: long_array)
             nums.append(F.lit(None).cast("double"))
             strs.append(c)
         else:
@@ -156,6 +157,8 @@ def long_array(schema: StreamSchema, only: frozenset[str] | None = None) -> Colu
             out.append(F.unix_micros(c))
         elif f.type == "boolean":
             out.append(F.when(c, F.lit(1)).when(~c, F.lit(0)).cast("long"))
+        elif f.type == "label" and f.lattice is not None:
+            out.append(label_code(c, f.lattice))
         else:
             out.append(F.lit(None).cast("long"))
     return F.array(*out)
@@ -187,10 +190,12 @@ def _predicate_holds(p: Column, spatial: bool) -> Column:
     if not spatial:
         outcome = (F.when(p["k"] == NUMERIC_KIND, _outcome(num, p["n"]))
                    .when(p["k"] == INTEGER_KIND, _outcome(lng, p["i"]))
+                   .when(p["k"] == LABEL_KIND, label_outcome(lng, p["i"]))
                    .otherwise(_outcome(txt, p["s"])))
     else:
         outcome = (F.when(p["k"] == NUMERIC_KIND, _outcome(num, p["n"]))
                    .when(p["k"] == INTEGER_KIND, _outcome(lng, p["i"]))
+                   .when(p["k"] == LABEL_KIND, label_outcome(lng, p["i"]))
                    .when(p["k"] == STRING_KIND, _outcome(txt, p["s"]))
                    .otherwise(spatial_outcome(p, F.col(NUMS_COLUMN), _outcome)))
     return F.coalesce(p["m"].bitwiseAND(outcome) != 0, F.lit(False))
@@ -238,6 +243,9 @@ def few_plans_column(plans: list[tuple[int, CompiledPlan]]) -> Column:
         for conj in compiled.conjuncts:
             terms = []
             for a, m, k, n, s in conj:
+                if k == LABEL_KIND:
+                    terms.append(label_holds(F.element_at(lngs, a), m, int(n)))
+                    continue
                 if k == NUMERIC_KIND:
                     value, constant = F.element_at(nums, a), F.lit(n).cast("double")
                 elif k == INTEGER_KIND:

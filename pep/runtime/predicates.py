@@ -15,7 +15,9 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from pep.core.plan import StreamSchema
-from pep.runtime.compile import EQUAL, GREATER, INTEGER_KIND, LESS, NUMERIC_KIND, PredicateRow
+from pep.runtime.compile import (EQUAL, GREATER, INTEGER_KIND, LABEL_KIND, LESS, NUMERIC_KIND,
+                                 PredicateRow)
+from pep.runtime.labels import label_code, label_holds
 
 
 def integer_value(column: Column, ftype: str) -> Column:
@@ -40,6 +42,8 @@ def row_column(row: PredicateRow, schema: StreamSchema) -> Column:
     index, mask, kind, number, text = row[:5]
     field = schema.fields[index - 1]
     column = F.col(f"`{field.name}`")
+    if kind == LABEL_KIND and field.lattice is not None:
+        return label_holds(label_code(column, field.lattice), mask, int(number))
     if kind == INTEGER_KIND:
         return masked_comparison(integer_value(column, field.type), mask,
                                  F.lit(int(number)).cast("long"))
