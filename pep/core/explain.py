@@ -19,7 +19,7 @@ from pep.core.plan import (AnyPredicate, ExecutionPlan, JoinPlan, Predicate, Sca
                            SpatialPredicate, StreamSchema)
 
 SPARK_FUNCTIONS = {"avg": "avg", "max": "max", "min": "min", "sum": "sum", "count": "count",
-                   "firstval": "first_value", "lastval": "last_value"}
+                   "firstval": "first_value", "lastval": "last_value", "lub": "xsg_label_lub"}
 
 
 def quote_identifier(name: str) -> str:
@@ -184,6 +184,9 @@ def render_sql(plan: ExecutionPlan | UnionPlan, schema: StreamSchema | None = No
             lines.append(f"GROUP BY {keys}")
     if having:
         lines.append(having)
+    for attribute, label in w.label_bounds:
+        lines.append(f"-- a window is delivered only where the least upper bound of its tuples' "
+                     f"{quote_identifier(attribute)} is DOMINATED_BY {quote_string(label)}")
     return "\n".join(lines) + ";"
 
 
@@ -235,6 +238,8 @@ def plan_to_json(plan: ExecutionPlan | JoinPlan | UnionPlan) -> dict:
             "time_attribute": w.time_attribute,
             "keys": list(w.keys),
             "min_count": w.min_count,
+            **({"label_bounds": [{"attribute": a, "dominated_by": label}
+                                 for a, label in w.label_bounds]} if w.label_bounds else {}),
         },
         "output": ([*w.keys, *(a.output_name for a in w.aggregates)] if w is not None
                    else list(plan.projection)),

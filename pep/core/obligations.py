@@ -42,7 +42,9 @@ from dataclasses import dataclass
 
 from pdp import Obligation
 from pdp.numbers import INT64_MAX, NumberError, parse_int
-from pep.core.conditions import ConditionError, Expr, PlaceholderResolver, conjoin, parse_condition
+from pep.core.conditions import (Comparison, ConditionError, Expr, PlaceholderResolver, conjoin,
+                                 parse_condition)
+from pep.core.labels import Label
 from pep.core.graph import QueryGraph, pipeline_graph
 from pep.core.plan import AGGREGATE_FUNCTIONS, Aggregate, StreamSchema
 
@@ -61,6 +63,7 @@ WINDOW_ATTR = "stream-window-attr-id"
 WINDOW_MIN_COUNT = "stream-window-min-count-id"
 WINDOW_PREFILTER = "stream-window-filter-attribute-id"
 WINDOW_KEY = "stream-window-key-id"
+WINDOW_LABEL_BOUND = "stream-window-label-bound-id"
 DEFAULT_MIN_COUNT = {"tuple": 1, "time": 3}
 
 MAX_WINDOW = 100_000_000  # tuples or seconds (over three years): a guard against typos
@@ -74,6 +77,7 @@ FUNCTION_SPELLINGS = {
     "count": "count",
     "firstval": "firstval", "firstvalue": "firstval", "first": "firstval", "first_value": "firstval",
     "lastval": "lastval", "lastvalue": "lastval", "last": "lastval", "last_value": "lastval",
+    "lub": "lub",
 }
 # Functions that make sense per attribute type (avg/sum only over numbers).
 FUNCTIONS_FOR_TYPE = {
@@ -82,7 +86,7 @@ FUNCTIONS_FOR_TYPE = {
     "timestamp": frozenset({"max", "min", "count", "firstval", "lastval"}),
     "string": frozenset({"max", "min", "count", "firstval", "lastval"}),
     "boolean": frozenset({"max", "min", "count", "firstval", "lastval"}),
-    "label": frozenset({"count"}),
+    "label": frozenset({"count", "lub"}),
 }
 
 
@@ -151,6 +155,7 @@ class PolicyWindow:
     min_count: int = 1
     keys: tuple[str, ...] = ()
     prefilter: tuple[str, ...] = ()
+    label_bounds: tuple = ()  # ((label attribute, Label), ...)
 
 
 def _suffix(attribute_id: str) -> str | None:
@@ -206,7 +211,10 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
                 visible.add(field.name)
             maps.append(visible)
         elif ob.id in WINDOW_IDS:
-            windows.append(_window(ob, schema))
+            try:
+                windows.append(_window(ob, schema, resolver))
+            except ConditionError as exc:
+                raise ObligationError(f"obligation {ob.id}: {exc}", ob.id) from None
         else:
             raise ObligationError(
                 f"obligation {ob.id!r} is not understood by this PEP; the request is denied "
@@ -231,7 +239,8 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
             position[a.attribute], AGGREGATE_FUNCTIONS.index(a.function))))
         window_part = {"kind": w.kind, "size": w.size, "step": w.step, "aggregates": aggregates,
                        "min_count": w.min_count, "keys": _in_schema_order(w.keys, schema),
-                       "prefilter": _in_schema_order(w.prefilter, schema)}
+                       "prefilter": _in_schema_order(w.prefilter, schema),
+                       "label_bounds": tuple(sorted(w.label_bounds, key=lambda b: (b[0], str(b[1]))))}
     return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part)
 
 
@@ -250,9 +259,11 @@ def _attribute_names(values: Iterable[str], schema: StreamSchema, what: str) -> 
     return tuple(dict.fromkeys(names))
 
 
-def _window(ob: Obligation, schema: StreamSchema) -> PolicyWindow:
+def _window(ob: Obligation, schema: StreamSchema,
+            resolver: PlaceholderResolver | None = None) -> PolicyWindow:
     found = _assignments(ob, [WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP, WINDOW_ATTR,
-                              WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_KEY])
+                              WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_KEY,
+                              WINDOW_LABEL_BOUND])
     for name in (WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP):
         if len(found[name]) != 1:
             raise ObligationError(
@@ -271,12 +282,23 @@ def _window(ob: Obligation, schema: StreamSchema) -> PolicyWindow:
                      if found[WINDOW_MIN_COUNT] else DEFAULT_MIN_COUNT[kind])
         keys = _attribute_names(found[WINDOW_KEY], schema, "a group-by key")
         prefilter = _attribute_names(found[WINDOW_PREFILTER], schema, "a pre-window filter")
+        bounds = tuple(_label_bound(text, schema, resolver) for text in found[WINDOW_LABEL_BOUND])
     except ValueError as exc:
         raise ObligationError(f"obligation {ob.id}: {exc}", ob.id) from None
     if kind == "tuple" and min_count > size:
         raise ObligationError(f"obligation {ob.id}: a tuple window of {size} tuples can never "
                               f"hold the minimum of {min_count}", ob.id)
-    return PolicyWindow(kind, size, step, aggregates, min_count, keys, prefilter)
+    return PolicyWindow(kind, size, step, aggregates, min_count, keys, prefilter, bounds)
+
+
+def _label_bound(text: str, schema: StreamSchema, resolver: PlaceholderResolver | None) -> tuple:
+    """`level DOMINATED_BY {subject:session}`: one label attribute dominated by one label."""
+    condition = parse_condition(text, schema, resolver=resolver)
+    if not isinstance(condition, Comparison) or condition.op != "<=" \
+            or not isinstance(condition.value, Label):
+        raise ValueError(f"{WINDOW_LABEL_BOUND} {text.strip()[:80]!r} must be one "
+                         "`attribute DOMINATED_BY label` on a label attribute")
+    return (condition.attribute, condition.value)
 
 
 def merge_policy_windows(windows: Sequence[PolicyWindow]) -> PolicyWindow:
@@ -293,7 +315,8 @@ def merge_policy_windows(windows: Sequence[PolicyWindow]) -> PolicyWindow:
     ordered = tuple(a for a in windows[0].aggregates if a in allowed)
     keys = set(windows[0].keys).intersection(*(w.keys for w in windows[1:]))
     prefilter = set(windows[0].prefilter).intersection(*(w.prefilter for w in windows[1:]))
+    bounds = tuple(dict.fromkeys(b for w in windows for b in w.label_bounds))
     return PolicyWindow(windows[0].kind, max(w.size for w in windows),
                         max(w.step for w in windows), ordered,
                         max(w.min_count for w in windows), tuple(sorted(keys)),
-                        tuple(sorted(prefilter)))
+                        tuple(sorted(prefilter)), bounds)

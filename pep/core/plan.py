@@ -17,10 +17,11 @@ from pep.core.labels import Lattice
 FieldType = Literal["double", "long", "string", "boolean", "timestamp", "label"]
 Scalar = Union[float, int, str, bool]
 Operator = Literal["<", "<=", ">", ">=", "=", "!="]
-AggregateFunction = Literal["avg", "max", "min", "sum", "count", "firstval", "lastval"]
+AggregateFunction = Literal["avg", "max", "min", "sum", "count", "firstval", "lastval", "lub"]
 
 OPERATORS: tuple[str, ...] = ("<", "<=", ">", ">=", "=", "!=")
-AGGREGATE_FUNCTIONS: tuple[str, ...] = ("avg", "max", "min", "sum", "count", "firstval", "lastval")
+AGGREGATE_FUNCTIONS: tuple[str, ...] = ("avg", "max", "min", "sum", "count", "firstval", "lastval",
+                                        "lub")  # lub: a label attribute's least upper bound
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,9 @@ class WindowSpec:
     time_attribute: str | None = None  # event-time attribute for time windows
     min_count: int = 1
     keys: tuple[str, ...] = ()
+    # (label attribute, label text): a window is delivered only when the least upper bound of
+    # its tuples' labels is dominated by the label (MLS: a reader's session level)
+    label_bounds: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,7 @@ class ExecutionPlan:
 
 
 _LATER_FIELDS = {"start_after": None}
-_LATER_WINDOW_FIELDS = {"min_count": 1, "keys": ()}
+_LATER_WINDOW_FIELDS = {"min_count": 1, "keys": (), "label_bounds": ()}
 
 
 def plan_from_json(data: str | dict) -> ExecutionPlan:
@@ -169,7 +173,8 @@ def plan_from_json(data: str | dict) -> ExecutionPlan:
                              for a in window.get("aggregates") or ()),
             time_attribute=window.get("time_attribute"),
             min_count=int(window.get("min_count", 1)),
-            keys=tuple(window.get("keys") or ())),
+            keys=tuple(window.get("keys") or ()),
+            label_bounds=tuple((str(a), str(b)) for a, b in window.get("label_bounds") or ())),
         start_after=None if d.get("start_after") is None else int(d["start_after"]))
 
 

@@ -33,7 +33,7 @@ from fractions import Fraction
 from pep.core import geo
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, exact_decimal,
                             in_timestamp_range, integer_comparison, is_number, micros_from_iso)
-from pep.core.labels import LABEL_MASKS, LabelError
+from pep.core.labels import LABEL_MASKS, LabelError, Lattice
 from pep.core.plan import (AGGREGATE_FUNCTIONS, AnyPredicate, ExecutionPlan, Predicate,
                            SpatialPredicate, StreamSchema, UnionPlan)
 
@@ -47,6 +47,7 @@ OPERATOR_MASKS: dict[str, int] = {
     "!=": LESS | GREATER,
 }
 NUMERIC_KIND, STRING_KIND, DISTANCE_KIND, POLYGON_KIND, ANCHOR_KIND, INTEGER_KIND = 0, 1, 2, 3, 4, 5
+HIDDEN = "_xsg_lub_"  # a lub computed for a window's label bound, not shown
 # A label comparison (`pep.core.labels`): the value's code against the constant's, its outcome
 # one of BELOW 1, EQUAL 2, ABOVE 4, INCOMPARABLE 8, the mask the op's (labels.LABEL_MASKS).
 LABEL_KIND = 6
@@ -96,6 +97,11 @@ class CompiledWindow:
     # the aggregated attributes, each once, in first-use order, with their schema types
     attributes: tuple[tuple[str, str], ...] = ()
     key_types: tuple[str, ...] = ()
+    # label attributes' lattices (to print a `lub`), and the bounds a window's least upper
+    # bound must be dominated by to be delivered: (attribute, code); their lub aggregates,
+    # when the plan does not show them, have output names starting with HIDDEN
+    lattices: tuple[tuple[str, Lattice], ...] = ()
+    label_bounds: tuple[tuple[str, int], ...] = ()
 
     @property
     def pane(self) -> int:
@@ -357,7 +363,22 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
         if a.function in ("avg", "sum") and ftype not in ("double", "long"):
             raise PlanError(f"window aggregate {a.output_name}: {a.function} needs a numeric "
                             f"attribute, {name!r} is {ftype}")
+        if (a.function == "lub") != (ftype == "label") and a.function != "count":
+            raise PlanError(f"window aggregate {a.output_name}: lub is the aggregate of label "
+                            f"attributes (and their only one but count); {name!r} is {ftype}")
         aggs.setdefault(a.output_name, (name, a.function, a.output_name))
+    bounds = []
+    for attribute, text in w.label_bounds:
+        name = _canonical(schema, attribute, "window label bound")
+        lattice = schema.lookup(name).lattice  # type: ignore[union-attr]
+        if lattice is None:
+            raise PlanError(f"window label bound: {name!r} is no label attribute")
+        try:
+            bounds.append((name, lattice.parse(text).code))
+        except LabelError as exc:
+            raise PlanError(f"window label bound on {name!r}: {exc}") from None
+        if not any(a == name and f == "lub" for a, f, _ in aggs.values()):
+            aggs.setdefault(HIDDEN + name, (name, "lub", HIDDEN + name))
     min_count = w.min_count
     if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 0:
         raise PlanError(f"window: min_count must be a non-negative integer (got {min_count!r})")
@@ -375,7 +396,10 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
                             "not a timestamp or epoch-seconds number")
         is_ts = ftype == "timestamp"
     attributes = tuple(dict.fromkeys(a for a, _, _ in aggs.values()))
+    lattices = tuple((a, schema.lookup(a).lattice) for a in attributes  # type: ignore[union-attr]
+                     if schema.lookup(a).lattice is not None)  # type: ignore[union-attr]
     return CompiledWindow(w.kind, w.size, w.step, tuple(aggs.values()), time_attr, is_ts,
                           max(1, min_count), keys,
                           tuple((a, schema.lookup(a).type) for a in attributes),  # type: ignore
-                          tuple(schema.lookup(k).type for k in keys))  # type: ignore
+                          tuple(schema.lookup(k).type for k in keys),  # type: ignore
+                          lattices, tuple(bounds))

@@ -44,6 +44,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pdp.numbers import NumberError, parse_int
+from pep.core.labels import LabelError, Lattice
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
@@ -1012,13 +1013,13 @@ class StreamExecutor:
             made = {
                 "c": lambda: F.count(v),
                 "s": lambda: F.try_sum(v) if fam == "l" else F.sum(v),
-                "n": lambda: F.min(v), "x": lambda: F.max(v),
+                "n": lambda: F.min(v), "x": lambda: F.max(v), "o": lambda: F.bit_or(v),
                 "f": lambda: F.min_by(v, F.when(present, okey)),
                 "l": lambda: F.max_by(v, F.when(present, okey)),
                 "ft": lambda: F.min(F.when(present, tcol)),
                 "lt": lambda: F.max(F.when(present, tcol)),
             }
-            for part in ("c", "s", "n", "x", "f", "l", "ft", "lt"):
+            for part in ("c", "s", "n", "x", "o", "f", "l", "ft", "lt"):
                 if part in parts and (tcol is not None or part not in ("ft", "lt")):
                     aggs.append(made[part]().alias(f"{name}_{part}"))
         stages["aggregates"] = aggs
@@ -1211,7 +1212,8 @@ class StreamExecutor:
             joined = texts[0] if len(texts) == 1 else \
                 pc.binary_join_element_wise(*texts, KEY_SEP)
             keys = np.array(joined.to_pylist(), dtype=object)
-        values = [_family_values(arrow.column(attr).take(take), ftype)
+        lattices = dict(w.lattices)
+        values = [_family_values(arrow.column(attr).take(take), ftype, lattices.get(attr))
                   for attr, ftype in w.attributes]
         partials = partials_from_values(windows.layout, keys, seqs[idx], values)
         result = windows.add(partials)
@@ -1285,11 +1287,19 @@ class StreamExecutor:
         return closed
 
 
-def _family_values(column: pa.ChunkedArray, ftype: str) -> tuple[np.ndarray, np.ndarray]:
+def _family_values(column: pa.ChunkedArray, ftype: str, lattice: Lattice | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """An attribute's values as the windows' family dtype, and where they are present (NaN
-    counts as absent, as null does)."""
+    counts as absent, as null does; a label's text that is no label of its lattice too)."""
     column = column.combine_chunks()
     valid = column.is_valid().to_numpy(zero_copy_only=False)
+    if ftype == "label" and lattice is not None:  # its code, each distinct text parsed once
+        texts = column.fill_null("")
+        uniq, inverse = np.unique(np.array(texts.to_pylist(), dtype=object),
+                                  return_inverse=True)
+        codes = np.array([_label_code(t, lattice) for t in uniq.tolist()], dtype=np.int64)
+        values = codes[inverse] if len(uniq) else np.empty(0, np.int64)
+        return np.where(values < 0, 0, values), valid & (values >= 0)
     if ftype == "string":
         return np.array(column.to_pylist(), dtype=object), valid
     if ftype == "double":
@@ -1306,6 +1316,13 @@ def _family_values(column: pa.ChunkedArray, ftype: str) -> tuple[np.ndarray, np.
     return column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), valid
 
 
+def _label_code(text: str, lattice: Lattice) -> int:
+    try:
+        return lattice.parse(text).code
+    except LabelError:
+        return -1
+
+
 def _slot_columns(layout) -> dict[str, str]:
     """This plan's attribute j -> the panes job's slot columns (per family, in order)."""
     seen = {"d": 0, "l": 0, "s": 0}
@@ -1314,7 +1331,7 @@ def _slot_columns(layout) -> dict[str, str]:
         name = f"{fam}{seen[fam]}"
         seen[fam] += 1
         out[f"v{j}"] = name
-        for part in ("c", "s", "n", "x", "f", "l", "ft", "lt"):
+        for part in ("c", "s", "n", "x", "o", "f", "l", "ft", "lt"):
             out[f"{part}{j}"] = f"{name}_{part}"
     return out
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from pep.core.labels import LABEL_MASKS, Lattice, holds
-from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema)
+from pep.core.labels import LABEL_MASKS, Lattice, holds, lub
+from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
+                           StreamDefinition, StreamSchema, WindowSpec)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 
@@ -73,3 +73,83 @@ def test_dominance_filters_on_spark_match_the_lattice(runtime, tmp_path, plans_p
         assert sink.rows == w
     for i in range(len(plans)):
         runtime.detach(f"h{i}")
+
+
+def windows_oracle(records, lattice, size, step, bound):
+    """Tuple windows of `size`/`step` over every tuple: count of labels, their lub, delivered
+    only when `bound` dominates the lub (a window without any label passes)."""
+    out, k = [], 0
+    while k * step + size <= len(records):
+        chunk = records[k * step:k * step + size]
+        present = [lattice.parse(r["level"]) for r in chunk if r["level"] is not None]
+        top = lub(present)
+        if top is None or top.dominated_by(bound):
+            out.append({"window_start": k * step, "window_end": k * step + size - 1,
+                        "count_level": len(present), "lub_level": None if top is None
+                        else str(top)})
+        k += 1
+    return out
+
+
+def time_oracle(records, lattice, size, step, bound):
+    """Time windows [kP, kP+S) of event time `t` (seconds), emitted once the largest event
+    time passed their end, only when the bound dominates their tuples' lub (computed for the
+    bound, never shown)."""
+    watermark = max(r["t"] for r in records)
+    out = []
+    first = int(min(r["t"] for r in records) // step) - size // step
+    for k in range(first, int(watermark // step) + 1):
+        start, end = k * step, k * step + size
+        inside = [r for r in records if start <= r["t"] < end]
+        if not inside or end > watermark:
+            continue
+        present = [lattice.parse(r["level"]) for r in inside if r["level"] is not None]
+        top = lub(present)
+        if top is None or top.dominated_by(bound):
+            out.append({"window_start": start, "window_end": end, "count_n": len(inside)})
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_window_lubs_and_label_bounds_on_spark_match_the_lattice(runtime, tmp_path):
+    rng = random.Random(99)
+    lattice = Lattice(("U", "C", "S", "TS"), ("nuclear", "crypto", "army"))
+    schema = StreamSchema((Field("n", "long"), Field("t", "double"),
+                           Field("level", "label", lattice)))
+    sd = StreamDefinition("mlsw", "nea", schema,
+                          SourceSpec("ingest", (("path", str(tmp_path / "mlsw")),)),
+                          time_attribute="t")
+    bound = lattice.parse("S:{nuclear,crypto}")
+    records = [{"n": i, "t": float(i), "level": str(random_label(rng, lattice)) if i % 13 else
+                None, "_xsg_seq": i} for i in range(90)]
+    for i in range(0, 90, 7):  # a few quiet stretches, so that some windows pass the bound
+        for r in records[i:i + 3]:
+            if r["level"] is not None:
+                r["level"] = "C:{nuclear}"
+    tuple_plan = ExecutionPlan("mlsw", None, (), WindowSpec(
+        "tuple", 5, 5, (Aggregate("level", "count"), Aggregate("level", "lub")),
+        label_bounds=(("level", str(bound)),)))
+    time_plan = ExecutionPlan("mlsw", None, (), WindowSpec(
+        "time", 6, 3, (Aggregate("n", "count"),), "t", label_bounds=(("level", str(bound)),)))
+    sinks = {"tuple": Collector(), "time": Collector()}
+    runtime.attach("tw", sd, tuple_plan, sinks["tuple"])
+    runtime.attach("ti", sd, time_plan, sinks["time"])
+    for k in range(3):
+        write_jsonl(tmp_path / "mlsw", f"part-{k}.json", records[k * 30:(k + 1) * 30])
+        time.sleep(0.2)
+    want = {"tuple": windows_oracle(records, lattice, 5, 5, bound),
+            "time": time_oracle(records, lattice, 6, 3, bound)}
+    everything = windows_oracle(records, lattice, 5, 5, lattice.top)
+    assert 0 < len(want["tuple"]) < len(everything)  # the bound drops some windows
+    assert any(w["lub_level"] not in (None, "C:{nuclear}") for w in want["tuple"])
+    assert wait_until(lambda: all(len(sinks[h].rows) >= len(want[h]) for h in want), 60), \
+        {h: (len(sinks[h].rows), len(want[h])) for h in want}
+    time.sleep(0.5)
+    assert sinks["tuple"].rows == want["tuple"]
+    assert [{**r, "window_start": float(r["window_start"]), "window_end": float(r["window_end"])}
+            for r in sinks["time"].rows] == \
+        [{**r, "window_start": float(r["window_start"]), "window_end": float(r["window_end"])}
+         for r in want["time"]]
+    assert all(set(r) == {"window_start", "window_end", "count_n"} for r in sinks["time"].rows)
+    runtime.detach("tw")
+    runtime.detach("ti")
