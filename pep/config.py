@@ -279,6 +279,8 @@ DEMO_USERS = (
      {"clearance": 1, **DEMO_PORT}),
     ("shipco", ["ship-company"], False, {"ship-list": [244000001, 244000003, 244000005]}),
     ("captain", ["ship-captain"], False, {"ship-mmsi": 244000007}),
+    # multilevel security with categories (policies/mls/position-policy.xml): a label clearance
+    ("analyst", ["analyst"], False, {"clearance": "S:{nuclear,crypto}"}),
 )
 
 

@@ -136,13 +136,18 @@ class Lattice:
         return Label(self, 0, 0)
 
 
-@dataclass(frozen=True, eq=False)
 class Label:
-    """A label of a lattice: `level` an index into its levels, `categories` a bitmask."""
+    """A label of a lattice: `level` an index into its levels, `categories` a bitmask.
 
-    lattice: Lattice
-    level: int
-    categories: int
+    Not a dataclass on purpose: a plan holding one (a predicate's constant) is turned into JSON
+    by `dataclasses.asdict`, which must leave it whole (its text is what a plan stores)."""
+
+    __slots__ = ("lattice", "level", "categories")
+
+    def __init__(self, lattice: Lattice, level: int, categories: int) -> None:
+        self.lattice = lattice
+        self.level = level
+        self.categories = categories
 
     @property
     def code(self) -> int:

@@ -29,7 +29,7 @@ def test_every_policy_file_loads_on_its_own():
     files = policy_files(POLICIES)
     assert {f.relative_to(POLICIES).as_posix() for f in files} == {
         "weather/nea-weather-policy.xml", "ais/port-authority-policy.xml", "mls/vitals-policy.xml",
-        "joins/routes-policy.xml"}
+        "joins/routes-policy.xml", "mls/position-policy.xml"}
     for f in files:
         info = inspect_policy(PolicySource(str(f), f.read_bytes()))
         assert info.id.startswith("urn:xsg:example:") and info.version == "1.0"
@@ -38,7 +38,7 @@ def test_every_policy_file_loads_on_its_own():
 def test_every_xml_file_is_well_formed_and_requests_parse():
     requests = [p for p in POLICIES.rglob("*") if p.suffix in (".xml", ".json")
                 and p not in policy_files(POLICIES) and p.name != "streams.json"]
-    assert len(requests) == 10
+    assert len(requests) == 14
     for p in requests:
         parse_request(p.read_bytes(), JSON if p.suffix == ".json" else XML)
 
