@@ -682,7 +682,11 @@ def _range_predicates(attr: str, kind: str, r: _Range) -> list[Predicate]:
 
 def values_satisfiable(kind: str, preds: list[tuple[str, Scalar]]) -> bool:
     """Whether some value of a type (double, long, string, boolean, timestamp) meets every
-    (operator, constant) of `preds`: the per-attribute check, for other modules (joins)."""
+    (operator, constant) of `preds`: the per-attribute check, for other modules (joins).
+    Labels (a partial order, whose lattice is not known here) are assumed satisfiable: never a
+    false NR."""
+    if kind == "label":
+        return True
     r = _collect(_integers(kind, preds))
     return r is not None and _range_satisfiable(kind, r)
 
