@@ -365,7 +365,8 @@ _NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _DIGITS = frozenset("0123456789")
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # `stream.attribute`, in conditions over two streams (a join grant's, `qualified_conjuncts`)
-_QUALIFIED_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\.[A-Za-z_][A-Za-z0-9_]*|[A-Za-z_][A-Za-z0-9_]*")
+_QUALIFIED_IDENT_RE = re.compile(
+    r"[A-Za-z_][A-Za-z0-9_-]*\.[A-Za-z_][A-Za-z0-9_]*|[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER_RE = re.compile(r"\{\s*([A-Za-z]+)\s*:\s*([^\s{}]+)\s*\}")
 _KEYWORDS = {"and": "AND", "or": "OR", "not": "NOT", "in": "IN"}
 _OP_WORDS = {"dominated_by": "dominated_by", "dominates": "dominates"}

@@ -34,7 +34,7 @@ must show the attribute). Everything the grant adds only narrows the join.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pdp import Obligation
@@ -240,7 +240,6 @@ def _with_filters(graph: QueryGraph, stream: str, extra: list[tuple[Expr, str]])
                           window=window)
 
 
-ResolverFor = Callable[[str], PlaceholderResolver]
 
 __all__ = ["JoinGrant", "JoinTerms", "JOIN_IDS", "split_obligations", "read_join_grant",
            "apply_join_grants", "is_join_obligation"]

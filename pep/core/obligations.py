@@ -240,7 +240,8 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
         window_part = {"kind": w.kind, "size": w.size, "step": w.step, "aggregates": aggregates,
                        "min_count": w.min_count, "keys": _in_schema_order(w.keys, schema),
                        "prefilter": _in_schema_order(w.prefilter, schema),
-                       "label_bounds": tuple(sorted(w.label_bounds, key=lambda b: (b[0], str(b[1]))))}
+                       "label_bounds": tuple(sorted(w.label_bounds,
+                                                    key=lambda b: (b[0], str(b[1]))))}
     return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part)
 
 

@@ -63,7 +63,7 @@ EARTH_RADIUS = 6_371_008.8  # metres, the mean radius the README names
 INNER = [1.2003, 103.7103, 1.2003, 103.9497, 1.2697, 103.9497, 1.2697, 103.7103]  # in the port
 WORLD = [-89.0, -179.0, -89.0, 179.0, 89.0, 179.0, 89.0, -179.0]
 TYPES = ("cargo", "tanker", "passenger", "fishing", "tug")
-HOLD = 20.0  # seconds an emergency lasts after its last report (long: loaded machines run 10 s batches)
+HOLD = 20.0  # seconds an emergency lasts after its last report (loaded machines: 10 s batches)
 SUBJECTS = {  # subject: (roles, attributes)
     "mpa": (["port-authority"], DEMO_PORT),
     "mpa-claims": (["port-authority"], DEMO_PORT),

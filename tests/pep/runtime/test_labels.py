@@ -46,7 +46,8 @@ def test_dominance_filters_on_spark_match_the_lattice(runtime, tmp_path, plans_p
         lattice = random_lattice(rng)
     schema = StreamSchema((Field("n", "long"), Field("level", "label", lattice)))
     name = f"mls{plans_per_stream}"
-    sd = StreamDefinition(name, "nea", schema, SourceSpec("ingest", (("path", str(tmp_path / name)),)))
+    sd = StreamDefinition(name, "nea", schema,
+                          SourceSpec("ingest", (("path", str(tmp_path / name)),)))
     plans = []
     ops = sorted(LABEL_MASKS)
     for _ in range(plans_per_stream):
