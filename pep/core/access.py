@@ -213,6 +213,8 @@ def session_level(asked: list[str], identity, schema: StreamSchema, stream: str)
         try:
             cleared = lattice.parse(str(clearance[0]))
         except LabelError as exc:
+            if not wanted:  # a clearance of another kind (a number): no session to bind
+                return None
             raise NotPermitted(f"your clearance is not a label of stream {stream!r}: {exc}",
                                stream=stream) from None
         try:
