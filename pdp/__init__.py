@@ -25,11 +25,11 @@ from pdp.errors import PolicyLoadError, RequestSyntaxError
 from pdp.events import PolicyChange, PolicyEvents
 from pdp.manage import ManagedPolicy, ManagePolicy, Veto, may_manage_policy
 from pdp.policy_scope import RESOURCE_ID, confined_resource_ids
-from pdp.request import (RequestContext, bind_environment, bind_subject, media_kind,
-                         parse_request)
+from pdp.request import (JOIN_WITH, RequestContext, bind_environment, bind_join, bind_subject,
+                         media_kind, parse_request)
 from pdp.response import render_response
 from pdp.results import (STATUS_SYNTAX_ERROR, AttributeAssignment, Decision, Obligation, Response,
-                         Result, Status)
+                         Result, RuleGrant, Status)
 from pdp.xmlsafe import UnsafeDocumentError, parse_xml
 
 _PERSISTENCE = {
@@ -57,8 +57,10 @@ __all__ = [
     "PolicyLoadError", "RequestSyntaxError", "PolicyChange", "PolicyEvents",
     "ManagedPolicy", "ManagePolicy", "Veto", "may_manage_policy",
     "RESOURCE_ID", "confined_resource_ids",
-    "RequestContext", "bind_environment", "bind_subject", "media_kind", "parse_request", "render_response",
+    "JOIN_WITH", "RequestContext", "bind_environment", "bind_join", "bind_subject", "media_kind",
+    "parse_request", "render_response",
     "STATUS_SYNTAX_ERROR", "AttributeAssignment", "Decision", "Obligation", "Response", "Result",
+    "RuleGrant",
     "Status", "UnsafeDocumentError", "parse_xml",
     *_PERSISTENCE,
 ]

@@ -37,11 +37,14 @@ def _finish(decision: int, status: Status | None, contributing: Sequence[Outcome
         return contributing[0]
     obligations: tuple = ()
     advice: tuple = ()
+    grants: tuple = ()
     for o in contributing:
         if o.obligations:
             obligations += o.obligations
         if o.advice:
             advice += o.advice
+        if o.grants:
+            grants += o.grants
     policy_ids: tuple = ()
     docs = _EMPTY
     for o in evaluated:
@@ -49,7 +52,7 @@ def _finish(decision: int, status: Status | None, contributing: Sequence[Outcome
             policy_ids += o.policy_ids
         if o.docs:
             docs = docs | o.docs
-    return Outcome(decision, status, obligations, advice, policy_ids, docs)
+    return Outcome(decision, status, obligations, advice, policy_ids, docs, grants)
 
 
 def _first_status(outcomes: Sequence[Outcome], codes: tuple) -> Status | None:

@@ -53,7 +53,8 @@ from pdp.index import RootIndex
 from pdp.policy_parser import (CompiledDocument, PolicyInfo, PolicySource, RefSpec,
                                compile_document)
 from pdp.request import Individual, RequestContext, parse_request
-from pdp.results import (STATUS_PROCESSING_ERROR, Decision, Response, Result, Status)
+from pdp.results import (STATUS_PROCESSING_ERROR, Decision, Response, Result, RuleGrant,
+                          Status)
 from pdp.target_scope import attribute_key, evaluator_scope, target_literals
 from pdp.xmlsafe import get_limits
 
@@ -425,8 +426,11 @@ class PolicyEngine:
         ids = None
         if ind.return_policy_id_list:
             ids = tuple(dict.fromkeys(outcome.policy_ids))
+        grants = ()
+        if decision is Decision.PERMIT:
+            grants = tuple(RuleGrant(rule, tuple(obls)) for rule, obls in outcome.grants)
         return (Result(decision, status, tuple(obligations), tuple(advice),
-                       ind.included_attributes(), ids), set(outcome.docs))
+                       ind.included_attributes(), ids, grants), set(outcome.docs))
 
     def decide_bytes(self, body: bytes, media_type: str) -> Response:
         """Parse and decide; a bad request becomes one Indeterminate result saying why."""

@@ -51,16 +51,21 @@ class EvalContext:
 class Outcome:
     """Result of evaluating a rule, policy or policy set."""
 
-    __slots__ = ("decision", "status", "obligations", "advice", "policy_ids", "docs")
+    __slots__ = ("decision", "status", "obligations", "advice", "policy_ids", "docs", "grants")
 
     def __init__(self, decision: int, status: Status | None = None, obligations: tuple = (),
-                 advice: tuple = (), policy_ids: tuple = (), docs: frozenset = frozenset()) -> None:
+                 advice: tuple = (), policy_ids: tuple = (), docs: frozenset = frozenset(),
+                 grants: tuple = ()) -> None:
         self.decision = decision
         self.status = status
         self.obligations = obligations
         self.advice = advice
         self.policy_ids = policy_ids
         self.docs = docs
+        # The same obligations by the rule that contributed them: ((rule id, obligations of
+        # that rule and of every enclosing policy), ...), for a PEP that unites what each rule
+        # grants instead of conjoining everything (`pdp.results.RuleGrant`).
+        self.grants = grants
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"Outcome({DECISION_NAMES[self.decision]}, {self.status}, {self.obligations})"
@@ -296,7 +301,8 @@ class RuleEvaluator:
         self.obligations = tuple(o for o in obligations if o.effect == effect)
         self.advice = tuple(a for a in advice if a.effect == effect)
         self.target_spec = target_spec
-        self._plain = Outcome(effect) if not self.obligations and not self.advice else None
+        self._plain = (Outcome(effect, grants=((id, ()),))
+                       if not self.obligations and not self.advice else None)
         self._ind = IND_P if effect == PERMIT else IND_D
 
     def evaluate(self, ctx: EvalContext) -> Outcome:
@@ -307,8 +313,9 @@ class RuleEvaluator:
                 return NA_OUTCOME
             if self._plain is not None:
                 return self._plain
-            return Outcome(self.effect, None, evaluate_obligations(self.obligations, ctx),
-                           evaluate_obligations(self.advice, ctx))
+            obligations = evaluate_obligations(self.obligations, ctx)
+            return Outcome(self.effect, None, obligations,
+                           evaluate_obligations(self.advice, ctx), grants=((self.id, obligations),))
         except Indeterminate as exc:
             return Outcome(self._ind, status_of(exc))
         except Exception as exc:  # a bug in a function must not crash the PDP: deny-biased
@@ -390,7 +397,12 @@ class PolicyEvaluator:
                                    policy_ids, docs)
                 obligations = obligations + own_o
                 advice = advice + own_a
-        return Outcome(d, result.status, obligations, advice, policy_ids, docs)
+                if own_o:
+                    grants = tuple((rule, obls + own_o) for rule, obls in result.grants) \
+                        or ((self.identifier.id, own_o),)
+                    return Outcome(d, result.status, obligations, advice, policy_ids, docs,
+                                   grants)
+        return Outcome(d, result.status, obligations, advice, policy_ids, docs, result.grants)
 
 
 class ReferenceEvaluator:

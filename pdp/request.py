@@ -628,6 +628,30 @@ def bind_environment(ctx: "RequestContext",
     return ctx
 
 
+JOIN_WITH = "urn:xsg:resource:join-with"
+GATEWAY_RESOURCE_PREFIX = "urn:xsg:"
+
+
+def bind_join(ctx: "RequestContext", other: str | None = None) -> "RequestContext":
+    """The request as it is decided: which stream it is joined with is the gateway's to say.
+
+    Dropped from the request: every resource attribute under `urn:xsg:` (a request for a stream
+    alone could otherwise claim to be part of a join and meet a grant given only for joins);
+    added, when the request is one side of a join: `urn:xsg:resource:join-with`, the other
+    stream's name. A policy grants a stream only in a join with another by matching it."""
+    kept = []
+    for inst in ctx.instances:
+        if inst.category == RESOURCE:
+            attrs = [a for a in inst.attributes
+                     if not a.attribute_id.startswith(GATEWAY_RESOURCE_PREFIX)]
+            inst = CategoryInstance.build(RESOURCE, attrs, inst.content, inst.xml_id)
+        kept.append(inst)
+    ctx = RequestContext(kept, ctx.return_policy_id_list, ctx.combined_decision)
+    if other is not None:
+        ctx = ctx.with_attribute(RESOURCE, JOIN_WITH, STRING, [other])
+    return ctx
+
+
 def _identity_values(values) -> tuple[str, tuple[str, ...]]:
     """XACML datatype and lexical forms of an identity attribute's values (one Python type)."""
     first = values[0] if values else ""

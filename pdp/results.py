@@ -87,6 +87,17 @@ class PolicyIdentifier:
 
 
 @dataclass(frozen=True)
+class RuleGrant:
+    """The obligations one rule contributed to a decision: its own and those of every policy
+    (set) around it that applied. A Permit's `obligations` are the concatenation of its grants';
+    a PEP that gives the union of what each rule grants (ASSIST's Secure Read) plans each grant
+    on its own."""
+
+    rule_id: str
+    obligations: tuple[Obligation, ...] = ()
+
+
+@dataclass(frozen=True)
 class Result:
     decision: Decision
     status: Status = field(default_factory=Status)
@@ -94,6 +105,15 @@ class Result:
     advice: tuple[Obligation, ...] = ()
     attributes: tuple[ResultCategory, ...] = ()
     policy_identifiers: tuple[PolicyIdentifier, ...] | None = None  # None: not requested
+    # Not part of XACML's result (never rendered) nor of its equality: the obligations by rule.
+    grants: tuple[RuleGrant, ...] = field(default=(), compare=False, repr=False)
+
+    def rule_grants(self) -> tuple[RuleGrant, ...]:
+        """The grants behind this result; a result built without them (decided elsewhere, or a
+        Permit no rule gave, as permit-unless-deny's) is one grant of all its obligations."""
+        if self.grants:
+            return self.grants
+        return (RuleGrant("", self.obligations),)
 
 
 @dataclass(frozen=True)

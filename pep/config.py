@@ -71,6 +71,10 @@ class GatewayConfig:
     # Joins (pep/runtime/joins.py): a record this many seconds behind the slower side's latest
     # event time is dropped; the join's state holds about its time bound plus this much.
     join_lateness: float = 10.0
+    # How the obligations of several applicable rules combine on a stream whose owner chose
+    # nothing (`PATCH /streams/<name>` {"combining": ...}): "intersection" (all of them apply)
+    # or "union" (ASSIST's union of what each grants: pep/core/union.py).
+    obligation_combining: str = "intersection"
     heartbeat: float = 15.0  # seconds between keep-alive lines on idle handle streams
     # Invalidation feed for caching proxies (pep/invalidation/): the bearer token a proxy
     # presents on /events/invalidations and the HMAC key of the webhooks pushed to it.
@@ -147,6 +151,9 @@ class GatewayConfig:
         if not 0 <= float(self.join_lateness) <= 86400:
             raise ValueError(f"join_lateness must be 0 to 86400 seconds, got "
                              f"{self.join_lateness!r}")
+        if self.obligation_combining not in ("intersection", "union"):
+            raise ValueError(f"obligation_combining must be intersection or union, got "
+                             f"{self.obligation_combining!r}")
         for name in ("ingest_retention_seconds", "ingest_retention_bytes"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 or unset, got {getattr(self, name)!r}")
@@ -272,6 +279,8 @@ DEMO_USERS = (
      {"clearance": 1, **DEMO_PORT}),
     ("shipco", ["ship-company"], False, {"ship-list": [244000001, 244000003, 244000005]}),
     ("captain", ["ship-captain"], False, {"ship-mmsi": 244000007}),
+    # multilevel security with categories (policies/mls/position-policy.xml): a label clearance
+    ("analyst", ["analyst"], False, {"clearance": "S:{nuclear,crypto}"}),
 )
 
 
@@ -358,6 +367,9 @@ SETTING_HELP = {
                      "the stream is reported stalled (health, log, a notice to its readers)",
     "join_lateness": "seconds a join waits for its slower side: a record further behind that "
                      "side's latest event time is dropped (the join's state grows with it)",
+    "obligation_combining": "how the obligations of several applicable rules combine on a "
+                            "stream whose owner chose nothing: intersection (all apply) or "
+                            "union (each rule's grant on its own, ASSIST)",
     "audit_max_bytes": "the audit file rotates past this many bytes",
     "audit_keep": "rotated audit files kept",
     "metrics_public": "serve GET /metrics without a token",

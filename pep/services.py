@@ -179,9 +179,14 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     stream_events = StreamEvents(data_dir / "events.db", catalog.get)
 
     # Access requests: decided and planned the same way when opened and when re-decided.
+    # How several applicable rules' obligations combine on a stream: its owner's choice, else
+    # the gateway's (pep/core/union.py).
+    default_combining = config.obligation_combining
     plan_access = functools.partial(decide_and_plan,
                                     time_attribute_lookup=catalog.time_attribute,
-                                    environment=stream_events.environment)
+                                    environment=stream_events.environment,
+                                    combining=lambda stream: (catalog.combining(stream)
+                                                              or default_combining))
 
     # Joins of two streams run as queries of their own, on the same SparkSession.
     join_runtime = join_runtime_for(runtime, data_dir / "runtime" / "joins",
@@ -279,6 +284,10 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     services._unsubscribe.append(events.subscribe(audit.policy_changed))
     catalog.add_listener(audit.stream_registered)
     catalog.add_change_listener(audit.stream_changed)
+    # 6b. an owner who changes how its stream's grants combine re-decides the stream's handles.
+    catalog.add_change_listener(lambda entry, changes, by: revocation.on_environment_change(
+        [entry.definition.name], "the stream's combining mode changed")
+        if "combining" in changes else None)
 
     # Start: Spark now if asked (`xsg serve` pays the session's start-up before the first
     # request), the handles of the previous run re-decided and resumed or ended, and the

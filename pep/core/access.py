@@ -24,20 +24,24 @@ details (`streams`) and, when it came from one side's own decision, query or mer
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestSyntaxError, Response, Result, Status,
-                 bind_environment, bind_subject, media_kind, parse_request)
+from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestSyntaxError, Response, Result,
+                 RuleGrant, Status, bind_environment, bind_join, bind_subject, media_kind,
+                 parse_request)
 from pep.core.analysis import ConditionTooComplex, Warning
 from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
-                             Refusal, TooComplex, UnsupportedMedia)
+                             NotPermitted, Refusal, TooComplex, Unprocessable, UnsupportedMedia)
 from pep.core.explain import graph_to_json, plan_to_json, render_sql
 from pep.core.graph import UnsupportedGraph
 from pep.core.join import JoinSide, build_join, check_streams
 from pep.core.masks import policy_masks
+from pep.core.labels import LabelError
+from pep.core.joingrant import JoinGrant, apply_join_grants, read_join_grant, split_obligations
 from pep.core.merge import merge
 from pep.core.obligations import ObligationError, policy_graph
-from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema
+from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema, UnionPlan
+from pep.core.union import INTERSECTION, UNION, Alternative, merge_union
 from pep.core.userquery import (JoinQuery, UserQueryError, parse_user_query, query_from_content,
                                 user_graph)
 
@@ -55,7 +59,7 @@ class Grant:
     decision: Response
     stream: str
     subject: str
-    plan: ExecutionPlan | JoinPlan  # a JoinPlan when the user query asks for a join
+    plan: ExecutionPlan | JoinPlan | UnionPlan  # a join's, or a union of grants' (pep.core.union)
     warnings: list[Warning]
     sql: str
     plan_json: dict
@@ -124,10 +128,12 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
                     user_query: bytes | None = None, user_query_type: str | None = None, *,
                     refuse_nr: bool = True,
                     time_attribute_lookup: Callable[[str], str | None] | None = None,
-                    environment: StreamEnvironment | None = None) -> Grant:
+                    environment: StreamEnvironment | None = None,
+                    combining: Callable[[str], str] | None = None) -> Grant:
     """Decide and plan one stream request; raises a Refusal saying why on any failure.
     `environment(stream)` gives the gateway's own environment attributes for a decision about
-    that stream (its events)."""
+    that stream (its events); `combining(stream)` how the obligations of several applicable
+    rules combine on it (`pep.core.union`: "intersection", the default, or "union")."""
     try:
         media_kind(media_type)
     except RequestSyntaxError as exc:
@@ -138,6 +144,7 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
         status = Status(code=getattr(exc, "status_code", STATUS_SYNTAX_ERROR), message=str(exc))
         response = Response((Result(Decision.INDETERMINATE, status),))
         raise MalformedRequest(str(exc), response, media_type) from None
+    asked_session = ctx.values(SUBJECT_CATEGORY, SESSION)
     ctx = bind_subject(ctx, identity)
 
     streams = list(dict.fromkeys(ctx.values(RESOURCE, RESOURCE_ID)))
@@ -151,27 +158,129 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
     schema = schema_lookup(stream)
     if schema is None:
         raise NotFound(f"unknown stream {stream!r}", stream=stream)
+    session = session_level(asked_session, identity, schema, stream)
+    if session is not None:
+        ctx = ctx.with_attribute(SUBJECT_CATEGORY, SESSION, STRING, [session])
+        identity = _with_session(identity, session)
     environment = environment if environment is not None else _no_environment
     gateway_environment = environment(stream)
     ctx = bind_environment(ctx, gateway_environment)
+    # which stream this one is joined with is the gateway's to say (`pep.core.joingrant`)
+    ctx = bind_join(ctx, _asks_for_join(ctx, user_query, user_query_type))
+    settings = _Settings(refuse_nr, time_attribute_lookup, environment, schema_lookup,
+                         combining or _intersection)
 
     try:
         return _plan(engine, ctx, stream, schema, identity, media_type, user_query,
-                     user_query_type, refuse_nr, time_attribute_lookup, environment,
-                     gateway_environment, schema_lookup)
+                     user_query_type, settings, gateway_environment)
     except Refusal as exc:
         exc.details.setdefault("stream", stream)  # for the audit trail and the error body
         raise
+
+
+SESSION = "urn:xsg:subject:session"
+CLEARANCE = "clearance"
+
+
+def session_level(asked: list[str], identity, schema: StreamSchema, stream: str) -> str | None:
+    """The security label the request runs at (MLS DSMS: a user logs in as one of its
+    principals, at or below its clearance), or None when there is nothing to bind.
+
+    The caller's clearance is the identity attribute `clearance` (from the auth file or the
+    token, never the request); the request may name a lower session level in its access-subject
+    attribute `urn:xsg:subject:session` (the one subject attribute a request states; the
+    gateway checks it), else it runs at its clearance. Both are labels of the stream's label
+    attributes' lattices; a session not dominated by the clearance is refused (403), as is one
+    on a stream without labels (400)."""
+    lattices = list(dict.fromkeys(f.lattice for f in schema.fields if f.lattice is not None))
+    clearance = [v for a, values in getattr(identity, "attributes", ())
+                 if a == CLEARANCE or a.endswith(":" + CLEARANCE) for v in values]
+    wanted = list(dict.fromkeys(asked))
+    if len(wanted) > 1:
+        raise InvalidInput(f"the request names {len(wanted)} session levels "
+                           f"({SESSION}); a request runs at one")
+    if not lattices:
+        if wanted:
+            raise InvalidInput(f"stream {stream!r} has no security labels: a session level "
+                               f"({SESSION}) means nothing for it", stream=stream)
+        return None
+    if len(clearance) != 1:
+        if wanted:
+            raise NotPermitted(f"you have no clearance (attribute {CLEARANCE!r}) to run at "
+                               f"session level {wanted[0][:64]!r}", stream=stream)
+        return None
+    session = wanted[0] if wanted else str(clearance[0])
+    for lattice in lattices:
+        try:
+            cleared = lattice.parse(str(clearance[0]))
+        except LabelError as exc:
+            if not wanted:  # a clearance of another kind (a number): no session to bind
+                return None
+            raise NotPermitted(f"your clearance is not a label of stream {stream!r}: {exc}",
+                               stream=stream) from None
+        try:
+            level = lattice.parse(session)
+        except LabelError as exc:
+            raise InvalidInput(f"session level ({SESSION}): {exc}", stream=stream) from None
+        if not level.dominated_by(cleared):
+            raise NotPermitted(f"session level {str(level)!r} is not dominated by your "
+                               f"clearance {str(cleared)!r}: no session above it", stream=stream)
+        session = str(level)
+    return session
+
+
+def _with_session(identity, session: str):
+    """The identity with its session level among its attributes (`{subject:session}`)."""
+    attributes = tuple((a, v) for a, v in getattr(identity, "attributes", ()) if a != SESSION)
+    try:
+        return replace(identity, attributes=attributes + ((SESSION, (session,)),))
+    except TypeError:  # an identity that is not a dataclass: placeholders read only its fields
+        return identity
 
 
 def _no_environment(stream: str) -> EnvironmentAttributes:
     return []
 
 
+def _intersection(stream: str) -> str:
+    return INTERSECTION
+
+
+@dataclass(frozen=True)
+class _Settings:
+    refuse_nr: bool
+    time_attribute_lookup: Callable[[str], str | None] | None
+    environment: StreamEnvironment
+    schema_lookup: SchemaLookup | None
+    combining: Callable[[str], str]
+
+    def time_attribute(self, stream: str) -> str | None:
+        return self.time_attribute_lookup(stream) if self.time_attribute_lookup else None
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """One stream's decision, planned as far as the policy side goes: the alternatives (one in
+    the intersection mode; one per applicable rule's grant in the union mode), each a policy
+    graph with the join grants it carries."""
+
+    response: Response
+    policy_ids: set[str]
+    alternatives: tuple[Alternative, ...]
+    joins: tuple[tuple[JoinGrant, ...], ...]  # per alternative
+
+    @property
+    def policy(self):
+        return self.alternatives[0].policy
+
+
 def _decide(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: str,
-            gateway_environment: EnvironmentAttributes, join: str | None = None):
-    """One stream's decision and its policy graph: (response, policy graph, policy ids).
-    `join`, when the request is a join, words a denial so that it names the stream."""
+            gateway_environment: EnvironmentAttributes, join: str | None = None,
+            partner: str | None = None, mode: str = INTERSECTION,
+            schemas: dict[str, StreamSchema] | None = None) -> _Decided:
+    """One stream's decision and its policy side (`_Decided`). `join`, when the request is a
+    join, words a denial so that it names the stream; `partner` is the other stream of the
+    join (None: the stream alone)."""
     response, traces = engine.decide_with_trace(ctx)
     if len(response.results) != 1:
         raise InvalidInput(f"the request asks for {len(response.results)} decisions (Multiple "
@@ -183,14 +292,35 @@ def _decide(engine, ctx, stream: str, schema: StreamSchema, identity, media_type
             raise AccessDenied(f"access denied: {reason}", response, media_type)
         raise _join_denial(response, stream, join, media_type)
     policy_ids: set[str] = set().union(*traces) if traces else set()
-    try:
-        policy = policy_graph(result.obligations, stream, schema,
-                              resolver=caller_resolver(identity, stream, gateway_environment))
-    except ObligationError as exc:
-        where = f" on stream {stream!r} ({join})" if join else ""
-        raise _deny(f"obligation cannot be fulfilled{where}: {exc.message}", media_type) \
-            from None
-    return response, policy, policy_ids
+    resolver = caller_resolver(identity, stream, gateway_environment)
+    grants = (result.rule_grants() if mode == UNION
+              else (RuleGrant("", result.obligations),))
+    where = f" on stream {stream!r} ({join})" if join else ""
+    alternatives: list[Alternative] = []
+    joins: list[tuple[JoinGrant, ...]] = []
+    skipped: list[str] = []
+    for grant in grants:
+        rest, join_obligations = split_obligations(grant.obligations)
+        try:
+            found = tuple(read_join_grant(ob, stream, partner, schemas or {stream: schema},
+                                          resolver) for ob in join_obligations)
+        except ObligationError as exc:
+            if partner is None and len(grants) > 1:
+                # under union, a grant for joins only is no grant of the stream alone
+                skipped.append(exc.message)
+                continue
+            raise _deny(f"obligation cannot be fulfilled{where}: {exc.message}", media_type) \
+                from None
+        try:
+            policy = policy_graph(rest, stream, schema, resolver=resolver)
+        except ObligationError as exc:
+            raise _deny(f"obligation cannot be fulfilled{where}: {exc.message}", media_type) \
+                from None
+        alternatives.append(Alternative((grant.rule_id,), policy))
+        joins.append(found)
+    if not alternatives:
+        raise _deny(f"obligation cannot be fulfilled{where}: {skipped[0]}", media_type)
+    return _Decided(response, policy_ids, tuple(alternatives), tuple(joins))
 
 
 def _join_denial(response: Response, stream: str, join: str, media_type: str) -> AccessDenied:
@@ -239,17 +369,21 @@ def _merge(policy, user, schema: StreamSchema, time_attribute: str | None):
 
 
 def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: str,
-          user_query: bytes | None, user_query_type: str | None, refuse_nr: bool,
-          time_attribute_lookup: Callable[[str], str | None] | None,
-          environment: StreamEnvironment, gateway_environment: EnvironmentAttributes,
-          schema_lookup: SchemaLookup | None = None) -> Grant:
-    """`gateway_environment` is what `ctx` is bound to (`environment(stream)`); a join's second
-    side asks `environment` for its own stream."""
+          user_query: bytes | None, user_query_type: str | None, settings: _Settings,
+          gateway_environment: EnvironmentAttributes) -> Grant:
+    """`gateway_environment` is what `ctx` is bound to (`settings.environment(stream)`); a
+    join's second side asks `settings.environment` for its own stream."""
+    second = _asks_for_join(ctx, user_query, user_query_type)
+    second_schema = None
+    if second is not None and settings.schema_lookup is not None:
+        second_schema = settings.schema_lookup(second)
+    schemas = {stream: schema, **({second: second_schema} if second_schema is not None else {})}
+    mode = settings.combining(stream)
     try:
-        response, policy, policy_ids = _decide(engine, ctx, stream, schema, identity,
-                                               media_type, gateway_environment)
+        decided = _decide(engine, ctx, stream, schema, identity, media_type, gateway_environment,
+                          partner=second if second_schema is not None else None, mode=mode,
+                          schemas=schemas)
     except AccessDenied as exc:
-        second = _asks_for_join(ctx, user_query, user_query_type)
         if second is None:
             raise
         _mark_side(exc, stream, second, stream)
@@ -262,84 +396,136 @@ def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: 
                                       media_type), stream, second, stream) from None
 
     query = _user_query(ctx, user_query, user_query_type)
-    second = query.join.stream if query is not None and query.join is not None else None
     try:
         try:
             user = (user_graph(query, stream, schema, policy_masks(policy))
                     if query is not None else None)
         except UserQueryError as exc:
             raise InvalidInput(f"user query: {exc.message}", position=exc.position) from None
-        time_attribute = time_attribute_lookup(stream) if time_attribute_lookup else None
-        merged = _merge(policy, user, schema, time_attribute)
     except Refusal as exc:
         if second is not None:
             _mark_side(exc, stream, second, stream)
         raise
     if query is not None and query.join is not None:
-        return _plan_join(engine, ctx, response, stream, schema, policy, user, merged,
-                          policy_ids, query.join, identity, media_type, refuse_nr,
-                          time_attribute_lookup, environment, schema_lookup)
+        return _plan_join(engine, ctx, decided, stream, schema, user, query.join, identity,
+                          media_type, settings)
 
-    warnings = list(merged.warnings)
-    if refuse_nr and merged.nr:
+    time_attribute = settings.time_attribute(stream)
+    if len(decided.alternatives) == 1:
+        merged = _merge(decided.policy, user, schema, time_attribute)
+        plan, warnings = merged.plan, list(merged.warnings)
+        graph_json = graph_to_json(merged.graph, schema)
+    else:
+        try:
+            united = merge_union(decided.alternatives, user, schema, time_attribute)
+        except ConditionTooComplex as exc:
+            raise TooComplex(str(exc)) from None
+        plan, warnings, graph_json = united.plan, list(united.warnings), united.graph_json
+    if settings.refuse_nr and any(w.kind == "NR" for w in warnings):
         nr = [w for w in warnings if w.kind == "NR"]
         raise NoResult("no result: " + nr[0].message, warnings=[w.to_json() for w in warnings])
     return Grant(
-        decision=response, stream=stream, subject=identity.subject, plan=merged.plan,
-        warnings=warnings, sql=render_sql(merged.plan, schema), plan_json=plan_to_json(merged.plan),
-        policy_ids=policy_ids, graph_json=graph_to_json(merged.graph, schema))
+        decision=decided.response, stream=stream, subject=identity.subject, plan=plan,
+        warnings=warnings, sql=render_sql(plan, schema), plan_json=plan_to_json(plan),
+        policy_ids=decided.policy_ids, graph_json=graph_json)
 
 
-def _plan_join(engine, ctx, response, stream: str, schema: StreamSchema, policy, user, merged,
-               policy_ids: set[str], join: JoinQuery, identity, media_type: str,
-               refuse_nr: bool, time_attribute_lookup: Callable[[str], str | None] | None,
-               environment: StreamEnvironment,
-               schema_lookup: SchemaLookup | None) -> Grant:
+def _one_alternative(decided: _Decided, stream: str) -> tuple[Alternative, tuple]:
+    """A join side's one grant: a join of a union of grants is not supported (each pair of
+    grants would be a join of its own); refused rather than narrowed or widened."""
+    if len(decided.alternatives) > 1:
+        raise Unprocessable(
+            f"stream {stream!r} combines its grants by union and {len(decided.alternatives)} of "
+            "them apply to you; a join of a union of grants is not supported: read the stream "
+            "on its own, or ask its owner for one grant", stream=stream)
+    return decided.alternatives[0], decided.joins[0]
+
+
+def _plan_join(engine, ctx, decided: _Decided, stream: str, schema: StreamSchema, user,
+               join: JoinQuery, identity, media_type: str, settings: _Settings) -> Grant:
     """A join (pep.core.join): the second side is decided with the first side's request, its
     resource-id replaced (same authenticated subject and action; the environment of the second
-    stream, not the first's), merged with its part of the user query like any stream request,
-    and both sides are joined."""
+    stream, not the first's; `join-with` the first stream), the join grants of both decisions
+    (`pep.core.joingrant`) are added to the sides' policies, each side is merged with its part
+    of the user query like any stream request, and both sides are joined."""
     second = join.stream
-    second_schema = schema_lookup(second) if schema_lookup is not None else None
+    lookup = settings.schema_lookup
+    second_schema = lookup(second) if lookup is not None else None
     if second_schema is None:
         raise NotFound(f"unknown stream {second!r} (the join's second stream)", stream=second)
+    schemas = {stream: schema, second: second_schema}
     try:
         check_streams(stream, second)
         try:
-            second_environment = environment(second)
-            second_ctx = bind_environment(
-                ctx.with_attribute(RESOURCE, RESOURCE_ID, STRING, [second]), second_environment)
-            second_response, second_policy, second_ids = _decide(
+            first_alt, first_joins = _one_alternative(decided, stream)
+        except Refusal as exc:
+            _mark_side(exc, stream, second, stream)
+            raise
+        try:
+            second_environment = settings.environment(second)
+            second_ctx = bind_join(bind_environment(
+                ctx.with_attribute(RESOURCE, RESOURCE_ID, STRING, [second]), second_environment),
+                stream)
+            second_decided = _decide(
                 engine, second_ctx, second, second_schema, identity, media_type,
-                second_environment, join=f"the second stream of the join with {stream!r}")
+                second_environment, join=f"the second stream of the join with {stream!r}",
+                partner=stream, mode=settings.combining(second), schemas=schemas)
+            second_alt, second_joins = _one_alternative(second_decided, second)
             try:
                 second_user = user_graph(join.side, second, second_schema,
                                          policy_masks(second_policy))
             except UserQueryError as exc:
                 raise InvalidInput(f"user query (join): {exc.message}",
                                    position=exc.position) from None
-            second_time = time_attribute_lookup(second) if time_attribute_lookup else None
-            second_merged = _merge(second_policy, second_user, second_schema, second_time)
         except Refusal as exc:
             _mark_side(exc, stream, second, second)
             raise
-        first_time = time_attribute_lookup(stream) if time_attribute_lookup else None
+        try:
+            terms = apply_join_grants(first_joins + second_joins,
+                                      (stream, first_alt.policy, schema),
+                                      (second, second_alt.policy, second_schema))
+        except ObligationError as exc:
+            raise _mark_side(_deny(f"a join grant cannot be fulfilled: {exc.message}",
+                                   media_type), stream, second, stream) from None
+        first_time = settings.time_attribute(stream)
+        second_time = settings.time_attribute(second)
+        try:
+            merged = _merge(terms.left, user, schema, first_time)
+        except Refusal as exc:
+            _mark_side(exc, stream, second, stream)
+            raise
+        try:
+            second_merged = _merge(terms.right, second_user, second_schema, second_time)
+        except Refusal as exc:
+            _mark_side(exc, stream, second, second)
+            raise
+        on = tuple(join.on) + tuple(p for p in terms.on if p not in join.on)
+        within = join.within
+        if terms.min_within is not None and (within is None or within < terms.min_within):
+            within = terms.min_within  # none asked: the grant's; fewer: raised, said below
+        query = replace(join, on=on, within=within)
         result = build_join(
-            JoinSide(stream, schema, merged, policy, user, first_time),
-            JoinSide(second, second_schema, second_merged, second_policy, second_user,
-                     second_time), join)
+            JoinSide(stream, schema, merged, terms.left, user, first_time),
+            JoinSide(second, second_schema, second_merged, terms.right, second_user,
+                     second_time), query)
     except Refusal as exc:
         exc.details.setdefault("stream", second)
         exc.details.setdefault("streams", [stream, second])
         raise
     warnings = list(result.warnings)
-    if refuse_nr and result.nr:
+    if terms.min_within is not None and join.within is not None \
+            and join.within < terms.min_within:
+        warnings.append(Warning(
+            "PR", "join", f"partial result: your time bound of {join.within:g} s was raised to "
+            f"{terms.min_within:g} s, the least a join grant allows", (f"within {join.within:g}",)))
+    if settings.refuse_nr and result.nr:
         nr = [w for w in warnings if w.kind == "NR"]
         raise NoResult("no result: " + nr[0].message, warnings=[w.to_json() for w in warnings],
                        streams=[stream, second])
-    return Grant(decision=response, stream=stream, subject=identity.subject, plan=result.plan,
-                 warnings=warnings, sql=result.sql, plan_json=result.plan_json,
-                 policy_ids=policy_ids | second_ids, graph_json=result.graph_json)
+    return Grant(decision=decided.response, stream=stream, subject=identity.subject,
+                 plan=result.plan, warnings=warnings, sql=result.sql, plan_json=result.plan_json,
+                 policy_ids=decided.policy_ids | second_decided.policy_ids,
+                 graph_json=result.graph_json)
 
 
 def _mark_side(exc: Refusal, first: str, second: str, side: str) -> Refusal:

@@ -49,6 +49,8 @@ from pep.core import geo
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ceil_exact, floor_exact,
                             is_integral, iso_from_micros, is_number, micros_from_iso,
                             micros_from_seconds)
+from pep.core import labels
+from pep.core.labels import LABEL_NEGATED, Label
 from pep.core.conditions import (NEGATED_OP, And, Comparison, Const, Expr, Not, Spatial,
                                  format_literal, spatial_text)
 from pep.core.plan import AnyPredicate, Conjunct, Predicate, Scalar, SpatialPredicate, StreamSchema
@@ -109,6 +111,8 @@ class Atom:
     def text(self) -> str:
         if self.spatial is not None:
             return spatial_text(_spatial_with(self.spatial, self.op, self.value))
+        if isinstance(self.value, Label):
+            return labels.comparison_text(self.attribute, self.op, self.value)
         return f"{_shown_name(self.attribute)} {self.op} {format_literal(self.value)}"
 
     def shown(self) -> str:
@@ -185,8 +189,11 @@ def to_nnf(expr: Expr, origin: Literal["policy", "user"], negate: bool = False,
     if isinstance(expr, Spatial):
         return _spatial_atoms(expr, origin, negate)
     if isinstance(expr, Comparison):
-        written = f"{_shown_name(expr.attribute)} {expr.op} {format_literal(expr.value)}"
-        op = NEGATED_OP[expr.op] if negate else expr.op
+        written = (labels.comparison_text(expr.attribute, expr.op, expr.value)
+                   if isinstance(expr.value, Label)
+                   else f"{_shown_name(expr.attribute)} {expr.op} {format_literal(expr.value)}")
+        negated = LABEL_NEGATED if isinstance(expr.value, Label) else NEGATED_OP
+        op = negated[expr.op] if negate else expr.op
         atom = Atom(expr.attribute, op, expr.value, origin, written)  # type: ignore[arg-type]
         if implied is not None and expr.attribute.startswith(MASKED):
             alternatives = implied(expr.attribute, op, expr.value)
@@ -359,6 +366,7 @@ class _Checker:
     def __init__(self, schema: StreamSchema, inexact: "set[str] | frozenset[str]" = frozenset()
                  ) -> None:
         self.kinds = {f.name: f.type for f in schema.fields}
+        self.lattices = {f.name: f.lattice for f in schema.fields if f.lattice is not None}
         self.memo: dict[tuple, bool] = {}
         self.inexact_variables = inexact  # masked values decided only approximately
 
@@ -376,8 +384,11 @@ class _Checker:
                 # a distance is never negative nor beyond half the circumference (plus rounding)
                 checked += [(">=", 0.0), ("<=", geo.MAX_DISTANCE_M + DISTANCE_MARGIN_M)]
             kind = self.kind(attribute)
-            r = _collect(_integers(kind, checked))
-            hit = r is not None and _range_satisfiable(kind, r)
+            if attribute in self.lattices:  # a partial order: `pep.core.labels`
+                hit = labels.satisfiable(self.lattices[attribute], checked)
+            else:
+                r = _collect(_integers(kind, checked))
+                hit = r is not None and _range_satisfiable(kind, r)
             if len(self.memo) < 10_000:
                 self.memo[key] = hit
         return hit
@@ -598,6 +609,9 @@ class _Checker:
         geometry = {a.attribute: a.spatial for a in atoms if a.spatial is not None}
         for attr, group in _group([a for a in atoms if not a.implied]).items():
             kind = self.kind(attr)
+            if attr in self.lattices:
+                preds.extend(_label_predicates(attr, group))
+                continue
             r = _collect(group if attr in geometry else _integers(kind, group))
             assert r is not None
             if attr in geometry:
@@ -612,14 +626,32 @@ class _Checker:
         return tuple(sorted(preds, key=_predicate_key))
 
 
-_OP_ORDER = {"=": 0, ">": 1, ">=": 2, "<": 3, "<=": 4, "!=": 5}
+_OP_ORDER = {"=": 0, ">": 1, ">=": 2, "<": 3, "<=": 4, "!=": 5,
+             "!<=": 6, "!>=": 7, "!<": 8, "!>": 9}  # the last: negated label comparisons
 
 
 def _predicate_key(p: AnyPredicate) -> tuple:
     if isinstance(p, SpatialPredicate):
         return (p.latitude, 10 + _OP_ORDER[p.op], "~spatial",
                 repr((p.function, p.points, p.key, repr(p.key_value), p.value)))
+    if isinstance(p.value, Label):
+        return (p.attribute, _OP_ORDER[p.op], "~label", str(p.value))
     return (p.attribute, _OP_ORDER[p.op], type(p.value).__name__, p.value)
+
+
+def _label_predicates(attr: str, group) -> list[Predicate]:
+    """A label attribute's comparisons for the plan: every DOMINATED_BY as one (their greatest
+    lower bound), every DOMINATES as one (their least upper bound), the others as they are."""
+    below = [v for op, v in group if op == "<="]
+    above = [v for op, v in group if op == ">="]
+    out = []
+    if below:
+        out.append(Predicate(attr, "<=", labels.glb(below)))  # type: ignore[arg-type]
+    if above:
+        out.append(Predicate(attr, ">=", labels.lub(above)))  # type: ignore[arg-type]
+    out.extend(Predicate(attr, op, v) for op, v in  # type: ignore[arg-type]
+               dict.fromkeys((op, v) for op, v in group if op not in ("<=", ">=")))
+    return out
 
 
 def _spatial_predicates(g: SpatialPredicate, r: _Range) -> list[SpatialPredicate]:
@@ -685,7 +717,11 @@ def _range_predicates(attr: str, kind: str, r: _Range) -> list[Predicate]:
 
 def values_satisfiable(kind: str, preds: list[tuple[str, Scalar]]) -> bool:
     """Whether some value of a type (double, long, string, boolean, timestamp) meets every
-    (operator, constant) of `preds`: the per-attribute check, for other modules (joins)."""
+    (operator, constant) of `preds`: the per-attribute check, for other modules (joins).
+    Labels (a partial order, whose lattice is not known here) are assumed satisfiable: never a
+    false NR."""
+    if kind == "label":
+        return True
     r = _collect(_integers(kind, preds))
     return r is not None and _range_satisfiable(kind, r)
 

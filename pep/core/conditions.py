@@ -70,6 +70,7 @@ from pep.core import geo
 from pep.core.exact import (MAX_MICROS, MIN_MICROS, ExactNumber, exact_decimal, in_timestamp_range,
                             integer_comparison, iso_from_micros, is_number, micros_from_iso,
                             micros_from_seconds)
+from pep.core.labels import Label, LabelError, holds as label_holds
 from pep.core.plan import Field, Scalar, SpatialPredicate, StreamSchema
 
 MAX_CONDITION_LENGTH = 10_000
@@ -90,7 +91,11 @@ PLACEHOLDER_CATEGORIES = {
 }
 
 NEGATED_OP = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "=": "!=", "!=": "="}
-FLIPPED_OP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
+FLIPPED_OP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!=",
+              "dominated_by": "dominates", "dominates": "dominated_by"}
+# Label comparisons (`pep.core.labels`): DOMINATED_BY / DOMINATES, bound to "<=" / ">=" on a
+# label attribute (and refused on any other).
+LABEL_WORDS = {"dominated_by": "<=", "dominates": ">="}
 _OP_SPELLINGS = {"<": "<", ">": ">", "<=": "<=", ">=": ">=", "=": "=", "==": "=", "!=": "!=",
                  "<>": "!=", "≤": "<=", "≥": ">=", "≠": "!="}
 NUMERIC_TYPES = frozenset({"double", "long", "timestamp"})
@@ -256,6 +261,8 @@ def format_literal(value: Value) -> str:
         return str(int(value))
     if isinstance(value, Decimal):
         return str(value)
+    if isinstance(value, Label):
+        return "'" + str(value) + "'"
     return repr(value)
 
 
@@ -357,8 +364,12 @@ class _Token:
 _NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _DIGITS = frozenset("0123456789")
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# `stream.attribute`, in conditions over two streams (a join grant's, `qualified_conjuncts`)
+_QUALIFIED_IDENT_RE = re.compile(
+    r"[A-Za-z_][A-Za-z0-9_-]*\.[A-Za-z_][A-Za-z0-9_]*|[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER_RE = re.compile(r"\{\s*([A-Za-z]+)\s*:\s*([^\s{}]+)\s*\}")
 _KEYWORDS = {"and": "AND", "or": "OR", "not": "NOT", "in": "IN"}
+_OP_WORDS = {"dominated_by": "dominated_by", "dominates": "dominates"}
 _FUNCTIONS = {"within_box": "WITHIN_BOX"}
 # Spatial functions are recognised only when '(' follows, so that an attribute may still be
 # called `distance`.
@@ -368,8 +379,9 @@ _ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r", "0"
 _NON_FINITE = {"nan", "inf", "infinity"}
 
 
-def _tokenize(text: str) -> list[_Token]:
+def _tokenize(text: str, qualified: bool = False) -> list[_Token]:
     tokens: list[_Token] = []
+    ident_re = _QUALIFIED_IDENT_RE if qualified else _IDENT_RE
     i, n = 0, len(text)
     while i < n:
         ch = text[i]
@@ -420,7 +432,7 @@ def _tokenize(text: str) -> list[_Token]:
             tokens.append(_Token("NUMBER", _number(lexeme, pos, text), pos))
             i = end
             continue
-        m = _IDENT_RE.match(text, i)
+        m = ident_re.match(text, i)
         if m:
             word = m.group(0)
             low = word.lower()
@@ -429,6 +441,8 @@ def _tokenize(text: str) -> list[_Token]:
                                      "literals", pos, text)
             if low in _KEYWORDS:
                 tokens.append(_Token(_KEYWORDS[low], word, pos))
+            elif low in _OP_WORDS:
+                tokens.append(_Token("OP", _OP_WORDS[low], pos))
             elif low in _FUNCTIONS:
                 tokens.append(_Token("FUNCTION", _FUNCTIONS[low], pos))
             elif low in ("true", "false"):
@@ -777,6 +791,80 @@ def parse(text: str) -> Expr:
     return _Parser(text, _tokenize(text)).parse()
 
 
+@dataclass(frozen=True)
+class QualifiedConjunct:
+    """One top-level conjunct of a condition over two streams (`stream.attribute` names).
+
+    Either an equality of two streams' attributes (`equality`: ((stream, attribute), (stream,
+    attribute)), as written), or a condition on one stream's attributes: `stream` and `text`,
+    the conjunct with its qualifiers removed, to be parsed against that stream's schema."""
+
+    equality: tuple[tuple[str, str], tuple[str, str]] | None
+    stream: str | None
+    text: str
+    position: int
+
+
+def qualified_conjuncts(text: str) -> list[QualifiedConjunct]:
+    """A join grant's condition split into its top-level conjuncts (see QualifiedConjunct).
+
+    Every attribute is qualified with its stream; a conjunct that reads two streams must be an
+    equality of two attributes (the joins' runtime evaluates equalities and a time bound
+    between the sides, nothing else); ConditionError otherwise, naming the column."""
+    if not isinstance(text, str):
+        raise ConditionError("a condition must be text")
+    if len(text) > MAX_CONDITION_LENGTH:
+        raise ConditionError(
+            f"condition is {len(text)} characters long, over the limit of {MAX_CONDITION_LENGTH}")
+    tokens = _tokenize(text, qualified=True)
+    if tokens[0].kind == "EOF":
+        raise ConditionError("empty condition")
+    parts: list[list[_Token]] = [[]]
+    ends: list[int] = []
+    depth = 0
+    for tok in tokens:
+        if tok.kind in ("LPAREN", "LBRACKET"):
+            depth += 1
+        elif tok.kind in ("RPAREN", "RBRACKET"):
+            depth -= 1
+        if tok.kind == "EOF" or (tok.kind == "AND" and depth == 0):
+            ends.append(tok.pos - 1)
+            if tok.kind != "EOF":
+                parts.append([])
+            continue
+        parts[-1].append(tok)
+    out = []
+    for part, end in zip(parts, ends):
+        if not part:
+            raise ConditionError("empty conjunct around AND", end + 1, text)
+        attributes = [(i, t) for i, t in enumerate(part) if t.kind == "IDENT" and not (
+            i + 1 < len(part) and part[i + 1].kind == "LPAREN")]
+        for _, t in attributes:
+            if "." not in t.value:
+                raise ConditionError(f"attribute {t.value!r} must be qualified with its stream "
+                                     "(stream.attribute) in a condition over two streams",
+                                     t.pos, text)
+        streams = list(dict.fromkeys(t.value.split(".", 1)[0] for _, t in attributes))
+        start = part[0].pos - 1
+        if len(part) == 3 and len(attributes) == 2 and part[1].kind == "OP" \
+                and part[1].value == "=" and len(streams) == 2:
+            a, b = (t.value.split(".", 1) for t in (part[0], part[2]))
+            out.append(QualifiedConjunct(((a[0], a[1]), (b[0], b[1])), None,
+                                         text[start:end].strip(), part[0].pos))
+            continue
+        if len(streams) != 1:
+            what = "no attribute" if not streams else "attributes of two streams"
+            raise ConditionError(f"a conjunct with {what} must be an equality of two streams' "
+                                 "attributes (a.x = b.y) or a condition on one stream",
+                                 part[0].pos, text)
+        piece = text[start:end]
+        for _, t in reversed(attributes):
+            at = t.pos - 1 - start
+            piece = piece[:at] + t.value.split(".", 1)[1] + piece[at + len(t.value):]
+        out.append(QualifiedConjunct(None, streams[0], piece.strip(), part[0].pos))
+    return out
+
+
 # -- binding to a schema --------------------------------------------------------------------------
 
 PlaceholderResolver = Callable[[str, str], Sequence[str]]
@@ -1014,7 +1102,13 @@ def _bind_comparison(cmp: Comparison, schema: StreamSchema, resolver: Placeholde
     if field.type == "boolean" and cmp.op not in ("=", "!="):
         raise ConditionError(f"boolean attribute {field.name!r} can only be compared with = or !=",
                              cmp.position, text)
-    op, bound = bind_literal(cmp.op, value, field, position, text)
+    op = cmp.op
+    if op in LABEL_WORDS:
+        if field.type != "label":
+            raise ConditionError(f"{op.upper()} compares security labels; {field.type} "
+                                 f"attribute {field.name!r} is none", cmp.position, text)
+        op = LABEL_WORDS[op]
+    op, bound = bind_literal(op, value, field, position, text)
     return Comparison(field.name, op, bound, cmp.position)
 
 
@@ -1037,6 +1131,16 @@ def bind_literal(op: str, value: Literal_, field: Field, position: int | None = 
     a value of the domain (2.5 for a long, beyond its range, a fraction of a microsecond)
     turning the comparison into its exact integer equivalent (`pep.core.exact`)."""
     kind = field.type
+    if kind == "label":
+        if not isinstance(value, (str, Label)) or field.lattice is None:
+            raise ConditionError(f"type mismatch: label attribute {field.name!r} compared with "
+                                 f"{format_literal(value)} (write a label as text, 'S:{{a,b}}')",
+                                 position, text)
+        try:
+            return op, field.lattice.parse(str(value))
+        except LabelError as exc:
+            raise ConditionError(f"label attribute {field.name!r}: {exc}", position, text) \
+                from None
     if kind in ("double", "long"):
         if not is_number(value):
             raise ConditionError(f"type mismatch: {kind} attribute {field.name!r} compared with "
@@ -1155,6 +1259,12 @@ COMPARATORS: dict[str, Callable[[Any, Any], Any]] = {
 
 
 def _compare(left: Any, op: str, right: Any) -> bool:
+    if isinstance(right, Label):  # a label attribute's value: its text or a Label
+        try:
+            value = left if isinstance(left, Label) else right.lattice.parse(left)
+        except LabelError:
+            return False
+        return label_holds(value, op, right)
     return COMPARATORS[op](left, right)
 
 

@@ -13,14 +13,15 @@ from typing import Any
 
 from pep.core.exact import iso_from_micros, timestamp_micros
 from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial
+from pep.core.labels import Label, comparison_text
 from pep.core.graph import Filter, Join, Map, Mask, QueryGraph, Source, Union_, WindowAggregate
 from pep.core.masks import describe, mask_sql, masks_json, parse_mask, split_variable
-from pep.core.plan import (AnyPredicate, ExecutionPlan, JoinPlan, Predicate, Scalar,
+from pep.core.plan import (AnyPredicate, ExecutionPlan, JoinPlan, Predicate, Scalar, UnionPlan,
                            SpatialPredicate, StreamSchema)
 from pep.core.privacy import spec_to_json
 
 SPARK_FUNCTIONS = {"avg": "avg", "max": "max", "min": "min", "sum": "sum", "count": "count",
-                   "firstval": "first_value", "lastval": "last_value"}
+                   "firstval": "first_value", "lastval": "last_value", "lub": "xsg_label_lub"}
 
 
 def quote_identifier(name: str) -> str:
@@ -99,6 +100,9 @@ def _spatial_sql(p: SpatialPredicate, types: dict[str, str]) -> str:
 def _predicate_sql(p: AnyPredicate, types: dict[str, str]) -> str:
     if isinstance(p, SpatialPredicate):
         return _spatial_sql(p, types)
+    if types.get(p.attribute) == "label" or isinstance(p.value, Label):
+        # xsg's dominance on a lattice (pep/core/labels.py), data in Spark like any comparison
+        return comparison_text(quote_identifier(p.attribute), p.op, p.value)
     op = "<>" if p.op == "!=" else p.op
     attribute, mask = p.attribute, parse_mask(p.mask) if p.mask else None
     split = split_variable(attribute)
@@ -150,8 +154,17 @@ def expr_sql(expr: Expr, schema: StreamSchema | None = None) -> str:
                        expr_sql(i, schema) for i in expr.items)
 
 
-def render_sql(plan: ExecutionPlan, schema: StreamSchema | None = None) -> str:
-    """The plan as one Spark-SQL-like statement (tuple windows appear as a WINDOW clause comment)."""
+def render_sql(plan: ExecutionPlan | UnionPlan, schema: StreamSchema | None = None) -> str:
+    """The plan as one Spark-SQL-like statement (tuple windows appear as a WINDOW clause comment);
+    a union as one statement per grant."""
+    if isinstance(plan, UnionPlan):
+        parts = [f"-- union of {len(plan.plans)} grants on stream "
+                 f"{quote_identifier(plan.stream)}, plan {plan.key()[:16]}: a tuple passing "
+                 "several plain grants is delivered once, with the attributes of each; every "
+                 "windowed grant has its own windows (rows carry `grant`)"]
+        for i, member in enumerate(plan.plans):
+            parts.append(f"-- grant {i}\n" + render_sql(member, schema))
+        return "\n".join(parts)
     lines = [f"-- authorised view of stream {quote_identifier(plan.stream)}, plan {plan.key()[:16]}"]
     if schema is not None:
         cols = ", ".join(f"{quote_identifier(f.name)} {f.type}" for f in schema.fields)
@@ -204,6 +217,9 @@ def render_sql(plan: ExecutionPlan, schema: StreamSchema | None = None) -> str:
                      f"epsilon {p.epsilon:g}" + (f", delta {p.delta:g}" if p.delta else "")
                      + f" per window; values clamped first ({bounds}); budgets: "
                      + "; ".join(b.text() for b in p.budgets))
+    for attribute, label in w.label_bounds:
+        lines.append(f"-- a window is delivered only where the least upper bound of its tuples' "
+                     f"{quote_identifier(attribute)} is DOMINATED_BY {quote_string(label)}")
     return "\n".join(lines) + ";"
 
 
@@ -225,16 +241,24 @@ def predicate_json(p: AnyPredicate) -> dict:
             else:
                 out["anchor"] = {"attribute": p.key, "value": p.key_value}
         return out
+    if isinstance(p.value, Label):
+        return {"attribute": p.attribute, "op": p.op, "label": str(p.value)}
     out = {"attribute": p.attribute, "op": p.op, "value": _json_value(p.value)}
     if p.mask:
         out["mask"] = p.mask  # compared on the masked value
     return out
 
 
-def plan_to_json(plan: ExecutionPlan | JoinPlan) -> dict:
+def plan_to_json(plan: ExecutionPlan | JoinPlan | UnionPlan) -> dict:
     if isinstance(plan, JoinPlan):
         from pep.core.join import join_plan_to_json  # which renders each side with this function
         return join_plan_to_json(plan)
+    if isinstance(plan, UnionPlan):
+        members = [plan_to_json(p) for p in plan.plans]
+        return {"stream": plan.stream, "key": plan.key(), "union": members,
+                "output": list(dict.fromkeys(
+                    name for m, p in zip(members, plan.plans) if p.window is None
+                    for name in m["output"]))}
     w = plan.window
     return {
         "stream": plan.stream,
@@ -251,6 +275,8 @@ def plan_to_json(plan: ExecutionPlan | JoinPlan) -> dict:
             "keys": list(w.keys),
             "min_count": w.min_count,
             **({"privacy": spec_to_json(w.privacy, w.aggregates)} if w.privacy else {}),
+            **({"label_bounds": [{"attribute": a, "dominated_by": label}
+                                 for a, label in w.label_bounds]} if w.label_bounds else {}),
         },
         "output": ([*w.keys, *(a.output_name for a in w.aggregates)] if w is not None
                    else list(plan.projection)),

@@ -71,6 +71,9 @@ class WindowAggregate:
     min_count: int = 1
     keys: tuple[str, ...] | None = None
     prefilter: tuple[str, ...] | None = None
+    # a policy's: (label attribute, Label): windows whose tuples' least upper bound it does not
+    # dominate are not delivered (`pep.core.labels`)
+    label_bounds: tuple = ()
     coarsen: bool = False  # user side: raise a finer window to the policy's instead of refusing
     privacy: Any = None  # PrivacySpec (policy) or PrivacyAsk (user), see the docstring
 

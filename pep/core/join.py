@@ -261,6 +261,11 @@ def build_join(left: JoinSide, right: JoinSide, query: JoinQuery) -> JoinResult:
     check_streams(left.stream, right.stream)
     for side in (left, right):
         _check_no_anchor(side)
+        w = side.plan.window
+        if w is not None and (w.label_bounds or any(a.function == "lub" for a in w.aggregates)):
+            raise Unprocessable(f"stream {side.stream!r}: a windowed side with security labels "
+                                "(a lub aggregate or a label bound) cannot be joined yet; read "
+                                "the stream on its own", stream=side.stream)
     left_time, right_time = _time_of(left), _time_of(right)
     lout, rout = side_outputs(left.plan, left.schema), side_outputs(right.plan, right.schema)
     pairs: list[tuple[str, str]] = []

@@ -355,8 +355,10 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
         needed = {a.attribute for a in aggregates} | set(window.keys)
         projection = tuple(n for n in schema.names if n in needed)
         keys = tuple(n for n in schema.names if n in set(window.keys))
+        bounds = tuple((a, str(label)) for a, label in (pw.label_bounds if pw else ()))
         window_spec = WindowSpec(kind, window.size, window.step, tuple(aggregates),  # type: ignore[arg-type]
-                                 time_attr, window.min_count, keys, window.privacy)
+                                 time_attr, window.min_count, keys, privacy=window.privacy,
+                                 label_bounds=bounds)
     else:
         projection = visible
         if not projection:

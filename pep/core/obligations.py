@@ -57,7 +57,9 @@ from dataclasses import dataclass
 
 from pdp import Obligation
 from pdp.numbers import INT64_MAX, NumberError, parse_int
-from pep.core.conditions import ConditionError, Expr, PlaceholderResolver, conjoin, parse_condition
+from pep.core.conditions import (Comparison, ConditionError, Expr, PlaceholderResolver, conjoin,
+                                 parse_condition)
+from pep.core.labels import Label
 from pep.core.graph import QueryGraph, pipeline_graph
 from pep.core.masks import MaskError, compose_all, ordered, parse_assignment
 from pep.core.plan import AGGREGATE_FUNCTIONS, Aggregate, StreamSchema
@@ -80,6 +82,7 @@ WINDOW_MIN_COUNT = "stream-window-min-count-id"
 WINDOW_PREFILTER = "stream-window-filter-attribute-id"
 WINDOW_KEY = "stream-window-key-id"
 MASK_ATTRIBUTE = "stream-mask-attribute-id"
+WINDOW_LABEL_BOUND = "stream-window-label-bound-id"
 DEFAULT_MIN_COUNT = {"tuple": 1, "time": 3}
 
 MAX_WINDOW = 100_000_000  # tuples or seconds (over three years): a guard against typos
@@ -93,6 +96,7 @@ FUNCTION_SPELLINGS = {
     "count": "count",
     "firstval": "firstval", "firstvalue": "firstval", "first": "firstval", "first_value": "firstval",
     "lastval": "lastval", "lastvalue": "lastval", "last": "lastval", "last_value": "lastval",
+    "lub": "lub",
 }
 # Functions that make sense per attribute type (avg/sum only over numbers).
 FUNCTIONS_FOR_TYPE = {
@@ -101,6 +105,7 @@ FUNCTIONS_FOR_TYPE = {
     "timestamp": frozenset({"max", "min", "count", "firstval", "lastval"}),
     "string": frozenset({"max", "min", "count", "firstval", "lastval"}),
     "boolean": frozenset({"max", "min", "count", "firstval", "lastval"}),
+    "label": frozenset({"count", "lub"}),
 }
 
 
@@ -170,6 +175,7 @@ class PolicyWindow:
     keys: tuple[str, ...] = ()
     prefilter: tuple[str, ...] = ()
     privacy: PrivacySpec | None = None
+    label_bounds: tuple = ()  # ((label attribute, Label), ...)
 
 
 def _suffix(attribute_id: str) -> str | None:
@@ -226,7 +232,10 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
                 visible.add(field.name)
             maps.append(visible)
         elif ob.id in WINDOW_IDS:
-            windows.append(_window(ob, schema))
+            try:
+                windows.append(_window(ob, schema, resolver))
+            except ConditionError as exc:
+                raise ObligationError(f"obligation {ob.id}: {exc}", ob.id) from None
         elif ob.id in MASK_IDS:
             masks = _masks(ob, schema, masks)
         else:
@@ -255,7 +264,9 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
                        "min_count": w.min_count, "keys": _in_schema_order(w.keys, schema),
                        "prefilter": _in_schema_order(w.prefilter, schema),
                        "privacy": None if w.privacy is None
-                       else strictest([w.privacy], schema.names)}  # bounds in schema order
+                       else strictest([w.privacy], schema.names),  # bounds in schema order
+                       "label_bounds": tuple(sorted(w.label_bounds,
+                                                    key=lambda b: (b[0], str(b[1]))))}
     return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part,
                           mask=ordered(masks, schema) if masks else None)
 
@@ -289,9 +300,11 @@ def _attribute_names(values: Iterable[str], schema: StreamSchema, what: str) -> 
     return tuple(dict.fromkeys(names))
 
 
-def _window(ob: Obligation, schema: StreamSchema) -> PolicyWindow:
+def _window(ob: Obligation, schema: StreamSchema,
+            resolver: PlaceholderResolver | None = None) -> PolicyWindow:
     found = _assignments(ob, [WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP, WINDOW_ATTR,
-                              WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_KEY, *DP_ATTRIBUTES])
+                              WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_KEY,
+                              WINDOW_LABEL_BOUND, *DP_ATTRIBUTES])
     for name in (WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP):
         if len(found[name]) != 1:
             raise ObligationError(
@@ -314,12 +327,24 @@ def _window(ob: Obligation, schema: StreamSchema) -> PolicyWindow:
                                                   else (f.name, f.type))(schema.lookup(name)))
         if privacy is not None:
             check_aggregates(privacy, aggregates)
+        bounds = tuple(_label_bound(text, schema, resolver) for text in found[WINDOW_LABEL_BOUND])
     except ValueError as exc:
         raise ObligationError(f"obligation {ob.id}: {exc}", ob.id) from None
     if kind == "tuple" and min_count > size:
         raise ObligationError(f"obligation {ob.id}: a tuple window of {size} tuples can never "
                               f"hold the minimum of {min_count}", ob.id)
-    return PolicyWindow(kind, size, step, aggregates, min_count, keys, prefilter, privacy)
+    return PolicyWindow(kind, size, step, aggregates, min_count, keys, prefilter, privacy,
+                        bounds)
+
+
+def _label_bound(text: str, schema: StreamSchema, resolver: PlaceholderResolver | None) -> tuple:
+    """`level DOMINATED_BY {subject:session}`: one label attribute dominated by one label."""
+    condition = parse_condition(text, schema, resolver=resolver)
+    if not isinstance(condition, Comparison) or condition.op != "<=" \
+            or not isinstance(condition.value, Label):
+        raise ValueError(f"{WINDOW_LABEL_BOUND} {text.strip()[:80]!r} must be one "
+                         "`attribute DOMINATED_BY label` on a label attribute")
+    return (condition.attribute, condition.value)
 
 
 def merge_policy_windows(windows: Sequence[PolicyWindow]) -> PolicyWindow:
@@ -343,7 +368,8 @@ def merge_policy_windows(windows: Sequence[PolicyWindow]) -> PolicyWindow:
             privacy = strictest(private)  # one spec too: bounds in a canonical order
         except ValueError as exc:
             raise ObligationError(str(exc)) from None
+    bounds = tuple(dict.fromkeys(b for w in windows for b in w.label_bounds))
     return PolicyWindow(windows[0].kind, max(w.size for w in windows),
                         max(w.step for w in windows), ordered,
                         max(w.min_count for w in windows), tuple(sorted(keys)),
-                        tuple(sorted(prefilter)), privacy)
+                        tuple(sorted(prefilter)), privacy, bounds)

@@ -12,21 +12,25 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Literal, Union
 
+from pep.core.labels import Lattice
 from pep.core.privacy import PrivacySpec, spec_from_json
 
-FieldType = Literal["double", "long", "string", "boolean", "timestamp"]
+FieldType = Literal["double", "long", "string", "boolean", "timestamp", "label"]
 Scalar = Union[float, int, str, bool]
 Operator = Literal["<", "<=", ">", ">=", "=", "!="]
-AggregateFunction = Literal["avg", "max", "min", "sum", "count", "firstval", "lastval"]
+AggregateFunction = Literal["avg", "max", "min", "sum", "count", "firstval", "lastval", "lub"]
 
 OPERATORS: tuple[str, ...] = ("<", "<=", ">", ">=", "=", "!=")
-AGGREGATE_FUNCTIONS: tuple[str, ...] = ("avg", "max", "min", "sum", "count", "firstval", "lastval")
+AGGREGATE_FUNCTIONS: tuple[str, ...] = ("avg", "max", "min", "sum", "count", "firstval", "lastval",
+                                        "lub")  # lub: a label attribute's least upper bound
 
 
 @dataclass(frozen=True)
 class Field:
     name: str
     type: FieldType
+    # A `label` attribute's levels and categories (`pep.core.labels`); None for other types.
+    lattice: Lattice | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,9 @@ class WindowSpec:
     min_count: int = 1
     keys: tuple[str, ...] = ()
     privacy: PrivacySpec | None = None
+    # (label attribute, label text): a window is delivered only when the least upper bound of
+    # its tuples' labels is dominated by the label (MLS: a reader's session level)
+    label_bounds: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -163,7 +170,7 @@ class ExecutionPlan:
 
 
 _LATER_FIELDS = {"start_after": None}
-_LATER_WINDOW_FIELDS = {"min_count": 1, "keys": (), "privacy": None}
+_LATER_WINDOW_FIELDS = {"min_count": 1, "keys": (), "privacy": None, "label_bounds": ()}
 
 
 def plan_from_json(data: str | dict) -> ExecutionPlan:
@@ -183,7 +190,8 @@ def plan_from_json(data: str | dict) -> ExecutionPlan:
             time_attribute=window.get("time_attribute"),
             min_count=int(window.get("min_count", 1)),
             keys=tuple(window.get("keys") or ()),
-            privacy=spec_from_json(window.get("privacy"))),
+            privacy=spec_from_json(window.get("privacy")),
+            label_bounds=tuple((str(a), str(b)) for a, b in window.get("label_bounds") or ())),
         start_after=None if d.get("start_after") is None else int(d["start_after"]),
         masks=tuple((str(a), str(m)) for a, m in d.get("masks") or ()))
 
@@ -241,7 +249,39 @@ class JoinPlan:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
 
 
-AnyPlan = Union[ExecutionPlan, JoinPlan]
+@dataclass(frozen=True)
+class UnionPlan:
+    """The union of several grants on one stream (ASSIST's Secure Read, Definitions 2 and 4):
+    what a consumer gets when the stream's obligations combine by `union` and more than one
+    rule's grant applies. Each member is one grant's view merged with the consumer's query, as
+    a single-stream request's plan. A tuple that passes some plain member is delivered once,
+    with the attributes of every plain member it passes (schema order); each windowed member
+    computes its own windows, whose rows carry `grant`: the member's index in `plans`."""
+
+    stream: str
+    plans: tuple[ExecutionPlan, ...]
+
+    @property
+    def start_after(self) -> int | None:
+        marks = [p.start_after for p in self.plans if p.start_after is not None]
+        return max(marks) if marks else None
+
+    def with_start_after(self, position: int) -> "UnionPlan":
+        from dataclasses import replace
+        return UnionPlan(self.stream, tuple(
+            replace(p, start_after=max(position, p.start_after or 0)) for p in self.plans))
+
+    def canonical_json(self) -> str:
+        doc = {"union": {"stream": self.stream,
+                         "plans": [json.loads(p.canonical_json()) for p in self.plans]}}
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+
+    def key(self) -> str:
+        """Stable identity: identical unions are computed once and share their members."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+
+AnyPlan = Union[ExecutionPlan, JoinPlan, UnionPlan]
 
 
 def is_join_json(data: str | dict) -> bool:
@@ -252,8 +292,12 @@ def is_join_json(data: str | dict) -> bool:
 
 
 def any_plan_from_json(data: str | dict) -> AnyPlan:
-    """A stored plan of either kind: a single stream's `ExecutionPlan` or a `JoinPlan`."""
+    """A stored plan of any kind: a single stream's `ExecutionPlan`, a `JoinPlan` or a
+    `UnionPlan`."""
     d = json.loads(data) if isinstance(data, str) else data
+    if "union" in d:
+        u = d["union"]
+        return UnionPlan(str(u["stream"]), tuple(plan_from_json(p) for p in u["plans"]))
     if "join" not in d:
         return plan_from_json(d)
     j = d["join"]
@@ -268,11 +312,16 @@ def plan_streams(plan: AnyPlan) -> tuple[str, ...]:
     return plan.streams if isinstance(plan, JoinPlan) else (plan.stream,)
 
 
-def side_plans(plan: AnyPlan) -> dict[str, ExecutionPlan]:
-    """Each stream's own authorised view in a plan: {stream: plan}."""
+def side_plans(plan: AnyPlan) -> dict[str, "ExecutionPlan | UnionPlan"]:
+    """Each stream's own authorised view in a plan: {stream: plan} (a union is one view)."""
     if isinstance(plan, JoinPlan):
         return {plan.left.stream: plan.left, plan.right.stream: plan.right}
     return {plan.stream: plan}
+
+
+def member_plans(plan: "ExecutionPlan | UnionPlan") -> tuple[ExecutionPlan, ...]:
+    """A single stream's plan as its members: a union's, or the plan itself."""
+    return plan.plans if isinstance(plan, UnionPlan) else (plan,)
 
 
 SourceKind = Literal["ingest", "files", "generator", "socket", "kafka"]

@@ -246,7 +246,8 @@ class RevocationService:
         if self.observer is not None:
             self.observer(revoked, time.perf_counter() - started)
 
-    def on_environment_change(self, streams: Any = None) -> None:
+    def on_environment_change(self, streams: Any = None,
+                              why: str = "a stream event changed") -> None:
         """The gateway's own environment changed (a stream event opened, closed or grew): the
         live handles on those streams (a join's on either of its two; every handle when
         `streams` is None) are decided again. A decision about a stream sees only that stream's
@@ -260,7 +261,7 @@ class RevocationService:
             if streams is not None:
                 targets = [r for r in targets if any(s in streams for s in r.streams)]
             if targets:
-                revoked = self._apply_all(targets, engine, "a stream event changed")
+                revoked = self._apply_all(targets, engine, why)
         if self.observer is not None:
             self.observer(revoked, time.perf_counter() - started)
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from pep.core.errors import NotFound, Unavailable
 from pep.core.refs import handle_ref
-from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition,
+from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition, UnionPlan,
                            any_plan_from_json, plan_streams, side_plans)
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
 from pep.handles.privacy_budget import PrivacyGuard, private_window
@@ -31,8 +31,13 @@ from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRe
 log = logging.getLogger(__name__)
 
 
-def window_signature(plan: ExecutionPlan) -> tuple | None:
-    """What makes two windows "other" windows over the same tuples (None: no window)."""
+def window_signature(plan: ExecutionPlan | UnionPlan) -> tuple | None:
+    """What makes two windows "other" windows over the same tuples (None: no window). A
+    union's windows are its members' (one grant each)."""
+    if isinstance(plan, UnionPlan):
+        signatures = tuple(sorted({s for s in map(window_signature, plan.plans)
+                                   if s is not None}, key=repr))
+        return signatures or None
     w = plan.window
     if w is None:
         return None
@@ -243,13 +248,17 @@ class HandleService:
                 continue
             for name, side in sides.items():
                 earlier.setdefault(name, set()).add(window_signature(side))
-        cut: dict[str, ExecutionPlan] = {}
+        cut: dict[str, ExecutionPlan | UnionPlan] = {}
         for name, side in side_plans(plan).items():
             window = window_signature(side)
             seen = earlier.get(name)
             position = (self.stream_position(name) if seen and seen != {window} else None)
-            cut[name] = side if position is None else replace(
-                side, start_after=max(position, side.start_after or 0))
+            if position is None:
+                cut[name] = side
+            elif isinstance(side, UnionPlan):
+                cut[name] = side.with_start_after(position)
+            else:
+                cut[name] = replace(side, start_after=max(position, side.start_after or 0))
         if isinstance(plan, JoinPlan):
             return replace(plan, left=cut[plan.left.stream], right=cut[plan.right.stream])
         return cut[plan.stream]

@@ -41,7 +41,7 @@ def describe_entry(entry: StreamEntry, identity: Identity) -> dict:
     d = entry.definition
     return describe(d, entry.created_at, show_source=identity.admin or d.owner == identity.subject,
                     visibility=entry.visibility, settings=entry.settings(),
-                    optional=entry.optional)
+                    optional=entry.optional, combining=entry.combining)
 
 
 def _flag(name: str) -> bool:
@@ -138,9 +138,10 @@ def create_streams_blueprint(catalog: StreamCatalog,
     @require_identity()
     def change_stream(name: str):
         """Change a stream (owner or administrator): any of `visibility` ("listed" or
-        "restricted"), `description`, `lateness` and `retention` (seconds, null: the gateway's
-        default), and `add_attributes` ([{name, type}]) or the whole `schema` (which may only
-        add attributes after the existing ones).
+        "restricted"), `combining` ("intersection", "union" or null: how the obligations of
+        several applicable rules combine), `description`, `lateness` and `retention` (seconds,
+        null: the gateway's default), and `add_attributes` ([{name, type}]) or the whole
+        `schema` (which may only add attributes after the existing ones).
         ---
         patch:
           requestBody:

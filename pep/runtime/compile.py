@@ -33,9 +33,10 @@ from fractions import Fraction
 from pep.core import geo
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, exact_decimal,
                             in_timestamp_range, integer_comparison, is_number, micros_from_iso)
+from pep.core.labels import LABEL_MASKS, LabelError, Lattice
 from pep.core.masks import Mask, MaskError, check_fits, parse_mask
 from pep.core.plan import (AGGREGATE_FUNCTIONS, AnyPredicate, ExecutionPlan, Field, Predicate,
-                           SpatialPredicate, StreamSchema)
+                           SpatialPredicate, StreamSchema, UnionPlan)
 from pep.core.privacy import PrivacySpec, Quantity, is_finite_spec, quantities
 
 LESS, EQUAL, GREATER = 1, 2, 4
@@ -52,6 +53,10 @@ NUMERIC_KIND, STRING_KIND, DISTANCE_KIND, POLYGON_KIND, ANCHOR_KIND, INTEGER_KIN
 # bit set (8 double, 9 string, 13 64-bit integer), compared in the masked value's family; the
 # plan's mask for the attribute says how the value is masked (pep/runtime/masks.py).
 MASKED_KIND = 8
+HIDDEN = "_xsg_lub_"  # a lub computed for a window's label bound, not shown
+# A label comparison (`pep.core.labels`): the value's code against the constant's, its outcome
+# one of BELOW 1, EQUAL 2, ABOVE 4, INCOMPARABLE 8, the mask the op's (labels.LABEL_MASKS).
+LABEL_KIND = 6
 
 
 def base_kind(kind: int) -> int:
@@ -87,7 +92,7 @@ class PlanError(ValueError):
 # "d": doubles; "l": 64-bit integers (long as is, timestamp as epoch microseconds, boolean 0/1);
 # "s": strings.
 FAMILIES: dict[str, str] = {"double": "d", "long": "l", "timestamp": "l", "boolean": "l",
-                            "string": "s"}
+                            "string": "s", "label": "l"}  # a label: its code (labels.py)
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,11 @@ class CompiledWindow:
     # releases (pep.core.privacy); None: exact windows
     privacy: PrivacySpec | None = None
     noise: tuple[Quantity, ...] = ()
+    # label attributes' lattices (to print a `lub`), and the bounds a window's least upper
+    # bound must be dominated by to be delivered: (attribute, code); their lub aggregates,
+    # when the plan does not show them, have output names starting with HIDDEN
+    lattices: tuple[tuple[str, Lattice], ...] = ()
+    label_bounds: tuple[tuple[str, int], ...] = ()
 
     @property
     def pane(self) -> int:
@@ -280,6 +290,8 @@ def compile_predicate(pred: AnyPredicate, schema: StreamSchema, where: str) -> P
     field = schema.lookup(pred.attribute)
     if field is None:
         raise PlanError(f"{where}: attribute {pred.attribute!r} is not in the stream's schema")
+    if field.type == "label":
+        return _label_row(pred, field, schema.fields.index(field) + 1, where)
     mask = OPERATOR_MASKS.get(pred.op)
     if mask is None:
         raise PlanError(f"{where}: unknown operator {pred.op!r}")
@@ -296,6 +308,18 @@ def compile_predicate(pred: AnyPredicate, schema: StreamSchema, where: str) -> P
         op, constant = _integer_constant(pred, field.type, where)
         return (index, OPERATOR_MASKS[op], INTEGER_KIND, constant, None)
     return (index, mask, NUMERIC_KIND, _double_constant(pred, where), None)
+
+
+def _label_row(pred: Predicate, field, index: int, where: str) -> PredicateRow:
+    """A label comparison: the constant's code as the 64-bit constant, the op's outcomes."""
+    mask = LABEL_MASKS.get(pred.op)
+    if mask is None or field.lattice is None:
+        raise PlanError(f"{where}: {pred.op!r} does not compare labels")
+    try:
+        label = field.lattice.parse(str(pred.value))
+    except LabelError as exc:
+        raise PlanError(f"{where}: {exc}") from None
+    return (index, mask, LABEL_KIND, label.code, None)
 
 
 def _canonical(schema: StreamSchema, name: str, where: str) -> str:
@@ -362,6 +386,33 @@ def _view(schema: StreamSchema, masks: dict[str, Mask]) -> StreamSchema:
                               if f.name in masks else f for f in schema.fields))
 
 
+@dataclass(frozen=True)
+class CompiledUnion:
+    """A union of grants (`pep.core.plan.UnionPlan`): its members compiled, in the plan's order
+    (a windowed member's rows carry its index as `grant`). The executor runs every member as a
+    plan of its own (shared with other handles' identical plans) and merges the plain members'
+    rows per tuple (`pep.runtime.union`)."""
+
+    key: str
+    members: tuple[CompiledPlan, ...]
+
+
+def compile_union(plan: UnionPlan, schema: StreamSchema, stream_time_attribute: str | None = None
+                  ) -> CompiledUnion:
+    if not plan.plans:
+        raise PlanError("union: no member plan")
+    members = []
+    for i, member in enumerate(plan.plans):
+        if member.stream != plan.stream:
+            raise PlanError(f"union member {i} is for stream {member.stream!r}, not "
+                            f"{plan.stream!r}")
+        try:
+            members.append(compile_plan(member, schema, stream_time_attribute))
+        except PlanError as exc:
+            raise PlanError(f"union member {i}: {exc}") from None
+    return CompiledUnion(plan.key(), tuple(members))
+
+
 def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str | None
                     ) -> CompiledWindow:
     w = plan.window
@@ -381,7 +432,22 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
         if a.function in ("avg", "sum") and ftype not in ("double", "long"):
             raise PlanError(f"window aggregate {a.output_name}: {a.function} needs a numeric "
                             f"attribute, {name!r} is {ftype}")
+        if (a.function == "lub") != (ftype == "label") and a.function != "count":
+            raise PlanError(f"window aggregate {a.output_name}: lub is the aggregate of label "
+                            f"attributes (and their only one but count); {name!r} is {ftype}")
         aggs.setdefault(a.output_name, (name, a.function, a.output_name))
+    bounds = []
+    for attribute, text in w.label_bounds:
+        name = _canonical(schema, attribute, "window label bound")
+        lattice = schema.lookup(name).lattice  # type: ignore[union-attr]
+        if lattice is None:
+            raise PlanError(f"window label bound: {name!r} is no label attribute")
+        try:
+            bounds.append((name, lattice.parse(text).code))
+        except LabelError as exc:
+            raise PlanError(f"window label bound on {name!r}: {exc}") from None
+        if not any(a == name and f == "lub" for a, f, _ in aggs.values()):
+            aggs.setdefault(HIDDEN + name, (name, "lub", HIDDEN + name))
     min_count = w.min_count
     if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 0:
         raise PlanError(f"window: min_count must be a non-negative integer (got {min_count!r})")
@@ -400,11 +466,17 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
         is_ts = ftype == "timestamp"
     attributes = tuple(dict.fromkeys(a for a, _, _ in aggs.values()))
     privacy, noise = _privacy(w.privacy, w.aggregates, schema)
+    if privacy is not None and bounds:
+        # a private window is released with noise and without its exact lub; whether it is
+        # delivered must not hang on an exact function of its tuples either
+        raise PlanError("a differentially private window cannot carry label bounds")
+    lattices = tuple((a, schema.lookup(a).lattice) for a in attributes  # type: ignore[union-attr]
+                     if schema.lookup(a).lattice is not None)  # type: ignore[union-attr]
     return CompiledWindow(w.kind, w.size, w.step, tuple(aggs.values()), time_attr, is_ts,
                           max(1, min_count), keys,
                           tuple((a, schema.lookup(a).type) for a in attributes),  # type: ignore
                           tuple(schema.lookup(k).type for k in keys),  # type: ignore
-                          privacy, noise)
+                          privacy, noise, lattices, tuple(bounds))
 
 
 def _privacy(spec: PrivacySpec | None, aggregates, schema: StreamSchema

@@ -45,12 +45,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pdp.numbers import NumberError, parse_int
+from pep.core.labels import LabelError, Lattice
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
-from pep.runtime.compile import (FAMILIES, INTEGER_KIND, MASKED_KIND, NUMERIC_KIND, STRING_KIND,
-                                 CompiledPlan, row_attributes)
+from pep.runtime.compile import (FAMILIES, INTEGER_KIND, LABEL_KIND, MASKED_KIND, NUMERIC_KIND,
+                                 STRING_KIND, CompiledPlan, CompiledUnion, row_attributes)
+from pep.runtime.labels import label_code, label_holds, label_outcome
 from pep.runtime.encode import json_array, value_texts
 from pep.runtime.masks import (MASK_ARROW, MASKS_TYPE, hashed_text, is_hash, let, mask_struct,
                                masked_column, masked_double, masked_long, masked_text)
@@ -59,6 +61,7 @@ from pep.runtime.privacy import bound_arrays, clamped, is_private
 from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN, build_source
 from pep.runtime.spatial import (PREDICATE_FIELDS, AnchorTracker, predicate_struct,
                                  spatial_outcome)
+from pep.runtime.union import member_masks, merged_rows, tag_rows
 from pep.runtime.windows import (KEY_SEP, NO_SEQ, PaneWindows, empty_partials,
                                  partials_from_arrow, partials_from_values)
 
@@ -138,7 +141,7 @@ def value_arrays(definition: StreamDefinition | StreamSchema,
         if only is not None and f.name not in only:
             nums.append(F.lit(None).cast("double"))
             strs.append(F.lit(None).cast("string"))
-        elif f.type == "string":
+        elif f.type in ("string", "label"):  # a label's text (its code: long_array)
             nums.append(F.lit(None).cast("double"))
             strs.append(c)
         else:
@@ -167,6 +170,8 @@ def long_array(schema: StreamSchema, only: frozenset[str] | None = None) -> Colu
             out.append(F.unix_micros(c))
         elif f.type == "boolean":
             out.append(F.when(c, F.lit(1)).when(~c, F.lit(0)).cast("long"))
+        elif f.type == "label" and f.lattice is not None:
+            out.append(label_code(c, f.lattice))
         else:
             out.append(F.lit(None).cast("long"))
     return F.array(*out)
@@ -213,10 +218,12 @@ def _predicate_holds(p: Column, spatial: bool, plan: Column | None = None) -> Co
     elif not spatial:
         outcome = (F.when(p["k"] == NUMERIC_KIND, _outcome(num, p["n"]))
                    .when(p["k"] == INTEGER_KIND, _outcome(lng, p["i"]))
+                   .when(p["k"] == LABEL_KIND, label_outcome(lng, p["i"]))
                    .otherwise(_outcome(txt, p["s"])))
     else:
         outcome = (F.when(p["k"] == NUMERIC_KIND, _outcome(num, p["n"]))
                    .when(p["k"] == INTEGER_KIND, _outcome(lng, p["i"]))
+                   .when(p["k"] == LABEL_KIND, label_outcome(lng, p["i"]))
                    .when(p["k"] == STRING_KIND, _outcome(txt, p["s"]))
                    .otherwise(spatial_outcome(p, F.col(NUMS_COLUMN), _outcome)))
     return F.coalesce(p["m"].bitwiseAND(outcome) != 0, F.lit(False))
@@ -287,6 +294,9 @@ def few_plans_column(plans: list[tuple[int, CompiledPlan]]) -> Column:
         for conj in compiled.conjuncts:
             terms = []
             for a, m, k, n, s in conj:
+                if k == LABEL_KIND:
+                    terms.append(label_holds(F.element_at(lngs, a), m, int(n)))
+                    continue
                 if k == NUMERIC_KIND:
                     value, constant = F.element_at(nums, a), F.lit(n).cast("double")
                 elif k == INTEGER_KIND:
@@ -375,6 +385,7 @@ class _Handle:
     lock: threading.RLock = field(default_factory=threading.RLock)
     active: bool = True
     delivered_rows: int = 0
+    union: str | None = None  # the key of the union of grants it reads (`pep.runtime.union`)
 
 
 @dataclass
@@ -385,6 +396,11 @@ class _PlanState:
     handles: dict[str, _Handle] = field(default_factory=dict)
     windows: PaneWindows | None = None
     batches: int = 0
+    unions: dict[str, int] = field(default_factory=dict)  # union key -> member index
+
+    @property
+    def used(self) -> bool:
+        return bool(self.handles or self.unions)
 
     @property
     def kind(self) -> int:
@@ -398,6 +414,15 @@ class _PlanState:
 
 class _Paused(Exception):
     """A micro-batch refused while the query is being restarted (`StreamExecutor.restart`)."""
+
+
+@dataclass
+class _UnionState:
+    """A union of grants: its members' plan ids (in the plan's order) and its handles."""
+
+    compiled: CompiledUnion
+    members: tuple[int, ...]
+    handles: dict[str, _Handle] = field(default_factory=dict)
 
 
 class StreamExecutor:
@@ -421,6 +446,7 @@ class StreamExecutor:
         self._plans: dict[int, _PlanState] = {}
         self._plan_ids: dict[str, int] = {}
         self._handles: dict[str, _Handle] = {}
+        self._unions: dict[str, _UnionState] = {}
         self._next_plan_id = 1
         self._version = 0
         self._table: tuple[Any, DataFrame | None, Column | None] | None = None
@@ -642,21 +668,43 @@ class StreamExecutor:
                 log.exception("stream %s: checkpoint state not written", self.definition.name)
 
     # ----- handles ---------------------------------------------------------------------------
-    def add_handle(self, handle_id: str, compiled: CompiledPlan, deliver: Deliver) -> None:
+    def add_handle(self, handle_id: str, compiled: CompiledPlan | CompiledUnion,
+                   deliver: Deliver) -> None:
         with self._lock:
-            plan_id = self._plan_ids.get(compiled.key)
-            if plan_id is None:
-                plan_id = self._next_plan_id
-                self._next_plan_id += 1
-                rows = self._rows_mode(compiled)
-                state = _PlanState(plan_id, compiled, rows,
-                                   windows=self._new_windows(compiled, rows))
-                self._plans[plan_id] = state
-                self._plan_ids[compiled.key] = plan_id
-                self._version += 1
+            if isinstance(compiled, CompiledUnion):
+                self._add_union_handle(handle_id, compiled, deliver)
+                return
+            plan_id = self._plan_state(compiled)
             handle = _Handle(handle_id, plan_id, deliver)
             self._plans[plan_id].handles[handle_id] = handle
             self._handles[handle_id] = handle
+
+    def _plan_state(self, compiled: CompiledPlan) -> int:
+        """The id of the plan's state, made when no attached plan has its key (under the lock)."""
+        plan_id = self._plan_ids.get(compiled.key)
+        if plan_id is None:
+            plan_id = self._next_plan_id
+            self._next_plan_id += 1
+            rows = self._rows_mode(compiled)
+            state = _PlanState(plan_id, compiled, rows,
+                               windows=self._new_windows(compiled, rows))
+            self._plans[plan_id] = state
+            self._plan_ids[compiled.key] = plan_id
+            self._version += 1
+        return plan_id
+
+    def _add_union_handle(self, handle_id: str, compiled: CompiledUnion,
+                          deliver: Deliver) -> None:
+        union = self._unions.get(compiled.key)
+        if union is None:
+            members = tuple(self._plan_state(m) for m in compiled.members)
+            union = _UnionState(compiled, members)
+            for index, plan_id in enumerate(members):
+                self._plans[plan_id].unions[compiled.key] = index
+            self._unions[compiled.key] = union
+        handle = _Handle(handle_id, -1, deliver, union=compiled.key)
+        union.handles[handle_id] = handle
+        self._handles[handle_id] = handle
 
     def _rows_mode(self, compiled: CompiledPlan) -> bool:
         w = compiled.window
@@ -682,21 +730,41 @@ class StreamExecutor:
                 handle.active = False
         with self._lock:
             handle = self._handles.pop(handle_id, None)
-            if handle is not None:
+            if handle is not None and handle.union is not None:
+                union = self._unions.get(handle.union)
+                if union is not None:
+                    union.handles.pop(handle_id, None)
+                    if not union.handles:
+                        del self._unions[handle.union]
+                        for plan_id in union.members:
+                            state = self._plans.get(plan_id)
+                            if state is not None:
+                                state.unions.pop(handle.union, None)
+                                self._drop_if_unused(state)
+            elif handle is not None:
                 state = self._plans.get(handle.plan_id)
                 if state is not None:
                     state.handles.pop(handle_id, None)
-                    if not state.handles:
-                        del self._plans[state.id]
-                        del self._plan_ids[state.compiled.key]
-                        self._version += 1
+                    self._drop_if_unused(state)
             return len(self._handles)
+
+    def _drop_if_unused(self, state: _PlanState) -> None:
+        if not state.used and state.id in self._plans:
+            del self._plans[state.id]
+            del self._plan_ids[state.compiled.key]
+            self._version += 1
 
     def attached(self) -> list[tuple[str, CompiledPlan, Deliver]]:
         """The active handles with their plans (to move them onto a replacement query)."""
         with self._lock:
-            return [(h.id, self._plans[h.plan_id].compiled, h.deliver)
-                    for h in self._handles.values() if h.active and h.plan_id in self._plans]
+            out: list[tuple[str, Any, Deliver]] = [
+                (h.id, self._plans[h.plan_id].compiled, h.deliver)
+                for h in self._handles.values()
+                if h.active and h.union is None and h.plan_id in self._plans]
+            out += [(h.id, self._unions[h.union].compiled, h.deliver)
+                    for h in self._handles.values()
+                    if h.active and h.union is not None and h.union in self._unions]
+            return out
 
     def handle_ids(self) -> list[str]:
         with self._lock:
@@ -762,7 +830,7 @@ class StreamExecutor:
     # ----- the plan table and the batch's shape ----------------------------------------------
     def _current(self) -> tuple[list[_PlanState], int]:
         with self._lock:
-            return [s for s in self._plans.values() if s.handles], self._version
+            return [s for s in self._plans.values() if s.used], self._version
 
     def _prepare_plans(self) -> None:
         plans, version = self._current()
@@ -1154,13 +1222,13 @@ class StreamExecutor:
             made = {
                 "c": lambda: F.count(v),
                 "s": lambda: F.try_sum(v) if fam == "l" else F.sum(v),
-                "n": lambda: F.min(v), "x": lambda: F.max(v),
+                "n": lambda: F.min(v), "x": lambda: F.max(v), "o": lambda: F.bit_or(v),
                 "f": lambda: F.min_by(v, F.when(present, okey)),
                 "l": lambda: F.max_by(v, F.when(present, okey)),
                 "ft": lambda: F.min(F.when(present, tcol)),
                 "lt": lambda: F.max(F.when(present, tcol)),
             }
-            for part in ("c", "s", "n", "x", "f", "l", "ft", "lt"):
+            for part in ("c", "s", "n", "x", "o", "f", "l", "ft", "lt"):
                 if part in parts and (tcol is not None or part not in ("ft", "lt")):
                     aggs.append(made[part]().alias(f"{name}_{part}"))
         stages["aggregates"] = aggs
@@ -1309,7 +1377,7 @@ class StreamExecutor:
             if state.windows is not None:
                 closed += self._row_windows(state, arrow, row_ids[slice(*bounds[state.id])],
                                             seqs)
-            else:
+            elif state.handles:  # a member of unions only is delivered through them, below
                 projection = state.compiled.projection
                 sources = tuple(self.row_columns(state.compiled, projection))
                 groups.setdefault((projection, sources), []).append(state)
@@ -1330,6 +1398,30 @@ class StreamExecutor:
                 out = RowBatch(chosen, size, None if top == NO_SEQ else top)
                 state.batches += 1
                 closed += self._deliver(state, out)
+        closed += self._route_unions(arrow, row_ids, bounds, seqs, plans)
+        return closed
+
+    def _route_unions(self, arrow: pa.Table, row_ids: np.ndarray,
+                      bounds: dict[int, tuple[int, int]], seqs: np.ndarray,
+                      plans: list[_PlanState]) -> list[str]:
+        """Each union's plain members' rows, merged per tuple (`pep.runtime.union`)."""
+        with self._lock:
+            unions = [u for u in self._unions.values() if u.handles]
+        if not unions:
+            return []
+        states = {s.id: s for s in plans}
+        closed: list[str] = []
+        for union in unions:
+            members = [(bit, pid) for bit, pid in enumerate(union.members)
+                       if pid in states and states[pid].windows is None]
+            if not members:
+                continue
+            mask = member_masks(arrow.num_rows, row_ids, bounds, members)
+            projections = {bit: states[pid].compiled.projection for bit, pid in members}
+            out = merged_rows(arrow, mask, projections, self._field_names, _json_texts, seqs,
+                              NO_SEQ)
+            if out is not None:
+                closed += self._deliver_to(list(union.handles.values()), out)
         return closed
 
     def _row_windows(self, state: _PlanState, arrow: pa.Table, idx: np.ndarray,
@@ -1347,7 +1439,9 @@ class StreamExecutor:
             joined = texts[0] if len(texts) == 1 else \
                 pc.binary_join_element_wise(*texts, KEY_SEP)
             keys = np.array(joined.to_pylist(), dtype=object)
-        values = [_family_values(arrow.column(column[attr]).take(take), ftype)
+        lattices = dict(w.lattices)
+        values = [_family_values(arrow.column(column[attr]).take(take), ftype,
+                                 lattices.get(attr))
                   for attr, ftype in w.attributes]
         partials = partials_from_values(windows.layout, keys, seqs[idx], values)
         result = windows.add(partials)
@@ -1392,8 +1486,19 @@ class StreamExecutor:
         return closed
 
     def _deliver(self, state: _PlanState, out: RowBatch) -> list[str]:
+        closed = self._deliver_to(list(state.handles.values()), out)
+        if state.unions and state.windows is not None:
+            # a windowed member's windows go to its unions' handles, tagged with its index
+            with self._lock:
+                targets = [(self._unions[key], index) for key, index in state.unions.items()
+                           if key in self._unions]
+            for union, index in targets:
+                closed += self._deliver_to(list(union.handles.values()), tag_rows(out, index))
+        return closed
+
+    def _deliver_to(self, handles: list[_Handle], out: RowBatch) -> list[str]:
         closed = []
-        for handle in list(state.handles.values()):
+        for handle in handles:
             with handle.lock:
                 if not handle.active:
                     continue
@@ -1412,11 +1517,19 @@ class StreamExecutor:
         return closed
 
 
-def _family_values(column: pa.ChunkedArray, ftype: str) -> tuple[np.ndarray, np.ndarray]:
+def _family_values(column: pa.ChunkedArray, ftype: str, lattice: Lattice | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """An attribute's values as the windows' family dtype, and where they are present (NaN
-    counts as absent, as null does)."""
+    counts as absent, as null does; a label's text that is no label of its lattice too)."""
     column = column.combine_chunks()
     valid = column.is_valid().to_numpy(zero_copy_only=False)
+    if ftype == "label" and lattice is not None:  # its code, each distinct text parsed once
+        texts = column.fill_null("")
+        uniq, inverse = np.unique(np.array(texts.to_pylist(), dtype=object),
+                                  return_inverse=True)
+        codes = np.array([_label_code(t, lattice) for t in uniq.tolist()], dtype=np.int64)
+        values = codes[inverse] if len(uniq) else np.empty(0, np.int64)
+        return np.where(values < 0, 0, values), valid & (values >= 0)
     if ftype == "string":
         return np.array(column.to_pylist(), dtype=object), valid
     if ftype == "double":
@@ -1433,6 +1546,13 @@ def _family_values(column: pa.ChunkedArray, ftype: str) -> tuple[np.ndarray, np.
     return column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), valid
 
 
+def _label_code(text: str, lattice: Lattice) -> int:
+    try:
+        return lattice.parse(text).code
+    except LabelError:
+        return -1
+
+
 def _slot_columns(layout) -> dict[str, str]:
     """This plan's attribute j -> the panes job's slot columns (per family, in order)."""
     seen = {"d": 0, "l": 0, "s": 0}
@@ -1441,7 +1561,7 @@ def _slot_columns(layout) -> dict[str, str]:
         name = f"{fam}{seen[fam]}"
         seen[fam] += 1
         out[f"v{j}"] = name
-        for part in ("c", "s", "n", "x", "f", "l", "ft", "lt"):
+        for part in ("c", "s", "n", "x", "o", "f", "l", "ft", "lt"):
             out[f"{part}{j}"] = f"{name}_{part}"
     return out
 

@@ -16,8 +16,9 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from pep.core.plan import StreamSchema
-from pep.runtime.compile import (EQUAL, GREATER, INTEGER_KIND, LESS, MASKED_KIND, NUMERIC_KIND,
-                                 PredicateRow, base_kind)
+from pep.runtime.compile import (EQUAL, GREATER, INTEGER_KIND, LABEL_KIND, LESS, MASKED_KIND,
+                                 NUMERIC_KIND, PredicateRow, base_kind)
+from pep.runtime.labels import label_code, label_holds
 from pep.runtime.masks import masked_double, masked_long, masked_text
 
 
@@ -60,6 +61,8 @@ def row_column(row: PredicateRow, schema: StreamSchema,
                                      F.lit(float(number)).cast("double"))
         source = column if field.type == "string" else column.cast("long").cast("string")
         return masked_comparison(masked_text(source, m), mask, F.lit(text).cast("string"))
+    if kind == LABEL_KIND and field.lattice is not None:
+        return label_holds(label_code(column, field.lattice), mask, int(number))
     if kind == INTEGER_KIND:
         return masked_comparison(integer_value(column, field.type), mask,
                                  F.lit(int(number)).cast("long"))

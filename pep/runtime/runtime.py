@@ -10,11 +10,11 @@ from typing import Callable
 
 from pyspark.sql import SparkSession
 
-from pep.core.plan import ExecutionPlan, StreamDefinition
+from pep.core.plan import ExecutionPlan, StreamDefinition, UnionPlan
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS, Janitor,
                                      Retention, StreamCheckpoint)
-from pep.runtime.compile import PlanError, compile_plan
+from pep.runtime.compile import PlanError, compile_plan, compile_union
 from pep.runtime.executor import DEFAULT_TUPLE_PANE_MIN, StreamExecutor
 from pep.runtime.mask_keys import MaskKeys
 
@@ -85,19 +85,26 @@ class StreamRuntime:
         self._janitor = Janitor(self._tick, settings.janitor_interval)
         self._janitor.start()
 
-    def attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan,
+    def attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan | UnionPlan,
                deliver: Callable[[RowBatch], bool]) -> None:
         """Serve `plan` to `deliver`; raises PlanError / SourceError / ValueError on bad input."""
         if plan.stream != stream.name:
             raise PlanError(f"plan is for stream {plan.stream!r}, not {stream.name!r}")
-        compiled = compile_plan(plan, stream.schema, stream.time_attribute)
-        if compiled.window is not None and compiled.window.noise:
-            # a private window: calibrate its mechanisms now (OpenDP; a Gaussian takes about
-            # half a second), not in its first micro-batch, and fail here if they cannot be
-            from pep.runtime.noise import mechanism_of
-            for quantity in compiled.window.noise:
-                mechanism_of(quantity)
-        if any(m.kind == "hash" for _, m in compiled.masks):
+        if isinstance(plan, UnionPlan):
+            compiled = compile_union(plan, stream.schema, stream.time_attribute)
+            members = compiled.members
+        else:
+            compiled = compile_plan(plan, stream.schema, stream.time_attribute)
+            members = (compiled,)
+        for member in members:
+            if member.window is not None and member.window.noise:
+                # a private window: calibrate its mechanisms now (OpenDP; a Gaussian takes
+                # about half a second), not in its first micro-batch, and fail here if they
+                # cannot be
+                from pep.runtime.noise import mechanism_of
+                for quantity in member.window.noise:
+                    mechanism_of(quantity)
+        if any(m.kind == "hash" for member in members for _, m in member.masks):
             self.mask_keys.key_for(stream.owner)  # made (or found unusable) now, not mid-batch
         with self._lock:
             if self._closed:

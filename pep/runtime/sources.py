@@ -41,6 +41,7 @@ _SPARK_TYPES = {
     "double": T.DoubleType(),
     "long": T.LongType(),
     "string": T.StringType(),
+    "label": T.StringType(),  # its canonical text; comparisons read its code (executor)
     "boolean": T.BooleanType(),
     "timestamp": T.TimestampType(),
 }

@@ -45,8 +45,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pep.core.geo import EARTH_DIAMETER_M
-from pep.runtime.compile import (ANCHOR_KIND, DISTANCE_KIND, INTEGER_KIND, NUMERIC_KIND,
-                                 POLYGON_KIND, AnchorSpec, CompiledPlan, PredicateRow)
+from pep.runtime.compile import (ANCHOR_KIND, DISTANCE_KIND, INTEGER_KIND, LABEL_KIND, base_kind,
+                                 NUMERIC_KIND, POLYGON_KIND, AnchorSpec, CompiledPlan,
+                                 PredicateRow)
 from pep.runtime.sources import SEQ_COLUMN
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ def predicate_struct(row: PredicateRow, segments: Callable[[AnchorSpec], list[Se
                      ) -> dict[str, Any]:
     """One predicate row as the plan table's struct (spatial fields null for comparisons)."""
     a, m, k, n, s = row[:5]
-    integer = (k & 7) == INTEGER_KIND  # exact: a 64-bit integer (masked comparisons too)
+    integer = base_kind(k) in (INTEGER_KIND, LABEL_KIND)  # exact: 64-bit integers (masked too)
     out: dict[str, Any] = {"a": a, "m": m, "k": k, "n": None if integer else n, "s": s,
                            "i": n if integer else None,
                            "b": None, "p": None, "e": None, "z": None}

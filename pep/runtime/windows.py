@@ -47,7 +47,8 @@ from typing import Any, Iterable
 import numpy as np
 import pyarrow as pa
 
-from pep.runtime.compile import FAMILIES, CompiledWindow
+from pep.core.labels import CATEGORY_MASK, LEVEL_SHIFT, Lattice
+from pep.runtime.compile import FAMILIES, HIDDEN, CompiledWindow
 import pyarrow.compute as pc
 
 from pep.runtime.encode import json_array
@@ -79,7 +80,11 @@ Columns = dict[str, np.ndarray]
 
 
 NEEDS = {"count": (), "sum": ("s",), "avg": ("s",), "min": ("n",), "max": ("x",),
-         "firstval": ("f",), "lastval": ("l",)}
+         "firstval": ("f",), "lastval": ("l",),
+         # a label's least upper bound from its codes: the highest level is the max code's,
+         # the categories the bitwise OR's (`pep.core.labels`)
+         "lub": ("x", "o")}
+PARTS = ("c", "s", "n", "x", "o", "f", "l", "ft", "lt")
 
 
 def needed_parts(window: CompiledWindow) -> tuple[frozenset[str], ...]:
@@ -131,8 +136,8 @@ class PaneLayout:
         return self.window.step // self.width
 
     def value_columns(self) -> list[str]:
-        return [f"{part}{j}" for j, parts in enumerate(self.parts) for part in
-                ("c", "s", "n", "x", "f", "l", "ft", "lt") if part in parts]
+        return [f"{part}{j}" for j, parts in enumerate(self.parts) for part in PARTS
+                if part in parts]
 
 
 def _dtype(family: str, part: str = "v") -> Any:
@@ -152,7 +157,7 @@ def empty_partials(layout: PaneLayout) -> Columns:
     out: Columns = {"key": np.empty(0, object), "pane": np.empty(0, np.int64),
                     "rows": np.empty(0, np.int64), "mseq": np.empty(0, np.int64)}
     for name in layout.value_columns():
-        part, j = name.rstrip("0123456789"), int(name.lstrip("cnxsflt"))
+        part, j = name.rstrip("0123456789"), int(name.lstrip("cnxosflt"))
         out[name] = np.empty(0, _dtype(layout.families[j], part))
     return out
 
@@ -200,7 +205,7 @@ def partials_from_arrow(table: pa.Table, layout: PaneLayout, columns: dict[str, 
         "mseq": _numeric(table.column("mseq"), "l", NO_SEQ),
     }
     for name in layout.value_columns():
-        part, j = name.rstrip("0123456789"), int(name.lstrip("cnxsflt"))
+        part, j = name.rstrip("0123456789"), int(name.lstrip("cnxosflt"))
         fam = layout.families[j]
         if raw:
             column = table.column(columns[f"v{j}"])
@@ -288,6 +293,8 @@ def _merge_group(g: Columns, layout: PaneLayout) -> dict[str, Any]:
             out[f"n{j}"] = min(g[f"n{j}"][idx].tolist())
         if "x" in parts:
             out[f"x{j}"] = max(g[f"x{j}"][idx].tolist())
+        if "o" in parts:
+            out[f"o{j}"] = int(np.bitwise_or.reduce(g[f"o{j}"][idx].astype(np.int64)))
         if "s" in parts:
             out[f"s{j}"] = sum(g[f"s{j}"][idx].tolist())
         if "f" in parts:
@@ -427,6 +434,9 @@ def _combine(cols: Columns, layout: PaneLayout, segments: list[tuple[str, int, i
             if "x" in parts:
                 values[f"x{j}"] = _slide(np.where(valid, dense(f"x{j}", small), small), starts,
                                          span, np.maximum)
+            if "o" in parts:
+                values[f"o{j}"] = _slide(np.where(valid, dense(f"o{j}", 0), 0), starts, span,
+                                         np.bitwise_or)
         if "s" in parts:
             sums = np.where(valid, dense(f"s{j}", filler), filler)
             if fam == "l" and len(sums) and float(np.abs(sums.astype(np.float64)).sum()) \
@@ -643,6 +653,14 @@ class PaneWindows:
     def _output(self, emitted: Emitted, order: np.ndarray, starts: pa.Array, ends: pa.Array
                 ) -> WindowBatch:
         w = self.window
+        if w.label_bounds:  # MLS: only windows whose tuples' labels the bound dominates
+            keep = self._dominated(emitted, order)
+            if not keep.all():
+                order = order[keep]
+                mask = pa.array(keep)
+                starts, ends = pc.filter(starts, mask), pc.filter(ends, mask)
+                if not len(order):
+                    return WindowBatch([], None)
         columns: list[tuple[str, Any, bool]] = [("window_start", starts, False),
                                                 ("window_end", ends, False)]
         keys = emitted.keys[order]
@@ -652,8 +670,14 @@ class PaneWindows:
                 columns.append((name, pa.array([p[i] for p in parts], pa.string()), True))
         slot = {a: j for j, (a, _) in enumerate(w.attributes)}
         types = dict(w.attributes)
+        lattices = dict(w.lattices)
         for attr, function, name in (w.aggregates if w.privacy is None else ()):
+            if name.startswith(HIDDEN):
+                continue
             j = slot[attr]
+            if function == "lub":
+                columns.append((name, _lub_texts(emitted, order, j, lattices[attr]), False))
+                continue
             values, raw = self._result(emitted, order, j, function, types[attr])
             columns.append((name, values, raw))
         if w.privacy is not None:  # differential privacy: noisy aggregates, never the exact
@@ -664,6 +688,19 @@ class PaneWindows:
         encoded = json_array(columns)
         return WindowBatch(encoded.to_pylist(), None if top == NO_SEQ else top,
                            int(pc.sum(pc.binary_length(encoded)).as_py() or 0))
+
+    def _dominated(self, emitted: Emitted, order: np.ndarray) -> np.ndarray:
+        """Per window in `order`: whether every label bound dominates the window's lub (a
+        window without a label value passes: no tuple of it is above the bound)."""
+        slot = {a: j for j, (a, _) in enumerate(self.window.attributes)}
+        keep = np.ones(len(order), dtype=bool)
+        for attr, bound in self.window.label_bounds:
+            j = slot[attr]
+            codes = _lub_codes(emitted, order, j)
+            level_ok = (codes >> LEVEL_SHIFT) <= (bound >> LEVEL_SHIFT)
+            cats_ok = (codes & CATEGORY_MASK & ~bound) == 0
+            keep &= (emitted.values[f"c{j}"][order] == 0) | (level_ok & cats_ok)
+        return keep
 
     @staticmethod
     def _result(emitted: Emitted, order: np.ndarray, j: int, function: str, ftype: str
@@ -695,6 +732,23 @@ class PaneWindows:
             return pa.array(values.astype(np.int64) != 0, pa.bool_(), mask=none), False
         return pa.array([None if m else v for v, m in zip(values.tolist(), none.tolist())],
                         pa.string()), False
+
+
+def _lub_codes(emitted: Emitted, order: np.ndarray, j: int) -> np.ndarray:
+    """The least upper bound of each window's label codes: the max code's level, the OR's
+    categories."""
+    top = emitted.values[f"x{j}"][order].astype(np.int64)
+    ored = emitted.values[f"o{j}"][order].astype(np.int64)
+    return ((top >> LEVEL_SHIFT) << LEVEL_SHIFT) | (ored & CATEGORY_MASK)
+
+
+def _lub_texts(emitted: Emitted, order: np.ndarray, j: int, lattice: Lattice) -> pa.Array:
+    """The lub of each window as its label's text (each distinct code printed once)."""
+    codes = _lub_codes(emitted, order, j)
+    none = emitted.values[f"c{j}"][order] == 0
+    uniq, inverse = np.unique(np.where(none, 0, codes), return_inverse=True)
+    texts = np.array([str(lattice.label(int(c))) for c in uniq.tolist()], dtype=object)
+    return pa.array(texts[inverse].tolist(), pa.string(), mask=none)
 
 
 def _select(e: Emitted, index: np.ndarray) -> Emitted:

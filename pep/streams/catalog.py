@@ -48,12 +48,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pdp.db import Database
+from pep.core.labels import Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
 from pep.streams.definition import (LISTED, SEQ_FIELD, STREAM_NAME, InvalidStream,
                                     StreamConflict, StreamNotFound, describe, extend_schema,
-                                    parse_description, parse_lateness, parse_retention,
-                                    parse_schema, parse_source, parse_visibility)
+                                    parse_combining, parse_description, parse_lateness,
+                                    parse_retention, parse_schema, parse_source, parse_visibility)
 from pep.streams.records import DEFAULT_MAX_LINES, BatchTooLarge, validate_records
 
 log = logging.getLogger(__name__)
@@ -62,14 +63,15 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 # The column behind each setting an owner may change (`definition.PATCHABLE`); the schema
 # fields are written as `schema_json` and `optional_json`.
 _PATCH_COLUMNS = {"visibility": "visibility", "description": "description",
-                  "lateness": "lateness", "retention": "retention"}
+                  "lateness": "lateness", "retention": "retention", "combining": "combining"}
 
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS streams ("
            " name TEXT PRIMARY KEY COLLATE NOCASE, owner TEXT NOT NULL,"
            " schema_json TEXT NOT NULL, source_json TEXT NOT NULL, time_attribute TEXT,"
            " created_at TEXT NOT NULL, next_seq INTEGER NOT NULL DEFAULT 1,"
            " visibility TEXT NOT NULL DEFAULT 'listed', description TEXT NOT NULL DEFAULT '',"
-           " lateness REAL, retention REAL, optional_json TEXT NOT NULL DEFAULT '[]');"
+           " lateness REAL, retention REAL, optional_json TEXT NOT NULL DEFAULT '[]',"
+           " combining TEXT);"
            "CREATE TABLE IF NOT EXISTS deleted_streams ("
            " name TEXT PRIMARY KEY COLLATE NOCASE, owner TEXT NOT NULL,"
            " deleted_at TEXT NOT NULL, deleted_by TEXT NOT NULL)")
@@ -77,7 +79,13 @@ _SCHEMA = ("CREATE TABLE IF NOT EXISTS streams ("
 _ADDED_COLUMNS = (("visibility", "TEXT NOT NULL DEFAULT 'listed'"),
                   ("description", "TEXT NOT NULL DEFAULT ''"),
                   ("lateness", "REAL"), ("retention", "REAL"),
-                  ("optional_json", "TEXT NOT NULL DEFAULT '[]'"))
+                  ("optional_json", "TEXT NOT NULL DEFAULT '[]'"), ("combining", "TEXT"))
+
+
+def _schema_json(fields) -> str:
+    """A schema as stored: [name, type] per attribute, and a label's lattice after them."""
+    return json.dumps([[f.name, f.type] + ([f.lattice.to_json()] if f.lattice else [])
+                       for f in fields])
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,7 @@ class StreamEntry:
     description: str = ""
     retention: float | None = None  # seconds in the archive; None: the gateway's default
     optional: tuple[str, ...] = ()  # attributes added after registration: records may omit them
+    combining: str | None = None  # `pep.core.union`: the owner's mode; None: the gateway's
 
     def settings(self) -> dict:
         """The owner's settings as `describe` shows them (None: the gateway's default)."""
@@ -134,6 +143,10 @@ class StreamCatalog:
         # written only through this object (register, update), so it cannot go stale.
         self._visibility: dict[str, str] = {
             str(n).lower(): v for n, v in self._db.fetchall("SELECT name, visibility FROM streams")}
+        # Each stream's combining mode (set by its owner), read by every decision about it.
+        self._combining: dict[str, str] = {
+            str(n).lower(): c for n, c in self._db.fetchall(
+                "SELECT name, combining FROM streams WHERE combining IS NOT NULL")}
         # Definitions by the name they were found under, forgotten whenever a stream changes or
         # goes (`_forget`). A re-decision of a thousand handles looks its stream up a thousand
         # times.
@@ -242,7 +255,7 @@ class StreamCatalog:
                 "INSERT INTO streams (name, owner, schema_json, source_json, time_attribute,"
                 " created_at, next_seq, visibility, description, lateness, retention)"
                 " VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
-                (name, owner, json.dumps([[f.name, f.type] for f in parsed.fields]),
+                (name, owner, _schema_json(parsed.fields),
                  json.dumps([spec.kind, [list(o) for o in spec.options]]), time_attribute, now,
                  visibility, description, lateness, retention))
             if spec.kind == "ingest":
@@ -282,10 +295,15 @@ class StreamCatalog:
             if schema is not None:
                 added = [f.name for f in schema.fields[len(current.definition.schema.fields):]]
                 db.execute("UPDATE streams SET schema_json = ?, optional_json = ? WHERE name = ?",
-                           (json.dumps([[f.name, f.type] for f in schema.fields]),
+                           (_schema_json(schema.fields),
                             json.dumps(list(current.optional) + added), registered))
             if "visibility" in changes:
                 self._visibility[registered.lower()] = changes["visibility"]
+            if "combining" in changes:
+                if changes["combining"] is None:
+                    self._combining.pop(registered.lower(), None)
+                else:
+                    self._combining[registered.lower()] = changes["combining"]
         self._forget()
         entry = self.entry(registered)
         if entry is None:  # deleted meanwhile (the life-cycle lock prevents it)
@@ -301,6 +319,11 @@ class StreamCatalog:
             except Exception:  # noqa: BLE001 - a listener must not undo a committed change
                 log.exception("stream change listener failed for %s", registered)
         return entry
+
+    def combining(self, name: str) -> str | None:
+        """The owner's combining mode for the stream (`pep.core.union`), None when it chose
+        none (or there is no such stream)."""
+        return self._combining.get(name.lower()) if isinstance(name, str) else None
 
     def visibility(self, name: str) -> str | None:
         """The stream's visibility (name looked up case-insensitively), None when unknown."""
@@ -342,6 +365,7 @@ class StreamCatalog:
                            " deleted_by) VALUES (?, ?, ?, ?)", (registered, owner, now, by))
             with self._lock:
                 self._visibility.pop(registered.lower(), None)
+                self._combining.pop(registered.lower(), None)
                 self._feeds.pop(registered.lower(), None)
                 self._deleting.discard(registered.lower())
             self._forget()
@@ -373,17 +397,19 @@ class StreamCatalog:
     @staticmethod
     def _entry(row: tuple) -> StreamEntry:
         name, owner, schema_json, source_json, time_attribute, created_at, next_seq, \
-            visibility, description, lateness, retention, optional_json = row
-        schema = StreamSchema(tuple(Field(n, t) for n, t in json.loads(schema_json)))
+            visibility, description, lateness, retention, optional_json, combining = row
+        schema = StreamSchema(tuple(
+            Field(f[0], f[1], Lattice.from_json(f[2]) if len(f) > 2 else None)
+            for f in json.loads(schema_json)))
         kind, options = json.loads(source_json)
         source = SourceSpec(kind, tuple((k, v) for k, v in options))
         return StreamEntry(StreamDefinition(name, owner, schema, source, time_attribute,
                                             lateness),
                            created_at, next_seq, visibility, description, retention,
-                           tuple(json.loads(optional_json)))
+                           tuple(json.loads(optional_json)), combining)
 
     _COLUMNS = ("name, owner, schema_json, source_json, time_attribute, created_at, next_seq,"
-                " visibility, description, lateness, retention, optional_json")
+                " visibility, description, lateness, retention, optional_json, combining")
 
     def entry(self, name: str) -> StreamEntry | None:
         if not isinstance(name, str) or name.lower() in self._deleting:
@@ -436,7 +462,8 @@ class StreamCatalog:
         described for it (`definition.describe` says what each caller is shown)."""
         return [describe(e.definition, e.created_at,
                          show_source=bool(identity.admin) or e.definition.owner == identity.subject,
-                         visibility=e.visibility, settings=e.settings(), optional=e.optional)
+                         visibility=e.visibility, settings=e.settings(), optional=e.optional,
+                         combining=e.combining)
                 for e in self.all() if may_see is None or may_see(identity, e)]
 
     # -- ingest -----------------------------------------------------------------------------------
@@ -572,6 +599,9 @@ def seed_streams(catalog: StreamCatalog, path: Path) -> list[str]:
                          entry.get("time_attribute"), trusted=True,
                          visibility=entry.get("visibility", LISTED),
                          description=entry.get("description"))
+        if entry.get("combining") is not None:  # the owner's choice, as a PATCH would set it
+            catalog.update(entry["name"], {"combining": parse_combining(entry["combining"])},
+                           by=entry["owner"])
         names.append(entry["name"])
     log.info("seeded the stream catalogue with %s from %s", ", ".join(names), path)
     return names

@@ -24,12 +24,13 @@ from typing import Any
 
 from pdp.numbers import NumberError, parse_float, parse_int
 from pep.core.errors import Conflict, InvalidInput, NotFound, NotPermitted, Refusal
+from pep.core.labels import LabelError, Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS
 
 SEQ_FIELD = "_xsg_seq"
 RESERVED_PREFIX = "_xsg"
-FIELD_TYPES = ("double", "long", "string", "boolean", "timestamp")
+FIELD_TYPES = ("double", "long", "string", "boolean", "timestamp", "label")
 SOURCE_KINDS = ("ingest", "files", "generator", "socket", "kafka")
 # Sources that reach into the server's file system or network: administrators only.
 PRIVILEGED_SOURCE_KINDS = ("files", "socket", "kafka")
@@ -155,6 +156,19 @@ def _json_type(value: Any) -> str:
     return "an array" if isinstance(value, list) else "an object"
 
 
+COMBINING_MODES = ("intersection", "union")
+
+
+def parse_combining(value: Any) -> str | None:
+    """How the obligations of several applicable rules combine on the stream
+    (`pep.core.union`): `intersection`, `union`, or null for the gateway's setting."""
+    if value is None or (isinstance(value, str) and value in COMBINING_MODES):
+        return value
+    shown = repr(value[:40]) if isinstance(value, str) else _json_type(value)
+    raise InvalidStream(f"combining must be one of {', '.join(COMBINING_MODES)} or null (the "
+                        f"gateway's setting), got {shown}")
+
+
 MAX_DESCRIPTION = 2000
 MAX_LATENESS = 7 * 86400.0     # a week
 MAX_RETENTION = 366 * 86400.0  # a year
@@ -230,7 +244,7 @@ def parse_whole_schema(value: Any) -> tuple[Field, ...]:
 PATCHABLE: dict[str, Any] = {"visibility": parse_visibility, "description": parse_description,
                              "lateness": parse_lateness, "retention": parse_retention,
                              "add_attributes": parse_added_attributes,
-                             "schema": parse_whole_schema}
+                             "schema": parse_whole_schema, "combining": parse_combining}
 SETTINGS = ("description", "lateness", "retention")  # also accepted at registration
 _PATCH = f"a JSON object with one or more of: {', '.join(PATCHABLE)}"
 
@@ -332,7 +346,7 @@ def extend_schema(definition: StreamDefinition, changes: dict) -> StreamSchema |
 def parse_schema(fields: Any) -> StreamSchema:
     """Schema from JSON `[{"name", "type"}, ...]`; every error says which entry is wrong."""
     if isinstance(fields, StreamSchema):
-        fields = [{"name": f.name, "type": f.type} for f in fields.fields]
+        fields = [field_json(f) for f in fields.fields]
     if not isinstance(fields, list) or not fields:
         raise InvalidStream("schema must be a non-empty list of {name, type} objects")
     if len(fields) > MAX_FIELDS:
@@ -343,7 +357,8 @@ def parse_schema(fields: Any) -> StreamSchema:
         at = f"schema entry {i}"
         if not isinstance(item, dict):
             raise InvalidStream(f"{at}: expected an object with name and type")
-        unknown = set(item) - {"name", "type"}
+        unknown = set(item) - ({"name", "type", "levels", "categories"}
+                               if item.get("type") == "label" else {"name", "type"})
         if unknown:
             raise InvalidStream(f"{at}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
         name, ftype = item.get("name"), item.get("type")
@@ -357,8 +372,23 @@ def parse_schema(fields: Any) -> StreamSchema:
             raise InvalidStream(f"{at} ({name}): type must be one of {', '.join(FIELD_TYPES)}, "
                                 f"got {ftype!r}")
         seen.add(name.lower())
-        out.append(Field(name, ftype))
+        lattice = None
+        if ftype == "label":
+            try:
+                lattice = Lattice.from_json(item)
+            except LabelError as exc:
+                raise InvalidStream(f"{at} ({name}): {exc} (a label attribute lists its "
+                                    "levels, lowest first, and its categories)") from None
+        out.append(Field(name, ftype, lattice))
     return StreamSchema(tuple(out))
+
+
+def field_json(f: Field) -> dict:
+    """A schema entry as registrations write it (a label attribute with its lattice)."""
+    out: dict[str, Any] = {"name": f.name, "type": f.type}
+    if f.lattice is not None:
+        out.update(f.lattice.to_json())
+    return out
 
 
 def _option_text(kind: str, key: str, value: Any) -> str:
@@ -462,7 +492,8 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
 
 def describe(definition: StreamDefinition, created_at: str | None = None,
              show_source: bool = False, visibility: str | None = None,
-             settings: dict | None = None, optional: Any = ()) -> dict:
+             settings: dict | None = None, optional: Any = (),
+             combining: str | None = None) -> dict:
     """JSON view of a stream for a caller (source options only for owners and admins).
     `settings`: description, lateness, retention (None: the gateway's default); `optional`:
     attributes added after registration, which records may leave out (marked so)."""
@@ -473,8 +504,8 @@ def describe(definition: StreamDefinition, created_at: str | None = None,
     out = {
         "name": definition.name,
         "owner": definition.owner,
-        "schema": [{"name": f.name, "type": f.type, **({"optional": True}
-                                                        if f.name.lower() in optional else {})}
+        "schema": [{**field_json(f), **({"optional": True}
+                                         if f.name.lower() in optional else {})}
                    for f in definition.schema.fields],
         "time_attribute": definition.time_attribute,
         "source": src,
@@ -483,6 +514,8 @@ def describe(definition: StreamDefinition, created_at: str | None = None,
         out["visibility"] = visibility
     if settings is not None:
         out.update(settings)
+    if combining is not None:
+        out["combining"] = combining
     if created_at:
         out["created_at"] = created_at
     return out

@@ -75,13 +75,28 @@ def _placeholder(category: str, attribute: str) -> list[str]:
     return ["0"] * 6
 
 
+def _label_samples(stream: StreamDefinition) -> list[Callable[[str, str], list[str]]]:
+    """Placeholder stand-ins for a stream with label attributes: a label ("0" is none), the
+    lowest of each lattice, tried when "0" does not fit."""
+    lattices = dict.fromkeys(f.lattice for f in stream.schema.fields if f.lattice is not None)
+    return [lambda category, attribute, text=lattice.levels[0]: [text] * 6
+            for lattice in lattices]
+
+
 def _failure(obligations: list[tuple[Obligation, int | None]],
              stream: StreamDefinition) -> tuple[str, int | None] | None:
     for obligation, line in obligations:
-        try:
-            policy_graph([obligation], stream.name, stream.schema, resolver=_placeholder)
-        except ObligationError as exc:
-            return exc.message, line
+        first: ObligationError | None = None
+        for resolver in [_placeholder, *_label_samples(stream)]:
+            try:
+                policy_graph([obligation], stream.name, stream.schema, resolver=resolver)
+            except ObligationError as exc:
+                first = first or exc
+                continue
+            first = None
+            break
+        if first is not None:
+            return first.message, line
     return None
 
 

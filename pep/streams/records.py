@@ -21,6 +21,7 @@ from typing import Any
 from pep.core.errors import InvalidInput, TooLarge
 from pep.core.exact import (END_MICROS, MIN_MICROS, iso_from_micros, micros_from_seconds,
                             round_half_even)
+from pep.core.labels import LabelError
 from pep.core.plan import StreamSchema
 from pep.streams.definition import StreamError
 
@@ -211,8 +212,11 @@ def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | No
                 record[f.name] = None
                 continue
             try:
-                record[f.name] = _check_value(f.type, value)
-            except ValueError as exc:
+                if f.lattice is not None:  # a label: its canonical text (`pep.core.labels`)
+                    record[f.name] = str(f.lattice.parse(value))
+                else:
+                    record[f.name] = _check_value(f.type, value)
+            except (ValueError, LabelError) as exc:
                 raise RecordError(str(exc), line=number, field=f.name) from None
         for f in schema.fields:
             if f.name not in record:

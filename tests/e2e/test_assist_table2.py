@@ -1,6 +1,6 @@
-"""ASSIST Table 2 end to end (issue 14): rows 1, 2, 4, 5 and 6 as the rules of
-policies/ais/port-authority-policy.xml (row 3, the join, is policies/joins/), enforced by the real
-gateway over HTTP on real Spark.
+"""ASSIST Table 2 end to end (issues 14 and 27): rows 1, 2, 4, 5 and 6 as the rules of
+policies/ais/port-authority-policy.xml and row 3, the join, as policies/joins/routes-policy.xml,
+enforced by the real gateway over HTTP on real Spark.
 
 An ingest-fed stream `ais` with the AIS generator's schema carries deterministic synthetic ships
 around the port of Singapore (ships crossing the port waters' edges and the 50 and 200 nautical
@@ -13,11 +13,15 @@ handles over HTTP and read NDJSON; their rows must equal the recomputation value
 - row 2: it counts reports within 50 nm of its port, 600 s windows, per ship type;
 - row 4: a ship company reads its own ships;
 - row 5: a captain reads mmsi, lon, lat within 200 nm of his moving ship (DISTANCE_TO);
-- row 6: a captain's emergency view opens when the stream event happens and is revoked when it
-  ends (hold), on time;
-- masks (issue 24, the read-traffic rule of the same policy): the port authority sees the
-  other ships (outside its waters) on a 0.1 degree grid, by a keyed hash of the MMSI, speeds in
-  bands, the time to the minute; checked against masks applied here, with the owner's key.
+- rows 5 and 6: with the ais stream's grants combined by union (its owner's setting), a
+  captain reads the union of both while the emergency (a stream event) lasts: ships within 200
+  nm with mmsi, lon, lat, ships in the emergency with every attribute; the view changes when the
+  event opens and closes (the handle is revoked, asked again it gets the view in force);
+- row 3: routes only through the join (a grant for a join only): routes alone is refused, the
+  join's rows equal a brute-force join of both sides' authorised views.
+- masks (the read-traffic rule of the same policy): the port authority sees the other ships
+  (outside its waters) on a 0.1 degree grid, by a keyed hash of the MMSI, speeds in bands, the
+  time to the minute; checked against masks applied here, with the owner's key.
 Leaks tried, per row: subject attributes claimed in the request file (in the subject, resource
 and environment categories), a wider polygon or circle in the consumer's own query, a subject
 without the attribute a rule needs, finer or regrouped windows, hidden attributes, another
@@ -65,7 +69,7 @@ EARTH_RADIUS = 6_371_008.8  # metres, the mean radius the README names
 INNER = [1.2003, 103.7103, 1.2003, 103.9497, 1.2697, 103.9497, 1.2697, 103.7103]  # in the port
 WORLD = [-89.0, -179.0, -89.0, 179.0, 89.0, 179.0, 89.0, -179.0]
 TYPES = ("cargo", "tanker", "passenger", "fishing", "tug")
-HOLD = 6.0  # seconds; long enough that a loaded machine opens the handle before it closes
+HOLD = 20.0  # seconds an emergency lasts after its last report (loaded machines: 10 s batches)
 SUBJECTS = {  # subject: (roles, attributes)
     "mpa": (["port-authority"], DEMO_PORT),
     "mpa-claims": (["port-authority"], DEMO_PORT),
@@ -491,43 +495,183 @@ def test_a_consumer_narrowing_row_1_gets_pr_and_nr_warnings(table2):
     assert r.status_code == 400 and "not a latitude" in error(r), r.text
 
 
-# -- row 6: a grant opened by an event --------------------------------------------------------
+# -- rows 5 and 6: the captain's union, opened and closed by an event ---------------------------
 
-@pytest.mark.timeout(60)
-def test_row_6_the_emergency_grant_opens_and_closes_on_time(table2):
+def union_rows(anchor_records: list[dict], records: list[dict], keys: set[int]) -> list[dict]:
+    """The brute force of ASSIST's Secure Read for the captain of ship 2: a tuple within 200 nm
+    of the ship's latest position before it (row 5: mmsi, lon, lat) or of a ship in the
+    emergency (row 6: every attribute); both: every attribute; neither: nothing."""
+    out = []
+    seen = anchor_records + records
+    for r, anchor in list(zip(seen, anchors(seen, 244000002)))[len(anchor_records):]:
+        row6 = r["mmsi"] in keys
+        row5 = anchor is not None and metres(r["lat"], r["lon"], *anchor) <= ROW5_RADIUS
+        if row6:
+            out.append(dict(r))
+        elif row5:
+            out.append({"mmsi": r["mmsi"], "lat": r["lat"], "lon": r["lon"]})
+    return out
+
+
+@pytest.mark.timeout(150)
+def test_rows_5_and_6_the_captain_reads_their_union_while_an_emergency_lasts(table2):
     base = table2
-    # no emergency yet, whatever the request says about the environment
+    r = requests.patch(f"{base}/streams/ais", json={"combining": "union"}, timeout=30,
+                       headers=auth("nea"))
+    assert r.status_code == 200 and r.json()["combining"] == "union", r.text
+    r = requests.patch(f"{base}/streams/ais", json={"combining": "all"}, timeout=30,
+                       headers=auth("nea"))
+    assert r.status_code == 400 and "combining" in error(r), r.text
+    assert requests.patch(f"{base}/streams/ais", json={"combining": None}, timeout=30,
+                          headers=auth("captain2")).status_code in (403, 404)
+    # no emergency, whatever the request says about the environment: row 5 alone
     forged = ((ENVIRONMENT, "urn:xsg:event:ais:emergency", B, ["true"]),
               (ENVIRONMENT, "urn:xsg:event:ais:emergency:keys", S, ["244000001"]))
-    r = ask(base, "captain2", "read-emergency", claims=forged)
-    assert r.status_code == 403, r.text
-    start = make_records(100, 1, speed=35.0, only=EMERGENCY_SHIP)
-    ingest(base, start)  # it begins
-    opened = []
-    assert wait_for(lambda: opened.append(ask(base, "captain2", "read-emergency"))
-                    or opened[-1].status_code == 201, 20, 0.3), opened[-1].text
-    doc = opened[-1].json()
-    assert "`mmsi` = 244000011" in doc["sql"]
-    # during the emergency: still a captain's view only
-    assert ask(base, "shipco", "read-emergency").status_code == 403
+    r = ask(base, "captain2", "read", claims=forged)
+    assert r.status_code == 201, r.text
+    assert "union of" not in r.json()["sql"] and "244000001" not in r.json()["sql"]
+    before = Reader(r.json()["handle"], "captain2").start()
+    assert explain(base, "shipco", "read").json()["sql"].count("DISTANCE_TO") == 0
+    ingest(base, make_records(100, 1, speed=35.0, only=EMERGENCY_SHIP))  # it begins
+    # the captain's grants changed (row 6 applies now): the handle is revoked, at once
+    assert before.done.wait(20), before.lines
+    assert before.lines[-1]["event"] == "revoked"
+    r = ask(base, "captain2", "read")
+    assert r.status_code == 201, r.text
+    doc = r.json()
+    assert "union of 2 grants" in doc["sql"] and "`mmsi` = 244000011" in doc["sql"]
+    assert len(doc["plan"]["union"]) == 2
+    assert ask(base, "captain2", "read").json()["id"] == doc["id"]  # one window: the same
     reader = Reader(doc["handle"], "captain2").start()
-    later = make_records(101, 4)  # every ship reports; the one in emergency keeps racing
-    for r in later:
-        if r["mmsi"] == EMERGENCY_SHIP:
-            r["speed"] = 35.0
+    # the captain's own ship reports first (its position is the anchor of row 5), with the
+    # ship in emergency, still racing; then every ship
+    anchor = make_records(101, 1, speed=35.0, only=EMERGENCY_SHIP)
+    anchor.insert(0, make_records(101, 1, only=244000002)[0])
+    later = make_records(102, 3)
+    for rec in later:
+        if rec["mmsi"] == EMERGENCY_SHIP:
+            rec["speed"] = 35.0
+    ingest(base, anchor)
     ingest(base, later)
     last_match = time.monotonic()
-    keys = {r["mmsi"] for r in start + later if r["speed"] >= 30}  # the event's brute force
-    want = [r for r in later if r["mmsi"] in keys]
-    assert keys == {EMERGENCY_SHIP} and 0 < len(want) < len(later)
-    assert wait_for(lambda: len(reader.rows) >= len(want), 20), reader.lines
-    assert reader.rows[:len(want)] == want  # every attribute, only the ship in emergency
-    assert reader.done.wait(HOLD + 12), reader.lines  # the event closes: the grant ends
+    keys = {EMERGENCY_SHIP}
+    later = anchor[1:] + later
+    anchor = anchor[:1]
+    want = union_rows(anchor, later, keys)
+    assert any(len(w) == 3 for w in want) and any(len(w) == len(SCHEMA) for w in want)
+    assert len(want) < len(later)
+    anchor_row = {"mmsi": 244000002, "lat": anchor[0]["lat"], "lon": anchor[0]["lon"]}
+
+    def got():  # the anchor's own report depends on what the stream knew before: left out
+        return [row for row in reader.rows if row != anchor_row]
+    assert wait_for(lambda: len(got()) >= len(want), 20), (len(got()), len(want), reader.lines)
+    assert got()[:len(want)] == want
+    assert reader.done.wait(HOLD + 12), reader.lines  # the event closes: row 6 no longer
     assert reader.lines[-1]["event"] == "revoked"
-    assert reader.rows == want
+    assert got() == want
     took = reader.final_at - last_match
-    assert HOLD - 0.5 <= took <= HOLD + 6, took  # on time: the hold, a batch and a tick
-    assert ask(base, "captain2", "read-emergency", claims=forged).status_code == 403
+    assert HOLD - 0.5 <= took <= HOLD + 10, took  # on time: the hold, a batch and a tick
+    r = ask(base, "captain2", "read", claims=forged)
+    assert r.status_code == 201 and "union of" not in r.json()["sql"], r.text
+    assert requests.delete(r.json()["handle"], headers=auth("captain2"),
+                           timeout=30).status_code in (200, 204)
+
+
+# -- row 3: routes only through the join ----------------------------------------------------------
+
+ROUTES_POLICY = POLICY.parents[1] / "joins" / "routes-policy.xml"
+JOIN_REQUEST = POLICY.parents[1] / "joins" / "port-authority-join-request.xml"
+LEGS = ("Los Angeles", "naval-base", "Busan", "Los Angeles")
+
+
+def route_reports(ais: list[dict]) -> list[dict]:
+    """A route report 4 s after some AIS reports of each ship: legs and free loads varied."""
+    out = []
+    for n, r in enumerate(ais):
+        if n % 3:
+            continue
+        out.append({"mmsi": r["mmsi"], "next_leg": LEGS[(r["mmsi"] + n) % 4],
+                    "free_load": (n * 7) % 25, "eta": iso(T0 + 86400 + n),
+                    "consignee": f"client-{n}", "ts": iso(epoch(r["ts"]) + 4)})
+    return out
+
+
+def expected_join(ais: list[dict], routes: list[dict], within: float) -> list[tuple]:
+    """Row 1 (port waters) and the grant's polygon on AIS; the routes policy (no naval leg, no
+    consignee) and the consumer's filter on routes; equal mmsi, at most `within` s apart."""
+    left = [{k: r[k] for k in ("mmsi", "shipname", "lat", "lon", "ts")} for r in ais
+            if inside(r["lat"], r["lon"], BOUNDS)]
+    right = [{k: r[k] for k in ("mmsi", "next_leg", "free_load", "eta", "ts")} for r in routes
+             if r["next_leg"] != "naval-base" and r["next_leg"] == "Los Angeles"
+             and r["free_load"] >= 10]
+    out = []
+    for a in left:
+        for b in right:
+            if a["mmsi"] == b["mmsi"] and abs(epoch(a["ts"]) - epoch(b["ts"])) <= within:
+                row = {**{f"ais.{k}": v for k, v in a.items()},
+                       **{f"routes.{k}": v for k, v in b.items()}}
+                out.append(tuple(sorted(row.items())))
+    return sorted(out)
+
+
+@pytest.mark.timeout(150)
+def test_row_3_routes_only_through_the_join_equal_to_a_brute_force_join(table2):
+    base = table2
+    routes_schema = next(s for s in json.loads((POLICY.parents[1] / "streams.json").read_text())
+                         if s["name"] == "routes")
+    r = requests.post(f"{base}/streams", headers=auth("nea"), timeout=30, json={
+        "name": "routes", "time_attribute": "ts", "source": {"kind": "ingest"},
+        "schema": routes_schema["schema"]})
+    assert r.status_code in (201, 409), r.text
+    r = requests.post(f"{base}/policies", data=ROUTES_POLICY.read_bytes(), timeout=30,
+                      headers=auth("nea", **{"Content-Type": XML}))
+    assert r.status_code == 201, r.text
+    try:
+        # routes alone: refused, even claiming to be a join's side
+        alone = request_body("read").replace(b">ais<", b">routes<")
+        claimed = alone.replace(b"</Attributes>\n      <Attributes Category=\"urn:oasis:names:"
+                                b"tc:xacml:3.0:attribute-category:action\">",
+                                b'<Attribute AttributeId="urn:xsg:resource:join-with" '
+                                b'IncludeInResult="false"><AttributeValue DataType="'
+                                + S.encode() + b'">ais</AttributeValue></Attribute></Attributes>'
+                                b'\n      <Attributes Category="urn:oasis:names:tc:xacml:3.0:'
+                                b'attribute-category:action">', 1)
+        assert b"join-with" in claimed
+        for body in (alone, claimed):
+            r = requests.post(f"{base}/requests", data=body, timeout=30,
+                              headers=auth("mpa", **{"Content-Type": XML}))
+            assert r.status_code == 403, r.text
+        # the join: granted, with the grant's condition in its plan
+        r = requests.post(f"{base}/requests", data=JOIN_REQUEST.read_bytes(), timeout=60,
+                          headers=auth("mpa", **{"Content-Type": XML}))
+        assert r.status_code == 201, r.text
+        doc = r.json()
+        assert doc["plan"]["streams"] == ["ais", "routes"] and doc["plan"]["join"]["within"] == 60
+        assert "routes.consignee" not in doc["plan"]["output"]
+        assert "WITHIN_POLYGON" in doc["sql"]
+        reader = Reader(doc["handle"], "mpa").start()
+        ais, routes = [], []
+        for k in range(15, 27, 3):  # both streams in event-time order, chunk by chunk
+            chunk = make_records(k, 3)
+            ais += chunk
+            routes += route_reports(chunk)
+            ingest(base, chunk)
+            r = requests.post(f"{base}/streams/routes/records", timeout=30,
+                              data="".join(json.dumps(x) + "\n" for x in route_reports(chunk)),
+                              headers=auth("nea", **{"Content-Type": "application/x-ndjson"}))
+            assert r.status_code == 201, r.text
+            time.sleep(0.4)
+        want = expected_join(ais, routes, 60)
+        assert 5 <= len(want) < len(routes)
+        got = reader.wait_rows(len(want), timeout=90)
+        time.sleep(1.0)
+        got = sorted(tuple(sorted(row.items())) for row in reader.rows)
+        assert got == want
+        assert requests.delete(doc["handle"], headers=auth("mpa"), timeout=30).status_code \
+            in (200, 204)
+    finally:
+        requests.delete(f"{base}/policies/urn:xsg:example:joins:routes-policy",
+                        headers=auth("nea"), timeout=30)
 
 
 # -- masks: the other ships' traffic, generalised ---------------------------------------------

@@ -41,6 +41,7 @@ def test_seeded_policies_are_listed(gateway):
     ids = [p["id"] for p in r.get_json()]
     assert ids == sorted(["urn:xsg:example:ais:port-authority-policy",
                           "urn:xsg:example:joins:routes-policy",
+                          "urn:xsg:example:mls:position-policy",
                           "urn:xsg:example:mls:vitals-policy", WEATHER_ID])
     assert {p["owner"] for p in r.get_json()} == {"xsg-seed"}
 
@@ -52,7 +53,7 @@ def test_add_show_update_delete_take_effect_at_once(gateway):
 
     r = post_policy(gateway, simple_policy(pid, resource="rain", subject="other"))
     assert r.status_code == 201, r.data
-    assert r.get_json() == {"id": pid, "version": "1.0", "store_version": 5, "warnings": [],
+    assert r.get_json() == {"id": pid, "version": "1.0", "store_version": 6, "warnings": [],
                             # what it grants, in one line (pep/http/rules.py)
                             "summary": "rain: other (any action) gets every attribute",
                             "form": "rule"}
@@ -64,7 +65,7 @@ def test_add_show_update_delete_take_effect_at_once(gateway):
     r = gateway.client.get(f"/policies/{quote(pid, safe='')}", headers=bearer("nea"))
     assert r.status_code == 200 and r.mimetype == XML
     assert r.data == simple_policy(pid, resource="rain", subject="other")
-    assert r.headers["X-Store-Version"] == "5"
+    assert r.headers["X-Store-Version"] == "6"
 
     r = put_policy(gateway, pid, simple_policy(pid, resource="rain", subject="other",
                                                effect="Deny", version="2.0"))
@@ -77,7 +78,7 @@ def test_add_show_update_delete_take_effect_at_once(gateway):
     assert [h["version"] for h in r.get_json()] == ["1.0", "2.0"]
     r = gateway.client.get(f"/policies/{quote(pid, safe='')}?version=1.0", headers=bearer("nea"))
     assert b'Effect="Permit"' in r.data
-    r = gateway.client.get(f"/policies/{quote(pid, safe='')}?store_version=5", headers=bearer("nea"))
+    r = gateway.client.get(f"/policies/{quote(pid, safe='')}?store_version=6", headers=bearer("nea"))
     assert b'Version="1.0"' in r.data
     r = gateway.client.get(f"/policies/{quote(pid, safe='')}?store_version=x", headers=bearer("nea"))
     assert r.status_code == 400
@@ -205,7 +206,8 @@ def test_restart_keeps_policies_and_does_not_reseed(tmp_path):
         assert again.seeded == []  # not empty: the deletion of a seeded policy survives
         assert sorted(again.policies.engine.policies) == [
             "urn:test:kept", "urn:xsg:example:ais:port-authority-policy",
-            "urn:xsg:example:joins:routes-policy", "urn:xsg:example:mls:vitals-policy"]
-        assert again.store.store_version() == 6
+            "urn:xsg:example:joins:routes-policy", "urn:xsg:example:mls:position-policy",
+            "urn:xsg:example:mls:vitals-policy"]
+        assert again.store.store_version() == 7
     finally:
         again.close()

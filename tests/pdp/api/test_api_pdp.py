@@ -16,7 +16,7 @@ def test_health_needs_no_token(gateway):
     r = gateway.client.get("/health")
     assert r.status_code == 200
     body = r.get_json()
-    assert body["status"] == "ready" and body["policies"] == 4 and body["store_version"] == 4
+    assert body["status"] == "ready" and body["policies"] == 5 and body["store_version"] == 5
 
 
 def test_health_503_when_engine_not_loaded(gateway):

@@ -29,7 +29,7 @@ def test_every_policy_file_loads_on_its_own():
     files = policy_files(POLICIES)
     assert {f.relative_to(POLICIES).as_posix() for f in files} == {
         "weather/nea-weather-policy.xml", "ais/port-authority-policy.xml", "mls/vitals-policy.xml",
-        "joins/routes-policy.xml"}
+        "joins/routes-policy.xml", "mls/position-policy.xml"}
     for f in files:
         info = inspect_policy(PolicySource(str(f), f.read_bytes()))
         assert info.id.startswith("urn:xsg:example:") and info.version == "1.0"
@@ -38,7 +38,7 @@ def test_every_policy_file_loads_on_its_own():
 def test_every_xml_file_is_well_formed_and_requests_parse():
     requests = [p for p in POLICIES.rglob("*") if p.suffix in (".xml", ".json")
                 and p not in policy_files(POLICIES) and p.name != "streams.json"]
-    assert len(requests) == 12
+    assert len(requests) == 15
     for p in requests:
         parse_request(p.read_bytes(), JSON if p.suffix == ".json" else XML)
 
@@ -132,23 +132,46 @@ def test_ais_ship_company_and_captain(engine):
     assert captain.obligations[0].values("stream-filter-condition-id") == [
         "DISTANCE_TO(lat, lon, mmsi, {subject:ship-mmsi}) <= 370400"]
     assert captain.obligations[1].values("stream-map-attribute-id") == ["mmsi", "lon", "lat"]
-    # the emergency view only while the gateway says the event is open (offline: never)
-    assert decide(engine, "ais/ship-captain-emergency-request.xml").decision is Decision.DENY
+    # the emergency view (row 6, the same action) only while the gateway says the event is
+    # open: offline never, so the captain's read is row 5's grant alone
+    assert [g.rule_id for g in captain.rule_grants()] == [
+        "urn:xsg:example:ais:captain-sees-nearby-positions"]
+    from pdp.request import bind_environment
+    body = (POLICIES / "ais/ship-captain-request.xml").read_bytes()
+    during = engine.decide(bind_environment(parse_request(body, XML), [
+        ("urn:xsg:event:ais:emergency", "http://www.w3.org/2001/XMLSchema#boolean", ["true"]),
+        ("urn:xsg:event:ais:emergency:keys", "http://www.w3.org/2001/XMLSchema#string",
+         ["244000011"])])).results[0]
+    assert during.decision is Decision.PERMIT
+    assert [g.rule_id for g in during.rule_grants()] == [
+        "urn:xsg:example:ais:captain-sees-nearby-positions",
+        "urn:xsg:example:ais:captain-sees-emergencies"]
+    assert [o.id for o in during.rule_grants()[1].obligations] == [
+        "exacml:obligation:stream-filter"]
 
 
 def test_port_authority_join_both_sides(engine):
     """The join request decides `ais`; its second side, `routes`, is the same request with the
-    resource-id replaced (pep.core.access): both are Permit for the port authority."""
+    resource-id replaced and `join-with` ais (pep.core.access): both are Permit for the port
+    authority, and routes only in that join (Table 2, row 3: a join privilege)."""
+    from pdp.request import bind_join
     path = POLICIES / "joins" / "port-authority-join-request.xml"
     first = engine.decide(parse_request(path.read_bytes(), XML)).results[0]
     assert first.decision is Decision.PERMIT
     second_body = path.read_bytes().replace(b">ais</AttributeValue>", b">routes</AttributeValue>")
-    second = engine.decide(parse_request(second_body, XML)).results[0]
+    assert engine.decide(parse_request(second_body, XML)).results[0].decision is Decision.DENY
+    second = engine.decide(bind_join(parse_request(second_body, XML), "ais")).results[0]
     assert second.decision is Decision.PERMIT
     assert second.obligations[1].values("stream-map-attribute-id") == [
         "mmsi", "next_leg", "free_load", "eta", "ts"]
+    join = second.obligations[2]
+    assert join.id == "exacml:obligation:stream-join"
+    assert join.values("stream-join-stream-id") == ["ais"]
+    assert engine.decide(bind_join(parse_request(second_body, XML), "weather")).results[0] \
+        .decision is Decision.DENY
     captain = second_body.replace(b">port-authority<", b">ship-captain<")
-    assert engine.decide(parse_request(captain, XML)).results[0].decision is Decision.DENY
+    assert engine.decide(bind_join(parse_request(captain, XML), "ais")).results[0].decision \
+        is Decision.DENY
 
 
 def test_mls_no_read_up(engine):

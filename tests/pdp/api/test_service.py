@@ -143,7 +143,7 @@ def test_seed_is_all_or_nothing_and_only_into_an_empty_store(tmp_path):
         seed_store(store, bad, owner="seed")
     assert "broken.xml" in str(err.value)
     assert store.is_empty()
-    assert len(seed_store(store, POLICIES, owner="seed")) == 4
+    assert len(seed_store(store, POLICIES, owner="seed")) == 5
     assert seed_store(store, POLICIES, owner="seed") == []
     store.close()
 

@@ -59,7 +59,7 @@ def test_the_example_policies_are_summarised_or_said_to_be_custom():
     assert ais["form"] == "xacml"
     assert ("role port-authority (aggregate) gets count(mmsi) per time window of 600 s every "
             "600 s, by shiptype, of tuples where DISTANCE(") in ais["summary"]
-    assert "role ship-captain (read-emergency) gets every attribute where mmsi IN " \
+    assert "role ship-captain (read, subscribe) gets every attribute where mmsi IN " \
         "{environment:urn:xsg:event:ais:emergency:keys}, while emergency is open" in ais["summary"]
     # a Condition on roles it does not read: custom, with its stream
     assert describe_policy((POLICIES / "mls" / "vitals-policy.xml").read_bytes()) == \

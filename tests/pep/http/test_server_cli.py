@@ -127,7 +127,7 @@ def test_cli_policy_commands_against_the_server(live, capsys, tmp_path):
     new.write_bytes(simple_policy("urn:test:rain", "rain", "other"))
 
     code, out, _ = run_cli(capsys, *common, "add", str(new))
-    assert code == 0 and "added urn:test:rain version 1.0 (store version 5)" in out
+    assert code == 0 and "added urn:test:rain version 1.0 (store version 6)" in out
     code, out, _ = run_cli(capsys, *common, "list")
     assert code == 0 and "urn:test:rain" in out and WEATHER_ID in out
     code, out, _ = run_cli(capsys, *common, "list", "--json")
@@ -248,7 +248,7 @@ def test_xsg_serve_embedded_defaults_and_graceful_stop(tmp_path):
             proc.wait(timeout=30)
             pytest.fail("no banner:\n" + "\n".join(lines) + "\n--- stderr ---\n"
                         + err_path.read_text(errors="replace")[-5000:])
-        assert "4 policies loaded (4 seeded" in "\n".join(lines)
+        assert "5 policies loaded (5 seeded" in "\n".join(lines)
         # the banner names each subject's roles as the PDP sees them, and who may administer
         assert roles["nea"] == "roles: data-owner  + admin"
         assert roles["lta"] == "roles: consumer"
@@ -258,7 +258,7 @@ def test_xsg_serve_embedded_defaults_and_graceful_stop(tmp_path):
         assert (tmp_path / "data" / "policies.db").exists()
         r = requests.get(f"{url}/policies", headers={"Authorization": f"Bearer {tokens['nea']}"},
                          timeout=5)
-        assert r.status_code == 200 and len(r.json()) == 4
+        assert r.status_code == 200 and len(r.json()) == 5
         r = requests.post(f"{url}/pdp", data=LTA_REQUEST_XML.read_bytes(), timeout=5,
                           headers={"Authorization": f"Bearer {tokens['lta']}", "Content-Type": XML})
         assert b"Permit" in r.content

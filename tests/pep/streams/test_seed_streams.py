@@ -13,7 +13,8 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "policies" / "streams.json"
 def test_examples_seed_an_empty_catalogue_once(tmp_path):
     catalog = StreamCatalog(tmp_path / "streams.db", tmp_path)
     try:
-        assert seed_streams(catalog, EXAMPLES) == ["weather", "ais", "vitals", "routes"]
+        assert seed_streams(catalog, EXAMPLES) == ["weather", "ais", "vitals", "routes",
+                                                  "position"]
         weather = catalog.get("weather")
         assert weather.owner == "nea" and weather.source.kind == "ingest"
         assert weather.schema == WEATHER_SCHEMA  # the API-fed stream has the generator's schema
@@ -21,7 +22,10 @@ def test_examples_seed_an_empty_catalogue_once(tmp_path):
         assert catalog.get("ais").source.kind == "generator"
         # a catalogue that already holds streams is left alone (owners' changes survive restarts)
         assert seed_streams(catalog, EXAMPLES) == []
-        assert len(catalog.all()) == 4
+        assert len(catalog.all()) == 5
+        assert catalog.combining("ais") == "union"
+        level = catalog.get("position").schema.lookup("level")
+        assert level.type == "label" and level.lattice.categories == ("nuclear", "crypto", "army")
     finally:
         catalog.close()
 

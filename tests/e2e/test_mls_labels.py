@@ -1,0 +1,164 @@
+"""Multilevel labels end to end on Spark (policies/mls/position-policy.xml): a stream whose
+`level` attribute is a label on U < C < S < TS with categories, analysts reading at their
+clearance or a session they choose below it, and windows labelled with the least upper bound of
+their tuples, delivered only to a session that dominates it; every row and window against a
+brute-force reading of the lattice (pep.core.labels)."""
+from __future__ import annotations
+
+import json
+import random
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import requests
+
+from pep.core.labels import lub
+from pep.streams.definition import parse_schema
+from tests.e2e.conftest import Reader, auth
+from tests.pep.conftest import TOKENS
+
+POLICIES = Path(__file__).resolve().parents[2] / "policies"
+POSITION = next(s for s in json.loads((POLICIES / "streams.json").read_text())
+                if s["name"] == "position")
+LATTICE = parse_schema(POSITION["schema"]).lookup("level").lattice
+XML = "application/xacml+xml"
+T0 = 1_714_550_400  # a multiple of 60
+SUBJECTS = {"analyst-s": "S:{nuclear,crypto}", "analyst-sess": "S:{nuclear,crypto}",
+            "analyst-w": "S:{nuclear,crypto}", "analyst-cw": "C"}
+CLEAN = ["U", "C", "C:{nuclear}", "S:{crypto}", "S:{nuclear,crypto}", "U:{crypto}"]
+ANY = CLEAN + ["TS", "S:{army}", "TS:{nuclear,crypto,army}", "C:{army}"]
+
+
+def iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def records() -> list[dict]:
+    """Three minutes of reports: the first and the last only of labels an S:{nuclear,crypto}
+    session dominates, the second with some above it (TS, army)."""
+    rng = random.Random(27)
+    out = []
+    for i in range(180):
+        pool = ANY if 60 <= i < 120 else CLEAN
+        out.append({"sid": 100 + i % 9, "lat": round(rng.uniform(-5, 5), 4),
+                    "lon": round(rng.uniform(100, 110), 4), "level": rng.choice(pool),
+                    "ts": iso(T0 + i)})
+    return out
+
+
+def request(action: str, session: str | None = None) -> bytes:
+    body = (POLICIES / "mls" / ("analyst-request.xml" if action == "read"
+                                else "analyst-count-request.xml")).read_bytes()
+    if session is not None:
+        body = (POLICIES / "mls" / "analyst-session-request.xml").read_bytes() \
+            .replace(b"C:{nuclear}", session.encode())
+    return body
+
+
+def ask(base: str, who: str, body: bytes):
+    return requests.post(f"{base}/requests", data=body, timeout=60,
+                         headers=auth(who, **{"Content-Type": XML}))
+
+
+@pytest.fixture(scope="module")
+def mls(gateway):
+    base = gateway.url
+    auth_file = Path(gateway.services.config.effective_auth_file)
+    original = auth_file.read_bytes()
+    entries = json.loads(original)
+    for subject, clearance in SUBJECTS.items():
+        TOKENS[subject] = f"tok-{subject}-0123456789"
+        entries.append({"token": TOKENS[subject], "subject": subject, "roles": ["analyst"],
+                        "admin": False, "attributes": {"clearance": clearance}})
+    auth_file.write_text(json.dumps(entries))
+    try:
+        deadline = time.monotonic() + 15
+        while requests.get(f"{base}/streams", headers=auth("analyst-cw"),
+                           timeout=10).status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        r = requests.post(f"{base}/streams", headers=auth("nea"), timeout=30, json={
+            k: POSITION[k] for k in ("name", "time_attribute", "source", "schema")})
+        assert r.status_code == 201, r.text
+        assert r.json()["schema"][3]["categories"] == ["nuclear", "crypto", "army"]
+        policy = POLICIES / "mls" / "position-policy.xml"
+        r = requests.post(f"{base}/policies", data=policy.read_bytes(), timeout=30,
+                          headers=auth("nea", **{"Content-Type": XML}))
+        assert r.status_code == 201, r.text
+        yield base
+    finally:
+        requests.delete(f"{base}/policies/urn:xsg:example:mls:position-policy",
+                        headers=auth("nea"), timeout=30)
+        auth_file.write_bytes(original)
+        for subject in SUBJECTS:
+            TOKENS.pop(subject, None)
+
+
+def dominated(text: str, session: str) -> bool:
+    return LATTICE.parse(text).dominated_by(LATTICE.parse(session))
+
+
+def expected_windows(recs: list[dict], session: str) -> list[dict]:
+    """60 s windows, at least 3 reports (time windows' default), closed by the latest event
+    time, with their lub, delivered when the session dominates it."""
+    watermark = max(T0 + i for i in range(len(recs)))
+    out = []
+    for k in range(3):
+        start, end = T0 + 60 * k, T0 + 60 * (k + 1)
+        if end > watermark:
+            continue
+        inside = recs[60 * k:60 * (k + 1)]
+        top = lub(LATTICE.parse(r["level"]) for r in inside)
+        if len(inside) >= 3 and top.dominated_by(LATTICE.parse(session)):
+            out.append({"window_start": iso(start), "window_end": iso(end),
+                        "count_sid": len(inside), "lub_level": str(top)})
+    return out
+
+
+@pytest.mark.timeout(150)
+def test_analysts_read_at_their_session_and_windows_are_labelled(mls):
+    base = mls
+    # ingest refuses what is no label of the lattice, naming line and field
+    r = requests.post(f"{base}/streams/position/records", timeout=30,
+                      data=b'{"sid": 1, "lat": 0, "lon": 0, "level": "S:{spy}", "ts": "'
+                      + iso(T0).encode() + b'"}\n',
+                      headers=auth("nea", **{"Content-Type": "application/x-ndjson"}))
+    assert r.status_code == 400 and "level" in r.text and "spy" in r.text, r.text
+    # no read up: a session above the clearance
+    r = ask(base, "analyst-s", request("read", "TS:{nuclear}"))
+    assert r.status_code == 403 and "clearance" in r.text, r.text
+    handles = {}
+    for who, body in (("analyst-s", request("read")),
+                      ("analyst-sess", request("read", "C:{nuclear}")),
+                      ("analyst-w", request("aggregate")),
+                      ("analyst-cw", request("aggregate"))):
+        r = ask(base, who, body)
+        assert r.status_code == 201, (who, r.text)
+        handles[who] = Reader(r.json()["handle"], who).start()
+    recs = records()
+    for n in range(0, 180, 60):
+        body = "".join(json.dumps(x) + "\n" for x in recs[n:n + 60])
+        r = requests.post(f"{base}/streams/position/records", data=body, timeout=30,
+                          headers=auth("nea", **{"Content-Type": "application/x-ndjson"}))
+        assert r.status_code == 201, r.text
+        time.sleep(0.3)
+    want = {
+        "analyst-s": [r for r in recs if dominated(r["level"], "S:{nuclear,crypto}")],
+        "analyst-sess": [r for r in recs if dominated(r["level"], "C:{nuclear}")],
+        "analyst-w": expected_windows(recs, "S:{nuclear,crypto}"),
+        "analyst-cw": expected_windows(recs, "C"),
+    }
+    assert 0 < len(want["analyst-sess"]) < len(want["analyst-s"]) < len(recs)
+    assert len(want["analyst-w"]) == 1 and want["analyst-cw"] == []  # the middle one is TS
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(
+            len(handles[w].rows) >= len(want[w]) for w in want):
+        time.sleep(0.1)
+    time.sleep(1.0)
+    for who in ("analyst-s", "analyst-sess"):
+        assert handles[who].rows == want[who], who
+    assert handles["analyst-w"].rows == want["analyst-w"]
+    assert handles["analyst-cw"].rows == []
+    for who, reader in handles.items():
+        assert requests.delete(reader.url, headers=auth(who), timeout=30).status_code in (200, 204)
