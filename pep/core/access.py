@@ -274,6 +274,17 @@ class _Decided:
         return self.alternatives[0].policy
 
 
+def _masks_of(decided: _Decided) -> dict:
+    """The masks a consumer's query is read against: the grant's; under the union mode, each
+    attribute's mask from the first grant that masks it (a masked grant is never united with
+    another: `pep.core.union`)."""
+    masks: dict = {}
+    for alt in decided.alternatives:
+        for name, mask in policy_masks(alt.policy).items():
+            masks.setdefault(name, mask)
+    return masks
+
+
 def _decide(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: str,
             gateway_environment: EnvironmentAttributes, join: str | None = None,
             partner: str | None = None, mode: str = INTERSECTION,
@@ -398,7 +409,7 @@ def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: 
     query = _user_query(ctx, user_query, user_query_type)
     try:
         try:
-            user = (user_graph(query, stream, schema, policy_masks(policy))
+            user = (user_graph(query, stream, schema, _masks_of(decided))
                     if query is not None else None)
         except UserQueryError as exc:
             raise InvalidInput(f"user query: {exc.message}", position=exc.position) from None
@@ -473,7 +484,7 @@ def _plan_join(engine, ctx, decided: _Decided, stream: str, schema: StreamSchema
             second_alt, second_joins = _one_alternative(second_decided, second)
             try:
                 second_user = user_graph(join.side, second, second_schema,
-                                         policy_masks(second_policy))
+                                         policy_masks(second_alt.policy))
             except UserQueryError as exc:
                 raise InvalidInput(f"user query (join): {exc.message}",
                                    position=exc.position) from None
