@@ -212,10 +212,13 @@ class PrivacyBudgetExceeded(NotPermitted):
 
 
 def private_window(plan: AnyPlan) -> Any:
-    """The window of a single-stream plan, when it is differentially private."""
-    if isinstance(plan, JoinPlan) or plan.window is None or plan.window.privacy is None:
+    """The window of a single-stream plan, when it is differentially private. A union of grants
+    never holds a private one (`pep.core.union` refuses it), nor does a join (refused when
+    planned; `HandleService` checks a stored one's sides again)."""
+    window = getattr(plan, "window", None)  # a JoinPlan or a UnionPlan has none
+    if isinstance(plan, JoinPlan) or window is None or window.privacy is None:
         return None
-    return plan.window
+    return window
 
 
 class PrivacyGuard:
