@@ -334,9 +334,10 @@ def _label_bounds(definition: StreamDefinition, bounds: tuple[tuple[str, str], .
     labels (`pep.runtime.windows` does the same for a stream read alone), in Spark, before the
     join. That suffices for a joined row: its label is the lub of its two sides' labels, and
     when the reader's session S dominates both A and B it dominates lub(A, B), since the lub is
-    the least of the labels that dominate both. A plain side needs no bound (its policy's filter
-    `level DOMINATED_BY {subject:session}` keeps only dominated tuples), so a joined row whose
-    sides each passed the session passed it too; no further bound is applied to the join."""
+    the least of the labels that dominate both. A plain side has no window to bound: its
+    policy's filter (`level DOMINATED_BY {subject:session}`) keeps only dominated tuples. So a
+    joined row whose two sides each passed the session passes it too, and no further bound is
+    applied to the joined rows."""
     out = []
     for attribute, text in bounds:
         lattice = _lattice(definition, attribute)
