@@ -20,7 +20,11 @@ sides and the join part of the query and gives the `JoinPlan`, or refuses:
   one of the side's outputs like any attribute of the condition; a windowed side's time is its
   window_end. `within` is required unless both sides are windowed (then it defaults to 0);
 - the output holds both sides' outputs named `<stream>.<output>`; a stream joined with itself is
-  refused (two windows over one stream in one query is what the one-window rule forbids).
+  refused (two windows over one stream in one query is what the one-window rule forbids);
+- security labels (MLS): a windowed side's `lub` aggregate and its window's label bound run in
+  the join's side as in a stream read alone (a side window whose lub the bound does not
+  dominate never reaches the join); when both sides show one label over the same lattice, each
+  row also carries `label`, the least upper bound of the two (`joined_label`).
 
 Why this cannot leak what either policy hides: every row of a side is a row the consumer would
 get from that stream alone (the same merged plan, policy filter before any window), the join
@@ -52,6 +56,7 @@ from pep.core.exact import micros_from_iso
 from pep.core.explain import graph_to_json, plan_to_json, quote_identifier, render_sql
 from pep.core.conditions import format_literal
 from pep.core.graph import QueryGraph
+from pep.core.labels import LabelError, Lattice
 from pep.core.masks import parse_mask
 from pep.core.merge import MergeResult, QueryInvalid, QueryRefused
 from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema
@@ -157,10 +162,77 @@ def _output_source(plan: ExecutionPlan, name: str) -> str | None:
     return None
 
 
+JOINED_LABEL = "label"  # a joined row's label (no side's output: those are `<stream>.<name>`)
+
+
 def join_output(plan: JoinPlan) -> tuple[str, ...]:
-    """A result row's attribute names: both sides' outputs, `<stream>.<output>`."""
+    """A result row's attribute names: both sides' outputs, `<stream>.<output>`, then `label`
+    when the join labels its rows (`joined_label`)."""
     return (tuple(plan.output_name("left", n) for n in output_names(plan.left))
-            + tuple(plan.output_name("right", n) for n in output_names(plan.right)))
+            + tuple(plan.output_name("right", n) for n in output_names(plan.right))
+            + ((JOINED_LABEL,) if plan.label is not None else ()))
+
+
+# -- security labels (MLS) ------------------------------------------------------------------------
+
+def label_lattice(plan: ExecutionPlan, schema: StreamSchema, output: str) -> Lattice | None:
+    """The lattice of a side's output when it is a security label: a plain side's label
+    attribute, a windowed side's label key or `lub_<attr>`; None otherwise (a masked attribute's
+    output is no label)."""
+    w = plan.window
+    source = None
+    if w is None or output in w.keys:
+        source = output if w is not None or output in plan.projection else None
+    else:
+        source = next((a.attribute for a in w.aggregates
+                       if a.output_name == output and a.function == "lub"), None)
+    field = schema.lookup(source) if source is not None else None
+    if field is None or field.type != "label" or field.name in dict(plan.masks):
+        return None
+    return field.lattice
+
+
+def joined_label(left: JoinSide, right: JoinSide) -> tuple[str, str] | None:
+    """The two sides' outputs whose least upper bound labels each joined row, or None.
+
+    A joined row is labelled when each side shows exactly one label (a plain side its label
+    attribute, a windowed side its `lub_<attr>` or a label key) and both are over the same
+    lattice (the same levels and categories, in the same order): the row's `label` is then the
+    least upper bound of the two, what the paper gives the output of a binary operator. Over
+    different lattices (or with several labels on a side) no joined label is produced: two
+    lattices have no common order, so no least upper bound exists. A row's label needs no bound
+    of its own: each side's policy already keeps only what the reader's session dominates (a
+    plain side by its filter, a windowed side by its window's label bound), and a label that
+    dominates both sides' dominates their least upper bound."""
+    found = []
+    for side in (left, right):
+        labels = [(out, lattice) for out in output_names(side.plan)
+                  if (lattice := label_lattice(side.plan, side.schema, out)) is not None]
+        if len(labels) != 1:
+            return None
+        found.append(labels[0])
+    (lout, llat), (rout, rlat) = found
+    if (llat.levels, llat.categories) != (rlat.levels, rlat.categories):
+        return None
+    return (lout, rout)
+
+
+def _check_label_bounds(side: JoinSide) -> None:
+    """A windowed side's label bounds must name a label attribute and a label of its lattice
+    (the merge writes them so; a plan that does not is refused here, never run without them)."""
+    w = side.plan.window
+    for attribute, text in (w.label_bounds if w is not None else ()):
+        field = side.schema.lookup(attribute)
+        if field is None or field.type != "label" or field.lattice is None:
+            raise Unprocessable(f"stream {side.stream!r}: its window's label bound is on "
+                                f"{attribute!r}, which is no label attribute of the stream",
+                                stream=side.stream)
+        try:
+            field.lattice.parse(text)
+        except LabelError as exc:
+            raise Unprocessable(f"stream {side.stream!r}: its window's label bound on "
+                                f"{attribute!r} is no label of its lattice: {exc}",
+                                stream=side.stream) from None
 
 
 def _family(kind: str) -> str:
@@ -261,11 +333,7 @@ def build_join(left: JoinSide, right: JoinSide, query: JoinQuery) -> JoinResult:
     check_streams(left.stream, right.stream)
     for side in (left, right):
         _check_no_anchor(side)
-        w = side.plan.window
-        if w is not None and (w.label_bounds or any(a.function == "lub" for a in w.aggregates)):
-            raise Unprocessable(f"stream {side.stream!r}: a windowed side with security labels "
-                                "(a lub aggregate or a label bound) cannot be joined yet; read "
-                                "the stream on its own", stream=side.stream)
+        _check_label_bounds(side)
     left_time, right_time = _time_of(left), _time_of(right)
     lout, rout = side_outputs(left.plan, left.schema), side_outputs(right.plan, right.schema)
     pairs: list[tuple[str, str]] = []
@@ -283,7 +351,8 @@ def build_join(left: JoinSide, right: JoinSide, query: JoinQuery) -> JoinResult:
             raise QueryInvalid("a join with a plain (unwindowed) side needs 'within': how many "
                                "seconds apart two tuples may be to meet")
         within = 0.0
-    plan = JoinPlan(left.plan, right.plan, tuple(pairs), float(within), left_time, right_time)
+    plan = JoinPlan(left.plan, right.plan, tuple(pairs), float(within), left_time, right_time,
+                    joined_label(left, right))
 
     warnings: list[Warning] = []
     for side in (left, right):
@@ -514,6 +583,8 @@ def join_plan_to_json(plan: JoinPlan) -> dict:
             "on": [{"left": a, "right": b} for a, b in plan.on],
             "within": plan.within,
             "time": {"left": plan.left_time, "right": plan.right_time},
+            **({"label": {"left": plan.label[0], "right": plan.label[1],
+                          "output": JOINED_LABEL}} if plan.label is not None else {}),
         },
         "streams": list(plan.streams),
         "key": plan.key(),
@@ -544,6 +615,9 @@ def render_join_sql(plan: JoinPlan, left_schema: StreamSchema | None = None,
             for n in output_names(plan.left)]
     cols += [f"{rq}.{quote_identifier(n)} AS {quote_identifier(f'{rs}.{n}')}"
              for n in output_names(plan.right)]
+    if plan.label is not None:
+        cols.append(f"LUB({lq}.{quote_identifier(plan.label[0])}, "
+                    f"{rq}.{quote_identifier(plan.label[1])}) AS {JOINED_LABEL}")
     lines.append("SELECT " + ",\n       ".join(cols))
     lines.append(f"FROM {lq} JOIN {rq}")
     conditions = [f"{lq}.{quote_identifier(a)} = {rq}.{quote_identifier(b)}" for a, b in plan.on]
@@ -569,4 +643,4 @@ def join_graph_json(plan: JoinPlan, left: JoinSide, right: JoinSide) -> dict:
 
 __all__ = ["JoinSide", "JoinResult", "build_join", "check_streams", "analyse_join", "side_outputs",
            "output_names", "output_source", "join_output", "join_plan_to_json",
-           "render_join_sql", "join_graph_json"]
+           "render_join_sql", "join_graph_json", "joined_label", "label_lattice", "JOINED_LABEL"]

@@ -223,6 +223,9 @@ class JoinPlan:
     within: float  # seconds
     left_time: str  # the time attribute of a plain side, "window_end" of a windowed one
     right_time: str
+    # MLS: (left output, right output), the two sides' labels over one lattice; each result
+    # row then also carries `label`, their least upper bound (pep.core.join.joined_label)
+    label: tuple[str, str] | None = None
 
     @property
     def stream(self) -> str:
@@ -242,6 +245,8 @@ class JoinPlan:
                         "right": json.loads(self.right.canonical_json()),
                         "on": [list(pair) for pair in self.on], "within": float(self.within),
                         "left_time": self.left_time, "right_time": self.right_time}}
+        if self.label is not None:  # only then: the keys of unlabelled joins are unchanged
+            doc["join"]["label"] = list(self.label)
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
 
     def key(self) -> str:
@@ -304,7 +309,9 @@ def any_plan_from_json(data: str | dict) -> AnyPlan:
     return JoinPlan(left=plan_from_json(j["left"]), right=plan_from_json(j["right"]),
                     on=tuple((str(a), str(b)) for a, b in j["on"]),
                     within=float(j["within"]), left_time=j["left_time"],
-                    right_time=j["right_time"])
+                    right_time=j["right_time"],
+                    label=None if j.get("label") is None else
+                    (str(j["label"][0]), str(j["label"][1])))
 
 
 def plan_streams(plan: AnyPlan) -> tuple[str, ...]:

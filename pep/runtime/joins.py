@@ -17,9 +17,14 @@ can still be within `within` seconds of it, and a side's open windows once the w
 their end. So the join holds about (`within` + `lateness` + a micro-batch) seconds of each side,
 and a windowed side one window's partial aggregates per key.
 
-Output: one dict per joined pair, both sides' outputs named `<stream>.<output>`; timestamps as
-`YYYY-MM-DDTHH:MM:SS.ffffffZ` (as the shared runtime delivers them); delivered as one `RowBatch`
-per micro-batch, shared by the plan's handles.
+Security labels (MLS): a windowed side's `lub` and its window's label bounds run in the side's
+aggregation, in Spark (`_label_bounds` says why per-side bounds suffice for a joined row); when
+the plan names the sides' labels (`JoinPlan.label`), each joined row also carries `label`, the
+least upper bound of the two.
+
+Output: one dict per joined pair, both sides' outputs named `<stream>.<output>` (and `label`);
+timestamps as `YYYY-MM-DDTHH:MM:SS.ffffffZ` (as the shared runtime delivers them); delivered as
+one `RowBatch` per micro-batch, shared by the plan's handles.
 """
 from __future__ import annotations
 
@@ -40,10 +45,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pep.core.conditions import COMPARATORS
+from pep.core.join import JOINED_LABEL, label_lattice
+from pep.core.labels import LabelError, Lattice
 from pep.core.plan import AnyPredicate, ExecutionPlan, JoinPlan, SpatialPredicate, StreamDefinition
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import await_kafka_offsets
+from pep.runtime.labels import dominated_by, label_code, label_text, lub_code, lub_of
 from pep.runtime.compile import PlanError, compile_predicate, plan_masks
 from pep.runtime.mask_keys import MaskKeys
 from pep.core.masks import Mask
@@ -183,17 +191,22 @@ KEY_COLUMN = "_xsg_key"  # the owner's hash key, from a one-row table the side i
 
 def side_frame(spark: SparkSession, definition: StreamDefinition, plan: ExecutionPlan,
                time_output: str, prefix: str, lateness: float, max_files: int,
-               feed: Path | None = None, mask_key: Callable[[str], bytes] | None = None
-               ) -> tuple[DataFrame, list[_Output]]:
+               feed: Path | None = None, mask_key: Callable[[str], bytes] | None = None,
+               source: DataFrame | None = None) -> tuple[DataFrame, list[_Output]]:
     """The side's authorised view as a streaming DataFrame: columns `<prefix><i>` (its outputs,
     in order) and `<prefix>_t` (its time), watermarked; plus how to name its outputs.
 
     `feed`: for an `ingest` stream, the directory that receives the stream's batches written
     since the join opened (`StreamCatalog.open_feed`); read instead of the ingest directory,
-    whose files the stream's own query archives, and deleted once committed."""
+    whose files the stream's own query archives, and deleted once committed. `source`: a
+    DataFrame of the source's shape (the schema's columns and `_xsg_seq`) read instead of the
+    stream's source; a static one gives the same view as a batch (the tests' brute force runs
+    the very expressions a join runs)."""
     if plan.stream != definition.name:
         raise JoinPlanError(f"side plan is for stream {plan.stream!r}, not {definition.name!r}")
-    if feed is not None and definition.source.kind == "ingest":
+    if source is not None:
+        df = source
+    elif feed is not None and definition.source.kind == "ingest":
         options = dict(definition.source.options)
         options["path"] = str(feed)
         fed = replace(definition, source=replace(definition.source,
@@ -257,20 +270,42 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
     if not time_attribute:
         raise JoinPlanError(f"stream {definition.name!r}: a time window needs a time attribute")
     numeric_time = definition.schema.lookup(time_attribute).type != "timestamp"  # type: ignore
-    needed = list(dict.fromkeys([*w.keys, *(a.attribute for a in w.aggregates)]))
+    bounds = _label_bounds(definition, w.label_bounds)
+    needed = list(dict.fromkeys([*w.keys, *(a.attribute for a in w.aggregates),
+                                 *(a for a, _, _ in bounds)]))
     cols = [_time_column(definition, time_attribute).alias(time_col),
             F.col(SEQ_COLUMN).alias(seq_col)]
     cols += [F.col(f"`{n}`").alias(f"{prefix}a_{i}") for i, n in enumerate(needed)]
     inner = {n: f"{prefix}a_{i}" for i, n in enumerate(needed)}
+    lattices = {n: _lattice(definition, n) for n in needed}
+    # a label's code beside its text: its lub and its count read the code (a text that is no
+    # label of the lattice counts as absent, as in the shared runtime)
+    codes = {n: f"{prefix}k_{i}" for i, n in enumerate(needed) if lattices[n] is not None}
+    cols += [label_code(F.col(f"`{n}`"), lattices[n]).alias(codes[n]) for n in codes]
     df = df.select(*cols).withWatermark(time_col, _delay(lateness))
     order = F.struct(F.col(time_col), F.col(seq_col))
     window = F.window(F.col(time_col), f"{w.size} seconds", f"{w.step} seconds")
     aggs = [F.count(F.lit(1)).alias(f"{prefix}_n")]
     for j, agg in enumerate(w.aggregates):
+        if agg.attribute in codes and agg.function in ("lub", "count"):
+            code = F.col(codes[agg.attribute])
+            aggs.append((F.count(code) if agg.function == "count"
+                         else label_text(lub_code(F.max(code), F.bit_or(code)),
+                                         lattices[agg.attribute])).alias(f"{prefix}g_{j}"))
+            continue
+        if agg.function == "lub":
+            raise JoinPlanError(f"stream {definition.name!r}: lub is the aggregate of label "
+                                f"attributes; {agg.attribute!r} is none")
         aggs.append(_aggregate(agg.function, F.col(inner[agg.attribute]), order)
                     .alias(f"{prefix}g_{j}"))
+    for j, (attribute, _, _) in enumerate(bounds):  # the lub a bound reads, even if not shown
+        code = F.col(codes[attribute])
+        aggs.append(lub_code(F.max(code), F.bit_or(code)).alias(f"{prefix}b_{j}"))
     grouped = df.groupBy(window.alias(f"{prefix}_w"), *[F.col(inner[k]) for k in w.keys])
     grouped = grouped.agg(*aggs).filter(F.col(f"{prefix}_n") >= F.lit(int(w.min_count)))
+    for j, (_, _, bound) in enumerate(bounds):
+        lub = F.col(f"{prefix}b_{j}")  # a window without any label passes: nothing above
+        grouped = grouped.filter(lub.isNull() | dominated_by(lub, bound))
     win = F.col(f"{prefix}_w")
     cols = [F.window_time(win).alias(time_col)]
 
@@ -284,6 +319,38 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
         cols.append(column.alias(f"{prefix}{i}"))
         outputs.append(_Output(f"{prefix}{i}", f"{definition.name}.{name}"))
     return grouped.select(*cols), outputs
+
+
+def _lattice(definition: StreamDefinition, name: str) -> Lattice | None:
+    field_ = definition.schema.lookup(name)
+    return field_.lattice if field_ is not None and field_.type == "label" else None
+
+
+def _label_bounds(definition: StreamDefinition, bounds: tuple[tuple[str, str], ...]
+                  ) -> list[tuple[str, Lattice, int]]:
+    """A window's label bounds as (attribute, its lattice, the bound's code).
+
+    A side window is kept only when every bound dominates the least upper bound of its tuples'
+    labels (`pep.runtime.windows` does the same for a stream read alone), in Spark, before the
+    join. That suffices for a joined row: its label is the lub of its two sides' labels, and
+    when the reader's session S dominates both A and B it dominates lub(A, B), since the lub is
+    the least of the labels that dominate both. A plain side has no window to bound: its
+    policy's filter (`level DOMINATED_BY {subject:session}`) keeps only dominated tuples. So a
+    joined row whose two sides each passed the session passes it too, and no further bound is
+    applied to the joined rows."""
+    out = []
+    for attribute, text in bounds:
+        lattice = _lattice(definition, attribute)
+        if lattice is None:
+            raise JoinPlanError(f"stream {definition.name!r}: window label bound on "
+                                f"{attribute!r}, which is no label attribute")
+        try:
+            out.append((definition.schema.lookup(attribute).name,  # type: ignore[union-attr]
+                        lattice, lattice.parse(text).code))
+        except LabelError as exc:
+            raise JoinPlanError(f"stream {definition.name!r}: window label bound on "
+                                f"{attribute!r}: {exc}") from None
+    return out
 
 
 def _masked_value(column: Column, field_type: str, mask: Mask, m: Column) -> Column:
@@ -302,15 +369,17 @@ def _delay(seconds: float) -> str:
 def joined_frame(spark: SparkSession, left: StreamDefinition, right: StreamDefinition,
                  plan: JoinPlan, lateness: float = 10.0, max_files: int = 50,
                  feeds: tuple[Path | None, Path | None] = (None, None),
-                 mask_key: Callable[[str], bytes] | None = None
+                 mask_key: Callable[[str], bytes] | None = None,
+                 sources: tuple[DataFrame | None, DataFrame | None] = (None, None)
                  ) -> tuple[DataFrame, list[_Output]]:
-    """The join of the two sides' authorised views, and how to name the result's columns."""
+    """The join of the two sides' authorised views, and how to name the result's columns
+    (`sources`: see `side_frame`)."""
     if (left.name, right.name) != plan.streams:
         raise JoinPlanError(f"the join is of {plan.streams}, not of {(left.name, right.name)}")
     lframe, lout = side_frame(spark, left, plan.left, plan.left_time, "l", lateness, max_files,
-                              feeds[0], mask_key)
+                              feeds[0], mask_key, sources[0])
     rframe, rout = side_frame(spark, right, plan.right, plan.right_time, "r", lateness,
-                              max_files, feeds[1], mask_key)
+                              max_files, feeds[1], mask_key, sources[1])
     index = {("left", n): o.internal for n, o in zip(_names(plan.left), lout)}
     index.update({("right", n): o.internal for n, o in zip(_names(plan.right), rout)})
     terms = []
@@ -326,7 +395,32 @@ def joined_frame(spark: SparkSession, left: StreamDefinition, right: StreamDefin
     terms.append(lt >= rt + F.lit(low))
     terms.append(lt <= rt + F.lit(high))
     joined = lframe.join(rframe, _and(terms), "inner")
-    return joined, lout + rout
+    outputs = lout + rout
+    if plan.label is not None:
+        joined = joined.withColumn(LABEL_COLUMN, _joined_label(left, right, plan, index))
+        outputs.append(_Output(LABEL_COLUMN, JOINED_LABEL))
+    return joined, outputs
+
+
+LABEL_COLUMN = "_xsg_label"  # a joined row's label (JoinPlan.label)
+
+
+def _joined_label(left: StreamDefinition, right: StreamDefinition, plan: JoinPlan,
+                  index: dict[tuple[str, str], str]) -> Column:
+    """The least upper bound of the two sides' labels, as text; a side without a label (null, or
+    a text no label of the lattice) adds nothing to it, neither does none (null)."""
+    assert plan.label is not None
+    lattices = (label_lattice(plan.left, left.schema, plan.label[0]),
+                label_lattice(plan.right, right.schema, plan.label[1]))
+    if None in lattices or (lattices[0].levels, lattices[0].categories) != (  # type: ignore
+            lattices[1].levels, lattices[1].categories):  # type: ignore[union-attr]
+        raise JoinPlanError(f"the join's label reads {plan.label[0]!r} and {plan.label[1]!r}, "
+                            "which are not labels over one lattice")
+    lattice = lattices[0]
+    assert lattice is not None
+    codes = [label_code(F.col(index[(side, name)]), lattice)
+             for side, name in zip(("left", "right"), plan.label)]
+    return label_text(lub_of(*codes), lattice)
 
 
 def _windowed(plan: ExecutionPlan) -> int:

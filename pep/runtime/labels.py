@@ -38,6 +38,48 @@ def label_code(column: Column, lattice: Lattice) -> Column:
     return F.when(valid, F.shiftleft((level - 1).cast("long"), LEVEL_SHIFT).bitwiseOR(bits))
 
 
+def label_text(code: Column, lattice: Lattice) -> Column:
+    """A code's canonical text (`S:{crypto,nuclear}`, or `S` without categories): exactly what
+    `str(Label)` prints, which is what the shared runtime delivers for a window's `lub_<attr>`
+    (pep/runtime/windows.py), so that a join side prints the same; null for a null code."""
+    levels = F.array(*[F.lit(name) for name in lattice.levels])
+    level = F.element_at(levels, (F.shiftright(code, LEVEL_SHIFT) + F.lit(1)).cast("int"))
+    if not lattice.categories:
+        return F.when(code.isNotNull(), level)
+    named = F.array(*[F.struct(F.lit(1 << i).cast("long").alias("bit"), F.lit(c).alias("name"))
+                      for i, c in enumerate(lattice.categories)])
+    names = F.transform(F.filter(named, lambda c: code.bitwiseAND(c["bit"]) != 0),
+                        lambda c: c["name"])
+    return F.when(code.isNull(), F.lit(None).cast("string")) \
+        .when(F.size(names) == 0, level) \
+        .otherwise(F.concat(level, F.lit(":{"), F.concat_ws(",", names), F.lit("}")))
+
+
+def lub_code(top: Column, ored: Column) -> Column:
+    """The least upper bound of a group's codes from their max (whose level is the highest)
+    and their bitwise OR (whose categories are the union); null when both are."""
+    mask = F.lit(CATEGORY_MASK).cast("long")
+    return F.shiftleft(F.shiftright(top, LEVEL_SHIFT), LEVEL_SHIFT) \
+        .bitwiseOR(ored.bitwiseAND(mask))
+
+
+def lub_of(first: Column, second: Column) -> Column:
+    """The least upper bound of two codes; one null: the other (a row without a label adds
+    nothing above it); both null: null."""
+    zero = F.lit(0).cast("long")
+    return F.when(first.isNull() & second.isNull(), F.lit(None).cast("long")).otherwise(
+        lub_code(F.greatest(first, second), F.coalesce(first, zero).bitwiseOR(
+            F.coalesce(second, zero))))
+
+
+def dominated_by(code: Column, bound: int) -> Column:
+    """Whether a code is dominated by the constant `bound` (level at most its level, categories
+    among its categories); null for a null code."""
+    mask = F.lit(CATEGORY_MASK).cast("long")
+    return (F.shiftright(code, LEVEL_SHIFT) <= F.lit(int(bound) >> LEVEL_SHIFT)) & \
+        (code.bitwiseAND(mask).bitwiseAND(F.lit(~int(bound)).cast("long")) == 0)
+
+
 def label_outcome(value: Column, constant: Column) -> Column:
     """BELOW, EQUAL, ABOVE or INCOMPARABLE (1, 2, 4, 8) of two codes; null for a null value."""
     mask = F.lit(CATEGORY_MASK).cast("long")
@@ -55,4 +97,5 @@ def label_holds(value: Column, mask: int, constant: int) -> Column:
     return F.coalesce(outcome.bitwiseAND(F.lit(int(mask))) != 0, F.lit(False))
 
 
-__all__ = ["label_code", "label_outcome", "label_holds"]
+__all__ = ["label_code", "label_text", "lub_code", "lub_of", "dominated_by", "label_outcome",
+           "label_holds"]

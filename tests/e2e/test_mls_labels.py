@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -162,3 +163,158 @@ def test_analysts_read_at_their_session_and_windows_are_labelled(mls):
     assert handles["analyst-cw"].rows == []
     for who, reader in handles.items():
         assert requests.delete(reader.url, headers=auth(who), timeout=30).status_code in (200, 204)
+
+
+# -- a join of two labelled streams ---------------------------------------------------------------
+
+STR = "http://www.w3.org/2001/XMLSchema#string"
+INT = "http://www.w3.org/2001/XMLSchema#integer"
+SITES, REPORTS = "mls_sites", "mls_reports"
+
+
+def _assign(attribute: str, value: str, datatype: str = STR) -> str:
+    return (f'<AttributeAssignmentExpression AttributeId="exacml:obligation:{attribute}">'
+            f'<AttributeValue DataType="{datatype}">{value}</AttributeValue>'
+            '</AttributeAssignmentExpression>')
+
+
+def labelled_policy(stream: str, obligation: str) -> bytes:
+    """Analysts (any action) read `stream` under one obligation."""
+    def match(value: str, category: str, attribute: str) -> str:
+        return (f'<AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-'
+                f'equal"><AttributeValue DataType="{STR}">{value}</AttributeValue>'
+                f'<AttributeDesignator Category="{category}" AttributeId="{attribute}" '
+                f'DataType="{STR}" MustBePresent="false"/></Match></AllOf></AnyOf>')
+    return (f'<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" '
+            f'PolicyId="urn:t:mls-join:{stream}" Version="1" RuleCombiningAlgId="urn:oasis:'
+            f'names:tc:xacml:3.0:rule-combining-algorithm:deny-overrides"><Target>'
+            + match(stream, "urn:oasis:names:tc:xacml:3.0:attribute-category:resource",
+                    "urn:oasis:names:tc:xacml:1.0:resource:resource-id")
+            + '</Target><Rule RuleId="r" Effect="Permit"><Target>'
+            + match("analyst", "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject",
+                    "urn:oasis:names:tc:xacml:2.0:subject:role")
+            + f'</Target><ObligationExpressions>{obligation}</ObligationExpressions></Rule>'
+              '</Policy>').encode()
+
+
+SITES_WINDOW = ('<ObligationExpression ObligationId="exacml:obligation:stream-window" '
+                'FulfillOn="Permit">' + _assign("stream-window-type-id", "time")
+                + _assign("stream-window-size-id", "10", INT)
+                + _assign("stream-window-step-id", "10", INT)
+                + _assign("stream-window-attr-id", "site:count")
+                + _assign("stream-window-attr-id", "level:lub")
+                + _assign("stream-window-key-id", "site")
+                + _assign("stream-window-min-count-id", "1", INT)
+                + _assign("stream-window-label-bound-id",
+                          "level DOMINATED_BY {subject:session}")
+                + '</ObligationExpression>')
+REPORTS_FILTER = ('<ObligationExpression ObligationId="exacml:obligation:stream-filter" '
+                  'FulfillOn="Permit">'
+                  + _assign("stream-filter-condition-id", "level DOMINATED_BY {subject:session}")
+                  + '</ObligationExpression>')
+
+
+def labelled_records(pool_of, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [{"site": "AB"[i % 2], "level": rng.choice(pool_of(i)), "ts": iso(T0 + i)}
+            for i in range(60)]
+
+
+def _when(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def expected_join(sites: list[dict], reports: list[dict], session: str) -> Counter:
+    """10 s windows of the sites per site, their lub, kept when the session dominates it and
+    closed by the join's watermark (the lower side's latest time minus 10 s of lateness); the
+    reports the session dominates; pairs on site within 5 s of the window's end, labelled with
+    the lub of the window's lub and the report's label."""
+    watermark = min(max(_when(r["ts"]) for r in sites), max(_when(r["ts"]) for r in reports)) \
+        - 10
+    bound = LATTICE.parse(session)
+    windows = []
+    for k in range(6):
+        start, end = T0 + 10 * k, T0 + 10 * (k + 1)
+        for site in "AB":
+            inside = [r for r in sites if r["site"] == site and start <= _when(r["ts"]) < end]
+            top = lub(LATTICE.parse(r["level"]) for r in inside)
+            if inside and end <= watermark and top.dominated_by(bound):
+                windows.append((start, end, site, len(inside), top))
+    out: Counter = Counter()
+    for start, end, site, count, top in windows:
+        for r in reports:
+            label = LATTICE.parse(r["level"])
+            if r["site"] == site and label.dominated_by(bound) and \
+                    abs(end - _when(r["ts"])) <= 5:
+                out[_row_key({f"{SITES}.window_start": start, f"{SITES}.window_end": end,
+                              f"{SITES}.site": site, f"{SITES}.count_site": count,
+                              f"{SITES}.lub_level": str(top), f"{REPORTS}.site": r["site"],
+                              f"{REPORTS}.level": r["level"], f"{REPORTS}.ts": _when(r["ts"]),
+                              "label": str(lub([top, label]))})] += 1
+    return out
+
+
+def _row_key(row: dict) -> tuple:
+    return tuple(sorted((k, _when(v) if k.endswith(("window_start", "window_end", ".ts"))
+                         and isinstance(v, str) else v) for k, v in row.items()))
+
+
+@pytest.mark.timeout(240)
+def test_a_join_of_two_labelled_streams_is_labelled_and_bounded_by_the_session(mls):
+    base = mls
+    schema = [{"name": "site", "type": "string"}, POSITION["schema"][3],
+              {"name": "ts", "type": "timestamp"}]
+    for stream, obligation in ((SITES, SITES_WINDOW), (REPORTS, REPORTS_FILTER)):
+        r = requests.post(f"{base}/streams", headers=auth("nea"), timeout=30, json={
+            "name": stream, "time_attribute": "ts", "source": {"kind": "ingest"},
+            "schema": schema})
+        assert r.status_code == 201, r.text
+        r = requests.post(f"{base}/policies", data=labelled_policy(stream, obligation),
+                          timeout=30, headers=auth("nea", **{"Content-Type": XML}))
+        assert r.status_code == 201, r.text
+    try:
+        query = {"join": {"stream": REPORTS, "on": [["site", "site"]], "within": 5}}
+        body = json.dumps({"Request": {
+            "Resource": {"Attribute": [{"AttributeId":
+                                        "urn:oasis:names:tc:xacml:1.0:resource:resource-id",
+                                        "Value": SITES}], "Content": query},
+            "Action": {"Attribute": [{"AttributeId":
+                                      "urn:oasis:names:tc:xacml:1.0:action:action-id",
+                                      "Value": "read"}]}}}).encode()
+        r = requests.post(f"{base}/requests", data=body, timeout=120,
+                          headers=auth("analyst-w", **{"Content-Type": "application/xacml+json"}))
+        assert r.status_code == 201, r.text
+        plan = r.json()["plan"]
+        assert plan["output"][-1] == "label"
+        assert plan["join"]["label"] == {"left": "lub_level", "right": "level",
+                                         "output": "label"}
+        reader = Reader(r.json()["handle"], "analyst-w").start()
+        above = ["TS", "S:{army}", "C:{army}"]
+        sites = labelled_records(lambda i: CLEAN + above if 20 <= i < 30 else CLEAN, 2727)
+        reports = labelled_records(lambda i: CLEAN + above, 2728)
+        reports = [{**x, "ts": iso(_when(x["ts"]) + 0.5)} for x in reports]
+        for n in range(0, 60, 20):
+            for stream, rows in ((SITES, sites), (REPORTS, reports)):
+                data = "".join(json.dumps(x) + "\n" for x in rows[n:n + 20])
+                r = requests.post(f"{base}/streams/{stream}/records", data=data, timeout=30,
+                                  headers=auth("nea", **{"Content-Type":
+                                                         "application/x-ndjson"}))
+                assert r.status_code == 201, r.text
+            time.sleep(0.3)
+        want = expected_join(sites, reports, SUBJECTS["analyst-w"])
+        assert sum(want.values()) >= 10
+        got = reader.wait_rows(sum(want.values()), timeout=150)
+        time.sleep(1.0)
+        got = reader.rows
+        assert Counter(_row_key(x) for x in got) == want, (len(got), sum(want.values()))
+        session = LATTICE.parse(SUBJECTS["analyst-w"])
+        for row in got:  # nothing above the session, neither a side nor the joined row
+            for name in (f"{SITES}.lub_level", f"{REPORTS}.level", "label"):
+                assert LATTICE.parse(row[name]).dominated_by(session), row
+        assert any(row["label"] != row[f"{SITES}.lub_level"] for row in got)
+        assert requests.delete(reader.url, headers=auth("analyst-w"),
+                               timeout=30).status_code in (200, 204)
+    finally:
+        for stream in (SITES, REPORTS):
+            requests.delete(f"{base}/policies/urn:t:mls-join:{stream}", headers=auth("nea"),
+                            timeout=30)
