@@ -22,7 +22,8 @@ from pep.core.analysis import Warning
 from pep.core.errors import (AccessDenied, InvalidInput, NoResult, NotPermitted, Refusal,
                              Unprocessable)
 from pep.core.explain import plan_to_json
-from pep.core.join import JoinSide, analyse_join, build_join, join_output, side_outputs
+from pep.core.join import JoinSide, analyse_join, build_join
+from pep.core.outputs import join_output, side_outputs
 from pep.core.merge import merge
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, StreamSchema,
                            WindowSpec, any_plan_from_json, is_join_json, plan_streams,
