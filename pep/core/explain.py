@@ -298,9 +298,11 @@ def graph_to_json(graph: QueryGraph, schema: StreamSchema | None = None) -> dict
         if isinstance(node, Mask):
             return {"op": "mask", "masks": masks_json(node.masks), "input": node_json(node.input)}
         if isinstance(node, WindowAggregate):
-            return {"op": "window", "type": node.kind, "size": node.size, "step": node.step,
-                    "aggregates": [f"{a.attribute}:{a.function}" for a in node.aggregates],
-                    "keys": list(node.keys or ()), "min_count": node.min_count,
+            w = node.spec
+            keys = w.keys if node.ask is None else node.ask.keys
+            return {"op": "window", "type": w.kind, "size": w.size, "step": w.step,
+                    "aggregates": [f"{a.attribute}:{a.function}" for a in w.aggregates],
+                    "keys": list(keys or ()), "min_count": w.min_count,
                     "input": node_json(node.input)}
         if isinstance(node, Join):
             return {"op": "join", "condition": expr_sql(node.condition, schema),

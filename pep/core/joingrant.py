@@ -230,14 +230,11 @@ def _with_filters(graph: QueryGraph, stream: str, extra: list[tuple[Expr, str]])
     parts = ([(graph.filter.condition, graph.filter.describe())] if graph.filter else []) + extra
     condition = conjoin([c for c, _ in parts])
     text = " AND ".join(f"({t})" if len(parts) > 1 else t for _, t in parts)
-    window = None
     w = graph.window
-    if w is not None:
-        window = {"kind": w.kind, "size": w.size, "step": w.step, "aggregates": w.aggregates,
-                  "min_count": w.min_count, "keys": w.keys, "prefilter": w.prefilter}
     return pipeline_graph(stream, filter=(condition, text),
                           map=graph.map.attributes if graph.map is not None else None,
-                          window=window)
+                          window=w.spec if w is not None else None,
+                          policy_window=w.policy if w is not None else None)
 
 
 

@@ -81,7 +81,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from lxml import etree
 
@@ -90,7 +90,7 @@ from pep.core.graph import QueryGraph, pipeline_graph
 from pep.core.masks import Mask, MaskError, ordered, parse_assignment, view_schema
 from pep.core.obligations import (MAX_WINDOW, parse_aggregate, parse_window_kind,
                                   parse_window_number)
-from pep.core.plan import Aggregate, StreamSchema
+from pep.core.plan import Aggregate, StreamSchema, WindowAsk, WindowSpec
 from pep.core.privacy import PrivacyAsk, parse_delta, parse_epsilon
 
 MAX_QUERY_BYTES = 64 * 1024
@@ -113,7 +113,7 @@ class UserQuery:
     stream: str | None = None
     filter: str | None = None
     map: tuple[str, ...] | None = None
-    window_kind: str | None = None
+    window_kind: Literal["tuple", "time"] | None = None
     window_size: int | None = None
     window_step: int | None = None
     aggregates: tuple[str, ...] = ()
@@ -630,7 +630,7 @@ def user_graph(query: UserQuery, stream: str, schema: StreamSchema,
     map_part = None
     if query.map is not None:
         map_part = _schema_names(schema, query.map, "map: unknown attribute")
-    window_part = None
+    window_part = ask = None
     if query.has_window:
         aggregates: list[Aggregate] = []
         for text in query.aggregates:
@@ -641,9 +641,11 @@ def user_graph(query: UserQuery, stream: str, schema: StreamSchema,
         keys = None
         if query.window_keys is not None:
             keys = _schema_names(schema, query.window_keys, "window: unknown group-by key")
-        window_part = {"kind": query.window_kind, "size": query.window_size,
-                       "step": query.window_step, "aggregates": tuple(dict.fromkeys(aggregates)),
-                       "min_count": query.window_min_count, "keys": keys,
-                       "coarsen": query.window_coarsen, "privacy": query.window_privacy}
+        kind, size, step = query.window_kind, query.window_size, query.window_step
+        if kind is None or size is None or step is None:  # the parsers never leave one out
+            raise UserQueryError("a window needs its type, size and step")
+        window_part = WindowSpec(kind, size, step, tuple(dict.fromkeys(aggregates)),
+                                 min_count=query.window_min_count)
+        ask = WindowAsk(keys, query.window_coarsen, query.window_privacy)
     return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part,
-                          mask=ordered(asked, schema) if asked else None)
+                          window_ask=ask, mask=ordered(asked, schema) if asked else None)
