@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestSyntaxError, Response, Result,
                  RuleGrant, Status, bind_environment, bind_join, bind_subject, media_kind,
                  parse_request)
-from pep.core.analysis import ConditionTooComplex, Warning
+from pep.core.analysis import ConditionTooComplex, MergeWarning
 from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
                              NotPermitted, Refusal, TooComplex, Unprocessable, UnsupportedMedia)
 from pep.core.explain import graph_to_json, plan_to_json, render_sql
@@ -60,7 +60,7 @@ class Grant:
     stream: str
     subject: str
     plan: ExecutionPlan | JoinPlan | UnionPlan  # a join's, or a union of grants' (pep.core.union)
-    warnings: list[Warning]
+    warnings: list[MergeWarning]
     sql: str
     plan_json: dict
     policy_ids: set[str]
@@ -526,7 +526,7 @@ def _plan_join(engine, ctx, decided: _Decided, stream: str, schema: StreamSchema
     warnings = list(result.warnings)
     if terms.min_within is not None and join.within is not None \
             and join.within < terms.min_within:
-        warnings.append(Warning(
+        warnings.append(MergeWarning(
             "PR", "join", f"partial result: your time bound of {join.within:g} s was raised to "
             f"{terms.min_within:g} s, the least a join grant allows", (f"within {join.within:g}",)))
     if settings.refuse_nr and result.nr:

@@ -68,8 +68,9 @@ NEVER = MASKED + "never"
 
 
 @dataclass(frozen=True)
-class Warning:  # noqa: A001 - the name the gateway's API uses
-    """A finding reported to the consumer; it never weakens enforcement."""
+class MergeWarning:
+    """A finding of the merge reported to the consumer (NR, PR or INFO, the API's "warnings");
+    it never weakens enforcement."""
 
     kind: Literal["NR", "PR", "INFO"]
     operator: Literal["filter", "map", "window", "join"]
@@ -79,9 +80,6 @@ class Warning:  # noqa: A001 - the name the gateway's API uses
     def to_json(self) -> dict:
         return {"kind": self.kind, "operator": self.operator, "message": self.message,
                 "predicates": list(self.predicates)}
-
-
-AnalysisWarning = Warning
 
 
 class TooLarge(Exception):
@@ -731,7 +729,7 @@ def values_satisfiable(kind: str, preds: list[tuple[str, Scalar]]) -> bool:
 @dataclass(frozen=True)
 class FilterAnalysis:
     filter_dnf: tuple[Conjunct, ...] | None  # None: every tuple passes; (): none does
-    warnings: tuple[Warning, ...]
+    warnings: tuple[MergeWarning, ...]
     nr: bool
     pr: bool | None  # None: too large to analyse
 
@@ -767,7 +765,7 @@ def analyse_filter(policy: Expr | None, user: Expr | None, schema: StreamSchema,
             f"condition too complex: the merged filter has more than {plan_limit} alternatives "
             "in disjunctive normal form; simplify the query's filter") from None
 
-    warnings: list[Warning] = []
+    warnings: list[MergeWarning] = []
     if not merged:
         warnings.append(_nr_warning(checker, p_nnf, u_nnf, analysis_limit))
         return FilterAnalysis((), tuple(warnings), nr=True, pr=True)
@@ -781,7 +779,7 @@ def analyse_filter(policy: Expr | None, user: Expr | None, schema: StreamSchema,
             pr_warning = _pr_warning(checker, policy, u_nnf, analysis_limit)  # type: ignore[arg-type]
         except TooLarge:
             pr = None
-            warnings.append(Warning(
+            warnings.append(MergeWarning(
                 "INFO", "filter",
                 f"the filters are too large to analyse for partial results (more than "
                 f"{analysis_limit} alternatives); the policy's filter is still enforced"))
@@ -804,7 +802,7 @@ def _plan_dnf(checker: _Checker, conjuncts: list[tuple[Atom, ...]]) -> tuple[Con
     return tuple(ordered)
 
 
-def _nr_warning(checker: _Checker, p_nnf: NNF, u_nnf: NNF, limit: int) -> Warning:
+def _nr_warning(checker: _Checker, p_nnf: NNF, u_nnf: NNF, limit: int) -> MergeWarning:
     try:
         raw = checker.dnf(_combine("and", [p_nnf, u_nnf]), limit, prune=False)
     except TooLarge:
@@ -831,10 +829,10 @@ def _nr_warning(checker: _Checker, p_nnf: NNF, u_nnf: NNF, limit: int) -> Warnin
         for a in c:
             predicates.setdefault(a.shown(), None)
     message = f"{lead} ({details})" if details else lead
-    return Warning("NR", "filter", message, tuple(predicates))
+    return MergeWarning("NR", "filter", message, tuple(predicates))
 
 
-def _pr_warning(checker: _Checker, policy: Expr, u_nnf: NNF, limit: int) -> Warning | None:
+def _pr_warning(checker: _Checker, policy: Expr, u_nnf: NNF, limit: int) -> MergeWarning | None:
     negated = to_nnf(policy, "policy", negate=True)
     users = checker.dnf(u_nnf, limit)
     classical = checker.dnf(negated, limit)
@@ -920,7 +918,7 @@ def _undecided_kind(texts) -> str:
 
 
 def _describe_pr(user: tuple[Atom, ...], witness: tuple[Atom, ...], missing,
-                 also_violated=(), undecided: tuple[str, ...] = ()) -> Warning:
+                 also_violated=(), undecided: tuple[str, ...] = ()) -> MergeWarning:
     violated: dict[str, None] = {}
     for text in [a.written for a in witness] + list(also_violated):
         violated.setdefault(text, None)
@@ -940,4 +938,4 @@ def _describe_pr(user: tuple[Atom, ...], witness: tuple[Atom, ...], missing,
         message = (f"partial result: some tuples your query asks for ({wants}) are withheld by "
                    f"the policy's filter, for example those where {where or gone}")
     message += f"; policy predicates that such tuples fail: {', '.join(violated)}"
-    return Warning("PR", "filter", message, tuple(violated))
+    return MergeWarning("PR", "filter", message, tuple(violated))

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-from pep.core.analysis import Warning, values_satisfiable
+from pep.core.analysis import MergeWarning, values_satisfiable
 from pep.core.errors import Unprocessable
 from pep.core.exact import micros_from_iso
 from pep.core.explain import (join_graph_json, join_plan_to_json, render_join_sql,
@@ -83,7 +83,7 @@ class JoinSide:
 @dataclass(frozen=True)
 class JoinResult:
     plan: JoinPlan
-    warnings: tuple[Warning, ...]
+    warnings: tuple[MergeWarning, ...]
     sql: str
     plan_json: dict
     graph_json: dict
@@ -216,18 +216,18 @@ def build_join(left: JoinSide, right: JoinSide, query: JoinQuery) -> JoinResult:
         within = 0.0
     plan = JoinPlan(left.plan, right.plan, tuple(pairs), float(within), left_time, right_time)
 
-    warnings: list[Warning] = []
+    warnings: list[MergeWarning] = []
     for side in (left, right):
         for w in side.merged.warnings:
-            warnings.append(Warning(w.kind, w.operator, f"{side.stream}: {w.message}",
-                                    w.predicates))
+            warnings.append(MergeWarning(w.kind, w.operator, f"{side.stream}: {w.message}",
+                                         w.predicates))
     nr = analyse_join(plan, left, right)
     if nr is not None:
         warnings.append(nr)
     hashed = [(a, b) for a, b in pairs if dict(plan.left.masks).get(a) == "hash"
               and dict(plan.right.masks).get(b) == "hash"]
     if hashed:
-        warnings.append(Warning(
+        warnings.append(MergeWarning(
             "INFO", "join", "the join compares hashed values ("
             + ", ".join(f"{left.stream}.{a} = {right.stream}.{b}" for a, b in hashed)
             + "): each is keyed with its stream owner's secret, so they are equal only when "
@@ -285,7 +285,7 @@ def _texts(conj, attribute: str | None) -> list[str]:
             if getattr(p, "attribute", None) == attribute and getattr(p, "mask", None) is None]
 
 
-def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> Warning | None:
+def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> MergeWarning | None:
     """NR when the join condition can never hold given the sides' filters (see the module
     docstring); an INFO warning when there are too many alternatives to check; else None."""
     sides = {"left": (left, plan.left), "right": (right, plan.right)}
@@ -312,9 +312,9 @@ def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> Warning | N
 
     raw_choices = [conjuncts[s] if not windowed[s] else ((),) for s in ("left", "right")]
     if len(raw_choices[0]) * len(raw_choices[1]) > MAX_CONJUNCT_PAIRS:
-        return Warning("INFO", "join", "the join condition is too large to analyse for "
-                       "results that can never come (too many alternatives in the sides' "
-                       "filters); it is still enforced")
+        return MergeWarning("INFO", "join", "the join condition is too large to analyse for "
+                            "results that can never come (too many alternatives in the sides' "
+                            "filters); it is still enforced")
     first_failure: str | None = None
     failed_predicates: list[str] = []
     for lc, rc in itertools.product(*raw_choices):
@@ -331,8 +331,8 @@ def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> Warning | N
         if first_failure is None:
             first_failure, failed_predicates = failure
     assert first_failure is not None
-    return Warning("NR", "join", "no result: the join can never match: " + first_failure,
-                   tuple(dict.fromkeys(failed_predicates)))
+    return MergeWarning("NR", "join", "no result: the join can never match: " + first_failure,
+                        tuple(dict.fromkeys(failed_predicates)))
 
 
 def _class_satisfiable(members, kind, chosen, windowed, conjuncts) -> bool:

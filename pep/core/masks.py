@@ -39,7 +39,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from pep.core.analysis import MASKED, NEVER, Warning
+from pep.core.analysis import MASKED, NEVER, MergeWarning
 from pep.core.conditions import And, Comparison, Expr, Not, Or, spatial_parts
 from pep.core.errors import NotPermitted
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ceil_exact, floor_exact,
@@ -567,7 +567,7 @@ def plan_dnf(dnf, plan: MaskPlan):
     return tuple(out)
 
 
-def filter_notes(dnf, plan: MaskPlan) -> list[Warning]:
+def filter_notes(dnf, plan: MaskPlan) -> list[MergeWarning]:
     """An INFO warning when the consumer's filter on masked values could not be analysed
     exactly (the analysis then never reports NR falsely, but may miss one)."""
     undecided = sorted({split_variable(p.attribute)[0]  # type: ignore[index]
@@ -577,11 +577,11 @@ def filter_notes(dnf, plan: MaskPlan) -> list[Warning]:
     if not undecided:
         return []
     shown = ", ".join(f"{a} ({plan.masks[a].spec})" for a in undecided)
-    return [Warning("INFO", "filter",
-                    f"your filter compares masked values of {shown}; the analysis cannot "
-                    "decide exactly which masked values the policy's filter lets through, so it "
-                    "may not warn of a result that stays empty (it never reports one falsely)",
-                    tuple(undecided))]
+    return [MergeWarning("INFO", "filter",
+                         f"your filter compares masked values of {shown}; the analysis cannot "
+                         "decide exactly which masked values the policy's filter lets through, so it "
+                         "may not warn of a result that stays empty (it never reports one falsely)",
+                         tuple(undecided))]
 
 
 def window_masks(plan: MaskPlan, kind: str, size: int, step: int, aggregates,
@@ -590,7 +590,7 @@ def window_masks(plan: MaskPlan, kind: str, size: int, step: int, aggregates,
     """The aggregates a window may compute over masked values (those whose function fits the
     masked type), with INFO warnings for the ones withheld; refuses a time window over a time
     attribute whose mask it cannot honour."""
-    warnings: list[Warning] = []
+    warnings: list[MergeWarning] = []
     if kind == "time" and time_attribute in plan.masks:
         mask = plan.masks[time_attribute]
         unit = None
@@ -613,7 +613,7 @@ def window_masks(plan: MaskPlan, kind: str, size: int, step: int, aggregates,
         if mask is not None:
             ftype = mask.output_type(plan._type(agg.attribute))
             if agg.function not in functions_for_type.get(ftype, ()):
-                warnings.append(Warning(
+                warnings.append(MergeWarning(
                     "INFO", "window", f"{agg.function}({agg.attribute}) is withheld: the policy "
                     f"shows {agg.attribute!r} as {mask.spec!r}, a {ftype} value",
                     (f"{agg.function}({agg.attribute})",)))

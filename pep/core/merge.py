@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pep.core.analysis import FilterAnalysis, Warning, analyse_filter
+from pep.core.analysis import FilterAnalysis, MergeWarning, analyse_filter
 from pep.core.errors import InvalidInput, NotPermitted, Unprocessable
 from pep.core.conditions import (And, Comparison, Expr, FALSE, Or, Spatial, attributes_of,
                                  spatial_from_predicate, spatial_parts)
@@ -58,7 +58,7 @@ class QueryInvalid(InvalidInput):
 class MergeResult:
     graph: QueryGraph
     plan: ExecutionPlan
-    warnings: tuple[Warning, ...]
+    warnings: tuple[MergeWarning, ...]
     filter_analysis: FilterAnalysis
 
     @property
@@ -150,7 +150,7 @@ def _describe(agg: Aggregate) -> str:
     return f"{agg.function}({agg.attribute})"
 
 
-def _private(pw: WindowAggregate, uw: WindowAggregate | None, warnings: list[Warning]
+def _private(pw: WindowAggregate, uw: WindowAggregate | None, warnings: list[MergeWarning]
              ) -> tuple[PrivacySpec | None, tuple[Aggregate, ...]]:
     """The merged window's privacy and the policy's aggregates it can release (the others are
     withheld, with a warning when the query did not name any: `_merge_window` refuses them when
@@ -176,7 +176,7 @@ def _private(pw: WindowAggregate, uw: WindowAggregate | None, warnings: list[War
     kept = tuple(a for a in pw.spec.aggregates if a.function in DP_FUNCTIONS)
     withheld = [a for a in pw.spec.aggregates if a.function not in DP_FUNCTIONS]
     if withheld and (uw is None or not uw.spec.aggregates):
-        warnings.append(Warning(
+        warnings.append(MergeWarning(
             "INFO", "window", "the policy's window is differentially private; aggregates "
             "that show single values have no private release and are withheld: "
             f"{', '.join(_describe(a) for a in withheld)}",
@@ -186,7 +186,7 @@ def _private(pw: WindowAggregate, uw: WindowAggregate | None, warnings: list[War
 
 def _merge_window(policy: WindowAggregate | None, user: WindowAggregate | None,
                   visible: tuple[str, ...], user_map: Map | None,
-                  warnings: list[Warning]) -> WindowSpec | None:
+                  warnings: list[MergeWarning]) -> WindowSpec | None:
     """The merged window, before the stream's time attribute, masks and label bounds."""
     if policy is None and user is None:
         return None
@@ -232,7 +232,7 @@ def _merge_window(policy: WindowAggregate | None, user: WindowAggregate | None,
             raised.append(f"no grouping by {', '.join(finer)}")
             keys = tuple(k for k in keys if k not in finer)
         if raised:
-            warnings.append(Warning(
+            warnings.append(MergeWarning(
                 "PR", "window", "partial result: your window was coarsened to what the policy "
                 f"allows: {'; '.join(raised)}", tuple(raised)))
     if size < pw.size:
@@ -264,7 +264,7 @@ def _merge_window(policy: WindowAggregate | None, user: WindowAggregate | None,
 
 def _masked_aggregates(masking: MaskPlan, window: WindowSpec, uw: WindowAggregate | None,
                        schema: StreamSchema, time_attribute: str | None,
-                       warnings: list[Warning]) -> tuple[Aggregate, ...]:
+                       warnings: list[MergeWarning]) -> tuple[Aggregate, ...]:
     """The window's aggregates over masked values: those whose function fits the masked type
     (a hash is text: no avg); one the consumer asked for by name is refused instead."""
     time_attr = None
@@ -297,7 +297,7 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
         raise QueryInvalid(f"the query is for stream {user.source.stream!r}, the policy for "
                            f"{source.stream!r}")
     check_leaks(policy, user, schema)
-    warnings: list[Warning] = []
+    warnings: list[MergeWarning] = []
 
     pf, uf = policy.filter, user.filter
     # Masks (pep.core.masks): the consumer's filter reads masked values, the policy's raw ones.
@@ -320,14 +320,14 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
         visible = exposed
         hidden = [n for n in schema.names if n not in set(exposed)]
         if hidden and not (uw is not None and uw.spec.aggregates):
-            warnings.append(Warning(
+            warnings.append(MergeWarning(
                 "PR", "map", f"partial result: the policy hides attribute(s) "
                 f"{', '.join(hidden)}; you receive only {', '.join(exposed) or 'nothing'}",
                 tuple(hidden)))
     if pw is not None:
         dropped = [a for a in pw.spec.aggregates if a.attribute not in set(exposed)]
         if dropped:
-            warnings.append(Warning(
+            warnings.append(MergeWarning(
                 "INFO", "window", "the policy's window aggregates attribute(s) its map hides; "
                 f"those aggregates are withheld: {', '.join(_describe(a) for a in dropped)}",
                 tuple(_describe(a) for a in dropped)))
@@ -340,7 +340,7 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
             aggregates = _masked_aggregates(masking, window, uw, schema, time_attribute,
                                             warnings)
         if not aggregates:
-            warnings.append(Warning(
+            warnings.append(MergeWarning(
                 "NR", "window", "no result: none of the aggregates the policy's window allows is "
                 "on an attribute you may see or asked for", ()))
         time_attr = None
@@ -358,7 +358,7 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
     else:
         projection = visible
         if not projection:
-            warnings.append(Warning("NR", "map", "no result: no attribute is visible", ()))
+            warnings.append(MergeWarning("NR", "map", "no result: no attribute is visible", ()))
 
     filter_dnf = analysis.filter_dnf
     applied: tuple[tuple[str, str], ...] = ()

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sympy.logic.boolalg import to_dnf
 
-from pep.core.analysis import (ConditionTooComplex, Warning, _Checker, analyse_filter, to_nnf)
+from pep.core.analysis import (ConditionTooComplex, MergeWarning, _Checker, analyse_filter, to_nnf)
 from pep.core.conditions import And, Comparison, Not, Or, evaluate, parse_condition
 from pep.core.plan import Field, Predicate, StreamSchema
 
@@ -137,7 +137,7 @@ def test_contradictions_are_pruned_while_expanding():
 
 
 def test_warning_is_a_dataclass_with_json():
-    w = Warning("PR", "map", "m", ("x",))
+    w = MergeWarning("PR", "map", "m", ("x",))
     assert w.to_json() == {"kind": "PR", "operator": "map", "message": "m", "predicates": ["x"]}
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pdp.auth import Identity
 from pdp.engine import PolicyEngine
 from pep.core.access import decide_and_plan
-from pep.core.analysis import Warning
+from pep.core.analysis import MergeWarning
 from pep.core.errors import (AccessDenied, InvalidInput, NoResult, NotPermitted, Refusal,
                              Unprocessable)
 from pep.core.explain import plan_to_json
@@ -384,7 +384,7 @@ def test_too_many_alternatives_are_not_analysed_but_said():
     verdict = analyse_join(JoinPlan(lplan, rplan, (("a", "x"),), 1.0, "t", "ts"),
                            JoinSide("l", LEFT, None, None),  # type: ignore[arg-type]
                            JoinSide("r", RIGHT, None, None))  # type: ignore[arg-type]
-    assert isinstance(verdict, Warning) and verdict.kind == "INFO"
+    assert isinstance(verdict, MergeWarning) and verdict.kind == "INFO"
 
 
 # -- the user query -------------------------------------------------------------------------------
