@@ -24,12 +24,14 @@ details (`streams`) and, when it came from one side's own decision, query or mer
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestSyntaxError, Response, Result,
                  RuleGrant, Status, bind_environment, bind_join, bind_subject, media_kind,
                  parse_request)
+from pdp.urns import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ENVIRONMENT as ENVIRONMENT_CATEGORY,
+                      RESOURCE, RESOURCE_ID, STRING, SUBJECT_ID, SUBJECT_ROLE)
 from pep.core.analysis import ConditionTooComplex, MergeWarning
 from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
                              NotPermitted, Refusal, TooComplex, Unprocessable, UnsupportedMedia)
@@ -46,9 +48,6 @@ from pep.core.union import INTERSECTION, UNION, Alternative, merge_union
 from pep.core.userquery import (JoinQuery, UserQueryError, parse_user_query, query_from_content,
                                 user_graph)
 
-RESOURCE = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
-RESOURCE_ID = "urn:oasis:names:tc:xacml:1.0:resource:resource-id"
-STRING = "http://www.w3.org/2001/XMLSchema#string"
 
 SchemaLookup = Callable[[str], "StreamSchema | None"]
 
@@ -68,12 +67,6 @@ class Grant:
     graph_json: dict = field(default_factory=dict)
 
 
-SUBJECT_ID = "urn:oasis:names:tc:xacml:1.0:subject:subject-id"
-SUBJECT_ROLE = "urn:oasis:names:tc:xacml:2.0:subject:role"
-SUBJECT_CATEGORY = "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
-
-
-ENVIRONMENT_CATEGORY = "urn:oasis:names:tc:xacml:3.0:attribute-category:environment"
 EnvironmentAttributes = list[tuple[str, str, list[str]]]
 # the gateway's environment attributes for a decision about one stream
 StreamEnvironment = Callable[[str], EnvironmentAttributes]

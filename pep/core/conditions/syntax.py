@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Union
 
+from pdp.urns import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION as ACTION_CATEGORY,
+                      ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE as RESOURCE_CATEGORY)
 from pep.core.labels import Label
 from pep.core.plan import Scalar, SpatialPredicate
 
@@ -19,10 +21,6 @@ MAX_SET_SIZE = 1_000  # values in one IN set, literal or from a bag
 # Integer literals longer than this cannot be finite doubles (1.8e308 has 309 digits)
 MAX_INTEGER_DIGITS = 309
 
-SUBJECT_CATEGORY = "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
-RESOURCE_CATEGORY = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
-ACTION_CATEGORY = "urn:oasis:names:tc:xacml:3.0:attribute-category:action"
-ENVIRONMENT_CATEGORY = "urn:oasis:names:tc:xacml:3.0:attribute-category:environment"
 PLACEHOLDER_CATEGORIES = {
     "subject": SUBJECT_CATEGORY,
     "resource": RESOURCE_CATEGORY,
