@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 from pdp.errors import Indeterminate
 from pdp.results import (STATUS_MISSING_ATTRIBUTE, STATUS_PROCESSING_ERROR, AttributeAssignment,
                          Decision, MissingAttributeDetail, Obligation, PolicyIdentifier, Status)
+from pdp.urns import CURRENT_DATE, CURRENT_DATETIME, CURRENT_TIME, ENVIRONMENT
 
 PERMIT, DENY, NOT_APPLICABLE, IND_P, IND_D, IND_DP = range(6)
 DECISION_NAMES = ("Permit", "Deny", "NotApplicable", "Indeterminate{P}", "Indeterminate{D}",
@@ -24,11 +25,6 @@ TO_DECISION = (Decision.PERMIT, Decision.DENY, Decision.NOT_APPLICABLE, Decision
                Decision.INDETERMINATE, Decision.INDETERMINATE)
 
 Expr = Callable[["EvalContext"], Any]
-
-CURRENT_TIME = "urn:oasis:names:tc:xacml:1.0:environment:current-time"
-CURRENT_DATE = "urn:oasis:names:tc:xacml:1.0:environment:current-date"
-CURRENT_DATETIME = "urn:oasis:names:tc:xacml:1.0:environment:current-dateTime"
-ENVIRONMENT = "urn:oasis:names:tc:xacml:3.0:attribute-category:environment"
 
 
 class EvalContext:

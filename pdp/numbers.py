@@ -21,7 +21,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-INT64_MAX = 2 ** 63 - 1  # SQLite's INTEGER, Java's long
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1  # SQLite's INTEGER, Java's long
+# Instants of years 1 to 9999 (UTC), as Python's datetime and Spark's TIMESTAMP both hold them,
+# in epoch seconds: from 0001-01-01T00:00:00Z up to, not including, 10000-01-01T00:00:00Z.
+MIN_EPOCH_SECONDS, END_EPOCH_SECONDS = -62_135_596_800, 253_402_300_800
 MAX_TEXT = 64  # longer text is refused before any conversion
 _INT = re.compile(r"-?[0-9]+")  # [0-9], never \d: \d is every Unicode decimal digit
 _FLOAT = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
@@ -124,5 +127,5 @@ def float_argument(low: float, high: float) -> Callable[[str], float]:
     return number
 
 
-__all__ = ["INT64_MAX", "NumberError", "parse_int", "parse_float", "check_int", "check_float",
+__all__ = ["INT64_MIN", "INT64_MAX", "MIN_EPOCH_SECONDS", "END_EPOCH_SECONDS", "NumberError", "parse_int", "parse_float", "check_int", "check_float",
            "int_argument", "float_argument"]

@@ -57,11 +57,11 @@ from typing import Any
 from pdp.auth import (WATCH_INTERVAL, AuthFileError, Identity, IdentityListener,
                       TokenAuthenticator, TokenFileAuthenticator, bearer_token,
                       parse_identity_attributes)
-from pdp.numbers import NumberError, check_float
+from pdp.numbers import END_EPOCH_SECONDS, NumberError, check_float
 
 log = logging.getLogger(__name__)
 
-MAX_EXP = 253402300799  # 9999-12-31T23:59:59Z in Unix seconds
+MAX_EXP = END_EPOCH_SECONDS - 1  # 9999-12-31T23:59:59Z in Unix seconds
 
 # Asymmetric signature algorithms PyJWT verifies with a public key; nothing else may be listed.
 ASYMMETRIC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512",

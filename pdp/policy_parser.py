@@ -29,8 +29,8 @@ from pdp.evaluation import (DENY, PERMIT, AssignmentExpr, EvalContext, Obligatio
                             make_target, now_supplier)
 from pdp.results import PolicyIdentifier
 from pdp.xmlsafe import UnsafeDocumentError, parse_xml
+from pdp.urns import XACML_NS
 
-XACML_NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
 _NS = "{%s}" % XACML_NS
 BOOLEAN = "http://www.w3.org/2001/XMLSchema#boolean"
 # Untrusted (issued) policies belong to the Administration and Delegation profile; treating them

@@ -39,12 +39,8 @@ from __future__ import annotations
 from lxml import etree
 
 from pdp.xmlsafe import UnsafeDocumentError, parse_xml
+from pdp.urns import RESOURCE as RESOURCE_CATEGORY, RESOURCE_ID, STRING, STRING_EQUAL, XACML_NS
 
-XACML_NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
-STRING_EQUAL = "urn:oasis:names:tc:xacml:1.0:function:string-equal"
-STRING = "http://www.w3.org/2001/XMLSchema#string"
-RESOURCE_CATEGORY = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
-RESOURCE_ID = "urn:oasis:names:tc:xacml:1.0:resource:resource-id"
 
 _TOP_LEVEL = {"Policy", "PolicySet"}
 _REFERENCES = {"PolicyIdReference", "PolicySetIdReference"}

@@ -22,8 +22,9 @@ from lxml import etree
 from pdp.errors import RequestSyntaxError, ValueSyntaxError
 from pdp.results import (STATUS_PROCESSING_ERROR, ResultAttribute, ResultCategory)
 from pdp.xmlsafe import UnsafeDocumentError, parse_json, parse_xml
+from pdp.urns import (ACCESS_SUBJECT, ACTION, CURRENT_DATE, CURRENT_DATETIME, CURRENT_TIME,
+                      ENVIRONMENT, RESOURCE, SUBJECT_ID, SUBJECT_ROLE, XACML_NS)
 
-XACML_NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
 _NS = "{%s}" % XACML_NS
 XML_ID = "{http://www.w3.org/XML/1998/namespace}id"
 _ATTRIBUTES_TAG = _NS + "Attributes"
@@ -33,10 +34,6 @@ _VALUE_TAG = _NS + "AttributeValue"
 XML_MEDIA_TYPES = frozenset({"application/xacml+xml", "application/xml", "text/xml"})
 JSON_MEDIA_TYPES = frozenset({"application/xacml+json", "application/json"})
 
-ACCESS_SUBJECT = "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
-RESOURCE = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
-ACTION = "urn:oasis:names:tc:xacml:3.0:attribute-category:action"
-ENVIRONMENT = "urn:oasis:names:tc:xacml:3.0:attribute-category:environment"
 
 CATEGORY_SHORTHANDS = {
     "AccessSubject": ACCESS_SUBJECT,
@@ -577,10 +574,6 @@ def iter_individuals(requests: Iterable[RequestContext]) -> Iterable[Individual]
         yield from r.individuals()
 
 
-SUBJECT_ID = "urn:oasis:names:tc:xacml:1.0:subject:subject-id"
-SUBJECT_ROLE = "urn:oasis:names:tc:xacml:2.0:subject:role"
-
-
 def bind_subject(ctx: "RequestContext", identity) -> "RequestContext":
     """The request as it is decided: the access subject is the authenticated caller.
 
@@ -599,11 +592,7 @@ def bind_subject(ctx: "RequestContext", identity) -> "RequestContext":
     return RequestContext([subject, *others], ctx.return_policy_id_list, ctx.combined_decision)
 
 
-CURRENT_TIME_IDS = frozenset({
-    "urn:oasis:names:tc:xacml:1.0:environment:current-time",
-    "urn:oasis:names:tc:xacml:1.0:environment:current-date",
-    "urn:oasis:names:tc:xacml:1.0:environment:current-dateTime",
-})
+CURRENT_TIME_IDS = frozenset({CURRENT_TIME, CURRENT_DATE, CURRENT_DATETIME})
 GATEWAY_ENVIRONMENT_PREFIX = "urn:xsg:"
 
 

@@ -33,10 +33,8 @@ from pdp.combining import (deny_overrides, first_applicable, legacy_deny_overrid
                            legacy_deny_overrides_rules, legacy_permit_overrides_policies,
                            legacy_permit_overrides_rules, only_one_applicable, permit_overrides)
 from pdp.evaluation import PolicyEvaluator, ReferenceEvaluator, RuleEvaluator
+from pdp.urns import RESOURCE as RESOURCE_CATEGORY, RESOURCE_ID, STRING
 
-RESOURCE_CATEGORY = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
-RESOURCE_ID = "urn:oasis:names:tc:xacml:1.0:resource:resource-id"
-STRING = "http://www.w3.org/2001/XMLSchema#string"
 
 # Combining algorithms whose answer is NotApplicable when every child is NotApplicable. A
 # whitelist: an algorithm added later gives no proof until it is checked and listed here.

@@ -25,11 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestSyntaxError, Response, Result,
                  RuleGrant, Status, bind_environment, bind_join, bind_subject, media_kind,
                  parse_request)
-from pep.core.analysis import ConditionTooComplex, Warning
+from pdp.urns import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ENVIRONMENT as ENVIRONMENT_CATEGORY,
+                      RESOURCE, RESOURCE_ID, STRING, SUBJECT_ID, SUBJECT_ROLE)
+from pep.core.analysis import ConditionTooComplex, MergeWarning
 from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
                              NotPermitted, Refusal, TooComplex, Unprocessable, UnsupportedMedia)
 from pep.core.explain import graph_to_json, plan_to_json, render_sql
@@ -45,9 +48,6 @@ from pep.core.union import INTERSECTION, UNION, Alternative, merge_union
 from pep.core.userquery import (JoinQuery, UserQueryError, parse_user_query, query_from_content,
                                 user_graph)
 
-RESOURCE = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
-RESOURCE_ID = "urn:oasis:names:tc:xacml:1.0:resource:resource-id"
-STRING = "http://www.w3.org/2001/XMLSchema#string"
 
 SchemaLookup = Callable[[str], "StreamSchema | None"]
 
@@ -60,19 +60,13 @@ class Grant:
     stream: str
     subject: str
     plan: ExecutionPlan | JoinPlan | UnionPlan  # a join's, or a union of grants' (pep.core.union)
-    warnings: list[Warning]
+    warnings: list[MergeWarning]
     sql: str
     plan_json: dict
     policy_ids: set[str]
     graph_json: dict = field(default_factory=dict)
 
 
-SUBJECT_ID = "urn:oasis:names:tc:xacml:1.0:subject:subject-id"
-SUBJECT_ROLE = "urn:oasis:names:tc:xacml:2.0:subject:role"
-SUBJECT_CATEGORY = "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
-
-
-ENVIRONMENT_CATEGORY = "urn:oasis:names:tc:xacml:3.0:attribute-category:environment"
 EnvironmentAttributes = list[tuple[str, str, list[str]]]
 # the gateway's environment attributes for a decision about one stream
 StreamEnvironment = Callable[[str], EnvironmentAttributes]
@@ -171,8 +165,8 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
                          combining or _intersection)
 
     try:
-        return _plan(engine, ctx, stream, schema, identity, media_type, user_query,
-                     user_query_type, settings, gateway_environment)
+        return _plan(_Planning(engine, ctx, stream, schema, identity, media_type,
+                               gateway_environment, settings), user_query, user_query_type)
     except Refusal as exc:
         exc.details.setdefault("stream", stream)  # for the audit trail and the error body
         raise
@@ -259,6 +253,21 @@ class _Settings:
 
 
 @dataclass(frozen=True)
+class _Planning:
+    """One stream's part of a request being decided and planned: what every step reads. A join's
+    second side is the first's with its own stream, schema, request context and environment."""
+
+    engine: Any  # the PDP (`decide_with_trace`)
+    ctx: Any  # the XACML request, bound to the caller, `environment` and the join
+    stream: str
+    schema: StreamSchema
+    identity: Any  # who authenticated (with its session level, if one was asked for)
+    media_type: str  # the request's, for the XACML of a denial
+    environment: EnvironmentAttributes  # the gateway's environment of `stream`, as in `ctx`
+    settings: _Settings
+
+
+@dataclass(frozen=True)
 class _Decided:
     """One stream's decision, planned as far as the policy side goes: the alternatives (one in
     the intersection mode; one per applicable rule's grant in the union mode), each a policy
@@ -285,14 +294,13 @@ def _masks_of(decided: _Decided) -> dict:
     return masks
 
 
-def _decide(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: str,
-            gateway_environment: EnvironmentAttributes, join: str | None = None,
-            partner: str | None = None, mode: str = INTERSECTION,
-            schemas: dict[str, StreamSchema] | None = None) -> _Decided:
+def _decide(req: _Planning, join: str | None = None, partner: str | None = None,
+            mode: str = INTERSECTION, schemas: dict[str, StreamSchema] | None = None) -> _Decided:
     """One stream's decision and its policy side (`_Decided`). `join`, when the request is a
     join, words a denial so that it names the stream; `partner` is the other stream of the
     join (None: the stream alone)."""
-    response, traces = engine.decide_with_trace(ctx)
+    stream, schema, media_type = req.stream, req.schema, req.media_type
+    response, traces = req.engine.decide_with_trace(req.ctx)
     if len(response.results) != 1:
         raise InvalidInput(f"the request asks for {len(response.results)} decisions (Multiple "
                            "Decision Profile); a stream request must ask for exactly one")
@@ -303,7 +311,7 @@ def _decide(engine, ctx, stream: str, schema: StreamSchema, identity, media_type
             raise AccessDenied(f"access denied: {reason}", response, media_type)
         raise _join_denial(response, stream, join, media_type)
     policy_ids: set[str] = set().union(*traces) if traces else set()
-    resolver = caller_resolver(identity, stream, gateway_environment)
+    resolver = caller_resolver(req.identity, stream, req.environment)
     grants = (result.rule_grants() if mode == UNION
               else (RuleGrant("", result.obligations),))
     where = f" on stream {stream!r} ({join})" if join else ""
@@ -379,11 +387,9 @@ def _merge(policy, user, schema: StreamSchema, time_attribute: str | None):
         raise InvalidInput(str(exc)) from None
 
 
-def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: str,
-          user_query: bytes | None, user_query_type: str | None, settings: _Settings,
-          gateway_environment: EnvironmentAttributes) -> Grant:
-    """`gateway_environment` is what `ctx` is bound to (`settings.environment(stream)`); a
-    join's second side asks `settings.environment` for its own stream."""
+def _plan(req: _Planning, user_query: bytes | None, user_query_type: str | None) -> Grant:
+    """The request's own stream decided and planned, or the join it asks for (`_plan_join`)."""
+    ctx, stream, schema, settings = req.ctx, req.stream, req.schema, req.settings
     second = _asks_for_join(ctx, user_query, user_query_type)
     second_schema = None
     if second is not None and settings.schema_lookup is not None:
@@ -391,8 +397,7 @@ def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: 
     schemas = {stream: schema, **({second: second_schema} if second_schema is not None else {})}
     mode = settings.combining(stream)
     try:
-        decided = _decide(engine, ctx, stream, schema, identity, media_type, gateway_environment,
-                          partner=second if second_schema is not None else None, mode=mode,
+        decided = _decide(req, partner=second if second_schema is not None else None, mode=mode,
                           schemas=schemas)
     except AccessDenied as exc:
         if second is None:
@@ -404,7 +409,7 @@ def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: 
         # a join: say which side is refused (here the first, the request's own stream)
         raise _mark_side(_join_denial(exc.decision, stream,
                                       f"the first stream of the join with {second!r}",
-                                      media_type), stream, second, stream) from None
+                                      req.media_type), stream, second, stream) from None
 
     query = _user_query(ctx, user_query, user_query_type)
     try:
@@ -418,8 +423,7 @@ def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: 
             _mark_side(exc, stream, second, stream)
         raise
     if query is not None and query.join is not None:
-        return _plan_join(engine, ctx, decided, stream, schema, user, query.join, identity,
-                          media_type, settings)
+        return _plan_join(req, decided, user, query.join)
 
     time_attribute = settings.time_attribute(stream)
     if len(decided.alternatives) == 1:
@@ -436,7 +440,7 @@ def _plan(engine, ctx, stream: str, schema: StreamSchema, identity, media_type: 
         nr = [w for w in warnings if w.kind == "NR"]
         raise NoResult("no result: " + nr[0].message, warnings=[w.to_json() for w in warnings])
     return Grant(
-        decision=decided.response, stream=stream, subject=identity.subject, plan=plan,
+        decision=decided.response, stream=stream, subject=req.identity.subject, plan=plan,
         warnings=warnings, sql=render_sql(plan, schema), plan_json=plan_to_json(plan),
         policy_ids=decided.policy_ids, graph_json=graph_json)
 
@@ -452,13 +456,13 @@ def _one_alternative(decided: _Decided, stream: str) -> tuple[Alternative, tuple
     return decided.alternatives[0], decided.joins[0]
 
 
-def _plan_join(engine, ctx, decided: _Decided, stream: str, schema: StreamSchema, user,
-               join: JoinQuery, identity, media_type: str, settings: _Settings) -> Grant:
+def _plan_join(req: _Planning, decided: _Decided, user, join: JoinQuery) -> Grant:
     """A join (pep.core.join): the second side is decided with the first side's request, its
     resource-id replaced (same authenticated subject and action; the environment of the second
     stream, not the first's; `join-with` the first stream), the join grants of both decisions
     (`pep.core.joingrant`) are added to the sides' policies, each side is merged with its part
     of the user query like any stream request, and both sides are joined."""
+    stream, schema, settings = req.stream, req.schema, req.settings
     second = join.stream
     lookup = settings.schema_lookup
     second_schema = lookup(second) if lookup is not None else None
@@ -475,11 +479,12 @@ def _plan_join(engine, ctx, decided: _Decided, stream: str, schema: StreamSchema
         try:
             second_environment = settings.environment(second)
             second_ctx = bind_join(bind_environment(
-                ctx.with_attribute(RESOURCE, RESOURCE_ID, STRING, [second]), second_environment),
-                stream)
+                req.ctx.with_attribute(RESOURCE, RESOURCE_ID, STRING, [second]),
+                second_environment), stream)
+            second_req = replace(req, ctx=second_ctx, stream=second, schema=second_schema,
+                                 environment=second_environment)
             second_decided = _decide(
-                engine, second_ctx, second, second_schema, identity, media_type,
-                second_environment, join=f"the second stream of the join with {stream!r}",
+                second_req, join=f"the second stream of the join with {stream!r}",
                 partner=stream, mode=settings.combining(second), schemas=schemas)
             second_alt, second_joins = _one_alternative(second_decided, second)
             try:
@@ -497,7 +502,7 @@ def _plan_join(engine, ctx, decided: _Decided, stream: str, schema: StreamSchema
                                       (second, second_alt.policy, second_schema))
         except ObligationError as exc:
             raise _mark_side(_deny(f"a join grant cannot be fulfilled: {exc.message}",
-                                   media_type), stream, second, stream) from None
+                                   req.media_type), stream, second, stream) from None
         first_time = settings.time_attribute(stream)
         second_time = settings.time_attribute(second)
         try:
@@ -526,14 +531,14 @@ def _plan_join(engine, ctx, decided: _Decided, stream: str, schema: StreamSchema
     warnings = list(result.warnings)
     if terms.min_within is not None and join.within is not None \
             and join.within < terms.min_within:
-        warnings.append(Warning(
+        warnings.append(MergeWarning(
             "PR", "join", f"partial result: your time bound of {join.within:g} s was raised to "
             f"{terms.min_within:g} s, the least a join grant allows", (f"within {join.within:g}",)))
     if settings.refuse_nr and result.nr:
         nr = [w for w in warnings if w.kind == "NR"]
         raise NoResult("no result: " + nr[0].message, warnings=[w.to_json() for w in warnings],
                        streams=[stream, second])
-    return Grant(decision=decided.response, stream=stream, subject=identity.subject,
+    return Grant(decision=decided.response, stream=stream, subject=req.identity.subject,
                  plan=result.plan, warnings=warnings, sql=result.sql, plan_json=result.plan_json,
                  policy_ids=decided.policy_ids | second_decided.policy_ids,
                  graph_json=result.graph_json)

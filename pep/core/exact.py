@@ -32,13 +32,14 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Union
 
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
-# Instants of years 1 to 9999 (UTC), as Python's datetime and Spark's TIMESTAMP both hold them,
-# in epoch microseconds: from 0001-01-01T00:00:00Z up to, not including, 10000-01-01T00:00:00Z.
-MIN_MICROS = -62_135_596_800_000_000
-END_MICROS = 253_402_300_800_000_000
-MAX_MICROS = END_MICROS - 1
+from pdp.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
+
 MICROS_PER_SECOND = 1_000_000
+# Instants of years 1 to 9999 (UTC) in epoch microseconds (`pdp.numbers` has them in seconds):
+# from 0001-01-01T00:00:00Z up to, not including, 10000-01-01T00:00:00Z.
+MIN_MICROS = MIN_EPOCH_SECONDS * MICROS_PER_SECOND
+END_MICROS = END_EPOCH_SECONDS * MICROS_PER_SECOND
+MAX_MICROS = END_MICROS - 1
 
 ExactNumber = Union[int, Decimal, Fraction, float]
 """A number whose value is exact as it stands (a float is the exact binary value it holds)."""

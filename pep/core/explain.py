@@ -16,6 +16,7 @@ from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial
 from pep.core.labels import Label, comparison_text
 from pep.core.graph import Filter, Join, Map, Mask, QueryGraph, Source, Union_, WindowAggregate
 from pep.core.masks import describe, mask_sql, masks_json, parse_mask, split_variable
+from pep.core.outputs import JOINED_LABEL, join_output, output_names
 from pep.core.plan import (AnyPredicate, ExecutionPlan, JoinPlan, Predicate, Scalar, UnionPlan,
                            SpatialPredicate, StreamSchema)
 from pep.core.privacy import spec_to_json
@@ -251,7 +252,6 @@ def predicate_json(p: AnyPredicate) -> dict:
 
 def plan_to_json(plan: ExecutionPlan | JoinPlan | UnionPlan) -> dict:
     if isinstance(plan, JoinPlan):
-        from pep.core.join import join_plan_to_json  # which renders each side with this function
         return join_plan_to_json(plan)
     if isinstance(plan, UnionPlan):
         members = [plan_to_json(p) for p in plan.plans]
@@ -298,9 +298,11 @@ def graph_to_json(graph: QueryGraph, schema: StreamSchema | None = None) -> dict
         if isinstance(node, Mask):
             return {"op": "mask", "masks": masks_json(node.masks), "input": node_json(node.input)}
         if isinstance(node, WindowAggregate):
-            return {"op": "window", "type": node.kind, "size": node.size, "step": node.step,
-                    "aggregates": [f"{a.attribute}:{a.function}" for a in node.aggregates],
-                    "keys": list(node.keys or ()), "min_count": node.min_count,
+            w = node.spec
+            keys = w.keys if node.ask is None else node.ask.keys
+            return {"op": "window", "type": w.kind, "size": w.size, "step": w.step,
+                    "aggregates": [f"{a.attribute}:{a.function}" for a in w.aggregates],
+                    "keys": list(keys or ()), "min_count": w.min_count,
                     "input": node_json(node.input)}
         if isinstance(node, Join):
             return {"op": "join", "condition": expr_sql(node.condition, schema),
@@ -319,3 +321,81 @@ def graph_to_json(graph: QueryGraph, schema: StreamSchema | None = None) -> dict
         item.pop("input", None)
         chain.append(item)
     return {"operators": chain}
+
+
+# -- joins ----------------------------------------------------------------------------------------
+
+def seconds_text(value: float) -> str:
+    """A number of seconds as written in messages and in the text (no '.0' on whole ones)."""
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+# -- renderings -----------------------------------------------------------------------------------
+
+def join_plan_to_json(plan: JoinPlan) -> dict:
+    """The join as JSON: both side plans (as a single stream's), the condition, the output."""
+    return {
+        "join": {
+            "left": plan_to_json(plan.left),
+            "right": plan_to_json(plan.right),
+            "on": [{"left": a, "right": b} for a, b in plan.on],
+            "within": plan.within,
+            "time": {"left": plan.left_time, "right": plan.right_time},
+            **({"label": {"left": plan.label[0], "right": plan.label[1],
+                          "output": JOINED_LABEL}} if plan.label is not None else {}),
+        },
+        "streams": list(plan.streams),
+        "key": plan.key(),
+        "output": list(join_output(plan)),
+    }
+
+
+def _time_interval(seconds: float) -> str:
+    return f"INTERVAL '{seconds_text(seconds)}' SECOND"
+
+
+def render_join_sql(plan: JoinPlan, left_schema: StreamSchema | None = None,
+                    right_schema: StreamSchema | None = None) -> str:
+    """The join as Spark-SQL-like text (never executed): each side its own authorised view."""
+    ls, rs = plan.left.stream, plan.right.stream
+    lq, rq = quote_identifier(ls), quote_identifier(rs)
+    lines = [f"-- authorised join of {lq} and {rq}, plan {plan.key()[:16]}",
+             "-- each side is that stream's own authorised view (its policy's filter, map and "
+             "window applied first)"]
+
+    def body(side_plan: ExecutionPlan, schema: StreamSchema | None) -> str:
+        text = render_sql(side_plan, schema).rstrip(";")
+        return "\n".join("  " + line for line in text.splitlines())
+
+    lines.append(f"WITH {lq} AS (\n{body(plan.left, left_schema)}\n), {rq} AS (\n"
+                 f"{body(plan.right, right_schema)}\n)")
+    cols = [f"{lq}.{quote_identifier(n)} AS {quote_identifier(f'{ls}.{n}')}"
+            for n in output_names(plan.left)]
+    cols += [f"{rq}.{quote_identifier(n)} AS {quote_identifier(f'{rs}.{n}')}"
+             for n in output_names(plan.right)]
+    if plan.label is not None:
+        cols.append(f"LUB({lq}.{quote_identifier(plan.label[0])}, "
+                    f"{rq}.{quote_identifier(plan.label[1])}) AS {JOINED_LABEL}")
+    lines.append("SELECT " + ",\n       ".join(cols))
+    lines.append(f"FROM {lq} JOIN {rq}")
+    conditions = [f"{lq}.{quote_identifier(a)} = {rq}.{quote_identifier(b)}" for a, b in plan.on]
+    lt, rt = f"{lq}.{quote_identifier(plan.left_time)}", f"{rq}.{quote_identifier(plan.right_time)}"
+    if plan.within == 0:
+        conditions.append(f"{lt} = {rt}")
+    else:
+        iv = _time_interval(plan.within)
+        conditions.append(f"{lt} BETWEEN {rt} - {iv} AND {rt} + {iv}")
+    lines.append("  ON " + "\n AND ".join(conditions) + ";")
+    return "\n".join(lines)
+
+
+def join_graph_json(plan: JoinPlan, left: tuple[QueryGraph, StreamSchema],
+                    right: tuple[QueryGraph, StreamSchema]) -> dict:
+    """The join's query graph: each side's merged graph (with its schema) under the join."""
+    return {"sink": {"op": "join",
+                     "on": [{"left": f"{plan.left.stream}.{a}", "right": f"{plan.right.stream}.{b}"}
+                            for a, b in plan.on],
+                     "within": plan.within,
+                     "time": {"left": plan.left_time, "right": plan.right_time},
+                     "left": graph_to_json(*left),
+                     "right": graph_to_json(*right)}}

@@ -11,10 +11,10 @@ rendered; the merge refuses them explicitly rather than guessing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Union
 
 from pep.core.conditions import Expr, to_text
-from pep.core.plan import Aggregate, StreamSchema
+from pep.core.plan import PolicyWindowTerms, WindowAsk, WindowSpec
 # Re-exported for callers of the graph model; defined in pep.core.schemas.
 from pep.core.schemas import AIS_SCHEMA, BUILTIN_SCHEMAS, WEATHER_SCHEMA  # noqa: F401
 
@@ -52,30 +52,16 @@ class Map:
 
 @dataclass(frozen=True)
 class WindowAggregate:
-    """Windows over the input, aggregated (per group-by key, when keys are given).
-
-    In a policy's graph: `keys` are the group-by attributes it allows (the finest grouping),
-    `min_count` the fewest tuples a window may hold to be emitted, and `prefilter` the attributes
-    a consumer may filter on before the window (None: the policy said nothing, i.e. none). In a
-    user's graph, `keys` None means "what the policy allows" and `min_count` 1 "the policy's";
-    `coarsen` asks for a window finer than the policy's to be raised to it (ASSIST Definition 4)
-    rather than refused. `privacy`: in a policy's graph, its differential privacy (a
-    `pep.core.privacy.PrivacySpec`, None: exact windows); in a user's, what it asks of it (a
-    `PrivacyAsk`: a smaller epsilon or delta)."""
+    """Windows over the input, aggregated (per group-by key, when keys are given): `spec`, the
+    one window value (`pep.core.plan.WindowSpec`, which says what its fields mean in a policy's
+    graph and in a consumer's). What only a policy says of its window is `policy` (set in a
+    policy's graph), what only a consumer asks `ask` (set in a consumer's); a merged graph has
+    neither."""
 
     input: "Node"
-    kind: Literal["tuple", "time"]
-    size: int
-    step: int
-    aggregates: tuple[Aggregate, ...]  # empty in a user query: "whatever the policy allows"
-    min_count: int = 1
-    keys: tuple[str, ...] | None = None
-    prefilter: tuple[str, ...] | None = None
-    # a policy's: (label attribute, Label): windows whose tuples' least upper bound it does not
-    # dominate are not delivered (`pep.core.labels`)
-    label_bounds: tuple = ()
-    coarsen: bool = False  # user side: raise a finer window to the policy's instead of refusing
-    privacy: Any = None  # PrivacySpec (policy) or PrivacyAsk (user), see the docstring
+    spec: WindowSpec
+    policy: PolicyWindowTerms | None = None
+    ask: WindowAsk | None = None
 
 
 @dataclass(frozen=True)
@@ -149,11 +135,12 @@ class QueryGraph:
 
 def pipeline_graph(stream: str, *, filter: tuple[Expr, str] | None = None,
                    map: tuple[str, ...] | None = None,
-                   window: tuple | dict | None = None,
+                   window: WindowSpec | None = None,
+                   policy_window: PolicyWindowTerms | None = None,
+                   window_ask: WindowAsk | None = None,
                    mask: tuple[tuple[str, str], ...] | None = None) -> QueryGraph:
-    """Build Source -> Filter -> Mask -> Map -> WindowAggregate with the parts that are given.
-
-    `window` is (kind, size, step, aggregates) or a dict of WindowAggregate's fields."""
+    """Build Source -> Filter -> Mask -> Map -> WindowAggregate with the parts that are given
+    (`policy_window` and `window_ask`: what only a policy or a consumer says of the window)."""
     node: Node = Source(stream)
     if filter is not None:
         node = Filter(node, filter[0], filter[1])
@@ -162,10 +149,6 @@ def pipeline_graph(stream: str, *, filter: tuple[Expr, str] | None = None,
     if map is not None:
         node = Map(node, tuple(map))
     if window is not None:
-        if not isinstance(window, dict):
-            kind, size, step, aggregates = window
-            window = {"kind": kind, "size": size, "step": step, "aggregates": aggregates}
-        window = {**window, "aggregates": tuple(window["aggregates"])}
-        node = WindowAggregate(node, **window)
+        node = WindowAggregate(node, window, policy_window, window_ask)
     return QueryGraph(node)
 

@@ -50,21 +50,22 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-from pep.core.analysis import Warning, values_satisfiable
+from pep.core.analysis import MergeWarning, values_satisfiable
 from pep.core.errors import Unprocessable
 from pep.core.exact import micros_from_iso
-from pep.core.explain import graph_to_json, plan_to_json, quote_identifier, render_sql
+from pep.core.explain import (join_graph_json, join_plan_to_json, render_join_sql,
+                               seconds_text)
 from pep.core.conditions import format_literal
 from pep.core.graph import QueryGraph
 from pep.core.labels import LabelError, Lattice
-from pep.core.masks import parse_mask
 from pep.core.merge import MergeResult, QueryInvalid, QueryRefused
 from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema
+from pep.core.outputs import (JOINED_LABEL, join_output, output_names, output_source,
+                              side_outputs)
 from pep.core.userquery import JoinQuery
 
 Side = Literal["left", "right"]
 NUMERIC = frozenset({"double", "long"})
-ORDER_PRESERVING = frozenset({"min", "max", "firstval", "lastval"})
 MAX_CONJUNCT_PAIRS = 4096  # beyond, the join condition is not analysed (said as INFO)
 MAX_CHOICES = 256
 
@@ -88,7 +89,7 @@ class JoinSide:
 @dataclass(frozen=True)
 class JoinResult:
     plan: JoinPlan
-    warnings: tuple[Warning, ...]
+    warnings: tuple[MergeWarning, ...]
     sql: str
     plan_json: dict
     graph_json: dict
@@ -97,80 +98,6 @@ class JoinResult:
     @property
     def nr(self) -> bool:
         return any(w.kind == "NR" for w in self.warnings)
-
-
-# -- what a side shows ----------------------------------------------------------------------------
-
-def _aggregate_type(function: str, attribute_type: str) -> str:
-    if function == "count":
-        return "long"
-    if function == "avg":
-        return "double"
-    return attribute_type
-
-
-def side_outputs(plan: ExecutionPlan, schema: StreamSchema) -> dict[str, str]:
-    """The side's output attributes and their types, in output order: the projection of a plain
-    side; window_start, window_end, group-by keys and aggregates of a windowed one."""
-    masks = dict(plan.masks)
-
-    def type_of(name: str) -> str:
-        field = schema.lookup(name)
-        kind = field.type if field is not None else "double"
-        if field is not None and field.name in masks:  # a hashed value is text
-            return parse_mask(masks[field.name]).output_type(kind)
-        return kind
-
-    w = plan.window
-    if w is None:
-        return {a: type_of(a) for a in plan.projection}
-    bound = "timestamp" if w.time_attribute is None or type_of(w.time_attribute) == "timestamp" \
-        else "double"
-    out = {"window_start": bound, "window_end": bound}
-    for key in w.keys:
-        out[key] = type_of(key)
-    for agg in w.aggregates:
-        out[agg.output_name] = _aggregate_type(agg.function, type_of(agg.attribute))
-    return out
-
-
-def output_names(plan: ExecutionPlan) -> tuple[str, ...]:
-    """The side's output names (no schema needed)."""
-    w = plan.window
-    if w is None:
-        return tuple(plan.projection)
-    return ("window_start", "window_end", *w.keys, *(a.output_name for a in w.aggregates))
-
-
-def output_source(plan: ExecutionPlan, name: str) -> str | None:
-    """The attribute whose every value an output is (so the side's filter constrains it). A
-    masked attribute's outputs are masked values, which the filter's comparisons on the raw
-    value do not bound: None (never an NR claimed from them)."""
-    source = _output_source(plan, name)
-    return None if source in dict(plan.masks) else source
-
-
-def _output_source(plan: ExecutionPlan, name: str) -> str | None:
-    w = plan.window
-    if w is None:
-        return name if name in plan.projection else None
-    if name in w.keys:
-        return name
-    for agg in w.aggregates:
-        if agg.output_name == name and agg.function in ORDER_PRESERVING:
-            return agg.attribute
-    return None
-
-
-JOINED_LABEL = "label"  # a joined row's label (no side's output: those are `<stream>.<name>`)
-
-
-def join_output(plan: JoinPlan) -> tuple[str, ...]:
-    """A result row's attribute names: both sides' outputs, `<stream>.<output>`, then `label`
-    when the join labels its rows (`joined_label`)."""
-    return (tuple(plan.output_name("left", n) for n in output_names(plan.left))
-            + tuple(plan.output_name("right", n) for n in output_names(plan.right))
-            + ((JOINED_LABEL,) if plan.label is not None else ()))
 
 
 # -- security labels (MLS) ------------------------------------------------------------------------
@@ -354,24 +281,26 @@ def build_join(left: JoinSide, right: JoinSide, query: JoinQuery) -> JoinResult:
     plan = JoinPlan(left.plan, right.plan, tuple(pairs), float(within), left_time, right_time,
                     joined_label(left, right))
 
-    warnings: list[Warning] = []
+    warnings: list[MergeWarning] = []
     for side in (left, right):
         for w in side.merged.warnings:
-            warnings.append(Warning(w.kind, w.operator, f"{side.stream}: {w.message}",
-                                    w.predicates))
+            warnings.append(MergeWarning(w.kind, w.operator, f"{side.stream}: {w.message}",
+                                         w.predicates))
     nr = analyse_join(plan, left, right)
     if nr is not None:
         warnings.append(nr)
     hashed = [(a, b) for a, b in pairs if dict(plan.left.masks).get(a) == "hash"
               and dict(plan.right.masks).get(b) == "hash"]
     if hashed:
-        warnings.append(Warning(
+        warnings.append(MergeWarning(
             "INFO", "join", "the join compares hashed values ("
             + ", ".join(f"{left.stream}.{a} = {right.stream}.{b}" for a, b in hashed)
             + "): each is keyed with its stream owner's secret, so they are equal only when "
             "both streams have the same owner and the raw values are equal", ()))
     return JoinResult(plan, tuple(warnings), render_join_sql(plan, left.schema, right.schema),
-                      join_plan_to_json(plan), join_graph_json(plan, left, right),
+                      join_plan_to_json(plan),
+                      join_graph_json(plan, (left.merged.graph, left.schema),
+                                      (right.merged.graph, right.schema)),
                       join_output(plan))
 
 
@@ -421,7 +350,7 @@ def _texts(conj, attribute: str | None) -> list[str]:
             if getattr(p, "attribute", None) == attribute and getattr(p, "mask", None) is None]
 
 
-def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> Warning | None:
+def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> MergeWarning | None:
     """NR when the join condition can never hold given the sides' filters (see the module
     docstring); an INFO warning when there are too many alternatives to check; else None."""
     sides = {"left": (left, plan.left), "right": (right, plan.right)}
@@ -448,9 +377,9 @@ def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> Warning | N
 
     raw_choices = [conjuncts[s] if not windowed[s] else ((),) for s in ("left", "right")]
     if len(raw_choices[0]) * len(raw_choices[1]) > MAX_CONJUNCT_PAIRS:
-        return Warning("INFO", "join", "the join condition is too large to analyse for "
-                       "results that can never come (too many alternatives in the sides' "
-                       "filters); it is still enforced")
+        return MergeWarning("INFO", "join", "the join condition is too large to analyse for "
+                            "results that can never come (too many alternatives in the sides' "
+                            "filters); it is still enforced")
     first_failure: str | None = None
     failed_predicates: list[str] = []
     for lc, rc in itertools.product(*raw_choices):
@@ -467,8 +396,8 @@ def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> Warning | N
         if first_failure is None:
             first_failure, failed_predicates = failure
     assert first_failure is not None
-    return Warning("NR", "join", "no result: the join can never match: " + first_failure,
-                   tuple(dict.fromkeys(failed_predicates)))
+    return MergeWarning("NR", "join", "no result: the join can never match: " + first_failure,
+                        tuple(dict.fromkeys(failed_predicates)))
 
 
 def _class_satisfiable(members, kind, chosen, windowed, conjuncts) -> bool:
@@ -563,84 +492,10 @@ def _time_satisfiable(plan: JoinPlan, lc, rc) -> bool:
 def _describe_time(plan: JoinPlan, lc, rc) -> tuple[str, list[str]]:
     lt, rt = _texts(lc, plan.left_time), _texts(rc, plan.right_time)
     return (f"{plan.left.stream}.{plan.left_time} and {plan.right.stream}.{plan.right_time} are "
-            f"never within {_seconds(plan.within)} s of each other ({plan.left.stream}'s filter "
+            f"never within {seconds_text(plan.within)} s of each other ({plan.left.stream}'s filter "
             f"keeps only {' AND '.join(lt)}; {plan.right.stream}'s only {' AND '.join(rt)})",
             lt + rt)
 
 
-def _seconds(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(value)
-
-
-# -- renderings -----------------------------------------------------------------------------------
-
-def join_plan_to_json(plan: JoinPlan) -> dict:
-    """The join as JSON: both side plans (as a single stream's), the condition, the output."""
-    return {
-        "join": {
-            "left": plan_to_json(plan.left),
-            "right": plan_to_json(plan.right),
-            "on": [{"left": a, "right": b} for a, b in plan.on],
-            "within": plan.within,
-            "time": {"left": plan.left_time, "right": plan.right_time},
-            **({"label": {"left": plan.label[0], "right": plan.label[1],
-                          "output": JOINED_LABEL}} if plan.label is not None else {}),
-        },
-        "streams": list(plan.streams),
-        "key": plan.key(),
-        "output": list(join_output(plan)),
-    }
-
-
-def _time_interval(seconds: float) -> str:
-    return f"INTERVAL '{_seconds(seconds)}' SECOND"
-
-
-def render_join_sql(plan: JoinPlan, left_schema: StreamSchema | None = None,
-                    right_schema: StreamSchema | None = None) -> str:
-    """The join as Spark-SQL-like text (never executed): each side its own authorised view."""
-    ls, rs = plan.left.stream, plan.right.stream
-    lq, rq = quote_identifier(ls), quote_identifier(rs)
-    lines = [f"-- authorised join of {lq} and {rq}, plan {plan.key()[:16]}",
-             "-- each side is that stream's own authorised view (its policy's filter, map and "
-             "window applied first)"]
-
-    def body(side_plan: ExecutionPlan, schema: StreamSchema | None) -> str:
-        text = render_sql(side_plan, schema).rstrip(";")
-        return "\n".join("  " + line for line in text.splitlines())
-
-    lines.append(f"WITH {lq} AS (\n{body(plan.left, left_schema)}\n), {rq} AS (\n"
-                 f"{body(plan.right, right_schema)}\n)")
-    cols = [f"{lq}.{quote_identifier(n)} AS {quote_identifier(f'{ls}.{n}')}"
-            for n in output_names(plan.left)]
-    cols += [f"{rq}.{quote_identifier(n)} AS {quote_identifier(f'{rs}.{n}')}"
-             for n in output_names(plan.right)]
-    if plan.label is not None:
-        cols.append(f"LUB({lq}.{quote_identifier(plan.label[0])}, "
-                    f"{rq}.{quote_identifier(plan.label[1])}) AS {JOINED_LABEL}")
-    lines.append("SELECT " + ",\n       ".join(cols))
-    lines.append(f"FROM {lq} JOIN {rq}")
-    conditions = [f"{lq}.{quote_identifier(a)} = {rq}.{quote_identifier(b)}" for a, b in plan.on]
-    lt, rt = f"{lq}.{quote_identifier(plan.left_time)}", f"{rq}.{quote_identifier(plan.right_time)}"
-    if plan.within == 0:
-        conditions.append(f"{lt} = {rt}")
-    else:
-        iv = _time_interval(plan.within)
-        conditions.append(f"{lt} BETWEEN {rt} - {iv} AND {rt} + {iv}")
-    lines.append("  ON " + "\n AND ".join(conditions) + ";")
-    return "\n".join(lines)
-
-
-def join_graph_json(plan: JoinPlan, left: JoinSide, right: JoinSide) -> dict:
-    return {"sink": {"op": "join",
-                     "on": [{"left": f"{plan.left.stream}.{a}", "right": f"{plan.right.stream}.{b}"}
-                            for a, b in plan.on],
-                     "within": plan.within,
-                     "time": {"left": plan.left_time, "right": plan.right_time},
-                     "left": graph_to_json(left.merged.graph, left.schema),
-                     "right": graph_to_json(right.merged.graph, right.schema)}}
-
-
-__all__ = ["JoinSide", "JoinResult", "build_join", "check_streams", "analyse_join", "side_outputs",
-           "output_names", "output_source", "join_output", "join_plan_to_json",
-           "render_join_sql", "join_graph_json", "joined_label", "label_lattice", "JOINED_LABEL"]
+__all__ = ["JoinSide", "JoinResult", "build_join", "check_streams", "analyse_join",
+           "joined_label", "label_lattice", "JOINED_LABEL"]

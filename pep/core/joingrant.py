@@ -225,19 +225,19 @@ def _check_other_side(g: JoinGrant, side: str, condition: Expr, text: str, graph
 
 
 def _with_filters(graph: QueryGraph, stream: str, extra: list[tuple[Expr, str]]) -> QueryGraph:
+    """The side's policy graph with the grants' filters conjoined to its own; its masks, map and
+    window stay as they are (a filter reads raw values, as the policy's own does)."""
     if not extra:
         return graph
     parts = ([(graph.filter.condition, graph.filter.describe())] if graph.filter else []) + extra
     condition = conjoin([c for c, _ in parts])
     text = " AND ".join(f"({t})" if len(parts) > 1 else t for _, t in parts)
-    window = None
     w = graph.window
-    if w is not None:
-        window = {"kind": w.kind, "size": w.size, "step": w.step, "aggregates": w.aggregates,
-                  "min_count": w.min_count, "keys": w.keys, "prefilter": w.prefilter}
     return pipeline_graph(stream, filter=(condition, text),
                           map=graph.map.attributes if graph.map is not None else None,
-                          window=window)
+                          window=w.spec if w is not None else None,
+                          policy_window=w.policy if w is not None else None,
+                          mask=graph.mask.masks if graph.mask is not None else None)
 
 
 

@@ -27,9 +27,9 @@ Rules (eXACML+ section 3.1, with the corrections of the design):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from pep.core.analysis import FilterAnalysis, Warning, analyse_filter
+from pep.core.analysis import FilterAnalysis, MergeWarning, analyse_filter
 from pep.core.errors import InvalidInput, NotPermitted, Unprocessable
 from pep.core.conditions import (And, Comparison, Expr, FALSE, Or, Spatial, attributes_of,
                                  spatial_from_predicate, spatial_parts)
@@ -38,7 +38,7 @@ from pep.core.masks import (MaskPlan, filter_notes, output_masks, plan_dnf, plan
                             window_masks)
 from pep.core.obligations import FUNCTIONS_FOR_TYPE
 from pep.core.plan import (Aggregate, Conjunct, ExecutionPlan, SpatialPredicate, StreamSchema,
-                           WindowSpec)
+                           WindowAsk, WindowSpec)
 from pep.core.privacy import DP_FUNCTIONS, NOT_PRIVATE, AskTooMuch, PrivacySpec, apply_ask
 
 
@@ -58,7 +58,7 @@ class QueryInvalid(InvalidInput):
 class MergeResult:
     graph: QueryGraph
     plan: ExecutionPlan
-    warnings: tuple[Warning, ...]
+    warnings: tuple[MergeWarning, ...]
     filter_analysis: FilterAnalysis
 
     @property
@@ -86,12 +86,12 @@ def check_leaks(policy: QueryGraph, user: QueryGraph, schema: StreamSchema) -> N
                 raise QueryRefused(f"your query reads attribute {attr!r}, which the policy does "
                                    "not expose", attr)
     if uw is not None:
-        for agg in uw.aggregates:
+        for agg in uw.spec.aggregates:
             if agg.attribute not in exposed:
                 raise QueryRefused(f"your query aggregates attribute {agg.attribute!r} "
                                    f"({agg.function}), which the policy does not expose",
                                    agg.attribute)
-        for key in uw.keys or ():
+        for key in (uw.ask.keys if uw.ask is not None else None) or ():
             if key not in exposed:
                 raise QueryRefused(f"your query groups by attribute {key!r}, which the policy "
                                    "does not expose", key)
@@ -99,10 +99,11 @@ def check_leaks(policy: QueryGraph, user: QueryGraph, schema: StreamSchema) -> N
         _check_anchors(policy, uf.condition)
     pw = policy.window
     if pw is not None and uf is not None:
-        allowed = set(pw.prefilter or ())
+        prefilter = pw.policy.prefilter if pw.policy is not None else ()
+        allowed = set(prefilter)
         for attr in attributes_of(uf.condition):
             if attr not in allowed:
-                listed = ", ".join(pw.prefilter or ()) or "none"
+                listed = ", ".join(prefilter) or "none"
                 raise QueryRefused(
                     f"your query filters on attribute {attr!r} before the policy's window; the "
                     f"policy allows a consumer's filter before its window only on: {listed} "
@@ -149,43 +150,33 @@ def _describe(agg: Aggregate) -> str:
     return f"{agg.function}({agg.attribute})"
 
 
-@dataclass(frozen=True)
-class _Window:
-    kind: str
-    size: int
-    step: int
-    aggregates: tuple[Aggregate, ...]
-    min_count: int = 1
-    keys: tuple[str, ...] = ()
-    privacy: PrivacySpec | None = None
-
-
-def _private(pw: WindowAggregate, uw: WindowAggregate | None, warnings: list[Warning]
+def _private(pw: WindowAggregate, uw: WindowAggregate | None, warnings: list[MergeWarning]
              ) -> tuple[PrivacySpec | None, tuple[Aggregate, ...]]:
     """The merged window's privacy and the policy's aggregates it can release (the others are
     withheld, with a warning when the query did not name any: `_merge_window` refuses them when
     it did)."""
-    spec = pw.privacy
+    spec = pw.spec.privacy
+    ask = uw.ask.privacy if uw is not None and uw.ask is not None else None
     if spec is None:
-        if uw is not None and uw.privacy is not None:
+        if ask is not None:
             raise QueryInvalid("your query asks for epsilon/delta, but the policy's window is "
                                "not differentially private: its windows are exact")
-        return None, pw.aggregates
+        return None, pw.spec.aggregates
     if uw is not None:
-        for agg in uw.aggregates:
+        for agg in uw.spec.aggregates:
             if agg.function not in DP_FUNCTIONS:
                 raise QueryRefused(
                     f"your query asks for {_describe(agg)}, which the policy's differentially "
                     f"private window cannot release: it {NOT_PRIVATE.get(agg.function, '')}; "
                     "private windows release count, sum and avg", agg.attribute)
         try:
-            spec = apply_ask(spec, uw.privacy)
+            spec = apply_ask(spec, ask)
         except AskTooMuch as exc:
             raise QueryRefused(str(exc), exc.parameter) from None
-    kept = tuple(a for a in pw.aggregates if a.function in DP_FUNCTIONS)
-    withheld = [a for a in pw.aggregates if a.function not in DP_FUNCTIONS]
-    if withheld and (uw is None or not uw.aggregates):
-        warnings.append(Warning(
+    kept = tuple(a for a in pw.spec.aggregates if a.function in DP_FUNCTIONS)
+    withheld = [a for a in pw.spec.aggregates if a.function not in DP_FUNCTIONS]
+    if withheld and (uw is None or not uw.spec.aggregates):
+        warnings.append(MergeWarning(
             "INFO", "window", "the policy's window is differentially private; aggregates "
             "that show single values have no private release and are withheld: "
             f"{', '.join(_describe(a) for a in withheld)}",
@@ -193,38 +184,43 @@ def _private(pw: WindowAggregate, uw: WindowAggregate | None, warnings: list[War
     return spec, kept
 
 
-def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
+def _merge_window(policy: WindowAggregate | None, user: WindowAggregate | None,
                   visible: tuple[str, ...], user_map: Map | None,
-                  warnings: list[Warning]) -> _Window | None:
-    if pw is None and uw is None:
+                  warnings: list[MergeWarning]) -> WindowSpec | None:
+    """The merged window, before the stream's time attribute, masks and label bounds."""
+    if policy is None and user is None:
         return None
+    uw = user.spec if user is not None else None
+    ask = (user.ask if user is not None else None) or WindowAsk()
     if uw is not None and user_map is not None:
         for agg in uw.aggregates:
             if agg.attribute not in user_map.attributes:
                 raise QueryInvalid(f"your query aggregates {agg.attribute!r}, which its own map "
                                    "leaves out", attribute=agg.attribute)
-    if pw is None:
+    if policy is None:
         assert uw is not None
         if not uw.aggregates:
             raise QueryInvalid("your query's window lists no aggregate (attribute:function)")
-        if uw.privacy is not None:
+        if ask.privacy is not None:
             raise QueryInvalid("your query asks for epsilon/delta, but no policy makes this "
                                "stream's windows differentially private: they are exact")
-        return _Window(uw.kind, uw.size, uw.step, uw.aggregates, uw.min_count, uw.keys or ())
-    privacy, releasable = _private(pw, uw, warnings)
+        return WindowSpec(uw.kind, uw.size, uw.step, uw.aggregates, min_count=uw.min_count,
+                          keys=ask.keys or ())
+    pw = policy.spec
+    privacy, releasable = _private(policy, user, warnings)
     policy_visible = tuple(a for a in releasable if a.attribute in visible)
-    policy_keys = tuple(k for k in pw.keys or () if k in visible)
+    policy_keys = tuple(k for k in pw.keys if k in visible)
     if uw is None:
-        return _Window(pw.kind, pw.size, pw.step, policy_visible, pw.min_count, policy_keys,
-                       privacy)
+        return WindowSpec(pw.kind, pw.size, pw.step, policy_visible, min_count=pw.min_count,
+                          keys=policy_keys, privacy=privacy)
     if uw.kind != pw.kind:
         raise QueryRefused(f"the policy allows only {pw.kind} windows; your query asks for a "
                            f"{uw.kind} window")
     unit = "tuples" if pw.kind == "tuple" else "seconds"
     size, step = uw.size, uw.step
-    keys = policy_keys if uw.keys is None else uw.keys
-    finer = [k for k in keys if k not in (pw.keys or ())]
-    if uw.coarsen:  # ASSIST Definition 4: |W|' = max(|W|, P.W.size), S' = max(S, P.W.step)
+    keys = policy_keys if ask.keys is None else ask.keys
+    finer = [k for k in keys if k not in pw.keys]
+    if ask.coarsen:  # ASSIST Definition 4: |W|' = max(|W|, P.W.size), S' = max(S, P.W.step)
         raised = []
         if size < pw.size:
             raised.append(f"size {size} -> {pw.size} {unit}")
@@ -236,7 +232,7 @@ def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
             raised.append(f"no grouping by {', '.join(finer)}")
             keys = tuple(k for k in keys if k not in finer)
         if raised:
-            warnings.append(Warning(
+            warnings.append(MergeWarning(
                 "PR", "window", "partial result: your window was coarsened to what the policy "
                 f"allows: {'; '.join(raised)}", tuple(raised)))
     if size < pw.size:
@@ -246,13 +242,14 @@ def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
         raise QueryRefused(f"your window step {step} is finer than the policy allows "
                            f"(at least {pw.step} {unit}); ask with coarsen to get the policy's")
     for key in keys:
-        if key not in (pw.keys or ()):
-            allowed_keys = ", ".join(pw.keys or ()) or "none"
+        if key not in pw.keys:
+            allowed_keys = ", ".join(pw.keys) or "none"
             raise QueryRefused(f"your query groups by {key!r}, finer than the policy's window "
                                f"allows (group-by keys allowed: {allowed_keys})", key)
     min_count = max(pw.min_count, uw.min_count)
     if not uw.aggregates:
-        return _Window(uw.kind, size, step, policy_visible, min_count, keys, privacy)
+        return WindowSpec(uw.kind, size, step, policy_visible, min_count=min_count, keys=keys,
+                          privacy=privacy)
     allowed = set(pw.aggregates)
     for agg in uw.aggregates:
         if agg not in allowed:
@@ -261,12 +258,13 @@ def _merge_window(pw: WindowAggregate | None, uw: WindowAggregate | None,
                     else f"the policy's window does not aggregate {agg.attribute!r}")
             raise QueryRefused(f"your query asks for {_describe(agg)}, which the policy's window "
                                f"does not allow ({hint})", agg.attribute)
-    return _Window(uw.kind, size, step, uw.aggregates, min_count, keys, privacy)
+    return WindowSpec(uw.kind, size, step, uw.aggregates, min_count=min_count, keys=keys,
+                      privacy=privacy)
 
 
-def _masked_aggregates(masking: MaskPlan, window: _Window, uw: WindowAggregate | None,
+def _masked_aggregates(masking: MaskPlan, window: WindowSpec, uw: WindowAggregate | None,
                        schema: StreamSchema, time_attribute: str | None,
-                       warnings: list[Warning]) -> tuple[Aggregate, ...]:
+                       warnings: list[MergeWarning]) -> tuple[Aggregate, ...]:
     """The window's aggregates over masked values: those whose function fits the masked type
     (a hash is text: no avg); one the consumer asked for by name is refused instead."""
     time_attr = None
@@ -275,7 +273,7 @@ def _masked_aggregates(masking: MaskPlan, window: _Window, uw: WindowAggregate |
             (f.name for f in schema.fields if f.type == "timestamp"), None)
     kept, notes = window_masks(masking, window.kind, window.size, window.step,
                                window.aggregates, time_attr, FUNCTIONS_FOR_TYPE)
-    if notes and uw is not None and uw.aggregates:
+    if notes and uw is not None and uw.spec.aggregates:
         dropped = [a for a in window.aggregates if a not in kept]
         raise QueryRefused(f"your query asks for {_describe(dropped[0])}, but the policy shows "
                            f"{dropped[0].attribute!r} only masked: {notes[0].message}",
@@ -299,7 +297,7 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
         raise QueryInvalid(f"the query is for stream {user.source.stream!r}, the policy for "
                            f"{source.stream!r}")
     check_leaks(policy, user, schema)
-    warnings: list[Warning] = []
+    warnings: list[MergeWarning] = []
 
     pf, uf = policy.filter, user.filter
     # Masks (pep.core.masks): the consumer's filter reads masked values, the policy's raw ones.
@@ -321,15 +319,15 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
     else:
         visible = exposed
         hidden = [n for n in schema.names if n not in set(exposed)]
-        if hidden and not (uw is not None and uw.aggregates):
-            warnings.append(Warning(
+        if hidden and not (uw is not None and uw.spec.aggregates):
+            warnings.append(MergeWarning(
                 "PR", "map", f"partial result: the policy hides attribute(s) "
                 f"{', '.join(hidden)}; you receive only {', '.join(exposed) or 'nothing'}",
                 tuple(hidden)))
     if pw is not None:
-        dropped = [a for a in pw.aggregates if a.attribute not in set(exposed)]
+        dropped = [a for a in pw.spec.aggregates if a.attribute not in set(exposed)]
         if dropped:
-            warnings.append(Warning(
+            warnings.append(MergeWarning(
                 "INFO", "window", "the policy's window aggregates attribute(s) its map hides; "
                 f"those aggregates are withheld: {', '.join(_describe(a) for a in dropped)}",
                 tuple(_describe(a) for a in dropped)))
@@ -342,7 +340,7 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
             aggregates = _masked_aggregates(masking, window, uw, schema, time_attribute,
                                             warnings)
         if not aggregates:
-            warnings.append(Warning(
+            warnings.append(MergeWarning(
                 "NR", "window", "no result: none of the aggregates the policy's window allows is "
                 "on an attribute you may see or asked for", ()))
         time_attr = None
@@ -355,14 +353,12 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
         needed = {a.attribute for a in aggregates} | set(window.keys)
         projection = tuple(n for n in schema.names if n in needed)
         keys = tuple(n for n in schema.names if n in set(window.keys))
-        bounds = tuple((a, str(label)) for a, label in (pw.label_bounds if pw else ()))
-        window_spec = WindowSpec(kind, window.size, window.step, tuple(aggregates),  # type: ignore[arg-type]
-                                 time_attr, window.min_count, keys, privacy=window.privacy,
-                                 label_bounds=bounds)
+        window_spec = replace(window, aggregates=tuple(aggregates), time_attribute=time_attr,
+                              keys=keys, label_bounds=pw.spec.label_bounds if pw else ())
     else:
         projection = visible
         if not projection:
-            warnings.append(Warning("NR", "map", "no result: no attribute is visible", ()))
+            warnings.append(MergeWarning("NR", "map", "no result: no attribute is visible", ()))
 
     filter_dnf = analysis.filter_dnf
     applied: tuple[tuple[str, str], ...] = ()
@@ -378,7 +374,5 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
         node = Mask(node, applied)
     node = Map(node, projection)
     if window_spec is not None:
-        node = WindowAggregate(node, window_spec.kind, window_spec.size, window_spec.step,
-                               window_spec.aggregates, window_spec.min_count, window_spec.keys,
-                               privacy=window_spec.privacy)
+        node = WindowAggregate(node, window_spec)
     return MergeResult(QueryGraph(node), plan, tuple(warnings), analysis)

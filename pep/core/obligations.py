@@ -53,7 +53,8 @@ When several applicable policies contribute obligations, all of them apply:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
+from typing import Literal
 
 from pdp import Obligation
 from pdp.numbers import INT64_MAX, NumberError, parse_int
@@ -62,8 +63,9 @@ from pep.core.conditions import (Comparison, ConditionError, Expr, PlaceholderRe
 from pep.core.labels import Label
 from pep.core.graph import QueryGraph, pipeline_graph
 from pep.core.masks import MaskError, compose_all, ordered, parse_assignment
-from pep.core.plan import AGGREGATE_FUNCTIONS, Aggregate, StreamSchema
-from pep.core.privacy import DP_ATTRIBUTES, PrivacySpec, check_aggregates, parse_spec, strictest
+from pep.core.plan import (AGGREGATE_FUNCTIONS, Aggregate, PolicyWindowTerms, StreamSchema,
+                           WindowSpec)
+from pep.core.privacy import DP_ATTRIBUTES, check_aggregates, parse_spec, strictest
 
 PREFIXES = ("exacml:obligation:", "pcloud:obligation:")
 FILTER_IDS = frozenset({"exacml:obligation:stream-filter", "exacml:obligation:stream-filtering"})
@@ -158,24 +160,17 @@ def parse_window_number(value: str, what: str) -> int:
     return number
 
 
-def parse_window_kind(value: str) -> str:
+def parse_window_kind(value: str) -> Literal["tuple", "time"]:
     kind = value.strip().lower()
-    if kind not in ("tuple", "time"):
-        raise ValueError(f"window type {value!r} must be 'tuple' or 'time'")
-    return kind
+    if kind == "tuple":
+        return "tuple"
+    if kind == "time":
+        return "time"
+    raise ValueError(f"window type {value!r} must be 'tuple' or 'time'")
 
 
-@dataclass(frozen=True)
-class PolicyWindow:
-    kind: str
-    size: int
-    step: int
-    aggregates: tuple[Aggregate, ...]
-    min_count: int = 1
-    keys: tuple[str, ...] = ()
-    prefilter: tuple[str, ...] = ()
-    privacy: PrivacySpec | None = None
-    label_bounds: tuple = ()  # ((label attribute, Label), ...)
+PolicyWindow = tuple[WindowSpec, PolicyWindowTerms]
+"""One policy's window: the window it grants and what only a policy says of it."""
 
 
 def _suffix(attribute_id: str) -> str | None:
@@ -252,23 +247,22 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
     if maps:
         visible = set.intersection(*maps)
         map_part = tuple(n for n in schema.names if n in visible)
-    window_part = None
+    window_part = terms = None
     if windows:
-        w = merge_policy_windows(windows)
+        w, terms = merge_policy_windows(windows)
         # Canonical order (schema, then function), so that the plan - and its key, which decides
         # whether a live handle survives a policy change - does not depend on policy order.
         position = {name: i for i, name in enumerate(schema.names)}
         aggregates = tuple(sorted(w.aggregates, key=lambda a: (
             position[a.attribute], AGGREGATE_FUNCTIONS.index(a.function))))
-        window_part = {"kind": w.kind, "size": w.size, "step": w.step, "aggregates": aggregates,
-                       "min_count": w.min_count, "keys": _in_schema_order(w.keys, schema),
-                       "prefilter": _in_schema_order(w.prefilter, schema),
-                       "privacy": None if w.privacy is None
-                       else strictest([w.privacy], schema.names),  # bounds in schema order
-                       "label_bounds": tuple(sorted(w.label_bounds,
-                                                    key=lambda b: (b[0], str(b[1]))))}
+        window_part = replace(
+            w, aggregates=aggregates, keys=_in_schema_order(w.keys, schema),
+            privacy=None if w.privacy is None
+            else strictest([w.privacy], schema.names),  # bounds in schema order
+            label_bounds=tuple(sorted(w.label_bounds)))
+        terms = PolicyWindowTerms(_in_schema_order(terms.prefilter, schema))
     return pipeline_graph(stream, filter=filter_part, map=map_part, window=window_part,
-                          mask=ordered(masks, schema) if masks else None)
+                          policy_window=terms, mask=ordered(masks, schema) if masks else None)
 
 
 def _masks(ob: Obligation, schema: StreamSchema, into: dict) -> dict:
@@ -333,22 +327,26 @@ def _window(ob: Obligation, schema: StreamSchema,
     if kind == "tuple" and min_count > size:
         raise ObligationError(f"obligation {ob.id}: a tuple window of {size} tuples can never "
                               f"hold the minimum of {min_count}", ob.id)
-    return PolicyWindow(kind, size, step, aggregates, min_count, keys, prefilter, privacy,
-                        bounds)
+    return (WindowSpec(kind, size, step, aggregates, None, min_count, keys, privacy, bounds),
+            PolicyWindowTerms(prefilter))
 
 
-def _label_bound(text: str, schema: StreamSchema, resolver: PlaceholderResolver | None) -> tuple:
-    """`level DOMINATED_BY {subject:session}`: one label attribute dominated by one label."""
+def _label_bound(text: str, schema: StreamSchema, resolver: PlaceholderResolver | None
+                 ) -> tuple[str, str]:
+    """`level DOMINATED_BY {subject:session}`: one label attribute dominated by one label (its
+    text, canonical: one attribute has one lattice)."""
     condition = parse_condition(text, schema, resolver=resolver)
     if not isinstance(condition, Comparison) or condition.op != "<=" \
             or not isinstance(condition.value, Label):
         raise ValueError(f"{WINDOW_LABEL_BOUND} {text.strip()[:80]!r} must be one "
                          "`attribute DOMINATED_BY label` on a label attribute")
-    return (condition.attribute, condition.value)
+    return (condition.attribute, str(condition.value))
 
 
-def merge_policy_windows(windows: Sequence[PolicyWindow]) -> PolicyWindow:
+def merge_policy_windows(policies: Sequence[PolicyWindow]) -> PolicyWindow:
     """The coarsest window that respects every policy's (see the module docstring)."""
+    windows = [w for w, _ in policies]
+    terms = [t for _, t in policies]
     kinds = {w.kind for w in windows}
     if len(kinds) > 1:
         raise ObligationError("applicable policies require windows of different types "
@@ -360,7 +358,7 @@ def merge_policy_windows(windows: Sequence[PolicyWindow]) -> PolicyWindow:
         raise ObligationError("applicable policies' windows allow no aggregate in common")
     ordered = tuple(a for a in windows[0].aggregates if a in allowed)
     keys = set(windows[0].keys).intersection(*(w.keys for w in windows[1:]))
-    prefilter = set(windows[0].prefilter).intersection(*(w.prefilter for w in windows[1:]))
+    prefilter = set(terms[0].prefilter).intersection(*(t.prefilter for t in terms[1:]))
     private = [w.privacy for w in windows if w.privacy is not None]
     privacy = None
     if private:
@@ -369,7 +367,7 @@ def merge_policy_windows(windows: Sequence[PolicyWindow]) -> PolicyWindow:
         except ValueError as exc:
             raise ObligationError(str(exc)) from None
     bounds = tuple(dict.fromkeys(b for w in windows for b in w.label_bounds))
-    return PolicyWindow(windows[0].kind, max(w.size for w in windows),
-                        max(w.step for w in windows), ordered,
-                        max(w.min_count for w in windows), tuple(sorted(keys)),
-                        tuple(sorted(prefilter)), privacy, bounds)
+    return (WindowSpec(windows[0].kind, max(w.size for w in windows),
+                       max(w.step for w in windows), ordered, None,
+                       max(w.min_count for w in windows), tuple(sorted(keys)), privacy, bounds),
+            PolicyWindowTerms(tuple(sorted(prefilter))))

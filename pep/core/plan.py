@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal, Union
 
 from pep.core.labels import Lattice
-from pep.core.privacy import PrivacySpec, spec_from_json
+from pep.core.privacy import PrivacyAsk, PrivacySpec, spec_from_json
 
 FieldType = Literal["double", "long", "string", "boolean", "timestamp", "label"]
 Scalar = Union[float, int, str, bool]
@@ -105,12 +105,20 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """Tuple windows count rows (size/step in tuples); time windows use seconds of event time.
+    """A window: the one value for a plan's, a policy's and a consumer's (what only a policy or
+    only a consumer says of its window is held apart: `PolicyWindowTerms`, `WindowAsk`).
 
+    Tuple windows count rows (size/step in tuples); time windows use seconds of event time.
     `min_count`: a window that holds fewer tuples is not emitted (a window of one tuple shows it
     raw). `keys`: attributes the aggregates are grouped by within each window (one output row per
     key value per window; the key values are part of the row). `privacy`: the window is
-    released with noise (differential privacy, `pep.core.privacy`); None: exact."""
+    released with noise (differential privacy, `pep.core.privacy`); None: exact.
+
+    In a policy's graph, `keys` are the group-by attributes it allows (the finest grouping),
+    `min_count` the fewest tuples a window may hold, and `time_attribute` is None (the stream
+    gives it when planning). In a consumer's, `aggregates` empty means "whatever the policy
+    allows", `min_count` 1 "the policy's", and `keys` and `privacy` are left empty: what it asks
+    of them is its `WindowAsk`."""
 
     kind: Literal["tuple", "time"]
     size: int
@@ -123,6 +131,25 @@ class WindowSpec:
     # (label attribute, label text): a window is delivered only when the least upper bound of
     # its tuples' labels is dominated by the label (MLS: a reader's session level)
     label_bounds: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class PolicyWindowTerms:
+    """What only a policy says of its window: the attributes a consumer may filter on before it
+    (none by default: a filter there would choose which tuples a window aggregates)."""
+
+    prefilter: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WindowAsk:
+    """What only a consumer's query says of its window: the group-by keys it asks for (None: the
+    policy's), whether a window finer than the policy's is raised to it (ASSIST Definition 4)
+    rather than refused, and the smaller epsilon or delta it asks of a private window."""
+
+    keys: tuple[str, ...] | None = None
+    coarsen: bool = False
+    privacy: PrivacyAsk | None = None
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pep.core.analysis import ConditionTooComplex, Warning, analyse_filter
+from pep.core.analysis import ConditionTooComplex, MergeWarning, analyse_filter
 from pep.core.conditions import Or
 from pep.core.errors import NotPermitted, Refusal
 from pep.core.explain import graph_to_json
@@ -72,7 +72,7 @@ class Alternative:
 @dataclass(frozen=True)
 class UnionMerge:
     plan: ExecutionPlan | UnionPlan
-    warnings: tuple[Warning, ...]
+    warnings: tuple[MergeWarning, ...]
     graph_json: dict
     merged: tuple[MergeResult, ...]  # the member plans' merges, in the plan's order
 
@@ -96,14 +96,14 @@ def merge_union(alternatives: Sequence[Alternative], user: QueryGraph | None,
             refused.append((alt, exc))
     if not merged:
         raise refused[0][1]
-    info = [Warning("INFO", "union", f"the grant of rule {_rules(alt)} does not apply to your "
-                    f"query and is left out: {exc.message}") for alt, exc in refused]
+    info = [MergeWarning("INFO", "union", f"the grant of rule {_rules(alt)} does not apply to your "
+                         f"query and is left out: {exc.message}") for alt, exc in refused]
     live = [(alt, m) for alt, m in merged if not m.nr] or merged[:1]
     kept = {id(m) for _, m in live}
     for alt, m in merged:
         if id(m) not in kept:
-            info.append(Warning("INFO", "union", f"the grant of rule {_rules(alt)} can never "
-                                "match your query and is left out"))
+            info.append(MergeWarning("INFO", "union", f"the grant of rule {_rules(alt)} can never "
+                                     "match your query and is left out"))
     by_key: dict[str, tuple[Alternative, MergeResult]] = {}
     for alt, m in live:
         by_key.setdefault(m.plan.key(), (alt, m))
@@ -132,7 +132,7 @@ def _rules(alt: Alternative) -> str:
 
 
 def _union_warnings(members: list[tuple[Alternative, MergeResult]], user: QueryGraph | None,
-                    schema: StreamSchema) -> list[Warning]:
+                    schema: StreamSchema) -> list[MergeWarning]:
     """PR/NR over the union: the consumer's filter against the disjunction of the grants'
     filters; the attributes no grant shows; each member's window warnings, naming the grant."""
     filters = [alt.policy.filter.condition if alt.policy.filter is not None else None
@@ -140,13 +140,13 @@ def _union_warnings(members: list[tuple[Alternative, MergeResult]], user: QueryG
     union_filter = None if any(f is None for f in filters) else (
         filters[0] if len(filters) == 1 else Or(tuple(filters)))  # type: ignore[arg-type]
     uf = user.filter.condition if user is not None and user.filter is not None else None
-    out: list[Warning] = []
+    out: list[MergeWarning] = []
     try:
         analysis = analyse_filter(union_filter, uf, schema)
         out.extend(w for w in analysis.warnings if w.operator == "filter")
     except ConditionTooComplex:
-        out.append(Warning("INFO", "filter", "the grants' filters are too large to analyse "
-                           "together for partial results; each is still enforced"))
+        out.append(MergeWarning("INFO", "filter", "the grants' filters are too large to analyse "
+                                "together for partial results; each is still enforced"))
     shown = set()
     for alt, m in members:
         policy_map = alt.policy.map
@@ -154,13 +154,13 @@ def _union_warnings(members: list[tuple[Alternative, MergeResult]], user: QueryG
     hidden = [n for n in schema.names if n not in shown]
     asks_map = user is not None and user.map is not None
     if hidden and not asks_map:
-        out.append(Warning("PR", "map", "partial result: no applicable grant shows attribute(s) "
-                           f"{', '.join(hidden)}", tuple(hidden)))
+        out.append(MergeWarning("PR", "map", "partial result: no applicable grant shows attribute(s) "
+                                f"{', '.join(hidden)}", tuple(hidden)))
     for i, (alt, m) in enumerate(members):
         for w in m.warnings:
             if w.operator not in ("filter", "map"):
-                out.append(Warning(w.kind, w.operator, f"grant {i} (rule {_rules(alt)}): "
-                                   f"{w.message}", w.predicates))
+                out.append(MergeWarning(w.kind, w.operator, f"grant {i} (rule {_rules(alt)}): "
+                                        f"{w.message}", w.predicates))
     return out
 
 

@@ -27,12 +27,12 @@ from dataclasses import replace
 
 from pdp import (AttributeAssignment, Obligation, PolicyLoadError, PolicySource,
                  UnsafeDocumentError, parse_xml, policy_resource_scope)
+from pdp.urns import XACML_NS
 from pep.core.obligations import (FILTER_IDS, MAP_IDS, MASK_IDS, WINDOW_IDS, ObligationError,
                                   policy_graph)
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.streams.event_scope import event_references
 
-XACML_NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
 STREAM_OBLIGATIONS = FILTER_IDS | MAP_IDS | WINDOW_IDS | MASK_IDS
 StreamLookup = Callable[[str], "StreamDefinition | None"]
 

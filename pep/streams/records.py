@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
+from pdp.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
 from pep.core.errors import InvalidInput, TooLarge
 from pep.core.exact import (END_MICROS, MIN_MICROS, iso_from_micros, micros_from_seconds,
                             round_half_even)
@@ -27,10 +28,7 @@ from pep.streams.definition import StreamError
 
 DEFAULT_MAX_LINES = 100_000
 MAX_STRING_CHARS = 65_536
-LONG_MIN, LONG_MAX = -(2 ** 63), 2 ** 63 - 1
-# A timestamp is an instant of years 1 to 9999 (UTC): epoch seconds from 0001-01-01T00:00:00Z
-# up to, not including, 10000-01-01T00:00:00Z.
-MIN_EPOCH_SECONDS, END_EPOCH_SECONDS = -62_135_596_800, 253_402_300_800
+LONG_MIN, LONG_MAX = INT64_MIN, INT64_MAX
 
 
 class RecordError(StreamError, InvalidInput):

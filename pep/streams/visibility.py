@@ -38,13 +38,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pdp import Decision, RequestContext, bind_environment, bind_subject
+from pdp.urns import (ACTION as ACTION_CATEGORY, ACTION_ID, RESOURCE as RESOURCE_CATEGORY,
+                      RESOURCE_ID, STRING)
 from pep.streams.definition import LISTED
 
-RESOURCE_CATEGORY = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
-RESOURCE_ID = "urn:oasis:names:tc:xacml:1.0:resource:resource-id"
-ACTION_CATEGORY = "urn:oasis:names:tc:xacml:3.0:attribute-category:action"
-ACTION_ID = "urn:oasis:names:tc:xacml:1.0:action:action-id"
-STRING = "http://www.w3.org/2001/XMLSchema#string"
 DEFAULT_ACTIONS = ("read", "subscribe")
 
 EnvironmentAttributes = list[tuple[str, str, list[str]]]

@@ -24,20 +24,20 @@ import re
 
 from lxml import etree
 
+from pdp.urns import (ACCESS_SUBJECT as SUBJECT, ACTION, ACTION_ID, CURRENT_DATETIME, ENVIRONMENT,
+                      FUNCTION_PREFIX as FN, RESOURCE, RESOURCE_ID, STRING, SUBJECT_ID,
+                      SUBJECT_ROLE as ROLE, XACML_NS as NS)
 from pep.core.obligations import (FILTER_CONDITION, MAP_ATTRIBUTE, MASK_ATTRIBUTE, WINDOW_ATTR,
                                   WINDOW_KEY, WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_SIZE,
                                   WINDOW_STEP, WINDOW_TYPE)
 from pep.core.rules.model import AttributeMatch, SharingRule
 
-NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
 FIRST_APPLICABLE = "urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable"
 XS = "http://www.w3.org/2001/XMLSchema#"
-STRING = XS + "string"
 INTEGER = XS + "integer"
 DOUBLE = XS + "double"
 BOOLEAN = XS + "boolean"
 DATETIME = XS + "dateTime"
-FN = "urn:oasis:names:tc:xacml:1.0:function:"
 EQUAL = {STRING: FN + "string-equal", INTEGER: FN + "integer-equal", DOUBLE: FN + "double-equal",
          BOOLEAN: FN + "boolean-equal"}
 AND = FN + "and"
@@ -45,15 +45,6 @@ DATETIME_ONE = FN + "dateTime-one-and-only"
 DATETIME_GE = FN + "dateTime-greater-than-or-equal"
 DATETIME_LT = FN + "dateTime-less-than"
 BOOLEAN_IS_IN = FN + "boolean-is-in"
-RESOURCE = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
-SUBJECT = "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
-ACTION = "urn:oasis:names:tc:xacml:3.0:attribute-category:action"
-ENVIRONMENT = "urn:oasis:names:tc:xacml:3.0:attribute-category:environment"
-RESOURCE_ID = "urn:oasis:names:tc:xacml:1.0:resource:resource-id"
-SUBJECT_ID = "urn:oasis:names:tc:xacml:1.0:subject:subject-id"
-ROLE = "urn:oasis:names:tc:xacml:2.0:subject:role"
-ACTION_ID = "urn:oasis:names:tc:xacml:1.0:action:action-id"
-CURRENT_DATETIME = "urn:oasis:names:tc:xacml:1.0:environment:current-dateTime"
 FILTER_ID = "exacml:obligation:stream-filter"
 MAP_ID = "exacml:obligation:stream-map"
 WINDOW_ID = "exacml:obligation:stream-window"

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sympy.logic.boolalg import to_dnf
 
-from pep.core.analysis import (ConditionTooComplex, Warning, _Checker, analyse_filter, to_nnf)
+from pep.core.analysis import (ConditionTooComplex, MergeWarning, Checker, analyse_filter, to_nnf)
 from pep.core.conditions import And, Comparison, Not, Or, evaluate, parse_condition
 from pep.core.plan import Field, Predicate, StreamSchema
 
@@ -137,7 +137,7 @@ def test_contradictions_are_pruned_while_expanding():
 
 
 def test_warning_is_a_dataclass_with_json():
-    w = Warning("PR", "map", "m", ("x",))
+    w = MergeWarning("PR", "map", "m", ("x",))
     assert w.to_json() == {"kind": "PR", "operator": "map", "message": "m", "predicates": ["x"]}
 
 
@@ -165,7 +165,7 @@ def test_dnf_is_equivalent_to_sympys(expr):
         parts = [to_sympy(i) for i in e.items]
         return sympy.And(*parts) if isinstance(e, And) else sympy.Or(*parts)
 
-    checker = _Checker(BOOLS)
+    checker = Checker(BOOLS)
     ours = checker.dnf(to_nnf(expr, "user"), 10_000, prune=False)
     ours_sympy = sympy.Or(*[sympy.And(*[symbols[a.attribute] if a.op == "=" else
                                         ~symbols[a.attribute] for a in conj]) for conj in ours])

@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 from pdp.auth import Identity
 from pdp.engine import PolicyEngine
 from pep.core.access import decide_and_plan
-from pep.core.analysis import Warning
+from pep.core.analysis import MergeWarning
 from pep.core.errors import (AccessDenied, InvalidInput, NoResult, NotPermitted, Refusal,
                              Unprocessable)
 from pep.core.explain import plan_to_json
-from pep.core.join import JoinSide, analyse_join, build_join, join_output, side_outputs
+from pep.core.join import JoinSide, analyse_join, build_join
+from pep.core.outputs import join_output, side_outputs
 from pep.core.merge import merge
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, StreamSchema,
                            WindowSpec, any_plan_from_json, is_join_json, plan_streams,
@@ -383,7 +384,7 @@ def test_too_many_alternatives_are_not_analysed_but_said():
     verdict = analyse_join(JoinPlan(lplan, rplan, (("a", "x"),), 1.0, "t", "ts"),
                            JoinSide("l", LEFT, None, None),  # type: ignore[arg-type]
                            JoinSide("r", RIGHT, None, None))  # type: ignore[arg-type]
-    assert isinstance(verdict, Warning) and verdict.kind == "INFO"
+    assert isinstance(verdict, MergeWarning) and verdict.kind == "INFO"
 
 
 # -- the user query -------------------------------------------------------------------------------

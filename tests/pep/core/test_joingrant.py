@@ -220,3 +220,14 @@ def test_qualified_conjuncts_split_a_condition_over_two_streams():
                 "ais.x < routes.y"):
         with pytest.raises(ConditionError):
             qualified_conjuncts(bad)
+
+
+def test_a_join_grants_filter_keeps_the_sides_masks():
+    """A filter the join grant adds to its own stream's side rebuilds that side's policy graph;
+    the side's masks stay (they used to be dropped with it: the raw value in the join)."""
+    masked = side_policy("urn:t:b", "b", join_only="a", obligations=join_ob(
+        ("stream-join-stream-id", "a"), ("stream-join-condition-id", "a.k = b.k AND b.v > 2"))
+        + obligation("exacml:obligation:stream-mask", ("stream-mask-attribute-id", "v:round:10")))
+    p = run_sides(A_PLAIN, masked).plan
+    assert Predicate("v", ">", 2.0) in p.right.filter_dnf[0]  # the grant's own-stream filter
+    assert p.right.masks == (("v", "round:10"),)

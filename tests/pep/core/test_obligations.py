@@ -16,7 +16,7 @@ def test_figure_2_becomes_filter_map_window_in_that_order():
     assert [type(o).__name__ for o in ops] == ["Filter", "Map", "WindowAggregate"]
     assert g.filter.condition == Comparison("rainrate", ">", 5.0, 1)
     assert g.map.attributes == ("samplingtime", "rainrate", "windspeed")
-    w = g.window
+    w = g.window.spec
     assert (w.kind, w.size, w.step) == ("tuple", 5, 2)
     assert w.aggregates == (Aggregate("samplingtime", "lastval"), Aggregate("rainrate", "avg"),
                             Aggregate("windspeed", "max"))
@@ -35,9 +35,9 @@ def test_table_1_ids_and_the_exacml_prefix_are_accepted():
     )
     g = policy_graph(obligations, "weather", WEATHER_SCHEMA)
     assert g.map.attributes == ("rainrate",)
-    assert g.window.kind == "time"
+    assert g.window.spec.kind == "time"
     # canonical order: schema order of the attributes (samplingtime, rainrate, windspeed)
-    assert [a.function for a in g.window.aggregates] == ["lastval", "avg", "firstval"]
+    assert [a.function for a in g.window.spec.aggregates] == ["lastval", "avg", "firstval"]
 
 
 def test_every_applicable_policy_applies():
@@ -53,7 +53,7 @@ def test_every_applicable_policy_applies():
     assert g.filter.condition == And((Comparison("rainrate", ">", 5.0, 1),
                                       Comparison("windspeed", "<", 30.0, 1)))
     assert g.map.attributes == ("rainrate", "windspeed")  # intersection
-    w = g.window
+    w = g.window.spec
     assert (w.size, w.step) == (5, 4)  # the coarsest of both
     assert w.aggregates == (Aggregate("rainrate", "avg"),)  # allowed by both
 

@@ -41,7 +41,7 @@ def graph(*obligations):
 def test_a_private_window_carries_its_parameters_into_the_plan():
     g = graph(dp_window(("stream-window-dp-delta-id", "1e-6"),
                         ("stream-window-dp-budget-id", "0.5/3600")))
-    spec = g.window.privacy
+    spec = g.window.spec.privacy
     assert spec == PrivacySpec(0.5, 1e-6, (Bound("rainrate", 0.0, 50.0),),
                                (Budget(0.5, 3600), Budget(10.0, 86400)))
     plan = merge(g, None, WEATHER_SCHEMA).plan
@@ -97,19 +97,19 @@ def test_a_private_window_needs_epsilon_budget_and_bounds_for_sums():
     with pytest.raises(ObligationError, match="needs clamping bounds"):
         graph(dp_window(bounds=()))
     # a count needs no bounds
-    assert graph(dp_window(bounds=(), attrs=("rainrate:count",))).window.privacy.bounds == ()
+    assert graph(dp_window(bounds=(), attrs=("rainrate:count",))).window.spec.privacy.bounds == ()
 
 
 def test_several_policies_take_the_strictest():
     a = dp_window(epsilon="0.5", budget="10/86400", bounds=("rainrate:0:50",))
     b = dp_window(epsilon="0.2", budget="1/3600", bounds=("rainrate:5:80",))
-    spec = graph(a, b).window.privacy
+    spec = graph(a, b).window.spec.privacy
     assert spec.epsilon == 0.2
     assert spec.bounds == (Bound("rainrate", 5.0, 50.0),)
     assert spec.budgets == (Budget(1.0, 3600), Budget(10.0, 86400))
     # a private and an exact window: private
     exact = dp_window(epsilon=None, budget=None, bounds=())
-    assert graph(exact, a).window.privacy.epsilon == 0.5
+    assert graph(exact, a).window.spec.privacy.epsilon == 0.5
     with pytest.raises(ObligationError, match="do not meet"):
         graph(a, dp_window(bounds=("rainrate:60:70",)))
 

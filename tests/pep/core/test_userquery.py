@@ -18,7 +18,7 @@ def test_figure_4a_parses_and_binds():
     assert (q.window_kind, q.window_size, q.window_step) == ("tuple", 10, 2)
     g = user_graph(q, "weather", WEATHER_SCHEMA)
     assert g.map.attributes == ("rainrate",)
-    assert g.window.aggregates == (Aggregate("rainrate", "avg"),)
+    assert g.window.spec.aggregates == (Aggregate("rainrate", "avg"),)
     assert str(g.filter.condition) == "rainrate > 50"
 
 
@@ -42,7 +42,7 @@ def test_json_form_is_equivalent():
         "type": "time", "size": 60, "step": 60,
         "aggregates": [{"attribute": "windspeed", "function": "Max"}, "rainrate:sum"]}}}))
     g = user_graph(wrapped, "weather", WEATHER_SCHEMA)
-    assert g.window.aggregates == (Aggregate("windspeed", "max"), Aggregate("rainrate", "sum"))
+    assert g.window.spec.aggregates == (Aggregate("windspeed", "max"), Aggregate("rainrate", "sum"))
     assert parse_user_query(b'{"filter": "rainrate > 1"}').filter == "rainrate > 1"
     assert parse_user_query(FIGURE_4A, "application/xml").window_size == 10
 

@@ -6,7 +6,7 @@ import pytest
 from pep.core.graph import QueryGraph, Source, WindowAggregate
 from pep.core.merge import merge
 from pep.core.obligations import policy_graph
-from pep.core.plan import Aggregate, Field, StreamSchema
+from pep.core.plan import Aggregate, Field, StreamSchema, WindowSpec
 from pep.core.errors import Conflict
 from pep.handles.one_window import WindowConflict, WindowRegistry
 
@@ -20,7 +20,7 @@ def example_2_plan(size: int):
     policy = policy_graph((ob("exacml:obligation:stream-window", ("stream-window-type-id", "tuple"),
                               ("stream-window-size-id", "3"), ("stream-window-step-id", "2"),
                               ("stream-window-attr-id", "a:sum")),), "s", S)
-    user = QueryGraph(WindowAggregate(Source("s"), "tuple", size, 2, (Aggregate("a", "sum"),)))
+    user = QueryGraph(WindowAggregate(Source("s"), WindowSpec("tuple", size, 2, (Aggregate("a", "sum"),))))
     return merge(policy, user, S).plan
 
 

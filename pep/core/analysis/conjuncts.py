@@ -1,237 +1,20 @@
-"""Exact NR/PR analysis of filters, and the final filter as DNF for the execution plan.
-
-NR (no result): the policy's and the user's conditions can never hold together.
-PR (partial result): some tuple that the user's condition accepts is withheld by the policy, i.e.
-`user AND NOT policy` is satisfiable.
-
-Method (eXACML+ section 3.5, made exact):
-1. NOT is pushed down to the comparisons (De Morgan and Table 2: NOT(x > v) is x <= v).
-2. The result is expanded to DNF by distribution, pruning each conjunct the moment it becomes
-   unsatisfiable, with a bound on its size (an AND of ten two-way ORs has 1024 conjuncts).
-3. A conjunct is satisfiable when, for every attribute, its interval (open or closed bounds),
-   equalities and inequalities leave a value: over the reals for double attributes (double
-   semantics: their constants are doubles already, rounded as the attribute's values are), over
-   the 64-bit integers for long ones and over the microseconds of years 1 to 9999 for timestamps
-   (exactly, with Python's integers: `n > 2^53 AND n < 2^53 + 2` leaves one value, and with
-   `n != 2^53 + 1` none; `n > 2^63 - 1` none), over strings in code-point order (where
-   `s > 'a' AND s < 'a\\0'` is empty), over {true, false} for booleans.
-
-Missing attributes are taken into account: a comparison over a missing value is false, so a tuple
-that lacks an attribute the policy's filter needs is withheld (PR) even if the policy's filter is
-a tautology over present values.
-
-Spatial predicates (DISTANCE, DISTANCE_TO, WITHIN_POLYGON) are sound and conservative rather than
-exact. Each becomes an atom over a *derived variable* (the distance to one point, the distance to
-one anchor, inside one polygon), so predicates on the same variable are decided exactly (a policy's
-`DISTANCE(...) <= 50000` and a query's `DISTANCE(...) <= 20000` with the same point; the same
-polygon inside and outside). A positive DISTANCE (< or <=) or WITHIN_POLYGON also implies a
-lat/lon bounding box, added as *implied* atoms, so a contradiction with other latitude and
-longitude ranges is found by the interval check. Across variables on the same coordinates:
-two circles (triangle inequality on the sphere: inside C1 and outside C2 is empty when
-d(p1, p2) + r1 < r2, two insides are disjoint when d(p1, p2) > r1 + r2, each with a 1 m margin for
-rounding), and a convex polygon containing another polygon or a lat/lon box (all its vertices or
-corners inside; polygons are planar in lat/lon, so this is exact up to rounding at the edge).
-Everything else is assumed satisfiable: NR is never reported falsely, and PR is reported where
-the analysis cannot tell, with the warning saying that it could not decide. DISTANCE_TO is
-decided only against the same anchor.
-
-The DNF is our own rather than sympy's `to_dnf`: on these small formulas sympy takes about 1 ms
-per call (over the whole budget of a request), cannot prune while it expands, and does not
-know the theory anyway. The tests use sympy as an independent oracle for the boolean part.
-"""
+"""Satisfiability of one conjunct of atoms, exactly per attribute type (intervals over the
+reals, the 64-bit integers, the microseconds of years 1 to 9999, strings in code-point order,
+booleans, labels on their lattice; spatial variables soundly, see the package docstring), the
+DNF expanded with pruning (`Checker`), and a satisfiable conjunct as the plan's predicates."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from collections.abc import Callable
-from typing import Literal, Union
 
-from pep.core import geo
+from pep.core import geo, labels
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ceil_exact, floor_exact,
-                            is_integral, iso_from_micros, is_number, micros_from_iso,
+                            is_integral, is_number, iso_from_micros, micros_from_iso,
                             micros_from_seconds)
-from pep.core import labels
-from pep.core.labels import LABEL_NEGATED, Label
-from pep.core.conditions import (NEGATED_OP, And, Comparison, Const, Expr, Not, Spatial,
-                                 format_literal, spatial_text)
+from pep.core.labels import Label
 from pep.core.plan import AnyPredicate, Conjunct, Predicate, Scalar, SpatialPredicate, StreamSchema
+from pep.core.analysis.atoms import (Atom, CONTAINMENT_LIMIT, DISTANCE_MARGIN_M, NNF, SPATIAL,
+                                     TooLarge, WORK_LIMIT, spatial_with)
 
-ANALYSIS_LIMIT = 256  # conjuncts in the DNF of NOT(policy) and of the user's filter, for PR
-PLAN_LIMIT = 1024  # conjuncts in the final filter handed to the runtime
-WORK_LIMIT = 50_000  # conjunct pairs examined while distributing one AND (CPU bound)
-CONTAINMENT_LIMIT = 20_000  # vertex x edge tests for one polygon-in-polygon check (CPU bound)
-DISTANCE_MARGIN_M = 1.0  # slack for rounding when two circles are compared
-SPATIAL = "\x00"  # derived variables' names start so; no attribute of a schema does
-# A masked value (pep.core.masks) is a derived variable too: `MASKED attribute MASKED spec`;
-# NEVER is a variable no value satisfies (a comparison on a masked value that cannot hold).
-MASKED = "\x01"
-NEVER = MASKED + "never"
-
-
-@dataclass(frozen=True)
-class Warning:  # noqa: A001 - the name the gateway's API uses
-    """A finding reported to the consumer; it never weakens enforcement."""
-
-    kind: Literal["NR", "PR", "INFO"]
-    operator: Literal["filter", "map", "window", "join"]
-    message: str
-    predicates: tuple[str, ...] = ()
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "operator": self.operator, "message": self.message,
-                "predicates": list(self.predicates)}
-
-
-AnalysisWarning = Warning
-
-
-class TooLarge(Exception):
-    """The DNF would exceed its bound."""
-
-
-class ConditionTooComplex(ValueError):
-    """The merged filter cannot be expressed within the plan's bound."""
-
-
-@dataclass(frozen=True)
-class Atom:
-    """One comparison of the NNF, with where it came from."""
-
-    attribute: str
-    op: str
-    value: Scalar
-    origin: Literal["policy", "user"]
-    written: str  # the comparison as its author wrote it (before any NOT was pushed into it)
-    # Spatial atoms: `attribute` names a derived variable (see the module docstring), `op` and
-    # `value` constrain it, `spatial` holds the geometry (its own op/value are not used).
-    spatial: SpatialPredicate | None = None
-    # A lat/lon bound implied by the spatial predicate `written`: used to find contradictions,
-    # never shown as the user's own words and never put in the plan.
-    implied: bool = False
-
-    def text(self) -> str:
-        if self.spatial is not None:
-            return spatial_text(_spatial_with(self.spatial, self.op, self.value))
-        if isinstance(self.value, Label):
-            return labels.comparison_text(self.attribute, self.op, self.value)
-        return f"{_shown_name(self.attribute)} {self.op} {format_literal(self.value)}"
-
-    def shown(self) -> str:
-        """What to call this atom in a warning."""
-        return self.written if self.implied else self.text()
-
-
-def _shown_name(attribute: str) -> str:
-    """An attribute's name as its author wrote it (a masked value: its attribute's name)."""
-    if attribute.startswith(MASKED):
-        return attribute[1:].partition(MASKED)[0]
-    return attribute
-
-
-def _spatial_with(s: SpatialPredicate, op: str, value: Scalar) -> SpatialPredicate:
-    """The geometry with an atom's op and value (a polygon's as "=" inside / "!=" outside)."""
-    if s.function == "polygon":
-        inside = (op == "=") == bool(value)
-        return SpatialPredicate("polygon", s.latitude, s.longitude, "=" if inside else "!=",
-                                0.0, s.points)
-    return SpatialPredicate(s.function, s.latitude, s.longitude, op, float(value),  # type: ignore[arg-type]
-                            s.points, s.key, s.key_value)
-
-
-def _variable(s: Spatial) -> str:
-    if s.function == "polygon":
-        return f"{SPATIAL}polygon:{s.latitude}:{s.longitude}:{s.points!r}"
-    if s.function == "distance_to":
-        return (f"{SPATIAL}distance_to:{s.latitude}:{s.longitude}:{s.key}:"
-                f"{type(s.key_value).__name__}:{s.key_value!r}")
-    return f"{SPATIAL}distance:{s.latitude}:{s.longitude}:{s.points!r}"
-
-
-def _spatial_atoms(expr: Spatial, origin: Literal["policy", "user"], negate: bool) -> "NNF":
-    geometry = expr.to_predicate()
-    if expr.function == "polygon":  # as written: WITHIN_POLYGON, never its negation
-        written = spatial_text(_spatial_with(geometry, "=", True))
-    else:
-        written = spatial_text(expr)
-    var = _variable(expr)
-    if expr.function == "polygon":
-        inside = (expr.op == "=") != negate
-        geometry = _spatial_with(geometry, "=", True)
-        atom = Atom(var, "=" if inside else "!=", True, origin, written, geometry)
-        if not inside:
-            return atom
-        south, west, north, east = geo.polygon_bbox(geometry.points)
-        bounds = [(expr.latitude, ">=", south), (expr.latitude, "<=", north),
-                  (expr.longitude, ">=", west), (expr.longitude, "<=", east)]
-    else:
-        op = NEGATED_OP[expr.op] if negate else expr.op
-        atom = Atom(var, op, float(expr.radius), origin, written, geometry)  # type: ignore[arg-type]
-        if expr.function == "distance_to" or op not in ("<", "<="):
-            return atom
-        plat, plon = geometry.points
-        south, north, west, east = geo.circle_bbox(plat, plon, geometry.value)
-        bounds = [(expr.latitude, ">=", south), (expr.latitude, "<=", north)]
-        if west is not None:
-            bounds += [(expr.longitude, ">=", west), (expr.longitude, "<=", east)]
-    implied = [Atom(a, o, v, origin, written, implied=True) for a, o, v in bounds]
-    return ("and", (atom, *implied))
-
-
-NNF = Union[Atom, bool, tuple]  # ("and", items) | ("or", items) | Atom | True | False
-
-
-# What a comparison on a masked value implies of the raw attribute: alternatives (an OR of
-# ANDs) of (attribute, op, value), or None (pep.core.masks.MaskPlan.implied).
-Implied = Callable[[str, str, Scalar], "list[list[tuple[str, str, Scalar]]] | None"]
-
-
-def to_nnf(expr: Expr, origin: Literal["policy", "user"], negate: bool = False,
-           implied: Implied | None = None) -> NNF:
-    if isinstance(expr, Spatial):
-        return _spatial_atoms(expr, origin, negate)
-    if isinstance(expr, Comparison):
-        written = (labels.comparison_text(expr.attribute, expr.op, expr.value)
-                   if isinstance(expr.value, Label)
-                   else f"{_shown_name(expr.attribute)} {expr.op} {format_literal(expr.value)}")
-        negated = LABEL_NEGATED if isinstance(expr.value, Label) else NEGATED_OP
-        op = negated[expr.op] if negate else expr.op
-        atom = Atom(expr.attribute, op, expr.value, origin, written)  # type: ignore[arg-type]
-        if implied is not None and expr.attribute.startswith(MASKED):
-            alternatives = implied(expr.attribute, op, expr.value)
-            if alternatives is not None:
-                # raw bounds the masked comparison implies: they find contradictions with the
-                # policy's filter, and are never put in the plan (as a circle's box)
-                return _combine("and", [atom, _combine("or", [
-                    _combine("and", [Atom(a, o, v, origin, written, implied=True)
-                                     for a, o, v in alternative])
-                    for alternative in alternatives])])
-        return atom
-    if isinstance(expr, Const):
-        return expr.value != negate
-    if isinstance(expr, Not):
-        return to_nnf(expr.item, origin, not negate, implied)
-    is_and = isinstance(expr, And) != negate
-    items = [to_nnf(i, origin, negate, implied) for i in expr.items]
-    return _combine("and" if is_and else "or", items)
-
-
-def _combine(kind: str, items: list[NNF]) -> NNF:
-    absorbing, neutral = (False, True) if kind == "and" else (True, False)
-    flat: list[NNF] = []
-    for item in items:
-        if item is absorbing:
-            return absorbing
-        if item is neutral:
-            continue
-        if isinstance(item, tuple) and item[0] == kind:
-            flat.extend(item[1])
-        else:
-            flat.append(item)
-    if not flat:
-        return neutral
-    return flat[0] if len(flat) == 1 else (kind, tuple(flat))
-
-
-# -- satisfiability of one conjunct ---------------------------------------------------------------
 
 _UNSET = object()
 
@@ -360,7 +143,7 @@ def _group(atoms) -> dict[str, list[tuple[str, Scalar]]]:
     return by_attr
 
 
-class _Checker:
+class Checker:
     """Satisfiability of conjuncts for one schema, with a small memo."""
 
     def __init__(self, schema: StreamSchema, inexact: "set[str] | frozenset[str]" = frozenset()
@@ -623,14 +406,14 @@ class _Checker:
                 # attribute must still fail: keep the original comparisons to say so.
                 simplified = [Predicate(attr, op, v) for op, v in sorted(set(group), key=repr)]
             preds.extend(simplified)
-        return tuple(sorted(preds, key=_predicate_key))
+        return tuple(sorted(preds, key=predicate_key))
 
 
 _OP_ORDER = {"=": 0, ">": 1, ">=": 2, "<": 3, "<=": 4, "!=": 5,
              "!<=": 6, "!>=": 7, "!<": 8, "!>": 9}  # the last: negated label comparisons
 
 
-def _predicate_key(p: AnyPredicate) -> tuple:
+def predicate_key(p: AnyPredicate) -> tuple:
     if isinstance(p, SpatialPredicate):
         return (p.latitude, 10 + _OP_ORDER[p.op], "~spatial",
                 repr((p.function, p.points, p.key, repr(p.key_value), p.value)))
@@ -659,12 +442,12 @@ def _spatial_predicates(g: SpatialPredicate, r: _Range) -> list[SpatialPredicate
     no `=` on a distance, no `!=` arises; a polygon is inside or outside)."""
     if g.function == "polygon":
         inside = r.eq is True or (r.eq is _UNSET and False in r.nes)
-        return [_spatial_with(g, "=" if inside else "!=", True)]
+        return [spatial_with(g, "=" if inside else "!=", True)]
     out = []
     if r.lo is not None:
-        out.append(_spatial_with(g, ">=" if r.lo_incl else ">", r.lo))
+        out.append(spatial_with(g, ">=" if r.lo_incl else ">", r.lo))
     if r.hi is not None:
-        out.append(_spatial_with(g, "<=" if r.hi_incl else "<", r.hi))
+        out.append(spatial_with(g, "<=" if r.hi_incl else "<", r.hi))
     return out
 
 
@@ -724,220 +507,3 @@ def values_satisfiable(kind: str, preds: list[tuple[str, Scalar]]) -> bool:
         return True
     r = _collect(_integers(kind, preds))
     return r is not None and _range_satisfiable(kind, r)
-
-
-# -- the analysis ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class FilterAnalysis:
-    filter_dnf: tuple[Conjunct, ...] | None  # None: every tuple passes; (): none does
-    warnings: tuple[Warning, ...]
-    nr: bool
-    pr: bool | None  # None: too large to analyse
-
-
-def _show(atom: Atom) -> str:
-    if atom.attribute.startswith(MASKED) and atom.attribute != NEVER:
-        name, _, spec = atom.attribute[1:].partition(MASKED)
-        return f"{atom.shown()} (your query, on {name} masked as {spec})"
-    if atom.attribute == NEVER:
-        return f"{atom.shown()} (your query, on a masked value)"
-    return f"{atom.shown()} ({'policy' if atom.origin == 'policy' else 'your query'})"
-
-
-def analyse_filter(policy: Expr | None, user: Expr | None, schema: StreamSchema, *,
-                   analysis_limit: int = ANALYSIS_LIMIT, plan_limit: int = PLAN_LIMIT,
-                   masks=None) -> FilterAnalysis:
-    """Merged filter for the plan, with NR/PR warnings.
-
-    Raises ConditionTooComplex when the merged filter exceeds `plan_limit` conjuncts even after
-    pruning: the request is refused rather than enforced approximately.
-    `masks` (a `pep.core.masks.MaskPlan`): the user's comparisons on masked values are derived
-    variables of its analysis schema, with the raw bounds they imply.
-    """
-    implied = masks.implied if masks is not None else None
-    u_nnf = to_nnf(user, "user", implied=implied) if user is not None else True
-    checker = _Checker(schema, masks.inexact if masks is not None else frozenset())
-    p_nnf = to_nnf(policy, "policy") if policy is not None else True
-    both = _combine("and", [p_nnf, u_nnf])
-    try:
-        merged = checker.dnf(both, plan_limit)
-    except TooLarge:
-        raise ConditionTooComplex(
-            f"condition too complex: the merged filter has more than {plan_limit} alternatives "
-            "in disjunctive normal form; simplify the query's filter") from None
-
-    warnings: list[Warning] = []
-    if not merged:
-        warnings.append(_nr_warning(checker, p_nnf, u_nnf, analysis_limit))
-        return FilterAnalysis((), tuple(warnings), nr=True, pr=True)
-
-    dnf = _plan_dnf(checker, merged)
-    pr: bool | None
-    if p_nnf is True:
-        pr = False
-    else:
-        try:
-            pr_warning = _pr_warning(checker, policy, u_nnf, analysis_limit)  # type: ignore[arg-type]
-        except TooLarge:
-            pr = None
-            warnings.append(Warning(
-                "INFO", "filter",
-                f"the filters are too large to analyse for partial results (more than "
-                f"{analysis_limit} alternatives); the policy's filter is still enforced"))
-        else:
-            pr = pr_warning is not None
-            if pr_warning is not None:
-                warnings.append(pr_warning)
-    return FilterAnalysis(dnf, tuple(warnings), nr=False, pr=pr)
-
-
-def _plan_dnf(checker: _Checker, conjuncts: list[tuple[Atom, ...]]) -> tuple[Conjunct, ...] | None:
-    simplified = {checker.simplify(c) for c in conjuncts}
-    if () in simplified:
-        return None
-    ordered = sorted(simplified, key=lambda c: [_predicate_key(p) for p in c])
-    if len(ordered) <= 64:  # drop conjuncts implied by a weaker one (a subset of its predicates)
-        sets = [frozenset(c) for c in ordered]
-        ordered = [c for i, c in enumerate(ordered)
-                   if not any(j != i and sets[j] < sets[i] for j in range(len(sets)))]
-    return tuple(ordered)
-
-
-def _nr_warning(checker: _Checker, p_nnf: NNF, u_nnf: NNF, limit: int) -> Warning:
-    try:
-        raw = checker.dnf(_combine("and", [p_nnf, u_nnf]), limit, prune=False)
-    except TooLarge:
-        raw = []
-    conflicts: list[tuple[Atom, ...]] = []
-    for conj in raw:
-        c = checker.conflict(conj)
-        if c and c not in conflicts:
-            conflicts.append(c)
-    origins = {a.origin for c in conflicts for a in c}
-    if origins == {"policy"}:
-        lead = "the policy's filter can never hold, so no tuple will ever be delivered"
-    elif origins == {"user"}:
-        lead = "your query's filter can never hold, so no tuple will ever be delivered"
-    else:
-        lead = ("your query's filter contradicts the policy's filter: no tuple can satisfy both, "
-                "so none will ever be delivered")
-    details = "; ".join(" contradicts ".join(_show(a) for a in c) if len(c) == 2
-                        else f"{', '.join(_show(a) for a in c[:-1])} and {_show(c[-1])} cannot "
-                             "hold together" if len(c) > 2
-                        else f"{_show(c[0])} holds for no value" for c in conflicts[:8])
-    predicates: dict[str, None] = {}
-    for c in conflicts:
-        for a in c:
-            predicates.setdefault(a.shown(), None)
-    message = f"{lead} ({details})" if details else lead
-    return Warning("NR", "filter", message, tuple(predicates))
-
-
-def _pr_warning(checker: _Checker, policy: Expr, u_nnf: NNF, limit: int) -> Warning | None:
-    negated = to_nnf(policy, "policy", negate=True)
-    users = checker.dnf(u_nnf, limit)
-    classical = checker.dnf(negated, limit)
-    if len(users) * len(classical) > WORK_LIMIT:
-        raise TooLarge
-    for u in users:  # a witness with every attribute present, the clearest to report
-        for n in classical:
-            if checker.satisfiable(u + n):
-                return _describe_pr(u, n, (), undecided=checker.inexact(u + n))
-    by_presence: dict[frozenset, list[tuple[Atom, ...]]] = {}
-    work = 0
-    for u in users:
-        present = _present(u)
-        not_policy = by_presence.get(present)
-        if not_policy is None:
-            # Attributes the user's conjunct does not constrain may be missing from a tuple, and
-            # then every policy comparison on them is false (their negations true): such atoms
-            # of NOT(policy) are satisfied by a missing value and drop out.
-            not_policy = by_presence[present] = checker.dnf(_restrict(negated, present), limit)
-        work += len(not_policy)
-        if work > WORK_LIMIT:
-            raise TooLarge
-        for n in not_policy:
-            if checker.satisfiable(u + n):
-                absent = [a for a in _atoms(negated) if not _needs(a) <= present]
-                missing = sorted({_name(x, a) for a in absent for x in _needs(a) - present})
-                return _describe_pr(u, n, missing, [a.written for a in absent],
-                                    undecided=checker.inexact(u + n))
-    return None
-
-
-def _needs(atom: Atom) -> frozenset[str]:
-    """What a tuple must have for the atom to be able to hold: its attribute; for DISTANCE and
-    WITHIN_POLYGON a position; for DISTANCE_TO a known anchor (which only the same anchor in the
-    user's conjunct guarantees)."""
-    g = atom.spatial
-    if g is None or g.function == "distance_to":
-        return frozenset({atom.attribute})
-    return frozenset({g.latitude, g.longitude})
-
-
-def _present(conjunct: tuple[Atom, ...]) -> frozenset[str]:
-    """What every tuple passing the conjunct has (a predicate over a missing value is false)."""
-    out: set[str] = set()
-    for a in conjunct:
-        out.add(a.attribute)
-        if a.spatial is not None:
-            out.update((a.spatial.latitude, a.spatial.longitude))
-    return frozenset(out)
-
-
-def _name(needed: str, atom: Atom) -> str:
-    if needed.startswith(SPATIAL):
-        return f"the anchor's position of {atom.written}"
-    return needed
-
-
-def _restrict(node: NNF, present: frozenset) -> NNF:
-    if isinstance(node, Atom):
-        return node if _needs(node) <= present else True
-    if isinstance(node, bool):
-        return node
-    kind, items = node
-    return _combine(kind, [_restrict(i, present) for i in items])
-
-
-def _atoms(node: NNF) -> list[Atom]:
-    if isinstance(node, Atom):
-        return [node]
-    if isinstance(node, bool):
-        return []
-    return [a for i in node[1] for a in _atoms(i)]
-
-
-def _undecided_kind(texts) -> str:
-    spatial = any(t.startswith(("DISTANCE", "WITHIN_POLYGON", "NOT WITHIN_POLYGON"))
-                  for t in texts)
-    masked = not all(t.startswith(("DISTANCE", "WITHIN_POLYGON", "NOT WITHIN_POLYGON"))
-                     for t in texts)
-    if spatial and masked:
-        return "spatial predicates and comparisons of masked values"
-    return "comparisons of masked values" if masked else "spatial predicates"
-
-
-def _describe_pr(user: tuple[Atom, ...], witness: tuple[Atom, ...], missing,
-                 also_violated=(), undecided: tuple[str, ...] = ()) -> Warning:
-    violated: dict[str, None] = {}
-    for text in [a.written for a in witness] + list(also_violated):
-        violated.setdefault(text, None)
-    where = " AND ".join(a.text() for a in witness if not a.implied)
-    gone = f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing" if missing else ""
-    if where and gone:
-        where = f"{where} (or where {gone})"
-    shown = [a.text() for a in user if not a.implied]
-    wants = " AND ".join(shown) if shown else "every tuple"
-    if undecided:
-        message = (f"possibly partial result: the analysis cannot decide exactly whether the "
-                   f"tuples your query asks for ({wants}) all pass the policy's filter, because "
-                   f"it does not decide how these {_undecided_kind(undecided)} combine: "
-                   f"{', '.join(undecided)}; it reports a partial result to be safe (perhaps "
-                   f"none is withheld), for example where {where or gone}")
-    else:
-        message = (f"partial result: some tuples your query asks for ({wants}) are withheld by "
-                   f"the policy's filter, for example those where {where or gone}")
-    message += f"; policy predicates that such tuples fail: {', '.join(violated)}"
-    return Warning("PR", "filter", message, tuple(violated))

@@ -1,0 +1,188 @@
+"""The NR/PR analysis's vocabulary: its limits, its findings (`MergeWarning`) and errors, atoms
+(a comparison, or a spatial predicate over a derived variable, with its origin: policy or
+user) and conditions in negation normal form (`to_nnf`, NOT pushed down to the atoms)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Union
+
+from pep.core import geo, labels
+from pep.core.conditions import (And, Comparison, Const, Expr, NEGATED_OP, Not, Spatial,
+                                 format_literal, spatial_text)
+from pep.core.labels import LABEL_NEGATED, Label
+from pep.core.plan import Scalar, SpatialPredicate
+
+
+ANALYSIS_LIMIT = 256  # conjuncts in the DNF of NOT(policy) and of the user's filter, for PR
+PLAN_LIMIT = 1024  # conjuncts in the final filter handed to the runtime
+WORK_LIMIT = 50_000  # conjunct pairs examined while distributing one AND (CPU bound)
+CONTAINMENT_LIMIT = 20_000  # vertex x edge tests for one polygon-in-polygon check (CPU bound)
+DISTANCE_MARGIN_M = 1.0  # slack for rounding when two circles are compared
+SPATIAL = "\x00"  # derived variables' names start so; no attribute of a schema does
+# A masked value (pep.core.masks) is a derived variable too: `MASKED attribute MASKED spec`;
+# NEVER is a variable no value satisfies (a comparison on a masked value that cannot hold).
+MASKED = "\x01"
+NEVER = MASKED + "never"
+
+
+@dataclass(frozen=True)
+class MergeWarning:
+    """A finding of the merge reported to the consumer (NR, PR or INFO, the API's "warnings");
+    it never weakens enforcement."""
+
+    kind: Literal["NR", "PR", "INFO"]
+    operator: Literal["filter", "map", "window", "join"]
+    message: str
+    predicates: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "operator": self.operator, "message": self.message,
+                "predicates": list(self.predicates)}
+
+
+class TooLarge(Exception):
+    """The DNF would exceed its bound."""
+
+
+class ConditionTooComplex(ValueError):
+    """The merged filter cannot be expressed within the plan's bound."""
+
+
+@dataclass(frozen=True)
+class Atom:
+    """One comparison of the NNF, with where it came from."""
+
+    attribute: str
+    op: str
+    value: Scalar
+    origin: Literal["policy", "user"]
+    written: str  # the comparison as its author wrote it (before any NOT was pushed into it)
+    # Spatial atoms: `attribute` names a derived variable (see the module docstring), `op` and
+    # `value` constrain it, `spatial` holds the geometry (its own op/value are not used).
+    spatial: SpatialPredicate | None = None
+    # A lat/lon bound implied by the spatial predicate `written`: used to find contradictions,
+    # never shown as the user's own words and never put in the plan.
+    implied: bool = False
+
+    def text(self) -> str:
+        if self.spatial is not None:
+            return spatial_text(spatial_with(self.spatial, self.op, self.value))
+        if isinstance(self.value, Label):
+            return labels.comparison_text(self.attribute, self.op, self.value)
+        return f"{_shown_name(self.attribute)} {self.op} {format_literal(self.value)}"
+
+    def shown(self) -> str:
+        """What to call this atom in a warning."""
+        return self.written if self.implied else self.text()
+
+
+def _shown_name(attribute: str) -> str:
+    """An attribute's name as its author wrote it (a masked value: its attribute's name)."""
+    if attribute.startswith(MASKED):
+        return attribute[1:].partition(MASKED)[0]
+    return attribute
+
+
+def spatial_with(s: SpatialPredicate, op: str, value: Scalar) -> SpatialPredicate:
+    """The geometry with an atom's op and value (a polygon's as "=" inside / "!=" outside)."""
+    if s.function == "polygon":
+        inside = (op == "=") == bool(value)
+        return SpatialPredicate("polygon", s.latitude, s.longitude, "=" if inside else "!=",
+                                0.0, s.points)
+    return SpatialPredicate(s.function, s.latitude, s.longitude, op, float(value),  # type: ignore[arg-type]
+                            s.points, s.key, s.key_value)
+
+
+def _variable(s: Spatial) -> str:
+    if s.function == "polygon":
+        return f"{SPATIAL}polygon:{s.latitude}:{s.longitude}:{s.points!r}"
+    if s.function == "distance_to":
+        return (f"{SPATIAL}distance_to:{s.latitude}:{s.longitude}:{s.key}:"
+                f"{type(s.key_value).__name__}:{s.key_value!r}")
+    return f"{SPATIAL}distance:{s.latitude}:{s.longitude}:{s.points!r}"
+
+
+def _spatial_atoms(expr: Spatial, origin: Literal["policy", "user"], negate: bool) -> "NNF":
+    geometry = expr.to_predicate()
+    if expr.function == "polygon":  # as written: WITHIN_POLYGON, never its negation
+        written = spatial_text(spatial_with(geometry, "=", True))
+    else:
+        written = spatial_text(expr)
+    var = _variable(expr)
+    if expr.function == "polygon":
+        inside = (expr.op == "=") != negate
+        geometry = spatial_with(geometry, "=", True)
+        atom = Atom(var, "=" if inside else "!=", True, origin, written, geometry)
+        if not inside:
+            return atom
+        south, west, north, east = geo.polygon_bbox(geometry.points)
+        bounds = [(expr.latitude, ">=", south), (expr.latitude, "<=", north),
+                  (expr.longitude, ">=", west), (expr.longitude, "<=", east)]
+    else:
+        op = NEGATED_OP[expr.op] if negate else expr.op
+        atom = Atom(var, op, float(expr.radius), origin, written, geometry)  # type: ignore[arg-type]
+        if expr.function == "distance_to" or op not in ("<", "<="):
+            return atom
+        plat, plon = geometry.points
+        south, north, west, east = geo.circle_bbox(plat, plon, geometry.value)
+        bounds = [(expr.latitude, ">=", south), (expr.latitude, "<=", north)]
+        if west is not None:
+            bounds += [(expr.longitude, ">=", west), (expr.longitude, "<=", east)]
+    implied = [Atom(a, o, v, origin, written, implied=True) for a, o, v in bounds]
+    return ("and", (atom, *implied))
+
+
+NNF = Union[Atom, bool, tuple]  # ("and", items) | ("or", items) | Atom | True | False
+
+
+# What a comparison on a masked value implies of the raw attribute: alternatives (an OR of
+# ANDs) of (attribute, op, value), or None (pep.core.masks.MaskPlan.implied).
+Implied = Callable[[str, str, Scalar], "list[list[tuple[str, str, Scalar]]] | None"]
+
+
+def to_nnf(expr: Expr, origin: Literal["policy", "user"], negate: bool = False,
+           implied: Implied | None = None) -> NNF:
+    if isinstance(expr, Spatial):
+        return _spatial_atoms(expr, origin, negate)
+    if isinstance(expr, Comparison):
+        written = (labels.comparison_text(expr.attribute, expr.op, expr.value)
+                   if isinstance(expr.value, Label)
+                   else f"{_shown_name(expr.attribute)} {expr.op} {format_literal(expr.value)}")
+        negated = LABEL_NEGATED if isinstance(expr.value, Label) else NEGATED_OP
+        op = negated[expr.op] if negate else expr.op
+        atom = Atom(expr.attribute, op, expr.value, origin, written)  # type: ignore[arg-type]
+        if implied is not None and expr.attribute.startswith(MASKED):
+            alternatives = implied(expr.attribute, op, expr.value)
+            if alternatives is not None:
+                # raw bounds the masked comparison implies: they find contradictions with the
+                # policy's filter, and are never put in the plan (as a circle's box)
+                return combine("and", [atom, combine("or", [
+                    combine("and", [Atom(a, o, v, origin, written, implied=True)
+                                     for a, o, v in alternative])
+                    for alternative in alternatives])])
+        return atom
+    if isinstance(expr, Const):
+        return expr.value != negate
+    if isinstance(expr, Not):
+        return to_nnf(expr.item, origin, not negate, implied)
+    is_and = isinstance(expr, And) != negate
+    items = [to_nnf(i, origin, negate, implied) for i in expr.items]
+    return combine("and" if is_and else "or", items)
+
+
+def combine(kind: str, items: list[NNF]) -> NNF:
+    absorbing, neutral = (False, True) if kind == "and" else (True, False)
+    flat: list[NNF] = []
+    for item in items:
+        if item is absorbing:
+            return absorbing
+        if item is neutral:
+            continue
+        if isinstance(item, tuple) and item[0] == kind:
+            flat.extend(item[1])
+        else:
+            flat.append(item)
+    if not flat:
+        return neutral
+    return flat[0] if len(flat) == 1 else (kind, tuple(flat))
