@@ -122,8 +122,7 @@ def gateway_state(services: Any, hidden: Callable[[str], bool] | None = None) ->
     `hidden(stream)` holds are left out (public metrics: restricted streams)."""
     # a join's handle counts on each of its two streams
     live = Tally(s for r in services.handles.live() for s in r.streams)
-    runtime = services.runtime
-    stats = runtime.stats() if hasattr(runtime, "stats") else {}
+    stats = services.runtime.stats()
     state = {"policies": len(services.policies.engine.policies), "live_handles": dict(live),
              "dropped": services.handles.dropped_rows(), "runtime": stats}
     if hidden is not None:

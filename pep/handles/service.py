@@ -18,7 +18,7 @@ import logging
 import secrets
 import threading
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, cast
 
 from pep.core.errors import NotFound, Unavailable
 from pep.core.refs import handle_ref
@@ -27,6 +27,7 @@ from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition, U
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
 from pep.handles.privacy_budget import PrivacyGuard, private_window
 from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
+from pep.ports import JoinRuntimePort, StreamRuntimePort
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,6 @@ class StalePolicies(Exception):
     """The policies changed between the decision and the handle's creation: decide again."""
 
 
-class Runtime(Protocol):
-    def attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan,
-               deliver: Callable[[list[dict]], bool]) -> Any: ...
-
-    def detach(self, handle_id: str) -> Any: ...
-
-
 class WindowRegistryLike(Protocol):
     def acquire(self, subject: str, stream: str | tuple[str, ...], plan_key: str
                 ) -> tuple[str, bool]: ...
@@ -69,10 +63,10 @@ class HandleService:
     """Opens, lists and ends handles; the only writer of handle state."""
 
     def __init__(self, store: HandleStore, streams: Callable[[str], StreamDefinition | None],
-                 runtime: Runtime, windows: WindowRegistryLike,
+                 runtime: StreamRuntimePort, windows: WindowRegistryLike,
                  max_rows: int = DEFAULT_MAX_ROWS, max_bytes: int = DEFAULT_MAX_BYTES,
                  stream_position: Callable[[str], int | None] | None = None,
-                 join_runtime: Runtime | None = None,
+                 join_runtime: JoinRuntimePort | None = None,
                  privacy: PrivacyGuard | None = None) -> None:
         """`stream_position(name)`: the position (`_xsg_seq`) of the last tuple ingested into a
         stream, when the stream has positions (see `_start_after_other_windows`).
@@ -82,7 +76,9 @@ class HandleService:
         self.store = store
         self.streams = streams
         self.runtime = runtime
-        self.join_runtime = join_runtime if join_runtime is not None else runtime
+        # a stand-in for Spark (tests) given no join runtime takes both kinds of plan
+        self.join_runtime = join_runtime if join_runtime is not None else \
+            cast(JoinRuntimePort, runtime)
         self._joins: set[str] = set()  # handles attached to the join runtime
         self.windows = windows
         self.max_rows = max_rows
@@ -459,4 +455,4 @@ class HandleService:
             self._buffers.clear()
 
 
-__all__ = ["HandleService", "StalePolicies", "Runtime", "WindowRegistryLike"]
+__all__ = ["HandleService", "StalePolicies", "WindowRegistryLike"]

@@ -112,9 +112,7 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(audit_blueprint(
         services.audit.log,
         lambda name: services.catalog.get(name) or services.catalog.deleted(name)))
-    app.register_blueprint(events_blueprint(services.catalog, services.stream_events,
-                                            services.runtime, services.audit.event_changed,
-                                            may_see=may_see))
+    app.register_blueprint(events_blueprint(services.event_admin, may_see=may_see))
     app.register_blueprint(create_handles_blueprint(
         services.handles, base_url, config.heartbeat,
         max_readers_per_subject=config.max_readers_per_subject, may_see=may_see))

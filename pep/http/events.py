@@ -16,26 +16,27 @@ from flask import Blueprint, jsonify, request
 from pdp.http.auth import current_identity, require_identity
 from pdp.http.errors import no_content
 from pep.core.errors import InvalidInput, NotFound, NotPermitted
-from pep.streams.catalog import StreamCatalog
-from pep.streams.events import StreamEvents
+from pep.core.plan import StreamDefinition
+from pep.streams.event_admin import StreamEventAdmin
+from pep.streams.ownership import owner_or_admin
 
 
-def events_blueprint(catalog: StreamCatalog, events: StreamEvents, runtime: Any,
-                     on_change: Callable[[str, dict], None] | None = None,
+def events_blueprint(admin: StreamEventAdmin,
                      may_see: Callable[[Any, str], bool] | None = None) -> Blueprint:
-    """`on_change(kind, event_json)` hears of definitions added and removed (the audit);
-    `may_see(identity, name)`: a stream the caller may not see answers as one that does not
-    exist (`pep.streams.visibility`)."""
+    """The routes over `admin` (which stores, evaluates and audits); `may_see(identity, name)`:
+    a stream the caller may not see answers as one that does not exist
+    (`pep.streams.visibility`)."""
     bp = Blueprint("xsg_events", __name__)
+    catalog, events = admin.catalog, admin.events
 
-    def owned_stream(name: str):
+    def owned_stream(name: str) -> StreamDefinition:
         stream = catalog.get(name)
         if stream is not None and may_see is not None and not may_see(current_identity(), name):
             stream = None
         if stream is None or stream.name != name:
             raise NotFound(f"no stream named {name!r}")
         identity = current_identity()
-        if not (identity.admin or stream.owner == identity.subject):
+        if not owner_or_admin(identity, stream.owner):
             raise NotPermitted(f"only the owner of stream {name!r} or an administrator manages "
                                "its events")
         return stream
@@ -67,15 +68,9 @@ def events_blueprint(catalog: StreamCatalog, events: StreamEvents, runtime: Any,
         unknown = set(body) - {"name", "condition", "hold", "key"}
         if unknown:
             raise InvalidInput(f"unknown key(s): {', '.join(sorted(map(str, unknown)))}")
-        with catalog.changing(stream.name):  # not while the stream is changed or deleted
-            if catalog.get(stream.name) is None:
-                raise NotFound(f"no stream named {name!r}")
-            definition = events.define(stream.name, body.get("name"), body.get("condition"),
-                                       body.get("hold", 3600), body.get("key"),
-                                       current_identity().subject)
-            events.attach(definition, runtime)
-        if on_change is not None:
-            on_change("event-defined", definition.to_json())
+        definition = admin.define(stream.name, body.get("name"), body.get("condition"),
+                                  body.get("hold", 3600), body.get("key"),
+                                  current_identity().subject)
         response = jsonify(definition.to_json(events.state(definition)))
         response.status_code = 201
         return response
@@ -84,10 +79,7 @@ def events_blueprint(catalog: StreamCatalog, events: StreamEvents, runtime: Any,
     @require_identity()
     def delete_event(name: str, event: str):
         stream = owned_stream(name)
-        definition = events.delete(stream.name, event)
-        runtime.detach(definition.runtime_id)
-        if on_change is not None:
-            on_change("event-deleted", definition.to_json())
+        admin.delete(stream.name, event)
         return no_content()
 
     return bp

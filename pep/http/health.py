@@ -1,13 +1,14 @@
 """What GET /health says about the gateway's streams (the PDP's blueprint serves the route)."""
 from __future__ import annotations
 
+from pep.ports import StreamRuntimePort
 
-def stream_health(runtime: object, detailed: bool) -> dict:
+
+def stream_health(runtime: StreamRuntimePort, detailed: bool) -> dict:
     """The streams' part of GET /health: how many stream queries are in each state, and a
     problem per stalled or failed one. Stream names and errors only for an administrator's
     token (the endpoint is public); a runtime that has not started reports nothing."""
-    health = getattr(runtime, "health", None)
-    states = health() if health is not None else {}
+    states = runtime.health()
     counts: dict[str, int] = {}
     problems = []
     for name, state in sorted(states.items()):

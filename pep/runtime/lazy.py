@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from pep.core.plan import ExecutionPlan, JoinPlan, StreamDefinition, UnionPlan
+    from pep.ports import Deliver, StreamReport
 
 
 class LazyRuntime:
@@ -30,14 +34,18 @@ class LazyRuntime:
                 self._runtime = self._factory()
             return self._runtime
 
-    def attach(self, handle_id, stream, plan, deliver) -> None:
+    def attach(self, handle_id: str,
+               stream: StreamDefinition | tuple[StreamDefinition, StreamDefinition],
+               plan: ExecutionPlan | UnionPlan | JoinPlan, deliver: Deliver) -> None:
+        """The runtime's attach: a stream's (`StreamRuntimePort`) or a join's (`JoinRuntimePort`),
+        whichever the factory makes."""
         self.get().attach(handle_id, stream, plan, deliver)
 
-    def detach(self, handle_id) -> None:
+    def detach(self, handle_id: str) -> None:
         if self._runtime is not None:
             self._runtime.detach(handle_id)
 
-    def redefine(self, stream) -> bool:
+    def redefine(self, stream: StreamDefinition) -> bool:
         """A changed stream (`StreamRuntime.redefine`); nothing runs before Spark started."""
         return self._runtime.redefine(stream) if self._runtime is not None else False
 
@@ -45,10 +53,10 @@ class LazyRuntime:
         """A deleted stream (`StreamRuntime.drop_stream`); nothing runs before Spark started."""
         return self._runtime.drop_stream(name) if self._runtime is not None else False
 
-    def stats(self) -> dict:
+    def stats(self) -> StreamReport:
         return self._runtime.stats() if self._runtime is not None else {}
 
-    def health(self) -> dict:
+    def health(self) -> StreamReport:
         return self._runtime.health() if self._runtime is not None else {}
 
     def stop(self) -> None:
