@@ -90,7 +90,7 @@ class _StateCollector:
         for stream, n in sorted(s.get("dropped", {}).items()):
             dropped.add_metric([stream], n)
         yield dropped
-        families = {
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
             "rows_delivered": CounterMetricFamily("xsg_rows_delivered", "Rows delivered to "
                                                   "handles", labels=["stream"]),
             "rows_in": CounterMetricFamily("xsg_rows_in", "Rows the stream's query read",

@@ -102,7 +102,8 @@ class GatewayServices:
         self.authenticator.stop()
         self.revocation.stop()
         self.handles.shutdown()
-        if self.join_runtime is not None and self.join_runtime is not self.runtime:
+        # (a stand-in for Spark may be both runtimes: stopped once)
+        if self.join_runtime is not None and self.join_runtime is not cast(object, self.runtime):
             try:
                 self.join_runtime.stop()
             except Exception:  # noqa: BLE001 - closing must go on
@@ -264,7 +265,7 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
     # 2b. an identity that changes (the auth file re-read: on disk, by its watcher or at a
     #    request, or SIGHUP; a JWT with other claims) re-decides that subject's live handles at
     #    once, as a policy change does (nothing once the stream side is closed);
-    def identity_changed(subjects: frozenset, source: str) -> None:
+    def identity_changed(subjects: frozenset[str], source: str) -> None:
         if not services._stream_side_closed:
             revocation.on_identity_change(subjects, source)
 
@@ -338,8 +339,8 @@ def join_runtime_for(runtime: StreamRuntimePort, work_dir: Path, trigger_interva
     return LazyRuntime(build)
 
 
-def _policy_versions(policies: PolicyService) -> Callable[[Any], list[dict]]:
-    def versions(ids: Any) -> list[dict]:
+def _policy_versions(policies: PolicyService) -> Callable[[Any], list[dict[str, Any]]]:
+    def versions(ids: Any) -> list[dict[str, Any]]:
         wanted = set(ids)
         return [{"id": p.policy_id, "version": p.version, "store_version": p.store_version}
                 for p in policies.list() if p.policy_id in wanted]

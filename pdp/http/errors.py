@@ -77,8 +77,9 @@ def install_error_handlers(app: Flask, table: ErrorTable,
             message = (f"request body too large: the limit is "
                        f"{app.config['MAX_CONTENT_LENGTH']} bytes")
         headers = {}
-        if exc.code == 405 and exc.valid_methods:
-            headers["Allow"] = ", ".join(exc.valid_methods)
+        valid_methods = getattr(exc, "valid_methods", None)  # MethodNotAllowed's
+        if exc.code == 405 and valid_methods:
+            headers["Allow"] = ", ".join(valid_methods)
         return error_response(exc.code or 500, message, headers)
 
     @app.errorhandler(Exception)

@@ -256,7 +256,9 @@ class HandleService:
             else:
                 cut[name] = replace(side, start_after=max(position, side.start_after or 0))
         if isinstance(plan, JoinPlan):
-            return replace(plan, left=cut[plan.left.stream], right=cut[plan.right.stream])
+            # a join's sides are single plans (never unions): their cuts are too
+            return replace(plan, left=cast(ExecutionPlan, cut[plan.left.stream]),
+                           right=cast(ExecutionPlan, cut[plan.right.stream]))
         return cut[plan.stream]
 
     def _begin_attach(self, handle_id: str, streams: Iterable[str]) -> None:
@@ -289,7 +291,7 @@ class HandleService:
                     raise ValueError("a differentially private window cannot be joined")
                 with self.lock:
                     self._joins.add(handle_id)
-                self.join_runtime.attach(handle_id, tuple(streams), plan, buffer.put)
+                self.join_runtime.attach(handle_id, (streams[0], streams[1]), plan, buffer.put)
             else:
                 self.runtime.attach(handle_id, streams[0], plan,
                                     self._deliverer(handle_id, subject, plan, buffer))
@@ -303,7 +305,7 @@ class HandleService:
         if finished_meanwhile:
             self._detach(handle_id)
 
-    def _deliverer(self, handle_id: str, subject: str, plan: ExecutionPlan,
+    def _deliverer(self, handle_id: str, subject: str, plan: ExecutionPlan | UnionPlan,
                    buffer: HandleBuffer) -> Callable[[Any], bool]:
         """What the runtime delivers to: the buffer, or for a private window the privacy guard
         in front of it (which pays for every window first)."""
@@ -319,7 +321,9 @@ class HandleService:
                              kwargs={"keep_rows": True}, name="xsg-budget-spent",
                              daemon=True).start()
 
-        return self.privacy.deliverer(handle_id, subject, plan, buffer.put, spent)
+        # a private window is a single plan's (a union never holds one: `private_window`)
+        return self.privacy.deliverer(handle_id, subject, cast(ExecutionPlan, plan), buffer.put,
+                                      spent)
 
     def resume(self, record: HandleRecord, policy_ids: Iterable[str] | None = None) -> bool:
         """Re-attach a live handle after a restart; False (and the handle ended) if impossible."""

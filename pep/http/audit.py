@@ -93,7 +93,7 @@ def audit_blueprint(log: AuditLog, stream_lookup: Callable[[str], Any]) -> Bluep
                             subject=request.args.get("subject"),
                             since=_moment("since"), until=_moment("until"),
                             after_seq=_number("after", None, 0, 2 ** 62),
-                            view=view, limit=_number("limit", 1000, 1, MAX_LIMIT))
+                            view=view, limit=_number("limit", 1000, 1, MAX_LIMIT) or 1000)
         return jsonify(entries=entries, last_seq=entries[-1]["seq"] if entries else None)
 
     return bp

@@ -164,10 +164,10 @@ def create_requests_blueprint(handles: HandleService, engine: Callable[[], Any],
             except StalePolicies:
                 # a policy, or the caller's identity, changed while we decided: decide again,
                 # as the caller's token stands for now (its roles may have been lowered)
-                identity = authenticate_request()
-                if identity is None:
+                again = authenticate_request()
+                if again is None:
                     return unauthorized("the bearer token is no longer valid")
-                g.xsg_identity = identity
+                g.xsg_identity = identity = again
                 continue
             except WindowConflict as exc:
                 existing = f"{public_base(base_url)}/handles/{exc.existing_handle_id}"

@@ -26,7 +26,7 @@ class StreamEventAdmin:
     catalog: StreamCatalog
     events: StreamEvents
     runtime: StreamRuntimePort
-    on_change: Callable[[str, dict], None] | None = None
+    on_change: Callable[[str, dict[str, Any]], None] | None = None
 
     def define(self, stream: str, name: Any, condition: Any, hold: Any, key: Any,
                owner: str) -> EventDefinition:

@@ -174,8 +174,8 @@ def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | No
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = body[: exc.start].count(b"\n") + 1
-        raise RecordError(f"not valid UTF-8 (byte {exc.start})", line=line) from None
+        raise RecordError(f"not valid UTF-8 (byte {exc.start})",
+                          line=body[: exc.start].count(b"\n") + 1) from None
     lines = text.split("\n")
     if len(lines) > max_lines + 1 or (len(lines) == max_lines + 1 and lines[-1].strip()):
         raise BatchTooLarge(f"more than {max_lines} lines in one batch")
