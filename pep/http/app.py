@@ -15,6 +15,7 @@ from pdp.oidc import AuthenticationFailed
 from pep.config import GatewayConfig
 from pep.http import access_log, errors
 from pep.http.audit import audit_blueprint
+from pep.http.current import SERVICES_EXTENSION
 from pep.http.console import create_console_blueprint
 from pep.http.cors import install_cors
 from pep.http.events import events_blueprint
@@ -31,8 +32,6 @@ from pep.http.rules import Rules, rules_blueprint
 from pep.http.streams import create_streams_blueprint
 from pep.services import GatewayServices, build_services
 from pep.streams.policy_check import check_policy
-
-SERVICES_EXTENSION = "xsg.services"
 
 
 def create_app(config: GatewayConfig | None = None,
@@ -112,7 +111,7 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(audit_blueprint(
         services.audit.log,
         lambda name: services.catalog.get(name) or services.catalog.deleted(name)))
-    app.register_blueprint(events_blueprint(services.event_admin, may_see=may_see))
+    app.register_blueprint(events_blueprint())  # reads the services from app.extensions
     app.register_blueprint(create_handles_blueprint(
         services.handles, base_url, config.heartbeat,
         max_readers_per_subject=config.max_readers_per_subject, may_see=may_see))
