@@ -92,7 +92,7 @@ def create_app(config: GatewayConfig | None = None,
             return None
         return services.catalog.schema(name)
 
-    privacy = getattr(services, "privacy", None)
+    privacy = services.privacy
     app.register_blueprint(explain_blueprint(
         engine, visible_schema, services.decide_and_plan,
         privacy_status=privacy.status if privacy is not None else None))
@@ -106,11 +106,9 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(create_requests_blueprint(
         services.handles, engine, visible_schema, services.decide_and_plan, base_url,
         on_refused=refused))
-    app.register_blueprint(metrics_blueprint(services.metrics, config.metrics_public))
-    # a deleted stream's entries stay its former owner's (its name is reserved to it)
-    app.register_blueprint(audit_blueprint(
-        services.audit.log,
-        lambda name: services.catalog.get(name) or services.catalog.deleted(name)))
+    app.register_blueprint(metrics_blueprint())  # reads the services from app.extensions
+    # GET /audit: a deleted stream's entries stay its former owner's (its name is reserved to it)
+    app.register_blueprint(audit_blueprint())  # reads the services from app.extensions
     app.register_blueprint(events_blueprint())  # reads the services from app.extensions
     app.register_blueprint(create_handles_blueprint(
         services.handles, base_url, config.heartbeat,

@@ -180,7 +180,7 @@ def create_requests_blueprint(handles: HandleService, engine: Callable[[], Any],
                     "plan": _to_json(grant.plan_json if grant.plan_json is not None
                                      else json.loads(record.plan_json)),
                     "sql": grant.sql, "policy_ids": sorted(grant.policy_ids or ())}
-            guard = getattr(handles, "privacy", None)
+            guard = handles.privacy
             privacy = guard.status(identity.subject, grant.plan) if guard is not None else None
             if privacy is not None:  # a private window: the caller's budgets after admission
                 body["privacy"] = privacy
