@@ -328,7 +328,7 @@ def join_runtime_for(runtime: StreamRuntimePort, work_dir: Path, trigger_interva
     if not isinstance(runtime, LazyRuntime) and not hasattr(runtime, "spark"):
         return cast(JoinRuntimePort, runtime)
 
-    def build() -> Any:
+    def build() -> JoinRuntimePort:  # mypy holds JoinRuntime to the port here
         from pep.runtime.joins import JoinRuntime
 
         base = runtime.get() if isinstance(runtime, LazyRuntime) else runtime

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from pep.core.plan import ExecutionPlan, JoinPlan, StreamDefinition, UnionPlan
-    from pep.ports import Deliver, StreamReport
+    from pep.ports import Deliver, StreamReport, StreamRuntimePort
 
 
 class LazyRuntime:
@@ -72,7 +72,7 @@ def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float =
                           retention_bytes: int | None = 1 << 30,
                           stall_seconds: float = 30.0,
                           retention_for: Callable[[str], float | None] | None = None
-                          ) -> Callable[[], Any]:
+                          ) -> Callable[[], StreamRuntimePort]:
     """A factory for `LazyRuntime`: a SparkSession on `master` and a StreamRuntime over it,
     keeping its checkpoints and archived ingest files under `work_dir` (see
     `pep.runtime.runtime.RuntimeSettings` for the retention and stall arguments;
@@ -82,7 +82,7 @@ def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float =
     defaults), `log_level` is Spark's (log4j) level, and `progress(what)`, when given, returns
     a context manager held while the session starts (`xsg serve` prints progress with it)."""
 
-    def build() -> Any:
+    def build() -> StreamRuntimePort:  # mypy holds StreamRuntime to the port here
         from contextlib import nullcontext
 
         from pep.runtime.runtime import RuntimeSettings, StreamRuntime
