@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test bench check-java chromium wrk clean kafka-jars kafka
+.PHONY: install run test bench check-java chromium wrk clean kafka-jars kafka typecheck
 CHROMIUM ?= $(or $(XSG_CHROMIUM),/usr/bin/chromium)
 
 $(STAMP): setup.cfg pyproject.toml
@@ -68,4 +68,8 @@ bench: install wrk
 	for f in tests/bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache
+
+# The type checker alone (tests/test_types.py runs the same): settings in setup.cfg's [mypy].
+typecheck: install
+	$(PY) -m mypy

@@ -28,7 +28,7 @@ from pdp.results import STATUS_PROCESSING_ERROR, Status
 
 Combiner = Callable[[Sequence[Any], EvalContext], Outcome]
 
-_EMPTY = frozenset()
+_EMPTY: frozenset[Any] = frozenset()
 
 
 def _finish(decision: int, status: Status | None, contributing: Sequence[Outcome],

@@ -648,6 +648,8 @@ class IPAddressValue:
 
 
 def _parse_ipaddress(text: str) -> IPAddressValue:
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address
+    mask: ipaddress.IPv4Address | ipaddress.IPv6Address | None
     try:
         if text.startswith("["):
             end = text.find("]")

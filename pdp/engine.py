@@ -426,7 +426,7 @@ class PolicyEngine:
         ids = None
         if ind.return_policy_id_list:
             ids = tuple(dict.fromkeys(outcome.policy_ids))
-        grants = ()
+        grants: tuple[RuleGrant, ...] = ()
         if decision is Decision.PERMIT:
             grants = tuple(RuleGrant(rule, tuple(obls)) for rule, obls in outcome.grants)
         return (Result(decision, status, tuple(obligations), tuple(advice),

@@ -237,10 +237,10 @@ class RootIndex:
             w.remove(slot)
         # Count every new child's literals first, then choose primaries: with all children added
         # at once this is exactly build_index's choice.
-        analysed = []
+        analysed: list[tuple[Any, Any, tuple[tuple[Any, Any], ...]]] = []
         for slot, child in added:
             any_ofs = _indexable_any_ofs(getattr(child, "target_spec", None))
-            counted = []
+            counted: list[tuple[Any, Any]] = []
             try:
                 for any_of in any_ofs:
                     for m in any_of:
@@ -248,11 +248,11 @@ class RootIndex:
                         counted.append((m.key, m.value))
             except TypeError:
                 any_ofs, counted = [], []
-            unique = tuple(dict.fromkeys(counted))  # one count per child and (key, value)
+            unique: tuple[tuple[Any, Any], ...] = tuple(dict.fromkeys(counted))  # one count per child and (key, value)
             w.count(unique, +1)
             analysed.append((slot, any_ofs, unique))
-        for slot, any_ofs, counted in analysed:
-            w.place(slot, any_ofs, counted)
+        for slot, any_ofs, unique in analysed:
+            w.place(slot, any_ofs, unique)
         return w.freeze()
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from pdp.auth import Identity
 from pdp.policy_parser import PolicyInfo
 
-ManagePolicy = Callable[[Identity, PolicyInfo], bool]
+ManagePolicy = Callable[[Identity, PolicyInfo], "bool | Veto"]
 
 
 @dataclass(frozen=True)

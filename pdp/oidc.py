@@ -479,6 +479,7 @@ class JwtAuthenticator:
     def _save_remembered(self) -> None:
         """Write the remembered identities (claims only, no token) atomically, mode 0600."""
         path = self._remember_file
+        assert path is not None  # called only when identities are remembered
         data = [{"subject": i.subject, "roles": list(i.roles), "admin": i.admin,
                  "attributes": {a: list(v) for a, v in i.attributes}, "exp": exp}
                 for i, exp in self._remembered.values()]
@@ -494,7 +495,7 @@ class JwtAuthenticator:
 
     def _load_remembered(self) -> None:
         path = self._remember_file
-        if not path.exists():
+        if path is None or not path.exists():
             return
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

@@ -189,11 +189,12 @@ class _DocumentCompiler:
     def __init__(self, source: str) -> None:
         self.source = source
         self.datatypes, self.functions = _lib()
+        self.signature_error: Callable[..., str | None] | None
         try:
             from pdp.functions.base import signature_error
+            self.signature_error = signature_error
         except ImportError:  # pragma: no cover - library without the static checker
-            signature_error = None
-        self.signature_error = signature_error
+            self.signature_error = None
         self.references: list[tuple[RefSpec, int | None]] = []
         # Ids are unique within a document whatever their versions (the `others/` suite).
         self.policy_ids: set[str] = set()
@@ -275,7 +276,7 @@ class _DocumentCompiler:
             raise self.fail(f"unknown policy-combining algorithm {alg_id}", elem)
         target = None
         spec = None
-        children = []
+        children: list[PolicyEvaluator | ReferenceEvaluator] = []
         obligations: list = []
         advice: list = []
         for name, child in self.children(elem):
@@ -458,7 +459,8 @@ class _DocumentCompiler:
         fast = fid in FAST_EQUAL_FUNCTIONS and literal.datatype == bag.datatype
         matcher = make_match(func.impl, literal.value, bag.ev, fast)
         spec = None
-        if fast and bag.issuer is None and not _is_clock_attribute(bag.designator_key):
+        if (fast and bag.issuer is None and bag.designator_key is not None
+                and not _is_clock_attribute(bag.designator_key)):
             spec = MatchSpec(bag.designator_key, literal.value, bag.must_be_present)
         return matcher, spec
 
@@ -529,7 +531,7 @@ class _DocumentCompiler:
         self.check_signature(func, [(a.datatype, a.is_bag) for a in args], elem, inner)
         if func.higher_order:
             rtype, rbag = func.result_type(inner)
-            if (fid == ANY_OF and inner.id in FAST_EQUAL_FUNCTIONS and len(args) == 2
+            if (fid == ANY_OF and inner is not None and inner.id in FAST_EQUAL_FUNCTIONS and len(args) == 2
                     and args[0].is_const and not args[0].is_bag and args[1].is_bag
                     and args[0].datatype == args[1].datatype):
                 # any-of(equal, literal, bag): a membership test (the common policy idiom).

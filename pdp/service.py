@@ -15,6 +15,7 @@ changes in commit order and a change is fully enforced before the next one start
 """
 from __future__ import annotations
 
+import builtins
 import logging
 import threading
 import time
@@ -141,7 +142,7 @@ class PolicyService:
                 current[stored.policy_id] = stored
         self._current = current
 
-    def history(self, policy_id: str) -> list[StoredPolicy]:
+    def history(self, policy_id: str) -> builtins.list[StoredPolicy]:
         return self.store.history(policy_id)
 
     # -- writes ---------------------------------------------------------------------------------
@@ -163,7 +164,7 @@ class PolicyService:
         return stored
 
     def add_many(self, documents: Iterable[bytes | PolicySource], owner: str,
-                 source: str = "new policy") -> list[StoredPolicy]:
+                 source: str = "new policy") -> builtins.list[StoredPolicy]:
         """Add several policies, all or none: one engine change, one store transaction.
 
         A document is bytes (named `<source> #<n>` in errors, n counting from 1) or a

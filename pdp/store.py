@@ -10,6 +10,7 @@ the document. `PolicyStore` is the seam for another database.
 """
 from __future__ import annotations
 
+import builtins
 import sqlite3
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -93,7 +94,7 @@ class PolicyStore(ABC):
         """Current (not deleted) policies, ordered by id."""
 
     @abstractmethod
-    def history(self, policy_id: str) -> list[StoredPolicy]:
+    def history(self, policy_id: str) -> builtins.list[StoredPolicy]:
         """Every version of a policy, tombstones included, oldest first."""
 
     @abstractmethod
@@ -104,7 +105,7 @@ class PolicyStore(ABC):
     def store_version(self) -> int:
         """The number of the last write (0 for an empty store)."""
 
-    def current_sources(self) -> list:
+    def current_sources(self) -> builtins.list:
         """The current policies as engine sources (PolicySource), ready to compile."""
         from pdp.engine import PolicySource
 
@@ -226,6 +227,7 @@ class SQLitePolicyStore(PolicyStore):
             "INSERT INTO policy_versions (policy_id, version, owner, created_at, is_policy_set,"
             " deleted, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (policy_id, version, owner, created_at, int(is_policy_set), int(deleted), data))
+        assert cur.lastrowid is not None  # set by the INSERT
         return StoredPolicy(policy_id, version, int(cur.lastrowid), owner, created_at,
                             is_policy_set, data, deleted)
 
@@ -291,7 +293,7 @@ class SQLitePolicyStore(PolicyStore):
                 "ORDER BY v.policy_id").fetchall()
         return [_row(r) for r in rows]
 
-    def history(self, policy_id: str) -> list[StoredPolicy]:
+    def history(self, policy_id: str) -> builtins.list[StoredPolicy]:
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT {_COLUMNS} FROM policy_versions v WHERE v.policy_id = ? "

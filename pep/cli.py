@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -113,7 +114,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream=None):
         if getattr(handler, "xsg", False):
             root.removeHandler(handler)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.xsg = True
+    handler.xsg = True  # type: ignore[attr-defined]  # marks the handlers this module added
     handler.setFormatter(_formatter(fmt))
     root.addHandler(handler)
     root.setLevel(level)
@@ -199,7 +200,7 @@ def add_serve_settings(parser: argparse.ArgumentParser) -> None:
         title = _group_of(setting.name)
         group = groups.get(title) or groups.setdefault(title, parser.add_argument_group(title))
         text = f"{setting.help} (default: {setting.default_text}; env {setting.env})"
-        options = {"dest": setting.name, "default": argparse.SUPPRESS,
+        options: dict[str, Any] = {"dest": setting.name, "default": argparse.SUPPRESS,
                    "help": text.replace("%", "%%")}
         if setting.kind == "bool":
             group.add_argument(setting.flag, action=argparse.BooleanOptionalAction, **options)
@@ -703,7 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds per HTTP call")
     psub = p.add_subparsers(dest="policy_command", metavar="ACTION")
     psub.required = True
-    what_if = {"action": "store_true", "dest": "what_if",
+    what_if: dict[str, Any] = {"action": "store_true", "dest": "what_if",
                "help": "say what the change would do to the live handles (revoked, changed, "
                        "kept), and change nothing"}
     a = psub.add_parser("add", help="add a policy from a XACML file or a sharing rule "

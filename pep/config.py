@@ -271,7 +271,7 @@ DEMO_PORT = {"port-bounds": [1.15, 103.60, 1.13, 103.85, 1.18, 104.05, 1.30, 104
                              1.30, 103.60],
              "port-lat": 1.264, "port-lon": 103.84}
 
-DEMO_USERS = (
+DEMO_USERS: tuple[tuple[str, list[str], bool, dict[str, Any]], ...] = (
     # subject, roles, admin, attributes
     ("nea", ["data-owner"], True, {}),
     ("lta", ["consumer"], False, {}),
@@ -291,7 +291,7 @@ def ensure_data_dir(config: GatewayConfig) -> None:
 def ensure_demo_auth_file(config: GatewayConfig) -> bool:
     """Create data_dir/auth.json with fresh random tokens when no --auth was given and it does
     not exist yet; returns True when it was created."""
-    if not config.uses_demo_auth:
+    if config.auth_file is not None:  # not the demo's
         if not config.auth_file.is_file():
             raise AuthFileError(f"auth file {config.auth_file} does not exist")
         return False
@@ -641,9 +641,10 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
         else:
             values[name] = _from_text(setting, raw, where)
     for name, raw in (flags or {}).items():
-        setting = table.get(name)
-        if setting is None:
+        flagged = table.get(name)
+        if flagged is None:
             raise ConfigError(f"unknown setting {name!r}")
+        setting = flagged
         where = setting.flag
         if setting.kind == "map" and isinstance(raw, (list, tuple)):
             pairs = {}

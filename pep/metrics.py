@@ -90,7 +90,7 @@ class _StateCollector:
         for stream, n in sorted(s.get("dropped", {}).items()):
             dropped.add_metric([stream], n)
         yield dropped
-        families = {
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
             "rows_delivered": CounterMetricFamily("xsg_rows_delivered", "Rows delivered to "
                                                   "handles", labels=["stream"]),
             "rows_in": CounterMetricFamily("xsg_rows_in", "Rows the stream's query read",
@@ -122,8 +122,7 @@ def gateway_state(services: Any, hidden: Callable[[str], bool] | None = None) ->
     `hidden(stream)` holds are left out (public metrics: restricted streams)."""
     # a join's handle counts on each of its two streams
     live = Tally(s for r in services.handles.live() for s in r.streams)
-    runtime = services.runtime
-    stats = runtime.stats() if hasattr(runtime, "stats") else {}
+    stats = services.runtime.stats()
     state = {"policies": len(services.policies.engine.policies), "live_handles": dict(live),
              "dropped": services.handles.dropped_rows(), "runtime": stats}
     if hidden is not None:

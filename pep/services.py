@@ -19,7 +19,7 @@ import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from pdp import (ManagePolicy, PolicyEvents, PolicyService, PolicyStore, SQLitePolicyStore,
                  StoredPolicy, seed_store)
@@ -37,8 +37,10 @@ from pep.handles.service import HandleService
 from pep.handles.stall_notices import StallNotices
 from pep.invalidation.hub import InvalidationHub
 from pep.metrics import GatewayMetrics, gateway_state
+from pep.ports import JoinRuntimePort, StreamRuntimePort
 from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
 from pep.streams.catalog import StreamCatalog, seed_streams
+from pep.streams.event_admin import StreamEventAdmin
 from pep.streams.events import StreamEvents
 from pep.streams.lifecycle import StreamLifecycle
 from pep.streams.ownership import stream_owner_rule
@@ -58,7 +60,7 @@ class GatewayServices:
     policies: PolicyService
     catalog: StreamCatalog
     stream_events: StreamEvents
-    runtime: Any
+    runtime: StreamRuntimePort  # the Spark runtime (`LazyRuntime`), or a stand-in
     handle_store: HandleStore
     windows: WindowRegistry
     handles: HandleService
@@ -67,6 +69,8 @@ class GatewayServices:
     audit: AuditTrail
     metrics: GatewayMetrics
     stall_notices: StallNotices  # tells readers when their stream's query stalls or recovers
+    # defines and deletes stream events: stored, evaluated by the runtime, audited
+    event_admin: StreamEventAdmin
     # decide and plan one access request (the XACML request, the identity, the user query)
     decide_and_plan: Callable[..., Grant]
     # who may manage which policy; read on every call, so an embedder may replace it
@@ -75,10 +79,10 @@ class GatewayServices:
     demo_auth_created: bool = False
     resumed: list[str] = field(default_factory=list)  # handles resumed at start
     ended: list[str] = field(default_factory=list)  # handles that could not be resumed
-    join_runtime: Any = None  # runs joins of two streams (pep/runtime/joins.py)
+    join_runtime: JoinRuntimePort | None = None  # runs joins of two streams (pep/runtime/joins.py)
     # who may see which stream (a restricted one: its owner, admins, whom the PDP may permit)
-    visibility: Any = None
-    lifecycle: Any = None  # changes and deletions of streams (pep/streams/lifecycle.py)
+    visibility: StreamVisibility | None = None
+    lifecycle: StreamLifecycle | None = None  # changes and deletions of streams
     # the consumers' privacy budgets for differentially private windows (ledger and guard)
     privacy: PrivacyGuard | None = None
     _unsubscribe: list[Callable[[], None]] = field(default_factory=list)
@@ -95,12 +99,11 @@ class GatewayServices:
         self._stream_side_closed = True
         for unsubscribe in self._unsubscribe:
             unsubscribe()
-        stop_watching = getattr(self.authenticator, "stop", None)
-        if stop_watching is not None:
-            stop_watching()
+        self.authenticator.stop()
         self.revocation.stop()
         self.handles.shutdown()
-        if self.join_runtime is not None and self.join_runtime is not self.runtime:
+        # (a stand-in for Spark may be both runtimes: stopped once)
+        if self.join_runtime is not None and self.join_runtime is not cast(object, self.runtime):
             try:
                 self.join_runtime.stop()
             except Exception:  # noqa: BLE001 - closing must go on
@@ -122,7 +125,7 @@ class GatewayServices:
         self.store.close()
 
 
-def build_services(config: GatewayConfig, *, runtime: Any = None,
+def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None = None,
                    invalidation: InvalidationHub | None = None,
                    buffer_rows: int = DEFAULT_MAX_ROWS,
                    buffer_bytes: int = DEFAULT_MAX_BYTES,
@@ -245,8 +248,8 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
         policies=policies, catalog=catalog, stream_events=stream_events, runtime=runtime,
         join_runtime=join_runtime, handle_store=handle_store,
         windows=windows, handles=handles, revocation=revocation, invalidation=hub, audit=audit,
-        metrics=GatewayMetrics(), stall_notices=StallNotices(
-            getattr(runtime, "health", dict), handles),  # a runtime without health: never
+        metrics=GatewayMetrics(), stall_notices=StallNotices(runtime.health, handles),
+        event_admin=StreamEventAdmin(catalog, stream_events, runtime, audit.event_changed),
         decide_and_plan=plan_access,
         may_manage=stream_owner_rule(catalog.get, may_see=visibility.may_see,
                                      former=catalog.deleted),
@@ -262,7 +265,7 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
     # 2b. an identity that changes (the auth file re-read: on disk, by its watcher or at a
     #    request, or SIGHUP; a JWT with other claims) re-decides that subject's live handles at
     #    once, as a policy change does (nothing once the stream side is closed);
-    def identity_changed(subjects: frozenset, source: str) -> None:
+    def identity_changed(subjects: frozenset[str], source: str) -> None:
         if not services._stream_side_closed:
             revocation.on_identity_change(subjects, source)
 
@@ -309,23 +312,23 @@ def build_services(config: GatewayConfig, *, runtime: Any = None,
               if config.metrics_public else None)
     metrics.watch(lambda: gateway_state(services, hidden))
 
-    stream_events.attach_all(runtime)  # starts the queries of the streams that have events
+    stream_events.evaluate_all(runtime)  # starts the queries of the streams that have events
     lifecycle.sweep_kept(every=0)
     revocation.start()
     authenticator.watch()  # the auth file is looked at every 0.25 s, requests or not
     return services
 
 
-def join_runtime_for(runtime: Any, work_dir: Path, trigger_interval: float = 0.25,
-                     feeds: Any = None, lateness: float = 10.0) -> Any:
+def join_runtime_for(runtime: StreamRuntimePort, work_dir: Path, trigger_interval: float = 0.25,
+                     feeds: Any = None, lateness: float = 10.0) -> JoinRuntimePort:
     """The runtime of joins beside `runtime`: a `pep.runtime.joins.JoinRuntime` on the same
     SparkSession, built on first use (so Spark starts no sooner than it would), fed with the
     batches of `ingest` streams by `feeds` (the catalogue). A stand-in for Spark (tests: no
-    SparkSession behind it) receives the joins itself."""
+    SparkSession behind it) receives the joins itself: it takes both kinds of plan."""
     if not isinstance(runtime, LazyRuntime) and not hasattr(runtime, "spark"):
-        return runtime
+        return cast(JoinRuntimePort, runtime)
 
-    def build() -> Any:
+    def build() -> JoinRuntimePort:  # mypy holds JoinRuntime to the port here
         from pep.runtime.joins import JoinRuntime
 
         base = runtime.get() if isinstance(runtime, LazyRuntime) else runtime
@@ -336,8 +339,8 @@ def join_runtime_for(runtime: Any, work_dir: Path, trigger_interval: float = 0.2
     return LazyRuntime(build)
 
 
-def _policy_versions(policies: PolicyService) -> Callable[[Any], list[dict]]:
-    def versions(ids: Any) -> list[dict]:
+def _policy_versions(policies: PolicyService) -> Callable[[Any], list[dict[str, Any]]]:
+    def versions(ids: Any) -> list[dict[str, Any]]:
         wanted = set(ids)
         return [{"id": p.policy_id, "version": p.version, "store_version": p.store_version}
                 for p in policies.list() if p.policy_id in wanted]
@@ -358,23 +361,10 @@ def publish_endings(hub: InvalidationHub, records: list[Any]) -> None:
                     stream=streams.pop() if len(streams) == 1 else None)
 
 
-def _identity_lookup(authenticator: Any) -> Callable[[str], Any] | None:
+def _identity_lookup(authenticator: CompositeAuthenticator) -> Callable[[str], Any]:
     """Find a subject's current identity (roles may have changed since the handle opened):
     the token file's entry, else the last identity verified from the subject's JWT."""
-    if authenticator is None:
-        return None
-    if hasattr(authenticator, "identity_for"):
-        return authenticator.identity_for
-    if not hasattr(authenticator, "identities"):
-        return None
-
-    def lookup(subject: str) -> Any:
-        for identity in authenticator.identities:
-            if identity.subject == subject:
-                return identity
-        return None
-
-    return lookup
+    return authenticator.identity_for
 
 
 __all__ = ["GatewayServices", "build_services"]

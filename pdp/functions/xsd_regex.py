@@ -95,11 +95,12 @@ def _ranges_to_class(ranges: list[tuple[int, int]]) -> str:
 def _category_ranges() -> dict[str, list[tuple[int, int]]]:
     """Code-point ranges of every general category, built once on first use of \\p{..}."""
     table: dict[str, list[tuple[int, int]]] = {}
+    current: str | None
     start, current = 0, unicodedata.category(chr(0))
     for code in range(1, sys.maxunicode + 2):
         cat = unicodedata.category(chr(code)) if code <= sys.maxunicode else None
         if cat != current:
-            table.setdefault(current, []).append((start, code - 1))
+            table.setdefault(current or "", []).append((start, code - 1))
             start, current = code, cat
     return table
 
@@ -471,7 +472,7 @@ def compile_xsd_regex(pattern: str) -> CompiledRegex:
     accept = builder.new(_MATCH)
     start = builder.build(tree, accept)
     try:
-        predicates = [re.compile(text).fullmatch
+        predicates: list[Callable[[str], object]] = [re.compile(text).fullmatch
                       for text, _ in sorted(parser.predicates.items(), key=lambda kv: kv[1])]
     except re.error as exc:
         raise RegexSyntaxError(f"invalid character class ({exc})") from None

@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from flask import current_app, g, request
+from flask import Response, current_app, g, request
 
 from pdp.auth import Identity
 from pdp.http.errors import error_response
@@ -22,7 +22,7 @@ def install_authenticator(app: Any, authenticator: Any) -> None:
     app.extensions[AUTH_EXTENSION] = authenticator
 
 
-def unauthorized(message: str = "a valid bearer token is required"):
+def unauthorized(message: str = "a valid bearer token is required") -> Response:
     return error_response(401, message, {"WWW-Authenticate": 'Bearer realm="xsg"'})
 
 

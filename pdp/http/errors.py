@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import logging
 from http import HTTPStatus
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Union
 
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger(__name__)
 
-# (exception type, HTTP status), first match wins: list subclasses before their bases
-ErrorTable = Sequence[tuple[type[BaseException], int]]
+# exception type -> HTTP status; an exception gets the status of the most specific class in its
+# MRO that the table names (as Flask finds error handlers), so the order of entries is free
+ErrorTable = Union[Mapping[type[BaseException], int], Sequence[tuple[type[BaseException], int]]]
 
 
 PROBLEM_JSON = "application/problem+json"
@@ -51,9 +52,13 @@ def no_content() -> Response:
 
 
 def status_for(exc: BaseException, table: ErrorTable) -> int | None:
-    """The status of the first table entry whose type the exception is an instance of."""
-    for kind, status in table:
-        if isinstance(exc, kind):
+    """The status of the most specific class of `exc` that the table names: its MRO is walked
+    from the exception's own class up, as Flask finds handlers, so a subclass maps to its own
+    status wherever the table lists it (for a class with two mapped bases, the MRO decides)."""
+    statuses = table if isinstance(table, Mapping) else dict(table)
+    for kind in type(exc).__mro__:
+        status = statuses.get(kind)
+        if status is not None:
             return status
     return None
 
@@ -72,8 +77,9 @@ def install_error_handlers(app: Flask, table: ErrorTable,
             message = (f"request body too large: the limit is "
                        f"{app.config['MAX_CONTENT_LENGTH']} bytes")
         headers = {}
-        if exc.code == 405 and exc.valid_methods:
-            headers["Allow"] = ", ".join(exc.valid_methods)
+        valid_methods = getattr(exc, "valid_methods", None)  # MethodNotAllowed's
+        if exc.code == 405 and valid_methods:
+            headers["Allow"] = ", ".join(valid_methods)
         return error_response(exc.code or 500, message, headers)
 
     @app.errorhandler(Exception)

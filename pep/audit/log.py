@@ -108,8 +108,8 @@ class AuditLog:
     def _rotate(self) -> None:
         self._file.close()
         for path in self.directory.glob("audit.log.*"):
-            n = path.suffix.lstrip(".")
-            if n.isdigit() and int(n) >= self.keep - 1:
+            suffix = path.suffix.lstrip(".")
+            if suffix.isdigit() and int(suffix) >= self.keep - 1:
                 path.unlink(missing_ok=True)
         for n in range(self.keep - 2, 0, -1):
             older = self.directory / f"audit.log.{n}"

@@ -67,7 +67,8 @@ class AuditTrail:
             side = plan["join"][name]
             stream = side["stream"]
             sides.append({"stream": stream, "plan": side, "policies": [
-                p for p in policies if scopes[p["id"]] is None or stream in scopes[p["id"]]]})
+                p for p in policies
+                if (scope := scopes[p["id"]]) is None or stream in scope]})
         return sides
 
     def refused(self, identity: Any, exc: Refusal, stream: str | None = None) -> None:

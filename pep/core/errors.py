@@ -31,8 +31,9 @@ class UnsupportedMedia(Refusal):
     """The body's media type is not one the operation reads."""
 
 
-class TooLarge(Refusal):
-    """The input is over a size limit."""
+class InputTooLarge(Refusal):
+    """The input (a body, a batch of records) is over a size limit. Named apart from the
+    analysis' internal bound (`pep.core.analysis`), which is no refusal."""
 
 
 class NotFound(Refusal):
@@ -94,6 +95,6 @@ class Unavailable(Refusal):
         self.retry_after = retry_after
 
 
-__all__ = ["Refusal", "InvalidInput", "UnsupportedMedia", "TooLarge", "NotFound", "Gone",
+__all__ = ["Refusal", "InvalidInput", "UnsupportedMedia", "InputTooLarge", "NotFound", "Gone",
            "NotPermitted", "AccessDenied", "MalformedRequest", "Conflict", "Unprocessable",
            "NoResult", "TooComplex", "Unavailable"]

@@ -33,7 +33,7 @@ import re
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from pep.core.rows import RowBatch, row_json
 
@@ -154,6 +154,7 @@ class HandleBuffer:
         The closed check and the write happen under one lock, the same one `close` takes: that
         is the check-before-each-write that makes revocation exact.
         """
+        encoded: Sequence[str]
         if isinstance(rows, RowBatch):
             encoded = rows.rows  # encoded once by the runtime, shared with the plan's other handles
         else:

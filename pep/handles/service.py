@@ -18,7 +18,7 @@ import logging
 import secrets
 import threading
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, cast
 
 from pep.core.errors import NotFound, Unavailable
 from pep.core.refs import handle_ref
@@ -27,6 +27,7 @@ from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition, U
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
 from pep.handles.privacy_budget import PrivacyGuard, private_window
 from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
+from pep.ports import JoinRuntimePort, StreamRuntimePort
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,6 @@ class StalePolicies(Exception):
     """The policies changed between the decision and the handle's creation: decide again."""
 
 
-class Runtime(Protocol):
-    def attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan,
-               deliver: Callable[[list[dict]], bool]) -> Any: ...
-
-    def detach(self, handle_id: str) -> Any: ...
-
-
 class WindowRegistryLike(Protocol):
     def acquire(self, subject: str, stream: str | tuple[str, ...], plan_key: str
                 ) -> tuple[str, bool]: ...
@@ -69,10 +63,10 @@ class HandleService:
     """Opens, lists and ends handles; the only writer of handle state."""
 
     def __init__(self, store: HandleStore, streams: Callable[[str], StreamDefinition | None],
-                 runtime: Runtime, windows: WindowRegistryLike,
+                 runtime: StreamRuntimePort, windows: WindowRegistryLike,
                  max_rows: int = DEFAULT_MAX_ROWS, max_bytes: int = DEFAULT_MAX_BYTES,
                  stream_position: Callable[[str], int | None] | None = None,
-                 join_runtime: Runtime | None = None,
+                 join_runtime: JoinRuntimePort | None = None,
                  privacy: PrivacyGuard | None = None) -> None:
         """`stream_position(name)`: the position (`_xsg_seq`) of the last tuple ingested into a
         stream, when the stream has positions (see `_start_after_other_windows`).
@@ -82,7 +76,9 @@ class HandleService:
         self.store = store
         self.streams = streams
         self.runtime = runtime
-        self.join_runtime = join_runtime if join_runtime is not None else runtime
+        # a stand-in for Spark (tests) given no join runtime takes both kinds of plan
+        self.join_runtime = join_runtime if join_runtime is not None else \
+            cast(JoinRuntimePort, runtime)
         self._joins: set[str] = set()  # handles attached to the join runtime
         self.windows = windows
         self.max_rows = max_rows
@@ -260,7 +256,9 @@ class HandleService:
             else:
                 cut[name] = replace(side, start_after=max(position, side.start_after or 0))
         if isinstance(plan, JoinPlan):
-            return replace(plan, left=cut[plan.left.stream], right=cut[plan.right.stream])
+            # a join's sides are single plans (never unions): their cuts are too
+            return replace(plan, left=cast(ExecutionPlan, cut[plan.left.stream]),
+                           right=cast(ExecutionPlan, cut[plan.right.stream]))
         return cut[plan.stream]
 
     def _begin_attach(self, handle_id: str, streams: Iterable[str]) -> None:
@@ -293,7 +291,7 @@ class HandleService:
                     raise ValueError("a differentially private window cannot be joined")
                 with self.lock:
                     self._joins.add(handle_id)
-                self.join_runtime.attach(handle_id, tuple(streams), plan, buffer.put)
+                self.join_runtime.attach(handle_id, (streams[0], streams[1]), plan, buffer.put)
             else:
                 self.runtime.attach(handle_id, streams[0], plan,
                                     self._deliverer(handle_id, subject, plan, buffer))
@@ -307,7 +305,7 @@ class HandleService:
         if finished_meanwhile:
             self._detach(handle_id)
 
-    def _deliverer(self, handle_id: str, subject: str, plan: ExecutionPlan,
+    def _deliverer(self, handle_id: str, subject: str, plan: ExecutionPlan | UnionPlan,
                    buffer: HandleBuffer) -> Callable[[Any], bool]:
         """What the runtime delivers to: the buffer, or for a private window the privacy guard
         in front of it (which pays for every window first)."""
@@ -323,7 +321,9 @@ class HandleService:
                              kwargs={"keep_rows": True}, name="xsg-budget-spent",
                              daemon=True).start()
 
-        return self.privacy.deliverer(handle_id, subject, plan, buffer.put, spent)
+        # a private window is a single plan's (a union never holds one: `private_window`)
+        return self.privacy.deliverer(handle_id, subject, cast(ExecutionPlan, plan), buffer.put,
+                                      spent)
 
     def resume(self, record: HandleRecord, policy_ids: Iterable[str] | None = None) -> bool:
         """Re-attach a live handle after a restart; False (and the handle ended) if impossible."""
@@ -459,4 +459,4 @@ class HandleService:
             self._buffers.clear()
 
 
-__all__ = ["HandleService", "StalePolicies", "Runtime", "WindowRegistryLike"]
+__all__ = ["HandleService", "StalePolicies", "WindowRegistryLike"]

@@ -15,6 +15,7 @@ from pdp.oidc import AuthenticationFailed
 from pep.config import GatewayConfig
 from pep.http import access_log, errors
 from pep.http.audit import audit_blueprint
+from pep.http.current import SERVICES_EXTENSION
 from pep.http.console import create_console_blueprint
 from pep.http.cors import install_cors
 from pep.http.events import events_blueprint
@@ -31,8 +32,6 @@ from pep.http.rules import Rules, rules_blueprint
 from pep.http.streams import create_streams_blueprint
 from pep.services import GatewayServices, build_services
 from pep.streams.policy_check import check_policy
-
-SERVICES_EXTENSION = "xsg.services"
 
 
 def create_app(config: GatewayConfig | None = None,
@@ -93,7 +92,7 @@ def create_app(config: GatewayConfig | None = None,
             return None
         return services.catalog.schema(name)
 
-    privacy = getattr(services, "privacy", None)
+    privacy = services.privacy
     app.register_blueprint(explain_blueprint(
         engine, visible_schema, services.decide_and_plan,
         privacy_status=privacy.status if privacy is not None else None))
@@ -107,14 +106,10 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(create_requests_blueprint(
         services.handles, engine, visible_schema, services.decide_and_plan, base_url,
         on_refused=refused))
-    app.register_blueprint(metrics_blueprint(services.metrics, config.metrics_public))
-    # a deleted stream's entries stay its former owner's (its name is reserved to it)
-    app.register_blueprint(audit_blueprint(
-        services.audit.log,
-        lambda name: services.catalog.get(name) or services.catalog.deleted(name)))
-    app.register_blueprint(events_blueprint(services.catalog, services.stream_events,
-                                            services.runtime, services.audit.event_changed,
-                                            may_see=may_see))
+    app.register_blueprint(metrics_blueprint())  # reads the services from app.extensions
+    # GET /audit: a deleted stream's entries stay its former owner's (its name is reserved to it)
+    app.register_blueprint(audit_blueprint())  # reads the services from app.extensions
+    app.register_blueprint(events_blueprint())  # reads the services from app.extensions
     app.register_blueprint(create_handles_blueprint(
         services.handles, base_url, config.heartbeat,
         max_readers_per_subject=config.max_readers_per_subject, may_see=may_see))

@@ -9,17 +9,17 @@ Query parameters, all optional: `kind` (repeatable: granted, refused, handle-rev
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from pdp.http.auth import current_identity, require_identity
 from pdp.numbers import parse_int
-from pep.audit.log import AuditLog
 from pep.audit.views import owner_view
 from pep.core.errors import InvalidInput, NotPermitted
+from pep.http.current import current_services
+from pep.streams.catalog import StreamCatalog
 
 OWNER_ROLES = ("data-owner", "owner")
 MAX_LIMIT = 10_000
@@ -50,53 +50,64 @@ def _number(name: str, default: int | None, low: int, high: int) -> int | None:
     return parse_int(raw, f"query parameter {name!r}", low=low, high=high)
 
 
-def audit_blueprint(log: AuditLog, stream_lookup: Callable[[str], Any]) -> Blueprint:
-    bp = Blueprint("xsg_audit", __name__)
+def _stream_named(catalog: StreamCatalog, name: str) -> Any:
+    """The stream of that name, or the deleted one's former entry: a deleted stream's audit
+    entries stay its former owner's (its name is reserved to it)."""
+    return catalog.get(name) or catalog.deleted(name)
 
-    @bp.get("/audit")
-    @require_identity()
-    def audit():
-        """The audit trail, oldest first: all of it for an administrator, a stream owner's own.
-        ---
-        get:
-          parameters:
-            - {name: kind, in: query, explode: true, schema: {type: array, items: {type: string}}}
-            - {name: stream, in: query, schema: {type: string}}
-            - {name: subject, in: query, schema: {type: string}}
-            - {name: since, in: query, schema: {type: string, format: date-time}}
-            - {name: until, in: query, schema: {type: string, format: date-time}}
-            - {name: after, in: query, schema: {type: integer, minimum: 0}}
-            - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 10000}}
-          responses:
-            200:
-              description: '{"entries": [...], "last_seq": n}'
-              content:
-                application/json: {}
-        """
-        identity = current_identity()
-        view = None
-        if not identity.admin:
-            if not any(r in OWNER_ROLES for r in identity.roles):
-                raise NotPermitted("the audit trail is for administrators and stream owners")
 
-            def owns(name: Any) -> bool:
-                stream = stream_lookup(name) if isinstance(name, str) else None
-                return stream is not None and stream.name == name \
-                    and stream.owner == identity.subject
+# at module level: the route reads the app's services (`current_services`)
+bp = Blueprint("xsg_audit", __name__)
 
-            def view(entry: dict) -> dict | None:
-                # an owner's streams only; of a join, its own side (pep.audit.views)
-                return owner_view(entry, owns)
 
-        entries = log.query(kinds=request.args.getlist("kind") or None,
-                            stream=request.args.get("stream"),
-                            subject=request.args.get("subject"),
-                            since=_moment("since"), until=_moment("until"),
-                            after_seq=_number("after", None, 0, 2 ** 62),
-                            view=view, limit=_number("limit", 1000, 1, MAX_LIMIT))
-        return jsonify(entries=entries, last_seq=entries[-1]["seq"] if entries else None)
+@bp.get("/audit")
+@require_identity()
+def audit() -> Response:
+    """The audit trail, oldest first: all of it for an administrator, a stream owner's own.
+    ---
+    get:
+      parameters:
+        - {name: kind, in: query, explode: true, schema: {type: array, items: {type: string}}}
+        - {name: stream, in: query, schema: {type: string}}
+        - {name: subject, in: query, schema: {type: string}}
+        - {name: since, in: query, schema: {type: string, format: date-time}}
+        - {name: until, in: query, schema: {type: string, format: date-time}}
+        - {name: after, in: query, schema: {type: integer, minimum: 0}}
+        - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 10000}}
+      responses:
+        200:
+          description: '{"entries": [...], "last_seq": n}'
+          content:
+            application/json: {}
+    """
+    services = current_services()
+    identity = current_identity()
+    view = None
+    if not identity.admin:
+        if not any(r in OWNER_ROLES for r in identity.roles):
+            raise NotPermitted("the audit trail is for administrators and stream owners")
 
+        def owns(name: Any) -> bool:
+            stream = _stream_named(services.catalog, name) if isinstance(name, str) else None
+            return stream is not None and stream.name == name \
+                and stream.owner == identity.subject
+
+        def view(entry: dict[str, Any]) -> dict[str, Any] | None:
+            # an owner's streams only; of a join, its own side (pep.audit.views)
+            return owner_view(entry, owns)
+
+    entries = services.audit.log.query(kinds=request.args.getlist("kind") or None,
+                                       stream=request.args.get("stream"),
+                                       subject=request.args.get("subject"),
+                                       since=_moment("since"), until=_moment("until"),
+                                       after_seq=_number("after", None, 0, 2 ** 62), view=view,
+                                       limit=_number("limit", 1000, 1, MAX_LIMIT) or 1000)
+    return jsonify(entries=entries, last_seq=entries[-1]["seq"] if entries else None)
+
+
+def audit_blueprint() -> Blueprint:
+    """GET /audit (one Blueprint, registered on every gateway app)."""
     return bp
 
 
-__all__ = ["audit_blueprint"]
+__all__ = ["bp", "audit_blueprint"]

@@ -236,6 +236,7 @@ class Bridge:
 
     async def _fast_pdp(self, scope: Scope, body: bytes, send: Send) -> bool:
         fast = self.fast
+        assert fast is not None  # asked only when the app has a fast path
         auth = header(scope, b"authorization")
         args = (auth.decode("latin-1") if auth is not None else None,
                 (header(scope, b"content-type") or b"").decode("latin-1"),

@@ -37,6 +37,7 @@ from pdp.http.errors import error_response
 from pdp.manage import ManagedPolicy
 from pdp.store import PolicyNotFoundError
 from pep.http.streams import may_register
+from pep.streams.ownership import owner_or_admin
 
 STATIC_DIR = Path(__file__).resolve().parent / "console"
 STATIC_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*\.(?:js|css|svg|png|txt)$")
@@ -98,7 +99,7 @@ def create_console_blueprint(services: Any) -> Blueprint:
         verdict = services.may_manage(identity, ManagedPolicy.of(info, stored.data))
         if not verdict:
             reason = getattr(verdict, "reason", None)
-            if reason and not identity.admin and stored.owner != identity.subject:
+            if reason and not owner_or_admin(identity, stored.owner):
                 reason = STORED_NOT_YOURS  # the reason would quote another's document
             message = f"{identity.subject!r} may not read policy {policy_id!r}"
             return error_response(403, f"{message}: {reason}" if reason else message)
@@ -109,7 +110,7 @@ def create_console_blueprint(services: Any) -> Blueprint:
             if scope is not None and name not in scope:
                 return False
             stream = services.catalog.get(name)
-            return identity.admin or (stream is not None and stream.owner == identity.subject)
+            return owner_or_admin(identity, stream.owner if stream is not None else None)
 
         streams = Counter(s for r in live for s in r.streams if counted(s))
         response = jsonify(policy=policy_id, live_handles=len(live),

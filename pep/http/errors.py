@@ -1,8 +1,9 @@
 """The one table from what went wrong to the HTTP status a client gets.
 
 Services raise refusals by kind (`pep.core.errors`) and the PDP raises its own errors; routes
-let them propagate, and this table decides the status. First match wins, so a subclass is
-listed before its base. A refusal that carries a XACML response (a denial, a request that does
+let them propagate, and this table decides the status. An exception gets the status of the most
+specific of its classes the table names (its MRO is walked, as Flask finds handlers), so the
+order of entries does not matter and a subclass may have a status of its own. A refusal that carries a XACML response (a denial, a request that does
 not parse) is answered in XACML, in the request's format; every other one gets the JSON error
 body of `pdp.http.errors`, with the refusal's details (attribute, line, handle, ...) beside the
 message.
@@ -13,34 +14,33 @@ from flask import Flask, Response
 
 from pdp import (PolicyExistsError, PolicyIdMismatchError, PolicyLoadError, PolicyNotFoundError,
                  RequestSyntaxError, media_kind, render_response)
-from pdp.http.errors import (ErrorTable, error_response, install_error_handlers, respond,
-                             status_for)
+from pdp.http.errors import error_response, install_error_handlers, respond, status_for
 from pdp.numbers import NumberError
-from pep.core.errors import (AccessDenied, Conflict, Gone, InvalidInput, MalformedRequest,
-                             NotFound, NotPermitted, TooLarge, Unavailable, Unprocessable,
+from pep.core.errors import (AccessDenied, Conflict, Gone, InputTooLarge, InvalidInput,
+                             MalformedRequest, NotFound, NotPermitted, Unavailable, Unprocessable,
                              UnsupportedMedia)
 
-ERROR_STATUS: ErrorTable = (
+ERROR_STATUS: dict[type[BaseException], int] = {
     # the stream side's refusals, by kind
-    (TooLarge, 413),  # before InvalidInput: a batch over the limits is both
-    (MalformedRequest, 400),
-    (InvalidInput, 400),
-    (NumberError, 400),  # a header, query parameter or field that is not the number it must be
-    (UnsupportedMedia, 415),
-    (AccessDenied, 403),
-    (NotPermitted, 403),
-    (NotFound, 404),
-    (Gone, 410),
-    (Conflict, 409),
-    (Unprocessable, 422),
-    (Unavailable, 503),
+    InvalidInput: 400,
+    MalformedRequest: 400,
+    InputTooLarge: 413,
+    NumberError: 400,  # a header, query parameter or field that is not the number it must be
+    UnsupportedMedia: 415,
+    NotPermitted: 403,
+    AccessDenied: 403,
+    NotFound: 404,
+    Gone: 410,
+    Conflict: 409,
+    Unprocessable: 422,
+    Unavailable: 503,
     # the PDP's errors, where a route lets them through
-    (PolicyNotFoundError, 404),
-    (PolicyExistsError, 409),
-    (PolicyIdMismatchError, 400),
-    (PolicyLoadError, 400),
-    (RequestSyntaxError, 400),
-)
+    PolicyNotFoundError: 404,
+    PolicyExistsError: 409,
+    PolicyIdMismatchError: 400,
+    PolicyLoadError: 400,
+    RequestSyntaxError: 400,
+}
 
 XACML_MEDIA = {"xml": "application/xacml+xml", "json": "application/xacml+json"}
 

@@ -252,7 +252,7 @@ def create_handles_blueprint(handles: HandleService, base_url: str | None = None
     stream it may not see are not listed and answer 404, as if that stream never existed."""
     bp = Blueprint("xsg_handles", __name__)
     readers = ReaderSlots(max_readers_per_subject)
-    bp.readers = readers  # for tests and monitoring
+    bp.readers = readers  # type: ignore[attr-defined]  # for tests and monitoring
 
     @bp.get("/handles")
     @require_identity()
@@ -303,9 +303,9 @@ def create_handles_blueprint(handles: HandleService, base_url: str | None = None
         after = _last_event_id()
         buffer = handles.buffer(handle_id)
         if buffer is None:
-            record = handles.get(handle_id)
-            if record is not None and not record.live:
-                raise _gone(record)
+            stored = handles.get(handle_id)
+            if stored is not None and not stored.live:
+                raise _gone(stored)
             raise Unavailable("the handle is being restored; retry shortly", retry_after=1)
         subject = current_identity().subject
         if not readers.acquire(subject):
@@ -323,7 +323,7 @@ def create_handles_blueprint(handles: HandleService, base_url: str | None = None
             attach = request.environ.get(STREAM_BODY)
             if attach is not None:  # the gateway's server: its event loop writes the stream
                 attach(HandleStream(*args, on_close=release))
-                body: object = b""
+                body: Any = b""  # the stream is written by the event loop
             else:  # any other WSGI server: a generator on the server's thread
                 body = _Generated(stream_events(*args), release)
         except BaseException:

@@ -1,13 +1,16 @@
 """What GET /health says about the gateway's streams (the PDP's blueprint serves the route)."""
 from __future__ import annotations
 
+from typing import Any
 
-def stream_health(runtime: object, detailed: bool) -> dict:
+from pep.ports import StreamRuntimePort
+
+
+def stream_health(runtime: StreamRuntimePort, detailed: bool) -> dict[str, Any]:
     """The streams' part of GET /health: how many stream queries are in each state, and a
     problem per stalled or failed one. Stream names and errors only for an administrator's
     token (the endpoint is public); a runtime that has not started reports nothing."""
-    health = getattr(runtime, "health", None)
-    states = health() if health is not None else {}
+    states = runtime.health()
     counts: dict[str, int] = {}
     problems = []
     for name, state in sorted(states.items()):
@@ -21,7 +24,7 @@ def stream_health(runtime: object, detailed: bool) -> dict:
             problems.append(f"stream {name} is failed: {state['last_error']}")
         else:
             problems.append(f"stream {name} is {kind}")
-    out: dict = {"streams": counts}
+    out: dict[str, Any] = {"streams": counts}
     if detailed:
         out["stream_states"] = states
     if problems:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Callable
+from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
@@ -82,7 +83,7 @@ def invalidation_blueprint(hub: InvalidationHub,
         try:
             if attach is not None:  # the gateway's server: its event loop writes the feed
                 attach(hub.feed_body(last))
-                body: object = b""
+                body: Any = b""  # the stream is written by the event loop
             else:  # any other WSGI server: a generator on the server's thread
                 body = hub.feed_stream(last)
         except (OverflowError, RuntimeError) as exc:  # too many readers; hub closed

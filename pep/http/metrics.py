@@ -10,24 +10,29 @@ from flask import Blueprint, Response
 
 from pdp.http.auth import authenticate_request, unauthorized
 from pdp.http.errors import error_response
-from pep.metrics import CONTENT_TYPE, GatewayMetrics
+from pep.http.current import current_services
+from pep.metrics import CONTENT_TYPE
+
+# at module level: the route reads the app's services (`current_services`)
+bp = Blueprint("xsg_metrics", __name__)
 
 
-def metrics_blueprint(metrics: GatewayMetrics, public: bool = False) -> Blueprint:
-    bp = Blueprint("xsg_metrics", __name__)
+@bp.get("/metrics")
+def scrape() -> Response:
+    services = current_services()
+    if not services.config.metrics_public:
+        identity = authenticate_request()
+        if identity is None:
+            return unauthorized()
+        if not identity.admin:
+            return error_response(403, "the metrics need an administrator's token (or the "
+                                       "metrics_public setting)")
+    return Response(services.metrics.exposition(), content_type=CONTENT_TYPE)
 
-    @bp.get("/metrics")
-    def scrape():
-        if not public:
-            identity = authenticate_request()
-            if identity is None:
-                return unauthorized()
-            if not identity.admin:
-                return error_response(403, "the metrics need an administrator's token (or the "
-                                           "metrics_public setting)")
-        return Response(metrics.exposition(), content_type=CONTENT_TYPE)
 
+def metrics_blueprint() -> Blueprint:
+    """GET /metrics (one Blueprint, registered on every gateway app)."""
     return bp
 
 
-__all__ = ["metrics_blueprint"]
+__all__ = ["bp", "metrics_blueprint"]

@@ -217,7 +217,8 @@ class StrictHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self.scope["extensions"] = {CONNECTION: self}
+        # uvicorn types extensions as dicts; this one is the connection itself (read by bridge)
+        self.scope["extensions"] = {CONNECTION: self}  # type: ignore[dict-item]
         self._in_head = True
         self._head_bytes = 0
         self._header_count = 0

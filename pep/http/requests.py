@@ -164,10 +164,10 @@ def create_requests_blueprint(handles: HandleService, engine: Callable[[], Any],
             except StalePolicies:
                 # a policy, or the caller's identity, changed while we decided: decide again,
                 # as the caller's token stands for now (its roles may have been lowered)
-                identity = authenticate_request()
-                if identity is None:
+                again = authenticate_request()
+                if again is None:
                     return unauthorized("the bearer token is no longer valid")
-                g.xsg_identity = identity
+                g.xsg_identity = identity = again
                 continue
             except WindowConflict as exc:
                 existing = f"{public_base(base_url)}/handles/{exc.existing_handle_id}"
@@ -180,7 +180,7 @@ def create_requests_blueprint(handles: HandleService, engine: Callable[[], Any],
                     "plan": _to_json(grant.plan_json if grant.plan_json is not None
                                      else json.loads(record.plan_json)),
                     "sql": grant.sql, "policy_ids": sorted(grant.policy_ids or ())}
-            guard = getattr(handles, "privacy", None)
+            guard = handles.privacy
             privacy = guard.status(identity.subject, grant.plan) if guard is not None else None
             if privacy is not None:  # a private window: the caller's budgets after admission
                 body["privacy"] = privacy

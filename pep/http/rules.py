@@ -54,6 +54,7 @@ from pep.core.rules.reading import read_policy
 from pep.core.rules.summary import reading_text
 from pep.core.rules.xacml import ACTION, ACTION_ID, NS, STRING, SUBJECT, SUBJECT_ID
 from pep.http.errors import status_of
+from pep.streams.ownership import owner_or_admin
 from pep.streams.policy_check import check_policy
 
 RULE_JSON = "application/vnd.xsg.rule+json"
@@ -134,7 +135,7 @@ class Rules:
             value = {**value, "id": policy_id}
         rule = rule_from_json(value)
         stream = self.services.catalog.get(rule.stream)
-        if not identity.admin and (stream is None or stream.owner != identity.subject):
+        if not owner_or_admin(identity, stream.owner if stream is not None else None):
             raise NotPermitted(f"{identity.subject!r} may not write rules on stream "
                                f"{rule.stream!r}: it is not a stream of theirs", field="/stream")
         if stream is None:

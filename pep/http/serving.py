@@ -227,6 +227,7 @@ class HttpServer:
         the client gone and end by themselves (uvicorn's own shutdown cancels them instead,
         logging each as an error)."""
         server = self._server
+        assert server is not None  # started by _serve before it can be shut down
         state = server.server_state
         for listener in server.servers:
             listener.close()
@@ -248,6 +249,7 @@ class HttpServer:
     async def _trim_memory(self) -> None:
         """Give memory back once a crowd of connections has gone (see trim_memory)."""
         server = self._server
+        assert server is not None  # trimmed while serving only
         peak = 0
         last = time.monotonic()
         while True:

@@ -26,6 +26,7 @@ from pep.streams.catalog import StreamCatalog, StreamEntry
 from pep.streams.definition import (LISTED, SETTINGS, describe, parse_keep_data,
                                     parse_registration, parse_stream_patch)
 from pep.streams.lifecycle import StreamLifecycle
+from pep.streams.ownership import owner_or_admin
 from pep.streams.visibility import StreamVisibility
 
 OWNER_ROLES = ("data-owner", "owner")
@@ -39,7 +40,7 @@ def may_register(identity: Identity, owner_roles: Iterable[str] = OWNER_ROLES) -
 
 def describe_entry(entry: StreamEntry, identity: Identity) -> dict:
     d = entry.definition
-    return describe(d, entry.created_at, show_source=identity.admin or d.owner == identity.subject,
+    return describe(d, entry.created_at, show_source=owner_or_admin(identity, d.owner),
                     visibility=entry.visibility, settings=entry.settings(),
                     optional=entry.optional, combining=entry.combining)
 
@@ -129,7 +130,7 @@ def create_streams_blueprint(catalog: StreamCatalog,
     def owned(name: str, doing: str) -> StreamEntry:
         identity = current_identity()
         entry = entry_named(name)
-        if not (identity.admin or entry.definition.owner == identity.subject):
+        if not owner_or_admin(identity, entry.definition.owner):
             raise NotPermitted(f"only the owner of stream {entry.definition.name!r} or an "
                                f"administrator may {doing}")
         return entry

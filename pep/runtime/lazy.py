@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from pep.core.plan import ExecutionPlan, JoinPlan, StreamDefinition, UnionPlan
+    from pep.ports import Deliver, StreamReport, StreamRuntimePort
 
 
 class LazyRuntime:
@@ -30,14 +34,18 @@ class LazyRuntime:
                 self._runtime = self._factory()
             return self._runtime
 
-    def attach(self, handle_id, stream, plan, deliver) -> None:
+    def attach(self, handle_id: str,
+               stream: StreamDefinition | tuple[StreamDefinition, StreamDefinition],
+               plan: ExecutionPlan | UnionPlan | JoinPlan, deliver: Deliver) -> None:
+        """The runtime's attach: a stream's (`StreamRuntimePort`) or a join's (`JoinRuntimePort`),
+        whichever the factory makes."""
         self.get().attach(handle_id, stream, plan, deliver)
 
-    def detach(self, handle_id) -> None:
+    def detach(self, handle_id: str) -> None:
         if self._runtime is not None:
             self._runtime.detach(handle_id)
 
-    def redefine(self, stream) -> bool:
+    def redefine(self, stream: StreamDefinition) -> bool:
         """A changed stream (`StreamRuntime.redefine`); nothing runs before Spark started."""
         return self._runtime.redefine(stream) if self._runtime is not None else False
 
@@ -45,10 +53,10 @@ class LazyRuntime:
         """A deleted stream (`StreamRuntime.drop_stream`); nothing runs before Spark started."""
         return self._runtime.drop_stream(name) if self._runtime is not None else False
 
-    def stats(self) -> dict:
+    def stats(self) -> StreamReport:
         return self._runtime.stats() if self._runtime is not None else {}
 
-    def health(self) -> dict:
+    def health(self) -> StreamReport:
         return self._runtime.health() if self._runtime is not None else {}
 
     def stop(self) -> None:
@@ -64,7 +72,7 @@ def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float =
                           retention_bytes: int | None = 1 << 30,
                           stall_seconds: float = 30.0,
                           retention_for: Callable[[str], float | None] | None = None
-                          ) -> Callable[[], Any]:
+                          ) -> Callable[[], StreamRuntimePort]:
     """A factory for `LazyRuntime`: a SparkSession on `master` and a StreamRuntime over it,
     keeping its checkpoints and archived ingest files under `work_dir` (see
     `pep.runtime.runtime.RuntimeSettings` for the retention and stall arguments;
@@ -74,7 +82,7 @@ def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float =
     defaults), `log_level` is Spark's (log4j) level, and `progress(what)`, when given, returns
     a context manager held while the session starts (`xsg serve` prints progress with it)."""
 
-    def build() -> Any:
+    def build() -> StreamRuntimePort:  # mypy holds StreamRuntime to the port here
         from contextlib import nullcontext
 
         from pep.runtime.runtime import RuntimeSettings, StreamRuntime

@@ -45,7 +45,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pdp.db import Database
 from pep.core.labels import Lattice
@@ -56,6 +56,9 @@ from pep.streams.definition import (LISTED, SEQ_FIELD, STREAM_NAME, InvalidStrea
                                     parse_combining, parse_description, parse_lateness,
                                     parse_retention, parse_schema, parse_source, parse_visibility)
 from pep.streams.records import DEFAULT_MAX_LINES, BatchTooLarge, validate_records
+
+if TYPE_CHECKING:  # confluent-kafka is imported with the first Kafka append, not before
+    from pep.streams.kafka_producer import KafkaAppender
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +155,7 @@ class StreamCatalog:
         # times.
         self._found: dict[str, StreamDefinition] = {}
         # records appended to Kafka-backed streams go to their topics (made at the first one)
-        self._kafka = None
+        self._kafka: KafkaAppender | None = None
         self.kafka_timeout = kafka_timeout
 
     def add_listener(self, callback: Callable[[StreamDefinition], None]) -> None:
@@ -194,7 +197,7 @@ class StreamCatalog:
 
     # -- registration ---------------------------------------------------------------------------
 
-    def register(self, name: str, owner: str, schema: Any, source: Any = None,
+    def register(self, name: Any, owner: str, schema: Any, source: Any = None,
                  time_attribute: str | None = None, *, trusted: bool = False,
                  visibility: Any = LISTED, description: Any = None, lateness: Any = None,
                  retention: Any = None) -> StreamDefinition:
@@ -218,7 +221,8 @@ class StreamCatalog:
             builtin = BUILTIN_SCHEMAS[spec.option("schema") or ""]
             if schema is None:
                 schema = builtin
-                time_attribute = time_attribute or BUILTIN_TIME_ATTRIBUTES[spec.option("schema")]
+                time_attribute = (time_attribute
+                                  or BUILTIN_TIME_ATTRIBUTES[spec.option("schema") or ""])
             parsed = parse_schema(schema)
             if parsed != builtin:
                 raise InvalidStream(f"a {spec.option('schema')} generator produces its built-in "
@@ -472,7 +476,7 @@ class StreamCatalog:
         with self._lock:
             return self._ingest_locks.setdefault(name.lower(), threading.Lock())
 
-    def _kafka_appender(self):
+    def _kafka_appender(self) -> KafkaAppender:
         from pep.streams.kafka_producer import DEFAULT_TIMEOUT, KafkaAppender
         with self._lock:
             if self._kafka is None:

@@ -487,7 +487,7 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
         if not KAFKA_TOPIC.fullmatch(text["subscribe"]):
             raise InvalidStream("source (kafka): 'subscribe' must name one topic (letters, "
                                 f"digits, '.', '_', '-'; at most 249), got {text['subscribe']!r}")
-    return SourceSpec(kind, tuple(sorted(text.items())))  # type: ignore[arg-type]
+    return SourceSpec(kind, tuple(sorted(text.items())))
 
 
 def describe(definition: StreamDefinition, created_at: str | None = None,

@@ -55,6 +55,7 @@ from pep.core.graph import pipeline_graph
 from pep.core.merge import merge
 from pep.core.plan import ExecutionPlan, StreamDefinition
 from pep.core.rows import RowBatch
+from pep.ports import StreamRuntimePort
 
 EVENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 PREFIX = "urn:xsg:event:"
@@ -225,18 +226,18 @@ class StreamEvents:
 
     # -- evaluation ---------------------------------------------------------------------------
 
-    def attach(self, definition: EventDefinition, runtime: Any) -> None:
+    def evaluate(self, definition: EventDefinition, runtime: StreamRuntimePort) -> None:
         """Have the runtime evaluate the event's condition and report matches to `observe`."""
         stream = self._lookup(definition.stream)
         if stream is None:
             return
         runtime.attach(definition.runtime_id, stream, self.plan(definition),
-                       lambda rows, d=definition: self.observe(d, rows))
+                       lambda rows: self.observe(definition, rows))
 
-    def attach_all(self, runtime: Any) -> None:
+    def evaluate_all(self, runtime: StreamRuntimePort) -> None:
         for definition in self.all():
             try:
-                self.attach(definition, runtime)
+                self.evaluate(definition, runtime)
             except Exception:  # noqa: BLE001 - one event must not keep the others off
                 log.exception("cannot evaluate event %s", definition.attribute_id)
 

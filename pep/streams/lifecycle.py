@@ -54,6 +54,7 @@ from typing import Any
 
 from pdp import ManagedPolicy
 from pep.core.errors import Unavailable
+from pep.ports import StreamRuntimePort
 from pep.streams.catalog import StreamCatalog, StreamEntry
 from pep.streams.definition import (SchemaChange, StreamConflict, StreamNotFound,
                                     extend_schema)
@@ -87,7 +88,7 @@ class StreamLifecycle:
 
     catalog: StreamCatalog
     events: Any = None                 # StreamEvents
-    runtime: Any = None                # redefine(definition), drop_stream(name), detach(id)
+    runtime: StreamRuntimePort | None = None  # redefine(definition), drop_stream(name), detach(id)
     policies: Any = None               # PolicyService: list(), engine, policy_info(), delete()
     may_manage: Callable[[Any, Any], Any] | None = None
     revoke_stream: Callable[[str, str], int] | None = None      # revoke live handles on it
@@ -163,10 +164,8 @@ class StreamLifecycle:
                 len(entry.definition.schema.fields):]]
             warnings: list[str] = []
             if now.definition != entry.definition and self.runtime is not None:
-                redefine = getattr(self.runtime, "redefine", None)
                 try:
-                    if redefine is not None:
-                        redefine(now.definition)
+                    self.runtime.redefine(now.definition)
                 except Exception as exc:  # noqa: BLE001 - the change is committed; say so
                     log.exception("stream %s: the runtime could not take the change", registered)
                     warnings.append(f"the stream's running query could not be restarted "
@@ -282,9 +281,8 @@ class StreamLifecycle:
                 events.append(definition.name)
                 if self.audit is not None:
                     self.audit.event_changed("event-deleted", definition.to_json())
-        drop = getattr(self.runtime, "drop_stream", None)
-        if drop is not None:
-            drop(stream)
+        if self.runtime is not None:
+            self.runtime.drop_stream(stream)
         return revoked, events
 
     def _hold_files(self, entry: StreamEntry, by: str, keep_data: float

@@ -34,6 +34,13 @@ UNCONFINED = ("its top-level <Target> must confine it to your streams: an <AnyOf
               "references")
 
 
+def owner_or_admin(identity: Identity, owner: str | None) -> bool:
+    """Whether `identity` may manage what `owner` owns (a stream, its events and rules, a
+    policy): administrators always, else only its owner. `owner` None (nothing found): only
+    administrators."""
+    return bool(identity.admin) or (owner is not None and owner == identity.subject)
+
+
 def stream_owner_rule(lookup: StreamLookup,
                       may_see: Callable[[Identity, str], bool] | None = None,
                       former: Callable[[str], Any] | None = None

@@ -79,8 +79,10 @@ def _label_samples(stream: StreamDefinition) -> list[Callable[[str, str], list[s
     """Placeholder stand-ins for a stream with label attributes: a label ("0" is none), the
     lowest of each lattice, tried when "0" does not fit."""
     lattices = dict.fromkeys(f.lattice for f in stream.schema.fields if f.lattice is not None)
-    return [lambda category, attribute, text=lattice.levels[0]: [text] * 6
-            for lattice in lattices]
+    def sample(text: str) -> Callable[[str, str], list[str]]:
+        return lambda category, attribute: [text] * 6
+
+    return [sample(lattice.levels[0]) for lattice in lattices]
 
 
 def _failure(obligations: list[tuple[Obligation, int | None]],

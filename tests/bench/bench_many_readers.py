@@ -262,6 +262,15 @@ class FakeRuntime:
     def stats(self) -> dict:
         return {}
 
+    def health(self) -> dict:  # the rest of `pep.ports.StreamRuntimePort`
+        return {}
+
+    def redefine(self, stream) -> bool:
+        return False
+
+    def drop_stream(self, name: str) -> bool:
+        return False
+
     def _run(self) -> None:
         np = self.np
         log = logging.getLogger("pep.runtime.executor")

@@ -34,6 +34,18 @@ class RecordingRuntime:
             entry = self.attached.get(handle_id)
         return entry[2](rows) if entry else False
 
+    def redefine(self, stream) -> bool:  # the rest of `pep.ports.StreamRuntimePort`
+        return False
+
+    def drop_stream(self, name: str) -> bool:
+        return False
+
+    def health(self) -> dict:
+        return {}
+
+    def stats(self) -> dict:
+        return {}
+
     def stop(self):
         pass
 

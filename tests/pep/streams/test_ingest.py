@@ -8,7 +8,7 @@ import pytest
 
 from pdp.auth import Identity
 from pep.core.plan import SourceSpec
-from pep.core.errors import Conflict, InvalidInput, NotFound, NotPermitted, TooLarge
+from pep.core.errors import Conflict, InputTooLarge, InvalidInput, NotFound, NotPermitted
 from pep.core.schemas import BUILTIN_SCHEMAS
 from pep.streams.catalog import StreamCatalog
 from pep.streams.definition import SEQ_FIELD, StreamError
@@ -240,11 +240,11 @@ def test_limits(tmp_path):
     c.register("w", "nea", SCHEMA, None, "samplingtime")
     with pytest.raises(RecordError) as e:
         c.append_records("w", "\n".join([line()] * 4).encode())
-    assert isinstance(e.value, TooLarge)
+    assert isinstance(e.value, InputTooLarge)
     assert c.append_records("w", ("\n".join([line()] * 3) + "\n").encode()) == 3
     with pytest.raises(RecordError) as e:
         c.append_records("w", b" " * 2001)
-    assert isinstance(e.value, TooLarge)
+    assert isinstance(e.value, InputTooLarge)
     c.close()
 
 

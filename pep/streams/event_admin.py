@@ -1,0 +1,54 @@
+"""Defining and deleting a stream's events: the store, the runtime and the audit, in order.
+
+`StreamEvents` keeps definitions and states; evaluating an event is the runtime's work. Defining
+one takes three steps: the definition is checked and stored, the runtime starts evaluating its
+condition, and the audit hears of it; deleting one stores, detaches and tells, likewise. They
+are done here rather than in the HTTP blueprint (`pep/http/events.py`), which only reads the
+request, checks that the caller manages the stream and answers.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pep.core.errors import NotFound
+from pep.ports import StreamRuntimePort
+from pep.streams.catalog import StreamCatalog
+from pep.streams.events import EventDefinition, StreamEvents
+
+
+@dataclass
+class StreamEventAdmin:
+    """Owner-side operations on stream events; `on_change(kind, event_json)` hears of
+    definitions added (`event-defined`) and removed (`event-deleted`): the audit."""
+
+    catalog: StreamCatalog
+    events: StreamEvents
+    runtime: StreamRuntimePort
+    on_change: Callable[[str, dict[str, Any]], None] | None = None
+
+    def define(self, stream: str, name: Any, condition: Any, hold: Any, key: Any,
+               owner: str) -> EventDefinition:
+        """Check, store and start evaluating an event over `stream` (InvalidInput, Conflict,
+        NotFound say why not). Under the stream's life-cycle lock: never while the stream is
+        changed or deleted."""
+        with self.catalog.changing(stream):
+            if self.catalog.get(stream) is None:
+                raise NotFound(f"no stream named {stream!r}")
+            definition = self.events.define(stream, name, condition, hold, key, owner)
+            self.events.evaluate(definition, self.runtime)
+        if self.on_change is not None:
+            self.on_change("event-defined", definition.to_json())
+        return definition
+
+    def delete(self, stream: str, name: str) -> EventDefinition:
+        """Remove an event (an open one closes) and stop evaluating it; NotFound if none."""
+        definition = self.events.delete(stream, name)
+        self.runtime.detach(definition.runtime_id)
+        if self.on_change is not None:
+            self.on_change("event-deleted", definition.to_json())
+        return definition
+
+
+__all__ = ["StreamEventAdmin"]
