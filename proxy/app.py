@@ -12,8 +12,9 @@ The rewriting happens when answering, so a cached answer fits every host name th
 by.
 
 Besides the gateway's events, the proxy drops entries on what it sees pass by: a `DELETE
-/handles/<id>` (before and after forwarding), a `404`/`410` on a handle, and any successful write
-under `/policies` (flush). These are shortcuts, never the only channel.
+/handles/<id>` (before and after forwarding), a `404`/`410` on a handle, a policy added by `POST
+/policies` (the entries on the streams its target is confined to, else a flush) and any other
+successful write under `/policies` (flush). These are shortcuts, never the only channel.
 """
 from __future__ import annotations
 
@@ -32,12 +33,13 @@ from werkzeug.wrappers import Request as WerkzeugRequest
 from pep.http.bridge import NATIVE_ROUTES
 from pdp.http.errors import error_response, install_error_handlers
 from pdp.http.safe_json import install_safe_json
+from pdp.policy_scope import confined_resource_ids
 from pdp.xmlsafe import parse_json
 from pep.invalidation.protocol import (SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
                                        InvalidEventError, verify)
 from proxy.cache import CachedAnswer, HandleCache
 from proxy.canonical import (NotCacheable, cache_key, canonical_query, canonical_request,
-                             subject_key)
+                             resource_ids, subject_key)
 from proxy.feed import FeedClient
 from proxy.forward import (Forwarder, Timeouts, UpstreamError, make_session, request_headers,
                            response_headers)
@@ -136,6 +138,18 @@ def handle_id_of(url: str) -> str | None:
         return None
     ident = path[marker + len("/handles/"):]
     return ident if ident and "/" not in ident else None
+
+
+def answer_streams(doc: dict, requested: frozenset[str]) -> frozenset[str] | None:
+    """The streams whose policies decide a handle answer: the handle's streams as the gateway
+    names them (`streams`, or `stream`) and the resource-ids the request named; None when the
+    answer names none (then any policy change drops it: deny when in doubt)."""
+    named = doc.get("streams")
+    if not isinstance(named, list) or not named:
+        named = [doc.get("stream")]
+    if not all(isinstance(s, str) and s for s in named):
+        return None
+    return frozenset(named) | requested
 
 
 def create_app(config: ProxyConfig) -> Flask:
@@ -299,7 +313,8 @@ def create_app(config: ProxyConfig) -> Flask:
         out.headers[CACHE_HEADER] = cache_state
         return out
 
-    def key_for(body: bytes) -> str:
+    def key_for(body: bytes) -> tuple[str, frozenset[str]]:
+        """The cache key, and the streams the request names (its resource-ids)."""
         subject = subject_key(request.headers.get("Authorization"), runtime.salt)
         ctype = request.headers.get("Content-Type", "")
         if ctype.split(";", 1)[0].strip().lower() == "multipart/form-data":
@@ -307,9 +322,11 @@ def create_app(config: ProxyConfig) -> Flask:
         else:
             canon_req, canon_query = canonical_request(body, ctype), None
         args = [(k, v) for k, v in request.args.items(multi=True)]
-        return cache_key(subject, "/requests", args, canon_req, canon_query)
+        return (cache_key(subject, "/requests", args, canon_req, canon_query),
+                resource_ids(canon_req))
 
-    def answer_of(resp, body: bytes) -> CachedAnswer | None:
+    def answer_of(resp, body: bytes, requested: frozenset[str] = frozenset()
+                  ) -> CachedAnswer | None:
         if resp.status_code not in (200, 201):
             return None
         ctype = resp.headers.get("Content-Type", "")
@@ -323,7 +340,8 @@ def create_app(config: ProxyConfig) -> Flask:
         ident = handle_id_of(handle) if isinstance(handle, str) else None
         if ident is None:
             return None
-        return CachedAnswer(ident, resp.status_code, body, ctype, resp.headers.get("Location"))
+        return CachedAnswer(ident, resp.status_code, body, ctype, resp.headers.get("Location"),
+                            streams=answer_streams(doc, requested))
 
     def stream_request() -> Response:
         runtime.count("stream_requests")
@@ -341,11 +359,12 @@ def create_app(config: ProxyConfig) -> Flask:
                 runtime.count("bypassed", "request body over the canonicalisation limit")
                 return forward(prefix=body)
         key = None
+        requested: frozenset[str] = frozenset()
         if not runtime.cache.enabled:
             runtime.count("bypassed", f"cache off: invalidation feed {runtime.sync.state}")
         else:
             try:
-                key = key_for(body)
+                key, requested = key_for(body)
             except NotCacheable as exc:
                 runtime.count("bypassed", f"not cacheable: {exc}"[:200])
             except Exception as exc:  # noqa: BLE001 - a canonicaliser bug must not become a 500
@@ -368,7 +387,7 @@ def create_app(config: ProxyConfig) -> Flask:
         if not complete:
             return passthrough(resp, state, prefix=data)
         resp.close()
-        answer = answer_of(resp, data)
+        answer = answer_of(resp, data, requested)
         if answer is None:
             if "json" in resp.headers.get("Content-Type", ""):  # e.g. a 409 naming a handle
                 try:
@@ -384,6 +403,14 @@ def create_app(config: ProxyConfig) -> Flask:
         if key is not None:
             runtime.cache.put(key, answer, generation)
         return render(answer, answer.status, state)
+
+    def added_policy_scope(route: str) -> frozenset[str] | None:
+        """(after forwarding) The streams a policy added by `POST /policies` can concern, when
+        its target proves it (pdp.policy_scope) and its body was buffered; None otherwise."""
+        length = request.content_length
+        if route != "/policies" or not length or length > runtime.forwarder.buffer_limit:
+            return None
+        return confined_resource_ids(request.get_data(cache=True))
 
     def handle_call(ident: str) -> Response:
         if request.method == "DELETE":
@@ -407,7 +434,11 @@ def create_app(config: ProxyConfig) -> Flask:
             out = forward()
             if (route == "/policies" or route.startswith("/policies/")) and \
                     request.method not in ("GET", "HEAD") and 200 <= out.status_code < 300:
-                runtime.cache.flush()
+                scope = added_policy_scope(route) if request.method == "POST" else None
+                if scope is None:
+                    runtime.cache.flush()
+                else:
+                    runtime.cache.invalidate_streams(scope)
                 runtime.count("local_invalidations")
             return out
         except UpstreamError as exc:
