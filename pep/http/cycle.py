@@ -57,7 +57,7 @@ class CoalescingCycle(RequestResponseCycle):
     """uvicorn's request/response cycle writing a sized response's head with its body (see the
     module docstring). The protocol (pep/http/protocol.py) gives each cycle this class."""
 
-    _held: dict | None = None  # a response start not written yet
+    _held: Any = None  # a response start not written yet
 
     async def send(self, message: Any) -> None:
         held = self._held
@@ -76,7 +76,7 @@ class CoalescingCycle(RequestResponseCycle):
             return
         await super().send(message)
 
-    async def _send_together(self, start: dict, body: dict) -> None:
+    async def _send_together(self, start: Any, body: Any) -> None:
         transport = self.transport
         collecting = _Collecting(transport)
         self.transport = collecting  # type: ignore[assignment]

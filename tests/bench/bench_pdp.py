@@ -398,6 +398,7 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
                 health = json.loads(r.read())
             items = [(tokens[q.subject.subject_id], body.decode(), want)
                      for q, body, want in zip(workload.queries, bodies, expected)]
+            server_cpu_ms: dict[str, float] = {}  # the server's CPU per request, per run
             for threads in client_threads:
                 if py_spy and threads == max(client_threads):
                     import subprocess
@@ -430,6 +431,7 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
                     f"HTTP, {threads} client thread(s): {n / got['wall']:,.0f} decisions/s; per "
                     f"request the server process used {server_cpu / n * 1000:.3f} ms of CPU"
                     f"{app_part}, the client process {got['cpu'] / n * 1000:.3f} ms")
+                server_cpu_ms[f"{threads} raw client thread(s)"] = server_cpu / n * 1000
             fast = app.extensions["xsg.fast_pdp"]
             by_token = [(f"Bearer {t}", b.encode(), want) for t, b, want in items]
             in_process = timed_loop(
@@ -437,7 +439,8 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
                 "rendered)", by_token, lambda item: _decision(fast.decide(
                     item[0], XML, JSON, item[1], None)[0]), [w for _, _, w in by_token])
             rows.insert(0, in_process)
-            notes.extend(run_wrk(server.port, items, in_process))
+            notes.extend(run_wrk(server.port, items, in_process, server_cpu_ms=server_cpu_ms))
+            notes.append(cpu_ratios(in_process, server_cpu_ms))
             profile_text = ""
             if profile_top:
                 import http.client
@@ -482,8 +485,19 @@ def _lua_string(data: bytes) -> str:
                          for b in data) + '"'
 
 
+def cpu_ratios(in_process: "Timing", server_cpu_ms: dict[str, float]) -> str:
+    """Over HTTP against in process by CPU time: the in-process call's mean CPU time over the
+    server process's CPU time per request. Blind to how a busy machine shares its cores
+    between the server, the load generator and other jobs, which moves the wall-clock ratio."""
+    mean_ms = sum(in_process.cpu_ns or [0]) / max(1, len(in_process.cpu_ns or [])) / 1e6
+    parts = [f"{label} {mean_ms / ms:.2f}x" for label, ms in server_cpu_ms.items() if ms > 0]
+    return (f"by CPU time (in process {mean_ms:.3f} ms per decision / the server's CPU per "
+            f"request): " + "; ".join(parts))
+
+
 def run_wrk(port: int, items: list, in_process: "Timing", seconds: int = 10,
-            connections: Sequence[int] = (1, 8)) -> list[str]:
+            connections: Sequence[int] = (1, 8),
+            server_cpu_ms: dict[str, float] | None = None) -> list[str]:
     """`wrk` against POST /pdp, cycling through the workload's requests (each with its subject's
     token); the figures and their ratio to the in-process row, as notes."""
     import re
@@ -518,6 +532,8 @@ def run_wrk(port: int, items: list, in_process: "Timing", seconds: int = 10,
                 notes.append(f"wrk with {conns} connection(s) failed: {out.stderr[-500:]}")
                 continue
             per_s = float(rate.group(1))
+            if server_cpu_ms is not None:
+                server_cpu_ms[f"wrk -c{conns}"] = server_cpu / int(total.group(1)) * 1000
             notes.append(
                 f"wrk, 1 thread, {conns} connection(s), {seconds} s: {per_s:,.0f} decisions/s "
                 f"(p50 {lat.get('50')}, p90 {lat.get('90')}, p99 {lat.get('99')}; non-2xx "
