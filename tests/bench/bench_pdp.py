@@ -15,7 +15,9 @@ Measures, with the workload of pdp_workload.py (equivalent policies in both syst
     bearer token, XML in, JSON out: raw-socket clients in another process (every answer checked),
     then `wrk` (apt-get install wrk, or `make wrk`) with 1 and 8 connections; against the same
     decisions in process through the same code without HTTP (token, XML parsed, decided, JSON
-    rendered: `FastPdp.decide`), side by side in the same run.
+    rendered: `FastPdp.decide`), side by side in the same run; each wrk run is also set against
+    in-process runs just before and after it (the machine's load moves), and every HTTP run is
+    compared by CPU time too (in-process CPU per decision / the server's CPU per request).
 Every decision is checked against the workload's reference semantics (column 'wrong').
 --profile adds cProfile listings of the in-process XML path and of the app behind POST /pdp.
 Timings are printed, never asserted. On a busy machine, read the CPU-time columns too.
@@ -439,7 +441,13 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
                 "rendered)", by_token, lambda item: _decision(fast.decide(
                     item[0], XML, JSON, item[1], None)[0]), [w for _, _, w in by_token])
             rows.insert(0, in_process)
-            notes.extend(run_wrk(server.port, items, in_process, server_cpu_ms=server_cpu_ms))
+            def alongside() -> Timing:
+                sample = by_token[:1000]
+                return timed_loop("in process, beside a wrk run", sample, lambda item: _decision(
+                    fast.decide(item[0], XML, JSON, item[1], None)[0]), [w for _, _, w in sample])
+
+            notes.extend(run_wrk(server.port, items, in_process, server_cpu_ms=server_cpu_ms,
+                                 alongside=alongside))
             notes.append(cpu_ratios(in_process, server_cpu_ms))
             profile_text = ""
             if profile_top:
@@ -497,9 +505,12 @@ def cpu_ratios(in_process: "Timing", server_cpu_ms: dict[str, float]) -> str:
 
 def run_wrk(port: int, items: list, in_process: "Timing", seconds: int = 10,
             connections: Sequence[int] = (1, 8),
-            server_cpu_ms: dict[str, float] | None = None) -> list[str]:
+            server_cpu_ms: dict[str, float] | None = None,
+            alongside: Callable[[], "Timing"] | None = None) -> list[str]:
     """`wrk` against POST /pdp, cycling through the workload's requests (each with its subject's
-    token); the figures and their ratio to the in-process row, as notes."""
+    token); the figures and their ratio to the in-process row, as notes. With `alongside` (a
+    short in-process run), each wrk run is also compared with in-process runs just before and
+    just after it: on a machine whose load moves, that ratio compares like with like."""
     import re
     import shutil
     import subprocess
@@ -518,11 +529,13 @@ def run_wrk(port: int, items: list, in_process: "Timing", seconds: int = 10,
         script = f.name
     try:
         for conns in connections:
+            before = alongside() if alongside is not None else None
             c0 = time.process_time()
             out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency",
                                   "-s", script, f"http://127.0.0.1:{port}/pdp"],
                                  capture_output=True, text=True, timeout=seconds + 60)
             server_cpu = time.process_time() - c0
+            after = alongside() if alongside is not None else None
             text = out.stdout
             rate = re.search(r"Requests/sec:\s+([\d.]+)", text)
             total = re.search(r"(\d+) requests in", text)
@@ -541,6 +554,16 @@ def run_wrk(port: int, items: list, in_process: "Timing", seconds: int = 10,
                 f"{server_cpu / int(total.group(1)) * 1000:.3f} ms per request; over HTTP / in "
                 f"process (same code without HTTP, {in_process.per_second:,.0f}/s): "
                 f"{per_s / in_process.per_second:.2f}x")
+            if before is not None and after is not None:
+                near = (before.per_second + after.per_second) / 2
+                cpu_ms = (sum(before.cpu_ns or [0]) + sum(after.cpu_ns or [0])) / max(
+                    1, before.n + after.n) / 1e6
+                notes.append(
+                    f"  the same against in-process runs just before and after it "
+                    f"({before.per_second:,.0f} and {after.per_second:,.0f}/s): "
+                    f"{per_s / near:.2f}x; by CPU time ({cpu_ms:.3f} ms in process / "
+                    f"{server_cpu / int(total.group(1)) * 1000:.3f} ms in the server): "
+                    f"{cpu_ms / (server_cpu / int(total.group(1)) * 1000):.2f}x")
     finally:
         os.unlink(script)
     return notes
