@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 import requests
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pdp.events import PolicyChange, PolicyEvents
 from pep.http.serving import HttpServer
@@ -61,6 +63,47 @@ def test_an_answer_in_flight_during_a_change_on_its_stream_is_not_stored():
     cache.invalidate_streams(["A"])
     assert not cache.put("a2", on("h2", "A"), generation)
     assert not cache.put("u", on("h3", unknown=True), generation)  # streams unknown: refused
+
+
+STREAMS_OF = {0: frozenset({"A"}), 1: frozenset({"B"}), 2: frozenset({"A", "B"}), 3: None}
+stream_ops = st.lists(st.tuples(st.sampled_from(["begin", "end", "change", "flush", "get"]),
+                                st.integers(0, 3)), max_size=40)
+
+
+@settings(max_examples=500, deadline=None)
+@given(stream_ops)
+def test_no_interleaving_serves_an_answer_its_streams_policy_change_overtook(sequence):
+    """Model check: request slot i begins (snapshot) and later ends (puts key i%2, on the
+    streams STREAMS_OF[i%4]; 3: not known). A served answer is wrong when a change on one of
+    its streams (any change, for unknown streams), or a flush, came after its slot began."""
+    cache = HandleCache(4, 60)
+    began: dict[int, tuple[int, int]] = {}
+    history: list[tuple[int, frozenset | None]] = []  # (step, streams changed; None: flush)
+    for step, (op, n) in enumerate(sequence):
+        if op == "begin":
+            began[n] = (cache.generation(), step)
+        elif op == "end" and n in began:
+            gen, start = began.pop(n)
+            streams = STREAMS_OF[n % 4]
+            cache.put(f"k{n % 2}", CachedAnswer(f"h{n}", 201, f"{start}".encode(), "a/j",
+                                                 streams=streams), gen)
+        elif op == "change":
+            changed = frozenset({("A", "B", "C")[n]}) if n < 3 else frozenset({"A", "B"})
+            cache.invalidate_streams(changed)
+            history.append((step, changed))
+        elif op == "flush":
+            cache.flush()
+            history.append((step, None))
+        elif op == "get":
+            got = cache.get(f"k{n % 2}")
+            if got is None:
+                continue
+            start = int(got.body)
+            for when, changed in history:
+                if when <= start:
+                    continue
+                assert changed is not None and got.streams is not None \
+                    and changed.isdisjoint(got.streams), (sequence, got)
 
 
 # -- the protocol, the hub and the sequencer ---------------------------------------------------
