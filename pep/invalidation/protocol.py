@@ -5,9 +5,10 @@ An event says which handle answers died (`handle-revoked`, `handle-released`, `h
 or that a policy changed (`policy-changed`). A policy change names in `streams` the streams
 whose decisions it can alter (the policy's target scope before and after the change,
 `pdp.events.PolicyChange.resources`): a proxy drops the answers on those streams. `streams`
-null (absent, as from a gateway that does not say) means any stream: the proxy flushes. Event ids grow by one per event within an *epoch*, a random string chosen when the
-gateway's hub starts, so a proxy can tell "the gateway restarted and its counter began again"
-from "I missed nothing"; on the wire an id is `<epoch>.<n>`.
+null (absent, as from a gateway that does not say) means any stream: the proxy flushes. Event
+ids grow by one per event within an *epoch*, a random string chosen when the gateway's hub
+starts, so a proxy can tell "the gateway restarted and its counter began again" from "I missed
+nothing"; on the wire an id is `<epoch>.<n>`.
 
 Signature of a webhook delivery: `X-XSG-Signature: sha256=<hex HMAC-SHA256(secret, timestamp +
 "." + body)>`, with the timestamp (Unix seconds) in `X-XSG-Timestamp`. Receivers reject
