@@ -11,9 +11,14 @@ rewritten to the proxy's own base (or `public_base`), so consumers read handles 
 The rewriting happens when answering, so a cached answer fits every host name the proxy is reached
 by.
 
+The routes are module-level functions of `blueprint` (Flask's application-factory pattern): each
+finds the proxy's `ProxyRuntime` in `current_app.extensions`, so an app is only its runtime and
+the pieces can be called (and tested) on their own inside a request context.
+
 Besides the gateway's events, the proxy drops entries on what it sees pass by: a `DELETE
-/handles/<id>` (before and after forwarding), a `404`/`410` on a handle, and any successful write
-under `/policies` (flush). These are shortcuts, never the only channel.
+/handles/<id>` (before and after forwarding), a `404`/`410` on a handle, a policy added by `POST
+/policies` (the entries on the streams its target is confined to, else a flush) and any other
+successful write under `/policies` (flush). These are shortcuts, never the only channel.
 """
 from __future__ import annotations
 
@@ -23,21 +28,23 @@ import secrets
 import threading
 from dataclasses import dataclass
 from io import BytesIO
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from flask import Flask, Response, jsonify, request
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from werkzeug.wrappers import Request as WerkzeugRequest
 
 from pep.http.bridge import NATIVE_ROUTES
 from pdp.http.errors import error_response, install_error_handlers
 from pdp.http.safe_json import install_safe_json
+from pdp.policy_scope import confined_resource_ids
 from pdp.xmlsafe import parse_json
 from pep.invalidation.protocol import (SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
                                        InvalidEventError, verify)
 from proxy.cache import CachedAnswer, HandleCache
 from proxy.canonical import (NotCacheable, cache_key, canonical_query, canonical_request,
-                             subject_key)
+                             resource_ids, subject_key)
 from proxy.feed import FeedClient
 from proxy.forward import (Forwarder, Timeouts, UpstreamError, make_session, request_headers,
                            response_headers)
@@ -81,6 +88,7 @@ class ProxyRuntime:
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
         self.upstream = config.upstream.rstrip("/") + "/"
+        self.upstream_prefix = urlsplit(self.upstream).path  # ends with "/"
         self.cache = HandleCache(config.max_entries, config.ttl)
         self.sync = CacheSync(
             self.cache, require_feed=config.require_feed,
@@ -138,7 +146,21 @@ def handle_id_of(url: str) -> str | None:
     return ident if ident and "/" not in ident else None
 
 
+def answer_streams(doc: dict, requested: frozenset[str]) -> frozenset[str] | None:
+    """The streams whose policies decide a handle answer: the handle's streams as the gateway
+    names them (`streams`, or `stream`) and the resource-ids the request named; None when the
+    answer names none (then any policy change drops it: deny when in doubt)."""
+    named = doc.get("streams")
+    if not isinstance(named, list) or not named:
+        named = [doc.get("stream")]
+    if not all(isinstance(s, str) and s for s in named):
+        return None
+    return frozenset(named) | requested
+
+
 def create_app(config: ProxyConfig) -> Flask:
+    """The proxy's app: its runtime in `app.extensions` (read by the routes of `blueprint`
+    through `current_app`), the native relay of handle streams, the one error body."""
     app = Flask(__name__)
     runtime = ProxyRuntime(config)
     app.extensions[EXTENSION] = runtime
@@ -154,271 +176,331 @@ def create_app(config: ProxyConfig) -> Flask:
     # 500 that says no more than that for anything unexpected)
     install_error_handlers(app, ())
     install_safe_json(app)
-    error = error_response
+    app.register_blueprint(blueprint)
+    return app
 
-    # -- the proxy's own routes ---------------------------------------------------------------
 
-    @app.get("/proxy/stats")
-    def stats():
-        return jsonify(runtime.stats())
+blueprint = Blueprint("proxy", __name__)
 
-    @app.get("/proxy/metrics")
-    def metrics():
-        return Response(metrics_text(runtime.stats), content_type=METRICS_CONTENT_TYPE)
 
-    @app.get("/proxy/health")
-    def health():
-        return jsonify(status="ok", mode="caching" if runtime.cache.enabled else "pass-through",
-                       feed=runtime.sync.state)
+def current_runtime() -> ProxyRuntime:
+    """The runtime of the app serving the current request."""
+    return current_app.extensions[EXTENSION]
 
-    @app.post("/proxy/invalidate")
-    def invalidate():
-        if not config.webhook_secret:
-            return error(503, "this proxy has no webhook secret configured")
-        body, complete = _read_up_to(request.stream, 1024 * 1024)
-        if not complete:
-            return error(413, "invalidation body over 1 MiB")
-        reason = verify(config.webhook_secret, body, request.headers.get(SIGNATURE_HEADER),
-                        request.headers.get(TIMESTAMP_HEADER), config.signature_window)
-        if reason is not None:
-            runtime.sync.note_webhook(accepted=False)
-            log.warning("invalidation webhook refused: %s", reason)
-            return error(401, f"invalidation refused: {reason}")
-        try:
-            # within the size and depth limits: json.loads recurses (a RecursionError, a 500)
-            event = InvalidationEvent.from_json(parse_json(body))
-        except (ValueError, InvalidEventError) as exc:  # UnsafeDocumentError is a ValueError
-            return error(400, f"malformed invalidation event: {exc}")
-        outcome = runtime.sync.apply(event, "webhook")
-        runtime.sync.note_webhook(accepted=True)
-        return jsonify(result=outcome, position=runtime.sync.position)
 
-    # -- forwarding ---------------------------------------------------------------------------
+# -- the proxy's own routes -------------------------------------------------------------------
 
-    def public_base() -> str:
-        return (config.public_base or request.host_url).rstrip("/") + "/"
 
-    upstream_prefix = urlsplit(runtime.upstream).path  # ends with "/"
+@blueprint.get("/proxy/stats")
+def stats() -> Response:
+    return jsonify(current_runtime().stats())
 
-    def rewrite(url: str | None) -> str | None:
-        """A handle URL of the gateway -> the same handle through this proxy.
 
-        Matched on the path, not the host: the gateway may name itself by another host name
-        (its configured base URL) than the one the proxy uses to reach it.
-        """
-        if not url or not config.rewrite_handles:
-            return url
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.path.startswith(upstream_prefix):
-            return url
-        rest = parts.path[len(upstream_prefix):]
-        if not rest.startswith("handles/"):
-            return url
-        return public_base() + rest + (f"?{parts.query}" if parts.query else "")
+@blueprint.get("/proxy/metrics")
+def metrics() -> Response:
+    return Response(metrics_text(current_runtime().stats), content_type=METRICS_CONTENT_TYPE)
 
-    def upstream_path() -> str:
-        """The path as the client sent it (the server checked it is visible ASCII): decoding it
-        here and quoting it again would decode it twice upstream (`/%2562ars` became `/bars`)."""
-        raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI")
-        if raw and raw.startswith("/"):
-            return raw.split("?", 1)[0]
-        return quote(request.path, safe="/:@!$&'()*+,;=-._~")
 
-    def outgoing_headers(**overrides: str) -> dict[str, str]:
-        headers = request_headers(request.headers, request.remote_addr, request.scheme,
-                                  request.host)
-        headers.update(overrides)
-        return headers
+@blueprint.get("/proxy/health")
+def health() -> Response:
+    runtime = current_runtime()
+    return jsonify(status="ok", mode="caching" if runtime.cache.enabled else "pass-through",
+                   feed=runtime.sync.state)
 
-    def chunked_upload() -> bool:
-        return "chunked" in request.headers.get("Transfer-Encoding", "").lower()
 
-    def outgoing_body(prefix: bytes = b""):
-        length = request.content_length
-        if length is not None and not prefix:
-            if length == 0:
-                return None
-            if length <= runtime.forwarder.buffer_limit:
-                return request.get_data(cache=True)
-            return runtime.forwarder.sized_body(request.stream, length)
-        if prefix or chunked_upload():
-            # No length known: relay as it comes (requests sends it chunked).
-            def relay():
-                if prefix:
-                    yield prefix
-                while chunk := request.stream.read(64 * 1024):
-                    yield chunk
-            return relay()
-        return None
+@blueprint.post("/proxy/invalidate")
+def invalidate() -> Response:
+    """A signed webhook from the gateway's hub: one invalidation event."""
+    runtime = current_runtime()
+    config = runtime.config
+    if not config.webhook_secret:
+        return error_response(503, "this proxy has no webhook secret configured")
+    body, complete = _read_up_to(request.stream, 1024 * 1024)
+    if not complete:
+        return error_response(413, "invalidation body over 1 MiB")
+    reason = verify(config.webhook_secret, body, request.headers.get(SIGNATURE_HEADER),
+                    request.headers.get(TIMESTAMP_HEADER), config.signature_window)
+    if reason is not None:
+        runtime.sync.note_webhook(accepted=False)
+        log.warning("invalidation webhook refused: %s", reason)
+        return error_response(401, f"invalidation refused: {reason}")
+    try:
+        # within the size and depth limits: json.loads recurses (a RecursionError, a 500)
+        event = InvalidationEvent.from_json(parse_json(body))
+    except (ValueError, InvalidEventError) as exc:  # UnsafeDocumentError is a ValueError
+        return error_response(400, f"malformed invalidation event: {exc}")
+    outcome = runtime.sync.apply(event, "webhook")
+    runtime.sync.note_webhook(accepted=True)
+    return jsonify(result=outcome, position=runtime.sync.position)
 
-    def passthrough(resp, cache_state: str, prefix: bytes = b"") -> Response:
-        keep_length = not resp.raw.chunked and not prefix
-        headers = response_headers(resp, keep_length)
 
-        def body():
+@blueprint.app_errorhandler(413)
+def too_large(_exc: Exception) -> Response:
+    return error_response(413, "request body too large")
+
+
+# -- forwarding -------------------------------------------------------------------------------
+
+
+@blueprint.route("/", defaults={"path": ""}, methods=ALL_METHODS,
+                 provide_automatic_options=False)
+@blueprint.route("/<path:path>", methods=ALL_METHODS, provide_automatic_options=False)
+def proxied(path: str) -> Response:
+    """Everything else: stream requests (cached), handle calls, and the rest forwarded."""
+    runtime = current_runtime()
+    route = "/" + path
+    try:
+        if route == "/requests" and request.method == "POST":
+            return stream_request(runtime)
+        ident = handle_id_of(route) if route.startswith("/handles/") else None
+        if ident is not None and route == "/handles/" + ident:
+            return handle_call(runtime, ident)
+        out = forward(runtime)
+        if (route == "/policies" or route.startswith("/policies/")) and \
+                request.method not in ("GET", "HEAD") and 200 <= out.status_code < 300:
+            scope = added_policy_scope(runtime, route) if request.method == "POST" else None
+            if scope is None:
+                runtime.cache.flush()
+            else:
+                runtime.cache.invalidate_streams(scope)
+            runtime.count("local_invalidations")
+        return out
+    except UpstreamError as exc:
+        runtime.count("upstream_errors")
+        return error_response(exc.status, str(exc))
+
+
+def public_base(runtime: ProxyRuntime) -> str:
+    return (runtime.config.public_base or request.host_url).rstrip("/") + "/"
+
+
+def rewrite(runtime: ProxyRuntime, url: str | None) -> str | None:
+    """A handle URL of the gateway -> the same handle through this proxy.
+
+    Matched on the path, not the host: the gateway may name itself by another host name
+    (its configured base URL) than the one the proxy uses to reach it.
+    """
+    if not url or not runtime.config.rewrite_handles:
+        return url
+    parts = urlsplit(url)
+    prefix = runtime.upstream_prefix
+    if parts.scheme not in ("http", "https") or not parts.path.startswith(prefix):
+        return url
+    rest = parts.path[len(prefix):]
+    if not rest.startswith("handles/"):
+        return url
+    return public_base(runtime) + rest + (f"?{parts.query}" if parts.query else "")
+
+
+def upstream_path() -> str:
+    """The path as the client sent it (the server checked it is visible ASCII): decoding it
+    here and quoting it again would decode it twice upstream (`/%2562ars` became `/bars`)."""
+    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI")
+    if raw and raw.startswith("/"):
+        return raw.split("?", 1)[0]
+    return quote(request.path, safe="/:@!$&'()*+,;=-._~")
+
+
+def outgoing_headers(**overrides: str) -> dict[str, str]:
+    headers = request_headers(request.headers, request.remote_addr, request.scheme,
+                              request.host)
+    headers.update(overrides)
+    return headers
+
+
+def chunked_upload() -> bool:
+    return "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+
+
+def outgoing_body(runtime: ProxyRuntime, prefix: bytes = b"") -> Any:
+    """The request's body as it goes upstream: bytes, a sized stream, or chunks as they come."""
+    length = request.content_length
+    if length is not None and not prefix:
+        if length == 0:
+            return None
+        if length <= runtime.forwarder.buffer_limit:
+            return request.get_data(cache=True)
+        return runtime.forwarder.sized_body(request.stream, length)
+    if prefix or chunked_upload():
+        # No length known: relay as it comes (requests sends it chunked).
+        def relay() -> Iterator[bytes]:
             if prefix:
                 yield prefix
-            yield from runtime.forwarder.stream_body(resp)
+            while chunk := request.stream.read(64 * 1024):
+                yield chunk
+        return relay()
+    return None
 
-        out = Response(body(), status=resp.status_code, headers=headers, direct_passthrough=True)
-        out.headers[CACHE_HEADER] = cache_state
-        if "Location" in out.headers:
-            out.headers["Location"] = rewrite(out.headers["Location"]) or ""
-        return out
 
-    def forward(streaming: bool = False, cache_state: str = "bypass",
+def passthrough(runtime: ProxyRuntime, resp: Any, cache_state: str,
                 prefix: bytes = b"") -> Response:
-        resp = runtime.forwarder.send(request.method, upstream_path(), request.query_string,
-                                      outgoing_headers(), outgoing_body(prefix),
-                                      streaming=streaming)
-        runtime.count("forwarded")
-        return passthrough(resp, cache_state)
+    keep_length = not resp.raw.chunked and not prefix
+    headers = response_headers(resp, keep_length)
 
-    def rewrite_doc(doc: dict, hit: bool) -> bool:
-        """Point handle URLs at the proxy; a hit is a repeat, so `new` is false. Changed?"""
-        before = dict(doc)
-        if isinstance(doc.get("handle"), str):
-            doc["handle"] = rewrite(doc["handle"])
-        release = doc.get("release")
-        if isinstance(release, str) and release.startswith("DELETE "):
-            doc["release"] = "DELETE " + (rewrite(release[7:]) or release[7:])
-        if hit and doc.get("new") is True:
-            doc["new"] = False
-        return doc != before
+    def body() -> Iterator[bytes]:
+        if prefix:
+            yield prefix
+        yield from runtime.forwarder.stream_body(resp)
 
-    def render(answer: CachedAnswer, status: int, cache_state: str) -> Response:
-        body = answer.body
+    out = Response(body(), status=resp.status_code, headers=headers, direct_passthrough=True)
+    out.headers[CACHE_HEADER] = cache_state
+    if "Location" in out.headers:
+        out.headers["Location"] = rewrite(runtime, out.headers["Location"]) or ""
+    return out
+
+
+def forward(runtime: ProxyRuntime, streaming: bool = False, cache_state: str = "bypass",
+            prefix: bytes = b"") -> Response:
+    resp = runtime.forwarder.send(request.method, upstream_path(), request.query_string,
+                                  outgoing_headers(), outgoing_body(runtime, prefix),
+                                  streaming=streaming)
+    runtime.count("forwarded")
+    return passthrough(runtime, resp, cache_state)
+
+
+def rewrite_doc(runtime: ProxyRuntime, doc: dict, hit: bool) -> bool:
+    """Point handle URLs at the proxy; a hit is a repeat, so `new` is false. Changed?"""
+    before = dict(doc)
+    if isinstance(doc.get("handle"), str):
+        doc["handle"] = rewrite(runtime, doc["handle"])
+    release = doc.get("release")
+    if isinstance(release, str) and release.startswith("DELETE "):
+        doc["release"] = "DELETE " + (rewrite(runtime, release[7:]) or release[7:])
+    if hit and doc.get("new") is True:
+        doc["new"] = False
+    return doc != before
+
+
+def render(runtime: ProxyRuntime, answer: CachedAnswer, status: int,
+           cache_state: str) -> Response:
+    body = answer.body
+    doc = json.loads(body)
+    if rewrite_doc(runtime, doc, hit=cache_state == "hit"):
+        body = json.dumps(doc).encode("utf-8")
+    out = Response(body, status=status, content_type=answer.content_type)
+    for name, value in answer.headers:
+        out.headers[name] = value
+    if answer.location:
+        out.headers["Location"] = rewrite(runtime, answer.location) or answer.location
+    out.headers[CACHE_HEADER] = cache_state
+    return out
+
+
+def key_for(runtime: ProxyRuntime, body: bytes) -> tuple[str, frozenset[str]]:
+    """The cache key, and the streams the request names (its resource-ids)."""
+    subject = subject_key(request.headers.get("Authorization"), runtime.salt)
+    ctype = request.headers.get("Content-Type", "")
+    if ctype.split(";", 1)[0].strip().lower() == "multipart/form-data":
+        canon_req, canon_query = _multipart(body, ctype)
+    else:
+        canon_req, canon_query = canonical_request(body, ctype), None
+    args = [(k, v) for k, v in request.args.items(multi=True)]
+    return (cache_key(subject, "/requests", args, canon_req, canon_query),
+            resource_ids(canon_req))
+
+
+def answer_of(resp: Any, body: bytes, requested: frozenset[str] = frozenset()
+              ) -> CachedAnswer | None:
+    """The upstream's answer as a cache entry, when it is a handle answer (200/201 JSON)."""
+    if resp.status_code not in (200, 201):
+        return None
+    ctype = resp.headers.get("Content-Type", "")
+    if "json" not in ctype or resp.headers.get("Content-Encoding", "identity") != "identity":
+        return None
+    try:
         doc = json.loads(body)
-        if rewrite_doc(doc, hit=cache_state == "hit"):
-            body = json.dumps(doc).encode("utf-8")
-        out = Response(body, status=status, content_type=answer.content_type)
-        for name, value in answer.headers:
-            out.headers[name] = value
-        if answer.location:
-            out.headers["Location"] = rewrite(answer.location) or answer.location
-        out.headers[CACHE_HEADER] = cache_state
-        return out
+    except ValueError:
+        return None
+    handle = doc.get("handle") if isinstance(doc, dict) else None
+    ident = handle_id_of(handle) if isinstance(handle, str) else None
+    if ident is None:
+        return None
+    return CachedAnswer(ident, resp.status_code, body, ctype, resp.headers.get("Location"),
+                        streams=answer_streams(doc, requested))
 
-    def key_for(body: bytes) -> str:
-        subject = subject_key(request.headers.get("Authorization"), runtime.salt)
-        ctype = request.headers.get("Content-Type", "")
-        if ctype.split(";", 1)[0].strip().lower() == "multipart/form-data":
-            canon_req, canon_query = _multipart(body, ctype)
-        else:
-            canon_req, canon_query = canonical_request(body, ctype), None
-        args = [(k, v) for k, v in request.args.items(multi=True)]
-        return cache_key(subject, "/requests", args, canon_req, canon_query)
 
-    def answer_of(resp, body: bytes) -> CachedAnswer | None:
-        if resp.status_code not in (200, 201):
-            return None
-        ctype = resp.headers.get("Content-Type", "")
-        if "json" not in ctype or resp.headers.get("Content-Encoding", "identity") != "identity":
-            return None
-        try:
-            doc = json.loads(body)
-        except ValueError:
-            return None
-        handle = doc.get("handle") if isinstance(doc, dict) else None
-        ident = handle_id_of(handle) if isinstance(handle, str) else None
-        if ident is None:
-            return None
-        return CachedAnswer(ident, resp.status_code, body, ctype, resp.headers.get("Location"))
-
-    def stream_request() -> Response:
-        runtime.count("stream_requests")
-        # Snapshot first: an invalidation from here on keeps this answer out of the cache.
-        generation = runtime.cache.generation()
-        length = request.content_length
-        if length is not None and length > config.max_request_bytes:
-            runtime.count("bypassed", "request body over the canonicalisation limit")
-            return forward()
-        if length is None and not chunked_upload():
-            body = b""
-        else:
-            body, complete = _read_up_to(request.stream, config.max_request_bytes)
-            if not complete:
-                runtime.count("bypassed", "request body over the canonicalisation limit")
-                return forward(prefix=body)
-        key = None
-        if not runtime.cache.enabled:
-            runtime.count("bypassed", f"cache off: invalidation feed {runtime.sync.state}")
-        else:
-            try:
-                key = key_for(body)
-            except NotCacheable as exc:
-                runtime.count("bypassed", f"not cacheable: {exc}"[:200])
-            except Exception as exc:  # noqa: BLE001 - a canonicaliser bug must not become a 500
-                log.exception("canonicalisation failed")
-                runtime.count("bypassed", f"canonicalisation error: {type(exc).__name__}")
-        if key is not None:
-            cached = runtime.cache.get(key)
-            if cached is not None:
-                return render(cached, 200, "hit")
-        resp = runtime.forwarder.send("POST", upstream_path(), request.query_string,
-                                      outgoing_headers(**{"Accept-Encoding": "identity"}), body)
-        runtime.count("forwarded")
-        try:
-            data, complete = runtime.forwarder.read_limited(resp, MAX_ANSWER_BYTES)
-        except Exception as exc:  # noqa: BLE001 - connection cut mid-answer
-            resp.close()
-            raise UpstreamError(f"gateway broke off its answer: {type(exc).__name__}", 502) \
-                from None
-        state = "miss" if key is not None else "bypass"
+def stream_request(runtime: ProxyRuntime) -> Response:
+    """`POST /requests`: from the cache, or forwarded and (a handle answer) stored."""
+    config = runtime.config
+    runtime.count("stream_requests")
+    # Snapshot first: an invalidation from here on keeps this answer out of the cache.
+    generation = runtime.cache.generation()
+    length = request.content_length
+    if length is not None and length > config.max_request_bytes:
+        runtime.count("bypassed", "request body over the canonicalisation limit")
+        return forward(runtime)
+    if length is None and not chunked_upload():
+        body = b""
+    else:
+        body, complete = _read_up_to(request.stream, config.max_request_bytes)
         if not complete:
-            return passthrough(resp, state, prefix=data)
-        resp.close()
-        answer = answer_of(resp, data)
-        if answer is None:
-            if "json" in resp.headers.get("Content-Type", ""):  # e.g. a 409 naming a handle
-                try:
-                    doc = json.loads(data)
-                    if isinstance(doc, dict) and rewrite_doc(doc, hit=False):
-                        data = json.dumps(doc).encode("utf-8")
-                except ValueError:
-                    pass
-            out = Response(data, status=resp.status_code,
-                           headers=response_headers(resp, keep_length=False))
-            out.headers[CACHE_HEADER] = state
-            return out
-        if key is not None:
-            runtime.cache.put(key, answer, generation)
-        return render(answer, answer.status, state)
-
-    def handle_call(ident: str) -> Response:
-        if request.method == "DELETE":
-            runtime.cache.invalidate_handles([ident])
-            runtime.count("local_invalidations")
-        out = forward(streaming=request.method == "GET")
-        if request.method == "DELETE" or out.status_code in (404, 410):
-            runtime.cache.invalidate_handles([ident])
-        return out
-
-    @app.route("/", defaults={"path": ""}, methods=ALL_METHODS, provide_automatic_options=False)
-    @app.route("/<path:path>", methods=ALL_METHODS, provide_automatic_options=False)
-    def proxied(path: str):
-        route = "/" + path
+            runtime.count("bypassed", "request body over the canonicalisation limit")
+            return forward(runtime, prefix=body)
+    key = None
+    requested: frozenset[str] = frozenset()
+    if not runtime.cache.enabled:
+        runtime.count("bypassed", f"cache off: invalidation feed {runtime.sync.state}")
+    else:
         try:
-            if route == "/requests" and request.method == "POST":
-                return stream_request()
-            ident = handle_id_of(route) if route.startswith("/handles/") else None
-            if ident is not None and route == "/handles/" + ident:
-                return handle_call(ident)
-            out = forward()
-            if (route == "/policies" or route.startswith("/policies/")) and \
-                    request.method not in ("GET", "HEAD") and 200 <= out.status_code < 300:
-                runtime.cache.flush()
-                runtime.count("local_invalidations")
-            return out
-        except UpstreamError as exc:
-            runtime.count("upstream_errors")
-            return error(exc.status, str(exc))
+            key, requested = key_for(runtime, body)
+        except NotCacheable as exc:
+            runtime.count("bypassed", f"not cacheable: {exc}"[:200])
+        except Exception as exc:  # noqa: BLE001 - a canonicaliser bug must not become a 500
+            log.exception("canonicalisation failed")
+            runtime.count("bypassed", f"canonicalisation error: {type(exc).__name__}")
+    if key is not None:
+        cached = runtime.cache.get(key)
+        if cached is not None:
+            return render(runtime, cached, 200, "hit")
+    resp = runtime.forwarder.send("POST", upstream_path(), request.query_string,
+                                  outgoing_headers(**{"Accept-Encoding": "identity"}), body)
+    runtime.count("forwarded")
+    try:
+        data, complete = runtime.forwarder.read_limited(resp, MAX_ANSWER_BYTES)
+    except Exception as exc:  # noqa: BLE001 - connection cut mid-answer
+        resp.close()
+        raise UpstreamError(f"gateway broke off its answer: {type(exc).__name__}", 502) \
+            from None
+    state = "miss" if key is not None else "bypass"
+    if not complete:
+        return passthrough(runtime, resp, state, prefix=data)
+    resp.close()
+    answer = answer_of(resp, data, requested)
+    if answer is None:
+        if "json" in resp.headers.get("Content-Type", ""):  # e.g. a 409 naming a handle
+            try:
+                doc = json.loads(data)
+                if isinstance(doc, dict) and rewrite_doc(runtime, doc, hit=False):
+                    data = json.dumps(doc).encode("utf-8")
+            except ValueError:
+                pass
+        out = Response(data, status=resp.status_code,
+                       headers=response_headers(resp, keep_length=False))
+        out.headers[CACHE_HEADER] = state
+        return out
+    if key is not None:
+        runtime.cache.put(key, answer, generation)
+    return render(runtime, answer, answer.status, state)
 
-    @app.errorhandler(413)
-    def too_large(_exc):
-        return error(413, "request body too large")
 
-    return app
+def added_policy_scope(runtime: ProxyRuntime, route: str) -> frozenset[str] | None:
+    """(after forwarding) The streams a policy added by `POST /policies` can concern, when
+    its target proves it (pdp.policy_scope) and its body was buffered; None otherwise."""
+    length = request.content_length
+    if route != "/policies" or not length or length > runtime.forwarder.buffer_limit:
+        return None
+    return confined_resource_ids(request.get_data(cache=True))
+
+
+def handle_call(runtime: ProxyRuntime, ident: str) -> Response:
+    """A call on a handle: forwarded (a GET streamed); a release or a dead handle drops it."""
+    if request.method == "DELETE":
+        runtime.cache.invalidate_handles([ident])
+        runtime.count("local_invalidations")
+    out = forward(runtime, streaming=request.method == "GET")
+    if request.method == "DELETE" or out.status_code in (404, 410):
+        runtime.cache.invalidate_handles([ident])
+    return out
 
 
 def _multipart(body: bytes, content_type: str) -> tuple[dict, list | None]:

@@ -359,6 +359,22 @@ def canonical_query(body: bytes, content_type: str | None) -> list:
     return ["json", _json(body)]
 
 
+RESOURCE_ID = "urn:oasis:names:tc:xacml:1.0:resource:resource-id"
+
+
+def resource_ids(request: dict) -> frozenset[str]:
+    """The resource-id values (category resource, data type string) of a canonical request:
+    the streams it asks for, whose policies decide it."""
+    found: set[str] = set()
+    for instance in request.get("categories", ()):
+        if instance.get("category") != _CATEGORIES["Resource"]:
+            continue
+        for attr_id, datatype, _issuer, _include, values in instance.get("attributes", ()):
+            if attr_id == RESOURCE_ID and datatype == _DATATYPES["string"]:
+                found.update(v[0] if isinstance(v, list) else v for v in values)
+    return frozenset(v for v in found if isinstance(v, str))
+
+
 def cache_key(subject: str, path: str, args: list[tuple[str, str]], request: dict,
               query: list | None) -> str:
     """The key: version, subject hash, path, sorted query-string, canonical request and query."""

@@ -22,6 +22,7 @@ _CACHE_COUNTERS = {
     "evictions": "Entries evicted for room",
     "expirations": "Entries expired by their time to live",
     "invalidations": "Entries dropped by invalidation events",
+    "stream_invalidations": "Entries dropped by policy changes on their streams",
     "flushes": "Whole-cache flushes",
 }
 _FEED_COUNTERS = {

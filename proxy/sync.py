@@ -3,9 +3,10 @@
 Events arrive by webhook (synchronous with the revocation) and by the feed (a background SSE
 stream). Both go through `apply`, which keeps the position (epoch, last id) and is idempotent:
 
-* the next id in the same epoch: drop what it names (`policy-changed` and handle events without
-  ids flush everything: a policy change can alter any decision, and the proxy does not know
-  which streams a policy covers, so that is the sound choice);
+* the next id in the same epoch: drop what it names: a handle event its handles (one without
+  ids flushes everything), a `policy-changed` the answers on the streams it names and those
+  whose streams are not known; a `policy-changed` without streams (a policy whose target cannot
+  be narrowed to streams, or a gateway that does not say) flushes everything;
 * an id already seen: ignored (the other channel delivered it first);
 * a gap or another epoch (an event was missed, or the gateway restarted): flush, then continue
   from the new position. The flush covers whatever was missed, so caching may go on.
@@ -108,7 +109,11 @@ class CacheSync:
         return "flushed"
 
     def _drop(self, event: InvalidationEvent) -> None:
-        if event.kind == "policy-changed" or not event.handle_ids:
+        if event.kind == "policy-changed" and event.streams is not None:
+            count = self.cache.invalidate_streams(event.streams)
+            log.info("invalidation %s (%s %s): %d entries dropped for %d streams", event.sse_id,
+                     event.kind, event.policy_id or "", count, len(event.streams))
+        elif event.kind == "policy-changed" or not event.handle_ids:
             count = self.cache.flush()
             log.info("invalidation %s (%s %s): cache flushed (%d entries)", event.sse_id,
                      event.kind, event.policy_id or "", count)

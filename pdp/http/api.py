@@ -1,5 +1,10 @@
 """The PDP's HTTP face: health, decisions (POST /pdp) and the PAP (/policies).
 
+The routes are module-level functions; `create_pdp_blueprint` gives an app a blueprint over
+them and keeps its parameters (`PdpRoutes`) in the app's extensions, where each route finds
+them (`current_pdp()`). Errors the HTTP layer's one error table maps (a policy not found, a
+number that is none) are raised and answered there; the rest are answered here.
+
 Two rules shape this module. The subject of a decision is the authenticated caller: the
 request's subject-id and role attributes are overwritten with the token's identity before the
 engine sees them. And nothing a client sends can produce a 500: every parse, load or store
@@ -16,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from flask import Blueprint, Response as FlaskResponse, jsonify, request
+from flask import Blueprint, Response as FlaskResponse, current_app, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from pdp.auth import Identity
@@ -25,7 +30,7 @@ from pdp.errors import PolicyLoadError, RequestSyntaxError
 from pdp.http.auth import current_identity, require_identity
 from pdp.http.errors import error_response, no_content
 from pdp.manage import ManagedPolicy, ManagePolicy, Veto, may_manage_policy
-from pdp.numbers import INT64_MAX, NumberError, parse_int
+from pdp.numbers import INT64_MAX, parse_int
 from pdp.policy_parser import is_version
 from pdp.policy_scope import RESOURCE_CATEGORY, RESOURCE_ID
 from pdp.request import bind_environment, bind_subject, media_kind, parse_request
@@ -195,343 +200,387 @@ def create_pdp_blueprint(service: PolicyService,
     checked exactly as the write, then answered 200 with what it would do (`what_if(identity,
     prospect)`, the change computed against the live engine) and nothing is applied."""
     bp = Blueprint("pdp", __name__)
+    routes = PdpRoutes(service, may_manage, check_policy, environment, health_details,
+                       tuple(formats), what_if, describe)
+    bp.record_once(lambda state: state.app.extensions.__setitem__(PDP_EXTENSION, routes))
+    bp.before_request(engine_loaded)
+    bp.add_url_rule("/health", view_func=health, methods=["GET"])
+    bp.add_url_rule("/pdp", view_func=decide, methods=["POST"])
+    bp.add_url_rule("/policies", view_func=list_policies, methods=["GET"])
+    bp.add_url_rule("/policies", view_func=add_policy, methods=["POST"])
+    # ids may hold "//"
+    bp.add_url_rule("/policies/<path:policy_id>", view_func=get_policy, methods=["GET"],
+                    merge_slashes=False)
+    bp.add_url_rule("/policies/<path:policy_id>", view_func=update_policy, methods=["PUT"],
+                    merge_slashes=False)
+    bp.add_url_rule("/policies/bulk", view_func=add_policies, methods=["POST"])
+    bp.add_url_rule("/policies/<path:policy_id>", view_func=delete_policy, methods=["DELETE"],
+                    merge_slashes=False)
+    return bp
 
-    def described(stored: StoredPolicy) -> dict:
-        return describe(stored) if describe is not None else {}
 
-    def dry_run_answer(identity: Identity, prospect: Prospect, **fields) -> FlaskResponse:
-        report = what_if(identity, prospect) if what_if is not None else None
+PDP_EXTENSION = "xsg.pdp"  # app.extensions: the PdpRoutes of the app's PDP blueprint
+
+
+@dataclass(frozen=True)
+class PdpRoutes:
+    """What the PDP's routes work with (the parameters of `create_pdp_blueprint`), kept in the
+    app's extensions: the routes are module-level functions that find it with `current_pdp()`."""
+
+    service: PolicyService
+    may_manage: ManagePolicy = may_manage_policy
+    check_policy: CheckPolicy | None = None
+    environment: Environment | None = None
+    health_details: Callable[[], dict] | None = None
+    formats: Sequence[PolicyFormat] = ()
+    what_if: WhatIf | None = None
+    describe: Describe | None = None
+
+    def described(self, stored: StoredPolicy) -> dict:
+        return self.describe(stored) if self.describe is not None else {}
+
+    def dry_run_answer(self, identity: Identity, prospect: Prospect, **fields) -> FlaskResponse:
+        report = self.what_if(identity, prospect) if self.what_if is not None else None
         return jsonify({"dry_run": True, "change": prospect.kind, "id": prospect.policy_id,
                         **fields, "what_if": report})
 
-    def checked(body: bytes, source: str = "request body") -> list[str]:
-        return check_policy(body, source) if check_policy is not None else []
+    def checked(self, body: bytes, source: str = "request body") -> list[str]:
+        return self.check_policy(body, source) if self.check_policy is not None else []
 
-    def writer_of(policy_id: str) -> str:
+    def writer_of(self, policy_id: str) -> str:
         """Who wrote the stored current version ("" when it cannot be read: no reason then)."""
         try:
-            return service.get(policy_id).owner
+            return self.service.get(policy_id).owner
         except PolicyNotFoundError:
             return ""
 
-    def existing_info(policy_id: str, stored: StoredPolicy | None = None) -> ManagedPolicy | None:
+    def existing_info(self, policy_id: str,
+                      stored: StoredPolicy | None = None) -> ManagedPolicy | None:
         """The live policy with its stored current document; None when there is none."""
-        info = service.policy_info(policy_id)
+        info = self.service.policy_info(policy_id)
         if info is None:
             return None
         if stored is None:
             try:
-                stored = service.get(policy_id)
+                stored = self.service.get(policy_id)
             except PolicyNotFoundError:
                 return None
         return ManagedPolicy.of(info, stored.data)
 
-    @bp.before_request
-    def engine_loaded():
-        if not service.ready and request.endpoint != "pdp.health":
-            return error_response(503, "policy engine not loaded; see GET /health")
-        return None
 
-    @bp.get("/health")
-    def health():
-        if not service.ready:
-            # the health document itself, not an error body: its `status` is the engine's state
-            response = jsonify(status="starting", error="policy engine not loaded")
-            response.status_code = 503
-            return response
-        details = health_details() if health_details is not None else {}
-        status = "degraded" if details.get("problems") else "ready"
-        return jsonify(status=status, policies=len(service.engine.policies),
-                       store_version=service.store.store_version(), **details)
+def current_pdp() -> PdpRoutes:
+    """The PDP of the app serving the current request."""
+    return current_app.extensions[PDP_EXTENSION]
 
-    @bp.post("/pdp")
-    @require_identity()
-    def decide():
-        """Decide a XACML request, as the authenticated caller (whatever subject it names).
-        ---
-        post:
-          requestBody:
-            required: true
-            content:
-              application/xacml+xml:
-                schema: {$ref: '#/components/schemas/XacmlXml'}
-              application/xacml+json:
-                schema: {$ref: '#/components/schemas/XacmlJson'}
-          responses:
-            200:
-              description: the XACML response, in the format Accept asks for (else the request's)
-              content:
-                application/xacml+xml: {}
-                application/xacml+json: {}
-            400:
-              description: a request that does not parse; a XACML response with syntax-error
-            415:
-              description: not a XACML media type
-        """
-        kind = _request_kind()
-        if kind is None:
-            return error_response(415, "unsupported Content-Type "
-                                       f"{request.headers.get('Content-Type')!r}: use {XACML_XML} "
-                                       f"or {XACML_JSON}")
-        media_type = _response_media_type(kind)
-        if media_type is None:
-            return error_response(406, f"cannot answer in {request.headers.get('Accept')!r}: "
-                                  f"{XACML_XML} and {XACML_JSON} are offered")
-        try:
-            ctx = parse_request(read_body(), request.headers["Content-Type"])
-        except RequestSyntaxError as exc:
-            status = Status(code=STATUS_SYNTAX_ERROR, message=str(exc))
-            answer = Response(results=(Result(decision=Decision.INDETERMINATE, status=status),))
-            return _xacml(answer, media_type, 400)
-        return _xacml(decide_as(service, current_identity(), ctx, environment), media_type)
 
-    @bp.get("/policies")
-    @require_identity()
-    def list_policies():
-        identity = current_identity()
-        visible = []
-        for stored in service.list():
-            info = existing_info(stored.policy_id, stored)
-            if info is not None and may_manage(identity, info):
-                visible.append({**stored.summary(), **described(stored)})
-        return jsonify(visible)
+def engine_loaded() -> FlaskResponse | None:
+    """Every PDP route but /health waits for the engine (503 until it is loaded)."""
+    pdp = current_pdp()
+    if not pdp.service.ready and request.endpoint != "pdp.health":
+        return error_response(503, "policy engine not loaded; see GET /health")
+    return None
 
-    @bp.post("/policies")
-    @require_identity()
-    def add_policy():
-        """Add a policy: XACML, or another form (`formats`); `?dry_run=true` says what it
-        would do to the live handles and stores nothing.
-        ---
-        post:
-          parameters:
-            - {name: dry_run, in: query, schema: {type: boolean}}
-          requestBody:
-            required: true
-            content:
-              application/xacml+xml:
-                schema: {$ref: '#/components/schemas/XacmlXml'}
-          responses:
-            201: {description: '{"id", "version", "store_version", "warnings"}'}
-        """
-        identity = current_identity()
-        incoming = _policy_body(identity, formats)
-        if isinstance(incoming, FlaskResponse):
-            return incoming
-        body, warnings = incoming
-        try:
-            info = ManagedPolicy.of(inspect_policy(PolicySource("request body", body)), body)
-            verdict = may_manage(identity, info)
-            if not verdict:
-                return _refused(identity, f"manage policy {info.id!r}", verdict)
-            warnings = warnings + checked(body)
-            if _dry_run():
-                prospect = service.prospect("added", info.id, body, source="request body")
-                return dry_run_answer(identity, prospect, version=info.version,
-                                      warnings=warnings)
-            stored = service.add(body, owner=identity.subject, source="request body")
-        except PolicyLoadError as exc:
-            return load_error(exc)
-        except PolicyExistsError as exc:
-            return error_response(409, f"{exc}; use PUT /policies/<id> to publish a new version",
-                                  id=exc.policy_id)
-        response = jsonify({**_stored_json(stored), **described(stored), "warnings": warnings})
-        response.status_code = 201
-        response.headers["Location"] = f"{request.root_path}/policies/{quote(stored.policy_id, safe='')}"
+
+def health():
+    pdp = current_pdp()
+    if not pdp.service.ready:
+        # the health document itself, not an error body: its `status` is the engine's state
+        response = jsonify(status="starting", error="policy engine not loaded")
+        response.status_code = 503
         return response
+    details = pdp.health_details() if pdp.health_details is not None else {}
+    status = "degraded" if details.get("problems") else "ready"
+    return jsonify(status=status, policies=len(pdp.service.engine.policies),
+                   store_version=pdp.service.store.store_version(), **details)
 
-    @bp.get("/policies/<path:policy_id>", merge_slashes=False)  # ids may hold "//"
-    @require_identity()
-    def get_policy(policy_id: str):
-        """A policy's current document (XACML XML), an earlier version (`version`,
-        `store_version`), or its history (`history=true`, JSON).
-        ---
-        get:
-          parameters:
-            - {name: version, in: query, schema: {type: string, pattern: '^[0-9]+(\\.[0-9]+)*$'}}
-            - {name: store_version, in: query, schema: {type: integer, minimum: 0}}
-            - {name: history, in: query, schema: {type: boolean}}
-          responses:
-            200:
-              description: the document, or the history
-              content:
-                application/xacml+xml: {}
-                application/json: {}
-        """
-        identity = current_identity()
-        wants_history = request.args.get("history", "").lower() in ("1", "true", "yes")
-        offered = ["application/json"] if wants_history else [
-            XACML_XML, "application/xml", *(t for f in formats for t in f.media_types)]
-        chosen = request.accept_mimetypes.best_match(offered) \
-            if request.headers.get("Accept") else offered[0]
-        if chosen is None:
-            return error_response(406, f"this resource is {' or '.join(offered)}")
-        info = existing_info(policy_id)
-        if info is None:
-            # A deleted policy's history stays readable by administrators.
-            if not identity.admin:
-                return error_response(404, f"policy {policy_id!r} not found")
-        else:
-            verdict = may_manage(identity, info)
-            if not verdict:
-                return _refused(identity, f"read policy {policy_id!r}", verdict,
-                                writer_of(policy_id))
-        try:
-            if wants_history:
-                return jsonify([p.summary() for p in service.history(policy_id)])
-            store_version = _store_version(request.args.get("store_version"))
-            version = request.args.get("version")
-            if version is not None and not is_version(version):
-                return error_response(400, f"query parameter 'version' must be a XACML version "
-                                           f"(ASCII numbers joined by dots, e.g. 1.0), not "
-                                           f"{version[:40]!r}")
-            stored = service.get(policy_id, version=version, store_version=store_version)
-        except PolicyNotFoundError as exc:
-            return error_response(404, str(exc))
-        except NumberError as exc:
-            return error_response(400, exc.message)
-        if stored.deleted:
-            return error_response(410, f"policy {policy_id!r} store version "
-                                       f"{stored.store_version} is a deletion",
-                                  store_version=stored.store_version)
-        if info is not None and stored.data != info.data:
-            # An earlier version is judged on its own document: managing a policy's id today
-            # does not open what others wrote under it before.
-            verdict = may_manage(identity, ManagedPolicy.of(info, stored.data))
-            if not verdict:
-                return _refused(identity, f"read this version of policy {policy_id!r}", verdict,
-                                stored.owner)
-        form = next((f for f in formats if chosen in f.media_types), None)
-        if form is not None:
-            written = form.from_xacml(stored.data, chosen)
-            if written is None:
-                return error_response(406, f"policy {policy_id!r} cannot be shown as {chosen}: "
-                                           f"it is custom XACML; read it as {XACML_XML}")
-            response = FlaskResponse(written, content_type=chosen)
-        else:
-            response = FlaskResponse(stored.data, content_type=XACML_XML)
-        response.headers["X-Policy-Version"] = stored.version
-        response.headers["X-Store-Version"] = str(stored.store_version)
-        return response
 
-    @bp.put("/policies/<path:policy_id>", merge_slashes=False)  # ids may hold "//"
-    @require_identity()
-    def update_policy(policy_id: str):
-        """Publish a new version: XACML or another form; `?dry_run=true` as for POST.
-        ---
-        put:
-          parameters:
-            - {name: dry_run, in: query, schema: {type: boolean}}
-          requestBody:
-            required: true
-            content:
-              application/xacml+xml:
-                schema: {$ref: '#/components/schemas/XacmlXml'}
-        """
-        identity = current_identity()
-        incoming = _policy_body(identity, formats, policy_id)
-        if isinstance(incoming, FlaskResponse):
-            return incoming
-        body, warnings = incoming
-        current = existing_info(policy_id)
-        if current is None:
-            return error_response(404, f"policy {policy_id!r} not found; use POST /policies to "
-                                       "add it")
-        try:
-            info = ManagedPolicy.of(inspect_policy(PolicySource("request body", body)), body)
-            if info.id != policy_id:
-                raise PolicyIdMismatchError(policy_id, info.id)
-            verdict = may_manage(identity, current)
-            if not verdict:
-                return _refused(identity, f"manage policy {policy_id!r} (its current version)",
-                                verdict, writer_of(policy_id))
-            verdict = may_manage(identity, info)
-            if not verdict:
-                return _refused(identity, f"manage policy {policy_id!r} (the new version)", verdict)
-            warnings = warnings + checked(body)
-            if _dry_run():
-                prospect = service.prospect("updated", policy_id, body, source="request body")
-                return dry_run_answer(identity, prospect, version=info.version,
-                                      warnings=warnings)
-            stored = service.update(policy_id, body, owner=identity.subject, source="request body")
-        except PolicyLoadError as exc:
-            return load_error(exc)
-        except PolicyIdMismatchError as exc:
-            return error_response(400, str(exc), id=exc.found)
-        except PolicyNotFoundError as exc:
-            return error_response(404, str(exc))
-        return jsonify({**_stored_json(stored), **described(stored), "warnings": warnings})
+@require_identity()
+def decide():
+    """Decide a XACML request, as the authenticated caller (whatever subject it names).
+    ---
+    post:
+      requestBody:
+        required: true
+        content:
+          application/xacml+xml:
+            schema: {$ref: '#/components/schemas/XacmlXml'}
+          application/xacml+json:
+            schema: {$ref: '#/components/schemas/XacmlJson'}
+      responses:
+        200:
+          description: the XACML response, in the format Accept asks for (else the request's)
+          content:
+            application/xacml+xml: {}
+            application/xacml+json: {}
+        400:
+          description: a request that does not parse; a XACML response with syntax-error
+        415:
+          description: not a XACML media type
+    """
+    pdp = current_pdp()
+    kind = _request_kind()
+    if kind is None:
+        return error_response(415, "unsupported Content-Type "
+                                   f"{request.headers.get('Content-Type')!r}: use {XACML_XML} "
+                                   f"or {XACML_JSON}")
+    media_type = _response_media_type(kind)
+    if media_type is None:
+        return error_response(406, f"cannot answer in {request.headers.get('Accept')!r}: "
+                              f"{XACML_XML} and {XACML_JSON} are offered")
+    try:
+        ctx = parse_request(read_body(), request.headers["Content-Type"])
+    except RequestSyntaxError as exc:
+        status = Status(code=STATUS_SYNTAX_ERROR, message=str(exc))
+        answer = Response(results=(Result(decision=Decision.INDETERMINATE, status=status),))
+        return _xacml(answer, media_type, 400)
+    return _xacml(decide_as(pdp.service, current_identity(), ctx, pdp.environment), media_type)
 
-    @bp.post("/policies/bulk")
-    @require_identity()
-    def add_policies():
-        """Many new policies at once, all or none: `multipart/form-data`, one file part per
-        XACML policy document. Each is judged and checked as POST /policies would; then they
-        are added in one transaction and one engine change.
-        ---
-        post:
-          requestBody:
-            required: true
-            content:
-              multipart/form-data:
-                schema:
-                  type: object
-                  properties:
-                    policy: {type: string, format: binary}
-                    other: {type: string, format: binary}
-          responses:
-            201: {description: '{"policies": [...], "warnings": [...]}'}
-        """
-        if request.mimetype != "multipart/form-data":
-            return error_response(415, "send the policies as multipart/form-data, one file part "
-                                       "per XACML Policy or PolicySet document")
-        parts = [(name, f) for name in request.files for f in request.files.getlist(name)]
-        if not parts:
-            return error_response(400, "no policy documents: send one file part per policy")
-        if len(parts) > MAX_BULK:
-            return error_response(413, f"{len(parts)} documents; at most {MAX_BULK} at once")
-        identity = current_identity()
-        sources, warnings = [], []
-        for n, (field, part) in enumerate(parts, 1):
-            label = f"part {n} ({part.filename or field})"
-            data = part.read()
-            try:
-                info = ManagedPolicy.of(inspect_policy(PolicySource(label, data)), data)
-                verdict = may_manage(identity, info)
-                if not verdict:
-                    return _refused(identity, f"manage policy {info.id!r} ({label})", verdict)
-                warnings.extend(f"{label}: {w}" for w in checked(data, label))
-            except PolicyLoadError as exc:
-                return load_error(exc)
-            sources.append(PolicySource(label, data))
-        try:
-            written = service.add_many(sources, owner=identity.subject)
-        except PolicyLoadError as exc:
-            return load_error(exc)
-        except PolicyExistsError as exc:
-            return error_response(409, f"{exc}; nothing was added", id=exc.policy_id)
-        response = jsonify(policies=[_stored_json(s) for s in written], warnings=warnings)
-        response.status_code = 201
-        return response
 
-    @bp.delete("/policies/<path:policy_id>", merge_slashes=False)  # ids may hold "//"
-    @require_identity()
-    def delete_policy(policy_id: str):
-        identity = current_identity()
-        current = existing_info(policy_id)
-        if current is None:
-            return error_response(404, f"policy {policy_id!r} not found")
-        verdict = may_manage(identity, current)
+@require_identity()
+def list_policies():
+    pdp = current_pdp()
+    identity = current_identity()
+    visible = []
+    for stored in pdp.service.list():
+        info = pdp.existing_info(stored.policy_id, stored)
+        if info is not None and pdp.may_manage(identity, info):
+            visible.append({**stored.summary(), **pdp.described(stored)})
+    return jsonify(visible)
+
+
+@require_identity()
+def add_policy():
+    """Add a policy: XACML, or another form (`formats`); `?dry_run=true` says what it
+    would do to the live handles and stores nothing.
+    ---
+    post:
+      parameters:
+        - {name: dry_run, in: query, schema: {type: boolean}}
+      requestBody:
+        required: true
+        content:
+          application/xacml+xml:
+            schema: {$ref: '#/components/schemas/XacmlXml'}
+      responses:
+        201: {description: '{"id", "version", "store_version", "warnings"}'}
+    """
+    pdp = current_pdp()
+    identity = current_identity()
+    incoming = _policy_body(identity, pdp.formats)
+    if isinstance(incoming, FlaskResponse):
+        return incoming
+    body, warnings = incoming
+    try:
+        info = ManagedPolicy.of(inspect_policy(PolicySource("request body", body)), body)
+        verdict = pdp.may_manage(identity, info)
         if not verdict:
-            return _refused(identity, f"manage policy {policy_id!r}", verdict,
-                            writer_of(policy_id))
-        try:
-            if _dry_run():
-                return dry_run_answer(identity, service.prospect("deleted", policy_id))
-            service.delete(policy_id, owner=identity.subject)
-        except PolicyNotFoundError as exc:
-            return error_response(404, str(exc))
-        except PolicyLoadError as exc:  # e.g. still referenced by a PolicySet
-            return load_error(exc, 409)
-        return no_content()
+            return _refused(identity, f"manage policy {info.id!r}", verdict)
+        warnings = warnings + pdp.checked(body)
+        if _dry_run():
+            prospect = pdp.service.prospect("added", info.id, body, source="request body")
+            return pdp.dry_run_answer(identity, prospect, version=info.version,
+                                      warnings=warnings)
+        stored = pdp.service.add(body, owner=identity.subject, source="request body")
+    except PolicyLoadError as exc:
+        return load_error(exc)
+    except PolicyExistsError as exc:
+        return error_response(409, f"{exc}; use PUT /policies/<id> to publish a new version",
+                              id=exc.policy_id)
+    response = jsonify({**_stored_json(stored), **pdp.described(stored), "warnings": warnings})
+    response.status_code = 201
+    location = quote(stored.policy_id, safe='')
+    response.headers["Location"] = f"{request.root_path}/policies/{location}"
+    return response
 
-    return bp
+
+@require_identity()
+def get_policy(policy_id: str):
+    """A policy's current document (XACML XML), an earlier version (`version`,
+    `store_version`), or its history (`history=true`, JSON).
+    ---
+    get:
+      parameters:
+        - {name: version, in: query, schema: {type: string, pattern: '^[0-9]+(\\.[0-9]+)*$'}}
+        - {name: store_version, in: query, schema: {type: integer, minimum: 0}}
+        - {name: history, in: query, schema: {type: boolean}}
+      responses:
+        200:
+          description: the document, or the history
+          content:
+            application/xacml+xml: {}
+            application/json: {}
+    """
+    pdp = current_pdp()
+    identity = current_identity()
+    wants_history = request.args.get("history", "").lower() in ("1", "true", "yes")
+    offered = ["application/json"] if wants_history else [
+        XACML_XML, "application/xml", *(t for f in pdp.formats for t in f.media_types)]
+    chosen = request.accept_mimetypes.best_match(offered) \
+        if request.headers.get("Accept") else offered[0]
+    if chosen is None:
+        return error_response(406, f"this resource is {' or '.join(offered)}")
+    info = pdp.existing_info(policy_id)
+    if info is None:
+        # A deleted policy's history stays readable by administrators.
+        if not identity.admin:
+            raise PolicyNotFoundError(policy_id)
+    else:
+        verdict = pdp.may_manage(identity, info)
+        if not verdict:
+            return _refused(identity, f"read policy {policy_id!r}", verdict,
+                            pdp.writer_of(policy_id))
+    # a policy or version not found (404) and a store_version that is no number (400) are
+    # answered by the HTTP layer's one error table
+    if wants_history:
+        return jsonify([p.summary() for p in pdp.service.history(policy_id)])
+    store_version = _store_version(request.args.get("store_version"))
+    version = request.args.get("version")
+    if version is not None and not is_version(version):
+        return error_response(400, f"query parameter 'version' must be a XACML version "
+                                   f"(ASCII numbers joined by dots, e.g. 1.0), not "
+                                   f"{version[:40]!r}")
+    stored = pdp.service.get(policy_id, version=version, store_version=store_version)
+    if stored.deleted:
+        return error_response(410, f"policy {policy_id!r} store version "
+                                   f"{stored.store_version} is a deletion",
+                              store_version=stored.store_version)
+    if info is not None and stored.data != info.data:
+        # An earlier version is judged on its own document: managing a policy's id today
+        # does not open what others wrote under it before.
+        verdict = pdp.may_manage(identity, ManagedPolicy.of(info, stored.data))
+        if not verdict:
+            return _refused(identity, f"read this version of policy {policy_id!r}", verdict,
+                            stored.owner)
+    form = next((f for f in pdp.formats if chosen in f.media_types), None)
+    if form is not None:
+        written = form.from_xacml(stored.data, chosen)
+        if written is None:
+            return error_response(406, f"policy {policy_id!r} cannot be shown as {chosen}: "
+                                       f"it is custom XACML; read it as {XACML_XML}")
+        response = FlaskResponse(written, content_type=chosen)
+    else:
+        response = FlaskResponse(stored.data, content_type=XACML_XML)
+    response.headers["X-Policy-Version"] = stored.version
+    response.headers["X-Store-Version"] = str(stored.store_version)
+    return response
+
+
+@require_identity()
+def update_policy(policy_id: str):
+    """Publish a new version: XACML or another form; `?dry_run=true` as for POST.
+    ---
+    put:
+      parameters:
+        - {name: dry_run, in: query, schema: {type: boolean}}
+      requestBody:
+        required: true
+        content:
+          application/xacml+xml:
+            schema: {$ref: '#/components/schemas/XacmlXml'}
+    """
+    pdp = current_pdp()
+    identity = current_identity()
+    incoming = _policy_body(identity, pdp.formats, policy_id)
+    if isinstance(incoming, FlaskResponse):
+        return incoming
+    body, warnings = incoming
+    current = pdp.existing_info(policy_id)
+    if current is None:
+        return error_response(404, f"policy {policy_id!r} not found; use POST /policies to "
+                                   "add it")
+    try:
+        info = ManagedPolicy.of(inspect_policy(PolicySource("request body", body)), body)
+        if info.id != policy_id:
+            raise PolicyIdMismatchError(policy_id, info.id)
+        verdict = pdp.may_manage(identity, current)
+        if not verdict:
+            return _refused(identity, f"manage policy {policy_id!r} (its current version)",
+                            verdict, pdp.writer_of(policy_id))
+        verdict = pdp.may_manage(identity, info)
+        if not verdict:
+            return _refused(identity, f"manage policy {policy_id!r} (the new version)", verdict)
+        warnings = warnings + pdp.checked(body)
+        if _dry_run():
+            prospect = pdp.service.prospect("updated", policy_id, body, source="request body")
+            return pdp.dry_run_answer(identity, prospect, version=info.version,
+                                      warnings=warnings)
+        stored = pdp.service.update(policy_id, body, owner=identity.subject,
+                                    source="request body")
+    except PolicyLoadError as exc:
+        return load_error(exc)
+    except PolicyIdMismatchError as exc:
+        return error_response(400, str(exc), id=exc.found)
+    return jsonify({**_stored_json(stored), **pdp.described(stored), "warnings": warnings})
+
+
+@require_identity()
+def add_policies():
+    """Many new policies at once, all or none: `multipart/form-data`, one file part per
+    XACML policy document. Each is judged and checked as POST /policies would; then they
+    are added in one transaction and one engine change.
+    ---
+    post:
+      requestBody:
+        required: true
+        content:
+          multipart/form-data:
+            schema:
+              type: object
+              properties:
+                policy: {type: string, format: binary}
+                other: {type: string, format: binary}
+      responses:
+        201: {description: '{"policies": [...], "warnings": [...]}'}
+    """
+    pdp = current_pdp()
+    if request.mimetype != "multipart/form-data":
+        return error_response(415, "send the policies as multipart/form-data, one file part "
+                                   "per XACML Policy or PolicySet document")
+    parts = [(name, f) for name in request.files for f in request.files.getlist(name)]
+    if not parts:
+        return error_response(400, "no policy documents: send one file part per policy")
+    if len(parts) > MAX_BULK:
+        return error_response(413, f"{len(parts)} documents; at most {MAX_BULK} at once")
+    identity = current_identity()
+    sources, warnings = [], []
+    for n, (field, part) in enumerate(parts, 1):
+        label = f"part {n} ({part.filename or field})"
+        data = part.read()
+        try:
+            info = ManagedPolicy.of(inspect_policy(PolicySource(label, data)), data)
+            verdict = pdp.may_manage(identity, info)
+            if not verdict:
+                return _refused(identity, f"manage policy {info.id!r} ({label})", verdict)
+            warnings.extend(f"{label}: {w}" for w in pdp.checked(data, label))
+        except PolicyLoadError as exc:
+            return load_error(exc)
+        sources.append(PolicySource(label, data))
+    try:
+        written = pdp.service.add_many(sources, owner=identity.subject)
+    except PolicyLoadError as exc:
+        return load_error(exc)
+    except PolicyExistsError as exc:
+        return error_response(409, f"{exc}; nothing was added", id=exc.policy_id)
+    response = jsonify(policies=[_stored_json(s) for s in written], warnings=warnings)
+    response.status_code = 201
+    return response
+
+
+@require_identity()
+def delete_policy(policy_id: str):
+    pdp = current_pdp()
+    identity = current_identity()
+    current = pdp.existing_info(policy_id)
+    if current is None:
+        raise PolicyNotFoundError(policy_id)
+    verdict = pdp.may_manage(identity, current)
+    if not verdict:
+        return _refused(identity, f"manage policy {policy_id!r}", verdict,
+                        pdp.writer_of(policy_id))
+    try:
+        if _dry_run():
+            return pdp.dry_run_answer(identity, pdp.service.prospect("deleted", policy_id))
+        pdp.service.delete(policy_id, owner=identity.subject)
+    except PolicyLoadError as exc:  # e.g. still referenced by a PolicySet
+        return load_error(exc, 409)
+    return no_content()

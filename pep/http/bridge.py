@@ -19,6 +19,8 @@ it has no way for a route to hand a stream to the loop. Here:
   when the stream ends, so the access log's line for it (pep/http/access_log.py) comes then.
 - `native` ASGI routes (the proxy's relay of handle streams) are tried first, and the
   `POST /pdp` fast path (pep/http/fast_pdp.py) is answered on the loop itself.
+- A response with a Content-Length leaves in one write, its head with its body's first part
+  (pep/http/cycle.py): one system call and one TCP segment for a small answer, not two.
 - The WSGI environ: PATH_INFO is the target's path percent-decoded once, except `%2F` (a quoted
   slash stays quoted, as before); header names with `_` are dropped (`X_Forwarded_For` would pass
   for `X-Forwarded-For`); a chunked body arrives with its CONTENT_LENGTH. The app's own `Date`

@@ -40,6 +40,7 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from pep.http.cycle import coalescing
 from pep.http.streaming import CONNECTION
 
 MAX_HEAD = 64 * 1024
@@ -253,6 +254,7 @@ class StrictHttpProtocol(HttpToolsProtocol):
             raise self._stop(refusal) from None  # still in the head: see _refuse
         self._in_head = False
         super().on_headers_complete()
+        coalescing(self.cycle)  # a sized answer's head and body in one write (pep/http/cycle.py)
 
     def _check_head(self) -> None:
         version = self.parser.get_http_version()

@@ -187,18 +187,22 @@ class InvalidationHub:
     # -- publishing ---------------------------------------------------------------------------
 
     def publish(self, kind: str, handle_ids: Iterable[str] = (), subject: str | None = None,
-                stream: str | None = None, policy_id: str | None = None) -> PublishResult:
-        """Record an event and return once every fresh proxy acknowledged it (or timed out)."""
+                stream: str | None = None, policy_id: str | None = None,
+                streams: Iterable[str] | None = None) -> PublishResult:
+        """Record an event and return once every fresh proxy acknowledged it (or timed out).
+        `streams` (policy-changed): the streams whose decisions the change can alter; None for
+        any stream (proxies then flush)."""
         if kind not in KINDS:
             raise ValueError(f"unknown invalidation kind {kind!r}; expected one of {KINDS}")
         ids = tuple(str(h) for h in handle_ids)
+        scope = None if streams is None else tuple(sorted({str(s) for s in streams}))
         waited: list[tuple[_Proxy, Future]] = []
         skipped: list[str] = []
         with self._lock:
             # After close() there are no proxies or readers left: the event is only logged.
             self._last_id += 1
             event = InvalidationEvent(self._last_id, self.epoch, kind, ids, subject, stream,
-                                      policy_id, time.time())
+                                      policy_id, time.time(), scope)
             self._log.append(event)
             self.published += 1
             for sub in list(self._subscriptions):
@@ -217,9 +221,9 @@ class InvalidationHub:
                 else:
                     waited.append((proxy, future))
         # never a handle id (a capability): its handle_ref, as the access log and audit name it
-        log.info("invalidation %s: %s handles=%d refs=%s subject=%s stream=%s policy=%s",
-                 event.sse_id, kind, len(ids), [handle_ref(h) for h in ids[:10]], subject,
-                 stream, policy_id)
+        log.info("invalidation %s: %s handles=%d refs=%s subject=%s stream=%s policy=%s "
+                 "streams=%s", event.sse_id, kind, len(ids), [handle_ref(h) for h in ids[:10]],
+                 subject, stream, policy_id, "any" if scope is None else len(scope))
         acked: list[str] = []
         failed: list[str] = []
         if waited:
@@ -274,10 +278,14 @@ class InvalidationHub:
         return ok
 
     def follow_policy_events(self, events: Any) -> Callable[[], None]:
-        """Publish `policy-changed` for every change of a `pdp.events.PolicyEvents` hub."""
+        """Publish `policy-changed` for every change of a `pdp.events.PolicyEvents` hub, with
+        the streams it can concern (`PolicyChange.resources`: the policy's target scope before
+        and after the change; None, any stream, when a target cannot be narrowed to streams)."""
 
         def on_change(change: Any) -> None:
-            self.publish("policy-changed", policy_id=change.policy_id, subject=change.owner)
+            resources = getattr(change, "resources", None)
+            self.publish("policy-changed", policy_id=change.policy_id, subject=change.owner,
+                         streams=None if resources is None else resources)
 
         return events.subscribe(on_change)
 

@@ -2,10 +2,13 @@
 signature. Both sides import this module and nothing else of each other.
 
 An event says which handle answers died (`handle-revoked`, `handle-released`, `handle-ended`)
-or that a policy changed (`policy-changed`: a proxy that cannot tell which answers it affects
-flushes). Event ids grow by one per event within an *epoch*, a random string chosen when the
-gateway's hub starts, so a proxy can tell "the gateway restarted and its counter began again"
-from "I missed nothing"; on the wire an id is `<epoch>.<n>`.
+or that a policy changed (`policy-changed`). A policy change names in `streams` the streams
+whose decisions it can alter (the policy's target scope before and after the change,
+`pdp.events.PolicyChange.resources`): a proxy drops the answers on those streams. `streams`
+null (absent, as from a gateway that does not say) means any stream: the proxy flushes. Event
+ids grow by one per event within an *epoch*, a random string chosen when the gateway's hub
+starts, so a proxy can tell "the gateway restarted and its counter began again" from "I missed
+nothing"; on the wire an id is `<epoch>.<n>`.
 
 Signature of a webhook delivery: `X-XSG-Signature: sha256=<hex HMAC-SHA256(secret, timestamp +
 "." + body)>`, with the timestamp (Unix seconds) in `X-XSG-Timestamp`. Receivers reject
@@ -49,6 +52,8 @@ class InvalidationEvent:
     stream: str | None = None
     policy_id: str | None = None
     time: float = 0.0
+    # policy-changed: the streams whose decisions the change can alter; None: any stream
+    streams: tuple[str, ...] | None = None
 
     @property
     def sse_id(self) -> str:
@@ -57,7 +62,8 @@ class InvalidationEvent:
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "epoch": self.epoch, "kind": self.kind,
                 "handle_ids": list(self.handle_ids), "subject": self.subject,
-                "stream": self.stream, "policy_id": self.policy_id, "time": self.time}
+                "stream": self.stream, "policy_id": self.policy_id, "time": self.time,
+                "streams": None if self.streams is None else list(self.streams)}
 
     @classmethod
     def from_json(cls, doc: Any) -> "InvalidationEvent":
@@ -81,8 +87,14 @@ class InvalidationEvent:
         stamp = doc.get("time", 0.0)
         if not isinstance(stamp, (int, float)) or isinstance(stamp, bool):
             raise InvalidEventError("event.time must be a number")
+        streams = doc.get("streams")
+        if streams is not None and (
+                not isinstance(streams, list) or len(streams) > MAX_HANDLE_IDS
+                or not all(isinstance(s, str) and s for s in streams)):
+            raise InvalidEventError("event.streams must be null or a list of non-empty strings")
         return cls(ident, epoch, kind, tuple(handle_ids), doc.get("subject"), doc.get("stream"),
-                   doc.get("policy_id"), float(stamp))
+                   doc.get("policy_id"), float(stamp),
+                   None if streams is None else tuple(streams))
 
 
 def format_event_id(epoch: str, ident: int) -> str:

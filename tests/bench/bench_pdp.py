@@ -15,7 +15,9 @@ Measures, with the workload of pdp_workload.py (equivalent policies in both syst
     bearer token, XML in, JSON out: raw-socket clients in another process (every answer checked),
     then `wrk` (apt-get install wrk, or `make wrk`) with 1 and 8 connections; against the same
     decisions in process through the same code without HTTP (token, XML parsed, decided, JSON
-    rendered: `FastPdp.decide`), side by side in the same run.
+    rendered: `FastPdp.decide`), side by side in the same run; each wrk run is also set against
+    in-process runs just before and after it (the machine's load moves), and every HTTP run is
+    compared by CPU time too (in-process CPU per decision / the server's CPU per request).
 Every decision is checked against the workload's reference semantics (column 'wrong').
 --profile adds cProfile listings of the in-process XML path and of the app behind POST /pdp.
 Timings are printed, never asserted. On a busy machine, read the CPU-time columns too.
@@ -398,6 +400,7 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
                 health = json.loads(r.read())
             items = [(tokens[q.subject.subject_id], body.decode(), want)
                      for q, body, want in zip(workload.queries, bodies, expected)]
+            server_cpu_ms: dict[str, float] = {}  # the server's CPU per request, per run
             for threads in client_threads:
                 if py_spy and threads == max(client_threads):
                     import subprocess
@@ -430,6 +433,7 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
                     f"HTTP, {threads} client thread(s): {n / got['wall']:,.0f} decisions/s; per "
                     f"request the server process used {server_cpu / n * 1000:.3f} ms of CPU"
                     f"{app_part}, the client process {got['cpu'] / n * 1000:.3f} ms")
+                server_cpu_ms[f"{threads} raw client thread(s)"] = server_cpu / n * 1000
             fast = app.extensions["xsg.fast_pdp"]
             by_token = [(f"Bearer {t}", b.encode(), want) for t, b, want in items]
             in_process = timed_loop(
@@ -437,7 +441,14 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
                 "rendered)", by_token, lambda item: _decision(fast.decide(
                     item[0], XML, JSON, item[1], None)[0]), [w for _, _, w in by_token])
             rows.insert(0, in_process)
-            notes.extend(run_wrk(server.port, items, in_process))
+            def alongside() -> Timing:
+                sample = by_token[:1000]
+                return timed_loop("in process, beside a wrk run", sample, lambda item: _decision(
+                    fast.decide(item[0], XML, JSON, item[1], None)[0]), [w for _, _, w in sample])
+
+            notes.extend(run_wrk(server.port, items, in_process, server_cpu_ms=server_cpu_ms,
+                                 alongside=alongside))
+            notes.append(cpu_ratios(in_process, server_cpu_ms))
             profile_text = ""
             if profile_top:
                 import http.client
@@ -482,10 +493,24 @@ def _lua_string(data: bytes) -> str:
                          for b in data) + '"'
 
 
+def cpu_ratios(in_process: "Timing", server_cpu_ms: dict[str, float]) -> str:
+    """Over HTTP against in process by CPU time: the in-process call's mean CPU time over the
+    server process's CPU time per request. Blind to how a busy machine shares its cores
+    between the server, the load generator and other jobs, which moves the wall-clock ratio."""
+    mean_ms = sum(in_process.cpu_ns or [0]) / max(1, len(in_process.cpu_ns or [])) / 1e6
+    parts = [f"{label} {mean_ms / ms:.2f}x" for label, ms in server_cpu_ms.items() if ms > 0]
+    return (f"by CPU time (in process {mean_ms:.3f} ms per decision / the server's CPU per "
+            f"request): " + "; ".join(parts))
+
+
 def run_wrk(port: int, items: list, in_process: "Timing", seconds: int = 10,
-            connections: Sequence[int] = (1, 8)) -> list[str]:
+            connections: Sequence[int] = (1, 8),
+            server_cpu_ms: dict[str, float] | None = None,
+            alongside: Callable[[], "Timing"] | None = None) -> list[str]:
     """`wrk` against POST /pdp, cycling through the workload's requests (each with its subject's
-    token); the figures and their ratio to the in-process row, as notes."""
+    token); the figures and their ratio to the in-process row, as notes. With `alongside` (a
+    short in-process run), each wrk run is also compared with in-process runs just before and
+    just after it: on a machine whose load moves, that ratio compares like with like."""
     import re
     import shutil
     import subprocess
@@ -504,11 +529,13 @@ def run_wrk(port: int, items: list, in_process: "Timing", seconds: int = 10,
         script = f.name
     try:
         for conns in connections:
+            before = alongside() if alongside is not None else None
             c0 = time.process_time()
             out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency",
                                   "-s", script, f"http://127.0.0.1:{port}/pdp"],
                                  capture_output=True, text=True, timeout=seconds + 60)
             server_cpu = time.process_time() - c0
+            after = alongside() if alongside is not None else None
             text = out.stdout
             rate = re.search(r"Requests/sec:\s+([\d.]+)", text)
             total = re.search(r"(\d+) requests in", text)
@@ -518,6 +545,8 @@ def run_wrk(port: int, items: list, in_process: "Timing", seconds: int = 10,
                 notes.append(f"wrk with {conns} connection(s) failed: {out.stderr[-500:]}")
                 continue
             per_s = float(rate.group(1))
+            if server_cpu_ms is not None:
+                server_cpu_ms[f"wrk -c{conns}"] = server_cpu / int(total.group(1)) * 1000
             notes.append(
                 f"wrk, 1 thread, {conns} connection(s), {seconds} s: {per_s:,.0f} decisions/s "
                 f"(p50 {lat.get('50')}, p90 {lat.get('90')}, p99 {lat.get('99')}; non-2xx "
@@ -525,6 +554,16 @@ def run_wrk(port: int, items: list, in_process: "Timing", seconds: int = 10,
                 f"{server_cpu / int(total.group(1)) * 1000:.3f} ms per request; over HTTP / in "
                 f"process (same code without HTTP, {in_process.per_second:,.0f}/s): "
                 f"{per_s / in_process.per_second:.2f}x")
+            if before is not None and after is not None:
+                near = (before.per_second + after.per_second) / 2
+                cpu_ms = (sum(before.cpu_ns or [0]) + sum(after.cpu_ns or [0])) / max(
+                    1, before.n + after.n) / 1e6
+                notes.append(
+                    f"  the same against in-process runs just before and after it "
+                    f"({before.per_second:,.0f} and {after.per_second:,.0f}/s): "
+                    f"{per_s / near:.2f}x; by CPU time ({cpu_ms:.3f} ms in process / "
+                    f"{server_cpu / int(total.group(1)) * 1000:.3f} ms in the server): "
+                    f"{cpu_ms / (server_cpu / int(total.group(1)) * 1000):.2f}x")
     finally:
         os.unlink(script)
     return notes
