@@ -303,9 +303,9 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
         aggs.append(lub_code(F.max(code), F.bit_or(code)).alias(f"{prefix}b_{j}"))
     grouped = df.groupBy(window.alias(f"{prefix}_w"), *[F.col(inner[k]) for k in w.keys])
     grouped = grouped.agg(*aggs).filter(F.col(f"{prefix}_n") >= F.lit(int(w.min_count)))
-    for j, (_, _, bound) in enumerate(bounds):
+    for j, (_, _, ceiling) in enumerate(bounds):
         lub = F.col(f"{prefix}b_{j}")  # a window without any label passes: nothing above
-        grouped = grouped.filter(lub.isNull() | dominated_by(lub, bound))
+        grouped = grouped.filter(lub.isNull() | dominated_by(lub, ceiling))
     win = F.col(f"{prefix}_w")
     cols = [F.window_time(win).alias(time_col)]
 
