@@ -520,7 +520,8 @@ def report(r: dict, rate: int) -> None:
           f"ingested for {r['seconds']:.0f} s; {r['connected']:,} readers connected from "
           f"{r['procs']} reader processes; handles opened in {r['opened_s']:.1f} s")
     if not lat:
-        print("  no rows measured", r["errors"])
+        print(f"  no rows measured: {r['rows']:,} rows in all, ingest {r['ingest']}, "
+              f"revoked {len(r['revoked']):,}", r["errors"])
         return
     print(f"  ingest -> reader latency: p50 {pct(lat, 50):.3f} s, p95 {pct(lat, 95):.3f} s, "
           f"p99 {pct(lat, 99):.3f} s, max {max(lat):.3f} s over {len(lat):,} rows "

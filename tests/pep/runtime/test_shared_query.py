@@ -308,3 +308,62 @@ def test_a_few_plans_compiled_agree_with_the_plan_table(spark, tmp_path):
     assert len(generic) > 10
     assert [(r["hum"], sorted(r[PIDS_COLUMN])) for r in compiled] == \
         [(r["hum"], sorted(r[PIDS_COLUMN])) for r in generic]
+
+
+def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
+    """Past FEW_PLANS, the GroupedMatcher (the values the filters read from one compiled job,
+    the tests as array kernels per shape) passes every row to exactly the plans the plan table
+    passes it to: nulls, NaN, a hostile string, booleans, timestamps, longs, OR of ANDs, start
+    positions, shapes shared by plans with other constants and operators."""
+    from dataclasses import replace
+
+    from pep.runtime.compile import compile_plan
+    from pep.runtime.executor import FEW_PLANS, PIDS_COLUMN, StreamExecutor
+    from pep.runtime.matcher import GroupedMatcher
+    sd = stream(tmp_path, "many")
+    ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
+    batch = spark.createDataFrame(
+        [(None if i == 3 else T0 + timedelta(seconds=i),
+          float("nan") if i == 5 else (None if i == 6 else i * 1.5), i,
+          HOSTILE if i == 7 else (None if i == 8 else f"s{i % 3}"), i % 2 == 0,
+          None if i == 9 else i, None) for i in range(30)],
+        "ts timestamp, temp double, hum long, station string, ok boolean, _xsg_seq long, "
+        "_xsg_file string")
+    plans = [ExecutionPlan("many", ((Predicate("station", "=", HOSTILE),),), ("hum",)),
+             replace(ExecutionPlan("many", None, ("hum",)), start_after=15)]
+    for i in range(6):
+        plans += [
+            ExecutionPlan("many", ((Predicate("temp", ">" if i % 2 else ">=", 3.0 * i),
+                                    Predicate("station", "!=", f"s{i % 3}")),
+                                   (Predicate("hum", "<=", i),)), ("hum", "temp")),
+            ExecutionPlan("many", ((Predicate("ok", "=", i % 2 == 0),),), ("hum",)),
+            ExecutionPlan("many", ((Predicate("ts", "<" if i % 2 else ">=",
+                                              (T0 + timedelta(seconds=4 * i)).isoformat()),),),
+                          ("hum",)),
+            replace(ExecutionPlan("many", ((Predicate("temp", "<", 1e300 if i else 7.5),
+                                            Predicate("temp", "!=", 3.0 * i)),), ("hum",)),
+                    start_after=i * 3 if i % 2 else None),
+            ExecutionPlan("many", ((Predicate("station", ">" if i % 2 else "<=", f"s{i % 3}"),),),
+                          ("station",)),
+            ExecutionPlan("many", ((Predicate("hum", "=", 2 * i),),), ("hum",)),
+        ]
+    for i, p in enumerate(plans):
+        ex.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
+    states, version = ex._current()
+    assert len(states) > FEW_PLANS
+    shape = ex._shape_of(states, version)
+    grouped = ex._rows_matcher(states, shape, version)
+    assert isinstance(grouped, GroupedMatcher) and len(grouped.groups) < len(states)
+    _, scalar = ex._plan_table(states, version, shape)
+    generic = ex.rows_frame(batch, scalar, shape).toArrow().to_pylist()
+    expected = sorted((r["hum"], pid) for r in generic for pid in r[PIDS_COLUMN])
+    arrow = ex.values_frame(batch, shape, grouped).toArrow()
+    assert arrow.num_rows == 30  # every tuple once, whatever passes
+    pids, rows = grouped.match(arrow, arrow.column("_xsg_seq").combine_chunks())
+    hums = arrow.column("hum").to_pylist()
+    assert len(expected) > 100
+    assert sorted((hums[r], int(p)) for p, r in zip(pids.tolist(), rows.tolist())) == expected
+    # ordered by plan, then stream position within a plan
+    assert all((a, b) <= (c, d) for a, b, c, d in zip(pids, rows, pids[1:], rows[1:]))
+    # the executor asks no plan table of Spark when every plan is a grouped row plan
+    assert "_xsg_plans" not in ex.values_frame(batch, shape, grouped).columns
