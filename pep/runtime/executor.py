@@ -1409,7 +1409,7 @@ class StreamExecutor:
                     grouped: GroupedMatcher | None = None) -> list[str]:
         keys = [(c, "ascending", "at_end") for c in self._order_columns(shape)]
         arrow = arrow.take(pc.sort_indices(arrow, sort_keys=keys))
-        if grouped is not None:  # ordered by plan, stream order within a plan
+        if grouped is not None:  # a plan's pairs together, in stream order
             plan_ids, row_ids = grouped.match(arrow, arrow.column(SEQ_COLUMN).combine_chunks())
         else:
             matches = arrow.column(PIDS_COLUMN).combine_chunks()
@@ -1417,9 +1417,11 @@ class StreamExecutor:
             row_ids = pc.list_parent_indices(matches).to_numpy(zero_copy_only=False)
             by_plan = np.argsort(plan_ids, kind="stable")  # keeps stream order within a plan
             plan_ids, row_ids = plan_ids[by_plan], row_ids[by_plan]
-        ids, starts = np.unique(plan_ids, return_index=True)
+        # each plan's pairs are one run: its bounds
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(plan_ids)) + 1)) \
+            if len(plan_ids) else np.empty(0, np.int64)
         ends = list(starts[1:].tolist()) + [len(plan_ids)]
-        bounds = dict(zip(ids.tolist(), zip(starts.tolist(), ends)))
+        bounds = dict(zip(plan_ids[starts].tolist(), zip(starts.tolist(), ends)))
         seqs = arrow.column(SEQ_COLUMN).combine_chunks().fill_null(NO_SEQ).to_numpy()
         groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[_PlanState]] = {}
         closed: list[str] = []

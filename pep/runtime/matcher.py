@@ -102,8 +102,8 @@ class GroupedMatcher:
         return GroupedMatcher(tuple(groups), tuple(columns))
 
     def match(self, table: pa.Table, seqs: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """(plan ids, row indices) of every (plan, tuple) that passes, ordered by plan and then
-        row. `table` holds the `value_column`s; `seqs` the tuples' positions (a null one: every
+        """(plan ids, row indices) of every (plan, tuple) that passes: each plan's pairs
+        together, its rows ascending (the plans in no particular order). `table` holds the `value_column`s; `seqs` the tuples' positions (a null one: every
         plan has started)."""
         positions = (seqs.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64),
                      seqs.is_valid().to_numpy(zero_copy_only=False))
@@ -113,18 +113,16 @@ class GroupedMatcher:
         plan_ids, row_ids = [], []
         for group in self.groups:
             k = len(group.ids)
-            step = max(1, CELLS_PER_CHUNK // max(k, 1))
-            for lo in range(0, n, step):
-                hi = min(n, lo + step)
+            step = max(1, CELLS_PER_CHUNK // max(n, 1))
+            for lo in range(0, k, step):  # chunks of plans: a plan's rows stay together
+                hi = min(k, lo + step)
                 passed = _group_passes(group, values, lo, hi, positions)
-                cols, rows = np.nonzero(passed.T)  # plan-major: rows ascend within a plan
-                plan_ids.append(group.ids[cols])
-                row_ids.append(rows + lo)
+                plans, rows = np.nonzero(passed)  # plan-major, rows ascending within a plan
+                plan_ids.append(group.ids[lo:hi][plans])
+                row_ids.append(rows)
         if not plan_ids:
             return np.empty(0, np.int64), np.empty(0, np.int64)
-        pids, rids = np.concatenate(plan_ids), np.concatenate(row_ids)
-        order = np.lexsort((rids, pids))
-        return pids[order], rids[order]
+        return np.concatenate(plan_ids), np.concatenate(row_ids)
 
 
 def _values(column: pa.ChunkedArray, family: str) -> tuple[np.ndarray, np.ndarray]:
@@ -140,36 +138,41 @@ def _values(column: pa.ChunkedArray, family: str) -> tuple[np.ndarray, np.ndarra
 
 def _group_passes(group: _Group, values: dict, lo: int, hi: int,
                   positions: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """(tuples lo..hi) x (plans of the group): the filter and the start position hold."""
-    k = len(group.ids)
-    passed = np.zeros((hi - lo, k), dtype=bool)
+    """(plans lo..hi of the group) x (tuples): the filter and the start position hold."""
+    passed = None
     for conj in group.conjuncts:
-        holds = np.ones((hi - lo, k), dtype=bool)
+        holds = None
         for comp in conj:
             v, present = values[(comp.attribute, comp.family)]
-            holds &= _holds(v[lo:hi], comp)
-            holds &= present[lo:hi, None]
-        passed |= holds
-    if (group.start_after != NO_START).any():
+            h = _holds(v, comp, lo, hi)
+            h &= present[None, :]
+            holds = h if holds is None else holds & h
+        if holds is None:  # an empty conjunct: passes everything
+            holds = np.ones((hi - lo, len(positions[0])), dtype=bool)
+        passed = holds if passed is None else passed | holds
+    if passed is None:
+        passed = np.zeros((hi - lo, len(positions[0])), dtype=bool)
+    starts = group.start_after[lo:hi]
+    if (starts != NO_START).any():
         seqs, present = positions
-        passed &= ~present[lo:hi, None] | (seqs[lo:hi, None] > group.start_after[None, :])
+        passed &= ~present[None, :] | (seqs[None, :] > starts[:, None])
     return passed
 
 
-def _holds(v: np.ndarray, comp: _Comparison) -> np.ndarray:
-    """The comparison's outcome, per tuple and plan, within its accepted outcomes."""
-    c = comp.constants[None, :]
-    col = v[:, None]
+def _holds(v: np.ndarray, comp: _Comparison, lo: int, hi: int) -> np.ndarray:
+    """The comparison's outcome for plans lo..hi x tuples, within its accepted outcomes."""
+    c = comp.constants[lo:hi, None]
+    row = v[None, :]
     if comp.family == "d":
         # Spark orders NaN above every number, equal to itself
-        v_nan, c_nan = np.isnan(col), np.isnan(c)
+        v_nan, c_nan = np.isnan(row), np.isnan(c)
         with np.errstate(invalid="ignore"):
-            less = (col < c) | (~v_nan & c_nan)
-            equal = (col == c) | (v_nan & c_nan)
-            greater = (col > c) | (v_nan & ~c_nan)
+            less = (row < c) | (~v_nan & c_nan)
+            equal = (row == c) | (v_nan & c_nan)
+            greater = (row > c) | (v_nan & ~c_nan)
     else:
-        less, equal, greater = col < c, col == c, col > c
-    m = comp.masks[None, :]
+        less, equal, greater = row < c, row == c, row > c
+    m = comp.masks[lo:hi, None]
     return ((less & ((m & LESS) != 0)) | (equal & ((m & EQUAL) != 0))
             | (greater & ((m & GREATER) != 0)))
 

@@ -7,6 +7,8 @@ import re
 import time
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
                       StreamSchema, WindowSpec)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
@@ -139,11 +141,20 @@ def expected_time_windows(records, plan):
     return out
 
 
-def test_every_delivered_row_and_window_matches_brute_force(runtime, tmp_path):
+@pytest.mark.parametrize("fillers", [0, 10])
+def test_every_delivered_row_and_window_matches_brute_force(runtime, tmp_path, fillers):
+    """With 10 more plain plans, the row plans are past FEW_PLANS: the GroupedMatcher routes
+    them (and the tuple window's rows), the plan table only the time window."""
     sd = stream(tmp_path)
     plans = {"filter": PLAN_FILTER, "filter-twin": PLAN_FILTER, "tuple": PLAN_TUPLE,
              "time": PLAN_TIME, "nothing": PLAN_NOTHING, "hostile": PLAN_HOSTILE,
              "hostile-ne": PLAN_HOSTILE_NE}
+    for i in range(fillers):
+        plans[f"filler{i}"] = ExecutionPlan("obs", ((Predicate("temp", ">=", 15.0 + i),
+                                                     Predicate("hum", "!=", i)),
+                                                    (Predicate("station", "=", f"s{i % 3}"),
+                                                     Predicate("ok", "=", bool(i % 2)))),
+                                            ("hum", "station", "ts"))
     sinks = {h: Collector() for h in plans}
     started = time.perf_counter()
     for h, p in plans.items():
@@ -166,7 +177,8 @@ def test_every_delivered_row_and_window_matches_brute_force(runtime, tmp_path):
     assert wait_until(lambda: all(len(sinks[h].rows) >= len(want[h]) for h in plans), 60), \
         {h: (len(sinks[h].rows), len(want[h])) for h in plans}
     time.sleep(0.6)  # nothing more may arrive
-    for h in ("filter", "filter-twin", "hostile", "hostile-ne", "nothing"):
+    for h in ("filter", "filter-twin", "hostile", "hostile-ne", "nothing",
+              *(f"filler{i}" for i in range(fillers))):
         assert_rows_equal(sinks[h].rows, want[h])
     assert_rows_equal(sinks["tuple"].rows, want["tuple"])
     got_time = [dict(r, window_start=epoch(r["window_start"]), window_end=epoch(r["window_end"]),
@@ -176,7 +188,7 @@ def test_every_delivered_row_and_window_matches_brute_force(runtime, tmp_path):
 
     stats = runtime.stats()["obs"]
     assert stats["rows_in"] == 120 and stats["batches"] >= 3
-    assert stats["handles"] == 7 and stats["plans"] == 6  # the twin shares its plan
+    assert stats["handles"] == 7 + fillers and stats["plans"] == 6 + fillers  # twin: shared
     assert stats["query_id"] == qid
     assert attach_all < 10
 
@@ -363,7 +375,9 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     hums = arrow.column("hum").to_pylist()
     assert len(expected) > 100
     assert sorted((hums[r], int(p)) for p, r in zip(pids.tolist(), rows.tolist())) == expected
-    # ordered by plan, then stream position within a plan
-    assert all((a, b) <= (c, d) for a, b, c, d in zip(pids, rows, pids[1:], rows[1:]))
+    # each plan's pairs together, in stream order
+    runs = [int(p) for i, p in enumerate(pids) if i == 0 or p != pids[i - 1]]
+    assert len(runs) == len(set(runs))
+    assert all(b < d for a, b, c, d in zip(pids, rows, pids[1:], rows[1:]) if a == c)
     # the executor asks no plan table of Spark when every plan is a grouped row plan
     assert "_xsg_plans" not in ex.values_frame(batch, shape, grouped).columns
