@@ -161,8 +161,21 @@ class HandleBuffer:
         with self._cond:
             if self._final is not None:
                 return False
-            deadline = idle_grace = None
             entries = self._entries
+            n = len(encoded)
+            if (isinstance(rows, RowBatch) and self._nrows + n <= self.max_rows
+                    and self._bytes + rows.nbytes <= self.max_bytes):
+                # all of it fits: nothing is dropped, so no reader is waited for; appended in
+                # one step (the batch's size comes from Arrow, not from a pass over its rows)
+                first = self._last + 1
+                entries.extend(zip(range(first, first + n), encoded, itertools.repeat(None, n)))
+                self._last += n
+                self._nrows += n
+                self._bytes += rows.nbytes
+                if n:
+                    self._wake()
+                return True
+            deadline = idle_grace = None
             for text in encoded:
                 size = len(text) if text.isascii() else len(text.encode("utf-8"))
                 # the oldest row is about to be dropped before a reading reader took it: wait

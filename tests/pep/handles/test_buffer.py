@@ -428,3 +428,20 @@ def test_a_woken_reader_that_does_not_come_is_given_up_on():
     assert buf.put(rows(0, 100))
     assert 0.15 <= time.monotonic() - t0 < 2  # waited the stall bound once, then dropped
     assert len(buf) == 10
+
+
+def test_a_row_batch_that_fits_is_appended_at_once_and_counted_exactly():
+    """The bulk path (a RowBatch with room for all of it): ids in order, the bytes it counts
+    are the rows' UTF-8 bytes, and the bounds hold once later batches no longer fit."""
+    from pep.core.rows import RowBatch
+    b = HandleBuffer(max_rows=5, max_bytes=10_000)
+    assert b.put(RowBatch.of_texts(['{"v":1}', '{"v":"é"}', '{"v":3}']))
+    assert [e.id for e in b.read(0, timeout=0)] == [1, 2, 3]
+    assert b._bytes == sum(len(t.encode()) for t in ('{"v":1}', '{"v":"é"}', '{"v":3}'))
+    assert b.put(RowBatch.of_texts([f'{{"v":{i}}}' for i in range(4, 8)]))  # 7 > 5: drops 2
+    assert len(b) == 5 and b.dropped == 2
+    assert [e.data for e in b.read(2, timeout=0)] == [f'{{"v":{i}}}' for i in range(3, 8)]
+    assert b._bytes == sum(len(e.data.encode()) for e in b.read(2, timeout=0))
+    b.close("revoked")
+    assert not b.put(RowBatch.of_texts(['{"v":9}']))
+    assert [e.kind for e in b.read(7, timeout=0)] == ["revoked"]
