@@ -362,6 +362,16 @@ class HandleService:
     def revoke(self, handle_id: str, reason: str) -> bool:
         return self._finish(handle_id, HandleState.REVOKED, reason)
 
+    def close_now(self, handle_id: str, reason: str) -> bool:
+        """Close a handle's buffer as revoked at once (its reader gets `revoked`, nothing more
+        is written to it), ahead of `revoke_many`, which then records the state, detaches it
+        and tells the listeners. A pass over many handles calls this as each is decided, so
+        readers learn without waiting for the rest of the pass. Should the process stop in
+        between, the handle is still live in the store and is decided again at start-up."""
+        with self.lock:
+            buffer = self._buffers.get(handle_id)
+            return buffer.close(HandleState.REVOKED.value, reason) if buffer is not None else False
+
     def revoke_many(self, revocations: Iterable[tuple[str, str]]) -> list[str]:
         """Revoke several handles at once ((handle id, reason) pairs); returns those revoked."""
         return self.finish_many([(hid, HandleState.REVOKED, why) for hid, why in revocations])
