@@ -458,6 +458,7 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
                 out, _ = ingest.communicate(timeout=3.0 + warm + seconds + 120)
             put_share = (put_times["put_seconds"] - p0, put_times["puts"] - n0)
             gateway_cpu = (time.process_time() - c0) / (time.time() - w0)
+            memory = rss_mib()
             time.sleep(3.0)  # the last rows reach their readers
         # Revocation: the owner deletes the one policy behind every handle while all readers
         # are connected; each reader notes when its `revoked` event arrives, and a reader
@@ -510,7 +511,28 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
             "ingest": ingested, "seconds": seconds, "gateway_cpu": gateway_cpu,
             "last_seq": ingested["last_seq"], "procs": procs, "put": put_share,
             "revoke_call": revoke_call, "revoked": revoked, "pass_rate": pass_rate,
-            "after_revoked": after_revoked}
+            "after_revoked": after_revoked, "memory": memory}
+
+
+def rss_mib() -> tuple[float, float]:
+    """Resident memory (MiB) of this process (the gateway) and of Spark's JVM (nan if none)."""
+    def of(pid: int) -> float:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return float("nan")
+    jvm = float("nan")
+    try:
+        from pyspark import SparkContext
+        proc = getattr(SparkContext._gateway, "proc", None)
+        if proc is not None:
+            jvm = of(proc.pid)
+    except Exception:  # noqa: BLE001 - no Spark (fake runtime)
+        pass
+    return of(os.getpid()), jvm
 
 
 def report(r: dict, rate: int) -> None:
@@ -542,7 +564,9 @@ def report(r: dict, rate: int) -> None:
               f"there; appending; waking the readers): {r['put'][0] / r['put'][1] * 1e6:.1f} us "
               f"per row, {r['put'][0]:.2f} s for {r['put'][1]:,} rows; the rest of routing is "
               f"the runtime's own")
-    print(f"  gateway process CPU: {r['gateway_cpu']:.2f} cores on average")
+    print(f"  gateway process CPU: {r['gateway_cpu']:.2f} cores on average; resident memory "
+          f"at the end of ingest: gateway (Python) {r['memory'][0]:.0f} MiB, Spark's JVM "
+          f"{r['memory'][1]:.0f} MiB")
     rv = r["revoked"]
     print(f"  revocation (the owner deletes the policy behind all {r['n']:,} handles): the "
           f"DELETE returned in {r['revoke_call'] * 1000:.0f} ms; {len(rv):,} readers got "
