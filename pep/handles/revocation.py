@@ -244,7 +244,10 @@ class RevocationService:
         revoked = 0
         with self.handles.lock:
             self.handles.policy_epoch += 1
-            targets = self.affected(self.handles.live(), change)
+            resources = getattr(change, "resources", None)
+            live = (self.handles.live() if resources is None
+                    else self.handles.live_on_streams(resources))
+            targets = self.affected(live, change)
             if targets:
                 revoked = self._apply_all(targets, engine, why)
         if self.observer is not None:

@@ -132,7 +132,13 @@ class HandleService:
 
     def live_on(self, stream: str) -> list[HandleRecord]:
         """The live handles that read `stream` (a join's on either side)."""
-        return [r for r in self.store.live() if stream in r.streams]
+        return self.live_on_streams((stream,))
+
+    def live_on_streams(self, streams: Iterable[str]) -> list[HandleRecord]:
+        """The live handles that read any of `streams` (a join's on either side), read
+        through the store's stream index: the cost follows them, not every live handle."""
+        names = set(streams)
+        return [r for r in self.store.live_on(names) if any(s in names for s in r.streams)]
 
     # -- opening ----------------------------------------------------------------------------------
 

@@ -150,3 +150,24 @@ def test_each_revoked_reader_learns_it_as_its_handle_is_decided(gw):
     assert seen_closed[0] == [False, False]
     assert sum(seen_closed[1]) == 1  # the first one decided was already closed
     assert all(services.handles.get(h).state.value == "revoked" for h in on_s0)
+
+
+def test_a_policy_change_reads_only_the_handles_on_its_streams(gw):
+    """The pass reads live handles through the stream index (`HandleStore.live_on`), never the
+    whole live table, when the change names its streams; the handles elsewhere are untouched."""
+    client, services, hub, handles, calls = gw
+    store = services.handles.store
+    read_all = []
+    original = store.live
+
+    def counting_live():
+        read_all.append(1)
+        return original()
+    store.live = counting_live
+    r = client.delete("/policies/urn:t:s3", headers=auth_header("nea"))
+    assert r.status_code in (200, 204)
+    assert read_all == []
+    assert sorted(calls) == sorted(CONSUMERS)
+    after = states(services, handles)
+    assert all(v == ("revoked" if name == "s3" else "live") for (_, name), v in after.items())
+    assert {r.id for r in store.live_on({"s1"})} == {handles[(w, "s1")] for w in CONSUMERS}
