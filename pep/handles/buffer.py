@@ -10,8 +10,8 @@ waits for it to take the rows about to be dropped, at most `MAX_PUT_WAIT` second
 (a reader that does not keep up within that bound loses rows, so one slow
 reader can hold its stream's shared query back by that much at most). That bound is spent once
 per episode, not per delivery: after a wait ran out, later deliveries drop at once until the
-reader has caught up (a read that had everything), and an idle reader's grace is given again only
-after it read; otherwise every micro-batch would wait again for every such reader, holding back
+reader has caught up (a read that had everything), and an idle reader's grace counts from the
+first wake since its last read (a reader woken long ago that never came is stalled); otherwise every micro-batch would wait again for every such reader, holding back
 all the stream's other handles (issue 26: a new consumer's first row took 11.5 s once readers
 that stopped reading had piled up). Event ids grow
 strictly per handle, also across restarts: after the n-th restart ids start at n * 2**40, so a
@@ -112,7 +112,7 @@ class HandleBuffer:
         # reader's grace ran out unread): later puts drop at once instead of waiting again,
         # until a read (idle grace) or a read that has everything (lagging) shows it back.
         self._lagging = False
-        self._grace_spent = False
+        self._woken_at: float | None = None  # first wake since the last read (monotonic)
         self._waiters: tuple[Callable[[], None], ...] = ()
 
     @property
@@ -149,6 +149,8 @@ class HandleBuffer:
 
     def _wake(self) -> None:
         """Under the lock: wake blocked readers and call the waiters."""
+        if self._woken_at is None and self._waiters:
+            self._woken_at = time.monotonic()
         self._cond.notify_all()
         for waiter in self._waiters:
             try:
@@ -203,12 +205,13 @@ class HandleBuffer:
                         # Not read for a while. A reader whose last read had everything was idle
                         # (nothing to read), not slow: wake it and give it the stall bound to
                         # come, once. Otherwise no reader, or it stopped reading: drop.
-                        if (idle_grace is None and self._caught_up and self._waiters
-                                and not self._grace_spent):
-                            idle_grace = now + self.reader_stall
+                        # The grace counts from the first wake since its last read: a reader
+                        # woken that long ago that never came is stalled (its socket full),
+                        # not idle, and gets none.
+                        if idle_grace is None and self._caught_up and self._waiters:
+                            idle_grace = (now if self._woken_at is None
+                                          else self._woken_at) + self.reader_stall
                         if idle_grace is None or now >= idle_grace:
-                            if idle_grace is not None:
-                                self._grace_spent = True  # it did not come: stalled, not idle
                             break
                     self._wake()
                     self._cond.wait(min(self.reader_stall, deadline - now))
@@ -297,8 +300,7 @@ class HandleBuffer:
                 self._reading -= 1
                 self._last_read = time.monotonic()
             self._caught_up = not events or events[-1].id >= self._last
-            if events:
-                self._grace_spent = False
+            self._woken_at = None  # it came
             if self._caught_up:
                 self._lagging = False
             if events and not events[-1].final and events[-1].id > self._read_upto:

@@ -475,9 +475,9 @@ def test_a_reader_that_did_not_keep_up_is_waited_for_once_per_episode():
 
 
 def test_an_idle_reader_gets_its_grace_once_until_it_reads_again():
-    """A reader whose last read had everything (idle) and that is woken by a waiter gets one
-    grace; when it does not come (its socket is full: stalled, not idle), the next puts do not
-    wait again until it reads."""
+    """A reader whose last read had everything (idle) and that is woken by a waiter gets a
+    grace counted from the first wake since that read; when it does not come (its socket is
+    full: stalled, not idle), the next puts do not wait again until it reads."""
     from pep.core.rows import RowBatch
     b = HandleBuffer(max_rows=3)
     b.max_put_wait, b.reader_stall = 5.0, 0.3

@@ -68,7 +68,8 @@ class Deliveries(threading.Thread):
 
 
 @pytest.fixture
-def gateway(tmp_path):
+def gateway(tmp_path, request):
+    write_timeout = getattr(request, "param", WRITE_TIMEOUT)
     subjects = [f"c{i:03d}" for i in range(ROUNDS * (STALLED + SLOW + 1))]
     data = tmp_path / "data"
     data.mkdir()
@@ -77,7 +78,7 @@ def gateway(tmp_path):
         {"token": token(s), "subject": s, "roles": ["consumer"], "admin": False}
         for s in subjects])
     config = GatewayConfig(data_dir=data, auth_file=data / "auth.json", policies_dir=None,
-                           port=0, heartbeat=1.0, write_timeout=WRITE_TIMEOUT, threads=8)
+                           port=0, heartbeat=1.0, write_timeout=write_timeout, threads=8)
     runtime = RecordingRuntime()
     services = build_services(config, runtime=runtime)
     services.handles.max_rows = BUFFER_ROWS  # full within a round: deliveries meet full buffers
@@ -176,4 +177,44 @@ def test_new_consumer_first_row_every_round_of_dropped_readers(gateway):
         for s in sockets:
             s.close()
     print("\nfirst row of a new consumer per round (s):", [round(f, 3) for f in firsts])
+    assert all(f < FIRST_ROW_BOUND for f in firsts), firsts
+
+
+@pytest.mark.parametrize("gateway", [120.0], indirect=True)
+def test_new_consumer_first_row_while_stalled_readers_hold_full_buffers(gateway):
+    """Readers that stopped reading but are not cut yet (a long write bound), their buffers
+    full: each round adds more, and a new consumer's first row still comes at once. Each
+    stalled reader's last read had everything (it looked idle): one grace, then its rows are
+    dropped instead of every delivery waiting for it again (before: about 2 s per such handle
+    and delivery, the new consumer's rows behind them all)."""
+    server, runtime, app, subjects = gateway
+    readers = app.blueprints["xsg_handles"].readers
+    deliveries = Deliveries(runtime)
+    deliveries.start()
+    firsts: list[float] = []
+    sockets: list[socket.socket] = []
+    try:
+        for r in range(ROUNDS):
+            group = subjects[r * (STALLED + SLOW + 1):(r + 1) * (STALLED + SLOW + 1)]
+            stalled = group[:STALLED // 2]
+            for s in stalled:
+                hid = open_handle(server.url, s)
+                deliveries.add(hid)
+                sockets.append(raw_reader(server.port, hid, s))
+            deadline = time.monotonic() + 30
+            while (sum(readers.count(s) for s in stalled) < len(stalled)
+                   and time.monotonic() < deadline):
+                time.sleep(0.05)
+            time.sleep(3.0)  # their sockets and buffers fill up
+            assert sum(readers.count(s) for s in stalled) == len(stalled)  # not cut
+            fresh = group[STALLED + SLOW]
+            hid = open_handle(server.url, fresh)
+            deliveries.add(hid)
+            firsts.append(first_row_after(server.port, hid, fresh, 60.0))
+    finally:
+        deliveries.stop()
+        for s in sockets:
+            s.close()
+    print("\nfirst row of a new consumer per round, stalled readers connected (s):",
+          [round(f, 3) for f in firsts])
     assert all(f < FIRST_ROW_BOUND for f in firsts), firsts
