@@ -8,7 +8,12 @@ reading (inside `read`, or left it less than `READER_STALL` seconds ago, or woke
 after a read that had everything: idle, not slow) is not overrun by one large delivery: `put`
 waits for it to take the rows about to be dropped, at most `MAX_PUT_WAIT` seconds per delivery
 (a reader that does not keep up within that bound loses rows, so one slow
-reader can hold its stream's shared query back by that much at most). Event ids grow
+reader can hold its stream's shared query back by that much at most). That bound is spent once
+per episode, not per delivery: after a wait ran out, later deliveries drop at once until the
+reader has caught up (a read that had everything), and an idle reader's grace counts from the
+first wake since its last read (a reader woken long ago that never came is stalled); otherwise every micro-batch would wait again for every such reader, holding back
+all the stream's other handles (issue 26: a new consumer's first row took 11.5 s once readers
+that stopped reading had piled up). Event ids grow
 strictly per handle, also across restarts: after the n-th restart ids start at n * 2**40, so a
 reader resuming with an id from before a restart gets a `gap` with an unknown count (the rows in
 memory died with the process). Closing the buffer (revocation, release) DISCARDS rows not yet
@@ -103,6 +108,11 @@ class HandleBuffer:
         self._reading = 0  # readers inside read() now
         self._last_read = -math.inf  # monotonic time a reader last left read()
         self._caught_up = False  # the last read returned everything there was
+        # A put already waited its bound for this reader and it did not keep up (or an idle
+        # reader's grace ran out unread): later puts drop at once instead of waiting again,
+        # until a read (idle grace) or a read that has everything (lagging) shows it back.
+        self._lagging = False
+        self._woken_at: float | None = None  # first wake since the last read (monotonic)
         self._waiters: tuple[Callable[[], None], ...] = ()
 
     @property
@@ -139,6 +149,8 @@ class HandleBuffer:
 
     def _wake(self) -> None:
         """Under the lock: wake blocked readers and call the waiters."""
+        if self._woken_at is None and self._waiters:
+            self._woken_at = time.monotonic()
         self._cond.notify_all()
         for waiter in self._waiters:
             try:
@@ -162,24 +174,44 @@ class HandleBuffer:
         with self._cond:
             if self._final is not None:
                 return False
-            deadline = idle_grace = None
             entries = self._entries
+            n = len(encoded)
+            if (isinstance(rows, RowBatch) and self._nrows + n <= self.max_rows
+                    and self._bytes + rows.nbytes <= self.max_bytes):
+                # all of it fits: nothing is dropped, so no reader is waited for; appended in
+                # one step (the batch's size comes from Arrow, not from a pass over its rows)
+                first = self._last + 1
+                entries.extend(zip(range(first, first + n), encoded, itertools.repeat(None, n)))
+                self._last += n
+                self._nrows += n
+                self._bytes += rows.nbytes
+                if n:
+                    self._wake()
+                return True
+            deadline = idle_grace = None
             for text in encoded:
                 size = len(text) if text.isascii() else len(text.encode("utf-8"))
                 # the oldest row is about to be dropped before a reading reader took it: wait
-                while (entries and entries[0][0] > self._read_upto
+                while (entries and entries[0][0] > self._read_upto and not self._lagging
                        and (self._nrows >= self.max_rows
                             or self._bytes + size > self.max_bytes)):
                     now = time.monotonic()
                     deadline = now + self.max_put_wait if deadline is None else deadline
                     if now >= deadline:
+                        # it did not keep up: no more waiting for it until it has caught up,
+                        # or every delivery (and the stream's other handles) would wait again
+                        self._lagging = True
                         break
                     if not self._reading and now - self._last_read > self.reader_stall:
                         # Not read for a while. A reader whose last read had everything was idle
                         # (nothing to read), not slow: wake it and give it the stall bound to
-                        # come. Otherwise no reader, or it stopped reading: drop.
+                        # come, once. Otherwise no reader, or it stopped reading: drop.
+                        # The grace counts from the first wake since its last read: a reader
+                        # woken that long ago that never came is stalled (its socket full),
+                        # not idle, and gets none.
                         if idle_grace is None and self._caught_up and self._waiters:
-                            idle_grace = now + self.reader_stall
+                            idle_grace = (now if self._woken_at is None
+                                          else self._woken_at) + self.reader_stall
                         if idle_grace is None or now >= idle_grace:
                             break
                     self._wake()
@@ -269,6 +301,9 @@ class HandleBuffer:
                 self._reading -= 1
                 self._last_read = time.monotonic()
             self._caught_up = not events or events[-1].id >= self._last
+            self._woken_at = None  # it came
+            if self._caught_up:
+                self._lagging = False
             if events and not events[-1].final and events[-1].id > self._read_upto:
                 self._read_upto = events[-1].id
                 self._cond.notify_all()  # a put may be waiting for this reader

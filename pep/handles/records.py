@@ -98,7 +98,8 @@ CREATE TABLE IF NOT EXISTS handles (
     state TEXT NOT NULL, reason TEXT, created_at TEXT NOT NULL, updated_at TEXT,
     generation INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS handles_subject ON handles (subject);
-CREATE INDEX IF NOT EXISTS handles_state ON handles (state)
+CREATE INDEX IF NOT EXISTS handles_state ON handles (state);
+CREATE INDEX IF NOT EXISTS handles_stream ON handles (stream, state)
 """
 
 
@@ -154,6 +155,27 @@ class HandleStore:
         rows = self._db.fetchall(f"SELECT {self._COLUMNS} FROM handles WHERE state = 'live'"
                                  " ORDER BY created_at, id")
         return [self._record(r) for r in rows]
+
+    def live_on(self, streams: Iterable[str]) -> list[HandleRecord]:
+        """The live handles that may read one of `streams`: those on them, and every join
+        (whose second stream is in its plan; the caller checks `HandleRecord.streams`). Read
+        through the stream index: the cost follows these handles, not all live ones."""
+        names = sorted(set(streams))
+        found: dict[str, HandleRecord] = {}
+        for start in range(0, len(names), 500):  # SQLite's bound on parameters per statement
+            chunk = names[start:start + 500]
+            marks = ", ".join("?" * len(chunk))
+            for row in self._db.fetchall(
+                    f"SELECT {self._COLUMNS} FROM handles WHERE state = 'live' "
+                    f"AND stream IN ({marks})", chunk):
+                record = self._record(row)
+                found[record.id] = record
+        for row in self._db.fetchall(
+                f"SELECT {self._COLUMNS} FROM handles WHERE state = 'live' "
+                "AND plan_json LIKE '{\"join\":%'"):
+            record = self._record(row)
+            found[record.id] = record
+        return sorted(found.values(), key=lambda r: (r.created_at, r.id))
 
     def finish(self, handle_id: str, state: HandleState, reason: str | None) -> bool:
         """live -> a terminal state; False when the handle was not live (nothing changes)."""

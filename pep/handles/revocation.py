@@ -16,7 +16,9 @@ When it happens:
   deletion only those that depended on the deleted policy (a policy that did not apply
   to a decision cannot change it by disappearing). Handles with identical requests from one
   caller are decided once per pass, and the revocations of a pass are written in one
-  transaction and published to proxies as one event.
+  transaction and published to proxies as one event. Each revoked handle's buffer is closed
+  as soon as its handle is decided (`HandleService.close_now`), so its reader gets `revoked`
+  without waiting for the rest of the pass.
 - when subjects' identities change (`on_identity_change`): the auth file re-read (a change on
   disk, seen by its watcher or at a request, or SIGHUP), a subject removed from it, or a JWT
   whose claims differ from the ones remembered. Only the live handles of those subjects are
@@ -197,7 +199,9 @@ class RevocationService:
                 if tuple(sorted(record.policy_ids)) != verdict.policy_ids:
                     policy_updates[record.id] = verdict.policy_ids
             else:
-                revocations.append((record.id, f"{why}: {verdict.reason}"))
+                reason = f"{why}: {verdict.reason}"
+                self.handles.close_now(record.id, reason)  # its reader learns it now
+                revocations.append((record.id, reason))
         if policy_updates:
             self.handles.set_policy_ids_many(policy_updates)
         revoked = self.handles.revoke_many(revocations)
@@ -240,7 +244,10 @@ class RevocationService:
         revoked = 0
         with self.handles.lock:
             self.handles.policy_epoch += 1
-            targets = self.affected(self.handles.live(), change)
+            resources = getattr(change, "resources", None)
+            live = (self.handles.live() if resources is None
+                    else self.handles.live_on_streams(resources))
+            targets = self.affected(live, change)
             if targets:
                 revoked = self._apply_all(targets, engine, why)
         if self.observer is not None:

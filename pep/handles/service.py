@@ -128,7 +128,13 @@ class HandleService:
 
     def live_on(self, stream: str) -> list[HandleRecord]:
         """The live handles that read `stream` (a join's on either side)."""
-        return [r for r in self.store.live() if stream in r.streams]
+        return self.live_on_streams((stream,))
+
+    def live_on_streams(self, streams: Iterable[str]) -> list[HandleRecord]:
+        """The live handles that read any of `streams` (a join's on either side), read
+        through the store's stream index: the cost follows them, not every live handle."""
+        names = set(streams)
+        return [r for r in self.store.live_on(names) if any(s in names for s in r.streams)]
 
     # -- opening ----------------------------------------------------------------------------------
 
@@ -361,6 +367,16 @@ class HandleService:
 
     def revoke(self, handle_id: str, reason: str) -> bool:
         return self._finish(handle_id, HandleState.REVOKED, reason)
+
+    def close_now(self, handle_id: str, reason: str) -> bool:
+        """Close a handle's buffer as revoked at once (its reader gets `revoked`, nothing more
+        is written to it), ahead of `revoke_many`, which then records the state, detaches it
+        and tells the listeners. A pass over many handles calls this as each is decided, so
+        readers learn without waiting for the rest of the pass. Should the process stop in
+        between, the handle is still live in the store and is decided again at start-up."""
+        with self.lock:
+            buffer = self._buffers.get(handle_id)
+            return buffer.close(HandleState.REVOKED.value, reason) if buffer is not None else False
 
     def revoke_many(self, revocations: Iterable[tuple[str, str]]) -> list[str]:
         """Revoke several handles at once ((handle id, reason) pairs); returns those revoked."""

@@ -56,6 +56,7 @@ from pep.runtime.labels import label_code, label_holds, label_outcome
 from pep.runtime.encode import json_array, value_texts
 from pep.runtime.masks import (MASK_ARROW, MASKS_TYPE, hashed_text, is_hash, let, mask_struct,
                                masked_column, masked_double, masked_long, masked_text)
+from pep.runtime.matcher import GroupedMatcher, value_column
 from pep.runtime.memo import OwnedCache
 from pep.runtime.privacy import bound_arrays, clamped, is_private
 from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN, build_source
@@ -470,6 +471,8 @@ class StreamExecutor:
         self._anchors = AnchorTracker(spark, value_arrays, definition.schema,  # DISTANCE_TO
                                       long_array)
         self._few: tuple[tuple, Column] | None = None  # the few-plans matcher and its plans
+        self._grouped: tuple[int, GroupedMatcher | None] | None = None  # (plans' version, it)
+        self._anchored: tuple[int, list[CompiledPlan]] | None = None  # plans with DISTANCE_TO
         self._codegen: str | None = None  # whole-stage codegen as set in the query's session
         self.started_at: float | None = None
         self.last_batch_started_at: float | None = None
@@ -636,7 +639,7 @@ class StreamExecutor:
         self._anchors = self._anchors.with_schema(definition.schema)
         with self._table_lock:
             self._table = None
-        self._shape, self._few = None, None
+        self._shape, self._few, self._grouped, self._anchored = None, None, None, None
         StreamCheckpoint.for_stream(self.work_dir, definition).adopt(old)
         self._stopped = False
         self.start()
@@ -1057,6 +1060,24 @@ class StreamExecutor:
         return (batch.select(*base, plans_column.alias(PLANS_COLUMN))
                 .select(*keep).where(nonempty))
 
+    def values_frame(self, batch: DataFrame, shape: Shape, grouped: GroupedMatcher
+                     ) -> DataFrame:
+        """Plain plans matched by a `GroupedMatcher`: every tuple once, its projected
+        attributes and the values the plans' comparisons read (one compiled job, no plan
+        table)."""
+        columns = list(shape.plain_columns)
+        base = self._base_columns(shape, columns, False)
+        order = self._order_columns(shape)
+
+        def build() -> list[Column]:
+            arrays = {"d": F.col(NUMS_COLUMN), "l": F.col(LNGS_COLUMN), "s": F.col(STRS_COLUMN)}
+            return ([F.col(f"`{n}`") for n in columns] + [F.col(c) for c in order]
+                    + [F.element_at(arrays[fam], a).alias(value_column(a, fam))
+                       for a, fam in grouped.columns])
+        keep = _shared_expressions(("grouped-values", self._schema, tuple(columns), tuple(order),
+                                    grouped.columns), build)
+        return batch.select(*base).select(*keep)
+
     def _masked_rows(self, columns: list[str], order: list[str], shape: Shape
                      ) -> tuple[list[Column], list[Column]]:
         """The rows job when some plan masks: a row per emission (`masked_emissions`), its
@@ -1258,14 +1279,20 @@ class StreamExecutor:
                 self._completed_batch = batch_id
                 return
             t0 = time.perf_counter()
-            self._anchors.update(batch, [s.compiled for s in plans])  # nothing without DISTANCE_TO
+            if self._anchored is None or self._anchored[0] != version:
+                self._anchored = (version, [s.compiled for s in plans if s.compiled.anchors])
+            self._anchors.update(batch, self._anchored[1])  # nothing without DISTANCE_TO
             shape = self._shape_of(plans, version)
-            table, scalar = self._plan_table(plans, version, shape)
+            rows_by = self._rows_matcher(plans, shape, version)
+            scalar = None
+            if rows_by is None or any(not s.rows for s in plans):
+                # the plan table: only for what the compiled matchers leave to it
+                table, scalar = self._plan_table(plans, version, shape)
             t1 = time.perf_counter()
             closed: list[str] = []
             spark_s = 0.0
-            if scalar is not None:
-                closed, spark_s = self._evaluate(batch, plans, shape, scalar)
+            if scalar is not None or rows_by is not None:
+                closed, spark_s = self._evaluate(batch, plans, shape, scalar, rows_by)
             t2 = time.perf_counter()
             # the evaluation jobs incl. toArrow, then the driver's share (windows, encoding,
             # delivery): the same split as before, read by tests/bench
@@ -1290,8 +1317,30 @@ class StreamExecutor:
             if not self._stopped:
                 self.last_batch_at = time.time()
 
+    def _rows_matcher(self, plans: list[_PlanState], shape: Shape, version: int
+                      ) -> Column | GroupedMatcher | None:
+        """How the rows job matches tuples to the row plans: a few plans, one compiled Column
+        each (`few_plans_column`); more, the `GroupedMatcher` (one compiled job returning the
+        values the filters read, the tests as array kernels per shape); None: the plan table
+        (spatial, masked or label comparisons)."""
+        if shape.spatial or shape.masked:
+            return None
+        plain = [s for s in plans if s.rows and not s.compiled.passes_nothing]
+        if not plain:
+            return None
+        windowed = any(not s.rows for s in plans)
+        if len(plain) <= FEW_PLANS and not windowed:
+            key = tuple((s.id, s.compiled.key, s.compiled.start_after) for s in plain)
+            if self._few is None or self._few[0] != key:
+                self._few = (key, few_plans_column([(s.id, s.compiled) for s in plain]))
+            return self._few[1]
+        if self._grouped is None or self._grouped[0] != version:
+            self._grouped = (version, GroupedMatcher.build([(s.id, s.compiled) for s in plain]))
+        return self._grouped[1]
+
     def _evaluate(self, batch: DataFrame, plans: list[_PlanState], shape: Shape,
-                  scalar: Column) -> tuple[list[str], float]:
+                  scalar: Column | None, rows_by: Column | GroupedMatcher | None = None
+                  ) -> tuple[list[str], float]:
         """Run the batch's jobs and hand out their results; (closed handles, seconds in
         Spark jobs)."""
         started = time.perf_counter()
@@ -1305,13 +1354,9 @@ class StreamExecutor:
         # plans over 5,000 rows: 1.9 s -> 1.2 s, 9 s -> 1.1 s with a spatial predicate). Only
         # in the stream query's own clone of the session (a batch handed in from the gateway's
         # session, as some tests do, leaves it alone), so other queries keep their setting.
-        few = None
-        if not windowed and not shape.spatial and not shape.masked and 0 < len(plain) <= FEW_PLANS:
-            key = tuple((s.id, s.compiled.key, s.compiled.start_after) for s in plain)
-            if self._few is None or self._few[0] != key:
-                self._few = (key, few_plans_column([(s.id, s.compiled) for s in plain]))
-            few = self._few[1]
-        codegen = "true" if few is not None else "false"
+        few = rows_by if isinstance(rows_by, Column) else None
+        grouped = rows_by if isinstance(rows_by, GroupedMatcher) else None
+        codegen = "true" if rows_by is not None and not windowed else "false"
         if codegen != self._codegen:  # a query keeps its session: set when the choice changes
             session = batch.sparkSession
             if not session._jsparkSession.equals(self.spark._jsparkSession):
@@ -1321,7 +1366,10 @@ class StreamExecutor:
         observed = batch.observe(observation, *self._observed(shape))
         rows_arrow = panes_arrow = None
         if plain and shape.plain_columns:
-            rows_arrow = self.rows_frame(observed, scalar, shape, few).toArrow()
+            if grouped is not None:
+                rows_arrow = self.values_frame(observed, shape, grouped).toArrow()
+            else:
+                rows_arrow = self.rows_frame(observed, scalar, shape, few).toArrow()
             panes_source = batch
         else:
             panes_source = observed
@@ -1344,7 +1392,7 @@ class StreamExecutor:
                 self.stats_counters["driver_rows"] += arrow.num_rows
                 self.stats_counters["driver_bytes"] += arrow.nbytes
         if rows_arrow is not None and rows_arrow.num_rows:
-            closed += self._route_rows(rows_arrow, plain, shape)
+            closed += self._route_rows(rows_arrow, plain, shape, grouped)
         if windowed:
             closed += self._route_panes(panes_arrow, windowed, shape)
         return closed, spark_s
@@ -1357,17 +1405,23 @@ class StreamExecutor:
             self.stats_counters["max_position"] = seq if top is None else max(top, seq)
 
     # ----- plain plans: order, encode once per projection, deliver ---------------------------
-    def _route_rows(self, arrow: pa.Table, plans: list[_PlanState], shape: Shape) -> list[str]:
+    def _route_rows(self, arrow: pa.Table, plans: list[_PlanState], shape: Shape,
+                    grouped: GroupedMatcher | None = None) -> list[str]:
         keys = [(c, "ascending", "at_end") for c in self._order_columns(shape)]
         arrow = arrow.take(pc.sort_indices(arrow, sort_keys=keys))
-        matches = arrow.column(PIDS_COLUMN).combine_chunks()
-        plan_ids = pc.list_flatten(matches).to_numpy(zero_copy_only=False)
-        row_ids = pc.list_parent_indices(matches).to_numpy(zero_copy_only=False)
-        by_plan = np.argsort(plan_ids, kind="stable")  # keeps stream order within a plan
-        plan_ids, row_ids = plan_ids[by_plan], row_ids[by_plan]
-        ids, starts = np.unique(plan_ids, return_index=True)
+        if grouped is not None:  # a plan's pairs together, in stream order
+            plan_ids, row_ids = grouped.match(arrow, arrow.column(SEQ_COLUMN).combine_chunks())
+        else:
+            matches = arrow.column(PIDS_COLUMN).combine_chunks()
+            plan_ids = pc.list_flatten(matches).to_numpy(zero_copy_only=False)
+            row_ids = pc.list_parent_indices(matches).to_numpy(zero_copy_only=False)
+            by_plan = np.argsort(plan_ids, kind="stable")  # keeps stream order within a plan
+            plan_ids, row_ids = plan_ids[by_plan], row_ids[by_plan]
+        # each plan's pairs are one run: its bounds
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(plan_ids)) + 1)) \
+            if len(plan_ids) else np.empty(0, np.int64)
         ends = list(starts[1:].tolist()) + [len(plan_ids)]
-        bounds = dict(zip(ids.tolist(), zip(starts.tolist(), ends)))
+        bounds = dict(zip(plan_ids[starts].tolist(), zip(starts.tolist(), ends)))
         seqs = arrow.column(SEQ_COLUMN).combine_chunks().fill_null(NO_SEQ).to_numpy()
         groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[_PlanState]] = {}
         closed: list[str] = []

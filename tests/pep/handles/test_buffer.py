@@ -428,3 +428,68 @@ def test_a_woken_reader_that_does_not_come_is_given_up_on():
     assert buf.put(rows(0, 100))
     assert 0.15 <= time.monotonic() - t0 < 2  # waited the stall bound once, then dropped
     assert len(buf) == 10
+
+
+def test_a_row_batch_that_fits_is_appended_at_once_and_counted_exactly():
+    """The bulk path (a RowBatch with room for all of it): ids in order, the bytes it counts
+    are the rows' UTF-8 bytes, and the bounds hold once later batches no longer fit."""
+    from pep.core.rows import RowBatch
+    b = HandleBuffer(max_rows=5, max_bytes=10_000)
+    assert b.put(RowBatch.of_texts(['{"v":1}', '{"v":"é"}', '{"v":3}']))
+    assert [e.id for e in b.read(0, timeout=0)] == [1, 2, 3]
+    assert b._bytes == sum(len(t.encode()) for t in ('{"v":1}', '{"v":"é"}', '{"v":3}'))
+    assert b.put(RowBatch.of_texts([f'{{"v":{i}}}' for i in range(4, 8)]))  # 7 > 5: drops 2
+    assert len(b) == 5 and b.dropped == 2
+    assert [e.data for e in b.read(2, timeout=0)] == [f'{{"v":{i}}}' for i in range(3, 8)]
+    assert b._bytes == sum(len(e.data.encode()) for e in b.read(2, timeout=0))
+    b.close("revoked")
+    assert not b.put(RowBatch.of_texts(['{"v":9}']))
+    assert [e.kind for e in b.read(7, timeout=0)] == ["revoked"]
+
+
+def test_a_reader_that_did_not_keep_up_is_waited_for_once_per_episode():
+    """After one put waited its bound for a reading reader that fell behind, the next puts
+    drop at once (they would otherwise hold back every handle of the stream each micro-batch)
+    until the reader has caught up; then puts wait for it again."""
+    from pep.core.rows import RowBatch
+    b = HandleBuffer(max_rows=10)
+    b.max_put_wait, b.reader_stall = 0.4, 5.0
+    assert b.put(RowBatch.of_texts([f'{{"v":{i}}}' for i in range(10)]))
+    b.read(0, timeout=0, limit=1)  # reading, slowly: took one row
+    started = time.monotonic()
+    assert b.put(RowBatch.of_texts(['{"v":10}', '{"v":11}']))  # waits its bound, then drops
+    assert 0.3 <= time.monotonic() - started < 3
+    started = time.monotonic()
+    for i in range(5):
+        assert b.put(RowBatch.of_texts([f'{{"v":{20 + i}}}']))
+    assert time.monotonic() - started < 0.2  # lagging: no more waiting
+    events = b.read(1, timeout=0)  # it catches up (a gap first: rows were dropped)
+    assert events[0].kind == "gap" and events[-1].data == '{"v":24}'
+    assert b.read(events[-1].id, timeout=0) == []
+    taker = threading.Thread(target=lambda: (time.sleep(0.2), b.read(events[-1].id, timeout=0)))
+    taker.start()
+    started = time.monotonic()
+    assert b.put(RowBatch.of_texts([f'{{"v":{30 + i}}}' for i in range(10)]))
+    taker.join()
+    assert time.monotonic() - started >= 0.1  # caught up: waited for the reader again
+
+
+def test_an_idle_reader_gets_its_grace_once_until_it_reads_again():
+    """A reader whose last read had everything (idle) and that is woken by a waiter gets a
+    grace counted from the first wake since that read; when it does not come (its socket is
+    full: stalled, not idle), the next puts do not wait again until it reads."""
+    from pep.core.rows import RowBatch
+    b = HandleBuffer(max_rows=3)
+    b.max_put_wait, b.reader_stall = 5.0, 0.3
+    b.add_waiter(lambda: None)
+    assert b.put(RowBatch.of_texts(['{"v":0}']))
+    assert len(b.read(0, timeout=0)) == 1  # caught up
+    b._last_read -= 1.0  # it left read() a while ago: idle
+    assert b.put(RowBatch.of_texts(['{"v":1}', '{"v":2}', '{"v":3}']))  # fits: no wait
+    started = time.monotonic()
+    assert b.put(RowBatch.of_texts(['{"v":4}']))  # full, unread: the grace, once
+    assert 0.2 <= time.monotonic() - started < 2
+    started = time.monotonic()
+    for i in range(5):
+        assert b.put(RowBatch.of_texts([f'{{"v":{5 + i}}}']))
+    assert time.monotonic() - started < 0.2

@@ -128,3 +128,46 @@ def test_policies_that_mention_time_are_tracked_per_change(gw):
     assert services.revocation.time_sensitive
     client.delete("/policies/urn:t:timed", headers=auth_header("nea"))
     assert not services.revocation.time_sensitive
+
+
+def test_each_revoked_reader_learns_it_as_its_handle_is_decided(gw):
+    """Within one pass, a handle found no longer permitted has its buffer closed (`revoked`,
+    nothing more written) before the next handle is decided, not at the end of the pass; the
+    pass still records every revocation."""
+    client, services, hub, handles, calls = gw
+    on_s0 = [handles[(who, "s0")] for who in CONSUMERS]
+    seen_closed = []
+    decide = services.revocation.decide_and_plan
+
+    def watching(*args, **kwargs):
+        seen_closed.append([services.handles._buffers[h].closed for h in on_s0])
+        return decide(*args, **kwargs)
+
+    services.revocation.decide_and_plan = watching
+    r = client.delete("/policies/urn:t:s0", headers=auth_header("nea"))
+    assert r.status_code in (200, 204)
+    assert len(seen_closed) == 2
+    assert seen_closed[0] == [False, False]
+    assert sum(seen_closed[1]) == 1  # the first one decided was already closed
+    assert all(services.handles.get(h).state.value == "revoked" for h in on_s0)
+
+
+def test_a_policy_change_reads_only_the_handles_on_its_streams(gw):
+    """The pass reads live handles through the stream index (`HandleStore.live_on`), never the
+    whole live table, when the change names its streams; the handles elsewhere are untouched."""
+    client, services, hub, handles, calls = gw
+    store = services.handles.store
+    read_all = []
+    original = store.live
+
+    def counting_live():
+        read_all.append(1)
+        return original()
+    store.live = counting_live
+    r = client.delete("/policies/urn:t:s3", headers=auth_header("nea"))
+    assert r.status_code in (200, 204)
+    assert read_all == []
+    assert sorted(calls) == sorted(CONSUMERS)
+    after = states(services, handles)
+    assert all(v == ("revoked" if name == "s3" else "live") for (_, name), v in after.items())
+    assert {r.id for r in store.live_on({"s1"})} == {handles[(w, "s1")] for w in CONSUMERS}

@@ -7,6 +7,8 @@ import re
 import time
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
                       StreamSchema, WindowSpec)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
@@ -139,11 +141,20 @@ def expected_time_windows(records, plan):
     return out
 
 
-def test_every_delivered_row_and_window_matches_brute_force(runtime, tmp_path):
+@pytest.mark.parametrize("fillers", [0, 10])
+def test_every_delivered_row_and_window_matches_brute_force(runtime, tmp_path, fillers):
+    """With 10 more plain plans, the row plans are past FEW_PLANS: the GroupedMatcher routes
+    them (and the tuple window's rows), the plan table only the time window."""
     sd = stream(tmp_path)
     plans = {"filter": PLAN_FILTER, "filter-twin": PLAN_FILTER, "tuple": PLAN_TUPLE,
              "time": PLAN_TIME, "nothing": PLAN_NOTHING, "hostile": PLAN_HOSTILE,
              "hostile-ne": PLAN_HOSTILE_NE}
+    for i in range(fillers):
+        plans[f"filler{i}"] = ExecutionPlan("obs", ((Predicate("temp", ">=", 15.0 + i),
+                                                     Predicate("hum", "!=", i)),
+                                                    (Predicate("station", "=", f"s{i % 3}"),
+                                                     Predicate("ok", "=", bool(i % 2)))),
+                                            ("hum", "station", "ts"))
     sinks = {h: Collector() for h in plans}
     started = time.perf_counter()
     for h, p in plans.items():
@@ -166,7 +177,8 @@ def test_every_delivered_row_and_window_matches_brute_force(runtime, tmp_path):
     assert wait_until(lambda: all(len(sinks[h].rows) >= len(want[h]) for h in plans), 60), \
         {h: (len(sinks[h].rows), len(want[h])) for h in plans}
     time.sleep(0.6)  # nothing more may arrive
-    for h in ("filter", "filter-twin", "hostile", "hostile-ne", "nothing"):
+    for h in ("filter", "filter-twin", "hostile", "hostile-ne", "nothing",
+              *(f"filler{i}" for i in range(fillers))):
         assert_rows_equal(sinks[h].rows, want[h])
     assert_rows_equal(sinks["tuple"].rows, want["tuple"])
     got_time = [dict(r, window_start=epoch(r["window_start"]), window_end=epoch(r["window_end"]),
@@ -176,7 +188,7 @@ def test_every_delivered_row_and_window_matches_brute_force(runtime, tmp_path):
 
     stats = runtime.stats()["obs"]
     assert stats["rows_in"] == 120 and stats["batches"] >= 3
-    assert stats["handles"] == 7 and stats["plans"] == 6  # the twin shares its plan
+    assert stats["handles"] == 7 + fillers and stats["plans"] == 6 + fillers  # twin: shared
     assert stats["query_id"] == qid
     assert attach_all < 10
 
@@ -308,3 +320,64 @@ def test_a_few_plans_compiled_agree_with_the_plan_table(spark, tmp_path):
     assert len(generic) > 10
     assert [(r["hum"], sorted(r[PIDS_COLUMN])) for r in compiled] == \
         [(r["hum"], sorted(r[PIDS_COLUMN])) for r in generic]
+
+
+def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
+    """Past FEW_PLANS, the GroupedMatcher (the values the filters read from one compiled job,
+    the tests as array kernels per shape) passes every row to exactly the plans the plan table
+    passes it to: nulls, NaN, a hostile string, booleans, timestamps, longs, OR of ANDs, start
+    positions, shapes shared by plans with other constants and operators."""
+    from dataclasses import replace
+
+    from pep.runtime.compile import compile_plan
+    from pep.runtime.executor import FEW_PLANS, PIDS_COLUMN, StreamExecutor
+    from pep.runtime.matcher import GroupedMatcher
+    sd = stream(tmp_path, "many")
+    ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
+    batch = spark.createDataFrame(
+        [(None if i == 3 else T0 + timedelta(seconds=i),
+          float("nan") if i == 5 else (None if i == 6 else i * 1.5), i,
+          HOSTILE if i == 7 else (None if i == 8 else f"s{i % 3}"), i % 2 == 0,
+          None if i == 9 else i, None) for i in range(30)],
+        "ts timestamp, temp double, hum long, station string, ok boolean, _xsg_seq long, "
+        "_xsg_file string")
+    plans = [ExecutionPlan("many", ((Predicate("station", "=", HOSTILE),),), ("hum",)),
+             replace(ExecutionPlan("many", None, ("hum",)), start_after=15)]
+    for i in range(6):
+        plans += [
+            ExecutionPlan("many", ((Predicate("temp", ">" if i % 2 else ">=", 3.0 * i),
+                                    Predicate("station", "!=", f"s{i % 3}")),
+                                   (Predicate("hum", "<=", i),)), ("hum", "temp")),
+            ExecutionPlan("many", ((Predicate("ok", "=", i % 2 == 0),),), ("hum",)),
+            ExecutionPlan("many", ((Predicate("ts", "<" if i % 2 else ">=",
+                                              (T0 + timedelta(seconds=4 * i)).isoformat()),),),
+                          ("hum",)),
+            replace(ExecutionPlan("many", ((Predicate("temp", "<", 1e300 if i else 7.5),
+                                            Predicate("temp", "!=", 3.0 * i)),), ("hum",)),
+                    start_after=i * 3 if i % 2 else None),
+            ExecutionPlan("many", ((Predicate("station", ">" if i % 2 else "<=", f"s{i % 3}"),),),
+                          ("station",)),
+            ExecutionPlan("many", ((Predicate("hum", "=", 2 * i),),), ("hum",)),
+        ]
+    for i, p in enumerate(plans):
+        ex.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
+    states, version = ex._current()
+    assert len(states) > FEW_PLANS
+    shape = ex._shape_of(states, version)
+    grouped = ex._rows_matcher(states, shape, version)
+    assert isinstance(grouped, GroupedMatcher) and len(grouped.groups) < len(states)
+    _, scalar = ex._plan_table(states, version, shape)
+    generic = ex.rows_frame(batch, scalar, shape).toArrow().to_pylist()
+    expected = sorted((r["hum"], pid) for r in generic for pid in r[PIDS_COLUMN])
+    arrow = ex.values_frame(batch, shape, grouped).toArrow()
+    assert arrow.num_rows == 30  # every tuple once, whatever passes
+    pids, rows = grouped.match(arrow, arrow.column("_xsg_seq").combine_chunks())
+    hums = arrow.column("hum").to_pylist()
+    assert len(expected) > 100
+    assert sorted((hums[r], int(p)) for p, r in zip(pids.tolist(), rows.tolist())) == expected
+    # each plan's pairs together, in stream order
+    runs = [int(p) for i, p in enumerate(pids) if i == 0 or p != pids[i - 1]]
+    assert len(runs) == len(set(runs))
+    assert all(b < d for a, b, c, d in zip(pids, rows, pids[1:], rows[1:]) if a == c)
+    # the executor asks no plan table of Spark when every plan is a grouped row plan
+    assert "_xsg_plans" not in ex.values_frame(batch, shape, grouped).columns

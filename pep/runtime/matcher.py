@@ -1,0 +1,180 @@
+"""Many plain plans matched per micro-batch with array kernels, grouped by shape (no Spark here).
+
+Past `executor.FEW_PLANS` plans the plan table's higher-order functions are what a micro-batch
+costs: Spark runs them interpreted, per tuple and plan (measured here: ~1 s of fixed cost per
+batch for 5,000 plans, the table being a literal in every task, and 3-14 us per tuple and plan
+on top). A `GroupedMatcher` takes that work instead: the rows job returns each tuple of the batch
+once with the values its filters read (one compiled Spark job, no plan table), and the plans'
+tests run here over all tuples and all plans of one shape at once, the constants of a shape
+being arrays. A shape is the structure of a plan's filter: per conjunct, the (attribute, kind)
+of each comparison; plans that differ only in constants, operators and start position share
+one. The outcome of each comparison is the one `executor._predicate_holds` gives (Spark's
+ordering: NaN above every number and equal to itself, a null operand never holds), so what a
+plan passes does not depend on which path evaluated it (a test compares both).
+
+Only plans whose comparisons are doubles, 64-bit integers or strings are grouped; spatial,
+label and masked comparisons stay on the plan table (`GroupedMatcher.build` returns None).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from pep.runtime.compile import (EQUAL, GREATER, INTEGER_KIND, LESS, NUMERIC_KIND, STRING_KIND,
+                                 CompiledPlan)
+
+FAMILY_OF_KIND = {NUMERIC_KIND: "d", INTEGER_KIND: "l", STRING_KIND: "s"}
+# at most this many (tuple, plan) cells are tested at once: bounds the driver's memory per batch
+CELLS_PER_CHUNK = 1 << 21
+NO_START = np.iinfo(np.int64).min
+
+
+def value_column(attribute: int, family: str) -> str:
+    """The rows job's column holding attribute `attribute` (1-based) in `family`."""
+    return f"_xsg_m{attribute}{family}"
+
+
+@dataclass
+class _Comparison:
+    attribute: int
+    family: str
+    masks: np.ndarray      # int8, the accepted outcomes of each plan
+    constants: np.ndarray  # float64, int64 or object (str)
+
+
+@dataclass
+class _Group:
+    ids: np.ndarray                                 # int64 plan ids
+    start_after: np.ndarray                         # int64, NO_START: none
+    conjuncts: tuple[tuple[_Comparison, ...], ...]  # the filter, in disjunctive normal form
+
+
+@dataclass
+class GroupedMatcher:
+    """The plain plans of a stream, grouped by shape; `match` gives (plan ids, row indices)."""
+
+    groups: tuple[_Group, ...]
+    columns: tuple[tuple[int, str], ...]  # (attribute, family) the rows job must return
+
+    @staticmethod
+    def build(plans: list[tuple[int, CompiledPlan]]) -> "GroupedMatcher | None":
+        """None when some plan has a comparison this matcher does not make (spatial, label,
+        masked, or a null constant): the plan table then evaluates them all."""
+        shapes: dict[tuple, list[tuple[int, CompiledPlan]]] = {}
+        for plan_id, compiled in plans:
+            shape = []
+            for conj in compiled.conjuncts:
+                part = []
+                for row in conj:
+                    a, _m, k, n, s = row[:5]
+                    if len(row) > 5 or k not in FAMILY_OF_KIND:
+                        return None
+                    if (s if k == STRING_KIND else n) is None:
+                        return None
+                    part.append((a, k))
+                shape.append(tuple(part))
+            shapes.setdefault(tuple(shape), []).append((plan_id, compiled))
+        groups = []
+        columns: dict[tuple[int, str], None] = {}
+        for shape, members in shapes.items():
+            conjuncts = []
+            for c, conj_shape in enumerate(shape):
+                comparisons = []
+                for j, (a, k) in enumerate(conj_shape):
+                    family = FAMILY_OF_KIND[k]
+                    columns[(a, family)] = None
+                    rows = [compiled.conjuncts[c][j] for _, compiled in members]
+                    masks = np.array([r[1] for r in rows], dtype=np.int8)
+                    if family == "d":
+                        constants = np.array([float(r[3]) for r in rows], dtype=np.float64)
+                    elif family == "l":
+                        constants = np.array([int(r[3]) for r in rows], dtype=np.int64)
+                    else:
+                        constants = np.array([r[4] for r in rows], dtype=object)
+                    comparisons.append(_Comparison(a, family, masks, constants))
+                conjuncts.append(tuple(comparisons))
+            ids = np.array([pid for pid, _ in members], dtype=np.int64)
+            starts = np.array([NO_START if c.start_after is None else int(c.start_after)
+                               for _, c in members], dtype=np.int64)
+            groups.append(_Group(ids, starts, tuple(conjuncts)))
+        return GroupedMatcher(tuple(groups), tuple(columns))
+
+    def match(self, table: pa.Table, seqs: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """(plan ids, row indices) of every (plan, tuple) that passes: each plan's pairs
+        together, its rows ascending (the plans in no particular order). `table` holds the `value_column`s; `seqs` the tuples' positions (a null one: every
+        plan has started)."""
+        positions = (seqs.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64),
+                     seqs.is_valid().to_numpy(zero_copy_only=False))
+        n = table.num_rows
+        values = {key: _values(table.column(value_column(*key)), key[1])
+                  for key in self.columns}
+        plan_ids, row_ids = [], []
+        for group in self.groups:
+            k = len(group.ids)
+            step = max(1, CELLS_PER_CHUNK // max(n, 1))
+            for lo in range(0, k, step):  # chunks of plans: a plan's rows stay together
+                hi = min(k, lo + step)
+                passed = _group_passes(group, values, lo, hi, positions)
+                plans, rows = np.nonzero(passed)  # plan-major, rows ascending within a plan
+                plan_ids.append(group.ids[lo:hi][plans])
+                row_ids.append(rows)
+        if not plan_ids:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate(plan_ids), np.concatenate(row_ids)
+
+
+def _values(column: pa.ChunkedArray, family: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, present) of one attribute in its family."""
+    column = column.combine_chunks()
+    present = column.is_valid().to_numpy(zero_copy_only=False)
+    if family == "d":
+        return column.fill_null(0.0).to_numpy(zero_copy_only=False).astype(np.float64), present
+    if family == "l":
+        return column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), present
+    return np.array(column.fill_null("").to_pylist(), dtype=object), present
+
+
+def _group_passes(group: _Group, values: dict, lo: int, hi: int,
+                  positions: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """(plans lo..hi of the group) x (tuples): the filter and the start position hold."""
+    passed = None
+    for conj in group.conjuncts:
+        holds = None
+        for comp in conj:
+            v, present = values[(comp.attribute, comp.family)]
+            h = _holds(v, comp, lo, hi)
+            h &= present[None, :]
+            holds = h if holds is None else holds & h
+        if holds is None:  # an empty conjunct: passes everything
+            holds = np.ones((hi - lo, len(positions[0])), dtype=bool)
+        passed = holds if passed is None else passed | holds
+    if passed is None:
+        passed = np.zeros((hi - lo, len(positions[0])), dtype=bool)
+    starts = group.start_after[lo:hi]
+    if (starts != NO_START).any():
+        seqs, present = positions
+        passed &= ~present[None, :] | (seqs[None, :] > starts[:, None])
+    return passed
+
+
+def _holds(v: np.ndarray, comp: _Comparison, lo: int, hi: int) -> np.ndarray:
+    """The comparison's outcome for plans lo..hi x tuples, within its accepted outcomes."""
+    c = comp.constants[lo:hi, None]
+    row = v[None, :]
+    if comp.family == "d":
+        # Spark orders NaN above every number, equal to itself
+        v_nan, c_nan = np.isnan(row), np.isnan(c)
+        with np.errstate(invalid="ignore"):
+            less = (row < c) | (~v_nan & c_nan)
+            equal = (row == c) | (v_nan & c_nan)
+            greater = (row > c) | (v_nan & ~c_nan)
+    else:
+        less, equal, greater = row < c, row == c, row > c
+    m = comp.masks[lo:hi, None]
+    return ((less & ((m & LESS) != 0)) | (equal & ((m & EQUAL) != 0))
+            | (greater & ((m & GREATER) != 0)))
+
+
+__all__ = ["GroupedMatcher", "value_column", "CELLS_PER_CHUNK"]
