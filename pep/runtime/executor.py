@@ -40,6 +40,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import cloudpickle
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -56,7 +57,8 @@ from pep.runtime.labels import label_code, label_holds, label_outcome
 from pep.runtime.encode import json_array, value_texts
 from pep.runtime.masks import (MASK_ARROW, MASKS_TYPE, hashed_text, is_hash, let, mask_struct,
                                masked_column, masked_double, masked_long, masked_text)
-from pep.runtime.matcher import GroupedMatcher, value_column
+from pep.runtime import matcher as matcher_module
+from pep.runtime.matcher import GroupedMatcher, admitted_rows, value_column
 from pep.runtime.memo import OwnedCache
 from pep.runtime.privacy import bound_arrays, clamped, is_private
 from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN, build_source
@@ -67,6 +69,9 @@ from pep.runtime.windows import (KEY_SEP, NO_SEQ, PaneWindows, empty_partials,
                                  partials_from_arrow, partials_from_values)
 
 log = logging.getLogger(__name__)
+# the grouped matcher runs on the workers (the rows job's mapInArrow): its code travels with it,
+# so a worker runs the driver's matcher, xsg installed there or not
+cloudpickle.register_pickle_by_value(matcher_module)
 
 Deliver = Callable[[RowBatch], bool]
 
@@ -472,6 +477,7 @@ class StreamExecutor:
                                       long_array)
         self._few: tuple[tuple, Column] | None = None  # the few-plans matcher and its plans
         self._grouped: tuple[int, GroupedMatcher | None] | None = None  # (plans' version, it)
+        self._admitted_schemas: dict[tuple, T.StructType] = {}
         self._anchored: tuple[int, list[CompiledPlan]] | None = None  # plans with DISTANCE_TO
         self._codegen: str | None = None  # whole-stage codegen as set in the query's session
         self.started_at: float | None = None
@@ -1032,10 +1038,10 @@ class StreamExecutor:
         return _shared_expressions(("observed",), lambda: [
             F.count(F.lit(1)).alias("rows"), F.max(F.col(SEQ_COLUMN)).alias("seq")])
 
-    def rows_frame(self, batch: DataFrame, plans_column: Column, shape: Shape,
+    def rows_frame(self, batch: DataFrame, plans_column: Column | None, shape: Shape,
                    few: Column | None = None) -> DataFrame:
         """Plain plans: each passing tuple once, its projected attributes and plan ids (from
-        `few`, a `few_plans_column`, when given; else from the plan table)."""
+        `few`, a `few_plans_column`, when given; else from the plan table, `plans_column`)."""
         columns = list(shape.plain_columns)
         base = self._base_columns(shape, columns, False)
         order = self._order_columns(shape)
@@ -1043,6 +1049,8 @@ class StreamExecutor:
             keep = [F.col(f"`{n}`") for n in columns] + [F.col(c) for c in order]
             return (batch.select(*base).select(*keep, few.alias(PIDS_COLUMN))
                     .where(F.size(F.col(PIDS_COLUMN)) > 0))
+        if plans_column is None:
+            raise ValueError("rows job without a plan table or a compiled matcher")
         if shape.masked:
             emit, out = _shared_expressions(
                 ("rows-masked", self._schema, tuple(columns), tuple(order), shape.spatial,
@@ -1063,8 +1071,8 @@ class StreamExecutor:
     def values_frame(self, batch: DataFrame, shape: Shape, grouped: GroupedMatcher
                      ) -> DataFrame:
         """Plain plans matched by a `GroupedMatcher`: every tuple once, its projected
-        attributes and the values the plans' comparisons read (one compiled job, no plan
-        table)."""
+        attributes and the values the plans' comparisons read (compiled, no plan table); what
+        `admitted_frame` hands to the matcher on the workers."""
         columns = list(shape.plain_columns)
         base = self._base_columns(shape, columns, False)
         order = self._order_columns(shape)
@@ -1077,6 +1085,27 @@ class StreamExecutor:
         keep = _shared_expressions(("grouped-values", self._schema, tuple(columns), tuple(order),
                                     grouped.columns), build)
         return batch.select(*base).select(*keep)
+
+    def admitted_frame(self, batch: DataFrame, shape: Shape, grouped: GroupedMatcher
+                       ) -> DataFrame:
+        """Plain plans matched by a `GroupedMatcher` on the workers: `values_frame` through
+        `DataFrame.mapInArrow` (`matcher.admitted_rows`, per Arrow record batch), so only the
+        tuples some plan admits leave them, with the columns `rows_frame` gives (the projected
+        attributes, the order columns, the plans' ids); the values only the filters read stay
+        there."""
+        values = self.values_frame(batch, shape, grouped)
+        keep = list(shape.plain_columns) + self._order_columns(shape)
+        key = (self._schema, tuple(keep), grouped.columns)
+        schema = self._admitted_schemas.get(key)
+        if schema is None:  # the same for every batch of a schema: asked of Spark once
+            types = {f.name: f for f in values.schema.fields}
+            schema = T.StructType([types[n] for n in keep]
+                                  + [T.StructField(PIDS_COLUMN, T.ArrayType(T.IntegerType()))])
+            self._admitted_schemas[key] = schema
+        # plan ids are 32-bit, as in the plan table's output
+        admit = admitted_rows(grouped, SEQ_COLUMN, keep, PIDS_COLUMN, pa.list_(
+            pa.field("element", pa.int32())))
+        return values.mapInArrow(admit, schema)
 
     def _masked_rows(self, columns: list[str], order: list[str], shape: Shape
                      ) -> tuple[list[Column], list[Column]]:
@@ -1367,13 +1396,14 @@ class StreamExecutor:
         rows_arrow = panes_arrow = None
         if plain and shape.plain_columns:
             if grouped is not None:
-                rows_arrow = self.values_frame(observed, shape, grouped).toArrow()
-            else:
+                rows_arrow = self.admitted_frame(observed, shape, grouped).toArrow()
+            elif few is not None or scalar is not None:
                 rows_arrow = self.rows_frame(observed, scalar, shape, few).toArrow()
             panes_source = batch
         else:
             panes_source = observed
-        if windowed:
+        # no plan table while every window plan passes nothing: no panes (`_route_panes`)
+        if windowed and scalar is not None:
             panes_arrow = self.panes_frame(panes_source, scalar, shape).toArrow()
         try:
             figures = observation.get
@@ -1392,7 +1422,7 @@ class StreamExecutor:
                 self.stats_counters["driver_rows"] += arrow.num_rows
                 self.stats_counters["driver_bytes"] += arrow.nbytes
         if rows_arrow is not None and rows_arrow.num_rows:
-            closed += self._route_rows(rows_arrow, plain, shape, grouped)
+            closed += self._route_rows(rows_arrow, plain, shape)
         if windowed:
             closed += self._route_panes(panes_arrow, windowed, shape)
         return closed, spark_s
@@ -1405,18 +1435,22 @@ class StreamExecutor:
             self.stats_counters["max_position"] = seq if top is None else max(top, seq)
 
     # ----- plain plans: order, encode once per projection, deliver ---------------------------
-    def _route_rows(self, arrow: pa.Table, plans: list[_PlanState], shape: Shape,
-                    grouped: GroupedMatcher | None = None) -> list[str]:
+    def _route_rows(self, arrow: pa.Table, plans: list[_PlanState], shape: Shape
+                    ) -> list[str]:
         keys = [(c, "ascending", "at_end") for c in self._order_columns(shape)]
         arrow = arrow.take(pc.sort_indices(arrow, sort_keys=keys))
-        if grouped is not None:  # a plan's pairs together, in stream order
-            plan_ids, row_ids = grouped.match(arrow, arrow.column(SEQ_COLUMN).combine_chunks())
-        else:
-            matches = arrow.column(PIDS_COLUMN).combine_chunks()
-            plan_ids = pc.list_flatten(matches).to_numpy(zero_copy_only=False)
-            row_ids = pc.list_parent_indices(matches).to_numpy(zero_copy_only=False)
-            by_plan = np.argsort(plan_ids, kind="stable")  # keeps stream order within a plan
-            plan_ids, row_ids = plan_ids[by_plan], row_ids[by_plan]
+        matches = arrow.column(PIDS_COLUMN).combine_chunks()
+        plan_ids = pc.list_flatten(matches).to_numpy(zero_copy_only=False)
+        row_ids = pc.list_parent_indices(matches).to_numpy(zero_copy_only=False)
+        # a plan's pairs together, in stream order (a stable sort); a radix sort when the ids
+        # span at most 2^16 (numpy sorts 16-bit keys so), else a merge sort
+        sort_keys = plan_ids
+        if len(plan_ids):
+            low = plan_ids.min()
+            if int(plan_ids.max()) - int(low) < 1 << 16:
+                sort_keys = (plan_ids - low).astype(np.uint16)
+        by_plan = np.argsort(sort_keys, kind="stable")
+        plan_ids, row_ids = plan_ids[by_plan], row_ids[by_plan]
         # each plan's pairs are one run: its bounds
         starts = np.concatenate(([0], np.flatnonzero(np.diff(plan_ids)) + 1)) \
             if len(plan_ids) else np.empty(0, np.int64)

@@ -12,11 +12,19 @@ one. The outcome of each comparison is the one `executor._predicate_holds` gives
 ordering: NaN above every number and equal to itself, a null operand never holds), so what a
 plan passes does not depend on which path evaluated it (a test compares both).
 
+The tests run on Spark's workers, not on the driver: `admitted_rows` is the rows job's
+`DataFrame.mapInArrow` function; per Arrow record batch of the tuples it matches and returns only
+the tuples some plan admits, each with the ids of the plans that admit it (a list column), the
+columns only the filters read left out. The matcher (its arrays, built per plans' version)
+travels with the function, pickled with it; this module is pickled by value (`cloudpickle.
+register_pickle_by_value` in the executor), so workers run the driver's own code.
+
 Only plans whose comparisons are doubles, 64-bit integers or strings are grouped; spatial,
 label and masked comparisons stay on the plan table (`GroupedMatcher.build` returns None).
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,7 +72,7 @@ class GroupedMatcher:
         masked, or a null constant): the plan table then evaluates them all."""
         shapes: dict[tuple, list[tuple[int, CompiledPlan]]] = {}
         for plan_id, compiled in plans:
-            shape = []
+            signature = []
             for conj in compiled.conjuncts:
                 part = []
                 for row in conj:
@@ -74,8 +82,8 @@ class GroupedMatcher:
                     if (s if k == STRING_KIND else n) is None:
                         return None
                     part.append((a, k))
-                shape.append(tuple(part))
-            shapes.setdefault(tuple(shape), []).append((plan_id, compiled))
+                signature.append(tuple(part))
+            shapes.setdefault(tuple(signature), []).append((plan_id, compiled))
         groups = []
         columns: dict[tuple[int, str], None] = {}
         for shape, members in shapes.items():
@@ -123,6 +131,43 @@ class GroupedMatcher:
         if not plan_ids:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         return np.concatenate(plan_ids), np.concatenate(row_ids)
+
+
+    def admitted(self, batch: pa.RecordBatch, seq_column: str, keep: list[str],
+                 ids_column: str, ids_type: pa.DataType) -> pa.RecordBatch:
+        """The tuples of `batch` some plan admits, in their order, with the columns `keep` and
+        `ids_column`: the ids of the plans admitting each (as `ids_type`, a list of integers;
+        an id it cannot hold raises)."""
+        plan_ids, rows = self.match(pa.Table.from_batches([batch]), batch.column(seq_column))
+        # row-major: a radix sort when the batch's row indices fit 16 bits (Arrow batches hold
+        # 10,000 rows by default), stable, so a row's plan ids keep their order
+        keys = rows.astype(np.uint16) if batch.num_rows <= 1 << 16 else rows
+        order = np.argsort(keys, kind="stable")
+        rows, plan_ids = rows[order], plan_ids[order]
+        firsts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1]))) if len(rows) \
+            else np.empty(0, np.int64)
+        kept = rows[firsts]
+        offsets = np.append(firsts, len(rows)).astype(np.int32)
+        ids = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
+                                       pa.array(plan_ids).cast(ids_type.value_type),
+                                       type=ids_type)
+        chosen = batch.select(keep).take(pa.array(kept, pa.int64()))
+        return pa.RecordBatch.from_arrays([*chosen.columns, ids],
+                                          names=[*keep, ids_column])
+
+
+def admitted_rows(matcher: GroupedMatcher, seq_column: str, keep: list[str], ids_column: str,
+                  ids_type: pa.DataType
+                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The rows job's `DataFrame.mapInArrow` function: each record batch's admitted tuples
+    (`GroupedMatcher.admitted`); a batch admitting none yields nothing."""
+    def admit(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows:
+                out = matcher.admitted(batch, seq_column, keep, ids_column, ids_type)
+                if out.num_rows:
+                    yield out
+    return admit
 
 
 def _values(column: pa.ChunkedArray, family: str) -> tuple[np.ndarray, np.ndarray]:
@@ -177,4 +222,4 @@ def _holds(v: np.ndarray, comp: _Comparison, lo: int, hi: int) -> np.ndarray:
             | (greater & ((m & GREATER) != 0)))
 
 
-__all__ = ["GroupedMatcher", "value_column", "CELLS_PER_CHUNK"]
+__all__ = ["GroupedMatcher", "admitted_rows", "value_column", "CELLS_PER_CHUNK"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -87,6 +88,10 @@ def create_spark_session(master: str = "local[*]", app_name: str = "xsg",
 
     With `warm` (the default) a throw-away shared query runs one micro-batch first (see warm_up).
     """
+    # Python workers (the rows job's grouped matcher, `DataFrame.mapInArrow`) need numpy and
+    # pyarrow: the gateway's own interpreter unless PYSPARK_PYTHON names another (pyspark reads
+    # only that variable when it starts the context; `python3` on the PATH otherwise)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = dict(DEFAULT_CONF)
     conf.update(extra_conf or {})
     conf = _with_jars(conf, kafka_connector_jars())

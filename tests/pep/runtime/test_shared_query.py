@@ -331,6 +331,8 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
 
     from pep.runtime.compile import compile_plan
     from pep.runtime.executor import FEW_PLANS, PIDS_COLUMN, StreamExecutor
+    import pyarrow as pa
+
     from pep.runtime.matcher import GroupedMatcher
     sd = stream(tmp_path, "many")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
@@ -381,3 +383,31 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     assert all(b < d for a, b, c, d in zip(pids, rows, pids[1:], rows[1:]) if a == c)
     # the executor asks no plan table of Spark when every plan is a grouped row plan
     assert "_xsg_plans" not in ex.values_frame(batch, shape, grouped).columns
+
+    # on the workers (mapInArrow, several partitions and Arrow batches of 4 tuples): only the
+    # tuples some plan admits come back, with rows_frame's columns and types, each with exactly
+    # the plan table's plan ids; the values only the filters read do not
+    generic_frame = ex.rows_frame(batch, scalar, shape)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "4")
+    try:
+        admitted = ex.admitted_frame(batch.repartition(3), shape, grouped)
+        assert [(f.name, f.dataType.simpleString()) for f in admitted.schema] == \
+            [(f.name, f.dataType.simpleString()) for f in generic_frame.schema]
+        out = admitted.toArrow()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert out.schema.field("hum").type == pa.int64() and out.schema.field("temp").type == \
+        pa.float64()
+    assert not [c for c in out.column_names if c.startswith("_xsg_m")]
+    assert out.num_rows == len(generic) == 30  # here every tuple passes some plan
+    got = sorted((r["hum"], r["_xsg_seq"], r["temp"] if r["temp"] == r["temp"] else "NaN",
+                  sorted(r[PIDS_COLUMN])) for r in out.to_pylist())
+    want = sorted((r["hum"], r["_xsg_seq"], r["temp"] if r["temp"] == r["temp"] else "NaN",
+                   sorted(r[PIDS_COLUMN])) for r in generic)
+    assert got == want
+    # tuples no plan admits stay on the workers
+    only = GroupedMatcher.build([(7 + i, compile_plan(ExecutionPlan(
+        "many", ((Predicate("hum", "=", 2 * i),),), ("hum",)), SCHEMA, "ts")) for i in range(6)])
+    assert only is not None
+    rows = ex.admitted_frame(batch.repartition(3), shape, only).toArrow().to_pylist()
+    assert sorted((r["hum"], r[PIDS_COLUMN]) for r in rows) == [(2 * i, [7 + i]) for i in range(6)]
