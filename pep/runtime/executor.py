@@ -83,6 +83,7 @@ LNGS_COLUMN = "_xsg_l"
 KEYS_COLUMN = "_xsg_k"
 PLANS_COLUMN = "_xsg_plans"
 PIDS_COLUMN = "_xsg_pids"
+BITS_COLUMN = "_xsg_pbits"  # the grouped matcher's bitmap of a row's plans (matcher.py)
 PLAN = "p"
 # plan kinds in the plan table: plain rows; tuple windows whose panes Spark aggregates; time
 # windows; tuple windows whose tuples come back as rows (panes of one tuple, on the driver)
@@ -1091,8 +1092,8 @@ class StreamExecutor:
         """Plain plans matched by a `GroupedMatcher` on the workers: `values_frame` through
         `DataFrame.mapInArrow` (`matcher.admitted_rows`, per Arrow record batch), so only the
         tuples some plan admits leave them, with the columns `rows_frame` gives (the projected
-        attributes, the order columns, the plans' ids); the values only the filters read stay
-        there."""
+        attributes, the order columns) and instead of the plans' ids a bitmap of them
+        (`BITS_COLUMN`, `GroupedMatcher.pairs`); the values only the filters read stay there."""
         values = self.values_frame(batch, shape, grouped)
         keep = list(shape.plain_columns) + self._order_columns(shape)
         key = (self._schema, tuple(keep), grouped.columns)
@@ -1100,12 +1101,9 @@ class StreamExecutor:
         if schema is None:  # the same for every batch of a schema: asked of Spark once
             types = {f.name: f for f in values.schema.fields}
             schema = T.StructType([types[n] for n in keep]
-                                  + [T.StructField(PIDS_COLUMN, T.ArrayType(T.IntegerType()))])
+                                  + [T.StructField(BITS_COLUMN, T.BinaryType())])
             self._admitted_schemas[key] = schema
-        # plan ids are 32-bit, as in the plan table's output
-        admit = admitted_rows(grouped, SEQ_COLUMN, keep, PIDS_COLUMN, pa.list_(
-            pa.field("element", pa.int32())))
-        return values.mapInArrow(admit, schema)
+        return values.mapInArrow(admitted_rows(grouped, SEQ_COLUMN, keep, BITS_COLUMN), schema)
 
     def _masked_rows(self, columns: list[str], order: list[str], shape: Shape
                      ) -> tuple[list[Column], list[Column]]:
@@ -1422,7 +1420,7 @@ class StreamExecutor:
                 self.stats_counters["driver_rows"] += arrow.num_rows
                 self.stats_counters["driver_bytes"] += arrow.nbytes
         if rows_arrow is not None and rows_arrow.num_rows:
-            closed += self._route_rows(rows_arrow, plain, shape)
+            closed += self._route_rows(rows_arrow, plain, shape, grouped)
         if windowed:
             closed += self._route_panes(panes_arrow, windowed, shape)
         return closed, spark_s
@@ -1435,22 +1433,25 @@ class StreamExecutor:
             self.stats_counters["max_position"] = seq if top is None else max(top, seq)
 
     # ----- plain plans: order, encode once per projection, deliver ---------------------------
-    def _route_rows(self, arrow: pa.Table, plans: list[_PlanState], shape: Shape
-                    ) -> list[str]:
+    def _route_rows(self, arrow: pa.Table, plans: list[_PlanState], shape: Shape,
+                    grouped: GroupedMatcher | None = None) -> list[str]:
         keys = [(c, "ascending", "at_end") for c in self._order_columns(shape)]
         arrow = arrow.take(pc.sort_indices(arrow, sort_keys=keys))
-        matches = arrow.column(PIDS_COLUMN).combine_chunks()
-        plan_ids = pc.list_flatten(matches).to_numpy(zero_copy_only=False)
-        row_ids = pc.list_parent_indices(matches).to_numpy(zero_copy_only=False)
-        # a plan's pairs together, in stream order (a stable sort); a radix sort when the ids
-        # span at most 2^16 (numpy sorts 16-bit keys so), else a merge sort
-        sort_keys = plan_ids
-        if len(plan_ids):
-            low = plan_ids.min()
-            if int(plan_ids.max()) - int(low) < 1 << 16:
-                sort_keys = (plan_ids - low).astype(np.uint16)
-        by_plan = np.argsort(sort_keys, kind="stable")
-        plan_ids, row_ids = plan_ids[by_plan], row_ids[by_plan]
+        if grouped is not None:  # a plan's pairs together, in stream order
+            plan_ids, row_ids = grouped.pairs(arrow.column(BITS_COLUMN).combine_chunks())
+        else:
+            matches = arrow.column(PIDS_COLUMN).combine_chunks()
+            plan_ids = pc.list_flatten(matches).to_numpy(zero_copy_only=False)
+            row_ids = pc.list_parent_indices(matches).to_numpy(zero_copy_only=False)
+            # a plan's pairs together, in stream order (a stable sort); a radix sort when the
+            # ids span at most 2^16 (numpy sorts 16-bit keys so), else a merge sort
+            sort_keys = plan_ids
+            if len(plan_ids):
+                low = plan_ids.min()
+                if int(plan_ids.max()) - int(low) < 1 << 16:
+                    sort_keys = (plan_ids - low).astype(np.uint16)
+            by_plan = np.argsort(sort_keys, kind="stable")
+            plan_ids, row_ids = plan_ids[by_plan], row_ids[by_plan]
         # each plan's pairs are one run: its bounds
         starts = np.concatenate(([0], np.flatnonzero(np.diff(plan_ids)) + 1)) \
             if len(plan_ids) else np.empty(0, np.int64)

@@ -14,7 +14,8 @@ plan passes does not depend on which path evaluated it (a test compares both).
 
 The tests run on Spark's workers, not on the driver: `admitted_rows` is the rows job's
 `DataFrame.mapInArrow` function; per Arrow record batch of the tuples it matches and returns only
-the tuples some plan admits, each with the ids of the plans that admit it (a list column), the
+the tuples some plan admits, each with a bitmap of the plans that admit it (`pairs` turns the
+bitmaps into the routing's (plan id, row) pairs on the driver, plan-major without a sort), the
 columns only the filters read left out. The matcher (its arrays, built per plans' version)
 travels with the function, pickled with it; this module is pickled by value (`cloudpickle.
 register_pickle_by_value` in the executor), so workers run the driver's own code.
@@ -109,62 +110,100 @@ class GroupedMatcher:
             groups.append(_Group(ids, starts, tuple(conjuncts)))
         return GroupedMatcher(tuple(groups), tuple(columns))
 
-    def match(self, table: pa.Table, seqs: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """(plan ids, row indices) of every (plan, tuple) that passes: each plan's pairs
-        together, its rows ascending (the plans in no particular order). `table` holds the `value_column`s; `seqs` the tuples' positions (a null one: every
-        plan has started)."""
+    @property
+    def plan_ids(self) -> np.ndarray:
+        """Every plan's id, in the matcher's order: bit i of a `bitmaps` row is plan_ids[i]."""
+        if not self.groups:
+            return np.empty(0, np.int64)
+        return np.concatenate([g.ids for g in self.groups])
+
+    def _passing(self, table: pa.Table, seqs: pa.Array) -> Iterator[tuple[int, np.ndarray]]:
+        """(index of the first plan in `plan_ids`, plans x tuples passing) per chunk of plans."""
         positions = (seqs.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64),
                      seqs.is_valid().to_numpy(zero_copy_only=False))
         n = table.num_rows
         values = {key: _values(table.column(value_column(*key)), key[1])
                   for key in self.columns}
-        plan_ids, row_ids = [], []
+        first = 0
         for group in self.groups:
             k = len(group.ids)
             step = max(1, CELLS_PER_CHUNK // max(n, 1))
             for lo in range(0, k, step):  # chunks of plans: a plan's rows stay together
                 hi = min(k, lo + step)
-                passed = _group_passes(group, values, lo, hi, positions)
-                plans, rows = np.nonzero(passed)  # plan-major, rows ascending within a plan
-                plan_ids.append(group.ids[lo:hi][plans])
-                row_ids.append(rows)
+                yield first + lo, _group_passes(group, values, lo, hi, positions)
+            first += k
+
+    def match(self, table: pa.Table, seqs: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """(plan ids, row indices) of every (plan, tuple) that passes: each plan's pairs
+        together, its rows ascending (the plans in no particular order). `table` holds the
+        `value_column`s; `seqs` the tuples' positions (a null one: every plan has started)."""
+        ids = self.plan_ids
+        plan_ids, row_ids = [], []
+        for first, passed in self._passing(table, seqs):
+            plans, rows = np.nonzero(passed)  # plan-major, rows ascending within a plan
+            plan_ids.append(ids[first + plans])
+            row_ids.append(rows)
         if not plan_ids:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         return np.concatenate(plan_ids), np.concatenate(row_ids)
 
-
     def admitted(self, batch: pa.RecordBatch, seq_column: str, keep: list[str],
-                 ids_column: str, ids_type: pa.DataType) -> pa.RecordBatch:
+                 bits_column: str) -> pa.RecordBatch:
         """The tuples of `batch` some plan admits, in their order, with the columns `keep` and
-        `ids_column`: the ids of the plans admitting each (as `ids_type`, a list of integers;
-        an id it cannot hold raises)."""
-        plan_ids, rows = self.match(pa.Table.from_batches([batch]), batch.column(seq_column))
-        # row-major: a radix sort when the batch's row indices fit 16 bits (Arrow batches hold
-        # 10,000 rows by default), stable, so a row's plan ids keep their order
-        keys = rows.astype(np.uint16) if batch.num_rows <= 1 << 16 else rows
-        order = np.argsort(keys, kind="stable")
-        rows, plan_ids = rows[order], plan_ids[order]
-        firsts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1]))) if len(rows) \
-            else np.empty(0, np.int64)
-        kept = rows[firsts]
-        offsets = np.append(firsts, len(rows)).astype(np.int32)
-        ids = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
-                                       pa.array(plan_ids).cast(ids_type.value_type),
-                                       type=ids_type)
+        `bits_column`: per tuple, a bitmap of the plans admitting it (bit i, most significant
+        first: `plan_ids`[i]; `pairs` reads them). A bitmap, not a list of ids: one binary
+        value per tuple that Spark copies as it is, and the driver unpacks it plan-major, so
+        its routing needs no sort."""
+        n, k = batch.num_rows, len(self.plan_ids)
+        bits = np.zeros((n, k), dtype=bool)
+        for first, passed in self._passing(pa.Table.from_batches([batch]),
+                                           batch.column(seq_column)):
+            bits[:, first:first + len(passed)] = passed.T
+        kept = np.flatnonzero(bits.any(axis=1))
+        packed = np.packbits(bits[kept], axis=1)  # tuples x ceil(k / 8) bytes
+        width = packed.shape[1]
+        offsets = np.arange(len(kept) + 1, dtype=np.int32) * width
+        bitmaps = pa.Array.from_buffers(pa.binary(), len(kept),
+                                        [None, pa.py_buffer(offsets),
+                                         pa.py_buffer(np.ascontiguousarray(packed))])
         chosen = batch.select(keep).take(pa.array(kept, pa.int64()))
-        return pa.RecordBatch.from_arrays([*chosen.columns, ids],
-                                          names=[*keep, ids_column])
+        return pa.RecordBatch.from_arrays([*chosen.columns, bitmaps],
+                                          names=[*keep, bits_column])
+
+    def pairs(self, bitmaps: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """`admitted`'s bitmaps (one per row, of this matcher) as (plan ids, row indices): each
+        plan's pairs together, its rows ascending, in chunks of plans (no sort)."""
+        ids = self.plan_ids
+        n, k = len(bitmaps), len(ids)
+        width = (k + 7) // 8
+        if not n or not k:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        offsets = np.frombuffer(bitmaps.buffers()[1], dtype=np.int32)[
+            bitmaps.offset:bitmaps.offset + n + 1]
+        if offsets[-1] - offsets[0] != n * width:
+            raise ValueError("plan bitmaps of another matcher")
+        data = np.frombuffer(bitmaps.buffers()[2], dtype=np.uint8)[
+            offsets[0]:offsets[-1]].reshape(n, width)
+        step = max(1, CELLS_PER_CHUNK // (8 * n))  # bytes of the bitmaps per chunk
+        plan_ids, row_ids = [], []
+        for lo in range(0, width, step):
+            hi = min(width, lo + step)
+            count = min(k, hi * 8) - lo * 8
+            chunk = np.unpackbits(data[:, lo:hi], axis=1, count=count)
+            plans, rows = np.nonzero(chunk.T)
+            plan_ids.append(ids[lo * 8 + plans])
+            row_ids.append(rows)
+        return np.concatenate(plan_ids), np.concatenate(row_ids)
 
 
-def admitted_rows(matcher: GroupedMatcher, seq_column: str, keep: list[str], ids_column: str,
-                  ids_type: pa.DataType
+def admitted_rows(matcher: GroupedMatcher, seq_column: str, keep: list[str], bits_column: str
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The rows job's `DataFrame.mapInArrow` function: each record batch's admitted tuples
     (`GroupedMatcher.admitted`); a batch admitting none yields nothing."""
     def admit(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             if batch.num_rows:
-                out = matcher.admitted(batch, seq_column, keep, ids_column, ids_type)
+                out = matcher.admitted(batch, seq_column, keep, bits_column)
                 if out.num_rows:
                     yield out
     return admit

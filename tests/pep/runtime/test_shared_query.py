@@ -330,8 +330,9 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     from dataclasses import replace
 
     from pep.runtime.compile import compile_plan
-    from pep.runtime.executor import FEW_PLANS, PIDS_COLUMN, StreamExecutor
+    from pep.runtime.executor import BITS_COLUMN, FEW_PLANS, PIDS_COLUMN, StreamExecutor
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from pep.runtime.matcher import GroupedMatcher
     sd = stream(tmp_path, "many")
@@ -391,8 +392,8 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "4")
     try:
         admitted = ex.admitted_frame(batch.repartition(3), shape, grouped)
-        assert [(f.name, f.dataType.simpleString()) for f in admitted.schema] == \
-            [(f.name, f.dataType.simpleString()) for f in generic_frame.schema]
+        assert [(f.name, f.dataType.simpleString()) for f in admitted.schema][:-1] == \
+            [(f.name, f.dataType.simpleString()) for f in generic_frame.schema][:-1]
         out = admitted.toArrow()
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
@@ -400,8 +401,16 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
         pa.float64()
     assert not [c for c in out.column_names if c.startswith("_xsg_m")]
     assert out.num_rows == len(generic) == 30  # here every tuple passes some plan
+    out = out.take(pc.sort_indices(out, sort_keys=[("_xsg_seq", "ascending")]))
+    pids, rows = grouped.pairs(out.column(BITS_COLUMN).combine_chunks())
+    runs = [int(p) for i, p in enumerate(pids) if i == 0 or p != pids[i - 1]]
+    assert len(runs) == len(set(runs))  # plan-major, rows ascending: what the routing takes
+    assert all(b < d for a, b, c, d in zip(pids, rows, pids[1:], rows[1:]) if a == c)
+    ids_of = [[] for _ in range(out.num_rows)]
+    for p, r in zip(pids.tolist(), rows.tolist()):
+        ids_of[r].append(p)
     got = sorted((r["hum"], r["_xsg_seq"], r["temp"] if r["temp"] == r["temp"] else "NaN",
-                  sorted(r[PIDS_COLUMN])) for r in out.to_pylist())
+                  sorted(ids_of[i])) for i, r in enumerate(out.to_pylist()))
     want = sorted((r["hum"], r["_xsg_seq"], r["temp"] if r["temp"] == r["temp"] else "NaN",
                    sorted(r[PIDS_COLUMN])) for r in generic)
     assert got == want
@@ -409,5 +418,9 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     only = GroupedMatcher.build([(7 + i, compile_plan(ExecutionPlan(
         "many", ((Predicate("hum", "=", 2 * i),),), ("hum",)), SCHEMA, "ts")) for i in range(6)])
     assert only is not None
-    rows = ex.admitted_frame(batch.repartition(3), shape, only).toArrow().to_pylist()
-    assert sorted((r["hum"], r[PIDS_COLUMN]) for r in rows) == [(2 * i, [7 + i]) for i in range(6)]
+    few = ex.admitted_frame(batch.repartition(3), shape, only).toArrow()
+    pids, rows = only.pairs(few.column(BITS_COLUMN).combine_chunks())
+    hums = few.column("hum").to_pylist()
+    assert sorted((hums[r], int(p)) for p, r in zip(pids, rows)) == [(2 * i, 7 + i)
+                                                                      for i in range(6)]
+    assert few.num_rows == 6
