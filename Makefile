@@ -21,8 +21,12 @@ check-java:
 run: install
 	$(VENV)/bin/xsg serve --proxy-port 8081
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), a test file each at a time: most of
+# its time is spent waiting on Spark's micro-batches and on child processes, not computing, so
+# two workers finish it in about two thirds of the time on 2 cores. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: install chromium
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The console's browser tests (tests/console) drive Debian's headless chromium through Playwright.
 # Installed here when missing and apt-get can be used (as root); otherwise those tests skip and say

@@ -23,6 +23,9 @@ from pep.http.bridge import BRIDGE, read_body, respond_error
 from pep.http.streaming import CONNECTION, abort, writable
 
 log = logging.getLogger(__name__)
+# httpx logs every request it sends at INFO with its URL: here `/handles/<full handle id>`,
+# which no log may carry (README "Logs": a handle_ref only). Our own lines say what matters.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 _HANDLE = re.compile(r"^/handles/([^/]+)$")
 HEADER_LIMIT = 64 * 1024  # a GET's body, if any, is read and dropped up to this

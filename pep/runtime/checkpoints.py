@@ -142,10 +142,20 @@ class StreamCheckpoint:
         else:
             self._write(state="idle", since=time.time())
 
-    def release(self) -> None:
-        """The query stopped with handles attached (gateway stopping): keep it resumable."""
+    def release(self, delivered_batch: int = -1) -> None:
+        """The query stopped with handles attached (gateway stopping): keep it resumable.
+        `delivered_batch`: the last batch whose every row was delivered; the stop may have cut
+        off its commit, and the next query runs it again under the same id: it is skipped."""
         if self.temporary:
             shutil.rmtree(self.root, ignore_errors=True)
+        else:
+            self._write(delivered_batch=int(delivered_batch))
+
+    def delivered_batch(self) -> int:
+        """The last batch delivered in full before the query stopped (-1: none known). Only
+        meaningful when the query resumes this checkpoint (`prepare` returned False)."""
+        value = self._read().get("delivered_batch", -1)
+        return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
 def await_kafka_offsets(location: Path, kafka_sources: int, query, timeout: float = 30.0

@@ -506,8 +506,10 @@ class StreamExecutor:
         self._checkpoint = StreamCheckpoint.for_stream(self.work_dir, self.definition)
         self._codegen = None  # a new query clones a new session
         skip = self._checkpoint.prepare()
-        if skip:
-            self._completed_batch = -1  # a new checkpoint numbers its batches from 0 again
+        # a new checkpoint numbers its batches from 0 again; a resumed one continues, and the
+        # batch its last query delivered but may not have committed is not delivered twice
+        self._completed_batch = -1 if skip else max(self._completed_batch,
+                                                    self._checkpoint.delivered_batch())
         kind = self.definition.source.kind
         archive = (str(archive_dir(self.work_dir, self.definition)) if kind == "ingest"
                    else None)
@@ -664,18 +666,37 @@ class StreamExecutor:
 
     def stop(self, idle: bool = False) -> None:
         """Stop the query. `idle`: its last handle left (the next start begins at the stream's
-        end); otherwise (gateway stopping, a replaced query) it resumes where it stopped."""
-        self._stopped = True
-        if self._query is not None:
-            try:
-                self._query.stop()
-            except Exception:  # noqa: BLE001 - stopping must not fail the caller
-                log.exception("stopping the query of stream %s failed", self.definition.name)
-        if self._checkpoint is not None:
-            try:
-                self._checkpoint.mark_idle() if idle else self._checkpoint.release()
-            except OSError:
-                log.exception("stream %s: checkpoint state not written", self.definition.name)
+        end); otherwise (gateway stopping, a replaced query) it resumes where it stopped: then
+        the batch under way ends first (one starting meanwhile fails before it delivers, so is
+        not committed), and the last batch delivered in full is written down for the next
+        query, which skips it if this stop cut off its commit."""
+        pause = not idle and not self._pausing and self._query is not None \
+            and not self.in_batch_thread()
+        if pause:
+            self._pausing = True
+            deadline = time.monotonic() + 30.0
+            while self._batch_thread is not None and time.monotonic() < deadline:
+                time.sleep(0.02)
+        try:
+            self._stopped = True
+            if self._query is not None:
+                try:
+                    self._query.stop()
+                except Exception:  # noqa: BLE001 - stopping must not fail the caller
+                    log.exception("stopping the query of stream %s failed",
+                                  self.definition.name)
+            if self._checkpoint is not None:
+                try:
+                    if idle:
+                        self._checkpoint.mark_idle()
+                    else:
+                        self._checkpoint.release(self._completed_batch)
+                except OSError:
+                    log.exception("stream %s: checkpoint state not written",
+                                  self.definition.name)
+        finally:
+            if pause:
+                self._pausing = False
 
     # ----- handles ---------------------------------------------------------------------------
     def add_handle(self, handle_id: str, compiled: CompiledPlan | CompiledUnion,
