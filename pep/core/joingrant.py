@@ -42,7 +42,7 @@ from pdp.numbers import NumberError, parse_float
 from pep.core.conditions import (ConditionError, Expr, PlaceholderResolver, attributes_of,
                                  conjoin, parse_condition, qualified_conjuncts)
 from pep.core.graph import QueryGraph, pipeline_graph
-from pep.core.obligations import PREFIXES, ObligationError
+from pep.core.obligations import ObligationError, obligation_assignments
 from pep.core.plan import StreamSchema
 
 JOIN_IDS = frozenset({"exacml:obligation:stream-join"})
@@ -78,29 +78,14 @@ def split_obligations(obligations: Iterable[Obligation]
     return tuple(rest), tuple(joins)
 
 
-def _suffix(attribute_id: str) -> str | None:
-    low = attribute_id.lower()
-    for prefix in PREFIXES:
-        if low.startswith(prefix):
-            return attribute_id[len(prefix):]
-    return None
-
-
 def read_join_grant(ob: Obligation, stream: str, other: str | None,
                     schemas: Mapping[str, StreamSchema],
                     resolver: PlaceholderResolver | None = None) -> JoinGrant:
     """The grant of one `stream-join` obligation in `stream`'s decision, for a join with
     `other` (None: the request is for `stream` alone). ObligationError (deny) when it cannot be
     fulfilled: not a join, a join with another stream, a malformed or unknown part."""
-    found: dict[str, list[str]] = {JOIN_STREAM: [], JOIN_CONDITION: [], JOIN_WITHIN: []}
-    for a in ob.assignments:
-        suffix = _suffix(a.attribute_id)
-        if suffix not in found:
-            raise ObligationError(
-                f"obligation {ob.id} carries attribute {a.attribute_id!r}, which the PEP does "
-                f"not understand (expected {', '.join(found)} under prefix exacml:obligation: "
-                "or pCloud:obligation:)", ob.id)
-        found[suffix].append(a.value.strip())
+    found = {name: [value.strip() for value in values] for name, values in
+             obligation_assignments(ob, (JOIN_STREAM, JOIN_CONDITION, JOIN_WITHIN)).items()}
     if len(found[JOIN_STREAM]) != 1:
         raise ObligationError(f"obligation {ob.id} needs exactly one {JOIN_STREAM} (the stream "
                               f"it may be joined with), found {len(found[JOIN_STREAM])}", ob.id)

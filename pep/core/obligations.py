@@ -181,7 +181,9 @@ def _suffix(attribute_id: str) -> str | None:
     return None
 
 
-def _assignments(ob: Obligation, allowed: Sequence[str]) -> dict[str, list[str]]:
+def obligation_assignments(ob: Obligation, allowed: Sequence[str]) -> dict[str, list[str]]:
+    """The values of each allowed assignment of `ob`, by suffix; ObligationError (deny) for an
+    assignment the PEP does not understand."""
     found: dict[str, list[str]] = {name: [] for name in allowed}
     for a in ob.assignments:
         suffix = _suffix(a.attribute_id)
@@ -203,7 +205,7 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
     masks: dict = {}
     for ob in obligations:
         if ob.id in FILTER_IDS:
-            values = _assignments(ob, [FILTER_CONDITION])[FILTER_CONDITION]
+            values = obligation_assignments(ob, [FILTER_CONDITION])[FILTER_CONDITION]
             if not values:
                 raise ObligationError(f"obligation {ob.id} has no {FILTER_CONDITION}", ob.id)
             for text in values:
@@ -214,7 +216,7 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
                         f"obligation {ob.id}: filter condition {text.strip()!r}: {exc}", ob.id
                     ) from None
         elif ob.id in MAP_IDS:
-            values = _assignments(ob, [MAP_ATTRIBUTE])[MAP_ATTRIBUTE]
+            values = obligation_assignments(ob, [MAP_ATTRIBUTE])[MAP_ATTRIBUTE]
             if not values:
                 raise ObligationError(f"obligation {ob.id} lists no visible attribute", ob.id)
             visible = set()
@@ -267,7 +269,7 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
 
 def _masks(ob: Obligation, schema: StreamSchema, into: dict) -> dict:
     """The obligation's masks composed with those found so far (all of them apply)."""
-    values = _assignments(ob, [MASK_ATTRIBUTE])[MASK_ATTRIBUTE]
+    values = obligation_assignments(ob, [MASK_ATTRIBUTE])[MASK_ATTRIBUTE]
     if not values:
         raise ObligationError(f"obligation {ob.id} lists no {MASK_ATTRIBUTE} (attribute:mask)",
                               ob.id)
@@ -296,7 +298,7 @@ def _attribute_names(values: Iterable[str], schema: StreamSchema, what: str) -> 
 
 def _window(ob: Obligation, schema: StreamSchema,
             resolver: PlaceholderResolver | None = None) -> PolicyWindow:
-    found = _assignments(ob, [WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP, WINDOW_ATTR,
+    found = obligation_assignments(ob, [WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP, WINDOW_ATTR,
                               WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_KEY,
                               WINDOW_LABEL_BOUND, *DP_ATTRIBUTES])
     for name in (WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP):
