@@ -147,9 +147,10 @@ async def drive(body: StreamBody, scope: dict, receive: Receive, send: Send,
         body.start(waker.wake)
         last_sent = time.monotonic()
         interval = max(0.05, float(body.heartbeat_interval))
+        more = False  # the last pull gave data: the body may hold more than one pull takes
         while not gone.is_set():
             wait = last_sent + interval - time.monotonic()
-            if wait > 0 and not waker.event.is_set():
+            if wait > 0 and not more and not waker.event.is_set():
                 try:
                     await asyncio.wait_for(waker.event.wait(), wait)
                 except asyncio.TimeoutError:
@@ -165,6 +166,9 @@ async def drive(body: StreamBody, scope: dict, receive: Receive, send: Send,
                 await asyncio.sleep(0)  # the transport reports the loss: the response is over
                 break
             data, finished = body.pull(PULL_BYTES)
+            # A pull takes at most PULL_BYTES (a handle's buffer, 1,000 events): the rest of a
+            # large micro-batch is pulled at once, not at the next wake or heartbeat
+            more = bool(data)
             if not data and not finished:
                 if time.monotonic() - last_sent < interval:
                     continue

@@ -16,10 +16,9 @@ from tests.pep.conftest import RecordingRuntime, auth_header, build_gateway
 from tests.pep.http.test_handles_api import POLICIES, WEATHER, XML
 
 
-@pytest.fixture
-def live(tmp_path):
+def _live(tmp_path, heartbeat: float):
     runtime = RecordingRuntime()
-    app, services = build_gateway(tmp_path / "data", runtime, heartbeat=0.3)
+    app, services = build_gateway(tmp_path / "data", runtime, heartbeat=heartbeat)
     server = HttpServer(app, threads=4).start()
     url = server.url
     assert requests.post(f"{url}/streams", json=WEATHER, headers=auth_header("nea"),
@@ -33,6 +32,17 @@ def live(tmp_path):
     services.close_stream_side()
     server.stop()
     services.close()
+
+
+@pytest.fixture
+def live(tmp_path):
+    yield from _live(tmp_path, heartbeat=0.3)
+
+
+@pytest.fixture
+def live_quiet(tmp_path):
+    """Heartbeats far apart: nothing but data wakes the writer."""
+    yield from _live(tmp_path, heartbeat=60.0)
 
 
 def raw_get(server: HttpServer, path: str, accept: str, **headers) -> socket.socket:
@@ -99,6 +109,22 @@ def test_many_rows_go_out_in_a_few_writes(live):
     assert rows[0]["row"] == {"avg_rainrate": 0.0, "pad": "p" * 60}
     data_chunks = [c for c in got if b'"row"' in c]
     assert len(data_chunks) <= 10  # about 128 KiB per write, not a write per row
+
+
+def test_a_large_batch_goes_out_at_once_not_a_pull_per_heartbeat(live_quiet):
+    # One put of 6,000 rows wakes the writer once; a pull takes at most 1,000 events (about
+    # 128 KiB): the writer must go on pulling while the body has data. It used to send the
+    # rest a pull per heartbeat (here 60 s; a Kafka backlog of 50,000 rows lagged 8 s behind
+    # Spark with heartbeats of 1 s).
+    server, _, runtime, hid = live_quiet
+    s = raw_get(server, f"/handles/{hid}", "application/x-ndjson")
+    time.sleep(0.3)
+    started = time.monotonic()
+    assert runtime.push(hid, RowBatch.of([{"i": i} for i in range(6000)]))
+    got = Chunks(s).until(b'"i":5999', timeout=20)
+    assert time.monotonic() - started < 10
+    ids = [json.loads(x)["id"] for c in got for x in c.decode().splitlines() if '"row"' in x]
+    assert ids == list(range(1, 6001))
 
 
 def test_sse_notice_resume_and_final_event(live):
