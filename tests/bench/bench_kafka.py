@@ -4,12 +4,15 @@ the same kind of topic, and what Spark's real-time mode gives.
 Run: .venv/bin/python tests/bench/bench_kafka.py [--quick]     (needs `make install`'s jars)
 
 A single-node Kafka broker (KRaft, tests/kafka/broker.py), one SparkSession, one real gateway
-(pep.services + pep.http.app + StreamRuntime on pep.http.server.HttpServer, loopback). Topics of
+(pep.services + pep.http.app + StreamRuntime on pep.http.serving.HttpServer, uvicorn, loopback). Topics of
 3 partitions; records carry `sent` (epoch seconds when produced). Every gateway figure is read
 over HTTP by a consumer process of its own (NDJSON), as bench_gateway_streams does.
 1. throughput at saturation: a backlog of N records produced (confluent-kafka, acks=all) right
-   after the handle opened (or the direct query started), both sides at the latest offsets, no
-   maxOffsetsPerTrigger; tuples/s from the first produce to the last row read. Trials alternate.
+   after the handle opened (or the direct query started), both sides at the latest offsets and
+   with maxOffsetsPerTrigger 10,000 (the gateway's default); tuples/s from the first produce to
+   the last row read. One untimed run of each first (a fresh JVM's first Kafka batches run
+   several times slower, which penalised whichever side ran first); then the trials,
+   alternating.
 2. latency from produce to reader: R records/s for S seconds, one at a time (linger.ms 0);
    p50/p95/p99 of (time read - `sent`), for the gateway (reader over HTTP, another process) and
    a direct micro-batch query (foreachBatch in this process, same 0.25 s trigger).
@@ -377,6 +380,10 @@ def main() -> None:
             bench = Bench(spark, gw, broker)
             print(f"\n1. throughput at saturation: {n:,} records, {trials} trial(s), "
                   "3 partitions")
+            warm = max(5_000, n // 5)
+            bench.gateway_throughput(warm)
+            bench.direct_throughput(warm)
+            print(f"  (warmed up: one untimed run of {warm:,} records each)")
             runs: dict[str, list[float]] = {"gateway": [], "direct": []}
             for trial in range(trials):
                 order = ("gateway", "direct") if trial % 2 == 0 else ("direct", "gateway")
