@@ -2,8 +2,9 @@
 
 The routes are module-level functions; `create_pdp_blueprint` gives an app a blueprint over
 them and keeps its parameters (`PdpRoutes`) in the app's extensions, where each route finds
-them (`current_pdp()`). Errors the HTTP layer's one error table maps (a policy not found, a
-number that is none) are raised and answered there; the rest are answered here.
+them (`current_pdp()`). A route answers only what it was asked for: what went wrong it raises
+as a kind (`pdp.refusals`, the PDP's own errors), and the HTTP layer's one error table
+(`pdp.http.errors`) gives its status and the one JSON error body.
 
 Two rules shape this module. The subject of a decision is the authenticated caller: the
 request's subject-id and role attributes are overwritten with the token's identity before the
@@ -28,11 +29,15 @@ from pdp.auth import Identity
 from pdp.engine import PolicyInfo, PolicySource, inspect_policy
 from pdp.errors import PolicyLoadError, RequestSyntaxError
 from pdp.http.auth import current_identity, require_identity
-from pdp.http.errors import error_response, no_content
+from pdp.http.errors import no_content
 from pdp.manage import ManagedPolicy, ManagePolicy, Veto, may_manage_policy
 from pdp.numbers import INT64_MAX, parse_int
 from pdp.policy_parser import is_version
 from pdp.policy_scope import RESOURCE_CATEGORY, RESOURCE_ID
+from pdp.refusals import (
+    Conflict, Gone, InputTooLarge, InvalidInput, NotAcceptable, NotFound, NotPermitted,
+    Unavailable, UnsupportedMedia,
+)
 from pdp.request import bind_environment, bind_subject, media_kind, parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_SYNTAX_ERROR, Decision, Response, Result, Status
@@ -53,20 +58,15 @@ STORED_NOT_YOURS = ("it was written by someone else and is not confined to what 
 
 
 def _refused(identity: Identity, what: str, verdict: object,
-             writer: str | None = None) -> FlaskResponse:
-    """403 saying why. When the document judged is a stored one (`writer` wrote it), the reason
+             writer: str | None = None) -> NotPermitted:
+    """The refusal (403) saying why. When the document judged is a stored one (`writer` wrote it), the reason
     is said only to its writer and administrators: a rule's reason quotes the document (the
     streams it is about, the events it reads), which is its writer's to know."""
     reason = verdict.reason if isinstance(verdict, Veto) else None
     if reason and writer is not None and not identity.admin and writer != identity.subject:
         reason = STORED_NOT_YOURS
     message = f"{identity.subject!r} may not {what}"
-    return error_response(403, f"{message}: {reason}" if reason else message)
-
-
-def load_error(exc: PolicyLoadError, status: int = 400) -> FlaskResponse:
-    return error_response(status, exc.message, source=exc.source, element=exc.element,
-                          line=exc.line)
+    return NotPermitted(f"{message}: {reason}" if reason else message)
 
 
 def _request_kind() -> str | None:
@@ -117,7 +117,7 @@ class PolicyFormat:
 
 
 def _policy_body(identity: Identity, formats: Sequence[PolicyFormat] = (),
-                 policy_id: str | None = None) -> tuple[bytes, list[str]] | FlaskResponse:
+                 policy_id: str | None = None) -> tuple[bytes, list[str]]:
     """The XACML document of a write, the body itself or what a PolicyFormat makes of it, and
     the format's warnings."""
     content_type = request.headers.get("Content-Type", "")
@@ -125,12 +125,12 @@ def _policy_body(identity: Identity, formats: Sequence[PolicyFormat] = (),
     form = next((f for f in formats if base in f.media_types), None)
     if base not in _OFFERED["xml"] and form is None:
         others = "".join(f", or {', '.join(f.media_types)}" for f in formats)
-        return error_response(415, f"unsupported Content-Type {content_type!r}: send the XACML "
-                                   f"policy as {XACML_XML}{others}")
+        raise UnsupportedMedia(f"unsupported Content-Type {content_type!r}: send the XACML "
+                               f"policy as {XACML_XML}{others}")
     body = read_body()
     if not body.strip():
-        return error_response(400, "empty body: expected a XACML Policy or PolicySet document"
-                              if form is None else f"empty body: expected a {base} document")
+        raise InvalidInput("empty body: expected a XACML Policy or PolicySet document"
+                           if form is None else f"empty body: expected a {base} document")
     return form.to_xacml(body, base, identity, policy_id) if form is not None else (body, [])
 
 
@@ -277,7 +277,7 @@ def engine_loaded() -> FlaskResponse | None:
     """Every PDP route but /health waits for the engine (503 until it is loaded)."""
     pdp = current_pdp()
     if not pdp.service.ready and request.endpoint != "pdp.health":
-        return error_response(503, "policy engine not loaded; see GET /health")
+        raise Unavailable("policy engine not loaded; see GET /health")
     return None
 
 
@@ -320,13 +320,13 @@ def decide():
     pdp = current_pdp()
     kind = _request_kind()
     if kind is None:
-        return error_response(415, "unsupported Content-Type "
-                                   f"{request.headers.get('Content-Type')!r}: use {XACML_XML} "
-                                   f"or {XACML_JSON}")
+        raise UnsupportedMedia("unsupported Content-Type "
+                               f"{request.headers.get('Content-Type')!r}: use {XACML_XML} "
+                               f"or {XACML_JSON}")
     media_type = _response_media_type(kind)
     if media_type is None:
-        return error_response(406, f"cannot answer in {request.headers.get('Accept')!r}: "
-                              f"{XACML_XML} and {XACML_JSON} are offered")
+        raise NotAcceptable(f"cannot answer in {request.headers.get('Accept')!r}: "
+                            f"{XACML_XML} and {XACML_JSON} are offered")
     try:
         ctx = parse_request(read_body(), request.headers["Content-Type"])
     except RequestSyntaxError as exc:
@@ -366,15 +366,12 @@ def add_policy():
     """
     pdp = current_pdp()
     identity = current_identity()
-    incoming = _policy_body(identity, pdp.formats)
-    if isinstance(incoming, FlaskResponse):
-        return incoming
-    body, warnings = incoming
+    body, warnings = _policy_body(identity, pdp.formats)
     try:
         info = ManagedPolicy.of(inspect_policy(PolicySource("request body", body)), body)
         verdict = pdp.may_manage(identity, info)
         if not verdict:
-            return _refused(identity, f"manage policy {info.id!r}", verdict)
+            raise _refused(identity, f"manage policy {info.id!r}", verdict)
         warnings = warnings + pdp.checked(body)
         if _dry_run():
             prospect = pdp.service.prospect("added", info.id, body, source="request body")
@@ -382,10 +379,10 @@ def add_policy():
                                       warnings=warnings)
         stored = pdp.service.add(body, owner=identity.subject, source="request body")
     except PolicyLoadError as exc:
-        return load_error(exc)
+        raise InvalidInput.of(exc) from None
     except PolicyExistsError as exc:
-        return error_response(409, f"{exc}; use PUT /policies/<id> to publish a new version",
-                              id=exc.policy_id)
+        raise Conflict(f"{exc}; use PUT /policies/<id> to publish a new version",
+                       id=exc.policy_id) from None
     response = jsonify({**_stored_json(stored), **pdp.described(stored), "warnings": warnings})
     response.status_code = 201
     location = quote(stored.policy_id, safe='')
@@ -418,7 +415,7 @@ def get_policy(policy_id: str):
     chosen = request.accept_mimetypes.best_match(offered) \
         if request.headers.get("Accept") else offered[0]
     if chosen is None:
-        return error_response(406, f"this resource is {' or '.join(offered)}")
+        raise NotAcceptable(f"this resource is {' or '.join(offered)}")
     info = pdp.existing_info(policy_id)
     if info is None:
         # A deleted policy's history stays readable by administrators.
@@ -427,36 +424,32 @@ def get_policy(policy_id: str):
     else:
         verdict = pdp.may_manage(identity, info)
         if not verdict:
-            return _refused(identity, f"read policy {policy_id!r}", verdict,
-                            pdp.writer_of(policy_id))
-    # a policy or version not found (404) and a store_version that is no number (400) are
-    # answered by the HTTP layer's one error table
+            raise _refused(identity, f"read policy {policy_id!r}", verdict,
+                           pdp.writer_of(policy_id))
     if wants_history:
         return jsonify([p.summary() for p in pdp.service.history(policy_id)])
     store_version = _store_version(request.args.get("store_version"))
     version = request.args.get("version")
     if version is not None and not is_version(version):
-        return error_response(400, f"query parameter 'version' must be a XACML version "
-                                   f"(ASCII numbers joined by dots, e.g. 1.0), not "
-                                   f"{version[:40]!r}")
+        raise InvalidInput(f"query parameter 'version' must be a XACML version "
+                           f"(ASCII numbers joined by dots, e.g. 1.0), not {version[:40]!r}")
     stored = pdp.service.get(policy_id, version=version, store_version=store_version)
     if stored.deleted:
-        return error_response(410, f"policy {policy_id!r} store version "
-                                   f"{stored.store_version} is a deletion",
-                              store_version=stored.store_version)
+        raise Gone(f"policy {policy_id!r} store version {stored.store_version} is a deletion",
+                   store_version=stored.store_version)
     if info is not None and stored.data != info.data:
         # An earlier version is judged on its own document: managing a policy's id today
         # does not open what others wrote under it before.
         verdict = pdp.may_manage(identity, ManagedPolicy.of(info, stored.data))
         if not verdict:
-            return _refused(identity, f"read this version of policy {policy_id!r}", verdict,
-                            stored.owner)
+            raise _refused(identity, f"read this version of policy {policy_id!r}", verdict,
+                           stored.owner)
     form = next((f for f in pdp.formats if chosen in f.media_types), None)
     if form is not None:
         written = form.from_xacml(stored.data, chosen)
         if written is None:
-            return error_response(406, f"policy {policy_id!r} cannot be shown as {chosen}: "
-                                       f"it is custom XACML; read it as {XACML_XML}")
+            raise NotAcceptable(f"policy {policy_id!r} cannot be shown as {chosen}: "
+                                f"it is custom XACML; read it as {XACML_XML}")
         response = FlaskResponse(written, content_type=chosen)
     else:
         response = FlaskResponse(stored.data, content_type=XACML_XML)
@@ -480,25 +473,21 @@ def update_policy(policy_id: str):
     """
     pdp = current_pdp()
     identity = current_identity()
-    incoming = _policy_body(identity, pdp.formats, policy_id)
-    if isinstance(incoming, FlaskResponse):
-        return incoming
-    body, warnings = incoming
+    body, warnings = _policy_body(identity, pdp.formats, policy_id)
     current = pdp.existing_info(policy_id)
     if current is None:
-        return error_response(404, f"policy {policy_id!r} not found; use POST /policies to "
-                                   "add it")
+        raise NotFound(f"policy {policy_id!r} not found; use POST /policies to add it")
     try:
         info = ManagedPolicy.of(inspect_policy(PolicySource("request body", body)), body)
         if info.id != policy_id:
             raise PolicyIdMismatchError(policy_id, info.id)
         verdict = pdp.may_manage(identity, current)
         if not verdict:
-            return _refused(identity, f"manage policy {policy_id!r} (its current version)",
-                            verdict, pdp.writer_of(policy_id))
+            raise _refused(identity, f"manage policy {policy_id!r} (its current version)",
+                           verdict, pdp.writer_of(policy_id))
         verdict = pdp.may_manage(identity, info)
         if not verdict:
-            return _refused(identity, f"manage policy {policy_id!r} (the new version)", verdict)
+            raise _refused(identity, f"manage policy {policy_id!r} (the new version)", verdict)
         warnings = warnings + pdp.checked(body)
         if _dry_run():
             prospect = pdp.service.prospect("updated", policy_id, body, source="request body")
@@ -507,9 +496,9 @@ def update_policy(policy_id: str):
         stored = pdp.service.update(policy_id, body, owner=identity.subject,
                                     source="request body")
     except PolicyLoadError as exc:
-        return load_error(exc)
+        raise InvalidInput.of(exc) from None
     except PolicyIdMismatchError as exc:
-        return error_response(400, str(exc), id=exc.found)
+        raise InvalidInput(str(exc), id=exc.found) from None
     return jsonify({**_stored_json(stored), **pdp.described(stored), "warnings": warnings})
 
 
@@ -534,13 +523,13 @@ def add_policies():
     """
     pdp = current_pdp()
     if request.mimetype != "multipart/form-data":
-        return error_response(415, "send the policies as multipart/form-data, one file part "
-                                   "per XACML Policy or PolicySet document")
+        raise UnsupportedMedia("send the policies as multipart/form-data, one file part "
+                               "per XACML Policy or PolicySet document")
     parts = [(name, f) for name in request.files for f in request.files.getlist(name)]
     if not parts:
-        return error_response(400, "no policy documents: send one file part per policy")
+        raise InvalidInput("no policy documents: send one file part per policy")
     if len(parts) > MAX_BULK:
-        return error_response(413, f"{len(parts)} documents; at most {MAX_BULK} at once")
+        raise InputTooLarge(f"{len(parts)} documents; at most {MAX_BULK} at once")
     identity = current_identity()
     sources, warnings = [], []
     for n, (field, part) in enumerate(parts, 1):
@@ -550,17 +539,17 @@ def add_policies():
             info = ManagedPolicy.of(inspect_policy(PolicySource(label, data)), data)
             verdict = pdp.may_manage(identity, info)
             if not verdict:
-                return _refused(identity, f"manage policy {info.id!r} ({label})", verdict)
+                raise _refused(identity, f"manage policy {info.id!r} ({label})", verdict)
             warnings.extend(f"{label}: {w}" for w in pdp.checked(data, label))
         except PolicyLoadError as exc:
-            return load_error(exc)
+            raise InvalidInput.of(exc) from None
         sources.append(PolicySource(label, data))
     try:
         written = pdp.service.add_many(sources, owner=identity.subject)
     except PolicyLoadError as exc:
-        return load_error(exc)
+        raise InvalidInput.of(exc) from None
     except PolicyExistsError as exc:
-        return error_response(409, f"{exc}; nothing was added", id=exc.policy_id)
+        raise Conflict(f"{exc}; nothing was added", id=exc.policy_id) from None
     response = jsonify(policies=[_stored_json(s) for s in written], warnings=warnings)
     response.status_code = 201
     return response
@@ -575,12 +564,12 @@ def delete_policy(policy_id: str):
         raise PolicyNotFoundError(policy_id)
     verdict = pdp.may_manage(identity, current)
     if not verdict:
-        return _refused(identity, f"manage policy {policy_id!r}", verdict,
-                        pdp.writer_of(policy_id))
+        raise _refused(identity, f"manage policy {policy_id!r}", verdict,
+                       pdp.writer_of(policy_id))
     try:
         if _dry_run():
             return pdp.dry_run_answer(identity, pdp.service.prospect("deleted", policy_id))
         pdp.service.delete(policy_id, owner=identity.subject)
     except PolicyLoadError as exc:  # e.g. still referenced by a PolicySet
-        return load_error(exc, 409)
+        raise Conflict.of(exc) from None
     return no_content()
