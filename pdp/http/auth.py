@@ -33,15 +33,17 @@ def authenticate_request() -> Identity | None:
     authenticator = current_app.extensions.get(AUTH_EXTENSION)
     if authenticator is None:  # a misconfigured app denies everything rather than allowing
         return None
-    return authenticator.authenticate_header(request.headers.get("Authorization"))
+    identity: Identity | None = authenticator.authenticate_header(
+        request.headers.get("Authorization"))
+    return identity
 
 
-def require_identity() -> Callable:
+def require_identity() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: the view runs only for an authenticated caller, available as `current_identity()`."""
 
-    def decorator(view: Callable) -> Callable:
+    def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(view)
-        def wrapped(*args, **kwargs):
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
             identity = authenticate_request()
             if identity is None:
                 header = request.headers.get("Authorization")
@@ -56,7 +58,7 @@ def require_identity() -> Callable:
 
 
 def current_identity() -> Identity:
-    identity = g.get("xsg_identity")
+    identity: Identity | None = g.get("xsg_identity")
     if identity is None:
         raise RuntimeError("current_identity() outside a view decorated with require_identity()")
     return identity
