@@ -60,3 +60,20 @@ class CompiledDocument:
     info: PolicyInfo
     evaluator: PolicyEvaluator
     references: list[tuple[RefSpec, int | None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CompiledPolicy:
+    """One document and its compiled form: what an engine generation (`pdp.engine`) takes without compiling again."""
+
+    source: PolicySource
+    compiled: CompiledDocument
+
+    @property
+    def info(self) -> PolicyInfo:
+        return self.compiled.info
+
+    @property
+    def key(self) -> tuple[bool, str, str]:
+        info = self.compiled.info
+        return (info.is_policy_set, info.id, info.version)
