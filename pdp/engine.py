@@ -2,8 +2,8 @@
 
 An engine is immutable once built; `with_changes` builds the next generation, reusing the
 compiled form of every document whose bytes did not change. References between documents are
-resolved per engine through a link table (RefSpec -> evaluator), which is why compiled
-documents can be shared between generations. Building is all-or-nothing: any invalid document,
+resolved per engine through a link table (RefSpec -> evaluator; `pdp.references`), which is
+why compiled documents can be shared between generations. Building is all-or-nothing: any invalid document,
 undefined or circular reference raises PolicyLoadError and no engine is produced.
 
 Root: without `root_policy_id`, all top-level documents are combined under the root algorithm
@@ -41,17 +41,18 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 import pdp.index as index_module
 from pdp.combining import DENY_OVERRIDES_3_0, policy_combiner
 from pdp.errors import PolicyLoadError, RequestSyntaxError
-from pdp.evaluation import (DENY, PERMIT, TO_DECISION, EvalContext, Outcome, PolicyEvaluator,
+from pdp.evaluation import (DENY, PERMIT, TO_DECISION, EvalContext, Outcome,
                             status_of_bug)
 from pdp.index import RootIndex
-from pdp.policy_parser import (CompiledDocument, PolicyInfo, PolicySource, RefSpec,
+from pdp.policy_parser import (CompiledDocument, CompiledPolicy, PolicyInfo, PolicySource,
                                compile_document)
+from pdp import references
+from pdp.references import defined_twice, latest_info, named_root
 from pdp.request import Individual, RequestContext, parse_request
 from pdp.results import (STATUS_PROCESSING_ERROR, Decision, Response, Result, RuleGrant,
                           Status)
@@ -63,24 +64,6 @@ __all__ = ["PolicyEngine", "PolicySource", "PolicyInfo", "CompiledPolicy", "comp
            "inspect_policy", "DENY_OVERRIDES_3_0"]
 
 _OK = Status()
-MAX_REFERENCE_DEPTH = 32
-
-
-@dataclass(frozen=True)
-class CompiledPolicy:
-    """One document and its compiled form: what `with_changes` takes without compiling again."""
-
-    source: PolicySource
-    compiled: CompiledDocument
-
-    @property
-    def info(self) -> PolicyInfo:
-        return self.compiled.info
-
-    @property
-    def key(self) -> tuple[bool, str, str]:
-        info = self.compiled.info
-        return (info.is_policy_set, info.id, info.version)
 
 
 _Entry = CompiledPolicy  # the name of earlier versions
@@ -186,13 +169,13 @@ class PolicyEngine:
             key = entry.key
             if key in slot_of:
                 first = by_slot[slot_of[key]].info
-                raise _defined_twice(entry.info, first.source)
+                raise defined_twice(entry.info, first.source)
             by_slot[slot] = entry
             slot_of[key] = slot
             versions[entry.info.id] = versions.get(entry.info.id, ()) + (slot,)
         referrers = frozenset(s for s, e in by_slot.items() if e.compiled.references)
-        links, refs_of = _link(by_slot, versions, referrers)
-        policies = {pid: _latest_info(by_slot, slots) for pid, slots in versions.items()}
+        links, refs_of = references.link_references(by_slot, versions, referrers)
+        policies = {pid: latest_info(by_slot, slots) for pid, slots in versions.items()}
         try:
             combine = policy_combiner(root_combining_alg)
         except KeyError:
@@ -208,7 +191,7 @@ class PolicyEngine:
             self._root: Any = _Root(combine, {s: e.compiled.evaluator
                                                for s, e in by_slot.items()}, maintained)
         else:
-            self._root = _named_root(by_slot, versions, root_policy_id)
+            self._root = named_root(by_slot, versions, root_policy_id)
 
     def _setup(self, by_slot, slot_of, versions, next_slot, referrers, links, refs_of, policies,
                root_combining_alg, root_policy_id, use_index, combine) -> None:
@@ -282,7 +265,7 @@ class PolicyEngine:
                     first, second = sorted((slot, other))
                     later = entry.info if second == slot else by_slot[second].info
                     earlier_src = (entry.info if first == slot else by_slot[first].info).source
-                    raise _defined_twice(later, earlier_src)
+                    raise defined_twice(later, earlier_src)
                 del slot_of[old_key]
             else:
                 slot = next_slot
@@ -301,10 +284,10 @@ class PolicyEngine:
                for s in touched_slots):
             referrers = frozenset((referrers - touched_slots) | {
                 s for s in touched_slots if s in by_slot and by_slot[s].compiled.references})
-            links, refs_of = _link(by_slot, versions, referrers)
+            links, refs_of = references.link_references(by_slot, versions, referrers)
         elif referrers and not self._referenced.isdisjoint(touched_ids):
             # A document some reference may resolve to changed: resolve them all again.
-            links, refs_of = _link(by_slot, versions, referrers)
+            links, refs_of = references.link_references(by_slot, versions, referrers)
         else:  # the reference graph is untouched
             links, refs_of = self._links, self._refs_of
         # policies: an id keeps its place while its first document keeps its slot (new slots
@@ -317,7 +300,7 @@ class PolicyEngine:
                 policies.pop(pid, None)
         for pid in sorted((p for p in touched_ids if p in versions),
                           key=lambda p: versions[p][0]):
-            policies[pid] = _latest_info(by_slot, versions[pid])
+            policies[pid] = latest_info(by_slot, versions[pid])
         engine = PolicyEngine.__new__(PolicyEngine)
         engine._setup(by_slot, slot_of, versions, next_slot, referrers, links, refs_of, policies,
                       self.root_combining_alg, self.root_policy_id, self.use_index,
@@ -346,7 +329,7 @@ class PolicyEngine:
                     gone + replaced, [(s, evaluators[s]) for s in sorted(replaced) + fresh])
             engine._root = _Root(self._combine, evaluators, maintained)
         elif self.root_policy_id in touched_ids:
-            engine._root = _named_root(by_slot, versions, self.root_policy_id)
+            engine._root = named_root(by_slot, versions, self.root_policy_id)
         else:
             engine._root = self._root
         return engine
@@ -455,130 +438,3 @@ class PolicyEngine:
                     out |= self._refs_of.get(id(ev), set())
         return out
 
-
-def _vt(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("."))
-
-
-def _defined_twice(info: PolicyInfo, also_in: str) -> PolicyLoadError:
-    return PolicyLoadError(f"{'PolicySet' if info.is_policy_set else 'Policy'} {info.id} "
-                           f"version {info.version} is defined twice (also in {also_in})",
-                           info.source)
-
-
-def _latest_info(by_slot: Mapping[int, CompiledPolicy], slots: Sequence[int]) -> PolicyInfo:
-    """The info of the highest version (the first in root order among equals)."""
-    best = None
-    for slot in slots:
-        info = by_slot[slot].compiled.info
-        if best is None or _vt(info.version) > _vt(best.version):
-            best = info
-    assert best is not None
-    return best
-
-
-def _named_root(by_slot: Mapping[int, CompiledPolicy], versions: Mapping[str, Sequence[int]],
-                root_policy_id: str) -> PolicyEvaluator:
-    slots = versions.get(root_policy_id, ())
-    if not slots:
-        raise PolicyLoadError(f"root policy {root_policy_id} is not among the documents")
-    return max((by_slot[s].compiled.evaluator for s in slots),
-               key=lambda ev: _vt(ev.identifier.version))
-
-
-def _link(by_slot: Mapping[int, CompiledPolicy], versions: Mapping[str, Sequence[int]],
-          referrers: Iterable[int]) -> tuple[dict, dict]:
-    """Resolve every reference to the latest matching top-level document; detect cycles and
-    over-deep reference chains.
-
-    Only the documents that hold references (`referrers`, slots) are walked: any other document
-    is a leaf of the reference graph (depth 1, on no cycle), so the result and the first error
-    found are those of a walk over every document in root order."""
-    docs = [by_slot[s] for s in sorted(referrers)]
-    links: dict[RefSpec, PolicyEvaluator] = {}
-    if not docs:
-        return links, {}
-    edges: dict[int, list[CompiledDocument]] = {}
-    resolved: dict[RefSpec, CompiledDocument] = {}
-    for e in docs:
-        targets = []
-        for spec, line in e.compiled.references:
-            best = resolved.get(spec)
-            if best is None:
-                for slot in versions.get(spec.id, ()):
-                    other = by_slot[slot].compiled
-                    if other.info.is_policy_set == spec.is_policy_set and \
-                            spec.matches(other.info.version):
-                        if best is None or _vt(other.info.version) > _vt(best.info.version):
-                            best = other
-                if best is None:
-                    raise PolicyLoadError(f"undefined reference: {spec.describe()} matches no "
-                                          "policy document", e.source.name,
-                                          "PolicySetIdReference" if spec.is_policy_set
-                                          else "PolicyIdReference", line)
-                resolved[spec] = best
-                links[spec] = best.evaluator
-            targets.append(best)
-        edges[id(e.compiled)] = targets
-    no_edges: list[CompiledDocument] = []
-    # Cycle detection (iterative DFS with colours).
-    WHITE, GREY, BLACK = 0, 1, 2
-    colour: dict[int, int] = {}
-    for e in docs:
-        start = e.compiled
-        if colour.get(id(start), WHITE) != WHITE:
-            continue
-        stack = [(start, iter(edges[id(start)]))]
-        path = [start]
-        colour[id(start)] = GREY
-        while stack:
-            node, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                colour[id(node)] = BLACK
-                stack.pop()
-                path.pop()
-                continue
-            c = colour.get(id(nxt), WHITE)
-            if c == GREY:
-                cycle = path[path.index(nxt):] + [nxt]
-                raise PolicyLoadError("circular policy reference: " +
-                                      " -> ".join(d.info.id for d in cycle), nxt.info.source)
-            if c == WHITE:
-                colour[id(nxt)] = GREY
-                stack.append((nxt, iter(edges.get(id(nxt), no_edges))))
-                path.append(nxt)
-    # Reference depth: evaluation recurses along references, so bound the chain length.
-    depth: dict[int, int] = {}
-
-    def chain(doc: CompiledDocument) -> int:
-        todo = [(doc, False)]
-        while todo:
-            node, expanded = todo.pop()
-            if id(node) in depth:
-                continue
-            kids = edges.get(id(node), no_edges)
-            if expanded or not kids:
-                depth[id(node)] = 1 + max((depth[id(k)] for k in kids), default=0)
-            else:
-                todo.append((node, True))
-                todo.extend((k, False) for k in kids if id(k) not in depth)
-        return depth[id(doc)]
-
-    for e in docs:
-        if chain(e.compiled) > MAX_REFERENCE_DEPTH:
-            raise PolicyLoadError(f"policy references nest more than {MAX_REFERENCE_DEPTH} "
-                                  f"documents deep from {e.compiled.info.id}", e.source.name)
-    # Transitive references per document evaluator, for dependencies().
-    refs_of: dict[int, set[str]] = {}
-    for e in docs:
-        seen: set[str] = set()
-        todo = list(edges[id(e.compiled)])
-        while todo:
-            d = todo.pop()
-            if d.info.id in seen:
-                continue
-            seen.add(d.info.id)
-            todo.extend(edges.get(id(d), no_edges))
-        refs_of[id(e.compiled.evaluator)] = seen
-    return links, refs_of

@@ -27,6 +27,8 @@ from pdp.engine import (CompiledPolicy, PolicyEngine, PolicyInfo, PolicySource,
                         compile_policy)
 from pdp.errors import PolicyLoadError
 from pdp.events import PolicyChange, PolicyEvents
+from pdp.request import RequestContext
+from pdp.results import Response
 from pdp.store import (PolicyExistsError, PolicyNotFoundError, PolicyStore, StoredPolicy,
                        source_name)
 
@@ -97,7 +99,7 @@ class PolicyService:
             raise RuntimeError("the policy engine is not loaded")
         return engine
 
-    def decide(self, request):
+    def decide(self, request: RequestContext) -> Response:
         if not self._decision_observers:
             return self.engine.decide(request)
         started = time.perf_counter()
@@ -111,7 +113,7 @@ class PolicyService:
         """`observer(response, seconds)` after every `decide` (metrics)."""
         self._decision_observers.append(observer)
 
-    def decide_with_trace(self, request):
+    def decide_with_trace(self, request: RequestContext) -> tuple[Response, list[set[str]]]:
         return self.engine.decide_with_trace(request)
 
     def policy_info(self, policy_id: str) -> PolicyInfo | None:

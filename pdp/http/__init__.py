@@ -1,2 +1,3 @@
-"""The PDP's HTTP edge: the decision and policy API (`api`), request authentication (`auth`),
-the one JSON error body (`errors`)."""
+"""The PDP's HTTP edge: the blueprint (`api`) over the decision route (`decisions`) and the PAP
+(`policies`), what they work with (`context`), request authentication (`auth`), the one error
+table and JSON error body (`errors`)."""

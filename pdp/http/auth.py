@@ -2,7 +2,8 @@
 
 The app holds one authenticator (`install_authenticator`); a view decorated with
 `require_identity()` runs only for a caller with a valid bearer token and finds it in
-`current_identity()`. A caller without one gets 401 with `WWW-Authenticate: Bearer`.
+`current_identity()`. A caller without one is refused (`Unauthenticated`): the error table
+answers 401 with `WWW-Authenticate: Bearer`.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from flask import Response, current_app, g, request
 
 from pdp.auth import Identity
 from pdp.http.errors import error_response
+from pdp.refusals import Unauthenticated
 
 AUTH_EXTENSION = "xsg.auth"
 
@@ -23,26 +25,30 @@ def install_authenticator(app: Any, authenticator: Any) -> None:
 
 
 def unauthorized(message: str = "a valid bearer token is required") -> Response:
-    return error_response(401, message, {"WWW-Authenticate": 'Bearer realm="xsg"'})
+    """The 401 answer, for a view that answers it itself (the table's, for `Unauthenticated`)."""
+    return error_response(401, message, Unauthenticated.headers)
 
 
 def authenticate_request() -> Identity | None:
     authenticator = current_app.extensions.get(AUTH_EXTENSION)
     if authenticator is None:  # a misconfigured app denies everything rather than allowing
         return None
-    return authenticator.authenticate_header(request.headers.get("Authorization"))
+    identity: Identity | None = authenticator.authenticate_header(
+        request.headers.get("Authorization"))
+    return identity
 
 
-def require_identity() -> Callable:
+def require_identity() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: the view runs only for an authenticated caller, available as `current_identity()`."""
 
-    def decorator(view: Callable) -> Callable:
+    def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(view)
-        def wrapped(*args, **kwargs):
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
             identity = authenticate_request()
             if identity is None:
                 header = request.headers.get("Authorization")
-                return unauthorized("missing bearer token" if not header else "invalid bearer token")
+                raise Unauthenticated("missing bearer token" if not header
+                                      else "invalid bearer token")
             g.xsg_identity = identity
             return view(*args, **kwargs)
 
@@ -52,7 +58,7 @@ def require_identity() -> Callable:
 
 
 def current_identity() -> Identity:
-    identity = g.get("xsg_identity")
+    identity: Identity | None = g.get("xsg_identity")
     if identity is None:
         raise RuntimeError("current_identity() outside a view decorated with require_identity()")
     return identity

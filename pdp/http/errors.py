@@ -7,6 +7,11 @@ where>", "error": "<the same>", ...details}` (`error` stays for clients written 
 first release). One shape, so a client needs one parser. Errors a client can fix are 4xx;
 anything unexpected is a 500 whose body says only to look at the gateway's log (the log has the
 stack trace; the client never does).
+
+The PDP's routes raise what went wrong (`pdp.refusals`, the PDP's own errors) and `ERROR_STATUS`
+below is the one table from those kinds to statuses. It holds wherever the routes are mounted:
+an embedder installs its own table (`install_error_handlers`), which adds its kinds over this
+one and may give a kind of this one a status of its own.
 """
 from __future__ import annotations
 
@@ -18,12 +23,38 @@ from typing import Any, Union
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
+from pdp.errors import PolicyLoadError, RequestSyntaxError
+from pdp.numbers import NumberError
+from pdp.refusals import (
+    Conflict, Gone, InputTooLarge, InvalidInput, NotAcceptable, NotFound, NotPermitted,
+    Unauthenticated, Unavailable, UnsupportedMedia,
+)
+from pdp.store import PolicyExistsError, PolicyNotFoundError
+
 log = logging.getLogger(__name__)
 
 # exception type -> HTTP status; an exception gets the status of the most specific class in its
 # MRO that the table names (as Flask finds error handlers), so the order of entries is free
 ErrorTable = Union[Mapping[type[BaseException], int], Sequence[tuple[type[BaseException], int]]]
 
+# the PDP's errors, by kind: what its routes raise, or let through from the service and store
+ERROR_STATUS: dict[type[BaseException], int] = {
+    InvalidInput: 400,
+    NumberError: 400,  # a query parameter that is not the number it must be
+    PolicyLoadError: 400,
+    RequestSyntaxError: 400,
+    Unauthenticated: 401,
+    NotPermitted: 403,
+    NotFound: 404,
+    PolicyNotFoundError: 404,
+    NotAcceptable: 406,
+    Conflict: 409,
+    PolicyExistsError: 409,
+    Gone: 410,
+    InputTooLarge: 413,
+    UnsupportedMedia: 415,
+    Unavailable: 503,
+}
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -51,11 +82,15 @@ def no_content() -> Response:
     return response
 
 
+def _as_dict(table: ErrorTable) -> Mapping[type[BaseException], int]:
+    return table if isinstance(table, Mapping) else dict(table)
+
+
 def status_for(exc: BaseException, table: ErrorTable) -> int | None:
     """The status of the most specific class of `exc` that the table names: its MRO is walked
     from the exception's own class up, as Flask finds handlers, so a subclass maps to its own
     status wherever the table lists it (for a class with two mapped bases, the MRO decides)."""
-    statuses = table if isinstance(table, Mapping) else dict(table)
+    statuses = _as_dict(table)
     for kind in type(exc).__mro__:
         status = statuses.get(kind)
         if status is not None:
@@ -66,9 +101,9 @@ def status_for(exc: BaseException, table: ErrorTable) -> int | None:
 def install_error_handlers(app: Flask, table: ErrorTable,
                            render: Callable[[BaseException, int], Response | None] | None = None
                            ) -> None:
-    """Route every exception through `table`; `render` may answer a mapped error in a form of
+    """Route every exception through `table` (over the PDP's `ERROR_STATUS`); `render` may answer a mapped error in a form of
     its own (e.g. a XACML response), else the body is `error_response` with the exception's
-    `message` and `details`. Unmapped exceptions are logged and answered 500."""
+    `message` and `details` (and its `headers`). Unmapped exceptions are logged and answered 500."""
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
@@ -89,8 +124,9 @@ def install_error_handlers(app: Flask, table: ErrorTable,
 
 def respond(exc: BaseException, table: ErrorTable,
             render: Callable[[BaseException, int], Response | None] | None = None) -> Response:
-    """The answer to `exc` (inside an app context): its table status, else a logged 500."""
-    status = status_for(exc, table)
+    """The answer to `exc` (inside an app context): its status in `table` or, for a kind
+    `table` does not map, in the PDP's `ERROR_STATUS`; else a logged 500."""
+    status = status_for(exc, {**ERROR_STATUS, **_as_dict(table)})
     if status is None:
         log.error("unhandled error", exc_info=exc)
         return error_response(500, "internal error; see the gateway log")
@@ -99,8 +135,9 @@ def respond(exc: BaseException, table: ErrorTable,
         if answer is not None:
             return answer
     details = getattr(exc, "details", None) or {}
-    return error_response(status, getattr(exc, "message", None) or str(exc), **details)
+    return error_response(status, getattr(exc, "message", None) or str(exc),
+                          getattr(exc, "headers", None), **details)
 
 
-__all__ = ["error_response", "no_content", "install_error_handlers", "respond", "status_for",
+__all__ = ["ERROR_STATUS", "error_response", "no_content", "install_error_handlers", "respond", "status_for",
            "ErrorTable"]

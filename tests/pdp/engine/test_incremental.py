@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import pdp.engine
 import pdp.index
+import pdp.references
 from pdp.combining import POLICY_COMBINING
 from pdp.engine import CompiledPolicy, PolicyEngine, PolicySource, compile_policy
 from pdp.errors import PolicyLoadError
@@ -240,10 +241,10 @@ def test_a_change_touches_only_the_changed_documents(monkeypatch):
     docs = [CompiledPolicy(d.source, d.compiled) for d in docs if d.info.id]
     base = PolicyEngine(_unique(docs), "deny-overrides", None)
     analysed, linked = [], []
-    real_analyse, real_link = pdp.index._indexable_any_ofs, pdp.engine._link
+    real_analyse, real_link = pdp.index._indexable_any_ofs, pdp.references.link_references
     monkeypatch.setattr(pdp.index, "_indexable_any_ofs",
                         lambda spec: analysed.append(spec) or real_analyse(spec))
-    monkeypatch.setattr(pdp.engine, "_link", lambda *a: linked.append(a) or real_link(*a))
+    monkeypatch.setattr(pdp.references, "link_references", lambda *a: linked.append(a) or real_link(*a))
     new = compile_policy(PolicySource("new", document(999, 0)))
     monkeypatch.setattr(pdp.engine, "compile_document", _forbidden)
     engine = base.with_changes(upsert=[new])

@@ -1,0 +1,26 @@
+"""The identifiers of the XACML 3.0 data types: the XML Schema ones, the legacy
+xquery-operators duration ids of XACML 1.0/2.0, and the XACML-defined ones."""
+from __future__ import annotations
+
+XS = "http://www.w3.org/2001/XMLSchema#"
+LEGACY_XQ = "http://www.w3.org/TR/2002/WD-xquery-operators-20020816#"
+
+STRING = XS + "string"
+BOOLEAN = XS + "boolean"
+INTEGER = XS + "integer"
+DOUBLE = XS + "double"
+TIME = XS + "time"
+DATE = XS + "date"
+DATETIME = XS + "dateTime"
+ANYURI = XS + "anyURI"
+HEXBINARY = XS + "hexBinary"
+BASE64BINARY = XS + "base64Binary"
+DAYTIMEDURATION = XS + "dayTimeDuration"
+YEARMONTHDURATION = XS + "yearMonthDuration"
+LEGACY_DAYTIMEDURATION = LEGACY_XQ + "dayTimeDuration"
+LEGACY_YEARMONTHDURATION = LEGACY_XQ + "yearMonthDuration"
+X500NAME = "urn:oasis:names:tc:xacml:1.0:data-type:x500Name"
+RFC822NAME = "urn:oasis:names:tc:xacml:1.0:data-type:rfc822Name"
+IPADDRESS = "urn:oasis:names:tc:xacml:2.0:data-type:ipAddress"
+DNSNAME = "urn:oasis:names:tc:xacml:2.0:data-type:dnsName"
+XPATHEXPRESSION = "urn:oasis:names:tc:xacml:3.0:data-type:xpathExpression"

@@ -1,0 +1,87 @@
+"""The gateway's authenticator: the token file's opaque tokens first, then the issuer's JWTs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pdp.auth import (
+    WATCH_INTERVAL, Identity, IdentityListener, TokenAuthenticator, TokenFileAuthenticator,
+    bearer_token,
+)
+from pdp.oidc.settings import OidcSettings
+from pdp.oidc.tokens import JwtAuthenticator, looks_like_jwt
+
+
+class CompositeAuthenticator:
+    """The auth file's tokens first, then (when an issuer is configured) the issuer's JWTs.
+
+    `authenticate_header` returns the caller's identity, None for no or an unknown opaque
+    token, and raises `AuthenticationFailed` for a JWT it refuses (the reason goes to the
+    caller). `identities` lists the token file's identities, then the remembered JWT ones."""
+
+    def __init__(self, tokens: TokenFileAuthenticator | TokenAuthenticator | None,
+                 jwt: JwtAuthenticator | None = None) -> None:
+        self.tokens = tokens
+        self.jwt = jwt
+
+    def authenticate(self, token: str | None) -> Identity | None:
+        if not token:
+            return None
+        if self.tokens is not None:
+            identity = self.tokens.authenticate(token)
+            if identity is not None:
+                return identity
+        if self.jwt is not None and looks_like_jwt(token):
+            return self.jwt.authenticate(token)
+        return None
+
+    def authenticate_header(self, authorization: str | None) -> Identity | None:
+        return self.authenticate(bearer_token(authorization))
+
+    def reload(self) -> bool:
+        """Re-read the token file now (SIGHUP)."""
+        reload = getattr(self.tokens, "reload", None)
+        return bool(reload()) if reload is not None else False
+
+    def add_listener(self, callback: IdentityListener) -> None:
+        """`callback(subjects, source)` whenever subjects' identities change: the token file
+        re-read (on disk, by the watcher, on SIGHUP) or a JWT with other claims."""
+        for source in (self.tokens, self.jwt):
+            add = getattr(source, "add_listener", None)
+            if add is not None:
+                add(callback)
+
+    def watch(self, interval: float = WATCH_INTERVAL) -> None:
+        """Follow the token file from a thread (`TokenFileAuthenticator.watch`)."""
+        watch = getattr(self.tokens, "watch", None)
+        if watch is not None:
+            watch(interval)
+
+    def stop(self) -> None:
+        stop = getattr(self.tokens, "stop", None)
+        if stop is not None:
+            stop()
+
+    @property
+    def identities(self) -> list[Identity]:
+        found = list(self.tokens.identities) if self.tokens is not None else []
+        if self.jwt is not None:
+            found.extend(self.jwt.identities)
+        return found
+
+    def identity_for(self, subject: str) -> Identity | None:
+        """A subject's current identity: the token file's entry, else the last verified JWT's."""
+        if self.tokens is not None:
+            identity = self.tokens.identity_for(subject)
+            if identity is not None:
+                return identity
+        return self.jwt.identity_for(subject) if self.jwt is not None else None
+
+
+def build_authenticator(auth_file: str | Path, oidc: OidcSettings | None = None,
+                        remember_file: str | Path | None = None,
+                        check_interval: float = 1.0) -> CompositeAuthenticator:
+    """The gateway's authenticator: the (followed) token file, then the issuer's JWTs."""
+    tokens = TokenFileAuthenticator(auth_file, check_interval=check_interval)
+    jwt = JwtAuthenticator(oidc, remember_file=remember_file) if oidc is not None else None
+    return CompositeAuthenticator(tokens, jwt)
+

@@ -1,0 +1,148 @@
+"""Policies and rules: a <Policy> with its VariableDefinitions, rules, combining algorithm and
+obligation and advice expressions, each Rule with its effect, target and condition."""
+from __future__ import annotations
+
+from lxml import etree
+
+from pdp.combining import RULE_COMBINING
+from pdp.evaluation import (
+    DENY, PERMIT, AssignmentExpr, ObligationExpr, PolicyEvaluator, RuleEvaluator,
+)
+from pdp.index import build_index
+from pdp.policy_parser.expressions import BOOLEAN, VariableScope
+from pdp.policy_parser.reader import NO_DELEGATION
+from pdp.policy_parser.targets import TargetCompiler
+from pdp.results import PolicyIdentifier
+
+
+def attach_index(ev: PolicyEvaluator) -> None:
+    """Gives a policy or policy set the index of its children's targets."""
+    ev.index = build_index(ev.children)
+
+
+class PolicyCompiler(TargetCompiler):
+    """Compiles a <Policy>, its rules, and obligation and advice expressions."""
+
+    def policy(self, elem: etree._Element) -> PolicyEvaluator:
+        p_id = self.required(elem, "PolicyId")
+        version = self.version(elem)
+        if p_id in self.policy_ids:
+            raise self.fail(f"duplicate PolicyId {p_id} in the document", elem)
+        self.policy_ids.add(p_id)
+        alg_id = self.required(elem, "RuleCombiningAlgId")
+        combine = RULE_COMBINING.get(alg_id)
+        if combine is None:
+            raise self.fail(f"unknown rule-combining algorithm {alg_id}", elem)
+        # Variables first: a VariableReference may precede its definition.
+        var_elems: dict[str, etree._Element] = {}
+        for name, child in self.children(elem):
+            if name == "VariableDefinition":
+                vid = self.required(child, "VariableId")
+                if vid in var_elems:
+                    raise self.fail(f"duplicate VariableId {vid} in policy {p_id}", child)
+                var_elems[vid] = child
+        scope = VariableScope(self, var_elems)
+        for vid in var_elems:
+            scope.get(vid, var_elems[vid])
+        target = None
+        spec = None
+        rules = []
+        rule_ids: set[str] = set()
+        obligations: list[ObligationExpr] = []
+        advice: list[ObligationExpr] = []
+        for name, child in self.children(elem):
+            if name == "Target":
+                target, spec = self.target(child)
+            elif name == "Rule":
+                rule = self.rule(child, scope)
+                if rule.id in rule_ids:
+                    raise self.fail(f"duplicate RuleId {rule.id} in policy {p_id}", child)
+                rule_ids.add(rule.id)
+                rules.append(rule)
+            elif name == "ObligationExpressions":
+                obligations = self.obligation_exprs(child, "ObligationExpression", scope)
+            elif name == "AdviceExpressions":
+                advice = self.obligation_exprs(child, "AdviceExpression", scope)
+            elif name == "PolicyIssuer":
+                raise self.fail(NO_DELEGATION, child)
+            elif name in ("Description", "PolicyDefaults", "CombinerParameters",
+                          "RuleCombinerParameters", "VariableDefinition"):
+                continue
+            else:
+                raise self.fail(f"unexpected element <{name}> in <Policy>", child)
+        ident = PolicyIdentifier(p_id, version, False)
+        ev = PolicyEvaluator(ident, target, combine, rules, obligations, advice, spec)
+        attach_index(ev)
+        return ev
+
+    def rule(self, elem: etree._Element, scope: VariableScope) -> RuleEvaluator:
+        rule_id = self.required(elem, "RuleId")
+        effect_name = self.required(elem, "Effect")
+        if effect_name not in ("Permit", "Deny"):
+            raise self.fail(f"Effect must be Permit or Deny, not {effect_name!r}", elem)
+        effect = PERMIT if effect_name == "Permit" else DENY
+        target = None
+        spec = None
+        condition = None
+        obligations: list[ObligationExpr] = []
+        advice: list[ObligationExpr] = []
+        for name, child in self.children(elem):
+            if name == "Target":
+                target, spec = self.target(child)
+            elif name == "Condition":
+                exprs = [c for c in child if isinstance(c.tag, str)]
+                if len(exprs) != 1:
+                    raise self.fail("<Condition> must contain exactly one expression", child)
+                typed = self.expression(exprs[0], scope)
+                if typed.is_bag or typed.datatype != BOOLEAN:
+                    raise self.fail(f"<Condition> must be a boolean expression, not "
+                                    f"{'a bag of ' if typed.is_bag else ''}{typed.datatype}", child)
+                if typed.is_const:
+                    value = typed.value
+                    condition = None if value else (lambda ctx: False)
+                else:
+                    condition = typed.ev
+            elif name == "ObligationExpressions":
+                obligations = self.obligation_exprs(child, "ObligationExpression", scope)
+            elif name == "AdviceExpressions":
+                advice = self.obligation_exprs(child, "AdviceExpression", scope)
+            elif name == "Description":
+                continue
+            else:
+                raise self.fail(f"unexpected element <{name}> in <Rule>", child)
+        return RuleEvaluator(rule_id, effect, target, condition, obligations, advice, spec)
+
+    def obligation_exprs(self, elem: etree._Element, child_name: str,
+                         scope: VariableScope | None = None) -> list[ObligationExpr]:
+        """The ObligationExpressions or AdviceExpressions (`child_name`) of an element."""
+        out = []
+        is_ob = child_name == "ObligationExpression"
+        id_attr = "ObligationId" if is_ob else "AdviceId"
+        effect_attr = "FulfillOn" if is_ob else "AppliesTo"
+        for name, child in self.children(elem):
+            if name != child_name:
+                raise self.fail(f"unexpected element <{name}> in <{etree.QName(elem).localname}>",
+                                child)
+            oid = self.required(child, id_attr)
+            effect_name = self.required(child, effect_attr)
+            if effect_name not in ("Permit", "Deny"):
+                raise self.fail(f"{effect_attr} must be Permit or Deny", child)
+            assignments = []
+            for name2, aae in self.children(child):
+                if name2 != "AttributeAssignmentExpression":
+                    raise self.fail(f"unexpected element <{name2}> in <{child_name}>", aae)
+                attr_id = self.required(aae, "AttributeId")
+                exprs = [c for c in aae if isinstance(c.tag, str)]
+                if len(exprs) != 1:
+                    raise self.fail("<AttributeAssignmentExpression> must contain exactly one "
+                                    "expression", aae)
+                typed = self.expression(exprs[0], scope)
+                if typed.datatype is None:
+                    raise self.fail("cannot determine the datatype of the assignment", aae)
+                fmt = self.datatype(typed.datatype, aae).format
+                assignments.append(AssignmentExpr(attr_id, aae.get("Category"), aae.get("Issuer"),
+                                                  typed.ev, typed.datatype, typed.is_bag, fmt))
+            out.append(ObligationExpr(oid, PERMIT if effect_name == "Permit" else DENY,
+                                      assignments))
+        return out
+
