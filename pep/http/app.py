@@ -19,17 +19,17 @@ from pep.http.current import SERVICES_EXTENSION
 from pep.http.console import create_console_blueprint
 from pep.http.cors import install_cors
 from pep.http.events import events_blueprint
-from pep.http.explain import explain_blueprint
+from pep.http.explain import install_explain
 from pep.http.fast_pdp import install_fast_pdp
 from pep.http.health import stream_health
 from pep.http.handles import create_handles_blueprint
-from pep.http.invalidation import invalidation_blueprint
+from pep.http.invalidation import install_invalidation
 from pep.http.metrics import metrics_blueprint
 from pep.http.openapi import create_openapi_blueprint
 from pep.http.read_tokens import ReadTokens, create_read_tokens_blueprint
 from pep.http.requests import create_requests_blueprint
 from pep.http.rules import Rules, rules_blueprint
-from pep.http.streams import create_streams_blueprint
+from pep.http.streams import install_streams
 from pep.services import GatewayServices, build_services
 from pep.streams.policy_check import check_policy
 
@@ -93,11 +93,9 @@ def create_app(config: GatewayConfig | None = None,
         return services.catalog.schema(name)
 
     privacy = services.privacy
-    app.register_blueprint(explain_blueprint(
-        engine, visible_schema, services.decide_and_plan,
-        privacy_status=privacy.status if privacy is not None else None))
-    app.register_blueprint(create_streams_blueprint(services.catalog, visibility=visibility,
-                                                    lifecycle=services.lifecycle))
+    install_explain(app, engine, visible_schema, services.decide_and_plan,
+                    privacy_status=privacy.status if privacy is not None else None)
+    install_streams(app, services.catalog, visibility=visibility, lifecycle=services.lifecycle)
 
     def refused(identity, refusal) -> None:
         services.audit.refused(identity, refusal)
@@ -114,7 +112,7 @@ def create_app(config: GatewayConfig | None = None,
         services.handles, base_url, config.heartbeat,
         max_readers_per_subject=config.max_readers_per_subject, may_see=may_see))
 
-    app.register_blueprint(invalidation_blueprint(services.invalidation, caller_is_admin))
+    install_invalidation(app, services.invalidation, caller_is_admin)
     # the web console, the handle read tokens its EventSources carry, CORS for other web apps
     app.register_blueprint(create_read_tokens_blueprint(services.handles, ReadTokens(
         config.read_token_key, config.read_token_ttl, lambda: services.authenticator.identities),
