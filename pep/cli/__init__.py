@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        return int(args.func(args))
     except CliError as exc:
         print(f"xsg: error: {exc}", file=sys.stderr)
         return exc.status

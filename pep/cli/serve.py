@@ -21,7 +21,7 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-def serve_flags(args: argparse.Namespace) -> dict:
+def serve_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The settings given on the command line (flags default to absent, not to a value)."""
     from pep.config import settings
 

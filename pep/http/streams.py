@@ -16,9 +16,9 @@ exactly as a name no stream has: 404 with the same body.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, cast
+from typing import Any, Iterable, cast
 
-from flask import Blueprint, Flask, current_app, jsonify, request
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from pdp import Identity
 from pdp.http.auth import current_identity, require_identity
@@ -39,7 +39,7 @@ def may_register(identity: Identity, owner_roles: Iterable[str] = OWNER_ROLES) -
     return identity.admin or any(r in owner_roles for r in identity.roles)
 
 
-def describe_entry(entry: StreamEntry, identity: Identity) -> dict:
+def describe_entry(entry: StreamEntry, identity: Identity) -> dict[str, Any]:
     d = entry.definition
     return describe(d, entry.created_at, show_source=owner_or_admin(identity, d.owner),
                     visibility=entry.visibility, settings=entry.settings(),
@@ -94,7 +94,7 @@ bp = Blueprint("xsg_streams", __name__)
 
 @bp.post("/streams")
 @require_identity()
-def register_stream():
+def register_stream() -> Response:
     """Register a stream (data owners and administrators).
     ---
     post:
@@ -138,7 +138,7 @@ def register_stream():
 
 @bp.get("/streams")
 @require_identity()
-def list_streams():
+def list_streams() -> Response:
     routes = stream_routes()
     identity = current_identity()
     return jsonify(streams=routes.catalog.list_visible(identity,
@@ -156,7 +156,7 @@ def entry_named(name: str) -> StreamEntry:
 
 @bp.get("/streams/<name>")
 @require_identity()
-def get_stream(name: str):
+def get_stream(name: str) -> Response:
     return jsonify(describe_entry(entry_named(name), current_identity()))
 
 def owned(name: str, doing: str) -> StreamEntry:
@@ -169,7 +169,7 @@ def owned(name: str, doing: str) -> StreamEntry:
 
 @bp.patch("/streams/<name>")
 @require_identity()
-def change_stream(name: str):
+def change_stream(name: str) -> Response:
     """Change a stream (owner or administrator): any of `visibility` ("listed" or
     "restricted"), `combining` ("intersection", "union" or null: how the obligations of
     several applicable rules combine), `description`, `lateness` and `retention` (seconds,
@@ -199,7 +199,7 @@ def change_stream(name: str):
 
 @bp.get("/streams/<name>/dependents")
 @require_identity()
-def stream_dependents(name: str):
+def stream_dependents(name: str) -> Response:
     """What deleting the stream would do (owner or administrator): live handles (joins
     among them) that would be revoked, its events, and the policies that name it with
     what would become of each (`?remove_policies=true` as for the deletion).
@@ -216,7 +216,7 @@ def stream_dependents(name: str):
 
 @bp.delete("/streams/<name>")
 @require_identity()
-def delete_stream(name: str):
+def delete_stream(name: str) -> Response:
     """Delete a stream (owner or administrator): its live handles are revoked first, its
     query stops, its events go, its files go (`?keep_data=<seconds>`: kept that long) and
     the policies naming it are kept, or removed (`?remove_policies=true`: those confined
@@ -238,7 +238,7 @@ def delete_stream(name: str):
 
 @bp.post("/streams/<name>/records")
 @require_identity()
-def append_records(name: str):
+def append_records(name: str) -> Response:
     """Append records to an ingest stream: JSON lines, one record per line.
     ---
     post:

@@ -8,7 +8,8 @@ from flask import Flask
 
 from pdp.auth import Identity, TokenAuthenticator
 from pdp.http.auth import install_authenticator
-from pep.streams.catalog import SEQ_FIELD, StreamCatalog
+from pep.streams.catalog import StreamCatalog
+from pep.streams.definition import SEQ_FIELD
 from pep.http import errors
 from pep.http.streams import install_streams
 
