@@ -29,7 +29,7 @@ from pep.http.metrics import metrics_blueprint
 from pep.http.openapi import create_openapi_blueprint
 from pep.http.read_tokens import ReadTokens, install_read_tokens
 from pep.http.requests import requests_blueprint
-from pep.http.rules import Rules, rules_blueprint
+from pep.http.rules import Rules, install_rules
 from pep.http.streams import install_streams
 from pep.services import GatewayServices, build_services
 from pep.streams.policy_check import check_policy
@@ -65,7 +65,7 @@ def create_app(config: GatewayConfig | None = None,
         environment=services.stream_events.environment_for,
         health_details=lambda: stream_health(services.runtime, admin_asks()),
         formats=[rules.policy_format()], what_if=rules.what_if, describe=rules.describe))
-    app.register_blueprint(rules_blueprint(rules))
+    install_rules(app, rules)
     # A stream the caller may not see (pep/streams/visibility.py) is, on every route that names
     # it, a stream that does not exist: `visible_schema` and `may_see` find nothing for it.
     privacy = services.privacy

@@ -132,55 +132,60 @@ def build_openapi(app: Flask) -> dict:
     return doc
 
 
+# Defined once, at module level: both routes read only the app serving the request.
+bp = Blueprint("xsg_openapi", __name__)
+
+
+@bp.get("/openapi.json")
+def openapi() -> Response:
+    """The OpenAPI 3 description of every route of this gateway.
+    ---
+    get:
+      security: []
+      responses:
+        200:
+          description: the OpenAPI document
+          content:
+            application/json: {}
+    """
+    return jsonify(build_openapi(current_app))
+
+
+@bp.get("/")
+def home() -> Response:
+    """The XACML REST Profile home document: where the PDP is.
+    ---
+    get:
+      security: []
+      responses:
+        200:
+          description: the home document (JSON Home or XML, by Accept)
+          content:
+            application/json-home: {}
+            application/xml: {}
+    """
+    best = (request.accept_mimetypes.best_match(
+        ["application/json-home", "application/json", "application/xml"])
+        if request.headers.get("Accept") else "application/json-home")
+    base = request.script_root
+    if best is None:
+        return error_response(406, "the home document is application/json-home, "
+                                   "application/json or application/xml")
+    if best == "application/xml":
+        xml = (f'<?xml version="1.0" encoding="UTF-8"?>\n<resources xmlns="{HOME_NS}">'
+               f'<resource rel="{PDP_RELATION}"><link href="{base}/pdp"/></resource>'
+               "</resources>\n")
+        return Response(xml, content_type="application/xml")
+    body = {"resources": {PDP_RELATION: {"href": f"{base}/pdp"},
+                          "urn:xsg:relation:openapi": {"href": f"{base}/openapi.json"},
+                          "urn:xsg:relation:console": {"href": f"{base}/console"}}}
+    response = jsonify(body)
+    response.content_type = best
+    return response
+
+
 def create_openapi_blueprint() -> Blueprint:
-    bp = Blueprint("xsg_openapi", __name__)
-
-    @bp.get("/openapi.json")
-    def openapi():
-        """The OpenAPI 3 description of every route of this gateway.
-        ---
-        get:
-          security: []
-          responses:
-            200:
-              description: the OpenAPI document
-              content:
-                application/json: {}
-        """
-        return jsonify(build_openapi(current_app))
-
-    @bp.get("/")
-    def home():
-        """The XACML REST Profile home document: where the PDP is.
-        ---
-        get:
-          security: []
-          responses:
-            200:
-              description: the home document (JSON Home or XML, by Accept)
-              content:
-                application/json-home: {}
-                application/xml: {}
-        """
-        best = (request.accept_mimetypes.best_match(
-            ["application/json-home", "application/json", "application/xml"])
-            if request.headers.get("Accept") else "application/json-home")
-        base = request.script_root
-        if best is None:
-            return error_response(406, "the home document is application/json-home, "
-                                       "application/json or application/xml")
-        if best == "application/xml":
-            xml = (f'<?xml version="1.0" encoding="UTF-8"?>\n<resources xmlns="{HOME_NS}">'
-                   f'<resource rel="{PDP_RELATION}"><link href="{base}/pdp"/></resource>'
-                   "</resources>\n")
-            return Response(xml, content_type="application/xml")
-        body = {"resources": {PDP_RELATION: {"href": f"{base}/pdp"},
-                              "urn:xsg:relation:openapi": {"href": f"{base}/openapi.json"},
-                              "urn:xsg:relation:console": {"href": f"{base}/console"}}}
-        response = jsonify(body)
-        response.content_type = best
-        return response
-
+    """GET / and GET /openapi.json (one Blueprint, registered on every gateway app)."""
     return bp
 
 
