@@ -16,7 +16,7 @@ from pep.config import GatewayConfig
 from pep.http import access_log, errors
 from pep.http.audit import audit_blueprint
 from pep.http.current import (SERVICES_EXTENSION, admin_asks, caller_is_admin, current_engine,
-                             may_see, visible_schema)
+                             visible_schema)
 from pep.http.console import console_blueprint
 from pep.http.cors import install_cors
 from pep.http.events import events_blueprint
@@ -53,7 +53,6 @@ def create_app(config: GatewayConfig | None = None,
         exc.status, exc.message, exc.headers))
     access_log.install(app)
 
-    base_url = config.base_url.rstrip("/") if config.base_url else None
     # /health, /pdp, /policies; the management rule is read per call (an embedder may swap it);
     # sharing rules are a second way to write a policy, every policy has a one-line summary,
     # and a write with ?dry_run=true says what it would do to the live handles
@@ -80,9 +79,7 @@ def create_app(config: GatewayConfig | None = None,
     # GET /audit: a deleted stream's entries stay its former owner's (its name is reserved to it)
     app.register_blueprint(audit_blueprint())  # reads the services from app.extensions
     app.register_blueprint(events_blueprint())  # reads the services from app.extensions
-    app.register_blueprint(create_handles_blueprint(
-        services.handles, base_url, config.heartbeat,
-        max_readers_per_subject=config.max_readers_per_subject, may_see=may_see))
+    app.register_blueprint(create_handles_blueprint(config.max_readers_per_subject))
 
     install_invalidation(app, services.invalidation, caller_is_admin)
     # the web console, the handle read tokens its EventSources carry, CORS for other web apps
