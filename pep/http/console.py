@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, send_from_directory
 
@@ -86,7 +87,7 @@ def whoami() -> Response:
 
 @bp.get("/policies/<path:policy_id>/handles")
 @require_identity()
-def policy_handles(policy_id: str):  # a Response, or GET /policies/<id>'s answer
+def policy_handles(policy_id: str) -> Any:  # a Response, or GET /policies/<id>'s answer
     """The live handles a policy grants, counted on the streams the caller manages."""
     services = current_services()
     policies = services.policies

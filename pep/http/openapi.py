@@ -37,7 +37,7 @@ ERROR = {"description": "refused: the error body (`error`, `status` and what wen
 # Request documents that several views name (`$ref: '#/components/schemas/<name>'` in their
 # docstrings). They say what a route reads, so that a client, or a property-based run of the
 # whole API (tests/pep/http/test_no_500.py), can reach past the first check.
-SCHEMAS: dict[str, dict] = {
+SCHEMAS: dict[str, dict[str, Any]] = {
     "XacmlXml": {"type": "string", "description": "a XACML 3.0 document (XML)"},
     "XacmlJson": {"type": "object", "description": "a XACML 3.0 request, JSON Profile",
                   "properties": {"Request": {"type": "object"}}},
@@ -81,7 +81,7 @@ def _summary(view: Any) -> tuple[str, str]:
     return first.strip(), " ".join(rest.split())
 
 
-def build_openapi(app: Flask) -> dict:
+def build_openapi(app: Flask) -> dict[str, Any]:
     spec = APISpec(title="xsg gateway", version=_version(), openapi_version="3.0.3", info={
         "description": "XACML decision and enforcement gateway for live data streams."})
     spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
@@ -91,7 +91,7 @@ def build_openapi(app: Flask) -> dict:
                                      "additionalProperties": True})
     for name, schema in SCHEMAS.items():
         spec.components.schema(name, schema)
-    paths: dict[str, dict] = {}
+    paths: dict[str, dict[str, Any]] = {}
     used: set[str] = set()
     for rule in app.url_map.iter_rules():
         if rule.endpoint == "static" or rule.rule.startswith("/console/static"):
