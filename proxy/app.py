@@ -46,17 +46,17 @@ from proxy.cache import CachedAnswer, HandleCache
 from proxy.canonical import (NotCacheable, cache_key, canonical_query, canonical_request,
                              resource_ids, subject_key)
 from proxy.feed import FeedClient
-from proxy.forward import (Forwarder, Timeouts, UpstreamError, make_session, request_headers,
-                           response_headers)
+from proxy.forward import (CACHE_HEADER, Forwarder, Timeouts, UpstreamError, make_session,
+                           request_headers, response_headers)
 from proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from proxy.metrics import metrics_text
+from proxy.relay import HandleRelay
 from proxy.sync import CacheSync
 
 log = logging.getLogger(__name__)
 
 EXTENSION = "xsg.proxy"
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-CACHE_HEADER = "X-XSG-Cache"
 MAX_ANSWER_BYTES = 256 * 1024
 
 
@@ -166,8 +166,6 @@ def create_app(config: ProxyConfig) -> Flask:
     app.extensions[EXTENSION] = runtime
     # on the proxy's own server, handle streams are relayed on its event loop (proxy/relay.py);
     # the Flask route below relays them elsewhere
-    from proxy.relay import HandleRelay
-
     app.extensions[NATIVE_ROUTES] = [HandleRelay(runtime)]
     if config.start_feed:
         runtime.start()

@@ -36,6 +36,9 @@ def loggable_url_path(url: str) -> str:
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
     "trailers", "transfer-encoding", "upgrade", "host", "content-length", "expect"})
+# What the proxy did with a request, on every answer it relays: hit, miss or bypass (the Flask
+# routes of proxy/app.py and the native handle relay of proxy/relay.py both set it).
+CACHE_HEADER = "X-XSG-Cache"
 _CHUNK = 64 * 1024
 
 

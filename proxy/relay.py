@@ -21,6 +21,7 @@ from werkzeug.datastructures import Headers
 
 from pep.http.bridge import BRIDGE, read_body, respond_error
 from pep.http.streaming import CONNECTION, abort, writable
+from proxy.forward import CACHE_HEADER, HOP_BY_HOP, Timeouts, request_headers
 
 log = logging.getLogger(__name__)
 # httpx logs every request it sends at INFO with its URL: here `/handles/<full handle id>`,
@@ -43,8 +44,6 @@ class HandleRelay:
 
     def _client_for_loop(self) -> httpx.AsyncClient:
         if self._client is None:
-            from proxy.forward import Timeouts
-
             t = self.runtime.forwarder.timeouts or Timeouts()
             verify = self.runtime.verify
             if isinstance(verify, str):
@@ -59,9 +58,6 @@ class HandleRelay:
         return self._client
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        from proxy.app import CACHE_HEADER
-        from proxy.forward import HOP_BY_HOP, request_headers
-
         runtime = self.runtime
         ident = _HANDLE.match(scope["path"]).group(1)
         if await read_body(scope, receive, HEADER_LIMIT, 0, 0) is None:

@@ -23,7 +23,7 @@ details (`streams`) and, when it came from one side's own decision, query or mer
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -72,7 +72,7 @@ EnvironmentAttributes = list[tuple[str, str, list[str]]]
 StreamEnvironment = Callable[[str], EnvironmentAttributes]
 
 
-def caller_resolver(identity, stream: str, environment: EnvironmentAttributes = ()
+def caller_resolver(identity, stream: str, environment: Sequence[tuple[str, str, list[str]]] = ()
                     ) -> Callable[[str, str], list[str]]:
     """What a policy's placeholders may stand for: only what the gateway itself vouches for.
 
@@ -394,7 +394,9 @@ def _plan(req: _Planning, user_query: bytes | None, user_query_type: str | None)
     second_schema = None
     if second is not None and settings.schema_lookup is not None:
         second_schema = settings.schema_lookup(second)
-    schemas = {stream: schema, **({second: second_schema} if second_schema is not None else {})}
+    schemas = {stream: schema}
+    if second is not None and second_schema is not None:
+        schemas[second] = second_schema
     mode = settings.combining(stream)
     try:
         decided = _decide(req, partner=second if second_schema is not None else None, mode=mode,

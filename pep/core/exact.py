@@ -30,7 +30,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
-from typing import Union
+from typing import TypeGuard, Union
 
 from pdp.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
 
@@ -50,8 +50,8 @@ _ONE_MICRO = timedelta(microseconds=1)
 _FRACTION = re.compile(r"(?:(?<=\d\d:\d\d:\d\d)|(?<=[Tt ]\d{6}))[.,](\d+)")
 
 
-def is_number(value: object) -> bool:
-    """A numeric literal (never a boolean)."""
+def is_number(value: object) -> TypeGuard[ExactNumber]:
+    """A numeric literal (never a boolean); a guard, so the checker knows what passed it."""
     return isinstance(value, (int, float, Decimal, Fraction)) and not isinstance(value, bool)
 
 

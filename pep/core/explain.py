@@ -150,6 +150,8 @@ def expr_sql(expr: Expr, schema: StreamSchema | None = None) -> str:
         return "true" if expr.value else "false"
     if isinstance(expr, Not):
         return f"NOT ({expr_sql(expr.item, schema)})"
+    if not isinstance(expr, (And, Or)):  # set membership and boxes are bound away before
+        raise TypeError(f"expr_sql takes a bound condition, not {type(expr).__name__}")
     joiner = " AND " if isinstance(expr, And) else " OR "
     return joiner.join(f"({expr_sql(i, schema)})" if isinstance(i, (And, Or)) else
                        expr_sql(i, schema) for i in expr.items)

@@ -171,6 +171,8 @@ def parse_bound(text: str, attribute_type: Any) -> Bound:
     if found is None:
         raise ValueError(f"bounds {text.strip()!r} name unknown attribute {parts[0].strip()!r}")
     name, ftype = found
+    lower: float
+    upper: float
     if ftype == "long":
         try:
             lower, upper = (parse_int(p, f"bound of {name}", low=-MAX_LONG_BOUND,
@@ -366,7 +368,7 @@ def from_units(value: int) -> float:
 
 # -- JSON ------------------------------------------------------------------------------------------
 
-def spec_to_json(spec: PrivacySpec, aggregates: Iterable[Any] = ()) -> dict:
+def spec_to_json(spec: PrivacySpec, aggregates: Iterable[Any] = ()) -> dict[str, Any]:
     """The parameters as explain and the handle list show them: per window, per noisy
     quantity, the budgets."""
     out: dict[str, Any] = {
@@ -397,7 +399,7 @@ def spec_to_json(spec: PrivacySpec, aggregates: Iterable[Any] = ()) -> dict:
     return out
 
 
-def spec_from_json(d: dict | None) -> PrivacySpec | None:
+def spec_from_json(d: dict[str, Any] | None) -> PrivacySpec | None:
     """A plan's stored privacy (its canonical JSON) back as a PrivacySpec."""
     if d is None:
         return None

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pep.core.analysis import ConditionTooComplex, MergeWarning, analyse_filter
 from pep.core.conditions import Or
@@ -73,7 +74,7 @@ class Alternative:
 class UnionMerge:
     plan: ExecutionPlan | UnionPlan
     warnings: tuple[MergeWarning, ...]
-    graph_json: dict
+    graph_json: dict[str, Any]
     merged: tuple[MergeResult, ...]  # the member plans' merges, in the plan's order
 
     @property

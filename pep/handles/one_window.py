@@ -109,8 +109,10 @@ class WindowRegistry:
             if booking is not None and booking.plan_key != plan_key:
                 raise WindowConflict(booking.handle_id, _conflict_message(booking))
         ids = {b.handle_id if b is not None else None for b in found}
-        if len(ids) == 1 and len(self._by_handle.get(next(iter(ids)), ())) == len(streams):
-            return next(iter(ids))  # type: ignore[return-value]
+        only = next(iter(ids))
+        if (len(ids) == 1 and only is not None
+                and len(self._by_handle.get(only, ())) == len(streams)):
+            return only
         other = next(b for b in found if b is not None)
         raise WindowConflict(other.handle_id, _conflict_message(other))
 

@@ -79,7 +79,7 @@ class WhatIf:
 
 def mentions_time(document: bytes | None) -> bool:
     """Could this policy's decision change with the clock alone? (Coarse, on purpose.)"""
-    return bool(document) and TIME_MARKERS.search(document) is not None
+    return document is not None and TIME_MARKERS.search(document) is not None
 
 
 class TimeSensitivity:

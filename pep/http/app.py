@@ -5,31 +5,32 @@ in front of them and installs the one error table (`pep.http.errors`).
 """
 from __future__ import annotations
 
-from flask import Flask, request
+from flask import Flask
 
 from pdp.http.api import create_pdp_blueprint
-from pdp.http.auth import current_identity, install_authenticator
+from pdp.http.auth import install_authenticator
 from pdp.http.errors import error_response
 from pdp.http.safe_json import install_safe_json
 from pdp.oidc import AuthenticationFailed
 from pep.config import GatewayConfig
 from pep.http import access_log, errors
 from pep.http.audit import audit_blueprint
-from pep.http.current import SERVICES_EXTENSION
-from pep.http.console import create_console_blueprint
+from pep.http.current import (SERVICES_EXTENSION, admin_asks, caller_is_admin, current_engine,
+                             visible_schema)
+from pep.http.console import console_blueprint
 from pep.http.cors import install_cors
 from pep.http.events import events_blueprint
-from pep.http.explain import explain_blueprint
+from pep.http.explain import install_explain
 from pep.http.fast_pdp import install_fast_pdp
 from pep.http.health import stream_health
 from pep.http.handles import create_handles_blueprint
-from pep.http.invalidation import invalidation_blueprint
+from pep.http.invalidation import install_invalidation
 from pep.http.metrics import metrics_blueprint
 from pep.http.openapi import create_openapi_blueprint
-from pep.http.read_tokens import ReadTokens, create_read_tokens_blueprint
-from pep.http.requests import create_requests_blueprint
-from pep.http.rules import Rules, rules_blueprint
-from pep.http.streams import create_streams_blueprint
+from pep.http.read_tokens import ReadTokens, install_read_tokens
+from pep.http.requests import requests_blueprint
+from pep.http.rules import Rules, install_rules
+from pep.http.streams import install_streams
 from pep.services import GatewayServices, build_services
 from pep.streams.policy_check import check_policy
 
@@ -52,21 +53,6 @@ def create_app(config: GatewayConfig | None = None,
         exc.status, exc.message, exc.headers))
     access_log.install(app)
 
-    def engine():
-        return services.policies.engine
-
-    def caller_is_admin() -> bool:
-        identity = services.authenticator.authenticate_header(request.headers.get("Authorization"))
-        return identity is not None and identity.admin
-
-    def admin_asks() -> bool:
-        """For public routes that say more to an administrator: a bad token just says less."""
-        try:
-            return caller_is_admin()
-        except AuthenticationFailed:
-            return False
-
-    base_url = config.base_url.rstrip("/") if config.base_url else None
     # /health, /pdp, /policies; the management rule is read per call (an embedder may swap it);
     # sharing rules are a second way to write a policy, every policy has a one-line summary,
     # and a write with ?dry_run=true says what it would do to the live handles
@@ -78,48 +64,28 @@ def create_app(config: GatewayConfig | None = None,
         environment=services.stream_events.environment_for,
         health_details=lambda: stream_health(services.runtime, admin_asks()),
         formats=[rules.policy_format()], what_if=rules.what_if, describe=rules.describe))
-    app.register_blueprint(rules_blueprint(rules))
+    install_rules(app, rules)
     # A stream the caller may not see (pep/streams/visibility.py) is, on every route that names
-    # it, a stream that does not exist: these lookups find nothing for it.
-    visibility = services.visibility
-
-    def may_see(identity, name: str) -> bool:
-        return visibility is None or visibility.may_see(identity, name)
-
-    def visible_schema(name: str):
-        """The schema of a stream the caller may see (POST /requests, /explain; a join's two)."""
-        if not may_see(current_identity(), name):
-            return None
-        return services.catalog.schema(name)
-
+    # it, a stream that does not exist: `visible_schema` and `may_see` find nothing for it.
     privacy = services.privacy
-    app.register_blueprint(explain_blueprint(
-        engine, visible_schema, services.decide_and_plan,
-        privacy_status=privacy.status if privacy is not None else None))
-    app.register_blueprint(create_streams_blueprint(services.catalog, visibility=visibility,
-                                                    lifecycle=services.lifecycle))
+    install_explain(app, current_engine, visible_schema, services.decide_and_plan,
+                    privacy_status=privacy.status if privacy is not None else None)
+    install_streams(app, services.catalog, visibility=services.visibility,
+                    lifecycle=services.lifecycle)
 
-    def refused(identity, refusal) -> None:
-        services.audit.refused(identity, refusal)
-        services.metrics.stream_requests.labels(outcome="refused").inc()
-
-    app.register_blueprint(create_requests_blueprint(
-        services.handles, engine, visible_schema, services.decide_and_plan, base_url,
-        on_refused=refused))
+    # POST /requests; every refusal is audited and counted (pep/http/requests.refused)
+    app.register_blueprint(requests_blueprint())  # reads the services from app.extensions
     app.register_blueprint(metrics_blueprint())  # reads the services from app.extensions
     # GET /audit: a deleted stream's entries stay its former owner's (its name is reserved to it)
     app.register_blueprint(audit_blueprint())  # reads the services from app.extensions
     app.register_blueprint(events_blueprint())  # reads the services from app.extensions
-    app.register_blueprint(create_handles_blueprint(
-        services.handles, base_url, config.heartbeat,
-        max_readers_per_subject=config.max_readers_per_subject, may_see=may_see))
+    app.register_blueprint(create_handles_blueprint(config.max_readers_per_subject))
 
-    app.register_blueprint(invalidation_blueprint(services.invalidation, caller_is_admin))
+    install_invalidation(app, services.invalidation, caller_is_admin)
     # the web console, the handle read tokens its EventSources carry, CORS for other web apps
-    app.register_blueprint(create_read_tokens_blueprint(services.handles, ReadTokens(
-        config.read_token_key, config.read_token_ttl, lambda: services.authenticator.identities),
-        base_url, may_see=may_see))
-    app.register_blueprint(create_console_blueprint(services))
+    install_read_tokens(app, ReadTokens(config.read_token_key, config.read_token_ttl,
+                                        lambda: services.authenticator.identities))
+    app.register_blueprint(console_blueprint())  # reads the services from app.extensions
     install_cors(app, config.cors_origins)
     # GET / (the XACML REST home document) and GET /openapi.json, generated from these routes
     app.register_blueprint(create_openapi_blueprint())

@@ -36,6 +36,7 @@ from pdp.http.auth import current_identity, require_identity
 from pdp.http.errors import error_response
 from pdp.manage import ManagedPolicy
 from pdp.store import PolicyNotFoundError
+from pep.http.current import current_services
 from pep.http.streams import may_register
 from pep.streams.ownership import owner_or_admin
 
@@ -55,71 +56,81 @@ def _hardened(response: Response) -> Response:
     return response
 
 
-def create_console_blueprint(services: Any) -> Blueprint:
-    """The console's files and its two read-only endpoints, over the gateway's services."""
-    bp = Blueprint("xsg_console", __name__)
+# Defined once, at module level: the routes read the app's services (`pep.http.current`), so
+# any gateway app serves them.
+bp = Blueprint("xsg_console", __name__)
 
-    @bp.get("/console")
-    @bp.get("/console/")
-    def console_index():
-        return _hardened(send_from_directory(STATIC_DIR, "index.html", max_age=0))
 
-    @bp.get("/console/<name>")
-    def console_file(name: str):
-        if not STATIC_NAME.match(name) or not (STATIC_DIR / name).is_file():
-            return error_response(404, f"no console file {name[:60]!r}")
-        return _hardened(send_from_directory(STATIC_DIR, name, max_age=0))
+@bp.get("/console")
+@bp.get("/console/")
+def console_index() -> Response:
+    return _hardened(send_from_directory(STATIC_DIR, "index.html", max_age=0))
 
-    @bp.get("/console/whoami")
-    @require_identity()
-    def whoami():
-        identity = current_identity()
-        response = jsonify(subject=identity.subject, roles=list(identity.roles),
-                           admin=bool(identity.admin),
-                           may_register_streams=bool(may_register(identity)))
-        response.headers["Cache-Control"] = "no-store"
-        return response
 
-    @bp.get("/policies/<path:policy_id>/handles")
-    @require_identity()
-    def policy_handles(policy_id: str):
-        policies = services.policies
-        full_id = f"{policy_id}/handles"
-        if policies.policy_info(policy_id) is None and policies.policy_info(full_id) is not None:
-            # the path names a policy whose id ends in /handles: answer as GET /policies/<id>
-            return current_app.view_functions["pdp.get_policy"](policy_id=full_id)
-        info = policies.policy_info(policy_id)
-        if info is None:
-            return error_response(404, f"policy {policy_id!r} not found")
-        try:
-            stored = policies.get(policy_id)
-        except PolicyNotFoundError:
-            return error_response(404, f"policy {policy_id!r} not found")
-        identity = current_identity()
-        verdict = services.may_manage(identity, ManagedPolicy.of(info, stored.data))
-        if not verdict:
-            reason = getattr(verdict, "reason", None)
-            if reason and not owner_or_admin(identity, stored.owner):
-                reason = STORED_NOT_YOURS  # the reason would quote another's document
-            message = f"{identity.subject!r} may not read policy {policy_id!r}"
-            return error_response(403, f"{message}: {reason}" if reason else message)
-        live = [r for r in services.handles.live() if policy_id in r.policy_ids]
-        scope = policies.engine.resource_scope(policy_id)
+@bp.get("/console/<name>")
+def console_file(name: str) -> Response:
+    if not STATIC_NAME.match(name) or not (STATIC_DIR / name).is_file():
+        return error_response(404, f"no console file {name[:60]!r}")
+    return _hardened(send_from_directory(STATIC_DIR, name, max_age=0))
 
-        def counted(name: str) -> bool:
-            if scope is not None and name not in scope:
-                return False
-            stream = services.catalog.get(name)
-            return owner_or_admin(identity, stream.owner if stream is not None else None)
 
-        streams = Counter(s for r in live for s in r.streams if counted(s))
-        response = jsonify(policy=policy_id, live_handles=len(live),
-                           streams=dict(sorted(streams.items())),
-                           subjects=sorted({r.subject for r in live}))
-        response.headers["Cache-Control"] = "no-store"
-        return response
+@bp.get("/console/whoami")
+@require_identity()
+def whoami() -> Response:
+    identity = current_identity()
+    response = jsonify(subject=identity.subject, roles=list(identity.roles),
+                       admin=bool(identity.admin),
+                       may_register_streams=bool(may_register(identity)))
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
+
+@bp.get("/policies/<path:policy_id>/handles")
+@require_identity()
+def policy_handles(policy_id: str) -> Any:  # a Response, or GET /policies/<id>'s answer
+    """The live handles a policy grants, counted on the streams the caller manages."""
+    services = current_services()
+    policies = services.policies
+    full_id = f"{policy_id}/handles"
+    if policies.policy_info(policy_id) is None and policies.policy_info(full_id) is not None:
+        # the path names a policy whose id ends in /handles: answer as GET /policies/<id>
+        return current_app.view_functions["pdp.get_policy"](policy_id=full_id)
+    info = policies.policy_info(policy_id)
+    if info is None:
+        return error_response(404, f"policy {policy_id!r} not found")
+    try:
+        stored = policies.get(policy_id)
+    except PolicyNotFoundError:
+        return error_response(404, f"policy {policy_id!r} not found")
+    identity = current_identity()
+    verdict = services.may_manage(identity, ManagedPolicy.of(info, stored.data))
+    if not verdict:
+        reason = getattr(verdict, "reason", None)
+        if reason and not owner_or_admin(identity, stored.owner):
+            reason = STORED_NOT_YOURS  # the reason would quote another's document
+        message = f"{identity.subject!r} may not read policy {policy_id!r}"
+        return error_response(403, f"{message}: {reason}" if reason else message)
+    live = [r for r in services.handles.live() if policy_id in r.policy_ids]
+    scope = policies.engine.resource_scope(policy_id)
+
+    def counted(name: str) -> bool:
+        if scope is not None and name not in scope:
+            return False
+        stream = services.catalog.get(name)
+        return owner_or_admin(identity, stream.owner if stream is not None else None)
+
+    streams = Counter(s for r in live for s in r.streams if counted(s))
+    response = jsonify(policy=policy_id, live_handles=len(live),
+                       streams=dict(sorted(streams.items())),
+                       subjects=sorted({r.subject for r in live}))
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def console_blueprint() -> Blueprint:
+    """The console's files and its two read-only endpoints (one Blueprint, registered on every
+    gateway app)."""
     return bp
 
 
-__all__ = ["create_console_blueprint", "STATIC_DIR", "CONTENT_SECURITY_POLICY"]
+__all__ = ["bp", "console_blueprint", "STATIC_DIR", "CONTENT_SECURITY_POLICY"]

@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 
 from pdp.http.auth import current_identity, require_identity
 from pdp.http.errors import error_response
@@ -43,7 +43,7 @@ from pdp.numbers import parse_int
 from pep.core.errors import Gone, NotFound, Unavailable
 from pep.handles.buffer import Event, HandleBuffer
 from pep.handles.records import HandleRecord
-from pep.handles.service import HandleService
+from pep.http.current import configured_base_url, current_services, may_see
 from pep.http.read_tokens import require_identity_or_read_token
 from pep.http.streaming import STREAM_BODY
 from pep.streams.visibility import hidden_from
@@ -244,105 +244,121 @@ def _wanted_format() -> str | None:
     return None
 
 
-def create_handles_blueprint(handles: HandleService, base_url: str | None = None,
-                             heartbeat: float = DEFAULT_HEARTBEAT,
-                             max_readers_per_subject: int = DEFAULT_MAX_READERS_PER_SUBJECT,
-                             may_see: Callable[[Any, str], bool] | None = None) -> Blueprint:
-    """`may_see(identity, stream)` (`pep.streams.visibility`): the caller's ended handles on a
-    stream it may not see are not listed and answer 404, as if that stream never existed."""
+READERS_EXTENSION = "xsg.handle_readers"
+
+
+# The routes are module-level functions reading the app's services (`pep.http.current`) and its
+# ReaderSlots (app.extensions), so they can be called in a test's request context;
+# `create_handles_blueprint` mounts them on a Blueprint of their own per app, which carries that
+# app's `readers` (for tests and monitoring).
+
+
+@require_identity()
+def list_handles() -> Response:
+    identity = current_identity()
+    base = public_base(configured_base_url())
+    hidden = hidden_from(may_see, identity)
+    return jsonify(handles=[r.summary(base) for r in
+                            current_services().handles.list_for(identity.subject)
+                            if not hidden(r)])
+
+
+def live_handle_of_caller(handle_id: str) -> HandleRecord:
+    """The caller's live handle; NotFound for a handle that is not the caller's (as for one
+    that does not exist: no oracle of others' ids) or that is hidden with its stream, Gone
+    when it ended."""
+    record = current_services().handles.get_owned(handle_id, current_identity().subject)
+    if record is None or hidden_from(may_see, current_identity())(record):
+        raise NotFound("no such handle")
+    if not record.live:
+        raise _gone(record)
+    return record
+
+
+@require_identity_or_read_token()  # a bearer token, or ?read_token= for this handle
+def read_handle(handle_id: str) -> Response:
+    """Read a handle's stream (SSE or NDJSON, by Accept), or describe it (application/json).
+    ---
+    get:
+      parameters:
+        - {name: after, in: query, schema: {type: integer, minimum: 0}}
+        - {name: last_event_id, in: query, schema: {type: integer, minimum: 0}}
+        - {name: read_token, in: query, schema: {type: string}}
+        - {name: Last-Event-ID, in: header, schema: {type: integer, minimum: 0}}
+      responses:
+        200:
+          description: the stream, or the handle's description
+          content:
+            text/event-stream: {}
+            application/x-ndjson: {}
+            application/json: {}
+    """
+    services = current_services()
+    handles, heartbeat = services.handles, services.config.heartbeat
+    readers: ReaderSlots = current_app.extensions[READERS_EXTENSION]
+    record = live_handle_of_caller(handle_id)
+    fmt = _wanted_format()
+    if fmt is None:
+        return error_response(406, f"a handle is read as {SSE} or {NDJSON} "
+                                   "(application/json describes it)")
+    if fmt == "application/json":
+        return jsonify(record.summary(public_base(configured_base_url())))
+    after = _last_event_id()
+    buffer = handles.buffer(handle_id)
+    if buffer is None:
+        stored = handles.get(handle_id)
+        if stored is not None and not stored.live:
+            raise _gone(stored)
+        raise Unavailable("the handle is being restored; retry shortly", retry_after=1)
+    subject = current_identity().subject
+    if not readers.acquire(subject):
+        return error_response(
+            429, f"{subject!r} already reads {readers.per_subject} handle streams at once, "
+                 "the most one subject may; close one, or retry later",
+            headers={"Retry-After": str(READER_RETRY_AFTER)},
+            limit=readers.per_subject)
+    release = _released_once(lambda: readers.release(subject))
+    try:
+        if fmt == SSE:
+            args = (buffer, after, sse_event, SSE_HEARTBEAT, heartbeat, ": connected\n\n")
+        else:
+            args = (buffer, after, ndjson_event, NDJSON_HEARTBEAT, heartbeat, "")
+        attach = request.environ.get(STREAM_BODY)
+        if attach is not None:  # the gateway's server: its event loop writes the stream
+            attach(HandleStream(*args, on_close=release))
+            body: Any = b""  # the stream is written by the event loop
+        else:  # any other WSGI server: a generator on the server's thread
+            body = _Generated(stream_events(*args), release)
+    except BaseException:
+        release()
+        raise
+    response = Response(body, mimetype=fmt, direct_passthrough=True)
+    response.headers["Cache-Control"] = "no-cache, no-store"
+    response.headers["X-Accel-Buffering"] = "no"
+    return response
+
+
+@require_identity()
+def release_handle(handle_id: str) -> Response:
+    live_handle_of_caller(handle_id)
+    record = current_services().handles.release(handle_id, current_identity().subject)
+    if record is None:
+        raise NotFound("no such handle")
+    return jsonify(id=record.id, state=record.state.value, reason=record.reason)
+
+
+def create_handles_blueprint(max_readers_per_subject: int = DEFAULT_MAX_READERS_PER_SUBJECT
+                             ) -> Blueprint:
+    """GET /handles, GET and DELETE /handles/<id>, with this many handle streams one subject may
+    read at once (`readers`). The caller's ended handles on a stream it may not see
+    (`pep.streams.visibility`) are not listed and answer 404, as if that stream never existed."""
     bp = Blueprint("xsg_handles", __name__)
     readers = ReaderSlots(max_readers_per_subject)
     bp.readers = readers  # type: ignore[attr-defined]  # for tests and monitoring
-
-    @bp.get("/handles")
-    @require_identity()
-    def list_handles():
-        identity = current_identity()
-        base = public_base(base_url)
-        hidden = hidden_from(may_see, identity)
-        return jsonify(handles=[r.summary(base) for r in handles.list_for(identity.subject)
-                                if not hidden(r)])
-
-    def live_handle_of_caller(handle_id: str) -> HandleRecord:
-        """The caller's live handle; NotFound for a handle that is not the caller's (as for one
-        that does not exist: no oracle of others' ids) or that is hidden with its stream, Gone
-        when it ended."""
-        record = handles.get_owned(handle_id, current_identity().subject)
-        if record is None or hidden_from(may_see, current_identity())(record):
-            raise NotFound("no such handle")
-        if not record.live:
-            raise _gone(record)
-        return record
-
-    @bp.get("/handles/<handle_id>")
-    @require_identity_or_read_token()  # a bearer token, or ?read_token= for this handle
-    def read_handle(handle_id: str):
-        """Read a handle's stream (SSE or NDJSON, by Accept), or describe it (application/json).
-        ---
-        get:
-          parameters:
-            - {name: after, in: query, schema: {type: integer, minimum: 0}}
-            - {name: last_event_id, in: query, schema: {type: integer, minimum: 0}}
-            - {name: read_token, in: query, schema: {type: string}}
-            - {name: Last-Event-ID, in: header, schema: {type: integer, minimum: 0}}
-          responses:
-            200:
-              description: the stream, or the handle's description
-              content:
-                text/event-stream: {}
-                application/x-ndjson: {}
-                application/json: {}
-        """
-        record = live_handle_of_caller(handle_id)
-        fmt = _wanted_format()
-        if fmt is None:
-            return error_response(406, f"a handle is read as {SSE} or {NDJSON} "
-                                       "(application/json describes it)")
-        if fmt == "application/json":
-            return jsonify(record.summary(public_base(base_url)))
-        after = _last_event_id()
-        buffer = handles.buffer(handle_id)
-        if buffer is None:
-            stored = handles.get(handle_id)
-            if stored is not None and not stored.live:
-                raise _gone(stored)
-            raise Unavailable("the handle is being restored; retry shortly", retry_after=1)
-        subject = current_identity().subject
-        if not readers.acquire(subject):
-            return error_response(
-                429, f"{subject!r} already reads {readers.per_subject} handle streams at once, "
-                     "the most one subject may; close one, or retry later",
-                headers={"Retry-After": str(READER_RETRY_AFTER)},
-                limit=readers.per_subject)
-        release = _released_once(lambda: readers.release(subject))
-        try:
-            if fmt == SSE:
-                args = (buffer, after, sse_event, SSE_HEARTBEAT, heartbeat, ": connected\n\n")
-            else:
-                args = (buffer, after, ndjson_event, NDJSON_HEARTBEAT, heartbeat, "")
-            attach = request.environ.get(STREAM_BODY)
-            if attach is not None:  # the gateway's server: its event loop writes the stream
-                attach(HandleStream(*args, on_close=release))
-                body: Any = b""  # the stream is written by the event loop
-            else:  # any other WSGI server: a generator on the server's thread
-                body = _Generated(stream_events(*args), release)
-        except BaseException:
-            release()
-            raise
-        response = Response(body, mimetype=fmt, direct_passthrough=True)
-        response.headers["Cache-Control"] = "no-cache, no-store"
-        response.headers["X-Accel-Buffering"] = "no"
-        return response
-
-    @bp.delete("/handles/<handle_id>")
-    @require_identity()
-    def release_handle(handle_id: str):
-        live_handle_of_caller(handle_id)
-        record = handles.release(handle_id, current_identity().subject)
-        if record is None:
-            raise NotFound("no such handle")
-        return jsonify(id=record.id, state=record.state.value, reason=record.reason)
-
+    bp.record_once(lambda state: state.app.extensions.__setitem__(READERS_EXTENSION, readers))
+    bp.add_url_rule("/handles", view_func=list_handles, methods=["GET"])
+    bp.add_url_rule("/handles/<handle_id>", view_func=read_handle, methods=["GET"])
+    bp.add_url_rule("/handles/<handle_id>", view_func=release_handle, methods=["DELETE"])
     return bp
 
 

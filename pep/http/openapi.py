@@ -37,7 +37,7 @@ ERROR = {"description": "refused: the error body (`error`, `status` and what wen
 # Request documents that several views name (`$ref: '#/components/schemas/<name>'` in their
 # docstrings). They say what a route reads, so that a client, or a property-based run of the
 # whole API (tests/pep/http/test_no_500.py), can reach past the first check.
-SCHEMAS: dict[str, dict] = {
+SCHEMAS: dict[str, dict[str, Any]] = {
     "XacmlXml": {"type": "string", "description": "a XACML 3.0 document (XML)"},
     "XacmlJson": {"type": "object", "description": "a XACML 3.0 request, JSON Profile",
                   "properties": {"Request": {"type": "object"}}},
@@ -81,7 +81,7 @@ def _summary(view: Any) -> tuple[str, str]:
     return first.strip(), " ".join(rest.split())
 
 
-def build_openapi(app: Flask) -> dict:
+def build_openapi(app: Flask) -> dict[str, Any]:
     spec = APISpec(title="xsg gateway", version=_version(), openapi_version="3.0.3", info={
         "description": "XACML decision and enforcement gateway for live data streams."})
     spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
@@ -91,7 +91,7 @@ def build_openapi(app: Flask) -> dict:
                                      "additionalProperties": True})
     for name, schema in SCHEMAS.items():
         spec.components.schema(name, schema)
-    paths: dict[str, dict] = {}
+    paths: dict[str, dict[str, Any]] = {}
     used: set[str] = set()
     for rule in app.url_map.iter_rules():
         if rule.endpoint == "static" or rule.rule.startswith("/console/static"):
@@ -132,55 +132,60 @@ def build_openapi(app: Flask) -> dict:
     return doc
 
 
+# Defined once, at module level: both routes read only the app serving the request.
+bp = Blueprint("xsg_openapi", __name__)
+
+
+@bp.get("/openapi.json")
+def openapi() -> Response:
+    """The OpenAPI 3 description of every route of this gateway.
+    ---
+    get:
+      security: []
+      responses:
+        200:
+          description: the OpenAPI document
+          content:
+            application/json: {}
+    """
+    return jsonify(build_openapi(current_app))
+
+
+@bp.get("/")
+def home() -> Response:
+    """The XACML REST Profile home document: where the PDP is.
+    ---
+    get:
+      security: []
+      responses:
+        200:
+          description: the home document (JSON Home or XML, by Accept)
+          content:
+            application/json-home: {}
+            application/xml: {}
+    """
+    best = (request.accept_mimetypes.best_match(
+        ["application/json-home", "application/json", "application/xml"])
+        if request.headers.get("Accept") else "application/json-home")
+    base = request.script_root
+    if best is None:
+        return error_response(406, "the home document is application/json-home, "
+                                   "application/json or application/xml")
+    if best == "application/xml":
+        xml = (f'<?xml version="1.0" encoding="UTF-8"?>\n<resources xmlns="{HOME_NS}">'
+               f'<resource rel="{PDP_RELATION}"><link href="{base}/pdp"/></resource>'
+               "</resources>\n")
+        return Response(xml, content_type="application/xml")
+    body = {"resources": {PDP_RELATION: {"href": f"{base}/pdp"},
+                          "urn:xsg:relation:openapi": {"href": f"{base}/openapi.json"},
+                          "urn:xsg:relation:console": {"href": f"{base}/console"}}}
+    response = jsonify(body)
+    response.content_type = best
+    return response
+
+
 def create_openapi_blueprint() -> Blueprint:
-    bp = Blueprint("xsg_openapi", __name__)
-
-    @bp.get("/openapi.json")
-    def openapi():
-        """The OpenAPI 3 description of every route of this gateway.
-        ---
-        get:
-          security: []
-          responses:
-            200:
-              description: the OpenAPI document
-              content:
-                application/json: {}
-        """
-        return jsonify(build_openapi(current_app))
-
-    @bp.get("/")
-    def home():
-        """The XACML REST Profile home document: where the PDP is.
-        ---
-        get:
-          security: []
-          responses:
-            200:
-              description: the home document (JSON Home or XML, by Accept)
-              content:
-                application/json-home: {}
-                application/xml: {}
-        """
-        best = (request.accept_mimetypes.best_match(
-            ["application/json-home", "application/json", "application/xml"])
-            if request.headers.get("Accept") else "application/json-home")
-        base = request.script_root
-        if best is None:
-            return error_response(406, "the home document is application/json-home, "
-                                       "application/json or application/xml")
-        if best == "application/xml":
-            xml = (f'<?xml version="1.0" encoding="UTF-8"?>\n<resources xmlns="{HOME_NS}">'
-                   f'<resource rel="{PDP_RELATION}"><link href="{base}/pdp"/></resource>'
-                   "</resources>\n")
-            return Response(xml, content_type="application/xml")
-        body = {"resources": {PDP_RELATION: {"href": f"{base}/pdp"},
-                              "urn:xsg:relation:openapi": {"href": f"{base}/openapi.json"},
-                              "urn:xsg:relation:console": {"href": f"{base}/console"}}}
-        response = jsonify(body)
-        response.content_type = best
-        return response
-
+    """GET / and GET /openapi.json (one Blueprint, registered on every gateway app)."""
     return bp
 
 

@@ -36,13 +36,13 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any
 
-from flask import Blueprint, current_app, g, jsonify, request
+from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 
 from pdp.auth import Identity
 from pdp.http.auth import current_identity, require_identity, unauthorized
 from pdp.numbers import check_float, parse_int
 from pep.core.errors import Gone, NotFound
-from pep.handles.service import HandleService
+from pep.http.current import configured_base_url, current_services, may_see
 from pep.http.urls import public_base
 from pep.streams.visibility import hidden_from
 
@@ -149,39 +149,39 @@ def require_identity_or_read_token(handle_arg: str = "handle_id") -> Callable:
     return decorator
 
 
-def create_read_tokens_blueprint(handles: HandleService, tokens: ReadTokens,
-                                 base_url: str | None = None,
-                                 may_see: Callable[[Any, str], bool] | None = None) -> Blueprint:
-    """`POST /handles/<id>/read-token`; registering it makes the handle read accept the tokens.
-    `may_see`: as for `GET /handles/<id>` (`pep.streams.visibility.hidden_from`)."""
-    bp = Blueprint("xsg_read_tokens", __name__)
-
-    @bp.record_once
-    def install(state: Any) -> None:
-        state.app.extensions[READ_TOKENS_EXTENSION] = tokens
-
-    @bp.post("/handles/<handle_id>/read-token")
-    @require_identity()
-    def mint_read_token(handle_id: str):
-        identity = current_identity()
-        record = handles.get_owned(handle_id, identity.subject)
-        if record is None or hidden_from(may_see, identity)(record):
-            raise NotFound("no such handle")
-        if not record.live:
-            raise Gone(f"handle is {record.state.value}", state=record.state.value,
-                       reason=record.reason)
-        token, expiry = tokens.mint(record.id, identity.subject)
-        url = f"{public_base(base_url)}/handles/{record.id}?{QUERY_PARAMETER}={token}"
-        response = jsonify(
-            read_token=token, url=url, expires_in=int(tokens.ttl),
-            expires_at=datetime.fromtimestamp(expiry, timezone.utc).isoformat().replace(
-                "+00:00", "Z"))
-        response.status_code = 201
-        response.headers["Cache-Control"] = "no-store"
-        return response
-
-    return bp
+def install_read_tokens(app: Flask, tokens: ReadTokens) -> None:
+    """`POST /handles/<id>/read-token` on `app`, minting with `tokens`; installing it makes the
+    handle read accept the tokens (`require_identity_or_read_token`)."""
+    app.extensions[READ_TOKENS_EXTENSION] = tokens
+    app.register_blueprint(bp)
 
 
-__all__ = ["ReadTokens", "require_identity_or_read_token", "create_read_tokens_blueprint",
+# Defined once, at module level: the route reads the app's services (`pep.http.current`) and
+# its ReadTokens (app.extensions), so any gateway app serves it.
+bp = Blueprint("xsg_read_tokens", __name__)
+
+
+@bp.post("/handles/<handle_id>/read-token")
+@require_identity()
+def mint_read_token(handle_id: str) -> Response:
+    identity = current_identity()
+    tokens: ReadTokens = current_app.extensions[READ_TOKENS_EXTENSION]
+    record = current_services().handles.get_owned(handle_id, identity.subject)
+    if record is None or hidden_from(may_see, identity)(record):
+        raise NotFound("no such handle")
+    if not record.live:
+        raise Gone(f"handle is {record.state.value}", state=record.state.value,
+                   reason=record.reason)
+    token, expiry = tokens.mint(record.id, identity.subject)
+    url = f"{public_base(configured_base_url())}/handles/{record.id}?{QUERY_PARAMETER}={token}"
+    response = jsonify(
+        read_token=token, url=url, expires_in=int(tokens.ttl),
+        expires_at=datetime.fromtimestamp(expiry, timezone.utc).isoformat().replace(
+            "+00:00", "Z"))
+    response.status_code = 201
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+__all__ = ["ReadTokens", "require_identity_or_read_token", "install_read_tokens", "bp",
            "READ_TOKENS_EXTENSION", "QUERY_PARAMETER"]

@@ -21,18 +21,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, g, jsonify, request
+from flask import Blueprint, Response, g, jsonify, request
 
 from pdp.http.auth import (authenticate_request, current_identity, require_identity,
                            unauthorized)
-from pep.core.access import SchemaLookup, decide_and_plan as default_decide_and_plan
 from pep.core.errors import InvalidInput, Refusal, Unavailable, UnsupportedMedia
 from pep.handles.one_window import WindowConflict
 from pep.handles.records import StoredRequest
-from pep.handles.service import HandleService, StalePolicies
+from pep.handles.service import StalePolicies
+from pep.http.current import configured_base_url, current_engine, current_services, visible_schema
 from pep.http.urls import public_base
 
 XML_TYPES = ("application/xacml+xml", "application/xml", "text/xml")
@@ -105,92 +104,101 @@ def read_access_request() -> StoredRequest:
     return StoredRequest(body, media)
 
 
-def create_requests_blueprint(handles: HandleService, engine: Callable[[], Any],
-                              schema_lookup: SchemaLookup,
-                              decide_and_plan: Callable[..., Any] = default_decide_and_plan,
-                              base_url: str | None = None,
-                              on_refused: Callable[[Any, Refusal], None] | None = None
-                              ) -> Blueprint:
-    """`on_refused(identity, refusal)` hears of every refused stream request (the audit)."""
-    bp = Blueprint("xsg_requests", __name__)
+# Defined once, at module level: the routes read the app's services (`pep.http.current`), so
+# `request_stream` and `refused` can be called in a test's request context.
+bp = Blueprint("xsg_requests", __name__)
 
-    @bp.post("/requests")
-    @require_identity()
-    def create_request():
-        """Ask for a stream: decide, plan, and open (or find) the caller's handle.
-        ---
-        post:
-          requestBody:
-            required: true
-            content:
-              application/xacml+xml:
-                schema: {$ref: '#/components/schemas/XacmlXml'}
-              application/xacml+json:
-                schema: {$ref: '#/components/schemas/XacmlJson'}
-              multipart/form-data:
-                schema:
-                  type: object
-                  properties:
-                    request: {type: string, format: binary}
-                    query: {type: string, format: binary}
-          responses:
-            201: {description: "a new handle: {handle, id, stream, warnings, plan, sql, policy_ids}"}
-            200: {description: the caller's live handle for the same plan}
-            403: {description: "denied: the XACML response, or a query asking for hidden data"}
-            409: {description: another query of the caller's is live on the stream}
-            422: {description: "NR: no result can ever come; nothing is started"}
-        """
+
+@bp.post("/requests")
+@require_identity()
+def create_request() -> Response:
+    """Ask for a stream: decide, plan, and open (or find) the caller's handle.
+    ---
+    post:
+      requestBody:
+        required: true
+        content:
+          application/xacml+xml:
+            schema: {$ref: '#/components/schemas/XacmlXml'}
+          application/xacml+json:
+            schema: {$ref: '#/components/schemas/XacmlJson'}
+          multipart/form-data:
+            schema:
+              type: object
+              properties:
+                request: {type: string, format: binary}
+                query: {type: string, format: binary}
+      responses:
+        201: {description: "a new handle: {handle, id, stream, warnings, plan, sql, policy_ids}"}
+        200: {description: the caller's live handle for the same plan}
+        403: {description: "denied: the XACML response, or a query asking for hidden data"}
+        409: {description: another query of the caller's is live on the stream}
+        422: {description: "NR: no result can ever come; nothing is started"}
+    """
+    try:
+        return request_stream()
+    except Refusal as exc:
+        refused(current_identity(), exc)
+        raise
+
+
+def refused(identity: Any, refusal: Refusal) -> None:
+    """A refused stream request, as the audit trail and the metrics record it."""
+    services = current_services()
+    services.audit.refused(identity, refusal)
+    services.metrics.stream_requests.labels(outcome="refused").inc()
+
+
+def request_stream() -> Response:
+    """Decide, plan and open (or find) the caller's handle (the body of `POST /requests`)."""
+    services = current_services()
+    handles, base_url = services.handles, configured_base_url()
+    identity = current_identity()
+    stored = read_access_request()
+    if not stored.body.strip():
+        raise InvalidInput("empty XACML request")
+    for _attempt in range(MAX_STALE_RETRIES):
+        epoch = handles.policy_epoch
+        grant = services.decide_and_plan(current_engine(), stored.body, stored.media_type,
+                                         identity, visible_schema, user_query=stored.user_query,
+                                         user_query_type=stored.user_query_type)
         try:
-            return request_stream()
-        except Refusal as exc:
-            if on_refused is not None:
-                on_refused(current_identity(), exc)
+            record, is_new = handles.open(identity.subject, identity.roles, identity.admin,
+                                          grant.plan, grant.policy_ids or (), stored,
+                                          epoch=epoch)
+        except StalePolicies:
+            # a policy, or the caller's identity, changed while we decided: decide again,
+            # as the caller's token stands for now (its roles may have been lowered)
+            again = authenticate_request()
+            if again is None:
+                return unauthorized("the bearer token is no longer valid")
+            g.xsg_identity = identity = again
+            continue
+        except WindowConflict as exc:
+            existing = f"{public_base(base_url)}/handles/{exc.existing_handle_id}"
+            exc.details.update(handle=existing, release=f"DELETE {existing}")
             raise
+        url = f"{public_base(base_url)}/handles/{record.id}"
+        body = {"handle": url, "id": record.id, "stream": record.stream,
+                "streams": list(record.streams), "state": "live",
+                "new": is_new, "warnings": _to_json(grant.warnings or []),
+                "plan": _to_json(grant.plan_json if grant.plan_json is not None
+                                 else json.loads(record.plan_json)),
+                "sql": grant.sql, "policy_ids": sorted(grant.policy_ids or ())}
+        guard = handles.privacy
+        privacy = guard.status(identity.subject, grant.plan) if guard is not None else None
+        if privacy is not None:  # a private window: the caller's budgets after admission
+            body["privacy"] = privacy
+        response = jsonify(body)
+        response.status_code = 201 if is_new else 200
+        response.headers["Location"] = url
+        return response
+    raise Unavailable("the policies kept changing while the request was decided; retry")
 
-    def request_stream():
-        identity = current_identity()
-        stored = read_access_request()
-        if not stored.body.strip():
-            raise InvalidInput("empty XACML request")
-        for _attempt in range(MAX_STALE_RETRIES):
-            epoch = handles.policy_epoch
-            grant = decide_and_plan(engine(), stored.body, stored.media_type, identity,
-                                    schema_lookup, user_query=stored.user_query,
-                                    user_query_type=stored.user_query_type)
-            try:
-                record, is_new = handles.open(identity.subject, identity.roles, identity.admin,
-                                              grant.plan, grant.policy_ids or (), stored,
-                                              epoch=epoch)
-            except StalePolicies:
-                # a policy, or the caller's identity, changed while we decided: decide again,
-                # as the caller's token stands for now (its roles may have been lowered)
-                again = authenticate_request()
-                if again is None:
-                    return unauthorized("the bearer token is no longer valid")
-                g.xsg_identity = identity = again
-                continue
-            except WindowConflict as exc:
-                existing = f"{public_base(base_url)}/handles/{exc.existing_handle_id}"
-                exc.details.update(handle=existing, release=f"DELETE {existing}")
-                raise
-            url = f"{public_base(base_url)}/handles/{record.id}"
-            body = {"handle": url, "id": record.id, "stream": record.stream,
-                    "streams": list(record.streams), "state": "live",
-                    "new": is_new, "warnings": _to_json(grant.warnings or []),
-                    "plan": _to_json(grant.plan_json if grant.plan_json is not None
-                                     else json.loads(record.plan_json)),
-                    "sql": grant.sql, "policy_ids": sorted(grant.policy_ids or ())}
-            guard = handles.privacy
-            privacy = guard.status(identity.subject, grant.plan) if guard is not None else None
-            if privacy is not None:  # a private window: the caller's budgets after admission
-                body["privacy"] = privacy
-            response = jsonify(body)
-            response.status_code = 201 if is_new else 200
-            response.headers["Location"] = url
-            return response
-        raise Unavailable("the policies kept changing while the request was decided; retry")
 
+def requests_blueprint() -> Blueprint:
+    """`POST /requests` (one Blueprint, registered on every gateway app)."""
     return bp
 
 
-__all__ = ["create_requests_blueprint", "read_access_request"]
+__all__ = ["bp", "read_access_request", "refused", "request_stream", "requests_blueprint"]

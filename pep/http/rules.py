@@ -38,7 +38,7 @@ from collections import Counter
 from typing import Any
 
 import yaml
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from lxml import etree
 
 from pdp import (AuthFileError, Identity, ManagedPolicy, PolicyExistsError, PolicyLoadError,
@@ -340,39 +340,49 @@ def sample_request(subject: str, stream: str, action: str) -> bytes:
     return etree.tostring(root, xml_declaration=True, encoding="UTF-8")
 
 
-def rules_blueprint(rules: Rules) -> Blueprint:
-    bp = Blueprint("xsg_rules", __name__)
-
-    @bp.post("/rules/preview")
-    @require_identity()
-    def preview():
-        """A sharing rule compiled, summarised and explained for a sample consumer; nothing is
-        stored.
-        ---
-        post:
-          requestBody:
-            required: true
-            content:
-              application/json: {}
-          responses:
-            200:
-              description: "{rule, xacml, summary, warnings, change, explain}"
-            400:
-              description: a rule that does not read or fit its stream; `field` names where
-            403:
-              description: the stream or the policy id is not the caller's
-        """
-        content_type = request.headers.get("Content-Type", "")
-        if content_type.split(";", 1)[0].strip().lower() not in ("application/json",):
-            raise UnsupportedMedia(f"unsupported Content-Type {content_type!r}: send "
-                                   "application/json")
-        data = load_rule_document(read_body(), RULE_JSON)
-        response = jsonify(rules.preview(data, current_identity()))
-        response.headers["Cache-Control"] = "no-store"
-        return response
-
-    return bp
+RULES_EXTENSION = "xsg.rules"
 
 
-__all__ = ["Rules", "rules_blueprint", "load_rule_document", "dump_rule", "RULE_JSON",
+def install_rules(app: Flask, rules: Rules) -> None:
+    """`POST /rules/preview` on `app`, over these `Rules` (the same the PDP blueprint writes
+    policies with)."""
+    app.extensions[RULES_EXTENSION] = rules
+    app.register_blueprint(bp)
+
+
+# Defined once, at module level: the route reads the app's `Rules` (app.extensions).
+bp = Blueprint("xsg_rules", __name__)
+
+
+@bp.post("/rules/preview")
+@require_identity()
+def preview() -> Response:
+    """A sharing rule compiled, summarised and explained for a sample consumer; nothing is
+    stored.
+    ---
+    post:
+      requestBody:
+        required: true
+        content:
+          application/json: {}
+      responses:
+        200:
+          description: "{rule, xacml, summary, warnings, change, explain}"
+        400:
+          description: a rule that does not read or fit its stream; `field` names where
+        403:
+          description: the stream or the policy id is not the caller's
+    """
+    content_type = request.headers.get("Content-Type", "")
+    if content_type.split(";", 1)[0].strip().lower() not in ("application/json",):
+        raise UnsupportedMedia(f"unsupported Content-Type {content_type!r}: send "
+                               "application/json")
+    data = load_rule_document(read_body(), RULE_JSON)
+    rules: Rules = current_app.extensions[RULES_EXTENSION]
+    response = jsonify(rules.preview(data, current_identity()))
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+__all__ = ["Rules", "install_rules", "bp", "load_rule_document", "dump_rule", "RULE_JSON",
            "RULE_YAML", "RULE_TYPES", "sample_request"]

@@ -1,4 +1,4 @@
-"""The stream catalogue: which streams exist, who owns them, and the owner's record ingest.
+"""The stream catalogue: which streams exist, who owns them, what their owners changed.
 
 A stream is registered once (name, schema, source, event-time attribute, visibility, settings)
 and persisted in SQLite, so a restart keeps it. The owner of a stream is the authenticated
@@ -14,108 +14,33 @@ removes its row and moves its ingest directory out of the way, under the stream'
 `deleted_streams` with its former owner: it stays reserved to that owner (and administrators),
 because kept policies, the audit trail and ended handles name streams by name.
 
-Ingest (`append_records`) is the HTTP way for an owner to feed an `ingest` stream. A batch is all
-or nothing: every line is validated against the schema before anything is written, the batch is
-written to a hidden temporary file in the stream's ingest directory (Spark's file source skips
-names starting with `.`) and renamed into place with `os.replace`, so Spark never sees half a
-batch. Each record gets `_xsg_seq`, a per-stream, strictly increasing integer that the runtime
-uses to order tuples for tuple windows (the file source does not keep arrival order within a
-micro-batch); the counter is persisted in the same database, so it keeps increasing after a
-restart.
-
-For a `kafka` stream, `append_records` validates the batch the same way and produces its
-records to the stream's topic, returning once the broker acknowledged them all
-(`pep/streams/kafka_producer.py`; a broker that refuses or does not answer: Unavailable, 503).
-No `_xsg_seq` is added: a Kafka stream is ordered by time, partition and offset.
-
-Feeds (`open_feed` / `close_feed`) give a reader other than the stream's own query (a join)
-every batch written after it opened, and none before: each new file is also hard-linked (copied
-where links are impossible) into the feed's directory, under the same lock that numbers the
-batches, so a feed starts exactly between two batches. The stream's own query moves the files
-it has committed to its archive; a feed's files are its reader's to consume.
+Ingest and feeds (`append_records`, `open_feed`, `close_feed`) are `pep.streams.ingest`'s; the
+catalogue holds one `RecordIngest` over its database. Its tables and rows are
+`pep.streams.entries`'.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
-import secrets
 import shutil
 import threading
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from pdp.db import Database
-from pep.core.labels import Lattice
-from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
+from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
-from pep.streams.definition import (LISTED, SEQ_FIELD, STREAM_NAME, InvalidStream,
-                                    StreamConflict, StreamNotFound, describe, extend_schema,
-                                    parse_combining, parse_description, parse_lateness,
-                                    parse_retention, parse_schema, parse_source, parse_visibility)
-from pep.streams.records import DEFAULT_MAX_LINES, BatchTooLarge, validate_records
-
-if TYPE_CHECKING:  # confluent-kafka is imported with the first Kafka append, not before
-    from pep.streams.kafka_producer import KafkaAppender
+from pep.streams.definition import (LISTED, STREAM_NAME, InvalidStream, StreamConflict,
+                                    StreamNotFound, describe, extend_schema, parse_combining,
+                                    parse_description, parse_lateness, parse_retention,
+                                    parse_schema, parse_source, parse_visibility)
+from pep.streams.entries import (CATALOG_TABLES, ADDED_COLUMNS, ENTRY_COLUMNS, PATCH_COLUMNS,
+                                 DeletedStream, StreamEntry, entry_from_row, schema_json)
+from pep.streams.ingest import DEFAULT_MAX_BODY_BYTES, RecordIngest
+from pep.streams.records import DEFAULT_MAX_LINES
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
-# The column behind each setting an owner may change (`definition.PATCHABLE`); the schema
-# fields are written as `schema_json` and `optional_json`.
-_PATCH_COLUMNS = {"visibility": "visibility", "description": "description",
-                  "lateness": "lateness", "retention": "retention", "combining": "combining"}
-
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS streams ("
-           " name TEXT PRIMARY KEY COLLATE NOCASE, owner TEXT NOT NULL,"
-           " schema_json TEXT NOT NULL, source_json TEXT NOT NULL, time_attribute TEXT,"
-           " created_at TEXT NOT NULL, next_seq INTEGER NOT NULL DEFAULT 1,"
-           " visibility TEXT NOT NULL DEFAULT 'listed', description TEXT NOT NULL DEFAULT '',"
-           " lateness REAL, retention REAL, optional_json TEXT NOT NULL DEFAULT '[]',"
-           " combining TEXT);"
-           "CREATE TABLE IF NOT EXISTS deleted_streams ("
-           " name TEXT PRIMARY KEY COLLATE NOCASE, owner TEXT NOT NULL,"
-           " deleted_at TEXT NOT NULL, deleted_by TEXT NOT NULL)")
-# Columns added since the first stores were written: (name, its definition for ALTER TABLE).
-_ADDED_COLUMNS = (("visibility", "TEXT NOT NULL DEFAULT 'listed'"),
-                  ("description", "TEXT NOT NULL DEFAULT ''"),
-                  ("lateness", "REAL"), ("retention", "REAL"),
-                  ("optional_json", "TEXT NOT NULL DEFAULT '[]'"), ("combining", "TEXT"))
-
-
-def _schema_json(fields) -> str:
-    """A schema as stored: [name, type] per attribute, and a label's lattice after them."""
-    return json.dumps([[f.name, f.type] + ([f.lattice.to_json()] if f.lattice else [])
-                       for f in fields])
-
-
-@dataclass(frozen=True)
-class StreamEntry:
-    definition: StreamDefinition
-    created_at: str
-    next_seq: int
-    visibility: str = LISTED  # `pep.streams.visibility`: listed or restricted
-    description: str = ""
-    retention: float | None = None  # seconds in the archive; None: the gateway's default
-    optional: tuple[str, ...] = ()  # attributes added after registration: records may omit them
-    combining: str | None = None  # `pep.core.union`: the owner's mode; None: the gateway's
-
-    def settings(self) -> dict:
-        """The owner's settings as `describe` shows them (None: the gateway's default)."""
-        return {"description": self.description, "lateness": self.definition.lateness,
-                "retention": self.retention}
-
-
-@dataclass(frozen=True)
-class DeletedStream:
-    """A deleted stream's name, reserved to its former owner (`register`)."""
-
-    name: str
-    owner: str
-    deleted_at: str
-    deleted_by: str
 
 
 class StreamCatalog:
@@ -127,21 +52,17 @@ class StreamCatalog:
                  kafka_timeout: float | None = None) -> None:
         self.db_path = Path(db_path)
         self.data_dir = Path(data_dir)
-        self.max_body_bytes = max_body_bytes
-        self.max_lines = max_lines
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._ingest_locks: dict[str, threading.Lock] = {}
         self._change_locks: dict[str, threading.RLock] = {}
         self._deleting: set[str] = set()  # lower-cased names being deleted: found by no lookup
-        self._feeds: dict[str, list[Path]] = {}
-        self._db = Database(self.db_path, _SCHEMA)
+        self._db = Database(self.db_path, CATALOG_TABLES)
         self._lock = self._db.lock
         self._migrate()
         # Called with the definition of every stream registered (its owner registered it).
         self._listeners: list[Callable[[StreamDefinition], None]] = []
         # `callback(entry, changes, by)` after an owner's change (`update`) is committed.
-        self._change_listeners: list[Callable[[StreamEntry, dict, str], None]] = []
+        self._change_listeners: list[Callable[[StreamEntry, dict[str, Any], str], None]] = []
         # Each stream's visibility by lower-cased name: read on every call that names a stream,
         # written only through this object (register, update), so it cannot go stale.
         self._visibility: dict[str, str] = {
@@ -154,14 +75,15 @@ class StreamCatalog:
         # goes (`_forget`). A re-decision of a thousand handles looks its stream up a thousand
         # times.
         self._found: dict[str, StreamDefinition] = {}
-        # records appended to Kafka-backed streams go to their topics (made at the first one)
-        self._kafka: KafkaAppender | None = None
-        self.kafka_timeout = kafka_timeout
+        # appends and feeds (pep/streams/ingest.py), on this database and these lookups
+        self.ingest = RecordIngest(self._db, self.entry,
+                                   lambda name: name.lower() in self._deleting, self.ingest_dir,
+                                   max_body_bytes, max_lines, kafka_timeout)
 
     def add_listener(self, callback: Callable[[StreamDefinition], None]) -> None:
         self._listeners.append(callback)
 
-    def add_change_listener(self, callback: Callable[[StreamEntry, dict, str], None]) -> None:
+    def add_change_listener(self, callback: Callable[[StreamEntry, dict[str, Any], str], None]) -> None:
         self._change_listeners.append(callback)
 
     def _migrate(self) -> None:
@@ -169,14 +91,13 @@ class StreamCatalog:
         their default: an existing stream stays `listed`, as every stream was)."""
         with self._db.transaction() as db:
             have = {row[1] for row in db.execute("PRAGMA table_info(streams)").fetchall()}
-            for column, definition in _ADDED_COLUMNS:
+            for column, definition in ADDED_COLUMNS:
                 if column not in have:
                     db.execute(f"ALTER TABLE streams ADD COLUMN {column} {definition}")
                     log.info("stream catalogue %s: added column %s", self.db_path, column)
 
     def close(self) -> None:
-        if self._kafka is not None:
-            self._kafka.close()
+        self.ingest.close()
         self._db.close()
 
     def ingest_dir(self, name: str) -> Path:
@@ -259,7 +180,7 @@ class StreamCatalog:
                 "INSERT INTO streams (name, owner, schema_json, source_json, time_attribute,"
                 " created_at, next_seq, visibility, description, lateness, retention)"
                 " VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
-                (name, owner, _schema_json(parsed.fields),
+                (name, owner, schema_json(parsed.fields),
                  json.dumps([spec.kind, [list(o) for o in spec.options]]), time_attribute, now,
                  visibility, description, lateness, retention))
             if spec.kind == "ingest":
@@ -275,12 +196,12 @@ class StreamCatalog:
 
     # -- an owner's changes ---------------------------------------------------------------------
 
-    def update(self, name: str, changes: dict, by: str) -> StreamEntry:
+    def update(self, name: str, changes: dict[str, Any], by: str) -> StreamEntry:
         """Apply an owner's validated changes (`definition.parse_stream_patch`) to the stream, all
         in one transaction, and tell the change listeners; StreamNotFound if it is not there,
         InvalidStream (SchemaChange) for a schema change that is not an addition. Only the
         fields of `definition.PATCHABLE` exist."""
-        unknown = set(changes) - set(_PATCH_COLUMNS) - {"add_attributes", "schema"}
+        unknown = set(changes) - set(PATCH_COLUMNS) - {"add_attributes", "schema"}
         if unknown:
             raise InvalidStream(f"cannot change {', '.join(sorted(unknown))}")
         with self._db.transaction() as db:
@@ -293,13 +214,13 @@ class StreamCatalog:
                                     "time_attribute")
             schema = extend_schema(current.definition, changes)
             for field_name, value in changes.items():
-                if field_name in _PATCH_COLUMNS:
-                    db.execute(f"UPDATE streams SET {_PATCH_COLUMNS[field_name]} = ?"
+                if field_name in PATCH_COLUMNS:
+                    db.execute(f"UPDATE streams SET {PATCH_COLUMNS[field_name]} = ?"
                                " WHERE name = ?", (value, registered))
             if schema is not None:
                 added = [f.name for f in schema.fields[len(current.definition.schema.fields):]]
                 db.execute("UPDATE streams SET schema_json = ?, optional_json = ? WHERE name = ?",
-                           (_schema_json(schema.fields),
+                           (schema_json(schema.fields),
                             json.dumps(list(current.optional) + added), registered))
             if "visibility" in changes:
                 self._visibility[registered.lower()] = changes["visibility"]
@@ -313,7 +234,7 @@ class StreamCatalog:
         if entry is None:  # deleted meanwhile (the life-cycle lock prevents it)
             raise StreamNotFound(f"no stream named {name!r}")
         # what changed, as JSON: the settings as given, the schema as the attributes it gained
-        told = {k: v for k, v in changes.items() if k in _PATCH_COLUMNS}
+        told = {k: v for k, v in changes.items() if k in PATCH_COLUMNS}
         if schema is not None:
             told["add_attributes"] = [{"name": f.name, "type": f.type}
                                       for f in schema.fields[len(current.definition.schema.fields):]]
@@ -370,8 +291,8 @@ class StreamCatalog:
             with self._lock:
                 self._visibility.pop(registered.lower(), None)
                 self._combining.pop(registered.lower(), None)
-                self._feeds.pop(registered.lower(), None)
                 self._deleting.discard(registered.lower())
+            self.ingest.drop_feeds(registered)
             self._forget()
             directory = self.stream_dir(registered)
             if not directory.exists():
@@ -398,28 +319,11 @@ class StreamCatalog:
 
     # -- reads ------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _entry(row: tuple) -> StreamEntry:
-        name, owner, schema_json, source_json, time_attribute, created_at, next_seq, \
-            visibility, description, lateness, retention, optional_json, combining = row
-        schema = StreamSchema(tuple(
-            Field(f[0], f[1], Lattice.from_json(f[2]) if len(f) > 2 else None)
-            for f in json.loads(schema_json)))
-        kind, options = json.loads(source_json)
-        source = SourceSpec(kind, tuple((k, v) for k, v in options))
-        return StreamEntry(StreamDefinition(name, owner, schema, source, time_attribute,
-                                            lateness),
-                           created_at, next_seq, visibility, description, retention,
-                           tuple(json.loads(optional_json)), combining)
-
-    _COLUMNS = ("name, owner, schema_json, source_json, time_attribute, created_at, next_seq,"
-                " visibility, description, lateness, retention, optional_json, combining")
-
     def entry(self, name: str) -> StreamEntry | None:
         if not isinstance(name, str) or name.lower() in self._deleting:
             return None
-        row = self._db.fetchone(f"SELECT {self._COLUMNS} FROM streams WHERE name = ?", (name,))
-        return self._entry(row) if row else None
+        row = self._db.fetchone(f"SELECT {ENTRY_COLUMNS} FROM streams WHERE name = ?", (name,))
+        return entry_from_row(row) if row else None
 
     def get(self, name: str) -> StreamDefinition | None:
         """The stream, looked up case-insensitively, or None."""
@@ -456,12 +360,12 @@ class StreamCatalog:
         return [e.definition for e in self.all()]
 
     def all(self) -> list[StreamEntry]:
-        rows = self._db.fetchall(f"SELECT {self._COLUMNS} FROM streams ORDER BY name")
+        rows = self._db.fetchall(f"SELECT {ENTRY_COLUMNS} FROM streams ORDER BY name")
         deleting = self._deleting
-        return [self._entry(r) for r in rows if str(r[0]).lower() not in deleting]
+        return [entry_from_row(r) for r in rows if str(r[0]).lower() not in deleting]
 
     def list_visible(self, identity: Any, may_see: Callable[[Any, StreamEntry], bool] | None = None
-                     ) -> list[dict]:
+                     ) -> list[dict[str, Any]]:
         """The streams this caller may see (`may_see(identity, entry)`, every one without it),
         described for it (`definition.describe` says what each caller is shown)."""
         return [describe(e.definition, e.created_at,
@@ -472,122 +376,32 @@ class StreamCatalog:
 
     # -- ingest -----------------------------------------------------------------------------------
 
-    def _ingest_lock(self, name: str) -> threading.Lock:
-        with self._lock:
-            return self._ingest_locks.setdefault(name.lower(), threading.Lock())
+    # -- ingest (pep/streams/ingest.py) ---------------------------------------------------------
 
-    def _kafka_appender(self) -> KafkaAppender:
-        from pep.streams.kafka_producer import DEFAULT_TIMEOUT, KafkaAppender
-        with self._lock:
-            if self._kafka is None:
-                self._kafka = KafkaAppender()
-            self._kafka.timeout = self.kafka_timeout or DEFAULT_TIMEOUT
-            return self._kafka
+    @property
+    def kafka_timeout(self) -> float | None:
+        """Seconds a Kafka append waits for the broker (None: the producer's default)."""
+        return self.ingest.kafka_timeout
+
+    @kafka_timeout.setter
+    def kafka_timeout(self, seconds: float | None) -> None:
+        self.ingest.kafka_timeout = seconds
+
+    def _ingest_lock(self, name: str) -> threading.Lock:
+        return self.ingest.lock(name)
 
     def open_feed(self, name: str, directory: Path) -> None:
         """From now on, every batch appended to stream `name` also appears in `directory`."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        with self._ingest_lock(name):
-            feeds = self._feeds.setdefault(name.lower(), [])
-            if directory not in feeds:
-                feeds.append(directory)
+        self.ingest.open_feed(name, directory)
 
     def close_feed(self, name: str, directory: Path) -> None:
         """Stop copying batches into `directory` (idempotent); its files are left as they are."""
-        with self._ingest_lock(name):
-            feeds = self._feeds.get(name.lower(), [])
-            if Path(directory) in feeds:
-                feeds.remove(Path(directory))
-
-    def _to_feeds(self, name: str, final: Path) -> None:
-        for feed in self._feeds.get(name.lower(), ()):
-            target = feed / final.name
-            try:
-                os.link(final, target)
-            except FileExistsError:
-                pass
-            except OSError:
-                try:  # another filesystem: a hidden copy renamed into place, never half a file
-                    hidden = feed / f".incoming-{secrets.token_hex(8)}.json.tmp"
-                    shutil.copyfile(final, hidden)
-                    os.replace(hidden, target)
-                except OSError as exc:
-                    log.error("stream %s: could not feed %s into %s: %s", name, final.name,
-                              feed, exc)
+        self.ingest.close_feed(name, directory)
 
     def append_records(self, name: str, body: bytes) -> int:
-        """Validate and append a batch of JSON lines; returns how many records were written.
-
-        All or nothing: a RecordError (BatchTooLarge for a batch over the limits) leaves no file
-        and no sequence numbers used (and sends nothing to a Kafka stream's topic).
-        """
-        entry = self.entry(name)
-        if entry is None:
-            raise StreamNotFound(f"no stream named {name!r}")
-        d = entry.definition
-        if d.source.kind not in ("ingest", "kafka"):
-            raise StreamConflict(f"stream {d.name!r} reads from a {d.source.kind} source; "
-                                 "records can only be appended to an 'ingest' or a 'kafka' "
-                                 "stream")
-        if len(body) > self.max_body_bytes:
-            raise BatchTooLarge(f"batch of {len(body)} bytes is over the limit of "
-                                f"{self.max_body_bytes}")
-        records = validate_records(d.schema, body, d.time_attribute, self.max_lines,
-                                   optional=frozenset(n.lower() for n in entry.optional))
-        if not records:
-            return 0
-        if d.source.kind == "kafka":
-            return self._kafka_appender().append(d, records)
-        directory = self.ingest_dir(d.name)
-        with self._ingest_lock(d.name):
-            tmp = directory / f".incoming-{secrets.token_hex(8)}.json.tmp"
-            with self._db.transaction() as db:
-                row = db.execute("SELECT next_seq, schema_json FROM streams WHERE name = ?",
-                                 (d.name,)).fetchone()
-                if row is None or d.name.lower() in self._deleting:
-                    # deleted since it was looked up: nothing written, nothing recreated
-                    raise StreamNotFound(f"no stream named {name!r}")
-                (first, _) = row
-                directory.mkdir(parents=True, exist_ok=True)
-                lines = []
-                for i, r in enumerate(records):
-                    r[SEQ_FIELD] = first + i
-                    lines.append(json.dumps(r, separators=(",", ":"), ensure_ascii=False))
-                data = ("\n".join(lines) + "\n").encode("utf-8")
-                final = directory / f"{first:020d}-{secrets.token_hex(4)}.json"
-                try:
-                    with open(tmp, "wb") as f:
-                        f.write(data)
-                        f.flush()
-                        os.fsync(f.fileno())
-                    db.execute("UPDATE streams SET next_seq = ? WHERE name = ?",
-                               (first + len(records), d.name))
-                except BaseException:
-                    tmp.unlink(missing_ok=True)
-                    raise
-            # The counter is committed before the file appears: a crash in between wastes
-            # sequence numbers (harmless) but can never reuse one.
-            try:
-                os.replace(tmp, final)
-            finally:
-                tmp.unlink(missing_ok=True)
-            self._to_feeds(d.name, final)
-            _fsync_dir(directory)
-        return len(records)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        """Validate and append a batch of JSON lines (`RecordIngest.append_records`); returns
+        how many records were written."""
+        return self.ingest.append_records(name, body)
 
 
 def seed_streams(catalog: StreamCatalog, path: Path) -> list[str]:

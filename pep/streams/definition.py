@@ -239,7 +239,7 @@ def parse_whole_schema(value: Any) -> tuple[Field, ...]:
 
 
 # The fields an owner may change after registration, each with the parser of its new value. A
-# setting added here needs its column in `StreamCatalog.update` (`catalog._PATCH_COLUMNS`); the
+# setting added here needs its column in `StreamCatalog.update` (`entries.PATCH_COLUMNS`); the
 # two schema fields are turned into a new schema by `extend_schema`.
 PATCHABLE: dict[str, Any] = {"visibility": parse_visibility, "description": parse_description,
                              "lateness": parse_lateness, "retention": parse_retention,

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from pep.cli import configure_logging, main
+from pep.cli import main
+from pep.cli.logs import configure_logging
 from pep.config import SERVE_DEFAULTS, GatewayConfig, settings
 from pep.http.app import create_app
 from pep.services import build_services

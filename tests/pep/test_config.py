@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from pdp.oidc import OidcSettings
-from pep.config import (SERVE_DEFAULTS, ConfigError, GatewayConfig, _KINDS, load_settings,
+from pep.config import (SERVE_DEFAULTS, ConfigError, GatewayConfig, load_settings,
                         read_config_file, settings)
+from pep.config.validation import KINDS as _KINDS
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ import pytest
 from flask import Flask, jsonify, request
 
 from pdp.events import PolicyChange, PolicyEvents
-from pep.http.invalidation import invalidation_blueprint
+from pep.http.invalidation import install_invalidation
 from pep.invalidation.hub import InvalidationHub
 from pep.invalidation.protocol import (FEED_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER,
                                        InvalidationEvent, InvalidEventError, parse_event_id, sign,
@@ -151,8 +151,8 @@ def test_policy_events_become_policy_changed():
 def feed_app():
     hub = InvalidationHub(secret=SECRET, proxy_token="ptok", heartbeat=0.1)
     app = Flask("gw")
-    app.register_blueprint(invalidation_blueprint(
-        hub, require_admin=lambda: request.headers.get("Authorization") == "Bearer admin"))
+    install_invalidation(
+        app, hub, require_admin=lambda: request.headers.get("Authorization") == "Bearer admin")
     yield hub, app.test_client()
     hub.close()
 

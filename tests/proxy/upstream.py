@@ -15,7 +15,7 @@ import time
 
 from flask import Flask, Response, jsonify, request
 
-from pep.http.invalidation import invalidation_blueprint
+from pep.http.invalidation import bp as invalidation_bp, install_invalidation
 from pep.invalidation.hub import InvalidationHub
 
 TOKENS = {"tok-alice": "alice", "tok-alice-2": "alice", "tok-bob": "bob", "tok-admin": "admin"}
@@ -49,15 +49,15 @@ class FakeGateway:
 
     def _build(self) -> Flask:
         app = Flask("fake-gateway")
-        bp = invalidation_blueprint(self.hub, require_admin=lambda: self._subject() == "admin")
+        install_invalidation(app, self.hub, require_admin=lambda: self._subject() == "admin")
 
-        @bp.before_request
         def blocked():
             if self.feed_blocked:
                 return jsonify(error="feed switched off by the test"), 503
             return None
 
-        app.register_blueprint(bp)
+        # after the feed's own check, on this app's feed routes only
+        app.before_request_funcs.setdefault(invalidation_bp.name, []).append(blocked)
 
         @app.get("/health")
         def health():

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Union
+from decimal import Decimal
+from typing import Any, Literal, Union
 
 from pep.core import geo, labels
-from pep.core.conditions import (And, Comparison, Const, Expr, NEGATED_OP, Not, Spatial,
-                                 format_literal, spatial_text)
+from pep.core.conditions import (And, Comparison, Const, Expr, NEGATED_OP, Not, Or,
+                                 Placeholder, Spatial, format_literal, spatial_text)
 from pep.core.labels import LABEL_NEGATED, Label
 from pep.core.plan import Scalar, SpatialPredicate
 
@@ -32,11 +33,11 @@ class MergeWarning:
     it never weakens enforcement."""
 
     kind: Literal["NR", "PR", "INFO"]
-    operator: Literal["filter", "map", "window", "join"]
+    operator: Literal["filter", "map", "window", "join", "union"]
     message: str
     predicates: tuple[str, ...] = ()
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "operator": self.operator, "message": self.message,
                 "predicates": list(self.predicates)}
 
@@ -55,7 +56,7 @@ class Atom:
 
     attribute: str
     op: str
-    value: Scalar
+    value: Scalar | Label  # a label attribute's constant: the Label
     origin: Literal["policy", "user"]
     written: str  # the comparison as its author wrote it (before any NOT was pushed into it)
     # Spatial atoms: `attribute` names a derived variable (see the module docstring), `op` and
@@ -66,10 +67,10 @@ class Atom:
     implied: bool = False
 
     def text(self) -> str:
+        if isinstance(self.value, Label):  # (a spatial atom's constant is a number)
+            return labels.comparison_text(self.attribute, self.op, self.value)
         if self.spatial is not None:
             return spatial_text(spatial_with(self.spatial, self.op, self.value))
-        if isinstance(self.value, Label):
-            return labels.comparison_text(self.attribute, self.op, self.value)
         return f"{_shown_name(self.attribute)} {self.op} {format_literal(self.value)}"
 
     def shown(self) -> str:
@@ -125,20 +126,20 @@ def _spatial_atoms(expr: Spatial, origin: Literal["policy", "user"], negate: boo
         if expr.function == "distance_to" or op not in ("<", "<="):
             return atom
         plat, plon = geometry.points
-        south, north, west, east = geo.circle_bbox(plat, plon, geometry.value)
-        bounds = [(expr.latitude, ">=", south), (expr.latitude, "<=", north)]
-        if west is not None:
-            bounds += [(expr.longitude, ">=", west), (expr.longitude, "<=", east)]
+        c_south, c_north, c_west, c_east = geo.circle_bbox(plat, plon, geometry.value)
+        bounds = [(expr.latitude, ">=", c_south), (expr.latitude, "<=", c_north)]
+        if c_west is not None and c_east is not None:  # both or neither
+            bounds += [(expr.longitude, ">=", c_west), (expr.longitude, "<=", c_east)]
     implied = [Atom(a, o, v, origin, written, implied=True) for a, o, v in bounds]
     return ("and", (atom, *implied))
 
 
-NNF = Union[Atom, bool, tuple]  # ("and", items) | ("or", items) | Atom | True | False
+NNF = Union[Atom, bool, tuple[Any, ...]]  # ("and", items) | ("or", items) | Atom | True | False
 
 
 # What a comparison on a masked value implies of the raw attribute: alternatives (an OR of
 # ANDs) of (attribute, op, value), or None (pep.core.masks.MaskPlan.implied).
-Implied = Callable[[str, str, Scalar], "list[list[tuple[str, str, Scalar]]] | None"]
+Implied = Callable[[str, str, "Scalar | Label"], "list[list[tuple[str, str, Scalar]]] | None"]
 
 
 def to_nnf(expr: Expr, origin: Literal["policy", "user"], negate: bool = False,
@@ -151,9 +152,12 @@ def to_nnf(expr: Expr, origin: Literal["policy", "user"], negate: bool = False,
                    else f"{_shown_name(expr.attribute)} {expr.op} {format_literal(expr.value)}")
         negated = LABEL_NEGATED if isinstance(expr.value, Label) else NEGATED_OP
         op = negated[expr.op] if negate else expr.op
-        atom = Atom(expr.attribute, op, expr.value, origin, written)  # type: ignore[arg-type]
+        value = expr.value
+        if isinstance(value, (Decimal, Placeholder)):  # bound away (binding types the literals)
+            raise TypeError(f"to_nnf takes a bound condition, not {expr}")
+        atom = Atom(expr.attribute, op, value, origin, written)
         if implied is not None and expr.attribute.startswith(MASKED):
-            alternatives = implied(expr.attribute, op, expr.value)
+            alternatives = implied(expr.attribute, op, value)
             if alternatives is not None:
                 # raw bounds the masked comparison implies: they find contradictions with the
                 # policy's filter, and are never put in the plan (as a circle's box)
@@ -166,6 +170,8 @@ def to_nnf(expr: Expr, origin: Literal["policy", "user"], negate: bool = False,
         return expr.value != negate
     if isinstance(expr, Not):
         return to_nnf(expr.item, origin, not negate, implied)
+    if not isinstance(expr, (And, Or)):  # set membership and boxes are bound away before
+        raise TypeError(f"to_nnf takes a bound condition, not {type(expr).__name__}")
     is_and = isinstance(expr, And) != negate
     items = [to_nnf(i, origin, negate, implied) for i in expr.items]
     return combine("and" if is_and else "or", items)

@@ -5,31 +5,38 @@ DNF expanded with pruning (`Checker`), and a satisfiable conjunct as the plan's 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 from pep.core import geo, labels
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ceil_exact, floor_exact,
                             is_integral, is_number, iso_from_micros, micros_from_iso,
                             micros_from_seconds)
 from pep.core.labels import Label
-from pep.core.plan import AnyPredicate, Conjunct, Predicate, Scalar, SpatialPredicate, StreamSchema
+from pep.core.plan import (AnyPredicate, Conjunct, Operator, Predicate, Scalar, SpatialPredicate,
+                           StreamSchema)
 from pep.core.analysis.atoms import (Atom, CONTAINMENT_LIMIT, DISTANCE_MARGIN_M, NNF, SPATIAL,
                                      TooLarge, WORK_LIMIT, spatial_with)
 
 
 _UNSET = object()
 
+Constant = Any
+"""An atom's constant inside one attribute's range: all of one attribute's are numbers, or all
+strings, or all booleans, so they compare with each other; typed as the union of those (`Scalar`)
+the checker would refuse every comparison between two of them."""
+
 
 @dataclass
 class _Range:
-    eq: object
-    lo: Scalar | None
+    eq: Constant
+    lo: Constant | None
     lo_incl: bool
-    hi: Scalar | None
+    hi: Constant | None
     hi_incl: bool
     nes: set
 
 
-def _collect(preds: list[tuple[str, Scalar]]) -> _Range | None:
+def _collect(preds: list[tuple[str, Constant]]) -> _Range | None:
     r = _Range(_UNSET, None, True, None, True, set())
     for op, v in preds:
         if op == "=":
@@ -50,7 +57,7 @@ def _collect(preds: list[tuple[str, Scalar]]) -> _Range | None:
     return r
 
 
-def _in_bounds(r: _Range, v: Scalar) -> bool:
+def _in_bounds(r: _Range, v: Constant) -> bool:
     if r.lo is not None and (v < r.lo or (v == r.lo and not r.lo_incl)):
         return False
     if r.hi is not None and (v > r.hi or (v == r.hi and not r.hi_incl)):
@@ -69,7 +76,7 @@ def _micros(value: Scalar):
     held, is epoch seconds)."""
     if isinstance(value, str):
         return micros_from_iso(value)
-    return micros_from_seconds(value)  # type: ignore[arg-type]
+    return micros_from_seconds(value)
 
 
 def _integers(kind: str, preds) -> list:
@@ -84,9 +91,9 @@ def _int_bounds(r: _Range, kind: str) -> tuple[int, int]:
     low, high = INTEGER_DOMAINS[kind]
     lo, hi = low, high
     if r.lo is not None:
-        lo = max(low, ceil_exact(r.lo) if r.lo_incl else floor_exact(r.lo) + 1)  # type: ignore[arg-type]
+        lo = max(low, ceil_exact(r.lo) if r.lo_incl else floor_exact(r.lo) + 1)
     if r.hi is not None:
-        hi = min(high, floor_exact(r.hi) if r.hi_incl else ceil_exact(r.hi) - 1)  # type: ignore[arg-type]
+        hi = min(high, floor_exact(r.hi) if r.hi_incl else ceil_exact(r.hi) - 1)
     return lo, hi
 
 
@@ -97,8 +104,8 @@ def _range_satisfiable(kind: str, r: _Range) -> bool:
         low, high = INTEGER_DOMAINS[kind]
         if r.eq is not _UNSET:
             v = r.eq
-            return (is_integral(v) and low <= v <= high  # type: ignore[arg-type, operator]
-                    and _in_bounds(r, v) and v not in r.nes)  # type: ignore[arg-type]
+            return (is_integral(v) and low <= v <= high
+                    and _in_bounds(r, v) and v not in r.nes)
         lo, hi = _int_bounds(r, kind)
         if lo > hi:
             return False
@@ -106,7 +113,7 @@ def _range_satisfiable(kind: str, r: _Range) -> bool:
         return hi - lo + 1 > len(excluded)
     if r.eq is not _UNSET:
         v = r.eq
-        return _in_bounds(r, v) and v not in r.nes  # type: ignore[arg-type]
+        return _in_bounds(r, v) and v not in r.nes
     if kind == "boolean":
         return any(v not in r.nes for v in (False, True))
     if kind == "string":
@@ -126,7 +133,7 @@ def _string_range_satisfiable(r: _Range) -> bool:
     if r.lo is None:
         candidate = ""
     else:
-        candidate = r.lo if r.lo_incl else r.lo + "\0"  # type: ignore[operator]
+        candidate = r.lo if r.lo_incl else r.lo + "\0"
     for _ in range(len(r.nes) + 1):
         if r.hi is not None and (candidate > r.hi or (candidate == r.hi and not r.hi_incl)):
             return False
@@ -141,6 +148,13 @@ def _group(atoms) -> dict[str, list[tuple[str, Scalar]]]:
     for a in atoms:
         by_attr.setdefault(a.attribute, []).append((a.op, a.value))
     return by_attr
+
+
+def _distance(atom: Atom) -> float:
+    """The constant of an atom on a distance variable: a number of metres."""
+    if isinstance(atom.value, (str, Label)):
+        raise TypeError(f"a distance compared with {atom.value!r}")
+    return float(atom.value)
 
 
 class Checker:
@@ -201,9 +215,9 @@ class Checker:
             elif g.function == "distance":
                 lo = hi = None
                 for a in group:
-                    if a.op in (">", ">=") and (lo is None or a.value > lo.value):
+                    if a.op in (">", ">=") and (lo is None or _distance(a) > _distance(lo)):
                         lo = a
-                    if a.op in ("<", "<=") and (hi is None or a.value < hi.value):
+                    if a.op in ("<", "<=") and (hi is None or _distance(a) < _distance(hi)):
                         hi = a
                 circles.append((g, lo, hi))
         for i, (g1, lo1, hi1) in enumerate(circles):
@@ -212,11 +226,11 @@ class Checker:
                     continue
                 d = geo.haversine(g1.points[0], g1.points[1], g2.points[0], g2.points[1])
                 if hi1 is not None and lo2 is not None:
-                    reach = d + float(hi1.value)
-                    if reach + DISTANCE_MARGIN_M + 1e-9 * reach < float(lo2.value):
+                    reach = d + _distance(hi1)
+                    if reach + DISTANCE_MARGIN_M + 1e-9 * reach < _distance(lo2):
                         return (hi1, lo2)
                 if i < j and hi1 is not None and hi2 is not None:
-                    apart = float(hi1.value) + float(hi2.value)
+                    apart = _distance(hi1) + _distance(hi2)
                     if d > apart + DISTANCE_MARGIN_M + 1e-9 * d:
                         return (hi1, hi2)
         for out_atom, p2 in outside:
@@ -239,11 +253,11 @@ class Checker:
 
     def convex(self, points: tuple[float, ...]) -> bool:
         key = ("convex", points)
-        hit = self.memo.get(key)  # type: ignore[arg-type]
+        hit = self.memo.get(key)
         if hit is None:
             hit = geo.convex(points)
             if len(self.memo) < 10_000:
-                self.memo[key] = hit  # type: ignore[index]
+                self.memo[key] = hit
         return hit
 
     @staticmethod
@@ -398,13 +412,14 @@ class Checker:
             r = _collect(group if attr in geometry else _integers(kind, group))
             assert r is not None
             if attr in geometry:
-                preds.extend(_spatial_predicates(geometry[attr], r))  # type: ignore[arg-type]
+                preds.extend(_spatial_predicates(geometry[attr], r))
                 continue
             simplified = _range_predicates(attr, kind, r)
             if not simplified:
                 # Every present value passes (e.g. `n != 1.5` on a long), but a tuple missing the
                 # attribute must still fail: keep the original comparisons to say so.
-                simplified = [Predicate(attr, op, v) for op, v in sorted(set(group), key=repr)]
+                simplified = [Predicate(attr, cast(Operator, op), v)  # an atom's op is one
+                              for op, v in sorted(set(group), key=repr)]
             preds.extend(simplified)
         return tuple(sorted(preds, key=predicate_key))
 
@@ -432,7 +447,7 @@ def _label_predicates(attr: str, group) -> list[Predicate]:
         out.append(Predicate(attr, "<=", labels.glb(below)))  # type: ignore[arg-type]
     if above:
         out.append(Predicate(attr, ">=", labels.lub(above)))  # type: ignore[arg-type]
-    out.extend(Predicate(attr, op, v) for op, v in  # type: ignore[arg-type]
+    out.extend(Predicate(attr, op, v) for op, v in
                dict.fromkeys((op, v) for op, v in group if op not in ("<=", ">=")))
     return out
 
@@ -454,8 +469,8 @@ def _spatial_predicates(g: SpatialPredicate, r: _Range) -> list[SpatialPredicate
 def _range_predicates(attr: str, kind: str, r: _Range) -> list[Predicate]:
     if r.eq is not _UNSET:
         if kind == "timestamp":
-            return [Predicate(attr, "=", iso_from_micros(int(r.eq)))]  # type: ignore[arg-type]
-        return [Predicate(attr, "=", r.eq)]  # type: ignore[arg-type]
+            return [Predicate(attr, "=", iso_from_micros(int(r.eq)))]
+        return [Predicate(attr, "=", r.eq)]
     if kind == "boolean":
         remaining = [v for v in (False, True) if v not in r.nes]
         return [Predicate(attr, "=", remaining[0])] if len(remaining) == 1 else []
@@ -479,6 +494,11 @@ def _range_predicates(attr: str, kind: str, r: _Range) -> list[Predicate]:
             out.append(Predicate(attr, "<=", shown(hi)))
         out.extend(Predicate(attr, "!=", shown(int(n))) for n in nes)
         return out
+    return _ordered_predicates(attr, r)
+
+
+def _ordered_predicates(attr: str, r: _Range) -> list[Predicate]:
+    """The range of a double or string attribute as plan predicates."""
     lo, lo_incl, hi, hi_incl = r.lo, r.lo_incl, r.hi, r.hi_incl
     nes = set(r.nes)
     if lo is not None and lo_incl and lo in nes:

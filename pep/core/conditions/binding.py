@@ -58,6 +58,7 @@ def _bind_membership(m: Membership, schema: StreamSchema, resolver: PlaceholderR
     if field is None:
         raise ConditionError(
             _unknown_attribute(m.attribute, schema), m.position, text)
+    pairs: list[tuple[str, Value | Label]] = []
     if isinstance(m.values, Placeholder):
         if not allow_placeholders:
             raise ConditionError(f"placeholder {m.values} is not allowed here (placeholders "
@@ -71,12 +72,10 @@ def _bind_membership(m: Membership, schema: StreamSchema, resolver: PlaceholderR
             raise ConditionError(f"placeholder {m.values} has {len(bag)} values; an IN set holds "
                                  f"at most {MAX_SET_SIZE}", m.values.position, text)
         op = "!=" if m.negated else "="
-        pairs = []
         for lexical in bag:
             literal = _placeholder_literal(lexical, m.values, field, text)
             pairs.append(bind_literal(op, literal, field, m.values.position, text))
     else:
-        pairs = []
         for v in m.values:
             cmp = _bind_comparison(Comparison(field.name, "!=" if m.negated else "=", v,
                                               m.position), schema, resolver, text,
@@ -108,8 +107,8 @@ def _bind_box(box: Box, schema: StreamSchema, resolver: PlaceholderResolver | No
     lat_low, lat_high = bound(box.latitude, ">=", south), bound(box.latitude, "<=", north)
     lon_low, lon_high = bound(box.longitude, ">=", west), bound(box.longitude, "<=", east)
     # checked on the numbers as given: a long coordinate's comparison may hold a rewritten bound
-    s_, w_, n_, e_ = (float(_resolve_value(v, Field("bound", "double"), resolver, text,  # type: ignore[arg-type]
-                                           allow_placeholders)) for v in box.bounds)
+    s_, w_, n_, e_ = (_box_bound(v, box, resolver, text, allow_placeholders)
+                      for v in box.bounds)
     if not -90 <= s_ <= n_ <= 90:
         raise ConditionError("WITHIN_BOX: latitudes must satisfy -90 <= south <= north <= 90",
                              box.position, text)
@@ -119,6 +118,17 @@ def _bind_box(box: Box, schema: StreamSchema, resolver: PlaceholderResolver | No
     if w_ <= e_:
         return And((lat_low, lat_high, lon_low, lon_high))
     return And((lat_low, lat_high, Or((lon_low, lon_high))))  # across the 180th meridian
+
+
+def _box_bound(value: Value, box: Box, resolver: PlaceholderResolver | None, text: str | None,
+               allow_placeholders: bool) -> float:
+    """One of a box's bounds as the number given (its comparisons, bound before, refused any
+    other)."""
+    number = _resolve_value(value, Field("bound", "double"), resolver, text, allow_placeholders)
+    if not is_number(number):
+        raise ConditionError(f"WITHIN_BOX: bound {format_literal(number)} is not a number",
+                             box.position, text)
+    return float(number)
 
 
 _NAMES = {"distance": "DISTANCE", "distance_to": "DISTANCE_TO", "polygon": "WITHIN_POLYGON"}
@@ -155,7 +165,7 @@ def _bind_spatial(s: Spatial, schema: StreamSchema, resolver: PlaceholderResolve
                 literal = _resolve_placeholder(value, Field(what, "double"), resolver, text)
             except ConditionError as exc:
                 raise fail(f"{what}: {exc.reason}", value.position) from None
-            return float(literal)  # type: ignore[arg-type]
+            return float(literal)
         if not is_number(value):
             raise fail(f"{what} must be a number, not {format_literal(value)}")
         number_ = float(value)
@@ -231,7 +241,7 @@ def _bind_spatial(s: Spatial, schema: StreamSchema, resolver: PlaceholderResolve
     key = _bind_comparison(Comparison(key_field.name, "=", s.key_value, s.position),  # type: ignore[arg-type]
                            schema, resolver, text, allow_placeholders)
     if key.op != "=":  # 2.5 for a long key: no anchor could ever be that tuple
-        raise fail(f"the key value {format_literal(s.key_value)} is not a value of "  # type: ignore[arg-type]
+        raise fail(f"the key value {format_literal(s.key_value)} is not a value of "
                    f"{key_field.type} attribute {key_field.name!r}")
     return Spatial("distance_to", lat_field.name, lon_field.name, s.op, radius, (),
                    key_field.name, key.value, s.position)
@@ -268,8 +278,8 @@ def _bind_comparison(cmp: Comparison, schema: StreamSchema, resolver: Placeholde
     return Comparison(field.name, op, bound, cmp.position)
 
 
-def _resolve_value(value: Value, field: Field, resolver: PlaceholderResolver | None,
-                   text: str | None, allow_placeholders: bool) -> Literal_:
+def _resolve_value(value: Value | Label, field: Field, resolver: PlaceholderResolver | None,
+                   text: str | None, allow_placeholders: bool) -> Literal_ | Label:
     """A literal as written, or a placeholder's one value read for this field (not yet bound)."""
     if not isinstance(value, Placeholder):
         return value
@@ -279,8 +289,8 @@ def _resolve_value(value: Value, field: Field, resolver: PlaceholderResolver | N
     return _resolve_placeholder(value, field, resolver, text)
 
 
-def bind_literal(op: str, value: Literal_, field: Field, position: int | None = None,
-                 text: str | None = None) -> tuple[str, Scalar]:
+def bind_literal(op: str, value: Literal_ | Label, field: Field, position: int | None = None,
+                 text: str | None = None) -> tuple[str, Scalar | Label]:
     """`field op value` as the plan states it: doubles as floats (double semantics: an integer
     beyond 2^53 is rounded, as the attribute's own values are); longs as 64-bit ints and
     timestamps as the gateway's text of a whole microsecond, both exact, a constant that is not
@@ -302,18 +312,18 @@ def bind_literal(op: str, value: Literal_, field: Field, position: int | None = 
             raise ConditionError(f"type mismatch: {kind} attribute {field.name!r} compared with "
                                  f"{format_literal(value)}", position, text)
         if kind == "double":
-            number = float(value)  # type: ignore[arg-type]
+            number = float(value)
             if not math.isfinite(number):
                 raise ConditionError(f"number {format_literal(value)} is beyond the range of a "
                                      "double", position, text)
             return op, number
-        return integer_comparison(op, value)  # type: ignore[arg-type]
+        return integer_comparison(op, value)
     if kind == "timestamp":
         if isinstance(value, bool):
             raise ConditionError(f"type mismatch: timestamp attribute {field.name!r} compared with "
                                  f"{format_literal(value)}", position, text)
         if is_number(value):
-            micros = micros_from_seconds(value)  # type: ignore[arg-type]
+            micros = micros_from_seconds(value)
             if not in_timestamp_range(micros):
                 raise ConditionError(
                     f"timestamp attribute {field.name!r} compared with {format_literal(value)} "

@@ -10,7 +10,7 @@ from typing import Any
 from pep.core import geo
 from pep.core.labels import Label, LabelError, holds as label_holds
 from pep.core.plan import Scalar, SpatialPredicate
-from pep.core.conditions.syntax import And, Comparison, Const, Expr, Not, Spatial
+from pep.core.conditions.syntax import And, Comparison, Const, Expr, Not, Or, Spatial
 
 # The comparison operators by their symbol; they work on Python values and on Spark Columns alike.
 COMPARATORS: dict[str, Callable[[Any, Any], Any]] = {
@@ -25,7 +25,7 @@ def _compare(left: Any, op: str, right: Any) -> bool:
         except LabelError:
             return False
         return label_holds(value, op, right)
-    return COMPARATORS[op](left, right)
+    return bool(COMPARATORS[op](left, right))
 
 
 AnchorLookup = Callable[[str, Scalar, str, str], "tuple[float, float] | None"]
@@ -54,7 +54,7 @@ def spatial_holds(s: Spatial | SpatialPredicate, row: Mapping[str, Any],
                   anchor: AnchorLookup | None = None) -> bool | None:
     """A bound spatial predicate on one tuple: True, False or None (unknown)."""
     lat, lon = row.get(s.latitude), row.get(s.longitude)
-    if not geo.valid_position(lat, lon):
+    if lat is None or lon is None or not geo.valid_position(lat, lon):
         return None
     if s.function == "polygon":
         inside = geo.in_polygon(float(lat), float(lon), s.points)  # type: ignore[arg-type]
@@ -94,6 +94,8 @@ def _eval3(expr: Expr, row: Mapping[str, Any], anchor: AnchorLookup | None = Non
             if v is None:
                 result = None
         return result
+    if not isinstance(expr, Or):  # set membership and boxes are bound away before
+        raise TypeError(f"evaluate takes a bound condition, not {type(expr).__name__}")
     result = False
     for item in expr.items:
         v = _eval3(item, row, anchor)

@@ -184,7 +184,7 @@ class _Parser:
                 a.kind not in ("NUMBER", "PLACEHOLDER") for a in args[2:]):
             raise self.error(f"{name.value} takes two attributes (latitude, longitude) and four "
                              "numbers or placeholders (south, west, north, east)", name)
-        return Box(args[0].value, args[1].value, tuple(a.value for a in args[2:]),  # type: ignore
+        return Box(args[0].value, args[1].value, tuple(a.value for a in args[2:]),
                    name.pos)
 
 

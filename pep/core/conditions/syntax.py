@@ -81,7 +81,7 @@ Value = Union[Literal_, Placeholder]
 class Comparison:
     attribute: str
     op: str  # one of pep.core.plan.OPERATORS
-    value: Value
+    value: Value | Label  # bound to a label attribute: the `Label` its text names
     position: int = 0  # column of the attribute, for error messages
 
     def __str__(self) -> str:
@@ -145,7 +145,7 @@ class Spatial:
     radius: "Value"
     points: tuple["Value", ...] | Placeholder
     key: str | None = None
-    key_value: "Value | None" = None
+    key_value: "Value | Label | None" = None
     position: int = 0
 
     def __str__(self) -> str:
@@ -173,7 +173,7 @@ def spatial_text(s: Spatial | SpatialPredicate) -> str:
         negated = "NOT " if s.op == "!=" else ""
         return f"{negated}WITHIN_POLYGON({s.latitude}, {s.longitude}, {pts})"
     if s.function == "distance_to":
-        head = f"DISTANCE_TO({s.latitude}, {s.longitude}, {s.key}, {format_literal(s.key_value)})"  # type: ignore[arg-type]
+        head = f"DISTANCE_TO({s.latitude}, {s.longitude}, {s.key}, {format_literal(s.key_value)})"
     else:
         plat, plon = s.points  # type: ignore[misc]
         head = (f"DISTANCE({s.latitude}, {s.longitude}, {format_literal(plat)}, "
@@ -186,7 +186,7 @@ TRUE = Const(True)
 FALSE = Const(False)
 
 
-def format_literal(value: Value) -> str:
+def format_literal(value: object) -> str:
     """A literal as the condition language writes it (strings quoted and escaped)."""
     if isinstance(value, Placeholder):
         return str(value)
@@ -211,6 +211,8 @@ def to_text(expr: Expr) -> str:
         return "true" if expr.value else "false"
     if isinstance(expr, Not):
         return f"NOT ({to_text(expr.item)})"
+    if not isinstance(expr, (And, Or)):  # set membership and boxes are bound away before
+        raise TypeError(f"to_text takes a bound condition, not {type(expr).__name__}")
     joiner = " AND " if isinstance(expr, And) else " OR "
     return joiner.join(
         f"({to_text(i)})" if isinstance(i, (And, Or)) else to_text(i) for i in expr.items)

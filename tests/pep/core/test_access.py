@@ -9,7 +9,7 @@ from flask import Flask
 from pdp.auth import Identity, TokenAuthenticator
 from pdp.http.auth import install_authenticator
 from pdp.engine import PolicyEngine, PolicySource
-from pep.http.explain import explain_blueprint
+from pep.http.explain import install_explain
 from pep.core.graph import BUILTIN_SCHEMAS
 from pep.core.plan import Aggregate, Field, Predicate, StreamSchema, WindowSpec
 from pep.core.access import decide_and_plan
@@ -213,7 +213,7 @@ def client(engine):
     install_authenticator(app, TokenAuthenticator([("tok-lta-123", Identity("lta")),
                                                    ("tok-eve-123", Identity("eve"))]))
     errors.install(app)
-    app.register_blueprint(explain_blueprint(lambda: engine, SCHEMAS.get))
+    install_explain(app, lambda: engine, SCHEMAS.get)
     return app.test_client()
 
 

@@ -8,9 +8,10 @@ from flask import Flask
 
 from pdp.auth import Identity, TokenAuthenticator
 from pdp.http.auth import install_authenticator
-from pep.streams.catalog import SEQ_FIELD, StreamCatalog
+from pep.streams.catalog import StreamCatalog
+from pep.streams.definition import SEQ_FIELD
 from pep.http import errors
-from pep.http.streams import create_streams_blueprint
+from pep.http.streams import install_streams
 
 TOKENS = {"nea": "t-nea", "lta": "t-lta", "root": "t-root", "own2": "t-own2"}
 
@@ -26,7 +27,7 @@ def client(tmp_path):
         ("t-own2", Identity("own2", ("data-owner",))),
     ]))
     errors.install(app)
-    app.register_blueprint(create_streams_blueprint(catalog))
+    install_streams(app, catalog)
     yield app.test_client(), catalog
     catalog.close()
 

@@ -1,0 +1,86 @@
+"""What every `xsg` command shares: exit statuses, `CliError`, the flag readers, and the HTTP
+client of the commands that talk to a running gateway (--url / XSG_URL, --token / XSG_TOKEN).
+
+Exit status: 0 on success, 1 when the gateway refused or failed, 2 on a usage or input error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def seconds(text: str) -> float:
+    """`--timeout`: pdp.numbers' parser, imported when a flag is read (`xsg --help` stays fast)."""
+    from pdp.numbers import float_argument
+
+    return float_argument(0.001, 86400)(text)
+
+
+def whole_number(text: str) -> int:
+    from pdp.numbers import int_argument
+
+    return int_argument(0)(text)
+
+
+class CliError(Exception):
+    def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# -- the HTTP client ------------------------------------------------------------------------------
+
+def session_for(args: argparse.Namespace):
+    import requests
+
+    if not args.token:
+        raise CliError("no token: pass --token or set XSG_TOKEN (see the banner of `xsg serve`)",
+                       EXIT_USAGE)
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {args.token}"
+    return session
+
+
+def call(args: argparse.Namespace, method: str, path: str, **kwargs):
+    import requests
+
+    url = args.url.rstrip("/") + path
+    try:
+        response = session_for(args).request(method, url, timeout=args.timeout, **kwargs)
+    except requests.RequestException as exc:
+        raise CliError(f"cannot reach the gateway at {args.url}: {exc}") from None
+    if response.status_code >= 400:
+        raise CliError(f"{method} {path} failed: HTTP {response.status_code}: "
+                       f"{describe_error(response)}")
+    return response
+
+
+def describe_error(response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()[:500] or response.reason
+    if isinstance(body, dict) and "error" in body:
+        where = ", ".join(f"{k} {body[k]}" for k in ("source", "element", "line") if body.get(k))
+        return body["error"] + (f" ({where})" if where else "")
+    return json.dumps(body)
+
+
+def read_file(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}", EXIT_USAGE) from None
+
+
+def client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get("XSG_URL", DEFAULT_URL),
+                        help="gateway URL (env XSG_URL; default %(default)s)")
+    parser.add_argument("--token", default=os.environ.get("XSG_TOKEN"),
+                        help="bearer token (env XSG_TOKEN)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP call")

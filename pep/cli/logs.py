@@ -1,0 +1,66 @@
+"""The process's log lines (`xsg serve`): one handler on stderr, text or JSON, UTC times."""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def _utc_time(record) -> str:
+    from datetime import datetime, timezone
+
+    moment = datetime.fromtimestamp(record.created, timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(record.msecs):03d}Z"
+
+
+def _formatter(fmt: str):
+    import logging
+
+    class TextFormatter(logging.Formatter):
+        def formatTime(self, record, datefmt=None):  # noqa: N802 - logging's name
+            return _utc_time(record)
+
+    class JsonFormatter(logging.Formatter):
+        def format(self, record):
+            out = {"time": _utc_time(record), "level": record.levelname, "logger": record.name,
+                   "message": record.getMessage()}
+            access = getattr(record, "access", None)
+            if isinstance(access, dict):
+                out.update(access)
+            if record.exc_info:
+                out["exception"] = self.formatException(record.exc_info)
+            return json.dumps(out, default=str)
+
+    if fmt == "json":
+        return JsonFormatter()
+    return TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+# Python-side loggers of py4j and PySpark; PySpark's query-context loggers would otherwise add
+# their own handler (and JSON format) when first used, so they are created here, plain.
+LIBRARY_LOGGERS = ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark",
+                   "DataFrameQueryContextLogger", "SQLQueryContextLogger")
+
+
+def configure_logging(level: str = "INFO", fmt: str = "text", stream=None):
+    """One handler on stderr for every line of the process: ours, the access log, py4j's and
+    PySpark's Python side; ISO-8601 UTC timestamps. Returns the handler."""
+    import logging
+
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, "xsg", False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.xsg = True  # type: ignore[attr-defined]  # marks the handlers this module added
+    handler.setFormatter(_formatter(fmt))
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        for own in list(logger.handlers):
+            if not isinstance(own, logging.NullHandler):
+                logger.removeHandler(own)
+        logger.propagate = True
+    # py4j logs a line per callback at INFO: only its warnings, unless we debug
+    logging.getLogger("py4j").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
+    return handler

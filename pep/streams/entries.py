@@ -1,0 +1,88 @@
+"""The stream catalogue's rows: its SQLite tables (and the columns added since the first stores),
+the records read from them (`StreamEntry`, `DeletedStream`), and a schema as a row stores it."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pep.core.labels import Lattice
+from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
+from pep.streams.definition import LISTED
+
+# The column behind each setting an owner may change (`definition.PATCHABLE`); the schema
+# fields are written as `schema_json` and `optional_json`.
+PATCH_COLUMNS = {"visibility": "visibility", "description": "description",
+                 "lateness": "lateness", "retention": "retention", "combining": "combining"}
+
+CATALOG_TABLES = ("CREATE TABLE IF NOT EXISTS streams ("
+                  " name TEXT PRIMARY KEY COLLATE NOCASE, owner TEXT NOT NULL,"
+                  " schema_json TEXT NOT NULL, source_json TEXT NOT NULL, time_attribute TEXT,"
+                  " created_at TEXT NOT NULL, next_seq INTEGER NOT NULL DEFAULT 1,"
+                  " visibility TEXT NOT NULL DEFAULT 'listed',"
+                  " description TEXT NOT NULL DEFAULT '',"
+                  " lateness REAL, retention REAL, optional_json TEXT NOT NULL DEFAULT '[]',"
+                  " combining TEXT);"
+                  "CREATE TABLE IF NOT EXISTS deleted_streams ("
+                  " name TEXT PRIMARY KEY COLLATE NOCASE, owner TEXT NOT NULL,"
+                  " deleted_at TEXT NOT NULL, deleted_by TEXT NOT NULL)")
+# Columns added since the first stores were written: (name, its definition for ALTER TABLE).
+ADDED_COLUMNS = (("visibility", "TEXT NOT NULL DEFAULT 'listed'"),
+                 ("description", "TEXT NOT NULL DEFAULT ''"),
+                 ("lateness", "REAL"), ("retention", "REAL"),
+                 ("optional_json", "TEXT NOT NULL DEFAULT '[]'"), ("combining", "TEXT"))
+# The columns of a stream's row, in the order `entry_from_row` reads them.
+ENTRY_COLUMNS = ("name, owner, schema_json, source_json, time_attribute, created_at, next_seq,"
+                 " visibility, description, lateness, retention, optional_json, combining")
+
+
+def schema_json(fields: tuple[Field, ...]) -> str:
+    """A schema as stored: [name, type] per attribute, and a label's lattice after them."""
+    return json.dumps([[f.name, f.type] + ([f.lattice.to_json()] if f.lattice else [])
+                       for f in fields])
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    definition: StreamDefinition
+    created_at: str
+    next_seq: int
+    visibility: str = LISTED  # `pep.streams.visibility`: listed or restricted
+    description: str = ""
+    retention: float | None = None  # seconds in the archive; None: the gateway's default
+    optional: tuple[str, ...] = ()  # attributes added after registration: records may omit them
+    combining: str | None = None  # `pep.core.union`: the owner's mode; None: the gateway's
+
+    def settings(self) -> dict[str, Any]:
+        """The owner's settings as `describe` shows them (None: the gateway's default)."""
+        return {"description": self.description, "lateness": self.definition.lateness,
+                "retention": self.retention}
+
+
+@dataclass(frozen=True)
+class DeletedStream:
+    """A deleted stream's name, reserved to its former owner (`register`)."""
+
+    name: str
+    owner: str
+    deleted_at: str
+    deleted_by: str
+
+
+def entry_from_row(row: tuple[Any, ...]) -> StreamEntry:
+    """A stream as read from its row (the columns of ENTRY_COLUMNS, in that order)."""
+    name, owner, schema_json, source_json, time_attribute, created_at, next_seq, \
+        visibility, description, lateness, retention, optional_json, combining = row
+    schema = StreamSchema(tuple(
+        Field(f[0], f[1], Lattice.from_json(f[2]) if len(f) > 2 else None)
+        for f in json.loads(schema_json)))
+    kind, options = json.loads(source_json)
+    source = SourceSpec(kind, tuple((k, v) for k, v in options))
+    return StreamEntry(StreamDefinition(name, owner, schema, source, time_attribute,
+                                        lateness),
+                       created_at, next_seq, visibility, description, retention,
+                       tuple(json.loads(optional_json)), combining)
+
+
+__all__ = ["ADDED_COLUMNS", "CATALOG_TABLES", "ENTRY_COLUMNS", "PATCH_COLUMNS", "DeletedStream",
+           "StreamEntry", "entry_from_row", "schema_json"]

@@ -1,0 +1,198 @@
+"""Records appended to a stream through the gateway, and the feeds that copy them.
+
+Ingest (`append_records`) is the HTTP way for an owner to feed an `ingest` stream. A batch is all
+or nothing: every line is validated against the schema before anything is written, the batch is
+written to a hidden temporary file in the stream's ingest directory (Spark's file source skips
+names starting with `.`) and renamed into place with `os.replace`, so Spark never sees half a
+batch. Each record gets `_xsg_seq`, a per-stream, strictly increasing integer that the runtime
+uses to order tuples for tuple windows (the file source does not keep arrival order within a
+micro-batch); the counter is persisted in the same database, so it keeps increasing after a
+restart.
+
+For a `kafka` stream, `append_records` validates the batch the same way and produces its
+records to the stream's topic, returning once the broker acknowledged them all
+(`pep/streams/kafka_producer.py`; a broker that refuses or does not answer: Unavailable, 503).
+No `_xsg_seq` is added: a Kafka stream is ordered by time, partition and offset.
+
+Feeds (`open_feed` / `close_feed`) give a reader other than the stream's own query (a join)
+every batch written after it opened, and none before: each new file is also hard-linked (copied
+where links are impossible) into the feed's directory, under the same lock that numbers the
+batches, so a feed starts exactly between two batches. The stream's own query moves the files
+it has committed to its archive; a feed's files are its reader's to consume.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from pdp.db import Database
+from pep.streams.definition import SEQ_FIELD, StreamConflict, StreamNotFound
+from pep.streams.entries import StreamEntry
+from pep.streams.records import DEFAULT_MAX_LINES, BatchTooLarge, validate_records
+
+if TYPE_CHECKING:  # confluent-kafka is imported with the first Kafka append, not before
+    from pep.streams.kafka_producer import KafkaAppender
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class RecordIngest:
+    """The catalogue's ingest (`StreamCatalog` makes one and hands it its database): batches
+    appended, numbered and written whole, copied into the open feeds, or produced to a Kafka
+    stream's topic. `lookup(name)` finds a stream as the catalogue shows it, `deleting(name)`
+    says it is being deleted, `ingest_dir(name)` is where its files go."""
+
+    def __init__(self, db: Database, lookup: Callable[[str], StreamEntry | None],
+                 deleting: Callable[[str], bool], ingest_dir: Callable[[str], Path],
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 max_lines: int = DEFAULT_MAX_LINES, kafka_timeout: float | None = None) -> None:
+        self._db = db
+        self._lock = db.lock
+        self._lookup = lookup
+        self._deleting = deleting
+        self._ingest_dir = ingest_dir
+        self.max_body_bytes = max_body_bytes
+        self.max_lines = max_lines
+        self._locks: dict[str, threading.Lock] = {}
+        self._feeds: dict[str, list[Path]] = {}
+        # records appended to Kafka-backed streams go to their topics (made at the first one)
+        self._kafka: KafkaAppender | None = None
+        self.kafka_timeout = kafka_timeout
+
+    def close(self) -> None:
+        if self._kafka is not None:
+            self._kafka.close()
+
+    def lock(self, name: str) -> threading.Lock:
+        """The stream's ingest lock: appends hold it, and so does the end of a deletion."""
+        with self._lock:
+            return self._locks.setdefault(name.lower(), threading.Lock())
+
+    def _kafka_appender(self) -> KafkaAppender:
+        from pep.streams.kafka_producer import DEFAULT_TIMEOUT, KafkaAppender
+        with self._lock:
+            if self._kafka is None:
+                self._kafka = KafkaAppender()
+            self._kafka.timeout = self.kafka_timeout or DEFAULT_TIMEOUT
+            return self._kafka
+
+    def open_feed(self, name: str, directory: Path) -> None:
+        """From now on, every batch appended to stream `name` also appears in `directory`."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        with self.lock(name):
+            feeds = self._feeds.setdefault(name.lower(), [])
+            if directory not in feeds:
+                feeds.append(directory)
+
+    def close_feed(self, name: str, directory: Path) -> None:
+        """Stop copying batches into `directory` (idempotent); its files are left as they are."""
+        with self.lock(name):
+            feeds = self._feeds.get(name.lower(), [])
+            if Path(directory) in feeds:
+                feeds.remove(Path(directory))
+
+    def drop_feeds(self, name: str) -> None:
+        """Forget the feeds of a deleted stream (their directories are their readers')."""
+        with self._lock:
+            self._feeds.pop(name.lower(), None)
+
+    def _to_feeds(self, name: str, final: Path) -> None:
+        for feed in self._feeds.get(name.lower(), ()):
+            target = feed / final.name
+            try:
+                os.link(final, target)
+            except FileExistsError:
+                pass
+            except OSError:
+                try:  # another filesystem: a hidden copy renamed into place, never half a file
+                    hidden = feed / f".incoming-{secrets.token_hex(8)}.json.tmp"
+                    shutil.copyfile(final, hidden)
+                    os.replace(hidden, target)
+                except OSError as exc:
+                    log.error("stream %s: could not feed %s into %s: %s", name, final.name,
+                              feed, exc)
+
+    def append_records(self, name: str, body: bytes) -> int:
+        """Validate and append a batch of JSON lines; returns how many records were written.
+
+        All or nothing: a RecordError (BatchTooLarge for a batch over the limits) leaves no file
+        and no sequence numbers used (and sends nothing to a Kafka stream's topic).
+        """
+        entry = self._lookup(name)
+        if entry is None:
+            raise StreamNotFound(f"no stream named {name!r}")
+        d = entry.definition
+        if d.source.kind not in ("ingest", "kafka"):
+            raise StreamConflict(f"stream {d.name!r} reads from a {d.source.kind} source; "
+                                 "records can only be appended to an 'ingest' or a 'kafka' "
+                                 "stream")
+        if len(body) > self.max_body_bytes:
+            raise BatchTooLarge(f"batch of {len(body)} bytes is over the limit of "
+                                f"{self.max_body_bytes}")
+        records = validate_records(d.schema, body, d.time_attribute, self.max_lines,
+                                   optional=frozenset(n.lower() for n in entry.optional))
+        if not records:
+            return 0
+        if d.source.kind == "kafka":
+            return self._kafka_appender().append(d, records)
+        directory = self._ingest_dir(d.name)
+        with self.lock(d.name):
+            tmp = directory / f".incoming-{secrets.token_hex(8)}.json.tmp"
+            with self._db.transaction() as db:
+                row = db.execute("SELECT next_seq, schema_json FROM streams WHERE name = ?",
+                                 (d.name,)).fetchone()
+                if row is None or self._deleting(d.name):
+                    # deleted since it was looked up: nothing written, nothing recreated
+                    raise StreamNotFound(f"no stream named {name!r}")
+                (first, _) = row
+                directory.mkdir(parents=True, exist_ok=True)
+                lines = []
+                for i, r in enumerate(records):
+                    r[SEQ_FIELD] = first + i
+                    lines.append(json.dumps(r, separators=(",", ":"), ensure_ascii=False))
+                data = ("\n".join(lines) + "\n").encode("utf-8")
+                final = directory / f"{first:020d}-{secrets.token_hex(4)}.json"
+                try:
+                    with open(tmp, "wb") as f:
+                        f.write(data)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    db.execute("UPDATE streams SET next_seq = ? WHERE name = ?",
+                               (first + len(records), d.name))
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    raise
+            # The counter is committed before the file appears: a crash in between wastes
+            # sequence numbers (harmless) but can never reuse one.
+            try:
+                os.replace(tmp, final)
+            finally:
+                tmp.unlink(missing_ok=True)
+            self._to_feeds(d.name, final)
+            _fsync_dir(directory)
+        return len(records)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "RecordIngest"]
