@@ -61,12 +61,14 @@ from pep.runtime import matcher as matcher_module
 from pep.runtime.matcher import GroupedMatcher, admitted_rows, value_column
 from pep.runtime.memo import OwnedCache
 from pep.runtime.privacy import bound_arrays, clamped, is_private
-from pep.runtime.sources import FILE_COLUMN, SEQ_COLUMN, build_source
+from pep.runtime.columns import FILE_COLUMN, SEQ_COLUMN
+from pep.runtime.sources import build_source
 from pep.runtime.spatial import (PREDICATE_FIELDS, AnchorTracker, predicate_struct,
                                  spatial_outcome)
 from pep.runtime.union import member_masks, merged_rows, tag_rows
-from pep.runtime.windows import (KEY_SEP, NO_SEQ, PaneWindows, empty_partials,
-                                 partials_from_arrow, partials_from_values)
+from pep.runtime.pane_partials import (KEY_SEP, NO_SEQ, empty_partials, partials_from_arrow,
+                                       partials_from_values)
+from pep.runtime.windows import PaneWindows
 
 log = logging.getLogger(__name__)
 # the grouped matcher runs on the workers (the rows job's mapInArrow): its code travels with it,

@@ -31,11 +31,11 @@ from pyspark.sql import types as T
 
 from pdp.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition, StreamSchema
+from pep.runtime.columns import FILE_COLUMN, SEQ_COLUMN
 from pep.runtime.generators import generator_frame
+from pep.runtime.kafka_connector import kafka_unavailable_reason
 from pep.runtime.memo import OwnedCache
 
-SEQ_COLUMN = "_xsg_seq"
-FILE_COLUMN = "_xsg_file"
 FILE_FORMATS = ("json", "csv", "parquet")
 _SPARK_TYPES = {
     "double": T.DoubleType(),
@@ -190,7 +190,6 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
     except AnalysisException as exc:
         if "kafka" in str(exc).lower() and ("DATA_SOURCE_NOT_FOUND" in str(exc)
                                             or "Failed to find data source" in str(exc)):
-            from pep.runtime.session import kafka_unavailable_reason
             raise KafkaConnectorMissing(
                 f"stream {stream.name!r}: Kafka needs Spark's Kafka connector "
                 "(org.apache.spark:spark-sql-kafka-0-10_2.13 matching this Spark version) on the "

@@ -48,7 +48,7 @@ from pep.core.geo import EARTH_DIAMETER_M
 from pep.runtime.compile import (ANCHOR_KIND, DISTANCE_KIND, INTEGER_KIND, LABEL_KIND, base_kind,
                                  NUMERIC_KIND, POLYGON_KIND, AnchorSpec, CompiledPlan,
                                  PredicateRow)
-from pep.runtime.sources import SEQ_COLUMN
+from pep.runtime.columns import SEQ_COLUMN
 
 log = logging.getLogger(__name__)
 

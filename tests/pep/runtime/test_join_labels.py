@@ -138,7 +138,7 @@ def collect(df, outputs) -> list[dict]:
 @pytest.mark.timeout(240)
 def test_side_windows_are_dropped_exactly_when_the_bound_does_not_dominate_their_lub(
         spark, tmp_path):
-    from pep.runtime.joins import side_frame
+    from pep.runtime.join_frames import side_frame
     for seed in range(3):
         rng = random.Random(2700 + seed)
         lattice = random_lattice(rng)
@@ -162,7 +162,7 @@ def test_side_windows_are_dropped_exactly_when_the_bound_does_not_dominate_their
 @pytest.mark.timeout(240)
 def test_a_joined_rows_label_is_the_lub_of_its_sides_and_never_above_the_session(
         spark, tmp_path):
-    from pep.runtime.joins import joined_frame
+    from pep.runtime.join_frames import joined_frame
     checked = 0
     for seed in range(4):
         rng = random.Random(9100 + seed)

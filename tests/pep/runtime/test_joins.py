@@ -136,7 +136,7 @@ def test_a_sides_spatial_filter_matches_the_reference_semantics(spark):
     import random
 
     from pep.core.plan import SpatialPredicate
-    from pep.runtime.joins import JoinPlanError, filter_column
+    from pep.runtime.join_frames import JoinPlanError, filter_column
 
     schema = StreamSchema((Field("id", "long"), Field("lat", "double"), Field("lon", "double")))
     definition = StreamDefinition("pos", "t", schema, SourceSpec("ingest"))
