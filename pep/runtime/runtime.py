@@ -15,7 +15,8 @@ from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS, Janitor,
                                      Retention, StreamCheckpoint)
 from pep.runtime.compile import PlanError, compile_plan, compile_union
-from pep.runtime.executor import DEFAULT_TUPLE_PANE_MIN, StreamExecutor
+from pep.runtime.executor import StreamExecutor
+from pep.runtime.executor_state import DEFAULT_TUPLE_PANE_MIN
 from pep.runtime.mask_keys import MaskKeys
 
 log = logging.getLogger(__name__)
