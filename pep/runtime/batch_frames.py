@@ -4,6 +4,7 @@ job (`panes_frame`: partial aggregates per plan, key and pane, `pane_partials.Pa
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
@@ -194,7 +195,7 @@ class BatchFrames(PlanTable):
                 continue
             stages = shared_expressions(("panes", self._schema, shape, kind,
                                           tuple(self._order_columns(shape))),
-                                         lambda kind=kind: self._pane_stages(shape, kind))
+                                        functools.partial(self._pane_stages, shape, kind))
             frame = batch.select(*base, plans_column.alias(PLANS_COLUMN))
             frame = frame.select(*stages["explode"]).select(*stages["values"])
             if kind == TUPLE:

@@ -90,7 +90,7 @@ def json_array(columns: Sequence[tuple[str, pa.Array | pa.ChunkedArray, bool]],
     for i, (name, values, raw) in enumerate(columns):
         parts.append(("{" if i == 0 else ",") + json.dumps(name) + ":")
         parts.append(value_texts(values, raw))
-    if len(parts[1]) == 0:  # type: ignore[arg-type]
+    if len(parts[1]) == 0:
         return pa.array([], pa.string())
     return pc.binary_join_element_wise(*parts, "}", "")
 

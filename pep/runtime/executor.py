@@ -184,7 +184,8 @@ class StreamExecutor(QueryLifecycle):
             # figures from one more small job over the batch
             log.debug("stream %s: observed figures unavailable (%s); computed",
                       self.definition.name, type(exc).__name__)
-            figures = batch.agg(*self._observed(shape)).first().asDict()
+            row = batch.agg(*self._observed(shape)).first()  # an aggregate: always one row
+            figures = row.asDict() if row is not None else {}
         spark_s = time.perf_counter() - started
         self._observe(figures, shape)
         closed: list[str] = []

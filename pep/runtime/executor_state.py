@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import types as T
+from pyspark.sql.streaming import StreamingQuery
 
 from pep.core.plan import StreamDefinition
 from pep.core.rows import RowBatch
@@ -119,7 +120,7 @@ class ExecutorState:
         # first windows (whether a batch ran is public: `health()`'s last_batch_at)
         self._ran_batch = False
         self._batch_thread: int | None = None
-        self._query = None
+        self._query: StreamingQuery | None = None
         self._checkpoint: StreamCheckpoint | None = None
         self._stopped = False
         self._pausing = False  # a restart (`restart`) is waiting for a batch boundary

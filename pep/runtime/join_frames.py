@@ -218,13 +218,13 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
     if w is None:
         if not plan.projection:
             raise JoinPlanError(f"stream {definition.name!r}: its side shows no attribute")
-        time_attribute = definition.schema.lookup(time_output)
-        if time_attribute is None or time_attribute.name not in plan.projection:
+        time_field = definition.schema.lookup(time_output)
+        if time_field is None or time_field.name not in plan.projection:
             raise JoinPlanError(f"stream {definition.name!r}: the join's time {time_output!r} "
                                 "is not one of its side's outputs")
-        cols = [_time_column(definition, time_attribute.name).alias(time_col)]
+        cols = [_time_column(definition, time_field.name).alias(time_col)]
         for i, name in enumerate(plan.projection):
-            if name == time_attribute.name and time_attribute.type == "timestamp":
+            if name == time_field.name and time_field.type == "timestamp":
                 # the time column is this output already: not kept twice in the join's state
                 outputs.append(JoinOutput(time_col, f"{definition.name}.{name}"))
                 continue
@@ -247,10 +247,11 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
             F.col(SEQ_COLUMN).alias(seq_col)]
     cols += [F.col(f"`{n}`").alias(f"{prefix}a_{i}") for i, n in enumerate(needed)]
     inner = {n: f"{prefix}a_{i}" for i, n in enumerate(needed)}
-    lattices = {n: _lattice(definition, n) for n in needed}
+    lattices = {n: lattice for n in needed
+                if (lattice := _lattice(definition, n)) is not None}
     # a label's code beside its text: its lub and its count read the code (a text that is no
     # label of the lattice counts as absent, as in the shared runtime)
-    codes = {n: f"{prefix}k_{i}" for i, n in enumerate(needed) if lattices[n] is not None}
+    codes = {n: f"{prefix}k_{i}" for i, n in enumerate(needed) if n in lattices}
     cols += [label_code(F.col(f"`{n}`"), lattices[n]).alias(codes[n]) for n in codes]
     df = df.select(*cols).withWatermark(time_col, _delay(lateness))
     order = F.struct(F.col(time_col), F.col(seq_col))
@@ -272,10 +273,10 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
         code = F.col(codes[attribute])
         aggs.append(lub_code(F.max(code), F.bit_or(code)).alias(f"{prefix}b_{j}"))
     grouped = df.groupBy(window.alias(f"{prefix}_w"), *[F.col(inner[k]) for k in w.keys])
-    grouped = grouped.agg(*aggs).filter(F.col(f"{prefix}_n") >= F.lit(int(w.min_count)))
+    windows = grouped.agg(*aggs).filter(F.col(f"{prefix}_n") >= F.lit(int(w.min_count)))
     for j, (_, _, ceiling) in enumerate(bounds):
         lub = F.col(f"{prefix}b_{j}")  # a window without any label passes: nothing above
-        grouped = grouped.filter(lub.isNull() | dominated_by(lub, ceiling))
+        windows = windows.filter(lub.isNull() | dominated_by(lub, ceiling))
     win = F.col(f"{prefix}_w")
     cols = [F.window_time(win).alias(time_col)]
 
@@ -288,7 +289,7 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
     for i, (name, column) in enumerate(zip(names, sources)):
         cols.append(column.alias(f"{prefix}{i}"))
         outputs.append(JoinOutput(f"{prefix}{i}", f"{definition.name}.{name}"))
-    return grouped.select(*cols), outputs
+    return windows.select(*cols), outputs
 
 
 def _lattice(definition: StreamDefinition, name: str) -> Lattice | None:

@@ -38,6 +38,7 @@ from typing import Any, Callable, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from pep.core.plan import JoinPlan, StreamDefinition
 from pep.core.refs import handle_ref
@@ -71,7 +72,7 @@ class _JoinQuery:
         self.streams = streams
         self.handles: dict[str, _Handle] = {}
         self.lock = threading.RLock()
-        self.query = None
+        self.query: StreamingQuery | None = None
         self.checkpoint: Path | None = None
         self.feeds: list[tuple[str, Path]] = []  # (stream, directory) opened for this query
         self.outputs: list[JoinOutput] = []
@@ -239,9 +240,9 @@ class FeedSource(Protocol):
 
 
 class JoinRuntime:
-    """Runs `JoinPlan`s: attach / detach / handles / stats / stop, like the stream runtime.
+    """Runs `JoinPlan`s: attach_join / detach / handles / stats / stop, like the stream runtime.
 
-    `attach(handle_id, (left, right), plan, deliver)`: `deliver(batch)` is called from the
+    `attach_join(handle_id, (left, right), plan, deliver)`: `deliver(batch)` is called from the
     join's micro-batch thread with a `RowBatch`, never after `detach()` of the handle returned;
     returning False (or raising) detaches the handle. Handles with the same `plan.key()` share
     one query (the rows are computed once)."""
@@ -267,8 +268,8 @@ class JoinRuntime:
         self._stoppers: list[threading.Thread] = []
         self._closed = False
 
-    def attach(self, handle_id: str, streams: tuple[StreamDefinition, StreamDefinition],
-               plan: JoinPlan, deliver: Deliver) -> None:
+    def attach_join(self, handle_id: str, streams: tuple[StreamDefinition, StreamDefinition],
+                    plan: JoinPlan, deliver: Deliver) -> None:
         if not isinstance(plan, JoinPlan):
             raise JoinPlanError("the join runtime runs JoinPlans only")
         key = plan.key()

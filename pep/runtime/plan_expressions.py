@@ -94,32 +94,35 @@ def _predicate_holds(p: Column, spatial: bool, plan: Column | None = None) -> Co
     """Each comparison in its attribute's family: doubles, 64-bit integers (exact), strings.
     With `plan` (some attached plan masks): a comparison marked MASKED_KIND reads the value
     under the plan's mask for its attribute (pep/runtime/masks.py)."""
-    num = F.element_at(F.col(NUMS_COLUMN), p[PredicateField.ATTRIBUTE])
-    txt = F.element_at(F.col(STRS_COLUMN), p[PredicateField.ATTRIBUTE])
-    lng = F.element_at(F.col(LNGS_COLUMN), p[PredicateField.ATTRIBUTE])
+    a, kind = p[PredicateField.ATTRIBUTE], p[PredicateField.KIND]
+    number, integer, text = (p[PredicateField.NUMBER], p[PredicateField.INTEGER],
+                             p[PredicateField.TEXT])
+    num = F.element_at(F.col(NUMS_COLUMN), a)
+    txt = F.element_at(F.col(STRS_COLUMN), a)
+    lng = F.element_at(F.col(LNGS_COLUMN), a)
     if plan is not None:
-        m = F.element_at(plan[PlanField.MASKS], p[PredicateField.ATTRIBUTE])
-        outcome = (F.when(p[PredicateField.KIND] == NUMERIC_KIND, _outcome(num, p[PredicateField.NUMBER]))
-                   .when(p[PredicateField.KIND] == INTEGER_KIND, _outcome(lng, p[PredicateField.INTEGER]))
-                   .when(p[PredicateField.KIND] == STRING_KIND, _outcome(txt, p[PredicateField.TEXT]))
-                   .when(p[PredicateField.KIND] == NUMERIC_KIND | MASKED_KIND,
-                         _outcome(masked_double(num, m), p[PredicateField.NUMBER]))
-                   .when(p[PredicateField.KIND] == INTEGER_KIND | MASKED_KIND,
-                         _outcome(masked_long(lng, m), p[PredicateField.INTEGER]))
-                   .when(p[PredicateField.KIND] == STRING_KIND | MASKED_KIND,
-                         _outcome(masked_text(F.coalesce(txt, lng.cast("string")), m), p[PredicateField.TEXT])))
+        m = F.element_at(plan[PlanField.MASKS], a)
+        outcome = (F.when(kind == NUMERIC_KIND, _outcome(num, number))
+                   .when(kind == INTEGER_KIND, _outcome(lng, integer))
+                   .when(kind == STRING_KIND, _outcome(txt, text))
+                   .when(kind == NUMERIC_KIND | MASKED_KIND,
+                         _outcome(masked_double(num, m), number))
+                   .when(kind == INTEGER_KIND | MASKED_KIND,
+                         _outcome(masked_long(lng, m), integer))
+                   .when(kind == STRING_KIND | MASKED_KIND,
+                         _outcome(masked_text(F.coalesce(txt, lng.cast("string")), m), text)))
         if spatial:
             outcome = outcome.otherwise(spatial_outcome(p, F.col(NUMS_COLUMN), _outcome))
     elif not spatial:
-        outcome = (F.when(p[PredicateField.KIND] == NUMERIC_KIND, _outcome(num, p[PredicateField.NUMBER]))
-                   .when(p[PredicateField.KIND] == INTEGER_KIND, _outcome(lng, p[PredicateField.INTEGER]))
-                   .when(p[PredicateField.KIND] == LABEL_KIND, label_outcome(lng, p[PredicateField.INTEGER]))
-                   .otherwise(_outcome(txt, p[PredicateField.TEXT])))
+        outcome = (F.when(kind == NUMERIC_KIND, _outcome(num, number))
+                   .when(kind == INTEGER_KIND, _outcome(lng, integer))
+                   .when(kind == LABEL_KIND, label_outcome(lng, integer))
+                   .otherwise(_outcome(txt, text)))
     else:
-        outcome = (F.when(p[PredicateField.KIND] == NUMERIC_KIND, _outcome(num, p[PredicateField.NUMBER]))
-                   .when(p[PredicateField.KIND] == INTEGER_KIND, _outcome(lng, p[PredicateField.INTEGER]))
-                   .when(p[PredicateField.KIND] == LABEL_KIND, label_outcome(lng, p[PredicateField.INTEGER]))
-                   .when(p[PredicateField.KIND] == STRING_KIND, _outcome(txt, p[PredicateField.TEXT]))
+        outcome = (F.when(kind == NUMERIC_KIND, _outcome(num, number))
+                   .when(kind == INTEGER_KIND, _outcome(lng, integer))
+                   .when(kind == LABEL_KIND, label_outcome(lng, integer))
+                   .when(kind == STRING_KIND, _outcome(txt, text))
                    .otherwise(spatial_outcome(p, F.col(NUMS_COLUMN), _outcome)))
     return F.coalesce(p[PredicateField.OUTCOMES].bitwiseAND(outcome) != 0, F.lit(False))
 
@@ -131,7 +134,8 @@ def _matches(plan: Column, spatial: bool, masked: bool = False) -> Column:
     code generation still on), 1,000 plain plans ran about 20 times slower (bench_many_readers:
     3.8 s per micro-batch against 0.17 s)."""
     seq = F.col(SEQ_COLUMN)
-    started = plan[PlanField.START_AFTER].isNull() | seq.isNull() | (seq > plan[PlanField.START_AFTER])
+    start_after = plan[PlanField.START_AFTER]
+    started = start_after.isNull() | seq.isNull() | (seq > start_after)
     return started & F.exists(plan[PlanField.CONJUNCTS], lambda conj: F.forall(
         conj, lambda p: _predicate_holds(p, spatial, plan if masked else None)))
 
@@ -153,19 +157,21 @@ def masked_emissions(kinds: tuple[int, ...], spatial: bool, masked_filters: bool
     row passes (their ids, no masks), then one per masked plan it passes (its id, its masks),
     since each masked plan sees its own values of the row."""
     matched = F.filter(F.col(PLANS_COLUMN),
-                       lambda p: p[PlanField.KIND].isin(*kinds) & _matches(p, spatial, masked_filters))
+                       lambda p: p[PlanField.KIND].isin(*kinds)
+                       & _matches(p, spatial, masked_filters))
 
     def emissions(ms: Column) -> Column:
-        plain = F.transform(F.filter(ms, lambda p: p[PlanField.MASKS].isNull()), lambda p: p[PlanField.ID])
+        plain = F.transform(F.filter(ms, lambda p: p[PlanField.MASKS].isNull()),
+                            lambda p: p[PlanField.ID])
         masked = F.filter(ms, lambda p: p[PlanField.MASKS].isNotNull())
         none = F.lit(None).cast(MASKS_TYPE)
         shared = F.when(F.size(plain) > 0,
-                        F.array(F.struct(plain.alias("i"), none.alias("mk")))) \
+                        F.array(F.struct(plain.alias("i"), none.alias(PlanField.MASKS)))) \
             .otherwise(F.array().cast(T.ArrayType(T.StructType([
                 T.StructField("i", T.ArrayType(T.IntegerType(), False)),
-                T.StructField("mk", MASKS_TYPE)]))))
+                T.StructField(PlanField.MASKS, MASKS_TYPE)]))))
         own = F.transform(masked, lambda p: F.struct(F.array(p[PlanField.ID]).alias("i"),
-                                                     p[PlanField.MASKS].alias("mk")))
+                                                     p[PlanField.MASKS].alias(PlanField.MASKS)))
         return F.concat(shared, own)
     return let(matched, emissions)
 

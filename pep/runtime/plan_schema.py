@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Final
 
 import pyarrow as pa
-from pyspark.sql import types as T
 
 from pep.runtime.masks import MASK_ARROW
 from pep.runtime.spatial import PREDICATE_FIELDS
@@ -60,36 +59,30 @@ class PredicateField:
     INTEGER: Final = "i"  # ... of a long, timestamp, boolean comparison
 
 
-PREDICATE_TYPE = T.StructType([
-    T.StructField("a", T.IntegerType(), False),   # attribute index, 1-based
-    T.StructField("m", T.IntegerType(), False),   # accepted outcomes: 1 less, 2 equal, 4 greater
-    T.StructField("k", T.IntegerType(), False),   # 0 double, 1 string, 5 64-bit integer
-    T.StructField("n", T.DoubleType(), True),     # the constant of a double comparison
-    T.StructField("s", T.StringType(), True),     # ... of a string comparison
-    T.StructField("i", T.LongType(), True),       # ... of a long, timestamp, boolean comparison
-])
-_PRED_ARROW = pa.struct([pa.field("a", pa.int32(), False), pa.field("m", pa.int32(), False),
-                         pa.field("k", pa.int32(), False), ("n", pa.float64()),
-                         ("s", pa.string()), ("i", pa.int64()),
-                         *PREDICATE_FIELDS])  # spatial fields: spatial.py
+_PRED_ARROW = pa.struct([
+    pa.field(PredicateField.ATTRIBUTE, pa.int32(), False),
+    pa.field(PredicateField.OUTCOMES, pa.int32(), False),
+    pa.field(PredicateField.KIND, pa.int32(), False),
+    (PredicateField.NUMBER, pa.float64()), (PredicateField.TEXT, pa.string()),
+    (PredicateField.INTEGER, pa.int64()),
+    *PREDICATE_FIELDS])  # spatial fields: spatial.py
 PLAN_TABLE_ARROW = pa.schema([("plans", pa.list_(pa.struct([
-    pa.field("id", pa.int32(), False),
-    pa.field("k", pa.int32(), False),       # PLAIN, TUPLE, TIME or ROW_TUPLE
-    ("c", pa.list_(pa.list_(_PRED_ARROW))),  # conjuncts; [[]] passes everything
-    ("sa", pa.int64()),                      # start_after: positions <= sa never reach the plan
-    ("g", pa.int64()),                       # pane width (tuples or seconds)
-    ("off", pa.int64()),                     # tuple windows: tuples already in the open pane
-    ("t", pa.int32()),                       # time windows: time attribute index
-    ("tk", pa.int32()),                      # 0: timestamp (exact microseconds), 1: number
-    ("ky", pa.list_(pa.int32())),            # group-by attribute indices
-    ("d", pa.list_(pa.int32())),             # aggregated attributes per family, padded
-    ("l", pa.list_(pa.int32())),
-    ("s", pa.list_(pa.int32())),
-    ("lo", pa.list_(pa.float64())),          # private windows: clamping bounds per attribute
-    ("hi", pa.list_(pa.float64())),          # (pep/runtime/privacy.py); null otherwise
-    ("mk", pa.list_(MASK_ARROW)),            # masks per attribute index (null: none masked)
+    pa.field(PlanField.ID, pa.int32(), False),
+    pa.field(PlanField.KIND, pa.int32(), False),
+    (PlanField.CONJUNCTS, pa.list_(pa.list_(_PRED_ARROW))),
+    (PlanField.START_AFTER, pa.int64()),
+    (PlanField.PANE_WIDTH, pa.int64()),
+    (PlanField.PANE_OFFSET, pa.int64()),
+    (PlanField.TIME_INDEX, pa.int32()),
+    (PlanField.TIME_KIND, pa.int32()),
+    (PlanField.KEYS, pa.list_(pa.int32())),
+    (PlanField.DOUBLES, pa.list_(pa.int32())),
+    (PlanField.LONGS, pa.list_(pa.int32())),
+    (PlanField.STRINGS, pa.list_(pa.int32())),
+    (PlanField.LOW, pa.list_(pa.float64())),
+    (PlanField.HIGH, pa.list_(pa.float64())),
+    (PlanField.MASKS, pa.list_(MASK_ARROW)),
 ])))])
 
-
 __all__ = ["PLAIN", "TUPLE", "TIME", "ROW_TUPLE", "ROW_KINDS", "PlanField", "PredicateField",
-           "FAMILY_FIELDS", "PREDICATE_TYPE", "PLAN_TABLE_ARROW"]
+           "FAMILY_FIELDS", "PLAN_TABLE_ARROW"]

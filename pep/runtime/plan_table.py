@@ -14,7 +14,7 @@ from pep.runtime.masks import mask_struct
 from pep.runtime.privacy import bound_arrays, is_private
 from pep.runtime.spatial import predicate_struct
 from pep.runtime.columns import HASHED_PREFIX
-from pep.runtime.plan_schema import PLAIN, PLAN_TABLE_ARROW
+from pep.runtime.plan_schema import FAMILY_FIELDS, PLAIN, PLAN_TABLE_ARROW, PlanField
 from pep.runtime.executor_state import PlanState
 from pep.runtime.handle_registry import HandleRegistry
 from pep.runtime.batch_shape import Shape
@@ -121,26 +121,31 @@ class PlanTable(HandleRegistry):
             if c.passes_nothing:
                 continue
             row: dict[str, Any] = {
-                "id": s.id, "k": PLAIN, "sa": c.start_after,
-                "c": [[predicate_struct(r, self._anchors.segments) for r in conj]
-                      for conj in c.conjuncts],
-                "g": None, "off": None, "t": None, "tk": None, "ky": [], "d": [], "l": [],
-                "s": [], "lo": None, "hi": None, "mk": self._mask_structs(c)}
+                PlanField.ID: s.id, PlanField.KIND: PLAIN, PlanField.START_AFTER: c.start_after,
+                PlanField.CONJUNCTS: [[predicate_struct(r, self._anchors.segments) for r in conj]
+                                      for conj in c.conjuncts],
+                PlanField.PANE_WIDTH: None, PlanField.PANE_OFFSET: None,
+                PlanField.TIME_INDEX: None, PlanField.TIME_KIND: None, PlanField.KEYS: [],
+                PlanField.DOUBLES: [], PlanField.LONGS: [], PlanField.STRINGS: [],
+                PlanField.LOW: None, PlanField.HIGH: None, PlanField.MASKS: self._mask_structs(c)}
             w = c.window
-            if w is not None:
-                layout = s.windows.layout  # type: ignore[union-attr]
+            windows = s.windows
+            if w is not None and windows is not None:
                 lo, hi = bound_arrays(w, self._index)
-                row.update(k=s.kind, g=layout.width, lo=lo, hi=hi,
-                           off=s.windows.pane_offset(),  # type: ignore[union-attr]
-                           ky=[self._index[k] for k in w.keys])
-                if w.kind == "time":
-                    row.update(t=self._index[w.time_attribute], tk=0 if w.time_is_timestamp else 1)
+                row.update({PlanField.KIND: s.kind, PlanField.PANE_WIDTH: windows.layout.width,
+                            PlanField.LOW: lo, PlanField.HIGH: hi,
+                            PlanField.PANE_OFFSET: windows.pane_offset(),
+                            PlanField.KEYS: [self._index[k] for k in w.keys]})
+                if w.kind == "time" and w.time_attribute is not None:
+                    row.update({PlanField.TIME_INDEX: self._index[w.time_attribute],
+                                PlanField.TIME_KIND: 0 if w.time_is_timestamp else 1})
                 by_family: dict[str, list[int | None]] = {"d": [], "l": [], "s": []}
                 for attr, ftype in w.attributes:
                     by_family[FAMILIES[ftype]].append(self._index[attr])
                 for fam in "dls":
                     count = sum(1 for _, f, _ in shape.slots if f == fam)
-                    row[fam] = by_family[fam] + [None] * (count - len(by_family[fam]))
+                    padding = [None] * (count - len(by_family[fam]))
+                    row[FAMILY_FIELDS[fam]] = by_family[fam] + padding
             data.append(row)
         if not data:
             return None

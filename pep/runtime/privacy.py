@@ -20,6 +20,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from pep.runtime.compile import CompiledWindow
+from pep.runtime.plan_schema import PlanField
 
 
 def bound_arrays(window: CompiledWindow | None, index: dict[str, int]
@@ -41,8 +42,8 @@ def clamped(value: Column, plan: Column, attribute_index: Column, family: str) -
     none (and a null stays null: `greatest` would otherwise make it the lower bound)."""
     if family not in ("d", "l"):
         return value
-    lo = F.element_at(plan["lo"], attribute_index)
-    hi = F.element_at(plan["hi"], attribute_index)
+    lo = F.element_at(plan[PlanField.LOW], attribute_index)
+    hi = F.element_at(plan[PlanField.HIGH], attribute_index)
     if family == "l":  # long bounds are integers within 2^53: exact as doubles
         lo, hi = lo.cast("long"), hi.cast("long")
     return F.when(value.isNull() | lo.isNull() | hi.isNull(), value) \

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame
 from pdp.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition
 from pep.runtime.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
-from pep.runtime.sources import build_source
+from pep.runtime.sources import build_source, local_dir
 from pep.runtime.routing import ResultRouting
 
 log = logging.getLogger(__name__)
@@ -70,9 +70,8 @@ class QueryLifecycle(ResultRouting):
             log.warning("stream %s: plan table not prepared: %s", self.definition.name, exc)
 
     def _source_path(self) -> str | None:
-        from pep.runtime.sources import _local_dir
         path = self.definition.source.option("path")
-        return _local_dir(path) if path else None
+        return local_dir(path) if path else None
 
     def _source_files(self) -> list[os.DirEntry]:
         path = self._source_path()

@@ -155,6 +155,7 @@ class ResultRouting(BatchFrames):
             batch_time = None
             if state.id in bounds:
                 lo, hi = bounds[state.id]
+                assert arrow is not None  # bounds come from it
                 mine = arrow.slice(lo, hi - lo)
                 partials = partials_from_arrow(mine, layout, _slot_columns(layout),
                                                raw=shape.raw)

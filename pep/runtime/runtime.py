@@ -14,7 +14,7 @@ from pep.core.plan import ExecutionPlan, StreamDefinition, UnionPlan
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS, Janitor,
                                      Retention, StreamCheckpoint)
-from pep.runtime.compile import PlanError, compile_plan, compile_union
+from pep.runtime.compile import CompiledPlan, CompiledUnion, PlanError, compile_plan, compile_union
 from pep.runtime.executor import StreamExecutor
 from pep.runtime.executor_state import DEFAULT_TUPLE_PANE_MIN
 from pep.runtime.mask_keys import MaskKeys
@@ -86,11 +86,12 @@ class StreamRuntime:
         self._janitor = Janitor(self._tick, settings.janitor_interval)
         self._janitor.start()
 
-    def attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan | UnionPlan,
-               deliver: Callable[[RowBatch], bool]) -> None:
+    def attach_handle(self, handle_id: str, stream: StreamDefinition,
+                      plan: ExecutionPlan | UnionPlan, deliver: Callable[[RowBatch], bool]) -> None:
         """Serve `plan` to `deliver`; raises PlanError / SourceError / ValueError on bad input."""
         if plan.stream != stream.name:
             raise PlanError(f"plan is for stream {plan.stream!r}, not {stream.name!r}")
+        compiled: CompiledPlan | CompiledUnion
         if isinstance(plan, UnionPlan):
             compiled = compile_union(plan, stream.schema, stream.time_attribute)
             members = compiled.members
@@ -198,7 +199,7 @@ class StreamRuntime:
         with self._lock:
             stream = self._handle_streams.pop(handle_id, None)
             executor = self._executors.get(stream) if stream is not None else None
-        if executor is None:
+        if executor is None or stream is None:
             return
         executor.remove_handle(handle_id)  # outside our lock: it may wait for a delivery
         with self._lock:

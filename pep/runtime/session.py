@@ -93,6 +93,10 @@ def warm_up(spark: SparkSession, timeout: float = 60.0) -> float:
 
     started = time.perf_counter()
     got = threading.Event()
+
+    def arrived(rows: object) -> bool:
+        got.set()
+        return True
     stream = StreamDefinition("_xsg_warm_up", "xsg", WEATHER_SCHEMA,
                               SourceSpec("generator", (("schema", "weather"), ("rate", "50"))),
                               time_attribute="samplingtime")
@@ -101,7 +105,7 @@ def warm_up(spark: SparkSession, timeout: float = 60.0) -> float:
     with tempfile.TemporaryDirectory(prefix="xsg-warm-") as tmp:
         runtime = StreamRuntime(spark, Path(tmp), trigger_interval=0.1)
         try:
-            runtime.attach("warm-up", stream, plan, lambda rows: got.set() or True)
+            runtime.attach_handle("warm-up", stream, plan, arrived)
             got.wait(timeout)
         finally:
             runtime.stop()

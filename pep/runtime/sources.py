@@ -25,7 +25,7 @@ from typing import Callable
 from urllib.parse import urlparse
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -65,14 +65,15 @@ def spark_schema(schema: StreamSchema, with_seq: bool = False) -> T.StructType:
     return T.StructType(fields)
 
 
-def _shape(df: DataFrame, schema: StreamSchema, seq: object, file: object) -> DataFrame:
+def _shape(df: DataFrame, schema: StreamSchema, seq: Column | None, file: Column | None
+           ) -> DataFrame:
     cols = [F.col(f"`{f.name}`").cast(_SPARK_TYPES[f.type]).alias(f.name) for f in schema.fields]
     cols.append((seq if seq is not None else F.lit(None)).cast("long").alias(SEQ_COLUMN))
     cols.append((file if file is not None else F.lit(None)).cast("string").alias(FILE_COLUMN))
     return df.select(*cols)
 
 
-def _local_dir(path: str) -> str | None:
+def local_dir(path: str) -> str | None:
     parsed = urlparse(path)
     if parsed.scheme in ("", "file"):
         return parsed.path if parsed.scheme else path
@@ -87,16 +88,16 @@ def _file_frame(spark: SparkSession, stream: StreamDefinition, path: str | None,
     if fmt not in FILE_FORMATS:
         raise SourceError(f"stream {name!r}: file format {fmt!r} is not one of "
                           f"{', '.join(FILE_FORMATS)}")
-    local = _local_dir(path)
+    local = local_dir(path)
     if local is not None:
         if create:
             os.makedirs(local, exist_ok=True)
         elif not os.path.isdir(local):
             raise SourceError(f"stream {name!r}: source directory {path!r} does not exist")
-    per_stream = stream.source.option("maxFilesPerTrigger")
-    if per_stream is not None:
+    own = stream.source.option("maxFilesPerTrigger")
+    if own is not None:
         try:
-            per_stream = parse_int(str(per_stream), "maxFilesPerTrigger", low=1, high=1_000_000)
+            per_stream = parse_int(str(own), "maxFilesPerTrigger", low=1, high=1_000_000)
         except NumberError:
             raise SourceError(f"stream {name!r}: maxFilesPerTrigger must be a positive integer"
                               ) from None

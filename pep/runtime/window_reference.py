@@ -10,7 +10,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from pep.runtime.compile import CompiledWindow
-from pep.runtime.pane_partials import (NO_SEQ, Columns, PaneLayout, Part, empty_partials,
+from pep.runtime.pane_partials import (NO_SEQ, PARTS, Columns, PaneLayout, Part, empty_partials,
                                        fill_value)
 from pep.runtime.windows import PaneWindows
 
@@ -53,7 +53,7 @@ def partials_from_rows(layout: PaneLayout, rows: Iterable[dict], panes: Iterable
         out["key"].append(k)
         out["pane"].append(p)
         out["rows"].append(len(idx))
-        s = [seqs[i] for i in idx if seqs[i] is not None]
+        s = [q for q in (seqs[i] for i in idx) if q is not None]
         out["mseq"].append(max(s) if s else NO_SEQ)
         for j, ((attr, ftype), fam, parts) in enumerate(zip(w.attributes, layout.families,
                                                             layout.parts)):
@@ -62,16 +62,14 @@ def partials_from_rows(layout: PaneLayout, rows: Iterable[dict], panes: Iterable
             vals = [v for v in vals if v[2] is not None]
             out[f"{Part.COUNT}{j}"].append(len(vals))
             plain = [v[2] for v in vals]
-            first = min(vals, key=lambda v: (v[0], v[1])) if vals and layout.timed else \
-                (vals[0] if vals else None)
-            last = max(vals, key=lambda v: (v[0], v[1])) if vals and layout.timed else \
-                (vals[-1] if vals else None)
-            got = {Part.MIN: min(plain) if vals else None,
-                   Part.MAX: max(plain) if vals else None,
-                   Part.SUM: sum(plain) if vals and Part.SUM in parts else None,
-                   Part.FIRST: first[2] if vals else None, Part.LAST: last[2] if vals else None,
-                   Part.FIRST_TIME: first[0] if vals else None,
-                   Part.LAST_TIME: last[0] if vals else None}
+            got: dict[str, Any] = dict.fromkeys(PARTS)  # None: no value in the pane
+            if vals:
+                first = min(vals, key=lambda v: (v[0], v[1])) if layout.timed else vals[0]
+                last = max(vals, key=lambda v: (v[0], v[1])) if layout.timed else vals[-1]
+                got.update({Part.MIN: min(plain), Part.MAX: max(plain),
+                            Part.SUM: sum(plain) if Part.SUM in parts else None,
+                            Part.FIRST: first[2], Part.LAST: last[2],
+                            Part.FIRST_TIME: first[0], Part.LAST_TIME: last[0]})
             for part in parts - {Part.COUNT}:
                 value = got[part]
                 out[f"{part}{j}"].append(fill_value(fam, part) if value is None else value)

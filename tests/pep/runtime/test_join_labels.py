@@ -242,7 +242,7 @@ def test_a_streaming_join_of_labelled_sides_matches_brute_force(spark, tmp_path)
     rt = JoinRuntime(spark, tmp_path / "work", trigger_interval=0.25, lateness=0.0)
     try:
         sink = Collector()
-        rt.attach("h", (left_def, right_def), plan, sink)
+        rt.attach_join("h", (left_def, right_def), plan, sink)
         for k in range(2):
             write_jsonl(tmp_path / "la", f"{k}.json", lrows[k * 40:(k + 1) * 40])
             write_jsonl(tmp_path / "rb", f"{k}.json", rrows[k * 40:(k + 1) * 40])

@@ -158,7 +158,7 @@ def test_every_delivered_row_and_window_matches_brute_force(runtime, tmp_path, f
     sinks = {h: Collector() for h in plans}
     started = time.perf_counter()
     for h, p in plans.items():
-        runtime.attach(h, sd, p, sinks[h])
+        runtime.attach_handle(h, sd, p, sinks[h])
     attach_all = time.perf_counter() - started
     qid = runtime.query_id("obs")
 
@@ -197,11 +197,11 @@ def test_attach_detach_share_one_query_and_last_detach_stops_it(runtime, spark, 
     sd = stream(tmp_path, "shared")
     a, b, c = Collector(), Collector(), Collector(close_after=1)
     plan = ExecutionPlan("shared", None, ("hum",))
-    runtime.attach("a", sd, plan, a)
+    runtime.attach_handle("a", sd, plan, a)
     qid = runtime.query_id("shared")
     started = time.perf_counter()
-    runtime.attach("b", sd, ExecutionPlan("shared", ((Predicate("hum", ">", 50),),), ("hum",)), b)
-    runtime.attach("c", sd, plan, c)
+    runtime.attach_handle("b", sd, ExecutionPlan("shared", ((Predicate("hum", ">", 50),),), ("hum",)), b)
+    runtime.attach_handle("c", sd, plan, c)
     assert time.perf_counter() - started < 0.3 * 2  # attaching to a running query is cheap
     assert runtime.query_id("shared") == qid
     assert runtime.stats()["shared"]["plans"] == 2 and runtime.stats()["shared"]["handles"] == 3
