@@ -15,7 +15,7 @@ from pep.runtime.masks import (hashed_text, is_hash, let, masked_column, masked_
                                masked_long, masked_text)
 from pep.runtime.matcher import GroupedMatcher, admitted_rows, value_column
 from pep.runtime.privacy import clamped
-from pep.runtime.pane_partials import KEY_SEP
+from pep.runtime.pane_partials import KEY_SEP, PARTS, TIME_PARTS, Part
 from pep.runtime.columns import (BITS_COLUMN, EMIT, FILE_COLUMN, HASHED_PREFIX, KEYS_COLUMN,
                                 LNGS_COLUMN, NUMS_COLUMN, PIDS_COLUMN, PLAN, PLANS_COLUMN,
                                 POS_COLUMN, SEQ_COLUMN, STRS_COLUMN, TIME_COLUMN)
@@ -268,9 +268,10 @@ class BatchFrames(PlanTable):
                     single.append(F.lit(1).cast("long").alias("rows"))
                     for (name, fam, parts) in shape.slots:
                         v = F.col(name)
-                        for part in ("c", "s", "n", "x", "f", "l"):
+                        for part in (Part.COUNT, Part.SUM, Part.MIN, Part.MAX, Part.FIRST,
+                                     Part.LAST):
                             if part in parts:
-                                col = v.isNotNull().cast("long") if part == "c" else v
+                                col = v.isNotNull().cast("long") if part == Part.COUNT else v
                                 single.append(col.alias(f"{name}_{part}"))
                 stages["single"] = single
                 return {**stages, "values": values}
@@ -307,16 +308,17 @@ class BatchFrames(PlanTable):
             v = F.col(name)
             present = v.isNotNull()
             made = {
-                "c": lambda: F.count(v),
-                "s": lambda: F.try_sum(v) if fam == "l" else F.sum(v),
-                "n": lambda: F.min(v), "x": lambda: F.max(v), "o": lambda: F.bit_or(v),
-                "f": lambda: F.min_by(v, F.when(present, okey)),
-                "l": lambda: F.max_by(v, F.when(present, okey)),
-                "ft": lambda: F.min(F.when(present, tcol)),
-                "lt": lambda: F.max(F.when(present, tcol)),
+                Part.COUNT: lambda: F.count(v),
+                Part.SUM: lambda: F.try_sum(v) if fam == "l" else F.sum(v),
+                Part.MIN: lambda: F.min(v), Part.MAX: lambda: F.max(v),
+                Part.OR: lambda: F.bit_or(v),
+                Part.FIRST: lambda: F.min_by(v, F.when(present, okey)),
+                Part.LAST: lambda: F.max_by(v, F.when(present, okey)),
+                Part.FIRST_TIME: lambda: F.min(F.when(present, tcol)),
+                Part.LAST_TIME: lambda: F.max(F.when(present, tcol)),
             }
-            for part in ("c", "s", "n", "x", "o", "f", "l", "ft", "lt"):
-                if part in parts and (tcol is not None or part not in ("ft", "lt")):
+            for part in PARTS:
+                if part in parts and (tcol is not None or part not in TIME_PARTS):
                     aggs.append(made[part]().alias(f"{name}_{part}"))
         stages["aggregates"] = aggs
         return stages

@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 from pep.core import geo
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ExactNumber,
@@ -36,8 +37,8 @@ from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ExactN
                             micros_from_iso)
 from pep.core.labels import LABEL_MASKS, LabelError, Lattice
 from pep.core.masks import Mask, MaskError, check_fits, parse_mask
-from pep.core.plan import (AGGREGATE_FUNCTIONS, AnyPredicate, ExecutionPlan, Field, Predicate,
-                           SpatialPredicate, StreamSchema, UnionPlan)
+from pep.core.plan import (AGGREGATE_FUNCTIONS, Aggregate, AnyPredicate, ExecutionPlan, Field,
+                           Predicate, SpatialPredicate, StreamSchema, UnionPlan)
 from pep.core.privacy import PrivacySpec, Quantity, is_finite_spec, quantities
 
 LESS, EQUAL, GREATER = 1, 2, 4
@@ -82,7 +83,7 @@ class AnchorSpec:
 # (attribute index 1-based, operator mask, kind, numeric constant, string constant); the numeric
 # constant is a float for NUMERIC_KIND and a 64-bit int for INTEGER_KIND. Spatial rows add
 # (longitude index, geometry): a point (lat, lon), a flat vertex list, or an AnchorSpec.
-PredicateRow = tuple
+PredicateRow = tuple[Any, ...]
 
 
 class PlanError(ValueError):
@@ -150,7 +151,7 @@ class CompiledPlan:
                                    if len(row) > 5 and isinstance(row[6], AnchorSpec)))
 
 
-def timestamp_micros(value: object, where: str):
+def timestamp_micros(value: object, where: str) -> int | Fraction:
     """Epoch microseconds of a timestamp constant, exactly (an int, or a Fraction for a text
     naming a fraction of a microsecond): ISO-8601 text (naive means UTC; the gateway's own
     `...ffffffZ` is what bound conditions hold), or a number of epoch seconds (plans stored
@@ -159,7 +160,7 @@ def timestamp_micros(value: object, where: str):
         raise PlanError(f"{where}: a boolean is not a timestamp")
     if isinstance(value, str):
         try:
-            micros = micros_from_iso(value)
+            micros: int | Fraction = micros_from_iso(value)
         except (ValueError, OverflowError):
             raise PlanError(f"{where}: {value!r} is not an ISO-8601 timestamp") from None
     elif isinstance(value, (int, float, Decimal, Fraction)):  # a number (a boolean: above)
@@ -311,7 +312,7 @@ def compile_predicate(pred: AnyPredicate, schema: StreamSchema, where: str) -> P
     return (index, mask, NUMERIC_KIND, _double_constant(pred, where), None)
 
 
-def _label_row(pred: Predicate, field, index: int, where: str) -> PredicateRow:
+def _label_row(pred: Predicate, field: Field, index: int, where: str) -> PredicateRow:
     """A label comparison: the constant's code as the 64-bit constant, the op's outcomes."""
     mask = LABEL_MASKS.get(pred.op)
     if mask is None or field.lattice is None:
@@ -481,7 +482,7 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
                           privacy, noise, lattices, tuple(bounds))
 
 
-def _privacy(spec: PrivacySpec | None, aggregates, schema: StreamSchema
+def _privacy(spec: PrivacySpec | None, aggregates: tuple[Aggregate, ...], schema: StreamSchema
              ) -> tuple[PrivacySpec | None, tuple[Quantity, ...]]:
     """A private window's parameters checked again (a plan may come from storage): bounds on
     numeric attributes of the schema, every sum and avg bounded, only count/sum/avg."""

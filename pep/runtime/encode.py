@@ -98,7 +98,8 @@ def json_array(columns: Sequence[tuple[str, pa.Array | pa.ChunkedArray, bool]],
 def json_objects(columns: Sequence[tuple[str, pa.Array | pa.ChunkedArray, bool]],
                  length: int | None = None) -> list[str]:
     """One JSON object text per row (see `json_array`), as Python strings."""
-    return json_array(columns, length).to_pylist()
+    texts: list[str] = json_array(columns, length).to_pylist()
+    return texts
 
 
 __all__ = ["ISO_TEXT", "iso_text", "json_array", "json_objects", "value_texts"]

@@ -32,6 +32,8 @@ import logging
 import threading
 import time
 import uuid
+from types import ModuleType
+from typing import Any, Callable
 
 from pyspark import cloudpickle
 from pyspark.sql import Column, DataFrame, Observation
@@ -50,7 +52,8 @@ log = logging.getLogger(__name__)
 
 # the grouped matcher runs on the workers (the rows job's mapInArrow): its code travels with it,
 # so a worker runs the driver's matcher, xsg installed there or not
-cloudpickle.register_pickle_by_value(matcher_module)
+_pickle_by_value: Callable[[ModuleType], None] = cloudpickle.register_pickle_by_value
+_pickle_by_value(matcher_module)
 
 
 class StreamExecutor(QueryLifecycle):
@@ -199,7 +202,7 @@ class StreamExecutor(QueryLifecycle):
             closed += self._route_panes(panes_arrow, windowed, shape)
         return closed, spark_s
 
-    def _observe(self, figures: dict, shape: Shape) -> None:
+    def _observe(self, figures: dict[str, Any], shape: Shape) -> None:
         self.stats_counters["rows_in"] += int(figures.get("rows") or 0)
         seq = figures.get("seq")
         if seq is not None:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import types as T
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from pep.core.plan import StreamDefinition
 from pep.core.rows import RowBatch
@@ -133,9 +133,10 @@ class ExecutorState:
         self._time_attr = self._order_time_attribute()
         self._anchors = AnchorTracker(spark, value_arrays, definition.schema,  # DISTANCE_TO
                                       long_array)
-        self._few: tuple[tuple, Column] | None = None  # the few-plans matcher and its plans
+        # the few-plans matcher and its plans
+        self._few: tuple[tuple[Any, ...], Column] | None = None
         self._grouped: tuple[int, GroupedMatcher | None] | None = None  # (plans' version, it)
-        self._admitted_schemas: dict[tuple, T.StructType] = {}
+        self._admitted_schemas: dict[tuple[Any, ...], T.StructType] = {}
         self._anchored: tuple[int, list[CompiledPlan]] | None = None  # plans with DISTANCE_TO
         self._codegen: str | None = None  # whole-stage codegen as set in the query's session
         self.started_at: float | None = None

@@ -3,7 +3,6 @@ plan key share one state (computed once per micro-batch), a union of grants shar
 """
 from __future__ import annotations
 
-from typing import Any
 
 
 from pep.runtime.compile import CompiledPlan, CompiledUnion
@@ -102,10 +101,10 @@ class HandleRegistry(ExecutorState):
             del self._plan_ids[state.compiled.key]
             self._version += 1
 
-    def attached(self) -> list[tuple[str, CompiledPlan, Deliver]]:
+    def attached(self) -> list[tuple[str, CompiledPlan | CompiledUnion, Deliver]]:
         """The active handles with their plans (to move them onto a replacement query)."""
         with self._lock:
-            out: list[tuple[str, Any, Deliver]] = [
+            out: list[tuple[str, CompiledPlan | CompiledUnion, Deliver]] = [
                 (h.id, self._plans[h.plan_id].compiled, h.deliver)
                 for h in self._handles.values()
                 if h.active and h.union is None and h.plan_id in self._plans]

@@ -44,7 +44,8 @@ class JoinPlanError(ValueError):
 
 def _compare(left: Column, op: str, right: Column) -> Column:
     try:
-        return COMPARATORS[op](left, right)
+        compared: Column = COMPARATORS[op](left, right)
+        return compared
     except KeyError:
         raise JoinPlanError(f"unknown operator {op!r}") from None
 

@@ -38,7 +38,7 @@ from typing import Any, Callable, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from pep.core.plan import JoinPlan, StreamDefinition
 from pep.core.refs import handle_ref
@@ -154,7 +154,7 @@ class _JoinQuery:
             self.batch_thread = None
             self.counters["last_batch_ms"] = round((time.perf_counter() - started) * 1000, 1)
 
-    def _rows(self, arrow: pa.Table) -> list[dict]:
+    def _rows(self, arrow: pa.Table) -> list[dict[str, Any]]:
         """Ordered by (left time, right time); columns renamed; timestamps as ISO text."""
         arrow = arrow.take(pc.sort_indices(arrow, sort_keys=[(f"l{TIME}", "ascending"),
                                                              (f"r{TIME}", "ascending")]))
@@ -165,7 +165,8 @@ class _JoinQuery:
                 column = _iso_text(column)
             names.append(o.name)
             columns.append(column)
-        return pa.Table.from_arrays(columns, names=names).to_pylist()
+        rows: list[dict[str, Any]] = pa.Table.from_arrays(columns, names=names).to_pylist()
+        return rows
 
     def _deliver(self, handles: list[_Handle], batch: RowBatch) -> list[str]:
         closed = []
@@ -209,7 +210,7 @@ class _JoinQuery:
             shutil.rmtree(self.checkpoint, ignore_errors=True)
         self._close_feeds()
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         out = dict(self.counters)
         with self.lock:
             out["handles"] = sum(1 for h in self.handles.values() if h.active)
@@ -336,7 +337,7 @@ class JoinRuntime:
         with self._lock:
             return dict(self._handle_keys)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Per running join (by the first 16 hex digits of its key): handles, batches, rows,
         state rows and late rows (from Spark's progress), watermark, errors."""
         with self._lock:

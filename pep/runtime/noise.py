@@ -48,7 +48,7 @@ class Mechanism:
     scale: float
     epsilon: float
     delta: float
-    sample: Callable[[list], list]
+    sample: Callable[[list[Any]], list[Any]]
 
 
 def _spaces(integer: bool) -> tuple[Any, Any, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, cast
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -224,11 +224,13 @@ def matched_plan_structs(kind: int, spatial: bool = False, masked: bool = False)
 # Building expressions takes py4j round trips (~0.1-0.3 ms each); they are unresolved and hold
 # no session state, so they are built once per JVM gateway and key and shared by every query.
 _EXPRESSIONS = OwnedCache(maxsize=256)
+Built = TypeVar("Built")
 
 
-def shared_expressions(key: Any, build: Callable[[], Any]) -> Any:
+def shared_expressions(key: Any, build: Callable[[], Built]) -> Built:
+    """`build()`'s expressions, built once per JVM gateway and `key` (their shape)."""
     from pyspark import SparkContext
-    return _EXPRESSIONS.get_or_build(SparkContext._gateway, key, build)
+    return cast(Built, _EXPRESSIONS.get_or_build(SparkContext._gateway, key, build))
 
 
 def filter_expressions(schema: StreamSchema) -> tuple[Column, Column, Column]:

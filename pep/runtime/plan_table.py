@@ -4,7 +4,7 @@ plans changes or a tuple window's open pane moves.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
@@ -92,7 +92,7 @@ class PlanTable(HandleRegistry):
         self._shape = (version, shape)
         return shape
 
-    def _offsets(self, plans: list[PlanState]) -> tuple:
+    def _offsets(self, plans: list[PlanState]) -> tuple[tuple[int, int], ...]:
         return tuple((s.id, s.windows.pane_offset()) for s in plans
                      if s.windows is not None and s.windows.layout.width > 1
                      and not s.windows.layout.timed)
@@ -158,19 +158,19 @@ class PlanTable(HandleRegistry):
             raise RuntimeError("this runtime has no hash keys: a hash mask cannot be served")
         return self._mask_key_of(owner)
 
-    def _mask_structs(self, compiled: CompiledPlan) -> list | None:
+    def _mask_structs(self, compiled: CompiledPlan) -> list[dict[str, Any] | None] | None:
         """The plan's masks as one struct per attribute (None where it shows the raw value),
         the owner's hash key inside hash masks only; None when the plan masks nothing."""
         if not compiled.masks:
             return None
-        out: list[dict | None] = [None] * len(self._field_names)
+        out: list[dict[str, Any] | None] = [None] * len(self._field_names)
         for index, mask in compiled.masks:
             ftype = self._types[self._field_names[index - 1]]
             key = self._mask_key(self.definition.owner) if mask.kind == "hash" else None
             out[index - 1] = mask_struct(mask, ftype, key)
         return out
 
-    def row_columns(self, compiled: CompiledPlan, names) -> list[str]:
+    def row_columns(self, compiled: CompiledPlan, names: Iterable[str]) -> list[str]:
         """The rows job's columns holding a plan's values of `names` (a hashed long: its
         text's column)."""
         hashed = {self._field_names[i - 1] for i, m in compiled.masks if m.kind == "hash"

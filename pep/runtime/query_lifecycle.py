@@ -10,6 +10,7 @@ import shutil
 import threading
 import time
 import uuid
+from typing import Any
 from pathlib import Path
 
 from pyspark.sql import DataFrame
@@ -73,7 +74,7 @@ class QueryLifecycle(ResultRouting):
         path = self.definition.source.option("path")
         return local_dir(path) if path else None
 
-    def _source_files(self) -> list[os.DirEntry]:
+    def _source_files(self) -> list[os.DirEntry[str]]:
         path = self._source_path()
         if not path:
             return []
@@ -222,7 +223,7 @@ class QueryLifecycle(ResultRouting):
                 self._pausing = False
 
     # ----- figures ---------------------------------------------------------------------------
-    def stats(self, stall_after: float | None = None) -> dict:
+    def stats(self, stall_after: float | None = None) -> dict[str, Any]:
         with self._lock:
             out = dict(self.stats_counters)
             out.update(handles=len(self._handles), plans=len(self._plans),
@@ -260,7 +261,8 @@ class QueryLifecycle(ResultRouting):
             since = anchor if since is None else min(since, anchor)
         return since is not None, since
 
-    def health(self, stall_after: float | None = None, now: float | None = None) -> dict:
+    def health(self, stall_after: float | None = None, now: float | None = None
+               ) -> dict[str, Any]:
         now = time.time() if now is None else now
         waiting, since = self.input_waiting()
         progress = self.last_batch_at or self.started_at or now

@@ -17,8 +17,8 @@ from pep.core.rows import RowBatch
 from pep.runtime.encode import json_array, value_texts
 from pep.runtime.matcher import GroupedMatcher
 from pep.runtime.union import member_masks, merged_rows, tag_rows
-from pep.runtime.pane_partials import (KEY_SEP, NO_SEQ, empty_partials, partials_from_arrow,
-                                       partials_from_values)
+from pep.runtime.pane_partials import (KEY_SEP, NO_SEQ, PARTS, PaneLayout, empty_partials,
+                                       partials_from_arrow, partials_from_values)
 from pep.runtime.columns import BITS_COLUMN, PIDS_COLUMN, SEQ_COLUMN
 from pep.runtime.executor_state import AttachedHandle, PlanState
 from pep.runtime.batch_shape import Shape
@@ -240,7 +240,7 @@ def _label_code(text: str, lattice: Lattice) -> int:
         return -1
 
 
-def _slot_columns(layout) -> dict[str, str]:
+def _slot_columns(layout: PaneLayout) -> dict[str, str]:
     """This plan's attribute j -> the panes job's slot columns (per family, in order)."""
     seen = {"d": 0, "l": 0, "s": 0}
     out = {}
@@ -248,7 +248,7 @@ def _slot_columns(layout) -> dict[str, str]:
         name = f"{fam}{seen[fam]}"
         seen[fam] += 1
         out[f"v{j}"] = name
-        for part in ("c", "s", "n", "x", "o", "f", "l", "ft", "lt"):
+        for part in PARTS:
             out[f"{part}{j}"] = f"{name}_{part}"
     return out
 
@@ -265,7 +265,7 @@ def _pick(texts: list[str], at: np.ndarray) -> tuple[str, ...]:
         return ()
     if len(at) == 1:
         return (texts[int(at[0])],)
-    return operator.itemgetter(*at.tolist())(texts)
+    return tuple(operator.itemgetter(*at.tolist())(texts))
 
 
 __all__ = ["ResultRouting"]

@@ -88,7 +88,7 @@ def warm_up(spark: SparkSession, timeout: float = 60.0) -> float:
     from pathlib import Path
 
     from pep.core.plan import ExecutionPlan, Predicate, SourceSpec, StreamDefinition
-    from pep.runtime.generators import WEATHER_SCHEMA
+    from pep.core.schemas import WEATHER_SCHEMA
     from pep.runtime.runtime import StreamRuntime
 
     started = time.perf_counter()

@@ -213,8 +213,10 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
 _FRAMES = OwnedCache(maxsize=64)
 
 
-def _cached_frame(spark: SparkSession, key: tuple, build: Callable[[], DataFrame]) -> DataFrame:
-    return _FRAMES.get_or_build(spark, key, build)
+def _cached_frame(spark: SparkSession, key: tuple[object, ...], build: Callable[[], DataFrame]
+                  ) -> DataFrame:
+    frame: DataFrame = _FRAMES.get_or_build(spark, key, build)
+    return frame
 
 
 # `archive_dir` value for a directory whose files are the reader's own (a join's feed, see

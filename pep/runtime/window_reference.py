@@ -34,7 +34,7 @@ def _family_value(value: Any, ftype: str) -> Any:
     return value
 
 
-def partials_from_rows(layout: PaneLayout, rows: Iterable[dict], panes: Iterable[int],
+def partials_from_rows(layout: PaneLayout, rows: Iterable[dict[str, Any]], panes: Iterable[int],
                        keys: Iterable[str] | None = None, times: Iterable[float] | None = None,
                        seqs: Iterable[int | None] | None = None) -> Columns:
     """What Spark computes for one plan's tuples of one batch (given in stream order): partials
@@ -48,7 +48,7 @@ def partials_from_rows(layout: PaneLayout, rows: Iterable[dict], panes: Iterable
     for i, (k, p) in enumerate(zip(keys, panes)):
         groups.setdefault((k, p), []).append(i)
     w = layout.window
-    out: dict[str, list] = {n: [] for n in empty_partials(layout)}
+    out: dict[str, list[Any]] = {n: [] for n in empty_partials(layout)}
     for (k, p), idx in groups.items():
         out["key"].append(k)
         out["pane"].append(p)
@@ -80,7 +80,7 @@ def partials_from_rows(layout: PaneLayout, rows: Iterable[dict], panes: Iterable
     return cols
 
 
-def _decode(texts: list[str]) -> list[dict]:
+def _decode(texts: list[str]) -> list[dict[str, Any]]:
     import json
     return [json.loads(t) for t in texts]
 
@@ -94,10 +94,11 @@ class TupleWindows:
         self.state = PaneWindows(spec)
 
     @property
-    def open(self) -> dict:
+    def open(self) -> dict[str, Any]:
         return self.state.open
 
-    def add(self, rows: list[dict], keys: list[str] | None = None) -> list[dict]:
+    def add(self, rows: list[dict[str, Any]], keys: list[str] | None = None
+            ) -> list[dict[str, Any]]:
         layout = self.state.layout
         keys = keys if keys is not None else [""] * len(rows)
         local: dict[str, int] = {}
@@ -124,10 +125,10 @@ class TimeWindows:
         return self.state.late
 
     @property
-    def open(self) -> dict:
+    def open(self) -> dict[str, Any]:
         return self.state.open
 
-    def add(self, rows: list[dict], times: list[float | None],
+    def add(self, rows: list[dict[str, Any]], times: list[float | None],
             keys: list[str] | None = None) -> None:
         keys = keys if keys is not None else [""] * len(rows)
         picked = [(r, t, k) for r, t, k in zip(rows, times, keys) if t is not None]
@@ -137,7 +138,7 @@ class TimeWindows:
                                    [k for _, _, k in picked], [t for _, t, _ in picked])
         self.state.add(parts)  # no watermark: nothing closes before advance()
 
-    def advance(self, watermark: float | None) -> list[dict]:
+    def advance(self, watermark: float | None) -> list[dict[str, Any]]:
         return _decode(self.state.add(empty_partials(self.state.layout), watermark).texts)
 
 

@@ -77,11 +77,11 @@ def _slide(values: np.ndarray, starts: np.ndarray, span: int, op: np.ufunc) -> n
     """op over values[x:x+span] for every x in starts (values: a multiple of span long, blocks
     aligned at 0)."""
     if span == 1:
-        return values[starts]
+        return np.asarray(values[starts])
     prefix, suffix = _blocks(values, span, op)
     ends = starts + span - 1
     aligned = starts % span == 0
-    return np.where(aligned, prefix[ends], op(suffix[starts], prefix[ends]))
+    return np.asarray(np.where(aligned, prefix[ends], op(suffix[starts], prefix[ends])))
 
 
 def _dense(column: np.ndarray, positions: np.ndarray, size: int, filler: Any) -> np.ndarray:
@@ -379,7 +379,8 @@ class PaneWindows:
             ends = pa.array(start_s + w.size, pa.int64())
         return self._output(emitted, order, starts, ends)
 
-    def _candidates(self, cols: Columns) -> tuple[list, list]:
+    def _candidates(self, cols: Columns
+                    ) -> tuple[list[tuple[str, int, int]], list[np.ndarray]]:
         """Segments of stored panes (split where no window can span a gap) and, per segment,
         the starts of the windows that hold at least one of its panes."""
         span, stride = self.layout.span, self.layout.stride
@@ -490,7 +491,7 @@ def _lub_codes(emitted: Emitted, order: np.ndarray, j: int) -> np.ndarray:
     categories."""
     top = emitted.values[f"{Part.MAX}{j}"][order].astype(np.int64)
     ored = emitted.values[f"{Part.OR}{j}"][order].astype(np.int64)
-    return ((top >> LEVEL_SHIFT) << LEVEL_SHIFT) | (ored & CATEGORY_MASK)
+    return np.asarray(((top >> LEVEL_SHIFT) << LEVEL_SHIFT) | (ored & CATEGORY_MASK))
 
 
 def _lub_texts(emitted: Emitted, order: np.ndarray, j: int, lattice: Lattice) -> pa.Array:
