@@ -5,14 +5,17 @@ job (`panes_frame`: partial aggregates per plan, key and pane, `pane_partials.Pa
 from __future__ import annotations
 
 import functools
-from typing import Any
+from types import ModuleType
+from typing import Any, Callable
 
+from pyspark import cloudpickle
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pep.runtime.masks import (hashed_text, is_hash, let, masked_column, masked_double,
                                masked_long, masked_text)
+from pep.runtime import matcher as matcher_module
 from pep.runtime.matcher import GroupedMatcher, admitted_rows, value_column
 from pep.runtime.privacy import clamped
 from pep.runtime.pane_partials import KEY_SEP, PARTS, TIME_PARTS, Part
@@ -26,6 +29,12 @@ from pep.runtime.plan_expressions import (json_value, key_array, long_array, mas
 from pep.runtime.executor_state import MAX_LONG, TIME_LIMIT, UNIQUE_SEQ_KINDS
 from pep.runtime.batch_shape import Shape, slot_names
 from pep.runtime.plan_table import PlanTable
+
+
+# the grouped matcher runs on the workers (the rows job's mapInArrow): its code travels with it,
+# so a worker runs the driver's matcher, xsg installed there or not
+_pickle_by_value: Callable[[ModuleType], None] = cloudpickle.register_pickle_by_value
+_pickle_by_value(matcher_module)
 
 
 class BatchFrames(PlanTable):

@@ -32,14 +32,11 @@ import logging
 import threading
 import time
 import uuid
-from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
-from pyspark import cloudpickle
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
-from pep.runtime import matcher as matcher_module
 from pep.runtime.matcher import GroupedMatcher
 from pep.runtime.columns import FILE_COLUMN
 from pep.runtime.plan_expressions import FEW_PLANS, few_plans_column
@@ -48,12 +45,6 @@ from pep.runtime.batch_shape import Shape
 from pep.runtime.query_lifecycle import QueryLifecycle
 
 log = logging.getLogger(__name__)
-
-
-# the grouped matcher runs on the workers (the rows job's mapInArrow): its code travels with it,
-# so a worker runs the driver's matcher, xsg installed there or not
-_pickle_by_value: Callable[[ModuleType], None] = cloudpickle.register_pickle_by_value
-_pickle_by_value(matcher_module)
 
 
 class StreamExecutor(QueryLifecycle):

@@ -9,7 +9,7 @@ a plan without privacy), read by index with the attribute index the value itself
 with. The expression is part of the panes job only while some attached window plan is private
 (`Shape.clamped`), so no other plan's physical plan changes.
 
-Private window plans never take the rows path (`executor._rows_mode`): there the raw tuples
+Private window plans never take the rows path (`handle_registry._rows_mode`): there the raw tuples
 would reach the driver and be aggregated there, unclamped by Spark.
 """
 from __future__ import annotations
