@@ -29,12 +29,12 @@ StreamReport = dict[str, dict[str, Any]]
 class StreamRuntimePort(Protocol):
     """Runs the queries of single streams: one shared query per stream, handles attached to it.
 
-    `attach` raises (PlanError, SourceError, ValueError, ...) when the plan cannot be served;
+    `attach_handle` raises (PlanError, SourceError, ValueError, ...) when the plan cannot be served;
     `redefine` and `drop_stream` return whether a running query was touched (False before Spark
     started); `health` and `stats` report per running stream (empty before Spark started)."""
 
-    def attach(self, handle_id: str, stream: StreamDefinition,
-               plan: ExecutionPlan | UnionPlan, deliver: Deliver) -> None: ...
+    def attach_handle(self, handle_id: str, stream: StreamDefinition,
+                      plan: ExecutionPlan | UnionPlan, deliver: Deliver) -> None: ...
 
     def detach(self, handle_id: str) -> None: ...
 
@@ -52,8 +52,8 @@ class StreamRuntimePort(Protocol):
 class JoinRuntimePort(Protocol):
     """Runs joins of two streams: one query per distinct `JoinPlan`, handles attached to it."""
 
-    def attach(self, handle_id: str, streams: tuple[StreamDefinition, StreamDefinition],
-               plan: JoinPlan, deliver: Deliver) -> None: ...
+    def attach_join(self, handle_id: str, streams: tuple[StreamDefinition, StreamDefinition],
+                    plan: JoinPlan, deliver: Deliver) -> None: ...
 
     def detach(self, handle_id: str) -> None: ...
 

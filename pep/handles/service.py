@@ -70,7 +70,7 @@ class HandleService:
                  privacy: PrivacyGuard | None = None) -> None:
         """`stream_position(name)`: the position (`_xsg_seq`) of the last tuple ingested into a
         stream, when the stream has positions (see `_start_after_other_windows`).
-        `join_runtime` runs joins (`attach(handle_id, (left, right), join_plan, deliver)`);
+        `join_runtime` runs joins (`attach_join(handle_id, (left, right), join_plan, deliver)`);
         without one, `runtime` gets them. `privacy` keeps the consumers' privacy budgets;
         without it a differentially private plan is refused (it could not be paid for)."""
         self.store = store
@@ -297,10 +297,11 @@ class HandleService:
                     raise ValueError("a differentially private window cannot be joined")
                 with self.lock:
                     self._joins.add(handle_id)
-                self.join_runtime.attach(handle_id, (streams[0], streams[1]), plan, buffer.put)
+                self.join_runtime.attach_join(handle_id, (streams[0], streams[1]), plan,
+                                              buffer.put)
             else:
-                self.runtime.attach(handle_id, streams[0], plan,
-                                    self._deliverer(handle_id, subject, plan, buffer))
+                self.runtime.attach_handle(handle_id, streams[0], plan,
+                                           self._deliverer(handle_id, subject, plan, buffer))
         except Exception as exc:
             log.exception("runtime refused handle %s", handle_ref(handle_id))
             self._finish(handle_id, HandleState.ENDED, f"the stream runtime failed: {exc}")

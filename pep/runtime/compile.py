@@ -29,14 +29,16 @@ import math
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 from pep.core import geo
-from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, exact_decimal,
-                            in_timestamp_range, integer_comparison, is_number, micros_from_iso)
+from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ExactNumber,
+                            exact_decimal, in_timestamp_range, integer_comparison, is_number,
+                            micros_from_iso)
 from pep.core.labels import LABEL_MASKS, LabelError, Lattice
 from pep.core.masks import Mask, MaskError, check_fits, parse_mask
-from pep.core.plan import (AGGREGATE_FUNCTIONS, AnyPredicate, ExecutionPlan, Field, Predicate,
-                           SpatialPredicate, StreamSchema, UnionPlan)
+from pep.core.plan import (AGGREGATE_FUNCTIONS, Aggregate, AnyPredicate, ExecutionPlan, Field,
+                           Predicate, SpatialPredicate, StreamSchema, UnionPlan)
 from pep.core.privacy import PrivacySpec, Quantity, is_finite_spec, quantities
 
 LESS, EQUAL, GREATER = 1, 2, 4
@@ -81,7 +83,7 @@ class AnchorSpec:
 # (attribute index 1-based, operator mask, kind, numeric constant, string constant); the numeric
 # constant is a float for NUMERIC_KIND and a 64-bit int for INTEGER_KIND. Spatial rows add
 # (longitude index, geometry): a point (lat, lon), a flat vertex list, or an AnchorSpec.
-PredicateRow = tuple
+PredicateRow = tuple[Any, ...]
 
 
 class PlanError(ValueError):
@@ -149,7 +151,7 @@ class CompiledPlan:
                                    if len(row) > 5 and isinstance(row[6], AnchorSpec)))
 
 
-def timestamp_micros(value: object, where: str):
+def timestamp_micros(value: object, where: str) -> int | Fraction:
     """Epoch microseconds of a timestamp constant, exactly (an int, or a Fraction for a text
     naming a fraction of a microsecond): ISO-8601 text (naive means UTC; the gateway's own
     `...ffffffZ` is what bound conditions hold), or a number of epoch seconds (plans stored
@@ -158,11 +160,11 @@ def timestamp_micros(value: object, where: str):
         raise PlanError(f"{where}: a boolean is not a timestamp")
     if isinstance(value, str):
         try:
-            micros = micros_from_iso(value)
+            micros: int | Fraction = micros_from_iso(value)
         except (ValueError, OverflowError):
             raise PlanError(f"{where}: {value!r} is not an ISO-8601 timestamp") from None
-    elif is_number(value):
-        number = Fraction(value)  # type: ignore[arg-type]
+    elif isinstance(value, (int, float, Decimal, Fraction)):  # a number (a boolean: above)
+        number = Fraction(value)
         micros = round(number * 1_000_000)
     else:
         raise PlanError(f"{where}: {value!r} is not a timestamp")
@@ -183,26 +185,26 @@ def _integer_constant(pred: Predicate, ftype: str, where: str) -> tuple[str, int
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
             return pred.op, int(value.strip().lower() == "true")
         if is_number(value) and value in (0, 1):
-            return pred.op, int(value)  # type: ignore[arg-type]
+            return pred.op, int(value)
         raise PlanError(f"{where}: {value!r} is not a boolean")
     return integer_comparison(pred.op, _exact_number(pred, ftype, where), INT64_MIN, INT64_MAX)
 
 
-def _exact_number(pred: Predicate, ftype: str, where: str) -> int | float | Decimal:
-    value = pred.value
+def _exact_number(pred: Predicate, ftype: str, where: str) -> ExactNumber:
+    value: object = pred.value
     if isinstance(value, bool):
         raise PlanError(f"{where}: a boolean constant cannot be compared with a {ftype} attribute")
     if isinstance(value, str):
         try:
             value = exact_decimal(value)
         except ValueError:
-            value = None  # type: ignore[assignment]
-    if not is_number(value):
+            value = None
+    if not isinstance(value, (int, float, Decimal, Fraction)):  # not a number (`is_number`)
         raise PlanError(f"{where}: {pred.value!r} is not a number, but attribute "
                         f"{pred.attribute!r} is {ftype}")
     if isinstance(value, float) and not math.isfinite(value):
         raise PlanError(f"{where}: {value!r} is not a valid constant")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _double_constant(pred: Predicate, where: str) -> float:
@@ -272,7 +274,7 @@ def _masked(pred: Predicate, schema: StreamSchema, where: str) -> PredicateRow:
     if field is None:
         raise PlanError(f"{where}: attribute {pred.attribute!r} is not in the stream's schema")
     try:
-        mask = parse_mask(pred.mask)  # type: ignore[arg-type]
+        mask = parse_mask(pred.mask)
         check_fits(mask, field.name, field.type)
     except MaskError as exc:
         raise PlanError(f"{where}: {exc}") from None
@@ -310,7 +312,7 @@ def compile_predicate(pred: AnyPredicate, schema: StreamSchema, where: str) -> P
     return (index, mask, NUMERIC_KIND, _double_constant(pred, where), None)
 
 
-def _label_row(pred: Predicate, field, index: int, where: str) -> PredicateRow:
+def _label_row(pred: Predicate, field: Field, index: int, where: str) -> PredicateRow:
     """A label comparison: the constant's code as the 64-bit constant, the op's outcomes."""
     mask = LABEL_MASKS.get(pred.op)
     if mask is None or field.lattice is None:
@@ -362,7 +364,7 @@ def plan_masks(plan: ExecutionPlan, schema: StreamSchema) -> dict[str, Mask]:
     """The plan's masks and those its filter compares on, one per attribute, checked."""
     found: dict[str, Mask] = {}
     pairs = list(plan.masks) + [(p.attribute, p.mask) for conj in plan.filter_dnf or ()
-                                for p in conj if getattr(p, "mask", None)]
+                                for p in conj if isinstance(p, Predicate) and p.mask]
     for name, spec in pairs:
         where = f"mask of {name!r}"
         canonical = _canonical(schema, name, where)
@@ -470,8 +472,9 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
         # a private window is released with noise and without its exact lub; whether it is
         # delivered must not hang on an exact function of its tuples either
         raise PlanError("a differentially private window cannot carry label bounds")
-    lattices = tuple((a, schema.lookup(a).lattice) for a in attributes  # type: ignore[union-attr]
-                     if schema.lookup(a).lattice is not None)  # type: ignore[union-attr]
+    found = {a: schema.lookup(a) for a in attributes}
+    lattices = tuple((a, f.lattice) for a, f in found.items()
+                     if f is not None and f.lattice is not None)
     return CompiledWindow(w.kind, w.size, w.step, tuple(aggs.values()), time_attr, is_ts,
                           max(1, min_count), keys,
                           tuple((a, schema.lookup(a).type) for a in attributes),  # type: ignore
@@ -479,7 +482,7 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
                           privacy, noise, lattices, tuple(bounds))
 
 
-def _privacy(spec: PrivacySpec | None, aggregates, schema: StreamSchema
+def _privacy(spec: PrivacySpec | None, aggregates: tuple[Aggregate, ...], schema: StreamSchema
              ) -> tuple[PrivacySpec | None, tuple[Quantity, ...]]:
     """A private window's parameters checked again (a plan may come from storage): bounds on
     numeric attributes of the schema, every sum and avg bounded, only count/sum/avg."""

@@ -90,7 +90,7 @@ def json_array(columns: Sequence[tuple[str, pa.Array | pa.ChunkedArray, bool]],
     for i, (name, values, raw) in enumerate(columns):
         parts.append(("{" if i == 0 else ",") + json.dumps(name) + ":")
         parts.append(value_texts(values, raw))
-    if len(parts[1]) == 0:  # type: ignore[arg-type]
+    if len(parts[1]) == 0:
         return pa.array([], pa.string())
     return pc.binary_join_element_wise(*parts, "}", "")
 
@@ -98,7 +98,8 @@ def json_array(columns: Sequence[tuple[str, pa.Array | pa.ChunkedArray, bool]],
 def json_objects(columns: Sequence[tuple[str, pa.Array | pa.ChunkedArray, bool]],
                  length: int | None = None) -> list[str]:
     """One JSON object text per row (see `json_array`), as Python strings."""
-    return json_array(columns, length).to_pylist()
+    texts: list[str] = json_array(columns, length).to_pylist()
+    return texts
 
 
 __all__ = ["ISO_TEXT", "iso_text", "json_array", "json_objects", "value_texts"]

@@ -34,12 +34,15 @@ class LazyRuntime:
                 self._runtime = self._factory()
             return self._runtime
 
-    def attach(self, handle_id: str,
-               stream: StreamDefinition | tuple[StreamDefinition, StreamDefinition],
-               plan: ExecutionPlan | UnionPlan | JoinPlan, deliver: Deliver) -> None:
-        """The runtime's attach: a stream's (`StreamRuntimePort`) or a join's (`JoinRuntimePort`),
-        whichever the factory makes."""
-        self.get().attach(handle_id, stream, plan, deliver)
+    def attach_handle(self, handle_id: str, stream: StreamDefinition,
+                      plan: ExecutionPlan | UnionPlan, deliver: Deliver) -> None:
+        """A stream's handle (`StreamRuntimePort`), when the factory makes a `StreamRuntime`."""
+        self.get().attach_handle(handle_id, stream, plan, deliver)
+
+    def attach_join(self, handle_id: str, streams: tuple[StreamDefinition, StreamDefinition],
+                    plan: JoinPlan, deliver: Deliver) -> None:
+        """A join's handle (`JoinRuntimePort`), when the factory makes a `JoinRuntime`."""
+        self.get().attach_join(handle_id, streams, plan, deliver)
 
     def detach(self, handle_id: str) -> None:
         if self._runtime is not None:

@@ -1,16 +1,17 @@
 """Many plain plans matched per micro-batch with array kernels, grouped by shape (no Spark here).
 
-Past `executor.FEW_PLANS` plans the plan table's higher-order functions are what a micro-batch
-costs: Spark runs them interpreted, per tuple and plan (measured here: ~1 s of fixed cost per
-batch for 5,000 plans, the table being a literal in every task, and 3-14 us per tuple and plan
-on top). A `GroupedMatcher` takes that work instead: the rows job returns each tuple of the batch
-once with the values its filters read (one compiled Spark job, no plan table), and the plans'
-tests run here over all tuples and all plans of one shape at once, the constants of a shape
-being arrays. A shape is the structure of a plan's filter: per conjunct, the (attribute, kind)
-of each comparison; plans that differ only in constants, operators and start position share
-one. The outcome of each comparison is the one `executor._predicate_holds` gives (Spark's
-ordering: NaN above every number and equal to itself, a null operand never holds), so what a
-plan passes does not depend on which path evaluated it (a test compares both).
+Past `plan_expressions.FEW_PLANS` plans the plan table's higher-order functions are what a
+micro-batch costs: Spark runs them interpreted, per tuple and plan (measured here: ~1 s of
+fixed cost per batch for 5,000 plans, the table being a literal in every task, and 3-14 us per
+tuple and plan on top). A `GroupedMatcher` takes that work instead: the rows job returns each
+tuple of the batch once with the values its filters read (one compiled Spark job, no plan
+table), and the plans' tests run here over all tuples and all plans of one shape at once, the
+constants of a shape being arrays. A shape is the structure of a plan's filter: per conjunct,
+the (attribute, kind) of each comparison; plans that differ only in constants, operators and
+start position share one. The outcome of each comparison is the one
+`plan_expressions._predicate_holds` gives (Spark's ordering: NaN above every number and equal
+to itself, a null operand never holds), so what a plan passes does not depend on which path
+evaluated it (a test compares both).
 
 The tests run on Spark's workers, not on the driver: `admitted_rows` is the rows job's
 `DataFrame.mapInArrow` function; per Arrow record batch of the tuples it matches and returns only

@@ -35,6 +35,7 @@ import pyarrow as pa
 import opendp.prelude as dp
 
 from pep.core.privacy import PrivacySpec, Quantity
+from pep.runtime.pane_partials import Part
 
 dp.enable_features("contrib")
 
@@ -47,7 +48,7 @@ class Mechanism:
     scale: float
     epsilon: float
     delta: float
-    sample: Callable[[list], list]
+    sample: Callable[[list[Any]], list[Any]]
 
 
 def _spaces(integer: bool) -> tuple[Any, Any, str]:
@@ -106,7 +107,7 @@ def release(window: Any, emitted: Any, order: np.ndarray) -> list[tuple[str, pa.
     released: dict[tuple[str, str], np.ndarray] = {}
     for q in window.noise:
         j = slot[q.attribute]
-        exact = emitted.values[f"c{j}" if q.kind == "count" else f"s{j}"][order]
+        exact = emitted.values[f"{Part.COUNT if q.kind == 'count' else Part.SUM}{j}"][order]
         released[(q.kind, q.attribute)] = noisy(q, exact)
     columns: list[tuple[str, pa.Array, bool]] = []
     for attr, function, name in window.aggregates:

@@ -9,7 +9,7 @@ a plan without privacy), read by index with the attribute index the value itself
 with. The expression is part of the panes job only while some attached window plan is private
 (`Shape.clamped`), so no other plan's physical plan changes.
 
-Private window plans never take the rows path (`executor._rows_mode`): there the raw tuples
+Private window plans never take the rows path (`handle_registry._rows_mode`): there the raw tuples
 would reach the driver and be aggregated there, unclamped by Spark.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from pep.runtime.compile import CompiledWindow
+from pep.runtime.plan_schema import PlanField
 
 
 def bound_arrays(window: CompiledWindow | None, index: dict[str, int]
@@ -41,8 +42,8 @@ def clamped(value: Column, plan: Column, attribute_index: Column, family: str) -
     none (and a null stays null: `greatest` would otherwise make it the lower bound)."""
     if family not in ("d", "l"):
         return value
-    lo = F.element_at(plan["lo"], attribute_index)
-    hi = F.element_at(plan["hi"], attribute_index)
+    lo = F.element_at(plan[PlanField.LOW], attribute_index)
+    hi = F.element_at(plan[PlanField.HIGH], attribute_index)
     if family == "l":  # long bounds are integers within 2^53: exact as doubles
         lo, hi = lo.cast("long"), hi.cast("long")
     return F.when(value.isNull() | lo.isNull() | hi.isNull(), value) \

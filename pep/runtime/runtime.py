@@ -6,7 +6,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from pyspark.sql import SparkSession
 
@@ -14,8 +14,9 @@ from pep.core.plan import ExecutionPlan, StreamDefinition, UnionPlan
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS, Janitor,
                                      Retention, StreamCheckpoint)
-from pep.runtime.compile import PlanError, compile_plan, compile_union
-from pep.runtime.executor import DEFAULT_TUPLE_PANE_MIN, StreamExecutor
+from pep.runtime.compile import CompiledPlan, CompiledUnion, PlanError, compile_plan, compile_union
+from pep.runtime.executor import StreamExecutor
+from pep.runtime.executor_state import DEFAULT_TUPLE_PANE_MIN, Deliver
 from pep.runtime.mask_keys import MaskKeys
 
 log = logging.getLogger(__name__)
@@ -85,11 +86,13 @@ class StreamRuntime:
         self._janitor = Janitor(self._tick, settings.janitor_interval)
         self._janitor.start()
 
-    def attach(self, handle_id: str, stream: StreamDefinition, plan: ExecutionPlan | UnionPlan,
-               deliver: Callable[[RowBatch], bool]) -> None:
+    def attach_handle(self, handle_id: str, stream: StreamDefinition,
+                      plan: ExecutionPlan | UnionPlan, deliver: Callable[[RowBatch], bool]
+                      ) -> None:
         """Serve `plan` to `deliver`; raises PlanError / SourceError / ValueError on bad input."""
         if plan.stream != stream.name:
             raise PlanError(f"plan is for stream {plan.stream!r}, not {stream.name!r}")
+        compiled: CompiledPlan | CompiledUnion
         if isinstance(plan, UnionPlan):
             compiled = compile_union(plan, stream.schema, stream.time_attribute)
             members = compiled.members
@@ -116,7 +119,7 @@ class StreamRuntime:
                 # the owner changed the stream (lateness, added attributes) and this attach
                 # comes before `redefine` was told: the same change, now
                 self._redefine(executor, stream)
-            carried: list = []
+            carried: list[tuple[str, CompiledPlan | CompiledUnion, Deliver]] = []
             if executor is not None and not executor.active:
                 # its query failed: a new attach starts a fresh query (on the same checkpoint,
                 # so the failed batch is tried again) and moves the old handles onto it (their
@@ -197,7 +200,7 @@ class StreamRuntime:
         with self._lock:
             stream = self._handle_streams.pop(handle_id, None)
             executor = self._executors.get(stream) if stream is not None else None
-        if executor is None:
+        if executor is None or stream is None:
             return
         executor.remove_handle(handle_id)  # outside our lock: it may wait for a delivery
         with self._lock:
@@ -225,7 +228,7 @@ class StreamRuntime:
         with self._lock:
             return dict(self._handle_streams)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Per running stream: counters, and whether input waits (`input_waiting`), since when,
         the time of the last completed micro-batch (`last_batch_at`) and `stalled` (input has
         waited longer than the stall bound without a completed batch)."""
@@ -233,7 +236,7 @@ class StreamRuntime:
             executors = dict(self._executors)
         return {name: ex.stats(self.settings.stall_seconds) for name, ex in executors.items()}
 
-    def health(self) -> dict:
+    def health(self) -> dict[str, Any]:
         """Per running stream: {"state": running|stalled|failed|idle, "last_batch_at",
         "last_error"} (epoch seconds or None)."""
         with self._lock:

@@ -7,6 +7,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from pep.runtime.kafka_connector import (KAFKA_CACHE, kafka_connector_jars,
+                                         kafka_unavailable_reason)
+
 # The JVM's log lines in the gateway's own format and on stderr (see the file); a path with
 # spaces is quoted, as spark-submit splits the option string like a shell.
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties").resolve().as_uri()
@@ -34,38 +37,6 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.driver.memory": "2g",
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "1024",
 }
-
-
-# Spark's Kafka connector is not in the pyspark wheel: `make install` (deploy/fetch_kafka_jars.sh)
-# fetches it for the installed pyspark into the checkout's cache; XSG_KAFKA_JARS names another
-# directory of jars (a deployment that is not a checkout).
-KAFKA_CACHE = Path(os.environ.get("XSG_KAFKA_CACHE")
-                   or Path(__file__).resolve().parents[2] / ".cache" / "kafka")
-
-
-def kafka_connector_jars() -> list[str]:
-    """The jars that give Spark its Kafka source, for the installed pyspark: from the directory
-    XSG_KAFKA_JARS names, else from the checkout's cache when its fetch completed; [] when there
-    are none (Kafka streams then fail saying so; everything else runs without them)."""
-    from importlib.metadata import version
-
-    named = os.environ.get("XSG_KAFKA_JARS")
-    directory = Path(named) if named else KAFKA_CACHE / f"spark-{version('pyspark')}"
-    if not named and not (directory / ".complete").is_file():
-        return []
-    return sorted(str(p) for p in directory.glob("*.jar"))
-
-
-def kafka_unavailable_reason() -> str | None:
-    """Why the Kafka connector is missing (the fetch's note, e.g. no mvn), or None."""
-    note = KAFKA_CACHE / "unavailable.txt"
-    if kafka_connector_jars():
-        return None
-    if note.is_file():
-        return note.read_text(encoding="utf-8").strip()
-    return ("Spark's Kafka connector was not fetched: run `make install` (it needs mvn and "
-            "Maven Central), or set XSG_KAFKA_JARS to a directory holding "
-            "spark-sql-kafka-0-10_2.13 for this pyspark and its dependencies")
 
 
 def _with_jars(conf: dict[str, str], jars: list[str]) -> dict[str, str]:
@@ -117,11 +88,15 @@ def warm_up(spark: SparkSession, timeout: float = 60.0) -> float:
     from pathlib import Path
 
     from pep.core.plan import ExecutionPlan, Predicate, SourceSpec, StreamDefinition
-    from pep.runtime.generators import WEATHER_SCHEMA
+    from pep.core.schemas import WEATHER_SCHEMA
     from pep.runtime.runtime import StreamRuntime
 
     started = time.perf_counter()
     got = threading.Event()
+
+    def arrived(rows: object) -> bool:
+        got.set()
+        return True
     stream = StreamDefinition("_xsg_warm_up", "xsg", WEATHER_SCHEMA,
                               SourceSpec("generator", (("schema", "weather"), ("rate", "50"))),
                               time_attribute="samplingtime")
@@ -130,8 +105,12 @@ def warm_up(spark: SparkSession, timeout: float = 60.0) -> float:
     with tempfile.TemporaryDirectory(prefix="xsg-warm-") as tmp:
         runtime = StreamRuntime(spark, Path(tmp), trigger_interval=0.1)
         try:
-            runtime.attach("warm-up", stream, plan, lambda rows: got.set() or True)
+            runtime.attach_handle("warm-up", stream, plan, arrived)
             got.wait(timeout)
         finally:
             runtime.stop()
     return time.perf_counter() - started
+
+
+__all__ = ["DEFAULT_CONF", "KAFKA_CACHE", "create_spark_session", "kafka_connector_jars",
+           "kafka_unavailable_reason", "warm_up"]

@@ -25,17 +25,17 @@ from typing import Callable
 from urllib.parse import urlparse
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pdp.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition, StreamSchema
+from pep.runtime.columns import FILE_COLUMN, SEQ_COLUMN
 from pep.runtime.generators import generator_frame
+from pep.runtime.kafka_connector import kafka_unavailable_reason
 from pep.runtime.memo import OwnedCache
 
-SEQ_COLUMN = "_xsg_seq"
-FILE_COLUMN = "_xsg_file"
 FILE_FORMATS = ("json", "csv", "parquet")
 _SPARK_TYPES = {
     "double": T.DoubleType(),
@@ -65,14 +65,15 @@ def spark_schema(schema: StreamSchema, with_seq: bool = False) -> T.StructType:
     return T.StructType(fields)
 
 
-def _shape(df: DataFrame, schema: StreamSchema, seq: object, file: object) -> DataFrame:
+def _shape(df: DataFrame, schema: StreamSchema, seq: Column | None, file: Column | None
+           ) -> DataFrame:
     cols = [F.col(f"`{f.name}`").cast(_SPARK_TYPES[f.type]).alias(f.name) for f in schema.fields]
     cols.append((seq if seq is not None else F.lit(None)).cast("long").alias(SEQ_COLUMN))
     cols.append((file if file is not None else F.lit(None)).cast("string").alias(FILE_COLUMN))
     return df.select(*cols)
 
 
-def _local_dir(path: str) -> str | None:
+def local_dir(path: str) -> str | None:
     parsed = urlparse(path)
     if parsed.scheme in ("", "file"):
         return parsed.path if parsed.scheme else path
@@ -87,16 +88,16 @@ def _file_frame(spark: SparkSession, stream: StreamDefinition, path: str | None,
     if fmt not in FILE_FORMATS:
         raise SourceError(f"stream {name!r}: file format {fmt!r} is not one of "
                           f"{', '.join(FILE_FORMATS)}")
-    local = _local_dir(path)
+    local = local_dir(path)
     if local is not None:
         if create:
             os.makedirs(local, exist_ok=True)
         elif not os.path.isdir(local):
             raise SourceError(f"stream {name!r}: source directory {path!r} does not exist")
-    per_stream = stream.source.option("maxFilesPerTrigger")
-    if per_stream is not None:
+    own = stream.source.option("maxFilesPerTrigger")
+    if own is not None:
         try:
-            per_stream = parse_int(str(per_stream), "maxFilesPerTrigger", low=1, high=1_000_000)
+            per_stream = parse_int(str(own), "maxFilesPerTrigger", low=1, high=1_000_000)
         except NumberError:
             raise SourceError(f"stream {name!r}: maxFilesPerTrigger must be a positive integer"
                               ) from None
@@ -190,7 +191,6 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
     except AnalysisException as exc:
         if "kafka" in str(exc).lower() and ("DATA_SOURCE_NOT_FOUND" in str(exc)
                                             or "Failed to find data source" in str(exc)):
-            from pep.runtime.session import kafka_unavailable_reason
             raise KafkaConnectorMissing(
                 f"stream {stream.name!r}: Kafka needs Spark's Kafka connector "
                 "(org.apache.spark:spark-sql-kafka-0-10_2.13 matching this Spark version) on the "
@@ -213,8 +213,10 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
 _FRAMES = OwnedCache(maxsize=64)
 
 
-def _cached_frame(spark: SparkSession, key: tuple, build: Callable[[], DataFrame]) -> DataFrame:
-    return _FRAMES.get_or_build(spark, key, build)
+def _cached_frame(spark: SparkSession, key: tuple[object, ...], build: Callable[[], DataFrame]
+                  ) -> DataFrame:
+    frame: DataFrame = _FRAMES.get_or_build(spark, key, build)
+    return frame
 
 
 # `archive_dir` value for a directory whose files are the reader's own (a join's feed, see

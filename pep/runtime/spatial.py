@@ -1,6 +1,6 @@
 """Spatial predicates in the shared Spark job, as data: distance, polygon, distance to an anchor.
 
-The executor's generic predicate (`executor._predicate_holds`) reads a predicate struct and
+The executor's generic predicate (`plan_expressions._predicate_holds`) reads a predicate struct and
 computes an outcome (1 less, 2 equal, 4 greater) that the operator mask accepts or not. This
 module adds the spatial kinds to that struct and to that outcome, with Column expressions only:
 no SQL text, no Python UDF, and no constant ever becomes code. Attaching a plan with a spatial
@@ -48,7 +48,7 @@ from pep.core.geo import EARTH_DIAMETER_M
 from pep.runtime.compile import (ANCHOR_KIND, DISTANCE_KIND, INTEGER_KIND, LABEL_KIND, base_kind,
                                  NUMERIC_KIND, POLYGON_KIND, AnchorSpec, CompiledPlan,
                                  PredicateRow)
-from pep.runtime.sources import SEQ_COLUMN
+from pep.runtime.columns import SEQ_COLUMN
 
 log = logging.getLogger(__name__)
 

@@ -52,7 +52,7 @@ def merged_rows(arrow: pa.Table, mask: np.ndarray, projections: dict[int, tuple[
     rank = {name: i for i, name in enumerate(order)}
     for value in np.unique(masks):
         where = np.nonzero(masks == value)[0]
-        wanted = set()
+        wanted: set[str] = set()
         for bit, projection in projections.items():
             if int(value) >> bit & 1:
                 wanted.update(projection)

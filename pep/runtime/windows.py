@@ -1,8 +1,12 @@
 """Windows from pane partials: the driver's share of window work (numpy; no Spark).
 
+The partials themselves (their columns, the layout of a plan's, merging a batch's into the
+stored ones) are `pane_partials.py`'s; `window_reference.py` computes them from plain rows, a
+pure-Python reference of Spark's share for tests.
+
 Spark computes, per micro-batch, partial aggregates per (plan, key, pane): the tuples of a pane,
 and per aggregated attribute the count of non-null values, their sum, min, max, first and last
-(`executor.py`). A window of size N and step M is a run of N/P consecutive panes of P =
+(`batch_frames.py`). A window of size N and step M is a run of N/P consecutive panes of P =
 gcd(N, M) (tuples or seconds), starting every M/P panes. This module keeps, per plan and key,
 the panes of the windows that are still open, merges the new partials in, and combines panes
 into the windows that are complete. Combining is O(1) per window whatever N/P: panes lie in
@@ -41,276 +45,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from pep.core.labels import CATEGORY_MASK, LEVEL_SHIFT, Lattice
-from pep.runtime.compile import FAMILIES, HIDDEN, CompiledWindow
 import pyarrow.compute as pc
 
+from pep.core.labels import CATEGORY_MASK, LEVEL_SHIFT, Lattice
+from pep.runtime.compile import HIDDEN, CompiledWindow
 from pep.runtime.encode import json_array
+from pep.runtime.pane_partials import (INT_MAX, INT_MIN, KEY_SEP, NO_SEQ, Columns, PaneLayout,
+                                       Part, collapse, concat_partials, empty_partials,
+                                       fill_value, key_codes, pane_count, take_rows)
 
-ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-INT_MAX = np.iinfo(np.int64).max
-INT_MIN = np.iinfo(np.int64).min
-NO_SEQ = INT_MIN  # mseq of a pane whose tuples have no stream position
-KEY_SEP = "\x01"  # joins the JSON texts of a key's values (JSON text never holds a raw \x01)
 _SUM_LIMIT = 2.0 ** 62  # long sums this large are redone with Python integers
-
-
-def iso_utc(seconds: float) -> str:
-    """ISO-8601 UTC text with microseconds and a Z suffix: the form the gateway's ingest writes."""
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime(ISO_FORMAT)
-
-
-# ---------------------------------------------------------------------------------------------
-# Pane partials: a dict of equally long numpy columns
-#   key (object: the key's JSON value texts joined by KEY_SEP; "" without keys), pane (int64),
-#   rows (int64: tuples, nulls included), mseq (int64: highest stream position, NO_SEQ if none),
-#   and per aggregated attribute j: c{j} count of non-null values, s{j} sum (d and l
-#   families), n{j} min, x{j} max, f{j} first, l{j} last, and for time windows ft{j}/lt{j}, the
-#   event time of the first/last value. Values are float64 (d), int64 (l) or object (s); where
-#   c{j} == 0 the value columns hold fillers and are never read.
-# ---------------------------------------------------------------------------------------------
-
-Columns = dict[str, np.ndarray]
-
-
-NEEDS = {"count": (), "sum": ("s",), "avg": ("s",), "min": ("n",), "max": ("x",),
-         "firstval": ("f",), "lastval": ("l",),
-         # a label's least upper bound from its codes: the highest level is the max code's,
-         # the categories the bitwise OR's (`pep.core.labels`)
-         "lub": ("x", "o")}
-PARTS = ("c", "s", "n", "x", "o", "f", "l", "ft", "lt")
-
-
-def needed_parts(window: CompiledWindow) -> tuple[frozenset[str], ...]:
-    """Per aggregated attribute, the partials its functions need (the count always: it tells
-    whether a pane holds a value)."""
-    timed = window.kind == "time"
-    out = []
-    for attr, _ in window.attributes:
-        parts = {"c"}
-        for a, function, _ in window.aggregates:
-            if a == attr:
-                parts.update(NEEDS[function])
-        if timed and "f" in parts:
-            parts.add("ft")
-        if timed and "l" in parts:
-            parts.add("lt")
-        out.append(frozenset(parts))
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class PaneLayout:
-    """How one window plan's partials are shaped, derived from its compiled window."""
-
-    window: CompiledWindow
-    width: int  # pane width: tuples (tuple windows) or seconds (time windows)
-    families: tuple[str, ...]  # per aggregated attribute
-    parts: tuple[frozenset[str], ...]  # per aggregated attribute: the partials it needs
-
-    @classmethod
-    def of(cls, window: CompiledWindow, single: bool = False) -> "PaneLayout":
-        """`single`: every pane is one tuple (tuple windows whose tuples reach the driver)."""
-        width = window.pane
-        if window.kind == "tuple" and (window.keys or single):
-            width = 1  # per-key tuple counts are the driver's: keyed tuple panes are tuples
-        return cls(window, width, tuple(FAMILIES[t] for _, t in window.attributes),
-                   needed_parts(window))
-
-    @property
-    def timed(self) -> bool:
-        return self.window.kind == "time"
-
-    @property
-    def span(self) -> int:  # W: panes per window
-        return self.window.size // self.width
-
-    @property
-    def stride(self) -> int:  # S: panes between window starts
-        return self.window.step // self.width
-
-    def value_columns(self) -> list[str]:
-        return [f"{part}{j}" for j, parts in enumerate(self.parts) for part in PARTS
-                if part in parts]
-
-
-def _dtype(family: str, part: str = "v") -> Any:
-    if part == "c":
-        return np.int64
-    if part in ("ft", "lt"):
-        return np.float64
-    return {"d": np.float64, "l": np.int64, "s": object}[family]
-
-
-def _filler(family: str, part: str = "v") -> Any:
-    dtype = _dtype(family, part)
-    return None if dtype is object else dtype(0)
-
-
-def empty_partials(layout: PaneLayout) -> Columns:
-    out: Columns = {"key": np.empty(0, object), "pane": np.empty(0, np.int64),
-                    "rows": np.empty(0, np.int64), "mseq": np.empty(0, np.int64)}
-    for name in layout.value_columns():
-        part, j = name.rstrip("0123456789"), int(name.lstrip("cnxosflt"))
-        out[name] = np.empty(0, _dtype(layout.families[j], part))
-    return out
-
-
-def _length(cols: Columns) -> int:
-    return len(cols["pane"])
-
-
-def _take(cols: Columns, index: np.ndarray) -> Columns:
-    return {k: v[index] for k, v in cols.items()}
-
-
-def _concat(a: Columns, b: Columns) -> Columns:
-    if _length(a) == 0:
-        return b
-    if _length(b) == 0:
-        return a
-    return {k: np.concatenate([a[k], b[k]]) for k in a}
-
-
-def _numeric(values: Any, family: str, filler: Any) -> np.ndarray:
-    """An Arrow column (or anything array-like) as a numpy column of the family's dtype."""
-    if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        if family == "s":
-            return np.array(values.to_pylist(), dtype=object)
-        arr = values.fill_null(filler)
-        out = arr.to_numpy() if isinstance(arr, pa.Array) else arr.to_numpy()
-        return np.asarray(out, dtype=_dtype(family))
-    if family == "s":
-        return np.array(list(values), dtype=object)
-    return np.asarray(values, dtype=_dtype(family))
-
-
-def partials_from_arrow(table: pa.Table, layout: PaneLayout, columns: dict[str, str],
-                        raw: bool = False) -> Columns:
-    """Partials of one plan from the executor's Arrow result. `columns` maps this module's
-    column names (c0, s0, ...; with `raw`, v0, ...) to the result's column names; key, pane,
-    rows and mseq are named so. `raw`: every pane is one tuple and the result holds its value
-    per attribute (no aggregation in Spark)."""
-    n = table.num_rows
-    out: Columns = {
-        "key": np.array(table.column("key").fill_null("").to_pylist(), dtype=object),
-        "pane": _numeric(table.column("pane"), "l", 0),
-        "rows": np.ones(n, np.int64) if raw else _numeric(table.column("rows"), "l", 0),
-        "mseq": _numeric(table.column("mseq"), "l", NO_SEQ),
-    }
-    for name in layout.value_columns():
-        part, j = name.rstrip("0123456789"), int(name.lstrip("cnxosflt"))
-        fam = layout.families[j]
-        if raw:
-            column = table.column(columns[f"v{j}"])
-            if part == "c":
-                out[name] = column.is_valid().to_numpy(zero_copy_only=False).astype(np.int64)
-            else:
-                out[name] = _numeric(column, fam, _filler(fam))
-        else:
-            out[name] = _numeric(table.column(columns[name]), "l" if part == "c" else
-                                 ("d" if part in ("ft", "lt") else fam), _filler(fam, part))
-    return out
-
-
-def partials_from_values(layout: PaneLayout, keys: np.ndarray | None, seqs: np.ndarray,
-                         values: list[tuple[np.ndarray, np.ndarray]]) -> Columns:
-    """One-tuple panes of tuple windows from a batch's tuples of one plan, in stream order:
-    `keys` (object array of key texts, None without keys), `seqs` (NO_SEQ where unknown),
-    and per aggregated attribute (values in its family's dtype, validity). Panes are numbered
-    per key from the batch's start, as `PaneWindows.add` expects."""
-    n = len(seqs)
-    if keys is None:
-        keys = np.full(n, "", dtype=object)
-        panes = np.arange(n, dtype=np.int64)
-    else:
-        _, code = _codes(keys)
-        order = np.argsort(code, kind="stable")
-        sorted_code = code[order]
-        starts = np.flatnonzero(np.concatenate([[True], sorted_code[1:] != sorted_code[:-1]]))
-        rank = np.arange(n) - np.repeat(starts, np.diff(np.concatenate([starts, [n]])))
-        panes = np.empty(n, np.int64)
-        panes[order] = rank
-    out: Columns = {"key": keys, "pane": panes, "rows": np.ones(n, np.int64),
-                    "mseq": seqs.astype(np.int64)}
-    for j, ((vals, valid), parts) in enumerate(zip(values, layout.parts)):
-        out[f"c{j}"] = valid.astype(np.int64)
-        for part in parts - {"c", "ft", "lt"}:
-            out[f"{part}{j}"] = vals
-    return out
-
-
-def _codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct keys, code of each key)."""
-    if len(keys) == 0:
-        return np.empty(0, object), np.empty(0, np.int64)
-    if keys[0] == keys[-1] and (keys == keys[0]).all():  # one key (always, without keys)
-        return np.array([keys[0]], dtype=object), np.zeros(len(keys), np.int64)
-    uniq, inverse = np.unique(keys, return_inverse=True)
-    return uniq, inverse.astype(np.int64)
-
-
-def _collapse(cols: Columns, layout: PaneLayout) -> Columns:
-    """Sort by (key, pane) and merge partials of the same pane (earlier rows first: the stored
-    panes come before a batch's new partials, which is stream order)."""
-    n = _length(cols)
-    if n == 0:
-        return cols
-    _, code = _codes(cols["key"])
-    order = np.lexsort((np.arange(n), cols["pane"], code))
-    cols = _take(cols, order)
-    code = code[order]
-    same = (code[1:] == code[:-1]) & (cols["pane"][1:] == cols["pane"][:-1])
-    if not same.any():
-        return cols
-    starts = np.flatnonzero(np.concatenate([[True], ~same]))
-    merged = _take(cols, starts)
-    runs = np.flatnonzero(np.diff(np.concatenate([starts, [n]])) > 1)
-    for r in runs.tolist():  # only panes met twice (a batch boundary, late tuples): few
-        lo = starts[r]
-        hi = starts[r + 1] if r + 1 < len(starts) else n
-        group = _take(cols, np.arange(lo, hi))
-        for name, value in _merge_group(group, layout).items():
-            merged[name][r] = value
-    return merged
-
-
-def _merge_group(g: Columns, layout: PaneLayout) -> dict[str, Any]:
-    out: dict[str, Any] = {"rows": int(g["rows"].sum()), "mseq": int(g["mseq"].max())}
-    for j, parts in enumerate(layout.parts):
-        valid = g[f"c{j}"] > 0
-        out[f"c{j}"] = int(g[f"c{j}"].sum())
-        if not valid.any():
-            continue
-        idx = np.flatnonzero(valid)
-        if "n" in parts:
-            out[f"n{j}"] = min(g[f"n{j}"][idx].tolist())
-        if "x" in parts:
-            out[f"x{j}"] = max(g[f"x{j}"][idx].tolist())
-        if "o" in parts:
-            out[f"o{j}"] = int(np.bitwise_or.reduce(g[f"o{j}"][idx].astype(np.int64)))
-        if "s" in parts:
-            out[f"s{j}"] = sum(g[f"s{j}"][idx].tolist())
-        if "f" in parts:
-            first = idx[0]
-            if layout.timed:  # the earliest event time; the earliest row among equal times
-                first = idx[int(np.argmin(g[f"ft{j}"][idx]))]
-                out[f"ft{j}"] = g[f"ft{j}"][first]
-            out[f"f{j}"] = g[f"f{j}"][first]
-        if "l" in parts:
-            last = idx[-1]
-            if layout.timed:  # the latest event time; the latest row among equal times
-                lt = g[f"lt{j}"][idx]
-                last = idx[len(lt) - 1 - int(np.argmax(lt[::-1]))]
-                out[f"lt{j}"] = g[f"lt{j}"][last]
-            out[f"l{j}"] = g[f"l{j}"][last]
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,11 +77,11 @@ def _slide(values: np.ndarray, starts: np.ndarray, span: int, op: np.ufunc) -> n
     """op over values[x:x+span] for every x in starts (values: a multiple of span long, blocks
     aligned at 0)."""
     if span == 1:
-        return values[starts]
+        return np.asarray(values[starts])
     prefix, suffix = _blocks(values, span, op)
     ends = starts + span - 1
     aligned = starts % span == 0
-    return np.where(aligned, prefix[ends], op(suffix[starts], prefix[ends]))
+    return np.asarray(np.where(aligned, prefix[ends], op(suffix[starts], prefix[ends])))
 
 
 def _dense(column: np.ndarray, positions: np.ndarray, size: int, filler: Any) -> np.ndarray:
@@ -370,7 +118,7 @@ def _combine(cols: Columns, layout: PaneLayout, segments: list[tuple[str, int, i
         offsets.append(total)
         total += padded
     # place every stored pane that falls into a segment (cols are sorted by key, then pane)
-    pos = np.full(_length(cols), -1, dtype=np.int64)
+    pos = np.full(pane_count(cols), -1, dtype=np.int64)
     keys, panes = cols["key"], cols["pane"]
     ranges: dict[str, tuple[int, int]] = {}
     if len(keys):
@@ -402,19 +150,21 @@ def _combine(cols: Columns, layout: PaneLayout, segments: list[tuple[str, int, i
     values: dict[str, np.ndarray] = {}
     index = np.arange(total, dtype=np.int64)
     for j, (fam, parts) in enumerate(zip(layout.families, layout.parts)):
-        cnt_d = dense(f"c{j}", 0)
+        cnt_d = dense(f"{Part.COUNT}{j}", 0)
         valid = cnt_d > 0
-        values[f"c{j}"] = _slide(cnt_d, starts, span, np.add)
-        some = values[f"c{j}"] > 0
-        filler = _filler(fam)
-        if "f" in parts:
+        values[f"{Part.COUNT}{j}"] = _slide(cnt_d, starts, span, np.add)
+        some = values[f"{Part.COUNT}{j}"] > 0
+        filler = fill_value(fam)
+        if Part.FIRST in parts:
             first_at = _slide(np.where(valid, index, INT_MAX), starts, span, np.minimum)
-            values[f"f{j}"] = dense(f"f{j}", filler)[np.where(some, first_at, 0)]
-        if "l" in parts:
+            values[f"{Part.FIRST}{j}"] = dense(f"{Part.FIRST}{j}", filler)[
+                np.where(some, first_at, 0)]
+        if Part.LAST in parts:
             last_at = _slide(np.where(valid, index, -1), starts, span, np.maximum)
-            values[f"l{j}"] = dense(f"l{j}", filler)[np.where(some, last_at, 0)]
+            values[f"{Part.LAST}{j}"] = dense(f"{Part.LAST}{j}", filler)[
+                np.where(some, last_at, 0)]
         if fam == "s":
-            for part, op, none in (("n", np.minimum, INT_MAX), ("x", np.maximum, -1)):
+            for part, op, none in ((Part.MIN, np.minimum, INT_MAX), (Part.MAX, np.maximum, -1)):
                 if part not in parts:
                     continue
                 d = dense(f"{part}{j}", None)
@@ -428,21 +178,21 @@ def _combine(cols: Columns, layout: PaneLayout, segments: list[tuple[str, int, i
                 values[f"{part}{j}"] = uniq[np.where(some, _slide(codes, starts, span, op), 0)]
         else:
             big, small = (np.inf, -np.inf) if fam == "d" else (INT_MAX, INT_MIN)
-            if "n" in parts:
-                values[f"n{j}"] = _slide(np.where(valid, dense(f"n{j}", big), big), starts,
-                                         span, np.minimum)
-            if "x" in parts:
-                values[f"x{j}"] = _slide(np.where(valid, dense(f"x{j}", small), small), starts,
-                                         span, np.maximum)
-            if "o" in parts:
-                values[f"o{j}"] = _slide(np.where(valid, dense(f"o{j}", 0), 0), starts, span,
-                                         np.bitwise_or)
-        if "s" in parts:
-            sums = np.where(valid, dense(f"s{j}", filler), filler)
+            if Part.MIN in parts:
+                lows = np.where(valid, dense(f"{Part.MIN}{j}", big), big)
+                values[f"{Part.MIN}{j}"] = _slide(lows, starts, span, np.minimum)
+            if Part.MAX in parts:
+                highs = np.where(valid, dense(f"{Part.MAX}{j}", small), small)
+                values[f"{Part.MAX}{j}"] = _slide(highs, starts, span, np.maximum)
+            if Part.OR in parts:
+                bits = np.where(valid, dense(f"{Part.OR}{j}", 0), 0)
+                values[f"{Part.OR}{j}"] = _slide(bits, starts, span, np.bitwise_or)
+        if Part.SUM in parts:
+            sums = np.where(valid, dense(f"{Part.SUM}{j}", filler), filler)
             if fam == "l" and len(sums) and float(np.abs(sums.astype(np.float64)).sum()) \
                     >= _SUM_LIMIT:
                 sums = np.array([int(v) for v in sums.tolist()], dtype=object)  # exact ints
-            values[f"s{j}"] = _slide(sums, starts, span, np.add)
+            values[f"{Part.SUM}{j}"] = _slide(sums, starts, span, np.add)
     return Emitted(win_panes, win_keys, rows, mseq, values)
 
 
@@ -510,7 +260,7 @@ class PaneWindows:
 
     @property
     def stored_panes(self) -> int:
-        return _length(self.stored)
+        return pane_count(self.stored)
 
     # -- one micro-batch ----------------------------------------------------------------------
     def advance(self, batch_time: float | None, lateness: float) -> float | None:
@@ -535,9 +285,9 @@ class PaneWindows:
     def _add_tuple(self, new: Columns) -> WindowBatch:
         w, layout = self.window, self.layout
         width, span, stride = layout.width, layout.span, layout.stride
-        if _length(new):
+        if pane_count(new):
             # Spark numbered panes from the batch's start: make them global per key
-            uniq, code = _codes(new["key"])
+            uniq, code = key_codes(new["key"])
             before = np.array([self.counts.get(k, 0) for k in uniq.tolist()], dtype=np.int64)
             added = np.bincount(code, weights=new["rows"], minlength=len(uniq)).astype(np.int64)
             for k, b, a in zip(uniq.tolist(), before.tolist(), added.tolist()):
@@ -545,8 +295,8 @@ class PaneWindows:
             new = dict(new, pane=new["pane"] + (before // width)[code])
             # panes between windows (step > size) belong to none
             if stride > span:
-                new = _take(new, np.flatnonzero(new["pane"] % stride < span))
-        cols = _collapse(_concat(self.stored, new), layout)
+                new = take_rows(new, np.flatnonzero(new["pane"] % stride < span))
+        cols = collapse(concat_partials(self.stored, new), layout)
         segments, windows = [], []
         for key, count in self.counts.items():
             k0 = self.next_window.get(key, 0)
@@ -562,15 +312,15 @@ class PaneWindows:
         wanted = segments and w.size >= w.min_count
         emitted = _combine(cols, layout, segments, windows) if wanted else None
         # keep the panes of the windows still open
-        if _length(cols):
-            uniq, code = _codes(cols["key"])
+        if pane_count(cols):
+            uniq, code = key_codes(cols["key"])
             firsts = np.array([self.next_window.get(k, 0) for k in uniq.tolist()],
                               dtype=np.int64) * stride
-            cols = _take(cols, np.flatnonzero(cols["pane"] >= firsts[code]))
+            cols = take_rows(cols, np.flatnonzero(cols["pane"] >= firsts[code]))
         self.stored = cols
         if emitted is None or len(emitted) == 0:
             return WindowBatch([], None)
-        _, code = _codes(emitted.keys)
+        _, code = key_codes(emitted.keys)
         order = np.lexsort((emitted.starts, code))
         starts = emitted.starts[order] * width
         return self._output(emitted, order, pa.array(starts, pa.int64()),
@@ -579,10 +329,10 @@ class PaneWindows:
     def _add_time(self, new: Columns, watermark: float | None) -> WindowBatch:
         w, layout = self.window, self.layout
         width, span, stride = layout.width, layout.span, layout.stride
-        if self.late_start and _length(new):
+        if self.late_start and pane_count(new):
             self.not_before = float(int(new["pane"].min()) * width)
             self.late_start = False
-        if _length(new):
+        if pane_count(new):
             panes = new["pane"]
             k_last = panes // stride
             in_window = panes < k_last * stride + span
@@ -593,10 +343,10 @@ class PaneWindows:
             keep = in_window & ~late
             if self.not_before is not None:
                 keep &= (k_last * stride * width) > self.not_before
-            new = _take(new, np.flatnonzero(keep))
-        cols = _collapse(_concat(self.stored, new), layout)
+            new = take_rows(new, np.flatnonzero(keep))
+        cols = collapse(concat_partials(self.stored, new), layout)
         emitted = None
-        if watermark is not None and watermark > self.closed_until and _length(cols):
+        if watermark is not None and watermark > self.closed_until and pane_count(cols):
             segments, windows = self._candidates(cols)
             if segments:
                 emitted = _combine(cols, layout, segments, windows)
@@ -610,14 +360,14 @@ class PaneWindows:
             self.closed_until = watermark
         elif watermark is not None and watermark > self.closed_until:
             self.closed_until = watermark
-        if _length(cols):  # keep the panes of windows not yet closed
+        if pane_count(cols):  # keep the panes of windows not yet closed
             k_last = cols["pane"] // stride
             keep = (k_last * stride + span) * width > self.closed_until
-            cols = _take(cols, np.flatnonzero(keep))
+            cols = take_rows(cols, np.flatnonzero(keep))
         self.stored = cols
         if emitted is None or len(emitted) == 0:
             return WindowBatch([], None)
-        _, code = _codes(emitted.keys)
+        _, code = key_codes(emitted.keys)
         order = np.lexsort((code, emitted.starts))
         start_s = emitted.starts[order] * width
         if w.time_is_timestamp:
@@ -629,7 +379,8 @@ class PaneWindows:
             ends = pa.array(start_s + w.size, pa.int64())
         return self._output(emitted, order, starts, ends)
 
-    def _candidates(self, cols: Columns) -> tuple[list, list]:
+    def _candidates(self, cols: Columns
+                    ) -> tuple[list[tuple[str, int, int]], list[np.ndarray]]:
         """Segments of stored panes (split where no window can span a gap) and, per segment,
         the starts of the windows that hold at least one of its panes."""
         span, stride = self.layout.span, self.layout.stride
@@ -699,25 +450,26 @@ class PaneWindows:
             codes = _lub_codes(emitted, order, j)
             level_ok = (codes >> LEVEL_SHIFT) <= (bound >> LEVEL_SHIFT)
             cats_ok = (codes & CATEGORY_MASK & ~bound) == 0
-            keep &= (emitted.values[f"c{j}"][order] == 0) | (level_ok & cats_ok)
+            keep &= (emitted.values[f"{Part.COUNT}{j}"][order] == 0) | (level_ok & cats_ok)
         return keep
 
     @staticmethod
     def _result(emitted: Emitted, order: np.ndarray, j: int, function: str, ftype: str
                 ) -> tuple[pa.Array, bool]:
         """One aggregate's output column, and whether it is raw JSON text already."""
-        cnt = emitted.values[f"c{j}"][order]
+        cnt = emitted.values[f"{Part.COUNT}{j}"][order]
         if function == "count":
             return pa.array(cnt.astype(np.int64), pa.int64()), False
         none = cnt == 0
         if function == "avg":
-            sums = emitted.values[f"s{j}"][order]
+            sums = emitted.values[f"{Part.SUM}{j}"][order]
             with np.errstate(invalid="ignore", divide="ignore"):
                 avg = np.array([float(s) / c if c else np.nan
                                 for s, c in zip(sums.tolist(), cnt.tolist())]) \
                     if sums.dtype == object else sums.astype(np.float64) / np.maximum(cnt, 1)
             return pa.array(avg, pa.float64(), mask=none), False
-        key = {"sum": "s", "min": "n", "max": "x", "firstval": "f", "lastval": "l"}[function]
+        key = {"sum": Part.SUM, "min": Part.MIN, "max": Part.MAX, "firstval": Part.FIRST,
+               "lastval": Part.LAST}[function]
         values = emitted.values[f"{key}{j}"][order]
         if ftype == "double":
             return pa.array(values.astype(np.float64), pa.float64(), mask=none), False
@@ -737,15 +489,15 @@ class PaneWindows:
 def _lub_codes(emitted: Emitted, order: np.ndarray, j: int) -> np.ndarray:
     """The least upper bound of each window's label codes: the max code's level, the OR's
     categories."""
-    top = emitted.values[f"x{j}"][order].astype(np.int64)
-    ored = emitted.values[f"o{j}"][order].astype(np.int64)
-    return ((top >> LEVEL_SHIFT) << LEVEL_SHIFT) | (ored & CATEGORY_MASK)
+    top = emitted.values[f"{Part.MAX}{j}"][order].astype(np.int64)
+    ored = emitted.values[f"{Part.OR}{j}"][order].astype(np.int64)
+    return np.asarray(((top >> LEVEL_SHIFT) << LEVEL_SHIFT) | (ored & CATEGORY_MASK))
 
 
 def _lub_texts(emitted: Emitted, order: np.ndarray, j: int, lattice: Lattice) -> pa.Array:
     """The lub of each window as its label's text (each distinct code printed once)."""
     codes = _lub_codes(emitted, order, j)
-    none = emitted.values[f"c{j}"][order] == 0
+    none = emitted.values[f"{Part.COUNT}{j}"][order] == 0
     uniq, inverse = np.unique(np.where(none, 0, codes), return_inverse=True)
     texts = np.array([str(lattice.label(int(c))) for c in uniq.tolist()], dtype=object)
     return pa.array(texts[inverse].tolist(), pa.string(), mask=none)
@@ -756,133 +508,4 @@ def _select(e: Emitted, index: np.ndarray) -> Emitted:
                    {k: v[index] for k, v in e.values.items()})
 
 
-# ---------------------------------------------------------------------------------------------
-# A pure-Python reference of Spark's share: partials from plain rows (tests, and the
-# compatibility classes below)
-# ---------------------------------------------------------------------------------------------
-
-def _family_value(value: Any, ftype: str) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if ftype == "boolean":
-        return 1 if value else 0
-    if ftype == "timestamp" and isinstance(value, str):
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        delta = dt - datetime(1970, 1, 1, tzinfo=timezone.utc)
-        return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
-    return value
-
-
-def partials_from_rows(layout: PaneLayout, rows: Iterable[dict], panes: Iterable[int],
-                       keys: Iterable[str] | None = None, times: Iterable[float] | None = None,
-                       seqs: Iterable[int | None] | None = None) -> Columns:
-    """What Spark computes for one plan's tuples of one batch (given in stream order): partials
-    per (key, pane). `panes` is each tuple's pane as Spark numbers it."""
-    rows = list(rows)
-    panes = list(panes)
-    keys = list(keys) if keys is not None else [""] * len(rows)
-    times = list(times) if times is not None else [0.0] * len(rows)
-    seqs = list(seqs) if seqs is not None else [None] * len(rows)
-    groups: dict[tuple[str, int], list[int]] = {}
-    for i, (k, p) in enumerate(zip(keys, panes)):
-        groups.setdefault((k, p), []).append(i)
-    w = layout.window
-    out: dict[str, list] = {n: [] for n in empty_partials(layout)}
-    for (k, p), idx in groups.items():
-        out["key"].append(k)
-        out["pane"].append(p)
-        out["rows"].append(len(idx))
-        s = [seqs[i] for i in idx if seqs[i] is not None]
-        out["mseq"].append(max(s) if s else NO_SEQ)
-        for j, ((attr, ftype), fam, parts) in enumerate(zip(w.attributes, layout.families,
-                                                            layout.parts)):
-            vals = [(times[i], n, _family_value(rows[i].get(attr), ftype))
-                    for n, i in enumerate(idx)]
-            vals = [v for v in vals if v[2] is not None]
-            out[f"c{j}"].append(len(vals))
-            plain = [v[2] for v in vals]
-            first = min(vals, key=lambda v: (v[0], v[1])) if vals and layout.timed else \
-                (vals[0] if vals else None)
-            last = max(vals, key=lambda v: (v[0], v[1])) if vals and layout.timed else \
-                (vals[-1] if vals else None)
-            got = {"n": min(plain) if vals else None, "x": max(plain) if vals else None,
-                   "s": sum(plain) if vals and "s" in parts else None,
-                   "f": first[2] if vals else None, "l": last[2] if vals else None,
-                   "ft": first[0] if vals else None, "lt": last[0] if vals else None}
-            for part in parts - {"c"}:
-                value = got[part]
-                out[f"{part}{j}"].append(_filler(fam, part) if value is None else value)
-    cols: Columns = {}
-    template = empty_partials(layout)
-    for name, values in out.items():
-        cols[name] = np.array(values, dtype=template[name].dtype) if values else template[name]
-    return cols
-
-
-def _decode(texts: list[str]) -> list[dict]:
-    import json
-    return [json.loads(t) for t in texts]
-
-
-class TupleWindows:
-    """Count-based sliding windows fed with plain rows (reference path: tests, tools)."""
-
-    def __init__(self, spec: CompiledWindow) -> None:
-        assert spec.kind == "tuple"
-        self.spec = spec
-        self.state = PaneWindows(spec)
-
-    @property
-    def open(self) -> dict:
-        return self.state.open
-
-    def add(self, rows: list[dict], keys: list[str] | None = None) -> list[dict]:
-        layout = self.state.layout
-        keys = keys if keys is not None else [""] * len(rows)
-        local: dict[str, int] = {}
-        panes = []
-        offset = self.state.pane_offset()
-        for k in keys:  # what Spark's row_number gives: ordinals from the batch's start
-            rn = local.get(k, 0)
-            local[k] = rn + 1
-            panes.append((offset + rn) // layout.width)
-        parts = partials_from_rows(layout, rows, panes, keys)
-        return _decode(self.state.add(parts).texts)
-
-
-class TimeWindows:
-    """Event-time sliding windows fed with plain rows and their times (reference path)."""
-
-    def __init__(self, spec: CompiledWindow, not_before: float | None = None) -> None:
-        assert spec.kind == "time"
-        self.spec = spec
-        self.state = PaneWindows(spec, not_before)
-
-    @property
-    def late(self) -> int:
-        return self.state.late
-
-    @property
-    def open(self) -> dict:
-        return self.state.open
-
-    def add(self, rows: list[dict], times: list[float | None],
-            keys: list[str] | None = None) -> None:
-        keys = keys if keys is not None else [""] * len(rows)
-        picked = [(r, t, k) for r, t, k in zip(rows, times, keys) if t is not None]
-        width = self.state.layout.width
-        parts = partials_from_rows(self.state.layout, [r for r, _, _ in picked],
-                                   [math.floor(t / width) for _, t, _ in picked],
-                                   [k for _, _, k in picked], [t for _, t, _ in picked])
-        self.state.add(parts)  # no watermark: nothing closes before advance()
-
-    def advance(self, watermark: float | None) -> list[dict]:
-        return _decode(self.state.add(empty_partials(self.state.layout), watermark).texts)
-
-
-__all__ = ["PaneLayout", "PaneWindows", "WindowBatch", "TupleWindows", "TimeWindows",
-           "partials_from_rows", "partials_from_arrow", "partials_from_values",
-           "empty_partials", "iso_utc",
-           "ISO_FORMAT", "KEY_SEP", "NO_SEQ"]
+__all__ = ["PaneWindows", "WindowBatch", "Emitted"]

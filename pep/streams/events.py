@@ -231,8 +231,8 @@ class StreamEvents:
         stream = self._lookup(definition.stream)
         if stream is None:
             return
-        runtime.attach(definition.runtime_id, stream, self.plan(definition),
-                       lambda rows: self.observe(definition, rows))
+        runtime.attach_handle(definition.runtime_id, stream, self.plan(definition),
+                              lambda rows: self.observe(definition, rows))
 
     def evaluate_all(self, runtime: StreamRuntimePort) -> None:
         for definition in self.all():

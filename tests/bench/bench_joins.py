@@ -116,7 +116,7 @@ def run_xsg(spark, work: Path, ldir: Path, rdir: Path, want: int, per_trigger: i
             done.set()
         return True
     started = time.perf_counter()
-    runtime.attach("bench", (lstream, rstream), join_plan(), deliver)
+    runtime.attach_join("bench", (lstream, rstream), join_plan(), deliver)
     done.wait(timeout)
     elapsed = time.perf_counter() - started
     stats = next(iter(runtime.stats().values()))

@@ -246,7 +246,7 @@ class FakeRuntime:
         self.thread = threading.Thread(target=self._run, daemon=True, name="fake-runtime")
         self.thread.start()
 
-    def attach(self, handle_id, stream, plan, deliver) -> None:
+    def attach_handle(self, handle_id, stream, plan, deliver) -> None:
         np = self.np
         lo, hi = -np.inf, np.inf
         for conjunct in plan.filter_dnf or ((),):

@@ -97,7 +97,7 @@ def main() -> None:
     started = time.perf_counter()
     for i in range(args.plans):
         a = i * (1000 - width) / args.plans + (i % 7) * 0.001
-        runtime.attach(f"h{i}", sd, ExecutionPlan(
+        runtime.attach_handle(f"h{i}", sd, ExecutionPlan(
             "s", ((Predicate("v", ">=", a), Predicate("v", "<", a + width)),),
             ("seq", "sent", "v", "pad")), deliver)
     attached = time.perf_counter() - started

@@ -78,7 +78,7 @@ def runtime_first_row(spark, work: Path, directory: Path, name: str, interval: f
     got = threading.Event()
     rt = StreamRuntime(spark, work, trigger_interval=interval)
     started = time.perf_counter()
-    rt.attach("h", stream(directory, name), ExecutionPlan(
+    rt.attach_handle("h", stream(directory, name), ExecutionPlan(
         name, ((Predicate("temp", ">", -100),),), ("seq", "temp")), lambda rows: got.set() or True)
     got.wait(60)
     elapsed = time.perf_counter() - started
@@ -149,7 +149,7 @@ def throughput(spark, work: Path, files: int, per_file: int, interval: float) ->
     rt = StreamRuntime(spark, work / "rt-tp", trigger_interval=interval, max_files_per_trigger=50)
     directory = work / "backlog-runtime"
     directory.mkdir(parents=True)
-    rt.attach("h", stream(directory, "backlog"), ExecutionPlan(
+    rt.attach_handle("h", stream(directory, "backlog"), ExecutionPlan(
         "backlog", ((Predicate("temp", ">", -100),),), ("seq", "temp")), deliver)
     time.sleep(1)
     started = time.perf_counter()
@@ -186,7 +186,7 @@ def concurrency(spark, work: Path, n_handles: int, seconds: float, rate_per_s: i
                                         Predicate("station", "!=", f"s{h % 20}")),
                                        (Predicate("seq", "<", 0),)), ("seq", "sent", "temp"))
         t = time.perf_counter()
-        rt.attach(f"h{h}", sd, plan, make_deliver())
+        rt.attach_handle(f"h{h}", sd, plan, make_deliver())
         attach_times.append(time.perf_counter() - t)
     time.sleep(2)  # let the query settle
     with lock:

@@ -132,7 +132,7 @@ def run_runtime(spark, work: Path, staging: Path, shape: tuple, count: int, n: i
         retention_bytes=None))
     try:
         for i, plan in enumerate(plans_for(name, shape, count)):
-            rt.attach(f"h{i}", stream, plan, deliver_for(i))
+            rt.attach_handle(f"h{i}", stream, plan, deliver_for(i))
         time.sleep(1.0)  # the query runs (empty batches) before the backlog appears
         started = time.perf_counter()
         link_all(staging, src)

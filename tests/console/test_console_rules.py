@@ -42,8 +42,8 @@ class IngestRuntime(RecordingRuntime):
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
-    def attach(self, handle_id, stream, plan, deliver):
-        super().attach(handle_id, stream, plan, deliver)
+    def attach_handle(self, handle_id, stream, plan, deliver):
+        super().attach_handle(handle_id, stream, plan, deliver)
         assert plan.window is None
         feed = self.work / handle_id[:16]
         name = getattr(stream, "name", stream)  # the handle service passes the definition

@@ -35,14 +35,14 @@ def one_batch(spark, work, stream: StreamDefinition, plans: dict[str, ExecutionP
     first = StreamRuntime(spark, work, trigger_interval=0.25)
     try:
         for handle, plan in plans.items():
-            first.attach(handle, stream, plan, Collector())
+            first.attach_handle(handle, stream, plan, Collector())
     finally:
         first.stop()
     produce()
     second = StreamRuntime(spark, work, trigger_interval=0.25)
     sinks = {handle: Collector() for handle in plans}
     for handle, plan in plans.items():
-        second.attach(handle, stream, plan, sinks[handle])
+        second.attach_handle(handle, stream, plan, sinks[handle])
     return second, sinks
 
 
@@ -96,7 +96,7 @@ def test_a_new_handle_starts_at_the_latest_offsets(kafka_runtime, kafka_broker, 
     stream = kafka_stream(kafka_broker, topic)
     producer.send(topic, [rec(0, 99.0)], partition=0)  # before any handle: never delivered
     rows = Collector()
-    kafka_runtime.attach("h", stream, ExecutionPlan(stream.name, None, ("v",)), rows)
+    kafka_runtime.attach_handle("h", stream, ExecutionPlan(stream.name, None, ("v",)), rows)
     # attach returned: the query has fixed its starting offsets, so this is read
     producer.send(topic, [rec(1, 1.0)], partition=0)
     producer.send(topic, [rec(2, 2.0)], partition=2)
@@ -147,12 +147,12 @@ def test_time_windows_group_by_and_spatial_filter(kafka_runtime, kafka_broker, k
     windows, near = Collector(), Collector()
     window = WindowSpec("time", 10, 10, (Aggregate("v", "avg"), Aggregate("v", "count")),
                         time_attribute="ts", min_count=2, keys=("station",))
-    kafka_runtime.attach("t", stream, ExecutionPlan(stream.name, None, (), window), windows)
+    kafka_runtime.attach_handle("t", stream, ExecutionPlan(stream.name, None, (), window), windows)
     # within 5 km of (1.30, 103.80): the far station (1.50, 104.10) never passes
     spatial = ExecutionPlan(stream.name, ((SpatialPredicate("distance", "lat", "lon", "<=",
                                                             5000.0, (1.30, 103.80)),),),
                             ("station", "v"))
-    kafka_runtime.attach("s", stream, spatial, near)
+    kafka_runtime.attach_handle("s", stream, spatial, near)
     start = (T0 + 1000) // 10 * 10 - T0  # [T0+start, T0+start+10) is one epoch-aligned window
     producer.send(topic, [rec(start + 1, 1.0, "A"), rec(start + 2, 3.0, "B")], partition=0)
     producer.send(topic, [rec(start + 3, 5.0, "A"), rec(start + 4, 5.0, "B", 1.50, 104.10)],
@@ -178,7 +178,7 @@ def test_a_stopped_query_resumes_from_its_checkpoint(spark, tmp_path, kafka_brok
     first = StreamRuntime(spark, tmp_path / "work", trigger_interval=0.25)
     rows = Collector()
     try:
-        first.attach("h", stream, plan, rows)
+        first.attach_handle("h", stream, plan, rows)
         producer.send(topic, [rec(1, 1.0), rec(2, 2.0)], partition=0)
         assert wait_until(lambda: len(rows.rows) >= 2, 90)
         # a micro-batch is committed after its delivery; one stopped before that is run again
@@ -190,14 +190,14 @@ def test_a_stopped_query_resumes_from_its_checkpoint(spark, tmp_path, kafka_brok
     second = StreamRuntime(spark, tmp_path / "work", trigger_interval=0.25)
     again = Collector()
     try:
-        second.attach("h", stream, plan, again)
+        second.attach_handle("h", stream, plan, again)
         assert wait_until(lambda: len(again.rows) >= 2, 90)
         time.sleep(0.5)
         assert sorted(r["v"] for r in again.rows) == [3.0, 4.0]
         second.detach("h")  # the last handle left: the next one starts at the latest offsets
         producer.send(topic, [rec(5, 5.0)], partition=0)
         late = Collector()
-        second.attach("h2", stream, plan, late)
+        second.attach_handle("h2", stream, plan, late)
         producer.send(topic, [rec(6, 6.0)], partition=1)
         assert wait_until(lambda: len(late.rows) >= 1, 90)
         time.sleep(0.5)

@@ -18,11 +18,14 @@ class RecordingRuntime:
         self.fail = fail
         self.lock = threading.Lock()
 
-    def attach(self, handle_id, stream, plan, deliver):
+    def attach_handle(self, handle_id, stream, plan, deliver):
         if self.fail:
             raise RuntimeError("no executors")
         with self.lock:
             self.attached[handle_id] = (stream, plan, deliver)
+
+    def attach_join(self, handle_id, streams, plan, deliver):  # `pep.ports.JoinRuntimePort`
+        self.attach_handle(handle_id, streams, plan, deliver)
 
     def detach(self, handle_id):
         with self.lock:

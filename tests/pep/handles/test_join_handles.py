@@ -1,8 +1,8 @@
 """A join's handle: both sides decided, one window on both streams, revoked by either policy.
 
 The whole gateway (PDP, processor, handle service, revocation) over Flask's test client; the
-runtime is the recording stand-in, which receives joins too (`attach(id, (left, right), plan,
-deliver)`). tests/e2e/test_joins.py runs the same paths on real Spark.
+runtime is the recording stand-in, which receives joins too (`attach_join(id, (left, right),
+plan, deliver)`). tests/e2e/test_joins.py runs the same paths on real Spark.
 """
 from __future__ import annotations
 

@@ -477,10 +477,10 @@ class SlowAttachRuntime(RecordingRuntime):
         self.entered = threading.Event()
         self.go = threading.Event()
 
-    def attach(self, handle_id, stream, plan, deliver):
+    def attach_handle(self, handle_id, stream, plan, deliver):
         self.entered.set()
         assert self.go.wait(30)
-        super().attach(handle_id, stream, plan, deliver)
+        super().attach_handle(handle_id, stream, plan, deliver)
 
 
 def test_a_deletion_waits_for_an_attach_under_way_which_then_lets_go(tmp_path):

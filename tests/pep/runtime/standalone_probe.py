@@ -29,9 +29,9 @@ def main(master: str, work: Path) -> dict:
         rows, windows = Collector(), Collector()
         runtime = StreamRuntime(spark, work / "rt")
         started = time.perf_counter()
-        runtime.attach("rows", stream, ExecutionPlan("probe", ((Predicate("v", ">", 5),),),
+        runtime.attach_handle("rows", stream, ExecutionPlan("probe", ((Predicate("v", ">", 5),),),
                                                      ("n",)), rows)
-        runtime.attach("win", stream, ExecutionPlan("probe", None, (), WindowSpec(
+        runtime.attach_handle("win", stream, ExecutionPlan("probe", None, (), WindowSpec(
             "tuple", 5, 5, (Aggregate("v", "sum"),))), windows)
         attach_s = time.perf_counter() - started
         write_jsonl(work / "in", "a.json", [{"n": i, "v": i * 1.0, "_xsg_seq": i}

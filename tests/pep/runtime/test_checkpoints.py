@@ -47,7 +47,7 @@ def test_first_handle_starts_at_the_end_and_again_after_the_last_left(spark, tmp
     rt = runtime_for(spark, tmp_path / "work")
     try:
         first = Collector()
-        rt.attach("h1", sd, PLAN, first)
+        rt.attach_handle("h1", sd, PLAN, first)
         assert rt.stats()["ck"]["skipped_to_end"]
         archived = tmp_path / "work" / "archive" / "ck" / "not-delivered"
         moved = sorted(os.listdir(archived)) if archived.is_dir() else []
@@ -60,7 +60,7 @@ def test_first_handle_starts_at_the_end_and_again_after_the_last_left(spark, tmp
         rt.detach("h1")  # the last handle left: the next first handle starts at the end again
         write_jsonl(tmp_path / "ck", "c.json", recs(8, 10))
         second = Collector()
-        rt.attach("h2", sd, PLAN, second)
+        rt.attach_handle("h2", sd, PLAN, second)
         write_jsonl(tmp_path / "ck", "d.json", recs(10, 12))
         assert wait_until(lambda: len(second.rows) >= 2)
         time.sleep(0.6)
@@ -76,7 +76,7 @@ def test_restarted_query_continues_where_it_stopped(spark, tmp_path):
     rt = runtime_for(spark, work)
     try:
         a = Collector()
-        rt.attach("h", sd, PLAN, a)
+        rt.attach_handle("h", sd, PLAN, a)
         write_jsonl(tmp_path / "ck", "a.json", recs(0, 3))
         assert wait_until(lambda: len(a.rows) >= 3)
     finally:
@@ -86,7 +86,7 @@ def test_restarted_query_continues_where_it_stopped(spark, tmp_path):
     rt = runtime_for(spark, work)
     try:
         b = Collector()
-        rt.attach("h", sd, PLAN, b)  # the handle resumes
+        rt.attach_handle("h", sd, PLAN, b)  # the handle resumes
         assert not rt.stats()["ck"]["skipped_to_end"]
         write_jsonl(tmp_path / "ck", "c.json", recs(6, 7))
         assert wait_until(lambda: len(b.rows) >= 4)
@@ -104,7 +104,7 @@ def test_a_batch_delivered_whose_commit_the_stop_cut_off_is_not_delivered_again(
     rt = runtime_for(spark, work)
     try:
         a = Collector()
-        rt.attach("h", sd, PLAN, a)
+        rt.attach_handle("h", sd, PLAN, a)
         write_jsonl(tmp_path / "ck", "a.json", recs(0, 3))
         assert wait_until(lambda: len(a.rows) >= 3)
     finally:
@@ -119,7 +119,7 @@ def test_a_batch_delivered_whose_commit_the_stop_cut_off_is_not_delivered_again(
     rt = runtime_for(spark, work)
     try:
         b = Collector()
-        rt.attach("h", sd, PLAN, b)
+        rt.attach_handle("h", sd, PLAN, b)
         write_jsonl(tmp_path / "ck", "b.json", recs(3, 5))
         assert wait_until(lambda: len(b.rows) >= 2)
         time.sleep(0.6)
@@ -134,7 +134,7 @@ def test_committed_files_are_archived_and_swept_uncommitted_ones_never(spark, tm
     rt = runtime_for(spark, work, retention_seconds=None, retention_bytes=None)
     try:
         sink = Collector()
-        rt.attach("h", sd, PLAN, sink)
+        rt.attach_handle("h", sd, PLAN, sink)
         for i in range(4):
             write_jsonl(tmp_path / "ck", f"f{i}.json", recs(i * 10, i * 10 + 2))
             assert wait_until(lambda i=i: len(sink.rows) >= 2 * (i + 1))
@@ -187,7 +187,7 @@ def test_a_stall_is_reported_once_and_clears(spark, tmp_path, caplog):
         release.wait(20)  # the micro-batch thread is stuck in delivery
         return True
     try:
-        rt.attach("h", sd, PLAN, slow)
+        rt.attach_handle("h", sd, PLAN, slow)
         assert rt.health()["ck"]["state"] in ("running", "idle")
         with caplog.at_level(logging.WARNING, logger="pep.runtime.runtime"):
             write_jsonl(tmp_path / "ck", "a.json", recs(0, 2))

@@ -175,7 +175,7 @@ def test_rows_through_the_runtime_equal_pythons_filter(spark, frame, cases):
     got = run_plans(spark, frame, plans + windowed, tuple_pane_min=1)
     assert got == want + want[:2]
     # a join's side filter (plain Column expressions, pep/runtime/joins.py)
-    from pep.runtime.joins import filter_column
+    from pep.runtime.join_frames import filter_column
     sd = StreamDefinition("exact", "o", SCHEMA, SourceSpec("ingest", (("path", "/none"),)), "t")
     for plan, expected in zip(plans[:2], want[:2]):
         column = filter_column(plan.filter_dnf, sd)

@@ -438,7 +438,7 @@ def run_join(spark, directory, batches: list[tuple[list[dict], list[dict]]]) -> 
 
     from pyspark.sql import functions as F
 
-    from pep.runtime.joins import joined_frame
+    from pep.runtime.join_frames import joined_frame
     from tests.pep.runtime.support import write_jsonl
 
     left = StreamDefinition("st", "t", LEFT_SCHEMA, SourceSpec(

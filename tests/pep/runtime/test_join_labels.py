@@ -138,7 +138,7 @@ def collect(df, outputs) -> list[dict]:
 @pytest.mark.timeout(240)
 def test_side_windows_are_dropped_exactly_when_the_bound_does_not_dominate_their_lub(
         spark, tmp_path):
-    from pep.runtime.joins import side_frame
+    from pep.runtime.join_frames import side_frame
     for seed in range(3):
         rng = random.Random(2700 + seed)
         lattice = random_lattice(rng)
@@ -162,7 +162,7 @@ def test_side_windows_are_dropped_exactly_when_the_bound_does_not_dominate_their
 @pytest.mark.timeout(240)
 def test_a_joined_rows_label_is_the_lub_of_its_sides_and_never_above_the_session(
         spark, tmp_path):
-    from pep.runtime.joins import joined_frame
+    from pep.runtime.join_frames import joined_frame
     checked = 0
     for seed in range(4):
         rng = random.Random(9100 + seed)
@@ -242,7 +242,7 @@ def test_a_streaming_join_of_labelled_sides_matches_brute_force(spark, tmp_path)
     rt = JoinRuntime(spark, tmp_path / "work", trigger_interval=0.25, lateness=0.0)
     try:
         sink = Collector()
-        rt.attach("h", (left_def, right_def), plan, sink)
+        rt.attach_join("h", (left_def, right_def), plan, sink)
         for k in range(2):
             write_jsonl(tmp_path / "la", f"{k}.json", lrows[k * 40:(k + 1) * 40])
             write_jsonl(tmp_path / "rb", f"{k}.json", rrows[k * 40:(k + 1) * 40])

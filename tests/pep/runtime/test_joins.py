@@ -113,8 +113,8 @@ def test_a_windowed_side_joins_on_its_window_outputs(joins, tmp_path):
     def deliver_shared(batch) -> bool:
         shared.extend(json.loads(text) for text in batch.rows)
         return True
-    joins.attach("a", (left_def, right_def), plan(), deliver)
-    joins.attach("b", (left_def, right_def), plan(), deliver_shared)  # same plan: same query
+    joins.attach_join("a", (left_def, right_def), plan(), deliver)
+    joins.attach_join("b", (left_def, right_def), plan(), deliver_shared)  # same plan: same query
     assert len(joins.stats()) == 1 and set(joins.handles()) == {"a", "b"}
     want = expected(left, right)
     assert sum(want.values()) >= 10
@@ -136,7 +136,7 @@ def test_a_sides_spatial_filter_matches_the_reference_semantics(spark):
     import random
 
     from pep.core.plan import SpatialPredicate
-    from pep.runtime.joins import JoinPlanError, filter_column
+    from pep.runtime.join_frames import JoinPlanError, filter_column
 
     schema = StreamSchema((Field("id", "long"), Field("lat", "double"), Field("lon", "double")))
     definition = StreamDefinition("pos", "t", schema, SourceSpec("ingest"))

@@ -57,7 +57,7 @@ def test_dominance_filters_on_spark_match_the_lattice(runtime, tmp_path, plans_p
         plans.append(ExecutionPlan(name, conjuncts, ("n", "level")))
     sinks = [Collector() for _ in plans]
     for i, (p, sink) in enumerate(zip(plans, sinks)):
-        runtime.attach(f"h{i}", sd, p, sink)
+        runtime.attach_handle(f"h{i}", sd, p, sink)
     records = [{"n": i, "level": str(random_label(rng, lattice)) if i % 17 else None,
                 "_xsg_seq": i} for i in range(120)]
     records[5]["level"] = "NOT-A-LABEL:{x}"  # a files source could hold one: no code, no match
@@ -133,8 +133,8 @@ def test_window_lubs_and_label_bounds_on_spark_match_the_lattice(runtime, tmp_pa
     time_plan = ExecutionPlan("mlsw", None, (), WindowSpec(
         "time", 6, 3, (Aggregate("n", "count"),), "t", label_bounds=(("level", str(bound)),)))
     sinks = {"tuple": Collector(), "time": Collector()}
-    runtime.attach("tw", sd, tuple_plan, sinks["tuple"])
-    runtime.attach("ti", sd, time_plan, sinks["time"])
+    runtime.attach_handle("tw", sd, tuple_plan, sinks["tuple"])
+    runtime.attach_handle("ti", sd, time_plan, sinks["time"])
     for k in range(3):
         write_jsonl(tmp_path / "mlsw", f"part-{k}.json", records[k * 30:(k + 1) * 30])
         time.sleep(0.2)

@@ -34,7 +34,7 @@ def test_iso_text_matches_strftime_on_edge_values():
 
 
 def test_filter_expressions_are_built_once_per_schema(spark):
-    from pep.runtime.executor import filter_expressions
+    from pep.runtime.plan_expressions import filter_expressions
     first = filter_expressions(SCHEMA)
     again = filter_expressions(StreamSchema(SCHEMA.fields))
     assert all(a is b for a, b in zip(first, again))
@@ -58,7 +58,8 @@ def test_source_frame_reused_but_checks_still_run(spark, tmp_path):
 
 def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
     from pep.runtime.compile import compile_plan
-    from pep.runtime.executor import PIDS_COLUMN, StreamExecutor
+    from pep.runtime.columns import PIDS_COLUMN
+    from pep.runtime.executor import StreamExecutor
     from pep.runtime.sources import SEQ_COLUMN
     ex = StreamExecutor(spark, definition(tmp_path), tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -102,7 +103,8 @@ def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
 def test_the_spatial_branch_is_in_the_filter_only_when_a_plan_needs_it(spark):
     """Spark evaluates the plan-table lambdas per row and plan without compiling them: the
     spatial branch (haversine, polygon) made 1,000 plain plans about 20 times slower."""
-    from pep.runtime.executor import ROW_KINDS, matched_plans_column
+    from pep.runtime.plan_expressions import matched_plans_column
+    from pep.runtime.plan_schema import ROW_KINDS
     plain = str(matched_plans_column(ROW_KINDS))
     spatial = str(matched_plans_column(ROW_KINDS, spatial=True))
     assert "ASIN" not in plain.upper() and "RADIANS" not in plain.upper()

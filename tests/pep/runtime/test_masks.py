@@ -44,7 +44,8 @@ def plans(count: int) -> list[ExecutionPlan]:
 
 def test_masks_are_data_of_the_plan_table_and_rows_match_a_reference(spark, tmp_path):
     from pep.runtime.compile import compile_plan
-    from pep.runtime.executor import PIDS_COLUMN, StreamExecutor
+    from pep.runtime.columns import PIDS_COLUMN
+    from pep.runtime.executor import StreamExecutor
     definition = StreamDefinition("m", "nea", SCHEMA, SourceSpec("ingest", (
         ("path", str(tmp_path / "m")),)), "ts")
     ex = StreamExecutor(spark, definition, tmp_path, 0.25, 2, 0.0, lambda h: None,

@@ -163,7 +163,8 @@ def sort_key(plan):
 def run(spark, tmp_path, batches, names=None, tuple_pane_min=None):
     """Feed `batches` through one executor's micro-batch function; tuple_pane_min 1: every
     keyless tuple window is aggregated per pane in Spark (else narrow panes travel as rows)."""
-    from pep.runtime.executor import DEFAULT_TUPLE_PANE_MIN, StreamExecutor
+    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.executor_state import DEFAULT_TUPLE_PANE_MIN
     sd = StreamDefinition("x", "o", SCHEMA, SourceSpec("ingest", (("path", str(tmp_path)),)),
                           time_attribute="ts")
     ex = StreamExecutor(spark, sd, tmp_path / "work", 0.25, 2, 0.0, lambda h: None,

@@ -15,7 +15,7 @@ from pep.core.plan import Aggregate, ExecutionPlan, WindowSpec
 from pep.core.privacy import Bound, Budget, PrivacySpec
 from pep.core.schemas import WEATHER_SCHEMA
 from pep.runtime.compile import compile_plan
-from pep.runtime.windows import TupleWindows
+from pep.runtime.window_reference import TupleWindows
 
 N = 400
 VALUES = [float((7 * i + i // 5) % 11) for i in range(N)]  # integers 0..10

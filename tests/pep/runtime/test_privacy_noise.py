@@ -22,7 +22,8 @@ from pep.core.privacy import Bound, Budget, PrivacySpec
 from pep.core.schemas import WEATHER_SCHEMA
 from pep.runtime.compile import compile_plan
 from pep.runtime.noise import mechanism_of
-from pep.runtime.windows import NO_SEQ, PaneWindows, empty_partials
+from pep.runtime.pane_partials import NO_SEQ, empty_partials
+from pep.runtime.windows import PaneWindows
 
 N = 20_000
 FAILURE = 1e-6

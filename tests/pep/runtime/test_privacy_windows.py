@@ -51,10 +51,10 @@ def test_private_windows_are_clamped_in_spark_and_noisy(runtime, tmp_path):
         "tuple", 2, 2, (Aggregate("temp", "sum"),), keys=("station",), privacy=SPEC))
     sinks = {"private": Collector(), "exact": Collector(), "keyed": Collector(),
              "per_key": Collector()}
-    runtime.attach("private", sd, private, sinks["private"])
-    runtime.attach("exact", sd, exact, sinks["exact"])
-    runtime.attach("keyed", sd, keyed, sinks["keyed"])
-    runtime.attach("per_key", sd, per_key, sinks["per_key"])
+    runtime.attach_handle("private", sd, private, sinks["private"])
+    runtime.attach_handle("exact", sd, exact, sinks["exact"])
+    runtime.attach_handle("keyed", sd, keyed, sinks["keyed"])
+    runtime.attach_handle("per_key", sd, per_key, sinks["per_key"])
     data = records(60)
     for n in range(2):
         write_jsonl(tmp_path / "obs", f"part-{n}.json", data[n * 30:(n + 1) * 30])

@@ -158,7 +158,7 @@ def test_every_delivered_row_and_window_matches_brute_force(runtime, tmp_path, f
     sinks = {h: Collector() for h in plans}
     started = time.perf_counter()
     for h, p in plans.items():
-        runtime.attach(h, sd, p, sinks[h])
+        runtime.attach_handle(h, sd, p, sinks[h])
     attach_all = time.perf_counter() - started
     qid = runtime.query_id("obs")
 
@@ -197,11 +197,11 @@ def test_attach_detach_share_one_query_and_last_detach_stops_it(runtime, spark, 
     sd = stream(tmp_path, "shared")
     a, b, c = Collector(), Collector(), Collector(close_after=1)
     plan = ExecutionPlan("shared", None, ("hum",))
-    runtime.attach("a", sd, plan, a)
+    runtime.attach_handle("a", sd, plan, a)
     qid = runtime.query_id("shared")
     started = time.perf_counter()
-    runtime.attach("b", sd, ExecutionPlan("shared", ((Predicate("hum", ">", 50),),), ("hum",)), b)
-    runtime.attach("c", sd, plan, c)
+    runtime.attach_handle("b", sd, ExecutionPlan("shared", ((Predicate("hum", ">", 50),),), ("hum",)), b)
+    runtime.attach_handle("c", sd, plan, c)
     assert time.perf_counter() - started < 0.3 * 2  # attaching to a running query is cheap
     assert runtime.query_id("shared") == qid
     assert runtime.stats()["shared"]["plans"] == 2 and runtime.stats()["shared"]["handles"] == 3
@@ -230,7 +230,8 @@ def test_attach_detach_share_one_query_and_last_detach_stops_it(runtime, spark, 
 
 def test_physical_plan_does_not_grow_with_handles_and_constants_are_data(spark, tmp_path):
     from pep.runtime.compile import compile_plan
-    from pep.runtime.executor import PIDS_COLUMN, StreamExecutor
+    from pep.runtime.columns import PIDS_COLUMN
+    from pep.runtime.executor import StreamExecutor
     sd = stream(tmp_path, "static")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -288,7 +289,9 @@ def test_a_few_plans_compiled_agree_with_the_plan_table(spark, tmp_path):
     from dataclasses import replace
 
     from pep.runtime.compile import compile_plan
-    from pep.runtime.executor import PIDS_COLUMN, StreamExecutor, few_plans_column
+    from pep.runtime.columns import PIDS_COLUMN
+    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.plan_expressions import few_plans_column
     sd = stream(tmp_path, "few")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -330,7 +333,9 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     from dataclasses import replace
 
     from pep.runtime.compile import compile_plan
-    from pep.runtime.executor import BITS_COLUMN, FEW_PLANS, PIDS_COLUMN, StreamExecutor
+    from pep.runtime.columns import BITS_COLUMN, PIDS_COLUMN
+    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.plan_expressions import FEW_PLANS
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -33,7 +33,7 @@ def test_csv_files_are_ordered_by_time_attribute_for_tuple_windows(runtime, tmp_
     plan = ExecutionPlan("f_csv", None, (), WindowSpec("tuple", 3, 3, (Aggregate("v", "firstval"),
                                                                       Aggregate("v", "lastval"),
                                                                       Aggregate("tag", "count"))))
-    runtime.attach("h", files_stream(src, "csv"), plan, sink)
+    runtime.attach_handle("h", files_stream(src, "csv"), plan, sink)
     # lines deliberately out of time order inside the file: the time attribute orders them
     lines = ["t,v,tag"] + [f"{t},{t * 10.0},x{t}" for t in (3, 1, 2, 6, 5, 4)]
     tmp = src / ".a.tmp"
@@ -51,7 +51,7 @@ def test_parquet_files_deliver_filtered_projected_rows(runtime, tmp_path):
     src.mkdir()
     sink = Collector()
     plan = ExecutionPlan("f_parquet", ((Predicate("tag", "=", "b"),),), ("t", "tag"))
-    runtime.attach("h", files_stream(src, "parquet", ("maxFilesPerTrigger", "1")), plan, sink)
+    runtime.attach_handle("h", files_stream(src, "parquet", ("maxFilesPerTrigger", "1")), plan, sink)
     table = pa.table({"t": pa.array([1, 2, 3, 4], pa.int64()), "v": [0.5, 1.5, None, 2.5],
                       "tag": ["a", "b", "b", None]})
     pq.write_table(table, src / ".x.tmp")
@@ -59,13 +59,13 @@ def test_parquet_files_deliver_filtered_projected_rows(runtime, tmp_path):
     assert wait_until(lambda: len(sink.rows) >= 2)
     assert sink.rows == [{"t": 2, "tag": "b"}, {"t": 3, "tag": "b"}]
     with pytest.raises(SourceError, match="maxFilesPerTrigger must be a positive integer"):
-        runtime.attach("bad", files_stream(src, "json", ("maxFilesPerTrigger", "0")),
+        runtime.attach_handle("bad", files_stream(src, "json", ("maxFilesPerTrigger", "0")),
                        ExecutionPlan("f_json", None, ("t",)), Collector())
 
 
 def test_missing_files_directory_is_a_clear_error(runtime, tmp_path):
     with pytest.raises(SourceError, match="does not exist"):
-        runtime.attach("h", files_stream(tmp_path / "nope", "json"),
+        runtime.attach_handle("h", files_stream(tmp_path / "nope", "json"),
                        ExecutionPlan("f_json", None, ("t",)), Collector())
     assert runtime.handles() == {} and runtime.stats() == {}
 
@@ -78,10 +78,10 @@ def test_generators_produce_weather_and_ais_tuples(runtime):
                            SourceSpec("generator", (("schema", "ais"), ("rate", "40"))),
                            time_attribute="ts")
     w, s = Collector(), Collector()
-    runtime.attach("w", weather, ExecutionPlan(
+    runtime.attach_handle("w", weather, ExecutionPlan(
         "weather", ((Predicate("humidity", ">=", 0), Predicate("winddirection", "<", 360)),),
         ("samplingtime", "temperature", "winddirection")), w)
-    runtime.attach("s", ais, ExecutionPlan("ships", ((Predicate("shiptype", "=", "cargo"),),),
+    runtime.attach_handle("s", ais, ExecutionPlan("ships", ((Predicate("shiptype", "=", "cargo"),),),
                                            ("mmsi", "shipname", "shiptype", "speed")), s)
     assert wait_until(lambda: len(w.rows) >= 5 and len(s.rows) >= 2)
     assert set(w.rows[0]) == {"samplingtime", "temperature", "winddirection"}
@@ -96,7 +96,7 @@ def test_unknown_generator_attribute_is_a_clear_error(runtime):
     bad = StreamDefinition("g", "o", StreamSchema((Field("pressure", "double"),)),
                            SourceSpec("generator", (("schema", "weather"), ("rate", "5"))))
     with pytest.raises(SourceError, match="no attribute 'pressure'"):
-        runtime.attach("h", bad, ExecutionPlan("g", None, ("pressure",)), Collector())
+        runtime.attach_handle("h", bad, ExecutionPlan("g", None, ("pressure",)), Collector())
 
 
 def test_socket_source_delivers_json_lines(runtime):
@@ -118,7 +118,7 @@ def test_socket_source_delivers_json_lines(runtime):
     sd = StreamDefinition("sock", "o", SCHEMA,
                           SourceSpec("socket", (("host", "127.0.0.1"), ("port", str(port)))))
     sink = Collector()
-    runtime.attach("h", sd, ExecutionPlan("sock", ((Predicate("v", ">=", 2),),), ("t",)), sink)
+    runtime.attach_handle("h", sd, ExecutionPlan("sock", ((Predicate("v", ">=", 2),),), ("t",)), sink)
     assert wait_until(lambda: len(sink.rows) >= 6)
     assert sink.rows == [{"t": i} for i in range(4, 10)]
     runtime.detach("h")
@@ -131,7 +131,7 @@ def test_kafka_without_connector_says_so(runtime, spark):
     sd = StreamDefinition("k", "o", SCHEMA, SourceSpec(
         "kafka", (("bootstrap.servers", "127.0.0.1:9"), ("subscribe", "topic"))))
     with pytest.raises(KafkaConnectorMissing, match="Kafka connector.*not include it"):
-        runtime.attach("h", sd, ExecutionPlan("k", None, ("t",)), Collector())
+        runtime.attach_handle("h", sd, ExecutionPlan("k", None, ("t",)), Collector())
     assert runtime.handles() == {} and runtime.stats() == {}
 
 
@@ -140,7 +140,7 @@ def test_failed_query_is_reported_and_next_attach_restarts_it_with_old_handles(r
     src.mkdir()
     sd = files_stream(src, "parquet")
     first = Collector()
-    runtime.attach("first", sd, ExecutionPlan("f_parquet", None, ("t",)), first)
+    runtime.attach_handle("first", sd, ExecutionPlan("f_parquet", None, ("t",)), first)
     # a file whose `v` is text cannot be read with the declared schema: the query fails
     pq.write_table(pa.table({"t": pa.array([1], pa.int64()), "v": ["x"], "tag": ["a"]}),
                    src / ".bad.tmp")
@@ -151,7 +151,7 @@ def test_failed_query_is_reported_and_next_attach_restarts_it_with_old_handles(r
     assert health["state"] == "failed" and health["last_error"]
     os.remove(src / "bad.parquet")
     second = Collector()
-    runtime.attach("second", sd, ExecutionPlan("f_parquet", None, ("t",)), second)
+    runtime.attach_handle("second", sd, ExecutionPlan("f_parquet", None, ("t",)), second)
     assert runtime.stats()["f_parquet"]["active"] and set(runtime.handles()) == {"first", "second"}
     pq.write_table(pa.table({"t": pa.array([7], pa.int64()), "v": [1.0], "tag": ["a"]}),
                    src / ".ok.tmp")

@@ -111,7 +111,7 @@ def test_spatial_rows_match_the_reference_semantics(runtime, tmp_path):
     sd = stream(tmp_path)
     sinks = {h: Collector() for h in PLANS}
     for h, p in PLANS.items():
-        runtime.attach(h, sd, p, sinks[h])
+        runtime.attach_handle(h, sd, p, sinks[h])
     records = make_records(200)
     for n in range(8):  # several files and micro-batches: the anchor's state crosses batches
         write_jsonl(tmp_path / "ships", f"part-{n}.json", records[n * 25:(n + 1) * 25])
@@ -140,11 +140,11 @@ def test_no_distance_to_without_a_known_anchor_and_the_plan_does_not_grow(runtim
     never = Collector()
     never_far = Collector()
     everything = Collector()
-    runtime.attach("never", sd, ExecutionPlan("quiet", ((SpatialPredicate(
+    runtime.attach_handle("never", sd, ExecutionPlan("quiet", ((SpatialPredicate(
         "distance_to", "lat", "lon", "<=", 1e7, (), "mmsi", 99),),), ("mmsi",)), never)
-    runtime.attach("never-far", sd, ExecutionPlan("quiet", ((SpatialPredicate(
+    runtime.attach_handle("never-far", sd, ExecutionPlan("quiet", ((SpatialPredicate(
         "distance_to", "lat", "lon", ">", 0.0, (), "mmsi", 99),),), ("mmsi",)), never_far)
-    runtime.attach("all", sd, ExecutionPlan("quiet", None, ("mmsi",)), everything)
+    runtime.attach_handle("all", sd, ExecutionPlan("quiet", None, ("mmsi",)), everything)
     write_jsonl(tmp_path / "quiet", "a.json", make_records(40))
     assert wait_until(lambda: len(everything.rows) >= 40, 60)
     time.sleep(0.6)
@@ -155,7 +155,8 @@ def test_no_distance_to_without_a_known_anchor_and_the_plan_does_not_grow(runtim
 def test_spatial_constants_are_data_and_the_plan_does_not_grow(spark, tmp_path):
     import re
     from pep.runtime.compile import compile_plan
-    from pep.runtime.executor import PIDS_COLUMN, StreamExecutor
+    from pep.runtime.columns import PIDS_COLUMN
+    from pep.runtime.executor import StreamExecutor
     ex = StreamExecutor(spark, stream(tmp_path, "static"), tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
         [(i, f"s{i}", 1.0 + 0.01 * i, 103.5 + 0.02 * i, 1.0, i + 1, None) for i in range(30)],

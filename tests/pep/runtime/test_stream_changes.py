@@ -50,8 +50,8 @@ def test_added_attributes_restart_the_query_losing_and_repeating_nothing(spark, 
     total = 240
     try:
         plain, windows = SlowCollector(), Collector()
-        rt.attach("plain", old, ExecutionPlan("grow", None, ("n",)), plain)
-        rt.attach("windows", old, ExecutionPlan(
+        rt.attach_handle("plain", old, ExecutionPlan("grow", None, ("n",)), plain)
+        rt.attach_handle("windows", old, ExecutionPlan(
             "grow", None, ("n",), WindowSpec("tuple", 4, 4, (Aggregate("n", "sum"),))), windows)
         run = lambda: str(rt._executors["grow"]._query.runId)  # noqa: E731 - the same id,
         first_run = run()                                       # a new run after a restart
@@ -72,7 +72,7 @@ def test_added_attributes_restart_the_query_losing_and_repeating_nothing(spark, 
         assert run() != first_run
         assert rt.stats()["grow"]["handles"] == 2
         wide = Collector()
-        rt.attach("wide", new, ExecutionPlan("grow", None, ("n", "w")), wide)
+        rt.attach_handle("wide", new, ExecutionPlan("grow", None, ("n", "w")), wide)
         writer.join(30)
         assert wait_until(lambda: len(plain.rows) >= total, timeout=60)
         time.sleep(0.8)
@@ -97,7 +97,7 @@ def test_a_new_lateness_reaches_the_running_query_and_a_dropped_stream_stops(spa
     rt = runtime_for(spark, tmp_path / "work")
     try:
         sink = Collector()
-        rt.attach("h", sd, ExecutionPlan("late", None, ("n",)), sink)
+        rt.attach_handle("h", sd, ExecutionPlan("late", None, ("n",)), sink)
         executor = rt._executors["late"]
         assert executor.lateness == 7.0
         assert rt.redefine(replace(sd, lateness=None))  # back to the runtime's default

@@ -78,8 +78,8 @@ def test_unions_of_grants_match_a_some_grant_admits_it_oracle(runtime, tmp_path)
     sinks = {f"u{i}": Collector() for i in range(len(unions))}
     sinks["plain"] = Collector()
     for i, u in enumerate(unions):
-        runtime.attach(f"u{i}", sd, u, sinks[f"u{i}"])
-    runtime.attach("plain", sd, shared, sinks["plain"])
+        runtime.attach_handle(f"u{i}", sd, u, sinks[f"u{i}"])
+    runtime.attach_handle("plain", sd, shared, sinks["plain"])
     records = make_records(90)
     for n in range(3):
         write_jsonl(tmp_path / "obs", f"part-{n}.json", records[n * 30:(n + 1) * 30])

@@ -1,0 +1,181 @@
+"""The batch's shape (what the attached plans read, never how many there are) and the plan table:
+every attached plan as a struct of one row (`plan_schema.py`), rebuilt from Arrow when the set of
+plans changes or a tuple window's open pane moves.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+
+from pep.runtime.compile import FAMILIES, MASKED_KIND, CompiledPlan, row_attributes
+from pep.runtime.masks import mask_struct
+from pep.runtime.privacy import bound_arrays, is_private
+from pep.runtime.spatial import predicate_struct
+from pep.runtime.columns import HASHED_PREFIX
+from pep.runtime.plan_schema import FAMILY_FIELDS, PLAIN, PLAN_TABLE_ARROW, PlanField
+from pep.runtime.executor_state import PlanState
+from pep.runtime.handle_registry import HandleRegistry
+from pep.runtime.batch_shape import Shape
+
+
+class PlanTable(HandleRegistry):
+    """The attached plans as data (one row of plan structs) and the batch's `Shape`."""
+
+    def _prepare_plans(self) -> None:
+        plans, version = self._current()
+        if plans:
+            shape = self._shape_of(plans, version)
+            self._plan_table(plans, version, shape)
+
+    def _shape_of(self, plans: list[PlanState], version: int) -> Shape:
+        cached = self._shape
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        plain: set[str] = set()
+        keys: set[str] = set()
+        read: set[str] = set()
+        slots: dict[str, set[str]] = {}
+        tuples = timed = ordered = False
+        single = True
+        masked = any(s.compiled.masks for s in plans)
+        hashed: set[str] = set()
+        for s in plans:
+            if s.rows:
+                hashed.update(self._field_names[i - 1] for i, m in s.compiled.masks
+                              if m.kind == "hash" and self._types[self._field_names[i - 1]]
+                              == "long")
+            for conj in s.compiled.conjuncts:
+                read.update(self._field_names[i - 1] for row in conj for i in row_attributes(row))
+            w = s.compiled.window
+            if w is None:
+                plain.update(s.compiled.projection)
+                continue
+            if s.rows:
+                plain.update(a for a, _ in w.attributes)
+                plain.update(w.keys)
+                continue
+            layout = s.windows.layout  # type: ignore[union-attr]
+            keys.update(w.keys)
+            read.update(a for a, _ in w.attributes)
+            if s.compiled.masks:
+                read.update(w.keys)  # masked keys are computed per plan from the values
+            seen = {"d": 0, "l": 0, "s": 0}
+            for fam, parts in zip(layout.families, layout.parts):
+                slots.setdefault(f"{fam}{seen[fam]}", set()).update(parts)
+                seen[fam] += 1
+            if w.kind == "tuple":
+                tuples = True
+                single &= layout.width == 1
+            else:
+                timed = True
+                read.add(w.time_attribute or "")
+                ordered |= any(f in ("firstval", "lastval") for _, f, _ in w.aggregates)
+        if masked:
+            read.update(keys)  # every plan's keys are computed from the values then
+        order = list(self._field_names)
+        slot_list = tuple((name, name[0], frozenset(parts)) for fam in "dls"
+                          for name, parts in sorted(slots.items(), key=lambda kv: int(kv[0][1:]))
+                          if name[0] == fam)
+        shape = Shape(tuple(n for n in order if n in plain), tuples, timed, slot_list,
+                      tuple(n for n in order if n in keys), ordered, self._full_order,
+                      single, frozenset(read),
+                      any(len(row) > 5 for s in plans for conj in s.compiled.conjuncts
+                          for row in conj),
+                      clamped=any(is_private(s.compiled.window) for s in plans if not s.rows),
+                      masked=masked,
+                      masked_filters=any(row[2] & MASKED_KIND for s in plans
+                                         for conj in s.compiled.conjuncts
+                                         for row in conj if len(row) == 5),
+                      hashed=tuple(n for n in order if n in hashed and n in plain))
+        self._shape = (version, shape)
+        return shape
+
+    def _offsets(self, plans: list[PlanState]) -> tuple[tuple[int, int], ...]:
+        return tuple((s.id, s.windows.pane_offset()) for s in plans
+                     if s.windows is not None and s.windows.layout.width > 1
+                     and not s.windows.layout.timed)
+
+    def _plan_table(self, plans: list[PlanState], version: int, shape: Shape
+                    ) -> tuple[DataFrame | None, Column | None]:
+        """The plans as one row of data (and its scalar-subquery column), rebuilt only when the
+        set of plans changed or a tuple window's open pane moved (pane width > 1).
+
+        Built in the gateway's session (the batch of the query's cloned session reads a
+        LocalRelation from it just as well)."""
+        key = (version, self._offsets(plans), self._anchors.version)
+        with self._table_lock:  # start() and the first micro-batch may ask at once
+            cached = self._table
+            if cached is not None and cached[0] == key:
+                return cached[1], cached[2]
+            frame = self._build_table(plans, shape)
+            scalar = frame.scalar() if frame is not None else None
+            self._table = (key, frame, scalar)
+            return frame, scalar
+
+    def _build_table(self, plans: list[PlanState], shape: Shape) -> DataFrame | None:
+        data = []
+        for s in plans:
+            c = s.compiled
+            if c.passes_nothing:
+                continue
+            row: dict[str, Any] = {
+                PlanField.ID: s.id, PlanField.KIND: PLAIN, PlanField.START_AFTER: c.start_after,
+                PlanField.CONJUNCTS: [[predicate_struct(r, self._anchors.segments) for r in conj]
+                                      for conj in c.conjuncts],
+                PlanField.PANE_WIDTH: None, PlanField.PANE_OFFSET: None,
+                PlanField.TIME_INDEX: None, PlanField.TIME_KIND: None, PlanField.KEYS: [],
+                PlanField.DOUBLES: [], PlanField.LONGS: [], PlanField.STRINGS: [],
+                PlanField.LOW: None, PlanField.HIGH: None, PlanField.MASKS: self._mask_structs(c)}
+            w = c.window
+            windows = s.windows
+            if w is not None and windows is not None:
+                lo, hi = bound_arrays(w, self._index)
+                row.update({PlanField.KIND: s.kind, PlanField.PANE_WIDTH: windows.layout.width,
+                            PlanField.LOW: lo, PlanField.HIGH: hi,
+                            PlanField.PANE_OFFSET: windows.pane_offset(),
+                            PlanField.KEYS: [self._index[k] for k in w.keys]})
+                if w.kind == "time" and w.time_attribute is not None:
+                    row.update({PlanField.TIME_INDEX: self._index[w.time_attribute],
+                                PlanField.TIME_KIND: 0 if w.time_is_timestamp else 1})
+                by_family: dict[str, list[int | None]] = {"d": [], "l": [], "s": []}
+                for attr, ftype in w.attributes:
+                    by_family[FAMILIES[ftype]].append(self._index[attr])
+                for fam in "dls":
+                    count = sum(1 for _, f, _ in shape.slots if f == fam)
+                    padding = [None] * (count - len(by_family[fam]))
+                    row[FAMILY_FIELDS[fam]] = by_family[fam] + padding
+            data.append(row)
+        if not data:
+            return None
+        # from Arrow: a LocalRelation, so reading it as a subquery needs no Spark job
+        return self.spark.createDataFrame(pa.Table.from_pylist([{"plans": data}],
+                                                                schema=PLAN_TABLE_ARROW))
+
+    def _mask_key(self, owner: str) -> bytes:
+        if self._mask_key_of is None:
+            raise RuntimeError("this runtime has no hash keys: a hash mask cannot be served")
+        return self._mask_key_of(owner)
+
+    def _mask_structs(self, compiled: CompiledPlan) -> list[dict[str, Any] | None] | None:
+        """The plan's masks as one struct per attribute (None where it shows the raw value),
+        the owner's hash key inside hash masks only; None when the plan masks nothing."""
+        if not compiled.masks:
+            return None
+        out: list[dict[str, Any] | None] = [None] * len(self._field_names)
+        for index, mask in compiled.masks:
+            ftype = self._types[self._field_names[index - 1]]
+            key = self._mask_key(self.definition.owner) if mask.kind == "hash" else None
+            out[index - 1] = mask_struct(mask, ftype, key)
+        return out
+
+    def row_columns(self, compiled: CompiledPlan, names: Iterable[str]) -> list[str]:
+        """The rows job's columns holding a plan's values of `names` (a hashed long: its
+        text's column)."""
+        hashed = {self._field_names[i - 1] for i, m in compiled.masks if m.kind == "hash"
+                  and self._types[self._field_names[i - 1]] == "long"}
+        return [HASHED_PREFIX + n if n in hashed else n for n in names]
+
+
+__all__ = ["PlanTable"]

@@ -1,0 +1,271 @@
+"""A micro-batch's results into handles: the rows job's rows ordered, encoded once per projection
+and given to each plain plan (and union of grants); tuple windows' rows and the panes job's
+partials into windows (`windows.py`); delivery under each handle's lock.
+"""
+from __future__ import annotations
+
+import logging
+import operator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pep.core.labels import LabelError, Lattice
+from pep.core.refs import handle_ref
+from pep.core.rows import RowBatch
+from pep.runtime.encode import json_array, value_texts
+from pep.runtime.matcher import GroupedMatcher
+from pep.runtime.union import member_masks, merged_rows, tag_rows
+from pep.runtime.pane_partials import (KEY_SEP, NO_SEQ, PARTS, PaneLayout, empty_partials,
+                                       partials_from_arrow, partials_from_values)
+from pep.runtime.columns import BITS_COLUMN, PIDS_COLUMN, SEQ_COLUMN
+from pep.runtime.executor_state import AttachedHandle, PlanState
+from pep.runtime.batch_shape import Shape
+from pep.runtime.batch_frames import BatchFrames
+
+log = logging.getLogger(__name__)
+
+
+class ResultRouting(BatchFrames):
+    """The jobs' Arrow results into `RowBatch`es, delivered to each plan's handles."""
+
+    def _route_rows(self, arrow: pa.Table, plans: list[PlanState], shape: Shape,
+                    grouped: GroupedMatcher | None = None) -> list[str]:
+        keys = [(c, "ascending", "at_end") for c in self._order_columns(shape)]
+        arrow = arrow.take(pc.sort_indices(arrow, sort_keys=keys))
+        if grouped is not None:  # a plan's pairs together, in stream order
+            plan_ids, row_ids = grouped.pairs(arrow.column(BITS_COLUMN).combine_chunks())
+        else:
+            matches = arrow.column(PIDS_COLUMN).combine_chunks()
+            plan_ids = pc.list_flatten(matches).to_numpy(zero_copy_only=False)
+            row_ids = pc.list_parent_indices(matches).to_numpy(zero_copy_only=False)
+            # a plan's pairs together, in stream order (a stable sort); a radix sort when the
+            # ids span at most 2^16 (numpy sorts 16-bit keys so), else a merge sort
+            sort_keys = plan_ids
+            if len(plan_ids):
+                low = plan_ids.min()
+                if int(plan_ids.max()) - int(low) < 1 << 16:
+                    sort_keys = (plan_ids - low).astype(np.uint16)
+            by_plan = np.argsort(sort_keys, kind="stable")
+            plan_ids, row_ids = plan_ids[by_plan], row_ids[by_plan]
+        # each plan's pairs are one run: its bounds
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(plan_ids)) + 1)) \
+            if len(plan_ids) else np.empty(0, np.int64)
+        ends = list(starts[1:].tolist()) + [len(plan_ids)]
+        bounds = dict(zip(plan_ids[starts].tolist(), zip(starts.tolist(), ends)))
+        seqs = arrow.column(SEQ_COLUMN).combine_chunks().fill_null(NO_SEQ).to_numpy()
+        groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[PlanState]] = {}
+        closed: list[str] = []
+        for state in plans:
+            if state.id not in bounds:
+                continue
+            if state.windows is not None:
+                closed += self._row_windows(state, arrow, row_ids[slice(*bounds[state.id])],
+                                            seqs)
+            elif state.handles:  # a member of unions only is delivered through them, below
+                projection = state.compiled.projection
+                sources = tuple(self.row_columns(state.compiled, projection))
+                groups.setdefault((projection, sources), []).append(state)
+        for (projection, sources), members in groups.items():
+            picks = [row_ids[slice(*bounds[s.id])] for s in members]
+            rows = picks[0] if len(picks) == 1 else np.unique(np.concatenate(picks))
+            table = arrow.select(list(sources)).rename_columns(list(projection)) \
+                .take(pa.array(rows))
+            texts, lengths = _json_texts(table)
+            for state, idx in zip(members, picks):
+                if len(picks) == 1:
+                    chosen, size = tuple(texts), int(lengths.sum())
+                else:
+                    at = np.searchsorted(rows, idx)
+                    chosen = _pick(texts, at)
+                    size = int(lengths[at].sum())
+                top = int(seqs[idx].max()) if len(idx) else NO_SEQ
+                out = RowBatch(chosen, size, None if top == NO_SEQ else top)
+                state.batches += 1
+                closed += self._deliver(state, out)
+        closed += self._route_unions(arrow, row_ids, bounds, seqs, plans)
+        return closed
+
+    def _route_unions(self, arrow: pa.Table, row_ids: np.ndarray,
+                      bounds: dict[int, tuple[int, int]], seqs: np.ndarray,
+                      plans: list[PlanState]) -> list[str]:
+        """Each union's plain members' rows, merged per tuple (`pep.runtime.union`)."""
+        with self._lock:
+            unions = [u for u in self._unions.values() if u.handles]
+        if not unions:
+            return []
+        states = {s.id: s for s in plans}
+        closed: list[str] = []
+        for union in unions:
+            members = [(bit, pid) for bit, pid in enumerate(union.members)
+                       if pid in states and states[pid].windows is None]
+            if not members:
+                continue
+            mask = member_masks(arrow.num_rows, row_ids, bounds, members)
+            projections = {bit: states[pid].compiled.projection for bit, pid in members}
+            out = merged_rows(arrow, mask, projections, self._field_names, _json_texts, seqs,
+                              NO_SEQ)
+            if out is not None:
+                closed += self._deliver_to(list(union.handles.values()), out)
+        return closed
+
+    def _row_windows(self, state: PlanState, arrow: pa.Table, idx: np.ndarray,
+                     seqs: np.ndarray) -> list[str]:
+        """A tuple window's tuples of this batch (in stream order) into one-tuple panes."""
+        windows = state.windows
+        assert windows is not None
+        w = windows.window
+        take = pa.array(idx)
+        keys = None
+        column = dict(zip(self._field_names, self.row_columns(state.compiled,
+                                                              self._field_names)))
+        if w.keys:
+            texts = [value_texts(arrow.column(column[k]).take(take)) for k in w.keys]
+            joined = texts[0] if len(texts) == 1 else \
+                pc.binary_join_element_wise(*texts, KEY_SEP)
+            keys = np.array(joined.to_pylist(), dtype=object)
+        lattices = dict(w.lattices)
+        values = [_family_values(arrow.column(column[attr]).take(take), ftype,
+                                 lattices.get(attr))
+                  for attr, ftype in w.attributes]
+        partials = partials_from_values(windows.layout, keys, seqs[idx], values)
+        result = windows.add(partials)
+        state.batches += 1
+        if not len(result):
+            return []
+        return self._deliver(state, RowBatch(tuple(result.texts), result.nbytes,
+                                             result.last_position))
+
+    # ----- window plans: panes into windows ---------------------------------------------------
+    def _route_panes(self, arrow: pa.Table | None, plans: list[PlanState], shape: Shape
+                     ) -> list[str]:
+        bounds: dict[int, tuple[int, int]] = {}
+        if arrow is not None and arrow.num_rows:
+            arrow = arrow.sort_by("pid")
+            pids = arrow.column("pid").to_numpy()
+            ids, starts = np.unique(pids, return_index=True)
+            ends = list(starts[1:].tolist()) + [len(pids)]
+            bounds = dict(zip(ids.tolist(), zip(starts.tolist(), ends)))
+        closed: list[str] = []
+        for state in plans:
+            windows = state.windows
+            assert windows is not None
+            layout = windows.layout
+            batch_time = None
+            if state.id in bounds:
+                lo, hi = bounds[state.id]
+                assert arrow is not None  # bounds come from it
+                mine = arrow.slice(lo, hi - lo)
+                partials = partials_from_arrow(mine, layout, _slot_columns(layout),
+                                               raw=shape.raw)
+                if layout.timed:
+                    batch_time = pc.max(mine.column("mt")).as_py()
+            else:
+                partials = empty_partials(layout)
+            # the plan's own watermark: only tuples its filter passed move it
+            watermark = windows.advance(batch_time, self.lateness) if layout.timed else None
+            result = windows.add(partials, watermark)
+            state.batches += 1
+            if len(result):
+                out = RowBatch(tuple(result.texts), result.nbytes, result.last_position)
+                closed += self._deliver(state, out)
+        return closed
+
+    def _deliver(self, state: PlanState, out: RowBatch) -> list[str]:
+        closed = self._deliver_to(list(state.handles.values()), out)
+        if state.unions and state.windows is not None:
+            # a windowed member's windows go to its unions' handles, tagged with its index
+            with self._lock:
+                targets = [(self._unions[key], index) for key, index in state.unions.items()
+                           if key in self._unions]
+            for union, index in targets:
+                closed += self._deliver_to(list(union.handles.values()), tag_rows(out, index))
+        return closed
+
+    def _deliver_to(self, handles: list[AttachedHandle], out: RowBatch) -> list[str]:
+        closed = []
+        for handle in handles:
+            with handle.lock:
+                if not handle.active:
+                    continue
+                try:
+                    ok = handle.deliver(out)
+                except Exception:
+                    log.exception("deliver of handle %s failed; detaching it",
+                                  handle_ref(handle.id))
+                    ok = False
+                if ok is False:
+                    handle.active = False
+                    closed.append(handle.id)
+                else:
+                    handle.delivered_rows += len(out)
+                    self.stats_counters["rows_delivered"] += len(out)
+        return closed
+
+
+def _family_values(column: pa.ChunkedArray, ftype: str, lattice: Lattice | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """An attribute's values as the windows' family dtype, and where they are present (NaN
+    counts as absent, as null does; a label's text that is no label of its lattice too)."""
+    column = column.combine_chunks()
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    if ftype == "label" and lattice is not None:  # its code, each distinct text parsed once
+        texts = column.fill_null("")
+        uniq, inverse = np.unique(np.array(texts.to_pylist(), dtype=object),
+                                  return_inverse=True)
+        codes = np.array([_label_code(t, lattice) for t in uniq.tolist()], dtype=np.int64)
+        values = codes[inverse] if len(uniq) else np.empty(0, np.int64)
+        return np.where(values < 0, 0, values), valid & (values >= 0)
+    if ftype == "string":
+        return np.array(column.to_pylist(), dtype=object), valid
+    if ftype == "double":
+        values = column.fill_null(0.0).to_numpy(zero_copy_only=False).astype(np.float64)
+        nan = np.isnan(values)
+        if nan.any():
+            valid = valid & ~nan
+            values = np.where(nan, 0.0, values)
+        return values, valid
+    if ftype == "timestamp":
+        column = column.cast(pa.timestamp("us")).cast(pa.int64())
+    elif ftype == "boolean":
+        column = column.cast(pa.int64())
+    return column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), valid
+
+
+def _label_code(text: str, lattice: Lattice) -> int:
+    try:
+        return lattice.parse(text).code
+    except LabelError:
+        return -1
+
+
+def _slot_columns(layout: PaneLayout) -> dict[str, str]:
+    """This plan's attribute j -> the panes job's slot columns (per family, in order)."""
+    seen = {"d": 0, "l": 0, "s": 0}
+    out = {}
+    for j, fam in enumerate(layout.families):
+        name = f"{fam}{seen[fam]}"
+        seen[fam] += 1
+        out[f"v{j}"] = name
+        for part in PARTS:
+            out[f"{part}{j}"] = f"{name}_{part}"
+    return out
+
+
+def _json_texts(table: pa.Table) -> tuple[list[str], np.ndarray]:
+    """Each row's JSON text, and its length in bytes."""
+    encoded = json_array([(name, table.column(name), False) for name in table.column_names],
+                         table.num_rows)
+    return encoded.to_pylist(), pc.binary_length(encoded).to_numpy().astype(np.int64)
+
+
+def _pick(texts: list[str], at: np.ndarray) -> tuple[str, ...]:
+    if len(at) == 0:
+        return ()
+    if len(at) == 1:
+        return (texts[int(at[0])],)
+    return tuple(operator.itemgetter(*at.tolist())(texts))
+
+
+__all__ = ["ResultRouting"]
