@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pdp.numbers import NumberError, parse_float, parse_int
+from pdp.xmlsafe import json_too_deep
 from pep.core.errors import Conflict, InvalidInput, NotFound, NotPermitted, Refusal
 from pep.core.labels import LabelError, Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
@@ -89,26 +90,9 @@ def _reject_constant(name: str) -> Any:
 
 def _json_depth_ok(text: str, limit: int) -> None:
     """Bracket nesting outside strings, counted before the (recursive) JSON parser runs."""
-    if text.count("[") + text.count("{") <= limit:
-        return
-    depth, in_string, escaped = 0, False, False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > limit:
-                raise InvalidStream(f"expected {_REGISTRATION}: the document nests deeper than "
-                                    f"{limit} levels")
-        elif ch in "]}":
-            depth -= 1
+    if json_too_deep(text, limit) is not None:
+        raise InvalidStream(f"expected {_REGISTRATION}: the document nests deeper than "
+                            f"{limit} levels")
 
 
 def parse_registration(body: bytes) -> dict:
