@@ -11,7 +11,7 @@ Indeterminate values of XACML 3.0 ({P}, {D}, {DP}) are distinct codes.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from pdp.errors import Indeterminate
 from pdp.results import (STATUS_MISSING_ATTRIBUTE, STATUS_PROCESSING_ERROR, AttributeAssignment,
@@ -25,6 +25,7 @@ TO_DECISION = (Decision.PERMIT, Decision.DENY, Decision.NOT_APPLICABLE, Decision
                Decision.INDETERMINATE, Decision.INDETERMINATE)
 
 Expr = Callable[["EvalContext"], Any]
+T = TypeVar("T")
 
 
 class EvalContext:
@@ -175,17 +176,24 @@ def make_match(impl: Callable, literal: Any, bag_expr: Expr, fast_equal: bool) -
         return match_eq
 
     def match(ctx: EvalContext) -> bool:
-        error = None
-        for v in bag_expr(ctx):
-            try:
-                if impl(literal, v):
-                    return True
-            except Indeterminate as exc:
-                error = error or exc
-        if error is not None:
-            raise error
-        return False
+        return _decided_by_any(bag_expr(ctx), lambda v: impl(literal, v), True)
     return match
+
+
+def _decided_by_any(items: Iterable[T], test: Callable[[T], Any], decisive: bool) -> bool:
+    """XACML's short-circuit over Indeterminate (a Match over a bag, AllOf, AnyOf): `decisive`
+    as soon as one item's test gives it, even after an Indeterminate; else the first
+    Indeterminate met is raised; else the other truth value."""
+    error = None
+    for item in items:
+        try:
+            if bool(test(item)) is decisive:
+                return decisive
+        except Indeterminate as exc:
+            error = error or exc
+    if error is not None:
+        raise error
+    return not decisive
 
 
 def make_all_of(matches: Sequence[Matcher]) -> Matcher:
@@ -194,16 +202,7 @@ def make_all_of(matches: Sequence[Matcher]) -> Matcher:
     matches = tuple(matches)
 
     def all_of(ctx: EvalContext) -> bool:
-        error = None
-        for m in matches:
-            try:
-                if not m(ctx):
-                    return False
-            except Indeterminate as exc:
-                error = error or exc
-        if error is not None:
-            raise error
-        return True
+        return _decided_by_any(matches, lambda m: m(ctx), False)
     return all_of
 
 
@@ -213,16 +212,7 @@ def make_any_of(all_ofs: Sequence[Matcher]) -> Matcher:
     all_ofs = tuple(all_ofs)
 
     def any_of(ctx: EvalContext) -> bool:
-        error = None
-        for a in all_ofs:
-            try:
-                if a(ctx):
-                    return True
-            except Indeterminate as exc:
-                error = error or exc
-        if error is not None:
-            raise error
-        return False
+        return _decided_by_any(all_ofs, lambda a: a(ctx), True)
     return any_of
 
 

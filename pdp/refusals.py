@@ -4,8 +4,9 @@ A route (`pdp.http.api`) raises a refusal of one kind: the input is invalid, the
 for does not exist or was deleted, the caller may not manage it, it conflicts with what is
 stored, the engine is not loaded yet, ... The HTTP edge (`pdp.http.errors`) holds the one table
 from these kinds (and the PDP's other errors) to status codes, and answers each with the one
-JSON error body. The kinds are those of the stream side's refusals (`pep.core.errors`), so one
-vocabulary says what went wrong on either side; this module knows nothing of HTTP or Flask.
+JSON error body. The stream side's refusals of the same names (`pep.core.errors`) are
+subclasses of these, so one vocabulary says what went wrong on either side; this module knows
+nothing of HTTP or Flask.
 
 A refusal carries a message that says what and where, and `details`: JSON-ready fields the edge
 adds to the error body beside the message (a policy's id, the source, element and line of a

@@ -146,7 +146,9 @@ def parse_json(data: bytes | str, *, max_bytes: int | None = None,
         text = data
         if len(text.encode("utf-8")) > max_bytes:
             raise UnsafeDocumentError(f"JSON document is over the limit of {max_bytes} bytes")
-    _check_json_depth(text, max_depth)
+    too_deep = json_too_deep(text, max_depth)
+    if too_deep is not None:
+        raise UnsafeDocumentError(f"JSON document nests deeper than {max_depth} levels", too_deep)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -158,10 +160,11 @@ def parse_json(data: bytes | str, *, max_bytes: int | None = None,
         raise UnsafeDocumentError("JSON document nests too deeply") from None
 
 
-def _check_json_depth(text: str, max_depth: int) -> None:
-    """Count bracket nesting outside strings before handing the text to the recursive parser."""
+def json_too_deep(text: str, max_depth: int) -> int | None:
+    """The line on which a JSON text's bracket nesting (outside strings) first goes deeper than
+    `max_depth`, or None: counted before a recursive parser (Python's json) sees the text."""
     if text.count("[") + text.count("{") <= max_depth:
-        return
+        return None
     depth = 0
     in_string = False
     escaped = False
@@ -180,8 +183,9 @@ def _check_json_depth(text: str, max_depth: int) -> None:
         elif ch in "[{":
             depth += 1
             if depth > max_depth:
-                raise UnsafeDocumentError(f"JSON document nests deeper than {max_depth} levels", line)
+                return line
         elif ch in "]}":
             depth -= 1
         elif ch == "\n":
             line += 1
+    return None

@@ -29,6 +29,7 @@ from pdp.refusals import (
     Conflict, Gone, InputTooLarge, InvalidInput, NotAcceptable, NotFound, NotPermitted,
     Unauthenticated, Unavailable, UnsupportedMedia,
 )
+from pdp.service import PolicyIdMismatchError
 from pdp.store import PolicyExistsError, PolicyNotFoundError
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,8 @@ ErrorTable = Union[Mapping[type[BaseException], int], Sequence[tuple[type[BaseEx
 # the PDP's errors, by kind: what its routes raise, or let through from the service and store
 ERROR_STATUS: dict[type[BaseException], int] = {
     InvalidInput: 400,
-    NumberError: 400,  # a query parameter that is not the number it must be
+    NumberError: 400,  # a header, query parameter or field that is not the number it must be
+    PolicyIdMismatchError: 400,
     PolicyLoadError: 400,
     RequestSyntaxError: 400,
     Unauthenticated: 401,
@@ -86,6 +88,11 @@ def _as_dict(table: ErrorTable) -> Mapping[type[BaseException], int]:
     return table if isinstance(table, Mapping) else dict(table)
 
 
+def with_pdp(table: ErrorTable) -> dict[type[BaseException], int]:
+    """An embedder's table over the PDP's `ERROR_STATUS`: what `respond` looks errors up in."""
+    return {**ERROR_STATUS, **_as_dict(table)}
+
+
 def status_for(exc: BaseException, table: ErrorTable) -> int | None:
     """The status of the most specific class of `exc` that the table names: its MRO is walked
     from the exception's own class up, as Flask finds handlers, so a subclass maps to its own
@@ -126,7 +133,7 @@ def respond(exc: BaseException, table: ErrorTable,
             render: Callable[[BaseException, int], Response | None] | None = None) -> Response:
     """The answer to `exc` (inside an app context): its status in `table` or, for a kind
     `table` does not map, in the PDP's `ERROR_STATUS`; else a logged 500."""
-    status = status_for(exc, {**ERROR_STATUS, **_as_dict(table)})
+    status = status_for(exc, with_pdp(table))
     if status is None:
         log.error("unhandled error", exc_info=exc)
         return error_response(500, "internal error; see the gateway log")
@@ -140,4 +147,4 @@ def respond(exc: BaseException, table: ErrorTable,
 
 
 __all__ = ["ERROR_STATUS", "error_response", "no_content", "install_error_handlers", "respond", "status_for",
-           "ErrorTable"]
+           "with_pdp", "ErrorTable"]

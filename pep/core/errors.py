@@ -2,49 +2,56 @@
 
 Every refusal the gateway's services raise is a `Refusal` of one kind: the input is invalid, the
 thing asked for does not exist, the caller may not do it, it conflicts with what is live, ... The
-HTTP edge (`pep/http/errors.py`) holds the one table from these kinds to status codes, the way
-OPA's server/writer maps its error codes: services stay testable without a web framework, and
-one place decides what a client sees.
+HTTP edge holds the table from these kinds to status codes, the way OPA's server/writer maps
+its error codes: services stay testable without a web framework, and one place decides what a
+client sees.
 
 A refusal carries a message that says what and where, and optional `details` (JSON-ready
 fields such as the offending attribute, line or handle) that the edge adds to the error body.
+
+The kinds the PDP's routes refuse with too (`pdp.refusals`: invalid input, not found, ...) are
+subclasses of the PDP's, so one vocabulary says what went wrong on either side and each kind has
+its status in the PDP's table (`pdp.http.errors.ERROR_STATUS`); the ones only the stream side
+has (a denied or malformed stream request, an unprocessable query) are in `pep/http/errors.py`.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from pdp import refusals
 
-class Refusal(Exception):
-    """An operation was refused; `message` says why, `details` adds machine-readable fields."""
+
+class Refusal(refusals.Refusal):
+    """An operation was refused; `message` says why, `details` adds machine-readable fields
+    (unlike the PDP's, a None detail is left out)."""
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
-        self.message = message
         self.details = {k: v for k, v in details.items() if v is not None}
 
 
-class InvalidInput(Refusal):
+class InvalidInput(Refusal, refusals.InvalidInput):
     """Malformed or impossible input: a bad document, query, condition, schema or record."""
 
 
-class UnsupportedMedia(Refusal):
+class UnsupportedMedia(Refusal, refusals.UnsupportedMedia):
     """The body's media type is not one the operation reads."""
 
 
-class InputTooLarge(Refusal):
+class InputTooLarge(Refusal, refusals.InputTooLarge):
     """The input (a body, a batch of records) is over a size limit. Named apart from the
     analysis' internal bound (`pep.core.analysis`), which is no refusal."""
 
 
-class NotFound(Refusal):
+class NotFound(Refusal, refusals.NotFound):
     """The thing named does not exist (or is not the caller's to know about)."""
 
 
-class Gone(Refusal):
+class Gone(Refusal, refusals.Gone):
     """The thing named existed and has ended."""
 
 
-class NotPermitted(Refusal):
+class NotPermitted(Refusal, refusals.NotPermitted):
     """The caller may not do this: a role or ownership rule, or a query for hidden data."""
 
 
@@ -70,7 +77,7 @@ class MalformedRequest(InvalidInput):
         self.media_type = media_type
 
 
-class Conflict(Refusal):
+class Conflict(Refusal, refusals.Conflict):
     """The operation conflicts with the current state (exists already, another live query)."""
 
 
@@ -87,7 +94,7 @@ class TooComplex(Unprocessable):
     """The query is too large to analyse or to run safely."""
 
 
-class Unavailable(Refusal):
+class Unavailable(Refusal, refusals.Unavailable):
     """A part the operation needs is not ready or failed; the client may retry."""
 
     def __init__(self, message: str, retry_after: int | None = None, **details: Any) -> None:

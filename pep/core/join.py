@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from typing import Literal
 
@@ -466,7 +467,9 @@ def _seconds_exact(value: object) -> Fraction:
     number (epoch seconds)."""
     if isinstance(value, str):
         return Fraction(micros_from_iso(value), 1_000_000)
-    return Fraction(value)  # type: ignore[arg-type]
+    if isinstance(value, (int, float, Decimal, Fraction)):
+        return Fraction(value)
+    raise TypeError(f"{value!r} is not a time constant")
 
 
 def _time_satisfiable(plan: JoinPlan, lc, rc) -> bool:

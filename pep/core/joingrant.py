@@ -72,7 +72,8 @@ def is_join_obligation(ob: Obligation) -> bool:
 def split_obligations(obligations: Iterable[Obligation]
                       ) -> tuple[tuple[Obligation, ...], tuple[Obligation, ...]]:
     """(the stream obligations, the `stream-join` ones)."""
-    rest, joins = [], []
+    rest: list[Obligation] = []
+    joins: list[Obligation] = []
     for ob in obligations:
         (joins if is_join_obligation(ob) else rest).append(ob)
     return tuple(rest), tuple(joins)

@@ -1,45 +1,30 @@
-"""The one table from what went wrong to the HTTP status a client gets.
+"""The gateway's statuses: the stream side's own kinds, over the PDP's table.
 
 Services raise refusals by kind (`pep.core.errors`) and the PDP raises its own errors; routes
-let them propagate, and this table decides the status. An exception gets the status of the most
-specific of its classes the table names (its MRO is walked, as Flask finds handlers), so the
-order of entries does not matter and a subclass may have a status of its own. A refusal that carries a XACML response (a denial, a request that does
-not parse) is answered in XACML, in the request's format; every other one gets the JSON error
-body of `pdp.http.errors`, with the refusal's details (attribute, line, handle, ...) beside the
-message.
+let them propagate, and the table decides the status. The kinds both sides have (invalid input,
+not found, ...: the stream side's are subclasses of the PDP's) and the PDP's errors have their
+status in the PDP's table (`pdp.http.errors.ERROR_STATUS`); `ERROR_STATUS` here adds the kinds
+only the stream side has, and `pdp.http.errors.respond` looks an error up in both. An exception
+gets the status of the most specific of its classes the tables name (its MRO is walked, as Flask
+finds handlers), so the order of entries does not matter and a subclass may have a status of
+its own. A refusal that carries a XACML response (a denial, a request that does not parse) is
+answered in XACML, in the request's format; every other one gets the JSON error body of
+`pdp.http.errors`, with the refusal's details (attribute, line, handle, ...) beside the message.
 """
 from __future__ import annotations
 
 from flask import Flask, Response
 
-from pdp import (PolicyExistsError, PolicyIdMismatchError, PolicyLoadError, PolicyNotFoundError,
-                 RequestSyntaxError, media_kind, render_response)
-from pdp.http.errors import error_response, install_error_handlers, respond, status_for
-from pdp.numbers import NumberError
-from pep.core.errors import (AccessDenied, Conflict, Gone, InputTooLarge, InvalidInput,
-                             MalformedRequest, NotFound, NotPermitted, Unavailable, Unprocessable,
-                             UnsupportedMedia)
+from pdp import media_kind, render_response
+from pdp.http.errors import error_response, install_error_handlers, respond, status_for, with_pdp
+from pep.core.errors import AccessDenied, MalformedRequest, Unavailable, Unprocessable
 
+# the kinds only the stream side has (the others, and the PDP's errors where a route lets them
+# through, are in the PDP's table)
 ERROR_STATUS: dict[type[BaseException], int] = {
-    # the stream side's refusals, by kind
-    InvalidInput: 400,
     MalformedRequest: 400,
-    InputTooLarge: 413,
-    NumberError: 400,  # a header, query parameter or field that is not the number it must be
-    UnsupportedMedia: 415,
-    NotPermitted: 403,
     AccessDenied: 403,
-    NotFound: 404,
-    Gone: 410,
-    Conflict: 409,
     Unprocessable: 422,
-    Unavailable: 503,
-    # the PDP's errors, where a route lets them through
-    PolicyNotFoundError: 404,
-    PolicyExistsError: 409,
-    PolicyIdMismatchError: 400,
-    PolicyLoadError: 400,
-    RequestSyntaxError: 400,
 }
 
 XACML_MEDIA = {"xml": "application/xacml+xml", "json": "application/xacml+json"}
@@ -69,8 +54,9 @@ def response_for(exc: BaseException) -> Response:
 
 
 def status_of(exc: BaseException) -> int | None:
-    """The status the table gives an exception (tests and tools)."""
-    return status_for(exc, ERROR_STATUS)
+    """The status the gateway gives an exception (tests and tools): as `response_for` finds it,
+    in this table over the PDP's."""
+    return status_for(exc, with_pdp(ERROR_STATUS))
 
 
 __all__ = ["ERROR_STATUS", "install", "response_for", "status_of"]

@@ -127,12 +127,12 @@ def feed() -> Response:
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-def webhook_from_body() -> tuple[str | None, Response | None]:
+def webhook_from_body() -> str | Response:
     """The webhook URL a body names, or the 400 that says what is wrong with it."""
     doc = request.get_json(silent=True)
     if not isinstance(doc, dict) or not isinstance(doc.get("webhook"), str):
-        return None, bad_request('body must be JSON {"webhook": "http(s)://..."}')
-    return doc["webhook"], None
+        return bad_request('body must be JSON {"webhook": "http(s)://..."}')
+    return cast(str, doc["webhook"])
 
 
 @bp.post(FEED_PATH + "/subscribers")
@@ -146,9 +146,9 @@ def register() -> Response:
           application/json:
             schema: {$ref: '#/components/schemas/Webhook'}
     """
-    url, error = webhook_from_body()
-    if url is None:
-        return error or bad_request("no webhook")
+    url = webhook_from_body()
+    if isinstance(url, Response):
+        return url
     hub = invalidation_routes().hub
     try:
         hub.register(url)
@@ -168,9 +168,9 @@ def unregister() -> Response:
           application/json:
             schema: {$ref: '#/components/schemas/Webhook'}
     """
-    url, error = webhook_from_body()
-    if url is None:
-        return error or bad_request("no webhook")
+    url = webhook_from_body()
+    if isinstance(url, Response):
+        return url
     return jsonify(unregistered=invalidation_routes().hub.unregister(url))
 
 

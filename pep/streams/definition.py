@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pdp.numbers import NumberError, parse_float, parse_int
+from pdp.xmlsafe import json_too_deep
 from pep.core.errors import Conflict, InvalidInput, NotFound, NotPermitted, Refusal
 from pep.core.labels import LabelError, Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
@@ -83,57 +84,40 @@ class SourceNotPermitted(StreamError, NotPermitted):
 
 # -- the registration document -----------------------------------------------------------------
 
-def _reject_constant(name: str) -> Any:
-    raise InvalidStream(f"expected {_REGISTRATION}: {name} is not a JSON number")
-
-
-def _json_depth_ok(text: str, limit: int) -> None:
-    """Bracket nesting outside strings, counted before the (recursive) JSON parser runs."""
-    if text.count("[") + text.count("{") <= limit:
-        return
-    depth, in_string, escaped = 0, False, False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > limit:
-                raise InvalidStream(f"expected {_REGISTRATION}: the document nests deeper than "
-                                    f"{limit} levels")
-        elif ch in "]}":
-            depth -= 1
-
-
-def parse_registration(body: bytes) -> dict:
-    """The JSON object an owner sends to register a stream; InvalidStream says what is wrong
-    and where. Hardened like every parser of client input: a size and a nesting limit (Python's
-    json module recurses), no NaN or Infinity, UTF-8 only."""
+def _json_object(body: bytes, what: str, expected: str) -> dict:
+    """The JSON object of a body an owner sends (`what` names it in a refusal), hardened like
+    every parser of client input: a size and a nesting limit (Python's json module recurses), no
+    NaN or Infinity, UTF-8 only. InvalidStream says `expected` and what is wrong, and where."""
     if len(body) > MAX_REGISTRATION_BYTES:
-        raise InvalidStream(f"stream registration is {len(body)} bytes, over the limit of "
+        raise InvalidStream(f"{what} is {len(body)} bytes, over the limit of "
                             f"{MAX_REGISTRATION_BYTES}")
     try:
         text = body.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise InvalidStream(f"expected {_REGISTRATION}: not valid UTF-8 (byte {exc.start})") \
-            from None
-    _json_depth_ok(text, MAX_REGISTRATION_DEPTH)
+        raise InvalidStream(f"expected {expected}: not valid UTF-8 (byte {exc.start})") from None
+    if json_too_deep(text, MAX_REGISTRATION_DEPTH) is not None:
+        raise InvalidStream(f"expected {expected}: the document nests deeper than "
+                            f"{MAX_REGISTRATION_DEPTH} levels")
+
+    def reject_constant(name: str) -> Any:
+        raise InvalidStream(f"expected {expected}: {name} is not a JSON number")
+
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = json.loads(text, parse_constant=reject_constant)
     except json.JSONDecodeError as exc:
-        raise InvalidStream(f"expected {_REGISTRATION}: {exc.msg} at line {exc.lineno}, "
+        raise InvalidStream(f"expected {expected}: {exc.msg} at line {exc.lineno}, "
                             f"column {exc.colno}") from None
     except ValueError as exc:  # e.g. an integer over Python's 4300-digit limit
-        raise InvalidStream(f"expected {_REGISTRATION}: {str(exc)[:200]}") from None
+        raise InvalidStream(f"expected {expected}: {str(exc)[:200]}") from None
     if not isinstance(doc, dict):
-        raise InvalidStream(f"expected {_REGISTRATION}")
+        raise InvalidStream(f"expected {expected}")
     return doc
+
+
+def parse_registration(body: bytes) -> dict:
+    """The JSON object an owner sends to register a stream; InvalidStream says what is wrong
+    and where (`_json_object`)."""
+    return _json_object(body, "stream registration", _REGISTRATION)
 
 
 def parse_visibility(value: Any) -> str:
@@ -253,23 +237,7 @@ def parse_stream_patch(body: bytes) -> dict:
     """An owner's change to a stream (`PATCH /streams/<name>`): `{field: new value}` for fields
     of `PATCHABLE`, each value parsed by its own parser. Refuses unknown fields by name, an empty
     change, and anything that is not such an object (same hardening as `parse_registration`)."""
-    if len(body) > MAX_REGISTRATION_BYTES:
-        raise InvalidStream(f"stream change is {len(body)} bytes, over the limit of "
-                            f"{MAX_REGISTRATION_BYTES}")
-    try:
-        text = body.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InvalidStream(f"expected {_PATCH}: not valid UTF-8 (byte {exc.start})") from None
-    _json_depth_ok(text, MAX_REGISTRATION_DEPTH)
-    try:
-        doc = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise InvalidStream(f"expected {_PATCH}: {exc.msg} at line {exc.lineno}, "
-                            f"column {exc.colno}") from None
-    except ValueError as exc:
-        raise InvalidStream(f"expected {_PATCH}: {str(exc)[:200]}") from None
-    if not isinstance(doc, dict):
-        raise InvalidStream(f"expected {_PATCH}")
+    doc = _json_object(body, "stream change", _PATCH)
     unknown = sorted(str(k)[:64] for k in doc if k not in PATCHABLE)
     if unknown:
         raise InvalidStream(f"unknown or unchangeable field(s): {', '.join(unknown)}; a "

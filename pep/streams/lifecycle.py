@@ -144,6 +144,13 @@ class StreamLifecycle:
                                         "applies again if the name is registered again"))
         return fates, hidden
 
+    def _entry(self, name: str) -> StreamEntry:
+        """The catalogue's entry of the stream `name` (StreamNotFound when there is none)."""
+        entry = self.catalog.entry(name)
+        if entry is None:
+            raise StreamNotFound(f"no stream named {name!r}")
+        return entry
+
     # -- change -------------------------------------------------------------------------------
 
     def change(self, name: str, changes: dict, identity: Any) -> tuple[StreamEntry, dict]:
@@ -151,9 +158,7 @@ class StreamLifecycle:
         stream as it is now and what followed ({"added": [...], "revoked": n, "warnings"})."""
         by = identity.subject
         with self.catalog.changing(name):
-            entry = self.catalog.entry(name)
-            if entry is None:
-                raise StreamNotFound(f"no stream named {name!r}")
+            entry = self._entry(name)
             registered = entry.definition.name
             try:
                 extend_schema(entry.definition, changes)
@@ -207,9 +212,7 @@ class StreamLifecycle:
 
     def dependents(self, name: str, identity: Any, remove_policies: bool = False) -> dict:
         """What deleting the stream would do, for the confirmation an owner is shown."""
-        entry = self.catalog.entry(name)
-        if entry is None:
-            raise StreamNotFound(f"no stream named {name!r}")
+        entry = self._entry(name)
         registered = entry.definition.name
         live = self.live_on(registered) if self.live_on is not None else []
         fates, hidden = self.policy_fates(registered, identity, remove_policies)
@@ -225,9 +228,7 @@ class StreamLifecycle:
         """Delete the stream (module docstring); returns what was done."""
         by = identity.subject
         with self.catalog.changing(name):
-            entry = self.catalog.entry(name)
-            if entry is None:
-                raise StreamNotFound(f"no stream named {name!r}")
+            entry = self._entry(name)
             registered = entry.definition.name
             fates, hidden = self.policy_fates(registered, identity, remove_policies)
             self.catalog.begin_delete(registered)

@@ -43,7 +43,7 @@ def test_every_setting_can_come_from_each_source(tmp_path):
     names = {s.name for s in settings()}
     assert {f.name for f in fields(GatewayConfig)} - {"oidc"} <= names
     missing = sorted(n for n in names if n not in SETTING_HELP)
-    assert missing == [], f"settings without help in pep/config.py SETTING_HELP: {missing}"
+    assert missing == [], f"settings without help in pep/config/settings.py SETTING_HELP: {missing}"
     # the same value through each source
     samples = {"int": ("7", 7), "float": ("2.5", 2.5), "bool": ("true", True)}
     for setting in settings():

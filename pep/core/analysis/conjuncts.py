@@ -4,7 +4,9 @@ booleans, labels on their lattice; spatial variables soundly, see the package do
 DNF expanded with pruning (`Checker`), and a satisfiable conjunct as the plan's predicates."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, cast
 
 from pep.core import geo, labels
@@ -518,7 +520,7 @@ def _ordered_predicates(attr: str, r: _Range) -> list[Predicate]:
     return out
 
 
-def values_satisfiable(kind: str, preds: list[tuple[str, Scalar]]) -> bool:
+def values_satisfiable(kind: str, preds: Sequence[tuple[str, Scalar | Fraction]]) -> bool:
     """Whether some value of a type (double, long, string, boolean, timestamp) meets every
     (operator, constant) of `preds`: the per-attribute check, for other modules (joins).
     Labels (a partial order, whose lattice is not known here) are assumed satisfiable: never a

@@ -15,7 +15,7 @@ from pep.core.conditions import And, Comparison, Expr, Not, Or, spatial_parts
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ceil_exact, floor_exact,
                             is_integral, is_number, iso_from_micros, micros_from_iso)
 from pep.core.plan import Field, Predicate, StreamSchema
-from pep.core.masks.vocabulary import Mask, MaskRefused, STEP_KINDS, UNIT_MICROS, parse_mask
+from pep.core.masks.vocabulary import Mask, MaskRefused, STEP_KINDS, parse_mask
 from pep.core.masks.order import at_least_as_coarse, masks_of
 
 
@@ -82,10 +82,10 @@ class MaskPlan:
         if mask.kind == "bands":
             return _bands_implied(attribute, mask, ftype, op, value)
         if mask.kind in STEP_KINDS and ftype == "long":
-            return _integer_step_implied(attribute, int(mask.step), op, value,  # type: ignore
+            return _integer_step_implied(attribute, int(mask.step_value), op, value,
                                          INT64_MIN, INT64_MAX, int)
         if mask.kind == "truncate":
-            return _integer_step_implied(attribute, UNIT_MICROS[mask.unit], op,  # type: ignore
+            return _integer_step_implied(attribute, mask.unit_micros, op,
                                          micros_from_iso(value), MIN_MICROS, MAX_MICROS,
                                          iso_from_micros)
         self.inexact.add(name)
@@ -93,7 +93,7 @@ class MaskPlan:
         if mask.kind in STEP_KINDS:
             # doubles: the runtime never rounds up (m <= x, exactly), and x < m + step up to
             # rounding: the upper bounds are loose
-            step = float(mask.step)  # type: ignore[arg-type]
+            step = float(mask.step_value)
             v = float(value)
             if op in (">", ">="):
                 return [[(attribute, op, v)]]
@@ -124,7 +124,7 @@ def _present(attribute: str, ftype: str) -> tuple[str, str, Any]:
     return {"double": (attribute, ">", float("-inf")), "long": (attribute, ">=", INT64_MIN),
             "string": (attribute, ">=", ""),
             "timestamp": (attribute, ">=", iso_from_micros(MIN_MICROS)),
-            }.get(ftype, (attribute, "!=", None))  # type: ignore[return-value]
+            }.get(ftype, (attribute, "!=", None))
 
 
 _NEVER: list[list[tuple[str, str, Any]]] = [[(NEVER, "=", 0)]]
@@ -312,9 +312,9 @@ def window_masks(plan: MaskPlan, kind: str, size: int, step: int, aggregates,
         mask = plan.masks[time_attribute]
         unit = None
         if mask.kind == "truncate":
-            unit = Fraction(UNIT_MICROS[mask.unit], 1_000_000)  # type: ignore[index]
+            unit = Fraction(mask.unit_micros, 1_000_000)
         elif mask.kind in STEP_KINDS:
-            unit = Fraction(mask.step)  # type: ignore[arg-type]
+            unit = mask.fraction
         if unit is None:
             raise MaskRefused(
                 f"the policy shows the time attribute {time_attribute!r} only as "
@@ -326,13 +326,13 @@ def window_masks(plan: MaskPlan, kind: str, size: int, step: int, aggregates,
                 f"{_seconds(unit)} s (asked: size {size}, step {step})", time_attribute)
     kept = []
     for agg in aggregates:
-        mask = plan.masks.get(agg.attribute)
-        if mask is not None:
-            ftype = mask.output_type(plan._type(agg.attribute))
+        agg_mask = plan.masks.get(agg.attribute)
+        if agg_mask is not None:
+            ftype = agg_mask.output_type(plan._type(agg.attribute))
             if agg.function not in functions_for_type.get(ftype, ()):
                 warnings.append(MergeWarning(
                     "INFO", "window", f"{agg.function}({agg.attribute}) is withheld: the policy "
-                    f"shows {agg.attribute!r} as {mask.spec!r}, a {ftype} value",
+                    f"shows {agg.attribute!r} as {agg_mask.spec!r}, a {ftype} value",
                     (f"{agg.function}({agg.attribute})",)))
                 continue
         kept.append(agg)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from pep.core.plan import Field, StreamSchema
-from pep.core.masks.vocabulary import Mask, MaskError, STEP_KINDS, UNIT_MICROS, parse_mask
+from pep.core.masks.vocabulary import Mask, MaskError, STEP_KINDS, parse_mask
 
 
 def at_least_as_coarse(a: Mask | None, b: Mask | None) -> bool:
@@ -21,11 +21,11 @@ def at_least_as_coarse(a: Mask | None, b: Mask | None) -> bool:
     if a == b:
         return True
     if a.kind in STEP_KINDS and b.kind in STEP_KINDS:
-        return a.step % b.step == 0  # type: ignore[operator]
+        return a.step_value % b.step_value == 0
     if a.kind == "truncate" and b.kind == "truncate":
-        return UNIT_MICROS[a.unit] % UNIT_MICROS[b.unit] == 0  # type: ignore[index]
+        return a.unit_micros % b.unit_micros == 0
     if a.kind == "bands" and b.kind in STEP_KINDS:
-        return all(e % b.step == 0 for e in a.edges)  # type: ignore[operator]
+        return all(e % b.step_value == 0 for e in a.edges)
     if a.kind == "bands" and b.kind == "bands":
         return set(a.edges) <= set(b.edges)
     if a.kind == b.kind and a.kind in ("prefix", "suffix"):

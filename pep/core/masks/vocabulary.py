@@ -77,7 +77,7 @@ class Mask:
     def spec(self) -> str:
         """The canonical text (`round:10`, `grid:0.1`, `bands:0,10,20`, `hash`)."""
         if self.kind in STEP_KINDS:
-            return f"{self.kind}:{decimal_text(self.step)}"  # type: ignore[arg-type]
+            return f"{self.kind}:{decimal_text(self.step_value)}"
         if self.kind == "truncate":
             return f"truncate:{self.unit}"
         if self.kind == "bands":
@@ -91,10 +91,21 @@ class Mask:
         return "string" if self.kind == "hash" else field_type
 
     @property
+    def step_value(self) -> Decimal:
+        """A step mask's step (`parse_mask` gives every round and grid mask one)."""
+        assert self.step is not None, f"a {self.kind} mask without a step"
+        return self.step
+
+    @property
+    def unit_micros(self) -> int:
+        """A truncate mask's unit in microseconds (`parse_mask` gives every one a unit)."""
+        assert self.unit is not None, f"a {self.kind} mask without a unit"
+        return UNIT_MICROS[self.unit]
+
+    @property
     def fraction(self) -> Fraction:
         """A step mask's step as an exact fraction num/den (what the runtime computes with)."""
-        assert self.step is not None
-        return Fraction(self.step)
+        return Fraction(self.step_value)
 
 
 @lru_cache(maxsize=4096)
@@ -162,10 +173,10 @@ def check_fits(mask: Mask, attribute: str, field_type: str) -> None:
         raise MaskError(f"mask {mask.spec!r} does not apply to {field_type} attribute "
                         f"{attribute!r} (a {field_type} may be masked with: "
                         f"{', '.join(sorted(allowed))})")
-    if field_type == "long" and mask.kind == "round" and not is_integral(mask.step):
+    if field_type == "long" and mask.kind == "round" and not is_integral(mask.step_value):
         raise MaskError(f"mask {mask.spec!r} on long attribute {attribute!r}: the step must be "
                         "a whole number")
-    if field_type == "long" and mask.kind == "round" and mask.step > 2 ** 62:  # type: ignore
+    if field_type == "long" and mask.kind == "round" and mask.step_value > 2 ** 62:
         raise MaskError(f"mask {mask.spec!r} on long attribute {attribute!r}: the step is over "
                         "2^62")
     if field_type == "long" and mask.kind == "bands" and not all(
@@ -210,7 +221,7 @@ def mask_sql(column: str, mask: Mask, field_type: str) -> str:
         text = column if field_type == "string" else f"CAST({column} AS STRING)"
         return f"lower(hex(hmac(<owner's key>, CAST({text} AS BINARY))))"
     if mask.kind in STEP_KINDS:
-        step = decimal_text(mask.step)  # type: ignore[arg-type]
+        step = decimal_text(mask.step_value)
         return f"floor({column} / {step}) * {step}"
     if mask.kind == "truncate":
         return f"date_trunc('{mask.unit.upper()}', {column})"  # type: ignore[union-attr]

@@ -316,6 +316,20 @@ def test_registration_document_errors_are_invalid_stream(body, fragment):
     assert isinstance(e.value, InvalidInput) and fragment in e.value.message
 
 
+@pytest.mark.parametrize("body, fragment", [
+    (b'{"lateness": ' * 50 + b"1" + b"}" * 50, "nests deeper than"),
+    (b'{"retention": NaN}', "NaN is not a JSON number"),
+    (b"\xff{}", "not valid UTF-8"),
+    (b"[]", "expected a JSON object"),
+])
+def test_a_change_document_is_parsed_like_a_registration_and_says_what_it_expects(body, fragment):
+    from pep.streams.definition import InvalidStream, parse_stream_patch
+    with pytest.raises(InvalidStream) as e:
+        parse_stream_patch(body)
+    assert fragment in e.value.message
+    assert "expected a JSON object with one or more of: visibility" in e.value.message
+
+
 def test_registration_document_parses():
     from pep.streams.definition import parse_registration
     doc = {"name": "w", "schema": SCHEMA, "source": {"kind": "ingest"}}
