@@ -256,7 +256,7 @@ class Gateway:
         self.runtime = StreamRuntime(spark, data_dir / "runtime", trigger_interval=TRIGGER,
                                      max_files_per_trigger=MAX_FILES)
         self.attach_seconds: list[float] = []
-        attach = self.runtime.attach
+        attach = self.runtime.attach_handle
 
         def timed_attach(*args, **kwargs):  # where POST /requests spends its time
             t = time.perf_counter()
@@ -264,7 +264,7 @@ class Gateway:
                 return attach(*args, **kwargs)
             finally:
                 self.attach_seconds.append(time.perf_counter() - t)
-        self.runtime.attach = timed_attach
+        self.runtime.attach_handle = timed_attach
         config = GatewayConfig(data_dir=data_dir, auth_file=auth, policies_dir=None, port=0,
                                heartbeat=1.0, reevaluation_interval=1.0)
         self.services = build_services(config, runtime=self.runtime)
@@ -418,7 +418,7 @@ def gateway_first_row(gw: Gateway, token: str, body: bytes, media: str, case: st
         split.__exit__()
         raise
     if len(gw.attach_seconds) > n_attach:
-        note(f"{case} gateway runtime.attach in POST", gw.attach_seconds[-1])
+        note(f"{case} gateway runtime.attach_handle in POST", gw.attach_seconds[-1])
     reader = Reader(opened["handle"], token, want_rows=1, max_seconds=FIRST_ROW_TIMEOUT)
     reader.start()
     try:

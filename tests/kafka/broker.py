@@ -220,6 +220,10 @@ class KafkaBroker:
             proc.wait(10)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="a single-node Kafka broker (KRaft) for trying "
                                                  "xsg's Kafka streams; Ctrl-C stops it")
@@ -250,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
           f"--bootstrap-server {broker.bootstrap} --create --topic readings --partitions 3\n"
           f"A producer: java -cp '{broker.jars}/*' org.apache.kafka.tools.ConsoleProducer "
           f"--bootstrap-server {broker.bootstrap} --topic readings", flush=True)
+    # SIGTERM (kill, a service manager) stops the broker as Ctrl-C does: without this the
+    # interpreter died at once and left the broker's JVM running, orphaned
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         while broker.process is not None and broker.process.poll() is None:
             time.sleep(0.5)
