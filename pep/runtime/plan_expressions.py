@@ -183,6 +183,9 @@ def masked_emissions(kinds: tuple[int, ...], spatial: bool, masked_filters: bool
 FEW_PLANS = 8
 
 
+NO_PLAN = -1  # no plan id: they count from 1 (executor_state)
+
+
 def few_plans_column(plans: list[tuple[int, CompiledPlan]]) -> Column:
     """Ids of the plans whose filter holds for the row, one Column per plan: the same tests as
     the plan table's (`_predicate_holds`, on the same per-row value arrays, a null operand
@@ -212,8 +215,11 @@ def few_plans_column(plans: list[tuple[int, CompiledPlan]]) -> Column:
         holds = functools.reduce(operator.or_, alternatives) if alternatives else F.lit(False)
         if compiled.start_after is not None:
             holds = holds & (seq.isNull() | (seq > F.lit(int(compiled.start_after))))
-        chosen.append(F.when(holds, F.lit(plan_id)))
-    return F.array_compact(F.array(*chosen))
+        chosen.append(F.when(holds, F.lit(plan_id)).otherwise(F.lit(NO_PLAN)))
+    # array_remove, not array_compact: array_compact is a higher-order function (a lambda over
+    # the array), which Spark runs without generated code and which takes the whole stage with
+    # it; array_remove and the tests above all generate code
+    return F.array_remove(F.array(*chosen), NO_PLAN)
 
 
 def matched_plan_structs(kind: int, spatial: bool = False, masked: bool = False) -> Column:
