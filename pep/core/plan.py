@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Literal, Union
 
@@ -26,17 +25,30 @@ AGGREGATE_FUNCTIONS: tuple[str, ...] = ("avg", "max", "min", "sum", "count", "fi
                                         "lub")  # lub: a label attribute's least upper bound
 
 
-def _memo(plan: object, name: str, build: Callable[[], str]) -> str:
-    """A frozen plan's derived text, computed once: planning a request asks for its key three
-    times, and a revocation pass asks again for every live handle (the canonical form walks the
-    whole plan through `dataclasses.asdict`, about 0.2 ms). Kept in the instance's own
-    `__dict__`, outside the dataclass fields: equality, hashing and `asdict` do not see it."""
-    cache = plan.__dict__
-    value = cache.get(name)
-    if value is None:
-        value = build()
-        cache[name] = value
-    return value
+class _Keyed:
+    """A frozen plan's canonical text and key, computed once: planning a request asks for its
+    key three times, and a revocation pass asks again for every live handle (the canonical
+    form walks the whole plan through `dataclasses.asdict`, about 0.2 ms). They are kept in the
+    instance's own `__dict__`, outside the dataclass fields: equality, hashing and `asdict` do
+    not see them. Identical plans have the same key: they are computed once and share their
+    handles."""
+
+    def _canonical_json(self) -> str:
+        raise NotImplementedError
+
+    def canonical_json(self) -> str:
+        cache = self.__dict__
+        text: str | None = cache.get("_canonical")
+        if text is None:
+            text = cache["_canonical"] = self._canonical_json()
+        return text
+
+    def key(self) -> str:
+        cache = self.__dict__
+        key: str | None = cache.get("_key")
+        if key is None:
+            key = cache["_key"] = hashlib.sha256(self.canonical_json().encode()).hexdigest()
+        return key
 
 
 @dataclass(frozen=True)
@@ -167,7 +179,7 @@ class WindowAsk:
 
 
 @dataclass(frozen=True)
-class ExecutionPlan:
+class ExecutionPlan(_Keyed):
     """One consumer's authorised view of one stream.
 
     filter_dnf: None means every tuple passes; otherwise a tuple passes when all predicates of at
@@ -205,13 +217,6 @@ class ExecutionPlan:
                     doc["window"].pop(name, None)
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
 
-    def canonical_json(self) -> str:
-        return _memo(self, "_canonical", self._canonical_json)
-
-    def key(self) -> str:
-        """Stable identity: identical plans are computed once and share a handle."""
-        return _memo(self, "_key",
-                     lambda: hashlib.sha256(self.canonical_json().encode()).hexdigest())
 
 
 _LATER_FIELDS = {"start_after": None}
@@ -250,7 +255,7 @@ def _predicate_from_json(p: dict) -> AnyPredicate:
 
 
 @dataclass(frozen=True)
-class JoinPlan:
+class JoinPlan(_Keyed):
     """A windowed join of two authorised views: what a join's handle runs.
 
     Each side is an `ExecutionPlan`, merged from that stream's obligations and its part of the
@@ -294,17 +299,10 @@ class JoinPlan:
             doc["join"]["label"] = list(self.label)
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
 
-    def canonical_json(self) -> str:
-        return _memo(self, "_canonical", self._canonical_json)
-
-    def key(self) -> str:
-        """Stable identity: identical joins are computed once and shared by their handles."""
-        return _memo(self, "_key",
-                     lambda: hashlib.sha256(self.canonical_json().encode()).hexdigest())
 
 
 @dataclass(frozen=True)
-class UnionPlan:
+class UnionPlan(_Keyed):
     """The union of several grants on one stream (ASSIST's Secure Read, Definitions 2 and 4):
     what a consumer gets when the stream's obligations combine by `union` and more than one
     rule's grant applies. Each member is one grant's view merged with the consumer's query, as
@@ -330,13 +328,6 @@ class UnionPlan:
                          "plans": [json.loads(p.canonical_json()) for p in self.plans]}}
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
 
-    def canonical_json(self) -> str:
-        return _memo(self, "_canonical", self._canonical_json)
-
-    def key(self) -> str:
-        """Stable identity: identical unions are computed once and share their members."""
-        return _memo(self, "_key",
-                     lambda: hashlib.sha256(self.canonical_json().encode()).hexdigest())
 
 
 AnyPlan = Union[ExecutionPlan, JoinPlan, UnionPlan]

@@ -16,8 +16,8 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pep.core.plan import StreamDefinition
-from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import StreamCheckpoint
+from pep.runtime.delivery import Deliver
 from pep.runtime.compile import CompiledPlan, CompiledUnion
 from pep.runtime.matcher import GroupedMatcher
 from pep.runtime.spatial import AnchorTracker
@@ -27,7 +27,6 @@ from pep.runtime.plan_schema import PLAIN, ROW_TUPLE, TIME, TUPLE
 from pep.runtime.plan_expressions import long_array, value_arrays
 
 
-Deliver = Callable[[RowBatch], bool]
 
 # Tuple windows with panes narrower than this travel as rows (see README "Where windows are
 # computed"); wider panes are aggregated in Spark.

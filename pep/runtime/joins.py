@@ -33,7 +33,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,15 +41,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pep.core.plan import JoinPlan, StreamDefinition
-from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import await_kafka_offsets
+from pep.runtime.delivery import Deliver, deliver_to
 from pep.runtime.mask_keys import MaskKeys
 from pep.runtime.join_frames import TIME, JoinOutput, JoinPlanError, joined_frame
 
 log = logging.getLogger(__name__)
 
-Deliver = Callable[[Any], bool]
 
 
 # -- the runtime ----------------------------------------------------------------------------------
@@ -60,6 +59,7 @@ class _Handle:
     deliver: Deliver
     lock: threading.RLock = field(default_factory=threading.RLock)
     active: bool = True
+    delivered_rows: int = 0
 
 
 class _JoinQuery:
@@ -169,23 +169,7 @@ class _JoinQuery:
         return rows
 
     def _deliver(self, handles: list[_Handle], batch: RowBatch) -> list[str]:
-        closed = []
-        for handle in handles:
-            with handle.lock:
-                if not handle.active:
-                    continue
-                try:
-                    ok = handle.deliver(batch)
-                except Exception:
-                    log.exception("deliver of handle %s failed; detaching it",
-                                  handle_ref(handle.id))
-                    ok = False
-                if ok is False:
-                    handle.active = False
-                    closed.append(handle.id)
-                else:
-                    self.counters["rows_delivered"] += len(batch)
-        return closed
+        return deliver_to(handles, batch, self.counters)
 
     def in_batch_thread(self) -> bool:
         return self.batch_thread == threading.get_ident()

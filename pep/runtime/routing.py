@@ -4,7 +4,6 @@ partials into windows (`windows.py`); delivery under each handle's lock.
 """
 from __future__ import annotations
 
-import logging
 import operator
 
 import numpy as np
@@ -12,7 +11,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pep.core.labels import LabelError, Lattice
-from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 from pep.runtime.encode import json_array, value_texts
 from pep.runtime.matcher import GroupedMatcher
@@ -20,11 +18,11 @@ from pep.runtime.union import member_masks, merged_rows, tag_rows
 from pep.runtime.pane_partials import (KEY_SEP, NO_SEQ, PARTS, PaneLayout, empty_partials,
                                        partials_from_arrow, partials_from_values)
 from pep.runtime.columns import BITS_COLUMN, PIDS_COLUMN, SEQ_COLUMN
+from pep.runtime.delivery import deliver_to
 from pep.runtime.executor_state import AttachedHandle, PlanState
 from pep.runtime.batch_shape import Shape
 from pep.runtime.batch_frames import BatchFrames
 
-log = logging.getLogger(__name__)
 
 
 class ResultRouting(BatchFrames):
@@ -184,24 +182,7 @@ class ResultRouting(BatchFrames):
         return closed
 
     def _deliver_to(self, handles: list[AttachedHandle], out: RowBatch) -> list[str]:
-        closed = []
-        for handle in handles:
-            with handle.lock:
-                if not handle.active:
-                    continue
-                try:
-                    ok = handle.deliver(out)
-                except Exception:
-                    log.exception("deliver of handle %s failed; detaching it",
-                                  handle_ref(handle.id))
-                    ok = False
-                if ok is False:
-                    handle.active = False
-                    closed.append(handle.id)
-                else:
-                    handle.delivered_rows += len(out)
-                    self.stats_counters["rows_delivered"] += len(out)
-        return closed
+        return deliver_to(handles, out, self.stats_counters)
 
 
 def _family_values(column: pa.ChunkedArray, ftype: str, lattice: Lattice | None = None
