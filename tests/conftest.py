@@ -75,4 +75,10 @@ def no_secrets_in_logs():
     finally:
         root.removeHandler(watch)
         root.setLevel(level)
+        # A test that runs `xsg serve` in process gets its handler on the stderr pytest
+        # captured for it and closes afterwards: later records (other tests' threads) would
+        # fail to write there ("--- Logging error ---")
+        for handler in list(root.handlers):
+            if getattr(handler, "xsg", False):
+                root.removeHandler(handler)
     assert not watch.found, "a log record carries a secret:\n" + "\n".join(watch.found[:5])
