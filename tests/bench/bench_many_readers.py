@@ -483,6 +483,9 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
             gateway_cpu = (time.process_time() - c0) / (time.time() - w0)
             memory = rss_mib()
             time.sleep(3.0)  # the last rows reach their readers
+        # which buffer is whose, while they are live (revocation drops them)
+        buffers = dict(gw.services.handles._buffers)
+        key_of = {i: id(buffers[hid]) for i, hid in enumerate(ids) if hid in buffers}
         # Revocation: the owner deletes the one policy behind every handle while all readers
         # are connected; each reader notes when its `revoked` event arrives, and a reader
         # process ends when all of its streams have ended.
@@ -520,8 +523,6 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
         after_revoked += res["after_revoked"]
         errors += res["errors"]
         revoked += [t - t_revoke for t in res["revoked"]]
-    buffers = dict(gw.services.handles._buffers)
-    key_of = {i: id(buffers[hid]) for i, hid in enumerate(ids) if hid in buffers}
     delivery_part = []
     for index, seq, arrived in samples:
         put = put_times.get((key_of.get(index), seq))
