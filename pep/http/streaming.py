@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -66,27 +68,73 @@ Send = Callable[[dict], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict]]
 
 
-class _Waker:
-    """`wake()` from any thread sets an asyncio.Event on the loop, at most one call queued."""
+class _LoopWakes:
+    """The wakes of one event loop's streams, handed to the loop together: a micro-batch puts
+    rows into a thousand handles' buffers one after the other, and a `call_soon_threadsafe`
+    each (a write to the loop's self-pipe, the loop woken and taking the GIL from the
+    delivering thread each time) cost more than the puts. The first wake schedules one flush;
+    the wakes that come before it runs join it."""
 
-    __slots__ = ("loop", "event", "pending")
+    __slots__ = ("loop", "lock", "pending", "scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        self.lock = threading.Lock()
+        self.pending: list[_Waker] = []
+        self.scheduled = False
+
+    def add(self, waker: "_Waker") -> None:
+        with self.lock:
+            self.pending.append(waker)
+            if self.scheduled:
+                return
+            self.scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._flush)
+        except RuntimeError:  # the loop is closed: the server has stopped
+            pass
+
+    def _flush(self) -> None:
+        with self.lock:
+            wakers, self.pending = self.pending, []
+            self.scheduled = False
+        for waker in wakers:
+            waker.set_now()
+
+
+_LOOP_WAKES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWakes]" = \
+    weakref.WeakKeyDictionary()
+
+
+_LOOP_WAKES_LOCK = threading.Lock()  # the gateway's and the proxy's loops may share a process
+
+
+def _loop_wakes(loop: asyncio.AbstractEventLoop) -> _LoopWakes:
+    with _LOOP_WAKES_LOCK:
+        wakes = _LOOP_WAKES.get(loop)
+        if wakes is None:
+            wakes = _LOOP_WAKES[loop] = _LoopWakes(loop)
+        return wakes
+
+
+class _Waker:
+    """`wake()` from any thread sets an asyncio.Event on the loop, at most one wake queued."""
+
+    __slots__ = ("wakes", "event", "pending")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.wakes = _loop_wakes(loop)
         self.event = asyncio.Event()
         self.pending = False
 
-    def _set(self) -> None:
+    def set_now(self) -> None:
         self.pending = False
         self.event.set()
 
     def wake(self) -> None:
         if not self.pending:
             self.pending = True
-            try:
-                self.loop.call_soon_threadsafe(self._set)
-            except RuntimeError:  # the loop is closed: the server has stopped
-                pass
+            self.wakes.add(self)
 
 
 async def _watch_disconnect(receive: Receive, gone: asyncio.Event, waker: _Waker) -> None:
