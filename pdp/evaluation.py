@@ -11,6 +11,7 @@ Indeterminate values of XACML 3.0 ({P}, {D}, {DP}) are distinct codes.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from pdp.errors import Indeterminate
@@ -171,12 +172,11 @@ def make_match(impl: Callable, literal: Any, bag_expr: Expr, fast_equal: bool) -
     """A Match: true if the function holds between the literal and some value of the bag."""
     if fast_equal:
         # For the equality functions whose Python == is XACML equality, membership is the match.
-        def match_eq(ctx: EvalContext) -> bool:
-            return literal in bag_expr(ctx)
-        return match_eq
+        return make_member_test(literal, bag_expr)
+    test = functools.partial(impl, literal)  # made once, not at every evaluation
 
     def match(ctx: EvalContext) -> bool:
-        return _decided_by_any(bag_expr(ctx), lambda v: impl(literal, v), True)
+        return _decided_by_any(bag_expr(ctx), test, True)
     return match
 
 
