@@ -176,18 +176,26 @@ class HandleBuffer:
                 return False
             entries = self._entries
             n = len(encoded)
-            if (isinstance(rows, RowBatch) and self._nrows + n <= self.max_rows
-                    and self._bytes + rows.nbytes <= self.max_bytes):
-                # all of it fits: nothing is dropped, so no reader is waited for; appended in
-                # one step (the batch's size comes from Arrow, not from a pass over its rows)
-                first = self._last + 1
-                entries.extend(zip(range(first, first + n), encoded, itertools.repeat(None, n)))
-                self._last += n
-                self._nrows += n
-                self._bytes += rows.nbytes
-                if n:
-                    self._wake()
-                return True
+            if isinstance(rows, RowBatch) and n <= self.max_rows \
+                    and rows.nbytes <= self.max_bytes:
+                fits = (self._nrows + n <= self.max_rows
+                        and self._bytes + rows.nbytes <= self.max_bytes)
+                # all of it fits, or what it pushes out was read already (or its reader lags):
+                # no reader is waited for. Appended in one step (the batch's size comes from
+                # Arrow, not from a pass over its rows); a backlog's batches of `max_rows`
+                # rows each take this path once their reader has read the one before.
+                if fits or self._last <= self._read_upto or self._lagging:
+                    first = self._last + 1
+                    entries.extend(zip(range(first, first + n), encoded,
+                                       itertools.repeat(None, n)))
+                    self._last += n
+                    self._nrows += n
+                    self._bytes += rows.nbytes
+                    if not fits:
+                        self._evict()
+                    if n:
+                        self._wake()
+                    return True
             deadline = idle_grace = None
             for text in encoded:
                 size = len(text) if text.isascii() else len(text.encode("utf-8"))

@@ -134,6 +134,8 @@ class ExecutorState:
                                       long_array)
         # the few-plans matcher and its plans
         self._few: tuple[tuple[Any, ...], Column] | None = None
+        # the rows job's Columns around it: (matcher, shape key, selected, non-empty test)
+        self._few_columns: tuple[Column, tuple[Any, ...], list[Column], Column] | None = None
         self._grouped: tuple[int, GroupedMatcher | None] | None = None  # (plans' version, it)
         self._admitted_schemas: dict[tuple[Any, ...], T.StructType] = {}
         self._anchored: tuple[int, list[CompiledPlan]] | None = None  # plans with DISTANCE_TO

@@ -7,12 +7,12 @@ A single-node Kafka broker (KRaft, tests/kafka/broker.py), one SparkSession, one
 (pep.services + pep.http.app + StreamRuntime on pep.http.serving.HttpServer, uvicorn, loopback). Topics of
 3 partitions; records carry `sent` (epoch seconds when produced). Every gateway figure is read
 over HTTP by a consumer process of its own (NDJSON), as bench_gateway_streams does.
-1. throughput at saturation: a backlog of N records produced (confluent-kafka, acks=all) right
-   after the handle opened (or the direct query started), both sides at the latest offsets and
-   with maxOffsetsPerTrigger 10,000 (the gateway's default); tuples/s from the first produce to
-   the last row read. One untimed run of each first (a fresh JVM's first Kafka batches run
-   several times slower, which penalised whichever side ran first); then the trials,
-   alternating.
+1. throughput at saturation: a backlog of N records produced (confluent-kafka, acks=all, by a
+   process of its own) right after the handle opened (or the direct query started), both sides
+   at the latest offsets and with maxOffsetsPerTrigger 10,000 (the gateway's default);
+   tuples/s from the first produce to the last row read. One untimed run of each first (a
+   fresh JVM's first Kafka batches run several times slower, which penalised whichever side
+   ran first); then the trials, alternating.
 2. latency from produce to reader: R records/s for S seconds, one at a time (linger.ms 0);
    p50/p95/p99 of (time read - `sent`), for the gateway (reader over HTTP, another process) and
    a direct micro-batch query (foreachBatch in this process, same 0.25 s trigger).
@@ -94,6 +94,27 @@ class Producer:
             n += 1
         assert self.p.flush(60) == 0
         return n
+
+
+def produce_backlog(bootstrap: str, topic: str, n: int) -> float:
+    """Produce `n` records in a process of their own, as an owner's producer is; the epoch
+    second of its first produce (the throughput's start). In the gateway's process the
+    producer's json.dumps and produce calls held its GIL for seconds, slowing the gateway's
+    batch thread (each py4j call waits for the GIL) more than the direct query's."""
+    out = subprocess.run([sys.executable, __file__, "--produce-backlog", bootstrap, topic,
+                          str(n)], capture_output=True, text=True, timeout=300,
+                         stdin=subprocess.DEVNULL)
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"the producer process failed: {out.stderr[-500:]}")
+    return float(json.loads(lines[-1])["start"])
+
+
+def producer_main(bootstrap: str, topic: str, n: int) -> None:
+    producer = Producer(bootstrap)
+    start = time.time()
+    producer.backlog(topic, n)
+    print(json.dumps({"start": start, "end": time.time()}))
 
 
 # -- the reader process ----------------------------------------------------------------------------
@@ -231,8 +252,7 @@ class Bench:
         handle = self.open(name)
         reader = ReaderProcess(handle, consumer_token(1), n, 300)
         time.sleep(1.0)  # the reader process is connected
-        start = time.time()
-        self.producer.backlog(topic, n)
+        start = produce_backlog(self.broker.bootstrap, topic, n)
         got = reader.result()
         self.gw.release(consumer_token(1), handle)
         return {"rows": got["rows"], "rate": got["rows"] / max(1e-3, (got["last"] or start) - start),
@@ -243,8 +263,7 @@ class Bench:
         _, topic = self.stream()
         direct = Direct(self.spark, self.broker.bootstrap, topic).start()
         try:
-            start = time.time()
-            self.producer.backlog(topic, n)
+            start = produce_backlog(self.broker.bootstrap, topic, n)
             direct.wait(n, 300)
         finally:
             direct.stop()
@@ -353,6 +372,9 @@ def latency_line(label: str, res: dict) -> str:
 def main() -> None:
     if len(sys.argv) == 6 and sys.argv[1] == "--read-handle":
         reader_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
+        return
+    if len(sys.argv) == 5 and sys.argv[1] == "--produce-backlog":
+        producer_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return
     sys.stdout.reconfigure(line_buffering=True)
     parser = argparse.ArgumentParser()

@@ -469,9 +469,39 @@ def test_a_reader_that_did_not_keep_up_is_waited_for_once_per_episode():
     taker = threading.Thread(target=lambda: (time.sleep(0.2), b.read(events[-1].id, timeout=0)))
     taker.start()
     started = time.monotonic()
-    assert b.put(RowBatch.of_texts([f'{{"v":{30 + i}}}' for i in range(10)]))
+    # more than the buffer holds: its own first rows would go before the reader took them
+    assert b.put(RowBatch.of_texts([f'{{"v":{30 + i}}}' for i in range(15)]))
+    waited = time.monotonic() - started
     taker.join()
-    assert time.monotonic() - started >= 0.1  # caught up: waited for the reader again
+    assert 0.1 <= waited < 3  # caught up: waited for the reader again
+
+
+def test_a_batch_that_pushes_out_only_rows_already_read_is_appended_at_once():
+    """A backlog's batches of `max_rows` rows each: once the reader has read a batch, the next
+    one replaces it in one step (no wait, no per-row pass), and the reader gets it whole, without
+    a gap; what it pushed out counts as dropped."""
+    from pep.core.rows import RowBatch
+    b = HandleBuffer(max_rows=10)
+    b.max_put_wait, b.reader_stall = 2.0, 5.0
+    assert b.put(RowBatch.of_texts([f'{{"v":{i}}}' for i in range(10)]))
+    last = b.read(0, timeout=0)[-1].id  # a reader that read everything (and reads on)
+    started = time.monotonic()
+    assert b.put(RowBatch.of_texts([f'{{"v":{10 + i}}}' for i in range(10)]))
+    assert time.monotonic() - started < 0.2
+    assert len(b) == 10 and b.dropped == 10
+    events = b.read(last, timeout=0)
+    assert [e.kind for e in events] == ["row"] * 10
+    assert [e.data for e in events] == [f'{{"v":{10 + i}}}' for i in range(10)]
+    # a row not read yet: the next batch, which pushes it out, waits for the reader
+    assert b.read(events[-1].id, timeout=0) == []
+    b.put(RowBatch.of_texts(['{"v":20}']))
+    started = time.monotonic()
+    taker = threading.Thread(target=lambda: (time.sleep(0.3), b.read(events[-1].id, timeout=0)))
+    taker.start()
+    assert b.put(RowBatch.of_texts([f'{{"v":{30 + i}}}' for i in range(10)]))
+    waited = time.monotonic() - started
+    taker.join()
+    assert 0.2 <= waited < 3
 
 
 def test_an_idle_reader_gets_its_grace_once_until_it_reads_again():
