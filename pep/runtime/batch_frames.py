@@ -49,19 +49,24 @@ class BatchFrames(PlanTable):
             return [SEQ_COLUMN]
         return [SEQ_COLUMN, POS_COLUMN]
 
+    def _order_expressions(self, shape: Shape) -> list[Column]:
+        """The order columns (`_order_columns`) as expressions over the batch."""
+        cols = [F.col(SEQ_COLUMN)]
+        if POS_COLUMN in self._order_columns(shape):
+            cols.append(F.monotonically_increasing_id().alias(POS_COLUMN))
+        if shape.full_order:
+            if self._time_attr:
+                cols.append(self._time_number(self._time_attr).alias(TIME_COLUMN))
+            else:
+                cols.append(F.lit(None).cast("double").alias(TIME_COLUMN))
+            cols.append(F.col(FILE_COLUMN))
+        return cols
+
     def _base_columns(self, shape: Shape, columns: list[str], windows: bool) -> list[Column]:
         """The batch's columns every job starts from (built once per schema and shape)."""
         def build() -> list[Column]:
             cols = [F.col(f"`{n}`") for n in columns]
-            cols.append(F.col(SEQ_COLUMN))
-            if POS_COLUMN in self._order_columns(shape):
-                cols.append(F.monotonically_increasing_id().alias(POS_COLUMN))
-            if shape.full_order:
-                if self._time_attr:
-                    cols.append(self._time_number(self._time_attr).alias(TIME_COLUMN))
-                else:
-                    cols.append(F.lit(None).cast("double").alias(TIME_COLUMN))
-                cols.append(F.col(FILE_COLUMN))
+            cols += self._order_expressions(shape)
             nums, strs = value_arrays(self._schema, shape.read)
             cols += [nums.alias(NUMS_COLUMN), strs.alias(STRS_COLUMN)]
             # exact values of long, timestamp and boolean attributes: what their comparisons
@@ -92,20 +97,21 @@ class BatchFrames(PlanTable):
         """Plain plans: each passing tuple once, its projected attributes and plan ids (from
         `few`, a `few_plans_column`, when given; else from the plan table, `plans_column`)."""
         columns = list(shape.plain_columns)
-        base = self._base_columns(shape, columns, False)
         order = self._order_columns(shape)
         if few is not None:
-            # the same Columns for every batch while the matcher stays (building them is py4j
-            # calls, paid per batch otherwise: ~30 ms of a Kafka batch of 10,000 records)
+            # One select: `few` reads each attribute's own expression, no value arrays. Its
+            # Columns are the same for every batch while the matcher stays (building them is
+            # py4j calls, and each DataFrame step is analysed again per batch).
             memo = self._few_columns
             if memo is None or memo[0] is not few or memo[1] != (self._schema, tuple(columns),
                                                                  tuple(order)):
-                keep = ([F.col(f"`{n}`") for n in columns] + [F.col(c) for c in order]
+                keep = ([F.col(f"`{n}`") for n in columns] + self._order_expressions(shape)
                         + [few.alias(PIDS_COLUMN)])
                 memo = (few, (self._schema, tuple(columns), tuple(order)), keep,
                         F.size(F.col(PIDS_COLUMN)) > 0)
                 self._few_columns = memo
-            return batch.select(*base).select(*memo[2]).where(memo[3])
+            return batch.select(*memo[2]).where(memo[3])
+        base = self._base_columns(shape, columns, False)
         if plans_column is None:
             raise ValueError("rows job without a plan table or a compiled matcher")
         if shape.masked:

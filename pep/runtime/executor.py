@@ -19,7 +19,8 @@ when a handle attaches, and constants travel as data (never as SQL text).
   aggregates per (plan, key, pane): tuples, and per aggregated attribute the count, sum, min,
   max, first and last non-null value. The driver combines panes into windows (`windows.py`).
 The stream's own figures (tuples in, highest position) are observed on the same jobs
-(`DataFrame.observe`), without another pass over the batch. Time is per plan: each time-window
+(`DataFrame.observe`), without another pass over the batch; a Kafka stream, which has no
+positions, takes its tuples in from Spark's progress reports instead (`progress.py`). Time is per plan: each time-window
 plan's watermark is the largest event time among the tuples its own filter passed (a max per
 pane in the panes job), so a tuple a plan's policy hides moves none of its time.
 
@@ -126,7 +127,8 @@ class StreamExecutor(QueryLifecycle):
         if len(plain) <= FEW_PLANS and not windowed:
             key = tuple((s.id, s.compiled.key, s.compiled.start_after) for s in plain)
             if self._few is None or self._few[0] != key:
-                self._few = (key, few_plans_column([(s.id, s.compiled) for s in plain]))
+                self._few = (key, few_plans_column([(s.id, s.compiled) for s in plain],
+                                                     self._schema))
             return self._few[1]
         if self._grouped is None or self._grouped[0] != version:
             self._grouped = (version, GroupedMatcher.build([(s.id, s.compiled) for s in plain]))
@@ -156,8 +158,11 @@ class StreamExecutor(QueryLifecycle):
             if not session._jsparkSession.equals(self.spark._jsparkSession):
                 session.conf.set("spark.sql.codegen.wholeStage", codegen)
             self._codegen = codegen
-        observation = Observation(f"xsg_{uuid.uuid4().hex}")
-        observed = batch.observe(observation, *self._observed(shape))
+        observation = None
+        observed = batch
+        if not self._rows_from_progress:
+            observation = Observation(f"xsg_{uuid.uuid4().hex}")
+            observed = batch.observe(observation, *self._observed(shape))
         rows_arrow = panes_arrow = None
         if plain and shape.plain_columns:
             if grouped is not None:
@@ -171,11 +176,11 @@ class StreamExecutor(QueryLifecycle):
         if windowed and scalar is not None:
             panes_arrow = self.panes_frame(panes_source, scalar, shape).toArrow()
         try:
-            figures = observation.get
+            figures = observation.get if observation is not None else {}
         except Exception as exc:  # noqa: BLE001
-            # pyspark 4.2.0 (the version Kafka pins) sometimes has no observed row for a Kafka
-            # micro-batch whose only job is the panes job (toPyRow's assertion fails): the same
-            # figures from one more small job over the batch
+            # pyspark 4.2.0 (the version Kafka pins) sometimes had no observed row for a Kafka
+            # micro-batch whose only job was the panes job (toPyRow's assertion fails; Kafka
+            # batches no longer observe): the same figures from one more small job
             log.debug("stream %s: observed figures unavailable (%s); computed",
                       self.definition.name, type(exc).__name__)
             row = batch.agg(*self._observed(shape)).first()  # an aggregate: always one row

@@ -140,6 +140,10 @@ class ExecutorState:
         self._admitted_schemas: dict[tuple[Any, ...], T.StructType] = {}
         self._anchored: tuple[int, list[CompiledPlan]] | None = None  # plans with DISTANCE_TO
         self._codegen: str | None = None  # whole-stage codegen as set in the query's session
+        # no stream positions (Kafka): the rows read come from Spark's progress reports, not
+        # from an observation in every batch (pep/runtime/progress.py)
+        self._rows_from_progress = definition.source.kind == "kafka"
+        self._query_name: str | None = None
         self.started_at: float | None = None
         self.last_batch_started_at: float | None = None
         self.last_batch_at: float | None = None

@@ -25,18 +25,20 @@ from pep.runtime.plan_schema import PlanField, PredicateField
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'", "ignoreNullFields": "false"}
 
 
-def value_arrays(definition: StreamDefinition | StreamSchema,
-                 only: frozenset[str] | None = None) -> tuple[Column, Column]:
-    """Per-row arrays of every attribute as a number and as text, indexed like the schema
-    (with `only`: the other attributes are null, so the scan need not read them)."""
-    schema = definition.schema if isinstance(definition, StreamDefinition) else definition
-    nums, strs = [], []
+def value_elements(schema: StreamSchema, only: frozenset[str] | None = None
+                   ) -> tuple[list[Column], list[Column], list[Column]]:
+    """Every attribute as a number, as text and as a 64-bit integer, in schema order (null
+    where the attribute has no such form; with `only`: the other attributes are null, so the
+    scan need not read them): the elements of the per-row value arrays."""
+    nums, strs, lngs = [], [], []
     for f in schema.fields:
         c = F.col(f"`{f.name}`")
         if only is not None and f.name not in only:
             nums.append(F.lit(None).cast("double"))
             strs.append(F.lit(None).cast("string"))
-        elif f.type in ("string", "label"):  # a label's text (its code: long_array)
+            lngs.append(F.lit(None).cast("long"))
+            continue
+        if f.type in ("string", "label"):  # a label's text (its code: the long form)
             nums.append(F.lit(None).cast("double"))
             strs.append(c)
         else:
@@ -48,28 +50,34 @@ def value_arrays(definition: StreamDefinition | StreamSchema,
                 num = c.cast("double")
             nums.append(num)
             strs.append(F.lit(None).cast("string"))
+        # exact values: long as is, timestamps in epoch microseconds, booleans 0/1, a label's
+        # code in its lattice; null for doubles and strings
+        if f.type == "long":
+            lngs.append(c)
+        elif f.type == "timestamp":
+            lngs.append(F.unix_micros(c))
+        elif f.type == "boolean":
+            lngs.append(F.when(c, F.lit(1)).when(~c, F.lit(0)).cast("long"))
+        elif f.type == "label" and f.lattice is not None:
+            lngs.append(label_code(c, f.lattice))
+        else:
+            lngs.append(F.lit(None).cast("long"))
+    return nums, strs, lngs
+
+
+def value_arrays(definition: StreamDefinition | StreamSchema,
+                 only: frozenset[str] | None = None) -> tuple[Column, Column]:
+    """Per-row arrays of every attribute as a number and as text, indexed like the schema
+    (with `only`: the other attributes are null, so the scan need not read them)."""
+    schema = definition.schema if isinstance(definition, StreamDefinition) else definition
+    nums, strs, _ = value_elements(schema, only)
     return F.array(*nums), F.array(*strs)
 
 
 def long_array(schema: StreamSchema, only: frozenset[str] | None = None) -> Column:
     """Per-row array of every attribute as a 64-bit integer (long as is, timestamps in epoch
     microseconds, booleans 0/1), null for doubles and strings: exact values for windows."""
-    out = []
-    for f in schema.fields:
-        c = F.col(f"`{f.name}`")
-        if only is not None and f.name not in only:
-            out.append(F.lit(None).cast("long"))
-        elif f.type == "long":
-            out.append(c)
-        elif f.type == "timestamp":
-            out.append(F.unix_micros(c))
-        elif f.type == "boolean":
-            out.append(F.when(c, F.lit(1)).when(~c, F.lit(0)).cast("long"))
-        elif f.type == "label" and f.lattice is not None:
-            out.append(label_code(c, f.lattice))
-        else:
-            out.append(F.lit(None).cast("long"))
-    return F.array(*out)
+    return F.array(*value_elements(schema, only)[2])
 
 
 def json_value(c: Column, ftype: str) -> Column:
@@ -186,12 +194,25 @@ FEW_PLANS = 8
 NO_PLAN = -1  # no plan id: they count from 1 (executor_state)
 
 
-def few_plans_column(plans: list[tuple[int, CompiledPlan]]) -> Column:
+def few_plans_column(plans: list[tuple[int, CompiledPlan]],
+                     schema: StreamSchema | None = None) -> Column:
     """Ids of the plans whose filter holds for the row, one Column per plan: the same tests as
-    the plan table's (`_predicate_holds`, on the same per-row value arrays, a null operand
-    false), every constant a typed literal (data in the expression tree, never SQL text)."""
-    nums, strs, seq = F.col(NUMS_COLUMN), F.col(STRS_COLUMN), F.col(SEQ_COLUMN)
-    lngs = F.col(LNGS_COLUMN)
+    the plan table's (`_predicate_holds`, on the same per-row values, a null operand false),
+    every constant a typed literal (data in the expression tree, never SQL text). With
+    `schema`, each test reads its attribute's own expression (`value_elements`), so the rows
+    job needs no value arrays; else it reads them from the batch's value arrays."""
+    seq = F.col(SEQ_COLUMN)
+    if schema is not None:
+        elements = value_elements(schema)
+
+        def at(family: int, a: int) -> Column:
+            return elements[family][a - 1]
+    else:
+        arrays = (F.col(NUMS_COLUMN), F.col(STRS_COLUMN), F.col(LNGS_COLUMN))
+
+        def at(family: int, a: int) -> Column:
+            return F.element_at(arrays[family], a)
+    nums, strs, lngs = 0, 1, 2
     chosen = []
     for plan_id, compiled in plans:
         alternatives = []
@@ -199,14 +220,14 @@ def few_plans_column(plans: list[tuple[int, CompiledPlan]]) -> Column:
             terms = []
             for a, m, k, n, s in conj:
                 if k == LABEL_KIND:
-                    terms.append(label_holds(F.element_at(lngs, a), m, int(n)))
+                    terms.append(label_holds(at(lngs, a), m, int(n)))
                     continue
                 if k == NUMERIC_KIND:
-                    value, constant = F.element_at(nums, a), F.lit(n).cast("double")
+                    value, constant = at(nums, a), F.lit(n).cast("double")
                 elif k == INTEGER_KIND:
-                    value, constant = F.element_at(lngs, a), F.lit(int(n)).cast("long")
+                    value, constant = at(lngs, a), F.lit(int(n)).cast("long")
                 else:
-                    value, constant = F.element_at(strs, a), F.lit(s).cast("string")
+                    value, constant = at(strs, a), F.lit(s).cast("string")
                 tests = [test for bit, test in ((1, value < constant), (2, value == constant),
                                                 (4, value > constant)) if m & bit]
                 term = functools.reduce(operator.or_, tests) if tests else F.lit(False)
@@ -246,6 +267,6 @@ def filter_expressions(schema: StreamSchema) -> tuple[Column, Column, Column]:
     return nums, strs, matched
 
 
-__all__ = ["value_arrays", "long_array", "json_value", "key_array", "matched_plans_column",
-           "masked_emissions", "few_plans_column", "matched_plan_structs", "shared_expressions",
+__all__ = ["value_elements", "value_arrays", "long_array", "json_value", "key_array",
+           "matched_plans_column", "masked_emissions", "few_plans_column", "matched_plan_structs", "shared_expressions",
            "filter_expressions", "FEW_PLANS", "JSON_OPTIONS"]

@@ -18,10 +18,13 @@ from pyspark.sql import DataFrame
 from pdp.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition
 from pep.runtime.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
+from pep.runtime.progress import query_progress
 from pep.runtime.sources import build_source, local_dir
 from pep.runtime.routing import ResultRouting
 
 log = logging.getLogger(__name__)
+
+PROGRESS_GRACE = 10.0  # seconds a stopped query's progress is still counted
 
 
 class QueryLifecycle(ResultRouting):
@@ -52,8 +55,12 @@ class QueryLifecycle(ResultRouting):
         source = build_source(self.spark, self.definition, self.max_files_per_trigger, archive)
         millis = max(1, int(round(self.trigger_interval * 1000)))
         self.started_at = time.time()
+        name = f"xsg-{uuid.uuid4().hex[:12]}"
+        if self._rows_from_progress:
+            query_progress(self.spark).register(name, self._count_rows_read)
+        self._query_name = name
         self._query = (source.writeStream
-                       .queryName(f"xsg-{uuid.uuid4().hex[:12]}")
+                       .queryName(name)
                        .foreachBatch(self._on_batch)
                        .option("checkpointLocation", str(self._checkpoint.location))
                        .trigger(processingTime=f"{millis} milliseconds")
@@ -209,6 +216,12 @@ class QueryLifecycle(ResultRouting):
                 except Exception:  # noqa: BLE001 - stopping must not fail the caller
                     log.exception("stopping the query of stream %s failed",
                                   self.definition.name)
+            if self._rows_from_progress and self._query_name is not None:
+                # its last batches' progress may still be on Spark's listener bus
+                forget = threading.Timer(PROGRESS_GRACE, query_progress(self.spark).unregister,
+                                         args=(self._query_name,))
+                forget.daemon = True
+                forget.start()
             if self._checkpoint is not None:
                 try:
                     if idle:
@@ -223,6 +236,10 @@ class QueryLifecycle(ResultRouting):
                 self._pausing = False
 
     # ----- figures ---------------------------------------------------------------------------
+    def _count_rows_read(self, rows: int) -> None:
+        """A batch's input rows as Spark reported them (`progress.py`; Kafka streams)."""
+        self.stats_counters["rows_in"] += rows
+
     def stats(self, stall_after: float | None = None) -> dict[str, Any]:
         with self._lock:
             out = dict(self.stats_counters)

@@ -10,9 +10,10 @@ over HTTP by a consumer process of its own (NDJSON), as bench_gateway_streams do
 1. throughput at saturation: a backlog of N records produced (confluent-kafka, acks=all, by a
    process of its own) right after the handle opened (or the direct query started), both sides
    at the latest offsets and with maxOffsetsPerTrigger 10,000 (the gateway's default);
-   tuples/s from the first produce to the last row read. One untimed run of each first (a
-   fresh JVM's first Kafka batches run several times slower, which penalised whichever side
-   ran first); then the trials, alternating.
+   tuples/s from the first produce to the last row read. One untimed run of each first, of
+   the trials' size (a fresh JVM's first Kafka batches run several times slower, and the
+   gateway's first trial after a shorter warm-up still ran ~15% below its later ones); then
+   the trials, alternating.
 2. latency from produce to reader: R records/s for S seconds, one at a time (linger.ms 0);
    p50/p95/p99 of (time read - `sent`), for the gateway (reader over HTTP, another process) and
    a direct micro-batch query (foreachBatch in this process, same 0.25 s trigger).
@@ -402,7 +403,7 @@ def main() -> None:
             bench = Bench(spark, gw, broker)
             print(f"\n1. throughput at saturation: {n:,} records, {trials} trial(s), "
                   "3 partitions")
-            warm = max(5_000, n // 5)
+            warm = n  # the JVM's code for either side is compiled before the trials
             bench.gateway_throughput(warm)
             bench.direct_throughput(warm)
             print(f"  (warmed up: one untimed run of {warm:,} records each)")

@@ -89,6 +89,13 @@ def test_owner_producer_and_gateway_ingest_under_policy_then_revocation(
     rows = reader.wait_rows(4, timeout=90)
     assert sorted(x["value"] for x in rows) == [1.0, 2.0, 3.0, 4.0]
     assert all(set(x) == {"ts", "value"} for x in rows)  # `secret` is not shown
+    # the records read, policy or not, as Spark's progress reports count them (a Kafka batch
+    # observes nothing itself): all six, each once
+    deadline = time.monotonic() + 15
+    while (kgateway.runtime.stats()["k_sensors"]["rows_in"] < 6
+           and time.monotonic() < deadline):
+        time.sleep(0.2)
+    assert kgateway.runtime.stats()["k_sensors"]["rows_in"] == 6
     # what the gateway produced is on the topic, as JSON objects of the schema's attributes
     on_topic = topic_values(kafka_broker, topic)
     assert {json.dumps(x, sort_keys=True) for x in on_topic} >= {

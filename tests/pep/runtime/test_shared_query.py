@@ -317,7 +317,7 @@ def test_a_few_plans_compiled_agree_with_the_plan_table(spark, tmp_path):
     states, version = ex._current()
     shape = ex._shape_of(states, version)
     _, scalar = ex._plan_table(states, version, shape)
-    few = few_plans_column([(s.id, s.compiled) for s in states])
+    few = few_plans_column([(s.id, s.compiled) for s in states], sd.schema)
     generic = ex.rows_frame(batch, scalar, shape).toArrow().to_pylist()
     compiled = ex.rows_frame(batch, scalar, shape, few).toArrow().to_pylist()
     assert len(generic) > 10
