@@ -308,14 +308,59 @@ class HandleBuffer:
             finally:
                 self._reading -= 1
                 self._last_read = time.monotonic()
-            self._caught_up = not events or events[-1].id >= self._last
-            self._woken_at = None  # it came
-            if self._caught_up:
-                self._lagging = False
-            if events and not events[-1].final and events[-1].id > self._read_upto:
-                self._read_upto = events[-1].id
-                self._cond.notify_all()  # a put may be waiting for this reader
+            self._came(events[-1].id if events else None,
+                       bool(events) and not events[-1].final)
             return events
+
+    def read_rows_text(self, after: int | None, template: str, max_bytes: int,
+                       limit: int = 1000) -> tuple[str, int] | None:
+        """What `read(after, timeout=0, limit=limit, max_bytes=max_bytes)` gives when it gives
+        only rows, each formatted as `template % (id, row text)` and joined, with the last
+        one's id. None otherwise (nothing new, a gap, a notice among them, the buffer closed):
+        `read` then says what comes. The reading path of the server's I/O thread, which
+        formats 100,000 rows/s at 1,000 readers: one pass, no `Event` per row."""
+        after = self.base if after is None or after < 0 else after
+        with self._cond:
+            entries = self._entries
+            if (self._final is not None or not entries or after < self._floor
+                    or after >= entries[-1][0]):
+                return None
+            parts: list[str] = []
+            last = after
+            budget = max_bytes
+            index = after + 1 - entries[0][0]
+            tail = len(entries) - index
+            chosen: Iterable[tuple[int, str, str | None]]
+            if tail < index:
+                # a deque is walked from an end: a reader near the newest rows (the usual one)
+                # is reached from the right, not by skipping up to 10,000 entries from the left
+                window = list(itertools.islice(reversed(entries), tail))
+                window.reverse()
+                chosen = window[:limit]
+            else:
+                chosen = itertools.islice(entries, index, index + limit)
+            for eid, text, kind in chosen:
+                if kind is not None:
+                    return None  # a notice among them: `read` gives it and the rows around
+                parts.append(template % (eid, text))
+                last = eid
+                budget -= len(text)
+                if budget <= 0:
+                    break
+            self._last_read = time.monotonic()
+            self._came(last, True)
+            return "".join(parts), last
+
+    def _came(self, last: int | None, rows: bool) -> None:
+        """Under the lock: a reader read up to the id `last` (None: nothing); `rows`: it was
+        not the final event."""
+        self._caught_up = last is None or last >= self._last
+        self._woken_at = None  # it came
+        if self._caught_up:
+            self._lagging = False
+        if last is not None and rows and last > self._read_upto:
+            self._read_upto = last
+            self._cond.notify_all()  # a put may be waiting for this reader
 
     def _read(self, after: int, timeout: float | None, limit: int,
               max_bytes: int | None) -> list[Event]:

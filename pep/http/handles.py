@@ -63,6 +63,10 @@ def sse_event(event: Event) -> str:
     return f"id: {event.id}\nevent: {event.kind}\ndata: {event.data}\n\n"
 
 
+SSE_ROW = "id: %d\ndata: %s\n\n"  # sse_event of a row
+NDJSON_ROW = '{"id":%d,"row":%s}\n'  # ndjson_event of a row
+
+
 def ndjson_event(event: Event) -> str:
     if event.kind == "row":
         return f'{{"id":{event.id},"row":{event.data}}}\n'
@@ -105,10 +109,14 @@ class HandleStream:
 
     def __init__(self, buffer: HandleBuffer, after: int | None, fmt: Callable[[Event], str],
                  heartbeat_text: str, heartbeat: float, opening: str = "",
-                 on_close: Callable[[], None] | None = None) -> None:
+                 on_close: Callable[[], None] | None = None,
+                 row_template: str | None = None) -> None:
         self.buffer = buffer
         self.cursor = after
         self.fmt = fmt
+        # `fmt` of a row event as `row_template % (id, row)`: rows then take the buffer's
+        # one-pass path (`HandleBuffer.read_rows_text`)
+        self.row_template = row_template
         self.heartbeat_interval = heartbeat
         self._beat = heartbeat_text.encode()
         self._opening = opening.encode()
@@ -123,6 +131,18 @@ class HandleStream:
     def pull(self, max_bytes: int) -> tuple[bytes, bool]:
         out, self._opening = self._opening, b""
         buffer = self.buffer
+        if self.row_template is not None:
+            rows = buffer.read_rows_text(self.cursor, self.row_template, max_bytes)
+            if rows is not None:
+                text, last = rows
+                if buffer.withholds:
+                    # Revoked while we were reading: rows not yet on the wire are withheld.
+                    finals = [e for e in buffer.read(last, timeout=0) if e.final]
+                    if finals:
+                        self.cursor = finals[-1].id
+                        return out + self.fmt(finals[-1]).encode("utf-8"), True
+                self.cursor = last
+                return out + text.encode("utf-8"), False
         events = buffer.read(self.cursor, timeout=0, max_bytes=max_bytes)
         if not events:
             return out, False
@@ -321,11 +341,13 @@ def read_handle(handle_id: str) -> Response:
     try:
         if fmt == SSE:
             args = (buffer, after, sse_event, SSE_HEARTBEAT, heartbeat, ": connected\n\n")
+            row = SSE_ROW
         else:
             args = (buffer, after, ndjson_event, NDJSON_HEARTBEAT, heartbeat, "")
+            row = NDJSON_ROW
         attach = request.environ.get(STREAM_BODY)
         if attach is not None:  # the gateway's server: its event loop writes the stream
-            attach(HandleStream(*args, on_close=release))
+            attach(HandleStream(*args, on_close=release, row_template=row))
             body: Any = b""  # the stream is written by the event loop
         else:  # any other WSGI server: a generator on the server's thread
             body = _Generated(stream_events(*args), release)
@@ -366,6 +388,6 @@ def _gone(record: HandleRecord) -> Gone:
     return Gone(f"handle is {record.state.value}", state=record.state.value, reason=record.reason)
 
 
-__all__ = ["create_handles_blueprint", "sse_event", "ndjson_event", "stream_events", "SSE",
-           "NDJSON", "DEFAULT_HEARTBEAT", "DEFAULT_MAX_READERS_PER_SUBJECT", "HandleStream",
-           "ReaderSlots"]
+__all__ = ["create_handles_blueprint", "sse_event", "ndjson_event", "SSE_ROW", "NDJSON_ROW",
+           "stream_events", "SSE", "NDJSON", "DEFAULT_HEARTBEAT",
+           "DEFAULT_MAX_READERS_PER_SUBJECT", "HandleStream", "ReaderSlots"]

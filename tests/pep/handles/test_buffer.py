@@ -382,6 +382,62 @@ def test_handle_stream_pulls_formatted_chunks_for_the_io_thread():
     assert buf._waiters == ()
 
 
+@pytest.mark.parametrize("fmt", ["ndjson", "sse"])
+def test_the_one_pass_row_path_writes_what_the_event_path_writes(fmt):
+    """The I/O thread's one-pass path for rows (`read_rows_text`) gives the same bytes as
+    formatting `Event`s, whatever comes between the rows: notices, gaps after rows were
+    dropped, pulls cut by `max_bytes`, a revocation, a close that keeps its rows."""
+    import random
+
+    from pep.core.rows import RowBatch
+    from pep.http.handles import NDJSON_ROW, SSE_ROW, HandleStream, sse_event
+
+    event_fmt, template = (ndjson_event, NDJSON_ROW) if fmt == "ndjson" else (sse_event, SSE_ROW)
+    seen = b""
+    for seed in range(12):
+        rng = random.Random(seed)
+        outputs = []
+        for fast in (False, True):
+            rng.seed(seed)
+            buf = HandleBuffer(max_rows=40)
+            buf.max_put_wait = 0.0  # a full buffer drops at once: the same rows in both runs
+            stream = HandleStream(buf, None, event_fmt, "", 15.0,
+                                  row_template=template if fast else None)
+            stream.start(lambda: None)
+            out, n, done = [], 0, False
+            for _ in range(60):
+                op = rng.random()
+                if op < 0.55:
+                    k = rng.randint(1, 30)
+                    buf.put(RowBatch.of_texts([f'{{"n":{n + i},"t":"%s\\u00e9"}}' for i in range(k)]))
+                    n += k
+                elif op < 0.65:
+                    buf.notice("stalled", {"seconds": rng.randint(1, 9)})
+                else:
+                    budget = rng.choice([1, 50, 300, 1 << 20])
+                    for _ in range(rng.randint(1, 3)):
+                        data, done = stream.pull(budget)
+                        out.append(data)
+                        if done:
+                            break
+                if done:
+                    break
+            if not done:
+                if seed % 2:
+                    buf.close("ended", "budget spent", keep=True)
+                else:
+                    buf.close("revoked", "gone")
+                while not done:
+                    data, done = stream.pull(rng.choice([50, 1 << 20]))
+                    out.append(data)
+            outputs.append(b"".join(out))
+        assert outputs[0] == outputs[1], seed
+        seen += outputs[0]
+    # the scripts went through notices, gaps, escapes, both ends and cut pulls
+    for part in (b"stalled", b"gap", b"\\u00e9", b"revoked", b"ended", b'%s'):
+        assert part in seen
+
+
 def test_an_idle_woken_reader_is_not_overrun_by_a_burst_after_a_quiet_spell():
     # A reader driven by a waiter (the server's I/O thread) reads only when woken. After a quiet
     # spell longer than reader_stall it has not read for a while, but its last read had
