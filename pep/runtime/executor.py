@@ -20,9 +20,10 @@ when a handle attaches, and constants travel as data (never as SQL text).
   max, first and last non-null value. The driver combines panes into windows (`windows.py`).
 The stream's own figures (tuples in, highest position) are observed on the same jobs
 (`DataFrame.observe`), without another pass over the batch; a Kafka stream, which has no
-positions, takes its tuples in from Spark's progress reports instead (`progress.py`). Time is per plan: each time-window
-plan's watermark is the largest event time among the tuples its own filter passed (a max per
-pane in the panes job), so a tuple a plan's policy hides moves none of its time.
+positions, takes its tuples in from Spark's progress reports instead (`progress.py`). Time is
+per plan: each time-window plan's watermark is the largest event time among the tuples its own
+filter passed (a max per pane in the panes job), so a tuple a plan's policy hides moves none of
+its time.
 
 This module runs the micro-batch (which jobs, then routing the results); the layers below
 `StreamExecutor` each have one job (`executor_state.py` lists them).

@@ -268,5 +268,6 @@ def filter_expressions(schema: StreamSchema) -> tuple[Column, Column, Column]:
 
 
 __all__ = ["value_elements", "value_arrays", "long_array", "json_value", "key_array",
-           "matched_plans_column", "masked_emissions", "few_plans_column", "matched_plan_structs", "shared_expressions",
-           "filter_expressions", "FEW_PLANS", "JSON_OPTIONS"]
+           "matched_plans_column", "masked_emissions", "few_plans_column",
+           "matched_plan_structs", "shared_expressions", "filter_expressions", "FEW_PLANS",
+           "JSON_OPTIONS"]

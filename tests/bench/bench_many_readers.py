@@ -39,7 +39,6 @@ import platform
 import selectors
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
