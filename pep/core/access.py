@@ -176,14 +176,17 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
     environment = environment if environment is not None else _no_environment
     gateway_environment = environment(stream)
     ctx = bind_environment(ctx, gateway_environment)
+    # The user query, read once (a revocation pass decides a thousand handles again); a query
+    # that does not parse is refused only after the decision, as before: a denial comes first.
+    asked = _read_user_query(ctx, user_query, user_query_type)
     # which stream this one is joined with is the gateway's to say (`pep.core.joingrant`)
-    ctx = bind_join(ctx, _asks_for_join(ctx, user_query, user_query_type))
+    ctx = bind_join(ctx, asked.join_with)
     settings = _Settings(refuse_nr, time_attribute_lookup, environment, schema_lookup,
                          combining or _intersection)
 
     try:
         return _plan(_Planning(engine, ctx, stream, schema, identity, media_type,
-                               gateway_environment, settings), user_query, user_query_type)
+                               gateway_environment, settings), asked)
     except Refusal as exc:
         exc.details.setdefault("stream", stream)  # for the audit trail and the error body
         raise
@@ -386,13 +389,32 @@ def _user_query(ctx, user_query: bytes | None, user_query_type: str | None):
     return None
 
 
-def _asks_for_join(ctx, user_query: bytes | None, user_query_type: str | None) -> str | None:
-    """The second stream, when the request's user query parses and asks for a join."""
+@dataclass(frozen=True)
+class _AskedQuery:
+    """The request's user query as read: the query (None: there is none), or why it cannot be
+    read (raised when planning needs it, after the decision)."""
+
+    query: Any
+    refusal: Refusal | None
+
+    @property
+    def join_with(self) -> str | None:
+        """The second stream, when the user query parses and asks for a join."""
+        q = self.query
+        return q.join.stream if q is not None and q.join is not None else None
+
+    def get(self) -> Any:
+        if self.refusal is not None:
+            raise self.refusal
+        return self.query
+
+
+def _read_user_query(ctx, user_query: bytes | None, user_query_type: str | None
+                     ) -> _AskedQuery:
     try:
-        query = _user_query(ctx, user_query, user_query_type)
-    except Refusal:
-        return None
-    return query.join.stream if query is not None and query.join is not None else None
+        return _AskedQuery(_user_query(ctx, user_query, user_query_type), None)
+    except Refusal as exc:
+        return _AskedQuery(None, exc)
 
 
 def _merge(policy, user, schema: StreamSchema, time_attribute: str | None):
@@ -404,10 +426,10 @@ def _merge(policy, user, schema: StreamSchema, time_attribute: str | None):
         raise InvalidInput(str(exc)) from None
 
 
-def _plan(req: _Planning, user_query: bytes | None, user_query_type: str | None) -> Grant:
+def _plan(req: _Planning, asked: _AskedQuery) -> Grant:
     """The request's own stream decided and planned, or the join it asks for (`_plan_join`)."""
-    ctx, stream, schema, settings = req.ctx, req.stream, req.schema, req.settings
-    second = _asks_for_join(ctx, user_query, user_query_type)
+    stream, schema, settings = req.stream, req.schema, req.settings
+    second = asked.join_with
     second_schema = None
     if second is not None and settings.schema_lookup is not None:
         second_schema = settings.schema_lookup(second)
@@ -430,7 +452,7 @@ def _plan(req: _Planning, user_query: bytes | None, user_query_type: str | None)
                                       f"the first stream of the join with {second!r}",
                                       req.media_type), stream, second, stream) from None
 
-    query = _user_query(ctx, user_query, user_query_type)
+    query = asked.get()
     try:
         try:
             user = (user_graph(query, stream, schema, _masks_of(decided))
