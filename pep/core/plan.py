@@ -218,7 +218,6 @@ class ExecutionPlan(_Keyed):
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
 
 
-
 _LATER_FIELDS = {"start_after": None}
 _LATER_WINDOW_FIELDS = {"min_count": 1, "keys": (), "privacy": None, "label_bounds": ()}
 
@@ -300,7 +299,6 @@ class JoinPlan(_Keyed):
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
 
 
-
 @dataclass(frozen=True)
 class UnionPlan(_Keyed):
     """The union of several grants on one stream (ASSIST's Secure Read, Definitions 2 and 4):
@@ -327,7 +325,6 @@ class UnionPlan(_Keyed):
         doc = {"union": {"stream": self.stream,
                          "plans": [json.loads(p.canonical_json()) for p in self.plans]}}
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
-
 
 
 AnyPlan = Union[ExecutionPlan, JoinPlan, UnionPlan]

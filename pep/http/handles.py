@@ -133,15 +133,9 @@ class HandleStream:
         buffer = self.buffer
         if self.row_template is not None:
             rows = buffer.read_rows_text(self.cursor, self.row_template, max_bytes)
-            if rows is not None:
-                text, last = rows
-                if buffer.withholds:
-                    # Revoked while we were reading: rows not yet on the wire are withheld.
-                    finals = [e for e in buffer.read(last, timeout=0) if e.final]
-                    if finals:
-                        self.cursor = finals[-1].id
-                        return out + self.fmt(finals[-1]).encode("utf-8"), True
-                self.cursor = last
+            # revoked since (withholds): the event path below reads its final event instead
+            if rows is not None and not buffer.withholds:
+                text, self.cursor = rows
                 return out + text.encode("utf-8"), False
         events = buffer.read(self.cursor, timeout=0, max_bytes=max_bytes)
         if not events:

@@ -23,7 +23,7 @@ from pep.runtime.columns import (BITS_COLUMN, EMIT, FILE_COLUMN, HASHED_PREFIX, 
                                 LNGS_COLUMN, NUMS_COLUMN, PIDS_COLUMN, PLAN, PLANS_COLUMN,
                                 POS_COLUMN, SEQ_COLUMN, STRS_COLUMN, TIME_COLUMN)
 from pep.runtime.plan_schema import ROW_KINDS, TIME, TUPLE, PlanField
-from pep.runtime.plan_expressions import (json_value, key_array, long_array, masked_emissions,
+from pep.runtime.plan_expressions import (json_value, key_array, masked_emissions,
                                           matched_plan_structs, matched_plans_column,
                                           shared_expressions, value_arrays)
 from pep.runtime.executor_state import MAX_LONG, TIME_LIMIT, UNIQUE_SEQ_KINDS
@@ -67,11 +67,11 @@ class BatchFrames(PlanTable):
         def build() -> list[Column]:
             cols = [F.col(f"`{n}`") for n in columns]
             cols += self._order_expressions(shape)
-            nums, strs = value_arrays(self._schema, shape.read)
+            nums, strs, lngs = value_arrays(self._schema, shape.read)
             cols += [nums.alias(NUMS_COLUMN), strs.alias(STRS_COLUMN)]
             # exact values of long, timestamp and boolean attributes: what their comparisons
             # read (a constant array of nulls, folded away, when no such attribute is read)
-            cols.append(long_array(self._schema, shape.read).alias(LNGS_COLUMN))
+            cols.append(lngs.alias(LNGS_COLUMN))
             if windows:
                 if shape.keys:
                     cols.append(key_array(self._schema, shape.keys).alias(KEYS_COLUMN))

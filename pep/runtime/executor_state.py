@@ -24,7 +24,7 @@ from pep.runtime.spatial import AnchorTracker
 from pep.runtime.batch_shape import Shape
 from pep.runtime.windows import PaneWindows
 from pep.runtime.plan_schema import PLAIN, ROW_TUPLE, TIME, TUPLE
-from pep.runtime.plan_expressions import long_array, value_arrays
+from pep.runtime.plan_expressions import value_arrays
 
 
 
@@ -130,8 +130,7 @@ class ExecutorState:
         self._types = {f.name: f.type for f in definition.schema.fields}
         self._full_order = definition.source.kind not in SEQ_KINDS
         self._time_attr = self._order_time_attribute()
-        self._anchors = AnchorTracker(spark, value_arrays, definition.schema,  # DISTANCE_TO
-                                      long_array)
+        self._anchors = AnchorTracker(spark, value_arrays, definition.schema)  # DISTANCE_TO
         # the few-plans matcher and its plans
         self._few: tuple[tuple[Any, ...], Column] | None = None
         # the rows job's Columns around it: (matcher, shape key, selected, non-empty test)

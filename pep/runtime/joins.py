@@ -50,7 +50,6 @@ from pep.runtime.join_frames import TIME, JoinOutput, JoinPlanError, joined_fram
 log = logging.getLogger(__name__)
 
 
-
 # -- the runtime ----------------------------------------------------------------------------------
 
 @dataclass

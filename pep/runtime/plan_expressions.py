@@ -66,18 +66,14 @@ def value_elements(schema: StreamSchema, only: frozenset[str] | None = None
 
 
 def value_arrays(definition: StreamDefinition | StreamSchema,
-                 only: frozenset[str] | None = None) -> tuple[Column, Column]:
-    """Per-row arrays of every attribute as a number and as text, indexed like the schema
-    (with `only`: the other attributes are null, so the scan need not read them)."""
+                 only: frozenset[str] | None = None) -> tuple[Column, Column, Column]:
+    """Per-row arrays of every attribute as a number, as text and as a 64-bit integer (long as
+    is, timestamps in epoch microseconds, booleans 0/1: exact values for comparisons and
+    windows), indexed like the schema (with `only`: the other attributes are null, so the scan
+    need not read them)."""
     schema = definition.schema if isinstance(definition, StreamDefinition) else definition
-    nums, strs, _ = value_elements(schema, only)
-    return F.array(*nums), F.array(*strs)
-
-
-def long_array(schema: StreamSchema, only: frozenset[str] | None = None) -> Column:
-    """Per-row array of every attribute as a 64-bit integer (long as is, timestamps in epoch
-    microseconds, booleans 0/1), null for doubles and strings: exact values for windows."""
-    return F.array(*value_elements(schema, only)[2])
+    nums, strs, lngs = value_elements(schema, only)
+    return F.array(*nums), F.array(*strs), F.array(*lngs)
 
 
 def json_value(c: Column, ftype: str) -> Column:
@@ -262,12 +258,12 @@ def shared_expressions(key: Any, build: Callable[[], Built]) -> Built:
 
 def filter_expressions(schema: StreamSchema) -> tuple[Column, Column, Column]:
     """(numbers array, texts array, matched plan ids) for `schema`, built once and then reused."""
-    nums, strs = shared_expressions(("values", schema), lambda: value_arrays(schema))
+    nums, strs, _ = shared_expressions(("values", schema), lambda: value_arrays(schema))
     (matched,) = shared_expressions(("matched",), lambda: (matched_plans_column(),))
     return nums, strs, matched
 
 
-__all__ = ["value_elements", "value_arrays", "long_array", "json_value", "key_array",
+__all__ = ["value_elements", "value_arrays", "json_value", "key_array",
            "matched_plans_column", "masked_emissions", "few_plans_column",
            "matched_plan_structs", "shared_expressions", "filter_expressions", "FEW_PLANS",
            "JSON_OPTIONS"]

@@ -24,7 +24,6 @@ from pep.runtime.batch_shape import Shape
 from pep.runtime.batch_frames import BatchFrames
 
 
-
 class ResultRouting(BatchFrames):
     """The jobs' Arrow results into `RowBatch`es, delivered to each plan's handles."""
 

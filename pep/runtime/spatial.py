@@ -194,11 +194,10 @@ class AnchorTracker:
     of the batch; `version` changes whenever some segment did, so the executor rebuilds its plan
     table then and only then."""
 
-    def __init__(self, spark: SparkSession, value_arrays: Callable[..., tuple[Column, Column]],
-                 schema: Any, long_array: Callable[..., Column]) -> None:
+    def __init__(self, spark: SparkSession,
+                 value_arrays: Callable[..., tuple[Column, Column, Column]], schema: Any) -> None:
         self.spark = spark
         self._value_arrays = value_arrays
-        self._long_array = long_array
         self._schema = schema
         self._names = list(schema.names)
         self._lock = threading.Lock()
@@ -211,7 +210,7 @@ class AnchorTracker:
     def with_schema(self, schema: Any) -> "AnchorTracker":
         """The same anchors' positions over a schema that added attributes after this one's (a
         stream's query restarted for its new attributes: attribute indices stay valid)."""
-        other = AnchorTracker(self.spark, self._value_arrays, schema, self._long_array)
+        other = AnchorTracker(self.spark, self._value_arrays, schema)
         with self._lock:
             other._last, other._segments = dict(self._last), dict(self._segments)
             other.version, other.rows = self.version + 1, self.rows
@@ -254,8 +253,8 @@ class AnchorTracker:
         scalar = self._spec_table(specs)
         needed = frozenset(self._names[i - 1] for s in specs
                            for i in (s.key_index, s.lat_index, s.lon_index))
-        nums, strs = self._value_arrays(self._schema, needed)
-        lngs = self._long_array(self._schema, needed)  # long, timestamp, boolean keys: exact
+        # numbers, texts, and exact values for long, timestamp and boolean keys
+        nums, strs, lngs = self._value_arrays(self._schema, needed)
 
         def is_anchor(s: Column) -> Column:
             number = F.element_at(F.col("_n"), s["a"])

@@ -438,6 +438,26 @@ def test_the_one_pass_row_path_writes_what_the_event_path_writes(fmt):
         assert part in seen
 
 
+def test_rows_read_in_one_pass_are_withheld_when_revoked_before_they_are_written():
+    """A revocation between the one-pass read and the write: the rows it read never go out,
+    the reader gets the final event instead."""
+    from pep.core.rows import RowBatch
+    from pep.http.handles import NDJSON_ROW, HandleStream
+
+    class RevokedWhileReading(HandleBuffer):
+        def read_rows_text(self, *args, **kwargs):
+            got = super().read_rows_text(*args, **kwargs)
+            self.close("revoked", "policy deleted")
+            return got
+
+    buf = RevokedWhileReading()
+    buf.put(RowBatch.of_texts(['{"n":1}', '{"n":2}']))
+    stream = HandleStream(buf, None, ndjson_event, "", 15.0, row_template=NDJSON_ROW)
+    data, done = stream.pull(1 << 20)
+    assert done and b'"row"' not in data
+    assert [json.loads(x)["event"] for x in data.decode().splitlines()] == ["revoked"]
+
+
 def test_an_idle_woken_reader_is_not_overrun_by_a_burst_after_a_quiet_spell():
     # A reader driven by a waiter (the server's I/O thread) reads only when woken. After a quiet
     # spell longer than reader_stall it has not read for a while, but its last read had
