@@ -548,7 +548,7 @@ def test_a_reader_that_did_not_keep_up_is_waited_for_once_per_episode():
     # more than the buffer holds: its own first rows would go before the reader took them
     assert b.put(RowBatch.of_texts([f'{{"v":{30 + i}}}' for i in range(15)]))
     waited = time.monotonic() - started
-    taker.join()
+    taker.join(10)
     assert 0.1 <= waited < 3  # caught up: waited for the reader again
 
 
@@ -576,7 +576,7 @@ def test_a_batch_that_pushes_out_only_rows_already_read_is_appended_at_once():
     taker.start()
     assert b.put(RowBatch.of_texts([f'{{"v":{30 + i}}}' for i in range(10)]))
     waited = time.monotonic() - started
-    taker.join()
+    taker.join(10)
     assert 0.2 <= waited < 3
 
 
