@@ -30,11 +30,12 @@ This module runs the micro-batch (which jobs, then routing the results); the lay
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
@@ -47,6 +48,8 @@ from pep.runtime.batch_shape import Shape
 from pep.runtime.query_lifecycle import QueryLifecycle
 
 log = logging.getLogger(__name__)
+
+Route = Callable[[], list[str]]  # a batch's results into the handles; the handles that closed
 
 
 class StreamExecutor(QueryLifecycle):
@@ -72,8 +75,12 @@ class StreamExecutor(QueryLifecycle):
                                     .isin(*names))
             plans, version = self._current()
             if not plans:
-                self._completed_batch = batch_id
+                self._router.submit(functools.partial(self._batch_routed, batch_id, []))
                 return
+            if any(s.windows is not None for s in plans):
+                # the plan table carries tuple windows' pane offsets, and time windows advance
+                # their watermarks, in routing: the batch before this one is routed first
+                self._router.drain()
             t0 = time.perf_counter()
             if self._anchored is None or self._anchored[0] != version:
                 self._anchored = (version, [s.compiled for s in plans if s.compiled.anchors])
@@ -85,20 +92,16 @@ class StreamExecutor(QueryLifecycle):
                 # the plan table: only for what the compiled matchers leave to it
                 table, scalar = self._plan_table(plans, version, shape)
             t1 = time.perf_counter()
-            closed: list[str] = []
+            route: Route | None = None
             spark_s = 0.0
             if scalar is not None or rows_by is not None:
-                closed, spark_s = self._evaluate(batch, plans, shape, scalar, rows_by)
-            t2 = time.perf_counter()
-            # the evaluation jobs incl. toArrow, then the driver's share (windows, encoding,
-            # delivery): the same split as before, read by tests/bench
-            log.debug("batch %s: table %.3f eval %.3f route %.3f", batch_id, t1 - t0, spark_s,
-                      t2 - t1 - spark_s)
+                route, spark_s = self._evaluate(batch, plans, shape, scalar, rows_by)
             self.stats_counters["batches"] += 1
             self.stats_counters["plan_evaluations"] += len(plans)
-            self._completed_batch = batch_id
-            for handle_id in closed:
-                self._on_handle_closed(handle_id)
+            # Spark commits this batch and prepares the next while its rows are delivered
+            # (`route_worker.py`); the one before it is routed first
+            self._router.submit(functools.partial(self._batch_routed, batch_id, [route],
+                                                  t1 - t0, spark_s))
         except Exception as exc:
             if isinstance(exc, Paused):
                 raise
@@ -112,6 +115,23 @@ class StreamExecutor(QueryLifecycle):
             self.stats_counters["last_batch_ms"] = round((time.perf_counter() - started) * 1000, 1)
             if not self._stopped:
                 self.last_batch_at = time.time()
+
+    def _batch_routed(self, batch_id: int, routes: list[Route | None], table_s: float = 0.0,
+                      spark_s: float = 0.0) -> None:
+        """On the route worker: deliver a batch's results, then count it delivered."""
+        started = time.perf_counter()
+        closed: list[str] = []
+        for route in routes:
+            if route is not None:
+                closed += route()
+        if routes:
+            # the jobs incl. toArrow, then the driver's share (windows, encoding, delivery):
+            # the split tests/bench reads
+            log.debug("batch %s: table %.3f eval %.3f route %.3f", batch_id, table_s, spark_s,
+                      time.perf_counter() - started)
+        self._completed_batch = max(self._completed_batch, batch_id)
+        for handle_id in closed:
+            self._on_handle_closed(handle_id)
 
     def _rows_matcher(self, plans: list[PlanState], shape: Shape, version: int
                       ) -> Column | GroupedMatcher | None:
@@ -137,9 +157,9 @@ class StreamExecutor(QueryLifecycle):
 
     def _evaluate(self, batch: DataFrame, plans: list[PlanState], shape: Shape,
                   scalar: Column | None, rows_by: Column | GroupedMatcher | None = None
-                  ) -> tuple[list[str], float]:
-        """Run the batch's jobs and hand out their results; (closed handles, seconds in
-        Spark jobs)."""
+                  ) -> tuple[Route, float]:
+        """Run the batch's jobs; (what routes their results into the handles and returns the
+        handles that closed on the way, seconds in Spark jobs)."""
         started = time.perf_counter()
         plain = [s for s in plans if s.rows and not s.compiled.passes_nothing]
         windowed = [s for s in plans if not s.rows]
@@ -188,16 +208,19 @@ class StreamExecutor(QueryLifecycle):
             figures = row.asDict() if row is not None else {}
         spark_s = time.perf_counter() - started
         self._observe(figures, shape)
-        closed: list[str] = []
         for arrow in (rows_arrow, panes_arrow):
             if arrow is not None:
                 self.stats_counters["driver_rows"] += arrow.num_rows
                 self.stats_counters["driver_bytes"] += arrow.nbytes
-        if rows_arrow is not None and rows_arrow.num_rows:
-            closed += self._route_rows(rows_arrow, plain, shape, grouped)
-        if windowed:
-            closed += self._route_panes(panes_arrow, windowed, shape)
-        return closed, spark_s
+
+        def route() -> list[str]:
+            closed: list[str] = []
+            if rows_arrow is not None and rows_arrow.num_rows:
+                closed += self._route_rows(rows_arrow, plain, shape, grouped)
+            if windowed:
+                closed += self._route_panes(panes_arrow, windowed, shape)
+            return closed
+        return route, spark_s
 
     def _observe(self, figures: dict[str, Any], shape: Shape) -> None:
         self.stats_counters["rows_in"] += int(figures.get("rows") or 0)

@@ -20,6 +20,7 @@ from pep.runtime.checkpoints import StreamCheckpoint
 from pep.runtime.delivery import Deliver
 from pep.runtime.compile import CompiledPlan, CompiledUnion
 from pep.runtime.matcher import GroupedMatcher
+from pep.runtime.route_worker import RouteWorker
 from pep.runtime.spatial import AnchorTracker
 from pep.runtime.batch_shape import Shape
 from pep.runtime.windows import PaneWindows
@@ -124,6 +125,8 @@ class ExecutorState:
         self._stopped = False
         self._pausing = False  # a restart (`restart`) is waiting for a batch boundary
         self._completed_batch = -1  # the last batch whose every delivery was made
+        # a batch's results are delivered one batch behind the query (`route_worker.py`)
+        self._router = RouteWorker(f"xsg-route-{definition.name}", self._routing_failed)
         self._schema = definition.schema
         self._field_names = list(definition.schema.names)
         self._index = {n: i + 1 for i, n in enumerate(self._field_names)}
@@ -162,6 +165,9 @@ class ExecutorState:
         if f is None or f.type not in ("timestamp", "double", "long"):
             return None
         return f.name
+
+    def _routing_failed(self, exc: BaseException) -> None:
+        self.stats_counters["last_error"] = f"{type(exc).__name__}: {exc}"
 
     def _current(self) -> tuple[list[PlanState], int]:
         with self._lock:

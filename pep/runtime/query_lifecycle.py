@@ -21,6 +21,7 @@ from pep.runtime.checkpoints import StreamCheckpoint, archive_dir, await_kafka_o
 from pep.runtime.progress import query_progress
 from pep.runtime.sources import build_source, local_dir
 from pep.runtime.routing import ResultRouting
+from pep.runtime.route_worker import RoutingFailed
 
 log = logging.getLogger(__name__)
 
@@ -192,8 +193,15 @@ class QueryLifecycle(ResultRouting):
     def active(self) -> bool:
         return self._query is not None and self._query.isActive
 
+    def wait_delivered(self, timeout: float = 120.0) -> None:
+        """Return once the micro-batches run so far are delivered (`route_worker.py`); raises
+        `RoutingFailed` if delivering the last one failed."""
+        self._router.drain(timeout)
+
     def in_batch_thread(self) -> bool:
-        return self._batch_thread == threading.get_ident()
+        """In the query's micro-batch, or delivering one (`route_worker.py`): such a thread
+        cannot wait for its own batch to end."""
+        return self._batch_thread == threading.get_ident() or self._router.in_worker()
 
     def stop(self, idle: bool = False) -> None:
         """Stop the query. `idle`: its last handle left (the next start begins at the stream's
@@ -216,6 +224,12 @@ class QueryLifecycle(ResultRouting):
                 except Exception:  # noqa: BLE001 - stopping must not fail the caller
                     log.exception("stopping the query of stream %s failed",
                                   self.definition.name)
+            # the batch in flight is delivered before the last delivered batch is written down
+            try:
+                self._router.drain()
+            except RoutingFailed as exc:
+                log.warning("stream %s: %s", self.definition.name, exc)
+            self._router.close()
             if self._rows_from_progress and self._query_name is not None:
                 # its last batches' progress may still be on Spark's listener bus
                 forget = threading.Timer(PROGRESS_GRACE, query_progress(self.spark).unregister,

@@ -25,9 +25,18 @@ def _java_option(name: str, value: str) -> str:
 # file-source micro-batch lists its files (up to maxFilesPerTrigger, default 50) when it is
 # built; above 32 paths Spark lists them with a Spark job of its own, measured 0.5-1 s per
 # batch here against ~0.05 s listed on the driver.
+#
+# The driver's JIT compiles with C1 only (-XX:TieredStopAtLevel=1). The gateway's JVM runs many
+# small micro-batches: its work is Spark's own driver code (planning, scheduling, logs), spread
+# over thousands of methods, not a few hot loops. With both tiers the JIT was still compiling
+# ~6,000 methods per 10 s two minutes after start (0.4-0.9 of this machine's two cores, C2
+# mostly); with C1 alone the 1,000-reader benchmark's micro-batches took 0.26-0.34 s at p50
+# instead of 0.39-0.59 s. A `spark.driver.extraJavaOptions` of the operator's own is appended
+# after these, so `-XX:TieredStopAtLevel=4` there brings C2 back (later JVM flags win).
+JAVA_OPTIONS = ("-Xss16m -XX:TieredStopAtLevel=1 "
+                + _java_option("log4j2.configurationFile", LOG4J2_CONFIG))
 DEFAULT_CONF: dict[str, str] = {
-    "spark.driver.extraJavaOptions": "-Xss16m "
-                                     + _java_option("log4j2.configurationFile", LOG4J2_CONFIG),
+    "spark.driver.extraJavaOptions": JAVA_OPTIONS,
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "2",
@@ -63,6 +72,19 @@ def _with_jars(conf: dict[str, str], jars: list[str]) -> dict[str, str]:
     return out
 
 
+def session_conf(extra_conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The gateway's settings with the operator's (`extra_conf`) over them; the operator's
+    `spark.driver.extraJavaOptions` come after the gateway's own JVM options instead of
+    replacing them (the thread stack the queries need stays; a flag given again wins)."""
+    conf = dict(DEFAULT_CONF)
+    extra = dict(extra_conf or {})
+    own = extra.pop("spark.driver.extraJavaOptions", "").strip()
+    if own:
+        conf["spark.driver.extraJavaOptions"] = f"{JAVA_OPTIONS} {own}"
+    conf.update(extra)
+    return conf
+
+
 _warmed = False  # the JVM stays warm for the process: warm up once, however often we're called
 
 
@@ -77,9 +99,7 @@ def create_spark_session(master: str = "local[*]", app_name: str = "xsg",
     # pyarrow: the gateway's own interpreter unless PYSPARK_PYTHON names another (pyspark reads
     # only that variable when it starts the context; `python3` on the PATH otherwise)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = dict(DEFAULT_CONF)
-    conf.update(extra_conf or {})
-    conf = _with_jars(conf, kafka_connector_jars())
+    conf = _with_jars(session_conf(extra_conf), kafka_connector_jars())
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -126,5 +146,5 @@ def warm_up(spark: SparkSession, timeout: float = 60.0) -> float:
     return time.perf_counter() - started
 
 
-__all__ = ["DEFAULT_CONF", "KAFKA_CACHE", "create_spark_session", "kafka_connector_jars",
+__all__ = ["DEFAULT_CONF", "JAVA_OPTIONS", "session_conf", "KAFKA_CACHE", "create_spark_session", "kafka_connector_jars",
            "kafka_unavailable_reason", "warm_up"]

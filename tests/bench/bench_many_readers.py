@@ -195,6 +195,7 @@ def ingest_main(url: str, stream: str, rate: int, seconds: float, first_seq: int
     period = per_call / rate
     seq = first_seq
     calls = late = 0
+    durations: list[float] = []  # each call's, sent to answered: part of every row's latency
     with requests.Session() as s:
         start = time.monotonic()
         next_at = start
@@ -204,9 +205,11 @@ def ingest_main(url: str, stream: str, rate: int, seconds: float, first_seq: int
                 "ts": now, "seq": seq + k, "sent": now, "v": ((seq + k) * 7.31) % 1000.0,
                 "pad": "p" * 40}) + "\n" for k in range(per_call))
             seq += per_call
+            t_call = time.perf_counter()
             r = s.post(f"{url}/streams/{stream}/records", data=body.encode(), timeout=30,
                        headers={"Authorization": f"Bearer {ADMIN}",
                                 "Content-Type": "application/x-ndjson"})
+            durations.append(time.perf_counter() - t_call)
             if r.status_code != 201:
                 print(f"ingest: {r.status_code} {r.text[:200]}", file=sys.stderr)
             calls += 1
@@ -216,7 +219,8 @@ def ingest_main(url: str, stream: str, rate: int, seconds: float, first_seq: int
                 time.sleep(pause)
             else:
                 late += 1
-    print(json.dumps({"calls": calls, "late": late, "last_seq": seq}))
+    print(json.dumps({"calls": calls, "late": late, "last_seq": seq,
+                      "call_p50": pct(durations, 50), "call_p95": pct(durations, 95)}))
 
 
 # -- the gateway --------------------------------------------------------------------------------------
@@ -587,6 +591,10 @@ def report(r: dict, rate: int) -> None:
               f"p99 {pct(lat, 99):.3f} s, max {max(lat):.3f} s over {len(lat):,} rows "
               f"({len(lat) / r['seconds']:,.0f} rows/s to readers); gaps {r['gaps']}; "
               f"ingest calls late {r['ingest']['late']}")
+        if "call_p50" in r["ingest"]:
+            print(f"  of which the ingest call (POST /streams/<name>/records, 20 records, sent -> "
+                  f"answered): p50 {r['ingest']['call_p50'] * 1000:.0f} ms, p95 "
+                  f"{r['ingest']['call_p95'] * 1000:.0f} ms")
     if dl:
         print(f"  of which delivery (in the handle's buffer -> at the reader, sampled "
               f"{len(dl):,} rows): p50 {pct(dl, 50) * 1000:.0f} ms, p95 {pct(dl, 95) * 1000:.0f} ms,"

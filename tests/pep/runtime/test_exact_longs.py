@@ -147,6 +147,7 @@ def run_plans(spark, frame, plans: list[ExecutionPlan], tuple_pane_min: int = 8
         ex.add_handle(f"h{i}", compile_plan(plan, SCHEMA, "t"),
                       lambda batch, i=i: got[i].extend(json.loads(t) for t in batch.rows) or True)
     ex._on_batch(frame, 0)
+    ex.wait_delivered()
     out = []
     for plan, rows in zip(plans, got):
         keys = [r["max_k"] if plan.window is not None else r["k"] for r in rows]

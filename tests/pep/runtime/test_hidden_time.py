@@ -225,6 +225,7 @@ def run(spark, tmp_path, stream: Stream, lateness: float) -> dict[str, dict[int,
             [tuple(r[c] for c in ("ts", "temp", "station", "level", "_xsg_seq")) + (None,)
              for r in recs], SPARK_SCHEMA)
         ex._on_batch(frame, i)
+        ex.wait_delivered()
         if visible == 0:
             attach(LATE)
     for name in PLANS:  # nothing reaches a consumer in a batch of tuples it cannot see
@@ -390,6 +391,7 @@ def test_event_state_moves_only_with_tuples_that_meet_its_condition(spark, tmp_p
                     [tuple(r[c] for c in ("ts", "temp", "station", "level", "_xsg_seq"))
                      + (None,) for r in recs], SPARK_SCHEMA)
                 ex._on_batch(frame, i)
+                ex.wait_delivered()
                 events.tick()
                 seen.append((events.version, events.environment(sd.name)))
                 clock[0] += 4.0
@@ -596,6 +598,7 @@ def test_numeric_times_that_are_no_time_move_nothing(spark, tmp_path):
             ex._on_batch(spark.createDataFrame(
                 rows, "tn double, temp double, station string, _xsg_seq long, _xsg_file string"),
                 i)
+            ex.wait_delivered()
         return got
     plain = [[(1000.0, 1.0, "A"), (1004.5, 2.0, "A")], [(1012.0, 3.0, "A")],
              [(1031.0, 4.0, "A")]]

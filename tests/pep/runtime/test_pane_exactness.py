@@ -180,6 +180,7 @@ def run(spark, tmp_path, batches, names=None, tuple_pane_min=None):
                                              ("ts", "temp", "hum", "station", "ok", "_xsg_seq"))
                                        + (None,) for r in recs], SPARK_SCHEMA)
         ex._on_batch(frame, i)
+        ex.wait_delivered()
     return ex, got
 
 
