@@ -196,7 +196,9 @@ class RevocationService:
 
     def _apply_all(self, records: list[HandleRecord], engine: Any, why: str) -> int:
         """Decide handles again; revoke, in one batch, those no longer granted exactly what they
-        get, and record changed policy ids in one transaction. Returns how many were revoked."""
+        get, and record changed policy ids in one transaction. Returns how many were revoked.
+        `records` were read under the handles' lock, which the caller holds until this returns
+        (what lets the revocations hand them to the listeners as they are)."""
         memo: dict = {}
         revocations: list[tuple[str, str]] = []
         policy_updates: dict[str, tuple[str, ...]] = {}
@@ -211,7 +213,9 @@ class RevocationService:
                 revocations.append((record.id, reason))
         if policy_updates:
             self.handles.set_policy_ids_many(policy_updates)
-        revoked = self.handles.revoke_many(revocations)
+        # the records as read under the handles' lock, held throughout: the listeners get
+        # them as revoked rather than read back (`HandleService.finish_many`)
+        revoked = self.handles.revoke_many(revocations, {r.id: r for r in records})
         if revoked:
             log.info("revoked %d handle(s) (%s)", len(revoked), why)
         return len(revoked)
