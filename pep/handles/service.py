@@ -463,7 +463,7 @@ class HandleService:
                        known: Mapping[str, HandleRecord], at: str) -> list[HandleRecord]:
         """The records of the handles just ended, in `finished` order: the caller's (see
         `finish_many`), as ended, else read back from the store."""
-        ending = {}
+        ending: dict[str, tuple[HandleState, str]] = {}
         for hid, state, reason in endings:
             ending.setdefault(hid, (state, reason))  # the first ending of an id is the one kept
         held = {hid: r for hid, r in known.items() if r.state is HandleState.LIVE}
