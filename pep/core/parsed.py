@@ -13,8 +13,11 @@ one they are given), and a `UserQuery` is frozen. Only what parsed is kept: a re
 that does not parse is parsed (and refused) again every time, with a fresh refusal, exactly as
 without the memo.
 
-Bounded by entries and by the bytes of the keys (a request body may be megabytes), least
-recently used first out; thread-safe (a pass, a dry run and a request may share it).
+Bounded by entries and by the bytes of the keys, least recently used first out; a request of
+more than `max_entry_bytes` is not kept (bodies may be megabytes, and parsed they take several
+times that). Sized for a few thousand live handles: a pass over more handles than it holds
+misses on most of them (a scan larger than an LRU), and parses them as it did without it.
+Thread-safe (a pass, a dry run and a request may share it).
 """
 from __future__ import annotations
 
@@ -23,8 +26,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Hashable
 
-DEFAULT_MAX_ENTRIES = 4096
-DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_ENTRIES = 8192
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_ENTRY_BYTES = 64 * 1024
 _MISSING = object()
 
 
@@ -32,11 +36,14 @@ class ParsedRequests:
     """Parsed forms by the bytes they were parsed from (see the module docstring)."""
 
     def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES,
-                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        if max_entries < 1 or max_bytes < 1:
-            raise ValueError("a memo of parsed requests needs max_entries >= 1 and max_bytes >= 1")
+                 max_bytes: int = DEFAULT_MAX_BYTES,
+                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> None:
+        if max_entries < 1 or max_bytes < 1 or max_entry_bytes < 1:
+            raise ValueError("a memo of parsed requests needs max_entries, max_bytes and "
+                             "max_entry_bytes >= 1")
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.max_entry_bytes = min(max_entry_bytes, max_bytes)
         self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
@@ -69,8 +76,8 @@ class ParsedRequests:
 
     def _put(self, key: tuple, value: Any) -> None:
         size = sum(len(part) for part in key if isinstance(part, (bytes, str)))
-        if size > self.max_bytes // 4:
-            return  # one huge request would push out everything else: not kept
+        if size > self.max_entry_bytes:
+            return  # a large request: not kept (see the module docstring)
         with self._lock:
             if key in self._entries:
                 return  # another thread parsed it meanwhile: keep the first
@@ -101,4 +108,5 @@ class FillOnly:
 RequestMemo = ParsedRequests | FillOnly
 
 
-__all__ = ["ParsedRequests", "FillOnly", "RequestMemo", "DEFAULT_MAX_ENTRIES", "DEFAULT_MAX_BYTES"]
+__all__ = ["ParsedRequests", "FillOnly", "RequestMemo", "DEFAULT_MAX_ENTRIES", "DEFAULT_MAX_BYTES",
+           "DEFAULT_MAX_ENTRY_BYTES"]

@@ -155,7 +155,7 @@ def test_a_fill_only_view_parses_every_time_and_keeps_what_parsed(engine, counte
 
 
 def test_bounded_by_entries_and_bytes_least_recently_used_out():
-    memo = ParsedRequests(max_entries=3, max_bytes=400)
+    memo = ParsedRequests(max_entries=3, max_bytes=400, max_entry_bytes=100)
     for n in range(3):
         memo.get_or_parse(("k", b"%d" % n), lambda n=n: n)
     memo.get_or_parse(("k", b"0"), lambda: pytest.fail("kept"))  # 0 used last now
@@ -163,11 +163,14 @@ def test_bounded_by_entries_and_bytes_least_recently_used_out():
     assert len(memo) == 3
     assert memo.get_or_parse(("k", b"1"), lambda: "again") == "again"  # 1 was dropped
     assert memo.get_or_parse(("k", b"0"), lambda: "again") == 0
-    memo.get_or_parse(("big", b"x" * 99), lambda: "big")
-    memo.get_or_parse(("big", b"y" * 99), lambda: "big")
-    assert memo._bytes <= 400
-    memo.get_or_parse(("huge", b"z" * 101), lambda: "huge")  # over a quarter: not kept
+    memo.get_or_parse(("huge", b"z" * 101), lambda: "huge")  # over max_entry_bytes: not kept
     assert memo.get_or_parse(("huge", b"z" * 101), lambda: "not kept") == "not kept"
+    by_bytes = ParsedRequests(max_entries=100, max_bytes=400, max_entry_bytes=200)
+    for n in range(5):  # 5 keys of 100 bytes: the oldest goes when 400 are passed
+        by_bytes.get_or_parse(("k", b"%d" % n * 99), lambda n=n: n)
+    assert len(by_bytes) == 4 and by_bytes._bytes == 400
+    assert by_bytes.get_or_parse(("k", b"0" * 99), lambda: "again") == "again"
+    assert by_bytes.get_or_parse(("k", b"4" * 99), lambda: "again") == 4
     with pytest.raises(ValueError):
         ParsedRequests(max_entries=0)
 
