@@ -45,17 +45,25 @@ def bind_environment(ctx: RequestContext,
     Dropped from the request: current-time, current-date and current-dateTime (the PDP then
     reads its own clock) and every attribute under `urn:xsg:`; added: `attributes`, as
     (attribute id, datatype, lexical values), e.g. the state of stream events."""
-    kept = []
-    for inst in ctx.instances:
-        if inst.category == ENVIRONMENT:
-            attrs = [a for a in inst.attributes if a.attribute_id not in CURRENT_TIME_IDS
-                     and not a.attribute_id.startswith(GATEWAY_ENVIRONMENT_PREFIX)]
-            inst = CategoryInstance.build(ENVIRONMENT, attrs, inst.content, inst.xml_id)
-        kept.append(inst)
-    ctx = RequestContext(kept, ctx.return_policy_id_list, ctx.combined_decision)
+    if any(inst.category == ENVIRONMENT and any(_gateway_environment(a.attribute_id)
+                                                for a in inst.attributes)
+           for inst in ctx.instances):
+        kept = []
+        for inst in ctx.instances:
+            if inst.category == ENVIRONMENT:
+                attrs = [a for a in inst.attributes if not _gateway_environment(a.attribute_id)]
+                inst = CategoryInstance.build(ENVIRONMENT, attrs, inst.content, inst.xml_id)
+            kept.append(inst)
+        ctx = RequestContext(kept, ctx.return_policy_id_list, ctx.combined_decision)
+    # else nothing to drop: `ctx` as it is (contexts are never changed, only copied)
     for attribute_id, datatype, values in attributes:
         ctx = ctx.with_attribute(ENVIRONMENT, attribute_id, datatype, list(values))
     return ctx
+
+
+def _gateway_environment(attribute_id: str) -> bool:
+    return (attribute_id in CURRENT_TIME_IDS
+            or attribute_id.startswith(GATEWAY_ENVIRONMENT_PREFIX))
 
 
 JOIN_WITH = "urn:xsg:resource:join-with"
@@ -69,14 +77,18 @@ def bind_join(ctx: RequestContext, other: str | None = None) -> RequestContext:
     alone could otherwise claim to be part of a join and meet a grant given only for joins);
     added, when the request is one side of a join: `urn:xsg:resource:join-with`, the other
     stream's name. A policy grants a stream only in a join with another by matching it."""
-    kept = []
-    for inst in ctx.instances:
-        if inst.category == RESOURCE:
-            attrs = [a for a in inst.attributes
-                     if not a.attribute_id.startswith(GATEWAY_RESOURCE_PREFIX)]
-            inst = CategoryInstance.build(RESOURCE, attrs, inst.content, inst.xml_id)
-        kept.append(inst)
-    ctx = RequestContext(kept, ctx.return_policy_id_list, ctx.combined_decision)
+    if any(inst.category == RESOURCE and any(a.attribute_id.startswith(GATEWAY_RESOURCE_PREFIX)
+                                             for a in inst.attributes)
+           for inst in ctx.instances):
+        kept = []
+        for inst in ctx.instances:
+            if inst.category == RESOURCE:
+                attrs = [a for a in inst.attributes
+                         if not a.attribute_id.startswith(GATEWAY_RESOURCE_PREFIX)]
+                inst = CategoryInstance.build(RESOURCE, attrs, inst.content, inst.xml_id)
+            kept.append(inst)
+        ctx = RequestContext(kept, ctx.return_policy_id_list, ctx.combined_decision)
+    # else nothing to drop: `ctx` as it is (a revocation pass binds a thousand requests)
     if other is not None:
         ctx = ctx.with_attribute(RESOURCE, JOIN_WITH, STRING, [other])
     return ctx

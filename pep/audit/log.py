@@ -29,6 +29,10 @@ DEFAULT_KEEP = 10
 FORBIDDEN_FIELDS = frozenset({"token", "authorization", "body", "handle_id", "rows", "row"})
 
 
+# json.dumps with these options would build an encoder per entry; one pass can write a thousand
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -94,7 +98,7 @@ class AuditLog:
                          **{k: v for k, v in fields.items() if v is not None}}
                 entries.append(entry)
                 # ASCII (json's default): any text fits, a lone surrogate included
-                lines.append(json.dumps(entry, separators=(",", ":"), default=str) + "\n")
+                lines.append(_ENCODE(entry) + "\n")
             if not lines:
                 return entries
             self._file.write("".join(lines))

@@ -44,6 +44,7 @@ from pep.core.labels import LabelError
 from pep.core.joingrant import JoinGrant, apply_join_grants, read_join_grant, split_obligations
 from pep.core.merge import merge
 from pep.core.obligations import ObligationError, policy_graph
+from pep.core.parsed import RequestMemo
 from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema, UnionPlan
 from pep.core.union import INTERSECTION, UNION, Alternative, merge_union
 from pep.core.userquery import (JoinQuery, UserQueryError, parse_user_query, query_from_content,
@@ -140,17 +141,22 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
                     refuse_nr: bool = True,
                     time_attribute_lookup: Callable[[str], str | None] | None = None,
                     environment: StreamEnvironment | None = None,
-                    combining: Callable[[str], str] | None = None) -> Grant:
+                    combining: Callable[[str], str] | None = None,
+                    parsed: RequestMemo | None = None) -> Grant:
     """Decide and plan one stream request; raises a Refusal saying why on any failure.
     `environment(stream)` gives the gateway's own environment attributes for a decision about
     that stream (its events); `combining(stream)` how the obligations of several applicable
-    rules combine on it (`pep.core.union`: "intersection", the default, or "union")."""
+    rules combine on it (`pep.core.union`: "intersection", the default, or "union").
+    `parsed` keeps the parsed request and user query for the next time the same bytes are
+    decided (`pep.core.parsed`: a revocation pass decides every live handle's request again);
+    what it keeps is bound to the caller afresh at every decision."""
     try:
         media_kind(media_type)
     except RequestSyntaxError as exc:
         raise UnsupportedMedia(str(exc)) from None
+    memo = _Memo(parsed, body, media_type, user_query, user_query_type)
     try:
-        ctx = parse_request(body, media_type)
+        ctx = memo.request()
     except RequestSyntaxError as exc:
         status = Status(code=getattr(exc, "status_code", STATUS_SYNTAX_ERROR), message=str(exc))
         response = Response((Result(Decision.INDETERMINATE, status),))
@@ -178,7 +184,7 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
     ctx = bind_environment(ctx, gateway_environment)
     # The user query, read once (a revocation pass decides a thousand handles again); a query
     # that does not parse is refused only after the decision, as before: a denial comes first.
-    asked = _read_user_query(ctx, user_query, user_query_type)
+    asked = _read_user_query(ctx, user_query, user_query_type, memo)
     # which stream this one is joined with is the gateway's to say (`pep.core.joingrant`)
     ctx = bind_join(ctx, asked.join_with)
     settings = _Settings(refuse_nr, time_attribute_lookup, environment, schema_lookup,
@@ -409,12 +415,44 @@ class _AskedQuery:
         return self.query
 
 
-def _read_user_query(ctx, user_query: bytes | None, user_query_type: str | None
-                     ) -> _AskedQuery:
+def _read_user_query(ctx, user_query: bytes | None, user_query_type: str | None,
+                     memo: "_Memo") -> _AskedQuery:
     try:
-        return _AskedQuery(_user_query(ctx, user_query, user_query_type), None)
+        return _AskedQuery(memo.query(lambda: _user_query(ctx, user_query, user_query_type)),
+                           None)
     except Refusal as exc:
         return _AskedQuery(None, exc)
+
+
+class _Memo:
+    """One request's way to `pep.core.parsed`: its keys, or plain parsing without a memo (or
+    for a body or query that is not bytes, which could not be a key)."""
+
+    __slots__ = ("parsed", "body", "media_type", "query_key")
+
+    def __init__(self, parsed: RequestMemo | None, body: bytes, media_type: str,
+                 user_query: bytes | None, user_query_type: str | None) -> None:
+        usable = (parsed is not None and type(body) is bytes
+                  and (user_query is None or type(user_query) is bytes))
+        self.parsed = parsed if usable else None
+        self.body = body
+        self.media_type = media_type
+        # a query in the resource Content comes from the body, one beside it from its bytes
+        self.query_key = ("query", body, media_type, user_query, user_query_type)
+
+    def request(self):
+        """The parsed XACML request (the RequestSyntaxError of one that does not parse)."""
+        if self.parsed is None:
+            return parse_request(self.body, self.media_type)
+        return self.parsed.get_or_parse(("request", self.body, self.media_type),
+                                        lambda: parse_request(self.body, self.media_type))
+
+    def query(self, read: Callable[[], Any]) -> Any:
+        """The parsed user query (None: there is none), or the Refusal of one that does not
+        parse (never kept: it is read, and refused, again every time)."""
+        if self.parsed is None:
+            return read()
+        return self.parsed.get_or_parse(self.query_key, read)
 
 
 def _merge(policy, user, schema: StreamSchema, time_attribute: str | None):

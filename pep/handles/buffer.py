@@ -38,6 +38,7 @@ import re
 import threading
 import time
 from collections import deque
+from functools import lru_cache
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from pep.core.rows import RowBatch, row_json
@@ -80,6 +81,13 @@ class Event(NamedTuple):
 def _size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
+
+
+@lru_cache(maxsize=256)
+def _final_data(kind: str, reason: str | None) -> str:
+    """A final event's data. Memoised: a revocation pass closes a thousand buffers with the
+    same kind and reason (a pure function of both, an immutable answer)."""
+    return json.dumps({"event": kind, "reason": reason})
 
 class HandleBuffer:
     """Bounded, thread-safe ring of one handle's results (see the module docstring)."""
@@ -287,7 +295,7 @@ class HandleBuffer:
                 self._bytes = 0
                 self._floor = self._last
             self._last += 1
-            self._final = Event(self._last, kind, json.dumps({"event": kind, "reason": reason}))
+            self._final = Event(self._last, kind, _final_data(kind, reason))
             self._wake()
             return True
 

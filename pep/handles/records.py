@@ -13,6 +13,7 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
@@ -36,8 +37,12 @@ def new_handle_id() -> str:
     return secrets.token_urlsafe(32)
 
 
-def _now() -> str:
+def record_time() -> str:
+    """Now, as a record's created_at and updated_at hold it."""
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+_now = record_time
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,16 @@ class HandleRecord:
             return (join["left"]["stream"], join["right"]["stream"])
         return (self.stream,)
 
+    def ended(self, state: HandleState, reason: str | None, at: str) -> "HandleRecord":
+        """This record as `HandleStore.finish_many` leaves it (state, reason, updated_at): what
+        a pass tells the listeners without reading a thousand records back. Built field by
+        field (twice as fast as dataclasses.replace); a test checks it against replace()."""
+        return HandleRecord(
+            id=self.id, subject=self.subject, roles=self.roles, admin=self.admin,
+            stream=self.stream, plan_json=self.plan_json, plan_key=self.plan_key,
+            policy_ids=self.policy_ids, request=self.request, state=state, reason=reason,
+            created_at=self.created_at, updated_at=at, generation=self.generation)
+
     def summary(self, base_url: str) -> dict:
         """JSON for its owner (never the stored request: it can be large). The plan has the
         shape POST /requests and POST /explain give it."""
@@ -103,6 +118,17 @@ CREATE INDEX IF NOT EXISTS handles_stream ON handles (stream, state)
 """
 
 
+_STATES = {state.value: state for state in HandleState}
+
+
+@lru_cache(maxsize=4096)
+def _texts(encoded: str) -> tuple[str, ...]:
+    """A JSON list of texts (roles, policy ids) as a tuple. Memoised: a pass loads a thousand
+    handles whose lists are mostly the same few, and the answer is a pure function of the text
+    (an immutable tuple, so sharing it is safe)."""
+    return tuple(json.loads(encoded))
+
+
 class HandleStore:
     """Handle records in SQLite (WAL, synchronous=FULL: a committed state change survives a crash)."""
 
@@ -121,14 +147,14 @@ class HandleStore:
         (hid, subject, roles, admin, stream, plan_json, plan_key, policy_ids, body, media_type,
          user_query, user_query_type, state, reason, created_at, updated_at, generation) = row
         return HandleRecord(
-            id=hid, subject=subject, roles=tuple(json.loads(roles)), admin=bool(admin),
+            id=hid, subject=subject, roles=_texts(roles), admin=bool(admin),
             stream=stream, plan_json=plan_json, plan_key=plan_key,
-            policy_ids=tuple(json.loads(policy_ids)),
+            policy_ids=_texts(policy_ids),
             request=StoredRequest(bytes(body), media_type,
                                   bytes(user_query) if user_query is not None else None,
                                   user_query_type),
-            state=HandleState(state), reason=reason, created_at=created_at,
-            updated_at=updated_at, generation=generation)
+            state=_STATES.get(state) or HandleState(state), reason=reason,
+            created_at=created_at, updated_at=updated_at, generation=generation)
 
     def insert(self, r: HandleRecord) -> None:
         self._db.execute(
@@ -181,10 +207,12 @@ class HandleStore:
         """live -> a terminal state; False when the handle was not live (nothing changes)."""
         return handle_id in self.finish_many([(handle_id, state, reason)])
 
-    def finish_many(self, endings: Iterable[tuple[str, HandleState, str | None]]) -> set[str]:
-        """Several live -> terminal transitions in one transaction; returns the ids changed."""
+    def finish_many(self, endings: Iterable[tuple[str, HandleState, str | None]],
+                    at: str | None = None) -> set[str]:
+        """Several live -> terminal transitions in one transaction; returns the ids changed.
+        `at`: their updated_at (default now)."""
         changed = set()
-        now = _now()
+        now = at if at is not None else _now()
         with self._db.transaction() as cur:
             for handle_id, state, reason in endings:
                 if state not in TERMINAL_STATES:
@@ -230,4 +258,4 @@ class HandleStore:
 
 
 __all__ = ["HandleState", "HandleRecord", "StoredRequest", "HandleStore", "new_handle_id",
-           "TERMINAL_STATES"]
+           "TERMINAL_STATES", "record_time"]

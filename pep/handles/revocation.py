@@ -16,7 +16,9 @@ When it happens:
   deletion only those that depended on the deleted policy (a policy that did not apply
   to a decision cannot change it by disappearing). Handles with identical requests from one
   caller are decided once per pass, and the revocations of a pass are written in one
-  transaction and published to proxies as one event. Each revoked handle's buffer is closed
+  transaction and published to proxies as one event. The stored requests are not parsed
+  again: their parsed forms are kept (`pep.core.parsed`, filled when the handles opened) and
+  bound to the caller afresh at every decision. Each revoked handle's buffer is closed
   as soon as its handle is decided (`HandleService.close_now`), so its reader gets `revoked`
   without waiting for the rest of the pass.
 - when subjects' identities change (`on_identity_change`): the auth file re-read (a change on
@@ -49,6 +51,7 @@ from pdp import Identity
 from pep.core.refs import handle_ref
 from pep.core.access import decision_name
 from pep.core.errors import Refusal
+from pep.core.parsed import ParsedRequests
 from pep.handles.records import HandleRecord
 from pep.handles.service import HandleService
 
@@ -118,7 +121,7 @@ class RevocationService:
                  identity_lookup: Callable[[str], Any] | None = None,
                  make_identity: Callable[[str, tuple[str, ...], bool], Any] | None = None,
                  time_sensitivity: TimeSensitivity | None = None,
-                 interval: float = 1.0) -> None:
+                 interval: float = 1.0, parsed: ParsedRequests | None = None) -> None:
         self.handles = handles
         self.engine = engine
         self.decide_and_plan = decide_and_plan
@@ -133,6 +136,9 @@ class RevocationService:
         self._tickers: list[Callable[[], Any]] = []
         # `observer(revoked, seconds)` after each policy change or environment change (metrics)
         self.observer: Callable[[int, float], None] | None = None
+        # the live handles' requests as parsed: a handle's stored request never changes, so a
+        # pass binds and decides them again without parsing them again (`pep.core.parsed`)
+        self.parsed = parsed if parsed is not None else ParsedRequests()
 
     # -- deciding again ---------------------------------------------------------------------------
 
@@ -175,7 +181,8 @@ class RevocationService:
         try:
             grant = self.decide_and_plan(engine, req.body, req.media_type, identity,
                                          self.schema_lookup, user_query=req.user_query,
-                                         user_query_type=req.user_query_type)
+                                         user_query_type=req.user_query_type,
+                                         parsed=self.parsed)
         except Refusal as exc:
             kind = type(exc).__name__
             return Verdict(False, f"the request is no longer permitted ({kind}): {exc.message}")
@@ -189,7 +196,9 @@ class RevocationService:
 
     def _apply_all(self, records: list[HandleRecord], engine: Any, why: str) -> int:
         """Decide handles again; revoke, in one batch, those no longer granted exactly what they
-        get, and record changed policy ids in one transaction. Returns how many were revoked."""
+        get, and record changed policy ids in one transaction. Returns how many were revoked.
+        `records` were read under the handles' lock, which the caller holds until this returns
+        (what lets the revocations hand them to the listeners as they are)."""
         memo: dict = {}
         revocations: list[tuple[str, str]] = []
         policy_updates: dict[str, tuple[str, ...]] = {}
@@ -204,7 +213,9 @@ class RevocationService:
                 revocations.append((record.id, reason))
         if policy_updates:
             self.handles.set_policy_ids_many(policy_updates)
-        revoked = self.handles.revoke_many(revocations)
+        # the records as read under the handles' lock, held throughout: the listeners get
+        # them as revoked rather than read back (`HandleService.finish_many`)
+        revoked = self.handles.revoke_many(revocations, {r.id: r for r in records})
         if revoked:
             log.info("revoked %d handle(s) (%s)", len(revoked), why)
         return len(revoked)

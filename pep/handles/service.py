@@ -18,7 +18,7 @@ import logging
 import secrets
 import threading
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Protocol, cast
+from typing import Any, Callable, Iterable, Mapping, Protocol, cast
 
 from pep.core.errors import NotFound, Unavailable
 from pep.core.refs import handle_ref
@@ -26,7 +26,8 @@ from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition, U
                            any_plan_from_json, plan_streams, side_plans)
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
 from pep.handles.privacy_budget import PrivacyGuard, private_window
-from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
+from pep.handles.records import (HandleRecord, HandleState, HandleStore, StoredRequest,
+                                 record_time)
 from pep.ports import JoinRuntimePort, StreamRuntimePort
 
 log = logging.getLogger(__name__)
@@ -379,9 +380,12 @@ class HandleService:
             buffer = self._buffers.get(handle_id)
             return buffer.close(HandleState.REVOKED.value, reason) if buffer is not None else False
 
-    def revoke_many(self, revocations: Iterable[tuple[str, str]]) -> list[str]:
-        """Revoke several handles at once ((handle id, reason) pairs); returns those revoked."""
-        return self.finish_many([(hid, HandleState.REVOKED, why) for hid, why in revocations])
+    def revoke_many(self, revocations: Iterable[tuple[str, str]],
+                    records: Mapping[str, HandleRecord] | None = None) -> list[str]:
+        """Revoke several handles at once ((handle id, reason) pairs); returns those revoked.
+        `records`: see `finish_many`."""
+        return self.finish_many([(hid, HandleState.REVOKED, why) for hid, why in revocations],
+                                records=records)
 
     def end(self, handle_id: str, reason: str, keep_rows: bool = False) -> bool:
         """End a handle (`ended`); with `keep_rows` the rows it was given stay readable before
@@ -397,24 +401,36 @@ class HandleService:
         self._finish(handle_id, HandleState.RELEASED, "released by its owner")
         return self.store.get(handle_id)
 
+    # Every write to a handle's record goes through this service under `lock` (what lets
+    # `finish_many` trust records its caller read under that lock).
+
     def set_policy_ids(self, handle_id: str, policy_ids: Iterable[str]) -> None:
-        self.store.set_policy_ids(handle_id, policy_ids)
+        with self.lock:
+            self.store.set_policy_ids(handle_id, policy_ids)
 
     def set_policy_ids_many(self, updates: dict[str, tuple[str, ...]]) -> None:
-        self.store.set_policy_ids_many(updates)
+        with self.lock:
+            self.store.set_policy_ids_many(updates)
 
     def _finish(self, handle_id: str, state: HandleState, reason: str) -> bool:
         return bool(self.finish_many([(handle_id, state, reason)]))
 
     def finish_many(self, endings: Iterable[tuple[str, HandleState, str]],
-                    keep_rows: bool = False) -> list[str]:
+                    keep_rows: bool = False,
+                    records: Mapping[str, HandleRecord] | None = None) -> list[str]:
         """End handles: close their buffers first (no write passes after this), persist every
         state change in one transaction, free their windows, detach them from the runtime, then
         tell the listeners once with every ended record. Returns the ids that were live.
-        `keep_rows`: the buffers keep their unread rows before the final event."""
+        `keep_rows`: the buffers keep their unread rows before the final event.
+        `records`: the live records of (some of) these handles as the caller read them while
+        holding `lock` until now (a revocation pass does); the listeners get them with their new
+        state, reason and time instead of every record read back from the store. Exact: a record
+        that was live then and is ended now was written by nothing else meanwhile (every write
+        to a record holds `lock`), and this transaction changes only those three fields."""
         endings = list(endings)
         if not endings:
             return []
+        at = record_time()
         with self.lock:
             closed = set()
             for handle_id, state, reason in endings:
@@ -423,7 +439,7 @@ class HandleService:
                     buffer.close(state.value, reason, keep=keep_rows)
                     closed.add(handle_id)
                     self._forget_buffer(handle_id, buffer)
-            changed = self.store.finish_many(endings)
+            changed = self.store.finish_many(endings, at=at)
             ended = [hid for hid, _, _ in endings if hid in changed or hid in closed]
             for handle_id in ended:
                 try:
@@ -435,13 +451,32 @@ class HandleService:
             self._detach(handle_id)
         finished = [hid for hid, _, _ in endings if hid in changed]
         if finished and self._listeners:
-            records = self.store.get_many(finished)
+            ended_records = self._ended_records(finished, endings, records or {}, at)
             for callback in list(self._listeners):
                 try:
-                    callback(records)
+                    callback(ended_records)
                 except Exception:  # noqa: BLE001 - a listener must not undo an ended handle
-                    log.exception("handle listener failed for %d handles", len(records))
+                    log.exception("handle listener failed for %d handles", len(ended_records))
         return finished
+
+    def _ended_records(self, finished: list[str], endings: list[tuple[str, HandleState, str]],
+                       known: Mapping[str, HandleRecord], at: str) -> list[HandleRecord]:
+        """The records of the handles just ended, in `finished` order: the caller's (see
+        `finish_many`), as ended, else read back from the store."""
+        ending: dict[str, tuple[HandleState, str]] = {}
+        for hid, state, reason in endings:
+            ending.setdefault(hid, (state, reason))  # the first ending of an id is the one kept
+        held = {hid: r for hid, r in known.items() if r.state is HandleState.LIVE}
+        unknown = [hid for hid in finished if hid not in held]
+        read = {r.id: r for r in self.store.get_many(unknown)} if unknown else {}
+        out = []
+        for hid in finished:
+            if hid in held:
+                state, reason = ending[hid]
+                out.append(held[hid].ended(state, reason, at))
+            elif hid in read:
+                out.append(read[hid])
+        return out
 
     def _detach(self, handle_id: str) -> None:
         with self.lock:

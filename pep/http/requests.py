@@ -161,7 +161,8 @@ def request_stream() -> Response:
         epoch = handles.policy_epoch
         grant = services.decide_and_plan(current_engine(), stored.body, stored.media_type,
                                          identity, visible_schema, user_query=stored.user_query,
-                                         user_query_type=stored.user_query_type)
+                                         user_query_type=stored.user_query_type,
+                                         parsed=services.revocation.parsed.fill_only())
         try:
             record, is_new = handles.open(identity.subject, identity.roles, identity.admin,
                                           grant.plan, grant.policy_ids or (), stored,

@@ -168,3 +168,40 @@ def test_unknown_member_names_are_quoted_in_the_message():
         parse_request(body, JSON)
     assert str(info.value) == "unknown member Request.'\\ud800'"
     str(info.value).encode("utf-8")
+
+
+def _attrs(ctx, category):
+    return sorted((a.attribute_id, a.values) for i in ctx.instances if i.category == category
+                  for a in i.attributes)
+
+
+def test_binding_the_environment_and_join_drops_claims_and_never_changes_its_input():
+    """bind_environment and bind_join skip rebuilding when the request claims nothing they
+    drop (a revocation pass binds a thousand requests); they still drop what is claimed, add
+    what the gateway says, and leave the context they are given as it was."""
+    from pdp.request import bind_environment, bind_join
+    from pdp.urns import CURRENT_TIME, ENVIRONMENT
+    claims = json.dumps({"Request": {
+        "Resource": {"Attribute": [{"AttributeId": RID, "Value": "doc1"},
+                                   {"AttributeId": "urn:xsg:resource:join-with", "Value": "x"}]},
+        "Environment": {"Attribute": [{"AttributeId": CURRENT_TIME, "Value": "10:00:00",
+                                       "DataType": "time"},
+                                      {"AttributeId": "urn:xsg:event:open", "Value": "true"},
+                                      {"AttributeId": "urn:e:kept", "Value": "k"}]}}}).encode()
+    plain = json.dumps({"Request": {"Resource": {"Attribute": [
+        {"AttributeId": RID, "Value": "doc1"}]}}}).encode()
+    event = [("urn:xsg:event:e", "http://www.w3.org/2001/XMLSchema#boolean", ["true"])]
+    for body, kept_env in ((claims, [("urn:e:kept", ("k",))]), (plain, [])):
+        ctx = parse_request(body, JSON)
+        before = (_attrs(ctx, RESOURCE), _attrs(ctx, ENVIRONMENT), ctx.instances)
+        bound = bind_join(bind_environment(ctx, event), "doc2")
+        assert _attrs(bound, ENVIRONMENT) == sorted(kept_env + [("urn:xsg:event:e", ("true",))])
+        assert _attrs(bound, RESOURCE) == [(RID, ("doc1",)),
+                                           ("urn:xsg:resource:join-with", ("doc2",))]
+        alone = bind_join(bind_environment(ctx))
+        assert _attrs(alone, ENVIRONMENT) == kept_env and _attrs(alone, RESOURCE) == [
+            (RID, ("doc1",))]
+        assert (_attrs(ctx, RESOURCE), _attrs(ctx, ENVIRONMENT), ctx.instances) == before
+        engine = _engine()
+        assert engine.decide(alone).results[0].decision == engine.decide(
+            parse_request(plain, JSON)).results[0].decision
