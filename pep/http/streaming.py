@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -37,6 +38,7 @@ PULL_BYTES = 128 * 1024  # at most about this much is taken from a body per writ
 # to tcp_wmem's maximum (4 MiB here), so a reader that stops reading would park megabytes in the
 # kernel and show no stall for minutes.
 STREAM_SNDBUF = 64 * 1024
+FLUSH_CHUNK = 64  # streams woken per turn of the event loop (`_LoopWakes`)
 
 
 class StreamBody(Protocol):
@@ -73,14 +75,20 @@ class _LoopWakes:
     rows into a thousand handles' buffers one after the other, and a `call_soon_threadsafe`
     each (a write to the loop's self-pipe, the loop woken and taking the GIL from the
     delivering thread each time) cost more than the puts. The first wake schedules one flush;
-    the wakes that come before it runs join it."""
+    the wakes that come before it runs join it.
+
+    A flush wakes at most `FLUSH_CHUNK` streams and leaves the rest to the loop's next turn:
+    a thousand streams woken at once ran in one turn of the loop (0.1-0.25 s of writing rows),
+    and nothing the loop serves besides them (a record ingested, a decision, a revocation's
+    request) was read until it ended: `POST /streams/<s>/records` took 0.3 s at p95 (14 ms at
+    p50) with 1,000 readers at 100,000 rows/s. Between two chunks the loop polls its sockets."""
 
     __slots__ = ("loop", "lock", "pending", "scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.lock = threading.Lock()
-        self.pending: list[_Waker] = []
+        self.pending: deque[_Waker] = deque()
         self.scheduled = False
 
     def add(self, waker: "_Waker") -> None:
@@ -96,10 +104,16 @@ class _LoopWakes:
 
     def _flush(self) -> None:
         with self.lock:
-            wakers, self.pending = self.pending, []
-            self.scheduled = False
+            pending = self.pending
+            count = min(len(pending), FLUSH_CHUNK)
+            wakers = [pending.popleft() for _ in range(count)]
+            more = bool(pending)
+            if not more:
+                self.scheduled = False
         for waker in wakers:
             waker.set_now()
+        if more:  # the rest after the loop's next look at its sockets
+            self.loop.call_soon(self._flush)
 
 
 _LOOP_WAKES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWakes]" = \
