@@ -39,6 +39,7 @@ When it happens:
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -50,6 +51,7 @@ from typing import Any
 from pdp import Identity
 from pep.core.refs import handle_ref
 from pep.core.access import decision_name
+from pep.core.delivery_gate import DELIVERY_GATE
 from pep.core.errors import Refusal
 from pep.core.parsed import ParsedRequests
 from pep.handles.records import HandleRecord
@@ -194,7 +196,8 @@ class RevocationService:
             return Verdict(False, f"the decision is now {decision}")
         return grant.plan.key(), tuple(sorted(set(grant.policy_ids or ())))
 
-    def _apply_all(self, records: list[HandleRecord], engine: Any, why: str) -> int:
+    def _apply_all(self, records: list[HandleRecord], engine: Any, why: str,
+                   urgent: bool = True) -> int:
         """Decide handles again; revoke, in one batch, those no longer granted exactly what they
         get, and record changed policy ids in one transaction. Returns how many were revoked.
         `records` were read under the handles' lock, which the caller holds until this returns
@@ -202,15 +205,19 @@ class RevocationService:
         memo: dict = {}
         revocations: list[tuple[str, str]] = []
         policy_updates: dict[str, tuple[str, ...]] = {}
-        for record in records:
-            verdict = self.reevaluate(record, engine, memo)
-            if verdict.keep:
-                if tuple(sorted(record.policy_ids)) != verdict.policy_ids:
-                    policy_updates[record.id] = verdict.policy_ids
-            else:
-                reason = f"{why}: {verdict.reason}"
-                self.handles.close_now(record.id, reason)  # its reader learns it now
-                revocations.append((record.id, reason))
+        # rows wait while the handles are decided (`pep.core.delivery_gate`); ending and
+        # detaching them, which may wait for a micro-batch's delivery, comes after. Not for the
+        # periodic sweep, which runs every second while policies mention time.
+        with DELIVERY_GATE.closed() if urgent else contextlib.nullcontext():
+            for record in records:
+                verdict = self.reevaluate(record, engine, memo)
+                if verdict.keep:
+                    if tuple(sorted(record.policy_ids)) != verdict.policy_ids:
+                        policy_updates[record.id] = verdict.policy_ids
+                else:
+                    reason = f"{why}: {verdict.reason}"
+                    self.handles.close_now(record.id, reason)  # its reader learns it now
+                    revocations.append((record.id, reason))
         if policy_updates:
             self.handles.set_policy_ids_many(policy_updates)
         # the records as read under the handles' lock, held throughout: the listeners get
@@ -329,7 +336,8 @@ class RevocationService:
         """One periodic pass over every live handle; returns how many were revoked."""
         engine = self.engine()
         with self.handles.lock:
-            revoked = self._apply_all(self.handles.live(), engine, "periodic re-evaluation")
+            revoked = self._apply_all(self.handles.live(), engine, "periodic re-evaluation",
+                                      urgent=False)
         self.sweeps += 1
         return revoked
 

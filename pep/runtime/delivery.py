@@ -1,7 +1,8 @@
 """Handing a batch to the handles attached to a query: the rule both runtimes (shared stream
 queries and joins) follow, in one place.
 
-Each handle is delivered under its own lock, so that a revocation, which takes the same lock
+While a revocation pass decides handles again, deliveries wait before each handle (at most a
+second: `pep.core.delivery_gate`). Each handle is delivered under its own lock, so that a revocation, which takes the same lock
 and marks it inactive, either happens before the write (nothing delivered) or after it; a
 handle whose callback refuses (False) or fails is marked inactive and reported closed, so the
 runtime detaches it.
@@ -12,6 +13,7 @@ import logging
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, ContextManager, Protocol
 
+from pep.core.delivery_gate import DELIVERY_GATE
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 
@@ -41,6 +43,7 @@ def deliver_to(handles: Iterable[DeliveryTarget], batch: RowBatch,
     """Deliver `batch` to every active handle; the ids of those that closed on the way."""
     closed: list[str] = []
     for handle in handles:
+        DELIVERY_GATE.wait_open()  # a revocation pass first (`pep.core.delivery_gate`)
         with handle.lock:
             if not handle.active:
                 continue
