@@ -155,14 +155,15 @@ class HandleBuffer:
         with self._cond:
             self._waiters = tuple(w for w in self._waiters if w is not callback)
 
-    def _wake(self) -> None:
-        """Under the lock: wake blocked readers and call the waiters."""
+    def _wake(self, final: bool = False) -> None:
+        """Under the lock: wake blocked readers and call the waiters (for the final event, a
+        waiter's `urgent` when it has one: the server writes it before other streams' rows)."""
         if self._woken_at is None and self._waiters:
             self._woken_at = time.monotonic()
         self._cond.notify_all()
         for waiter in self._waiters:
             try:
-                waiter()
+                (getattr(waiter, "urgent", waiter) if final else waiter)()
             except Exception:  # noqa: BLE001 - a reader's callback must not break a delivery
                 pass
 
@@ -296,7 +297,7 @@ class HandleBuffer:
                 self._floor = self._last
             self._last += 1
             self._final = Event(self._last, kind, _final_data(kind, reason))
-            self._wake()
+            self._wake(final=True)
             return True
 
     # -- reading ----------------------------------------------------------------------------------

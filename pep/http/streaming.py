@@ -91,9 +91,14 @@ class _LoopWakes:
         self.pending: deque[_Waker] = deque()
         self.scheduled = False
 
-    def add(self, waker: "_Waker") -> None:
+    def add(self, waker: "_Waker", first: bool = False) -> None:
+        """Queue `waker`; `first`: ahead of the others (a stream's final event, e.g. `revoked`,
+        is not written after a micro-batch's rows to every other stream)."""
         with self.lock:
-            self.pending.append(waker)
+            if first:
+                self.pending.appendleft(waker)
+            else:
+                self.pending.append(waker)
             if self.scheduled:
                 return
             self.scheduled = True
@@ -149,6 +154,28 @@ class _Waker:
         if not self.pending:
             self.pending = True
             self.wakes.add(self)
+
+    def wake_first(self) -> None:
+        """`wake`, ahead of the streams already queued (queued again if it was: the later
+        entry then finds nothing to do)."""
+        self.pending = True
+        self.wakes.add(self, first=True)
+
+
+class WakeCallback:
+    """What a body's `start` is given: call it when there is data; `urgent()` when what came
+    ends the stream (a final event), to be written before other streams' data."""
+
+    __slots__ = ("_waker",)
+
+    def __init__(self, waker: _Waker) -> None:
+        self._waker = waker
+
+    def __call__(self) -> None:
+        self._waker.wake()
+
+    def urgent(self) -> None:
+        self._waker.wake_first()
 
 
 async def _watch_disconnect(receive: Receive, gone: asyncio.Event, waker: _Waker) -> None:
@@ -206,7 +233,7 @@ async def drive(body: StreamBody, scope: dict, receive: Receive, send: Send,
     if connection is not None:
         connection.streams += 1
     try:
-        body.start(waker.wake)
+        body.start(WakeCallback(waker))
         last_sent = time.monotonic()
         interval = max(0.05, float(body.heartbeat_interval))
         more = False  # the last pull gave data: the body may hold more than one pull takes

@@ -42,3 +42,50 @@ def test_a_stream_woken_again_before_its_turn_is_woken_once() -> None:
         await asyncio.sleep(0)
         return int(w.event.is_set())
     assert asyncio.run(main()) == 1
+
+
+def test_a_final_event_is_woken_ahead_of_the_streams_queued_before_it() -> None:
+    from pep.handles.buffer import HandleBuffer
+    from pep.core.rows import RowBatch
+    from pep.http.streaming import WakeCallback
+
+    n = 3 * FLUSH_CHUNK
+    order: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        rows = [_Waker(loop) for _ in range(n)]
+        revoked = _Waker(loop)
+        buffer = HandleBuffer()
+        buffer.add_waiter(WakeCallback(revoked))  # as drive() registers a handle stream
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        revoked.event.clear()
+
+        def deliver_then_revoke() -> None:
+            for w in rows:  # a micro-batch's rows to every other stream
+                w.wake()
+            buffer.put(RowBatch(("{}",), 2))  # and to this one ...
+            buffer.close("revoked", "policy deleted")  # ... which is revoked meanwhile
+        t = threading.Thread(target=deliver_then_revoke)
+        t.start()
+        t.join(10)
+        for _ in range(4 * n):
+            if revoked.event.is_set() and not order:
+                order.append(f"revoked after {sum(w.event.is_set() for w in rows)} others")
+            if all(w.event.is_set() for w in rows):
+                break
+            await asyncio.sleep(0)
+    asyncio.run(main())
+    # the first chunk ran before the close queued it; then it came first, not after all the rest
+    assert order and int(order[0].split()[2]) <= FLUSH_CHUNK, order
+
+
+def test_a_waiter_without_urgent_is_called_for_the_final_event_too() -> None:
+    from pep.handles.buffer import HandleBuffer
+
+    calls: list[int] = []
+    buffer = HandleBuffer()
+    buffer.add_waiter(lambda: calls.append(1))
+    buffer.close("revoked", "gone")
+    assert calls == [1, 1]  # once when added, once for the final event
