@@ -25,7 +25,8 @@ per plan: each time-window plan's watermark is the largest event time among the 
 filter passed (a max per pane in the panes job), so a tuple a plan's policy hides moves none of
 its time.
 
-This module runs the micro-batch (which jobs, then routing the results); the layers below
+This module runs the micro-batch (which jobs; their results are then routed by the stream's
+route worker, one batch behind the query: `route_worker.py`); the layers below
 `StreamExecutor` each have one job (`executor_state.py` lists them).
 """
 from __future__ import annotations
