@@ -82,12 +82,12 @@ def _size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
-
 @lru_cache(maxsize=256)
 def _final_data(kind: str, reason: str | None) -> str:
     """A final event's data. Memoised: a revocation pass closes a thousand buffers with the
     same kind and reason (a pure function of both, an immutable answer)."""
     return json.dumps({"event": kind, "reason": reason})
+
 
 class HandleBuffer:
     """Bounded, thread-safe ring of one handle's results (see the module docstring)."""
