@@ -45,12 +45,9 @@ def request(stream: str) -> bytes:
         </Attribute></Attributes></Request>""".encode()
 
 
-@pytest.fixture
-def gw(tmp_path):
-    hub = InvalidationHub()
-    app, services = build_gateway(tmp_path / "data", RecordingRuntime(), invalidation=hub)
-    client = app.test_client()
-    streams = [f"s{i}" for i in range(6)]
+def open_handles(client, streams: list[str]) -> dict[tuple[str, str], str]:
+    """Each stream registered by its owner with a policy of its own, then a handle on it for
+    every consumer: (consumer, stream) -> handle id."""
     for name in streams:
         r = client.post("/streams", json={"name": name, "schema": SCHEMA, "time_attribute": "t"},
                         headers=auth_header("nea"))
@@ -64,6 +61,16 @@ def gw(tmp_path):
             r = client.post("/requests", data=request(name), headers=auth_header(who, **XML))
             assert r.status_code == 201, r.json
             handles[(who, name)] = r.json["id"]
+    return handles
+
+
+@pytest.fixture
+def gw(tmp_path):
+    hub = InvalidationHub()
+    app, services = build_gateway(tmp_path / "data", RecordingRuntime(), invalidation=hub)
+    client = app.test_client()
+    streams = [f"s{i}" for i in range(6)]
+    handles = open_handles(client, streams)
     calls = []
     decide = services.revocation.decide_and_plan
 

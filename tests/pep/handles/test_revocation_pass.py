@@ -15,25 +15,14 @@ from pep.core import access
 from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
 from tests.pep.conftest import RecordingRuntime, auth_header, build_gateway
 
-from .test_revocation_at_scale import CONSUMERS, SCHEMA, XML, policy, request
+from .test_revocation_at_scale import CONSUMERS, XML, open_handles, policy
 
 
 @pytest.fixture
 def gw(tmp_path):
     app, services = build_gateway(tmp_path / "data", RecordingRuntime())
     client = app.test_client()
-    handles = {}
-    for name in ("s0", "s1"):
-        r = client.post("/streams", json={"name": name, "schema": SCHEMA, "time_attribute": "t"},
-                        headers=auth_header("nea"))
-        assert r.status_code == 201, r.json
-        r = client.post("/policies", data=policy(f"urn:t:{name}", name),
-                        headers=auth_header("nea", **XML))
-        assert r.status_code == 201, r.json
-        for who in CONSUMERS:
-            r = client.post("/requests", data=request(name), headers=auth_header(who, **XML))
-            assert r.status_code == 201, r.json
-            handles[(who, name)] = r.json["id"]
+    handles = open_handles(client, ["s0", "s1"])
     yield client, services, handles
     services.close()
 
