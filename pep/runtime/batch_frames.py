@@ -8,6 +8,7 @@ import functools
 from types import ModuleType
 from typing import Any, Callable
 
+import pyarrow as pa
 from pyspark import cloudpickle
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -110,7 +111,7 @@ class BatchFrames(PlanTable):
                 memo = (few, (self._schema, tuple(columns), tuple(order)), keep,
                         F.size(F.col(PIDS_COLUMN)) > 0)
                 self._few_columns = memo
-            return batch.select(*memo[2]).where(memo[3])
+            return self._steps.where(self._steps.select(batch, memo[2]), memo[3])
         base = self._base_columns(shape, columns, False)
         if plans_column is None:
             raise ValueError("rows job without a plan table or a compiled matcher")
@@ -147,7 +148,13 @@ class BatchFrames(PlanTable):
                        for a, fam in grouped.columns])
         keep = shared_expressions(("grouped-values", self._schema, tuple(columns), tuple(order),
                                     grouped.columns), build)
-        return batch.select(*base).select(*keep)
+        return self._steps.select(self._steps.select(batch, base), keep)
+
+    def admitted_arrow(self, batch: DataFrame, shape: Shape, grouped: GroupedMatcher
+                       ) -> pa.Table:
+        """`admitted_frame`'s rows, collected (its schema is known: see `JvmSteps.to_arrow`)."""
+        frame, schema = self._admitted(batch, shape, grouped)
+        return self._steps.to_arrow(frame, schema)
 
     def admitted_frame(self, batch: DataFrame, shape: Shape, grouped: GroupedMatcher
                        ) -> DataFrame:
@@ -156,16 +163,25 @@ class BatchFrames(PlanTable):
         tuples some plan admits leave them, with the columns `rows_frame` gives (the projected
         attributes, the order columns) and instead of the plans' ids a bitmap of them
         (`BITS_COLUMN`, `GroupedMatcher.pairs`); the values only the filters read stay there."""
+        return self._admitted(batch, shape, grouped)[0]
+
+    def _admitted(self, batch: DataFrame, shape: Shape, grouped: GroupedMatcher
+                  ) -> tuple[DataFrame, T.StructType]:
         values = self.values_frame(batch, shape, grouped)
         keep = list(shape.plain_columns) + self._order_columns(shape)
         key = (self._schema, tuple(keep), grouped.columns)
-        schema = self._admitted_schemas.get(key)
-        if schema is None:  # the same for every batch of a schema: asked of Spark once
-            types = {f.name: f for f in values.schema.fields}
+        known = self._admitted_schemas.get(key)
+        if known is None:  # the same for every batch of a schema: asked of Spark once
+            fields = values.schema.fields
+            types = {f.name: f for f in fields}
             schema = T.StructType([types[n] for n in keep]
                                   + [T.StructField(BITS_COLUMN, T.BinaryType())])
-            self._admitted_schemas[key] = schema
-        return values.mapInArrow(admitted_rows(grouped, SEQ_COLUMN, keep, BITS_COLUMN), schema)
+            known = self._admitted_schemas[key] = (schema, [f.name for f in fields])
+        schema, names = known
+        # the UDF (the matcher pickled) is built once per matcher, not per batch
+        return self._steps.map_in_arrow(
+            values, ("admitted", key), grouped,
+            lambda: admitted_rows(grouped, SEQ_COLUMN, keep, BITS_COLUMN), schema, names), schema
 
     def _masked_rows(self, columns: list[str], order: list[str], shape: Shape
                      ) -> tuple[list[Column], list[Column]]:

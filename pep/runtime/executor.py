@@ -38,7 +38,7 @@ import time
 import uuid
 from typing import Any, Callable
 
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pep.runtime.matcher import GroupedMatcher
@@ -183,12 +183,12 @@ class StreamExecutor(QueryLifecycle):
         observation = None
         observed = batch
         if not self._rows_from_progress:
-            observation = Observation(f"xsg_{uuid.uuid4().hex}")
-            observed = batch.observe(observation, *self._observed(shape))
+            observed, observation = self._steps.observe(batch, f"xsg_{uuid.uuid4().hex}",
+                                                        self._observed(shape))
         rows_arrow = panes_arrow = None
         if plain and shape.plain_columns:
             if grouped is not None:
-                rows_arrow = self.admitted_frame(observed, shape, grouped).toArrow()
+                rows_arrow = self.admitted_arrow(observed, shape, grouped)
             elif few is not None or scalar is not None:
                 rows_arrow = self.rows_frame(observed, scalar, shape, few).toArrow()
             panes_source = batch
@@ -198,7 +198,8 @@ class StreamExecutor(QueryLifecycle):
         if windowed and scalar is not None:
             panes_arrow = self.panes_frame(panes_source, scalar, shape).toArrow()
         try:
-            figures = observation.get if observation is not None else {}
+            figures = self._steps.observed(batch, observation) \
+                if observation is not None else {}
         except Exception as exc:  # noqa: BLE001
             # pyspark 4.2.0 (the version Kafka pins) sometimes had no observed row for a Kafka
             # micro-batch whose only job was the panes job (toPyRow's assertion fails; Kafka

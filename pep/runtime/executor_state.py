@@ -20,6 +20,7 @@ from pep.runtime.checkpoints import StreamCheckpoint
 from pep.runtime.delivery import Deliver
 from pep.runtime.compile import CompiledPlan, CompiledUnion
 from pep.runtime.matcher import GroupedMatcher
+from pep.runtime.jvm_steps import JvmSteps
 from pep.runtime.route_worker import RouteWorker
 from pep.runtime.spatial import AnchorTracker
 from pep.runtime.batch_shape import Shape
@@ -139,7 +140,9 @@ class ExecutorState:
         # the rows job's Columns around it: (matcher, shape key, selected, non-empty test)
         self._few_columns: tuple[Column, tuple[Any, ...], list[Column], Column] | None = None
         self._grouped: tuple[int, GroupedMatcher | None] | None = None  # (plans' version, it)
-        self._admitted_schemas: dict[tuple[Any, ...], T.StructType] = {}
+        # the admitted rows' schema and the values frame's column names, per shape
+        self._admitted_schemas: dict[tuple[Any, ...], tuple[T.StructType, list[str]]] = {}
+        self._steps = JvmSteps()  # the batch's DataFrame steps, few py4j calls each
         self._anchored: tuple[int, list[CompiledPlan]] | None = None  # plans with DISTANCE_TO
         self._codegen: str | None = None  # whole-stage codegen as set in the query's session
         # no stream positions (Kafka): the rows read come from Spark's progress reports, not

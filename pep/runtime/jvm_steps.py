@@ -1,0 +1,145 @@
+"""A micro-batch's DataFrame steps in as few py4j round trips as the JVM allows.
+
+Each micro-batch builds its jobs anew over the batch's DataFrame, and PySpark's own methods make
+many small calls into the JVM for that: `select(*cols)` fills a Java list one element per call,
+`mapInArrow` pickles its function and builds a JVM UDF over `df[col]` for every column,
+`Observation` looks classes up by reflection. At 1,000 handles that was ~110 calls per
+micro-batch, and each one waits for the GIL while the route worker delivers the batch before
+(py4j time of the batch thread: 0.2 s per micro-batch). The Columns are the same for every batch
+of a shape, so the Scala Seqs of them, the UDF column and the JVM classes are built here once and
+reused: a step is one call per batch.
+
+Only the classic (py4j) DataFrame is supported: it is what the gateway's session is.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.errors.exceptions.captured import unwrap_spark_exception
+from pyspark.serializers import CPickleSerializer
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.classic.column import _to_seq
+from pyspark.sql.pandas.functions import pandas_udf
+from pyspark.sql.pandas.serializers import ArrowCollectSerializer
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.util import PythonEvalType, _load_from_socket
+
+_KEPT = 64  # Seqs and UDF columns kept per executor (shapes and matchers seen lately)
+
+
+class JvmSteps:
+    """One stream executor's memo of JVM objects for its batch steps (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # id(list of Columns), start -> (the list, kept alive so that its id stays its own; Seq)
+        self._seqs: OrderedDict[tuple[int, int], tuple[Sequence[Column], Any]] = OrderedDict()
+        # key -> (the owner the UDF was built for, compared by identity; the UDF's Column)
+        self._udfs: OrderedDict[Hashable, tuple[object, Any]] = OrderedDict()
+        self._classes: dict[str, Any] = {}
+        # id(StructType) -> (it, kept alive; its Arrow schema)
+        self._arrow: OrderedDict[int, tuple[T.StructType, pa.Schema]] = OrderedDict()
+
+    def _seq(self, df: DataFrame, columns: Sequence[Column], start: int = 0) -> Any:
+        key = (id(columns), start)
+        with self._lock:
+            hit = self._seqs.get(key)
+            if hit is not None and hit[0] is columns:
+                self._seqs.move_to_end(key)
+                return hit[1]
+        seq = _to_seq(df._sc, [c._jc for c in columns[start:]])
+        with self._lock:
+            self._seqs[key] = (columns, seq)
+            while len(self._seqs) > _KEPT:
+                self._seqs.popitem(last=False)
+        return seq
+
+    def _class(self, df: DataFrame, name: str) -> Any:
+        cls = self._classes.get(name)
+        if cls is None:
+            cls = self._classes[name] = getattr(df._sc._jvm, name)
+        return cls
+
+    def select(self, df: DataFrame, columns: Sequence[Column]) -> DataFrame:
+        """`df.select(*columns)`; `columns` is a list built once per shape (its identity is the
+        memo's key: a list built per call works, it only gains nothing)."""
+        return type(df)(df._jdf.select(self._seq(df, columns)), df.sparkSession)
+
+    def where(self, df: DataFrame, condition: Column) -> DataFrame:
+        return type(df)(df._jdf.filter(condition._jc), df.sparkSession)
+
+    def observe(self, df: DataFrame, name: str, columns: Sequence[Column]
+                ) -> tuple[DataFrame, Any]:
+        """`df.observe(Observation(name), *columns)`: (the observed frame, the JVM observation
+        to read with `observed` once the frame's first job ran)."""
+        jo = self._class(df, "org.apache.spark.sql.Observation")(name)
+        jdf = df._jdf.observe(jo, columns[0]._jc, self._seq(df, columns, 1))
+        return type(df)(jdf, df.sparkSession), jo
+
+    def observed(self, df: DataFrame, jo: Any) -> dict[str, Any]:
+        """The observed metrics of `observe`'s frame (waits for its first job, as
+        `Observation.get` does)."""
+        utils = self._class(df, "org.apache.spark.sql.api.python.PythonSQLUtils")
+        row = CPickleSerializer().loads(utils.toPyRow(jo.getRow()))
+        return dict(row.asDict(recursive=False))
+
+    def map_in_arrow(self, df: DataFrame, key: Hashable, owner: object,
+                     function: Callable[[], Callable[..., Any]], schema: T.StructType,
+                     names: Sequence[str]) -> DataFrame:
+        """`df.mapInArrow(function(), schema)` over the columns `names` (all of `df`'s, in
+        order). The UDF (its pickled function) is built once per `key` while `owner` (e.g. the
+        matcher the function closes over) is the same object."""
+        with self._lock:
+            hit = self._udfs.get(key)
+            if hit is not None and hit[0] is owner:
+                self._udfs.move_to_end(key)
+                jc = hit[1]
+            else:
+                jc = None
+        if jc is None:
+            udf = pandas_udf(function(), returnType=schema,  # type: ignore[call-overload]
+                             functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+            jc = udf(*[F.col(f"`{n}`") for n in names])._jc
+            with self._lock:
+                self._udfs[key] = (owner, jc)
+                while len(self._udfs) > _KEPT:
+                    self._udfs.popitem(last=False)
+        return type(df)(df._jdf.mapInArrow(jc, False, None), df.sparkSession)
+
+    def to_arrow(self, df: DataFrame, schema: T.StructType) -> pa.Table:
+        """`df.toArrow()` for a frame whose schema is `schema` (known to the caller: asking the
+        JVM for it, and for two Arrow settings, is what PySpark's `toArrow` spends most of its
+        calls on). The same table: batches in the job's order, cast to the schema's Arrow form
+        (timestamps in UTC; `spark.sql.execution.arrow.useLargeVarTypes` only changes how the
+        texts travel)."""
+        with self._lock:
+            hit = self._arrow.get(id(schema))
+        if hit is not None and hit[0] is schema:
+            arrow_schema = hit[1]
+        else:
+            arrow_schema = to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True,
+                                           timezone="UTC", prefers_large_types=False)
+            with self._lock:
+                self._arrow[id(schema)] = (schema, arrow_schema)
+                while len(self._arrow) > _KEPT:
+                    self._arrow.popitem(last=False)
+        port, secret, server = df._jdf.collectAsArrowToPython()
+        try:
+            with _load_from_socket((port, secret), ArrowCollectSerializer()) as stream:
+                results = list(stream)
+        finally:
+            with unwrap_spark_exception():
+                server.getResult()  # joins the serving thread; raises the job's error
+        batches, order = results[:-1], results[-1]
+        if not batches:
+            return arrow_schema.empty_table()
+        return pa.Table.from_batches([batches[i] for i in order]).cast(arrow_schema)
+
+
+__all__ = ["JvmSteps"]
