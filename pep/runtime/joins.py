@@ -46,6 +46,7 @@ from pep.runtime.checkpoints import await_kafka_offsets
 from pep.runtime.delivery import Deliver, deliver_to
 from pep.runtime.mask_keys import MaskKeys
 from pep.runtime.join_frames import TIME, JoinOutput, JoinPlanError, joined_frame
+from pep.runtime.jvm_steps import foreach_batch
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +100,8 @@ class _JoinQuery:
             self.checkpoint = rt.work_dir / "checkpoints" / qid
             self.checkpoint.mkdir(parents=True, exist_ok=True)
             millis = max(1, int(round(rt.trigger_interval * 1000)))
-            self.query = (frame.writeStream
-                          .queryName(f"xsg-join-{qid[:12]}")
-                          .foreachBatch(self._on_batch)
+            self.query = (foreach_batch(frame.writeStream.queryName(f"xsg-join-{qid[:12]}"),
+                                        self._on_batch)
                           .option("checkpointLocation", str(self.checkpoint))
                           .trigger(processingTime=f"{millis} milliseconds")
                           .start())

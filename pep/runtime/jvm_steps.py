@@ -9,6 +9,12 @@ micro-batch, and each one waits for the GIL while the route worker delivers the 
 of a shape, so the Scala Seqs of them, the UDF column and the JVM classes are built here once and
 reused: a step is one call per batch.
 
+`foreach_batch` registers a query's batch function the same way: PySpark's wrapper builds a new
+Python `SparkSession` around the query's session for every batch (five calls, 0.1 s per batch
+measured under the route worker's load); here it is built at the query's first batch and kept
+(a query runs every batch in the one session it cloned at start; the executor's settings in it,
+e.g. whole-stage codegen, are set once per query for that reason too).
+
 Only the classic (py4j) DataFrame is supported: it is what the gateway's session is.
 """
 from __future__ import annotations
@@ -21,7 +27,10 @@ from typing import Any
 import pyarrow as pa
 from pyspark.errors.exceptions.captured import unwrap_spark_exception
 from pyspark.serializers import CPickleSerializer
-from pyspark.sql import Column, DataFrame
+from py4j.java_gateway import java_import
+from pyspark.java_gateway import ensure_callback_server_started
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.classic.column import _to_seq
@@ -142,4 +151,41 @@ class JvmSteps:
         return pa.Table.from_batches([batches[i] for i in order]).cast(arrow_schema)
 
 
-__all__ = ["JvmSteps"]
+class BatchFunction:
+    """The JVM's `PythonForeachBatchFunction`: `func(batch, batch_id)` with the batch's
+    DataFrame in the query's session, wrapped once (see the module docstring)."""
+
+    def __init__(self, spark: SparkSession, func: Callable[[DataFrame, int], None]) -> None:
+        self._spark = spark
+        self._func = func
+        self._session: SparkSession | None = None
+        self.error: BaseException | None = None
+
+    def call(self, jdf: Any, batch_id: int) -> None:
+        try:
+            session = self._session
+            if session is None:
+                session = self._session = SparkSession(self._spark.sparkContext,
+                                                       jdf.sparkSession())
+            self._func(DataFrame(jdf, session), batch_id)
+        except Exception as exc:
+            self.error = exc  # what PySpark's own wrapper keeps, for the same reason
+            raise
+
+    class Java:
+        implements = ["org.apache.spark.sql.execution.streaming.sources.PythonForeachBatchFunction"]
+
+
+def foreach_batch(writer: DataStreamWriter, func: Callable[[DataFrame, int], None]
+                  ) -> DataStreamWriter:
+    """`writer.foreachBatch(func)`, through `BatchFunction`."""
+    spark = writer._spark
+    gateway = spark.sparkContext._gateway
+    java_import(gateway.jvm, "org.apache.spark.sql.execution.streaming.sources.*")
+    gateway.jvm.PythonForeachBatchHelper.callForeachBatch(writer._jwrite,
+                                                          BatchFunction(spark, func))
+    ensure_callback_server_started(gateway)
+    return writer
+
+
+__all__ = ["JvmSteps", "BatchFunction", "foreach_batch"]

@@ -22,6 +22,7 @@ from pep.runtime.progress import query_progress
 from pep.runtime.sources import build_source, local_dir
 from pep.runtime.routing import ResultRouting
 from pep.runtime.route_worker import RoutingFailed
+from pep.runtime.jvm_steps import foreach_batch
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +61,7 @@ class QueryLifecycle(ResultRouting):
         if self._rows_from_progress:
             query_progress(self.spark).register(name, self._count_rows_read)
         self._query_name = name
-        self._query = (source.writeStream
-                       .queryName(name)
-                       .foreachBatch(self._on_batch)
+        self._query = (foreach_batch(source.writeStream.queryName(name), self._on_batch)
                        .option("checkpointLocation", str(self._checkpoint.location))
                        .trigger(processingTime=f"{millis} milliseconds")
                        .start())

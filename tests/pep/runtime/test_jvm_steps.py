@@ -91,3 +91,31 @@ def test_steps_build_once_and_then_make_one_call(spark):
     assert built == [1] and m2 == 1 < m1
     steps.map_in_arrow(df, "k", object(), factory, SCHEMA, ["ts", "v", "s"])
     assert built == [1, 1]  # another matcher: its own UDF
+
+
+def test_foreach_batch_keeps_the_query_session_for_every_batch(spark, tmp_path):
+    """`foreach_batch` wraps the query's session once; every batch runs in that session (what
+    lets it skip PySpark's per-batch wrapping), and the batches are the query's own rows."""
+    import threading
+
+    from pep.runtime.jvm_steps import foreach_batch
+    seen: list[tuple[int, int, bool]] = []
+    done = threading.Event()
+
+    def on_batch(df, batch_id):
+        same = df._jdf.sparkSession().equals(df.sparkSession._jsparkSession)
+        seen.append((batch_id, df.count(), bool(same)))
+        if len(seen) >= 3:
+            done.set()
+    source = spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+    query = (foreach_batch(source.writeStream.queryName("jvm_steps_foreach_test"), on_batch)
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        assert done.wait(60), f"three batches expected, saw {seen}"
+    finally:
+        query.stop()
+    assert all(same for _, _, same in seen)
+    assert [b for b, _, _ in seen] == list(range(len(seen)))
+    assert sum(n for _, n, _ in seen[1:]) > 0
+    assert query.exception() is None
