@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import gc
 import logging
 import resource
 import signal
@@ -304,6 +305,28 @@ def limit_malloc_arenas(count: int = 2) -> bool:
         return False
 
 
+# The cyclic garbage collector's thresholds for a gateway process (Python's are 700, 10, 10).
+# With 1,000 live handles the process holds millions of objects and makes ~100,000 new ones a
+# second (a row's entry in each buffer it reaches); with Python's thresholds a full collection
+# ran every 1.5-2 s and stopped the whole process for 0.2-0.3 s each time (every delivery, the
+# micro-batch's py4j calls, the event loop), and young collections promoted objects that a
+# micro-batch's routing still held. Measured (tests/bench/bench_many_readers.py, 1,000 handles
+# at 50%): no full collection in the 30 s window instead of ~20, micro-batches p50 0.28 s
+# instead of 0.50 s, p95 ingest-to-reader 0.96 s instead of 1.37-1.6 s. A young collection
+# now takes ~10 ms; cyclic garbage waits a little longer (memory is bounded by the buffers).
+GC_THRESHOLDS = (20_000, 20, 20)
+
+
+def tune_gc(freeze: bool = True) -> None:
+    """Set `GC_THRESHOLDS` and, with `freeze`, move every object alive now (the modules, Spark's
+    and the PDP's start-up state) out of the collector's reach for good (`gc.freeze`): full
+    collections then walk only what was made since. For a server process, once started."""
+    gc.set_threshold(*GC_THRESHOLDS)
+    if freeze:
+        gc.collect()
+        gc.freeze()
+
+
 def raise_fd_limit(wanted: int) -> int:
     """Raise this process's open-file limit towards `wanted` (never above the hard limit)."""
     try:
@@ -345,5 +368,5 @@ def run_until_signal(server: HttpServer, on_start: Callable[[], None] | None = N
                 signal.signal(sig, handler)
 
 
-__all__ = ["HttpServer", "run_until_signal", "trim_memory", "limit_malloc_arenas",
-           "raise_fd_limit", "error_body", "FAST_PDP_EXTENSION"]
+__all__ = ["HttpServer", "run_until_signal", "trim_memory", "limit_malloc_arenas", "tune_gc",
+           "GC_THRESHOLDS", "raise_fd_limit", "error_body", "FAST_PDP_EXTENSION"]
