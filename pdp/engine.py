@@ -44,7 +44,7 @@ from collections import OrderedDict
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 import pdp.index as index_module
-from pdp.combining import DENY_OVERRIDES_3_0, policy_combiner
+from pdp.combining import DENY_OVERRIDES_3_0, deny_unless_permit, policy_combiner
 from pdp.errors import PolicyLoadError, RequestSyntaxError
 from pdp.evaluation import (DENY, PERMIT, TO_DECISION, EvalContext, Outcome,
                             status_of_bug)
@@ -56,7 +56,8 @@ from pdp.references import defined_twice, latest_info, named_root
 from pdp.request import Individual, RequestContext, parse_request
 from pdp.results import (STATUS_PROCESSING_ERROR, Decision, Response, Result, RuleGrant,
                           Status)
-from pdp.target_scope import attribute_key, evaluator_scope, target_literals
+from pdp.target_scope import (NOT_APPLICABLE_WHEN_ALL_ARE, attribute_key, evaluator_scope,
+                               target_literals)
 from pdp.xmlsafe import get_limits
 
 __all__ = ["PolicyEngine", "PolicySource", "PolicyInfo", "CompiledPolicy", "compile_policy",
@@ -210,6 +211,8 @@ class PolicyEngine:
         self.root_policy_id = root_policy_id
         self.use_index = use_index
         self._combine = combine
+        self._never_memo: dict[str, bool] = {}  # `never_permits`, per resource-id
+        self._scope_memo: dict[str, frozenset[str] | None] = {}  # `resource_scope`, per id
 
     @property
     def _entries(self) -> tuple[CompiledPolicy, ...]:
@@ -357,6 +360,34 @@ class PolicyEngine:
                 return None
             union |= scope
         return frozenset(union)
+
+    def never_permits(self, resource_id: str) -> bool:
+        """True when this engine can only answer NotApplicable (or Deny) to every request whose
+        one resource-id (category resource, data type string) is `resource_id`, whoever asks:
+        no top-level document can apply to it (`resource_scope`, whose proofs say why), and the
+        root combines its children so that all NotApplicable give NotApplicable (or, with
+        deny-unless-permit, Deny). False whenever that is not proven (a named root policy, a
+        document without a scope, another root algorithm). A revocation pass uses it to decide
+        one handle of such a stream for all of them. Memoised: an engine never changes."""
+        known = self._never_memo.get(resource_id)
+        if known is None:
+            known = self._never_memo[resource_id] = self._never_permits(resource_id)
+        return known
+
+    def _never_permits(self, resource_id: str) -> bool:
+        if self.root_policy_id is not None:
+            return False
+        if self._combine is not deny_unless_permit and \
+                self._combine not in NOT_APPLICABLE_WHEN_ALL_ARE:
+            return False
+        scopes = self._scope_memo
+        for policy_id in self._versions:
+            if policy_id not in scopes:
+                scopes[policy_id] = self.resource_scope(policy_id)
+            scope = scopes[policy_id]
+            if scope is None or resource_id in scope:
+                return False
+        return True
 
     def target_values(self, policy_id: str, category: str, attribute_id: str,
                       datatype: str = "http://www.w3.org/2001/XMLSchema#string") -> frozenset:

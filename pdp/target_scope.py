@@ -38,7 +38,7 @@ from pdp.urns import RESOURCE as RESOURCE_CATEGORY, RESOURCE_ID, STRING
 
 # Combining algorithms whose answer is NotApplicable when every child is NotApplicable. A
 # whitelist: an algorithm added later gives no proof until it is checked and listed here.
-_NOT_APPLICABLE_WHEN_ALL_ARE = frozenset({
+NOT_APPLICABLE_WHEN_ALL_ARE = frozenset({
     deny_overrides, permit_overrides, first_applicable, only_one_applicable,
     legacy_deny_overrides_rules, legacy_permit_overrides_rules,
     legacy_deny_overrides_policies, legacy_permit_overrides_policies,
@@ -100,7 +100,7 @@ def _scope(ev: Any, links: Mapping, memo: dict) -> frozenset | None:
     if not isinstance(ev, PolicyEvaluator):
         return None
     best = target_scope(ev.target_spec)
-    if ev.combine in _NOT_APPLICABLE_WHEN_ALL_ARE:
+    if ev.combine in NOT_APPLICABLE_WHEN_ALL_ARE:
         union: set = set()
         for child in ev.children:
             child_scope = evaluator_scope(child, links, memo)

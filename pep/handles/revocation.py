@@ -52,7 +52,7 @@ from pdp import Identity
 from pep.core.refs import handle_ref
 from pep.core.access import decision_name
 from pep.core.delivery_gate import DELIVERY_GATE
-from pep.core.errors import Refusal
+from pep.core.errors import AccessDenied, Refusal
 from pep.core.parsed import ParsedRequests
 from pep.handles.records import HandleRecord
 from pep.handles.service import HandleService
@@ -69,6 +69,7 @@ class Verdict:
     reason: str | None = None
     policy_ids: tuple[str, ...] = ()
     changed: bool = False  # still permitted, but the obligations changed what it may see
+    decided: bool = False  # a refusal that is the PDP's decision (not Permit), nothing else
 
 
 @dataclass(frozen=True)
@@ -187,13 +188,14 @@ class RevocationService:
                                          parsed=self.parsed)
         except Refusal as exc:
             kind = type(exc).__name__
-            return Verdict(False, f"the request is no longer permitted ({kind}): {exc.message}")
+            return Verdict(False, f"the request is no longer permitted ({kind}): {exc.message}",
+                           decided=isinstance(exc, AccessDenied))
         except Exception as exc:  # noqa: BLE001 - anything else: deny when in doubt
             log.exception("re-evaluation of handle %s failed", handle_ref(record.id))
             return Verdict(False, f"re-evaluation failed: {str(exc) or type(exc).__name__}")
         decision = decision_name(grant.decision)
         if decision != "Permit":
-            return Verdict(False, f"the decision is now {decision}")
+            return Verdict(False, f"the decision is now {decision}", decided=True)
         return grant.plan.key(), tuple(sorted(set(grant.policy_ids or ())))
 
     def _apply_all(self, records: list[HandleRecord], engine: Any, why: str,
@@ -203,6 +205,7 @@ class RevocationService:
         `records` were read under the handles' lock, which the caller holds until this returns
         (what lets the revocations hand them to the listeners as they are)."""
         memo: dict = {}
+        refused: dict[str, Verdict] = {}  # see `_shared_refusal`
         revocations: list[tuple[str, str]] = []
         policy_updates: dict[str, tuple[str, ...]] = {}
         # rows wait while the handles are decided (`pep.core.delivery_gate`); ending and
@@ -210,7 +213,10 @@ class RevocationService:
         # periodic sweep, which runs every second while policies mention time.
         with DELIVERY_GATE.closed() if urgent else contextlib.nullcontext():
             for record in records:
-                verdict = self.reevaluate(record, engine, memo)
+                verdict = self._shared_refusal(record, engine, refused)
+                if verdict is None:
+                    verdict = self.reevaluate(record, engine, memo)
+                    self._remember_refusal(record, engine, verdict, refused)
                 if verdict.keep:
                     if tuple(sorted(record.policy_ids)) != verdict.policy_ids:
                         policy_updates[record.id] = verdict.policy_ids
@@ -226,6 +232,36 @@ class RevocationService:
         if revoked:
             log.info("revoked %d handle(s) (%s)", len(revoked), why)
         return len(revoked)
+
+    @staticmethod
+    def _never_permitted_stream(record: HandleRecord, engine: Any) -> str | None:
+        """The record's one stream when `engine` proves that no request on it can be permitted
+        now (`PolicyEngine.never_permits`: no policy can apply to it), else None."""
+        streams = record.streams
+        never = getattr(engine, "never_permits", None)
+        if len(streams) != 1 or never is None or not never(streams[0]):
+            return None
+        return streams[0]
+
+    def _shared_refusal(self, record: HandleRecord, engine: Any,
+                        refused: dict[str, Verdict]) -> Verdict | None:
+        """The refusal of a handle on a stream no request can be permitted on any more, when
+        one handle of that stream was decided so in this pass: whoever asks, the PDP answers
+        such a stream's requests alike (NotApplicable, or Deny under deny-unless-permit), so
+        the other handles are not decided one by one (deleting the one policy of a stream read
+        by a thousand consumers re-decided a thousand requests). Their subjects are still
+        checked: one the gateway no longer knows is decided in full, for its own reason."""
+        stream = self._never_permitted_stream(record, engine) if refused else None
+        if stream is None or stream not in refused or self.identity_for(record) is None:
+            return None
+        return refused[stream]
+
+    def _remember_refusal(self, record: HandleRecord, engine: Any, verdict: Verdict,
+                          refused: dict[str, Verdict]) -> None:
+        if verdict.decided and not verdict.keep:
+            stream = self._never_permitted_stream(record, engine)
+            if stream is not None:
+                refused.setdefault(stream, verdict)
 
     # -- policy events ----------------------------------------------------------------------------
 

@@ -199,3 +199,61 @@ def test_example_policies():
         assert scope is not None, pid  # every shipped example names its streams
         if confined is not None:
             assert scope <= confined
+
+
+ROOT_10 = "urn:oasis:names:tc:xacml:1.0:policy-combining-algorithm:"
+
+
+def test_never_permits_a_resource_no_document_can_apply_to():
+    a = PolicySource("a", policy("pa", any_of(res("a"))).encode())
+    bc = PolicySource("bc", policy("pb", any_of(res("b"), res("c"))).encode())
+    engine = PolicyEngine.compile([a, bc])
+    assert not engine.never_permits("a") and not engine.never_permits("c")
+    assert engine.never_permits("z")
+    after = engine.with_changes(remove_ids=["pa"])
+    assert after.never_permits("a") and not engine.never_permits("a")  # per generation
+    anywhere = PolicyEngine.compile([a, PolicySource("w", policy("pw", "").encode())])
+    assert not anywhere.never_permits("z")  # a document without a scope proves nothing
+    assert PolicyEngine.compile([]).never_permits("z")
+
+
+@pytest.mark.parametrize("alg, expected", [
+    (POL + "permit-unless-deny", False),  # permits what no document applies to
+    (POL + "deny-unless-permit", True),   # denies it
+    (POL + "deny-overrides", True),
+    (ROOT_10 + "first-applicable", True),
+])
+def test_never_permits_follows_the_root_algorithm(alg, expected):
+    a = PolicySource("a", policy("pa", any_of(res("a"))).encode())
+    assert PolicyEngine.compile([a], root_combining_alg=alg).never_permits("z") is expected
+
+
+def test_never_permits_nothing_under_a_named_root():
+    a = PolicySource("a", policy("pa", any_of(res("a"))).encode())
+    assert not PolicyEngine.compile([a], root_policy_id="pa").never_permits("z")
+
+
+def test_never_permits_is_sound_on_random_documents():
+    """A resource the engine says is never permitted gets no Permit, whatever else the request
+    says, under every root algorithm."""
+    rng = random.Random(11)
+    checked = 0
+    for trial in range(120):
+        docs = [PolicySource(f"d{k}", document(k, rng.randrange(192)))
+                for k in range(rng.randrange(1, 6))]
+        alg = rng.choice([POL + "deny-overrides", POL + "permit-overrides",
+                          POL + "deny-unless-permit", POL + "permit-unless-deny"])
+        try:
+            engine = PolicyEngine.compile(docs, root_combining_alg=alg)
+        except Exception:
+            continue
+        for r in ("r0", "r1", "r2", "r3", "zz"):
+            if not engine.never_permits(r):
+                continue
+            for a in ("read", "delete", None):
+                for lv in (0, 5):
+                    ctx = parse_request(request_xml("alice", r, a, lv), XML)
+                    (result,) = engine.decide(ctx).results
+                    assert result.decision.value != "Permit", (trial, r, a, lv)
+                    checked += 1
+    assert checked > 200

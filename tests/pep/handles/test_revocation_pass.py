@@ -154,3 +154,40 @@ def test_loading_records_decodes_their_lists_as_before(tmp_path):
         assert store.get("h1").state is HandleState.RELEASED
     finally:
         store.close()
+
+
+def _delete_s0(tmp_path, name, monkeypatch=None):
+    app, services = build_gateway(tmp_path / name, RecordingRuntime())
+    try:
+        client = app.test_client()
+        handles = open_handles(client, ["s0", "s1"])
+        decided = []
+        real = access.decide_and_plan
+
+        def counting(*args, **kwargs):
+            decided.append(1)
+            return real(*args, **kwargs)
+        if monkeypatch is not None:
+            monkeypatch.setattr(access, "decide_and_plan", counting)
+            monkeypatch.setattr(services.revocation, "decide_and_plan", counting, raising=False)
+        r = client.delete("/policies/urn:t:s0", headers=auth_header("nea"))
+        assert r.status_code in (200, 204), r.data
+        return {key: state(services, hid) for key, hid in handles.items()}, decided
+    finally:
+        services.close()
+
+
+def test_a_stream_no_policy_can_apply_to_any_more_is_decided_once(tmp_path, monkeypatch):
+    """Deleting the one policy of a stream: the PDP proves that no request on it can be
+    permitted (`PolicyEngine.never_permits`), so the pass decides one of its handles and gives
+    the others the same refusal, worded as deciding each would word it."""
+    states, decided = _delete_s0(tmp_path, "shared", monkeypatch)
+    assert len(decided) == 1 < len(CONSUMERS)
+    with monkeypatch.context() as m:
+        from pdp.engine import PolicyEngine
+        m.setattr(PolicyEngine, "never_permits", lambda self, resource_id: False)
+        one_by_one, decided_each = _delete_s0(tmp_path, "each", m)
+    assert len(decided_each) == len(CONSUMERS)
+    assert states == one_by_one
+    assert {states[(who, "s0")][0] for who in CONSUMERS} == {"revoked"}
+    assert {states[(who, "s1")] for who in CONSUMERS} == {("live", None)}
