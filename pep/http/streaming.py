@@ -108,7 +108,7 @@ class _LoopWakes:
 
     def _flush(self) -> None:
         with self.lock:
-            wakers = []
+            wakers: list[_Waker] = []
             for queue in (self.urgent, self.pending):
                 while queue and len(wakers) < FLUSH_CHUNK:
                     wakers.append(queue.popleft())

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.errors.exceptions.captured import unwrap_spark_exception
 from pyspark.serializers import CPickleSerializer
-from py4j.java_gateway import java_import
+from py4j.java_gateway import java_import  # type: ignore[import-untyped]
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
@@ -181,6 +181,7 @@ def foreach_batch(writer: DataStreamWriter, func: Callable[[DataFrame, int], Non
     """`writer.foreachBatch(func)`, through `BatchFunction`."""
     spark = writer._spark
     gateway = spark.sparkContext._gateway
+    assert gateway is not None  # a classic session's context has its py4j gateway
     java_import(gateway.jvm, "org.apache.spark.sql.execution.streaming.sources.*")
     gateway.jvm.PythonForeachBatchHelper.callForeachBatch(writer._jwrite,
                                                           BatchFunction(spark, func))
