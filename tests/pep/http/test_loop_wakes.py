@@ -17,15 +17,15 @@ def test_many_wakes_leave_turns_of_the_loop_to_other_work() -> None:
         def deliver() -> None:  # a micro-batch's thread: every buffer, then another callback
             for w in wakers:
                 w.wake()
-            loop.call_soon_threadsafe(lambda: seen.append(sum(w.event.is_set() for w in wakers)))
+            loop.call_soon_threadsafe(lambda: seen.append(sum(w.is_set() for w in wakers)))
         t = threading.Thread(target=deliver)
         t.start()
         t.join(10)  # blocks the loop: every wake and the callback are queued before it turns
         for _ in range(4 * n):
-            if all(w.event.is_set() for w in wakers):
+            if all(w.is_set() for w in wakers):
                 break
             await asyncio.sleep(0)
-        return [w.event.is_set() for w in wakers].count(True)
+        return [w.is_set() for w in wakers].count(True)
     woken = asyncio.run(main())
     assert woken == n  # every stream was woken in the end
     assert seen == [FLUSH_CHUNK]  # the other callback ran after the first chunk, not after all
@@ -40,7 +40,7 @@ def test_a_stream_woken_again_before_its_turn_is_woken_once() -> None:
         assert len(w.wakes.pending) == 1
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        return int(w.event.is_set())
+        return int(w.is_set())
     assert asyncio.run(main()) == 1
 
 
@@ -60,7 +60,7 @@ def test_a_final_event_is_woken_ahead_of_the_streams_queued_before_it() -> None:
         buffer.add_waiter(WakeCallback(revoked))  # as drive() registers a handle stream
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        revoked.event.clear()
+        revoked.clear()
 
         def deliver_then_revoke() -> None:
             for w in rows:  # a micro-batch's rows to every other stream
@@ -71,9 +71,9 @@ def test_a_final_event_is_woken_ahead_of_the_streams_queued_before_it() -> None:
         t.start()
         t.join(10)
         for _ in range(4 * n):
-            if revoked.event.is_set() and not order:
-                order.append(f"revoked after {sum(w.event.is_set() for w in rows)} others")
-            if all(w.event.is_set() for w in rows):
+            if revoked.is_set() and not order:
+                order.append(f"revoked after {sum(w.is_set() for w in rows)} others")
+            if all(w.is_set() for w in rows):
                 break
             await asyncio.sleep(0)
     asyncio.run(main())
