@@ -25,18 +25,18 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import pyarrow as pa
-from pyspark.errors.exceptions.captured import unwrap_spark_exception
-from pyspark.serializers import CPickleSerializer
 from py4j.java_gateway import java_import  # type: ignore[import-untyped]
+from pyspark.errors.exceptions.captured import unwrap_spark_exception
 from pyspark.java_gateway import ensure_callback_server_started
+from pyspark.serializers import CPickleSerializer
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql.streaming import DataStreamWriter
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.classic.column import _to_seq
 from pyspark.sql.pandas.functions import pandas_udf
 from pyspark.sql.pandas.serializers import ArrowCollectSerializer
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming import DataStreamWriter
 from pyspark.util import PythonEvalType, _load_from_socket
 
 _KEPT = 64  # Seqs and UDF columns kept per executor (shapes and matchers seen lately)
