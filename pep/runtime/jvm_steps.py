@@ -42,32 +42,41 @@ from pyspark.util import PythonEvalType, _load_from_socket
 _KEPT = 64  # Seqs and UDF columns kept per executor (shapes and matchers seen lately)
 
 
+class _Memo:
+    """A bounded memo of JVM objects whose entries hold for one `owner` object, compared by
+    identity (a list of Columns, a matcher, a schema), kept alive by the entry so that an id
+    used in the key stays its own; the least recently used go first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[Hashable, tuple[object, Any]] = OrderedDict()
+
+    def get(self, key: Hashable, owner: object, build: Callable[[], Any]) -> Any:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None and hit[0] is owner:
+                self._entries.move_to_end(key)
+                return hit[1]
+        value = build()  # outside the lock: py4j calls
+        with self._lock:
+            self._entries[key] = (owner, value)
+            while len(self._entries) > _KEPT:
+                self._entries.popitem(last=False)
+        return value
+
+
 class JvmSteps:
     """One stream executor's memo of JVM objects for its batch steps (thread-safe)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        # id(list of Columns), start -> (the list, kept alive so that its id stays its own; Seq)
-        self._seqs: OrderedDict[tuple[int, int], tuple[Sequence[Column], Any]] = OrderedDict()
-        # key -> (the owner the UDF was built for, compared by identity; the UDF's Column)
-        self._udfs: OrderedDict[Hashable, tuple[object, Any]] = OrderedDict()
+        self._seqs = _Memo()  # (id(list of Columns), start) -> its Seq
+        self._udfs = _Memo()  # key -> the UDF's Column, built for one owner
+        self._arrow = _Memo()  # id(StructType) -> its Arrow schema
         self._classes: dict[str, Any] = {}
-        # id(StructType) -> (it, kept alive; its Arrow schema)
-        self._arrow: OrderedDict[int, tuple[T.StructType, pa.Schema]] = OrderedDict()
 
     def _seq(self, df: DataFrame, columns: Sequence[Column], start: int = 0) -> Any:
-        key = (id(columns), start)
-        with self._lock:
-            hit = self._seqs.get(key)
-            if hit is not None and hit[0] is columns:
-                self._seqs.move_to_end(key)
-                return hit[1]
-        seq = _to_seq(df._sc, [c._jc for c in columns[start:]])
-        with self._lock:
-            self._seqs[key] = (columns, seq)
-            while len(self._seqs) > _KEPT:
-                self._seqs.popitem(last=False)
-        return seq
+        return self._seqs.get((id(columns), start), columns,
+                              lambda: _to_seq(df._sc, [c._jc for c in columns[start:]]))
 
     def _class(self, df: DataFrame, name: str) -> Any:
         cls = self._classes.get(name)
@@ -104,21 +113,11 @@ class JvmSteps:
         """`df.mapInArrow(function(), schema)` over the columns `names` (all of `df`'s, in
         order). The UDF (its pickled function) is built once per `key` while `owner` (e.g. the
         matcher the function closes over) is the same object."""
-        with self._lock:
-            hit = self._udfs.get(key)
-            if hit is not None and hit[0] is owner:
-                self._udfs.move_to_end(key)
-                jc = hit[1]
-            else:
-                jc = None
-        if jc is None:
+        def build() -> Any:
             udf = pandas_udf(function(), returnType=schema,  # type: ignore[call-overload]
                              functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
-            jc = udf(*[F.col(f"`{n}`") for n in names])._jc
-            with self._lock:
-                self._udfs[key] = (owner, jc)
-                while len(self._udfs) > _KEPT:
-                    self._udfs.popitem(last=False)
+            return udf(*[F.col(f"`{n}`") for n in names])._jc
+        jc = self._udfs.get(key, owner, build)
         return type(df)(df._jdf.mapInArrow(jc, False, None), df.sparkSession)
 
     def to_arrow(self, df: DataFrame, schema: T.StructType) -> pa.Table:
@@ -127,17 +126,9 @@ class JvmSteps:
         calls on). The same table: batches in the job's order, cast to the schema's Arrow form
         (timestamps in UTC; `spark.sql.execution.arrow.useLargeVarTypes` only changes how the
         texts travel)."""
-        with self._lock:
-            hit = self._arrow.get(id(schema))
-        if hit is not None and hit[0] is schema:
-            arrow_schema = hit[1]
-        else:
-            arrow_schema = to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True,
-                                           timezone="UTC", prefers_large_types=False)
-            with self._lock:
-                self._arrow[id(schema)] = (schema, arrow_schema)
-                while len(self._arrow) > _KEPT:
-                    self._arrow.popitem(last=False)
+        arrow_schema = self._arrow.get(id(schema), schema, lambda: to_arrow_schema(
+            schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC",
+            prefers_large_types=False))
         port, secret, server = df._jdf.collectAsArrowToPython()
         try:
             with _load_from_socket((port, secret), ArrowCollectSerializer()) as stream:
