@@ -348,7 +348,14 @@ class PolicyEngine:
         (`pdp.target_scope` says why that is sound). None when it could apply to any resource:
         no such constraint, a reference or child without one, or an id this engine does not
         hold (ask the engine from before a deletion, or use the scope the change event carries).
-        Every version of the id is a root child, so the answer covers them all."""
+        Every version of the id is a root child, so the answer covers them all. Memoised: an
+        engine never changes."""
+        if policy_id in self._scope_memo:
+            return self._scope_memo[policy_id]
+        scope = self._scope_memo[policy_id] = self._resource_scope(policy_id)
+        return scope
+
+    def _resource_scope(self, policy_id: str) -> frozenset[str] | None:
         slots = self._versions.get(policy_id)
         if not slots:
             return None
@@ -380,11 +387,8 @@ class PolicyEngine:
         if self._combine is not deny_unless_permit and \
                 self._combine not in NOT_APPLICABLE_WHEN_ALL_ARE:
             return False
-        scopes = self._scope_memo
         for policy_id in self._versions:
-            if policy_id not in scopes:
-                scopes[policy_id] = self.resource_scope(policy_id)
-            scope = scopes[policy_id]
+            scope = self.resource_scope(policy_id)
             if scope is None or resource_id in scope:
                 return False
         return True
