@@ -192,7 +192,7 @@ class Bridge:
         self.fast = fast
         self.stats = stats
         self.server_name = server_name
-        # responses to close on the pool, drained by one task at a time (`_close_later`)
+        # responses to close on the pool, drained by at most CLOSERS tasks (`_close_later`)
         self._closing: collections.deque = collections.deque()
         self._closing_lock = threading.Lock()
         self._closers = 0  # pool tasks draining it (at most CLOSERS)

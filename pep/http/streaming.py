@@ -156,9 +156,8 @@ class _Waker:
         """On the loop: mark woken and end a `wait` in progress."""
         self.pending = False
         self.woken = True
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if self.waiter is not None:
+            _expire(self.waiter)
 
     def is_set(self) -> bool:
         return self.woken
