@@ -3,6 +3,7 @@ methods give, and reuse what they built (fewer py4j calls is their whole point).
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -33,9 +34,13 @@ def py4j_calls(spark, action) -> int:
     client = spark.sparkContext._gateway._gateway_client
     sent = []
     original = type(client).send_command
+    me = threading.get_ident()
 
     def counting(self, command, *args, **kwargs):
-        sent.append(command)
+        # the session is shared: other tests' streaming queries and listeners call the JVM
+        # from their own threads meanwhile
+        if threading.get_ident() == me:
+            sent.append(command)
         return original(self, command, *args, **kwargs)
     type(client).send_command = counting
     try:
