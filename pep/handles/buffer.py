@@ -82,6 +82,17 @@ def _size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
+class _Notice(str):
+    """A notice's JSON text in a buffer's entries, with its kind (a row is a plain `str`)."""
+
+    kind: str
+
+    def __new__(cls, text: str, kind: str) -> "_Notice":
+        notice = super().__new__(cls, text)
+        notice.kind = kind
+        return notice
+
+
 @lru_cache(maxsize=256)
 def _final_data(kind: str, reason: str | None) -> str:
     """A final event's data. Memoised: a revocation pass closes a thousand buffers with the
@@ -100,8 +111,12 @@ class HandleBuffer:
         self.max_bytes = max_bytes
         self.base = generation * GENERATION_SPAN
         self._cond = threading.Condition(threading.Lock())
-        # (id, text, kind): kind is None for a row, the notice's kind otherwise
-        self._entries: deque[tuple[int, str, str | None]] = deque()
+        # Rows' texts (shared with the plan's other handles) and notices (`_Notice`); an entry's
+        # id is its place: ids run without a hole from `_floor + 1` (a row or a notice takes
+        # the next id, and drops come from the left). No tuple per row and handle: a thousand
+        # handles' buffers took 100,000 of them a second, each one for the collector to count
+        # and, on revocation, to free.
+        self._entries: deque[str] = deque()
         self._nrows = 0
         self._bytes = 0
         self._last = self.base  # id of the newest event
@@ -194,9 +209,7 @@ class HandleBuffer:
                 # Arrow, not from a pass over its rows); a backlog's batches of `max_rows`
                 # rows each take this path once their reader has read the one before.
                 if fits or self._last <= self._read_upto or self._lagging:
-                    first = self._last + 1
-                    entries.extend(zip(range(first, first + n), encoded,
-                                       itertools.repeat(None, n)))
+                    entries.extend(encoded)
                     self._last += n
                     self._nrows += n
                     self._bytes += rows.nbytes
@@ -209,7 +222,7 @@ class HandleBuffer:
             for text in encoded:
                 size = len(text) if text.isascii() else len(text.encode("utf-8"))
                 # the oldest row is about to be dropped before a reading reader took it: wait
-                while (entries and entries[0][0] > self._read_upto and not self._lagging
+                while (entries and self._floor >= self._read_upto and not self._lagging
                        and (self._nrows >= self.max_rows
                             or self._bytes + size > self.max_bytes)):
                     now = time.monotonic()
@@ -236,7 +249,7 @@ class HandleBuffer:
                     if self._final is not None:
                         return False  # closed meanwhile: close() discarded what was written
                 self._last += 1
-                entries.append((self._last, text, None))
+                entries.append(text)
                 self._nrows += 1
                 self._bytes += size
                 if self._nrows > self.max_rows or self._bytes > self.max_bytes:
@@ -262,7 +275,7 @@ class HandleBuffer:
             if self._final is not None:
                 return False
             self._last += 1
-            self._entries.append((self._last, text, kind))
+            self._entries.append(_Notice(text, kind))
             self._bytes += _size(text)
             self._evict()
             self._wake()
@@ -274,14 +287,14 @@ class HandleBuffer:
         limit = self.max_rows + MAX_NOTICES
         while entries and (self._nrows > self.max_rows or self._bytes > self.max_bytes
                            or len(entries) > limit):
-            eid, old, kind = entries.popleft()
+            old = entries.popleft()
             self._bytes -= len(old) if old.isascii() else len(old.encode("utf-8"))
-            self._floor = eid
-            if kind is None:
+            self._floor += 1
+            if type(old) is _Notice:
+                self._dropped_notices.append(self._floor)
+            else:
                 self._nrows -= 1
                 self.dropped += 1
-            else:
-                self._dropped_notices.append(eid)
 
     def close(self, kind: str, reason: str | None = None, keep: bool = False) -> bool:
         """Discard unread rows (with `keep`, leave them to be read first) and append the final
@@ -332,14 +345,14 @@ class HandleBuffer:
         with self._cond:
             entries = self._entries
             if (self._final is not None or not entries or after < self._floor
-                    or after >= entries[-1][0]):
+                    or after >= self._floor + len(entries)):
                 return None
             parts: list[str] = []
             last = after
             budget = max_bytes
-            index = after + 1 - entries[0][0]
+            index = after - self._floor
             tail = len(entries) - index
-            chosen: Iterable[tuple[int, str, str | None]]
+            chosen: Iterable[str]
             if tail < index:
                 # a deque is walked from an end: a reader near the newest rows (the usual one)
                 # is reached from the right, not by skipping up to 10,000 entries from the left
@@ -348,11 +361,11 @@ class HandleBuffer:
                 chosen = window[:limit]
             else:
                 chosen = itertools.islice(entries, index, index + limit)
-            for eid, text, kind in chosen:
-                if kind is not None:
+            for text in chosen:
+                if type(text) is _Notice:
                     return None  # a notice among them: `read` gives it and the rows around
-                parts.append(template % (eid, text))
-                last = eid
+                last += 1
+                parts.append(template % (last, text))
                 budget -= len(text)
                 if budget <= 0:
                     break
@@ -380,7 +393,8 @@ class HandleBuffer:
                 return []
             self._cond.wait_for(lambda: self._has_after(after), timeout)
         events: list[Event] = []
-        if self._final is not None and not (self._entries and after < self._entries[-1][0]):
+        if self._final is not None and (not self._entries
+                                        or after >= self._floor + len(self._entries)):
             if after < self._final.id:
                 events.append(self._final)
             return events
@@ -392,17 +406,21 @@ class HandleBuffer:
         start = max(after, self._floor)
         entries = self._entries
         if entries:
-            index = max(start + 1 - entries[0][0], 0)
+            index = start - self._floor
             budget = max_bytes if max_bytes is not None else -1
             append = events.append
-            for eid, text, kind in itertools.islice(entries, index, index + limit):
-                append(Event(eid, "row" if kind is None else kind, text))
+            for eid, text in enumerate(itertools.islice(entries, index, index + limit),
+                                       start + 1):
+                if type(text) is _Notice:
+                    append(Event(eid, text.kind, str(text)))
+                else:
+                    append(Event(eid, "row", text))
                 if budget >= 0:
                     budget -= len(text)
                     if budget <= 0:
                         break
         if (self._final is not None and len(events) < limit
-                and (not entries or (events and events[-1].id >= entries[-1][0]))):
+                and (not entries or (events and events[-1].id >= self._floor + len(entries)))):
             events.append(self._final)  # kept rows (close with keep) all read: then the end
         return events
 
