@@ -122,6 +122,7 @@ class HandleBuffer:
         self._last = self.base  # id of the newest event
         self._floor = self.base  # every entry id <= floor has been dropped (or never existed)
         self._final: Event | None = None
+        self._final_read = False  # a reader was given the final event
         self._kept = False  # closed with keep=True: the rows before the final event stay
         self._dropped_notices: deque[int] = deque(maxlen=_REMEMBERED_DROPS)
         self.dropped = 0  # rows dropped because the buffer was full
@@ -147,6 +148,12 @@ class HandleBuffer:
         """Closed so that rows not yet written to a reader are withheld (revoked, released,
         ended); False while open, and after a close that kept its rows (`close(keep=True)`)."""
         return self._final is not None and not self._kept
+
+    @property
+    def final_read(self) -> bool:
+        """Closed, and its final event given to a reader, or no reader waits for it here (no
+        waiter registered: a blocking reader gets it at its next read)."""
+        return self._final is not None and (self._final_read or not self._waiters)
 
     @property
     def last_id(self) -> int:
@@ -332,6 +339,8 @@ class HandleBuffer:
                 self._last_read = time.monotonic()
             self._came(events[-1].id if events else None,
                        bool(events) and not events[-1].final)
+            if events and events[-1].final:
+                self._final_read = True
             return events
 
     def read_rows_text(self, after: int | None, template: str, max_bytes: int,

@@ -20,7 +20,9 @@ When it happens:
   again: their parsed forms are kept (`pep.core.parsed`, filled when the handles opened) and
   bound to the caller afresh at every decision. Each revoked handle's buffer is closed
   as soon as its handle is decided (`HandleService.close_now`), so its reader gets `revoked`
-  without waiting for the rest of the pass.
+  without waiting for the rest of the pass; the pass then waits (at most `FINAL_READS_WAIT`,
+  rows still held) until those readers were given it, before the bookkeeping (the
+  transaction, detaching, the listeners) competes with the event loop for the interpreter.
 - when subjects' identities change (`on_identity_change`): the auth file re-read (a change on
   disk, seen by its watcher or at a request, or SIGHUP), a subject removed from it, or a JWT
   whose claims differ from the ones remembered. Only the live handles of those subjects are
@@ -58,6 +60,11 @@ from pep.handles.records import HandleRecord
 from pep.handles.service import HandleService
 
 log = logging.getLogger(__name__)
+
+# How long a pass waits for its revoked readers to be given `revoked` before it records and
+# detaches the handles (`HandleService.await_final_reads`); rows stay held meanwhile
+# (`pep.core.delivery_gate`, itself bounded by MAX_HOLD).
+FINAL_READS_WAIT = 0.3
 
 TIME_MARKERS = re.compile(rb"environment|current-time|current-date|current-datetime",
                           re.IGNORECASE)
@@ -224,6 +231,10 @@ class RevocationService:
                     reason = f"{why}: {verdict.reason}"
                     self.handles.close_now(record.id, reason)  # its reader learns it now
                     revocations.append((record.id, reason))
+            if urgent and revocations:
+                # their readers get `revoked` before the bookkeeping below takes the CPU
+                self.handles.await_final_reads([hid for hid, _ in revocations],
+                                               FINAL_READS_WAIT)
         if policy_updates:
             self.handles.set_policy_ids_many(policy_updates)
         # the records as read under the handles' lock, held throughout: the listeners get

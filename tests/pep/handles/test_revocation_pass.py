@@ -5,6 +5,8 @@ reasons); it hands the listeners (audit, proxies) the records it holds, as revok
 exactly what the store holds afterwards, so the audit entries are those of records read back."""
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import fields, replace
 
 import pytest
@@ -13,6 +15,7 @@ from pdp import RequestSyntaxError, parse_request
 from pep.audit.log import handle_ref
 from pep.core import access
 from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
+from pep.handles.revocation import FINAL_READS_WAIT
 from tests.pep.conftest import RecordingRuntime, auth_header, build_gateway
 
 from .test_revocation_at_scale import CONSUMERS, XML, open_handles, policy
@@ -191,3 +194,49 @@ def test_a_stream_no_policy_can_apply_to_any_more_is_decided_once(tmp_path, monk
     assert states == one_by_one
     assert {states[(who, "s0")][0] for who in CONSUMERS} == {"revoked"}
     assert {states[(who, "s1")] for who in CONSUMERS} == {("live", None)}
+
+
+class Reader:
+    """A streaming reader of one buffer, as the server's event loop is: a waiter that, woken
+    for a final event, reads it a little later from another thread."""
+
+    def __init__(self, buffer, delay: float, log: list) -> None:
+        self.buffer, self.delay, self.log = buffer, delay, log
+        self.urgent = self.take  # the final event's wake (`HandleBuffer._wake`)
+        buffer.add_waiter(self)
+
+    def __call__(self) -> None:
+        pass  # rows: not read here
+
+    def take(self) -> None:
+        threading.Timer(self.delay, self.read).start()
+
+    def read(self) -> None:
+        events = self.buffer.read(self.buffer.last_id - 1, timeout=0)
+        if events and events[-1].final:
+            self.log.append(("read", events[-1].kind))
+
+
+def test_a_pass_records_its_revocations_once_their_readers_were_given_revoked(gw):
+    client, services, handles = gw
+    log: list = []
+    revoked = [h for (who, stream), h in handles.items() if stream == "s0" and who != "lta"]
+    for hid in revoked:
+        Reader(services.handles._buffers[hid], 0.05, log)
+    services.handles.add_listener(lambda records: log.append(("recorded", len(records))))
+    r = client.put("/policies/urn:t:s0", data=policy("urn:t:s0", "s0", subjects=["lta"]),
+                   headers=auth_header("nea", **XML))
+    assert r.status_code == 200
+    assert log == [("read", "revoked")] * len(revoked) + [("recorded", len(revoked))]
+
+
+def test_a_reader_that_does_not_take_revoked_holds_a_pass_back_a_bounded_time(gw):
+    client, services, handles = gw
+    hid = handles[("other", "s0")]
+    services.handles._buffers[hid].add_waiter(lambda: None)  # woken, never reads
+    started = time.monotonic()
+    r = client.put("/policies/urn:t:s0", data=policy("urn:t:s0", "s0", subjects=["lta"]),
+                   headers=auth_header("nea", **XML))
+    took = time.monotonic() - started
+    assert r.status_code == 200 and state(services, hid)[0] == "revoked"
+    assert FINAL_READS_WAIT <= took < FINAL_READS_WAIT + 5
