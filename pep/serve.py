@@ -22,8 +22,7 @@ from typing import TextIO
 
 from pep.config import GatewayConfig
 from pep.http.app import create_app
-from pep.http.serving import (HttpServer, limit_malloc_arenas, run_until_signal,
-                              tune_interpreter)
+from pep.http.serving import HttpServer, limit_malloc_arenas, run_until_signal, tune_gc
 from pep.services import GatewayServices, build_services
 
 log = logging.getLogger(__name__)
@@ -201,7 +200,7 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
     proxy: list[subprocess.Popen] = []
 
     def started() -> None:
-        tune_interpreter()  # what start-up built stays; GC_THRESHOLDS, SWITCH_INTERVAL
+        tune_gc()  # what start-up built stays; see GC_THRESHOLDS
         _banner(services, server, out)
         if config.proxy_port:
             proxy.append(start_proxy(config, server.url, out))

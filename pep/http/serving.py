@@ -28,7 +28,6 @@ import logging
 import resource
 import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -318,24 +317,11 @@ def limit_malloc_arenas(count: int = 2) -> bool:
 GC_THRESHOLDS = (20_000, 20, 20)
 
 
-# How long a thread runs before one waiting for the interpreter lock may take it (Python's is
-# 5 ms). A gateway's threads mostly release the lock briefly, for a socket call (py4j's calls to
-# Spark, the event loop's poll) or a lock another thread holds, and then wait for it back: with
-# the route worker or the event loop busy, each such release cost up to 5 ms. A micro-batch
-# makes ~17 py4j calls (two releases each) and the route worker takes a thousand buffers'
-# locks; at 1 ms a release costs at most 1 ms, for a switch every ms between busy threads
-# (a few microseconds each). Measured alone (tests/bench, 1,000 handles at 50%) its effect was
-# within this machine's noise; a micro-benchmark of a thread making numpy calls that release
-# the lock beside a busy one: 2.6 s per 1,000 calls at 5 ms, 0.7 s at 1 ms.
-SWITCH_INTERVAL = 0.001
-
-
-def tune_interpreter(freeze: bool = True) -> None:
-    """Set `GC_THRESHOLDS` and `SWITCH_INTERVAL` and, with `freeze`, move every object alive
-    now (the modules, Spark's and the PDP's start-up state) out of the collector's reach for
-    good (`gc.freeze`): full collections then walk only what was made since. For a server
-    process, once started."""
-    sys.setswitchinterval(SWITCH_INTERVAL)
+def tune_gc(freeze: bool = True) -> None:
+    """Set `GC_THRESHOLDS` and, with `freeze`, move every object alive now (the modules, Spark's
+    and the PDP's start-up state) out of the collector's reach for good (`gc.freeze`): full
+    collections then walk only what was made since. For a server process, once started.
+    (A switch interval of 1 ms instead of Python's 5 ms measured no better, twice: not set.)"""
     gc.set_threshold(*GC_THRESHOLDS)
     if freeze:
         gc.collect()
@@ -383,6 +369,5 @@ def run_until_signal(server: HttpServer, on_start: Callable[[], None] | None = N
                 signal.signal(sig, handler)
 
 
-__all__ = ["HttpServer", "run_until_signal", "trim_memory", "limit_malloc_arenas",
-           "tune_interpreter", "GC_THRESHOLDS", "SWITCH_INTERVAL", "raise_fd_limit", "error_body",
-           "FAST_PDP_EXTENSION"]
+__all__ = ["HttpServer", "run_until_signal", "trim_memory", "limit_malloc_arenas", "tune_gc",
+           "GC_THRESHOLDS", "raise_fd_limit", "error_body", "FAST_PDP_EXTENSION"]

@@ -347,7 +347,7 @@ class Gateway:
         from pdp.auth import write_auth_file
         from pep.config import GatewayConfig
         from pep.http.app import create_app
-        from pep.http.serving import tune_interpreter
+        from pep.http.serving import tune_gc
         from pep.serve import gateway_server
         from pep.services import build_services
 
@@ -366,7 +366,7 @@ class Gateway:
         self.services = build_services(config, runtime=self.runtime)
         self.server = gateway_server(create_app(services=self.services), config).start()
         self.url = self.server.url
-        tune_interpreter()  # as `xsg serve` does once started (pep.http.serving)
+        tune_gc()  # as `xsg serve` does once started (pep.http.serving.GC_THRESHOLDS)
 
     def close(self) -> None:
         for step in (self.services.close_stream_side, self.server.stop, self.services.close):
