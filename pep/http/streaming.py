@@ -81,7 +81,11 @@ class _LoopWakes:
     a thousand streams woken at once ran in one turn of the loop (0.1-0.25 s of writing rows),
     and nothing the loop serves besides them (a record ingested, a decision, a revocation's
     request) was read until it ended: `POST /streams/<s>/records` took 0.3 s at p95 (14 ms at
-    p50) with 1,000 readers at 100,000 rows/s. Between two chunks the loop polls its sockets."""
+    p50) with 1,000 readers at 100,000 rows/s. Between two chunks the loop polls its sockets.
+    Final events (`urgent`) are not chunked: all those queued go in the first turn. Each turn's
+    poll leaves the interpreter lock, and while a revocation's bookkeeping and the pool's closes
+    ran, getting it back took up to the switch interval (5 ms): 5,000 `revoked` events in
+    chunks of 64 reached their readers at p99 1.05-1.1 s, in one turn at 0.79 s."""
 
     __slots__ = ("loop", "lock", "pending", "urgent", "scheduled")
 
@@ -109,9 +113,10 @@ class _LoopWakes:
     def _flush(self) -> None:
         with self.lock:
             wakers: list[_Waker] = []
-            for queue in (self.urgent, self.pending):
-                while queue and len(wakers) < FLUSH_CHUNK:
-                    wakers.append(queue.popleft())
+            wakers.extend(self.urgent)  # final events: all of them in this turn
+            self.urgent.clear()
+            while self.pending and len(wakers) < FLUSH_CHUNK:
+                wakers.append(self.pending.popleft())
             more = bool(self.urgent or self.pending)
             if not more:
                 self.scheduled = False

@@ -204,7 +204,7 @@ class StreamRuntime:
             return
         executor.remove_handle(handle_id)  # outside our lock: it may wait for a delivery
         with self._lock:
-            last = (not executor.handle_ids() and self._executors.get(stream) is executor)
+            last = (not executor.has_handles() and self._executors.get(stream) is executor)
             if last:
                 del self._executors[stream]
         if last:

@@ -89,3 +89,33 @@ def test_a_waiter_without_urgent_is_called_for_the_final_event_too() -> None:
     buffer.add_waiter(lambda: calls.append(1))
     buffer.close("revoked", "gone")
     assert calls == [1, 1]  # once when added, once for the final event
+
+
+def test_final_events_are_all_woken_in_one_turn() -> None:
+    """A revocation's thousands of `revoked` events are not spread over turns of the loop: with
+    other threads busy, each turn's poll gave the interpreter lock away and waited up to 5 ms
+    for it back (5,000 readers' p99 1.05-1.1 s, 0.79 s woken in one turn)."""
+    n = 5 * FLUSH_CHUNK + 3
+    seen: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        finals = [_Waker(loop) for _ in range(n)]
+        rows = [_Waker(loop) for _ in range(n)]
+
+        def revoke() -> None:
+            for w in rows:
+                w.wake()
+            for w in finals:
+                w.wake_first()
+            loop.call_soon_threadsafe(lambda: seen.append(sum(w.is_set() for w in finals)))
+        t = threading.Thread(target=revoke)
+        t.start()
+        t.join(10)
+        for _ in range(4 * n):
+            if all(w.is_set() for w in rows):
+                break
+            await asyncio.sleep(0)
+        seen.append(sum(w.is_set() for w in rows))
+    asyncio.run(main())
+    assert seen == [n, n]  # every final in the first turn; the rows' streams after, in chunks
