@@ -15,6 +15,7 @@ from pdp import RequestSyntaxError, parse_request
 from pep.audit.log import handle_ref
 from pep.core import access
 from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
+from pep.handles import revocation
 from pep.handles.revocation import FINAL_READS_WAIT
 from tests.pep.conftest import RecordingRuntime, auth_header, build_gateway
 
@@ -217,8 +218,9 @@ class Reader:
             self.log.append(("read", events[-1].kind))
 
 
-def test_a_pass_records_its_revocations_once_their_readers_were_given_revoked(gw):
+def test_a_pass_records_its_revocations_once_their_readers_were_given_revoked(gw, monkeypatch):
     client, services, handles = gw
+    monkeypatch.setattr(revocation, "FINAL_READS_WAIT", 10.0)  # a loaded machine's timers
     log: list = []
     revoked = [h for (who, stream), h in handles.items() if stream == "s0" and who != "lta"]
     for hid in revoked:

@@ -94,7 +94,7 @@ def test_a_waiter_without_urgent_is_called_for_the_final_event_too() -> None:
 def test_final_events_are_all_woken_in_one_turn() -> None:
     """A revocation's thousands of `revoked` events are not spread over turns of the loop: with
     other threads busy, each turn's poll gave the interpreter lock away and waited up to 5 ms
-    for it back (5,000 readers' p99 1.05-1.1 s, 0.79 s woken in one turn)."""
+    for it back (5,000 readers' p99 0.94-1.1 s, 0.76-0.83 s woken in one turn)."""
     n = 5 * FLUSH_CHUNK + 3
     seen: list[int] = []
 
