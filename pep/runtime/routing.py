@@ -257,7 +257,7 @@ def _member_batches(arrow: pa.Table, projection: tuple[str, ...], sources: tuple
     texts, lengths = _json_texts(_projected(arrow, projection, sources, rows))
     sizes = np.add.reduceat(lengths[at], starts).tolist()
     tops = np.maximum.reduceat(seqs[picked], starts).tolist()
-    chosen = operator.itemgetter(*at.tolist())(texts) if len(at) > 1 else (texts[int(at[0])],)
+    chosen = operator.itemgetter(*at.tolist())(texts)  # a tuple: two spans or more, none empty
     return [RowBatch(chosen[begin:begin + count], size, None if top == NO_SEQ else top)
             for begin, count, size, top in zip(starts.tolist(), counts.tolist(), sizes, tops)]
 
