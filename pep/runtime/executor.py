@@ -32,10 +32,10 @@ route worker, one batch behind the query: `route_worker.py`); the layers below
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import threading
 import time
-import uuid
 from typing import Any, Callable
 
 from pyspark.sql import Column, DataFrame
@@ -44,13 +44,16 @@ from pyspark.sql import functions as F
 from pep.runtime.matcher import GroupedMatcher
 from pep.runtime.columns import FILE_COLUMN
 from pep.runtime.plan_expressions import FEW_PLANS, few_plans_column
-from pep.runtime.executor_state import Paused, PlanState
+from pep.runtime.executor_state import Paused, PlanSets
 from pep.runtime.batch_shape import Shape
 from pep.runtime.query_lifecycle import QueryLifecycle
 
 log = logging.getLogger(__name__)
 
 Route = Callable[[], list[str]]  # a batch's results into the handles; the handles that closed
+# Observation names, unique in the process (uuid4 reads os.urandom: a system call that gives the
+# GIL away, up to a 5 ms wait for it under load, in every batch)
+_OBSERVATIONS = itertools.count(1)
 
 
 class StreamExecutor(QueryLifecycle):
@@ -74,11 +77,12 @@ class StreamExecutor(QueryLifecycle):
                 self._skip_names = None
                 batch = batch.where(~F.element_at(F.split(F.col(FILE_COLUMN), "/"), -1)
                                     .isin(*names))
-            plans, version = self._current()
+            sets = self._plan_sets()
+            plans, version = sets.plans, sets.version
             if not plans:
                 self._router.submit(functools.partial(self._batch_routed, batch_id, []))
                 return
-            if any(s.windows is not None for s in plans):
+            if sets.keeps_windows:
                 # the plan table carries tuple windows' pane offsets, and time windows advance
                 # their watermarks, in routing: the batch before this one is routed first
                 self._router.drain()
@@ -87,16 +91,16 @@ class StreamExecutor(QueryLifecycle):
                 self._anchored = (version, [s.compiled for s in plans if s.compiled.anchors])
             self._anchors.update(batch, self._anchored[1])  # nothing without DISTANCE_TO
             shape = self._shape_of(plans, version)
-            rows_by = self._rows_matcher(plans, shape, version)
+            rows_by = self._rows_matcher(sets, shape)
             scalar = None
-            if rows_by is None or any(not s.rows for s in plans):
+            if rows_by is None or sets.windowed:
                 # the plan table: only for what the compiled matchers leave to it
                 table, scalar = self._plan_table(plans, version, shape)
             t1 = time.perf_counter()
             route: Route | None = None
             spark_s = 0.0
             if scalar is not None or rows_by is not None:
-                route, spark_s = self._evaluate(batch, plans, shape, scalar, rows_by)
+                route, spark_s = self._evaluate(batch, sets, shape, scalar, rows_by)
             self.stats_counters["batches"] += 1
             self.stats_counters["plan_evaluations"] += len(plans)
             # Spark commits this batch and prepares the next while its rows are delivered
@@ -134,36 +138,34 @@ class StreamExecutor(QueryLifecycle):
         for handle_id in closed:
             self._on_handle_closed(handle_id)
 
-    def _rows_matcher(self, plans: list[PlanState], shape: Shape, version: int
-                      ) -> Column | GroupedMatcher | None:
+    def _rows_matcher(self, sets: PlanSets, shape: Shape) -> Column | GroupedMatcher | None:
         """How the rows job matches tuples to the row plans: a few plans, one compiled Column
         each (`few_plans_column`); more, the `GroupedMatcher` (one compiled job returning the
         values the filters read, the tests as array kernels per shape); None: the plan table
         (spatial, masked or label comparisons)."""
         if shape.spatial or shape.masked:
             return None
-        plain = [s for s in plans if s.rows and not s.compiled.passes_nothing]
+        plain = sets.plain
         if not plain:
             return None
-        windowed = any(not s.rows for s in plans)
-        if len(plain) <= FEW_PLANS and not windowed:
+        if len(plain) <= FEW_PLANS and not sets.windowed:
             key = tuple((s.id, s.compiled.key, s.compiled.start_after) for s in plain)
             if self._few is None or self._few[0] != key:
                 self._few = (key, few_plans_column([(s.id, s.compiled) for s in plain],
                                                      self._schema))
             return self._few[1]
-        if self._grouped is None or self._grouped[0] != version:
-            self._grouped = (version, GroupedMatcher.build([(s.id, s.compiled) for s in plain]))
+        if self._grouped is None or self._grouped[0] != sets.version:
+            self._grouped = (sets.version,
+                             GroupedMatcher.build([(s.id, s.compiled) for s in plain]))
         return self._grouped[1]
 
-    def _evaluate(self, batch: DataFrame, plans: list[PlanState], shape: Shape,
+    def _evaluate(self, batch: DataFrame, sets: PlanSets, shape: Shape,
                   scalar: Column | None, rows_by: Column | GroupedMatcher | None = None
                   ) -> tuple[Route, float]:
         """Run the batch's jobs; (what routes their results into the handles and returns the
         handles that closed on the way, seconds in Spark jobs)."""
         started = time.perf_counter()
-        plain = [s for s in plans if s.rows and not s.compiled.passes_nothing]
-        windowed = [s for s in plans if not s.rows]
+        plain, windowed = sets.plain, sets.windowed
         # A few plain plans: one compiled Column each (`few_plans_column`), with whole-stage
         # code generation. Otherwise the plan table, whose lambdas Spark evaluates per row
         # without generated code (higher-order functions fall back to interpretation); inside
@@ -183,8 +185,8 @@ class StreamExecutor(QueryLifecycle):
         observation = None
         observed = batch
         if not self._rows_from_progress:
-            observed, observation = self._steps.observe(batch, f"xsg_{uuid.uuid4().hex}",
-                                                        self._observed(shape))
+            observed, observation = self._steps.observe(
+                batch, f"xsg_observed_{next(_OBSERVATIONS)}", self._observed(shape))
         rows_arrow = panes_arrow = None
         if plain and shape.plain_columns:
             if grouped is not None:

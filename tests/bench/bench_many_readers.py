@@ -501,6 +501,7 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
                                        str(first_seq)], stdout=subprocess.PIPE, text=True)
         with BatchLog() as batches:
             c0, w0 = time.process_time(), time.time()
+            s0 = spark_cpu_seconds()
             p0, n0 = put_times["put_seconds"], put_times["puts"]
             if fake:
                 gw.runtime.running.set()
@@ -511,6 +512,8 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
                 out, _ = ingest.communicate(timeout=3.0 + warm + seconds + 120)
             put_share = (put_times["put_seconds"] - p0, put_times["puts"] - n0)
             gateway_cpu = (time.process_time() - c0) / (time.time() - w0)
+            s1 = spark_cpu_seconds()
+            spark_cpu = tuple((b - a) / (time.time() - w0) for a, b in zip(s0, s1))
             memory = rss_mib()
             time.sleep(3.0)  # the last rows reach their readers
         # which buffer is whose, while they are live (revocation drops them)
@@ -565,7 +568,8 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
             "ingest": ingested, "seconds": seconds, "gateway_cpu": gateway_cpu,
             "last_seq": ingested["last_seq"], "procs": procs, "put": put_share,
             "revoke_call": revoke_call, "revoked": revoked, "pass_rate": pass_rate,
-            "after_revoked": after_revoked, "memory": memory}
+            "after_revoked": after_revoked, "memory": memory,
+            "spark_cpu": spark_cpu}
 
 
 def rss_mib() -> tuple[float, float]:
@@ -587,6 +591,41 @@ def rss_mib() -> tuple[float, float]:
     except Exception:  # noqa: BLE001 - no Spark (fake runtime)
         pass
     return of(os.getpid()), jvm
+
+
+def spark_cpu_seconds() -> tuple[float, float]:
+    """CPU seconds used so far by Spark's JVM and by its Python workers (the JVM's descendant
+    processes: pyspark.daemon and the workers it forks), from /proc; (nan, nan) without Spark.
+    A steadier figure than latency on a shared machine: what the runtime's per-batch work
+    costs the two cores the readers, the gateway and Spark share."""
+    try:
+        from pyspark import SparkContext
+        proc = getattr(SparkContext._gateway, "proc", None)
+    except Exception:  # noqa: BLE001 - no Spark (fake runtime)
+        proc = None
+    if proc is None:
+        return float("nan"), float("nan")
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        parent[pid] = int(fields[1])
+        used[pid] = (int(fields[11]) + int(fields[12])) / tick
+    workers = 0.0
+    for pid in used:
+        up = parent.get(pid)
+        while up is not None and up > 1 and up != proc.pid:
+            up = parent.get(up)
+        if up == proc.pid:
+            workers += used[pid]
+    return used.get(proc.pid, float("nan")), workers
 
 
 def report(r: dict, rate: int) -> None:
@@ -625,6 +664,8 @@ def report(r: dict, rate: int) -> None:
     print(f"  gateway process CPU: {r['gateway_cpu']:.2f} cores on average; resident memory "
           f"at the end of ingest: gateway (Python) {r['memory'][0]:.0f} MiB, Spark's JVM "
           f"{r['memory'][1]:.0f} MiB")
+    print(f"  Spark's CPU in the same window: JVM {r['spark_cpu'][0]:.2f} cores, its Python "
+          f"workers {r['spark_cpu'][1]:.2f} cores")
     rv = r["revoked"]
     print(f"  revocation (the owner deletes the policy behind all {r['n']:,} handles): the "
           f"DELETE returned in {r['revoke_call'] * 1000:.0f} ms; {len(rv):,} readers got "

@@ -372,7 +372,7 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     states, version = ex._current()
     assert len(states) > FEW_PLANS
     shape = ex._shape_of(states, version)
-    grouped = ex._rows_matcher(states, shape, version)
+    grouped = ex._rows_matcher(ex._plan_sets(), shape)
     assert isinstance(grouped, GroupedMatcher) and len(grouped.groups) < len(states)
     _, scalar = ex._plan_table(states, version, shape)
     generic = ex.rows_frame(batch, scalar, shape).toArrow().to_pylist()
