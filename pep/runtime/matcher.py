@@ -1,4 +1,5 @@
-"""Many plain plans matched per micro-batch with array kernels, grouped by shape (no Spark here).
+"""Many plain plans matched per micro-batch with array kernels, grouped by shape (no Spark here
+but `freeze_worker_heap`'s question whether a task is running).
 
 Past `plan_expressions.FEW_PLANS` plans the plan table's higher-order functions are what a
 micro-batch costs: Spark runs them interpreted, per tuple and plan (measured here: ~1 s of
