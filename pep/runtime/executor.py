@@ -87,9 +87,7 @@ class StreamExecutor(QueryLifecycle):
                 # their watermarks, in routing: the batch before this one is routed first
                 self._router.drain()
             t0 = time.perf_counter()
-            if self._anchored is None or self._anchored[0] != version:
-                self._anchored = (version, [s.compiled for s in plans if s.compiled.anchors])
-            self._anchors.update(batch, self._anchored[1])  # nothing without DISTANCE_TO
+            self._anchors.update(batch, sets.anchored)  # nothing without DISTANCE_TO
             shape = self._shape_of(plans, version)
             rows_by = self._rows_matcher(sets, shape)
             scalar = None

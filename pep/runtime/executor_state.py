@@ -63,13 +63,15 @@ class PlanSets:
     plain: list["PlanState"]     # row plans whose filter can pass something (the rows job)
     windowed: list["PlanState"]  # plans delivered through panes (the panes job)
     keeps_windows: bool          # some plan carries window state (routed in batch order)
+    anchored: list[CompiledPlan]  # the plans whose filters read DISTANCE_TO anchors
 
     @staticmethod
     def of(version: int, plans: list["PlanState"]) -> "PlanSets":
         return PlanSets(version, plans,
                         [s for s in plans if s.rows and not s.compiled.passes_nothing],
                         [s for s in plans if not s.rows],
-                        any(s.windows is not None for s in plans))
+                        any(s.windows is not None for s in plans),
+                        [s.compiled for s in plans if s.compiled.anchors])
 
 
 @dataclass
@@ -164,7 +166,6 @@ class ExecutorState:
         # the admitted rows' schema and the values frame's column names, per shape
         self._admitted_schemas: dict[tuple[Any, ...], tuple[T.StructType, list[str]]] = {}
         self._steps = JvmSteps()  # the batch's DataFrame steps, few py4j calls each
-        self._anchored: tuple[int, list[CompiledPlan]] | None = None  # plans with DISTANCE_TO
         self._codegen: str | None = None  # whole-stage codegen as set in the query's session
         # no stream positions (Kafka): the rows read come from Spark's progress reports, not
         # from an observation in every batch (pep/runtime/progress.py)

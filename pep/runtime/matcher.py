@@ -27,6 +27,9 @@ label and masked comparisons stay on the plan table (`GroupedMatcher.build` retu
 """
 from __future__ import annotations
 
+import gc
+import sys
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -220,9 +223,6 @@ def freeze_worker_heap() -> bool:
     counting; only reference cycles among what the first tasks left alive outlive them (a
     bounded cost: freezing at every task would keep each task's cyclic garbage for ever).
     The driver never freezes (no task runs there: a test calling the function directly)."""
-    import gc
-    import sys
-    import types
     marker = sys.modules.get(_FREEZES)
     done = getattr(marker, "count", 0)
     if done >= FROZEN_TASKS:

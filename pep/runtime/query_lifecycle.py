@@ -179,7 +179,7 @@ class QueryLifecycle(ResultRouting):
         self._anchors = self._anchors.with_schema(definition.schema)
         with self._table_lock:
             self._table = None
-        self._shape, self._few, self._grouped, self._anchored = None, None, None, None
+        self._shape, self._few, self._grouped, self._sets = None, None, None, None
         StreamCheckpoint.for_stream(self.work_dir, definition).adopt(old)
         self._stopped = False
         self.start()

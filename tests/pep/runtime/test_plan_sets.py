@@ -25,13 +25,14 @@ def _plans() -> list:
     return out
 
 
-def _fresh(ex: StreamExecutor) -> tuple[list[int], list[int], list[int], bool]:
+def _fresh(ex: StreamExecutor) -> tuple[list[int], list[int], list[int], bool, list]:
     with ex._lock:
         used = [s for s in ex._plans.values() if s.used]
     return ([s.id for s in used],
             [s.id for s in used if s.rows and not s.compiled.passes_nothing],
             [s.id for s in used if not s.rows],
-            any(s.windows is not None for s in used))
+            any(s.windows is not None for s in used),
+            [s.compiled for s in used if s.compiled.anchors])
 
 
 def test_plan_sets_follow_attaches_and_detaches(tmp_path):
@@ -57,10 +58,11 @@ def test_plan_sets_follow_attaches_and_detaches(tmp_path):
         assert ex._plan_sets() is sets  # the same version: not built again
         built += sets is not last
         last = sets
-        ids, plain, windowed, keeps = _fresh(ex)
+        ids, plain, windowed, keeps, anchored = _fresh(ex)
         assert [s.id for s in sets.plans] == ids
         assert [s.id for s in sets.plain] == plain
         assert [s.id for s in sets.windowed] == windowed
         assert sets.keeps_windows == keeps
+        assert sets.anchored == anchored
         assert ex._current() == (sets.plans, sets.version)
     assert built < 300  # a handle on a plan already attached makes no new version
