@@ -192,6 +192,7 @@ def test_owner_goes_from_nothing_to_a_consumers_live_handle_without_xml(
     nea.wait_for_selector(f"{row} button[data-action=rule]")
     nea.click(f"{row} button[data-action=rule]")
     nea.wait_for_selector("#rule-editor:not([hidden])")
+    assert nea.get_attribute("#rule-result", "class") == "result"  # the first save's "ok" is gone
     assert nea.input_value("#rule-filter") == "rainrate > 5"
     assert nea.is_checked("#rule-attrs-table input[data-kind=show][data-attr=windspeed]")
     nea.fill("#rule-filter", "rainrate > 8")

@@ -64,6 +64,13 @@
     p.className = 'result ' + (ok ? 'ok' : 'bad');
   }
 
+  // Empty and neither ok nor bad: a result left from an earlier action must not read as this one's.
+  function clearResult(id) {
+    const p = $(id);
+    p.textContent = '';
+    p.className = 'result';
+  }
+
   function badge(node, text, cls) {
     node.textContent = text;
     node.className = 'badge ' + (cls || text);
@@ -293,7 +300,7 @@
     $('change-retention').value = s.retention === null || s.retention === undefined ? '' : String(s.retention);
     $('change-attributes').value = '';
     $('change-attributes').disabled = s.source.kind !== 'ingest';
-    $('change-result').textContent = '';
+    clearResult('change-result');
     form.hidden = false;
     form.scrollIntoView({ block: 'nearest' });
   }
@@ -508,7 +515,7 @@
     $('editor-delete').hidden = id === null;
     $('editor-save').textContent = id === null ? 'Upload' : 'Save a new version';
     $('editor-text').value = text;
-    $('editor-result').textContent = '';
+    clearResult('editor-result');
     markError(null);
     renderGutter();
     $('editor-text').scrollTop = 0;
@@ -598,7 +605,7 @@
     // first what it would do to the live handles; a confirmation when it would revoke any
     const dry = await write('?dry_run=true');
     if (!dry.ok) {
-      $('editor-result').textContent = '';
+      clearResult('editor-result');
       markError(loadError(dry));
       return;
     }
@@ -611,7 +618,7 @@
     }
     const r = await write('');
     if (!r.ok) {
-      $('editor-result').textContent = '';
+      clearResult('editor-result');
       markError(loadError(r));
       return;
     }
@@ -851,7 +858,7 @@
     $('rule-valid-until').value = valid.until ? valid.until.replace(/Z$/, '') : '';
     $('rule-sample-subject').value = '';
     $('rule-sample-roles').value = '';
-    $('rule-result').textContent = '';
+    clearResult('rule-result');
     ruleError(null);
     renderRuleAttributes(rule);
     await renderRuleEvents(rule ? rule.events : []);
