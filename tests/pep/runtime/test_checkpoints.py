@@ -83,6 +83,8 @@ def test_restarted_query_continues_where_it_stopped(spark, tmp_path):
         rt.stop()  # the gateway stops with the handle live: its stream resumes at next start
     write_jsonl(tmp_path / "ck", "b.json", recs(3, 6))  # ingested while the gateway was down
     assert (work / "checkpoints" / "ck" / "query" / "commits").is_dir()
+    # written through Hadoop's raw local filesystem: no checksum side files (session.py)
+    assert not list((work / "checkpoints").rglob("*.crc"))
     rt = runtime_for(spark, work)
     try:
         b = Collector()

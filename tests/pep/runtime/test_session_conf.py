@@ -1,5 +1,9 @@
 """The gateway's Spark settings and an operator's own (no Spark started)."""
-from pep.runtime.session import DEFAULT_CONF, JAVA_OPTIONS, session_conf
+import os
+import stat
+
+from pep.runtime.session import (DEFAULT_CONF, JAVA_OPTIONS, UDS_DIR, UDS_ENABLED,
+                                 local_python_sockets, session_conf)
 
 
 def test_defaults_compile_with_c1_and_keep_the_stack_size() -> None:
@@ -19,3 +23,23 @@ def test_an_operators_java_options_follow_the_gateways_own() -> None:
     assert options.split()[-1] == "-XX:TieredStopAtLevel=4"
     assert conf["spark.sql.shuffle.partitions"] == "4"
     assert DEFAULT_CONF["spark.driver.extraJavaOptions"] == JAVA_OPTIONS  # not changed in place
+
+
+def test_a_local_master_talks_to_python_over_unix_sockets_in_a_private_directory() -> None:
+    conf = local_python_sockets(session_conf(), "local[2]")
+    assert conf[UDS_ENABLED] == "true"
+    directory = conf[UDS_DIR]
+    # only the gateway's user may enter it: Spark does not authenticate Unix-socket connections
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    assert os.stat(directory).st_uid == os.getuid()
+    assert UDS_ENABLED not in session_conf()  # the defaults themselves are not changed
+
+
+def test_a_cluster_master_and_an_operators_choice_are_left_alone() -> None:
+    base = session_conf()
+    assert local_python_sockets(base, "spark://host:7077") == base  # TCP with Spark's secret
+    off = session_conf({UDS_ENABLED: "false"})
+    assert local_python_sockets(off, "local[*]") == off
+    own = session_conf({UDS_DIR: "/run/xsg"})
+    conf = local_python_sockets(own, "local[*]")
+    assert conf[UDS_DIR] == "/run/xsg" and conf[UDS_ENABLED] == "true"

@@ -40,3 +40,32 @@ def test_a_worker_freezes_a_bounded_number_of_times_and_collections_skip_the_fro
         assert r.again is False
         # the imported modules' objects moved out: a collection walks far fewer than before
         assert r.frozen > 10_000 and r.tracked < r.frozen
+
+
+def test_the_shared_sessions_python_workers_are_reached_over_a_unix_socket(spark):
+    """Over TCP each task's input reached its worker ~40 ms late (session.local_python_sockets)."""
+    def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import os
+        import socket
+        unix = os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "")
+        where = os.environ.get("PYTHON_WORKER_FACTORY_SOCK_DIR", "")
+        # the worker's own connection to the JVM, the socket among its open descriptors
+        families = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                s = socket.socket(fileno=int(fd))
+            except OSError:
+                continue
+            families.add(s.family.name)
+            s.detach()
+        for b in batches:
+            yield pa.RecordBatch.from_pydict({"unix": [unix] * b.num_rows,
+                                              "dir": [where] * b.num_rows,
+                                              "families": [",".join(sorted(families))] * b.num_rows})
+
+    rows = spark.range(4).repartition(2).mapInArrow(
+        probe, "unix string, dir string, families string").collect()
+    assert {r.unix.lower() for r in rows} == {"true"}
+    own = spark.sparkContext.getConf().get("spark.python.unix.domain.socket.dir")
+    assert {r.dir for r in rows} == {own}
+    assert all("AF_UNIX" in r.families and "AF_INET" not in r.families for r in rows)
