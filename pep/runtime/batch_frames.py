@@ -26,7 +26,8 @@ from pep.runtime.columns import (BITS_COLUMN, EMIT, FILE_COLUMN, HASHED_PREFIX, 
 from pep.runtime.plan_schema import ROW_KINDS, TIME, TUPLE, PlanField
 from pep.runtime.plan_expressions import (json_value, key_array, masked_emissions,
                                           matched_plan_structs, matched_plans_column,
-                                          shared_expressions, value_arrays)
+                                          shared_expressions, value_arrays,
+                                          value_elements)
 from pep.runtime.executor_state import MAX_LONG, TIME_LIMIT, UNIQUE_SEQ_KINDS
 from pep.runtime.batch_shape import Shape, slot_names
 from pep.runtime.plan_table import PlanTable
@@ -138,17 +139,20 @@ class BatchFrames(PlanTable):
         attributes and the values the plans' comparisons read (compiled, no plan table); what
         `admitted_frame` hands to the matcher on the workers."""
         columns = list(shape.plain_columns)
-        base = self._base_columns(shape, columns, False)
         order = self._order_columns(shape)
 
+        # One select straight from the batch: each value the matcher reads is its attribute's
+        # own element expression (what `value_arrays` would put at that index), so no value
+        # arrays are built and the batch's DataFrame is analysed once here, not twice (each
+        # DataFrame step is a py4j call and an analysis per batch: ~6 ms, 25 ms at p95 here).
         def build() -> list[Column]:
-            arrays = {"d": F.col(NUMS_COLUMN), "l": F.col(LNGS_COLUMN), "s": F.col(STRS_COLUMN)}
-            return ([F.col(f"`{n}`") for n in columns] + [F.col(c) for c in order]
-                    + [F.element_at(arrays[fam], a).alias(value_column(a, fam))
+            elements = dict(zip("dsl", value_elements(self._schema, shape.read)))
+            return ([F.col(f"`{n}`") for n in columns] + self._order_expressions(shape)
+                    + [elements[fam][a - 1].alias(value_column(a, fam))
                        for a, fam in grouped.columns])
         keep = shared_expressions(("grouped-values", self._schema, tuple(columns), tuple(order),
-                                    grouped.columns), build)
-        return self._steps.select(self._steps.select(batch, base), keep)
+                                    self._time_attr, shape.read, grouped.columns), build)
+        return self._steps.select(batch, keep)
 
     def admitted_arrow(self, batch: DataFrame, shape: Shape, grouped: GroupedMatcher
                        ) -> pa.Table:
