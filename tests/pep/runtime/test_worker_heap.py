@@ -58,10 +58,11 @@ def test_the_shared_sessions_python_workers_are_reached_over_a_unix_socket(spark
                 continue
             families.add(s.family.name)
             s.detach()
+        seen = ",".join(sorted(families))
         for b in batches:
             yield pa.RecordBatch.from_pydict({"unix": [unix] * b.num_rows,
                                               "dir": [where] * b.num_rows,
-                                              "families": [",".join(sorted(families))] * b.num_rows})
+                                              "families": [seen] * b.num_rows})
 
     rows = spark.range(4).repartition(2).mapInArrow(
         probe, "unix string, dir string, families string").collect()
