@@ -191,8 +191,9 @@ def test_owner_goes_from_nothing_to_a_consumers_live_handle_without_xml(
     nea.click("a[data-page=policies]")
     nea.wait_for_selector(f"{row} button[data-action=rule]")
     nea.click(f"{row} button[data-action=rule]")
-    nea.wait_for_selector("#rule-editor:not([hidden])")
-    assert nea.get_attribute("#rule-result", "class") == "result"  # the first save's "ok" is gone
+    # the editor is still open from the first save: reopening it clears that save's "ok" (a
+    # later wait for "ok" would otherwise be met by the first save's while the second runs)
+    wait_true(nea, "document.getElementById('rule-result').className === 'result'")
     assert nea.input_value("#rule-filter") == "rainrate > 5"
     assert nea.is_checked("#rule-attrs-table input[data-kind=show][data-attr=windspeed]")
     nea.fill("#rule-filter", "rainrate > 8")
