@@ -4,7 +4,8 @@ is left alone."""
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 
@@ -22,19 +23,24 @@ def test_the_driver_never_freezes():
     assert gc.get_freeze_count() == before
 
 
-def test_a_worker_freezes_a_bounded_number_of_times_and_collections_skip_the_frozen(spark):
+def worker_facts(spark: Any, facts: Callable[[], dict[str, Any]], ddl: str, tuples: int,
+                 partitions: int) -> list[Any]:
+    """`facts()` as seen by Spark's Python workers, once per task: a row per tuple with the
+    values its task saw (`ddl` names them in `facts`' order)."""
     def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        calls = [freeze_worker_heap() for _ in range(FROZEN_TASKS + 1)]
-        again = calls[-1]  # past the first tasks' freezes a process freezes no more
-        frozen = gc.get_freeze_count()
-        tracked = len(gc.get_objects())
+        seen = facts()
         for b in batches:
-            yield pa.RecordBatch.from_pydict({"frozen": [frozen] * b.num_rows,
-                                              "tracked": [tracked] * b.num_rows,
-                                              "again": [again] * b.num_rows})
+            yield pa.RecordBatch.from_pydict({k: [v] * b.num_rows for k, v in seen.items()})
+    return spark.range(tuples).repartition(partitions).mapInArrow(probe, ddl).collect()
 
-    rows = spark.range(16).repartition(4).mapInArrow(
-        probe, "frozen long, tracked long, again boolean").collect()
+
+def test_a_worker_freezes_a_bounded_number_of_times_and_collections_skip_the_frozen(spark):
+    def facts() -> dict[str, Any]:
+        calls = [freeze_worker_heap() for _ in range(FROZEN_TASKS + 1)]
+        return {"frozen": gc.get_freeze_count(), "tracked": len(gc.get_objects()),
+                "again": calls[-1]}  # past the first tasks' freezes a process freezes no more
+
+    rows = worker_facts(spark, facts, "frozen long, tracked long, again boolean", 16, 4)
     assert len(rows) == 16
     for r in rows:
         assert r.again is False
@@ -44,11 +50,9 @@ def test_a_worker_freezes_a_bounded_number_of_times_and_collections_skip_the_fro
 
 def test_the_shared_sessions_python_workers_are_reached_over_a_unix_socket(spark):
     """Over TCP each task's input reached its worker ~40 ms late (session.local_python_sockets)."""
-    def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def facts() -> dict[str, Any]:
         import os
         import socket
-        unix = os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "")
-        where = os.environ.get("PYTHON_WORKER_FACTORY_SOCK_DIR", "")
         # the worker's own connection to the JVM, the socket among its open descriptors
         families = set()
         for fd in os.listdir("/proc/self/fd"):
@@ -58,14 +62,11 @@ def test_the_shared_sessions_python_workers_are_reached_over_a_unix_socket(spark
                 continue
             families.add(s.family.name)
             s.detach()
-        seen = ",".join(sorted(families))
-        for b in batches:
-            yield pa.RecordBatch.from_pydict({"unix": [unix] * b.num_rows,
-                                              "dir": [where] * b.num_rows,
-                                              "families": [seen] * b.num_rows})
+        return {"unix": os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", ""),
+                "dir": os.environ.get("PYTHON_WORKER_FACTORY_SOCK_DIR", ""),
+                "families": ",".join(sorted(families))}
 
-    rows = spark.range(4).repartition(2).mapInArrow(
-        probe, "unix string, dir string, families string").collect()
+    rows = worker_facts(spark, facts, "unix string, dir string, families string", 4, 2)
     assert {r.unix.lower() for r in rows} == {"true"}
     own = spark.sparkContext.getConf().get("spark.python.unix.domain.socket.dir")
     assert {r.dir for r in rows} == {own}
