@@ -55,6 +55,9 @@ class StreamBody(Protocol):
         """Whatever is ready now, without blocking (about `max_bytes` at most; b"" when
         nothing is), and whether the body is finished."""
 
+    # Optional: `has_more() -> bool`, whether a pull now would give more than the last one
+    # took (False saves the server a pull; without it the server pulls until one is empty).
+
     def heartbeat(self) -> bytes:
         """Bytes that keep an idle connection alive (b"" for none)."""
 
@@ -272,6 +275,7 @@ async def drive(body: StreamBody, scope: dict, receive: Receive, send: Send,
         connection.streams += 1
     try:
         body.start(WakeCallback(waker))
+        has_more: Callable[[], bool] | None = getattr(body, "has_more", None)
         last_sent = time.monotonic()
         interval = max(0.05, float(body.heartbeat_interval))
         more = False  # the last pull gave data: the body may hold more than one pull takes
@@ -291,8 +295,9 @@ async def drive(body: StreamBody, scope: dict, receive: Receive, send: Send,
                 break
             data, finished = body.pull(PULL_BYTES)
             # A pull takes at most PULL_BYTES (a handle's buffer, 1,000 events): the rest of a
-            # large micro-batch is pulled at once, not at the next wake or heartbeat
-            more = bool(data)
+            # large micro-batch is pulled at once, not at the next wake or heartbeat; a body
+            # that can tell (`has_more`) saves the empty pull after it took everything
+            more = bool(data) and (has_more is None or has_more())
             if not data and not finished:
                 if time.monotonic() - last_sent < interval:
                     continue

@@ -9,6 +9,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import cloudpickle
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -22,7 +23,8 @@ from pep.runtime.privacy import clamped
 from pep.runtime.pane_partials import KEY_SEP, PARTS, TIME_PARTS, Part
 from pep.runtime.columns import (BITS_COLUMN, EMIT, FILE_COLUMN, HASHED_PREFIX, KEYS_COLUMN,
                                 LNGS_COLUMN, NUMS_COLUMN, PIDS_COLUMN, PLAN, PLANS_COLUMN,
-                                POS_COLUMN, SEQ_COLUMN, STRS_COLUMN, TIME_COLUMN)
+                                POS_COLUMN, READ_COLUMN, SEQ_COLUMN, STRS_COLUMN, TIME_COLUMN,
+                                TOP_COLUMN)
 from pep.runtime.plan_schema import ROW_KINDS, TIME, TUPLE, PlanField
 from pep.runtime.plan_expressions import (json_value, key_array, masked_emissions,
                                           matched_plan_structs, matched_plans_column,
@@ -37,6 +39,19 @@ from pep.runtime.plan_table import PlanTable
 # so a worker runs the driver's matcher, xsg installed there or not
 _pickle_by_value: Callable[[ModuleType], None] = cloudpickle.register_pickle_by_value
 _pickle_by_value(matcher_module)
+
+
+def split_figures(table: pa.Table) -> tuple[pa.Table, dict[str, Any]]:
+    """The grouped matcher's output (`admitted_frame`) as its admitted rows (without the two
+    figure columns) and the batch's figures: {"rows": tuples read, "seq": their highest
+    position or None}, summed over the tasks' figures rows."""
+    read = table.column(READ_COLUMN)
+    figures_rows = pc.is_valid(read)
+    counts = pc.filter(read, figures_rows)
+    figures = {"rows": int(pc.sum(counts).as_py() or 0),
+               "seq": pc.max(pc.filter(table.column(TOP_COLUMN), figures_rows)).as_py()}
+    rows = table.filter(pc.invert(figures_rows)) if len(counts) else table
+    return rows.drop_columns([READ_COLUMN, TOP_COLUMN]), figures
 
 
 class BatchFrames(PlanTable):
@@ -155,10 +170,11 @@ class BatchFrames(PlanTable):
         return self._steps.select(batch, keep)
 
     def admitted_arrow(self, batch: DataFrame, shape: Shape, grouped: GroupedMatcher
-                       ) -> pa.Table:
-        """`admitted_frame`'s rows, collected (its schema is known: see `JvmSteps.to_arrow`)."""
+                       ) -> tuple[pa.Table, dict[str, Any]]:
+        """`admitted_frame`'s rows, collected (its schema is known: see `JvmSteps.to_arrow`),
+        and the batch's figures its tasks counted (`split_figures`)."""
         frame, schema = self._admitted(batch, shape, grouped)
-        return self._steps.to_arrow(frame, schema)
+        return split_figures(self._steps.to_arrow(frame, schema))
 
     def admitted_frame(self, batch: DataFrame, shape: Shape, grouped: GroupedMatcher
                        ) -> DataFrame:
@@ -166,7 +182,8 @@ class BatchFrames(PlanTable):
         `DataFrame.mapInArrow` (`matcher.admitted_rows`, per Arrow record batch), so only the
         tuples some plan admits leave them, with the columns `rows_frame` gives (the projected
         attributes, the order columns) and instead of the plans' ids a bitmap of them
-        (`BITS_COLUMN`, `GroupedMatcher.pairs`); the values only the filters read stay there."""
+        (`BITS_COLUMN`, `GroupedMatcher.pairs`); the values only the filters read stay there.
+        Each task adds a row of figures (`READ_COLUMN`, `TOP_COLUMN`: `split_figures`)."""
         return self._admitted(batch, shape, grouped)[0]
 
     def _admitted(self, batch: DataFrame, shape: Shape, grouped: GroupedMatcher
@@ -178,14 +195,18 @@ class BatchFrames(PlanTable):
         if known is None:  # the same for every batch of a schema: asked of Spark once
             fields = values.schema.fields
             types = {f.name: f for f in fields}
-            schema = T.StructType([types[n] for n in keep]
-                                  + [T.StructField(BITS_COLUMN, T.BinaryType())])
+            # nullable: a task's figures row has no tuple's values
+            schema = T.StructType([T.StructField(n, types[n].dataType) for n in keep]
+                                  + [T.StructField(BITS_COLUMN, T.BinaryType()),
+                                     T.StructField(READ_COLUMN, T.LongType()),
+                                     T.StructField(TOP_COLUMN, T.LongType())])
             known = self._admitted_schemas[key] = (schema, [f.name for f in fields])
         schema, names = known
         # the UDF (the matcher pickled) is built once per matcher, not per batch
         return self._steps.map_in_arrow(
             values, ("admitted", key), grouped,
-            lambda: admitted_rows(grouped, SEQ_COLUMN, keep, BITS_COLUMN), schema, names), schema
+            lambda: admitted_rows(grouped, SEQ_COLUMN, keep, BITS_COLUMN,
+                                  (READ_COLUMN, TOP_COLUMN)), schema, names), schema
 
     def _masked_rows(self, columns: list[str], order: list[str], shape: Shape
                      ) -> tuple[list[Column], list[Column]]:
@@ -367,4 +388,4 @@ class BatchFrames(PlanTable):
         return stages
 
 
-__all__ = ["BatchFrames"]
+__all__ = ["BatchFrames", "split_figures"]

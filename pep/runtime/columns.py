@@ -17,10 +17,12 @@ KEYS_COLUMN = "_xsg_k"     # per-row array of the group-by attributes' JSON text
 PLANS_COLUMN = "_xsg_plans"  # the plan table's array of plan structs, on every row
 PIDS_COLUMN = "_xsg_pids"  # the ids of the plans a row passed
 BITS_COLUMN = "_xsg_pbits"  # the grouped matcher's bitmap of a row's plans (matcher.py)
+READ_COLUMN = "_xsg_read"  # tuples a grouped-matcher task read (its figures row; else null)
+TOP_COLUMN = "_xsg_top"  # ... and the highest position among them
 HASHED_PREFIX = "_xsg_h_"  # a hashed long attribute's text in the rows job's output
 EMIT = "_xsg_e"  # the rows job's emission (with masks): the plan ids a row is for, their masks
 PLAN = "p"  # the panes job's exploded plan struct
 
 __all__ = ["SEQ_COLUMN", "FILE_COLUMN", "POS_COLUMN", "TIME_COLUMN", "NUMS_COLUMN",
            "STRS_COLUMN", "LNGS_COLUMN", "KEYS_COLUMN", "PLANS_COLUMN", "PIDS_COLUMN",
-           "BITS_COLUMN", "HASHED_PREFIX", "EMIT", "PLAN"]
+           "BITS_COLUMN", "READ_COLUMN", "TOP_COLUMN", "HASHED_PREFIX", "EMIT", "PLAN"]

@@ -18,9 +18,10 @@ when a handle attaches, and constants travel as data (never as SQL text).
   the driver carries; time windows use the epoch-aligned pane of the event time. Spark then
   aggregates per (plan, key, pane): tuples, and per aggregated attribute the count, sum, min,
   max, first and last non-null value. The driver combines panes into windows (`windows.py`).
-The stream's own figures (tuples in, highest position) are observed on the same jobs
-(`DataFrame.observe`), without another pass over the batch; a Kafka stream, which has no
-positions, takes its tuples in from Spark's progress reports instead (`progress.py`). Time is
+The stream's own figures (tuples in, highest position) come without another pass over the
+batch: with the grouped matcher its tasks count them (`matcher.admitted_rows`), otherwise they
+are observed on the same jobs (`DataFrame.observe`); a Kafka stream, which has no positions,
+takes its tuples in from Spark's progress reports instead (`progress.py`). Time is
 per plan: each time-window plan's watermark is the largest event time among the tuples its own
 filter passed (a max per pane in the panes job), so a tuple a plan's policy hides moves none of
 its time.
@@ -180,15 +181,21 @@ class StreamExecutor(QueryLifecycle):
             if not session._jsparkSession.equals(self.spark._jsparkSession):
                 session.conf.set("spark.sql.codegen.wholeStage", codegen)
             self._codegen = codegen
+        # the stream's figures: counted by the grouped matcher's tasks when it runs, else
+        # observed on the batch's first job (a Kafka stream's rows come from Spark's progress)
+        counted = grouped is not None and bool(plain) and bool(shape.plain_columns)
         observation = None
         observed = batch
-        if not self._rows_from_progress:
+        if not self._rows_from_progress and not counted:
             observed, observation = self._steps.observe(
                 batch, f"xsg_observed_{next(_OBSERVATIONS)}", self._observed(shape))
         rows_arrow = panes_arrow = None
+        figures: dict[str, Any] = {}
         if plain and shape.plain_columns:
             if grouped is not None:
-                rows_arrow = self.admitted_arrow(observed, shape, grouped)
+                rows_arrow, counts = self.admitted_arrow(observed, shape, grouped)
+                if not self._rows_from_progress:
+                    figures = counts
             elif few is not None or scalar is not None:
                 rows_arrow = self.rows_frame(observed, scalar, shape, few).toArrow()
             panes_source = batch
@@ -198,8 +205,8 @@ class StreamExecutor(QueryLifecycle):
         if windowed and scalar is not None:
             panes_arrow = self.panes_frame(panes_source, scalar, shape).toArrow()
         try:
-            figures = self._steps.observed(batch, observation) \
-                if observation is not None else {}
+            if observation is not None:
+                figures = self._steps.observed(batch, observation)
         except Exception as exc:  # noqa: BLE001
             # pyspark 4.2.0 (the version Kafka pins) sometimes had no observed row for a Kafka
             # micro-batch whose only job was the panes job (toPyRow's assertion fails; Kafka

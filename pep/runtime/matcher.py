@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pep.runtime.compile import (EQUAL, GREATER, INTEGER_KIND, LESS, NUMERIC_KIND, STRING_KIND,
                                  CompiledPlan)
@@ -237,17 +238,43 @@ def freeze_worker_heap() -> bool:
     return True
 
 
-def admitted_rows(matcher: GroupedMatcher, seq_column: str, keep: list[str], bits_column: str
+def admitted_rows(matcher: GroupedMatcher, seq_column: str, keep: list[str], bits_column: str,
+                  figures: tuple[str, str] | None = None
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The rows job's `DataFrame.mapInArrow` function: each record batch's admitted tuples
-    (`GroupedMatcher.admitted`); a batch admitting none yields nothing."""
+    (`GroupedMatcher.admitted`); a batch admitting none yields nothing.
+
+    With `figures` (two column names), each task also counts the tuples it read and their
+    highest position, and yields them last as one row more: the first column the count, the
+    second the position, every other column null (and both null on the admitted rows). They are
+    the stream's own figures (`rows_in`, `max_position`), which the matcher has at hand: the
+    batch needs no `DataFrame.observe` of its own (an analysis of the batch plan per micro-
+    batch on the driver, and a metrics node in the job)."""
     def admit(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
+        read, top = 0, None
+        kinds: list[pa.DataType] | None = None
         for batch in batches:
-            if batch.num_rows:
-                out = matcher.admitted(batch, seq_column, keep, bits_column)
-                if out.num_rows:
-                    yield out
+            if kinds is None:
+                kinds = [batch.schema.field(name).type for name in keep]
+            if not batch.num_rows:
+                continue
+            read += batch.num_rows
+            highest = pc.max(batch.column(seq_column)).as_py()
+            if highest is not None and (top is None or highest > top):
+                top = highest
+            out = matcher.admitted(batch, seq_column, keep, bits_column)
+            if out.num_rows:
+                if figures is not None:
+                    nulls = pa.nulls(out.num_rows, pa.int64())
+                    out = pa.RecordBatch.from_arrays([*out.columns, nulls, nulls],
+                                                     names=[*out.schema.names, *figures])
+                yield out
+        if figures is not None and kinds is not None:
+            yield pa.RecordBatch.from_arrays(
+                [*(pa.nulls(1, t) for t in kinds), pa.nulls(1, pa.binary()),
+                 pa.array([read], pa.int64()), pa.array([top], pa.int64())],
+                names=[*keep, bits_column, *figures])
     return admit
 
 

@@ -461,7 +461,7 @@ def open_handles(gw: Gateway, n: int, stream: str, pass_rate: float = 0.1) -> li
 
 
 def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Path,
-             first_seq: int, pass_rate: float = 0.1) -> dict:
+             first_seq: int, pass_rate: float = 0.1, warm: float = 8.0) -> dict:
     from pep.handles.buffer import HandleBuffer
 
     stream = f"lat{n}"  # a stream of its own: a restarted query would re-read older records
@@ -480,7 +480,6 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
         t0 = time.perf_counter()
         ids = open_handles(gw, n, stream, pass_rate)
         opened = time.perf_counter() - t0
-        warm = 8.0
         start_at = time.time() + 3.0 + warm  # the measurement window, by send time
         window = (start_at, start_at + seconds)
         for k in range(procs):
@@ -695,6 +694,8 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=200, help="tuples ingested per second")
     ap.add_argument("--seconds", type=float, default=30.0, help="measured seconds per size")
     ap.add_argument("--reader-procs", type=int, default=4)
+    ap.add_argument("--warm", type=float, default=8.0,
+                    help="seconds of ingest before the measured window")
     ap.add_argument("--pass-rate", type=float, default=0.1,
                     help="share of the handles each tuple passes (0.5: the issue's workload)")
     ap.add_argument("--runtime", choices=("spark", "fake"), default="spark",
@@ -715,7 +716,7 @@ def main() -> None:
             seq = 0
             for n in sizes:
                 res = run_size(gw, n, args.rate, args.seconds, args.reader_procs, Path(tmp), seq,
-                               args.pass_rate)
+                               args.pass_rate, args.warm)
                 seq = res["last_seq"] + 1
                 report(res, args.rate)
                 results.append(res)

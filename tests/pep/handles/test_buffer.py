@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from pep.handles.buffer import GENERATION_SPAN, HandleBuffer, row_json
-from pep.http.handles import ndjson_event, sse_event, stream_events
+from pep.http.handles import NDJSON_ROW, HandleStream, ndjson_event, sse_event, stream_events
 
 
 def rows(a: int, b: int) -> list[dict]:
@@ -127,6 +127,27 @@ def test_a_close_that_keeps_rows_lets_them_be_read_before_the_final_event():
     revoked.put(rows(0, 3))
     revoked.close("revoked", "x")
     assert revoked.withholds
+
+
+def test_a_stream_says_when_a_pull_took_everything():
+    """`has_more`: the server pulls again only while the buffer holds what the stream has not
+    pulled (a pull that took everything is not followed by an empty one), and a row or the
+    final event that comes after a pull is seen."""
+    buf = HandleBuffer()
+    stream = HandleStream(buf, None, ndjson_event, "", 15.0, row_template=NDJSON_ROW)
+    assert not stream.has_more()
+    buf.put(rows(0, 3))
+    assert stream.has_more()
+    data_, done = stream.pull(1 << 20)
+    assert len(data_.decode().splitlines()) == 3 and not done and not stream.has_more()
+    buf.put(rows(3, 5))
+    assert stream.has_more()
+    stream.pull(1 << 20)
+    assert not stream.has_more()
+    buf.close("revoked", "x")
+    assert stream.has_more()
+    data_, done = stream.pull(1 << 20)
+    assert done and b'"revoked"' in data_ and not stream.has_more()
 
 
 def test_generation_ids_continue_and_old_ids_get_unknown_gap():

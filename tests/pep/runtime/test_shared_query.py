@@ -187,7 +187,9 @@ def test_every_delivered_row_and_window_matches_brute_force(runtime, tmp_path, f
     assert_rows_equal(got_time, want_time)
 
     stats = runtime.stats()["obs"]
-    assert stats["rows_in"] == 120 and stats["batches"] >= 3
+    # the stream's figures: observed on the batch (fillers 0), counted by the grouped
+    # matcher's tasks (fillers 10)
+    assert stats["rows_in"] == 120 and stats["batches"] >= 3 and stats["max_position"] == 119
     assert stats["handles"] == 7 + fillers and stats["plans"] == 6 + fillers  # twin: shared
     assert stats["query_id"] == qid
     assert attach_all < 10
@@ -333,6 +335,7 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     from dataclasses import replace
 
     from pep.runtime.compile import compile_plan
+    from pep.runtime.batch_frames import split_figures
     from pep.runtime.columns import BITS_COLUMN, PIDS_COLUMN
     from pep.runtime.executor import StreamExecutor
     from pep.runtime.plan_expressions import FEW_PLANS
@@ -397,11 +400,13 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "4")
     try:
         admitted = ex.admitted_frame(batch.repartition(3), shape, grouped)
-        assert [(f.name, f.dataType.simpleString()) for f in admitted.schema][:-1] == \
+        assert [(f.name, f.dataType.simpleString()) for f in admitted.schema][:-3] == \
             [(f.name, f.dataType.simpleString()) for f in generic_frame.schema][:-1]
-        out = admitted.toArrow()
+        out, figures = split_figures(admitted.toArrow())
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    # the tasks counted what they read: every tuple, the highest position 29 (tuple 9 has none)
+    assert figures == {"rows": 30, "seq": 29}
     assert out.schema.field("hum").type == pa.int64() and out.schema.field("temp").type == \
         pa.float64()
     assert not [c for c in out.column_names if c.startswith("_xsg_m")]
@@ -423,7 +428,8 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     only = GroupedMatcher.build([(7 + i, compile_plan(ExecutionPlan(
         "many", ((Predicate("hum", "=", 2 * i),),), ("hum",)), SCHEMA, "ts")) for i in range(6)])
     assert only is not None
-    few = ex.admitted_frame(batch.repartition(3), shape, only).toArrow()
+    few, figures = split_figures(ex.admitted_frame(batch.repartition(3), shape, only).toArrow())
+    assert figures == {"rows": 30, "seq": 29}
     pids, rows = only.pairs(few.column(BITS_COLUMN).combine_chunks())
     hums = few.column("hum").to_pylist()
     assert sorted((hums[r], int(p)) for p, r in zip(pids, rows)) == [(2 * i, 7 + i)
