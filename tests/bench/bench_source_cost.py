@@ -22,7 +22,6 @@ import calendar
 import collections
 import json
 import os
-import platform
 import sys
 import tempfile
 import threading
@@ -36,17 +35,9 @@ from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec,  # noqa:
 from pep.core.schemas import WEATHER_SCHEMA  # noqa: E402
 from pep.runtime.runtime import StreamRuntime  # noqa: E402
 from pep.runtime.session import create_spark_session  # noqa: E402
+from tests.bench.bench_many_readers import machine, spark_cpu_seconds  # noqa: E402
 
 FILE_SCHEMA = StreamSchema((Field("seq", "long"), Field("ts", "timestamp"), Field("v", "double")))
-
-
-def jvm_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def jvm_pid(spark) -> int:  # type: ignore[no-untyped-def]
-    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
 
 def file_writer(directory: Path, stop: threading.Event) -> None:
@@ -90,11 +81,10 @@ def measure(spark, kind: str, plans: int, seconds: float, work: Path) -> dict:  
                                  (attribute,))
             runtime.attach_handle(f"{kind}-{i}", stream, plan, count)
         time.sleep(15)  # the query started, the JIT warm
-        pid = jvm_pid(spark)
         query_ids = {q.id for q in spark.streams.active}
-        c0, t0, r0 = jvm_seconds(pid), time.monotonic(), delivered["rows"]
+        c0, t0, r0 = spark_cpu_seconds()[0], time.monotonic(), delivered["rows"]
         time.sleep(seconds)
-        c1, t1, r1 = jvm_seconds(pid), time.monotonic(), delivered["rows"]
+        c1, t1, r1 = spark_cpu_seconds()[0], time.monotonic(), delivered["rows"]
         durations = collections.defaultdict(list)
         batches = 0
         window_start = time.time() - (t1 - t0)
@@ -124,9 +114,7 @@ def main() -> None:
     ap.add_argument("--plans", type=int, default=1000, help="row plans (handles) per stream")
     ap.add_argument("--seconds", type=float, default=30.0, help="measured seconds per source")
     args = ap.parse_args()
-    print(f"machine: {platform.platform()}; {os.cpu_count()} cores; Python "
-          f"{platform.python_version()}; load average "
-          f"{' '.join('%.2f' % x for x in os.getloadavg())}")
+    print("machine:", machine())
     spark = create_spark_session()
     results = []
     try:
