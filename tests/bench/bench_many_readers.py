@@ -4,6 +4,7 @@ ingested through the API at a steady rate. Ingest-to-reader latency, and where i
 Run: .venv/bin/python tests/bench/bench_many_readers.py [--handles 1000,2000] [--rate 200]
                                                         [--seconds 30] [--reader-procs 4]
                                                         [--runtime spark|fake]
+                                                        [--streams 1] [--trigger 0.25]
 
 One SparkSession and one real gateway (pep.services + pep.http.app + the Spark StreamRuntime,
 on pep.http.serving); per size N:
@@ -24,6 +25,10 @@ on pep.http.serving); per size N:
 Then revocation at that size: with every reader still connected, the owner deletes the one
 policy behind all the handles; reported are the DELETE call's duration (handles are revoked
 before it returns) and when each reader's `revoked` event arrived, counted from the call's start.
+`--streams K` spreads the handles over K streams (handle i on stream i mod K), each with its own
+policy and its own ingest process at `--rate`: the rows delivered stay the same while Spark runs
+K queries, each with its own micro-batches (what many busy streams cost one gateway); the
+revocation then deletes the K policies one after the other.
 `--runtime fake` measures delivery alone: no Spark and no ingest calls; a stand-in runtime in
 the gateway process makes the tuples and pushes each handle's rows as a RowBatch every 0.25 s.
 Everything started is stopped, even on error; every wait is bounded.
@@ -35,7 +40,6 @@ import bisect
 import json
 import logging
 import os
-import platform
 import re
 import selectors
 import signal
@@ -430,8 +434,9 @@ def band(i: int, n: int, pass_rate: float) -> tuple[float, float]:
     return a, a + width
 
 
-def open_handles(gw: Gateway, n: int, stream: str, pass_rate: float = 0.1) -> list[str]:
-    """N handles, each with a query of its own: v in [a, a + width), a different for each."""
+def open_handles(gw: Gateway, n: int, streams: list[str], pass_rate: float = 0.1) -> list[str]:
+    """N handles, each with a query of its own: v in [a, a + width), a different for each;
+    handle i on `streams[i % len(streams)]`."""
     ids: list[str | None] = [None] * n
 
     def work(lo: int, hi: int) -> None:
@@ -441,7 +446,7 @@ def open_handles(gw: Gateway, n: int, stream: str, pass_rate: float = 0.1) -> li
                 query = json.dumps({"filter": f"v >= {a:.3f} AND v < {b:.3f}"})
                 r = s.post(f"{gw.url}/requests", timeout=120,
                            headers={"Authorization": f"Bearer {token(i)}"},
-                           files={"request": ("r.json", request_for(stream),
+                           files={"request": ("r.json", request_for(streams[i % len(streams)]),
                                               "application/xacml+json"),
                                   "query": ("q.json", query, "application/json")})
                 if r.status_code not in (200, 201):
@@ -461,24 +466,29 @@ def open_handles(gw: Gateway, n: int, stream: str, pass_rate: float = 0.1) -> li
 
 
 def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Path,
-             first_seq: int, pass_rate: float = 0.1, warm: float = 8.0) -> dict:
+             first_seq: int, pass_rate: float = 0.1, warm: float = 8.0,
+             stream_count: int = 1) -> dict:
     from pep.handles.buffer import HandleBuffer
 
-    stream = f"lat{n}"  # a stream of its own: a restarted query would re-read older records
-    r = requests.post(f"{gw.url}/streams", timeout=30, headers={
-        "Authorization": f"Bearer {ADMIN}"}, json={
-        "name": stream, "time_attribute": "ts", "source": {"kind": "ingest"}, "schema": SCHEMA})
-    assert r.status_code == 201, r.text
-    r = requests.post(f"{gw.url}/policies", data=policy(stream), timeout=30, headers={
-        "Authorization": f"Bearer {ADMIN}", "Content-Type": "application/xacml+xml"})
-    assert r.status_code == 201, r.text
+    # streams of their own: a restarted query would re-read older records
+    streams = ([f"lat{n}"] if stream_count == 1
+               else [f"lat{n}s{j}" for j in range(stream_count)])
+    for stream in streams:
+        r = requests.post(f"{gw.url}/streams", timeout=30, headers={
+            "Authorization": f"Bearer {ADMIN}"}, json={
+            "name": stream, "time_attribute": "ts", "source": {"kind": "ingest"},
+            "schema": SCHEMA})
+        assert r.status_code == 201, r.text
+        r = requests.post(f"{gw.url}/policies", data=policy(stream), timeout=30, headers={
+            "Authorization": f"Bearer {ADMIN}", "Content-Type": "application/xacml+xml"})
+        assert r.status_code == 201, r.text
     put_times: dict = {}
     original_put = stamp_puts(put_times)  # before the handles attach their buffers' put
     readers = []
-    ingest = None
+    ingests: list[subprocess.Popen] = []
     try:
         t0 = time.perf_counter()
-        ids = open_handles(gw, n, stream, pass_rate)
+        ids = open_handles(gw, n, streams, pass_rate)
         opened = time.perf_counter() - t0
         start_at = time.time() + 3.0 + warm  # the measurement window, by send time
         window = (start_at, start_at + seconds)
@@ -495,9 +505,10 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
         connected = gw.server.stream_count
         fake = isinstance(gw.runtime, FakeRuntime)
         if not fake:
-            ingest = subprocess.Popen([sys.executable, __file__, "--ingest", gw.url, stream,
-                                       str(rate), str(3.0 + warm + seconds + 1.0),
-                                       str(first_seq)], stdout=subprocess.PIPE, text=True)
+            ingests = [subprocess.Popen([sys.executable, __file__, "--ingest", gw.url, stream,
+                                         str(rate), str(3.0 + warm + seconds + 1.0),
+                                         str(first_seq)], stdout=subprocess.PIPE, text=True)
+                       for stream in streams]
         with BatchLog() as batches:
             c0, w0 = time.process_time(), time.time()
             s0 = spark_cpu_seconds()
@@ -506,9 +517,9 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
                 gw.runtime.running.set()
                 time.sleep(max(0.0, window[1] + 1.0 - time.time()))
                 gw.runtime.running.clear()
-                out = json.dumps({"calls": 0, "late": 0, "last_seq": gw.runtime.seq})
+                outs = [json.dumps({"calls": 0, "late": 0, "last_seq": gw.runtime.seq})]
             else:
-                out, _ = ingest.communicate(timeout=3.0 + warm + seconds + 120)
+                outs = [p.communicate(timeout=3.0 + warm + seconds + 120)[0] for p in ingests]
             put_share = (put_times["put_seconds"] - p0, put_times["puts"] - n0)
             gateway_cpu = (time.process_time() - c0) / (time.time() - w0)
             s1 = spark_cpu_seconds()
@@ -522,16 +533,18 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
         # are connected; each reader notes when its `revoked` event arrives, and a reader
         # process ends when all of its streams have ended.
         t_revoke = time.time()
-        r = requests.delete(f"{gw.url}/policies/urn:bench:many:{stream}", timeout=300,
-                            headers={"Authorization": f"Bearer {ADMIN}"})
+        for stream in streams:  # one after the other
+            r = requests.delete(f"{gw.url}/policies/urn:bench:many:{stream}", timeout=300,
+                                headers={"Authorization": f"Bearer {ADMIN}"})
+            assert r.status_code in (200, 204), r.text
         revoke_call = time.time() - t_revoke
-        assert r.status_code in (200, 204), r.text
         for p in readers:
             p.wait(timeout=120)
     finally:
-        if ingest is not None and ingest.poll() is None:
-            ingest.kill()
-            ingest.wait()
+        for p in ingests:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         for p in readers:
             p.send_signal(signal.SIGTERM)
         for p in readers:
@@ -561,14 +574,18 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
         if put is not None:
             delivery_part.append(arrived - put)
     in_window = [b for b in batches.batches if window[0] <= b[0] <= window[1] + 1]
-    ingested = json.loads(out.strip().splitlines()[-1])
+    each = [json.loads(out.strip().splitlines()[-1]) for out in outs]
+    ingested = {"calls": sum(e["calls"] for e in each), "late": sum(e["late"] for e in each),
+                "last_seq": max(e["last_seq"] for e in each)}
+    if len(each) == 1:
+        ingested = each[0]
     return {"n": n, "opened_s": opened, "connected": connected, "lat": lat, "rows": rows,
             "gaps": gaps, "errors": errors, "delivery": delivery_part, "batches": in_window,
             "ingest": ingested, "seconds": seconds, "gateway_cpu": gateway_cpu,
             "last_seq": ingested["last_seq"], "procs": procs, "put": put_share,
             "revoke_call": revoke_call, "revoked": revoked, "pass_rate": pass_rate,
             "after_revoked": after_revoked, "memory": memory,
-            "spark_cpu": spark_cpu}
+            "spark_cpu": spark_cpu, "streams": len(streams)}
 
 
 def rss_mib() -> tuple[float, float]:
@@ -630,8 +647,9 @@ def spark_cpu_seconds() -> tuple[float, float]:
 def report(r: dict, rate: int) -> None:
     lat, dl, b = r["lat"], r["delivery"], r["batches"]
     print(f"\n{r['n']:,} handles (distinct queries, each ~{r['pass_rate']:.0%} of the tuples), "
-          f"{rate} tuples/s "
-          f"ingested for {r['seconds']:.0f} s; {r['connected']:,} readers connected from "
+          + (f"over {r['streams']} streams, {rate} tuples/s each " if r["streams"] > 1
+             else f"{rate} tuples/s ")
+          + f"ingested for {r['seconds']:.0f} s; {r['connected']:,} readers connected from "
           f"{r['procs']} reader processes; handles opened in {r['opened_s']:.1f} s")
     if not lat:  # the gateway fell behind: no row sent in the window arrived; the rest still
         print(f"  no rows measured (none sent in the window arrived): {r['rows']:,} rows in "
@@ -666,8 +684,10 @@ def report(r: dict, rate: int) -> None:
     print(f"  Spark's CPU in the same window: JVM {r['spark_cpu'][0]:.2f} cores, its Python "
           f"workers {r['spark_cpu'][1]:.2f} cores")
     rv = r["revoked"]
-    print(f"  revocation (the owner deletes the policy behind all {r['n']:,} handles): the "
-          f"DELETE returned in {r['revoke_call'] * 1000:.0f} ms; {len(rv):,} readers got "
+    deletes = ("the policy behind all" if r["streams"] == 1
+               else f"the {r['streams']} policies, one after the other, behind all")
+    print(f"  revocation (the owner deletes {deletes} {r['n']:,} handles): the "
+          f"DELETE{'' if r['streams'] == 1 else 's'} returned in {r['revoke_call'] * 1000:.0f} ms; {len(rv):,} readers got "
           f"`revoked`" + (f", p50 {pct(rv, 50) * 1000:.0f} ms, p99 {pct(rv, 99) * 1000:.0f} ms, "
                           f"max {max(rv) * 1000:.0f} ms after the call began" if rv else "")
           + f"; rows after `revoked`: {r['after_revoked']}")
@@ -676,11 +696,15 @@ def report(r: dict, rate: int) -> None:
 
 
 def machine() -> str:
-    return (f"{platform.platform()}; {os.cpu_count()} cores; Python {platform.python_version()}; "
-            f"load average {' '.join('%.2f' % x for x in os.getloadavg())}")
+    """The machine line (CPU model, cores, PySpark, load): the host under this project's VM
+    has changed between sessions, and its figures with it."""
+    from tests.bench.bench_gateway_streams import machine as describe
+
+    return describe()
 
 
 def main() -> None:
+    global TRIGGER
     if sys.argv[1:2] == ["--reader"]:
         reader_main(sys.argv[2])
         return
@@ -700,14 +724,32 @@ def main() -> None:
                     help="share of the handles each tuple passes (0.5: the issue's workload)")
     ap.add_argument("--runtime", choices=("spark", "fake"), default="spark",
                     help="fake: delivery alone, rows made in the gateway process (no Spark)")
+    ap.add_argument("--streams", type=int, default=1,
+                    help="the handles spread over this many streams, each ingesting --rate "
+                         "tuples/s: the rows delivered stay the same, Spark runs a query each")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark setting for the gateway's session (repeatable), over the "
+                         "gateway's own (pep.runtime.session.DEFAULT_CONF)")
+    ap.add_argument("--trigger", type=float, default=TRIGGER,
+                    help="seconds between the stream query's micro-batches (the gateway's "
+                         "trigger_interval, default %(default)s)")
     args = ap.parse_args()
+    TRIGGER = args.trigger
     sizes = [int(x) for x in args.handles.split(",")]
     print("machine:", machine(), "; runtime:", args.runtime)
     spark = None
     if args.runtime == "spark":
         from pep.runtime.session import create_spark_session
 
-        spark = create_spark_session(extra_conf={"spark.driver.memory": "4g"})
+        conf = {"spark.driver.memory": "4g"}
+        for item in args.conf:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                ap.error(f"--conf wants KEY=VALUE, got {item!r}")
+            conf[key.strip()] = value.strip()
+        if args.conf:
+            print("Spark settings:", ", ".join(f"{k}={v}" for k, v in conf.items()))
+        spark = create_spark_session(extra_conf=conf)
     gw = None
     results = []
     try:
@@ -716,7 +758,7 @@ def main() -> None:
             seq = 0
             for n in sizes:
                 res = run_size(gw, n, args.rate, args.seconds, args.reader_procs, Path(tmp), seq,
-                               args.pass_rate, args.warm)
+                               args.pass_rate, args.warm, args.streams)
                 seq = res["last_seq"] + 1
                 report(res, args.rate)
                 results.append(res)
