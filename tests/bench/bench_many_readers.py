@@ -684,10 +684,10 @@ def report(r: dict, rate: int) -> None:
     print(f"  Spark's CPU in the same window: JVM {r['spark_cpu'][0]:.2f} cores, its Python "
           f"workers {r['spark_cpu'][1]:.2f} cores")
     rv = r["revoked"]
-    deletes = ("the policy behind all" if r["streams"] == 1
-               else f"the {r['streams']} policies, one after the other, behind all")
-    print(f"  revocation (the owner deletes {deletes} {r['n']:,} handles): the "
-          f"DELETE{'' if r['streams'] == 1 else 's'} returned in {r['revoke_call'] * 1000:.0f} ms; {len(rv):,} readers got "
+    deletes, calls = (("the policy behind all", "DELETE") if r["streams"] == 1 else
+                      (f"the {r['streams']} policies, one after the other, behind all", "DELETEs"))
+    print(f"  revocation (the owner deletes {deletes} {r['n']:,} handles): the {calls} "
+          f"returned in {r['revoke_call'] * 1000:.0f} ms; {len(rv):,} readers got "
           f"`revoked`" + (f", p50 {pct(rv, 50) * 1000:.0f} ms, p99 {pct(rv, 99) * 1000:.0f} ms, "
                           f"max {max(rv) * 1000:.0f} ms after the call began" if rv else "")
           + f"; rows after `revoked`: {r['after_revoked']}")
@@ -734,6 +734,8 @@ def main() -> None:
                     help="seconds between the stream query's micro-batches (the gateway's "
                          "trigger_interval, default %(default)s)")
     args = ap.parse_args()
+    if args.streams < 1 or args.trigger <= 0:
+        ap.error("--streams wants 1 or more, --trigger more than 0 seconds")
     TRIGGER = args.trigger
     sizes = [int(x) for x in args.handles.split(",")]
     print("machine:", machine(), "; runtime:", args.runtime)
