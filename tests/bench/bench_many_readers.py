@@ -575,10 +575,10 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
             delivery_part.append(arrived - put)
     in_window = [b for b in batches.batches if window[0] <= b[0] <= window[1] + 1]
     each = [json.loads(out.strip().splitlines()[-1]) for out in outs]
-    ingested = {"calls": sum(e["calls"] for e in each), "late": sum(e["late"] for e in each),
-                "last_seq": max(e["last_seq"] for e in each)}
-    if len(each) == 1:
-        ingested = each[0]
+    # one stream: its ingest's own report (with the call durations); several: their sums
+    ingested = each[0] if len(each) == 1 else {
+        "calls": sum(e["calls"] for e in each), "late": sum(e["late"] for e in each),
+        "last_seq": max(e["last_seq"] for e in each)}
     return {"n": n, "opened_s": opened, "connected": connected, "lat": lat, "rows": rows,
             "gaps": gaps, "errors": errors, "delivery": delivery_part, "batches": in_window,
             "ingest": ingested, "seconds": seconds, "gateway_cpu": gateway_cpu,

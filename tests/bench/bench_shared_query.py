@@ -37,6 +37,7 @@ from tests.bench.bench_many_readers import machine, pct, spark_cpu_seconds  # no
 
 SCHEMA = "seq long, ts double, v double"
 WAYS = ("separate", "union-1", "union-K")
+TRIGGER = 0.25  # seconds
 
 
 def feeder(directories: list[Path], stop: threading.Event) -> None:
@@ -96,7 +97,8 @@ def measure(spark, way: str, streams: int, seconds: float, work: Path) -> dict: 
         for i, frame in enumerate(frames):
             queries.append(frame.writeStream.foreachBatch(on_batch)
                            .option("checkpointLocation", str(work / way / f"ck{i}"))
-                           .trigger(processingTime="250 milliseconds").start())
+                           .trigger(processingTime=f"{int(TRIGGER * 1000)} milliseconds")
+                           .start())
         threading.Thread(target=feeder, args=(directories, stop), daemon=True).start()
         time.sleep(15)  # the queries started, the JIT warm
         c0, t0 = spark_cpu_seconds()[0], time.monotonic()
@@ -112,7 +114,7 @@ def measure(spark, way: str, streams: int, seconds: float, work: Path) -> dict: 
             except Exception as exc:  # noqa: BLE001
                 print(f"(stopping a query failed: {exc!r})")
     cores = (c1 - c0) / (t1 - t0)
-    triggers = seconds / 0.25
+    triggers = seconds / TRIGGER
     with lock:
         got = list(ages)
     return {"way": way, "batches": batches[0], "cores": cores,
