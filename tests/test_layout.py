@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+PRODUCTION_PACKAGES = ("pdp", "pep", "proxy")
 FORBIDDEN_IN_CORE = ("flask", "werkzeug", "pyspark", "py4j", "sqlite3", "_sqlite3", "cheroot",
                      "requests")
 
@@ -102,3 +103,75 @@ def test_flask_stays_at_the_http_edges():
             for name in imports_in(path):
                 assert name.split(".")[0] not in ("flask", "werkzeug"), \
                     f"{path.relative_to(REPO)} imports {name}"
+
+
+# ----- composition, not inheritance -----------------------------------------------------------
+# A production class inherits at most one level of project classes (its own plus one base: a
+# chain of two), and, counted with the project classes it inherits from, stays under about 600
+# lines: a big object is a few parts that own their state and are handed to each other, not a
+# stack of classes sharing `self`. Exceptions are left out: a hierarchy of kinds of error is
+# what they are for.
+MAX_CHAIN = 2
+MAX_CLASS_LINES = 600
+# Being composed (issue 43): the stream executor's seven layers. Nothing may be added here.
+CHAIN_ALLOWED = {
+    "pep.runtime.executor.StreamExecutor", "pep.runtime.query_lifecycle.QueryLifecycle",
+    "pep.runtime.routing.ResultRouting", "pep.runtime.batch_frames.BatchFrames",
+    "pep.runtime.plan_table.PlanTable",
+}
+
+
+def _project_classes() -> dict[str, tuple[list[str], int]]:
+    """Every top-level class of the production packages: its project bases (by their
+    qualified names, as the module imports them) and its length in lines."""
+    classes: dict[str, tuple[list[str], int]] = {}
+    for package in PRODUCTION_PACKAGES:
+        for path in sources(package):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            imported = {alias.asname or alias.name: f"{node.module}.{alias.name}"
+                        for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                        and node.module and node.level == 0 for alias in node.names}
+            for node in tree.body:
+                if isinstance(node, ast.ClassDef):
+                    bases = [_qualified(ast.unparse(b), module, imported) for b in node.bases]
+                    classes[f"{module}.{node.name}"] = (
+                        bases, (node.end_lineno or node.lineno) - node.lineno + 1)
+    return classes
+
+
+def _qualified(name: str, module: str, imported: dict[str, str]) -> str:
+    """A base class's qualified name: through the module's imports (`Base`, `module.Base`),
+    else a class of the module itself."""
+    head, dot, rest = name.partition(".")
+    if head in imported:
+        return imported[head] + dot + rest
+    return f"{module}.{name}"
+
+
+def _is_exception(name: str, classes: dict[str, tuple[list[str], int]]) -> bool:
+    bases = classes[name][0]
+    return any(b.rsplit(".", 1)[-1] in ("Exception", "BaseException", "Warning")
+               or (b in classes and _is_exception(b, classes)) for b in bases)
+
+
+def test_no_class_chain_deeper_than_two_and_none_too_big():
+    classes = _project_classes()
+
+    def chain(name: str) -> int:
+        return 1 + max((chain(b) for b in classes[name][0] if b in classes), default=0)
+
+    def lines(name: str) -> int:
+        return classes[name][1] + sum(lines(b) for b in classes[name][0] if b in classes)
+
+    deep = sorted(n for n in classes if not _is_exception(n, classes)
+                  and chain(n) > MAX_CHAIN and n not in CHAIN_ALLOWED)
+    assert deep == [], f"class chains deeper than {MAX_CHAIN}: {deep}"
+    big = sorted(f"{n} ({lines(n)} lines)" for n in classes
+                 if lines(n) > MAX_CLASS_LINES and n not in CHAIN_ALLOWED)
+    assert big == [], f"classes over {MAX_CLASS_LINES} lines with their bases: {big}"
+    # the allowance only shrinks: a name that no longer needs it leaves the list
+    needless = sorted(n for n in CHAIN_ALLOWED
+                      if n in classes and chain(n) <= MAX_CHAIN and lines(n) <= MAX_CLASS_LINES)
+    assert needless == [], f"remove from CHAIN_ALLOWED: {needless}"

@@ -1,10 +1,12 @@
 """Parse and compile XACML 3.0 policy documents into evaluator objects, once, at load time.
 
-This package keeps the public names; its modules, each a layer of the compiler over the one
-below: `reader` (the document, its faults and lookups), `expressions`, `targets`, `policies`
-(Policy, Rule, obligation and advice expressions) and `policy_sets` (PolicySet, references, the
-document's root and `compile_document`); beside them `model` (what the compiler hands the
-engine) and `versions` (Version syntax and matching).
+This package keeps the public names. The compiler of one document is a few parts, each a class
+of its own that is handed the parts it uses (no part inherits another): `reader` (the document
+being compiled, its faults and lookups: the state the parts share), `expressions`
+(`ExpressionCompiler`), `targets` (`TargetCompiler`), `policies` (`PolicyCompiler`: Policy,
+Rule, obligation and advice expressions) and `policy_sets` (`PolicySetCompiler`: PolicySet,
+references, the document's root; `compile_document` wires the parts); beside them `model` (what
+the compiler hands the engine) and `versions` (Version syntax and matching).
 
 Everything that can be checked without a request is checked here, so that a policy that loads
 can only fail at decision time because of the request: unknown functions, datatypes and

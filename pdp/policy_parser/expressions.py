@@ -57,28 +57,33 @@ def is_clock_attribute(key: tuple[str, ...]) -> bool:
     return key[0] == ENVIRONMENT and key[1] in (CURRENT_TIME, CURRENT_DATE, CURRENT_DATETIME)
 
 
-class ExpressionCompiler(DocumentReader):
-    """Compiles expressions into evaluator callables with their static type."""
+class ExpressionCompiler:
+    """Compiles expressions into evaluator callables with their static type, reading and
+    failing through the document's `DocumentReader`."""
+
+    def __init__(self, reader: DocumentReader) -> None:
+        self.reader = reader
 
     def attribute_value(self, elem: etree._Element) -> Typed:
-        dt_id = self.required(elem, "DataType")
-        dt = self.datatype(dt_id, elem)
+        dt_id = self.reader.required(elem, "DataType")
+        dt = self.reader.datatype(dt_id, elem)
         if any(isinstance(c.tag, str) for c in elem):
-            raise self.fail("structured AttributeValue content is not supported", elem)
+            raise self.reader.fail("structured AttributeValue content is not supported", elem)
         try:
             value = dt.parse(elem.text or "")
         except ValueSyntaxError as exc:
-            raise self.fail(str(exc), elem) from None
+            raise self.reader.fail(str(exc), elem) from None
         return Typed(constant(value), dt.id, False, True, value)
 
     def designator(self, elem: etree._Element) -> Typed:
-        category = self.required(elem, "Category")
-        attr_id = self.required(elem, "AttributeId")
-        dt_id = self.required(elem, "DataType")
-        dt = self.datatype(dt_id, elem)
+        category = self.reader.required(elem, "Category")
+        attr_id = self.reader.required(elem, "AttributeId")
+        dt_id = self.reader.required(elem, "DataType")
+        dt = self.reader.datatype(dt_id, elem)
         mbp_raw = (elem.get("MustBePresent") or "").strip()
         if mbp_raw not in ("true", "false", "1", "0"):
-            raise self.fail("AttributeDesignator needs MustBePresent=\"true\" or \"false\"", elem)
+            raise self.reader.fail(
+                "AttributeDesignator needs MustBePresent=\"true\" or \"false\"", elem)
         mbp = mbp_raw in ("true", "1")
         issuer = elem.get("Issuer")
         category = normalize_category(category)
@@ -91,7 +96,7 @@ class ExpressionCompiler(DocumentReader):
         return Typed(ev, dt.id, True, designator_key=key, must_be_present=mbp, issuer=issuer)
 
     def expression(self, elem: etree._Element, scope: VariableScope | None) -> Typed:
-        name = self.local(elem)
+        name = self.reader.local(elem)
         if name == "AttributeValue":
             return self.attribute_value(elem)
         if name == "AttributeDesignator":
@@ -99,29 +104,31 @@ class ExpressionCompiler(DocumentReader):
         if name == "Apply":
             return self.apply(elem, scope)
         if name == "VariableReference":
-            vid = self.required(elem, "VariableId")
+            vid = self.reader.required(elem, "VariableId")
             if scope is None:
-                raise self.fail(f"VariableReference {vid} outside a <Policy>", elem)
+                raise self.reader.fail(f"VariableReference {vid} outside a <Policy>", elem)
             return scope.get(vid, elem)
         if name == "AttributeSelector":
-            raise self.fail("AttributeSelector (XPath) is not supported by this PDP", elem)
+            raise self.reader.fail("AttributeSelector (XPath) is not supported by this PDP", elem)
         if name == "Function":
-            raise self.fail("<Function> is only allowed as the first argument of a "
+            raise self.reader.fail("<Function> is only allowed as the first argument of a "
                             "higher-order function", elem)
-        raise self.fail(f"<{name}> is not an expression", elem)
+        raise self.reader.fail(f"<{name}> is not an expression", elem)
 
     def apply(self, elem: etree._Element, scope: VariableScope | None) -> Typed:
-        fid = self.required(elem, "FunctionId")
-        func = self.function(fid, elem)
-        arg_elems = [c for c in elem if isinstance(c.tag, str) and self.local(c) != "Description"]
+        fid = self.reader.required(elem, "FunctionId")
+        func = self.reader.function(fid, elem)
+        arg_elems = [c for c in elem
+                     if isinstance(c.tag, str) and self.reader.local(c) != "Description"]
         inner = None
         if func.higher_order:
-            if not arg_elems or self.local(arg_elems[0]) != "Function":
-                raise self.fail(f"{fid} needs a <Function> as its first argument", elem)
-            inner = self.function(self.required(arg_elems[0], "FunctionId"), arg_elems[0])
+            if not arg_elems or self.reader.local(arg_elems[0]) != "Function":
+                raise self.reader.fail(f"{fid} needs a <Function> as its first argument", elem)
+            inner = self.reader.function(self.reader.required(arg_elems[0], "FunctionId"),
+                                         arg_elems[0])
             arg_elems = arg_elems[1:]
         args = [self.expression(a, scope) for a in arg_elems]
-        self.check_signature(func, [(a.datatype, a.is_bag) for a in args], elem, inner)
+        self.reader.check_signature(func, [(a.datatype, a.is_bag) for a in args], elem, inner)
         if func.higher_order:
             rtype, rbag = func.result_type(inner)
             if (fid == ANY_OF and inner is not None and inner.id in FAST_EQUAL_FUNCTIONS
@@ -142,10 +149,10 @@ class ExpressionCompiler(DocumentReader):
             try:
                 value = ev(_DummyContext())
             except Indeterminate as exc:
-                raise self.fail(f"expression always fails: {exc.message}", elem) from None
+                raise self.reader.fail(f"expression always fails: {exc.message}", elem) from None
             except Exception as exc:  # a library bug must still end as a clear load error
-                raise self.fail(f"expression cannot be evaluated: {type(exc).__name__}: {exc}",
-                                elem) from None
+                raise self.reader.fail(
+                    f"expression cannot be evaluated: {type(exc).__name__}: {exc}", elem) from None
             return Typed(constant(value), rtype, rbag, True, value)
         return Typed(ev, rtype, rbag)
 
@@ -163,16 +170,17 @@ class VariableScope:
         if vid in self.done:
             return self.done[vid]
         if vid not in self.elems:
-            raise self.compiler.fail(f"VariableReference to undefined variable {vid}", ref_elem)
+            raise self.compiler.reader.fail(f"VariableReference to undefined variable {vid}",
+                                            ref_elem)
         if vid in self.in_progress:
             cycle = " -> ".join(self.in_progress[self.in_progress.index(vid):] + [vid])
-            raise self.compiler.fail(f"circular VariableReference: {cycle}", ref_elem)
+            raise self.compiler.reader.fail(f"circular VariableReference: {cycle}", ref_elem)
         self.in_progress.append(vid)
         elem = self.elems[vid]
         exprs = [c for c in elem if isinstance(c.tag, str)]
         if len(exprs) != 1:
-            raise self.compiler.fail("<VariableDefinition> must contain exactly one expression",
-                                     elem)
+            raise self.compiler.reader.fail(
+                "<VariableDefinition> must contain exactly one expression", elem)
         typed = self.compiler.expression(exprs[0], self)
         self.in_progress.pop()
         self.done[vid] = typed

@@ -9,8 +9,8 @@ from pdp.evaluation import (
     DENY, PERMIT, AssignmentExpr, ObligationExpr, PolicyEvaluator, RuleEvaluator,
 )
 from pdp.index import build_index
-from pdp.policy_parser.expressions import BOOLEAN, VariableScope
-from pdp.policy_parser.reader import NO_DELEGATION
+from pdp.policy_parser.expressions import BOOLEAN, ExpressionCompiler, VariableScope
+from pdp.policy_parser.reader import NO_DELEGATION, DocumentReader
 from pdp.policy_parser.targets import TargetCompiler
 from pdp.results import PolicyIdentifier
 
@@ -20,28 +20,35 @@ def attach_index(ev: PolicyEvaluator) -> None:
     ev.index = build_index(ev.children)
 
 
-class PolicyCompiler(TargetCompiler):
-    """Compiles a <Policy>, its rules, and obligation and advice expressions."""
+class PolicyCompiler:
+    """Compiles a <Policy>, its rules, and obligation and advice expressions, from the
+    document's reader and the compilers of expressions and targets it is given."""
+
+    def __init__(self, reader: DocumentReader, expressions: ExpressionCompiler,
+                 targets: TargetCompiler) -> None:
+        self.reader = reader
+        self.expressions = expressions
+        self.targets = targets
 
     def policy(self, elem: etree._Element) -> PolicyEvaluator:
-        p_id = self.required(elem, "PolicyId")
-        version = self.version(elem)
-        if p_id in self.policy_ids:
-            raise self.fail(f"duplicate PolicyId {p_id} in the document", elem)
-        self.policy_ids.add(p_id)
-        alg_id = self.required(elem, "RuleCombiningAlgId")
+        p_id = self.reader.required(elem, "PolicyId")
+        version = self.reader.version(elem)
+        if p_id in self.reader.policy_ids:
+            raise self.reader.fail(f"duplicate PolicyId {p_id} in the document", elem)
+        self.reader.policy_ids.add(p_id)
+        alg_id = self.reader.required(elem, "RuleCombiningAlgId")
         combine = RULE_COMBINING.get(alg_id)
         if combine is None:
-            raise self.fail(f"unknown rule-combining algorithm {alg_id}", elem)
+            raise self.reader.fail(f"unknown rule-combining algorithm {alg_id}", elem)
         # Variables first: a VariableReference may precede its definition.
         var_elems: dict[str, etree._Element] = {}
-        for name, child in self.children(elem):
+        for name, child in self.reader.children(elem):
             if name == "VariableDefinition":
-                vid = self.required(child, "VariableId")
+                vid = self.reader.required(child, "VariableId")
                 if vid in var_elems:
-                    raise self.fail(f"duplicate VariableId {vid} in policy {p_id}", child)
+                    raise self.reader.fail(f"duplicate VariableId {vid} in policy {p_id}", child)
                 var_elems[vid] = child
-        scope = VariableScope(self, var_elems)
+        scope = VariableScope(self.expressions, var_elems)
         for vid in var_elems:
             scope.get(vid, var_elems[vid])
         target = None
@@ -50,13 +57,13 @@ class PolicyCompiler(TargetCompiler):
         rule_ids: set[str] = set()
         obligations: list[ObligationExpr] = []
         advice: list[ObligationExpr] = []
-        for name, child in self.children(elem):
+        for name, child in self.reader.children(elem):
             if name == "Target":
-                target, spec = self.target(child)
+                target, spec = self.targets.target(child)
             elif name == "Rule":
                 rule = self.rule(child, scope)
                 if rule.id in rule_ids:
-                    raise self.fail(f"duplicate RuleId {rule.id} in policy {p_id}", child)
+                    raise self.reader.fail(f"duplicate RuleId {rule.id} in policy {p_id}", child)
                 rule_ids.add(rule.id)
                 rules.append(rule)
             elif name == "ObligationExpressions":
@@ -64,38 +71,38 @@ class PolicyCompiler(TargetCompiler):
             elif name == "AdviceExpressions":
                 advice = self.obligation_exprs(child, "AdviceExpression", scope)
             elif name == "PolicyIssuer":
-                raise self.fail(NO_DELEGATION, child)
+                raise self.reader.fail(NO_DELEGATION, child)
             elif name in ("Description", "PolicyDefaults", "CombinerParameters",
                           "RuleCombinerParameters", "VariableDefinition"):
                 continue
             else:
-                raise self.fail(f"unexpected element <{name}> in <Policy>", child)
+                raise self.reader.fail(f"unexpected element <{name}> in <Policy>", child)
         ident = PolicyIdentifier(p_id, version, False)
         ev = PolicyEvaluator(ident, target, combine, rules, obligations, advice, spec)
         attach_index(ev)
         return ev
 
     def rule(self, elem: etree._Element, scope: VariableScope) -> RuleEvaluator:
-        rule_id = self.required(elem, "RuleId")
-        effect_name = self.required(elem, "Effect")
+        rule_id = self.reader.required(elem, "RuleId")
+        effect_name = self.reader.required(elem, "Effect")
         if effect_name not in ("Permit", "Deny"):
-            raise self.fail(f"Effect must be Permit or Deny, not {effect_name!r}", elem)
+            raise self.reader.fail(f"Effect must be Permit or Deny, not {effect_name!r}", elem)
         effect = PERMIT if effect_name == "Permit" else DENY
         target = None
         spec = None
         condition = None
         obligations: list[ObligationExpr] = []
         advice: list[ObligationExpr] = []
-        for name, child in self.children(elem):
+        for name, child in self.reader.children(elem):
             if name == "Target":
-                target, spec = self.target(child)
+                target, spec = self.targets.target(child)
             elif name == "Condition":
                 exprs = [c for c in child if isinstance(c.tag, str)]
                 if len(exprs) != 1:
-                    raise self.fail("<Condition> must contain exactly one expression", child)
-                typed = self.expression(exprs[0], scope)
+                    raise self.reader.fail("<Condition> must contain exactly one expression", child)
+                typed = self.expressions.expression(exprs[0], scope)
                 if typed.is_bag or typed.datatype != BOOLEAN:
-                    raise self.fail(f"<Condition> must be a boolean expression, not "
+                    raise self.reader.fail(f"<Condition> must be a boolean expression, not "
                                     f"{'a bag of ' if typed.is_bag else ''}{typed.datatype}", child)
                 if typed.is_const:
                     value = typed.value
@@ -109,7 +116,7 @@ class PolicyCompiler(TargetCompiler):
             elif name == "Description":
                 continue
             else:
-                raise self.fail(f"unexpected element <{name}> in <Rule>", child)
+                raise self.reader.fail(f"unexpected element <{name}> in <Rule>", child)
         return RuleEvaluator(rule_id, effect, target, condition, obligations, advice, spec)
 
     def obligation_exprs(self, elem: etree._Element, child_name: str,
@@ -119,27 +126,28 @@ class PolicyCompiler(TargetCompiler):
         is_ob = child_name == "ObligationExpression"
         id_attr = "ObligationId" if is_ob else "AdviceId"
         effect_attr = "FulfillOn" if is_ob else "AppliesTo"
-        for name, child in self.children(elem):
+        for name, child in self.reader.children(elem):
             if name != child_name:
-                raise self.fail(f"unexpected element <{name}> in <{etree.QName(elem).localname}>",
-                                child)
-            oid = self.required(child, id_attr)
-            effect_name = self.required(child, effect_attr)
+                raise self.reader.fail(
+                    f"unexpected element <{name}> in <{etree.QName(elem).localname}>", child)
+            oid = self.reader.required(child, id_attr)
+            effect_name = self.reader.required(child, effect_attr)
             if effect_name not in ("Permit", "Deny"):
-                raise self.fail(f"{effect_attr} must be Permit or Deny", child)
+                raise self.reader.fail(f"{effect_attr} must be Permit or Deny", child)
             assignments = []
-            for name2, aae in self.children(child):
+            for name2, aae in self.reader.children(child):
                 if name2 != "AttributeAssignmentExpression":
-                    raise self.fail(f"unexpected element <{name2}> in <{child_name}>", aae)
-                attr_id = self.required(aae, "AttributeId")
+                    raise self.reader.fail(f"unexpected element <{name2}> in <{child_name}>", aae)
+                attr_id = self.reader.required(aae, "AttributeId")
                 exprs = [c for c in aae if isinstance(c.tag, str)]
                 if len(exprs) != 1:
-                    raise self.fail("<AttributeAssignmentExpression> must contain exactly one "
-                                    "expression", aae)
-                typed = self.expression(exprs[0], scope)
+                    raise self.reader.fail(
+                        "<AttributeAssignmentExpression> must contain exactly one expression",
+                        aae)
+                typed = self.expressions.expression(exprs[0], scope)
                 if typed.datatype is None:
-                    raise self.fail("cannot determine the datatype of the assignment", aae)
-                fmt = self.datatype(typed.datatype, aae).format
+                    raise self.reader.fail("cannot determine the datatype of the assignment", aae)
+                fmt = self.reader.datatype(typed.datatype, aae).format
                 assignments.append(AssignmentExpr(attr_id, aae.get("Category"), aae.get("Issuer"),
                                                   typed.ev, typed.datatype, typed.is_bag, fmt))
             out.append(ObligationExpr(oid, PERMIT if effect_name == "Permit" else DENY,

@@ -8,59 +8,76 @@ from pdp.combining import POLICY_COMBINING
 from pdp.errors import PolicyLoadError
 from pdp.evaluation import ObligationExpr, PolicyEvaluator, ReferenceEvaluator
 from pdp.policy_parser.model import CompiledDocument, PolicyInfo, PolicySource, RefSpec
+from pdp.policy_parser.expressions import ExpressionCompiler
 from pdp.policy_parser.policies import PolicyCompiler, attach_index
-from pdp.policy_parser.reader import NO_DELEGATION
+from pdp.policy_parser.reader import NO_DELEGATION, DocumentReader
+from pdp.policy_parser.targets import TargetCompiler
 from pdp.policy_parser.versions import is_version_pattern
 from pdp.results import PolicyIdentifier
 from pdp.xmlsafe import UnsafeDocumentError, parse_xml
 
 
-class DocumentCompiler(PolicyCompiler):
-    """Compiles one document, whose root is a <Policy> or a <PolicySet>."""
+class PolicySetCompiler:
+    """Compiles one document's root, a <Policy> or a <PolicySet>: policy sets and references
+    here, policies by the `PolicyCompiler`, targets by the `TargetCompiler`."""
+
+    def __init__(self, reader: DocumentReader, targets: TargetCompiler,
+                 policies: PolicyCompiler) -> None:
+        self.reader = reader
+        self.targets = targets
+        self.policies = policies
+
+    @classmethod
+    def for_document(cls, source: str) -> "PolicySetCompiler":
+        """The compiler of one document: its reader and the parts that share it."""
+        reader = DocumentReader(source)
+        expressions = ExpressionCompiler(reader)
+        targets = TargetCompiler(reader, expressions)
+        return cls(reader, targets, PolicyCompiler(reader, expressions, targets))
 
     def compile_root(self, root: etree._Element) -> PolicyEvaluator:
-        name = self.local(root)
+        name = self.reader.local(root)
         if name == "Policy":
-            return self.policy(root)
+            return self.policies.policy(root)
         if name == "PolicySet":
             return self.policy_set(root)
-        raise self.fail(f"root element must be <Policy> or <PolicySet>, not <{name}>", root)
+        raise self.reader.fail(f"root element must be <Policy> or <PolicySet>, not <{name}>", root)
 
     def policy_set(self, elem: etree._Element) -> PolicyEvaluator:
-        ps_id = self.required(elem, "PolicySetId")
-        version = self.version(elem)
-        if ps_id in self.policyset_ids:
-            raise self.fail(f"duplicate PolicySetId {ps_id} in the document", elem)
-        self.policyset_ids.add(ps_id)
-        alg_id = self.required(elem, "PolicyCombiningAlgId")
+        ps_id = self.reader.required(elem, "PolicySetId")
+        version = self.reader.version(elem)
+        if ps_id in self.reader.policyset_ids:
+            raise self.reader.fail(f"duplicate PolicySetId {ps_id} in the document", elem)
+        self.reader.policyset_ids.add(ps_id)
+        alg_id = self.reader.required(elem, "PolicyCombiningAlgId")
         combine = POLICY_COMBINING.get(alg_id)
         if combine is None:
-            raise self.fail(f"unknown policy-combining algorithm {alg_id}", elem)
+            raise self.reader.fail(f"unknown policy-combining algorithm {alg_id}", elem)
         target = None
         spec = None
         children: list[PolicyEvaluator | ReferenceEvaluator] = []
         obligations: list[ObligationExpr] = []
         advice: list[ObligationExpr] = []
-        for name, child in self.children(elem):
+        for name, child in self.reader.children(elem):
             if name == "Target":
-                target, spec = self.target(child)
+                target, spec = self.targets.target(child)
             elif name == "Policy":
-                children.append(self.policy(child))
+                children.append(self.policies.policy(child))
             elif name == "PolicySet":
                 children.append(self.policy_set(child))
             elif name in ("PolicyIdReference", "PolicySetIdReference"):
                 children.append(self.reference(child, name == "PolicySetIdReference"))
             elif name == "ObligationExpressions":
-                obligations = self.obligation_exprs(child, "ObligationExpression")
+                obligations = self.policies.obligation_exprs(child, "ObligationExpression")
             elif name == "AdviceExpressions":
-                advice = self.obligation_exprs(child, "AdviceExpression")
+                advice = self.policies.obligation_exprs(child, "AdviceExpression")
             elif name == "PolicyIssuer":
-                raise self.fail(NO_DELEGATION, child)
+                raise self.reader.fail(NO_DELEGATION, child)
             elif name in ("Description", "PolicySetDefaults", "CombinerParameters",
                           "PolicyCombinerParameters", "PolicySetCombinerParameters"):
                 continue
             else:
-                raise self.fail(f"unexpected element <{name}> in <PolicySet>", child)
+                raise self.reader.fail(f"unexpected element <{name}> in <PolicySet>", child)
         ident = PolicyIdentifier(ps_id, version, True)
         ev = PolicyEvaluator(ident, target, combine, children, obligations, advice, spec)
         attach_index(ev)
@@ -69,13 +86,13 @@ class DocumentCompiler(PolicyCompiler):
     def reference(self, elem: etree._Element, is_set: bool) -> ReferenceEvaluator:
         ref_id = (elem.text or "").strip()
         if not ref_id:
-            raise self.fail("empty policy reference", elem)
+            raise self.reader.fail("empty policy reference", elem)
         spec = RefSpec(is_set, ref_id, elem.get("Version"), elem.get("EarliestVersion"),
                        elem.get("LatestVersion"))
         for pattern in (spec.version, spec.earliest, spec.latest):
             if pattern is not None and not is_version_pattern(pattern):
-                raise self.fail(f"invalid version pattern {pattern!r}", elem)
-        self.references.append((spec, elem.sourceline))
+                raise self.reader.fail(f"invalid version pattern {pattern!r}", elem)
+        self.reader.references.append((spec, elem.sourceline))
         return ReferenceEvaluator(spec, spec.describe())
 
 
@@ -86,7 +103,7 @@ def compile_document(source: PolicySource, *, max_bytes: int | None = None,
         root = parse_xml(source.data, max_bytes=max_bytes, max_depth=max_depth)
     except UnsafeDocumentError as exc:
         raise PolicyLoadError(exc.message, source.name, None, exc.line) from None
-    compiler = DocumentCompiler(source.name)
+    compiler = PolicySetCompiler.for_document(source.name)
     try:
         evaluator = compiler.compile_root(root)
     except RecursionError:
@@ -99,4 +116,4 @@ def compile_document(source: PolicySource, *, max_bytes: int | None = None,
     evaluator.doc_id = evaluator.identifier.id
     ident = evaluator.identifier
     info = PolicyInfo(ident.id, ident.version, ident.is_policy_set, source.name)
-    return CompiledDocument(info, evaluator, compiler.references)
+    return CompiledDocument(info, evaluator, compiler.reader.references)

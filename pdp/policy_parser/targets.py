@@ -9,63 +9,71 @@ from pdp.policy_parser.expressions import (
     BOOLEAN, FAST_EQUAL_FUNCTIONS, ExpressionCompiler, is_clock_attribute,
 )
 from pdp.policy_parser.model import MatchSpec
+from pdp.policy_parser.reader import DocumentReader
 
 TargetSpec = tuple[tuple[tuple[MatchSpec | None, ...], ...], ...]
 
 
-class TargetCompiler(ExpressionCompiler):
-    """Compiles a <Target> into its matcher and its index spec."""
+class TargetCompiler:
+    """Compiles a <Target> into its matcher and its index spec (its literals and designators
+    through the `ExpressionCompiler`)."""
+
+    def __init__(self, reader: DocumentReader, expressions: ExpressionCompiler) -> None:
+        self.reader = reader
+        self.expressions = expressions
 
     def target(self, elem: etree._Element) -> tuple[Matcher | None, TargetSpec]:
         """The target's matcher (None: matches every request) and its index spec: per AnyOf,
         per AllOf, the MatchSpec of each Match (None where the index cannot use it)."""
         any_ofs = []
         spec = []
-        for name, child in self.children(elem):
+        for name, child in self.reader.children(elem):
             if name != "AnyOf":
-                raise self.fail(f"unexpected element <{name}> in <Target>", child)
+                raise self.reader.fail(f"unexpected element <{name}> in <Target>", child)
             all_ofs = []
             any_spec = []
-            for name2, child2 in self.children(child):
+            for name2, child2 in self.reader.children(child):
                 if name2 != "AllOf":
-                    raise self.fail(f"unexpected element <{name2}> in <AnyOf>", child2)
+                    raise self.reader.fail(f"unexpected element <{name2}> in <AnyOf>", child2)
                 matches = []
                 all_spec = []
-                for name3, child3 in self.children(child2):
+                for name3, child3 in self.reader.children(child2):
                     if name3 != "Match":
-                        raise self.fail(f"unexpected element <{name3}> in <AllOf>", child3)
+                        raise self.reader.fail(f"unexpected element <{name3}> in <AllOf>", child3)
                     m, ms = self.match(child3)
                     matches.append(m)
                     all_spec.append(ms)
                 if not matches:
-                    raise self.fail("<AllOf> must contain at least one <Match>", child2)
+                    raise self.reader.fail("<AllOf> must contain at least one <Match>", child2)
                 all_ofs.append(make_all_of(matches))
                 any_spec.append(tuple(all_spec))
             if not all_ofs:
-                raise self.fail("<AnyOf> must contain at least one <AllOf>", child)
+                raise self.reader.fail("<AnyOf> must contain at least one <AllOf>", child)
             any_ofs.append(make_any_of(all_ofs))
             spec.append(tuple(any_spec))
         return make_target(any_ofs), tuple(spec)
 
     def match(self, elem: etree._Element) -> tuple[Matcher, MatchSpec | None]:
-        fid = self.required(elem, "MatchId")
-        func = self.function(fid, elem)
+        fid = self.reader.required(elem, "MatchId")
+        func = self.reader.function(fid, elem)
         literal = None
         bag = None
-        for name, child in self.children(elem):
+        for name, child in self.reader.children(elem):
             if name == "AttributeValue":
-                literal = self.attribute_value(child)
+                literal = self.expressions.attribute_value(child)
             elif name == "AttributeDesignator":
-                bag = self.designator(child)
+                bag = self.expressions.designator(child)
             elif name == "AttributeSelector":
-                raise self.fail("AttributeSelector (XPath) is not supported by this PDP", child)
+                raise self.reader.fail(
+                    "AttributeSelector (XPath) is not supported by this PDP", child)
             else:
-                raise self.fail(f"unexpected element <{name}> in <Match>", child)
+                raise self.reader.fail(f"unexpected element <{name}> in <Match>", child)
         if literal is None or bag is None:
-            raise self.fail("<Match> needs an <AttributeValue> and an <AttributeDesignator>", elem)
+            raise self.reader.fail(
+                "<Match> needs an <AttributeValue> and an <AttributeDesignator>", elem)
         if func.higher_order or func.lazy or func.returns_bag or func.return_type != BOOLEAN:
-            raise self.fail(f"MatchId {fid} is not a boolean function of two values", elem)
-        self.check_signature(func, [(literal.datatype, False), (bag.datatype, False)], elem)
+            raise self.reader.fail(f"MatchId {fid} is not a boolean function of two values", elem)
+        self.reader.check_signature(func, [(literal.datatype, False), (bag.datatype, False)], elem)
         fast = fid in FAST_EQUAL_FUNCTIONS and literal.datatype == bag.datatype
         matcher = make_match(func.impl, literal.value, bag.ev, fast)
         spec = None
