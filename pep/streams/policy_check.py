@@ -91,7 +91,7 @@ LEAK_TAIL = ("every tuple enters the window, and a window is withheld when the b
 
 def _leak_warning(obligation_id: str, line: int | None, bound: str) -> str:
     return (f"obligation {obligation_id} (line {line}): {WINDOW_LABEL_SCOPE} 'all' with "
-            f"label bound {bound!r}: " + LEAK_TAIL)
+            f"label bound `{bound}`: " + LEAK_TAIL)  # the predicate as written, unescaped
 
 
 def _placeholder(category: str, attribute: str) -> list[str]:

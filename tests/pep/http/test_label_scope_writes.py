@@ -84,7 +84,7 @@ def test_every_write_of_the_opt_in_warns_that_it_leaks_presence(gw):
     r = client.post("/policies?dry_run=true", data=LEAKY, headers=auth_header("nea", **XML))
     assert r.status_code == 200 and r.json["dry_run"] is True, r.json
     (dry,) = leak_warnings(r.json)
-    assert f"{BOUND!r}" in dry and "'all'" in dry and "line " in dry
+    assert f"`{BOUND}`" in dry and "'all'" in dry and "line " in dry
     assert client.get(f"/policies/{PID}", headers=auth_header("nea")).status_code == 404
     r = client.post("/policies", data=LEAKY, headers=auth_header("nea", **XML))
     assert r.status_code == 201 and leak_warnings(r.json) == [dry], r.json
@@ -111,7 +111,7 @@ def test_every_write_of_the_opt_in_warns_that_it_leaks_presence(gw):
                     content_type="multipart/form-data")
     assert r.status_code == 201, r.json
     (bulk,) = leak_warnings(r.json)
-    assert bulk.startswith("part 1 (leaky.xml): ") and f"{BOUND!r}" in bulk
+    assert bulk.startswith("part 1 (leaky.xml): ") and f"`{BOUND}`" in bulk
 
 
 def test_a_computed_label_scope_is_warned_about_too(gw):
@@ -158,3 +158,13 @@ def test_a_label_scope_the_pep_cannot_follow_is_refused_at_write(gw, document, w
         assert all(w in r.json["error"] for w in words), r.json
         assert "'position'" in r.json["error"] and r.json["element"] == "ObligationExpression"
     assert client.get(f"/policies/{PID}", headers=auth_header("nea")).status_code == 404
+
+
+def test_the_warning_quotes_a_literal_bound_exactly_as_written(gw):
+    client = gw
+    literal = "level DOMINATED_BY 'S:{nuclear}'"
+    document = LEAKY.replace(BOUND.encode(), literal.encode())
+    r = client.post("/policies?dry_run=true", data=document, headers=auth_header("nea", **XML))
+    assert r.status_code == 200, r.json
+    (warning,) = leak_warnings(r.json)
+    assert f"label bound `{literal}`:" in warning
