@@ -221,7 +221,8 @@ def render_sql(plan: ExecutionPlan | UnionPlan, schema: StreamSchema | None = No
                      + f" per window; values clamped first ({bounds}); budgets: "
                      + "; ".join(b.text() for b in p.budgets))
     for attribute, label in w.label_bounds:
-        lines.append(f"-- a window is delivered only where the least upper bound of its tuples' "
+        lines.append(f"-- label scope 'all' (the owner's choice): every tuple enters the window, "
+                     f"and a window is delivered only where the least upper bound of its tuples' "
                      f"{quote_identifier(attribute)} is DOMINATED_BY {quote_string(label)}")
     return "\n".join(lines) + ";"
 

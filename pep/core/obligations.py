@@ -22,6 +22,16 @@ and three of xsg's own for windows:
   check, which lets a consumer steer a window onto a single tuple.
 - `stream-window-key-id` (repeated): group-by attributes; aggregates are per key value per
   window, and a consumer may group by a subset of them, never by more.
+- `stream-window-label-bound-id` (repeated): `attribute DOMINATED_BY label` on a label attribute
+  (MLS, `pep.core.labels`; the label usually `{subject:session}`). By default only the tuples
+  whose label the bound dominates enter the window (the MLS DSMS paper's shape: a filter before
+  the window), so what a reader gets does not depend on tuples above it in any way, their
+  values, their number, their times or their presence.
+- `stream-window-label-scope-id`: `dominated` (that default) or `all`, the owner's explicit
+  choice of the other shape: every tuple enters the window and a window is withheld unless the
+  bound dominates the least upper bound of its tuples' labels. A withheld window tells its
+  reader that a tuple above it was there, which is why `all` must be written out (and the
+  policy's write answer warns, `presence_leaks`). Without a bound it is refused.
 and four more for differentially private windows (`pep/core/privacy.py` says what they mean):
 `stream-window-dp-epsilon-id`, `stream-window-dp-delta-id`, `stream-window-dp-bounds-id`
 (`attribute:lower:upper`, repeated) and `stream-window-dp-budget-id` (`epsilon/seconds`,
@@ -85,6 +95,8 @@ WINDOW_PREFILTER = "stream-window-filter-attribute-id"
 WINDOW_KEY = "stream-window-key-id"
 MASK_ATTRIBUTE = "stream-mask-attribute-id"
 WINDOW_LABEL_BOUND = "stream-window-label-bound-id"
+WINDOW_LABEL_SCOPE = "stream-window-label-scope-id"
+LABEL_SCOPES = ("dominated", "all")  # the first is the default
 DEFAULT_MIN_COUNT = {"tuple": 1, "time": 3}
 
 MAX_WINDOW = 100_000_000  # tuples or seconds (over three years): a guard against typos
@@ -230,9 +242,11 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
             maps.append(visible)
         elif ob.id in WINDOW_IDS:
             try:
-                windows.append(_window(ob, schema, resolver))
+                window, entry = _window(ob, schema, resolver)
             except ConditionError as exc:
                 raise ObligationError(f"obligation {ob.id}: {exc}", ob.id) from None
+            windows.append(window)
+            filters.extend(entry)
         elif ob.id in MASK_IDS:
             masks = _masks(ob, schema, masks)
         else:
@@ -296,11 +310,13 @@ def _attribute_names(values: Iterable[str], schema: StreamSchema, what: str) -> 
     return tuple(dict.fromkeys(names))
 
 
-def _window(ob: Obligation, schema: StreamSchema,
-            resolver: PlaceholderResolver | None = None) -> PolicyWindow:
+def _window(ob: Obligation, schema: StreamSchema, resolver: PlaceholderResolver | None = None
+            ) -> tuple[PolicyWindow, list[tuple[Expr, str]]]:
+    """The obligation's window, and the filters it puts before the window: its label bounds,
+    unless its label scope is `all` (then they are the window's, see the module docstring)."""
     found = obligation_assignments(ob, [WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP, WINDOW_ATTR,
                               WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_KEY,
-                              WINDOW_LABEL_BOUND, *DP_ATTRIBUTES])
+                              WINDOW_LABEL_BOUND, WINDOW_LABEL_SCOPE, *DP_ATTRIBUTES])
     for name in (WINDOW_TYPE, WINDOW_SIZE, WINDOW_STEP):
         if len(found[name]) != 1:
             raise ObligationError(
@@ -323,26 +339,72 @@ def _window(ob: Obligation, schema: StreamSchema,
                                                   else (f.name, f.type))(schema.lookup(name)))
         if privacy is not None:
             check_aggregates(privacy, aggregates)
-        bounds = tuple(_label_bound(text, schema, resolver) for text in found[WINDOW_LABEL_BOUND])
+        scope = label_scope(found[WINDOW_LABEL_SCOPE])  # first: it reads no placeholder
+        bounds = [(_label_bound(text, schema, resolver), text.strip())
+                  for text in found[WINDOW_LABEL_BOUND]]
     except ValueError as exc:
         raise ObligationError(f"obligation {ob.id}: {exc}", ob.id) from None
+    if found[WINDOW_LABEL_SCOPE] and not bounds:
+        raise ObligationError(f"obligation {ob.id}: {WINDOW_LABEL_SCOPE} says which tuples "
+                              f"enter a window that has a {WINDOW_LABEL_BOUND}, and this one "
+                              "has none", ob.id)
     if kind == "tuple" and min_count > size:
         raise ObligationError(f"obligation {ob.id}: a tuple window of {size} tuples can never "
                               f"hold the minimum of {min_count}", ob.id)
-    return (WindowSpec(kind, size, step, aggregates, None, min_count, keys, privacy, bounds),
-            PolicyWindowTerms(prefilter))
+    withheld: tuple[tuple[str, str], ...] = ()
+    entry: list[tuple[Expr, str]] = []
+    if scope == "all":  # the owner's explicit choice: every tuple enters, windows are withheld
+        withheld = tuple((c.attribute, str(c.value)) for c, _ in bounds)
+    else:  # the paper's: only the tuples the bound dominates enter the window
+        entry = [(c, text) for c, text in bounds]
+    return ((WindowSpec(kind, size, step, aggregates, None, min_count, keys, privacy, withheld),
+             PolicyWindowTerms(prefilter)), entry)
+
+
+def label_scope(values: Sequence[str]) -> str:
+    """A window's label scope (`dominated` when none is given); ValueError says why not."""
+    if len(values) > 1:
+        raise ValueError(f"more than one {WINDOW_LABEL_SCOPE}")
+    if not values:
+        return LABEL_SCOPES[0]
+    scope = values[0].strip().lower()
+    if scope not in LABEL_SCOPES:
+        raise ValueError(f"{WINDOW_LABEL_SCOPE} {values[0].strip()[:40]!r} must be 'dominated' "
+                         "(only the tuples the bound dominates enter the window) or 'all' "
+                         "(every tuple enters, and a window above the bound is withheld)")
+    return scope
+
+
+def presence_leaks(ob: Obligation) -> list[str]:
+    """The label bounds, as written, of a window obligation whose owner chose the label scope
+    `all`: each lets a reader who gets no window learn that a tuple above the bound was there.
+    Empty for any other obligation, and for one the PEP would refuse (its error says why)."""
+    if ob.id not in WINDOW_IDS:
+        return []
+    scopes: list[str] = []
+    bounds: list[str] = []
+    for a in ob.assignments:
+        suffix = _suffix(a.attribute_id)
+        if suffix == WINDOW_LABEL_SCOPE:
+            scopes.append(a.value)
+        elif suffix == WINDOW_LABEL_BOUND:
+            bounds.append(a.value.strip())
+    try:
+        return bounds if label_scope(scopes) == "all" else []
+    except ValueError:
+        return []
 
 
 def _label_bound(text: str, schema: StreamSchema, resolver: PlaceholderResolver | None
-                 ) -> tuple[str, str]:
-    """`level DOMINATED_BY {subject:session}`: one label attribute dominated by one label (its
-    text, canonical: one attribute has one lattice)."""
+                 ) -> Comparison:
+    """`level DOMINATED_BY {subject:session}`: one label attribute dominated by one label
+    (canonical: one attribute has one lattice)."""
     condition = parse_condition(text, schema, resolver=resolver)
     if not isinstance(condition, Comparison) or condition.op != "<=" \
             or not isinstance(condition.value, Label):
         raise ValueError(f"{WINDOW_LABEL_BOUND} {text.strip()[:80]!r} must be one "
                          "`attribute DOMINATED_BY label` on a label attribute")
-    return (condition.attribute, str(condition.value))
+    return condition
 
 
 def merge_policy_windows(policies: Sequence[PolicyWindow]) -> PolicyWindow:

@@ -155,7 +155,9 @@ class WindowSpec:
     keys: tuple[str, ...] = ()
     privacy: PrivacySpec | None = None
     # (label attribute, label text): a window is delivered only when the least upper bound of
-    # its tuples' labels is dominated by the label (MLS: a reader's session level)
+    # its tuples' labels is dominated by the label (MLS: a reader's session level). Only a
+    # policy whose owner chose the label scope `all` gives these; by default a label bound is
+    # a filter before the window (pep.core.obligations)
     label_bounds: tuple[tuple[str, str], ...] = ()
 
 

@@ -38,7 +38,8 @@ def partials_from_rows(layout: PaneLayout, rows: Iterable[dict[str, Any]], panes
                        keys: Iterable[str] | None = None, times: Iterable[float] | None = None,
                        seqs: Iterable[int | None] | None = None) -> Columns:
     """What Spark computes for one plan's tuples of one batch (given in stream order): partials
-    per (key, pane). `panes` is each tuple's pane as Spark numbers it."""
+    per (key, pane). `panes` is each tuple's pane as Spark numbers it; a label attribute's
+    values are its codes (`pep.core.labels`), as Spark gives them."""
     rows = list(rows)
     panes = list(panes)
     keys = list(keys) if keys is not None else [""] * len(rows)
@@ -68,6 +69,8 @@ def partials_from_rows(layout: PaneLayout, rows: Iterable[dict[str, Any]], panes
                 last = max(vals, key=lambda v: (v[0], v[1])) if layout.timed else vals[-1]
                 got.update({Part.MIN: min(plain), Part.MAX: max(plain),
                             Part.SUM: sum(plain) if Part.SUM in parts else None,
+                            # a label's code: the OR of the categories (`lub`)
+                            Part.OR: _or(plain) if Part.OR in parts else None,
                             Part.FIRST: first[2], Part.LAST: last[2],
                             Part.FIRST_TIME: first[0], Part.LAST_TIME: last[0]})
             for part in parts - {Part.COUNT}:
@@ -78,6 +81,13 @@ def partials_from_rows(layout: PaneLayout, rows: Iterable[dict[str, Any]], panes
     for name, values in out.items():
         cols[name] = np.array(values, dtype=template[name].dtype) if values else template[name]
     return cols
+
+
+def _or(values: list[Any]) -> int:
+    out = 0
+    for v in values:
+        out |= int(v)
+    return out
 
 
 def _decode(texts: list[str]) -> list[dict[str, Any]]:

@@ -15,6 +15,10 @@ each registered stream's schema.
 - An obligation value computed at decision time (an AttributeDesignator, an Apply) cannot be
   checked in advance: a warning says so. Placeholders (`{subject:...}`) are checked for syntax
   only: what they stand for is known at decision time.
+- A window obligation whose owner chose the label scope `all` (`pep.core.obligations`): a
+  warning that quotes its label bound and says that a withheld window tells its reader a tuple
+  above the bound was there. So does one whose scope is computed at decision time (it may be
+  `all`).
 - A stream event the policy reads (`urn:xsg:event:<stream>:...`) of a stream its target never
   applies to: a warning, since a decision sees only the events of the stream it is about
   (`pep.streams.events`), so the policy would never see that event open. (An owner's policy may
@@ -28,8 +32,9 @@ from dataclasses import replace
 from pdp import (AttributeAssignment, Obligation, PolicyLoadError, PolicySource,
                  UnsafeDocumentError, parse_xml, policy_resource_scope)
 from pdp.urns import XACML_NS
-from pep.core.obligations import (FILTER_IDS, MAP_IDS, MASK_IDS, WINDOW_IDS, ObligationError,
-                                  policy_graph)
+from pep.core.obligations import (FILTER_IDS, MAP_IDS, MASK_IDS, WINDOW_IDS,
+                                  WINDOW_LABEL_SCOPE, ObligationError, policy_graph,
+                                  presence_leaks)
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.streams.event_scope import event_references
 
@@ -57,6 +62,11 @@ def _stream_obligations(root) -> tuple[list[tuple[Obligation, int | None]], list
                 warnings.append(f"obligation {obligation_id} (line {expression.sourceline}): "
                                 f"{expression.get('AttributeId')} is computed at decision time; "
                                 "this obligation could not be checked against the stream schemas")
+                if (expression.get("AttributeId") or "").lower().endswith(
+                        ":" + WINDOW_LABEL_SCOPE):
+                    warnings.append(f"obligation {obligation_id} (line {expression.sourceline}): "
+                                    f"its {WINDOW_LABEL_SCOPE} may be 'all' when decided: "
+                                    + LEAK_TAIL)
                 computed = True
                 continue
             value = children[0]
@@ -64,8 +74,24 @@ def _stream_obligations(root) -> tuple[list[tuple[Obligation, int | None]], list
                                                    value.get("DataType", ""),
                                                    "".join(value.itertext())))
         if not computed:
-            found.append((Obligation(obligation_id, tuple(assignments)), element.sourceline))
+            obligation = Obligation(obligation_id, tuple(assignments))
+            found.append((obligation, element.sourceline))
+            warnings.extend(_leak_warning(obligation_id, element.sourceline, bound)
+                            for bound in presence_leaks(obligation))
     return found, warnings
+
+
+LEAK_TAIL = ("every tuple enters the window, and a window is withheld when the bound does not "
+             "dominate the least upper bound of its tuples' labels, so a reader who gets no "
+             "window learns that a tuple above it was there: this choice leaks the presence of "
+             "higher tuples. Without the scope (or with 'dominated') only the tuples the bound "
+             "dominates enter the window, and nothing above the bound changes what a reader "
+             "gets.")
+
+
+def _leak_warning(obligation_id: str, line: int | None, bound: str) -> str:
+    return (f"obligation {obligation_id} (line {line}): {WINDOW_LABEL_SCOPE} 'all' with "
+            f"label bound `{bound}`: " + LEAK_TAIL)  # the predicate as written, unescaped
 
 
 def _placeholder(category: str, attribute: str) -> list[str]:

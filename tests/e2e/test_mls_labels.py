@@ -1,8 +1,9 @@
 """Multilevel labels end to end on Spark (policies/mls/position-policy.xml): a stream whose
 `level` attribute is a label on U < C < S < TS with categories, analysts reading at their
-clearance or a session they choose below it, and windows labelled with the least upper bound of
-their tuples, delivered only to a session that dominates it; every row and window against a
-brute-force reading of the lattice (pep.core.labels)."""
+clearance or a session they choose below it, and windows over the tuples their session
+dominates, labelled with the least upper bound of those tuples (the MLS DSMS paper's shape);
+every row and window against a brute-force reading of the lattice (pep.core.labels). And from a
+low reader's side: its windows are the same whether or not tuples above it are ingested."""
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ LATTICE = parse_schema(POSITION["schema"]).lookup("level").lattice
 XML = "application/xacml+xml"
 T0 = 1_714_550_400  # a multiple of 60
 SUBJECTS = {"analyst-s": "S:{nuclear,crypto}", "analyst-sess": "S:{nuclear,crypto}",
-            "analyst-w": "S:{nuclear,crypto}", "analyst-cw": "C"}
+            "analyst-w": "S:{nuclear,crypto}", "analyst-cw": "C", "analyst-cn": "C:{nuclear}"}
 CLEAN = ["U", "C", "C:{nuclear}", "S:{crypto}", "S:{nuclear,crypto}", "U:{crypto}"]
 ANY = CLEAN + ["TS", "S:{army}", "TS:{nuclear,crypto,army}", "C:{army}"]
 
@@ -101,19 +102,20 @@ def dominated(text: str, session: str) -> bool:
 
 
 def expected_windows(recs: list[dict], session: str) -> list[dict]:
-    """60 s windows, at least 3 reports (time windows' default), closed by the latest event
-    time, with their lub, delivered when the session dominates it."""
-    watermark = max(T0 + i for i in range(len(recs)))
+    """60 s windows over the reports the session dominates (nothing else enters them), at
+    least 3 of them (time windows' default), closed by the latest event time among them, with
+    their lub."""
+    mine = [(i, r) for i, r in enumerate(recs) if dominated(r["level"], session)]
+    watermark = max(T0 + i for i, _ in mine)
     out = []
     for k in range(3):
         start, end = T0 + 60 * k, T0 + 60 * (k + 1)
-        if end > watermark:
+        inside = [r for i, r in mine if 60 * k <= i < 60 * (k + 1)]
+        if end > watermark or len(inside) < 3:
             continue
-        inside = recs[60 * k:60 * (k + 1)]
-        top = lub(LATTICE.parse(r["level"]) for r in inside)
-        if len(inside) >= 3 and top.dominated_by(LATTICE.parse(session)):
-            out.append({"window_start": iso(start), "window_end": iso(end),
-                        "count_sid": len(inside), "lub_level": str(top)})
+        out.append({"window_start": iso(start), "window_end": iso(end),
+                    "count_sid": len(inside),
+                    "lub_level": str(lub(LATTICE.parse(r["level"]) for r in inside))})
     return out
 
 
@@ -151,7 +153,10 @@ def test_analysts_read_at_their_session_and_windows_are_labelled(mls):
         "analyst-cw": expected_windows(recs, "C"),
     }
     assert 0 < len(want["analyst-sess"]) < len(want["analyst-s"]) < len(recs)
-    assert len(want["analyst-w"]) == 1 and want["analyst-cw"] == []  # the middle one is TS
+    # the middle minute holds TS and army reports: it counts only what the session dominates
+    assert want["analyst-w"][0]["count_sid"] == 60
+    assert 3 <= want["analyst-w"][1]["count_sid"] < 60
+    assert len(want["analyst-cw"]) == 2
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not all(
             len(handles[w].rows) >= len(want[w]) for w in want):
@@ -160,7 +165,7 @@ def test_analysts_read_at_their_session_and_windows_are_labelled(mls):
     for who in ("analyst-s", "analyst-sess"):
         assert handles[who].rows == want[who], who
     assert handles["analyst-w"].rows == want["analyst-w"]
-    assert handles["analyst-cw"].rows == []
+    assert handles["analyst-cw"].rows == want["analyst-cw"]
     for who, reader in handles.items():
         assert requests.delete(reader.url, headers=auth(who), timeout=30).status_code in (200, 204)
 
@@ -225,21 +230,23 @@ def _when(text: str) -> float:
 
 
 def expected_join(sites: list[dict], reports: list[dict], session: str) -> Counter:
-    """10 s windows of the sites per site, their lub, kept when the session dominates it and
-    closed by the join's watermark (the lower side's latest time minus 10 s of lateness); the
-    reports the session dominates; pairs on site within 5 s of the window's end, labelled with
-    the lub of the window's lub and the report's label."""
-    watermark = min(max(_when(r["ts"]) for r in sites), max(_when(r["ts"]) for r in reports)) \
-        - 10
+    """10 s windows per site over the sites' tuples the session dominates (nothing else enters
+    them), with their lub, closed by the join's watermark (the lower side's latest time among
+    the tuples it lets through, minus 10 s of lateness); the reports the session dominates;
+    pairs on site within 5 s of the window's end, labelled with the lub of the window's lub and
+    the report's label."""
+    sites = [r for r in sites if dominated(r["level"], session)]
+    watermark = min(max(_when(r["ts"]) for r in sites),
+                    max(_when(r["ts"]) for r in reports if dominated(r["level"], session))) - 10
     bound = LATTICE.parse(session)
     windows = []
     for k in range(6):
         start, end = T0 + 10 * k, T0 + 10 * (k + 1)
         for site in "AB":
             inside = [r for r in sites if r["site"] == site and start <= _when(r["ts"]) < end]
-            top = lub(LATTICE.parse(r["level"]) for r in inside)
-            if inside and end <= watermark and top.dominated_by(bound):
-                windows.append((start, end, site, len(inside), top))
+            if inside and end <= watermark:
+                windows.append((start, end, site, len(inside),
+                                lub(LATTICE.parse(r["level"]) for r in inside)))
     out: Counter = Counter()
     for start, end, site, count, top in windows:
         for r in reports:
@@ -317,4 +324,104 @@ def test_a_join_of_two_labelled_streams_is_labelled_and_bounded_by_the_session(m
     finally:
         for stream in (SITES, REPORTS):
             requests.delete(f"{base}/policies/urn:t:mls-join:{stream}", headers=auth("nea"),
+                            timeout=30)
+
+
+# -- non-interference, from a low reader's side ---------------------------------------------------
+
+QUIET, BUSY = "mls_quiet", "mls_busy"
+LOW_STEPS = 6
+
+
+def shipped_for(stream: str) -> bytes:
+    """The shipped policy, word for word, for another stream (its target and id)."""
+    policy = (POLICIES / "mls" / "position-policy.xml").read_bytes()
+    assert policy.count(b">position<") == 1
+    return policy.replace(b">position<", f">{stream}<".encode()).replace(
+        b'PolicyId="urn:xsg:example:mls:position-policy"',
+        f'PolicyId="urn:t:mls-ni:{stream}"'.encode())
+
+
+def low_reports(step: int) -> list[dict]:
+    """Four reports a C:{nuclear} session dominates, in minute `step`."""
+    return [{"sid": 1 + i, "lat": 1.0, "lon": 104.0, "level": level,
+             "ts": iso(T0 + 60 * step + offset)}
+            for i, (level, offset) in enumerate((("U", 3), ("C", 17), ("C:{nuclear}", 31),
+                                                 ("U", 52)))]
+
+
+def high_reports(step: int) -> tuple[list[dict], list[dict]]:
+    """Reports a C:{nuclear} session does not dominate (higher or incomparable), for ingest
+    `step`: (in the same ingest as the low reports, in an ingest of their own before it)."""
+    def report(level: str, ts: float) -> dict:
+        return {"sid": 9, "lat": 2.0, "lon": 105.0, "level": level, "ts": iso(ts)}
+    minute = T0 + 60 * step
+    return [
+        ([report("S", minute + 10), report("TS", minute + 40)], []),  # the same window
+        ([report("C:{army}", minute + 65)], []),  # the next one, ahead of the reader's time
+        ([report("S:{army}", T0 + 10 ** 8)], []),  # far in the future
+        ([report("TS:{nuclear,crypto,army}", T0 - 10 ** 8)], []),  # far in the past
+        ([], [report("C:{crypto}", minute + 20), report("S:{nuclear}", minute + 45)]),
+        ([report("S:{nuclear,crypto}", minute + 5)], [report("TS", minute + 90)]),
+    ][step]
+
+
+@pytest.mark.timeout(240)
+def test_a_low_readers_windows_are_the_same_whether_or_not_high_tuples_are_ingested(mls):
+    """Two streams under the shipped policy, the same low reports ingested into both, tuples
+    above the reader's session (C:{nuclear}) only into the second: in the same window as its
+    reports, the next, far in the future, far in the past, in ingests of their own. After every
+    ingest the reader's windows on both are the same, and the MLS paper's: counts and lubs of
+    its own reports. (Under the old shape the second stream gave it no window at all.)"""
+    base = mls
+    session = SUBJECTS["analyst-cn"]
+    for stream in (QUIET, BUSY):
+        r = requests.post(f"{base}/streams", headers=auth("nea"), timeout=30, json={
+            "name": stream, "time_attribute": "ts", "source": {"kind": "ingest"},
+            "schema": POSITION["schema"]})
+        assert r.status_code == 201, r.text
+        r = requests.post(f"{base}/policies", data=shipped_for(stream), timeout=30,
+                          headers=auth("nea", **{"Content-Type": XML}))
+        assert r.status_code == 201 and r.json()["warnings"] == [], r.text
+    readers = {}
+    try:
+        for stream in (QUIET, BUSY):
+            body = request("aggregate").replace(b">position<", f">{stream}<".encode())
+            r = ask(base, "analyst-cn", body)
+            assert r.status_code == 201, r.text
+            assert r.json()["plan"]["filter"] == [[{"attribute": "level", "op": "<=",
+                                                    "label": session}]]
+            readers[stream] = Reader(r.json()["handle"], "analyst-cn").start()
+
+        def ingest(stream: str, rows: list[dict]) -> None:
+            r = requests.post(f"{base}/streams/{stream}/records", timeout=30,
+                              data="".join(json.dumps(x) + "\n" for x in rows),
+                              headers=auth("nea", **{"Content-Type": "application/x-ndjson"}))
+            assert r.status_code == 201, r.text
+
+        want: list[dict] = []
+        for step in range(LOW_STEPS):
+            mixed, alone = high_reports(step)
+            if alone:
+                ingest(BUSY, alone)
+            low = low_reports(step)
+            ingest(QUIET, low)
+            ingest(BUSY, low[:2] + mixed + low[2:])
+            if step:  # this minute's reports close the last one's window
+                before = low_reports(step - 1)
+                want.append({"window_start": iso(T0 + 60 * (step - 1)),
+                             "window_end": iso(T0 + 60 * step), "count_sid": 4,
+                             "lub_level": str(lub(LATTICE.parse(x["level"]) for x in before))})
+            assert all(dominated(w["lub_level"], session) for w in want)
+            for stream, timeout in ((QUIET, 60), (BUSY, 20)):
+                readers[stream].wait_rows(len(want), timeout=timeout)
+            assert readers[QUIET].rows == want, step
+            assert readers[BUSY].rows == want, (step, readers[BUSY].rows)
+        time.sleep(1.5)  # nothing more comes on either
+        assert readers[QUIET].rows == readers[BUSY].rows == want
+    finally:
+        for stream, reader in readers.items():
+            requests.delete(reader.url, headers=auth("analyst-cn"), timeout=30)
+        for stream in (QUIET, BUSY):
+            requests.delete(f"{base}/policies/urn:t:mls-ni:{stream}", headers=auth("nea"),
                             timeout=30)

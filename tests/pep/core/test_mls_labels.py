@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -90,15 +91,18 @@ def test_consumers_own_dominance_filters_get_exact_nr_and_pr(engine):
     assert pr.kind == "PR" and "NOT level DOMINATED_BY 'S:{nuclear,crypto}'" in pr.message
 
 
-def test_the_count_windows_carry_the_sessions_bound(engine):
+def test_the_count_windows_aggregate_only_what_the_session_dominates(engine):
+    """The window's label bound is a filter before the window (the MLS DSMS paper's shape),
+    not a bound on the window's lub: nothing above the session enters a window."""
     g = plan(engine, "analyst-count-request.xml")
     w = g.plan.window
-    assert w.label_bounds == (("level", "S:{nuclear,crypto}"),)
+    assert w.label_bounds == ()  # no window is withheld for what it holds
     assert [a.output_name for a in w.aggregates] == ["count_sid", "lub_level"]
-    assert g.plan.filter_dnf is None  # nothing filtered before the window
-    assert "DOMINATED_BY 'S:{nuclear,crypto}'" in g.sql
+    assert g.plan.filter_dnf == ((Predicate("level", "<=", LATTICE.parse("S:{nuclear,crypto}")),),)
+    assert "WHERE `level` DOMINATED_BY 'S:{nuclear,crypto}'" in g.sql
     low = plan(engine, "analyst-count-request.xml", who=analyst("C"))
-    assert low.plan.window.label_bounds == (("level", "C"),)
+    assert low.plan.filter_dnf == ((Predicate("level", "<=", LATTICE.parse("C")),),)
+    assert low.plan.window.label_bounds == ()
 
 
 # -- the lattice against brute force ----------------------------------------------------------
@@ -151,3 +155,86 @@ def test_label_texts_are_validated_and_canonical():
     for _ in range(50):  # a code is a label and back
         label = Label(LATTICE, rng.randrange(4), rng.randrange(8))
         assert LATTICE.label(label.code) == label
+
+
+# -- a window's label bound: a filter before the window unless the owner writes scope `all` -------
+
+STRING = "http://www.w3.org/2001/XMLSchema#string"
+
+
+def obligation(kind: str, values: list[tuple[str, str]]):
+    from pdp import AttributeAssignment, Obligation
+    return Obligation(f"exacml:obligation:{kind}", tuple(
+        AttributeAssignment(f"exacml:obligation:{k}", STRING, v) for k, v in values))
+
+
+def window_obligation(bounds, scope, kind, size, step):
+    values = [("stream-window-type-id", kind), ("stream-window-size-id", str(size)),
+              ("stream-window-step-id", str(step)), ("stream-window-attr-id", "sid:count"),
+              ("stream-window-attr-id", "level:lub")]
+    values += [("stream-window-label-bound-id", f"level DOMINATED_BY {b}") for b in bounds]
+    if scope is not None:
+        values.append(("stream-window-label-scope-id", scope))
+    return obligation("stream-window", values)
+
+
+EVERY = [str(x) for x in every_label(LATTICE)]
+SESSION = "{subject:session}"
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(st.lists(st.sampled_from([f"'{x}'" for x in EVERY] + [SESSION]),
+                                   min_size=1, max_size=2),
+                          st.sampled_from([None, "dominated", "Dominated", " DOMINATED ", "all",
+                                           "ALL"]),
+                          st.sampled_from([("time", 60, 60), ("time", 10, 5),
+                                           ("tuple", 3, 2)])),
+                min_size=1, max_size=3).filter(lambda ws: len({w[2][0] for w in ws}) == 1),
+       st.sampled_from(EVERY), st.booleans())
+def test_only_an_explicit_all_lets_tuples_above_a_bound_into_a_window(windows, session,
+                                                                        filtered):
+    """Over random window obligations (one or several, merged; with or without a filter of the
+    policy's own): unless an obligation says `all`, its label bounds are a filter before the
+    window, a tuple passing it only when every bound dominates its label, and no window is
+    withheld for what it holds. With `all` its bounds are the window's, and filter nothing."""
+    from pep.core.conditions.evaluation import evaluate
+    from pep.core.obligations import policy_graph
+
+    def resolve(category, attribute):  # the one placeholder these policies read
+        return [session] if attribute == "session" else []
+
+    def label(bound: str) -> Label:
+        return LATTICE.parse(session if bound == SESSION else bound.strip("'"))
+    obligations = [window_obligation(*w[:2], *w[2]) for w in windows]
+    if filtered:
+        obligations.append(obligation("stream-filter", [("stream-filter-condition-id",
+                                                         "sid > 2")]))
+    graph = policy_graph(obligations, "position", SCHEMA, resolver=resolve)
+    chosen = [scope is not None and scope.strip().lower() == "all" for _, scope, _ in windows]
+    withheld = {("level", str(label(b))) for (bounds, _, _), all_ in zip(windows, chosen)
+                if all_ for b in bounds}
+    entering = [label(b) for (bounds, _, _), all_ in zip(windows, chosen) if not all_
+                for b in bounds]
+    assert set(graph.window.spec.label_bounds) == withheld
+    assert len(graph.window.spec.label_bounds) == len(withheld)
+    condition = graph.filter.condition if graph.filter is not None else None
+    assert (condition is None) == (not entering and not filtered)
+    for text in EVERY:
+        passes = condition is None or evaluate(condition, {"sid": 5, "level": text})
+        assert passes == all(LATTICE.parse(text).dominated_by(b) for b in entering), text
+
+
+@pytest.mark.parametrize("scope, bounds, error", [
+    ("some", ["'C'"], "'some' must be 'dominated'"),
+    ("", ["'C'"], "must be 'dominated'"),
+    ("all", [], "has none"),
+    ("dominated", [], "has none"),
+])
+def test_a_label_scope_the_pep_cannot_follow_means_deny(scope, bounds, error):
+    from pep.core.obligations import ObligationError, policy_graph
+    with pytest.raises(ObligationError, match=error):
+        policy_graph([window_obligation(bounds, scope, "time", 60, 60)], "position", SCHEMA)
+    two = window_obligation(["'C'"], "all", "time", 60, 60)
+    two = replace(two, assignments=two.assignments + two.assignments[-1:])
+    with pytest.raises(ObligationError, match="more than one"):
+        policy_graph([two], "position", SCHEMA)
