@@ -1,3 +1,2 @@
-# what saving the rule would do to the live handles (nothing changed), then saved
-xsg policy add examples/quickstart/rain.yaml --what-if
+# nea saves the rule (rain.yaml); `--what-if` first would say what it does to live handles
 xsg policy add examples/quickstart/rain.yaml
