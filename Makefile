@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test bench check-java chromium wrk clean kafka-jars kafka typecheck
+.PHONY: install run test bench check-java chromium wrk clean kafka-jars kafka typecheck docs
 CHROMIUM ?= $(or $(XSG_CHROMIUM),/usr/bin/chromium)
 
 $(STAMP): setup.cfg pyproject.toml
@@ -72,7 +72,12 @@ bench: install wrk
 	for f in tests/bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache .mypy_cache
+
+# The documentation site (mkdocs.yml, docs/) into site/; tests/test_docs.py builds it with
+# --strict in `make test`. `$(VENV)/bin/mkdocs serve` shows it while writing.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The type checker alone (tests/test_types.py runs the same): settings in setup.cfg's [mypy].
 typecheck: install

@@ -1,0 +1,1 @@
+curl -s -X DELETE -H "Authorization: Bearer $OTHER" $HANDLE

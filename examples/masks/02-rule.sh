@@ -1,0 +1,2 @@
+# the rule with masks (traffic.yaml)
+xsg policy add examples/masks/traffic.yaml
