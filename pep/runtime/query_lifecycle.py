@@ -268,18 +268,25 @@ class QueryLifecycle(ResultRouting):
         out["skipped_to_end"] = self.skipped_to_end
         return out
 
-    def input_waiting(self) -> tuple[bool, float | None]:
-        """(input is waiting, since when): new files in the source directory that no batch has
-        listed yet, or the query's own status saying that data is available."""
+    def input_waiting(self, now: float | None = None) -> tuple[bool, float | None]:
+        """(input is waiting, since when it arrived): new files in the source directory that
+        no batch has listed yet (arrived when written or moved there), or the query's own
+        status saying that data is available (arrived no later than when that was first seen
+        after the last completed batch). Never the time of the last batch: after a stream was
+        idle for longer than the stall bound, that would report its next append as having
+        waited all the idle time, and raise a stall while its batch is under way (issue 42)."""
+        now = time.time() if now is None else now
         since: float | None = None
         listed = self.last_batch_started_at or self.started_at or 0.0
         for entry in self._source_files():
             try:
-                mtime = entry.stat().st_mtime
+                info = entry.stat()
             except OSError:
                 continue
-            if mtime > listed and (since is None or mtime < since):
-                since = mtime
+            # a file moved in keeps its modification time: its change time is the move
+            arrived = max(info.st_mtime, info.st_ctime)
+            if arrived > listed and (since is None or arrived < since):
+                since = arrived
         available = False
         if self._query is not None:
             try:
@@ -287,14 +294,21 @@ class QueryLifecycle(ResultRouting):
             except Exception:  # noqa: BLE001 - a stopped query has no status
                 available = False
         if available:
-            anchor = self.last_batch_at or self.started_at or time.time()
-            since = anchor if since is None else min(since, anchor)
+            # Spark's status says so from the trigger that found the data until the next
+            # trigger; it has no arrival time, so the first look after the last completed
+            # batch stands for it (the health checks look every second or so)
+            seen = self._available_seen
+            if seen is None or seen[0] != self.last_batch_at:
+                seen = self._available_seen = (self.last_batch_at, now)
+            since = seen[1] if since is None else min(since, seen[1])
+        else:
+            self._available_seen = None
         return since is not None, since
 
     def health(self, stall_after: float | None = None, now: float | None = None
                ) -> dict[str, Any]:
         now = time.time() if now is None else now
-        waiting, since = self.input_waiting()
+        waiting, since = self.input_waiting(now)
         progress = self.last_batch_at or self.started_at or now
         stalled = bool(stall_after is not None and waiting and since is not None
                        and now - since > stall_after and now - progress > stall_after)
