@@ -213,6 +213,9 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
                 child.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 child.kill()
+        # requests arriving from now on are refused (503), those running finish, before the
+        # stream side closes its databases under them
+        server.quiesce("the gateway is stopping")
         services.close_stream_side()  # readers end first, or the server waits for them forever
 
     try:

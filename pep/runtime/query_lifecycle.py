@@ -22,11 +22,13 @@ from pep.runtime.progress import query_progress
 from pep.runtime.sources import build_source, local_dir
 from pep.runtime.routing import ResultRouting
 from pep.runtime.route_worker import RoutingFailed
-from pep.runtime.jvm_steps import foreach_batch
+from pep.runtime.executor_state import Paused
+from pep.runtime.jvm_steps import foreach_batch, stopped_batch
 
 log = logging.getLogger(__name__)
 
 PROGRESS_GRACE = 10.0  # seconds a stopped query's progress is still counted
+STOP_HOLD = 60.0  # the longest a batch started during a stop waits for the query to stop
 
 
 class QueryLifecycle(ResultRouting):
@@ -183,6 +185,30 @@ class QueryLifecycle(ResultRouting):
         StreamCheckpoint.for_stream(self.work_dir, definition).adopt(old)
         self._stopped = False
         self.start()
+
+    def _held_for_stop(self) -> Exception:
+        """What a micro-batch that started while the query is being stopped between two
+        batches fails with, once the stop has begun: `stopped_batch`, which Spark takes for
+        the stop itself (the batch is not committed, nothing is logged: a restart or the
+        gateway's stop is one INFO line, not a query "terminated with error"). The stop waits
+        for no such batch (`stop`, `restart`); if none comes within STOP_HOLD seconds,
+        `Paused`: the query fails, and says so."""
+        query = self._query
+        deadline = time.monotonic() + STOP_HOLD
+        while query is not None and time.monotonic() < deadline:
+            try:
+                if not query.isActive:  # stop() has begun: the query's state is TERMINATED
+                    return stopped_batch(self.spark, f"stream {self.definition.name}: query "
+                                         "stopped between two micro-batches")
+            except Exception:  # noqa: BLE001 - no answer from the JVM: fail as Paused
+                break
+            time.sleep(0.01)
+        return Paused()
+
+    @property
+    def query_name(self) -> str | None:
+        """The name of the query now or last started (a new one at each start)."""
+        return self._query_name
 
     @property
     def query_id(self) -> str | None:
