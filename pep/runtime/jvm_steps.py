@@ -149,7 +149,7 @@ class JvmSteps:
         return pa.Table.from_batches([batches[i] for i in order]).cast(arrow_schema)
 
 
-class BatchStopped(Py4JJavaError):  # type: ignore[misc]
+class BatchStopped(Py4JJavaError):
     """Raised by a batch function whose query is being stopped between two batches
     (`stopped_batch`); carries the Java exception Spark is to see."""
 

@@ -18,7 +18,8 @@ import pytest
 import requests
 
 from pep.cli import main
-from pep.cli.logs import configure_logging
+from pep.cli.logs import configure_logging, flush_repeats
+from pep.log_repeats import repeating
 from pep.config import SERVE_DEFAULTS, GatewayConfig, settings
 from pep.http.app import create_app
 from pep.services import build_services
@@ -106,6 +107,8 @@ def log_stream():
     for handler in list(root.handlers):
         if getattr(handler, "xsg", False):
             root.removeHandler(handler)
+            for summary in handler.filters:
+                summary.close()
     root.setLevel(level)
 
 
@@ -152,6 +155,30 @@ def test_text_lines_have_one_utc_timestamp_format_and_libraries_share_the_handle
     assert lines[0].endswith("WARNING xsg.test: hello")
     assert "py4j.clientserver: from py4j" in lines[1]
     assert "SQLQueryContextLogger: from pyspark" in lines[2]
+
+
+def test_a_repeating_warning_is_written_once_then_summed_up(log_stream):
+    """Issue 42: the gateway's log writes a warning marked as repeating once, then how often it
+    came and the worst value, once per period (`pep.log_repeats`); the rest goes on as is."""
+    stream = log_stream("text")
+    handler = next(h for h in logging.getLogger().handlers if getattr(h, "xsg", False))
+    lateness = logging.getLogger("pep.runtime.lateness")
+    for i in range(40):
+        lateness.warning("stream weather is falling behind: micro-batch %d took %.1f s", i,
+                         0.3 + i / 20, extra=repeating("stream weather is falling behind",
+                                                       0.3 + i / 20))
+        if i == 20:
+            logging.getLogger("xsg.test").warning("something else")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and all(ISO_UTC.match(line) for line in lines), lines
+    assert lines[0].endswith("WARNING pep.runtime.lateness: stream weather is falling behind: "
+                             "micro-batch 0 took 0.3 s")
+    assert lines[1].endswith("WARNING xsg.test: something else")
+    flush_repeats(handler)  # what `xsg serve` does as it ends (or a minute passing)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3 and re.search(
+        r"WARNING pep.runtime.lateness: stream weather is falling behind: 40 times in the last "
+        r"\d+\.\d s, worst 2\.2 s$", lines[2]), lines
 
 
 # -- xsg serve in a child process, with Spark -----------------------------------------------------
