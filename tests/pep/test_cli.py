@@ -19,8 +19,7 @@ import pytest
 import requests
 
 from pep.cli import main
-from pep.cli.logs import configure_logging, flush_repeats
-from pep.log_repeats import repeating
+from pep.cli.logs import configure_logging
 from pep.config import SERVE_DEFAULTS, GatewayConfig, settings
 from pep.http.app import create_app
 from pep.services import build_services
@@ -215,6 +214,9 @@ def test_text_lines_have_one_utc_timestamp_format_and_libraries_share_the_handle
 def test_a_repeating_warning_is_written_once_then_summed_up(log_stream):
     """Issue 42: the gateway's log writes a warning marked as repeating once, then how often it
     came and the worst value, once per period (`pep.log_repeats`); the rest goes on as is."""
+    from pep.cli.logs import flush_repeats
+    from pep.log_repeats import repeating
+
     stream = log_stream("text")
     handler = next(h for h in logging.getLogger().handlers if getattr(h, "xsg", False))
     lateness = logging.getLogger("pep.runtime.lateness")
