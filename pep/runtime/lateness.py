@@ -36,35 +36,36 @@ class LateBatches:
 
     def __init__(self, trigger_interval: float) -> None:
         self.trigger_interval = float(trigger_interval)
-        self._seen: dict[str, int] = {}  # query name -> the last batch id looked at
+        # query name -> the start of the last trigger looked at (ISO-8601 UTC text, which
+        # orders as time does; not the batch id: an idle trigger reports the id of the batch
+        # that has not run yet, and that batch's own report comes later under the same id)
+        self._seen: dict[str, str] = {}
 
     def since_last(self, queries: Iterable[Any]) -> list[LateBatch]:
         """The late batches among `queries` (PySpark `StreamingQuery`s) reported since the last
         call, oldest first; a query seen for the first time counts from its first report."""
         late: list[LateBatch] = []
-        seen: dict[str, int] = {}
+        seen: dict[str, str] = {}
         for query in queries:
             try:
-                name = query.name
+                name = str(query.name)
                 reports = query._jsq.recentProgress()  # the JVM's array: read from its end
-                last = self._seen.get(name, -1)
-                found: list[LateBatch] = []
-                newest = last
+                last = self._seen.get(name, "")
+                newest, found = last, []
                 for i in range(len(reports) - 1, -1, -1):
                     report = reports[i]
-                    batch_id = int(report.batchId())
-                    if batch_id <= last:
+                    started = str(report.timestamp())
+                    if started <= last:
                         break
-                    newest = max(newest, batch_id)
+                    newest = max(newest, started)
                     seconds = int(report.batchDuration()) / 1000.0
                     if seconds > self.trigger_interval:
-                        found.append(LateBatch(str(name), batch_id, seconds))
+                        found.append(LateBatch(name, int(report.batchId()), seconds))
             except Exception:  # noqa: BLE001 - a query stopping meanwhile has nothing to say
                 log.debug("progress of a query not read", exc_info=True)
                 continue
-            if name is not None:
-                seen[str(name)] = newest
-                late.extend(reversed(found))
+            seen[name] = newest
+            late.extend(reversed(found))
         self._seen = seen  # queries no longer running are forgotten
         return late
 
