@@ -296,23 +296,21 @@ class QueryLifecycle(ResultRouting):
 
     def input_waiting(self, now: float | None = None) -> tuple[bool, float | None]:
         """(input is waiting, since when it arrived): new files in the source directory that
-        no batch has listed yet (arrived when written or moved there), or the query's own
-        status saying that data is available (arrived no later than when that was first seen
-        after the last completed batch). Never the time of the last batch: after a stream was
-        idle for longer than the stall bound, that would report its next append as having
-        waited all the idle time, and raise a stall while its batch is under way (issue 42)."""
+        no batch has listed yet (arrived when written), or the query's own status saying that
+        data is available (arrived no later than when that was first seen after the last
+        completed batch). Never the time of the last batch: after a stream was idle for longer
+        than the stall bound, that would report its next append as having waited all the idle
+        time, and raise a stall while its batch is under way (issue 42)."""
         now = time.time() if now is None else now
         since: float | None = None
         listed = self.last_batch_started_at or self.started_at or 0.0
         for entry in self._source_files():
             try:
-                info = entry.stat()
+                mtime = entry.stat().st_mtime
             except OSError:
                 continue
-            # a file moved in keeps its modification time: its change time is the move
-            arrived = max(info.st_mtime, info.st_ctime)
-            if arrived > listed and (since is None or arrived < since):
-                since = arrived
+            if mtime > listed and (since is None or mtime < since):
+                since = mtime
         available = False
         if self._query is not None:
             try:
