@@ -382,13 +382,14 @@ def parse_auth_file(data: Any, where: str = "auth file"
     entries' identities carry the roles they were given; `TokenAuthenticator` widens them."""
     if not isinstance(data, dict):
         return parse_auth_entries(data, where), NO_HIERARCHY
+    if "tokens" not in data:
+        raise AuthFileError(f"{where}: expected a JSON list of entries, or an object with "
+                            "'tokens' (that list) and 'role_hierarchy'; found an object without "
+                            "'tokens'")
     unknown = set(data) - {"tokens", "role_hierarchy"}
     if unknown:
         raise AuthFileError(f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
-                            "the file is a list of entries or an object with 'tokens' and "
-                            "'role_hierarchy'")
-    if "tokens" not in data:
-        raise AuthFileError(f"{where}: 'tokens' (the list of entries) is missing")
+                            "the object form has 'tokens' and 'role_hierarchy'")
     try:
         hierarchy = RoleHierarchy.parse(data.get("role_hierarchy", {}),
                                         f"{where}: role_hierarchy")

@@ -85,7 +85,8 @@ def test_the_object_form_widens_every_identity_and_the_list_form_stays(tmp_path)
      "auth.json: role_hierarchy: roles inherit each other in a cycle: admin -> editor -> viewer "
      "-> admin"),
     ({"tokens": TODO_USERS, "roles": {}}, "unknown field(s) roles"),
-    ({"role_hierarchy": TODO}, "'tokens' (the list of entries) is missing"),
+    ({"role_hierarchy": TODO}, "an object with 'tokens' (that list) and 'role_hierarchy'; found "
+                               "an object without 'tokens'"),
     ({"tokens": [{"token": "x"}], "role_hierarchy": TODO}, "auth.json: tokens: entry 0"),
 ])
 def test_a_bad_file_is_refused_at_load_with_a_clear_error(tmp_path, data, needle):
