@@ -17,7 +17,10 @@ Mapping (AuthZEN -> XACML category / attribute id):
   replace what the request says of them, `pdp.request.bind_environment`).
 
 A property's key is the attribute id, verbatim (a URN or a short name such as `department`); a
-nested object is flattened with dots (`library_record.isbn`). Values: a string is a
+nested object is flattened with dots (`library_record.isbn`). Ids under `urn:xsg:` are the
+gateway's to say (the state of stream events, the stream a request is joined with) and are
+refused; the context's current-time, current-date and current-dateTime are replaced by the
+gateway's clock, as on POST /pdp. Values: a string is a
 `string`, a boolean a `boolean`, an integer an `integer`, another number a `double`; an array
 of them is a bag (integers and doubles together: doubles); null and the empty array are no
 value. Anything else (an array of objects or arrays, values of mixed types, a number that is not
@@ -46,6 +49,7 @@ from pdp.results import STATUS_MISSING_ATTRIBUTE, STATUS_OK, Decision, Obligatio
 from pdp.urns import ACTION, ACTION_ID, ENVIRONMENT, RESOURCE, RESOURCE_ID
 
 RESOURCE_TYPE = "urn:xsg:authzen:resource-type"
+GATEWAY_PREFIX = "urn:xsg:"  # attribute ids only the gateway gives (`pdp.request.binding`)
 
 EXECUTE_ALL = "execute_all"
 DENY_ON_FIRST_DENY = "deny_on_first_deny"
@@ -273,6 +277,10 @@ def _flatten(obj: dict[str, Any], prefix: str, at: str, depth: int,
         if attribute_id in reserved:
             raise AuthzenInputError(f"{attribute_id!r} is given by '{reserved[attribute_id]}', "
                                     "not by a property", where)
+        if attribute_id.startswith(GATEWAY_PREFIX):
+            raise AuthzenInputError(f"{GATEWAY_PREFIX} attributes are the gateway's to say "
+                                    "(its environment, the stream a request is joined with), "
+                                    "not a request's", where)
         if isinstance(value, dict):
             _flatten(value, attribute_id + ".", where, depth + 1, out, reserved)
             continue

@@ -242,9 +242,16 @@ def test_the_gateways_clock_and_environment_are_not_the_callers(gateway):
 
     assert ask({"urn:oasis:names:tc:xacml:1.0:environment:current-dateTime":
                 "1985-10-26T01:22:00Z"}) is False
-    assert ask({"urn:xsg:event:storm": True}) is False
     assert ask({"urn:example:storm": True}) is True  # the caller's own context does count
     assert ask({"urn:example:storm": False}) is False
+    # the gateway's own attributes are refused, in the context and in properties alike
+    for where, body in (("/context", evaluation("lta", "1", "open", "capsule",
+                                                context={"urn:xsg:event:storm": True})),
+                        ("/resource/properties", _with("/resource/properties", {
+                            "urn:xsg:resource:join-with": "ships"}))):
+        r = post(client, EVALUATION, body)
+        assert r.status_code == 400 and r.get_json()["field"].startswith(where + "/urn:xsg:")
+        assert "the gateway's to say" in r.get_json()["error"]
 
 
 # -- batches ---------------------------------------------------------------------------------------
