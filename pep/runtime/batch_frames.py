@@ -250,14 +250,14 @@ class BatchFrames(PlanTable):
         from the attribute's `number` and `exact` values), so tuples alike once masked are
         ordered by what follows (file, position: stream order), never by the hidden part of
         their time. Unmasked plans keep the raw time column as it is."""
-        timed = self._masked_order(order)
+        timed, attr = self._masked_order(order), self._time_attr
         out = []
         for c in order:
-            if c != TIME_COLUMN or timed is None:
+            if c != TIME_COLUMN or timed is None or attr is None:
                 out.append(F.col(c))
                 continue
             m = F.element_at(masks, timed)
-            seconds = masked_seconds(number, exact, self._types[self._time_attr], m)
+            seconds = masked_seconds(number, exact, self._types[attr], m)
             out.append(F.when(m.isNull(), F.col(TIME_COLUMN)).otherwise(seconds)
                        .alias(TIME_COLUMN))
         return out

@@ -1,8 +1,8 @@
 """A masked event time through the whole gateway (issue 41, item 1): HTTP, real Spark.
 
-The owner's rules show `ts` to the role `mt-watch` only as `ts:truncate:minute`. Its members are the attacker: they know
-each tuple's minute and want its second. Before the fix the runtime placed, ordered and clocked
-tuples by the raw time, and they learned it from what came back:
+The owner's rules show `ts` to the role `mt-watch` only as `ts:truncate:minute`. Its members
+are the attacker: they know each tuple's minute and want its second. Before the fix the runtime
+placed, ordered and clocked tuples by the raw time, and they learned it from what came back:
 
 - stream `mt_clock` (ingest; ts, v, seq; lateness 20 s), time windows of 60 s with firstval,
   lastval, count and sum of v. *Order*: v=1 at 08:00:10 and v=2 at 08:00:50, then v=1 at
@@ -187,7 +187,8 @@ def test_time_windows_and_a_join_see_only_the_masked_minute(streams):
 @pytest.mark.timeout(240)
 def test_rows_and_windows_of_a_stream_ordered_by_time_follow_the_masked_minute(streams):
     """A files stream has no stream position: its tuples are ordered by the time attribute,
-    then file and place. For the consumer that time is the minute: within a minute, place decides."""
+    then file and place. For the consumer that time is the minute: within a minute, place
+    decides."""
     gateway, folder = streams
     base = gateway.url
     queries = {
