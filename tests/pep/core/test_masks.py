@@ -328,6 +328,10 @@ def test_a_masked_time_is_among_the_plans_masks_whatever_it_outputs(query):
     assert dict(result.plan.masks)["t"] == "truncate:minute"
     graph = [op["op"] for op in graph_to_json(result.graph, SCHEMA)["operators"]]
     assert "mask" in graph  # the masks come right after the filter, before map and window
+    sql = render_sql(result.plan, SCHEMA)
+    assert "t as truncate:minute" in sql
+    if result.plan.window is not None and result.plan.window.kind == "time":
+        assert "date_trunc('MINUTE', `t`) AS `t`" in sql  # what the windows read
     unmasked = merged([masks_ob("x:round:5")], query)
     assert "t" not in dict(unmasked.plan.masks)
 
