@@ -241,6 +241,7 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
         may_manage=lambda identity, info: services.may_manage(identity, info),
         revoke_stream=revoke_stream, redecide_stream=revocation.on_stream_change,
         live_on=handles.live_on, wait_for_attaches=handles.wait_for_attaches,
+        bury_handles=handles.bury_stream, unbury_handles=handles.unbury,
         runtime_dirs=runtime_dirs, deleted_dir=data_dir / "deleted", audit=audit)
 
     services = GatewayServices(

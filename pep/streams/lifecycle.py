@@ -29,14 +29,18 @@ change that removes or retypes an attribute is refused, naming the policies that
    registration finds it, so a handle opened after this point is refused (404);
 3. every live handle on it (joins on either side included) is revoked under the handle lock,
    before any new handle could be created (`HandleService.open` looks the stream up again under
-   that lock); attaches already on their way are waited for;
+   that lock); attaches already on their way are waited for; then every handle it ever had is
+   set apart (`bury_handles`): to its owner it answers 404 from now on, like the stream, and
+   keeps doing so if the name is registered again (it was the deleted stream's handle, not the
+   new stream's; a 410 there would bring it back as if it were one of the new stream's);
 4. its events are removed and detached, and the runtime stops its query (`drop_stream`);
 5. its row goes, its name is reserved to its former owner (`deleted_streams`), and its files
    (ingest directory, checkpoint, archive) move to `deleted/<name>-<time>-<id>/` under the data
    directory: removed at once, or after `keep_data` seconds by `sweep_kept`;
 6. the policies to remove are deleted through the PAP (audited as `policy-deleted`), and the
    deletion is audited (`stream-deleted`).
-A failure between 2 and 5 restores the stream (its handles stay revoked) and answers 503.
+A failure between 2 and 5 restores the stream (its handles stay revoked, and are its owners'
+again: 410) and answers 503.
 """
 from __future__ import annotations
 
@@ -94,6 +98,8 @@ class StreamLifecycle:
     revoke_stream: Callable[[str, str], int] | None = None      # revoke live handles on it
     redecide_stream: Callable[[str, str], int] | None = None    # decide them again
     live_on: Callable[[str], list] | None = None                # the live handles on it
+    bury_handles: Callable[[str], list[str]] | None = None      # set apart all its handles
+    unbury_handles: Callable[[list[str]], None] | None = None   # undo that (a failed deletion)
     wait_for_attaches: Callable[[str], bool] | None = None
     runtime_dirs: Callable[[str], list[tuple[str, Path]]] | None = None
     deleted_dir: Path | None = None    # where deleted streams' files wait (data_dir/deleted)
@@ -233,14 +239,19 @@ class StreamLifecycle:
             fates, hidden = self.policy_fates(registered, identity, remove_policies)
             self.catalog.begin_delete(registered)
             holding: Path | None = None
+            buried: list[str] = []
             try:
                 revoked, events = self._stop_everything(registered, by)
+                if self.bury_handles is not None:
+                    buried = self.bury_handles(registered)
                 kept_until, holding = self._hold_files(entry, by, keep_data)
                 self.catalog.finish_delete(registered, by, holding / "streams"
                                            if holding is not None else None)
             except Exception as exc:
                 if holding is not None:
                     self._restore_files(registered, holding)
+                if buried and self.unbury_handles is not None:
+                    self.unbury_handles(buried)
                 self.catalog.abort_delete(registered)
                 if isinstance(exc, StreamNotFound):
                     raise
