@@ -288,10 +288,6 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
     services._unsubscribe.append(events.subscribe(audit.policy_changed))
     catalog.add_listener(audit.stream_registered)
     catalog.add_change_listener(audit.stream_changed)
-    # 6b. an owner who changes how its stream's grants combine re-decides the stream's handles.
-    catalog.add_change_listener(lambda entry, changes, by: revocation.on_environment_change(
-        [entry.definition.name], "the stream's combining mode changed")
-        if "combining" in changes else None)
 
     # Start: Spark now if asked (`xsg serve` pays the session's start-up before the first
     # request), the handles of the previous run re-decided and resumed or ended, and the

@@ -15,11 +15,14 @@ change that removes or retypes an attribute is refused, naming the policies that
   attributes restart the stream's running query on its checkpoint, which continues after the
   last committed batch, so no acknowledged record is lost or read twice, and the attached plans
   with their open windows carry over;
-- live handles on the stream are decided again when attributes were added: plans list their
-  attributes explicitly, so a handle whose grant names its attributes (a policy's map, or the
-  consumer's own) keeps exactly what it had; one whose grant covered "every attribute" (no map
-  anywhere) would now get more, and is revoked like any handle whose grant changed (its reader
-  gets `revoked`; asking again gives the new attributes).
+- live handles on the stream (a join's on either side) are decided again, before the answer
+  (whose `revoked` counts those revoked), when the owner changed how its grants combine
+  (`combining`: a handle whose grant differs under the new mode is revoked) or added
+  attributes: plans list their attributes explicitly, so a handle whose grant names its
+  attributes (a policy's map, or the consumer's own) keeps exactly what it had; one whose
+  grant covered "every attribute" (no map anywhere) would now get more, and is revoked like
+  any handle whose grant changed (its reader gets `revoked`; asking again gives the new
+  attributes).
 
 **Deletion** (`delete`, `DELETE /streams/<name>`), in this order:
 1. what becomes of the policies that name the stream is settled first (`policy_fates`): with
@@ -181,11 +184,15 @@ class StreamLifecycle:
                     log.exception("stream %s: the runtime could not take the change", registered)
                     warnings.append(f"the stream's running query could not be restarted "
                                     f"({exc}); it is restarted with the next handle")
+            # decided again here, before the answer, so that its `revoked` is what happened
+            why = []
+            if added:
+                why.append(f"stream {registered!r} gained attribute(s) {', '.join(added)}")
+            if now.combining != entry.combining:
+                why.append("the stream's combining mode changed")
             revoked = 0
-            if added and self.redecide_stream is not None:
-                revoked = self.redecide_stream(
-                    registered, f"stream {registered!r} gained attribute(s) "
-                                f"{', '.join(added)}")
+            if why and self.redecide_stream is not None:
+                revoked = self.redecide_stream(registered, "; ".join(why))
         return now, {"added": added, "revoked": revoked, "warnings": warnings}
 
     def _naming_policies(self, entry: StreamEntry, exc: SchemaChange, identity: Any
