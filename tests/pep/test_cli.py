@@ -448,3 +448,22 @@ def test_xsg_serve_prints_what_to_paste_and_restarts_and_stops_quietly(tmp_path)
     stopping = next(i for i, line in enumerate(gateway) if "received signal 15" in line)
     assert gateway[stopping:] == [gateway[stopping]]  # one line, and nothing after it
     assert gateway[stopping].endswith(" INFO pep.http.serving: received signal 15, stopping")
+
+
+@pytest.mark.parametrize("argv", [
+    ["-m", "pep.cli", "pdp", "decide", "--policies", "policies/weather",
+     "--request", "policies/weather/lta-request.xml"],
+    ["-m", "pep.cli", "pdp", "decide", "--policies", "policies", "--format", "json",
+     "--request", "policies/weather/lta-request.json"],
+    ["-m", "pdp.conformance", "policies"],
+])
+def test_a_reader_that_went_away_ends_the_command_quietly(argv):
+    """(issue 42) `xsg pdp decide ... | head`: the reader closes the pipe before the output is
+    written. No traceback, no "Exception ignored", and the status a shell reports for a Unix
+    tool that SIGPIPE ended (141)."""
+    proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the program writes anything
+    _, err = proc.communicate(timeout=120)
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()
+    assert proc.returncode == 128 + signal.SIGPIPE, (proc.returncode, err.decode())
