@@ -467,3 +467,24 @@ def test_a_reader_that_went_away_ends_the_command_quietly(argv):
     _, err = proc.communicate(timeout=120)
     assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()
     assert proc.returncode == 128 + signal.SIGPIPE, (proc.returncode, err.decode())
+
+
+def test_each_flags_placeholder_names_the_unit_its_help_gives():
+    """(issue 42) `--min-body-rate SECONDS` took bytes per second: a flag's placeholder says
+    the unit its help text measures in."""
+    from pep.cli import build_parser
+
+    parser = build_parser()
+    serve = parser._subparsers._group_actions[0].choices["serve"]
+    helps = {s.name: s.help for s in settings(SERVE_DEFAULTS)}
+    agrees = {"SECONDS": lambda text: text.startswith("seconds ") or "many seconds" in text,
+              "BYTES/S": lambda text: text.startswith("bytes/s "),
+              "BYTES": lambda text: "bytes" in text and not text.startswith("bytes/s")}
+    seen = set()
+    for action in serve._actions:
+        if action.dest in helps and action.metavar in agrees:
+            text = helps[action.dest]
+            assert agrees[action.metavar](text), (action.option_strings, action.metavar, text)
+            seen.add(action.dest)
+    assert {"min_body_rate", "header_timeout", "max_content_length"} <= seen
+    assert next(a.metavar for a in serve._actions if a.dest == "min_body_rate") == "BYTES/S"
