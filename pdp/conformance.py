@@ -24,6 +24,7 @@ from typing import Any
 
 from pdp.engine import PolicyEngine, PolicySource, inspect_policy
 from pdp.errors import PolicyLoadError, RequestSyntaxError
+from pdp.pipes import quiet_on_broken_pipe
 from pdp.request import XACML_NS, normalize_category, normalize_datatype, parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_OK
@@ -350,9 +351,13 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.path).is_dir():
         print(f"no such folder: {args.path}", file=sys.stderr)
         return 2
-    result = run_suite(args.path, args.format, args.verbose, sys.stdout)
-    print(result.summary())
-    return 1 if result.failed else 0
+
+    def run() -> int:
+        result = run_suite(args.path, args.format, args.verbose, sys.stdout)
+        print(result.summary())
+        return 1 if result.failed else 0
+
+    return quiet_on_broken_pipe(run)
 
 
 if __name__ == "__main__":

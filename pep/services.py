@@ -241,6 +241,7 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
         may_manage=lambda identity, info: services.may_manage(identity, info),
         revoke_stream=revoke_stream, redecide_stream=revocation.on_stream_change,
         live_on=handles.live_on, wait_for_attaches=handles.wait_for_attaches,
+        bury_handles=handles.bury_stream, unbury_handles=handles.unbury,
         runtime_dirs=runtime_dirs, deleted_dir=data_dir / "deleted", audit=audit)
 
     services = GatewayServices(
@@ -287,10 +288,6 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
     services._unsubscribe.append(events.subscribe(audit.policy_changed))
     catalog.add_listener(audit.stream_registered)
     catalog.add_change_listener(audit.stream_changed)
-    # 6b. an owner who changes how its stream's grants combine re-decides the stream's handles.
-    catalog.add_change_listener(lambda entry, changes, by: revocation.on_environment_change(
-        [entry.definition.name], "the stream's combining mode changed")
-        if "combining" in changes else None)
 
     # Start: Spark now if asked (`xsg serve` pays the session's start-up before the first
     # request), the handles of the previous run re-decided and resumed or ended, and the

@@ -46,8 +46,8 @@ from proxy.cache import CachedAnswer, HandleCache
 from proxy.canonical import (NotCacheable, cache_key, canonical_query, canonical_request,
                              resource_ids, subject_key)
 from proxy.feed import FeedClient
-from proxy.forward import (CACHE_HEADER, Forwarder, Timeouts, UpstreamError, make_session,
-                           request_headers, response_headers)
+from proxy.forward import (CACHE_HEADER, Forwarder, NotForwardable, Timeouts, UpstreamError,
+                           is_chunked, make_client, request_headers, response_headers)
 from proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from proxy.metrics import metrics_text
 from proxy.relay import HandleRelay
@@ -96,7 +96,7 @@ class ProxyRuntime:
                                  and config.webhook_url),
             webhook_grace=config.webhook_grace)
         self.verify: bool | str = config.upstream_ca or True
-        self.forwarder = Forwarder(self.upstream, make_session(config.pool_size, self.verify),
+        self.forwarder = Forwarder(self.upstream, make_client(config.pool_size, self.verify),
                                    timeouts=config.timeouts or Timeouts())
         self.salt = secrets.token_bytes(32)
         self.feed: FeedClient | None = None
@@ -263,6 +263,8 @@ def proxied(path: str) -> Response:
                 runtime.cache.invalidate_streams(scope)
             runtime.count("local_invalidations")
         return out
+    except NotForwardable as exc:
+        return error_response(exc.status, str(exc))
     except UpstreamError as exc:
         runtime.count("upstream_errors")
         return error_response(exc.status, str(exc))
@@ -332,7 +334,7 @@ def outgoing_body(runtime: ProxyRuntime, prefix: bytes = b"") -> Any:
 
 def passthrough(runtime: ProxyRuntime, resp: Any, cache_state: str,
                 prefix: bytes = b"") -> Response:
-    keep_length = not resp.raw.chunked and not prefix
+    keep_length = not is_chunked(resp) and not prefix
     headers = response_headers(resp, keep_length)
 
     def body() -> Iterator[bytes]:
@@ -393,7 +395,9 @@ def key_for(runtime: ProxyRuntime, body: bytes) -> tuple[str, frozenset[str]]:
     else:
         canon_req, canon_query = canonical_request(body, ctype), None
     args = [(k, v) for k, v in request.args.items(multi=True)]
-    return (cache_key(subject, "/requests", args, canon_req, canon_query),
+    # the raw path, not "/requests": the proxy routes on the path decoded once and so does the
+    # gateway, but what decodes it behind the proxy is not the proxy's to assume
+    return (cache_key(subject, upstream_path(), args, canon_req, canon_query),
             resource_ids(canon_req))
 
 

@@ -377,7 +377,8 @@ def resource_ids(request: dict) -> frozenset[str]:
 
 def cache_key(subject: str, path: str, args: list[tuple[str, str]], request: dict,
               query: list | None) -> str:
-    """The key: version, subject hash, path, sorted query-string, canonical request and query."""
+    """The key: version, subject hash, path (as the client sent it, undecoded), sorted
+    query-string, canonical request and query."""
     material = [KEY_VERSION, subject, path, sorted(args), request, query]
     text = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()

@@ -10,12 +10,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
+import httpx
 import requests
 from requests.adapters import HTTPAdapter
 
@@ -50,6 +52,34 @@ class UpstreamError(Exception):
         self.status = status
 
 
+class NotForwardable(UpstreamError):
+    """The client's request cannot be written upstream as HTTP (a 400: the client's fault)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 400)
+
+
+# RFC 9110 section 5.1 (token) and 5.5 (field-value: visible characters and obs-text, with
+# spaces and tabs inside only); a server in front of the proxy refuses others before they get
+# here, a WSGI caller need not.
+_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_VCHAR = r"[\x21-\x7e\x80-\xff]"
+_FIELD_VALUE = re.compile(rf"(?:{_VCHAR}(?:[\t\x20-\x7e\x80-\xff]*{_VCHAR})?)?")
+
+
+def wire_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    """The headers as bytes (Latin-1, as they arrived); NotForwardable names one HTTP forbids."""
+    out = []
+    for name, value in headers.items():
+        if not _FIELD_NAME.fullmatch(name):
+            raise NotForwardable(f"header name {name!r} is not an HTTP token")
+        if not _FIELD_VALUE.fullmatch(value):
+            raise NotForwardable(f"header {name} has a character HTTP does not allow in a "
+                                 "field value (a control character, or a space at an end)")
+        out.append((name.encode("latin-1"), value.encode("latin-1")))
+    return out
+
+
 @dataclass
 class Timeouts:
     connect: float = 5.0
@@ -62,7 +92,8 @@ class Timeouts:
 
 
 def make_session(pool_size: int = 32, verify: bool | str = True) -> requests.Session:
-    """`verify`: True (the system's CAs) or a CA file for a gateway on HTTPS."""
+    """The invalidation feed's session (proxy/feed.py; its URLs are the proxy's own, so no
+    request target needs to pass verbatim). `verify`: True (the system's CAs) or a CA file."""
     session = requests.Session()
     session.trust_env = False  # proxy environment variables must not redirect gateway traffic
     session.verify = verify
@@ -126,9 +157,29 @@ def request_headers(incoming: Any, client_addr: str | None, scheme: str, host: s
     return headers
 
 
-def response_headers(resp: requests.Response, keep_length: bool) -> list[tuple[str, str]]:
+def tls_verify(verify: bool | str) -> bool | ssl.SSLContext:
+    """httpx's form of `verify`: a CA file becomes a context (httpx no longer takes a path)."""
+    if isinstance(verify, str):
+        return ssl.create_default_context(cafile=verify)
+    return verify
+
+
+def make_client(pool_size: int = 32, verify: bool | str = True) -> httpx.Client:
+    """The forwarder's pooled client. `verify`: True (the system's CAs) or a CA file."""
+    return httpx.Client(trust_env=False, follow_redirects=False, verify=tls_verify(verify),
+                        limits=httpx.Limits(max_connections=None,
+                                            max_keepalive_connections=pool_size))
+
+
+def is_chunked(resp: httpx.Response) -> bool:
+    return "chunked" in resp.headers.get("Transfer-Encoding", "").lower()
+
+
+def response_headers(resp: httpx.Response, keep_length: bool) -> list[tuple[str, str]]:
+    """The upstream's headers minus hop-by-hop ones, as sent (latin-1, never re-decoded)."""
     out = []
-    for key, value in resp.raw.headers.items():
+    for raw_key, raw_value in resp.headers.raw:
+        key, value = raw_key.decode("latin-1"), raw_value.decode("latin-1")
         low = key.lower()
         if low in HOP_BY_HOP and not (low == "content-length" and keep_length):
             continue
@@ -137,37 +188,67 @@ def response_headers(resp: requests.Response, keep_length: bool) -> list[tuple[s
 
 
 class Forwarder:
-    """Sends requests to the gateway through one pooled session."""
+    """Sends requests to the gateway through one pooled httpx client.
 
-    def __init__(self, upstream: str, session: requests.Session | None = None,
+    The request target goes upstream byte for byte as the client sent it (behind the upstream's
+    own base path): httpcore's `target` extension writes it on the request line as given. No
+    URL object is built from it, because every URL layer normalises: `urljoin` resolves `..`
+    and `.` segments, requests decodes percent-escapes of unreserved characters (`%2e%2e`
+    became `..`, `%62` became `b`), urllib3 upper-cases escapes and re-quotes a lone `%`, httpx
+    removes dot segments. The gateway then decodes the path once, exactly as it would had the
+    client called it directly."""
+
+    def __init__(self, upstream: str, client: httpx.Client | None = None,
                  timeouts: Timeouts | None = None, buffer_limit: int = 1024 * 1024) -> None:
         self.upstream = upstream.rstrip("/") + "/"
-        self.session = session or make_session()
+        parts = urlsplit(self.upstream)
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self.base_path = parts.path.rstrip("/")  # "" or e.g. "/gateway"
+        self.client = client or make_client()
         self.timeouts = timeouts or Timeouts()
         self.buffer_limit = buffer_limit
-        self._open: set[requests.Response] = set()
+        self._open: set[httpx.Response] = set()
         self._lock = threading.Lock()
         self.sent = 0
         self.failures = 0
 
-    def url_for(self, path: str, query_string: bytes) -> str:
-        url = urljoin(self.upstream, path.lstrip("/"))
+    def target(self, path: str, query_string: bytes) -> bytes:
+        """The upstream request target for a client's raw `path` (it starts with "/") and raw
+        query: the same bytes, behind the upstream's base path."""
+        target = (self.base_path + path).encode("latin-1")
         if query_string:
-            url += "?" + query_string.decode("latin-1")
-        return url
+            target += b"?" + query_string
+        return target
+
+    def url_for(self, path: str, query_string: bytes) -> str:
+        """The upstream URL, for log lines (what is sent is `target`, never re-parsed)."""
+        return self.origin + self.target(path, query_string).decode("latin-1")
 
     def send(self, method: str, path: str, query_string: bytes, headers: dict[str, str],
-             body: bytes | _SizedStream | None, streaming: bool = False) -> requests.Response:
-        """Forward one call; the response body is left unread (stream=True)."""
-        read = self.timeouts.stream_read if streaming else self.timeouts.read
+             body: bytes | _SizedStream | Iterator[bytes] | None,
+             streaming: bool = False) -> httpx.Response:
+        """Forward one call; the response body is left unread (read it with `stream_body`,
+        `read_limited`, or close it)."""
+        t = self.timeouts
+        read = t.stream_read if streaming else t.read
+        out_headers = wire_headers(headers)
+        content: bytes | Iterator[bytes] | None = None
+        if isinstance(body, _SizedStream):
+            out_headers.append((b"Content-Length", str(body.len).encode()))
+            content = iter(body)
+        else:
+            content = body
         try:
-            resp = self.session.request(method, self.url_for(path, query_string), data=body,
-                                        headers=headers, stream=True, allow_redirects=False,
-                                        timeout=(self.timeouts.connect, read))
-        except requests.Timeout:
+            req = self.client.build_request(
+                method, self.origin + "/", headers=out_headers, content=content,
+                timeout=httpx.Timeout(connect=t.connect, read=read, write=t.read,
+                                      pool=t.connect),
+                extensions={"target": self.target(path, query_string)})
+            resp = self.client.send(req, stream=True)
+        except httpx.TimeoutException:
             self._count(failed=True)
             raise UpstreamError("gateway did not answer in time", 504) from None
-        except requests.RequestException as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             self._count(failed=True)
             raise UpstreamError(f"gateway unreachable: {type(exc).__name__}", 502) from None
         self._count(failed=False)
@@ -183,7 +264,7 @@ class Forwarder:
     def sized_body(self, stream: Any, length: int) -> _SizedStream:
         return _SizedStream(stream, length)
 
-    def stream_body(self, resp: requests.Response) -> Iterator[bytes]:
+    def stream_body(self, resp: httpx.Response) -> Iterator[bytes]:
         """Pass the body through; closing the generator (client gone) closes the upstream.
 
         When the upstream breaks off (error, or silent past `stream_read`), the consumer's
@@ -192,9 +273,9 @@ class Forwarder:
         with self._lock:
             self._open.add(resp)
         try:
-            yield from iter_raw(resp)
+            yield from resp.iter_raw()
         except Exception as exc:  # noqa: BLE001 - the client already has the status line
-            log.info("upstream stream %s broke off: %s", loggable_url_path(resp.url),
+            log.info("upstream stream %s broke off: %s", loggable_url_path(self.logged_url(resp)),
                      type(exc).__name__)
             raise ConnectionAbortedError("the gateway's stream broke off") from None
         finally:
@@ -202,12 +283,16 @@ class Forwarder:
                 self._open.discard(resp)
             resp.close()
 
+    def logged_url(self, resp: httpx.Response) -> str:
+        target = resp.request.extensions.get("target", b"/")
+        return self.origin + bytes(target).decode("latin-1")
+
     @staticmethod
-    def read_limited(resp: requests.Response, limit: int) -> tuple[bytes, bool]:
+    def read_limited(resp: httpx.Response, limit: int) -> tuple[bytes, bool]:
         """Up to `limit` bytes of the body, and whether that is all of it."""
         parts: list[bytes] = []
         size = 0
-        for chunk in iter_raw(resp):
+        for chunk in resp.iter_raw():
             parts.append(chunk)
             size += len(chunk)
             if size > limit:
@@ -224,4 +309,4 @@ class Forwarder:
                 resp.close()
             except Exception:  # noqa: BLE001
                 pass
-        self.session.close()
+        self.client.close()

@@ -21,7 +21,8 @@ from werkzeug.datastructures import Headers
 
 from pep.http.bridge import BRIDGE, read_body, respond_error
 from pep.http.streaming import CONNECTION, abort, writable
-from proxy.forward import CACHE_HEADER, HOP_BY_HOP, Timeouts, request_headers
+from proxy.forward import (CACHE_HEADER, HOP_BY_HOP, NotForwardable, Timeouts, is_chunked,
+                           loggable_url_path, request_headers, tls_verify, wire_headers)
 
 log = logging.getLogger(__name__)
 # httpx logs every request it sends at INFO with its URL: here `/handles/<full handle id>`,
@@ -45,13 +46,8 @@ class HandleRelay:
     def _client_for_loop(self) -> httpx.AsyncClient:
         if self._client is None:
             t = self.runtime.forwarder.timeouts or Timeouts()
-            verify = self.runtime.verify
-            if isinstance(verify, str):
-                import ssl
-
-                verify = ssl.create_default_context(cafile=verify)
             self._client = httpx.AsyncClient(
-                trust_env=False, follow_redirects=False, verify=verify,
+                trust_env=False, follow_redirects=False, verify=tls_verify(self.runtime.verify),
                 timeout=httpx.Timeout(connect=t.connect, read=t.stream_read, write=t.connect,
                                       pool=t.connect),
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
@@ -68,11 +64,17 @@ class HandleRelay:
         headers = request_headers(incoming, client_addr, scope.get("scheme", "http"),
                                   incoming.get("Host", ""))
         raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
-        url = runtime.forwarder.url_for(raw_path, scope.get("query_string", b""))
+        # the target as the client sent it (see proxy.forward.Forwarder): a URL would lose
+        # its dot segments (`/handles/..` became `/`)
+        target = runtime.forwarder.target(raw_path, scope.get("query_string", b""))
         client = self._client_for_loop()
         try:
-            upstream = await client.send(client.build_request("GET", url, headers=headers),
-                                         stream=True)
+            upstream = await client.send(client.build_request(
+                "GET", runtime.forwarder.origin + "/", extensions={"target": target},
+                headers=wire_headers(headers)), stream=True)
+        except NotForwardable as exc:
+            await respond_error(send, 400, str(exc), close=False)
+            return
         except httpx.TimeoutException:
             runtime.forwarder._count(failed=True)
             runtime.count("upstream_errors")
@@ -89,12 +91,10 @@ class HandleRelay:
         try:
             if upstream.status_code in (404, 410):
                 runtime.cache.invalidate_handles([ident])
-            out = [(k.lower().encode("latin-1"), v.encode("latin-1"))
-                   for k, v in upstream.headers.multi_items()
-                   if k.lower() not in HOP_BY_HOP or (k.lower() == "content-length"
-                                                      and "chunked" not in
-                                                      upstream.headers.get("transfer-encoding",
-                                                                           ""))]
+            keep_length = not is_chunked(upstream)
+            out = [(k.lower(), v) for k, v in upstream.headers.raw
+                   if k.lower().decode("latin-1") not in HOP_BY_HOP
+                   or (k.lower() == b"content-length" and keep_length)]
             out = [(k, v) for k, v in out if k not in (b"date", b"server")]
             out.append((CACHE_HEADER.lower().encode(), b"bypass"))
             await send({"type": "http.response.start", "status": upstream.status_code,
@@ -122,7 +122,8 @@ class HandleRelay:
                 task.cancel()
             await asyncio.gather(relay, gone, return_exceptions=True)
         if relay.done() and not relay.cancelled() and relay.exception() is not None:
-            log.info("upstream stream %s broke off: %s", upstream.url,
+            log.info("upstream stream %s broke off: %s",
+                     loggable_url_path(self.runtime.forwarder.logged_url(upstream)),
                      type(relay.exception()).__name__)
             abort(connection)
             await asyncio.sleep(0)

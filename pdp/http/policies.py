@@ -193,8 +193,13 @@ def get_policy(policy_id: str) -> FlaskResponse:
     if form is not None:
         written = form.from_xacml(stored.data, chosen)
         if written is None:
-            raise NotAcceptable(f"policy {policy_id!r} cannot be shown as {chosen}: "
-                                f"it is custom XACML; read it as {XACML_XML}")
+            # named with the word GET /policies gives the policy (`form`), when there is one
+            kind = pdp.described(stored).get("form")
+            what = f"its form is {kind!r}" if isinstance(kind, str) else \
+                "it cannot be written so"
+            raise NotAcceptable(f"policy {policy_id!r} cannot be shown as {chosen}: {what}; "
+                                f"read it as {XACML_XML}",
+                                **({"form": kind} if isinstance(kind, str) else {}))
         response = FlaskResponse(written, content_type=chosen)
     else:
         response = FlaskResponse(stored.data, content_type=XACML_XML)

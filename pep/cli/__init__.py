@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 
+from pdp.pipes import quiet_on_broken_pipe
 from pep.cli.common import EXIT_OK, CliError
 from pep.cli.pdp import add_pdp_commands
 from pep.cli.policies import add_policy_commands
@@ -67,13 +68,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_OK
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except CliError as exc:
-        print(f"xsg: error: {exc}", file=sys.stderr)
-        return exc.status
-    except KeyboardInterrupt:
-        return 130
+
+    def run() -> int:
+        try:
+            return int(args.func(args))
+        except CliError as exc:
+            print(f"xsg: error: {exc}", file=sys.stderr)
+            return exc.status
+        except KeyboardInterrupt:
+            return 130
+
+    return quiet_on_broken_pipe(run)  # `xsg ... | head`: no traceback, status 141
 
 
 __all__ = ["EPILOG", "build_parser", "main"]

@@ -69,7 +69,8 @@ METAVARS = {"auth_file": "FILE", "root_combining_alg": "ALG", "root_policy_id": 
             "spark_log_level": "LEVEL", "log_format": "text|json", "proxy_token": "TOKEN",
             "proxy_secret": "KEY", "read_token_key": "KEY", "oidc.issuer": "URL",
             "oidc.jwks_uri": "URL", "oidc.subject_claim": "CLAIM", "oidc.admin_role": "ROLE",
-            "max_content_length": "BYTES", "audit_max_bytes": "BYTES", "seed_owner": "SUBJECT"}
+            "max_content_length": "BYTES", "audit_max_bytes": "BYTES", "seed_owner": "SUBJECT",
+            "min_body_rate": "BYTES/S"}
 
 
 KIND_METAVARS = {"int": "N", "optint": "N", "float": "SECONDS", "optfloat": "SECONDS",

@@ -31,8 +31,9 @@ from typing import Any
 from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestSyntaxError, Response, Result,
                  RuleGrant, Status, bind_environment, bind_join, bind_subject, media_kind,
                  parse_request)
-from pdp.urns import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ENVIRONMENT as ENVIRONMENT_CATEGORY,
-                      RESOURCE, RESOURCE_ID, STRING, SUBJECT_ID, SUBJECT_ROLE)
+from pdp.urns import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION, ACTION_ID,
+                      ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE, RESOURCE_ID, STRING,
+                      SUBJECT_ID, SUBJECT_ROLE)
 from pep.core.analysis import ConditionTooComplex, MergeWarning
 from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
                              NotPermitted, Refusal, TooComplex, Unprocessable, UnsupportedMedia)
@@ -142,14 +143,22 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
                     time_attribute_lookup: Callable[[str], str | None] | None = None,
                     environment: StreamEnvironment | None = None,
                     combining: Callable[[str], str] | None = None,
-                    parsed: RequestMemo | None = None) -> Grant:
+                    parsed: RequestMemo | None = None,
+                    explain_missing_action: bool = False) -> Grant:
     """Decide and plan one stream request; raises a Refusal saying why on any failure.
     `environment(stream)` gives the gateway's own environment attributes for a decision about
     that stream (its events); `combining(stream)` how the obligations of several applicable
     rules combine on it (`pep.core.union`: "intersection", the default, or "union").
     `parsed` keeps the parsed request and user query for the next time the same bytes are
     decided (`pep.core.parsed`: a revocation pass decides every live handle's request again);
-    what it keeps is bound to the caller afresh at every decision."""
+    what it keeps is bound to the caller afresh at every decision.
+    `explain_missing_action`: the denial of a request that names no action id says so (its
+    message and the XACML status message), not a bare Deny: policies grant named actions, and
+    the caller left its out. The decision itself is XACML's, unchanged (the PDP's /pdp answers
+    the same request NotApplicable, or Indeterminate where a policy needs the attribute), so
+    a policy that grants whatever the action still permits such a request, and a denial for
+    another reason (a closed stream event, say) stays a 403 rather than an error that would
+    blame the action. New requests set it; a stored one decided again needs no hint."""
     try:
         media_kind(media_type)
     except RequestSyntaxError as exc:
@@ -188,7 +197,7 @@ def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_looku
     # which stream this one is joined with is the gateway's to say (`pep.core.joingrant`)
     ctx = bind_join(ctx, asked.join_with)
     settings = _Settings(refuse_nr, time_attribute_lookup, environment, schema_lookup,
-                         combining or _intersection)
+                         combining or _intersection, explain_missing_action)
 
     try:
         return _plan(_Planning(engine, ctx, stream, schema, identity, media_type,
@@ -273,6 +282,7 @@ class _Settings:
     environment: StreamEnvironment
     schema_lookup: SchemaLookup | None
     combining: Callable[[str], str]
+    explain_missing_action: bool = False
 
     def time_attribute(self, stream: str) -> str | None:
         return self.time_attribute_lookup(stream) if self.time_attribute_lookup else None
@@ -333,6 +343,12 @@ def _decide(req: _Planning, join: str | None = None, partner: str | None = None,
     result = response.results[0]
     if result.decision is not Decision.PERMIT:
         reason = result.status.message or f"decision is {result.decision.value}"
+        if req.settings.explain_missing_action and not any(
+                str(v).strip() for v in req.ctx.values(ACTION, ACTION_ID)):
+            reason += (f"; note: the request names no action (attribute {ACTION_ID} in the "
+                       f"category {ACTION}), and a policy that grants only named actions, "
+                       "such as 'read', does not apply to it")
+            response = _with_status_message(response, reason)
         if join is None:
             raise AccessDenied(f"access denied: {reason}", response, media_type)
         raise _join_denial(response, stream, join, media_type)
@@ -366,6 +382,14 @@ def _decide(req: _Planning, join: str | None = None, partner: str | None = None,
     if not alternatives:
         raise _deny(f"obligation cannot be fulfilled{where}: {skipped[0]}", media_type)
     return _Decided(response, policy_ids, tuple(alternatives), tuple(joins))
+
+
+def _with_status_message(response: Response, message: str) -> Response:
+    """The one-result response with `message` as its status message (the XACML a denial is
+    answered with: what the caller reads)."""
+    result = response.results[0]
+    return replace(response, results=(replace(result, status=replace(result.status,
+                                                                      message=message)),))
 
 
 def _join_denial(response: Response, stream: str, join: str, media_type: str) -> AccessDenied:

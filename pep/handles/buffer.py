@@ -156,6 +156,11 @@ class HandleBuffer:
         return self._final is not None and (self._final_read or not self._waiters)
 
     @property
+    def final_delivered(self) -> bool:
+        """A reader was given the final event (then it has had everything up to it)."""
+        return self._final_read
+
+    @property
     def last_id(self) -> int:
         return self._last
 

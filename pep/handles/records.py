@@ -5,6 +5,10 @@ decision can be made again), the plan and its key, the policies it depended on, 
 handle's state: `live` -> `revoked` (the policy no longer allows it), `released` (its owner let
 it go) or `ended` (the gateway could not keep it: stream gone, restart without permission,
 runtime failure). Terminal states never change again; the transition is one conditional UPDATE.
+
+A handle of a stream that was deleted is kept, but listed in `deleted_stream_handles`
+(`bury`): it belonged to that stream, not to its name, so it is not its owner's to see any more,
+whether or not the name is registered again (`for_subject` leaves it out, `buried` says so).
 """
 from __future__ import annotations
 
@@ -114,7 +118,9 @@ CREATE TABLE IF NOT EXISTS handles (
     generation INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS handles_subject ON handles (subject);
 CREATE INDEX IF NOT EXISTS handles_state ON handles (state);
-CREATE INDEX IF NOT EXISTS handles_stream ON handles (stream, state)
+CREATE INDEX IF NOT EXISTS handles_stream ON handles (stream, state);
+CREATE TABLE IF NOT EXISTS deleted_stream_handles (
+    id TEXT PRIMARY KEY, stream TEXT NOT NULL, deleted_at TEXT NOT NULL)
 """
 
 
@@ -173,9 +179,39 @@ class HandleStore:
         return self._record(row) if row else None
 
     def for_subject(self, subject: str) -> list[HandleRecord]:
+        """The subject's handles, but those of deleted streams (`bury`)."""
         rows = self._db.fetchall(f"SELECT {self._COLUMNS} FROM handles WHERE subject = ?"
+                                 " AND id NOT IN (SELECT id FROM deleted_stream_handles)"
                                  " ORDER BY created_at, id", (subject,))
         return [self._record(r) for r in rows]
+
+    def on_stream(self, stream: str) -> list[str]:
+        """The ids of every handle, in any state, that reads `stream` (a join's on either
+        side); names compared case-insensitively, as the catalogue looks streams up."""
+        name = stream.lower()
+        rows = self._db.fetchall(
+            f"SELECT {self._COLUMNS} FROM handles WHERE lower(stream) = ?"
+            " OR plan_json LIKE '{\"join\":%'", (name,))
+        return [r.id for r in map(self._record, rows)
+                if any(s.lower() == name for s in r.streams)]
+
+    def bury(self, handle_ids: Iterable[str], stream: str) -> None:
+        """These handles belonged to `stream`, which is being deleted (module docstring)."""
+        now = _now()
+        with self._db.transaction() as cur:
+            for handle_id in handle_ids:
+                cur.execute("INSERT OR IGNORE INTO deleted_stream_handles (id, stream,"
+                            " deleted_at) VALUES (?, ?, ?)", (handle_id, stream, now))
+
+    def unbury(self, handle_ids: Iterable[str]) -> None:
+        """The deletion failed and the stream is back: its handles are its owners' again."""
+        with self._db.transaction() as cur:
+            for handle_id in handle_ids:
+                cur.execute("DELETE FROM deleted_stream_handles WHERE id = ?", (handle_id,))
+
+    def buried(self, handle_id: str) -> bool:
+        return self._db.fetchone("SELECT 1 FROM deleted_stream_handles WHERE id = ?",
+                                 (handle_id,)) is not None
 
     def live(self) -> list[HandleRecord]:
         rows = self._db.fetchall(f"SELECT {self._COLUMNS} FROM handles WHERE state = 'live'"

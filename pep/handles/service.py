@@ -34,6 +34,9 @@ from pep.ports import JoinRuntimePort, StreamRuntimePort
 log = logging.getLogger(__name__)
 
 FINAL_READS_POLL = 0.002  # seconds between two looks at revoked readers (`await_final_reads`)
+# How long a handle that ended on its own terms (its privacy budget spent) keeps its paid rows
+# for a reader that connects after the end, unless one was given its final event before.
+KEPT_ROWS_SECONDS = 900.0
 
 
 def window_signature(plan: ExecutionPlan | UnionPlan) -> tuple | None:
@@ -71,12 +74,14 @@ class HandleService:
                  max_rows: int = DEFAULT_MAX_ROWS, max_bytes: int = DEFAULT_MAX_BYTES,
                  stream_position: Callable[[str], int | None] | None = None,
                  join_runtime: JoinRuntimePort | None = None,
-                 privacy: PrivacyGuard | None = None) -> None:
+                 privacy: PrivacyGuard | None = None,
+                 kept_for: float = KEPT_ROWS_SECONDS) -> None:
         """`stream_position(name)`: the position (`_xsg_seq`) of the last tuple ingested into a
         stream, when the stream has positions (see `_start_after_other_windows`).
         `join_runtime` runs joins (`attach_join(handle_id, (left, right), join_plan, deliver)`);
         without one, `runtime` gets them. `privacy` keeps the consumers' privacy budgets;
-        without it a differentially private plan is refused (it could not be paid for)."""
+        without it a differentially private plan is refused (it could not be paid for).
+        `kept_for`: seconds an ended handle's kept rows wait for a reader (`kept_buffer`)."""
         self.store = store
         self.streams = streams
         self.runtime = runtime
@@ -94,6 +99,9 @@ class HandleService:
         # Bumped by every policy change; a handle decided under an older epoch is not created.
         self.policy_epoch = 0
         self._buffers: dict[str, HandleBuffer] = {}
+        # Handles ended with their rows kept -> (buffer, monotonic time it is let go)
+        self._kept: dict[str, tuple[HandleBuffer, float]] = {}
+        self.kept_for = kept_for
         self._buffer_streams: dict[str, str] = {}  # handle id -> stream, while buffered
         self._dropped_before: dict[str, int] = {}  # stream -> rows dropped by ended buffers
         # Called with the final records after handles end (state persisted, runtime detached),
@@ -114,9 +122,12 @@ class HandleService:
         return self.store.get(handle_id)
 
     def get_owned(self, handle_id: str, subject: str) -> HandleRecord | None:
-        """The handle if `subject` owns it, else None: others cannot even learn it exists."""
+        """The handle if `subject` owns it, else None: others cannot even learn it exists. A
+        handle of a deleted stream is no one's (`bury_stream`): None, like its stream."""
         record = self.store.get(handle_id)
         if record is None or not secrets.compare_digest(record.subject.encode(), subject.encode()):
+            return None
+        if self.store.buried(handle_id):
             return None
         return record
 
@@ -124,8 +135,43 @@ class HandleService:
         with self.lock:
             return self._buffers.get(handle_id)
 
+    def kept_buffer(self, handle_id: str) -> HandleBuffer | None:
+        """The closed buffer of a handle that ended keeping its rows (`end(keep_rows=True)`: a
+        privacy budget spent), while a reader may still come for them: the rows it paid for,
+        then its final event. None once a reader was given that final event, and `kept_for`
+        seconds after the end (the rows live in memory only, as a live handle's do)."""
+        with self.lock:
+            self._drop_expired_kept()
+            kept = self._kept.get(handle_id)
+            if kept is None:
+                return None
+            if kept[0].final_delivered:
+                del self._kept[handle_id]
+                return None
+            return kept[0]
+
+    def _drop_expired_kept(self) -> None:
+        now = time.monotonic()
+        for handle_id in [h for h, (_, until) in self._kept.items() if until <= now]:
+            del self._kept[handle_id]
+
     def list_for(self, subject: str) -> list[HandleRecord]:
+        """The subject's handles, but those of deleted streams (`bury_stream`)."""
         return self.store.for_subject(subject)
+
+    def bury_stream(self, stream: str) -> list[str]:
+        """A stream is being deleted, its live handles revoked: every handle it ever had is
+        set apart for good, so that none answers as a handle again (410, a listing) once its
+        former owner registers the name anew: they were that stream's, not the new one's.
+        Returns their ids (`unbury` them if the deletion fails)."""
+        with self.lock:
+            ids = self.store.on_stream(stream)
+            self.store.bury(ids, stream)
+        return ids
+
+    def unbury(self, handle_ids: list[str]) -> None:
+        with self.lock:
+            self.store.unbury(handle_ids)
 
     def live(self) -> list[HandleRecord]:
         return self.store.live()
@@ -460,6 +506,9 @@ class HandleService:
                     buffer.close(state.value, reason, keep=keep_rows)
                     closed.add(handle_id)
                     self._forget_buffer(handle_id, buffer)
+                    if keep_rows:
+                        self._drop_expired_kept()
+                        self._kept[handle_id] = (buffer, time.monotonic() + self.kept_for)
             changed = self.store.finish_many(endings, at=at)
             ended = [hid for hid, _, _ in endings if hid in changed or hid in closed]
             for handle_id in ended:
@@ -530,6 +579,7 @@ class HandleService:
             for hid, buffer in list(self._buffers.items()):
                 buffer.close("shutdown", "the gateway is stopping; reconnect after its restart")
             self._buffers.clear()
+            self._kept.clear()
 
 
 __all__ = ["HandleService", "StalePolicies", "WindowRegistryLike"]

@@ -71,7 +71,8 @@ def explain() -> Response:
     routes = explain_routes()
     grant = routes.decide_and_plan(routes.get_engine(), request.get_data(cache=False),
                                    request.headers.get("Content-Type", ""), current_identity(),
-                                   routes.schema_lookup, refuse_nr=False)
+                                   routes.schema_lookup, refuse_nr=False,
+                                   explain_missing_action=True)
     privacy = (routes.privacy_status(current_identity().subject, grant.plan)
                if routes.privacy_status is not None else None)
     return jsonify(

@@ -16,7 +16,12 @@ exist):
   `{"id": n, "event": "stalled", ...}` (a notice), `{"event": "heartbeat"}`, and finally
   `{"id": n, "event": "revoked", "reason": ...}`.
 - `Accept: application/json`: the handle's description.
-- A handle that is not live answers 410 Gone with its state and reason.
+- A handle that is not live answers 410 Gone with its state and reason, except one that ended
+  on its own terms keeping its rows (its privacy budget spent): a reader that connects after
+  the end still gets the rows it paid for (from its Last-Event-ID), then the final `ended`
+  event; after a reader was given that event, or `KEPT_ROWS_SECONDS` (15 minutes) after the
+  end, it answers 410 too. A handle of a deleted
+  stream answers 404, like its stream, for good (`pep/streams/lifecycle.py`).
 
 Delivery: on the gateway's server (`pep.http.serving`) a reader holds no thread. The route hands
 a `HandleStream` to the server's event loop (`pep.http.streaming`), which is woken when the
@@ -286,13 +291,19 @@ def list_handles() -> Response:
                             if not hidden(r)])
 
 
-def live_handle_of_caller(handle_id: str) -> HandleRecord:
-    """The caller's live handle; NotFound for a handle that is not the caller's (as for one
-    that does not exist: no oracle of others' ids) or that is hidden with its stream, Gone
-    when it ended."""
+def handle_of_caller(handle_id: str) -> HandleRecord:
+    """The caller's handle, live or ended; NotFound for a handle that is not the caller's (as
+    for one that does not exist: no oracle of others' ids), that is hidden with its stream, or
+    that belonged to a deleted stream."""
     record = current_services().handles.get_owned(handle_id, current_identity().subject)
     if record is None or hidden_from(may_see, current_identity())(record):
         raise NotFound("no such handle")
+    return record
+
+
+def live_handle_of_caller(handle_id: str) -> HandleRecord:
+    """The caller's live handle (`handle_of_caller`); Gone when it ended."""
+    record = handle_of_caller(handle_id)
     if not record.live:
         raise _gone(record)
     return record
@@ -319,15 +330,22 @@ def read_handle(handle_id: str) -> Response:
     services = current_services()
     handles, heartbeat = services.handles, services.config.heartbeat
     readers: ReaderSlots = current_app.extensions[READERS_EXTENSION]
-    record = live_handle_of_caller(handle_id)
+    record = handle_of_caller(handle_id)
+    # an ended handle is Gone, but one that ended keeping its paid rows (a privacy budget
+    # spent) streams them, then its final event, to a reader that comes after the end
+    kept = None if record.live else handles.kept_buffer(handle_id)
+    if not record.live and kept is None:
+        raise _gone(record)
     fmt = _wanted_format()
     if fmt is None:
         return error_response(406, f"a handle is read as {SSE} or {NDJSON} "
                                    "(application/json describes it)")
     if fmt == "application/json":
+        if not record.live:
+            raise _gone(record)
         return jsonify(record.summary(public_base(configured_base_url())))
     after = _last_event_id()
-    buffer = handles.buffer(handle_id)
+    buffer = kept if kept is not None else handles.buffer(handle_id)
     if buffer is None:
         stored = handles.get(handle_id)
         if stored is not None and not stored.live:

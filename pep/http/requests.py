@@ -162,7 +162,8 @@ def request_stream() -> Response:
         grant = services.decide_and_plan(current_engine(), stored.body, stored.media_type,
                                          identity, visible_schema, user_query=stored.user_query,
                                          user_query_type=stored.user_query_type,
-                                         parsed=services.revocation.parsed.fill_only())
+                                         parsed=services.revocation.parsed.fill_only(),
+                                         explain_missing_action=True)
         try:
             record, is_new = handles.open(identity.subject, identity.roles, identity.admin,
                                           grant.plan, grant.policy_ids or (), stored,

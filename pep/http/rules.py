@@ -10,9 +10,10 @@
   ownership rule, checked, stored, versioned, decided and revoked. A PUT's rule without an `id`
   takes the id in the URL.
 - **Reading back**: `GET /policies/<id>` with `Accept: application/vnd.xsg.rule+json` (or
-  `+yaml`) gives the rule a stored document is (the decompiler), or 406 when it is custom
-  XACML. The XACML is always there too, and may be edited by hand: if it keeps the rule's
-  shape it still reads back as a rule.
+  `+yaml`) gives the rule a stored document is (the decompiler), or 406 naming the policy's
+  `form` when it is not a rule (`xacml` or `custom`, the words of the summaries). The XACML is
+  always there too, and may be edited by hand: if it keeps the rule's shape it still reads
+  back as a rule.
 - **Summaries**: every policy of `GET /policies` and every write's answer carry `summary`, one
   line saying what it grants, and `form`: `rule`, `xacml` (hand-written but read by its
   grants) or `custom`.

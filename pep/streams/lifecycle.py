@@ -15,11 +15,14 @@ change that removes or retypes an attribute is refused, naming the policies that
   attributes restart the stream's running query on its checkpoint, which continues after the
   last committed batch, so no acknowledged record is lost or read twice, and the attached plans
   with their open windows carry over;
-- live handles on the stream are decided again when attributes were added: plans list their
-  attributes explicitly, so a handle whose grant names its attributes (a policy's map, or the
-  consumer's own) keeps exactly what it had; one whose grant covered "every attribute" (no map
-  anywhere) would now get more, and is revoked like any handle whose grant changed (its reader
-  gets `revoked`; asking again gives the new attributes).
+- live handles on the stream (a join's on either side) are decided again, before the answer
+  (whose `revoked` counts those revoked), when the owner changed how its grants combine
+  (`combining`: a handle whose grant differs under the new mode is revoked) or added
+  attributes: plans list their attributes explicitly, so a handle whose grant names its
+  attributes (a policy's map, or the consumer's own) keeps exactly what it had; one whose
+  grant covered "every attribute" (no map anywhere) would now get more, and is revoked like
+  any handle whose grant changed (its reader gets `revoked`; asking again gives the new
+  attributes).
 
 **Deletion** (`delete`, `DELETE /streams/<name>`), in this order:
 1. what becomes of the policies that name the stream is settled first (`policy_fates`): with
@@ -29,14 +32,18 @@ change that removes or retypes an attribute is refused, naming the policies that
    registration finds it, so a handle opened after this point is refused (404);
 3. every live handle on it (joins on either side included) is revoked under the handle lock,
    before any new handle could be created (`HandleService.open` looks the stream up again under
-   that lock); attaches already on their way are waited for;
+   that lock); attaches already on their way are waited for; then every handle it ever had is
+   set apart (`bury_handles`): to its owner it answers 404 from now on, like the stream, and
+   keeps doing so if the name is registered again (it was the deleted stream's handle, not the
+   new stream's; a 410 there would bring it back as if it were one of the new stream's);
 4. its events are removed and detached, and the runtime stops its query (`drop_stream`);
 5. its row goes, its name is reserved to its former owner (`deleted_streams`), and its files
    (ingest directory, checkpoint, archive) move to `deleted/<name>-<time>-<id>/` under the data
    directory: removed at once, or after `keep_data` seconds by `sweep_kept`;
 6. the policies to remove are deleted through the PAP (audited as `policy-deleted`), and the
    deletion is audited (`stream-deleted`).
-A failure between 2 and 5 restores the stream (its handles stay revoked) and answers 503.
+A failure between 2 and 5 restores the stream (its handles stay revoked, and are its owners'
+again: 410) and answers 503.
 """
 from __future__ import annotations
 
@@ -94,6 +101,8 @@ class StreamLifecycle:
     revoke_stream: Callable[[str, str], int] | None = None      # revoke live handles on it
     redecide_stream: Callable[[str, str], int] | None = None    # decide them again
     live_on: Callable[[str], list] | None = None                # the live handles on it
+    bury_handles: Callable[[str], list[str]] | None = None      # set apart all its handles
+    unbury_handles: Callable[[list[str]], None] | None = None   # undo that (a failed deletion)
     wait_for_attaches: Callable[[str], bool] | None = None
     runtime_dirs: Callable[[str], list[tuple[str, Path]]] | None = None
     deleted_dir: Path | None = None    # where deleted streams' files wait (data_dir/deleted)
@@ -175,11 +184,15 @@ class StreamLifecycle:
                     log.exception("stream %s: the runtime could not take the change", registered)
                     warnings.append(f"the stream's running query could not be restarted "
                                     f"({exc}); it is restarted with the next handle")
+            # decided again here, before the answer, so that its `revoked` is what happened
+            why = []
+            if added:
+                why.append(f"stream {registered!r} gained attribute(s) {', '.join(added)}")
+            if now.combining != entry.combining:
+                why.append("the stream's combining mode changed")
             revoked = 0
-            if added and self.redecide_stream is not None:
-                revoked = self.redecide_stream(
-                    registered, f"stream {registered!r} gained attribute(s) "
-                                f"{', '.join(added)}")
+            if why and self.redecide_stream is not None:
+                revoked = self.redecide_stream(registered, "; ".join(why))
         return now, {"added": added, "revoked": revoked, "warnings": warnings}
 
     def _naming_policies(self, entry: StreamEntry, exc: SchemaChange, identity: Any
@@ -233,14 +246,19 @@ class StreamLifecycle:
             fates, hidden = self.policy_fates(registered, identity, remove_policies)
             self.catalog.begin_delete(registered)
             holding: Path | None = None
+            buried: list[str] = []
             try:
                 revoked, events = self._stop_everything(registered, by)
+                if self.bury_handles is not None:
+                    buried = self.bury_handles(registered)
                 kept_until, holding = self._hold_files(entry, by, keep_data)
                 self.catalog.finish_delete(registered, by, holding / "streams"
                                            if holding is not None else None)
             except Exception as exc:
                 if holding is not None:
                     self._restore_files(registered, holding)
+                if buried and self.unbury_handles is not None:
+                    self.unbury_handles(buried)
                 self.catalog.abort_delete(registered)
                 if isinstance(exc, StreamNotFound):
                     raise

@@ -448,3 +448,43 @@ def test_xsg_serve_prints_what_to_paste_and_restarts_and_stops_quietly(tmp_path)
     stopping = next(i for i, line in enumerate(gateway) if "received signal 15" in line)
     assert gateway[stopping:] == [gateway[stopping]]  # one line, and nothing after it
     assert gateway[stopping].endswith(" INFO pep.http.serving: received signal 15, stopping")
+
+
+@pytest.mark.parametrize("argv", [
+    ["-m", "pep.cli", "pdp", "decide", "--policies", "policies/weather",
+     "--request", "policies/weather/lta-request.xml"],
+    ["-m", "pep.cli", "pdp", "decide", "--policies", "policies", "--format", "json",
+     "--request", "policies/weather/lta-request.json"],
+    ["-m", "pdp.conformance", "policies"],
+])
+def test_a_reader_that_went_away_ends_the_command_quietly(argv):
+    """(issue 42) `xsg pdp decide ... | head`: the reader closes the pipe before the output is
+    written. No traceback, no "Exception ignored", and the status a shell reports for a Unix
+    tool that SIGPIPE ended (141)."""
+    proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the program writes anything
+    _, err = proc.communicate(timeout=120)
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()
+    assert proc.returncode == 128 + signal.SIGPIPE, (proc.returncode, err.decode())
+
+
+def test_each_flags_placeholder_names_the_unit_its_help_gives():
+    """(issue 42) `--min-body-rate SECONDS` took bytes per second: a flag's placeholder says
+    the unit its help text measures in."""
+    from pep.cli import build_parser
+
+    parser = build_parser()
+    serve = parser._subparsers._group_actions[0].choices["serve"]
+    helps = {s.name: s.help for s in settings(SERVE_DEFAULTS)}
+    agrees = {"SECONDS": lambda text: text.startswith("seconds ") or "many seconds" in text,
+              "BYTES/S": lambda text: text.startswith("bytes/s "),
+              "BYTES": lambda text: "bytes" in text and not text.startswith("bytes/s")}
+    seen = set()
+    for action in serve._actions:
+        if action.dest in helps and action.metavar in agrees:
+            text = helps[action.dest]
+            assert agrees[action.metavar](text), (action.option_strings, action.metavar, text)
+            seen.add(action.dest)
+    assert {"min_body_rate", "header_timeout", "max_content_length"} <= seen
+    assert next(a.metavar for a in serve._actions if a.dest == "min_body_rate") == "BYTES/S"

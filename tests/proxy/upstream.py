@@ -34,6 +34,7 @@ class FakeGateway:
         self.feed_blocked = False
         self.stream_gate = threading.Event()  # the SSE stream pauses after its first event
         self.base_url: str | None = None  # as the gateway's configured public URL
+        self.targets: list[str] = []  # each request's target as it arrived (RAW_URI)
         self.app = self._build()
 
     def _subject(self) -> str | None:
@@ -49,6 +50,11 @@ class FakeGateway:
 
     def _build(self) -> Flask:
         app = Flask("fake-gateway")
+
+        @app.before_request
+        def record_target():
+            with self.lock:
+                self.targets.append(request.environ.get("RAW_URI", ""))
         install_invalidation(app, self.hub, require_admin=lambda: self._subject() == "admin")
 
         def blocked():

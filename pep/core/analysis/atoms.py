@@ -58,13 +58,19 @@ class Atom:
     op: str
     value: Scalar | Label  # a label attribute's constant: the Label
     origin: Literal["policy", "user"]
-    written: str  # the comparison as its author wrote it (before any NOT was pushed into it)
+    # The predicate of its author's condition this atom comes from, as written, NOTs included
+    # (`written_text`): the atom itself, or the outermost NOT(...) around it. A warning names
+    # it so, never with a NOT dropped (the NNF pushes NOTs into the atoms: `NOT speed > 7` is
+    # the atom `speed <= 7`, and `NOT WITHIN_POLYGON(...)` an "outside" atom).
+    written: str
     # Spatial atoms: `attribute` names a derived variable (see the module docstring), `op` and
     # `value` constrain it, `spatial` holds the geometry (its own op/value are not used).
     spatial: SpatialPredicate | None = None
     # A lat/lon bound implied by the spatial predicate `written`: used to find contradictions,
     # never shown as the user's own words and never put in the plan.
     implied: bool = False
+    # The atom's own predicate as written, without the NOTs around it (`written` is with them)
+    term: str = ""
 
     def text(self) -> str:
         if isinstance(self.value, Label):  # (a spatial atom's constant is a number)
@@ -74,8 +80,8 @@ class Atom:
         return f"{_shown_name(self.attribute)} {self.op} {format_literal(self.value)}"
 
     def shown(self) -> str:
-        """What to call this atom in a warning."""
-        return self.written if self.implied else self.text()
+        """What to call this atom in a warning: the predicate as its author wrote it."""
+        return self.written
 
 
 def _shown_name(attribute: str) -> str:
@@ -104,17 +110,16 @@ def _variable(s: Spatial) -> str:
     return f"{SPATIAL}distance:{s.latitude}:{s.longitude}:{s.points!r}"
 
 
-def _spatial_atoms(expr: Spatial, origin: Literal["policy", "user"], negate: bool) -> "NNF":
+def _spatial_atoms(expr: Spatial, origin: Literal["policy", "user"], negate: bool,
+                   around: str | None = None) -> "NNF":
     geometry = expr.to_predicate()
-    if expr.function == "polygon":  # as written: WITHIN_POLYGON, never its negation
-        written = spatial_text(spatial_with(geometry, "=", True))
-    else:
-        written = spatial_text(expr)
+    term = written_text(expr)
+    written = around if around is not None else term
     var = _variable(expr)
     if expr.function == "polygon":
         inside = (expr.op == "=") != negate
         geometry = spatial_with(geometry, "=", True)
-        atom = Atom(var, "=" if inside else "!=", True, origin, written, geometry)
+        atom = Atom(var, "=" if inside else "!=", True, origin, written, geometry, term=term)
         if not inside:
             return atom
         south, west, north, east = geo.polygon_bbox(geometry.points)
@@ -122,7 +127,8 @@ def _spatial_atoms(expr: Spatial, origin: Literal["policy", "user"], negate: boo
                   (expr.longitude, ">=", west), (expr.longitude, "<=", east)]
     else:
         op = NEGATED_OP[expr.op] if negate else expr.op
-        atom = Atom(var, op, float(expr.radius), origin, written, geometry)  # type: ignore[arg-type]
+        atom = Atom(var, op, float(expr.radius), origin, written, geometry,  # type: ignore[arg-type]
+                    term=term)
         if expr.function == "distance_to" or op not in ("<", "<="):
             return atom
         plat, plon = geometry.points
@@ -130,8 +136,34 @@ def _spatial_atoms(expr: Spatial, origin: Literal["policy", "user"], negate: boo
         bounds = [(expr.latitude, ">=", c_south), (expr.latitude, "<=", c_north)]
         if c_west is not None and c_east is not None:  # both or neither
             bounds += [(expr.longitude, ">=", c_west), (expr.longitude, "<=", c_east)]
-    implied = [Atom(a, o, v, origin, written, implied=True) for a, o, v in bounds]
+    implied = [Atom(a, o, v, origin, written, implied=True, term=term) for a, o, v in bounds]
     return ("and", (atom, *implied))
+
+
+def _comparison_text(expr: Comparison) -> str:
+    if isinstance(expr.value, Label):
+        return labels.comparison_text(expr.attribute, expr.op, expr.value)
+    return f"{_shown_name(expr.attribute)} {expr.op} {format_literal(expr.value)}"
+
+
+def written_text(expr: Expr) -> str:
+    """A bound condition as warnings print it: its author's predicates, NOTs where they were,
+    parentheses only where they are needed. It parses (and binds) back to the same condition
+    (tests/pep/core/test_condition_text.py: every operator of the language)."""
+    if isinstance(expr, Comparison):
+        return _comparison_text(expr)
+    if isinstance(expr, Spatial):
+        return spatial_text(expr)
+    if isinstance(expr, Const):
+        return "TRUE" if expr.value else "FALSE"
+    if isinstance(expr, Not):
+        inner = written_text(expr.item)
+        return f"NOT ({inner})" if isinstance(expr.item, (And, Or)) else f"NOT {inner}"
+    if not isinstance(expr, (And, Or)):  # set membership and boxes are bound away before
+        raise TypeError(f"written_text takes a bound condition, not {type(expr).__name__}")
+    joiner = " AND " if isinstance(expr, And) else " OR "
+    return joiner.join(f"({written_text(i)})" if isinstance(i, (And, Or)) else written_text(i)
+                       for i in expr.items)
 
 
 NNF = Union[Atom, bool, tuple[Any, ...]]  # ("and", items) | ("or", items) | Atom | True | False
@@ -143,37 +175,40 @@ Implied = Callable[[str, str, "Scalar | Label"], "list[list[tuple[str, str, Scal
 
 
 def to_nnf(expr: Expr, origin: Literal["policy", "user"], negate: bool = False,
-           implied: Implied | None = None) -> NNF:
+           implied: Implied | None = None, around: str | None = None) -> NNF:
+    """The condition in negation normal form (negated with `negate`). `around`: the written
+    text of the outermost NOT(...) the condition sits in (set when one is met), which its
+    atoms carry as `written`."""
     if isinstance(expr, Spatial):
-        return _spatial_atoms(expr, origin, negate)
+        return _spatial_atoms(expr, origin, negate, around)
     if isinstance(expr, Comparison):
-        written = (labels.comparison_text(expr.attribute, expr.op, expr.value)
-                   if isinstance(expr.value, Label)
-                   else f"{_shown_name(expr.attribute)} {expr.op} {format_literal(expr.value)}")
+        term = _comparison_text(expr)
+        written = around if around is not None else term
         negated = LABEL_NEGATED if isinstance(expr.value, Label) else NEGATED_OP
         op = negated[expr.op] if negate else expr.op
         value = expr.value
         if isinstance(value, (Decimal, Placeholder)):  # bound away (binding types the literals)
             raise TypeError(f"to_nnf takes a bound condition, not {expr}")
-        atom = Atom(expr.attribute, op, value, origin, written)
+        atom = Atom(expr.attribute, op, value, origin, written, term=term)
         if implied is not None and expr.attribute.startswith(MASKED):
             alternatives = implied(expr.attribute, op, value)
             if alternatives is not None:
                 # raw bounds the masked comparison implies: they find contradictions with the
                 # policy's filter, and are never put in the plan (as a circle's box)
                 return combine("and", [atom, combine("or", [
-                    combine("and", [Atom(a, o, v, origin, written, implied=True)
+                    combine("and", [Atom(a, o, v, origin, written, implied=True, term=term)
                                      for a, o, v in alternative])
                     for alternative in alternatives])])
         return atom
     if isinstance(expr, Const):
         return expr.value != negate
     if isinstance(expr, Not):
-        return to_nnf(expr.item, origin, not negate, implied)
+        return to_nnf(expr.item, origin, not negate, implied,
+                      around if around is not None else written_text(expr))
     if not isinstance(expr, (And, Or)):  # set membership and boxes are bound away before
         raise TypeError(f"to_nnf takes a bound condition, not {type(expr).__name__}")
     is_and = isinstance(expr, And) != negate
-    items = [to_nnf(i, origin, negate, implied) for i in expr.items]
+    items = [to_nnf(i, origin, negate, implied, around) for i in expr.items]
     return combine("and" if is_and else "or", items)
 
 

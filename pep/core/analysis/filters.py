@@ -22,12 +22,18 @@ class FilterAnalysis:
 
 
 def _show(atom: Atom) -> str:
+    """An atom in a warning: its author's predicate as written (NOTs included), whose it is,
+    and, when the NOTs pushed into it changed it, the comparison it became ("i.e.")."""
     if atom.attribute.startswith(MASKED) and atom.attribute != NEVER:
         name, _, spec = atom.attribute[1:].partition(MASKED)
-        return f"{atom.shown()} (your query, on {name} masked as {spec})"
-    if atom.attribute == NEVER:
-        return f"{atom.shown()} (your query, on a masked value)"
-    return f"{atom.shown()} ({'policy' if atom.origin == 'policy' else 'your query'})"
+        whose = f"your query, on {name} masked as {spec}"
+    elif atom.attribute == NEVER:
+        whose = "your query, on a masked value"
+    else:
+        whose = "policy" if atom.origin == "policy" else "your query"
+    if not atom.implied and atom.attribute != NEVER and atom.text() != atom.written:
+        whose += f", i.e. {atom.text()}"
+    return f"{atom.shown()} ({whose})"
 
 
 def analyse_filter(policy: Expr | None, user: Expr | None, schema: StreamSchema, *,
@@ -107,16 +113,24 @@ def _nr_warning(checker: Checker, p_nnf: NNF, u_nnf: NNF, limit: int) -> MergeWa
     else:
         lead = ("your query's filter contradicts the policy's filter: no tuple can satisfy both, "
                 "so none will ever be delivered")
-    details = "; ".join(" contradicts ".join(_show(a) for a in c) if len(c) == 2
-                        else f"{', '.join(_show(a) for a in c[:-1])} and {_show(c[-1])} cannot "
-                             "hold together" if len(c) > 2
-                        else f"{_show(c[0])} holds for no value" for c in conflicts[:8])
+    details = "; ".join(_conflict_text(c) for c in conflicts[:8])
     predicates: dict[str, None] = {}
     for c in conflicts:
         for a in c:
             predicates.setdefault(a.shown(), None)
     message = f"{lead} ({details})" if details else lead
     return MergeWarning("NR", "filter", message, tuple(predicates))
+
+
+def _conflict_text(conflict: tuple[Atom, ...]) -> str:
+    """Atoms that cannot hold together, each named by its author's predicate (`Atom.written`):
+    atoms of one NOT(...) are that one predicate, which then holds for no value alone."""
+    shown = list(dict.fromkeys(_show(a) for a in conflict))
+    if len(shown) == 1:
+        return f"{shown[0]} holds for no value"
+    if len(shown) == 2:
+        return " contradicts ".join(shown)
+    return f"{', '.join(shown[:-1])} and {shown[-1]} cannot hold together"
 
 
 def _pr_warning(checker: Checker, policy: Expr, u_nnf: NNF, limit: int) -> MergeWarning | None:
@@ -173,7 +187,7 @@ def _present(conjunct: tuple[Atom, ...]) -> frozenset[str]:
 
 def _name(needed: str, atom: Atom) -> str:
     if needed.startswith(SPATIAL):
-        return f"the anchor's position of {atom.written}"
+        return f"the anchor's position of {atom.term or atom.written}"
     return needed
 
 

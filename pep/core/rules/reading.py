@@ -448,7 +448,8 @@ def rule_from_reading(reading: PolicyReading) -> SharingRule | None:
 
 
 def rule_from_xacml(data: bytes) -> SharingRule | None:
-    """The decompiler: the sharing rule a XACML document is, or None (custom XACML)."""
+    """The decompiler: the sharing rule a XACML document is, or None (its form is "xacml" or
+    "custom": `pep.core.rules.summary.describe_policy`)."""
     reading = read_policy(data)
     return rule_from_reading(reading) if reading is not None else None
 

@@ -19,6 +19,8 @@ from pep.core.rules.model import RuleWindow, Who
 from pep.core.rules.reading import GrantReading, PolicyReading, read_policy, rule_from_reading
 
 CUSTOM = "custom XACML"
+# a policy's form, as GET /policies, every write's answer and a 406 for a rule name it
+FORMS = ("rule", "xacml", "custom")
 
 
 def _short(attribute_id: str) -> str:
@@ -95,9 +97,10 @@ def reading_text(reading: PolicyReading) -> str:
 
 
 def describe_policy(data: bytes) -> dict:
-    """`{"summary": one line, "form": "rule" | "xacml" | "custom"}` for a stored document:
-    "rule" when it is a sharing rule (editable as one), "xacml" when it is read by its grants,
-    "custom" when it cannot be read so."""
+    """`{"summary": one line, "form": FORM}` for a stored document. The form's word is the one
+    every answer uses for it (`FORMS`): "rule" when it is a sharing rule (it reads back as
+    one), "xacml" when it is other XACML read by its grants (the summary lists them),
+    "custom" when it cannot be read so (the summary says "custom XACML")."""
     reading = read_policy(data)
     if reading is None:
         streams = confined_resource_ids(data)
@@ -107,4 +110,5 @@ def describe_policy(data: bytes) -> dict:
     return {"summary": reading_text(reading), "form": form}
 
 
-__all__ = ["describe_policy", "reading_text", "grant_text", "who_text", "window_text", "CUSTOM"]
+__all__ = ["describe_policy", "reading_text", "grant_text", "who_text", "window_text", "CUSTOM",
+           "FORMS"]

@@ -158,3 +158,36 @@ def test_unknown_routes_and_methods_answer_json(gateway):
     assert r.status_code == 404 and r.is_json
     r = gateway.client.get("/pdp", headers=bearer("lta"))
     assert r.status_code == 405 and r.is_json and "POST" in r.headers["Allow"]
+
+
+def test_each_wrong_credential_gets_a_401_saying_what_is_wrong(gateway):
+    """(issue 42) Basic credentials are not "an invalid bearer token": a scheme other than
+    Bearer is named as not supported; every 401 carries the Bearer challenge (RFC 9110 11.6.1),
+    with RFC 6750's error code where one applies."""
+    body = LTA_REQUEST_XML.read_bytes()
+    cases = [
+        ("Basic bmVhOm5lYQ==", "the Basic authentication scheme is not supported",
+         'Bearer realm="xsg"', "Basic"),
+        ("Digest username=\"nea\"", "the Digest authentication scheme is not supported",
+         'Bearer realm="xsg"', "Digest"),
+        ("bmVhOm5lYQ==", "malformed Authorization header", 'Bearer realm="xsg"', None),
+        ("tok-lta-0123456789", "malformed Authorization header", 'Bearer realm="xsg"', None),
+        ("Bas\u00e9c x", "malformed Authorization header", 'Bearer realm="xsg"', None),
+        ("Bearer", "missing bearer token: the Authorization header names the Bearer scheme",
+         'Bearer realm="xsg", error="invalid_request"', None),
+        ("Bearer wrong-token", "invalid bearer token",
+         'Bearer realm="xsg", error="invalid_token"', None),
+    ]
+    for route, method in (("/pdp", "post"), ("/policies", "get"), ("/streams", "get")):
+        for header, message, challenge, scheme in cases:
+            r = getattr(gateway.client, method)(route, data=body, headers={
+                "Content-Type": XML, "Authorization": header.encode("utf-8").decode("latin-1")})
+            doc = r.get_json()
+            assert r.status_code == 401, (route, header, doc)
+            assert doc["error"].startswith(message), (route, header, doc)
+            assert r.headers["WWW-Authenticate"] == challenge, (route, header)
+            assert doc.get("scheme") == scheme
+            if message.startswith("malformed"):  # a token sent without a scheme: not echoed
+                assert header.split()[0] not in r.get_data(as_text=True)
+            if scheme is not None:
+                assert doc["supported"] == ["Bearer"] and "Bearer <token>" in doc["error"]

@@ -80,6 +80,7 @@ def test_the_owners_choice_of_union_revokes_and_unites(gw):
         assert r.status_code == 400 and "combining" in r.json["error"], r.json
     r = client.patch("/streams/ships", json={"combining": "union"}, headers=auth_header("nea"))
     assert r.status_code == 200 and r.json["combining"] == "union"
+    assert r.json["revoked"] == 1  # what happened, before the answer (issue 42)
     record = services.handles.get(first)
     assert record.state.value == "revoked" and "combining" in record.reason
     r = client.post("/requests", data=REQUEST, headers=auth_header("lta", **JSON))
@@ -90,7 +91,12 @@ def test_the_owners_choice_of_union_revokes_and_unites(gw):
     assert len(r.json["plan"]["union"]) == 2
     again = client.post("/requests", data=REQUEST, headers=auth_header("lta", **JSON))
     assert again.json["id"] == r.json["id"]  # one window: the same handle
+    # the same mode again, or another setting: nothing to decide again, nothing revoked
+    for change in ({"combining": "union"}, {"description": "ships"}):
+        r = client.patch("/streams/ships", json=change, headers=auth_header("nea"))
+        assert r.status_code == 200 and r.json["revoked"] == 0, r.json
+        assert services.handles.get(again.json["id"]).live
     # back to the gateway's setting: intersection again
     r = client.patch("/streams/ships", json={"combining": None}, headers=auth_header("nea"))
-    assert r.status_code == 200 and "combining" not in r.json
+    assert r.status_code == 200 and "combining" not in r.json and r.json["revoked"] == 1
     assert services.handles.get(again.json["id"]).state.value == "revoked"

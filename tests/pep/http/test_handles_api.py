@@ -363,3 +363,54 @@ def test_ended_handles_are_published_to_the_invalidation_hub(tmp_path):
     finally:
         services.close()
         hub.close()
+
+
+def without_action(body: bytes, action: bytes | None = None) -> bytes:
+    """The request with its action category removed (or its action id replaced)."""
+    import re
+
+    if action is not None:
+        return body.replace(b">read<", b">" + action + b"<")
+    cut = re.sub(rb"<Attributes\s+Category=\"[^\"]*attribute-category:action\".*?</Attributes>",
+                 b"", body, flags=re.S)
+    assert cut != body and b"action-id" not in cut
+    return cut
+
+
+@pytest.mark.parametrize("action", [None, b"", b"  "])
+def test_a_stream_request_without_an_action_is_told_so(gw, action):
+    """(issue 42) A request with no action was a bare 403 Deny: its denial now says the request
+    names no action, in the answer's XACML status message (XML or JSON Profile, as asked)
+    and for /explain. The decision is the PDP's, unchanged: /pdp answers the same request as
+    XACML says; a policy that grants whatever the action still permits it; a denial of a
+    request that has an action says nothing of actions; an unknown stream is 404 as ever."""
+    client, runtime, services, _ = gw
+    body = without_action((POLICIES / "lta-request.xml").read_bytes(), action)
+    hint = ("the request names no action (attribute urn:oasis:names:tc:xacml:1.0:action:"
+            "action-id in the category urn:oasis:names:tc:xacml:3.0:attribute-category:action)")
+    r = client.post("/requests", data=body, headers=auth_header("lta", **XML))
+    assert r.status_code == 403 and r.content_type.startswith("application/xacml+xml")
+    assert hint in r.get_data(as_text=True) and "<StatusMessage>" in r.get_data(as_text=True)
+    r = client.post("/explain", data=body, headers=auth_header("lta", **XML))
+    assert r.status_code == 403 and hint in r.get_data(as_text=True)
+    as_json = json.loads((POLICIES / "lta-request.json").read_text())
+    as_json["Request"].pop("Action", None)
+    as_json["Request"]["Category"] = [c for c in as_json["Request"].get("Category", [])
+                                      if "action" not in c.get("CategoryId", "")]
+    r = client.post("/requests", data=json.dumps(as_json),
+                    headers=auth_header("lta", **{"Content-Type": "application/xacml+json"}))
+    assert r.status_code == 403 and hint in r.get_data(as_text=True), r.data
+    assert runtime.attached == {}
+    # the PDP's own answer is XACML's, with no hint
+    r = client.post("/pdp", data=body, headers=auth_header("lta", **XML))
+    assert r.status_code == 200 and b"<Decision>" in r.data and b"names no action" not in r.data
+    # a denial of a complete request says nothing of actions
+    r = client.post("/requests", data=(POLICIES / "lta-request.xml").read_bytes().replace(
+        b">read<", b">delete<"), headers=auth_header("lta", **XML))
+    assert r.status_code == 403 and b"names no action" not in r.data
+    r = client.post("/requests", data=body.replace(b">weather<", b">nosuch<"),
+                    headers=auth_header("lta", **XML))
+    assert r.status_code == 404, r.json
+    # nea's own rule grants it every attribute, whatever the action: still a handle
+    r = client.post("/requests", data=body, headers=auth_header("nea", **XML))
+    assert r.status_code == 201, r.json

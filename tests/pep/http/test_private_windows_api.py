@@ -130,3 +130,93 @@ def test_budgets_shown_spent_refused_and_kept_across_a_restart(gw):
     assert r.json["privacy"]["admitted"] is False
     audit = (tmp_path / "data" / "audit" / "audit.log").read_text()
     assert "privacy budget spent" in audit and "sum_rainrate" not in audit
+
+
+def spend_all(client, runtime, state) -> str:
+    """A handle whose budget runs out with no reader connected: 24 windows paid, then ended."""
+    r = ask(client)
+    assert r.status_code == 201, r.json
+    handle_id = r.json["id"]
+    assert runtime.push(handle_id, windows(range(0, 40, 2)))
+    assert not runtime.push(handle_id, windows(range(40, 60, 2)))
+    for _ in range(200):
+        if not state["services"].handles.get(handle_id).live:
+            break
+        __import__("time").sleep(0.02)
+    assert state["services"].handles.get(handle_id).state.value == "ended"
+    return handle_id
+
+
+def read_lines(client, handle_id, **headers):
+    r = client.get(f"/handles/{handle_id}",
+                   headers=auth_header("lta", Accept="application/x-ndjson", **headers))
+    lines = [json.loads(line) for line in r.get_data().splitlines() if line.strip()] \
+        if r.status_code == 200 else r.json
+    return r.status_code, lines
+
+
+def test_the_paid_windows_stay_readable_after_the_budget_ran_out(gw):
+    """(issue 41, item 6) "the rows it was given stay readable before that event": also for a
+    reader that connects after the end (it was away, or reconnecting), since the windows are
+    paid for; once a reader was given the final event the handle is 410 like any ended one."""
+    client, runtime, state, _ = gw
+    handle_id = spend_all(client, runtime, state)
+    status, lines = read_lines(client, handle_id, **{"Last-Event-ID": "20"})
+    assert status == 200, lines
+    rows = [line for line in lines if "row" in line]
+    assert [w["row"]["window_start"] for w in rows] == [40, 42, 44, 46]
+    assert lines[-1]["event"] == "ended" and "privacy budget spent" in lines[-1]["reason"]
+    # the final event was given: the handle is gone now, with its state and reason
+    status, body = read_lines(client, handle_id)
+    assert status == 410 and body["state"] == "ended"
+    # the JSON description of an ended handle is a 410 throughout
+    r = client.get(f"/handles/{handle_id}", headers=auth_header("lta", Accept="application/json"))
+    assert r.status_code == 410
+
+
+def test_the_gateways_server_streams_the_kept_windows_too(gw):
+    """The same on the gateway's own server, where the event loop writes the stream."""
+    import requests
+
+    from pep.http.serving import HttpServer
+
+    client, runtime, state, _ = gw
+    handle_id = spend_all(client, runtime, state)
+    server = HttpServer(client.application, name="dp-gateway").start()
+    try:
+        url = f"{server.url}/handles/{handle_id}"
+        r = requests.get(url, headers=auth_header("lta", Accept="text/event-stream",
+                                                  **{"Last-Event-ID": "22"}), timeout=10)
+        assert r.status_code == 200, r.text
+        assert r.text.count("\ndata: {") == 3 and "event: ended" in r.text
+        assert "privacy budget spent" in r.text.rsplit("event: ended", 1)[1]
+        assert requests.get(url, headers=auth_header("lta"), timeout=10).status_code == 410
+    finally:
+        server.stop()
+
+
+def test_kept_windows_are_their_owners_only_and_go_after_their_time(gw):
+    client, runtime, state, _ = gw
+    handles = state["services"].handles
+    first = spend_all(client, runtime, state)
+    r = client.get(f"/handles/{first}", headers=auth_header("other", Accept="application/x-ndjson"))
+    assert r.status_code == 404  # another subject: as for no handle
+    assert client.delete(f"/handles/{first}", headers=auth_header("lta")).status_code == 410
+    # another consumer's handle (its own budget), kept for no time at all
+    handles.kept_for = 0.0
+    r = client.post("/requests", headers=auth_header("other"), data={
+        "request": (__import__("io").BytesIO(sensor_request(STREAM)), "r.xml",
+                    "application/xacml+xml"),
+        "query": (__import__("io").BytesIO(json.dumps(
+            {"window": {"type": "tuple", "size": 3, "step": 2}}).encode()), "q.json",
+            "application/json")}, content_type="multipart/form-data")
+    second = r.json["id"]
+    assert runtime.push(second, windows(range(0, 40, 2)))
+    assert not runtime.push(second, windows(range(40, 60, 2)))
+    for _ in range(200):
+        if not handles.get(second).live:
+            break
+        __import__("time").sleep(0.02)
+    r = client.get(f"/handles/{second}", headers=auth_header("other",
+                                                             Accept="application/x-ndjson"))
+    assert r.status_code == 410

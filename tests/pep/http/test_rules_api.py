@@ -162,7 +162,20 @@ def test_a_rule_reads_back_as_json_and_yaml_and_a_hand_written_policy_does_not(g
         "of tuples where rainrate > 5 (own filter before the window on rainrate) | anyone "
         "else: denied")
     r = client.get("/policies/urn:xsg:example:weather:nea-policy", headers=h("root", Accept=RULE))
-    assert r.status_code == 406 and "custom XACML" in r.json["error"]
+    # the word the list gave it (issue 42: the list said `xacml`, the 406 "custom XACML")
+    assert r.status_code == 406 and r.json["form"] == "xacml", r.json
+    assert "its form is 'xacml'" in r.json["error"] and "custom" not in r.json["error"]
+    # one the gateway cannot read by its grants: `custom` in the list, the summary and the 406
+    vitals = (POLICIES / "mls" / "vitals-policy.xml").read_bytes()
+    r = client.post("/policies", data=vitals, headers=h("root", **{"Content-Type": XML}))
+    assert r.status_code == 201, r.json
+    pid = r.json["id"]
+    assert r.json["form"] == "custom" and r.json["summary"].endswith("custom XACML")
+    listed = {p["id"]: p for p in client.get("/policies", headers=h("root")).json}
+    assert listed[pid]["form"] == "custom"
+    r = client.get(f"/policies/{pid}", headers=h("root", Accept=RULE))
+    assert r.status_code == 406 and r.json["form"] == "custom"
+    assert "its form is 'custom'" in r.json["error"]
 
 
 def test_the_xacml_may_be_edited_by_hand_and_still_reads_as_a_rule(gw):
@@ -174,7 +187,7 @@ def test_the_xacml_may_be_edited_by_hand_and_still_reads_as_a_rule(gw):
     assert r.status_code == 200 and r.json["form"] == "rule"
     back = client.get(f"/policies/{pid}", headers=h("own1", Accept=RULE)).json
     assert back["filter"] == "rainrate > 7" and back["version"] == "1.1"
-    # an edit the rule form cannot say: custom from then on, still a working policy
+    # an edit the rule form cannot say: `xacml` from then on, still a working policy
     xml = xml.replace(b"</Rule>", b'</Rule><Rule RuleId="x" Effect="Deny"/>')
     r = client.put(f"/policies/{pid}", data=xml, headers=h("own1", **{"Content-Type": XML}))
     assert r.status_code == 200 and r.json["form"] == "xacml"

@@ -332,6 +332,85 @@ def test_a_deleted_name_is_its_former_owners_and_starts_clean(gw):
     assert r.status_code == 201 and r.json["owner"] == "root"
 
 
+def test_a_deleted_streams_handles_stay_gone_when_the_name_comes_back(gw):
+    """(issue 41, item 6) A handle belongs to the stream it was opened on, not to its name:
+    once that stream is deleted its handles answer 404 like the stream, and keep answering 404
+    (never 410, never listed) after the former owner registers the name again, so that none of
+    them passes for one of the new stream's handles."""
+    client, runtime, services, data = gw
+    register(client)
+    register(client, who="root", name="open")
+    add_policy(client, gauge_policy())
+    add_policy(client, open_policy(), who="root")
+    add_policy(client, gauge_policy(("gauge", "open"), "urn:t:two"), who="root")
+    released = ask(client, "lta").json["id"]
+    assert client.delete(f"/handles/{released}", headers=bearer("lta")).status_code == 200
+    live = ask(client, "lta").json["id"]
+    joined = ask(client, "other", stream="open", join="gauge").json["id"]  # gauge: 2nd side
+    old = {"lta": [released, live], "other": [joined]}
+    assert client.get(f"/handles/{released}", headers=bearer("lta")).status_code == 410
+
+    def answers(who: str, handle_id: str) -> list:
+        out = []
+        for method, path in (("GET", f"/handles/{handle_id}"),
+                             ("DELETE", f"/handles/{handle_id}"),
+                             ("POST", f"/handles/{handle_id}/read-token")):
+            r = client.open(path, method=method,
+                            headers=bearer(who, Accept="application/json"))
+            out.append((r.status_code, r.json))
+        return out
+
+    never = {who: answers(who, "n0SuchHandle" * 4) for who in old}
+    assert all(status == 404 for who in old for status, _ in never[who]), never
+
+    def check_gone() -> None:
+        for who, ids in old.items():
+            for handle_id in ids:
+                assert answers(who, handle_id) == never[who], (who, handle_id)
+            listed = {h["id"] for h in client.get("/handles",
+                                                  headers=bearer(who)).json["handles"]}
+            assert not listed & set(ids), (who, listed)
+
+    assert client.delete("/streams/gauge", headers=bearer("acme")).status_code == 200
+    check_gone()
+    register(client)  # the former owner takes the name again: a new stream
+    check_gone()
+    fresh = ask(client, "lta")
+    assert fresh.status_code == 201 and fresh.json["id"] not in old["lta"]
+    listed = [h["id"] for h in client.get("/handles", headers=bearer("lta")).json["handles"]]
+    assert listed == [fresh.json["id"]]
+    check_gone()
+    # a later deletion sets the new stream's handles apart too; "open"'s own are untouched
+    assert client.delete("/streams/gauge", headers=bearer("acme")).status_code == 200
+    register(client)
+    old["lta"].append(fresh.json["id"])
+    check_gone()
+    mine = ask(client, "other", stream="open")
+    assert mine.status_code == 201, mine.json
+    assert client.get(f"/handles/{mine.json['id']}", headers=bearer(
+        "other", Accept="application/json")).status_code == 200
+
+
+def test_a_failed_deletion_gives_the_stream_its_handles_back(gw, monkeypatch):
+    """A deletion that fails half-way puts the stream back: its handles stay revoked, and are
+    its owners' again (410, listed), not set apart as a deleted stream's."""
+    client, runtime, services, data = gw
+    register(client)
+    add_policy(client, gauge_policy())
+    handle_id = ask(client, "lta").json["id"]
+
+    def broken(*_args, **_kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(services.catalog, "finish_delete", broken)
+    assert client.delete("/streams/gauge", headers=bearer("acme")).status_code == 503
+    monkeypatch.undo()
+    r = client.get(f"/handles/{handle_id}", headers=bearer("lta", Accept="application/json"))
+    assert r.status_code == 410 and r.json["state"] == "revoked"
+    assert handle_id in {h["id"] for h in client.get("/handles",
+                                                     headers=bearer("lta")).json["handles"]}
+
+
 def test_keep_data_keeps_the_files_until_the_sweep(gw):
     client, _, services, data = gw
     register(client)
