@@ -220,6 +220,10 @@ class PolicyEngine:
         """The top-level documents in root order."""
         return tuple(self._by_slot.values())
 
+    def documents(self) -> tuple[CompiledPolicy, ...]:
+        """The top-level documents, compiled, in root order (what the linter reads)."""
+        return tuple(self._by_slot.values())
+
     # -- building
 
     @classmethod
