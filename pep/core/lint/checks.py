@@ -377,21 +377,23 @@ def _combined(run: _Run, p: RulePath, q: RulePath) -> bool:
 
 
 def _pairs(run: _Run, permits: list[RulePath], by_name: dict[str, LintStream]) -> None:
-    for i, p in enumerate(permits):
-        for q in permits[i + 1:]:
-            if not run.wanted(p.document, q.document) or not _combined(run, p, q):
-                continue
-            if contradiction(p.targets + q.targets) is not None:
-                continue
-            if p.computed or q.computed:
-                continue  # values known only at decision time: not judged
-            names = set(by_name)
-            for r in (p, q):
-                pinned = pinned_values(r.targets, RESOURCE_KEY)
-                if pinned is not None:
-                    names &= {str(v) for v in pinned}
-            for name in sorted(names):
-                _pair_on(run, p, q, by_name[name])
+    """Every pair of Permit rules one of which is in focus (in root order)."""
+    focused = [i for i, p in enumerate(permits) if run.wanted(p.document)]
+    pairs = ((min(i, j), max(i, j)) for i in focused for j in range(len(permits))
+             if j != i and (j > i or not run.wanted(permits[j].document)))
+    for i, j in pairs:
+        p, q = permits[i], permits[j]
+        if not _combined(run, p, q) or contradiction(p.targets + q.targets) is not None:
+            continue
+        if p.computed or q.computed:
+            continue  # values known only at decision time: not judged
+        names = set(by_name)
+        for r in (p, q):
+            pinned = pinned_values(r.targets, RESOURCE_KEY)
+            if pinned is not None:
+                names &= {str(v) for v in pinned}
+        for name in sorted(names):
+            _pair_on(run, p, q, by_name[name])
 
 
 def _pair_on(run: _Run, p: RulePath, q: RulePath, stream: LintStream) -> None:
