@@ -18,8 +18,12 @@ install: check-java $(STAMP) kafka-jars
 check-java:
 	@deploy/check_java.sh
 
+# `make run PORT=9000 PROXY_PORT=9001`: the gateway's port (default 8080, or XSG_PORT) and its
+# caching proxy's (default the gateway's + 1, else 8081); the banner prints the URLs.
+PORT ?=
+PROXY_PORT ?= $(if $(PORT),$(shell expr $(PORT) + 1),8081)
 run: install
-	$(VENV)/bin/xsg serve --proxy-port 8081
+	$(VENV)/bin/xsg serve $(if $(PORT),--port $(PORT)) --proxy-port $(PROXY_PORT)
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a test file each at a time: most of
 # its time is spent waiting on Spark's micro-batches and on child processes, not computing, so

@@ -1,9 +1,11 @@
 """Bearer-token authentication and the identity a request is decided as.
 
 The gateway never trusts who a XACML request says its subject is: the subject is whoever
-authenticated. Tokens come from an auth file (JSON list of
-`{"token", "subject", "roles": [...], "admin": bool, "attributes": {id: value or [values]}}`)
-and are compared in constant time
+authenticated. Tokens come from an auth file: a JSON list of
+`{"token", "subject", "roles": [...], "admin": bool, "attributes": {id: value or [values]}}`,
+or an object `{"tokens": [that list], "role_hierarchy": {"role": ["role it inherits", ...]}}`
+whose hierarchy (`pdp.roles`) widens every identity's roles with the roles they inherit (a
+cycle is refused when the file is read). Tokens are compared in constant time
 (every entry is compared, on SHA-256 digests, so neither the position of the match nor the
 token's length shows in the timing).
 
@@ -13,7 +15,9 @@ thread once `watch()` is called, so that a change is noticed without any request
 `reload()` (`xsg serve` calls it on SIGHUP); a new file that does not load is logged and the
 previous tokens stay in force. After every re-read that is used, its listeners hear which
 subjects' identities changed (`changed_subjects`: added, removed, or with other roles, admin
-flag or attributes), so that the gateway can re-decide those subjects' live handles at once
+flag or attributes; roles as the hierarchy widens them, so a changed hierarchy changes exactly
+the subjects whose roles it widens differently), and its hierarchy listeners hear of a changed
+hierarchy (the JWT side re-decides its own subjects with it), so that the gateway can re-decide those subjects' live handles at once
 (`pep.handles.revocation`). OIDC / JWT bearer tokens are `pdp.oidc`'s.
 """
 from __future__ import annotations
@@ -31,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Union
 
+from pdp.roles import NO_HIERARCHY, RoleHierarchy, RoleHierarchyError
+
 log = logging.getLogger(__name__)
 
 
@@ -46,6 +52,8 @@ WATCH_INTERVAL = 0.25  # seconds between two looks at the auth file by its watch
 # `listener(subjects, source)`: these subjects' identities changed (`source` says how, for logs
 # and the audit trail: "auth file", "new token claims").
 IdentityListener = Callable[[frozenset, str], None]
+# `listener(previous, current)`: the auth file's role hierarchy changed.
+HierarchyListener = Callable[[RoleHierarchy, RoleHierarchy], None]
 
 
 @dataclass(frozen=True)
@@ -109,9 +117,11 @@ def bearer_token(authorization: str | None) -> str | None:
 
 
 class TokenAuthenticator:
-    """Maps bearer tokens to identities."""
+    """Maps bearer tokens to identities; an identity's roles are widened with `hierarchy`."""
 
-    def __init__(self, entries: Iterable[tuple[str, Identity]]) -> None:
+    def __init__(self, entries: Iterable[tuple[str, Identity]],
+                 hierarchy: RoleHierarchy = NO_HIERARCHY) -> None:
+        self.hierarchy = hierarchy
         # Keyed by the SHA-256 of the token: a lookup reveals nothing usable through timing (an
         # attacker controls the token, not its digest) and costs the same with 3 tokens or 3,000.
         self._by_digest: dict[bytes, Identity] = {}
@@ -119,6 +129,8 @@ class TokenAuthenticator:
         for token, identity in entries:
             if not token:
                 raise AuthFileError(f"empty token for subject {identity.subject!r}")
+            if hierarchy:
+                identity = with_inherited_roles(identity, hierarchy)
             d = _digest(token)
             if d in self._by_digest:
                 raise AuthFileError(f"token for subject {identity.subject!r} is used twice")
@@ -145,7 +157,7 @@ class TokenAuthenticator:
             raise AuthFileError(f"auth file {path} is not valid JSON: {exc.msg} "
                                 f"(line {exc.lineno}, column {exc.colno})") from None
         try:
-            return cls(parse_auth_entries(data, str(path)))
+            return cls(*parse_auth_file(data, str(path)))
         except AuthFileError as exc:
             if str(path) in str(exc):
                 raise
@@ -175,6 +187,14 @@ class TokenAuthenticator:
     @property
     def subjects(self) -> frozenset[str]:
         return frozenset(self._all_by_subject)
+
+
+def with_inherited_roles(identity: Identity, hierarchy: RoleHierarchy) -> Identity:
+    """The identity whose roles are its own and every role they inherit (`pdp.roles`)."""
+    roles = hierarchy.expand(identity.roles)
+    if roles == identity.roles:
+        return identity
+    return Identity(identity.subject, roles, identity.admin, identity.attributes)
 
 
 def changed_subjects(old: TokenAuthenticator, new: TokenAuthenticator) -> frozenset[str]:
@@ -218,12 +238,23 @@ class TokenFileAuthenticator:
         self._checked = clock()
         self.reloads = 0  # successful re-reads (observable in tests)
         self._listeners: list[IdentityListener] = []
+        self._hierarchy_listeners: list[HierarchyListener] = []
         self._watch_stop = threading.Event()
         self._watcher: threading.Thread | None = None
 
     def add_listener(self, callback: IdentityListener) -> None:
         """`callback(subjects, "auth file")` after every re-read that changed some identity."""
         self._listeners.append(callback)
+
+    def add_hierarchy_listener(self, callback: HierarchyListener) -> None:
+        """`callback(previous, current)` after every re-read that changed the role hierarchy
+        (after the identity listeners)."""
+        self._hierarchy_listeners.append(callback)
+
+    @property
+    def hierarchy(self) -> RoleHierarchy:
+        """The role hierarchy of the file in force."""
+        return self._current.hierarchy
 
     def _stat(self) -> tuple | None:
         try:
@@ -235,8 +266,9 @@ class TokenFileAuthenticator:
     def reload(self) -> bool:
         """Re-read the file now (SIGHUP); True when the new tokens are in force."""
         with self._lock:
+            previous = self._current
             changed = self._load(self._stat(), force=True)
-        self._announce(changed)
+        self._announce(changed, previous)
         return changed is not None
 
     def _load(self, signature: tuple | None, force: bool = False) -> frozenset[str] | None:
@@ -260,14 +292,22 @@ class TokenFileAuthenticator:
                  len(fresh.identities), len(changed))
         return changed
 
-    def _announce(self, changed: frozenset[str] | None) -> None:
-        if not changed:
+    def _announce(self, changed: frozenset[str] | None, previous: TokenAuthenticator) -> None:
+        if changed is None:
             return
-        for callback in list(self._listeners):
+        for callback in list(self._listeners) if changed else ():
             try:
                 callback(changed, "auth file")
             except Exception:  # noqa: BLE001 - the new tokens are in force whatever a listener does
                 log.exception("identity listener failed after reloading %s", self.path)
+        current = self._current
+        if current.hierarchy == previous.hierarchy:
+            return
+        for hierarchy_callback in list(self._hierarchy_listeners):
+            try:
+                hierarchy_callback(previous.hierarchy, current.hierarchy)
+            except Exception:  # noqa: BLE001 - as above
+                log.exception("role hierarchy listener failed after reloading %s", self.path)
 
     def _maybe_reload(self, force: bool = False) -> None:
         now = self._clock()
@@ -276,6 +316,7 @@ class TokenFileAuthenticator:
         if not self._lock.acquire(blocking=False):
             return  # another thread is looking; use the tokens in force meanwhile
         changed = None
+        previous = self._current
         try:
             self._checked = now
             signature = self._stat()
@@ -283,7 +324,7 @@ class TokenFileAuthenticator:
                 changed = self._load(signature)
         finally:
             self._lock.release()
-        self._announce(changed)
+        self._announce(changed, previous)
 
     def poll(self) -> None:
         """Look at the file now (the watcher's step): re-read it if it changed on disk."""
@@ -334,6 +375,29 @@ class TokenFileAuthenticator:
         return self._current.identities_of(subject)
 
 
+def parse_auth_file(data: Any, where: str = "auth file"
+                    ) -> tuple[list[tuple[str, Identity]], RoleHierarchy]:
+    """The auth file's JSON, in either form: a list of entries, or an object with `tokens`
+    (that list) and `role_hierarchy` (role -> roles it inherits; a cycle is an error). The
+    entries' identities carry the roles they were given; `TokenAuthenticator` widens them."""
+    if not isinstance(data, dict):
+        return parse_auth_entries(data, where), NO_HIERARCHY
+    if "tokens" not in data:
+        raise AuthFileError(f"{where}: expected a JSON list of entries, or an object with "
+                            "'tokens' (that list) and 'role_hierarchy'; found an object without "
+                            "'tokens'")
+    unknown = set(data) - {"tokens", "role_hierarchy"}
+    if unknown:
+        raise AuthFileError(f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
+                            "the object form has 'tokens' and 'role_hierarchy'")
+    try:
+        hierarchy = RoleHierarchy.parse(data.get("role_hierarchy", {}),
+                                        f"{where}: role_hierarchy")
+    except RoleHierarchyError as exc:
+        raise AuthFileError(str(exc)) from None
+    return parse_auth_entries(data["tokens"], f"{where}: tokens"), hierarchy
+
+
 def parse_auth_entries(data: Any, where: str = "auth file") -> list[tuple[str, Identity]]:
     """Validate the auth file's JSON; every error names the entry and the field."""
     if not isinstance(data, list):
@@ -366,8 +430,9 @@ def parse_auth_entries(data: Any, where: str = "auth file") -> list[tuple[str, I
     return entries
 
 
-def write_auth_file(path: str | Path, entries: list[dict]) -> None:
-    """Write an auth file readable by its owner only (it holds secrets)."""
+def write_auth_file(path: str | Path, entries: list[dict] | dict) -> None:
+    """Write an auth file readable by its owner only (it holds secrets): a list of entries, or
+    the object form with `tokens` and `role_hierarchy`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

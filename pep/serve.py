@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -116,10 +117,15 @@ def reload_on_sighup(services: GatewayServices) -> Iterator[None]:
         signal.signal(signal.SIGHUP, previous)
 
 
-def _banner(services: GatewayServices, server: HttpServer, out: TextIO) -> None:
+def _banner(services: GatewayServices, server: HttpServer, out: TextIO,
+            proxy_url: str | None = None) -> None:
     config = services.config
     base = config.public_base_url(server.port)
     print(f"xsg gateway listening on {server.url} (public URL {base})", file=out)
+    print(f"  console   {base}/console   (the web console, in a browser)", file=out)
+    if proxy_url is not None:
+        print(f"  proxy     {proxy_url} (caching proxy in front of the gateway; stats at "
+              "/proxy/stats)", file=out)
     print(f"  health    GET  {base}/health", file=out)
     print(f"  decide    POST {base}/pdp", file=out)
     print(f"  policies  GET|POST {base}/policies", file=out)
@@ -131,18 +137,29 @@ def _banner(services: GatewayServices, server: HttpServer, out: TextIO) -> None:
     print(f"  {len(policies)} policies loaded"
           + (f" ({len(services.seeded)} seeded from {config.policies_dir})" if services.seeded else ""),
           file=out)
+    token = None
     if config.uses_demo_auth:
         state = "created" if services.demo_auth_created else "from"
         print(f"  demo tokens ({state} {config.demo_auth_path}):", file=out)
-        for entry in json.loads(config.demo_auth_path.read_text(encoding="utf-8")):
+        entries = json.loads(config.demo_auth_path.read_text(encoding="utf-8"))
+        for entry in entries:
             # the roles the PDP will see for this subject, as the file gives them; "admin" is
             # the gateway's own right to manage policies and streams, not an XACML role
             roles = ", ".join(entry.get("roles") or []) or "no roles"
             admin = "  + admin" if entry.get("admin") else ""
             print(f"    {entry['subject']:<6} {entry['token']}  roles: {roles}{admin}", file=out)
-        print(f"  try: curl -H 'Authorization: Bearer <token>' {base}/policies", file=out)
+        admin_entry = next((e for e in entries if e.get("admin")), None)
+        if admin_entry is not None:
+            token = str(admin_entry["token"])
+            print(f"  for the xsg CLI and curl, as {admin_entry['subject']} (an administrator), "
+                  "paste:", file=out)
     else:
         print(f"  auth file {config.auth_file}", file=out)
+    if token is None:
+        print("  for the xsg CLI and curl, paste (with your token):", file=out)
+    print(f"    export XSG_URL={shlex.quote(base)}", file=out)
+    print(f"    export XSG_TOKEN={shlex.quote(token) if token else '<token>'}", file=out)
+    print('  try: curl -H "Authorization: Bearer $XSG_TOKEN" "$XSG_URL/policies"', file=out)
     out.flush()
 
 
@@ -159,7 +176,7 @@ def gateway_server(app, config: GatewayConfig) -> HttpServer:
                       forwarded_allow_ips=config.forwarded_allow_ips)
 
 
-def start_proxy(config: GatewayConfig, gateway_url: str, out: TextIO) -> subprocess.Popen:
+def start_proxy(config: GatewayConfig, gateway_url: str) -> subprocess.Popen:
     """The caching proxy as a child process beside the gateway.
 
     The feed token and webhook key travel in its environment, never on a command line."""
@@ -173,11 +190,15 @@ def start_proxy(config: GatewayConfig, gateway_url: str, out: TextIO) -> subproc
         # file also holds that CA), and serves HTTPS itself with the same pair
         env.update(XSG_PROXY_UPSTREAM_CA=str(config.tls_cert),
                    XSG_PROXY_TLS_CERT=str(config.tls_cert), XSG_PROXY_TLS_KEY=str(config.tls_key))
-    proc = subprocess.Popen(cmd, env=env)
+    return subprocess.Popen(cmd, env=env)
+
+
+def proxy_url(config: GatewayConfig) -> str:
+    """The URL clients use for the proxy `xsg serve --proxy-port` runs beside the gateway."""
     host = config.host if config.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
-    print(f"  proxy     {config.scheme}://{host}:{config.proxy_port} (caching proxy in front of the gateway; "
-          f"stats at /proxy/stats)", file=out, flush=True)
-    return proc
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{config.scheme}://{host}:{config.proxy_port}"
 
 
 def serve(config: GatewayConfig, services: GatewayServices | None = None,
@@ -201,9 +222,9 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
 
     def started() -> None:
         tune_gc()  # what start-up built stays; see GC_THRESHOLDS
-        _banner(services, server, out)
         if config.proxy_port:
-            proxy.append(start_proxy(config, server.url, out))
+            proxy.append(start_proxy(config, server.url))
+        _banner(services, server, out, proxy_url(config) if config.proxy_port else None)
 
     def stopping() -> None:
         print("stopping...", file=out, flush=True)
@@ -213,6 +234,9 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
                 child.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 child.kill()
+        # requests arriving from now on are refused (503), those running finish, before the
+        # stream side closes its databases under them
+        server.quiesce("the gateway is stopping")
         services.close_stream_side()  # readers end first, or the server waits for them forever
 
     try:
@@ -223,5 +247,5 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
     return 0
 
 
-__all__ = ["PortUnavailable", "StartupProgress", "check_port", "gateway_server", "serve",
-           "start_proxy"]
+__all__ = ["PortUnavailable", "StartupProgress", "check_port", "gateway_server", "proxy_url",
+           "serve", "start_proxy"]

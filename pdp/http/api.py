@@ -1,7 +1,8 @@
-"""The PDP's HTTP face: health, decisions (POST /pdp) and the PAP (/policies).
+"""The PDP's HTTP face: health, decisions (POST /pdp, and AuthZEN's /access/v1/...) and the
+PAP (/policies).
 
-The routes are module-level functions: decisions in `pdp.http.decisions`, the PAP in
-`pdp.http.policies`, health here; `create_pdp_blueprint` gives an app a blueprint over them and
+The routes are module-level functions: decisions in `pdp.http.decisions` and
+`pdp.http.authzen`, the PAP in `pdp.http.policies`, health here; `create_pdp_blueprint` gives an app a blueprint over them and
 keeps its parameters (`PdpRoutes`, `pdp.http.context`) in the app's extensions, where each
 route finds them (`current_pdp()`). A route answers only what it was asked for: what went wrong it raises
 as a kind (`pdp.refusals`, the PDP's own errors), and the HTTP layer's one error table
@@ -27,6 +28,10 @@ from pdp.http.context import (
     PDP_EXTENSION, CheckPolicy, Describe, Environment, PdpRoutes, PolicyFormat, WhatIf,
     current_pdp, read_body,
 )
+from pdp.http.authzen import (
+    CONFIGURATION_PATH, EVALUATION_PATH, EVALUATIONS_PATH, authzen_configuration,
+    authzen_evaluation, authzen_evaluations, echo_request_id,
+)
 from pdp.http.decisions import decide, decide_as
 from pdp.http.policies import (
     STORED_NOT_YOURS, add_policies, add_policy, delete_policy, get_policy, list_policies,
@@ -44,8 +49,11 @@ def create_pdp_blueprint(service: PolicyService,
                          health_details: Callable[[], dict[str, Any]] | None = None,
                          formats: Sequence[PolicyFormat] = (),
                          what_if: WhatIf | None = None,
-                         describe: Describe | None = None) -> Blueprint:
-    """Routes: GET /health, POST /pdp, and the PAP under /policies.
+                         describe: Describe | None = None,
+                         base_url: str | None = None) -> Blueprint:
+    """Routes: GET /health, POST /pdp, AuthZEN 1.0 (POST /access/v1/evaluation and
+    /access/v1/evaluations, GET /.well-known/authzen-configuration, whose URLs start with
+    `base_url`, else with the URL a request reached us by), and the PAP under /policies.
 
     `health_details()` adds the embedder's own parts to GET /health (the gateway: its streams);
     a non-empty `problems` list among them makes the status `degraded` (still 200: decisions
@@ -64,11 +72,15 @@ def create_pdp_blueprint(service: PolicyService,
     prospect)`, the change computed against the live engine) and nothing is applied."""
     bp = Blueprint("pdp", __name__)
     routes = PdpRoutes(service, may_manage, check_policy, environment, health_details,
-                       tuple(formats), what_if, describe)
+                       tuple(formats), what_if, describe, base_url)
     bp.record_once(lambda state: state.app.extensions.__setitem__(PDP_EXTENSION, routes))
     bp.before_request(engine_loaded)
+    bp.after_request(echo_request_id)
     bp.add_url_rule("/health", view_func=health, methods=["GET"])
     bp.add_url_rule("/pdp", view_func=decide, methods=["POST"])
+    bp.add_url_rule(EVALUATION_PATH, view_func=authzen_evaluation, methods=["POST"])
+    bp.add_url_rule(EVALUATIONS_PATH, view_func=authzen_evaluations, methods=["POST"])
+    bp.add_url_rule(CONFIGURATION_PATH, view_func=authzen_configuration, methods=["GET"])
     bp.add_url_rule("/policies", view_func=list_policies, methods=["GET"])
     bp.add_url_rule("/policies", view_func=add_policy, methods=["POST"])
     # ids may hold "//"
@@ -84,9 +96,11 @@ def create_pdp_blueprint(service: PolicyService,
 
 
 def engine_loaded() -> FlaskResponse | None:
-    """Every PDP route but /health waits for the engine (503 until it is loaded)."""
+    """Every PDP route but /health and AuthZEN's metadata waits for the engine (503 until it
+    is loaded)."""
     pdp = current_pdp()
-    if not pdp.service.ready and request.endpoint != "pdp.health":
+    if not pdp.service.ready and request.endpoint not in ("pdp.health",
+                                                          "pdp.authzen_configuration"):
         raise Unavailable("policy engine not loaded; see GET /health")
     return None
 

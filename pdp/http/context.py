@@ -70,6 +70,7 @@ class PdpRoutes:
     formats: Sequence[PolicyFormat] = ()
     what_if: WhatIf | None = None
     describe: Describe | None = None
+    base_url: str | None = None  # the public URL AuthZEN's metadata names; None: the request's
 
     def described(self, stored: StoredPolicy) -> dict[str, Any]:
         return self.describe(stored) if self.describe is not None else {}

@@ -3,12 +3,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import logging
+
 from pdp.auth import (
     WATCH_INTERVAL, Identity, IdentityListener, TokenAuthenticator, TokenFileAuthenticator,
     bearer_token,
 )
 from pdp.oidc.settings import OidcSettings
 from pdp.oidc.tokens import JwtAuthenticator, looks_like_jwt
+from pdp.roles import RoleHierarchy
+
+log = logging.getLogger(__name__)
 
 
 class CompositeAuthenticator:
@@ -16,12 +21,34 @@ class CompositeAuthenticator:
 
     `authenticate_header` returns the caller's identity, None for no or an unknown opaque
     token, and raises `AuthenticationFailed` for a JWT it refuses (the reason goes to the
-    caller). `identities` lists the token file's identities, then the remembered JWT ones."""
+    caller). `identities` lists the token file's identities, then the remembered JWT ones.
+
+    The token file's role hierarchy widens JWT identities too (with the token's own, when
+    `oidc.role_hierarchy_claim` names one): when the file's hierarchy changes, the JWT subjects
+    whose roles it widens differently are announced to the listeners like any identity
+    change (source "role hierarchy (auth file)")."""
 
     def __init__(self, tokens: TokenFileAuthenticator | TokenAuthenticator | None,
                  jwt: JwtAuthenticator | None = None) -> None:
         self.tokens = tokens
         self.jwt = jwt
+        self._listeners: list[IdentityListener] = []
+        if tokens is not None and jwt is not None:
+            file = tokens
+            jwt.follow_hierarchy(lambda: file.hierarchy)
+            if isinstance(file, TokenFileAuthenticator):
+                file.add_hierarchy_listener(self._file_hierarchy_changed)
+
+    def _file_hierarchy_changed(self, previous: RoleHierarchy, current: RoleHierarchy) -> None:
+        subjects = self.jwt.subjects_changed_by(previous, current) if self.jwt is not None \
+            else frozenset()
+        if not subjects:
+            return
+        for callback in list(self._listeners):
+            try:
+                callback(subjects, "role hierarchy (auth file)")
+            except Exception:  # noqa: BLE001 - the new hierarchy is in force whatever happens
+                log.exception("identity listener failed after the role hierarchy changed")
 
     def authenticate(self, token: str | None) -> Identity | None:
         if not token:
@@ -44,7 +71,9 @@ class CompositeAuthenticator:
 
     def add_listener(self, callback: IdentityListener) -> None:
         """`callback(subjects, source)` whenever subjects' identities change: the token file
-        re-read (on disk, by the watcher, on SIGHUP) or a JWT with other claims."""
+        re-read (on disk, by the watcher, on SIGHUP), a JWT with other claims, or the file's
+        role hierarchy changed for JWT subjects."""
+        self._listeners.append(callback)
         for source in (self.tokens, self.jwt):
             add = getattr(source, "add_listener", None)
             if add is not None:

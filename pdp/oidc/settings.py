@@ -26,6 +26,9 @@ class OidcSettings:
     subject_claim: str = "sub"
     roles_claims: tuple[str, ...] = ("realm_access.roles", "roles")
     admin_role: str | None = None  # a caller with this role is an administrator
+    # a claim (dotted path) holding a role hierarchy, {"role": ["role it inherits", ...]}; the
+    # token's roles are widened with it and with the auth file's (`pdp.roles`). None: not read
+    role_hierarchy_claim: str | None = None
     attributes: tuple[tuple[str, str], ...] = ()  # (XACML attribute id, claim path)
     jwks_cache_seconds: float = 300.0  # keys are fetched again after this long
     jwks_refetch_seconds: float = 10.0  # at most one fetch per period for an unknown kid
@@ -67,6 +70,9 @@ class OidcSettings:
                                                        low=0.001, high=86400))
         if not self.subject_claim:
             raise ValueError("oidc.subject_claim must name a claim")
+        if self.role_hierarchy_claim is not None and (
+                not isinstance(self.role_hierarchy_claim, str) or not self.role_hierarchy_claim):
+            raise ValueError("oidc.role_hierarchy_claim must name a claim (or be unset)")
         for attribute_id, claim in self.attributes:
             if not claim or not isinstance(claim, str):
                 raise ValueError(f"oidc.attributes: {attribute_id!r} must name a claim path")

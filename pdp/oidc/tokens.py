@@ -11,11 +11,15 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pdp.auth import AttributeValue, Identity, IdentityListener, parse_identity_attributes
+from pdp.auth import (
+    AttributeValue, Identity, IdentityListener, parse_identity_attributes, with_inherited_roles,
+)
+from pdp.roles import NO_HIERARCHY, RoleHierarchy, RoleHierarchyError
 from pdp.numbers import END_EPOCH_SECONDS, NumberError, check_float
 from pdp.oidc.errors import InvalidToken
 from pdp.oidc.jwks import JwksCache
@@ -73,18 +77,33 @@ def _attribute_values(value: Any) -> tuple[AttributeValue, ...] | None:
     return tuple(values[:1024])
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """What the last verified token of a subject said: its identity with the roles the token
+    gives (not widened), the token's own role hierarchy, and when the token expires. The
+    identity a decision sees is widened with that hierarchy and the auth file's, as it is
+    then (`JwtAuthenticator.identity_for`)."""
+
+    identity: Identity
+    hierarchy: RoleHierarchy
+    exp: float
+
+
 class JwtAuthenticator:
     """Verifies JWTs of one issuer and maps their claims to identities (module docstring)."""
 
     def __init__(self, settings: OidcSettings, keys: JwksCache | None = None,
                  remember_file: str | Path | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 hierarchy: Callable[[], RoleHierarchy] | None = None) -> None:
         self.settings = settings
         self.keys = keys or JwksCache(settings)
         self._clock = clock
         self._lock = threading.Lock()
-        # subject -> (identity, exp of the last token seen), most recent last
-        self._remembered: OrderedDict[str, tuple[Identity, float]] = OrderedDict()
+        # the auth file's role hierarchy of the moment (`CompositeAuthenticator` gives it)
+        self._file_hierarchy: Callable[[], RoleHierarchy] = hierarchy or (lambda: NO_HIERARCHY)
+        # subject -> what its last token said, most recent last
+        self._remembered: OrderedDict[str, _Seen] = OrderedDict()
         self._remember_file = Path(remember_file) if remember_file is not None else None
         self._listeners: list[IdentityListener] = []
         if self._remember_file is not None:
@@ -94,6 +113,10 @@ class JwtAuthenticator:
         """`callback({subject}, "new token claims")` when a verified token changes the identity
         remembered for its subject (module docstring)."""
         self._listeners.append(callback)
+
+    def follow_hierarchy(self, hierarchy: Callable[[], RoleHierarchy]) -> None:
+        """Widen every JWT identity with `hierarchy()` too (the auth file's, read per use)."""
+        self._file_hierarchy = hierarchy
 
     def authenticate(self, token: str) -> Identity:
         """The identity a valid token stands for; raises `InvalidToken` saying why not."""
@@ -146,11 +169,39 @@ class JwtAuthenticator:
                                   high=MAX_EXP)
         except NumberError as exc:
             raise InvalidToken(exc.message) from None
-        identity = self.identity_from(claims)
-        self._remember(identity, expires)
+        own, hierarchy = self._claimed(claims)
+        seen = _Seen(own, hierarchy, expires)
+        identity = self._effective(seen)
+        self._remember(seen)
         return identity
 
     def identity_from(self, claims: Mapping[str, Any]) -> Identity:
+        """The identity these (verified) claims stand for, its roles widened with the token's
+        role hierarchy and the auth file's."""
+        own, hierarchy = self._claimed(claims)
+        return self._effective(_Seen(own, hierarchy, 0.0))
+
+    def _effective(self, seen: _Seen) -> Identity:
+        hierarchy = seen.hierarchy.union(self._file_hierarchy())
+        return with_inherited_roles(seen.identity, hierarchy) if hierarchy else seen.identity
+
+    def _claimed(self, claims: Mapping[str, Any]) -> tuple[Identity, RoleHierarchy]:
+        """The identity with the token's own roles, and the token's role hierarchy (checked,
+        alone and with the auth file's: a cycle refuses the token)."""
+        identity = self._claimed_identity(claims)
+        path = self.settings.role_hierarchy_claim
+        value = claim(claims, path) if path is not None else None
+        if value is None:
+            return identity, NO_HIERARCHY
+        try:
+            hierarchy = RoleHierarchy.parse(value, f"token claim {path!r}")
+            hierarchy.union(self._file_hierarchy()).check_acyclic(
+                f"token claim {path!r} with the auth file's role_hierarchy")
+        except RoleHierarchyError as exc:
+            raise InvalidToken(str(exc)) from None
+        return identity, hierarchy
+
+    def _claimed_identity(self, claims: Mapping[str, Any]) -> Identity:
         s = self.settings
         subject = claim(claims, s.subject_claim)
         if not isinstance(subject, str) or not subject.strip():
@@ -174,45 +225,63 @@ class JwtAuthenticator:
     # -- identities of JWT callers, for re-decisions ----------------------------------------------
 
     def identity_for(self, subject: str) -> Identity | None:
-        """The last identity verified for `subject` (module docstring), or None."""
+        """The last identity verified for `subject` (module docstring), its roles widened with
+        its token's hierarchy and the auth file's as they are now; or None."""
         with self._lock:
-            entry = self._remembered.get(subject)
-        return entry[0] if entry is not None else None
+            seen = self._remembered.get(subject)
+        return self._effective(seen) if seen is not None else None
 
     def expiry_of(self, subject: str) -> float | None:
         """When the last token seen for `subject` expires (epoch seconds), or None."""
         with self._lock:
-            entry = self._remembered.get(subject)
-        return entry[1] if entry is not None else None
+            seen = self._remembered.get(subject)
+        return seen.exp if seen is not None else None
 
     @property
     def identities(self) -> list[Identity]:
         with self._lock:
-            return [identity for identity, _ in self._remembered.values()]
+            remembered = list(self._remembered.values())
+        return [self._effective(seen) for seen in remembered]
 
-    def _remember(self, identity: Identity, exp: float) -> None:
+    def subjects_changed_by(self, previous: RoleHierarchy, current: RoleHierarchy
+                            ) -> frozenset[str]:
+        """The remembered subjects whose roles the auth file's hierarchy widens differently
+        now (`current`) than before (`previous`)."""
         with self._lock:
-            previous = self._remembered.pop(identity.subject, None)
-            self._remembered[identity.subject] = (identity, exp)
+            remembered = list(self._remembered.values())
+        return frozenset(
+            seen.identity.subject for seen in remembered
+            if seen.hierarchy.union(previous).expand(seen.identity.roles)
+            != seen.hierarchy.union(current).expand(seen.identity.roles))
+
+    def _remember(self, seen: _Seen) -> None:
+        subject = seen.identity.subject
+        with self._lock:
+            previous = self._remembered.pop(subject, None)
+            self._remembered[subject] = seen
             while len(self._remembered) > MAX_REMEMBERED:
                 self._remembered.popitem(last=False)
-            changed = previous is None or previous[0] != identity
+            changed = previous is None or (previous.identity, previous.hierarchy) != (
+                seen.identity, seen.hierarchy)
             if changed and self._remember_file is not None:
                 self._save_remembered()
-        if previous is not None and previous[0] != identity:
+        if previous is not None and self._effective(previous) != self._effective(seen):
             for callback in list(self._listeners):
                 try:
-                    callback(frozenset({identity.subject}), "new token claims")
+                    callback(frozenset({subject}), "new token claims")
                 except Exception:  # noqa: BLE001 - the caller is authenticated whatever happens
-                    log.exception("identity listener failed for subject %r", identity.subject)
+                    log.exception("identity listener failed for subject %r", subject)
 
     def _save_remembered(self) -> None:
         """Write the remembered identities (claims only, no token) atomically, mode 0600."""
         path = self._remember_file
         assert path is not None  # called only when identities are remembered
-        data = [{"subject": i.subject, "roles": list(i.roles), "admin": i.admin,
-                 "attributes": {a: list(v) for a, v in i.attributes}, "exp": exp}
-                for i, exp in self._remembered.values()]
+        data = [{"subject": seen.identity.subject, "roles": list(seen.identity.roles),
+                 "admin": seen.identity.admin,
+                 "attributes": {a: list(v) for a, v in seen.identity.attributes},
+                 "exp": seen.exp,
+                 **({"role_hierarchy": seen.hierarchy.as_json()} if seen.hierarchy else {})}
+                for seen in self._remembered.values()]
         tmp = path.with_name(path.name + ".tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -235,7 +304,10 @@ class JwtAuthenticator:
                 identity = Identity(subject=str(item["subject"]),
                                     roles=tuple(str(r) for r in item.get("roles", ())),
                                     admin=bool(item.get("admin")), attributes=attributes)
-                self._remembered[identity.subject] = (identity, float(item.get("exp") or 0))
+                hierarchy = RoleHierarchy.parse(item.get("role_hierarchy", {}),
+                                                f"{path}: entry {i}: role_hierarchy")
+                self._remembered[identity.subject] = _Seen(identity, hierarchy,
+                                                           float(item.get("exp") or 0))
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
             log.warning("ignoring the remembered OIDC identities in %s: %s", path, exc)
             self._remembered.clear()

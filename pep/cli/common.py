@@ -12,6 +12,7 @@ from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_URL = "http://127.0.0.1:8080"
+URL_HELP = f"the gateway's URL (env XSG_URL; default {DEFAULT_URL})"
 
 
 def seconds(text: str) -> float:
@@ -46,14 +47,49 @@ def session_for(args: argparse.Namespace):
     return session
 
 
+def gateway_url(args: argparse.Namespace) -> tuple[str, str]:
+    """(the gateway's URL, where it came from): --url, else XSG_URL, else the default."""
+    if getattr(args, "url", None):
+        return args.url, "from --url"
+    from_env = os.environ.get("XSG_URL", "").strip()
+    if from_env:
+        return from_env, "from XSG_URL"
+    return DEFAULT_URL, "the default: neither --url nor XSG_URL is set"
+
+
+def _unreachable(url: str, source: str, exc: Exception, timeout: float) -> CliError:
+    """Which gateway the command tried, why it got no answer, and how to name another."""
+    import re
+
+    import requests
+
+    if isinstance(exc, requests.Timeout):
+        why = f"no answer within {timeout:g} s"
+    elif isinstance(exc, requests.exceptions.SSLError):
+        why = "the TLS handshake failed"
+    else:
+        found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
+        why = found.group(1).strip() if found else type(exc).__name__
+    return CliError(
+        f"cannot reach the gateway at {url} ({source}): {why}.\n"
+        "  Start one with `xsg serve` (or `make run`), or name yours: --url URL, or\n"
+        "  export XSG_URL=URL XSG_TOKEN=TOKEN (the banner of `xsg serve` prints the lines to "
+        "paste).")
+
+
 def call(args: argparse.Namespace, method: str, path: str, **kwargs):
     import requests
 
-    url = args.url.rstrip("/") + path
+    base, source = gateway_url(args)
+    if not base.startswith(("http://", "https://")):
+        raise CliError(f"the gateway URL {base!r} ({source}) is not an http:// or https:// "
+                       "URL", EXIT_USAGE)
+    url = base.rstrip("/") + path
+    session = session_for(args)
     try:
-        response = session_for(args).request(method, url, timeout=args.timeout, **kwargs)
+        response = session.request(method, url, timeout=args.timeout, **kwargs)
     except requests.RequestException as exc:
-        raise CliError(f"cannot reach the gateway at {args.url}: {exc}") from None
+        raise _unreachable(base, source, exc, args.timeout) from None
     if response.status_code >= 400:
         raise CliError(f"{method} {path} failed: HTTP {response.status_code}: "
                        f"{describe_error(response)}")
@@ -79,8 +115,8 @@ def read_file(path: str) -> bytes:
 
 
 def client_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("XSG_URL", DEFAULT_URL),
-                        help="gateway URL (env XSG_URL; default %(default)s)")
+    parser.add_argument("--url", default=None,
+                        help=URL_HELP)
     parser.add_argument("--token", default=os.environ.get("XSG_TOKEN"),
                         help="bearer token (env XSG_TOKEN)")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP call")

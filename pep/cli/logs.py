@@ -1,4 +1,5 @@
-"""The process's log lines (`xsg serve`): one handler on stderr, text or JSON, UTC times."""
+"""The process's log lines (`xsg serve`): one handler on stderr, text or JSON, UTC times;
+warnings that repeat summed up once a minute (`pep.log_repeats`)."""
 from __future__ import annotations
 
 import json
@@ -41,18 +42,27 @@ LIBRARY_LOGGERS = ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark",
                    "DataFrameQueryContextLogger", "SQLQueryContextLogger")
 
 
-def configure_logging(level: str = "INFO", fmt: str = "text", stream=None):
+def configure_logging(level: str = "INFO", fmt: str = "text", stream=None,
+                      repeat_period: float | None = None):
     """One handler on stderr for every line of the process: ours, the access log, py4j's and
-    PySpark's Python side; ISO-8601 UTC timestamps. Returns the handler."""
+    PySpark's Python side; ISO-8601 UTC timestamps; a record marked as repeating
+    (`pep.log_repeats.repeating`) written once, then summed up every `repeat_period` seconds
+    (default a minute) while it repeats. Returns the handler."""
     import logging
+
+    from pep.log_repeats import DEFAULT_PERIOD, RepeatSummary
 
     root = logging.getLogger()
     for handler in list(root.handlers):
         if getattr(handler, "xsg", False):
             root.removeHandler(handler)
+            for old in list(handler.filters):
+                if isinstance(old, RepeatSummary):
+                    old.close()  # its last counts, on the handler they belong to
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.xsg = True  # type: ignore[attr-defined]  # marks the handlers this module added
     handler.setFormatter(_formatter(fmt))
+    handler.addFilter(RepeatSummary(handler.handle, repeat_period or DEFAULT_PERIOD))
     root.addHandler(handler)
     root.setLevel(level)
     for name in LIBRARY_LOGGERS:
@@ -64,3 +74,12 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream=None):
     # py4j logs a line per callback at INFO: only its warnings, unless we debug
     logging.getLogger("py4j").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     return handler
+
+
+def flush_repeats(handler) -> None:
+    """Write the summaries of the repeated warnings `handler` holds back (the process ends)."""
+    from pep.log_repeats import RepeatSummary
+
+    for summary in list(handler.filters):
+        if isinstance(summary, RepeatSummary):
+            summary.flush()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from pep.cli.common import DEFAULT_URL, EXIT_OK, call, read_file, seconds, whole_number
+from pep.cli.common import URL_HELP, EXIT_OK, call, read_file, seconds, whole_number
 from pep.cli.policy_tools import add_tool_parsers
 from pep.cli.rules import add_rule_flags, jsonable, rule_from_flags
 
@@ -192,8 +192,7 @@ def add_policy_commands(sub: Any) -> None:
     """`xsg policy ACTION` against a running gateway."""
     p = sub.add_parser("policy", help="manage the policies of a running gateway",
                        description="Manage the policies of a running gateway (administrators).")
-    p.add_argument("--url", default=os.environ.get("XSG_URL", DEFAULT_URL),
-                   help="gateway URL (env XSG_URL; default %(default)s)")
+    p.add_argument("--url", default=None, help=URL_HELP)
     p.add_argument("--token", default=os.environ.get("XSG_TOKEN"),
                    help="bearer token (env XSG_TOKEN)")
     p.add_argument("--timeout", type=seconds, default=30.0,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from pep.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, call
+from pep.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, call, gateway_url
 
 
 # -- xsg policy test ------------------------------------------------------------------------------
@@ -159,11 +159,11 @@ def _from_gateway(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
     from pep.core.plan import SourceSpec, StreamDefinition
     from pep.streams.definition import StreamError, parse_schema
 
+    base = gateway_url(args)[0].rstrip("/")
     sources = []
     for p in call(args, "GET", "/policies").json():
         path = "/policies/" + quote(p["id"], safe="")
-        sources.append(PolicySource(f"{args.url.rstrip('/')}{path}",
-                                    call(args, "GET", path).content))
+        sources.append(PolicySource(f"{base}{path}", call(args, "GET", path).content))
     streams = []
     for s in call(args, "GET", "/streams").json().get("streams", []):
         fields = [{k: v for k, v in f.items() if k != "optional"} for f in s["schema"]]

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from pep.cli.common import EXIT_USAGE, CliError
-from pep.cli.logs import configure_logging
+from pep.cli.logs import configure_logging, flush_repeats
 
 
 def version() -> str:
@@ -39,7 +39,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config = load_settings(serve_flags(args), os.environ, config_file, SERVE_DEFAULTS)
     except ConfigError as exc:
         raise CliError(f"cannot start the gateway: {exc}", EXIT_USAGE) from None
-    configure_logging(config.log_level, config.log_format)
+    handler = configure_logging(config.log_level, config.log_format)
     try:
         return serve(config)
     except (AuthFileError, PolicyLoadError, StoreError, ValueError) as exc:
@@ -49,6 +49,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CliError(f"cannot start the gateway on {config.host}:{config.port}: {exc}"
                        ) from None
+    finally:
+        flush_repeats(handler)  # the counts of warnings held back, before the process ends
 
 
 SERVE_DESCRIPTION = """Run the gateway. With no flags: data in ./data, example policies from policies/, demo tokens in

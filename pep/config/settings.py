@@ -21,7 +21,8 @@ SETTING_HELP = {
     "host": "interface to listen on",
     "port": "TCP port (0: any free port)",
     "data_dir": "where the policy store, catalogue, handles and audit trail live",
-    "auth_file": "token file: JSON list of {token, subject, roles, admin, attributes}; re-read "
+    "auth_file": "token file: JSON list of {token, subject, roles, admin, attributes}, or "
+                 "{tokens: that list, role_hierarchy: {role: [roles it inherits]}}; re-read "
                  "when it changes and on SIGHUP",
     "root_combining_alg": "policy-combining algorithm at the root (short name or full URI)",
     "root_policy_id": "use this stored PolicySet as the root",
@@ -87,6 +88,8 @@ SETTING_HELP = {
     "oidc.subject_claim": "claim (dotted path) holding the subject",
     "oidc.roles_claims": "comma-separated claim paths holding roles",
     "oidc.admin_role": "callers with this role are administrators",
+    "oidc.role_hierarchy_claim": "claim (dotted path) holding a role hierarchy, an object of "
+                                 "role -> roles it inherits (with the auth file's)",
     "oidc.attributes": "identity attribute from a claim, ATTRIBUTE_ID=CLAIM_PATH (repeatable; "
                        "file: [oidc.attributes] table; env: a JSON object)",
     "oidc.jwks_cache_seconds": "seconds the issuer's keys are cached",
@@ -112,6 +115,7 @@ DEFAULT_TEXT = {
     "oidc.audience": "required with an issuer",
     "oidc.jwks_uri": "from the issuer's /.well-known/openid-configuration",
     "oidc.admin_role": "none",
+    "oidc.role_hierarchy_claim": "none (only the auth file's hierarchy)",
     "oidc.attributes": "none",
 }
 

@@ -195,7 +195,9 @@ def render_sql(plan: ExecutionPlan | UnionPlan, schema: StreamSchema | None = No
     having = f"HAVING count(*) >= {w.min_count}" if w.min_count > 1 else None
     if w.kind == "time":
         time_attr = quote_identifier(w.time_attribute or "timestamp")
-        extra = "" if w.time_attribute in plan.projection else f", {time_attr}"
+        # the time the windows read: masked as the plan masks it (it places the tuples)
+        extra = "" if w.time_attribute in plan.projection else \
+            f", {_column_sql(w.time_attribute or 'timestamp', masks, types)}"
         lines.append(f"SELECT window.start AS `window_start`, window.end AS `window_end`, "
                      f"{key_cols}{aggs}")
         lines.append(f"FROM (\n  SELECT {projection}{extra}\n" +

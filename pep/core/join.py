@@ -59,6 +59,7 @@ from pep.core.explain import (join_graph_json, join_plan_to_json, render_join_sq
 from pep.core.conditions import format_literal
 from pep.core.graph import QueryGraph
 from pep.core.labels import LabelError, Lattice
+from pep.core.masks import UNORDERED, parse_mask
 from pep.core.merge import MergeResult, QueryInvalid, QueryRefused
 from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema
 from pep.core.outputs import (JOINED_LABEL, join_output, output_names, output_source,
@@ -230,7 +231,15 @@ def _time_of(side: JoinSide) -> str:
     if time_attr is None:
         raise Unprocessable(f"stream {side.stream!r} has no event-time attribute; a join needs "
                             "one on each side", stream=side.stream)
-    return _resolve(side, time_attr, "time bound")
+    name = _resolve(side, time_attr, "time bound")
+    spec = dict(side.plan.masks).get(name)
+    if spec is not None and parse_mask(spec).kind in UNORDERED:
+        # the time bound and the side's watermark read the side's time as the consumer sees
+        # it (masked, `pep.runtime.join_frames`): a mask that leaves no time cannot bound it
+        raise QueryRefused(f"stream {side.stream!r}: the policy shows its time attribute "
+                           f"{name!r} only as {spec!r}, which gives no time to bound a join "
+                           "with", name)
+    return name
 
 
 # -- the join -------------------------------------------------------------------------------------

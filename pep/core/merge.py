@@ -23,7 +23,12 @@ Rules (eXACML+ section 3.1, with the corrections of the design):
   from the policy's defaults and refused, named, when the query asks for them.
 - Masks (`pep.core.masks`): the policy's, each replaced by a coarser one the query asks for (a
   finer one is refused); the policy's filter reads raw values, the query's filter, keys and
-  aggregates masked ones (its comparisons become derived variables of the analysis).
+  aggregates masked ones (its comparisons become derived variables of the analysis). A masked
+  time attribute (the stream's, or a time window's) is among the plan's masks even when the
+  plan does not output it: the runtime orders the plan's tuples, places them in time windows
+  and moves its clock by the masked time, ties in stream order, so nothing the consumer gets
+  depends on the raw time below the mask's unit (a time window whose size or step is no
+  multiple of the unit, or over a mask that cannot order, is refused).
 """
 from __future__ import annotations
 
@@ -282,6 +287,18 @@ def _masked_aggregates(masking: MaskPlan, window: WindowSpec, uw: WindowAggregat
     return kept
 
 
+def _timing(window: WindowSpec | None, time_attribute: str | None, schema: StreamSchema
+            ) -> tuple[str, ...]:
+    """The attributes that order a plan's tuples or place them in time: the stream's time
+    attribute (it orders tuples of sources without a stream position: files, Kafka, sockets)
+    and a time window's. Their masks are the plan's whether it outputs them or not, so that the
+    runtime orders, windows and clocks the plan's tuples by the masked time (ties in stream
+    order), never by the raw value the policy hides (issue 41)."""
+    names = [time_attribute, window.time_attribute if window is not None else None]
+    return tuple(f.name for n in dict.fromkeys(names) if n
+                 for f in (schema.lookup(n),) if f is not None)
+
+
 def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
           time_attribute: str | None = None) -> MergeResult:
     """One graph and one plan from the policy's and the user's graphs.
@@ -364,7 +381,8 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
     applied: tuple[tuple[str, str], ...] = ()
     if masking is not None:
         filter_dnf = plan_dnf(filter_dnf, masking)
-        applied = output_masks(masking, (*projection, *(window_spec.keys if window_spec else ())))
+        applied = output_masks(masking, (*projection, *(window_spec.keys if window_spec else ()),
+                                         *_timing(window_spec, time_attribute, schema)))
     plan = ExecutionPlan(source.stream, filter_dnf, projection, window_spec, masks=applied)
     node: Node = Source(source.stream)
     merged_filter = _dnf_expr(analysis.filter_dnf)

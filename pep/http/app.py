@@ -68,7 +68,8 @@ def create_app(config: GatewayConfig | None = None,
             config.obligation_combining, current_identity(), services.may_manage),
         environment=services.stream_events.environment_for,
         health_details=lambda: stream_health(services.runtime, admin_asks()),
-        formats=[rules.policy_format()], what_if=rules.what_if, describe=rules.describe))
+        formats=[rules.policy_format()], what_if=rules.what_if, describe=rules.describe,
+        base_url=config.base_url))
     install_rules(app, rules)
     # A stream the caller may not see (pep/streams/visibility.py) is, on every route that names
     # it, a stream that does not exist: `visible_schema` and `may_see` find nothing for it.

@@ -196,6 +196,23 @@ class Bridge:
         self._closing: collections.deque = collections.deque()
         self._closing_lock = threading.Lock()
         self._closers = 0  # pool tasks draining it (at most CLOSERS)
+        # once the server is stopping (`refuse`): new requests get a 503 with this message,
+        # while the routes already running (`running`) finish against open databases
+        self._gate = threading.Lock()
+        self._refusal: str | None = None
+        self._running = 0
+
+    def refuse(self, message: str) -> None:
+        """From now on answer every new request 503 `message` (the gateway is stopping: its
+        databases are about to close); the routes already running go on (`running`)."""
+        with self._gate:
+            self._refusal = message
+
+    @property
+    def running(self) -> int:
+        """Routes of the app running now (a stream counts until its route returned it)."""
+        with self._gate:
+            return self._running
 
     def _app_routes(self) -> tuple:
         """The app's own native routes (looked up per request: an app may be bound late)."""
@@ -237,12 +254,23 @@ class Bridge:
         environ = self.environ(scope, body)
         if skip_fast:
             environ[FAST_PDP_SKIP] = True
+        with self._gate:
+            refusal = self._refusal
+            if refusal is None:
+                self._running += 1
+        if refusal is not None:
+            self.count("answered_503")
+            await respond_error(send, 503, refusal, headers=[(b"retry-after", b"5")])
+            return
         try:
             answer = await self.in_pool(self._run_app, environ)
         except Exception:  # noqa: BLE001
             log.exception("error in the WSGI app (%s %s)", scope["method"], scope["path"])
             await respond_error(send, 500, "internal error; see the server log")
             return
+        finally:
+            with self._gate:
+                self._running -= 1
         await self._write(answer, scope, receive, send)
 
     async def _fast_pdp(self, scope: Scope, body: bytes, send: Send) -> bool:

@@ -63,6 +63,50 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                        "key": {"type": "string"}}},
     "Webhook": {"type": "object", "required": ["webhook"],
                 "properties": {"webhook": {"type": "string", "format": "uri"}}},
+    # AuthZEN Authorization API 1.0 (pdp/authzen.py has the mapping to XACML)
+    "AuthzenSubject": {"type": "object", "required": ["type", "id"], "properties": {
+        "type": {"type": "string"},
+        "id": {"type": "string", "description": "the authenticated caller's subject"},
+        "properties": {"type": "object"}}},
+    "AuthzenResource": {"type": "object", "required": ["type", "id"], "properties": {
+        "type": {"type": "string"}, "id": {"type": "string"},
+        "properties": {"type": "object"}}},
+    "AuthzenAction": {"type": "object", "required": ["name"], "properties": {
+        "name": {"type": "string"}, "properties": {"type": "object"}}},
+    "AuthzenEvaluation": {
+        "type": "object", "required": ["subject", "resource", "action"], "properties": {
+            "subject": {"$ref": "#/components/schemas/AuthzenSubject"},
+            "resource": {"$ref": "#/components/schemas/AuthzenResource"},
+            "action": {"$ref": "#/components/schemas/AuthzenAction"},
+            "context": {"type": "object"}}},
+    "AuthzenEvaluations": {"type": "object", "properties": {
+        "subject": {"$ref": "#/components/schemas/AuthzenSubject"},
+        "resource": {"$ref": "#/components/schemas/AuthzenResource"},
+        "action": {"$ref": "#/components/schemas/AuthzenAction"},
+        "context": {"type": "object"},
+        "evaluations": {"type": "array", "maxItems": 1000, "items": {
+            "type": "object", "properties": {
+                "subject": {"$ref": "#/components/schemas/AuthzenSubject"},
+                "resource": {"$ref": "#/components/schemas/AuthzenResource"},
+                "action": {"$ref": "#/components/schemas/AuthzenAction"},
+                "context": {"type": "object"}}}},
+        "options": {"type": "object", "properties": {"evaluations_semantic": {
+            "type": "string",
+            "enum": ["execute_all", "deny_on_first_deny", "permit_on_first_permit"]}}}}},
+    "AuthzenDecision": {"type": "object", "required": ["decision"], "properties": {
+        "decision": {"type": "boolean"},
+        "context": {"type": "object", "description": "reason and xacml_decision when false; "
+                                                     "obligations and advice; the XACML "
+                                                     "status of an Indeterminate"}}},
+    "AuthzenEvaluationsResponse": {"type": "object", "properties": {
+        "decision": {"type": "boolean"}, "context": {"type": "object"},
+        "evaluations": {"type": "array",
+                        "items": {"$ref": "#/components/schemas/AuthzenDecision"}}}},
+    "AuthzenConfiguration": {
+        "type": "object", "required": ["policy_decision_point", "access_evaluation_endpoint"],
+        "properties": {"policy_decision_point": {"type": "string", "format": "uri"},
+                       "access_evaluation_endpoint": {"type": "string", "format": "uri"},
+                       "access_evaluations_endpoint": {"type": "string", "format": "uri"}}},
 }
 
 

@@ -173,6 +173,17 @@ class HttpServer:
             raise RuntimeError(f"the {self.name} server did not start") from self._failure
         return self
 
+    def quiesce(self, message: str, timeout: float = 10.0) -> bool:
+        """Answer new requests 503 `message` from now on and wait (up to `timeout` seconds)
+        for the routes running to return; streams go on until `stop()`. For a stop that
+        closes what the routes use first (the gateway's databases): a request arriving
+        meanwhile is refused, not a 500. True when none was left running."""
+        self.bridge.refuse(message)
+        deadline = time.monotonic() + timeout
+        while self.bridge.running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not self.bridge.running
+
     def stop(self) -> None:
         """Stop accepting; responses in progress (streams sending a last event) get
         `shutdown_timeout` seconds, then every connection is cut."""

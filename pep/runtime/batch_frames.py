@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pep.runtime.masks import (hashed_text, is_hash, let, masked_column, masked_double,
-                               masked_long, masked_text)
+                               masked_long, masked_seconds, masked_text)
 from pep.runtime import matcher as matcher_module
 from pep.runtime.matcher import GroupedMatcher, admitted_rows, value_column
 from pep.runtime.privacy import clamped
@@ -24,8 +24,8 @@ from pep.runtime.pane_partials import KEY_SEP, PARTS, TIME_PARTS, Part
 from pep.runtime.columns import (BITS_COLUMN, EMIT, FILE_COLUMN, HASHED_PREFIX, KEYS_COLUMN,
                                 LNGS_COLUMN, NUMS_COLUMN, PIDS_COLUMN, PLAN, PLANS_COLUMN,
                                 POS_COLUMN, READ_COLUMN, SEQ_COLUMN, STRS_COLUMN, TIME_COLUMN,
-                                TOP_COLUMN)
-from pep.runtime.plan_schema import ROW_KINDS, TIME, TUPLE, PlanField
+                                TOP_COLUMN, ORDER_NUMBER, ORDER_EXACT)
+from pep.runtime.plan_schema import ROW_KINDS, TIME, TIME_LONG, TIME_TIMESTAMP, TUPLE, PlanField
 from pep.runtime.plan_expressions import (json_value, key_array, masked_emissions,
                                           matched_plan_structs, matched_plans_column,
                                           shared_expressions, value_arrays,
@@ -211,10 +211,16 @@ class BatchFrames(PlanTable):
     def _masked_rows(self, columns: list[str], order: list[str], shape: Shape
                      ) -> tuple[list[Column], list[Column]]:
         """The rows job when some plan masks: a row per emission (`masked_emissions`), its
-        values under the emission's masks, right after the filter (pep/runtime/masks.py)."""
+        values under the emission's masks, right after the filter (pep/runtime/masks.py), and
+        its order under them too (`_plan_order`: a masked time orders a plan's rows by the
+        masked value, never the raw one)."""
         emit = [F.explode(masked_emissions(ROW_KINDS, shape.spatial, shape.masked_filters))
                 .alias(EMIT),
                 *[F.col(f"`{n}`") for n in columns], *[F.col(c) for c in order]]
+        timed = self._masked_order(order)
+        if timed is not None:  # the ordering time's values, which each emission's masks read
+            emit += [F.element_at(F.col(NUMS_COLUMN), timed).alias(ORDER_NUMBER),
+                     F.element_at(F.col(LNGS_COLUMN), timed).alias(ORDER_EXACT)]
         e = F.col(EMIT)
         out = []
         for n in columns:
@@ -224,9 +230,37 @@ class BatchFrames(PlanTable):
             m = F.element_at(e[PlanField.MASKS], self._index[n])
             out.append(hashed_text(F.col(f"`{n}`"), self._types[n], m)
                        .alias(HASHED_PREFIX + n))
-        out += [F.col(c) for c in order]
+        out += self._plan_order(order, e[PlanField.MASKS], F.col(ORDER_NUMBER),
+                                F.col(ORDER_EXACT))
         out.append(e["i"].alias(PIDS_COLUMN))
         return emit, out
+
+    def _masked_order(self, order: list[str]) -> int | None:
+        """The index of the attribute whose time orders the tuples (the stream's time
+        attribute, on sources without a stream position: `_order_columns`), when plans' masks
+        may apply to it; None when the order reads no time."""
+        if TIME_COLUMN not in order or not self._time_attr:
+            return None
+        return self._index[self._time_attr]
+
+    def _plan_order(self, order: list[str], masks: Column, number: Column, exact: Column
+                    ) -> list[Column]:
+        """The order columns as one plan sees them (`masks`: its mask structs, null when it
+        masks nothing): the ordering time under the plan's mask of it (`masks.masked_seconds`
+        from the attribute's `number` and `exact` values), so tuples alike once masked are
+        ordered by what follows (file, position: stream order), never by the hidden part of
+        their time. Unmasked plans keep the raw time column as it is."""
+        timed, attr = self._masked_order(order), self._time_attr
+        out = []
+        for c in order:
+            if c != TIME_COLUMN or timed is None or attr is None:
+                out.append(F.col(c))
+                continue
+            m = F.element_at(masks, timed)
+            seconds = masked_seconds(number, exact, self._types[attr], m)
+            out.append(F.when(m.isNull(), F.col(TIME_COLUMN)).otherwise(seconds)
+                       .alias(TIME_COLUMN))
+        return out
 
     def _masked_keys(self, shape: Shape, p: Column) -> Column:
         """Per (row, plan): the JSON text of each group-by attribute under the plan's mask
@@ -269,8 +303,8 @@ class BatchFrames(PlanTable):
                 else:
                     frame = frame.select(*stages["single"])
             else:
-                frame = (frame.where(stages["timed"]).groupBy(*stages["group"])
-                         .agg(*stages["aggregates"]))
+                frame = (frame.select(*stages["time"]).where(stages["timed"])
+                         .groupBy(*stages["group"]).agg(*stages["aggregates"]))
             parts.append(frame)
         out = parts[0]
         for other in parts[1:]:
@@ -294,6 +328,11 @@ class BatchFrames(PlanTable):
                                               F.lit("null"))))
         else:
             key = F.lit("")
+        timed = self._masked_order(order)
+        if shape.masked and timed is not None:  # the order as each plan sees it
+            carried = self._plan_order(order, p[PlanField.MASKS],
+                                       F.element_at(F.col(NUMS_COLUMN), timed),
+                                       F.element_at(F.col(LNGS_COLUMN), timed))
         values = [p[PlanField.ID].alias("pid"), key.alias("key"), *carried]
         slots = slot_names(shape)
         arrays = {"d": NUMS_COLUMN, "l": LNGS_COLUMN, "s": STRS_COLUMN}
@@ -342,16 +381,32 @@ class BatchFrames(PlanTable):
             okey = F.col("_ok")
             tcol = None
         else:
+            # The plan's time: its exact value (a timestamp's microseconds, a long) and as a
+            # number, under the plan's mask of it (a masked time places the tuple in its panes,
+            # orders its first and last and moves the plan's clock by the masked value: never
+            # by what the mask hides); then, a stage later (`time`, each computed once), the
+            # time in seconds and the pane.
+            t = p[PlanField.TIME_INDEX]
+            number = F.element_at(F.col(NUMS_COLUMN), t)
+            exact = F.element_at(F.col(LNGS_COLUMN), t)
+            if shape.masked:
+                m = F.element_at(p[PlanField.MASKS], t)
+                number, exact = masked_double(number, m), masked_long(exact, m)
+            values += [number.alias("_tn"), exact.alias("_tx"),
+                       p[PlanField.TIME_KIND].alias("_tk"), p[PlanField.PANE_WIDTH].alias("_g")]
+            tk, exact = F.col("_tk"), F.col("_tx")
+            seconds = (F.when(tk == TIME_TIMESTAMP, exact / F.lit(1_000_000.0))
+                       .when(tk == TIME_LONG, exact.cast("double"))
+                       .otherwise(F.col("_tn")))
             # a numeric time beyond 2^53 s (or NaN, infinite) is no time: such a tuple joins
             # no window and moves no clock (floor() of it would fail the batch, ANSI overflow)
-            tnum = F.element_at(F.col(NUMS_COLUMN), p[PlanField.TIME_INDEX])
-            tnum = F.when(F.abs(tnum) <= F.lit(TIME_LIMIT), tnum)
-            micros = F.element_at(F.col(LNGS_COLUMN), p[PlanField.TIME_INDEX])
-            width = p[PlanField.PANE_WIDTH] * F.lit(1_000_000)
-            pane = F.when(p[PlanField.TIME_KIND] == 0,
-                          ((micros - F.pmod(micros, width)) / width).cast("long")) \
-                .otherwise(F.floor(tnum / p[PlanField.PANE_WIDTH]))
-            values += [tnum.alias("_t"), pane.alias("pane")]
+            tnum = F.when(F.abs(seconds) <= F.lit(TIME_LIMIT), seconds)
+            width = F.col("_g") * F.lit(1_000_000)
+            pane = F.when(tk == TIME_TIMESTAMP,
+                          ((exact - F.pmod(exact, width)) / width).cast("long")) \
+                .otherwise(F.floor(tnum / F.col("_g")))
+            stages["time"] = [F.col("pid"), F.col("key"), *[F.col(c) for c in order],
+                              *slot_cols, tnum.alias("_t"), pane.alias("pane")]
             stages["timed"] = F.col("pane").isNotNull()
             tcol = F.col("_t")
             if shape.ordered_time_firsts:

@@ -10,6 +10,8 @@ SEQ_COLUMN = "_xsg_seq"    # a per-stream increasing position, when the source h
 FILE_COLUMN = "_xsg_file"  # the file (or Kafka topic/partition/offset) a tuple came from
 POS_COLUMN = "_xsg_pos"    # a tuple's position in its batch (monotonically_increasing_id)
 TIME_COLUMN = "_xsg_t"     # the stream's time attribute as epoch seconds (ordering)
+ORDER_NUMBER = "_xsg_tn"   # ... its value as a double, for masks of it (the masked rows job)
+ORDER_EXACT = "_xsg_tx"    # ... its exact value (microseconds, a long), for masks of it
 NUMS_COLUMN = "_xsg_n"     # per-row array of every attribute as a double
 STRS_COLUMN = "_xsg_s"     # ... as text
 LNGS_COLUMN = "_xsg_l"     # ... as a 64-bit integer (exact longs, timestamps, booleans)
@@ -23,6 +25,7 @@ HASHED_PREFIX = "_xsg_h_"  # a hashed long attribute's text in the rows job's ou
 EMIT = "_xsg_e"  # the rows job's emission (with masks): the plan ids a row is for, their masks
 PLAN = "p"  # the panes job's exploded plan struct
 
-__all__ = ["SEQ_COLUMN", "FILE_COLUMN", "POS_COLUMN", "TIME_COLUMN", "NUMS_COLUMN",
+__all__ = ["SEQ_COLUMN", "FILE_COLUMN", "POS_COLUMN", "TIME_COLUMN", "ORDER_NUMBER",
+           "ORDER_EXACT", "NUMS_COLUMN",
            "STRS_COLUMN", "LNGS_COLUMN", "KEYS_COLUMN", "PLANS_COLUMN", "PIDS_COLUMN",
            "BITS_COLUMN", "READ_COLUMN", "TOP_COLUMN", "HASHED_PREFIX", "EMIT", "PLAN"]

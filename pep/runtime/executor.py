@@ -45,7 +45,7 @@ from pyspark.sql import functions as F
 from pep.runtime.matcher import GroupedMatcher
 from pep.runtime.columns import FILE_COLUMN
 from pep.runtime.plan_expressions import FEW_PLANS, few_plans_column
-from pep.runtime.executor_state import Paused, PlanSets
+from pep.runtime.executor_state import PlanSets
 from pep.runtime.batch_shape import Shape
 from pep.runtime.query_lifecycle import QueryLifecycle
 
@@ -61,13 +61,16 @@ class StreamExecutor(QueryLifecycle):
     """The shared query of one stream; its foreachBatch runs every attached plan."""
 
     def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
+        self._batch_thread = threading.get_ident()  # before the check: a stop waits for it
+        if self._pausing:
+            # never committed: the query is being stopped between two batches (a restart, the
+            # gateway stopping) and the next query runs this batch
+            self._batch_thread = None
+            raise self._held_for_stop()
         started = time.perf_counter()
         self.last_batch_started_at = time.time()
-        self._batch_thread = threading.get_ident()
         self._ran_batch = True
         try:
-            if self._pausing:
-                raise Paused()  # never committed: the restarted query runs this batch
             if self._stopped:
                 return
             if batch_id <= self._completed_batch:
@@ -107,8 +110,6 @@ class StreamExecutor(QueryLifecycle):
             self._router.submit(functools.partial(self._batch_routed, batch_id, [route],
                                                   t1 - t0, spark_s))
         except Exception as exc:
-            if isinstance(exc, Paused):
-                raise
             if self._stopped:
                 return  # the job was cancelled by stop(); nothing is delivered any more
             self.stats_counters["last_error"] = f"{type(exc).__name__}: {exc}"

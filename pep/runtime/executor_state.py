@@ -174,6 +174,9 @@ class ExecutorState:
         self.started_at: float | None = None
         self.last_batch_started_at: float | None = None
         self.last_batch_at: float | None = None
+        # (last_batch_at, when) Spark's status first said that data is available after that
+        # batch: the time the input is known to have arrived (`QueryLifecycle.input_waiting`)
+        self._available_seen: tuple[float | None, float] | None = None
         self.skipped_to_end = False
         self._skip_names: frozenset[str] | None = None
         self.stats_counters: dict[str, Any] = {

@@ -15,10 +15,16 @@ measured under the route worker's load); here it is built at the query's first b
 (a query runs every batch in the one session it cloned at start; the executor's settings in it,
 e.g. whole-stage codegen, are set once per query for that reason too).
 
+A batch that starts while its query is being stopped between two batches fails with
+`stopped_batch()`: an interrupted I/O as a Java exception, which Spark takes for the query's
+stop (the batch is not committed, and nothing is logged) where any other failure of the batch
+function is a query "terminated with error" (issue 42: a 75-line ERROR for every restart).
+
 Only the classic (py4j) DataFrame is supported: it is what the gateway's session is.
 """
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -26,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 from py4j.java_gateway import java_import  # type: ignore[import-untyped]
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors.exceptions.captured import unwrap_spark_exception
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.serializers import CPickleSerializer
@@ -142,6 +149,36 @@ class JvmSteps:
         return pa.Table.from_batches([batches[i] for i in order]).cast(arrow_schema)
 
 
+class BatchStopped(Py4JJavaError):
+    """Raised by a batch function whose query is being stopped between two batches
+    (`stopped_batch`); carries the Java exception Spark is to see."""
+
+
+def stopped_batch(spark: SparkSession, what: str) -> BatchStopped:
+    """The failure of a micro-batch that started while its query was being stopped, once the
+    stop has begun (`StreamingQuery.isActive` is False): `UncheckedIOException(
+    InterruptedIOException)` in the JVM, which Spark's stream execution takes for an
+    interruption by `stop()` (`StreamExecution.isInterruptionException`): the batch is not
+    committed and the query ends as stopped, not "terminated with error". Passed to the JVM as
+    itself (`BatchFunction.call`); a plain Python exception would reach it as a Py4JException
+    that Spark reports with its stack and the Python traceback."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    cause = jvm.java.io.InterruptedIOException(what)
+    return BatchStopped(what, jvm.java.io.UncheckedIOException(what, cause))
+
+
+class _QuietStops(logging.Filter):
+    """py4j logs every exception a Python callback raises at ERROR, with its traceback: not a
+    `BatchStopped`, which is how a query stops (Spark ends the query quietly on it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], BatchStopped))
+
+
+_QUIET_STOPS = _QuietStops()
+
+
 class BatchFunction:
     """The JVM's `PythonForeachBatchFunction`: `func(batch, batch_id)` with the batch's
     DataFrame in the query's session, wrapped once (see the module docstring)."""
@@ -159,6 +196,13 @@ class BatchFunction:
                 session = self._session = SparkSession(self._spark.sparkContext,
                                                        jdf.sparkSession())
             self._func(DataFrame(jdf, session), batch_id)
+        except BatchStopped:
+            raise  # its Java exception is thrown in the JVM (propagate_java_exceptions)
+        except Py4JJavaError as exc:
+            # any other failure reaches the JVM as before propagation was on: a Py4JException
+            # with the Python traceback, not the bare Java exception
+            self.error = exc
+            raise RuntimeError(f"micro-batch {batch_id} failed") from exc
         except Exception as exc:
             self.error = exc  # what PySpark's own wrapper keeps, for the same reason
             raise
@@ -177,7 +221,13 @@ def foreach_batch(writer: DataStreamWriter, func: Callable[[DataFrame, int], Non
     gateway.jvm.PythonForeachBatchHelper.callForeachBatch(writer._jwrite,
                                                           BatchFunction(spark, func))
     ensure_callback_server_started(gateway)
+    # A Py4JJavaError raised by a callback is thrown in the JVM as its Java exception (only
+    # `BatchStopped` is let through as one); read by py4j at each callback, for the gateway
+    gateway.python_parameters.propagate_java_exceptions = True
+    clientserver = logging.getLogger("py4j.clientserver")
+    if _QUIET_STOPS not in clientserver.filters:
+        clientserver.addFilter(_QUIET_STOPS)
     return writer
 
 
-__all__ = ["JvmSteps", "BatchFunction", "foreach_batch"]
+__all__ = ["JvmSteps", "BatchFunction", "BatchStopped", "foreach_batch", "stopped_batch"]

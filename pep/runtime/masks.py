@@ -200,6 +200,20 @@ def masked_column(column: Column, field_type: str, m: Column) -> Column:
         F.lit(None).cast("boolean"))
 
 
+def masked_seconds(number: Column, exact: Column, field_type: str, m: Column) -> Column:
+    """A time attribute's value as epoch seconds (a double) under the mask struct `m` (null
+    struct: the raw value), what orders a plan's tuples and places them in time windows when
+    its policy masks the time: a timestamp from its exact microseconds (`exact`), a long from
+    itself (`exact`), a double from itself (`number`), as the value arrays hold them. A mask
+    that gives no number (hash, null) gives null: such a time orders nothing, and the tuples
+    fall back on stream order."""
+    if field_type == "timestamp":
+        return masked_long(exact, m) / F.lit(1_000_000.0)
+    if field_type == "long":
+        return masked_long(exact, m).cast("double")
+    return masked_double(number, m)
+
+
 def hashed_text(column: Column, field_type: str, m: Column) -> Column:
     """A long's hash (its decimal text's), when `m` hashes it; else null."""
     text = column if field_type == "string" else column.cast("long").cast("string")
@@ -209,5 +223,6 @@ def hashed_text(column: Column, field_type: str, m: Column) -> Column:
 __all__ = ["MASK_ARROW", "MASK_TYPE", "MASKS_TYPE", "mask_code", "mask_struct", "let",
            "hmac_material", "hmac_sha256_hex",
            "mask_literal", "masked_double", "masked_long", "masked_text", "masked_column",
+           "masked_seconds",
            "hashed_text", "is_hash", "NONE", "STEP_D", "STEP_L", "BANDS_D", "BANDS_L", "HASH",
            "PREFIX", "SUFFIX", "NULL"]

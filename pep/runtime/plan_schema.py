@@ -22,6 +22,11 @@ from pep.runtime.spatial import PREDICATE_FIELDS
 # windows; tuple windows whose tuples come back as rows (panes of one tuple, on the driver)
 PLAIN, TUPLE, TIME, ROW_TUPLE = 0, 1, 2, 3
 ROW_KINDS = (PLAIN, ROW_TUPLE)
+# a time window's time attribute (`PlanField.TIME_KIND`): which of the value arrays holds its
+# exact value (a timestamp's microseconds and a long in the 64-bit one, a double in the other),
+# which a mask of it reads
+TIME_TIMESTAMP, TIME_DOUBLE, TIME_LONG = 0, 1, 2
+TIME_KINDS = {"timestamp": TIME_TIMESTAMP, "double": TIME_DOUBLE, "long": TIME_LONG}
 
 
 class PlanField:
@@ -34,7 +39,7 @@ class PlanField:
     PANE_WIDTH: Final = "g"  # tuples or seconds
     PANE_OFFSET: Final = "off"  # tuple windows: tuples already in the open pane
     TIME_INDEX: Final = "t"  # time windows: the time attribute's index
-    TIME_KIND: Final = "tk"  # 0: a timestamp (exact microseconds), 1: a number
+    TIME_KIND: Final = "tk"  # TIME_TIMESTAMP (exact microseconds), TIME_DOUBLE, TIME_LONG
     KEYS: Final = "ky"  # group-by attribute indices
     DOUBLES: Final = "d"  # aggregated attributes' indices per family, padded
     LONGS: Final = "l"
@@ -84,5 +89,6 @@ PLAN_TABLE_ARROW = pa.schema([("plans", pa.list_(pa.struct([
     (PlanField.MASKS, pa.list_(MASK_ARROW)),
 ])))])
 
-__all__ = ["PLAIN", "TUPLE", "TIME", "ROW_TUPLE", "ROW_KINDS", "PlanField", "PredicateField",
+__all__ = ["PLAIN", "TUPLE", "TIME", "ROW_TUPLE", "ROW_KINDS", "TIME_TIMESTAMP", "TIME_DOUBLE",
+           "TIME_LONG", "TIME_KINDS", "PlanField", "PredicateField",
            "FAMILY_FIELDS", "PLAN_TABLE_ARROW"]

@@ -14,7 +14,7 @@ from pep.runtime.masks import mask_struct
 from pep.runtime.privacy import bound_arrays, is_private
 from pep.runtime.spatial import predicate_struct
 from pep.runtime.columns import HASHED_PREFIX
-from pep.runtime.plan_schema import FAMILY_FIELDS, PLAIN, PLAN_TABLE_ARROW, PlanField
+from pep.runtime.plan_schema import FAMILY_FIELDS, PLAIN, PLAN_TABLE_ARROW, TIME_KINDS, PlanField
 from pep.runtime.executor_state import PlanState
 from pep.runtime.handle_registry import HandleRegistry
 from pep.runtime.batch_shape import Shape
@@ -74,6 +74,9 @@ class PlanTable(HandleRegistry):
                 ordered |= any(f in ("firstval", "lastval") for _, f, _ in w.aggregates)
         if masked:
             read.update(keys)  # every plan's keys are computed from the values then
+            if self._full_order and self._time_attr:
+                # the time that orders tuples is read under each plan's mask of it
+                read.add(self._time_attr)
         order = list(self._field_names)
         slot_list = tuple((name, name[0], frozenset(parts)) for fam in "dls"
                           for name, parts in sorted(slots.items(), key=lambda kv: int(kv[0][1:]))
@@ -138,7 +141,7 @@ class PlanTable(HandleRegistry):
                             PlanField.KEYS: [self._index[k] for k in w.keys]})
                 if w.kind == "time" and w.time_attribute is not None:
                     row.update({PlanField.TIME_INDEX: self._index[w.time_attribute],
-                                PlanField.TIME_KIND: 0 if w.time_is_timestamp else 1})
+                                PlanField.TIME_KIND: TIME_KINDS[self._types[w.time_attribute]]})
                 by_family: dict[str, list[int | None]] = {"d": [], "l": [], "s": []}
                 for attr, ftype in w.attributes:
                     by_family[FAMILIES[ftype]].append(self._index[attr])

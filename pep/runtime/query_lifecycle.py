@@ -22,11 +22,13 @@ from pep.runtime.progress import query_progress
 from pep.runtime.sources import build_source, local_dir
 from pep.runtime.routing import ResultRouting
 from pep.runtime.route_worker import RoutingFailed
-from pep.runtime.jvm_steps import foreach_batch
+from pep.runtime.executor_state import Paused
+from pep.runtime.jvm_steps import foreach_batch, stopped_batch
 
 log = logging.getLogger(__name__)
 
 PROGRESS_GRACE = 10.0  # seconds a stopped query's progress is still counted
+STOP_HOLD = 60.0  # the longest a batch started during a stop waits for the query to stop
 
 
 class QueryLifecycle(ResultRouting):
@@ -184,6 +186,30 @@ class QueryLifecycle(ResultRouting):
         self._stopped = False
         self.start()
 
+    def _held_for_stop(self) -> Exception:
+        """What a micro-batch that started while the query is being stopped between two
+        batches fails with, once the stop has begun: `stopped_batch`, which Spark takes for
+        the stop itself (the batch is not committed, nothing is logged: a restart or the
+        gateway's stop is one INFO line, not a query "terminated with error"). The stop waits
+        for no such batch (`stop`, `restart`); if none comes within STOP_HOLD seconds,
+        `Paused`: the query fails, and says so."""
+        query = self._query
+        deadline = time.monotonic() + STOP_HOLD
+        while query is not None and time.monotonic() < deadline:
+            try:
+                if not query.isActive:  # stop() has begun: the query's state is TERMINATED
+                    return stopped_batch(self.spark, f"stream {self.definition.name}: query "
+                                         "stopped between two micro-batches")
+            except Exception:  # noqa: BLE001 - no answer from the JVM: fail as Paused
+                break
+            time.sleep(0.01)
+        return Paused()
+
+    @property
+    def query_name(self) -> str | None:
+        """The name of the query now or last started (a new one at each start)."""
+        return self._query_name
+
     @property
     def query_id(self) -> str | None:
         return str(self._query.id) if self._query is not None else None
@@ -276,9 +302,14 @@ class QueryLifecycle(ResultRouting):
         out["skipped_to_end"] = self.skipped_to_end
         return out
 
-    def input_waiting(self) -> tuple[bool, float | None]:
-        """(input is waiting, since when): new files in the source directory that no batch has
-        listed yet, or the query's own status saying that data is available."""
+    def input_waiting(self, now: float | None = None) -> tuple[bool, float | None]:
+        """(input is waiting, since when it arrived): new files in the source directory that
+        no batch has listed yet (arrived when written), or the query's own status saying that
+        data is available (arrived no later than when that was first seen after the last
+        completed batch). Never the time of the last batch: after a stream was idle for longer
+        than the stall bound, that would report its next append as having waited all the idle
+        time, and raise a stall while its batch is under way (issue 42)."""
+        now = time.time() if now is None else now
         since: float | None = None
         listed = self.last_batch_started_at or self.started_at or 0.0
         for entry in self._source_files():
@@ -295,14 +326,21 @@ class QueryLifecycle(ResultRouting):
             except Exception:  # noqa: BLE001 - a stopped query has no status
                 available = False
         if available:
-            anchor = self.last_batch_at or self.started_at or time.time()
-            since = anchor if since is None else min(since, anchor)
+            # Spark's status says so from the trigger that found the data until the next
+            # trigger; it has no arrival time, so the first look after the last completed
+            # batch stands for it (the health checks look every second or so)
+            seen = self._available_seen
+            if seen is None or seen[0] != self.last_batch_at:
+                seen = self._available_seen = (self.last_batch_at, now)
+            since = seen[1] if since is None else min(since, seen[1])
+        else:
+            self._available_seen = None
         return since is not None, since
 
     def health(self, stall_after: float | None = None, now: float | None = None
                ) -> dict[str, Any]:
         now = time.time() if now is None else now
-        waiting, since = self.input_waiting()
+        waiting, since = self.input_waiting(now)
         progress = self.last_batch_at or self.started_at or now
         stalled = bool(stall_after is not None and waiting and since is not None
                        and now - since > stall_after and now - progress > stall_after)

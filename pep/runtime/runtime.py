@@ -17,6 +17,7 @@ from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_
 from pep.runtime.compile import CompiledPlan, CompiledUnion, PlanError, compile_plan, compile_union
 from pep.runtime.executor import StreamExecutor
 from pep.runtime.executor_state import DEFAULT_TUPLE_PANE_MIN, Deliver
+from pep.runtime.lateness import LateBatches
 from pep.runtime.mask_keys import MaskKeys
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class StreamRuntime:
         self._stoppers: list[threading.Thread] = []
         self._closed = False
         self._stall_warned: set[str] = set()
+        self._late = LateBatches(settings.trigger_interval)  # "falling behind", for the log
         self._last_sweep = 0.0
         self._janitor = Janitor(self._tick, settings.janitor_interval)
         self._janitor.start()
@@ -262,9 +264,10 @@ class StreamRuntime:
             ex = self._executors.get(stream_name)
         return ex.query_id if ex is not None else None
 
-    # ----- the janitor: stall warnings and retention -----------------------------------------
+    # ----- the janitor: stall and lateness warnings, retention ---------------------------------
     def _tick(self) -> None:
         self.check_stalls()
+        self.check_lateness()
         now = time.monotonic()
         if now - self._last_sweep >= 60.0:
             self._last_sweep = now
@@ -291,6 +294,24 @@ class StreamRuntime:
             else:
                 self._stall_warned.discard(name)
         return stalled
+
+    def check_lateness(self) -> int:
+        """Log the micro-batches of the session's queries (this runtime's and the joins') that
+        took longer than the trigger interval since the last check (`lateness.py`); returns
+        how many."""
+        with self._lock:
+            names = {ex.query_name: name for name, ex in self._executors.items()
+                     if ex.query_name is not None}
+
+        def describe(query: str) -> str | None:
+            if query in names:
+                return f"stream {names[query]}"
+            return f"join query {query}" if query.startswith("xsg-join-") else None
+        try:
+            queries = self.spark.streams.active
+        except Exception:  # noqa: BLE001 - the session is stopping
+            return 0
+        return self._late.log(queries, describe)
 
     def sweep(self) -> tuple[int, int]:
         """Apply the retention settings to the archived ingest files of every stream: each

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -26,6 +27,7 @@ from tests.pdp.api.conftest import AUTH_ENTRIES, LTA_REQUEST_XML, TOKENS, XML, b
 
 REPO = Path(__file__).resolve().parents[2]
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
+PROXY_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ (pep|proxy)\.")  # its own
 
 
 def run(capsys, *argv):
@@ -95,6 +97,59 @@ def test_client_flags_are_ascii_finite_numbers(capsys, argv):
     assert stop.value.code == 2 and "the value must be a" in capsys.readouterr().err
 
 
+def closed_port() -> int:
+    """A loopback port nobody listens on (bound once, then let go)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_cli_says_which_gateway_it_cannot_reach_and_how_to_name_another(capsys,
+                                                                           monkeypatch):
+    """Issue 42: the client commands used to try :8080 silently; now an unreachable gateway
+    is named with where its URL came from (--url, XSG_URL, the default) and how to set it."""
+    from pep.cli import common
+
+    port = closed_port()
+    default = f"http://127.0.0.1:{port}"
+    monkeypatch.setattr(common, "DEFAULT_URL", default)  # not 8080: another gateway may be there
+    monkeypatch.setenv("XSG_TOKEN", "t")
+    monkeypatch.delenv("XSG_URL", raising=False)
+    cases = [((), default, "the default: neither --url nor XSG_URL is set"),
+             (("--url", f"http://127.0.0.1:{port}/"), f"http://127.0.0.1:{port}/", "from --url")]
+    for flags, url, source in cases:
+        for command in (["policy", *flags, "list"], ["stream", *flags, "show", "weather"]):
+            code, out, err = run(capsys, *command)
+            assert code == 1 and out == ""
+            assert f"cannot reach the gateway at {url} ({source}): Connection refused." in err
+            assert "--url URL" in err and "export XSG_URL=URL XSG_TOKEN=TOKEN" in err
+            assert "xsg serve" in err
+    monkeypatch.setenv("XSG_URL", default + "/")
+    code, _, err = run(capsys, "policy", "list")
+    assert code == 1 and f"at {default}/ (from XSG_URL): Connection refused." in err
+    code, _, err = run(capsys, "policy", "--url", f"127.0.0.1:{port}", "list")  # --url wins
+    assert code == 2 and f"the gateway URL '127.0.0.1:{port}' (from --url) is not an http://" \
+        in err
+
+
+def test_make_run_takes_the_ports(tmp_path):
+    """`make run PORT=... PROXY_PORT=...` (issue 42: they were 8080 and 8081, fixed); read
+    from what make would run (-n), so nothing starts."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PORT", "PROXY_PORT", "MAKEFLAGS")}
+
+    def serve_line(*assignments: str) -> str:
+        out = subprocess.run(["make", "-n", "-C", str(REPO), "run", *assignments],
+                             capture_output=True, text=True, timeout=60, env=env)
+        lines = [line for line in out.stdout.splitlines() if " serve" in line]
+        assert out.returncode == 0 and len(lines) == 1, out.stdout + out.stderr
+        return " ".join(lines[0].split())
+
+    assert serve_line().endswith("xsg serve --proxy-port 8081")  # XSG_PORT or 8080
+    assert serve_line("PORT=9000").endswith("xsg serve --port 9000 --proxy-port 9001")
+    assert serve_line("PORT=9000", "PROXY_PORT=9100").endswith(
+        "xsg serve --port 9000 --proxy-port 9100")
+
+
 # -- logs -----------------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -106,6 +161,8 @@ def log_stream():
     for handler in list(root.handlers):
         if getattr(handler, "xsg", False):
             root.removeHandler(handler)
+            for summary in handler.filters:
+                summary.close()
     root.setLevel(level)
 
 
@@ -152,6 +209,33 @@ def test_text_lines_have_one_utc_timestamp_format_and_libraries_share_the_handle
     assert lines[0].endswith("WARNING xsg.test: hello")
     assert "py4j.clientserver: from py4j" in lines[1]
     assert "SQLQueryContextLogger: from pyspark" in lines[2]
+
+
+def test_a_repeating_warning_is_written_once_then_summed_up(log_stream):
+    """Issue 42: the gateway's log writes a warning marked as repeating once, then how often it
+    came and the worst value, once per period (`pep.log_repeats`); the rest goes on as is."""
+    from pep.cli.logs import flush_repeats
+    from pep.log_repeats import repeating
+
+    stream = log_stream("text")
+    handler = next(h for h in logging.getLogger().handlers if getattr(h, "xsg", False))
+    lateness = logging.getLogger("pep.runtime.lateness")
+    for i in range(40):
+        lateness.warning("stream weather is falling behind: micro-batch %d took %.1f s", i,
+                         0.3 + i / 20, extra=repeating("stream weather is falling behind",
+                                                       0.3 + i / 20))
+        if i == 20:
+            logging.getLogger("xsg.test").warning("something else")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and all(ISO_UTC.match(line) for line in lines), lines
+    assert lines[0].endswith("WARNING pep.runtime.lateness: stream weather is falling behind: "
+                             "micro-batch 0 took 0.3 s")
+    assert lines[1].endswith("WARNING xsg.test: something else")
+    flush_repeats(handler)  # what `xsg serve` does as it ends (or a minute passing)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3 and re.search(
+        r"WARNING pep.runtime.lateness: stream weather is falling behind: 40 times in the last "
+        r"\d+\.\d s, worst 2\.2 s$", lines[2]), lines
 
 
 # -- xsg serve in a child process, with Spark -----------------------------------------------------
@@ -216,3 +300,151 @@ def test_xsg_serve_from_a_config_file_with_progress_json_logs_and_token_reload(t
         access[0].items()
     assert all(line["time"].endswith("Z") for line in ours)
     assert TOKENS["lta"] not in err.read_text() and "tok-new-0123456789" not in err.read_text()
+
+
+QUIET_STREAM = "quiet_gauge"
+QUIET_POLICY = f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
+  PolicyId="urn:xsg:test:cli:quiet-gauge" Version="1"
+  RuleCombiningAlgId="urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable">
+  <Target><AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
+    <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">{QUIET_STREAM}</AttributeValue>
+    <AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
+      AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id" MustBePresent="false"
+      DataType="http://www.w3.org/2001/XMLSchema#string"/></Match></AllOf></AnyOf></Target>
+  <Rule RuleId="read" Effect="Permit"><ObligationExpressions>
+    <ObligationExpression ObligationId="exacml:obligation:stream-map" FulfillOn="Permit">
+      <AttributeAssignmentExpression AttributeId="exacml:obligation:stream-map-attribute-id">
+        <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">v</AttributeValue>
+      </AttributeAssignmentExpression></ObligationExpression></ObligationExpressions></Rule>
+</Policy>""".encode()
+QUIET_REQUEST = LTA_REQUEST_XML.read_bytes().replace(b">weather<", f">{QUIET_STREAM}<".encode())
+
+
+def test_xsg_serve_prints_what_to_paste_and_restarts_and_stops_quietly(tmp_path):
+    """Issue 42, as a newcomer meets it: the banner names the console's and the proxy's URLs
+    and prints the `export XSG_URL=... XSG_TOKEN=...` lines, which the CLI then uses as they
+    are. Under traffic (a reader, an appender every 20 ms), two restarts of the stream's query
+    for added attributes and the gateway's stop: no ERROR, no traceback, no Spark WARN line
+    ("falling behind" is ours, written once then summed up); the stop is one INFO line, and a
+    request arriving while the gateway stops gets a 503, not a 500."""
+    proxy_port = closed_port()
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "pep.cli", "serve", "--port", "0", "--proxy-port",
+             str(proxy_port), "--data-dir", str(tmp_path / "data"), "--policies",
+             str(REPO / "policies"), "--trigger-interval", "0.1"],
+            stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(REPO)})
+    stop, statuses, reader_events = threading.Event(), [], []
+    try:
+        wait_for(out, r"\n  try: curl", proc, 240)
+        banner = out.read_text()
+        url = re.search(r"xsg gateway listening on \S+ \(public URL (\S+)\)", banner).group(1)
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url) and not url.endswith(":0")
+        assert f"  console   {url}/console" in banner
+        assert f"  proxy     http://127.0.0.1:{proxy_port} (caching proxy" in banner
+        exports = dict(re.findall(r"^    export (XSG_URL|XSG_TOKEN)=(\S+)$", banner, re.M))
+        tokens = dict(re.findall(r"^    (nea|lta)\s+(\S+)\s+roles:", banner, re.M))
+        assert exports == {"XSG_URL": url, "XSG_TOKEN": tokens["nea"]}, banner
+        assert requests.get(f"{url}/console", timeout=10).status_code == 200
+        deadline = time.monotonic() + 60  # the proxy child starts beside the gateway
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"http://127.0.0.1:{proxy_port}/health",
+                                timeout=5).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.2)
+        else:
+            pytest.fail("the proxy of the banner does not answer")
+        # the CLI with the pasted lines and nothing else
+        cli = subprocess.run([sys.executable, "-m", "pep.cli", "policy", "list"],
+                             capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                             env={**{k: v for k, v in os.environ.items()
+                                     if not k.startswith("XSG_")}, **exports,
+                                  "PYTHONPATH": str(REPO)})
+        assert cli.returncode == 0 and "urn:xsg:example:weather" in cli.stdout, cli.stderr
+
+        nea = {"Authorization": f"Bearer {tokens['nea']}"}
+        lta = {"Authorization": f"Bearer {tokens['lta']}"}
+        r = requests.post(f"{url}/streams", headers=nea, timeout=30, json={
+            "name": QUIET_STREAM, "source": {"kind": "ingest"},
+            "schema": [{"name": "v", "type": "double"}]})
+        assert r.status_code == 201, r.text
+        r = requests.post(f"{url}/policies", data=QUIET_POLICY, timeout=30,
+                          headers={**nea, "Content-Type": XML})
+        assert r.status_code == 201, r.text
+        r = requests.post(f"{url}/requests", data=QUIET_REQUEST, timeout=60,
+                          headers={**lta, "Content-Type": XML})
+        assert r.status_code == 201, r.text
+        handle = r.json()["handle"]
+
+        def read() -> None:
+            try:
+                with requests.get(handle, headers={**lta, "Accept": "application/x-ndjson"},
+                                  stream=True, timeout=60) as response:
+                    for raw in response.iter_lines():
+                        if raw:
+                            reader_events.append(json.loads(raw))
+            except requests.RequestException:
+                pass
+
+        def produce() -> None:
+            v = 0
+            while not stop.is_set():
+                try:
+                    statuses.append(requests.post(
+                        f"{url}/streams/{QUIET_STREAM}/records", data=json.dumps({"v": v}),
+                        headers={**nea, "Content-Type": "application/x-ndjson"},
+                        timeout=30).status_code)
+                except requests.ConnectionError:
+                    statuses.append(None)  # the gateway has gone
+                v += 1
+                time.sleep(0.02)
+        threads = [threading.Thread(target=f, daemon=True) for f in (read, produce)]
+        for t in threads:
+            t.start()
+
+        def rows() -> int:
+            return sum(1 for e in reader_events if "row" in e)
+        for extra in ("w", "x"):  # each restarts the stream's query on its checkpoint
+            seen = rows()
+            deadline = time.monotonic() + 60
+            while rows() < seen + 20 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert rows() >= seen + 20, reader_events[-3:]
+            r = requests.patch(f"{url}/streams/{QUIET_STREAM}", headers=nea, timeout=60,
+                               json={"add_attributes": [{"name": extra, "type": "long"}]})
+            assert r.status_code == 200 and r.json()["added"] == [extra], r.text
+        seen = rows()
+        deadline = time.monotonic() + 60
+        while rows() < seen + 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert rows() >= seen + 20, reader_events[-3:]
+        proc.send_signal(signal.SIGTERM)  # with the appender still going
+        assert proc.wait(timeout=90) == 0, err.read_text()[-5000:]
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    values = [e["row"]["v"] for e in reader_events if "row" in e]
+    assert values == [float(v) for v in range(int(values[0]), int(values[0]) + len(values))]
+    assert 500 not in statuses and statuses.count(201) > 100
+    lines = err.read_text(errors="replace").splitlines()
+    start = next(i for i, line in enumerate(lines) if "xsg listening on" in line)
+    ours = [line for line in lines[start:] if " xsg.access: " not in line]
+    late = [line for line in ours if " WARNING pep.runtime.lateness: " in line]
+    assert all(re.search(rf"stream {QUIET_STREAM} is falling behind: (micro-batch \d+ took "
+                         r"|\d+ times? in the last )", line) for line in late), late
+    assert len([line for line in late if "micro-batch" in line]) <= 2  # then summed up
+    noise = [line for line in ours if line not in late and (
+        re.search(r" (WARN|WARNING|ERROR|CRITICAL) ", line)
+        or not (ISO_UTC.match(line) or PROXY_LINE.match(line)))]  # a traceback's lines
+    assert noise == [], "\n".join(noise[:40])
+    gateway = [line for line in ours if ISO_UTC.match(line) and line not in late]
+    stopping = next(i for i, line in enumerate(gateway) if "received signal 15" in line)
+    assert gateway[stopping:] == [gateway[stopping]]  # one line, and nothing after it
+    assert gateway[stopping].endswith(" INFO pep.http.serving: received signal 15, stopping")

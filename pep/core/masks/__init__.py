@@ -36,7 +36,8 @@ masks, for the merge and the analysis). Callers import the names below from `pep
 from __future__ import annotations
 
 from pep.core.masks.vocabulary import (KINDS, KINDS_FOR_TYPE, MAX_BANDS, MAX_DIGITS, MAX_LENGTH,
-                                       STEP_KINDS, UNIT_MICROS, Mask, MaskError, MaskRefused,
+                                       STEP_KINDS, UNIT_MICROS, UNORDERED, Mask, MaskError,
+                                       MaskRefused,
                                        check_fits, decimal_text, describe, mask_sql, masks_json,
                                        parse_assignment, parse_mask)
 from pep.core.masks.order import (at_least_as_coarse, compose, compose_all, masks_of, ordered,
@@ -49,4 +50,4 @@ __all__ = ["Mask", "MaskError", "MaskRefused", "MaskPlan", "KINDS", "UNIT_MICROS
            "ordered", "masks_of", "view_schema", "variable", "split_variable", "plan_masks",
            "plan_dnf", "filter_notes", "window_masks", "output_masks", "mask_sql", "masks_json",
            "describe", "decimal_text", "STEP_KINDS", "KINDS_FOR_TYPE", "MAX_BANDS", "MAX_LENGTH",
-           "MAX_DIGITS", "policy_masks"]
+           "MAX_DIGITS", "policy_masks", "UNORDERED"]

@@ -17,6 +17,10 @@ from pep.core.plan import StreamSchema
 
 KINDS = ("hash", "round", "grid", "truncate", "bands", "prefix", "suffix", "null")
 STEP_KINDS = ("round", "grid")  # a number rounded down to a multiple of the step
+# masks whose values leave no order of the raw values (a keyed hash, text cut short) or none at
+# all (null): such a time attribute places no tuple in time (what orders, windows and bounds
+# joins by time reads the masked time: `pep.core.merge`)
+UNORDERED = frozenset({"hash", "prefix", "suffix", "null"})
 UNIT_MICROS = {"second": 1_000_000, "minute": 60_000_000, "hour": 3_600_000_000,
                "day": 86_400_000_000}
 KINDS_FOR_TYPE: dict[str, frozenset[str]] = {

@@ -291,7 +291,8 @@ def test_windows_aggregate_masked_values_and_a_time_mask_bounds_time_windows():
     result = merged(obligations, {"window": {"type": "time", "size": 120, "step": 60,
                                              "aggregates": ["x:avg", "n:count"],
                                              "keys": ["n"]}})
-    assert dict(result.plan.masks) == {"n": "hash", "x": "round:5"}
+    # t is the window's time: its mask is the plan's, which the runtime windows by (issue 41)
+    assert dict(result.plan.masks) == {"n": "hash", "t": "truncate:minute", "x": "round:5"}
     with pytest.raises(NotPermitted, match="whole multiples of 60"):
         merged(obligations, {"window": {"type": "time", "size": 90, "step": 60,
                                         "aggregates": ["x:avg"]}})
@@ -312,7 +313,90 @@ def test_windows_aggregate_masked_values_and_a_time_mask_bounds_time_windows():
                                                  "aggregates": ["x:sum"]}})
 
 
+# -- a masked time (issue 41): what orders and places tuples in time reads it masked ------------
+
+@pytest.mark.parametrize("query", [
+    None, {"map": ["x"]}, {"map": ["t", "x"]},
+    {"window": {"type": "tuple", "size": 3, "step": 1, "aggregates": ["x:firstval"]}},
+    {"window": {"type": "time", "size": 60, "step": 60, "aggregates": ["x:lastval"]}},
+    {"window": {"type": "time", "size": 120, "step": 60, "aggregates": ["t:lastval"]}}])
+def test_a_masked_time_is_among_the_plans_masks_whatever_it_outputs(query):
+    """The time attribute orders a plan's rows (on sources without a stream position) and its
+    tuple windows, and places time windows' tuples and moves their clock: the runtime reads it
+    under the plan's masks, so its mask is one of them even when the plan shows no time."""
+    result = merged([masks_ob("t:truncate:minute", "x:round:5")], query)
+    assert dict(result.plan.masks)["t"] == "truncate:minute"
+    graph = [op["op"] for op in graph_to_json(result.graph, SCHEMA)["operators"]]
+    assert "mask" in graph  # the masks come right after the filter, before map and window
+    sql = render_sql(result.plan, SCHEMA)
+    assert "t as truncate:minute" in sql
+    if result.plan.window is not None and result.plan.window.kind == "time":
+        assert "date_trunc('MINUTE', `t`) AS `t`" in sql  # what the windows read
+    unmasked = merged([masks_ob("x:round:5")], query)
+    assert "t" not in dict(unmasked.plan.masks)
+
+
+def test_time_windows_over_a_masked_time_need_a_time_that_orders():
+    for mask in ("t:null", ):
+        with pytest.raises(NotPermitted, match="a time window over it would reveal its time"):
+            merged([masks_ob(mask)], {"window": {"type": "time", "size": 60, "step": 60,
+                                                 "aggregates": ["x:sum"]}})
+    schema = StreamSchema((Field("n", "long"), Field("x", "double")))
+    policy = policy_graph([masks_ob("n:hash")], "s", schema)
+    user = user_graph(parse_json_query(json.dumps({"window": {
+        "type": "time", "size": 60, "step": 60, "aggregates": ["x:sum"]}})), "s", schema,
+        policy_masks(policy))
+    with pytest.raises(NotPermitted, match="'n' only as 'hash'"):
+        merge(policy, user, schema, time_attribute="n")
+
+
+def test_a_union_with_a_grant_that_masks_the_time_is_refused():
+    """Union members share the runtime's machinery, but a tuple delivered once for several
+    grants has no one masked form of its time (order, windows): refused, as any union of a
+    masked grant is; a grant that masks the time alone works as under intersection."""
+    from pep.core.union import Alternative, merge_union
+    window = {"window": {"type": "time", "size": 60, "step": 60, "aggregates": ["x:firstval"]}}
+    user = user_graph(parse_json_query(json.dumps(window)), "s", SCHEMA)
+    masked_time = Alternative(("masks-t",), policy_graph([masks_ob("t:truncate:minute")], "s",
+                                                         SCHEMA))
+    other = Alternative(("raw",), policy_graph([filter_ob("x > 3")], "s", SCHEMA))
+    with pytest.raises(NotPermitted, match="masks-t.*masks, which union mode cannot combine"):
+        merge_union([masked_time, other], user, SCHEMA, time_attribute="t")
+    alone = merge_union([masked_time], user, SCHEMA, time_attribute="t")
+    assert dict(alone.plan.masks) == {"t": "truncate:minute"}
+
+
 # -- joins ---------------------------------------------------------------------------------------
+
+def test_a_join_bounds_and_windows_a_masked_time_by_the_masked_value():
+    """A windowed side's time is the masked time (its mask is among the side's masks, which the
+    runtime applies before the window and the watermark); a plain side's time bound reads the
+    masked time it outputs, and a mask that leaves no time (null, hash) is refused naming it."""
+    left_schema = StreamSchema((Field("t", "timestamp"), Field("v", "double"),
+                                Field("id", "long")))
+    right_schema = StreamSchema((Field("ts", "long"), Field("w", "double"), Field("id", "long")))
+
+    def side(stream, schema, obligations, query, time):
+        policy = policy_graph(obligations, stream, schema)
+        user = user_graph(parse_json_query(json.dumps(query)), stream, schema,
+                          policy_masks(policy))
+        return JoinSide(stream, schema, merge(policy, user, schema, time_attribute=time),
+                        policy, user, time)
+
+    left = side("a", left_schema, [masks_ob("t:truncate:minute")], {"window": {
+        "type": "time", "size": 60, "step": 60, "keys": ["id"],
+        "aggregates": ["v:firstval", "v:lastval"]}}, "t")
+    right = side("b", right_schema, [masks_ob("ts:round:60")], {}, "ts")
+    query = parse_json_query(json.dumps({"join": {"stream": "b", "on": [["id", "id"]],
+                                                  "within": 5}})).join
+    plan = build_join(left, right, query).plan
+    assert dict(plan.left.masks) == {"t": "truncate:minute"}
+    assert dict(plan.right.masks) == {"ts": "round:60"} and plan.right_time == "ts"
+    for mask in ("ts:hash", "ts:null"):
+        hidden = side("b", right_schema, [masks_ob(mask)], {}, "ts")
+        with pytest.raises(NotPermitted, match="time attribute 'ts' only as"):
+            build_join(left, hidden, query)
+
 
 def test_joins_compare_masked_values_and_claim_no_nr_from_raw_filters():
     left_schema = StreamSchema((Field("t", "timestamp"), Field("v", "double"),

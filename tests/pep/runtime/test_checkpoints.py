@@ -211,3 +211,76 @@ def test_a_stall_is_reported_once_and_clears(spark, tmp_path, caplog):
     finally:
         release.set()
         rt.stop()
+
+
+def test_a_batch_that_starts_while_its_query_stops_ends_it_quietly(spark, tmp_path, caplog):
+    """Issue 42: a restart or the gateway's stop pauses the query between two batches; a batch
+    starting meanwhile must deliver nothing and not be committed (the next query runs it). It
+    used to raise `Paused`: the query "terminated with error", an ERROR with a 75-line stack
+    from Spark and one from py4j at every restart. Now it waits for the stop and ends the query
+    as Spark's own stop does: no error, no ERROR record, and the batch is delivered once, by
+    the next query."""
+    sd = ingest(tmp_path)
+    work = tmp_path / "work"
+    rt = runtime_for(spark, work)
+    try:
+        a = Collector()
+        rt.attach_handle("h", sd, PLAN, a)
+        write_jsonl(tmp_path / "ck", "a.json", recs(0, 3))
+        assert wait_until(lambda: len(a.rows) >= 3)
+        executor = rt._executors["ck"]
+        query = executor._query
+        executor._pausing = True  # what restart() and stop() set first: a stop has begun
+        with caplog.at_level(logging.INFO):
+            write_jsonl(tmp_path / "ck", "b.json", recs(3, 6))  # its batch starts paused
+            assert wait_until(lambda: query.status["isTriggerActive"]
+                              and query.status["isDataAvailable"], 30)
+            time.sleep(1.5)  # the batch is in its foreachBatch by now (0.2 s triggers)
+            assert query.isActive and [r["n"] for r in a.rows] == [0, 1, 2]
+            rt.stop()
+        assert not query.isActive
+        assert query.exception() is None  # stopped, not "terminated with error"
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert errors == [], [r.getMessage() for r in errors]
+    finally:
+        rt.stop()
+    rt = runtime_for(spark, work)
+    try:
+        b = Collector()
+        rt.attach_handle("h", sd, PLAN, b)  # the handle resumes: the paused batch runs now
+        assert wait_until(lambda: len(b.rows) >= 3)
+        time.sleep(0.6)
+        assert [r["n"] for r in b.rows] == [3, 4, 5]
+    finally:
+        rt.stop()
+
+
+def test_late_micro_batches_are_logged_as_one_repeating_warning(spark, tmp_path, caplog):
+    """Spark's own "falling behind" WARN is off (a line per trigger); the runtime reads the
+    same figure from the queries' progress and logs each late batch as a repeating warning
+    (`pep.log_repeats`), which the gateway's log sums up."""
+    from pep.log_repeats import REPEAT, VALUE
+
+    sd = ingest(tmp_path)
+    rt = runtime_for(spark, tmp_path / "work", janitor_interval=3600)
+    rt._late.trigger_interval = 0.001  # every batch is late against 1 ms
+    try:
+        a = Collector()
+        rt.attach_handle("h", sd, PLAN, a)
+        for i in range(3):
+            write_jsonl(tmp_path / "ck", f"{i}.json", recs(i, i + 1))
+            assert wait_until(lambda: len(a.rows) >= i + 1)
+        assert wait_until(lambda: len(rt._executors["ck"]._query.recentProgress) >= 3)
+        with caplog.at_level(logging.WARNING, logger="pep.runtime.lateness"):
+            logged = rt.check_lateness()
+            assert logged >= 3
+            assert rt.check_lateness() == 0  # each batch once
+        records = [r for r in caplog.records if r.name == "pep.runtime.lateness"]
+        assert len(records) == logged
+        assert {getattr(r, REPEAT) for r in records} == {"stream ck is falling behind"}
+        assert all(getattr(r, VALUE) > 0.001 for r in records)
+        assert all(r.getMessage().startswith("stream ck is falling behind: micro-batch ")
+                   and "longer than the trigger interval (0.00 s)" in r.getMessage()
+                   for r in records)
+    finally:
+        rt.stop()

@@ -1,5 +1,7 @@
-"""The web console at `/console`: static files shipped in `pep/http/console/`, and two small
-read-only endpoints it needs that the rest of the API does not give.
+"""The web console at `/console`: static files shipped beside this module, in its package
+(`pep/http/console/`: package data, so that setuptools ships them without a warning about a
+directory it would take for a package; issue 42), and two small read-only endpoints it needs
+that the rest of the API does not give.
 
 - `GET /console` (and `/console/`, `/console/<file>`): the single-page console. No
   authentication: the files hold no data and no secret. Every answer carries a strict Content
@@ -40,7 +42,7 @@ from pep.http.current import current_services
 from pep.http.streams import may_register
 from pep.streams.ownership import owner_or_admin
 
-STATIC_DIR = Path(__file__).resolve().parent / "console"
+STATIC_DIR = Path(__file__).resolve().parent  # never this module: STATIC_NAME has no .py
 STATIC_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*\.(?:js|css|svg|png|txt)$")
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; "
                            "img-src 'self' data:; connect-src 'self'; base-uri 'none'; "

@@ -1,0 +1,89 @@
+"""Micro-batches that took longer than their trigger interval ("falling behind"), for the log.
+
+Spark says so itself at every such trigger (`ProcessingTimeExecutor`: a WARN line per batch; under
+load most of the gateway's log, issue 42). That line is switched off (log4j2.properties) and the
+same figure is read here instead: the trigger's duration in Spark's progress report of the batch
+(`batchDuration`), off the micro-batch path. The runtime's janitor asks every few seconds for the
+reports of the batches since its last look (`StreamingQuery.recentProgress`: Spark keeps the
+last 100 of each query) and logs each late batch as a warning marked as repeating
+(`pep.log_repeats`): the gateway's log writes the first in full, then once a minute how often it
+happened and the worst ("stream weather is falling behind: 37 times in the last 60 s, worst
+2.1 s").
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pep.log_repeats import repeating
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LateBatch:
+    """A micro-batch whose trigger took longer than the trigger interval."""
+
+    query: str  # the query's name
+    batch_id: int
+    seconds: float
+
+
+class LateBatches:
+    """Finds the late batches of a session's running queries since the last look."""
+
+    def __init__(self, trigger_interval: float) -> None:
+        self.trigger_interval = float(trigger_interval)
+        # query name -> the start of the last trigger looked at (ISO-8601 UTC text, which
+        # orders as time does; not the batch id: an idle trigger reports the id of the batch
+        # that has not run yet, and that batch's own report comes later under the same id)
+        self._seen: dict[str, str] = {}
+
+    def since_last(self, queries: Iterable[Any]) -> list[LateBatch]:
+        """The late batches among `queries` (PySpark `StreamingQuery`s) reported since the last
+        call, oldest first; a query seen for the first time counts from its first report."""
+        late: list[LateBatch] = []
+        seen: dict[str, str] = {}
+        for query in queries:
+            try:
+                name = str(query.name)
+                reports = query._jsq.recentProgress()  # the JVM's array: read from its end
+                last = self._seen.get(name, "")
+                newest, found = last, []
+                for i in range(len(reports) - 1, -1, -1):
+                    report = reports[i]
+                    started = str(report.timestamp())
+                    if started <= last:
+                        break
+                    newest = max(newest, started)
+                    seconds = int(report.batchDuration()) / 1000.0
+                    if seconds > self.trigger_interval:
+                        found.append(LateBatch(name, int(report.batchId()), seconds))
+            except Exception:  # noqa: BLE001 - a query stopping meanwhile has nothing to say
+                log.debug("progress of a query not read", exc_info=True)
+                continue
+            seen[name] = newest
+            late.extend(reversed(found))
+        self._seen = seen  # queries no longer running are forgotten
+        return late
+
+    def log(self, queries: Iterable[Any], describe: Callable[[str], str | None]) -> int:
+        """Log each late batch of `queries`; `describe(query name)` says what the query serves
+        ("stream weather"), None for a query that is not the gateway's (not logged). Returns
+        how many were logged."""
+        logged = 0
+        for batch in self.since_last(queries):
+            what = describe(batch.query)
+            if what is None:
+                continue
+            log.warning("%s is falling behind: micro-batch %d took %.1f s, longer than the "
+                        "trigger interval (%.2f s)", what, batch.batch_id, batch.seconds,
+                        self.trigger_interval,
+                        extra=repeating(f"{what} is falling behind", batch.seconds))
+            logged += 1
+        return logged
+
+
+__all__ = ["LateBatch", "LateBatches"]
