@@ -19,7 +19,7 @@ from importlib import import_module
 from typing import Any
 
 from pdp.auth import AuthFileError, Identity, TokenAuthenticator, new_token, write_auth_file
-from pdp.engine import (PolicyEngine, PolicyInfo, PolicySource, inspect_policy,
+from pdp.engine import (PolicyEngine, PolicyInfo, PolicySource, compile_policy, inspect_policy,
                         policy_resource_scope)
 from pdp.errors import PolicyLoadError, RequestSyntaxError
 from pdp.events import PolicyChange, PolicyEvents
@@ -53,7 +53,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AuthFileError", "Identity", "TokenAuthenticator", "new_token", "write_auth_file",
-    "PolicyEngine", "PolicyInfo", "PolicySource", "inspect_policy", "policy_resource_scope",
+    "PolicyEngine", "PolicyInfo", "PolicySource", "compile_policy", "inspect_policy",
+    "policy_resource_scope",
     "PolicyLoadError", "RequestSyntaxError", "PolicyChange", "PolicyEvents",
     "ManagedPolicy", "ManagePolicy", "Veto", "may_manage_policy",
     "RESOURCE_ID", "confined_resource_ids",

@@ -46,7 +46,7 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 import pdp.index as index_module
 from pdp.combining import DENY_OVERRIDES_3_0, deny_unless_permit, policy_combiner
 from pdp.errors import PolicyLoadError, RequestSyntaxError
-from pdp.evaluation import (DENY, PERMIT, TO_DECISION, EvalContext, Outcome,
+from pdp.evaluation import (DENY, NOT_APPLICABLE, PERMIT, TO_DECISION, EvalContext, Outcome,
                             status_of_bug)
 from pdp.index import RootIndex
 from pdp.policy_parser import (CompiledDocument, CompiledPolicy, PolicyInfo, PolicySource,
@@ -58,6 +58,7 @@ from pdp.results import (STATUS_PROCESSING_ERROR, Decision, Response, Result, Ru
                           Status)
 from pdp.target_scope import (NOT_APPLICABLE_WHEN_ALL_ARE, attribute_key, evaluator_scope,
                                target_literals)
+from pdp.why import Explanation, Node, explain_root
 from pdp.xmlsafe import get_limits
 
 __all__ = ["PolicyEngine", "PolicySource", "PolicyInfo", "CompiledPolicy", "compile_policy",
@@ -217,6 +218,10 @@ class PolicyEngine:
     @property
     def _entries(self) -> tuple[CompiledPolicy, ...]:
         """The top-level documents in root order."""
+        return tuple(self._by_slot.values())
+
+    def documents(self) -> tuple[CompiledPolicy, ...]:
+        """The top-level documents, compiled, in root order (what the linter reads)."""
         return tuple(self._by_slot.values())
 
     # -- building
@@ -424,8 +429,10 @@ class PolicyEngine:
             traces.append(docs)
         return Response(tuple(results)), traces
 
-    def _decide_one(self, ind: Individual) -> tuple[Result, set[str]]:
-        ctx = EvalContext(ind.bags, self._links)
+    def _decide_one(self, ind: Individual, ctx: EvalContext | None = None
+                    ) -> tuple[Result, set[str]]:
+        if ctx is None:
+            ctx = EvalContext(ind.bags, self._links)
         try:
             outcome = self._root.evaluate(ctx)
         except Exception as exc:  # a bug must never crash the PDP; deny-biased Indeterminate
@@ -449,6 +456,41 @@ class PolicyEngine:
             grants = tuple(RuleGrant(rule, tuple(obls)) for rule, obls in outcome.grants)
         return (Result(decision, status, tuple(obligations), tuple(advice),
                        ind.included_attributes(), ids, grants), set(outcome.docs))
+
+    def explain(self, request: RequestContext) -> tuple[Response, list[Explanation]]:
+        """The decision and, per individual request, why it came out so (`pdp.why`): the
+        decision is made as `decide` makes it, then explained by a second walk over the same
+        evaluators in the same context. Never raises: an explanation that fails says so."""
+        results = []
+        explanations = []
+        try:
+            individuals = request.individuals()
+        except Exception as exc:  # pragma: no cover - defensive
+            return (Response((Result(Decision.INDETERMINATE, status_of_bug(exc)),)), [])
+        for ind in individuals:
+            ctx = EvalContext(ind.bags, self._links)
+            result, _ = self._decide_one(ind, ctx)
+            results.append(result)
+            status = result.status.message if result.decision is Decision.INDETERMINATE \
+                else None
+            try:
+                if isinstance(self._root, _Root):
+                    candidates = list(self._root.candidates(ctx))
+                    node, outcome, missing = explain_root(
+                        ctx, self._root, self.root_combining_alg,
+                        getattr(self._combine, "__name__", None), candidates,
+                        len(self._root.by_slot))
+                else:
+                    node, outcome, missing = explain_root(ctx, self._root, "", None, None, 0)
+            except Exception as exc:  # an explanation must not fail the decision
+                node = Node("Root", None, None, None, None, NOT_APPLICABLE,
+                            f"no explanation: {type(exc).__name__}: {exc}")
+                explanations.append(Explanation(result.decision.value, status, node, [], False))
+                continue
+            consistent = TO_DECISION[outcome.decision] is result.decision
+            explanations.append(Explanation(result.decision.value, status, node, missing,
+                                            consistent))
+        return Response(tuple(results)), explanations
 
     def decide_bytes(self, body: bytes, media_type: str) -> Response:
         """Parse and decide; a bad request becomes one Indeterminate result saying why."""

@@ -272,14 +272,15 @@ def evaluate_obligations(exprs: Sequence[ObligationExpr], ctx: EvalContext) -> t
 
 
 class RuleEvaluator:
-    """A compiled Rule. `target_spec` feeds the index; `evaluate` returns an Outcome."""
+    """A compiled Rule. `target_spec` feeds the index; `evaluate` returns an Outcome; `notes`
+    (`pdp.notes`) are for explanations and the linter, never read by a decision."""
 
     __slots__ = ("id", "effect", "target", "condition", "obligations", "advice", "target_spec",
-                 "_plain", "_ind")
+                 "notes", "_plain", "_ind")
 
     def __init__(self, id: str, effect: int, target: Matcher | None, condition: Expr | None,
                  obligations: Sequence[ObligationExpr], advice: Sequence[ObligationExpr],
-                 target_spec: Any) -> None:
+                 target_spec: Any, notes: Any = None) -> None:
         self.id = id
         self.effect = effect
         self.target = target
@@ -287,6 +288,7 @@ class RuleEvaluator:
         self.obligations = tuple(o for o in obligations if o.effect == effect)
         self.advice = tuple(a for a in advice if a.effect == effect)
         self.target_spec = target_spec
+        self.notes = notes
         self._plain = (Outcome(effect, grants=((id, ()),))
                        if not self.obligations and not self.advice else None)
         self._ind = IND_P if effect == PERMIT else IND_D
@@ -316,14 +318,16 @@ class PolicyEvaluator:
 
     `children` are RuleEvaluators (Policy) or policy-level evaluators (PolicySet). When the
     children are many, `index` narrows them to the candidates whose target could match.
+    `notes` (`pdp.notes`) are for explanations and the linter, never read by a decision.
     """
 
     __slots__ = ("identifier", "is_policy_set", "target", "combine", "children", "index",
-                 "obligations", "advice", "target_spec", "doc_id", "_ident_tuple")
+                 "obligations", "advice", "target_spec", "doc_id", "notes", "_ident_tuple")
 
     def __init__(self, identifier: PolicyIdentifier, target: Matcher | None, combine: Callable,
                  children: Sequence[Any], obligations: Sequence[ObligationExpr],
-                 advice: Sequence[ObligationExpr], target_spec: Any, index: Any = None) -> None:
+                 advice: Sequence[ObligationExpr], target_spec: Any, index: Any = None,
+                 notes: Any = None) -> None:
         self.identifier = identifier
         self.is_policy_set = identifier.is_policy_set
         self.target = target
@@ -334,6 +338,7 @@ class PolicyEvaluator:
         self.advice = tuple(advice)
         self.target_spec = target_spec
         self.doc_id: str | None = None  # set for top-level documents
+        self.notes = notes
         self._ident_tuple = (identifier,)
 
     @property

@@ -10,6 +10,7 @@ from pdp.http.auth import current_identity, require_identity
 from pdp.http.context import (
     OFFERED, XACML_JSON, XACML_XML, Environment, current_pdp, read_body,
 )
+from pdp.http.why import explain_asked, explained
 from pdp.refusals import NotAcceptable, UnsupportedMedia
 from pdp.request import RequestContext, bind_environment, bind_subject, media_kind, parse_request
 from pdp.response import render_response
@@ -47,11 +48,17 @@ def decide_as(service: PolicyService, identity: Identity, ctx: RequestContext,
     what POST /pdp answers (its route and its fast path, pep/http/fast_pdp.py, both call this).
     `environment(resource_ids)` is asked with the request's resource-id values, so that the
     embedder can hand a decision only what concerns the resource it is about."""
+    return service.decide(bind_as(identity, ctx, environment))
+
+
+def bind_as(identity: Identity, ctx: RequestContext,
+            environment: Environment | None = None) -> RequestContext:
+    """The request as the gateway decides it: the caller as its subject, the gateway's clock
+    and environment (`decide_as`; `?explain=1` explains this very request)."""
     ctx = bind_subject(ctx, identity)
     attributes = environment(ctx.values(RESOURCE_CATEGORY, RESOURCE_ID)) \
         if environment is not None else []
-    ctx = bind_environment(ctx, attributes)
-    return service.decide(ctx)
+    return bind_environment(ctx, attributes)
 
 
 
@@ -60,6 +67,9 @@ def decide() -> FlaskResponse:
     """Decide a XACML request, as the authenticated caller (whatever subject it names).
     ---
     post:
+      parameters:
+        - {name: explain, in: query, schema: {type: boolean},
+           description: 'also say why: JSON {response, explanations}, by who asks (pdp.http.why)'}
       requestBody:
         required: true
         content:
@@ -69,10 +79,12 @@ def decide() -> FlaskResponse:
             schema: {$ref: '#/components/schemas/XacmlJson'}
       responses:
         200:
-          description: the XACML response, in the format Accept asks for (else the request's)
+          description: the XACML response, in the format Accept asks for (else the request's);
+            with explain, JSON holding it and the explanations
           content:
             application/xacml+xml: {}
             application/xacml+json: {}
+            application/json: {}
         400:
           description: a request that does not parse; a XACML response with syntax-error
         415:
@@ -94,5 +106,8 @@ def decide() -> FlaskResponse:
         status = Status(code=STATUS_SYNTAX_ERROR, message=str(exc))
         answer = Response(results=(Result(decision=Decision.INDETERMINATE, status=status),))
         return _xacml(answer, media_type, 400)
+    if explain_asked():  # ?explain=1: the decision and why, as JSON (pdp.http.why)
+        identity = current_identity()
+        return explained(pdp, identity, bind_as(identity, ctx, pdp.environment))
     return _xacml(decide_as(pdp.service, current_identity(), ctx, pdp.environment), media_type)
 

@@ -9,6 +9,8 @@ from pdp.evaluation import (
     DENY, PERMIT, AssignmentExpr, ObligationExpr, PolicyEvaluator, RuleEvaluator,
 )
 from pdp.index import build_index
+from pdp.notes import (ALWAYS_FALSE, COMPUTED, NO_CONDITION, DesignatorNote, Notes, TargetNote,
+                       designators_in)
 from pdp.policy_parser.expressions import BOOLEAN, ExpressionCompiler, VariableScope
 from pdp.policy_parser.reader import NO_DELEGATION, DocumentReader
 from pdp.policy_parser.targets import TargetCompiler
@@ -53,13 +55,14 @@ class PolicyCompiler:
             scope.get(vid, var_elems[vid])
         target = None
         spec = None
+        target_note: TargetNote = ()
         rules = []
         rule_ids: set[str] = set()
         obligations: list[ObligationExpr] = []
         advice: list[ObligationExpr] = []
         for name, child in self.reader.children(elem):
             if name == "Target":
-                target, spec = self.targets.target(child)
+                target, spec, target_note = self.targets.target(child)
             elif name == "Rule":
                 rule = self.rule(child, scope)
                 if rule.id in rule_ids:
@@ -78,7 +81,8 @@ class PolicyCompiler:
             else:
                 raise self.reader.fail(f"unexpected element <{name}> in <Policy>", child)
         ident = PolicyIdentifier(p_id, version, False)
-        ev = PolicyEvaluator(ident, target, combine, rules, obligations, advice, spec)
+        ev = PolicyEvaluator(ident, target, combine, rules, obligations, advice, spec,
+                             notes=Notes(elem.sourceline, target_note, algorithm=alg_id))
         attach_index(ev)
         return ev
 
@@ -90,12 +94,15 @@ class PolicyCompiler:
         effect = PERMIT if effect_name == "Permit" else DENY
         target = None
         spec = None
+        target_note: TargetNote = ()
         condition = None
+        condition_kind = NO_CONDITION
+        reads: tuple[DesignatorNote, ...] = ()
         obligations: list[ObligationExpr] = []
         advice: list[ObligationExpr] = []
         for name, child in self.reader.children(elem):
             if name == "Target":
-                target, spec = self.targets.target(child)
+                target, spec, target_note = self.targets.target(child)
             elif name == "Condition":
                 exprs = [c for c in child if isinstance(c.tag, str)]
                 if len(exprs) != 1:
@@ -107,8 +114,11 @@ class PolicyCompiler:
                 if typed.is_const:
                     value = typed.value
                     condition = None if value else (lambda ctx: False)
+                    condition_kind = NO_CONDITION if value else ALWAYS_FALSE
                 else:
                     condition = typed.ev
+                    condition_kind = COMPUTED
+                reads = designators_in(child, scope.elems)
             elif name == "ObligationExpressions":
                 obligations = self.obligation_exprs(child, "ObligationExpression", scope)
             elif name == "AdviceExpressions":
@@ -117,7 +127,8 @@ class PolicyCompiler:
                 continue
             else:
                 raise self.reader.fail(f"unexpected element <{name}> in <Rule>", child)
-        return RuleEvaluator(rule_id, effect, target, condition, obligations, advice, spec)
+        return RuleEvaluator(rule_id, effect, target, condition, obligations, advice, spec,
+                             Notes(elem.sourceline, target_note, condition_kind, reads))
 
     def obligation_exprs(self, elem: etree._Element, child_name: str,
                          scope: VariableScope | None = None) -> list[ObligationExpr]:

@@ -7,6 +7,7 @@ from lxml import etree
 from pdp.combining import POLICY_COMBINING
 from pdp.errors import PolicyLoadError
 from pdp.evaluation import ObligationExpr, PolicyEvaluator, ReferenceEvaluator
+from pdp.notes import Notes, TargetNote
 from pdp.policy_parser.model import CompiledDocument, PolicyInfo, PolicySource, RefSpec
 from pdp.policy_parser.expressions import ExpressionCompiler
 from pdp.policy_parser.policies import PolicyCompiler, attach_index
@@ -55,12 +56,13 @@ class PolicySetCompiler:
             raise self.reader.fail(f"unknown policy-combining algorithm {alg_id}", elem)
         target = None
         spec = None
+        target_note: TargetNote = ()
         children: list[PolicyEvaluator | ReferenceEvaluator] = []
         obligations: list[ObligationExpr] = []
         advice: list[ObligationExpr] = []
         for name, child in self.reader.children(elem):
             if name == "Target":
-                target, spec = self.targets.target(child)
+                target, spec, target_note = self.targets.target(child)
             elif name == "Policy":
                 children.append(self.policies.policy(child))
             elif name == "PolicySet":
@@ -79,7 +81,8 @@ class PolicySetCompiler:
             else:
                 raise self.reader.fail(f"unexpected element <{name}> in <PolicySet>", child)
         ident = PolicyIdentifier(ps_id, version, True)
-        ev = PolicyEvaluator(ident, target, combine, children, obligations, advice, spec)
+        ev = PolicyEvaluator(ident, target, combine, children, obligations, advice, spec,
+                             notes=Notes(elem.sourceline, target_note, algorithm=alg_id))
         attach_index(ev)
         return ev
 

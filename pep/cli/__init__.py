@@ -36,7 +36,9 @@ examples:
   xsg policy update urn:xsg:example:weather:nea-policy new-version.xml
   xsg policy delete urn:xsg:example:weather:nea-policy
   xsg stream delete station2 --dry-run
-  xsg pdp decide --policies policies/ --request policies/weather/lta-request.xml
+  xsg pdp decide --policies policies/ --request policies/weather/lta-request.xml --explain
+  xsg policy test examples/policy-tests/    # policy tests: decisions, and rows on a local Spark
+  xsg policy lint policies/                  # what can never apply, conflicting grants, NR
 """
 
 

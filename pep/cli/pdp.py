@@ -1,4 +1,5 @@
-"""`xsg pdp decide`: a request decided against policy files, with no server."""
+"""`xsg pdp decide`: a request decided against policy files, with no server (`--explain`: and
+why, every policy, rule and Match shown: the files are the caller's own)."""
 from __future__ import annotations
 
 import argparse
@@ -31,11 +32,20 @@ def cmd_pdp_decide(args: argparse.Namespace) -> int:
         ctx = parse_request(read_file(args.request), media[request_kind])
     except RequestSyntaxError as exc:
         raise CliError(f"invalid request {args.request}: {exc}", EXIT_USAGE) from None
-    response = engine.decide(ctx)
+    if args.explain:
+        from pdp.why import explanation_json, explanation_text
+
+        response, explanations = engine.explain(ctx)
+    else:
+        response, explanations = engine.decide(ctx), []
     out = render_response(response, media[args.format or request_kind])
     sys.stdout.write(out.decode("utf-8"))
     if not out.endswith(b"\n"):
         print()
+    for n, explanation in enumerate(explanations, 1):
+        heading = "why" if len(explanations) == 1 else f"why (decision {n})"
+        print(f"\n{heading}:")
+        sys.stdout.write(explanation_text(explanation_json(explanation)))
     return EXIT_OK
 
 
@@ -55,4 +65,7 @@ def add_pdp_commands(sub: Any) -> None:
                      help="response format (default: the request's)")
     dec.add_argument("--root-combining", metavar="ALG", default="deny-overrides")
     dec.add_argument("--root-policy", metavar="ID")
+    dec.add_argument("--explain", action="store_true",
+                     help="also say why: each policy and rule evaluated, its target's Matches, "
+                          "what each combining algorithm did, where each obligation came from")
     dec.set_defaults(func=cmd_pdp_decide)

@@ -1,5 +1,6 @@
 """`xsg policy add | new | list | show | update | delete`: the policies of a running gateway,
-over its HTTP API (administrators). `new` writes a sharing rule (`pep.cli.rules`)."""
+over its HTTP API (administrators). `new` writes a sharing rule (`pep.cli.rules`); `test` and
+`lint` need no gateway (`pep.cli.policy_tools`)."""
 from __future__ import annotations
 
 import argparse
@@ -11,6 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 from pep.cli.common import URL_HELP, EXIT_OK, call, read_file, seconds, whole_number
+from pep.cli.policy_tools import add_tool_parsers
 from pep.cli.rules import add_rule_flags, jsonable, rule_from_flags
 
 
@@ -229,3 +231,4 @@ def add_policy_commands(sub: Any) -> None:
     u.add_argument("file")
     u.add_argument("--what-if", **what_if)
     u.set_defaults(func=cmd_policy_update)
+    add_tool_parsers(psub)

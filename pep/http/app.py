@@ -8,7 +8,7 @@ from __future__ import annotations
 from flask import Flask
 
 from pdp.http.api import create_pdp_blueprint
-from pdp.http.auth import install_authenticator
+from pdp.http.auth import current_identity, install_authenticator
 from pdp.http.errors import error_response
 from pdp.http.safe_json import install_safe_json
 from pdp.oidc import AuthenticationFailed
@@ -33,6 +33,7 @@ from pep.http.rules import Rules, install_rules
 from pep.http.streams import install_streams
 from pep.services import GatewayServices, build_services
 from pep.streams.policy_check import check_policy
+from pep.streams.policy_lint import lint_write
 
 
 def create_app(config: GatewayConfig | None = None,
@@ -55,12 +56,16 @@ def create_app(config: GatewayConfig | None = None,
 
     # /health, /pdp, /policies; the management rule is read per call (an embedder may swap it);
     # sharing rules are a second way to write a policy, every policy has a one-line summary,
-    # and a write with ?dry_run=true says what it would do to the live handles
+    # every write is checked against the stream schemas and linted against the policy set
+    # (its findings are the answer's warnings), and a write with ?dry_run=true says what it
+    # would do to the live handles
     rules = Rules(services)
     app.register_blueprint(create_pdp_blueprint(
         services.policies, may_manage=lambda identity, info: services.may_manage(identity, info),
         check_policy=lambda document, source: check_policy(
-            document, services.catalog.get, services.catalog.definitions, source),
+            document, services.catalog.get, services.catalog.definitions, source) + lint_write(
+            document, source, services.policies.engine, services.catalog,
+            config.obligation_combining, current_identity(), services.may_manage),
         environment=services.stream_events.environment_for,
         health_details=lambda: stream_health(services.runtime, admin_asks()),
         formats=[rules.policy_format()], what_if=rules.what_if, describe=rules.describe,

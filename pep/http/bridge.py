@@ -244,7 +244,8 @@ class Bridge:
             return
         if body is None:
             return  # the client left, or its framing was refused: nothing runs
-        if self.fast is not None and scope["method"] == "POST" and scope["path"] == "/pdp":
+        if self.fast is not None and scope["method"] == "POST" and scope["path"] == "/pdp" \
+                and not scope.get("query_string"):  # ?explain=1 is the route's
             if await self._fast_pdp(scope, body, send):
                 return
             skip_fast = True

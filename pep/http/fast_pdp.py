@@ -7,7 +7,7 @@ code the route in `pdp.http.api` uses (the token's identity, `parse_request`, `d
 binds the caller and the gateway's environment and decides, and `render_response`), exactly the
 requests that route would answer 200: a ready engine, a valid bearer token, a XACML XML or JSON Content-Type, no
 Accept or one naming one of the offered types exactly, a Content-Length under the app's limit,
-and a body that parses. Every other request (a refusal of any kind, a chunked body, an Accept
+no query string (`?explain=1` is the route's), and a body that parses. Every other request (a refusal of any kind, a chunked body, an Accept
 with alternatives or wildcards, any other path) goes to the Flask app unchanged, its body
 replayed: refusals keep the one error body and the route's own rules. The gateway's server
 (pep/http/serving.py) calls `decide` on its event loop with the body it has read, and hands
@@ -58,7 +58,8 @@ class FastPdp:
         """The WSGI form (any WSGI server, Flask's test client); the gateway's own server calls
         `decide` on its event loop instead and marks what it already tried."""
         if environ.get("PATH_INFO") != "/pdp" or environ.get("REQUEST_METHOD") != "POST" \
-                or environ.get(FAST_PDP_SKIP) or environ.get("SCRIPT_NAME"):
+                or environ.get(FAST_PDP_SKIP) or environ.get("SCRIPT_NAME") \
+                or environ.get("QUERY_STRING"):  # ?explain=1 (and the like): the route's
             return self.app(environ, start_response)
         length = environ.get("CONTENT_LENGTH", "")
         if not length.isdigit() or environ.get("HTTP_TRANSFER_ENCODING") \

@@ -218,6 +218,14 @@ class QueryLifecycle(ResultRouting):
     def active(self) -> bool:
         return self._query is not None and self._query.isActive
 
+    def process_available(self, timeout: float = 120.0) -> None:
+        """Return once every record the source holds now has been processed and its rows
+        delivered: Spark's `processAllAvailable`, then the route worker drained (raises the
+        query's failure, or `RoutingFailed`)."""
+        if self._query is not None:
+            self._query.processAllAvailable()
+        self._router.drain(timeout)
+
     def wait_delivered(self, timeout: float = 120.0) -> None:
         """Return once the micro-batches run so far are delivered (`route_worker.py`); raises
         `RoutingFailed` if delivering the last one failed."""

@@ -226,6 +226,15 @@ class StreamRuntime:
     def _closed_by_deliver(self, handle_id: str) -> None:
         self.detach(handle_id)
 
+    def process_available(self, stream_name: str, timeout: float = 120.0) -> None:
+        """Process every record the stream's source holds now and deliver its rows to the
+        handles attached, before returning (`xsg policy test` runs a stream case so: records
+        written, then this, then the rows compared). Nothing to do for a stream not running."""
+        with self._lock:
+            executor = self._executors.get(stream_name)
+        if executor is not None:
+            executor.process_available(timeout)
+
     def handles(self) -> dict[str, str]:
         with self._lock:
             return dict(self._handle_streams)

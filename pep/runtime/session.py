@@ -151,11 +151,12 @@ def local_python_sockets(conf: dict[str, str], master: str) -> dict[str, str]:
 
 
 def create_spark_session(master: str = "local[*]", app_name: str = "xsg",
-                         extra_conf: dict[str, str] | None = None, warm: bool = True
-                         ) -> SparkSession:
+                         extra_conf: dict[str, str] | None = None, warm: bool = True,
+                         log_level: str = "WARN") -> SparkSession:
     """Build (or return the process's existing) SparkSession; takes seconds cold, so call once.
 
     With `warm` (the default) a throw-away shared query runs one micro-batch first (see warm_up).
+    `log_level` is Spark's own (log4j): `xsg policy test` keeps only errors.
     """
     # Python workers (the rows job's grouped matcher, `DataFrame.mapInArrow`) need numpy and
     # pyarrow: the gateway's own interpreter unless PYSPARK_PYTHON names another (pyspark reads
@@ -167,7 +168,7 @@ def create_spark_session(master: str = "local[*]", app_name: str = "xsg",
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(log_level)
     global _warmed
     if warm and not _warmed:
         warm_up(spark)

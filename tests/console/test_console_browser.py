@@ -179,6 +179,9 @@ def test_consumer_chart_gets_rows_and_shows_revoked_when_the_owner_deletes_the_p
     lta.click("#try-explain")
     lta.wait_for_selector("#try-warnings li.PR")
     assert lta.inner_text("#try-decision") == "Permit"
+    # why (POST /pdp?explain=1): a consumer gets the reason, nothing of nea's policy
+    wait_true(lta, "document.getElementById('try-why').textContent.includes('reason: permitted')")
+    assert "nea-policy" not in lta.inner_text("#try-why")
     assert "SELECT" in lta.inner_text("#try-sql").upper()
     assert '"window"' in lta.inner_text("#try-plan")
     assert "<FilterCondition>rainrate &gt; 3</FilterCondition>" in lta.text_content("#try-xml")
@@ -247,6 +250,22 @@ AIS_POLICY = """<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
     </Match></AllOf></AnyOf></Target>
   <Rule RuleId="urn:test:ais-owner:permit" Effect="Permit"/>
 </Policy>"""
+
+
+def test_an_administrator_sees_why_with_every_policy_and_rule(browser, gateway):
+    gateway.add_weather()
+    gateway.add_weather_policy()
+    nea = sign_in(browser, gateway, "nea", "try")
+    nea.wait_for_selector("#try-stream option[value=weather]", state="attached")
+    nea.select_option("#try-stream", "weather")
+    nea.click("#try-explain")
+    wait_true(nea, "document.getElementById('try-why').textContent.includes('first-applicable')")
+    why = nea.inner_text("#try-why")
+    assert "Policy urn:xsg:example:weather:nea-policy" in why
+    assert "rule urn:xsg:example:weather:nea-owner-reads-raw was the first child that applied" \
+        in why
+    assert nea.js_errors == []
+    nea.context.close()
 
 
 def test_ais_positions_move_on_the_map_with_gap_and_ended_events(browser, gateway_factory, shots):

@@ -1213,7 +1213,45 @@ ${attr('urn:oasis:names:tc:xacml:1.0:action:action-id', action)}  </Attributes>
     $('try-plan').textContent = '';
     $('try-sql').textContent = '';
     $('try-policies').textContent = '';
+    $('try-why').textContent = '';
     clear($('try-handle'));
+  }
+
+  // An explanation of POST /pdp?explain=1 (pdp/why.py's JSON, as the caller may see it) as text.
+  function whyText(x) {
+    if (!x) return '';
+    const out = [`decision: ${x.decision}${x.status ? ` (${x.status})` : ''}`];
+    if (x.view === 'consumer') { out.push(`reason: ${x.reason}`); return out.join('\n'); }
+    const walk = (n, depth) => {
+      const pad = '  '.repeat(depth);
+      out.push(`${pad}${n.kind}${n.id ? ' ' + n.id : ''}${n.line ? ` (line ${n.line})` : ''} -> ${n.decision}${n.status ? ': ' + n.status : ''}`);
+      if (n.target) {
+        out.push(`${pad}  target: ${n.target.result}`);
+        for (const m of n.target.matches) {
+          const got = m.request ? ` (request: ${m.request.join(', ') || 'none'})` : '';
+          out.push(`${pad}    ${m.category} ${m.attribute} ${m.function} '${m.value}': ${m.result}${got}`);
+        }
+      }
+      if (n.condition) out.push(`${pad}  condition: ${n.condition}`);
+      for (const r of n.reads || []) out.push(`${pad}    reads ${r.category} ${r.attribute}: ${r.present ? 'present' : 'missing'}`);
+      if (n.combining) out.push(`${pad}  ${n.combining}`);
+      for (const c of n.children || []) walk(c, depth + 1);
+      if (n.other_policies) {
+        out.push(`${pad}  policies you do not manage: ${Object.entries(n.other_policies).map(([k, v]) => `${k}: ${v}`).join(', ')}`);
+      }
+    };
+    walk(x.root, 0);
+    for (const o of x.obligations || []) {
+      out.push(`obligation ${o.id} from ${typeof o.from === 'string' ? o.from : `${o.from.kind.toLowerCase()} ${o.from.id}`}`);
+    }
+    const missing = x.missing_attributes || [];
+    out.push(`missing attributes: ${missing.map((m) => `${m.category} ${m.attribute}`).join(', ') || 'none'}`);
+    return out.join('\n');
+  }
+
+  async function showWhy(xml) {
+    const r = await api('POST', '/pdp?explain=1', { type: 'application/xacml+xml', body: xml });
+    $('try-why').textContent = r.ok && r.json ? whyText((r.json.explanations || [])[0]) : (r.error || '');
   }
 
   function showGrant(j) {
@@ -1248,8 +1286,8 @@ ${attr('urn:oasis:names:tc:xacml:1.0:action:action-id', action)}  </Attributes>
     const xml = buildRequestXml();
     $('try-xml').textContent = xml;
     const r = await api('POST', '/explain', { type: 'application/xacml+xml', body: xml });
-    if (!r.ok) { showRefusal(r); return; }
-    showGrant(r.json);
+    if (!r.ok) showRefusal(r); else showGrant(r.json);
+    await showWhy(xml);
   });
 
   $('try-open').addEventListener('click', async () => {
