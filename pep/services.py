@@ -38,6 +38,7 @@ from pep.handles.stall_notices import StallNotices
 from pep.invalidation.hub import InvalidationHub
 from pep.metrics import GatewayMetrics, gateway_state
 from pep.ports import JoinRuntimePort, StreamRuntimePort
+from pep.runtime.kafka_offsets import KafkaOffsets
 from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
 from pep.streams.catalog import StreamCatalog, seed_streams
 from pep.streams.event_admin import StreamEventAdmin
@@ -200,9 +201,12 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
     handle_store = HandleStore(data_dir / "handles.db")
     windows = WindowRegistry(new_handle_id=new_handle_id)
     privacy = PrivacyGuard(PrivacyLedger(data_dir / "privacy.db"))
+    # A Kafka stream's handle starts at its partitions' end offsets when requested (the
+    # broker's answer, through the gateway's own Kafka client): its cut (issue 41).
     handles = HandleService(handle_store, catalog.get, runtime, windows, buffer_rows,
                             buffer_bytes, stream_position=catalog.position,
-                            join_runtime=join_runtime, privacy=privacy)
+                            join_runtime=join_runtime, privacy=privacy,
+                            kafka_cut=KafkaOffsets().end_offsets)
     revocation = RevocationService(
         handles, engine=lambda: policies.engine, decide_and_plan=plan_access,
         schema_lookup=catalog.schema, identity_lookup=_identity_lookup(authenticator),

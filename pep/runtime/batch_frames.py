@@ -134,17 +134,19 @@ class BatchFrames(PlanTable):
         if shape.masked:
             emit, out = shared_expressions(
                 ("rows-masked", self._schema, tuple(columns), tuple(order), shape.spatial,
-                 shape.masked_filters, shape.hashed),
+                 shape.masked_filters, shape.hashed, shape.kafka_cut),
                 lambda: self._masked_rows(columns, order, shape))
             return (batch.select(*base, plans_column.alias(PLANS_COLUMN))
                     .select(*emit).select(*out))
 
         def build() -> tuple[list[Column], Column]:
             keep = [F.col(f"`{n}`") for n in columns] + [F.col(c) for c in order]
-            return keep + [matched_plans_column(ROW_KINDS, shape.spatial)
+            return keep + [matched_plans_column(ROW_KINDS, shape.spatial,
+                                                kafka=shape.kafka_cut)
                            .alias(PIDS_COLUMN)], F.size(F.col(PIDS_COLUMN)) > 0
         keep, nonempty = shared_expressions(("rows", self._schema, tuple(columns),
-                                              tuple(order), shape.spatial), build)
+                                              tuple(order), shape.spatial, shape.kafka_cut),
+                                             build)
         return (batch.select(*base, plans_column.alias(PLANS_COLUMN))
                 .select(*keep).where(nonempty))
 
@@ -214,7 +216,8 @@ class BatchFrames(PlanTable):
         values under the emission's masks, right after the filter (pep/runtime/masks.py), and
         its order under them too (`_plan_order`: a masked time orders a plan's rows by the
         masked value, never the raw one)."""
-        emit = [F.explode(masked_emissions(ROW_KINDS, shape.spatial, shape.masked_filters))
+        emit = [F.explode(masked_emissions(ROW_KINDS, shape.spatial, shape.masked_filters,
+                                           shape.kafka_cut))
                 .alias(EMIT),
                 *[F.col(f"`{n}`") for n in columns], *[F.col(c) for c in order]]
         timed = self._masked_order(order)
@@ -315,7 +318,8 @@ class BatchFrames(PlanTable):
         order = self._order_columns(shape)
         p = F.col(PLAN)
         carried = [F.col(c) for c in order]
-        explode = [F.explode(matched_plan_structs(kind, shape.spatial, shape.masked_filters))
+        explode = [F.explode(matched_plan_structs(kind, shape.spatial, shape.masked_filters,
+                                                  shape.kafka_cut))
                    .alias(PLAN),
                    *carried, F.col(NUMS_COLUMN), F.col(STRS_COLUMN), F.col(LNGS_COLUMN)]
         if shape.keys and shape.masked:

@@ -102,6 +102,8 @@ class StreamRuntime:
             compiled = compile_plan(plan, stream.schema, stream.time_attribute)
             members = (compiled,)
         for member in members:
+            if member.start_offsets is not None and stream.source.kind != "kafka":
+                raise PlanError(f"stream {stream.name!r}: start_offsets cut Kafka streams only")
             if member.window is not None and member.window.noise:
                 # a private window: calibrate its mechanisms now (OpenDP; a Gaussian takes
                 # about half a second), not in its first micro-batch, and fail here if they

@@ -31,7 +31,7 @@ from pyspark.sql import types as T
 
 from pdp.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition, StreamSchema
-from pep.runtime.columns import FILE_COLUMN, SEQ_COLUMN
+from pep.runtime.columns import FILE_COLUMN, KAFKA_FILE_FORMAT, SEQ_COLUMN
 from pep.runtime.generators import generator_frame
 from pep.runtime.kafka_connector import kafka_unavailable_reason
 from pep.runtime.memo import OwnedCache
@@ -202,7 +202,7 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
     # parse every record twice (measured: the rows job 1.3x slower)
     parsed = (raw.where(F.ltrim(text).startswith("{"))
               .select(F.from_json(text, spark_schema(stream.schema)).alias("r"),
-                      F.format_string("%s/%010d/%020d", F.col("topic"), F.col("partition"),
+                      F.format_string(KAFKA_FILE_FORMAT, F.col("topic"), F.col("partition"),
                                       F.col("offset")).alias(FILE_COLUMN)))
     return _shape(parsed.select("r.*", FILE_COLUMN), stream.schema, None, F.col(FILE_COLUMN))
 
