@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, cast
@@ -298,7 +299,11 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
     # re-evaluation timer of time-dependent grants.
     if config.start_spark and isinstance(runtime, LazyRuntime):
         runtime.get()
-    services.resumed, services.ended = revocation.restore_all()
+    # Restoring: a stream's query starts once all its restored handles are attached, and a
+    # Kafka stream's are first given again what their readers may not have read (issue 41).
+    restoring = getattr(runtime, "restoring", None)
+    with restoring() if restoring is not None else nullcontext():
+        services.resumed, services.ended = revocation.restore_all()
     audit.resumed(handle_store.get_many(services.resumed))
     # 7. metrics: decisions, stream requests and revocations as they happen; the rest is read
     #    from the services at every scrape.

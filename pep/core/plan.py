@@ -398,6 +398,23 @@ def with_start_offsets(plan: "ExecutionPlan | UnionPlan", offsets: tuple[int, ..
     return cut(plan)
 
 
+def replayable(plan: AnyPlan) -> bool:
+    """A Kafka view whose rows each micro-batch's records alone determine, so that a restart
+    can compute them again, with the same order and the same ids (`pep/runtime/replay.py`):
+    cut at offsets (so that it never gets records from before its request), no window (a
+    window's open state lives in the process), no `distance_to` (its anchor is the latest
+    position seen so far); a union when every member is. Never a join (its pairs and windows
+    live in the process)."""
+    if isinstance(plan, JoinPlan):
+        return False
+    members = plan.plans if isinstance(plan, UnionPlan) else (plan,)
+    return bool(members) and all(
+        p.start_offsets is not None and p.window is None
+        and not any(isinstance(q, SpatialPredicate) and q.function == "distance_to"
+                    for conj in p.filter_dnf or () for q in conj)
+        for p in members)
+
+
 def member_plans(plan: "ExecutionPlan | UnionPlan") -> tuple[ExecutionPlan, ...]:
     """A single stream's plan as its members: a union's, or the plan itself."""
     return plan.plans if isinstance(plan, UnionPlan) else (plan,)

@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, cast
 from pep.core.errors import NotFound, Unavailable
 from pep.core.refs import handle_ref
 from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition, UnionPlan,
-                           any_plan_from_json, plan_streams, side_plans, with_start_offsets)
+                           any_plan_from_json, plan_streams, replayable, side_plans,
+                           with_start_offsets)
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
 from pep.handles.privacy_budget import PrivacyGuard, private_window
 from pep.handles.records import (HandleRecord, HandleState, HandleStore, StoredRequest,
@@ -51,6 +52,12 @@ def window_signature(plan: ExecutionPlan | UnionPlan) -> tuple | None:
     if w is None:
         return None
     return (w.kind, w.size, w.step, w.aggregates, w.keys, w.time_attribute)
+
+
+def _positioned(stream: StreamDefinition, plan: AnyPlan) -> bool:
+    """A handle whose buffer names its rows by micro-batch (`HandleBuffer(positioned=True)`):
+    a Kafka stream's replayable view, which a restart gives again exactly."""
+    return stream.source.kind == "kafka" and replayable(plan)
 
 
 def _cut_kafka_sides(plan: AnyPlan, cuts: Mapping[str, tuple[int, ...]]) -> AnyPlan:
@@ -267,7 +274,8 @@ class HandleService:
             except BaseException:
                 self.windows.release(handle_id)
                 raise
-            buffer = HandleBuffer(self.max_rows, self.max_bytes)
+            buffer = HandleBuffer(self.max_rows, self.max_bytes,
+                                  positioned=_positioned(stream, plan))
             self._buffers[handle_id] = buffer
             self._buffer_streams[handle_id] = stream.name
             self._begin_attach(handle_id, plan_streams(plan))
@@ -450,7 +458,8 @@ class HandleService:
                 return False
             if policy_ids is not None:
                 self.store.set_policy_ids(record.id, policy_ids)
-            buffer = HandleBuffer(self.max_rows, self.max_bytes, generation=generation)
+            buffer = HandleBuffer(self.max_rows, self.max_bytes, generation=generation,
+                                  positioned=_positioned(definitions[0], plan))
             self._buffers[record.id] = buffer
             self._buffer_streams[record.id] = record.stream
             self._begin_attach(record.id, plan_streams(plan))

@@ -21,7 +21,7 @@ no time attribute).
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Any, Callable
 from urllib.parse import urlparse
 
 from pyspark.errors import AnalysisException
@@ -186,6 +186,26 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
               .option("failOnDataLoss", "false"))
     for key, value in client.items():
         reader = reader.option(f"kafka.{key}", value)
+    return _kafka_records(stream, reader)
+
+
+def kafka_range_frame(spark: SparkSession, stream: StreamDefinition, assign: str, start: str,
+                      end: str) -> DataFrame:
+    """A Kafka stream's records of fixed offset ranges, read once (a batch query), shaped as
+    its streaming frame: `assign` {topic: [partitions]}, `start` and `end` {topic: {partition:
+    offset}} (JSON, as Spark's Kafka source takes them; end exclusive). A record the topic no
+    longer holds fails the read rather than be skipped (`replay.py` relies on whole ranges)."""
+    servers, _, client = kafka_options(stream)
+    reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", servers)
+              .option("assign", assign).option("startingOffsets", start)
+              .option("endingOffsets", end).option("failOnDataLoss", "true"))
+    for key, value in client.items():
+        reader = reader.option(f"kafka.{key}", value)
+    return _kafka_records(stream, reader)
+
+
+def _kafka_records(stream: StreamDefinition, reader: Any) -> DataFrame:
+    """A Kafka reader's records as the stream's frame (see `_kafka_frame`)."""
     try:
         raw = reader.load()
     except AnalysisException as exc:

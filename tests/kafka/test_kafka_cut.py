@@ -6,8 +6,6 @@ produced after the handle was granted (no over-cut). Offsets that cannot be read
 request (503) rather than open a handle without its cut."""
 from __future__ import annotations
 
-import json
-import threading
 import time
 
 import requests
@@ -15,8 +13,8 @@ import requests
 from tests.e2e.conftest import Reader, auth
 from tests.e2e.test_restart_and_sse import sensor_request
 from tests.kafka.broker import free_port
-from tests.kafka.conftest import CLIENT_LOG, kafka_source
-from tests.kafka.test_kafka_gateway import T0, kgateway, register  # noqa: F401 - the fixture
+from tests.kafka.conftest import SteadyProducer, kafka_source
+from tests.kafka.test_kafka_gateway import kgateway, register  # noqa: F401 - the fixture
 
 XML = {"Content-Type": "application/xacml+xml"}
 S = "http://www.w3.org/2001/XMLSchema#string"
@@ -41,42 +39,6 @@ def open_policy(stream: str, policy_id: str) -> bytes:
         {assign("stream-filter", "stream-filter-condition-id", "value &gt; 0")}
         {assign("stream-map", "stream-map-attribute-id", "value")}
       </ObligationExpressions></Rule></Policy>""".encode()
-
-
-class SteadyProducer(threading.Thread):
-    """The owner's producer in a thread of its own: record i (value i + 1) to partition i % 3
-    every few milliseconds, its produce call and its acknowledgement timestamped."""
-
-    def __init__(self, bootstrap: str, topic: str, every: float = 0.004) -> None:
-        super().__init__(daemon=True)
-        from confluent_kafka import Producer
-        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                                  "enable.idempotence": True, "linger.ms": 0,
-                                  "logger": CLIENT_LOG})
-        self.topic, self.every = topic, every
-        self.produced: dict[int, float] = {}
-        self.acked: dict[int, float] = {}
-        self.errors: list = []
-        self.stop = threading.Event()
-
-    def _report(self, i: int):
-        def report(err, _msg) -> None:
-            if err is not None:
-                self.errors.append(err)
-            else:
-                self.acked[i] = time.time()
-        return report
-
-    def run(self) -> None:
-        i = 0
-        while not self.stop.is_set():
-            value = json.dumps({"ts": T0 + i, "value": float(i + 1), "secret": "s"}).encode()
-            self.produced[i] = time.time()
-            self.producer.produce(self.topic, value, partition=i % 3, on_delivery=self._report(i))
-            self.producer.poll(0)
-            i += 1
-            time.sleep(self.every)
-        self.producer.flush(30)
 
 
 def test_a_handle_gets_no_record_acknowledged_before_its_request(kgateway, kafka_broker,
