@@ -286,8 +286,6 @@ def plan_to_json(plan: ExecutionPlan | JoinPlan | UnionPlan) -> dict:
         "output": ([*w.keys, *(a.output_name for a in w.aggregates)] if w is not None
                    else list(plan.projection)),
         **({"start_after": plan.start_after} if plan.start_after is not None else {}),
-        **({"start_offsets": list(plan.start_offsets)} if plan.start_offsets is not None
-           else {}),
         **({"masks": masks_json(plan.masks)} if plan.masks else {}),
     }
 

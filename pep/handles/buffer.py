@@ -189,8 +189,9 @@ class HandleBuffer:
 
     @property
     def last_id(self) -> int:
-        if self.positioned:  # read without the lock, as `_last` is: a hint for pollers
-            return self._last_event_id()
+        if self.positioned:  # its segments change together: under the lock
+            with self._cond:
+                return self._last_event_id()
         return self._last
 
     def __len__(self) -> int:

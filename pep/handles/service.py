@@ -302,7 +302,11 @@ class HandleService:
             try:
                 cuts[definition.name] = tuple(self.kafka_cut(definition))
             except Exception as exc:  # noqa: BLE001 - whatever the client raised: refused
-                raise Unavailable(f"the request cannot be given a handle now: {exc}",
+                # the broker's address and the topic are the owner's: in the log, not the answer
+                log.warning("no handle on stream %s: %s", definition.name, exc)
+                raise Unavailable(f"stream {definition.name!r}: the offsets of its Kafka "
+                                  "partitions could not be read, so a handle cannot start at "
+                                  "this request; retry later",
                                   retry_after=KAFKA_RETRY_AFTER) from None
         return cuts
 

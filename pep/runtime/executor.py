@@ -259,13 +259,14 @@ class StreamExecutor(QueryLifecycle):
         the rows of those batches lost, and says so (`resumed_from`: the first live batch)."""
         assert self._checkpoint is not None
         with self._lock:
-            states = [s for s in self._plans.values()
-                      if s.handles and s.rows and s.windows is None
-                      and replayable_compiled(s.compiled)]
             unions = [u for u in self._unions.values()
                       if u.handles and all(self._plans[m].windows is None
                                            and replayable_compiled(self._plans[m].compiled)
                                            for m in u.members)]
+            members = {m for u in unions for m in u.members}
+            states = [s for s in self._plans.values()
+                      if (s.handles or s.id in members) and s.rows and s.windows is None
+                      and replayable_compiled(s.compiled)]
             targets = [(h, s.compiled.start_offsets) for s in states
                        for h in s.handles.values()]
             targets += [(h, u.compiled.members[0].start_offsets) for u in unions
