@@ -489,6 +489,12 @@ class HandleBuffer:
             finally:
                 self._reading -= 1
                 self._last_read = time.monotonic()
+            if events and events[-1].kind == "shutdown":
+                # the handle resumes at the next start, which gives again the rows this close
+                # discarded: a reader resuming from this event must not skip them, so it bears
+                # the id of what the reader had (not the next id, past the discarded rows)
+                had = events[-2].id if len(events) > 1 else event
+                events[-1] = Event(had, events[-1].kind, events[-1].data)
             if events:
                 last = events[-1]
                 self._came(self._floor if last.kind == "gap" else self._number(last.id),
