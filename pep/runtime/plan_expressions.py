@@ -19,8 +19,9 @@ from pep.runtime.labels import label_code, label_holds, label_outcome
 from pep.runtime.masks import MASKS_TYPE, let, masked_double, masked_long, masked_text
 from pep.runtime.memo import OwnedCache
 from pep.runtime.spatial import spatial_outcome
-from pep.runtime.columns import (FILE_COLUMN, KAFKA_OFFSET_AT, KAFKA_PARTITION_AT, LNGS_COLUMN,
-                                 NUMS_COLUMN, PLANS_COLUMN, SEQ_COLUMN, STRS_COLUMN)
+from pep.runtime.columns import (FILE_COLUMN, KAFKA_OFFSET_AT, KAFKA_PARTITION_AT, KOFF_COLUMN,
+                                 KPART_COLUMN, LNGS_COLUMN, NUMS_COLUMN, PLANS_COLUMN,
+                                 SEQ_COLUMN, STRS_COLUMN)
 from pep.runtime.plan_schema import PlanField, PredicateField
 
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'", "ignoreNullFields": "false"}
@@ -139,11 +140,16 @@ def kafka_position() -> tuple[Column, Column]:
             F.substring(f, *KAFKA_OFFSET_AT).cast("long"))
 
 
-def kafka_admits(start_offsets: Column) -> Column:
+def kafka_admits(start_offsets: Column, read_back: bool = False) -> Column:
     """The row's Kafka record is at or after the cut (per partition, the first offset given;
     a partition beyond the array, one added after the cut, gives every record; a null array:
-    no cut). Only on a Kafka stream's rows (their `_xsg_file` holds the position)."""
-    partition, offset = kafka_position()
+    no cut). Only on a Kafka stream's rows: their position from `_xsg_file`, or with
+    `read_back` from the columns the jobs' base select read it into once per row
+    (`KPART_COLUMN`, `KOFF_COLUMN`), not once per row and plan."""
+    if read_back:
+        partition, offset = F.col(KPART_COLUMN), F.col(KOFF_COLUMN)
+    else:
+        partition, offset = kafka_position()
     first = F.try_element_at(start_offsets, partition + F.lit(1))
     return start_offsets.isNull() | first.isNull() | (offset >= first)
 
@@ -158,8 +164,8 @@ def _matches(plan: Column, spatial: bool, masked: bool = False, kafka: bool = Fa
     seq = F.col(SEQ_COLUMN)
     start_after = plan[PlanField.START_AFTER]
     started = start_after.isNull() | seq.isNull() | (seq > start_after)
-    if kafka:
-        started = started & kafka_admits(plan[PlanField.START_OFFSETS])
+    if kafka:  # over the base select's output (batch_frames), which read the position
+        started = started & kafka_admits(plan[PlanField.START_OFFSETS], read_back=True)
     return started & F.exists(plan[PlanField.CONJUNCTS], lambda conj: F.forall(
         conj, lambda p: _predicate_holds(p, spatial, plan if masked else None)))
 
