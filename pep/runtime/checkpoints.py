@@ -150,13 +150,15 @@ class StreamCheckpoint:
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
     def _drop_kafka_query(self) -> None:
-        """Remove a Kafka query's checkpoint; the next one's batches count on after its."""
+        """Remove a Kafka query's checkpoint; the next one's batches count on after its, and
+        the batch its last stop had delivered is forgotten (the next query numbers its own
+        batches from 0: a batch of it under that number is no re-run to skip)."""
         offsets = self.location / "offsets"
         planned = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()] \
             if offsets.is_dir() else []
         shutil.rmtree(self.location, ignore_errors=True)
-        if planned:
-            self._write(batch_base=self.batch_base() + max(planned) + 1)
+        self._write(batch_base=self.batch_base() + (max(planned) + 1 if planned else 0),
+                    delivered_batch=-1)
 
     def release(self, delivered_batch: int = -1) -> None:
         """The query stopped with handles attached (gateway stopping): keep it resumable.

@@ -128,3 +128,25 @@ def test_a_cut_is_for_kafka_streams_only_and_holds_offsets(spark, tmp_path):
         rt.stop()
     with pytest.raises(PlanError, match="start_offsets"):
         compile_plan(plain((1, -2)), SCHEMA, "ts")
+
+
+def test_a_new_kafka_query_counts_its_batches_on_and_skips_no_batch_of_its_own(tmp_path):
+    """A positioned handle's ids come from its stream's micro-batch ids: a Kafka stream's new
+    query (its checkpoint dropped when its last handle left) counts on from the last one's; and
+    the batch the last query's stop had delivered is forgotten, or the new query's batch of
+    that number would be taken for a re-run and skipped."""
+    from pep.runtime.checkpoints import StreamCheckpoint
+    checkpoint = StreamCheckpoint.for_stream(tmp_path, stream())
+    assert checkpoint.prepare() is True and checkpoint.batch_base() == 0
+    checkpoint.mark_running()
+    offsets = checkpoint.location / "offsets"
+    offsets.mkdir(parents=True)
+    for batch in range(6):
+        (offsets / str(batch)).write_text("v1\n{}\n{}")
+    checkpoint.release(5)
+    assert checkpoint.delivered_batch() == 5
+    checkpoint.mark_idle()  # the last handle left
+    assert checkpoint.prepare() is True  # a first handle: a new query
+    assert checkpoint.batch_base() == 6 and checkpoint.delivered_batch() == -1
+    assert not checkpoint.location.exists()
+
