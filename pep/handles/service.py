@@ -11,6 +11,12 @@ A differentially private window's handle (`pep.core.privacy`) is admitted only i
 consumer's remaining privacy budget can pay for it, and its deliveries go through the privacy
 guard (`privacy_budget.py`), which pays for every window before it reaches the buffer and ends
 the handle, its paid rows still readable, when the budget is spent.
+
+A handle on a Kafka stream starts at its request: its plan is cut at the partitions' end offsets
+read from the broker when it is opened (`_kafka_cuts`; offsets that cannot be read refuse it),
+so no record acknowledged before the request reaches it (a Kafka record has no `_xsg_seq` to cut
+at). Such a handle without a window gets a positioned buffer, which a restart fills again with
+exactly what its readers may not have read (`pep.handles.buffer`, `pep/runtime/replay.py`).
 """
 from __future__ import annotations
 
