@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, cast
@@ -38,6 +39,7 @@ from pep.handles.stall_notices import StallNotices
 from pep.invalidation.hub import InvalidationHub
 from pep.metrics import GatewayMetrics, gateway_state
 from pep.ports import JoinRuntimePort, StreamRuntimePort
+from pep.runtime.kafka_offsets import KafkaOffsets
 from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
 from pep.streams.catalog import StreamCatalog, seed_streams
 from pep.streams.event_admin import StreamEventAdmin
@@ -200,9 +202,12 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
     handle_store = HandleStore(data_dir / "handles.db")
     windows = WindowRegistry(new_handle_id=new_handle_id)
     privacy = PrivacyGuard(PrivacyLedger(data_dir / "privacy.db"))
+    # A Kafka stream's handle starts at its partitions' end offsets when requested (the
+    # broker's answer, through the gateway's own Kafka client): its cut (issue 41).
     handles = HandleService(handle_store, catalog.get, runtime, windows, buffer_rows,
                             buffer_bytes, stream_position=catalog.position,
-                            join_runtime=join_runtime, privacy=privacy)
+                            join_runtime=join_runtime, privacy=privacy,
+                            kafka_cut=KafkaOffsets().end_offsets)
     revocation = RevocationService(
         handles, engine=lambda: policies.engine, decide_and_plan=plan_access,
         schema_lookup=catalog.schema, identity_lookup=_identity_lookup(authenticator),
@@ -294,7 +299,11 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
     # re-evaluation timer of time-dependent grants.
     if config.start_spark and isinstance(runtime, LazyRuntime):
         runtime.get()
-    services.resumed, services.ended = revocation.restore_all()
+    # Restoring: a stream's query starts once all its restored handles are attached, and a
+    # Kafka stream's are first given again what their readers may not have read (issue 41).
+    restoring = getattr(runtime, "restoring", None)
+    with restoring() if restoring is not None else nullcontext():
+        services.resumed, services.ended = revocation.restore_all()
     audit.resumed(handle_store.get_many(services.resumed))
     # 7. metrics: decisions, stream requests and revocations as they happen; the rest is read
     #    from the services at every scrape.

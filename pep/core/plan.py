@@ -199,6 +199,10 @@ class ExecutionPlan(_Keyed):
     # (attribute, mask spec) of the attributes the plan outputs masked (pep.core.masks), in
     # schema order: applied right after the filter, before the projection and the window.
     masks: tuple[tuple[str, str], ...] = ()
+    # A Kafka stream's records have no stream position: its cut is per partition. Element p is
+    # the first offset of partition p given to the plan (the partition's end offset when the
+    # handle was requested); a partition beyond the tuple (added later) gives every record.
+    start_offsets: tuple[int, ...] | None = None
 
     def _canonical_json(self) -> str:
         doc = asdict(self)
@@ -220,7 +224,7 @@ class ExecutionPlan(_Keyed):
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
 
 
-_LATER_FIELDS = {"start_after": None}
+_LATER_FIELDS = {"start_after": None, "start_offsets": None}
 _LATER_WINDOW_FIELDS = {"min_count": 1, "keys": (), "privacy": None, "label_bounds": ()}
 
 
@@ -244,7 +248,9 @@ def plan_from_json(data: str | dict) -> ExecutionPlan:
             privacy=spec_from_json(window.get("privacy")),
             label_bounds=tuple((str(a), str(b)) for a, b in window.get("label_bounds") or ())),
         start_after=None if d.get("start_after") is None else int(d["start_after"]),
-        masks=tuple((str(a), str(m)) for a, m in d.get("masks") or ()))
+        masks=tuple((str(a), str(m)) for a, m in d.get("masks") or ()),
+        start_offsets=None if d.get("start_offsets") is None else
+        tuple(int(o) for o in d["start_offsets"]))
 
 
 def _predicate_from_json(p: dict) -> AnyPredicate:
@@ -323,6 +329,12 @@ class UnionPlan(_Keyed):
         return UnionPlan(self.stream, tuple(
             replace(p, start_after=max(position, p.start_after or 0)) for p in self.plans))
 
+    @property
+    def start_offsets(self) -> tuple[int, ...] | None:
+        """The members' Kafka cut (they are cut together: the same one)."""
+        cuts = [p.start_offsets for p in self.plans if p.start_offsets is not None]
+        return cuts[0] if cuts else None
+
     def _canonical_json(self) -> str:
         doc = {"union": {"stream": self.stream,
                          "plans": [json.loads(p.canonical_json()) for p in self.plans]}}
@@ -367,6 +379,40 @@ def side_plans(plan: AnyPlan) -> dict[str, "ExecutionPlan | UnionPlan"]:
     if isinstance(plan, JoinPlan):
         return {plan.left.stream: plan.left, plan.right.stream: plan.right}
     return {plan.stream: plan}
+
+
+def with_start_offsets(plan: "ExecutionPlan | UnionPlan", offsets: tuple[int, ...]
+                       ) -> "ExecutionPlan | UnionPlan":
+    """A Kafka stream's view cut at `offsets` (per partition: the first offset it is given),
+    every member of a union alike. A plan cut already keeps, per partition, the later cut."""
+    from dataclasses import replace
+
+    def cut(p: ExecutionPlan) -> ExecutionPlan:
+        old = p.start_offsets or ()
+        width = max(len(old), len(offsets))
+        merged = tuple(max(old[i] if i < len(old) else 0, offsets[i] if i < len(offsets) else 0)
+                       for i in range(width))
+        return replace(p, start_offsets=merged)
+    if isinstance(plan, UnionPlan):
+        return UnionPlan(plan.stream, tuple(cut(p) for p in plan.plans))
+    return cut(plan)
+
+
+def replayable(plan: AnyPlan) -> bool:
+    """A Kafka view whose rows each micro-batch's records alone determine, so that a restart
+    can compute them again, with the same order and the same ids (`pep/runtime/replay.py`):
+    cut at offsets (so that it never gets records from before its request), no window (a
+    window's open state lives in the process), no `distance_to` (its anchor is the latest
+    position seen so far); a union when every member is. Never a join (its pairs and windows
+    live in the process)."""
+    if isinstance(plan, JoinPlan):
+        return False
+    members = plan.plans if isinstance(plan, UnionPlan) else (plan,)
+    return bool(members) and all(
+        p.start_offsets is not None and p.window is None
+        and not any(isinstance(q, SpatialPredicate) and q.function == "distance_to"
+                    for conj in p.filter_dnf or () for q in conj)
+        for p in members)
 
 
 def member_plans(plan: "ExecutionPlan | UnionPlan") -> tuple[ExecutionPlan, ...]:

@@ -21,11 +21,18 @@ class RowBatch:
     """One plan's rows of one micro-batch, as JSON texts.
 
     `last_position` is the highest stream position (`_xsg_seq`) among the tuples these rows were
-    computed from, when the source has positions: what a handle has seen of the stream."""
+    computed from, when the source has positions: what a handle has seen of the stream.
+    `batch`: the micro-batch of the stream's query they come from (Kafka streams: a positioned
+    buffer names its rows by it, `pep.handles.buffer`). `resumed_from`: set on the first
+    delivery to a handle after a restart (it may have no row): the handle's rows of micro-
+    batches from this one on follow; those of earlier ones that its readers had not read died
+    with the process (0: none did)."""
 
     rows: tuple[str, ...]
     nbytes: int
     last_position: int | None = None
+    batch: int | None = None
+    resumed_from: int | None = None
 
     @classmethod
     def of_texts(cls, texts: Sequence[str], last_position: int | None = None) -> "RowBatch":

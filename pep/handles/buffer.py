@@ -21,6 +21,17 @@ read, then appends the final event: nothing of a revoked handle is delivered aft
 revocation returns. A handle that ends on its own terms (its privacy budget is spent) closes with
 `keep=True` instead: the rows it was given stay readable, before the final event.
 
+A positioned buffer (a Kafka handle whose rows can be computed again: `replayable` plans) names
+its events by where they come from instead: the i-th row of micro-batch b has the id
+b * BATCH_SPAN + i (a notice takes the next id), so the same row has the same id in every
+process. After a restart the runtime gives such a handle again the rows of the micro-batches
+its readers may not have read (`pep/runtime/replay.py`), and a reader resuming with
+`Last-Event-ID` gets exactly what followed: no `gap` when nothing was lost, the count when rows
+were dropped, and `lost: null` only for rows of micro-batches that could not be read again (the
+first `RowBatch` after a restart says from which micro-batch on its rows follow:
+`RowBatch.resumed_from`). Inside, entries are numbered without a hole as in any buffer; a list
+of segments maps those numbers to event ids.
+
 Rows are kept as the JSON texts they arrive as (a `RowBatch`'s texts are shared by every handle
 of the plan; nothing is re-encoded per handle). Besides rows, `notice(kind, data)` appends an
 event that is not a row (e.g. `stalled`: the stream's query makes no progress): it takes an id
@@ -31,6 +42,7 @@ the buffer's lock, whenever an event was appended or the buffer closed.
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import math
@@ -51,6 +63,10 @@ DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 READER_STALL = 2.0    # seconds without a read after which a reader counts as away
 MAX_PUT_WAIT = 5.0    # the longest one delivery waits for readers before dropping rows
 GENERATION_SPAN = 2 ** 40  # event ids of generation g are in (g * span, (g + 1) * span]
+# A positioned buffer's event ids: micro-batch b's rows (and the notices after them) are
+# b * BATCH_SPAN + 1, + 2, ... (a Kafka micro-batch reads at most 10,000,000 records: fewer)
+BATCH_SPAN = 2 ** 24
+MAX_SEGMENTS = 4096  # a positioned buffer's segments kept (to count a gap's rows exactly)
 
 # `shutdown` closes readers when the process stops; the handle itself stays live and resumes.
 FINAL_EVENTS = ("revoked", "released", "ended", "shutdown")
@@ -104,12 +120,23 @@ class HandleBuffer:
     """Bounded, thread-safe ring of one handle's results (see the module docstring)."""
 
     def __init__(self, max_rows: int = DEFAULT_MAX_ROWS, max_bytes: int = DEFAULT_MAX_BYTES,
-                 generation: int = 0) -> None:
+                 generation: int = 0, positioned: bool = False) -> None:
         if max_rows < 1 or max_bytes < 1:
             raise ValueError("a buffer must hold at least one row")
         self.max_rows = max_rows
         self.max_bytes = max_bytes
-        self.base = generation * GENERATION_SPAN
+        # positioned: event ids come from the rows' micro-batches (module docstring), the same
+        # in every process, so no generation
+        self.positioned = positioned
+        self.base = 0 if positioned else generation * GENERATION_SPAN
+        # positioned only: each run of consecutive ids (a segment) as its first entry's number
+        # and event id, both increasing; entries before the first segment: number = id
+        self._seg_numbers: list[int] = []
+        self._seg_events: list[int] = []
+        self._segments_from = 0  # entry numbers below it lost their segment (MAX_SEGMENTS)
+        self._unknown_upto = 0  # event ids <= it: rows may exist that this buffer never had
+        self._putting = False  # a put is under way (positioned: notices wait for its end)
+        self._deferred: list["_Notice"] = []
         self._cond = threading.Condition(threading.Lock())
         # Rows' texts (shared with the plan's other handles) and notices (`_Notice`); an entry's
         # id is its place: ids run without a hole from `_floor + 1` (a row or a notice takes
@@ -162,6 +189,9 @@ class HandleBuffer:
 
     @property
     def last_id(self) -> int:
+        if self.positioned:  # its segments change together: under the lock
+            with self._cond:
+                return self._last_event_id()
         return self._last
 
     def __len__(self) -> int:
@@ -212,6 +242,8 @@ class HandleBuffer:
                 return False
             entries = self._entries
             n = len(encoded)
+            if self.positioned and isinstance(rows, RowBatch):
+                self._place(rows, n)
             if isinstance(rows, RowBatch) and n <= self.max_rows \
                     and rows.nbytes <= self.max_bytes:
                 fits = (self._nrows + n <= self.max_rows
@@ -230,45 +262,60 @@ class HandleBuffer:
                     if n:
                         self._wake()
                     return True
-            deadline = idle_grace = None
-            for text in encoded:
-                size = len(text) if text.isascii() else len(text.encode("utf-8"))
-                # the oldest row is about to be dropped before a reading reader took it: wait
-                while (entries and self._floor >= self._read_upto and not self._lagging
-                       and (self._nrows >= self.max_rows
-                            or self._bytes + size > self.max_bytes)):
-                    now = time.monotonic()
-                    deadline = now + self.max_put_wait if deadline is None else deadline
-                    if now >= deadline:
-                        # it did not keep up: no more waiting for it until it has caught up,
-                        # or every delivery (and the stream's other handles) would wait again
-                        self._lagging = True
-                        break
-                    if not self._reading and now - self._last_read > self.reader_stall:
-                        # Not read for a while. A reader whose last read had everything was idle
-                        # (nothing to read), not slow: wake it and give it the stall bound to
-                        # come, once. Otherwise no reader, or it stopped reading: drop.
-                        # The grace counts from the first wake since its last read: a reader
-                        # woken that long ago that never came is stalled (its socket full),
-                        # not idle, and gets none.
-                        if idle_grace is None and self._caught_up and self._waiters:
-                            idle_grace = (now if self._woken_at is None
-                                          else self._woken_at) + self.reader_stall
-                        if idle_grace is None or now >= idle_grace:
-                            break
+            self._putting = True  # a positioned buffer's notices wait: the batch stays whole
+            try:
+                return self._put_each(encoded)
+            finally:
+                self._putting = False
+                if self._deferred and self._final is None:
+                    for notice in self._deferred:
+                        self._append_notice(notice)
                     self._wake()
-                    self._cond.wait(min(self.reader_stall, deadline - now))
-                    if self._final is not None:
-                        return False  # closed meanwhile: close() discarded what was written
-                self._last += 1
-                entries.append(text)
-                self._nrows += 1
-                self._bytes += size
-                if self._nrows > self.max_rows or self._bytes > self.max_bytes:
-                    self._evict()
-            if encoded:
+                self._deferred.clear()
+
+    def _put_each(self, encoded: Sequence[str]) -> bool:
+        """Under the lock: append rows one by one, waiting for a reading reader before one
+        would push out a row it has not taken (see `put`); False if closed meanwhile."""
+        entries = self._entries
+        deadline = idle_grace = None
+        for text in encoded:
+            size = len(text) if text.isascii() else len(text.encode("utf-8"))
+            # the oldest row is about to be dropped before a reading reader took it: wait
+            while (entries and self._floor >= self._read_upto and not self._lagging
+                   and (self._nrows >= self.max_rows
+                        or self._bytes + size > self.max_bytes)):
+                now = time.monotonic()
+                deadline = now + self.max_put_wait if deadline is None else deadline
+                if now >= deadline:
+                    # it did not keep up: no more waiting for it until it has caught up,
+                    # or every delivery (and the stream's other handles) would wait again
+                    self._lagging = True
+                    break
+                if not self._reading and now - self._last_read > self.reader_stall:
+                    # Not read for a while. A reader whose last read had everything was idle
+                    # (nothing to read), not slow: wake it and give it the stall bound to
+                    # come, once. Otherwise no reader, or it stopped reading: drop.
+                    # The grace counts from the first wake since its last read: a reader
+                    # woken that long ago that never came is stalled (its socket full),
+                    # not idle, and gets none.
+                    if idle_grace is None and self._caught_up and self._waiters:
+                        idle_grace = (now if self._woken_at is None
+                                      else self._woken_at) + self.reader_stall
+                    if idle_grace is None or now >= idle_grace:
+                        break
                 self._wake()
-            return True
+                self._cond.wait(min(self.reader_stall, deadline - now))
+                if self._final is not None:
+                    return False  # closed meanwhile: close() discarded what was written
+            self._last += 1
+            entries.append(text)
+            self._nrows += 1
+            self._bytes += size
+            if self._nrows > self.max_rows or self._bytes > self.max_bytes:
+                self._evict()
+        if encoded:
+            self._wake()
+        return True
 
     def notice(self, kind: str, data: dict[str, Any] | None = None) -> bool:
         """Append a notice (not a row) that readers receive in order: SSE `event: <kind>`,
@@ -286,12 +333,76 @@ class HandleBuffer:
         with self._cond:
             if self._final is not None:
                 return False
-            self._last += 1
-            self._entries.append(_Notice(text, kind))
-            self._bytes += _size(text)
-            self._evict()
+            if self.positioned and self._putting:
+                # a delivery waits for its reader: the notice follows the batch's last row, so
+                # that the rows' ids are those every process gives them
+                self._deferred.append(_Notice(text, kind))
+                return True
+            self._append_notice(_Notice(text, kind))
             self._wake()
             return True
+
+    def _append_notice(self, notice: "_Notice") -> None:
+        """Under the lock: a notice takes the next id."""
+        self._last += 1
+        self._entries.append(notice)
+        self._bytes += _size(notice)
+        self._evict()
+
+    # -- positions (positioned buffers) ---------------------------------------------------------
+
+    def _place(self, rows: RowBatch, n: int) -> None:
+        """Under the lock, before a positioned buffer appends `rows`: the first delivery after
+        a restart says from which micro-batch on rows follow (`resumed_from`); rows of
+        micro-batch b start at b * BATCH_SPAN + 1 (a new segment when that is past the next
+        id; a second delivery of the same batch continues its ids)."""
+        if rows.resumed_from is not None:
+            self._unknown_upto = max(self._unknown_upto, rows.resumed_from * BATCH_SPAN)
+        if rows.batch is None or not n:
+            return
+        first = rows.batch * BATCH_SPAN + 1
+        if first > self._event_id(self._last) + 1:
+            numbers, events = self._seg_numbers, self._seg_events
+            numbers.append(self._last + 1)
+            events.append(first)
+            if len(numbers) > MAX_SEGMENTS and numbers[1] <= self._floor:
+                self._segments_from = numbers[1]  # its rows' count is forgotten with it
+                del numbers[0], events[0]
+
+    def _segment(self, number: int) -> int:
+        """The index of the segment holding entry `number` (-1: before every segment)."""
+        numbers = self._seg_numbers
+        if numbers and number >= numbers[-1]:
+            return len(numbers) - 1  # the usual case: the newest rows
+        return bisect.bisect_right(numbers, number) - 1
+
+    def _event_id(self, number: int) -> int:
+        """The event id of the entry numbered `number`."""
+        k = self._segment(number)
+        if k < 0:
+            return number
+        return self._seg_events[k] + (number - self._seg_numbers[k])
+
+    def _number(self, event: int) -> int:
+        """The number of the newest entry whose event id is at most `event` (`_floor`'s
+        numbering): what a reader that saw `event` has seen."""
+        numbers, events = self._seg_numbers, self._seg_events
+        if not numbers:
+            return min(event, self._last)
+        if event >= events[-1]:
+            k = len(events) - 1
+        else:
+            k = bisect.bisect_right(events, event) - 1
+        if k < 0:
+            return min(event, numbers[0] - 1)
+        end = numbers[k + 1] - 1 if k + 1 < len(numbers) else self._last
+        return min(numbers[k] + (event - events[k]), end)
+
+    def _last_event_id(self) -> int:
+        final = self._final
+        if final is not None:
+            return self._event_id(final.id)
+        return max(self._event_id(self._last), self._unknown_upto)
 
     def _evict(self) -> None:
         """Under the lock: drop the oldest entries until the bounds hold."""
@@ -334,6 +445,8 @@ class HandleBuffer:
         had not seen were dropped. After the final event nothing more ever comes. At most
         `limit` events, and (when given) about `max_bytes` of their data: the event that
         reaches it is the last."""
+        if self.positioned:
+            return self._read_positioned(after, timeout, limit, max_bytes)
         after = self.base if after is None or after < 0 else after
         with self._cond:
             self._reading += 1
@@ -348,6 +461,72 @@ class HandleBuffer:
                 self._final_read = True
             return events
 
+    def _read_positioned(self, after: int | None, timeout: float | None, limit: int,
+                         max_bytes: int | None) -> list[Event]:
+        """`read` of a positioned buffer: `after` and the events' ids are event ids. A reader
+        that names an id before the rows this process could give again (`_unknown_upto`) gets
+        a `gap` whose `lost` is null: rows it had not read may have died with the process."""
+        named = after is not None and after >= 0
+        event = after if named and after is not None else 0
+        with self._cond:
+            self._reading += 1
+            try:
+                if not self._has_after_event(event, named):
+                    if timeout is not None and timeout <= 0:
+                        return []
+                    self._cond.wait_for(lambda: self._has_after_event(event, named), timeout)
+                number = self._number(event)
+                unknown = named and event < self._unknown_upto
+                events: list[Event] = []
+                ending = self._final is not None and (
+                    not self._entries or number >= self._floor + len(self._entries))
+                if (unknown or number < self._floor) and not ending:
+                    events.append(self._gap_event(number, unknown))
+                    number = max(number, self._floor)
+                events += [Event(self._event_id(e.id), e.kind, e.data)
+                           for e in self._read(number, 0, limit - len(events), max_bytes,
+                                               gaps=False)]
+            finally:
+                self._reading -= 1
+                self._last_read = time.monotonic()
+            if events and events[-1].kind == "shutdown":
+                # the handle resumes at the next start, which gives again the rows this close
+                # discarded: a reader resuming from this event must not skip them, so it bears
+                # the id of what the reader had (not the next id, past the discarded rows)
+                had = events[-2].id if len(events) > 1 else event
+                events[-1] = Event(had, events[-1].kind, events[-1].data)
+            if events:
+                last = events[-1]
+                self._came(self._floor if last.kind == "gap" else self._number(last.id),
+                           not last.final)
+                if last.final:
+                    self._final_read = True
+            else:
+                self._came(None, False)
+            return events
+
+    def _has_after_event(self, event: int, named: bool) -> bool:
+        """Under the lock: a positioned buffer has something for a reader at `event` (a final
+        event, a row or notice with a later id, or a gap to tell)."""
+        final = self._final
+        if final is not None:
+            return event < self._event_id(final.id)
+        return ((self._last > self.base and self._event_id(self._last) > event)
+                or (named and event < self._unknown_upto))
+
+    def _gap_event(self, number: int, unknown: bool) -> Event:
+        """Under the lock: a positioned buffer's `gap` for a reader that has seen entries up to
+        `number`: rows dropped since (counted while their segments are kept), or rows of
+        micro-batches before the restart's (`unknown`: not counted)."""
+        if unknown or number < self._segments_from:
+            lost: int | None = None
+        else:
+            lost = self._lost(number)
+        at = max(self._event_id(self._floor), self._unknown_upto if unknown else 0)
+        reason = ("gateway restarted" if unknown else "buffer full")
+        return Event(at, "gap", json.dumps({"event": "gap", "lost": lost, "resume_from": at,
+                                            "reason": reason}))
+
     def read_rows_text(self, after: int | None, template: str, max_bytes: int,
                        limit: int = 1000) -> tuple[str, int] | None:
         """What `read(after, timeout=0, limit=limit, max_bytes=max_bytes)` gives when it gives
@@ -355,6 +534,8 @@ class HandleBuffer:
         one's id. None otherwise (nothing new, a gap, a notice among them, the buffer closed):
         `read` then says what comes. The reading path of the server's I/O thread, which
         formats 100,000 rows/s at 1,000 readers: one pass, no `Event` per row."""
+        if self.positioned:
+            return self._rows_text_positioned(after, template, max_bytes, limit)
         after = self.base if after is None or after < 0 else after
         with self._cond:
             entries = self._entries
@@ -387,6 +568,42 @@ class HandleBuffer:
             self._came(last, True)
             return "".join(parts), last
 
+    def _rows_text_positioned(self, after: int | None, template: str, max_bytes: int,
+                              limit: int) -> tuple[str, int] | None:
+        """`read_rows_text` of a positioned buffer (event ids in and out)."""
+        named = after is not None and after >= 0
+        event = after if named and after is not None else 0
+        with self._cond:
+            entries = self._entries
+            if self._final is not None or not entries or (named and event < self._unknown_upto):
+                return None
+            number = self._number(event)
+            if number < self._floor or number >= self._floor + len(entries):
+                return None
+            numbers, events = self._seg_numbers, self._seg_events
+            k = self._segment(number + 1)
+            shift = events[k] - numbers[k] if k >= 0 else 0
+            boundary = numbers[k + 1] if k + 1 < len(numbers) else 1 << 62
+            parts: list[str] = []
+            last = number
+            budget = max_bytes
+            for text in itertools.islice(entries, number - self._floor,
+                                         number - self._floor + limit):
+                if type(text) is _Notice:
+                    return None  # a notice among them: `read` gives it and the rows around
+                last += 1
+                if last >= boundary:
+                    k += 1
+                    shift = events[k] - numbers[k]
+                    boundary = numbers[k + 1] if k + 1 < len(numbers) else 1 << 62
+                parts.append(template % (last + shift, text))
+                budget -= len(text)
+                if budget <= 0:
+                    break
+            self._last_read = time.monotonic()
+            self._came(last, True)
+            return "".join(parts), last + shift
+
     def _came(self, last: int | None, rows: bool) -> None:
         """Under the lock: a reader read up to the id `last` (None: nothing); `rows`: it was
         not the final event."""
@@ -399,7 +616,7 @@ class HandleBuffer:
             self._cond.notify_all()  # a put may be waiting for this reader
 
     def _read(self, after: int, timeout: float | None, limit: int,
-              max_bytes: int | None) -> list[Event]:
+              max_bytes: int | None, gaps: bool = True) -> list[Event]:
         if self._final is None and after > self._last:
             after = self._last  # an id this buffer never issued: read from now on
         if not self._has_after(after):
@@ -412,7 +629,7 @@ class HandleBuffer:
             if after < self._final.id:
                 events.append(self._final)
             return events
-        if after < self._floor:
+        if after < self._floor and gaps:
             lost = self._lost(after) if after >= self.base else None
             events.append(Event(self._floor, "gap", json.dumps(
                 {"event": "gap", "lost": lost, "resume_from": self._floor,

@@ -11,6 +11,12 @@ A differentially private window's handle (`pep.core.privacy`) is admitted only i
 consumer's remaining privacy budget can pay for it, and its deliveries go through the privacy
 guard (`privacy_budget.py`), which pays for every window before it reaches the buffer and ends
 the handle, its paid rows still readable, when the budget is spent.
+
+A handle on a Kafka stream starts at its request: its plan is cut at the partitions' end offsets
+read from the broker when it is opened (`_kafka_cuts`; offsets that cannot be read refuse it),
+so no record acknowledged before the request reaches it (a Kafka record has no `_xsg_seq` to cut
+at). Such a handle without a window gets a positioned buffer, which a restart fills again with
+exactly what its readers may not have read (`pep.handles.buffer`, `pep/runtime/replay.py`).
 """
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, cast
 from pep.core.errors import NotFound, Unavailable
 from pep.core.refs import handle_ref
 from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition, UnionPlan,
-                           any_plan_from_json, plan_streams, side_plans)
+                           any_plan_from_json, plan_streams, replayable, side_plans,
+                           with_start_offsets)
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
 from pep.handles.privacy_budget import PrivacyGuard, private_window
 from pep.handles.records import (HandleRecord, HandleState, HandleStore, StoredRequest,
@@ -37,6 +44,7 @@ FINAL_READS_POLL = 0.002  # seconds between two looks at revoked readers (`await
 # How long a handle that ended on its own terms (its privacy budget spent) keeps its paid rows
 # for a reader that connects after the end, unless one was given its final event before.
 KEPT_ROWS_SECONDS = 900.0
+KAFKA_RETRY_AFTER = 5  # seconds, in the Retry-After of a request whose Kafka offsets were not read
 
 
 def window_signature(plan: ExecutionPlan | UnionPlan) -> tuple | None:
@@ -50,6 +58,25 @@ def window_signature(plan: ExecutionPlan | UnionPlan) -> tuple | None:
     if w is None:
         return None
     return (w.kind, w.size, w.step, w.aggregates, w.keys, w.time_attribute)
+
+
+def _positioned(stream: StreamDefinition, plan: AnyPlan) -> bool:
+    """A handle whose buffer names its rows by micro-batch (`HandleBuffer(positioned=True)`):
+    a Kafka stream's replayable view, which a restart gives again exactly."""
+    return stream.source.kind == "kafka" and replayable(plan)
+
+
+def _cut_kafka_sides(plan: AnyPlan, cuts: Mapping[str, tuple[int, ...]]) -> AnyPlan:
+    """The plan with each Kafka stream's view cut at its offsets (`with_start_offsets`)."""
+    if not cuts:
+        return plan
+    if isinstance(plan, JoinPlan):
+        def side(p: ExecutionPlan) -> ExecutionPlan:
+            # a join's sides are single plans (never unions): so are their cuts
+            return cast(ExecutionPlan, with_start_offsets(p, cuts[p.stream])) \
+                if p.stream in cuts else p
+        return replace(plan, left=side(plan.left), right=side(plan.right))
+    return with_start_offsets(plan, cuts[plan.stream]) if plan.stream in cuts else plan
 
 
 class StalePolicies(Exception):
@@ -75,9 +102,14 @@ class HandleService:
                  stream_position: Callable[[str], int | None] | None = None,
                  join_runtime: JoinRuntimePort | None = None,
                  privacy: PrivacyGuard | None = None,
-                 kept_for: float = KEPT_ROWS_SECONDS) -> None:
+                 kept_for: float = KEPT_ROWS_SECONDS,
+                 kafka_cut: Callable[[StreamDefinition], tuple[int, ...]] | None = None
+                 ) -> None:
         """`stream_position(name)`: the position (`_xsg_seq`) of the last tuple ingested into a
         stream, when the stream has positions (see `_start_after_other_windows`).
+        `kafka_cut(definition)`: a Kafka stream's partitions' end offsets now (raising when they
+        cannot be read); a handle on a Kafka stream is given only records at or after them
+        (`_kafka_cuts`), and without it such a handle is refused.
         `join_runtime` runs joins (`attach_join(handle_id, (left, right), join_plan, deliver)`);
         without one, `runtime` gets them. `privacy` keeps the consumers' privacy budgets;
         without it a differentially private plan is refused (it could not be paid for).
@@ -93,6 +125,7 @@ class HandleService:
         self.max_rows = max_rows
         self.max_bytes = max_bytes
         self.stream_position = stream_position
+        self.kafka_cut = kafka_cut
         self.privacy = privacy
         # Serialises opening and ending handles and policy re-evaluation; reads never take it.
         self.lock = threading.RLock()
@@ -201,6 +234,10 @@ class HandleService:
         stream = definitions[0]
         slots = tuple(d.name for d in definitions) if len(definitions) > 1 else stream.name
         key = plan.key()
+        try:
+            cuts: dict[str, tuple[int, ...]] | Unavailable = self._kafka_cuts(definitions)
+        except Unavailable as exc:  # a broker's answer, before the lock; raised for a new handle
+            cuts = exc
         with self.lock:
             if epoch is not None and epoch != self.policy_epoch:
                 raise StalePolicies()
@@ -225,11 +262,13 @@ class HandleService:
                 self.windows.release(handle_id)
                 handle_id, is_new = self.windows.acquire(subject, slots, key)
             try:
+                if isinstance(cuts, Unavailable):
+                    raise cuts
                 self._admit(subject, plan)
             except BaseException:
                 self.windows.release(handle_id)
                 raise
-            plan = self._start_after_other_windows(subject, plan)
+            plan = _cut_kafka_sides(self._start_after_other_windows(subject, plan), cuts)
             # plan_key stays the key of the plan as decided (what revocation compares with);
             # plan_json is what runs, its start position included (what a restart re-attaches).
             record = HandleRecord(
@@ -241,7 +280,8 @@ class HandleService:
             except BaseException:
                 self.windows.release(handle_id)
                 raise
-            buffer = HandleBuffer(self.max_rows, self.max_bytes)
+            buffer = HandleBuffer(self.max_rows, self.max_bytes,
+                                  positioned=_positioned(stream, plan))
             self._buffers[handle_id] = buffer
             self._buffer_streams[handle_id] = stream.name
             self._begin_attach(handle_id, plan_streams(plan))
@@ -251,6 +291,30 @@ class HandleService:
         self._attach(record.id, definitions, plan, buffer, subject)
         self._notify_opened(record, True)
         return record, True
+
+    def _kafka_cuts(self, definitions: list[StreamDefinition]) -> dict[str, tuple[int, ...]]:
+        """Per Kafka stream of the plan, its partitions' end offsets now: the handle starts
+        there, so no record the broker acknowledged before the request reaches it (a Kafka
+        record has no stream position: this is its cut, issue 41). Deny when in doubt: offsets
+        that cannot be read refuse the request (503), never a handle without its cut."""
+        cuts: dict[str, tuple[int, ...]] = {}
+        for definition in definitions:
+            if definition.source.kind != "kafka":
+                continue
+            if self.kafka_cut is None:
+                raise Unavailable(f"stream {definition.name!r}: this gateway reads no Kafka "
+                                  "offsets, so a handle on a Kafka stream cannot start at its "
+                                  "request")
+            try:
+                cuts[definition.name] = tuple(self.kafka_cut(definition))
+            except Exception as exc:  # noqa: BLE001 - whatever the client raised: refused
+                # the broker's address and the topic are the owner's: in the log, not the answer
+                log.warning("no handle on stream %s: %s", definition.name, exc)
+                raise Unavailable(f"stream {definition.name!r}: the offsets of its Kafka "
+                                  "partitions could not be read, so a handle cannot start at "
+                                  "this request; retry later",
+                                  retry_after=KAFKA_RETRY_AFTER) from None
+        return cuts
 
     def _admit(self, subject: str, plan: AnyPlan) -> None:
         """A private window's handle only if the consumer's budget can pay for it (raises
@@ -404,7 +468,8 @@ class HandleService:
                 return False
             if policy_ids is not None:
                 self.store.set_policy_ids(record.id, policy_ids)
-            buffer = HandleBuffer(self.max_rows, self.max_bytes, generation=generation)
+            buffer = HandleBuffer(self.max_rows, self.max_bytes, generation=generation,
+                                  positioned=_positioned(definitions[0], plan))
             self._buffers[record.id] = buffer
             self._buffer_streams[record.id] = record.stream
             self._begin_attach(record.id, plan_streams(plan))

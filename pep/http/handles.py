@@ -4,8 +4,9 @@ A handle is read by its owner only (anyone else gets 404, the same as for an id 
 exist):
 - `Accept: text/event-stream`: Server-Sent Events. A row is `id: <n>` + `data: <row JSON>`
   (the default `message` event); a `gap` event (`data: {"lost": k, "resume_from": n}`) says
-  rows were dropped because the reader was too slow or away (k is null when a gateway restart
-  lost them); a notice is `id: <n>` + `event: <kind>` + `data: {"event": kind, ...}` (e.g.
+  rows were dropped because the reader was too slow or away (k is null when rows may have died
+  with a restarted gateway and nobody can count them; a Kafka handle without a window is given
+  such rows again, under the ids they had: no gap); a notice is `id: <n>` + `event: <kind>` + `data: {"event": kind, ...}` (e.g.
   `stalled`: the stream's query makes no progress; it is not a row and the stream goes on); the
   last event is `revoked`, `released`, `ended` or `shutdown`, then the connection closes. A
   comment line is sent every `heartbeat` seconds (default 15) while nothing else is. Resume with

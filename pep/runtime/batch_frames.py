@@ -22,14 +22,15 @@ from pep.runtime.matcher import GroupedMatcher, admitted_rows, value_column
 from pep.runtime.privacy import clamped
 from pep.runtime.pane_partials import KEY_SEP, PARTS, TIME_PARTS, Part
 from pep.runtime.columns import (BITS_COLUMN, EMIT, FILE_COLUMN, HASHED_PREFIX, KEYS_COLUMN,
-                                LNGS_COLUMN, NUMS_COLUMN, PIDS_COLUMN, PLAN, PLANS_COLUMN,
-                                POS_COLUMN, READ_COLUMN, SEQ_COLUMN, STRS_COLUMN, TIME_COLUMN,
-                                TOP_COLUMN, ORDER_NUMBER, ORDER_EXACT)
+                                KOFF_COLUMN, KPART_COLUMN, LNGS_COLUMN, NUMS_COLUMN,
+                                PIDS_COLUMN, PLAN, PLANS_COLUMN, POS_COLUMN, READ_COLUMN,
+                                SEQ_COLUMN, STRS_COLUMN, TIME_COLUMN, TOP_COLUMN, ORDER_NUMBER,
+                                ORDER_EXACT)
 from pep.runtime.plan_schema import ROW_KINDS, TIME, TIME_LONG, TIME_TIMESTAMP, TUPLE, PlanField
-from pep.runtime.plan_expressions import (json_value, key_array, masked_emissions,
-                                          matched_plan_structs, matched_plans_column,
-                                          shared_expressions, value_arrays,
-                                          value_elements)
+from pep.runtime.plan_expressions import (json_value, kafka_position, key_array,
+                                          masked_emissions, matched_plan_structs,
+                                          matched_plans_column, shared_expressions,
+                                          value_arrays, value_elements)
 from pep.runtime.executor_state import MAX_LONG, TIME_LIMIT, UNIQUE_SEQ_KINDS
 from pep.runtime.batch_shape import Shape, slot_names
 from pep.runtime.plan_table import PlanTable
@@ -92,10 +93,13 @@ class BatchFrames(PlanTable):
             if windows:
                 if shape.keys:
                     cols.append(key_array(self._schema, shape.keys).alias(KEYS_COLUMN))
+            if shape.kafka_cut:  # the records' positions, which the plans' cuts compare
+                partition, offset = kafka_position()
+                cols += [partition.alias(KPART_COLUMN), offset.alias(KOFF_COLUMN)]
             return cols
         return shared_expressions(("base", self._schema, tuple(columns), windows, shape.keys,
                                     tuple(self._order_columns(shape)), self._time_attr,
-                                    shape.read), build)
+                                    shape.read, shape.kafka_cut), build)
 
     def _time_number(self, attr: str) -> Column:
         c = F.col(f"`{attr}`")
@@ -134,17 +138,19 @@ class BatchFrames(PlanTable):
         if shape.masked:
             emit, out = shared_expressions(
                 ("rows-masked", self._schema, tuple(columns), tuple(order), shape.spatial,
-                 shape.masked_filters, shape.hashed),
+                 shape.masked_filters, shape.hashed, shape.kafka_cut),
                 lambda: self._masked_rows(columns, order, shape))
             return (batch.select(*base, plans_column.alias(PLANS_COLUMN))
                     .select(*emit).select(*out))
 
         def build() -> tuple[list[Column], Column]:
             keep = [F.col(f"`{n}`") for n in columns] + [F.col(c) for c in order]
-            return keep + [matched_plans_column(ROW_KINDS, shape.spatial)
+            return keep + [matched_plans_column(ROW_KINDS, shape.spatial,
+                                                kafka=shape.kafka_cut)
                            .alias(PIDS_COLUMN)], F.size(F.col(PIDS_COLUMN)) > 0
         keep, nonempty = shared_expressions(("rows", self._schema, tuple(columns),
-                                              tuple(order), shape.spatial), build)
+                                              tuple(order), shape.spatial, shape.kafka_cut),
+                                             build)
         return (batch.select(*base, plans_column.alias(PLANS_COLUMN))
                 .select(*keep).where(nonempty))
 
@@ -214,7 +220,8 @@ class BatchFrames(PlanTable):
         values under the emission's masks, right after the filter (pep/runtime/masks.py), and
         its order under them too (`_plan_order`: a masked time orders a plan's rows by the
         masked value, never the raw one)."""
-        emit = [F.explode(masked_emissions(ROW_KINDS, shape.spatial, shape.masked_filters))
+        emit = [F.explode(masked_emissions(ROW_KINDS, shape.spatial, shape.masked_filters,
+                                           shape.kafka_cut))
                 .alias(EMIT),
                 *[F.col(f"`{n}`") for n in columns], *[F.col(c) for c in order]]
         timed = self._masked_order(order)
@@ -315,7 +322,8 @@ class BatchFrames(PlanTable):
         order = self._order_columns(shape)
         p = F.col(PLAN)
         carried = [F.col(c) for c in order]
-        explode = [F.explode(matched_plan_structs(kind, shape.spatial, shape.masked_filters))
+        explode = [F.explode(matched_plan_structs(kind, shape.spatial, shape.masked_filters,
+                                                  shape.kafka_cut))
                    .alias(PLAN),
                    *carried, F.col(NUMS_COLUMN), F.col(STRS_COLUMN), F.col(LNGS_COLUMN)]
         if shape.keys and shape.masked:

@@ -26,6 +26,7 @@ class Shape:
     masked: bool = False  # some plan masks (pep/runtime/masks.py): per-plan values
     masked_filters: bool = False  # some plan's filter compares masked values
     hashed: tuple[str, ...] = ()  # long attributes some row plan shows hashed (their text)
+    kafka_cut: bool = False  # some plan starts at Kafka offsets (reads `_xsg_file`'s position)
 
     @property
     def windows(self) -> bool:

@@ -110,7 +110,7 @@ class StreamCheckpoint:
                     # which Spark refuses to start batch 0 on; the starting offsets stay
                     shutil.rmtree(offsets, ignore_errors=True)
                 return False
-            shutil.rmtree(self.location, ignore_errors=True)
+            self._drop_kafka_query()
             return True
         if not (self.location / "offsets").is_dir():
             return True
@@ -137,10 +137,28 @@ class StreamCheckpoint:
             shutil.rmtree(self.root, ignore_errors=True)
         elif self.definition.source.kind == "kafka":
             # a fresh Kafka query starts at the latest offsets (unless told otherwise)
-            shutil.rmtree(self.location, ignore_errors=True)
+            self._drop_kafka_query()
             self._write(state="idle", since=time.time())
         else:
             self._write(state="idle", since=time.time())
+
+    def batch_base(self) -> int:
+        """What a Kafka stream's micro-batch ids are counted from: Spark numbers a new query's
+        batches from 0, and a positioned handle's event ids (`pep.handles.buffer`) come from
+        them, so each new query of the stream counts on from where the last one stopped."""
+        value = self._read().get("batch_base", 0)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    def _drop_kafka_query(self) -> None:
+        """Remove a Kafka query's checkpoint; the next one's batches count on after its, and
+        the batch its last stop had delivered is forgotten (the next query numbers its own
+        batches from 0: a batch of it under that number is no re-run to skip)."""
+        offsets = self.location / "offsets"
+        planned = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()] \
+            if offsets.is_dir() else []
+        shutil.rmtree(self.location, ignore_errors=True)
+        self._write(batch_base=self.batch_base() + (max(planned) + 1 if planned else 0),
+                    delivered_batch=-1)
 
     def release(self, delivered_batch: int = -1) -> None:
         """The query stopped with handles attached (gateway stopping): keep it resumable.

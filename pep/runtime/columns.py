@@ -24,8 +24,17 @@ TOP_COLUMN = "_xsg_top"  # ... and the highest position among them
 HASHED_PREFIX = "_xsg_h_"  # a hashed long attribute's text in the rows job's output
 EMIT = "_xsg_e"  # the rows job's emission (with masks): the plan ids a row is for, their masks
 PLAN = "p"  # the panes job's exploded plan struct
+# A Kafka record's FILE_COLUMN is "<topic>/<partition, 10 digits>/<offset, 20 digits>"
+# (sources.py): its partition and offset are at fixed places from the end.
+KAFKA_FILE_FORMAT = "%s/%010d/%020d"
+KAFKA_PARTITION_AT = (-31, 10)  # (start from the end, length)
+KAFKA_OFFSET_AT = (-20, 20)
+KPART_COLUMN = "_xsg_kp"  # ... read back once per row when some plan has a Kafka cut
+KOFF_COLUMN = "_xsg_ko"
 
 __all__ = ["SEQ_COLUMN", "FILE_COLUMN", "POS_COLUMN", "TIME_COLUMN", "ORDER_NUMBER",
            "ORDER_EXACT", "NUMS_COLUMN",
            "STRS_COLUMN", "LNGS_COLUMN", "KEYS_COLUMN", "PLANS_COLUMN", "PIDS_COLUMN",
-           "BITS_COLUMN", "READ_COLUMN", "TOP_COLUMN", "HASHED_PREFIX", "EMIT", "PLAN"]
+           "BITS_COLUMN", "READ_COLUMN", "TOP_COLUMN", "HASHED_PREFIX", "EMIT", "PLAN",
+           "KAFKA_FILE_FORMAT", "KAFKA_PARTITION_AT", "KAFKA_OFFSET_AT", "KPART_COLUMN",
+           "KOFF_COLUMN"]

@@ -139,6 +139,9 @@ class CompiledPlan:
     # (attribute index 1-based, mask) of every attribute the plan masks: its outputs' and
     # those its filter compares masked; empty: nothing is masked
     masks: tuple[tuple[int, Mask], ...] = ()
+    # a Kafka stream's cut: per partition, the first offset given to the plan (a partition
+    # beyond the tuple gives every record); None: no cut
+    start_offsets: tuple[int, ...] | None = None
 
     @property
     def passes_nothing(self) -> bool:
@@ -354,10 +357,15 @@ def compile_plan(plan: ExecutionPlan, schema: StreamSchema, stream_time_attribut
     if start_after is not None and (isinstance(start_after, bool)
                                     or not isinstance(start_after, int)):
         raise PlanError(f"start_after: {start_after!r} is not a stream position (an integer)")
+    offsets = plan.start_offsets
+    if offsets is not None and not all(isinstance(o, int) and not isinstance(o, bool)
+                                       and 0 <= o < 1 << 63 for o in offsets):
+        raise PlanError(f"start_offsets: {offsets!r} are not Kafka offsets (integers >= 0)")
     types = tuple(view.lookup(a).type for a in projection)  # type: ignore[union-attr]
     index = {f.name: i + 1 for i, f in enumerate(schema.fields)}
     return CompiledPlan(plan.key(), conjuncts, projection, window, start_after, types,
-                        tuple((index[n], m) for n, m in masks.items()))
+                        tuple((index[n], m) for n, m in masks.items()),
+                        None if offsets is None else tuple(offsets))
 
 
 def plan_masks(plan: ExecutionPlan, schema: StreamSchema) -> dict[str, Mask]:

@@ -34,20 +34,29 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import logging
 import threading
 import time
 from typing import Any, Callable
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pep.runtime.matcher import GroupedMatcher
+from pep.core.rows import RowBatch
+from pep.runtime.compile import CompiledPlan
+from pep.runtime.delivery import deliver_to
+from pep.runtime.kafka_offsets import KafkaOffsets
+from pep.runtime.matcher import GroupedMatcher, kafka_positions
 from pep.runtime.columns import FILE_COLUMN
 from pep.runtime.plan_expressions import FEW_PLANS, few_plans_column
-from pep.runtime.executor_state import PlanSets
+from pep.runtime.executor_state import PlanSets, PlanState
 from pep.runtime.batch_shape import Shape
 from pep.runtime.query_lifecycle import QueryLifecycle
+from pep.runtime.replay import (BatchRange, batch_of, batch_ranges, batch_start, covers,
+                                last_committed, offsets_json, split_by_batch, still_held)
+from pep.runtime.sources import kafka_options, kafka_range_frame
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +64,12 @@ Route = Callable[[], list[str]]  # a batch's results into the handles; the handl
 # Observation names, unique in the process (uuid4 reads os.urandom: a system call that gives the
 # GIL away, up to a 5 ms wait for it under load, in every batch)
 _OBSERVATIONS = itertools.count(1)
+
+
+def replayable_compiled(plan: CompiledPlan) -> bool:
+    """A compiled plan whose rows a restart can compute again (`pep.core.plan.replayable`):
+    cut at Kafka offsets, no window, no DISTANCE_TO anchor."""
+    return plan.start_offsets is not None and plan.window is None and not plan.anchors
 
 
 class StreamExecutor(QueryLifecycle):
@@ -126,6 +141,7 @@ class StreamExecutor(QueryLifecycle):
         """On the route worker: deliver a batch's results, then count it delivered."""
         started = time.perf_counter()
         closed: list[str] = []
+        self._routing_batch = self._batch_base + batch_id
         for route in routes:
             if route is not None:
                 closed += route()
@@ -231,6 +247,96 @@ class StreamExecutor(QueryLifecycle):
                 closed += self._route_panes(panes_arrow, windowed, shape)
             return closed
         return route, spark_s
+
+    # ----- a restart: what the restored handles' readers may not have read --------------------
+    def replay(self, fresh: bool) -> None:
+        """Before a restored Kafka stream's query starts: each replayable handle (a positioned
+        buffer, `pep.core.plan.replayable`) is told from which micro-batch on its rows follow
+        (`RowBatch.resumed_from`), then given again the rows of every batch its stream's
+        checkpoint names and its topic still holds, up to the last one delivered (Spark runs
+        the rest), under the ids they had (`replay.py`). `fresh`: the query starts without a
+        checkpoint: nothing can be read again. A replay that fails (the broker away) leaves
+        the rows of those batches lost, and says so (`resumed_from`: the first live batch)."""
+        assert self._checkpoint is not None
+        with self._lock:
+            unions = [u for u in self._unions.values()
+                      if u.handles and all(self._plans[m].windows is None
+                                           and replayable_compiled(self._plans[m].compiled)
+                                           for m in u.members)]
+            members = {m for u in unions for m in u.members}
+            states = [s for s in self._plans.values()
+                      if (s.handles or s.id in members) and s.rows and s.windows is None
+                      and replayable_compiled(s.compiled)]
+            targets = [(h, s.compiled.start_offsets) for s in states
+                       for h in s.handles.values()]
+            targets += [(h, u.compiled.members[0].start_offsets) for u in unions
+                        for h in u.handles.values()]
+        if not targets:
+            return
+        location = self._checkpoint.location
+        topic = kafka_options(self.definition)[1]
+        last = -1 if fresh else max(last_committed(location), self._completed_batch)
+        ranges: list[BatchRange] = []
+        replayed: list[tuple[int, pa.Table]] = []
+        shape: Shape | None = None
+        grouped: GroupedMatcher | None = None
+        started = time.perf_counter()
+        if last >= 0:
+            try:
+                ranges = batch_ranges(location, topic, last)
+                if ranges:
+                    earliest = KafkaOffsets().start_offsets(self.definition)
+                    ranges = still_held(ranges, dict(enumerate(earliest)))
+                if ranges:
+                    replayed, shape, grouped = self._replay_rows(ranges, states)
+            except Exception as exc:  # noqa: BLE001 - the handles resume; the rows are lost
+                log.warning("stream %s: the micro-batches before the restart could not be "
+                            "read again (%s: %s); readers that had not read them get a gap",
+                            self.definition.name, type(exc).__name__, exc)
+                ranges, replayed = [], []
+        first = ranges[0].batch if ranges else last + 1
+        start = None if fresh else (ranges[0].start if ranges
+                                    else batch_start(location, topic, first))
+        for handle, cut in targets:
+            whole = start is not None and cut is not None and covers(cut, start)
+            marker = RowBatch((), 0, resumed_from=0 if whole else self._batch_base + first)
+            deliver_to([handle], marker, self.stats_counters)
+        try:
+            for batch_id, table in replayed:
+                self._routing_batch = self._batch_base + batch_id
+                if table.num_rows and shape is not None:
+                    self._route_rows(table, states, shape, grouped, unions)
+        finally:
+            self._routing_batch = None
+        if ranges:
+            log.info("stream %s: micro-batches %d-%d read again for %d restored handles "
+                     "(%.2f s)", self.definition.name, ranges[0].batch, ranges[-1].batch,
+                     len(targets), time.perf_counter() - started)
+
+    def _replay_rows(self, ranges: list[BatchRange], states: list[PlanState]
+                     ) -> tuple[list[tuple[int, pa.Table]], Shape, GroupedMatcher | None]:
+        """The rows job of `states` over the records of `ranges`, read again from Kafka (one
+        batch query), split by the micro-batch each record came in."""
+        topic = kafka_options(self.definition)[1]
+        partitions = sorted({p for r in ranges for p in (*r.start, *r.end)})
+        start = {p: ranges[0].start.get(p, 0) for p in partitions}
+        end = {p: ranges[-1].end.get(p, start[p]) for p in partitions}
+        frame = kafka_range_frame(self.spark, self.definition,
+                                  json.dumps({topic: partitions}), offsets_json(topic, start),
+                                  offsets_json(topic, end))
+        version = -1 - self._version  # its own shape and tables, rebuilt for the live query
+        sets = PlanSets.of(version, states)
+        shape = self._shape_of(states, version)
+        rows_by = self._rows_matcher(sets, shape)
+        grouped = rows_by if isinstance(rows_by, GroupedMatcher) else None
+        if grouped is not None:
+            arrow, _ = self.admitted_arrow(frame, shape, grouped)
+        else:
+            _, scalar = self._plan_table(states, version, shape)
+            arrow = self.rows_frame(frame, scalar, shape,
+                                    rows_by if isinstance(rows_by, Column) else None).toArrow()
+        parts, offsets = kafka_positions(arrow.column(FILE_COLUMN))
+        return split_by_batch(arrow, batch_of(parts, offsets, ranges), ranges), shape, grouped
 
     def _observe(self, figures: dict[str, Any], shape: Shape) -> None:
         self.stats_counters["rows_in"] += int(figures.get("rows") or 0)

@@ -149,6 +149,15 @@ class ExecutorState:
         self._stopped = False
         self._pausing = False  # a restart (`restart`) is waiting for a batch boundary
         self._completed_batch = -1  # the last batch whose every delivery was made
+        # Kafka: deliveries carry their micro-batch (`RowBatch.batch`, counted from the
+        # checkpoint's `batch_base`), which positioned buffers name their rows by; set by the
+        # one thread routing a batch (the route worker, or `replay` before the query starts)
+        self._positions = definition.source.kind == "kafka"
+        self._batch_base = 0
+        self._routing_batch: int | None = None
+        # attached while the gateway restores its handles: the start gives their
+        # replayable handles again what their readers may not have read (`replay`)
+        self.replay_pending = False
         # a batch's results are delivered one batch behind the query (`route_worker.py`)
         self._router = RouteWorker(f"xsg-route-{definition.name}", self._routing_failed)
         self._schema = definition.schema

@@ -29,6 +29,7 @@ from pep.core.masks import Mask
 from pep.runtime.masks import hashed_text, hmac_material, mask_literal, masked_column
 from pep.runtime.predicates import row_column
 from pep.runtime.columns import SEQ_COLUMN
+from pep.runtime.plan_expressions import kafka_admits, offsets_literal
 from pep.runtime.sources import DELETE_COMMITTED, build_source
 from pep.runtime.spatial import edges, haversine, inside_polygon, valid_position
 
@@ -187,6 +188,11 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
         df = build_source(spark, definition, max_files)
     if plan.start_after is not None:
         df = df.filter(F.col(SEQ_COLUMN) > F.lit(int(plan.start_after)))
+    if plan.start_offsets is not None:
+        if definition.source.kind != "kafka":
+            raise JoinPlanError(f"stream {definition.name!r}: start_offsets cut Kafka streams "
+                                "only")
+        df = df.filter(kafka_admits(offsets_literal(plan.start_offsets)))
     try:
         masks = plan_masks(plan, definition.schema)
     except PlanError as exc:

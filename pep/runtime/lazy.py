@@ -8,6 +8,8 @@ imports no Spark itself; the factory does, when it is called.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -23,6 +25,8 @@ class LazyRuntime:
         self._factory = factory
         self._runtime: Any = None
         self._lock = threading.Lock()
+        self._restoring = False  # `restoring`: a runtime made meanwhile begins restoring
+        self._began = False  # the runtime was told to begin restoring
 
     @property
     def started(self) -> bool:
@@ -32,7 +36,29 @@ class LazyRuntime:
         with self._lock:
             if self._runtime is None:
                 self._runtime = self._factory()
+                if self._restoring and hasattr(self._runtime, "begin_restore"):
+                    self._runtime.begin_restore()
+                    self._began = True
             return self._runtime
+
+    @contextmanager
+    def restoring(self) -> Iterator[None]:
+        """`StreamRuntime.restoring`, for the runtime running now or made meanwhile (none is
+        made for it: a gateway with nothing to restore starts no Spark)."""
+        with self._lock:
+            self._restoring = True
+            if self._runtime is not None and hasattr(self._runtime, "begin_restore"):
+                self._runtime.begin_restore()
+                self._began = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._restoring = False
+                began, self._began = self._began, False
+                runtime = self._runtime
+            if began:
+                runtime.end_restore()
 
     def attach_handle(self, handle_id: str, stream: StreamDefinition,
                       plan: ExecutionPlan | UnionPlan, deliver: Deliver) -> None:

@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pep.runtime.columns import FILE_COLUMN, KAFKA_OFFSET_AT, KAFKA_PARTITION_AT
 from pep.runtime.compile import (EQUAL, GREATER, INTEGER_KIND, LESS, NUMERIC_KIND, STRING_KIND,
                                  CompiledPlan)
 
@@ -64,6 +65,9 @@ class _Group:
     ids: np.ndarray                                 # int64 plan ids
     start_after: np.ndarray                         # int64, NO_START: none
     conjuncts: tuple[tuple[_Comparison, ...], ...]  # the filter, in disjunctive normal form
+    # Kafka cuts: plans x partitions, the first offset each plan is given (0 where it has no
+    # cut, or a shorter one: every record); None: no plan of the group has a cut
+    start_offsets: np.ndarray | None = None
 
 
 @dataclass
@@ -113,8 +117,13 @@ class GroupedMatcher:
             ids = np.array([pid for pid, _ in members], dtype=np.int64)
             starts = np.array([NO_START if c.start_after is None else int(c.start_after)
                                for _, c in members], dtype=np.int64)
-            groups.append(_Group(ids, starts, tuple(conjuncts)))
+            groups.append(_Group(ids, starts, tuple(conjuncts), _offsets(members)))
         return GroupedMatcher(tuple(groups), tuple(columns))
+
+    @property
+    def kafka(self) -> bool:
+        """Some plan starts at Kafka offsets: matching reads the rows' `_xsg_file`."""
+        return any(g.start_offsets is not None for g in self.groups)
 
     @property
     def plan_ids(self) -> np.ndarray:
@@ -123,10 +132,13 @@ class GroupedMatcher:
             return np.empty(0, np.int64)
         return np.concatenate([g.ids for g in self.groups])
 
-    def _passing(self, table: pa.Table, seqs: pa.Array) -> Iterator[tuple[int, np.ndarray]]:
-        """(index of the first plan in `plan_ids`, plans x tuples passing) per chunk of plans."""
+    def _passing(self, table: pa.Table, seqs: pa.Array, files: pa.Array | None = None
+                 ) -> Iterator[tuple[int, np.ndarray]]:
+        """(index of the first plan in `plan_ids`, plans x tuples passing) per chunk of plans.
+        `files`: the tuples' `_xsg_file` (a Kafka stream's: their positions, for the cuts)."""
         positions = (seqs.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64),
                      seqs.is_valid().to_numpy(zero_copy_only=False))
+        kafka = kafka_positions(files) if files is not None and self.kafka else None
         n = table.num_rows
         values = {key: _values(table.column(value_column(*key)), key[1])
                   for key in self.columns}
@@ -136,16 +148,18 @@ class GroupedMatcher:
             step = max(1, CELLS_PER_CHUNK // max(n, 1))
             for lo in range(0, k, step):  # chunks of plans: a plan's rows stay together
                 hi = min(k, lo + step)
-                yield first + lo, _group_passes(group, values, lo, hi, positions)
+                yield first + lo, _group_passes(group, values, lo, hi, positions, kafka)
             first += k
 
-    def match(self, table: pa.Table, seqs: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    def match(self, table: pa.Table, seqs: pa.Array, files: pa.Array | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
         """(plan ids, row indices) of every (plan, tuple) that passes: each plan's pairs
         together, its rows ascending (the plans in no particular order). `table` holds the
-        `value_column`s; `seqs` the tuples' positions (a null one: every plan has started)."""
+        `value_column`s; `seqs` the tuples' positions (a null one: every plan has started);
+        `files` their `_xsg_file` (needed when some plan has a Kafka cut)."""
         ids = self.plan_ids
         plan_ids, row_ids = [], []
-        for first, passed in self._passing(table, seqs):
+        for first, passed in self._passing(table, seqs, files):
             plans, rows = np.nonzero(passed)  # plan-major, rows ascending within a plan
             plan_ids.append(ids[first + plans])
             row_ids.append(rows)
@@ -162,8 +176,12 @@ class GroupedMatcher:
         its routing needs no sort."""
         n, k = batch.num_rows, len(self.plan_ids)
         bits = np.zeros((n, k), dtype=bool)
+        files = (batch.column(FILE_COLUMN)
+                 if self.kafka and FILE_COLUMN in batch.schema.names else None)
+        if self.kafka and files is None:
+            raise ValueError("plans with Kafka cuts need the tuples' positions (_xsg_file)")
         for first, passed in self._passing(pa.Table.from_batches([batch]),
-                                           batch.column(seq_column)):
+                                           batch.column(seq_column), files):
             bits[:, first:first + len(passed)] = passed.T
         kept = np.flatnonzero(bits.any(axis=1))
         packed = np.packbits(bits[kept], axis=1)  # tuples x ceil(k / 8) bytes
@@ -289,8 +307,34 @@ def _values(column: pa.ChunkedArray, family: str) -> tuple[np.ndarray, np.ndarra
     return np.array(column.fill_null("").to_pylist(), dtype=object), present
 
 
+def _offsets(members: list[tuple[int, CompiledPlan]]) -> np.ndarray | None:
+    """The group's Kafka cuts as plans x partitions (see `_Group.start_offsets`)."""
+    cuts = [c.start_offsets for _, c in members]
+    if all(cut is None for cut in cuts):
+        return None
+    width = max(len(cut or ()) for cut in cuts)
+    out = np.zeros((len(cuts), max(width, 1)), dtype=np.int64)
+    for i, cut in enumerate(cuts):
+        if cut:
+            out[i, :len(cut)] = cut
+    return out
+
+
+def kafka_positions(files: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(partitions, offsets) of Kafka records from their `_xsg_file` (columns.py: fixed places
+    from the end); a tuple without one (null) has partition -1 and offset 0."""
+    if isinstance(files, pa.ChunkedArray):
+        files = files.combine_chunks()
+    start, length = KAFKA_PARTITION_AT
+    partitions = pc.cast(pc.utf8_slice_codeunits(files, start, start + length), pa.int64())
+    offsets = pc.cast(pc.utf8_slice_codeunits(files, KAFKA_OFFSET_AT[0]), pa.int64())
+    return (partitions.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64),
+            offsets.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64))
+
+
 def _group_passes(group: _Group, values: dict, lo: int, hi: int,
-                  positions: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+                  positions: tuple[np.ndarray, np.ndarray],
+                  kafka: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """(plans lo..hi of the group) x (tuples): the filter and the start position hold."""
     passed = None
     for conj in group.conjuncts:
@@ -309,6 +353,14 @@ def _group_passes(group: _Group, values: dict, lo: int, hi: int,
     if (starts != NO_START).any():
         seqs, present = positions
         passed &= ~present[None, :] | (seqs[None, :] > starts[:, None])
+    if group.start_offsets is not None:
+        if kafka is None:
+            raise ValueError("plans with Kafka cuts need the tuples' positions")
+        partitions, offsets = kafka
+        cuts = group.start_offsets[lo:hi]
+        inside = np.flatnonzero((partitions >= 0) & (partitions < cuts.shape[1]))
+        if len(inside):
+            passed[:, inside] &= offsets[inside][None, :] >= cuts[:, partitions[inside]]
     return passed
 
 
@@ -331,4 +383,5 @@ def _holds(v: np.ndarray, comp: _Comparison, lo: int, hi: int) -> np.ndarray:
 
 
 __all__ = ["GroupedMatcher", "admitted_rows", "freeze_worker_heap", "value_column",
+           "kafka_positions",
            "CELLS_PER_CHUNK", "FROZEN_TASKS"]

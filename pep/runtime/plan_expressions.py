@@ -19,7 +19,9 @@ from pep.runtime.labels import label_code, label_holds, label_outcome
 from pep.runtime.masks import MASKS_TYPE, let, masked_double, masked_long, masked_text
 from pep.runtime.memo import OwnedCache
 from pep.runtime.spatial import spatial_outcome
-from pep.runtime.columns import LNGS_COLUMN, NUMS_COLUMN, PLANS_COLUMN, SEQ_COLUMN, STRS_COLUMN
+from pep.runtime.columns import (FILE_COLUMN, KAFKA_OFFSET_AT, KAFKA_PARTITION_AT, KOFF_COLUMN,
+                                 KPART_COLUMN, LNGS_COLUMN, NUMS_COLUMN, PLANS_COLUMN,
+                                 SEQ_COLUMN, STRS_COLUMN)
 from pep.runtime.plan_schema import PlanField, PredicateField
 
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'", "ignoreNullFields": "false"}
@@ -131,38 +133,64 @@ def _predicate_holds(p: Column, spatial: bool, plan: Column | None = None) -> Co
     return F.coalesce(p[PredicateField.OUTCOMES].bitwiseAND(outcome) != 0, F.lit(False))
 
 
-def _matches(plan: Column, spatial: bool, masked: bool = False) -> Column:
+def kafka_position() -> tuple[Column, Column]:
+    """A Kafka record's (partition, offset), read back from its `_xsg_file` (columns.py)."""
+    f = F.col(FILE_COLUMN)
+    return (F.substring(f, *KAFKA_PARTITION_AT).cast("int"),
+            F.substring(f, *KAFKA_OFFSET_AT).cast("long"))
+
+
+def kafka_admits(start_offsets: Column, read_back: bool = False) -> Column:
+    """The row's Kafka record is at or after the cut (per partition, the first offset given;
+    a partition beyond the array, one added after the cut, gives every record; a null array:
+    no cut). Only on a Kafka stream's rows: their position from `_xsg_file`, or with
+    `read_back` from the columns the jobs' base select read it into once per row
+    (`KPART_COLUMN`, `KOFF_COLUMN`), not once per row and plan."""
+    if read_back:
+        partition, offset = F.col(KPART_COLUMN), F.col(KOFF_COLUMN)
+    else:
+        partition, offset = kafka_position()
+    first = F.try_element_at(start_offsets, partition + F.lit(1))
+    return start_offsets.isNull() | first.isNull() | (offset >= first)
+
+
+def _matches(plan: Column, spatial: bool, masked: bool = False, kafka: bool = False) -> Column:
     """The plan's start position and DNF filter hold for the row. `spatial`: some attached
     plan has a spatial predicate. Without one the expression leaves the spatial branch out:
     Spark evaluates these lambdas per row and plan, uncompiled; with the branch (and whole-stage
     code generation still on), 1,000 plain plans ran about 20 times slower (bench_many_readers:
-    3.8 s per micro-batch against 0.17 s)."""
+    3.8 s per micro-batch against 0.17 s). `kafka`: some plan starts at Kafka offsets (only
+    then does the expression read the row's position)."""
     seq = F.col(SEQ_COLUMN)
     start_after = plan[PlanField.START_AFTER]
     started = start_after.isNull() | seq.isNull() | (seq > start_after)
+    if kafka:  # over the base select's output (batch_frames), which read the position
+        started = started & kafka_admits(plan[PlanField.START_OFFSETS], read_back=True)
     return started & F.exists(plan[PlanField.CONJUNCTS], lambda conj: F.forall(
         conj, lambda p: _predicate_holds(p, spatial, plan if masked else None)))
 
 
 def matched_plans_column(kinds: tuple[int, ...] | None = None, spatial: bool = False,
-                         masked: bool = False) -> Column:
+                         masked: bool = False, kafka: bool = False) -> Column:
     """Ids of the plans (of `kinds`) whose filter holds for the row: one expression for any
     number of plans."""
     if kinds is None:
-        chosen = F.filter(F.col(PLANS_COLUMN), lambda p: _matches(p, spatial, masked))
+        chosen = F.filter(F.col(PLANS_COLUMN), lambda p: _matches(p, spatial, masked, kafka))
     else:
         chosen = F.filter(F.col(PLANS_COLUMN),
-                          lambda p: p[PlanField.KIND].isin(*kinds) & _matches(p, spatial, masked))
+                          lambda p: p[PlanField.KIND].isin(*kinds)
+                          & _matches(p, spatial, masked, kafka))
     return F.transform(chosen, lambda plan: plan[PlanField.ID])
 
 
-def masked_emissions(kinds: tuple[int, ...], spatial: bool, masked_filters: bool) -> Column:
+def masked_emissions(kinds: tuple[int, ...], spatial: bool, masked_filters: bool,
+                     kafka: bool = False) -> Column:
     """The rows job's emissions when some plan masks: one for the plans without masks that the
     row passes (their ids, no masks), then one per masked plan it passes (its id, its masks),
     since each masked plan sees its own values of the row."""
     matched = F.filter(F.col(PLANS_COLUMN),
                        lambda p: p[PlanField.KIND].isin(*kinds)
-                       & _matches(p, spatial, masked_filters))
+                       & _matches(p, spatial, masked_filters, kafka))
 
     def emissions(ms: Column) -> Column:
         plain = F.transform(F.filter(ms, lambda p: p[PlanField.MASKS].isNull()),
@@ -232,6 +260,8 @@ def few_plans_column(plans: list[tuple[int, CompiledPlan]],
         holds = functools.reduce(operator.or_, alternatives) if alternatives else F.lit(False)
         if compiled.start_after is not None:
             holds = holds & (seq.isNull() | (seq > F.lit(int(compiled.start_after))))
+        if compiled.start_offsets is not None:
+            holds = holds & kafka_admits(offsets_literal(compiled.start_offsets))
         chosen.append(F.when(holds, F.lit(plan_id)).otherwise(F.lit(NO_PLAN)))
     # array_remove, not array_compact: array_compact is a higher-order function (a lambda over
     # the array), which Spark runs without generated code and which takes the whole stage with
@@ -239,9 +269,17 @@ def few_plans_column(plans: list[tuple[int, CompiledPlan]],
     return F.array_remove(F.array(*chosen), NO_PLAN)
 
 
-def matched_plan_structs(kind: int, spatial: bool = False, masked: bool = False) -> Column:
+def offsets_literal(offsets: tuple[int, ...]) -> Column:
+    """A Kafka cut as a typed array literal (data in the expression tree, never SQL text)."""
+    if not offsets:
+        return F.array().cast(T.ArrayType(T.LongType()))
+    return F.array(*[F.lit(int(o)).cast("long") for o in offsets])
+
+
+def matched_plan_structs(kind: int, spatial: bool = False, masked: bool = False,
+                         kafka: bool = False) -> Column:
     return F.filter(F.col(PLANS_COLUMN),
-                    lambda p: (p[PlanField.KIND] == kind) & _matches(p, spatial, masked))
+                    lambda p: (p[PlanField.KIND] == kind) & _matches(p, spatial, masked, kafka))
 
 
 # Building expressions takes py4j round trips (~0.1-0.3 ms each); they are unresolved and hold
@@ -266,4 +304,5 @@ def filter_expressions(schema: StreamSchema) -> tuple[Column, Column, Column]:
 __all__ = ["value_elements", "value_arrays", "json_value", "key_array",
            "matched_plans_column", "masked_emissions", "few_plans_column",
            "matched_plan_structs", "shared_expressions", "filter_expressions", "FEW_PLANS",
+           "kafka_position", "kafka_admits", "offsets_literal",
            "JSON_OPTIONS"]

@@ -36,6 +36,7 @@ class PlanField:
     KIND: Final = "k"  # PLAIN, TUPLE, TIME or ROW_TUPLE
     CONJUNCTS: Final = "c"  # conjuncts of predicate structs; [[]] passes everything
     START_AFTER: Final = "sa"  # positions <= it never reach the plan
+    START_OFFSETS: Final = "so"  # Kafka: per partition, the first offset reaching the plan
     PANE_WIDTH: Final = "g"  # tuples or seconds
     PANE_OFFSET: Final = "off"  # tuple windows: tuples already in the open pane
     TIME_INDEX: Final = "t"  # time windows: the time attribute's index
@@ -76,6 +77,7 @@ PLAN_TABLE_ARROW = pa.schema([("plans", pa.list_(pa.struct([
     pa.field(PlanField.KIND, pa.int32(), False),
     (PlanField.CONJUNCTS, pa.list_(pa.list_(_PRED_ARROW))),
     (PlanField.START_AFTER, pa.int64()),
+    (PlanField.START_OFFSETS, pa.list_(pa.int64())),
     (PlanField.PANE_WIDTH, pa.int64()),
     (PlanField.PANE_OFFSET, pa.int64()),
     (PlanField.TIME_INDEX, pa.int32()),

@@ -91,6 +91,7 @@ class PlanTable(HandleRegistry):
                       masked_filters=any(row[2] & MASKED_KIND for s in plans
                                          for conj in s.compiled.conjuncts
                                          for row in conj if len(row) == 5),
+                      kafka_cut=any(s.compiled.start_offsets is not None for s in plans),
                       hashed=tuple(n for n in order if n in hashed and n in plain))
         self._shape = (version, shape)
         return shape
@@ -125,6 +126,8 @@ class PlanTable(HandleRegistry):
                 continue
             row: dict[str, Any] = {
                 PlanField.ID: s.id, PlanField.KIND: PLAIN, PlanField.START_AFTER: c.start_after,
+                PlanField.START_OFFSETS: (None if c.start_offsets is None
+                                          else list(c.start_offsets)),
                 PlanField.CONJUNCTS: [[predicate_struct(r, self._anchors.segments) for r in conj]
                                       for conj in c.conjuncts],
                 PlanField.PANE_WIDTH: None, PlanField.PANE_OFFSET: None,

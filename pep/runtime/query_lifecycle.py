@@ -42,7 +42,16 @@ class QueryLifecycle(ResultRouting):
         # batch its last query delivered but may not have committed is not delivered twice
         self._completed_batch = -1 if skip else max(self._completed_batch,
                                                     self._checkpoint.delivered_batch())
+        self._batch_base = self._checkpoint.batch_base()
         kind = self.definition.source.kind
+        if kind == "kafka" and self.replay_pending:
+            # handles restored at the gateway's start: what their readers may not have read
+            # comes again, before the query's first batch (`executor.StreamExecutor.replay`)
+            self.replay_pending = False
+            try:
+                self.replay(fresh=skip)
+            finally:
+                self._codegen = None  # the replay ran in the gateway's session, not the query's
         archive = (str(archive_dir(self.work_dir, self.definition)) if kind == "ingest"
                    else None)
         if skip and kind in ("ingest", "files"):
@@ -358,6 +367,10 @@ class QueryLifecycle(ResultRouting):
 
     def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
         """The query's foreachBatch (`executor.StreamExecutor`)."""
+        raise NotImplementedError
+
+    def replay(self, fresh: bool) -> None:
+        """A restored Kafka stream's rows again (`executor.StreamExecutor`)."""
         raise NotImplementedError
 
 

@@ -5,6 +5,7 @@ partials into windows (`windows.py`); delivery under each handle's lock.
 from __future__ import annotations
 
 import operator
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +20,7 @@ from pep.runtime.pane_partials import (KEY_SEP, NO_SEQ, PARTS, PaneLayout, empty
                                        partials_from_arrow, partials_from_values)
 from pep.runtime.columns import BITS_COLUMN, PIDS_COLUMN, SEQ_COLUMN
 from pep.runtime.delivery import deliver_to
-from pep.runtime.executor_state import AttachedHandle, PlanState
+from pep.runtime.executor_state import AttachedHandle, PlanState, UnionState
 from pep.runtime.batch_shape import Shape
 from pep.runtime.batch_frames import BatchFrames
 
@@ -28,7 +29,10 @@ class ResultRouting(BatchFrames):
     """The jobs' Arrow results into `RowBatch`es, delivered to each plan's handles."""
 
     def _route_rows(self, arrow: pa.Table, plans: list[PlanState], shape: Shape,
-                    grouped: GroupedMatcher | None = None) -> list[str]:
+                    grouped: GroupedMatcher | None = None,
+                    unions: list[UnionState] | None = None) -> list[str]:
+        """Deliver the rows job's rows to `plans`' handles and to the unions of grants (those
+        given; None: every union with handles)."""
         keys = [(c, "ascending", "at_end") for c in self._order_columns(shape)]
         arrow = arrow.take(pc.sort_indices(arrow, sort_keys=keys))
         if grouped is not None:  # a plan's pairs together, in stream order
@@ -70,15 +74,17 @@ class ResultRouting(BatchFrames):
                     seqs)):
                 state.batches += 1
                 closed += self._deliver(state, out)
-        closed += self._route_unions(arrow, row_ids, bounds, seqs, plans)
+        closed += self._route_unions(arrow, row_ids, bounds, seqs, plans, unions)
         return closed
 
     def _route_unions(self, arrow: pa.Table, row_ids: np.ndarray,
                       bounds: dict[int, tuple[int, int]], seqs: np.ndarray,
-                      plans: list[PlanState]) -> list[str]:
+                      plans: list[PlanState], only: list[UnionState] | None = None
+                      ) -> list[str]:
         """Each union's plain members' rows, merged per tuple (`pep.runtime.union`)."""
         with self._lock:
-            unions = [u for u in self._unions.values() if u.handles]
+            unions = [u for u in (self._unions.values() if only is None else only)
+                      if u.handles]
         if not unions:
             return []
         states = {s.id: s for s in plans}
@@ -170,6 +176,8 @@ class ResultRouting(BatchFrames):
         return closed
 
     def _deliver_to(self, handles: list[AttachedHandle], out: RowBatch) -> list[str]:
+        if self._positions and self._routing_batch is not None:
+            out = replace(out, batch=self._routing_batch)  # its micro-batch (Kafka)
         return deliver_to(handles, out, self.stats_counters)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -84,6 +86,9 @@ class StreamRuntime:
         self._closed = False
         self._stall_warned: set[str] = set()
         self._late = LateBatches(settings.trigger_interval)  # "falling behind", for the log
+        # while the gateway restores its handles (`restoring`): queries not started yet
+        self._restoring = False
+        self._held: list[StreamExecutor] = []
         self._last_sweep = 0.0
         self._janitor = Janitor(self._tick, settings.janitor_interval)
         self._janitor.start()
@@ -102,6 +107,8 @@ class StreamRuntime:
             compiled = compile_plan(plan, stream.schema, stream.time_attribute)
             members = (compiled,)
         for member in members:
+            if member.start_offsets is not None and stream.source.kind != "kafka":
+                raise PlanError(f"stream {stream.name!r}: start_offsets cut Kafka streams only")
             if member.window is not None and member.window.noise:
                 # a private window: calibrate its mechanisms now (OpenDP; a Gaussian takes
                 # about half a second), not in its first micro-batch, and fail here if they
@@ -122,7 +129,7 @@ class StreamRuntime:
                 # comes before `redefine` was told: the same change, now
                 self._redefine(executor, stream)
             carried: list[tuple[str, CompiledPlan | CompiledUnion, Deliver]] = []
-            if executor is not None and not executor.active:
+            if executor is not None and not executor.active and executor not in self._held:
                 # its query failed: a new attach starts a fresh query (on the same checkpoint,
                 # so the failed batch is tried again) and moves the old handles onto it (their
                 # windows restart), rather than attaching to a dead one
@@ -138,11 +145,46 @@ class StreamRuntime:
                 for old_id, old_plan, old_deliver in carried:
                     executor.add_handle(old_id, old_plan, old_deliver)
                 executor.add_handle(handle_id, compiled, deliver)
-                executor.start()
+                if self._restoring:
+                    # started once every restored handle of the stream is attached
+                    executor.replay_pending = True
+                    self._held.append(executor)
+                else:
+                    executor.start()
                 self._executors[stream.name] = executor
             else:
                 executor.add_handle(handle_id, compiled, deliver)
             self._handle_streams[handle_id] = stream.name
+
+    @contextmanager
+    def restoring(self) -> Iterator[None]:
+        """While the gateway restores its handles after a start: a stream's query starts once
+        all of them are attached, and a Kafka stream's restored handles are first given again
+        the rows their readers may not have read (`StreamExecutor.replay`)."""
+        self.begin_restore()
+        try:
+            yield
+        finally:
+            self.end_restore()
+
+    def begin_restore(self) -> None:
+        with self._lock:
+            self._restoring = True
+
+    def end_restore(self) -> None:
+        """Start the queries held while restoring. One that fails to start is reported as
+        failed (`health`, its readers' `stalled` notices); the next attach to its stream
+        starts a fresh one carrying its handles, as for a query that failed later."""
+        with self._lock:
+            self._restoring = False
+            held, self._held = self._held, []
+        for executor in held:
+            try:
+                executor.start()
+            except Exception as exc:  # noqa: BLE001 - the other streams start all the same
+                executor.stats_counters["last_error"] = f"{type(exc).__name__}: {exc}"
+                log.exception("stream %s: its query did not start after the restore",
+                              executor.definition.name)
 
     def _lateness(self, stream: StreamDefinition) -> float:
         return stream.lateness if stream.lateness is not None else self.time_window_lateness
@@ -186,6 +228,8 @@ class StreamRuntime:
         afterwards. True when a query was running."""
         with self._lock:
             executor = self._executors.pop(name, None)
+            if executor in self._held:
+                self._held.remove(executor)
             for handle_id, stream in list(self._handle_streams.items()):
                 if stream == name:
                     del self._handle_streams[handle_id]
@@ -213,6 +257,9 @@ class StreamRuntime:
             self._retire(executor, idle=True)
 
     def _retire(self, executor: StreamExecutor, idle: bool) -> None:
+        with self._lock:
+            if executor in self._held:  # never started: it must not start later
+                self._held.remove(executor)
         if executor.in_batch_thread():
             # a query cannot wait for its own micro-batch to finish: stop it from another thread
             t = threading.Thread(target=executor.stop, args=(idle,), name="xsg-query-stop",
@@ -341,6 +388,7 @@ class StreamRuntime:
         with handles attached resume where they stopped at the next start."""
         with self._lock:
             self._closed = True
+            self._held.clear()
             executors = list(self._executors.values())
             self._executors.clear()
             self._handle_streams.clear()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import threading
 import time
 from typing import Iterable
 
@@ -17,6 +18,7 @@ from tests.kafka.broker import BrokerUnavailable, KafkaBroker, broker_jars
 
 _topics = itertools.count(1)
 CLIENT_LOG = logging.getLogger("tests.kafka.client")
+T0 = 1_700_000_000
 
 
 def _connector_reason() -> str | None:
@@ -81,3 +83,48 @@ def producer(kafka_broker):
 
 def kafka_source(broker: KafkaBroker, topic: str) -> dict:
     return {"kind": "kafka", "bootstrap.servers": broker.bootstrap, "subscribe": topic}
+
+
+class SteadyProducer(threading.Thread):
+    """The owner's producer in a thread of its own: record i to partition i % 3 every few
+    milliseconds, its produce call and its acknowledgement timestamped. Its value is i + 1,
+    negated for every `negative`-th record when given (a policy's `value > 0` hides those)."""
+
+    def __init__(self, bootstrap: str, topic: str, every: float = 0.004,
+                 negative: int | None = None) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Producer
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                  "enable.idempotence": True, "linger.ms": 0,
+                                  "logger": CLIENT_LOG})
+        self.topic, self.every, self.negative = topic, every, negative
+        self.produced: dict[int, float] = {}
+        self.acked: dict[int, float] = {}
+        self.errors: list = []
+        self.stop = threading.Event()
+
+    def value(self, i: int) -> float:
+        return -float(i + 1) if self.negative and i % self.negative == 0 else float(i + 1)
+
+    def matching(self) -> set[float]:
+        """The values of every acknowledged record a `value > 0` filter passes."""
+        return {self.value(i) for i in self.acked if self.value(i) > 0}
+
+    def _report(self, i: int):
+        def report(err, _msg) -> None:
+            if err is not None:
+                self.errors.append(err)
+            else:
+                self.acked[i] = time.time()
+        return report
+
+    def run(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            value = json.dumps({"ts": T0 + i, "value": self.value(i), "secret": "s"}).encode()
+            self.produced[i] = time.time()
+            self.producer.produce(self.topic, value, partition=i % 3, on_delivery=self._report(i))
+            self.producer.poll(0)
+            i += 1
+            time.sleep(self.every)
+        self.producer.flush(30)

@@ -620,3 +620,87 @@ def test_an_idle_reader_gets_its_grace_once_until_it_reads_again():
     for i in range(5):
         assert b.put(RowBatch.of_texts([f'{{"v":{5 + i}}}']))
     assert time.monotonic() - started < 0.2
+
+
+# -- positioned buffers (Kafka handles that a restart gives again exactly, issue 41) --------------
+
+def _batch(texts: list[str], batch: int | None = None, resumed_from: int | None = None):
+    from pep.core.rows import RowBatch
+    return RowBatch(tuple(texts), sum(len(t) for t in texts), None, batch, resumed_from)
+
+
+def test_a_positioned_buffer_names_rows_by_micro_batch_the_same_in_every_process():
+    from pep.handles.buffer import BATCH_SPAN
+    first = HandleBuffer(100, 1 << 20, positioned=True)
+    first.put(_batch(['{"v":1}', '{"v":2}'], batch=3))
+    first.notice("stalled", {"stream": "s"})
+    first.put(_batch(['{"v":3}'], batch=7))
+    events = first.read(None, timeout=0)
+    assert [(divmod(e.id, BATCH_SPAN), e.kind) for e in events] == [
+        ((3, 1), "row"), ((3, 2), "row"), ((3, 3), "stalled"), ((7, 1), "row")]
+    assert first.last_id == 7 * BATCH_SPAN + 1
+    # the one-pass path writes the same ids
+    text, last = first.read_rows_text(events[2].id, "%d %s\n", 1 << 20)
+    assert text == f'{7 * BATCH_SPAN + 1} {{"v":3}}\n' and last == 7 * BATCH_SPAN + 1
+    # the next process, given the same batches (after telling that nothing was lost), gives a
+    # reader resuming from (3, 1) exactly the rest: the notice died with the first process
+    second = HandleBuffer(100, 1 << 20, positioned=True)
+    second.put(_batch([], resumed_from=0))
+    second.put(_batch(['{"v":1}', '{"v":2}'], batch=3))
+    second.put(_batch(['{"v":3}'], batch=7))
+    again = second.read(events[0].id, timeout=0)
+    assert [(e.id, e.data) for e in again] == [(events[1].id, '{"v":2}'),
+                                               (events[3].id, '{"v":3}')]
+    # an id in a hole (past batch 3's rows) or from the future: what comes after it
+    assert [e.id for e in second.read(5 * BATCH_SPAN, timeout=0)] == [events[3].id]
+    assert second.read(9 * BATCH_SPAN, timeout=0) == []
+    second.put(_batch(['{"v":4}'], batch=9))
+    assert [e.data for e in second.read(9 * BATCH_SPAN, timeout=0)] == ['{"v":4}']
+
+
+def test_a_positioned_buffer_counts_dropped_rows_and_says_when_it_cannot():
+    from pep.handles.buffer import BATCH_SPAN
+    buffer = HandleBuffer(3, 1 << 20, positioned=True)
+    buffer.put(_batch([], resumed_from=2))  # a restart: rows of batches 0 and 1 unknown
+    for b in range(2, 7):
+        buffer.put(_batch([f'{{"b":{b},"i":{i}}}' for i in range(2)], batch=b))
+    # a reader at (2, 2) lost (3, 1) .. (5, 1): five rows, counted
+    events = buffer.read(2 * BATCH_SPAN + 2, timeout=0)
+    gap = json.loads(events[0].data)
+    assert gap == {"event": "gap", "lost": 5, "resume_from": events[0].id,
+                   "reason": "buffer full"} and events[0].id == 5 * BATCH_SPAN + 1
+    assert [json.loads(e.data) for e in events[1:]] == [
+        {"b": 5, "i": 1}, {"b": 6, "i": 0}, {"b": 6, "i": 1}]
+    # resuming from the gap: no gap again
+    assert [e.kind for e in buffer.read(events[0].id, timeout=0)] == ["row"] * 3
+    # a reader at (1, 4), before the restart's batches: rows may have died, count unknown
+    events = buffer.read(1 * BATCH_SPAN + 4, timeout=0)
+    assert json.loads(events[0].data)["lost"] is None
+    assert json.loads(events[0].data)["reason"] == "gateway restarted"
+    assert buffer.read_rows_text(1 * BATCH_SPAN + 4, "%d %s", 1 << 20) is None
+    # a reader naming no position is told of the rows the buffer dropped, as in any buffer
+    assert json.loads(buffer.read(None, timeout=0)[0].data)["lost"] == 7
+
+
+def test_a_positioned_buffer_s_shutdown_keeps_its_reader_where_it_was():
+    """At a stop the buffer discards unread rows; the next start gives them again, so a reader
+    resuming from the `shutdown` event must not skip them: it bears the id it had."""
+    from pep.handles.buffer import BATCH_SPAN
+    buffer = HandleBuffer(100, 1 << 20, positioned=True)
+    buffer.put(_batch(['{"v":1}', '{"v":2}', '{"v":3}'], batch=4))
+    seen = buffer.read(None, timeout=0, limit=1)
+    buffer.close("shutdown", "the gateway is stopping")
+    final = buffer.read(seen[-1].id, timeout=0)
+    assert [(e.id, e.kind) for e in final] == [(4 * BATCH_SPAN + 1, "shutdown")]
+    # a notice while a delivery waits for its reader comes after the batch's rows
+    other = HandleBuffer(2, 1 << 20, positioned=True)
+    other.max_put_wait = 0.5
+    other.put(_batch(['{"v":1}', '{"v":2}'], batch=1))
+    other.read(None, timeout=0, limit=1)  # a reader is reading: the next put waits for it
+    done = threading.Thread(target=other.put, args=(_batch(['{"v":3}', '{"v":4}'], batch=2),))
+    done.start()
+    time.sleep(0.1)
+    other.notice("stalled", {})
+    done.join(5)
+    ids = [(divmod(e.id, BATCH_SPAN), e.kind) for e in other.read(None, timeout=0)]
+    assert ids[-3:] == [((2, 1), "row"), ((2, 2), "row"), ((2, 3), "stalled")]
