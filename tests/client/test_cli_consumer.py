@@ -1,0 +1,110 @@
+"""`xsg request | read | handles | release` against the session's gateway (`xsg serve`)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from pep.cli import main
+from tests.client.conftest import REPO, RawReader, wait_for
+from tests.client.test_client import SENSOR, sensor
+from tests.pep.conftest import TOKENS
+from xsg_client import AccessRequest
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_request_read_handles_release(served, capsys, tmp_path):
+    served.stream("c_cli", SENSOR, {"id": "urn:t:c_cli", "attributes": ["ts", "n", "tag"]})
+    served.stream("c_cli2", SENSOR, {"attributes": ["n"]})
+    request = tmp_path / "request.json"
+    request.write_bytes(AccessRequest.for_stream("c_cli", "subscribe").body)
+    common = ["--url", served.url, "--token", TOKENS["lta"]]
+
+    code, out, _ = run_cli(capsys, "request", str(request), "--query", '{"filter": "n > 0"}',
+                           *common)
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith(f"{served.url}/handles/")
+    handle = lines[0]
+    assert lines[1] == "  new handle on c_cli; policies: urn:t:c_cli"
+    assert any(line.startswith("  warning (PR): partial result: the policy hides attribute(s) v")
+               for line in lines)
+    assert "  plan:" in lines and "    WHERE `n` >= 1;" in lines  # n > 0, over longs
+    code, out, _ = run_cli(capsys, "request", str(request), "--query", '{"filter": "n > 0"}',
+                           "--json", *common)
+    assert code == 0 and json.loads(out)["new"] is False and json.loads(out)["handle"] == handle
+
+    served.append("c_cli", sensor([0, 1, 2, 2 ** 63 - 1]))  # n > 0: three rows
+    reader = RawReader(handle).start()
+    wait_for(lambda: len(reader.rows()) == 3, what="3 rows")
+    code, out, err = run_cli(capsys, "read", handle, "--format", "csv", "--idle", "0.5", *common)
+    assert code == 0, err
+    assert out.splitlines() == ["ts,n,tag", "2024-01-01T00:00:00.000000Z,1,x",
+                                "2024-01-01T00:00:00.000000Z,2,x",
+                                f"2024-01-01T00:00:00.000000Z,{2 ** 63 - 1},x"]
+    assert "xsg read: 3 rows in" in err and "resume with --from 3" in err
+    code, out, err = run_cli(capsys, "read", handle, "--from", "2", "--idle", "0.5", *common)
+    assert code == 0 and [json.loads(line) for line in out.splitlines()] == [
+        {"id": 3, "row": {"ts": "2024-01-01T00:00:00.000000Z", "n": 2 ** 63 - 1, "tag": "x"}}]
+    code, out, _ = run_cli(capsys, "read", handle.rsplit("/", 1)[1], "--format", "table",
+                           "--idle", "0.5", *common)  # by id, on --url
+    assert out.splitlines()[0].split() == ["ts", "n", "tag"]
+    assert out.splitlines()[3].split() == ["2024-01-01T00:00:00.000000Z", str(2 ** 63 - 1), "x"]
+
+    # --follow until the end: revoked -> status 1, with the reason; progress on stderr
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "pep.cli", "read", handle, "--follow", *common],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        served.append("c_cli", sensor([5]))
+        wait_for(lambda: len(reader.rows()) == 4, what="the 4th row")
+        served.call("DELETE", "/policies/urn:t:c_cli", ok=(204,))
+        out, err = follow.communicate(timeout=60)
+    finally:
+        follow.kill()
+    assert follow.returncode == 1, err
+    assert len(out.splitlines()) == 4 and json.loads(out.splitlines()[-1])["row"]["n"] == 5
+    assert "xsg read: handle revoked: " in err and "the handle was revoked (" in err
+    assert "4 rows in" in err
+
+    code, out, _ = run_cli(capsys, "handles", *common)
+    table = out.splitlines()
+    assert table[0].split()[:3] == ["HANDLE", "STATE", "STREAM"]
+    assert any(line.startswith(handle) and line.split()[1:3] == ["revoked", "c_cli"]
+               for line in table)
+    code, out, _ = run_cli(capsys, "request", str(request).replace("request.json", "r2.json"),
+                           *common)
+    assert code == 2  # no such file
+    second = tmp_path / "r2.json"
+    second.write_bytes(AccessRequest.for_stream("c_cli2").body)
+    code, out, _ = run_cli(capsys, "request", str(second), *common)
+    other = out.splitlines()[0]
+    code, out, _ = run_cli(capsys, "release", other, *common)
+    assert code == 0 and out.startswith("released /handles/") and "(state released)" in out
+    assert other.rsplit("/", 1)[1] not in out  # the id is shown shortened
+    code, out, _ = run_cli(capsys, "handles", "--json", *common)
+    states = {h["handle"]: h["state"] for h in json.loads(out)}
+    assert states[handle] == "revoked" and states[other] == "released"
+    code, out, err = run_cli(capsys, "read", other, "--idle", "0.5", *common)
+    assert code == 0 and out == "" and "the handle was released" in err
+
+
+def test_consumer_command_errors(served, capsys, monkeypatch):
+    monkeypatch.delenv("XSG_TOKEN", raising=False)
+    common = ["--url", served.url, "--token", TOKENS["lta"]]
+    code, _, err = run_cli(capsys, "read", "weather", *common)
+    assert code == 2 and "not a handle: 'weather'" in err
+    code, _, err = run_cli(capsys, "read", f"{served.url}/handles/{'Z' * 43}", *common)
+    assert code == 1 and "HTTP 404: no such handle" in err and "Z" * 10 not in err
+    code, _, err = run_cli(capsys, "handles", "--url", served.url)
+    assert code == 2 and "XSG_TOKEN" in err
+    code, _, err = run_cli(capsys, "release", f"{served.url}/handles/{'Z' * 43}", *common)
+    assert code == 1 and "HTTP 404" in err
+    code, _, err = run_cli(capsys, "handles", "--url", "http://127.0.0.1:9", "--token", "t")
+    assert code == 1 and "cannot reach the gateway" in err
