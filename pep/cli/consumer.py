@@ -191,7 +191,7 @@ def describe_event(event: "Event") -> str:
         return (f"reading again after event {event.last_event_id} "
                 f"({event.outage:.1f} s without a connection)")
     if isinstance(event, End):
-        return f"handle {event.kind}" + (f": {event.reason}" if event.reason else "")
+        return str(event)
     return repr(event)
 
 
@@ -269,8 +269,7 @@ def cmd_read(args: argparse.Namespace) -> int:
             return 130
         end = stream.end
         if isinstance(end, End):
-            progress.done(f"the handle was {end.kind}"
-                          + (f" ({end.reason})" if end.reason else ""))
+            progress.done(str(end))
             return EXIT_FAILED if end.kind == "revoked" else EXIT_OK
         progress.done(f"nothing more for {args.idle:g} s; resume with --from "
                       f"{stream.last_event_id}" if stream.last_event_id is not None

@@ -57,20 +57,23 @@ def test_request_read_handles_release(served, capsys, tmp_path):
     assert out.splitlines()[3].split() == ["2024-01-01T00:00:00.000000Z", str(2 ** 63 - 1), "x"]
 
     # --follow until the end: revoked -> status 1, with the reason; progress on stderr
-    follow = subprocess.Popen(
-        [sys.executable, "-m", "pep.cli", "read", handle, "--follow", *common],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)})
+    out_file, err_file = tmp_path / "follow.out", tmp_path / "follow.err"
+    with open(out_file, "wb") as stdout, open(err_file, "wb") as stderr:
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "pep.cli", "read", handle, "--follow", *common],
+            stdout=stdout, stderr=stderr, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         served.append("c_cli", sensor([5]))
-        wait_for(lambda: len(reader.rows()) == 4, what="the 4th row")
+        wait_for(lambda: len(out_file.read_text().splitlines()) == 4, what="4 rows followed")
         served.call("DELETE", "/policies/urn:t:c_cli", ok=(204,))
-        out, err = follow.communicate(timeout=60)
+        follow.wait(60)
     finally:
         follow.kill()
+    out, err = out_file.read_text(), err_file.read_text()
     assert follow.returncode == 1, err
     assert len(out.splitlines()) == 4 and json.loads(out.splitlines()[-1])["row"]["n"] == 5
-    assert "xsg read: handle revoked: " in err and "the handle was revoked (" in err
+    assert "xsg read: the handle was revoked: " in err  # when it came, and in the summary
+    assert err.count("the handle was revoked: ") == 2 and "rows/s); the handle was" in err
     assert "4 rows in" in err
 
     code, out, _ = run_cli(capsys, "handles", *common)

@@ -110,7 +110,7 @@ def test_64_bit_values_and_timestamps_round_trip_exactly(served):
         assert [r["ts"].microsecond for r in rows] == [999999, 1, 854776, 999999, 0]
 
         # Arrow and pandas: int64 and timestamp[us, UTC], never through a float or ns
-        stream = xsg.open(grant, idle_timeout=2)
+        stream = xsg.open(grant, idle_timeout=1)
         batches = list(stream.batches(max_rows=100, max_wait=0.5, id_column="event_id"))
         import pyarrow as pa
         table = pa.Table.from_batches(batches)
@@ -119,13 +119,13 @@ def test_64_bit_values_and_timestamps_round_trip_exactly(served):
         assert table.column("n").to_pylist() == [r["n"] for r in EXTREMES]
         assert table.column("ts").to_pylist() == [r["ts"] for r in expected]
         assert table.column("event_id").to_pylist() == [1, 2, 3, 4, 5]
-        frame = next(xsg.open(grant, idle_timeout=2).frames(max_rows=100, max_wait=0.5))
+        frame = next(xsg.open(grant, idle_timeout=1).frames(max_rows=100, max_wait=0.5))
         assert str(frame["n"].dtype) == "Int64" and str(frame["ts"].dtype) == "datetime64[us, UTC]"
         assert frame["n"].tolist()[:4] == [r["n"] for r in EXTREMES[:4]]
 
     async def read_async() -> list:
         async with AsyncClient(served.url, TOKENS["lta"]) as axsg:
-            astream = await axsg.open(grant.handle, idle_timeout=2)
+            astream = await axsg.open(grant.handle, idle_timeout=1)
             return [row async for row in astream.rows()]
 
     assert asyncio.run(read_async()) == expected

@@ -21,6 +21,7 @@ import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
@@ -28,7 +29,7 @@ from xsg_client.errors import (BadHandle, ConnectionLost, HTTPError, XsgError, e
                                short_id)
 from xsg_client.events import (Disconnected, End, Event, Gap, Notice, Reconnected, Row,
                                parse_event)
-from xsg_client.schema import HandleSchema, typed_row
+from xsg_client.schema import HandleSchema, parse_timestamp
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 NDJSON = "application/x-ndjson"
@@ -36,7 +37,9 @@ READ_TOKEN_PARAMETER = "read_token"
 _HANDLE_ID = re.compile(r"[A-Za-z0-9_-]{20,200}")
 _HANDLE_PATH = re.compile(r"(?P<prefix>.*)/handles/(?P<id>[A-Za-z0-9_-]{1,200})/?")
 TRANSIENT = (429, 502, 503, 504)  # statuses a reader waits out and asks again
-FIRST_DELAY, MAX_DELAY = 0.2, 5.0  # seconds between attempts to reconnect: doubled, capped
+FIRST_DELAY, MAX_DELAY = 0.2, 5.0
+_fromisoformat = datetime.fromisoformat  # the gateway's timestamps end in Z: UTC at once
+_UTC = timezone.utc  # seconds between attempts to reconnect: doubled, capped
 
 
 # -- logs ------------------------------------------------------------------------------------------
@@ -349,28 +352,36 @@ class ReadState:
     def feed(self, chunk: bytes) -> list[Event]:
         """The events in the next bytes of the stream (a line cut by the chunk's end waits for
         the next one). After the final event nothing more is read; a `shutdown` the reader
-        resumes after is no event of its own (`resume_cause` says it came)."""
+        resumes after is no event of its own (`resume_cause` says it came).
+
+        The chunk's lines are decoded as one JSON array (`[line,line,...]`): one call of the
+        C decoder per chunk (~1,000 events) instead of one per line, which more than pays for
+        the typing of the rows (measured in tests/bench/bench_client.py)."""
         if self._pending:
             chunk = self._pending + chunk
         lines = chunk.split(b"\n")
         self._pending = lines.pop()
+        lines = [line for line in lines if line]
+        if not lines:
+            return []
+        try:
+            objects = json.loads(b"[" + b",".join(lines) + b"]")
+        except ValueError:
+            objects = [_decoded(line) for line in lines]  # to name the line that is wrong
         out: list[Event] = []
         append = out.append
-        loads = json.loads
         timestamps = self.timestamps
         last = self.last_event_id
-        for line in lines:
-            if not line:
-                continue
-            try:
-                obj = loads(line)
-                row = obj.get("row")
-            except (ValueError, AttributeError):
-                raise XsgError("the gateway sent a line that is not an event: "
-                               f"{line[:200]!r}") from None
+        for obj in objects:
+            row = obj.get("row") if type(obj) is dict else None
             if row is not None:
                 last = obj["id"]
-                append(Row(last, typed_row(row, timestamps) if timestamps else row))
+                for name in timestamps:
+                    value = row.get(name)
+                    if type(value) is str:
+                        stamp = _fromisoformat(value)
+                        row[name] = stamp if stamp.tzinfo is _UTC else parse_timestamp(value)
+                append(Row(last, row))
                 continue
             event = parse_event(obj)
             if event is None:  # a heartbeat
@@ -432,6 +443,13 @@ class ReadState:
         self._pending = b""
         self.resume_cause = None
         return Disconnected(cause, self.attempt, delay, self.last_event_id)
+
+
+def _decoded(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        raise XsgError(f"the gateway sent a line that is not JSON: {line[:200]!r}") from None
 
 
 def transport_cause(exc: BaseException) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Union
 from urllib.parse import quote
 
@@ -206,10 +206,42 @@ class AsyncHandleStream:
 
     async def events(self) -> AsyncIterator[Event]:
         """See `HandleStream.events`."""
+        groups = self._groups()
+        try:
+            async for group in groups:
+                for i, event in enumerate(group):
+                    try:
+                        yield event
+                    except GeneratorExit:
+                        self._state.given(group, i)
+                        raise
+        finally:
+            await groups.aclose()
+
+    async def rows(self, on_event: Callable[[Event], None] | None = None
+                   ) -> AsyncIterator[dict[str, Any]]:
+        """See `HandleStream.rows`."""
+        groups = self._groups()
+        try:
+            async for group in groups:
+                for i, event in enumerate(group):
+                    if type(event) is Row:
+                        try:
+                            yield event.values
+                        except GeneratorExit:
+                            self._state.given(group, i)
+                            raise
+                    elif on_event is not None:
+                        on_event(event)
+        finally:
+            await groups.aclose()
+
+    async def _groups(self) -> AsyncGenerator[list[Event], None]:
+        """See `HandleStream._groups`."""
         state, client = self._state, self._client
         if state.end is not None:
             if state.end.id is None:
-                yield state.end
+                yield [state.end]
             return
         settings = client.settings
         idle = state.options.idle_timeout
@@ -235,17 +267,13 @@ class AsyncHandleStream:
                                            response.headers.get("Retry-After"))
                     renewed = False
                     if first is not None:
-                        yield first
+                        yield [first]
                     if state.over():
                         return
                     async for chunk in response.aiter_bytes():
                         events = state.feed(chunk)
-                        for i, event in enumerate(events):
-                            try:
-                                yield event
-                            except GeneratorExit:
-                                state.given(events, i)
-                                raise
+                        if events:
+                            yield events
                         if (state.end is not None or state.resume_cause is not None
                                 or self._stop.is_set()):
                             break
@@ -263,21 +291,12 @@ class AsyncHandleStream:
             except httpx.TransportError as exc:
                 cause = transport_cause(exc)
             disconnected = state.lost(cause, wait)
-            yield disconnected
+            yield [disconnected]
             try:
                 await asyncio.wait_for(self._stop.wait(), disconnected.retry_in)
                 return
             except asyncio.TimeoutError:
                 pass
-
-    async def rows(self, on_event: Callable[[Event], None] | None = None
-                   ) -> AsyncIterator[dict[str, Any]]:
-        """See `HandleStream.rows`."""
-        async for event in self.events():
-            if type(event) is Row:
-                yield event.values
-            elif on_event is not None:
-                on_event(event)
 
     async def batches(self, max_rows: int = 10_000, max_wait: float = 1.0,
                       id_column: str | None = None,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -258,10 +258,43 @@ class HandleStream:
 
     def events(self) -> Iterator[Event]:
         """Every event, in order, until the handle's end (or `idle_timeout`, or `close()`)."""
+        groups = self._groups()
+        try:
+            for group in groups:
+                for i, event in enumerate(group):
+                    try:
+                        yield event
+                    except GeneratorExit:
+                        self._state.given(group, i)
+                        raise
+        finally:
+            groups.close()
+
+    def rows(self, on_event: Callable[[Event], None] | None = None) -> Iterator[dict[str, Any]]:
+        """The rows only, as dicts of typed values; every other event goes to `on_event`
+        (when given) as it comes, the final one included."""
+        groups = self._groups()
+        try:
+            for group in groups:
+                for i, event in enumerate(group):
+                    if type(event) is Row:
+                        try:
+                            yield event.values
+                        except GeneratorExit:
+                            self._state.given(group, i)
+                            raise
+                    elif on_event is not None:
+                        on_event(event)
+        finally:
+            groups.close()
+
+    def _groups(self) -> Generator[list[Event], None, None]:
+        """The events in groups, as they come: those of one chunk read from the socket, or one
+        event of this reader's own (`Disconnected`, `Reconnected`, an `End` it was answered)."""
         state, client = self._state, self._client
         if state.end is not None:
             if state.end.id is None:  # ended before this reader: say so once
-                yield state.end
+                yield [state.end]
             return
         settings = client.settings
         idle = state.options.idle_timeout
@@ -290,17 +323,13 @@ class HandleStream:
                                            response.headers.get("Retry-After"))
                     renewed = False
                     if first is not None:
-                        yield first
+                        yield [first]
                     if state.over():
                         return
                     for chunk in response.iter_bytes():
                         events = state.feed(chunk)
-                        for i, event in enumerate(events):
-                            try:
-                                yield event
-                            except GeneratorExit:
-                                state.given(events, i)
-                                raise
+                        if events:
+                            yield events
                         if state.over() or state.resume_cause is not None:
                             break
                         if state.idle():
@@ -321,18 +350,9 @@ class HandleStream:
             if self._stop.is_set():
                 return
             disconnected = state.lost(cause, wait)
-            yield disconnected
+            yield [disconnected]
             if self._stop.wait(disconnected.retry_in):
                 return
-
-    def rows(self, on_event: Callable[[Event], None] | None = None) -> Iterator[dict[str, Any]]:
-        """The rows only, as dicts of typed values; every other event goes to `on_event`
-        (when given) as it comes, the final one included."""
-        for event in self.events():
-            if type(event) is Row:
-                yield event.values
-            elif on_event is not None:
-                on_event(event)
 
     def batches(self, max_rows: int = 10_000, max_wait: float = 1.0,
                 id_column: str | None = None,

@@ -67,9 +67,20 @@ class HandleEnded(XsgError):
     stream ended (`kind`: revoked, released, ended; or shutdown when not resumed)."""
 
     def __init__(self, kind: str, reason: str | None) -> None:
-        super().__init__(f"the handle was {kind}" + (f": {reason}" if reason else ""))
+        super().__init__(end_message(kind) + (f": {reason}" if reason else ""))
         self.kind = kind
         self.reason = reason
+
+
+_END_MESSAGES = {"revoked": "the handle was revoked", "released": "the handle was released",
+                 "ended": "the handle ended",
+                 "shutdown": "the gateway stopped (the handle stays live: it resumes when the "
+                             "gateway starts again)"}
+
+
+def end_message(kind: str) -> str:
+    """How the end of a handle's stream is said (`kind`: revoked, released, ended, shutdown)."""
+    return _END_MESSAGES.get(kind, f"the handle's stream ended ({kind})")
 
 
 def error_message(text: str, fallback: str) -> tuple[str, dict[str, Any]]:
@@ -97,4 +108,4 @@ def error_message(text: str, fallback: str) -> tuple[str, dict[str, Any]]:
 
 
 __all__ = ["XsgError", "BadHandle", "HTTPError", "ConnectionLost", "SchemaError", "HandleEnded",
-           "error_message", "short_id"]
+           "end_message", "error_message", "short_id"]

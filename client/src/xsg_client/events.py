@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Union
 
-from xsg_client.errors import HandleEnded, SchemaError
+from xsg_client.errors import HandleEnded, SchemaError, end_message
 from xsg_client.schema import typed_row
 
 FINAL_KINDS = ("revoked", "released", "ended", "shutdown")
@@ -85,6 +85,9 @@ class End:
     id: int | None
     kind: str
     reason: str | None
+
+    def __str__(self) -> str:
+        return end_message(self.kind) + (f": {self.reason}" if self.reason else "")
 
     def raise_for_end(self) -> None:
         """Raise `HandleEnded` (for callers that treat the end of a stream as a failure)."""
