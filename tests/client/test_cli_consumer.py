@@ -13,6 +13,25 @@ from tests.pep.conftest import TOKENS
 from xsg_client import AccessRequest
 
 
+XML_REQUEST = """<?xml version="1.0" encoding="UTF-8"?>
+<Request xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" ReturnPolicyIdList="false"
+         CombinedDecision="false">
+  <Attributes Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource">
+    <Attribute AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id"
+               IncludeInResult="false">
+      <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">{stream}</AttributeValue>
+    </Attribute>
+  </Attributes>
+  <Attributes Category="urn:oasis:names:tc:xacml:3.0:attribute-category:action">
+    <Attribute AttributeId="urn:oasis:names:tc:xacml:1.0:action:action-id"
+               IncludeInResult="false">
+      <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">read</AttributeValue>
+    </Attribute>
+  </Attributes>
+</Request>
+"""
+
+
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -84,9 +103,11 @@ def test_request_read_handles_release(served, capsys, tmp_path):
     code, out, _ = run_cli(capsys, "request", str(request).replace("request.json", "r2.json"),
                            *common)
     assert code == 2  # no such file
-    second = tmp_path / "r2.json"
-    second.write_bytes(AccessRequest.for_stream("c_cli2").body)
-    code, out, _ = run_cli(capsys, "request", str(second), *common)
+    second = tmp_path / "r2.xml"  # a XACML request in XML, its query in XML too
+    second.write_text(XML_REQUEST.format(stream="c_cli2"))
+    query = "<UserQuery><Filter><FilterCondition>n &gt; 1</FilterCondition></Filter></UserQuery>"
+    code, out, _ = run_cli(capsys, "request", str(second), "--query", query, *common)
+    assert code == 0 and "    WHERE `n` >= 2;" in out.splitlines()
     other = out.splitlines()[0]
     code, out, _ = run_cli(capsys, "release", other, *common)
     assert code == 0 and out.startswith("released /handles/") and "(state released)" in out

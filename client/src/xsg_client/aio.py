@@ -314,7 +314,7 @@ class AsyncHandleStream:
         first_at = 0.0
         try:
             while True:
-                wait = max_wait if not rows else max(0.0, first_at + max_wait - time.monotonic())
+                wait = None if not rows else max(0.0, first_at + max_wait - time.monotonic())
                 try:
                     item = await asyncio.wait_for(items.get(), wait)
                 except asyncio.TimeoutError:

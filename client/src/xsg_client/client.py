@@ -128,7 +128,7 @@ class Client:
                               headers={"Accept": "application/json"})
         return HandleInfo.from_json(json_object(response.text, f"GET {ref.shown}"))
 
-    def release(self, handle: HandleLike) -> HandleInfo | dict[str, Any]:
+    def release(self, handle: HandleLike) -> dict[str, Any]:
         """Let a handle go: its readers get `released` and its query stops (if it was the
         last on its plan). Returns the gateway's answer (`id`, `state`, `reason`)."""
         ref = self.ref(handle)

@@ -2,8 +2,9 @@
 batches that leave on time (`HandleStream.batches`), the Spark data source (whose driver asks
 "what is there now?" at every trigger).
 
-The thread iterates the stream's events into a bounded queue; the caller takes what is there
-(`poll`), waiting at most the time it says. A full queue stops the thread reading, so the
+The thread iterates the stream's events into a bounded queue, in the groups they come in (a
+chunk read from the socket: up to ~1,000 events, one queue operation for them all); the caller
+takes what is there (`poll`), waiting at most the time it says. A full queue stops the thread reading, so the
 socket is not read either and the gateway holds the rows (or, past its buffer, reports a gap):
 memory stays bounded whatever the rate. An error of the reader (a refusal, `ConnectionLost`)
 is raised to the caller by the `poll` that reaches it.
@@ -21,7 +22,7 @@ from xsg_client.events import Event, Row
 if TYPE_CHECKING:
     from xsg_client.client import HandleStream
 
-MAX_QUEUED = 50_000  # events between the thread and the caller
+MAX_QUEUED = 64  # groups of events (chunks read) between the thread and the caller
 
 
 class _Finished:
@@ -38,9 +39,10 @@ class Tail:
 
     def __init__(self, stream: "HandleStream", max_queued: int = MAX_QUEUED) -> None:
         self.stream = stream
-        self._queue: queue.Queue[Union[Event, _Finished]] = queue.Queue(max_queued)
+        self._queue: queue.Queue[Union[list[Event], _Finished]] = queue.Queue(max_queued)
         self._thread = threading.Thread(target=self._run, name="xsg-client-tail", daemon=True)
         self._closing = threading.Event()
+        self._left: list[Event] = []  # of a group a poll took only part of
         self.finished = False  # the stream's last event was taken
 
     def __enter__(self) -> "Tail":
@@ -53,26 +55,27 @@ class Tail:
     def start(self) -> None:
         self._thread.start()
 
+    def _put(self, item: Union[list[Event], _Finished]) -> bool:
+        while not self._closing.is_set():
+            try:
+                self._queue.put(item, timeout=0.5)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def _run(self) -> None:
         error: BaseException | None = None
+        groups = self.stream._groups()
         try:
-            for event in self.stream.events():
-                while not self._closing.is_set():
-                    try:
-                        self._queue.put(event, timeout=0.5)
-                        break
-                    except queue.Full:
-                        continue
-                if self._closing.is_set():
+            for group in groups:
+                if not self._put(group):
                     return
         except BaseException as exc:  # noqa: BLE001 - handed to the caller by poll()
             error = exc
-        while not self._closing.is_set():
-            try:
-                self._queue.put(_Finished(error), timeout=0.5)
-                return
-            except queue.Full:
-                continue
+        finally:
+            groups.close()
+        self._put(_Finished(error))
 
     def poll(self, timeout: float, max_events: int = 10_000) -> list[Event]:
         """The events there are, at most `max_events`, waiting up to `timeout` seconds for the
@@ -80,23 +83,26 @@ class Tail:
         out: list[Event] = []
         if self.finished:
             return out
-        try:
-            item = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
-        except queue.Empty:
-            return out
-        while True:
+        if self._left:
+            out, self._left = self._left[:max_events], self._left[max_events:]
+            if self._left:
+                return out
+        wait = timeout if not out and timeout > 0 else None
+        while len(out) < max_events:
+            try:
+                item = self._queue.get(timeout=wait) if wait else self._queue.get_nowait()
+            except queue.Empty:
+                return out
+            wait = None
             if isinstance(item, _Finished):
                 self.finished = True
                 if item.error is not None:
                     raise item.error
                 return out
-            out.append(item)
-            if len(out) >= max_events:
-                return out
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return out
+            room = max_events - len(out)
+            out += item[:room]
+            self._left = item[room:]
+        return out
 
     def row_groups(self, max_rows: int, max_wait: float,
                    on_event: Callable[[Event], None] | None = None
@@ -109,7 +115,9 @@ class Tail:
         ids: list[int] = []
         first_at = 0.0
         while not self.finished:
-            wait = max_wait if not rows else max(0.0, first_at + max_wait - time.monotonic())
+            # nothing pending: wait for a first row (a second at a time, so that the loop
+            # sees the stream finish); else until the pending group is due
+            wait = 1.0 if not rows else max(0.0, first_at + max_wait - time.monotonic())
             for event in self.poll(wait, max_rows - len(rows)):
                 if type(event) is Row:
                     if not rows:
