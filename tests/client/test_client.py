@@ -209,6 +209,9 @@ def test_bad_input_gives_clear_errors(served):
             with pytest.raises(BadHandle, match=said) as error:
                 xsg.open(bad)
             assert "a" * 20 not in str(error.value)  # an id is never shown whole
+        # the bearer token goes to this client's gateway only, whatever a URL says
+        with pytest.raises(BadHandle, match="is on http://elsewhere.invalid:8080, not on this"):
+            xsg.open(f"http://elsewhere.invalid:8080/handles/{'a' * 43}")
         with pytest.raises(HTTPError) as missing:
             xsg.open(f"{served.url}/handles/{'Q' * 43}")
         assert missing.value.status == 404 and "no such handle" in str(missing.value)

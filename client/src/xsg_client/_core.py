@@ -107,6 +107,17 @@ class Settings:
         except (OSError, ssl.SSLError) as exc:
             raise XsgError(f"cannot use the CA file {self.ca_file}: {exc}") from None
 
+    def own(self, ref: HandleRef) -> HandleRef:
+        """`ref`, when this client may read it: a handle on its own gateway (same scheme, host
+        and port), or a read URL (`?read_token=`, which needs no bearer token). The bearer
+        token is never sent to another host than the gateway's, whatever a URL says."""
+        if ref.read_token is None and _origin(ref.url) != _origin(self.url):
+            raise BadHandle(f"the handle {ref.shown} is on {_origin(ref.url)}, not on this "
+                            f"client's gateway {_origin(self.url)}: its bearer token goes to "
+                            "no other host. Read it with a client for that gateway, or give "
+                            "its id")
+        return ref
+
     def auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
@@ -139,12 +150,24 @@ class HandleRef:
         return HandleRef(self.url, self.id, token)
 
 
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
 def handle_ref(handle: "str | HandleRef | Any", base_url: str) -> HandleRef:
     """A handle given as its URL (what `POST /requests` answered, or a read URL with
-    `?read_token=`), as its id (on the gateway at `base_url`), or as anything with a `handle`
-    attribute (a `Grant`, a `HandleInfo`). `BadHandle` says what is wrong with anything else."""
+    `?read_token=`), as its id (on the gateway at `base_url`), or as a `Grant` or `HandleInfo`
+    (which the gateway at `base_url` answered: its id there, whatever public URL the gateway
+    writes into its answers). `BadHandle` says what is wrong with anything else."""
     if isinstance(handle, HandleRef):
         return handle
+    handle_id = getattr(handle, "id", None)
+    if isinstance(handle_id, str) and isinstance(getattr(handle, "handle", None), str):
+        if not _HANDLE_ID.fullmatch(handle_id):
+            raise BadHandle(f"not a handle id: {_shown(handle_id)!r}")
+        return HandleRef(f"{base_url}/handles/{handle_id}", handle_id)
     text = getattr(handle, "handle", handle)
     if not isinstance(text, str):
         raise BadHandle(f"a handle is its URL or its id, not {type(text).__name__}")

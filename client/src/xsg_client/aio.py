@@ -122,7 +122,9 @@ class AsyncClient:
                          int(body["expires_in"]))
 
     def ref(self, handle: HandleLike) -> HandleRef:
-        return handle_ref(handle, self.url)
+        """A handle reference (`BadHandle` for anything that is not one, or for a handle on
+        another gateway: see `Settings.own`)."""
+        return self.settings.own(handle_ref(handle, self.url))
 
     async def schema(self, plan: Mapping[str, Any]) -> HandleSchema:
         """See `Client.schema`."""

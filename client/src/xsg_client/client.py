@@ -146,8 +146,9 @@ class Client:
                          int(body["expires_in"]))
 
     def ref(self, handle: HandleLike) -> HandleRef:
-        """A handle reference (`BadHandle` for anything that is not one)."""
-        return handle_ref(handle, self.url)
+        """A handle reference (`BadHandle` for anything that is not one, or for a handle on
+        another gateway: see `Settings.own`)."""
+        return self.settings.own(handle_ref(handle, self.url))
 
     def schema(self, plan: Mapping[str, Any]) -> HandleSchema:
         """The schema of a handle with this plan: its streams' attribute types are read with
