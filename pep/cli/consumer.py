@@ -27,7 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from pep.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, client_options
+from pep.cli.common import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, client_options,
+                            gateway_url)
 
 if TYPE_CHECKING:
     from xsg_client import Client, Event, HandleSchema
@@ -54,21 +55,33 @@ def _need_client(args: argparse.Namespace, token: bool = True) -> None:
 def _client(args: argparse.Namespace) -> "Client":
     from xsg_client import Client, XsgError
 
+    base, source = gateway_url(args)
+    if not base.startswith(("http://", "https://")):
+        raise CliError(f"the gateway URL {base!r} ({source}) is not an http:// or https:// "
+                       "URL", EXIT_USAGE)
     try:
-        return Client(args.url, args.token, ca_file=args.ca_file, timeout=args.timeout)
+        return Client(base, args.token, ca_file=args.ca_file, timeout=args.timeout)
     except XsgError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
 
 
 def _run(args: argparse.Namespace, command: Callable[["Client"], int]) -> int:
-    """`command` with a client; the client's errors as the CLI's (BadHandle: a usage error)."""
-    from xsg_client import BadHandle, XsgError
+    """`command` with a client; the client's errors as the CLI's (BadHandle: a usage error;
+    no answer at all: which gateway was tried, and how to name another, as every command)."""
+    from xsg_client import BadHandle, Unreachable, XsgError
 
     with _client(args) as client:
         try:
             return command(client)
         except BadHandle as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
+        except Unreachable as exc:
+            _, source = gateway_url(args)
+            raise CliError(
+                f"cannot reach the gateway at {exc.url} ({source}): {exc.cause}.\n"
+                "  Start one with `xsg serve` (or `make run`), or name yours: --url URL, or\n"
+                "  export XSG_URL=URL XSG_TOKEN=TOKEN (the banner of `xsg serve` prints the "
+                "lines to paste).") from None
         except XsgError as exc:
             raise CliError(str(exc), EXIT_FAILED) from None
 
@@ -245,7 +258,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     from xsg_client import BadHandle, End, Row, handle_ref
 
     try:  # a read URL (?read_token=) needs no bearer token
-        with_token = handle_ref(args.handle, args.url).read_token is not None
+        with_token = handle_ref(args.handle, gateway_url(args)[0]).read_token is not None
     except BadHandle as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     if not with_token:

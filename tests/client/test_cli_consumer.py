@@ -131,4 +131,7 @@ def test_consumer_command_errors(served, capsys, monkeypatch):
     code, _, err = run_cli(capsys, "release", f"{served.url}/handles/{'Z' * 43}", *common)
     assert code == 1 and "HTTP 404" in err
     code, _, err = run_cli(capsys, "handles", "--url", "http://127.0.0.1:9", "--token", "t")
-    assert code == 1 and "cannot reach the gateway" in err
+    assert code == 1 and "cannot reach the gateway at http://127.0.0.1:9 (from --url)" in err
+    code, _, err = run_cli(capsys, "read", "http://127.0.0.1:9/handles/" + "Z" * 43,
+                           "--url", "http://127.0.0.1:9", "--token", "t")
+    assert code == 1 and "cannot reach the gateway at http://127.0.0.1:9" in err

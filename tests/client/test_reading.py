@@ -11,7 +11,8 @@ from pep.core.outputs import side_outputs
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, StreamSchema, WindowSpec)
 from pep.handles.buffer import HandleBuffer
 from pep.http.handles import ndjson_event
-from xsg_client import ConnectionLost, Disconnected, End, Gap, Notice, Row, XsgError
+from xsg_client import (ConnectionLost, Disconnected, End, Gap, Notice, Row, Unreachable,
+                        XsgError)
 from xsg_client._core import HandleRef, ReadOptions, ReadState
 from xsg_client.schema import HandleSchema, parse_timestamp, schema_from_plan
 
@@ -80,7 +81,7 @@ def test_a_reader_that_stops_mid_chunk_resumes_after_the_last_event_it_took():
 
 def test_lost_connections_are_retried_then_given_up(monkeypatch):
     reader = state(reconnect_timeout=10)
-    with pytest.raises(XsgError, match="cannot read /handles/hhhhhh...: refused"):
+    with pytest.raises(Unreachable, match="cannot reach the gateway at http://gw:80: refused"):
         reader.lost("refused")  # never connected: nothing to resume
     assert isinstance(reader.lost("503", wait=1.0), Disconnected)  # the gateway asked to wait
     reader.answered(200, None, None)

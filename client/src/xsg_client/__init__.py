@@ -16,7 +16,7 @@ from xsg_client.access import AccessRequest
 from xsg_client.aio import AsyncClient, AsyncHandleStream
 from xsg_client.client import Client, HandleStream
 from xsg_client.errors import (BadHandle, ConnectionLost, HandleEnded, HTTPError, SchemaError,
-                               XsgError)
+                               Unreachable, XsgError)
 from xsg_client.events import (Disconnected, End, Event, Gap, Notice, Reconnected, Row)
 from xsg_client.schema import Column, HandleSchema, format_timestamp, parse_timestamp
 
@@ -26,5 +26,6 @@ __all__ = ["Client", "AsyncClient", "HandleStream", "AsyncHandleStream", "Access
            "Grant", "HandleInfo", "HandleRef", "ReadToken", "handle_ref",
            "Row", "Gap", "Notice", "Disconnected", "Reconnected", "End", "Event",
            "Column", "HandleSchema", "parse_timestamp", "format_timestamp",
-           "XsgError", "BadHandle", "HTTPError", "ConnectionLost", "SchemaError", "HandleEnded",
+           "XsgError", "BadHandle", "HTTPError", "Unreachable", "ConnectionLost", "SchemaError",
+           "HandleEnded",
            "__version__"]

@@ -25,8 +25,8 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
-from xsg_client.errors import (BadHandle, ConnectionLost, HTTPError, XsgError, error_message,
-                               short_id)
+from xsg_client.errors import (BadHandle, ConnectionLost, HTTPError, Unreachable, XsgError,
+                               error_message, short_id)
 from xsg_client.events import (Disconnected, End, Event, Gap, Notice, Reconnected, Row,
                                parse_event)
 from xsg_client.schema import HandleSchema, parse_timestamp
@@ -448,11 +448,11 @@ class ReadState:
     def lost(self, cause: str, wait: float | None = None) -> Disconnected:
         """The connection in use ended before the final event (or could not be made):
         `Disconnected` with the time to wait before the next attempt; `ConnectionLost` once
-        `reconnect_timeout` has passed; `XsgError` when no connection was ever made (nothing to
-        resume: the gateway or the URL is wrong), unless the gateway asked to wait (`wait`)."""
+        `reconnect_timeout` has passed; `Unreachable` when no connection was ever made (nothing
+        to resume: the gateway or the URL is wrong), unless the gateway asked to wait (`wait`)."""
         now = time.monotonic()
         if not self.connected and wait is None:
-            raise XsgError(f"cannot read {self.ref.shown}: {cause}")
+            raise Unreachable(_origin(self.ref.url), cause)
         if self.lost_at is None:
             self.lost_at = now
         limit = self.options.reconnect_timeout

@@ -28,7 +28,7 @@ from xsg_client._core import (HandleInfo, HandleRef, Grant, ReadOptions, ReadSta
                               transport_cause)
 from xsg_client.access import AccessRequest, Query
 from xsg_client.client import USER_AGENT, HandleLike
-from xsg_client.errors import HTTPError, XsgError
+from xsg_client.errors import HTTPError, Unreachable
 from xsg_client.events import End, Event, Row
 from xsg_client.schema import HandleSchema, plan_streams, schema_from_plan, stream_types
 
@@ -72,8 +72,7 @@ class AsyncClient:
         try:
             response = await self._http.request(method, url, headers=headers, **kwargs)
         except httpx.HTTPError as exc:
-            raise XsgError(f"cannot reach the gateway at {self.url}: "
-                           f"{transport_cause(exc)}") from None
+            raise Unreachable(self.url, transport_cause(exc)) from None
         if response.status_code not in ok:
             raise failure(method, what, response.status_code, response.text,
                           response.reason_phrase)

@@ -30,7 +30,7 @@ from xsg_client._core import (HandleInfo, HandleRef, Grant, ReadOptions, ReadSta
                               redact_http_logs,
                               transport_cause)
 from xsg_client.access import AccessRequest, Query
-from xsg_client.errors import HTTPError, XsgError
+from xsg_client.errors import HTTPError, Unreachable
 from xsg_client.events import End, Event, Row
 from xsg_client.schema import HandleSchema, plan_streams, schema_from_plan, stream_types
 
@@ -83,8 +83,7 @@ class Client:
         try:
             response = self._http.request(method, url, headers=headers, **kwargs)
         except httpx.HTTPError as exc:
-            raise XsgError(f"cannot reach the gateway at {self.url}: "
-                           f"{transport_cause(exc)}") from None
+            raise Unreachable(self.url, transport_cause(exc)) from None
         if response.status_code not in ok:
             raise failure(method, what, response.status_code, response.text,
                           response.reason_phrase)

@@ -48,6 +48,16 @@ class HTTPError(XsgError):
         self.body: dict[str, Any] = body or {}
 
 
+class Unreachable(XsgError):
+    """No answer from the gateway at `url` (`cause`: refused, timed out, a failed TLS
+    handshake, ...): the URL, the network or the gateway is wrong, nothing was refused."""
+
+    def __init__(self, url: str, cause: str) -> None:
+        super().__init__(f"cannot reach the gateway at {url}: {cause}")
+        self.url = url
+        self.cause = cause
+
+
 class ConnectionLost(XsgError):
     """A handle stream could not be read again within `reconnect_timeout` seconds: the gateway
     stayed unreachable (or kept answering 429/5xx). The handle may well still be live; reading
@@ -107,5 +117,5 @@ def error_message(text: str, fallback: str) -> tuple[str, dict[str, Any]]:
     return json.dumps(body)[:500], body if isinstance(body, dict) else {}
 
 
-__all__ = ["XsgError", "BadHandle", "HTTPError", "ConnectionLost", "SchemaError", "HandleEnded",
+__all__ = ["XsgError", "BadHandle", "HTTPError", "Unreachable", "ConnectionLost", "SchemaError", "HandleEnded",
            "end_message", "error_message", "short_id"]
