@@ -7,10 +7,12 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: install run test bench check-java chromium wrk clean kafka-jars kafka typecheck docs
 CHROMIUM ?= $(or $(XSG_CHROMIUM),/usr/bin/chromium)
 
-$(STAMP): setup.cfg pyproject.toml
+# The consumer's client (client/, package xsg_client) is a distribution of its own; the gateway's
+# `xsg read` and the tests use it, so it is installed beside the gateway (editable).
+$(STAMP): setup.cfg pyproject.toml client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet -e '.[test,bench]' -e ./client
 	@touch $(STAMP)
 
 install: check-java $(STAMP) kafka-jars

@@ -2,7 +2,8 @@
 
 This module only builds the parser; each command group is a module of its own: `serve`
 (`xsg serve`), `policies` and `rules` (`xsg policy ...`), `streams` (`xsg stream ...`), `pdp`
-(`xsg pdp decide`); `common` holds what they share (exit statuses, errors, the HTTP client),
+(`xsg pdp decide`), `consumer` (`xsg request | read | handles | release`, over the xsg client
+of `client/`); `common` holds what they share (exit statuses, errors, the HTTP client),
 `logs` the process's log lines. Client commands talk to a running gateway over HTTP (--url /
 XSG_URL, --token / XSG_TOKEN), so they exercise exactly what any other client gets; `xsg pdp
 decide` needs no server at all. `xsg proxy ...` runs the caching proxy (`python -m proxy`).
@@ -16,6 +17,7 @@ import sys
 
 from pdp.pipes import quiet_on_broken_pipe
 from pep.cli.common import EXIT_OK, CliError
+from pep.cli.consumer import add_consumer_commands
 from pep.cli.pdp import add_pdp_commands
 from pep.cli.policies import add_policy_commands
 from pep.cli.serve import add_serve_command, version
@@ -36,6 +38,11 @@ examples:
   xsg policy update urn:xsg:example:weather:nea-policy new-version.xml
   xsg policy delete urn:xsg:example:weather:nea-policy
   xsg stream delete station2 --dry-run
+  export XSG_TOKEN=<lta's token>
+  xsg request policies/weather/lta-request.xml --query '{"filter": "rainrate > 8"}'
+  xsg read <handle URL> --follow --format table
+  xsg handles
+  xsg release <handle URL>
   xsg pdp decide --policies policies/ --request policies/weather/lta-request.xml --explain
   xsg policy test examples/policy-tests/    # policy tests: decisions, and rows on a local Spark
   xsg policy lint policies/                  # what can never apply, conflicting grants, NR
@@ -52,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_command(sub)
     add_policy_commands(sub)
     add_stream_commands(sub)
+    add_consumer_commands(sub)
     # Listed for --help; main() runs `xsg proxy ...` as the proxy program before parsing.
     sub.add_parser("proxy", help="run the caching proxy in front of a gateway "
                                  "(see: xsg proxy --help)", add_help=False)
