@@ -224,12 +224,12 @@ class HandleService:
                 # The registry remembered a handle that is not live here: forget it, start afresh.
                 self.windows.release(handle_id)
                 handle_id, is_new = self.windows.acquire(subject, slots, key)
-            try:
+            try:  # both read the store, which may fail: the window is then given back
                 self._admit(subject, plan)
+                plan = self._start_after_other_windows(subject, plan)
             except BaseException:
                 self.windows.release(handle_id)
                 raise
-            plan = self._start_after_other_windows(subject, plan)
             # plan_key stays the key of the plan as decided (what revocation compares with);
             # plan_json is what runs, its start position included (what a restart re-attaches).
             record = HandleRecord(

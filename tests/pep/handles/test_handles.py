@@ -19,16 +19,18 @@ REQ = StoredRequest(b"<Request/>", "application/xacml+xml", b"<UserQuery/>", "ap
 
 
 @pytest.fixture
-def env(tmp_path):
-    catalog = StreamCatalog(tmp_path / "s.db", tmp_path / "d")
+def env(tmp_path, storage):
+    """The handle service over a catalogue and a handle store on each database."""
+    catalog = StreamCatalog(storage.database("streams"), tmp_path / "d")
     catalog.register("weather", "nea", [{"name": "samplingtime", "type": "timestamp"},
                                         {"name": "rainrate", "type": "double"},
                                         {"name": "windspeed", "type": "double"}],
                      None, "samplingtime")
-    store = HandleStore(tmp_path / "h.db")
+    store = HandleStore(storage.database("handles"))
     runtime = RecordingRuntime()
     windows = WindowRegistry(new_handle_id=new_handle_id)
     svc = HandleService(store, catalog.get, runtime, windows, max_rows=100)
+    svc.storage = storage  # what a restart opens again (a test attribute)
     yield svc, runtime, windows, catalog, tmp_path
     store.close()
     catalog.close()
@@ -177,7 +179,7 @@ def test_restart_resumes_with_new_generation(env):
     record, _ = open_(svc)
     svc.shutdown()  # process exit: readers told, handle stays live
     assert svc.get(record.id).live
-    store2 = HandleStore(tmp_path / "h.db")
+    store2 = HandleStore(svc.storage.database("handles"))
     runtime2 = RecordingRuntime()
     windows2 = WindowRegistry(new_handle_id=new_handle_id)
     svc2 = HandleService(store2, catalog.get, runtime2, windows2)

@@ -22,8 +22,9 @@ SCHEMA = [{"name": "ts", "type": "timestamp"}, {"name": "v", "type": "double"}]
 
 
 @pytest.fixture
-def catalog(tmp_path):
-    c = StreamCatalog(tmp_path / "s.db", tmp_path / "d")
+def catalog(tmp_path, storage):
+    """A catalogue on each database (`storage`: tests/conftest.py)."""
+    c = StreamCatalog(storage.database("streams"), tmp_path / "d")
     yield c
     c.close()
 
@@ -63,8 +64,9 @@ def test_a_schema_may_only_grow():
             parse_keep_data(bad)
 
 
-def test_added_attributes_and_settings_persist_and_records_may_leave_the_added_out(tmp_path):
-    c = StreamCatalog(tmp_path / "s.db", tmp_path / "d")
+def test_added_attributes_and_settings_persist_and_records_may_leave_the_added_out(tmp_path,
+                                                                                  storage):
+    c = StreamCatalog(storage.database("streams"), tmp_path / "d")
     c.register("g", "o", SCHEMA, time_attribute="ts", description="first", lateness=2)
     before = c.get("g")
     c.update("g", parse_stream_patch(b'{"add_attributes": [{"name": "w", "type": "long"}],'
@@ -73,7 +75,7 @@ def test_added_attributes_and_settings_persist_and_records_may_leave_the_added_o
     assert before.schema.names == ("ts", "v") and after.schema.names == ("ts", "v", "w")
     assert (before.lateness, after.lateness) == (2.0, None)
     c.close()
-    c = StreamCatalog(tmp_path / "s.db", tmp_path / "d")
+    c = StreamCatalog(storage.database("streams"), tmp_path / "d")
     try:
         e = c.entry("G")
         assert e.optional == ("w",) and e.retention == 60 and e.description == "first"
