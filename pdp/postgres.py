@@ -43,6 +43,10 @@ DOWN_WAIT = 1.0  # seconds a connection is waited for while the store is known t
 SCHEMES = ("postgresql", "postgres")
 _SEARCH_PATH = re.compile(r"(?:^|\s)-c\s*search_path\s*=\s*([^\s]+)")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
+# where libpq says the server is, in its messages ("connection to server at "10.0.0.5", port
+# 5432 failed: ...", "... on socket "/run/..." failed: ...")
+_WHERE = re.compile(r'connection to server (?:at "[^"]*"(?: \([^)]*\))?, port \d+|on socket '
+                    r'"[^"]*") failed: ')
 
 
 def check_url(url: str) -> dict[str, Any]:
@@ -236,6 +240,8 @@ class PostgresBackend:
         return reason
 
     def _unavailable(self, reason: str) -> StoreUnavailable:
+        """The error a caller gets: the reason without where the database is (clients are told
+        why, not the database's address; the log says both, once)."""
         with self._state_lock:
             first = self._down_since is None
             if first:
@@ -243,7 +249,8 @@ class PostgresBackend:
         if first:
             log.warning("store: PostgreSQL %s cannot be reached (%s); its reads and writes are "
                         "answered 503 until it is back", self.describe(), reason)
-        return StoreUnavailable(f"the store cannot be reached, nothing was changed: {reason}")
+        public = _WHERE.sub("", reason).strip() or "connection failed"
+        return StoreUnavailable(f"the store cannot be reached, nothing was changed: {public}")
 
     def _back(self) -> None:
         with self._state_lock:

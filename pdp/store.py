@@ -154,16 +154,18 @@ def _written_by_release_one(cur: Cursor) -> None:
         raise StoreError(f"policy store schema {found} is not supported (expected 1)")
 
 
+# On PostgreSQL, policy ids compare as bytes, as SQLite's do: the list is in their order, and
+# that order is the order of the root's documents (first-applicable depends on it).
 SCHEMA = Schema("policies", (
     Step("policy versions, and the current version of each policy",
          sqlite=(*_V1_SQLITE, _written_by_release_one),
          postgresql=(
              "CREATE TABLE policy_versions (store_version BIGINT PRIMARY KEY,"
-             " policy_id TEXT NOT NULL, version TEXT NOT NULL, owner TEXT NOT NULL,"
+             " policy_id TEXT COLLATE \"C\" NOT NULL, version TEXT NOT NULL, owner TEXT NOT NULL,"
              " created_at TEXT NOT NULL, is_policy_set INTEGER NOT NULL,"
              " deleted INTEGER NOT NULL DEFAULT 0, data BYTEA NOT NULL)",
              "CREATE INDEX policy_versions_by_id ON policy_versions (policy_id, store_version)",
-             "CREATE TABLE policy_current (policy_id TEXT PRIMARY KEY,"
+             "CREATE TABLE policy_current (policy_id TEXT COLLATE \"C\" PRIMARY KEY,"
              " store_version BIGINT NOT NULL REFERENCES policy_versions (store_version))")),
     Step("the version clock: the one row every writer locks, so versions are serial",
          sqlite=("CREATE TABLE policy_clock (id INTEGER PRIMARY KEY CHECK (id = 1),"

@@ -117,7 +117,10 @@ class PostgresServer:
             import psycopg
 
             with psycopg.connect(self.url(database="postgres"), autocommit=True) as conn:
-                conn.execute(f"CREATE DATABASE {DATABASE}")
+                # ordered as a real deployment's database would order text (en-US, not bytes):
+                # what xsg needs in byte order, it must ask for (COLLATE "C")
+                conn.execute(f"CREATE DATABASE {DATABASE} TEMPLATE template0 ENCODING 'UTF8'"
+                             " LOCALE 'C' LOCALE_PROVIDER icu ICU_LOCALE 'en-US'")
             self._created = True
 
     def stop(self, mode: str = "fast") -> None:

@@ -162,26 +162,29 @@ class StreamCatalog:
                                 "time_attribute")
         definition = StreamDefinition(name, owner, parsed, spec, time_attribute, lateness)
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        with self._db.transaction() as db:
-            if db.execute("SELECT 1 FROM streams WHERE name = ?", (name,)).fetchone() \
-                    or name.lower() in self._deleting:
-                raise StreamConflict(f"stream {name!r} already exists")
-            former = db.execute("SELECT owner FROM deleted_streams WHERE name = ?",
-                                (name,)).fetchone()
-            if former is not None and former[0] != owner and not trusted:
-                raise StreamConflict(f"stream name {name!r} belonged to a deleted stream and is "
-                                     "reserved to its former owner (policies, the audit trail "
-                                     "and ended handles name streams by name)")
-            db.execute("DELETE FROM deleted_streams WHERE name = ?", (name,))
-            db.execute(
-                "INSERT INTO streams (name, owner, schema_json, source_json, time_attribute,"
-                " created_at, next_seq, visibility, description, lateness, retention)"
-                " VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
-                (name, owner, schema_json(parsed.fields),
-                 json.dumps([spec.kind, [list(o) for o in spec.options]]), time_attribute, now,
-                 visibility, description, lateness, retention))
-            if spec.kind == "ingest":
-                self.ingest_dir(name).mkdir(parents=True, exist_ok=True)
+        with self._lock:  # this store's writes, and memory changed in their order
+            with self._db.transaction() as db:
+                if db.execute("SELECT 1 FROM streams WHERE name = ?", (name,)).fetchone() \
+                        or name.lower() in self._deleting:
+                    raise StreamConflict(f"stream {name!r} already exists")
+                former = db.execute("SELECT owner FROM deleted_streams WHERE name = ?",
+                                    (name,)).fetchone()
+                if former is not None and former[0] != owner and not trusted:
+                    raise StreamConflict(f"stream name {name!r} belonged to a deleted stream and"
+                                         " is reserved to its former owner (policies, the audit"
+                                         " trail and ended handles name streams by name)")
+                db.execute("DELETE FROM deleted_streams WHERE name = ?", (name,))
+                db.execute(
+                    "INSERT INTO streams (name, owner, schema_json, source_json, time_attribute,"
+                    " created_at, next_seq, visibility, description, lateness, retention)"
+                    " VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
+                    (name, owner, schema_json(parsed.fields),
+                     json.dumps([spec.kind, [list(o) for o in spec.options]]), time_attribute,
+                     now, visibility, description, lateness, retention))
+                if spec.kind == "ingest":
+                    self.ingest_dir(name).mkdir(parents=True, exist_ok=True)
+            # what lookups answer from memory, once the row is committed (not before: a commit
+            # that fails, a store lost meanwhile, leaves nothing of the stream anywhere)
             self._visibility[name.lower()] = visibility
         self._forget()
         for callback in list(self._listeners):
@@ -201,24 +204,30 @@ class StreamCatalog:
         unknown = set(changes) - set(PATCH_COLUMNS) - {"add_attributes", "schema"}
         if unknown:
             raise InvalidStream(f"cannot change {', '.join(sorted(unknown))}")
-        with self._db.transaction() as db:
-            current = self.entry(name)
-            if current is None:
-                raise StreamNotFound(f"no stream named {name!r}")
-            registered = current.definition.name
-            if changes.get("lateness") is not None and current.definition.time_attribute is None:
-                raise InvalidStream("lateness applies to time windows, and the stream has no "
-                                    "time_attribute")
-            schema = extend_schema(current.definition, changes)
-            for field_name, value in changes.items():
-                if field_name in PATCH_COLUMNS:
-                    db.execute(f"UPDATE streams SET {PATCH_COLUMNS[field_name]} = ?"
-                               " WHERE name = ?", (value, registered))
-            if schema is not None:
-                added = [f.name for f in schema.fields[len(current.definition.schema.fields):]]
-                db.execute("UPDATE streams SET schema_json = ?, optional_json = ? WHERE name = ?",
-                           (schema_json(schema.fields),
-                            json.dumps(list(current.optional) + added), registered))
+        with self._lock:  # this store's writes, and memory changed in their order
+            with self._db.transaction() as db:
+                current = self.entry(name)
+                if current is None:
+                    raise StreamNotFound(f"no stream named {name!r}")
+                registered = current.definition.name
+                if changes.get("lateness") is not None \
+                        and current.definition.time_attribute is None:
+                    raise InvalidStream("lateness applies to time windows, and the stream has no "
+                                        "time_attribute")
+                schema = extend_schema(current.definition, changes)
+                for field_name, value in changes.items():
+                    if field_name in PATCH_COLUMNS:
+                        db.execute(f"UPDATE streams SET {PATCH_COLUMNS[field_name]} = ?"
+                                   " WHERE name = ?", (value, registered))
+                if schema is not None:
+                    known = len(current.definition.schema.fields)
+                    added = [f.name for f in schema.fields[known:]]
+                    db.execute("UPDATE streams SET schema_json = ?, optional_json = ?"
+                               " WHERE name = ?",
+                               (schema_json(schema.fields),
+                                json.dumps(list(current.optional) + added), registered))
+            # what decisions read from memory changes once the change is committed, not before
+            # (a commit that fails leaves the stream's visibility and combining mode as they were)
             if "visibility" in changes:
                 self._visibility[registered.lower()] = changes["visibility"]
             if "combining" in changes:

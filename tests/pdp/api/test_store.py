@@ -57,6 +57,15 @@ def test_put_get_list_and_versions(store):
         store.get("a", version="9.9")
 
 
+def test_the_list_is_in_the_byte_order_of_the_ids(store):
+    """The engine's root takes the documents in this order (first-applicable depends on it), so
+    both databases give the same one, whatever the PostgreSQL database's own collation."""
+    ids = ["b", "B", "a_b", "a-c", "ab", "A", "Z9", "é", "urn:x:Y", "urn:x:y"]
+    for policy_id in ids:
+        store.put(policy_id, "1.0", "nea", b"<p/>")
+    assert [p.policy_id for p in store.list()] == sorted(ids)
+
+
 def test_create_and_update_guards(store):
     store.put("a", "1.0", "nea", b"<a/>", must_exist=False)
     with pytest.raises(PolicyExistsError):

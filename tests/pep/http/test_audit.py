@@ -176,12 +176,17 @@ def test_the_table_numbers_batches_in_order_checks_them_first_and_survives_a_res
     assert [e["seq"] for e in table.query(after_seq=499)] == [500, 501]
     assert table.query(subject="c7")[0]["seq"] == 9
     assert table.query(kinds=["policy-added"], view=lambda e: None) == []
+    # a stream's entries, either side of a join included (`pep.audit.views.entry_streams`)
+    table.record("granted", subject="lta", stream="left", streams=["left", "right"])
+    table.record("granted", subject="lta", stream="weather")
+    assert [e["stream"] for e in table.query(stream="right")] == ["left"]
+    assert [e["stream"] for e in table.query(stream="weather", kinds=["granted"])] == ["weather"]
     table.close()
     storage.close()
     again = open_storage(storage.data_dir, storage.url)  # a restart (a new pool)
     try:
         table = AuditTable(again.database("audit"))
-        assert table.record("policy-deleted", policy_id="p0")["seq"] == 502
+        assert table.record("policy-deleted", policy_id="p0")["seq"] == 504
         assert [e["kind"] for e in table.query(kinds=["policy-added", "policy-deleted"])] == [
             "policy-added", "policy-deleted"]
     finally:
