@@ -232,7 +232,7 @@ class Storage:
     the PostgreSQL database at `url`, whose connection pool every store shares."""
 
     data_dir: Path
-    url: str | None = None
+    url: str | None = field(default=None, repr=False)  # may hold a password
     pool_size: int = 10
     timeout: float = 5.0
     _backend: Any = field(default=None, repr=False)

@@ -229,7 +229,8 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
         try:  # checked here too, to say where the URL came from
             values["store"] = check_store(values["store"])
         except ValueError as exc:
-            raise ConfigError(f"{origins.get('store', 'store')}: {exc}") from None
+            where = origins.get("store", "store")
+            raise ConfigError(f"{where}: {str(exc).removeprefix('store: ')}") from None
     values["spark_conf"] = spark
     oidc = {k[len("oidc."):]: values.pop(k) for k in [k for k in values if k.startswith("oidc.")]}
     if oidc:

@@ -31,8 +31,9 @@ class GatewayConfig:
     # Where the gateway keeps what it must not forget (pdp/db.py): None, SQLite files under
     # data_dir (the embedded default); a postgresql:// URL, every store in that database (the
     # audit trail too), through a pool of at most store_pool_size connections per process, each
-    # waited for at most store_timeout seconds (then 503; at start, the process stops).
-    store: str | None = None
+    # waited for at most store_timeout seconds (then 503; at start, the process stops). Not in
+    # the configuration's repr: the URL may hold a password.
+    store: str | None = field(default=None, repr=False)
     store_pool_size: int = 10
     store_timeout: float = 5.0
     auth_file: Path | None = None  # None: use (or create) data_dir/auth.json with demo tokens

@@ -35,11 +35,10 @@ def _closed_port() -> int:
 
 @pytest.mark.parametrize("argv, env, status, said", [
     (["--store", "mysql://u@h/db"], {}, 2,
-     "--store: store: expected a PostgreSQL URL (postgresql://user@host:port/database), found "
+     "--store: expected a PostgreSQL URL (postgresql://user@host:port/database), found "
      "mysql://..."),
     ([], {"XSG_STORE": "postgresql://u:secret-pw@h:notaport/db"}, 2,
-     "environment variable XSG_STORE: store: the port 'notaport' is not a number from 1 to "
-     "65535"),
+     "environment variable XSG_STORE: the port 'notaport' is not a number from 1 to 65535"),
     (["--store", "postgresql://xsg:secret-pw@127.0.0.1:{port}/xsg"], {}, 1,
      "cannot start the gateway: store (--store): cannot use PostgreSQL at "
      "xsg@127.0.0.1:{port}/xsg (schema xsg): connection failed"),
