@@ -9,7 +9,8 @@ stores (a test holds it), so one schema holds them all.
 
 Connections are checked when taken from the pool (a server restarted meanwhile costs no
 failed request), made with a time-out, and autocommit outside `transaction()` (a read is one
-round trip). When the server cannot be reached, reads and writes raise `StoreUnavailable` with
+round trip). Each session waits at most `lock_timeout` for a row another process holds, and the
+server ends one left idle inside a transaction (`SESSION_SETTINGS`; a URL's own options win). When the server cannot be reached, reads and writes raise `StoreUnavailable` with
 the reason; the pool keeps trying in the background, and the first success after a failure is
 logged once, as the failure was.
 
@@ -40,6 +41,10 @@ log = logging.getLogger(__name__)
 DEFAULT_SCHEMA = "xsg"
 RECONNECT_SECONDS = 10.0  # the pool retries a failed connection this long, then on demand
 DOWN_WAIT = 1.0  # seconds a connection is waited for while the store is known to be down
+# Each session's bounds: a write waits at most this long for a row another process locked (then
+# StoreUnavailable: a 503, nothing changed), and the server ends a session left idle inside a
+# transaction (a hung process) so that it holds no lock for long (the version clock's row)
+SESSION_SETTINGS = (("lock_timeout", "30s"), ("idle_in_transaction_session_timeout", "60s"))
 SCHEMES = ("postgresql", "postgres")
 _SEARCH_PATH = re.compile(r"(?:^|\s)-c\s*search_path\s*=\s*([^\s]+)")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
@@ -173,6 +178,9 @@ class PostgresBackend:
         options = str(params.get("options") or "")
         if not _SEARCH_PATH.search(options):
             options = f"{options} -c search_path={schema}".strip()
+        for name, value in SESSION_SETTINGS:  # unless the URL sets them
+            if name not in options:
+                options += f" -c {name}={value}"
         conninfo = make_conninfo(url, options=options,
                                  application_name=params.get("application_name") or "xsg")
         connect_timeout = max(2, int(round(timeout)))
