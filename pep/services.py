@@ -9,11 +9,13 @@ Files under `config.data_dir`: `policies.db` (policy store), `streams.db` (catal
 `handles.db` (handles), `events.db` (stream events), `privacy.db` (the consumers' privacy
 budgets: what each private window spent), `audit/` (the audit trail, JSON lines), all of which
 live in one PostgreSQL database instead when `config.store` names one (`pdp.db.Storage`; the
-audit trail is then a table); `streams/<name>/ingest/` (ingested JSON lines not yet committed by their
-stream's query), `runtime/` (the Spark runtime's work directory: `checkpoints/<stream>/`, kept
-across restarts, and `archive/<stream>/`, committed ingest files until retention removes them),
-`deleted/<stream>-<time>-<id>/` (a deleted stream's files, kept for the `keep_data` its owner
-asked for), `auth.json` (demo tokens, when no auth file is given).
+audit trail is then a table); `streams/<name>/ingest/` (ingested JSON lines not yet committed
+by their stream's query), `runtime/` (the Spark runtime's work directory:
+`checkpoints/<stream>/`, kept across restarts, and `archive/<stream>/`, committed ingest files
+until retention removes them), `deleted/<stream>-<time>-<id>/` (a deleted stream's files, kept
+for the `keep_data` its owner asked for), `auth.json` (demo tokens, when no auth file is given).
+
+"Read `build_services` top to bottom" goes on in `_wire`, once the storage is open.
 """
 from __future__ import annotations
 
@@ -163,17 +165,17 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
     storage = open_storage(data_dir, config.store, pool_size=config.store_pool_size,
                            timeout=config.store_timeout)
     try:
-        return _wire(storage, config, authenticator, demo_auth_created, runtime,
-                         invalidation, buffer_rows, buffer_bytes, progress)
+        return _wire(storage, config, authenticator, demo_auth_created, runtime, invalidation,
+                     buffer_rows, buffer_bytes, progress)
     except BaseException:
         storage.close()
         raise
 
 
 def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthenticator,
-              demo_auth_created: bool, runtime: StreamRuntimePort | None,
-              invalidation: InvalidationHub | None, buffer_rows: int, buffer_bytes: int,
-              progress: Callable[[str], Any] | None) -> GatewayServices:
+          demo_auth_created: bool, runtime: StreamRuntimePort | None,
+          invalidation: InvalidationHub | None, buffer_rows: int, buffer_bytes: int,
+          progress: Callable[[str], Any] | None) -> GatewayServices:
     """The rest of `build_services`, on the open storage: every service, built and wired in
     order (a failure closes the storage: `build_services`)."""
     data_dir = Path(config.data_dir)
