@@ -161,6 +161,28 @@ def test_runtime_failure_ends_handle_and_frees_window(env):
     assert r.state is HandleState.ENDED and "runtime" in r.reason and len(windows) == 0
 
 
+@pytest.mark.parametrize("failing", ["for_subject", "insert"])
+def test_a_store_that_fails_while_a_handle_opens_leaves_no_handle_and_no_window(env, monkeypatch,
+                                                                                 failing):
+    """Each store call of an opening may fail (a PostgreSQL store lost: StoreUnavailable): then
+    nothing is granted, nothing attached, and the subject's window is free for its next try."""
+    from pdp.db import StoreUnavailable
+
+    svc, runtime, windows, catalog, _ = env
+    svc.stream_position = catalog.position  # as the gateway's has: an opening reads earlier ones
+
+    def lost(*args, **kwargs):
+        raise StoreUnavailable("the store cannot be reached, nothing was changed: lost")
+
+    monkeypatch.setattr(svc.store, failing, lost)
+    with pytest.raises(StoreUnavailable):
+        open_(svc)
+    monkeypatch.undo()
+    assert not runtime.attached and len(windows) == 0 and svc.list_for("lta") == []
+    record, new = open_(svc)
+    assert new and record.live and record.id in runtime.attached
+
+
 def test_unknown_stream(env):
     svc, *_ = env
     with pytest.raises((NotFound, Unavailable)) as e:
