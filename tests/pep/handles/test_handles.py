@@ -227,3 +227,17 @@ def test_resume_ends_handle_whose_stream_is_gone(env):
     assert svc2.resume(svc2.get(record.id)) is False
     r = svc2.get(record.id)
     assert r.state is HandleState.ENDED and "stream" in r.reason
+
+
+def test_the_handles_of_a_deleted_stream_are_buried_on_either_store(env):
+    """`bury` (a deleted stream's handles are nobody's to see) in the SQL both stores read."""
+    svc, *_ = env
+    record, _ = open_(svc)
+    store = svc.store
+    assert store.on_stream("WEATHER") == [record.id] and store.on_stream("other") == []
+    store.bury([record.id], "weather")
+    store.bury([record.id], "weather")  # again: kept once
+    assert store.buried(record.id) and store.for_subject("lta") == []
+    store.unbury([record.id])
+    assert not store.buried(record.id)
+    assert [r.id for r in store.for_subject("lta")] == [record.id]
