@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test bench check-java chromium wrk clean kafka-jars kafka typecheck docs
+.PHONY: install run test bench check-java chromium postgresql wrk clean kafka-jars kafka typecheck docs
 CHROMIUM ?= $(or $(XSG_CHROMIUM),/usr/bin/chromium)
 
 # The consumer's client (client/, package xsg_client) is a distribution of its own; the gateway's
@@ -31,7 +31,7 @@ run: install
 # its time is spent waiting on Spark's micro-batches and on child processes, not computing, so
 # two workers finish it in about two thirds of the time on 2 cores. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
-test: install chromium
+test: install chromium postgresql
 	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The console's browser tests (tests/console) drive Debian's headless chromium through Playwright.
@@ -46,6 +46,28 @@ chromium:
 	      || echo "could not install chromium: the console's browser tests will skip"; \
 	  else \
 	    echo "no $(CHROMIUM): the console's browser tests will skip (apt-get install chromium)"; \
+	  fi; \
+	fi
+
+# The store tests run on SQLite and on PostgreSQL: tests/pg_server.py starts Debian's server
+# binaries (initdb, pg_ctl, postgres) in a temporary folder for the session. Installed here when
+# missing and apt-get can be used (as root), without the cluster and service the package would
+# otherwise create (createcluster.conf); otherwise those tests skip and say what to install.
+postgresql:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+	    && ! command -v initdb >/dev/null 2>&1; then \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing postgresql (apt-get) for the PostgreSQL store tests"; \
+	    if [ ! -e /etc/postgresql-common/createcluster.conf ]; then \
+	      mkdir -p /etc/postgresql-common && \
+	      echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.conf; \
+	    fi; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends postgresql >/dev/null) \
+	      || echo "could not install postgresql: the PostgreSQL store tests will skip"; \
+	  else \
+	    echo "no PostgreSQL server binaries: the PostgreSQL store tests will skip" \
+	      "(apt-get install postgresql)"; \
 	  fi; \
 	fi
 

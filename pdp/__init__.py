@@ -6,9 +6,9 @@ index); the stream side and the wiring import only the names below. They come in
 - the decision surface, imported eagerly: engine, requests, responses, results, identities,
   policy management rules, policy events and policy scope. It is pure Python (no Flask, no
   SQLite), so the PEP's pure core can import it and stay pure;
-- the persistence surface (the SQLite policy store and the policy service over it), imported on
-  first use through `__getattr__` (PEP 562), so that importing `pdp` never loads sqlite3 for a
-  caller that only decides.
+- the persistence surface (the policy store, on SQLite or PostgreSQL, and the policy service
+  over it), imported on first use through `__getattr__` (PEP 562), so that importing `pdp` never
+  loads sqlite3 (or psycopg) for a caller that only decides.
 
 The HTTP face (`pdp.http`: the /pdp and /policies blueprint, request authentication, the error
 body) is imported from there by the HTTP edge only.
@@ -36,7 +36,8 @@ _PERSISTENCE = {
     "PolicyService": "pdp.service", "PolicyIdMismatchError": "pdp.service",
     "Prospect": "pdp.service",
     "seed_store": "pdp.service", "policy_files": "pdp.service", "load_sources": "pdp.service",
-    "PolicyStore": "pdp.store", "SQLitePolicyStore": "pdp.store", "StoredPolicy": "pdp.store",
+    "PolicyStore": "pdp.store", "SQLitePolicyStore": "pdp.store", "SQLPolicyStore": "pdp.store",
+    "StoredPolicy": "pdp.store", "StoreUnavailable": "pdp.db",
     "StoreError": "pdp.store", "PolicyExistsError": "pdp.store",
     "PolicyNotFoundError": "pdp.store",
 }

@@ -132,7 +132,10 @@ def _banner(services: GatewayServices, server: HttpServer, out: TextIO,
     print(f"  streams   GET|POST {base}/streams   requests POST {base}/requests   "
           f"handles GET {base}/handles", file=out)
     print(f"  explain   POST {base}/explain", file=out)
-    print(f"  data dir  {config.data_dir.resolve()}  (policy store {config.store_path})", file=out)
+    storage = services.storage
+    kept = (f"store {storage.describe()}" if storage is not None and storage.url is not None
+            else f"policy store {config.store_path}")
+    print(f"  data dir  {config.data_dir.resolve()}  ({kept})", file=out)
     policies = services.policies.engine.policies
     print(f"  {len(policies)} policies loaded"
           + (f" ({len(services.seeded)} seeded from {config.policies_dir})" if services.seeded else ""),

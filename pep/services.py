@@ -6,12 +6,16 @@ as arguments; nothing else constructs a service or subscribes to an event. (OPA'
 `runtime/runtime.go` plays this role there.)
 
 Files under `config.data_dir`: `policies.db` (policy store), `streams.db` (catalogue),
-`handles.db` (handles), `streams/<name>/ingest/` (ingested JSON lines not yet committed by their
-stream's query), `runtime/` (the Spark runtime's work directory: `checkpoints/<stream>/`, kept
-across restarts, and `archive/<stream>/`, committed ingest files until retention removes them),
-`deleted/<stream>-<time>-<id>/` (a deleted stream's files, kept for the `keep_data` its owner
-asked for), `audit/` (the audit trail, JSON lines), `auth.json` (demo tokens, when no auth file
-is given), `privacy.db` (the consumers' privacy budgets: what each private window spent).
+`handles.db` (handles), `events.db` (stream events), `privacy.db` (the consumers' privacy
+budgets: what each private window spent), `audit/` (the audit trail, JSON lines), all of which
+live in one PostgreSQL database instead when `config.store` names one (`pdp.db.Storage`; the
+audit trail is then a table); `streams/<name>/ingest/` (ingested JSON lines not yet committed
+by their stream's query), `runtime/` (the Spark runtime's work directory:
+`checkpoints/<stream>/`, kept across restarts, and `archive/<stream>/`, committed ingest files
+until retention removes them), `deleted/<stream>-<time>-<id>/` (a deleted stream's files, kept
+for the `keep_data` its owner asked for), `auth.json` (demo tokens, when no auth file is given).
+
+"Read `build_services` top to bottom" goes on in `_wire`, once the storage is open.
 """
 from __future__ import annotations
 
@@ -22,10 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, cast
 
-from pdp import (ManagePolicy, PolicyEvents, PolicyService, PolicyStore, SQLitePolicyStore,
-                 StoredPolicy, seed_store)
+from pdp import ManagePolicy, PolicyEvents, PolicyService, PolicyStore, StoredPolicy, seed_store
+from pdp.db import Storage, open_storage
+from pdp.store import SQLPolicyStore
 from pdp.oidc import CompositeAuthenticator, build_authenticator
-from pep.audit.log import AuditLog
+from pep.audit.log import AuditLog, AuditRecords
+from pep.audit.table import AuditTable
 from pep.audit.trail import AuditTrail
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
 from pep.core.access import Grant, decide_and_plan
@@ -87,6 +93,11 @@ class GatewayServices:
     lifecycle: StreamLifecycle | None = None  # changes and deletions of streams
     # the consumers' privacy budgets for differentially private windows (ledger and guard)
     privacy: PrivacyGuard | None = None
+    # where every store above lives (SQLite files, or one PostgreSQL database and its pool)
+    storage: Storage | None = None
+    # the handle read tokens' HMAC key: the configured one, else with a PostgreSQL store the
+    # one every process on it shares, else None (a random key per process)
+    read_token_key: str | None = None
     _unsubscribe: list[Callable[[], None]] = field(default_factory=list)
     _stream_side_closed: bool = False
 
@@ -125,6 +136,8 @@ class GatewayServices:
         self.invalidation.close()
         self.audit.log.close()
         self.store.close()
+        if self.storage is not None:
+            self.storage.close()
 
 
 def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None = None,
@@ -148,8 +161,28 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
                                         remember_file=Path(config.data_dir)
                                         / "oidc-identities.json")
 
+    # Where everything is kept: SQLite files under data_dir, or the PostgreSQL database of
+    # `config.store` (connected now: a store that cannot be reached stops the start here).
+    data_dir = Path(config.data_dir)
+    storage = open_storage(data_dir, config.store, pool_size=config.store_pool_size,
+                           timeout=config.store_timeout)
+    try:
+        return _wire(storage, config, authenticator, demo_auth_created, runtime, invalidation,
+                     buffer_rows, buffer_bytes, progress)
+    except BaseException:
+        storage.close()
+        raise
+
+
+def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthenticator,
+          demo_auth_created: bool, runtime: StreamRuntimePort | None,
+          invalidation: InvalidationHub | None, buffer_rows: int, buffer_bytes: int,
+          progress: Callable[[str], Any] | None) -> GatewayServices:
+    """The rest of `build_services`, on the open storage: every service, built and wired in
+    order (a failure closes the storage: `build_services`)."""
+    data_dir = Path(config.data_dir)
     # Policies: the store (seeded once, when empty), the events, the service over both.
-    store = SQLitePolicyStore(config.store_path)
+    store = SQLPolicyStore(storage.database("policies", foreign_keys=True))
     try:
         seeded = []
         if config.policies_dir is not None:
@@ -164,8 +197,7 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
         raise
 
     # Streams: the catalogue (seeded once, when empty) and the runtime that runs them.
-    data_dir = Path(config.data_dir)
-    catalog = StreamCatalog(data_dir / "streams.db", data_dir)
+    catalog = StreamCatalog(storage.database("streams"), data_dir)
     if config.policies_dir is not None:
         seed_streams(catalog, Path(config.policies_dir) / "streams.json")
     if runtime is None:
@@ -181,7 +213,7 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
             retention_for=retention_for))
 
     # Stream events: conditions that open grants while they hold (environment attributes).
-    stream_events = StreamEvents(data_dir / "events.db", catalog.get)
+    stream_events = StreamEvents(storage.database("events"), catalog.get)
 
     # Access requests: decided and planned the same way when opened and when re-decided.
     # How several applicable rules' obligations combine on a stream: its owner's choice, else
@@ -199,9 +231,9 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
                                     lateness=config.join_lateness)
 
     # Handles, the one-window rule, the privacy budgets of private windows, and revocation.
-    handle_store = HandleStore(data_dir / "handles.db")
+    handle_store = HandleStore(storage.database("handles"))
     windows = WindowRegistry(new_handle_id=new_handle_id)
-    privacy = PrivacyGuard(PrivacyLedger(data_dir / "privacy.db"))
+    privacy = PrivacyGuard(PrivacyLedger(storage.database("privacy")))
     # A Kafka stream's handle starts at its partitions' end offsets when requested (the
     # broker's answer, through the gateway's own Kafka client): its cut (issue 41).
     handles = HandleService(handle_store, catalog.get, runtime, windows, buffer_rows,
@@ -225,9 +257,11 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
     hub = invalidation or InvalidationHub(secret=config.proxy_secret,
                                           proxy_token=config.proxy_token)
 
-    # The audit trail.
-    audit = AuditTrail(AuditLog(data_dir / "audit", config.audit_max_bytes, config.audit_keep),
-                       policy_versions=_policy_versions(policies),
+    # The audit trail: JSON-lines files beside the SQLite stores, a table of the PostgreSQL one.
+    audit_records: AuditRecords = (
+        AuditLog(data_dir / "audit", config.audit_max_bytes, config.audit_keep)
+        if storage.dialect.name == "sqlite" else AuditTable(storage.database("audit")))
+    audit = AuditTrail(audit_records, policy_versions=_policy_versions(policies),
                        policy_scope=lambda policy_id: policies.engine.resource_scope(policy_id))
 
     # Changing and deleting streams: the catalogue, the events, the runtime, the policies and
@@ -260,7 +294,10 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
         may_manage=stream_owner_rule(catalog.get, may_see=visibility.may_see,
                                      former=catalog.deleted),
         seeded=seeded, demo_auth_created=demo_auth_created, visibility=visibility,
-        lifecycle=lifecycle, privacy=privacy)
+        lifecycle=lifecycle, privacy=privacy, storage=storage,
+        read_token_key=config.read_token_key or (
+            handle_store.shared_key("read_token_key")
+            if storage.dialect.name == "postgresql" else None))
 
     # Who listens to whom, in the order they are called:
     # 1. a policy change re-decides the live handles first (they are revoked before the PAP

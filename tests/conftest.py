@@ -33,6 +33,42 @@ def spark():
     session.stop()
 
 
+# -- the stores: SQLite files, or one PostgreSQL database ---------------------------------------
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One PostgreSQL server for the session (tests/pg_server.py), started on first use; the
+    tests that need it skip, saying what to install, only when the machine has no PostgreSQL
+    server binaries at all."""
+    from tests.pg_server import PostgresUnavailable, start_server
+
+    try:
+        server = start_server()
+    except PostgresUnavailable as exc:
+        pytest.skip(f"PostgreSQL: {exc}")
+    yield server
+    server.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request):
+    """The `store` setting of a test that runs on both stores: None (SQLite files under the
+    data dir) or the URL of a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        return None
+    return request.getfixturevalue("postgres").new_url()
+
+
+@pytest.fixture
+def storage(store_url, tmp_path):
+    """An open `pdp.db.Storage` on the test's store (SQLite files under tmp_path/data)."""
+    from pdp.db import open_storage
+
+    opened = open_storage(tmp_path / "data", store_url, pool_size=4, timeout=5.0)
+    yield opened
+    opened.close()
+
+
 _SECRET_SHAPES = re.compile(
     r"Bearer\s+[\w.~+/-]{8,}"
     r"|(?<![\w.-])v1\.\d{9,}\.[\w-]+\."

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pep.audit.views import entry_streams
 from pep.core.refs import handle_ref  # the audit's name for a handle (re-exported)
@@ -35,6 +35,64 @@ _ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class AuditRecords(Protocol):
+    """What the audit trail writes to and GET /audit reads: this module's files, or a table of
+    the store (`pep.audit.table.AuditTable`, with a PostgreSQL store)."""
+
+    def record(self, kind: str, **fields: Any) -> dict[str, Any]: ...
+
+    def record_many(self, items: Iterable[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]: ...
+
+    def entries(self) -> Iterator[dict[str, Any]]: ...
+
+    def query(self, *, kinds: Iterable[str] | None = None, stream: str | None = None,
+              subject: str | None = None, since: str | None = None, until: str | None = None,
+              after_seq: int | None = None, view: Any = None,
+              limit: int = 1000) -> list[dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+def checked(items: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """The entries to write, all checked before any is: fields that could hold secrets are
+    refused (ValueError)."""
+    items = list(items)
+    for _, fields in items:
+        bad = FORBIDDEN_FIELDS.intersection(k.lower() for k in fields)
+        if bad:
+            raise ValueError(f"audit entries never hold {', '.join(sorted(bad))}")
+    return items
+
+
+def new_entry(now: str, seq: int, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """An entry as it is written: time, seq, kind, then its fields that are set."""
+    return {"time": now, "seq": seq, "kind": kind,
+            **{k: v for k, v in fields.items() if v is not None}}
+
+
+def encode(entry: dict[str, Any]) -> str:
+    """An entry as one line of JSON (ASCII, json's default: any text fits, a lone surrogate
+    included)."""
+    return _ENCODE(entry)
+
+
+def matches(entry: dict[str, Any], kinds: set[str] | None, stream: str | None, subject: str | None,
+            since: str | None, until: str | None, after_seq: int | None) -> bool:
+    """Does the entry pass a query's filters (`AuditLog.query`)?"""
+    if kinds is not None and entry.get("kind") not in kinds:
+        return False
+    if stream is not None and stream not in entry_streams(entry):
+        return False
+    if subject is not None and entry.get("subject") != subject:
+        return False
+    time = entry.get("time", "")
+    if since is not None and time < since:
+        return False
+    if until is not None and time >= until:
+        return False
+    return after_seq is None or int(entry.get("seq", 0)) > after_seq
 
 
 class AuditLog:
@@ -75,30 +133,24 @@ class AuditLog:
                          key=lambda p: -int(p.suffix.lstrip(".")))
         return rotated + ([self.path] if self.path.exists() else [])
 
-    def record(self, kind: str, **fields: Any) -> dict:
+    def record(self, kind: str, **fields: Any) -> dict[str, Any]:
         """Append one entry; returns it. Fields that could hold secrets are refused."""
         return self.record_many([(kind, fields)])[0]
 
-    def record_many(self, items: Iterable[tuple[str, dict[str, Any]]]) -> list[dict]:
+    def record_many(self, items: Iterable[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         """Append entries (kind, fields) with one write and one fsync: a revocation of a
         thousand handles must not wait for a thousand disk flushes. All or none are checked
         before anything is written."""
-        items = list(items)
-        for _, fields in items:
-            bad = FORBIDDEN_FIELDS.intersection(k.lower() for k in fields)
-            if bad:
-                raise ValueError(f"audit entries never hold {', '.join(sorted(bad))}")
+        items = checked(items)
         entries = []
         with self._lock:
             now = _now()
             lines = []
             for kind, fields in items:
                 self._seq += 1
-                entry = {"time": now, "seq": self._seq, "kind": kind,
-                         **{k: v for k, v in fields.items() if v is not None}}
+                entry = new_entry(now, self._seq, kind, fields)
                 entries.append(entry)
-                # ASCII (json's default): any text fits, a lone surrogate included
-                lines.append(_ENCODE(entry) + "\n")
+                lines.append(encode(entry) + "\n")
             if not lines:
                 return entries
             self._file.write("".join(lines))
@@ -125,7 +177,7 @@ class AuditLog:
             self.path.unlink(missing_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")
 
-    def entries(self) -> Iterator[dict]:
+    def entries(self) -> Iterator[dict[str, Any]]:
         """Every entry still kept, oldest first (a line that does not parse is skipped)."""
         with self._lock:
             self._file.flush()
@@ -146,26 +198,15 @@ class AuditLog:
     def query(self, *, kinds: Iterable[str] | None = None, stream: str | None = None,
               subject: str | None = None, since: str | None = None, until: str | None = None,
               after_seq: int | None = None, view: Any = None,
-              limit: int = 1000) -> list[dict]:
+              limit: int = 1000) -> list[dict[str, Any]]:
         """Matching entries, newest last, at most `limit` (the newest ones). `view(entry)` gives
         what the caller may see of an entry (None: nothing; `pep.audit.views`). `stream`
         matches an entry about that stream, either side of a join included
         (`pep.audit.views.entry_streams`)."""
-        kinds = set(kinds) if kinds else None
-        out: list[dict] = []
+        wanted = set(kinds) if kinds else None
+        out: list[dict[str, Any]] = []
         for entry in self.entries():
-            if kinds is not None and entry.get("kind") not in kinds:
-                continue
-            if stream is not None and stream not in entry_streams(entry):
-                continue
-            if subject is not None and entry.get("subject") != subject:
-                continue
-            time = entry.get("time", "")
-            if since is not None and time < since:
-                continue
-            if until is not None and time >= until:
-                continue
-            if after_seq is not None and int(entry.get("seq", 0)) <= after_seq:
+            if not matches(entry, wanted, stream, subject, since, until, after_seq):
                 continue
             if view is not None:
                 entry = view(entry)
@@ -181,4 +222,5 @@ class AuditLog:
             self._file.close()
 
 
-__all__ = ["AuditLog", "handle_ref"]
+__all__ = ["AuditLog", "AuditRecords", "checked", "encode", "handle_ref", "matches",
+           "new_entry"]

@@ -26,7 +26,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pep.audit.log import AuditLog, handle_ref
+from pep.audit.log import AuditRecords, handle_ref
 from pep.core.errors import Refusal
 
 PolicyVersions = Callable[[Iterable[str]], list[dict]]
@@ -44,7 +44,7 @@ def _join_streams(record: Any) -> list[str] | None:
 
 
 class AuditTrail:
-    def __init__(self, log: AuditLog, policy_versions: PolicyVersions,
+    def __init__(self, log: AuditRecords, policy_versions: PolicyVersions,
                  policy_scope: PolicyScope = _any_stream) -> None:
         self.log = log
         self._policy_versions = policy_versions

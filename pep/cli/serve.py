@@ -31,17 +31,23 @@ def serve_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from pdp import AuthFileError, PolicyLoadError, StoreError
-    from pep.config import SERVE_DEFAULTS, ConfigError, load_settings
+    from pdp.db import StoreUnavailable
+    from pep.config import SERVE_DEFAULTS, ConfigError, load_settings, setting_origin
     from pep.serve import PortUnavailable, serve
 
     config_file = args.config or os.environ.get("XSG_CONFIG") or None
+    flags = serve_flags(args)
     try:
-        config = load_settings(serve_flags(args), os.environ, config_file, SERVE_DEFAULTS)
+        config = load_settings(flags, os.environ, config_file, SERVE_DEFAULTS)
     except ConfigError as exc:
         raise CliError(f"cannot start the gateway: {exc}", EXIT_USAGE) from None
     handler = configure_logging(config.log_level, config.log_format)
     try:
         return serve(config)
+    except StoreUnavailable as exc:
+        # the store the configuration names cannot be used: say which setting, set where
+        origin = setting_origin(exc.setting, flags, os.environ, config_file)
+        raise CliError(f"cannot start the gateway: {exc.setting} ({origin}): {exc}") from None
     except (AuthFileError, PolicyLoadError, StoreError, ValueError) as exc:
         raise CliError(f"cannot start the gateway: {exc}", EXIT_USAGE) from None
     except PortUnavailable as exc:
@@ -70,7 +76,7 @@ METAVARS = {"auth_file": "FILE", "root_combining_alg": "ALG", "root_policy_id": 
             "proxy_secret": "KEY", "read_token_key": "KEY", "oidc.issuer": "URL",
             "oidc.jwks_uri": "URL", "oidc.subject_claim": "CLAIM", "oidc.admin_role": "ROLE",
             "max_content_length": "BYTES", "audit_max_bytes": "BYTES", "seed_owner": "SUBJECT",
-            "min_body_rate": "BYTES/S"}
+            "min_body_rate": "BYTES/S", "store": "URL"}
 
 
 KIND_METAVARS = {"int": "N", "optint": "N", "float": "SECONDS", "optfloat": "SECONDS",
@@ -84,6 +90,8 @@ def _group_of(name: str) -> str:
         return "Spark"
     if name.startswith("log_"):
         return "logs (stderr)"
+    if name.startswith("store"):
+        return "store (SQLite files, or PostgreSQL)"
     if name.startswith(("proxy_", "cors_", "read_token_")):
         return "proxies and browsers"
     return "gateway"

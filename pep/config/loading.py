@@ -11,7 +11,7 @@ from typing import Any
 from pdp.numbers import INT64_MAX, NumberError, check_float, check_int, parse_float, parse_int
 from pep.config.model import GatewayConfig
 from pep.config.settings import Setting, settings
-from pep.config.validation import MAX_SECONDS
+from pep.config.validation import MAX_SECONDS, check_store
 
 # -- operating xsg: every setting from a file, the environment or a flag --------------------------
 #
@@ -160,26 +160,25 @@ def read_config_file(path: str | Path, table: dict[str, Setting] | None = None
     return values, spark
 
 
-def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
-                  file: str | Path | None = None, defaults: Mapping[str, Any] | None = None
-                  ) -> GatewayConfig:
-    """The configuration from flags > environment > file > defaults (the notes above).
-
-    `flags` maps setting names to what the command line gave (text, a bool for on/off flags, a
-    list of KEY=VALUE for `spark_conf` and `oidc.attributes`); `env` is usually os.environ."""
-    from pdp.oidc import OidcSettings
-
+def _gather(flags: Mapping[str, Any] | None, env: Mapping[str, str] | None,
+            file: str | Path | None, defaults: Mapping[str, Any] | None
+            ) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """(values, spark conf, where each value came from) from flags > environment > file >
+    defaults (the notes above); the values still to be built into a GatewayConfig."""
     table = {s.name: s for s in settings()}
     values: dict[str, Any] = dict(defaults or {})
+    origins: dict[str, str] = {name: "default" for name in values}
     spark: dict[str, str] = {}
     if file is not None:
         from_file, spark = read_config_file(file, table)
         values.update(from_file)
+        origins.update({name: f"{file}: {name}" for name in from_file})
     for name, setting in table.items():
         raw = (env or {}).get(setting.env)
         if raw is None:
             continue
         where = f"environment variable {setting.env}"
+        origins[name] = where
         if name == "spark_conf":
             spark.update(_from_text(setting, raw, where))
         else:
@@ -190,6 +189,7 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
             raise ConfigError(f"unknown setting {name!r}")
         setting = flagged
         where = setting.flag
+        origins[name] = where
         if setting.kind == "map" and isinstance(raw, (list, tuple)):
             pairs = {}
             for item in raw:
@@ -205,6 +205,32 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
             values[name] = _from_text(setting, raw, where)
         else:
             values[name] = raw
+    return values, spark, origins
+
+
+def setting_origin(name: str, flags: Mapping[str, Any] | None = None,
+                   env: Mapping[str, str] | None = None, file: str | Path | None = None) -> str:
+    """Where a setting's value came from, as messages name it: its flag, `environment variable
+    XSG_...`, `<file>: <key>`, or `default`."""
+    return _gather(flags, env, file, None)[2].get(name, "default")
+
+
+def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
+                  file: str | Path | None = None, defaults: Mapping[str, Any] | None = None
+                  ) -> GatewayConfig:
+    """The configuration from flags > environment > file > defaults (the notes above).
+
+    `flags` maps setting names to what the command line gave (text, a bool for on/off flags, a
+    list of KEY=VALUE for `spark_conf` and `oidc.attributes`); `env` is usually os.environ."""
+    from pdp.oidc import OidcSettings
+
+    values, spark, origins = _gather(flags, env, file, defaults)
+    if values.get("store") is not None:
+        try:  # checked here too, to say where the URL came from
+            values["store"] = check_store(values["store"])
+        except ValueError as exc:
+            where = origins.get("store", "store")
+            raise ConfigError(f"{where}: {str(exc).removeprefix('store: ')}") from None
     values["spark_conf"] = spark
     oidc = {k[len("oidc."):]: values.pop(k) for k in [k for k in values if k.startswith("oidc.")]}
     if oidc:

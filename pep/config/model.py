@@ -28,6 +28,14 @@ class GatewayConfig:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     data_dir: Path = Path("data")
+    # Where the gateway keeps what it must not forget (pdp/db.py): None, SQLite files under
+    # data_dir (the embedded default); a postgresql:// URL, every store in that database (the
+    # audit trail too), through a pool of at most store_pool_size connections per process, each
+    # waited for at most store_timeout seconds (then 503; at start, the process stops). Not in
+    # the configuration's repr: the URL may hold a password.
+    store: str | None = field(default=None, repr=False)
+    store_pool_size: int = 10
+    store_timeout: float = 5.0
     auth_file: Path | None = None  # None: use (or create) data_dir/auth.json with demo tokens
     root_combining_alg: str = "deny-overrides"
     root_policy_id: str | None = None
@@ -116,6 +124,7 @@ class GatewayConfig:
 
     @property
     def store_path(self) -> Path:
+        """The SQLite file of the policy store (when `store` is not PostgreSQL)."""
         return self.data_dir / "policies.db"
 
     @property

@@ -15,12 +15,21 @@ SERVE_DEFAULTS: dict[str, Any] = {"start_spark": True}  # `xsg serve` pays Spark
 FLAG_NAMES = {"auth_file": "--auth", "root_combining_alg": "--root-combining",
               "root_policy_id": "--root-policy", "policies_dir": "--policies",
               "spark_conf": "--conf", "oidc.attributes": "--oidc-attribute"}
-SECRET_SETTINGS = frozenset({"proxy_token", "proxy_secret", "read_token_key"})
+# the store's URL may carry a password
+SECRET_SETTINGS = frozenset({"proxy_token", "proxy_secret", "read_token_key", "store"})
 
 SETTING_HELP = {
     "host": "interface to listen on",
     "port": "TCP port (0: any free port)",
-    "data_dir": "where the policy store, catalogue, handles and audit trail live",
+    "data_dir": "where the policy store, catalogue, handles and audit trail live (with a "
+                "PostgreSQL store: the ingest files, Spark's work and the demo tokens)",
+    "store": "where policies, streams, handles, events, privacy budgets and the audit trail are "
+             "kept: empty for SQLite files under data_dir, or postgresql://USER@HOST:PORT/DB "
+             "(a secret when it holds a password: prefer the environment or the file to a "
+             "flag)",
+    "store_pool_size": "connections to the PostgreSQL store this process keeps at most",
+    "store_timeout": "seconds to wait for a connection to the PostgreSQL store before "
+                     "answering 503 (at start: before giving up)",
     "auth_file": "token file: JSON list of {token, subject, roles, admin, attributes}, or "
                  "{tokens: that list, role_hierarchy: {role: [roles it inherits]}}; re-read "
                  "when it changes and on SIGHUP",
@@ -98,6 +107,7 @@ SETTING_HELP = {
 }
 
 DEFAULT_TEXT = {
+    "store": "SQLite files under DATA_DIR",
     "auth_file": "DATA_DIR/auth.json, created with demo tokens",
     "policies_dir": "./policies",
     "base_url": "from host and port",

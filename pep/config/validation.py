@@ -21,6 +21,7 @@ NUMBER_RANGES: dict[str, tuple[float, float]] = {
     "heartbeat": (0.001, MAX_SECONDS),
     "reevaluation_interval": (0, MAX_SECONDS),  # 0: no periodic re-decision
     "trigger_interval": (0, MAX_SECONDS),  # 0: micro-batches one after the other
+    "store_pool_size": (1, 1000), "store_timeout": (0.5, 3600),
 }
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 SPARK_LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
@@ -39,6 +40,7 @@ def check_config(config: Any) -> None:
     _check_numbers(config)
     _check_operating_settings(config)
     config.data_dir = Path(config.data_dir)
+    config.store = check_store(config.store)
     if config.auth_file is not None:
         config.auth_file = Path(config.auth_file)
     if config.policies_dir is not None:
@@ -76,6 +78,22 @@ def check_config(config: Any) -> None:
     for name in ("ingest_retention_seconds", "ingest_retention_bytes"):
         if getattr(config, name) is not None and getattr(config, name) < 0:
             raise ValueError(f"{name} must be >= 0 or unset, got {getattr(config, name)!r}")
+
+
+def check_store(url: Any) -> str | None:
+    """The `store` setting: None (or empty) for SQLite, else a PostgreSQL URL that parses;
+    ValueError says what is wrong, never echoing a password."""
+    if url is None or (isinstance(url, str) and not url.strip()):
+        return None
+    if not isinstance(url, str):
+        raise ValueError(f"store must be a postgresql:// URL, not {type(url).__name__}")
+    from pdp.postgres import check_url
+
+    try:
+        check_url(url.strip())
+    except ValueError as exc:
+        raise ValueError(f"store: {exc}") from None
+    return url.strip()
 
 
 def _check_numbers(config: Any) -> None:

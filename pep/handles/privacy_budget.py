@@ -1,7 +1,8 @@
 """Consumers' privacy budgets: the ledger of what each emitted private window spent, and the
 guard that makes every delivery pay before it reaches a handle's buffer.
 
-The ledger (`PrivacyLedger`, SQLite under the data directory, `privacy.db`) holds what each
+The ledger (`PrivacyLedger`: its store, `privacy.db` under the data directory or the PostgreSQL
+database) holds what each
 consumer paid on each stream, per second: epsilon (in integer billionths, rounded up; budgets
 are rounded down, so rounding never grants a window too many), windows and delta; a spend is
 dated at the end of its second, so it counts a little longer than its period, never shorter. A budget `epsilon/seconds` holds when the consumer's spends on that stream in
@@ -38,7 +39,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from pdp.db import Database
+from pdp.db import Database, open_database, opening, upsert_sql
+from pdp.migrations import Schema, Step, migrate
 from pep.core.errors import NotPermitted
 from pep.core.plan import AnyPlan, ExecutionPlan, JoinPlan
 from pep.core.privacy import (MAX_PERIOD, Budget, budget_units, from_units, units,
@@ -48,12 +50,20 @@ from pep.core.rows import RowBatch
 
 log = logging.getLogger(__name__)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS spends (
+# the ledger's versioned schema (`pdp.migrations`)
+SCHEMA = Schema("privacy", (
+    Step("what each consumer spent on each stream, per second",
+         sqlite=("""CREATE TABLE IF NOT EXISTS spends (
     subject TEXT NOT NULL, stream TEXT NOT NULL, second INTEGER NOT NULL,
     units INTEGER NOT NULL, windows INTEGER NOT NULL, delta REAL NOT NULL,
-    PRIMARY KEY (subject, stream, second))
-"""
+    PRIMARY KEY (subject, stream, second))""",),
+         postgresql=("""CREATE TABLE spends (
+    subject TEXT NOT NULL, stream TEXT NOT NULL, second BIGINT NOT NULL,
+    units BIGINT NOT NULL, windows BIGINT NOT NULL, delta DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (subject, stream, second))""",)),
+))
+_SPEND = upsert_sql("spends", ("subject", "stream", "second", "units", "windows", "delta"),
+                    ("subject", "stream", "second"), add=("units", "windows", "delta"))
 BUCKETS = 1024  # a budget's rolling period is kept in memory in at most this many buckets
 
 
@@ -138,14 +148,22 @@ class _Rolling:
 class PrivacyLedger:
     """What every consumer spent on every stream, persisted (see the module docstring).
 
-    Every paying delivery is written to SQLite (one row per consumer, stream and second, the
+    Every paying delivery is written to the store (one row per consumer, stream and second, the
     spends of a second added up, dated at the second's end) before its rows are delivered.
     Budgets are checked against running sums in memory (`_Rolling`), loaded from the database
     the first time a consumer's budget on a stream is asked about, so a delivery costs one
     small write whatever the period's length."""
 
-    def __init__(self, path: str | Path, clock: Callable[[], float] = time.time) -> None:
-        self._db = Database(path, _SCHEMA)
+    def __init__(self, where: Database | str | Path,
+                 clock: Callable[[], float] = time.time) -> None:
+        with opening("privacy ledger", str(where)):
+            self._db = open_database(where, "privacy")
+        try:
+            with opening("privacy ledger", self._db.describe()):
+                migrate(self._db, SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
         self.clock = clock
         self._rolling: dict[tuple[str, str, Budget], _Rolling] = {}
         self._lock = threading.Lock()
@@ -157,9 +175,8 @@ class PrivacyLedger:
 
     def prune(self) -> int:
         """Forget spends older than the longest period a budget may have."""
-        cur = self._db.execute("DELETE FROM spends WHERE second <= ?",
-                               (int(self.clock()) - MAX_PERIOD,))
-        return cur.rowcount
+        return self._db.execute("DELETE FROM spends WHERE second <= ?",
+                                (int(self.clock()) - MAX_PERIOD,))
 
     def _window(self, subject: str, stream: str, budget: Budget, now: float) -> _Rolling:
         key = (subject, stream, budget)
@@ -193,12 +210,8 @@ class PrivacyLedger:
             paid = min([windows] + [s.remaining // per_window for s in states])
             if paid > 0:
                 second = int(math.ceil(now))
-                self._db.execute(
-                    "INSERT INTO spends (subject, stream, second, units, windows, delta) "
-                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (subject, stream, second) DO UPDATE "
-                    "SET units = units + excluded.units, windows = windows + excluded.windows, "
-                    "delta = delta + excluded.delta",
-                    (subject, stream, second, per_window * paid, paid, delta * paid))
+                self._db.execute(_SPEND, (subject, stream, second, per_window * paid, paid,
+                                          delta * paid))
                 for r in rolling:
                     r.add(second, per_window * paid)
                 self._writes += 1

@@ -21,7 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from pdp.db import Database
+from pdp.db import Database, open_database, opening, upsert_sql
+from pdp.migrations import Schema, Step, migrate
 from pep.core.explain import plan_to_json
 from pep.core.plan import any_plan_from_json, is_join_json
 
@@ -108,20 +109,37 @@ class HandleRecord:
                 "policy_ids": list(self.policy_ids)}
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS handles (
+_INDEXES = ("CREATE INDEX IF NOT EXISTS handles_subject ON handles (subject)",
+            "CREATE INDEX IF NOT EXISTS handles_state ON handles (state)",
+            "CREATE INDEX IF NOT EXISTS handles_stream ON handles (stream, state)")
+# The handles' versioned schema (`pdp.migrations`); on PostgreSQL the texts a handle list is
+# ordered by compare as bytes, as SQLite's do. `deleted_stream_handles`: the handles of deleted
+# streams (`bury`). `gateway_keys` holds keys the gateway makes once and every process on the
+# store shares (the read tokens' HMAC key: `shared_key`).
+SCHEMA = Schema("handles", (
+    Step("handle records",
+         sqlite=("""CREATE TABLE IF NOT EXISTS handles (
     id TEXT PRIMARY KEY, subject TEXT NOT NULL, roles TEXT NOT NULL,
     admin INTEGER NOT NULL, stream TEXT NOT NULL, plan_json TEXT NOT NULL,
     plan_key TEXT NOT NULL, policy_ids TEXT NOT NULL, request_body BLOB NOT NULL,
     request_media_type TEXT NOT NULL, user_query BLOB, user_query_type TEXT,
     state TEXT NOT NULL, reason TEXT, created_at TEXT NOT NULL, updated_at TEXT,
-    generation INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX IF NOT EXISTS handles_subject ON handles (subject);
-CREATE INDEX IF NOT EXISTS handles_state ON handles (state);
-CREATE INDEX IF NOT EXISTS handles_stream ON handles (stream, state);
-CREATE TABLE IF NOT EXISTS deleted_stream_handles (
-    id TEXT PRIMARY KEY, stream TEXT NOT NULL, deleted_at TEXT NOT NULL)
-"""
+    generation INTEGER NOT NULL DEFAULT 0)""", *_INDEXES,
+                 "CREATE TABLE IF NOT EXISTS deleted_stream_handles (id TEXT PRIMARY KEY,"
+                 " stream TEXT NOT NULL, deleted_at TEXT NOT NULL)"),
+         postgresql=("""CREATE TABLE handles (
+    id TEXT COLLATE "C" PRIMARY KEY, subject TEXT NOT NULL, roles TEXT NOT NULL,
+    admin INTEGER NOT NULL, stream TEXT NOT NULL, plan_json TEXT NOT NULL,
+    plan_key TEXT NOT NULL, policy_ids TEXT NOT NULL, request_body BYTEA NOT NULL,
+    request_media_type TEXT NOT NULL, user_query BYTEA, user_query_type TEXT,
+    state TEXT NOT NULL, reason TEXT, created_at TEXT COLLATE "C" NOT NULL, updated_at TEXT,
+    generation BIGINT NOT NULL DEFAULT 0)""", *_INDEXES,
+                     "CREATE TABLE deleted_stream_handles (id TEXT COLLATE \"C\" PRIMARY KEY,"
+                     " stream TEXT NOT NULL, deleted_at TEXT NOT NULL)")),
+    Step("keys the gateway's processes share",
+         sqlite=("CREATE TABLE gateway_keys (name TEXT PRIMARY KEY, value TEXT NOT NULL)",),
+         postgresql=("CREATE TABLE gateway_keys (name TEXT PRIMARY KEY, value TEXT NOT NULL)",)),
+))
 
 
 _STATES = {state.value: state for state in HandleState}
@@ -136,14 +154,33 @@ def _texts(encoded: str) -> tuple[str, ...]:
 
 
 class HandleStore:
-    """Handle records in SQLite (WAL, synchronous=FULL: a committed state change survives a crash)."""
+    """Handle records in their store (SQLite, WAL and synchronous=FULL, or PostgreSQL: a
+    committed state change survives a crash). `where`: the store's database, or the path of
+    its SQLite file."""
 
     _COLUMNS = ("id, subject, roles, admin, stream, plan_json, plan_key, policy_ids, request_body,"
                 " request_media_type, user_query, user_query_type, state, reason, created_at,"
                 " updated_at, generation")
 
-    def __init__(self, db_path: str | Path) -> None:
-        self._db = Database(db_path, _SCHEMA)
+    def __init__(self, where: Database | str | Path) -> None:
+        with opening("handle store", str(where)):
+            self._db = open_database(where, "handles")
+        try:
+            with opening("handle store", self._db.describe()):
+                migrate(self._db, SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def shared_key(self, name: str) -> str:
+        """The key called `name` that every process on this store shares: made (256 random
+        bits) by the first that asks, read by the others."""
+        with self._db.transaction() as cur:
+            cur.execute(upsert_sql("gateway_keys", ("name", "value"), ("name",), update=()),
+                        (name, secrets.token_urlsafe(32)))
+            row = cur.execute("SELECT value FROM gateway_keys WHERE name = ?",
+                              (name,)).fetchone()
+        return str(row[0])
 
     def close(self) -> None:
         self._db.close()
@@ -200,8 +237,8 @@ class HandleStore:
         now = _now()
         with self._db.transaction() as cur:
             for handle_id in handle_ids:
-                cur.execute("INSERT OR IGNORE INTO deleted_stream_handles (id, stream,"
-                            " deleted_at) VALUES (?, ?, ?)", (handle_id, stream, now))
+                cur.execute(upsert_sql("deleted_stream_handles", ("id", "stream", "deleted_at"),
+                                       ("id",), update=()), (handle_id, stream, now))
 
     def unbury(self, handle_ids: Iterable[str]) -> None:
         """The deletion failed and the stream is back: its handles are its owners' again."""

@@ -261,14 +261,14 @@ class HandleService:
                 # The registry remembered a handle that is not live here: forget it, start afresh.
                 self.windows.release(handle_id)
                 handle_id, is_new = self.windows.acquire(subject, slots, key)
-            try:
+            try:  # both read the store, which may fail: the window is then given back
                 if isinstance(cuts, Unavailable):
                     raise cuts
                 self._admit(subject, plan)
+                plan = _cut_kafka_sides(self._start_after_other_windows(subject, plan), cuts)
             except BaseException:
                 self.windows.release(handle_id)
                 raise
-            plan = _cut_kafka_sides(self._start_after_other_windows(subject, plan), cuts)
             # plan_key stays the key of the plan as decided (what revocation compares with);
             # plan_json is what runs, its start position included (what a restart re-attaches).
             record = HandleRecord(

@@ -89,7 +89,7 @@ def create_app(config: GatewayConfig | None = None,
 
     install_invalidation(app, services.invalidation, caller_is_admin)
     # the web console, the handle read tokens its EventSources carry, CORS for other web apps
-    install_read_tokens(app, ReadTokens(config.read_token_key, config.read_token_ttl,
+    install_read_tokens(app, ReadTokens(services.read_token_key, config.read_token_ttl,
                                         lambda: services.authenticator.identities))
     app.register_blueprint(console_blueprint())  # reads the services from app.extensions
     install_cors(app, config.cors_origins)

@@ -1,11 +1,12 @@
 """The stream catalogue: which streams exist, who owns them, what their owners changed.
 
 A stream is registered once (name, schema, source, event-time attribute, visibility, settings)
-and persisted in SQLite, so a restart keeps it. The owner of a stream is the authenticated
+and persisted in its store (a SQLite file, or the PostgreSQL database: `pdp.db`), so a restart
+keeps it. The owner of a stream is the authenticated
 subject that registered it. What an owner may change afterwards (`update`: visibility,
 description, lateness, retention, attributes added to the schema) is written in one
-transaction; a store written before a column existed gets it, with its default, when it is
-opened (`_migrate`).
+transaction; the tables are a versioned schema (`pep.streams.entries.SCHEMA`), migrated when the
+catalogue is opened.
 
 Deletion (`begin_delete`, `finish_delete`, driven by `pep.streams.lifecycle`) first hides the
 stream from every lookup here (so no request, ingest or event can start on it), and at the end
@@ -28,15 +29,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from pdp.db import Database
+from pdp.db import Database, open_database, opening, upsert_sql
+from pdp.migrations import migrate
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
 from pep.streams.definition import (LISTED, STREAM_NAME, InvalidStream, StreamConflict,
                                     StreamNotFound, describe, extend_schema, parse_combining,
                                     parse_description, parse_lateness, parse_retention,
                                     parse_schema, parse_source, parse_visibility)
-from pep.streams.entries import (CATALOG_TABLES, ADDED_COLUMNS, ENTRY_COLUMNS, PATCH_COLUMNS,
-                                 DeletedStream, StreamEntry, entry_from_row, schema_json)
+from pep.streams.entries import (ENTRY_COLUMNS, PATCH_COLUMNS, SCHEMA, DeletedStream, StreamEntry,
+                                 entry_from_row, schema_json)
 from pep.streams.ingest import DEFAULT_MAX_BODY_BYTES, RecordIngest
 from pep.streams.records import DEFAULT_MAX_LINES
 
@@ -44,21 +46,26 @@ log = logging.getLogger(__name__)
 
 
 class StreamCatalog:
-    """Registered streams in SQLite, plus the ingest directory of each `ingest` stream."""
+    """Registered streams in their store, plus the ingest directory of each `ingest` stream.
+    `where`: the store's database, or the path of its SQLite file."""
 
-    def __init__(self, db_path: str | Path, data_dir: str | Path,
+    def __init__(self, where: Database | str | Path, data_dir: str | Path,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  max_lines: int = DEFAULT_MAX_LINES,
                  kafka_timeout: float | None = None) -> None:
-        self.db_path = Path(db_path)
         self.data_dir = Path(data_dir)
-        self.db_path.parent.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._change_locks: dict[str, threading.RLock] = {}
         self._deleting: set[str] = set()  # lower-cased names being deleted: found by no lookup
-        self._db = Database(self.db_path, CATALOG_TABLES)
+        with opening("stream catalogue", str(where)):
+            self._db = open_database(where, "streams")
+        try:
+            with opening("stream catalogue", self._db.describe()):
+                migrate(self._db, SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
         self._lock = self._db.lock
-        self._migrate()
         # Called with the definition of every stream registered (its owner registered it).
         self._listeners: list[Callable[[StreamDefinition], None]] = []
         # `callback(entry, changes, by)` after an owner's change (`update`) is committed.
@@ -85,16 +92,6 @@ class StreamCatalog:
 
     def add_change_listener(self, callback: Callable[[StreamEntry, dict[str, Any], str], None]) -> None:
         self._change_listeners.append(callback)
-
-    def _migrate(self) -> None:
-        """Bring a store written by an earlier version up to this schema (added columns get
-        their default: an existing stream stays `listed`, as every stream was)."""
-        with self._db.transaction() as db:
-            have = {row[1] for row in db.execute("PRAGMA table_info(streams)").fetchall()}
-            for column, definition in ADDED_COLUMNS:
-                if column not in have:
-                    db.execute(f"ALTER TABLE streams ADD COLUMN {column} {definition}")
-                    log.info("stream catalogue %s: added column %s", self.db_path, column)
 
     def close(self) -> None:
         self.ingest.close()
@@ -165,26 +162,29 @@ class StreamCatalog:
                                 "time_attribute")
         definition = StreamDefinition(name, owner, parsed, spec, time_attribute, lateness)
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        with self._db.transaction() as db:
-            if db.execute("SELECT 1 FROM streams WHERE name = ?", (name,)).fetchone() \
-                    or name.lower() in self._deleting:
-                raise StreamConflict(f"stream {name!r} already exists")
-            former = db.execute("SELECT owner FROM deleted_streams WHERE name = ?",
-                                (name,)).fetchone()
-            if former is not None and former[0] != owner and not trusted:
-                raise StreamConflict(f"stream name {name!r} belonged to a deleted stream and is "
-                                     "reserved to its former owner (policies, the audit trail "
-                                     "and ended handles name streams by name)")
-            db.execute("DELETE FROM deleted_streams WHERE name = ?", (name,))
-            db.execute(
-                "INSERT INTO streams (name, owner, schema_json, source_json, time_attribute,"
-                " created_at, next_seq, visibility, description, lateness, retention)"
-                " VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
-                (name, owner, schema_json(parsed.fields),
-                 json.dumps([spec.kind, [list(o) for o in spec.options]]), time_attribute, now,
-                 visibility, description, lateness, retention))
-            if spec.kind == "ingest":
-                self.ingest_dir(name).mkdir(parents=True, exist_ok=True)
+        with self._lock:  # this store's writes, and memory changed in their order
+            with self._db.transaction() as db:
+                if db.execute("SELECT 1 FROM streams WHERE name = ?", (name,)).fetchone() \
+                        or name.lower() in self._deleting:
+                    raise StreamConflict(f"stream {name!r} already exists")
+                former = db.execute("SELECT owner FROM deleted_streams WHERE name = ?",
+                                    (name,)).fetchone()
+                if former is not None and former[0] != owner and not trusted:
+                    raise StreamConflict(f"stream name {name!r} belonged to a deleted stream and"
+                                         " is reserved to its former owner (policies, the audit"
+                                         " trail and ended handles name streams by name)")
+                db.execute("DELETE FROM deleted_streams WHERE name = ?", (name,))
+                db.execute(
+                    "INSERT INTO streams (name, owner, schema_json, source_json, time_attribute,"
+                    " created_at, next_seq, visibility, description, lateness, retention)"
+                    " VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
+                    (name, owner, schema_json(parsed.fields),
+                     json.dumps([spec.kind, [list(o) for o in spec.options]]), time_attribute,
+                     now, visibility, description, lateness, retention))
+                if spec.kind == "ingest":
+                    self.ingest_dir(name).mkdir(parents=True, exist_ok=True)
+            # what lookups answer from memory, once the row is committed (not before: a commit
+            # that fails, a store lost meanwhile, leaves nothing of the stream anywhere)
             self._visibility[name.lower()] = visibility
         self._forget()
         for callback in list(self._listeners):
@@ -204,24 +204,30 @@ class StreamCatalog:
         unknown = set(changes) - set(PATCH_COLUMNS) - {"add_attributes", "schema"}
         if unknown:
             raise InvalidStream(f"cannot change {', '.join(sorted(unknown))}")
-        with self._db.transaction() as db:
-            current = self.entry(name)
-            if current is None:
-                raise StreamNotFound(f"no stream named {name!r}")
-            registered = current.definition.name
-            if changes.get("lateness") is not None and current.definition.time_attribute is None:
-                raise InvalidStream("lateness applies to time windows, and the stream has no "
-                                    "time_attribute")
-            schema = extend_schema(current.definition, changes)
-            for field_name, value in changes.items():
-                if field_name in PATCH_COLUMNS:
-                    db.execute(f"UPDATE streams SET {PATCH_COLUMNS[field_name]} = ?"
-                               " WHERE name = ?", (value, registered))
-            if schema is not None:
-                added = [f.name for f in schema.fields[len(current.definition.schema.fields):]]
-                db.execute("UPDATE streams SET schema_json = ?, optional_json = ? WHERE name = ?",
-                           (schema_json(schema.fields),
-                            json.dumps(list(current.optional) + added), registered))
+        with self._lock:  # this store's writes, and memory changed in their order
+            with self._db.transaction() as db:
+                current = self.entry(name)
+                if current is None:
+                    raise StreamNotFound(f"no stream named {name!r}")
+                registered = current.definition.name
+                if changes.get("lateness") is not None \
+                        and current.definition.time_attribute is None:
+                    raise InvalidStream("lateness applies to time windows, and the stream has no "
+                                        "time_attribute")
+                schema = extend_schema(current.definition, changes)
+                for field_name, value in changes.items():
+                    if field_name in PATCH_COLUMNS:
+                        db.execute(f"UPDATE streams SET {PATCH_COLUMNS[field_name]} = ?"
+                                   " WHERE name = ?", (value, registered))
+                if schema is not None:
+                    known = len(current.definition.schema.fields)
+                    added = [f.name for f in schema.fields[known:]]
+                    db.execute("UPDATE streams SET schema_json = ?, optional_json = ?"
+                               " WHERE name = ?",
+                               (schema_json(schema.fields),
+                                json.dumps(list(current.optional) + added), registered))
+            # what decisions read from memory changes once the change is committed, not before
+            # (a commit that fails leaves the stream's visibility and combining mode as they were)
             if "visibility" in changes:
                 self._visibility[registered.lower()] = changes["visibility"]
             if "combining" in changes:
@@ -286,8 +292,9 @@ class StreamCatalog:
                     raise StreamNotFound(f"no stream named {name!r}")
                 registered, owner = row
                 db.execute("DELETE FROM streams WHERE name = ?", (registered,))
-                db.execute("INSERT OR REPLACE INTO deleted_streams (name, owner, deleted_at,"
-                           " deleted_by) VALUES (?, ?, ?, ?)", (registered, owner, now, by))
+                db.execute(upsert_sql("deleted_streams",
+                                      ("name", "owner", "deleted_at", "deleted_by"), ("name",)),
+                           (registered, owner, now, by))
             with self._lock:
                 self._visibility.pop(registered.lower(), None)
                 self._combining.pop(registered.lower(), None)
@@ -360,9 +367,11 @@ class StreamCatalog:
         return [e.definition for e in self.all()]
 
     def all(self) -> list[StreamEntry]:
-        rows = self._db.fetchall(f"SELECT {ENTRY_COLUMNS} FROM streams ORDER BY name")
+        rows = self._db.fetchall(f"SELECT {ENTRY_COLUMNS} FROM streams")
         deleting = self._deleting
-        return [entry_from_row(r) for r in rows if str(r[0]).lower() not in deleting]
+        # by name, case-insensitively (SQLite's NOCASE order; the same on PostgreSQL)
+        return [entry_from_row(r) for r in sorted(rows, key=lambda r: str(r[0]).lower())
+                if str(r[0]).lower() not in deleting]
 
     def list_visible(self, identity: Any, may_see: Callable[[Any, StreamEntry], bool] | None = None
                      ) -> list[dict[str, Any]]:

@@ -1,14 +1,21 @@
-"""The stream catalogue's rows: its SQLite tables (and the columns added since the first stores),
-the records read from them (`StreamEntry`, `DeletedStream`), and a schema as a row stores it."""
+"""The stream catalogue's rows: its tables (a versioned schema, `SCHEMA`, on SQLite or PostgreSQL;
+on SQLite also the columns added before schemas had versions), the records read from them
+(`StreamEntry`, `DeletedStream`), and a schema as a row stores it."""
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
+
+from pdp.db import Cursor
+from pdp.migrations import Schema, Step
 
 from pep.core.labels import Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.streams.definition import LISTED
+
+log = logging.getLogger(__name__)
 
 # The column behind each setting an owner may change (`definition.PATCHABLE`); the schema
 # fields are written as `schema_json` and `optional_json`.
@@ -31,6 +38,37 @@ ADDED_COLUMNS = (("visibility", "TEXT NOT NULL DEFAULT 'listed'"),
                  ("description", "TEXT NOT NULL DEFAULT ''"),
                  ("lateness", "REAL"), ("retention", "REAL"),
                  ("optional_json", "TEXT NOT NULL DEFAULT '[]'"), ("combining", "TEXT"))
+
+
+def _added_columns(cur: Cursor) -> None:
+    """A catalogue written by an earlier release gets the columns added since, with their
+    default (an existing stream stays `listed`, as every stream was)."""
+    have = {row[1] for row in cur.execute("PRAGMA table_info(streams)").fetchall()}
+    for column, definition in ADDED_COLUMNS:
+        if column not in have:
+            cur.execute(f"ALTER TABLE streams ADD COLUMN {column} {definition}")
+            log.info("stream catalogue: added column %s", column)
+
+
+# The catalogue's versioned schema (`pdp.migrations`). Names are case-insensitive (SQLite's
+# NOCASE; on PostgreSQL an ICU collation that ignores case, created with the tables); what the
+# catalogue orders by compares as bytes, as SQLite's does.
+SCHEMA = Schema("streams", (
+    Step("streams and deleted streams' names",
+         sqlite=(*CATALOG_TABLES.split(";"), _added_columns),
+         postgresql=(
+             "CREATE COLLATION IF NOT EXISTS xsg_nocase (provider = icu,"
+             " locale = 'und-u-ks-level2', deterministic = false)",
+             "CREATE TABLE streams (name TEXT COLLATE xsg_nocase PRIMARY KEY,"
+             " owner TEXT NOT NULL, schema_json TEXT NOT NULL, source_json TEXT NOT NULL,"
+             " time_attribute TEXT, created_at TEXT NOT NULL,"
+             " next_seq BIGINT NOT NULL DEFAULT 1, visibility TEXT NOT NULL DEFAULT 'listed',"
+             " description TEXT NOT NULL DEFAULT '', lateness DOUBLE PRECISION,"
+             " retention DOUBLE PRECISION, optional_json TEXT NOT NULL DEFAULT '[]',"
+             " combining TEXT)",
+             "CREATE TABLE deleted_streams (name TEXT COLLATE xsg_nocase PRIMARY KEY,"
+             " owner TEXT NOT NULL, deleted_at TEXT NOT NULL, deleted_by TEXT NOT NULL)")),
+))
 # The columns of a stream's row, in the order `entry_from_row` reads them.
 ENTRY_COLUMNS = ("name, owner, schema_json, source_json, time_attribute, created_at, next_seq,"
                  " visibility, description, lateness, retention, optional_json, combining")
@@ -84,5 +122,5 @@ def entry_from_row(row: tuple[Any, ...]) -> StreamEntry:
                        tuple(json.loads(optional_json)), combining)
 
 
-__all__ = ["ADDED_COLUMNS", "CATALOG_TABLES", "ENTRY_COLUMNS", "PATCH_COLUMNS", "DeletedStream",
+__all__ = ["ADDED_COLUMNS", "CATALOG_TABLES", "SCHEMA", "ENTRY_COLUMNS", "PATCH_COLUMNS", "DeletedStream",
            "StreamEntry", "entry_from_row", "schema_json"]

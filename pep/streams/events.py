@@ -47,7 +47,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pdp.db import Database
+from pdp.db import Database, StoreUnavailable, open_database, opening
+from pdp.migrations import Schema, Step, migrate
 from pdp.numbers import NumberError, check_float
 from pep.core.conditions import ConditionError, parse_condition
 from pep.core.errors import Conflict, InvalidInput, NotFound
@@ -68,9 +69,17 @@ MAX_EVENTS_PER_STREAM = 64
 
 log = logging.getLogger(__name__)
 
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS events (stream TEXT NOT NULL, name TEXT NOT NULL,"
-           " condition TEXT NOT NULL, hold REAL NOT NULL, key TEXT, owner TEXT NOT NULL,"
-           " created_at TEXT NOT NULL, PRIMARY KEY (stream, name))")
+# the definitions' versioned schema (`pdp.migrations`)
+SCHEMA = Schema("events", (
+    Step("stream events' definitions",
+         sqlite=("CREATE TABLE IF NOT EXISTS events (stream TEXT NOT NULL, name TEXT NOT NULL,"
+                 " condition TEXT NOT NULL, hold REAL NOT NULL, key TEXT, owner TEXT NOT NULL,"
+                 " created_at TEXT NOT NULL, PRIMARY KEY (stream, name))",),
+         postgresql=("CREATE TABLE events (stream TEXT COLLATE \"C\" NOT NULL,"
+                     " name TEXT COLLATE \"C\" NOT NULL, condition TEXT NOT NULL,"
+                     " hold DOUBLE PRECISION NOT NULL, key TEXT, owner TEXT NOT NULL,"
+                     " created_at TEXT NOT NULL, PRIMARY KEY (stream, name))",)),
+))
 
 
 @dataclass(frozen=True)
@@ -118,16 +127,26 @@ def _iso(seconds: float) -> str:
 
 
 class StreamEvents:
-    """Definitions (SQLite) and states (memory) of every stream event."""
+    """Definitions (in their store) and states (memory) of every stream event. `where`: the
+    store's database, or the path of its SQLite file."""
 
-    def __init__(self, db_path: str | Path, stream_lookup: Callable[[str], StreamDefinition | None],
+    def __init__(self, where: Database | str | Path,
+                 stream_lookup: Callable[[str], StreamDefinition | None],
                  clock: Callable[[], float] = time.time) -> None:
-        self._db = Database(db_path, _SCHEMA)
+        with opening("stream events", str(where)):
+            self._db = open_database(where, "events")
+        try:
+            with opening("stream events", self._db.describe()):
+                migrate(self._db, SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
         self._lookup = stream_lookup
         self._clock = clock
         self._lock = threading.Lock()
         self._states: dict[tuple[str, str], EventState] = {}
         self._version = 0  # bumped whenever what policies see changes
+        self._holds: dict[tuple[str, str], float] = {}  # as `tick` last read them
         # Called (outside the lock) with the streams whose environment attributes changed.
         self._listeners: list[Callable[[frozenset[str]], None]] = []
 
@@ -275,9 +294,15 @@ class StreamEvents:
         return True
 
     def tick(self) -> bool:
-        """Close the events whose hold ran out; True when something closed."""
+        """Close the events whose hold ran out; True when something closed. While the store
+        cannot be read (StoreUnavailable: logged once by the store), the holds last read still
+        close what they would: an event closes on time, never late."""
         now = self._clock()
-        holds = {(d.stream, d.name): d.hold for d in self.all()}
+        try:
+            holds = {(d.stream, d.name): d.hold for d in self.all()}
+            self._holds = holds
+        except StoreUnavailable:
+            holds = self._holds
         with self._lock:
             closed = [k for k, s in self._states.items()
                       if s.open and now - s.last_match > holds.get(k, 0.0)]

@@ -6,8 +6,8 @@ written to a hidden temporary file in the stream's ingest directory (Spark's fil
 names starting with `.`) and renamed into place with `os.replace`, so Spark never sees half a
 batch. Each record gets `_xsg_seq`, a per-stream, strictly increasing integer that the runtime
 uses to order tuples for tuple windows (the file source does not keep arrival order within a
-micro-batch); the counter is persisted in the same database, so it keeps increasing after a
-restart.
+micro-batch); the counter is persisted in the catalogue's database, so it keeps increasing after
+a restart.
 
 For a `kafka` stream, `append_records` validates the batch the same way and produces its
 records to the stream's topic, returning once the broker acknowledged them all
@@ -148,8 +148,10 @@ class RecordIngest:
         with self.lock(d.name):
             tmp = directory / f".incoming-{secrets.token_hex(8)}.json.tmp"
             with self._db.transaction() as db:
-                row = db.execute("SELECT next_seq, schema_json FROM streams WHERE name = ?",
-                                 (d.name,)).fetchone()
+                # the stream's row stays locked until the counter is written (PostgreSQL: also
+                # against another process appending to the same stream)
+                row = db.execute("SELECT next_seq, schema_json FROM streams WHERE name = ?"
+                                 + self._db.dialect.for_update, (d.name,)).fetchone()
                 if row is None or self._deleting(d.name):
                     # deleted since it was looked up: nothing written, nothing recreated
                     raise StreamNotFound(f"no stream named {name!r}")

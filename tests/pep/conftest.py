@@ -89,8 +89,9 @@ def write_auth(path) -> None:
 
 
 def build_gateway(data_dir, runtime, heartbeat: float = 0.2, interval: float = 0.25,
-                  invalidation=None):
-    """(app, services) over data_dir, with `runtime` in place of Spark's."""
+                  invalidation=None, store=None):
+    """(app, services) over data_dir, with `runtime` in place of Spark's; `store`: the
+    gateway's `store` setting (None: SQLite files under data_dir)."""
     from pep.config import GatewayConfig
     from pep.http.app import create_app
     from pep.services import build_services
@@ -100,6 +101,6 @@ def build_gateway(data_dir, runtime, heartbeat: float = 0.2, interval: float = 0
     if not auth.exists():
         write_auth(auth)
     config = GatewayConfig(data_dir=data_dir, auth_file=auth, policies_dir=None, port=0,
-                           heartbeat=heartbeat, reevaluation_interval=interval)
+                           heartbeat=heartbeat, reevaluation_interval=interval, store=store)
     services = build_services(config, runtime=runtime, invalidation=invalidation)
     return create_app(services=services), services

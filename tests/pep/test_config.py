@@ -79,6 +79,8 @@ def test_paths_lists_and_optional_values(tmp_path):
     ("cors_origins = [1]\n", "cors_origins: expected an array of strings"),
     ("[spark]\n'spark.jars' = ['a']\n", "[spark].spark.jars: expected a string, number or boolean"),
     ("port = \n", "is not valid TOML"),
+    ("store = 'sqlite:///x.db'\n", "store: expected a PostgreSQL URL"),
+    ("store = 'postgresql://u:pw@h:99999/x'\n", "store: the port '99999' is not a number"),
 ])
 def test_file_errors_name_the_key_and_the_file(tmp_path, text, message):
     file = toml(tmp_path, text)

@@ -1,5 +1,6 @@
 """Fixtures for the PDP store, API, server and CLI tests: a gateway on a temporary data dir,
-seeded from the repository's policies/, with known tokens."""
+seeded from the repository's policies/, with known tokens; on SQLite and on PostgreSQL
+(`store_url`, tests/conftest.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -109,8 +110,9 @@ def make_config(tmp_path: Path, **overrides) -> GatewayConfig:
 
 
 @pytest.fixture
-def gateway(tmp_path):
-    config = make_config(tmp_path)
+def gateway(tmp_path, store_url):
+    """A gateway on each store: SQLite files, then a PostgreSQL schema of its own."""
+    config = make_config(tmp_path, store=store_url)
     services = build_services(config)
     app = create_app(services=services)
     app.testing = True

@@ -186,12 +186,12 @@ def test_reference_to_missing_policy_is_refused(gateway):
     assert snapshot(gateway) == before
 
 
-def test_restart_keeps_policies_and_does_not_reseed(tmp_path):
+def test_restart_keeps_policies_and_does_not_reseed(tmp_path, store_url):
     from pep.http.app import create_app
     from pep.services import build_services
     from tests.pdp.api.conftest import make_config
 
-    config = make_config(tmp_path)
+    config = make_config(tmp_path, store=store_url)
     services = build_services(config)
     client = create_app(services=services).test_client()
     assert client.delete(f"/policies/{quote(WEATHER_ID, safe='')}",
@@ -201,7 +201,7 @@ def test_restart_keeps_policies_and_does_not_reseed(tmp_path):
     assert r.status_code == 201
     services.close()
 
-    again = build_services(make_config(tmp_path))
+    again = build_services(make_config(tmp_path, store=store_url))
     try:
         assert again.seeded == []  # not empty: the deletion of a seeded policy survives
         assert sorted(again.policies.engine.policies) == [

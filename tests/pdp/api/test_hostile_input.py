@@ -58,9 +58,10 @@ HOSTILE_POLICIES = [
 
 
 @pytest.fixture
-def small_gateway(tmp_path):
-    """A gateway with a 64 KB body limit, so 'huge' stays cheap to test."""
-    services = build_services(make_config(tmp_path, max_content_length=64 * 1024))
+def small_gateway(tmp_path, store_url):
+    """A gateway with a 64 KB body limit, so 'huge' stays cheap to test (on each store)."""
+    services = build_services(make_config(tmp_path, max_content_length=64 * 1024,
+                                          store=store_url))
     app = create_app(services=services)
     yield app.test_client(), services
     services.close()

@@ -12,15 +12,16 @@ from pdp.errors import PolicyLoadError
 from pdp.events import PolicyEvents
 from pdp.request import parse_request
 from pdp.service import PolicyIdMismatchError, PolicyService, seed_store
-from pdp.store import PolicyExistsError, PolicyNotFoundError, SQLitePolicyStore
+from pdp.store import PolicyExistsError, PolicyNotFoundError, SQLitePolicyStore, SQLPolicyStore
 from tests.pdp.api.conftest import POLICIES, simple_policy, xml_request
 
 XML = "application/xacml+xml"
 
 
 @pytest.fixture
-def service(tmp_path):
-    store = SQLitePolicyStore(tmp_path / "p.db")
+def service(storage):
+    """The service over a policy store on each database (`storage`: tests/conftest.py)."""
+    store = SQLPolicyStore(storage.database("policies"))
     svc = PolicyService(store, PolicyEvents())
     yield svc
     store.close()
@@ -163,6 +164,8 @@ def count_compiles(monkeypatch):
 
     calls = []
     real = pdp.engine.compile_document
+    # documents compiled by an earlier test (the same test on the other store) start afresh
+    monkeypatch.setattr(pdp.engine, "_recent", type(pdp.engine._recent)())
     monkeypatch.setattr(pdp.engine, "compile_document",
                         lambda src, **kw: calls.append(src.name) or real(src, **kw))
     return calls

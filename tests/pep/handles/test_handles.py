@@ -19,16 +19,18 @@ REQ = StoredRequest(b"<Request/>", "application/xacml+xml", b"<UserQuery/>", "ap
 
 
 @pytest.fixture
-def env(tmp_path):
-    catalog = StreamCatalog(tmp_path / "s.db", tmp_path / "d")
+def env(tmp_path, storage):
+    """The handle service over a catalogue and a handle store on each database."""
+    catalog = StreamCatalog(storage.database("streams"), tmp_path / "d")
     catalog.register("weather", "nea", [{"name": "samplingtime", "type": "timestamp"},
                                         {"name": "rainrate", "type": "double"},
                                         {"name": "windspeed", "type": "double"}],
                      None, "samplingtime")
-    store = HandleStore(tmp_path / "h.db")
+    store = HandleStore(storage.database("handles"))
     runtime = RecordingRuntime()
     windows = WindowRegistry(new_handle_id=new_handle_id)
     svc = HandleService(store, catalog.get, runtime, windows, max_rows=100)
+    svc.storage = storage  # what a restart opens again (a test attribute)
     yield svc, runtime, windows, catalog, tmp_path
     store.close()
     catalog.close()
@@ -159,6 +161,28 @@ def test_runtime_failure_ends_handle_and_frees_window(env):
     assert r.state is HandleState.ENDED and "runtime" in r.reason and len(windows) == 0
 
 
+@pytest.mark.parametrize("failing", ["for_subject", "insert"])
+def test_a_store_that_fails_while_a_handle_opens_leaves_no_handle_and_no_window(env, monkeypatch,
+                                                                                 failing):
+    """Each store call of an opening may fail (a PostgreSQL store lost: StoreUnavailable): then
+    nothing is granted, nothing attached, and the subject's window is free for its next try."""
+    from pdp.db import StoreUnavailable
+
+    svc, runtime, windows, catalog, _ = env
+    svc.stream_position = catalog.position  # as the gateway's has: an opening reads earlier ones
+
+    def lost(*args, **kwargs):
+        raise StoreUnavailable("the store cannot be reached, nothing was changed: lost")
+
+    monkeypatch.setattr(svc.store, failing, lost)
+    with pytest.raises(StoreUnavailable):
+        open_(svc)
+    monkeypatch.undo()
+    assert not runtime.attached and len(windows) == 0 and svc.list_for("lta") == []
+    record, new = open_(svc)
+    assert new and record.live and record.id in runtime.attached
+
+
 def test_unknown_stream(env):
     svc, *_ = env
     with pytest.raises((NotFound, Unavailable)) as e:
@@ -177,7 +201,7 @@ def test_restart_resumes_with_new_generation(env):
     record, _ = open_(svc)
     svc.shutdown()  # process exit: readers told, handle stays live
     assert svc.get(record.id).live
-    store2 = HandleStore(tmp_path / "h.db")
+    store2 = HandleStore(svc.storage.database("handles"))
     runtime2 = RecordingRuntime()
     windows2 = WindowRegistry(new_handle_id=new_handle_id)
     svc2 = HandleService(store2, catalog.get, runtime2, windows2)
@@ -203,3 +227,17 @@ def test_resume_ends_handle_whose_stream_is_gone(env):
     assert svc2.resume(svc2.get(record.id)) is False
     r = svc2.get(record.id)
     assert r.state is HandleState.ENDED and "stream" in r.reason
+
+
+def test_the_handles_of_a_deleted_stream_are_buried_on_either_store(env):
+    """`bury` (a deleted stream's handles are nobody's to see) in the SQL both stores read."""
+    svc, *_ = env
+    record, _ = open_(svc)
+    store = svc.store
+    assert store.on_stream("WEATHER") == [record.id] and store.on_stream("other") == []
+    store.bury([record.id], "weather")
+    store.bury([record.id], "weather")  # again: kept once
+    assert store.buried(record.id) and store.for_subject("lta") == []
+    store.unbury([record.id])
+    assert not store.buried(record.id)
+    assert [r.id for r in store.for_subject("lta")] == [record.id]

@@ -49,9 +49,10 @@ def windows(starts, keys=None) -> RowBatch:
 
 
 @pytest.fixture
-def env(tmp_path):
+def env(tmp_path, storage):
+    """Handle services paying from a ledger, on each database."""
     clock = Clock()
-    catalog = StreamCatalog(tmp_path / "s.db", tmp_path / "d")
+    catalog = StreamCatalog(storage.database("streams"), tmp_path / "d")
     catalog.register("weather", "nea", [{"name": "samplingtime", "type": "timestamp"},
                                         {"name": "station", "type": "string"},
                                         {"name": "rainrate", "type": "double"}],
@@ -59,8 +60,8 @@ def env(tmp_path):
     made = []
 
     def service(runtime=None):
-        ledger = PrivacyLedger(tmp_path / "privacy.db", clock=clock)
-        store = HandleStore(tmp_path / "h.db")
+        ledger = PrivacyLedger(storage.database("privacy"), clock=clock)
+        store = HandleStore(storage.database("handles"))
         svc = HandleService(store, catalog.get, runtime or RecordingRuntime(),
                             WindowRegistry(new_handle_id=new_handle_id), max_rows=100,
                             privacy=PrivacyGuard(ledger))
@@ -74,10 +75,10 @@ def env(tmp_path):
     catalog.close()
 
 
-def test_the_ledger_counts_a_rolling_period_and_survives_a_restart(tmp_path):
+def test_the_ledger_counts_a_rolling_period_and_survives_a_restart(storage):
     clock = Clock()
     budget = (Budget(1.0, 100),)
-    ledger = PrivacyLedger(tmp_path / "p.db", clock=clock)
+    ledger = PrivacyLedger(storage.database("privacy"), clock=clock)
     assert ledger.spend("lta", "weather", units(0.3), 5, budget)[0] == 3  # 0.9 of 1.0
     clock.t += 60
     assert ledger.spend("lta", "weather", units(0.3), 5, budget)[0] == 0
@@ -86,17 +87,17 @@ def test_the_ledger_counts_a_rolling_period_and_survives_a_restart(tmp_path):
     (state,) = ledger.states("lta", "weather", budget)
     assert state.spent == units(0.9) and state.refills_at(units(0.3)) == clock.t - 60 + 100
     ledger.close()
-    again = PrivacyLedger(tmp_path / "p.db", clock=clock)  # a restart
+    again = PrivacyLedger(storage.database("privacy"), clock=clock)  # a restart
     assert again.states("lta", "weather", budget)[0].spent == units(0.9)
     clock.t += 41  # the first spends leave the period
     assert again.spend("lta", "weather", units(0.3), 5, budget)[0] == 3
     again.close()
 
 
-def test_long_periods_are_kept_in_buckets_that_never_forget_a_spend_early(tmp_path):
+def test_long_periods_are_kept_in_buckets_that_never_forget_a_spend_early(storage):
     clock = Clock(1_800_000_000.5)
     day = (Budget(1.0, 86_400),)  # buckets of 84 s
-    ledger = PrivacyLedger(tmp_path / "p.db", clock=clock)
+    ledger = PrivacyLedger(storage.database("privacy"), clock=clock)
     for _ in range(3):
         assert ledger.spend("lta", "weather", units(0.25), 1, day)[0] == 1
         clock.t += 1_000
@@ -106,7 +107,7 @@ def test_long_periods_are_kept_in_buckets_that_never_forget_a_spend_early(tmp_pa
     first_free = state.refills_at(units(0.5))
     assert spent_at + 86_400 <= first_free <= spent_at + 86_400 + 84
     ledger.close()
-    again = PrivacyLedger(tmp_path / "p.db", clock=clock)  # read back from SQLite
+    again = PrivacyLedger(storage.database("privacy"), clock=clock)  # read back from the store
     assert again.states("lta", "weather", day)[0].spends == state.spends
     clock.t = first_free - 1
     assert again.states("lta", "weather", day)[0].spent == units(0.75)

@@ -55,9 +55,11 @@ class Clock:
 
 
 @pytest.fixture
-def gw(tmp_path):
+def gw(tmp_path, store_url):
     runtime = RecordingRuntime()
-    app, services = build_gateway(tmp_path / "data", runtime, interval=0)  # ticks by hand
+    app, services = build_gateway(tmp_path / "data", runtime, interval=0,  # ticks by hand
+                                  store=store_url)
+    services.store_url = store_url  # what a restart opens again (a test attribute)
     clock = Clock()
     services.stream_events._clock = clock
     client = app.test_client()
@@ -129,7 +131,7 @@ def test_events_survive_a_restart_closed(gw, tmp_path):
     runtime.attached["event:weather:storm"][2]([{"t": "2026-01-01T00:00:00Z"}])
     services.close()
     runtime2 = RecordingRuntime()
-    app2, services2 = build_gateway(tmp_path / "data", runtime2)
+    app2, services2 = build_gateway(tmp_path / "data", runtime2, store=services.store_url)
     try:
         assert "event:weather:storm" in runtime2.attached  # evaluated again
         assert services2.stream_events.environment("weather") == []  # closed until a tuple meets it

@@ -27,8 +27,9 @@ def line(**overrides) -> str:
 
 
 @pytest.fixture
-def catalog(tmp_path):
-    c = StreamCatalog(tmp_path / "streams.db", tmp_path / "data")
+def catalog(tmp_path, storage):
+    """A catalogue on each database (`storage`: tests/conftest.py)."""
+    c = StreamCatalog(storage.database("streams"), tmp_path / "data")
     c.register("weather", "nea", SCHEMA, {"kind": "ingest"}, "samplingtime")
     yield c
     c.close()
@@ -132,12 +133,12 @@ def test_generator_uses_its_builtin_schema(catalog):
                                                   "rate": "0.5"}).name == "gen4"
 
 
-def test_catalogue_survives_restart(tmp_path):
-    c = StreamCatalog(tmp_path / "s.db", tmp_path / "d")
+def test_catalogue_survives_restart(tmp_path, storage):
+    c = StreamCatalog(storage.database("streams"), tmp_path / "d")
     d = c.register("w", "nea", SCHEMA, None, "samplingtime")
     c.append_records("w", (line() + "\n" + line()).encode())
     c.close()
-    c2 = StreamCatalog(tmp_path / "s.db", tmp_path / "d")
+    c2 = StreamCatalog(storage.database("streams"), tmp_path / "d")
     assert c2.get("w") == d
     c2.append_records("w", line().encode())
     assert [r[SEQ_FIELD] for r in read_all(c2, "w")] == [1, 2, 3]

@@ -22,8 +22,9 @@ SCHEMA = [{"name": "ts", "type": "timestamp"}, {"name": "v", "type": "double"}]
 
 
 @pytest.fixture
-def catalog(tmp_path):
-    c = StreamCatalog(tmp_path / "s.db", tmp_path / "d")
+def catalog(tmp_path, storage):
+    """A catalogue on each database (`storage`: tests/conftest.py)."""
+    c = StreamCatalog(storage.database("streams"), tmp_path / "d")
     yield c
     c.close()
 
@@ -63,8 +64,9 @@ def test_a_schema_may_only_grow():
             parse_keep_data(bad)
 
 
-def test_added_attributes_and_settings_persist_and_records_may_leave_the_added_out(tmp_path):
-    c = StreamCatalog(tmp_path / "s.db", tmp_path / "d")
+def test_added_attributes_and_settings_persist_and_records_may_leave_the_added_out(tmp_path,
+                                                                                  storage):
+    c = StreamCatalog(storage.database("streams"), tmp_path / "d")
     c.register("g", "o", SCHEMA, time_attribute="ts", description="first", lateness=2)
     before = c.get("g")
     c.update("g", parse_stream_patch(b'{"add_attributes": [{"name": "w", "type": "long"}],'
@@ -73,7 +75,7 @@ def test_added_attributes_and_settings_persist_and_records_may_leave_the_added_o
     assert before.schema.names == ("ts", "v") and after.schema.names == ("ts", "v", "w")
     assert (before.lateness, after.lateness) == (2.0, None)
     c.close()
-    c = StreamCatalog(tmp_path / "s.db", tmp_path / "d")
+    c = StreamCatalog(storage.database("streams"), tmp_path / "d")
     try:
         e = c.entry("G")
         assert e.optional == ("w",) and e.retention == 60 and e.description == "first"
@@ -160,3 +162,33 @@ def test_kept_files_go_when_their_time_is_over(tmp_path):
     assert lifecycle.sweep_kept(every=0) == 1
     assert sorted(p.name for p in held.iterdir()) == ["b", "stray"]
     assert lifecycle.sweep_kept(every=60) == 0  # at most once a minute
+
+
+def test_a_change_whose_commit_fails_changes_nothing_in_memory_either(catalog, monkeypatch):
+    """The store is lost as the change commits: the stream keeps its combining mode and its
+    visibility (which decisions read from memory), as its row does, and a registration leaves
+    no stream behind."""
+    from contextlib import contextmanager
+
+    from pdp.db import StoreUnavailable
+
+    catalog.register("g", "o", SCHEMA, time_attribute="ts")
+    real = catalog._db.transaction
+
+    @contextmanager
+    def lost_at_commit():
+        with real() as cur:
+            yield cur
+            raise StoreUnavailable("the store cannot be reached, nothing was changed: lost")
+
+    monkeypatch.setattr(catalog._db, "transaction", lost_at_commit)
+    with pytest.raises(StoreUnavailable):
+        catalog.update("g", {"combining": "union", "visibility": "restricted"}, by="o")
+    with pytest.raises(StoreUnavailable):
+        catalog.register("h", "o", SCHEMA, time_attribute="ts", visibility="restricted")
+    monkeypatch.undo()
+    assert catalog.combining("g") is None and catalog.visibility("g") == "listed"
+    assert catalog.entry("g").combining is None and catalog.entry("g").visibility == "listed"
+    assert catalog.visibility("h") is None and catalog.get("h") is None
+    catalog.update("g", {"combining": "union"}, by="o")  # and it works once the store is back
+    assert catalog.combining("g") == "union"

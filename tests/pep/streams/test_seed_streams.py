@@ -10,8 +10,8 @@ from pep.streams.catalog import StreamCatalog
 EXAMPLES = Path(__file__).resolve().parents[3] / "policies" / "streams.json"
 
 
-def test_examples_seed_an_empty_catalogue_once(tmp_path):
-    catalog = StreamCatalog(tmp_path / "streams.db", tmp_path)
+def test_examples_seed_an_empty_catalogue_once(tmp_path, storage):
+    catalog = StreamCatalog(storage.database("streams"), tmp_path)
     try:
         assert seed_streams(catalog, EXAMPLES) == ["weather", "ais", "vitals", "routes",
                                                   "position"]
@@ -30,8 +30,8 @@ def test_examples_seed_an_empty_catalogue_once(tmp_path):
         catalog.close()
 
 
-def test_missing_file_seeds_nothing(tmp_path):
-    catalog = StreamCatalog(tmp_path / "streams.db", tmp_path)
+def test_missing_file_seeds_nothing(tmp_path, storage):
+    catalog = StreamCatalog(storage.database("streams"), tmp_path)
     try:
         assert seed_streams(catalog, tmp_path / "absent.json") == []
         assert catalog.all() == []
@@ -39,8 +39,8 @@ def test_missing_file_seeds_nothing(tmp_path):
         catalog.close()
 
 
-def test_a_catalogue_whose_streams_were_all_deleted_is_not_seeded_again(tmp_path):
-    catalog = StreamCatalog(tmp_path / "streams.db", tmp_path)
+def test_a_catalogue_whose_streams_were_all_deleted_is_not_seeded_again(tmp_path, storage):
+    catalog = StreamCatalog(storage.database("streams"), tmp_path)
     try:
         seed_streams(catalog, EXAMPLES)
         for entry in catalog.all():
