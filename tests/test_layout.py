@@ -113,12 +113,6 @@ def test_flask_stays_at_the_http_edges():
 # what they are for.
 MAX_CHAIN = 2
 MAX_CLASS_LINES = 600
-# Being composed (issue 43): the stream executor's seven layers. Nothing may be added here.
-CHAIN_ALLOWED = {
-    "pep.runtime.executor.StreamExecutor", "pep.runtime.query_lifecycle.QueryLifecycle",
-    "pep.runtime.routing.ResultRouting", "pep.runtime.batch_frames.BatchFrames",
-    "pep.runtime.plan_table.PlanTable",
-}
 
 
 def _project_classes() -> dict[str, tuple[list[str], int]]:
@@ -165,13 +159,7 @@ def test_no_class_chain_deeper_than_two_and_none_too_big():
     def lines(name: str) -> int:
         return classes[name][1] + sum(lines(b) for b in classes[name][0] if b in classes)
 
-    deep = sorted(n for n in classes if not _is_exception(n, classes)
-                  and chain(n) > MAX_CHAIN and n not in CHAIN_ALLOWED)
+    deep = sorted(n for n in classes if not _is_exception(n, classes) and chain(n) > MAX_CHAIN)
     assert deep == [], f"class chains deeper than {MAX_CHAIN}: {deep}"
-    big = sorted(f"{n} ({lines(n)} lines)" for n in classes
-                 if lines(n) > MAX_CLASS_LINES and n not in CHAIN_ALLOWED)
+    big = sorted(f"{n} ({lines(n)} lines)" for n in classes if lines(n) > MAX_CLASS_LINES)
     assert big == [], f"classes over {MAX_CLASS_LINES} lines with their bases: {big}"
-    # the allowance only shrinks: a name that no longer needs it leaves the list
-    needless = sorted(n for n in CHAIN_ALLOWED
-                      if n in classes and chain(n) <= MAX_CHAIN and lines(n) <= MAX_CLASS_LINES)
-    assert needless == [], f"remove from CHAIN_ALLOWED: {needless}"

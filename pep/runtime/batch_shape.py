@@ -1,6 +1,7 @@
 """The shape of a micro-batch's jobs: what the attached plans read (projected, filtered, aggregated
 and grouped attributes, which partials, masks, spatial tests), never how many plans there are or
-their constants, so that the physical plans depend on it alone (`plan_table.py` computes it)."""
+their constants, so that the physical plans depend on it alone (`query/plan_table.py` computes
+it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

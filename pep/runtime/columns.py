@@ -1,9 +1,9 @@
 """The names of the runtime's own columns, beside a stream's attributes (no Spark here).
 
 Every source frame carries `SEQ_COLUMN` and `FILE_COLUMN` (`sources.py`); the shared query's
-jobs add the others (`batch_frames.py`, `plan_expressions.py`) and read them back from Arrow
-(`routing.py`). In one low module so that sources, spatial predicates, joins and the shared
-query name them alike without importing each other."""
+jobs add the others (`query/rows_job.py`, `query/panes_job.py`, `plan_expressions.py`) and read
+them back from Arrow (`query/router.py`). In one low module so that sources, spatial
+predicates, joins and the shared query name them alike without importing each other."""
 from __future__ import annotations
 
 SEQ_COLUMN = "_xsg_seq"    # a per-stream increasing position, when the source has one

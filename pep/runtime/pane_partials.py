@@ -2,7 +2,7 @@
 driver, and the pane layout of a window plan (numpy; no Spark).
 
 `Part` names the partial aggregates (count, sum, min, max, bitwise OR, first, last, and the event
-times of first and last) in one place for both sides: the panes job (`batch_frames.py`) builds
+times of first and last) in one place for both sides: the panes job (`query/panes_job.py`) builds
 `<slot>_<code>` columns, this module and `windows.py` read and merge `<code><j>` columns. A
 batch's partials are merged into the stored ones here (`collapse`); `windows.py` combines them
 into windows.
@@ -46,7 +46,7 @@ Columns = dict[str, np.ndarray]
 
 class Part(StrEnum):
     """A pane's partial aggregates of one attribute, one code each: the driver's columns are
-    `<code><j>` (attribute j of the plan), the panes job's `<slot>_<code>` (`batch_frames.py`).
+    `<code><j>` (attribute j of the plan), the panes job's `<slot>_<code>` (`query/panes_job.py`).
     The codes are column names only, never stored (no checkpoint holds them)."""
 
     COUNT = "c"  # non-null values (always wanted: it says whether a pane holds a value)

@@ -164,7 +164,7 @@ def _matches(plan: Column, spatial: bool, masked: bool = False, kafka: bool = Fa
     seq = F.col(SEQ_COLUMN)
     start_after = plan[PlanField.START_AFTER]
     started = start_after.isNull() | seq.isNull() | (seq > start_after)
-    if kafka:  # over the base select's output (batch_frames), which read the position
+    if kafka:  # over the base select's output (query/batch_columns.py), which read the position
         started = started & kafka_admits(plan[PlanField.START_OFFSETS], read_back=True)
     return started & F.exists(plan[PlanField.CONJUNCTS], lambda conj: F.forall(
         conj, lambda p: _predicate_holds(p, spatial, plan if masked else None)))
@@ -215,7 +215,7 @@ def masked_emissions(kinds: tuple[int, ...], spatial: bool, masked_filters: bool
 FEW_PLANS = 8
 
 
-NO_PLAN = -1  # no plan id: they count from 1 (executor_state)
+NO_PLAN = -1  # no plan id: they count from 1 (query/registry.py)
 
 
 def few_plans_column(plans: list[tuple[int, CompiledPlan]],

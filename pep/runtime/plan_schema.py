@@ -1,7 +1,7 @@
 """The plan table's layout: one row holding every attached plan as a struct (kind, conjuncts of
 predicate structs, start position, pane width, attribute indices, bounds, masks), built from
-Arrow (`plan_table.py`) and read by the expressions of `plan_expressions.py` and
-`batch_frames.py`.
+Arrow (`query/plan_table.py`) and read by the expressions of `plan_expressions.py` and
+`query/rows_job.py` and `query/panes_job.py`.
 
 The struct fields keep one- or two-letter names: they are spelled out in every micro-batch's
 plan, whose analysis grows with the expression's text. `PlanField` and `PredicateField` name

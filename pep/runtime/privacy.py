@@ -9,11 +9,12 @@ a plan without privacy), read by index with the attribute index the value itself
 with. The expression is part of the panes job only while some attached window plan is private
 (`Shape.clamped`), so no other plan's physical plan changes.
 
-Private window plans never take the rows path (`handle_registry._rows_mode`): there the raw tuples
-would reach the driver and be aggregated there, unclamped by Spark.
+Private window plans never take the rows path (`query/registry.py`, `_rows_mode`): there the raw
+tuples would reach the driver and be aggregated there, unclamped by Spark.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pyspark.sql import Column
@@ -23,7 +24,7 @@ from pep.runtime.compile import CompiledWindow
 from pep.runtime.plan_schema import PlanField
 
 
-def bound_arrays(window: CompiledWindow | None, index: dict[str, int]
+def bound_arrays(window: CompiledWindow | None, index: Mapping[str, int]
                  ) -> tuple[list[float | None] | None, list[float | None] | None]:
     """The plan table's `lo` and `hi` for a window (None, None: nothing is clamped)."""
     if window is None or window.privacy is None:

@@ -5,7 +5,7 @@ runtime used to count a batch's rows itself with `DataFrame.observe` in every mi
 DataFrame analysed per batch, a metrics node in the job, and a wait for its result, ~25 ms of
 a Kafka batch of 10,000 records. A Kafka source has no stream positions (`_xsg_seq`), so its
 rows count is all the observation gave: its queries take the count from here instead (sources
-with positions still observe their highest one; see `executor.py`).
+with positions still observe their highest one; see `query/runner.py`).
 
 One listener per SparkSession, shared by its queries; each query registers its name before it
 starts (a name, not an id: the first progress can come before `start()` returned the id).

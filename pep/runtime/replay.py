@@ -7,7 +7,7 @@ and the offsets the query started from to `<checkpoint>/sources/0/0`; micro-batc
 is not run again at a restart, and the rows it gave the handles died with the process if their
 readers had not read them. Kafka keeps the records, and a replayable plan's rows of a batch
 depend on that batch's records alone (`pep.core.plan.replayable`), in the batch's own order:
-so the restart reads those ranges again (`StreamExecutor.replay`) and hands each handle the
+so the restart reads those ranges again (`query/kafka_replay.py`) and hands each handle the
 same rows under the same ids (`pep.handles.buffer`, positioned buffers). Only batches whose
 every record the topic still holds are read again (retention may have removed older ones), and
 only those whose start Spark's log still names (it keeps the last 100 by default).

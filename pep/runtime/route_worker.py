@@ -18,7 +18,7 @@ What stays exact:
   waits for it (`drain`) before building a batch whose plans have windows;
 - revocation: delivery checks each handle under its lock, wherever it runs (`delivery.py`);
 - stop: stopping waits for the batch in flight to be routed before the last delivered batch is
-  written down for a resumed query (`query_lifecycle.py`);
+  written down for a resumed query (`query/lifecycle.py`);
 - errors: a routing failure is recorded at once and raised by the batch that comes next (it
   fails the query, as a failure in the batch did).
 """

@@ -17,8 +17,9 @@ from pep.core.rows import RowBatch
 from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS, Janitor,
                                      Retention, StreamCheckpoint)
 from pep.runtime.compile import CompiledPlan, CompiledUnion, PlanError, compile_plan, compile_union
-from pep.runtime.executor import StreamExecutor
-from pep.runtime.executor_state import DEFAULT_TUPLE_PANE_MIN, Deliver
+from pep.runtime.delivery import Deliver
+from pep.runtime.query.executor import StreamExecutor
+from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN
 from pep.runtime.lateness import LateBatches
 from pep.runtime.mask_keys import MaskKeys
 
@@ -146,8 +147,8 @@ class StreamRuntime:
                     executor.add_handle(old_id, old_plan, old_deliver)
                 executor.add_handle(handle_id, compiled, deliver)
                 if self._restoring:
-                    # started once every restored handle of the stream is attached
-                    executor.replay_pending = True
+                    # started once every restored handle of the stream is attached, after the
+                    # replay it owes them (`end_restore`)
                     self._held.append(executor)
                 else:
                     executor.start()
@@ -160,7 +161,7 @@ class StreamRuntime:
     def restoring(self) -> Iterator[None]:
         """While the gateway restores its handles after a start: a stream's query starts once
         all of them are attached, and a Kafka stream's restored handles are first given again
-        the rows their readers may not have read (`StreamExecutor.replay`)."""
+        the rows their readers may not have read (`pep.runtime.query.kafka_replay`)."""
         self.begin_restore()
         try:
             yield
@@ -180,9 +181,9 @@ class StreamRuntime:
             held, self._held = self._held, []
         for executor in held:
             try:
-                executor.start()
+                executor.start(replay=True)
             except Exception as exc:  # noqa: BLE001 - the other streams start all the same
-                executor.stats_counters["last_error"] = f"{type(exc).__name__}: {exc}"
+                executor.failed(exc)
                 log.exception("stream %s: its query did not start after the restore",
                               executor.definition.name)
 
@@ -216,7 +217,7 @@ class StreamRuntime:
         if stream.schema != old.schema:
             executor.restart(stream)  # raises ValueError unless attributes were only added
         else:
-            executor.definition = stream
+            executor.redefine(stream)
         executor.lateness = self._lateness(stream)
         log.info("stream %s redefined (%d attributes, lateness %.1f s)", stream.name,
                  len(stream.schema.fields), executor.lateness)

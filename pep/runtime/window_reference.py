@@ -1,6 +1,6 @@
 """A pure-Python reference of Spark's share of window work: pane partials from plain rows, and
 windows fed with plain rows (`TupleWindows`, `TimeWindows`), for tests and tools. The gateway
-itself never runs this: Spark computes the partials (`batch_frames.py`)."""
+itself never runs this: Spark computes the partials (`query/panes_job.py`)."""
 from __future__ import annotations
 
 import math

@@ -6,7 +6,7 @@ pure-Python reference of Spark's share for tests.
 
 Spark computes, per micro-batch, partial aggregates per (plan, key, pane): the tuples of a pane,
 and per aggregated attribute the count of non-null values, their sum, min, max, first and last
-(`batch_frames.py`). A window of size N and step M is a run of N/P consecutive panes of P =
+(`query/panes_job.py`). A window of size N and step M is a run of N/P consecutive panes of P =
 gcd(N, M) (tuples or seconds), starting every M/P panes. This module keeps, per plan and key,
 the panes of the windows that are still open, merges the new partials in, and combines panes
 into the windows that are complete. Combining is O(1) per window whatever N/P: panes lie in

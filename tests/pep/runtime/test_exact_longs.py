@@ -137,7 +137,7 @@ def run_plans(spark, frame, plans: list[ExecutionPlan], tuple_pane_min: int = 8
               ) -> list[set[int]]:
     """One micro-batch of a fresh executor with these plans; each plan's delivered k values
     (a window plan's from its windows of one tuple: `max_k`)."""
-    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.query.executor import StreamExecutor
     work = Path(tempfile.mkdtemp(prefix="xsg-exact-"))
     sd = StreamDefinition("exact", "o", SCHEMA, SourceSpec("ingest", (("path", str(work)),)),
                           time_attribute="t")
@@ -146,7 +146,7 @@ def run_plans(spark, frame, plans: list[ExecutionPlan], tuple_pane_min: int = 8
     for i, plan in enumerate(plans):
         ex.add_handle(f"h{i}", compile_plan(plan, SCHEMA, "t"),
                       lambda batch, i=i: got[i].extend(json.loads(t) for t in batch.rows) or True)
-    ex._on_batch(frame, 0)
+    ex.lifecycle.on_batch(frame, 0)
     ex.wait_delivered()
     out = []
     for plan, rows in zip(plans, got):

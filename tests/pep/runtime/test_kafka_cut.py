@@ -47,7 +47,7 @@ def admitted(cut: tuple[int, ...] | None, v_min: float = -1.0) -> list[int]:
 
 
 def run(spark, frame, plans: list[ExecutionPlan]) -> list[list[dict]]:
-    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.query.executor import StreamExecutor
     work = Path(tempfile.mkdtemp(prefix="xsg-kcut-"))
     ex = StreamExecutor(spark, stream(), work, 0.25, 2, 0.0, lambda h: None)
     got: list[list[dict]] = [[] for _ in plans]
@@ -55,7 +55,7 @@ def run(spark, frame, plans: list[ExecutionPlan]) -> list[list[dict]]:
         ex.add_handle(f"h{i}", compile_plan(plan, SCHEMA, "ts"),
                       lambda batch, i=i: got[i].extend(json.loads(t) for t in batch.rows)
                       or True)
-    ex._on_batch(frame, 0)
+    ex.lifecycle.on_batch(frame, 0)
     ex.wait_delivered()
     return got
 

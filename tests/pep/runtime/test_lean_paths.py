@@ -59,7 +59,7 @@ def test_source_frame_reused_but_checks_still_run(spark, tmp_path):
 def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
     from pep.runtime.compile import compile_plan
     from pep.runtime.columns import PIDS_COLUMN
-    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.query.executor import StreamExecutor
     from pep.runtime.sources import SEQ_COLUMN
     ex = StreamExecutor(spark, definition(tmp_path), tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -70,16 +70,16 @@ def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
 
     def attach(handle, plan):
         ex.add_handle(handle, compile_plan(plan, SCHEMA, "ts"), lambda rows: True)
-        plans, version = ex._current()
-        shape = ex._shape_of(plans, version)
-        _, scalar = ex._plan_table(plans, version, shape)
+        plans, version = ex.registry.current()
+        shape = ex.table.shape_of(plans, version)
+        _, scalar = ex.table.plan_table(plans, version, shape)
         return shape, scalar
 
     # filters on `station` and `ok` but projects `hum`: the filter reads them in Spark only,
     # and only the tuples that pass come back
     shape, scalar = attach("a", ExecutionPlan(
         "lean", ((Predicate("station", "=", "s1"), Predicate("ok", "=", True)),), ("hum",)))
-    arrow = ex.rows_frame(batch, scalar, shape).toArrow()
+    arrow = ex.rows.rows_frame(batch, scalar, shape).toArrow()
     assert arrow.column_names == ["hum", SEQ_COLUMN, PIDS_COLUMN]  # ingest: _xsg_seq orders
     assert arrow.column("hum").to_pylist() == [i for i in range(12) if i % 3 == 1 and i % 2 == 0]
     # a window with wide panes adds nothing to the rows: its tuples become panes in Spark
@@ -87,7 +87,7 @@ def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
         "lean", None, ("temp",), WindowSpec("tuple", 8, 8, (Aggregate("temp", "avg"),))))
     assert shape.plain_columns == ("hum",) and shape.tuple_windows
     assert shape.slots == (("d0", "d", frozenset({"c", "s"})),)
-    panes = ex.panes_frame(batch, scalar, shape).toArrow()
+    panes = ex.panes.panes_frame(batch, scalar, shape).toArrow()
     assert panes.num_rows == 2  # 12 tuples, panes of 8
     assert sorted(panes.column("rows").to_pylist()) == [4, 8]
     # a tuple window with narrow panes (here 2) reads its tuples from the rows
@@ -96,8 +96,8 @@ def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
     assert shape.plain_columns == ("hum", "ok")
     ex.remove_handle("a")
     ex.remove_handle("c")
-    plans, version = ex._current()
-    assert ex._shape_of(plans, version).plain_columns == ()
+    plans, version = ex.registry.current()
+    assert ex.table.shape_of(plans, version).plain_columns == ()
 
 
 def test_the_spatial_branch_is_in_the_filter_only_when_a_plan_needs_it(spark):

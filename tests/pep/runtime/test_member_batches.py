@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from pep.runtime.pane_partials import NO_SEQ
-from pep.runtime.routing import _member_batches
+from pep.runtime.query.router import _member_batches
 
 
 def table(n: int, rng: random.Random) -> tuple[pa.Table, np.ndarray]:

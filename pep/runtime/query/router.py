@@ -1,6 +1,7 @@
 """A micro-batch's results into handles: the rows job's rows ordered, encoded once per projection
 and given to each plain plan (and union of grants); tuple windows' rows and the panes job's
-partials into windows (`windows.py`); delivery under each handle's lock.
+partials into windows (`windows.py`); delivery under each handle's lock. Runs on the query's
+route worker, one batch behind the query (`route_worker.py`), or in the replay before it starts.
 """
 from __future__ import annotations
 
@@ -13,27 +14,72 @@ import pyarrow.compute as pc
 
 from pep.core.labels import LabelError, Lattice
 from pep.core.rows import RowBatch
-from pep.runtime.encode import json_array, value_texts
-from pep.runtime.matcher import GroupedMatcher
-from pep.runtime.union import member_masks, merged_rows, tag_rows
-from pep.runtime.pane_partials import (KEY_SEP, NO_SEQ, PARTS, PaneLayout, empty_partials,
-                                       partials_from_arrow, partials_from_values)
+from pep.runtime.batch_shape import Shape
 from pep.runtime.columns import BITS_COLUMN, PIDS_COLUMN, SEQ_COLUMN
 from pep.runtime.delivery import deliver_to
-from pep.runtime.executor_state import AttachedHandle, PlanState, UnionState
-from pep.runtime.batch_shape import Shape
-from pep.runtime.batch_frames import BatchFrames
+from pep.runtime.encode import json_array, value_texts
+from pep.runtime.matcher import GroupedMatcher
+from pep.runtime.pane_partials import (KEY_SEP, NO_SEQ, PARTS, PaneLayout, empty_partials,
+                                       partials_from_arrow, partials_from_values)
+from pep.runtime.query.batch_columns import order_columns
+from pep.runtime.query.figures import QueryFigures
+from pep.runtime.query.registry import AttachedHandle, PlanRegistry, PlanState, UnionState
+from pep.runtime.query.settings import StreamLayout
+from pep.runtime.union import member_masks, merged_rows, tag_rows
 
 
-class ResultRouting(BatchFrames):
-    """The jobs' Arrow results into `RowBatch`es, delivered to each plan's handles."""
+class ResultRouter:
+    """The jobs' Arrow results into `RowBatch`es, delivered to each plan's handles; which
+    micro-batch is being delivered and the last one delivered in full."""
 
-    def _route_rows(self, arrow: pa.Table, plans: list[PlanState], shape: Shape,
+    def __init__(self, layout: StreamLayout, registry: PlanRegistry, figures: QueryFigures,
+                 lateness: float) -> None:
+        self._layout = layout
+        self._registry = registry
+        self._figures = figures
+        self.lateness = lateness  # seconds: a time window's tuples this late still count
+        # Kafka: deliveries carry their micro-batch (`RowBatch.batch`, counted from the
+        # checkpoint's `batch_base`), which positioned buffers name their rows by; set by the
+        # one thread routing a batch (the route worker, or the replay before the query starts)
+        self._batch_base = 0
+        self._routing_batch: int | None = None
+        self._completed_batch = -1  # the last batch whose every delivery was made
+
+    def redefine(self, layout: StreamLayout) -> None:
+        """The stream's definition changed."""
+        self._layout = layout
+
+    # ----- which micro-batch ------------------------------------------------------------------
+    def resume(self, batch_base: int, completed_batch: int) -> None:
+        """A query starts on its checkpoint: its batches are numbered from `batch_base` in the
+        deliveries, and `completed_batch` (and those before it) were delivered in full."""
+        self._batch_base = batch_base
+        self._completed_batch = completed_batch
+
+    @property
+    def completed_batch(self) -> int:
+        return self._completed_batch
+
+    def position(self, batch_id: int) -> int:
+        """A batch's number in the deliveries (`RowBatch.batch`)."""
+        return self._batch_base + batch_id
+
+    def begin(self, batch_id: int | None) -> None:
+        """The batch whose results are routed next (None: no batch's)."""
+        self._routing_batch = None if batch_id is None else self._batch_base + batch_id
+
+    def delivered(self, batch_id: int) -> None:
+        """Every delivery of the batch was made."""
+        self._completed_batch = max(self._completed_batch, batch_id)
+
+    # ----- rows and windows into handles ------------------------------------------------------
+
+    def route_rows(self, arrow: pa.Table, plans: list[PlanState], shape: Shape,
                     grouped: GroupedMatcher | None = None,
                     unions: list[UnionState] | None = None) -> list[str]:
         """Deliver the rows job's rows to `plans`' handles and to the unions of grants (those
         given; None: every union with handles)."""
-        keys = [(c, "ascending", "at_end") for c in self._order_columns(shape)]
+        keys = [(c, "ascending", "at_end") for c in order_columns(self._layout, shape)]
         arrow = arrow.take(pc.sort_indices(arrow, sort_keys=keys))
         if grouped is not None:  # a plan's pairs together, in stream order
             plan_ids, row_ids = grouped.pairs(arrow.column(BITS_COLUMN).combine_chunks())
@@ -66,7 +112,7 @@ class ResultRouting(BatchFrames):
                                             seqs)
             elif state.handles:  # a member of unions only is delivered through them, below
                 projection = state.compiled.projection
-                sources = tuple(self.row_columns(state.compiled, projection))
+                sources = tuple(self._layout.row_columns(state.compiled, projection))
                 groups.setdefault((projection, sources), []).append(state)
         for (projection, sources), members in groups.items():
             for state, out in zip(members, _member_batches(
@@ -82,9 +128,7 @@ class ResultRouting(BatchFrames):
                       plans: list[PlanState], only: list[UnionState] | None = None
                       ) -> list[str]:
         """Each union's plain members' rows, merged per tuple (`pep.runtime.union`)."""
-        with self._lock:
-            unions = [u for u in (self._unions.values() if only is None else only)
-                      if u.handles]
+        unions = self._registry.unions(only)
         if not unions:
             return []
         states = {s.id: s for s in plans}
@@ -96,7 +140,7 @@ class ResultRouting(BatchFrames):
                 continue
             mask = member_masks(arrow.num_rows, row_ids, bounds, members)
             projections = {bit: states[pid].compiled.projection for bit, pid in members}
-            out = merged_rows(arrow, mask, projections, self._field_names, _json_texts, seqs,
+            out = merged_rows(arrow, mask, projections, self._layout.field_names, _json_texts, seqs,
                               NO_SEQ)
             if out is not None:
                 closed += self._deliver_to(list(union.handles.values()), out)
@@ -110,8 +154,8 @@ class ResultRouting(BatchFrames):
         w = windows.window
         take = pa.array(idx)
         keys = None
-        column = dict(zip(self._field_names, self.row_columns(state.compiled,
-                                                              self._field_names)))
+        names = self._layout.field_names
+        column = dict(zip(names, self._layout.row_columns(state.compiled, names)))
         if w.keys:
             texts = [value_texts(arrow.column(column[k]).take(take)) for k in w.keys]
             joined = texts[0] if len(texts) == 1 else \
@@ -130,7 +174,7 @@ class ResultRouting(BatchFrames):
                                              result.last_position))
 
     # ----- window plans: panes into windows ---------------------------------------------------
-    def _route_panes(self, arrow: pa.Table | None, plans: list[PlanState], shape: Shape
+    def route_panes(self, arrow: pa.Table | None, plans: list[PlanState], shape: Shape
                      ) -> list[str]:
         bounds: dict[int, tuple[int, int]] = {}
         if arrow is not None and arrow.num_rows:
@@ -168,17 +212,14 @@ class ResultRouting(BatchFrames):
         closed = self._deliver_to(list(state.handles.values()), out)
         if state.unions and state.windows is not None:
             # a windowed member's windows go to its unions' handles, tagged with its index
-            with self._lock:
-                targets = [(self._unions[key], index) for key, index in state.unions.items()
-                           if key in self._unions]
-            for union, index in targets:
+            for union, index in self._registry.union_targets(state):
                 closed += self._deliver_to(list(union.handles.values()), tag_rows(out, index))
         return closed
 
     def _deliver_to(self, handles: list[AttachedHandle], out: RowBatch) -> list[str]:
-        if self._positions and self._routing_batch is not None:
+        if self._layout.kafka and self._routing_batch is not None:
             out = replace(out, batch=self._routing_batch)  # its micro-batch (Kafka)
-        return deliver_to(handles, out, self.stats_counters)
+        return deliver_to(handles, out, self._figures.counters)
 
 
 def _family_values(column: pa.ChunkedArray, ftype: str, lattice: Lattice | None = None
@@ -275,4 +316,4 @@ def _projected(arrow: pa.Table, projection: tuple[str, ...], sources: tuple[str,
     return arrow.select(list(sources)).rename_columns(list(projection)).take(pa.array(rows))
 
 
-__all__ = ["ResultRouting"]
+__all__ = ["ResultRouter"]

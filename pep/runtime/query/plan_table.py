@@ -1,38 +1,63 @@
 """The batch's shape (what the attached plans read, never how many there are) and the plan table:
 every attached plan as a struct of one row (`plan_schema.py`), rebuilt from Arrow when the set of
-plans changes or a tuple window's open pane moves.
+plans changes, a tuple window's open pane moves or a DISTANCE_TO anchor moves (the anchors'
+positions are kept here: `anchors`).
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 
+from pep.runtime.batch_shape import Shape
 from pep.runtime.compile import FAMILIES, MASKED_KIND, CompiledPlan, row_attributes
 from pep.runtime.masks import mask_struct
-from pep.runtime.privacy import bound_arrays, is_private
-from pep.runtime.spatial import predicate_struct
-from pep.runtime.columns import HASHED_PREFIX
+from pep.runtime.plan_expressions import value_arrays
 from pep.runtime.plan_schema import FAMILY_FIELDS, PLAIN, PLAN_TABLE_ARROW, TIME_KINDS, PlanField
-from pep.runtime.executor_state import PlanState
-from pep.runtime.handle_registry import HandleRegistry
-from pep.runtime.batch_shape import Shape
+from pep.runtime.privacy import bound_arrays, is_private
+from pep.runtime.query.registry import PlanState
+from pep.runtime.query.settings import StreamLayout
+from pep.runtime.spatial import AnchorTracker, predicate_struct
 
 
-class PlanTable(HandleRegistry):
-    """The attached plans as data (one row of plan structs) and the batch's `Shape`."""
+class PlanTable:
+    """The attached plans as data (one row of plan structs) and the batch's `Shape`, each
+    cached for the registry's version it was built for."""
 
-    def _prepare_plans(self) -> None:
-        plans, version = self._current()
+    def __init__(self, spark: SparkSession, layout: StreamLayout,
+                 mask_key: Callable[[str], bytes] | None) -> None:
+        self._spark = spark
+        self._layout = layout
+        self._mask_key_of = mask_key
+        self.anchors = AnchorTracker(spark, value_arrays, layout.schema)  # DISTANCE_TO
+        self._table: tuple[Any, DataFrame | None, Column | None] | None = None
+        self._table_lock = threading.Lock()
+        self._shape: tuple[int, Shape] | None = None
+
+    def redefine(self, layout: StreamLayout, restarted: bool) -> None:
+        """The stream's definition changed; `restarted`: its schema grew (the query restarts),
+        so the shape and the table are built again and the anchors carried over to it."""
+        self._layout = layout
+        if restarted:
+            self.anchors = self.anchors.with_schema(layout.schema)
+            with self._table_lock:
+                self._table = None
+            self._shape = None
+
+    def prepare(self, plans: list[PlanState], version: int) -> None:
+        """Build the shape and the table ahead of the first micro-batch."""
         if plans:
-            shape = self._shape_of(plans, version)
-            self._plan_table(plans, version, shape)
+            shape = self.shape_of(plans, version)
+            self.plan_table(plans, version, shape)
 
-    def _shape_of(self, plans: list[PlanState], version: int) -> Shape:
+    def shape_of(self, plans: list[PlanState], version: int) -> Shape:
         cached = self._shape
         if cached is not None and cached[0] == version:
             return cached[1]
+        names, types = self._layout.field_names, self._layout.types
         plain: set[str] = set()
         keys: set[str] = set()
         read: set[str] = set()
@@ -43,11 +68,10 @@ class PlanTable(HandleRegistry):
         hashed: set[str] = set()
         for s in plans:
             if s.rows:
-                hashed.update(self._field_names[i - 1] for i, m in s.compiled.masks
-                              if m.kind == "hash" and self._types[self._field_names[i - 1]]
-                              == "long")
+                hashed.update(names[i - 1] for i, m in s.compiled.masks
+                              if m.kind == "hash" and types[names[i - 1]] == "long")
             for conj in s.compiled.conjuncts:
-                read.update(self._field_names[i - 1] for row in conj for i in row_attributes(row))
+                read.update(names[i - 1] for row in conj for i in row_attributes(row))
             w = s.compiled.window
             if w is None:
                 plain.update(s.compiled.projection)
@@ -74,15 +98,15 @@ class PlanTable(HandleRegistry):
                 ordered |= any(f in ("firstval", "lastval") for _, f, _ in w.aggregates)
         if masked:
             read.update(keys)  # every plan's keys are computed from the values then
-            if self._full_order and self._time_attr:
+            if self._layout.full_order and self._layout.time_attr:
                 # the time that orders tuples is read under each plan's mask of it
-                read.add(self._time_attr)
-        order = list(self._field_names)
+                read.add(self._layout.time_attr)
+        order = list(names)
         slot_list = tuple((name, name[0], frozenset(parts)) for fam in "dls"
                           for name, parts in sorted(slots.items(), key=lambda kv: int(kv[0][1:]))
                           if name[0] == fam)
         shape = Shape(tuple(n for n in order if n in plain), tuples, timed, slot_list,
-                      tuple(n for n in order if n in keys), ordered, self._full_order,
+                      tuple(n for n in order if n in keys), ordered, self._layout.full_order,
                       single, frozenset(read),
                       any(len(row) > 5 for s in plans for conj in s.compiled.conjuncts
                           for row in conj),
@@ -101,14 +125,14 @@ class PlanTable(HandleRegistry):
                      if s.windows is not None and s.windows.layout.width > 1
                      and not s.windows.layout.timed)
 
-    def _plan_table(self, plans: list[PlanState], version: int, shape: Shape
-                    ) -> tuple[DataFrame | None, Column | None]:
+    def plan_table(self, plans: list[PlanState], version: int, shape: Shape
+                   ) -> tuple[DataFrame | None, Column | None]:
         """The plans as one row of data (and its scalar-subquery column), rebuilt only when the
         set of plans changed or a tuple window's open pane moved (pane width > 1).
 
         Built in the gateway's session (the batch of the query's cloned session reads a
         LocalRelation from it just as well)."""
-        key = (version, self._offsets(plans), self._anchors.version)
+        key = (version, self._offsets(plans), self.anchors.version)
         with self._table_lock:  # start() and the first micro-batch may ask at once
             cached = self._table
             if cached is not None and cached[0] == key:
@@ -119,6 +143,7 @@ class PlanTable(HandleRegistry):
             return frame, scalar
 
     def _build_table(self, plans: list[PlanState], shape: Shape) -> DataFrame | None:
+        index, types = self._layout.index, self._layout.types
         data = []
         for s in plans:
             c = s.compiled
@@ -128,7 +153,7 @@ class PlanTable(HandleRegistry):
                 PlanField.ID: s.id, PlanField.KIND: PLAIN, PlanField.START_AFTER: c.start_after,
                 PlanField.START_OFFSETS: (None if c.start_offsets is None
                                           else list(c.start_offsets)),
-                PlanField.CONJUNCTS: [[predicate_struct(r, self._anchors.segments) for r in conj]
+                PlanField.CONJUNCTS: [[predicate_struct(r, self.anchors.segments) for r in conj]
                                       for conj in c.conjuncts],
                 PlanField.PANE_WIDTH: None, PlanField.PANE_OFFSET: None,
                 PlanField.TIME_INDEX: None, PlanField.TIME_KIND: None, PlanField.KEYS: [],
@@ -137,17 +162,17 @@ class PlanTable(HandleRegistry):
             w = c.window
             windows = s.windows
             if w is not None and windows is not None:
-                lo, hi = bound_arrays(w, self._index)
+                lo, hi = bound_arrays(w, index)
                 row.update({PlanField.KIND: s.kind, PlanField.PANE_WIDTH: windows.layout.width,
                             PlanField.LOW: lo, PlanField.HIGH: hi,
                             PlanField.PANE_OFFSET: windows.pane_offset(),
-                            PlanField.KEYS: [self._index[k] for k in w.keys]})
+                            PlanField.KEYS: [index[k] for k in w.keys]})
                 if w.kind == "time" and w.time_attribute is not None:
-                    row.update({PlanField.TIME_INDEX: self._index[w.time_attribute],
-                                PlanField.TIME_KIND: TIME_KINDS[self._types[w.time_attribute]]})
+                    row.update({PlanField.TIME_INDEX: index[w.time_attribute],
+                                PlanField.TIME_KIND: TIME_KINDS[types[w.time_attribute]]})
                 by_family: dict[str, list[int | None]] = {"d": [], "l": [], "s": []}
                 for attr, ftype in w.attributes:
-                    by_family[FAMILIES[ftype]].append(self._index[attr])
+                    by_family[FAMILIES[ftype]].append(index[attr])
                 for fam in "dls":
                     count = sum(1 for _, f, _ in shape.slots if f == fam)
                     padding = [None] * (count - len(by_family[fam]))
@@ -156,7 +181,7 @@ class PlanTable(HandleRegistry):
         if not data:
             return None
         # from Arrow: a LocalRelation, so reading it as a subquery needs no Spark job
-        return self.spark.createDataFrame(pa.Table.from_pylist([{"plans": data}],
+        return self._spark.createDataFrame(pa.Table.from_pylist([{"plans": data}],
                                                                 schema=PLAN_TABLE_ARROW))
 
     def _mask_key(self, owner: str) -> bytes:
@@ -169,19 +194,13 @@ class PlanTable(HandleRegistry):
         the owner's hash key inside hash masks only; None when the plan masks nothing."""
         if not compiled.masks:
             return None
-        out: list[dict[str, Any] | None] = [None] * len(self._field_names)
+        names, types = self._layout.field_names, self._layout.types
+        out: list[dict[str, Any] | None] = [None] * len(names)
         for index, mask in compiled.masks:
-            ftype = self._types[self._field_names[index - 1]]
-            key = self._mask_key(self.definition.owner) if mask.kind == "hash" else None
+            ftype = types[names[index - 1]]
+            key = self._mask_key(self._layout.definition.owner) if mask.kind == "hash" else None
             out[index - 1] = mask_struct(mask, ftype, key)
         return out
-
-    def row_columns(self, compiled: CompiledPlan, names: Iterable[str]) -> list[str]:
-        """The rows job's columns holding a plan's values of `names` (a hashed long: its
-        text's column)."""
-        hashed = {self._field_names[i - 1] for i, m in compiled.masks if m.kind == "hash"
-                  and self._types[self._field_names[i - 1]] == "long"}
-        return [HASHED_PREFIX + n if n in hashed else n for n in names]
 
 
 __all__ = ["PlanTable"]
