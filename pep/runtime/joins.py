@@ -31,6 +31,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -62,12 +63,36 @@ class _Handle:
     delivered_rows: int = 0
 
 
-class _JoinQuery:
-    """One running join and the handles it serves."""
+class FeedSource(Protocol):
+    """Where an `ingest` stream's batches can be copied for a join (`StreamCatalog`)."""
 
-    def __init__(self, runtime: "JoinRuntime", plan: JoinPlan,
-                 streams: tuple[StreamDefinition, StreamDefinition]) -> None:
-        self.runtime = runtime
+    def open_feed(self, name: str, directory: Path) -> None: ...
+
+    def close_feed(self, name: str, directory: Path) -> None: ...
+
+
+@dataclass(frozen=True)
+class JoinSettings:
+    """What every join query of a runtime is made with."""
+
+    spark: SparkSession
+    work_dir: Path
+    trigger_interval: float
+    max_files_per_trigger: int
+    lateness: float  # seconds a side's rows may come behind its latest time
+    feeds: FeedSource | None  # the catalogue's feeds of `ingest` streams (None: none)
+    mask_key: Callable[[str], bytes]  # an owner's key of hash masks
+
+
+class _JoinQuery:
+    """One running join and the handles it serves. `on_handle_closed(handle_id)`: a handle
+    whose delivery refused or failed (the runtime detaches it)."""
+
+    def __init__(self, settings: JoinSettings, plan: JoinPlan,
+                 streams: tuple[StreamDefinition, StreamDefinition],
+                 on_handle_closed: Callable[[str], None]) -> None:
+        self.settings = settings
+        self._on_handle_closed = on_handle_closed
         self.plan = plan
         self.streams = streams
         self.handles: dict[str, _Handle] = {}
@@ -82,7 +107,7 @@ class _JoinQuery:
                                          "last_batch_ms": None, "last_error": None}
 
     def start(self) -> None:
-        rt = self.runtime
+        rt = self.settings
         qid = uuid.uuid4().hex
         feeds: list[Path | None] = []
         for side, definition in zip(("left", "right"), self.streams):
@@ -96,7 +121,7 @@ class _JoinQuery:
         try:
             frame, self.outputs = joined_frame(rt.spark, self.streams[0], self.streams[1],
                                                self.plan, rt.lateness, rt.max_files_per_trigger,
-                                               (feeds[0], feeds[1]), rt.mask_keys.key_for)
+                                               (feeds[0], feeds[1]), rt.mask_key)
             self.checkpoint = rt.work_dir / "checkpoints" / qid
             self.checkpoint.mkdir(parents=True, exist_ok=True)
             millis = max(1, int(round(rt.trigger_interval * 1000)))
@@ -115,7 +140,7 @@ class _JoinQuery:
     def _close_feeds(self) -> None:
         feeds, self.feeds = self.feeds, []
         for name, directory in feeds:
-            self.runtime.feeds.close_feed(name, directory)  # type: ignore[union-attr]
+            self.settings.feeds.close_feed(name, directory)  # type: ignore[union-attr]
             shutil.rmtree(directory.parent, ignore_errors=True)
 
     @property
@@ -142,7 +167,7 @@ class _JoinQuery:
             self.counters["rows"] += len(rows)
             closed = self._deliver(handles, RowBatch.of(rows))
             for handle_id in closed:
-                self.runtime._closed_by_deliver(handle_id)
+                self._on_handle_closed(handle_id)
         except Exception as exc:
             if self.stopped:
                 return
@@ -215,14 +240,6 @@ def _iso_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.binary_join_element_wise(text, "Z", "")
 
 
-class FeedSource(Protocol):
-    """Where an `ingest` stream's batches can be copied for a join (`StreamCatalog`)."""
-
-    def open_feed(self, name: str, directory: Path) -> None: ...
-
-    def close_feed(self, name: str, directory: Path) -> None: ...
-
-
 class JoinRuntime:
     """Runs `JoinPlan`s: attach_join / detach / handles / stats / stop, like the stream runtime.
 
@@ -235,17 +252,14 @@ class JoinRuntime:
                  trigger_interval: float = 0.25, max_files_per_trigger: int = 50,
                  lateness: float = 10.0, feeds: FeedSource | None = None,
                  mask_keys: MaskKeys | None = None) -> None:
-        self.spark = spark if spark is not None else SparkSession.builder.getOrCreate()
-        self.work_dir = Path(work_dir)
-        # the owners' hash-mask keys: the stream runtime's, so both hash alike
-        self.mask_keys = mask_keys if mask_keys is not None else \
-            MaskKeys(self.work_dir / "mask-keys")
-        self.trigger_interval = trigger_interval
-        self.max_files_per_trigger = max_files_per_trigger
         if not math.isfinite(lateness) or lateness < 0:
             raise ValueError("lateness must be a finite number of seconds, at least 0")
-        self.lateness = lateness
-        self.feeds = feeds
+        work_dir = Path(work_dir)
+        # the owners' hash-mask keys: the stream runtime's, so both hash alike
+        keys = mask_keys if mask_keys is not None else MaskKeys(work_dir / "mask-keys")
+        self.settings = JoinSettings(
+            spark if spark is not None else SparkSession.builder.getOrCreate(), work_dir,
+            trigger_interval, max_files_per_trigger, lateness, feeds, keys.key_for)
         self._lock = threading.RLock()
         self._queries: dict[str, _JoinQuery] = {}
         self._handle_keys: dict[str, str] = {}
@@ -271,7 +285,8 @@ class JoinRuntime:
                 self._retire(query)
                 query = None
             if query is None:
-                query = _JoinQuery(self, plan, tuple(streams))  # type: ignore[arg-type]
+                query = _JoinQuery(self.settings, plan, tuple(streams),  # type: ignore[arg-type]
+                                   self._closed_by_deliver)
                 for h in carried:
                     query.handles[h.id] = _Handle(h.id, h.deliver)
                 query.handles[handle_id] = _Handle(handle_id, deliver)
@@ -340,4 +355,4 @@ class JoinRuntime:
             t.join(timeout=30)
 
 
-__all__ = ["JoinRuntime", "JoinPlanError", "FeedSource"]
+__all__ = ["JoinRuntime", "JoinSettings", "JoinPlanError", "FeedSource"]
