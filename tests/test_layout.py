@@ -94,6 +94,72 @@ def test_spark_is_imported_only_under_pep_runtime():
                     f"{path.relative_to(REPO)} imports {name}"
 
 
+# The runtime's rooms (pep/runtime/README.md), bottom up: each imports only the rooms below it,
+# and none the modules at the top (the runtime facade, the lazy runtime, the session). So the
+# shared query's parts can use windows and plans, never the other way round.
+RUNTIME_ROOMS = {
+    "base": (),
+    "privacy": (),
+    "plans": ("base", "privacy"),
+    "windows": ("base", "plans"),
+    "sources": ("base",),
+    "joins": ("base", "privacy", "plans", "sources"),
+    "query": ("base", "privacy", "plans", "windows", "sources"),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_each_runtime_room_imports_only_the_rooms_below_it():
+    runtime = REPO / "pep" / "runtime"
+    rooms = {p.name for p in runtime.iterdir() if (p / "__init__.py").is_file()}
+    assert rooms == set(RUNTIME_ROOMS), "a new room of pep/runtime says which rooms it uses"
+    for room, below in RUNTIME_ROOMS.items():
+        for path in sources(f"pep/runtime/{room}"):
+            for name in imports_in(path):
+                parts = name.split(".")
+                if parts[:2] == ["pep", "runtime"] and len(parts) > 2 and parts[2] != room:
+                    assert parts[2] in below, f"{path.relative_to(REPO)} imports {name}"
+
+
+def test_the_runtime_has_no_import_cycle():
+    """Every import of pep/runtime (those inside functions too) reads top-down."""
+    graph = {_module_name(p): set() for p in sources("pep/runtime")}
+    for path in sources("pep/runtime"):
+        module = _module_name(path)
+        graph[module] = {n for n in imports_in(path) if n in graph and n != module}
+    done: set[str] = set()
+
+    def visit(module: str, trail: tuple[str, ...]) -> None:
+        assert module not in trail, f"import cycle: {' -> '.join(trail + (module,))}"
+        if module not in done:
+            for other in sorted(graph[module]):
+                visit(other, trail + (module,))
+            done.add(module)
+
+    for module in sorted(graph):
+        visit(module, ())
+
+
+def test_windows_on_the_driver_load_no_spark():
+    """The driver's window arithmetic and the compiled plans are numpy and Python: they run
+    (and are tested) without a JVM."""
+    modules = [*modules_of("pep.runtime.windows"), "pep.runtime.plans.compile"]
+    code = ("import importlib, json, sys\n"
+            f"for name in {modules!r}:\n"
+            "    importlib.import_module(name)\n"
+            "print(json.dumps(sorted(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    loaded = set(json.loads(out.stdout))
+    assert "pep.runtime.windows.pane_windows" in loaded
+    assert not any(m.split(".")[0] in ("pyspark", "py4j") for m in loaded)
+
+
 def test_flask_stays_at_the_http_edges():
     edges = (REPO / "pdp" / "http", REPO / "pep" / "http", REPO / "proxy")
     for package in ("pdp", "pep"):

@@ -14,14 +14,14 @@ from pyspark.sql import SparkSession
 
 from pep.core.plan import ExecutionPlan, StreamDefinition, UnionPlan
 from pep.core.rows import RowBatch
-from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS, Janitor,
+from pep.runtime.sources.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS, Janitor,
                                      Retention, StreamCheckpoint)
-from pep.runtime.compile import CompiledPlan, CompiledUnion, PlanError, compile_plan, compile_union
-from pep.runtime.delivery import Deliver
+from pep.runtime.plans.compile import CompiledPlan, CompiledUnion, PlanError, compile_plan, compile_union
+from pep.runtime.base.delivery import Deliver
 from pep.runtime.query.executor import StreamExecutor
 from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN
 from pep.runtime.lateness import LateBatches
-from pep.runtime.mask_keys import MaskKeys
+from pep.runtime.privacy.mask_keys import MaskKeys
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class StreamRuntime:
         self.settings = settings
         self.spark = spark
         self.work_dir = Path(work_dir)
-        # the owners' hash-mask keys (pep/runtime/mask_keys.py), shared with the join runtime
+        # the owners' hash-mask keys (pep/runtime/privacy/mask_keys.py), shared with the join runtime
         self.mask_keys = mask_keys if mask_keys is not None else \
             MaskKeys(self.work_dir / "mask-keys")
         self.trigger_interval = settings.trigger_interval
@@ -114,7 +114,7 @@ class StreamRuntime:
                 # a private window: calibrate its mechanisms now (OpenDP; a Gaussian takes
                 # about half a second), not in its first micro-batch, and fail here if they
                 # cannot be
-                from pep.runtime.noise import mechanism_of
+                from pep.runtime.windows.noise import mechanism_of
                 for quantity in member.window.noise:
                     mechanism_of(quantity)
         if any(m.kind == "hash" for member in members for _, m in member.masks):

@@ -319,7 +319,7 @@ class DirectQuery:
     def __init__(self, spark, directory: Path, condition: str, columns: list[str],
                  want_rows: int | None = None) -> None:
         from pep.core.plan import Field, StreamSchema
-        from pep.runtime.sources import spark_schema
+        from pep.runtime.sources.frames import spark_schema
 
         self.spark, self.directory = spark, directory
         self.condition, self.columns, self.want_rows = condition, columns, want_rows

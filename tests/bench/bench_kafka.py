@@ -181,7 +181,7 @@ class Direct:
         from pyspark.sql import functions as F
 
         from pep.core.plan import Field, StreamSchema
-        from pep.runtime.sources import KAFKA_MAX_OFFSETS, spark_schema
+        from pep.runtime.sources.frames import KAFKA_MAX_OFFSETS, spark_schema
         schema = spark_schema(StreamSchema(tuple(Field(n, t) for n, t in FIELDS)))
         reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                   .option("subscribe", topic).option("startingOffsets", "latest"))
@@ -204,7 +204,7 @@ class Direct:
             self.lat.extend(now - s for s in table.column("sent").to_pylist())
 
     def start(self) -> "Direct":
-        from pep.runtime.checkpoints import await_kafka_offsets
+        from pep.runtime.sources.checkpoints import await_kafka_offsets
         self.query = (self.frame.writeStream.foreachBatch(self._batch)
                       .option("checkpointLocation", self.checkpoint)
                       .trigger(processingTime=f"{int(TRIGGER * 1000)} milliseconds").start())

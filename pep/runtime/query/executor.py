@@ -12,16 +12,16 @@ when a handle attaches, and constants travel as data (never as SQL text).
 - Rows job (plans without a window): each tuple that passes at least one such plan comes back
   once, with only the attributes those plans project and the ids of the plans it passed.
   The driver orders the rows (stream order), encodes them once per distinct projection (Arrow
-  kernels, `encode.py`) and gives each plan one `RowBatch`, shared by its handles.
+  kernels, `base/encode.py`) and gives each plan one `RowBatch`, shared by its handles.
 - Panes job (window plans): each tuple is paired with the window plans it passes; tuple
   windows number their tuples per plan (and key) with a window function, offset by the count
   the driver carries; time windows use the epoch-aligned pane of the event time. Spark then
   aggregates per (plan, key, pane): tuples, and per aggregated attribute the count, sum, min,
-  max, first and last non-null value. The driver combines panes into windows (`windows.py`).
+  max, first and last non-null value. The driver combines panes into windows (`windows/pane_windows.py`).
 The stream's own figures (tuples in, highest position) come without another pass over the
 batch: with the grouped matcher its tasks count them (`matcher.admitted_rows`), otherwise they
 are observed on the same jobs (`DataFrame.observe`); a Kafka stream, which has no positions,
-takes its tuples in from Spark's progress reports instead (`progress.py`). Time is
+takes its tuples in from Spark's progress reports instead (`query/progress.py`). Time is
 per plan: each time-window plan's watermark is the largest event time among the tuples its own
 filter passed (a max per pane in the panes job), so a tuple a plan's policy hides moves none of
 its time.
@@ -41,8 +41,8 @@ from typing import Any, Callable
 from pyspark.sql import SparkSession
 
 from pep.core.plan import StreamDefinition
-from pep.runtime.compile import CompiledPlan, CompiledUnion
-from pep.runtime.delivery import Deliver
+from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
+from pep.runtime.base.delivery import Deliver
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.kafka_replay import KafkaReplay
 from pep.runtime.query.lifecycle import QueryLifecycle
@@ -181,7 +181,7 @@ class StreamExecutor:
         self.lifecycle.process_available(timeout)
 
     def wait_delivered(self, timeout: float = 120.0) -> None:
-        """Return once the micro-batches run so far are delivered (`route_worker.py`); raises
+        """Return once the micro-batches run so far are delivered (`query/route_worker.py`); raises
         `RoutingFailed` if delivering the last one failed."""
         self.runner.drain(timeout)
 

@@ -38,7 +38,7 @@ class QueryFigures:
         self.counters["plan_evaluations"] += plans
 
     def rows_read(self, rows: int) -> None:
-        """A batch's input rows as Spark reported them (`progress.py`; Kafka streams)."""
+        """A batch's input rows as Spark reported them (`query/progress.py`; Kafka streams)."""
         self.counters["rows_in"] += rows
 
     def observed(self, figures: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """A restart of a Kafka stream's query: what its restored handles' readers may not have read,
 given again before the query's first batch. The micro-batches its checkpoint names and its
-topic still holds are read again (one batch query, `replay.py` says which records each batch
+topic still holds are read again (one batch query, `sources/replay.py` says which records each batch
 read) and run through the rows job of the replayable plans; their rows are routed under the ids
 the batches had.
 """
@@ -15,21 +15,21 @@ import pyarrow as pa
 from pyspark.sql import Column, SparkSession
 
 from pep.core.rows import RowBatch
-from pep.runtime.batch_shape import Shape
-from pep.runtime.columns import FILE_COLUMN
-from pep.runtime.compile import CompiledPlan
-from pep.runtime.delivery import deliver_to
-from pep.runtime.kafka_offsets import KafkaOffsets
-from pep.runtime.matcher import GroupedMatcher, kafka_positions
+from pep.runtime.plans.batch_shape import Shape
+from pep.runtime.base.columns import FILE_COLUMN
+from pep.runtime.plans.compile import CompiledPlan
+from pep.runtime.base.delivery import deliver_to
+from pep.runtime.sources.kafka_offsets import KafkaOffsets
+from pep.runtime.plans.matcher import GroupedMatcher, kafka_positions
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.plan_table import PlanTable
 from pep.runtime.query.registry import PlanRegistry, PlanSets, PlanState
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob
 from pep.runtime.query.settings import StreamLayout
-from pep.runtime.replay import (BatchRange, batch_of, batch_ranges, batch_start, covers,
+from pep.runtime.sources.replay import (BatchRange, batch_of, batch_ranges, batch_start, covers,
                                 last_committed, offsets_json, split_by_batch, still_held)
-from pep.runtime.sources import kafka_options, kafka_range_frame
+from pep.runtime.sources.frames import kafka_options, kafka_range_frame
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class KafkaReplay:
         replayable handle (a positioned buffer, `pep.core.plan.replayable`) is told from which
         micro-batch on its rows follow (`RowBatch.resumed_from`), then given again the rows of
         every batch its stream's checkpoint names and its topic still holds, up to the last one
-        delivered (Spark runs the rest), under the ids they had (`replay.py`). `fresh`: the
+        delivered (Spark runs the rest), under the ids they had (`sources/replay.py`). `fresh`: the
         query starts without a checkpoint: nothing can be read again. A replay that fails (the
         broker away) leaves the rows of those batches lost, and says so (`resumed_from`: the
         first live batch)."""

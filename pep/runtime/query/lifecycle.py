@@ -19,10 +19,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pep.core.plan import StreamDefinition
-from pep.runtime.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
-from pep.runtime.columns import FILE_COLUMN
-from pep.runtime.jvm_steps import foreach_batch, stopped_batch
-from pep.runtime.progress import query_progress
+from pep.runtime.sources.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
+from pep.runtime.base.columns import FILE_COLUMN
+from pep.runtime.base.jvm_steps import foreach_batch, stopped_batch
+from pep.runtime.query.progress import query_progress
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.kafka_replay import KafkaReplay
 from pep.runtime.query.router import ResultRouter
@@ -30,8 +30,8 @@ from pep.runtime.query.runner import MicroBatchRunner
 from pep.runtime.query.settings import QuerySettings, StreamLayout
 from pep.runtime.query.start_position import (archive_present, files_per_trigger, skip_to_end,
                                               source_files, source_path)
-from pep.runtime.route_worker import RoutingFailed
-from pep.runtime.sources import build_source
+from pep.runtime.query.route_worker import RoutingFailed
+from pep.runtime.sources.frames import build_source
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class QueryLifecycle:
         name = f"xsg-{uuid.uuid4().hex[:12]}"
         if self._layout.kafka:
             # no stream positions: the rows read come from Spark's progress reports, not from
-            # an observation in every batch (pep/runtime/progress.py)
+            # an observation in every batch (pep/runtime/query/progress.py)
             query_progress(settings.spark).register(name, self._figures.rows_read)
         self._query_name = name
         self._query = (foreach_batch(source.writeStream.queryName(name), self.on_batch)
@@ -212,7 +212,7 @@ class QueryLifecycle:
         return Paused()
 
     def in_batch_thread(self) -> bool:
-        """In the query's micro-batch, or delivering one (`route_worker.py`): such a thread
+        """In the query's micro-batch, or delivering one (`query/route_worker.py`): such a thread
         cannot wait for its own batch to end."""
         return self._batch_thread == threading.get_ident() or self._runner.in_worker()
 

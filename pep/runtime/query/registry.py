@@ -10,11 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pep.runtime.compile import CompiledPlan, CompiledUnion
-from pep.runtime.delivery import Deliver
-from pep.runtime.plan_schema import PLAIN, ROW_TUPLE, TIME, TUPLE
-from pep.runtime.privacy import is_private
-from pep.runtime.windows import PaneWindows
+from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
+from pep.runtime.base.delivery import Deliver
+from pep.runtime.plans.plan_schema import PLAIN, ROW_TUPLE, TIME, TUPLE
+from pep.runtime.plans.clamp import is_private
+from pep.runtime.windows.pane_windows import PaneWindows
 
 
 @dataclass
@@ -25,7 +25,7 @@ class AttachedHandle:
     lock: threading.RLock = field(default_factory=threading.RLock)
     active: bool = True
     delivered_rows: int = 0
-    union: str | None = None  # the key of the union of grants it reads (`pep.runtime.union`)
+    union: str | None = None  # the key of the union of grants it reads (`pep.runtime.query.union`)
 
 
 @dataclass

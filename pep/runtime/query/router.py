@@ -1,7 +1,7 @@
 """A micro-batch's results into handles: the rows job's rows ordered, encoded once per projection
 and given to each plain plan (and union of grants); tuple windows' rows and the panes job's
-partials into windows (`windows.py`); delivery under each handle's lock. Runs on the query's
-route worker, one batch behind the query (`route_worker.py`), or in the replay before it starts.
+partials into windows (`windows/pane_windows.py`); delivery under each handle's lock. Runs on the query's
+route worker, one batch behind the query (`query/route_worker.py`), or in the replay before it starts.
 """
 from __future__ import annotations
 
@@ -14,18 +14,18 @@ import pyarrow.compute as pc
 
 from pep.core.labels import LabelError, Lattice
 from pep.core.rows import RowBatch
-from pep.runtime.batch_shape import Shape
-from pep.runtime.columns import BITS_COLUMN, PIDS_COLUMN, SEQ_COLUMN
-from pep.runtime.delivery import deliver_to
-from pep.runtime.encode import json_array, value_texts
-from pep.runtime.matcher import GroupedMatcher
-from pep.runtime.pane_partials import (KEY_SEP, NO_SEQ, PARTS, PaneLayout, empty_partials,
+from pep.runtime.plans.batch_shape import Shape
+from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN, SEQ_COLUMN
+from pep.runtime.base.delivery import deliver_to
+from pep.runtime.base.encode import json_array, value_texts
+from pep.runtime.plans.matcher import GroupedMatcher
+from pep.runtime.windows.pane_partials import (KEY_SEP, NO_SEQ, PARTS, PaneLayout, empty_partials,
                                        partials_from_arrow, partials_from_values)
 from pep.runtime.query.batch_columns import order_columns
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.registry import AttachedHandle, PlanRegistry, PlanState, UnionState
 from pep.runtime.query.settings import StreamLayout
-from pep.runtime.union import member_masks, merged_rows, tag_rows
+from pep.runtime.query.union import member_masks, merged_rows, tag_rows
 
 
 class ResultRouter:
@@ -127,7 +127,7 @@ class ResultRouter:
                       bounds: dict[int, tuple[int, int]], seqs: np.ndarray,
                       plans: list[PlanState], only: list[UnionState] | None = None
                       ) -> list[str]:
-        """Each union's plain members' rows, merged per tuple (`pep.runtime.union`)."""
+        """Each union's plain members' rows, merged per tuple (`pep.runtime.query.union`)."""
         unions = self._registry.unions(only)
         if not unions:
             return []

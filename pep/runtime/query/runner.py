@@ -1,6 +1,6 @@
 """A micro-batch's work: which jobs run (the few-plans or grouped matcher, the plan table, the
 panes job), the stream's figures observed on them, and their results handed to the route worker,
-which delivers them one batch behind the query (`route_worker.py`). Whether a batch may run at
+which delivers them one batch behind the query (`query/route_worker.py`). Whether a batch may run at
 all (a stop under way, a batch delivered before a restart) is the life cycle's to say
 (`lifecycle.py`).
 """
@@ -15,9 +15,9 @@ from typing import Any, Callable
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 
-from pep.runtime.batch_shape import Shape
-from pep.runtime.jvm_steps import JvmSteps
-from pep.runtime.matcher import GroupedMatcher
+from pep.runtime.plans.batch_shape import Shape
+from pep.runtime.base.jvm_steps import JvmSteps
+from pep.runtime.plans.matcher import GroupedMatcher
 from pep.runtime.query.batch_columns import observed
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.panes_job import PanesJob
@@ -26,7 +26,7 @@ from pep.runtime.query.registry import PlanRegistry, PlanSets
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob, RowsMatcher
 from pep.runtime.query.settings import StreamLayout
-from pep.runtime.route_worker import DRAIN_WAIT, RouteWorker
+from pep.runtime.query.route_worker import DRAIN_WAIT, RouteWorker
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class MicroBatchRunner:
         self._router = router
         self._figures = figures
         self._on_handle_closed = on_handle_closed
-        # a batch's results are delivered one batch behind the query (`route_worker.py`)
+        # a batch's results are delivered one batch behind the query (`query/route_worker.py`)
         self._worker = RouteWorker(f"xsg-route-{layout.name}", figures.failed)
         self._codegen: str | None = None  # whole-stage codegen as set in the query's session
         self._steps = JvmSteps()  # the observation's steps
@@ -113,7 +113,7 @@ class MicroBatchRunner:
             route, spark_s = self._evaluate(batch, sets, shape, scalar, rows_by)
         self._figures.evaluated(len(plans))
         # Spark commits this batch and prepares the next while its rows are delivered
-        # (`route_worker.py`); the one before it is routed first
+        # (`query/route_worker.py`); the one before it is routed first
         self._worker.submit(functools.partial(self._batch_routed, batch_id, [route],
                                               t1 - t0, spark_s))
 

@@ -11,14 +11,14 @@ from types import MappingProxyType
 from pyspark.sql import SparkSession
 
 from pep.core.plan import StreamDefinition, StreamSchema
-from pep.runtime.compile import CompiledPlan
-from pep.runtime.columns import HASHED_PREFIX
+from pep.runtime.plans.compile import CompiledPlan
+from pep.runtime.base.columns import HASHED_PREFIX
 
 # Tuple windows with panes narrower than this travel as rows (see README "Where windows are
 # computed"); wider panes are aggregated in Spark.
 DEFAULT_TUPLE_PANE_MIN = 8
 # sources whose every tuple has `_xsg_seq`; a Kafka record has none, and is ordered by the
-# stream's time attribute, then partition, then offset (`_xsg_file`, see sources.py)
+# stream's time attribute, then partition, then offset (`_xsg_file`, see sources/frames.py)
 SEQ_KINDS = ("ingest", "generator")
 UNIQUE_SEQ_KINDS = ("ingest", "generator")  # ... and no two tuples share one
 MAX_LONG = (1 << 63) - 1
@@ -34,7 +34,7 @@ class QuerySettings:
     trigger_interval: float
     max_files_per_trigger: int
     tuple_pane_min: int = DEFAULT_TUPLE_PANE_MIN
-    # the stream owner's key of hash masks (`pep.runtime.mask_keys`); None: none served
+    # the stream owner's key of hash masks (`pep.runtime.privacy.mask_keys`); None: none served
     mask_key: Callable[[str], bytes] | None = None
 
 

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from pdp.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition
-from pep.runtime.sources import build_source, local_dir
+from pep.runtime.sources.frames import build_source, local_dir
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import threading
 import time
 
 from pep.core.plan import ExecutionPlan, Field, SourceSpec, StreamDefinition, StreamSchema
-from pep.runtime.checkpoints import Retention
+from pep.runtime.sources.checkpoints import Retention
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SCHEMA = StreamSchema((Field("n", "long"), Field("v", "double")))

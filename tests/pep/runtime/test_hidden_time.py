@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
                            StreamDefinition, StreamSchema, WindowSpec)
-from pep.runtime.compile import compile_plan
+from pep.runtime.plans.compile import compile_plan
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"),
                        Field("station", "string"), Field("level", "long")))
@@ -412,7 +412,7 @@ def test_event_state_moves_only_with_tuples_that_meet_its_condition(spark, tmp_p
 
 
 # ---------------------------------------------------------------------------------------------
-# Joins: each side's watermark is taken after its policy filter (pep/runtime/joins.py)
+# Joins: each side's watermark is taken after its policy filter (pep/runtime/joins/runtime.py)
 # ---------------------------------------------------------------------------------------------
 
 J0 = 1_740_000_000  # a multiple of 10: windows are aligned to the epoch
@@ -440,7 +440,7 @@ def run_join(spark, directory, batches: list[tuple[list[dict], list[dict]]]) -> 
 
     from pyspark.sql import functions as F
 
-    from pep.runtime.join_frames import joined_frame
+    from pep.runtime.joins.frames import joined_frame
     from tests.pep.runtime.support import write_jsonl
 
     left = StreamDefinition("st", "t", LEFT_SCHEMA, SourceSpec(

@@ -1,4 +1,4 @@
-"""Security labels on Spark (pep/runtime/labels.py): random lattices, random labelled tuples and
+"""Security labels on Spark (pep/runtime/privacy/labels.py): random lattices, random labelled tuples and
 random dominance filters, in the shared query's plan table and in the few-plans Columns, against
 a brute-force reading with pep.core.labels."""
 from __future__ import annotations

@@ -30,7 +30,7 @@ from pep.core.labels import Lattice
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, SourceSpec, StreamDefinition,
                            StreamSchema, WindowSpec)
 from pep.core.privacy import Bound, Budget, PrivacySpec
-from pep.runtime.compile import compile_plan
+from pep.runtime.plans.compile import compile_plan
 from tests.pep.runtime.test_hidden_time import brute, decoded
 
 LATTICE = Lattice(("U", "S"))
@@ -299,7 +299,7 @@ def run_join(spark, directory, batches: list[list[dict]]) -> list[tuple]:
 
     from pyspark.sql import functions as F
 
-    from pep.runtime.join_frames import joined_frame
+    from pep.runtime.joins.frames import joined_frame
     from tests.pep.runtime.support import write_jsonl
 
     left = StreamDefinition("clk", "o", StreamSchema(SCHEMA.fields[:2]), SourceSpec(

@@ -43,8 +43,8 @@ def plans(count: int) -> list[ExecutionPlan]:
 
 
 def test_masks_are_data_of_the_plan_table_and_rows_match_a_reference(spark, tmp_path):
-    from pep.runtime.compile import compile_plan
-    from pep.runtime.columns import PIDS_COLUMN
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.base.columns import PIDS_COLUMN
     from pep.runtime.query.executor import StreamExecutor
     definition = StreamDefinition("m", "nea", SCHEMA, SourceSpec("ingest", (
         ("path", str(tmp_path / "m")),)), "ts")

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pyarrow as pa
 
-from pep.runtime.pane_partials import NO_SEQ
+from pep.runtime.windows.pane_partials import NO_SEQ
 from pep.runtime.query.router import _member_batches
 
 

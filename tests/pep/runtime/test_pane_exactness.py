@@ -13,7 +13,7 @@ import pytest
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
                            StreamDefinition, StreamSchema, WindowSpec)
 from pep.core.rows import RowBatch
-from pep.runtime.compile import compile_plan
+from pep.runtime.plans.compile import compile_plan
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("hum", "long"),
                        Field("station", "string"), Field("ok", "boolean")))

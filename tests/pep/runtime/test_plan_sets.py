@@ -7,7 +7,7 @@ import random
 
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
                            StreamDefinition, StreamSchema, UnionPlan, WindowSpec)
-from pep.runtime.compile import compile_plan, compile_union
+from pep.runtime.plans.compile import compile_plan, compile_union
 from pep.runtime.query.executor import StreamExecutor
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("hum", "long")))

@@ -231,8 +231,8 @@ def test_attach_detach_share_one_query_and_last_detach_stops_it(runtime, spark, 
 
 
 def test_physical_plan_does_not_grow_with_handles_and_constants_are_data(spark, tmp_path):
-    from pep.runtime.compile import compile_plan
-    from pep.runtime.columns import PIDS_COLUMN
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.base.columns import PIDS_COLUMN
     from pep.runtime.query.executor import StreamExecutor
     sd = stream(tmp_path, "static")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
@@ -290,10 +290,10 @@ def test_a_few_plans_compiled_agree_with_the_plan_table(spark, tmp_path):
     gives it: nulls, NaN, a hostile string, booleans, timestamps, OR of ANDs, start positions."""
     from dataclasses import replace
 
-    from pep.runtime.compile import compile_plan
-    from pep.runtime.columns import PIDS_COLUMN
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.base.columns import PIDS_COLUMN
     from pep.runtime.query.executor import StreamExecutor
-    from pep.runtime.plan_expressions import few_plans_column
+    from pep.runtime.plans.plan_expressions import few_plans_column
     sd = stream(tmp_path, "few")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -334,15 +334,15 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     positions, shapes shared by plans with other constants and operators."""
     from dataclasses import replace
 
-    from pep.runtime.compile import compile_plan
+    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.query.rows_job import split_figures
-    from pep.runtime.columns import BITS_COLUMN, PIDS_COLUMN
+    from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN
     from pep.runtime.query.executor import StreamExecutor
-    from pep.runtime.plan_expressions import FEW_PLANS
+    from pep.runtime.plans.plan_expressions import FEW_PLANS
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from pep.runtime.matcher import GroupedMatcher
+    from pep.runtime.plans.matcher import GroupedMatcher
     sd = stream(tmp_path, "many")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(

@@ -154,8 +154,8 @@ def test_no_distance_to_without_a_known_anchor_and_the_plan_does_not_grow(runtim
 
 def test_spatial_constants_are_data_and_the_plan_does_not_grow(spark, tmp_path):
     import re
-    from pep.runtime.compile import compile_plan
-    from pep.runtime.columns import PIDS_COLUMN
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.base.columns import PIDS_COLUMN
     from pep.runtime.query.executor import StreamExecutor
     ex = StreamExecutor(spark, stream(tmp_path, "static"), tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(

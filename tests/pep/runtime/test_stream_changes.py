@@ -85,7 +85,7 @@ def test_added_attributes_restart_the_query_losing_and_repeating_nothing(spark, 
         assert wide.rows and all(r["w"] == r["n"] * 10 for r in wide.rows)
         assert wide.rows[-1]["n"] == total - 1
         state = json.loads((tmp_path / "work" / "checkpoints" / "grow" / "state.json").read_text())
-        from pep.runtime.checkpoints import fingerprint
+        from pep.runtime.sources.checkpoints import fingerprint
         assert state["fingerprint"] == fingerprint(new) and state["state"] == "running"
     finally:
         rt.stop()

@@ -1,7 +1,7 @@
 """Windows from pane partials: the driver's share of window work (numpy; no Spark).
 
 The partials themselves (their columns, the layout of a plan's, merging a batch's into the
-stored ones) are `pane_partials.py`'s; `window_reference.py` computes them from plain rows, a
+stored ones) are `windows/pane_partials.py`'s; `windows/window_reference.py` computes them from plain rows, a
 pure-Python reference of Spark's share for tests.
 
 Spark computes, per micro-batch, partial aggregates per (plan, key, pane): the tuples of a pane,
@@ -52,9 +52,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pep.core.labels import CATEGORY_MASK, LEVEL_SHIFT, Lattice
-from pep.runtime.compile import HIDDEN, CompiledWindow
-from pep.runtime.encode import json_array
-from pep.runtime.pane_partials import (INT_MAX, INT_MIN, KEY_SEP, NO_SEQ, Columns, PaneLayout,
+from pep.runtime.plans.compile import HIDDEN, CompiledWindow
+from pep.runtime.base.encode import json_array
+from pep.runtime.windows.pane_partials import (INT_MAX, INT_MIN, KEY_SEP, NO_SEQ, Columns, PaneLayout,
                                        Part, collapse, concat_partials, empty_partials,
                                        fill_value, key_codes, pane_count, take_rows)
 
@@ -432,7 +432,7 @@ class PaneWindows:
             values, raw = self._result(emitted, order, j, function, types[attr])
             columns.append((name, values, raw))
         if w.privacy is not None:  # differential privacy: noisy aggregates, never the exact
-            from pep.runtime.noise import release
+            from pep.runtime.windows.noise import release
             columns += release(w, emitted, order)
         mseq = emitted.mseq
         top = int(mseq.max()) if len(mseq) else NO_SEQ

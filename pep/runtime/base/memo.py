@@ -19,7 +19,7 @@ class OwnedCache:
     """A thread-safe LRU of values, each valid only for the owner it was built for."""
 
     def __init__(self, maxsize: int = 64) -> None:
-        self._cache: LRUCache = LRUCache(maxsize=maxsize)
+        self._cache: LRUCache[Hashable, tuple[Any, Any]] = LRUCache(maxsize=maxsize)
         self._lock = threading.Lock()
 
     def get_or_build(self, owner: Any, key: Hashable, build: Callable[[], Any]) -> Any:

@@ -1,6 +1,6 @@
 """The plan table's layout: one row holding every attached plan as a struct (kind, conjuncts of
 predicate structs, start position, pane width, attribute indices, bounds, masks), built from
-Arrow (`query/plan_table.py`) and read by the expressions of `plan_expressions.py` and
+Arrow (`query/plan_table.py`) and read by the expressions of `plans/plan_expressions.py` and
 `query/rows_job.py` and `query/panes_job.py`.
 
 The struct fields keep one- or two-letter names: they are spelled out in every micro-batch's
@@ -14,8 +14,8 @@ from typing import Final
 
 import pyarrow as pa
 
-from pep.runtime.masks import MASK_ARROW
-from pep.runtime.spatial import PREDICATE_FIELDS
+from pep.runtime.privacy.masks import MASK_ARROW
+from pep.runtime.plans.spatial import PREDICATE_FIELDS
 
 
 # plan kinds in the plan table: plain rows; tuple windows whose panes Spark aggregates; time
@@ -45,7 +45,7 @@ class PlanField:
     DOUBLES: Final = "d"  # aggregated attributes' indices per family, padded
     LONGS: Final = "l"
     STRINGS: Final = "s"
-    LOW: Final = "lo"  # private windows: clamping bounds per attribute (privacy.py)
+    LOW: Final = "lo"  # private windows: clamping bounds per attribute (plans/clamp.py)
     HIGH: Final = "hi"
     MASKS: Final = "mk"  # masks per attribute index (null: none masked)
 
@@ -59,7 +59,7 @@ class PredicateField:
 
     ATTRIBUTE: Final = "a"  # attribute index, 1-based
     OUTCOMES: Final = "m"  # accepted outcomes: 1 less, 2 equal, 4 greater
-    KIND: Final = "k"  # 0 double, 1 string, 5 64-bit integer (compile.py's kinds)
+    KIND: Final = "k"  # 0 double, 1 string, 5 64-bit integer (plans/compile.py's kinds)
     NUMBER: Final = "n"  # the constant of a double comparison
     TEXT: Final = "s"  # ... of a string comparison
     INTEGER: Final = "i"  # ... of a long, timestamp, boolean comparison
@@ -71,7 +71,7 @@ _PRED_ARROW = pa.struct([
     pa.field(PredicateField.KIND, pa.int32(), False),
     (PredicateField.NUMBER, pa.float64()), (PredicateField.TEXT, pa.string()),
     (PredicateField.INTEGER, pa.int64()),
-    *PREDICATE_FIELDS])  # spatial fields: spatial.py
+    *PREDICATE_FIELDS])  # spatial fields: plans/spatial.py
 PLAN_TABLE_ARROW = pa.schema([("plans", pa.list_(pa.struct([
     pa.field(PlanField.ID, pa.int32(), False),
     pa.field(PlanField.KIND, pa.int32(), False),

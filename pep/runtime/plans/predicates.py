@@ -1,7 +1,7 @@
 """A compiled predicate row as one Column, for queries that filter with plain Column expressions
 (joins' sides) rather than the shared query's plan table.
 
-The row (`pep.runtime.compile`) already holds the comparison in its attribute's family, so the
+The row (`pep.runtime.plans.compile`) already holds the comparison in its attribute's family, so the
 Column compares exactly as the plan table does: doubles as doubles, longs, timestamps (epoch
 microseconds) and booleans (0/1) as 64-bit integers, strings as strings. Constants are typed
 literals (data in the expression tree, never SQL text).
@@ -16,10 +16,10 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from pep.core.plan import StreamSchema
-from pep.runtime.compile import (EQUAL, GREATER, INTEGER_KIND, LABEL_KIND, LESS, MASKED_KIND,
+from pep.runtime.plans.compile import (EQUAL, GREATER, INTEGER_KIND, LABEL_KIND, LESS, MASKED_KIND,
                                  NUMERIC_KIND, PredicateRow, base_kind)
-from pep.runtime.labels import label_code, label_holds
-from pep.runtime.masks import masked_double, masked_long, masked_text
+from pep.runtime.privacy.labels import label_code, label_holds
+from pep.runtime.privacy.masks import masked_double, masked_long, masked_text
 
 
 def integer_value(column: Column, ftype: str) -> Column:
@@ -43,7 +43,7 @@ def row_column(row: PredicateRow, schema: StreamSchema,
                mask_of: Callable[[str], Column] | None = None) -> Column:
     """A comparison row (not a spatial one) on the frame's own attribute columns. A row on a
     masked value (MASKED_KIND) compares the attribute under `mask_of(attribute)`, a mask
-    struct (pep/runtime/masks.py)."""
+    struct (pep/runtime/privacy/masks.py)."""
     index, mask, kind, number, text = row[:5]
     field = schema.fields[index - 1]
     column = F.col(f"`{field.name}`")

@@ -24,7 +24,7 @@ class Shape:
     read: frozenset[str]  # attributes filters, windows or time read (the value arrays)
     spatial: bool = False  # some plan's filter has a spatial predicate
     clamped: bool = False  # some window plan is differentially private: clamp its values
-    masked: bool = False  # some plan masks (pep/runtime/masks.py): per-plan values
+    masked: bool = False  # some plan masks (pep/runtime/privacy/masks.py): per-plan values
     masked_filters: bool = False  # some plan's filter compares masked values
     hashed: tuple[str, ...] = ()  # long attributes some row plan shows hashed (their text)
     kafka_cut: bool = False  # some plan starts at Kafka offsets (reads `_xsg_file`'s position)

@@ -1,5 +1,5 @@
 """Per-row Spark expressions of the shared query: the value arrays a plan's comparisons read, and
-which plans a row passes, from the plan table (`plan_schema.py`) or, for a few plans, from one
+which plans a row passes, from the plan table (`plans/plan_schema.py`) or, for a few plans, from one
 compiled Column each. Built once per schema and JVM (unresolved, so shared by every query).
 """
 from __future__ import annotations
@@ -13,16 +13,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pep.core.plan import StreamDefinition, StreamSchema
-from pep.runtime.compile import (INTEGER_KIND, LABEL_KIND, MASKED_KIND, NUMERIC_KIND, STRING_KIND,
+from pep.runtime.plans.compile import (INTEGER_KIND, LABEL_KIND, MASKED_KIND, NUMERIC_KIND, STRING_KIND,
                                  CompiledPlan)
-from pep.runtime.labels import label_code, label_holds, label_outcome
-from pep.runtime.masks import MASKS_TYPE, let, masked_double, masked_long, masked_text
-from pep.runtime.memo import OwnedCache
-from pep.runtime.spatial import spatial_outcome
-from pep.runtime.columns import (FILE_COLUMN, KAFKA_OFFSET_AT, KAFKA_PARTITION_AT, KOFF_COLUMN,
+from pep.runtime.privacy.labels import label_code, label_holds, label_outcome
+from pep.runtime.privacy.masks import MASKS_TYPE, let, masked_double, masked_long, masked_text
+from pep.runtime.base.memo import OwnedCache
+from pep.runtime.plans.spatial import spatial_outcome
+from pep.runtime.base.columns import (FILE_COLUMN, KAFKA_OFFSET_AT, KAFKA_PARTITION_AT, KOFF_COLUMN,
                                  KPART_COLUMN, LNGS_COLUMN, NUMS_COLUMN, PLANS_COLUMN,
                                  SEQ_COLUMN, STRS_COLUMN)
-from pep.runtime.plan_schema import PlanField, PredicateField
+from pep.runtime.plans.plan_schema import PlanField, PredicateField
 
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'", "ignoreNullFields": "false"}
 
@@ -99,7 +99,7 @@ def _outcome(value: Column, constant: Column) -> Column:
 def _predicate_holds(p: Column, spatial: bool, plan: Column | None = None) -> Column:
     """Each comparison in its attribute's family: doubles, 64-bit integers (exact), strings.
     With `plan` (some attached plan masks): a comparison marked MASKED_KIND reads the value
-    under the plan's mask for its attribute (pep/runtime/masks.py)."""
+    under the plan's mask for its attribute (pep/runtime/privacy/masks.py)."""
     a, kind = p[PredicateField.ATTRIBUTE], p[PredicateField.KIND]
     number, integer, text = (p[PredicateField.NUMBER], p[PredicateField.INTEGER],
                              p[PredicateField.TEXT])
@@ -134,7 +134,7 @@ def _predicate_holds(p: Column, spatial: bool, plan: Column | None = None) -> Co
 
 
 def kafka_position() -> tuple[Column, Column]:
-    """A Kafka record's (partition, offset), read back from its `_xsg_file` (columns.py)."""
+    """A Kafka record's (partition, offset), read back from its `_xsg_file` (base/columns.py)."""
     f = F.col(FILE_COLUMN)
     return (F.substring(f, *KAFKA_PARTITION_AT).cast("int"),
             F.substring(f, *KAFKA_OFFSET_AT).cast("long"))

@@ -17,7 +17,7 @@ can still be within `within` seconds of it, and a side's open windows once the w
 their end. So the join holds about (`within` + `lateness` + a micro-batch) seconds of each side,
 and a windowed side one window's partial aggregates per key.
 
-The frame itself (sides, watermarks, the join, labels) is built by `join_frames.py`.
+The frame itself (sides, watermarks, the join, labels) is built by `joins/frames.py`.
 
 Output: one dict per joined pair, both sides' outputs named `<stream>.<output>` (and `label`);
 timestamps as `YYYY-MM-DDTHH:MM:SS.ffffffZ` (as the shared runtime delivers them); delivered as
@@ -43,11 +43,11 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from pep.core.plan import JoinPlan, StreamDefinition
 from pep.core.rows import RowBatch
-from pep.runtime.checkpoints import await_kafka_offsets
-from pep.runtime.delivery import Deliver, deliver_to
-from pep.runtime.mask_keys import MaskKeys
-from pep.runtime.join_frames import TIME, JoinOutput, JoinPlanError, joined_frame
-from pep.runtime.jvm_steps import foreach_batch
+from pep.runtime.sources.checkpoints import await_kafka_offsets
+from pep.runtime.base.delivery import Deliver, deliver_to
+from pep.runtime.privacy.mask_keys import MaskKeys
+from pep.runtime.joins.frames import TIME, JoinOutput, JoinPlanError, joined_frame
+from pep.runtime.base.jvm_steps import foreach_batch
 
 log = logging.getLogger(__name__)
 

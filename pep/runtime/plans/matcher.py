@@ -32,13 +32,14 @@ import sys
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pep.runtime.columns import FILE_COLUMN, KAFKA_OFFSET_AT, KAFKA_PARTITION_AT
-from pep.runtime.compile import (EQUAL, GREATER, INTEGER_KIND, LESS, NUMERIC_KIND, STRING_KIND,
+from pep.runtime.base.columns import FILE_COLUMN, KAFKA_OFFSET_AT, KAFKA_PARTITION_AT
+from pep.runtime.plans.compile import (EQUAL, GREATER, INTEGER_KIND, LESS, NUMERIC_KIND, STRING_KIND,
                                  CompiledPlan)
 
 FAMILY_OF_KIND = {NUMERIC_KIND: "d", INTEGER_KIND: "l", STRING_KIND: "s"}
@@ -81,7 +82,7 @@ class GroupedMatcher:
     def build(plans: list[tuple[int, CompiledPlan]]) -> "GroupedMatcher | None":
         """None when some plan has a comparison this matcher does not make (spatial, label,
         masked, or a null constant): the plan table then evaluates them all."""
-        shapes: dict[tuple, list[tuple[int, CompiledPlan]]] = {}
+        shapes: dict[tuple[Any, ...], list[tuple[int, CompiledPlan]]] = {}
         for plan_id, compiled in plans:
             signature = []
             for conj in compiled.conjuncts:
@@ -321,7 +322,7 @@ def _offsets(members: list[tuple[int, CompiledPlan]]) -> np.ndarray | None:
 
 
 def kafka_positions(files: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """(partitions, offsets) of Kafka records from their `_xsg_file` (columns.py: fixed places
+    """(partitions, offsets) of Kafka records from their `_xsg_file` (base/columns.py: fixed places
     from the end); a tuple without one (null) has partition -1 and offset 0."""
     if isinstance(files, pa.ChunkedArray):
         files = files.combine_chunks()
@@ -332,7 +333,7 @@ def kafka_positions(files: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.n
             offsets.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64))
 
 
-def _group_passes(group: _Group, values: dict, lo: int, hi: int,
+def _group_passes(group: _Group, values: dict[Any, Any], lo: int, hi: int,
                   positions: tuple[np.ndarray, np.ndarray],
                   kafka: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """(plans lo..hi of the group) x (tuples): the filter and the start position hold."""
@@ -378,8 +379,9 @@ def _holds(v: np.ndarray, comp: _Comparison, lo: int, hi: int) -> np.ndarray:
     else:
         less, equal, greater = row < c, row == c, row > c
     m = comp.masks[lo:hi, None]
-    return ((less & ((m & LESS) != 0)) | (equal & ((m & EQUAL) != 0))
-            | (greater & ((m & GREATER) != 0)))
+    passes: np.ndarray = ((less & ((m & LESS) != 0)) | (equal & ((m & EQUAL) != 0))
+                          | (greater & ((m & GREATER) != 0)))
+    return passes
 
 
 __all__ = ["GroupedMatcher", "admitted_rows", "freeze_worker_heap", "value_column",

@@ -27,10 +27,15 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pep.core.plan import StreamDefinition
+
+if TYPE_CHECKING:  # the module loads no Spark itself
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +74,10 @@ class StreamCheckpoint:
     def state_file(self) -> Path:
         return self.root / "state.json"
 
-    def _read(self) -> dict:
+    def _read(self) -> dict[str, Any]:
         try:
-            return json.loads(self.state_file.read_text())
+            state: dict[str, Any] = json.loads(self.state_file.read_text())
+            return state
         except (OSError, ValueError):
             return {}
 
@@ -176,7 +182,8 @@ class StreamCheckpoint:
         return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
-def await_kafka_offsets(location: Path, kafka_sources: int, query, timeout: float = 30.0
+def await_kafka_offsets(location: Path, kafka_sources: int, query: StreamingQuery,
+                        timeout: float = 30.0
                         ) -> bool:
     """Wait until a query's Kafka sources have fixed the offsets they start from (Spark writes
     them to `<checkpoint>/sources/<i>/0` at the query's first trigger; a file source writes
@@ -250,7 +257,7 @@ def _prune_empty_dirs(root: Path) -> None:
 class Janitor(threading.Thread):
     """Runs `tick()` every `interval` seconds until stopped (retention sweeps, stall checks)."""
 
-    def __init__(self, tick, interval: float) -> None:
+    def __init__(self, tick: Callable[[], None], interval: float) -> None:
         super().__init__(name="xsg-runtime-janitor", daemon=True)
         self._tick = tick
         self.interval = interval

@@ -1,6 +1,6 @@
 """Where Spark's Kafka connector comes from (its jars), and why it is missing when it is.
 
-Below the session and the sources: `session.py` puts the jars on `spark.jars`, `sources.py`
+Below the session and the sources: `session.py` puts the jars on `spark.jars`, `sources/frames.py`
 names the reason in the error of a Kafka stream that cannot start."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 # fetches it for the installed pyspark into the checkout's cache; XSG_KAFKA_JARS names another
 # directory of jars (a deployment that is not a checkout).
 KAFKA_CACHE = Path(os.environ.get("XSG_KAFKA_CACHE")
-                   or Path(__file__).resolve().parents[2] / ".cache" / "kafka")
+                   or Path(__file__).resolve().parents[3] / ".cache" / "kafka")
 
 
 def kafka_connector_jars() -> list[str]:

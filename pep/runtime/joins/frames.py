@@ -1,6 +1,6 @@
 """One join as a streaming DataFrame: each side's source, filter, masks, projection or window,
 watermark, and the join of the two (the DataFrame API only: every constant a literal, never SQL
-text). `joins.py` runs the frame as a query and delivers its rows; README "Joins" says why the
+text). `joins/runtime.py` runs the frame as a query and delivers its rows; README "Joins" says why the
 state stays bounded and why a policy's hidden tuples move no side's time.
 
 Security labels (MLS): a windowed side's `lub` and its window's label bounds run in the side's
@@ -23,15 +23,15 @@ from pep.core.conditions import COMPARATORS
 from pep.core.join import JOINED_LABEL, label_lattice
 from pep.core.labels import LabelError, Lattice
 from pep.core.plan import AnyPredicate, ExecutionPlan, JoinPlan, SpatialPredicate, StreamDefinition
-from pep.runtime.labels import dominated_by, label_code, label_text, lub_code, lub_of
-from pep.runtime.compile import PlanError, compile_predicate, plan_masks
+from pep.runtime.privacy.labels import dominated_by, label_code, label_text, lub_code, lub_of
+from pep.runtime.plans.compile import PlanError, compile_predicate, plan_masks
 from pep.core.masks import Mask
-from pep.runtime.masks import hashed_text, hmac_material, mask_literal, masked_column
-from pep.runtime.predicates import row_column
-from pep.runtime.columns import SEQ_COLUMN
-from pep.runtime.plan_expressions import kafka_admits, offsets_literal
-from pep.runtime.sources import DELETE_COMMITTED, build_source
-from pep.runtime.spatial import edges, haversine, inside_polygon, valid_position
+from pep.runtime.privacy.masks import hashed_text, hmac_material, mask_literal, masked_column
+from pep.runtime.plans.predicates import row_column
+from pep.runtime.base.columns import SEQ_COLUMN
+from pep.runtime.plans.plan_expressions import kafka_admits, offsets_literal
+from pep.runtime.sources.frames import DELETE_COMMITTED, build_source
+from pep.runtime.plans.spatial import edges, haversine, inside_polygon, valid_position
 
 
 TIME = "_t"  # a side's time column (a timestamp), internal
@@ -60,7 +60,7 @@ def _coordinate(definition: StreamDefinition, name: str) -> Column:
 
 def _spatial_column(p: SpatialPredicate, definition: StreamDefinition) -> Column:
     """DISTANCE and WITHIN_POLYGON with the shared runtime's Column expressions
-    (pep/runtime/spatial.py), constants as literals; false without a valid position.
+    (pep/runtime/plans/spatial.py), constants as literals; false without a valid position.
     DISTANCE_TO needs the shared query's anchor tracking: refused (pep.core.join refuses it
     first)."""
     lat, lon = _coordinate(definition, p.latitude), _coordinate(definition, p.longitude)
@@ -99,7 +99,7 @@ def filter_column(dnf: tuple[tuple[AnyPredicate, ...], ...] | None,
                 continue
             if definition.schema.lookup(p.attribute) is None:
                 raise JoinPlanError(f"stream {definition.name!r} has no attribute {p.attribute!r}")
-            try:  # each attribute compared in its own family, exactly (pep/runtime/compile.py)
+            try:  # each attribute compared in its own family, exactly (pep/runtime/plans/compile.py)
                 row = compile_predicate(p, definition.schema, f"stream {definition.name!r}")
             except PlanError as exc:
                 raise JoinPlanError(str(exc)) from None
@@ -309,7 +309,7 @@ def _label_bounds(definition: StreamDefinition, bounds: tuple[tuple[str, str], .
     """A window's label bounds as (attribute, its lattice, the bound's code).
 
     A side window is kept only when every bound dominates the least upper bound of its tuples'
-    labels (`pep.runtime.windows` does the same for a stream read alone), in Spark, before the
+    labels (`pep.runtime.windows.pane_windows` does the same for a stream read alone), in Spark, before the
     join. That suffices for a joined row: its label is the lub of its two sides' labels, and
     when the reader's session S dominates both A and B it dominates lub(A, B), since the lub is
     the least of the labels that dominate both. A plain side has no window to bound: its

@@ -21,7 +21,7 @@ metres is compared with the constant (kinds DISTANCE_KIND and ANCHOR_KIND), and 
 outcome is "equal" inside and "less" outside (POLYGON_KIND; WITHIN_POLYGON's mask is "equal",
 NOT WITHIN_POLYGON's "less or greater"). Their rows carry two more fields: the longitude's
 attribute index and the geometry (the point, the flat vertex list, or for DISTANCE_TO the
-`AnchorSpec` whose positions the executor supplies per micro-batch, see pep/runtime/spatial.py).
+`AnchorSpec` whose positions the executor supplies per micro-batch, see pep/runtime/plans/spatial.py).
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ OPERATOR_MASKS: dict[str, int] = {
 NUMERIC_KIND, STRING_KIND, DISTANCE_KIND, POLYGON_KIND, ANCHOR_KIND, INTEGER_KIND = 0, 1, 2, 3, 4, 5
 # A comparison on a masked value (a consumer's filter on a masked attribute): its kind with this
 # bit set (8 double, 9 string, 13 64-bit integer), compared in the masked value's family; the
-# plan's mask for the attribute says how the value is masked (pep/runtime/masks.py).
+# plan's mask for the attribute says how the value is masked (pep/runtime/privacy/masks.py).
 MASKED_KIND = 8
 HIDDEN = "_xsg_lub_"  # a lub computed for a window's label bound, not shown
 # A label comparison (`pep.core.labels`): the value's code against the constant's, its outcome
@@ -94,7 +94,7 @@ class PlanError(ValueError):
 # "d": doubles; "l": 64-bit integers (long as is, timestamp as epoch microseconds, boolean 0/1);
 # "s": strings.
 FAMILIES: dict[str, str] = {"double": "d", "long": "l", "timestamp": "l", "boolean": "l",
-                            "string": "s", "label": "l"}  # a label: its code (labels.py)
+                            "string": "s", "label": "l"}  # a label: its code (privacy/labels.py)
 
 
 @dataclass(frozen=True)
@@ -401,7 +401,7 @@ class CompiledUnion:
     """A union of grants (`pep.core.plan.UnionPlan`): its members compiled, in the plan's order
     (a windowed member's rows carry its index as `grant`). The executor runs every member as a
     plan of its own (shared with other handles' identical plans) and merges the plain members'
-    rows per tuple (`pep.runtime.union`)."""
+    rows per tuple (`pep.runtime.query.union`)."""
 
     key: str
     members: tuple[CompiledPlan, ...]

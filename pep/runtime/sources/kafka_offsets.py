@@ -4,7 +4,7 @@ Two uses. A handle's cut (issue 41): the partitions' end offsets (the high water
 consumer reading uncommitted records sees) are read when a handle on a Kafka stream is
 requested, and the handle is given only records at or after them, so that no record the broker
 acknowledged before the request reaches it (`pep.handles.service`). And the restart's replay
-(`replay.py`): batches are read again only while the topic still holds every record of them
+(`sources/replay.py`): batches are read again only while the topic still holds every record of them
 (the partitions' start offsets).
 
 The client is confluent-kafka's AdminClient (librdkafka), the gateway's own Kafka client beside

@@ -1,7 +1,7 @@
 """The names of the runtime's own columns, beside a stream's attributes (no Spark here).
 
-Every source frame carries `SEQ_COLUMN` and `FILE_COLUMN` (`sources.py`); the shared query's
-jobs add the others (`query/rows_job.py`, `query/panes_job.py`, `plan_expressions.py`) and read
+Every source frame carries `SEQ_COLUMN` and `FILE_COLUMN` (`sources/frames.py`); the shared query's
+jobs add the others (`query/rows_job.py`, `query/panes_job.py`, `plans/plan_expressions.py`) and read
 them back from Arrow (`query/router.py`). In one low module so that sources, spatial
 predicates, joins and the shared query name them alike without importing each other."""
 from __future__ import annotations
@@ -18,14 +18,14 @@ LNGS_COLUMN = "_xsg_l"     # ... as a 64-bit integer (exact longs, timestamps, b
 KEYS_COLUMN = "_xsg_k"     # per-row array of the group-by attributes' JSON texts
 PLANS_COLUMN = "_xsg_plans"  # the plan table's array of plan structs, on every row
 PIDS_COLUMN = "_xsg_pids"  # the ids of the plans a row passed
-BITS_COLUMN = "_xsg_pbits"  # the grouped matcher's bitmap of a row's plans (matcher.py)
+BITS_COLUMN = "_xsg_pbits"  # the grouped matcher's bitmap of a row's plans (plans/matcher.py)
 READ_COLUMN = "_xsg_read"  # tuples a grouped-matcher task read (its figures row; else null)
 TOP_COLUMN = "_xsg_top"  # ... and the highest position among them
 HASHED_PREFIX = "_xsg_h_"  # a hashed long attribute's text in the rows job's output
 EMIT = "_xsg_e"  # the rows job's emission (with masks): the plan ids a row is for, their masks
 PLAN = "p"  # the panes job's exploded plan struct
 # A Kafka record's FILE_COLUMN is "<topic>/<partition, 10 digits>/<offset, 20 digits>"
-# (sources.py): its partition and offset are at fixed places from the end.
+# (sources/frames.py): its partition and offset are at fixed places from the end.
 KAFKA_FILE_FORMAT = "%s/%010d/%020d"
 KAFKA_PARTITION_AT = (-31, 10)  # (start from the end, length)
 KAFKA_OFFSET_AT = (-20, 20)

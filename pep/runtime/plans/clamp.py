@@ -20,8 +20,8 @@ from typing import Any
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from pep.runtime.compile import CompiledWindow
-from pep.runtime.plan_schema import PlanField
+from pep.runtime.plans.compile import CompiledWindow
+from pep.runtime.plans.plan_schema import PlanField
 
 
 def bound_arrays(window: CompiledWindow | None, index: Mapping[str, int]

@@ -16,7 +16,7 @@ What stays exact:
 - state that routing changes and the next batch's jobs read (a tuple window's pane offset in the
   plan table, a time window's watermark) is read only after the worker is idle: the executor
   waits for it (`drain`) before building a batch whose plans have windows;
-- revocation: delivery checks each handle under its lock, wherever it runs (`delivery.py`);
+- revocation: delivery checks each handle under its lock, wherever it runs (`base/delivery.py`);
 - stop: stopping waits for the batch in flight to be routed before the last delivered batch is
   written down for a resumed query (`query/lifecycle.py`);
 - errors: a routing failure is recorded at once and raised by the batch that comes next (it

@@ -2,7 +2,7 @@
 
 A private window (`pep.core.privacy`) releases, per window row, a few noisy quantities: counts
 of non-null values and sums of values that Spark clamped into the policy's bounds before
-aggregating (`pep/runtime/privacy.py`). This module adds the noise, per emitted window on the
+aggregating (`pep/runtime/plans/clamp.py`). This module adds the noise, per emitted window on the
 driver, before the row is encoded (`windows.PaneWindows._output` calls `release`): the exact
 aggregates never reach a `RowBatch`, a handle's buffer, a log line, the audit trail or a metric.
 
@@ -35,7 +35,7 @@ import pyarrow as pa
 import opendp.prelude as dp
 
 from pep.core.privacy import PrivacySpec, Quantity
-from pep.runtime.pane_partials import Part
+from pep.runtime.windows.pane_partials import Part
 
 dp.enable_features("contrib")
 
