@@ -87,7 +87,8 @@ class GatewayServices:
     demo_auth_created: bool = False
     resumed: list[str] = field(default_factory=list)  # handles resumed at start
     ended: list[str] = field(default_factory=list)  # handles that could not be resumed
-    join_runtime: JoinRuntimePort | None = None  # runs joins of two streams (pep/runtime/joins/runtime.py)
+    # runs joins of two streams (pep/runtime/joins/runtime.py)
+    join_runtime: JoinRuntimePort | None = None
     # who may see which stream (a restricted one: its owner, admins, whom the PDP may permit)
     visibility: StreamVisibility | None = None
     lifecycle: StreamLifecycle | None = None  # changes and deletions of streams

@@ -64,8 +64,9 @@ class DeliveryGate:
             return self._cond.wait_for(lambda: not self._holders, self.max_hold)
 
 
-# One per process: the passes (pep.handles.revocation) and the deliveries (pep.runtime.base.delivery)
-# of one gateway share its interpreter lock, which is what the gate is about.
+# One per process: the passes (pep.handles.revocation) and the deliveries
+# (pep.runtime.base.delivery) of one gateway share its interpreter lock, which is what the gate
+# is about.
 DELIVERY_GATE = DeliveryGate()
 
 

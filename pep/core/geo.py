@@ -2,9 +2,9 @@
 
 One definition of every computation the spatial predicates make, shared by the condition
 language's `evaluate` (the reference semantics, used by tests and brute force) and by the NR/PR
-analysis. The Spark runtime (`pep/runtime/plans/spatial.py`) builds the same computations from Column
-expressions, operation by operation in the same order, so that both sides agree bit for bit on
-the plane tests (+, -, * and comparisons are correctly rounded in IEEE doubles on both) and to
+analysis. The Spark runtime (`pep/runtime/plans/spatial.py`) builds the same computations from
+Column expressions, operation by operation in the same order, so that both sides agree bit for bit
+on the plane tests (+, -, * and comparisons are correctly rounded in IEEE doubles on both) and to
 within an ulp of sin/cos on the haversine distance (which matters only for a point exactly on a
 circle).
 

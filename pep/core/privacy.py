@@ -1,7 +1,7 @@
 """Differentially private windows: the owner's parameters, how policies and queries combine
 them, and what one emitted window costs. Pure Python: the mechanisms run on OpenDP in
-`pep/runtime/windows/noise.py`, the values are clamped in Spark by `pep/runtime/plans/clamp.py`, and the
-consumers' budgets are kept by `pep/handles/privacy_budget.py`.
+`pep/runtime/windows/noise.py`, the values are clamped in Spark by `pep/runtime/plans/clamp.py`, and
+the consumers' budgets are kept by `pep/handles/privacy_budget.py`.
 
 An owner makes a window differentially private by adding, to its
 `exacml:obligation:stream-window` obligation (prefix `exacml:obligation:` or

@@ -14,14 +14,15 @@ from pyspark.sql import SparkSession
 
 from pep.core.plan import ExecutionPlan, StreamDefinition, UnionPlan
 from pep.core.rows import RowBatch
-from pep.runtime.sources.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS, Janitor,
-                                     Retention, StreamCheckpoint)
-from pep.runtime.plans.compile import CompiledPlan, CompiledUnion, PlanError, compile_plan, compile_union
 from pep.runtime.base.delivery import Deliver
+from pep.runtime.lateness import LateBatches
+from pep.runtime.plans.compile import (CompiledPlan, CompiledUnion, PlanError, compile_plan,
+                                       compile_union)
+from pep.runtime.privacy.mask_keys import MaskKeys
 from pep.runtime.query.executor import StreamExecutor
 from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN
-from pep.runtime.lateness import LateBatches
-from pep.runtime.privacy.mask_keys import MaskKeys
+from pep.runtime.sources.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS,
+                                             Janitor, Retention, StreamCheckpoint)
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,8 @@ class StreamRuntime:
         self.settings = settings
         self.spark = spark
         self.work_dir = Path(work_dir)
-        # the owners' hash-mask keys (pep/runtime/privacy/mask_keys.py), shared with the join runtime
+        # the owners' hash-mask keys (pep/runtime/privacy/mask_keys.py), shared with the join
+        # runtime
         self.mask_keys = mask_keys if mask_keys is not None else \
             MaskKeys(self.work_dir / "mask-keys")
         self.trigger_interval = settings.trigger_interval

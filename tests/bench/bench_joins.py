@@ -1,5 +1,5 @@
-"""Benchmark of a join under policy (pep/runtime/joins/runtime.py) against the same join written directly
-in Spark, in one run, on the same files.
+"""Benchmark of a join under policy (pep/runtime/joins/runtime.py) against the same join written
+directly in Spark, in one run, on the same files.
 
 Run: .venv/bin/python tests/bench/bench_joins.py [--quick] [--records N] [--files F]
        [--per-trigger K] [--rounds R]

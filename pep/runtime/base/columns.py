@@ -1,8 +1,8 @@
 """The names of the runtime's own columns, beside a stream's attributes (no Spark here).
 
 Every source frame carries `SEQ_COLUMN` and `FILE_COLUMN` (`sources/frames.py`); the shared query's
-jobs add the others (`query/rows_job.py`, `query/panes_job.py`, `plans/plan_expressions.py`) and read
-them back from Arrow (`query/router.py`). In one low module so that sources, spatial
+jobs add the others (`query/rows_job.py`, `query/panes_job.py`, `plans/plan_expressions.py`) and
+read them back from Arrow (`query/router.py`). In one low module so that sources, spatial
 predicates, joins and the shared query name them alike without importing each other."""
 from __future__ import annotations
 

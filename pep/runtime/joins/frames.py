@@ -1,7 +1,7 @@
 """One join as a streaming DataFrame: each side's source, filter, masks, projection or window,
 watermark, and the join of the two (the DataFrame API only: every constant a literal, never SQL
-text). `joins/runtime.py` runs the frame as a query and delivers its rows; README "Joins" says why the
-state stays bounded and why a policy's hidden tuples move no side's time.
+text). `joins/runtime.py` runs the frame as a query and delivers its rows; README "Joins" says why
+the state stays bounded and why a policy's hidden tuples move no side's time.
 
 Security labels (MLS): a windowed side's `lub` and its window's label bounds run in the side's
 aggregation, in Spark (`_label_bounds` says why per-side bounds suffice for a joined row); when
@@ -22,16 +22,16 @@ from pyspark.sql import functions as F
 from pep.core.conditions import COMPARATORS
 from pep.core.join import JOINED_LABEL, label_lattice
 from pep.core.labels import LabelError, Lattice
-from pep.core.plan import AnyPredicate, ExecutionPlan, JoinPlan, SpatialPredicate, StreamDefinition
-from pep.runtime.privacy.labels import dominated_by, label_code, label_text, lub_code, lub_of
-from pep.runtime.plans.compile import PlanError, compile_predicate, plan_masks
 from pep.core.masks import Mask
-from pep.runtime.privacy.masks import hashed_text, hmac_material, mask_literal, masked_column
-from pep.runtime.plans.predicates import row_column
+from pep.core.plan import AnyPredicate, ExecutionPlan, JoinPlan, SpatialPredicate, StreamDefinition
 from pep.runtime.base.columns import SEQ_COLUMN
+from pep.runtime.plans.compile import PlanError, compile_predicate, plan_masks
 from pep.runtime.plans.plan_expressions import kafka_admits, offsets_literal
-from pep.runtime.sources.frames import DELETE_COMMITTED, build_source
+from pep.runtime.plans.predicates import row_column
 from pep.runtime.plans.spatial import edges, haversine, inside_polygon, valid_position
+from pep.runtime.privacy.labels import dominated_by, label_code, label_text, lub_code, lub_of
+from pep.runtime.privacy.masks import hashed_text, hmac_material, mask_literal, masked_column
+from pep.runtime.sources.frames import DELETE_COMMITTED, build_source
 
 
 TIME = "_t"  # a side's time column (a timestamp), internal
@@ -99,7 +99,8 @@ def filter_column(dnf: tuple[tuple[AnyPredicate, ...], ...] | None,
                 continue
             if definition.schema.lookup(p.attribute) is None:
                 raise JoinPlanError(f"stream {definition.name!r} has no attribute {p.attribute!r}")
-            try:  # each attribute compared in its own family, exactly (pep/runtime/plans/compile.py)
+            # each attribute compared in its own family, exactly (pep/runtime/plans/compile.py)
+            try:
                 row = compile_predicate(p, definition.schema, f"stream {definition.name!r}")
             except PlanError as exc:
                 raise JoinPlanError(str(exc)) from None
@@ -309,9 +310,9 @@ def _label_bounds(definition: StreamDefinition, bounds: tuple[tuple[str, str], .
     """A window's label bounds as (attribute, its lattice, the bound's code).
 
     A side window is kept only when every bound dominates the least upper bound of its tuples'
-    labels (`pep.runtime.windows.pane_windows` does the same for a stream read alone), in Spark, before the
-    join. That suffices for a joined row: its label is the lub of its two sides' labels, and
-    when the reader's session S dominates both A and B it dominates lub(A, B), since the lub is
+    labels (`pep.runtime.windows.pane_windows` does the same for a stream read alone), in Spark,
+    before the join. That suffices for a joined row: its label is the lub of its two sides' labels,
+    and when the reader's session S dominates both A and B it dominates lub(A, B), since the lub is
     the least of the labels that dominate both. A plain side has no window to bound: its
     policy's filter (`level DOMINATED_BY {subject:session}`) keeps only dominated tuples. So a
     joined row whose two sides each passed the session passes it too, and no further bound is

@@ -43,11 +43,11 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from pep.core.plan import JoinPlan, StreamDefinition
 from pep.core.rows import RowBatch
-from pep.runtime.sources.checkpoints import await_kafka_offsets
 from pep.runtime.base.delivery import Deliver, deliver_to
-from pep.runtime.privacy.mask_keys import MaskKeys
-from pep.runtime.joins.frames import TIME, JoinOutput, JoinPlanError, joined_frame
 from pep.runtime.base.jvm_steps import foreach_batch
+from pep.runtime.joins.frames import TIME, JoinOutput, JoinPlanError, joined_frame
+from pep.runtime.privacy.mask_keys import MaskKeys
+from pep.runtime.sources.checkpoints import await_kafka_offsets
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ metres is compared with the constant (kinds DISTANCE_KIND and ANCHOR_KIND), and 
 outcome is "equal" inside and "less" outside (POLYGON_KIND; WITHIN_POLYGON's mask is "equal",
 NOT WITHIN_POLYGON's "less or greater"). Their rows carry two more fields: the longitude's
 attribute index and the geometry (the point, the flat vertex list, or for DISTANCE_TO the
-`AnchorSpec` whose positions the executor supplies per micro-batch, see pep/runtime/plans/spatial.py).
+`AnchorSpec` whose positions the executor supplies per micro-batch, see
+pep/runtime/plans/spatial.py).
 """
 from __future__ import annotations
 

@@ -13,16 +13,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pep.core.plan import StreamDefinition, StreamSchema
-from pep.runtime.plans.compile import (INTEGER_KIND, LABEL_KIND, MASKED_KIND, NUMERIC_KIND, STRING_KIND,
-                                 CompiledPlan)
+from pep.runtime.base.columns import (FILE_COLUMN, KAFKA_OFFSET_AT, KAFKA_PARTITION_AT, KOFF_COLUMN,
+                                      KPART_COLUMN, LNGS_COLUMN, NUMS_COLUMN, PLANS_COLUMN,
+                                      SEQ_COLUMN, STRS_COLUMN)
+from pep.runtime.base.memo import OwnedCache
+from pep.runtime.plans.compile import (INTEGER_KIND, LABEL_KIND, MASKED_KIND, NUMERIC_KIND,
+                                       STRING_KIND, CompiledPlan)
+from pep.runtime.plans.plan_schema import PlanField, PredicateField
+from pep.runtime.plans.spatial import spatial_outcome
 from pep.runtime.privacy.labels import label_code, label_holds, label_outcome
 from pep.runtime.privacy.masks import MASKS_TYPE, let, masked_double, masked_long, masked_text
-from pep.runtime.base.memo import OwnedCache
-from pep.runtime.plans.spatial import spatial_outcome
-from pep.runtime.base.columns import (FILE_COLUMN, KAFKA_OFFSET_AT, KAFKA_PARTITION_AT, KOFF_COLUMN,
-                                 KPART_COLUMN, LNGS_COLUMN, NUMS_COLUMN, PLANS_COLUMN,
-                                 SEQ_COLUMN, STRS_COLUMN)
-from pep.runtime.plans.plan_schema import PlanField, PredicateField
 
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'", "ignoreNullFields": "false"}
 

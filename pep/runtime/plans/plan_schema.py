@@ -14,8 +14,8 @@ from typing import Final
 
 import pyarrow as pa
 
-from pep.runtime.privacy.masks import MASK_ARROW
 from pep.runtime.plans.spatial import PREDICATE_FIELDS
+from pep.runtime.privacy.masks import MASK_ARROW
 
 
 # plan kinds in the plan table: plain rows; tuple windows whose panes Spark aggregates; time

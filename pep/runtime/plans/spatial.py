@@ -45,10 +45,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pep.core.geo import EARTH_DIAMETER_M
-from pep.runtime.plans.compile import (ANCHOR_KIND, DISTANCE_KIND, INTEGER_KIND, LABEL_KIND, base_kind,
-                                 NUMERIC_KIND, POLYGON_KIND, AnchorSpec, CompiledPlan,
-                                 PredicateRow)
 from pep.runtime.base.columns import SEQ_COLUMN
+from pep.runtime.plans.compile import (ANCHOR_KIND, DISTANCE_KIND, INTEGER_KIND, LABEL_KIND,
+                                       base_kind, NUMERIC_KIND, POLYGON_KIND, AnchorSpec,
+                                       CompiledPlan, PredicateRow)
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,8 @@ def label_code(column: Column, lattice: Lattice) -> Column:
 def label_text(code: Column, lattice: Lattice) -> Column:
     """A code's canonical text (`S:{crypto,nuclear}`, or `S` without categories): exactly what
     `str(Label)` prints, which is what the shared runtime delivers for a window's `lub_<attr>`
-    (pep/runtime/windows/pane_windows.py), so that a join side prints the same; null for a null code."""
+    (pep/runtime/windows/pane_windows.py), so that a join side prints the same; null for a null
+    code."""
     levels = F.array(*[F.lit(name) for name in lattice.levels])
     level = F.element_at(levels, (F.shiftright(code, LEVEL_SHIFT) + F.lit(1)).cast("int"))
     if not lattice.categories:

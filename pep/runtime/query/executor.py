@@ -17,7 +17,8 @@ when a handle attaches, and constants travel as data (never as SQL text).
   windows number their tuples per plan (and key) with a window function, offset by the count
   the driver carries; time windows use the epoch-aligned pane of the event time. Spark then
   aggregates per (plan, key, pane): tuples, and per aggregated attribute the count, sum, min,
-  max, first and last non-null value. The driver combines panes into windows (`windows/pane_windows.py`).
+  max, first and last non-null value. The driver combines panes into windows
+  (`windows/pane_windows.py`).
 The stream's own figures (tuples in, highest position) come without another pass over the
 batch: with the grouped matcher its tasks count them (`matcher.admitted_rows`), otherwise they
 are observed on the same jobs (`DataFrame.observe`); a Kafka stream, which has no positions,
@@ -41,8 +42,8 @@ from typing import Any, Callable
 from pyspark.sql import SparkSession
 
 from pep.core.plan import StreamDefinition
-from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
 from pep.runtime.base.delivery import Deliver
+from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.kafka_replay import KafkaReplay
 from pep.runtime.query.lifecycle import QueryLifecycle

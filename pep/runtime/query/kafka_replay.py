@@ -15,11 +15,10 @@ import pyarrow as pa
 from pyspark.sql import Column, SparkSession
 
 from pep.core.rows import RowBatch
-from pep.runtime.plans.batch_shape import Shape
 from pep.runtime.base.columns import FILE_COLUMN
-from pep.runtime.plans.compile import CompiledPlan
 from pep.runtime.base.delivery import deliver_to
-from pep.runtime.sources.kafka_offsets import KafkaOffsets
+from pep.runtime.plans.batch_shape import Shape
+from pep.runtime.plans.compile import CompiledPlan
 from pep.runtime.plans.matcher import GroupedMatcher, kafka_positions
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.plan_table import PlanTable
@@ -27,9 +26,10 @@ from pep.runtime.query.registry import PlanRegistry, PlanSets, PlanState
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob
 from pep.runtime.query.settings import StreamLayout
-from pep.runtime.sources.replay import (BatchRange, batch_of, batch_ranges, batch_start, covers,
-                                last_committed, offsets_json, split_by_batch, still_held)
 from pep.runtime.sources.frames import kafka_options, kafka_range_frame
+from pep.runtime.sources.kafka_offsets import KafkaOffsets
+from pep.runtime.sources.replay import (BatchRange, batch_of, batch_ranges, batch_start, covers,
+                                        last_committed, offsets_json, split_by_batch, still_held)
 
 log = logging.getLogger(__name__)
 

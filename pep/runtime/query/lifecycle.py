@@ -19,18 +19,18 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pep.core.plan import StreamDefinition
-from pep.runtime.sources.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
 from pep.runtime.base.columns import FILE_COLUMN
 from pep.runtime.base.jvm_steps import foreach_batch, stopped_batch
-from pep.runtime.query.progress import query_progress
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.kafka_replay import KafkaReplay
+from pep.runtime.query.progress import query_progress
+from pep.runtime.query.route_worker import RoutingFailed
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.runner import MicroBatchRunner
 from pep.runtime.query.settings import QuerySettings, StreamLayout
 from pep.runtime.query.start_position import (archive_present, files_per_trigger, skip_to_end,
                                               source_files, source_path)
-from pep.runtime.query.route_worker import RoutingFailed
+from pep.runtime.sources.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
 from pep.runtime.sources.frames import build_source
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The batch's shape (what the attached plans read, never how many there are) and the plan table:
-every attached plan as a struct of one row (`plans/plan_schema.py`), rebuilt from Arrow when the set of
-plans changes, a tuple window's open pane moves or a DISTANCE_TO anchor moves (the anchors'
+every attached plan as a struct of one row (`plans/plan_schema.py`), rebuilt from Arrow when the set
+of plans changes, a tuple window's open pane moves or a DISTANCE_TO anchor moves (the anchors'
 positions are kept here: `anchors`).
 """
 from __future__ import annotations
@@ -13,14 +13,15 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from pep.runtime.plans.batch_shape import Shape
-from pep.runtime.plans.compile import FAMILIES, MASKED_KIND, CompiledPlan, row_attributes
-from pep.runtime.privacy.masks import mask_struct
-from pep.runtime.plans.plan_expressions import value_arrays
-from pep.runtime.plans.plan_schema import FAMILY_FIELDS, PLAIN, PLAN_TABLE_ARROW, TIME_KINDS, PlanField
 from pep.runtime.plans.clamp import bound_arrays, is_private
+from pep.runtime.plans.compile import FAMILIES, MASKED_KIND, CompiledPlan, row_attributes
+from pep.runtime.plans.plan_expressions import value_arrays
+from pep.runtime.plans.plan_schema import (FAMILY_FIELDS, PLAIN, PLAN_TABLE_ARROW, TIME_KINDS,
+                                           PlanField)
+from pep.runtime.plans.spatial import AnchorTracker, predicate_struct
+from pep.runtime.privacy.masks import mask_struct
 from pep.runtime.query.registry import PlanState
 from pep.runtime.query.settings import StreamLayout
-from pep.runtime.plans.spatial import AnchorTracker, predicate_struct
 
 
 class PlanTable:

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
 from pep.runtime.base.delivery import Deliver
-from pep.runtime.plans.plan_schema import PLAIN, ROW_TUPLE, TIME, TUPLE
 from pep.runtime.plans.clamp import is_private
+from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
+from pep.runtime.plans.plan_schema import PLAIN, ROW_TUPLE, TIME, TUPLE
 from pep.runtime.windows.pane_windows import PaneWindows
 
 

@@ -1,7 +1,8 @@
 """A micro-batch's results into handles: the rows job's rows ordered, encoded once per projection
 and given to each plain plan (and union of grants); tuple windows' rows and the panes job's
-partials into windows (`windows/pane_windows.py`); delivery under each handle's lock. Runs on the query's
-route worker, one batch behind the query (`query/route_worker.py`), or in the replay before it starts.
+partials into windows (`windows/pane_windows.py`); delivery under each handle's lock. Runs on the
+query's route worker, one batch behind the query (`query/route_worker.py`), or in the replay before
+it starts.
 """
 from __future__ import annotations
 
@@ -14,18 +15,18 @@ import pyarrow.compute as pc
 
 from pep.core.labels import LabelError, Lattice
 from pep.core.rows import RowBatch
-from pep.runtime.plans.batch_shape import Shape
 from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN, SEQ_COLUMN
 from pep.runtime.base.delivery import deliver_to
 from pep.runtime.base.encode import json_array, value_texts
+from pep.runtime.plans.batch_shape import Shape
 from pep.runtime.plans.matcher import GroupedMatcher
-from pep.runtime.windows.pane_partials import (KEY_SEP, NO_SEQ, PARTS, PaneLayout, empty_partials,
-                                       partials_from_arrow, partials_from_values)
 from pep.runtime.query.batch_columns import order_columns
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.registry import AttachedHandle, PlanRegistry, PlanState, UnionState
 from pep.runtime.query.settings import StreamLayout
 from pep.runtime.query.union import member_masks, merged_rows, tag_rows
+from pep.runtime.windows.pane_partials import (KEY_SEP, NO_SEQ, PARTS, PaneLayout, empty_partials,
+                                               partials_from_arrow, partials_from_values)
 
 
 class ResultRouter:

@@ -16,18 +16,18 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from pep.runtime.base.columns import (BITS_COLUMN, EMIT, HASHED_PREFIX, LNGS_COLUMN, NUMS_COLUMN,
+                                      ORDER_EXACT, ORDER_NUMBER, PIDS_COLUMN, PLANS_COLUMN,
+                                      READ_COLUMN, SEQ_COLUMN, TOP_COLUMN)
+from pep.runtime.base.jvm_steps import JvmSteps
 from pep.runtime.plans import matcher as matcher_module
 from pep.runtime.plans.batch_shape import Shape
-from pep.runtime.base.columns import (BITS_COLUMN, EMIT, HASHED_PREFIX, LNGS_COLUMN, NUMS_COLUMN,
-                                 ORDER_EXACT, ORDER_NUMBER, PIDS_COLUMN, PLANS_COLUMN,
-                                 READ_COLUMN, SEQ_COLUMN, TOP_COLUMN)
-from pep.runtime.base.jvm_steps import JvmSteps
-from pep.runtime.privacy.masks import hashed_text, masked_column
 from pep.runtime.plans.matcher import GroupedMatcher, admitted_rows, value_column
 from pep.runtime.plans.plan_expressions import (FEW_PLANS, few_plans_column, masked_emissions,
-                                          matched_plans_column, shared_expressions,
-                                          value_elements)
+                                                matched_plans_column, shared_expressions,
+                                                value_elements)
 from pep.runtime.plans.plan_schema import ROW_KINDS, PlanField
+from pep.runtime.privacy.masks import hashed_text, masked_column
 from pep.runtime.query.batch_columns import (base_columns, masked_order, order_columns,
                                              order_expressions, plan_order)
 from pep.runtime.query.registry import PlanSets
@@ -202,8 +202,8 @@ class RowsJob:
     def _masked_rows(self, columns: list[str], order: list[str], shape: Shape
                      ) -> tuple[list[Column], list[Column]]:
         """The rows job when some plan masks: a row per emission (`masked_emissions`), its
-        values under the emission's masks, right after the filter (pep/runtime/privacy/masks.py), and
-        its order under them too (`plan_order`: a masked time orders a plan's rows by the
+        values under the emission's masks, right after the filter (pep/runtime/privacy/masks.py),
+        and its order under them too (`plan_order`: a masked time orders a plan's rows by the
         masked value, never the raw one)."""
         layout = self._layout
         emit = [F.explode(masked_emissions(ROW_KINDS, shape.spatial, shape.masked_filters,

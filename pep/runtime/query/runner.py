@@ -15,18 +15,18 @@ from typing import Any, Callable
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 
-from pep.runtime.plans.batch_shape import Shape
 from pep.runtime.base.jvm_steps import JvmSteps
+from pep.runtime.plans.batch_shape import Shape
 from pep.runtime.plans.matcher import GroupedMatcher
 from pep.runtime.query.batch_columns import observed
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.panes_job import PanesJob
 from pep.runtime.query.plan_table import PlanTable
 from pep.runtime.query.registry import PlanRegistry, PlanSets
+from pep.runtime.query.route_worker import DRAIN_WAIT, RouteWorker
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob, RowsMatcher
 from pep.runtime.query.settings import StreamLayout
-from pep.runtime.query.route_worker import DRAIN_WAIT, RouteWorker
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from types import MappingProxyType
 from pyspark.sql import SparkSession
 
 from pep.core.plan import StreamDefinition, StreamSchema
-from pep.runtime.plans.compile import CompiledPlan
 from pep.runtime.base.columns import HASHED_PREFIX
+from pep.runtime.plans.compile import CompiledPlan
 
 # Tuple windows with panes narrower than this travel as rows (see README "Where windows are
 # computed"); wider panes are aggregated in Spark.

@@ -32,9 +32,9 @@ from pyspark.sql import types as T
 from pdp.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.runtime.base.columns import FILE_COLUMN, KAFKA_FILE_FORMAT, SEQ_COLUMN
+from pep.runtime.base.memo import OwnedCache
 from pep.runtime.sources.generators import generator_frame
 from pep.runtime.sources.kafka_connector import kafka_unavailable_reason
-from pep.runtime.base.memo import OwnedCache
 
 FILE_FORMATS = ("json", "csv", "parquet")
 _SPARK_TYPES = {
@@ -194,7 +194,8 @@ def kafka_range_frame(spark: SparkSession, stream: StreamDefinition, assign: str
     """A Kafka stream's records of fixed offset ranges, read once (a batch query), shaped as
     its streaming frame: `assign` {topic: [partitions]}, `start` and `end` {topic: {partition:
     offset}} (JSON, as Spark's Kafka source takes them; end exclusive). A record the topic no
-    longer holds fails the read rather than be skipped (`sources/replay.py` relies on whole ranges)."""
+    longer holds fails the read rather than be skipped (`sources/replay.py` relies on whole
+    ranges)."""
     servers, _, client = kafka_options(stream)
     reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", servers)
               .option("assign", assign).option("startingOffsets", start)

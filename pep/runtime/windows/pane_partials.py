@@ -3,9 +3,9 @@ driver, and the pane layout of a window plan (numpy; no Spark).
 
 `Part` names the partial aggregates (count, sum, min, max, bitwise OR, first, last, and the event
 times of first and last) in one place for both sides: the panes job (`query/panes_job.py`) builds
-`<slot>_<code>` columns, this module and `windows/pane_windows.py` read and merge `<code><j>` columns. A
-batch's partials are merged into the stored ones here (`collapse`); `windows/pane_windows.py` combines them
-into windows.
+`<slot>_<code>` columns, this module and `windows/pane_windows.py` read and merge `<code><j>`
+columns. A batch's partials are merged into the stored ones here (`collapse`);
+`windows/pane_windows.py` combines them into windows.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Windows from pane partials: the driver's share of window work (numpy; no Spark).
 
 The partials themselves (their columns, the layout of a plan's, merging a batch's into the
-stored ones) are `windows/pane_partials.py`'s; `windows/window_reference.py` computes them from plain rows, a
-pure-Python reference of Spark's share for tests.
+stored ones) are `windows/pane_partials.py`'s; `windows/window_reference.py` computes them from
+plain rows, a pure-Python reference of Spark's share for tests.
 
 Spark computes, per micro-batch, partial aggregates per (plan, key, pane): the tuples of a pane,
 and per aggregated attribute the count of non-null values, their sum, min, max, first and last
@@ -52,11 +52,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pep.core.labels import CATEGORY_MASK, LEVEL_SHIFT, Lattice
-from pep.runtime.plans.compile import HIDDEN, CompiledWindow
 from pep.runtime.base.encode import json_array
-from pep.runtime.windows.pane_partials import (INT_MAX, INT_MIN, KEY_SEP, NO_SEQ, Columns, PaneLayout,
-                                       Part, collapse, concat_partials, empty_partials,
-                                       fill_value, key_codes, pane_count, take_rows)
+from pep.runtime.plans.compile import HIDDEN, CompiledWindow
+from pep.runtime.windows.pane_partials import (INT_MAX, INT_MIN, KEY_SEP, NO_SEQ, Columns,
+                                               PaneLayout, Part, collapse, concat_partials,
+                                               empty_partials, fill_value, key_codes, pane_count,
+                                               take_rows)
 
 _SUM_LIMIT = 2.0 ** 62  # long sums this large are redone with Python integers
 

@@ -10,8 +10,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from pep.runtime.plans.compile import CompiledWindow
-from pep.runtime.windows.pane_partials import (NO_SEQ, PARTS, Columns, PaneLayout, Part, empty_partials,
-                                       fill_value)
+from pep.runtime.windows.pane_partials import (NO_SEQ, PARTS, Columns, PaneLayout, Part,
+                                               empty_partials, fill_value)
 from pep.runtime.windows.pane_windows import PaneWindows
 
 

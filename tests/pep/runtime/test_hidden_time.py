@@ -28,8 +28,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema, WindowSpec)
+from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
+                           StreamSchema, WindowSpec)
 from pep.runtime.plans.compile import compile_plan
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"),

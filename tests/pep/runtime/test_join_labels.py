@@ -1,5 +1,5 @@
-"""Security labels in joins on Spark (pep/runtime/joins/runtime.py): a windowed side's `lub` and label
-bound, and a joined row's `label`, over random lattices against brute force (pep.core.labels).
+"""Security labels in joins on Spark (pep/runtime/joins/runtime.py): a windowed side's `lub` and
+label bound, and a joined row's `label`, over random lattices against brute force (pep.core.labels).
 
 The static cases run the join's very expressions (`side_frame`, `joined_frame`) over static
 DataFrames of the sources' shape: quick, so several random lattices, labels, bounds and sessions
@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import pytest
 
+from pep.core.graph import QueryGraph, Source
 from pep.core.join import JoinSide, build_join
 from pep.core.labels import Label, Lattice, lub
-from pep.core.graph import QueryGraph, Source
 from pep.core.merge import merge
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,
                            StreamDefinition, StreamSchema, WindowSpec)

@@ -1,5 +1,5 @@
-"""The join runtime (pep/runtime/joins/runtime.py) on Spark: a time-windowed side joined on its window
-outputs, checked against brute force; identical joins share one query; detach stops it.
+"""The join runtime (pep/runtime/joins/runtime.py) on Spark: a time-windowed side joined on its
+window outputs, checked against brute force; identical joins share one query; detach stops it.
 
 Left: `st(t, station, rainrate)`, its side filtered (rainrate > 1) and windowed (10 s tumbling
 windows per station, at least 2 tuples, avg / firstval / count of rainrate). Right: `sh(ts, area,

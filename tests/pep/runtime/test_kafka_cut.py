@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema, WindowSpec)
+from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
+                           StreamSchema, WindowSpec)
 from pep.runtime.plans.compile import PlanError, compile_plan
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("k", "long"), Field("v", "double")))

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                      StreamSchema, WindowSpec)
+                           StreamSchema, WindowSpec)
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("hum", "long"),
                        Field("station", "string"), Field("ok", "boolean")))

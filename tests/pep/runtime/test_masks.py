@@ -10,8 +10,8 @@ import re
 from datetime import datetime, timezone
 from decimal import ROUND_FLOOR, Decimal
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema, WindowSpec)
+from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
+                           StreamSchema, WindowSpec)
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("x", "double"), Field("n", "long"),
                        Field("s", "string")))

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 import time
 
+from pep.core import geo
 from pep.core.conditions import evaluate, spatial_from_predicate
 from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec, SpatialPredicate,
                            StreamDefinition, StreamSchema)
-from pep.core import geo
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SCHEMA = StreamSchema((Field("mmsi", "long"), Field("name", "string"), Field("lat", "double"),

@@ -9,8 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from pep.runtime.query import rows_job
 from pep.runtime.plans.matcher import FROZEN_TASKS, freeze_worker_heap
+from pep.runtime.query import rows_job
 
 
 assert rows_job  # imported for its side effect: the matcher is pickled by value, as the
