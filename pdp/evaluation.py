@@ -28,7 +28,7 @@ from pdp.results import (STATUS_MISSING_ATTRIBUTE, STATUS_PROCESSING_ERROR, Attr
                          Decision, MissingAttributeDetail, Obligation, PolicyIdentifier, Status)
 from pdp.urns import CURRENT_DATE, CURRENT_DATETIME, CURRENT_TIME
 
-if TYPE_CHECKING:  # these modules import this one
+if TYPE_CHECKING:  # for annotations only
     from pdp.functions.base import Function
     from pdp.index import ChildIndex
     from pdp.notes import Notes
@@ -169,8 +169,8 @@ def constant(value: AnyValue) -> Expr:
     attribute `constant_value`, for the linter (`pep.core.lint.paths`); a decision only calls."""
     def ev(ctx: EvalContext) -> AnyValue:
         return value
-    # a closure stays the fastest call; mypy knows no attributes on functions
-    ev.constant_value = value  # type: ignore[attr-defined]
+    # a closure, not a callable object, for the fastest call; mypy allows no attribute on one:
+    ev.constant_value = value  # type: ignore[attr-defined]  # a function attribute, on purpose
     return ev
 
 

@@ -29,7 +29,10 @@ from pdp.functions.base import (
 
 MAX_APPLICATIONS = 200_000
 
-Call = tuple[Any, ...]  # the arguments of one application: values of any data type
+# Arguments are values of any data type, and tuples of them for bags: dynamic by nature (the
+# policy compiler checks their types against the functions' signatures).
+Call = tuple[Any, ...]  # the arguments of one application, or of one call
+Bag = tuple[Any, ...]
 
 
 class Quantifier(Protocol):
@@ -42,7 +45,7 @@ class Quantifier(Protocol):
 class Mapper(Protocol):
     """map: as a Quantifier, but it gives the bag of the function's results."""
 
-    def __call__(self, inner: Function, /, *args: Any) -> tuple[Any, ...]: ...
+    def __call__(self, inner: Function, /, *args: Any) -> Bag: ...
 
 
 def _apply(inner: Function, args: Call) -> Any:
@@ -58,7 +61,7 @@ def _predicate(function_id: str, inner: Function, args: Call) -> bool:
     return result
 
 
-def _split_one_bag(function_id: str, args: tuple[Any, ...]) -> tuple[int, tuple[Any, ...]]:
+def _split_one_bag(function_id: str, args: Call) -> tuple[int, Bag]:
     positions = [i for i, a in enumerate(args) if isinstance(a, tuple)]
     if len(positions) != 1:
         raise fail(function_id, f"expected exactly one bag argument, got {len(positions)}")
@@ -89,7 +92,7 @@ def _quantify(function_id: str, inner: Function, calls: Iterable[Call], want: bo
     return not want
 
 
-def _substituted(args: Call, position: int, bag: tuple[Any, ...]) -> Iterator[Call]:
+def _substituted(args: Call, position: int, bag: Bag) -> Iterator[Call]:
     for element in bag:
         yield args[:position] + (element,) + args[position + 1:]
 
@@ -112,7 +115,7 @@ def _make_any_of_any(function_id: str) -> Quantifier:
     return any_of_any
 
 
-def _two_bags(function_id: str, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+def _two_bags(function_id: str, args: Call) -> tuple[Bag, Bag]:
     if len(args) != 2 or not all(isinstance(a, tuple) for a in args):
         raise fail(function_id, "expected exactly two bag arguments")
     if len(args[0]) * len(args[1]) > MAX_APPLICATIONS:
@@ -143,7 +146,7 @@ def _make_nested(function_id: str, outer_want: bool, inner_want: bool) -> Quanti
 
 
 def _make_map(function_id: str) -> Mapper:
-    def map_(inner: Function, *args: Any) -> tuple[Any, ...]:
+    def map_(inner: Function, *args: Any) -> Bag:
         inner = _check_inner(function_id, inner)
         if inner.returns_bag:
             raise fail(function_id, f"{inner.short_name} returns a bag")
