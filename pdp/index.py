@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, TypeVar
 
 from pdp.evaluation import AnyValue, Bags, EvalContext
+from pdp.notes import AttributeKey
 
 if TYPE_CHECKING:  # the policy compiler imports this module
     from pdp.policy_parser.model import MatchSpec
@@ -31,12 +32,11 @@ if TYPE_CHECKING:  # the policy compiler imports this module
 
 MIN_CHILDREN = 8
 
-MatchKey = tuple[str, str, str]  # (category, attribute id, data type): `MatchSpec.key`
 # One indexable AnyOf, as filter: {attribute key: (values, any MustBePresent)}.
-AnyOfFilter = dict[MatchKey, tuple[frozenset[AnyValue], bool]]
+AnyOfFilter = dict[AttributeKey, tuple[frozenset[AnyValue], bool]]
 # An indexable AnyOf: one equality Match per AllOf (`_indexable_any_ofs`).
 IndexableAnyOf = list["MatchSpec"]
-Posting = tuple[MatchKey, AnyValue]  # an attribute key and a literal tested against it
+Posting = tuple[AttributeKey, AnyValue]  # an attribute key and a literal tested against it
 C = TypeVar("C")
 
 
@@ -44,8 +44,8 @@ class ChildIndex:
     __slots__ = ("always", "by_key", "mbp_by_key", "size", "filters")
 
     def __init__(self, size: int, always: list[int],
-                 by_key: dict[MatchKey, dict[AnyValue, list[int]]],
-                 mbp_by_key: dict[MatchKey, list[int]],
+                 by_key: dict[AttributeKey, dict[AnyValue, list[int]]],
+                 mbp_by_key: dict[AttributeKey, list[int]],
                  filters: dict[int, tuple[AnyOfFilter, ...]]) -> None:
         self.size = size
         self.always = frozenset(always)
@@ -147,7 +147,7 @@ def build_index(children: Sequence[object], min_children: int | None = None
         return None
     per_child = [_indexable_any_ofs(_target_spec(c)) for c in children]
     # Selectivity of an attribute: how many distinct literals the children test it against.
-    distinct: dict[MatchKey, set[AnyValue]] = {}
+    distinct: dict[AttributeKey, set[AnyValue]] = {}
     for any_ofs in per_child:
         for any_of in any_ofs:
             for m in any_of:
@@ -156,8 +156,8 @@ def build_index(children: Sequence[object], min_children: int | None = None
                 except TypeError:
                     return None
     always: list[int] = []
-    by_key: dict[MatchKey, dict[AnyValue, list[int]]] = {}
-    mbp_by_key: dict[MatchKey, list[int]] = {}
+    by_key: dict[AttributeKey, dict[AnyValue, list[int]]] = {}
+    mbp_by_key: dict[AttributeKey, list[int]] = {}
     filters: dict[int, tuple[AnyOfFilter, ...]] = {}
     for pos, any_ofs in enumerate(per_child):
         if not any_ofs:
@@ -190,7 +190,7 @@ class _Placed:
 
     __slots__ = ("postings", "mbp_keys", "counted", "always")
 
-    def __init__(self, postings: tuple[Posting, ...], mbp_keys: tuple[MatchKey, ...],
+    def __init__(self, postings: tuple[Posting, ...], mbp_keys: tuple[AttributeKey, ...],
                  counted: tuple[Posting, ...], always: bool) -> None:
         self.postings = postings  # ((key, value), ...) of its primary AnyOf, without repeats
         self.mbp_keys = mbp_keys  # keys of its primary AnyOf with MustBePresent="true"
@@ -222,10 +222,10 @@ class RootIndex:
 
     __slots__ = ("by_key", "mbp_by_key", "always", "filters", "placed", "distinct")
 
-    def __init__(self, by_key: dict[MatchKey, dict[AnyValue, tuple[int, ...]]],
-                 mbp_by_key: dict[MatchKey, frozenset[int]], always: frozenset[int],
+    def __init__(self, by_key: dict[AttributeKey, dict[AnyValue, tuple[int, ...]]],
+                 mbp_by_key: dict[AttributeKey, frozenset[int]], always: frozenset[int],
                  filters: dict[int, tuple[AnyOfFilter, ...]], placed: dict[int, _Placed],
-                 distinct: dict[MatchKey, dict[AnyValue, int]]) -> None:
+                 distinct: dict[AttributeKey, dict[AnyValue, int]]) -> None:
         self.by_key = by_key  # key -> {value: (slot, ...)}
         self.mbp_by_key = mbp_by_key  # key -> frozenset of slots
         self.always = always  # slots that are candidates for every request
@@ -291,10 +291,10 @@ class _Writer:
         self.filters = dict(base.filters)
         self.placed = dict(base.placed)
         self.distinct = dict(base.distinct)
-        self._own_tables: set[MatchKey] = set()
-        self._own_counts: set[MatchKey] = set()
+        self._own_tables: set[AttributeKey] = set()
+        self._own_counts: set[AttributeKey] = set()
 
-    def _table(self, key: MatchKey) -> dict[AnyValue, tuple[int, ...]]:
+    def _table(self, key: AttributeKey) -> dict[AnyValue, tuple[int, ...]]:
         if key not in self._own_tables:
             self._own_tables.add(key)
             self.by_key[key] = dict(self.by_key.get(key, ()))
@@ -349,7 +349,7 @@ class _Writer:
         distinct = self.distinct
         primary = max(any_ofs, key=lambda a: min(len(distinct.get(m.key, ())) for m in a))
         postings: dict[Posting, None] = {}
-        mbp_keys: dict[MatchKey, None] = {}
+        mbp_keys: dict[AttributeKey, None] = {}
         for match in primary:
             postings[(match.key, match.value)] = None
             if match.must_be_present:

@@ -34,7 +34,7 @@ from pdp.combining import (deny_overrides, first_applicable, legacy_deny_overrid
                            legacy_permit_overrides_rules, only_one_applicable, permit_overrides)
 from pdp.evaluation import (AnyValue, Evaluable, Links, PolicyCombiner, PolicyEvaluator,
                             ReferenceEvaluator, RuleEvaluator)
-from pdp.index import MatchKey
+from pdp.notes import AttributeKey
 from pdp.urns import RESOURCE as RESOURCE_CATEGORY, RESOURCE_ID, STRING
 
 if TYPE_CHECKING:  # for annotations only
@@ -52,10 +52,10 @@ NOT_APPLICABLE_WHEN_ALL_ARE: frozenset[PolicyCombiner] = frozenset({
     legacy_deny_overrides_policies, legacy_permit_overrides_policies,
 })
 
-_resource_key: MatchKey | None = None
+_resource_key: AttributeKey | None = None
 
 
-def resource_key() -> MatchKey:
+def resource_key() -> AttributeKey:
     """The (category, attribute, data type) key the compiler gives a string resource-id."""
     global _resource_key
     if _resource_key is None:
@@ -121,7 +121,7 @@ def _scope(ev: Evaluable, links: Links, memo: ScopeMemo) -> Scope | None:
     return best
 
 
-def attribute_key(category: str, attribute_id: str, datatype: str = STRING) -> MatchKey:
+def attribute_key(category: str, attribute_id: str, datatype: str = STRING) -> AttributeKey:
     """The (category, attribute, data type) key the compiler gives a designator."""
     from pdp.datatypes import canonical_datatype_id
     from pdp.request import normalize_category
@@ -129,7 +129,7 @@ def attribute_key(category: str, attribute_id: str, datatype: str = STRING) -> M
     return (normalize_category(category), attribute_id, canonical_datatype_id(datatype))
 
 
-def target_literals(ev: Evaluable, links: Links, key: MatchKey, _seen: set[int] | None = None
+def target_literals(ev: Evaluable, links: Links, key: AttributeKey, _seen: set[int] | None = None
                     ) -> frozenset[AnyValue]:
     """Every literal that a target in this evaluator's tree (its own, its children's, and those
     its references reach) compares the attribute `key` with by an equality Match. Not a proof
