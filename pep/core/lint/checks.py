@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdp import AttributeAssignment, Obligation
-from pdp.evaluation import DENY, PERMIT, PolicyEvaluator
+from pdp.evaluation import DENY, PERMIT, AnyPolicy, PolicyEvaluator, RuleEvaluator
 from pdp.notes import ALWAYS_FALSE
 from pdp.urns import RESOURCE, RESOURCE_ID
 from pdp.target_scope import attribute_key
@@ -80,7 +80,7 @@ RESOURCE_KEY = attribute_key(RESOURCE, RESOURCE_ID)
 class LintDocument:
     """A compiled document (its evaluator) and where it came from."""
 
-    evaluator: PolicyEvaluator
+    evaluator: AnyPolicy
     source: str
 
     @property
@@ -237,13 +237,13 @@ def _shadowed(run: _Run, paths: list[RulePath]) -> None:
                         later.policy_id, later.rule_id))
 
 
-def _elements(ev: PolicyEvaluator) -> Iterator[tuple[str, str | None, Any]]:
+def _elements(ev: AnyPolicy) -> Iterator[tuple[str, str | None, Any]]:
     """(policy id, rule id or None, evaluator) of a document's policies and rules."""
     yield ev.identifier.id, None, ev
     for child in ev.children:
         if isinstance(child, PolicyEvaluator):
             yield from _elements(child)
-        elif hasattr(child, "effect"):
+        elif isinstance(child, RuleEvaluator):
             yield ev.identifier.id, child.id, child
 
 
