@@ -35,7 +35,7 @@ from urllib.parse import quote, urlsplit
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from werkzeug.wrappers import Request as WerkzeugRequest
 
-from pep.http.bridge import NATIVE_ROUTES
+from server.bridge import NATIVE_ROUTES
 from pdp.http.errors import error_response, install_error_handlers
 from pdp.http.safe_json import install_safe_json
 from pdp.policy_scope import confined_resource_ids

@@ -14,7 +14,7 @@ import sys
 from urllib.parse import urlsplit
 
 from pdp.numbers import float_argument, int_argument
-from pep.http.serving import HttpServer, run_until_signal
+from server.serving import HttpServer, run_until_signal
 from proxy.app import ProxyConfig, create_app, runtime_of
 from proxy.forward import Timeouts
 

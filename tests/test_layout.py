@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PRODUCTION_PACKAGES = ("pdp", "pep", "proxy")
+PRODUCTION_PACKAGES = ("pdp", "pep", "proxy", "server")
 FORBIDDEN_IN_CORE = ("flask", "werkzeug", "pyspark", "py4j", "sqlite3", "_sqlite3", "cheroot",
                      "requests")
 
@@ -73,10 +73,8 @@ def test_lower_packages_do_not_import_higher_ones(package, may_not):
             assert name.split(".")[0] not in may_not, f"{path.relative_to(REPO)} imports {name}"
 
 
-def test_the_proxy_uses_only_the_invalidation_protocol_and_the_server_of_pep():
-    # the server (pep.http.serving) and the pieces of it a native route uses
-    allowed = {"pep.invalidation.protocol", "pep.http.serving", "pep.http.bridge",
-               "pep.http.streaming"}
+def test_the_proxy_uses_only_the_invalidation_protocol_of_pep():
+    allowed = {"pep.invalidation.protocol"}
     for path in sources("proxy"):
         for name in imports_in(path):
             if name.split(".")[0] == "pep":
@@ -84,8 +82,18 @@ def test_the_proxy_uses_only_the_invalidation_protocol_and_the_server_of_pep():
                 assert module in allowed, f"{path.relative_to(REPO)} imports {name}"
 
 
+def test_the_server_knows_nothing_of_what_it_serves():
+    """The HTTP server (server/) is HTTP only: it imports none of the project's other packages
+    and no web framework (it serves any WSGI app)."""
+    for path in sources("server"):
+        for name in imports_in(path):
+            assert name.split(".")[0] not in ("pdp", "pep", "proxy", "common", "flask",
+                                               "werkzeug", "pyspark", "py4j"), \
+                f"{path.relative_to(REPO)} imports {name}"
+
+
 def test_spark_is_imported_only_under_pep_runtime():
-    for package in ("pdp", "pep", "proxy"):
+    for package in PRODUCTION_PACKAGES:
         for path in sources(package):
             if path.is_relative_to(REPO / "pep" / "runtime"):
                 continue

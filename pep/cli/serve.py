@@ -120,7 +120,7 @@ def add_serve_settings(parser: argparse.ArgumentParser) -> None:
 
 def add_serve_command(sub: Any) -> None:
     """`xsg serve [--config FILE] [settings]`."""
-    s = sub.add_parser("serve", help="run the gateway (HTTP server: pep/http/serving.py)",
+    s = sub.add_parser("serve", help="run the gateway (HTTP server: server/serving.py)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description=SERVE_DESCRIPTION)
     s.add_argument("--config", metavar="FILE", default=None,

@@ -44,7 +44,7 @@ class GatewayConfig:
     spark_master: str = "local[*]"
     base_url: str | None = None  # public URL for handles; derived from host/port when unset
     max_content_length: int = DEFAULT_MAX_CONTENT_LENGTH
-    threads: int = 32  # threads that run routes, started with the server (pep/http/pool.py)
+    threads: int = 32  # threads that run routes, started with the server (server/pool.py)
     max_threads: int = 1000  # the pool grows up to this many routes running at once
     # Stream side. `xsg serve` starts Spark with the gateway; tests and embedders leave it lazy
     # (the session then starts with the first handle).
@@ -90,7 +90,7 @@ class GatewayConfig:
     log_level: str = "INFO"
     log_format: str = "text"
     oidc: OidcSettings | None = None
-    # Connections and readers (pep/http/serving.py, pep/http/handles.py): open connections at
+    # Connections and readers (server/serving.py, pep/http/handles.py): open connections at
     # once (more are answered 429), handle streams one subject reads at once (more: 429),
     # seconds a connection may sit idle before or between requests, and seconds a write to a
     # client may make no progress before its connection is closed (a reader whose socket does

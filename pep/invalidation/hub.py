@@ -347,7 +347,7 @@ class InvalidationHub:
 
     def feed_body(self, last_event_id: str | None) -> "FeedBody":
         """The same SSE text as `feed_stream`, as a body the server's event loop pulls
-        (pep.http.streaming.StreamBody): no thread waits on the reader's queue."""
+        (server.streaming.StreamBody): no thread waits on the reader's queue."""
         sub, hello, replay = self.open_feed(last_event_id)
         return FeedBody(self, sub, hello, replay)
 

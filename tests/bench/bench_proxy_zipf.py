@@ -137,7 +137,7 @@ class Stack:
         from pep.invalidation.hub import InvalidationHub
         from pep.runtime.runtime import StreamRuntime
         from pep.runtime.session import create_spark_session
-        from pep.http.serving import HttpServer
+        from server.serving import HttpServer
         from tests.pep.conftest import build_gateway
 
         entries = [{"token": ADMIN_TOKEN, "subject": "owner", "roles": ["data-owner"],

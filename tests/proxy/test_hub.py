@@ -14,7 +14,7 @@ from pep.invalidation.hub import InvalidationHub
 from pep.invalidation.protocol import (FEED_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER,
                                        InvalidationEvent, InvalidEventError, parse_event_id, sign,
                                        verify)
-from pep.http.serving import HttpServer
+from server.serving import HttpServer
 
 SECRET = "s3cret"
 

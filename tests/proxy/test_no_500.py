@@ -35,7 +35,7 @@ def gateway(no500_gateway):
 
 @pytest.fixture(scope="module")
 def proxied(gateway):
-    from pep.http.serving import HttpServer
+    from server.serving import HttpServer
     from proxy.app import ProxyConfig, create_app, runtime_of
 
     # the gateway behind the proxy on its own server, as in production

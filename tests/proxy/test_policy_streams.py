@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdp.events import PolicyChange, PolicyEvents
-from pep.http.serving import HttpServer
+from server.serving import HttpServer
 from pep.invalidation.hub import InvalidationHub
 from pep.invalidation.protocol import InvalidationEvent, InvalidEventError
 from proxy.app import ProxyConfig, answer_streams, create_app, runtime_of

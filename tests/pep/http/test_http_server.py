@@ -1,4 +1,4 @@
-"""pep.http.serving on its own (uvicorn, the strict protocol, the WSGI bridge): HTTP/1.1 framing,
+"""server.serving on its own (uvicorn, the strict protocol, the WSGI bridge): HTTP/1.1 framing,
 limits and time-outs, the elastic pool, and streams written by the event loop. Raw sockets where
 the wire matters. The framing classes of issue 19 against the real gateway and proxy are in
 test_smuggling.py."""
@@ -12,8 +12,8 @@ import time
 import pytest
 import requests
 
-from pep.http.serving import HttpServer
-from pep.http.streaming import STREAM_BODY
+from server.serving import HttpServer
+from server.streaming import STREAM_BODY
 
 
 def echo_app(environ, start_response):

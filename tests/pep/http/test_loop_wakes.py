@@ -3,7 +3,7 @@ loop a chunk per turn, so that what else the loop serves is read between chunks.
 import asyncio
 import threading
 
-from pep.http.streaming import FLUSH_CHUNK, _Waker
+from server.streaming import FLUSH_CHUNK, _Waker
 
 
 def test_many_wakes_leave_turns_of_the_loop_to_other_work() -> None:
@@ -47,7 +47,7 @@ def test_a_stream_woken_again_before_its_turn_is_woken_once() -> None:
 def test_a_final_event_is_woken_ahead_of_the_streams_queued_before_it() -> None:
     from pep.handles.buffer import HandleBuffer
     from pep.core.rows import RowBatch
-    from pep.http.streaming import WakeCallback
+    from server.streaming import WakeCallback
 
     n = 3 * FLUSH_CHUNK
     order: list[str] = []

@@ -1,4 +1,4 @@
-"""A sized response leaves in one write, head and body together (pep/http/cycle.py); a stream's
+"""A sized response leaves in one write, head and body together (server/cycle.py); a stream's
 head still leaves at once; what uvicorn checked and did (lengths, closes, its 500) is kept.
 
 The cycle is uvicorn's own, driven as its protocol drives it; the transport records the writes
@@ -15,8 +15,8 @@ import pytest
 from flask import Flask, Response
 from uvicorn.protocols.http.flow_control import FlowControl
 
-from pep.http.cycle import CoalescingCycle
-from pep.http.serving import HttpServer
+from server.cycle import CoalescingCycle
+from server.serving import HttpServer
 
 
 class Transport:

@@ -7,7 +7,7 @@ control characters in the target. What it lets through, this subclass refuses wi
 JSON error body, `Connection: close`), before the request reaches the application:
 
 - `Host`: exactly one on HTTP/1.1 (at most one on 1.0), a valid `host[:port]` without userinfo.
-  Handle URIs are built from it (pep/http/urls.py), so it must be a single, validated value.
+  Apps build URLs from it (the gateway's handle URIs), so it must be a single, validated value.
 - The target: origin-form (`/path?query`); absolute-form only with `http` or `https` and a valid
   authority, which then replaces `Host` (RFC 9112 3.2.2); `*` only with OPTIONS (answered by the
   application layer); nothing but visible ASCII.
@@ -25,8 +25,8 @@ once, a new connection is answered 429 with `Retry-After` and closed; a connecti
 `idle_timeout` before its first request or between requests is closed; a request head must be
 complete `header_timeout` seconds after its first byte (else 408); a head over 64 KiB or with
 more than 100 header lines is refused (431). Request bodies (minimum rate) and response writes
-(`write_timeout`) are bounded where they are read and written (pep/http/bridge.py,
-pep/http/streaming.py).
+(`write_timeout`) are bounded where they are read and written (server/bridge.py,
+server/streaming.py).
 """
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from pep.http.cycle import coalescing
-from pep.http.streaming import CONNECTION
+from server.cycle import coalescing
+from server.streaming import CONNECTION
 
 MAX_HEAD = 64 * 1024
 MAX_HEADERS = 100
@@ -52,14 +52,14 @@ _REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large"
             500: "Internal Server Error", 505: "HTTP Version Not Supported"}
 # host = IP-literal / IPv4address / reg-name (RFC 3986 3.2.2), then an optional port; a reg-name
 # of unreserved characters only (the sub-delims and percent-encodings RFC 3986 also allows have
-# no place in a name handle URIs are built from: `a,b` is what two joined Host headers look like)
+# no place in a name URLs are built from: `a,b` is what two joined Host headers look like)
 _HOST = re.compile(rb"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~]+)(?::([0-9]{1,5}))?$")
 _VISIBLE = re.compile(rb"^[\x21-\x7e]+$")
 
 
 def error_body(status: int, message: str) -> bytes:
-    """The gateway's one error body shape (see pdp.http.errors.error_response), for answers the
-    server gives itself, outside any application."""
+    """A JSON error body (`error`, `status`) for answers the server gives itself, outside any
+    application."""
     return json.dumps({"error": message, "status": status}).encode()
 
 
@@ -90,7 +90,7 @@ class Limits:
     header_timeout: float = 10.0
     retry_after: int = 2
     busy_message: str | None = None
-    stats: collections.Counter = field(default_factory=collections.Counter)
+    stats: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def busy(self) -> bytes:
         message = self.busy_message or (
@@ -118,7 +118,7 @@ class StrictHttpProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self.refusing = False  # answered 429 at the door
         self.broken = False  # a request was refused: nothing more is read
-        self.streams = 0  # responses on this connection written by pep.http.streaming
+        self.streams = 0  # responses on this connection written by server.streaming
         self._in_head = False
         self._head_bytes = 0
         self._header_count = 0
@@ -254,7 +254,7 @@ class StrictHttpProtocol(HttpToolsProtocol):
             raise self._stop(refusal) from None  # still in the head: see _refuse
         self._in_head = False
         super().on_headers_complete()
-        coalescing(self.cycle)  # a sized answer's head and body in one write (pep/http/cycle.py)
+        coalescing(self.cycle)  # a sized answer's head and body in one write (server/cycle.py)
 
     def _check_head(self) -> None:
         version = self.parser.get_http_version()

@@ -4,23 +4,25 @@ event loop, routes run on a thread pool, streams handed to the loop.
 Why a bridge of our own rather than a2wsgi: a2wsgi runs the WSGI app on a thread from the
 request's first byte and lets it read the body through the loop, so a body trickled one byte at
 a time holds a thread for as long as the client likes; a2wsgi also iterates every response on
-that thread, so a handle stream or the invalidation feed would hold one for its whole life, and
-it has no way for a route to hand a stream to the loop. Here:
+that thread, so a long-lived stream (an event feed, a reader following new data) would hold one
+for its whole life, and it has no way for a route to hand a stream to the loop. Here:
 
 - The request body is read on the event loop, whole, before any route sees it: at most `max_body`
   bytes (more: 413), and after a grace of `body_grace` seconds it must have averaged
   `min_body_rate` bytes/s (else 408 and the connection closes). A client that disconnects or
-  whose framing is refused (pep/http/protocol.py) mid-body gets nothing run.
-- The route runs on the pool (pep/http/pool.py) with the body as `wsgi.input`. A response with a
+  whose framing is refused (server/protocol.py) mid-body gets nothing run.
+- The route runs on the pool (server/pool.py) with the body as `wsgi.input`. A response with a
   Content-Length up to 1 MiB is collected on that thread and written by the loop; other bodies
   are pulled chunk by chunk, each chunk on the pool, each write bounded by `write_timeout`.
 - A route that calls `environ[STREAM_BODY](body)` gets its body written by the loop
-  (pep/http/streaming.py): no thread for as long as the stream lasts. The WSGI response is closed
-  when the stream ends, so the access log's line for it (pep/http/access_log.py) comes then.
-- `native` ASGI routes (the proxy's relay of handle streams) are tried first, and the
-  `POST /pdp` fast path (pep/http/fast_pdp.py) is answered on the loop itself.
+  (server/streaming.py): no thread for as long as the stream lasts. The WSGI response is closed
+  when the stream ends, and the callables a route put in `environ[ON_STREAM_END]` (an access
+  log's line) run then.
+- `native` ASGI routes (an app's own, e.g. a relay of streams) are tried first, and an app's
+  fast path (`FastPath`: one POST route the loop answers itself for the requests it can) before
+  the WSGI app.
 - A response with a Content-Length leaves in one write, its head with its body's first part
-  (pep/http/cycle.py): one system call and one TCP segment for a small answer, not two.
+  (server/cycle.py): one system call and one TCP segment for a small answer, not two.
 - The WSGI environ: PATH_INFO is the target's path percent-decoded once, except `%2F` (a quoted
   slash stays quoted, as before); header names with `_` are dropped (`X_Forwarded_For` would pass
   for `X-Forwarded-For`); a chunked body arrives with its CONTENT_LENGTH. The app's own `Date`
@@ -36,29 +38,30 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, Protocol
 from urllib.parse import unquote_to_bytes
 
-from pep.http.pool import WorkerPool
-from pep.http.protocol import error_body
-from pep.http.streaming import (ON_STREAM_END, STREAM_BODY, STREAMED, StreamBody, drive,
-                                writable)
+from server.pool import WorkerPool
+from server.protocol import error_body
+from server.streaming import (ON_STREAM_END, STREAM_BODY, STREAMED, Message, Receive, Scope,
+                              Send, StreamBody, drive, writable)
 
 log = logging.getLogger(__name__)
 
 CLOSERS = 2  # pool tasks closing ended responses at once (`Bridge._close_later`)
 
 COLLECT_LIMIT = 1024 * 1024  # a response with a Content-Length up to this is collected at once
-FAST_PDP_SKIP = "xsg.fast_pdp_tried"  # environ: the fast path looked at this request already
-FAST_PDP_EXTENSION = "xsg.fast_pdp"  # a Flask app's extension holding its POST /pdp fast path
+FAST_PATH_TRIED = "xsg.fast_path_tried"  # environ: the fast path looked at this request already
+FAST_PATH_EXTENSION = "xsg.fast_path"  # a Flask app's extension holding its FastPath
 NATIVE_ROUTES = "xsg.native_routes"  # a Flask app's extension listing its NativeRoutes
 BRIDGE = "xsg.bridge"  # scope["extensions"] key of the Bridge (its write_timeout, its counters)
 _QUOTED_SLASH = re.compile(rb"%2[fF]")
 _DROPPED = frozenset({b"date", b"connection", b"transfer-encoding", b"keep-alive", b"server"})
-Scope = dict
-Receive = Callable[[], Awaitable[dict]]
-Send = Callable[[dict], Awaitable[None]]
+
+
+# a WSGI application (PEP 3333): environ, start_response -> an iterable of bytes
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 class NativeRoute(Protocol):
@@ -70,11 +73,21 @@ class NativeRoute(Protocol):
 
 
 class FastPath(Protocol):
-    """`POST /pdp` without Flask (pep/http/fast_pdp.py)."""
+    """One POST route answered on the event loop, without the WSGI app, for the requests it
+    can answer at once (a frequent, small call whose framework share would cost more than its
+    work). `answer` gets the request's parts and gives the body and media type of a 200, or
+    None: the WSGI app then answers the request, with `environ[FAST_PATH_TRIED]` set. A
+    request with a query string always goes to the app."""
 
-    def blocks(self, authorization: str | None) -> bool: ...
+    @property
+    def path(self) -> str:
+        """The path it answers, for POST."""
 
-    def decide(self, authorization: str | None, content_type: str, accept: str | None,
+    def blocks(self, authorization: str | None) -> bool:
+        """Whether answering may wait (e.g. on the network to authenticate): `answer` then
+        runs on the pool, not on the loop."""
+
+    def answer(self, authorization: str | None, content_type: str, accept: str | None,
                body: bytes, remote: str | None) -> tuple[bytes, str] | None: ...
 
 
@@ -86,7 +99,8 @@ class BodyRefused(Exception):
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope["headers"]:
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    for key, value in headers:
         if key == name:
             return value
     return None
@@ -141,7 +155,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int | None, min_rate:
             return b"".join(parts) if len(parts) != 1 else parts[0]
 
 
-async def _within(awaitable: Awaitable[dict], timeout: float | None) -> dict:
+async def _within(awaitable: Awaitable[Message], timeout: float | None) -> Message:
     """`await awaitable`, at most `timeout` seconds (asyncio.TimeoutError): asyncio.timeout
     where there is one (3.11; no task per call, unlike wait_for, on the hot path)."""
     if timeout is None:
@@ -162,9 +176,10 @@ def path_info(raw_path: bytes) -> str:
 class _Answer:
     __slots__ = ("status", "headers", "body", "rest", "result", "stream", "on_end")
 
-    def __init__(self, status: int, headers: list, body: bytes, rest: Any = None,
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes,
+                 rest: Any = None,
                  result: Any = None, stream: StreamBody | None = None,
-                 on_end: list | None = None) -> None:
+                 on_end: list[Callable[[], None]] | None = None) -> None:
         self.status = status
         self.headers = headers
         self.body = body
@@ -177,7 +192,7 @@ class _Answer:
 class Bridge:
     """The ASGI app (see the module docstring)."""
 
-    def __init__(self, app: Callable, pool: WorkerPool, *, max_body: int | None = None,
+    def __init__(self, app: WsgiApp, pool: WorkerPool, *, max_body: int | None = None,
                  min_body_rate: float = 0.0, body_grace: float = 10.0,
                  write_timeout: float = 30.0, native: Iterable[NativeRoute] = (),
                  fast: FastPath | None = None, stats: Any = None,
@@ -193,7 +208,8 @@ class Bridge:
         self.stats = stats
         self.server_name = server_name
         # responses to close on the pool, drained by at most CLOSERS tasks (`_close_later`)
-        self._closing: collections.deque = collections.deque()
+        self._closing: collections.deque[tuple[Any, Iterable[Callable[[], None]]]] = \
+            collections.deque()
         self._closing_lock = threading.Lock()
         self._closers = 0  # pool tasks draining it (at most CLOSERS)
         # once the server is stopping (`refuse`): new requests get a 503 with this message,
@@ -214,7 +230,7 @@ class Bridge:
         with self._gate:
             return self._running
 
-    def _app_routes(self) -> tuple:
+    def _app_routes(self) -> tuple[NativeRoute, ...]:
         """The app's own native routes (looked up per request: an app may be bound late)."""
         extensions = getattr(self.app, "extensions", None)
         return tuple(extensions.get(NATIVE_ROUTES, ())) if extensions else ()
@@ -244,16 +260,16 @@ class Bridge:
             return
         if body is None:
             return  # the client left, or its framing was refused: nothing runs
-        if self.fast is not None and scope["method"] == "POST" and scope["path"] == "/pdp" \
-                and not scope.get("query_string"):  # ?explain=1 is the route's
-            if await self._fast_pdp(scope, body, send):
+        if self.fast is not None and scope["method"] == "POST" \
+                and scope["path"] == self.fast.path and not scope.get("query_string"):
+            if await self._fast_path(scope, body, send):
                 return
             skip_fast = True
         else:
             skip_fast = False
         environ = self.environ(scope, body)
         if skip_fast:
-            environ[FAST_PDP_SKIP] = True
+            environ[FAST_PATH_TRIED] = True
         with self._gate:
             refusal = self._refusal
             if refusal is None:
@@ -273,7 +289,7 @@ class Bridge:
                 self._running -= 1
         await self._write(answer, scope, receive, send)
 
-    async def _fast_pdp(self, scope: Scope, body: bytes, send: Send) -> bool:
+    async def _fast_path(self, scope: Scope, body: bytes, send: Send) -> bool:
         fast = self.fast
         assert fast is not None  # asked only when the app has a fast path
         auth = header(scope, b"authorization")
@@ -281,10 +297,10 @@ class Bridge:
                 (header(scope, b"content-type") or b"").decode("latin-1"),
                 _text(header(scope, b"accept")), body,
                 scope["client"][0] if scope.get("client") else None)
-        if fast.blocks(args[0]):  # a JWT may need the issuer's keys: not on the loop
-            answer = await self.in_pool(fast.decide, *args)
+        if fast.blocks(args[0]):
+            answer = await self.in_pool(fast.answer, *args)
         else:
-            answer = fast.decide(*args)
+            answer = fast.answer(*args)
         if answer is None:
             return False
         data, media_type = answer
@@ -293,7 +309,7 @@ class Bridge:
 
     # -- the pool -----------------------------------------------------------------------------
 
-    async def in_pool(self, fn: Callable, *args: Any) -> Any:
+    async def in_pool(self, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)` on a pool thread; its result (or exception) here."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
@@ -321,7 +337,7 @@ class Bridge:
 
     # -- WSGI -----------------------------------------------------------------------------------
 
-    def environ(self, scope: Scope, body: bytes) -> dict:
+    def environ(self, scope: Scope, body: bytes) -> dict[str, Any]:
         server = scope.get("server") or ("", 0)
         client = scope.get("client")
         raw_path = scope.get("raw_path") or scope["path"].encode("latin-1")
@@ -362,7 +378,7 @@ class Bridge:
             env["CONTENT_LENGTH"] = str(len(body))
         return env
 
-    def _run_app(self, environ: dict) -> _Answer:
+    def _run_app(self, environ: dict[str, Any]) -> _Answer:
         """(pool) Call the app; collect its answer, or its first chunk and the rest to pull."""
         state: dict[str, Any] = {}
         streams: list[StreamBody] = []
@@ -374,7 +390,8 @@ class Bridge:
 
         environ[STREAM_BODY] = attach
 
-        def start_response(status: str, headers: list, exc_info: Any = None) -> Callable:
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None
+                           ) -> Callable[[bytes], None]:
             if exc_info is not None:
                 try:
                     if state.get("sent"):
@@ -386,11 +403,12 @@ class Bridge:
             return written.append  # the legacy write(): collected before the body
 
         try:
-            result = self.app(environ, start_response)
+            returned = self.app(environ, start_response)
         except BaseException:
             for stream in streams:  # handed over, then the route failed: release it
                 stream.close()
             raise
+        result: Iterable[bytes] | None = returned  # None once handed over (closed elsewhere)
         try:
             if streams:
                 for extra in streams[:-1]:
@@ -402,7 +420,7 @@ class Bridge:
                                  on_end=environ.get(ON_STREAM_END))
                 result = None  # closed when the stream ends
                 return answer
-            iterator = iter(result)
+            iterator = iter(returned)
             length = _content_length(state.get("headers", ()))
             if length is not None and length <= COLLECT_LIMIT:
                 data = written + [chunk for chunk in iterator if chunk]
@@ -425,7 +443,8 @@ class Bridge:
                 result.close()
 
     @staticmethod
-    def _head(state: dict, stream: bool = False) -> tuple[int, list]:
+    def _head(state: dict[str, Any], stream: bool = False
+              ) -> tuple[int, list[tuple[bytes, bytes]]]:
         if "status" not in state:
             raise RuntimeError("the app did not call start_response")
         status = int(state["status"][:3])
@@ -483,9 +502,9 @@ class Bridge:
         finally:
             self._close_later(answer.result)
 
-    def _close_later(self, result: Any, on_end: list | None = None) -> None:
+    def _close_later(self, result: Any, on_end: list[Callable[[], None]] | None = None) -> None:
         """Close a WSGI iterable and run a stream's end callbacks (the access log's line) on
-        the pool: a close may block (the proxy closes its upstream connection). Closes queue up
+        the pool: a close may block (a relay closes its upstream connection). Closes queue up
         for a pool task that drains them: a revocation ends a thousand streams at once, and a
         task each woke (or started) every pool thread, all taking the GIL from the event loop
         that writes the other readers' final events (the revocation's p99 at 1,000 readers).
@@ -525,7 +544,7 @@ def _close_quietly(result: Any, on_end: Iterable[Callable[[], None]] = ()) -> No
             log.exception("after a stream")
 
 
-def _next_chunk(iterator: Any) -> bytes | None:
+def _next_chunk(iterator: Iterator[bytes]) -> bytes | None:
     """(pool) The next non-empty chunk, or None at the end."""
     for chunk in iterator:
         if chunk:
@@ -547,6 +566,6 @@ def _text(value: bytes | None) -> str | None:
     return value.decode("latin-1") if value is not None else None
 
 
-__all__ = ["Bridge", "BodyRefused", "NativeRoute", "FastPath", "FAST_PDP_SKIP", "FAST_PDP_EXTENSION",
+__all__ = ["Bridge", "BodyRefused", "NativeRoute", "FastPath", "FAST_PATH_TRIED", "FAST_PATH_EXTENSION",
            "NATIVE_ROUTES", "BRIDGE", "read_body",
            "respond", "respond_error", "header", "path_info"]

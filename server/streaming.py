@@ -1,19 +1,20 @@
-"""Long-lived response bodies written by the event loop: handle streams and the invalidation feed.
+"""Long-lived response bodies written by the event loop (the gateway's handle streams and its
+invalidation feed, for instance).
 
 A Flask route that answers with a stream does not iterate a generator on a thread. It hands the
 server a `StreamBody` (`request.environ[STREAM_BODY](body)`) and returns its status and headers
-with an empty body; the event loop then pulls the body whenever it says it has data (its `wake`
-callback, which any thread may call: the handle buffer calls it under its lock when an event is
-appended), writes what is there as one chunk (many events per write), sends the body's
-heartbeat when nothing was written for its interval, and ends the response when the body is
-finished, when the client goes away, or when the client's socket has not drained for
+with an empty body; the event loop then pulls the body whenever it says it has data (its `Wake`,
+which any thread may call: the body's producer calls it when it appended data, `urgent()` when
+what it appended ends the stream), writes what is there as one chunk (many events per write),
+sends the body's heartbeat when nothing was written for its interval, and ends the response when
+the body is finished, when the client goes away, or when the client's socket has not drained for
 `write_timeout` seconds (the reader is too slow or not reading at all). A thousand readers cost
 no thread.
 
 Bytes are pulled only when the connection can take them at once (its transport is not paused),
-so what a body withholds after being pulled (a handle revoked meanwhile: see
-`pep.http.handles.HandleStream.pull`) is never stuck behind a slow client: at most the transport's
-buffer and the socket's (`STREAM_SNDBUF`) hold bytes written before the revocation.
+so what a body withholds after being pulled (its access ended meanwhile, say) is never stuck
+behind a slow client: at most the transport's buffer and the socket's (`STREAM_SNDBUF`) hold
+bytes written before.
 """
 from __future__ import annotations
 
@@ -41,13 +42,23 @@ STREAM_SNDBUF = 64 * 1024
 FLUSH_CHUNK = 64  # streams woken per turn of the event loop (`_LoopWakes`)
 
 
+class Wake(Protocol):
+    """What a body's `start` is given (a `WakeCallback`), for the body's producer to call from
+    any thread: `wake()` when data may be ready, `wake.urgent()` when what came ends the stream
+    (a final event: written before other streams' data)."""
+
+    def __call__(self) -> None: ...
+
+    def urgent(self) -> None: ...
+
+
 class StreamBody(Protocol):
-    """A response body the event loop writes (see the module docstring). Every method but the
-    `wake` callback runs on the event loop's thread and must not block."""
+    """A response body the event loop writes (see the module docstring). Every method runs on
+    the event loop's thread and must not block (the `Wake` it is given may be called from any)."""
 
     heartbeat_interval: float  # seconds without a write after which `heartbeat()` is sent
 
-    def start(self, wake: Callable[[], None]) -> None:
+    def start(self, wake: Wake) -> None:
         """Called once, before the first pull: call `wake()` (from any thread) whenever data
         may be ready."""
 
@@ -69,14 +80,17 @@ class StreamStats(Protocol):
     def count(self, name: str) -> None: ...
 
 
-Send = Callable[[dict], Awaitable[None]]
-Receive = Callable[[], Awaitable[dict]]
+# ASGI's shapes, as the bridge and the streams use them
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+Receive = Callable[[], Awaitable[Message]]
 
 
 class _LoopWakes:
-    """The wakes of one event loop's streams, handed to the loop together: a micro-batch puts
-    rows into a thousand handles' buffers one after the other, and a `call_soon_threadsafe`
-    each (a write to the loop's self-pipe, the loop woken and taking the GIL from the
+    """The wakes of one event loop's streams, handed to the loop together: a producer may put
+    data into a thousand streams' buffers one after the other (the gateway's micro-batch), and
+    a `call_soon_threadsafe` each (a write to the loop's self-pipe, the loop woken and taking the GIL from the
     delivering thread each time) cost more than the puts. The first wake schedules one flush;
     the wakes that come before it runs join it.
 
@@ -157,7 +171,7 @@ class _Waker:
         self.wakes = _loop_wakes(loop)
         self.loop = loop
         self.woken = False
-        self.waiter: asyncio.Future | None = None
+        self.waiter: asyncio.Future[None] | None = None
         self.pending = False
 
     def set_now(self) -> None:
@@ -198,7 +212,7 @@ class _Waker:
         self.wakes.add(self, first=True)
 
 
-def _expire(waiter: asyncio.Future) -> None:
+def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
 
@@ -261,7 +275,7 @@ def bound_send_buffer(connection: Any) -> None:
             pass
 
 
-async def drive(body: StreamBody, scope: dict, receive: Receive, send: Send,
+async def drive(body: StreamBody, scope: Scope, receive: Receive, send: Send,
                 write_timeout: float, stats: StreamStats | None = None) -> None:
     """Write `body` as the rest of a response whose start was sent (see the module docstring);
     always closes the body."""
@@ -316,5 +330,5 @@ async def drive(body: StreamBody, scope: dict, receive: Receive, send: Send,
             log.exception("closing a stream body")
 
 
-__all__ = ["STREAM_BODY", "STREAMED", "ON_STREAM_END", "CONNECTION", "StreamBody", "drive", "writable", "abort",
-           "bound_send_buffer", "PULL_BYTES"]
+__all__ = ["STREAM_BODY", "STREAMED", "ON_STREAM_END", "CONNECTION", "StreamBody", "Wake",
+           "WakeCallback", "drive", "writable", "abort", "bound_send_buffer", "PULL_BYTES"]

@@ -1,10 +1,10 @@
 """The HTTP server of the gateway and of the proxy: uvicorn in the process's own thread.
 
 The gateway must stay ONE process (it owns the SparkSession and its py4j link to the JVM; a
-pre-fork server would give every worker its own JVM and its own handles), so the server runs in
+pre-fork server would give every worker its own JVM and its own state), so the server runs in
 it: uvicorn's event loop (uvloop when installed) on a thread of its own, parsing with httptools
-(llhttp) through the strict protocol of pep/http/protocol.py, serving the Flask app through the
-bridge of pep/http/bridge.py (routes on a thread pool, bodies and streams on the loop).
+(llhttp) through the strict protocol of server/protocol.py, serving the Flask app through the
+bridge of server/bridge.py (routes on a thread pool, bodies and streams on the loop).
 `HttpServer(app, ...).start()` returns once the port accepts; `stop()` lets responses in
 progress (streams sending their last events) finish within `shutdown_timeout`, then cuts the
 rest. `run_until_signal` runs one until SIGINT or SIGTERM.
@@ -16,7 +16,7 @@ seconds (408); a response write that makes no progress for `write_timeout` ends 
 `threads` pool threads stay, up to `max_threads` run routes at once. TLS with `tls_cert` and
 `tls_key` (PEM files). Behind a reverse proxy, `forwarded_allow_ips` (addresses or networks)
 are trusted for `X-Forwarded-For` (the client's address) and `X-Forwarded-Proto` (the scheme,
-hence `https` handle URIs); nobody is trusted by default.
+hence `https` URLs built from the request); nobody is trusted by default.
 """
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ from typing import Any
 
 import uvicorn
 
-from pep.http.bridge import FAST_PDP_EXTENSION, Bridge, FastPath, NativeRoute
-from pep.http.pool import WorkerPool
-from pep.http.protocol import Limits, error_body, protocol_for
+from server.bridge import FAST_PATH_EXTENSION, Bridge, FastPath, NativeRoute, WsgiApp
+from server.pool import WorkerPool
+from server.protocol import Limits, error_body, protocol_for
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
@@ -59,7 +59,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 class HttpServer:
     """One server (see the module docstring); `port` is known once `start()` returns."""
 
-    def __init__(self, app: Callable, host: str = "127.0.0.1", port: int = 0, *,
+    def __init__(self, app: WsgiApp, host: str = "127.0.0.1", port: int = 0, *,
                  threads: int = 32, max_threads: int = 1000, name: str = "xsg",
                  max_connections: int = 4096, idle_timeout: float = 20.0,
                  write_timeout: float = 30.0, header_timeout: float = 10.0,
@@ -85,15 +85,15 @@ class HttpServer:
         self.stats = self.limits.stats
         self.pool = WorkerPool(threads, max_threads, max(float(idle_timeout), 5.0), name)
         if fast is None:
-            fast = getattr(app, "extensions", {}).get(FAST_PDP_EXTENSION)
+            fast = getattr(app, "extensions", {}).get(FAST_PATH_EXTENSION)
         if max_body is None:  # a Flask app's own limit, else 16 MiB
             max_body = getattr(app, "config", {}).get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BODY
         self.bridge = Bridge(app, self.pool, max_body=max_body, min_body_rate=min_body_rate,
                              body_grace=header_timeout, write_timeout=write_timeout,
                              native=native, fast=fast, stats=self.stats, server_name=name)
         trusted = list(forwarded_allow_ips)
-        # Our access log is `xsg.access` (pep/http/access_log.py: handle refs, no query strings).
-        # uvicorn's own would print raw request lines, handle ids and read tokens included; its
+        # The apps log their own access lines (the gateway's `xsg.access`: no query strings, no
+        # secrets in paths). uvicorn's would print raw request lines, ids and tokens included; its
         # protocol decides per connection from `hasHandlers()`, which any handler on the root
         # logger with propagation turned back on satisfies, so the logger is switched off here.
         logging.getLogger("uvicorn.access").disabled = True
@@ -381,4 +381,4 @@ def run_until_signal(server: HttpServer, on_start: Callable[[], None] | None = N
 
 
 __all__ = ["HttpServer", "run_until_signal", "trim_memory", "limit_malloc_arenas", "tune_gc",
-           "GC_THRESHOLDS", "raise_fd_limit", "error_body", "FAST_PDP_EXTENSION"]
+           "GC_THRESHOLDS", "raise_fd_limit", "error_body", "FAST_PATH_EXTENSION"]

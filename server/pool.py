@@ -5,7 +5,7 @@ idle and leave after `idle_exit` seconds; a new thread starts at once when none 
 `max`), so a burst of slow requests (a policy write waiting for proxies, a stream request
 starting its Spark query) never waits for a poll. `min` threads start with the pool and stay.
 Only a route's own work runs here: request bodies are read and responses written by the event
-loop (pep/http/bridge.py), so a slow client holds no thread.
+loop (server/bridge.py), so a slow client holds no thread.
 """
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ class WorkerPool:
         self.idle_exit = idle_exit
         self.name = name
         self._lock = threading.Lock()
-        self._tasks: collections.deque = collections.deque()
+        self._tasks: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]] = \
+            collections.deque()
         self._idle: list[threading.Event] = []  # a stack: the last to go idle is woken first
         self._threads: set[threading.Thread] = set()
         self._stopping = False
@@ -51,7 +52,7 @@ class WorkerPool:
             for _ in range(self.min):
                 self._spawn()
 
-    def submit(self, fn: Callable, *args: Any) -> None:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         with self._lock:
             if self._stopping:
                 raise RuntimeError("the server is stopping")

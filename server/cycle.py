@@ -3,11 +3,11 @@
 uvicorn writes a response's status line and headers when the application sends
 `http.response.start`, and its body on `http.response.body`: two `write`s, hence two system
 calls and, with `TCP_NODELAY`, two TCP segments and two wake-ups of the client for every small
-answer. For `POST /pdp` (a few hundred bytes each way) the second write cost about as much as
-the decision's rendering. `CoalescingCycle` holds the head of a response that declares its
-Content-Length until the body's first message, then writes both at once. A response without a
-Content-Length (a handle's stream, whose first event may come much later) keeps its head
-written at once, so a reader still sees the status as soon as the route gives it.
+answer. For the gateway's `POST /pdp` (a few hundred bytes each way) the second write cost
+about as much as the decision's rendering. `CoalescingCycle` holds the head of a response that
+declares its Content-Length until the body's first message, then writes both at once. A
+response without a Content-Length (a stream, whose first event may come much later) keeps its
+head written at once, so a reader still sees the status as soon as the route gives it.
 
 Nothing else changes: the same checks run on the same messages (uvicorn's `send`, on a
 transport that collects what it writes and passes on everything else), a client gone meanwhile
@@ -49,13 +49,13 @@ class _Collecting:
             self.transport.close()
 
 
-def _declares_length(message: dict) -> bool:
+def _declares_length(message: dict[str, Any]) -> bool:
     return any(name.lower() == b"content-length" for name, _ in message.get("headers", ()))
 
 
 class CoalescingCycle(RequestResponseCycle):
     """uvicorn's request/response cycle writing a sized response's head with its body (see the
-    module docstring). The protocol (pep/http/protocol.py) gives each cycle this class."""
+    module docstring). The protocol (server/protocol.py) gives each cycle this class."""
 
     _held: Any = None  # a response start not written yet
 
