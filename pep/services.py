@@ -8,7 +8,7 @@ as arguments; nothing else constructs a service or subscribes to an event. (OPA'
 Files under `config.data_dir`: `policies.db` (policy store), `streams.db` (catalogue),
 `handles.db` (handles), `events.db` (stream events), `privacy.db` (the consumers' privacy
 budgets: what each private window spent), `audit/` (the audit trail, JSON lines), all of which
-live in one PostgreSQL database instead when `config.store` names one (`pdp.db.Storage`; the
+live in one PostgreSQL database instead when `config.store` names one (`common.db.Storage`; the
 audit trail is then a table); `streams/<name>/ingest/` (ingested JSON lines not yet committed
 by their stream's query), `runtime/` (the Spark runtime's work directory:
 `checkpoints/<stream>/`, kept across restarts, and `archive/<stream>/`, committed ingest files
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, cast
 
-from pdp import ManagePolicy, PolicyEvents, PolicyService, PolicyStore, StoredPolicy, seed_store
-from pdp.db import Storage, open_storage
-from pdp.store import SQLPolicyStore
-from pdp.oidc import CompositeAuthenticator, build_authenticator
+from common.db import Storage, open_storage
+from common.oidc import CompositeAuthenticator, build_authenticator
+from pdp import (ManagePolicy, PolicyEvents, PolicyService, PolicyStore, SQLPolicyStore,
+                 StoredPolicy, seed_store)
 from pep.audit.log import AuditLog, AuditRecords
 from pep.audit.table import AuditTable
 from pep.audit.trail import AuditTrail
@@ -156,7 +156,7 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
     demo_auth_created = ensure_demo_auth_file(config)
     # The token file, re-read when it changes (and on SIGHUP, see pep/serve.py), then JWTs of
     # the OIDC issuer when one is configured; the last identity verified per JWT subject is kept
-    # in oidc-identities.json for re-decisions (pdp/oidc.py).
+    # in oidc-identities.json for re-decisions (common/oidc.py).
     authenticator = build_authenticator(config.effective_auth_file, config.oidc,
                                         remember_file=Path(config.data_dir)
                                         / "oidc-identities.json")

@@ -30,8 +30,9 @@ def serve_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from pdp import AuthFileError, PolicyLoadError, StoreError
-    from pdp.db import StoreUnavailable
+    from common.auth import AuthFileError
+    from common.db import StoreError, StoreUnavailable
+    from pdp import PolicyLoadError
     from pep.config import SERVE_DEFAULTS, ConfigError, load_settings, setting_origin
     from pep.serve import PortUnavailable, serve
 

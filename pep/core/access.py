@@ -28,21 +28,20 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestSyntaxError, Response, Result,
+from pdp import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION, ACTION_ID,
+                 ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE, RESOURCE_ID, STATUS_SYNTAX_ERROR,
+                 STRING, SUBJECT_ID, SUBJECT_ROLE, Decision, RequestSyntaxError, Response, Result,
                  RuleGrant, Status, bind_environment, bind_join, bind_subject, media_kind,
                  parse_request)
-from pdp.urns import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION, ACTION_ID,
-                      ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE, RESOURCE_ID, STRING,
-                      SUBJECT_ID, SUBJECT_ROLE)
 from pep.core.analysis import ConditionTooComplex, MergeWarning
 from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
                              NotPermitted, Refusal, TooComplex, Unprocessable, UnsupportedMedia)
 from pep.core.explain import graph_to_json, plan_to_json, render_sql
 from pep.core.graph import UnsupportedGraph
 from pep.core.join import JoinSide, build_join, check_streams
-from pep.core.masks import policy_masks
-from pep.core.labels import LabelError
 from pep.core.joingrant import JoinGrant, apply_join_grants, read_join_grant, split_obligations
+from pep.core.labels import LabelError
+from pep.core.masks import policy_masks
 from pep.core.merge import merge
 from pep.core.obligations import ObligationError, policy_graph
 from pep.core.parsed import RequestMemo

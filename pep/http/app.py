@@ -7,23 +7,23 @@ from __future__ import annotations
 
 from flask import Flask
 
-from pdp.http.api import create_pdp_blueprint
-from pdp.http.auth import current_identity, install_authenticator
-from pdp.http.errors import error_response
-from pdp.http.safe_json import install_safe_json
-from pdp.oidc import AuthenticationFailed
+from common.http.auth import current_identity, install_authenticator
+from common.http.errors import error_response
+from common.http.safe_json import install_safe_json
+from common.oidc import AuthenticationFailed
+from pdp.http import create_pdp_blueprint
 from pep.config import GatewayConfig
 from pep.http import access_log, errors
 from pep.http.audit import audit_blueprint
-from pep.http.current import (SERVICES_EXTENSION, admin_asks, caller_is_admin, current_engine,
-                             visible_schema)
 from pep.http.console import console_blueprint
 from pep.http.cors import install_cors
+from pep.http.current import (SERVICES_EXTENSION, admin_asks, caller_is_admin, current_engine,
+                             visible_schema)
 from pep.http.events import events_blueprint
 from pep.http.explain import install_explain
 from pep.http.fast_pdp import install_fast_pdp
-from pep.http.health import stream_health
 from pep.http.handles import create_handles_blueprint
+from pep.http.health import stream_health
 from pep.http.invalidation import install_invalidation
 from pep.http.metrics import metrics_blueprint
 from pep.http.openapi import create_openapi_blueprint

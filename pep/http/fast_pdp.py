@@ -22,13 +22,11 @@ from typing import Any
 
 import time
 
-from pdp.errors import RequestSyntaxError
-from pdp.http.api import decide_as
-from pdp.auth import bearer_token
-from pdp.http.auth import AUTH_EXTENSION
-from pdp.oidc import looks_like_jwt
-from pdp.request import media_kind, parse_request
-from pdp.response import render_response
+from common.auth import bearer_token
+from common.http.auth import AUTH_EXTENSION
+from common.oidc import looks_like_jwt
+from pdp import RequestSyntaxError, media_kind, parse_request, render_response
+from pdp.http import decide_as
 from pep.http import access_log
 from server.bridge import FAST_PATH_EXTENSION, FAST_PATH_TRIED
 

@@ -43,17 +43,17 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from pdp.http.auth import current_identity, require_identity
-from pdp.http.errors import error_response
-from pdp.numbers import parse_int
+from common.http.auth import current_identity, require_identity
+from common.http.errors import error_response
+from common.numbers import parse_int
 from pep.core.errors import Gone, NotFound, Unavailable
 from pep.handles.buffer import Event, HandleBuffer
 from pep.handles.records import HandleRecord
 from pep.http.current import configured_base_url, current_services, may_see
 from pep.http.read_tokens import require_identity_or_read_token
-from server.streaming import STREAM_BODY, Wake
-from pep.streams.visibility import hidden_from
 from pep.http.urls import public_base
+from pep.streams.visibility import hidden_from
+from server.streaming import STREAM_BODY, Wake
 
 SSE = "text/event-stream"
 NDJSON = "application/x-ndjson"

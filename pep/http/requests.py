@@ -25,7 +25,7 @@ from typing import Any
 
 from flask import Blueprint, Response, g, jsonify, request
 
-from pdp.http.auth import (authenticate_request, current_identity, require_identity,
+from common.http.auth import (authenticate_request, current_identity, require_identity,
                            unauthorized)
 from pep.core.errors import InvalidInput, Refusal, Unavailable, UnsupportedMedia
 from pep.handles.one_window import WindowConflict

@@ -237,7 +237,7 @@ class Reader(threading.Thread):
 
 class Gateway:
     def __init__(self, spark, data_dir: Path, consumers: int) -> None:
-        from pdp.auth import write_auth_file
+        from common.auth import write_auth_file
         from pep.http.app import create_app
         from pep.services import build_services
         from pep.config import GatewayConfig

@@ -348,7 +348,7 @@ class FakeRuntime:
 
 class Gateway:
     def __init__(self, spark, data_dir: Path, subjects: int, rate: int = 200) -> None:
-        from pdp.auth import write_auth_file
+        from common.auth import write_auth_file
         from pep.config import GatewayConfig
         from pep.http.app import create_app
         from server.serving import tune_gc

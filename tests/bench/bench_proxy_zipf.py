@@ -132,7 +132,7 @@ class Stack:
 
     def __init__(self, work: Path, all_templates: list[Template], policy_docs: list[bytes]
                  ) -> None:
-        from pdp.auth import write_auth_file
+        from common.auth import write_auth_file
         from pdp.store import SQLitePolicyStore
         from pep.invalidation.hub import InvalidationHub
         from pep.runtime.runtime import StreamRuntime

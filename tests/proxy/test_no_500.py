@@ -17,7 +17,7 @@ pytest.importorskip("schemathesis")
 
 import schemathesis  # noqa: E402
 
-from pep.invalidation.protocol import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign  # noqa: E402
+from common.invalidation import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign  # noqa: E402
 from tests.pep.http.no500 import (BODIES, error_body_problem,  # noqa: E402,F401
                                   hypothesis_as_found, no500_gateway, report, run_schema, seed,
                                   send)

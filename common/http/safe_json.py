@@ -1,4 +1,4 @@
-"""`request.get_json()` with the limits of `pdp.xmlsafe.parse_json`.
+"""`request.get_json()` with the limits of `common.xmlsafe.parse_json`.
 
 Flask parses a JSON body with `json.loads`, which recurses: a body of 100,000 `[` ends in a
 RecursionError, which neither `get_json(silent=True)` nor Flask's 400 handling catches (they
@@ -13,7 +13,7 @@ from typing import Any
 from flask import Flask
 from flask.json.provider import DefaultJSONProvider
 
-from pdp.xmlsafe import parse_json
+from common.xmlsafe import parse_json
 
 
 class SafeJSONProvider(DefaultJSONProvider):

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pdp.numbers import INT64_MAX, NumberError, parse_int
+from common.numbers import INT64_MAX, NumberError, parse_int
 
 KINDS = ("handle-revoked", "handle-released", "handle-ended", "policy-changed")
 SIGNATURE_HEADER = "X-XSG-Signature"

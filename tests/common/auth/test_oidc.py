@@ -7,15 +7,15 @@ import time
 import jwt
 import pytest
 
-from pdp.auth import Identity
-from pdp.oidc import (InvalidToken, JwksCache, JwtAuthenticator, KeysUnavailable, OidcSettings,
+from common.auth import Identity
+from common.oidc import (InvalidToken, JwksCache, JwtAuthenticator, KeysUnavailable, OidcSettings,
                       claim)
 from pep.config import GatewayConfig
 from pep.http.app import create_app
 from pep.services import build_services
 from tests.pdp.api.conftest import (AUTH_ENTRIES, TOKENS, XML, bearer, simple_policy,
                                     xml_request)
-from tests.pdp.auth.conftest import (AUDIENCE, ec_key, hmac_token, public_jwk, public_pem,
+from tests.common.auth.conftest import (AUDIENCE, ec_key, hmac_token, public_jwk, public_pem,
                                      rsa_key, unsigned_token)
 
 
@@ -141,7 +141,7 @@ def test_a_valid_jwt_through_the_gateway(issuer, gateway):
     assert r.status_code == 200 and b"Permit" in r.data
     r = client.get("/handles", headers=jwt_bearer(token))
     assert r.status_code == 200
-    # re-decisions find the JWT owner's identity (see pdp/oidc.py)
+    # re-decisions find the JWT owner's identity (see common/oidc.py)
     assert services.revocation.identity_lookup("alice").subject == "alice"
     assert services.revocation.identity_lookup("nea").admin is True
     # an admin role from the token

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from pdp.auth import TokenAuthenticator, TokenFileAuthenticator, changed_subjects, \
+from common.auth import TokenAuthenticator, TokenFileAuthenticator, changed_subjects, \
     parse_auth_entries
-from pdp.oidc import CompositeAuthenticator, JwtAuthenticator
+from common.oidc import CompositeAuthenticator, JwtAuthenticator
 from pep.serve import reload_on_sighup
-from tests.pdp.auth.test_oidc import settings
+from tests.common.auth.test_oidc import settings
 
 
 def entry(token: str, subject: str, roles=("consumer",), admin: bool = False,

@@ -4,7 +4,7 @@ and psycopg_pool), every store's tables in one schema.
 The schema is `xsg` unless the URL's libpq `options` set a `search_path` (then its first
 schema): `postgresql://xsg@db:5432/xsg?options=-c%20search_path%3Dgateway_a` keeps a second
 gateway's tables apart in the same database. It is created when missing; each store then
-creates and migrates its own tables there (`pdp.migrations`). Table names do not collide across
+creates and migrates its own tables there (`common.migrations`). Table names do not collide across
 stores (a test holds it), so one schema holds them all.
 
 Connections are checked when taken from the pool (a server restarted meanwhile costs no
@@ -34,7 +34,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from pdp.db import POSTGRESQL, StoreUnavailable, _notify
+from common.db import POSTGRESQL, StoreUnavailable, _notify
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +272,7 @@ class PostgresBackend:
 
 
 class PostgresDatabase:
-    """One store's view of the shared database (`pdp.db.Database`)."""
+    """One store's view of the shared database (`common.db.Database`)."""
 
     dialect = POSTGRESQL
 
@@ -329,7 +329,7 @@ class PostgresDatabase:
         _notify(self)
 
     def close(self) -> None:
-        """Nothing of its own: the pool is the backend's (`pdp.db.Storage.close`)."""
+        """Nothing of its own: the pool is the backend's (`common.db.Storage.close`)."""
 
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresBackend", "PostgresCursor", "PostgresDatabase",

@@ -1,12 +1,12 @@
-"""What the PDP's routes refuse, said as kinds of failure, never as HTTP statuses.
+"""What routes refuse, said as kinds of failure, never as HTTP statuses.
 
-A route (`pdp.http.api`) raises a refusal of one kind: the input is invalid, the policy asked
-for does not exist or was deleted, the caller may not manage it, it conflicts with what is
-stored, the engine is not loaded yet, ... The HTTP edge (`pdp.http.errors`) holds the one table
-from these kinds (and the PDP's other errors) to status codes, and answers each with the one
-JSON error body. The stream side's refusals of the same names (`pep.core.errors`) are
-subclasses of these, so one vocabulary says what went wrong on either side; this module knows
-nothing of HTTP or Flask.
+A route (the PDP's, `pdp.http`; the stream side's; the proxy's) raises a refusal of one kind:
+the input is invalid, what was asked for does not exist or was deleted, the caller may not do
+it, it conflicts with what is stored, a service is not ready, ... The HTTP edge holds the one
+table from these kinds to status codes (`common.http.errors.REFUSAL_STATUS`, which each side's
+table extends) and answers each with the one JSON error body. The stream side's refusals of the
+same names (`pep.core.errors`) are subclasses of these, so one vocabulary says what went wrong
+on either side; this module knows nothing of HTTP or Flask.
 
 A refusal carries a message that says what and where, and `details`: JSON-ready fields the edge
 adds to the error body beside the message (a policy's id, the source, element and line of a
@@ -15,9 +15,23 @@ A kind may also name `headers` for the answer (`Unauthenticated`: the bearer cha
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from pdp.errors import PolicyLoadError
+
+class Located(Protocol):
+    """An error that says where in a document it is (the PDP's `PolicyLoadError`)."""
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def source(self) -> str | None: ...
+
+    @property
+    def element(self) -> str | None: ...
+
+    @property
+    def line(self) -> int | None: ...
 
 
 class Refusal(Exception):
@@ -40,8 +54,8 @@ class InvalidInput(Refusal):
     """A body, document or query parameter that is malformed or empty."""
 
     @classmethod
-    def of(cls, exc: PolicyLoadError) -> "InvalidInput":
-        """A policy that does not load, said with where (source, element, line)."""
+    def of(cls, exc: Located) -> "InvalidInput":
+        """A document that does not load (a policy), said with where (source, element, line)."""
         return cls(exc.message, source=exc.source, element=exc.element, line=exc.line)
 
 
@@ -58,15 +72,15 @@ class InputTooLarge(Refusal):
 
 
 class NotFound(Refusal):
-    """The policy named does not exist (or is not the caller's to know about)."""
+    """What was named does not exist (or is not the caller's to know about)."""
 
 
 class Gone(Refusal):
-    """The policy version named is a deletion."""
+    """What was named existed and is gone (a policy version that is a deletion)."""
 
 
 class NotPermitted(Refusal):
-    """The caller may not do this to this policy (`pdp.manage` said no)."""
+    """The caller may not do this (to this policy: `pdp.manage` said no)."""
 
 
 class Conflict(Refusal):
@@ -74,14 +88,15 @@ class Conflict(Refusal):
     references the policy to delete."""
 
     @classmethod
-    def of(cls, exc: PolicyLoadError) -> "Conflict":
+    def of(cls, exc: Located) -> "Conflict":
         """A change the engine cannot load with what else it holds, said with where."""
         return cls(exc.message, source=exc.source, element=exc.element, line=exc.line)
 
 
 class Unavailable(Refusal):
-    """The policy engine is not loaded yet; the client may retry."""
+    """A service is not ready (the policy engine is not loaded yet); the client may retry."""
 
 
-__all__ = ["Refusal", "Unauthenticated", "InvalidInput", "UnsupportedMedia", "NotAcceptable", "InputTooLarge",
-           "NotFound", "Gone", "NotPermitted", "Conflict", "Unavailable"]
+__all__ = ["Located", "Refusal", "Unauthenticated", "InvalidInput", "UnsupportedMedia",
+           "NotAcceptable", "InputTooLarge", "NotFound", "Gone", "NotPermitted", "Conflict",
+           "Unavailable"]

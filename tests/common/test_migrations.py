@@ -1,4 +1,4 @@
-"""The stores' versioned schemas (pdp/migrations.py), on SQLite and on PostgreSQL: an empty
+"""The stores' versioned schemas (common/migrations.py), on SQLite and on PostgreSQL: an empty
 database gets every step, an older one the steps it lacks (its data kept), a newer one is refused,
 files of the first release (no versions table) are read, and gateways starting together on one
 PostgreSQL database migrate one after the other."""
@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from pdp.db import StoreError, open_storage
-from pdp.migrations import VERSIONS_TABLE, migrate, schema_version
+from common.db import StoreError, open_storage
+from common.migrations import VERSIONS_TABLE, migrate, schema_version
 from pdp.store import SCHEMA as POLICIES, SQLPolicyStore
 from pep.audit.table import SCHEMA as AUDIT, AuditTable
 from pep.handles.privacy_budget import SCHEMA as PRIVACY, PrivacyLedger
@@ -141,7 +141,7 @@ def test_a_policy_file_with_an_unknown_first_release_marker_is_refused(tmp_path)
 
 
 def test_no_two_stores_name_the_same_table_or_index():
-    """One PostgreSQL schema holds every store's tables (pdp/postgres.py): their names must not
+    """One PostgreSQL schema holds every store's tables (common/postgres.py): their names must not
     collide."""
     named = re.compile(r"CREATE (?:TABLE|INDEX|COLLATION)(?: IF NOT EXISTS)? (\w+)", re.I)
     owners: dict[str, str] = {}

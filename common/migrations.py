@@ -17,7 +17,7 @@ an empty one.
 Why our own and not a migration tool: the maintained ones (Alembic, yoyo, ...) either bring an
 ORM's engine with them or keep one migration script per dialect per change in files of their
 own; a store's few steps, in the store's own module, tested on both dialects
-(tests/pdp/test_migrations.py), are less to carry.
+(tests/common/test_migrations.py), are less to carry.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from pdp.db import Cursor, Database, StoreError, upsert_sql
+from common.db import Cursor, Database, StoreError, upsert_sql
 
 log = logging.getLogger(__name__)
 

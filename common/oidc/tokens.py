@@ -16,14 +16,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pdp.auth import (
+from common.auth import (
     AttributeValue, Identity, IdentityListener, parse_identity_attributes, with_inherited_roles,
 )
-from pdp.roles import NO_HIERARCHY, RoleHierarchy, RoleHierarchyError
-from pdp.numbers import END_EPOCH_SECONDS, NumberError, check_float
-from pdp.oidc.errors import InvalidToken
-from pdp.oidc.jwks import JwksCache
-from pdp.oidc.settings import OidcSettings
+from common.numbers import END_EPOCH_SECONDS, NumberError, check_float
+from common.oidc.errors import InvalidToken
+from common.oidc.jwks import JwksCache
+from common.oidc.settings import OidcSettings
+from common.roles import NO_HIERARCHY, RoleHierarchy, RoleHierarchyError
 
 log = logging.getLogger(__name__)
 

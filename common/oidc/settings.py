@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pdp.auth import AuthFileError, parse_identity_attributes
-from pdp.numbers import check_float
+from common.auth import AuthFileError, parse_identity_attributes
+from common.numbers import check_float
 
 # Asymmetric signature algorithms PyJWT verifies with a public key; nothing else may be listed.
 ASYMMETRIC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
@@ -27,7 +27,7 @@ class OidcSettings:
     roles_claims: tuple[str, ...] = ("realm_access.roles", "roles")
     admin_role: str | None = None  # a caller with this role is an administrator
     # a claim (dotted path) holding a role hierarchy, {"role": ["role it inherits", ...]}; the
-    # token's roles are widened with it and with the auth file's (`pdp.roles`). None: not read
+    # token's roles are widened with it and with the auth file's (`common.roles`). None: not read
     role_hierarchy_claim: str | None = None
     attributes: tuple[tuple[str, str], ...] = ()  # (XACML attribute id, claim path)
     jwks_cache_seconds: float = 300.0  # keys are fetched again after this long

@@ -44,11 +44,11 @@ re-decide).
 """
 from __future__ import annotations
 
-from pdp.oidc.composite import CompositeAuthenticator, build_authenticator
-from pdp.oidc.errors import AuthenticationFailed, InvalidToken, KeysUnavailable
-from pdp.oidc.jwks import JwksCache
-from pdp.oidc.settings import ASYMMETRIC_ALGORITHMS, DEFAULT_ALGORITHMS, OidcSettings
-from pdp.oidc.tokens import JwtAuthenticator, claim, looks_like_jwt
+from common.oidc.composite import CompositeAuthenticator, build_authenticator
+from common.oidc.errors import AuthenticationFailed, InvalidToken, KeysUnavailable
+from common.oidc.jwks import JwksCache
+from common.oidc.settings import ASYMMETRIC_ALGORITHMS, DEFAULT_ALGORITHMS, OidcSettings
+from common.oidc.tokens import JwtAuthenticator, claim, looks_like_jwt
 
 __all__ = ["ASYMMETRIC_ALGORITHMS", "DEFAULT_ALGORITHMS", "AuthenticationFailed",
            "CompositeAuthenticator", "InvalidToken", "JwksCache", "JwtAuthenticator", "KeysUnavailable", "OidcSettings",

@@ -4,7 +4,7 @@ The gateway never trusts who a XACML request says its subject is: the subject is
 authenticated. Tokens come from an auth file: a JSON list of
 `{"token", "subject", "roles": [...], "admin": bool, "attributes": {id: value or [values]}}`,
 or an object `{"tokens": [that list], "role_hierarchy": {"role": ["role it inherits", ...]}}`
-whose hierarchy (`pdp.roles`) widens every identity's roles with the roles they inherit (a
+whose hierarchy (`common.roles`) widens every identity's roles with the roles they inherit (a
 cycle is refused when the file is read). Tokens are compared in constant time
 (every entry is compared, on SHA-256 digests, so neither the position of the match nor the
 token's length shows in the timing).
@@ -18,7 +18,7 @@ subjects' identities changed (`changed_subjects`: added, removed, or with other 
 flag or attributes; roles as the hierarchy widens them, so a changed hierarchy changes exactly
 the subjects whose roles it widens differently), and its hierarchy listeners hear of a changed
 hierarchy (the JWT side re-decides its own subjects with it), so that the gateway can re-decide those subjects' live handles at once
-(`pep.handles.revocation`). OIDC / JWT bearer tokens are `pdp.oidc`'s.
+(`pep.handles.revocation`). OIDC / JWT bearer tokens are `common.oidc`'s.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Union
 
-from pdp.roles import NO_HIERARCHY, RoleHierarchy, RoleHierarchyError
+from common.roles import NO_HIERARCHY, RoleHierarchy, RoleHierarchyError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,9 @@ WATCH_INTERVAL = 0.25  # seconds between two looks at the auth file by its watch
 
 # `listener(subjects, source)`: these subjects' identities changed (`source` says how, for logs
 # and the audit trail: "auth file", "new token claims").
-IdentityListener = Callable[[frozenset, str], None]
+IdentityListener = Callable[[frozenset[str], str], None]
+# what tells one version of the auth file from another: (mtime_ns, size, inode)
+FileSignature = tuple[int, int, int]
 # `listener(previous, current)`: the auth file's role hierarchy changed.
 HierarchyListener = Callable[[RoleHierarchy, RoleHierarchy], None]
 
@@ -190,7 +192,7 @@ class TokenAuthenticator:
 
 
 def with_inherited_roles(identity: Identity, hierarchy: RoleHierarchy) -> Identity:
-    """The identity whose roles are its own and every role they inherit (`pdp.roles`)."""
+    """The identity whose roles are its own and every role they inherit (`common.roles`)."""
     roles = hierarchy.expand(identity.roles)
     if roles == identity.roles:
         return identity
@@ -234,7 +236,7 @@ class TokenFileAuthenticator:
         signature = self._stat()
         self._current = TokenAuthenticator.from_file(self.path)
         self._signature = signature
-        self._rejected: tuple | None = None  # the signature of a broken version, logged once
+        self._rejected: FileSignature | None = None  # a broken version's signature, logged once
         self._checked = clock()
         self.reloads = 0  # successful re-reads (observable in tests)
         self._listeners: list[IdentityListener] = []
@@ -256,7 +258,7 @@ class TokenFileAuthenticator:
         """The role hierarchy of the file in force."""
         return self._current.hierarchy
 
-    def _stat(self) -> tuple | None:
+    def _stat(self) -> FileSignature | None:
         try:
             st = self.path.stat()
         except OSError:
@@ -271,7 +273,7 @@ class TokenFileAuthenticator:
         self._announce(changed, previous)
         return changed is not None
 
-    def _load(self, signature: tuple | None, force: bool = False) -> frozenset[str] | None:
+    def _load(self, signature: FileSignature | None, force: bool = False) -> frozenset[str] | None:
         """Read the file; the subjects whose identities changed when the new version is in
         force, None when it was not used."""
         if not force and signature == self._rejected:
@@ -430,7 +432,7 @@ def parse_auth_entries(data: Any, where: str = "auth file") -> list[tuple[str, I
     return entries
 
 
-def write_auth_file(path: str | Path, entries: list[dict] | dict) -> None:
+def write_auth_file(path: str | Path, entries: list[dict[str, Any]] | dict[str, Any]) -> None:
     """Write an auth file readable by its owner only (it holds secrets): a list of entries, or
     the object form with `tokens` and `role_hierarchy`."""
     path = Path(path)

@@ -9,15 +9,15 @@ import logging
 
 import pytest
 
-from pdp.auth import AuthFileError, TokenAuthenticator, TokenFileAuthenticator, parse_auth_file
-from pdp.oidc import CompositeAuthenticator, InvalidToken, JwtAuthenticator
-from pdp.roles import RoleHierarchy, RoleHierarchyError
+from common.auth import AuthFileError, TokenAuthenticator, TokenFileAuthenticator, parse_auth_file
+from common.oidc import CompositeAuthenticator, InvalidToken, JwtAuthenticator
+from common.roles import RoleHierarchy, RoleHierarchyError
 from pep.config import GatewayConfig
 from pep.http.app import create_app
 from pep.services import build_services
 from tests.pdp.api.conftest import JSON, XML, simple_policy
-from tests.pdp.auth.test_identity_changes import Heard, entry, replace_file
-from tests.pdp.auth.test_oidc import jwt_bearer, settings
+from tests.common.auth.test_identity_changes import Heard, entry, replace_file
+from tests.common.auth.test_oidc import jwt_bearer, settings
 
 # the interop Todo scenario's roles: admin and evil_genius are editors, editors are viewers
 TODO = {"admin": ["editor"], "evil_genius": ["editor"], "editor": ["viewer"]}
@@ -103,7 +103,7 @@ def test_a_cycle_in_a_new_version_keeps_the_hierarchy_in_force(tmp_path, caplog)
     tokens = TokenFileAuthenticator(path, check_interval=0)
     heard = Heard()
     tokens.add_listener(heard)
-    with caplog.at_level(logging.ERROR, logger="pdp.auth"):
+    with caplog.at_level(logging.ERROR, logger="common.auth"):
         replace_file(path, file_with(TODO_USERS, {**TODO, "viewer": ["evil_genius"]}))
         assert tokens.reload() is False
     assert "cycle: editor -> viewer -> evil_genius -> editor" in caplog.text

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import logging
 
-from pdp.auth import (
+from common.auth import (
     WATCH_INTERVAL, Identity, IdentityListener, TokenAuthenticator, TokenFileAuthenticator,
     bearer_token,
 )
-from pdp.oidc.settings import OidcSettings
-from pdp.oidc.tokens import JwtAuthenticator, looks_like_jwt
-from pdp.roles import RoleHierarchy
+from common.oidc.settings import OidcSettings
+from common.oidc.tokens import JwtAuthenticator, looks_like_jwt
+from common.roles import RoleHierarchy
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The one parser for numbers from the outside world (pdp/numbers.py, issue 19): ASCII digits
+"""The one parser for numbers from the outside world (common/numbers.py, issue 19): ASCII digits
 only, a sign only where negatives are meaningful, bounded text and range, NaN and the infinities
 refused, and a refusal that names the field."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdp.numbers import (INT64_MAX, MAX_TEXT, NumberError, check_float, check_int,
+from common.numbers import (INT64_MAX, MAX_TEXT, NumberError, check_float, check_int,
                          float_argument, int_argument, parse_float, parse_int)
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None)

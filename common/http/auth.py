@@ -17,9 +17,9 @@ from typing import Any
 
 from flask import Response, current_app, g, request
 
-from pdp.auth import Identity
-from pdp.http.errors import error_response
-from pdp.refusals import Unauthenticated
+from common.auth import Identity
+from common.http.errors import error_response
+from common.refusals import Unauthenticated
 
 AUTH_EXTENSION = "xsg.auth"
 

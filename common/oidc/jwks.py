@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pdp.oidc.errors import InvalidToken, KeysUnavailable
-from pdp.oidc.settings import OidcSettings
+from common.oidc.errors import InvalidToken, KeysUnavailable
+from common.oidc.settings import OidcSettings
 
 log = logging.getLogger(__name__)
 

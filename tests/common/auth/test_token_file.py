@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pdp.auth import AuthFileError, TokenFileAuthenticator
-from pdp.oidc import CompositeAuthenticator
+from common.auth import AuthFileError, TokenFileAuthenticator
+from common.oidc import CompositeAuthenticator
 from pep.serve import reload_on_sighup
 
 
@@ -53,7 +53,7 @@ def test_a_broken_new_file_is_logged_once_and_the_old_tokens_stay(tmp_path, capl
     write(path, ("tok-a-123", "alice"))
     auth = TokenFileAuthenticator(path, check_interval=0)
     path.write_text('[{"token": "tok-b-456"}]')  # no subject
-    with caplog.at_level(logging.ERROR, logger="pdp.auth"):
+    with caplog.at_level(logging.ERROR, logger="common.auth"):
         for _ in range(5):
             assert auth.authenticate("tok-a-123").subject == "alice"
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]

@@ -8,7 +8,7 @@ PostgreSQL, the audit trail) talks to a `Database`, never to a driver. Two imple
   synchronous=FULL (a committed write survives a crash), one connection shared by the server's
   threads under one RLock, and a write is exactly one transaction (BEGIN IMMEDIATE ...
   COMMIT, rolled back on any exception, so nothing is half-written);
-- `pdp.postgres.PostgresDatabase`: one PostgreSQL database for every store, through one
+- `common.postgres.PostgresDatabase`: one PostgreSQL database for every store, through one
   connection pool per process (psycopg 3). A write is one transaction there too, and this
   process's writes to one store still go one at a time (its `lock`), as with SQLite; writers in
   other processes are ordered by the database (row locks: `pdp.store`'s version clock).
@@ -16,7 +16,7 @@ PostgreSQL, the audit trail) talks to a `Database`, never to a driver. Two imple
 The stores write their SQL once, in the form both dialects read: `?` placeholders (the
 PostgreSQL cursor turns them into its own, the one place they differ), `INSERT ... ON CONFLICT`
 for upserts (`upsert_sql`, the one place they are written), and `Dialect` for the little that
-must differ (`FOR UPDATE`). Table definitions are per dialect (`pdp.migrations`: each store's
+must differ (`FOR UPDATE`). Table definitions are per dialect (`common.migrations`: each store's
 versioned schema). What a store reads back is plain Python (int, float, str, bytes).
 
 A store that cannot be reached raises `StoreUnavailable` (a 503 at the HTTP edge, with its
@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pdp import refusals
+from common import refusals
 
 log = logging.getLogger(__name__)
 
 # the stores, by name: a SQLite file `<name>.db` under the data directory each, or their tables
-# in the one PostgreSQL database (`pdp.migrations` lists each one's tables)
+# in the one PostgreSQL database (`common.migrations` lists each one's tables)
 STORE_NAMES = ("policies", "streams", "events", "handles", "privacy", "audit")
 RETRY_AFTER_SECONDS = 5  # what a 503 for a store that cannot be reached asks clients to wait
 
@@ -73,7 +73,7 @@ POSTGRESQL = Dialect("postgresql", for_update=" FOR UPDATE")
 
 
 class Cursor(Protocol):
-    """What a store does with a transaction's cursor (sqlite3's, or `pdp.postgres`'s)."""
+    """What a store does with a transaction's cursor (sqlite3's, or `common.postgres`'s)."""
 
     @property
     def rowcount(self) -> int: ...
@@ -244,7 +244,7 @@ class Storage:
     def open(self) -> "Storage":
         """Connect (PostgreSQL); StoreUnavailable says why it cannot, naming no password."""
         if self.url is not None and self._backend is None:
-            from pdp.postgres import PostgresBackend
+            from common.postgres import PostgresBackend
 
             self._backend = PostgresBackend.connect(self.url, pool_size=self.pool_size,
                                                     timeout=self.timeout)
@@ -264,7 +264,7 @@ class Storage:
         """Where everything is kept, for the banner and messages (never a password)."""
         if self.url is None:
             return f"SQLite files under {self.data_dir}"
-        from pdp.postgres import describe_url
+        from common.postgres import describe_url
 
         return f"PostgreSQL {describe_url(self.url)}"
 
