@@ -19,7 +19,6 @@ for the `keep_data` its owner asked for), `auth.json` (demo tokens, when no auth
 """
 from __future__ import annotations
 
-import functools
 import logging
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from pep.audit.log import AuditLog, AuditRecords
 from pep.audit.table import AuditTable
 from pep.audit.trail import AuditTrail
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
-from pep.core.access import Grant, decide_and_plan
+from pep.core.access import AccessPlanner
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS
 from pep.handles.one_window import WindowRegistry
 from pep.handles.privacy_budget import PrivacyGuard, PrivacyLedger
@@ -79,8 +78,9 @@ class GatewayServices:
     stall_notices: StallNotices  # tells readers when their stream's query stalls or recovers
     # defines and deletes stream events: stored, evaluated by the runtime, audited
     event_admin: StreamEventAdmin
-    # decide and plan one access request (the XACML request, the identity, the user query)
-    decide_and_plan: Callable[..., Grant]
+    # decides and plans one access request (the XACML request, the identity, the user query)
+    # with the catalogue's and the stream events' lookups
+    access: AccessPlanner
     # who may manage which policy; read on every call, so an embedder may replace it
     may_manage: ManagePolicy
     seeded: list[StoredPolicy] = field(default_factory=list)
@@ -219,11 +219,10 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
     # How several applicable rules' obligations combine on a stream: its owner's choice, else
     # the gateway's (pep/core/union.py).
     default_combining = config.obligation_combining
-    plan_access = functools.partial(decide_and_plan,
-                                    time_attribute_lookup=catalog.time_attribute,
-                                    environment=stream_events.environment,
-                                    combining=lambda stream: (catalog.combining(stream)
-                                                              or default_combining))
+    access = AccessPlanner(time_attribute=catalog.time_attribute,
+                           environment=stream_events.environment,
+                           combining=lambda stream: (catalog.combining(stream)
+                                                     or default_combining))
 
     # Joins of two streams run as queries of their own, on the same SparkSession.
     join_runtime = join_runtime_for(runtime, data_dir / "runtime" / "joins",
@@ -241,7 +240,7 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
                             join_runtime=join_runtime, privacy=privacy,
                             kafka_cut=KafkaOffsets().end_offsets)
     revocation = RevocationService(
-        handles, engine=lambda: policies.engine, decide_and_plan=plan_access,
+        handles, engine=lambda: policies.engine, decide_and_plan=access.decide_and_plan,
         schema_lookup=catalog.schema, identity_lookup=_identity_lookup(authenticator),
         time_sensitivity=TimeSensitivity(policies),
         interval=config.reevaluation_interval)
@@ -290,7 +289,7 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
         windows=windows, handles=handles, revocation=revocation, invalidation=hub, audit=audit,
         metrics=GatewayMetrics(), stall_notices=StallNotices(runtime.health, handles),
         event_admin=StreamEventAdmin(catalog, stream_events, runtime, audit.event_changed),
-        decide_and_plan=plan_access,
+        access=access,
         may_manage=stream_owner_rule(catalog.get, may_see=visibility.may_see,
                                      former=catalog.deleted),
         seeded=seeded, demo_auth_created=demo_auth_created, visibility=visibility,

@@ -125,6 +125,32 @@ def caller_resolver(identity, stream: str, environment: Sequence[tuple[str, str,
     return resolve
 
 
+@dataclass(frozen=True)
+class AccessPlanner:
+    """`decide_and_plan` with what the gateway adds to every decision about a stream: the time
+    attribute of each stream (its catalogue entry), the gateway's environment for a stream
+    (its stream events), how several rules' obligations combine on it (its owner's choice, else
+    the gateway's). One object, built once (`pep.services`), that `POST /requests`, `POST
+    /explain`, sharing rules' previews and the revocation service each receive: a request is
+    decided the same way when it opens a handle and when it is decided again."""
+
+    time_attribute: Callable[[str], str | None]
+    environment: StreamEnvironment
+    combining: Callable[[str], str]
+
+    def decide_and_plan(self, engine: Any, body: bytes, media_type: str, identity: Any,
+                        schema_lookup: SchemaLookup, user_query: bytes | None = None,
+                        user_query_type: str | None = None, *, refuse_nr: bool = True,
+                        parsed: RequestMemo | None = None,
+                        explain_missing_action: bool = False) -> Grant:
+        """`decide_and_plan(...)` (below) with this gateway's lookups."""
+        return decide_and_plan(engine, body, media_type, identity, schema_lookup, user_query,
+                               user_query_type, refuse_nr=refuse_nr,
+                               time_attribute_lookup=self.time_attribute,
+                               environment=self.environment, combining=self.combining,
+                               parsed=parsed, explain_missing_action=explain_missing_action)
+
+
 def _lexical(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -671,5 +697,5 @@ def decision_name(decision: object) -> str:
     return str(getattr(decision, "value", decision))
 
 
-__all__ = ["Grant", "decide_and_plan", "caller_resolver", "decision_name", "SchemaLookup",
+__all__ = ["AccessPlanner", "Grant", "decide_and_plan", "caller_resolver", "decision_name", "SchemaLookup",
            "RESOURCE", "RESOURCE_ID"]

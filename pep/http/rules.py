@@ -306,7 +306,7 @@ class Rules:
         body = sample_request(consumer.subject, rule.stream, action.strip())
         services = self.services
         try:
-            grant = services.decide_and_plan(
+            grant = services.access.decide_and_plan(
                 prospect.engine, body, "application/xacml+xml", consumer,
                 services.catalog.schema, user_query=user_query,
                 user_query_type="application/json" if user_query else None, refuse_nr=False)
