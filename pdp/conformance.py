@@ -24,13 +24,13 @@ from typing import Any, Literal, TextIO, TypedDict
 
 from lxml import etree
 
+from common.pipes import quiet_on_broken_pipe
+from common.xmlsafe import parse_json, parse_xml
 from pdp.engine import PolicyEngine, PolicySource, inspect_policy
 from pdp.errors import PolicyLoadError, RequestSyntaxError
-from pdp.pipes import quiet_on_broken_pipe
 from pdp.request import XACML_NS, normalize_category, normalize_datatype, parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_OK
-from pdp.xmlsafe import parse_json, parse_xml
 
 # Tests believed wrong, or relying on optional features, with the reason. Empty when every case
 # of the suite is expected to pass.

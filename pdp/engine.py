@@ -44,6 +44,8 @@ from collections import OrderedDict
 from typing import Iterable, Mapping, Sequence, Union
 
 import pdp.index as index_module
+from common.xmlsafe import get_limits
+from pdp import references
 from pdp.combining import DENY_OVERRIDES_3_0, deny_unless_permit, policy_combiner
 from pdp.errors import PolicyLoadError, RequestSyntaxError
 from pdp.evaluation import (DENY, NOT_APPLICABLE, PERMIT, TO_DECISION, AnyPolicy, AnyValue,
@@ -51,7 +53,6 @@ from pdp.evaluation import (DENY, NOT_APPLICABLE, PERMIT, TO_DECISION, AnyPolicy
 from pdp.index import RootIndex
 from pdp.policy_parser import (CompiledDocument, CompiledPolicy, PolicyInfo, PolicySource,
                                RefSpec, compile_document)
-from pdp import references
 from pdp.references import defined_twice, latest_info, named_root
 from pdp.request import Individual, RequestContext, parse_request
 from pdp.results import (STATUS_PROCESSING_ERROR, Decision, Response, Result, RuleGrant,
@@ -59,7 +60,6 @@ from pdp.results import (STATUS_PROCESSING_ERROR, Decision, Response, Result, Ru
 from pdp.target_scope import (NOT_APPLICABLE_WHEN_ALL_ARE, ScopeMemo, attribute_key,
                                evaluator_scope, target_literals)
 from pdp.why import Explanation, Node, explain_root
-from pdp.xmlsafe import get_limits
 
 __all__ = ["PolicyEngine", "PolicySource", "PolicyInfo", "CompiledPolicy", "compile_policy",
            "policy_resource_scope",

@@ -284,7 +284,7 @@ def _union(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str]
 def policy_files(directory: str | Path) -> list[Path]:
     """XML files under a directory whose root element is Policy or PolicySet (requests and user
     queries living beside them are skipped), in a stable order."""
-    from pdp.xmlsafe import UnsafeDocumentError, parse_xml
+    from common.xmlsafe import UnsafeDocumentError, parse_xml
 
     found = []
     for path in sorted(Path(directory).rglob("*.xml")):

@@ -8,7 +8,7 @@ as arguments; nothing else constructs a service or subscribes to an event. (OPA'
 Files under `config.data_dir`: `policies.db` (policy store), `streams.db` (catalogue),
 `handles.db` (handles), `events.db` (stream events), `privacy.db` (the consumers' privacy
 budgets: what each private window spent), `audit/` (the audit trail, JSON lines), all of which
-live in one PostgreSQL database instead when `config.store` names one (`pdp.db.Storage`; the
+live in one PostgreSQL database instead when `config.store` names one (`common.db.Storage`; the
 audit trail is then a table); `streams/<name>/ingest/` (ingested JSON lines not yet committed
 by their stream's query), `runtime/` (the Spark runtime's work directory:
 `checkpoints/<stream>/`, kept across restarts, and `archive/<stream>/`, committed ingest files
@@ -19,22 +19,21 @@ for the `keep_data` its owner asked for), `auth.json` (demo tokens, when no auth
 """
 from __future__ import annotations
 
-import functools
 import logging
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, cast
 
-from pdp import ManagePolicy, PolicyEvents, PolicyService, PolicyStore, StoredPolicy, seed_store
-from pdp.db import Storage, open_storage
-from pdp.store import SQLPolicyStore
-from pdp.oidc import CompositeAuthenticator, build_authenticator
+from common.db import Storage, open_storage
+from common.oidc import CompositeAuthenticator, build_authenticator
+from pdp import (ManagePolicy, PolicyEvents, PolicyService, PolicyStore, SQLPolicyStore,
+                 StoredPolicy, seed_store)
 from pep.audit.log import AuditLog, AuditRecords
 from pep.audit.table import AuditTable
 from pep.audit.trail import AuditTrail
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
-from pep.core.access import Grant, decide_and_plan
+from pep.core.access import AccessPlanner
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS
 from pep.handles.one_window import WindowRegistry
 from pep.handles.privacy_budget import PrivacyGuard, PrivacyLedger
@@ -79,8 +78,9 @@ class GatewayServices:
     stall_notices: StallNotices  # tells readers when their stream's query stalls or recovers
     # defines and deletes stream events: stored, evaluated by the runtime, audited
     event_admin: StreamEventAdmin
-    # decide and plan one access request (the XACML request, the identity, the user query)
-    decide_and_plan: Callable[..., Grant]
+    # decides and plans one access request (the XACML request, the identity, the user query)
+    # with the catalogue's and the stream events' lookups
+    access: AccessPlanner
     # who may manage which policy; read on every call, so an embedder may replace it
     may_manage: ManagePolicy
     seeded: list[StoredPolicy] = field(default_factory=list)
@@ -156,7 +156,7 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
     demo_auth_created = ensure_demo_auth_file(config)
     # The token file, re-read when it changes (and on SIGHUP, see pep/serve.py), then JWTs of
     # the OIDC issuer when one is configured; the last identity verified per JWT subject is kept
-    # in oidc-identities.json for re-decisions (pdp/oidc.py).
+    # in oidc-identities.json for re-decisions (common/oidc.py).
     authenticator = build_authenticator(config.effective_auth_file, config.oidc,
                                         remember_file=Path(config.data_dir)
                                         / "oidc-identities.json")
@@ -219,11 +219,10 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
     # How several applicable rules' obligations combine on a stream: its owner's choice, else
     # the gateway's (pep/core/union.py).
     default_combining = config.obligation_combining
-    plan_access = functools.partial(decide_and_plan,
-                                    time_attribute_lookup=catalog.time_attribute,
-                                    environment=stream_events.environment,
-                                    combining=lambda stream: (catalog.combining(stream)
-                                                              or default_combining))
+    access = AccessPlanner(time_attribute=catalog.time_attribute,
+                           environment=stream_events.environment,
+                           combining=lambda stream: (catalog.combining(stream)
+                                                     or default_combining))
 
     # Joins of two streams run as queries of their own, on the same SparkSession.
     join_runtime = join_runtime_for(runtime, data_dir / "runtime" / "joins",
@@ -241,7 +240,7 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
                             join_runtime=join_runtime, privacy=privacy,
                             kafka_cut=KafkaOffsets().end_offsets)
     revocation = RevocationService(
-        handles, engine=lambda: policies.engine, decide_and_plan=plan_access,
+        handles, engine=lambda: policies.engine, decide_and_plan=access.decide_and_plan,
         schema_lookup=catalog.schema, identity_lookup=_identity_lookup(authenticator),
         time_sensitivity=TimeSensitivity(policies),
         interval=config.reevaluation_interval)
@@ -290,7 +289,7 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
         windows=windows, handles=handles, revocation=revocation, invalidation=hub, audit=audit,
         metrics=GatewayMetrics(), stall_notices=StallNotices(runtime.health, handles),
         event_admin=StreamEventAdmin(catalog, stream_events, runtime, audit.event_changed),
-        decide_and_plan=plan_access,
+        access=access,
         may_manage=stream_owner_rule(catalog.get, may_see=visibility.may_see,
                                      former=catalog.deleted),
         seeded=seeded, demo_auth_created=demo_auth_created, visibility=visibility,

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from lxml import etree
 
+from common.xmlsafe import UnsafeDocumentError, parse_xml
 from pdp.combining import POLICY_COMBINING
 from pdp.errors import PolicyLoadError
 from pdp.evaluation import (AnyPolicy, ObligationExpr, PolicyEvaluator, PolicySet,
                             ReferenceEvaluator)
 from pdp.notes import Notes, TargetNote
-from pdp.policy_parser.model import CompiledDocument, PolicyInfo, PolicySource, RefSpec
 from pdp.policy_parser.expressions import ExpressionCompiler
+from pdp.policy_parser.model import CompiledDocument, PolicyInfo, PolicySource, RefSpec
 from pdp.policy_parser.policies import PolicyCompiler, attach_index
 from pdp.policy_parser.reader import NO_DELEGATION, DocumentReader
 from pdp.policy_parser.targets import TargetCompiler
 from pdp.policy_parser.versions import is_version_pattern
 from pdp.results import PolicyIdentifier
-from pdp.xmlsafe import UnsafeDocumentError, parse_xml
 
 
 class PolicySetCompiler:

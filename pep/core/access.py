@@ -28,21 +28,20 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestSyntaxError, Response, Result,
+from pdp import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION, ACTION_ID,
+                 ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE, RESOURCE_ID, STATUS_SYNTAX_ERROR,
+                 STRING, SUBJECT_ID, SUBJECT_ROLE, Decision, RequestSyntaxError, Response, Result,
                  RuleGrant, Status, bind_environment, bind_join, bind_subject, media_kind,
                  parse_request)
-from pdp.urns import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION, ACTION_ID,
-                      ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE, RESOURCE_ID, STRING,
-                      SUBJECT_ID, SUBJECT_ROLE)
 from pep.core.analysis import ConditionTooComplex, MergeWarning
 from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
                              NotPermitted, Refusal, TooComplex, Unprocessable, UnsupportedMedia)
 from pep.core.explain import graph_to_json, plan_to_json, render_sql
 from pep.core.graph import UnsupportedGraph
 from pep.core.join import JoinSide, build_join, check_streams
-from pep.core.masks import policy_masks
-from pep.core.labels import LabelError
 from pep.core.joingrant import JoinGrant, apply_join_grants, read_join_grant, split_obligations
+from pep.core.labels import LabelError
+from pep.core.masks import policy_masks
 from pep.core.merge import merge
 from pep.core.obligations import ObligationError, policy_graph
 from pep.core.parsed import RequestMemo
@@ -124,6 +123,32 @@ def caller_resolver(identity, stream: str, environment: Sequence[tuple[str, str,
         return short[0] if short else []
 
     return resolve
+
+
+@dataclass(frozen=True)
+class AccessPlanner:
+    """`decide_and_plan` with what the gateway adds to every decision about a stream: the time
+    attribute of each stream (its catalogue entry), the gateway's environment for a stream
+    (its stream events), how several rules' obligations combine on it (its owner's choice, else
+    the gateway's). One object, built once (`pep.services`), that `POST /requests`, `POST
+    /explain`, sharing rules' previews and the revocation service each receive: a request is
+    decided the same way when it opens a handle and when it is decided again."""
+
+    time_attribute: Callable[[str], str | None]
+    environment: StreamEnvironment
+    combining: Callable[[str], str]
+
+    def decide_and_plan(self, engine: Any, body: bytes, media_type: str, identity: Any,
+                        schema_lookup: SchemaLookup, user_query: bytes | None = None,
+                        user_query_type: str | None = None, *, refuse_nr: bool = True,
+                        parsed: RequestMemo | None = None,
+                        explain_missing_action: bool = False) -> Grant:
+        """`decide_and_plan(...)` (below) with this gateway's lookups."""
+        return decide_and_plan(engine, body, media_type, identity, schema_lookup, user_query,
+                               user_query_type, refuse_nr=refuse_nr,
+                               time_attribute_lookup=self.time_attribute,
+                               environment=self.environment, combining=self.combining,
+                               parsed=parsed, explain_missing_action=explain_missing_action)
 
 
 def _lexical(value: object) -> str:
@@ -672,5 +697,5 @@ def decision_name(decision: object) -> str:
     return str(getattr(decision, "value", decision))
 
 
-__all__ = ["Grant", "decide_and_plan", "caller_resolver", "decision_name", "SchemaLookup",
+__all__ = ["AccessPlanner", "Grant", "decide_and_plan", "caller_resolver", "decision_name", "SchemaLookup",
            "RESOURCE", "RESOURCE_ID"]

@@ -66,12 +66,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Literal
 
+from common.numbers import INT64_MAX, NumberError, parse_int
 from pdp import Obligation
-from pdp.numbers import INT64_MAX, NumberError, parse_int
 from pep.core.conditions import (Comparison, ConditionError, Expr, PlaceholderResolver, conjoin,
                                  parse_condition)
-from pep.core.labels import Label
 from pep.core.graph import QueryGraph, pipeline_graph
+from pep.core.labels import Label
 from pep.core.masks import MaskError, compose_all, ordered, parse_assignment
 from pep.core.plan import (AGGREGATE_FUNCTIONS, Aggregate, PolicyWindowTerms, StreamSchema,
                            WindowSpec)

@@ -50,12 +50,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pdp import Identity
-from pep.core.refs import handle_ref
+from common.auth import Identity
 from pep.core.access import decision_name
 from pep.core.delivery_gate import DELIVERY_GATE
 from pep.core.errors import AccessDenied, Refusal
 from pep.core.parsed import ParsedRequests
+from pep.core.refs import handle_ref
 from pep.handles.records import HandleRecord
 from pep.handles.service import HandleService
 
@@ -338,7 +338,7 @@ class RevocationService:
             self.observer(revoked, time.perf_counter() - started)
 
     def on_identity_change(self, subjects: Iterable[str], source: str = "identity") -> int:
-        """Subjects' identities changed (`pdp.auth.IdentityListener`): decide their live handles
+        """Subjects' identities changed (`common.auth.IdentityListener`): decide their live handles
         again with the identities now in force; returns how many were revoked."""
         wanted = frozenset(subjects)
         if not wanted:

@@ -14,8 +14,8 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
-from pdp.http.auth import current_identity, require_identity
-from pdp.numbers import parse_int
+from common.http.auth import current_identity, require_identity
+from common.numbers import parse_int
 from pep.audit.views import owner_view
 from pep.core.errors import InvalidInput, NotPermitted
 from pep.http.current import current_services

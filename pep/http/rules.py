@@ -42,11 +42,11 @@ import yaml
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from lxml import etree
 
-from pdp import (AuthFileError, Identity, ManagedPolicy, PolicyExistsError, PolicyLoadError,
-                 PolicyNotFoundError, PolicySource, Prospect, inspect_policy)
-from pdp.auth import parse_identity_attributes
-from pdp.http.api import PolicyFormat, read_body
-from pdp.http.auth import current_identity, require_identity
+from common.auth import AuthFileError, Identity, parse_identity_attributes
+from common.http.auth import current_identity, require_identity
+from pdp import (ManagedPolicy, PolicyExistsError, PolicyLoadError, PolicyNotFoundError,
+                 PolicySource, Prospect, inspect_policy)
+from pdp.http import PolicyFormat, read_body
 from pep.core.access import RESOURCE, RESOURCE_ID
 from pep.core.errors import InvalidInput, NotPermitted, Refusal, UnsupportedMedia
 from pep.core.rules import (RuleError, SharingRule, check_rule, describe_policy, rule_from_json,
@@ -306,7 +306,7 @@ class Rules:
         body = sample_request(consumer.subject, rule.stream, action.strip())
         services = self.services
         try:
-            grant = services.decide_and_plan(
+            grant = services.access.decide_and_plan(
                 prospect.engine, body, "application/xacml+xml", consumer,
                 services.catalog.schema, user_query=user_query,
                 user_query_type="application/json" if user_query else None, refuse_nr=False)

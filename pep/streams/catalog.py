@@ -1,7 +1,7 @@
 """The stream catalogue: which streams exist, who owns them, what their owners changed.
 
 A stream is registered once (name, schema, source, event-time attribute, visibility, settings)
-and persisted in its store (a SQLite file, or the PostgreSQL database: `pdp.db`), so a restart
+and persisted in its store (a SQLite file, or the PostgreSQL database: `common.db`), so a restart
 keeps it. The owner of a stream is the authenticated
 subject that registered it. What an owner may change afterwards (`update`: visibility,
 description, lateness, retention, attributes added to the schema) is written in one
@@ -29,8 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from pdp.db import Database, open_database, opening, upsert_sql
-from pdp.migrations import migrate
+from common.db import Database, open_database, opening, upsert_sql
+from common.migrations import migrate
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
 from pep.streams.definition import (LISTED, STREAM_NAME, InvalidStream, StreamConflict,

@@ -8,8 +8,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from pdp.db import Cursor
-from pdp.migrations import Schema, Step
+from common.db import Cursor
+from common.migrations import Schema, Step
 
 from pep.core.labels import Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
@@ -50,7 +50,7 @@ def _added_columns(cur: Cursor) -> None:
             log.info("stream catalogue: added column %s", column)
 
 
-# The catalogue's versioned schema (`pdp.migrations`). Names are case-insensitive (SQLite's
+# The catalogue's versioned schema (`common.migrations`). Names are case-insensitive (SQLite's
 # NOCASE; on PostgreSQL an ICU collation that ignores case, created with the tables); what the
 # catalogue orders by compares as bytes, as SQLite's does.
 SCHEMA = Schema("streams", (

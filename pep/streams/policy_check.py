@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from pdp import (AttributeAssignment, Obligation, PolicyLoadError, PolicySource,
-                 UnsafeDocumentError, parse_xml, policy_resource_scope)
-from pdp.urns import XACML_NS
+from common.xmlsafe import UnsafeDocumentError, parse_xml
+from pdp import (XACML_NS, AttributeAssignment, Obligation, PolicyLoadError, PolicySource,
+                 policy_resource_scope)
 from pep.core.obligations import (FILTER_IDS, MAP_IDS, MASK_IDS, WINDOW_IDS,
                                   WINDOW_LABEL_SCOPE, ObligationError, policy_graph,
                                   presence_leaks)

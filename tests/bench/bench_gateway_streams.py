@@ -3,7 +3,7 @@
 Run: .venv/bin/python tests/bench/bench_gateway_streams.py [--quick]
 
 One SparkSession and one real gateway (pep.services + pep.http.app + StreamRuntime, served by
-pep.http.serving.HttpServer on a free loopback port); every figure is measured through HTTP:
+server.serving.HttpServer on a free loopback port); every figure is measured through HTTP:
 1. request -> first result: `POST /requests` to the first row read from the handle (NDJSON),
    vs a direct Structured Streaming query (readStream json, same schema, same filter,
    foreachBatch collecting) on the same ingest directory, start -> first row; records are
@@ -237,12 +237,12 @@ class Reader(threading.Thread):
 
 class Gateway:
     def __init__(self, spark, data_dir: Path, consumers: int) -> None:
-        from pdp.auth import write_auth_file
+        from common.auth import write_auth_file
         from pep.http.app import create_app
         from pep.services import build_services
         from pep.config import GatewayConfig
         from pep.runtime.runtime import StreamRuntime
-        from pep.http.serving import HttpServer
+        from server.serving import HttpServer
 
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ the same kind of topic, and what Spark's real-time mode gives.
 Run: .venv/bin/python tests/bench/bench_kafka.py [--quick]     (needs `make install`'s jars)
 
 A single-node Kafka broker (KRaft, tests/kafka/broker.py), one SparkSession, one real gateway
-(pep.services + pep.http.app + StreamRuntime on pep.http.serving.HttpServer, uvicorn, loopback). Topics of
+(pep.services + pep.http.app + StreamRuntime on server.serving.HttpServer, uvicorn, loopback). Topics of
 3 partitions; records carry `sent` (epoch seconds when produced). Every gateway figure is read
 over HTTP by a consumer process of its own (NDJSON), as bench_gateway_streams does.
 1. throughput at saturation: a backlog of N records produced (confluent-kafka, acks=all, by a

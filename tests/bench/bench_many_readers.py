@@ -7,7 +7,7 @@ Run: .venv/bin/python tests/bench/bench_many_readers.py [--handles 1000,2000] [-
                                                         [--streams 1] [--trigger 0.25]
 
 One SparkSession and one real gateway (pep.services + pep.http.app + the Spark StreamRuntime,
-on pep.http.serving); per size N:
+on server.serving); per size N:
   * N subjects each open one handle on stream `lat` with a query of its own (a band
     `v >= a AND v < a + w` with a different `a`, `w` = 1000 x `--pass-rate`: every tuple
     matches about that share of them, 10% by default; the issue's workload is 0.5);
@@ -348,10 +348,10 @@ class FakeRuntime:
 
 class Gateway:
     def __init__(self, spark, data_dir: Path, subjects: int, rate: int = 200) -> None:
-        from pdp.auth import write_auth_file
+        from common.auth import write_auth_file
         from pep.config import GatewayConfig
         from pep.http.app import create_app
-        from pep.http.serving import tune_gc
+        from server.serving import tune_gc
         from pep.serve import gateway_server
         from pep.services import build_services
 
@@ -370,7 +370,7 @@ class Gateway:
         self.services = build_services(config, runtime=self.runtime)
         self.server = gateway_server(create_app(services=self.services), config).start()
         self.url = self.server.url
-        tune_gc()  # as `xsg serve` does once started (pep.http.serving.GC_THRESHOLDS)
+        tune_gc()  # as `xsg serve` does once started (server.serving.GC_THRESHOLDS)
 
     def close(self) -> None:
         for step in (self.services.close_stream_side, self.server.stop, self.services.close):

@@ -31,11 +31,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdp import AttributeAssignment, Obligation
-from pdp.evaluation import DENY, PERMIT, AnyPolicy, PolicyEvaluator, RuleEvaluator
-from pdp.notes import ALWAYS_FALSE
-from pdp.urns import RESOURCE, RESOURCE_ID
-from pdp.target_scope import attribute_key
+from pdp import (ALWAYS_FALSE, DENY, PERMIT, RESOURCE, RESOURCE_ID, AnyPolicy,
+                 AttributeAssignment, Obligation, PolicyEvaluator, RuleEvaluator, attribute_key)
 from pep.core.analysis import ConditionTooComplex
 from pep.core.errors import Refusal
 from pep.core.graph import QueryGraph, UnsupportedGraph

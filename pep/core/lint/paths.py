@@ -12,9 +12,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pdp import AttributeAssignment, Obligation
-from pdp.evaluation import PERMIT, AnyPolicy, PolicyEvaluator, ReferenceEvaluator, RuleEvaluator
-from pdp.notes import NO_CONDITION, Notes, TargetNote
+from pdp import (NO_CONDITION, PERMIT, AnyPolicy, AttributeAssignment, Notes, Obligation,
+                 PolicyEvaluator, ReferenceEvaluator, RuleEvaluator, TargetNote)
 
 _MISSING = object()
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from pdp import UnsafeDocumentError, parse_xml
+from common.xmlsafe import UnsafeDocumentError, parse_xml
 from pep.core.masks import MaskError, parse_mask
 from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, MAP_ATTRIBUTE, MAP_IDS,
                                   MASK_ATTRIBUTE, MASK_IDS, PREFIXES,

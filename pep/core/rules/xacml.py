@@ -24,9 +24,9 @@ import re
 
 from lxml import etree
 
-from pdp.urns import (ACCESS_SUBJECT as SUBJECT, ACTION, ACTION_ID, CURRENT_DATETIME, ENVIRONMENT,
-                      FUNCTION_PREFIX as FN, RESOURCE, RESOURCE_ID, STRING, SUBJECT_ID,
-                      SUBJECT_ROLE as ROLE, XACML_NS as NS)
+from pdp import (ACCESS_SUBJECT as SUBJECT, ACTION, ACTION_ID, CURRENT_DATETIME, ENVIRONMENT,
+                 FUNCTION_PREFIX as FN, RESOURCE, RESOURCE_ID, STRING, SUBJECT_ID,
+                 SUBJECT_ROLE as ROLE, XACML_NS as NS)
 from pep.core.obligations import (FILTER_CONDITION, MAP_ATTRIBUTE, MASK_ATTRIBUTE, WINDOW_ATTR,
                                   WINDOW_KEY, WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_SIZE,
                                   WINDOW_STEP, WINDOW_TYPE)
