@@ -50,14 +50,15 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.harness import (ADMIN_TOKEN, FILE_QUERY, INF, NDJSON, SIDE_NAMES,  # noqa: E402
-                                 USER, Child, DirectSides, Gateway, UserApp, accounts,
-                                 backlog_figures, backlog_summary, backlog_trials, bench_parser,
-                                 consumer_token, gateway_settings, hdr, inline_policy,
-                                 latency_line, link_all, load_average, machine, pct, ratio,
-                                 reader_result, reply, request_json, rotations, run_command, secs,
-                                 serve_user_app, spawn_reader, spread, started_spark,
-                                 started_user_app, submit, wait_ready)
+from tests.bench.direct import (FILE_QUERY, USER, DirectSides, UserApp,  # noqa: E402
+                                gateway_settings, serve_user_app, started_user_app)
+from tests.bench.harness import (INF, SIDE_NAMES, Child, backlog_figures,  # noqa: E402
+                                 backlog_summary, backlog_trials, bench_parser, latency_line,
+                                 link_all, load_average, machine, pct, ratio, reply, rotations,
+                                 run_command, secs, spread)
+from tests.bench.readers import reader_result, spawn_reader, submit, wait_ready  # noqa: E402
+from tests.bench.served import (ADMIN_TOKEN, NDJSON, Gateway, accounts,  # noqa: E402
+                                consumer_token, hdr, inline_policy, request_json, started_spark)
 
 NEA_POLICY = ROOT / "policies" / "weather" / "nea-weather-policy.xml"
 NEA_POLICY_ID = "urn:xsg:example:weather:nea-policy"
@@ -355,7 +356,8 @@ def revocation(bench: Bench, k: int, rounds: int, profile: bool = False) -> dict
             tokens = [consumer_token(3 + i) for i in range(k)]
             handles = [gw.open(t, request_json(stream))["handle"] for t in tokens]
             job = gw.reader([(i, h, t) for i, (h, t) in enumerate(zip(handles, tokens))],
-                            bench.out("rev"), seconds=120, ready=str(bench.tmp / f"rev-{rnd}.ready"))
+                            bench.out("rev"), seconds=120,
+                            ready=str(bench.tmp / f"rev-{rnd}.ready"))
             proc = spawn_reader(job.out)
             submit(job)
             wait_ready(job, 60)
@@ -385,7 +387,8 @@ def revocation(bench: Bench, k: int, rounds: int, profile: bool = False) -> dict
                   f"{got['after_final']}" + (f"; errors {got['errors']}" if got["errors"] else ""))
         if prof is not None:
             import pstats
-            print("  profile of the last round's deletion (in-process, no HTTP), by cumulative time:")
+            print("  profile of the last round's deletion (in-process, no HTTP), by cumulative "
+                  "time:")
             pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(30)
     finally:
         feed.stop()

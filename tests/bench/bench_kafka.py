@@ -43,21 +43,21 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.harness import (ADMIN_TOKEN, NDJSON, SIDE_NAMES, USER, Child,  # noqa: E402
-                                 Gateway, Handler, QuerySettings, UserApp, accounts,
-                                 backlog_figures, backlog_summary, backlog_trials, bench_parser,
-                                 consumer_token, from_dict, gateway_settings, hdr, inline_policy,
-                                 latency_line, load_average, machine, pct, ratio, reader_result,
-                                 reply, request_json, rotations, run_child, run_command, secs,
-                                 serve_user_app, sleep_until, spread, start_reader, started_spark,
-                                 started_user_app, wait_ready, with_missing)
+from tests.bench.direct import (USER, DirectSides, Handler, QuerySettings, UserApp,  # noqa: E402
+                                from_dict, gateway_settings, serve_user_app, started_user_app)
+from tests.bench.harness import (SIDE_NAMES, Child, backlog_figures, backlog_summary,  # noqa: E402
+                                 backlog_trials, bench_parser, latency_line, load_average, machine,
+                                 pct, ratio, reply, rotations, run_child, run_command, secs,
+                                 sleep_until, spread, with_missing)
+from tests.bench.readers import reader_result, start_reader, wait_ready  # noqa: E402
+from tests.bench.served import (ADMIN_TOKEN, NDJSON, Gateway, accounts,  # noqa: E402
+                                consumer_token, hdr, inline_policy, request_json, started_spark)
 
 FIELDS = [("ts", "timestamp"), ("station", "string"), ("v", "double"), ("sent", "double")]
 COLUMNS = ["ts", "station", "v", "sent"]
@@ -312,7 +312,8 @@ def foreach_batch_realtime(spark: Any, bootstrap: str, topic: str) -> dict[str, 
 
 
 USER_APP: dict[str, Handler] = {"throughput": direct_throughput, "latency": direct_latency,
-            "realtime": realtime_latency, "foreach_batch_realtime": foreach_batch_realtime}
+                                "realtime": realtime_latency,
+                                "foreach_batch_realtime": foreach_batch_realtime}
 
 
 # -- the benchmark -----------------------------------------------------------------------------------
@@ -320,8 +321,8 @@ USER_APP: dict[str, Handler] = {"throughput": direct_throughput, "latency": dire
 class Bench:
     def __init__(self, spark: Any, gw: Gateway, broker: Any, app: UserApp, tmp: Path) -> None:
         self.spark, self.gw, self.broker, self.app, self.tmp = spark, gw, broker, app, tmp
+        self.sides = DirectSides(spark, app, USER_APP)
         self.count = 0
-        self.gw_settings = gateway_settings()
 
     def topic(self, partitions: int = 3) -> str:
         self.count += 1
@@ -348,11 +349,9 @@ class Bench:
 
     def throughput(self, side: str, n: int, timeout: float) -> dict[str, Any]:
         if side != "gateway":
-            settings = USER if side == "user" else self.gw_settings
-            args = dict(settings=asdict(settings), bootstrap=self.broker.bootstrap,
-                        topic=self.topic(), n=n, timeout=timeout)
-            res = (self.app.call("throughput", wait=timeout + 300, **args) if side == "user"
-                   else direct_throughput(self.spark, **args))
+            res = self.sides.run(side, "throughput", wait=timeout + 300,
+                                 bootstrap=self.broker.bootstrap, topic=self.topic(), n=n,
+                                 timeout=timeout)
         else:
             name, topic = self.stream()
             handle = self.gw.open(consumer_token(1), request_json(name))["handle"]
@@ -369,11 +368,9 @@ class Bench:
 
     def latency(self, side: str, rate: float, seconds: float, startup: float) -> dict[str, Any]:
         if side != "gateway":
-            settings = USER if side == "user" else self.gw_settings
-            args = dict(settings=asdict(settings), bootstrap=self.broker.bootstrap,
-                        topic=self.topic(), rate=rate, seconds=seconds, startup=startup)
-            return (self.app.call("latency", wait=seconds + 300, **args) if side == "user"
-                    else direct_latency(self.spark, **args))
+            return self.sides.run(side, "latency", wait=seconds + 300,
+                                  bootstrap=self.broker.bootstrap, topic=self.topic(), rate=rate,
+                                  seconds=seconds, startup=startup)
         name, topic = self.stream()
         handle = self.gw.open(consumer_token(1), request_json(name))["handle"]
         try:
@@ -445,7 +442,7 @@ def main() -> None:
         spark = started_spark(stack)
         gw = Gateway(StreamRuntime(spark, tmp / "gw" / "runtime"), tmp / "gw", accounts(2))
         stack.callback(gw.close)
-        app = started_user_app(stack, __file__, kafka=True)
+        app = started_user_app(stack, __file__)
         bench = Bench(spark, gw, broker, app, tmp)
         results["tp"] = throughput(bench, n, trials, args.timeout)
         results["lat"] = latency(bench, args.rate, seconds, args.startup, trials)

@@ -56,10 +56,11 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.harness import (Gateway, ReadJob, bench_parser, load_average,  # noqa: E402
-                                 machine, pct, reader_result, reply, rotations, rss_mib, run_child,
-                                 run_command, secs, sleep_until, spark_cpu_seconds, spread,
-                                 start_reader, with_missing, write_start)
+from tests.bench.harness import (bench_parser, load_average, machine, pct, reply,  # noqa: E402
+                                 rotations, rss_mib, run_child, run_command, secs, sleep_until,
+                                 spark_cpu_seconds, spread, with_missing)
+from tests.bench.readers import ReadJob, reader_result, start_reader, write_start  # noqa: E402
+from tests.bench.served import Gateway  # noqa: E402
 
 ADMIN = "tok-many-admin-0123456789"
 TRIGGER = 0.25
@@ -609,6 +610,7 @@ def main() -> None:
     ap = bench_parser("one trial of 20 s (10 s start-up), a smoke run",
                       "fresh starts per size, the sizes' order rotating")
     ap.add_argument("--handles", default="1000", help="sizes, comma-separated (e.g. 1000,5000)")
+    ap.add_argument("--rate", type=int, default=200, help="tuples ingested per second")
     ap.add_argument("--seconds", type=float, default=45.0,
                     help="seconds of ingest per trial, from the first tuple")
     ap.add_argument("--startup", type=float, default=15.0,

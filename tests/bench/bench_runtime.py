@@ -42,12 +42,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.harness import (FILE_QUERY, INF, SIDE_NAMES, USER, Child,  # noqa: E402
-                                 DirectSides, UserApp, backlog_figures, backlog_summary,
-                                 backlog_trials, bench_parser, gateway_settings, latency_line,
+from tests.bench.direct import (FILE_QUERY, USER, DirectSides, UserApp,  # noqa: E402
+                                gateway_settings, serve_user_app, started_user_app)
+from tests.bench.harness import (INF, SIDE_NAMES, Child, backlog_figures,  # noqa: E402
+                                 backlog_summary, backlog_trials, bench_parser, latency_line,
                                  link_all, load_average, machine, ratio, reply, rotations,
-                                 run_command, secs, serve_user_app, sleep_until, spread,
-                                 started_spark, started_user_app)
+                                 run_command, secs, sleep_until, spread)
+from tests.bench.served import started_spark  # noqa: E402
 
 SPARK_SCHEMA = "seq long, sent double, temp double, station string, _xsg_seq long"
 CONDITION = ("temp", ">", 15.0)  # temp is uniform in -10..40: half the records pass
@@ -97,7 +98,8 @@ def stream(directory: Path, name: str) -> Any:
     from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
     schema = StreamSchema((Field("seq", "long"), Field("sent", "double"), Field("temp", "double"),
                            Field("station", "string")))
-    return StreamDefinition(name, "bench", schema, SourceSpec("ingest", (("path", str(directory)),)))
+    return StreamDefinition(name, "bench", schema,
+                            SourceSpec("ingest", (("path", str(directory)),)))
 
 
 # -- the direct query: tests/bench/harness.py's FileQuery -------------------------------------------

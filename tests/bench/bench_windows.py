@@ -49,10 +49,12 @@ sys.path.insert(0, str(ROOT))
 
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,  # noqa: E402
                            StreamDefinition, StreamSchema, WindowSpec)
-from tests.bench.harness import (INF, SIDE_NAMES, USER, DirectSides, Handler,  # noqa: E402
-                                 UserApp, bench_parser, from_dict, gateway_settings, link_all,
+from tests.bench.direct import (USER, DirectSides, Handler, UserApp, from_dict,  # noqa: E402
+                                gateway_settings, serve_user_app, started_user_app)
+from tests.bench.harness import (INF, SIDE_NAMES, bench_parser, link_all,  # noqa: E402
                                  load_average, machine, ratio, rotations, run_command, secs,
-                                 serve_user_app, spread, started_spark, started_user_app)
+                                 spread)
+from tests.bench.served import started_spark  # noqa: E402
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temperature", "double"),
                        Field("rainrate", "double"), Field("station", "string")))
