@@ -294,7 +294,7 @@ def free_port() -> int:
 def main() -> None:
     if run_command({"--user-app": (lambda: serve_user_app(USER_APP), ())}):
         return
-    parser = bench_parser("a smoke run: a smaller backlog, 1 and 10 plans, one trial")
+    parser = bench_parser("a smoke run: a smaller backlog, 1 plan, one trial")
     parser.add_argument("--plans", default=None, help="plan counts (default 1,10,100)")
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--tuples", type=int, default=None)
@@ -307,7 +307,7 @@ def main() -> None:
     n = args.tuples or (20_000 if args.quick else 100_000)
     per_file = 100 if args.quick else 200
     trials = 1 if args.quick else args.trials
-    counts = [int(x) for x in (args.plans or ("1,10" if args.quick else "1,10,100")).split(",")]
+    counts = [int(x) for x in (args.plans or ("1" if args.quick else "1,10,100")).split(",")]
     shapes = [s for s in args.shapes.split(",") if s and SHAPES[s]]
     print("machine:", machine())
     with tempfile.TemporaryDirectory(prefix="xsg-bench-windows-") as tmp, ExitStack() as stack:
