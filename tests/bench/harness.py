@@ -52,10 +52,12 @@ def load_average() -> str:
     return " ".join("%.2f" % x for x in os.getloadavg())
 
 
-def machine() -> str:
+def machine(*packages: str) -> str:
     """The machine line every benchmark prints first: the host under this project's VM has
     changed between sessions, and the figures with it; the load average is the one before the
-    run (other work on the two cores skews every figure)."""
+    run (other work on the two cores skews every figure). `packages`: modules whose versions
+    the figures depend on, beside PySpark's."""
+    import importlib
     model = "?"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -64,13 +66,14 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    try:
-        import pyspark
-        spark = f"PySpark {pyspark.__version__}"
-    except ImportError:
-        spark = "no PySpark"
+    versions = []
+    for name in ("pyspark", *packages):
+        try:
+            versions.append(f"{name} {importlib.import_module(name).__version__}")
+        except (ImportError, AttributeError):
+            versions.append(f"no {name}")
     return (f"{platform.platform()}; CPU {model}; {os.cpu_count()} cores; Python "
-            f"{platform.python_version()}; {spark}; load average {load_average()}")
+            f"{platform.python_version()}; {', '.join(versions)}; load average {load_average()}")
 
 
 # -- figures -----------------------------------------------------------------------------------------
