@@ -260,8 +260,9 @@ class Rules:
         return out
 
     def check(self, document: bytes) -> list[str]:
-        catalog = self.services.catalog
-        return check_policy(document, catalog.get, catalog.definitions, "compiled rule")
+        catalog, derived = self.services.catalog, self.services.derived
+        return check_policy(document, catalog.get, catalog.definitions, "compiled rule",
+                            derivation=derived.derivation if derived is not None else None)
 
     @staticmethod
     def sample_identity(consumer: Any) -> Identity:
