@@ -460,8 +460,13 @@ class HandleService:
         return self.privacy.deliverer(handle_id, subject, cast(ExecutionPlan, plan), put, spent)
 
     def resume(self, record: HandleRecord, policy_ids: Iterable[str] | None = None) -> bool:
-        """Re-attach a live handle after a restart; False (and the handle ended) if impossible."""
+        """Re-attach a live handle after a restart; False (and the handle ended) if impossible.
+        A handle ended since `record` was read (a derived stream's ending revokes handles
+        of the restore's own pass) is not resumed: False."""
         with self.lock:
+            current = self.store.get(record.id)
+            if current is None or not current.live:
+                return False
             try:
                 plan = any_plan_from_json(record.plan_json)
             except (KeyError, TypeError, ValueError) as exc:

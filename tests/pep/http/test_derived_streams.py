@@ -320,3 +320,45 @@ def test_the_audit_trail_shows_each_owner_the_chain_and_none_of_another_owners_p
     assert all(entry_streams(e)[0] == "lta-rain" for e in lta_view), lta_view
     assert client.get("/audit", headers=bearer("other")).status_code == 403
     assert any(e["kind"] == "stream-derived" for e in entries("root"))
+
+
+def test_a_derivation_survives_a_restart_and_ends_when_its_handle_does_not(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    entries = [{"token": TOKENS[n], "subject": n, "roles": ["data-owner"] if n == "met"
+                else ["consumer"], "admin": False} for n in ("met", "lta", "other")]
+    (data / "auth.json").write_text(json.dumps(entries))
+    runtime = RecordingRuntime()
+    app, services = build_gateway(data, runtime)
+    client = app.test_client()
+    client.post("/streams", headers=bearer("met"), json=RAIN)
+    add_rule(client, "met", LTA_RULE)
+    lta = ask(client, "lta", "rain")
+    derive(client, "lta", lta["id"], name="lta-rain")
+    add_rule(client, "lta", {"stream": "lta-rain", "who": {"subjects": ["other"]}})
+    other = ask(client, "other", "lta-rain")
+    services.close()
+
+    # the same gateway again: both handles resumed, the feed with them
+    runtime = RecordingRuntime()
+    app, services = build_gateway(data, runtime)
+    try:
+        assert set(services.resumed) == {lta["id"], other["id"]}
+        assert services.catalog.derivations.get("lta-rain").live
+        assert runtime.push(lta["id"], RowBatch.of([masked(ROWS[1])]))
+        assert fed(data, "lta-rain") == [masked(ROWS[1])]
+    finally:
+        services.close()
+
+    # lta is gone from the auth file when it starts again: its handle is revoked at start, and
+    # with it the derivation and other's handle on the derived stream
+    (data / "auth.json").write_text(json.dumps([e for e in entries if e["subject"] != "lta"]))
+    runtime = RecordingRuntime()
+    app, services = build_gateway(data, runtime)
+    try:
+        assert services.handles.get(lta["id"]).state is HandleState.REVOKED
+        assert services.handles.get(other["id"]).state is HandleState.REVOKED
+        assert not services.catalog.derivations.get("lta-rain").live
+        assert other["id"] not in runtime.attached
+    finally:
+        services.close()
