@@ -279,11 +279,14 @@ def _where(d: Derivation) -> str:
 
 
 def check_obligation(ob: Obligation, d: Derivation, resolver: Resolver,
-                     line: int | None = None) -> list[str]:
+                     line: int | None = None, label: str | None = None) -> list[str]:
     """Warnings for one stream obligation of a policy about derived stream `d`; WiderThanGrant
     when it asks for more than the deriving grant gives (the module docstring). An obligation
     that does not fit the derived stream for another reason is left to the schema check
-    (`pep.streams.policy_check`), which says why."""
+    (`pep.streams.policy_check`), which says why. `label`: how messages name the obligation (a
+    sharing rule's field); default its id and line."""
+    at = f" (line {line})" if line is not None else ""
+    what = label if label is not None else f"obligation {ob.id}{at}"
     carried = {n.lower() for n in d.schema.names}
     widened = StreamSchema(d.schema.fields + tuple(
         f for f in d.source_schema.fields if f.name.lower() not in carried))
@@ -291,12 +294,11 @@ def check_obligation(ob: Obligation, d: Derivation, resolver: Resolver,
         graph = policy_graph([ob], d.stream, widened, resolver=resolver)
     except ObligationError:
         return []
-    at = f" (line {line})" if line is not None else ""
     for name in _names(graph):
         if name.lower() not in carried:
             shown = ", ".join(d.schema.names)
             raise WiderThanGrant(
-                f"obligation {ob.id}{at} names attribute {name!r} of stream {d.source!r}, which "
+                f"{what} names attribute {name!r} of stream {d.source!r}, which "
                 f"the deriving grant does not show: {_where(d)} holds only {shown}, so a "
                 "policy naming it would refer to nothing", "attribute", name, line)
     deriving = d.masks
@@ -304,48 +306,47 @@ def check_obligation(ob: Obligation, d: Derivation, resolver: Resolver,
         asked, have = masks_of([(name, spec)])[name], deriving.get(name)
         if have is not None and not at_least_as_coarse(asked, have):
             raise WiderThanGrant(
-                f"obligation {ob.id}{at} shows {name!r} as {spec!r}, which is not at least as "
+                f"{what} shows {name!r} as {spec!r}, which is not at least as "
                 f"coarse as the deriving grant's mask {have.spec!r}: {_where(d)} holds {name!r} "
                 f"only as {have.spec}", "mask", name, line)
-    _check_window(graph, d, ob.id, at, line)
+    _check_window(graph, d, what, line)
     try:
         merged = merge(deriving_graph(d), _as_query(graph), d.schema,
                        time_attribute=d.time_attribute)
     except NotPermitted as exc:
         attribute = exc.details.get("attribute")
         raise WiderThanGrant(
-            f"obligation {ob.id}{at}, read as a consumer's query of the deriving grant of "
+            f"{what}, read as a consumer's query of the deriving grant of "
             f"{_where(d)}, is refused: {exc.message}", "query",
             attribute if isinstance(attribute, str) else None, line) from None
     except (Refusal, ConditionTooComplex, UnsupportedGraph) as exc:
         raise WiderThanGrant(
-            f"obligation {ob.id}{at} cannot be checked against the deriving grant of "
+            f"{what} cannot be checked against the deriving grant of "
             f"{_where(d)}: {exc}", "query", None, line) from None
-    return [f"obligation {ob.id}{at} can never show a row of {_where(d)} (read as a query of "
+    return [f"{what} can never show a row of {_where(d)} (read as a query of "
             f"the deriving grant, its filter restated on the derived stream): {w.message}"
             for w in merged.warnings if w.kind == "NR"]
 
 
-def _check_window(graph: QueryGraph, d: Derivation, obligation_id: str, at: str,
-                  line: int | None) -> None:
+def _check_window(graph: QueryGraph, d: Derivation, what: str, line: int | None) -> None:
     asked, have = graph.window, d.plan.window
     if asked is None or have is None:
         return
     spec = asked.spec
     if have.kind == "tuple" and spec.kind != "tuple":
         raise WiderThanGrant(
-            f"obligation {obligation_id}{at} asks for a {spec.kind} window, but the deriving "
+            f"{what} asks for a {spec.kind} window, but the deriving "
             f"grant's windows are tuple windows: the rows of {_where(d)} are numbered windows "
             "with no time to place them by", "window", None, line)
     if have.kind == "time" and spec.kind != "time":
         raise WiderThanGrant(
-            f"obligation {obligation_id}{at} asks for a {spec.kind} window, but the deriving "
+            f"{what} asks for a {spec.kind} window, but the deriving "
             f"grant's windows are time windows of {have.size} s every {have.step} s: each row "
             f"of {_where(d)} is one of them, and a derived window is a time window at least as "
             "coarse", "window", None, line)
     if have.kind == "time" and (spec.size < have.size or spec.step < have.step):
         raise WiderThanGrant(
-            f"obligation {obligation_id}{at} asks for a time window of {spec.size} s every "
+            f"{what} asks for a time window of {spec.size} s every "
             f"{spec.step} s, finer than the deriving grant's time window of {have.size} s "
             f"every {have.step} s: each row of {_where(d)} is one deriving window, so a finer "
             "window cannot be computed from them", "window", None, line)

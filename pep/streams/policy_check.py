@@ -39,7 +39,7 @@ from pdp.urns import XACML_NS
 from pep.core.obligations import (FILTER_IDS, MAP_IDS, MASK_IDS, WINDOW_IDS,
                                   WINDOW_LABEL_SCOPE, ObligationError, policy_graph,
                                   presence_leaks)
-from pep.core.derived import Derivation, check_obligations
+from pep.core.derived import Derivation, WiderThanGrant, check_obligation, check_obligations
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.streams.event_scope import event_references
 
@@ -146,6 +146,26 @@ def derived_warnings(data: bytes, derivation: Derivation) -> list[str]:
     return check_obligations(obligations, derivation, _placeholder)
 
 
+# the sharing rule's field each stream obligation is compiled from (`pep.core.rules.xacml`)
+RULE_FIELDS = {**{i: "/filter" for i in FILTER_IDS}, **{i: "/attributes" for i in MAP_IDS},
+               **{i: "/mask" for i in MASK_IDS}, **{i: "/window" for i in WINDOW_IDS}}
+
+
+def derived_rule_warnings(compiled: bytes, derivation: Derivation) -> list[str]:
+    """`derived_warnings` of a sharing rule's compiled policy, each obligation named by the
+    rule's field it comes from (a refusal carries it as `field`)."""
+    obligations, _ = _stream_obligations(parse_xml(compiled))
+    warnings: list[str] = []
+    for ob, _line in obligations:
+        field = RULE_FIELDS.get(ob.id, "/")
+        try:
+            warnings += check_obligation(ob, derivation, _placeholder, label=field)
+        except WiderThanGrant as exc:
+            exc.details["field"] = field
+            raise
+    return warnings
+
+
 def check_policy(data: bytes, lookup: StreamLookup,
                  all_streams: Callable[[], list[StreamDefinition]],
                  source: str = "request body",
@@ -239,4 +259,4 @@ def policies_naming(stream: StreamDefinition, attributes: Iterable[str],
     return found
 
 
-__all__ = ["check_policy", "derived_warnings", "policies_naming"]
+__all__ = ["check_policy", "derived_warnings", "derived_rule_warnings", "policies_naming"]

@@ -118,11 +118,21 @@ def test_a_consumer_with_the_grant_option_derives_a_stream_and_re_shares_it(gw):
 
     # lta's policies for it: wider ones refused, naming what is wider
     hidden = add_rule(client, "lta", {"stream": "lta-rain", "who": {"subjects": ["other"]},
-                                      "attributes": ["humidity"]}, 400)
-    assert "humidity" in hidden["error"]
+                                      "attributes": ["humidity"]}, 403)
+    assert hidden["wider"] == "attribute" and hidden["field"] == "/attributes", hidden
+    assert hidden["error"].startswith("/attributes names attribute 'humidity' of stream 'rain'")
     finer = add_rule(client, "lta", {"stream": "lta-rain", "who": {"subjects": ["other"]},
                                      "mask": {"rate": "round:1"}}, 403)
     assert finer["wider"] == "mask" and "round:5" in finer["error"], finer
+    assert finer["field"] == "/mask"
+    # a name that is no attribute of either stream: the schema check's 400
+    typo = add_rule(client, "lta", {"stream": "lta-rain", "who": {"subjects": ["other"]},
+                                    "attributes": ["rat"]}, 400)
+    assert "has no attribute 'rat'" in typo["error"]
+    # the preview says the same before anything is stored
+    r = client.post("/rules/preview", headers=bearer("lta"), json={"rule": {
+        "stream": "lta-rain", "who": {"subjects": ["other"]}, "mask": {"rate": "round:1"}}})
+    assert r.status_code == 403 and r.json["wider"] == "mask", r.json
     document = (data.parent / "x.xml")
     document.write_text(xacml_naming("humidity"))
     r = client.post("/policies", headers=bearer("lta", **XML), data=document.read_bytes())
