@@ -48,8 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pdp import Identity
-from pep.core.derived import (CannotDerive, Derivation, WiderThanGrant, check_obligations,
-                              derive)
+from pep.core.derived import CannotDerive, Derivation, WiderThanGrant, derive
 from pep.core.errors import Conflict, Gone, InvalidInput, NotFound, NotPermitted, Refusal
 from pep.core.explain import plan_to_json
 from pep.core.plan import StreamDefinition
@@ -66,22 +65,6 @@ log = logging.getLogger(__name__)
 
 Deliver = Callable[[RowBatch], bool]
 DERIVE_FIELDS = ("name", "description", "visibility")
-
-
-class HandleView(Protocol):
-    """What a derived stream needs to know of a handle (`pep.handles.records.HandleRecord`)."""
-
-    id: str
-    subject: str
-    stream: str
-    plan_key: str
-    policy_ids: tuple[str, ...]
-
-    @property
-    def live(self) -> bool: ...
-
-    @property
-    def streams(self) -> tuple[str, ...]: ...
 
 
 class Handles(Protocol):
@@ -444,4 +427,4 @@ class DerivedStreams:
         return out
 
 
-__all__ = ["DerivedStreams", "DerivedFeeds", "admit_streams", "HandleView", "Handles"]
+__all__ = ["DerivedStreams", "DerivedFeeds", "admit_streams", "Handles"]

@@ -372,3 +372,32 @@ def test_a_derivation_survives_a_restart_and_ends_when_its_handle_does_not(tmp_p
         assert other["id"] not in runtime.attached
     finally:
         services.close()
+
+
+def test_policies_kept_for_a_name_are_checked_when_it_is_derived_again(gw):
+    client, runtime, services, data = gw
+    lta = ask(client, "lta", "rain")
+    derive(client, "lta", lta["id"], name="lta-rain")
+    add_rule(client, "lta", {"id": "urn:t:lta-rain:other", "stream": "lta-rain",
+                             "who": {"subjects": ["other"]}, "mask": {"rate": "round:5"}})
+    # a join that reads a derived stream is refused (its audit could not show the chain)
+    from pep.streams.derived import admit_streams
+    with pytest.raises(Exception, match="join that reads a derived stream"):
+        admit_streams(services.catalog.derivations,
+                      [services.catalog.get("rain"), services.catalog.get("lta-rain")])
+    # met narrows lta's grant: rates to the 10; lta's handle and derivation end
+    client.put("/policies/urn:t:rain:lta", headers=bearer("met", **RULE),
+               data=json.dumps({**LTA_RULE, "mask": {"rate": "round:10"}}))
+    assert not services.catalog.derivations.get("lta-rain").live
+    # lta deletes the ended stream, keeping its policies, and derives the name again from its
+    # new, narrower handle: its kept rule shows rates to the 5, which this grant does not give
+    assert client.delete("/streams/lta-rain", headers=bearer("lta")).status_code == 200
+    again = ask(client, "lta", "rain")
+    r = client.post(f"/handles/{again['id']}/derive", headers=bearer("lta"),
+                    json={"name": "lta-rain"})
+    assert r.status_code == 409 and r.json["policy"] == "urn:t:lta-rain:other", r.json
+    assert "round:10" in r.json["error"]
+    assert services.catalog.get("lta-rain") is None  # nothing registered
+    client.delete("/policies/urn:t:lta-rain:other", headers=bearer("lta"))
+    out = derive(client, "lta", again["id"], name="lta-rain")
+    assert out["derived_from"]["holds"]["masks"] == {"rate": "round:10"}
