@@ -239,7 +239,8 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
     privacy = PrivacyGuard(PrivacyLedger(storage.database("privacy")))
     # Derived streams (issue 48): every single stream's handle delivers through a tap that
     # appends its rows to the derived stream it feeds, if any, while that stream has a reader;
-    # a derived stream whose feed ended takes no new handle.
+    # a derived stream whose feed ended takes no new handle, and a handle on one holds its
+    # consumer's one window on the streams it derives from too.
     feeds = DerivedFeeds(catalog, has_readers=lambda stream: bool(handles.live_on(stream)))
     # A Kafka stream's handle starts at its partitions' end offsets when requested (the
     # broker's answer, through the gateway's own Kafka client): its cut (issue 41).
@@ -247,7 +248,8 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
                             buffer_bytes, stream_position=catalog.position,
                             join_runtime=join_runtime, privacy=privacy,
                             kafka_cut=KafkaOffsets().end_offsets, tap=feeds.tap,
-                            admit=functools.partial(admit_streams, catalog.derivations))
+                            admit=functools.partial(admit_streams, catalog.derivations),
+                            chain=catalog.derivations.chain)
     revocation = RevocationService(
         handles, engine=lambda: policies.engine, decide_and_plan=plan_access,
         schema_lookup=catalog.schema, identity_lookup=_identity_lookup(authenticator),

@@ -105,7 +105,8 @@ class HandleService:
                  kept_for: float = KEPT_ROWS_SECONDS,
                  kafka_cut: Callable[[StreamDefinition], tuple[int, ...]] | None = None,
                  tap: Callable[[str, Deliver], Deliver] | None = None,
-                 admit: Callable[[list[StreamDefinition]], None] | None = None
+                 admit: Callable[[list[StreamDefinition]], None] | None = None,
+                 chain: Callable[[str], list[str]] | None = None
                  ) -> None:
         """`stream_position(name)`: the position (`_xsg_seq`) of the last tuple ingested into a
         stream, when the stream has positions (see `_start_after_other_windows`).
@@ -119,7 +120,9 @@ class HandleService:
         `tap(handle_id, put)`: what a single stream's handle is delivered to instead of its
         buffer's `put` (derived streams' feeds, `pep.streams.derived`); `admit(definitions)`
         raises a Refusal for streams no new handle may read (checked under the lock, with the
-        streams looked up again)."""
+        streams looked up again). `chain(stream)`: the streams a derived stream derives from; a
+        handle on it also books the caller's one window on each of them (a window over a
+        derived stream's rows is a window over theirs: eXACML+ Example 2 across re-sharing)."""
         self.store = store
         self.streams = streams
         self.runtime = runtime
@@ -135,6 +138,7 @@ class HandleService:
         self.privacy = privacy
         self.tap = tap
         self.admit = admit
+        self.chain = chain
         # Serialises opening and ending handles and policy re-evaluation; reads never take it.
         self.lock = threading.RLock()
         # Bumped by every policy change; a handle decided under an older epoch is not created.
@@ -242,7 +246,7 @@ class HandleService:
         Unavailable (the runtime refused)."""
         definitions = self._definitions(plan)
         stream = definitions[0]
-        slots = tuple(d.name for d in definitions) if len(definitions) > 1 else stream.name
+        slots = self._slots(definitions)
         key = plan_key or plan.key()
         try:
             cuts: dict[str, tuple[int, ...]] | Unavailable = self._kafka_cuts(definitions)
@@ -337,6 +341,15 @@ class HandleService:
             raise Unavailable("this gateway keeps no privacy budgets, so it cannot serve a "
                               "differentially private window")
         self.privacy.admit(subject, plan)
+
+    def _slots(self, definitions: list[StreamDefinition]) -> str | tuple[str, ...]:
+        """The one-window slots a handle on these streams books: a join's two streams; a
+        derived stream with the streams it derives from (`chain`); else its stream."""
+        if len(definitions) > 1:
+            return tuple(d.name for d in definitions)
+        name = definitions[0].name
+        upstream = self.chain(name) if self.chain is not None else []
+        return (name, *upstream) if upstream else name
 
     def _definitions(self, plan: AnyPlan) -> list[StreamDefinition]:
         """The definitions of the plan's streams (a join's two); NotFound names a missing one."""
@@ -477,7 +490,7 @@ class HandleService:
             except NotFound:
                 self._finish(record.id, HandleState.ENDED, "its stream no longer exists")
                 return False
-            slots = tuple(d.name for d in definitions) if len(definitions) > 1 else record.stream
+            slots = self._slots(definitions)
             generation = self.store.next_generation(record.id)
             try:
                 self.windows.restore(record.subject, slots, record.plan_key, record.id)

@@ -401,3 +401,26 @@ def test_policies_kept_for_a_name_are_checked_when_it_is_derived_again(gw):
     client.delete("/policies/urn:t:lta-rain:other", headers=bearer("lta"))
     out = derive(client, "lta", again["id"], name="lta-rain")
     assert out["derived_from"]["holds"]["masks"] == {"rate": "round:10"}
+
+
+def test_one_window_per_consumer_holds_across_a_derivation(gw):
+    """A window over a derived stream's rows is a window over its source's tuples: a consumer
+    who reads the source itself and what was derived from it could difference the two
+    (eXACML+ Example 2), so it holds one query on both at a time."""
+    client, runtime, services, data = gw
+    lta = ask(client, "lta", "rain")
+    derive(client, "lta", lta["id"], name="lta-rain")
+    add_rule(client, "lta", {"stream": "lta-rain", "who": {"subjects": ["kim"]},
+                             "window": {"type": "tuple", "size": 4, "aggregates": ["rate:sum"]}})
+    kim = ask(client, "kim", "rain")  # kim's own grant on the source (every attribute)
+    r = client.post("/requests", headers=bearer("kim", **{"Content-Type":
+                                                          "application/xacml+json"}),
+                    data=access("lta-rain"))
+    assert r.status_code == 409, r.json
+    assert r.json["handle"].endswith(kim["id"]) and "'rain'" in r.json["error"]
+    client.delete(f"/handles/{kim['id']}", headers=bearer("kim"))
+    on_derived = ask(client, "kim", "lta-rain")
+    r = client.post("/requests", headers=bearer("kim", **{"Content-Type":
+                                                          "application/xacml+json"}),
+                    data=access("rain"))
+    assert r.status_code == 409 and r.json["handle"].endswith(on_derived["id"]), r.json
