@@ -203,7 +203,10 @@ class RevocationService:
         decision = decision_name(grant.decision)
         if decision != "Permit":
             return Verdict(False, f"the decision is now {decision}", decided=True)
-        return grant.plan.key(), tuple(sorted(set(grant.policy_ids or ())))
+        # the decided key: the plan's, and whether it gives the grant option (a policy change
+        # that takes the option away changes what the handle was granted: it is revoked, and a
+        # derived stream it feeds ends)
+        return grant.decided_key, tuple(sorted(set(grant.policy_ids or ())))
 
     def _apply_all(self, records: list[HandleRecord], engine: Any, why: str,
                    urgent: bool = True) -> int:

@@ -19,6 +19,7 @@ from pep.http.console import console_blueprint
 from pep.http.cors import install_cors
 from pep.http.current import (SERVICES_EXTENSION, admin_asks, caller_is_admin, current_engine,
                              visible_schema)
+from pep.http.derived import derived_blueprint
 from pep.http.events import events_blueprint
 from pep.http.explain import install_explain
 from pep.http.fast_pdp import install_fast_pdp
@@ -63,7 +64,8 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(create_pdp_blueprint(
         services.policies, may_manage=lambda identity, info: services.may_manage(identity, info),
         check_policy=lambda document, source: check_policy(
-            document, services.catalog.get, services.catalog.definitions, source) + lint_write(
+            document, services.catalog.get, services.catalog.definitions, source,
+            derivation=services.derived.derivation if services.derived else None) + lint_write(
             document, source, services.policies.engine, services.catalog,
             config.obligation_combining, current_identity(), services.may_manage),
         environment=services.stream_events.environment_for,
@@ -91,6 +93,8 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(audit_blueprint())  # reads the services from app.extensions
     app.register_blueprint(events_blueprint())  # reads the services from app.extensions
     app.register_blueprint(create_handles_blueprint(config.max_readers_per_subject))
+    # POST /handles/<id>/derive, GET /streams/<name>/derivation: re-sharing (grant option)
+    app.register_blueprint(derived_blueprint())  # reads the services from app.extensions
 
     install_invalidation(app, services.invalidation, caller_is_admin)
     # the web console, the handle read tokens its EventSources carry, CORS for other web apps

@@ -222,7 +222,7 @@ def request_stream(routes: RequestRoutes, identity: Identity, stored: StoredRequ
         try:
             record, is_new = handles.open(identity.subject, identity.roles, identity.admin,
                                           grant.plan, grant.policy_ids or (), stored,
-                                          epoch=epoch)
+                                          epoch=epoch, plan_key=grant.decided_key)
         except StalePolicies:
             # a policy, or the caller's identity, changed while we decided: decide again,
             # as the caller's token stands for now (its roles may have been lowered)
@@ -242,6 +242,8 @@ def request_stream(routes: RequestRoutes, identity: Identity, stored: StoredRequ
                 "plan": _to_json(grant.plan_json if grant.plan_json is not None
                                  else json.loads(record.plan_json)),
                 "sql": grant.sql, "policy_ids": sorted(grant.policy_ids or ())}
+        if grant.grant_option:  # it may re-share it: POST /handles/<id>/derive
+            body["grant_option"] = True
         guard = handles.privacy
         privacy = guard.status(identity.subject, grant.plan) if guard is not None else None
         if privacy is not None:  # a private window: the caller's budgets after admission

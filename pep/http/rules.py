@@ -56,7 +56,7 @@ from pep.core.rules.summary import reading_text
 from pep.core.rules.xacml import ACTION, ACTION_ID, NS, STRING, SUBJECT, SUBJECT_ID
 from pep.http.errors import status_of
 from pep.streams.ownership import owner_or_admin
-from pep.streams.policy_check import check_policy
+from pep.streams.policy_check import check_policy, derived_rule_warnings
 
 RULE_JSON = "application/vnd.xsg.rule+json"
 RULE_YAML = "application/vnd.xsg.rule+yaml"
@@ -142,7 +142,12 @@ class Rules:
         if stream is None:
             raise RuleError("/stream", f"no stream named {rule.stream!r} is registered")
         events = {d.name for d in self.services.stream_events.all(stream.name)}
-        return rule, check_rule(rule, stream, events)
+        # a derived stream's rule: first what it asks beyond the grant it derives from
+        derived = self.services.derived
+        derivation = derived.derivation(stream.name) if derived is not None else None
+        wider = (derived_rule_warnings(rule_to_xacml(rule), derivation)
+                 if derivation is not None else [])
+        return rule, wider + check_rule(rule, stream, events)
 
     def to_xacml(self, body: bytes, media_type: str, identity: Identity,
                  policy_id: str | None) -> tuple[bytes, list[str]]:
@@ -260,8 +265,9 @@ class Rules:
         return out
 
     def check(self, document: bytes) -> list[str]:
-        catalog = self.services.catalog
-        return check_policy(document, catalog.get, catalog.definitions, "compiled rule")
+        catalog, derived = self.services.catalog, self.services.derived
+        return check_policy(document, catalog.get, catalog.definitions, "compiled rule",
+                            derivation=derived.derivation if derived is not None else None)
 
     @staticmethod
     def sample_identity(consumer: Any) -> Identity:

@@ -41,7 +41,8 @@ from pep.core.joingrant import (JOIN_CONDITION, JOIN_IDS, JOIN_STREAM, JOIN_WITH
 from pep.core.lint.paths import RulePath, rule_paths
 from pep.core.lint.targets import contradiction, implies, pinned_values
 from pep.core.merge import MergeResult, merge
-from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, MAP_ATTRIBUTE, MAP_IDS,
+from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, GRANT_OPTION_IDS,
+                                  MAP_ATTRIBUTE, MAP_IDS,
                                   MASK_ATTRIBUTE, MASK_IDS, WINDOW_ATTR, WINDOW_IDS, WINDOW_KEY,
                                   WINDOW_LABEL_BOUND, WINDOW_LABEL_SCOPE, WINDOW_MIN_COUNT,
                                   WINDOW_PREFILTER, WINDOW_SIZE, WINDOW_STEP, WINDOW_TYPE,
@@ -59,6 +60,7 @@ UNDERSTOOD: dict[frozenset[str], tuple[str, ...]] = {
                  *DP_ATTRIBUTES),
     MASK_IDS: (MASK_ATTRIBUTE,),
     JOIN_IDS: (JOIN_STREAM, JOIN_CONDITION, JOIN_WITHIN),
+    GRANT_OPTION_IDS: (),  # it takes no attribute
 }
 # Combining algorithms (by the PDP's function names) that return the obligations of every
 # Permit child when they answer Permit; the others return one child's (first-applicable,
@@ -265,6 +267,8 @@ def _not_understood(expr: Any) -> str | None:
     allowed = next((names for ids, names in UNDERSTOOD.items() if expr.id in ids), None)
     if allowed is None:
         return f"obligation {expr.id!r} is not one the PEP understands"
+    if not allowed and expr.assignments:
+        return f"obligation {expr.id!r} takes no attribute, and this one carries some"
     # only the ids are judged here: values computed at decision time are not at hand
     probe = Obligation(expr.id, tuple(AttributeAssignment(a.attribute_id, "", "")
                                       for a in expr.assignments))
