@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdp.auth import Identity
+from common.auth import Identity
 from pdp.engine import PolicyEngine, PolicySource
 from pep.core.access import decide_and_plan, decided_key
 from pep.core.errors import AccessDenied
