@@ -134,7 +134,7 @@ def derive(stream: str, plan: AnyPlan, source_schema: StreamSchema,
                                f"{plan.stream!r} does not have")
         mask = masks.get(f.name)
         kind = mask.output_type(f.type) if mask is not None else f.type
-        return Field(f.name, kind, f.lattice if kind == "label" else None)  # type: ignore[arg-type]
+        return Field(f.name, kind, f.lattice if kind == "label" else None)
 
     w = plan.window
     time_attribute: str | None = None

@@ -67,5 +67,5 @@ def view_schema(schema: StreamSchema, masks: Mapping[str, Mask]) -> StreamSchema
     """The schema a consumer sees: a hashed attribute is text."""
     if not any(m.kind == "hash" for m in masks.values()):
         return schema
-    return StreamSchema(tuple(Field(f.name, masks[f.name].output_type(f.type))  # type: ignore
+    return StreamSchema(tuple(Field(f.name, masks[f.name].output_type(f.type))
                               if f.name in masks else f for f in schema.fields))
