@@ -67,8 +67,7 @@ class ParsedRequests:
             if found is not None:
                 self._entries.move_to_end(key)
                 self.hits += 1
-                # kept by a `parse` of this same form: the key's kind names the form
-                return cast(T, found[0])
+                return cast(T, found[0])  # kept by a `parse` of the form its key names
             self.misses += 1
         value = parse()  # outside the lock: parsing a large body must not hold up others
         self._put(key, value)

@@ -114,8 +114,8 @@ def spatial_with(s: SpatialPredicate, op: str, value: Constant) -> SpatialPredic
         inside = (op == "=") == bool(value)
         return SpatialPredicate("polygon", s.latitude, s.longitude, "=" if inside else "!=",
                                 0.0, s.points)
-    # a distance atom's op is one of the plan's: it is the predicate's own, or its negation
-    return SpatialPredicate(s.function, s.latitude, s.longitude, cast(Operator, op),
+    return SpatialPredicate(s.function, s.latitude, s.longitude,
+                            cast(Operator, op),  # a distance's op, or its negation: the plan's
                             float(value), s.points, s.key, s.key_value)
 
 

@@ -451,7 +451,7 @@ _OP_ORDER = {"=": 0, ">": 1, ">=": 2, "<": 3, "<=": 4, "!=": 5,
 def _plan_op(op: str) -> PredicateOperator:
     """An atom's op as the plan's: it is one (binding gives comparisons only the plan's
     operators, and the NNF negates them into the plan's or, on labels, their negations)."""
-    return cast(PredicateOperator, op)
+    return cast(PredicateOperator, op)  # an atom's op is one of the plan's (above)
 
 
 PredicateKey = tuple[str, int, str, object]

@@ -29,7 +29,7 @@ def at_least_as_coarse(a: Mask | None, b: Mask | None) -> bool:
     if a.kind == "bands" and b.kind == "bands":
         return set(a.edges) <= set(b.edges)
     if a.kind == b.kind and a.kind in ("prefix", "suffix"):
-        return a.length <= b.length  # type: ignore[operator]
+        return a.length_value <= b.length_value
     return False
 
 

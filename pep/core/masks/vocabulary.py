@@ -107,6 +107,12 @@ class Mask:
         return UNIT_MICROS[self.unit]
 
     @property
+    def length_value(self) -> int:
+        """A prefix or suffix mask's length (`parse_mask` gives every one a length)."""
+        assert self.length is not None, f"a {self.kind} mask without a length"
+        return self.length
+
+    @property
     def fraction(self) -> Fraction:
         """A step mask's step as an exact fraction num/den (what the runtime computes with)."""
         return Fraction(self.step_value)
