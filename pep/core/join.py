@@ -52,8 +52,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Literal
 
-from pep.core.analysis import MergeWarning, values_satisfiable
-from pep.core.analysis.conjuncts import Constraint
+from pep.core.analysis import Constraint, MergeWarning, values_satisfiable
 from pep.core.errors import Unprocessable
 from pep.core.exact import micros_from_iso
 from pep.core.explain import (GraphJson, JoinPlanJson, join_graph_json, join_plan_to_json,

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from pep.core.analysis import MASKED, MergeWarning, NEVER
-from pep.core.analysis.atoms import Constant, RawBound
+from pep.core.analysis import MASKED, Constant, MergeWarning, NEVER, RawBound
 from pep.core.conditions import And, Comparison, Expr, Not, Or, spatial_parts
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ceil_exact, floor_exact,
                             is_integral, is_number, iso_from_micros, micros_from_iso)
