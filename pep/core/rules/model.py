@@ -37,7 +37,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Union
+from typing import Literal, TypedDict, Union
 
 from pep.core.errors import InvalidInput
 from pep.core.jsontypes import JsonObject, JsonValue
@@ -413,24 +413,61 @@ def rule_from_json(data: JsonValue) -> SharingRule:
                        events, description, version, masks, option)
 
 
-def rule_to_json(rule: SharingRule) -> JsonObject:
+class WhoJson(TypedDict):
+    subjects: list[str]
+    roles: list[str]
+    attributes: dict[str, AttributeValue | list[AttributeValue]]  # one value, or several
+
+
+class RuleWindowJson(TypedDict):
+    type: str
+    size: int
+    step: int
+    aggregates: list[str]
+    min_count: int | None
+    group_by: list[str]
+    filterable: list[str]
+
+
+ValidityJson = TypedDict("ValidityJson", {"from": "str | None", "until": "str | None"})
+
+
+class RuleJson(TypedDict):
+    """A rule's JSON form with every default written out (`rule_to_json`)."""
+
+    id: str
+    version: str
+    stream: str
+    description: str | None
+    who: Literal["anyone"] | WhoJson
+    actions: list[str] | Literal["any"]
+    filter: str | None
+    attributes: list[str]
+    mask: dict[str, str]
+    window: RuleWindowJson | None
+    valid: ValidityJson | None
+    events: list[str]
+    grant_option: bool
+
+
+def rule_to_json(rule: SharingRule) -> RuleJson:
     """The JSON form, with every default written out (what `rule_from_json` reads back)."""
-    who: Any
+    who: Literal["anyone"] | WhoJson
     if rule.who.anyone:
         who = "anyone"
     else:
-        attributes: dict[str, Any] = {}
+        attributes: dict[str, list[AttributeValue]] = {}
         for m in rule.who.attributes:
             attributes.setdefault(m.id, []).append(m.value)
         who = {"subjects": list(rule.who.subjects), "roles": list(rule.who.roles),
                "attributes": {k: v[0] if len(v) == 1 else v for k, v in attributes.items()}}
-    out: dict[str, Any] = {"id": rule.id, "version": rule.version, "stream": rule.stream,
-                           "description": rule.description, "who": who,
-                           "actions": list(rule.actions) if rule.actions else "any",
-                           "filter": rule.filter, "attributes": list(rule.attributes),
-                           "mask": {names: spec for names, spec in rule.masks},
-                           "window": None, "valid": None, "events": list(rule.events),
-                           "grant_option": rule.grant_option}
+    out: RuleJson = {"id": rule.id, "version": rule.version, "stream": rule.stream,
+                     "description": rule.description, "who": who,
+                     "actions": list(rule.actions) if rule.actions else "any",
+                     "filter": rule.filter, "attributes": list(rule.attributes),
+                     "mask": {names: spec for names, spec in rule.masks},
+                     "window": None, "valid": None, "events": list(rule.events),
+                     "grant_option": rule.grant_option}
     if rule.window is not None:
         w = rule.window
         out["window"] = {"type": w.type, "size": w.size, "step": w.step,
@@ -441,5 +478,5 @@ def rule_to_json(rule: SharingRule) -> JsonObject:
     return out
 
 
-__all__ = ["SharingRule", "Who", "AttributeMatch", "RuleWindow", "Validity", "RuleError",
+__all__ = ["SharingRule", "RuleJson", "Who", "AttributeMatch", "RuleWindow", "Validity", "RuleError",
            "rule_from_json", "rule_to_json", "default_id", "parse_instant", "DEFAULT_ACTIONS"]
