@@ -25,9 +25,10 @@ LabelOperator = Literal["!<=", "!>=", "!<", "!>"]
 PredicateOperator = Union[Operator, LabelOperator]
 AggregateFunction = Literal["avg", "max", "min", "sum", "count", "firstval", "lastval", "lub"]
 
-OPERATORS: tuple[str, ...] = ("<", "<=", ">", ">=", "=", "!=")
-AGGREGATE_FUNCTIONS: tuple[str, ...] = ("avg", "max", "min", "sum", "count", "firstval", "lastval",
-                                        "lub")  # lub: a label attribute's least upper bound
+OPERATORS: tuple[Operator, ...] = ("<", "<=", ">", ">=", "=", "!=")
+AGGREGATE_FUNCTIONS: tuple[AggregateFunction, ...] = (
+    "avg", "max", "min", "sum", "count", "firstval", "lastval",
+    "lub")  # lub: a label attribute's least upper bound
 
 
 class _Keyed:
