@@ -114,5 +114,5 @@ class FillOnly:
 RequestMemo = ParsedRequests | FillOnly
 
 
-__all__ = ["ParsedRequests", "FillOnly", "RequestMemo", "MemoKey", "DEFAULT_MAX_ENTRIES", "DEFAULT_MAX_BYTES",
-           "DEFAULT_MAX_ENTRY_BYTES"]
+__all__ = ["ParsedRequests", "FillOnly", "RequestMemo", "MemoKey", "DEFAULT_MAX_ENTRIES",
+           "DEFAULT_MAX_BYTES", "DEFAULT_MAX_ENTRY_BYTES"]

@@ -469,8 +469,8 @@ def is_finite_spec(spec: PrivacySpec) -> bool:
                     for b in spec.budgets))
 
 
-__all__ = ["PrivacySpec", "PrivacySpecJson", "AttributeTypes", "PrivacyAsk", "AskTooMuch", "Bound", "Budget", "Quantity", "DP_ATTRIBUTES",
-           "DP_EPSILON", "DP_DELTA", "DP_BOUNDS", "DP_BUDGET", "DP_FUNCTIONS", "NOT_PRIVATE",
-           "parse_spec", "check_aggregates", "strictest", "apply_ask", "quantities",
-           "laplace_scale", "windows_per_period", "units", "budget_units", "from_units",
-           "spec_to_json", "spec_from_json", "is_finite_spec"]
+__all__ = ["PrivacySpec", "PrivacySpecJson", "AttributeTypes", "PrivacyAsk", "AskTooMuch", "Bound",
+           "Budget", "Quantity", "DP_ATTRIBUTES", "DP_EPSILON", "DP_DELTA", "DP_BOUNDS",
+           "DP_BUDGET", "DP_FUNCTIONS", "NOT_PRIVATE", "parse_spec", "check_aggregates",
+           "strictest", "apply_ask", "quantities", "laplace_scale", "windows_per_period", "units",
+           "budget_units", "from_units", "spec_to_json", "spec_from_json", "is_finite_spec"]

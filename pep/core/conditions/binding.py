@@ -240,7 +240,9 @@ def _bind_spatial(s: Spatial, schema: StreamSchema, resolver: PlaceholderResolve
         raise fail(_unknown_attribute(s.key, schema, "key attribute"))
     if key_field.name in (lat_field.name, lon_field.name):
         raise fail(f"the key attribute {key_field.name!r} cannot be a coordinate")
-    key = _bind_comparison(Comparison(key_field.name, "=", s.key_value, s.position),  # type: ignore[arg-type]  # the parser gives every DISTANCE_TO its key value
+    key = _bind_comparison(Comparison(key_field.name, "=",
+                                      s.key_value,  # type: ignore[arg-type]  # DISTANCE_TO's: set
+                                      s.position),
                            schema, resolver, text, allow_placeholders)
     if key.op != "=":  # 2.5 for a long key: no anchor could ever be that tuple
         raise fail(f"the key value {format_literal(s.key_value)} is not a value of "
@@ -332,7 +334,8 @@ def bind_literal(op: str, value: Literal_ | Label, field: Field, position: int |
                     "epoch seconds, out of the range of timestamps (years 1 to 9999)",
                     position, text)
         else:
-            micros = _parse_timestamp(value, field, position, text)  # type: ignore[arg-type]  # no number, no boolean: text
+            micros = _parse_timestamp(
+                value, field, position, text)  # type: ignore[arg-type]  # not a number: text
         op, whole = integer_comparison(op, micros, MIN_MICROS, MAX_MICROS)
         return op, iso_from_micros(whole)
     if kind == "string":

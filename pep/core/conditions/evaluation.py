@@ -40,7 +40,8 @@ AnchorLookup = Callable[[str, Scalar, str, str], "tuple[float, float] | None"]
 position before the tuple being evaluated, or None when none is known."""
 
 
-def evaluate(expr: Expr, row: Mapping[str, RowValue], *, anchor: AnchorLookup | None = None) -> bool:
+def evaluate(expr: Expr, row: Mapping[str, RowValue], *, anchor: AnchorLookup | None = None
+             ) -> bool:
     """Truth of a bound condition on one tuple, with SQL semantics for missing values.
 
     Row values are as the runtime delivers them: numbers (Python's ints for longs, compared
@@ -64,13 +65,16 @@ def spatial_holds(s: Spatial | SpatialPredicate, row: Mapping[str, RowValue],
     if lat is None or lon is None or not geo.valid_position(lat, lon):
         return None
     if s.function == "polygon":
-        inside = geo.in_polygon(float(lat), float(lon), s.points)  # type: ignore[arg-type]  # bound: numbers
+        inside = geo.in_polygon(float(lat), float(lon),
+                                s.points)  # type: ignore[arg-type]  # bound: numbers
         return inside if s.op == "=" else not inside
     if s.function == "distance":
         plat, plon = s.points  # type: ignore[misc]  # a distance's point: (lat, lon)
-        d = geo.haversine(float(lat), float(lon), plat, plon)  # type: ignore[arg-type]  # bound: numbers
+        d = geo.haversine(float(lat), float(lon),
+                          plat, plon)  # type: ignore[arg-type]  # bound: numbers
     else:
-        where = anchor(s.key, s.key_value, s.latitude, s.longitude) if anchor else None  # type: ignore[arg-type]  # bound DISTANCE_TO: key and value set
+        where = anchor(s.key, s.key_value,  # type: ignore[arg-type]  # DISTANCE_TO: both set
+                       s.latitude, s.longitude) if anchor else None
         if where is None or not geo.valid_position(*where):
             return None
         d = geo.haversine(float(lat), float(lon), where[0], where[1])

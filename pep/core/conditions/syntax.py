@@ -155,9 +155,14 @@ class Spatial:
         """The plan's form of a bound spatial predicate: binding has made its function and op
         the plan's, its radius and points numbers, its key value a typed constant (one AST
         serves both forms, which the types cannot tell apart: hence the ignores)."""
-        return SpatialPredicate(self.function, self.latitude, self.longitude, self.op,  # type: ignore[arg-type]  # bound: the plan's
-                                float(self.radius), tuple(float(p) for p in self.points),  # type: ignore[union-attr, arg-type]  # bound: numbers
-                                self.key, self.key_value)  # type: ignore[arg-type]  # bound: a constant
+        return SpatialPredicate(
+            self.function,  # type: ignore[arg-type]  # bound: one of the plan's
+            self.latitude, self.longitude,
+            self.op,  # type: ignore[arg-type]  # bound: one of the plan's
+            float(self.radius),  # type: ignore[arg-type]  # bound: a number
+            tuple(float(p) for p in self.points),  # type: ignore[union-attr, arg-type]  # numbers
+            self.key,
+            self.key_value)  # type: ignore[arg-type]  # bound: a typed constant
 
 
 def spatial_from_predicate(p: SpatialPredicate) -> Spatial:

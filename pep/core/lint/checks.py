@@ -471,4 +471,5 @@ def _special(plan: ExecutionPlan) -> str | None:
     return None
 
 
-__all__ = ["Finding", "FindingJson", "LintDocument", "LintStream", "lint", "UNDERSTOOD", "COLLECTS_PERMITS"]
+__all__ = ["Finding", "FindingJson", "LintDocument", "LintStream", "lint", "UNDERSTOOD",
+           "COLLECTS_PERMITS"]

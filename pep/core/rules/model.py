@@ -478,5 +478,6 @@ def rule_to_json(rule: SharingRule) -> RuleJson:
     return out
 
 
-__all__ = ["SharingRule", "RuleJson", "Who", "AttributeMatch", "RuleWindow", "Validity", "RuleError",
-           "rule_from_json", "rule_to_json", "default_id", "parse_instant", "DEFAULT_ACTIONS"]
+__all__ = ["SharingRule", "RuleJson", "Who", "AttributeMatch", "RuleWindow", "Validity",
+           "RuleError", "rule_from_json", "rule_to_json", "default_id", "parse_instant",
+           "DEFAULT_ACTIONS"]
