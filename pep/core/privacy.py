@@ -43,13 +43,22 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, Protocol, TypedDict
 
 from common.numbers import NumberError, parse_float, parse_int
 from pep.core.jsontypes import JsonObject
 
-if TYPE_CHECKING:  # the plan holds a window's privacy: its types only, no import at run time
-    from pep.core.plan import Aggregate
+
+class NamedAggregate(Protocol):
+    """An aggregate as a window names it (`pep.core.plan.Aggregate`, whose plan holds this
+    module's privacy)."""
+
+    @property
+    def attribute(self) -> str: ...
+
+    @property
+    def function(self) -> str: ...
+
 
 AttributeTypes = Callable[[str], "tuple[str, str] | None"]
 """An attribute's name as written -> (its canonical name, its type), None when unknown."""
@@ -247,7 +256,7 @@ def parse_spec(found: Mapping[str, list[str]], attribute_type: AttributeTypes
     return PrivacySpec(epsilon, delta, tuple(bounds.values()), budgets)
 
 
-def check_aggregates(spec: PrivacySpec, aggregates: Iterable[Aggregate]) -> None:
+def check_aggregates(spec: PrivacySpec, aggregates: Iterable[NamedAggregate]) -> None:
     """Every sum and avg of a private window needs its attribute's bounds."""
     for a in aggregates:
         if a.function in ("sum", "avg") and spec.bound(a.attribute) is None:
@@ -312,7 +321,7 @@ def apply_ask(spec: PrivacySpec, ask: PrivacyAsk | None) -> PrivacySpec:
 
 # -- what a window releases and costs ---------------------------------------------------------
 
-def quantities(aggregates: Iterable[Aggregate], spec: PrivacySpec,
+def quantities(aggregates: Iterable[NamedAggregate], spec: PrivacySpec,
                types: Mapping[str, str]) -> tuple[Quantity, ...]:
     """The noisy numbers one window row releases for these aggregates, each with its share of
     the window's epsilon and delta (split evenly: sequential composition). `types` maps an
@@ -409,7 +418,8 @@ class PrivacySpecJson(TypedDict):
     avg: NotRequired[str]
 
 
-def spec_to_json(spec: PrivacySpec, aggregates: Sequence[Aggregate] = ()) -> PrivacySpecJson:
+def spec_to_json(spec: PrivacySpec, aggregates: Sequence[NamedAggregate] = ()
+                 ) -> PrivacySpecJson:
     """The parameters as explain and the handle list show them: per window, per noisy
     quantity, the budgets."""
     out: PrivacySpecJson = {

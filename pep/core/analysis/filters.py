@@ -3,19 +3,30 @@ DNF, NR when they can never hold together, PR when the policy withholds a tuple 
 filter accepts, each finding worded with an example (`analyse_filter`)."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pep.core.conditions import Expr
 from pep.core.plan import Conjunct, StreamSchema
-from pep.core.analysis.atoms import (ANALYSIS_LIMIT, Atom, ConditionTooComplex, MASKED,
-                                     MergeWarning, NEVER, NNF, PLAN_LIMIT, SPATIAL, TooLarge,
-                                     WORK_LIMIT, combine, to_nnf)
+from pep.core.analysis.atoms import (ANALYSIS_LIMIT, Atom, ConditionTooComplex, Constant,
+                                     MASKED, MergeWarning, NEVER, NNF, PLAN_LIMIT, RawBound,
+                                     SPATIAL, TooLarge, WORK_LIMIT, combine, to_nnf)
 from pep.core.analysis.conjuncts import Atoms, Checker, predicate_key
 
-if TYPE_CHECKING:  # the masks build on the analysis: a type only, no import at run time
-    from pep.core.masks import MaskPlan
+
+class MaskedValues(Protocol):
+    """What the analysis asks of the masks a consumer's filter reads through
+    (`pep.core.masks.MaskPlan`, which builds on the analysis): what a comparison on a masked
+    value implies of the raw one, what each masked value is compared as, and which masked
+    values it decides only approximately (filled while the consumer's filter is read)."""
+
+    inexact: set[str]
+
+    @property
+    def variable_kinds(self) -> Mapping[str, str]: ...
+
+    def implied(self, name: str, op: str, value: Constant) -> list[list[RawBound]] | None: ...
 
 
 @dataclass(frozen=True)
@@ -43,7 +54,7 @@ def _show(atom: Atom) -> str:
 
 def analyse_filter(policy: Expr | None, user: Expr | None, schema: StreamSchema, *,
                    analysis_limit: int = ANALYSIS_LIMIT, plan_limit: int = PLAN_LIMIT,
-                   masks: MaskPlan | None = None) -> FilterAnalysis:
+                   masks: MaskedValues | None = None) -> FilterAnalysis:
     """Merged filter for the plan, with NR/PR warnings.
 
     Raises ConditionTooComplex when the merged filter exceeds `plan_limit` conjuncts even after
