@@ -2,10 +2,9 @@
 
 A document decoded from JSON (a consumer's query, a sharing rule, a stored plan, a request's
 resource Content) holds values of any JSON type until its reader has looked at each one: that is
-`JsonValue`, the one place the core's types say "not known yet" (`Any`, so that the reader's
-`isinstance` checks narrow it), named so that every such parameter says what it holds. The JSON
-the core writes has shapes of its own, declared where it is written (`pep.core.explain`,
-`pep.core.analysis`, ...).
+`JsonValue` (`Any`, so that the reader's `isinstance` checks narrow it), named so that every such
+parameter says what it holds. The JSON the core writes has shapes of its own, TypedDicts declared
+where it is written (`pep.core.explain`, `pep.core.rules.model`, ...).
 """
 from __future__ import annotations
 
