@@ -9,16 +9,18 @@ client sees.
 A refusal carries a message that says what and where, and optional `details` (JSON-ready
 fields such as the offending attribute, line or handle) that the edge adds to the error body.
 
-The kinds the PDP's routes refuse with too (`pdp.refusals`: invalid input, not found, ...) are
-subclasses of the PDP's, so one vocabulary says what went wrong on either side and each kind has
-its status in the PDP's table (`pdp.http.errors.ERROR_STATUS`); the ones only the stream side
-has (a denied or malformed stream request, an unprocessable query) are in `pep/http/errors.py`.
+The kinds the PDP's routes refuse with too (`common.refusals`: invalid input, not found, ...) are
+subclasses of the shared ones, so one vocabulary says what went wrong on either side and each
+kind has its status in the shared table (`common.http.errors.REFUSAL_STATUS`, under the PDP's
+`pdp.http.ERROR_STATUS`); the ones only the stream side has (a denied or malformed stream
+request, an unprocessable query) are in `pep/http/errors.py`.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from pdp import refusals
+from common import refusals
+from pdp import Response
 
 
 class Refusal(refusals.Refusal):
@@ -59,8 +61,8 @@ class AccessDenied(NotPermitted):
     """The PDP did not permit the request. `decision` is the XACML response (a `pdp.Response`)
     and `media_type` its format, so that the edge can answer in XACML."""
 
-    def __init__(self, message: str, decision: Any = None, media_type: str | None = None,
-                 **details: Any) -> None:
+    def __init__(self, message: str, decision: Response | None = None,
+                 media_type: str | None = None, **details: Any) -> None:
         super().__init__(message, **details)
         self.decision = decision
         self.media_type = media_type
@@ -70,8 +72,8 @@ class MalformedRequest(InvalidInput):
     """A XACML request that does not parse; like AccessDenied it carries the XACML answer
     (an Indeterminate result with a syntax-error status)."""
 
-    def __init__(self, message: str, decision: Any = None, media_type: str | None = None,
-                 **details: Any) -> None:
+    def __init__(self, message: str, decision: Response | None = None,
+                 media_type: str | None = None, **details: Any) -> None:
         super().__init__(message, **details)
         self.decision = decision
         self.media_type = media_type

@@ -36,7 +36,7 @@ from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
 from pep.handles.privacy_budget import PrivacyGuard, private_window
 from pep.handles.records import (HandleRecord, HandleState, HandleStore, StoredRequest,
                                  record_time)
-from pep.ports import JoinRuntimePort, StreamRuntimePort
+from pep.ports import Deliver, JoinRuntimePort, StreamRuntimePort
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,10 @@ class HandleService:
                  join_runtime: JoinRuntimePort | None = None,
                  privacy: PrivacyGuard | None = None,
                  kept_for: float = KEPT_ROWS_SECONDS,
-                 kafka_cut: Callable[[StreamDefinition], tuple[int, ...]] | None = None
+                 kafka_cut: Callable[[StreamDefinition], tuple[int, ...]] | None = None,
+                 tap: Callable[[str, Deliver], Deliver] | None = None,
+                 admit: Callable[[list[StreamDefinition]], None] | None = None,
+                 chain: Callable[[str], list[str]] | None = None
                  ) -> None:
         """`stream_position(name)`: the position (`_xsg_seq`) of the last tuple ingested into a
         stream, when the stream has positions (see `_start_after_other_windows`).
@@ -113,7 +116,13 @@ class HandleService:
         `join_runtime` runs joins (`attach_join(handle_id, (left, right), join_plan, deliver)`);
         without one, `runtime` gets them. `privacy` keeps the consumers' privacy budgets;
         without it a differentially private plan is refused (it could not be paid for).
-        `kept_for`: seconds an ended handle's kept rows wait for a reader (`kept_buffer`)."""
+        `kept_for`: seconds an ended handle's kept rows wait for a reader (`kept_buffer`).
+        `tap(handle_id, put)`: what a single stream's handle is delivered to instead of its
+        buffer's `put` (derived streams' feeds, `pep.streams.derived`); `admit(definitions)`
+        raises a Refusal for streams no new handle may read (checked under the lock, with the
+        streams looked up again). `chain(stream)`: the streams a derived stream derives from; a
+        handle on it also books the caller's one window on each of them (a window over a
+        derived stream's rows is a window over theirs: eXACML+ Example 2 across re-sharing)."""
         self.store = store
         self.streams = streams
         self.runtime = runtime
@@ -127,6 +136,9 @@ class HandleService:
         self.stream_position = stream_position
         self.kafka_cut = kafka_cut
         self.privacy = privacy
+        self.tap = tap
+        self.admit = admit
+        self.chain = chain
         # Serialises opening and ending handles and policy re-evaluation; reads never take it.
         self.lock = threading.RLock()
         # Bumped by every policy change; a handle decided under an older epoch is not created.
@@ -223,17 +235,19 @@ class HandleService:
 
     def open(self, subject: str, roles: Iterable[str], admin: bool, plan: AnyPlan,
              policy_ids: Iterable[str], request: StoredRequest,
-             epoch: int | None = None) -> tuple[HandleRecord, bool]:
+             epoch: int | None = None, plan_key: str | None = None) -> tuple[HandleRecord, bool]:
         """A live handle for this decision: (record, True) when new, (existing, False) when the
         same subject already has a handle with the same plan on that stream (a join: on both).
+        `plan_key`: the decision's key (`pep.core.access.Grant.decided_key`: the plan's, or
+        another when the grant carries the grant option); default the plan's.
 
         Raises the window registry's WindowConflict (another plan on that stream is live),
         StalePolicies (policies changed since `epoch`), NotFound (stream unknown) or
         Unavailable (the runtime refused)."""
         definitions = self._definitions(plan)
         stream = definitions[0]
-        slots = tuple(d.name for d in definitions) if len(definitions) > 1 else stream.name
-        key = plan.key()
+        slots = self._slots(definitions)
+        key = plan_key or plan.key()
         try:
             cuts: dict[str, tuple[int, ...]] | Unavailable = self._kafka_cuts(definitions)
         except Unavailable as exc:  # a broker's answer, before the lock; raised for a new handle
@@ -252,6 +266,8 @@ class HandleService:
                     if epoch is None:
                         raise NotFound(f"stream {definition.name!r} changed; ask again")
                     raise StalePolicies()
+            if self.admit is not None:
+                self.admit(definitions)
             handle_id, is_new = self.windows.acquire(subject, slots, key)
             if not is_new:
                 existing = self.store.get(handle_id)
@@ -325,6 +341,15 @@ class HandleService:
             raise Unavailable("this gateway keeps no privacy budgets, so it cannot serve a "
                               "differentially private window")
         self.privacy.admit(subject, plan)
+
+    def _slots(self, definitions: list[StreamDefinition]) -> str | tuple[str, ...]:
+        """The one-window slots a handle on these streams books: a join's two streams; a
+        derived stream with the streams it derives from (`chain`); else its stream."""
+        if len(definitions) > 1:
+            return tuple(d.name for d in definitions)
+        name = definitions[0].name
+        upstream = self.chain(name) if self.chain is not None else []
+        return (name, *upstream) if upstream else name
 
     def _definitions(self, plan: AnyPlan) -> list[StreamDefinition]:
         """The definitions of the plan's streams (a join's two); NotFound names a missing one."""
@@ -429,9 +454,11 @@ class HandleService:
     def _deliverer(self, handle_id: str, subject: str, plan: ExecutionPlan | UnionPlan,
                    buffer: HandleBuffer) -> Callable[[Any], bool]:
         """What the runtime delivers to: the buffer, or for a private window the privacy guard
-        in front of it (which pays for every window first)."""
+        in front of it (which pays for every window first); with a `tap`, what the buffer takes
+        is also handed to it (after the guard paid)."""
+        put = self.tap(handle_id, buffer.put) if self.tap is not None else buffer.put
         if private_window(plan) is None:
-            return buffer.put
+            return put
         if self.privacy is None:
             raise Unavailable("no privacy ledger: a differentially private window cannot run")
 
@@ -443,12 +470,16 @@ class HandleService:
                              daemon=True).start()
 
         # a private window is a single plan's (a union never holds one: `private_window`)
-        return self.privacy.deliverer(handle_id, subject, cast(ExecutionPlan, plan), buffer.put,
-                                      spent)
+        return self.privacy.deliverer(handle_id, subject, cast(ExecutionPlan, plan), put, spent)
 
     def resume(self, record: HandleRecord, policy_ids: Iterable[str] | None = None) -> bool:
-        """Re-attach a live handle after a restart; False (and the handle ended) if impossible."""
+        """Re-attach a live handle after a restart; False (and the handle ended) if impossible.
+        A handle ended since `record` was read (a derived stream's ending revokes handles
+        of the restore's own pass) is not resumed: False."""
         with self.lock:
+            current = self.store.get(record.id)
+            if current is None or not current.live:
+                return False
             try:
                 plan = any_plan_from_json(record.plan_json)
             except (KeyError, TypeError, ValueError) as exc:
@@ -459,7 +490,7 @@ class HandleService:
             except NotFound:
                 self._finish(record.id, HandleState.ENDED, "its stream no longer exists")
                 return False
-            slots = tuple(d.name for d in definitions) if len(definitions) > 1 else record.stream
+            slots = self._slots(definitions)
             generation = self.store.next_generation(record.id)
             try:
                 self.windows.restore(record.subject, slots, record.plan_key, record.id)

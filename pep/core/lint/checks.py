@@ -29,13 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
-from pdp import AttributeAssignment, Obligation
-from pdp.evaluation import DENY, PERMIT, PolicyEvaluator
-from pdp.notes import ALWAYS_FALSE
-from pdp.urns import RESOURCE, RESOURCE_ID
-from pdp.target_scope import attribute_key
+from pdp import (ALWAYS_FALSE, DENY, PERMIT, RESOURCE, RESOURCE_ID, AnyPolicy,
+                 AttributeAssignment, Obligation, ObligationExpr, PolicyEvaluator, RuleEvaluator,
+                 attribute_key)
 from pep.core.analysis import ConditionTooComplex
 from pep.core.errors import Refusal
 from pep.core.graph import QueryGraph, UnsupportedGraph
@@ -44,7 +42,8 @@ from pep.core.joingrant import (JOIN_CONDITION, JOIN_IDS, JOIN_STREAM, JOIN_WITH
 from pep.core.lint.paths import RulePath, rule_paths
 from pep.core.lint.targets import contradiction, implies, pinned_values
 from pep.core.merge import MergeResult, merge
-from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, MAP_ATTRIBUTE, MAP_IDS,
+from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, GRANT_OPTION_IDS,
+                                  MAP_ATTRIBUTE, MAP_IDS,
                                   MASK_ATTRIBUTE, MASK_IDS, WINDOW_ATTR, WINDOW_IDS, WINDOW_KEY,
                                   WINDOW_LABEL_BOUND, WINDOW_LABEL_SCOPE, WINDOW_MIN_COUNT,
                                   WINDOW_PREFILTER, WINDOW_SIZE, WINDOW_STEP, WINDOW_TYPE,
@@ -62,6 +61,7 @@ UNDERSTOOD: dict[frozenset[str], tuple[str, ...]] = {
                  *DP_ATTRIBUTES),
     MASK_IDS: (MASK_ATTRIBUTE,),
     JOIN_IDS: (JOIN_STREAM, JOIN_CONDITION, JOIN_WITHIN),
+    GRANT_OPTION_IDS: (),  # it takes no attribute
 }
 # Combining algorithms (by the PDP's function names) that return the obligations of every
 # Permit child when they answer Permit; the others return one child's (first-applicable,
@@ -80,7 +80,7 @@ RESOURCE_KEY = attribute_key(RESOURCE, RESOURCE_ID)
 class LintDocument:
     """A compiled document (its evaluator) and where it came from."""
 
-    evaluator: PolicyEvaluator
+    evaluator: AnyPolicy
     source: str
 
     @property
@@ -94,6 +94,19 @@ class LintStream:
 
     definition: StreamDefinition
     combining: str = INTERSECTION
+
+
+class FindingJson(TypedDict):
+    """A finding as `xsg policy lint --json` and the write answers give it."""
+
+    kind: str
+    message: str
+    document: str
+    source: str
+    line: NotRequired[int]
+    policy: NotRequired[str]
+    rule: NotRequired[str]
+    others: NotRequired[list[str]]
 
 
 @dataclass(frozen=True)
@@ -117,12 +130,15 @@ class Finding:
         """The finding as a write answer's warning says it."""
         return f"{self.kind}: {self.where()}: {self.message}"
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "message": self.message,
-                               "document": self.document, "source": self.source}
-        for key in ("line", "policy", "rule"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
+    def to_json(self) -> FindingJson:
+        out: FindingJson = {"kind": self.kind, "message": self.message,
+                            "document": self.document, "source": self.source}
+        if self.line is not None:
+            out["line"] = self.line
+        if self.policy is not None:
+            out["policy"] = self.policy
+        if self.rule is not None:
+            out["rule"] = self.rule
         if self.others:
             out["others"] = list(self.others)
         return out
@@ -237,13 +253,13 @@ def _shadowed(run: _Run, paths: list[RulePath]) -> None:
                         later.policy_id, later.rule_id))
 
 
-def _elements(ev: PolicyEvaluator) -> Iterator[tuple[str, str | None, Any]]:
+def _elements(ev: AnyPolicy) -> Iterator[tuple[str, str | None, AnyPolicy | RuleEvaluator]]:
     """(policy id, rule id or None, evaluator) of a document's policies and rules."""
     yield ev.identifier.id, None, ev
     for child in ev.children:
         if isinstance(child, PolicyEvaluator):
             yield from _elements(child)
-        elif hasattr(child, "effect"):
+        elif isinstance(child, RuleEvaluator):
             yield ev.identifier.id, child.id, child
 
 
@@ -264,10 +280,12 @@ def _unknown_obligations(run: _Run) -> None:
                         policy, rule))
 
 
-def _not_understood(expr: Any) -> str | None:
+def _not_understood(expr: ObligationExpr) -> str | None:
     allowed = next((names for ids, names in UNDERSTOOD.items() if expr.id in ids), None)
     if allowed is None:
         return f"obligation {expr.id!r} is not one the PEP understands"
+    if not allowed and expr.assignments:
+        return f"obligation {expr.id!r} takes no attribute, and this one carries some"
     # only the ids are judged here: values computed at decision time are not at hand
     probe = Obligation(expr.id, tuple(AttributeAssignment(a.attribute_id, "", "")
                                       for a in expr.assignments))
@@ -445,9 +463,7 @@ def _pair_on(run: _Run, p: RulePath, q: RulePath, stream: LintStream) -> None:
                    "hold: a consumer both apply to gets no tuple (NR)")
 
 
-def _special(plan: Any) -> str | None:
-    if not isinstance(plan, ExecutionPlan):
-        return None
+def _special(plan: ExecutionPlan) -> str | None:
     if plan.masks:
         return "masks"
     if plan.window is not None and plan.window.privacy is not None:
@@ -455,4 +471,5 @@ def _special(plan: Any) -> str | None:
     return None
 
 
-__all__ = ["Finding", "LintDocument", "LintStream", "lint", "UNDERSTOOD", "COLLECTS_PERMITS"]
+__all__ = ["Finding", "FindingJson", "LintDocument", "LintStream", "lint", "UNDERSTOOD",
+           "COLLECTS_PERMITS"]

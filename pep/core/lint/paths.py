@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from pdp import AttributeAssignment, Obligation
-from pdp.evaluation import PERMIT, PolicyEvaluator, ReferenceEvaluator, RuleEvaluator
-from pdp.notes import NO_CONDITION, Notes, TargetNote
+from pdp import (NO_CONDITION, PERMIT, AnyPolicy, AnyValue, AttributeAssignment, Notes, Obligation,
+                 ObligationExpr, PolicyCombiner, PolicyEvaluator, ReferenceEvaluator,
+                 RuleCombiner, RuleEvaluator, TargetNote)
 
 _MISSING = object()
 
@@ -27,7 +26,7 @@ class Step:
     kind: str  # "Policy" or "PolicySet"
     id: str
     target: TargetNote
-    combine: Any
+    combine: RuleCombiner | PolicyCombiner
     line: int | None
 
 
@@ -74,11 +73,12 @@ class RulePath:
         return self.rule.effect == PERMIT
 
 
-def static_obligation(expr: Any) -> Obligation | None:
+def static_obligation(expr: ObligationExpr) -> Obligation | None:
     """An ObligationExpression whose values are all constants, evaluated; None otherwise."""
     assignments = []
     for a in expr.assignments:
-        value: Any = getattr(a.expr, "constant_value", _MISSING)
+        # a constant's value (`pdp.evaluation.constant`), kept on its closure
+        value: AnyValue = getattr(a.expr, "constant_value", _MISSING)
         if value is _MISSING:
             return None
         for v in (value if a.is_bag else (value,)):
@@ -87,16 +87,16 @@ def static_obligation(expr: Any) -> Obligation | None:
     return Obligation(expr.id, tuple(assignments))
 
 
-def _notes(ev: Any) -> Notes:
-    notes = getattr(ev, "notes", None)
+def _notes(ev: AnyPolicy) -> Notes:
+    notes = ev.notes
     return notes if isinstance(notes, Notes) else Notes(None)
 
 
-def rule_paths(root: PolicyEvaluator, document: str, source: str) -> Iterator[RulePath]:
+def rule_paths(root: AnyPolicy, document: str, source: str) -> Iterator[RulePath]:
     """Every rule of a compiled document, depth first in document order (references are not
     followed: what they reach is linted as its own document)."""
-    def walk(ev: PolicyEvaluator, steps: tuple[Step, ...], positions: tuple[int, ...],
-             around: tuple[Any, ...]) -> Iterator[RulePath]:
+    def walk(ev: AnyPolicy, steps: tuple[Step, ...], positions: tuple[int, ...],
+             around: tuple[AnyPolicy, ...]) -> Iterator[RulePath]:
         notes = _notes(ev)
         step = Step("PolicySet" if ev.is_policy_set else "Policy", ev.identifier.id,
                     notes.target, ev.combine, notes.line)
@@ -113,7 +113,7 @@ def rule_paths(root: PolicyEvaluator, document: str, source: str) -> Iterator[Ru
 
 
 def _path(document: str, source: str, steps: tuple[Step, ...], positions: tuple[int, ...],
-          rule: RuleEvaluator, around: Sequence[PolicyEvaluator]) -> RulePath:
+          rule: RuleEvaluator, around: Sequence[AnyPolicy]) -> RulePath:
     obligations: list[Obligation] = []
     computed: list[str] = []
     exprs = list(rule.obligations) + [o for ev in reversed(around) for o in ev.obligations

@@ -10,7 +10,7 @@
      "window": {"type": "tuple", "size": 5, "step": 2, "aggregates": ["rainrate:avg"],
                 "min_count": 1, "group_by": [], "filterable": ["rainrate"]},
      "valid": {"from": "2026-11-23T00:00:00Z", "until": "2026-11-24T00:00:00Z"},
-     "events": ["storm"]}
+     "events": ["storm"], "grant_option": false}
 
 Only `stream` and `who` are required. `who` is a list of alternatives: the rule applies to a
 caller who is one of `subjects`, OR holds one of `roles`, OR carries one of the `attributes`
@@ -23,7 +23,9 @@ obligation (size in tuples or seconds; `min_count` absent: the PEP's default for
 `lat,lon: grid:<degrees>`, `truncate:<unit>`, `bands:<edges>`, `prefix:<n>`, `suffix:<n>`,
 `hash`, `null`), compiled to the `exacml:obligation:stream-mask` obligation.
 `valid` bounds the grant in time (either end may be absent), `events` names stream events of
-the same stream that must all be open. A rule compiles to one XACML 3.0 Policy
+the same stream that must all be open. `grant_option` (default false): the consumers the rule
+names may re-share what they get as derived streams of their own, never wider than this grant
+(the `exacml:obligation:stream-grant-option` obligation, `pep.core.obligations`). A rule compiles to one XACML 3.0 Policy
 (`pep.core.rules.xacml`), which is what is stored, decided and revoked.
 
 This module reads and writes the JSON form only (dicts, no I/O): every mistake is a `RuleError`
@@ -35,9 +37,10 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Union
+from typing import Literal, TypedDict, Union
 
 from pep.core.errors import InvalidInput
+from pep.core.jsontypes import JsonObject, JsonValue
 from pep.core.masks import MaskError, parse_mask
 
 AttributeValue = Union[str, int, float, bool]
@@ -53,7 +56,7 @@ POLICY_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,1000}")
 VERSION = re.compile(r"\d{1,9}(\.\d{1,9}){0,9}")
 EVENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")  # as pep.streams.events.EVENT_NAME
 KNOWN_FIELDS = ("id", "version", "stream", "description", "who", "actions", "filter",
-                "attributes", "mask", "window", "valid", "events")
+                "attributes", "mask", "window", "valid", "events", "grant_option")
 WINDOW_FIELDS = ("type", "size", "step", "aggregates", "min_count", "group_by", "filterable")
 WHO_FIELDS = ("subjects", "roles", "attributes")
 
@@ -119,11 +122,12 @@ class SharingRule:
     version: str = "1.0"
     # (attributes as written, "speed" or "lat,lon"; the mask's canonical spec)
     masks: tuple[tuple[str, str], ...] = ()
+    grant_option: bool = False  # the consumers may re-share it as derived streams
 
 
 # -- reading the JSON form ------------------------------------------------------------------------
 
-def _text(value: Any, path: str, limit: int = MAX_TEXT, what: str = "a string") -> str:
+def _text(value: JsonValue, path: str, limit: int = MAX_TEXT, what: str = "a string") -> str:
     if not isinstance(value, str):
         raise RuleError(path, f"must be {what}, not {_kind(value)}")
     text = value.replace("\r\n", "\n").replace("\r", "\n").strip()
@@ -145,14 +149,14 @@ def _plain(text: str, path: str) -> None:
             raise RuleError(path, f"holds the character U+{code:04X}, which is not allowed here")
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     if value is None:
         return "null"
     return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
             list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
 
 
-def _names(value: Any, path: str, what: str = "names") -> tuple[str, ...]:
+def _names(value: JsonValue, path: str, what: str = "names") -> tuple[str, ...]:
     """A list of distinct non-empty strings (a lone string is a list of one)."""
     if isinstance(value, str):
         value = [value]
@@ -169,7 +173,7 @@ def _names(value: Any, path: str, what: str = "names") -> tuple[str, ...]:
     return tuple(out)
 
 
-def _integer(value: Any, path: str, what: str) -> int:
+def _integer(value: object, path: str, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -184,7 +188,7 @@ def _integer(value: Any, path: str, what: str) -> int:
     return value
 
 
-def _object(value: Any, path: str, known: tuple[str, ...]) -> dict:
+def _object(value: JsonValue, path: str, known: tuple[str, ...]) -> JsonObject:
     if not isinstance(value, dict):
         raise RuleError(path, f"must be an object, not {_kind(value)}")
     for key in value:
@@ -195,7 +199,7 @@ def _object(value: Any, path: str, known: tuple[str, ...]) -> dict:
     return value
 
 
-def _attribute_value(value: Any, path: str) -> AttributeValue:
+def _attribute_value(value: JsonValue, path: str) -> AttributeValue:
     if isinstance(value, bool) or isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -210,7 +214,7 @@ def _attribute_value(value: Any, path: str) -> AttributeValue:
     raise RuleError(path, f"must be a string, a number or a boolean, not {_kind(value)}")
 
 
-def _who(value: Any, path: str) -> Who:
+def _who(value: JsonValue, path: str) -> Who:
     if value == "anyone":
         return Who(anyone=True)
     if isinstance(value, str):
@@ -246,11 +250,11 @@ def _who(value: Any, path: str) -> Who:
     return Who(subjects, roles, tuple(matches))
 
 
-def _pointer(key: Any) -> str:
+def _pointer(key: object) -> str:
     return str(key).replace("~", "~0").replace("/", "~1")
 
 
-def _window(value: Any, path: str) -> RuleWindow:
+def _window(value: JsonValue, path: str) -> RuleWindow:
     data = _object(value, path, WINDOW_FIELDS)
     for required in ("type", "size", "aggregates"):
         if required not in data:
@@ -278,7 +282,7 @@ def _window(value: Any, path: str) -> RuleWindow:
                       _names(data.get("filterable", []), f"{path}/filterable", "attributes"))
 
 
-def parse_instant(value: Any, path: str) -> str:
+def parse_instant(value: JsonValue, path: str) -> str:
     """An instant as `YYYY-MM-DDTHH:MM:SSZ` (UTC). Without a zone it is taken as UTC, as the
     PDP takes values without one; a date alone is its midnight."""
     if isinstance(value, datetime):
@@ -300,7 +304,7 @@ def parse_instant(value: Any, path: str) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _validity(value: Any, path: str) -> Validity | None:
+def _validity(value: JsonValue, path: str) -> Validity | None:
     data = _object(value, path, ("from", "until"))
     start = parse_instant(data["from"], f"{path}/from") if data.get("from") is not None else None
     end = parse_instant(data["until"], f"{path}/until") if data.get("until") is not None else None
@@ -311,7 +315,7 @@ def _validity(value: Any, path: str) -> Validity | None:
     return Validity(start, end)
 
 
-def _masks(value: Any, path: str) -> tuple[tuple[str, str], ...]:
+def _masks(value: JsonValue, path: str) -> tuple[tuple[str, str], ...]:
     """`{"speed": "round:10", "lat,lon": "grid:0.1"}`: the masks' syntax (the attributes are
     checked against the stream by `check_rule`)."""
     if not isinstance(value, dict):
@@ -354,7 +358,7 @@ def default_id(stream: str, who: Who) -> str:
     return f"urn:xsg:rule:{slug(stream)}:{slug(part)}"
 
 
-def _version(value: Any) -> str:
+def _version(value: JsonValue) -> str:
     if value is None:
         return "1.0"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -365,7 +369,7 @@ def _version(value: Any) -> str:
     return version
 
 
-def rule_from_json(data: Any) -> SharingRule:
+def rule_from_json(data: JsonValue) -> SharingRule:
     """The rule a JSON (or YAML) document describes; RuleError names the field at fault."""
     data = _object(data, "", KNOWN_FIELDS)
     for required in ("stream", "who"):
@@ -400,27 +404,70 @@ def rule_from_json(data: Any) -> SharingRule:
     description = None
     if data.get("description") is not None and str(data["description"]).strip():
         description = _text(data["description"], "/description", MAX_DESCRIPTION)
+    option = data.get("grant_option", False)
+    if option is None:
+        option = False
+    if not isinstance(option, bool):
+        raise RuleError("/grant_option", f"must be true or false, not {_kind(option)}")
     return SharingRule(rule_id, stream, who, actions, filter_text, attributes, window, valid,
-                       events, description, version, masks)
+                       events, description, version, masks, option)
 
 
-def rule_to_json(rule: SharingRule) -> dict:
+class WhoJson(TypedDict):
+    subjects: list[str]
+    roles: list[str]
+    attributes: dict[str, AttributeValue | list[AttributeValue]]  # one value, or several
+
+
+class RuleWindowJson(TypedDict):
+    type: str
+    size: int
+    step: int
+    aggregates: list[str]
+    min_count: int | None
+    group_by: list[str]
+    filterable: list[str]
+
+
+ValidityJson = TypedDict("ValidityJson", {"from": "str | None", "until": "str | None"})
+
+
+class RuleJson(TypedDict):
+    """A rule's JSON form with every default written out (`rule_to_json`)."""
+
+    id: str
+    version: str
+    stream: str
+    description: str | None
+    who: Literal["anyone"] | WhoJson
+    actions: list[str] | Literal["any"]
+    filter: str | None
+    attributes: list[str]
+    mask: dict[str, str]
+    window: RuleWindowJson | None
+    valid: ValidityJson | None
+    events: list[str]
+    grant_option: bool
+
+
+def rule_to_json(rule: SharingRule) -> RuleJson:
     """The JSON form, with every default written out (what `rule_from_json` reads back)."""
-    who: Any
+    who: Literal["anyone"] | WhoJson
     if rule.who.anyone:
         who = "anyone"
     else:
-        attributes: dict[str, Any] = {}
+        attributes: dict[str, list[AttributeValue]] = {}
         for m in rule.who.attributes:
             attributes.setdefault(m.id, []).append(m.value)
         who = {"subjects": list(rule.who.subjects), "roles": list(rule.who.roles),
                "attributes": {k: v[0] if len(v) == 1 else v for k, v in attributes.items()}}
-    out: dict[str, Any] = {"id": rule.id, "version": rule.version, "stream": rule.stream,
-                           "description": rule.description, "who": who,
-                           "actions": list(rule.actions) if rule.actions else "any",
-                           "filter": rule.filter, "attributes": list(rule.attributes),
-                           "mask": {names: spec for names, spec in rule.masks},
-                           "window": None, "valid": None, "events": list(rule.events)}
+    out: RuleJson = {"id": rule.id, "version": rule.version, "stream": rule.stream,
+                     "description": rule.description, "who": who,
+                     "actions": list(rule.actions) if rule.actions else "any",
+                     "filter": rule.filter, "attributes": list(rule.attributes),
+                     "mask": {names: spec for names, spec in rule.masks},
+                     "window": None, "valid": None, "events": list(rule.events),
+                     "grant_option": rule.grant_option}
     if rule.window is not None:
         w = rule.window
         out["window"] = {"type": w.type, "size": w.size, "step": w.step,
@@ -431,5 +478,6 @@ def rule_to_json(rule: SharingRule) -> dict:
     return out
 
 
-__all__ = ["SharingRule", "Who", "AttributeMatch", "RuleWindow", "Validity", "RuleError",
-           "rule_from_json", "rule_to_json", "default_id", "parse_instant", "DEFAULT_ACTIONS"]
+__all__ = ["SharingRule", "RuleJson", "Who", "AttributeMatch", "RuleWindow", "Validity",
+           "RuleError", "rule_from_json", "rule_to_json", "default_id", "parse_instant",
+           "DEFAULT_ACTIONS"]

@@ -78,6 +78,8 @@ def grant_text(grant: GrantReading) -> str:
         filterable = sorted({a for w in grant.windows for a in w.filterable})
         if filterable:
             head += f" (own filter before the window on {', '.join(filterable)})"
+        if grant.grant_option:
+            head += ", with grant option"
     if grant.valid is not None:
         if grant.valid.start:
             head += f", from {grant.valid.start}"
@@ -96,7 +98,7 @@ def reading_text(reading: PolicyReading) -> str:
     return f"{', '.join(reading.streams)}: " + " | ".join(grants)
 
 
-def describe_policy(data: bytes) -> dict:
+def describe_policy(data: bytes) -> dict[str, str]:
     """`{"summary": one line, "form": FORM}` for a stored document. The form's word is the one
     every answer uses for it (`FORMS`): "rule" when it is a sharing rule (it reads back as
     one), "xacml" when it is other XACML read by its grants (the summary lists them),

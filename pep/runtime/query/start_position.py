@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from pdp.numbers import NumberError, parse_int
+from common.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition
 from pep.runtime.sources.frames import build_source, local_dir
 
