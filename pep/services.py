@@ -46,7 +46,7 @@ from pep.handles.stall_notices import StallNotices
 from pep.invalidation.hub import InvalidationHub
 from pep.metrics import GatewayMetrics, gateway_state
 from pep.ports import JoinRuntimePort, StreamRuntimePort
-from pep.runtime.kafka_offsets import KafkaOffsets
+from pep.runtime.sources.kafka_offsets import KafkaOffsets
 from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
 from pep.streams.catalog import StreamCatalog, seed_streams
 from pep.streams.derived import DerivedFeeds, DerivedStreams, admit_streams
@@ -90,7 +90,8 @@ class GatewayServices:
     demo_auth_created: bool = False
     resumed: list[str] = field(default_factory=list)  # handles resumed at start
     ended: list[str] = field(default_factory=list)  # handles that could not be resumed
-    join_runtime: JoinRuntimePort | None = None  # runs joins of two streams (pep/runtime/joins.py)
+    # runs joins of two streams (pep/runtime/joins/runtime.py)
+    join_runtime: JoinRuntimePort | None = None
     # who may see which stream (a restricted one: its owner, admins, whom the PDP may permit)
     visibility: StreamVisibility | None = None
     lifecycle: StreamLifecycle | None = None  # changes and deletions of streams
@@ -401,7 +402,7 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
 
 def join_runtime_for(runtime: StreamRuntimePort, work_dir: Path, trigger_interval: float = 0.25,
                      feeds: Any = None, lateness: float = 10.0) -> JoinRuntimePort:
-    """The runtime of joins beside `runtime`: a `pep.runtime.joins.JoinRuntime` on the same
+    """The runtime of joins beside `runtime`: a `pep.runtime.joins.runtime.JoinRuntime` on the same
     SparkSession, built on first use (so Spark starts no sooner than it would), fed with the
     batches of `ingest` streams by `feeds` (the catalogue). A stand-in for Spark (tests: no
     SparkSession behind it) receives the joins itself: it takes both kinds of plan."""
@@ -409,7 +410,7 @@ def join_runtime_for(runtime: StreamRuntimePort, work_dir: Path, trigger_interva
         return cast(JoinRuntimePort, runtime)
 
     def build() -> JoinRuntimePort:  # mypy holds JoinRuntime to the port here
-        from pep.runtime.joins import JoinRuntime
+        from pep.runtime.joins.runtime import JoinRuntime
 
         base = runtime.get() if isinstance(runtime, LazyRuntime) else runtime
         return JoinRuntime(getattr(base, "spark", None), work_dir,

@@ -50,7 +50,7 @@ def test_a_backlog_run_that_lost_or_missed_rows_has_no_rate():
 
 def test_the_gateway_settings_are_read_from_the_gateway():
     from pep.runtime.runtime import RuntimeSettings
-    from pep.runtime.sources import KAFKA_MAX_OFFSETS
+    from pep.runtime.sources.frames import KAFKA_MAX_OFFSETS
     s = gateway_settings()
     assert (s.trigger, s.max_files, s.max_offsets) == (
         RuntimeSettings().trigger_interval, RuntimeSettings().max_files_per_trigger,

@@ -60,8 +60,8 @@ class GatewayConfig:
     ingest_retention_seconds: float | None = 3600.0
     ingest_retention_bytes: int | None = 1 << 30
     stall_seconds: float = 30.0
-    # Joins (pep/runtime/joins.py): a record this many seconds behind the slower side's latest
-    # event time is dropped; the join's state holds about its time bound plus this much.
+    # Joins (pep/runtime/joins/runtime.py): a record this many seconds behind the slower side's
+    # latest event time is dropped; the join's state holds about its time bound plus this much.
     join_lateness: float = 10.0
     # How the obligations of several applicable rules combine on a stream whose owner chose
     # nothing (`PATCH /streams/<name>` {"combining": ...}): "intersection" (all of them apply)

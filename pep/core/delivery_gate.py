@@ -5,7 +5,7 @@ buffers of those that lost their grant), and so is a micro-batch's routing of ro
 thousand buffers: in one process they share one interpreter lock. With rows flowing at 100,000/s
 a pass over 1,000 handles took 0.45-0.75 s to its last reader instead of the 0.1-0.15 s it
 takes alone. A pass is the more urgent (it ends access that is no longer granted), so while one
-runs, deliveries pause at their next handle (`pep.runtime.delivery.deliver_to`, before a
+runs, deliveries pause at their next handle (`pep.runtime.base.delivery.deliver_to`, before a
 handle's lock is taken) and the CPU goes to the pass; the event loop keeps writing what is in
 the buffers (the `revoked` events among it).
 
@@ -64,8 +64,9 @@ class DeliveryGate:
             return self._cond.wait_for(lambda: not self._holders, self.max_hold)
 
 
-# One per process: the passes (pep.handles.revocation) and the deliveries (pep.runtime.delivery)
-# of one gateway share its interpreter lock, which is what the gate is about.
+# One per process: the passes (pep.handles.revocation) and the deliveries
+# (pep.runtime.base.delivery) of one gateway share its interpreter lock, which is what the gate
+# is about.
 DELIVERY_GATE = DeliveryGate()
 
 

@@ -244,7 +244,7 @@ def _types(schema: StreamSchema | None) -> dict[str, FieldType]:
 
 def _spatial_sql(p: SpatialPredicate, types: dict[str, FieldType]) -> str:
     """A spatial predicate in the text (xsg's own functions: Spark has none of them; the
-    runtime evaluates them as data, see pep/runtime/spatial.py)."""
+    runtime evaluates them as data, see pep/runtime/plans/spatial.py)."""
     coords = f"{quote_identifier(p.latitude)}, {quote_identifier(p.longitude)}"
     if p.function == "polygon":
         vertices = ", ".join(sql_literal(v) for v in p.points)

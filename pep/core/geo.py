@@ -2,9 +2,9 @@
 
 One definition of every computation the spatial predicates make, shared by the condition
 language's `evaluate` (the reference semantics, used by tests and brute force) and by the NR/PR
-analysis. The Spark runtime (`pep/runtime/spatial.py`) builds the same computations from Column
-expressions, operation by operation in the same order, so that both sides agree bit for bit on
-the plane tests (+, -, * and comparisons are correctly rounded in IEEE doubles on both) and to
+analysis. The Spark runtime (`pep/runtime/plans/spatial.py`) builds the same computations from
+Column expressions, operation by operation in the same order, so that both sides agree bit for bit
+on the plane tests (+, -, * and comparisons are correctly rounded in IEEE doubles on both) and to
 within an ulp of sin/cos on the haversine distance (which matters only for a point exactly on a
 circle).
 
@@ -44,7 +44,7 @@ def valid_position(lat: object, lon: object) -> bool:
 
 def haversine(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
     """Great-circle distance in metres on the mean-radius sphere (the runtime mirrors this
-    sequence of operations exactly, see pep/runtime/spatial.py)."""
+    sequence of operations exactly, see pep/runtime/plans/spatial.py)."""
     p1 = math.radians(lat1)
     p2 = math.radians(lat2)
     dp = math.radians(lat2 - lat1)

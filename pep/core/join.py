@@ -238,7 +238,7 @@ def _time_of(side: JoinSide) -> str:
     spec = dict(side.plan.masks).get(name)
     if spec is not None and parse_mask(spec).kind in UNORDERED:
         # the time bound and the side's watermark read the side's time as the consumer sees
-        # it (masked, `pep.runtime.join_frames`): a mask that leaves no time cannot bound it
+        # it (masked, `pep.runtime.joins.frames`): a mask that leaves no time cannot bound it
         raise QueryRefused(f"stream {side.stream!r}: the policy shows its time attribute "
                            f"{name!r} only as {spec!r}, which gives no time to bound a join "
                            "with", name)

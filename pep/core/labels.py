@@ -15,7 +15,7 @@ lowest level and the intersection. Texts are canonical: categories in the lattic
 In Spark a label is its canonical text (what rows deliver) and, for comparisons, a 64-bit code:
 the level's index in bits 56-62 and the categories as a bitmask in bits 0-55 (category i is bit
 i), so that dominance is `(code >> 56) <= (c >> 56) AND (code & ~c & CATEGORY_MASK) = 0`, data
-in the plan table like every constant (`pep.runtime.compile`).
+in the plan table like every constant (`pep.runtime.plans.compile`).
 
 Comparisons on a label attribute (`pep.core.conditions`): `DOMINATED_BY` (also `<=`), `DOMINATES`
 (`>=`), the strict `<` and `>`, `=` and `!=`; their negations (NOT pushed into an atom by the

@@ -406,7 +406,7 @@ def with_start_offsets(plan: "ExecutionPlan | UnionPlan", offsets: tuple[int, ..
 
 def replayable(plan: AnyPlan) -> bool:
     """A Kafka view whose rows each micro-batch's records alone determine, so that a restart
-    can compute them again, with the same order and the same ids (`pep/runtime/replay.py`):
+    can compute them again, with the same order and the same ids (`pep/runtime/sources/replay.py`):
     cut at offsets (so that it never gets records from before its request), no window (a
     window's open state lives in the process), no `distance_to` (its anchor is the latest
     position seen so far); a union when every member is. Never a join (its pairs and windows

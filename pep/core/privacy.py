@@ -1,7 +1,7 @@
 """Differentially private windows: the owner's parameters, how policies and queries combine
 them, and what one emitted window costs. Pure Python: the mechanisms run on OpenDP in
-`pep/runtime/noise.py`, the values are clamped in Spark by `pep/runtime/privacy.py`, and the
-consumers' budgets are kept by `pep/handles/privacy_budget.py`.
+`pep/runtime/windows/noise.py`, the values are clamped in Spark by `pep/runtime/plans/clamp.py`, and
+the consumers' budgets are kept by `pep/handles/privacy_budget.py`.
 
 An owner makes a window differentially private by adding, to its
 `exacml:obligation:stream-window` obligation (prefix `exacml:obligation:` or
@@ -354,7 +354,7 @@ def quantities(aggregates: Iterable[NamedAggregate], spec: PrivacySpec,
 
 def laplace_scale(q: Quantity) -> float:
     """The Laplace scale that makes a quantity `q.epsilon`-DP (OpenDP's calibration may round it
-    up by a hair: `pep.runtime.noise` finds the exact one)."""
+    up by a hair: `pep.runtime.windows.noise` finds the exact one)."""
     return q.sensitivity / q.epsilon
 
 

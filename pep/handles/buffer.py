@@ -25,7 +25,7 @@ A positioned buffer (a Kafka handle whose rows can be computed again: `replayabl
 its events by where they come from instead: the i-th row of micro-batch b has the id
 b * BATCH_SPAN + i (a notice takes the next id), so the same row has the same id in every
 process. After a restart the runtime gives such a handle again the rows of the micro-batches
-its readers may not have read (`pep/runtime/replay.py`), and a reader resuming with
+its readers may not have read (`pep/runtime/sources/replay.py`), and a reader resuming with
 `Last-Event-ID` gets exactly what followed: no `gap` when nothing was lost, the count when rows
 were dropped, and `lost: null` only for rows of micro-batches that could not be read again (the
 first `RowBatch` after a restart says from which micro-batch on its rows follow:

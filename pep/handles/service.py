@@ -16,7 +16,7 @@ A handle on a Kafka stream starts at its request: its plan is cut at the partiti
 read from the broker when it is opened (`_kafka_cuts`; offsets that cannot be read refuse it),
 so no record acknowledged before the request reaches it (a Kafka record has no `_xsg_seq` to cut
 at). Such a handle without a window gets a positioned buffer, which a restart fills again with
-exactly what its readers may not have read (`pep.handles.buffer`, `pep/runtime/replay.py`).
+exactly what its readers may not have read (`pep.handles.buffer`, `pep/runtime/sources/replay.py`).
 """
 from __future__ import annotations
 

@@ -14,13 +14,15 @@ from pyspark.sql import SparkSession
 
 from pep.core.plan import ExecutionPlan, StreamDefinition, UnionPlan
 from pep.core.rows import RowBatch
-from pep.runtime.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS, Janitor,
-                                     Retention, StreamCheckpoint)
-from pep.runtime.compile import CompiledPlan, CompiledUnion, PlanError, compile_plan, compile_union
-from pep.runtime.executor import StreamExecutor
-from pep.runtime.executor_state import DEFAULT_TUPLE_PANE_MIN, Deliver
+from pep.runtime.base.delivery import Deliver
 from pep.runtime.lateness import LateBatches
-from pep.runtime.mask_keys import MaskKeys
+from pep.runtime.plans.compile import (CompiledPlan, CompiledUnion, PlanError, compile_plan,
+                                       compile_union)
+from pep.runtime.privacy.mask_keys import MaskKeys
+from pep.runtime.query.executor import StreamExecutor
+from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN
+from pep.runtime.sources.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS,
+                                             Janitor, Retention, StreamCheckpoint)
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,8 @@ class StreamRuntime:
         self.settings = settings
         self.spark = spark
         self.work_dir = Path(work_dir)
-        # the owners' hash-mask keys (pep/runtime/mask_keys.py), shared with the join runtime
+        # the owners' hash-mask keys (pep/runtime/privacy/mask_keys.py), shared with the join
+        # runtime
         self.mask_keys = mask_keys if mask_keys is not None else \
             MaskKeys(self.work_dir / "mask-keys")
         self.trigger_interval = settings.trigger_interval
@@ -113,7 +116,7 @@ class StreamRuntime:
                 # a private window: calibrate its mechanisms now (OpenDP; a Gaussian takes
                 # about half a second), not in its first micro-batch, and fail here if they
                 # cannot be
-                from pep.runtime.noise import mechanism_of
+                from pep.runtime.windows.noise import mechanism_of
                 for quantity in member.window.noise:
                     mechanism_of(quantity)
         if any(m.kind == "hash" for member in members for _, m in member.masks):
@@ -146,8 +149,8 @@ class StreamRuntime:
                     executor.add_handle(old_id, old_plan, old_deliver)
                 executor.add_handle(handle_id, compiled, deliver)
                 if self._restoring:
-                    # started once every restored handle of the stream is attached
-                    executor.replay_pending = True
+                    # started once every restored handle of the stream is attached, after the
+                    # replay it owes them (`end_restore`)
                     self._held.append(executor)
                 else:
                     executor.start()
@@ -160,7 +163,7 @@ class StreamRuntime:
     def restoring(self) -> Iterator[None]:
         """While the gateway restores its handles after a start: a stream's query starts once
         all of them are attached, and a Kafka stream's restored handles are first given again
-        the rows their readers may not have read (`StreamExecutor.replay`)."""
+        the rows their readers may not have read (`pep.runtime.query.kafka_replay`)."""
         self.begin_restore()
         try:
             yield
@@ -180,9 +183,9 @@ class StreamRuntime:
             held, self._held = self._held, []
         for executor in held:
             try:
-                executor.start()
+                executor.start(replay=True)
             except Exception as exc:  # noqa: BLE001 - the other streams start all the same
-                executor.stats_counters["last_error"] = f"{type(exc).__name__}: {exc}"
+                executor.failed(exc)
                 log.exception("stream %s: its query did not start after the restore",
                               executor.definition.name)
 
@@ -216,7 +219,7 @@ class StreamRuntime:
         if stream.schema != old.schema:
             executor.restart(stream)  # raises ValueError unless attributes were only added
         else:
-            executor.definition = stream
+            executor.redefine(stream)
         executor.lateness = self._lateness(stream)
         log.info("stream %s redefined (%d attributes, lateness %.1f s)", stream.name,
                  len(stream.schema.fields), executor.lateness)

@@ -207,7 +207,7 @@ class BatchSplit(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.batches: list[tuple[float, float, float]] = []
-        self.logger = logging.getLogger("pep.runtime.executor")
+        self.logger = logging.getLogger("pep.runtime.query.runner")
         self.level_before = self.logger.level
 
     def emit(self, record: logging.LogRecord) -> None:

@@ -1,5 +1,5 @@
-"""Benchmark of a join under policy (pep/runtime/joins.py) against the same join written directly
-in Spark, in one run, on the same files.
+"""Benchmark of a join under policy (pep/runtime/joins/runtime.py) against the same join written
+directly in Spark, in one run, on the same files.
 
 Run: .venv/bin/python tests/bench/bench_joins.py [--quick] [--records N] [--files F]
        [--per-trigger K] [--rounds R]
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pep.core.plan import (ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,  # noqa: E402
                            StreamDefinition, StreamSchema)
-from pep.runtime.joins import JoinRuntime  # noqa: E402
+from pep.runtime.joins.runtime import JoinRuntime  # noqa: E402
 from pep.runtime.session import create_spark_session  # noqa: E402
 
 T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)

@@ -189,7 +189,7 @@ class Direct:
         from pyspark.sql import functions as F
 
         from pep.core.plan import Field, StreamSchema
-        from pep.runtime.sources import spark_schema
+        from pep.runtime.sources.frames import spark_schema
         schema = spark_schema(StreamSchema(tuple(Field(n, t) for n, t in FIELDS)))
         reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                   .option("subscribe", topic))
@@ -222,7 +222,7 @@ class Direct:
 
     def start(self) -> "Direct":
         """Started, and at the topic's end: records produced from now on are read."""
-        from pep.runtime.checkpoints import await_kafka_offsets
+        from pep.runtime.sources.checkpoints import await_kafka_offsets
         writer = (self.frame.writeStream.foreachBatch(self._batch)
                   .option("checkpointLocation", self.checkpoint))
         self.query = self.settings.trigger_on(writer).start()

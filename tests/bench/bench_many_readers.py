@@ -153,7 +153,7 @@ class BatchLog(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.batches: list[tuple[float, float, float, float]] = []
-        self.logger = logging.getLogger("pep.runtime.executor")
+        self.logger = logging.getLogger("pep.runtime.query.runner")
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.msg.startswith("batch %s: table"):
@@ -219,7 +219,7 @@ class FakeRuntime:
 
     def _run(self) -> None:
         np = self.np
-        log = logging.getLogger("pep.runtime.executor")
+        log = logging.getLogger("pep.runtime.query.runner")
         batch_id = 0
         while not self.stop_event.wait(TRIGGER):
             if not self.running.is_set():

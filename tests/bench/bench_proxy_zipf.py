@@ -272,7 +272,7 @@ def in_process(stack: Stack, t: Template) -> tuple[float, float, object]:
 def direct_spark(stack: Stack, prepared) -> float:
     """A fresh streaming query running the plan's SQL on its first micro-batch; start to done."""
     from pep.core.graph import WEATHER_SCHEMA
-    from pep.runtime.sources import spark_schema
+    from pep.runtime.sources.frames import spark_schema
 
     stream = stack.services.catalog.get(prepared.stream)
     path = stream.source.option("path")

@@ -3,7 +3,7 @@
 Run: .venv/bin/python tests/bench/bench_python_sockets.py [--jobs 60] [--partitions 2]
 
 The rows job of every micro-batch is a `DataFrame.mapInArrow` over a few dozen tuples
-(pep/runtime/matcher.py), so its fixed cost is what a batch pays. This runs the same small job
+(pep/runtime/plans/matcher.py), so its fixed cost is what a batch pays. This runs the same small job
 (`--partitions` partitions of 100 cached rows, a function that only stamps times) `--jobs` times
 in two child processes, one SparkSession each (one per process is all Spark allows): the
 gateway's session with `spark.python.unix.domain.socket.enabled` false (TCP, Spark's default),
@@ -33,7 +33,7 @@ def child(transport: str, jobs: int, partitions: int) -> dict[str, float]:
     import pyarrow as pa
     from pyspark.sql import types as T
 
-    from pep.runtime.jvm_steps import JvmSteps
+    from pep.runtime.base.jvm_steps import JvmSteps
     from pep.runtime.session import UDS_ENABLED, create_spark_session
 
     spark = create_spark_session("local[2]", f"xsg-bench-sockets-{transport}",

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec,  # noqa: E402
                            StreamDefinition, StreamSchema)
-from pep.runtime import executor  # noqa: E402
+from pep.runtime.query.lifecycle import QueryLifecycle  # noqa: E402
 from pep.runtime.runtime import StreamRuntime  # noqa: E402
 from pep.runtime.session import create_spark_session  # noqa: E402
 
@@ -60,12 +60,12 @@ def main() -> None:
     args = ap.parse_args()
     print(f"load average {' '.join('%.2f' % x for x in os.getloadavg())}; {os.cpu_count()} cores")
     phases = Phases()
-    log = logging.getLogger("pep.runtime.executor")
+    log = logging.getLogger("pep.runtime.query.runner")
     log.addHandler(phases)
     log.setLevel(logging.DEBUG)
     prof = cProfile.Profile()
     profiling = threading.Event()
-    original = executor.StreamExecutor._on_batch
+    original = QueryLifecycle.on_batch
 
     def on_batch(self, batch, batch_id):
         if not (args.profile and profiling.is_set()):
@@ -75,7 +75,7 @@ def main() -> None:
             return original(self, batch, batch_id)
         finally:
             prof.disable()
-    executor.StreamExecutor._on_batch = on_batch
+    QueryLifecycle.on_batch = on_batch
     spark = create_spark_session("local[2]", "bench-row-plans")
     work = Path(tempfile.mkdtemp())
     directory = work / "in"

@@ -59,7 +59,7 @@ def gateway_settings() -> QuerySettings:
     """The gateway's own per-query settings, read from its code (pep.runtime): its trigger
     interval, files per micro-batch, and records per micro-batch of a Kafka stream."""
     from pep.runtime.runtime import RuntimeSettings
-    from pep.runtime.sources import KAFKA_MAX_OFFSETS
+    from pep.runtime.sources.frames import KAFKA_MAX_OFFSETS
 
     d = RuntimeSettings()
     return QuerySettings("gateway-settings", d.trigger_interval, d.max_files_per_trigger,

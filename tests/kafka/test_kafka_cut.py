@@ -98,7 +98,7 @@ def test_a_handle_gets_no_record_acknowledged_before_its_request(kgateway, kafka
 def test_a_request_whose_offsets_cannot_be_read_is_refused(kgateway):
     """Deny when in doubt: no broker to ask for the end offsets, no handle (503, saying why),
     rather than a handle without its cut."""
-    from pep.runtime.kafka_offsets import KafkaOffsets
+    from pep.runtime.sources.kafka_offsets import KafkaOffsets
     base = kgateway.url
     dead = {"kind": "kafka", "bootstrap.servers": f"127.0.0.1:{free_port()}",
             "subscribe": "gone"}

@@ -66,7 +66,7 @@ def restored(spark, work, stream, plan, max_rows: int, union=None
 
 def test_a_restart_gives_exactly_what_followed_and_counts_what_its_buffer_dropped(
         spark, tmp_path, kafka_broker, kafka_topic, producer):
-    from pep.runtime.kafka_offsets import KafkaOffsets
+    from pep.runtime.sources.kafka_offsets import KafkaOffsets
     topic = kafka_topic(2)
     stream = kafka_stream(kafka_broker, topic)
     cut = KafkaOffsets().end_offsets(stream)
@@ -115,7 +115,7 @@ def test_records_gone_from_the_topic_are_a_gap_of_unknown_size(spark, tmp_path, 
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from pep.runtime.kafka_offsets import KafkaOffsets
+    from pep.runtime.sources.kafka_offsets import KafkaOffsets
     topic = kafka_topic(2)
     stream = kafka_stream(kafka_broker, topic)
     plan = replace(ExecutionPlan(stream.name, ((Predicate("v", ">", 0.0),),), ("v",)),

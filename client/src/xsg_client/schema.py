@@ -1,6 +1,6 @@
 """A handle's schema: the columns of its rows and their types, and typed values from the wire.
 
-The gateway writes a row as one JSON object (`pep/runtime/encode.py`): a double always with a
+The gateway writes a row as one JSON object (`pep/runtime/base/encode.py`): a double always with a
 fraction or an exponent (`1.0`, `3e+20`), so JSON gives a float; a long as an integer, which
 Python's `json` reads exactly, whatever its size; booleans and null as JSON has them; a
 timestamp as text, `YYYY-MM-DDTHH:MM:SS.ffffffZ` (UTC, six fractional digits). So JSON alone
@@ -9,7 +9,7 @@ types every value but the timestamps, which only the schema tells from strings.
 The gateway's answer to `POST /requests` (and a handle's description) carries the plan, not the
 types of its outputs. The schema is therefore derived here from the plan and the types of the
 stream's attributes (`GET /streams/<name>`), by the rules the gateway's runtime follows
-(`pep/core/outputs.py`, `pep/runtime/windows.py`, `pep/runtime/noise.py`):
+(`pep/core/outputs.py`, `pep/runtime/windows/pane_windows.py`, `pep/runtime/windows/noise.py`):
 - a plain plan outputs its projection, each attribute with its type (a label as its text; a
   hashed attribute as text, every other mask keeps the type);
 - a windowed one `window_start` and `window_end` (tuple windows: the indices of the first and

@@ -27,7 +27,7 @@ This module is pure: the vocabulary, its order, the view a consumer gets (`view_
 merge of the policy's masks with the consumer's own (`plan_masks`, called from
 `pep.core.merge`), what the NR/PR analysis may infer about a raw value from a comparison on its
 masked value, and the SQL-like text. The runtime computes masks as Spark column expressions
-(`pep.runtime.masks`).
+(`pep.runtime.privacy.masks`).
 
 The parts, one module each: `vocabulary` (the kinds, their parameters and types, the text),
 `order` (which is coarser, composing, the consumer's view), `merging` (with a consumer's own

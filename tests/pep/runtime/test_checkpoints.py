@@ -11,7 +11,7 @@ import threading
 import time
 
 from pep.core.plan import ExecutionPlan, Field, SourceSpec, StreamDefinition, StreamSchema
-from pep.runtime.checkpoints import Retention
+from pep.runtime.sources.checkpoints import Retention
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SCHEMA = StreamSchema((Field("n", "long"), Field("v", "double")))
@@ -229,8 +229,8 @@ def test_a_batch_that_starts_while_its_query_stops_ends_it_quietly(spark, tmp_pa
         write_jsonl(tmp_path / "ck", "a.json", recs(0, 3))
         assert wait_until(lambda: len(a.rows) >= 3)
         executor = rt._executors["ck"]
-        query = executor._query
-        executor._pausing = True  # what restart() and stop() set first: a stop has begun
+        query = executor.lifecycle._query
+        executor.lifecycle._pausing = True  # what restart() and stop() set first: a stop has begun
         with caplog.at_level(logging.INFO):
             write_jsonl(tmp_path / "ck", "b.json", recs(3, 6))  # its batch starts paused
             assert wait_until(lambda: query.status["isTriggerActive"]
@@ -270,7 +270,7 @@ def test_late_micro_batches_are_logged_as_one_repeating_warning(spark, tmp_path,
         for i in range(3):
             write_jsonl(tmp_path / "ck", f"{i}.json", recs(i, i + 1))
             assert wait_until(lambda: len(a.rows) >= i + 1)
-        assert wait_until(lambda: len(rt._executors["ck"]._query.recentProgress) >= 3)
+        assert wait_until(lambda: len(rt._executors["ck"].lifecycle._query.recentProgress) >= 3)
         with caplog.at_level(logging.WARNING, logger="pep.runtime.lateness"):
             logged = rt.check_lateness()
             assert logged >= 3

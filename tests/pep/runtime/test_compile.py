@@ -1,9 +1,9 @@
 """Plan compilation to data rows (pure Python, no Spark)."""
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, StreamSchema, WindowSpec)
-from pep.runtime.compile import (EQUAL, GREATER, INTEGER_KIND, LESS, NUMERIC_KIND, STRING_KIND,
-                                 PlanError, compile_plan)
+from pep.core.plan import Aggregate, ExecutionPlan, Field, Predicate, StreamSchema, WindowSpec
+from pep.runtime.plans.compile import (EQUAL, GREATER, INTEGER_KIND, LESS, NUMERIC_KIND,
+                                       STRING_KIND, PlanError, compile_plan)
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("n", "long"),
                        Field("station", "string"), Field("ok", "boolean")))

@@ -26,7 +26,7 @@ from pep.core.conditions import parse_condition
 from pep.core.exact import iso_from_micros, micros_from_iso
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, SourceSpec, StreamDefinition,
                            StreamSchema, WindowSpec)
-from pep.runtime.compile import compile_plan
+from pep.runtime.plans.compile import compile_plan
 
 SCHEMA = StreamSchema((Field("k", "long"), Field("n", "long"), Field("t", "timestamp"),
                        Field("x", "double")))
@@ -137,7 +137,7 @@ def run_plans(spark, frame, plans: list[ExecutionPlan], tuple_pane_min: int = 8
               ) -> list[set[int]]:
     """One micro-batch of a fresh executor with these plans; each plan's delivered k values
     (a window plan's from its windows of one tuple: `max_k`)."""
-    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.query.executor import StreamExecutor
     work = Path(tempfile.mkdtemp(prefix="xsg-exact-"))
     sd = StreamDefinition("exact", "o", SCHEMA, SourceSpec("ingest", (("path", str(work)),)),
                           time_attribute="t")
@@ -146,7 +146,7 @@ def run_plans(spark, frame, plans: list[ExecutionPlan], tuple_pane_min: int = 8
     for i, plan in enumerate(plans):
         ex.add_handle(f"h{i}", compile_plan(plan, SCHEMA, "t"),
                       lambda batch, i=i: got[i].extend(json.loads(t) for t in batch.rows) or True)
-    ex._on_batch(frame, 0)
+    ex.lifecycle.on_batch(frame, 0)
     ex.wait_delivered()
     out = []
     for plan, rows in zip(plans, got):
@@ -175,8 +175,8 @@ def test_rows_through_the_runtime_equal_pythons_filter(spark, frame, cases):
                 for dnf in cases[:2]]
     got = run_plans(spark, frame, plans + windowed, tuple_pane_min=1)
     assert got == want + want[:2]
-    # a join's side filter (plain Column expressions, pep/runtime/joins.py)
-    from pep.runtime.join_frames import filter_column
+    # a join's side filter (plain Column expressions, pep/runtime/joins/runtime.py)
+    from pep.runtime.joins.frames import filter_column
     sd = StreamDefinition("exact", "o", SCHEMA, SourceSpec("ingest", (("path", "/none"),)), "t")
     for plan, expected in zip(plans[:2], want[:2]):
         column = filter_column(plan.filter_dnf, sd)

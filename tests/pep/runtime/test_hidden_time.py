@@ -1,6 +1,6 @@
 """Tuples a consumer's policy hides move no time (issue 21, part 1), on real Spark.
 
-A stream's tuples go through the shared per-stream micro-batch job (`StreamExecutor._on_batch`,
+A stream's tuples go through the shared per-stream micro-batch job (`QueryLifecycle.on_batch`,
 the same code path as the running query, fed with static batches); some of them are hidden by
 the consumer's policy (another station, a higher level, no station or level at all) and carry
 any timestamps: far in the future, far in the past, among the visible ones, none. For every
@@ -28,9 +28,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema, WindowSpec)
-from pep.runtime.compile import compile_plan
+from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
+                           StreamSchema, WindowSpec)
+from pep.runtime.plans.compile import compile_plan
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"),
                        Field("station", "string"), Field("level", "long")))
@@ -200,7 +200,7 @@ class Stream:
 
 def run(spark, tmp_path, stream: Stream, lateness: float) -> dict[str, dict[int, list[str]]]:
     """Every plan's deliveries, per index of the visible batch they came with."""
-    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.query.executor import StreamExecutor
     sd = StreamDefinition("x", "o", SCHEMA, SourceSpec("ingest", (("path", str(tmp_path)),)),
                           time_attribute="ts")
     ex = StreamExecutor(spark, sd, tmp_path / "work", 0.25, 2, lateness, lambda h: None,
@@ -224,7 +224,7 @@ def run(spark, tmp_path, stream: Stream, lateness: float) -> dict[str, dict[int,
         frame = spark.createDataFrame(
             [tuple(r[c] for c in ("ts", "temp", "station", "level", "_xsg_seq")) + (None,)
              for r in recs], SPARK_SCHEMA)
-        ex._on_batch(frame, i)
+        ex.lifecycle.on_batch(frame, i)
         ex.wait_delivered()
         if visible == 0:
             attach(LATE)
@@ -369,7 +369,7 @@ def test_event_state_moves_only_with_tuples_that_meet_its_condition(spark, tmp_p
     """The owner's event reads every tuple of the stream (its condition is the owner's
     declassification), but only through its condition: tuples that do not meet it change
     nothing, and neither does any tuple's timestamp (holds run on the gateway's clock)."""
-    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.query.executor import StreamExecutor
     from pep.streams.events import StreamEvents
 
     sd = StreamDefinition("x", "o", SCHEMA, SourceSpec("ingest", (("path", str(tmp_path)),)),
@@ -390,7 +390,7 @@ def test_event_state_moves_only_with_tuples_that_meet_its_condition(spark, tmp_p
                 frame = spark.createDataFrame(
                     [tuple(r[c] for c in ("ts", "temp", "station", "level", "_xsg_seq"))
                      + (None,) for r in recs], SPARK_SCHEMA)
-                ex._on_batch(frame, i)
+                ex.lifecycle.on_batch(frame, i)
                 ex.wait_delivered()
                 events.tick()
                 seen.append((events.version, events.environment(sd.name)))
@@ -412,7 +412,7 @@ def test_event_state_moves_only_with_tuples_that_meet_its_condition(spark, tmp_p
 
 
 # ---------------------------------------------------------------------------------------------
-# Joins: each side's watermark is taken after its policy filter (pep/runtime/joins.py)
+# Joins: each side's watermark is taken after its policy filter (pep/runtime/joins/runtime.py)
 # ---------------------------------------------------------------------------------------------
 
 J0 = 1_740_000_000  # a multiple of 10: windows are aligned to the epoch
@@ -440,7 +440,7 @@ def run_join(spark, directory, batches: list[tuple[list[dict], list[dict]]]) -> 
 
     from pyspark.sql import functions as F
 
-    from pep.runtime.join_frames import joined_frame
+    from pep.runtime.joins.frames import joined_frame
     from tests.pep.runtime.support import write_jsonl
 
     left = StreamDefinition("st", "t", LEFT_SCHEMA, SourceSpec(
@@ -570,7 +570,7 @@ def test_numeric_times_that_are_no_time_move_nothing(spark, tmp_path):
     """A numeric time attribute holding NaN, an infinity or a value beyond 2^53 seconds is no
     time: such a tuple joins no window and moves no plan's clock, whether a policy hides it or
     not, and the micro-batch does not fail on it (ANSI floor() overflows on such values)."""
-    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.query.executor import StreamExecutor
 
     schema = StreamSchema((Field("tn", "double"), Field("temp", "double"),
                            Field("station", "string")))
@@ -595,7 +595,7 @@ def test_numeric_times_that_are_no_time_move_nothing(spark, tmp_path):
             for rec in batch:
                 seq += 1
                 rows.append(rec + (seq, None))
-            ex._on_batch(spark.createDataFrame(
+            ex.lifecycle.on_batch(spark.createDataFrame(
                 rows, "tn double, temp double, station string, _xsg_seq long, _xsg_file string"),
                 i)
             ex.wait_delivered()

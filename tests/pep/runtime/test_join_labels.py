@@ -1,5 +1,5 @@
-"""Security labels in joins on Spark (pep/runtime/joins.py): a windowed side's `lub` and label
-bound, and a joined row's `label`, over random lattices against brute force (pep.core.labels).
+"""Security labels in joins on Spark (pep/runtime/joins/runtime.py): a windowed side's `lub` and
+label bound, and a joined row's `label`, over random lattices against brute force (pep.core.labels).
 
 The static cases run the join's very expressions (`side_frame`, `joined_frame`) over static
 DataFrames of the sources' shape: quick, so several random lattices, labels, bounds and sessions
@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import pytest
 
+from pep.core.graph import QueryGraph, Source
 from pep.core.join import JoinSide, build_join
 from pep.core.labels import Label, Lattice, lub
-from pep.core.graph import QueryGraph, Source
 from pep.core.merge import merge
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,
                            StreamDefinition, StreamSchema, WindowSpec)
@@ -138,7 +138,7 @@ def collect(df, outputs) -> list[dict]:
 @pytest.mark.timeout(240)
 def test_side_windows_are_dropped_exactly_when_the_bound_does_not_dominate_their_lub(
         spark, tmp_path):
-    from pep.runtime.join_frames import side_frame
+    from pep.runtime.joins.frames import side_frame
     for seed in range(3):
         rng = random.Random(2700 + seed)
         lattice = random_lattice(rng)
@@ -162,7 +162,7 @@ def test_side_windows_are_dropped_exactly_when_the_bound_does_not_dominate_their
 @pytest.mark.timeout(240)
 def test_a_joined_rows_label_is_the_lub_of_its_sides_and_never_above_the_session(
         spark, tmp_path):
-    from pep.runtime.join_frames import joined_frame
+    from pep.runtime.joins.frames import joined_frame
     checked = 0
     for seed in range(4):
         rng = random.Random(9100 + seed)
@@ -223,7 +223,7 @@ def test_the_join_labels_its_rows_only_over_one_lattice(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_a_streaming_join_of_labelled_sides_matches_brute_force(spark, tmp_path):
-    from pep.runtime.joins import JoinRuntime
+    from pep.runtime.joins.runtime import JoinRuntime
     rng = random.Random(31)
     lattice = Lattice(("U", "C", "S", "TS"), ("nuclear", "crypto", "army"))
     left_def, right_def = definitions(tmp_path, lattice, lattice)

@@ -1,5 +1,5 @@
-"""The join runtime (pep/runtime/joins.py) on Spark: a time-windowed side joined on its window
-outputs, checked against brute force; identical joins share one query; detach stops it.
+"""The join runtime (pep/runtime/joins/runtime.py) on Spark: a time-windowed side joined on its
+window outputs, checked against brute force; identical joins share one query; detach stops it.
 
 Left: `st(t, station, rainrate)`, its side filtered (rainrate > 1) and windowed (10 s tumbling
 windows per station, at least 2 tuples, avg / firstval / count of rainrate). Right: `sh(ts, area,
@@ -92,7 +92,7 @@ def _key(row: dict) -> tuple:
 
 @pytest.fixture
 def joins(spark, tmp_path):
-    from pep.runtime.joins import JoinRuntime
+    from pep.runtime.joins.runtime import JoinRuntime
     rt = JoinRuntime(spark, tmp_path / "work", trigger_interval=0.25, lateness=LATENESS)
     yield rt
     rt.stop()
@@ -136,7 +136,7 @@ def test_a_sides_spatial_filter_matches_the_reference_semantics(spark):
     import random
 
     from pep.core.plan import SpatialPredicate
-    from pep.runtime.join_frames import JoinPlanError, filter_column
+    from pep.runtime.joins.frames import JoinPlanError, filter_column
 
     schema = StreamSchema((Field("id", "long"), Field("lat", "double"), Field("lon", "double")))
     definition = StreamDefinition("pos", "t", schema, SourceSpec("ingest"))

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pep.runtime.jvm_steps import JvmSteps
+from pep.runtime.base.jvm_steps import JvmSteps
 
 SCHEMA = T.StructType([T.StructField("ts", T.TimestampType()), T.StructField("v", T.LongType()),
                        T.StructField("s", T.StringType())])
@@ -103,7 +103,7 @@ def test_foreach_batch_keeps_the_query_session_for_every_batch(spark, tmp_path):
     lets it skip PySpark's per-batch wrapping), and the batches are the query's own rows."""
     import threading
 
-    from pep.runtime.jvm_steps import foreach_batch
+    from pep.runtime.base.jvm_steps import foreach_batch
     seen: list[tuple[int, int, bool]] = []
     done = threading.Event()
 

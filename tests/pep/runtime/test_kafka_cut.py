@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema, WindowSpec)
-from pep.runtime.compile import PlanError, compile_plan
+from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
+                           StreamSchema, WindowSpec)
+from pep.runtime.plans.compile import PlanError, compile_plan
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("k", "long"), Field("v", "double")))
 SPARK_SCHEMA = "ts timestamp, k long, v double, _xsg_seq long, _xsg_file string"
@@ -47,7 +47,7 @@ def admitted(cut: tuple[int, ...] | None, v_min: float = -1.0) -> list[int]:
 
 
 def run(spark, frame, plans: list[ExecutionPlan]) -> list[list[dict]]:
-    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.query.executor import StreamExecutor
     work = Path(tempfile.mkdtemp(prefix="xsg-kcut-"))
     ex = StreamExecutor(spark, stream(), work, 0.25, 2, 0.0, lambda h: None)
     got: list[list[dict]] = [[] for _ in plans]
@@ -55,7 +55,7 @@ def run(spark, frame, plans: list[ExecutionPlan]) -> list[list[dict]]:
         ex.add_handle(f"h{i}", compile_plan(plan, SCHEMA, "ts"),
                       lambda batch, i=i: got[i].extend(json.loads(t) for t in batch.rows)
                       or True)
-    ex._on_batch(frame, 0)
+    ex.lifecycle.on_batch(frame, 0)
     ex.wait_delivered()
     return got
 
@@ -108,7 +108,7 @@ def test_the_plan_table_and_the_panes_job_admit_only_records_at_or_after_the_cut
 
 
 def test_a_join_side_admits_only_records_at_or_after_the_cut(spark, frame):
-    from pep.runtime.join_frames import side_frame
+    from pep.runtime.joins.frames import side_frame
     cut = (5, 1, 0, 7)
     plan = replace(plain(cut), projection=("ts", "k"))
     side, _ = side_frame(spark, stream(), plan, "ts", "l", 10.0, 2, source=frame)
@@ -135,7 +135,7 @@ def test_a_new_kafka_query_counts_its_batches_on_and_skips_no_batch_of_its_own(t
     query (its checkpoint dropped when its last handle left) counts on from the last one's; and
     the batch the last query's stop had delivered is forgotten, or the new query's batch of
     that number would be taken for a re-run and skipped."""
-    from pep.runtime.checkpoints import StreamCheckpoint
+    from pep.runtime.sources.checkpoints import StreamCheckpoint
     checkpoint = StreamCheckpoint.for_stream(tmp_path, stream())
     assert checkpoint.prepare() is True and checkpoint.batch_base() == 0
     checkpoint.mark_running()

@@ -1,5 +1,5 @@
-"""Security labels on Spark (pep/runtime/labels.py): random lattices, random labelled tuples and
-random dominance filters, in the shared query's plan table and in the few-plans Columns, against
+"""Security labels on Spark (pep/runtime/privacy/labels.py): random lattices, random labelled tuples
+and random dominance filters, in the shared query's plan table and in the few-plans Columns, against
 a brute-force reading with pep.core.labels."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 import pytest
 
 from pep.core.labels import LABEL_MASKS, Lattice, holds, lub
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema, WindowSpec)
+from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
+                           StreamSchema, WindowSpec)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 

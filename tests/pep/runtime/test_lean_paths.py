@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                      StreamSchema, WindowSpec)
+                           StreamSchema, WindowSpec)
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("hum", "long"),
                        Field("station", "string"), Field("ok", "boolean")))
@@ -23,7 +23,7 @@ def definition(tmp_path, name="lean", kind="ingest"):
 
 
 def test_iso_text_matches_strftime_on_edge_values():
-    from pep.runtime.encode import ISO_TEXT, iso_text as _iso_text
+    from pep.runtime.base.encode import ISO_TEXT, iso_text as _iso_text
     micros = [0, -1, 1, 1_714_564_800_123_456, -62_135_596_800_000_000,
               253_402_300_799_999_999, None]
     column = pa.chunked_array([pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC"))])
@@ -34,7 +34,7 @@ def test_iso_text_matches_strftime_on_edge_values():
 
 
 def test_filter_expressions_are_built_once_per_schema(spark):
-    from pep.runtime.plan_expressions import filter_expressions
+    from pep.runtime.plans.plan_expressions import filter_expressions
     first = filter_expressions(SCHEMA)
     again = filter_expressions(StreamSchema(SCHEMA.fields))
     assert all(a is b for a, b in zip(first, again))
@@ -43,7 +43,7 @@ def test_filter_expressions_are_built_once_per_schema(spark):
 
 
 def test_source_frame_reused_but_checks_still_run(spark, tmp_path):
-    from pep.runtime.sources import SourceError, build_source
+    from pep.runtime.sources.frames import SourceError, build_source
     sd = definition(tmp_path)
     frame = build_source(spark, sd, 7)
     assert build_source(spark, sd, 7) is frame
@@ -57,10 +57,10 @@ def test_source_frame_reused_but_checks_still_run(spark, tmp_path):
 
 
 def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
-    from pep.runtime.compile import compile_plan
-    from pep.runtime.columns import PIDS_COLUMN
-    from pep.runtime.executor import StreamExecutor
-    from pep.runtime.sources import SEQ_COLUMN
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.query.executor import StreamExecutor
+    from pep.runtime.sources.frames import SEQ_COLUMN
     ex = StreamExecutor(spark, definition(tmp_path), tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
         [(datetime.fromtimestamp(i, timezone.utc), i * 1.5, i, f"s{i % 3}", i % 2 == 0, i, None)
@@ -70,16 +70,16 @@ def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
 
     def attach(handle, plan):
         ex.add_handle(handle, compile_plan(plan, SCHEMA, "ts"), lambda rows: True)
-        plans, version = ex._current()
-        shape = ex._shape_of(plans, version)
-        _, scalar = ex._plan_table(plans, version, shape)
+        plans, version = ex.registry.current()
+        shape = ex.table.shape_of(plans, version)
+        _, scalar = ex.table.plan_table(plans, version, shape)
         return shape, scalar
 
     # filters on `station` and `ok` but projects `hum`: the filter reads them in Spark only,
     # and only the tuples that pass come back
     shape, scalar = attach("a", ExecutionPlan(
         "lean", ((Predicate("station", "=", "s1"), Predicate("ok", "=", True)),), ("hum",)))
-    arrow = ex.rows_frame(batch, scalar, shape).toArrow()
+    arrow = ex.rows.rows_frame(batch, scalar, shape).toArrow()
     assert arrow.column_names == ["hum", SEQ_COLUMN, PIDS_COLUMN]  # ingest: _xsg_seq orders
     assert arrow.column("hum").to_pylist() == [i for i in range(12) if i % 3 == 1 and i % 2 == 0]
     # a window with wide panes adds nothing to the rows: its tuples become panes in Spark
@@ -87,7 +87,7 @@ def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
         "lean", None, ("temp",), WindowSpec("tuple", 8, 8, (Aggregate("temp", "avg"),))))
     assert shape.plain_columns == ("hum",) and shape.tuple_windows
     assert shape.slots == (("d0", "d", frozenset({"c", "s"})),)
-    panes = ex.panes_frame(batch, scalar, shape).toArrow()
+    panes = ex.panes.panes_frame(batch, scalar, shape).toArrow()
     assert panes.num_rows == 2  # 12 tuples, panes of 8
     assert sorted(panes.column("rows").to_pylist()) == [4, 8]
     # a tuple window with narrow panes (here 2) reads its tuples from the rows
@@ -96,15 +96,15 @@ def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
     assert shape.plain_columns == ("hum", "ok")
     ex.remove_handle("a")
     ex.remove_handle("c")
-    plans, version = ex._current()
-    assert ex._shape_of(plans, version).plain_columns == ()
+    plans, version = ex.registry.current()
+    assert ex.table.shape_of(plans, version).plain_columns == ()
 
 
 def test_the_spatial_branch_is_in_the_filter_only_when_a_plan_needs_it(spark):
     """Spark evaluates the plan-table lambdas per row and plan without compiling them: the
     spatial branch (haversine, polygon) made 1,000 plain plans about 20 times slower."""
-    from pep.runtime.plan_expressions import matched_plans_column
-    from pep.runtime.plan_schema import ROW_KINDS
+    from pep.runtime.plans.plan_expressions import matched_plans_column
+    from pep.runtime.plans.plan_schema import ROW_KINDS
     plain = str(matched_plans_column(ROW_KINDS))
     spatial = str(matched_plans_column(ROW_KINDS, spatial=True))
     assert "ASIN" not in plain.upper() and "RADIANS" not in plain.upper()

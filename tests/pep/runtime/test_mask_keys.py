@@ -1,4 +1,4 @@
-"""The owners' hash keys on disk (pep/runtime/mask_keys.py): made once, kept, private."""
+"""The owners' hash keys on disk (pep/runtime/privacy/mask_keys.py): made once, kept, private."""
 from __future__ import annotations
 
 import hashlib
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from pep.runtime.mask_keys import KEY_BYTES, MaskKeys
+from pep.runtime.privacy.mask_keys import KEY_BYTES, MaskKeys
 
 
 def test_one_key_per_owner_made_once_kept_and_private(tmp_path):

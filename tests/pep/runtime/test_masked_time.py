@@ -12,7 +12,7 @@ The property, from the attacker's side: two raw histories that are identical aft
 same tuples, minutes, values and micro-batches; only the seconds differ) give the consumer the
 same output, JSON text by JSON text, micro-batch by micro-batch; and that output is the
 runtime's semantics computed from the masked tuples alone (`test_hidden_time.brute`). The
-stream's own micro-batch job runs (`StreamExecutor._on_batch` on static batches), for an
+stream's own micro-batch job runs (`QueryLifecycle.on_batch` on static batches), for an
 `ingest` stream (ordered by `_xsg_seq`) and a `files` one (no `_xsg_seq`: ordered by the time
 attribute, then file and position). A plan without the mask (the owner's) sees the seconds:
 its output differs between the two histories, so the comparison can tell them apart.
@@ -30,7 +30,7 @@ from pep.core.labels import Lattice
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, SourceSpec, StreamDefinition,
                            StreamSchema, WindowSpec)
 from pep.core.privacy import Bound, Budget, PrivacySpec
-from pep.runtime.compile import compile_plan
+from pep.runtime.plans.compile import compile_plan
 from tests.pep.runtime.test_hidden_time import brute, decoded
 
 LATTICE = Lattice(("U", "S"))
@@ -99,7 +99,7 @@ def numeric(time_type: str) -> tuple[StreamSchema, dict[str, ExecutionPlan]]:
 def run(spark, tmp_path, kind: str, batches: list[list[dict]], lateness: float,
         time_type: str = "timestamp") -> dict[str, dict[int, list[str]]]:
     """Every plan's deliveries (JSON texts) per micro-batch, through the stream's own job."""
-    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.query.executor import StreamExecutor
     options = (("path", str(tmp_path)),) if kind == "ingest" else (
         ("path", str(tmp_path)), ("format", "json"))
     schema, plans = (SCHEMA, PLANS) if time_type == "timestamp" else numeric(time_type)
@@ -130,7 +130,7 @@ def run(spark, tmp_path, kind: str, batches: list[list[dict]], lateness: float,
             # an ingest stream numbers its tuples; a files stream has no position: file, place
             rows.append((ts, rec["v"], rec["k"], rec["lvl"], seq if kind == "ingest" else None,
                          None if kind == "ingest" else f"file:/data/{i:04d}.json"))
-        ex._on_batch(spark.createDataFrame(rows, SPARK_SCHEMA.replace(
+        ex.lifecycle.on_batch(spark.createDataFrame(rows, SPARK_SCHEMA.replace(
             "ts timestamp", f"ts {time_type}")), i)
         ex.wait_delivered()
     return got
@@ -299,7 +299,7 @@ def run_join(spark, directory, batches: list[list[dict]]) -> list[tuple]:
 
     from pyspark.sql import functions as F
 
-    from pep.runtime.join_frames import joined_frame
+    from pep.runtime.joins.frames import joined_frame
     from tests.pep.runtime.support import write_jsonl
 
     left = StreamDefinition("clk", "o", StreamSchema(SCHEMA.fields[:2]), SourceSpec(

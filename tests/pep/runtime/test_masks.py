@@ -10,8 +10,8 @@ import re
 from datetime import datetime, timezone
 from decimal import ROUND_FLOOR, Decimal
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema, WindowSpec)
+from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
+                           StreamSchema, WindowSpec)
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("x", "double"), Field("n", "long"),
                        Field("s", "string")))
@@ -43,9 +43,9 @@ def plans(count: int) -> list[ExecutionPlan]:
 
 
 def test_masks_are_data_of_the_plan_table_and_rows_match_a_reference(spark, tmp_path):
-    from pep.runtime.compile import compile_plan
-    from pep.runtime.columns import PIDS_COLUMN
-    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.query.executor import StreamExecutor
     definition = StreamDefinition("m", "nea", SCHEMA, SourceSpec("ingest", (
         ("path", str(tmp_path / "m")),)), "ts")
     ex = StreamExecutor(spark, definition, tmp_path, 0.25, 2, 0.0, lambda h: None,
@@ -56,17 +56,17 @@ def test_masks_are_data_of_the_plan_table_and_rows_match_a_reference(spark, tmp_
                                           "_xsg_seq long, _xsg_file string")
 
     def run(count: int):
-        ex._plans.clear()
-        ex._plan_ids.clear()
-        ex._version += 1
+        ex.registry._plans.clear()
+        ex.registry._plan_ids.clear()
+        ex.registry._version += 1
         chosen = plans(count)
         for i, p in enumerate(chosen):
             ex.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
-        states, version = ex._current()
-        shape = ex._shape_of(states, version)
-        _, scalar = ex._plan_table(states, version, shape)
-        rows = ex.rows_frame(batch, scalar, shape)
-        panes = ex.panes_frame(batch, scalar, shape)
+        states, version = ex.registry.current()
+        shape = ex.table.shape_of(states, version)
+        _, scalar = ex.table.plan_table(states, version, shape)
+        rows = ex.rows.rows_frame(batch, scalar, shape)
+        panes = ex.panes.panes_frame(batch, scalar, shape)
         texts = []
         for frame in (rows, panes):
             text = frame._jdf.queryExecution().executedPlan().toString()

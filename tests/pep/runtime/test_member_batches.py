@@ -9,8 +9,8 @@ import random
 import numpy as np
 import pyarrow as pa
 
-from pep.runtime.pane_partials import NO_SEQ
-from pep.runtime.routing import _member_batches
+from pep.runtime.query.router import _member_batches
+from pep.runtime.windows.pane_partials import NO_SEQ
 
 
 def table(n: int, rng: random.Random) -> tuple[pa.Table, np.ndarray]:

@@ -9,8 +9,8 @@ session of the position lattice, with the attacker's own queries (finer windows 
 may read, a coarser one over the policy's), merged by pep.core. What a plan delivers is computed
 from the tuples its filter passes (the filter Spark's shared query applies, checked against the
 lattice on Spark in test_labels.py) by the runtime's own driver code for windows
-(`pep.runtime.windows`, fed as routing feeds it: a batch's partials, then the plan's own
-watermark). A brute force of the MLS DSMS paper's answer (windows over the tuples the session
+(`pep.runtime.windows.pane_windows`, fed as routing feeds it: a batch's partials, then the plan's
+own watermark). A brute force of the MLS DSMS paper's answer (windows over the tuples the session
 dominates) checks that this reference computes windows at all. The same over HTTP on Spark:
 tests/e2e/test_mls_labels.py.
 
@@ -36,9 +36,9 @@ from pep.core.conditions.evaluation import evaluate
 from pep.core.conditions.syntax import Comparison
 from pep.core.labels import Label, lub
 from pep.core.plan import ExecutionPlan, StreamSchema
-from pep.runtime.compile import compile_plan
-from pep.runtime.window_reference import TupleWindows, partials_from_rows
-from pep.runtime.windows import PaneWindows
+from pep.runtime.plans.compile import compile_plan
+from pep.runtime.windows.pane_windows import PaneWindows
+from pep.runtime.windows.window_reference import TupleWindows, partials_from_rows
 from pep.streams.definition import parse_schema
 
 POLICIES = Path(__file__).resolve().parents[3] / "policies"

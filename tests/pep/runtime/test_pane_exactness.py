@@ -10,10 +10,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema, WindowSpec)
+from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
+                           StreamSchema, WindowSpec)
 from pep.core.rows import RowBatch
-from pep.runtime.compile import compile_plan
+from pep.runtime.plans.compile import compile_plan
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("hum", "long"),
                        Field("station", "string"), Field("ok", "boolean")))
@@ -163,8 +163,8 @@ def sort_key(plan):
 def run(spark, tmp_path, batches, names=None, tuple_pane_min=None):
     """Feed `batches` through one executor's micro-batch function; tuple_pane_min 1: every
     keyless tuple window is aggregated per pane in Spark (else narrow panes travel as rows)."""
-    from pep.runtime.executor import StreamExecutor
-    from pep.runtime.executor_state import DEFAULT_TUPLE_PANE_MIN
+    from pep.runtime.query.executor import StreamExecutor
+    from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN
     sd = StreamDefinition("x", "o", SCHEMA, SourceSpec("ingest", (("path", str(tmp_path)),)),
                           time_attribute="ts")
     ex = StreamExecutor(spark, sd, tmp_path / "work", 0.25, 2, 0.0, lambda h: None,
@@ -179,7 +179,7 @@ def run(spark, tmp_path, batches, names=None, tuple_pane_min=None):
         frame = spark.createDataFrame([tuple(r[c] for c in
                                              ("ts", "temp", "hum", "station", "ok", "_xsg_seq"))
                                        + (None,) for r in recs], SPARK_SCHEMA)
-        ex._on_batch(frame, i)
+        ex.lifecycle.on_batch(frame, i)
         ex.wait_delivered()
     return ex, got
 
@@ -210,7 +210,7 @@ def check(got, recs):
 def test_one_batch_matches_brute_force(spark, tmp_path, tuple_pane_min):
     recs = records(40)
     ex, got = run(spark, tmp_path, [recs], tuple_pane_min=tuple_pane_min)
-    plans, _ = ex._current()
+    plans, _ = ex.registry.current()
     rows = {s.compiled.key: s.rows for s in plans}
     assert rows[PLANS["tuple-wide-step"].key()] == (tuple_pane_min is None)
     check(got, recs)
@@ -239,7 +239,7 @@ def test_one_tuple_panes_come_back_as_values(spark, tmp_path):
     for cut in (0, 7, 30):
         ex, got = run(spark, tmp_path / f"c{cut}", [recs[:cut], recs[cut:]], names,
                       tuple_pane_min=1)
-        plans, version = ex._current()
-        assert ex._shape_of(plans, version).raw
+        plans, version = ex.registry.current()
+        assert ex.table.shape_of(plans, version).raw
         check(got, recs)
         assert all(got[n] for n in names)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import random
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema, UnionPlan, WindowSpec)
-from pep.runtime.compile import compile_plan, compile_union
-from pep.runtime.executor import StreamExecutor
+from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
+                           StreamSchema, UnionPlan, WindowSpec)
+from pep.runtime.plans.compile import compile_plan, compile_union
+from pep.runtime.query.executor import StreamExecutor
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("hum", "long")))
 
@@ -26,8 +26,8 @@ def _plans() -> list:
 
 
 def _fresh(ex: StreamExecutor) -> tuple[list[int], list[int], list[int], bool, list]:
-    with ex._lock:
-        used = [s for s in ex._plans.values() if s.used]
+    with ex.registry._lock:
+        used = [s for s in ex.registry._plans.values() if s.used]
     return ([s.id for s in used],
             [s.id for s in used if s.rows and not s.compiled.passes_nothing],
             [s.id for s in used if not s.rows],
@@ -54,8 +54,8 @@ def test_plan_sets_follow_attaches_and_detaches(tmp_path):
             ex.add_handle(hid, union if rnd.random() < 0.15 else rnd.choice(compiled),
                           lambda rows: True)
             attached.append(hid)
-        sets = ex._plan_sets()
-        assert ex._plan_sets() is sets  # the same version: not built again
+        sets = ex.registry.plan_sets()
+        assert ex.registry.plan_sets() is sets  # the same version: not built again
         built += sets is not last
         last = sets
         ids, plain, windowed, keeps, anchored = _fresh(ex)
@@ -64,5 +64,5 @@ def test_plan_sets_follow_attaches_and_detaches(tmp_path):
         assert [s.id for s in sets.windowed] == windowed
         assert sets.keeps_windows == keeps
         assert sets.anchored == anchored
-        assert ex._current() == (sets.plans, sets.version)
+        assert ex.registry.current() == (sets.plans, sets.version)
     assert built < 300  # a handle on a plan already attached makes no new version

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pep.core.plan import Aggregate, ExecutionPlan, WindowSpec
 from pep.core.privacy import Bound, Budget, PrivacySpec
 from pep.core.schemas import WEATHER_SCHEMA
-from pep.runtime.compile import compile_plan
-from pep.runtime.window_reference import TupleWindows
+from pep.runtime.plans.compile import compile_plan
+from pep.runtime.windows.window_reference import TupleWindows
 
 N = 400
 VALUES = [float((7 * i + i // 5) % 11) for i in range(N)]  # integers 0..10

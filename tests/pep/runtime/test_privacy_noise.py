@@ -20,10 +20,10 @@ import pytest
 from pep.core.plan import Aggregate, ExecutionPlan, WindowSpec
 from pep.core.privacy import Bound, Budget, PrivacySpec
 from pep.core.schemas import WEATHER_SCHEMA
-from pep.runtime.compile import compile_plan
-from pep.runtime.noise import mechanism_of
-from pep.runtime.pane_partials import NO_SEQ, empty_partials
-from pep.runtime.windows import PaneWindows
+from pep.runtime.plans.compile import compile_plan
+from pep.runtime.windows.noise import mechanism_of
+from pep.runtime.windows.pane_partials import NO_SEQ, empty_partials
+from pep.runtime.windows.pane_windows import PaneWindows
 
 N = 20_000
 FAILURE = 1e-6

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from pep.runtime.route_worker import RouteWorker, RoutingFailed
+from pep.runtime.query.route_worker import RouteWorker, RoutingFailed
 
 
 def worker(errors: list | None = None) -> RouteWorker:

@@ -43,3 +43,15 @@ def test_a_cluster_master_and_an_operators_choice_are_left_alone() -> None:
     own = session_conf({UDS_DIR: "/run/xsg"})
     conf = local_python_sockets(own, "local[*]")
     assert conf[UDS_DIR] == "/run/xsg" and conf[UDS_ENABLED] == "true"
+
+
+def test_the_kafka_connectors_cache_is_the_checkouts() -> None:
+    """`make install` fetches the connector's jars into the checkout's `.cache/kafka`; the
+    module that finds them sits two packages down (pep/runtime/sources), and looks there."""
+    from pathlib import Path
+
+    from pep.runtime.sources.kafka_connector import KAFKA_CACHE
+
+    checkout = Path(__file__).resolve().parents[3]
+    if not os.environ.get("XSG_KAFKA_CACHE"):
+        assert KAFKA_CACHE == checkout / ".cache" / "kafka"

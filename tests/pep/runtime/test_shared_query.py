@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                      StreamSchema, WindowSpec)
+                           StreamSchema, WindowSpec)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("hum", "long"),
@@ -231,9 +231,9 @@ def test_attach_detach_share_one_query_and_last_detach_stops_it(runtime, spark, 
 
 
 def test_physical_plan_does_not_grow_with_handles_and_constants_are_data(spark, tmp_path):
-    from pep.runtime.compile import compile_plan
-    from pep.runtime.columns import PIDS_COLUMN
-    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.query.executor import StreamExecutor
     sd = stream(tmp_path, "static")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -243,9 +243,9 @@ def test_physical_plan_does_not_grow_with_handles_and_constants_are_data(spark, 
         "_xsg_file string")
 
     def run(n_handles):
-        ex._plans.clear()
-        ex._plan_ids.clear()
-        ex._version += 1
+        ex.registry._plans.clear()
+        ex.registry._plan_ids.clear()
+        ex.registry._version += 1
         plans = [ExecutionPlan("static", ((Predicate("station", "=", HOSTILE),),), ("hum",))]
         plans += [ExecutionPlan("static", ((Predicate("temp", ">", float(i)),
                                             Predicate("station", "!=", f"s{i % 3}")),), ("hum",))
@@ -257,11 +257,11 @@ def test_physical_plan_does_not_grow_with_handles_and_constants_are_data(spark, 
                   for i in range(n_handles + 3)]  # both kinds, with and without keys
         for i, p in enumerate(plans):
             ex.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
-        states, version = ex._current()
-        shape = ex._shape_of(states, version)
-        _, scalar = ex._plan_table(states, version, shape)
-        rows = ex.rows_frame(batch, scalar, shape)
-        panes = ex.panes_frame(batch, scalar, shape)
+        states, version = ex.registry.current()
+        shape = ex.table.shape_of(states, version)
+        _, scalar = ex.table.plan_table(states, version, shape)
+        rows = ex.rows.rows_frame(batch, scalar, shape)
+        panes = ex.panes.panes_frame(batch, scalar, shape)
         texts = []
         for frame in (rows, panes):
             text = frame._jdf.queryExecution().executedPlan().toString()
@@ -290,10 +290,10 @@ def test_a_few_plans_compiled_agree_with_the_plan_table(spark, tmp_path):
     gives it: nulls, NaN, a hostile string, booleans, timestamps, OR of ANDs, start positions."""
     from dataclasses import replace
 
-    from pep.runtime.compile import compile_plan
-    from pep.runtime.columns import PIDS_COLUMN
-    from pep.runtime.executor import StreamExecutor
-    from pep.runtime.plan_expressions import few_plans_column
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.query.executor import StreamExecutor
+    from pep.runtime.plans.plan_expressions import few_plans_column
     sd = stream(tmp_path, "few")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -316,12 +316,12 @@ def test_a_few_plans_compiled_agree_with_the_plan_table(spark, tmp_path):
     ]
     for i, p in enumerate(plans):
         ex.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
-    states, version = ex._current()
-    shape = ex._shape_of(states, version)
-    _, scalar = ex._plan_table(states, version, shape)
+    states, version = ex.registry.current()
+    shape = ex.table.shape_of(states, version)
+    _, scalar = ex.table.plan_table(states, version, shape)
     few = few_plans_column([(s.id, s.compiled) for s in states], sd.schema)
-    generic = ex.rows_frame(batch, scalar, shape).toArrow().to_pylist()
-    compiled = ex.rows_frame(batch, scalar, shape, few).toArrow().to_pylist()
+    generic = ex.rows.rows_frame(batch, scalar, shape).toArrow().to_pylist()
+    compiled = ex.rows.rows_frame(batch, scalar, shape, few).toArrow().to_pylist()
     assert len(generic) > 10
     assert [(r["hum"], sorted(r[PIDS_COLUMN])) for r in compiled] == \
         [(r["hum"], sorted(r[PIDS_COLUMN])) for r in generic]
@@ -334,15 +334,15 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     positions, shapes shared by plans with other constants and operators."""
     from dataclasses import replace
 
-    from pep.runtime.compile import compile_plan
-    from pep.runtime.batch_frames import split_figures
-    from pep.runtime.columns import BITS_COLUMN, PIDS_COLUMN
-    from pep.runtime.executor import StreamExecutor
-    from pep.runtime.plan_expressions import FEW_PLANS
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.query.rows_job import split_figures
+    from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN
+    from pep.runtime.query.executor import StreamExecutor
+    from pep.runtime.plans.plan_expressions import FEW_PLANS
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from pep.runtime.matcher import GroupedMatcher
+    from pep.runtime.plans.matcher import GroupedMatcher
     sd = stream(tmp_path, "many")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -372,15 +372,15 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
         ]
     for i, p in enumerate(plans):
         ex.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
-    states, version = ex._current()
+    states, version = ex.registry.current()
     assert len(states) > FEW_PLANS
-    shape = ex._shape_of(states, version)
-    grouped = ex._rows_matcher(ex._plan_sets(), shape)
+    shape = ex.table.shape_of(states, version)
+    grouped = ex.rows.matcher(ex.registry.plan_sets(), shape)
     assert isinstance(grouped, GroupedMatcher) and len(grouped.groups) < len(states)
-    _, scalar = ex._plan_table(states, version, shape)
-    generic = ex.rows_frame(batch, scalar, shape).toArrow().to_pylist()
+    _, scalar = ex.table.plan_table(states, version, shape)
+    generic = ex.rows.rows_frame(batch, scalar, shape).toArrow().to_pylist()
     expected = sorted((r["hum"], pid) for r in generic for pid in r[PIDS_COLUMN])
-    arrow = ex.values_frame(batch, shape, grouped).toArrow()
+    arrow = ex.rows.values_frame(batch, shape, grouped).toArrow()
     assert arrow.num_rows == 30  # every tuple once, whatever passes
     pids, rows = grouped.match(arrow, arrow.column("_xsg_seq").combine_chunks())
     hums = arrow.column("hum").to_pylist()
@@ -391,15 +391,15 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     assert len(runs) == len(set(runs))
     assert all(b < d for a, b, c, d in zip(pids, rows, pids[1:], rows[1:]) if a == c)
     # the executor asks no plan table of Spark when every plan is a grouped row plan
-    assert "_xsg_plans" not in ex.values_frame(batch, shape, grouped).columns
+    assert "_xsg_plans" not in ex.rows.values_frame(batch, shape, grouped).columns
 
     # on the workers (mapInArrow, several partitions and Arrow batches of 4 tuples): only the
     # tuples some plan admits come back, with rows_frame's columns and types, each with exactly
     # the plan table's plan ids; the values only the filters read do not
-    generic_frame = ex.rows_frame(batch, scalar, shape)
+    generic_frame = ex.rows.rows_frame(batch, scalar, shape)
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "4")
     try:
-        admitted = ex.admitted_frame(batch.repartition(3), shape, grouped)
+        admitted = ex.rows.admitted_frame(batch.repartition(3), shape, grouped)
         assert [(f.name, f.dataType.simpleString()) for f in admitted.schema][:-3] == \
             [(f.name, f.dataType.simpleString()) for f in generic_frame.schema][:-1]
         out, figures = split_figures(admitted.toArrow())
@@ -428,7 +428,8 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     only = GroupedMatcher.build([(7 + i, compile_plan(ExecutionPlan(
         "many", ((Predicate("hum", "=", 2 * i),),), ("hum",)), SCHEMA, "ts")) for i in range(6)])
     assert only is not None
-    few, figures = split_figures(ex.admitted_frame(batch.repartition(3), shape, only).toArrow())
+    few, figures = split_figures(ex.rows.admitted_frame(batch.repartition(3), shape, only)
+                                 .toArrow())
     assert figures == {"rows": 30, "seq": 29}
     pids, rows = only.pairs(few.column(BITS_COLUMN).combine_chunks())
     hums = few.column("hum").to_pylist()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 import time
 
+from pep.core import geo
 from pep.core.conditions import evaluate, spatial_from_predicate
 from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec, SpatialPredicate,
                            StreamDefinition, StreamSchema)
-from pep.core import geo
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SCHEMA = StreamSchema((Field("mmsi", "long"), Field("name", "string"), Field("lat", "double"),
@@ -154,9 +154,9 @@ def test_no_distance_to_without_a_known_anchor_and_the_plan_does_not_grow(runtim
 
 def test_spatial_constants_are_data_and_the_plan_does_not_grow(spark, tmp_path):
     import re
-    from pep.runtime.compile import compile_plan
-    from pep.runtime.columns import PIDS_COLUMN
-    from pep.runtime.executor import StreamExecutor
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.query.executor import StreamExecutor
     ex = StreamExecutor(spark, stream(tmp_path, "static"), tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
         [(i, f"s{i}", 1.0 + 0.01 * i, 103.5 + 0.02 * i, 1.0, i + 1, None) for i in range(30)],
@@ -164,9 +164,9 @@ def test_spatial_constants_are_data_and_the_plan_does_not_grow(spark, tmp_path):
         "_xsg_file string")
 
     def run(n: int, base: float):
-        ex._plans.clear()
-        ex._plan_ids.clear()
-        ex._version += 1
+        ex.registry._plans.clear()
+        ex.registry._plan_ids.clear()
+        ex.registry._version += 1
         plans = []
         for i in range(n):
             plans += [
@@ -180,11 +180,11 @@ def test_spatial_constants_are_data_and_the_plan_does_not_grow(spark, tmp_path):
                                                            (), "mmsi", 987654 + i),),), ("mmsi",))]
         for i, p in enumerate(plans):
             ex.add_handle(f"h{i}", compile_plan(p, SCHEMA), lambda rows: True)
-        ex._anchors.update(batch, [s.compiled for s in ex._current()[0]])
-        states, version = ex._current()
-        shape = ex._shape_of(states, version)
-        _, scalar = ex._plan_table(states, version, shape)
-        frame = ex.rows_frame(batch, scalar, shape)
+        ex.table.anchors.update(batch, [s.compiled for s in ex.registry.current()[0]])
+        states, version = ex.registry.current()
+        shape = ex.table.shape_of(states, version)
+        _, scalar = ex.table.plan_table(states, version, shape)
+        frame = ex.rows.rows_frame(batch, scalar, shape)
         text = frame._jdf.queryExecution().executedPlan().toString()
         ids = {s.compiled.key: s.id for s in states}
         return frame.toArrow().to_pylist(), re.sub(r"#\d+L?|plan_id=\d+|\[id=#?\d+\]|x_\d+", "#",

@@ -53,7 +53,7 @@ def test_added_attributes_restart_the_query_losing_and_repeating_nothing(spark, 
         rt.attach_handle("plain", old, ExecutionPlan("grow", None, ("n",)), plain)
         rt.attach_handle("windows", old, ExecutionPlan(
             "grow", None, ("n",), WindowSpec("tuple", 4, 4, (Aggregate("n", "sum"),))), windows)
-        run = lambda: str(rt._executors["grow"]._query.runId)  # noqa: E731 - the same id,
+        run = lambda: str(rt._executors["grow"].lifecycle._query.runId)  # noqa: E731 - the same id,
         first_run = run()                                       # a new run after a restart
 
         def produce() -> None:  # every record carries w; the old schema does not read it
@@ -85,7 +85,7 @@ def test_added_attributes_restart_the_query_losing_and_repeating_nothing(spark, 
         assert wide.rows and all(r["w"] == r["n"] * 10 for r in wide.rows)
         assert wide.rows[-1]["n"] == total - 1
         state = json.loads((tmp_path / "work" / "checkpoints" / "grow" / "state.json").read_text())
-        from pep.runtime.checkpoints import fingerprint
+        from pep.runtime.sources.checkpoints import fingerprint
         assert state["fingerprint"] == fingerprint(new) and state["state"] == "running"
     finally:
         rt.stop()

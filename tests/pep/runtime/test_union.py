@@ -1,5 +1,5 @@
-"""A union of grants on real Spark (pep/runtime/union.py): random unions of plain grants, each a
-filter and a projection, plus windowed grants, against a brute-force "some grant admits it"
+"""A union of grants on real Spark (pep/runtime/query/union.py): random unions of plain grants, each
+a filter and a projection, plus windowed grants, against a brute-force "some grant admits it"
 oracle: every tuple some plain member passes comes once, in stream order, with exactly the
 attributes of the members it passes; every windowed member's windows come tagged with its index.
 All unions run in one shared query beside an ordinary handle whose plan is also a member."""
@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Predicate, UnionPlan, WindowSpec)
+from pep.core.plan import Aggregate, ExecutionPlan, Predicate, UnionPlan, WindowSpec
 from pep.core.rows import RowBatch
-from pep.runtime.union import tag_rows
+from pep.runtime.query.union import tag_rows
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 from tests.pep.runtime.test_shared_query import (SCHEMA, assert_rows_equal, expected_rows,
                                                  expected_tuple_windows, make_records, passes,

@@ -4,8 +4,8 @@ import random
 from hypothesis import given, settings, strategies as st
 
 from pep.core.plan import Aggregate, ExecutionPlan, Field, StreamSchema, WindowSpec
-from pep.runtime.compile import compile_plan
-from pep.runtime.window_reference import TimeWindows, TupleWindows
+from pep.runtime.plans.compile import compile_plan
+from pep.runtime.windows.window_reference import TimeWindows, TupleWindows
 
 SCHEMA = StreamSchema((Field("t", "double"), Field("v", "double")))
 FUNCS = ("avg", "max", "min", "sum", "count", "firstval", "lastval")
@@ -115,8 +115,8 @@ import math  # noqa: E402
 from datetime import datetime, timedelta, timezone  # noqa: E402
 
 from pep.core.plan import Field as _F  # noqa: E402
-from pep.runtime.window_reference import partials_from_rows  # noqa: E402
-from pep.runtime.windows import PaneWindows  # noqa: E402
+from pep.runtime.windows.window_reference import partials_from_rows  # noqa: E402
+from pep.runtime.windows.pane_windows import PaneWindows  # noqa: E402
 
 WIDE = StreamSchema((_F("t", "double"), _F("d", "double"), _F("n", "long"), _F("s", "string"),
                      _F("b", "boolean"), _F("ts", "timestamp"), _F("k", "string")))

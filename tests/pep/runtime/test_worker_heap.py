@@ -9,11 +9,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from pep.runtime import batch_frames
-from pep.runtime.matcher import FROZEN_TASKS, freeze_worker_heap
+from pep.runtime.plans.matcher import FROZEN_TASKS, freeze_worker_heap
+from pep.runtime.query import rows_job
 
 
-assert batch_frames  # imported for its side effect: the matcher is pickled by value, as the
+assert rows_job  # imported for its side effect: the matcher is pickled by value, as the
 # runtime ships it to the workers
 
 
