@@ -93,6 +93,14 @@ class WindowRegistryLike(Protocol):
                 handle_id: str) -> Any: ...
 
 
+class PlacementLike(Protocol):
+    """Where a stream's handles are served, with several gateway processes (`pep.cluster`):
+    `claim(streams)` returns when this process serves them all (taking them when no live
+    process does), else raises (the request then goes to the process that does)."""
+
+    def claim(self, streams: Iterable[str]) -> None: ...
+
+
 class HandleService:
     """Opens, lists and ends handles; the only writer of handle state."""
 
@@ -121,6 +129,7 @@ class HandleService:
         self.join_runtime = join_runtime if join_runtime is not None else \
             cast(JoinRuntimePort, runtime)
         self._joins: set[str] = set()  # handles attached to the join runtime
+        self._join_streams: dict[str, tuple[str, str]] = {}  # their two streams
         self.windows = windows
         self.max_rows = max_rows
         self.max_bytes = max_bytes
@@ -145,6 +154,9 @@ class HandleService:
         # for them (`wait_for_attaches`) before it removes what a query would read or write.
         self._attaching: dict[str, tuple[str, ...]] = {}
         self._attached = threading.Condition(threading.Lock())
+        # several gateway processes on one store (`pep.cluster`): a handle is served by the
+        # process that serves its streams; None: this process serves every handle
+        self.placement: PlacementLike | None = None
 
     def add_listener(self, callback: Callable[[list[HandleRecord]], None]) -> None:
         self._listeners.append(callback)
@@ -167,6 +179,57 @@ class HandleService:
     def buffer(self, handle_id: str) -> HandleBuffer | None:
         with self.lock:
             return self._buffers.get(handle_id)
+
+    def locate(self, record: HandleRecord) -> HandleBuffer | None:
+        """The buffer of a live handle served here. With several processes, one served by
+        another raises the placement's answer (the request goes there), and one of streams no
+        live process serves is taken over first (`PlacementLike.claim`); None while it is
+        being resumed."""
+        buffer = self.buffer(record.id)
+        if buffer is None and self.placement is not None:
+            self.placement.claim(record.streams)
+            buffer = self.buffer(record.id)
+        return buffer
+
+    def served(self, records: Iterable[HandleRecord]) -> list[HandleRecord]:
+        """The records of handles this process serves: all of them but with several processes,
+        where another process decides its own handles again (`pep.cluster`)."""
+        if self.placement is None:
+            return list(records)
+        with self.lock:
+            buffers = self._buffers
+            return [r for r in records if r.id in buffers]
+
+    def let_go(self, streams: Iterable[str], reason: str) -> list[str]:
+        """Stop serving the handles of `streams` here without ending them: another gateway
+        process serves them from now on (this one lost its hold on the streams: `pep.cluster`).
+        Their readers get `shutdown` (they resume with Last-Event-ID, wherever they connect),
+        the streams' queries stop keeping their checkpoints' place (the next process continues
+        from there), and the handles stay live in the store. Returns the handles let go."""
+        names = set(streams)
+        with self.lock:
+            gone = [hid for hid, stream in self._buffer_streams.items() if stream in names]
+            gone += [hid for hid in self._joins if hid not in gone and hid in self._buffers
+                     and self._buffer_streams.get(hid) not in names
+                     and any(s in names for s in self._join_streams.get(hid, ()))]
+            for handle_id in gone:  # (their windows stay booked: the handles are live)
+                buffer = self._buffers.pop(handle_id, None)
+                if buffer is not None:
+                    buffer.close("shutdown", reason)
+                    self._forget_buffer(handle_id, buffer)
+            joins = [hid for hid in gone if hid in self._joins]
+            self._joins.difference_update(joins)
+        for name in sorted(names):
+            try:
+                self.runtime.drop_stream(name)
+            except Exception:  # noqa: BLE001 - its buffers are closed: nothing is delivered
+                log.exception("stopping the query of stream %s failed", name)
+        for handle_id in joins:
+            try:
+                self.join_runtime.detach(handle_id)
+            except Exception:  # noqa: BLE001
+                log.exception("join runtime detach failed for %s", handle_ref(handle_id))
+        return gone
 
     def kept_buffer(self, handle_id: str) -> HandleBuffer | None:
         """The closed buffer of a handle that ended keeping its rows (`end(keep_rows=True)`: a
@@ -231,6 +294,8 @@ class HandleService:
         StalePolicies (policies changed since `epoch`), NotFound (stream unknown) or
         Unavailable (the runtime refused)."""
         definitions = self._definitions(plan)
+        if self.placement is not None:  # raises unless this process serves the streams
+            self.placement.claim([d.name for d in definitions])
         stream = definitions[0]
         slots = tuple(d.name for d in definitions) if len(definitions) > 1 else stream.name
         key = plan.key()
@@ -411,6 +476,7 @@ class HandleService:
                     raise ValueError("a differentially private window cannot be joined")
                 with self.lock:
                     self._joins.add(handle_id)
+                    self._join_streams[handle_id] = (streams[0].name, streams[1].name)
                 self.join_runtime.attach_join(handle_id, (streams[0], streams[1]), plan,
                                               buffer.put)
             else:
@@ -447,8 +513,11 @@ class HandleService:
                                       spent)
 
     def resume(self, record: HandleRecord, policy_ids: Iterable[str] | None = None) -> bool:
-        """Re-attach a live handle after a restart; False (and the handle ended) if impossible."""
+        """Re-attach a live handle after a restart (or, with several processes, when this one
+        takes its streams over); False (and the handle ended) if impossible."""
         with self.lock:
+            if record.id in self._buffers:
+                return True  # served here already
             try:
                 plan = any_plan_from_json(record.plan_json)
             except (KeyError, TypeError, ValueError) as exc:
@@ -530,6 +599,8 @@ class HandleService:
         record = self.get_owned(handle_id, subject)
         if record is None:
             return None
+        if self.placement is not None and record.live:  # where its buffer and query are
+            self.placement.claim(record.streams)
         self._finish(handle_id, HandleState.RELEASED, "released by its owner")
         return self.store.get(handle_id)
 
@@ -576,7 +647,17 @@ class HandleService:
                         self._kept[handle_id] = (buffer, time.monotonic() + self.kept_for)
             changed = self.store.finish_many(endings, at=at)
             ended = [hid for hid, _, _ in endings if hid in changed or hid in closed]
-            for handle_id in ended:
+            release_many = getattr(self.windows, "release_many", None)
+            if release_many is not None and ended:  # the store's bookings: one statement
+                try:
+                    release_many(ended)
+                except Exception:  # noqa: BLE001 - an ended handle's booking counts no more
+                    log.exception("window registry release failed for %d handles",
+                                  len(ended))
+                ended_here: list[str] = []
+            else:
+                ended_here = ended
+            for handle_id in ended_here:
                 try:
                     self.windows.release(handle_id)
                 except Exception:  # noqa: BLE001 - the handle is ended whatever the registry says
@@ -617,6 +698,7 @@ class HandleService:
         with self.lock:
             join = handle_id in self._joins
             self._joins.discard(handle_id)
+            self._join_streams.pop(handle_id, None)
         try:
             (self.join_runtime if join else self.runtime).detach(handle_id)
         except Exception:  # noqa: BLE001 - the buffer is closed; nothing more is delivered
@@ -647,4 +729,4 @@ class HandleService:
             self._kept.clear()
 
 
-__all__ = ["HandleService", "StalePolicies", "WindowRegistryLike"]
+__all__ = ["HandleService", "PlacementLike", "StalePolicies", "WindowRegistryLike"]

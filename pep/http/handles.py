@@ -346,7 +346,8 @@ def read_handle(handle_id: str) -> Response:
             raise _gone(record)
         return jsonify(record.summary(public_base(configured_base_url())))
     after = _last_event_id()
-    buffer = kept if kept is not None else handles.buffer(handle_id)
+    # (with several processes, one served elsewhere is read there: `pep.cluster`)
+    buffer = kept if kept is not None else handles.locate(record)
     if buffer is None:
         stored = handles.get(handle_id)
         if stored is not None and not stored.live:
