@@ -214,9 +214,9 @@ class Announcements:
                 self._db.execute("SELECT pg_notify(?, ?)", (ACKS, json.dumps(
                     {"origin": message.get("origin"), "seq": message.get("seq"),
                      "member": self.member}, separators=(",", ":"))))
-            except StoreUnavailable as exc:
-                log.warning("cluster: an announced %s change waits for the store (%s); it is "
-                            "applied at the next catch-up", message.get("kind"), exc)
+            except StoreUnavailable as exc:  # (the store says once that it is down)
+                log.debug("cluster: a %s waits for the store (%s); it is applied at the next "
+                          "catch-up", message.get("kind"), exc)
             except Exception:  # noqa: BLE001 - the worker must survive one bad change
                 log.exception("cluster: applying an announced %s change failed",
                               message.get("kind"))
