@@ -1,6 +1,7 @@
 """One gateway process as a member of a cluster: the pieces of `pep.cluster`, composed and wired
 into the process's services (`ClusterNode.wire`), started once its server listens (`start`),
-stopped after its stream side (`stop`).
+stopped after its stream side (`stop`); its HTTP side (forwarding, `GET /cluster`) is
+`pep.http.cluster`'s.
 
 What it connects, in the order a change travels:
 - a policy written here is announced once the write lock is let go, and the write answers once
@@ -24,17 +25,10 @@ import socket
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
-from flask import Flask, Response, jsonify
-
 from pdp.db import Storage
-from pdp.http.auth import require_identity
-from pdp.http.errors import error_response
 from pep.cluster.announce import Announcements
-from pep.cluster.forward import OWNER_HEADER, ForwardRoute
-from pep.cluster.placement import RENEWALS_PER_LEASE, Elsewhere, Placement
+from pep.cluster.placement import RENEWALS_PER_LEASE, Placement
 from pep.cluster.store import ClusterStore
-from pep.http.bridge import NATIVE_ROUTES
-from pep.http.current import caller_is_admin
 
 if TYPE_CHECKING:
     from pdp.store import StoredPolicy
@@ -93,23 +87,6 @@ class ClusterNode:
         services.catalog.add_change_listener(self._stream_entry_changed)
         services.catalog.add_delete_listener(self._stream_deleted)
         self._streams = services.catalog.refresh()
-
-    def install(self, app: Flask) -> None:
-        """The forwarding route, the answer to `Elsewhere` (421 when nothing forwards it), and
-        `GET /cluster` (administrators: the processes and who serves which stream)."""
-        routes = list(app.extensions.get(NATIVE_ROUTES, ()))
-        routes.append(ForwardRoute(self.member, self.store.member_url, self.moving_within))
-        app.extensions[NATIVE_ROUTES] = routes
-        app.register_error_handler(Elsewhere, lambda exc: error_response(
-            421, f"{exc}; this request must reach that process", {OWNER_HEADER: exc.member}))
-
-        @require_identity()
-        def cluster_state() -> Response:
-            if not caller_is_admin():
-                return error_response(403, "only administrators see the gateway's processes")
-            return jsonify(self.describe())
-
-        app.add_url_rule("/cluster", "xsg_cluster", cluster_state, methods=["GET"])
 
     def describe(self) -> dict[str, Any]:
         members = self.store.members()

@@ -89,6 +89,8 @@ class WindowRegistryLike(Protocol):
 
     def release(self, handle_id: str) -> Any: ...
 
+    def release_many(self, handle_ids: Iterable[str]) -> Any: ...
+
     def restore(self, subject: str, stream: str | tuple[str, ...], plan_key: str,
                 handle_id: str) -> Any: ...
 
@@ -129,7 +131,6 @@ class HandleService:
         self.join_runtime = join_runtime if join_runtime is not None else \
             cast(JoinRuntimePort, runtime)
         self._joins: set[str] = set()  # handles attached to the join runtime
-        self._join_streams: dict[str, tuple[str, str]] = {}  # their two streams
         self.windows = windows
         self.max_rows = max_rows
         self.max_bytes = max_bytes
@@ -154,8 +155,7 @@ class HandleService:
         # for them (`wait_for_attaches`) before it removes what a query would read or write.
         self._attaching: dict[str, tuple[str, ...]] = {}
         self._attached = threading.Condition(threading.Lock())
-        # several gateway processes on one store (`pep.cluster`): a handle is served by the
-        # process that serves its streams; None: this process serves every handle
+        # several processes (`pep.cluster`): where each stream's handles are served; None: here
         self.placement: PlacementLike | None = None
 
     def add_listener(self, callback: Callable[[list[HandleRecord]], None]) -> None:
@@ -181,10 +181,8 @@ class HandleService:
             return self._buffers.get(handle_id)
 
     def locate(self, record: HandleRecord) -> HandleBuffer | None:
-        """The buffer of a live handle served here. With several processes, one served by
-        another raises the placement's answer (the request goes there), and one of streams no
-        live process serves is taken over first (`PlacementLike.claim`); None while it is
-        being resumed."""
+        """The buffer of a live handle served here (None while it resumes). With several
+        processes, `PlacementLike.claim` takes its streams first, or raises to send it on."""
         buffer = self.buffer(record.id)
         if buffer is None and self.placement is not None:
             self.placement.claim(record.streams)
@@ -192,8 +190,7 @@ class HandleService:
         return buffer
 
     def served(self, records: Iterable[HandleRecord]) -> list[HandleRecord]:
-        """The records of handles this process serves: all of them but with several processes,
-        where another process decides its own handles again (`pep.cluster`)."""
+        """The handles this process serves (with several processes, each re-decides its own)."""
         if self.placement is None:
             return list(records)
         with self.lock:
@@ -201,34 +198,27 @@ class HandleService:
             return [r for r in records if r.id in buffers]
 
     def let_go(self, streams: Iterable[str], reason: str) -> list[str]:
-        """Stop serving the handles of `streams` here without ending them: another gateway
-        process serves them from now on (this one lost its hold on the streams: `pep.cluster`).
-        Their readers get `shutdown` (they resume with Last-Event-ID, wherever they connect),
-        the streams' queries stop keeping their checkpoints' place (the next process continues
-        from there), and the handles stay live in the store. Returns the handles let go."""
+        """Stop serving the handles of `streams` here, live: another process serves them now
+        (`pep.cluster`). Readers get `shutdown` (they resume, wherever they connect), the
+        queries stop keeping their checkpoints' place. Returns the handles let go."""
         names = set(streams)
+        reading = [r.id for r in self.store.get_many(list(self._buffers))
+                   if any(s in names for s in r.streams)]
         with self.lock:
-            gone = [hid for hid, stream in self._buffer_streams.items() if stream in names]
-            gone += [hid for hid in self._joins if hid not in gone and hid in self._buffers
-                     and self._buffer_streams.get(hid) not in names
-                     and any(s in names for s in self._join_streams.get(hid, ()))]
+            gone = [hid for hid in reading if hid in self._buffers]
             for handle_id in gone:  # (their windows stay booked: the handles are live)
                 buffer = self._buffers.pop(handle_id, None)
                 if buffer is not None:
                     buffer.close("shutdown", reason)
                     self._forget_buffer(handle_id, buffer)
             joins = [hid for hid in gone if hid in self._joins]
-            self._joins.difference_update(joins)
         for name in sorted(names):
             try:
                 self.runtime.drop_stream(name)
             except Exception:  # noqa: BLE001 - its buffers are closed: nothing is delivered
                 log.exception("stopping the query of stream %s failed", name)
         for handle_id in joins:
-            try:
-                self.join_runtime.detach(handle_id)
-            except Exception:  # noqa: BLE001
-                log.exception("join runtime detach failed for %s", handle_ref(handle_id))
+            self._detach(handle_id)
         return gone
 
     def kept_buffer(self, handle_id: str) -> HandleBuffer | None:
@@ -476,7 +466,6 @@ class HandleService:
                     raise ValueError("a differentially private window cannot be joined")
                 with self.lock:
                     self._joins.add(handle_id)
-                    self._join_streams[handle_id] = (streams[0].name, streams[1].name)
                 self.join_runtime.attach_join(handle_id, (streams[0], streams[1]), plan,
                                               buffer.put)
             else:
@@ -513,8 +502,7 @@ class HandleService:
                                       spent)
 
     def resume(self, record: HandleRecord, policy_ids: Iterable[str] | None = None) -> bool:
-        """Re-attach a live handle after a restart (or, with several processes, when this one
-        takes its streams over); False (and the handle ended) if impossible."""
+        """Re-attach a live handle after a restart (or a take-over); False (ended) if not."""
         with self.lock:
             if record.id in self._buffers:
                 return True  # served here already
@@ -647,22 +635,10 @@ class HandleService:
                         self._kept[handle_id] = (buffer, time.monotonic() + self.kept_for)
             changed = self.store.finish_many(endings, at=at)
             ended = [hid for hid, _, _ in endings if hid in changed or hid in closed]
-            release_many = getattr(self.windows, "release_many", None)
-            if release_many is not None and ended:  # the store's bookings: one statement
-                try:
-                    release_many(ended)
-                except Exception:  # noqa: BLE001 - an ended handle's booking counts no more
-                    log.exception("window registry release failed for %d handles",
-                                  len(ended))
-                ended_here: list[str] = []
-            else:
-                ended_here = ended
-            for handle_id in ended_here:
-                try:
-                    self.windows.release(handle_id)
-                except Exception:  # noqa: BLE001 - the handle is ended whatever the registry says
-                    log.exception("window registry release failed for %s",
-                                  handle_ref(handle_id))
+            try:  # (the store's bookings, with several processes: one statement)
+                self.windows.release_many(ended)
+            except Exception:  # noqa: BLE001 - the handles are ended whatever the registry says
+                log.exception("window registry release failed for %d handle(s)", len(ended))
         for handle_id in ended:
             self._detach(handle_id)
         finished = [hid for hid, _, _ in endings if hid in changed]
@@ -698,7 +674,6 @@ class HandleService:
         with self.lock:
             join = handle_id in self._joins
             self._joins.discard(handle_id)
-            self._join_streams.pop(handle_id, None)
         try:
             (self.join_runtime if join else self.runtime).detach(handle_id)
         except Exception:  # noqa: BLE001 - the buffer is closed; nothing more is delivered

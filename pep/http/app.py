@@ -99,7 +99,9 @@ def create_app(config: GatewayConfig | None = None,
     # reaches the routes above
     install_fast_pdp(app, services.policies, services.stream_events.environment_for)
     if services.cluster is not None:  # requests for streams other processes serve go there
-        services.cluster.install(app)
+        from pep.http.cluster import install_cluster
+
+        install_cluster(app, services.cluster)
     return app
 
 
