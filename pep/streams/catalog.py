@@ -190,13 +190,18 @@ class StreamCatalog:
                                          " is reserved to its former owner (policies, the audit"
                                          " trail and ended handles name streams by name)")
                 db.execute("DELETE FROM deleted_streams WHERE name = ?", (name,))
-                db.execute(
-                    "INSERT INTO streams (name, owner, schema_json, source_json, time_attribute,"
-                    " created_at, next_seq, visibility, description, lateness, retention)"
-                    " VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
-                    (name, owner, schema_json(parsed.fields),
-                     json.dumps([spec.kind, [list(o) for o in spec.options]]), time_attribute,
-                     now, visibility, description, lateness, retention))
+                # (ON CONFLICT: another process on the same store registering the name at
+                # the same time waits for this one, or this one for it, and the second learns)
+                if db.execute(
+                        "INSERT INTO streams (name, owner, schema_json, source_json,"
+                        " time_attribute, created_at, next_seq, visibility, description,"
+                        " lateness, retention) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)"
+                        " ON CONFLICT DO NOTHING",
+                        (name, owner, schema_json(parsed.fields),
+                         json.dumps([spec.kind, [list(o) for o in spec.options]]),
+                         time_attribute, now, visibility, description, lateness,
+                         retention)).rowcount == 0:
+                    raise StreamConflict(f"stream {name!r} already exists")
                 if spec.kind == "ingest":
                     self.ingest_dir(name).mkdir(parents=True, exist_ok=True)
             # what lookups answer from memory, once the row is committed (not before: a commit

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -386,3 +387,60 @@ def test_announcements_are_acknowledged_and_a_lost_listener_catches_up(storages)
     finally:
         for node in nodes.values():
             node.stop()
+
+
+@pytest.mark.timeout(60)
+def test_processes_starting_together_seed_and_register_once(storages, tmp_path):
+    """Two processes starting on an empty store both seed it (the example policies and
+    streams) and both may register one name at once: each name is registered once, the other
+    learns it exists (a 409, never a database error), and neither start fails."""
+    from pdp import seed_store
+    from pep.streams.catalog import StreamCatalog, seed_streams
+    from pep.streams.definition import StreamConflict
+
+    repo = Path(__file__).resolve().parents[3]
+    catalogs = [StreamCatalog(s.database("streams"), tmp_path / f"d{n}")
+                for n, s in enumerate(storages[:2])]
+    stores = [SQLPolicyStore(s.database("policies", foreign_keys=True)) for s in storages[:2]]
+    outcomes: list = []
+    barrier = threading.Barrier(2)
+
+    def start(n: int) -> None:
+        barrier.wait()
+        try:
+            seeded = seed_store(stores[n], repo / "policies", owner="xsg-seed")
+            names = seed_streams(catalogs[n], repo / "policies" / "streams.json")
+            outcomes.append((len(seeded), names))
+        except BaseException as exc:  # pragma: no cover - reported below
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=start, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+    registered = sorted(name for _, names in outcomes for name in names)
+    assert registered == sorted(e.definition.name for e in catalogs[0].all())  # each once
+    assert sum(n for n, _ in outcomes) == len(stores[0].list()) > 0  # one seeding
+    barrier2 = threading.Barrier(2)
+    answers: list = []
+
+    def register(n: int) -> None:
+        barrier2.wait()
+        try:
+            catalogs[n].register("sensors", "nea", [{"name": "v", "type": "double"}])
+            answers.append("registered")
+        except StreamConflict as exc:
+            answers.append(str(exc))
+
+    threads = [threading.Thread(target=register, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(answers) == ["registered", "stream 'sensors' already exists"]
+    for c in catalogs:
+        c.close()
+    for st in stores:
+        st.close()
