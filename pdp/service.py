@@ -19,8 +19,10 @@ engine and announced to this process's subscribers as if written here). A local 
 catches up; should another process still commit in between (its version then comes before
 ours), the engine is compiled again from the store and the versions in between are announced
 with no stream scope (every live handle is decided again: deny when in doubt). Observers in
-`after_write` hear of each local write once the write lock is let go (a cluster waits there
-for the other processes to have applied it).
+`on_commit` hear of each local write as soon as it is committed, before this process's
+subscribers (a cluster announces it then, so that the other processes revoke while this one
+does), and those in `after_write` once the write lock is let go (a cluster waits there for
+the other processes to have applied it).
 """
 from __future__ import annotations
 
@@ -88,6 +90,7 @@ class PolicyService:
         self.applied_version = 0
         self.shared = False
         self._remote = threading.local()  # set while another process's writes are announced
+        self.on_commit: list[Callable[[list[StoredPolicy]], None]] = []
         self.after_write: list[Callable[[list[StoredPolicy]], None]] = []
         self.reload()
 
@@ -162,34 +165,46 @@ class PolicyService:
                                         new_engine.resource_scope(stored.policy_id))
                    if kind == "updated" else new_engine.resource_scope(stored.policy_id))
 
-    def _swap(self, engine: PolicyEngine, written: list[StoredPolicy]) -> None:
-        """After a local write: the engine it computed becomes the live one, unless another
-        process committed a version between our catch-up and our write (ours then does not
-        follow `applied_version`): the engine is compiled from the store again and those
-        versions are announced with no stream scope (the module docstring)."""
-        first = written[0].store_version
+    def _swap(self, engine: PolicyEngine, written: list[StoredPolicy],
+              announce: Callable[[], None]) -> None:
+        """After a local write: the engine it computed becomes the live one and `announce`
+        tells the subscribers, unless another process committed a version between our catch-up
+        and our write (ours then does not follow `applied_version`): the engine is compiled
+        from the store again, and the versions around ours are announced in store order,
+        theirs with no stream scope (the module docstring). `written` are consecutive."""
+        first, last = written[0].store_version, written[-1].store_version
+        self._tell(self.on_commit, written)
         if not self.shared or first == self.applied_version + 1:
             self._engine = engine
             self._remember(written)
-            self.applied_version = max(self.applied_version, written[-1].store_version)
+            self.applied_version = max(self.applied_version, last)
+            announce()
             return
         before = self.applied_version
         self.reload()
-        ours = {w.store_version for w in written}
-        self._remote.on = True
-        try:
-            for stored in self.store.versions_after(before, upto=self.applied_version):
-                if stored.store_version not in ours:
-                    self._emit("deleted" if stored.deleted else "updated", stored, None)
-        finally:
-            self._remote.on = False
+        theirs = self.store.versions_after(before, upto=max(self.applied_version, last))
+        for stored in theirs:
+            if stored.store_version == first:
+                announce()
+            if first <= stored.store_version <= last:
+                continue
+            self._remote.on = True
+            try:
+                self._emit("deleted" if stored.deleted else "updated", stored, None)
+            finally:
+                self._remote.on = False
 
     def _written(self, written: list[StoredPolicy]) -> None:
         """Tell `after_write` (outside the write lock)."""
-        for observer in list(self.after_write):
+        self._tell(self.after_write, written)
+
+    @staticmethod
+    def _tell(observers: list[Callable[[list[StoredPolicy]], None]],
+              written: list[StoredPolicy]) -> None:
+        for observer in list(observers):
             try:
                 observer(written)
-            except Exception:  # noqa: BLE001 - the write is committed and live
+            except Exception:  # noqa: BLE001 - the write is committed
                 log.exception("policy write observer failed")
 
     @property
@@ -267,8 +282,8 @@ class PolicyService:
             new_engine = old.with_changes(upsert=[doc])
             stored = self.store.put(info.id, info.version, owner, doc.source.data,
                                     is_policy_set=info.is_policy_set, must_exist=False)
-            self._swap(new_engine, [stored])
-            self._emit("added", stored, new_engine.resource_scope(info.id))
+            self._swap(new_engine, [stored], lambda: self._emit(
+                "added", stored, new_engine.resource_scope(info.id)))
         self._written([stored])
         return stored
 
@@ -307,9 +322,11 @@ class PolicyService:
             new_engine = old.with_changes(upsert=docs)
             written = self.store.put_all([(d.info.id, d.info.version, owner, d.source.data,
                                            d.info.is_policy_set) for d in docs])
-            self._swap(new_engine, written)
-            for stored in written:
-                self._emit("added", stored, new_engine.resource_scope(stored.policy_id))
+            def announce() -> None:
+                for stored in written:
+                    self._emit("added", stored, new_engine.resource_scope(stored.policy_id))
+
+            self._swap(new_engine, written, announce)
         self._written(written)
         return written
 
@@ -331,9 +348,9 @@ class PolicyService:
             new_engine = old.with_changes(upsert=[doc], remove_ids=[policy_id])
             stored = self.store.put(policy_id, info.version, owner, doc.source.data,
                                     is_policy_set=info.is_policy_set, must_exist=True)
-            self._swap(new_engine, [stored])
-            self._emit("updated", stored, _union(old.resource_scope(policy_id),
-                                                 new_engine.resource_scope(policy_id)))
+            self._swap(new_engine, [stored], lambda: self._emit(
+                "updated", stored, _union(old.resource_scope(policy_id),
+                                          new_engine.resource_scope(policy_id))))
         self._written([stored])
         return stored
 
@@ -348,8 +365,8 @@ class PolicyService:
                 raise PolicyNotFoundError(policy_id)
             new_engine = old.with_changes(remove_ids=[policy_id])
             tombstone = self.store.delete(policy_id, owner)
-            self._swap(new_engine, [tombstone])
-            self._emit("deleted", tombstone, old.resource_scope(policy_id))
+            self._swap(new_engine, [tombstone], lambda: self._emit(
+                "deleted", tombstone, old.resource_scope(policy_id)))
         self._written([tombstone])
         return tombstone
 

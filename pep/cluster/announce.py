@@ -111,6 +111,10 @@ class Announcements:
             log.warning("cluster: a %s change could not be announced (the store cannot be "
                         "reached); the other processes catch up within %g s", kind, self.poll)
             return []
+        return self.wait_logged(seq, kind, timeout)
+
+    def wait_logged(self, seq: int, kind: str, timeout: float) -> list[str]:
+        """`wait`, the processes that did not acknowledge in time named in the log."""
         missing = self.wait(seq, timeout)
         if missing:
             log.warning("cluster: gateway process(es) %s did not acknowledge a %s change within "

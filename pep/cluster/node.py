@@ -22,10 +22,11 @@ import logging
 import os
 import secrets
 import socket
+import threading
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
-from pdp.db import Storage
+from pdp.db import Storage, StoreUnavailable
 from pep.cluster.announce import Announcements
 from pep.cluster.placement import RENEWALS_PER_LEASE, Placement
 from pep.cluster.store import ClusterStore
@@ -63,6 +64,7 @@ class ClusterNode:
         self._streams: set[str] = set()  # the catalogue's names, as last read
         self._started = False
         self._quiet = False
+        self._announced = threading.local()  # this thread's policy write, announced
 
     @property
     def moving_within(self) -> float:
@@ -77,6 +79,7 @@ class ClusterNode:
         self.services = services
         services.policies.shared = True
         services.policies.reload()  # as of one store version exactly: followed from there
+        services.policies.on_commit.append(self._policy_committed)
         services.policies.after_write.append(self._policy_written)
         services.handles.placement = self.placement
         services.catalog.ingest.before_append = lambda name: self.placement.claim([name])
@@ -138,7 +141,8 @@ class ClusterNode:
         if services is None or self._quiet:
             return
         records = [r for r in services.handles.live_on_streams(streams)
-                   if services.handles.buffer(r.id) is None]
+                   if services.handles.buffer(r.id) is None
+                   and self.placement.holds(r.streams)]
         restoring = getattr(services.runtime, "restoring", None)
         if records:
             with restoring() if restoring is not None else nullcontext():
@@ -159,7 +163,14 @@ class ClusterNode:
         services = self.services
         if services is None:
             return
-        gone = services.handles.let_go(streams, reason)
+        gone = services.handles.let_go(streams, reason)  # first: nothing delivered after
+        for name in streams:
+            # their queries stop keeping their checkpoints' place (the next process goes on
+            # from there), whatever is attached (the streams' events too)
+            try:
+                services.runtime.drop_stream(name)
+            except Exception:  # noqa: BLE001 - the buffers are closed: nothing is delivered
+                log.exception("cluster: stopping the query of stream %s failed", name)
         services.stream_events.forget(streams)
         log.info("cluster: %d handle(s) of %s let go", len(gone), ", ".join(streams))
 
@@ -169,9 +180,23 @@ class ClusterNode:
         return [m.member for m in self.store.members(seen_within=self.lease_seconds)
                 if m.member != self.member]
 
+    def _policy_committed(self, written: list[StoredPolicy]) -> None:
+        """Announced at once (the others revoke while this process does), waited for once
+        this process's own revocation is done (`_policy_written`)."""
+        try:
+            self._announced.seq = self.announcements.announce(
+                "policies", version=written[-1].store_version)
+        except StoreUnavailable:
+            self._announced.seq = None
+            log.warning("cluster: a policy change could not be announced (the store cannot be "
+                        "reached); the other processes catch up within %g s",
+                        self.announcements.poll)
+
     def _policy_written(self, written: list[StoredPolicy]) -> None:
-        self.announcements.announce_and_wait("policies", self.ack_timeout,
-                                             version=written[-1].store_version)
+        seq = getattr(self._announced, "seq", None)
+        self._announced.seq = None
+        if seq is not None:
+            self.announcements.wait_logged(seq, "policy", self.ack_timeout)
 
     def _stream_entry_changed(self, entry: StreamEntry, changes: dict[str, Any], by: str) -> None:
         self._stream_changed(entry.definition.name)

@@ -89,9 +89,11 @@ class Placement:
         with self._lock:
             return self._clock() < self.deadline and all(s in self.held for s in streams)
 
-    def claim(self, streams: Iterable[str]) -> None:
+    def claim(self, streams: Iterable[str], wait: bool = True) -> None:
         """Return once this process holds `streams` (the module docstring); raises Elsewhere,
-        SplitStreams, or StoreUnavailable (the store cannot say who holds them)."""
+        SplitStreams, or StoreUnavailable (the store cannot say who holds them). What it takes
+        is taken over before it returns, or with `wait` False on a thread of its own (the
+        renewals' thread must not wait for handles to resume)."""
         wanted = set(streams)
         if not wanted or self.holds(wanted):
             return
@@ -118,11 +120,18 @@ class Placement:
                 self.deadline = fresh if not self.held else min(self.deadline, fresh)
                 self.held.update(outcome.renewed)
                 self.held.update(outcome.acquired)
-        if outcome.acquired:
-            self._taken(sorted(outcome.acquired), "claimed")
+        if outcome.acquired and wait:
+            self._taken(sorted(outcome.acquired))
+        elif outcome.acquired:
+            threading.Thread(target=self._taken, args=(sorted(outcome.acquired),),
+                             name="xsg-cluster-take-over", daemon=True).start()
 
-    def _taken(self, streams: list[str], how: str) -> None:
-        log.info("cluster: this process now serves stream(s) %s (%s)", ", ".join(streams), how)
+    def _taken(self, streams: list[str]) -> None:
+        """Resume what was taken (one take-over at a time). A take-over does not hold up a
+        let-go: each handle is resumed only while its streams are held (`HandleService`
+        checks `holds` as it registers the handle's buffer, under the lock a let-go closes
+        buffers under)."""
+        log.info("cluster: this process now serves stream(s) %s", ", ".join(streams))
         with self._taking:
             try:
                 self._take_over(streams)
@@ -193,21 +202,24 @@ class Placement:
                     self.store.release(stray)
                 except StoreUnavailable:
                     pass
-        if lost:
-            self._lose(sorted(lost), "its lease on the store expired before it was renewed")
+        if lost:  # (on a thread of its own: the renewals go on meanwhile)
+            threading.Thread(target=self._lose, args=(sorted(lost), "its lease on the store "
+                                                      "expired before it was renewed"),
+                             name="xsg-cluster-let-go", daemon=True).start()
         if renewed is not None:
             self._adopt_orphans()
 
     def _lose(self, streams: list[str], why: str) -> None:
+        """Let go of streams no longer in `held` (so nothing resumes on them any more), at
+        once: never behind a take-over."""
         log.warning("cluster: this process stops serving stream(s) %s: %s; another process "
                     "takes them over", ", ".join(streams), why)
         self.let_go_count += len(streams)
-        with self._taking:
-            try:
-                self._let_go(streams, f"this stream moved to another gateway process ({why}); "
-                                      "reconnect with Last-Event-ID")
-            except Exception:  # noqa: BLE001
-                log.exception("cluster: letting go of %s failed", ", ".join(streams))
+        try:
+            self._let_go(streams, f"this stream moved to another gateway process ({why}); "
+                                  "reconnect with Last-Event-ID")
+        except Exception:  # noqa: BLE001
+            log.exception("cluster: letting go of %s failed", ", ".join(streams))
 
     def _adopt_orphans(self) -> None:
         """Take this process's share of the streams no live process serves."""
@@ -223,7 +235,7 @@ class Placement:
                 break
             try:
                 before = len(self.held)
-                self.claim([stream])
+                self.claim([stream], wait=False)
                 taken += max(1, len(self.held) - before)
                 self.taken_over += 1
             except (Elsewhere, SplitStreams):

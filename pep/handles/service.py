@@ -102,6 +102,8 @@ class PlacementLike(Protocol):
 
     def claim(self, streams: Iterable[str]) -> None: ...
 
+    def holds(self, streams: Iterable[str]) -> bool: ...
+
 
 class HandleService:
     """Opens, lists and ends handles; the only writer of handle state."""
@@ -199,8 +201,8 @@ class HandleService:
 
     def let_go(self, streams: Iterable[str], reason: str) -> list[str]:
         """Stop serving the handles of `streams` here, live: another process serves them now
-        (`pep.cluster`). Readers get `shutdown` (they resume, wherever they connect), the
-        queries stop keeping their checkpoints' place. Returns the handles let go."""
+        (`pep.cluster`; its caller stops the streams' queries). Readers get `shutdown` (they
+        resume, wherever they connect). Returns the handles let go."""
         names = set(streams)
         reading = [r.id for r in self.store.get_many(list(self._buffers))
                    if any(s in names for s in r.streams)]
@@ -212,11 +214,6 @@ class HandleService:
                     buffer.close("shutdown", reason)
                     self._forget_buffer(handle_id, buffer)
             joins = [hid for hid in gone if hid in self._joins]
-        for name in sorted(names):
-            try:
-                self.runtime.drop_stream(name)
-            except Exception:  # noqa: BLE001 - its buffers are closed: nothing is delivered
-                log.exception("stopping the query of stream %s failed", name)
         for handle_id in joins:
             self._detach(handle_id)
         return gone
@@ -294,6 +291,8 @@ class HandleService:
         except Unavailable as exc:  # a broker's answer, before the lock; raised for a new handle
             cuts = exc
         with self.lock:
+            if self.placement is not None and not self.placement.holds(plan_streams(plan)):
+                raise Unavailable("the stream moves to another process; retry", retry_after=1)
             if epoch is not None and epoch != self.policy_epoch:
                 raise StalePolicies()
             # The streams again, under the lock that a stream's change or deletion holds while
@@ -506,6 +505,8 @@ class HandleService:
         with self.lock:
             if record.id in self._buffers:
                 return True  # served here already
+            if self.placement is not None and not self.placement.holds(record.streams):
+                return False  # its streams moved on meanwhile: their process resumes it
             try:
                 plan = any_plan_from_json(record.plan_json)
             except (KeyError, TypeError, ValueError) as exc:
