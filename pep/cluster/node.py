@@ -25,6 +25,7 @@ import socket
 import threading
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from pdp.db import Storage, StoreUnavailable
 from pep.cluster.announce import Announcements
@@ -110,6 +111,9 @@ class ClusterNode:
     def start(self, url: str) -> None:
         """Join as reachable at `url`; listen, renew, and take the streams no process serves."""
         self.url = url
+        if urlsplit(url).hostname in ("0.0.0.0", "::"):
+            log.warning("cluster: this process tells the others to reach it at %s, which only "
+                        "works on this machine: set advertise_url for processes elsewhere", url)
         self.store.join(url, socket.gethostname(), os.getpid())
         self.announcements.start()
         self.placement.start()

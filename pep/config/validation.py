@@ -45,6 +45,10 @@ def check_config(config: Any) -> None:
     if config.cluster and config.store is None:
         raise ValueError("cluster needs a PostgreSQL store (store = \"postgresql://...\"): "
                          "the processes of one gateway share it")
+    if config.cluster and config.proxy_port:
+        raise ValueError("proxy_port runs a caching proxy in front of this process alone; in a "
+                         "cluster, run one proxy in front of all its processes (python -m proxy "
+                         "--upstream URL,URL,...: deploy/local-cluster.sh does)")
     if config.advertise_url is not None:
         config.advertise_url = _check_http_url(config.advertise_url, "advertise_url")
     if config.auth_file is not None:

@@ -251,6 +251,8 @@ def test_a_cluster_needs_a_postgresql_store_and_reachable_urls(tmp_path):
     for config in (by_env, by_file):
         assert config.cluster and config.lease_seconds == 3.0
         assert config.advertise_url == "http://h:1"
+    with pytest.raises(ConfigError, match="in a cluster, run one proxy in front of all"):
+        load_settings({"cluster": True, "store": store, "proxy_port": 8081}, {}, None)
     with pytest.raises(ConfigError, match="advertise_url must be http"):
         load_settings({"advertise_url": "h:1"}, {}, None)
     with pytest.raises(ConfigError, match="lease_seconds"):
