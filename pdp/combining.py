@@ -1,8 +1,8 @@
 """The standard combining algorithms of XACML 3.0 (Appendix C), current and legacy.
 
-Each algorithm is a function `(children, ctx) -> Outcome`. Children are anything with
-`evaluate(ctx) -> Outcome` (rules, policies, references); only-one-applicable also calls
-`is_applicable(ctx)`.
+Each algorithm is a function `(children, ctx) -> Outcome` (a `pdp.evaluation.Combiner`).
+Children are anything with `evaluate(ctx) -> Outcome` (`Evaluable`: rules, policies, references);
+only-one-applicable also calls `is_applicable(ctx)` (`Applicable`), so it combines policies only.
 
 Obligations and advice: the combined result carries those of EVERY evaluated child whose decision
 equals the combined decision. With deny-unless-permit returning Deny because two rules said Deny,
@@ -19,25 +19,24 @@ errors lead to; the closures are built once at import, so a decision pays no dis
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from pdp.errors import Indeterminate
 from pdp.evaluation import (DENY, IND_D, IND_DP, IND_P, NA_OUTCOME, NOT_APPLICABLE, PERMIT,
-                            EvalContext, Outcome, status_of, status_of_bug)
-from pdp.results import STATUS_PROCESSING_ERROR, Status
+                            Applicable, Combiner, EvalContext, Evaluable, Grant, Obligations,
+                            Outcome, PolicyCombiner, RuleCombiner, status_of, status_of_bug)
+from pdp.results import STATUS_PROCESSING_ERROR, PolicyIdentifier, Status
 
-Combiner = Callable[[Sequence[Any], EvalContext], Outcome]
-
-_EMPTY: frozenset[Any] = frozenset()
+_EMPTY: frozenset[str] = frozenset()
 
 
 def _finish(decision: int, status: Status | None, contributing: Sequence[Outcome],
             evaluated: Sequence[Outcome]) -> Outcome:
     if len(contributing) == 1 and len(evaluated) == 1 and status is None:
         return contributing[0]
-    obligations: tuple = ()
-    advice: tuple = ()
-    grants: tuple = ()
+    obligations: Obligations = ()
+    advice: Obligations = ()
+    grants: tuple[Grant, ...] = ()
     for o in contributing:
         if o.obligations:
             obligations += o.obligations
@@ -45,7 +44,7 @@ def _finish(decision: int, status: Status | None, contributing: Sequence[Outcome
             advice += o.advice
         if o.grants:
             grants += o.grants
-    policy_ids: tuple = ()
+    policy_ids: tuple[PolicyIdentifier, ...] = ()
     docs = _EMPTY
     for o in evaluated:
         if o.policy_ids:
@@ -55,7 +54,7 @@ def _finish(decision: int, status: Status | None, contributing: Sequence[Outcome
     return Outcome(decision, status, obligations, advice, policy_ids, docs, grants)
 
 
-def _first_status(outcomes: Sequence[Outcome], codes: tuple) -> Status | None:
+def _first_status(outcomes: Sequence[Outcome], codes: tuple[int, ...]) -> Status | None:
     for o in outcomes:
         if o.decision in codes:
             return o.status
@@ -70,7 +69,7 @@ _ANY_IND = (IND_D, IND_P, IND_DP)
 # Indeterminate: (evaluated, losers, err_w, err_l, err_dp) -> Outcome, the flags saying whether a
 # child was Indeterminate{winner}, {loser} or {DP}. Without errors every variant agrees (the
 # losers' effect, else NotApplicable), so that common path never pays for this call.
-OnErrors = Callable[[list, list, bool, bool, bool], Outcome]
+OnErrors = Callable[[list[Outcome], list[Outcome], bool, bool, bool], Outcome]
 
 
 def _errors_3_0(winner: int) -> OnErrors:
@@ -78,7 +77,7 @@ def _errors_3_0(winner: int) -> OnErrors:
     loser, ind_w, ind_l = _OTHER[winner], _IND_OF[winner], _IND_OF[_OTHER[winner]]
     only_w, only_l = (ind_w,), (ind_l,)
 
-    def on_errors(evaluated: list, losers: list, err_w: bool, err_l: bool,
+    def on_errors(evaluated: list[Outcome], losers: list[Outcome], err_w: bool, err_l: bool,
                   err_dp: bool) -> Outcome:
         if err_dp or (err_w and (err_l or losers)):
             return _finish(IND_DP, _first_status(evaluated, _ANY_IND), (), evaluated)
@@ -95,7 +94,7 @@ def _errors_legacy_rules(winner: int) -> OnErrors:
     loser, ind_l = _OTHER[winner], _IND_OF[_OTHER[winner]]
     potential = (_IND_OF[winner], IND_DP)
 
-    def on_errors(evaluated: list, losers: list, err_w: bool, err_l: bool,
+    def on_errors(evaluated: list[Outcome], losers: list[Outcome], err_w: bool, err_l: bool,
                   err_dp: bool) -> Outcome:
         if err_w or err_dp:
             return _finish(IND_DP, _first_status(evaluated, potential), (), evaluated)
@@ -113,7 +112,7 @@ def _errors_legacy_policies(winner: int) -> OnErrors:
     """
     loser = _OTHER[winner]
 
-    def on_errors(evaluated: list, losers: list, err_w: bool, err_l: bool,
+    def on_errors(evaluated: list[Outcome], losers: list[Outcome], err_w: bool, err_l: bool,
                   err_dp: bool) -> Outcome:
         if losers:
             return _finish(loser, None, losers, evaluated)
@@ -125,14 +124,14 @@ def _errors_unless(winner: int) -> OnErrors:
     """deny-unless-permit / permit-unless-deny ignore errors: never Indeterminate."""
     loser = _OTHER[winner]
 
-    def on_errors(evaluated: list, losers: list, err_w: bool, err_l: bool,
+    def on_errors(evaluated: list[Outcome], losers: list[Outcome], err_w: bool, err_l: bool,
                   err_dp: bool) -> Outcome:
         return _finish(loser, None, losers, evaluated)
     return on_errors
 
 
 def _overrides(winner: int, on_errors: OnErrors, error_is_winner: bool = False,
-               when_none: Outcome = NA_OUTCOME) -> Combiner:
+               when_none: Outcome = NA_OUTCOME) -> Combiner[Evaluable]:
     """The overrides family: the first child deciding `winner` decides alone, at once.
 
     `error_is_winner` is legacy policy deny-overrides, where an Indeterminate policy counts as
@@ -141,9 +140,9 @@ def _overrides(winner: int, on_errors: OnErrors, error_is_winner: bool = False,
     """
     loser, ind_w, ind_l = _OTHER[winner], _IND_OF[winner], _IND_OF[_OTHER[winner]]
 
-    def combine(children: Sequence[Any], ctx: EvalContext) -> Outcome:
-        evaluated = []
-        losers = []
+    def combine(children: Sequence[Evaluable], ctx: EvalContext) -> Outcome:
+        evaluated: list[Outcome] = []
+        losers: list[Outcome] = []
         err_w = err_l = err_dp = False
         for child in children:
             o = child.evaluate(ctx)
@@ -171,7 +170,7 @@ def _overrides(winner: int, on_errors: OnErrors, error_is_winner: bool = False,
     return combine
 
 
-def _named(name: str, fn: Combiner) -> Combiner:
+def _named(name: str, fn: Combiner[Evaluable]) -> Combiner[Evaluable]:
     fn.__name__ = fn.__qualname__ = name
     return fn
 
@@ -184,7 +183,7 @@ permit_unless_deny = _named(
     "permit_unless_deny", _overrides(DENY, _errors_unless(DENY), when_none=Outcome(PERMIT)))
 
 
-def first_applicable(children: Sequence[Any], ctx: EvalContext) -> Outcome:
+def first_applicable(children: Sequence[Evaluable], ctx: EvalContext) -> Outcome:
     for child in children:
         o = child.evaluate(ctx)
         if o.decision != NOT_APPLICABLE:
@@ -192,8 +191,8 @@ def first_applicable(children: Sequence[Any], ctx: EvalContext) -> Outcome:
     return NA_OUTCOME
 
 
-def only_one_applicable(children: Sequence[Any], ctx: EvalContext) -> Outcome:
-    selected = None
+def only_one_applicable(children: Sequence[Applicable], ctx: EvalContext) -> Outcome:
+    selected: Applicable | None = None
     for child in children:
         try:
             applicable = child.is_applicable(ctx)
@@ -234,7 +233,7 @@ _P3 = "urn:oasis:names:tc:xacml:3.0:policy-combining-algorithm:"
 
 DENY_OVERRIDES_3_0 = _P3 + "deny-overrides"
 
-RULE_COMBINING: dict[str, Combiner] = {
+RULE_COMBINING: dict[str, RuleCombiner] = {
     _R3 + "deny-overrides": deny_overrides,
     _R3 + "ordered-deny-overrides": deny_overrides,
     _R3 + "permit-overrides": permit_overrides,
@@ -248,7 +247,7 @@ RULE_COMBINING: dict[str, Combiner] = {
     _R11 + "ordered-permit-overrides": legacy_permit_overrides_rules,
 }
 
-POLICY_COMBINING: dict[str, Combiner] = {
+POLICY_COMBINING: dict[str, PolicyCombiner] = {
     _P3 + "deny-overrides": deny_overrides,
     _P3 + "ordered-deny-overrides": deny_overrides,
     _P3 + "permit-overrides": permit_overrides,
@@ -275,10 +274,10 @@ SHORT_POLICY_ALGS = {
 }
 
 
-def policy_combiner(alg_id: str) -> Combiner:
+def policy_combiner(alg_id: str) -> PolicyCombiner:
     """The policy-combining algorithm for a full id or a short name; KeyError if unknown."""
     return POLICY_COMBINING[SHORT_POLICY_ALGS.get(alg_id, alg_id)]
 
 
-def rule_combiner(alg_id: str) -> Combiner:
+def rule_combiner(alg_id: str) -> RuleCombiner:
     return RULE_COMBINING[alg_id]

@@ -20,15 +20,17 @@ import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TextIO, TypedDict
 
+from lxml import etree
+
+from common.pipes import quiet_on_broken_pipe
+from common.xmlsafe import parse_json, parse_xml
 from pdp.engine import PolicyEngine, PolicySource, inspect_policy
 from pdp.errors import PolicyLoadError, RequestSyntaxError
-from pdp.pipes import quiet_on_broken_pipe
 from pdp.request import XACML_NS, normalize_category, normalize_datatype, parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_OK
-from pdp.xmlsafe import parse_json, parse_xml
 
 # Tests believed wrong, or relying on optional features, with the reason. Empty when every case
 # of the suite is expected to pass.
@@ -129,15 +131,43 @@ def _canon_value(datatype: str, value: str) -> str:
         return value
 
 
+# A response as compared: every part in a canonical form, lists sorted.
+NormAssignment = tuple[str, str, str, str, str]  # (id, data type, value, category, issuer)
+NormAttribute = tuple[str, str, str, str]  # (id, data type, value, issuer)
+NormMissing = tuple[str, str, str, str]  # (category, id, data type, issuer)
+NormPolicyRef = tuple[str, str, str]  # (PolicyIdReference or PolicySetIdReference, id, version)
+JsonValue = Any  # a member of a parsed JSON response: of any JSON type until checked
+
+
+class NormResult(TypedDict):
+    Decision: str
+    Status: str
+    MissingAttributeDetail: list[NormMissing] | None
+    Obligations: list[tuple[str, tuple[NormAssignment, ...]]]
+    Advice: list[tuple[str, tuple[NormAssignment, ...]]]
+    Attributes: list[tuple[str, tuple[NormAttribute, ...]]]
+    PolicyIdentifierList: list[NormPolicyRef] | None
+
+
+NormKey = Literal["Decision", "Status", "MissingAttributeDetail", "Obligations", "Advice",
+                  "Attributes", "PolicyIdentifierList"]
+_NORM_KEYS: tuple[NormKey, ...] = ("Decision", "Status", "MissingAttributeDetail",
+                                   "Obligations", "Advice", "Attributes", "PolicyIdentifierList")
+
+
 def _assignment(attr_id: str, datatype: str, value: str, category: str | None,
-                issuer: str | None) -> tuple:
+                issuer: str | None) -> NormAssignment:
     datatype = normalize_datatype(datatype)
     return (attr_id, datatype, _canon_value(datatype, value),
             normalize_category(category) if category else "", issuer or "")
 
 
-def _norm_result(decision: str, status: str, obligations: list, advice: list,
-                 attributes: list, policy_ids: list | None, missing: list | None = None) -> dict:
+def _norm_result(decision: str, status: str,
+                 obligations: list[tuple[str, list[NormAssignment]]],
+                 advice: list[tuple[str, list[NormAssignment]]],
+                 attributes: list[tuple[str, list[NormAttribute]]],
+                 policy_ids: list[NormPolicyRef] | None,
+                 missing: list[NormMissing] | None = None) -> NormResult:
     return {
         "Decision": decision,
         "Status": status,
@@ -149,10 +179,10 @@ def _norm_result(decision: str, status: str, obligations: list, advice: list,
     }
 
 
-def normalize_xml_response(data: bytes) -> list[dict]:
+def normalize_xml_response(data: bytes) -> list[NormResult]:
     root = parse_xml(data)
     ns = "{%s}" % XACML_NS
-    results = []
+    results: list[NormResult] = []
     for res in root.iter(ns + "Result"):
         decision = (res.findtext(ns + "Decision") or "").strip()
         code_el = res.find(f"{ns}Status/{ns}StatusCode")
@@ -165,9 +195,9 @@ def normalize_xml_response(data: bytes) -> list[dict]:
             _assignment(a.get("AttributeId"), a.get("DataType"), a.text or "", a.get("Category"),
                         a.get("Issuer")) for a in ad.findall(ns + "AttributeAssignment")])
             for ad in res.findall(f"{ns}AssociatedAdvice/{ns}Advice")]
-        attributes = []
+        attributes: list[tuple[str, list[NormAttribute]]] = []
         for cat in res.findall(ns + "Attributes"):
-            attrs = []
+            attrs: list[NormAttribute] = []
             for at in cat.findall(ns + "Attribute"):
                 for v in at.findall(ns + "AttributeValue"):
                     dt = normalize_datatype(v.get("DataType"))
@@ -188,39 +218,40 @@ def normalize_xml_response(data: bytes) -> list[dict]:
     return results
 
 
-def etree_local(elem: Any) -> str:
-    return elem.tag.rsplit("}", 1)[-1]
+def etree_local(elem: etree._Element) -> str:
+    tag: str = elem.tag
+    return tag.rsplit("}", 1)[-1]
 
 
-def _json_list(v: Any) -> list:
+def _json_list(v: JsonValue) -> list[JsonValue]:
     if v is None:
         return []
     return v if isinstance(v, list) else [v]
 
 
-def _json_assignments(items: Any) -> list:
+def _json_assignments(items: JsonValue) -> list[NormAssignment]:
     return [_assignment(a.get("AttributeId"), a.get("DataType", "string"), _json_str(a.get("Value")),
                         a.get("Category"), a.get("Issuer")) for a in _json_list(items)]
 
 
-def _json_str(v: Any) -> str:
+def _json_str(v: JsonValue) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     return str(v)
 
 
-def normalize_json_response(data: bytes) -> list[dict]:
+def normalize_json_response(data: bytes) -> list[NormResult]:
     doc = parse_json(data)
-    results = []
+    results: list[NormResult] = []
     for res in _json_list(doc.get("Response")):
         status = res.get("Status", {}).get("StatusCode", {}).get("Value", STATUS_OK)
         obligations = [(o.get("Id"), _json_assignments(o.get("AttributeAssignment")))
                        for o in _json_list(res.get("Obligations"))]
         advice = [(o.get("Id"), _json_assignments(o.get("AttributeAssignment")))
                   for o in _json_list(res.get("AssociatedAdvice"))]
-        attributes = []
+        attributes: list[tuple[str, list[NormAttribute]]] = []
         for cat in _json_list(res.get("Category")):
-            attrs = []
+            attrs: list[NormAttribute] = []
             for at in _json_list(cat.get("Attribute")):
                 dt = normalize_datatype(at.get("DataType", "string"))
                 for v in _json_list(at.get("Value")):
@@ -244,18 +275,18 @@ def normalize_json_response(data: bytes) -> list[dict]:
     return results
 
 
-def normalize_response(data: bytes, fmt: str) -> list[dict]:
+def normalize_response(data: bytes, fmt: str) -> list[NormResult]:
     return normalize_json_response(data) if fmt == "json" else normalize_xml_response(data)
 
 
-def _diff(expected: list[dict], actual: list[dict]) -> str | None:
+def _diff(expected: list[NormResult], actual: list[NormResult]) -> str | None:
     if len(expected) != len(actual):
         return f"expected {len(expected)} results, got {len(actual)}"
     # Multiple results may come in any order: match greedily.
     remaining = list(actual)
     for exp in expected:
         # PolicyIdentifierList and MissingAttributeDetail are compared where the expected has them.
-        cmp_keys = [k for k in exp
+        cmp_keys = [k for k in _NORM_KEYS
                     if k not in ("PolicyIdentifierList", "MissingAttributeDetail")
                     or exp[k] is not None]
         for i, act in enumerate(remaining):
@@ -319,7 +350,7 @@ def run_case(case: Case, fmt: str) -> tuple[str, str]:
 
 
 def run_suite(path: Path | str, fmt: str = "xml", verbose: bool = False,
-              out: Any = None) -> SuiteResult:
+              out: TextIO | None = None) -> SuiteResult:
     result = SuiteResult()
     for case in discover(path):
         try:

@@ -41,25 +41,25 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Iterable, Mapping, Sequence, Union
+from typing import Iterable, Mapping, Sequence, Union
 
 import pdp.index as index_module
+from common.xmlsafe import get_limits
+from pdp import references
 from pdp.combining import DENY_OVERRIDES_3_0, deny_unless_permit, policy_combiner
 from pdp.errors import PolicyLoadError, RequestSyntaxError
-from pdp.evaluation import (DENY, NOT_APPLICABLE, PERMIT, TO_DECISION, EvalContext, Outcome,
-                            status_of_bug)
+from pdp.evaluation import (DENY, NOT_APPLICABLE, PERMIT, TO_DECISION, AnyPolicy, AnyValue,
+                            EvalContext, Outcome, PolicyCombiner, status_of_bug)
 from pdp.index import RootIndex
 from pdp.policy_parser import (CompiledDocument, CompiledPolicy, PolicyInfo, PolicySource,
-                               compile_document)
-from pdp import references
+                               RefSpec, compile_document)
 from pdp.references import defined_twice, latest_info, named_root
 from pdp.request import Individual, RequestContext, parse_request
 from pdp.results import (STATUS_PROCESSING_ERROR, Decision, Response, Result, RuleGrant,
                           Status)
-from pdp.target_scope import (NOT_APPLICABLE_WHEN_ALL_ARE, attribute_key, evaluator_scope,
-                               target_literals)
+from pdp.target_scope import (NOT_APPLICABLE_WHEN_ALL_ARE, ScopeMemo, attribute_key,
+                               evaluator_scope, target_literals)
 from pdp.why import Explanation, Node, explain_root
-from pdp.xmlsafe import get_limits
 
 __all__ = ["PolicyEngine", "PolicySource", "PolicyInfo", "CompiledPolicy", "compile_policy",
            "policy_resource_scope",
@@ -69,6 +69,7 @@ _OK = Status()
 
 
 _Entry = CompiledPolicy  # the name of earlier versions
+DocKey = tuple[bool, str, str]  # (is a policy set, id, version): `CompiledPolicy.key`
 
 # The last few documents compiled by `compile_policy`, by (source name, bytes, parser limits).
 # The PAP checks a document (inspect_policy) before it hands the same bytes to
@@ -77,7 +78,7 @@ _Entry = CompiledPolicy  # the name of earlier versions
 # so sharing one more is safe. Large documents are not kept (memory), only compiled again.
 _RECENT_SIZE = 16
 _RECENT_MAX_BYTES = 256 * 1024
-_recent: "OrderedDict[tuple, CompiledDocument]" = OrderedDict()
+_recent: OrderedDict[tuple[str, bytes, tuple[int, int]], CompiledDocument] = OrderedDict()
 _recent_lock = threading.Lock()
 
 
@@ -120,7 +121,8 @@ class _Root:
 
     __slots__ = ("combine", "by_slot", "index", "maintained", "_children")
 
-    def __init__(self, combine: Any, by_slot: dict, maintained: RootIndex | None) -> None:
+    def __init__(self, combine: PolicyCombiner, by_slot: dict[int, AnyPolicy],
+                 maintained: RootIndex | None) -> None:
         self.combine = combine
         self.by_slot = by_slot
         self.maintained = maintained
@@ -128,19 +130,18 @@ class _Root:
         use = (maintained is not None and len(by_slot) >= index_module.MIN_CHILDREN
                and maintained.useful)
         self.index = maintained if use else None
-        self._children = tuple(by_slot.values()) if self.index is None else None
+        # Every child in root order when there is no index (what `candidates` gives then).
+        self._children: tuple[AnyPolicy, ...] = \
+            tuple(by_slot.values()) if self.index is None else ()
 
     @property
-    def children(self) -> tuple:
-        children = self._children
-        if children is None:
-            children = self._children = tuple(self.by_slot.values())
-        return children
+    def children(self) -> tuple[AnyPolicy, ...]:
+        return self._children if self.index is None else tuple(self.by_slot.values())
 
-    def candidates(self, ctx: EvalContext) -> Sequence[Any]:
+    def candidates(self, ctx: EvalContext) -> Sequence[AnyPolicy]:
         index = self.index
         if index is None:
-            return self._children  # type: ignore[return-value]
+            return self._children
         by_slot = self.by_slot
         return [by_slot[s] for s in index.candidate_positions(ctx.bags)]
 
@@ -165,7 +166,7 @@ class PolicyEngine:
                  root_policy_id: str | None, use_index: bool = True) -> None:
         """Build from nothing: `entries` in root order (a from-scratch compile)."""
         by_slot: dict[int, CompiledPolicy] = {}
-        slot_of: dict[tuple, int] = {}
+        slot_of: dict[DocKey, int] = {}
         versions: dict[str, tuple[int, ...]] = {}
         for slot, entry in enumerate(entries):
             key = entry.key
@@ -190,13 +191,17 @@ class PolicyEngine:
             if use_index:
                 maintained = RootIndex.empty().changed(
                     (), [(s, e.compiled.evaluator) for s, e in by_slot.items()])
-            self._root: Any = _Root(combine, {s: e.compiled.evaluator
-                                               for s, e in by_slot.items()}, maintained)
+            self._root: _Root | AnyPolicy = _Root(combine, {s: e.compiled.evaluator
+                                                           for s, e in by_slot.items()},
+                                                    maintained)
         else:
             self._root = named_root(by_slot, versions, root_policy_id)
 
-    def _setup(self, by_slot, slot_of, versions, next_slot, referrers, links, refs_of, policies,
-               root_combining_alg, root_policy_id, use_index, combine) -> None:
+    def _setup(self, by_slot: dict[int, CompiledPolicy], slot_of: dict[DocKey, int],
+               versions: dict[str, tuple[int, ...]], next_slot: int, referrers: frozenset[int],
+               links: dict[RefSpec, AnyPolicy], refs_of: dict[int, set[str]],
+               policies: dict[str, PolicyInfo], root_combining_alg: str,
+               root_policy_id: str | None, use_index: bool, combine: PolicyCombiner) -> None:
         self._by_slot = by_slot
         self._slot_of = slot_of
         self._versions = versions
@@ -285,8 +290,9 @@ class PolicyEngine:
             touched_ids[info.id] = None
         return self._next(by_slot, slot_of, versions, next_slot, touched_slots, touched_ids)
 
-    def _next(self, by_slot: dict, slot_of: dict, versions: dict, next_slot: int,
-              touched_slots: set[int], touched_ids: dict[str, None]) -> "PolicyEngine":
+    def _next(self, by_slot: dict[int, CompiledPolicy], slot_of: dict[DocKey, int],
+              versions: dict[str, tuple[int, ...]], next_slot: int, touched_slots: set[int],
+              touched_ids: dict[str, None]) -> "PolicyEngine":
         referrers = self._referrers
         if any(s in referrers or (s in by_slot and by_slot[s].compiled.references)
                for s in touched_slots):
@@ -313,10 +319,12 @@ class PolicyEngine:
         engine._setup(by_slot, slot_of, versions, next_slot, referrers, links, refs_of, policies,
                       self.root_combining_alg, self.root_policy_id, self.use_index,
                       self._combine)
-        if self.root_policy_id is None:
-            old_root: _Root = self._root
+        old_root = self._root
+        if isinstance(old_root, _Root):  # the implicit root: no root_policy_id
             evaluators = dict(old_root.by_slot)
-            gone, replaced, fresh = [], [], []
+            gone: list[int] = []
+            replaced: list[int] = []
+            fresh: list[int] = []
             for s in touched_slots:
                 if s not in evaluators:
                     fresh.append(s)  # a new slot: greater than every slot of this engine
@@ -364,8 +372,8 @@ class PolicyEngine:
         slots = self._versions.get(policy_id)
         if not slots:
             return None
-        memo: dict = {}
-        union: set = set()
+        memo: ScopeMemo = {}
+        union: set[str] = set()
         for slot in slots:
             scope = evaluator_scope(self._by_slot[slot].compiled.evaluator, self._links, memo)
             if scope is None:
@@ -399,13 +407,14 @@ class PolicyEngine:
         return True
 
     def target_values(self, policy_id: str, category: str, attribute_id: str,
-                      datatype: str = "http://www.w3.org/2001/XMLSchema#string") -> frozenset:
+                      datatype: str = "http://www.w3.org/2001/XMLSchema#string"
+                      ) -> frozenset[AnyValue]:
         """The literals the targets of the document(s) with this id (and what they reference)
         compare an attribute with by equality, e.g. the action ids a policy names
         (`pdp.target_scope.target_literals`; values in Conditions are not found). Empty for an
         id this engine does not hold."""
         key = attribute_key(category, attribute_id, datatype)
-        found: set = set()
+        found: set[AnyValue] = set()
         for slot in self._versions.get(policy_id, ()):
             found |= target_literals(self._by_slot[slot].compiled.evaluator, self._links, key)
         return frozenset(found)
@@ -417,7 +426,7 @@ class PolicyEngine:
         return self.decide_with_trace(request)[0]
 
     def decide_with_trace(self, request: RequestContext) -> tuple[Response, list[set[str]]]:
-        results = []
+        results: list[Result] = []
         traces: list[set[str]] = []
         try:
             individuals = request.individuals()

@@ -7,17 +7,33 @@ and policies return an `Outcome`.
 
 Decisions are small ints so that combining algorithms compare integers; the extended
 Indeterminate values of XACML 3.0 ({P}, {D}, {DP}) are distinct codes.
+
+What a combining algorithm asks of a child is a Protocol (`Evaluable`: its outcome;
+`Applicable`: also whether its target applies, for only-one-applicable), so that rules, policies,
+references and the explanation's probes (`pdp.why`) all stand as children. A PolicyEvaluator is
+generic in that protocol: a Policy combines Evaluables (its rules) with a rule-combining
+algorithm, a PolicySet Applicables (policies, policy sets, references) with a policy-combining
+one, and the types keep a policy-combining algorithm away from rules.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import functools
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import (TYPE_CHECKING, Any, Callable, Generic, Iterable, Mapping, Protocol, Sequence,
+                    TypeVar, Union)
 
+from pdp.datatypes import DATE, DATETIME, TIME, get_datatype
 from pdp.errors import Indeterminate
 from pdp.results import (STATUS_MISSING_ATTRIBUTE, STATUS_PROCESSING_ERROR, AttributeAssignment,
                          Decision, MissingAttributeDetail, Obligation, PolicyIdentifier, Status)
-from pdp.urns import CURRENT_DATE, CURRENT_DATETIME, CURRENT_TIME, ENVIRONMENT
+from pdp.urns import CURRENT_DATE, CURRENT_DATETIME, CURRENT_TIME
+
+if TYPE_CHECKING:  # for annotations only
+    from pdp.functions.base import Function
+    from pdp.index import ChildIndex
+    from pdp.notes import Notes
+    from pdp.policy_parser.model import RefSpec
+    from pdp.policy_parser.targets import TargetSpec
 
 PERMIT, DENY, NOT_APPLICABLE, IND_P, IND_D, IND_DP = range(6)
 DECISION_NAMES = ("Permit", "Deny", "NotApplicable", "Indeterminate{P}", "Indeterminate{D}",
@@ -25,7 +41,19 @@ DECISION_NAMES = ("Permit", "Deny", "NotApplicable", "Indeterminate{P}", "Indete
 TO_DECISION = (Decision.PERMIT, Decision.DENY, Decision.NOT_APPLICABLE, Decision.INDETERMINATE,
                Decision.INDETERMINATE, Decision.INDETERMINATE)
 
-Expr = Callable[["EvalContext"], Any]
+# An attribute value as its data type parses it (`pdp.datatypes`: str, int, float, bool, the
+# temporal and duration classes, X500Name, ...). Of any XACML data type, so dynamic by nature:
+# a function's signature, checked when the policy is compiled, says which one it is.
+AnyValue = Any
+Bag = tuple[AnyValue, ...]  # the values of one attribute, as a request gives them
+BagKey = tuple[str, ...]  # (category, attribute id, data type[, issuer])
+Bags = Mapping[BagKey, Bag]
+# An expression: a value, or a bag for an expression of bag type (a designator, a bag function).
+Expr = Callable[["EvalContext"], AnyValue]
+Matcher = Callable[["EvalContext"], bool]  # a Target, an AnyOf, an AllOf or a Match
+Obligations = tuple[Obligation, ...]
+# (rule id, obligations of that rule and of every enclosing policy): see `Outcome.grants`
+Grant = tuple[str, Obligations]
 T = TypeVar("T")
 
 
@@ -34,7 +62,7 @@ class EvalContext:
 
     __slots__ = ("bags", "links", "_now")
 
-    def __init__(self, bags: dict, links: dict) -> None:
+    def __init__(self, bags: Bags, links: Links) -> None:
         self.bags = bags
         self.links = links
         self._now: _dt.datetime | None = None
@@ -51,9 +79,10 @@ class Outcome:
 
     __slots__ = ("decision", "status", "obligations", "advice", "policy_ids", "docs", "grants")
 
-    def __init__(self, decision: int, status: Status | None = None, obligations: tuple = (),
-                 advice: tuple = (), policy_ids: tuple = (), docs: frozenset = frozenset(),
-                 grants: tuple = ()) -> None:
+    def __init__(self, decision: int, status: Status | None = None,
+                 obligations: Obligations = (), advice: Obligations = (),
+                 policy_ids: tuple[PolicyIdentifier, ...] = (),
+                 docs: frozenset[str] = frozenset(), grants: tuple[Grant, ...] = ()) -> None:
         self.decision = decision
         self.status = status
         self.obligations = obligations
@@ -72,6 +101,27 @@ class Outcome:
 NA_OUTCOME = Outcome(NOT_APPLICABLE)
 
 
+class Evaluable(Protocol):
+    """What every combining algorithm asks of a child: its outcome (a rule, a policy, a policy
+    set, a reference, or an explanation's probe standing for one of them)."""
+
+    def evaluate(self, ctx: EvalContext, /) -> Outcome: ...
+
+
+class Applicable(Evaluable, Protocol):
+    """A child of a policy set (or of the implicit root): only-one-applicable also asks whether
+    its target applies, before evaluating any."""
+
+    def is_applicable(self, ctx: EvalContext, /) -> bool: ...
+
+
+ChildT = TypeVar("ChildT", bound=Evaluable)
+# A combining algorithm over children that are at least ChildT (`pdp.combining`).
+Combiner = Callable[[Sequence[ChildT], EvalContext], Outcome]
+RuleCombiner = Combiner[Evaluable]  # the children are a Policy's rules
+PolicyCombiner = Combiner[Applicable]  # the children are policies, policy sets, references
+
+
 def status_of(exc: Indeterminate) -> Status:
     return Status(exc.status_code, exc.message, (), tuple(exc.missing))
 
@@ -85,43 +135,46 @@ def status_of_bug(exc: Exception) -> Status:
 
 
 def make_designator(category: str, attribute_id: str, datatype: str, issuer: str | None,
-                    must_be_present: bool, now_value: Callable[[EvalContext], Any] | None) -> Expr:
+                    must_be_present: bool, now_value: Expr | None) -> Expr:
     """Closure returning the bag of an attribute; MustBePresent turns an empty bag into an error."""
-    key = (category, attribute_id, datatype) if issuer is None else \
+    key: BagKey = (category, attribute_id, datatype) if issuer is None else \
         (category, attribute_id, datatype, issuer)
     detail = MissingAttributeDetail(category, attribute_id, datatype, issuer)
     message = f"missing attribute {attribute_id} ({datatype}) in category {category}"
-    empty: tuple = ()
+    empty: Bag = ()
 
     if now_value is not None:
         # current-time/date/dateTime: the PDP supplies them when the request does not.
-        def ev_now(ctx: EvalContext) -> tuple:
+        def ev_now(ctx: EvalContext) -> Bag:
             bag = ctx.bags.get(key)
             if bag:
                 return bag
             return (now_value(ctx),)
         return ev_now
     if must_be_present:
-        def ev_required(ctx: EvalContext) -> tuple:
+        def ev_required(ctx: EvalContext) -> Bag:
             bag = ctx.bags.get(key)
             if bag:
                 return bag
             raise Indeterminate(message, STATUS_MISSING_ATTRIBUTE, (detail,))
         return ev_required
 
-    def ev_optional(ctx: EvalContext) -> tuple:
+    def ev_optional(ctx: EvalContext) -> Bag:
         return ctx.bags.get(key, empty)
     return ev_optional
 
 
-def constant(value: Any) -> Expr:
-    def ev(ctx: EvalContext) -> Any:
+def constant(value: AnyValue) -> Expr:
+    """An expression that always gives `value`. The value is also kept as the closure's
+    attribute `constant_value`, for the linter (`pep.core.lint.paths`); a decision only calls."""
+    def ev(ctx: EvalContext) -> AnyValue:
         return value
-    ev.constant_value = value  # type: ignore[attr-defined]
+    # a closure, not a callable object, for the fastest call; mypy allows no attribute on one:
+    ev.constant_value = value  # type: ignore[attr-defined]  # a function attribute, on purpose
     return ev
 
 
-def make_apply(impl: Callable, args: Sequence[Expr]) -> Expr:
+def make_apply(impl: Callable[..., AnyValue], args: Sequence[Expr]) -> Expr:
     """First-order, strict function application."""
     n = len(args)
     if n == 0:
@@ -139,24 +192,26 @@ def make_apply(impl: Callable, args: Sequence[Expr]) -> Expr:
     return lambda ctx: impl(*[a(ctx) for a in args])
 
 
-def make_lazy_apply(impl: Callable, args: Sequence[Expr]) -> Expr:
+def make_lazy_apply(impl: Callable[..., AnyValue], args: Sequence[Expr]) -> Expr:
     """and / or / n-of: arguments are handed over as thunks so that evaluation can stop early."""
     args = tuple(args)
 
-    def ev(ctx: EvalContext) -> Any:
+    def ev(ctx: EvalContext) -> AnyValue:
         return impl(*[(lambda a=a: a(ctx)) for a in args])
     return ev
 
 
-def make_higher_order(impl: Callable, func: Any, args: Sequence[Expr]) -> Expr:
+def make_higher_order(impl: Callable[..., AnyValue], func: Function, args: Sequence[Expr]
+                      ) -> Expr:
+    """A higher-order call: `func` is the function its <Function> argument names."""
     args = tuple(args)
 
-    def ev(ctx: EvalContext) -> Any:
+    def ev(ctx: EvalContext) -> AnyValue:
         return impl(func, *[a(ctx) for a in args])
     return ev
 
 
-def make_member_test(literal: Any, bag_expr: Expr) -> Expr:
+def make_member_test(literal: AnyValue, bag_expr: Expr) -> Matcher:
     """any-of(T-equal, literal, bag) for types whose Python == is XACML equality."""
     def ev(ctx: EvalContext) -> bool:
         return literal in bag_expr(ctx)
@@ -165,10 +220,9 @@ def make_member_test(literal: Any, bag_expr: Expr) -> Expr:
 
 # ----------------------------------------------------------------------------- targets
 
-Matcher = Callable[[EvalContext], bool]
 
-
-def make_match(impl: Callable, literal: Any, bag_expr: Expr, fast_equal: bool) -> Matcher:
+def make_match(impl: Callable[..., AnyValue], literal: AnyValue, bag_expr: Expr,
+               fast_equal: bool) -> Matcher:
     """A Match: true if the function holds between the literal and some value of the bag."""
     if fast_equal:
         # For the equality functions whose Python == is XACML equality, membership is the match.
@@ -180,11 +234,11 @@ def make_match(impl: Callable, literal: Any, bag_expr: Expr, fast_equal: bool) -
     return match
 
 
-def _decided_by_any(items: Iterable[T], test: Callable[[T], Any], decisive: bool) -> bool:
+def _decided_by_any(items: Iterable[T], test: Callable[[T], object], decisive: bool) -> bool:
     """XACML's short-circuit over Indeterminate (a Match over a bag, AllOf, AnyOf): `decisive`
     as soon as one item's test gives it, even after an Indeterminate; else the first
     Indeterminate met is raised; else the other truth value."""
-    error = None
+    error: Indeterminate | None = None
     for item in items:
         try:
             if bool(test(item)) is decisive:
@@ -230,7 +284,7 @@ class AssignmentExpr:
     __slots__ = ("attribute_id", "category", "issuer", "expr", "datatype", "is_bag", "fmt")
 
     def __init__(self, attribute_id: str, category: str | None, issuer: str | None, expr: Expr,
-                 datatype: str, is_bag: bool, fmt: Callable[[Any], str]) -> None:
+                 datatype: str, is_bag: bool, fmt: Callable[[AnyValue], str]) -> None:
         self.attribute_id = attribute_id
         self.category = category
         self.issuer = issuer
@@ -254,7 +308,7 @@ class ObligationExpr:
     def evaluate(self, ctx: EvalContext) -> Obligation:
         if self.static is not None:
             return self.static
-        out = []
+        out: list[AttributeAssignment] = []
         for a in self.assignments:
             value = a.expr(ctx)
             values = value if a.is_bag else (value,)
@@ -264,7 +318,7 @@ class ObligationExpr:
         return Obligation(self.id, tuple(out))
 
 
-def evaluate_obligations(exprs: Sequence[ObligationExpr], ctx: EvalContext) -> tuple:
+def evaluate_obligations(exprs: Sequence[ObligationExpr], ctx: EvalContext) -> Obligations:
     return tuple(e.evaluate(ctx) for e in exprs)
 
 
@@ -280,7 +334,7 @@ class RuleEvaluator:
 
     def __init__(self, id: str, effect: int, target: Matcher | None, condition: Expr | None,
                  obligations: Sequence[ObligationExpr], advice: Sequence[ObligationExpr],
-                 target_spec: Any, notes: Any = None) -> None:
+                 target_spec: TargetSpec | None, notes: Notes | None = None) -> None:
         self.id = id
         self.effect = effect
         self.target = target
@@ -313,21 +367,24 @@ class RuleEvaluator:
 # ----------------------------------------------------------------------------- policies
 
 
-class PolicyEvaluator:
+class PolicyEvaluator(Generic[ChildT]):
     """A compiled Policy or PolicySet: target, combining algorithm over children, obligations.
 
-    `children` are RuleEvaluators (Policy) or policy-level evaluators (PolicySet). When the
-    children are many, `index` narrows them to the candidates whose target could match.
-    `notes` (`pdp.notes`) are for explanations and the linter, never read by a decision.
+    `children` are RuleEvaluators (a Policy: `PolicyEvaluator[Evaluable]`) or policy-level
+    evaluators (a PolicySet: `PolicyEvaluator[Applicable]`); the type parameter is what the
+    combining algorithm asks of them. When the children are many, `index` narrows them to the
+    candidates whose target could match. `notes` (`pdp.notes`) are for explanations and the
+    linter, never read by a decision.
     """
 
     __slots__ = ("identifier", "is_policy_set", "target", "combine", "children", "index",
                  "obligations", "advice", "target_spec", "doc_id", "notes", "_ident_tuple")
 
-    def __init__(self, identifier: PolicyIdentifier, target: Matcher | None, combine: Callable,
-                 children: Sequence[Any], obligations: Sequence[ObligationExpr],
-                 advice: Sequence[ObligationExpr], target_spec: Any, index: Any = None,
-                 notes: Any = None) -> None:
+    def __init__(self, identifier: PolicyIdentifier, target: Matcher | None,
+                 combine: Combiner[ChildT], children: Sequence[ChildT],
+                 obligations: Sequence[ObligationExpr], advice: Sequence[ObligationExpr],
+                 target_spec: TargetSpec | None, index: ChildIndex | None = None,
+                 notes: Notes | None = None) -> None:
         self.identifier = identifier
         self.is_policy_set = identifier.is_policy_set
         self.target = target
@@ -350,7 +407,7 @@ class PolicyEvaluator:
         return self.target is None or self.target(ctx)
 
     def evaluate(self, ctx: EvalContext) -> Outcome:
-        target_error = None
+        target_error: Status | None = None
         if self.target is not None:
             try:
                 if not self.target(ctx):
@@ -396,16 +453,23 @@ class PolicyEvaluator:
         return Outcome(d, result.status, obligations, advice, policy_ids, docs, result.grants)
 
 
+Policy = PolicyEvaluator[Evaluable]  # a compiled <Policy>: its children are rules
+PolicySet = PolicyEvaluator[Applicable]  # a compiled <PolicySet>
+AnyPolicy = Union[Policy, PolicySet]  # a top-level document, what a reference resolves to
+# The engine's link table: each reference of its documents, resolved (`pdp.references`).
+Links = Mapping["RefSpec", AnyPolicy]
+
+
 class ReferenceEvaluator:
     """A Policy(Set)IdReference, resolved per engine through `ctx.links` (so that compiled
     documents can be shared between engine generations)."""
 
     __slots__ = ("key", "description", "target_spec")
 
-    def __init__(self, key: Any, description: str) -> None:
+    def __init__(self, key: RefSpec, description: str) -> None:
         self.key = key
         self.description = description
-        self.target_spec = None
+        self.target_spec: TargetSpec | None = None  # never indexed: the target is elsewhere
 
     def evaluate(self, ctx: EvalContext) -> Outcome:
         return ctx.links[self.key].evaluate(ctx)
@@ -414,16 +478,16 @@ class ReferenceEvaluator:
         return ctx.links[self.key].is_applicable(ctx)
 
 
-def now_supplier(attribute_id: str, datatypes: Any) -> Callable[[EvalContext], Any] | None:
+def now_supplier(attribute_id: str) -> Expr | None:
     """For current-time/-date/-dateTime: a function of the context giving the PDP's clock."""
     if attribute_id == CURRENT_TIME:
-        dt = datatypes.get_datatype(datatypes.TIME)
+        dt = get_datatype(TIME)
         return lambda ctx: dt.parse(ctx.now().time().isoformat() + _tz(ctx.now()))
     if attribute_id == CURRENT_DATE:
-        dt = datatypes.get_datatype(datatypes.DATE)
+        dt = get_datatype(DATE)
         return lambda ctx: dt.parse(ctx.now().date().isoformat() + _tz(ctx.now()))
     if attribute_id == CURRENT_DATETIME:
-        dt = datatypes.get_datatype(datatypes.DATETIME)
+        dt = get_datatype(DATETIME)
         return lambda ctx: dt.parse(ctx.now().replace(tzinfo=None).isoformat() + _tz(ctx.now()))
     return None
 

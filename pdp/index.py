@@ -21,18 +21,31 @@ only-one-applicable) see the same sequence minus NotApplicable children.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, TypeVar
+
+from pdp.evaluation import AnyValue, Bags, EvalContext
+from pdp.notes import AttributeKey
+
+if TYPE_CHECKING:  # the policy compiler imports this module
+    from pdp.policy_parser.model import MatchSpec
+    from pdp.policy_parser.targets import TargetSpec
 
 MIN_CHILDREN = 8
 
 # One indexable AnyOf, as filter: {attribute key: (values, any MustBePresent)}.
-AnyOfFilter = dict
+AnyOfFilter = dict[AttributeKey, tuple[frozenset[AnyValue], bool]]
+# An indexable AnyOf: one equality Match per AllOf (`_indexable_any_ofs`).
+IndexableAnyOf = list["MatchSpec"]
+Posting = tuple[AttributeKey, AnyValue]  # an attribute key and a literal tested against it
+C = TypeVar("C")
 
 
 class ChildIndex:
     __slots__ = ("always", "by_key", "mbp_by_key", "size", "filters")
 
-    def __init__(self, size: int, always: list[int], by_key: dict, mbp_by_key: dict,
+    def __init__(self, size: int, always: list[int],
+                 by_key: dict[AttributeKey, dict[AnyValue, list[int]]],
+                 mbp_by_key: dict[AttributeKey, list[int]],
                  filters: dict[int, tuple[AnyOfFilter, ...]]) -> None:
         self.size = size
         self.always = frozenset(always)
@@ -40,15 +53,15 @@ class ChildIndex:
         self.mbp_by_key = mbp_by_key
         self.filters = filters
 
-    def candidate_positions(self, bags: dict) -> list[int]:
+    def candidate_positions(self, bags: Bags) -> list[int]:
         found = _candidates(self, bags)
         return list(range(self.size)) if found is None else found
 
-    def candidates(self, children: Sequence[Any], ctx: Any) -> list[Any]:
+    def candidates(self, children: Sequence[C], ctx: EvalContext) -> list[C]:
         return [children[i] for i in self.candidate_positions(ctx.bags)]
 
 
-def _candidates(index: "ChildIndex | RootIndex", bags: dict) -> list[int] | None:
+def _candidates(index: ChildIndex | RootIndex, bags: Bags) -> list[int] | None:
     """The positions whose target could match the request's attribute bags, ascending: the
     always-candidates, those indexed under a value of the request, those with a MustBePresent
     designator for a key the request lacks (they are Indeterminate, not ruled out), less those
@@ -75,7 +88,8 @@ def _candidates(index: "ChildIndex | RootIndex", bags: dict) -> list[int] | None
         return None
 
 
-def _secondary_filters(any_ofs: list[list], primary: list) -> tuple[AnyOfFilter, ...]:
+def _secondary_filters(any_ofs: list[IndexableAnyOf], primary: IndexableAnyOf
+                       ) -> tuple[AnyOfFilter, ...]:
     """The target's AnyOfs other than the indexed one, as filters `_may_match` checks: per
     attribute key the values that could match and whether a MustBePresent designator reads it."""
     out = []
@@ -90,7 +104,7 @@ def _secondary_filters(any_ofs: list[list], primary: list) -> tuple[AnyOfFilter,
     return tuple(out)
 
 
-def _may_match(any_of: AnyOfFilter, bags: dict) -> bool:
+def _may_match(any_of: AnyOfFilter, bags: Bags) -> bool:
     for key, (values, must_be_present) in any_of.items():
         bag = bags.get(key)
         if bag:
@@ -102,12 +116,12 @@ def _may_match(any_of: AnyOfFilter, bags: dict) -> bool:
     return False
 
 
-def _indexable_any_ofs(spec: Any) -> list[list]:
+def _indexable_any_ofs(spec: TargetSpec | None) -> list[IndexableAnyOf]:
     """Every AnyOf of a target spec whose AllOfs all hold an indexable Match: per AnyOf, one
     MatchSpec per AllOf."""
     out = []
     for any_of in spec or ():
-        chosen = []
+        chosen: IndexableAnyOf = []
         for all_of in any_of:
             match = next((m for m in all_of if m is not None), None)
             if match is None:
@@ -119,14 +133,21 @@ def _indexable_any_ofs(spec: Any) -> list[list]:
     return out
 
 
-def build_index(children: Sequence[Any], min_children: int | None = None) -> ChildIndex | None:
+def _target_spec(child: object) -> TargetSpec | None:
+    """A child's target spec; None (always a candidate) for a child without one."""
+    spec: TargetSpec | None = getattr(child, "target_spec", None)
+    return spec
+
+
+def build_index(children: Sequence[object], min_children: int | None = None
+                ) -> ChildIndex | None:
     """An index over the children's targets, or None when it would not pay off (fewer than
     MIN_CHILDREN children, read at call time so that tests can switch indexing off)."""
     if len(children) < (MIN_CHILDREN if min_children is None else min_children):
         return None
-    per_child = [_indexable_any_ofs(getattr(c, "target_spec", None)) for c in children]
+    per_child = [_indexable_any_ofs(_target_spec(c)) for c in children]
     # Selectivity of an attribute: how many distinct literals the children test it against.
-    distinct: dict[tuple, set] = {}
+    distinct: dict[AttributeKey, set[AnyValue]] = {}
     for any_ofs in per_child:
         for any_of in any_ofs:
             for m in any_of:
@@ -135,8 +156,8 @@ def build_index(children: Sequence[Any], min_children: int | None = None) -> Chi
                 except TypeError:
                     return None
     always: list[int] = []
-    by_key: dict[tuple, dict[Any, list[int]]] = {}
-    mbp_by_key: dict[tuple, list[int]] = {}
+    by_key: dict[AttributeKey, dict[AnyValue, list[int]]] = {}
+    mbp_by_key: dict[AttributeKey, list[int]] = {}
     filters: dict[int, tuple[AnyOfFilter, ...]] = {}
     for pos, any_ofs in enumerate(per_child):
         if not any_ofs:
@@ -169,7 +190,8 @@ class _Placed:
 
     __slots__ = ("postings", "mbp_keys", "counted", "always")
 
-    def __init__(self, postings: tuple, mbp_keys: tuple, counted: tuple, always: bool) -> None:
+    def __init__(self, postings: tuple[Posting, ...], mbp_keys: tuple[AttributeKey, ...],
+                 counted: tuple[Posting, ...], always: bool) -> None:
         self.postings = postings  # ((key, value), ...) of its primary AnyOf, without repeats
         self.mbp_keys = mbp_keys  # keys of its primary AnyOf with MustBePresent="true"
         self.counted = counted  # every (key, value) it adds to the selectivity counts
@@ -200,8 +222,10 @@ class RootIndex:
 
     __slots__ = ("by_key", "mbp_by_key", "always", "filters", "placed", "distinct")
 
-    def __init__(self, by_key: dict, mbp_by_key: dict, always: frozenset, filters: dict,
-                 placed: dict, distinct: dict) -> None:
+    def __init__(self, by_key: dict[AttributeKey, dict[AnyValue, tuple[int, ...]]],
+                 mbp_by_key: dict[AttributeKey, frozenset[int]], always: frozenset[int],
+                 filters: dict[int, tuple[AnyOfFilter, ...]], placed: dict[int, _Placed],
+                 distinct: dict[AttributeKey, dict[AnyValue, int]]) -> None:
         self.by_key = by_key  # key -> {value: (slot, ...)}
         self.mbp_by_key = mbp_by_key  # key -> frozenset of slots
         self.always = always  # slots that are candidates for every request
@@ -221,15 +245,16 @@ class RootIndex:
         """False when it could rule nothing out (every child is always a candidate)."""
         return len(self.always) < len(self.placed)
 
-    def candidate_positions(self, bags: dict) -> list[int]:
+    def candidate_positions(self, bags: Bags) -> list[int]:
         """The slots of the children whose target could match, in ascending order."""
         found = _candidates(self, bags)
         return sorted(self.placed) if found is None else found
 
-    def candidates(self, by_slot: dict, ctx: Any) -> list[Any]:
+    def candidates(self, by_slot: Mapping[int, C], ctx: EvalContext) -> list[C]:
         return [by_slot[s] for s in self.candidate_positions(ctx.bags)]
 
-    def changed(self, removed: Any = (), added: Sequence[tuple[int, Any]] = ()) -> "RootIndex":
+    def changed(self, removed: Iterable[int] = (), added: Sequence[tuple[int, object]] = ()
+                ) -> RootIndex:
         """A new index without the children in slots `removed` and with `added` ((slot, child)
         pairs; a slot both removed and added is a replacement). This index is not modified."""
         w = _Writer(self)
@@ -237,10 +262,10 @@ class RootIndex:
             w.remove(slot)
         # Count every new child's literals first, then choose primaries: with all children added
         # at once this is exactly build_index's choice.
-        analysed: list[tuple[Any, Any, tuple[tuple[Any, Any], ...]]] = []
+        analysed: list[tuple[int, list[IndexableAnyOf], tuple[Posting, ...]]] = []
         for slot, child in added:
-            any_ofs = _indexable_any_ofs(getattr(child, "target_spec", None))
-            counted: list[tuple[Any, Any]] = []
+            any_ofs = _indexable_any_ofs(_target_spec(child))
+            counted: list[Posting] = []
             try:
                 for any_of in any_ofs:
                     for m in any_of:
@@ -248,7 +273,7 @@ class RootIndex:
                         counted.append((m.key, m.value))
             except TypeError:
                 any_ofs, counted = [], []
-            unique: tuple[tuple[Any, Any], ...] = tuple(dict.fromkeys(counted))  # one count per child and (key, value)
+            unique = tuple(dict.fromkeys(counted))  # one count per child and (key, value)
             w.count(unique, +1)
             analysed.append((slot, any_ofs, unique))
         for slot, any_ofs, unique in analysed:
@@ -266,16 +291,16 @@ class _Writer:
         self.filters = dict(base.filters)
         self.placed = dict(base.placed)
         self.distinct = dict(base.distinct)
-        self._own_tables: set = set()
-        self._own_counts: set = set()
+        self._own_tables: set[AttributeKey] = set()
+        self._own_counts: set[AttributeKey] = set()
 
-    def _table(self, key: tuple) -> dict:
+    def _table(self, key: AttributeKey) -> dict[AnyValue, tuple[int, ...]]:
         if key not in self._own_tables:
             self._own_tables.add(key)
             self.by_key[key] = dict(self.by_key.get(key, ()))
         return self.by_key[key]
 
-    def count(self, counted: Sequence[tuple], delta: int) -> None:
+    def count(self, counted: Sequence[Posting], delta: int) -> None:
         for key, value in counted:
             if key not in self._own_counts:
                 self._own_counts.add(key)
@@ -315,15 +340,16 @@ class _Writer:
         # Each (key, value) was counted once per child: undo exactly that.
         self.count(placed.counted, -1)
 
-    def place(self, slot: int, any_ofs: list[list], counted: tuple) -> None:
+    def place(self, slot: int, any_ofs: list[IndexableAnyOf], counted: tuple[Posting, ...]
+              ) -> None:
         if not any_ofs:
             self.always.add(slot)
             self.placed[slot] = _NOT_INDEXED if not counted else _Placed((), (), counted, True)
             return
         distinct = self.distinct
         primary = max(any_ofs, key=lambda a: min(len(distinct.get(m.key, ())) for m in a))
-        postings: dict[tuple, None] = {}
-        mbp_keys: dict[tuple, None] = {}
+        postings: dict[Posting, None] = {}
+        mbp_keys: dict[AttributeKey, None] = {}
         for match in primary:
             postings[(match.key, match.value)] = None
             if match.must_be_present:

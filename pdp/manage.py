@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from pdp.auth import Identity
+from common.auth import Identity
 from pdp.policy_parser import PolicyInfo
 
 ManagePolicy = Callable[[Identity, PolicyInfo], "bool | Veto"]

@@ -11,13 +11,16 @@ decision nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from lxml import etree
 
 from pdp.datatypes import canonical_datatype_id
 from pdp.request import normalize_category
 from pdp.urns import XACML_NS
+
+if TYPE_CHECKING:  # for annotations only
+    from pdp.evaluation import AnyValue, Matcher
 
 AttributeKey = tuple[str, str, str]  # (category, attribute id, data type), as a request's bags
 
@@ -27,9 +30,9 @@ class MatchNote:
     """One <Match>: its compiled test and what it compares (the policy's literal, as parsed
     and as written, against the attribute a designator names)."""
 
-    test: Callable[[Any], bool]  # the Match alone, compiled: test(ctx) -> bool, or raises
+    test: Matcher  # the Match alone, compiled: test(ctx) -> bool, or raises
     function: str  # the MatchId
-    value: Any  # the literal, parsed (what equality compares)
+    value: AnyValue  # the literal, parsed (what equality compares)
     text: str  # the literal as written
     category: str
     attribute_id: str

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from lxml import etree
 
-from pdp.xmlsafe import UnsafeDocumentError, parse_xml
+from common.xmlsafe import UnsafeDocumentError, parse_xml
 from pdp.urns import RESOURCE as RESOURCE_CATEGORY, RESOURCE_ID, STRING, STRING_EQUAL, XACML_NS
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 from pdp.errors import PolicyLoadError
-from pdp.evaluation import PolicyEvaluator
+from pdp.evaluation import AnyPolicy
 from pdp.policy_parser import CompiledDocument, CompiledPolicy, PolicyInfo, RefSpec
 
 MAX_REFERENCE_DEPTH = 32
@@ -40,7 +40,7 @@ def latest_info(by_slot: Mapping[int, CompiledPolicy], slots: Sequence[int]) -> 
 
 
 def named_root(by_slot: Mapping[int, CompiledPolicy], versions: Mapping[str, Sequence[int]],
-                root_policy_id: str) -> PolicyEvaluator:
+                root_policy_id: str) -> AnyPolicy:
     """The root a configuration names: the highest version of that document."""
     slots = versions.get(root_policy_id, ())
     if not slots:
@@ -51,7 +51,7 @@ def named_root(by_slot: Mapping[int, CompiledPolicy], versions: Mapping[str, Seq
 
 def link_references(by_slot: Mapping[int, CompiledPolicy], versions: Mapping[str, Sequence[int]],
           referrers: Iterable[int]
-                    ) -> tuple[dict[RefSpec, PolicyEvaluator], dict[int, set[str]]]:
+                    ) -> tuple[dict[RefSpec, AnyPolicy], dict[int, set[str]]]:
     """Resolve every reference to the latest matching top-level document; detect cycles and
     over-deep reference chains.
 
@@ -59,7 +59,7 @@ def link_references(by_slot: Mapping[int, CompiledPolicy], versions: Mapping[str
     is a leaf of the reference graph (depth 1, on no cycle), so the result and the first error
     found are those of a walk over every document in root order."""
     docs = [by_slot[s] for s in sorted(referrers)]
-    links: dict[RefSpec, PolicyEvaluator] = {}
+    links: dict[RefSpec, AnyPolicy] = {}
     if not docs:
         return links, {}
     edges: dict[int, list[CompiledDocument]] = {}

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Mapping, NotRequired, TypedDict
 
 from lxml import etree
 
 from pdp.request import XACML_NS, XML_ID, media_kind
-from pdp.results import Obligation, PolicyIdentifier, Response, Result, ResultCategory, Status
+from pdp.results import (AttributeAssignment, MissingAttributeDetail, Obligation,
+                         PolicyIdentifier, Response, Result, ResultAttribute, ResultCategory,
+                         Status)
 
 XML_MEDIA_TYPE = "application/xacml+xml"
 JSON_MEDIA_TYPE = "application/xacml+json"
@@ -30,13 +32,14 @@ def render_response(response: Response, media_type: str) -> bytes:
         # inside a JSON string (and json.dumps puts raw characters nowhere else).
         text = json.dumps(response_to_json(response), ensure_ascii=False)
         return text.encode("utf-8", "backslashreplace")
-    return etree.tostring(response_to_xml(response), xml_declaration=True, encoding="UTF-8")
+    data: bytes = etree.tostring(response_to_xml(response), xml_declaration=True, encoding="UTF-8")
+    return data
 
 
 # ----------------------------------------------------------------------------- XML
 
 
-def _sub(parent: etree._Element, name: str, attrib: dict | None = None,
+def _sub(parent: etree._Element, name: str, attrib: Mapping[str, str | None] | None = None,
          text: str | None = None) -> etree._Element:
     attrs = {k: v for k, v in (attrib or {}).items() if v is not None}
     try:
@@ -110,62 +113,147 @@ def _result_xml(root: etree._Element, result: Result) -> None:
 
 
 # ----------------------------------------------------------------------------- JSON
+# The shapes of the JSON Profile's Response, as rendered here (optional members are left out
+# rather than null; the members keep the order in which they are written below).
 
 
-def _status_json(status: Status) -> dict:
-    code: dict[str, Any] = {"Value": status.code}
+class StatusCodeJson(TypedDict):
+    Value: str
+    StatusCode: NotRequired[StatusCodeJson]  # a subcode
+
+
+class MissingAttributeDetailJson(TypedDict):
+    Category: str
+    AttributeId: str
+    DataType: str
+    Issuer: NotRequired[str]
+
+
+class StatusDetailJson(TypedDict):
+    MissingAttributeDetail: list[MissingAttributeDetailJson]
+
+
+class StatusJson(TypedDict):
+    StatusCode: StatusCodeJson
+    StatusMessage: NotRequired[str]
+    StatusDetail: NotRequired[StatusDetailJson]
+
+
+class AttributeAssignmentJson(TypedDict):
+    AttributeId: str
+    Value: str
+    DataType: str
+    Category: NotRequired[str]
+    Issuer: NotRequired[str]
+
+
+class ObligationJson(TypedDict):  # an Obligation or an Advice
+    Id: str
+    AttributeAssignment: NotRequired[list[AttributeAssignmentJson]]
+
+
+class AttributeJson(TypedDict):
+    AttributeId: str
+    Value: list[str]
+    DataType: str
+    Issuer: NotRequired[str]
+    IncludeInResult: bool
+
+
+class CategoryJson(TypedDict):
+    CategoryId: str
+    Id: NotRequired[str]
+    Attribute: list[AttributeJson]
+
+
+class PolicyReferenceJson(TypedDict):
+    Id: str
+    Version: str
+
+
+# {"PolicyIdReference" or "PolicySetIdReference": [reference, ...]}, kinds in order of appearance
+PolicyIdentifierListJson = dict[str, list[PolicyReferenceJson]]
+
+
+class ResultJson(TypedDict):
+    Decision: str
+    Status: StatusJson
+    Obligations: NotRequired[list[ObligationJson]]
+    AssociatedAdvice: NotRequired[list[ObligationJson]]
+    Category: NotRequired[list[CategoryJson]]
+    PolicyIdentifierList: NotRequired[PolicyIdentifierListJson]
+
+
+class ResponseJson(TypedDict):
+    Response: list[ResultJson]
+
+
+def _status_json(status: Status) -> StatusJson:
+    code: StatusCodeJson = {"Value": status.code}
     inner = code
     for sub in status.subcodes:
-        nxt = {"Value": sub}
+        nxt: StatusCodeJson = {"Value": sub}
         inner["StatusCode"] = nxt
         inner = nxt
-    out: dict[str, Any] = {"StatusCode": code}
+    out: StatusJson = {"StatusCode": code}
     if status.message:
         out["StatusMessage"] = status.message
     if status.missing_attributes:
         out["StatusDetail"] = {"MissingAttributeDetail": [
-            _drop_none({"Category": m.category, "AttributeId": m.attribute_id,
-                        "DataType": m.datatype, "Issuer": m.issuer})
-            for m in status.missing_attributes]}
+            _missing_json(m) for m in status.missing_attributes]}
     return out
 
 
-def _drop_none(d: dict) -> dict:
-    return {k: v for k, v in d.items() if v is not None}
+def _missing_json(m: MissingAttributeDetail) -> MissingAttributeDetailJson:
+    out: MissingAttributeDetailJson = {"Category": m.category, "AttributeId": m.attribute_id,
+                                       "DataType": m.datatype}
+    if m.issuer is not None:
+        out["Issuer"] = m.issuer
+    return out
 
 
-def _obligation_json(ob: Obligation) -> dict:
-    out: dict[str, Any] = {"Id": ob.id}
+def _assignment_json(a: AttributeAssignment) -> AttributeAssignmentJson:
+    out: AttributeAssignmentJson = {"AttributeId": a.attribute_id, "Value": a.value,
+                                    "DataType": a.datatype}
+    if a.category is not None:
+        out["Category"] = a.category
+    if a.issuer is not None:
+        out["Issuer"] = a.issuer
+    return out
+
+
+def _obligation_json(ob: Obligation) -> ObligationJson:
+    out: ObligationJson = {"Id": ob.id}
     if ob.assignments:
-        out["AttributeAssignment"] = [
-            _drop_none({"AttributeId": a.attribute_id, "Value": a.value, "DataType": a.datatype,
-                        "Category": a.category, "Issuer": a.issuer})
-            for a in ob.assignments]
+        out["AttributeAssignment"] = [_assignment_json(a) for a in ob.assignments]
     return out
 
 
-def _category_json(cat: ResultCategory) -> dict:
-    out: dict[str, Any] = {"CategoryId": cat.category}
+def _attribute_json(a: ResultAttribute) -> AttributeJson:
+    if a.issuer is None:
+        return {"AttributeId": a.attribute_id, "Value": list(a.values), "DataType": a.datatype,
+                "IncludeInResult": True}
+    return {"AttributeId": a.attribute_id, "Value": list(a.values), "DataType": a.datatype,
+            "Issuer": a.issuer, "IncludeInResult": True}
+
+
+def _category_json(cat: ResultCategory) -> CategoryJson:
     if cat.id:
-        out["Id"] = cat.id
-    out["Attribute"] = [
-        _drop_none({"AttributeId": a.attribute_id, "Value": list(a.values),
-                    "DataType": a.datatype, "Issuer": a.issuer, "IncludeInResult": True})
-        for a in cat.attributes]
-    return out
+        return {"CategoryId": cat.category, "Id": cat.id,
+                "Attribute": [_attribute_json(a) for a in cat.attributes]}
+    return {"CategoryId": cat.category, "Attribute": [_attribute_json(a) for a in cat.attributes]}
 
 
-def _policy_ids_json(ids: tuple[PolicyIdentifier, ...]) -> dict:
-    out: dict[str, list] = {}
+def _policy_ids_json(ids: tuple[PolicyIdentifier, ...]) -> PolicyIdentifierListJson:
+    out: PolicyIdentifierListJson = {}
     for p in ids:
         key = "PolicySetIdReference" if p.is_policy_set else "PolicyIdReference"
         out.setdefault(key, []).append({"Id": p.id, "Version": p.version})
     return out
 
 
-def result_to_json(result: Result) -> dict:
-    out: dict[str, Any] = {"Decision": result.decision.value,
-                           "Status": _status_json(result.status)}
+def result_to_json(result: Result) -> ResultJson:
+    out: ResultJson = {"Decision": result.decision.value, "Status": _status_json(result.status)}
     if result.obligations:
         out["Obligations"] = [_obligation_json(o) for o in result.obligations]
     if result.advice:
@@ -177,9 +265,9 @@ def result_to_json(result: Result) -> dict:
     return out
 
 
-def response_to_json(response: Response) -> dict:
+def response_to_json(response: Response) -> ResponseJson:
     return {"Response": [result_to_json(r) for r in response.results]}
 
 
 __all__ = ["render_response", "response_to_xml", "response_to_json", "result_to_json",
-           "XML_MEDIA_TYPE", "JSON_MEDIA_TYPE"]
+           "XML_MEDIA_TYPE", "JSON_MEDIA_TYPE", "ResponseJson", "ResultJson"]

@@ -37,13 +37,16 @@ from pathlib import Path
 from pdp.engine import (CompiledPolicy, PolicyEngine, PolicyInfo, PolicySource,
                         compile_policy)
 from pdp.errors import PolicyLoadError
-from pdp.events import PolicyChange, PolicyEvents
+from pdp.events import ChangeKind, PolicyChange, PolicyEvents
 from pdp.request import RequestContext
 from pdp.results import Response
 from pdp.store import (PolicyExistsError, PolicyNotFoundError, PolicyStore, StoredPolicy,
                        source_name)
 
 log = logging.getLogger(__name__)
+
+# Told of every decision `PolicyService.decide` makes: (the response, seconds it took).
+DecisionObserver = Callable[[Response, float], None]
 
 
 class PolicyIdMismatchError(ValueError):
@@ -61,7 +64,7 @@ class Prospect:
     """A change not applied: the engine it would give and the resources it concerns (None:
     any), in the terms of the PolicyChange it would announce."""
 
-    kind: str  # "added" | "updated" | "deleted"
+    kind: ChangeKind
     policy_id: str
     engine: PolicyEngine
     resources: frozenset[str] | None
@@ -78,13 +81,13 @@ class PolicyService:
         self.root_combining_alg = root_combining_alg
         self.root_policy_id = root_policy_id
         self._write_lock = threading.RLock()
-        self._decision_observers: list = []
+        self._decision_observers: list[DecisionObserver] = []
         self._engine: PolicyEngine | None = None
         # The current stored policies by id, as the store holds them: `list()` answers from it
         # instead of reading every row again (event subscribers call it on every change). A new
         # dict per write (copy-on-write), so readers need no lock; `_listed` caches its sorting.
         self._current: dict[str, StoredPolicy] = {}
-        self._listed: tuple[dict, list[StoredPolicy]] | None = None
+        self._listed: tuple[dict[str, StoredPolicy], list[StoredPolicy]] | None = None
         # the store version the engine reflects (`catch_up` applies what follows it); `shared`:
         # other processes write the same store (the module docstring)
         self.applied_version = 0
@@ -160,7 +163,7 @@ class PolicyService:
             return
         self._engine = new_engine
         self._remember([stored])
-        kind = "updated" if stored.policy_id in old.policies else "added"
+        kind: ChangeKind = "updated" if stored.policy_id in old.policies else "added"
         self._emit(kind, stored, _union(old.resource_scope(stored.policy_id),
                                         new_engine.resource_scope(stored.policy_id))
                    if kind == "updated" else new_engine.resource_scope(stored.policy_id))
@@ -229,7 +232,7 @@ class PolicyService:
             observer(response, elapsed)
         return response
 
-    def observe_decisions(self, observer) -> None:
+    def observe_decisions(self, observer: DecisionObserver) -> None:
         """`observer(response, seconds)` after every `decide` (metrics)."""
         self._decision_observers.append(observer)
 
@@ -370,7 +373,7 @@ class PolicyService:
         self._written([tombstone])
         return tombstone
 
-    def prospect(self, kind: str, policy_id: str, data: bytes | None = None,
+    def prospect(self, kind: ChangeKind, policy_id: str, data: bytes | None = None,
                  source: str = "proposed policy") -> "Prospect":
         """What a change would make of the engine, without storing, swapping or announcing
         anything: the engine after the change and the resources it concerns, exactly as
@@ -397,9 +400,9 @@ class PolicyService:
         return Prospect(kind, policy_id, new_engine,
                         _union(old.resource_scope(policy_id), new_engine.resource_scope(policy_id)))
 
-    def _emit(self, kind: str, stored: StoredPolicy,
+    def _emit(self, kind: ChangeKind, stored: StoredPolicy,
               resources: frozenset[str] | None = None) -> None:
-        self.events.emit(PolicyChange(kind=kind, policy_id=stored.policy_id,  # type: ignore[arg-type]
+        self.events.emit(PolicyChange(kind=kind, policy_id=stored.policy_id,
                                       version=stored.version, owner=stored.owner,
                                       store_version=stored.store_version, resources=resources))
 
@@ -411,7 +414,7 @@ def _union(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str]
 def policy_files(directory: str | Path) -> list[Path]:
     """XML files under a directory whose root element is Policy or PolicySet (requests and user
     queries living beside them are skipped), in a stable order."""
-    from pdp.xmlsafe import UnsafeDocumentError, parse_xml
+    from common.xmlsafe import UnsafeDocumentError, parse_xml
 
     found = []
     for path in sorted(Path(directory).rglob("*.xml")):

@@ -3,7 +3,7 @@
 The store keeps the full history (including deletions, as tombstones) so that an owner can see
 what a policy said when a decision was made, and so that a crash in the middle of a write can
 never leave a half-written state: a write is one transaction (SQLite in WAL mode with
-synchronous=FULL, or PostgreSQL: `pdp.db`), so after a crash the database shows either all of a
+synchronous=FULL, or PostgreSQL: `common.db`), so after a crash the database shows either all of a
 write or none of it.
 
 Store versions are serial: every write first takes the next number from the one row of
@@ -26,8 +26,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pdp.db import Cursor, Database, StoreError, open_database, opening, upsert_sql
-from pdp.migrations import Schema, Step, migrate
+from common.db import Cursor, Database, StoreError, open_database, opening, upsert_sql
+from common.migrations import Schema, Step, migrate
 
 
 class PolicyExistsError(StoreError):
@@ -201,7 +201,7 @@ def _row(row: tuple[Any, ...]) -> StoredPolicy:
 
 
 class SQLPolicyStore(PolicyStore):
-    """The policy store on a `pdp.db.Database` (a SQLite file, given by its path, or the
+    """The policy store on a `common.db.Database` (a SQLite file, given by its path, or the
     PostgreSQL database). Policy reads and writes are rare next to decisions, which never touch
     the store."""
 

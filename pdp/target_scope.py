@@ -27,27 +27,35 @@ function, an unknown combining algorithm) gives no proof.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING
 
 from pdp.combining import (deny_overrides, first_applicable, legacy_deny_overrides_policies,
                            legacy_deny_overrides_rules, legacy_permit_overrides_policies,
                            legacy_permit_overrides_rules, only_one_applicable, permit_overrides)
-from pdp.evaluation import PolicyEvaluator, ReferenceEvaluator, RuleEvaluator
+from pdp.evaluation import (AnyValue, Evaluable, Links, PolicyCombiner, PolicyEvaluator,
+                            ReferenceEvaluator, RuleEvaluator)
+from pdp.notes import AttributeKey
 from pdp.urns import RESOURCE as RESOURCE_CATEGORY, RESOURCE_ID, STRING
+
+if TYPE_CHECKING:  # for annotations only
+    from pdp.policy_parser.targets import TargetSpec
+
+Scope = frozenset[str]  # resource-ids; None where a function gives `Scope | None`: any resource
+ScopeMemo = dict[int, Scope | None]  # by id() of an evaluator, for one link table
 
 
 # Combining algorithms whose answer is NotApplicable when every child is NotApplicable. A
 # whitelist: an algorithm added later gives no proof until it is checked and listed here.
-NOT_APPLICABLE_WHEN_ALL_ARE = frozenset({
+NOT_APPLICABLE_WHEN_ALL_ARE: frozenset[PolicyCombiner] = frozenset({
     deny_overrides, permit_overrides, first_applicable, only_one_applicable,
     legacy_deny_overrides_rules, legacy_permit_overrides_rules,
     legacy_deny_overrides_policies, legacy_permit_overrides_policies,
 })
 
-_resource_key: tuple | None = None
+_resource_key: AttributeKey | None = None
 
 
-def resource_key() -> tuple:
+def resource_key() -> AttributeKey:
     """The (category, attribute, data type) key the compiler gives a string resource-id."""
     global _resource_key
     if _resource_key is None:
@@ -59,14 +67,14 @@ def resource_key() -> tuple:
     return _resource_key
 
 
-def target_scope(spec: Any) -> frozenset | None:
+def target_scope(spec: TargetSpec | None) -> Scope | None:
     """The smallest resource-id set one AnyOf of this target spec confines requests to."""
     key = resource_key()
-    best: frozenset | None = None
+    best: Scope | None = None
     for any_of in spec or ():
-        ids: set = set()
+        ids: set[str] = set()
         for all_of in any_of:
-            literals = {m.value for m in all_of
+            literals: set[str] = {m.value for m in all_of
                         if m is not None and m.key == key and not m.must_be_present}
             if not literals:
                 break
@@ -77,12 +85,12 @@ def target_scope(spec: Any) -> frozenset | None:
     return best
 
 
-def evaluator_scope(ev: Any, links: Mapping, _memo: dict | None = None) -> frozenset | None:
+def evaluator_scope(ev: Evaluable, links: Links, _memo: ScopeMemo | None = None
+                    ) -> Scope | None:
     """The scope of a compiled rule, policy, policy set or reference (see the module docstring)."""
-    memo: dict = {} if _memo is None else _memo
-    known = memo.get(id(ev), memo)
-    if known is not memo:
-        return known
+    memo: ScopeMemo = {} if _memo is None else _memo
+    if id(ev) in memo:
+        return memo[id(ev)]
     try:
         result = _scope(ev, links, memo)
     except RecursionError:  # absurdly deep nesting: no proof
@@ -91,7 +99,7 @@ def evaluator_scope(ev: Any, links: Mapping, _memo: dict | None = None) -> froze
     return result
 
 
-def _scope(ev: Any, links: Mapping, memo: dict) -> frozenset | None:
+def _scope(ev: Evaluable, links: Links, memo: ScopeMemo) -> Scope | None:
     if isinstance(ev, ReferenceEvaluator):
         target = links.get(ev.key)
         return None if target is None else evaluator_scope(target, links, memo)
@@ -101,7 +109,7 @@ def _scope(ev: Any, links: Mapping, memo: dict) -> frozenset | None:
         return None
     best = target_scope(ev.target_spec)
     if ev.combine in NOT_APPLICABLE_WHEN_ALL_ARE:
-        union: set = set()
+        union: set[str] = set()
         for child in ev.children:
             child_scope = evaluator_scope(child, links, memo)
             if child_scope is None:
@@ -113,7 +121,7 @@ def _scope(ev: Any, links: Mapping, memo: dict) -> frozenset | None:
     return best
 
 
-def attribute_key(category: str, attribute_id: str, datatype: str = STRING) -> tuple:
+def attribute_key(category: str, attribute_id: str, datatype: str = STRING) -> AttributeKey:
     """The (category, attribute, data type) key the compiler gives a designator."""
     from pdp.datatypes import canonical_datatype_id
     from pdp.request import normalize_category
@@ -121,25 +129,29 @@ def attribute_key(category: str, attribute_id: str, datatype: str = STRING) -> t
     return (normalize_category(category), attribute_id, canonical_datatype_id(datatype))
 
 
-def target_literals(ev: Any, links: Mapping, key: tuple, _seen: set | None = None) -> frozenset:
+def target_literals(ev: Evaluable, links: Links, key: AttributeKey, _seen: set[int] | None = None
+                    ) -> frozenset[AnyValue]:
     """Every literal that a target in this evaluator's tree (its own, its children's, and those
     its references reach) compares the attribute `key` with by an equality Match. Not a proof
     of anything: the values a policy names for an attribute (e.g. the action ids it grants or
     refuses), for callers that want to ask the PDP about each of them. Values tested only in a
     Condition, or by another function, are not found."""
-    seen: set = set() if _seen is None else _seen
+    seen: set[int] = set() if _seen is None else _seen
     if id(ev) in seen:
         return frozenset()
     seen.add(id(ev))
     if isinstance(ev, ReferenceEvaluator):
         target = links.get(ev.key)
         return frozenset() if target is None else target_literals(target, links, key, seen)
-    found: set = set()
-    for any_of in getattr(ev, "target_spec", None) or ():
+    if not isinstance(ev, (RuleEvaluator, PolicyEvaluator)):
+        return frozenset()
+    found: set[AnyValue] = set()
+    for any_of in ev.target_spec or ():
         for all_of in any_of:
             found.update(m.value for m in all_of if m is not None and m.key == key)
-    for child in getattr(ev, "children", ()) or ():
-        found |= target_literals(child, links, key, seen)
+    if isinstance(ev, PolicyEvaluator):
+        for child in ev.children:
+            found |= target_literals(child, links, key, seen)
     return frozenset(found)
 
 

@@ -23,15 +23,15 @@ does not have.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pdp.datatypes import get_datatype
 from pdp.errors import Indeterminate
 from pdp.evaluation import (DECISION_NAMES, DENY, IND_D, IND_DP, IND_P, NOT_APPLICABLE, PERMIT,
-                            EvalContext, Outcome, PolicyEvaluator, ReferenceEvaluator,
-                            RuleEvaluator)
+                            AnyPolicy, EvalContext, Evaluable, Expr, Matcher, Outcome,
+                            PolicyCombiner, PolicyEvaluator, ReferenceEvaluator, RuleEvaluator)
 from pdp.notes import ALWAYS_FALSE, MatchNote, Notes
 from pdp.results import Obligation
 from pdp.urns import ACCESS_SUBJECT, CURRENT_DATE, CURRENT_DATETIME, CURRENT_TIME, ENVIRONMENT
@@ -124,12 +124,22 @@ class Explanation:
             stack.extend(reversed(node.children))
 
 
+class ImplicitRoot(Protocol):
+    """The root when no root policy is named (`pdp.engine`): the top-level documents, combined
+    by the root's policy-combining algorithm."""
+
+    @property
+    def combine(self) -> PolicyCombiner: ...
+
+    def evaluate(self, ctx: EvalContext, /) -> Outcome: ...
+
+
 class _Probe:
     """A child as a combining algorithm sees it: evaluated (and explained) when asked."""
 
     __slots__ = ("explainer", "child", "doc", "node", "checked")
 
-    def __init__(self, explainer: "Explainer", child: Any, doc: str | None) -> None:
+    def __init__(self, explainer: "Explainer", child: Evaluable, doc: str | None) -> None:
         self.explainer = explainer
         self.child = child
         self.doc = doc
@@ -143,7 +153,10 @@ class _Probe:
 
     def is_applicable(self, ctx: EvalContext) -> bool:  # only-one-applicable asks first
         self.checked = True
-        return bool(self.child.is_applicable(ctx))
+        child = self.child
+        # only-one-applicable is a policy-combining algorithm: its children are never rules
+        assert isinstance(child, (PolicyEvaluator, ReferenceEvaluator)), child
+        return child.is_applicable(ctx)
 
 
 class Explainer:
@@ -178,7 +191,7 @@ class Explainer:
             self.missing.setdefault((category, attribute_id, datatype), trace)
         return trace
 
-    def target(self, matcher: Any, notes: Notes | None) -> TargetTrace:
+    def target(self, matcher: Matcher | None, notes: Notes | None) -> TargetTrace:
         if matcher is None:
             return TargetTrace("empty")
         try:
@@ -203,16 +216,18 @@ class Explainer:
 
     # -- the evaluators ------------------------------------------------------------------------
 
-    def explain(self, ev: Any, doc: str | None) -> tuple[Node, Outcome]:
+    def explain(self, ev: Evaluable, doc: str | None) -> tuple[Node, Outcome]:
         """The node of a rule, policy, policy set or reference, and its outcome."""
         if isinstance(ev, ReferenceEvaluator):
             target = self.ctx.links[ev.key]
-            node, outcome = self.explain(target, getattr(target, "doc_id", None) or doc)
+            node, outcome = self.explain(target, target.doc_id or doc)
             node.reference = ev.description
             return node, outcome
         if isinstance(ev, RuleEvaluator):
             return self.rule(ev, doc)
-        return self.policy(ev, getattr(ev, "doc_id", None) or doc)
+        # what a document is made of: rules, policies, policy sets, references
+        assert isinstance(ev, PolicyEvaluator), ev
+        return self.policy(ev, ev.doc_id or doc)
 
     def rule(self, rule: RuleEvaluator, doc: str | None) -> tuple[Node, Outcome]:
         notes: Notes | None = rule.notes
@@ -236,7 +251,7 @@ class Explainer:
             node.advice = tuple(outcome.advice)
         return node, outcome
 
-    def _condition(self, condition: Callable[[EvalContext], Any]) -> str:
+    def _condition(self, condition: Expr) -> str:
         try:
             return "true" if condition(self.ctx) else "false"
         except Indeterminate as exc:
@@ -244,7 +259,7 @@ class Explainer:
         except Exception as exc:  # noqa: BLE001
             return f"indeterminate: {type(exc).__name__}: {exc}"
 
-    def policy(self, policy: PolicyEvaluator, doc: str | None) -> tuple[Node, Outcome]:
+    def policy(self, policy: AnyPolicy, doc: str | None) -> tuple[Node, Outcome]:
         notes: Notes | None = policy.notes
         outcome = policy.evaluate(self.ctx)
         node = Node("PolicySet" if policy.is_policy_set else "Policy", policy.identifier.id,
@@ -270,7 +285,8 @@ class Explainer:
                 node.obligations = node.advice = ()
         return node, outcome
 
-    def combine(self, node: Node, combine: Callable[..., Outcome], children: Any, doc: str | None) -> None:
+    def combine(self, node: Node, combine: PolicyCombiner, children: Sequence[Evaluable],
+                doc: str | None) -> None:
         """Run the algorithm over probes: which children it consulted, what it gave."""
         probes = [_Probe(self, child, doc) for child in children]
         combined = combine(probes, self.ctx)
@@ -285,8 +301,8 @@ def _status(outcome: Outcome) -> str | None:
     return outcome.status.message or outcome.status.code
 
 
-def explain_root(ctx: EvalContext, root: Any, algorithm: str, family: str | None,
-                 candidates: list[Any] | None, total: int
+def explain_root(ctx: EvalContext, root: ImplicitRoot | AnyPolicy, algorithm: str,
+                 family: str | None, candidates: list[AnyPolicy] | None, total: int
                  ) -> tuple[Node, Outcome, list[ReadTrace]]:
     """The implicit root (`candidates` of `total` top-level documents, the rest proved
     NotApplicable by the target index) or a named root policy (`candidates` None): its node,

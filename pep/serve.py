@@ -23,7 +23,7 @@ from typing import TextIO
 
 from pep.config import GatewayConfig
 from pep.http.app import create_app
-from pep.http.serving import HttpServer, limit_malloc_arenas, run_until_signal, tune_gc
+from server.serving import HttpServer, limit_malloc_arenas, run_until_signal, tune_gc
 from pep.services import GatewayServices, build_services
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ def _banner(services: GatewayServices, server: HttpServer, out: TextIO,
 
 
 def gateway_server(app, config: GatewayConfig) -> HttpServer:
-    """The gateway's HTTP server, with the configuration's limits (see pep/http/serving.py)."""
+    """The gateway's HTTP server, with the configuration's limits (see server/serving.py)."""
     return HttpServer(app, host=config.host, port=config.port, threads=config.threads,
                       max_threads=config.max_threads, name="xsg",
                       max_connections=config.max_connections, idle_timeout=config.idle_timeout,

@@ -8,7 +8,7 @@ as arguments; nothing else constructs a service or subscribes to an event. (OPA'
 Files under `config.data_dir`: `policies.db` (policy store), `streams.db` (catalogue),
 `handles.db` (handles), `events.db` (stream events), `privacy.db` (the consumers' privacy
 budgets: what each private window spent), `audit/` (the audit trail, JSON lines), all of which
-live in one PostgreSQL database instead when `config.store` names one (`pdp.db.Storage`; the
+live in one PostgreSQL database instead when `config.store` names one (`common.db.Storage`; the
 audit trail is then a table); `streams/<name>/ingest/` (ingested JSON lines not yet committed
 by their stream's query), `runtime/` (the Spark runtime's work directory:
 `checkpoints/<stream>/`, kept across restarts, and `archive/<stream>/`, committed ingest files
@@ -19,22 +19,23 @@ for the `keep_data` its owner asked for), `auth.json` (demo tokens, when no auth
 """
 from __future__ import annotations
 
-import functools
 import logging
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, cast
 
-from pdp import ManagePolicy, PolicyEvents, PolicyService, PolicyStore, StoredPolicy, seed_store
-from pdp.db import Storage, open_storage
-from pdp.store import SQLPolicyStore
-from pdp.oidc import CompositeAuthenticator, build_authenticator
+from common.db import Storage, open_storage
+from common.oidc import CompositeAuthenticator, build_authenticator
+from pdp import (ManagePolicy, PolicyEvents, PolicyService, PolicyStore, SQLPolicyStore,
+                 StoredPolicy, seed_store)
+from pep.core.plan import StreamDefinition
 from pep.audit.log import AuditLog, AuditRecords
 from pep.audit.table import AuditTable
 from pep.audit.trail import AuditTrail
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
-from pep.core.access import Grant, decide_and_plan
+from pep.core.access import AccessPlanner
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS
 from pep.handles.one_window import WindowRegistry
 from pep.handles.privacy_budget import PrivacyGuard, PrivacyLedger
@@ -48,6 +49,7 @@ from pep.ports import JoinRuntimePort, StreamRuntimePort
 from pep.runtime.kafka_offsets import KafkaOffsets
 from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
 from pep.streams.catalog import StreamCatalog, seed_streams
+from pep.streams.derived import DerivedFeeds, DerivedStreams, admit_streams
 from pep.streams.event_admin import StreamEventAdmin
 from pep.streams.events import StreamEvents
 from pep.streams.lifecycle import StreamLifecycle
@@ -82,8 +84,9 @@ class GatewayServices:
     stall_notices: StallNotices  # tells readers when their stream's query stalls or recovers
     # defines and deletes stream events: stored, evaluated by the runtime, audited
     event_admin: StreamEventAdmin
-    # decide and plan one access request (the XACML request, the identity, the user query)
-    decide_and_plan: Callable[..., Grant]
+    # decides and plans one access request (the XACML request, the identity, the user query)
+    # with the catalogue's and the stream events' lookups
+    access: AccessPlanner
     # who may manage which policy; read on every call, so an embedder may replace it
     may_manage: ManagePolicy
     seeded: list[StoredPolicy] = field(default_factory=list)
@@ -98,6 +101,8 @@ class GatewayServices:
     privacy: PrivacyGuard | None = None
     # where every store above lives (SQLite files, or one PostgreSQL database and its pool)
     storage: Storage | None = None
+    # derived streams: consumers with the grant option re-share their handles' rows (issue 48)
+    derived: DerivedStreams | None = None
     # the handle read tokens' HMAC key: the configured one, else with a PostgreSQL store the
     # one every process on it shares, else None (a random key per process)
     read_token_key: str | None = None
@@ -167,7 +172,7 @@ def build_services(config: GatewayConfig, *, runtime: StreamRuntimePort | None =
     demo_auth_created = ensure_demo_auth_file(config)
     # The token file, re-read when it changes (and on SIGHUP, see pep/serve.py), then JWTs of
     # the OIDC issuer when one is configured; the last identity verified per JWT subject is kept
-    # in oidc-identities.json for re-decisions (pdp/oidc.py).
+    # in oidc-identities.json for re-decisions (common/oidc.py).
     authenticator = build_authenticator(config.effective_auth_file, config.oidc,
                                         remember_file=Path(config.data_dir)
                                         / "oidc-identities.json")
@@ -236,11 +241,10 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
     # How several applicable rules' obligations combine on a stream: its owner's choice, else
     # the gateway's (pep/core/union.py).
     default_combining = config.obligation_combining
-    plan_access = functools.partial(decide_and_plan,
-                                    time_attribute_lookup=catalog.time_attribute,
-                                    environment=stream_events.environment,
-                                    combining=lambda stream: (catalog.combining(stream)
-                                                              or default_combining))
+    access = AccessPlanner(time_attribute=catalog.time_attribute,
+                           environment=stream_events.environment,
+                           combining=lambda stream: (catalog.combining(stream)
+                                                     or default_combining))
 
     # Joins of two streams run as queries of their own, on the same SparkSession.
     join_runtime = join_runtime_for(runtime, data_dir / "runtime" / "joins",
@@ -257,14 +261,24 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
 
         windows = StoreWindows(storage.database("cluster"), new_handle_id=new_handle_id)
     privacy = PrivacyGuard(PrivacyLedger(storage.database("privacy"), shared=node is not None))
+    # Derived streams (issue 48): every single stream's handle delivers through a tap that
+    # appends its rows to the derived stream it feeds, if any, while that stream has a reader;
+    # a derived stream whose feed ended takes no new handle, and a handle on one holds its
+    # consumer's one window on the streams it derives from too.
+    feeds = DerivedFeeds(catalog, has_readers=lambda stream: bool(handles.live_on(stream)))
+
+    def admit(definitions: Sequence[StreamDefinition]) -> None:
+        admit_streams(catalog.derivations, definitions)
     # A Kafka stream's handle starts at its partitions' end offsets when requested (the
     # broker's answer, through the gateway's own Kafka client): its cut (issue 41).
     handles = HandleService(handle_store, catalog.get, runtime, windows, buffer_rows,
                             buffer_bytes, stream_position=catalog.position,
                             join_runtime=join_runtime, privacy=privacy,
-                            kafka_cut=KafkaOffsets().end_offsets)
+                            kafka_cut=KafkaOffsets().end_offsets, tap=feeds.tap,
+                            admit=admit,
+                            chain=catalog.derivations.chain)
     revocation = RevocationService(
-        handles, engine=lambda: policies.engine, decide_and_plan=plan_access,
+        handles, engine=lambda: policies.engine, decide_and_plan=access.decide_and_plan,
         schema_lookup=catalog.schema, identity_lookup=_identity_lookup(authenticator),
         time_sensitivity=TimeSensitivity(policies),
         interval=config.reevaluation_interval)
@@ -285,7 +299,26 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
         AuditLog(data_dir / "audit", config.audit_max_bytes, config.audit_keep)
         if storage.dialect.name == "sqlite" else AuditTable(storage.database("audit")))
     audit = AuditTrail(audit_records, policy_versions=_policy_versions(policies),
-                       policy_scope=lambda policy_id: policies.engine.resource_scope(policy_id))
+                       policy_scope=lambda policy_id: policies.engine.resource_scope(policy_id),
+                       chain=catalog.derivations.chain)
+
+    # Deriving streams: a handle decided again now, as its consumer stands now, must carry the
+    # grant option; the policies a derived stream's name already has are checked against it.
+    def decide_again(record: Any, identity: Any) -> Any:
+        request = record.request
+        return access.decide_and_plan(policies.engine, request.body, request.media_type,
+                                      identity, catalog.schema, user_query=request.user_query,
+                                      user_query_type=request.user_query_type,
+                                      parsed=revocation.parsed)
+
+    def policies_about(stream: str) -> list[tuple[str, bytes]]:
+        engine = policies.engine
+        return [(p.policy_id, p.data) for p in policies.list()
+                if (scope := engine.resource_scope(p.policy_id)) is not None and stream in scope]
+
+    derived = DerivedStreams(catalog, handles, feeds, decide=decide_again,
+                             policies_about=policies_about, audit=audit,
+                             policy_versions=_policy_versions(policies))
 
     # Changing and deleting streams: the catalogue, the events, the runtime, the policies and
     # the live handles, in the order `pep/streams/lifecycle.py` describes.
@@ -314,11 +347,11 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
         windows=windows, handles=handles, revocation=revocation, invalidation=hub, audit=audit,
         metrics=GatewayMetrics(), stall_notices=StallNotices(runtime.health, handles),
         event_admin=StreamEventAdmin(catalog, stream_events, runtime, audit.event_changed),
-        decide_and_plan=plan_access,
+        access=access,
         may_manage=stream_owner_rule(catalog.get, may_see=visibility.may_see,
                                      former=catalog.deleted),
         seeded=seeded, demo_auth_created=demo_auth_created, visibility=visibility,
-        lifecycle=lifecycle, privacy=privacy, storage=storage,
+        lifecycle=lifecycle, privacy=privacy, storage=storage, derived=derived,
         read_token_key=config.read_token_key or (
             handle_store.shared_key("read_token_key")
             if storage.dialect.name == "postgresql" else None), cluster=node)
@@ -353,6 +386,9 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
     # 6. the audit trail records every grant, ending, policy change and stream registration.
     handles.add_open_listener(audit.granted)
     handles.add_listener(audit.ended)
+    # 6b. a deriving handle that ends ends its derived stream: the derived stream's live handles
+    #    are revoked at once, transitively (after its own ending is in the audit trail).
+    handles.add_listener(derived.handles_ended)
     # (a change another process wrote is its audit entry, not ours: `PolicyService.following`)
     services._unsubscribe.append(events.subscribe(
         lambda change: None if policies.following else audit.policy_changed(change)))
@@ -373,6 +409,7 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
         with restoring() if restoring is not None else nullcontext():
             services.resumed, services.ended = revocation.restore_all()
         audit.resumed(handle_store.get_many(services.resumed))
+    derived.settle()  # derivations whose deriving handle did not come back end now
     # 7. metrics: decisions, stream requests and revocations as they happen; the rest is read
     #    from the services at every scrape.
     metrics = services.metrics

@@ -35,23 +35,22 @@ from urllib.parse import quote, urlsplit
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from werkzeug.wrappers import Request as WerkzeugRequest
 
-from pep.http.bridge import NATIVE_ROUTES
-from pdp.http.errors import error_response, install_error_handlers
-from pdp.http.safe_json import install_safe_json
-from pdp.policy_scope import confined_resource_ids
-from pdp.xmlsafe import parse_json
-from pep.invalidation.protocol import (SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
+from common.http.errors import REFUSAL_STATUS, error_response, install_error_handlers
+from common.http.safe_json import install_safe_json
+from common.invalidation import (SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
                                        InvalidEventError, verify)
+from common.xmlsafe import parse_json
+from pdp import confined_resource_ids
 from proxy.cache import CachedAnswer, HandleCache
 from proxy.canonical import (NotCacheable, cache_key, canonical_query, canonical_request,
                              resource_ids, subject_key)
 from proxy.feed import FeedClient
 from proxy.forward import (CACHE_HEADER, Forwarder, NotForwardable, Timeouts, UpstreamError,
                            is_chunked, make_client, request_headers, response_headers)
-from proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from proxy.metrics import metrics_text
+from proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, metrics_text
 from proxy.relay import HandleRelay
 from proxy.sync import CacheSync
+from server.bridge import NATIVE_ROUTES
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +181,7 @@ def create_app(config: ProxyConfig) -> Flask:
 
     # The gateway's one error body, also for what Flask refuses before a route (and a logged
     # 500 that says no more than that for anything unexpected)
-    install_error_handlers(app, ())
+    install_error_handlers(app, REFUSAL_STATUS)
     install_safe_json(app)
     app.register_blueprint(blueprint)
     return app

@@ -30,7 +30,7 @@ from typing import Any
 
 from lxml import etree
 
-from pdp.xmlsafe import UnsafeDocumentError, parse_json, parse_xml
+from common.xmlsafe import UnsafeDocumentError, parse_json, parse_xml
 
 XACML_NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
 _NS = "{%s}" % XACML_NS

@@ -13,10 +13,10 @@ import os
 import sys
 from urllib.parse import urlsplit
 
-from pdp.numbers import float_argument, int_argument
-from pep.http.serving import HttpServer, run_until_signal
+from common.numbers import float_argument, int_argument
 from proxy.app import ProxyConfig, create_app, runtime_of
 from proxy.forward import Timeouts
+from server.serving import HttpServer, run_until_signal
 
 MAX_SECONDS = 10 ** 9  # a duration flag beyond this (31 years) is a typo
 

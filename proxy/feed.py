@@ -22,9 +22,9 @@ from typing import Any
 
 import requests
 
-from pdp.numbers import check_float, check_int
-from pep.invalidation.protocol import (FEED_PATH, MAX_EVENT_NUMBER, InvalidationEvent,
+from common.invalidation import (FEED_PATH, MAX_EVENT_NUMBER, InvalidationEvent,
                                        InvalidEventError)
+from common.numbers import check_float, check_int
 from proxy.forward import iter_raw, make_session
 from proxy.sync import CacheSync
 

@@ -2,7 +2,7 @@
 
 The Flask route relays with `requests` on a pool thread, which a stream would hold for as long
 as it lasts (each consumer's reader one thread). This native route of the proxy's server
-(pep/http/bridge.py tries it before Flask) reads the gateway's answer with httpx's async client
+(server/bridge.py tries it before Flask) reads the gateway's answer with httpx's async client
 and writes it through as it comes: undecoded bytes (Content-Encoding stays valid), each write
 bounded by the server's `write_timeout` (a consumer that stops reading is cut; it resumes with
 Last-Event-ID), the gateway's silence bounded by `Timeouts.stream_read`, the upstream closed
@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 from werkzeug.datastructures import Headers
 
-from pep.http.bridge import BRIDGE, read_body, respond_error
-from pep.http.streaming import CONNECTION, abort, writable
+from server.bridge import BRIDGE, read_body, respond_error
+from server.streaming import CONNECTION, abort, writable
 from proxy.forward import (CACHE_HEADER, HOP_BY_HOP, NotForwardable, Timeouts, is_chunked,
                            loggable_url_path, request_headers, tls_verify, wire_headers)
 

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from pep.invalidation.protocol import InvalidationEvent, format_event_id
+from common.invalidation import InvalidationEvent, format_event_id
 from proxy.cache import HandleCache
 
 log = logging.getLogger(__name__)

@@ -61,8 +61,8 @@ def store_url(request):
 
 @pytest.fixture
 def storage(store_url, tmp_path):
-    """An open `pdp.db.Storage` on the test's store (SQLite files under tmp_path/data)."""
-    from pdp.db import open_storage
+    """An open `common.db.Storage` on the test's store (SQLite files under tmp_path/data)."""
+    from common.db import open_storage
 
     opened = open_storage(tmp_path / "data", store_url, pool_size=4, timeout=5.0)
     yield opened

@@ -10,7 +10,7 @@ is made for speed, not for surviving the machine's crash (fsync off): it lives f
 session.
 
 Each test that wants a store of its own asks for `new_url()`: a fresh schema in the one
-database, named by the URL's `options` (how xsg picks its schema: `pdp.postgres`).
+database, named by the URL's `options` (how xsg picks its schema: `common.postgres`).
 """
 from __future__ import annotations
 

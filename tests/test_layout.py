@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PRODUCTION_PACKAGES = ("pdp", "pep", "proxy")
+PRODUCTION_PACKAGES = ("pdp", "pep", "proxy", "server", "common")
 FORBIDDEN_IN_CORE = ("flask", "werkzeug", "pyspark", "py4j", "sqlite3", "_sqlite3", "cheroot",
                      "requests")
 
@@ -63,29 +63,88 @@ def test_the_core_loads_no_web_framework_spark_or_database():
                    for m in loaded)
 
 
-@pytest.mark.parametrize("package, may_not", [
-    ("pdp", ("pep", "proxy")),
-    ("pep", ("proxy",)),
-])
+# Which package may import which, by top-level name. The arrows point down:
+#   pep, proxy  ->  pdp (its public names only, below), server, common
+#   pdp         ->  common
+#   server, common  ->  nothing of the project
+MAY_NOT_IMPORT = {
+    "pdp": ("pep", "proxy", "server"),
+    "pep": ("proxy",),
+    "proxy": ("pep",),
+    "server": ("pdp", "pep", "proxy", "common"),
+    "common": ("pdp", "pep", "proxy", "server"),
+}
+
+
+@pytest.mark.parametrize("package, may_not", sorted(MAY_NOT_IMPORT.items()))
 def test_lower_packages_do_not_import_higher_ones(package, may_not):
     for path in sources(package):
         for name in imports_in(path):
             assert name.split(".")[0] not in may_not, f"{path.relative_to(REPO)} imports {name}"
 
 
-def test_the_proxy_uses_only_the_invalidation_protocol_and_the_server_of_pep():
-    # the server (pep.http.serving) and the pieces of it a native route uses
-    allowed = {"pep.invalidation.protocol", "pep.http.serving", "pep.http.bridge",
-               "pep.http.streaming"}
-    for path in sources("proxy"):
+def test_the_server_knows_no_web_framework():
+    """The HTTP server serves any WSGI app: no Flask in it (the common package has Flask only in
+    common/http: `test_flask_stays_at_the_http_edges`)."""
+    for path in sources("server"):
         for name in imports_in(path):
-            if name.split(".")[0] == "pep":
-                module = name if name in allowed else name.rsplit(".", 1)[0]
-                assert module in allowed, f"{path.relative_to(REPO)} imports {name}"
+            assert name.split(".")[0] not in ("flask", "werkzeug"), \
+                f"{path.relative_to(REPO)} imports {name}"
+
+
+def pdp_import_faults(source: str, public: dict[str, set[str]]) -> list[str]:
+    """What a module of pep/ or proxy/ imports of pdp/ beyond its public names: `from pdp
+    import X` and `from pdp.http import X` with X in that package's `__all__` (`public`, by
+    package), nothing else (no `import pdp...`, no other module of pdp)."""
+    faults = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            faults += [f"line {node.lineno}: import {a.name}" for a in node.names
+                       if a.name.split(".")[0] == "pdp"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "pdp":
+            names = public.get(node.module)
+            if names is None:
+                faults.append(f"line {node.lineno}: from {node.module} import ...")
+                continue
+            faults += [f"line {node.lineno}: from {node.module} import {a.name} (not in "
+                       f"{node.module}.__all__)" for a in node.names if a.name not in names]
+    return faults
+
+
+def _pdp_public() -> dict[str, set[str]]:
+    import pdp
+    import pdp.http
+    public = {"pdp": set(pdp.__all__), "pdp.http": set(pdp.http.__all__)}
+    for package, names in public.items():
+        module = pdp if package == "pdp" else pdp.http
+        missing = sorted(n for n in names if not hasattr(module, n))
+        assert missing == [], f"{package}.__all__ names what it does not have: {missing}"
+    return public
+
+
+def test_the_stream_side_and_the_proxy_use_only_the_public_names_of_pdp():
+    public = _pdp_public()
+    faults = [f"{path.relative_to(REPO)} {fault}" for package in ("pep", "proxy")
+              for path in sources(package)
+              for fault in pdp_import_faults(path.read_text(encoding="utf-8"), public)]
+    assert faults == [], "\n".join(faults)
+
+
+def test_the_public_names_check_finds_what_it_must():
+    public = {"pdp": {"PolicyEngine"}, "pdp.http": {"create_pdp_blueprint"}}
+    assert pdp_import_faults("from pdp import PolicyEngine\n"
+                             "from pdp.http import create_pdp_blueprint\n"
+                             "from common.auth import Identity\n", public) == []
+    assert len(pdp_import_faults("from pdp.engine import PolicyEngine\n", public)) == 1
+    assert len(pdp_import_faults("from pdp import PolicyEngine, compile_policy\n", public)) == 1
+    assert len(pdp_import_faults("def f():\n    from pdp.http.api import decide_as\n",
+                                 public)) == 1
+    assert len(pdp_import_faults("import pdp.store\n", public)) == 1
 
 
 def test_spark_is_imported_only_under_pep_runtime():
-    for package in ("pdp", "pep", "proxy"):
+    for package in PRODUCTION_PACKAGES:
         for path in sources(package):
             if path.is_relative_to(REPO / "pep" / "runtime"):
                 continue
@@ -95,8 +154,8 @@ def test_spark_is_imported_only_under_pep_runtime():
 
 
 def test_flask_stays_at_the_http_edges():
-    edges = (REPO / "pdp" / "http", REPO / "pep" / "http", REPO / "proxy")
-    for package in ("pdp", "pep"):
+    edges = (REPO / "pdp" / "http", REPO / "pep" / "http", REPO / "proxy", REPO / "common" / "http")
+    for package in ("pdp", "pep", "common"):
         for path in sources(package):
             if any(path.is_relative_to(edge) for edge in edges):
                 continue

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "pdp", "pep", "proxy")
+SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "pdp", "pep", "proxy", "server", "common")
 SHIPPED = ("pep/http/console/index.html", "pep/http/console/app.js",
            "pep/http/console/console.css", "pep/http/console/favicon.svg",
            "pep/runtime/log4j2.properties")
@@ -77,6 +77,6 @@ def test_a_built_wheel_ships_the_console_and_the_log_settings(sources, tmp_path)
         names = set(archive.namelist())
     assert set(SHIPPED) <= names, sorted(n for n in names if not n.endswith(".py"))
     assert "pep/http/console/__init__.py" in names
-    assert {n.split("/")[0] for n in names} == {"pdp", "pep", "proxy", wheel.name.split("-")[0]
-                                                + "-" + wheel.name.split("-")[1]
-                                                + ".dist-info"}
+    dist_info = "-".join(wheel.name.split("-")[:2]) + ".dist-info"
+    assert {n.split("/")[0] for n in names} == {"pdp", "pep", "proxy", "server", "common",
+                                                dist_info}

@@ -1,4 +1,5 @@
-"""pep/ and pdp/ type-check: mypy, with the settings of setup.cfg's [mypy] sections, finds no error.
+"""pep/, pdp/, server/ and common/ type-check: mypy, with the settings of setup.cfg's [mypy]
+sections, finds no error.
 
 mypy runs as a child process from the repository root (so that it reads setup.cfg and checks the
 files named there), with its cache in the worktree's .mypy_cache: a first run takes about 40 s,
@@ -34,11 +35,12 @@ def test_mypy_finds_no_error():
 
 
 def test_mypy_checks_pep_and_pdp_and_silences_no_package():
-    """The settings check both packages, and no module is left out wholesale: relaxations
+    """The settings check the packages, and no module is left out wholesale: relaxations
     name error codes, never `ignore_errors`."""
     config = configparser.ConfigParser()
     config.read(REPO / "setup.cfg")
-    assert {p.strip() for p in config["mypy"]["files"].split(",")} == {"pep", "pdp"}
+    assert {p.strip() for p in config["mypy"]["files"].split(",")} == {"pep", "pdp", "server",
+                                                                       "common"}
     assert config["mypy"].getboolean("check_untyped_defs")
     for section in config.sections():
         if section.startswith("mypy"):

@@ -8,15 +8,13 @@ way to test them.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from pdp import datatypes as dt
 from pdp.functions.base import F3, LEGACY_DURATION_FAMILIES, TYPED_FAMILIES, Param, register
 
 _NO_EQUAL = {"ipAddress", "dnsName"}
 
 
-def _equal(a: Any, b: Any) -> bool:
+def _equal(a: object, b: object) -> bool:
     return a == b
 
 

@@ -12,7 +12,7 @@ the result is Indeterminate. The number of applications per call is bounded.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Iterable, Iterator, Protocol
 
 from pdp import datatypes as dt
 from pdp.errors import Indeterminate
@@ -29,28 +29,46 @@ from pdp.functions.base import (
 
 MAX_APPLICATIONS = 200_000
 
+# Arguments are values of any data type, and tuples of them for bags: dynamic by nature (the
+# policy compiler checks their types against the functions' signatures).
+Call = tuple[Any, ...]  # the arguments of one application, or of one call
+Bag = tuple[Any, ...]
 
-def _apply(inner: Function, args: tuple[Any, ...]) -> Any:
+
+class Quantifier(Protocol):
+    """any-of, all-of and the other boolean forms: the function to apply, then the arguments
+    (values, and tuples for bags)."""
+
+    def __call__(self, inner: Function, /, *args: Any) -> bool: ...
+
+
+class Mapper(Protocol):
+    """map: as a Quantifier, but it gives the bag of the function's results."""
+
+    def __call__(self, inner: Function, /, *args: Any) -> Bag: ...
+
+
+def _apply(inner: Function, args: Call) -> Any:
     if inner.lazy:
         return inner.impl(*(lambda v=v: v for v in args))
     return inner.impl(*args)
 
 
-def _predicate(function_id: str, inner: Function, args: tuple[Any, ...]) -> bool:
+def _predicate(function_id: str, inner: Function, args: Call) -> bool:
     result = _apply(inner, args)
     if not isinstance(result, bool):
         raise fail(function_id, f"{inner.short_name} did not return a boolean")
     return result
 
 
-def _split_one_bag(function_id: str, args: tuple[Any, ...]) -> tuple[int, tuple[Any, ...]]:
+def _split_one_bag(function_id: str, args: Call) -> tuple[int, Bag]:
     positions = [i for i, a in enumerate(args) if isinstance(a, tuple)]
     if len(positions) != 1:
         raise fail(function_id, f"expected exactly one bag argument, got {len(positions)}")
     return positions[0], args[positions[0]]
 
 
-def _check_inner(function_id: str, inner: Any) -> Function:
+def _check_inner(function_id: str, inner: object) -> Function:
     if not isinstance(inner, Function):
         raise fail(function_id, "the first argument must be a function")
     if inner.higher_order:
@@ -58,7 +76,7 @@ def _check_inner(function_id: str, inner: Any) -> Function:
     return inner
 
 
-def _quantify(function_id: str, inner: Function, calls: Any, want: bool) -> bool:
+def _quantify(function_id: str, inner: Function, calls: Iterable[Call], want: bool) -> bool:
     """any (want=True) / all (want=False) over the applications, with or/and semantics."""
     pending: Indeterminate | None = None
     for count, args in enumerate(calls):
@@ -74,12 +92,12 @@ def _quantify(function_id: str, inner: Function, calls: Any, want: bool) -> bool
     return not want
 
 
-def _substituted(args: tuple[Any, ...], position: int, bag: tuple[Any, ...]):
+def _substituted(args: Call, position: int, bag: Bag) -> Iterator[Call]:
     for element in bag:
         yield args[:position] + (element,) + args[position + 1:]
 
 
-def _make_any_of(function_id: str, want: bool):
+def _make_any_of(function_id: str, want: bool) -> Quantifier:
     def any_or_all_of(inner: Function, *args: Any) -> bool:
         inner = _check_inner(function_id, inner)
         position, bag = _split_one_bag(function_id, args)
@@ -87,7 +105,7 @@ def _make_any_of(function_id: str, want: bool):
     return any_or_all_of
 
 
-def _make_any_of_any(function_id: str):
+def _make_any_of_any(function_id: str) -> Quantifier:
     def any_of_any(inner: Function, *args: Any) -> bool:
         inner = _check_inner(function_id, inner)
         if not args:
@@ -97,7 +115,7 @@ def _make_any_of_any(function_id: str):
     return any_of_any
 
 
-def _two_bags(function_id: str, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+def _two_bags(function_id: str, args: Call) -> tuple[Bag, Bag]:
     if len(args) != 2 or not all(isinstance(a, tuple) for a in args):
         raise fail(function_id, "expected exactly two bag arguments")
     if len(args[0]) * len(args[1]) > MAX_APPLICATIONS:
@@ -105,7 +123,7 @@ def _two_bags(function_id: str, args: tuple[Any, ...]) -> tuple[tuple[Any, ...],
     return args[0], args[1]
 
 
-def _make_nested(function_id: str, outer_want: bool, inner_want: bool):
+def _make_nested(function_id: str, outer_want: bool, inner_want: bool) -> Quantifier:
     """outer/inner quantifiers: all-of-any = (all, any), any-of-all = (any, all),
     all-of-all = (all, all). want=True means 'any', False means 'all'."""
 
@@ -127,8 +145,8 @@ def _make_nested(function_id: str, outer_want: bool, inner_want: bool):
     return nested
 
 
-def _make_map(function_id: str):
-    def map_(inner: Function, *args: Any) -> tuple[Any, ...]:
+def _make_map(function_id: str) -> Mapper:
+    def map_(inner: Function, *args: Any) -> Bag:
         inner = _check_inner(function_id, inner)
         if inner.returns_bag:
             raise fail(function_id, f"{inner.short_name} returns a bag")

@@ -28,7 +28,8 @@ def _rfc822_match(pattern: str, name: dt.Rfc822Name) -> bool:
     """
     if "@" in pattern:
         try:
-            return dt.get_datatype(dt.RFC822NAME).parse(pattern) == name
+            mailbox: dt.Rfc822Name = dt.get_datatype(dt.RFC822NAME).parse(pattern)
+            return mailbox == name
         except ValueSyntaxError as exc:
             raise fail(F1 + "rfc822Name-match", str(exc)) from None
     wanted = pattern.lower()

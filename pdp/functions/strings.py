@@ -6,6 +6,8 @@ Positions count Unicode code points. Results longer than MAX_STRING_CHARS are re
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from pdp import datatypes as dt
 from pdp.functions.base import F1, F2, F3, MAX_STRING_CHARS, Param, fail, register
 
@@ -48,7 +50,7 @@ def _contains(part: str, value: str) -> bool:
     return part in value
 
 
-def _substring(function_id: str):
+def _substring(function_id: str) -> Callable[[str, int, int], str]:
     def substring(value: str, begin: int, end: int) -> str:
         """Characters from `begin` (0-based) up to, not including, `end`; end -1: to the end."""
         length = len(value)

@@ -25,7 +25,7 @@ import sys
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, Iterable, Literal, Union
 
 MAX_PATTERN_CHARS = 2048
 MAX_REPEAT = 1000
@@ -127,7 +127,11 @@ def _property_class(name: str) -> str:
 
 # Syntax tree: ("char", predicate index) | ("cat", [nodes]) | ("alt", [nodes])
 # | ("rep", node, min, max or None) | ("bol",) | ("eol",)
-Node = tuple
+CharNode = tuple[Literal["char"], int]
+CatNode = tuple[Literal["cat"], list["Node"]]
+AltNode = tuple[Literal["alt"], list["Node"]]
+RepNode = tuple[Literal["rep"], "Node", int, Union[int, None]]
+Node = Union[CharNode, CatNode, AltNode, RepNode, tuple[Literal["bol"]], tuple[Literal["eol"]]]
 
 
 class _Parser:
@@ -352,9 +356,11 @@ _CHAR, _SPLIT, _BOL, _EOL, _MATCH = range(5)
 
 class _Builder:
     def __init__(self) -> None:
-        self.states: list[list] = []
+        # Each state a list of ints: [_CHAR, predicate, next], [_SPLIT, next, other next],
+        # [_BOL, next], [_EOL, next] or [_MATCH].
+        self.states: list[list[int]] = []
 
-    def new(self, *state) -> int:
+    def new(self, *state: int) -> int:
         if len(self.states) >= MAX_NFA_STATES:
             raise RegexSyntaxError(f"pattern too large (more than {MAX_NFA_STATES} states)")
         self.states.append(list(state))
@@ -362,22 +368,21 @@ class _Builder:
 
     def build(self, node: Node, nxt: int) -> int:
         """Builds node so that it continues into state nxt; returns its entry state."""
-        kind = node[0]
-        if kind == "char":
+        if node[0] == "char":
             return self.new(_CHAR, node[1], nxt)
-        if kind == "cat":
+        if node[0] == "cat":
             for child in reversed(node[1]):
                 nxt = self.build(child, nxt)
             return nxt
-        if kind == "alt":
+        if node[0] == "alt":
             entries = [self.build(child, nxt) for child in node[1]]
             entry = entries[-1]
             for other in reversed(entries[:-1]):
                 entry = self.new(_SPLIT, other, entry)
             return entry
-        if kind == "bol":
+        if node[0] == "bol":
             return self.new(_BOL, nxt)
-        if kind == "eol":
+        if node[0] == "eol":
             return self.new(_EOL, nxt)
         _, body, low, high = node
         if high is None:
@@ -398,17 +403,17 @@ class CompiledRegex:
     """A compiled pattern; `search(text)` says whether it matches some part of text."""
 
     pattern: str
-    states: list
+    states: list[list[int]]  # as `_Builder` makes them
     start: int
     predicates: list[Callable[[str], object]]
 
     def __post_init__(self) -> None:
-        self._transitions: dict[tuple[frozenset, str], frozenset] = {}
+        self._transitions: dict[tuple[frozenset[int], str], frozenset[int]] = {}
         self._start_at_0 = self._closure((self.start,), at_start=True, at_end=False)
         self._start_later = self._closure((self.start,), at_start=False, at_end=False)
         self._match = next(i for i, s in enumerate(self.states) if s[0] == _MATCH)
 
-    def _closure(self, seeds, at_start: bool, at_end: bool) -> frozenset:
+    def _closure(self, seeds: Iterable[int], at_start: bool, at_end: bool) -> frozenset[int]:
         states = self.states
         seen: set[int] = set()
         stack = list(seeds)
@@ -429,7 +434,7 @@ class CompiledRegex:
                 stack.append(state[1])
         return frozenset(i for i in seen if states[i][0] in (_CHAR, _EOL, _MATCH))
 
-    def _step(self, current: frozenset, ch: str) -> frozenset:
+    def _step(self, current: frozenset[int], ch: str) -> frozenset[int]:
         states, predicates = self.states, self.predicates
         seeds = [states[i][2] for i in current
                  if states[i][0] == _CHAR and predicates[states[i][1]](ch)]

@@ -2,11 +2,12 @@
 PAP (/policies).
 
 The routes are module-level functions: decisions in `pdp.http.decisions` and
-`pdp.http.authzen`, the PAP in `pdp.http.policies`, health here; `create_pdp_blueprint` gives an app a blueprint over them and
-keeps its parameters (`PdpRoutes`, `pdp.http.context`) in the app's extensions, where each
-route finds them (`current_pdp()`). A route answers only what it was asked for: what went wrong it raises
-as a kind (`pdp.refusals`, the PDP's own errors), and the HTTP layer's one error table
-(`pdp.http.errors`) gives its status and the one JSON error body.
+`pdp.http.authzen`, the PAP in `pdp.http.policies`, health here; `create_pdp_blueprint` gives an
+app a blueprint over them and keeps its parameters (`PdpRoutes`, `pdp.http.context`) in the
+app's extensions, where each route finds them (`current_pdp()`). A route answers only what it
+was asked for: what went wrong it raises as a kind (`common.refusals`, the PDP's own errors),
+and the app's error table (`pdp.http.errors.ERROR_STATUS` under the embedder's, through
+`common.http.errors`) gives its status and the one JSON error body.
 
 Two rules shape this module. The subject of a decision is the authenticated caller: the
 request's subject-id and role attributes are overwritten with the token's identity before the
@@ -24,13 +25,14 @@ from typing import Any
 
 from flask import Blueprint, Response as FlaskResponse, jsonify, request
 
-from pdp.http.context import (
-    PDP_EXTENSION, CheckPolicy, Describe, Environment, PdpRoutes, PolicyFormat, WhatIf,
-    current_pdp, read_body,
-)
+from common.refusals import Unavailable
 from pdp.http.authzen import (
     CONFIGURATION_PATH, EVALUATION_PATH, EVALUATIONS_PATH, authzen_configuration,
     authzen_evaluation, authzen_evaluations, echo_request_id,
+)
+from pdp.http.context import (
+    PDP_EXTENSION, CheckPolicy, Describe, Environment, PdpRoutes, PolicyFormat, WhatIf,
+    current_pdp, read_body,
 )
 from pdp.http.decisions import decide, decide_as
 from pdp.http.policies import (
@@ -38,7 +40,6 @@ from pdp.http.policies import (
     update_policy,
 )
 from pdp.manage import ManagePolicy, may_manage_policy
-from pdp.refusals import Unavailable
 from pdp.service import PolicyService
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from flask import Response as FlaskResponse, current_app, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from pdp.auth import Identity
+from common.auth import Identity
 from pdp.manage import ManagedPolicy, ManagePolicy, may_manage_policy
 from pdp.service import PolicyService, Prospect
 from pdp.store import PolicyNotFoundError, StoredPolicy

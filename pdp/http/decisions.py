@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from flask import Response as FlaskResponse, request
 
-from pdp.auth import Identity
+from common.auth import Identity
+from common.http.auth import current_identity, require_identity
+from common.refusals import NotAcceptable, UnsupportedMedia
 from pdp.errors import RequestSyntaxError
-from pdp.http.auth import current_identity, require_identity
 from pdp.http.context import (
     OFFERED, XACML_JSON, XACML_XML, Environment, current_pdp, read_body,
 )
 from pdp.http.why import explain_asked, explained
-from pdp.refusals import NotAcceptable, UnsupportedMedia
 from pdp.request import RequestContext, bind_environment, bind_subject, media_kind, parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_SYNTAX_ERROR, Decision, Response, Result, Status

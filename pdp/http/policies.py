@@ -12,19 +12,19 @@ from urllib.parse import quote
 
 from flask import Response as FlaskResponse, jsonify, request
 
-from pdp.auth import Identity
-from pdp.engine import PolicySource, inspect_policy
-from pdp.errors import PolicyLoadError
-from pdp.http.auth import current_identity, require_identity
-from pdp.http.context import OFFERED, XACML_XML, PolicyFormat, current_pdp, read_body
-from pdp.http.errors import no_content
-from pdp.manage import ManagedPolicy, Veto
-from pdp.numbers import INT64_MAX, parse_int
-from pdp.policy_parser import is_version
-from pdp.refusals import (
+from common.auth import Identity
+from common.http.auth import current_identity, require_identity
+from common.http.errors import no_content
+from common.numbers import INT64_MAX, parse_int
+from common.refusals import (
     Conflict, Gone, InputTooLarge, InvalidInput, NotAcceptable, NotFound, NotPermitted,
     UnsupportedMedia,
 )
+from pdp.engine import PolicySource, inspect_policy
+from pdp.errors import PolicyLoadError
+from pdp.http.context import OFFERED, XACML_XML, PolicyFormat, current_pdp, read_body
+from pdp.manage import ManagedPolicy, Veto
+from pdp.policy_parser import is_version
 from pdp.service import PolicyIdMismatchError
 from pdp.store import PolicyExistsError, PolicyNotFoundError, StoredPolicy
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from flask import Response as FlaskResponse, jsonify, request
 
-from pdp.auth import Identity
+from common.auth import Identity
 from pdp.http.context import PdpRoutes
 from pdp.request import RequestContext
 from pdp.response import render_response

@@ -7,7 +7,6 @@ from typing import Any, Callable
 
 from lxml import etree
 
-from pdp import datatypes
 from pdp.datatypes import canonical_datatype_id
 from pdp.errors import Indeterminate, ValueSyntaxError
 from pdp.evaluation import (
@@ -91,7 +90,7 @@ class ExpressionCompiler:
         key = (category, attr_id, canonical)
         now = None
         if is_clock_attribute(key):
-            now = now_supplier(attr_id, datatypes)
+            now = now_supplier(attr_id)
         ev = make_designator(category, attr_id, canonical, issuer, mbp, now)
         return Typed(ev, dt.id, True, designator_key=key, must_be_present=mbp, issuer=issuer)
 
@@ -129,9 +128,9 @@ class ExpressionCompiler:
             arg_elems = arg_elems[1:]
         args = [self.expression(a, scope) for a in arg_elems]
         self.reader.check_signature(func, [(a.datatype, a.is_bag) for a in args], elem, inner)
-        if func.higher_order:
+        if inner is not None:  # a higher-order function (set above exactly then)
             rtype, rbag = func.result_type(inner)
-            if (fid == ANY_OF and inner is not None and inner.id in FAST_EQUAL_FUNCTIONS
+            if (fid == ANY_OF and inner.id in FAST_EQUAL_FUNCTIONS
                     and len(args) == 2 and args[0].is_const and not args[0].is_bag and args[1].is_bag
                     and args[0].datatype == args[1].datatype):
                 # any-of(equal, literal, bag): a membership test (the common policy idiom).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdp.evaluation import PolicyEvaluator
+from pdp.evaluation import AnyPolicy
 from pdp.policy_parser.versions import version_matches
 
 
@@ -58,7 +58,7 @@ class MatchSpec:
 @dataclass
 class CompiledDocument:
     info: PolicyInfo
-    evaluator: PolicyEvaluator
+    evaluator: AnyPolicy
     references: list[tuple[RefSpec, int | None]] = field(default_factory=list)
 
 

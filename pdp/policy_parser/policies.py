@@ -6,7 +6,8 @@ from lxml import etree
 
 from pdp.combining import RULE_COMBINING
 from pdp.evaluation import (
-    DENY, PERMIT, AssignmentExpr, ObligationExpr, PolicyEvaluator, RuleEvaluator,
+    DENY, PERMIT, AnyPolicy, AssignmentExpr, ObligationExpr, Policy, PolicyEvaluator,
+    RuleEvaluator,
 )
 from pdp.index import build_index
 from pdp.notes import (ALWAYS_FALSE, COMPUTED, NO_CONDITION, DesignatorNote, Notes, TargetNote,
@@ -17,7 +18,7 @@ from pdp.policy_parser.targets import TargetCompiler
 from pdp.results import PolicyIdentifier
 
 
-def attach_index(ev: PolicyEvaluator) -> None:
+def attach_index(ev: AnyPolicy) -> None:
     """Gives a policy or policy set the index of its children's targets."""
     ev.index = build_index(ev.children)
 
@@ -32,7 +33,7 @@ class PolicyCompiler:
         self.expressions = expressions
         self.targets = targets
 
-    def policy(self, elem: etree._Element) -> PolicyEvaluator:
+    def policy(self, elem: etree._Element) -> Policy:
         p_id = self.reader.required(elem, "PolicyId")
         version = self.reader.version(elem)
         if p_id in self.reader.policy_ids:
@@ -81,8 +82,8 @@ class PolicyCompiler:
             else:
                 raise self.reader.fail(f"unexpected element <{name}> in <Policy>", child)
         ident = PolicyIdentifier(p_id, version, False)
-        ev = PolicyEvaluator(ident, target, combine, rules, obligations, advice, spec,
-                             notes=Notes(elem.sourceline, target_note, algorithm=alg_id))
+        ev: Policy = PolicyEvaluator(ident, target, combine, rules, obligations, advice, spec,
+                                     notes=Notes(elem.sourceline, target_note, algorithm=alg_id))
         attach_index(ev)
         return ev
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from lxml import etree
 
+from common.xmlsafe import UnsafeDocumentError, parse_xml
 from pdp.combining import POLICY_COMBINING
 from pdp.errors import PolicyLoadError
-from pdp.evaluation import ObligationExpr, PolicyEvaluator, ReferenceEvaluator
+from pdp.evaluation import (AnyPolicy, ObligationExpr, PolicyEvaluator, PolicySet,
+                            ReferenceEvaluator)
 from pdp.notes import Notes, TargetNote
-from pdp.policy_parser.model import CompiledDocument, PolicyInfo, PolicySource, RefSpec
 from pdp.policy_parser.expressions import ExpressionCompiler
+from pdp.policy_parser.model import CompiledDocument, PolicyInfo, PolicySource, RefSpec
 from pdp.policy_parser.policies import PolicyCompiler, attach_index
 from pdp.policy_parser.reader import NO_DELEGATION, DocumentReader
 from pdp.policy_parser.targets import TargetCompiler
 from pdp.policy_parser.versions import is_version_pattern
 from pdp.results import PolicyIdentifier
-from pdp.xmlsafe import UnsafeDocumentError, parse_xml
 
 
 class PolicySetCompiler:
@@ -36,7 +37,7 @@ class PolicySetCompiler:
         targets = TargetCompiler(reader, expressions)
         return cls(reader, targets, PolicyCompiler(reader, expressions, targets))
 
-    def compile_root(self, root: etree._Element) -> PolicyEvaluator:
+    def compile_root(self, root: etree._Element) -> AnyPolicy:
         name = self.reader.local(root)
         if name == "Policy":
             return self.policies.policy(root)
@@ -44,7 +45,7 @@ class PolicySetCompiler:
             return self.policy_set(root)
         raise self.reader.fail(f"root element must be <Policy> or <PolicySet>, not <{name}>", root)
 
-    def policy_set(self, elem: etree._Element) -> PolicyEvaluator:
+    def policy_set(self, elem: etree._Element) -> PolicySet:
         ps_id = self.reader.required(elem, "PolicySetId")
         version = self.reader.version(elem)
         if ps_id in self.reader.policyset_ids:
@@ -57,7 +58,7 @@ class PolicySetCompiler:
         target = None
         spec = None
         target_note: TargetNote = ()
-        children: list[PolicyEvaluator | ReferenceEvaluator] = []
+        children: list[AnyPolicy | ReferenceEvaluator] = []
         obligations: list[ObligationExpr] = []
         advice: list[ObligationExpr] = []
         for name, child in self.reader.children(elem):
@@ -81,8 +82,9 @@ class PolicySetCompiler:
             else:
                 raise self.reader.fail(f"unexpected element <{name}> in <PolicySet>", child)
         ident = PolicyIdentifier(ps_id, version, True)
-        ev = PolicyEvaluator(ident, target, combine, children, obligations, advice, spec,
-                             notes=Notes(elem.sourceline, target_note, algorithm=alg_id))
+        notes = Notes(elem.sourceline, target_note, algorithm=alg_id)
+        ev: PolicySet = PolicyEvaluator(ident, target, combine, children, obligations, advice,
+                                        spec, notes=notes)
         attach_index(ev)
         return ev
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pdp.auth import AttributeValue, Identity
+from common.auth import AttributeValue, Identity
 
 from pdp.request.model import (
     DATATYPE_SHORTHANDS, STRING, CategoryInstance, RequestAttribute, RequestContext,

@@ -1,11 +1,11 @@
 """Which form a request body is in (by its media type), and its parsing into the model."""
 from __future__ import annotations
 
+from common.xmlsafe import UnsafeDocumentError, parse_json, parse_xml
 from pdp.errors import RequestSyntaxError
 from pdp.request.json_form import parse_json_request
 from pdp.request.model import RequestContext
 from pdp.request.xml_form import parse_xml_request
-from pdp.xmlsafe import UnsafeDocumentError, parse_json, parse_xml
 
 XML_MEDIA_TYPES = frozenset({"application/xacml+xml", "application/xml", "text/xml"})
 JSON_MEDIA_TYPES = frozenset({"application/xacml+json", "application/json"})

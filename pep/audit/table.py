@@ -23,8 +23,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pdp.db import Database, open_database, opening
-from pdp.migrations import Schema, Step, migrate
+from common.db import Database, open_database, opening
+from common.migrations import Schema, Step, migrate
 from pep.audit.log import _now, checked, encode, matches, new_entry
 
 PAGE = 500  # entries read at a time
@@ -37,7 +37,7 @@ _TABLES = (
     "CREATE TABLE audit_clock (id INTEGER PRIMARY KEY CHECK (id = 1), last {int} NOT NULL)",
     "INSERT INTO audit_clock (id, last) VALUES (1, 0)",
 )
-# the trail's versioned schema (`pdp.migrations`); texts compare as bytes on either database
+# the trail's versioned schema (`common.migrations`); texts compare as bytes on either database
 SCHEMA = Schema("audit", (
     Step("audit entries and their sequence clock",
          sqlite=tuple(t.format(int="INTEGER", c="") for t in _TABLES),

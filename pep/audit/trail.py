@@ -11,6 +11,8 @@
 | `stream-changed` | an owner changed a stream (`PATCH /streams/<name>`) | stream, by, changes (settings as given; `add_attributes`) |
 | `stream-deleted` | an owner deleted a stream (`DELETE /streams/<name>`) | stream, by, handles_revoked, events, policies_removed, policies_kept, kept_until (its files; absent: removed at once) |
 | `event-defined`, `event-deleted` | an owner defined or removed a stream event | stream, event, by, condition, hold, key |
+| `stream-derived` | a consumer with the grant option registered its handle's output as a derived stream (issue 48) | stream (the derived one), by, source, derived_from, handle_ref (the deriving handle's), plan (the deriving plan), upstream: {plan, policies} (the source owner's part) |
+| `derivation-ended` | a derived stream's feed ended with its deriving handle | stream, derived_from, ended (how the deriving handle ended), handles_revoked, upstream: {reason} |
 
 The plan is the authorised view (filter, map, window: what the policies and the query allow), not
 data. Nothing else of a request is kept.
@@ -19,6 +21,13 @@ A join's entries name both streams (`streams`, the first is `stream`), and a gra
 side's part (`sides`: `[{"stream", "plan", "policies"}, ...]`) so that each stream's owner can
 be shown its own side only (`pep.audit.views`). A side's policies are those whose target can
 apply to its stream (`policy_scope(id)`: the resource-ids a policy can apply to, None for any).
+
+An entry about a derived stream (its registration, its end, and every grant, refusal and handle
+ending on it) names the streams it derives from, nearest first (`derived_from`, from `chain`),
+so that each of their owners finds it and is shown the chain, and nothing of the derived
+stream's owner's policies (`pep.audit.views`); what belongs to the source's owner (the policies
+behind the deriving grant, the reason it ended) is under `upstream`, which only the source's
+owner reads.
 """
 from __future__ import annotations
 
@@ -31,10 +40,15 @@ from pep.core.errors import Refusal
 
 PolicyVersions = Callable[[Iterable[str]], list[dict]]
 PolicyScope = Callable[[str], "frozenset[str] | None"]
+Chain = Callable[[str], list[str]]
 
 
 def _any_stream(policy_id: str) -> None:
     return None
+
+
+def _underived(stream: str) -> list[str]:
+    return []
 
 
 def _join_streams(record: Any) -> list[str] | None:
@@ -45,10 +59,15 @@ def _join_streams(record: Any) -> list[str] | None:
 
 class AuditTrail:
     def __init__(self, log: AuditRecords, policy_versions: PolicyVersions,
-                 policy_scope: PolicyScope = _any_stream) -> None:
+                 policy_scope: PolicyScope = _any_stream, chain: Chain = _underived) -> None:
         self.log = log
         self._policy_versions = policy_versions
         self._policy_scope = policy_scope
+        self._chain = chain
+
+    def _derived_from(self, stream: Any) -> list[str] | None:
+        """The streams a derived stream derives from, nearest first (None: not derived)."""
+        return (self._chain(stream) or None) if isinstance(stream, str) else None
 
     def granted(self, record: Any, is_new: bool) -> None:
         plan = json.loads(record.plan_json)
@@ -57,7 +76,8 @@ class AuditTrail:
         self.log.record("granted", subject=record.subject, stream=record.stream,
                         streams=streams, handle_ref=handle_ref(record.id),
                         new=is_new, plan_key=record.plan_key, plan=plan, policies=policies,
-                        sides=self._sides(plan, policies) if streams else None)
+                        sides=self._sides(plan, policies) if streams else None,
+                        derived_from=None if streams else self._derived_from(record.stream))
 
     def _sides(self, plan: dict, policies: list[dict]) -> list[dict]:
         """A join's two sides: each its stream, its plan and the policies that can apply to it."""
@@ -73,26 +93,47 @@ class AuditTrail:
 
     def refused(self, identity: Any, exc: Refusal, stream: str | None = None) -> None:
         streams = exc.details.get("streams")
-        self.log.record("refused", subject=identity.subject,
-                        stream=stream or exc.details.get("stream"),
+        about = stream or exc.details.get("stream")
+        self.log.record("refused", subject=identity.subject, stream=about,
                         streams=list(streams) if streams else None,
                         side=exc.details.get("side") if streams else None,
-                        refusal=type(exc).__name__, reason=exc.message)
+                        refusal=type(exc).__name__, reason=exc.message,
+                        derived_from=None if streams else self._derived_from(about))
 
     def ended(self, records: list[Any]) -> None:
         self.log.record_many(
             (f"handle-{record.state.value}",
              {"subject": record.subject, "stream": record.stream,
               "streams": _join_streams(record), "handle_ref": handle_ref(record.id),
-              "reason": record.reason})
+              "reason": record.reason, "derived_from": self._derived_from(record.stream)})
             for record in records)
 
     def resumed(self, records: list[Any]) -> None:
         self.log.record_many(
             ("handle-resumed", {"subject": record.subject, "stream": record.stream,
                                 "streams": _join_streams(record),
-                                "handle_ref": handle_ref(record.id)})
+                                "handle_ref": handle_ref(record.id),
+                                "derived_from": self._derived_from(record.stream)})
             for record in records)
+
+    def stream_derived(self, derivation: Any, chain: list[str], plan: dict) -> None:
+        """A derived stream was registered (`pep.streams.derived`): the deriving plan is its
+        owner's own handle's, the policies behind it the source owner's (`upstream`)."""
+        self.log.record("stream-derived", stream=derivation.stream, by=derivation.owner,
+                        source=derivation.source, derived_from=list(chain),
+                        handle_ref=handle_ref(derivation.handle_id), plan=plan,
+                        upstream={"plan": plan,
+                                  "policies": self._policy_versions(derivation.policy_ids)})
+
+    def derivation_ended(self, derivation: Any, chain: list[str], how: str,
+                         handles_revoked: int) -> None:
+        """A derived stream's feed ended with its deriving handle (`how` it ended); the reason
+        is the deriving handle's, which may quote the source owner's policies (`upstream`)."""
+        self.log.record("derivation-ended", stream=derivation.stream, by=derivation.owner,
+                        source=derivation.source, derived_from=list(chain),
+                        handle_ref=handle_ref(derivation.handle_id), ended=how,
+                        handles_revoked=handles_revoked,
+                        upstream={"reason": derivation.reason})
 
     def policy_changed(self, change: Any) -> None:
         resources = getattr(change, "resources", None)
@@ -107,7 +148,8 @@ class AuditTrail:
 
     def stream_registered(self, definition: Any) -> None:
         self.log.record("stream-registered", stream=definition.name, by=definition.owner,
-                        source=definition.source.kind)
+                        source=definition.source.kind,
+                        derived_from=self._derived_from(definition.name))
 
     def stream_changed(self, entry: Any, changes: dict, by: str) -> None:
         self.log.record("stream-changed", stream=entry.definition.name, by=by,

@@ -16,6 +16,15 @@ an owner of one side gets:
 
 An owner of every stream an entry names reads it whole. Policy changes keep their own rule: an
 owner reads the change of a policy confined to streams it owns (all of them), nothing else.
+
+An entry about a derived stream (issue 48) names the streams it derives from, nearest first
+(`derived_from`), and keeps what belongs to the source's owner under `upstream` (the policies
+behind the deriving grant, the reason it ended). The derived stream's owner reads the entry
+without `upstream`; the owner of its source reads it without what is the derived stream's
+owner's (its policies and plans for its consumers, `plan_key`, a refusal's or an ending's
+`reason`) but with `upstream`; the owner of a stream farther up the chain reads neither. So
+each owner sees the chain, who derived and who reads what was derived, and nothing of another
+owner's policy; a `withheld` list names what was left out.
 Entries written before joins carried `streams` and `sides` are read the same way: their join
 plan names both streams, and their sides are cut from it (without policies, which cannot be
 split after the fact).
@@ -26,6 +35,9 @@ from collections.abc import Callable
 from typing import Any
 
 WHOLE_JOIN_FIELDS = ("plan", "plan_key", "policies")
+# a derived stream's entry: its owner's fields, and the source owner's part
+DERIVED_OWNER_FIELDS = ("plan", "plan_key", "policies", "reason", "sides")
+UPSTREAM = "upstream"
 # reasons that are the gateway's own words, whatever the streams (a consumer's release)
 PLAIN_REASONS = frozenset({"released by its owner"})
 
@@ -49,6 +61,7 @@ def entry_streams(entry: dict) -> list[str]:
     streams = entry.get("streams")
     if isinstance(streams, list):
         out.extend(s for s in streams if isinstance(s, str))
+    out.extend(_derived_from(entry))
     join = _join_plan(entry)
     if join is not None:
         for side in ("left", "right"):
@@ -56,6 +69,30 @@ def entry_streams(entry: dict) -> list[str]:
             if isinstance(part, dict) and isinstance(part.get("stream"), str):
                 out.append(part["stream"])
     return list(dict.fromkeys(out))
+
+
+def _derived_from(entry: dict) -> list[str]:
+    chain = entry.get("derived_from")
+    return [s for s in chain if isinstance(s, str)] if isinstance(chain, list) else []
+
+
+def _derived_view(entry: dict, owns: Callable[[Any], bool]) -> dict | None:
+    """A derived stream's entry as an owner sees it (module docstring)."""
+    chain = _derived_from(entry)
+    stream_owner = owns(entry.get("stream"))
+    source_owner = bool(chain) and owns(chain[0])
+    if stream_owner and source_owner:
+        return entry
+    if not stream_owner and not any(owns(s) for s in chain):
+        return None
+    left_out = [] if stream_owner else [k for k in DERIVED_OWNER_FIELDS if k in entry]
+    if not source_owner and UPSTREAM in entry:
+        left_out.append(UPSTREAM)
+    if not left_out:
+        return entry
+    view = {k: v for k, v in entry.items() if k not in left_out}
+    view["withheld"] = left_out
+    return view
 
 
 def _sides(entry: dict) -> list[dict]:
@@ -75,6 +112,8 @@ def owner_view(entry: dict, owns: Callable[[Any], bool]) -> dict | None:
     if is_policy_entry(entry):
         streams = entry.get("streams")
         return entry if streams and all(owns(s) for s in streams) else None
+    if _derived_from(entry):
+        return _derived_view(entry, owns)
     streams = entry_streams(entry)
     owned = [s for s in streams if owns(s)]
     if not owned:

@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from pdp.pipes import quiet_on_broken_pipe
+from common.pipes import quiet_on_broken_pipe
 from pep.cli.common import EXIT_OK, CliError
 from pep.cli.consumer import add_consumer_commands
 from pep.cli.pdp import add_pdp_commands

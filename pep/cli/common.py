@@ -16,14 +16,15 @@ URL_HELP = f"the gateway's URL (env XSG_URL; default {DEFAULT_URL})"
 
 
 def seconds(text: str) -> float:
-    """`--timeout`: pdp.numbers' parser, imported when a flag is read (`xsg --help` stays fast)."""
-    from pdp.numbers import float_argument
+    """`--timeout`: common.numbers' parser, imported when a flag is read (`xsg --help` stays
+    fast)."""
+    from common.numbers import float_argument
 
     return float_argument(0.001, 86400)(text)
 
 
 def whole_number(text: str) -> int:
-    from pdp.numbers import int_argument
+    from common.numbers import int_argument
 
     return int_argument(0)(text)
 

@@ -74,7 +74,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream=None,
     # py4j logs a line per callback at INFO: only its warnings, unless we debug
     logging.getLogger("py4j").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     # psycopg's pool warns at every reconnection attempt while a PostgreSQL store is down; the
-    # store says once that it is down and once that it is back (pdp/postgres.py)
+    # store says once that it is down and once that it is back (common/postgres.py)
     logging.getLogger("psycopg.pool").setLevel(logging.DEBUG if level == "DEBUG"
                                                else logging.ERROR)
     return handler

@@ -33,7 +33,7 @@ def cmd_pdp_decide(args: argparse.Namespace) -> int:
     except RequestSyntaxError as exc:
         raise CliError(f"invalid request {args.request}: {exc}", EXIT_USAGE) from None
     if args.explain:
-        from pdp.why import explanation_json, explanation_text
+        from pdp import explanation_json, explanation_text
 
         response, explanations = engine.explain(ctx)
     else:

@@ -77,7 +77,7 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
 
 def cmd_policy_lint(args: argparse.Namespace) -> int:
     from pdp import PolicyEngine, PolicyLoadError
-    from pdp.combining import policy_combiner
+    from pdp import policy_combiner
     from pep.core.lint import LintDocument, lint
 
     try:

@@ -100,6 +100,8 @@ def rule_from_flags(args: argparse.Namespace) -> dict:
         rule["valid"] = valid
     if args.event:
         rule["events"] = _csv(args.event)
+    if getattr(args, "grant_option", False):
+        rule["grant_option"] = True
     return rule
 
 
@@ -150,3 +152,6 @@ def add_rule_flags(n: argparse.ArgumentParser) -> None:
     when.add_argument("--valid-until", metavar="DATETIME")
     when.add_argument("--event", action="append", metavar="NAME",
                       help="a stream event that must be open")
+    n.add_argument("--grant-option", action="store_true",
+                   help="the consumers may re-share what they get as derived streams of their "
+                        "own (`xsg stream derive`), never wider than this grant")

@@ -30,8 +30,9 @@ def serve_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from pdp import AuthFileError, PolicyLoadError, StoreError
-    from pdp.db import StoreUnavailable
+    from common.auth import AuthFileError
+    from common.db import StoreError, StoreUnavailable
+    from pdp import PolicyLoadError
     from pep.config import SERVE_DEFAULTS, ConfigError, load_settings, setting_origin
     from pep.serve import PortUnavailable, serve
 
@@ -122,7 +123,7 @@ def add_serve_settings(parser: argparse.ArgumentParser) -> None:
 
 def add_serve_command(sub: Any) -> None:
     """`xsg serve [--config FILE] [settings]`."""
-    s = sub.add_parser("serve", help="run the gateway (HTTP server: pep/http/serving.py)",
+    s = sub.add_parser("serve", help="run the gateway (HTTP server: server/serving.py)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description=SERVE_DESCRIPTION)
     s.add_argument("--config", metavar="FILE", default=None,

@@ -1,5 +1,6 @@
-"""`xsg stream list | show NAME | delete NAME`: the streams of a running gateway, over its HTTP
-API (their owners and administrators delete them)."""
+"""`xsg stream list | show NAME | delete NAME | derive HANDLE NAME | derivation NAME`: the
+streams of a running gateway, over its HTTP API (their owners and administrators delete them;
+a consumer whose grant carries the grant option derives a stream from its handle)."""
 from __future__ import annotations
 
 import argparse
@@ -55,9 +56,49 @@ def cmd_stream_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def handle_id_of(text: str) -> str:
+    """A handle's id from its URL (`.../handles/<id>`, a read URL's query left aside) or the id
+    itself."""
+    path = text.split("?", 1)[0].rstrip("/")
+    return path.rsplit("/handles/", 1)[1] if "/handles/" in path else path
+
+
+def cmd_stream_derive(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"name": args.name}
+    if args.description is not None:
+        body["description"] = args.description
+    if args.listed:
+        body["visibility"] = "listed"
+    path = "/handles/" + quote(handle_id_of(args.handle), safe="") + "/derive"
+    done = call(args, "POST", path, json=body).json()
+    if args.json:
+        print(json.dumps(done, indent=2))
+        return EXIT_OK
+    source = done["derived_from"]
+    holds = source["holds"]
+    print(f"derived {done['name']} from {source['stream']}: owned by {done['owner']}, "
+          f"{done['visibility']}")
+    print("  attributes: " + ", ".join(f"{f['name']} ({f['type']})" for f in done["schema"]))
+    if holds.get("masks"):
+        print("  masked by the grant: " + ", ".join(f"{n} as {m}"
+                                                    for n, m in holds["masks"].items()))
+    if holds.get("window"):
+        w = holds["window"]
+        print(f"  each row is one {w['type']} window of {w['size']} every {w['step']}")
+    print(f"  time attribute: {holds.get('time_attribute') or 'none'}")
+    return EXIT_OK
+
+
+def cmd_stream_derivation(args: argparse.Namespace) -> int:
+    print(json.dumps(call(args, "GET", stream_path(args.name) + "/derivation").json(), indent=2))
+    return EXIT_OK
+
+
 def add_stream_commands(sub: Any) -> None:
-    """`xsg stream list | show NAME | delete NAME` against a running gateway."""
-    st = sub.add_parser("stream", help="look at and delete the streams of a running gateway",
+    """`xsg stream list | show NAME | delete NAME | derive HANDLE NAME | derivation NAME`
+    against a running gateway."""
+    st = sub.add_parser("stream", help="look at, delete and derive the streams of a running "
+                                       "gateway",
                         description="Streams of a running gateway (their owners and "
                                     "administrators delete them).")
     client_options(st)
@@ -77,3 +118,17 @@ def add_stream_commands(sub: Any) -> None:
                    help="also remove the policies confined to it that you manage")
     d.add_argument("--dry-run", action="store_true", help="only say what it would do")
     d.set_defaults(func=cmd_stream_delete)
+    dv = ssub.add_parser("derive", help="re-share a handle's rows as a derived stream you own "
+                                        "(your grant needs the grant option)")
+    dv.add_argument("handle", help="your handle's URL or id")
+    dv.add_argument("name", help="the derived stream's name")
+    dv.add_argument("--description")
+    dv.add_argument("--listed", action="store_true",
+                    help="every caller may see it (default: restricted, seen by those your "
+                         "policies for it permit)")
+    dv.add_argument("--json", action="store_true", help="print the gateway's whole answer")
+    dv.set_defaults(func=cmd_stream_derive)
+    dn = ssub.add_parser("derivation", help="what a derived stream derives from (its owner and "
+                                            "the owners upstream)")
+    dn.add_argument("name")
+    dn.set_defaults(func=cmd_stream_derivation)

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pdp.db import Database, StoreUnavailable
+from common.db import Database, StoreUnavailable
 
 log = logging.getLogger(__name__)
 

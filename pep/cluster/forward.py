@@ -3,11 +3,12 @@
 A route that finds its streams served by another process raises `Elsewhere`
 (`pep.cluster.placement`), which the app answers `421 Misdirected Request` with the serving
 process's id in `X-XSG-Owner`. This native route of the gateway's server (tried before Flask,
-`pep.http.bridge`) runs the stream-side requests (`POST /requests`, `GET` and `DELETE
-/handles/<id>`, writes under `/streams/<name>`) through the app itself; on such a 421 it sends
-the request, as the client sent it, to that process and relays its answer: status, headers and
-body as they come (a handle's stream too, on the event loop, holding no thread). So clients,
-and the caching proxy, need not know which process serves what. Forwarding rather than
+`server.bridge`) runs the stream-side requests (`POST /requests`, `GET` and `DELETE
+/handles/<id>`, `POST /handles/<id>/derive`, writes under `/streams/<name>`) through the app
+itself; on such a 421 it sends the request, as the client sent it, to that process and relays
+its answer: status, headers and body as they come (a handle's stream too, on the event loop,
+holding no thread). So clients, and the caching proxy, need not know which process serves
+what. Forwarding rather than
 redirecting: a redirect would show clients the processes' own addresses, which they may not
 reach (behind the proxy), and an HTTP client drops the Authorization header when a redirect
 changes the port.
@@ -28,9 +29,9 @@ from typing import Any
 
 import httpx
 
-from pep.http.bridge import (BRIDGE, BodyRefused, Receive, Send, header, read_body,
+from server.bridge import (BRIDGE, BodyRefused, Receive, Send, header, read_body,
                              respond_error)
-from pep.http.streaming import CONNECTION, abort, writable
+from server.streaming import CONNECTION, abort, writable
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # its lines would carry handle ids
@@ -44,6 +45,7 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate",
                         b"transfer-encoding", b"upgrade", b"content-length", b"expect"})
 Scope = dict[str, Any]  # an ASGI scope
 _HANDLE = re.compile(r"^/handles/[^/]+$")
+_HANDLE_ACTION = re.compile(r"^/handles/[^/]+/[^/]+$")
 _STREAM = re.compile(r"^/streams/[^/]+(?:/.*)?$")
 
 
@@ -73,6 +75,8 @@ class ForwardRoute:
             return bool(method == "POST")
         if _HANDLE.match(path):
             return method in ("GET", "DELETE")
+        if _HANDLE_ACTION.match(path):  # POST /handles/<id>/derive
+            return bool(method == "POST")
         return _STREAM.match(path) is not None and method in ("POST", "PUT", "PATCH", "DELETE")
 
     def _client_for_loop(self) -> httpx.AsyncClient:

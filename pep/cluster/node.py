@@ -27,13 +27,13 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pdp.db import Storage, StoreUnavailable
+from common.db import Storage, StoreUnavailable
 from pep.cluster.announce import Announcements
 from pep.cluster.placement import RENEWALS_PER_LEASE, Placement
 from pep.cluster.store import ClusterStore
 
 if TYPE_CHECKING:
-    from pdp.store import StoredPolicy
+    from pdp import StoredPolicy
     from pep.services import GatewayServices
     from pep.streams.entries import StreamEntry
 
@@ -87,6 +87,8 @@ class ClusterNode:
         if services.lifecycle is not None:
             services.lifecycle.claim = lambda name: self.placement.claim([name])
         services.event_admin.claim = lambda name: self.placement.claim([name])
+        if services.derived is not None:
+            services.derived.claim = self.placement.claim
         services.catalog.add_listener(lambda definition: self._stream_changed(definition.name))
         services.catalog.add_change_listener(self._stream_entry_changed)
         services.catalog.add_delete_listener(self._stream_deleted)
@@ -155,6 +157,13 @@ class ClusterNode:
             services.audit.resumed(services.handle_store.get_many(resumed))
             log.info("cluster: %d handle(s) of %s resumed here, %d ended", len(resumed),
                      ", ".join(streams), len(ended))
+            derived = services.derived
+            if derived is not None:  # the deriving handles resumed here feed their streams
+                here = set(resumed)
+                for derivation in services.catalog.derivations.live():
+                    if derivation.handle_id in here:
+                        derived.feeds.start(derivation.handle_id, derivation.stream)
+                derived.settle()
         wanted = set(streams)
         for definition in services.stream_events.all():
             if definition.stream in wanted:
@@ -167,7 +176,14 @@ class ClusterNode:
         services = self.services
         if services is None:
             return
-        gone = services.handles.let_go(streams, reason)  # first: nothing delivered after
+        # the handles served here that read these streams: their buffers close first (nothing
+        # delivered after), their windows stay booked (they are live)
+        records = services.handles.served(services.handles.live_on_streams(streams))
+        gone = [r.id for r in records]
+        services.handles.shutdown(gone, reason)
+        for record in records:
+            if len(record.streams) > 1 and services.join_runtime is not None:
+                services.join_runtime.detach(record.id)  # a join's query is its own
         for name in streams:
             # their queries stop keeping their checkpoints' place (the next process goes on
             # from there), whatever is attached (the streams' events too)

@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from pdp.db import StoreUnavailable
+from common.db import StoreUnavailable
 from pep.cluster.store import ClusterStore
 from pep.core.errors import Conflict
 

@@ -7,7 +7,7 @@ fencing token that tells a stale holder from the current one (a renewal names it
 renews only a lease still valid; a lease that expired is another process's to take).
 
 Taking leases (`claim`) is one transaction over every stream asked for (a join's two move
-together): the rows are created when missing, locked in name order (two claims never wait on
+together, and so do a derived stream and the stream it is fed from): the rows are created when missing, locked in name order (two claims never wait on
 each other in a circle), and taken only when none is validly held by another process; then the
 holder is named and nothing changes.
 
@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdp.db import Database, opening
-from pdp.migrations import Schema, Step, migrate
+from common.db import Database, opening
+from common.migrations import Schema, Step, migrate
 
 # the database's clock, in epoch seconds
 NOW = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
@@ -35,7 +35,7 @@ _BOOKINGS = ("CREATE TABLE window_bookings (subject TEXT NOT NULL, stream TEXT N
              " handle_id TEXT NOT NULL, plan_key TEXT NOT NULL,"
              " booked_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (subject, stream))")
 _BOOKINGS_BY_HANDLE = "CREATE INDEX window_bookings_by_handle ON window_bookings (handle_id)"
-# the cluster's versioned schema (`pdp.migrations`); SQLite is listed for the schema's tests
+# the cluster's versioned schema (`common.migrations`); SQLite is listed for the schema's tests
 # only: a cluster runs on PostgreSQL
 SCHEMA = Schema("cluster", (
     Step("the gateway's processes, their streams' leases, the one-window bookings",
@@ -209,10 +209,18 @@ class ClusterStore:
             out.append((str(join["left"]["stream"]), str(join["right"]["stream"])))
         return out
 
+    def derivations(self) -> list[tuple[str, str]]:
+        """Each live derived stream and the stream its deriving handle reads: the handle's
+        deliveries are appended to the derived stream where the handle is served, so they move
+        together (`pep.streams.derived`)."""
+        rows = self._db.fetchall("SELECT stream, source FROM derivations WHERE state = 'live'")
+        return [(str(derived), str(source)) for derived, source in rows]
+
     def joined_with(self, streams: Iterable[str]) -> set[str]:
-        """`streams` and every stream a live join ties to them, transitively."""
+        """`streams` and every stream a live join or a live derivation ties to them,
+        transitively."""
         group = set(streams)
-        joins = self.live_joins()
+        joins = self.live_joins() + self.derivations()
         grew = True
         while grew:
             grew = False

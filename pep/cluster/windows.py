@@ -14,8 +14,8 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterable
 
-from pdp.db import Cursor, Database, opening
-from pdp.migrations import migrate
+from common.db import Cursor, Database, opening
+from common.migrations import migrate
 from pep.cluster.store import NOW, SCHEMA
 from pep.handles.one_window import Booking, WindowConflict, _conflict_message, _streams
 

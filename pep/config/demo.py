@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdp import AuthFileError, new_token, write_auth_file
+from common.auth import AuthFileError, new_token, write_auth_file
 from pep.config.model import GatewayConfig
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pdp.numbers import INT64_MAX, NumberError, check_float, check_int, parse_float, parse_int
+from common.numbers import INT64_MAX, NumberError, check_float, check_int, parse_float, parse_int
 from pep.config.model import GatewayConfig
 from pep.config.settings import Setting, settings
 from pep.config.validation import MAX_SECONDS, check_store
@@ -222,7 +222,7 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
 
     `flags` maps setting names to what the command line gave (text, a bool for on/off flags, a
     list of KEY=VALUE for `spark_conf` and `oidc.attributes`); `env` is usually os.environ."""
-    from pdp.oidc import OidcSettings
+    from common.oidc import OidcSettings
 
     values, spark, origins = _gather(flags, env, file, defaults)
     if values.get("store") is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pdp.oidc import OidcSettings
+from common.oidc import OidcSettings
 from pep.config.validation import check_config
 
 DEFAULT_PORT = 8080
@@ -28,7 +28,7 @@ class GatewayConfig:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     data_dir: Path = Path("data")
-    # Where the gateway keeps what it must not forget (pdp/db.py): None, SQLite files under
+    # Where the gateway keeps what it must not forget (common/db.py): None, SQLite files under
     # data_dir (the embedded default); a postgresql:// URL, every store in that database (the
     # audit trail too), through a pool of at most store_pool_size connections per process, each
     # waited for at most store_timeout seconds (then 503; at start, the process stops). Not in
@@ -51,7 +51,7 @@ class GatewayConfig:
     spark_master: str = "local[*]"
     base_url: str | None = None  # public URL for handles; derived from host/port when unset
     max_content_length: int = DEFAULT_MAX_CONTENT_LENGTH
-    threads: int = 32  # threads that run routes, started with the server (pep/http/pool.py)
+    threads: int = 32  # threads that run routes, started with the server (server/pool.py)
     max_threads: int = 1000  # the pool grows up to this many routes running at once
     # Stream side. `xsg serve` starts Spark with the gateway; tests and embedders leave it lazy
     # (the session then starts with the first handle).
@@ -75,8 +75,9 @@ class GatewayConfig:
     # or "union" (ASSIST's union of what each grants: pep/core/union.py).
     obligation_combining: str = "intersection"
     heartbeat: float = 15.0  # seconds between keep-alive lines on idle handle streams
-    # Invalidation feed for caching proxies (pep/invalidation/): the bearer token a proxy
-    # presents on /events/invalidations and the HMAC key of the webhooks pushed to it.
+    # Invalidation feed for caching proxies (pep/invalidation/, common/invalidation.py): the
+    # bearer token a proxy presents on /events/invalidations and the HMAC key of the webhooks
+    # pushed to it.
     proxy_token: str | None = None
     proxy_secret: str | None = None
     proxy_port: int | None = None  # `xsg serve --proxy-port`: also run a proxy beside the gateway
@@ -97,7 +98,7 @@ class GatewayConfig:
     log_level: str = "INFO"
     log_format: str = "text"
     oidc: OidcSettings | None = None
-    # Connections and readers (pep/http/serving.py, pep/http/handles.py): open connections at
+    # Connections and readers (server/serving.py, pep/http/handles.py): open connections at
     # once (more are answered 429), handle streams one subject reads at once (more: 429),
     # seconds a connection may sit idle before or between requests, and seconds a write to a
     # client may make no progress before its connection is closed (a reader whose socket does

@@ -166,7 +166,7 @@ class Setting:
 
 def settings(defaults: Mapping[str, Any] | None = None) -> list[Setting]:
     """Every setting, in GatewayConfig's order, then the `oidc.*` ones."""
-    from pdp.oidc import OidcSettings
+    from common.oidc import OidcSettings
 
     out = []
     for owner, prefix in ((GatewayConfig, ""), (OidcSettings, "oidc.")):

@@ -9,8 +9,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from pdp.numbers import INT64_MAX, check_float, check_int
-from pdp.oidc import OidcSettings
+from common.numbers import INT64_MAX, check_float, check_int
+from common.oidc import OidcSettings
 
 MAX_SECONDS = 10 ** 9  # about 31 years: every duration setting stays below it
 # (low, high) of the number settings no finer rule of check_config bounds; the others are only
@@ -111,7 +111,7 @@ def check_store(url: Any) -> str | None:
         return None
     if not isinstance(url, str):
         raise ValueError(f"store must be a postgresql:// URL, not {type(url).__name__}")
-    from pdp.postgres import check_url
+    from common.postgres import check_url
 
     try:
         check_url(url.strip())

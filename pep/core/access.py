@@ -23,28 +23,28 @@ details (`streams`) and, when it came from one side's own decision, query or mer
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from pdp import (STATUS_SYNTAX_ERROR, Decision, RequestSyntaxError, Response, Result,
+from pdp import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION, ACTION_ID,
+                 ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE, RESOURCE_ID, STATUS_SYNTAX_ERROR,
+                 STRING, SUBJECT_ID, SUBJECT_ROLE, Decision, RequestSyntaxError, Response, Result,
                  RuleGrant, Status, bind_environment, bind_join, bind_subject, media_kind,
                  parse_request)
-from pdp.urns import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION, ACTION_ID,
-                      ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE, RESOURCE_ID, STRING,
-                      SUBJECT_ID, SUBJECT_ROLE)
 from pep.core.analysis import ConditionTooComplex, MergeWarning
 from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
                              NotPermitted, Refusal, TooComplex, Unprocessable, UnsupportedMedia)
 from pep.core.explain import graph_to_json, plan_to_json, render_sql
 from pep.core.graph import UnsupportedGraph
 from pep.core.join import JoinSide, build_join, check_streams
-from pep.core.masks import policy_masks
-from pep.core.labels import LabelError
 from pep.core.joingrant import JoinGrant, apply_join_grants, read_join_grant, split_obligations
+from pep.core.labels import LabelError
+from pep.core.masks import policy_masks
 from pep.core.merge import merge
-from pep.core.obligations import ObligationError, policy_graph
+from pep.core.obligations import ObligationError, grant_option, policy_graph
 from pep.core.parsed import RequestMemo
 from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema, UnionPlan
 from pep.core.union import INTERSECTION, UNION, Alternative, merge_union
@@ -68,6 +68,15 @@ class Grant:
     # (sql, plan_json, graph_json), rendered when first asked for: a revocation pass plans
     # every live handle again and compares keys only (rendering was 0.1-0.2 ms of each)
     explain: Callable[[], tuple[str, dict, dict]] = field(repr=False, compare=False)
+    # every rule that permitted it gave the consumer the grant option (`pep.core.obligations`):
+    # it may re-share this single stream's plan as a derived stream (`pep.core.derived`)
+    grant_option: bool = False
+
+    @property
+    def decided_key(self) -> str:
+        """What a handle opened on this grant holds, and a re-decision compares: the plan's key,
+        and whether the grant option came with it (`decided_key`)."""
+        return decided_key(self.plan.key(), self.grant_option)
 
     @cached_property
     def _explained(self) -> tuple[str, dict, dict]:
@@ -84,6 +93,16 @@ class Grant:
     @property
     def graph_json(self) -> dict:
         return self._explained[2]
+
+
+def decided_key(plan_key: str, grant_option: bool) -> str:
+    """A decision's key: the plan's, or for a grant with the grant option a key of its own, so
+    that a policy change that gives or takes the option changes what a live handle was granted
+    (it is revoked as for any other obligation change, and a derived stream it feeds ends).
+    Without the option the key is the plan's, as handles stored before the option hold it."""
+    if not grant_option:
+        return plan_key
+    return hashlib.sha256(f"{plan_key}:grant-option".encode()).hexdigest()
 
 
 EnvironmentAttributes = list[tuple[str, str, list[str]]]
@@ -124,6 +143,32 @@ def caller_resolver(identity, stream: str, environment: Sequence[tuple[str, str,
         return short[0] if short else []
 
     return resolve
+
+
+@dataclass(frozen=True)
+class AccessPlanner:
+    """`decide_and_plan` with what the gateway adds to every decision about a stream: the time
+    attribute of each stream (its catalogue entry), the gateway's environment for a stream
+    (its stream events), how several rules' obligations combine on it (its owner's choice, else
+    the gateway's). One object, built once (`pep.services`), that `POST /requests`, `POST
+    /explain`, sharing rules' previews and the revocation service each receive: a request is
+    decided the same way when it opens a handle and when it is decided again."""
+
+    time_attribute: Callable[[str], str | None]
+    environment: StreamEnvironment
+    combining: Callable[[str], str]
+
+    def decide_and_plan(self, engine: Any, body: bytes, media_type: str, identity: Any,
+                        schema_lookup: SchemaLookup, user_query: bytes | None = None,
+                        user_query_type: str | None = None, *, refuse_nr: bool = True,
+                        parsed: RequestMemo | None = None,
+                        explain_missing_action: bool = False) -> Grant:
+        """`decide_and_plan(...)` (below) with this gateway's lookups."""
+        return decide_and_plan(engine, body, media_type, identity, schema_lookup, user_query,
+                               user_query_type, refuse_nr=refuse_nr,
+                               time_attribute_lookup=self.time_attribute,
+                               environment=self.environment, combining=self.combining,
+                               parsed=parsed, explain_missing_action=explain_missing_action)
 
 
 def _lexical(value: object) -> str:
@@ -313,6 +358,7 @@ class _Decided:
     policy_ids: set[str]
     alternatives: tuple[Alternative, ...]
     joins: tuple[tuple[JoinGrant, ...], ...]  # per alternative
+    grant_option: bool = False  # every permitting rule gave it (`pep.core.obligations`)
 
     @property
     def policy(self):
@@ -381,7 +427,12 @@ def _decide(req: _Planning, join: str | None = None, partner: str | None = None,
         joins.append(found)
     if not alternatives:
         raise _deny(f"obligation cannot be fulfilled{where}: {skipped[0]}", media_type)
-    return _Decided(response, policy_ids, tuple(alternatives), tuple(joins))
+    try:
+        option = grant_option(g.obligations for g in result.rule_grants())
+    except ObligationError as exc:
+        raise _deny(f"obligation cannot be fulfilled{where}: {exc.message}", media_type) \
+            from None
+    return _Decided(response, policy_ids, tuple(alternatives), tuple(joins), option)
 
 
 def _with_status_message(response: Response, message: str) -> Response:
@@ -551,7 +602,8 @@ def _plan(req: _Planning, asked: _AskedQuery) -> Grant:
     return Grant(
         decision=decided.response, stream=stream, subject=req.identity.subject, plan=plan,
         warnings=warnings, policy_ids=decided.policy_ids,
-        explain=lambda: (render_sql(plan, schema), plan_to_json(plan), graph_json()))
+        explain=lambda: (render_sql(plan, schema), plan_to_json(plan), graph_json()),
+        grant_option=decided.grant_option)
 
 
 def _one_alternative(decided: _Decided, stream: str) -> tuple[Alternative, tuple]:
@@ -672,5 +724,5 @@ def decision_name(decision: object) -> str:
     return str(getattr(decision, "value", decision))
 
 
-__all__ = ["Grant", "decide_and_plan", "caller_resolver", "decision_name", "SchemaLookup",
-           "RESOURCE", "RESOURCE_ID"]
+__all__ = ["AccessPlanner", "Grant", "decide_and_plan", "decided_key", "caller_resolver",
+           "decision_name", "SchemaLookup", "RESOURCE", "RESOURCE_ID"]

@@ -9,16 +9,17 @@ client sees.
 A refusal carries a message that says what and where, and optional `details` (JSON-ready
 fields such as the offending attribute, line or handle) that the edge adds to the error body.
 
-The kinds the PDP's routes refuse with too (`pdp.refusals`: invalid input, not found, ...) are
-subclasses of the PDP's, so one vocabulary says what went wrong on either side and each kind has
-its status in the PDP's table (`pdp.http.errors.ERROR_STATUS`); the ones only the stream side
-has (a denied or malformed stream request, an unprocessable query) are in `pep/http/errors.py`.
+The kinds the PDP's routes refuse with too (`common.refusals`: invalid input, not found, ...) are
+subclasses of the shared ones, so one vocabulary says what went wrong on either side and each
+kind has its status in the shared table (`common.http.errors.REFUSAL_STATUS`, under the PDP's
+`pdp.http.ERROR_STATUS`); the ones only the stream side has (a denied or malformed stream
+request, an unprocessable query) are in `pep/http/errors.py`.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from pdp import refusals
+from common import refusals
 
 
 class Refusal(refusals.Refusal):

@@ -32,10 +32,10 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import TypeGuard, Union
 
-from pdp.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
+from common.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
 
 MICROS_PER_SECOND = 1_000_000
-# Instants of years 1 to 9999 (UTC) in epoch microseconds (`pdp.numbers` has them in seconds):
+# Instants of years 1 to 9999 (UTC) in epoch microseconds (`common.numbers` has them in seconds):
 # from 0001-01-01T00:00:00Z up to, not including, 10000-01-01T00:00:00Z.
 MIN_MICROS = MIN_EPOCH_SECONDS * MICROS_PER_SECOND
 END_MICROS = END_EPOCH_SECONDS * MICROS_PER_SECOND
@@ -116,7 +116,7 @@ _DECIMAL_LITERAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]
 
 def exact_decimal(text: str) -> Decimal:
     """A decimal literal's exact value (ValueError if it is not one). ASCII digits only, as
-    every number from the outside world (pdp/numbers.py): `Decimal` alone would also take
+    every number from the outside world (common/numbers.py): `Decimal` alone would also take
     '١٢', '1_000', 'NaN' and 'Infinity'."""
     if _DECIMAL_LITERAL.fullmatch(text.strip()) is None:
         raise ValueError(text)

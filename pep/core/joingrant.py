@@ -37,8 +37,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from common.numbers import NumberError, parse_float
 from pdp import Obligation
-from pdp.numbers import NumberError, parse_float
 from pep.core.conditions import (ConditionError, Expr, PlaceholderResolver, attributes_of,
                                  conjoin, parse_condition, qualified_conjuncts)
 from pep.core.graph import QueryGraph, pipeline_graph

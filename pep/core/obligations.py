@@ -43,6 +43,14 @@ repeated). An unknown or invalid one means deny, as every other attribute.
 `pep.core.masks`). An unknown mask, a bad parameter or a mask on an attribute of the wrong type
 means deny, as for any obligation.
 
+`exacml:obligation:stream-grant-option` (xsg's own, after the `WITH GRANT OPTION` of the security
+punctuations paper, section 4.3, Fig. 8a) carries no attribute: the consumer it is given to may
+re-share what it gets (its handle's rows) as a derived stream of its own, under policies of its
+own that are never wider than this grant (`pep.core.derived`). It does not change the view: the
+graph ignores it (`policy_graph`), and a decision carries it only when every rule that permitted
+it does (`grant_option`). An obligation of that id with any attribute means deny, as for any
+other obligation the PEP cannot read.
+
 An obligation the PEP does not understand, or one it cannot fulfil (bad value, unknown attribute,
 missing or ambiguous placeholder), means deny: XACML 3.0 section 7.18. `ObligationError` carries
 the reason.
@@ -66,12 +74,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Literal
 
+from common.numbers import INT64_MAX, NumberError, parse_int
 from pdp import Obligation
-from pdp.numbers import INT64_MAX, NumberError, parse_int
 from pep.core.conditions import (Comparison, ConditionError, Expr, PlaceholderResolver, conjoin,
                                  parse_condition)
-from pep.core.labels import Label
 from pep.core.graph import QueryGraph, pipeline_graph
+from pep.core.labels import Label
 from pep.core.masks import MaskError, compose_all, ordered, parse_assignment
 from pep.core.plan import (AGGREGATE_FUNCTIONS, Aggregate, PolicyWindowTerms, StreamSchema,
                            WindowSpec)
@@ -83,6 +91,8 @@ MAP_IDS = frozenset({"exacml:obligation:stream-map", "exacml:obligation:stream-m
 WINDOW_IDS = frozenset({"exacml:obligation:stream-window",
                         "exacml:obligation:stream-window-aggregation"})
 MASK_IDS = frozenset({"exacml:obligation:stream-mask"})
+GRANT_OPTION_IDS = frozenset({"exacml:obligation:stream-grant-option"})
+GRANT_OPTION_ID = "exacml:obligation:stream-grant-option"
 
 FILTER_CONDITION = "stream-filter-condition-id"
 MAP_ATTRIBUTE = "stream-map-attribute-id"
@@ -208,6 +218,32 @@ def obligation_assignments(ob: Obligation, allowed: Sequence[str]) -> dict[str, 
     return found
 
 
+def is_grant_option(ob: Obligation) -> bool:
+    """Whether `ob` is the grant option (ObligationError when it is, but carries attributes:
+    the PEP cannot tell what they would mean, so the decision is a deny)."""
+    if ob.id not in GRANT_OPTION_IDS:
+        return False
+    if ob.assignments:
+        raise ObligationError(
+            f"obligation {ob.id} carries attribute(s) "
+            f"{', '.join(sorted({a.attribute_id for a in ob.assignments}))}; the grant option "
+            "takes none", ob.id)
+    return True
+
+
+def grant_option(grants: Iterable[Iterable[Obligation]]) -> bool:
+    """Whether a decision gives its consumer the grant option: every grant behind it (one per
+    rule that permitted it, `pdp.RuleGrant`) carries it. One permitting rule without it is
+    enough to withhold it: all of the rules' obligations apply, and the one that does not let
+    the consumer re-share is one of them."""
+    found = False
+    for obligations in grants:
+        if not any(is_grant_option(ob) for ob in obligations):
+            return False
+        found = True
+    return found
+
+
 def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamSchema, *,
                  resolver: PlaceholderResolver | None = None) -> QueryGraph:
     """The policy side's graph for one decision's obligations (all of them apply)."""
@@ -249,6 +285,8 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
             filters.extend(entry)
         elif ob.id in MASK_IDS:
             masks = _masks(ob, schema, masks)
+        elif is_grant_option(ob):
+            continue  # what the consumer may do with its rows, not what it sees
         else:
             raise ObligationError(
                 f"obligation {ob.id!r} is not understood by this PEP; the request is denied "

@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any, Literal
 
-from pdp.numbers import NumberError, parse_float, parse_int
+from common.numbers import NumberError, parse_float, parse_int
 
 DP_EPSILON = "stream-window-dp-epsilon-id"
 DP_DELTA = "stream-window-dp-delta-id"

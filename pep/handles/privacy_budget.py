@@ -39,8 +39,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from pdp.db import Database, open_database, opening, upsert_sql
-from pdp.migrations import Schema, Step, migrate
+from common.db import Database, open_database, opening, upsert_sql
+from common.migrations import Schema, Step, migrate
 from pep.core.errors import NotPermitted
 from pep.core.plan import AnyPlan, ExecutionPlan, JoinPlan
 from pep.core.privacy import (MAX_PERIOD, Budget, budget_units, from_units, units,
@@ -50,7 +50,7 @@ from pep.core.rows import RowBatch
 
 log = logging.getLogger(__name__)
 
-# the ledger's versioned schema (`pdp.migrations`)
+# the ledger's versioned schema (`common.migrations`)
 SCHEMA = Schema("privacy", (
     Step("what each consumer spent on each stream, per second",
          sqlite=("""CREATE TABLE IF NOT EXISTS spends (

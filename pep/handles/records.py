@@ -21,8 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from pdp.db import Database, open_database, opening, upsert_sql
-from pdp.migrations import Schema, Step, migrate
+from common.db import Database, open_database, opening, upsert_sql
+from common.migrations import Schema, Step, migrate
 from pep.core.explain import plan_to_json
 from pep.core.plan import any_plan_from_json, is_join_json
 
@@ -112,7 +112,7 @@ class HandleRecord:
 _INDEXES = ("CREATE INDEX IF NOT EXISTS handles_subject ON handles (subject)",
             "CREATE INDEX IF NOT EXISTS handles_state ON handles (state)",
             "CREATE INDEX IF NOT EXISTS handles_stream ON handles (stream, state)")
-# The handles' versioned schema (`pdp.migrations`); on PostgreSQL the texts a handle list is
+# The handles' versioned schema (`common.migrations`); on PostgreSQL the texts a handle list is
 # ordered by compare as bytes, as SQLite's do. `deleted_stream_handles`: the handles of deleted
 # streams (`bury`). `gateway_keys` holds keys the gateway makes once and every process on the
 # store shares (the read tokens' HMAC key: `shared_key`).

@@ -50,12 +50,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pdp import Identity
-from pep.core.refs import handle_ref
+from common.auth import Identity
 from pep.core.access import decision_name
 from pep.core.delivery_gate import DELIVERY_GATE
 from pep.core.errors import AccessDenied, Refusal
 from pep.core.parsed import ParsedRequests
+from pep.core.refs import handle_ref
 from pep.handles.records import HandleRecord
 from pep.handles.service import HandleService
 
@@ -203,7 +203,10 @@ class RevocationService:
         decision = decision_name(grant.decision)
         if decision != "Permit":
             return Verdict(False, f"the decision is now {decision}", decided=True)
-        return grant.plan.key(), tuple(sorted(set(grant.policy_ids or ())))
+        # the decided key: the plan's, and whether it gives the grant option (a policy change
+        # that takes the option away changes what the handle was granted: it is revoked, and a
+        # derived stream it feeds ends)
+        return grant.decided_key, tuple(sorted(set(grant.policy_ids or ())))
 
     def _apply_all(self, records: list[HandleRecord], engine: Any, why: str,
                    urgent: bool = True) -> int:
@@ -338,7 +341,7 @@ class RevocationService:
             self.observer(revoked, time.perf_counter() - started)
 
     def on_identity_change(self, subjects: Iterable[str], source: str = "identity") -> int:
-        """Subjects' identities changed (`pdp.auth.IdentityListener`): decide their live handles
+        """Subjects' identities changed (`common.auth.IdentityListener`): decide their live handles
         again with the identities now in force; returns how many were revoked."""
         wanted = frozenset(subjects)
         if not wanted:

@@ -36,7 +36,7 @@ from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
 from pep.handles.privacy_budget import PrivacyGuard, private_window
 from pep.handles.records import (HandleRecord, HandleState, HandleStore, StoredRequest,
                                  record_time)
-from pep.ports import JoinRuntimePort, StreamRuntimePort
+from pep.ports import Deliver, JoinRuntimePort, StreamRuntimePort
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,10 @@ class HandleService:
                  join_runtime: JoinRuntimePort | None = None,
                  privacy: PrivacyGuard | None = None,
                  kept_for: float = KEPT_ROWS_SECONDS,
-                 kafka_cut: Callable[[StreamDefinition], tuple[int, ...]] | None = None
+                 kafka_cut: Callable[[StreamDefinition], tuple[int, ...]] | None = None,
+                 tap: Callable[[str, Deliver], Deliver] | None = None,
+                 admit: Callable[[list[StreamDefinition]], None] | None = None,
+                 chain: Callable[[str], list[str]] | None = None
                  ) -> None:
         """`stream_position(name)`: the position (`_xsg_seq`) of the last tuple ingested into a
         stream, when the stream has positions (see `_start_after_other_windows`).
@@ -125,7 +128,13 @@ class HandleService:
         `join_runtime` runs joins (`attach_join(handle_id, (left, right), join_plan, deliver)`);
         without one, `runtime` gets them. `privacy` keeps the consumers' privacy budgets;
         without it a differentially private plan is refused (it could not be paid for).
-        `kept_for`: seconds an ended handle's kept rows wait for a reader (`kept_buffer`)."""
+        `kept_for`: seconds an ended handle's kept rows wait for a reader (`kept_buffer`).
+        `tap(handle_id, put)`: what a single stream's handle is delivered to instead of its
+        buffer's `put` (derived streams' feeds, `pep.streams.derived`); `admit(definitions)`
+        raises a Refusal for streams no new handle may read (checked under the lock, with the
+        streams looked up again). `chain(stream)`: the streams a derived stream derives from; a
+        handle on it also books the caller's one window on each of them (a window over a
+        derived stream's rows is a window over theirs: eXACML+ Example 2 across re-sharing)."""
         self.store = store
         self.streams = streams
         self.runtime = runtime
@@ -139,6 +148,9 @@ class HandleService:
         self.stream_position = stream_position
         self.kafka_cut = kafka_cut
         self.privacy = privacy
+        self.tap = tap
+        self.admit = admit
+        self.chain = chain
         # Serialises opening and ending handles and policy re-evaluation; reads never take it.
         self.lock = threading.RLock()
         # Bumped by every policy change; a handle decided under an older epoch is not created.
@@ -157,8 +169,7 @@ class HandleService:
         # for them (`wait_for_attaches`) before it removes what a query would read or write.
         self._attaching: dict[str, tuple[str, ...]] = {}
         self._attached = threading.Condition(threading.Lock())
-        # several processes (`pep.cluster`): where each stream's handles are served; None: here
-        self.placement: PlacementLike | None = None
+        self.placement: PlacementLike | None = None  # several processes: `pep.cluster`
 
     def add_listener(self, callback: Callable[[list[HandleRecord]], None]) -> None:
         self._listeners.append(callback)
@@ -182,41 +193,10 @@ class HandleService:
         with self.lock:
             return self._buffers.get(handle_id)
 
-    def locate(self, record: HandleRecord) -> HandleBuffer | None:
-        """The buffer of a live handle served here (None while it resumes). With several
-        processes, `PlacementLike.claim` takes its streams first, or raises to send it on."""
-        buffer = self.buffer(record.id)
-        if buffer is None and self.placement is not None:
-            self.placement.claim(record.streams)
-            buffer = self.buffer(record.id)
-        return buffer
-
     def served(self, records: Iterable[HandleRecord]) -> list[HandleRecord]:
         """The handles this process serves (with several processes, each re-decides its own)."""
-        if self.placement is None:
-            return list(records)
         with self.lock:
-            buffers = self._buffers
-            return [r for r in records if r.id in buffers]
-
-    def let_go(self, streams: Iterable[str], reason: str) -> list[str]:
-        """Stop serving the handles of `streams` here, live: another process serves them now
-        (`pep.cluster`; its caller stops the streams' queries). Readers get `shutdown` (they
-        resume, wherever they connect). Returns the handles let go."""
-        names = set(streams)
-        reading = [r.id for r in self.store.get_many(list(self._buffers))
-                   if any(s in names for s in r.streams)]
-        with self.lock:
-            gone = [hid for hid in reading if hid in self._buffers]
-            for handle_id in gone:  # (their windows stay booked: the handles are live)
-                buffer = self._buffers.pop(handle_id, None)
-                if buffer is not None:
-                    buffer.close("shutdown", reason)
-                    self._forget_buffer(handle_id, buffer)
-            joins = [hid for hid in gone if hid in self._joins]
-        for handle_id in joins:
-            self._detach(handle_id)
-        return gone
+            return [r for r in records if self.placement is None or r.id in self._buffers]
 
     def kept_buffer(self, handle_id: str) -> HandleBuffer | None:
         """The closed buffer of a handle that ended keeping its rows (`end(keep_rows=True)`: a
@@ -273,9 +253,11 @@ class HandleService:
 
     def open(self, subject: str, roles: Iterable[str], admin: bool, plan: AnyPlan,
              policy_ids: Iterable[str], request: StoredRequest,
-             epoch: int | None = None) -> tuple[HandleRecord, bool]:
+             epoch: int | None = None, plan_key: str | None = None) -> tuple[HandleRecord, bool]:
         """A live handle for this decision: (record, True) when new, (existing, False) when the
         same subject already has a handle with the same plan on that stream (a join: on both).
+        `plan_key`: the decision's key (`pep.core.access.Grant.decided_key`: the plan's, or
+        another when the grant carries the grant option); default the plan's.
 
         Raises the window registry's WindowConflict (another plan on that stream is live),
         StalePolicies (policies changed since `epoch`), NotFound (stream unknown) or
@@ -284,8 +266,8 @@ class HandleService:
         if self.placement is not None:  # raises unless this process serves the streams
             self.placement.claim([d.name for d in definitions])
         stream = definitions[0]
-        slots = tuple(d.name for d in definitions) if len(definitions) > 1 else stream.name
-        key = plan.key()
+        slots = self._slots(definitions)
+        key = plan_key or plan.key()
         try:
             cuts: dict[str, tuple[int, ...]] | Unavailable = self._kafka_cuts(definitions)
         except Unavailable as exc:  # a broker's answer, before the lock; raised for a new handle
@@ -306,6 +288,8 @@ class HandleService:
                     if epoch is None:
                         raise NotFound(f"stream {definition.name!r} changed; ask again")
                     raise StalePolicies()
+            if self.admit is not None:
+                self.admit(definitions)
             handle_id, is_new = self.windows.acquire(subject, slots, key)
             if not is_new:
                 existing = self.store.get(handle_id)
@@ -379,6 +363,15 @@ class HandleService:
             raise Unavailable("this gateway keeps no privacy budgets, so it cannot serve a "
                               "differentially private window")
         self.privacy.admit(subject, plan)
+
+    def _slots(self, definitions: list[StreamDefinition]) -> str | tuple[str, ...]:
+        """The one-window slots a handle on these streams books: a join's two streams; a
+        derived stream with the streams it derives from (`chain`); else its stream."""
+        if len(definitions) > 1:
+            return tuple(d.name for d in definitions)
+        name = definitions[0].name
+        upstream = self.chain(name) if self.chain is not None else []
+        return (name, *upstream) if upstream else name
 
     def _definitions(self, plan: AnyPlan) -> list[StreamDefinition]:
         """The definitions of the plan's streams (a join's two); NotFound names a missing one."""
@@ -483,9 +476,11 @@ class HandleService:
     def _deliverer(self, handle_id: str, subject: str, plan: ExecutionPlan | UnionPlan,
                    buffer: HandleBuffer) -> Callable[[Any], bool]:
         """What the runtime delivers to: the buffer, or for a private window the privacy guard
-        in front of it (which pays for every window first)."""
+        in front of it (which pays for every window first); with a `tap`, what the buffer takes
+        is also handed to it (after the guard paid)."""
+        put = self.tap(handle_id, buffer.put) if self.tap is not None else buffer.put
         if private_window(plan) is None:
-            return buffer.put
+            return put
         if self.privacy is None:
             raise Unavailable("no privacy ledger: a differentially private window cannot run")
 
@@ -497,16 +492,19 @@ class HandleService:
                              daemon=True).start()
 
         # a private window is a single plan's (a union never holds one: `private_window`)
-        return self.privacy.deliverer(handle_id, subject, cast(ExecutionPlan, plan), buffer.put,
-                                      spent)
+        return self.privacy.deliverer(handle_id, subject, cast(ExecutionPlan, plan), put, spent)
 
     def resume(self, record: HandleRecord, policy_ids: Iterable[str] | None = None) -> bool:
-        """Re-attach a live handle after a restart (or a take-over); False (ended) if not."""
+        """Re-attach a live handle after a restart (or a take-over); False if not (ended, or
+        ended since `record` was read: a derived stream's ending revokes handles of the
+        restore's own pass, or its streams moved on meanwhile)."""
         with self.lock:
             if record.id in self._buffers:
                 return True  # served here already
-            if self.placement is not None and not self.placement.holds(record.streams):
-                return False  # its streams moved on meanwhile: their process resumes it
+            current = self.store.get(record.id)
+            if current is None or not current.live or (  # (with several processes: it moved)
+                    self.placement is not None and not self.placement.holds(record.streams)):
+                return False
             try:
                 plan = any_plan_from_json(record.plan_json)
             except (KeyError, TypeError, ValueError) as exc:
@@ -517,7 +515,7 @@ class HandleService:
             except NotFound:
                 self._finish(record.id, HandleState.ENDED, "its stream no longer exists")
                 return False
-            slots = tuple(d.name for d in definitions) if len(definitions) > 1 else record.stream
+            slots = self._slots(definitions)
             generation = self.store.next_generation(record.id)
             try:
                 self.windows.restore(record.subject, slots, record.plan_key, record.id)
@@ -695,14 +693,17 @@ class HandleService:
                     totals[stream] = totals.get(stream, 0) + buffer.dropped
         return totals
 
-    def shutdown(self) -> None:
-        """Process exit: buffers close with `ended`, but handles stay live in the store so that
-        the next start re-evaluates and resumes them."""
+    def shutdown(self, handle_ids: Iterable[str] | None = None,
+                 reason: str = "the gateway is stopping; reconnect after its restart") -> None:
+        """Process exit: buffers close with `shutdown`, but handles stay live in the store so that
+        the next start re-evaluates and resumes them. `handle_ids`: only those (another process
+        serves them from now on: `pep.cluster`)."""
         with self.lock:
-            for hid, buffer in list(self._buffers.items()):
-                buffer.close("shutdown", "the gateway is stopping; reconnect after its restart")
-            self._buffers.clear()
-            self._kept.clear()
-
+            for hid in list(self._buffers if handle_ids is None else handle_ids):
+                buffer = self._buffers.pop(hid, None)
+                if buffer is not None:
+                    buffer.close("shutdown", reason)
+            if handle_ids is None:
+                self._kept.clear()
 
 __all__ = ["HandleService", "PlacementLike", "StalePolicies", "WindowRegistryLike"]

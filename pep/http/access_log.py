@@ -21,7 +21,7 @@ from typing import Any
 from flask import Flask, Response, g, request
 
 from pep.audit.log import handle_ref
-from pep.http.streaming import ON_STREAM_END, STREAMED
+from server.streaming import ON_STREAM_END, STREAMED
 
 log = logging.getLogger("xsg.access")
 

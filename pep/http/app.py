@@ -7,28 +7,29 @@ from __future__ import annotations
 
 from flask import Flask
 
-from pdp.http.api import create_pdp_blueprint
-from pdp.http.auth import current_identity, install_authenticator
-from pdp.http.errors import error_response
-from pdp.http.safe_json import install_safe_json
-from pdp.oidc import AuthenticationFailed
+from common.http.auth import current_identity, install_authenticator
+from common.http.errors import error_response
+from common.http.safe_json import install_safe_json
+from common.oidc import AuthenticationFailed
+from pdp.http import create_pdp_blueprint
 from pep.config import GatewayConfig
 from pep.http import access_log, errors
 from pep.http.audit import audit_blueprint
-from pep.http.current import (SERVICES_EXTENSION, admin_asks, caller_is_admin, current_engine,
-                             visible_schema)
 from pep.http.console import console_blueprint
 from pep.http.cors import install_cors
+from pep.http.current import (SERVICES_EXTENSION, admin_asks, caller_is_admin, current_engine,
+                             visible_schema)
+from pep.http.derived import derived_blueprint
 from pep.http.events import events_blueprint
 from pep.http.explain import install_explain
 from pep.http.fast_pdp import install_fast_pdp
-from pep.http.health import stream_health
 from pep.http.handles import create_handles_blueprint
+from pep.http.health import stream_health
 from pep.http.invalidation import install_invalidation
 from pep.http.metrics import metrics_blueprint
 from pep.http.openapi import create_openapi_blueprint
 from pep.http.read_tokens import ReadTokens, install_read_tokens
-from pep.http.requests import requests_blueprint
+from pep.http.requests import RequestRoutes, install_requests
 from pep.http.rules import Rules, install_rules
 from pep.http.streams import install_streams
 from pep.services import GatewayServices, build_services
@@ -63,7 +64,8 @@ def create_app(config: GatewayConfig | None = None,
     app.register_blueprint(create_pdp_blueprint(
         services.policies, may_manage=lambda identity, info: services.may_manage(identity, info),
         check_policy=lambda document, source: check_policy(
-            document, services.catalog.get, services.catalog.definitions, source) + lint_write(
+            document, services.catalog.get, services.catalog.definitions, source,
+            derivation=services.derived.derivation if services.derived else None) + lint_write(
             document, source, services.policies.engine, services.catalog,
             config.obligation_combining, current_identity(), services.may_manage),
         environment=services.stream_events.environment_for,
@@ -74,18 +76,25 @@ def create_app(config: GatewayConfig | None = None,
     # A stream the caller may not see (pep/streams/visibility.py) is, on every route that names
     # it, a stream that does not exist: `visible_schema` and `may_see` find nothing for it.
     privacy = services.privacy
-    install_explain(app, current_engine, visible_schema, services.decide_and_plan,
+    install_explain(app, current_engine, visible_schema, services.access.decide_and_plan,
                     privacy_status=privacy.status if privacy is not None else None)
     install_streams(app, services.catalog, visibility=services.visibility,
                     lifecycle=services.lifecycle)
 
-    # POST /requests; every refusal is audited and counted (pep/http/requests.refused)
-    app.register_blueprint(requests_blueprint())  # reads the services from app.extensions
+    # POST /requests, with what it works with (every refusal is audited and counted)
+    install_requests(app, RequestRoutes(
+        engine=lambda: services.policies.engine, access=services.access,
+        handles=services.handles, parsed=services.revocation.parsed, catalog=services.catalog,
+        visibility=services.visibility, authenticator=services.authenticator,
+        audit=services.audit, metrics=services.metrics,
+        base_url=config.base_url.rstrip("/") if config.base_url else None))
     app.register_blueprint(metrics_blueprint())  # reads the services from app.extensions
     # GET /audit: a deleted stream's entries stay its former owner's (its name is reserved to it)
     app.register_blueprint(audit_blueprint())  # reads the services from app.extensions
     app.register_blueprint(events_blueprint())  # reads the services from app.extensions
     app.register_blueprint(create_handles_blueprint(config.max_readers_per_subject))
+    # POST /handles/<id>/derive, GET /streams/<name>/derivation: re-sharing (grant option)
+    app.register_blueprint(derived_blueprint())  # reads the services from app.extensions
 
     install_invalidation(app, services.invalidation, caller_is_admin)
     # the web console, the handle read tokens its EventSources carry, CORS for other web apps

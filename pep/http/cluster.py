@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from flask import Flask, Response, jsonify
 
-from pdp.http.auth import require_identity
-from pdp.http.errors import error_response
+from common.http.auth import require_identity
+from common.http.errors import error_response
 from pep.cluster.forward import OWNER_HEADER, ForwardRoute
 from pep.cluster.node import ClusterNode
 from pep.cluster.placement import Elsewhere
-from pep.http.bridge import NATIVE_ROUTES
+from server.bridge import NATIVE_ROUTES
 from pep.http.current import caller_is_admin
 
 

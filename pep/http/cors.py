@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from flask import Flask, Response, request
 
-from pdp.http.errors import no_content
+from common.http.errors import no_content
 
 ALLOWED_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
 ALLOWED_HEADERS = "Authorization, Content-Type, Accept, Last-Event-ID"

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from flask import current_app, request
 
-from pdp.http.auth import current_identity
-from pdp.oidc import AuthenticationFailed
+from common.http.auth import current_identity
+from common.oidc import AuthenticationFailed
 
 if TYPE_CHECKING:
     from pep.core.plan import StreamSchema

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify, request
 
-from pdp.http.auth import current_identity, require_identity
-from pdp.http.errors import no_content
+from common.http.auth import current_identity, require_identity
+from common.http.errors import no_content
 from pep.core.errors import InvalidInput, NotFound, NotPermitted
 from pep.core.plan import StreamDefinition
 from pep.http.current import current_services

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
-from pdp.http.auth import current_identity, require_identity
+from common.http.auth import current_identity, require_identity
 from pep.core.access import SchemaLookup, decide_and_plan as default_decide_and_plan
 
 EXPLAIN_EXTENSION = "xsg.explain"

@@ -10,8 +10,8 @@ Accept or one naming one of the offered types exactly, a Content-Length under th
 no query string (`?explain=1` is the route's), and a body that parses. Every other request (a refusal of any kind, a chunked body, an Accept
 with alternatives or wildcards, any other path) goes to the Flask app unchanged, its body
 replayed: refusals keep the one error body and the route's own rules. The gateway's server
-(pep/http/serving.py) calls `decide` on its event loop with the body it has read, and hands
-what it declines to Flask marked as tried.
+(server/serving.py) calls `answer` on its event loop with the body it has read (it is the app's
+`server.bridge.FastPath`), and hands what it declines to Flask marked as tried.
 `tests/pep/http/test_fast_pdp.py` checks both give the same answers.
 """
 from __future__ import annotations
@@ -22,15 +22,13 @@ from typing import Any
 
 import time
 
-from pdp.errors import RequestSyntaxError
-from pdp.http.api import decide_as
-from pdp.auth import bearer_token
-from pdp.http.auth import AUTH_EXTENSION
-from pdp.oidc import looks_like_jwt
-from pdp.request import media_kind, parse_request
-from pdp.response import render_response
+from common.auth import bearer_token
+from common.http.auth import AUTH_EXTENSION
+from common.oidc import looks_like_jwt
+from pdp import RequestSyntaxError, media_kind, parse_request, render_response
+from pdp.http import decide_as
 from pep.http import access_log
-from pep.http.bridge import FAST_PDP_EXTENSION, FAST_PDP_SKIP
+from server.bridge import FAST_PATH_EXTENSION, FAST_PATH_TRIED
 
 XACML_XML = "application/xacml+xml"
 XACML_JSON = "application/xacml+json"
@@ -53,12 +51,13 @@ class FastPdp:
         self.extensions = extensions  # the Flask app's: its authenticator is read per call
         self.limit = max_content_length
         self.answered = 0  # decisions answered here (the rest went to the app)
+        self.path = "/pdp"  # what the server's loop sends here (`server.bridge.FastPath`)
 
     def __call__(self, environ: dict, start_response: Callable) -> Any:
         """The WSGI form (any WSGI server, Flask's test client); the gateway's own server calls
-        `decide` on its event loop instead and marks what it already tried."""
+        `answer` on its event loop instead and marks what it already tried."""
         if environ.get("PATH_INFO") != "/pdp" or environ.get("REQUEST_METHOD") != "POST" \
-                or environ.get(FAST_PDP_SKIP) or environ.get("SCRIPT_NAME") \
+                or environ.get(FAST_PATH_TRIED) or environ.get("SCRIPT_NAME") \
                 or environ.get("QUERY_STRING"):  # ?explain=1 (and the like): the route's
             return self.app(environ, start_response)
         length = environ.get("CONTENT_LENGTH", "")
@@ -69,7 +68,7 @@ class FastPdp:
         data = environ["wsgi.input"].read(size) if size else b""
         answer = None
         if len(data) == size:
-            answer = self.decide(environ.get("HTTP_AUTHORIZATION"),
+            answer = self.answer(environ.get("HTTP_AUTHORIZATION"),
                                  environ.get("CONTENT_TYPE", ""), environ.get("HTTP_ACCEPT"),
                                  data, environ.get("REMOTE_ADDR"))
         if answer is None:
@@ -84,10 +83,10 @@ class FastPdp:
 
     def blocks(self, authorization: str | None) -> bool:
         """Whether authenticating may wait on the network (a JWT whose issuer's keys are
-        fetched): then `decide` must not run on the server's event loop."""
+        fetched): then `answer` must not run on the server's event loop."""
         return looks_like_jwt(bearer_token(authorization) or "")
 
-    def decide(self, authorization: str | None, content_type: str, accept: str | None,
+    def answer(self, authorization: str | None, content_type: str, accept: str | None,
                body: bytes, remote: str | None) -> tuple[bytes, str] | None:
         """The decision's body and media type, logged, or None: the Flask route answers
         instead (see the module docstring)."""
@@ -142,7 +141,7 @@ def install_fast_pdp(app: Any, service: Any,
     fast = FastPdp(app.wsgi_app, service, app.extensions, app.config.get("MAX_CONTENT_LENGTH"),
                    environment)
     app.wsgi_app = fast
-    app.extensions[FAST_PDP_EXTENSION] = fast  # the gateway's server answers on its loop
+    app.extensions[FAST_PATH_EXTENSION] = fast  # the gateway's server answers on its loop
     return fast
 
 

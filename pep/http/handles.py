@@ -24,8 +24,8 @@ exist):
   end, it answers 410 too. A handle of a deleted
   stream answers 404, like its stream, for good (`pep/streams/lifecycle.py`).
 
-Delivery: on the gateway's server (`pep.http.serving`) a reader holds no thread. The route hands
-a `HandleStream` to the server's event loop (`pep.http.streaming`), which is woken when the
+Delivery: on the gateway's server (`server.serving`) a reader holds no thread. The route hands
+a `HandleStream` to the server's event loop (`server.streaming`), which is woken when the
 handle's buffer gets events and writes whatever is there as one chunk (many events per write;
 the rows' JSON texts go out as the runtime encoded them). A reader whose socket does not drain for the server's
 `write_timeout` is disconnected; its handle stays live and it may reconnect with
@@ -43,17 +43,17 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from pdp.http.auth import current_identity, require_identity
-from pdp.http.errors import error_response
-from pdp.numbers import parse_int
+from common.http.auth import current_identity, require_identity
+from common.http.errors import error_response
+from common.numbers import parse_int
 from pep.core.errors import Gone, NotFound, Unavailable
 from pep.handles.buffer import Event, HandleBuffer
 from pep.handles.records import HandleRecord
 from pep.http.current import configured_base_url, current_services, may_see
 from pep.http.read_tokens import require_identity_or_read_token
-from pep.http.streaming import STREAM_BODY
-from pep.streams.visibility import hidden_from
 from pep.http.urls import public_base
+from pep.streams.visibility import hidden_from
+from server.streaming import STREAM_BODY, Wake
 
 SSE = "text/event-stream"
 NDJSON = "application/x-ndjson"
@@ -109,9 +109,9 @@ def stream_events(buffer: HandleBuffer, after: int | None, fmt: Callable[[Event]
 
 
 class HandleStream:
-    """A handle's events as a `pep.http.streaming.StreamBody`: the server's event loop pulls
-    what the buffer has (never waiting), formatted, when the buffer's waiter says there is
-    some."""
+    """A handle's events as a `server.streaming.StreamBody`: the server's event loop pulls
+    what the buffer has (never waiting), formatted, when the buffer calls the server's `Wake`
+    (its waiter; `urgent()` for the final event)."""
 
     def __init__(self, buffer: HandleBuffer, after: int | None, fmt: Callable[[Event], str],
                  heartbeat_text: str, heartbeat: float, opening: str = "",
@@ -127,10 +127,10 @@ class HandleStream:
         self._beat = heartbeat_text.encode()
         self._opening = opening.encode()
         self._on_close = on_close
-        self._wake: Callable[[], None] | None = None
+        self._wake: Wake | None = None
         self._closed = False
 
-    def start(self, wake: Callable[[], None]) -> None:
+    def start(self, wake: Wake) -> None:
         self._wake = wake
         self.buffer.add_waiter(wake)
 
@@ -346,8 +346,12 @@ def read_handle(handle_id: str) -> Response:
             raise _gone(record)
         return jsonify(record.summary(public_base(configured_base_url())))
     after = _last_event_id()
-    # (with several processes, one served elsewhere is read there: `pep.cluster`)
-    buffer = kept if kept is not None else handles.locate(record)
+    buffer = kept if kept is not None else handles.buffer(handle_id)
+    if buffer is None and handles.placement is not None:
+        # several processes (`pep.cluster`): read where it is served (this raises to send the
+        # request there), or taken over here first when no live process serves it
+        handles.placement.claim(record.streams)
+        buffer = handles.buffer(handle_id)
     if buffer is None:
         stored = handles.get(handle_id)
         if stored is not None and not stored.live:

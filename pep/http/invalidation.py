@@ -13,11 +13,11 @@ from typing import Any, cast
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
-from pdp.http.errors import error_response
-from pdp.numbers import NumberError, parse_int
+from common.http.errors import error_response
+from common.invalidation import FEED_PATH, MAX_EVENT_NUMBER, parse_event_id
+from common.numbers import NumberError, parse_int
 from pep.invalidation.hub import InvalidationHub
-from pep.http.streaming import STREAM_BODY
-from pep.invalidation.protocol import FEED_PATH, MAX_EVENT_NUMBER, parse_event_id
+from server.streaming import STREAM_BODY
 
 
 INVALIDATION_EXTENSION = "xsg.invalidation"

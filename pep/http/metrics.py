@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
-from pdp.http.auth import authenticate_request, unauthorized
-from pdp.http.errors import error_response
+from common.http.auth import authenticate_request, unauthorized
+from common.http.errors import error_response
 from pep.http.current import current_services
 from pep.metrics import CONTENT_TYPE
 

@@ -22,7 +22,7 @@ from apispec import APISpec
 from apispec.yaml_utils import load_operations_from_docstring
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
-from pdp.http.errors import error_response
+from common.http.errors import error_response
 
 PDP_RELATION = "http://docs.oasis-open.org/ns/xacml/relation/pdp"
 HOME_NS = "http://ietf.org/ns/home-documents"

@@ -38,9 +38,9 @@ from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 
-from pdp.auth import Identity
-from pdp.http.auth import current_identity, require_identity, unauthorized
-from pdp.numbers import check_float, parse_int
+from common.auth import Identity
+from common.http.auth import current_identity, require_identity, unauthorized
+from common.numbers import check_float, parse_int
 from pep.core.errors import Gone, NotFound
 from pep.http.current import configured_base_url, current_services, may_see
 from pep.http.urls import public_base

@@ -21,18 +21,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from flask import Blueprint, Response, g, jsonify, request
+from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 
-from pdp.http.auth import (authenticate_request, current_identity, require_identity,
-                           unauthorized)
+from common.auth import Authenticator, Identity
+from common.http.auth import current_identity, require_identity, unauthorized
+from pep.audit.trail import AuditTrail
+from pep.core.access import AccessPlanner, SchemaLookup
 from pep.core.errors import InvalidInput, Refusal, Unavailable, UnsupportedMedia
+from pep.core.parsed import ParsedRequests
 from pep.handles.one_window import WindowConflict
 from pep.handles.records import StoredRequest
-from pep.handles.service import StalePolicies
-from pep.http.current import configured_base_url, current_engine, current_services, visible_schema
+from pep.handles.service import HandleService, StalePolicies
 from pep.http.urls import public_base
+from pep.metrics import GatewayMetrics
+from pep.streams.catalog import StreamCatalog
+from pep.streams.visibility import StreamVisibility
 
 XML_TYPES = ("application/xacml+xml", "application/xml", "text/xml")
 JSON_TYPES = ("application/xacml+json", "application/json")
@@ -104,8 +111,27 @@ def read_access_request() -> StoredRequest:
     return StoredRequest(body, media)
 
 
-# Defined once, at module level: the routes read the app's services (`pep.http.current`), so
-# `request_stream` and `refused` can be called in a test's request context.
+@dataclass(frozen=True)
+class RequestRoutes:
+    """What `POST /requests` works with, handed over by the app factory (`install_requests`):
+    the view takes it from the app once and passes it down, so nothing on the request's path
+    looks a service up."""
+
+    engine: Callable[[], Any]  # the policy engine of the moment (a policy change swaps it)
+    access: AccessPlanner  # decide and plan, with the catalogue's and stream events' lookups
+    handles: HandleService  # opens (or finds) the caller's handle and starts its delivery
+    parsed: ParsedRequests  # parsed forms kept for the revocation passes (filled, never read)
+    catalog: StreamCatalog  # the streams' schemas
+    visibility: StreamVisibility | None  # who may see which stream (None: everybody, every one)
+    authenticator: Authenticator  # the caller's token again, after a policy change
+    audit: AuditTrail
+    metrics: GatewayMetrics
+    base_url: str | None  # the configured public URL (None: the URL the request came to)
+
+
+REQUESTS_EXTENSION = "xsg.requests"
+
+# Defined once, at module level: the view finds its `RequestRoutes` on the app serving it.
 bp = Blueprint("xsg_requests", __name__)
 
 
@@ -135,58 +161,89 @@ def create_request() -> Response:
         409: {description: another query of the caller's is live on the stream}
         422: {description: "NR: no result can ever come; nothing is started"}
     """
+    routes: RequestRoutes = current_app.extensions[REQUESTS_EXTENSION]
+    authorization = request.headers.get("Authorization")
+
+    def authenticate_again() -> Identity | None:
+        """The caller's token as it stands now (its identity may have changed meanwhile);
+        what the access log and the audit then name."""
+        identity = routes.authenticator.authenticate_header(authorization)
+        if identity is not None:
+            g.xsg_identity = identity
+        return identity
+
     try:
-        return request_stream()
+        return request_stream(routes, current_identity(), read_access_request(),
+                              public_base(routes.base_url), authenticate_again)
     except Refusal as exc:
-        refused(current_identity(), exc)
+        refused(routes, current_identity(), exc)
         raise
 
 
-def refused(identity: Any, refusal: Refusal) -> None:
+def refused(routes: RequestRoutes, identity: Identity, refusal: Refusal) -> None:
     """A refused stream request, as the audit trail and the metrics record it."""
-    services = current_services()
-    services.audit.refused(identity, refusal)
-    services.metrics.stream_requests.labels(outcome="refused").inc()
+    routes.audit.refused(identity, refusal)
+    routes.metrics.stream_requests.labels(outcome="refused").inc()
 
 
-def request_stream() -> Response:
-    """Decide, plan and open (or find) the caller's handle (the body of `POST /requests`)."""
-    services = current_services()
-    handles, base_url = services.handles, configured_base_url()
-    identity = current_identity()
-    stored = read_access_request()
+def visible_schemas(routes: RequestRoutes, identity: Identity) -> SchemaLookup:
+    """The schemas of the streams `identity` may see: a stream it may not see
+    (pep/streams/visibility.py) has none, as a stream that does not exist."""
+    visibility, catalog = routes.visibility, routes.catalog
+
+    def schema(name: str) -> Any:
+        if visibility is not None and not visibility.may_see(identity, name):
+            return None
+        return catalog.schema(name)
+
+    return schema
+
+
+def request_stream(routes: RequestRoutes, identity: Identity, stored: StoredRequest, base: str,
+                   authenticate_again: Callable[[], Identity | None]) -> Response:
+    """Decide, plan and open (or find) the caller's handle (the body of `POST /requests`):
+    `routes.access.decide_and_plan` (pep/core/access.py) decides the request with the engine
+    of the moment and plans what it grants, `routes.handles.open` (pep/handles/service.py)
+    opens the handle and attaches it to its stream's query, whose rows reach the handle's
+    buffer; the answer names the handle's URL under `base`, which the reader then reads
+    (`GET /handles/<id>`, pep/http/handles.py). A policy that changed while this request was
+    decided makes it decided again, as the caller's token stands then (`authenticate_again`)."""
+    handles = routes.handles
     if not stored.body.strip():
         raise InvalidInput("empty XACML request")
     for _attempt in range(MAX_STALE_RETRIES):
         epoch = handles.policy_epoch
-        grant = services.decide_and_plan(current_engine(), stored.body, stored.media_type,
-                                         identity, visible_schema, user_query=stored.user_query,
-                                         user_query_type=stored.user_query_type,
-                                         parsed=services.revocation.parsed.fill_only(),
-                                         explain_missing_action=True)
+        grant = routes.access.decide_and_plan(routes.engine(), stored.body, stored.media_type,
+                                              identity, visible_schemas(routes, identity),
+                                              user_query=stored.user_query,
+                                              user_query_type=stored.user_query_type,
+                                              parsed=routes.parsed.fill_only(),
+                                              explain_missing_action=True)
         try:
             record, is_new = handles.open(identity.subject, identity.roles, identity.admin,
                                           grant.plan, grant.policy_ids or (), stored,
-                                          epoch=epoch)
+                                          epoch=epoch, plan_key=grant.decided_key)
         except StalePolicies:
             # a policy, or the caller's identity, changed while we decided: decide again,
             # as the caller's token stands for now (its roles may have been lowered)
-            again = authenticate_request()
+            again = authenticate_again()
             if again is None:
                 return unauthorized("the bearer token is no longer valid")
-            g.xsg_identity = identity = again
+            identity = again
             continue
         except WindowConflict as exc:
-            existing = f"{public_base(base_url)}/handles/{exc.existing_handle_id}"
+            existing = f"{base}/handles/{exc.existing_handle_id}"
             exc.details.update(handle=existing, release=f"DELETE {existing}")
             raise
-        url = f"{public_base(base_url)}/handles/{record.id}"
+        url = f"{base}/handles/{record.id}"
         body = {"handle": url, "id": record.id, "stream": record.stream,
                 "streams": list(record.streams), "state": "live",
                 "new": is_new, "warnings": _to_json(grant.warnings or []),
                 "plan": _to_json(grant.plan_json if grant.plan_json is not None
                                  else json.loads(record.plan_json)),
                 "sql": grant.sql, "policy_ids": sorted(grant.policy_ids or ())}
+        if grant.grant_option:  # it may re-share it: POST /handles/<id>/derive
+            body["grant_option"] = True
         guard = handles.privacy
         privacy = guard.status(identity.subject, grant.plan) if guard is not None else None
         if privacy is not None:  # a private window: the caller's budgets after admission
@@ -198,9 +255,11 @@ def request_stream() -> Response:
     raise Unavailable("the policies kept changing while the request was decided; retry")
 
 
-def requests_blueprint() -> Blueprint:
-    """`POST /requests` (one Blueprint, registered on every gateway app)."""
-    return bp
+def install_requests(app: Flask, routes: RequestRoutes) -> None:
+    """`POST /requests` on `app`, working with `routes`."""
+    app.extensions[REQUESTS_EXTENSION] = routes
+    app.register_blueprint(bp)
 
 
-__all__ = ["bp", "read_access_request", "refused", "request_stream", "requests_blueprint"]
+__all__ = ["REQUESTS_EXTENSION", "RequestRoutes", "bp", "install_requests",
+           "read_access_request", "refused", "request_stream", "visible_schemas"]

@@ -42,11 +42,11 @@ import yaml
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from lxml import etree
 
-from pdp import (AuthFileError, Identity, ManagedPolicy, PolicyExistsError, PolicyLoadError,
-                 PolicyNotFoundError, PolicySource, Prospect, inspect_policy)
-from pdp.auth import parse_identity_attributes
-from pdp.http.api import PolicyFormat, read_body
-from pdp.http.auth import current_identity, require_identity
+from common.auth import AuthFileError, Identity, parse_identity_attributes
+from common.http.auth import current_identity, require_identity
+from pdp import (ManagedPolicy, PolicyExistsError, PolicyLoadError, PolicyNotFoundError,
+                 PolicySource, Prospect, inspect_policy)
+from pdp.http import PolicyFormat, read_body
 from pep.core.access import RESOURCE, RESOURCE_ID
 from pep.core.errors import InvalidInput, NotPermitted, Refusal, UnsupportedMedia
 from pep.core.rules import (RuleError, SharingRule, check_rule, describe_policy, rule_from_json,
@@ -56,7 +56,7 @@ from pep.core.rules.summary import reading_text
 from pep.core.rules.xacml import ACTION, ACTION_ID, NS, STRING, SUBJECT, SUBJECT_ID
 from pep.http.errors import status_of
 from pep.streams.ownership import owner_or_admin
-from pep.streams.policy_check import check_policy
+from pep.streams.policy_check import check_policy, derived_rule_warnings
 
 RULE_JSON = "application/vnd.xsg.rule+json"
 RULE_YAML = "application/vnd.xsg.rule+yaml"
@@ -142,7 +142,12 @@ class Rules:
         if stream is None:
             raise RuleError("/stream", f"no stream named {rule.stream!r} is registered")
         events = {d.name for d in self.services.stream_events.all(stream.name)}
-        return rule, check_rule(rule, stream, events)
+        # a derived stream's rule: first what it asks beyond the grant it derives from
+        derived = self.services.derived
+        derivation = derived.derivation(stream.name) if derived is not None else None
+        wider = (derived_rule_warnings(rule_to_xacml(rule), derivation)
+                 if derivation is not None else [])
+        return rule, wider + check_rule(rule, stream, events)
 
     def to_xacml(self, body: bytes, media_type: str, identity: Identity,
                  policy_id: str | None) -> tuple[bytes, list[str]]:
@@ -260,8 +265,9 @@ class Rules:
         return out
 
     def check(self, document: bytes) -> list[str]:
-        catalog = self.services.catalog
-        return check_policy(document, catalog.get, catalog.definitions, "compiled rule")
+        catalog, derived = self.services.catalog, self.services.derived
+        return check_policy(document, catalog.get, catalog.definitions, "compiled rule",
+                            derivation=derived.derivation if derived is not None else None)
 
     @staticmethod
     def sample_identity(consumer: Any) -> Identity:
@@ -306,7 +312,7 @@ class Rules:
         body = sample_request(consumer.subject, rule.stream, action.strip())
         services = self.services
         try:
-            grant = services.decide_and_plan(
+            grant = services.access.decide_and_plan(
                 prospect.engine, body, "application/xacml+xml", consumer,
                 services.catalog.schema, user_query=user_query,
                 user_query_type="application/json" if user_query else None, refuse_nr=False)

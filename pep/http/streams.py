@@ -20,8 +20,8 @@ from typing import Any, Iterable, cast
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
-from pdp import Identity
-from pdp.http.auth import current_identity, require_identity
+from common.auth import Identity
+from common.http.auth import current_identity, require_identity
 from pep.core.errors import InvalidInput, NotFound, NotPermitted, UnsupportedMedia
 from pep.streams.catalog import StreamCatalog, StreamEntry
 from pep.streams.definition import (LISTED, SETTINGS, describe, parse_keep_data,

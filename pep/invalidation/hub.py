@@ -15,7 +15,7 @@ hub gives proxies two channels:
   events; `?after=N` answers the same log as one JSON poll. Proxies follow it in the background;
   when they lose it they stop serving from cache until they are back (see proxy/README.md).
 
-The events, their ids and signatures are the protocol (`pep.invalidation.protocol`); the HTTP
+The events, their ids and signatures are the protocol (`common.invalidation`); the HTTP
 routes are in `pep/http/invalidation.py`.
 
 Ordering contract for the callers (the handle manager, the policy API): publish *after* the
@@ -42,9 +42,9 @@ from urllib.parse import urlsplit
 
 import requests
 
-from pep.core.refs import handle_ref
-from pep.invalidation.protocol import (EVENT_ID_HEADER, KINDS, InvalidationEvent,
+from common.invalidation import (EVENT_ID_HEADER, KINDS, InvalidationEvent,
                                        format_event_id, parse_event_id, sign)
+from pep.core.refs import handle_ref
 
 log = logging.getLogger(__name__)
 
@@ -347,7 +347,7 @@ class InvalidationHub:
 
     def feed_body(self, last_event_id: str | None) -> "FeedBody":
         """The same SSE text as `feed_stream`, as a body the server's event loop pulls
-        (pep.http.streaming.StreamBody): no thread waits on the reader's queue."""
+        (server.streaming.StreamBody): no thread waits on the reader's queue."""
         sub, hello, replay = self.open_feed(last_event_id)
         return FeedBody(self, sub, hello, replay)
 

@@ -20,7 +20,7 @@ RULE_SUFFIXES = (".json", ".yaml", ".yml")
 def policy_sources(paths: Iterable[Path]) -> list[PolicySource]:
     """The documents of `paths`, in order; PolicyLoadError names the file that cannot be read
     (XACML that does not compile is the engine's to report, with its line)."""
-    from pdp.service import policy_files
+    from pdp import policy_files
 
     out: list[PolicySource] = []
     for path in paths:

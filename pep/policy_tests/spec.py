@@ -39,7 +39,7 @@ from xml.sax.saxutils import escape
 
 import yaml
 
-from pdp.auth import AuthFileError, Identity, parse_identity_attributes
+from common.auth import AuthFileError, Identity, parse_identity_attributes
 
 XML = "application/xacml+xml"
 JSON = "application/xacml+json"

@@ -15,15 +15,15 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame
 
-from pdp.numbers import NumberError, parse_int
+from common.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition
 from pep.runtime.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
-from pep.runtime.progress import query_progress
-from pep.runtime.sources import build_source, local_dir
-from pep.runtime.routing import ResultRouting
-from pep.runtime.route_worker import RoutingFailed
 from pep.runtime.executor_state import Paused
 from pep.runtime.jvm_steps import foreach_batch, stopped_batch
+from pep.runtime.progress import query_progress
+from pep.runtime.route_worker import RoutingFailed
+from pep.runtime.routing import ResultRouting
+from pep.runtime.sources import build_source, local_dir
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pdp.numbers import NumberError, parse_int
+from common.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.runtime.columns import FILE_COLUMN, KAFKA_FILE_FORMAT, SEQ_COLUMN
 from pep.runtime.generators import generator_frame

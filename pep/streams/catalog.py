@@ -1,7 +1,7 @@
 """The stream catalogue: which streams exist, who owns them, what their owners changed.
 
 A stream is registered once (name, schema, source, event-time attribute, visibility, settings)
-and persisted in its store (a SQLite file, or the PostgreSQL database: `pdp.db`), so a restart
+and persisted in its store (a SQLite file, or the PostgreSQL database: `common.db`), so a restart
 keeps it. The owner of a stream is the authenticated
 subject that registered it. What an owner may change afterwards (`update`: visibility,
 description, lateness, retention, attributes added to the schema) is written in one
@@ -18,6 +18,11 @@ because kept policies, the audit trail and ended handles name streams by name.
 Ingest and feeds (`append_records`, `open_feed`, `close_feed`) are `pep.streams.ingest`'s; the
 catalogue holds one `RecordIngest` over its database. Its tables and rows are
 `pep.streams.entries`'.
+
+Derived streams (issue 48) are registered with their derivation, in one transaction
+(`register(derivation=...)`; the rows are `pep.streams.derivations`'); only their deriving handle
+feeds them (`pep.streams.derived`): their owner's appends are refused, and so is a change of
+their schema, which is their deriving plan's output.
 """
 from __future__ import annotations
 
@@ -29,14 +34,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from pdp.db import Database, open_database, opening, upsert_sql
-from pdp.migrations import migrate
+from common.db import Database, open_database, opening, upsert_sql
+from common.migrations import migrate
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
+from pep.core.errors import NotPermitted
 from pep.streams.definition import (LISTED, STREAM_NAME, InvalidStream, StreamConflict,
                                     StreamNotFound, describe, extend_schema, parse_combining,
                                     parse_description, parse_lateness, parse_retention,
                                     parse_schema, parse_source, parse_visibility)
+from pep.streams.derivations import DerivationRecord, DerivationTable
 from pep.streams.entries import (ENTRY_COLUMNS, PATCH_COLUMNS, SCHEMA, DeletedStream, StreamEntry,
                                  entry_from_row, schema_json)
 from pep.streams.ingest import DEFAULT_MAX_BODY_BYTES, RecordIngest
@@ -87,6 +94,8 @@ class StreamCatalog:
         self.ingest = RecordIngest(self._db, self.entry,
                                    lambda name: name.lower() in self._deleting, self.ingest_dir,
                                    max_body_bytes, max_lines, kafka_timeout)
+        # derived streams: what each derives from (pep/streams/derivations.py)
+        self.derivations = DerivationTable(self._db)
 
     def add_listener(self, callback: Callable[[StreamDefinition], None]) -> None:
         self._listeners.append(callback)
@@ -134,9 +143,11 @@ class StreamCatalog:
     def register(self, name: Any, owner: str, schema: Any, source: Any = None,
                  time_attribute: str | None = None, *, trusted: bool = False,
                  visibility: Any = LISTED, description: Any = None, lateness: Any = None,
-                 retention: Any = None) -> StreamDefinition:
+                 retention: Any = None,
+                 derivation: DerivationRecord | None = None) -> StreamDefinition:
         """Register a stream; InvalidStream, SourceNotPermitted (privileged source) or
         StreamConflict (exists, or the name of another owner's deleted stream).
+        `derivation`: a derived stream's record, written in the same transaction.
 
         `schema` may be omitted (None) for a generator source, which then uses its built-in one.
         `visibility` is `listed` (everyone sees it) or `restricted` (`pep.streams.visibility`).
@@ -202,11 +213,15 @@ class StreamCatalog:
                          time_attribute, now, visibility, description, lateness,
                          retention)).rowcount == 0:
                     raise StreamConflict(f"stream {name!r} already exists")
+                if derivation is not None:
+                    self.derivations.insert(db, derivation)
                 if spec.kind == "ingest":
                     self.ingest_dir(name).mkdir(parents=True, exist_ok=True)
             # what lookups answer from memory, once the row is committed (not before: a commit
             # that fails, a store lost meanwhile, leaves nothing of the stream anywhere)
             self._visibility[name.lower()] = visibility
+            if derivation is not None:
+                self.derivations.remember(derivation)
         self._forget()
         for callback in list(self._listeners):
             try:
@@ -225,6 +240,9 @@ class StreamCatalog:
         unknown = set(changes) - set(PATCH_COLUMNS) - {"add_attributes", "schema"}
         if unknown:
             raise InvalidStream(f"cannot change {', '.join(sorted(unknown))}")
+        if {"add_attributes", "schema"} & set(changes) and self.derivations.get(name):
+            raise StreamConflict(f"stream {name!r} is derived: its schema is its deriving "
+                                 "handle's output and cannot change")
         with self._lock:  # this store's writes, and memory changed in their order
             with self._db.transaction() as db:
                 current = self.entry(name)
@@ -313,6 +331,7 @@ class StreamCatalog:
                     raise StreamNotFound(f"no stream named {name!r}")
                 registered, owner = row
                 db.execute("DELETE FROM streams WHERE name = ?", (registered,))
+                self.derivations.remove(db, registered)
                 db.execute(upsert_sql("deleted_streams",
                                       ("name", "owner", "deleted_at", "deleted_by"), ("name",)),
                            (registered, owner, now, by))
@@ -320,6 +339,7 @@ class StreamCatalog:
                 self._visibility.pop(registered.lower(), None)
                 self._combining.pop(registered.lower(), None)
                 self._deleting.discard(registered.lower())
+                self.derivations.forget(registered)
             self.ingest.drop_feeds(registered)
             self._forget()
             for callback in list(self._delete_listeners):
@@ -435,7 +455,13 @@ class StreamCatalog:
 
     def append_records(self, name: str, body: bytes) -> int:
         """Validate and append a batch of JSON lines (`RecordIngest.append_records`); returns
-        how many records were written."""
+        how many records were written. A derived stream is fed by its deriving handle only
+        (`pep.streams.derived`, through `ingest`): NotPermitted."""
+        derivation = self.derivations.get(name)
+        if derivation is not None:
+            raise NotPermitted(f"stream {derivation.stream!r} is derived from stream "
+                               f"{derivation.source!r}: only its deriving handle's rows feed "
+                               "it, never appended records")
         return self.ingest.append_records(name, body)
 
 

@@ -22,8 +22,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pdp.numbers import NumberError, parse_float, parse_int
-from pdp.xmlsafe import json_too_deep
+from common.numbers import NumberError, parse_float, parse_int
+from common.xmlsafe import json_too_deep
 from pep.core.errors import Conflict, InvalidInput, NotFound, NotPermitted, Refusal
 from pep.core.labels import LabelError, Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema

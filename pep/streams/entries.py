@@ -8,8 +8,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from pdp.db import Cursor
-from pdp.migrations import Schema, Step
+from common.db import Cursor
+from common.migrations import Schema, Step
 
 from pep.core.labels import Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
@@ -50,7 +50,7 @@ def _added_columns(cur: Cursor) -> None:
             log.info("stream catalogue: added column %s", column)
 
 
-# The catalogue's versioned schema (`pdp.migrations`). Names are case-insensitive (SQLite's
+# The catalogue's versioned schema (`common.migrations`). Names are case-insensitive (SQLite's
 # NOCASE; on PostgreSQL an ICU collation that ignores case, created with the tables); what the
 # catalogue orders by compares as bytes, as SQLite's does.
 SCHEMA = Schema("streams", (
@@ -68,6 +68,21 @@ SCHEMA = Schema("streams", (
              " combining TEXT)",
              "CREATE TABLE deleted_streams (name TEXT COLLATE xsg_nocase PRIMARY KEY,"
              " owner TEXT NOT NULL, deleted_at TEXT NOT NULL, deleted_by TEXT NOT NULL)")),
+    # derived streams (issue 48, `pep.streams.derivations`): which handle feeds each, on which
+    # stream, under which plan and policies, and whether its feed still runs
+    Step("derived streams and what they derive from",
+         sqlite=("CREATE TABLE IF NOT EXISTS derivations ("
+                 " stream TEXT PRIMARY KEY COLLATE NOCASE, owner TEXT NOT NULL,"
+                 " source TEXT NOT NULL, handle_id TEXT NOT NULL, plan_json TEXT NOT NULL,"
+                 " plan_key TEXT NOT NULL, policy_ids TEXT NOT NULL, created_at TEXT NOT NULL,"
+                 " state TEXT NOT NULL, ended_at TEXT, reason TEXT)",
+                 "CREATE INDEX IF NOT EXISTS derivations_by_handle ON derivations (handle_id)"),
+         postgresql=("CREATE TABLE derivations (stream TEXT COLLATE xsg_nocase PRIMARY KEY,"
+                     " owner TEXT NOT NULL, source TEXT NOT NULL, handle_id TEXT NOT NULL,"
+                     " plan_json TEXT NOT NULL, plan_key TEXT NOT NULL,"
+                     " policy_ids TEXT NOT NULL, created_at TEXT NOT NULL, state TEXT NOT NULL,"
+                     " ended_at TEXT, reason TEXT)",
+                     "CREATE INDEX derivations_by_handle ON derivations (handle_id)")),
 ))
 # The columns of a stream's row, in the order `entry_from_row` reads them.
 ENTRY_COLUMNS = ("name, owner, schema_json, source_json, time_attribute, created_at, next_seq,"

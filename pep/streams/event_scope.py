@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdp import UnsafeDocumentError, parse_xml
+from common.xmlsafe import UnsafeDocumentError, parse_xml
 from pep.core.conditions import placeholders_in
 from pep.streams.events import PREFIX
 

@@ -47,9 +47,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pdp.db import Database, StoreUnavailable, open_database, opening
-from pdp.migrations import Schema, Step, migrate
-from pdp.numbers import NumberError, check_float
+from common.db import Database, StoreUnavailable, open_database, opening
+from common.migrations import Schema, Step, migrate
+from common.numbers import NumberError, check_float
 from pep.core.conditions import ConditionError, parse_condition
 from pep.core.errors import Conflict, InvalidInput, NotFound
 from pep.core.graph import pipeline_graph
@@ -69,7 +69,7 @@ MAX_EVENTS_PER_STREAM = 64
 
 log = logging.getLogger(__name__)
 
-# the definitions' versioned schema (`pdp.migrations`)
+# the definitions' versioned schema (`common.migrations`)
 SCHEMA = Schema("events", (
     Step("stream events' definitions",
          sqlite=("CREATE TABLE IF NOT EXISTS events (stream TEXT NOT NULL, name TEXT NOT NULL,"

@@ -31,7 +31,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from pdp.db import Database
+from common.db import Database
 from pep.streams.definition import SEQ_FIELD, StreamConflict, StreamNotFound
 from pep.streams.entries import StreamEntry
 from pep.streams.records import DEFAULT_MAX_LINES, BatchTooLarge, validate_records

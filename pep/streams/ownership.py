@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pdp import (RESOURCE_ID, Identity, ManagedPolicy, PolicyInfo, Veto, confined_resource_ids,
+from common.auth import Identity
+from pdp import (ManagedPolicy, PolicyInfo, RESOURCE_ID, Veto, confined_resource_ids,
                  may_manage_policy)
 from pep.core.plan import StreamDefinition
 from pep.streams.event_scope import foreign_event

@@ -23,23 +23,29 @@ each registered stream's schema.
   applies to: a warning, since a decision sees only the events of the stream it is about
   (`pep.streams.events`), so the policy would never see that event open. (An owner's policy may
   not read such an event at all: `pep.streams.ownership` refuses it before this check.)
+- A derived stream (`derivation(name)`, issue 48): before its schema, each stream obligation is
+  checked against the grant the stream derives from (`pep.core.derived.check_obligation`): one
+  that asks for more than that grant gives is refused (403, `WiderThanGrant`, naming what is
+  wider: a hidden attribute, a finer mask or window); one that can never show a row, a warning.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from pdp import (AttributeAssignment, Obligation, PolicyLoadError, PolicySource,
-                 UnsafeDocumentError, parse_xml, policy_resource_scope)
-from pdp.urns import XACML_NS
+from common.xmlsafe import UnsafeDocumentError, parse_xml
+from pdp import (XACML_NS, AttributeAssignment, Obligation, PolicyLoadError, PolicySource,
+                 policy_resource_scope)
 from pep.core.obligations import (FILTER_IDS, MAP_IDS, MASK_IDS, WINDOW_IDS,
                                   WINDOW_LABEL_SCOPE, ObligationError, policy_graph,
                                   presence_leaks)
+from pep.core.derived import Derivation, WiderThanGrant, check_obligation, check_obligations
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.streams.event_scope import event_references
 
 STREAM_OBLIGATIONS = FILTER_IDS | MAP_IDS | WINDOW_IDS | MASK_IDS
 StreamLookup = Callable[[str], "StreamDefinition | None"]
+DerivationLookup = Callable[[str], "Derivation | None"]
 
 
 def _local(tag: object) -> str:
@@ -128,11 +134,45 @@ def _failure(obligations: list[tuple[Obligation, int | None]],
     return None
 
 
+def derived_warnings(data: bytes, derivation: Derivation) -> list[str]:
+    """Warnings of a policy's stream obligations about a derived stream; WiderThanGrant for one
+    that asks for more than the deriving grant gives (`pep.core.derived`). Obligations computed
+    at decision time are not judged (the schema check warns of them)."""
+    try:
+        root = parse_xml(data)
+    except UnsafeDocumentError:
+        return []
+    obligations, _ = _stream_obligations(root)
+    return check_obligations(obligations, derivation, _placeholder)
+
+
+# the sharing rule's field each stream obligation is compiled from (`pep.core.rules.xacml`)
+RULE_FIELDS = {**{i: "/filter" for i in FILTER_IDS}, **{i: "/attributes" for i in MAP_IDS},
+               **{i: "/mask" for i in MASK_IDS}, **{i: "/window" for i in WINDOW_IDS}}
+
+
+def derived_rule_warnings(compiled: bytes, derivation: Derivation) -> list[str]:
+    """`derived_warnings` of a sharing rule's compiled policy, each obligation named by the
+    rule's field it comes from (a refusal carries it as `field`)."""
+    obligations, _ = _stream_obligations(parse_xml(compiled))
+    warnings: list[str] = []
+    for ob, _line in obligations:
+        field = RULE_FIELDS.get(ob.id, "/")
+        try:
+            warnings += check_obligation(ob, derivation, _placeholder, label=field)
+        except WiderThanGrant as exc:
+            exc.details["field"] = field
+            raise
+    return warnings
+
+
 def check_policy(data: bytes, lookup: StreamLookup,
                  all_streams: Callable[[], list[StreamDefinition]],
-                 source: str = "request body") -> list[str]:
+                 source: str = "request body",
+                 derivation: DerivationLookup | None = None) -> list[str]:
     """Warnings for a policy that fits the streams it targets; PolicyLoadError when it does not.
-    `lookup(name)` finds a registered stream; `all_streams()` lists them."""
+    `lookup(name)` finds a registered stream; `all_streams()` lists them; `derivation(name)`
+    says what a derived stream derives from (None: it is not derived)."""
     try:
         root = parse_xml(data)
     except UnsafeDocumentError:
@@ -163,6 +203,9 @@ def check_policy(data: bytes, lookup: StreamLookup,
             warnings.append(f"stream {name!r} is not registered yet: this policy's obligations "
                             "were not checked against its schema")
             continue
+        derived = derivation(name) if derivation is not None else None
+        if derived is not None:
+            warnings += check_obligations(obligations, derived, _placeholder)
         failure = _failure(obligations, stream)
         if failure is not None:
             message, line = failure
@@ -216,4 +259,4 @@ def policies_naming(stream: StreamDefinition, attributes: Iterable[str],
     return found
 
 
-__all__ = ["check_policy", "policies_naming"]
+__all__ = ["check_policy", "derived_warnings", "derived_rule_warnings", "policies_naming"]

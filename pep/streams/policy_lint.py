@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pdp import (Identity, ManagedPolicy, PolicyEngine, PolicyLoadError, PolicySource,
-                 compile_policy, policy_resource_scope)
-from pdp.combining import policy_combiner
+from common.auth import Identity
+from pdp import (ManagedPolicy, PolicyEngine, PolicyLoadError, PolicySource, compile_policy,
+                 policy_combiner, policy_resource_scope)
 from pep.core.lint import LintDocument, LintStream, lint
 from pep.streams.catalog import StreamCatalog
 

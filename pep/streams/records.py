@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
-from pdp.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
+from common.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
 from pep.core.errors import InputTooLarge, InvalidInput
 from pep.core.exact import (END_MICROS, MIN_MICROS, iso_from_micros, micros_from_seconds,
                             round_half_even)

@@ -37,9 +37,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pdp import Decision, RequestContext, bind_environment, bind_subject
-from pdp.urns import (ACTION as ACTION_CATEGORY, ACTION_ID, RESOURCE as RESOURCE_CATEGORY,
-                      RESOURCE_ID, STRING)
+from pdp import (ACTION as ACTION_CATEGORY, ACTION_ID, RESOURCE as RESOURCE_CATEGORY, RESOURCE_ID,
+                 STRING, Decision, RequestContext, bind_environment, bind_subject)
 from pep.streams.definition import LISTED
 
 DEFAULT_ACTIONS = ("read", "subscribe")

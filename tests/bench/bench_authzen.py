@@ -6,7 +6,7 @@ over HTTP, in the same run (issue 47).
 
 The workload is bench_pdp.py's (pdp_workload.py: seeded policies, subjects with roles, a level and
 a department, requests over resources and actions). The gateway app (pep.http.app.create_app,
-the policies seeded into its SQLite store) runs on its own server (pep.http.serving) on loopback;
+the policies seeded into its SQLite store) runs on its own server (server.serving) on loopback;
 each subject of the workload has a bearer token whose identity carries its roles and attributes.
 Each request is written four ways: XACML XML and XACML JSON for POST /pdp, an AuthZEN Access
 Evaluation, and AuthZEN Access Evaluations in batches of 10 and of 100 (the same requests, one
@@ -185,7 +185,7 @@ def in_process_rows(app, forms: list[Form], expected: list[str], n: int) -> list
     from pdp.authzen import decision_json, parse_evaluation
     from pdp.http.decisions import decide_as
 
-    fast = app.extensions["xsg.fast_pdp"]
+    fast = app.extensions["xsg.fast_path"]
     services = app.extensions["xsg.services"]
     authenticator = services.authenticator
     environment = services.stream_events.environment_for
@@ -194,7 +194,7 @@ def in_process_rows(app, forms: list[Form], expected: list[str], n: int) -> list
     want = expected[:n]
 
     def via_fast(item: tuple[str, bytes]) -> str:
-        body, _ = fast.decide(f"Bearer {item[0]}", JSON, JSON, item[1], None)
+        body, _ = fast.answer(f"Bearer {item[0]}", JSON, JSON, item[1], None)
         return bp._decision(body)
 
     def via_authzen(item: tuple[str, bytes]) -> str:

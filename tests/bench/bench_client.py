@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -34,6 +32,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.bench.harness import machine  # noqa: E402
 from tests.client.conftest import ServeProcess, bearer  # noqa: E402
 from tests.pep.conftest import TOKENS  # noqa: E402
 from xsg_client import Client  # noqa: E402
@@ -49,21 +48,6 @@ def records(n: int) -> list[dict]:
              "temperature": 20 + i % 17 / 3, "humidity": 50 + i % 13 / 7, "rainrate": i % 29 / 3,
              "windspeed": i % 11 / 5, "barometer": 1000 + i % 7 / 9, "station": 2 ** 40 + i,
              "label": f"station-{i % 100}"} for i in range(n)]
-
-
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import httpx
-    return (f"{platform.platform()}; CPU {model}; {os.cpu_count()} cores; Python "
-            f"{platform.python_version()}; httpx {httpx.__version__}, requests "
-            f"{requests.__version__}; load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 def raw_lines(url: str, n: int) -> int:
@@ -100,7 +84,7 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=7)
     args = parser.parse_args()
     n = min(args.rows, 10_000)
-    print(f"machine: {machine()}")
+    print(f"machine: {machine('httpx', 'requests')}")
     with tempfile.TemporaryDirectory(prefix="xsg-bench-client-") as work:
         gateway = ServeProcess(Path(work), heartbeat=15.0)
         started = time.monotonic()

@@ -2,8 +2,9 @@
 one machine: ingest-to-reader latency and revocation at N handles, the time a dead process's
 streams take to move, and two processes writing policies at once.
 
-Run: .venv/bin/python tests/bench/bench_cluster.py [--handles 1000] [--rate 200] [--seconds 30]
-                                                   [--reader-procs 4] [--pass-rate 0.1]
+Run: .venv/bin/python tests/bench/bench_cluster.py [--handles 1000] [--rate 200] [--seconds 45]
+                                                   [--startup 15] [--reader-procs 4]
+                                                   [--pass-rate 0.1]
                                                    [--processes 1,2] [--kills 1]
                                                    [--writes 60] [--spark-master local[2]]
 
@@ -15,11 +16,14 @@ tests/pg_server.py, and a fresh shared data directory), P `xsg serve --cluster` 
     both (its target names both);
   * N handles, each with a query of its own (bench_many_readers.py's bands over `v`, `--pass-
     rate` of the handles per tuple), handle i on stream i % 2;
-  * readers: `--reader-procs` processes (bench_many_readers.py's reader), each connected to the
+  * readers: `--reader-procs` processes (tests/bench/readers.py), each connected to the
     process serving its handles (a client behind a proxy would add the proxy's hop; one behind
     another process, a forwarded hop);
-  * an ingest process per stream (bench_many_readers.py's) at `--rate` tuples/s, to the
-    stream's process; a row's latency is its arrival at a reader minus its send stamp;
+  * once every reader is connected, an ingest process per stream (bench_many_readers.py's) at
+    `--rate` tuples/s for `--seconds`, to the stream's process; a row's latency is its arrival
+    at a reader minus its send stamp; the first `--startup` seconds are the start-up figure,
+    the rest the steady state, and every row a handle is owed (its band) that did not arrive
+    within 3 s of the ingest's end counts as infinitely late (bench_many_readers.py's rules);
   * revocation: the owner deletes the one policy, through process 0, while every reader is
     connected; a reader's `revoked` arrival is counted from the DELETE's start (with 2
     processes, half the handles are revoked by the other process, which the DELETE waits for).
@@ -45,18 +49,23 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench import bench_many_readers as many  # noqa: E402  (the readers, the ingest)
-from tests.bench.bench_many_readers import (ADMIN, SCHEMA, S, band, pct,  # noqa: E402
-                                            request_for, token)
+# the workload of bench_many_readers.py (its bands, ingest process and owed rows), its reader
+# processes (readers.py) and figures (harness.py: rows that never arrive count infinitely late)
+from tests.bench.bench_many_readers import (ADMIN, SCHEMA, S, band, bounds,  # noqa: E402
+                                            owed, phase_figures, request_for, token)
+from tests.bench.harness import last_reply, load_average, machine, secs  # noqa: E402
+from tests.bench.readers import ReadJob, reader_result, start_reader, write_start  # noqa: E402
 
-READER = str(ROOT / "tests" / "bench" / "bench_many_readers.py")
+INGEST = str(ROOT / "tests" / "bench" / "bench_many_readers.py")  # its --ingest process
 POLICY_ID = "urn:bench:cluster:both"
+GRACE = 3.0  # seconds after the ingest's end before the readers' figures are taken
 
 
 def policy(streams: list[str], policy_id: str = POLICY_ID, version: str = "1") -> bytes:
@@ -82,7 +91,7 @@ class Processes:
 
     def __init__(self, count: int, store: str, tmp: Path, subjects: int, master: str,
                  lease: float) -> None:
-        from pdp.auth import write_auth_file
+        from common.auth import write_auth_file
 
         self.store, self.tmp, self.master, self.lease = store, tmp, master, lease
         self.data = tmp / "data"
@@ -213,9 +222,10 @@ def open_handles(urls: list[str], n: int, streams: list[str], pass_rate: float) 
     return ids  # type: ignore[return-value]
 
 
-def measure(gw: Processes, n: int, rate: int, seconds: float, reader_procs: int,
-            pass_rate: float, warm: float, tmp: Path) -> dict:
-    """Latency and revocation at N handles over two streams (the module docstring)."""
+def measure(gw: Processes, n: int, rate: int, seconds: float, startup: float,
+            reader_procs: int, pass_rate: float, tmp: Path) -> dict:
+    """Latency (start-up and steady state, every row owed counted) and revocation at N handles
+    over two streams (the module docstring)."""
     streams = ["a", "b"]
     for stream in streams:
         r = requests.post(f"{gw.urls[0]}/streams", headers=admin(), timeout=60, json={
@@ -230,68 +240,80 @@ def measure(gw: Processes, n: int, rate: int, seconds: float, reader_procs: int,
     ids = open_handles(where, n, streams, pass_rate)
     opened = time.perf_counter() - t0
     served = {s: gw.holder(0, s) for s in streams}
-    start_at = time.time() + 3.0 + warm
-    window = (start_at, start_at + seconds)
-    readers: list[subprocess.Popen] = []
+    phases = [(0.0, startup), (startup, seconds)]
+    start_file = str(tmp / f"start-{len(gw.urls)}")
+    readers: list[tuple[subprocess.Popen, ReadJob]] = []
     ingests: list[subprocess.Popen] = []
     try:
-        for k in range(reader_procs):
+        per_stream = max(1, reader_procs // 2)
+        for k in range(2 * per_stream):
             stream = k % 2
-            host, port = where[stream].removeprefix("http://").rsplit(":", 1)
-            mine = [(i, ids[i], token(i)) for i in range(stream, n, 2)][k // 2::
-                                                                         max(1, reader_procs // 2)]
-            job = tmp / f"reader-{len(gw.urls)}-{k}.json"
-            job.write_text(json.dumps({"host": host, "port": int(port), "window": window,
-                                       "out": str(tmp / f"reader-{len(gw.urls)}-{k}.out"),
-                                       "handles": mine}))
-            readers.append(subprocess.Popen([sys.executable, READER, "--reader", str(job)]))
-        time.sleep(3.0)
-        ingests = [subprocess.Popen([sys.executable, READER, "--ingest", where[k], stream,
-                                     str(rate), str(3.0 + warm + seconds + 1.0),
-                                     str(k * 100_000_000)], stdout=subprocess.PIPE, text=True)
+            parts = urlsplit(where[stream])
+            mine = [(i, f"/handles/{ids[i]}", token(i))
+                    for i in range(stream, n, 2)][k // 2::per_stream]
+            job = ReadJob(parts.hostname or "127.0.0.1", parts.port or 80, mine,
+                          str(tmp / f"reader-{len(gw.urls)}-{k}.out"),
+                          ready=str(tmp / f"reader-{len(gw.urls)}-{k}.ready"),
+                          seconds=seconds + 900, phases=phases, start_file=start_file)
+            readers.append((start_reader(job), job))
+        deadline = time.monotonic() + 180
+        while (not all(Path(str(job.ready)).exists() for _, job in readers)
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+        start_at = time.time() + 1.0  # the first tuple
+        write_start(readers[0][1], start_at)
+        absolute = [(start_at + lo, start_at + hi) for lo, hi in phases]
+        ingests = [subprocess.Popen([sys.executable, INGEST, "--ingest", where[k], stream,
+                                     str(rate), str(seconds), "0", repr(start_at)],
+                                    stdout=subprocess.PIPE, text=True)
                    for k, stream in enumerate(streams)]
         c0, w0 = gw.cpu_seconds(), time.time()
-        outs = [p.communicate(timeout=3.0 + warm + seconds + 180)[0] for p in ingests]
+        outs = []
+        for p in ingests:
+            got = last_reply(p.communicate(timeout=seconds + 180)[0])
+            if got is None:
+                raise RuntimeError("an ingest process gave no figures")
+            outs.append(got)
         cpu = (gw.cpu_seconds() - c0) / (time.time() - w0)
-        time.sleep(3.0)
+        time.sleep(GRACE)  # the last rows reach their readers; later ones count as never
         t_revoke = time.time()
         r = requests.delete(f"{gw.urls[0]}/policies/{POLICY_ID}", headers=admin(), timeout=300)
         assert r.status_code in (200, 204), r.text
         revoke_call = time.time() - t_revoke
-        for p in readers:
-            p.wait(timeout=180)
+        results = [reader_result(proc, job, 180) for proc, job in readers]
     finally:
         for p in ingests:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        for p in readers:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in readers:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-    lat: list[float] = []
+        for proc, job in readers:
+            if proc.poll() is None:
+                reader_result(proc, job, 30, stop=True)
+    lat: list[list[float]] = [[], []]
     revoked: list[float] = []
     rows = gaps = after = 0
     errors: list[str] = []
-    for k in range(reader_procs):
-        res = json.loads((tmp / f"reader-{len(gw.urls)}-{k}.out").read_text())
-        lat += res["latencies"]
+    for res in results:
+        for k in range(2):
+            lat[k] += res["lat"][k]
         rows += res["rows"]
         gaps += res["gaps"]
-        after += res["after_revoked"]
+        after += res["after_final"]
         errors += res["errors"]
         revoked += [t - t_revoke for t in res["revoked"]]
-    ingested = [json.loads(out.strip().splitlines()[-1]) for out in outs]
-    return {"processes": len(gw.urls), "n": n, "opened": opened, "lat": lat, "rows": rows,
-            "gaps": gaps, "errors": errors, "revoked": revoked, "revoke_call": revoke_call,
-            "after_revoked": after, "cpu": cpu, "served": served, "seconds": seconds,
-            "late": sum(i["late"] for i in ingested),
-            "call_p95": max(i.get("call_p95", float("nan")) for i in ingested)}
+    want = [0, 0]
+    for j in range(2):
+        bands = [bounds(i, n, pass_rate) for i in range(j, n, 2)]
+        for k, count in enumerate(owed(outs[j]["puts"], bands, absolute)):
+            want[k] += count
+    return {"processes": len(gw.urls), "n": n, "opened": opened, "served": served,
+            "phases": [phase_figures(lat[k], want[k]) for k in range(2)],
+            "rows_per_s": sum(len(x) for x in lat) / seconds, "rows": rows, "gaps": gaps,
+            "errors": errors[:5], "revoked": phase_figures(revoked, n),
+            "revoke_call": revoke_call, "after_revoked": after, "cpu": cpu,
+            "startup": startup, "late": sum(o["late"] for o in outs),
+            "calls": sum(o["calls"] for o in outs),
+            "call_p95": max(o.get("call_p95", float("nan")) for o in outs)}
 
 
 def failover(gw: Processes, kills: int, tmp: Path) -> list[dict]:
@@ -456,19 +478,20 @@ def policy_writes(gw: Processes, seconds: float) -> dict:
 
 
 def report(r: dict) -> str:
-    lat, rv = r["lat"], r["revoked"]
     served = ", ".join(f"{s}: {m}" for s, m in r["served"].items())
-    return (f"{r['processes']} process(es), {r['n']:,} handles ({served}): opened in "
-            f"{r['opened']:.0f} s; ingest -> reader p50 {pct(lat, 50):.3f} s, p95 "
-            f"{pct(lat, 95):.3f} s, p99 {pct(lat, 99):.3f} s over {len(lat):,} rows "
-            f"({len(lat) / r['seconds']:,.0f} rows/s), gaps {r['gaps']}, ingest calls late "
-            f"{r['late']}, call p95 {r['call_p95'] * 1000:.0f} ms; revocation: DELETE "
-            f"{r['revoke_call'] * 1000:.0f} ms, {len(rv):,} readers got `revoked`"
-            + (f" p50 {pct(rv, 50) * 1000:.0f} ms, p99 {pct(rv, 99) * 1000:.0f} ms" if rv
-               else "")
-            + f", rows after `revoked` {r['after_revoked']}; gateway processes with their "
-              f"Spark: {r['cpu']:.2f} cores" + (f"; reader errors {r['errors'][:2]}"
-                                                if r["errors"] else ""))
+    up, steady, rv = r["phases"][0], r["phases"][1], r["revoked"]
+    return (f"{r['processes']} process(es), {r['n']:,} handles ({served}), opened in "
+            f"{r['opened']:.0f} s; ingest -> reader, start-up (first {r['startup']:.0f} s): p95 "
+            f"{secs(up['p95'])}; steady: p50 {secs(steady['p50'])}, p95 {secs(steady['p95'])}, "
+            f"p99 {secs(steady['p99'])} over {steady['owed']:,} rows owed "
+            f"({steady['owed'] - steady['arrived']:,} never arrived); {r['rows_per_s']:,.0f} "
+            f"rows/s to readers, gaps {r['gaps']}, ingest calls late {r['late']} of "
+            f"{r['calls']}, call p95 {secs(r['call_p95'], 'ms')}; revocation: DELETE "
+            f"{r['revoke_call'] * 1000:.0f} ms, `revoked` reached {rv['arrived']:,} of "
+            f"{rv['owed']:,} readers, p50 {secs(rv['p50'], 'ms')}, p99 {secs(rv['p99'], 'ms')}; "
+            f"rows after `revoked` {r['after_revoked']}; the gateway processes with their Spark: "
+            f"{r['cpu']:.2f} cores" + (f"; reader errors {r['errors'][:2]}" if r["errors"]
+                                        else ""))
 
 
 def main() -> None:
@@ -476,8 +499,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--handles", type=int, default=1000)
     ap.add_argument("--rate", type=int, default=200, help="tuples/s ingested per stream")
-    ap.add_argument("--seconds", type=float, default=30.0)
-    ap.add_argument("--warm", type=float, default=8.0)
+    ap.add_argument("--seconds", type=float, default=45.0,
+                    help="seconds of ingest, from the first tuple")
+    ap.add_argument("--startup", type=float, default=15.0,
+                    help="the first seconds, reported as start-up (the rest: steady state)")
     ap.add_argument("--reader-procs", type=int, default=4)
     ap.add_argument("--pass-rate", type=float, default=0.1)
     ap.add_argument("--processes", default="1,2")
@@ -487,7 +512,7 @@ def main() -> None:
     ap.add_argument("--spark-master", default="local[2]")
     ap.add_argument("--lease", type=float, default=5.0, help="the processes' lease_seconds")
     args = ap.parse_args()
-    print("machine:", many.machine())
+    print("machine:", machine("psycopg"))
     from tests.pg_server import start_server
 
     server = start_server()
@@ -500,8 +525,8 @@ def main() -> None:
                 gw = Processes(count, server.new_url(), Path(tmp), args.handles,
                                args.spark_master, args.lease)
                 try:
-                    result = measure(gw, args.handles, args.rate, args.seconds,
-                                     args.reader_procs, args.pass_rate, args.warm, Path(tmp))
+                    result = measure(gw, args.handles, args.rate, args.seconds, args.startup,
+                                     args.reader_procs, args.pass_rate, Path(tmp))
                     lines.append(report(result))
                     print(lines[-1])
                     if count == 2 and args.kills:
@@ -528,7 +553,7 @@ def main() -> None:
               f"{writes['answered_once']}, every write accounted for {writes['accounted']}, "
               f"processes agree with the store {writes['processes_agree']}, errors "
               f"{writes['errors']}")
-    print("load average at the end:", " ".join("%.2f" % x for x in os.getloadavg()))
+    print("load average at the end:", load_average())
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def main() -> None:
 
     from pep.config import GatewayConfig
     from pep.http.app import create_app
-    from pep.http.serving import HttpServer
+    from server.serving import HttpServer
     from pep.services import build_services
     from tests.pep.conftest import RecordingRuntime
 

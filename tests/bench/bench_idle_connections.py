@@ -1,4 +1,4 @@
-"""Memory per idle connection on the gateway's server (pep.http.serving, uvicorn).
+"""Memory per idle connection on the gateway's server (server.serving, uvicorn).
 
     .venv/bin/python tests/bench/bench_idle_connections.py [--connections 2000]
 
@@ -44,7 +44,7 @@ def main() -> int:
     args = ap.parse_args()
     n = args.connections
 
-    from pep.http.serving import HttpServer, raise_fd_limit
+    from server.serving import HttpServer, raise_fd_limit
     from tests.pep.conftest import RecordingRuntime, build_gateway
 
     raise_fd_limit(2 * n + 1024)

@@ -1,219 +1,236 @@
-"""Benchmark of a Kafka stream through the gateway against a direct Structured Streaming query on
-the same kind of topic, and what Spark's real-time mode gives.
+"""A Kafka stream through the gateway against the direct Structured Streaming query a user would
+write on the same kind of topic; and what Spark's real-time mode gives.
 
-Run: .venv/bin/python tests/bench/bench_kafka.py [--quick]     (needs `make install`'s jars)
+Run: .venv/bin/python tests/bench/bench_kafka.py [--quick] [--trials 3] [--records 100000]
+                                                [--rate 200] [--seconds 20] [--startup 5]
+     (needs `make install`'s jars)
 
-A single-node Kafka broker (KRaft, tests/kafka/broker.py), one SparkSession, one real gateway
-(pep.services + pep.http.app + StreamRuntime on pep.http.serving.HttpServer, uvicorn, loopback). Topics of
-3 partitions; records carry `sent` (epoch seconds when produced). Every gateway figure is read
-over HTTP by a consumer process of its own (NDJSON), as bench_gateway_streams does.
-1. throughput at saturation: a backlog of N records produced (confluent-kafka, acks=all, by a
-   process of its own) right after the handle opened (or the direct query started), both sides
-   at the latest offsets and with maxOffsetsPerTrigger 10,000 (the gateway's default);
-   tuples/s from the first produce to the last row read. One untimed run of each first, of
-   the trials' size (a fresh JVM's first Kafka batches run several times slower, and the
-   gateway's first trial after a shorter warm-up still ran ~15% below its later ones); then
-   the trials, alternating.
-2. latency from produce to reader: R records/s for S seconds, one at a time (linger.ms 0);
-   p50/p95/p99 of (time read - `sent`), for the gateway (reader over HTTP, another process) and
-   a direct micro-batch query (foreachBatch in this process, same 0.25 s trigger).
-3. real-time mode (Spark 4.1+): the same filter and projection as a direct real-time query
-   (`trigger(realTime=...)`) into a Kafka output topic, latency measured by a consumer of that
+A single-node Kafka broker (KRaft, tests/kafka/broker.py); topics of 3 partitions; records carry
+`v` (0-99) and `sent` (epoch seconds when produced); the policy's filter `v < 50` passes half of
+them and its map keeps four columns. Three sides (tests/bench/harness.py says why these):
+- gateway: one real gateway as `xsg serve` runs it (its SparkSession, StreamRuntime, HTTP server),
+  a stream on the topic with the gateway's defaults (trigger 0.25 s, maxOffsetsPerTrigger
+  10,000); a handle read over HTTP (NDJSON) by a reader process of its own;
+- user: the same parse, filter and projection as a user writes it, in an application of its own
+  (its own process, JVM and SparkSession with Spark's defaults; no maxOffsetsPerTrigger, the
+  default trigger), each micro-batch's rows brought to the driver with `toArrow()`;
+- gateway-settings: that query in the gateway's session with the gateway's trigger and cap: the
+  difference from `user` is what those settings cost.
+Producers are processes of their own (confluent-kafka, acks=all).
+1. throughput: a backlog of N records produced once the side is ready (the handle's query, or
+   the direct query, at the topic's end); from the first record produced to the last row read.
+   Start-up: each side's first run after a fresh start (the gateway just started, with its own
+   warm-up; the user's application just started; the gateway-settings query in the gateway's
+   JVM after the gateway's first run), reported apart; then `--trials` trials, the sides'
+   order rotating. A run in which a row never arrives has no rate (infinitely late).
+2. latency from produce to reader: `--rate` records/s for `--seconds`, one at a time, starting
+   right after the side's query started; p50/p95/p99 over every record that passes, those that
+   never arrive infinitely late; the first `--startup` seconds (start-up) apart from the rest
+   (steady state). Same rotation of trials.
+3. real-time mode (Spark 4.1+): a user's real-time query (`trigger(realTime=...)`, the same
+   filter and projection, Kafka -> Kafka), latency read by a consumer process of the output
    topic; and whether the gateway's shared query could run so (its sink is foreachBatch).
-4. the gateway's records API into Kafka: records/s acknowledged through `POST
-   /streams/<s>/records` against the same batches produced directly.
+4. the gateway's records API into Kafka: records/s acknowledged through
+   `POST /streams/<s>/records` against the same batches produced directly, each from a process
+   of its own, alternating.
 Only loopback traffic; every loop is bounded; everything started is stopped, even on error.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
-
-import requests
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.bench_gateway_streams import (ADMIN_TOKEN, XML, Gateway, consumer_token,  # noqa: E402
-                                               hdr, inline_policy, machine, request_json)
+from tests.bench.direct import (USER, DirectSides, Handler, QuerySettings, UserApp,  # noqa: E402
+                                from_dict, gateway_settings, serve_user_app, started_user_app)
+from tests.bench.harness import (SIDE_NAMES, Child, backlog_figures, backlog_summary,  # noqa: E402
+                                 backlog_trials, bench_parser, latency_line, load_average, machine,
+                                 pct, ratio, reply, rotations, run_child, run_command, secs,
+                                 sleep_until, spread, with_missing)
+from tests.bench.readers import reader_result, start_reader, wait_ready  # noqa: E402
+from tests.bench.served import (ADMIN_TOKEN, NDJSON, Gateway, accounts,  # noqa: E402
+                                consumer_token, hdr, inline_policy, request_json, started_spark)
 
 FIELDS = [("ts", "timestamp"), ("station", "string"), ("v", "double"), ("sent", "double")]
 COLUMNS = ["ts", "station", "v", "sent"]
-CONDITION = "v > -1"  # every record passes: throughput counts every tuple
-TRIGGER = 0.25
+CONDITION = "v < 50"  # half the records pass: record i has v = i % 100
 POLICY_ID = "urn:xsg:bench:kafka"
-LATENCY_RUN = 10**9  # a reader asked for this many rows measures latency until its time is up
+SIDES = ("gateway", "user", "gateway-settings")
+SINCE = "the first record"
+GRACE = 5.0  # seconds after the last record a row may still arrive before it counts as never
+LEAD = 3.0  # seconds from a latency run's set-up to its first record (the producer's start)
 
 
-def pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, int(round(p / 100 * (len(s) - 1)))))] if s else float("nan")
+def passes(i: int) -> bool:
+    return i % 100 < 50
 
 
-def record(i: int) -> dict:
+def expected_rows(n: int) -> int:
+    return sum(1 for i in range(n) if passes(i))
+
+
+def record(i: int) -> dict[str, Any]:
     return {"ts": 1_700_000_000 + i * 0.001, "station": "ABC"[i % 3], "v": float(i % 100),
             "sent": time.time()}
 
 
-class Producer:
-    def __init__(self, bootstrap: str, linger_ms: int = 5) -> None:
-        from confluent_kafka import Producer as KafkaProducer
-        self.p = KafkaProducer({"bootstrap.servers": bootstrap, "acks": "all",
-                                "enable.idempotence": True, "linger.ms": linger_ms,
-                                "queue.buffering.max.messages": 1_000_000})
+# -- producer and consumer processes ----------------------------------------------------------------
 
-    def backlog(self, topic: str, n: int) -> None:
-        for i in range(n):
-            while True:
-                try:
-                    self.p.produce(topic, json.dumps(record(i)).encode())
-                    break
-                except BufferError:
-                    self.p.poll(0.05)
-            if i % 1000 == 0:
-                self.p.poll(0)
-        assert self.p.flush(120) == 0
-
-    def steady(self, topic: str, rate: float, seconds: float) -> int:
-        """One record at a time, `rate` per second, for `seconds`."""
-        n, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            due = start + n / rate
-            pause = due - time.perf_counter()
-            if pause > 0:
-                time.sleep(pause)
-            self.p.produce(topic, json.dumps(record(n)).encode())
-            self.p.poll(0)
-            n += 1
-        assert self.p.flush(60) == 0
-        return n
+def producer(bootstrap: str, linger_ms: int = 5) -> Any:
+    from confluent_kafka import Producer
+    return Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                     "linger.ms": linger_ms, "queue.buffering.max.messages": 1_000_000})
 
 
-def produce_backlog(bootstrap: str, topic: str, n: int) -> float:
-    """Produce `n` records in a process of their own, as an owner's producer is; the epoch
-    second of its first produce (the throughput's start). In the gateway's process the
-    producer's json.dumps and produce calls held its GIL for seconds, slowing the gateway's
-    batch thread (each py4j call waits for the GIL) more than the direct query's."""
-    out = subprocess.run([sys.executable, __file__, "--produce-backlog", bootstrap, topic,
-                          str(n)], capture_output=True, text=True, timeout=300,
-                         stdin=subprocess.DEVNULL)
-    lines = out.stdout.strip().splitlines()
-    if out.returncode != 0 or not lines:
-        raise RuntimeError(f"the producer process failed: {out.stderr[-500:]}")
-    return float(json.loads(lines[-1])["start"])
+def produce(p: Any, topic: str, n: int) -> None:
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, json.dumps(record(i)).encode())
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 1000 == 0:
+            p.poll(0)
+    assert p.flush(120) == 0
 
 
-def producer_main(bootstrap: str, topic: str, n: int) -> None:
-    producer = Producer(bootstrap)
+def produce_backlog_main(bootstrap: str, topic: str, n: int) -> None:
+    p = producer(bootstrap)
     start = time.time()
-    producer.backlog(topic, n)
-    print(json.dumps({"start": start, "end": time.time()}))
+    produce(p, topic, n)
+    reply({"start": start, "end": time.time()})
 
 
-# -- the reader process ----------------------------------------------------------------------------
+def produce_steady_main(bootstrap: str, topic: str, rate: float, seconds: float,
+                        start_at: float) -> None:
+    """One record at a time (linger.ms 0), `rate` per second for `seconds` from `start_at`;
+    answers every record's `sent`."""
+    p = producer(bootstrap, linger_ms=0)
+    sleep_until(start_at)
+    sent: list[float] = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        pause = start + len(sent) / rate - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        r = record(len(sent))
+        p.produce(topic, json.dumps(r).encode())
+        p.poll(0)
+        sent.append(r["sent"])
+    assert p.flush(60) == 0
+    reply({"sent": sent})
 
-def reader_main(url: str, token: str, want: int, seconds: float) -> None:
-    """Reads the handle until `want` rows or `seconds`; prints counts, first/last row times
-    (epoch) and every row's latency (now - sent)."""
-    lat: list[float] = []
-    rows, lost, first, last, error = 0, 0, None, None, None
-    measure = want >= LATENCY_RUN
+
+def produce_batches_main(bootstrap: str, topic: str, batches: int, per_batch: int) -> None:
+    """Batches produced directly, each flushed (acknowledged) before the next, as the API does."""
+    p = producer(bootstrap)
+    start = time.perf_counter()
+    for _ in range(batches):
+        produce(p, topic, per_batch)
+    reply({"rate": batches * per_batch / (time.perf_counter() - start)})
+
+
+def post_batches_main(url: str, name: str, batches: int, per_batch: int) -> None:
+    import requests
+    body = ("\n".join(json.dumps(record(i)) for i in range(per_batch)) + "\n").encode()
+    start = time.perf_counter()
+    with requests.Session() as s:
+        for _ in range(batches):
+            r = s.post(f"{url}/streams/{name}/records", data=body, timeout=60,
+                       headers=hdr(ADMIN_TOKEN, **NDJSON))
+            assert r.status_code == 201, r.text
+    reply({"rate": batches * per_batch / (time.perf_counter() - start)})
+
+
+def consume_main(bootstrap: str, topic: str, seconds: float, want: int,
+                 phases: list[list[float]]) -> None:
+    """Read `topic` until `want` records or `seconds`; each record's latency (now - sent) under
+    the phase its `sent` falls in."""
+    from confluent_kafka import Consumer
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
+                  "auto.offset.reset": "earliest", "fetch.wait.max.ms": 5})
+    c.subscribe([topic])
+    lat: list[list[float]] = [[] for _ in phases]
+    got = 0
     deadline = time.monotonic() + seconds
     try:
-        with requests.get(url, headers=hdr(token, Accept="application/x-ndjson"), stream=True,
-                          timeout=(10, 30)) as r:
-            for raw in r.iter_lines(chunk_size=65536):
-                if raw and raw.startswith(b'{"id":') and b',"row":' in raw[:40]:
-                    now = time.time()
-                    if measure:  # latency runs parse each row; throughput runs only count
-                        lat.append(now - json.loads(raw)["row"]["sent"])
-                    rows += 1
-                    first = first or now
-                    last = now
-                    if rows + lost >= want:
-                        break
-                elif raw and b'"event":"gap"' in raw:  # a reader too slow: rows lost
-                    lost += json.loads(raw).get("lost") or 0
-                    if rows + lost >= want:
-                        break
-                if time.monotonic() > deadline:
-                    break
-    except Exception as exc:  # noqa: BLE001 - reported
-        error = repr(exc)
-    print(json.dumps({"rows": rows, "lost": lost, "first": first, "last": last, "lat": lat,
-                      "error": error}))
+        while got < want and time.monotonic() < deadline:
+            msg = c.poll(0.1)
+            if msg is None or msg.error() is not None:
+                continue
+            now = time.time()
+            sent = json.loads(msg.value())["sent"]
+            got += 1
+            for k, (lo, hi) in enumerate(phases):
+                if lo <= sent < hi:
+                    lat[k].append(now - sent)
+    finally:
+        c.close()
+    reply({"lat": lat, "rows": got})
 
 
-class ReaderProcess:
-    def __init__(self, url: str, token: str, want: int, seconds: float) -> None:
-        self.out = tempfile.NamedTemporaryFile(prefix="xsg-bench-reader-", delete=False)
-        self.proc = subprocess.Popen([sys.executable, __file__, "--read-handle", url, token,
-                                      str(want), str(seconds)], stdout=self.out,
-                                     stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-        self.seconds = seconds
-
-    def result(self) -> dict:
-        try:
-            self.proc.wait(self.seconds + 60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(30)
-        text = Path(self.out.name).read_text().strip().splitlines()
-        os.unlink(self.out.name)
-        return json.loads(text[-1]) if text else {"rows": 0, "lat": [], "error": "no output"}
-
-
-# -- the direct query ------------------------------------------------------------------------------
+# -- the direct query (in the user's application, or in the gateway's session) -----------------------
 
 class Direct:
-    """The same topic, parse, filter and projection in Structured Streaming, foreachBatch
-    collecting the rows to the driver as Arrow."""
+    """The topic's records parsed, filtered and projected as the gateway's plan does, each
+    micro-batch's rows brought to the driver as Arrow (what a user's application reads)."""
 
-    def __init__(self, spark, bootstrap: str, topic: str, realtime: bool = False) -> None:
+    def __init__(self, spark: Any, settings: QuerySettings, bootstrap: str, topic: str,
+                 phases: list[list[float]] | None = None) -> None:
         from pyspark.sql import functions as F
 
         from pep.core.plan import Field, StreamSchema
-        from pep.runtime.sources import KAFKA_MAX_OFFSETS, spark_schema
+        from pep.runtime.sources import spark_schema
         schema = spark_schema(StreamSchema(tuple(Field(n, t) for n, t in FIELDS)))
         reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                  .option("subscribe", topic).option("startingOffsets", "latest"))
-        if not realtime:  # real-time mode refuses a bound per micro-batch
-            reader = reader.option("maxOffsetsPerTrigger", KAFKA_MAX_OFFSETS)
-        self.frame = (reader.load()
+                  .option("subscribe", topic))
+        self.frame = (settings.source(reader, "kafka").load()
                       .select(F.from_json(F.col("value").cast("string"), schema).alias("r"))
                       .select("r.*").filter(CONDITION).select(*COLUMNS))
-        self.rows, self.first, self.last, self.lat = 0, None, None, []
-        self.query = None
+        self.settings = settings
+        self.phases = phases or []
+        self.lat: list[list[float]] = [[] for _ in self.phases]
+        self.rows = 0
+        self.batches = 0  # micro-batches that brought rows
+        self.first: float | None = None
+        self.last: float | None = None
+        self.query: Any = None
         self.checkpoint = tempfile.mkdtemp(prefix="xsg-bench-direct-")
 
-    def _batch(self, df, _id) -> None:
+    def _batch(self, df: Any, _id: int) -> None:
         table = df.toArrow()
         now = time.time()
-        if table.num_rows:
-            self.rows += table.num_rows
-            self.first = self.first or now
-            self.last = now
-            self.lat.extend(now - s for s in table.column("sent").to_pylist())
+        if not table.num_rows:
+            return
+        self.rows += table.num_rows
+        self.batches += 1
+        self.first = self.first or now
+        self.last = now
+        for sent in table.column("sent").to_pylist():
+            for k, (lo, hi) in enumerate(self.phases):
+                if lo <= sent < hi:
+                    self.lat[k].append(now - sent)
 
     def start(self) -> "Direct":
+        """Started, and at the topic's end: records produced from now on are read."""
         from pep.runtime.checkpoints import await_kafka_offsets
-        self.query = (self.frame.writeStream.foreachBatch(self._batch)
-                      .option("checkpointLocation", self.checkpoint)
-                      .trigger(processingTime=f"{int(TRIGGER * 1000)} milliseconds").start())
+        writer = (self.frame.writeStream.foreachBatch(self._batch)
+                  .option("checkpointLocation", self.checkpoint))
+        self.query = self.settings.trigger_on(writer).start()
         await_kafka_offsets(Path(self.checkpoint), 1, self.query)
         return self
 
-    def wait(self, want: int, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while self.rows < want and time.monotonic() < deadline:
+    def wait(self, want: int, until: float) -> None:
+        while self.rows < want and time.time() < until:
             time.sleep(0.05)
 
     def stop(self) -> None:
@@ -221,236 +238,300 @@ class Direct:
             self.query.stop()
 
 
-# -- phases ----------------------------------------------------------------------------------------
+def direct_throughput(spark: Any, settings: dict[str, Any], bootstrap: str, topic: str,
+                      n: int, timeout: float) -> dict[str, Any]:
+    direct = Direct(spark, from_dict(settings), bootstrap, topic).start()
+    try:
+        produced = run_child(__file__, ["--produce-backlog", bootstrap, topic, n])
+        direct.wait(expected_rows(n), time.time() + timeout)
+    finally:
+        direct.stop()
+    return {"rows": direct.rows, "start": produced["start"], "first": direct.first,
+            "last": direct.last, "lost": 0, "batches": direct.batches}
+
+
+def direct_latency(spark: Any, settings: dict[str, Any], bootstrap: str, topic: str,
+                   rate: float, seconds: float, startup: float) -> dict[str, Any]:
+    direct = Direct(spark, from_dict(settings), bootstrap, topic).start()
+    try:
+        start_at = time.time() + LEAD
+        direct.phases = phases(start_at, startup, seconds)
+        direct.lat = [[], []]
+        steady = Child(__file__, ["--produce-steady", bootstrap, topic, rate, seconds, start_at])
+        sent = steady.result(seconds + 120)["sent"]
+        direct.wait(expected_rows(len(sent)), time.time() + GRACE)
+    finally:
+        direct.stop()
+    return {"sent": sent, "phases": direct.phases, "lat": direct.lat}
+
+
+def phases(start_at: float, startup: float, seconds: float) -> list[list[float]]:
+    """By a record's `sent`: the first `startup` seconds, then the rest of the run."""
+    return [[start_at, start_at + startup], [start_at + startup, start_at + seconds + 1]]
+
+
+def realtime_latency(spark: Any, bootstrap: str, topic: str, out_topic: str, rate: float,
+                     seconds: float, startup: float) -> dict[str, Any]:
+    """A user's real-time query: Kafka -> parse, filter, project -> Kafka output topic; a
+    consumer process of the output topic measures the latency."""
+    from pyspark.sql import functions as F
+    direct = Direct(spark, USER, bootstrap, topic)
+    query = (direct.frame.select(F.to_json(F.struct(*COLUMNS)).alias("value"))
+             .writeStream.format("kafka").outputMode("update")
+             .option("kafka.bootstrap.servers", bootstrap)
+             .option("topic", out_topic).option("checkpointLocation", direct.checkpoint)
+             .trigger(realTime="30 seconds").start())
+    try:
+        time.sleep(5.0)  # the real-time query has started its long-running batch
+        start_at = time.time() + LEAD
+        split = phases(start_at, startup, seconds)
+        want = expected_rows(int(rate * seconds) + 1)
+        consumer = Child(__file__, ["--consume", bootstrap, out_topic, seconds + 1 + GRACE + 5,
+                                    want, json.dumps(split)])
+        sent = Child(__file__, ["--produce-steady", bootstrap, topic, rate, seconds,
+                                start_at]).result(seconds + 120)["sent"]
+        got = consumer.result(seconds + 120)
+    finally:
+        error = query.exception()
+        query.stop()
+    return {"sent": sent, "phases": split, "lat": got["lat"],
+            "error": str(error)[:200] if error else None}
+
+
+def foreach_batch_realtime(spark: Any, bootstrap: str, topic: str) -> dict[str, Any]:
+    """Whether the shared query's sink (foreachBatch) may run in real-time mode."""
+    direct = Direct(spark, USER, bootstrap, topic)
+    try:
+        q = (direct.frame.writeStream.foreachBatch(lambda df, i: None)
+             .option("checkpointLocation", direct.checkpoint)
+             .trigger(realTime="30 seconds").start())
+        q.stop()
+        return {"answer": "accepted"}
+    except Exception as exc:  # noqa: BLE001 - the answer is the point
+        return {"answer": str(exc).split("SQLSTATE")[0].strip()[:300]}
+
+
+USER_APP: dict[str, Handler] = {"throughput": direct_throughput, "latency": direct_latency,
+                                "realtime": realtime_latency,
+                                "foreach_batch_realtime": foreach_batch_realtime}
+
+
+# -- the benchmark -----------------------------------------------------------------------------------
 
 class Bench:
-    def __init__(self, spark, gw: Gateway, broker) -> None:
-        self.spark, self.gw, self.broker = spark, gw, broker
-        self.producer = Producer(broker.bootstrap)
+    def __init__(self, spark: Any, gw: Gateway, broker: Any, app: UserApp, tmp: Path) -> None:
+        self.spark, self.gw, self.broker, self.app, self.tmp = spark, gw, broker, app, tmp
+        self.sides = DirectSides(spark, app, USER_APP)
         self.count = 0
 
-    def stream(self, partitions: int = 3) -> tuple[str, str]:
-        """A fresh topic and a gateway stream on it, granted to everyone by POLICY_ID."""
+    def topic(self, partitions: int = 3) -> str:
         self.count += 1
-        name, topic = f"k{self.count}", f"bench-{self.count}-{int(time.time())}"
-        self.broker.create_topic(topic, partitions)
-        r = requests.post(f"{self.gw.url}/streams", headers=hdr(ADMIN_TOKEN), timeout=30, json={
-            "name": name, "time_attribute": "ts",
-            "schema": [{"name": n, "type": t} for n, t in FIELDS],
-            "source": {"kind": "kafka", "bootstrap.servers": self.broker.bootstrap,
-                       "subscribe": topic}})
-        assert r.status_code == 201, r.text
-        r = requests.post(f"{self.gw.url}/policies", headers=hdr(ADMIN_TOKEN, **XML), timeout=30,
-                          data=inline_policy(f"{POLICY_ID}:{name}", [name], CONDITION, COLUMNS))
-        assert r.status_code == 201, r.text
+        name = f"bench-{self.count}-{int(time.time())}"
+        self.broker.create_topic(name, partitions)
+        return name
+
+    def stream(self) -> tuple[str, str]:
+        """A fresh topic and a gateway stream on it (its defaults), granted to every consumer."""
+        topic = self.topic()
+        name = f"k{self.count}"
+        self.gw.register(name, FIELDS, {"kind": "kafka", "bootstrap.servers": self.broker.bootstrap,
+                                        "subscribe": topic}, "ts")
+        self.gw.add_policy(inline_policy(f"{POLICY_ID}:{name}", [name], CONDITION, COLUMNS))
         return name, topic
 
-    def open(self, name: str) -> str:
-        return self.gw.open(consumer_token(1), request_json(name))["handle"]
+    def reader(self, handle: str, **options: Any) -> tuple[Any, Any]:
+        job = self.gw.reader([(0, handle, consumer_token(1))], self.tmp / f"read-{self.count}.out",
+                             ready=str(self.tmp / f"read-{self.count}.ready"), **options)
+        proc = start_reader(job)
+        if not wait_ready(job, 60):
+            raise RuntimeError("the reader process did not connect")
+        return proc, job
 
-    def gateway_throughput(self, n: int) -> dict:
+    def throughput(self, side: str, n: int, timeout: float) -> dict[str, Any]:
+        if side != "gateway":
+            res = self.sides.run(side, "throughput", wait=timeout + 300,
+                                 bootstrap=self.broker.bootstrap, topic=self.topic(), n=n,
+                                 timeout=timeout)
+        else:
+            name, topic = self.stream()
+            handle = self.gw.open(consumer_token(1), request_json(name))["handle"]
+            try:
+                proc, job = self.reader(handle, want=expected_rows(n), seconds=timeout)
+                produced = run_child(__file__, ["--produce-backlog", self.broker.bootstrap, topic,
+                                                n])
+                got = reader_result(proc, job, timeout + 60)
+            finally:
+                self.gw.release(consumer_token(1), handle)
+            res = {"rows": got["rows"], "lost": got["lost"], "start": produced["start"],
+                   "first": got["first"], "last": got["last"], "errors": got["errors"]}
+        return backlog_figures(res, expected_rows(n))
+
+    def latency(self, side: str, rate: float, seconds: float, startup: float) -> dict[str, Any]:
+        if side != "gateway":
+            return self.sides.run(side, "latency", wait=seconds + 300,
+                                  bootstrap=self.broker.bootstrap, topic=self.topic(), rate=rate,
+                                  seconds=seconds, startup=startup)
         name, topic = self.stream()
-        handle = self.open(name)
-        reader = ReaderProcess(handle, consumer_token(1), n, 300)
-        time.sleep(1.0)  # the reader process is connected
-        start = produce_backlog(self.broker.bootstrap, topic, n)
-        got = reader.result()
-        self.gw.release(consumer_token(1), handle)
-        return {"rows": got["rows"], "rate": got["rows"] / max(1e-3, (got["last"] or start) - start),
-                "error": got.get("error") or (f"{got['lost']} rows lost" if got.get("lost")
-                                              else None)}
-
-    def direct_throughput(self, n: int) -> dict:
-        _, topic = self.stream()
-        direct = Direct(self.spark, self.broker.bootstrap, topic).start()
+        handle = self.gw.open(consumer_token(1), request_json(name))["handle"]
         try:
-            start = produce_backlog(self.broker.bootstrap, topic, n)
-            direct.wait(n, 300)
+            # rows produced before the reader is connected wait in the handle's buffer: the
+            # records start at `start_at` whether it is or not
+            start_at = time.time() + LEAD
+            split = phases(start_at, startup, seconds)
+            proc, job = self.reader(handle, phases=split, seconds=seconds + LEAD + GRACE + 30)
+            sent = run_child(__file__, ["--produce-steady", self.broker.bootstrap, topic, rate,
+                                        seconds, start_at], seconds + 120)["sent"]
+            time.sleep(max(0.0, sent[-1] + GRACE - time.time()) if sent else 0.0)
+            got = reader_result(proc, job, 30, stop=True)
         finally:
-            direct.stop()
-        return {"rows": direct.rows, "rate": direct.rows / max(1e-3, (direct.last or start) - start)}
+            self.gw.release(consumer_token(1), handle)
+        return {"sent": sent, "phases": split, "lat": got["lat"]}
 
-    def gateway_latency(self, rate: float, seconds: float) -> dict:
+    def ingest(self, how: str, batches: int, per_batch: int) -> float:
         name, topic = self.stream()
-        handle = self.open(name)
-        reader = ReaderProcess(handle, consumer_token(1), LATENCY_RUN, seconds + 5)
-        time.sleep(1.0)
-        steady = Producer(self.broker.bootstrap, linger_ms=0)
-        sent = steady.steady(topic, rate, seconds)
-        got = reader.result()
-        self.gw.release(consumer_token(1), handle)
-        return {"sent": sent, "rows": got["rows"], "lat": got["lat"]}
-
-    def direct_latency(self, rate: float, seconds: float) -> dict:
-        _, topic = self.stream()
-        direct = Direct(self.spark, self.broker.bootstrap, topic).start()
-        try:
-            sent = Producer(self.broker.bootstrap, linger_ms=0).steady(topic, rate, seconds)
-            direct.wait(sent, 10)
-        finally:
-            direct.stop()
-        return {"sent": sent, "rows": direct.rows, "lat": direct.lat}
-
-    def realtime_latency(self, rate: float, seconds: float) -> dict:
-        """A direct real-time query: Kafka -> parse, filter, project -> Kafka output topic; a
-        consumer of the output topic measures the latency."""
-        from confluent_kafka import Consumer
-        from pyspark.sql import functions as F
-        _, topic = self.stream()
-        out_topic = f"{topic}-out"
-        self.broker.create_topic(out_topic, 1)
-        direct = Direct(self.spark, self.broker.bootstrap, topic, realtime=True)
-        checkpoint = tempfile.mkdtemp(prefix="xsg-bench-rtm-")
-        query = (direct.frame.select(F.to_json(F.struct(*COLUMNS)).alias("value"))
-                 .writeStream.format("kafka").outputMode("update")
-                 .option("kafka.bootstrap.servers", self.broker.bootstrap)
-                 .option("topic", out_topic).option("checkpointLocation", checkpoint)
-                 .trigger(realTime="30 seconds").start())
-        consumer = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": out_topic,
-                             "auto.offset.reset": "earliest", "fetch.wait.max.ms": 5})
-        consumer.subscribe([out_topic])
-        lat: list[float] = []
-        stop = threading.Event()
-
-        def consume() -> None:
-            while not stop.is_set():
-                msg = consumer.poll(0.1)
-                if msg is not None and msg.error() is None:
-                    lat.append(time.time() - json.loads(msg.value())["sent"])
-        t = threading.Thread(target=consume, daemon=True)
-        t.start()
-        try:
-            time.sleep(5.0)  # the real-time query has started its long-running batch
-            sent = Producer(self.broker.bootstrap, linger_ms=0).steady(topic, rate, seconds)
-            deadline = time.monotonic() + 15
-            while len(lat) < sent and time.monotonic() < deadline:
-                time.sleep(0.1)
-        finally:
-            stop.set()
-            t.join(5)
-            consumer.close()
-            error = query.exception()
-            query.stop()
-        return {"sent": sent, "rows": len(lat), "lat": lat,
-                "error": str(error)[:200] if error else None}
-
-    def foreach_batch_realtime(self) -> str:
-        """Whether the shared query's sink (foreachBatch) may run in real-time mode."""
-        _, topic = self.stream()
-        direct = Direct(self.spark, self.broker.bootstrap, topic, realtime=True)
-        try:
-            q = (direct.frame.writeStream.foreachBatch(lambda df, i: None)
-                 .option("checkpointLocation", tempfile.mkdtemp(prefix="xsg-bench-rtm-"))
-                 .trigger(realTime="30 seconds").start())
-            q.stop()
-            return "accepted"
-        except Exception as exc:  # noqa: BLE001 - the answer is the point
-            return str(exc).split("SQLSTATE")[0].strip()[:300]
-
-    def ingest_api(self, batches: int, per_batch: int) -> dict:
-        """records/s acknowledged through POST /streams/<s>/records vs produced directly."""
-        name, topic = self.stream()
-        body = ("\n".join(json.dumps(record(i)) for i in range(per_batch)) + "\n").encode()
-        start = time.perf_counter()
-        for _ in range(batches):
-            r = requests.post(f"{self.gw.url}/streams/{name}/records", data=body, timeout=60,
-                              headers=hdr(ADMIN_TOKEN, **{"Content-Type": "application/x-ndjson"}))
-            assert r.status_code == 201, r.text
-        api = batches * per_batch / (time.perf_counter() - start)
-        start = time.perf_counter()
-        for _ in range(batches):
-            self.producer.backlog(topic, per_batch)  # each batch waits for its acks, as the API
-        direct = batches * per_batch / (time.perf_counter() - start)
-        return {"api": api, "direct": direct}
+        if how == "api":
+            return float(run_child(__file__, ["--post-batches", self.gw.url, name, batches,
+                                              per_batch])["rate"])
+        return float(run_child(__file__, ["--produce-batches", self.broker.bootstrap, topic,
+                                          batches, per_batch])["rate"])
 
 
-def latency_line(label: str, res: dict) -> str:
-    lat = res["lat"]
-    return (f"  {label:40s} {res['rows']:6,}/{res['sent']:<6,} rows  p50 {pct(lat, 50) * 1000:7.1f} ms"
-            f"  p95 {pct(lat, 95) * 1000:7.1f} ms  p99 {pct(lat, 99) * 1000:7.1f} ms")
+def phase_split(res: dict[str, Any]) -> list[tuple[list[float], int]]:
+    """(latencies, rows expected) per phase, by the records' `sent`."""
+    out = []
+    for k, (lo, hi) in enumerate(res["phases"]):
+        want = sum(1 for i, s in enumerate(res["sent"]) if passes(i) and lo <= s < hi)
+        out.append((res["lat"][k], want))
+    return out
 
 
 def main() -> None:
-    if len(sys.argv) == 6 and sys.argv[1] == "--read-handle":
-        reader_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
+    if run_command({"--user-app": (lambda: serve_user_app(USER_APP, kafka=True), ()),
+                    "--produce-backlog": (produce_backlog_main, (str, str, int)),
+                    "--produce-steady": (produce_steady_main, (str, str, float, float, float)),
+                    "--produce-batches": (produce_batches_main, (str, str, int, int)),
+                    "--post-batches": (post_batches_main, (str, str, int, int)),
+                    "--consume": (consume_main, (str, str, float, int, json.loads))}):
         return
-    if len(sys.argv) == 5 and sys.argv[1] == "--produce-backlog":
-        producer_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
-        return
-    sys.stdout.reconfigure(line_buffering=True)
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--trials", type=int, default=3)
+    parser = bench_parser("a smoke run of a few minutes (one trial, smaller sizes)")
+    parser.add_argument("--records", type=int, default=100_000, help="throughput backlog")
     parser.add_argument("--rate", type=float, default=200.0, help="records/s for the latency")
     parser.add_argument("--seconds", type=float, default=20.0, help="latency run length")
+    parser.add_argument("--startup", type=float, default=5.0,
+                        help="the latency run's first seconds, reported as start-up")
+    parser.add_argument("--timeout", type=float, default=300.0, help="per throughput run")
     args = parser.parse_args()
     n = 20_000 if args.quick else args.records
     trials = 1 if args.quick else args.trials
-    seconds = 8.0 if args.quick else args.seconds
+    seconds = 10.0 if args.quick else args.seconds
     print("machine:", machine())
-    from pep.runtime.session import create_spark_session, kafka_connector_jars
+    from pep.runtime.session import kafka_connector_jars
+    from pep.runtime.runtime import StreamRuntime
     from tests.kafka.broker import KafkaBroker
     if not kafka_connector_jars():
         sys.exit("no Kafka connector for this pyspark: run `make install`")
-    results: dict = {}
-    with tempfile.TemporaryDirectory(prefix="xsg-bench-kafka-") as tmp:
-        broker = KafkaBroker(Path(tmp) / "kafka", heap="1g").start()
-        spark = create_spark_session(extra_conf={"spark.driver.memory": "4g"})
-        gw = None
-        try:
-            gw = Gateway(spark, Path(tmp) / "gw", consumers=2)
-            bench = Bench(spark, gw, broker)
-            print(f"\n1. throughput at saturation: {n:,} records, {trials} trial(s), "
-                  "3 partitions")
-            warm = n  # the JVM's code for either side is compiled before the trials
-            bench.gateway_throughput(warm)
-            bench.direct_throughput(warm)
-            print(f"  (warmed up: one untimed run of {warm:,} records each)")
-            runs: dict[str, list[float]] = {"gateway": [], "direct": []}
-            for trial in range(trials):
-                order = ("gateway", "direct") if trial % 2 == 0 else ("direct", "gateway")
-                for mode in order:
-                    res = (bench.gateway_throughput(n) if mode == "gateway"
-                           else bench.direct_throughput(n))
-                    runs[mode].append(res["rate"])
-                    print(f"  trial {trial + 1} {mode:8s}: {res['rows']:,} rows, "
-                          f"{res['rate']:,.0f} tuples/s" + (f" ({res['error']})"
-                                                            if res.get("error") else ""))
-            g, d = statistics.median(runs["gateway"]), statistics.median(runs["direct"])
-            results["tp"] = (g, d)
-            print(f"  medians: gateway {g:,.0f}, direct {d:,.0f} tuples/s: ratio {g / d:.2f} "
-                  "(aim >= 0.9)")
-            print(f"\n2. latency, produce -> reader, {args.rate:.0f} records/s for {seconds:.0f} s")
-            results["lat_gw"] = bench.gateway_latency(args.rate, seconds)
-            print(latency_line("gateway (reader over HTTP, own process)", results["lat_gw"]))
-            results["lat_direct"] = bench.direct_latency(args.rate, seconds)
-            print(latency_line("direct micro-batch (foreachBatch)", results["lat_direct"]))
-            print("\n3. real-time mode")
-            results["rtm_foreach_batch"] = bench.foreach_batch_realtime()
-            print(f"  foreachBatch (the shared query's sink) in real-time mode: "
-                  f"{results['rtm_foreach_batch']}")
-            results["lat_rtm"] = bench.realtime_latency(args.rate, seconds)
-            print(latency_line("direct real-time query -> Kafka sink", results["lat_rtm"])
-                  + (f" ({results['lat_rtm']['error']})" if results["lat_rtm"]["error"] else ""))
-            print("\n4. records API into Kafka (acknowledged batches of 500)")
-            results["ingest"] = bench.ingest_api(10 if args.quick else 40, 500)
-            print(f"  POST /streams/<s>/records {results['ingest']['api']:,.0f} records/s, "
-                  f"producer directly {results['ingest']['direct']:,.0f} records/s")
-        finally:
-            if gw is not None:
-                gw.close()
-            spark.stop()
-            broker.stop()
-    g, d = results["tp"]
-    lg, ld = pct(results["lat_gw"]["lat"], 95), pct(results["lat_direct"]["lat"], 95)
-    print("\nsummary                                   gateway      direct     ratio   aim")
-    print(f"  tuples/s at saturation                {g:9,.0f}   {d:9,.0f}    {g / d:6.2f}   >= 0.9")
-    print(f"  p95 latency produce -> reader (ms)    {lg * 1000:9.1f}   {ld * 1000:9.1f}    "
-          f"{lg / ld:6.2f}")
-    print(f"  p95 latency, real-time mode direct (ms)           "
-          f"{pct(results['lat_rtm']['lat'], 95) * 1000:9.1f}")
-    print("load average at the end: " + " ".join("%.2f" % x for x in os.getloadavg()))
+    gws = gateway_settings()
+    print(f"sides: gateway (its defaults); {SIDE_NAMES['user']} ({USER.describe()}, an "
+          f"application of its own); {SIDE_NAMES['gateway-settings']} ({gws.describe()}, in the "
+          f"gateway's session); filter {CONDITION!r}: half the records pass")
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="xsg-bench-kafka-") as tmp_dir, ExitStack() as stack:
+        tmp = Path(tmp_dir)
+        broker = KafkaBroker(tmp / "kafka", heap="1g").start()
+        stack.callback(broker.stop)
+        spark = started_spark(stack)
+        gw = Gateway(StreamRuntime(spark, tmp / "gw" / "runtime"), tmp / "gw", accounts(2))
+        stack.callback(gw.close)
+        app = started_user_app(stack, __file__)
+        bench = Bench(spark, gw, broker, app, tmp)
+        results["tp"] = throughput(bench, n, trials, args.timeout)
+        results["lat"] = latency(bench, args.rate, seconds, args.startup, trials)
+        results["rtm"] = realtime(bench, args.rate, seconds, args.startup)
+        results["ingest"] = ingest_rates(bench, 10 if args.quick else 40, max(1, trials))
+    summary(results)
+    print("load average at the end:", load_average())
+
+
+def throughput(bench: Bench, n: int, trials: int, timeout: float) -> dict[str, Any]:
+    print(f"\n1. throughput: a backlog of {n:,} records ({expected_rows(n):,} pass), 3 partitions")
+    return backlog_trials(lambda side: bench.throughput(side, n, timeout), SIDES, trials, SINCE)
+
+
+def latency(bench: Bench, rate: float, seconds: float, startup: float,
+            trials: int) -> dict[str, Any]:
+    print(f"\n2. latency, produce -> reader, {rate:.0f} records/s for {seconds:.0f} s (half pass); "
+          f"start-up = the first {startup:.0f} s after the query started")
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}
+    for k, order in enumerate(rotations(SIDES, trials)):
+        for side in order:
+            res = bench.latency(side, rate, seconds, startup)
+            runs[side].append(res)
+            for label, (lat, want) in zip(("start-up", "steady"), phase_split(res)):
+                print(f"  trial {k + 1} {SIDE_NAMES[side]:32s} {label:8s} "
+                      f"{latency_line(lat, want, 'ms')}")
+            late = res["sent"][0] - res["phases"][0][0] if res["sent"] else 0.0
+            if late > 0.2:
+                print(f"  (the producer started {late:.1f} s late: the start-up phase is shorter)")
+    return runs
+
+
+def realtime(bench: Bench, rate: float, seconds: float, startup: float) -> dict[str, Any]:
+    print("\n3. real-time mode")
+    answer = bench.app.call("foreach_batch_realtime", bootstrap=bench.broker.bootstrap,
+                            topic=bench.topic())["answer"]
+    print(f"  foreachBatch (the shared query's sink) in real-time mode: {answer}")
+    topic = bench.topic()
+    out_topic = f"{topic}-out"
+    bench.broker.create_topic(out_topic, 1)
+    rtm = bench.app.call("realtime", wait=seconds + 300, bootstrap=bench.broker.bootstrap,
+                         topic=topic, out_topic=out_topic, rate=rate, seconds=seconds,
+                         startup=startup)
+    for label, (lat, want) in zip(("start-up", "steady"), phase_split(rtm)):
+        print(f"  a user's real-time query -> Kafka, {label}: {latency_line(lat, want, 'ms')}")
+    if rtm.get("error"):
+        print(f"  (the query: {rtm['error']})")
+    return rtm
+
+
+def ingest_rates(bench: Bench, batches: int, trials: int) -> dict[str, list[float]]:
+    print("\n4. records API into Kafka (acknowledged batches of 500), alternating")
+    ing: dict[str, list[float]] = {"api": [], "producer": []}
+    for order in rotations(("api", "producer"), trials):
+        for how in order:
+            ing[how].append(bench.ingest(how, batches, 500))
+    print(f"  POST /streams/<s>/records {spread(ing['api'])} records/s, a producer directly "
+          f"{spread(ing['producer'])} records/s")
+    return ing
+
+
+def summary(results: dict[str, Any]) -> None:
+    tp, lat = results.get("tp"), results.get("lat")
+    print("\nsummary (median of the trials, lowest-highest)")
+    if tp:
+        backlog_summary(tp, SIDES, "from the first record produced to the last row read")
+    if lat:
+        print("  p95 latency produce -> reader, every passing record (never arrived = infinite)")
+        p95: dict[str, dict[str, list[float]]] = {}
+        for s in SIDES:
+            p95[s] = {"start-up": [], "steady": []}
+            for res in lat[s]:
+                for label, (l, want) in zip(("start-up", "steady"), phase_split(res)):
+                    p95[s][label].append(pct(with_missing(l, want), 95) * 1000)
+            print(f"    {SIDE_NAMES[s]:32s} start-up {spread(p95[s]['start-up'], '{:,.0f}')} ms,"
+                  f" steady {spread(p95[s]['steady'], '{:,.0f}')} ms")
+        for label in ("start-up", "steady"):
+            g, u, d = (statistics.median(p95[s][label]) for s in SIDES)
+            print(f"    {label}: gateway / user {ratio(g, u)}, gateway / gateway-settings "
+                  f"{ratio(g, d)}")
+    rtm = results.get("rtm")
+    if rtm:
+        parts = [f"{label} p95 {secs(pct(with_missing(l, w), 95), 'ms')}"
+                 for label, (l, w) in zip(("start-up", "steady"), phase_split(rtm))]
+        print(f"  a user's real-time query: {', '.join(parts)}")
+    ing = results.get("ingest")
+    if ing:
+        a, p = statistics.median(ing["api"]), statistics.median(ing["producer"])
+        print(f"  records acknowledged/s: API {a:,.0f}, producer {p:,.0f}, ratio {ratio(a, p)}")
 
 
 if __name__ == "__main__":

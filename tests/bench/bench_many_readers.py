@@ -1,64 +1,72 @@
 """Many handles, each with its own query, each read over HTTP by reader processes; records
-ingested through the API at a steady rate. Ingest-to-reader latency, and where it goes.
+ingested through the API at a steady rate. Ingest-to-reader latency from the first tuple on,
+start-up apart from steady state, and where it goes.
 
-Run: .venv/bin/python tests/bench/bench_many_readers.py [--handles 1000,2000] [--rate 200]
-                                                        [--seconds 30] [--reader-procs 4]
-                                                        [--runtime spark|fake]
-                                                        [--streams 1] [--trigger 0.25]
+Run: .venv/bin/python tests/bench/bench_many_readers.py [--quick] [--handles 1000,5000]
+         [--trials 3] [--rate 200] [--seconds 45] [--startup 15] [--pass-rate 0.1]
+         [--reader-procs 4] [--runtime spark|fake] [--streams 1] [--trigger 0.25]
 
-One SparkSession and one real gateway (pep.services + pep.http.app + the Spark StreamRuntime,
-on pep.http.serving); per size N:
-  * N subjects each open one handle on stream `lat` with a query of its own (a band
-    `v >= a AND v < a + w` with a different `a`, `w` = 1000 x `--pass-rate`: every tuple
-    matches about that share of them, 10% by default; the issue's workload is 0.5);
-  * the handles are read (NDJSON) by `--reader-procs` processes (not threads of the gateway),
-    each a selector over raw sockets; a row line's `sent` and `seq` are read out of its bytes
-    (events are parsed whole): parsing 100,000 rows/s whole took most of the two cores;
-  * an ingest process POSTs `--rate` records/s to /streams/lat/records (20 per call), each
-    stamped with its send time; a row's latency is its arrival at a reader minus that stamp;
+Each trial of each size is a fresh start: a process of its own starts Spark (with the gateway's
+warm-up) and one real gateway as `xsg serve` runs it (pep.services + pep.http.app + the Spark
+StreamRuntime on server.serving), then:
+  * N subjects each open one handle on stream `lat<N>` with a query of its own (a band
+    `v >= a AND v < a + w`, a different `a` each, `w` = 1000 x `--pass-rate`: every tuple
+    passes about that share of the handles);
+  * the handles are read (NDJSON) by `--reader-procs` processes (tests/bench/harness.py's
+    reader: a selector over raw sockets, a row's `sent` and `seq` read out of its bytes);
+  * once every reader is connected, an ingest process POSTs `--rate` records/s to
+    /streams/<s>/records (20 per call, every 0.1 s at 200/s), each stamped with its send time,
+    for `--seconds`; a row's latency is its arrival at a reader minus that stamp. Nothing is
+    left out: the first `--startup` seconds after the first tuple are the start-up figure, the
+    rest the steady state. Every row a handle should get (its band, computed from the tuples
+    sent) and did not get within 3 s of the ingest's end counts as infinitely late;
   * the split: the gateway notes when each put reached a handle's buffer (the seq range of
     its rows: constant work per put, not per row), so ingest->buffer is the runtime's part
-    (the ingest call, the wait for the next 0.25 s trigger, the micro-batch: plan table, Spark
-    job, routing) and buffer->reader is delivery's (wake-up, the server's I/O thread, the
-    socket, the reader); the runtime's own per-batch timings (its DEBUG line) are summarised
-    too.
+    (the ingest call, the wait for the next trigger, the micro-batch: plan table, Spark job,
+    routing) and buffer->reader is delivery's; the runtime's own per-batch timings (its DEBUG
+    line) are summarised too.
 Then revocation at that size: with every reader still connected, the owner deletes the one
 policy behind all the handles; reported are the DELETE call's duration (handles are revoked
-before it returns) and when each reader's `revoked` event arrived, counted from the call's start.
+before it returns) and when each reader's `revoked` event arrived, counted from the call's start
+(a reader that never gets it counts as infinitely late).
+The trials rotate the sizes' order; the summary gives each size's median and range.
 `--streams K` spreads the handles over K streams (handle i on stream i mod K), each with its own
 policy and its own ingest process at `--rate`: the rows delivered stay the same while Spark runs
 K queries, each with its own micro-batches (what many busy streams cost one gateway); the
 revocation then deletes the K policies one after the other.
 `--runtime fake` measures delivery alone: no Spark and no ingest calls; a stand-in runtime in
-the gateway process makes the tuples and pushes each handle's rows as a RowBatch every 0.25 s.
+the gateway process makes the tuples and pushes each handle's rows as a RowBatch every trigger.
 Everything started is stopped, even on error; every wait is bounded.
 """
 from __future__ import annotations
 
-import argparse
 import bisect
 import json
 import logging
-import os
-import re
-import selectors
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.bench.harness import (bench_parser, load_average, machine, pct, reply,  # noqa: E402
+                                 rotations, rss_mib, run_child, run_command, secs, sleep_until,
+                                 spark_cpu_seconds, spread, with_missing)
+from tests.bench.readers import ReadJob, reader_result, start_reader, write_start  # noqa: E402
+from tests.bench.served import Gateway  # noqa: E402
+
 ADMIN = "tok-many-admin-0123456789"
 TRIGGER = 0.25
-SAMPLE = 7  # readers match rows with seq % SAMPLE == 0 with their put, for the split
+SAMPLE = 7  # readers note the arrival of rows with seq % SAMPLE == 0, for the split
+GRACE = 3.0  # seconds after the ingest's end before the readers' figures are taken
+PER_CALL = 20
 S = "http://www.w3.org/2001/XMLSchema#string"
 SCHEMA = [{"name": "ts", "type": "timestamp"}, {"name": "seq", "type": "long"},
           {"name": "sent", "type": "double"}, {"name": "v", "type": "double"},
@@ -92,133 +100,33 @@ def token(i: int) -> str:
     return f"tok-many-{i:05d}-0123456789"
 
 
-def pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, int(round(p / 100 * (len(s) - 1)))))] if s else float("nan")
-
-
-# -- reader process -----------------------------------------------------------------------------------
-
-# The two numbers a row line is measured by (the gateway writes compact JSON: no space after
-# a colon). Found with one regex scan per received chunk rather than a Python loop per row: at
-# 100,000 rows/s a per-row loop made the four reader processes take half a core of the two that
-# the gateway they measure runs on.
-SENT = re.compile(rb'"sent":(-?[0-9][0-9.eE+-]*)')
-SEQ = re.compile(rb'"seq":(-?[0-9]+)')
-ROW_LINE = re.compile(rb'^\{"id":[0-9]+,"row":', re.M)
-
-
-def reader_main(job_path: str) -> None:
-    """Read every handle of the job until SIGTERM; write latencies (arrival - sent) and the
-    sampled arrivals to the job's output file."""
-    job = json.loads(Path(job_path).read_text())
-    host, port = job["host"], job["port"]
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    sel = selectors.DefaultSelector()
-    state = {}
-    for index, hid, tok in job["handles"]:
-        s = socket.create_connection((host, port), timeout=30)
-        # HTTP/1.0: the stream is delimited by the connection's end, no chunk framing to undo
-        s.sendall(f"GET /handles/{hid} HTTP/1.0\r\nAccept: application/x-ndjson\r\n"
-                  f"Authorization: Bearer {tok}\r\n\r\n".encode())
-        s.setblocking(False)
-        sel.register(s, selectors.EVENT_READ, index)
-        state[index] = [s, b"", False, False]  # socket, pending bytes, head seen, revoked
-    latencies: list[float] = []
-    revoked: list[float] = []  # arrival times of `revoked` events
-    samples: list[tuple[int, int, float]] = []
-    rows = gaps = after_revoked = 0
-    window = job["window"]
-    errors = []
-    while not stop.is_set() and state:
-        for key, _ in sel.select(0.5):
-            index = key.data
-            entry = state.get(index)
-            if entry is None:
-                continue
-            try:
-                data = entry[0].recv(262144)
-            except BlockingIOError:
-                continue
-            except OSError as exc:
-                data = b""
-                errors.append(repr(exc))
-            now = time.time()
-            if not data:
-                sel.unregister(entry[0])
-                entry[0].close()
-                del state[index]
-                continue
-            buf = entry[1] + data
-            if not entry[2]:
-                end = buf.find(b"\r\n\r\n")
-                if end < 0:
-                    entry[1] = buf
-                    continue
-                if b" 200 " not in buf[:20]:
-                    errors.append(buf[:200].decode(errors="replace"))
-                buf = buf[end + 4:]
-                entry[2] = True
-            cut = buf.rfind(b"\n") + 1
-            chunk, entry[1] = buf[:cut], buf[cut:]
-            n = len(ROW_LINE.findall(chunk))
-            if entry[3]:
-                after_revoked += n  # rows after their handle's `revoked`: must stay 0
-            elif b'"event":' in chunk:  # events are rare: those lines are parsed whole
-                at = 0
-                for line in chunk.split(b"\n"):
-                    at += len(line) + 1
-                    if line.startswith(b'{"id":') and b',"row":' not in line[:32]:
-                        obj = json.loads(line)
-                        gaps += obj.get("event") == "gap"
-                        if obj.get("event") == "revoked" and not entry[3]:
-                            revoked.append(now)
-                            entry[3] = True
-                            after_revoked += len(ROW_LINE.findall(chunk, at))
-            if not n:
-                continue
-            rows += n
-            sents = SENT.findall(chunk)
-            seqs = SEQ.findall(chunk) if len(sents) == n else None
-            if seqs is None or len(seqs) != n:
-                errors.append(f"a row without sent/seq in {chunk[:200]!r}")
-                continue
-            lo, hi = window
-            for sent_text, seq_text in zip(sents, seqs):
-                sent = float(sent_text)
-                if lo <= sent <= hi:
-                    latencies.append(now - sent)
-                    seq = int(seq_text)
-                    if seq % SAMPLE == 0:
-                        samples.append((index, seq, now))
-    for entry in state.values():
-        entry[0].close()
-    Path(job["out"]).write_text(json.dumps({"latencies": latencies, "samples": samples,
-                                            "revoked": revoked,
-                                            "rows": rows, "gaps": gaps, "errors": errors[:5],
-                                            "after_revoked": after_revoked,
-                                            "still_open": len(state)}))
+def value(seq: int) -> float:
+    """Tuple `seq`'s v: spread over [0, 1000) so that a band of width w passes w/1000 of them."""
+    return (seq * 7.31) % 1000.0
 
 
 # -- ingest process -------------------------------------------------------------------------------------
 
-def ingest_main(url: str, stream: str, rate: int, seconds: float, first_seq: int) -> None:
-    """POST `rate` records/s for `seconds` s (20 per call), each stamped with its send time."""
-    per_call = 20
-    period = per_call / rate
+def ingest_main(url: str, stream: str, rate: int, seconds: float, first_seq: int,
+                start_at: float) -> None:
+    """From `start_at`, POST `rate` records/s for `seconds` s (PER_CALL per call), each stamped
+    with its send time; answers each call's first seq and time (the rows the handles are owed)."""
+    period = PER_CALL / rate
     seq = first_seq
     calls = late = 0
     durations: list[float] = []  # each call's, sent to answered: part of every row's latency
+    puts: list[tuple[int, int, float]] = []
     with requests.Session() as s:
+        sleep_until(start_at)
         start = time.monotonic()
         next_at = start
         while time.monotonic() - start < seconds:
             now = time.time()
             body = "".join(json.dumps({
-                "ts": now, "seq": seq + k, "sent": now, "v": ((seq + k) * 7.31) % 1000.0,
-                "pad": "p" * 40}) + "\n" for k in range(per_call))
-            seq += per_call
+                "ts": now, "seq": seq + k, "sent": now, "v": value(seq + k),
+                "pad": "p" * 40}) + "\n" for k in range(PER_CALL))
+            puts.append((seq, PER_CALL, now))
+            seq += PER_CALL
             t_call = time.perf_counter()
             r = s.post(f"{url}/streams/{stream}/records", data=body.encode(), timeout=30,
                        headers={"Authorization": f"Bearer {ADMIN}",
@@ -233,11 +141,11 @@ def ingest_main(url: str, stream: str, rate: int, seconds: float, first_seq: int
                 time.sleep(pause)
             else:
                 late += 1
-    print(json.dumps({"calls": calls, "late": late, "last_seq": seq,
-                      "call_p50": pct(durations, 50), "call_p95": pct(durations, 95)}))
+    reply({"calls": calls, "late": late, "last_seq": seq, "puts": puts,
+           "call_p50": pct(durations, 50), "call_p95": pct(durations, 95)})
 
 
-# -- the gateway --------------------------------------------------------------------------------------
+# -- the gateway's side -------------------------------------------------------------------------------
 
 class BatchLog(logging.Handler):
     """The runtime's per-batch timings (its DEBUG line), with the time each batch ended."""
@@ -275,6 +183,7 @@ class FakeRuntime:
         self.handles: dict[str, tuple] = {}
         self.stop_event = threading.Event()
         self.seq = 0
+        self.made: list[tuple[int, int, float]] = []  # (seq, 1, sent) of every tuple made
         self.running = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True, name="fake-runtime")
         self.thread.start()
@@ -328,6 +237,7 @@ class FakeRuntime:
                                           "v": round(float(v), 6), "pad": "p" * 40},
                                          separators=(",", ":"))
                               for q, t, v in zip(seqs, sent, values)], dtype=object)
+            self.made.extend((int(q), 1, round(float(t), 6)) for q, t in zip(seqs, sent))
             t1 = time.perf_counter()
             with self.lock:
                 handles = list(self.handles.values())
@@ -344,40 +254,6 @@ class FakeRuntime:
     def stop(self) -> None:
         self.stop_event.set()
         self.thread.join(10)
-
-
-class Gateway:
-    def __init__(self, spark, data_dir: Path, subjects: int, rate: int = 200) -> None:
-        from pdp.auth import write_auth_file
-        from pep.config import GatewayConfig
-        from pep.http.app import create_app
-        from pep.http.serving import tune_gc
-        from pep.serve import gateway_server
-        from pep.services import build_services
-
-        if spark is not None:
-            from pep.runtime.runtime import StreamRuntime
-        data_dir.mkdir(parents=True, exist_ok=True)
-        auth = data_dir / "auth.json"
-        write_auth_file(auth, [{"token": ADMIN, "subject": "nea", "roles": ["data-owner"],
-                                "admin": True}]
-                        + [{"token": token(i), "subject": f"c{i:05d}", "roles": ["consumer"],
-                            "admin": False} for i in range(subjects)])
-        self.runtime = (StreamRuntime(spark, data_dir / "runtime", trigger_interval=TRIGGER)
-                        if spark is not None else FakeRuntime(rate))
-        config = GatewayConfig(data_dir=data_dir, auth_file=auth, policies_dir=None, port=0,
-                               heartbeat=15.0, max_connections=subjects + 1000, threads=16)
-        self.services = build_services(config, runtime=self.runtime)
-        self.server = gateway_server(create_app(services=self.services), config).start()
-        self.url = self.server.url
-        tune_gc()  # as `xsg serve` does once started (pep.http.serving.GC_THRESHOLDS)
-
-    def close(self) -> None:
-        for step in (self.services.close_stream_side, self.server.stop, self.services.close):
-            try:
-                step()
-            except Exception as exc:  # noqa: BLE001
-                print(f"(cleanup: {step.__qualname__} failed: {exc!r})")
 
 
 def put_at(put_times: dict, key: int | None, seq: int) -> float | None:
@@ -434,7 +310,13 @@ def band(i: int, n: int, pass_rate: float) -> tuple[float, float]:
     return a, a + width
 
 
-def open_handles(gw: Gateway, n: int, streams: list[str], pass_rate: float = 0.1) -> list[str]:
+def bounds(i: int, n: int, pass_rate: float) -> tuple[float, float]:
+    """Handle i's band as its query states it (three decimals) and the gateway compares it."""
+    a, b = band(i, n, pass_rate)
+    return float(f"{a:.3f}"), float(f"{b:.3f}")
+
+
+def open_handles(gw: Gateway, n: int, streams: list[str], pass_rate: float) -> list[str]:
     """N handles, each with a query of its own: v in [a, a + width), a different for each;
     handle i on `streams[i % len(streams)]`."""
     ids: list[str | None] = [None] * n
@@ -465,67 +347,108 @@ def open_handles(gw: Gateway, n: int, streams: list[str], pass_rate: float = 0.1
     return ids  # type: ignore[return-value]
 
 
-def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Path,
-             first_seq: int, pass_rate: float = 0.1, warm: float = 8.0,
-             stream_count: int = 1) -> dict:
+def owed(puts: list[tuple[int, int, float]], bands: list[tuple[float, float]],
+         phases: list[tuple[float, float]]) -> list[int]:
+    """Rows the handles with `bands` are owed per phase (by send time) for the tuples `puts`
+    (first seq, count, sent): a tuple with v passes the handles with a <= v < b."""
+    lows = sorted(a for a, _ in bands)
+    highs = sorted(b for _, b in bands)
+    out = [0] * len(phases)
+    for first, count, sent in puts:
+        k = next((i for i, (lo, hi) in enumerate(phases) if lo <= sent < hi), None)
+        if k is None:
+            continue
+        for seq in range(first, first + count):
+            v = value(seq)
+            out[k] += bisect.bisect_right(lows, v) - bisect.bisect_right(highs, v)
+    return out
+
+
+def run_trial(n: int, rate: int, seconds: float, startup: float, procs: int, pass_rate: float,
+              stream_count: int, runtime_kind: str, conf: dict[str, str], tmp: Path
+              ) -> dict[str, Any]:
+    """One fresh start at size `n` in this process: Spark and the gateway, the handles, the
+    readers, the ingest from the first tuple on, then the revocation. Returns its figures."""
     from pep.handles.buffer import HandleBuffer
 
-    # streams of their own: a restarted query would re-read older records
-    streams = ([f"lat{n}"] if stream_count == 1
-               else [f"lat{n}s{j}" for j in range(stream_count)])
-    for stream in streams:
-        r = requests.post(f"{gw.url}/streams", timeout=30, headers={
-            "Authorization": f"Bearer {ADMIN}"}, json={
-            "name": stream, "time_attribute": "ts", "source": {"kind": "ingest"},
-            "schema": SCHEMA})
-        assert r.status_code == 201, r.text
-        r = requests.post(f"{gw.url}/policies", data=policy(stream), timeout=30, headers={
-            "Authorization": f"Bearer {ADMIN}", "Content-Type": "application/xacml+xml"})
-        assert r.status_code == 201, r.text
+    t_start = time.time()
+    if runtime_kind == "spark":
+        from pep.runtime.runtime import StreamRuntime
+        from pep.runtime.session import create_spark_session
+        spark = create_spark_session(extra_conf=conf)
+        runtime: Any = StreamRuntime(spark, tmp / "gw" / "runtime", trigger_interval=TRIGGER)
+    else:
+        spark, runtime = None, FakeRuntime(rate)
+    gw = Gateway(runtime, tmp / "gw",
+                 [{"token": ADMIN, "subject": "nea", "roles": ["data-owner"], "admin": True}]
+                 + [{"token": token(i), "subject": f"c{i:05d}", "roles": ["consumer"],
+                     "admin": False} for i in range(n)],
+                 max_connections=n + 1000, trigger_interval=TRIGGER)
+    started = time.time() - t_start
+    streams = [f"lat{n}"] if stream_count == 1 else [f"lat{n}s{j}" for j in range(stream_count)]
+    readers: list[tuple[subprocess.Popen[bytes], ReadJob]] = []
+    ingests: list[subprocess.Popen[str]] = []
     put_times: dict = {}
-    original_put = stamp_puts(put_times)  # before the handles attach their buffers' put
-    readers = []
-    ingests: list[subprocess.Popen] = []
+    original_put = None
     try:
+        for stream in streams:
+            r = requests.post(f"{gw.url}/streams", timeout=30, headers={
+                "Authorization": f"Bearer {ADMIN}"}, json={
+                "name": stream, "time_attribute": "ts", "source": {"kind": "ingest"},
+                "schema": SCHEMA})
+            assert r.status_code == 201, r.text
+            r = requests.post(f"{gw.url}/policies", data=policy(stream), timeout=30, headers={
+                "Authorization": f"Bearer {ADMIN}", "Content-Type": "application/xacml+xml"})
+            assert r.status_code == 201, r.text
+        original_put = stamp_puts(put_times)  # before the handles attach their buffers' put
         t0 = time.perf_counter()
         ids = open_handles(gw, n, streams, pass_rate)
         opened = time.perf_counter() - t0
-        start_at = time.time() + 3.0 + warm  # the measurement window, by send time
-        window = (start_at, start_at + seconds)
+        start_file = str(tmp / "start")
+        phases = [(0.0, startup), (startup, seconds)]
         for k in range(procs):
-            job = tmp / f"reader-{n}-{k}.json"
-            job.write_text(json.dumps({
-                "host": "127.0.0.1", "port": gw.server.port, "window": window,
-                "out": str(tmp / f"reader-{n}-{k}.out"),
-                "handles": [(i, ids[i], token(i)) for i in range(k, n, procs)]}))
-            readers.append(subprocess.Popen([sys.executable, __file__, "--reader", str(job)]))
+            job = ReadJob("127.0.0.1", gw.port,
+                          [(i, f"/handles/{ids[i]}", token(i)) for i in range(k, n, procs)],
+                          str(tmp / f"reader-{k}.out"), ready=str(tmp / f"reader-{k}.ready"),
+                          seconds=seconds + 900, phases=phases, sample=SAMPLE,
+                          start_file=start_file)
+            readers.append((start_reader(job), job))
         deadline = time.monotonic() + 120
-        while gw.server.stream_count < n and time.monotonic() < deadline:
-            time.sleep(0.2)
+        while (not all(Path(job.ready).exists() for _, job in readers)  # type: ignore[arg-type]
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
         connected = gw.server.stream_count
-        fake = isinstance(gw.runtime, FakeRuntime)
+        start_at = time.time() + 1.0  # the first tuple
+        write_start(readers[0][1], start_at)
+        absolute = [(start_at + lo, start_at + hi) for lo, hi in phases]
+        fake = isinstance(runtime, FakeRuntime)
         if not fake:
             ingests = [subprocess.Popen([sys.executable, __file__, "--ingest", gw.url, stream,
-                                         str(rate), str(3.0 + warm + seconds + 1.0),
-                                         str(first_seq)], stdout=subprocess.PIPE, text=True)
+                                         str(rate), str(seconds), "0", repr(start_at)],
+                                        stdout=subprocess.PIPE, text=True)
                        for stream in streams]
         with BatchLog() as batches:
+            sleep_until(start_at)
             c0, w0 = time.process_time(), time.time()
             s0 = spark_cpu_seconds()
             p0, n0 = put_times["put_seconds"], put_times["puts"]
             if fake:
-                gw.runtime.running.set()
-                time.sleep(max(0.0, window[1] + 1.0 - time.time()))
-                gw.runtime.running.clear()
-                outs = [json.dumps({"calls": 0, "late": 0, "last_seq": gw.runtime.seq})]
+                runtime.running.set()
+                sleep_until(start_at + seconds)
+                runtime.running.clear()
+                outs = [{"calls": 0, "late": 0, "last_seq": runtime.seq, "puts": runtime.made}]
             else:
-                outs = [p.communicate(timeout=3.0 + warm + seconds + 120)[0] for p in ingests]
+                outs = []
+                for p in ingests:
+                    text = p.communicate(timeout=seconds + 120)[0]
+                    got = [ln for ln in text.splitlines() if ln.startswith("@@")]
+                    outs.append(json.loads(got[-1][2:]))
             put_share = (put_times["put_seconds"] - p0, put_times["puts"] - n0)
             gateway_cpu = (time.process_time() - c0) / (time.time() - w0)
             s1 = spark_cpu_seconds()
             spark_cpu = tuple((b - a) / (time.time() - w0) for a, b in zip(s0, s1))
             memory = rss_mib()
-            time.sleep(3.0)  # the last rows reach their readers
+            time.sleep(GRACE)  # the last rows reach their readers; later ones count as never
         # which buffer is whose, while they are live (revocation drops them)
         buffers = dict(gw.services.handles._buffers)
         key_of = {i: id(buffers[hid]) for i, hid in enumerate(ids) if hid in buffers}
@@ -538,188 +461,161 @@ def run_size(gw: Gateway, n: int, rate: int, seconds: float, procs: int, tmp: Pa
                                 headers={"Authorization": f"Bearer {ADMIN}"})
             assert r.status_code in (200, 204), r.text
         revoke_call = time.time() - t_revoke
-        for p in readers:
-            p.wait(timeout=120)
+        results = [reader_result(proc, job, 120) for proc, job in readers]
     finally:
         for p in ingests:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        for p in readers:
-            p.send_signal(signal.SIGTERM)
-        for p in readers:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        HandleBuffer.put = original_put
-    lat: list[float] = []
+        for proc, job in readers:
+            if proc.poll() is None:
+                reader_result(proc, job, 30, stop=True)
+        if original_put is not None:
+            HandleBuffer.put = original_put  # type: ignore[method-assign]
+        gw.close()
+        if spark is not None:
+            spark.stop()
+    lat: list[list[float]] = [[], []]
     revoked: list[float] = []
-    samples = []
+    samples: list = []
     rows = gaps = after_revoked = 0
-    errors = []
-    for k in range(procs):
-        res = json.loads((tmp / f"reader-{n}-{k}.out").read_text())
-        lat += res["latencies"]
+    errors: list[str] = []
+    for res in results:
+        for k in range(2):
+            lat[k] += res["lat"][k]
         samples += res["samples"]
         rows += res["rows"]
         gaps += res["gaps"]
-        after_revoked += res["after_revoked"]
+        after_revoked += res["after_final"]
         errors += res["errors"]
         revoked += [t - t_revoke for t in res["revoked"]]
-    delivery_part = []
+    delivery = []
     for index, seq, arrived in samples:
         put = put_at(put_times, key_of.get(index), seq)
         if put is not None:
-            delivery_part.append(arrived - put)
-    in_window = [b for b in batches.batches if window[0] <= b[0] <= window[1] + 1]
-    each = [json.loads(out.strip().splitlines()[-1]) for out in outs]
-    # one stream: its ingest's own report (with the call durations); several: their sums
-    ingested = each[0] if len(each) == 1 else {
-        "calls": sum(e["calls"] for e in each), "late": sum(e["late"] for e in each),
-        "last_seq": max(e["last_seq"] for e in each)}
-    return {"n": n, "opened_s": opened, "connected": connected, "lat": lat, "rows": rows,
-            "gaps": gaps, "errors": errors, "delivery": delivery_part, "batches": in_window,
-            "ingest": ingested, "seconds": seconds, "gateway_cpu": gateway_cpu,
-            "last_seq": ingested["last_seq"], "procs": procs, "put": put_share,
-            "revoke_call": revoke_call, "revoked": revoked, "pass_rate": pass_rate,
-            "after_revoked": after_revoked, "memory": memory,
-            "spark_cpu": spark_cpu, "streams": len(streams)}
+            delivery.append(arrived - put)
+    want = [0, 0]
+    for j, stream in enumerate(streams):
+        bands = [bounds(i, n, pass_rate) for i in range(j, n, len(streams))]
+        for k, count in enumerate(owed(outs[j]["puts"], bands, absolute)):
+            want[k] += count
+    for k in range(2):
+        if len(lat[k]) > want[k]:
+            errors.append(f"phase {k}: {len(lat[k]):,} rows arrived, {want[k]:,} owed")
+    in_window = [b for b in batches.batches if absolute[0][0] <= b[0] <= absolute[1][1] + 1]
+    ingested = {"calls": sum(o["calls"] for o in outs), "late": sum(o["late"] for o in outs)}
+    if len(outs) == 1 and "call_p50" in outs[0]:
+        ingested.update(call_p50=outs[0]["call_p50"], call_p95=outs[0]["call_p95"])
+    figures = {
+        "n": n, "streams": len(streams), "pass_rate": pass_rate, "seconds": seconds,
+        "startup": startup, "started_s": started, "opened_s": opened, "connected": connected,
+        "procs": procs, "phases": [phase_figures(lat[k], want[k]) for k in range(2)],
+        "rows_per_s": sum(len(x) for x in lat) / seconds, "rows": rows, "gaps": gaps,
+        "delivery": [pct(delivery, p) for p in (50, 95, 99)], "delivery_n": len(delivery),
+        "batches": len(in_window), "ingest": ingested, "gateway_cpu": gateway_cpu,
+        "spark_cpu": spark_cpu, "memory": memory, "put": put_share,
+        "revoke_call": revoke_call, "revoked": phase_figures(revoked, n),
+        "after_revoked": after_revoked, "errors": errors[:5]}
+    if in_window:
+        total = [x[1] + x[2] + x[3] for x in in_window]
+        figures["batch"] = {"p50": pct(total, 50), "p95": pct(total, 95),
+                            "table": pct([x[1] for x in in_window], 50),
+                            "job": pct([x[2] for x in in_window], 50),
+                            "route": pct([x[3] for x in in_window], 50)}
+    return figures
 
 
-def rss_mib() -> tuple[float, float]:
-    """Resident memory (MiB) of this process (the gateway) and of Spark's JVM (nan if none)."""
-    def of(pid: int) -> float:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            pass
-        return float("nan")
-    jvm = float("nan")
-    try:
-        from pyspark import SparkContext
-        proc = getattr(SparkContext._gateway, "proc", None)
-        if proc is not None:
-            jvm = of(proc.pid)
-    except Exception:  # noqa: BLE001 - no Spark (fake runtime)
-        pass
-    return of(os.getpid()), jvm
+def phase_figures(lat: list[float], want: int) -> dict[str, Any]:
+    """Percentiles over every row owed, those that never arrived infinitely late."""
+    full = with_missing(lat, want)
+    return {"owed": want, "arrived": len(lat), "p50": pct(full, 50), "p95": pct(full, 95),
+            "p99": pct(full, 99), "max": max(full) if full else float("nan")}
 
 
-def spark_cpu_seconds() -> tuple[float, float]:
-    """CPU seconds used so far by Spark's JVM and by its Python workers (the JVM's descendant
-    processes: pyspark.daemon and the workers it forks), from /proc; (nan, nan) without Spark.
-    A steadier figure than latency on a shared machine: what the runtime's per-batch work
-    costs the two cores the readers, the gateway and Spark share."""
-    try:
-        from pyspark import SparkContext
-        proc = getattr(SparkContext._gateway, "proc", None)
-    except Exception:  # noqa: BLE001 - no Spark (fake runtime)
-        proc = None
-    if proc is None:
-        return float("nan"), float("nan")
-    tick = os.sysconf("SC_CLK_TCK")
-    parent: dict[int, int] = {}
-    used: dict[int, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(entry.name)
-        parent[pid] = int(fields[1])
-        used[pid] = (int(fields[11]) + int(fields[12])) / tick
-    workers = 0.0
-    for pid in used:
-        up = parent.get(pid)
-        while up is not None and up > 1 and up != proc.pid:
-            up = parent.get(up)
-        if up == proc.pid:
-            workers += used[pid]
-    return used.get(proc.pid, float("nan")), workers
-
-
-def report(r: dict, rate: int) -> None:
-    lat, dl, b = r["lat"], r["delivery"], r["batches"]
+def report(r: dict[str, Any], rate: int) -> None:
     print(f"\n{r['n']:,} handles (distinct queries, each ~{r['pass_rate']:.0%} of the tuples), "
           + (f"over {r['streams']} streams, {rate} tuples/s each " if r["streams"] > 1
              else f"{rate} tuples/s ")
-          + f"ingested for {r['seconds']:.0f} s; {r['connected']:,} readers connected from "
-          f"{r['procs']} reader processes; handles opened in {r['opened_s']:.1f} s")
-    if not lat:  # the gateway fell behind: no row sent in the window arrived; the rest still
-        print(f"  no rows measured (none sent in the window arrived): {r['rows']:,} rows in "
-              f"all, ingest {r['ingest']}")
-    else:
-        print(f"  ingest -> reader latency: p50 {pct(lat, 50):.3f} s, p95 {pct(lat, 95):.3f} s, "
-              f"p99 {pct(lat, 99):.3f} s, max {max(lat):.3f} s over {len(lat):,} rows "
-              f"({len(lat) / r['seconds']:,.0f} rows/s to readers); gaps {r['gaps']}; "
-              f"ingest calls late {r['ingest']['late']}")
-        if "call_p50" in r["ingest"]:
-            print(f"  of which the ingest call (POST /streams/<name>/records, 20 records, sent -> "
-                  f"answered): p50 {r['ingest']['call_p50'] * 1000:.0f} ms, p95 "
-                  f"{r['ingest']['call_p95'] * 1000:.0f} ms")
-    if dl:
+          + f"ingested for {r['seconds']:.0f} s; gateway and Spark started in "
+          f"{r['started_s']:.1f} s; handles opened in {r['opened_s']:.1f} s; "
+          f"{r['connected']:,} readers connected from {r['procs']} reader processes")
+    for label, ph in zip((f"start-up (first {r['startup']:.0f} s)",
+                          f"steady (after {r['startup']:.0f} s)"), r["phases"]):
+        print(f"  ingest -> reader, {label}: p50 {secs(ph['p50'])}, p95 {secs(ph['p95'])}, "
+              f"p99 {secs(ph['p99'])}, max {secs(ph['max'])} over {ph['owed']:,} rows owed "
+              f"({ph['owed'] - ph['arrived']:,} never arrived)")
+    print(f"  {r['rows_per_s']:,.0f} rows/s to readers; gaps {r['gaps']}; ingest calls late "
+          f"{r['ingest']['late']} of {r['ingest']['calls']}")
+    if "call_p50" in r["ingest"]:
+        print(f"  of which the ingest call (POST /streams/<name>/records, {PER_CALL} records, sent "
+              f"-> answered): p50 {secs(r['ingest']['call_p50'], 'ms')}, p95 "
+              f"{secs(r['ingest']['call_p95'], 'ms')}")
+    if r["delivery_n"]:
+        d = r["delivery"]
         print(f"  of which delivery (in the handle's buffer -> at the reader, sampled "
-              f"{len(dl):,} rows): p50 {pct(dl, 50) * 1000:.0f} ms, p95 {pct(dl, 95) * 1000:.0f} ms,"
-              f" p99 {pct(dl, 99) * 1000:.0f} ms")
+              f"{r['delivery_n']:,} rows): p50 {secs(d[0], 'ms')}, p95 {secs(d[1], 'ms')}, "
+              f"p99 {secs(d[2], 'ms')}")
+    b = r.get("batch")
     if b:
-        total = [x[1] + x[2] + x[3] for x in b]
-        print(f"  runtime micro-batches in the window: {len(b)}, each p50 {pct(total, 50):.3f} s "
-              f"p95 {pct(total, 95):.3f} s (plan table p50 {pct([x[1] for x in b], 50):.3f}, "
-              f"Spark job + toArrow p50 {pct([x[2] for x in b], 50):.3f}, routing + delivery "
-              f"into buffers p50 {pct([x[3] for x in b], 50):.3f}); trigger every {TRIGGER} s")
+        print(f"  runtime micro-batches in the run: {r['batches']}, each p50 {b['p50']:.3f} s p95 "
+              f"{b['p95']:.3f} s (plan table p50 {b['table']:.3f}, Spark job + toArrow p50 "
+              f"{b['job']:.3f}, routing + delivery into buffers p50 {b['route']:.3f}); trigger "
+              f"every {TRIGGER} s")
     if r["put"][1]:
-        print(f"  in HandleBuffer.put (with lists of dicts: each handle's rows encoded as JSON "
-              f"there; appending; waking the readers): {r['put'][0] / r['put'][1] * 1e6:.1f} us "
-              f"per row, {r['put'][0]:.2f} s for {r['put'][1]:,} rows; the rest of routing is "
-              f"the runtime's own")
-    print(f"  gateway process CPU: {r['gateway_cpu']:.2f} cores on average; resident memory "
-          f"at the end of ingest: gateway (Python) {r['memory'][0]:.0f} MiB, Spark's JVM "
-          f"{r['memory'][1]:.0f} MiB")
-    print(f"  Spark's CPU in the same window: JVM {r['spark_cpu'][0]:.2f} cores, its Python "
+        print(f"  in HandleBuffer.put: {r['put'][0] / r['put'][1] * 1e6:.1f} us per row, "
+              f"{r['put'][0]:.2f} s for {r['put'][1]:,} rows")
+    print(f"  gateway process CPU: {r['gateway_cpu']:.2f} cores on average; resident memory at "
+          f"the end of ingest: gateway (Python) {r['memory'][0]:.0f} MiB, Spark's JVM "
+          f"{r['memory'][1]:.0f} MiB; Spark's CPU: JVM {r['spark_cpu'][0]:.2f} cores, its Python "
           f"workers {r['spark_cpu'][1]:.2f} cores")
     rv = r["revoked"]
     deletes, calls = (("the policy behind all", "DELETE") if r["streams"] == 1 else
                       (f"the {r['streams']} policies, one after the other, behind all", "DELETEs"))
-    print(f"  revocation (the owner deletes {deletes} {r['n']:,} handles): the {calls} "
-          f"returned in {r['revoke_call'] * 1000:.0f} ms; {len(rv):,} readers got "
-          f"`revoked`" + (f", p50 {pct(rv, 50) * 1000:.0f} ms, p99 {pct(rv, 99) * 1000:.0f} ms, "
-                          f"max {max(rv) * 1000:.0f} ms after the call began" if rv else "")
-          + f"; rows after `revoked`: {r['after_revoked']}")
+    print(f"  revocation (the owner deletes {deletes} {r['n']:,} handles): the {calls} returned "
+          f"in {r['revoke_call'] * 1000:.0f} ms; `revoked` reached {rv['arrived']:,} of "
+          f"{rv['owed']:,} readers: p50 {secs(rv['p50'], 'ms')}, p99 {secs(rv['p99'], 'ms')}, "
+          f"max {secs(rv['max'], 'ms')} after the call began; rows after `revoked`: "
+          f"{r['after_revoked']}")
     if r["errors"]:
-        print("  reader errors:", r["errors"][:3])
+        print("  errors:", r["errors"][:3])
 
 
-def machine() -> str:
-    """The machine line (CPU model, cores, PySpark, load): the host under this project's VM
-    has changed between sessions, and its figures with it."""
-    from tests.bench.bench_gateway_streams import machine as describe
+def summary(results: dict[int, list[dict[str, Any]]]) -> None:
+    print("\nsummary: median of the trials (lowest-highest); every row owed counted, those that "
+          "never arrived infinitely late")
+    print("  handles  p95 start-up (s)      p95 steady (s)        revocation p99 (ms)   "
+          "rows/s to readers")
+    for n, runs in results.items():
+        up = [r["phases"][0]["p95"] for r in runs]
+        steady = [r["phases"][1]["p95"] for r in runs]
+        rev = [r["revoked"]["p99"] * 1000 for r in runs]
+        print(f"  {n:>7,}  {spread(up, '{:.2f}'):20s}  {spread(steady, '{:.2f}'):20s}  "
+              f"{spread(rev, '{:,.0f}'):20s}  {spread([r['rows_per_s'] for r in runs])}")
 
-    return describe()
+
+def trial_main(a: dict[str, Any]) -> None:
+    """One trial (a fresh gateway) in this process: its report, and its figures to the parent."""
+    global TRIGGER
+    TRIGGER = a.pop("trigger")
+    with tempfile.TemporaryDirectory(prefix="xsg-bench-many-") as tmp:
+        figures = run_trial(**a, tmp=Path(tmp))
+    report(figures, a["rate"])
+    reply(figures)
 
 
 def main() -> None:
-    global TRIGGER
-    if sys.argv[1:2] == ["--reader"]:
-        reader_main(sys.argv[2])
+    if run_command({"--ingest": (ingest_main, (str, str, int, float, int, float)),
+                    "--trial": (trial_main, (json.loads,))}):
         return
-    if sys.argv[1:2] == ["--ingest"]:
-        ingest_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]),
-                    int(sys.argv[6]))
-        return
-    sys.stdout.reconfigure(line_buffering=True)
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--handles", default="1000", help="sizes, comma-separated (e.g. 1000,2000)")
+    ap = bench_parser("one trial of 20 s (10 s start-up), a smoke run",
+                      "fresh starts per size, the sizes' order rotating")
+    ap.add_argument("--handles", default="1000", help="sizes, comma-separated (e.g. 1000,5000)")
     ap.add_argument("--rate", type=int, default=200, help="tuples ingested per second")
-    ap.add_argument("--seconds", type=float, default=30.0, help="measured seconds per size")
+    ap.add_argument("--seconds", type=float, default=45.0,
+                    help="seconds of ingest per trial, from the first tuple")
+    ap.add_argument("--startup", type=float, default=15.0,
+                    help="the first seconds, reported as start-up (the rest: steady state)")
     ap.add_argument("--reader-procs", type=int, default=4)
-    ap.add_argument("--warm", type=float, default=8.0,
-                    help="seconds of ingest before the measured window")
     ap.add_argument("--pass-rate", type=float, default=0.1,
                     help="share of the handles each tuple passes (0.5: the issue's workload)")
     ap.add_argument("--runtime", choices=("spark", "fake"), default="spark",
@@ -736,44 +632,32 @@ def main() -> None:
     args = ap.parse_args()
     if args.streams < 1 or args.trigger <= 0:
         ap.error("--streams wants 1 or more, --trigger more than 0 seconds")
-    TRIGGER = args.trigger
+    if args.quick:
+        args.trials, args.seconds, args.startup = 1, 20.0, 10.0
+    if not 0 < args.startup < args.seconds:
+        ap.error("--startup wants more than 0 and less than --seconds")
+    conf: dict[str, str] = {}
+    for item in args.conf:
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            ap.error(f"--conf wants KEY=VALUE, got {item!r}")
+        conf[key.strip()] = val.strip()
     sizes = [int(x) for x in args.handles.split(",")]
     print("machine:", machine(), "; runtime:", args.runtime)
-    spark = None
-    if args.runtime == "spark":
-        from pep.runtime.session import create_spark_session
-
-        conf = {"spark.driver.memory": "4g"}
-        for item in args.conf:
-            key, sep, value = item.partition("=")
-            if not sep or not key.strip():
-                ap.error(f"--conf wants KEY=VALUE, got {item!r}")
-            conf[key.strip()] = value.strip()
-        if args.conf:
-            print("Spark settings:", ", ".join(f"{k}={v}" for k, v in conf.items()))
-        spark = create_spark_session(extra_conf=conf)
-    gw = None
-    results = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="xsg-bench-many-") as tmp:
-            gw = Gateway(spark, Path(tmp) / "gw", max(sizes), args.rate)
-            seq = 0
-            for n in sizes:
-                res = run_size(gw, n, args.rate, args.seconds, args.reader_procs, Path(tmp), seq,
-                               args.pass_rate, args.warm, args.streams)
-                seq = res["last_seq"] + 1
-                report(res, args.rate)
-                results.append(res)
-    finally:
-        if gw is not None:
-            gw.close()
-        if spark is not None:
-            spark.stop()
-    print("\nsummary: handles, p95 ingest->reader (s), p95 delivery part (ms), rows/s to readers")
-    for r in results:
-        print(f"  {r['n']:>6,}  {pct(r['lat'], 95):.3f}  {pct(r['delivery'], 95) * 1000:.0f}  "
-              f"{len(r['lat']) / r['seconds']:,.0f}")
-    print("load average at the end:", " ".join("%.2f" % x for x in os.getloadavg()))
+    if conf:
+        print("Spark settings over the gateway's:", ", ".join(f"{k}={v}" for k, v in conf.items()))
+    results: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
+    for k, order in enumerate(rotations(sizes, args.trials)):
+        for n in order:
+            print(f"\n== trial {k + 1}, {n:,} handles: a fresh gateway process")
+            trial = {"n": n, "rate": args.rate, "seconds": args.seconds, "startup": args.startup,
+                     "procs": args.reader_procs, "pass_rate": args.pass_rate,
+                     "stream_count": args.streams, "runtime_kind": args.runtime, "conf": conf,
+                     "trigger": args.trigger}
+            results[n].append(run_child(__file__, ["--trial", json.dumps(trial)],
+                                        timeout=args.seconds + 1800, echo=True))
+    summary(results)
+    print("load average at the end:", load_average())
 
 
 if __name__ == "__main__":

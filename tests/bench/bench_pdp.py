@@ -11,7 +11,7 @@ Measures, with the workload of pdp_workload.py (equivalent policies in both syst
   * py-abac on the same requests in the same run (JSON text -> dict -> Request -> is_allowed), and
     the ratio xsg/py-abac;
   * over HTTP: the gateway app (pep.http.app.create_app, policies seeded into its SQLite store) on
-    its own server (pep.http.serving: uvicorn) on loopback, `POST /pdp` with each subject's
+    its own server (server.serving: uvicorn) on loopback, `POST /pdp` with each subject's
     bearer token, XML in, JSON out: raw-socket clients in another process (every answer checked),
     then `wrk` (apt-get install wrk, or `make wrk`) with 1 and 8 connections; against the same
     decisions in process through the same code without HTTP (token, XML parsed, decided, JSON
@@ -191,12 +191,12 @@ def pyabac_call(pdp) -> Callable[[bytes], str]:
 
 
 class _Server:
-    """The gateway app on the gateway's own server (pep.http.serving) on a loopback port."""
+    """The gateway app on the gateway's own server (server.serving) on a loopback port."""
 
     def __init__(self, app, threads: int) -> None:
-        from pep.http.serving import HttpServer
+        from server.serving import HttpServer
 
-        self.via = "served by pep.http.serving.HttpServer"
+        self.via = "served by server.serving.HttpServer"
         self._gateway = HttpServer(app, host="127.0.0.1", port=0, threads=threads)
         self._gateway.start()
         self.port = self._gateway.port
@@ -434,17 +434,17 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
                     f"request the server process used {server_cpu / n * 1000:.3f} ms of CPU"
                     f"{app_part}, the client process {got['cpu'] / n * 1000:.3f} ms")
                 server_cpu_ms[f"{threads} raw client thread(s)"] = server_cpu / n * 1000
-            fast = app.extensions["xsg.fast_pdp"]
+            fast = app.extensions["xsg.fast_path"]
             by_token = [(f"Bearer {t}", b.encode(), want) for t, b, want in items]
             in_process = timed_loop(
                 "xsg in process as POST /pdp without HTTP (token, XML parsed, decided, JSON "
-                "rendered)", by_token, lambda item: _decision(fast.decide(
+                "rendered)", by_token, lambda item: _decision(fast.answer(
                     item[0], XML, JSON, item[1], None)[0]), [w for _, _, w in by_token])
             rows.insert(0, in_process)
             def alongside() -> Timing:
                 sample = by_token[:1000]
                 return timed_loop("in process, beside a wrk run", sample, lambda item: _decision(
-                    fast.decide(item[0], XML, JSON, item[1], None)[0]), [w for _, _, w in sample])
+                    fast.answer(item[0], XML, JSON, item[1], None)[0]), [w for _, _, w in sample])
 
             notes.extend(run_wrk(server.port, items, in_process, server_cpu_ms=server_cpu_ms,
                                  alongside=alongside))

@@ -158,7 +158,7 @@ def _xml_escape(text: str) -> str:
 
 def bench_with_engine(cases, n_policies: int, n_requests: int) -> None:
     try:
-        from pdp.auth import Identity
+        from common.auth import Identity
         from pdp.engine import PolicyEngine, PolicySource
         from pdp.request import parse_request
         from pdp import bind_subject as bind_identity

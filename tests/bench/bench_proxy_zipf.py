@@ -132,12 +132,12 @@ class Stack:
 
     def __init__(self, work: Path, all_templates: list[Template], policy_docs: list[bytes]
                  ) -> None:
-        from pdp.auth import write_auth_file
+        from common.auth import write_auth_file
         from pdp.store import SQLitePolicyStore
         from pep.invalidation.hub import InvalidationHub
         from pep.runtime.runtime import StreamRuntime
         from pep.runtime.session import create_spark_session
-        from pep.http.serving import HttpServer
+        from server.serving import HttpServer
         from tests.pep.conftest import build_gateway
 
         entries = [{"token": ADMIN_TOKEN, "subject": "owner", "roles": ["data-owner"],

@@ -35,7 +35,7 @@ from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec,  # noqa:
 from pep.core.schemas import WEATHER_SCHEMA  # noqa: E402
 from pep.runtime.runtime import StreamRuntime  # noqa: E402
 from pep.runtime.session import create_spark_session  # noqa: E402
-from tests.bench.bench_many_readers import machine, spark_cpu_seconds  # noqa: E402
+from tests.bench.harness import machine, spark_cpu_seconds  # noqa: E402
 
 FILE_SCHEMA = StreamSchema((Field("seq", "long"), Field("ts", "timestamp"), Field("v", "double")))
 

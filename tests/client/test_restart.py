@@ -8,7 +8,7 @@ import pytest
 from tests.client.conftest import ServeProcess, wait_for
 from tests.client.test_client import SENSOR, collect, sensor
 from tests.pep.conftest import TOKENS
-from tests.pep.http.test_http_server import self_signed
+from tests.server.test_http_server import self_signed
 from xsg_client import Client, Disconnected, End, Gap, Reconnected, Row, XsgError
 
 GENERATION_SPAN = 2 ** 40  # event ids after the n-th restart start at n * 2**40

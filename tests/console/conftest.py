@@ -74,7 +74,7 @@ def start_gateway(data_dir: Path, buffer_rows: int = 10_000, wrap=None, runtime=
     `runtime` replaces the RecordingRuntime."""
     from pep.config import GatewayConfig
     from pep.http.app import create_app
-    from pep.http.serving import HttpServer
+    from server.serving import HttpServer
     from pep.services import build_services
 
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pep.http.streaming import STREAM_BODY
+from server.streaming import STREAM_BODY
 from tests.console.conftest import POLICIES, TOKENS, WEATHER_POLICY_ID
 
 pytestmark = pytest.mark.timeout(120)

@@ -121,6 +121,13 @@ def test_owner_goes_from_nothing_to_a_consumers_live_handle_without_xml(
     assert "rainrate:round:0.5" in nea.text_content("#rule-xacml")
     nea.fill("#rule-masks", "")
     wait_true(nea, "!document.getElementById('rule-summary').textContent.includes('round')")
+    # the grant option (issue 48): in the summary and the XACML, then taken off again
+    nea.check("#rule-grant-option")
+    wait_true(nea, "document.getElementById('rule-summary').textContent.includes("
+                   "'with grant option')")
+    assert "exacml:obligation:stream-grant-option" in nea.text_content("#rule-xacml")
+    nea.uncheck("#rule-grant-option")
+    wait_true(nea, "!document.getElementById('rule-summary').textContent.includes('grant')")
     # a window, previewed, then taken off again
     nea.select_option("#rule-window-type", "tuple")
     nea.check("#rule-attrs-table input[data-kind=agg][data-attr=rainrate][data-fn=avg]")

@@ -18,6 +18,7 @@ WALKTHROUGHS: dict[str, tuple[str, ...]] = {
     "streams": ("--no-start-spark",),
     "joins": (),
     "masks": (),
+    "resharing": (),
 }
 
 

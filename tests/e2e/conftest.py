@@ -1,7 +1,7 @@
 """End-to-end fixtures: ONE SparkSession and ONE gateway over its HTTP server for the whole run.
 
 The gateway is the real thing (pep.services + pep.http.app + StreamRuntime on Spark), served by
-pep.http.serving.HttpServer on a free loopback port; tests talk to it with `requests`.
+server.serving.HttpServer on a free loopback port; tests talk to it with `requests`.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class Gateway:
 
 def start_gateway(spark, data_dir: Path) -> Gateway:
     from pep.runtime.runtime import StreamRuntime
-    from pep.http.serving import HttpServer
+    from server.serving import HttpServer
 
     runtime = StreamRuntime(spark, data_dir / "runtime", trigger_interval=0.25)
     app, services = build_gateway(data_dir, runtime, heartbeat=1.0, interval=0.5)

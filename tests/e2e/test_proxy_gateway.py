@@ -37,7 +37,7 @@ class _LateApp:
 def stack(spark, tmp_path):
     from pep.invalidation.hub import InvalidationHub
     from pep.runtime.runtime import StreamRuntime
-    from pep.http.serving import HttpServer
+    from server.serving import HttpServer
     from proxy.app import ProxyConfig, create_app, runtime_of
     from proxy.feed import wait_live
     from tests.pep.conftest import build_gateway

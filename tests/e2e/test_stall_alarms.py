@@ -48,7 +48,7 @@ REQUEST = f"""<Request xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
 
 @pytest.fixture(scope="module")
 def quick_stalls(spark, tmp_path_factory):
-    from pep.http.serving import HttpServer
+    from server.serving import HttpServer
     from pep.runtime.runtime import RuntimeSettings, StreamRuntime
 
     data_dir = tmp_path_factory.mktemp("stall-gateway")

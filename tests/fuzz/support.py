@@ -2,7 +2,7 @@
 
 The check is the issue's rule (issue 9, item 4): whatever a client sends, the gateway answers
 below 500, and a refusal (>= 400) has a body that says what went wrong: the JSON error body of
-`pdp.http.errors` with a non-empty `error`, or, where the gateway answers in XACML (POST /pdp,
+`common.http.errors` with a non-empty `error`, or, where the gateway answers in XACML (POST /pdp,
 a denial or a request that does not parse), a XACML response with a decision and, for a 400, a
 status message.
 

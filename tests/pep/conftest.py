@@ -79,7 +79,7 @@ def auth_header(who: str, **extra) -> dict:
 
 
 def write_auth(path) -> None:
-    from pdp.auth import write_auth_file
+    from common.auth import write_auth_file
 
     write_auth_file(path, [
         {"token": TOKENS["nea"], "subject": "nea", "roles": ["data-owner"], "admin": True},

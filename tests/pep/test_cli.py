@@ -27,7 +27,8 @@ from tests.pdp.api.conftest import AUTH_ENTRIES, LTA_REQUEST_XML, TOKENS, XML, b
 
 REPO = Path(__file__).resolve().parents[2]
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
-PROXY_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ (pep|proxy)\.")  # its own
+PROXY_LINE = re.compile(  # its own
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ (pep|proxy|server|common)\.")
 
 
 def run(capsys, *argv):
@@ -447,7 +448,7 @@ def test_xsg_serve_prints_what_to_paste_and_restarts_and_stops_quietly(tmp_path)
     gateway = [line for line in ours if ISO_UTC.match(line) and line not in late]
     stopping = next(i for i, line in enumerate(gateway) if "received signal 15" in line)
     assert gateway[stopping:] == [gateway[stopping]]  # one line, and nothing after it
-    assert gateway[stopping].endswith(" INFO pep.http.serving: received signal 15, stopping")
+    assert gateway[stopping].endswith(" INFO server.serving: received signal 15, stopping")
 
 
 @pytest.mark.parametrize("argv", [

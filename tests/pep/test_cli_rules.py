@@ -125,3 +125,30 @@ def test_masks_from_flags(gw, capsys):
     code, _, err = run(capsys, gw, "nea", "new", "--stream", "weather", "--subject", "lta",
                        "--mask", "rainrate:hash")
     assert code == 1 and "HTTP 400" in err and "/mask/rainrate" in err
+
+
+def test_the_grant_option_and_a_derived_stream_from_the_command_line(gw, capsys):
+    code, out, err = run(capsys, gw, "nea", "new", "--stream", "weather", "--subject", "lta",
+                         "--attributes", "samplingtime,rainrate", "--grant-option")
+    assert code == 0, err
+    assert "gets samplingtime, rainrate, with grant option" in out
+    r = gw.api("POST", "/requests", who="lta", data=XML_REQUEST,
+               headers={"Content-Type": "application/xacml+xml"})
+    assert r.status_code == 201 and r.json()["grant_option"] is True, r.text
+
+    def stream(who: str, *argv):
+        code = main(["stream", "--url", gw.url, "--token", TOKENS[who], *argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, err = stream("lta", "derive", r.json()["handle"], "lta-weather")
+    assert code == 0, err
+    assert out.splitlines()[0] == "derived lta-weather from weather: owned by lta, restricted"
+    assert "samplingtime (timestamp), rainrate (double)" in out
+    code, out, _ = stream("lta", "derivation", "lta-weather")
+    assert json.loads(out)["source"] == "weather"
+    # the same handle again, and a handle that is not the caller's: the gateway's reason
+    code, _, err = stream("lta", "derive", r.json()["id"], "lta-weather2")
+    assert code != 0 and "already feeds derived stream 'lta-weather'" in err
+    code, _, err = stream("other", "derive", r.json()["id"], "x")
+    assert code != 0 and "HTTP 404" in err

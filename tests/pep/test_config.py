@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pdp.oidc import OidcSettings
+from common.oidc import OidcSettings
 from pep.config import (SERVE_DEFAULTS, ConfigError, GatewayConfig, load_settings,
                         read_config_file, settings)
 from pep.config.validation import KINDS as _KINDS
@@ -214,7 +214,7 @@ def test_the_deploy_examples_parse_and_validate(name):
 
 def test_server_settings_tls_deadlines_and_forwarded(tmp_path):
     """The server's settings exist as flag, variable and file key alike, and are checked."""
-    from tests.pep.http.test_http_server import self_signed
+    from tests.server.test_http_server import self_signed
 
     cert, key = self_signed(tmp_path)
     config = load_settings(flags={"tls_cert": cert, "header_timeout": "5"},

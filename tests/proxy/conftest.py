@@ -6,7 +6,7 @@ import pytest
 
 from proxy.app import ProxyConfig, ProxyRuntime, create_app, runtime_of
 from proxy.feed import wait_live
-from pep.http.serving import HttpServer
+from server.serving import HttpServer
 from tests.proxy.upstream import PROXY_TOKEN, SECRET, FakeGateway
 
 

@@ -8,13 +8,13 @@ import time
 import pytest
 from flask import Flask, jsonify, request
 
+from common.invalidation import (FEED_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER,
+                                       InvalidationEvent, InvalidEventError, parse_event_id, sign,
+                                       verify)
 from pdp.events import PolicyChange, PolicyEvents
 from pep.http.invalidation import install_invalidation
 from pep.invalidation.hub import InvalidationHub
-from pep.invalidation.protocol import (FEED_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER,
-                                       InvalidationEvent, InvalidEventError, parse_event_id, sign,
-                                       verify)
-from pep.http.serving import HttpServer
+from server.serving import HttpServer
 
 SECRET = "s3cret"
 

@@ -13,7 +13,7 @@ import time
 
 import requests
 
-from pep.invalidation.protocol import sign
+from common.invalidation import sign
 from tests.proxy.conftest import start_proxy
 from tests.proxy.test_canonical import HOSTILE, JSON_DOC, XML, XML_REORDERED
 from tests.proxy.upstream import SECRET

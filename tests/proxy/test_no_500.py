@@ -17,7 +17,7 @@ pytest.importorskip("schemathesis")
 
 import schemathesis  # noqa: E402
 
-from pep.invalidation.protocol import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign  # noqa: E402
+from common.invalidation import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign  # noqa: E402
 from tests.pep.http.no500 import (BODIES, error_body_problem,  # noqa: E402,F401
                                   hypothesis_as_found, no500_gateway, report, run_schema, seed,
                                   send)
@@ -35,7 +35,7 @@ def gateway(no500_gateway):
 
 @pytest.fixture(scope="module")
 def proxied(gateway):
-    from pep.http.serving import HttpServer
+    from server.serving import HttpServer
     from proxy.app import ProxyConfig, create_app, runtime_of
 
     # the gateway behind the proxy on its own server, as in production

@@ -13,15 +13,15 @@ import requests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.invalidation import InvalidationEvent, InvalidEventError
 from pdp.events import PolicyChange, PolicyEvents
-from pep.http.serving import HttpServer
 from pep.invalidation.hub import InvalidationHub
-from pep.invalidation.protocol import InvalidationEvent, InvalidEventError
 from proxy.app import ProxyConfig, answer_streams, create_app, runtime_of
 from proxy.cache import CachedAnswer, HandleCache
 from proxy.canonical import canonical_request, resource_ids
 from proxy.feed import wait_live
 from proxy.sync import CacheSync
+from server.serving import HttpServer
 from tests.pep.conftest import RecordingRuntime, auth_header, build_gateway
 from tests.pep.handles.test_revocation_at_scale import SCHEMA, policy, request
 from tests.proxy.conftest import _LateApp

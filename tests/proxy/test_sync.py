@@ -1,7 +1,7 @@
 """CacheSync: event sequencing across the two channels, feed loss, and missing webhooks."""
 from __future__ import annotations
 
-from pep.invalidation.protocol import InvalidationEvent
+from common.invalidation import InvalidationEvent
 from proxy.cache import CachedAnswer, HandleCache
 from proxy.sync import CacheSync
 

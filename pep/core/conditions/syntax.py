@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Union
 
-from pdp.urns import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION as ACTION_CATEGORY,
-                      ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE as RESOURCE_CATEGORY)
+from pdp import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION as ACTION_CATEGORY,
+                 ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE as RESOURCE_CATEGORY)
 from pep.core.labels import Label
 from pep.core.plan import Scalar, SpatialPredicate
 

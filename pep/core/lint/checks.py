@@ -31,11 +31,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdp import AttributeAssignment, Obligation
-from pdp.evaluation import DENY, PERMIT, PolicyEvaluator
-from pdp.notes import ALWAYS_FALSE
-from pdp.urns import RESOURCE, RESOURCE_ID
-from pdp.target_scope import attribute_key
+from pdp import (ALWAYS_FALSE, DENY, PERMIT, RESOURCE, RESOURCE_ID, AnyPolicy,
+                 AttributeAssignment, Obligation, PolicyEvaluator, RuleEvaluator, attribute_key)
 from pep.core.analysis import ConditionTooComplex
 from pep.core.errors import Refusal
 from pep.core.graph import QueryGraph, UnsupportedGraph
@@ -44,7 +41,8 @@ from pep.core.joingrant import (JOIN_CONDITION, JOIN_IDS, JOIN_STREAM, JOIN_WITH
 from pep.core.lint.paths import RulePath, rule_paths
 from pep.core.lint.targets import contradiction, implies, pinned_values
 from pep.core.merge import MergeResult, merge
-from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, MAP_ATTRIBUTE, MAP_IDS,
+from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, GRANT_OPTION_IDS,
+                                  MAP_ATTRIBUTE, MAP_IDS,
                                   MASK_ATTRIBUTE, MASK_IDS, WINDOW_ATTR, WINDOW_IDS, WINDOW_KEY,
                                   WINDOW_LABEL_BOUND, WINDOW_LABEL_SCOPE, WINDOW_MIN_COUNT,
                                   WINDOW_PREFILTER, WINDOW_SIZE, WINDOW_STEP, WINDOW_TYPE,
@@ -62,6 +60,7 @@ UNDERSTOOD: dict[frozenset[str], tuple[str, ...]] = {
                  *DP_ATTRIBUTES),
     MASK_IDS: (MASK_ATTRIBUTE,),
     JOIN_IDS: (JOIN_STREAM, JOIN_CONDITION, JOIN_WITHIN),
+    GRANT_OPTION_IDS: (),  # it takes no attribute
 }
 # Combining algorithms (by the PDP's function names) that return the obligations of every
 # Permit child when they answer Permit; the others return one child's (first-applicable,
@@ -80,7 +79,7 @@ RESOURCE_KEY = attribute_key(RESOURCE, RESOURCE_ID)
 class LintDocument:
     """A compiled document (its evaluator) and where it came from."""
 
-    evaluator: PolicyEvaluator
+    evaluator: AnyPolicy
     source: str
 
     @property
@@ -237,13 +236,13 @@ def _shadowed(run: _Run, paths: list[RulePath]) -> None:
                         later.policy_id, later.rule_id))
 
 
-def _elements(ev: PolicyEvaluator) -> Iterator[tuple[str, str | None, Any]]:
+def _elements(ev: AnyPolicy) -> Iterator[tuple[str, str | None, Any]]:
     """(policy id, rule id or None, evaluator) of a document's policies and rules."""
     yield ev.identifier.id, None, ev
     for child in ev.children:
         if isinstance(child, PolicyEvaluator):
             yield from _elements(child)
-        elif hasattr(child, "effect"):
+        elif isinstance(child, RuleEvaluator):
             yield ev.identifier.id, child.id, child
 
 
@@ -268,6 +267,8 @@ def _not_understood(expr: Any) -> str | None:
     allowed = next((names for ids, names in UNDERSTOOD.items() if expr.id in ids), None)
     if allowed is None:
         return f"obligation {expr.id!r} is not one the PEP understands"
+    if not allowed and expr.assignments:
+        return f"obligation {expr.id!r} takes no attribute, and this one carries some"
     # only the ids are judged here: values computed at decision time are not at hand
     probe = Obligation(expr.id, tuple(AttributeAssignment(a.attribute_id, "", "")
                                       for a in expr.assignments))

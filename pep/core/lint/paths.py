@@ -12,9 +12,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pdp import AttributeAssignment, Obligation
-from pdp.evaluation import PERMIT, PolicyEvaluator, ReferenceEvaluator, RuleEvaluator
-from pdp.notes import NO_CONDITION, Notes, TargetNote
+from pdp import (NO_CONDITION, PERMIT, AnyPolicy, AttributeAssignment, Notes, Obligation,
+                 PolicyEvaluator, ReferenceEvaluator, RuleEvaluator, TargetNote)
 
 _MISSING = object()
 
@@ -92,10 +91,10 @@ def _notes(ev: Any) -> Notes:
     return notes if isinstance(notes, Notes) else Notes(None)
 
 
-def rule_paths(root: PolicyEvaluator, document: str, source: str) -> Iterator[RulePath]:
+def rule_paths(root: AnyPolicy, document: str, source: str) -> Iterator[RulePath]:
     """Every rule of a compiled document, depth first in document order (references are not
     followed: what they reach is linted as its own document)."""
-    def walk(ev: PolicyEvaluator, steps: tuple[Step, ...], positions: tuple[int, ...],
+    def walk(ev: AnyPolicy, steps: tuple[Step, ...], positions: tuple[int, ...],
              around: tuple[Any, ...]) -> Iterator[RulePath]:
         notes = _notes(ev)
         step = Step("PolicySet" if ev.is_policy_set else "Policy", ev.identifier.id,
@@ -113,7 +112,7 @@ def rule_paths(root: PolicyEvaluator, document: str, source: str) -> Iterator[Ru
 
 
 def _path(document: str, source: str, steps: tuple[Step, ...], positions: tuple[int, ...],
-          rule: RuleEvaluator, around: Sequence[PolicyEvaluator]) -> RulePath:
+          rule: RuleEvaluator, around: Sequence[AnyPolicy]) -> RulePath:
     obligations: list[Obligation] = []
     computed: list[str] = []
     exprs = list(rule.obligations) + [o for ev in reversed(around) for o in ev.obligations

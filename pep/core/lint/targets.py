@@ -21,11 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from pdp.notes import AttributeKey, MatchNote, TargetNote
-from pdp.policy_parser.expressions import FAST_EQUAL_FUNCTIONS
-from pdp.request import JOIN_WITH
-from pdp.target_scope import attribute_key
-from pdp.urns import ACCESS_SUBJECT, ACTION, ACTION_ID, RESOURCE, RESOURCE_ID, SUBJECT_ID
+from pdp import (ACCESS_SUBJECT, ACTION, ACTION_ID, FAST_EQUAL_FUNCTIONS, JOIN_WITH, RESOURCE,
+                 RESOURCE_ID, SUBJECT_ID, AttributeKey, MatchNote, TargetNote, attribute_key)
 
 SINGLE_VALUED: frozenset[AttributeKey] = frozenset({
     attribute_key(ACCESS_SUBJECT, SUBJECT_ID),

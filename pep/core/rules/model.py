@@ -10,7 +10,7 @@
      "window": {"type": "tuple", "size": 5, "step": 2, "aggregates": ["rainrate:avg"],
                 "min_count": 1, "group_by": [], "filterable": ["rainrate"]},
      "valid": {"from": "2026-11-23T00:00:00Z", "until": "2026-11-24T00:00:00Z"},
-     "events": ["storm"]}
+     "events": ["storm"], "grant_option": false}
 
 Only `stream` and `who` are required. `who` is a list of alternatives: the rule applies to a
 caller who is one of `subjects`, OR holds one of `roles`, OR carries one of the `attributes`
@@ -23,7 +23,9 @@ obligation (size in tuples or seconds; `min_count` absent: the PEP's default for
 `lat,lon: grid:<degrees>`, `truncate:<unit>`, `bands:<edges>`, `prefix:<n>`, `suffix:<n>`,
 `hash`, `null`), compiled to the `exacml:obligation:stream-mask` obligation.
 `valid` bounds the grant in time (either end may be absent), `events` names stream events of
-the same stream that must all be open. A rule compiles to one XACML 3.0 Policy
+the same stream that must all be open. `grant_option` (default false): the consumers the rule
+names may re-share what they get as derived streams of their own, never wider than this grant
+(the `exacml:obligation:stream-grant-option` obligation, `pep.core.obligations`). A rule compiles to one XACML 3.0 Policy
 (`pep.core.rules.xacml`), which is what is stored, decided and revoked.
 
 This module reads and writes the JSON form only (dicts, no I/O): every mistake is a `RuleError`
@@ -53,7 +55,7 @@ POLICY_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,1000}")
 VERSION = re.compile(r"\d{1,9}(\.\d{1,9}){0,9}")
 EVENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")  # as pep.streams.events.EVENT_NAME
 KNOWN_FIELDS = ("id", "version", "stream", "description", "who", "actions", "filter",
-                "attributes", "mask", "window", "valid", "events")
+                "attributes", "mask", "window", "valid", "events", "grant_option")
 WINDOW_FIELDS = ("type", "size", "step", "aggregates", "min_count", "group_by", "filterable")
 WHO_FIELDS = ("subjects", "roles", "attributes")
 
@@ -119,6 +121,7 @@ class SharingRule:
     version: str = "1.0"
     # (attributes as written, "speed" or "lat,lon"; the mask's canonical spec)
     masks: tuple[tuple[str, str], ...] = ()
+    grant_option: bool = False  # the consumers may re-share it as derived streams
 
 
 # -- reading the JSON form ------------------------------------------------------------------------
@@ -400,8 +403,13 @@ def rule_from_json(data: Any) -> SharingRule:
     description = None
     if data.get("description") is not None and str(data["description"]).strip():
         description = _text(data["description"], "/description", MAX_DESCRIPTION)
+    option = data.get("grant_option", False)
+    if option is None:
+        option = False
+    if not isinstance(option, bool):
+        raise RuleError("/grant_option", f"must be true or false, not {_kind(option)}")
     return SharingRule(rule_id, stream, who, actions, filter_text, attributes, window, valid,
-                       events, description, version, masks)
+                       events, description, version, masks, option)
 
 
 def rule_to_json(rule: SharingRule) -> dict:
@@ -420,7 +428,8 @@ def rule_to_json(rule: SharingRule) -> dict:
                            "actions": list(rule.actions) if rule.actions else "any",
                            "filter": rule.filter, "attributes": list(rule.attributes),
                            "mask": {names: spec for names, spec in rule.masks},
-                           "window": None, "valid": None, "events": list(rule.events)}
+                           "window": None, "valid": None, "events": list(rule.events),
+                           "grant_option": rule.grant_option}
     if rule.window is not None:
         w = rule.window
         out["window"] = {"type": w.type, "size": w.size, "step": w.step,

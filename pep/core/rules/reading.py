@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from pdp import UnsafeDocumentError, parse_xml
+from common.xmlsafe import UnsafeDocumentError, parse_xml
 from pep.core.masks import MaskError, parse_mask
-from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, MAP_ATTRIBUTE, MAP_IDS,
-                                  MASK_ATTRIBUTE, MASK_IDS, PREFIXES,
+from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, GRANT_OPTION_IDS,
+                                  MAP_ATTRIBUTE, MAP_IDS, MASK_ATTRIBUTE, MASK_IDS, PREFIXES,
                                   WINDOW_ATTR, WINDOW_IDS, WINDOW_KEY, WINDOW_MIN_COUNT,
                                   WINDOW_PREFILTER, WINDOW_SIZE, WINDOW_STEP, WINDOW_TYPE,
                                   parse_window_kind, parse_window_number)
@@ -60,6 +60,7 @@ class GrantReading:
     events: tuple[str, ...] = ()
     description: str | None = None
     masks: tuple[tuple[str, str], ...] = ()  # (attributes, canonical mask spec); all apply
+    grant_option: bool = False  # the stream-grant-option obligation
 
     @property
     def attributes(self) -> tuple[str, ...] | None:
@@ -326,13 +327,23 @@ def _mask(text: str) -> tuple[str, str]:
         raise Unreadable("a mask the PEP refuses") from None
 
 
-def _obligations(expressions: etree._Element | None, effect: str
-                 ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...], tuple[RuleWindow, ...],
-                            tuple[tuple[str, str], ...]]:
+@dataclass(frozen=True)
+class _Obligations:
+    """A rule's stream obligations, read."""
+
+    filters: tuple[str, ...]
+    maps: tuple[tuple[str, ...], ...]
+    windows: tuple[RuleWindow, ...]
+    masks: tuple[tuple[str, str], ...]
+    grant_option: bool
+
+
+def _obligations(expressions: etree._Element | None, effect: str) -> _Obligations:
     filters: list[str] = []
     maps: list[tuple[str, ...]] = []
     windows: list[RuleWindow] = []
     masks: list[tuple[str, str]] = []
+    option = False
     for obligation in (_children(expressions) if expressions is not None else []):
         if _local(obligation) != "ObligationExpression" or effect != "Permit" or \
                 _attr(obligation, "FulfillOn") != "Permit":
@@ -357,9 +368,13 @@ def _obligations(expressions: etree._Element | None, effect: str
             if not values:
                 raise Unreadable("a mask obligation without masks")
             masks.extend(_mask(v) for v in values)
+        elif obligation_id in GRANT_OPTION_IDS:
+            if _children(obligation) or option:
+                raise Unreadable("a grant option with attributes, or twice")
+            option = True
         else:
             raise Unreadable(f"obligation {obligation_id!r}")
-    return tuple(filters), tuple(maps), tuple(windows), tuple(masks)
+    return _Obligations(tuple(filters), tuple(maps), tuple(windows), tuple(masks), option)
 
 
 def _grant(rule: etree._Element, streams: tuple[str, ...]) -> GrantReading:
@@ -375,10 +390,10 @@ def _grant(rule: etree._Element, streams: tuple[str, ...]) -> GrantReading:
         parts[name] = child
     who, actions = _rule_target(parts.get("Target"))
     valid, events = _condition(parts.get("Condition"), streams)
-    filters, maps, windows, masks = _obligations(parts.get("ObligationExpressions"), effect)
+    found = _obligations(parts.get("ObligationExpressions"), effect)
     description = _text(parts["Description"]).strip() if "Description" in parts else None
-    return GrantReading(effect, who, actions, filters, maps, windows, valid, events,
-                        description or None, masks)
+    return GrantReading(effect, who, actions, found.filters, found.maps, found.windows, valid,
+                        events, description or None, found.masks, found.grant_option)
 
 
 def read_document(root: etree._Element) -> PolicyReading | None:
@@ -436,7 +451,7 @@ def rule_from_reading(reading: PolicyReading) -> SharingRule | None:
         attributes=grant.maps[0] if grant.maps else (),
         window=grant.windows[0] if grant.windows else None, valid=grant.valid,
         events=grant.events, description=description, version=reading.version,
-        masks=grant.masks)
+        masks=grant.masks, grant_option=grant.grant_option)
     try:
         checked = rule_from_json(rule_to_json(candidate))
     except RuleError:

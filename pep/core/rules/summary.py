@@ -78,6 +78,8 @@ def grant_text(grant: GrantReading) -> str:
         filterable = sorted({a for w in grant.windows for a in w.filterable})
         if filterable:
             head += f" (own filter before the window on {', '.join(filterable)})"
+        if grant.grant_option:
+            head += ", with grant option"
     if grant.valid is not None:
         if grant.valid.start:
             head += f", from {grant.valid.start}"

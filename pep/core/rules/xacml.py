@@ -12,7 +12,9 @@ The shape (`pep.core.rules.reading` reads it back, and any policy of the same sh
         <Condition>  and(current-dateTime >= from, current-dateTime < until,
                          boolean-is-in(true, urn:xsg:event:<stream>:<event>) ...)
         <ObligationExpressions>  exacml:obligation:stream-filter, -map, -mask, -window with
-                                 the eXACML+ attribute ids (pep.core.obligations)
+                                 the eXACML+ attribute ids (pep.core.obligations), and
+                                 exacml:obligation:stream-grant-option (no attribute) when
+                                 the rule gives the grant option
 
 No catch-all Deny rule: under the root's deny-overrides a Deny in one owner's rule would
 override another rule's Permit on the same stream; a caller no rule names is NotApplicable,
@@ -24,12 +26,12 @@ import re
 
 from lxml import etree
 
-from pdp.urns import (ACCESS_SUBJECT as SUBJECT, ACTION, ACTION_ID, CURRENT_DATETIME, ENVIRONMENT,
-                      FUNCTION_PREFIX as FN, RESOURCE, RESOURCE_ID, STRING, SUBJECT_ID,
-                      SUBJECT_ROLE as ROLE, XACML_NS as NS)
-from pep.core.obligations import (FILTER_CONDITION, MAP_ATTRIBUTE, MASK_ATTRIBUTE, WINDOW_ATTR,
-                                  WINDOW_KEY, WINDOW_MIN_COUNT, WINDOW_PREFILTER, WINDOW_SIZE,
-                                  WINDOW_STEP, WINDOW_TYPE)
+from pdp import (ACCESS_SUBJECT as SUBJECT, ACTION, ACTION_ID, CURRENT_DATETIME, ENVIRONMENT,
+                 FUNCTION_PREFIX as FN, RESOURCE, RESOURCE_ID, STRING, SUBJECT_ID,
+                 SUBJECT_ROLE as ROLE, XACML_NS as NS)
+from pep.core.obligations import (FILTER_CONDITION, GRANT_OPTION_ID, MAP_ATTRIBUTE,
+                                  MASK_ATTRIBUTE, WINDOW_ATTR, WINDOW_KEY, WINDOW_MIN_COUNT,
+                                  WINDOW_PREFILTER, WINDOW_SIZE, WINDOW_STEP, WINDOW_TYPE)
 from pep.core.rules.model import AttributeMatch, SharingRule
 
 FIRST_APPLICABLE = "urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable"
@@ -148,7 +150,8 @@ def _assign(obligation: etree._Element, suffix: str, datatype: str, text: str) -
 
 
 def _obligations(rule_element: etree._Element, rule: SharingRule) -> None:
-    if rule.filter is None and not rule.attributes and rule.window is None and not rule.masks:
+    if rule.filter is None and not rule.attributes and rule.window is None and not rule.masks \
+            and not rule.grant_option:
         return
     expressions = _el(rule_element, "ObligationExpressions")
     if rule.filter is not None:
@@ -176,6 +179,9 @@ def _obligations(rule_element: etree._Element, rule: SharingRule) -> None:
             _assign(ob, WINDOW_KEY, STRING, key)
         for name in w.filterable:
             _assign(ob, WINDOW_PREFILTER, STRING, name)
+    if rule.grant_option:
+        _el(expressions, "ObligationExpression", ObligationId=GRANT_OPTION_ID,
+            FulfillOn="Permit")
 
 
 def rule_to_xacml(rule: SharingRule) -> bytes:

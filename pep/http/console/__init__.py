@@ -33,11 +33,10 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, send_from_directory
 
-from pdp.http.api import STORED_NOT_YOURS
-from pdp.http.auth import current_identity, require_identity
-from pdp.http.errors import error_response
-from pdp.manage import ManagedPolicy
-from pdp.store import PolicyNotFoundError
+from common.http.auth import current_identity, require_identity
+from common.http.errors import error_response
+from pdp import ManagedPolicy, PolicyNotFoundError
+from pdp.http import STORED_NOT_YOURS
 from pep.http.current import current_services
 from pep.http.streams import may_register
 from pep.streams.ownership import owner_or_admin

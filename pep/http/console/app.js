@@ -856,6 +856,7 @@
     const valid = (rule && rule.valid) || {};
     $('rule-valid-from').value = valid.from ? valid.from.replace(/Z$/, '') : '';
     $('rule-valid-until').value = valid.until ? valid.until.replace(/Z$/, '') : '';
+    $('rule-grant-option').checked = !!(rule && rule.grant_option);
     $('rule-sample-subject').value = '';
     $('rule-sample-roles').value = '';
     clearResult('rule-result');
@@ -990,6 +991,7 @@
       if (until) rule.valid.until = (until.length === 16 ? until + ':00' : until) + 'Z';
     }
     rule.events = [...document.querySelectorAll('#rule-events input:checked')].map((i) => i.value);
+    if ($('rule-grant-option').checked) rule.grant_option = true;
     return rule;
   }
 
@@ -1085,7 +1087,7 @@
                     'rule-valid-from', 'rule-valid-until', 'rule-sample-subject', 'rule-sample-roles']) {
     $(id).addEventListener('input', () => schedulePreview());
   }
-  for (const id of ['rule-anyone', 'rule-any-action', 'rule-sample-action']) {
+  for (const id of ['rule-anyone', 'rule-any-action', 'rule-sample-action', 'rule-grant-option']) {
     $(id).addEventListener('change', () => schedulePreview());
   }
   for (const box of document.querySelectorAll('input[name=rule-action]')) {

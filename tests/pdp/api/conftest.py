@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pdp.auth import write_auth_file
+from common.auth import write_auth_file
+from pep.config import GatewayConfig
 from pep.http.app import create_app
 from pep.services import GatewayServices, build_services
-from pep.config import GatewayConfig
 
 REPO = Path(__file__).resolve().parents[3]
 POLICIES = REPO / "policies"

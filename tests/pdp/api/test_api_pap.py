@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from common.auth import Identity
 from pdp import may_manage_policy
-from pdp.auth import Identity
 from tests.pdp.api.conftest import (WEATHER_ID, WEATHER_POLICY, XML, bearer, simple_policy)
 
 

@@ -12,8 +12,8 @@ import random
 
 import pytest
 
+from common.auth import write_auth_file
 from pdp.authzen import RESOURCE_TYPE
-from pdp.auth import write_auth_file
 from pep.http.app import create_app
 from pep.services import build_services
 from tests.pdp.api.conftest import AUTH_ENTRIES, JSON, XML, bearer, make_config

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from pdp.auth import AuthFileError, Identity, TokenAuthenticator, parse_auth_entries
+from common.auth import AuthFileError, Identity, TokenAuthenticator, parse_auth_entries
 from pdp.events import PolicyChange, PolicyEvents
 
 
@@ -77,7 +77,7 @@ def test_missing_auth_file(tmp_path):
 
 
 def test_auth_file_roundtrip(tmp_path):
-    from pdp.auth import write_auth_file
+    from common.auth import write_auth_file
 
     path = tmp_path / "a.json"
     write_auth_file(path, [{"token": "abc", "subject": "s", "roles": ["r"], "admin": False}])

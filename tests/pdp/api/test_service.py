@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from pdp.auth import Identity
+from common.auth import Identity
 from pdp import bind_subject
 from pdp.errors import PolicyLoadError
 from pdp.events import PolicyEvents

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pdp.db import open_storage
+from common.db import open_storage
 from pdp.store import (PolicyExistsError, PolicyNotFoundError, SQLitePolicyStore, SQLPolicyStore,
                        StoreError)
 
@@ -157,7 +157,7 @@ def test_put_all_is_all_or_nothing(store):
 
 CRASHING_WRITER = textwrap.dedent("""
     import sys, time
-    from pdp.db import open_storage
+    from common.db import open_storage
     from pdp.store import SQLPolicyStore
 
     class Stalling(SQLPolicyStore):
@@ -268,7 +268,7 @@ def test_a_write_reads_only_its_own_policy(tmp_path):
 
 TWO_WRITERS = textwrap.dedent("""
     import json, sys
-    from pdp.db import open_storage
+    from common.db import open_storage
     from pdp.store import SQLPolicyStore
 
     storage = open_storage(sys.argv[1], sys.argv[2] or None)
@@ -335,7 +335,7 @@ def test_a_connection_lost_inside_a_write_keeps_nothing_of_it(postgres, tmp_path
     """The PostgreSQL server goes away between the two steps of a write: the write fails as
     StoreUnavailable (a 503 at the HTTP edge), and once the server is back nothing of it is
     there, its version number included."""
-    from pdp.db import StoreUnavailable
+    from common.db import StoreUnavailable
 
     class Cut(SQLPolicyStore):
         def _set_current(self, cur, policy_id, store_version):

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
+from common.xmlsafe import UnsafeDocumentError, parse_json, parse_xml
 from pdp.engine import PolicyEngine, PolicySource, inspect_policy
 from pdp.errors import PolicyLoadError, RequestSyntaxError
 from pdp.request import parse_request
 from pdp.results import STATUS_SYNTAX_ERROR, Decision
-from pdp.xmlsafe import UnsafeDocumentError, parse_json, parse_xml
 
 from ._gen import request_xml, simple_policy
 
@@ -143,7 +143,7 @@ def test_json_integer_over_the_digit_limit_is_a_clear_error():
 
 
 def test_default_limits_are_configurable():
-    from pdp import xmlsafe
+    from common import xmlsafe
     saved = xmlsafe.get_limits()
     try:
         xmlsafe.set_limits(max_bytes=64, max_depth=3)

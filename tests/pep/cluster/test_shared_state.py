@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pdp import PolicyEvents, PolicyService
-from pdp.db import StoreUnavailable, open_storage
-from pdp.migrations import migrate
+from common.db import StoreUnavailable, open_storage
+from common.migrations import migrate
 from pdp.store import SQLPolicyStore
 from pep.cluster.announce import Announcements
 from pep.cluster.placement import LET_GO_AT, Elsewhere, Placement, SplitStreams
@@ -23,6 +23,7 @@ from pep.core.privacy import Budget, units
 from pep.handles.one_window import WindowConflict
 from pep.handles.privacy_budget import PrivacyLedger
 from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
+from pep.streams.entries import SCHEMA as CATALOG_SCHEMA
 from pep.streams.events import SCHEMA as EVENTS_SCHEMA
 
 REQ = StoredRequest(b"<Request/>", "application/xacml+xml")
@@ -40,6 +41,7 @@ def storages(url, tmp_path):
     # the tables the cluster's queries read beside its own (the gateway makes them at start)
     HandleStore(opened[0].database("handles")).close()
     migrate(opened[0].database("events"), EVENTS_SCHEMA)
+    migrate(opened[0].database("streams"), CATALOG_SCHEMA)  # derived streams move with theirs
     yield opened
     for s in opened:
         s.close()

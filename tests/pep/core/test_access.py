@@ -6,15 +6,15 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-from pdp.auth import Identity, TokenAuthenticator
-from pdp.http.auth import install_authenticator
+from common.auth import Identity, TokenAuthenticator
+from common.http.auth import install_authenticator
 from pdp.engine import PolicyEngine, PolicySource
-from pep.http.explain import install_explain
-from pep.core.graph import BUILTIN_SCHEMAS
-from pep.core.plan import Aggregate, Field, Predicate, StreamSchema, WindowSpec
 from pep.core.access import decide_and_plan
 from pep.core.errors import Refusal
+from pep.core.graph import BUILTIN_SCHEMAS
+from pep.core.plan import Aggregate, Field, Predicate, StreamSchema, WindowSpec
 from pep.http import errors
+from pep.http.explain import install_explain
 
 from .helpers import FIGURE_4A
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pdp import Identity
+from common.auth import Identity
 from pdp.engine import PolicyEngine, PolicySource
 from pep.core.access import caller_resolver, decide_and_plan
 from pep.core.analysis import analyse_filter

@@ -15,7 +15,7 @@ from flask import Flask
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pdp.auth import Identity
+from common.auth import Identity
 from pdp.engine import PolicyEngine
 from pep.core.access import decide_and_plan
 from pep.core.analysis import MergeWarning
@@ -23,8 +23,8 @@ from pep.core.errors import (AccessDenied, InvalidInput, NoResult, NotPermitted,
                              Unprocessable)
 from pep.core.explain import plan_to_json
 from pep.core.join import JoinSide, analyse_join, build_join
-from pep.core.outputs import join_output, side_outputs
 from pep.core.merge import merge
+from pep.core.outputs import join_output, side_outputs
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, StreamSchema,
                            WindowSpec, any_plan_from_json, is_join_json, plan_streams,
                            side_plans)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pdp.auth import Identity
+from common.auth import Identity
 from pdp.engine import PolicyEngine, PolicySource
 from pep.config import DEMO_PORT
 from pep.core.access import decide_and_plan

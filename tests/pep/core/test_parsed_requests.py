@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pdp.auth import Identity
+from common.auth import Identity
 from pdp.urns import ACCESS_SUBJECT, RESOURCE, RESOURCE_ID, SUBJECT_ID
 from pep.core import access
 from pep.core.access import decide_and_plan

@@ -11,8 +11,8 @@ from xml.sax.saxutils import escape
 
 import pytest
 
-from pdp import Identity, PolicyEngine, PolicySource
-from pdp.auth import AuthFileError, parse_auth_entries
+from common.auth import AuthFileError, Identity, parse_auth_entries
+from pdp import PolicyEngine, PolicySource
 from pep.core.access import decide_and_plan
 from pep.core.errors import AccessDenied
 from pep.core.plan import Field, Predicate, StreamSchema

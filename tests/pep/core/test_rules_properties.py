@@ -187,7 +187,7 @@ def requests(draw):
     attributes = {}
     for attribute_id in draw(_unique(attribute_ids, 2)):
         values = draw(st.lists(attribute_values, min_size=1, max_size=2))
-        # an identity attribute's values have one type (pdp.auth)
+        # an identity attribute's values have one type (common.auth)
         kind = type(values[0])
         attributes[attribute_id] = [v for v in values if type(v) is kind]
     return {"subject": subject, "roles": caller_roles, "attributes": attributes,

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from pdp import Identity, PolicyEngine, PolicySource
+from common.auth import Identity
+from pdp import PolicyEngine, PolicySource
 from pep.core.access import caller_resolver, decide_and_plan
 from pep.core.analysis import analyse_filter
 from pep.core.conditions import MAX_SET_SIZE, ConditionError, evaluate, parse_condition, to_text

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pdp import Identity
+from common.auth import Identity
 from pep.core import geo
 from pep.core.access import caller_resolver
 from pep.core.analysis import analyse_filter

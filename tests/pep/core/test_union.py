@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pdp.auth import Identity
+from common.auth import Identity
 from pdp.engine import PolicyEngine, PolicySource
 from pep.core.access import decide_and_plan
 from pep.core.conditions import evaluate, parse_condition

@@ -9,9 +9,9 @@ import pytest
 
 from pep.core.errors import NotFound, Unavailable
 from pep.core.plan import plan_from_json
+from pep.handles.one_window import WindowConflict, WindowRegistry
 from pep.handles.records import HandleState, HandleStore, StoredRequest, new_handle_id
 from pep.handles.service import HandleService, StalePolicies
-from pep.handles.one_window import WindowConflict, WindowRegistry
 from pep.streams.catalog import StreamCatalog
 from tests.pep.conftest import RecordingRuntime, plan
 
@@ -166,7 +166,7 @@ def test_a_store_that_fails_while_a_handle_opens_leaves_no_handle_and_no_window(
                                                                                  failing):
     """Each store call of an opening may fail (a PostgreSQL store lost: StoreUnavailable): then
     nothing is granted, nothing attached, and the subject's window is free for its next try."""
-    from pdp.db import StoreUnavailable
+    from common.db import StoreUnavailable
 
     svc, runtime, windows, catalog, _ = env
     svc.stream_position = catalog.position  # as the gateway's has: an opening reads earlier ones

@@ -206,7 +206,7 @@ def test_a_request_decided_with_the_old_identity_is_decided_again(gw):
 
 @pytest.fixture
 def issuer():
-    from tests.pdp.auth.conftest import Issuer
+    from tests.common.auth.conftest import Issuer
 
     it = Issuer()
     yield it
@@ -217,7 +217,7 @@ def test_a_jwt_with_a_lower_clearance_revokes_before_its_request_returns(issuer,
     from pep.config import GatewayConfig
     from pep.http.app import create_app
     from pep.services import build_services
-    from tests.pdp.auth.test_oidc import settings
+    from tests.common.auth.test_oidc import settings
 
     data = tmp_path / "data"
     data.mkdir()

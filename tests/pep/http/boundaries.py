@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdp.auth import write_auth_file
+from common.auth import write_auth_file
 from tests.pep.conftest import RecordingRuntime
 
 NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"

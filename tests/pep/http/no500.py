@@ -30,7 +30,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis.generation.modes import GenerationMode
 from werkzeug.test import Client
 
-from pdp.auth import write_auth_file
+from common.auth import write_auth_file
 from tests.fuzz.support import (LTA_REQUEST_JSON, LTA_REQUEST_XML, NEA_POLICY, NEA_POLICY_ID,
                                 SHIPS, SHIPS_POLICY, SHIPS_POLICY_ID, WEATHER)
 from tests.pep.conftest import RecordingRuntime, build_gateway

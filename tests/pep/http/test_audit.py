@@ -156,7 +156,7 @@ def test_a_batch_is_written_at_once_numbered_in_order_and_checked_before_writing
 # -- the trail as a table of the store (PostgreSQL's; the same class runs on SQLite) ------------
 
 def test_the_table_numbers_batches_in_order_checks_them_first_and_survives_a_restart(storage):
-    from pdp.db import open_storage
+    from common.db import open_storage
     from pep.audit.table import AuditTable
 
     table = AuditTable(storage.database("audit"))
@@ -196,7 +196,7 @@ def test_the_table_numbers_batches_in_order_checks_them_first_and_survives_a_res
 def test_two_writers_on_one_table_share_one_sequence(storage):
     """Two trails on one store (two processes' pools on PostgreSQL): every seq once, in commit
     order, whoever wrote it."""
-    from pdp.db import open_storage
+    from common.db import open_storage
     from pep.audit.table import AuditTable
 
     other = open_storage(storage.data_dir, storage.url)

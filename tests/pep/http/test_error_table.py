@@ -2,9 +2,9 @@
 class first, as Flask finds handlers), so the order of its entries does not matter."""
 from __future__ import annotations
 
+from common.http.errors import status_for
+from common.numbers import NumberError
 from pdp import PolicyNotFoundError
-from pdp.http.errors import status_for
-from pdp.numbers import NumberError
 from pep.core.errors import (AccessDenied, Conflict, InputTooLarge, InvalidInput,
                              MalformedRequest, NoResult, NotPermitted, Refusal, Unavailable)
 from pep.handles.one_window import WindowConflict

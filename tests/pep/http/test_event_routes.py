@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from flask import g
 
-from pdp.auth import Identity
+from common.auth import Identity
 from pep.core.errors import NotFound, NotPermitted
 from pep.http.events import owned_stream
 from tests.pep.conftest import RecordingRuntime, auth_header, build_gateway

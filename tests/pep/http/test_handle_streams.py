@@ -11,7 +11,7 @@ import requests
 
 from pep.core.rows import RowBatch
 from pep.http.app import create_app
-from pep.http.serving import HttpServer
+from server.serving import HttpServer
 from tests.pep.conftest import RecordingRuntime, auth_header, build_gateway
 from tests.pep.http.test_handles_api import POLICIES, WEATHER, XML
 

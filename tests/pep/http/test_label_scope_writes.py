@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pdp.auth import write_auth_file
+from common.auth import write_auth_file
 from tests.pep.conftest import TOKENS, RecordingRuntime, auth_header, build_gateway
 
 POLICIES = Path(__file__).resolve().parents[3] / "policies"

@@ -178,7 +178,7 @@ def test_the_gateways_server_streams_the_kept_windows_too(gw):
     """The same on the gateway's own server, where the event loop writes the stream."""
     import requests
 
-    from pep.http.serving import HttpServer
+    from server.serving import HttpServer
 
     client, runtime, state, _ = gw
     handle_id = spend_all(client, runtime, state)

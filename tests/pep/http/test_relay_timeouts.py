@@ -10,7 +10,7 @@ import time
 
 import requests
 
-from pep.http.serving import HttpServer
+from server.serving import HttpServer
 from proxy.app import ProxyConfig, create_app
 from proxy.forward import Timeouts
 

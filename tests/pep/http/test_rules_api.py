@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from common.auth import write_auth_file
 from pdp import confined_resource_ids
-from pdp.auth import write_auth_file
 from pep.core.rules import rule_from_xacml
 from tests.pep.conftest import RecordingRuntime, build_gateway
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from pdp.auth import write_auth_file
+from common.auth import write_auth_file
 from pep.config import GatewayConfig
 from pep.core.rows import RowBatch
 from pep.http.app import create_app

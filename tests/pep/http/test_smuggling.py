@@ -19,7 +19,7 @@ import time
 import pytest
 import requests
 
-from pep.http.serving import HttpServer
+from server.serving import HttpServer
 from proxy.app import ProxyConfig, create_app as create_proxy_app, runtime_of
 from tests.pep.conftest import TOKENS, RecordingRuntime, auth_header, build_gateway
 from tests.pep.http.test_handles_api import POLICIES, WEATHER, XML

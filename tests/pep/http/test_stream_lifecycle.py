@@ -533,8 +533,10 @@ def test_a_request_decided_before_the_deletion_cannot_open_a_handle_after_it(gw)
     add_policy(client, gauge_policy())
     identity = services.authenticator.identity_for("lta")
     epoch = services.handles.policy_epoch
-    grant = services.decide_and_plan(services.policies.engine, access_request("gauge", "read"),
-                                     "application/xacml+xml", identity, services.catalog.schema)
+    grant = services.access.decide_and_plan(services.policies.engine,
+                                            access_request("gauge", "read"),
+                                            "application/xacml+xml", identity,
+                                            services.catalog.schema)
     looked_up = services.handles._definitions(grant.plan)  # before the deletion
     services.handles._definitions = lambda plan: looked_up
     assert client.delete("/streams/gauge", headers=bearer("acme")).status_code == 200

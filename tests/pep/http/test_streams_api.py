@@ -6,12 +6,12 @@ import json
 import pytest
 from flask import Flask
 
-from pdp.auth import Identity, TokenAuthenticator
-from pdp.http.auth import install_authenticator
-from pep.streams.catalog import StreamCatalog
-from pep.streams.definition import SEQ_FIELD
+from common.auth import Identity, TokenAuthenticator
+from common.http.auth import install_authenticator
 from pep.http import errors
 from pep.http.streams import install_streams
+from pep.streams.catalog import StreamCatalog
+from pep.streams.definition import SEQ_FIELD
 
 TOKENS = {"nea": "t-nea", "lta": "t-lta", "root": "t-root", "own2": "t-own2"}
 

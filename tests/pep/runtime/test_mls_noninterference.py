@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from pdp.auth import Identity
+from common.auth import Identity
 from pdp.engine import PolicyEngine, PolicySource
 from pep.core.access import decide_and_plan
 from pep.core.conditions.evaluation import evaluate

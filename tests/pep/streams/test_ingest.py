@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from pdp.auth import Identity
-from pep.core.plan import SourceSpec
+from common.auth import Identity
 from pep.core.errors import Conflict, InputTooLarge, InvalidInput, NotFound, NotPermitted
+from pep.core.plan import SourceSpec
 from pep.core.schemas import BUILTIN_SCHEMAS
 from pep.streams.catalog import StreamCatalog
 from pep.streams.definition import SEQ_FIELD, StreamError

@@ -170,7 +170,7 @@ def test_a_change_whose_commit_fails_changes_nothing_in_memory_either(catalog, m
     no stream behind."""
     from contextlib import contextmanager
 
-    from pdp.db import StoreUnavailable
+    from common.db import StoreUnavailable
 
     catalog.register("g", "o", SCHEMA, time_attribute="ts")
     real = catalog._db.transaction

@@ -7,7 +7,7 @@ from urllib.parse import quote
 
 import pytest
 
-from pdp.auth import write_auth_file
+from common.auth import write_auth_file
 from tests.pep.conftest import RecordingRuntime, build_gateway
 
 TOKENS = {"root": "tok-root-0123456789", "own1": "tok-own1-0123456789",
