@@ -176,14 +176,10 @@ class ClusterNode:
         services = self.services
         if services is None:
             return
-        # the handles served here that read these streams: their buffers close first (nothing
-        # delivered after), their windows stay booked (they are live)
-        records = services.handles.served(services.handles.live_on_streams(streams))
-        gone = [r.id for r in records]
-        services.handles.shutdown(gone, reason)
-        for record in records:
-            if len(record.streams) > 1 and services.join_runtime is not None:
-                services.join_runtime.detach(record.id)  # a join's query is its own
+        # the handles served here that read these streams: their buffers close first, nothing
+        # delivered after (from memory: the store may be what is lost); they stay live, their
+        # windows booked
+        gone = services.handles.shutdown(streams, reason)
         for name in streams:
             # their queries stop keeping their checkpoints' place (the next process goes on
             # from there), whatever is attached (the streams' events too)

@@ -79,6 +79,32 @@ def _cut_kafka_sides(plan: AnyPlan, cuts: Mapping[str, tuple[int, ...]]) -> AnyP
     return with_start_offsets(plan, cuts[plan.stream]) if plan.stream in cuts else plan
 
 
+def _kafka_cuts(kafka_cut: Callable[[StreamDefinition], tuple[int, ...]] | None,
+                definitions: list[StreamDefinition]) -> dict[str, tuple[int, ...]]:
+    """Per Kafka stream of the plan, its partitions' end offsets now (`kafka_cut`): the handle
+    starts there, so no record the broker acknowledged before the request reaches it (a Kafka
+    record has no stream position: this is its cut, issue 41). Deny when in doubt: offsets
+    that cannot be read refuse the request (503), never a handle without its cut."""
+    cuts: dict[str, tuple[int, ...]] = {}
+    for definition in definitions:
+        if definition.source.kind != "kafka":
+            continue
+        if kafka_cut is None:
+            raise Unavailable(f"stream {definition.name!r}: this gateway reads no Kafka "
+                              "offsets, so a handle on a Kafka stream cannot start at its "
+                              "request")
+        try:
+            cuts[definition.name] = tuple(kafka_cut(definition))
+        except Exception as exc:  # noqa: BLE001 - whatever the client raised: refused
+            # the broker's address and the topic are the owner's: in the log, not the answer
+            log.warning("no handle on stream %s: %s", definition.name, exc)
+            raise Unavailable(f"stream {definition.name!r}: the offsets of its Kafka "
+                              "partitions could not be read, so a handle cannot start at "
+                              "this request; retry later",
+                              retry_after=KAFKA_RETRY_AFTER) from None
+    return cuts
+
+
 class StalePolicies(Exception):
     """The policies changed between the decision and the handle's creation: decide again."""
 
@@ -269,7 +295,7 @@ class HandleService:
         slots = self._slots(definitions)
         key = plan_key or plan.key()
         try:
-            cuts: dict[str, tuple[int, ...]] | Unavailable = self._kafka_cuts(definitions)
+            cuts: dict[str, tuple[int, ...]] | Unavailable = _kafka_cuts(self.kafka_cut, definitions)
         except Unavailable as exc:  # a broker's answer, before the lock; raised for a new handle
             cuts = exc
         with self.lock:
@@ -329,30 +355,6 @@ class HandleService:
         self._attach(record.id, definitions, plan, buffer, subject)
         self._notify_opened(record, True)
         return record, True
-
-    def _kafka_cuts(self, definitions: list[StreamDefinition]) -> dict[str, tuple[int, ...]]:
-        """Per Kafka stream of the plan, its partitions' end offsets now: the handle starts
-        there, so no record the broker acknowledged before the request reaches it (a Kafka
-        record has no stream position: this is its cut, issue 41). Deny when in doubt: offsets
-        that cannot be read refuse the request (503), never a handle without its cut."""
-        cuts: dict[str, tuple[int, ...]] = {}
-        for definition in definitions:
-            if definition.source.kind != "kafka":
-                continue
-            if self.kafka_cut is None:
-                raise Unavailable(f"stream {definition.name!r}: this gateway reads no Kafka "
-                                  "offsets, so a handle on a Kafka stream cannot start at its "
-                                  "request")
-            try:
-                cuts[definition.name] = tuple(self.kafka_cut(definition))
-            except Exception as exc:  # noqa: BLE001 - whatever the client raised: refused
-                # the broker's address and the topic are the owner's: in the log, not the answer
-                log.warning("no handle on stream %s: %s", definition.name, exc)
-                raise Unavailable(f"stream {definition.name!r}: the offsets of its Kafka "
-                                  "partitions could not be read, so a handle cannot start at "
-                                  "this request; retry later",
-                                  retry_after=KAFKA_RETRY_AFTER) from None
-        return cuts
 
     def _admit(self, subject: str, plan: AnyPlan) -> None:
         """A private window's handle only if the consumer's budget can pay for it (raises
@@ -693,17 +695,25 @@ class HandleService:
                     totals[stream] = totals.get(stream, 0) + buffer.dropped
         return totals
 
-    def shutdown(self, handle_ids: Iterable[str] | None = None,
-                 reason: str = "the gateway is stopping; reconnect after its restart") -> None:
+    def shutdown(self, streams: Iterable[str] | None = None,
+                 reason: str = "the gateway is stopping; reconnect after its restart"
+                 ) -> list[str]:
         """Process exit: buffers close with `shutdown`, but handles stay live in the store so that
-        the next start re-evaluates and resumes them. `handle_ids`: only those (another process
-        serves them from now on: `pep.cluster`)."""
+        the next start re-evaluates and resumes them. `streams`: only the handles on those, as
+        this process knows them (no store needed: another process serves them now, `pep.cluster`,
+        and this one may have lost the store); their joins' queries stop. The handles closed."""
+        names = None if streams is None else set(streams)
         with self.lock:
-            for hid in list(self._buffers if handle_ids is None else handle_ids):
-                buffer = self._buffers.pop(hid, None)
-                if buffer is not None:
-                    buffer.close("shutdown", reason)
-            if handle_ids is None:
+            ids = [h for h in self._buffers if names is None or self._buffer_streams.get(h) in names]
+            for hid in ids:
+                buffer = self._buffers.pop(hid)
+                buffer.close("shutdown", reason)
+                self._forget_buffer(hid, buffer)
+            if names is None:
                 self._kept.clear()
+            joins = [h for h in ids if names is not None and h in self._joins]
+        for hid in joins:
+            self._detach(hid)
+        return ids
 
 __all__ = ["HandleService", "PlacementLike", "StalePolicies", "WindowRegistryLike"]
