@@ -26,8 +26,8 @@ from pdp.combining import policy_combiner
 from pdp.engine import (PolicyEngine, PolicyInfo, PolicySource, compile_policy, inspect_policy,
                         policy_resource_scope)
 from pdp.errors import PolicyLoadError, RequestSyntaxError
-from pdp.evaluation import (DENY, PERMIT, AnyPolicy, PolicyEvaluator, ReferenceEvaluator,
-                            RuleEvaluator)
+from pdp.evaluation import (DENY, PERMIT, AnyPolicy, AnyValue, ObligationExpr, PolicyCombiner,
+                            PolicyEvaluator, ReferenceEvaluator, RuleCombiner, RuleEvaluator)
 from pdp.events import PolicyChange, PolicyEvents
 from pdp.manage import ManagedPolicy, ManagePolicy, Veto, may_manage_policy
 from pdp.notes import ALWAYS_FALSE, NO_CONDITION, AttributeKey, MatchNote, Notes, TargetNote
@@ -78,6 +78,7 @@ __all__ = [
     "SUBJECT_ID", "SUBJECT_ROLE", "XACML_NS",
     # what the policy linter and the explanations walk: compiled policies and the compiler's notes
     "DENY", "PERMIT", "AnyPolicy", "PolicyEvaluator", "ReferenceEvaluator", "RuleEvaluator",
+    "ObligationExpr", "RuleCombiner", "PolicyCombiner", "AnyValue",
     "ALWAYS_FALSE", "NO_CONDITION", "AttributeKey", "MatchNote", "Notes", "TargetNote",
     "FAST_EQUAL_FUNCTIONS", "attribute_key", "policy_combiner",
     "explanation_json", "explanation_text",

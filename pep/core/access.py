@@ -27,32 +27,42 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Protocol
 
+from common.auth import Identity
 from pdp import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION, ACTION_ID,
                  ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE, RESOURCE_ID, STATUS_SYNTAX_ERROR,
-                 STRING, SUBJECT_ID, SUBJECT_ROLE, Decision, RequestSyntaxError, Response, Result,
-                 RuleGrant, Status, bind_environment, bind_join, bind_subject, media_kind,
-                 parse_request)
+                 STRING, SUBJECT_ID, SUBJECT_ROLE, Decision, RequestContext, RequestSyntaxError,
+                 Response, Result, RuleGrant, Status, bind_environment, bind_join, bind_subject,
+                 media_kind, parse_request)
 from pep.core.analysis import ConditionTooComplex, MergeWarning
 from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
                              NotPermitted, Refusal, TooComplex, Unprocessable, UnsupportedMedia)
-from pep.core.explain import graph_to_json, plan_to_json, render_sql
-from pep.core.graph import UnsupportedGraph
+from pep.core.explain import AnyPlanJson, GraphJson, graph_to_json, plan_to_json, render_sql
+from pep.core.graph import QueryGraph, UnsupportedGraph
 from pep.core.join import JoinSide, build_join, check_streams
 from pep.core.joingrant import JoinGrant, apply_join_grants, read_join_grant, split_obligations
 from pep.core.labels import LabelError
-from pep.core.masks import policy_masks
-from pep.core.merge import merge
+from pep.core.masks import Mask, policy_masks
+from pep.core.merge import MergeResult, merge
 from pep.core.obligations import ObligationError, grant_option, policy_graph
-from pep.core.parsed import RequestMemo
+from pep.core.parsed import MemoKey, RequestMemo
 from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema, UnionPlan
 from pep.core.union import INTERSECTION, UNION, Alternative, merge_union
-from pep.core.userquery import (JoinQuery, UserQueryError, parse_user_query, query_from_content,
-                                user_graph)
+from pep.core.userquery import (JoinQuery, UserQuery, UserQueryError, parse_user_query,
+                                query_from_content, user_graph)
 
 
 SchemaLookup = Callable[[str], "StreamSchema | None"]
+Explained = tuple[str, AnyPlanJson, GraphJson]
+"""A grant's renderings: (the SQL-like text, the plan's JSON, the graph's JSON)."""
+
+
+class Decider(Protocol):
+    """The PDP as a request is decided by it (`pdp.PolicyEngine`, `pdp.PolicyService`): the
+    response, and per result the ids of the top-level policies that decided it."""
+
+    def decide_with_trace(self, request: RequestContext) -> tuple[Response, list[set[str]]]: ...
 
 
 @dataclass
@@ -67,7 +77,7 @@ class Grant:
     policy_ids: set[str]
     # (sql, plan_json, graph_json), rendered when first asked for: a revocation pass plans
     # every live handle again and compares keys only (rendering was 0.1-0.2 ms of each)
-    explain: Callable[[], tuple[str, dict, dict]] = field(repr=False, compare=False)
+    explain: Callable[[], Explained] = field(repr=False, compare=False)
     # every rule that permitted it gave the consumer the grant option (`pep.core.obligations`):
     # it may re-share this single stream's plan as a derived stream (`pep.core.derived`)
     grant_option: bool = False
@@ -79,7 +89,7 @@ class Grant:
         return decided_key(self.plan.key(), self.grant_option)
 
     @cached_property
-    def _explained(self) -> tuple[str, dict, dict]:
+    def _explained(self) -> Explained:
         return self.explain()
 
     @property
@@ -87,11 +97,11 @@ class Grant:
         return self._explained[0]
 
     @property
-    def plan_json(self) -> dict:
+    def plan_json(self) -> AnyPlanJson:
         return self._explained[1]
 
     @property
-    def graph_json(self) -> dict:
+    def graph_json(self) -> GraphJson:
         return self._explained[2]
 
 
@@ -110,7 +120,8 @@ EnvironmentAttributes = list[tuple[str, str, list[str]]]
 StreamEnvironment = Callable[[str], EnvironmentAttributes]
 
 
-def caller_resolver(identity, stream: str, environment: Sequence[tuple[str, str, list[str]]] = ()
+def caller_resolver(identity: Identity, stream: str,
+                    environment: Sequence[tuple[str, str, list[str]]] = ()
                     ) -> Callable[[str, str], list[str]]:
     """What a policy's placeholders may stand for: only what the gateway itself vouches for.
 
@@ -124,7 +135,7 @@ def caller_resolver(identity, stream: str, environment: Sequence[tuple[str, str,
     """
     subject: list[tuple[str, list[str]]] = [
         (SUBJECT_ID, [identity.subject]), (SUBJECT_ROLE, list(identity.roles))]
-    for attribute_id, values in getattr(identity, "attributes", ()):
+    for attribute_id, values in identity.attributes:
         subject.append((attribute_id, [_lexical(v) for v in values]))
     by_category = {SUBJECT_CATEGORY: subject, RESOURCE: [(RESOURCE_ID, [stream])],
                    ENVIRONMENT_CATEGORY: [(a, list(v)) for a, _, v in environment]}
@@ -158,7 +169,7 @@ class AccessPlanner:
     environment: StreamEnvironment
     combining: Callable[[str], str]
 
-    def decide_and_plan(self, engine: Any, body: bytes, media_type: str, identity: Any,
+    def decide_and_plan(self, engine: Decider, body: bytes, media_type: str, identity: Identity,
                         schema_lookup: SchemaLookup, user_query: bytes | None = None,
                         user_query_type: str | None = None, *, refuse_nr: bool = True,
                         parsed: RequestMemo | None = None,
@@ -182,7 +193,8 @@ def _deny(reason: str, media_type: str) -> AccessDenied:
     return AccessDenied(reason, response, media_type)
 
 
-def decide_and_plan(engine, body: bytes, media_type: str, identity, schema_lookup: SchemaLookup,
+def decide_and_plan(engine: Decider, body: bytes, media_type: str, identity: Identity,
+                    schema_lookup: SchemaLookup,
                     user_query: bytes | None = None, user_query_type: str | None = None, *,
                     refuse_nr: bool = True,
                     time_attribute_lookup: Callable[[str], str | None] | None = None,
@@ -256,7 +268,8 @@ SESSION = "urn:xsg:subject:session"
 CLEARANCE = "clearance"
 
 
-def session_level(asked: list[str], identity, schema: StreamSchema, stream: str) -> str | None:
+def session_level(asked: list[str], identity: Identity, schema: StreamSchema, stream: str
+                  ) -> str | None:
     """The security label the request runs at (MLS DSMS: a user logs in as one of its
     principals, at or below its clearance), or None when there is nothing to bind.
 
@@ -267,7 +280,7 @@ def session_level(asked: list[str], identity, schema: StreamSchema, stream: str)
     attributes' lattices; a session not dominated by the clearance is refused (403), as is one
     on a stream without labels (400)."""
     lattices = list(dict.fromkeys(f.lattice for f in schema.fields if f.lattice is not None))
-    clearance = [v for a, values in getattr(identity, "attributes", ())
+    clearance = [v for a, values in identity.attributes
                  if a == CLEARANCE or a.endswith(":" + CLEARANCE) for v in values]
     wanted = list(dict.fromkeys(asked))
     if len(wanted) > 1:
@@ -303,13 +316,10 @@ def session_level(asked: list[str], identity, schema: StreamSchema, stream: str)
     return session
 
 
-def _with_session(identity, session: str):
+def _with_session(identity: Identity, session: str) -> Identity:
     """The identity with its session level among its attributes (`{subject:session}`)."""
-    attributes = tuple((a, v) for a, v in getattr(identity, "attributes", ()) if a != SESSION)
-    try:
-        return replace(identity, attributes=attributes + ((SESSION, (session,)),))
-    except TypeError:  # an identity that is not a dataclass: placeholders read only its fields
-        return identity
+    attributes = tuple((a, v) for a, v in identity.attributes if a != SESSION)
+    return replace(identity, attributes=attributes + ((SESSION, (session,)),))
 
 
 def _no_environment(stream: str) -> EnvironmentAttributes:
@@ -338,11 +348,11 @@ class _Planning:
     """One stream's part of a request being decided and planned: what every step reads. A join's
     second side is the first's with its own stream, schema, request context and environment."""
 
-    engine: Any  # the PDP (`decide_with_trace`)
-    ctx: Any  # the XACML request, bound to the caller, `environment` and the join
+    engine: Decider
+    ctx: RequestContext  # the XACML request, bound to the caller, `environment` and the join
     stream: str
     schema: StreamSchema
-    identity: Any  # who authenticated (with its session level, if one was asked for)
+    identity: Identity  # who authenticated (with its session level, if one was asked for)
     media_type: str  # the request's, for the XACML of a denial
     environment: EnvironmentAttributes  # the gateway's environment of `stream`, as in `ctx`
     settings: _Settings
@@ -361,15 +371,15 @@ class _Decided:
     grant_option: bool = False  # every permitting rule gave it (`pep.core.obligations`)
 
     @property
-    def policy(self):
+    def policy(self) -> QueryGraph:
         return self.alternatives[0].policy
 
 
-def _masks_of(decided: _Decided) -> dict:
+def _masks_of(decided: _Decided) -> dict[str, Mask]:
     """The masks a consumer's query is read against: the grant's; under the union mode, each
     attribute's mask from the first grant that masks it (a masked grant is never united with
     another: `pep.core.union`)."""
-    masks: dict = {}
+    masks: dict[str, Mask] = {}
     for alt in decided.alternatives:
         for name, mask in policy_masks(alt.policy).items():
             masks.setdefault(name, mask)
@@ -454,7 +464,8 @@ def _join_denial(response: Response, stream: str, join: str, media_type: str) ->
     return AccessDenied(message, named, media_type, stream=stream)
 
 
-def _user_query(ctx, user_query: bytes | None, user_query_type: str | None):
+def _user_query(ctx: RequestContext, user_query: bytes | None, user_query_type: str | None
+                ) -> UserQuery | None:
     """The user query, from the request's resource Content or beside it (None: there is none)."""
     content = ctx.content(RESOURCE)
     if content is not None and user_query is not None:
@@ -475,7 +486,7 @@ class _AskedQuery:
     """The request's user query as read: the query (None: there is none), or why it cannot be
     read (raised when planning needs it, after the decision)."""
 
-    query: Any
+    query: UserQuery | None
     refusal: Refusal | None
 
     @property
@@ -484,14 +495,14 @@ class _AskedQuery:
         q = self.query
         return q.join.stream if q is not None and q.join is not None else None
 
-    def get(self) -> Any:
+    def get(self) -> UserQuery | None:
         if self.refusal is not None:
             raise self.refusal
         return self.query
 
 
-def _read_user_query(ctx, user_query: bytes | None, user_query_type: str | None,
-                     memo: "_Memo") -> _AskedQuery:
+def _read_user_query(ctx: RequestContext, user_query: bytes | None,
+                     user_query_type: str | None, memo: "_Memo") -> _AskedQuery:
     try:
         return _AskedQuery(memo.query(lambda: _user_query(ctx, user_query, user_query_type)),
                            None)
@@ -513,16 +524,16 @@ class _Memo:
         self.body = body
         self.media_type = media_type
         # a query in the resource Content comes from the body, one beside it from its bytes
-        self.query_key = ("query", body, media_type, user_query, user_query_type)
+        self.query_key: MemoKey = ("query", body, media_type, user_query, user_query_type)
 
-    def request(self):
+    def request(self) -> RequestContext:
         """The parsed XACML request (the RequestSyntaxError of one that does not parse)."""
         if self.parsed is None:
             return parse_request(self.body, self.media_type)
         return self.parsed.get_or_parse(("request", self.body, self.media_type),
                                         lambda: parse_request(self.body, self.media_type))
 
-    def query(self, read: Callable[[], Any]) -> Any:
+    def query(self, read: Callable[[], UserQuery | None]) -> UserQuery | None:
         """The parsed user query (None: there is none), or the Refusal of one that does not
         parse (never kept: it is read, and refused, again every time)."""
         if self.parsed is None:
@@ -530,7 +541,8 @@ class _Memo:
         return self.parsed.get_or_parse(self.query_key, read)
 
 
-def _merge(policy, user, schema: StreamSchema, time_attribute: str | None):
+def _merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema,
+           time_attribute: str | None) -> MergeResult:
     try:
         return merge(policy, user, schema, time_attribute=time_attribute)
     except ConditionTooComplex as exc:
@@ -580,12 +592,13 @@ def _plan(req: _Planning, asked: _AskedQuery) -> Grant:
         return _plan_join(req, decided, user, query.join)
 
     time_attribute = settings.time_attribute(stream)
+    plan: ExecutionPlan | UnionPlan
     if len(decided.alternatives) == 1:
         merged = _merge(decided.policy, user, schema, time_attribute)
         plan, warnings = merged.plan, list(merged.warnings)
         graph = merged.graph
 
-        def graph_json() -> dict:
+        def graph_json() -> GraphJson:
             return graph_to_json(graph, schema)
     else:
         try:
@@ -594,7 +607,7 @@ def _plan(req: _Planning, asked: _AskedQuery) -> Grant:
             raise TooComplex(str(exc)) from None
         plan, warnings, united_json = united.plan, list(united.warnings), united.graph_json
 
-        def graph_json() -> dict:
+        def graph_json() -> GraphJson:
             return united_json
     if settings.refuse_nr and any(w.kind == "NR" for w in warnings):
         nr = [w for w in warnings if w.kind == "NR"]
@@ -606,7 +619,8 @@ def _plan(req: _Planning, asked: _AskedQuery) -> Grant:
         grant_option=decided.grant_option)
 
 
-def _one_alternative(decided: _Decided, stream: str) -> tuple[Alternative, tuple]:
+def _one_alternative(decided: _Decided, stream: str
+                     ) -> tuple[Alternative, tuple[JoinGrant, ...]]:
     """A join side's one grant: a join of a union of grants is not supported (each pair of
     grants would be a join of its own); refused rather than narrowed or widened."""
     if len(decided.alternatives) > 1:
@@ -617,7 +631,8 @@ def _one_alternative(decided: _Decided, stream: str) -> tuple[Alternative, tuple
     return decided.alternatives[0], decided.joins[0]
 
 
-def _plan_join(req: _Planning, decided: _Decided, user, join: JoinQuery) -> Grant:
+def _plan_join(req: _Planning, decided: _Decided, user: QueryGraph | None,
+               join: JoinQuery) -> Grant:
     """A join (pep.core.join): the second side is decided with the first side's request, its
     resource-id replaced (same authenticated subject and action; the environment of the second
     stream, not the first's; `join-with` the first stream), the join grants of both decisions

@@ -55,7 +55,8 @@ from pep.core.masks import Mask, at_least_as_coarse, masks_of
 from pep.core.merge import merge
 from pep.core.obligations import FUNCTIONS_FOR_TYPE, ObligationError, policy_graph
 from pep.core.plan import (AGGREGATE_FUNCTIONS, Aggregate, AnyPlan, ExecutionPlan, Field,
-                           Predicate, PolicyWindowTerms, StreamSchema, WindowAsk, WindowSpec)
+                           FieldType, Predicate, PolicyWindowTerms, StreamSchema, WindowAsk,
+                           WindowSpec)
 
 Resolver = Callable[[str, str], list[str]]
 NUMBER_TYPES = ("double", "long")
@@ -134,7 +135,7 @@ def derive(stream: str, plan: AnyPlan, source_schema: StreamSchema,
                                f"{plan.stream!r} does not have")
         mask = masks.get(f.name)
         kind = mask.output_type(f.type) if mask is not None else f.type
-        return Field(f.name, kind, f.lattice if kind == "label" else None)  # type: ignore[arg-type]
+        return Field(f.name, kind, f.lattice if kind == "label" else None)
 
     w = plan.window
     time_attribute: str | None = None
@@ -147,13 +148,13 @@ def derive(stream: str, plan: AnyPlan, source_schema: StreamSchema,
                     (mask is None or mask.kind not in ORDERLESS_MASKS):
                 time_attribute = t.name
     else:
-        bounds = "long"
+        bounds: FieldType = "long"
         if w.kind == "time":
             t = source_schema.lookup(w.time_attribute or "")
             bound = shown(t.name) if t is not None else None
             bounds = "timestamp" if bound is not None and bound.type == "timestamp" else "double"
             time_attribute = "window_start"
-        fields = [Field("window_start", bounds), Field("window_end", bounds)]  # type: ignore[arg-type]
+        fields = [Field("window_start", bounds), Field("window_end", bounds)]
         fields += [shown(k) for k in w.keys]
         fields += [_aggregate_field(a, shown(a.attribute), w.privacy is not None)
                    for a in w.aggregates]
@@ -170,6 +171,7 @@ def derive(stream: str, plan: AnyPlan, source_schema: StreamSchema,
 
 def _aggregate_field(aggregate: Aggregate, of: Field, private: bool) -> Field:
     function = aggregate.function
+    kind: FieldType
     if function == "count":
         kind = "double" if private else "long"
     elif function == "avg":
@@ -178,8 +180,7 @@ def _aggregate_field(aggregate: Aggregate, of: Field, private: bool) -> Field:
         kind = "long" if of.type == "long" and not private else "double"
     else:  # min, max, firstval, lastval, lub: a value of the attribute
         kind = of.type
-    return Field(aggregate.output_name, kind,  # type: ignore[arg-type]
-                 of.lattice if kind == "label" else None)
+    return Field(aggregate.output_name, kind, of.lattice if kind == "label" else None)
 
 
 # -- the deriving grant, restated over the derived stream --------------------------------------
@@ -229,7 +230,7 @@ def deriving_graph(d: Derivation) -> QueryGraph:
     w = d.plan.window
     window = terms = None
     if w is not None and w.kind == "time":
-        aggregates = tuple(Aggregate(f.name, fn)  # type: ignore[arg-type]
+        aggregates = tuple(Aggregate(f.name, fn)
                            for f in d.schema.fields for fn in AGGREGATE_FUNCTIONS
                            if fn in FUNCTIONS_FOR_TYPE.get(f.type, frozenset()))
         window = WindowSpec("time", w.size, w.step, aggregates, keys=d.schema.names)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from common import refusals
+from pdp import Response
 
 
 class Refusal(refusals.Refusal):
@@ -60,8 +61,8 @@ class AccessDenied(NotPermitted):
     """The PDP did not permit the request. `decision` is the XACML response (a `pdp.Response`)
     and `media_type` its format, so that the edge can answer in XACML."""
 
-    def __init__(self, message: str, decision: Any = None, media_type: str | None = None,
-                 **details: Any) -> None:
+    def __init__(self, message: str, decision: Response | None = None,
+                 media_type: str | None = None, **details: Any) -> None:
         super().__init__(message, **details)
         self.decision = decision
         self.media_type = media_type
@@ -71,8 +72,8 @@ class MalformedRequest(InvalidInput):
     """A XACML request that does not parse; like AccessDenied it carries the XACML answer
     (an Indeterminate result with a syntax-error status)."""
 
-    def __init__(self, message: str, decision: Any = None, media_type: str | None = None,
-                 **details: Any) -> None:
+    def __init__(self, message: str, decision: Response | None = None,
+                 media_type: str | None = None, **details: Any) -> None:
         super().__init__(message, **details)
         self.decision = decision
         self.media_type = media_type

@@ -9,17 +9,177 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timezone
-from typing import Any
+from typing import Literal, NotRequired, Required, TypedDict, Union
 
 from pep.core.exact import iso_from_micros, timestamp_micros
 from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial
 from pep.core.labels import Label, comparison_text
-from pep.core.graph import Filter, Join, Map, Mask, QueryGraph, Source, Union_, WindowAggregate
+from pep.core.graph import (Filter, Join, Map, Mask, Node, QueryGraph, Source, Union_,
+                            WindowAggregate)
 from pep.core.masks import describe, mask_sql, masks_json, parse_mask, split_variable
 from pep.core.outputs import JOINED_LABEL, join_output, output_names
-from pep.core.plan import (AnyPredicate, ExecutionPlan, JoinPlan, Predicate, Scalar, UnionPlan,
-                           SpatialPredicate, StreamSchema)
-from pep.core.privacy import spec_to_json
+from pep.core.plan import (AnyPredicate, Conjunct, ExecutionPlan, FieldType, JoinPlan, Scalar,
+                           UnionPlan, SpatialPredicate, StreamSchema)
+from pep.core.privacy import PrivacySpecJson, spec_to_json
+
+# -- the JSON forms ------------------------------------------------------------------------------
+
+class ComparisonJson(TypedDict):
+    """A plan's comparison: on the attribute's value, or on its masked value (`mask`)."""
+
+    attribute: str
+    op: str
+    value: Scalar
+    mask: NotRequired[str]
+
+
+class LabelComparisonJson(TypedDict):
+    """A comparison on a label attribute, its constant the label's text."""
+
+    attribute: str
+    op: str
+    label: str
+
+
+class AnchorJson(TypedDict):
+    attribute: str | None
+    value: Scalar | Label | None
+
+
+class SpatialJson(TypedDict):
+    """A spatial predicate: a polygon's vertices, or the metres from a point or an anchor."""
+
+    function: str
+    attributes: list[str]
+    op: str
+    polygon: NotRequired[list[list[float]]]
+    metres: NotRequired[float]
+    point: NotRequired[list[float]]
+    anchor: NotRequired[AnchorJson]
+
+
+PredicateJson = Union[ComparisonJson, LabelComparisonJson, SpatialJson]
+
+
+class AggregateJson(TypedDict):
+    attribute: str
+    function: str
+    output: str
+
+
+class LabelBoundJson(TypedDict):
+    attribute: str
+    dominated_by: str
+
+
+class WindowJson(TypedDict):
+    type: str
+    size: int
+    step: int
+    aggregates: list[AggregateJson]
+    time_attribute: str | None
+    keys: list[str]
+    min_count: int
+    privacy: NotRequired[PrivacySpecJson]
+    label_bounds: NotRequired[list[LabelBoundJson]]
+
+
+class PlanJson(TypedDict):
+    """One stream's plan (`plan_to_json`): its filter in DNF (None: every tuple), what it
+    outputs, its window."""
+
+    stream: str
+    key: str
+    filter: list[list[PredicateJson]] | None
+    projection: list[str]
+    window: WindowJson | None
+    output: list[str]
+    start_after: NotRequired[int]
+    masks: NotRequired[dict[str, str]]
+
+
+class UnionPlanJson(TypedDict):
+    stream: str
+    key: str
+    union: list[PlanJson]
+    output: list[str]
+
+
+class JoinPairJson(TypedDict):
+    left: str
+    right: str
+
+
+class JoinLabelJson(TypedDict):
+    left: str
+    right: str
+    output: str
+
+
+class JoinJson(TypedDict):
+    left: PlanJson
+    right: PlanJson
+    on: list[JoinPairJson]
+    within: float
+    time: JoinPairJson
+    label: NotRequired[JoinLabelJson]
+
+
+class JoinPlanJson(TypedDict):
+    join: JoinJson
+    streams: list[str]
+    key: str
+    output: list[str]
+
+
+AnyPlanJson = Union[PlanJson, JoinPlanJson, UnionPlanJson]
+
+
+class OperatorJson(TypedDict, total=False):
+    """One operator of a query graph: `op` names it (source, filter, map, mask, window, join,
+    union), which says which of the other keys it has; `input` (or a join's `left` and
+    `right`, a union's `inputs`) nests what it reads, where the graph is not a pipeline."""
+
+    op: Required[str]
+    stream: str
+    condition: str
+    attributes: list[str]
+    masks: dict[str, str]
+    type: str
+    size: int
+    step: int
+    aggregates: list[str]
+    keys: list[str]
+    min_count: int
+    input: "OperatorJson"
+    left: "OperatorJson"
+    right: "OperatorJson"
+    inputs: list["OperatorJson"]
+
+
+class JoinSinkJson(TypedDict):
+    """A join's graph: its condition and time bound, each side's merged graph."""
+
+    op: Literal["join"]
+    on: list[JoinPairJson]
+    within: float
+    time: JoinPairJson
+    left: "GraphJson"
+    right: "GraphJson"
+
+
+class GraphJson(TypedDict, total=False):
+    """A query graph: a pipeline's `operators` from the source to the sink, or the `sink` with
+    its inputs nested (a join's: both sides' graphs); a union of grants is `union`, its members
+    each naming the `rules` they stand for."""
+
+    operators: list[OperatorJson]
+    sink: OperatorJson | JoinSinkJson
+    union: list["GraphJson"]
+    rules: list[str]
+
+
+# -- SQL-like text ---------------------------------------------------------------------------------
 
 SPARK_FUNCTIONS = {"avg": "avg", "max": "max", "min": "min", "sum": "sum", "count": "count",
                    "firstval": "first_value", "lastval": "last_value", "lub": "xsg_label_lub"}
@@ -50,7 +210,8 @@ def quote_string(value: str) -> str:
     return "'" + "".join(out) + "'"
 
 
-def sql_literal(value: Scalar, field_type: str | None = None) -> str:
+def sql_literal(value: object, field_type: str | None = None) -> str:
+    """A constant as the text writes it (`field_type`: its attribute's, when known)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if field_type == "timestamp" and isinstance(value, str):
@@ -77,11 +238,11 @@ def sql_literal(value: Scalar, field_type: str | None = None) -> str:
     return repr(value)
 
 
-def _types(schema: StreamSchema | None) -> dict[str, str]:
+def _types(schema: StreamSchema | None) -> dict[str, FieldType]:
     return {f.name: f.type for f in schema.fields} if schema is not None else {}
 
 
-def _spatial_sql(p: SpatialPredicate, types: dict[str, str]) -> str:
+def _spatial_sql(p: SpatialPredicate, types: dict[str, FieldType]) -> str:
     """A spatial predicate in the text (xsg's own functions: Spark has none of them; the
     runtime evaluates them as data, see pep/runtime/spatial.py)."""
     coords = f"{quote_identifier(p.latitude)}, {quote_identifier(p.longitude)}"
@@ -90,7 +251,7 @@ def _spatial_sql(p: SpatialPredicate, types: dict[str, str]) -> str:
         text = f"WITHIN_POLYGON({coords}, ARRAY({vertices}))"
         return f"NOT {text}" if p.op == "!=" else text
     if p.function == "distance_to":
-        key = sql_literal(p.key_value, types.get(p.key or ""))  # type: ignore[arg-type]
+        key = sql_literal(p.key_value, types.get(p.key or ""))
         head = f"DISTANCE_TO({coords}, {quote_identifier(p.key or '')}, {key})"
     else:
         head = f"DISTANCE({coords}, {sql_literal(p.points[0])}, {sql_literal(p.points[1])})"
@@ -98,25 +259,32 @@ def _spatial_sql(p: SpatialPredicate, types: dict[str, str]) -> str:
     return f"{head} {op} {sql_literal(p.value)}"
 
 
-def _predicate_sql(p: AnyPredicate, types: dict[str, str]) -> str:
+def _predicate_sql(p: AnyPredicate, types: dict[str, FieldType]) -> str:
     if isinstance(p, SpatialPredicate):
         return _spatial_sql(p, types)
-    if types.get(p.attribute) == "label" or isinstance(p.value, Label):
+    return _comparison_sql(p.attribute, p.op, p.value, p.mask, types)
+
+
+def _comparison_sql(attribute: str, op: str, value: object, mask_spec: str | None,
+                    types: dict[str, FieldType]) -> str:
+    """`attribute op value`, on the masked value when `mask_spec` says so (or the attribute
+    is a merged graph's masked value)."""
+    if types.get(attribute) == "label" or isinstance(value, Label):
         # xsg's dominance on a lattice (pep/core/labels.py), data in Spark like any comparison
-        return comparison_text(quote_identifier(p.attribute), p.op, p.value)
-    op = "<>" if p.op == "!=" else p.op
-    attribute, mask = p.attribute, parse_mask(p.mask) if p.mask else None
+        return comparison_text(quote_identifier(attribute), op, value)
+    op = "<>" if op == "!=" else op
+    mask = parse_mask(mask_spec) if mask_spec else None
     split = split_variable(attribute)
     if split is not None:  # a merged graph's comparison on a masked value
         attribute, mask = split
     if mask is not None:
-        raw = types.get(attribute, "double")
+        raw: FieldType = types.get(attribute, "double")
         column = mask_sql(quote_identifier(attribute), mask, raw)
-        return f"{column} {op} {sql_literal(p.value, mask.output_type(raw))}"
-    return f"{quote_identifier(attribute)} {op} {sql_literal(p.value, types.get(attribute))}"
+        return f"{column} {op} {sql_literal(value, mask.output_type(raw))}"
+    return f"{quote_identifier(attribute)} {op} {sql_literal(value, types.get(attribute))}"
 
 
-def _column_sql(name: str, masks: dict[str, str], types: dict[str, str]) -> str:
+def _column_sql(name: str, masks: dict[str, str], types: dict[str, FieldType]) -> str:
     """A projected attribute: itself, or its masked value under its own name."""
     if name not in masks:
         return quote_identifier(name)
@@ -125,7 +293,7 @@ def _column_sql(name: str, masks: dict[str, str], types: dict[str, str]) -> str:
            f"{quote_identifier(name)}"
 
 
-def filter_sql(dnf: tuple[tuple[AnyPredicate, ...], ...] | None, schema: StreamSchema | None = None
+def filter_sql(dnf: tuple[Conjunct, ...] | None, schema: StreamSchema | None = None
                ) -> str | None:
     """The WHERE condition of a DNF filter; None when every tuple passes."""
     if dnf is None:
@@ -143,7 +311,7 @@ def filter_sql(dnf: tuple[tuple[AnyPredicate, ...], ...] | None, schema: StreamS
 def expr_sql(expr: Expr, schema: StreamSchema | None = None) -> str:
     types = _types(schema)
     if isinstance(expr, Comparison):
-        return _predicate_sql(Predicate(expr.attribute, expr.op, expr.value), types)  # type: ignore[arg-type]
+        return _comparison_sql(expr.attribute, expr.op, expr.value, None, types)
     if isinstance(expr, Spatial):
         return _spatial_sql(expr.to_predicate(), types)
     if isinstance(expr, Const):
@@ -229,15 +397,11 @@ def render_sql(plan: ExecutionPlan | UnionPlan, schema: StreamSchema | None = No
     return "\n".join(lines) + ";"
 
 
-def _json_value(value: Scalar) -> Any:
-    return value
-
-
-def predicate_json(p: AnyPredicate) -> dict:
+def predicate_json(p: AnyPredicate) -> PredicateJson:
     """One plan predicate as JSON (a spatial one names its function and geometry)."""
     if isinstance(p, SpatialPredicate):
-        out: dict[str, Any] = {"function": p.function, "attributes": [p.latitude, p.longitude],
-                               "op": p.op}
+        out: SpatialJson = {"function": p.function, "attributes": [p.latitude, p.longitude],
+                            "op": p.op}
         if p.function == "polygon":
             out["polygon"] = [[p.points[k], p.points[k + 1]] for k in range(0, len(p.points), 2)]
         else:
@@ -249,50 +413,63 @@ def predicate_json(p: AnyPredicate) -> dict:
         return out
     if isinstance(p.value, Label):
         return {"attribute": p.attribute, "op": p.op, "label": str(p.value)}
-    out = {"attribute": p.attribute, "op": p.op, "value": _json_value(p.value)}
+    comparison: ComparisonJson = {"attribute": p.attribute, "op": p.op, "value": p.value}
     if p.mask:
-        out["mask"] = p.mask  # compared on the masked value
-    return out
+        comparison["mask"] = p.mask  # compared on the masked value
+    return comparison
 
 
-def plan_to_json(plan: ExecutionPlan | JoinPlan | UnionPlan) -> dict:
+def plan_to_json(plan: ExecutionPlan | JoinPlan | UnionPlan) -> AnyPlanJson:
     if isinstance(plan, JoinPlan):
         return join_plan_to_json(plan)
     if isinstance(plan, UnionPlan):
-        members = [plan_to_json(p) for p in plan.plans]
+        members = [execution_plan_json(p) for p in plan.plans]
         return {"stream": plan.stream, "key": plan.key(), "union": members,
                 "output": list(dict.fromkeys(
                     name for m, p in zip(members, plan.plans) if p.window is None
                     for name in m["output"]))}
+    return execution_plan_json(plan)
+
+
+def execution_plan_json(plan: ExecutionPlan) -> PlanJson:
+    """One stream's plan as JSON (`plan_to_json` of an `ExecutionPlan`)."""
     w = plan.window
-    return {
-        "stream": plan.stream,
-        "key": plan.key(),
-        "filter": None if plan.filter_dnf is None else [
-            [predicate_json(p) for p in conj]
-            for conj in plan.filter_dnf],
-        "projection": list(plan.projection),
-        "window": None if w is None else {
+    window: WindowJson | None = None
+    if w is not None:
+        window = {
             "type": w.kind, "size": w.size, "step": w.step,
             "aggregates": [{"attribute": a.attribute, "function": a.function,
                             "output": a.output_name} for a in w.aggregates],
             "time_attribute": w.time_attribute,
             "keys": list(w.keys),
             "min_count": w.min_count,
-            **({"privacy": spec_to_json(w.privacy, w.aggregates)} if w.privacy else {}),
-            **({"label_bounds": [{"attribute": a, "dominated_by": label}
-                                 for a, label in w.label_bounds]} if w.label_bounds else {}),
-        },
+        }
+        if w.privacy:
+            window["privacy"] = spec_to_json(w.privacy, w.aggregates)
+        if w.label_bounds:
+            window["label_bounds"] = [{"attribute": a, "dominated_by": label}
+                                      for a, label in w.label_bounds]
+    out: PlanJson = {
+        "stream": plan.stream,
+        "key": plan.key(),
+        "filter": None if plan.filter_dnf is None else [
+            [predicate_json(p) for p in conj]
+            for conj in plan.filter_dnf],
+        "projection": list(plan.projection),
+        "window": window,
         "output": ([*w.keys, *(a.output_name for a in w.aggregates)] if w is not None
                    else list(plan.projection)),
-        **({"start_after": plan.start_after} if plan.start_after is not None else {}),
-        **({"masks": masks_json(plan.masks)} if plan.masks else {}),
     }
+    if plan.start_after is not None:
+        out["start_after"] = plan.start_after
+    if plan.masks:
+        out["masks"] = masks_json(plan.masks)
+    return out
 
 
-def graph_to_json(graph: QueryGraph, schema: StreamSchema | None = None) -> dict:
+def graph_to_json(graph: QueryGraph, schema: StreamSchema | None = None) -> GraphJson:
     """Operators from source to sink (joins and unions as nested inputs)."""
-    def node_json(node) -> dict:
+    def node_json(node: Node) -> OperatorJson:
         if isinstance(node, Source):
             return {"op": "source", "stream": node.stream}
         if isinstance(node, Filter):
@@ -320,7 +497,7 @@ def graph_to_json(graph: QueryGraph, schema: StreamSchema | None = None) -> dict
         _, ops = graph.pipeline()
     except ValueError:
         return {"sink": node_json(graph.sink)}
-    chain = [{"op": "source", "stream": graph.source.stream}]
+    chain: list[OperatorJson] = [{"op": "source", "stream": graph.source.stream}]
     for op in ops:
         item = node_json(op)
         item.pop("input", None)
@@ -337,18 +514,19 @@ def seconds_text(value: float) -> str:
 
 # -- renderings -----------------------------------------------------------------------------------
 
-def join_plan_to_json(plan: JoinPlan) -> dict:
+def join_plan_to_json(plan: JoinPlan) -> JoinPlanJson:
     """The join as JSON: both side plans (as a single stream's), the condition, the output."""
+    join: JoinJson = {
+        "left": execution_plan_json(plan.left),
+        "right": execution_plan_json(plan.right),
+        "on": [{"left": a, "right": b} for a, b in plan.on],
+        "within": plan.within,
+        "time": {"left": plan.left_time, "right": plan.right_time},
+    }
+    if plan.label is not None:
+        join["label"] = {"left": plan.label[0], "right": plan.label[1], "output": JOINED_LABEL}
     return {
-        "join": {
-            "left": plan_to_json(plan.left),
-            "right": plan_to_json(plan.right),
-            "on": [{"left": a, "right": b} for a, b in plan.on],
-            "within": plan.within,
-            "time": {"left": plan.left_time, "right": plan.right_time},
-            **({"label": {"left": plan.label[0], "right": plan.label[1],
-                          "output": JOINED_LABEL}} if plan.label is not None else {}),
-        },
+        "join": join,
         "streams": list(plan.streams),
         "key": plan.key(),
         "output": list(join_output(plan)),
@@ -395,7 +573,7 @@ def render_join_sql(plan: JoinPlan, left_schema: StreamSchema | None = None,
 
 
 def join_graph_json(plan: JoinPlan, left: tuple[QueryGraph, StreamSchema],
-                    right: tuple[QueryGraph, StreamSchema]) -> dict:
+                    right: tuple[QueryGraph, StreamSchema]) -> GraphJson:
     """The join's query graph: each side's merged graph (with its schema) under the join."""
     return {"sink": {"op": "join",
                      "on": [{"left": f"{plan.left.stream}.{a}", "right": f"{plan.right.stream}.{b}"}

@@ -11,7 +11,7 @@ rendered; the merge refuses them explicitly rather than guessing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import TypeVar, Union
 
 from pep.core.conditions import Expr, to_text
 from pep.core.plan import PolicyWindowTerms, WindowAsk, WindowSpec
@@ -84,6 +84,7 @@ class Union_:
 
 Node = Union[Source, Filter, Mask, Map, WindowAggregate, Join, Union_]
 Operator = Union[Filter, Mask, Map, WindowAggregate]
+OperatorT = TypeVar("OperatorT", Filter, Mask, Map, WindowAggregate)
 
 
 class UnsupportedGraph(ValueError):
@@ -110,7 +111,8 @@ class QueryGraph:
             node = node.input
         return node, tuple(reversed(ops))
 
-    def operator(self, kind: type) -> Operator | None:
+    def operator(self, kind: type[OperatorT]) -> OperatorT | None:
+        """The pipeline's operator of this kind (it has at most one of each)."""
         for op in self.pipeline()[1]:
             if isinstance(op, kind):
                 return op
@@ -118,19 +120,19 @@ class QueryGraph:
 
     @property
     def filter(self) -> Filter | None:
-        return self.operator(Filter)  # type: ignore[return-value]
+        return self.operator(Filter)
 
     @property
     def map(self) -> Map | None:
-        return self.operator(Map)  # type: ignore[return-value]
+        return self.operator(Map)
 
     @property
     def window(self) -> WindowAggregate | None:
-        return self.operator(WindowAggregate)  # type: ignore[return-value]
+        return self.operator(WindowAggregate)
 
     @property
     def mask(self) -> Mask | None:
-        return self.operator(Mask)  # type: ignore[return-value]
+        return self.operator(Mask)
 
 
 def pipeline_graph(stream: str, *, filter: tuple[Expr, str] | None = None,

@@ -46,27 +46,30 @@ several outputs of a windowed side.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from typing import Literal
 
-from pep.core.analysis import MergeWarning, values_satisfiable
+from pep.core.analysis import Constraint, MergeWarning, values_satisfiable
 from pep.core.errors import Unprocessable
 from pep.core.exact import micros_from_iso
-from pep.core.explain import (join_graph_json, join_plan_to_json, render_join_sql,
-                               seconds_text)
+from pep.core.explain import (GraphJson, JoinPlanJson, join_graph_json, join_plan_to_json,
+                              render_join_sql, seconds_text)
 from pep.core.conditions import format_literal
 from pep.core.graph import QueryGraph
 from pep.core.labels import LabelError, Lattice
 from pep.core.masks import UNORDERED, parse_mask
 from pep.core.merge import MergeResult, QueryInvalid, QueryRefused
-from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema
+from pep.core.plan import Conjunct, ExecutionPlan, JoinPlan, Predicate, StreamSchema
 from pep.core.outputs import (JOINED_LABEL, join_output, output_names, output_source,
                               side_outputs)
 from pep.core.userquery import JoinQuery
 
 Side = Literal["left", "right"]
+Output = tuple[Side, str]  # a side's output, by name
+Choice = Mapping[Side, Conjunct]  # a conjunct of each side's filter
 NUMERIC = frozenset({"double", "long"})
 MAX_CONJUNCT_PAIRS = 4096  # beyond, the join condition is not analysed (said as INFO)
 MAX_CHOICES = 256
@@ -93,8 +96,8 @@ class JoinResult:
     plan: JoinPlan
     warnings: tuple[MergeWarning, ...]
     sql: str
-    plan_json: dict
-    graph_json: dict
+    plan_json: JoinPlanJson
+    graph_json: GraphJson
     output: tuple[str, ...]
 
     @property
@@ -323,11 +326,11 @@ class _Member:
     source: str | None  # attribute the side's filter constrains, if any
 
 
-def _classes(plan: JoinPlan) -> list[list[tuple[Side, str]]]:
+def _classes(plan: JoinPlan) -> list[list[Output]]:
     """Equivalence classes of outputs the equalities make equal (union-find)."""
-    parent: dict[tuple[Side, str], tuple[Side, str]] = {}
+    parent: dict[Output, Output] = {}
 
-    def find(x):
+    def find(x: Output) -> Output:
         parent.setdefault(x, x)
         while parent[x] != x:
             parent[x] = parent[parent[x]]
@@ -338,40 +341,42 @@ def _classes(plan: JoinPlan) -> list[list[tuple[Side, str]]]:
         ra, rb = find(("left", a)), find(("right", b))
         if ra != rb:
             parent[ra] = rb
-    groups: dict[tuple, list] = {}
+    groups: dict[Output, list[Output]] = {}
     for node in list(parent):
         groups.setdefault(find(node), []).append(node)
     return [sorted(g) for g in groups.values()]
 
 
-def _preds(conj, attribute: str | None) -> list[tuple[str, object]]:
+def _preds(conj: Conjunct, attribute: str | None) -> list[Constraint]:
     if attribute is None:
         return []
     # spatial predicates have no single attribute, comparisons on a masked value say nothing
     # of the raw one: left out, which can only hide an NR
-    return [(p.op, p.value) for p in conj if getattr(p, "attribute", None) == attribute
-            and getattr(p, "mask", None) is None]
+    return [(p.op, p.value) for p in conj if isinstance(p, Predicate)
+            and p.attribute == attribute and p.mask is None]
 
 
-def _texts(conj, attribute: str | None) -> list[str]:
+def _texts(conj: Conjunct, attribute: str | None) -> list[str]:
     if attribute is None:
         return []
     return [f"{p.attribute} {p.op} {format_literal(p.value)}" for p in conj
-            if getattr(p, "attribute", None) == attribute and getattr(p, "mask", None) is None]
+            if isinstance(p, Predicate) and p.attribute == attribute and p.mask is None]
 
 
 def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> MergeWarning | None:
     """NR when the join condition can never hold given the sides' filters (see the module
     docstring); an INFO warning when there are too many alternatives to check; else None."""
-    sides = {"left": (left, plan.left), "right": (right, plan.right)}
+    sides: dict[Side, tuple[JoinSide, ExecutionPlan]] = {"left": (left, plan.left),
+                                                          "right": (right, plan.right)}
     dnfs = {name: plan_.filter_dnf for name, (_, plan_) in sides.items()}
     if () in dnfs.values():
         return None  # a side can never deliver: its own NR warning says why
-    conjuncts = {name: (dnf if dnf is not None else ((),)) for name, dnf in dnfs.items()}
+    conjuncts: dict[Side, tuple[Conjunct, ...]] = {
+        name: (dnf if dnf is not None else ((),)) for name, dnf in dnfs.items()}
     windowed = {name: plan_.window is not None for name, (_, plan_) in sides.items()}
-    kinds = {"left": side_outputs(plan.left, left.schema),
-             "right": side_outputs(plan.right, right.schema)}
-    classes = []
+    kinds: dict[Side, dict[str, str]] = {"left": side_outputs(plan.left, left.schema),
+                                         "right": side_outputs(plan.right, right.schema)}
+    classes: list[tuple[list[_Member], str]] = []
     for group in _classes(plan):
         members = [_Member(s, o, output_source(sides[s][1], o)) for s, o in group]
         types = {kinds[m.side][m.output] for m in members}
@@ -385,7 +390,8 @@ def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> MergeWarnin
         and plan.left_time not in dict(plan.left.masks) \
         and plan.right_time not in dict(plan.right.masks)  # a masked time: not bounded
 
-    raw_choices = [conjuncts[s] if not windowed[s] else ((),) for s in ("left", "right")]
+    sides_in_order: tuple[Side, Side] = ("left", "right")
+    raw_choices = [conjuncts[s] if not windowed[s] else ((),) for s in sides_in_order]
     if len(raw_choices[0]) * len(raw_choices[1]) > MAX_CONJUNCT_PAIRS:
         return MergeWarning("INFO", "join", "the join condition is too large to analyse for "
                             "results that can never come (too many alternatives in the sides' "
@@ -393,7 +399,7 @@ def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> MergeWarnin
     first_failure: str | None = None
     failed_predicates: list[str] = []
     for lc, rc in itertools.product(*raw_choices):
-        chosen = {"left": lc, "right": rc}
+        chosen: dict[Side, Conjunct] = {"left": lc, "right": rc}
         failure = None
         for members, kind in classes:
             if not _class_satisfiable(members, kind, chosen, windowed, conjuncts):
@@ -410,9 +416,11 @@ def analyse_join(plan: JoinPlan, left: JoinSide, right: JoinSide) -> MergeWarnin
                         tuple(dict.fromkeys(failed_predicates)))
 
 
-def _class_satisfiable(members, kind, chosen, windowed, conjuncts) -> bool:
-    fixed: list = []
-    free = []
+def _class_satisfiable(members: Sequence[_Member], kind: str, chosen: Choice,
+                       windowed: Mapping[Side, bool],
+                       conjuncts: Mapping[Side, tuple[Conjunct, ...]]) -> bool:
+    fixed: list[Constraint] = []
+    free: list[_Member] = []
     for m in members:
         if m.source is None:
             continue
@@ -435,7 +443,9 @@ def _class_satisfiable(members, kind, chosen, windowed, conjuncts) -> bool:
     return False
 
 
-def _describe_class(plan, members, chosen, windowed, conjuncts) -> tuple[str, list[str]]:
+def _describe_class(plan: JoinPlan, members: Sequence[_Member], chosen: Choice,
+                    windowed: Mapping[Side, bool],
+                    conjuncts: Mapping[Side, tuple[Conjunct, ...]]) -> tuple[str, list[str]]:
     names = " = ".join(f"{plan.left.stream if m.side == 'left' else plan.right.stream}."
                        f"{m.output}" for m in members)
     parts, predicates = [], []
@@ -454,10 +464,12 @@ def _describe_class(plan, members, chosen, windowed, conjuncts) -> tuple[str, li
     return f"{names} never holds ({detail})", predicates
 
 
-def _interval(preds) -> tuple:
+def _interval(preds: Sequence[tuple[str, Fraction]]
+              ) -> tuple[Fraction | None, bool, Fraction | None, bool]:
     """(low, low inclusive, high, high inclusive) of a conjunct's comparisons on one attribute
     (None: unbounded); `!=` is ignored (it removes a point, which a positive bound covers)."""
-    lo = hi = None
+    lo: Fraction | None = None
+    hi: Fraction | None = None
     lo_incl = hi_incl = True
     for op, v in preds:
         if op in (">", ">=", "="):
@@ -481,7 +493,7 @@ def _seconds_exact(value: object) -> Fraction:
     raise TypeError(f"{value!r} is not a time constant")
 
 
-def _time_satisfiable(plan: JoinPlan, lc, rc) -> bool:
+def _time_satisfiable(plan: JoinPlan, lc: Conjunct, rc: Conjunct) -> bool:
     """Whether the sides' time filters leave two times at most `within` apart: over exact
     rationals (never rounding two instants together), as reals (timestamps are whole
     microseconds, so this can only find a match where none is, never claim NR falsely)."""
@@ -493,7 +505,7 @@ def _time_satisfiable(plan: JoinPlan, lc, rc) -> bool:
     if within == 0:
         return values_satisfiable("double", lpreds + rpreds)
     lo, lo_incl, hi, hi_incl = _interval(lpreds)
-    grown = []
+    grown: list[tuple[str, Fraction]] = []
     if lo is not None:
         grown.append((">=" if lo_incl else ">", lo - within))
     if hi is not None:
@@ -501,7 +513,7 @@ def _time_satisfiable(plan: JoinPlan, lc, rc) -> bool:
     return values_satisfiable("double", grown + rpreds)
 
 
-def _describe_time(plan: JoinPlan, lc, rc) -> tuple[str, list[str]]:
+def _describe_time(plan: JoinPlan, lc: Conjunct, rc: Conjunct) -> tuple[str, list[str]]:
     lt, rt = _texts(lc, plan.left_time), _texts(rc, plan.right_time)
     return (f"{plan.left.stream}.{plan.left_time} and {plan.right.stream}.{plan.right_time} are "
             f"never within {seconds_text(plan.within)} s of each other ({plan.left.stream}'s filter "

@@ -112,9 +112,9 @@ def read_join_grant(ob: Obligation, stream: str, other: str | None,
                                   ob.id) from None
         for part in parts:
             if part.equality is not None:
-                pair = tuple(_attribute(s, a, schemas, stream, other, ob.id, text)
-                             for s, a in part.equality)
-                equalities.append(pair)  # type: ignore[arg-type]
+                (s1, a1), (s2, a2) = part.equality
+                equalities.append((_attribute(s1, a1, schemas, stream, other, ob.id, text),
+                                   _attribute(s2, a2, schemas, stream, other, ob.id, text)))
                 continue
             assert part.stream is not None
             side = _stream(part.stream, stream, other, ob.id, text)

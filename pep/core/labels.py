@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, TypedDict
 
 MAX_LEVELS = 127
 MAX_CATEGORIES = 56
@@ -53,6 +53,13 @@ class LabelError(ValueError):
     """A label text or a lattice that is not valid; the message says why."""
 
 
+class LatticeJson(TypedDict):
+    """A lattice as a stream's schema writes it beside its label attribute."""
+
+    levels: list[str]
+    categories: list[str]
+
+
 @dataclass(frozen=True)
 class Lattice:
     """The levels (lowest first) and the categories of a label attribute."""
@@ -75,7 +82,7 @@ class Lattice:
             if len(set(names)) != len(names):
                 raise LabelError(f"{what} names must be distinct")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> LatticeJson:
         return {"levels": list(self.levels), "categories": list(self.categories)}
 
     @classmethod
@@ -287,5 +294,5 @@ def satisfiable(lattice: Lattice, preds: Sequence[tuple[str, Label]]) -> bool:
     return False
 
 
-__all__ = ["Lattice", "Label", "LabelError", "lub", "glb", "holds", "satisfiable",
+__all__ = ["Lattice", "LatticeJson", "Label", "LabelError", "lub", "glb", "holds", "satisfiable",
            "LABEL_MASKS", "LABEL_NEGATED", "LABEL_FLIPPED", "LEVEL_SHIFT", "CATEGORY_MASK"]

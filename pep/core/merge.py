@@ -115,7 +115,9 @@ def check_leaks(policy: QueryGraph, user: QueryGraph, schema: StreamSchema) -> N
                     "(a filter there would choose which tuples a window aggregates)", attr)
 
 
-def _anchor(s: Spatial) -> tuple:
+def _anchor(s: Spatial) -> tuple[str, str, str | None, str, object]:
+    """What names a DISTANCE_TO's anchor: its coordinates, its key and the key's value (and
+    the value's type: 1 and 1.0 are different anchors)."""
     return (s.latitude, s.longitude, s.key, type(s.key_value).__name__, s.key_value)
 
 
@@ -322,8 +324,7 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
     user_condition = uf.condition if uf else None
     if masking is not None and user_condition is not None:
         user_condition = masking.user_condition(user_condition)
-    analysis = analyse_filter(pf.condition if pf else None, user_condition,
-                              masking.analysis_schema if masking is not None else schema,
+    analysis = analyse_filter(pf.condition if pf else None, user_condition, schema,
                               masks=masking)
     warnings.extend(analysis.warnings)
     if masking is not None:

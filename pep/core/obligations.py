@@ -80,9 +80,9 @@ from pep.core.conditions import (Comparison, ConditionError, Expr, PlaceholderRe
                                  parse_condition)
 from pep.core.graph import QueryGraph, pipeline_graph
 from pep.core.labels import Label
-from pep.core.masks import MaskError, compose_all, ordered, parse_assignment
-from pep.core.plan import (AGGREGATE_FUNCTIONS, Aggregate, PolicyWindowTerms, StreamSchema,
-                           WindowSpec)
+from pep.core.masks import Mask, MaskError, compose_all, ordered, parse_assignment
+from pep.core.plan import (AGGREGATE_FUNCTIONS, Aggregate, AggregateFunction, PolicyWindowTerms,
+                           StreamSchema, WindowSpec)
 from pep.core.privacy import DP_ATTRIBUTES, check_aggregates, parse_spec, strictest
 
 PREFIXES = ("exacml:obligation:", "pcloud:obligation:")
@@ -112,7 +112,7 @@ DEFAULT_MIN_COUNT = {"tuple": 1, "time": 3}
 MAX_WINDOW = 100_000_000  # tuples or seconds (over three years): a guard against typos
 
 # The paper's spellings (Avg, LastValue, ...) and ours, case-insensitive.
-FUNCTION_SPELLINGS = {
+FUNCTION_SPELLINGS: dict[str, AggregateFunction] = {
     "avg": "avg", "average": "avg", "mean": "avg",
     "max": "max", "maximum": "max",
     "min": "min", "minimum": "min",
@@ -142,7 +142,7 @@ class ObligationError(ValueError):
         super().__init__(message)
 
 
-def normalise_function(name: str) -> str | None:
+def normalise_function(name: str) -> AggregateFunction | None:
     return FUNCTION_SPELLINGS.get(name.strip().lower())
 
 
@@ -167,7 +167,7 @@ def parse_aggregate(value: str, schema: StreamSchema) -> Aggregate:
     if function not in FUNCTIONS_FOR_TYPE.get(field.type, frozenset()):
         raise ValueError(f"aggregate {value!r}: {function} does not apply to {field.type} "
                          f"attribute {field.name!r}")
-    return Aggregate(field.name, function)  # type: ignore[arg-type]
+    return Aggregate(field.name, function)
 
 
 def parse_window_number(value: str, what: str) -> int:
@@ -250,7 +250,7 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
     filters: list[tuple[Expr, str]] = []
     maps: list[set[str]] = []
     windows: list[PolicyWindow] = []
-    masks: dict = {}
+    masks: dict[str, Mask] = {}
     for ob in obligations:
         if ob.id in FILTER_IDS:
             values = obligation_assignments(ob, [FILTER_CONDITION])[FILTER_CONDITION]
@@ -319,7 +319,7 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
                           policy_window=terms, mask=ordered(masks, schema) if masks else None)
 
 
-def _masks(ob: Obligation, schema: StreamSchema, into: dict) -> dict:
+def _masks(ob: Obligation, schema: StreamSchema, into: dict[str, Mask]) -> dict[str, Mask]:
     """The obligation's masks composed with those found so far (all of them apply)."""
     values = obligation_assignments(ob, [MASK_ATTRIBUTE])[MASK_ATTRIBUTE]
     if not values:

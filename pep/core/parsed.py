@@ -24,12 +24,16 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Hashable
+from typing import TypeVar, cast
 
 DEFAULT_MAX_ENTRIES = 8192
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_ENTRY_BYTES = 64 * 1024
-_MISSING = object()
+
+MemoKey = tuple[bytes | str | None, ...]
+"""What a parsed form is kept by: the kind of form first ("request", "query"), then the bytes
+and texts it was parsed from (None where a part is absent)."""
+T = TypeVar("T")
 
 
 class ParsedRequests:
@@ -44,7 +48,9 @@ class ParsedRequests:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.max_entry_bytes = min(max_entry_bytes, max_bytes)
-        self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        # key -> (parsed form, bytes of the key): forms of several types, each under keys of
+        # its own kind (the key's first part)
+        self._entries: OrderedDict[MemoKey, tuple[object, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -53,15 +59,15 @@ class ParsedRequests:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get_or_parse(self, key: tuple, parse: Callable[[], Any]) -> Any:
+    def get_or_parse(self, key: MemoKey, parse: Callable[[], T]) -> T:
         """The parsed form for `key` (a tuple of bytes, str and None), `parse()` when it is not
         kept yet. An exception from `parse` passes through and nothing is kept."""
         with self._lock:
-            found = self._entries.get(key, _MISSING)
-            if found is not _MISSING:
+            found = self._entries.get(key)
+            if found is not None:
                 self._entries.move_to_end(key)
                 self.hits += 1
-                return found[0]  # type: ignore[index]
+                return cast(T, found[0])  # kept by a `parse` of the form its key names
             self.misses += 1
         value = parse()  # outside the lock: parsing a large body must not hold up others
         self._put(key, value)
@@ -74,7 +80,7 @@ class ParsedRequests:
         will decide its handle again find it parsed."""
         return FillOnly(self)
 
-    def _put(self, key: tuple, value: Any) -> None:
+    def _put(self, key: MemoKey, value: object) -> None:
         size = sum(len(part) for part in key if isinstance(part, (bytes, str)))
         if size > self.max_entry_bytes:
             return  # a large request: not kept (see the module docstring)
@@ -99,7 +105,7 @@ class FillOnly:
     def __init__(self, memo: ParsedRequests) -> None:
         self._memo = memo
 
-    def get_or_parse(self, key: tuple, parse: Callable[[], Any]) -> Any:
+    def get_or_parse(self, key: MemoKey, parse: Callable[[], T]) -> T:
         value = parse()
         self._memo._put(key, value)
         return value
@@ -108,5 +114,5 @@ class FillOnly:
 RequestMemo = ParsedRequests | FillOnly
 
 
-__all__ = ["ParsedRequests", "FillOnly", "RequestMemo", "DEFAULT_MAX_ENTRIES", "DEFAULT_MAX_BYTES",
-           "DEFAULT_MAX_ENTRY_BYTES"]
+__all__ = ["ParsedRequests", "FillOnly", "RequestMemo", "MemoKey", "DEFAULT_MAX_ENTRIES",
+           "DEFAULT_MAX_BYTES", "DEFAULT_MAX_ENTRY_BYTES"]

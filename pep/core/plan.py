@@ -12,17 +12,23 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Literal, Union
 
-from pep.core.labels import Lattice
+from pep.core.jsontypes import JsonObject
+from pep.core.labels import Label, Lattice
 from pep.core.privacy import PrivacyAsk, PrivacySpec, spec_from_json
 
 FieldType = Literal["double", "long", "string", "boolean", "timestamp", "label"]
 Scalar = Union[float, int, str, bool]
 Operator = Literal["<", "<=", ">", ">=", "=", "!="]
+# The negations of label comparisons (`pep.core.labels`: NOT pushed into a comparison on a label
+# attribute is no comparison of the six), which a plan's predicates may hold too.
+LabelOperator = Literal["!<=", "!>=", "!<", "!>"]
+PredicateOperator = Union[Operator, LabelOperator]
 AggregateFunction = Literal["avg", "max", "min", "sum", "count", "firstval", "lastval", "lub"]
 
-OPERATORS: tuple[str, ...] = ("<", "<=", ">", ">=", "=", "!=")
-AGGREGATE_FUNCTIONS: tuple[str, ...] = ("avg", "max", "min", "sum", "count", "firstval", "lastval",
-                                        "lub")  # lub: a label attribute's least upper bound
+OPERATORS: tuple[Operator, ...] = ("<", "<=", ">", ">=", "=", "!=")
+AGGREGATE_FUNCTIONS: tuple[AggregateFunction, ...] = (
+    "avg", "max", "min", "sum", "count", "firstval", "lastval",
+    "lub")  # lub: a label attribute's least upper bound
 
 
 class _Keyed:
@@ -85,8 +91,8 @@ class Predicate:
     value (a consumer's filter on a masked attribute), not on the raw value."""
 
     attribute: str  # canonical schema name
-    op: Operator
-    value: Scalar
+    op: PredicateOperator  # a label operator only on a label attribute
+    value: Scalar | Label  # a label attribute's constant: its `Label` (its text, read back)
     mask: str | None = None
 
 
@@ -108,7 +114,7 @@ class SpatialPredicate:
     value: float
     points: tuple[float, ...] = ()
     key: str | None = None
-    key_value: Scalar | None = None
+    key_value: Scalar | Label | None = None  # a value of `key`, bound as a comparison's constant
 
     @property
     def attributes(self) -> tuple[str, ...]:
@@ -228,7 +234,7 @@ _LATER_FIELDS = {"start_after": None, "start_offsets": None}
 _LATER_WINDOW_FIELDS = {"min_count": 1, "keys": (), "privacy": None, "label_bounds": ()}
 
 
-def plan_from_json(data: str | dict) -> ExecutionPlan:
+def plan_from_json(data: str | JsonObject) -> ExecutionPlan:
     """Rebuild an ExecutionPlan from its canonical JSON (to re-attach a handle after a restart)."""
     d = json.loads(data) if isinstance(data, str) else data
     dnf = d.get("filter_dnf")
@@ -253,7 +259,7 @@ def plan_from_json(data: str | dict) -> ExecutionPlan:
         tuple(int(o) for o in d["start_offsets"]))
 
 
-def _predicate_from_json(p: dict) -> AnyPredicate:
+def _predicate_from_json(p: JsonObject) -> AnyPredicate:
     if "function" in p:
         return SpatialPredicate(p["function"], p["latitude"], p["longitude"], p["op"],
                                 float(p["value"]), tuple(float(v) for v in p.get("points") or ()),
@@ -344,14 +350,14 @@ class UnionPlan(_Keyed):
 AnyPlan = Union[ExecutionPlan, JoinPlan, UnionPlan]
 
 
-def is_join_json(data: str | dict) -> bool:
+def is_join_json(data: str | JsonObject) -> bool:
     """Whether a stored plan (canonical JSON or its dict) is a join's."""
     if isinstance(data, str):
         return data.startswith('{"join":')
     return "join" in data
 
 
-def any_plan_from_json(data: str | dict) -> AnyPlan:
+def any_plan_from_json(data: str | JsonObject) -> AnyPlan:
     """A stored plan of any kind: a single stream's `ExecutionPlan`, a `JoinPlan` or a
     `UnionPlan`."""
     d = json.loads(data) if isinstance(data, str) else data

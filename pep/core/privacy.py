@@ -40,12 +40,28 @@ epsilon or delta (more noise), never a larger one.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-from typing import Any, Literal
+from typing import Literal, NotRequired, Protocol, TypedDict
 
 from common.numbers import NumberError, parse_float, parse_int
+from pep.core.jsontypes import JsonObject
+
+
+class NamedAggregate(Protocol):
+    """An aggregate as a window names it (`pep.core.plan.Aggregate`, whose plan holds this
+    module's privacy)."""
+
+    @property
+    def attribute(self) -> str: ...
+
+    @property
+    def function(self) -> str: ...
+
+
+AttributeTypes = Callable[[str], "tuple[str, str] | None"]
+"""An attribute's name as written -> (its canonical name, its type), None when unknown."""
 
 DP_EPSILON = "stream-window-dp-epsilon-id"
 DP_DELTA = "stream-window-dp-delta-id"
@@ -162,7 +178,7 @@ def parse_delta(text: str) -> float:
         raise ValueError(exc.message) from None
 
 
-def parse_bound(text: str, attribute_type: Any) -> Bound:
+def parse_bound(text: str, attribute_type: AttributeTypes) -> Bound:
     """`attribute:lower:upper`; `attribute_type(name)` gives (canonical name, type) or None."""
     parts = text.strip().split(":")
     if len(parts) != 3:
@@ -209,7 +225,8 @@ def parse_budget(text: str) -> Budget:
     return Budget(epsilon, seconds)
 
 
-def parse_spec(found: dict[str, list[str]], attribute_type: Any) -> PrivacySpec | None:
+def parse_spec(found: Mapping[str, list[str]], attribute_type: AttributeTypes
+               ) -> PrivacySpec | None:
     """The DP part of one window obligation (None without any DP attribute); ValueError says
     what is wrong."""
     if not any(found.get(name) for name in DP_ATTRIBUTES):
@@ -239,7 +256,7 @@ def parse_spec(found: dict[str, list[str]], attribute_type: Any) -> PrivacySpec 
     return PrivacySpec(epsilon, delta, tuple(bounds.values()), budgets)
 
 
-def check_aggregates(spec: PrivacySpec, aggregates: Iterable[Any]) -> None:
+def check_aggregates(spec: PrivacySpec, aggregates: Iterable[NamedAggregate]) -> None:
     """Every sum and avg of a private window needs its attribute's bounds."""
     for a in aggregates:
         if a.function in ("sum", "avg") and spec.bound(a.attribute) is None:
@@ -304,8 +321,8 @@ def apply_ask(spec: PrivacySpec, ask: PrivacyAsk | None) -> PrivacySpec:
 
 # -- what a window releases and costs ---------------------------------------------------------
 
-def quantities(aggregates: Iterable[Any], spec: PrivacySpec,
-               types: dict[str, str]) -> tuple[Quantity, ...]:
+def quantities(aggregates: Iterable[NamedAggregate], spec: PrivacySpec,
+               types: Mapping[str, str]) -> tuple[Quantity, ...]:
     """The noisy numbers one window row releases for these aggregates, each with its share of
     the window's epsilon and delta (split evenly: sequential composition). `types` maps an
     attribute to its schema type."""
@@ -368,10 +385,44 @@ def from_units(value: int) -> float:
 
 # -- JSON ------------------------------------------------------------------------------------------
 
-def spec_to_json(spec: PrivacySpec, aggregates: Iterable[Any] = ()) -> dict[str, Any]:
+class BoundJson(TypedDict):
+    attribute: str
+    lower: float
+    upper: float
+
+
+class BudgetJson(TypedDict):
+    epsilon: float
+    period_seconds: int
+
+
+class QuantityJson(TypedDict):
+    quantity: str
+    sensitivity: float
+    epsilon: float
+    delta: float
+    noise: str
+    laplace_scale: NotRequired[float]
+
+
+class PrivacySpecJson(TypedDict):
+    """A private window's parameters as explain and the handle list show them."""
+
+    epsilon_per_window: float
+    delta_per_window: float
+    mechanism: Literal["laplace", "gaussian"]
+    bounds: list[BoundJson]
+    budgets: list[BudgetJson]
+    unit: str
+    quantities: NotRequired[list[QuantityJson]]
+    avg: NotRequired[str]
+
+
+def spec_to_json(spec: PrivacySpec, aggregates: Sequence[NamedAggregate] = ()
+                 ) -> PrivacySpecJson:
     """The parameters as explain and the handle list show them: per window, per noisy
     quantity, the budgets."""
-    out: dict[str, Any] = {
+    out: PrivacySpecJson = {
         "epsilon_per_window": spec.epsilon, "delta_per_window": spec.delta,
         "mechanism": spec.mechanism,
         "bounds": [{"attribute": b.attribute, "lower": b.lower, "upper": b.upper}
@@ -387,19 +438,26 @@ def spec_to_json(spec: PrivacySpec, aggregates: Iterable[Any] = ()) -> dict[str,
         discrete, continuous = (("discrete Laplace (geometric)", "Laplace")
                                 if spec.mechanism == "laplace"
                                 else ("discrete Gaussian", "Gaussian"))
-        out["quantities"] = [{
-            "quantity": q.name, "sensitivity": q.sensitivity, "epsilon": q.epsilon,
-            "delta": q.delta,
-            "noise": discrete if q.kind == "count"
-            else f"{continuous} ({discrete} for a long attribute)",
-            **({"laplace_scale": laplace_scale(q)} if spec.mechanism == "laplace" else {}),
-        } for q in qs]
+        out["quantities"] = [_quantity_json(q, spec, discrete, continuous) for q in qs]
         if any(a.function == "avg" for a in aggregates):
             out["avg"] = "noisy sum / noisy count, clamped into the attribute's bounds"
     return out
 
 
-def spec_from_json(d: dict[str, Any] | None) -> PrivacySpec | None:
+def _quantity_json(q: Quantity, spec: PrivacySpec, discrete: str, continuous: str
+                   ) -> QuantityJson:
+    out: QuantityJson = {
+        "quantity": q.name, "sensitivity": q.sensitivity, "epsilon": q.epsilon,
+        "delta": q.delta,
+        "noise": discrete if q.kind == "count"
+        else f"{continuous} ({discrete} for a long attribute)",
+    }
+    if spec.mechanism == "laplace":
+        out["laplace_scale"] = laplace_scale(q)
+    return out
+
+
+def spec_from_json(d: JsonObject | None) -> PrivacySpec | None:
     """A plan's stored privacy (its canonical JSON) back as a PrivacySpec."""
     if d is None:
         return None
@@ -421,8 +479,8 @@ def is_finite_spec(spec: PrivacySpec) -> bool:
                     for b in spec.budgets))
 
 
-__all__ = ["PrivacySpec", "PrivacyAsk", "AskTooMuch", "Bound", "Budget", "Quantity", "DP_ATTRIBUTES",
-           "DP_EPSILON", "DP_DELTA", "DP_BOUNDS", "DP_BUDGET", "DP_FUNCTIONS", "NOT_PRIVATE",
-           "parse_spec", "check_aggregates", "strictest", "apply_ask", "quantities",
-           "laplace_scale", "windows_per_period", "units", "budget_units", "from_units",
-           "spec_to_json", "spec_from_json", "is_finite_spec"]
+__all__ = ["PrivacySpec", "PrivacySpecJson", "AttributeTypes", "PrivacyAsk", "AskTooMuch", "Bound",
+           "Budget", "Quantity", "DP_ATTRIBUTES", "DP_EPSILON", "DP_DELTA", "DP_BOUNDS",
+           "DP_BUDGET", "DP_FUNCTIONS", "NOT_PRIVATE", "parse_spec", "check_aggregates",
+           "strictest", "apply_ask", "quantities", "laplace_scale", "windows_per_period", "units",
+           "budget_units", "from_units", "spec_to_json", "spec_from_json", "is_finite_spec"]

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from decimal import Decimal
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,8 @@ class RowBatch:
         return cls(texts, size, last_position)
 
     @classmethod
-    def of(cls, rows: Iterable[dict], last_position: int | None = None) -> "RowBatch":
+    def of(cls, rows: Iterable[Mapping[str, object]], last_position: int | None = None
+           ) -> "RowBatch":
         """Encode plain rows (dicts) with `row_json`."""
         return cls.of_texts([row_json(r) for r in rows], last_position)
 
@@ -49,7 +49,9 @@ class RowBatch:
         return len(self.rows)
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> object:
+    """What `json.dumps` writes for a value it has no form of: a result row's value as the
+    runtime delivers it (datetimes, decimals, numpy and pandas scalars, collections)."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
@@ -65,7 +67,7 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def row_json(row: dict) -> str:
+def row_json(row: Mapping[str, object]) -> str:
     """A result row as compact JSON; NaN and infinities (e.g. avg of nothing) become null."""
     clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
              for k, v in row.items()}

@@ -47,12 +47,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pep.core.analysis import ConditionTooComplex, MergeWarning, analyse_filter
 from pep.core.conditions import Or
 from pep.core.errors import NotPermitted, Refusal
-from pep.core.explain import graph_to_json
+from pep.core.explain import GraphJson, graph_to_json
 from pep.core.graph import QueryGraph
 from pep.core.merge import MergeResult, merge
 from pep.core.plan import ExecutionPlan, StreamSchema, UnionPlan
@@ -74,7 +73,7 @@ class Alternative:
 class UnionMerge:
     plan: ExecutionPlan | UnionPlan
     warnings: tuple[MergeWarning, ...]
-    graph_json: dict[str, Any]
+    graph_json: GraphJson
     merged: tuple[MergeResult, ...]  # the member plans' merges, in the plan's order
 
     @property
@@ -123,8 +122,8 @@ def merge_union(alternatives: Sequence[Alternative], user: QueryGraph | None,
                                "applies, or ask the stream's owner for intersection mode")
     plan = UnionPlan(members[0][1].plan.stream, tuple(m.plan for _, m in members))
     warnings = _union_warnings(members, user, schema) + info
-    graph = {"union": [dict(graph_to_json(m.graph, schema), rules=list(alt.rules))
-                       for alt, m in members]}
+    graph: GraphJson = {"union": [{**graph_to_json(m.graph, schema), "rules": list(alt.rules)}
+                                  for alt, m in members]}
     return UnionMerge(plan, tuple(warnings), graph, tuple(m for _, m in members))
 
 
@@ -136,10 +135,9 @@ def _union_warnings(members: list[tuple[Alternative, MergeResult]], user: QueryG
                     schema: StreamSchema) -> list[MergeWarning]:
     """PR/NR over the union: the consumer's filter against the disjunction of the grants'
     filters; the attributes no grant shows; each member's window warnings, naming the grant."""
-    filters = [alt.policy.filter.condition if alt.policy.filter is not None else None
-               for alt, _ in members]
-    union_filter = None if any(f is None for f in filters) else (
-        filters[0] if len(filters) == 1 else Or(tuple(filters)))  # type: ignore[arg-type]
+    filters = [alt.policy.filter.condition for alt, _ in members if alt.policy.filter is not None]
+    union_filter = None if len(filters) < len(members) else (  # a grant without one: no filter
+        filters[0] if len(filters) == 1 else Or(tuple(filters)))
     uf = user.filter.condition if user is not None and user.filter is not None else None
     out: list[MergeWarning] = []
     try:

@@ -249,9 +249,9 @@ class Rules:
                 raise NotPermitted(f"policy {rule.id!r} exists and is not yours to replace")
         warnings = warnings + self.check(document)
         reading = read_policy(document)
-        out = {"rule": rule_to_json(rule), "xacml": document.decode("utf-8"),
-               "summary": reading_text(reading) if reading is not None else None,
-               "warnings": warnings, "change": change, "explain": None}
+        out: dict[str, Any] = {"rule": rule_to_json(rule), "xacml": document.decode("utf-8"),
+                               "summary": reading_text(reading) if reading is not None else None,
+                               "warnings": warnings, "change": change, "explain": None}
         consumer = data.get("consumer")
         if consumer is not None:
             try:

@@ -281,7 +281,7 @@ def _masked(pred: Predicate, schema: StreamSchema, where: str) -> PredicateRow:
         check_fits(mask, field.name, field.type)
     except MaskError as exc:
         raise PlanError(f"{where}: {exc}") from None
-    view = StreamSchema(tuple(Field(f.name, mask.output_type(f.type))  # type: ignore[arg-type]
+    view = StreamSchema(tuple(Field(f.name, mask.output_type(f.type))
                               if f.name == field.name else f for f in schema.fields))
     row = compile_predicate(Predicate(field.name, pred.op, pred.value), view, where)
     return (row[0], row[1], row[2] | MASKED_KIND, row[3], row[4])
@@ -392,7 +392,7 @@ def _view(schema: StreamSchema, masks: dict[str, Mask]) -> StreamSchema:
     """The schema as the plan's outputs are typed (a hashed attribute is a string)."""
     if not masks:
         return schema
-    return StreamSchema(tuple(Field(f.name, masks[f.name].output_type(f.type))  # type: ignore
+    return StreamSchema(tuple(Field(f.name, masks[f.name].output_type(f.type))
                               if f.name in masks else f for f in schema.fields))
 
 

@@ -47,11 +47,12 @@ from __future__ import annotations
 
 from pep.core.analysis.atoms import (ANALYSIS_LIMIT, CONTAINMENT_LIMIT, DISTANCE_MARGIN_M, MASKED,
                                      NEVER, PLAN_LIMIT, SPATIAL, WORK_LIMIT, Atom,
-                                     ConditionTooComplex, MergeWarning, NNF, TooLarge, to_nnf)
-from pep.core.analysis.conjuncts import Checker, values_satisfiable
+                                     ConditionTooComplex, Constant, MergeWarning,
+                                     MergeWarningJson, NNF, RawBound, TooLarge, to_nnf)
+from pep.core.analysis.conjuncts import Atoms, Checker, Constraint, values_satisfiable
 from pep.core.analysis.filters import FilterAnalysis, analyse_filter
 
 __all__ = ["ANALYSIS_LIMIT", "CONTAINMENT_LIMIT", "DISTANCE_MARGIN_M", "MASKED", "NEVER",
-           "PLAN_LIMIT", "SPATIAL", "WORK_LIMIT", "Atom", "ConditionTooComplex", "MergeWarning",
-           "NNF", "TooLarge", "to_nnf", "Checker", "values_satisfiable", "FilterAnalysis",
-           "analyse_filter"]
+           "PLAN_LIMIT", "SPATIAL", "WORK_LIMIT", "Atom", "ConditionTooComplex", "Constant",
+           "MergeWarning", "MergeWarningJson", "NNF", "RawBound", "TooLarge", "to_nnf", "Atoms",
+           "Checker", "Constraint", "values_satisfiable", "FilterAnalysis", "analyse_filter"]

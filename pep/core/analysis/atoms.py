@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Literal, Union
+from typing import Any, Literal, TypedDict, Union, cast
 
 from pep.core import geo, labels
 from pep.core.conditions import (And, Comparison, Const, Expr, NEGATED_OP, Not, Or,
                                  Placeholder, Spatial, format_literal, spatial_text)
 from pep.core.labels import LABEL_NEGATED, Label
-from pep.core.plan import Scalar, SpatialPredicate
+from pep.core.plan import Operator, Scalar, SpatialPredicate
 
 
 ANALYSIS_LIMIT = 256  # conjuncts in the DNF of NOT(policy) and of the user's filter, for PR
@@ -26,6 +26,14 @@ SPATIAL = "\x00"  # derived variables' names start so; no attribute of a schema 
 MASKED = "\x01"
 NEVER = MASKED + "never"
 
+Origin = Literal["policy", "user"]  # whose condition an atom comes from
+
+Constant = Any
+"""An atom's constant as the analysis compares it: a number, a text, a boolean or a `Label`,
+and all the constants of one attribute (or derived variable) of one kind, so that they compare
+with each other. Typed as the union of those kinds, every comparison between two of them would
+be refused; the kind follows the attribute, which the types cannot say."""
+
 
 @dataclass(frozen=True)
 class MergeWarning:
@@ -37,9 +45,18 @@ class MergeWarning:
     message: str
     predicates: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> "MergeWarningJson":
         return {"kind": self.kind, "operator": self.operator, "message": self.message,
                 "predicates": list(self.predicates)}
+
+
+class MergeWarningJson(TypedDict):
+    """A finding as the API's "warnings" list it."""
+
+    kind: Literal["NR", "PR", "INFO"]
+    operator: Literal["filter", "map", "window", "join", "union"]
+    message: str
+    predicates: list[str]
 
 
 class TooLarge(Exception):
@@ -57,7 +74,7 @@ class Atom:
     attribute: str
     op: str
     value: Scalar | Label  # a label attribute's constant: the Label
-    origin: Literal["policy", "user"]
+    origin: Origin
     # The predicate of its author's condition this atom comes from, as written, NOTs included
     # (`written_text`): the atom itself, or the outermost NOT(...) around it. A warning names
     # it so, never with a NOT dropped (the NNF pushes NOTs into the atoms: `NOT speed > 7` is
@@ -91,14 +108,15 @@ def _shown_name(attribute: str) -> str:
     return attribute
 
 
-def spatial_with(s: SpatialPredicate, op: str, value: Scalar) -> SpatialPredicate:
+def spatial_with(s: SpatialPredicate, op: str, value: Constant) -> SpatialPredicate:
     """The geometry with an atom's op and value (a polygon's as "=" inside / "!=" outside)."""
     if s.function == "polygon":
         inside = (op == "=") == bool(value)
         return SpatialPredicate("polygon", s.latitude, s.longitude, "=" if inside else "!=",
                                 0.0, s.points)
-    return SpatialPredicate(s.function, s.latitude, s.longitude, op, float(value),  # type: ignore[arg-type]
-                            s.points, s.key, s.key_value)
+    return SpatialPredicate(s.function, s.latitude, s.longitude,
+                            cast(Operator, op),  # a distance's op, or its negation: the plan's
+                            float(value), s.points, s.key, s.key_value)
 
 
 def _variable(s: Spatial) -> str:
@@ -110,7 +128,7 @@ def _variable(s: Spatial) -> str:
     return f"{SPATIAL}distance:{s.latitude}:{s.longitude}:{s.points!r}"
 
 
-def _spatial_atoms(expr: Spatial, origin: Literal["policy", "user"], negate: bool,
+def _spatial_atoms(expr: Spatial, origin: Origin, negate: bool,
                    around: str | None = None) -> "NNF":
     geometry = expr.to_predicate()
     term = written_text(expr)
@@ -127,8 +145,7 @@ def _spatial_atoms(expr: Spatial, origin: Literal["policy", "user"], negate: boo
                   (expr.longitude, ">=", west), (expr.longitude, "<=", east)]
     else:
         op = NEGATED_OP[expr.op] if negate else expr.op
-        atom = Atom(var, op, float(expr.radius), origin, written, geometry,  # type: ignore[arg-type]
-                    term=term)
+        atom = Atom(var, op, geometry.value, origin, written, geometry, term=term)
         if expr.function == "distance_to" or op not in ("<", "<="):
             return atom
         plat, plon = geometry.points
@@ -166,15 +183,18 @@ def written_text(expr: Expr) -> str:
                        for i in expr.items)
 
 
-NNF = Union[Atom, bool, tuple[Any, ...]]  # ("and", items) | ("or", items) | Atom | True | False
+Junction = Literal["and", "or"]
+NNF = Union[Atom, bool, tuple[Junction, tuple["NNF", ...]]]
+"""A condition in negation normal form: an atom, a constant, or ("and" | "or", items)."""
 
-
+RawBound = tuple[str, str, Constant]
+"""(raw attribute, op, constant): what a comparison on a masked value implies of the raw value."""
 # What a comparison on a masked value implies of the raw attribute: alternatives (an OR of
-# ANDs) of (attribute, op, value), or None (pep.core.masks.MaskPlan.implied).
-Implied = Callable[[str, str, "Scalar | Label"], "list[list[tuple[str, str, Scalar]]] | None"]
+# ANDs) of raw bounds, or None (pep.core.masks.MaskPlan.implied).
+Implied = Callable[[str, str, Constant], "list[list[RawBound]] | None"]
 
 
-def to_nnf(expr: Expr, origin: Literal["policy", "user"], negate: bool = False,
+def to_nnf(expr: Expr, origin: Origin, negate: bool = False,
            implied: Implied | None = None, around: str | None = None) -> NNF:
     """The condition in negation normal form (negated with `negate`). `around`: the written
     text of the outermost NOT(...) the condition sits in (set when one is met), which its
@@ -212,7 +232,7 @@ def to_nnf(expr: Expr, origin: Literal["policy", "user"], negate: bool = False,
     return combine("and" if is_and else "or", items)
 
 
-def combine(kind: str, items: list[NNF]) -> NNF:
+def combine(kind: Junction, items: list[NNF]) -> NNF:
     absorbing, neutral = (False, True) if kind == "and" else (True, False)
     flat: list[NNF] = []
     for item in items:

@@ -4,28 +4,32 @@ booleans, labels on their lattice; spatial variables soundly, see the package do
 DNF expanded with pruning (`Checker`), and a satisfiable conjunct as the plan's predicates."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
-from typing import Any, cast
+from typing import cast
 
 from pep.core import geo, labels
-from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ceil_exact, floor_exact,
-                            is_integral, is_number, iso_from_micros, micros_from_iso,
+from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ExactNumber, ceil_exact,
+                            floor_exact, is_integral, is_number, iso_from_micros, micros_from_iso,
                             micros_from_seconds)
 from pep.core.labels import Label
-from pep.core.plan import (AnyPredicate, Conjunct, Operator, Predicate, Scalar, SpatialPredicate,
+from pep.core.plan import (AnyPredicate, Conjunct, Predicate, PredicateOperator, SpatialPredicate,
                            StreamSchema)
-from pep.core.analysis.atoms import (Atom, CONTAINMENT_LIMIT, DISTANCE_MARGIN_M, NNF, SPATIAL,
-                                     TooLarge, WORK_LIMIT, spatial_with)
+from pep.core.analysis.atoms import (Atom, CONTAINMENT_LIMIT, Constant, DISTANCE_MARGIN_M, NNF,
+                                     SPATIAL, TooLarge, WORK_LIMIT, spatial_with)
 
 
 _UNSET = object()
 
-Constant = Any
-"""An atom's constant inside one attribute's range: all of one attribute's are numbers, or all
-strings, or all booleans, so they compare with each other; typed as the union of those (`Scalar`)
-the checker would refuse every comparison between two of them."""
+Constraint = tuple[str, Constant]
+"""(op, constant): one comparison of an attribute (or derived variable), as a conjunct's atoms
+give it."""
+Atoms = tuple[Atom, ...]
+"""A conjunct of atoms (all hold)."""
+Groups = dict[str, tuple[Constraint, ...]]
+"""A conjunct's comparisons by attribute (what conjoining re-checks)."""
+Term = tuple[Atoms, Groups]
+"""A conjunct of the DNF being built, with its comparisons grouped."""
 
 
 @dataclass
@@ -35,10 +39,10 @@ class _Range:
     lo_incl: bool
     hi: Constant | None
     hi_incl: bool
-    nes: set
+    nes: set[Constant]
 
 
-def _collect(preds: list[tuple[str, Constant]]) -> _Range | None:
+def _collect(preds: Iterable[Constraint]) -> _Range | None:
     r = _Range(_UNSET, None, True, None, True, set())
     for op, v in preds:
         if op == "=":
@@ -73,7 +77,7 @@ INTEGER_DOMAINS: dict[str, tuple[int, int]] = {"long": (INT64_MIN, INT64_MAX),
                                                "timestamp": (MIN_MICROS, MAX_MICROS)}
 
 
-def _micros(value: Scalar):
+def _micros(value: Constant) -> ExactNumber:
     """A timestamp constant as epoch microseconds (a number, as plans stored before the texts
     held, is epoch seconds)."""
     if isinstance(value, str):
@@ -81,7 +85,7 @@ def _micros(value: Scalar):
     return micros_from_seconds(value)
 
 
-def _integers(kind: str, preds) -> list:
+def _integers(kind: str, preds: Iterable[Constraint]) -> list[Constraint]:
     """The (operator, constant) pairs of an integer-domain attribute with numeric constants."""
     if kind == "timestamp":
         return [(op, _micros(v)) for op, v in preds]
@@ -145,8 +149,8 @@ def _string_range_satisfiable(r: _Range) -> bool:
     return True
 
 
-def _group(atoms) -> dict[str, list[tuple[str, Scalar]]]:
-    by_attr: dict[str, list[tuple[str, Scalar]]] = {}
+def _group(atoms: Iterable[Atom]) -> dict[str, list[Constraint]]:
+    by_attr: dict[str, list[Constraint]] = {}
     for a in atoms:
         by_attr.setdefault(a.attribute, []).append((a.op, a.value))
     return by_attr
@@ -162,11 +166,16 @@ def _distance(atom: Atom) -> float:
 class Checker:
     """Satisfiability of conjuncts for one schema, with a small memo."""
 
-    def __init__(self, schema: StreamSchema, inexact: "set[str] | frozenset[str]" = frozenset()
-                 ) -> None:
-        self.kinds = {f.name: f.type for f in schema.fields}
+    def __init__(self, schema: StreamSchema, inexact: "set[str] | frozenset[str]" = frozenset(),
+                 variables: Mapping[str, str] | None = None) -> None:
+        # an attribute's type, or a derived variable's kind (`variables`: a masked value's)
+        self.kinds: dict[str, str] = {f.name: f.type for f in schema.fields}
+        if variables:
+            self.kinds.update(variables)
         self.lattices = {f.name: f.lattice for f in schema.fields if f.lattice is not None}
-        self.memo: dict[tuple, bool] = {}
+        # (attribute, its comparisons) or ("convex", a polygon's points) -> the verdict
+        self.memo: dict[tuple[str, tuple[Constraint, ...]] | tuple[str, tuple[float, ...]],
+                        bool] = {}
         self.inexact_variables = inexact  # masked values decided only approximately
 
     def kind(self, attribute: str) -> str:
@@ -174,7 +183,7 @@ class Checker:
             return "boolean" if attribute.startswith(SPATIAL + "polygon:") else "double"
         return self.kinds.get(attribute, "double")
 
-    def attr_sat(self, attribute: str, preds) -> bool:
+    def attr_sat(self, attribute: str, preds: Sequence[Constraint]) -> bool:
         key = (attribute, tuple(preds))
         hit = self.memo.get(key)
         if hit is None:
@@ -192,20 +201,24 @@ class Checker:
                 self.memo[key] = hit
         return hit
 
-    def satisfiable(self, atoms) -> bool:
+    def satisfiable(self, atoms: Atoms) -> bool:
         return all(self.attr_sat(attr, preds) for attr, preds in _group(atoms).items()) \
             and not self.spatial_conflict(atoms)
 
-    def spatial_conflict(self, atoms) -> tuple[Atom, ...]:
+    def spatial_conflict(self, atoms: Atoms) -> Atoms:
         """Atoms of different spatial variables that cannot hold together (see the module
         docstring for what is decided); () when none is found."""
         spatial = [a for a in atoms if a.spatial is not None]
-        if not spatial or (len(spatial) == 1 and spatial[0].spatial.function != "polygon"):
+        if not spatial:
+            return ()
+        first = spatial[0].spatial
+        if len(spatial) == 1 and first is not None and first.function != "polygon":
             return ()
         groups: dict[str, list[Atom]] = {}
         for a in spatial:
             groups.setdefault(a.attribute, []).append(a)
-        circles = []  # (atom group geometry, lower bound atom, upper bound atom, lo, hi)
+        # (the group's geometry, its lower bound atom, its upper bound atom)
+        circles: list[tuple[SpatialPredicate, Atom | None, Atom | None]] = []
         inside: list[tuple[Atom, SpatialPredicate]] = []
         outside: list[tuple[Atom, SpatialPredicate]] = []
         for var, group in groups.items():
@@ -215,7 +228,8 @@ class Checker:
                 for a in group:
                     (inside if (a.op == "=") == bool(a.value) else outside).append((a, g))
             elif g.function == "distance":
-                lo = hi = None
+                lo: Atom | None = None
+                hi: Atom | None = None
                 for a in group:
                     if a.op in (">", ">=") and (lo is None or _distance(a) > _distance(lo)):
                         lo = a
@@ -263,29 +277,33 @@ class Checker:
         return hit
 
     @staticmethod
-    def _box(atoms, lat: str, lon: str):
+    def _box(atoms: Atoms, lat: str, lon: str
+             ) -> tuple[tuple[float, float, float, float], Atoms] | None:
         """The lat/lon box the conjunct's bounds (implied ones included) confine a tuple to,
         with the atoms that give its four sides; None when a side is open."""
         sides = []
         used: list[Atom] = []
         for attr in (lat, lon):
-            lo = hi = None
+            lo: Atom | None = None
+            hi: Atom | None = None
+            low = high = 0.0  # their values
             for a in atoms:
-                if a.attribute != attr or a.spatial is not None or isinstance(a.value, bool) \
-                        or not isinstance(a.value, (int, float)):
+                value = a.value
+                if a.attribute != attr or a.spatial is not None or isinstance(value, bool) \
+                        or not isinstance(value, (int, float)):
                     continue
-                if a.op in (">", ">=", "=") and (lo is None or a.value > lo.value):
-                    lo = a
-                if a.op in ("<", "<=", "=") and (hi is None or a.value < hi.value):
-                    hi = a
+                if a.op in (">", ">=", "=") and (lo is None or value > low):
+                    lo, low = a, value
+                if a.op in ("<", "<=", "=") and (hi is None or value < high):
+                    hi, high = a, value
             if lo is None or hi is None:
                 return None
-            sides.append((float(lo.value), float(hi.value)))
+            sides.append((float(low), float(high)))
             used += [lo, hi]
         (south, north), (west, east) = sides
         return (south, west, north, east), tuple(dict.fromkeys(used))
 
-    def inexact(self, atoms) -> tuple[str, ...]:
+    def inexact(self, atoms: Atoms) -> tuple[str, ...]:
         """The spatial predicates whose interplay in this conjunct the analysis cannot decide
         exactly (a verdict of 'satisfiable' may then be an over-approximation)."""
         by_position: dict[tuple[str, str], list[Atom]] = {}
@@ -305,11 +323,11 @@ class Checker:
                 out.setdefault(a.text(), None)
         return tuple(out)
 
-    def conflict(self, atoms) -> tuple[Atom, ...]:
+    def conflict(self, atoms: Atoms) -> Atoms:
         """A small set of atoms that cannot hold together (a pair when one exists)."""
         return self._attribute_conflict(atoms) or self.spatial_conflict(atoms)
 
-    def _attribute_conflict(self, atoms) -> tuple[Atom, ...]:
+    def _attribute_conflict(self, atoms: Atoms) -> Atoms:
         by_attr: dict[str, list[Atom]] = {}
         for a in atoms:
             by_attr.setdefault(a.attribute, []).append(a)
@@ -330,13 +348,13 @@ class Checker:
 
     # -- DNF with pruning -------------------------------------------------------------------------
 
-    def dnf(self, node: NNF, limit: int, prune: bool = True) -> list[tuple[Atom, ...]]:
+    def dnf(self, node: NNF, limit: int, prune: bool = True) -> list[Atoms]:
         """Conjuncts of the DNF, contradictory ones dropped as they appear (when `prune`; the
         spatial checks across variables run on the finished conjuncts)."""
         return [atoms for atoms, _ in self._dnf(node, limit, prune)
                 if not prune or not self.spatial_conflict(atoms)]
 
-    def _dnf(self, node: NNF, limit: int, prune: bool) -> list[tuple[tuple[Atom, ...], dict]]:
+    def _dnf(self, node: NNF, limit: int, prune: bool) -> list[Term]:
         # A conjunct travels with its predicates grouped per attribute, so that conjoining two
         # satisfiable conjuncts only re-checks the attributes they share.
         if node is True:
@@ -349,8 +367,8 @@ class Checker:
             return [((node,), {node.attribute: ((node.op, node.value),)})]
         kind, items = node
         if kind == "or":
-            out: list[tuple[tuple[Atom, ...], dict]] = []
-            seen: set[frozenset] = set()
+            out: list[Term] = []
+            seen: set[frozenset[int]] = set()
             for item in items:
                 for conj in self._dnf(item, limit, prune):
                     key = frozenset(map(id, conj[0]))
@@ -360,12 +378,12 @@ class Checker:
                 if len(out) > limit:
                     raise TooLarge
             return out
-        acc: list[tuple[tuple[Atom, ...], dict]] = [((), {})]
+        acc: list[Term] = [((), {})]
         for item in items:
             part = self._dnf(item, limit, prune)
             if len(acc) * len(part) > WORK_LIMIT:
                 raise TooLarge
-            nxt = []
+            nxt: list[Term] = []
             seen = set()
             for left in acc:
                 for right in part:
@@ -384,7 +402,7 @@ class Checker:
                 return []
         return acc
 
-    def _conjoin(self, left, right, prune: bool):
+    def _conjoin(self, left: Term, right: Term, prune: bool) -> Term | None:
         left_atoms, left_groups = left
         right_atoms, right_groups = right
         groups = dict(left_groups)
@@ -403,7 +421,7 @@ class Checker:
 
     # -- simplification to plan predicates ---------------------------------------------------------
 
-    def simplify(self, atoms) -> Conjunct:
+    def simplify(self, atoms: Atoms) -> Conjunct:
         preds: list[AnyPredicate] = []
         geometry = {a.attribute: a.spatial for a in atoms if a.spatial is not None}
         for attr, group in _group([a for a in atoms if not a.implied]).items():
@@ -420,7 +438,7 @@ class Checker:
             if not simplified:
                 # Every present value passes (e.g. `n != 1.5` on a long), but a tuple missing the
                 # attribute must still fail: keep the original comparisons to say so.
-                simplified = [Predicate(attr, cast(Operator, op), v)  # an atom's op is one
+                simplified = [Predicate(attr, _plan_op(op), v)
                               for op, v in sorted(set(group), key=repr)]
             preds.extend(simplified)
         return tuple(sorted(preds, key=predicate_key))
@@ -430,7 +448,17 @@ _OP_ORDER = {"=": 0, ">": 1, ">=": 2, "<": 3, "<=": 4, "!=": 5,
              "!<=": 6, "!>=": 7, "!<": 8, "!>": 9}  # the last: negated label comparisons
 
 
-def predicate_key(p: AnyPredicate) -> tuple:
+def _plan_op(op: str) -> PredicateOperator:
+    """An atom's op as the plan's: it is one (binding gives comparisons only the plan's
+    operators, and the NNF negates them into the plan's or, on labels, their negations)."""
+    return cast(PredicateOperator, op)  # an atom's op is one of the plan's (above)
+
+
+PredicateKey = tuple[str, int, str, object]
+"""How a conjunct's predicates are ordered: attribute, operator, kind of constant, constant."""
+
+
+def predicate_key(p: AnyPredicate) -> PredicateKey:
     if isinstance(p, SpatialPredicate):
         return (p.latitude, 10 + _OP_ORDER[p.op], "~spatial",
                 repr((p.function, p.points, p.key, repr(p.key_value), p.value)))
@@ -439,17 +467,17 @@ def predicate_key(p: AnyPredicate) -> tuple:
     return (p.attribute, _OP_ORDER[p.op], type(p.value).__name__, p.value)
 
 
-def _label_predicates(attr: str, group) -> list[Predicate]:
+def _label_predicates(attr: str, group: Sequence[Constraint]) -> list[Predicate]:
     """A label attribute's comparisons for the plan: every DOMINATED_BY as one (their greatest
     lower bound), every DOMINATES as one (their least upper bound), the others as they are."""
-    below = [v for op, v in group if op == "<="]
-    above = [v for op, v in group if op == ">="]
     out = []
-    if below:
-        out.append(Predicate(attr, "<=", labels.glb(below)))  # type: ignore[arg-type]
-    if above:
-        out.append(Predicate(attr, ">=", labels.lub(above)))  # type: ignore[arg-type]
-    out.extend(Predicate(attr, op, v) for op, v in
+    below = labels.glb(v for op, v in group if op == "<=")  # None: there is none
+    if below is not None:
+        out.append(Predicate(attr, "<=", below))
+    above = labels.lub(v for op, v in group if op == ">=")
+    if above is not None:
+        out.append(Predicate(attr, ">=", above))
+    out.extend(Predicate(attr, _plan_op(op), v) for op, v in
                dict.fromkeys((op, v) for op, v in group if op not in ("<=", ">=")))
     return out
 
@@ -460,7 +488,7 @@ def _spatial_predicates(g: SpatialPredicate, r: _Range) -> list[SpatialPredicate
     if g.function == "polygon":
         inside = r.eq is True or (r.eq is _UNSET and False in r.nes)
         return [spatial_with(g, "=" if inside else "!=", True)]
-    out = []
+    out: list[SpatialPredicate] = []
     if r.lo is not None:
         out.append(spatial_with(g, ">=" if r.lo_incl else ">", r.lo))
     if r.hi is not None:
@@ -489,7 +517,7 @@ def _range_predicates(attr: str, kind: str, r: _Range) -> list[Predicate]:
             nes.pop()
         if lo == hi:
             return [Predicate(attr, "=", shown(lo))]
-        out = []
+        out: list[Predicate] = []
         if lo > low:
             out.append(Predicate(attr, ">=", shown(lo)))
         if hi < high:
@@ -509,7 +537,7 @@ def _ordered_predicates(attr: str, r: _Range) -> list[Predicate]:
         hi_incl = False
     if lo is not None and hi is not None and lo == hi:
         return [Predicate(attr, "=", lo)]
-    out = []
+    out: list[Predicate] = []
     if lo is not None:
         out.append(Predicate(attr, ">=" if lo_incl else ">", lo))
     if hi is not None:
@@ -520,7 +548,7 @@ def _ordered_predicates(attr: str, r: _Range) -> list[Predicate]:
     return out
 
 
-def values_satisfiable(kind: str, preds: Sequence[tuple[str, Scalar | Fraction]]) -> bool:
+def values_satisfiable(kind: str, preds: Sequence[Constraint]) -> bool:
     """Whether some value of a type (double, long, string, boolean, timestamp) meets every
     (operator, constant) of `preds`: the per-attribute check, for other modules (joins).
     Labels (a partial order, whose lattice is not known here) are assumed satisfiable: never a

@@ -3,14 +3,30 @@ DNF, NR when they can never hold together, PR when the policy withholds a tuple 
 filter accepts, each finding worded with an example (`analyse_filter`)."""
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from pep.core.conditions import Expr
 from pep.core.plan import Conjunct, StreamSchema
-from pep.core.analysis.atoms import (ANALYSIS_LIMIT, Atom, ConditionTooComplex, MASKED,
-                                     MergeWarning, NEVER, NNF, PLAN_LIMIT, SPATIAL, TooLarge,
-                                     WORK_LIMIT, combine, to_nnf)
-from pep.core.analysis.conjuncts import Checker, predicate_key
+from pep.core.analysis.atoms import (ANALYSIS_LIMIT, Atom, ConditionTooComplex, Constant,
+                                     MASKED, MergeWarning, NEVER, NNF, PLAN_LIMIT, RawBound,
+                                     SPATIAL, TooLarge, WORK_LIMIT, combine, to_nnf)
+from pep.core.analysis.conjuncts import Atoms, Checker, predicate_key
+
+
+class MaskedValues(Protocol):
+    """What the analysis asks of the masks a consumer's filter reads through
+    (`pep.core.masks.MaskPlan`, which builds on the analysis): what a comparison on a masked
+    value implies of the raw one, what each masked value is compared as, and which masked
+    values it decides only approximately (filled while the consumer's filter is read)."""
+
+    inexact: set[str]
+
+    @property
+    def variable_kinds(self) -> Mapping[str, str]: ...
+
+    def implied(self, name: str, op: str, value: Constant) -> list[list[RawBound]] | None: ...
 
 
 @dataclass(frozen=True)
@@ -38,17 +54,18 @@ def _show(atom: Atom) -> str:
 
 def analyse_filter(policy: Expr | None, user: Expr | None, schema: StreamSchema, *,
                    analysis_limit: int = ANALYSIS_LIMIT, plan_limit: int = PLAN_LIMIT,
-                   masks=None) -> FilterAnalysis:
+                   masks: MaskedValues | None = None) -> FilterAnalysis:
     """Merged filter for the plan, with NR/PR warnings.
 
     Raises ConditionTooComplex when the merged filter exceeds `plan_limit` conjuncts even after
     pruning: the request is refused rather than enforced approximately.
     `masks` (a `pep.core.masks.MaskPlan`): the user's comparisons on masked values are derived
-    variables of its analysis schema, with the raw bounds they imply.
+    variables (its `variable_kinds`), with the raw bounds they imply.
     """
     implied = masks.implied if masks is not None else None
     u_nnf = to_nnf(user, "user", implied=implied) if user is not None else True
-    checker = Checker(schema, masks.inexact if masks is not None else frozenset())
+    checker = (Checker(schema, masks.inexact, masks.variable_kinds) if masks is not None
+               else Checker(schema))
     p_nnf = to_nnf(policy, "policy") if policy is not None else True
     both = combine("and", [p_nnf, u_nnf])
     try:
@@ -65,11 +82,11 @@ def analyse_filter(policy: Expr | None, user: Expr | None, schema: StreamSchema,
 
     dnf = _plan_dnf(checker, merged)
     pr: bool | None
-    if p_nnf is True:
+    if p_nnf is True or policy is None:  # (no policy: p_nnf is True)
         pr = False
     else:
         try:
-            pr_warning = _pr_warning(checker, policy, u_nnf, analysis_limit)  # type: ignore[arg-type]
+            pr_warning = _pr_warning(checker, policy, u_nnf, analysis_limit)
         except TooLarge:
             pr = None
             warnings.append(MergeWarning(
@@ -83,7 +100,7 @@ def analyse_filter(policy: Expr | None, user: Expr | None, schema: StreamSchema,
     return FilterAnalysis(dnf, tuple(warnings), nr=False, pr=pr)
 
 
-def _plan_dnf(checker: Checker, conjuncts: list[tuple[Atom, ...]]) -> tuple[Conjunct, ...] | None:
+def _plan_dnf(checker: Checker, conjuncts: list[Atoms]) -> tuple[Conjunct, ...] | None:
     simplified = {checker.simplify(c) for c in conjuncts}
     if () in simplified:
         return None
@@ -100,7 +117,7 @@ def _nr_warning(checker: Checker, p_nnf: NNF, u_nnf: NNF, limit: int) -> MergeWa
         raw = checker.dnf(combine("and", [p_nnf, u_nnf]), limit, prune=False)
     except TooLarge:
         raw = []
-    conflicts: list[tuple[Atom, ...]] = []
+    conflicts: list[Atoms] = []
     for conj in raw:
         c = checker.conflict(conj)
         if c and c not in conflicts:
@@ -122,7 +139,7 @@ def _nr_warning(checker: Checker, p_nnf: NNF, u_nnf: NNF, limit: int) -> MergeWa
     return MergeWarning("NR", "filter", message, tuple(predicates))
 
 
-def _conflict_text(conflict: tuple[Atom, ...]) -> str:
+def _conflict_text(conflict: Atoms) -> str:
     """Atoms that cannot hold together, each named by its author's predicate (`Atom.written`):
     atoms of one NOT(...) are that one predicate, which then holds for no value alone."""
     shown = list(dict.fromkeys(_show(a) for a in conflict))
@@ -143,7 +160,7 @@ def _pr_warning(checker: Checker, policy: Expr, u_nnf: NNF, limit: int) -> Merge
         for n in classical:
             if checker.satisfiable(u + n):
                 return _describe_pr(u, n, (), undecided=checker.inexact(u + n))
-    by_presence: dict[frozenset, list[tuple[Atom, ...]]] = {}
+    by_presence: dict[frozenset[str], list[Atoms]] = {}
     work = 0
     for u in users:
         present = _present(u)
@@ -175,7 +192,7 @@ def _needs(atom: Atom) -> frozenset[str]:
     return frozenset({g.latitude, g.longitude})
 
 
-def _present(conjunct: tuple[Atom, ...]) -> frozenset[str]:
+def _present(conjunct: Atoms) -> frozenset[str]:
     """What every tuple passing the conjunct has (a predicate over a missing value is false)."""
     out: set[str] = set()
     for a in conjunct:
@@ -191,7 +208,7 @@ def _name(needed: str, atom: Atom) -> str:
     return needed
 
 
-def _restrict(node: NNF, present: frozenset) -> NNF:
+def _restrict(node: NNF, present: frozenset[str]) -> NNF:
     if isinstance(node, Atom):
         return node if _needs(node) <= present else True
     if isinstance(node, bool):
@@ -208,7 +225,7 @@ def _atoms(node: NNF) -> list[Atom]:
     return [a for i in node[1] for a in _atoms(i)]
 
 
-def _undecided_kind(texts) -> str:
+def _undecided_kind(texts: Sequence[str]) -> str:
     spatial = any(t.startswith(("DISTANCE", "WITHIN_POLYGON", "NOT WITHIN_POLYGON"))
                   for t in texts)
     masked = not all(t.startswith(("DISTANCE", "WITHIN_POLYGON", "NOT WITHIN_POLYGON"))
@@ -218,8 +235,9 @@ def _undecided_kind(texts) -> str:
     return "comparisons of masked values" if masked else "spatial predicates"
 
 
-def _describe_pr(user: tuple[Atom, ...], witness: tuple[Atom, ...], missing,
-                 also_violated=(), undecided: tuple[str, ...] = ()) -> MergeWarning:
+def _describe_pr(user: Atoms, witness: Atoms, missing: Sequence[str],
+                 also_violated: Iterable[str] = (), undecided: tuple[str, ...] = ()
+                 ) -> MergeWarning:
     violated: dict[str, None] = {}
     for text in [a.written for a in witness] + list(also_violated):
         violated.setdefault(text, None)

@@ -42,10 +42,12 @@ names below from `pep.core.conditions`, never from the step modules.
 """
 from __future__ import annotations
 
-from pep.core.conditions.syntax import (ACTION_CATEGORY, ENVIRONMENT_CATEGORY, FALSE, FLIPPED_OP,
+from pdp import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION as ACTION_CATEGORY,
+                 ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE as RESOURCE_CATEGORY)
+from pep.core.conditions.syntax import (FALSE, FLIPPED_OP,
                                         LABEL_WORDS, MAX_CONDITION_LENGTH, MAX_NESTING_DEPTH,
                                         MAX_SET_SIZE, NEGATED_OP, NUMERIC_TYPES,
-                                        PLACEHOLDER_CATEGORIES, RESOURCE_CATEGORY, SUBJECT_CATEGORY,
+                                        PLACEHOLDER_CATEGORIES,
                                         TRUE, And, Box, Comparison, ConditionError, Const, Expr,
                                         Literal_, Membership, Not, Or, Placeholder, Spatial, Value,
                                         attributes_of, conjoin, format_literal, has_placeholders,

@@ -150,13 +150,15 @@ def _bind_spatial(s: Spatial, schema: StreamSchema, resolver: PlaceholderResolve
             raise fail(f"coordinates must be numeric attributes; {f.name!r} is {f.type}")
         return f
 
-    def placeholder_allowed(ph: Placeholder) -> None:
+    def placeholder_allowed(ph: Placeholder) -> PlaceholderResolver:
+        """The resolver that gives the placeholder's values (a fail when none may)."""
         if not allow_placeholders:
             raise fail(f"placeholder {ph} is not allowed here (placeholders belong in policy "
                        "obligations)", ph.position)
         if resolver is None:
             raise fail(f"placeholder {ph} cannot be resolved: no request attributes",
                        ph.position)
+        return resolver
 
     def number(value: Value, what: str) -> float:
         if isinstance(value, Placeholder):
@@ -189,9 +191,9 @@ def _bind_spatial(s: Spatial, schema: StreamSchema, resolver: PlaceholderResolve
         raise fail(f"latitude and longitude are the same attribute {lat_field.name!r}")
     if s.function == "polygon":
         if isinstance(s.points, Placeholder):
-            placeholder_allowed(s.points)
-            lexicals = list(resolver(PLACEHOLDER_CATEGORIES[s.points.category],  # type: ignore[misc]
-                                     s.points.attribute))
+            resolve = placeholder_allowed(s.points)
+            lexicals = list(resolve(PLACEHOLDER_CATEGORIES[s.points.category],
+                                    s.points.attribute))
             if len(lexicals) > 2 * geo.MAX_POLYGON_VERTICES:
                 raise fail(f"placeholder {s.points} has {len(lexicals)} values; a polygon has at "
                            f"most {geo.MAX_POLYGON_VERTICES} vertices", s.points.position)
@@ -228,7 +230,7 @@ def _bind_spatial(s: Spatial, schema: StreamSchema, resolver: PlaceholderResolve
     if radius < 0:
         raise fail(f"the distance {format_literal(radius)} is negative; metres are >= 0")
     if s.function == "distance":
-        plat, plon = s.points  # type: ignore[misc]
+        plat, plon = s.points  # type: ignore[misc]  # a distance's point: (lat, lon), the parser's
         point = (latitude(number(plat, "the point's latitude"), "the point's latitude"),
                  longitude(number(plon, "the point's longitude"), "the point's longitude"))
         return Spatial("distance", lat_field.name, lon_field.name, s.op, radius, point,
@@ -238,7 +240,9 @@ def _bind_spatial(s: Spatial, schema: StreamSchema, resolver: PlaceholderResolve
         raise fail(_unknown_attribute(s.key, schema, "key attribute"))
     if key_field.name in (lat_field.name, lon_field.name):
         raise fail(f"the key attribute {key_field.name!r} cannot be a coordinate")
-    key = _bind_comparison(Comparison(key_field.name, "=", s.key_value, s.position),  # type: ignore[arg-type]
+    key = _bind_comparison(Comparison(key_field.name, "=",
+                                      s.key_value,  # type: ignore[arg-type]  # DISTANCE_TO's: set
+                                      s.position),
                            schema, resolver, text, allow_placeholders)
     if key.op != "=":  # 2.5 for a long key: no anchor could ever be that tuple
         raise fail(f"the key value {format_literal(s.key_value)} is not a value of "
@@ -330,7 +334,8 @@ def bind_literal(op: str, value: Literal_ | Label, field: Field, position: int |
                     "epoch seconds, out of the range of timestamps (years 1 to 9999)",
                     position, text)
         else:
-            micros = _parse_timestamp(value, field, position, text)  # type: ignore[arg-type]
+            micros = _parse_timestamp(
+                value, field, position, text)  # type: ignore[arg-type]  # not a number: text
         op, whole = integer_comparison(op, micros, MIN_MICROS, MAX_MICROS)
         return op, iso_from_micros(whole)
     if kind == "string":

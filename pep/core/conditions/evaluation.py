@@ -12,13 +12,20 @@ from pep.core.labels import Label, LabelError, holds as label_holds
 from pep.core.plan import Scalar, SpatialPredicate
 from pep.core.conditions.syntax import And, Comparison, Const, Expr, Not, Or, Spatial
 
+Operand = Any
+"""What a comparator compares: a Python value, or a Spark Column (whose comparison is a Column):
+the runtime builds its column expressions with the same table."""
+RowValue = Any
+"""A tuple's value as the runtime delivers it, of its attribute's type (a number, a string, a
+boolean, a timestamp's text, a label's text), or None when missing."""
+
 # The comparison operators by their symbol; they work on Python values and on Spark Columns alike.
-COMPARATORS: dict[str, Callable[[Any, Any], Any]] = {
+COMPARATORS: dict[str, Callable[[Operand, Operand], Operand]] = {
     "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
     ">=": operator.ge}
 
 
-def _compare(left: Any, op: str, right: Any) -> bool:
+def _compare(left: RowValue, op: str, right: RowValue) -> bool:
     if isinstance(right, Label):  # a label attribute's value: its text or a Label
         try:
             value = left if isinstance(left, Label) else right.lattice.parse(left)
@@ -33,7 +40,8 @@ AnchorLookup = Callable[[str, Scalar, str, str], "tuple[float, float] | None"]
 position before the tuple being evaluated, or None when none is known."""
 
 
-def evaluate(expr: Expr, row: Mapping[str, Any], *, anchor: AnchorLookup | None = None) -> bool:
+def evaluate(expr: Expr, row: Mapping[str, RowValue], *, anchor: AnchorLookup | None = None
+             ) -> bool:
     """Truth of a bound condition on one tuple, with SQL semantics for missing values.
 
     Row values are as the runtime delivers them: numbers (Python's ints for longs, compared
@@ -50,20 +58,23 @@ def evaluate(expr: Expr, row: Mapping[str, Any], *, anchor: AnchorLookup | None 
     return result is True
 
 
-def spatial_holds(s: Spatial | SpatialPredicate, row: Mapping[str, Any],
+def spatial_holds(s: Spatial | SpatialPredicate, row: Mapping[str, RowValue],
                   anchor: AnchorLookup | None = None) -> bool | None:
     """A bound spatial predicate on one tuple: True, False or None (unknown)."""
     lat, lon = row.get(s.latitude), row.get(s.longitude)
     if lat is None or lon is None or not geo.valid_position(lat, lon):
         return None
     if s.function == "polygon":
-        inside = geo.in_polygon(float(lat), float(lon), s.points)  # type: ignore[arg-type]
+        inside = geo.in_polygon(float(lat), float(lon),
+                                s.points)  # type: ignore[arg-type]  # bound: numbers
         return inside if s.op == "=" else not inside
     if s.function == "distance":
-        plat, plon = s.points  # type: ignore[misc]
-        d = geo.haversine(float(lat), float(lon), plat, plon)  # type: ignore[arg-type]
+        plat, plon = s.points  # type: ignore[misc]  # a distance's point: (lat, lon)
+        d = geo.haversine(float(lat), float(lon),
+                          plat, plon)  # type: ignore[arg-type]  # bound: numbers
     else:
-        where = anchor(s.key, s.key_value, s.latitude, s.longitude) if anchor else None  # type: ignore[arg-type]
+        where = anchor(s.key, s.key_value,  # type: ignore[arg-type]  # DISTANCE_TO: both set
+                       s.latitude, s.longitude) if anchor else None
         if where is None or not geo.valid_position(*where):
             return None
         d = geo.haversine(float(lat), float(lon), where[0], where[1])
@@ -71,7 +82,7 @@ def spatial_holds(s: Spatial | SpatialPredicate, row: Mapping[str, Any],
     return _compare(d, s.op, radius)
 
 
-def _eval3(expr: Expr, row: Mapping[str, Any], anchor: AnchorLookup | None = None
+def _eval3(expr: Expr, row: Mapping[str, RowValue], anchor: AnchorLookup | None = None
            ) -> bool | None:
     if isinstance(expr, Comparison):
         value = row.get(expr.attribute)

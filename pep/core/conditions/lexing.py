@@ -16,10 +16,16 @@ from pep.core.conditions.syntax import (ConditionError, MAX_INTEGER_DIGITS, PLAC
 _OP_SPELLINGS = {"<": "<", ">": ">", "<=": "<=", ">=": ">=", "=": "=", "==": "=", "!=": "!=",
                  "<>": "!=", "≤": "<=", "≥": ">=", "≠": "!="}
 
+TokenValue = Any
+"""A token's value, whose type its `kind` says (the parser reads it by kind): the text of an
+IDENT, OP or STRING, the exact number of a NUMBER (`int` or `Decimal`), the `bool` of a BOOL,
+the `Placeholder` of a PLACEHOLDER, the keyword's text otherwise."""
+
+
 @dataclass(frozen=True)
 class Token:
     kind: str  # IDENT NUMBER STRING BOOL AND OR NOT OP LPAREN RPAREN PLACEHOLDER EOF
-    value: Any
+    value: TokenValue
     pos: int  # 1-based column
 
 

@@ -251,7 +251,8 @@ class _Parser:
     def parse_vertices(self, name: Token, usage: str) -> tuple[Value, ...] | Placeholder:
         tok = self.next()
         if tok.kind == "PLACEHOLDER":
-            return tok.value
+            placeholder: Placeholder = tok.value
+            return placeholder
         if tok.kind != "LBRACKET":
             raise self.error(f"WITHIN_POLYGON: expected '[' and the vertices, or a "
                              f"placeholder, found {_describe(tok)} ({usage})", tok)

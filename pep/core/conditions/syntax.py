@@ -152,10 +152,17 @@ class Spatial:
         return spatial_text(self)
 
     def to_predicate(self) -> SpatialPredicate:
-        """The plan's form of a bound spatial predicate."""
-        return SpatialPredicate(self.function, self.latitude, self.longitude, self.op,  # type: ignore[arg-type]
-                                float(self.radius), tuple(float(p) for p in self.points),  # type: ignore[union-attr, arg-type]
-                                self.key, self.key_value)  # type: ignore[arg-type]
+        """The plan's form of a bound spatial predicate: binding has made its function and op
+        the plan's, its radius and points numbers, its key value a typed constant (one AST
+        serves both forms, which the types cannot tell apart: hence the ignores)."""
+        return SpatialPredicate(
+            self.function,  # type: ignore[arg-type]  # bound: one of the plan's
+            self.latitude, self.longitude,
+            self.op,  # type: ignore[arg-type]  # bound: one of the plan's
+            float(self.radius),  # type: ignore[arg-type]  # bound: a number
+            tuple(float(p) for p in self.points),  # type: ignore[union-attr, arg-type]  # numbers
+            self.key,
+            self.key_value)  # type: ignore[arg-type]  # bound: a typed constant
 
 
 def spatial_from_predicate(p: SpatialPredicate) -> Spatial:
@@ -175,7 +182,7 @@ def spatial_text(s: Spatial | SpatialPredicate) -> str:
     if s.function == "distance_to":
         head = f"DISTANCE_TO({s.latitude}, {s.longitude}, {s.key}, {format_literal(s.key_value)})"
     else:
-        plat, plon = s.points  # type: ignore[misc]
+        plat, plon = s.points  # type: ignore[misc]  # a distance's point: (lat, lon), the parser's
         head = (f"DISTANCE({s.latitude}, {s.longitude}, {format_literal(plat)}, "
                 f"{format_literal(plon)})")
     return f"{head} {s.op} {format_literal(s.radius)}"

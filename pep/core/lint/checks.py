@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from pdp import (ALWAYS_FALSE, DENY, PERMIT, RESOURCE, RESOURCE_ID, AnyPolicy,
-                 AttributeAssignment, Obligation, PolicyEvaluator, RuleEvaluator, attribute_key)
+                 AttributeAssignment, Obligation, ObligationExpr, PolicyEvaluator, RuleEvaluator,
+                 attribute_key)
 from pep.core.analysis import ConditionTooComplex
 from pep.core.errors import Refusal
 from pep.core.graph import QueryGraph, UnsupportedGraph
@@ -95,6 +96,19 @@ class LintStream:
     combining: str = INTERSECTION
 
 
+class FindingJson(TypedDict):
+    """A finding as `xsg policy lint --json` and the write answers give it."""
+
+    kind: str
+    message: str
+    document: str
+    source: str
+    line: NotRequired[int]
+    policy: NotRequired[str]
+    rule: NotRequired[str]
+    others: NotRequired[list[str]]
+
+
 @dataclass(frozen=True)
 class Finding:
     kind: str
@@ -116,12 +130,15 @@ class Finding:
         """The finding as a write answer's warning says it."""
         return f"{self.kind}: {self.where()}: {self.message}"
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "message": self.message,
-                               "document": self.document, "source": self.source}
-        for key in ("line", "policy", "rule"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
+    def to_json(self) -> FindingJson:
+        out: FindingJson = {"kind": self.kind, "message": self.message,
+                            "document": self.document, "source": self.source}
+        if self.line is not None:
+            out["line"] = self.line
+        if self.policy is not None:
+            out["policy"] = self.policy
+        if self.rule is not None:
+            out["rule"] = self.rule
         if self.others:
             out["others"] = list(self.others)
         return out
@@ -236,7 +253,7 @@ def _shadowed(run: _Run, paths: list[RulePath]) -> None:
                         later.policy_id, later.rule_id))
 
 
-def _elements(ev: AnyPolicy) -> Iterator[tuple[str, str | None, Any]]:
+def _elements(ev: AnyPolicy) -> Iterator[tuple[str, str | None, AnyPolicy | RuleEvaluator]]:
     """(policy id, rule id or None, evaluator) of a document's policies and rules."""
     yield ev.identifier.id, None, ev
     for child in ev.children:
@@ -263,7 +280,7 @@ def _unknown_obligations(run: _Run) -> None:
                         policy, rule))
 
 
-def _not_understood(expr: Any) -> str | None:
+def _not_understood(expr: ObligationExpr) -> str | None:
     allowed = next((names for ids, names in UNDERSTOOD.items() if expr.id in ids), None)
     if allowed is None:
         return f"obligation {expr.id!r} is not one the PEP understands"
@@ -446,9 +463,7 @@ def _pair_on(run: _Run, p: RulePath, q: RulePath, stream: LintStream) -> None:
                    "hold: a consumer both apply to gets no tuple (NR)")
 
 
-def _special(plan: Any) -> str | None:
-    if not isinstance(plan, ExecutionPlan):
-        return None
+def _special(plan: ExecutionPlan) -> str | None:
     if plan.masks:
         return "masks"
     if plan.window is not None and plan.window.privacy is not None:
@@ -456,4 +471,5 @@ def _special(plan: Any) -> str | None:
     return None
 
 
-__all__ = ["Finding", "LintDocument", "LintStream", "lint", "UNDERSTOOD", "COLLECTS_PERMITS"]
+__all__ = ["Finding", "FindingJson", "LintDocument", "LintStream", "lint", "UNDERSTOOD",
+           "COLLECTS_PERMITS"]

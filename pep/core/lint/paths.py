@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from pdp import (NO_CONDITION, PERMIT, AnyPolicy, AttributeAssignment, Notes, Obligation,
-                 PolicyEvaluator, ReferenceEvaluator, RuleEvaluator, TargetNote)
+from pdp import (NO_CONDITION, PERMIT, AnyPolicy, AnyValue, AttributeAssignment, Notes, Obligation,
+                 ObligationExpr, PolicyCombiner, PolicyEvaluator, ReferenceEvaluator,
+                 RuleCombiner, RuleEvaluator, TargetNote)
 
 _MISSING = object()
 
@@ -26,7 +26,7 @@ class Step:
     kind: str  # "Policy" or "PolicySet"
     id: str
     target: TargetNote
-    combine: Any
+    combine: RuleCombiner | PolicyCombiner
     line: int | None
 
 
@@ -73,11 +73,12 @@ class RulePath:
         return self.rule.effect == PERMIT
 
 
-def static_obligation(expr: Any) -> Obligation | None:
+def static_obligation(expr: ObligationExpr) -> Obligation | None:
     """An ObligationExpression whose values are all constants, evaluated; None otherwise."""
     assignments = []
     for a in expr.assignments:
-        value: Any = getattr(a.expr, "constant_value", _MISSING)
+        # a constant's value (`pdp.evaluation.constant`), kept on its closure
+        value: AnyValue = getattr(a.expr, "constant_value", _MISSING)
         if value is _MISSING:
             return None
         for v in (value if a.is_bag else (value,)):
@@ -86,8 +87,8 @@ def static_obligation(expr: Any) -> Obligation | None:
     return Obligation(expr.id, tuple(assignments))
 
 
-def _notes(ev: Any) -> Notes:
-    notes = getattr(ev, "notes", None)
+def _notes(ev: AnyPolicy) -> Notes:
+    notes = ev.notes
     return notes if isinstance(notes, Notes) else Notes(None)
 
 
@@ -95,7 +96,7 @@ def rule_paths(root: AnyPolicy, document: str, source: str) -> Iterator[RulePath
     """Every rule of a compiled document, depth first in document order (references are not
     followed: what they reach is linted as its own document)."""
     def walk(ev: AnyPolicy, steps: tuple[Step, ...], positions: tuple[int, ...],
-             around: tuple[Any, ...]) -> Iterator[RulePath]:
+             around: tuple[AnyPolicy, ...]) -> Iterator[RulePath]:
         notes = _notes(ev)
         step = Step("PolicySet" if ev.is_policy_set else "Policy", ev.identifier.id,
                     notes.target, ev.combine, notes.line)

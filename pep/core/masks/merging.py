@@ -5,18 +5,21 @@ variables with what a comparison on one implies about the raw value (`MaskPlan`)
 filter, notes, window aggregates and applied masks that follow."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
-
-from pep.core.analysis import MASKED, MergeWarning, NEVER
+from pep.core.analysis import MASKED, Constant, MergeWarning, NEVER, RawBound
 from pep.core.conditions import And, Comparison, Expr, Not, Or, spatial_parts
 from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ceil_exact, floor_exact,
                             is_integral, is_number, iso_from_micros, micros_from_iso)
-from pep.core.plan import Field, Predicate, StreamSchema
+from pep.core.graph import QueryGraph
+from pep.core.plan import (Aggregate, AnyPredicate, Conjunct, FieldType, Predicate,
+                           StreamSchema)
 from pep.core.masks.vocabulary import Mask, MaskRefused, STEP_KINDS, parse_mask
 from pep.core.masks.order import at_least_as_coarse, masks_of
+
+Alternatives = list[list[RawBound]]
+"""An OR of ANDs of bounds on a raw attribute (`MaskPlan.implied`)."""
 
 
 def variable(attribute: str, mask: Mask) -> str:
@@ -41,16 +44,20 @@ class MaskPlan:
     inexact: set[str] = field(default_factory=set)
 
     @property
-    def analysis_schema(self) -> StreamSchema:
-        """The schema plus one attribute per masked value (its masked type; `null` for a
-        null mask, which no comparison satisfies) and the never-satisfied NEVER."""
-        extra = [Field(variable(n, m), "null" if m.kind == "null"  # type: ignore[arg-type]
-                       else m.output_type(self._type(n))) for n, m in self.masks.items()]
-        return StreamSchema(self.schema.fields + tuple(extra)
-                            + (Field(NEVER, "null"),))  # type: ignore[arg-type]
+    def variable_kinds(self) -> dict[str, str]:
+        """What the analysis compares each derived variable as: one per masked value (its
+        masked type; `null` for a null mask, which no comparison satisfies), and the
+        never-satisfied NEVER (`pep.core.analysis.Checker`)."""
+        kinds = {variable(n, m): "null" if m.kind == "null" else m.output_type(self._type(n))
+                 for n, m in self.masks.items()}
+        kinds[NEVER] = "null"
+        return kinds
 
-    def _type(self, name: str) -> str:
-        return self.schema.lookup(name).type  # type: ignore[union-attr]
+    def _type(self, name: str) -> FieldType:
+        field = self.schema.lookup(name)
+        if field is None:  # masks are kept by the schema's names (`plan_masks`)
+            raise KeyError(f"no attribute {name!r} in the stream's schema")
+        return field.type
 
     def user_condition(self, expr: Expr) -> Expr:
         """The consumer's condition on masked values: each comparison on a masked attribute
@@ -67,7 +74,7 @@ class MaskPlan:
             return Not(self.user_condition(expr.item))
         return expr
 
-    def implied(self, name: str, op: str, value: Any) -> list[list[tuple[str, str, Any]]] | None:
+    def implied(self, name: str, op: str, value: Constant) -> Alternatives | None:
         """What a comparison on a masked value says of the raw value, as alternatives (an OR
         of ANDs) of comparisons on the raw attribute; exact for masks on integers and
         timestamps and for bands, a superset for rounded doubles, nothing for text masks
@@ -118,7 +125,7 @@ def _on_grid(value: float, mask: Mask) -> bool:
                for k in (guess - 1, guess, guess + 1))
 
 
-def _present(attribute: str, ftype: str) -> tuple[str, str, Any]:
+def _present(attribute: str, ftype: str) -> RawBound:
     """A comparison every present value of the type meets (a masked value is present only
     when the raw value is)."""
     return {"double": (attribute, ">", float("-inf")), "long": (attribute, ">=", INT64_MIN),
@@ -127,11 +134,11 @@ def _present(attribute: str, ftype: str) -> tuple[str, str, Any]:
             }.get(ftype, (attribute, "!=", None))
 
 
-_NEVER: list[list[tuple[str, str, Any]]] = [[(NEVER, "=", 0)]]
+_NEVER: Alternatives = [[(NEVER, "=", 0)]]
 
 
-def _integer_step_implied(attribute: str, step: int, op: str, value: Any, low: int, high: int,
-                          shown) -> list[list[tuple[str, str, Any]]]:
+def _integer_step_implied(attribute: str, step: int, op: str, value: Constant, low: int,
+                          high: int, shown: Callable[[int], Constant]) -> Alternatives:
     """m = x - (x mod step) compared with an integer constant, as bounds on x (exact)."""
     if not is_number(value) or not is_integral(value):
         c = value
@@ -153,7 +160,7 @@ def _integer_step_implied(attribute: str, step: int, op: str, value: Any, low: i
     def ceil_to(n: int) -> int:
         return -((-n) // step) * step
 
-    def bound(o: str, n: int) -> tuple[str, str, Any]:
+    def bound(o: str, n: int) -> RawBound:
         return (attribute, o, shown(max(low, min(high, n))))
 
     if op == ">=":
@@ -175,7 +182,7 @@ def _integer_step_implied(attribute: str, step: int, op: str, value: Any, low: i
     # !=
     if c_int % step:
         return [[bound(">=", low)]]
-    out = []
+    out: Alternatives = []
     if c_int - 1 >= low:
         out.append([bound("<=", c_int - 1)])
     if c_int + step <= high:
@@ -183,19 +190,20 @@ def _integer_step_implied(attribute: str, step: int, op: str, value: Any, low: i
     return out or _NEVER
 
 
-def _bands_implied(attribute: str, mask: Mask, ftype: str, op: str, value: Any
-                   ) -> list[list[tuple[str, str, Any]]]:
+def _bands_implied(attribute: str, mask: Mask, ftype: str, op: str, value: Constant
+                   ) -> Alternatives:
     """The band's lower edge compared with a constant, as bounds on x (exact: x is compared
     with the edges, no arithmetic)."""
-    edges = [int(e) for e in mask.edges] if ftype == "long" else [float(e) for e in mask.edges]
+    edges: list[int] | list[float] = ([int(e) for e in mask.edges] if ftype == "long"
+                                      else [float(e) for e in mask.edges])
     c = value
 
-    def edge(e) -> Any:
+    def edge(e: float) -> Constant:
         return e
 
-    first = [(attribute, ">=", edge(edges[0]))]
+    first: list[RawBound] = [(attribute, ">=", edge(edges[0]))]
 
-    def below(e) -> list[tuple[str, str, Any]]:
+    def below(e: float) -> list[RawBound]:
         return [(attribute, "<", edge(e))]
 
     if op in (">=", ">"):
@@ -217,7 +225,7 @@ def _bands_implied(attribute: str, mask: Mask, ftype: str, op: str, value: Any
     if c not in edges:
         return [first]
     i = edges.index(c)
-    out = []
+    out: Alternatives = []
     if i > 0:
         out.append(first + below(c))
     if i + 1 < len(edges):
@@ -225,13 +233,14 @@ def _bands_implied(attribute: str, mask: Mask, ftype: str, op: str, value: Any
     return out or _NEVER
 
 
-def policy_masks(policy) -> dict[str, Mask]:
+def policy_masks(policy: QueryGraph) -> dict[str, Mask]:
     """The masks of a policy graph (`pep.core.graph.Mask`), attribute -> mask."""
     node = policy.mask
     return masks_of(node.masks) if node is not None else {}
 
 
-def plan_masks(policy, user, schema: StreamSchema) -> MaskPlan | None:
+def plan_masks(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema
+               ) -> MaskPlan | None:
     """The masks a request gets: the policy's, each replaced by the consumer's own where that
     is at least as coarse; a finer (or incomparable) one is refused naming the attribute, and
     so is a spatial predicate of the consumer's over masked coordinates. None: no mask."""
@@ -267,30 +276,30 @@ def plan_masks(policy, user, schema: StreamSchema) -> MaskPlan | None:
     return MaskPlan(schema, {n: masks[n] for n in schema.names if n in masks})
 
 
-def plan_dnf(dnf, plan: MaskPlan):
+def plan_dnf(dnf: tuple[Conjunct, ...] | None, plan: MaskPlan) -> tuple[Conjunct, ...] | None:
     """The merged filter with masked variables back as predicates on masked values."""
     if not dnf:
         return dnf
     out = []
     for conj in dnf:
-        preds = []
+        preds: list[AnyPredicate] = []
         for p in conj:
-            split = split_variable(getattr(p, "attribute", "") or "")
-            if split is not None:
-                preds.append(Predicate(split[0], p.op, p.value, split[1].spec))
-            else:
-                preds.append(p)
+            if isinstance(p, Predicate):
+                split = split_variable(p.attribute)
+                if split is not None:
+                    p = Predicate(split[0], p.op, p.value, split[1].spec)
+            preds.append(p)
         out.append(tuple(preds))
     return tuple(out)
 
 
-def filter_notes(dnf, plan: MaskPlan) -> list[MergeWarning]:
+def filter_notes(dnf: tuple[Conjunct, ...] | None, plan: MaskPlan) -> list[MergeWarning]:
     """An INFO warning when the consumer's filter on masked values could not be analysed
     exactly (the analysis then never reports NR falsely, but may miss one)."""
-    undecided = sorted({split_variable(p.attribute)[0]  # type: ignore[index]
-                        for conj in dnf or () for p in conj
-                        if getattr(p, "attribute", "").startswith(MASKED)
-                        and p.attribute in plan.inexact})
+    undecided = sorted({split[0] for conj in dnf or () for p in conj
+                        if isinstance(p, Predicate) and p.attribute.startswith(MASKED)
+                        and p.attribute in plan.inexact
+                        and (split := split_variable(p.attribute)) is not None})
     if not undecided:
         return []
     shown = ", ".join(f"{a} ({plan.masks[a].spec})" for a in undecided)
@@ -301,16 +310,17 @@ def filter_notes(dnf, plan: MaskPlan) -> list[MergeWarning]:
                          tuple(undecided))]
 
 
-def window_masks(plan: MaskPlan, kind: str, size: int, step: int, aggregates,
-                 time_attribute: str | None, functions_for_type: Mapping[str, Iterable[str]]
-                 ) -> tuple:
+def window_masks(plan: MaskPlan, kind: str, size: int, step: int,
+                 aggregates: Iterable[Aggregate], time_attribute: str | None,
+                 functions_for_type: Mapping[str, Iterable[str]]
+                 ) -> tuple[tuple[Aggregate, ...], list[MergeWarning]]:
     """The aggregates a window may compute over masked values (those whose function fits the
     masked type), with INFO warnings for the ones withheld; refuses a time window over a time
     attribute whose mask it cannot honour."""
     warnings: list[MergeWarning] = []
-    if kind == "time" and time_attribute in plan.masks:
+    if kind == "time" and time_attribute is not None and time_attribute in plan.masks:
         mask = plan.masks[time_attribute]
-        unit = None
+        unit: Fraction | None = None
         if mask.kind == "truncate":
             unit = Fraction(mask.unit_micros, 1_000_000)
         elif mask.kind in STEP_KINDS:

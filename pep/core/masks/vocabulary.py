@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from pep.core.errors import NotPermitted
 from pep.core.exact import INT64_MAX, INT64_MIN, is_integral
-from pep.core.plan import StreamSchema
+from pep.core.plan import FieldType, StreamSchema
 
 
 KINDS = ("hash", "round", "grid", "truncate", "bands", "prefix", "suffix", "null")
@@ -90,7 +90,7 @@ class Mask:
             return f"{self.kind}:{self.length}"
         return self.kind
 
-    def output_type(self, field_type: str) -> str:
+    def output_type(self, field_type: FieldType) -> FieldType:
         """The type of the masked value: a hash is text, every other mask keeps the type."""
         return "string" if self.kind == "hash" else field_type
 
@@ -105,6 +105,12 @@ class Mask:
         """A truncate mask's unit in microseconds (`parse_mask` gives every one a unit)."""
         assert self.unit is not None, f"a {self.kind} mask without a unit"
         return UNIT_MICROS[self.unit]
+
+    @property
+    def length_value(self) -> int:
+        """A prefix or suffix mask's length (`parse_mask` gives every one a length)."""
+        assert self.length is not None, f"a {self.kind} mask without a length"
+        return self.length
 
     @property
     def fraction(self) -> Fraction:
@@ -228,7 +234,7 @@ def mask_sql(column: str, mask: Mask, field_type: str) -> str:
         step = decimal_text(mask.step_value)
         return f"floor({column} / {step}) * {step}"
     if mask.kind == "truncate":
-        return f"date_trunc('{mask.unit.upper()}', {column})"  # type: ignore[union-attr]
+        return f"date_trunc('{str(mask.unit).upper()}', {column})"
     if mask.kind == "bands":
         cases = " ".join(f"WHEN {column} >= {decimal_text(e)} THEN {decimal_text(e)}"
                          for e in reversed(mask.edges))

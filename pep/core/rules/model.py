@@ -37,9 +37,10 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Union
+from typing import Literal, TypedDict, Union
 
 from pep.core.errors import InvalidInput
+from pep.core.jsontypes import JsonObject, JsonValue
 from pep.core.masks import MaskError, parse_mask
 
 AttributeValue = Union[str, int, float, bool]
@@ -126,7 +127,7 @@ class SharingRule:
 
 # -- reading the JSON form ------------------------------------------------------------------------
 
-def _text(value: Any, path: str, limit: int = MAX_TEXT, what: str = "a string") -> str:
+def _text(value: JsonValue, path: str, limit: int = MAX_TEXT, what: str = "a string") -> str:
     if not isinstance(value, str):
         raise RuleError(path, f"must be {what}, not {_kind(value)}")
     text = value.replace("\r\n", "\n").replace("\r", "\n").strip()
@@ -148,14 +149,14 @@ def _plain(text: str, path: str) -> None:
             raise RuleError(path, f"holds the character U+{code:04X}, which is not allowed here")
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     if value is None:
         return "null"
     return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
             list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
 
 
-def _names(value: Any, path: str, what: str = "names") -> tuple[str, ...]:
+def _names(value: JsonValue, path: str, what: str = "names") -> tuple[str, ...]:
     """A list of distinct non-empty strings (a lone string is a list of one)."""
     if isinstance(value, str):
         value = [value]
@@ -172,7 +173,7 @@ def _names(value: Any, path: str, what: str = "names") -> tuple[str, ...]:
     return tuple(out)
 
 
-def _integer(value: Any, path: str, what: str) -> int:
+def _integer(value: object, path: str, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -187,7 +188,7 @@ def _integer(value: Any, path: str, what: str) -> int:
     return value
 
 
-def _object(value: Any, path: str, known: tuple[str, ...]) -> dict:
+def _object(value: JsonValue, path: str, known: tuple[str, ...]) -> JsonObject:
     if not isinstance(value, dict):
         raise RuleError(path, f"must be an object, not {_kind(value)}")
     for key in value:
@@ -198,7 +199,7 @@ def _object(value: Any, path: str, known: tuple[str, ...]) -> dict:
     return value
 
 
-def _attribute_value(value: Any, path: str) -> AttributeValue:
+def _attribute_value(value: JsonValue, path: str) -> AttributeValue:
     if isinstance(value, bool) or isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -213,7 +214,7 @@ def _attribute_value(value: Any, path: str) -> AttributeValue:
     raise RuleError(path, f"must be a string, a number or a boolean, not {_kind(value)}")
 
 
-def _who(value: Any, path: str) -> Who:
+def _who(value: JsonValue, path: str) -> Who:
     if value == "anyone":
         return Who(anyone=True)
     if isinstance(value, str):
@@ -249,11 +250,11 @@ def _who(value: Any, path: str) -> Who:
     return Who(subjects, roles, tuple(matches))
 
 
-def _pointer(key: Any) -> str:
+def _pointer(key: object) -> str:
     return str(key).replace("~", "~0").replace("/", "~1")
 
 
-def _window(value: Any, path: str) -> RuleWindow:
+def _window(value: JsonValue, path: str) -> RuleWindow:
     data = _object(value, path, WINDOW_FIELDS)
     for required in ("type", "size", "aggregates"):
         if required not in data:
@@ -281,7 +282,7 @@ def _window(value: Any, path: str) -> RuleWindow:
                       _names(data.get("filterable", []), f"{path}/filterable", "attributes"))
 
 
-def parse_instant(value: Any, path: str) -> str:
+def parse_instant(value: JsonValue, path: str) -> str:
     """An instant as `YYYY-MM-DDTHH:MM:SSZ` (UTC). Without a zone it is taken as UTC, as the
     PDP takes values without one; a date alone is its midnight."""
     if isinstance(value, datetime):
@@ -303,7 +304,7 @@ def parse_instant(value: Any, path: str) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _validity(value: Any, path: str) -> Validity | None:
+def _validity(value: JsonValue, path: str) -> Validity | None:
     data = _object(value, path, ("from", "until"))
     start = parse_instant(data["from"], f"{path}/from") if data.get("from") is not None else None
     end = parse_instant(data["until"], f"{path}/until") if data.get("until") is not None else None
@@ -314,7 +315,7 @@ def _validity(value: Any, path: str) -> Validity | None:
     return Validity(start, end)
 
 
-def _masks(value: Any, path: str) -> tuple[tuple[str, str], ...]:
+def _masks(value: JsonValue, path: str) -> tuple[tuple[str, str], ...]:
     """`{"speed": "round:10", "lat,lon": "grid:0.1"}`: the masks' syntax (the attributes are
     checked against the stream by `check_rule`)."""
     if not isinstance(value, dict):
@@ -357,7 +358,7 @@ def default_id(stream: str, who: Who) -> str:
     return f"urn:xsg:rule:{slug(stream)}:{slug(part)}"
 
 
-def _version(value: Any) -> str:
+def _version(value: JsonValue) -> str:
     if value is None:
         return "1.0"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -368,7 +369,7 @@ def _version(value: Any) -> str:
     return version
 
 
-def rule_from_json(data: Any) -> SharingRule:
+def rule_from_json(data: JsonValue) -> SharingRule:
     """The rule a JSON (or YAML) document describes; RuleError names the field at fault."""
     data = _object(data, "", KNOWN_FIELDS)
     for required in ("stream", "who"):
@@ -412,24 +413,61 @@ def rule_from_json(data: Any) -> SharingRule:
                        events, description, version, masks, option)
 
 
-def rule_to_json(rule: SharingRule) -> dict:
+class WhoJson(TypedDict):
+    subjects: list[str]
+    roles: list[str]
+    attributes: dict[str, AttributeValue | list[AttributeValue]]  # one value, or several
+
+
+class RuleWindowJson(TypedDict):
+    type: str
+    size: int
+    step: int
+    aggregates: list[str]
+    min_count: int | None
+    group_by: list[str]
+    filterable: list[str]
+
+
+ValidityJson = TypedDict("ValidityJson", {"from": "str | None", "until": "str | None"})
+
+
+class RuleJson(TypedDict):
+    """A rule's JSON form with every default written out (`rule_to_json`)."""
+
+    id: str
+    version: str
+    stream: str
+    description: str | None
+    who: Literal["anyone"] | WhoJson
+    actions: list[str] | Literal["any"]
+    filter: str | None
+    attributes: list[str]
+    mask: dict[str, str]
+    window: RuleWindowJson | None
+    valid: ValidityJson | None
+    events: list[str]
+    grant_option: bool
+
+
+def rule_to_json(rule: SharingRule) -> RuleJson:
     """The JSON form, with every default written out (what `rule_from_json` reads back)."""
-    who: Any
+    who: Literal["anyone"] | WhoJson
     if rule.who.anyone:
         who = "anyone"
     else:
-        attributes: dict[str, Any] = {}
+        attributes: dict[str, list[AttributeValue]] = {}
         for m in rule.who.attributes:
             attributes.setdefault(m.id, []).append(m.value)
         who = {"subjects": list(rule.who.subjects), "roles": list(rule.who.roles),
                "attributes": {k: v[0] if len(v) == 1 else v for k, v in attributes.items()}}
-    out: dict[str, Any] = {"id": rule.id, "version": rule.version, "stream": rule.stream,
-                           "description": rule.description, "who": who,
-                           "actions": list(rule.actions) if rule.actions else "any",
-                           "filter": rule.filter, "attributes": list(rule.attributes),
-                           "mask": {names: spec for names, spec in rule.masks},
-                           "window": None, "valid": None, "events": list(rule.events),
-                           "grant_option": rule.grant_option}
+    out: RuleJson = {"id": rule.id, "version": rule.version, "stream": rule.stream,
+                     "description": rule.description, "who": who,
+                     "actions": list(rule.actions) if rule.actions else "any",
+                     "filter": rule.filter, "attributes": list(rule.attributes),
+                     "mask": {names: spec for names, spec in rule.masks},
+                     "window": None, "valid": None, "events": list(rule.events),
+                     "grant_option": rule.grant_option}
     if rule.window is not None:
         w = rule.window
         out["window"] = {"type": w.type, "size": w.size, "step": w.step,
@@ -440,5 +478,6 @@ def rule_to_json(rule: SharingRule) -> dict:
     return out
 
 
-__all__ = ["SharingRule", "Who", "AttributeMatch", "RuleWindow", "Validity", "RuleError",
-           "rule_from_json", "rule_to_json", "default_id", "parse_instant", "DEFAULT_ACTIONS"]
+__all__ = ["SharingRule", "RuleJson", "Who", "AttributeMatch", "RuleWindow", "Validity",
+           "RuleError", "rule_from_json", "rule_to_json", "default_id", "parse_instant",
+           "DEFAULT_ACTIONS"]

@@ -98,7 +98,7 @@ def reading_text(reading: PolicyReading) -> str:
     return f"{', '.join(reading.streams)}: " + " | ".join(grants)
 
 
-def describe_policy(data: bytes) -> dict:
+def describe_policy(data: bytes) -> dict[str, str]:
     """`{"summary": one line, "form": FORM}` for a stored document. The form's word is the one
     every answer uses for it (`FORMS`): "rule" when it is a sharing rule (it reads back as
     one), "xacml" when it is other XACML read by its grants (the summary lists them),

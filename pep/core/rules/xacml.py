@@ -219,7 +219,7 @@ def _wrap(line: str) -> str:
     if len(line) <= WIDTH or match is None:
         return line
     head, attributes, tail = match.groups()
-    parts = _ATTRIBUTE.findall(attributes)
+    parts: list[str] = _ATTRIBUTE.findall(attributes)
     if len(parts) < 2:
         return line
     indent = " " * (len(head) + 1)
@@ -227,4 +227,9 @@ def _wrap(line: str) -> str:
 
 
 __all__ = ["rule_to_xacml", "event_attribute", "datatype_of", "lexical", "NS",
-           "FIRST_APPLICABLE"]
+           "FIRST_APPLICABLE",
+           # the vocabulary of the shape, which `pep.core.rules.reading` reads back
+           "SUBJECT", "ROLE", "SUBJECT_ID", "ACTION", "ACTION_ID", "RESOURCE", "RESOURCE_ID",
+           "ENVIRONMENT", "CURRENT_DATETIME", "STRING", "INTEGER", "DOUBLE", "BOOLEAN",
+           "DATETIME", "EQUAL", "AND", "DATETIME_ONE", "DATETIME_GE", "DATETIME_LT",
+           "BOOLEAN_IS_IN"]

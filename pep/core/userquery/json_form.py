@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Any
 
+from pep.core.jsontypes import JsonValue
 from pep.core.obligations import parse_window_kind, parse_window_number
 from pep.core.privacy import parse_delta, parse_epsilon
-from pep.core.userquery.model import (JoinQuery, MAX_QUERY_BYTES, MAX_QUERY_DEPTH, UserQuery,
-                                      UserQueryError, privacy_ask, within_seconds)
+from pep.core.userquery.model import (JoinQuery, MAX_QUERY_BYTES, MAX_QUERY_DEPTH, PRIVACY_KEYS,
+                                      UserQuery, UserQueryError, WindowPrivacy, privacy_ask,
+                                      within_seconds)
 
 
 _JSON_KEYS = {"stream", "filter", "map", "mask", "window", "join"}
@@ -43,7 +44,7 @@ def parse_json_query(data: bytes | str) -> UserQuery:
     return query_from_json(doc)
 
 
-def query_from_json(doc: Any, path: str = "$", in_join: bool = False) -> UserQuery:
+def query_from_json(doc: JsonValue, path: str = "$", in_join: bool = False) -> UserQuery:
     """The JSON form from an already decoded value (for example the JSON request's Content).
     With `in_join`, `doc` is a query's `join` object and this reads the second side's parts."""
     if not in_join and isinstance(doc, dict) and set(doc) == {"UserQuery"}:
@@ -74,7 +75,7 @@ def query_from_json(doc: Any, path: str = "$", in_join: bool = False) -> UserQue
     keys: tuple[str, ...] | None = None
     min_count = 1
     coarsen = False
-    asked: dict[str, float] = {}
+    asked: WindowPrivacy = {}
     if window is not None:
         wpath = f"{path}.window"
         if not isinstance(window, dict):
@@ -132,7 +133,7 @@ def query_from_json(doc: Any, path: str = "$", in_join: bool = False) -> UserQue
             if not isinstance(window["coarsen"], bool):
                 raise UserQueryError("coarsen must be true or false", f"{wpath}.coarsen")
             coarsen = window["coarsen"]
-        for key in ("epsilon", "delta"):
+        for key in PRIVACY_KEYS:
             if key not in window:
                 continue
             value = window[key]
@@ -151,7 +152,7 @@ def query_from_json(doc: Any, path: str = "$", in_join: bool = False) -> UserQue
                      coarsen, join, privacy_ask(asked), masks)
 
 
-def _json_masks(value: Any, path: str) -> tuple[str, ...]:
+def _json_masks(value: JsonValue, path: str) -> tuple[str, ...]:
     """`{"speed": "round:10", "lat,lon": "grid:1"}` or `["speed:round:10", ...]` as
     "attribute:mask" texts."""
     if isinstance(value, dict):
@@ -168,7 +169,7 @@ def _json_masks(value: Any, path: str) -> tuple[str, ...]:
                          "\"round:10\"}) or a list of \"attribute:mask\" texts", path)
 
 
-def _json_join(doc: Any, path: str) -> JoinQuery:
+def _json_join(doc: JsonValue, path: str) -> JoinQuery:
     if not isinstance(doc, dict):
         raise UserQueryError("'join' must be an object", path)
     if not isinstance(doc.get("stream"), str) or not doc["stream"].strip():

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
+from pep.core.jsontypes import JsonValue
 from pep.core.obligations import MAX_WINDOW
 from pep.core.privacy import PrivacyAsk
 
@@ -62,13 +63,23 @@ class JoinQuery:
     side: UserQuery
 
 
-def privacy_ask(window: dict[str, Any]) -> PrivacyAsk | None:
+class WindowPrivacy(TypedDict, total=False):
+    """The epsilon and delta a window asks for, as either form has read them."""
+
+    epsilon: float
+    delta: float
+
+
+PRIVACY_KEYS: tuple[Literal["epsilon"], Literal["delta"]] = ("epsilon", "delta")
+
+
+def privacy_ask(window: WindowPrivacy) -> PrivacyAsk | None:
     if "epsilon" not in window and "delta" not in window:
         return None
     return PrivacyAsk(window.get("epsilon"), window.get("delta"))
 
 
-def within_seconds(value: Any, where: str | None) -> float:
+def within_seconds(value: JsonValue, where: str | None) -> float:
     """A join's time bound in seconds: a finite number >= 0 (and not absurdly large)."""
     if isinstance(value, bool):
         raise UserQueryError("within must be a number of seconds", where)

@@ -2,8 +2,6 @@
 the request, or in the XACML request's resource Content)."""
 from __future__ import annotations
 
-from typing import Any
-
 from lxml import etree
 
 from pep.core.userquery.model import UserQuery, UserQueryError
@@ -24,7 +22,7 @@ def parse_user_query(data: bytes | str, kind: str | None = None) -> UserQuery:
     return parse_xml_query(data) if text.lstrip().startswith("<") else parse_json_query(data)
 
 
-def query_from_content(content: Any) -> UserQuery:
+def query_from_content(content: object) -> UserQuery:
     """The query carried in a XACML request's resource Content (an element, JSON value or text)."""
     if isinstance(content, etree._Element):
         return query_from_element(content)

@@ -4,14 +4,26 @@ name the line and column."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Literal
 
 from lxml import etree
 
 from pep.core.obligations import parse_window_kind, parse_window_number
 from pep.core.privacy import parse_delta, parse_epsilon
 from pep.core.userquery.model import (JoinQuery, MAX_QUERY_BYTES, MAX_QUERY_DEPTH, UserQuery,
-                                      UserQueryError, privacy_ask, within_seconds)
+                                      UserQueryError, WindowPrivacy, privacy_ask, within_seconds)
+
+
+class _XmlWindow(WindowPrivacy, total=False):
+    """An <Aggregation> as read (type, size and step are always there once it is)."""
+
+    kind: Literal["tuple", "time"]
+    size: int
+    step: int
+    aggregates: list[str]
+    keys: list[str]
+    min_count: int
+    coarsen: bool
 
 
 def _local(el: etree._Element) -> str:
@@ -101,7 +113,7 @@ def query_from_element(root: etree._Element, in_join: bool = False) -> UserQuery
     stream = filter_text = None
     filter_pos = None
     attributes: list[str] | None = None
-    window: dict[str, Any] = {}
+    window: _XmlWindow = {}
     masks: list[str] = []
     has_window = False
     seen: set[str] = set()
@@ -190,8 +202,8 @@ def _xml_join(el: etree._Element) -> JoinQuery:
     return JoinQuery(side.stream, tuple(on), within, side)
 
 
-def _xml_window(el: etree._Element) -> dict[str, Any]:
-    out: dict[str, Any] = {"aggregates": []}
+def _xml_window(el: etree._Element) -> _XmlWindow:
+    out: _XmlWindow = {"aggregates": []}
     for child in _children(el):
         name = _local(child)
         try:
@@ -213,11 +225,11 @@ def _xml_window(el: etree._Element) -> dict[str, Any]:
                     raise UserQueryError("<Coarsen> is true or false", _at(child))
                 out["coarsen"] = flag == "true"
             elif name in ("Epsilon", "Delta"):
-                key = name.lower()
-                if key in out:
+                which: Literal["epsilon", "delta"] = "epsilon" if name == "Epsilon" else "delta"
+                if which in out:
                     raise UserQueryError(f"<Aggregation> has more than one <{name}>", _at(child))
-                out[key] = (parse_epsilon(_text(child)) if key == "epsilon"
-                            else parse_delta(_text(child)))
+                out[which] = (parse_epsilon(_text(child)) if which == "epsilon"
+                              else parse_delta(_text(child)))
             else:
                 raise UserQueryError(f"unknown element <{name}> in <Aggregation>", _at(child))
         except ValueError as exc:
