@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test bench check-java chromium postgresql wrk clean kafka-jars kafka typecheck docs
+.PHONY: install run test bench check-java chromium postgresql wrk clean kafka-jars kafka typecheck docs cluster
 CHROMIUM ?= $(or $(XSG_CHROMIUM),/usr/bin/chromium)
 
 # The consumer's client (client/, package xsg_client) is a distribution of its own; the gateway's
@@ -26,6 +26,11 @@ PORT ?=
 PROXY_PORT ?= $(if $(PORT),$(shell expr $(PORT) + 1),8081)
 run: install
 	$(VENV)/bin/xsg serve $(if $(PORT),--port $(PORT)) --proxy-port $(PROXY_PORT)
+
+# One gateway of several processes on this machine (deploy/local-cluster.sh): PostgreSQL, a Spark
+# standalone master and worker, PROCESSES gateway processes and the proxy in front; Ctrl-C stops all.
+cluster: install postgresql
+	XSG_PROCESSES=$(or $(PROCESSES),2) $(if $(PORT),XSG_PORT=$(PORT)) deploy/local-cluster.sh
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a test file each at a time: most of
 # its time is spent waiting on Spark's micro-batches and on child processes, not computing, so

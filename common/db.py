@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 
 # the stores, by name: a SQLite file `<name>.db` under the data directory each, or their tables
 # in the one PostgreSQL database (`common.migrations` lists each one's tables)
-STORE_NAMES = ("policies", "streams", "events", "handles", "privacy", "audit")
+# ("cluster": the processes of one gateway on PostgreSQL, their streams' leases: pep/cluster)
+STORE_NAMES = ("policies", "streams", "events", "handles", "privacy", "audit", "cluster")
 RETRY_AFTER_SECONDS = 5  # what a 503 for a store that cannot be reached asks clients to wait
 
 
@@ -259,6 +260,14 @@ class Storage:
         self.open()
         database: Database = self._backend.database(store)
         return database
+
+    def dedicated_connection(self) -> Any:
+        """A PostgreSQL connection of its own, outside the pool, with the stores' settings (a
+        LISTEN needs one that stays open: `pep.cluster`); StoreUnavailable when it cannot."""
+        if self.url is None:
+            raise ValueError("SQLite files have no connections to listen on")
+        self.open()
+        return self._backend.dedicated_connection()
 
     def describe(self) -> str:
         """Where everything is kept, for the banner and messages (never a password)."""

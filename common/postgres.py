@@ -157,8 +157,10 @@ class PostgresCursor:
 class PostgresBackend:
     """The pool every store of this process shares, and the store's reachability."""
 
-    def __init__(self, url: str, pool: ConnectionPool, schema: str, timeout: float) -> None:
+    def __init__(self, url: str, pool: ConnectionPool, schema: str, timeout: float,
+                 conninfo: str | None = None) -> None:
         self.url = url
+        self.conninfo = conninfo or url  # the pool's: the schema and session settings in it
         self.schema = schema
         self.timeout = timeout
         self._pool = pool
@@ -207,10 +209,19 @@ class PostgresBackend:
             raise StoreUnavailable(f"cannot use PostgreSQL at {where}: no connection within "
                                    f"{timeout:g} s") from None
         log.info("store: PostgreSQL %s (a pool of up to %d connections)", where, pool_size)
-        return cls(url, pool, schema, timeout)
+        return cls(url, pool, schema, timeout, conninfo)
 
     def describe(self) -> str:
         return describe_url(self.url)
+
+    def dedicated_connection(self) -> psycopg.Connection[Any]:
+        """A connection of its own (autocommit), as the pool makes them; StoreUnavailable when
+        the server cannot be reached."""
+        try:
+            return psycopg.connect(self.conninfo, autocommit=True,
+                                   connect_timeout=max(2, int(round(self.timeout))))
+        except psycopg.Error as exc:
+            raise self._unavailable(_scrub(_first_line(exc), self.url)) from None
 
     def database(self, store: str) -> "PostgresDatabase":
         return PostgresDatabase(self, store)

@@ -12,6 +12,17 @@ so a change costs about the same with 10 or 10,000 stored policies. `add_many` d
 for a batch: one engine change, one store transaction, then one event per policy.
 Writers are serialised by a re-entrant lock that also covers the event, so subscribers see
 changes in commit order and a change is fully enforced before the next one starts.
+
+Several processes on one store (`pep.cluster`, `shared`): each follows what the others write,
+in store-version order (`catch_up`: the versions after `applied_version`, each applied to the
+engine and announced to this process's subscribers as if written here). A local write first
+catches up; should another process still commit in between (its version then comes before
+ours), the engine is compiled again from the store and the versions in between are announced
+with no stream scope (every live handle is decided again: deny when in doubt). Observers in
+`on_commit` hear of each local write as soon as it is committed, before this process's
+subscribers (a cluster announces it then, so that the other processes revoke while this one
+does), and those in `after_write` once the write lock is let go (a cluster waits there for
+the other processes to have applied it).
 """
 from __future__ import annotations
 
@@ -77,6 +88,13 @@ class PolicyService:
         # dict per write (copy-on-write), so readers need no lock; `_listed` caches its sorting.
         self._current: dict[str, StoredPolicy] = {}
         self._listed: tuple[dict[str, StoredPolicy], list[StoredPolicy]] | None = None
+        # the store version the engine reflects (`catch_up` applies what follows it); `shared`:
+        # other processes write the same store (the module docstring)
+        self.applied_version = 0
+        self.shared = False
+        self._remote = threading.local()  # set while another process's writes are announced
+        self.on_commit: list[Callable[[list[StoredPolicy]], None]] = []
+        self.after_write: list[Callable[[list[StoredPolicy]], None]] = []
         self.reload()
 
     # -- the engine -----------------------------------------------------------------------------
@@ -84,11 +102,113 @@ class PolicyService:
     def reload(self) -> None:
         """(Re)compile the engine from the store; raises PolicyLoadError if the store is unusable."""
         with self._write_lock:
-            stored = self.store.list()
+            version = self.store.store_version()
+            # shared: the list as of that version, exactly (`catch_up` goes on from there);
+            # else the list holds at least that much
+            stored = self.store.list_at(version) if self.shared else self.store.list()
             self._engine = PolicyEngine.compile(
                 [PolicySource(source_name(p), p.data) for p in stored],
                 root_combining_alg=self.root_combining_alg, root_policy_id=self.root_policy_id)
             self._current = {p.policy_id: p for p in stored}
+            self.applied_version = version
+
+    def catch_up(self) -> int:
+        """Apply, in store order, the versions other processes wrote since `applied_version`
+        (each announced to the subscribers as a local write is); returns how many. A version
+        the engine already reflects (the list `reload` read may run ahead of its version) is
+        passed over."""
+        with self._write_lock:
+            applied = 0
+            self._remote.on = True
+            try:
+                for stored in self.store.versions_after(self.applied_version):
+                    self._apply_remote(stored)
+                    self.applied_version = stored.store_version
+                    applied += 1
+            finally:
+                self._remote.on = False
+            return applied
+
+    @property
+    def following(self) -> bool:
+        """Whether the change being announced now (to a subscriber, in this thread) was
+        written by another process (a subscriber that records writes, the audit, records it
+        once: where it was written)."""
+        return bool(getattr(self._remote, "on", False))
+
+    def _apply_remote(self, stored: StoredPolicy) -> None:
+        current = self._current.get(stored.policy_id)
+        if (current is not None and current.store_version >= stored.store_version) or \
+                (stored.deleted and current is None):
+            # the engine reflects it already (`reload` read a list that ran ahead of its
+            # version), but the subscribers never heard of it: told with no stream scope
+            self._emit("deleted" if stored.deleted else "updated", stored, None)
+            return
+        old = self.engine
+        if stored.deleted:
+            self._engine = old.with_changes(remove_ids=[stored.policy_id])
+            self._remember([stored])
+            self._emit("deleted", stored, old.resource_scope(stored.policy_id))
+            return
+        try:
+            doc = compile_policy(PolicySource(source_name(stored), stored.data))
+            new_engine = old.with_changes(upsert=[doc], remove_ids=[stored.policy_id]
+                                          if stored.policy_id in old.policies else [])
+        except PolicyLoadError:
+            # written by another process of this gateway, which compiled it: only a
+            # configuration that differs between the processes gets here
+            log.exception("policy %s (store version %d), written by another process, does "
+                          "not compile here; the engine keeps its previous version",
+                          stored.policy_id, stored.store_version)
+            return
+        self._engine = new_engine
+        self._remember([stored])
+        kind: ChangeKind = "updated" if stored.policy_id in old.policies else "added"
+        self._emit(kind, stored, _union(old.resource_scope(stored.policy_id),
+                                        new_engine.resource_scope(stored.policy_id))
+                   if kind == "updated" else new_engine.resource_scope(stored.policy_id))
+
+    def _swap(self, engine: PolicyEngine, written: list[StoredPolicy],
+              announce: Callable[[], None]) -> None:
+        """After a local write: the engine it computed becomes the live one and `announce`
+        tells the subscribers, unless another process committed a version between our catch-up
+        and our write (ours then does not follow `applied_version`): the engine is compiled
+        from the store again, and the versions around ours are announced in store order,
+        theirs with no stream scope (the module docstring). `written` are consecutive."""
+        first, last = written[0].store_version, written[-1].store_version
+        self._tell(self.on_commit, written)
+        if not self.shared or first == self.applied_version + 1:
+            self._engine = engine
+            self._remember(written)
+            self.applied_version = max(self.applied_version, last)
+            announce()
+            return
+        before = self.applied_version
+        self.reload()
+        theirs = self.store.versions_after(before, upto=max(self.applied_version, last))
+        for stored in theirs:
+            if stored.store_version == first:
+                announce()
+            if first <= stored.store_version <= last:
+                continue
+            self._remote.on = True
+            try:
+                self._emit("deleted" if stored.deleted else "updated", stored, None)
+            finally:
+                self._remote.on = False
+
+    def _written(self, written: list[StoredPolicy]) -> None:
+        """Tell `after_write` (outside the write lock)."""
+        self._tell(self.after_write, written)
+
+    @staticmethod
+    def _tell(observers: list[Callable[[list[StoredPolicy]], None]],
+              written: list[StoredPolicy]) -> None:
+        for observer in list(observers):
+            try:
+                observer(written)
+            except Exception:  # noqa: BLE001 - the write is committed
+                log.exception("policy write observer failed")
 
     @property
     def ready(self) -> bool:
@@ -157,15 +277,17 @@ class PolicyService:
         doc = compile_policy(PolicySource(source, bytes(data)))
         info = doc.info
         with self._write_lock:
+            if self.shared:
+                self.catch_up()
             old = self.engine
             if info.id in old.policies:
                 raise PolicyExistsError(info.id)
             new_engine = old.with_changes(upsert=[doc])
             stored = self.store.put(info.id, info.version, owner, doc.source.data,
                                     is_policy_set=info.is_policy_set, must_exist=False)
-            self._engine = new_engine
-            self._remember([stored])
-            self._emit("added", stored, new_engine.resource_scope(info.id))
+            self._swap(new_engine, [stored], lambda: self._emit(
+                "added", stored, new_engine.resource_scope(info.id)))
+        self._written([stored])
         return stored
 
     def add_many(self, documents: Iterable[bytes | PolicySource], owner: str,
@@ -188,6 +310,8 @@ class PolicyService:
         if not docs:
             return []
         with self._write_lock:
+            if self.shared:
+                self.catch_up()
             old = self.engine
             first_of: dict[str, str] = {}
             for doc in docs:
@@ -201,10 +325,12 @@ class PolicyService:
             new_engine = old.with_changes(upsert=docs)
             written = self.store.put_all([(d.info.id, d.info.version, owner, d.source.data,
                                            d.info.is_policy_set) for d in docs])
-            self._engine = new_engine
-            self._remember(written)
-            for stored in written:
-                self._emit("added", stored, new_engine.resource_scope(stored.policy_id))
+            def announce() -> None:
+                for stored in written:
+                    self._emit("added", stored, new_engine.resource_scope(stored.policy_id))
+
+            self._swap(new_engine, written, announce)
+        self._written(written)
         return written
 
     def update(self, policy_id: str, data: bytes, owner: str,
@@ -215,6 +341,8 @@ class PolicyService:
         if info.id != policy_id:
             raise PolicyIdMismatchError(policy_id, info.id)
         with self._write_lock:
+            if self.shared:
+                self.catch_up()
             old = self.engine
             if policy_id not in old.policies:
                 raise PolicyNotFoundError(policy_id)
@@ -223,24 +351,26 @@ class PolicyService:
             new_engine = old.with_changes(upsert=[doc], remove_ids=[policy_id])
             stored = self.store.put(policy_id, info.version, owner, doc.source.data,
                                     is_policy_set=info.is_policy_set, must_exist=True)
-            self._engine = new_engine
-            self._remember([stored])
-            self._emit("updated", stored, _union(old.resource_scope(policy_id),
-                                                 new_engine.resource_scope(policy_id)))
+            self._swap(new_engine, [stored], lambda: self._emit(
+                "updated", stored, _union(old.resource_scope(policy_id),
+                                          new_engine.resource_scope(policy_id))))
+        self._written([stored])
         return stored
 
     def delete(self, policy_id: str, owner: str) -> StoredPolicy:
         """Delete (tombstone) a policy; raises PolicyNotFoundError, or PolicyLoadError when the
         remaining policies would not compile (e.g. a reference to the deleted one)."""
         with self._write_lock:
+            if self.shared:
+                self.catch_up()
             old = self.engine
             if policy_id not in old.policies:
                 raise PolicyNotFoundError(policy_id)
             new_engine = old.with_changes(remove_ids=[policy_id])
             tombstone = self.store.delete(policy_id, owner)
-            self._engine = new_engine
-            self._remember([tombstone])
-            self._emit("deleted", tombstone, old.resource_scope(policy_id))
+            self._swap(new_engine, [tombstone], lambda: self._emit(
+                "deleted", tombstone, old.resource_scope(policy_id)))
+        self._written([tombstone])
         return tombstone
 
     def prospect(self, kind: ChangeKind, policy_id: str, data: bytes | None = None,
@@ -318,8 +448,13 @@ def seed_store(store: PolicyStore, directory: str | Path, owner: str,
     docs = [compile_policy(s) for s in sources]
     PolicyEngine.compile(docs, root_combining_alg=root_combining_alg,
                          root_policy_id=root_policy_id)
-    written = store.put_all([(d.info.id, d.info.version, owner, d.source.data,
-                              d.info.is_policy_set) for d in docs])
+    try:
+        written = store.put_all([(d.info.id, d.info.version, owner, d.source.data,
+                                  d.info.is_policy_set) for d in docs])
+    except PolicyExistsError:
+        if store.is_empty():
+            raise
+        return []  # another process on the same store seeded it meanwhile
     log.info("seeded the policy store with %d policies from %s", len(written), directory)
     return written
 

@@ -109,6 +109,16 @@ class PolicyStore(ABC):
     def store_version(self) -> int:
         """The number of the last write (0 for an empty store)."""
 
+    def list_at(self, store_version: int) -> builtins.list[StoredPolicy]:
+        """The current policies as they were once version `store_version` was written."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no history to list from")
+
+    def versions_after(self, store_version: int, upto: int | None = None
+                       ) -> builtins.list[StoredPolicy]:
+        """Every version written after `store_version` (up to `upto`), tombstones included,
+        in store order: what another process on the same store wrote since (`pep.cluster`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be followed by version")
+
     def current_sources(self) -> builtins.list[Any]:
         """The current policies as engine sources (PolicySource), ready to compile."""
         from pdp.engine import PolicySource
@@ -344,6 +354,25 @@ class SQLPolicyStore(PolicyStore):
             "ORDER BY v.store_version", (policy_id,))
         if not rows:
             raise PolicyNotFoundError(policy_id)
+        return [_row(r) for r in rows]
+
+    def list_at(self, store_version: int) -> builtins.list[StoredPolicy]:
+        """The current policies as they were once version `store_version` was written (ordered
+        by id, as `list`): one read, so no later write can slip into it."""
+        rows = self._db.fetchall(
+            f"SELECT {_COLUMNS} FROM policy_versions v JOIN (SELECT policy_id AS id,"
+            " MAX(store_version) AS last FROM policy_versions WHERE store_version <= ?"
+            " GROUP BY policy_id) newest ON newest.id = v.policy_id AND newest.last ="
+            " v.store_version WHERE v.deleted = 0 ORDER BY v.policy_id", (int(store_version),))
+        return [_row(r) for r in rows]
+
+    def versions_after(self, store_version: int, upto: int | None = None
+                       ) -> builtins.list[StoredPolicy]:
+        rows = self._db.fetchall(
+            f"SELECT {_COLUMNS} FROM policy_versions v WHERE v.store_version > ?"
+            + (" AND v.store_version <= ?" if upto is not None else "")
+            + " ORDER BY v.store_version",
+            (int(store_version),) + ((int(upto),) if upto is not None else ()))
         return [_row(r) for r in rows]
 
     def store_version(self) -> int:

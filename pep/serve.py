@@ -136,6 +136,9 @@ def _banner(services: GatewayServices, server: HttpServer, out: TextIO,
     kept = (f"store {storage.describe()}" if storage is not None and storage.url is not None
             else f"policy store {config.store_path}")
     print(f"  data dir  {config.data_dir.resolve()}  ({kept})", file=out)
+    if services.cluster is not None:
+        print(f"  cluster   member {services.cluster.member} at {services.cluster.url} "
+              f"(leases of {services.cluster.lease_seconds:g} s; GET {base}/cluster)", file=out)
     policies = services.policies.engine.policies
     print(f"  {len(policies)} policies loaded"
           + (f" ({len(services.seeded)} seeded from {config.policies_dir})" if services.seeded else ""),
@@ -225,6 +228,8 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
 
     def started() -> None:
         tune_gc()  # what start-up built stays; see GC_THRESHOLDS
+        if services.cluster is not None:  # the others reach this process from now on
+            services.cluster.start(config.advertise_url or server.url)
         if config.proxy_port:
             proxy.append(start_proxy(config, server.url))
         _banner(services, server, out, proxy_url(config) if config.proxy_port else None)

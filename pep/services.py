@@ -24,7 +24,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Sequence
-from typing import Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from common.db import Storage, open_storage
 from common.oidc import CompositeAuthenticator, build_authenticator
@@ -41,7 +41,7 @@ from pep.handles.one_window import WindowRegistry
 from pep.handles.privacy_budget import PrivacyGuard, PrivacyLedger
 from pep.handles.records import HandleStore, new_handle_id
 from pep.handles.revocation import RevocationService, TimeSensitivity
-from pep.handles.service import HandleService
+from pep.handles.service import HandleService, WindowRegistryLike
 from pep.handles.stall_notices import StallNotices
 from pep.invalidation.hub import InvalidationHub
 from pep.metrics import GatewayMetrics, gateway_state
@@ -55,6 +55,9 @@ from pep.streams.events import StreamEvents
 from pep.streams.lifecycle import StreamLifecycle
 from pep.streams.ownership import stream_owner_rule
 from pep.streams.visibility import StreamVisibility
+
+if TYPE_CHECKING:
+    from pep.cluster.node import ClusterNode
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,7 @@ class GatewayServices:
     stream_events: StreamEvents
     runtime: StreamRuntimePort  # the Spark runtime (`LazyRuntime`), or a stand-in
     handle_store: HandleStore
-    windows: WindowRegistry
+    windows: WindowRegistryLike  # in memory, or in the store with several processes
     handles: HandleService
     revocation: RevocationService
     invalidation: InvalidationHub
@@ -104,6 +107,8 @@ class GatewayServices:
     # the handle read tokens' HMAC key: the configured one, else with a PostgreSQL store the
     # one every process on it shares, else None (a random key per process)
     read_token_key: str | None = None
+    # with `config.cluster`: this process as one of several on the store (pep/cluster)
+    cluster: ClusterNode | None = None
     _unsubscribe: list[Callable[[], None]] = field(default_factory=list)
     _stream_side_closed: bool = False
 
@@ -116,6 +121,8 @@ class GatewayServices:
         if self._stream_side_closed:
             return
         self._stream_side_closed = True
+        if self.cluster is not None:
+            self.cluster.quiesce()  # takes no more streams
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self.authenticator.stop()
@@ -131,6 +138,10 @@ class GatewayServices:
             self.runtime.stop()
         except Exception:  # noqa: BLE001 - closing must go on
             log.exception("stopping the stream runtime failed")
+        if self.cluster is not None:
+            # the queries stopped with their checkpoints' place kept: the leases go now, and
+            # the other processes take the streams over from there
+            self.cluster.stop()
         self.handle_store.close()
         if self.privacy is not None:
             self.privacy.ledger.close()
@@ -187,6 +198,12 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
     """The rest of `build_services`, on the open storage: every service, built and wired in
     order (a failure closes the storage: `build_services`)."""
     data_dir = Path(config.data_dir)
+    # Several processes on the store (pep/cluster): this one's membership, its leases.
+    node = None
+    if config.cluster:
+        from pep.cluster.node import ClusterNode
+
+        node = ClusterNode(storage, config.lease_seconds)
     # Policies: the store (seeded once, when empty), the events, the service over both.
     store = SQLPolicyStore(storage.database("policies", foreign_keys=True))
     try:
@@ -236,9 +253,15 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
                                     lateness=config.join_lateness)
 
     # Handles, the one-window rule, the privacy budgets of private windows, and revocation.
+    # With several processes, the one-window rule and the budgets are checked in the store's
+    # transactions (a stream, its handles and their spends move between processes).
     handle_store = HandleStore(storage.database("handles"))
-    windows = WindowRegistry(new_handle_id=new_handle_id)
-    privacy = PrivacyGuard(PrivacyLedger(storage.database("privacy")))
+    windows: Any = WindowRegistry(new_handle_id=new_handle_id)
+    if node is not None:
+        from pep.cluster.windows import StoreWindows
+
+        windows = StoreWindows(storage.database("cluster"), new_handle_id=new_handle_id)
+    privacy = PrivacyGuard(PrivacyLedger(storage.database("privacy"), shared=node is not None))
     # Derived streams (issue 48): every single stream's handle delivers through a tap that
     # appends its rows to the derived stream it feeds, if any, while that stream has a reader;
     # a derived stream whose feed ended takes no new handle, and a handle on one holds its
@@ -303,7 +326,8 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
     def revoke_stream(stream: str, reason: str) -> int:
         with handles.lock:  # the lock `HandleService.open` looks the stream up again under
             handles.policy_epoch += 1
-            return len(handles.revoke_many([(r.id, reason) for r in handles.live_on(stream)]))
+            return len(handles.revoke_many([(r.id, reason)
+                                            for r in handles.served(handles.live_on(stream))]))
 
     def runtime_dirs(stream: str) -> list[tuple[str, Path]]:
         work = data_dir / "runtime"
@@ -331,7 +355,9 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
         lifecycle=lifecycle, privacy=privacy, storage=storage, derived=derived,
         read_token_key=config.read_token_key or (
             handle_store.shared_key("read_token_key")
-            if storage.dialect.name == "postgresql" else None))
+            if storage.dialect.name == "postgresql" else None), cluster=node)
+    if node is not None:
+        node.wire(services)
 
     # Who listens to whom, in the order they are called:
     # 1. a policy change re-decides the live handles first (they are revoked before the PAP
@@ -364,7 +390,9 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
     # 6b. a deriving handle that ends ends its derived stream: the derived stream's live handles
     #    are revoked at once, transitively (after its own ending is in the audit trail).
     handles.add_listener(derived.handles_ended)
-    services._unsubscribe.append(events.subscribe(audit.policy_changed))
+    # (a change another process wrote is its audit entry, not ours: `PolicyService.following`)
+    services._unsubscribe.append(events.subscribe(
+        lambda change: None if policies.following else audit.policy_changed(change)))
     catalog.add_listener(audit.stream_registered)
     catalog.add_change_listener(audit.stream_changed)
 
@@ -375,10 +403,13 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
         runtime.get()
     # Restoring: a stream's query starts once all its restored handles are attached, and a
     # Kafka stream's are first given again what their readers may not have read (issue 41).
+    # With several processes, a stream's handles are resumed by the process that takes its
+    # lease (pep/cluster/placement.py), once this one's server listens.
     restoring = getattr(runtime, "restoring", None)
-    with restoring() if restoring is not None else nullcontext():
-        services.resumed, services.ended = revocation.restore_all()
-    audit.resumed(handle_store.get_many(services.resumed))
+    if node is None:
+        with restoring() if restoring is not None else nullcontext():
+            services.resumed, services.ended = revocation.restore_all()
+        audit.resumed(handle_store.get_many(services.resumed))
     derived.settle()  # derivations whose deriving handle did not come back end now
     # 7. metrics: decisions, stream requests and revocations as they happen; the rest is read
     #    from the services at every scrape.
@@ -393,7 +424,8 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
               if config.metrics_public else None)
     metrics.watch(lambda: gateway_state(services, hidden))
 
-    stream_events.evaluate_all(runtime)  # starts the queries of the streams that have events
+    if node is None:  # (a cluster's events are evaluated where their stream is served)
+        stream_events.evaluate_all(runtime)  # starts the queries of the streams that have events
     lifecycle.sweep_kept(every=0)
     revocation.start()
     authenticator.watch()  # the auth file is looked at every 0.25 s, requests or not

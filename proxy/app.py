@@ -57,11 +57,12 @@ log = logging.getLogger(__name__)
 EXTENSION = "xsg.proxy"
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 MAX_ANSWER_BYTES = 256 * 1024
+SEVERAL_UPSTREAMS = "several-upstreams"  # the cache's state in front of several processes
 
 
 @dataclass
 class ProxyConfig:
-    upstream: str
+    upstream: str  # the gateway's base URL; several, comma-separated: one gateway's processes
     feed_token: str | None = None  # bearer token for the gateway's invalidation feed
     webhook_secret: str | None = None  # HMAC key shared with the gateway's hub
     webhook_url: str | None = None  # where the gateway can reach POST /proxy/invalidate
@@ -86,7 +87,8 @@ class ProxyRuntime:
 
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
-        self.upstream = config.upstream.rstrip("/") + "/"
+        upstreams = [u.strip() for u in config.upstream.split(",") if u.strip()]
+        self.upstream = upstreams[0].rstrip("/") + "/"
         self.upstream_prefix = urlsplit(self.upstream).path  # ends with "/"
         self.cache = HandleCache(config.max_entries, config.ttl)
         self.sync = CacheSync(
@@ -95,11 +97,19 @@ class ProxyRuntime:
                                  and config.webhook_url),
             webhook_grace=config.webhook_grace)
         self.verify: bool | str = config.upstream_ca or True
-        self.forwarder = Forwarder(self.upstream, make_client(config.pool_size, self.verify),
+        self.forwarder = Forwarder(upstreams, make_client(config.pool_size, self.verify),
                                    timeouts=config.timeouts or Timeouts())
         self.salt = secrets.token_bytes(32)
         self.feed: FeedClient | None = None
-        if config.require_feed:
+        if len(upstreams) > 1:
+            # several processes of one gateway: each announces the ends of the handles it
+            # serves on its own feed, and following one feed would miss the others' (a cached
+            # answer could outlive its handle); so no cache: forwarded, spread, failed over
+            self.sync.state = SEVERAL_UPSTREAMS
+            self.sync.cache.set_enabled(False)
+            log.warning("%d upstreams (one gateway's processes): forwarding, without caching",
+                        len(upstreams))
+        elif config.require_feed:
             self.feed = FeedClient(self.upstream, self.sync, config.feed_token,
                                    config.webhook_url, read_timeout=config.feed_read_timeout,
                                    backoff=config.feed_backoff, verify=self.verify)

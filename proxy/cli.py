@@ -24,7 +24,10 @@ MAX_SECONDS = 10 ** 9  # a duration flag beyond this (31 years) is a typo
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="xsg proxy", description="Caching proxy in front of an xsg "
                                 "gateway: forwards its API, caches stream-request answers.")
-    p.add_argument("--upstream", required=True, help="gateway base URL, e.g. http://127.0.0.1:8080")
+    p.add_argument("--upstream", required=True,
+                   help="gateway base URL, e.g. http://127.0.0.1:8080; several, comma-separated, "
+                        "for the processes of one gateway (requests are spread over them and "
+                        "sent to another when one refuses; no caching then)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int_argument(1, 65535), default=8081,
                    help="port to listen on (default 8081)")
@@ -67,9 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
-    parts = urlsplit(args.upstream)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise SystemExit(f"xsg proxy: --upstream must be http(s)://host[:port], got {args.upstream!r}")
+    for upstream in args.upstream.split(","):
+        parts = urlsplit(upstream.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise SystemExit(f"xsg proxy: --upstream must be http(s)://host[:port] (several "
+                             f"comma-separated), got {args.upstream!r}")
     if not 0 < args.port < 65536:
         raise SystemExit(f"xsg proxy: --port must be 1-65535, got {args.port}")
     if args.cache_size < 1 or args.ttl <= 0:

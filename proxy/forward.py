@@ -187,8 +187,26 @@ def response_headers(resp: httpx.Response, keep_length: bool) -> list[tuple[str,
     return out
 
 
+# After a gateway process refused a connection, it is passed over for this long (tried only
+# when every process was refused): several processes of one gateway share the traffic, and a
+# dead one costs the requests that find it one refused connection each, not a time-out.
+DOWN_FOR = 2.0
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _refused(exc: Exception) -> bool:
+    """Nothing of the request reached the gateway: any request may be sent to another."""
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
+
+
 class Forwarder:
     """Sends requests to the gateway through one pooled httpx client.
+
+    The gateway may be several processes (`upstream` a list: a cluster, pep/cluster): each
+    request goes to the next one in turn, and a request one of them refused (the connection
+    itself failed: nothing was sent) goes to the next; a safe request (GET, HEAD, OPTIONS) also
+    when the connection broke before an answer. Any process answers any request (it forwards
+    what another serves), so which one is only a matter of load.
 
     The request target goes upstream byte for byte as the client sent it (behind the upstream's
     own base path): httpcore's `target` extension writes it on the request line as given. No
@@ -198,12 +216,21 @@ class Forwarder:
     removes dot segments. The gateway then decodes the path once, exactly as it would had the
     client called it directly."""
 
-    def __init__(self, upstream: str, client: httpx.Client | None = None,
+    def __init__(self, upstream: str | list[str] | tuple[str, ...],
+                 client: httpx.Client | None = None,
                  timeouts: Timeouts | None = None, buffer_limit: int = 1024 * 1024) -> None:
-        self.upstream = upstream.rstrip("/") + "/"
-        parts = urlsplit(self.upstream)
-        self.origin = f"{parts.scheme}://{parts.netloc}"
-        self.base_path = parts.path.rstrip("/")  # "" or e.g. "/gateway"
+        upstreams = [upstream] if isinstance(upstream, str) else list(upstream)
+        if not upstreams:
+            raise ValueError("no upstream")
+        self.upstream = upstreams[0].rstrip("/") + "/"
+        parts = [urlsplit(u.rstrip("/") + "/") for u in upstreams]
+        self.origins = [f"{p.scheme}://{p.netloc}" for p in parts]
+        self.origin = self.origins[0]
+        self.base_path = parts[0].path.rstrip("/")  # "" or e.g. "/gateway"
+        if any(p.path.rstrip("/") != self.base_path for p in parts):
+            raise ValueError("the upstreams of one gateway must share their base path")
+        self._next = 0
+        self._down: dict[str, float] = {}  # origin -> monotonic time it may be tried again
         self.client = client or make_client()
         self.timeouts = timeouts or Timeouts()
         self.buffer_limit = buffer_limit
@@ -224,11 +251,34 @@ class Forwarder:
         """The upstream URL, for log lines (what is sent is `target`, never re-parsed)."""
         return self.origin + self.target(path, query_string).decode("latin-1")
 
+    def order(self) -> list[str]:
+        """The origins to try for one request: the next in turn first, those that refused a
+        connection lately last."""
+        import time
+
+        with self._lock:
+            start = self._next
+            self._next = (self._next + 1) % len(self.origins)
+            now = time.monotonic()
+            down = {o for o, until in self._down.items() if until > now}
+        turn = self.origins[start:] + self.origins[:start]
+        return [o for o in turn if o not in down] + [o for o in turn if o in down]
+
+    def mark_down(self, origin: str) -> None:
+        import time
+
+        if len(self.origins) > 1:
+            with self._lock:
+                self._down[origin] = time.monotonic() + DOWN_FOR
+            log.warning("gateway process %s refused a connection; the others take its share "
+                        "for %g s", origin, DOWN_FOR)
+
     def send(self, method: str, path: str, query_string: bytes, headers: dict[str, str],
              body: bytes | _SizedStream | Iterator[bytes] | None,
              streaming: bool = False) -> httpx.Response:
         """Forward one call; the response body is left unread (read it with `stream_body`,
-        `read_limited`, or close it)."""
+        `read_limited`, or close it). With several upstreams, a call one of them refused goes
+        to the next (the class docstring)."""
         t = self.timeouts
         read = t.stream_read if streaming else t.read
         out_headers = wire_headers(headers)
@@ -238,21 +288,31 @@ class Forwarder:
             content = iter(body)
         else:
             content = body
-        try:
-            req = self.client.build_request(
-                method, self.origin + "/", headers=out_headers, content=content,
-                timeout=httpx.Timeout(connect=t.connect, read=read, write=t.read,
-                                      pool=t.connect),
-                extensions={"target": self.target(path, query_string)})
-            resp = self.client.send(req, stream=True)
-        except httpx.TimeoutException:
-            self._count(failed=True)
-            raise UpstreamError("gateway did not answer in time", 504) from None
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            self._count(failed=True)
-            raise UpstreamError(f"gateway unreachable: {type(exc).__name__}", 502) from None
-        self._count(failed=False)
-        return resp
+        resendable = content is None or isinstance(content, bytes)
+        origins = self.order()
+        for attempt, origin in enumerate(origins):
+            last = attempt == len(origins) - 1 or not resendable
+            try:
+                req = self.client.build_request(
+                    method, origin + "/", headers=out_headers, content=content,
+                    timeout=httpx.Timeout(connect=t.connect, read=read, write=t.read,
+                                          pool=t.connect),
+                    extensions={"target": self.target(path, query_string)})
+                resp = self.client.send(req, stream=True)
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                if _refused(exc):
+                    self.mark_down(origin)
+                if not last and (_refused(exc) or (method in SAFE_METHODS and isinstance(
+                        exc, httpx.TransportError))):
+                    continue
+                self._count(failed=True)
+                if isinstance(exc, httpx.TimeoutException):
+                    raise UpstreamError("gateway did not answer in time", 504) from None
+                raise UpstreamError(f"gateway unreachable: {type(exc).__name__}", 502) \
+                    from None
+            self._count(failed=False)
+            return resp
+        raise UpstreamError("gateway unreachable", 502)  # pragma: no cover - loop returns
 
     def _count(self, failed: bool) -> None:
         with self._lock:
@@ -285,7 +345,8 @@ class Forwarder:
 
     def logged_url(self, resp: httpx.Response) -> str:
         target = resp.request.extensions.get("target", b"/")
-        return self.origin + bytes(target).decode("latin-1")
+        origin = f"{resp.request.url.scheme}://{resp.request.url.netloc.decode('ascii')}"
+        return origin + bytes(target).decode("latin-1")
 
     @staticmethod
     def read_limited(resp: httpx.Response, limit: int) -> tuple[bytes, bool]:

@@ -69,12 +69,25 @@ class HandleRelay:
         target = runtime.forwarder.target(raw_path, scope.get("query_string", b""))
         client = self._client_for_loop()
         try:
-            upstream = await client.send(client.build_request(
-                "GET", runtime.forwarder.origin + "/", extensions={"target": target},
-                headers=wire_headers(headers)), stream=True)
+            out_headers = wire_headers(headers)
         except NotForwardable as exc:
             await respond_error(send, 400, str(exc), close=False)
             return
+        try:
+            # several processes (a cluster): the next in turn, the others when it fails
+            # before answering (a GET is safe to send again)
+            origins = runtime.forwarder.order()
+            for attempt, origin in enumerate(origins):
+                try:
+                    upstream = await client.send(client.build_request(
+                        "GET", origin + "/", extensions={"target": target},
+                        headers=out_headers), stream=True)
+                    break
+                except httpx.TransportError as exc:
+                    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+                        runtime.forwarder.mark_down(origin)
+                    if attempt == len(origins) - 1:
+                        raise
         except httpx.TimeoutException:
             runtime.forwarder._count(failed=True)
             runtime.count("upstream_errors")

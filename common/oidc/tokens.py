@@ -105,6 +105,7 @@ class JwtAuthenticator:
         # subject -> what its last token said, most recent last
         self._remembered: OrderedDict[str, _Seen] = OrderedDict()
         self._remember_file = Path(remember_file) if remember_file is not None else None
+        self._read_stamp: int | None = None  # the file's mtime when it was last read
         self._listeners: list[IdentityListener] = []
         if self._remember_file is not None:
             self._load_remembered()
@@ -226,10 +227,24 @@ class JwtAuthenticator:
 
     def identity_for(self, subject: str) -> Identity | None:
         """The last identity verified for `subject` (module docstring), its roles widened with
-        its token's hierarchy and the auth file's as they are now; or None."""
+        its token's hierarchy and the auth file's as they are now; or None. A subject not known
+        here is looked for in the remember file too, when it changed since it was read: other
+        gateway processes sharing the data directory (`pep.cluster`) remember there the
+        subjects whose tokens they verified, and this one may serve those subjects' handles."""
         with self._lock:
             seen = self._remembered.get(subject)
+        if seen is None and self._remember_file is not None and self._file_changed():
+            self._load_remembered(only_new=True)
+            with self._lock:
+                seen = self._remembered.get(subject)
         return self._effective(seen) if seen is not None else None
+
+    def _file_changed(self) -> bool:
+        try:
+            stamp = self._remember_file.stat().st_mtime_ns if self._remember_file else None
+        except OSError:
+            return False
+        return stamp != getattr(self, "_read_stamp", None)
 
     def expiry_of(self, subject: str) -> float | None:
         """When the last token seen for `subject` expires (epoch seconds), or None."""
@@ -273,42 +288,74 @@ class JwtAuthenticator:
                     log.exception("identity listener failed for subject %r", subject)
 
     def _save_remembered(self) -> None:
-        """Write the remembered identities (claims only, no token) atomically, mode 0600."""
+        """Write the remembered identities (claims only, no token) atomically, mode 0600.
+        Several processes may share the file (`identity_for`): under the file's lock, the
+        subjects another process wrote and this one does not know are kept."""
+        import fcntl
+
         path = self._remember_file
         assert path is not None  # called only when identities are remembered
-        data = [{"subject": seen.identity.subject, "roles": list(seen.identity.roles),
-                 "admin": seen.identity.admin,
-                 "attributes": {a: list(v) for a, v in seen.identity.attributes},
-                 "exp": seen.exp,
-                 **({"role_hierarchy": seen.hierarchy.as_json()} if seen.hierarchy else {})}
-                for seen in self._remembered.values()]
-        tmp = path.with_name(path.name + ".tmp")
+        data = {seen.identity.subject: {
+            "subject": seen.identity.subject, "roles": list(seen.identity.roles),
+            "admin": seen.identity.admin,
+            "attributes": {a: list(v) for a, v in seen.identity.attributes},
+            "exp": seen.exp,
+            **({"role_hierarchy": seen.hierarchy.as_json()} if seen.hierarchy else {})}
+            for seen in self._remembered.values()}
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f)
-            os.replace(tmp, path)
+            lock_fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)
+                try:
+                    others = json.loads(path.read_text(encoding="utf-8")) if path.exists() \
+                        else []
+                except (OSError, ValueError):
+                    others = []
+                kept = [item for item in others if isinstance(item, dict)
+                        and item.get("subject") not in data][-MAX_REMEMBERED:]
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump((kept + list(data.values()))[-MAX_REMEMBERED:], f)
+                os.replace(tmp, path)
+            finally:
+                os.close(lock_fd)  # (closing lets the lock go)
         except OSError as exc:
             log.warning("cannot save the OIDC identities to %s: %s", path, exc)
 
-    def _load_remembered(self) -> None:
+    def _load_remembered(self, only_new: bool = False) -> None:
+        """Read the remember file (at start), or (`only_new`: another process wrote it) take
+        the subjects it holds that this process does not know."""
         path = self._remember_file
         if path is None or not path.exists():
             return
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            for i, item in enumerate(data):
-                attributes = parse_identity_attributes(item.get("attributes", {}),
-                                                       f"{path}: entry {i}")
-                identity = Identity(subject=str(item["subject"]),
-                                    roles=tuple(str(r) for r in item.get("roles", ())),
-                                    admin=bool(item.get("admin")), attributes=attributes)
-                hierarchy = RoleHierarchy.parse(item.get("role_hierarchy", {}),
-                                                f"{path}: entry {i}: role_hierarchy")
-                self._remembered[identity.subject] = _Seen(identity, hierarchy,
-                                                           float(item.get("exp") or 0))
+            self._read_stamp = path.stat().st_mtime_ns
+            found = self._read_remembered(path)
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
             log.warning("ignoring the remembered OIDC identities in %s: %s", path, exc)
-            self._remembered.clear()
+            return
+        with self._lock:
+            for seen in found:
+                subject = seen.identity.subject
+                if not only_new:
+                    self._remembered[subject] = seen
+                elif subject not in self._remembered:
+                    self._remembered[subject] = seen
+                    self._remembered.move_to_end(subject, last=False)  # not the most recent
+
+    @staticmethod
+    def _read_remembered(path: Path) -> list[_Seen]:
+        found = []
+        for i, item in enumerate(json.loads(path.read_text(encoding="utf-8"))):
+            attributes = parse_identity_attributes(item.get("attributes", {}),
+                                                   f"{path}: entry {i}")
+            identity = Identity(subject=str(item["subject"]),
+                                roles=tuple(str(r) for r in item.get("roles", ())),
+                                admin=bool(item.get("admin")), attributes=attributes)
+            hierarchy = RoleHierarchy.parse(item.get("role_hierarchy", {}),
+                                            f"{path}: entry {i}: role_hierarchy")
+            found.append(_Seen(identity, hierarchy, float(item.get("exp") or 0)))
+        return found
 

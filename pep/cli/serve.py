@@ -77,7 +77,7 @@ METAVARS = {"auth_file": "FILE", "root_combining_alg": "ALG", "root_policy_id": 
             "proxy_secret": "KEY", "read_token_key": "KEY", "oidc.issuer": "URL",
             "oidc.jwks_uri": "URL", "oidc.subject_claim": "CLAIM", "oidc.admin_role": "ROLE",
             "max_content_length": "BYTES", "audit_max_bytes": "BYTES", "seed_owner": "SUBJECT",
-            "min_body_rate": "BYTES/S", "store": "URL"}
+            "min_body_rate": "BYTES/S", "store": "URL", "advertise_url": "URL"}
 
 
 KIND_METAVARS = {"int": "N", "optint": "N", "float": "SECONDS", "optfloat": "SECONDS",
@@ -93,6 +93,8 @@ def _group_of(name: str) -> str:
         return "logs (stderr)"
     if name.startswith("store"):
         return "store (SQLite files, or PostgreSQL)"
+    if name in ("cluster", "advertise_url", "lease_seconds"):
+        return "several processes as one gateway (on a PostgreSQL store)"
     if name.startswith(("proxy_", "cors_", "read_token_")):
         return "proxies and browsers"
     return "gateway"

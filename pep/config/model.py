@@ -36,6 +36,13 @@ class GatewayConfig:
     store: str | None = field(default=None, repr=False)
     store_pool_size: int = 10
     store_timeout: float = 5.0
+    # Several processes as one gateway (pep/cluster): started on the same PostgreSQL `store` and
+    # the same `data_dir` (a folder every process reaches at the same path), each reachable by
+    # the others at `advertise_url` (default: the address it listens on); a stream is served by
+    # the process holding its lease, which lasts `lease_seconds` without renewal.
+    cluster: bool = False
+    advertise_url: str | None = None
+    lease_seconds: float = 5.0
     auth_file: Path | None = None  # None: use (or create) data_dir/auth.json with demo tokens
     root_combining_alg: str = "deny-overrides"
     root_policy_id: str | None = None

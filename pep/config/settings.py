@@ -30,6 +30,11 @@ SETTING_HELP = {
     "store_pool_size": "connections to the PostgreSQL store this process keeps at most",
     "store_timeout": "seconds to wait for a connection to the PostgreSQL store before "
                      "answering 503 (at start: before giving up)",
+    "cluster": "one of several gateway processes started on the same PostgreSQL store and "
+               "data_dir, serving as one gateway (each stream served by one of them)",
+    "advertise_url": "the URL at which the other processes of the cluster reach this one",
+    "lease_seconds": "seconds a process's hold on its streams lasts without renewal: a process "
+                     "that dies has its streams taken over after about this long",
     "auth_file": "token file: JSON list of {token, subject, roles, admin, attributes}, or "
                  "{tokens: that list, role_hierarchy: {role: [roles it inherits]}}; re-read "
                  "when it changes and on SIGHUP",
@@ -108,6 +113,7 @@ SETTING_HELP = {
 
 DEFAULT_TEXT = {
     "store": "SQLite files under DATA_DIR",
+    "advertise_url": "from host and port",
     "auth_file": "DATA_DIR/auth.json, created with demo tokens",
     "policies_dir": "./policies",
     "base_url": "from host and port",

@@ -22,6 +22,7 @@ NUMBER_RANGES: dict[str, tuple[float, float]] = {
     "reevaluation_interval": (0, MAX_SECONDS),  # 0: no periodic re-decision
     "trigger_interval": (0, MAX_SECONDS),  # 0: micro-batches one after the other
     "store_pool_size": (1, 1000), "store_timeout": (0.5, 3600),
+    "lease_seconds": (1, 600),
 }
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 SPARK_LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
@@ -41,6 +42,15 @@ def check_config(config: Any) -> None:
     _check_operating_settings(config)
     config.data_dir = Path(config.data_dir)
     config.store = check_store(config.store)
+    if config.cluster and config.store is None:
+        raise ValueError("cluster needs a PostgreSQL store (store = \"postgresql://...\"): "
+                         "the processes of one gateway share it")
+    if config.cluster and config.proxy_port:
+        raise ValueError("proxy_port runs a caching proxy in front of this process alone; in a "
+                         "cluster, run one proxy in front of all its processes (python -m proxy "
+                         "--upstream URL,URL,...: deploy/local-cluster.sh does)")
+    if config.advertise_url is not None:
+        config.advertise_url = _check_http_url(config.advertise_url, "advertise_url")
     if config.auth_file is not None:
         config.auth_file = Path(config.auth_file)
     if config.policies_dir is not None:
@@ -78,6 +88,20 @@ def check_config(config: Any) -> None:
     for name in ("ingest_retention_seconds", "ingest_retention_bytes"):
         if getattr(config, name) is not None and getattr(config, name) < 0:
             raise ValueError(f"{name} must be >= 0 or unset, got {getattr(config, name)!r}")
+
+
+def _check_http_url(url: Any, name: str) -> str | None:
+    """An http(s)://host[:port] URL (trailing slash dropped), or None for an empty one."""
+    from urllib.parse import urlsplit
+
+    if url is None or (isinstance(url, str) and not url.strip()):
+        return None
+    if not isinstance(url, str):
+        raise ValueError(f"{name} must be a URL, not {type(url).__name__}")
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{name} must be http(s)://HOST[:PORT], got {url!r}")
+    return url.strip().rstrip("/")
 
 
 def check_store(url: Any) -> str | None:

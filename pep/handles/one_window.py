@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pep.core.errors import Conflict
@@ -69,6 +69,11 @@ class WindowRegistry:
             for booking in bookings:
                 del self._by_slot[(booking.subject, booking.stream)]
             return True
+
+    def release_many(self, handle_ids: Iterable[str]) -> None:
+        """`release` each of these handles."""
+        for handle_id in handle_ids:
+            self.release(handle_id)
 
     def restore(self, subject: str, stream: str | tuple[str, ...], plan_key: str,
                 handle_id: str) -> None:

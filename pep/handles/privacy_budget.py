@@ -152,10 +152,17 @@ class PrivacyLedger:
     spends of a second added up, dated at the second's end) before its rows are delivered.
     Budgets are checked against running sums in memory (`_Rolling`), loaded from the database
     the first time a consumer's budget on a stream is asked about, so a delivery costs one
-    small write whatever the period's length."""
+    small write whatever the period's length.
+
+    `shared`: other gateway processes write the same ledger (`pep.cluster`: a stream moves
+    between processes, and its consumers' spends with it), so no sum in memory can be trusted:
+    a spend checks the budgets against the database's sums inside its own transaction, which
+    holds the consumer's lock on that stream (PostgreSQL: an advisory lock) until it commits,
+    and `states` reads the spends afresh."""
 
     def __init__(self, where: Database | str | Path,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, shared: bool = False) -> None:
+        self.shared = shared
         with opening("privacy ledger", str(where)):
             self._db = open_database(where, "privacy")
         try:
@@ -191,9 +198,23 @@ class PrivacyLedger:
             self._rolling[key] = rolling
         return rolling
 
+    def _read(self, read: Callable[..., list[Any]], subject: str, stream: str,
+              budget: Budget, now: float) -> _Rolling:
+        """A budget's spends as the database holds them now (`shared`)."""
+        rolling = _Rolling(budget)
+        for second, spent in read(
+                "SELECT second, units FROM spends WHERE subject = ? AND stream = ? AND "
+                "second > ? ORDER BY second",
+                (subject, stream, math.floor(now) - budget.period - rolling.width)):
+            rolling.add(float(second), int(spent))
+        return rolling
+
     def states(self, subject: str, stream: str, budgets: tuple[Budget, ...],
                now: float | None = None) -> list[BudgetState]:
         now = self.clock() if now is None else now
+        if self.shared:
+            return [self._read(self._db.fetchall, subject, stream, b, now).state(now)
+                    for b in budgets]
         with self._lock:
             return [self._window(subject, stream, b, now).state(now) for b in budgets]
 
@@ -204,6 +225,8 @@ class PrivacyLedger:
         allows, written to the database before this returns: (windows paid, the states before
         paying). `ref` (the handle's ref) is for callers' messages; it is not stored."""
         now = self.clock() if now is None else now
+        if self.shared:
+            return self._spend_shared(subject, stream, per_window, windows, budgets, delta, now)
         with self._lock:
             rolling = [self._window(subject, stream, b, now) for b in budgets]
             states = [r.state(now) for r in rolling]
@@ -217,6 +240,38 @@ class PrivacyLedger:
                 self._writes += 1
                 if self._writes % 10_000 == 0:
                     self.prune()
+        return paid, states
+
+
+    def _spend_shared(self, subject: str, stream: str, per_window: int, windows: int,
+                      budgets: tuple[Budget, ...], delta: float, now: float
+                      ) -> tuple[int, list[BudgetState]]:
+        """`spend` against the database's sums, in one transaction under the consumer's lock
+        on the stream (the class docstring)."""
+        with self._db.transaction() as cur:
+            if self._db.dialect.name == "postgresql":
+                cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 7))",
+                            (f"{subject}\x1f{stream}",))
+
+            def read(sql: str, params: tuple) -> list[Any]:
+                return cur.execute(sql, params).fetchall()
+
+            # each budget's spent units, as `_Rolling` counts them (a second's bucket counts
+            # while its end is inside the period), summed by the database
+            states = []
+            for b in budgets:
+                width = max(1, b.period // BUCKETS)
+                since = math.floor((now - b.period) / width) * width
+                spent = cur.execute("SELECT COALESCE(SUM(units), 0) FROM spends WHERE"
+                                    " subject = ? AND stream = ? AND second > ?",
+                                    (subject, stream, since)).fetchone()[0]
+                states.append(BudgetState(b, int(spent), ()))
+            paid = min([windows] + [s.remaining // per_window for s in states])
+            if paid < windows:  # the end's reason says when they refill: every spend is needed
+                states = [self._read(read, subject, stream, b, now).state(now) for b in budgets]
+            if paid > 0:
+                cur.execute(_SPEND, (subject, stream, int(math.ceil(now)), per_window * paid,
+                                     paid, delta * paid))
         return paid, states
 
 

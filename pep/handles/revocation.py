@@ -315,7 +315,7 @@ class RevocationService:
             resources = getattr(change, "resources", None)
             live = (self.handles.live() if resources is None
                     else self.handles.live_on_streams(resources))
-            targets = self.affected(live, change)
+            targets = self.affected(self.handles.served(live), change)
             if targets:
                 revoked = self._apply_all(targets, engine, why)
         if self.observer is not None:
@@ -332,7 +332,7 @@ class RevocationService:
         revoked = 0
         with self.handles.lock:
             self.handles.policy_epoch += 1
-            targets = self.handles.live()
+            targets = self.handles.served(self.handles.live())
             if streams is not None:
                 targets = [r for r in targets if any(s in streams for s in r.streams)]
             if targets:
@@ -355,6 +355,7 @@ class RevocationService:
                 targets = [r for s in sorted(wanted) for r in self.handles.list_for(s) if r.live]
             else:
                 targets = [r for r in self.handles.live() if r.subject in wanted]
+            targets = self.handles.served(targets)
             if targets:
                 revoked = self._apply_all(targets, engine, f"identity changed ({source})")
         if self.observer is not None:
@@ -371,7 +372,7 @@ class RevocationService:
         revoked = 0
         with self.handles.lock:
             self.handles.policy_epoch += 1
-            targets = self.handles.live_on(stream)
+            targets = self.handles.served(self.handles.live_on(stream))
             if targets:
                 revoked = self._apply_all(targets, engine, why)
         if self.observer is not None:
@@ -386,8 +387,8 @@ class RevocationService:
         """One periodic pass over every live handle; returns how many were revoked."""
         engine = self.engine()
         with self.handles.lock:
-            revoked = self._apply_all(self.handles.live(), engine, "periodic re-evaluation",
-                                      urgent=False)
+            revoked = self._apply_all(self.handles.served(self.handles.live()), engine,
+                                      "periodic re-evaluation", urgent=False)
         self.sweeps += 1
         return revoked
 
@@ -395,14 +396,20 @@ class RevocationService:
 
     def restore_all(self) -> tuple[list[str], list[str]]:
         """Decide every persisted live handle again: resume it or end it. Returns (resumed, ended)."""
+        return self.restore(self.handles.live())
+
+    def restore(self, records: Iterable[HandleRecord], when: str = "at gateway start"
+                ) -> tuple[list[str], list[str]]:
+        """Decide these live handles again and resume or end each (at start, or with several
+        processes when this one takes their streams over). Returns (resumed, ended)."""
         engine = self.engine()
         resumed: list[str] = []
         ended: list[str] = []
         memo: dict = {}
-        for record in self.handles.live():
+        for record in records:
             verdict = self.reevaluate(record, engine, memo)
             if not verdict.keep:
-                self.handles.revoke(record.id, f"re-evaluated at gateway start: {verdict.reason}")
+                self.handles.revoke(record.id, f"re-evaluated {when}: {verdict.reason}")
                 ended.append(record.id)
             elif self.handles.resume(record, verdict.policy_ids):
                 resumed.append(record.id)

@@ -79,6 +79,32 @@ def _cut_kafka_sides(plan: AnyPlan, cuts: Mapping[str, tuple[int, ...]]) -> AnyP
     return with_start_offsets(plan, cuts[plan.stream]) if plan.stream in cuts else plan
 
 
+def _kafka_cuts(kafka_cut: Callable[[StreamDefinition], tuple[int, ...]] | None,
+                definitions: list[StreamDefinition]) -> dict[str, tuple[int, ...]]:
+    """Per Kafka stream of the plan, its partitions' end offsets now (`kafka_cut`): the handle
+    starts there, so no record the broker acknowledged before the request reaches it (a Kafka
+    record has no stream position: this is its cut, issue 41). Deny when in doubt: offsets
+    that cannot be read refuse the request (503), never a handle without its cut."""
+    cuts: dict[str, tuple[int, ...]] = {}
+    for definition in definitions:
+        if definition.source.kind != "kafka":
+            continue
+        if kafka_cut is None:
+            raise Unavailable(f"stream {definition.name!r}: this gateway reads no Kafka "
+                              "offsets, so a handle on a Kafka stream cannot start at its "
+                              "request")
+        try:
+            cuts[definition.name] = tuple(kafka_cut(definition))
+        except Exception as exc:  # noqa: BLE001 - whatever the client raised: refused
+            # the broker's address and the topic are the owner's: in the log, not the answer
+            log.warning("no handle on stream %s: %s", definition.name, exc)
+            raise Unavailable(f"stream {definition.name!r}: the offsets of its Kafka "
+                              "partitions could not be read, so a handle cannot start at "
+                              "this request; retry later",
+                              retry_after=KAFKA_RETRY_AFTER) from None
+    return cuts
+
+
 class StalePolicies(Exception):
     """The policies changed between the decision and the handle's creation: decide again."""
 
@@ -89,8 +115,20 @@ class WindowRegistryLike(Protocol):
 
     def release(self, handle_id: str) -> Any: ...
 
+    def release_many(self, handle_ids: Iterable[str]) -> Any: ...
+
     def restore(self, subject: str, stream: str | tuple[str, ...], plan_key: str,
                 handle_id: str) -> Any: ...
+
+
+class PlacementLike(Protocol):
+    """Where a stream's handles are served, with several gateway processes (`pep.cluster`):
+    `claim(streams)` returns when this process serves them all (taking them when no live
+    process does), else raises (the request then goes to the process that does)."""
+
+    def claim(self, streams: Iterable[str]) -> None: ...
+
+    def holds(self, streams: Iterable[str]) -> bool: ...
 
 
 class HandleService:
@@ -157,6 +195,7 @@ class HandleService:
         # for them (`wait_for_attaches`) before it removes what a query would read or write.
         self._attaching: dict[str, tuple[str, ...]] = {}
         self._attached = threading.Condition(threading.Lock())
+        self.placement: PlacementLike | None = None  # several processes: `pep.cluster`
 
     def add_listener(self, callback: Callable[[list[HandleRecord]], None]) -> None:
         self._listeners.append(callback)
@@ -179,6 +218,11 @@ class HandleService:
     def buffer(self, handle_id: str) -> HandleBuffer | None:
         with self.lock:
             return self._buffers.get(handle_id)
+
+    def served(self, records: Iterable[HandleRecord]) -> list[HandleRecord]:
+        """The handles this process serves (with several processes, each re-decides its own)."""
+        with self.lock:
+            return [r for r in records if self.placement is None or r.id in self._buffers]
 
     def kept_buffer(self, handle_id: str) -> HandleBuffer | None:
         """The closed buffer of a handle that ended keeping its rows (`end(keep_rows=True)`: a
@@ -245,14 +289,18 @@ class HandleService:
         StalePolicies (policies changed since `epoch`), NotFound (stream unknown) or
         Unavailable (the runtime refused)."""
         definitions = self._definitions(plan)
+        if self.placement is not None:  # raises unless this process serves the streams
+            self.placement.claim([d.name for d in definitions])
         stream = definitions[0]
         slots = self._slots(definitions)
         key = plan_key or plan.key()
         try:
-            cuts: dict[str, tuple[int, ...]] | Unavailable = self._kafka_cuts(definitions)
+            cuts: dict[str, tuple[int, ...]] | Unavailable = _kafka_cuts(self.kafka_cut, definitions)
         except Unavailable as exc:  # a broker's answer, before the lock; raised for a new handle
             cuts = exc
         with self.lock:
+            if self.placement is not None and not self.placement.holds(plan_streams(plan)):
+                raise Unavailable("the stream moves to another process; retry", retry_after=1)
             if epoch is not None and epoch != self.policy_epoch:
                 raise StalePolicies()
             # The streams again, under the lock that a stream's change or deletion holds while
@@ -307,30 +355,6 @@ class HandleService:
         self._attach(record.id, definitions, plan, buffer, subject)
         self._notify_opened(record, True)
         return record, True
-
-    def _kafka_cuts(self, definitions: list[StreamDefinition]) -> dict[str, tuple[int, ...]]:
-        """Per Kafka stream of the plan, its partitions' end offsets now: the handle starts
-        there, so no record the broker acknowledged before the request reaches it (a Kafka
-        record has no stream position: this is its cut, issue 41). Deny when in doubt: offsets
-        that cannot be read refuse the request (503), never a handle without its cut."""
-        cuts: dict[str, tuple[int, ...]] = {}
-        for definition in definitions:
-            if definition.source.kind != "kafka":
-                continue
-            if self.kafka_cut is None:
-                raise Unavailable(f"stream {definition.name!r}: this gateway reads no Kafka "
-                                  "offsets, so a handle on a Kafka stream cannot start at its "
-                                  "request")
-            try:
-                cuts[definition.name] = tuple(self.kafka_cut(definition))
-            except Exception as exc:  # noqa: BLE001 - whatever the client raised: refused
-                # the broker's address and the topic are the owner's: in the log, not the answer
-                log.warning("no handle on stream %s: %s", definition.name, exc)
-                raise Unavailable(f"stream {definition.name!r}: the offsets of its Kafka "
-                                  "partitions could not be read, so a handle cannot start at "
-                                  "this request; retry later",
-                                  retry_after=KAFKA_RETRY_AFTER) from None
-        return cuts
 
     def _admit(self, subject: str, plan: AnyPlan) -> None:
         """A private window's handle only if the consumer's budget can pay for it (raises
@@ -473,12 +497,15 @@ class HandleService:
         return self.privacy.deliverer(handle_id, subject, cast(ExecutionPlan, plan), put, spent)
 
     def resume(self, record: HandleRecord, policy_ids: Iterable[str] | None = None) -> bool:
-        """Re-attach a live handle after a restart; False (and the handle ended) if impossible.
-        A handle ended since `record` was read (a derived stream's ending revokes handles
-        of the restore's own pass) is not resumed: False."""
+        """Re-attach a live handle after a restart (or a take-over); False if not (ended, or
+        ended since `record` was read: a derived stream's ending revokes handles of the
+        restore's own pass, or its streams moved on meanwhile)."""
         with self.lock:
+            if record.id in self._buffers:
+                return True  # served here already
             current = self.store.get(record.id)
-            if current is None or not current.live:
+            if current is None or not current.live or (  # (with several processes: it moved)
+                    self.placement is not None and not self.placement.holds(record.streams)):
                 return False
             try:
                 plan = any_plan_from_json(record.plan_json)
@@ -561,6 +588,8 @@ class HandleService:
         record = self.get_owned(handle_id, subject)
         if record is None:
             return None
+        if self.placement is not None and record.live:  # where its buffer and query are
+            self.placement.claim(record.streams)
         self._finish(handle_id, HandleState.RELEASED, "released by its owner")
         return self.store.get(handle_id)
 
@@ -607,12 +636,10 @@ class HandleService:
                         self._kept[handle_id] = (buffer, time.monotonic() + self.kept_for)
             changed = self.store.finish_many(endings, at=at)
             ended = [hid for hid, _, _ in endings if hid in changed or hid in closed]
-            for handle_id in ended:
-                try:
-                    self.windows.release(handle_id)
-                except Exception:  # noqa: BLE001 - the handle is ended whatever the registry says
-                    log.exception("window registry release failed for %s",
-                                  handle_ref(handle_id))
+            try:  # (the store's bookings, with several processes: one statement)
+                self.windows.release_many(ended)
+            except Exception:  # noqa: BLE001 - the handles are ended whatever the registry says
+                log.exception("window registry release failed for %d handle(s)", len(ended))
         for handle_id in ended:
             self._detach(handle_id)
         finished = [hid for hid, _, _ in endings if hid in changed]
@@ -668,14 +695,25 @@ class HandleService:
                     totals[stream] = totals.get(stream, 0) + buffer.dropped
         return totals
 
-    def shutdown(self) -> None:
-        """Process exit: buffers close with `ended`, but handles stay live in the store so that
-        the next start re-evaluates and resumes them."""
+    def shutdown(self, streams: Iterable[str] | None = None,
+                 reason: str = "the gateway is stopping; reconnect after its restart"
+                 ) -> list[str]:
+        """Process exit: buffers close with `shutdown`, but handles stay live in the store so that
+        the next start re-evaluates and resumes them. `streams`: only the handles on those, as
+        this process knows them (no store needed: another process serves them now, `pep.cluster`,
+        and this one may have lost the store); their joins' queries stop. The handles closed."""
+        names = None if streams is None else set(streams)
         with self.lock:
-            for hid, buffer in list(self._buffers.items()):
-                buffer.close("shutdown", "the gateway is stopping; reconnect after its restart")
-            self._buffers.clear()
-            self._kept.clear()
+            ids = [h for h in self._buffers if names is None or self._buffer_streams.get(h) in names]
+            for hid in ids:
+                buffer = self._buffers.pop(hid)
+                buffer.close("shutdown", reason)
+                self._forget_buffer(hid, buffer)
+            if names is None:
+                self._kept.clear()
+            joins = [h for h in ids if names is not None and h in self._joins]
+        for hid in joins:
+            self._detach(hid)
+        return ids
 
-
-__all__ = ["HandleService", "StalePolicies", "WindowRegistryLike"]
+__all__ = ["HandleService", "PlacementLike", "StalePolicies", "WindowRegistryLike"]

@@ -107,6 +107,10 @@ def create_app(config: GatewayConfig | None = None,
     # POST /pdp answered without Flask's machinery, with the route's own code; everything else
     # reaches the routes above
     install_fast_pdp(app, services.policies, services.stream_events.environment_for)
+    if services.cluster is not None:  # requests for streams other processes serve go there
+        from pep.http.cluster import install_cluster
+
+        install_cluster(app, services.cluster)
     return app
 
 

@@ -347,6 +347,11 @@ def read_handle(handle_id: str) -> Response:
         return jsonify(record.summary(public_base(configured_base_url())))
     after = _last_event_id()
     buffer = kept if kept is not None else handles.buffer(handle_id)
+    if buffer is None and handles.placement is not None:
+        # several processes (`pep.cluster`): read where it is served (this raises to send the
+        # request there), or taken over here first when no live process serves it
+        handles.placement.claim(record.streams)
+        buffer = handles.buffer(handle_id)
     if buffer is None:
         stored = handles.get(handle_id)
         if stored is not None and not stored.live:

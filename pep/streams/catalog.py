@@ -77,6 +77,7 @@ class StreamCatalog:
         self._listeners: list[Callable[[StreamDefinition], None]] = []
         # `callback(entry, changes, by)` after an owner's change (`update`) is committed.
         self._change_listeners: list[Callable[[StreamEntry, dict[str, Any], str], None]] = []
+        self._delete_listeners: list[Callable[[str], None]] = []
         # Each stream's visibility by lower-cased name: read on every call that names a stream,
         # written only through this object (register, update), so it cannot go stale.
         self._visibility: dict[str, str] = {
@@ -102,6 +103,10 @@ class StreamCatalog:
     def add_change_listener(self, callback: Callable[[StreamEntry, dict[str, Any], str], None]) -> None:
         self._change_listeners.append(callback)
 
+    def add_delete_listener(self, callback: Callable[[str], None]) -> None:
+        """`callback(name)` once a stream's deletion is committed (`finish_delete`)."""
+        self._delete_listeners.append(callback)
+
     def close(self) -> None:
         self.ingest.close()
         self._db.close()
@@ -121,6 +126,17 @@ class StreamCatalog:
 
     def _forget(self) -> None:
         self._found = {}
+
+    def refresh(self) -> set[str]:
+        """Read again what lookups answer from memory (visibility, combining, definitions):
+        another process on the same store changed the catalogue (`pep.cluster`). Returns the
+        registered names now."""
+        rows = self._db.fetchall("SELECT name, visibility, combining FROM streams")
+        with self._lock:
+            self._visibility = {str(n).lower(): v for n, v, _ in rows}
+            self._combining = {str(n).lower(): c for n, _, c in rows if c is not None}
+        self._forget()
+        return {str(n) for n, _, _ in rows}
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -185,13 +201,18 @@ class StreamCatalog:
                                          " is reserved to its former owner (policies, the audit"
                                          " trail and ended handles name streams by name)")
                 db.execute("DELETE FROM deleted_streams WHERE name = ?", (name,))
-                db.execute(
-                    "INSERT INTO streams (name, owner, schema_json, source_json, time_attribute,"
-                    " created_at, next_seq, visibility, description, lateness, retention)"
-                    " VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
-                    (name, owner, schema_json(parsed.fields),
-                     json.dumps([spec.kind, [list(o) for o in spec.options]]), time_attribute,
-                     now, visibility, description, lateness, retention))
+                # (ON CONFLICT: another process on the same store registering the name at
+                # the same time waits for this one, or this one for it, and the second learns)
+                if db.execute(
+                        "INSERT INTO streams (name, owner, schema_json, source_json,"
+                        " time_attribute, created_at, next_seq, visibility, description,"
+                        " lateness, retention) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)"
+                        " ON CONFLICT DO NOTHING",
+                        (name, owner, schema_json(parsed.fields),
+                         json.dumps([spec.kind, [list(o) for o in spec.options]]),
+                         time_attribute, now, visibility, description, lateness,
+                         retention)).rowcount == 0:
+                    raise StreamConflict(f"stream {name!r} already exists")
                 if derivation is not None:
                     self.derivations.insert(db, derivation)
                 if spec.kind == "ingest":
@@ -321,6 +342,11 @@ class StreamCatalog:
                 self.derivations.forget(registered)
             self.ingest.drop_feeds(registered)
             self._forget()
+            for callback in list(self._delete_listeners):
+                try:
+                    callback(registered)
+                except Exception:  # noqa: BLE001 - a listener must not undo a deletion
+                    log.exception("stream delete listener failed for %s", registered)
             directory = self.stream_dir(registered)
             if not directory.exists():
                 return None
@@ -448,10 +474,13 @@ def seed_streams(catalog: StreamCatalog, path: Path) -> list[str]:
         return []
     names = []
     for entry in json.loads(path.read_text(encoding="utf-8")):
-        catalog.register(entry["name"], entry["owner"], entry.get("schema"), entry.get("source"),
-                         entry.get("time_attribute"), trusted=True,
-                         visibility=entry.get("visibility", LISTED),
-                         description=entry.get("description"))
+        try:
+            catalog.register(entry["name"], entry["owner"], entry.get("schema"),
+                             entry.get("source"), entry.get("time_attribute"), trusted=True,
+                             visibility=entry.get("visibility", LISTED),
+                             description=entry.get("description"))
+        except StreamConflict:
+            continue  # another process on the same store seeded it meanwhile
         if entry.get("combining") is not None:  # the owner's choice, as a PATCH would set it
             catalog.update(entry["name"], {"combining": parse_combining(entry["combining"])},
                            by=entry["owner"])

@@ -79,6 +79,8 @@ class Handles(Protocol):
 
     def live_on(self, stream: str) -> list[Any]: ...
 
+    def served(self, records: Iterable[Any]) -> list[Any]: ...
+
     def revoke_many(self, revocations: Iterable[tuple[str, str]],
                     records: Any = None) -> list[str]: ...
 
@@ -234,6 +236,9 @@ class DerivedStreams:
     # (id, version, store_version) of policies, as the audit trail names them
     policy_versions: Callable[[Iterable[str]], list[dict[str, Any]]] = field(
         default=lambda ids: [])
+    # with several gateway processes: raises unless this process serves these streams (a
+    # derivation is made where its deriving handle is served: `pep.cluster`)
+    claim: Callable[[Iterable[str]], None] | None = None
 
     # -- what a derived stream is --------------------------------------------------------------
 
@@ -268,6 +273,10 @@ class DerivedStreams:
         name = body["name"]
         visibility = body.get("visibility", RESTRICTED)
         handles = self.handles
+        if self.claim is not None:
+            owned = handles.get_owned(handle_id, identity.subject)
+            if owned is not None and owned.live:
+                self.claim(owned.streams)
         with handles.lock:
             record = handles.get_owned(handle_id, identity.subject)
             if record is None:
@@ -356,7 +365,8 @@ class DerivedStreams:
             self.feeds.stop(derivation.stream)
             if ended is None:
                 return
-            live = handles.live_on(derivation.stream)
+            # (with several processes, a derived stream's handles are served with its source's)
+            live = handles.served(handles.live_on(derivation.stream))
             revoked = handles.revoke_many([(r.id, why) for r in live],
                                           {r.id: r for r in live})
         log.info("derived stream %s ended (%s); %d handle(s) revoked", derivation.stream, how,
@@ -379,7 +389,8 @@ class DerivedStreams:
         for derivation in self.catalog.derivations.all():
             if derivation.live:
                 continue
-            live = self.handles.live_on(derivation.stream)
+            # (with several processes, the one serving the derived stream revokes them)
+            live = self.handles.served(self.handles.live_on(derivation.stream))
             if live:
                 self.handles.revoke_many(
                     [(r.id, f"derived stream {derivation.stream!r} ended: the grant it "

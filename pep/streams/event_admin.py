@@ -27,6 +27,9 @@ class StreamEventAdmin:
     events: StreamEvents
     runtime: StreamRuntimePort
     on_change: Callable[[str, dict[str, Any]], None] | None = None
+    # with several gateway processes: raises unless this process runs the stream's query,
+    # which evaluates its events (`pep.cluster`)
+    claim: Callable[[str], None] | None = None
 
     def define(self, stream: str, name: Any, condition: Any, hold: Any, key: Any,
                owner: str) -> EventDefinition:
@@ -34,8 +37,11 @@ class StreamEventAdmin:
         NotFound say why not). Under the stream's life-cycle lock: never while the stream is
         changed or deleted."""
         with self.catalog.changing(stream):
-            if self.catalog.get(stream) is None:
+            found = self.catalog.get(stream)
+            if found is None:
                 raise NotFound(f"no stream named {stream!r}")
+            if self.claim is not None:
+                self.claim(found.name)
             definition = self.events.define(stream, name, condition, hold, key, owner)
             self.events.evaluate(definition, self.runtime)
         if self.on_change is not None:
@@ -44,6 +50,9 @@ class StreamEventAdmin:
 
     def delete(self, stream: str, name: str) -> EventDefinition:
         """Remove an event (an open one closes) and stop evaluating it; NotFound if none."""
+        found = self.catalog.get(stream)
+        if self.claim is not None and found is not None:
+            self.claim(found.name)
         definition = self.events.delete(stream, name)
         self.runtime.detach(definition.runtime_id)
         if self.on_change is not None:

@@ -344,6 +344,19 @@ class StreamEvents:
         names = set(resource_ids)
         return self.environment(names.pop()) if len(names) == 1 else []
 
+    def forget(self, streams: Iterable[str]) -> None:
+        """These streams' events are evaluated by another gateway process from now on
+        (`pep.cluster`): their states here close (closed is the side that denies)."""
+        names = set(streams)
+        with self._lock:
+            closed = [k for k, state in self._states.items() if k[0] in names and state.open]
+            for key in [k for k in self._states if k[0] in names]:
+                del self._states[key]
+            if closed:
+                self._version += 1
+        if closed:
+            self._notify({stream for stream, _ in closed})
+
     def _notify(self, streams: set[str]) -> None:
         changed = frozenset(streams)
         for callback in list(self._listeners):

@@ -65,6 +65,10 @@ class RecordIngest:
         self._feeds: dict[str, list[Path]] = {}
         # records appended to Kafka-backed streams go to their topics (made at the first one)
         self._kafka: KafkaAppender | None = None
+        # called with an `ingest` stream's name before its batch is numbered and written:
+        # with several gateway processes, only the stream's own writes it (`pep.cluster`;
+        # the hook raises to send the append there)
+        self.before_append: Callable[[str], None] | None = None
         self.kafka_timeout = kafka_timeout
 
     def close(self) -> None:
@@ -144,6 +148,8 @@ class RecordIngest:
             return 0
         if d.source.kind == "kafka":
             return self._kafka_appender().append(d, records)
+        if self.before_append is not None:
+            self.before_append(d.name)
         directory = self._ingest_dir(d.name)
         with self.lock(d.name):
             tmp = directory / f".incoming-{secrets.token_hex(8)}.json.tmp"

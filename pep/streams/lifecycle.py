@@ -107,6 +107,9 @@ class StreamLifecycle:
     runtime_dirs: Callable[[str], list[tuple[str, Path]]] | None = None
     deleted_dir: Path | None = None    # where deleted streams' files wait (data_dir/deleted)
     audit: Any = None                  # AuditTrail
+    # with several gateway processes: raises unless this process serves the stream (it then
+    # goes to the one that does: `pep.cluster`); changes and deletions run where its query does
+    claim: Callable[[str], None] | None = None
     _swept: float = field(default=0.0, repr=False)
     _sweep_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -169,6 +172,8 @@ class StreamLifecycle:
         with self.catalog.changing(name):
             entry = self._entry(name)
             registered = entry.definition.name
+            if self.claim is not None:
+                self.claim(registered)
             try:
                 extend_schema(entry.definition, changes)
             except SchemaChange as exc:
@@ -243,6 +248,8 @@ class StreamLifecycle:
         with self.catalog.changing(name):
             entry = self._entry(name)
             registered = entry.definition.name
+            if self.claim is not None:
+                self.claim(registered)
             fates, hidden = self.policy_fates(registered, identity, remove_policies)
             self.catalog.begin_delete(registered)
             holding: Path | None = None

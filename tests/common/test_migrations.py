@@ -145,7 +145,9 @@ def test_no_two_stores_name_the_same_table_or_index():
     collide."""
     named = re.compile(r"CREATE (?:TABLE|INDEX|COLLATION)(?: IF NOT EXISTS)? (\w+)", re.I)
     owners: dict[str, str] = {}
-    for schema in SCHEMAS:
+    from pep.cluster.store import SCHEMA as CLUSTER  # several processes' tables, same schema
+
+    for schema in (*SCHEMAS, CLUSTER):
         for step in schema.steps:
             for statement in (*step.sqlite, *step.postgresql):
                 if not isinstance(statement, str):

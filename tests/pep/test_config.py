@@ -49,7 +49,7 @@ def test_every_setting_can_come_from_each_source(tmp_path):
     for setting in settings():
         kind = setting.kind.removeprefix("opt")
         if kind not in samples or setting.name.startswith("oidc.") or setting.name in (
-                "port", "threads", "max_threads", "proxy_port", "read_token_ttl"):
+                "port", "threads", "max_threads", "proxy_port", "read_token_ttl", "cluster"):
             continue
         text, value = samples[kind]
         by_env = load_settings({}, {setting.env: text}, None)
@@ -234,3 +234,26 @@ def test_server_settings_tls_deadlines_and_forwarded(tmp_path):
         load_settings(env={"XSG_FORWARDED_ALLOW_IPS": "*"})
     with pytest.raises(ConfigError, match="header_timeout must be positive"):
         load_settings(flags={"header_timeout": "0"})
+
+
+def test_a_cluster_needs_a_postgresql_store_and_reachable_urls(tmp_path):
+    """`cluster` goes with a PostgreSQL store (the processes share it), set from any source;
+    `advertise_url` is a URL the other processes can use."""
+    store = "postgresql://xsg@db:5432/xsg"
+    with pytest.raises(ConfigError, match="cluster needs a PostgreSQL store"):
+        load_settings({"cluster": True}, {}, None)
+    by_env = load_settings({}, {"XSG_CLUSTER": "true", "XSG_STORE": store,
+                                "XSG_LEASE_SECONDS": "3", "XSG_ADVERTISE_URL": "http://h:1/"},
+                           None)
+    by_file = load_settings({}, {}, toml(tmp_path, f'cluster = true\nstore = "{store}"\n'
+                                                   'lease_seconds = 3\n'
+                                                   'advertise_url = "http://h:1"\n'))
+    for config in (by_env, by_file):
+        assert config.cluster and config.lease_seconds == 3.0
+        assert config.advertise_url == "http://h:1"
+    with pytest.raises(ConfigError, match="in a cluster, run one proxy in front of all"):
+        load_settings({"cluster": True, "store": store, "proxy_port": 8081}, {}, None)
+    with pytest.raises(ConfigError, match="advertise_url must be http"):
+        load_settings({"advertise_url": "h:1"}, {}, None)
+    with pytest.raises(ConfigError, match="lease_seconds"):
+        load_settings({"lease_seconds": "0.1"}, {}, None)

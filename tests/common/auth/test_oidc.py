@@ -110,6 +110,23 @@ def test_remembered_identities_survive_a_restart(issuer, tmp_path):
     assert again.identity_for("alice") == alice
 
 
+def test_processes_sharing_the_remember_file_know_each_others_subjects(issuer, tmp_path):
+    """Several gateway processes share one data directory (pep/cluster): each keeps the
+    subjects the others remembered, and finds one it never saw a token of (its handle moved
+    there) instead of deciding it is no longer known."""
+    path = tmp_path / "oidc-identities.json"
+    first = JwtAuthenticator(settings(issuer), remember_file=path)
+    second = JwtAuthenticator(settings(issuer), remember_file=path)  # both started
+    alice = first.authenticate(issuer.token("alice", clearance=3))
+    bob = second.authenticate(issuer.token("bob", clearance=1))  # keeps alice in the file
+    assert sorted(item["subject"] for item in json.loads(path.read_text())) == ["alice", "bob"]
+    assert second.identity_for("alice") == alice  # read from the file: another's subject
+    assert first.identity_for("bob") == bob
+    assert first.identity_for("carol") is None
+    newer = first.authenticate(issuer.token("bob", clearance=2))  # its own view wins here
+    assert first.identity_for("bob") == newer != bob
+
+
 # -- through the gateway --------------------------------------------------------------------------
 
 @pytest.fixture
