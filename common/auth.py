@@ -300,7 +300,7 @@ class TokenFileAuthenticator:
         for callback in list(self._listeners) if changed else ():
             try:
                 callback(changed, "auth file")
-            except Exception:  # noqa: BLE001 - the new tokens are in force whatever a listener does
+            except Exception:  # the new tokens are in force whatever a listener does
                 log.exception("identity listener failed after reloading %s", self.path)
         current = self._current
         if current.hierarchy == previous.hierarchy:
@@ -308,7 +308,7 @@ class TokenFileAuthenticator:
         for hierarchy_callback in list(self._hierarchy_listeners):
             try:
                 hierarchy_callback(previous.hierarchy, current.hierarchy)
-            except Exception:  # noqa: BLE001 - as above
+            except Exception:  # as above
                 log.exception("role hierarchy listener failed after reloading %s", self.path)
 
     def _maybe_reload(self, force: bool = False) -> None:
@@ -343,7 +343,7 @@ class TokenFileAuthenticator:
             while not self._watch_stop.wait(interval):
                 try:
                     self.poll()
-                except Exception:  # noqa: BLE001 - the watcher must survive one bad look
+                except Exception:  # the watcher must survive one bad look
                     log.exception("looking at auth file %s failed", self.path)
 
         self._watcher = threading.Thread(target=run, name="xsg-auth-watch", daemon=True)

@@ -136,7 +136,7 @@ def _notify(db: Database) -> None:
     for callback in list(db.on_commit):
         try:
             callback(db.store)
-        except Exception:  # noqa: BLE001 - a listener must not undo a committed write
+        except Exception:  # a listener must not undo a committed write
             log.exception("commit listener failed for store %s", db.store)
 
 

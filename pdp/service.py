@@ -207,7 +207,7 @@ class PolicyService:
         for observer in list(observers):
             try:
                 observer(written)
-            except Exception:  # noqa: BLE001 - the write is committed
+            except Exception:  # the write is committed
                 log.exception("policy write observer failed")
 
     @property

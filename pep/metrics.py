@@ -76,7 +76,7 @@ class _StateCollector:
     def collect(self):
         try:
             s = self._state()
-        except Exception:  # noqa: BLE001 - a scrape must not fail because one figure does
+        except Exception:  # a scrape must not fail because one figure does
             log.exception("metrics: reading the gateway's state failed")
             return
         yield GaugeMetricFamily("xsg_policies_loaded", "Policies in the engine",

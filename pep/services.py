@@ -132,11 +132,11 @@ class GatewayServices:
         if self.join_runtime is not None and self.join_runtime is not cast(object, self.runtime):
             try:
                 self.join_runtime.stop()
-            except Exception:  # noqa: BLE001 - closing must go on
+            except Exception:  # closing must go on
                 log.exception("stopping the join runtime failed")
         try:
             self.runtime.stop()
-        except Exception:  # noqa: BLE001 - closing must go on
+        except Exception:  # closing must go on
             log.exception("stopping the stream runtime failed")
         if self.cluster is not None:
             # the queries stopped with their checkpoints' place kept: the leases go now, and

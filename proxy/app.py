@@ -456,7 +456,7 @@ def stream_request(runtime: ProxyRuntime) -> Response:
             key, requested = key_for(runtime, body)
         except NotCacheable as exc:
             runtime.count("bypassed", f"not cacheable: {exc}"[:200])
-        except Exception as exc:  # noqa: BLE001 - a canonicaliser bug must not become a 500
+        except Exception as exc:  # a canonicaliser bug must not become a 500
             log.exception("canonicalisation failed")
             runtime.count("bypassed", f"canonicalisation error: {type(exc).__name__}")
     if key is not None:

@@ -280,7 +280,7 @@ class Bridge:
             return
         try:
             answer = await self.in_pool(self._run_app, environ)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("error in the WSGI app (%s %s)", scope["method"], scope["path"])
             await respond_error(send, 500, "internal error; see the server log")
             return
@@ -494,7 +494,7 @@ class Bridge:
                     break
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except Exception:  # noqa: BLE001 - the client has the status line: cut the response
+        except Exception:  # the client has the status line: cut the response
             log.info("a streamed response broke off", exc_info=True)
             if connection is not None:
                 connection.transport.abort()
@@ -535,12 +535,12 @@ def _close_quietly(result: Any, on_end: Iterable[Callable[[], None]] = ()) -> No
     try:
         if result is not None and hasattr(result, "close"):
             result.close()
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.exception("closing a response body")
     for callback in on_end:
         try:
             callback()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("after a stream")
 
 

@@ -209,7 +209,7 @@ class HttpServer:
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported to start() or logged
+        except BaseException as exc:  # reported to start() or logged
             self._failure = exc
             if self._started.is_set():
                 log.exception("the %s server stopped on an error", self.name)

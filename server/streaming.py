@@ -326,7 +326,7 @@ async def drive(body: StreamBody, scope: Scope, receive: Receive, send: Send,
             connection.streams -= 1
         try:
             body.close()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("closing a stream body")
 
 

@@ -47,7 +47,7 @@ class CompositeAuthenticator:
         for callback in list(self._listeners):
             try:
                 callback(subjects, "role hierarchy (auth file)")
-            except Exception:  # noqa: BLE001 - the new hierarchy is in force whatever happens
+            except Exception:  # the new hierarchy is in force whatever happens
                 log.exception("identity listener failed after the role hierarchy changed")
 
     def authenticate(self, token: str | None) -> Identity | None:

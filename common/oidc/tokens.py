@@ -284,7 +284,7 @@ class JwtAuthenticator:
             for callback in list(self._listeners):
                 try:
                     callback(frozenset({subject}), "new token claims")
-                except Exception:  # noqa: BLE001 - the caller is authenticated whatever happens
+                except Exception:  # the caller is authenticated whatever happens
                     log.exception("identity listener failed for subject %r", subject)
 
     def _save_remembered(self) -> None:

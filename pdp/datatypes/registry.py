@@ -129,7 +129,7 @@ JSON_SHORTHANDS: dict[str, str] = {
 }
 
 
-def get_datatype(id: str) -> DataType:  # noqa: A002 - the XACML attribute is called Id
+def get_datatype(id: str) -> DataType:  # the XACML attribute is called Id
     """The data type with this URI; KeyError (naming the id) if it is not supported."""
     try:
         return DATATYPES[id]
@@ -137,7 +137,7 @@ def get_datatype(id: str) -> DataType:  # noqa: A002 - the XACML attribute is ca
         raise KeyError(f"unknown data type {id!r}") from None
 
 
-def canonical_datatype_id(id: str) -> str:  # noqa: A002
+def canonical_datatype_id(id: str) -> str:
     """Maps the legacy xquery-operators duration ids onto the XSD ones; others unchanged."""
     return _CANONICAL_ID.get(id, id)
 

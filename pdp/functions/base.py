@@ -163,7 +163,7 @@ def register(
     return func
 
 
-def get_function(id: str) -> Function:  # noqa: A002 - mirrors the XACML FunctionId
+def get_function(id: str) -> Function:  # mirrors the XACML FunctionId
     """The function with this id; KeyError (naming the id) if it is not supported."""
     try:
         return FUNCTIONS[id]

@@ -17,7 +17,7 @@ def _formatter(fmt: str):
     import logging
 
     class TextFormatter(logging.Formatter):
-        def formatTime(self, record, datefmt=None):  # noqa: N802 - logging's name
+        def formatTime(self, record, datefmt=None):  # logging's name
             return _utc_time(record)
 
     class JsonFormatter(logging.Formatter):

@@ -393,7 +393,7 @@ class HandleService:
         for callback in list(self._open_listeners):
             try:
                 callback(record, is_new)
-            except Exception:  # noqa: BLE001 - a listener must not undo a granted handle
+            except Exception:  # a listener must not undo a granted handle
                 log.exception("handle open listener failed for %s", handle_ref(record.id))
 
     def _start_after_other_windows(self, subject: str, plan: AnyPlan) -> AnyPlan:
@@ -638,7 +638,7 @@ class HandleService:
             ended = [hid for hid, _, _ in endings if hid in changed or hid in closed]
             try:  # (the store's bookings, with several processes: one statement)
                 self.windows.release_many(ended)
-            except Exception:  # noqa: BLE001 - the handles are ended whatever the registry says
+            except Exception:  # the handles are ended whatever the registry says
                 log.exception("window registry release failed for %d handle(s)", len(ended))
         for handle_id in ended:
             self._detach(handle_id)
@@ -648,7 +648,7 @@ class HandleService:
             for callback in list(self._listeners):
                 try:
                     callback(ended_records)
-                except Exception:  # noqa: BLE001 - a listener must not undo an ended handle
+                except Exception:  # a listener must not undo an ended handle
                     log.exception("handle listener failed for %d handles", len(ended_records))
         return finished
 
@@ -677,7 +677,7 @@ class HandleService:
             self._joins.discard(handle_id)
         try:
             (self.join_runtime if join else self.runtime).detach(handle_id)
-        except Exception:  # noqa: BLE001 - the buffer is closed; nothing more is delivered
+        except Exception:  # the buffer is closed; nothing more is delivered
             log.exception("runtime detach failed for %s", handle_ref(handle_id))
 
     def _forget_buffer(self, handle_id: str, buffer: HandleBuffer) -> None:

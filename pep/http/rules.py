@@ -70,7 +70,7 @@ class _RuleLoader(yaml.SafeLoader):
     """YAML without aliases (their expansion is how a small document becomes a huge one) and
     without implicit timestamps (a `from:` stays the text the owner wrote)."""
 
-    def compose_node(self, parent, index):  # noqa: D102 - PyYAML's hook
+    def compose_node(self, parent, index):  # PyYAML's hook
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.MarkedYAMLError(None, None, "aliases (*name) are not allowed in a rule",

@@ -184,7 +184,7 @@ class StreamRuntime:
         for executor in held:
             try:
                 executor.start(replay=True)
-            except Exception as exc:  # noqa: BLE001 - the other streams start all the same
+            except Exception as exc:  # the other streams start all the same
                 executor.failed(exc)
                 log.exception("stream %s: its query did not start after the restore",
                               executor.definition.name)

@@ -226,7 +226,7 @@ class StreamCatalog:
         for callback in list(self._listeners):
             try:
                 callback(definition)
-            except Exception:  # noqa: BLE001 - a listener must not undo a registration
+            except Exception:  # a listener must not undo a registration
                 log.exception("stream listener failed for %s", name)
         return definition
 
@@ -286,7 +286,7 @@ class StreamCatalog:
         for callback in list(self._change_listeners):
             try:
                 callback(entry, told, by)
-            except Exception:  # noqa: BLE001 - a listener must not undo a committed change
+            except Exception:  # a listener must not undo a committed change
                 log.exception("stream change listener failed for %s", registered)
         return entry
 
@@ -345,7 +345,7 @@ class StreamCatalog:
             for callback in list(self._delete_listeners):
                 try:
                     callback(registered)
-                except Exception:  # noqa: BLE001 - a listener must not undo a deletion
+                except Exception:  # a listener must not undo a deletion
                     log.exception("stream delete listener failed for %s", registered)
             directory = self.stream_dir(registered)
             if not directory.exists():

@@ -180,7 +180,7 @@ class DerivedFeeds:
                 break
         except (StreamNotFound, StreamConflict):
             feed.closed = True  # the derived stream is gone: its deletion settles the rest
-        except Exception:  # noqa: BLE001 - the deriving handle must keep its own deliveries
+        except Exception:  # the deriving handle must keep its own deliveries
             log.exception("derived stream %s: a batch of %s could not be appended",
                           feed.stream, handle_ref(feed.handle_id))
 

@@ -257,7 +257,7 @@ class StreamEvents:
         for definition in self.all():
             try:
                 self.evaluate(definition, runtime)
-            except Exception:  # noqa: BLE001 - one event must not keep the others off
+            except Exception:  # one event must not keep the others off
                 log.exception("cannot evaluate event %s", definition.attribute_id)
 
     # -- state --------------------------------------------------------------------------------
@@ -362,7 +362,7 @@ class StreamEvents:
         for callback in list(self._listeners):
             try:
                 callback(changed)
-            except Exception:  # noqa: BLE001 - a listener must not stop the event's state
+            except Exception:  # a listener must not stop the event's state
                 log.exception("event listener failed")
 
     def close(self) -> None:

@@ -185,7 +185,7 @@ class StreamLifecycle:
             if now.definition != entry.definition and self.runtime is not None:
                 try:
                     self.runtime.redefine(now.definition)
-                except Exception as exc:  # noqa: BLE001 - the change is committed; say so
+                except Exception as exc:  # the change is committed; say so
                     log.exception("stream %s: the runtime could not take the change", registered)
                     warnings.append(f"the stream's running query could not be restarted "
                                     f"({exc}); it is restarted with the next handle")

@@ -46,8 +46,8 @@ for p in (str(REPO), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import bench_pdp as bp  # noqa: E402
-import pdp_workload as wl  # noqa: E402
+import bench_pdp as bp
+import pdp_workload as wl
 
 XML = "application/xacml+xml"
 JSON = "application/xacml+json"

@@ -50,14 +50,14 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.direct import (FILE_QUERY, USER, DirectSides, UserApp,  # noqa: E402
+from tests.bench.direct import (FILE_QUERY, USER, DirectSides, UserApp,
                                 gateway_settings, serve_user_app, started_user_app)
-from tests.bench.harness import (INF, SIDE_NAMES, Child, backlog_figures,  # noqa: E402
+from tests.bench.harness import (INF, SIDE_NAMES, Child, backlog_figures,
                                  backlog_summary, backlog_trials, bench_parser, latency_line,
                                  link_all, load_average, machine, pct, ratio, reply, rotations,
                                  run_command, secs, spread)
-from tests.bench.readers import reader_result, spawn_reader, submit, wait_ready  # noqa: E402
-from tests.bench.served import (ADMIN_TOKEN, NDJSON, Gateway, accounts,  # noqa: E402
+from tests.bench.readers import reader_result, spawn_reader, submit, wait_ready
+from tests.bench.served import (ADMIN_TOKEN, NDJSON, Gateway, accounts,
                                 consumer_token, hdr, inline_policy, request_json, started_spark)
 
 NEA_POLICY = ROOT / "policies" / "weather" / "nea-weather-policy.xml"

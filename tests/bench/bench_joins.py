@@ -33,10 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pep.core.plan import (ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,  # noqa: E402
+from pep.core.plan import (ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,
                            StreamDefinition, StreamSchema)
-from pep.runtime.joins.runtime import JoinRuntime  # noqa: E402
-from pep.runtime.session import create_spark_session  # noqa: E402
+from pep.runtime.joins.runtime import JoinRuntime
+from pep.runtime.session import create_spark_session
 
 T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
 STATIONS = StreamSchema((Field("t", "timestamp"), Field("station", "string"),

@@ -49,14 +49,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.direct import (USER, DirectSides, Handler, QuerySettings, UserApp,  # noqa: E402
+from tests.bench.direct import (USER, DirectSides, Handler, QuerySettings, UserApp,
                                 from_dict, gateway_settings, serve_user_app, started_user_app)
-from tests.bench.harness import (SIDE_NAMES, Child, backlog_figures, backlog_summary,  # noqa: E402
+from tests.bench.harness import (SIDE_NAMES, Child, backlog_figures, backlog_summary,
                                  backlog_trials, bench_parser, latency_line, load_average, machine,
                                  pct, ratio, reply, rotations, run_child, run_command, secs,
                                  sleep_until, spread, with_missing)
-from tests.bench.readers import reader_result, start_reader, wait_ready  # noqa: E402
-from tests.bench.served import (ADMIN_TOKEN, NDJSON, Gateway, accounts,  # noqa: E402
+from tests.bench.readers import reader_result, start_reader, wait_ready
+from tests.bench.served import (ADMIN_TOKEN, NDJSON, Gateway, accounts,
                                 consumer_token, hdr, inline_policy, request_json, started_spark)
 
 FIELDS = [("ts", "timestamp"), ("station", "string"), ("v", "double"), ("sent", "double")]

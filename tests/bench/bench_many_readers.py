@@ -56,11 +56,11 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.harness import (bench_parser, load_average, machine, pct, reply,  # noqa: E402
+from tests.bench.harness import (bench_parser, load_average, machine, pct, reply,
                                  rotations, rss_mib, run_child, run_command, secs, sleep_until,
                                  spark_cpu_seconds, spread, with_missing)
-from tests.bench.readers import ReadJob, reader_result, start_reader, write_start  # noqa: E402
-from tests.bench.served import Gateway  # noqa: E402
+from tests.bench.readers import ReadJob, reader_result, start_reader, write_start
+from tests.bench.served import Gateway
 
 ADMIN = "tok-many-admin-0123456789"
 TRIGGER = 0.25

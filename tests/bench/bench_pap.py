@@ -36,14 +36,14 @@ for p in (str(REPO), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import pdp_workload as wl  # noqa: E402
-from bench_pdp import load_average, machine  # noqa: E402
+import pdp_workload as wl
+from bench_pdp import load_average, machine
 
-from pdp.engine import PolicyEngine, PolicySource, compile_policy  # noqa: E402
-from pdp.policy_parser import compile_document  # noqa: E402
-from pdp.request import parse_request  # noqa: E402
-from pdp.service import PolicyService  # noqa: E402
-from pdp.store import SQLitePolicyStore  # noqa: E402
+from pdp.engine import PolicyEngine, PolicySource, compile_policy
+from pdp.policy_parser import compile_document
+from pdp.request import parse_request
+from pdp.service import PolicyService
+from pdp.store import SQLitePolicyStore
 
 XML = "application/xacml+xml"
 

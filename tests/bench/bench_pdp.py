@@ -46,7 +46,7 @@ for p in (str(REPO), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import pdp_workload as wl  # noqa: E402
+import pdp_workload as wl
 
 XML = "application/xacml+xml"
 JSON = "application/xacml+json"

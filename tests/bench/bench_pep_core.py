@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pdp.results import AttributeAssignment, Obligation  # noqa: E402
-from pep.core.graph import WEATHER_SCHEMA  # noqa: E402
-from pep.core.errors import Refusal  # noqa: E402
-from pep.core.merge import merge  # noqa: E402
-from pep.core.obligations import policy_graph  # noqa: E402
-from pep.core.userquery import query_from_json, user_graph  # noqa: E402
+from pdp.results import AttributeAssignment, Obligation
+from pep.core.graph import WEATHER_SCHEMA
+from pep.core.errors import Refusal
+from pep.core.merge import merge
+from pep.core.obligations import policy_graph
+from pep.core.userquery import query_from_json, user_graph
 
 MIX = {"FB": 160, "MB": 170, "AB": 130, "FB+MB": 124, "FB+AB": 254, "MB+AB": 290, "FB+MB+AB": 372}
 NUMERIC = [f.name for f in WEATHER_SCHEMA.fields if f.type == "double"]

@@ -50,9 +50,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import requests  # noqa: E402
+import requests
 
-from tests.bench.bench_pep_core import MIX, XS, _policy_xml, percentile, workload  # noqa: E402
+from tests.bench.bench_pep_core import MIX, XS, _policy_xml, percentile, workload
 
 RESOURCE_ID = "urn:oasis:names:tc:xacml:1.0:resource:resource-id"
 ACTION_ID = "urn:oasis:names:tc:xacml:1.0:action:action-id"

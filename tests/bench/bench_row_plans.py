@@ -31,11 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec,  # noqa: E402
+from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec,
                            StreamDefinition, StreamSchema)
-from pep.runtime.query.lifecycle import QueryLifecycle  # noqa: E402
-from pep.runtime.runtime import StreamRuntime  # noqa: E402
-from pep.runtime.session import create_spark_session  # noqa: E402
+from pep.runtime.query.lifecycle import QueryLifecycle
+from pep.runtime.runtime import StreamRuntime
+from pep.runtime.session import create_spark_session
 
 SCHEMA = StreamSchema((Field("seq", "long"), Field("sent", "double"), Field("v", "double"),
                        Field("pad", "string")))

@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pep.runtime.session import create_spark_session  # noqa: E402
-from tests.bench.harness import machine, pct, spark_cpu_seconds  # noqa: E402
+from pep.runtime.session import create_spark_session
+from tests.bench.harness import machine, pct, spark_cpu_seconds
 
 SCHEMA = "seq long, ts double, v double"
 WAYS = ("separate", "union-1", "union-K")

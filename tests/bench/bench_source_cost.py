@@ -30,12 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec,  # noqa: E402
+from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec,
                            StreamDefinition, StreamSchema)
-from pep.core.schemas import WEATHER_SCHEMA  # noqa: E402
-from pep.runtime.runtime import StreamRuntime  # noqa: E402
-from pep.runtime.session import create_spark_session  # noqa: E402
-from tests.bench.harness import machine, spark_cpu_seconds  # noqa: E402
+from pep.core.schemas import WEATHER_SCHEMA
+from pep.runtime.runtime import StreamRuntime
+from pep.runtime.session import create_spark_session
+from tests.bench.harness import machine, spark_cpu_seconds
 
 FILE_SCHEMA = StreamSchema((Field("seq", "long"), Field("ts", "timestamp"), Field("v", "double")))
 

@@ -47,14 +47,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,  # noqa: E402
+from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
                            StreamDefinition, StreamSchema, WindowSpec)
-from tests.bench.direct import (USER, DirectSides, Handler, UserApp, from_dict,  # noqa: E402
+from tests.bench.direct import (USER, DirectSides, Handler, UserApp, from_dict,
                                 gateway_settings, serve_user_app, started_user_app)
-from tests.bench.harness import (INF, SIDE_NAMES, bench_parser, link_all,  # noqa: E402
+from tests.bench.harness import (INF, SIDE_NAMES, bench_parser, link_all,
                                  load_average, machine, ratio, rotations, run_command, secs,
                                  spread)
-from tests.bench.served import started_spark  # noqa: E402
+from tests.bench.served import started_spark
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temperature", "double"),
                        Field("rainrate", "double"), Field("station", "string")))

@@ -15,10 +15,10 @@ from werkzeug.test import Client
 
 pytest.importorskip("schemathesis")
 
-import schemathesis  # noqa: E402
+import schemathesis
 
-from common.invalidation import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign  # noqa: E402
-from tests.pep.http.no500 import (BODIES, error_body_problem,  # noqa: E402,F401
+from common.invalidation import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from tests.pep.http.no500 import (BODIES, error_body_problem,  # noqa: F401 - no500_gateway is a fixture
                                   hypothesis_as_found, no500_gateway, report, run_schema, seed,
                                   send)
 

@@ -49,7 +49,7 @@ def deliver_to(handles: Iterable[DeliveryTarget], batch: RowBatch,
                 continue
             try:
                 ok = handle.deliver(batch)
-            except Exception:  # noqa: BLE001 - one handle's failure detaches it, not the batch
+            except Exception:  # one handle's failure detaches it, not the batch
                 log.exception("deliver of handle %s failed; detaching it", handle_ref(handle.id))
                 ok = False
             if ok is False:

@@ -251,7 +251,7 @@ class QueryLifecycle:
             if self._query is not None:
                 try:
                     self._query.stop()
-                except Exception:  # noqa: BLE001 - stopping must not fail the caller
+                except Exception:  # stopping must not fail the caller
                     log.exception("stopping the query of stream %s failed", self._layout.name)
             # the batch in flight is delivered before the last delivered batch is written down
             try:

@@ -50,7 +50,7 @@ class _Progress(StreamingQueryListener):
             return
         try:
             callback(int(progress.numInputRows or 0))
-        except Exception:  # noqa: BLE001 - a figure must not break Spark's listener bus
+        except Exception:  # a figure must not break Spark's listener bus
             log.exception("query %s: progress not counted", progress.name)
 
     def onQueryIdle(self, event: Any) -> None:

@@ -108,7 +108,7 @@ class RouteWorker:
                     return
             try:
                 job()
-            except BaseException as exc:  # noqa: BLE001 - kept for the next batch to raise
+            except BaseException as exc:  # kept for the next batch to raise
                 log.exception("%s: routing a micro-batch failed", self._name)
                 try:
                     self._on_error(exc)

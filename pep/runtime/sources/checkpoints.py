@@ -267,7 +267,7 @@ class Janitor(threading.Thread):
         while not self._stop_event.wait(self.interval):
             try:
                 self._tick()
-            except Exception:  # noqa: BLE001 - a janitor must keep going
+            except Exception:  # a janitor must keep going
                 log.exception("runtime janitor tick failed")
 
     def stop(self) -> None:

@@ -20,10 +20,10 @@ from werkzeug.test import EnvironBuilder
 
 pytest.importorskip("schemathesis")
 
-import schemathesis  # noqa: E402
+import schemathesis
 
-from tests.fuzz.support import LTA_REQUEST_XML, NEA_POLICY_ID  # noqa: E402
-from tests.pep.http.no500 import (BODIES, CONVERTER, XML, headers_for,  # noqa: E402,F401
+from tests.fuzz.support import LTA_REQUEST_XML, NEA_POLICY_ID
+from tests.pep.http.no500 import (BODIES, CONVERTER, XML, headers_for,  # noqa: F401 - no500_gateway is a fixture
                                   hypothesis_as_found, no500_gateway, report, run_schema, seed,
                                   sweep)
 

@@ -50,7 +50,7 @@ _PLAIN = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 class Receiver(http.server.BaseHTTPRequestHandler):
     """A caching proxy's webhook endpoint: acknowledges every event."""
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server API
+    def do_POST(self) -> None:  # the http.server API
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.send_response(200)
         self.send_header("Content-Length", "0")
