@@ -220,7 +220,7 @@ def opening(what: str, where: str) -> Iterator[None]:
         raise
 
 
-def open_database(where: "Database | str | Path", store: str, **sqlite_options: Any) -> Database:
+def open_database(where: Database | str | Path, store: str, **sqlite_options: Any) -> Database:
     """`where` itself when it is a Database, else the SQLite file at that path."""
     if isinstance(where, (str, Path)):
         return SQLiteDatabase(where, store=store, **sqlite_options)
@@ -242,7 +242,7 @@ class Storage:
     def dialect(self) -> Dialect:
         return SQLITE if self.url is None else POSTGRESQL
 
-    def open(self) -> "Storage":
+    def open(self) -> Storage:
         """Connect (PostgreSQL); StoreUnavailable says why it cannot, naming no password."""
         if self.url is not None and self._backend is None:
             from common.postgres import PostgresBackend

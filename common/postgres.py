@@ -138,11 +138,11 @@ class PostgresCursor:
     def rowcount(self) -> int:
         return self._cursor.rowcount
 
-    def execute(self, statement: str, params: Sequence[Any] = (), /) -> "PostgresCursor":
+    def execute(self, statement: str, params: Sequence[Any] = (), /) -> PostgresCursor:
         self._cursor.execute(translate(statement), tuple(params))
         return self
 
-    def executemany(self, statement: str, params: Iterable[Sequence[Any]], /) -> "PostgresCursor":
+    def executemany(self, statement: str, params: Iterable[Sequence[Any]], /) -> PostgresCursor:
         """One statement for many rows, sent in one pipeline (not a round trip per row)."""
         self._cursor.executemany(translate(statement), [tuple(p) for p in params])
         return self
@@ -169,7 +169,7 @@ class PostgresBackend:
         self._probe: tuple[float, str] = (0.0, "")
 
     @classmethod
-    def connect(cls, url: str, *, pool_size: int = 10, timeout: float = 5.0) -> "PostgresBackend":
+    def connect(cls, url: str, *, pool_size: int = 10, timeout: float = 5.0) -> PostgresBackend:
         """Connect once directly (so that a failure says why), create the schema when missing,
         then open the pool; StoreUnavailable (a StoreError) says what went wrong."""
         try:
@@ -223,7 +223,7 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise self._unavailable(_scrub(_first_line(exc), self.url)) from None
 
-    def database(self, store: str) -> "PostgresDatabase":
+    def database(self, store: str) -> PostgresDatabase:
         return PostgresDatabase(self, store)
 
     @contextmanager

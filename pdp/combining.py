@@ -19,12 +19,29 @@ errors lead to; the closures are built once at import, so a decision pays no dis
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from pdp.errors import Indeterminate
-from pdp.evaluation import (DENY, IND_D, IND_DP, IND_P, NA_OUTCOME, NOT_APPLICABLE, PERMIT,
-                            Applicable, Combiner, EvalContext, Evaluable, Grant, Obligations,
-                            Outcome, PolicyCombiner, RuleCombiner, status_of, status_of_bug)
+from pdp.evaluation import (
+    DENY,
+    IND_D,
+    IND_DP,
+    IND_P,
+    NA_OUTCOME,
+    NOT_APPLICABLE,
+    PERMIT,
+    Applicable,
+    Combiner,
+    EvalContext,
+    Evaluable,
+    Grant,
+    Obligations,
+    Outcome,
+    PolicyCombiner,
+    RuleCombiner,
+    status_of,
+    status_of_bug,
+)
 from pdp.results import STATUS_PROCESSING_ERROR, PolicyIdentifier, Status
 
 _EMPTY: frozenset[str] = frozenset()

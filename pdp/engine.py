@@ -41,24 +41,45 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Iterable, Mapping, Sequence, Union
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Union
 
 import pdp.index as index_module
 from common.xmlsafe import get_limits
 from pdp import references
 from pdp.combining import DENY_OVERRIDES_3_0, deny_unless_permit, policy_combiner
 from pdp.errors import PolicyLoadError, RequestSyntaxError
-from pdp.evaluation import (DENY, NOT_APPLICABLE, PERMIT, TO_DECISION, AnyPolicy, AnyValue,
-                            EvalContext, Outcome, PolicyCombiner, status_of_bug)
+from pdp.evaluation import (
+    DENY,
+    NOT_APPLICABLE,
+    PERMIT,
+    TO_DECISION,
+    AnyPolicy,
+    AnyValue,
+    EvalContext,
+    Outcome,
+    PolicyCombiner,
+    status_of_bug,
+)
 from pdp.index import RootIndex
-from pdp.policy_parser import (CompiledDocument, CompiledPolicy, PolicyInfo, PolicySource,
-                               RefSpec, compile_document)
+from pdp.policy_parser import (
+    CompiledDocument,
+    CompiledPolicy,
+    PolicyInfo,
+    PolicySource,
+    RefSpec,
+    compile_document,
+)
 from pdp.references import defined_twice, latest_info, named_root
 from pdp.request import Individual, RequestContext, parse_request
-from pdp.results import (STATUS_PROCESSING_ERROR, Decision, Response, Result, RuleGrant,
-                          Status)
-from pdp.target_scope import (NOT_APPLICABLE_WHEN_ALL_ARE, ScopeMemo, attribute_key,
-                               evaluator_scope, target_literals)
+from pdp.results import STATUS_PROCESSING_ERROR, Decision, Response, Result, RuleGrant, Status
+from pdp.target_scope import (
+    NOT_APPLICABLE_WHEN_ALL_ARE,
+    ScopeMemo,
+    attribute_key,
+    evaluator_scope,
+    target_literals,
+)
 from pdp.why import Explanation, Node, explain_root
 
 __all__ = ["PolicyEngine", "PolicySource", "PolicyInfo", "CompiledPolicy", "compile_policy",
@@ -233,13 +254,13 @@ class PolicyEngine:
 
     @classmethod
     def compile(cls, sources: Sequence[Upsert], root_combining_alg: str = DENY_OVERRIDES_3_0,
-                root_policy_id: str | None = None, *, use_index: bool = True) -> "PolicyEngine":
+                root_policy_id: str | None = None, *, use_index: bool = True) -> PolicyEngine:
         entries = [s if isinstance(s, CompiledPolicy) else CompiledPolicy(s, compile_document(s))
                    for s in sources]
         return cls(entries, root_combining_alg, root_policy_id, use_index)
 
     def with_changes(self, upsert: Sequence[Upsert] = (),
-                     remove_ids: Iterable[str] = ()) -> "PolicyEngine":
+                     remove_ids: Iterable[str] = ()) -> PolicyEngine:
         """Next generation: documents with an id in `remove_ids` are dropped (every version),
         then each upserted document replaces the one with the same id and version, or is added
         at the end. An upsert is a CompiledPolicy (taken as it is: see `compile_policy`) or a
@@ -292,7 +313,7 @@ class PolicyEngine:
 
     def _next(self, by_slot: dict[int, CompiledPolicy], slot_of: dict[DocKey, int],
               versions: dict[str, tuple[int, ...]], next_slot: int, touched_slots: set[int],
-              touched_ids: dict[str, None]) -> "PolicyEngine":
+              touched_ids: dict[str, None]) -> PolicyEngine:
         referrers = self._referrers
         if any(s in referrers or (s in by_slot and by_slot[s].compiled.references)
                for s in touched_slots):

@@ -19,13 +19,28 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-from typing import (TYPE_CHECKING, Any, Callable, Generic, Iterable, Mapping, Protocol, Sequence,
-                    TypeVar, Union)
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    Protocol,
+    TypeVar,
+    Union,
+)
 
 from pdp.datatypes import DATE, DATETIME, TIME, get_datatype
 from pdp.errors import Indeterminate
-from pdp.results import (STATUS_MISSING_ATTRIBUTE, STATUS_PROCESSING_ERROR, AttributeAssignment,
-                         Decision, MissingAttributeDetail, Obligation, PolicyIdentifier, Status)
+from pdp.results import (
+    STATUS_MISSING_ATTRIBUTE,
+    STATUS_PROCESSING_ERROR,
+    AttributeAssignment,
+    Decision,
+    MissingAttributeDetail,
+    Obligation,
+    PolicyIdentifier,
+    Status,
+)
 from pdp.urns import CURRENT_DATE, CURRENT_DATETIME, CURRENT_TIME
 
 if TYPE_CHECKING:  # for annotations only
@@ -70,7 +85,7 @@ class EvalContext:
     def now(self) -> _dt.datetime:
         # One clock reading per decision, so current-time, -date and -dateTime agree.
         if self._now is None:
-            self._now = _dt.datetime.now(_dt.timezone.utc).astimezone()
+            self._now = _dt.datetime.now(_dt.UTC).astimezone()
         return self._now
 
 

@@ -41,7 +41,6 @@ from lxml import etree
 from common.xmlsafe import UnsafeDocumentError, parse_xml
 from pdp.urns import RESOURCE as RESOURCE_CATEGORY, RESOURCE_ID, STRING, STRING_EQUAL, XACML_NS
 
-
 _TOP_LEVEL = {"Policy", "PolicySet"}
 _REFERENCES = {"PolicyIdReference", "PolicySetIdReference"}
 

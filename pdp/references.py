@@ -7,7 +7,7 @@ Beside it: which version of an id is the latest, and the root a configuration na
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from pdp.errors import PolicyLoadError
 from pdp.evaluation import AnyPolicy

@@ -7,14 +7,23 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Mapping, NotRequired, TypedDict
+from collections.abc import Mapping
+from typing import NotRequired, TypedDict
 
 from lxml import etree
 
 from pdp.request import XACML_NS, XML_ID, media_kind
-from pdp.results import (AttributeAssignment, MissingAttributeDetail, Obligation,
-                         PolicyIdentifier, Response, Result, ResultAttribute, ResultCategory,
-                         Status)
+from pdp.results import (
+    AttributeAssignment,
+    MissingAttributeDetail,
+    Obligation,
+    PolicyIdentifier,
+    Response,
+    Result,
+    ResultAttribute,
+    ResultCategory,
+    Status,
+)
 
 XML_MEDIA_TYPE = "application/xacml+xml"
 JSON_MEDIA_TYPE = "application/xacml+json"

@@ -34,14 +34,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdp.engine import (CompiledPolicy, PolicyEngine, PolicyInfo, PolicySource,
-                        compile_policy)
+from pdp.engine import CompiledPolicy, PolicyEngine, PolicyInfo, PolicySource, compile_policy
 from pdp.errors import PolicyLoadError
 from pdp.events import ChangeKind, PolicyChange, PolicyEvents
 from pdp.request import RequestContext
 from pdp.results import Response
-from pdp.store import (PolicyExistsError, PolicyNotFoundError, PolicyStore, StoredPolicy,
-                       source_name)
+from pdp.store import PolicyExistsError, PolicyNotFoundError, PolicyStore, StoredPolicy, source_name
 
 log = logging.getLogger(__name__)
 
@@ -374,7 +372,7 @@ class PolicyService:
         return tombstone
 
     def prospect(self, kind: ChangeKind, policy_id: str, data: bytes | None = None,
-                 source: str = "proposed policy") -> "Prospect":
+                 source: str = "proposed policy") -> Prospect:
         """What a change would make of the engine, without storing, swapping or announcing
         anything: the engine after the change and the resources it concerns, exactly as
         `add` (kind "added"), `update` ("updated") or `delete` ("deleted") would compute them

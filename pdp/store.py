@@ -22,7 +22,7 @@ from __future__ import annotations
 import builtins
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -285,7 +285,7 @@ class SQLPolicyStore(PolicyStore):
     def _insert_version(self, cur: Cursor, store_version: int, policy_id: str, version: str,
                         owner: str, data: bytes, is_policy_set: bool,
                         deleted: bool) -> StoredPolicy:
-        created_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        created_at = datetime.now(UTC).isoformat(timespec="milliseconds")
         cur.execute(
             "INSERT INTO policy_versions (store_version, policy_id, version, owner, created_at,"
             " is_policy_set, deleted, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

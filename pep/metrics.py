@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter as Tally
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily

@@ -23,8 +23,8 @@ from typing import TextIO
 
 from pep.config import GatewayConfig
 from pep.http.app import create_app
-from server.serving import HttpServer, limit_malloc_arenas, run_until_signal, tune_gc
 from pep.services import GatewayServices, build_services
+from server.serving import HttpServer, limit_malloc_arenas, run_until_signal, tune_gc
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY = 5.0  # seconds between "still starting ..." lines

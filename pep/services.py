@@ -20,22 +20,29 @@ for the `keep_data` its owner asked for), `auth.json` (demo tokens, when no auth
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from common.db import Storage, open_storage
 from common.oidc import CompositeAuthenticator, build_authenticator
-from pdp import (ManagePolicy, PolicyEvents, PolicyService, PolicyStore, SQLPolicyStore,
-                 StoredPolicy, seed_store)
-from pep.core.plan import StreamDefinition
+from pdp import (
+    ManagePolicy,
+    PolicyEvents,
+    PolicyService,
+    PolicyStore,
+    SQLPolicyStore,
+    StoredPolicy,
+    seed_store,
+)
 from pep.audit.log import AuditLog, AuditRecords
 from pep.audit.table import AuditTable
 from pep.audit.trail import AuditTrail
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
 from pep.core.access import AccessPlanner
+from pep.core.plan import StreamDefinition
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS
 from pep.handles.one_window import WindowRegistry
 from pep.handles.privacy_budget import PrivacyGuard, PrivacyLedger
@@ -46,8 +53,8 @@ from pep.handles.stall_notices import StallNotices
 from pep.invalidation.hub import InvalidationHub
 from pep.metrics import GatewayMetrics, gateway_state
 from pep.ports import JoinRuntimePort, StreamRuntimePort
-from pep.runtime.sources.kafka_offsets import KafkaOffsets
 from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
+from pep.runtime.sources.kafka_offsets import KafkaOffsets
 from pep.streams.catalog import StreamCatalog, seed_streams
 from pep.streams.derived import DerivedFeeds, DerivedStreams, admit_streams
 from pep.streams.event_admin import StreamEventAdmin

@@ -26,9 +26,9 @@ import json
 import logging
 import secrets
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from io import BytesIO
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -37,16 +37,36 @@ from werkzeug.wrappers import Request as WerkzeugRequest
 
 from common.http.errors import REFUSAL_STATUS, error_response, install_error_handlers
 from common.http.safe_json import install_safe_json
-from common.invalidation import (SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
-                                       InvalidEventError, verify)
+from common.invalidation import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    InvalidationEvent,
+    InvalidEventError,
+    verify,
+)
 from common.xmlsafe import parse_json
 from pdp import confined_resource_ids
 from proxy.cache import CachedAnswer, HandleCache
-from proxy.canonical import (NotCacheable, cache_key, canonical_query, canonical_request,
-                             resource_ids, subject_key)
+from proxy.canonical import (
+    NotCacheable,
+    cache_key,
+    canonical_query,
+    canonical_request,
+    resource_ids,
+    subject_key,
+)
 from proxy.feed import FeedClient
-from proxy.forward import (CACHE_HEADER, Forwarder, NotForwardable, Timeouts, UpstreamError,
-                           is_chunked, make_client, request_headers, response_headers)
+from proxy.forward import (
+    CACHE_HEADER,
+    Forwarder,
+    NotForwardable,
+    Timeouts,
+    UpstreamError,
+    is_chunked,
+    make_client,
+    request_headers,
+    response_headers,
+)
 from proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, metrics_text
 from proxy.relay import HandleRelay
 from proxy.sync import CacheSync

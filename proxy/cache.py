@@ -32,7 +32,7 @@ _HISTORY = 512
 HANDLES, STREAMS = "handles", "streams"  # what a targeted invalidation names
 
 
-def _concerns(dropped: tuple[str, frozenset[str]] | None, answer: "CachedAnswer") -> bool:
+def _concerns(dropped: tuple[str, frozenset[str]] | None, answer: CachedAnswer) -> bool:
     """Whether an invalidation (None: a flush) could concern `answer`."""
     if dropped is None:
         return True

@@ -22,8 +22,7 @@ from typing import Any
 
 import requests
 
-from common.invalidation import (FEED_PATH, MAX_EVENT_NUMBER, InvalidationEvent,
-                                       InvalidEventError)
+from common.invalidation import FEED_PATH, MAX_EVENT_NUMBER, InvalidationEvent, InvalidEventError
 from common.numbers import check_float, check_int
 from proxy.forward import iter_raw, make_session
 from proxy.sync import CacheSync

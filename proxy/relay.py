@@ -19,10 +19,19 @@ from typing import Any
 import httpx
 from werkzeug.datastructures import Headers
 
+from proxy.forward import (
+    CACHE_HEADER,
+    HOP_BY_HOP,
+    NotForwardable,
+    Timeouts,
+    is_chunked,
+    loggable_url_path,
+    request_headers,
+    tls_verify,
+    wire_headers,
+)
 from server.bridge import BRIDGE, read_body, respond_error
 from server.streaming import CONNECTION, abort, writable
-from proxy.forward import (CACHE_HEADER, HOP_BY_HOP, NotForwardable, Timeouts, is_chunked,
-                           loggable_url_path, request_headers, tls_verify, wire_headers)
 
 log = logging.getLogger(__name__)
 # httpx logs every request it sends at INFO with its URL: here `/handles/<full handle id>`,

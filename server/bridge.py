@@ -44,8 +44,18 @@ from urllib.parse import unquote_to_bytes
 
 from server.pool import WorkerPool
 from server.protocol import error_body
-from server.streaming import (ON_STREAM_END, STREAM_BODY, STREAMED, Message, Receive, Scope,
-                              Send, StreamBody, drive, writable)
+from server.streaming import (
+    ON_STREAM_END,
+    STREAM_BODY,
+    STREAMED,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    StreamBody,
+    drive,
+    writable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +151,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int | None, min_rate:
                 raise BodyRefused(408, f"request body slower than {min_rate:g} bytes/s")
         try:
             message = await _within(receive(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise BodyRefused(408, f"request body slower than {min_rate:g} bytes/s") from None
         if message["type"] != "http.request":
             return None

@@ -147,7 +147,7 @@ class HttpServer:
             return 0
         return sum(getattr(c, "streams", 0) for c in list(self._server.server_state.connections))
 
-    def start(self) -> "HttpServer":
+    def start(self) -> HttpServer:
         """Bind, load TLS, start the pool and the loop's thread; returns when the port accepts."""
         raise_fd_limit(self.max_connections + 512)
         self._config.load()  # TLS files are read here: a bad pair fails now, in the caller
@@ -195,7 +195,7 @@ class HttpServer:
             self._thread.join(self.shutdown_timeout + 10)
         self.pool.stop(2.0)
 
-    def __enter__(self) -> "HttpServer":
+    def __enter__(self) -> HttpServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

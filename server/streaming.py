@@ -113,7 +113,7 @@ class _LoopWakes:
         self.urgent: deque[_Waker] = deque()  # woken before `pending`, in the order they came
         self.scheduled = False
 
-    def add(self, waker: "_Waker", first: bool = False) -> None:
+    def add(self, waker: _Waker, first: bool = False) -> None:
         """Queue `waker`; `first`: ahead of the others (a stream's final event, e.g. `revoked`,
         is not written after a micro-batch's rows to every other stream; a revocation's
         thousand final events go out in the order the handles were revoked)."""
@@ -143,7 +143,7 @@ class _LoopWakes:
             self.loop.call_soon(self._flush)
 
 
-_LOOP_WAKES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWakes]" = \
+_LOOP_WAKES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWakes] = \
     weakref.WeakKeyDictionary()
 
 
@@ -254,7 +254,7 @@ async def writable(connection: Any, timeout: float) -> bool:
     try:
         await asyncio.wait_for(flow.drain(), timeout)
         return True
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
 
 

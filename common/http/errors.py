@@ -17,16 +17,26 @@ most specific of its classes the table names (its MRO is walked, as Flask finds 
 from __future__ import annotations
 
 import logging
-from http import HTTPStatus
 from collections.abc import Callable, Mapping, Sequence
+from http import HTTPStatus
 from typing import Any, Union
 
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from common.numbers import NumberError
-from common.refusals import (Conflict, Gone, InputTooLarge, InvalidInput, NotAcceptable, NotFound,
-                             NotPermitted, Unauthenticated, Unavailable, UnsupportedMedia)
+from common.refusals import (
+    Conflict,
+    Gone,
+    InputTooLarge,
+    InvalidInput,
+    NotAcceptable,
+    NotFound,
+    NotPermitted,
+    Unauthenticated,
+    Unavailable,
+    UnsupportedMedia,
+)
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,15 @@
 """The gateway's authenticator: the token file's opaque tokens first, then the issuer's JWTs."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-import logging
-
 from common.auth import (
-    WATCH_INTERVAL, Identity, IdentityListener, TokenAuthenticator, TokenFileAuthenticator,
+    WATCH_INTERVAL,
+    Identity,
+    IdentityListener,
+    TokenAuthenticator,
+    TokenFileAuthenticator,
     bearer_token,
 )
 from common.oidc.settings import OidcSettings

@@ -12,12 +12,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from common.auth import (
-    AttributeValue, Identity, IdentityListener, parse_identity_attributes, with_inherited_roles,
+    AttributeValue,
+    Identity,
+    IdentityListener,
+    parse_identity_attributes,
+    with_inherited_roles,
 )
 from common.numbers import END_EPOCH_SECONDS, NumberError, check_float
 from common.oidc.errors import InvalidToken
@@ -50,7 +54,7 @@ def claim(claims: Mapping[str, Any], path: str) -> Any:
 
 def _when(timestamp: Any) -> str:
     try:
-        return datetime.fromtimestamp(float(timestamp), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return datetime.fromtimestamp(float(timestamp), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (TypeError, ValueError, OverflowError, OSError):
         return repr(timestamp)
 

@@ -10,6 +10,7 @@ from functools import total_ordering
 from pdp.datatypes.common import DEC, fail
 from pdp.datatypes.temporal import XSDate, XSDateTime, days_in_month
 
+
 @total_ordering
 @dataclass(frozen=True)
 class DayTimeDuration:
@@ -22,7 +23,7 @@ class DayTimeDuration:
             return NotImplemented
         return self.seconds < other.seconds
 
-    def __neg__(self) -> "DayTimeDuration":
+    def __neg__(self) -> DayTimeDuration:
         return DayTimeDuration(-self.seconds)
 
     def __str__(self) -> str:
@@ -61,7 +62,7 @@ class YearMonthDuration:
             return NotImplemented
         return self.months < other.months
 
-    def __neg__(self) -> "YearMonthDuration":
+    def __neg__(self) -> YearMonthDuration:
         return YearMonthDuration(-self.months)
 
     def __str__(self) -> str:

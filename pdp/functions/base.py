@@ -5,8 +5,9 @@ family so that importing the package yields the complete standard library.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from pdp.datatypes import canonical_datatype_id
 from pdp.errors import Indeterminate
@@ -98,7 +99,7 @@ class Function:
             raise IndexError(f"{self.short_name} takes {len(self.params)} arguments")
         return self.params[-1]
 
-    def result_type(self, inner: "Function | None" = None) -> tuple[str | None, bool]:
+    def result_type(self, inner: Function | None = None) -> tuple[str | None, bool]:
         """(datatype URI, is bag) of a call's result; map needs the function it applies."""
         if self.return_type is None and inner is not None:
             return inner.return_type, True

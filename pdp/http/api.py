@@ -27,16 +27,33 @@ from flask import Blueprint, Response as FlaskResponse, jsonify, request
 
 from common.refusals import Unavailable
 from pdp.http.authzen import (
-    CONFIGURATION_PATH, EVALUATION_PATH, EVALUATIONS_PATH, authzen_configuration,
-    authzen_evaluation, authzen_evaluations, echo_request_id,
+    CONFIGURATION_PATH,
+    EVALUATION_PATH,
+    EVALUATIONS_PATH,
+    authzen_configuration,
+    authzen_evaluation,
+    authzen_evaluations,
+    echo_request_id,
 )
 from pdp.http.context import (
-    PDP_EXTENSION, CheckPolicy, Describe, Environment, PdpRoutes, PolicyFormat, WhatIf,
-    current_pdp, read_body,
+    PDP_EXTENSION,
+    CheckPolicy,
+    Describe,
+    Environment,
+    PdpRoutes,
+    PolicyFormat,
+    WhatIf,
+    current_pdp,
+    read_body,
 )
 from pdp.http.decisions import decide, decide_as
 from pdp.http.policies import (
-    STORED_NOT_YOURS, add_policies, add_policy, delete_policy, get_policy, list_policies,
+    STORED_NOT_YOURS,
+    add_policies,
+    add_policy,
+    delete_policy,
+    get_policy,
+    list_policies,
     update_policy,
 )
 from pdp.manage import ManagePolicy, may_manage_policy

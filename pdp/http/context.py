@@ -43,7 +43,7 @@ class PolicyFormat:
     media_type)` gives a stored document in this form, or None when it cannot be written so."""
 
     media_types: tuple[str, ...]
-    to_xacml: Callable[[bytes, str, Identity, "str | None"], "tuple[bytes, list[str]]"]
+    to_xacml: Callable[[bytes, str, Identity, str | None], tuple[bytes, list[str]]]
     from_xacml: Callable[[bytes, str], bytes | None]
 
 

@@ -23,7 +23,12 @@ undefined references across documents.
 from __future__ import annotations
 
 from pdp.policy_parser.model import (
-    CompiledDocument, CompiledPolicy, MatchSpec, PolicyInfo, PolicySource, RefSpec,
+    CompiledDocument,
+    CompiledPolicy,
+    MatchSpec,
+    PolicyInfo,
+    PolicySource,
+    RefSpec,
 )
 from pdp.policy_parser.policy_sets import compile_document
 from pdp.policy_parser.versions import MAX_VERSION_TEXT, is_version, version_matches

@@ -2,16 +2,23 @@
 function's signature, and folded when its arguments are constant) and VariableReferences."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from lxml import etree
 
 from pdp.datatypes import canonical_datatype_id
 from pdp.errors import Indeterminate, ValueSyntaxError
 from pdp.evaluation import (
-    EvalContext, constant, make_apply, make_designator, make_higher_order, make_lazy_apply,
-    make_member_test, now_supplier,
+    EvalContext,
+    constant,
+    make_apply,
+    make_designator,
+    make_higher_order,
+    make_lazy_apply,
+    make_member_test,
+    now_supplier,
 )
 from pdp.policy_parser.reader import DocumentReader
 from pdp.request import normalize_category

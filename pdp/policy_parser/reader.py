@@ -2,7 +2,7 @@
 (element and line), and the lookups of XACML elements, attributes, datatypes and functions."""
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from lxml import etree
 

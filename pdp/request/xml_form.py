@@ -5,8 +5,12 @@ from lxml import etree
 
 from pdp.errors import RequestSyntaxError
 from pdp.request.model import (
-    CategoryInstance, RequestAttribute, RequestContext, UnsupportedRequestError,
-    normalize_category, normalize_datatype,
+    CategoryInstance,
+    RequestAttribute,
+    RequestContext,
+    UnsupportedRequestError,
+    normalize_category,
+    normalize_datatype,
 )
 from pdp.urns import XACML_NS
 

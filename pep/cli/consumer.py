@@ -27,8 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from pep.cli.common import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, client_options,
-                            gateway_url)
+from pep.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, client_options, gateway_url
 
 if TYPE_CHECKING:
     from xsg_client import Client, Event, HandleSchema
@@ -52,7 +51,7 @@ def _need_client(args: argparse.Namespace, token: bool = True) -> None:
                        EXIT_USAGE)
 
 
-def _client(args: argparse.Namespace) -> "Client":
+def _client(args: argparse.Namespace) -> Client:
     from xsg_client import Client, XsgError
 
     base, source = gateway_url(args)
@@ -65,7 +64,7 @@ def _client(args: argparse.Namespace) -> "Client":
         raise CliError(str(exc), EXIT_USAGE) from None
 
 
-def _run(args: argparse.Namespace, command: Callable[["Client"], int]) -> int:
+def _run(args: argparse.Namespace, command: Callable[[Client], int]) -> int:
     """`command` with a client; the client's errors as the CLI's (BadHandle: a usage error;
     no answer at all: which gateway was tried, and how to name another, as every command)."""
     from xsg_client import BadHandle, Unreachable, XsgError
@@ -111,7 +110,7 @@ def cmd_request(args: argparse.Namespace) -> int:
     except XsgError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
 
-    def run(client: "Client") -> int:
+    def run(client: Client) -> int:
         grant = client.send(access)
         if args.json:
             print(json.dumps(grant.raw, indent=2))
@@ -187,7 +186,7 @@ class Progress:
         self.out.flush()
 
 
-def describe_event(event: "Event") -> str:
+def describe_event(event: Event) -> str:
     """A non-row event as a line of the progress."""
     from xsg_client import Disconnected, End, Gap, Notice, Reconnected
 
@@ -212,7 +211,7 @@ class RowWriter:
     """Rows on stdout as NDJSON (the gateway's own lines: `{"id": n, "row": {...}}`), CSV (a
     header, then the values; timestamps as the gateway writes them) or a table."""
 
-    def __init__(self, fmt: str, schema: "HandleSchema", out: TextIO) -> None:
+    def __init__(self, fmt: str, schema: HandleSchema, out: TextIO) -> None:
         self.fmt = fmt
         self.out = out
         self.names = list(schema.names)
@@ -264,7 +263,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     if not with_token:
         _need_client(args)
 
-    def run(client: "Client") -> int:
+    def run(client: Client) -> int:
         stream = client.open(args.handle, last_event_id=args.from_id,
                              idle_timeout=None if args.follow else args.idle,
                              resume_after_shutdown=args.follow)
@@ -297,7 +296,7 @@ def cmd_read(args: argparse.Namespace) -> int:
 def cmd_handles(args: argparse.Namespace) -> int:
     _need_client(args)
 
-    def run(client: "Client") -> int:
+    def run(client: Client) -> int:
         handles = client.handles()
         if args.json:
             print(json.dumps([dataclasses.asdict(h) for h in handles], indent=2))
@@ -318,7 +317,7 @@ def cmd_handles(args: argparse.Namespace) -> int:
 def cmd_release(args: argparse.Namespace) -> int:
     _need_client(args)
 
-    def run(client: "Client") -> int:
+    def run(client: Client) -> int:
         ref = client.ref(args.handle)
         done = client.release(ref)
         state = done.get("state") if isinstance(done, dict) else None

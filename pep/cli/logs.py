@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC
 
 
 def _utc_time(record) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    moment = datetime.fromtimestamp(record.created, timezone.utc)
+    moment = datetime.fromtimestamp(record.created, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(record.msecs):03d}Z"
 
 

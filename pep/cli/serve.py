@@ -12,8 +12,7 @@ from pep.cli.logs import configure_logging, flush_repeats
 
 def version() -> str:
     """The installed package's version (its metadata)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as package_version
+    from importlib.metadata import PackageNotFoundError, version as package_version
 
     try:
         return package_version("xsg")

@@ -29,8 +29,7 @@ from typing import Any
 
 import httpx
 
-from server.bridge import (BRIDGE, BodyRefused, Receive, Send, header, read_body,
-                             respond_error)
+from server.bridge import BRIDGE, BodyRefused, Receive, Send, header, read_body, respond_error
 from server.streaming import CONNECTION, abort, writable
 
 log = logging.getLogger(__name__)

@@ -8,18 +8,36 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal, NotRequired, Required, TypedDict, Union
 
-from pep.core.exact import iso_from_micros, timestamp_micros
 from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial
+from pep.core.exact import iso_from_micros, timestamp_micros
+from pep.core.graph import (
+    Filter,
+    Join,
+    Map,
+    Mask,
+    Node,
+    QueryGraph,
+    Source,
+    Union_,
+    WindowAggregate,
+)
 from pep.core.labels import Label, comparison_text
-from pep.core.graph import (Filter, Join, Map, Mask, Node, QueryGraph, Source, Union_,
-                            WindowAggregate)
 from pep.core.masks import describe, mask_sql, masks_json, parse_mask, split_variable
 from pep.core.outputs import JOINED_LABEL, join_output, output_names
-from pep.core.plan import (AnyPredicate, Conjunct, ExecutionPlan, FieldType, JoinPlan, Scalar,
-                           UnionPlan, SpatialPredicate, StreamSchema)
+from pep.core.plan import (
+    AnyPredicate,
+    Conjunct,
+    ExecutionPlan,
+    FieldType,
+    JoinPlan,
+    Scalar,
+    SpatialPredicate,
+    StreamSchema,
+    UnionPlan,
+)
 from pep.core.privacy import PrivacySpecJson, spec_to_json
 
 # -- the JSON forms ------------------------------------------------------------------------------
@@ -151,10 +169,10 @@ class OperatorJson(TypedDict, total=False):
     aggregates: list[str]
     keys: list[str]
     min_count: int
-    input: "OperatorJson"
-    left: "OperatorJson"
-    right: "OperatorJson"
-    inputs: list["OperatorJson"]
+    input: OperatorJson
+    left: OperatorJson
+    right: OperatorJson
+    inputs: list[OperatorJson]
 
 
 class JoinSinkJson(TypedDict):
@@ -164,8 +182,8 @@ class JoinSinkJson(TypedDict):
     on: list[JoinPairJson]
     within: float
     time: JoinPairJson
-    left: "GraphJson"
-    right: "GraphJson"
+    left: GraphJson
+    right: GraphJson
 
 
 class GraphJson(TypedDict, total=False):
@@ -175,7 +193,7 @@ class GraphJson(TypedDict, total=False):
 
     operators: list[OperatorJson]
     sink: OperatorJson | JoinSinkJson
-    union: list["GraphJson"]
+    union: list[GraphJson]
     rules: list[str]
 
 
@@ -226,7 +244,7 @@ def sql_literal(value: object, field_type: str | None = None) -> str:
     if field_type == "timestamp" and isinstance(value, (int, float)) and math.isfinite(value):
         # epoch seconds: plans stored before timestamps were held as text
         try:
-            moment = datetime.fromtimestamp(value, tz=timezone.utc)
+            moment = datetime.fromtimestamp(value, tz=UTC)
         except (OverflowError, OSError, ValueError):
             # outside years 1 to 9999 (conditions refuse such constants; a plan restored from
             # elsewhere may still hold one): shown as the number of epoch seconds it is

@@ -53,18 +53,23 @@ from fractions import Fraction
 from typing import Literal
 
 from pep.core.analysis import Constraint, MergeWarning, values_satisfiable
+from pep.core.conditions import format_literal
 from pep.core.errors import Unprocessable
 from pep.core.exact import micros_from_iso
-from pep.core.explain import (GraphJson, JoinPlanJson, join_graph_json, join_plan_to_json,
-                              render_join_sql, seconds_text)
-from pep.core.conditions import format_literal
+from pep.core.explain import (
+    GraphJson,
+    JoinPlanJson,
+    join_graph_json,
+    join_plan_to_json,
+    render_join_sql,
+    seconds_text,
+)
 from pep.core.graph import QueryGraph
 from pep.core.labels import LabelError, Lattice
 from pep.core.masks import UNORDERED, parse_mask
 from pep.core.merge import MergeResult, QueryInvalid, QueryRefused
+from pep.core.outputs import JOINED_LABEL, join_output, output_names, output_source, side_outputs
 from pep.core.plan import Conjunct, ExecutionPlan, JoinPlan, Predicate, StreamSchema
-from pep.core.outputs import (JOINED_LABEL, join_output, output_names, output_source,
-                              side_outputs)
 from pep.core.userquery import JoinQuery
 
 Side = Literal["left", "right"]

@@ -35,15 +35,30 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pep.core.analysis import FilterAnalysis, MergeWarning, analyse_filter
+from pep.core.conditions import (
+    FALSE,
+    And,
+    Comparison,
+    Expr,
+    Or,
+    Spatial,
+    attributes_of,
+    spatial_from_predicate,
+    spatial_parts,
+)
 from pep.core.errors import InvalidInput, NotPermitted, Unprocessable
-from pep.core.conditions import (And, Comparison, Expr, FALSE, Or, Spatial, attributes_of,
-                                 spatial_from_predicate, spatial_parts)
 from pep.core.graph import Filter, Map, Mask, Node, QueryGraph, Source, WindowAggregate
-from pep.core.masks import (MaskPlan, filter_notes, output_masks, plan_dnf, plan_masks,
-                            window_masks)
+from pep.core.masks import MaskPlan, filter_notes, output_masks, plan_dnf, plan_masks, window_masks
 from pep.core.obligations import FUNCTIONS_FOR_TYPE
-from pep.core.plan import (Aggregate, Conjunct, ExecutionPlan, SpatialPredicate, StreamSchema,
-                           WindowAsk, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    Conjunct,
+    ExecutionPlan,
+    SpatialPredicate,
+    StreamSchema,
+    WindowAsk,
+    WindowSpec,
+)
 from pep.core.privacy import DP_FUNCTIONS, NOT_PRIVATE, AskTooMuch, PrivacySpec, apply_ask
 
 

@@ -330,7 +330,7 @@ class UnionPlan(_Keyed):
         marks = [p.start_after for p in self.plans if p.start_after is not None]
         return max(marks) if marks else None
 
-    def with_start_after(self, position: int) -> "UnionPlan":
+    def with_start_after(self, position: int) -> UnionPlan:
         from dataclasses import replace
         return UnionPlan(self.stream, tuple(
             replace(p, start_after=max(position, p.start_after or 0)) for p in self.plans))
@@ -380,15 +380,15 @@ def plan_streams(plan: AnyPlan) -> tuple[str, ...]:
     return plan.streams if isinstance(plan, JoinPlan) else (plan.stream,)
 
 
-def side_plans(plan: AnyPlan) -> dict[str, "ExecutionPlan | UnionPlan"]:
+def side_plans(plan: AnyPlan) -> dict[str, ExecutionPlan | UnionPlan]:
     """Each stream's own authorised view in a plan: {stream: plan} (a union is one view)."""
     if isinstance(plan, JoinPlan):
         return {plan.left.stream: plan.left, plan.right.stream: plan.right}
     return {plan.stream: plan}
 
 
-def with_start_offsets(plan: "ExecutionPlan | UnionPlan", offsets: tuple[int, ...]
-                       ) -> "ExecutionPlan | UnionPlan":
+def with_start_offsets(plan: ExecutionPlan | UnionPlan, offsets: tuple[int, ...]
+                       ) -> ExecutionPlan | UnionPlan:
     """A Kafka stream's view cut at `offsets` (per partition: the first offset it is given),
     every member of a union alike. A plan cut already keeps, per partition, the later cut."""
     from dataclasses import replace
@@ -421,7 +421,7 @@ def replayable(plan: AnyPlan) -> bool:
         for p in members)
 
 
-def member_plans(plan: "ExecutionPlan | UnionPlan") -> tuple[ExecutionPlan, ...]:
+def member_plans(plan: ExecutionPlan | UnionPlan) -> tuple[ExecutionPlan, ...]:
     """A single stream's plan as its members: a union's, or the plan itself."""
     return plan.plans if isinstance(plan, UnionPlan) else (plan,)
 

@@ -50,8 +50,9 @@ import re
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from pep.core.rows import RowBatch, row_json
 
@@ -103,7 +104,7 @@ class _Notice(str):
 
     kind: str
 
-    def __new__(cls, text: str, kind: str) -> "_Notice":
+    def __new__(cls, text: str, kind: str) -> _Notice:
         notice = super().__new__(cls, text)
         notice.kind = kind
         return notice
@@ -136,7 +137,7 @@ class HandleBuffer:
         self._segments_from = 0  # entry numbers below it lost their segment (MAX_SEGMENTS)
         self._unknown_upto = 0  # event ids <= it: rows may exist that this buffer never had
         self._putting = False  # a put is under way (positioned: notices wait for its end)
-        self._deferred: list["_Notice"] = []
+        self._deferred: list[_Notice] = []
         self._cond = threading.Condition(threading.Lock())
         # Rows' texts (shared with the plan's other handles) and notices (`_Notice`); an entry's
         # id is its place: ids run without a hole from `_floor + 1` (a row or a notice takes
@@ -342,7 +343,7 @@ class HandleBuffer:
             self._wake()
             return True
 
-    def _append_notice(self, notice: "_Notice") -> None:
+    def _append_notice(self, notice: _Notice) -> None:
         """Under the lock: a notice takes the next id."""
         self._last += 1
         self._entries.append(notice)

@@ -34,17 +34,17 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from common.db import Database, open_database, opening, upsert_sql
 from common.migrations import Schema, Step, migrate
 from pep.core.errors import NotPermitted
 from pep.core.plan import AnyPlan, ExecutionPlan, JoinPlan
-from pep.core.privacy import (MAX_PERIOD, Budget, budget_units, from_units, units,
-                              windows_per_period)
+from pep.core.privacy import MAX_PERIOD, Budget, budget_units, from_units, units, windows_per_period
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 
@@ -68,7 +68,7 @@ BUCKETS = 1024  # a budget's rolling period is kept in memory in at most this ma
 
 
 def iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds") \
+    return datetime.fromtimestamp(t, tz=UTC).isoformat(timespec="seconds") \
         .replace("+00:00", "Z")
 
 

@@ -24,18 +24,27 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Mapping, Protocol, cast
+from typing import Any, Protocol, cast
 
 from pep.core.errors import NotFound, Unavailable
+from pep.core.plan import (
+    AnyPlan,
+    ExecutionPlan,
+    JoinPlan,
+    StreamDefinition,
+    UnionPlan,
+    any_plan_from_json,
+    plan_streams,
+    replayable,
+    side_plans,
+    with_start_offsets,
+)
 from pep.core.refs import handle_ref
-from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition, UnionPlan,
-                           any_plan_from_json, plan_streams, replayable, side_plans,
-                           with_start_offsets)
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
 from pep.handles.privacy_budget import PrivacyGuard, private_window
-from pep.handles.records import (HandleRecord, HandleState, HandleStore, StoredRequest,
-                                 record_time)
+from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest, record_time
 from pep.ports import Deliver, JoinRuntimePort, StreamRuntimePort
 
 log = logging.getLogger(__name__)

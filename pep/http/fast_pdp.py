@@ -17,10 +17,9 @@ replayed: refusals keep the one error body and the route's own rules. The gatewa
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Callable
 from typing import Any
-
-import time
 
 from common.auth import bearer_token
 from common.http.auth import AUTH_EXTENSION

@@ -44,13 +44,28 @@ from lxml import etree
 
 from common.auth import AuthFileError, Identity, parse_identity_attributes
 from common.http.auth import current_identity, require_identity
-from pdp import (ManagedPolicy, PolicyExistsError, PolicyLoadError, PolicyNotFoundError,
-                 PolicySource, Prospect, inspect_policy)
+from pdp import (
+    ManagedPolicy,
+    PolicyExistsError,
+    PolicyLoadError,
+    PolicyNotFoundError,
+    PolicySource,
+    Prospect,
+    inspect_policy,
+)
 from pdp.http import PolicyFormat, read_body
 from pep.core.access import RESOURCE, RESOURCE_ID
 from pep.core.errors import InvalidInput, NotPermitted, Refusal, UnsupportedMedia
-from pep.core.rules import (RuleError, SharingRule, check_rule, describe_policy, rule_from_json,
-                            rule_from_xacml, rule_to_json, rule_to_xacml)
+from pep.core.rules import (
+    RuleError,
+    SharingRule,
+    check_rule,
+    describe_policy,
+    rule_from_json,
+    rule_from_xacml,
+    rule_to_json,
+    rule_to_xacml,
+)
 from pep.core.rules.reading import read_policy
 from pep.core.rules.summary import reading_text
 from pep.core.rules.xacml import ACTION, ACTION_ID, NS, STRING, SUBJECT, SUBJECT_ID

@@ -15,8 +15,9 @@ exactly as a name no stream has: 404 with the same body.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, cast
+from typing import Any, cast
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
@@ -24,8 +25,14 @@ from common.auth import Identity
 from common.http.auth import current_identity, require_identity
 from pep.core.errors import InvalidInput, NotFound, NotPermitted, UnsupportedMedia
 from pep.streams.catalog import StreamCatalog, StreamEntry
-from pep.streams.definition import (LISTED, SETTINGS, describe, parse_keep_data,
-                                    parse_registration, parse_stream_patch)
+from pep.streams.definition import (
+    LISTED,
+    SETTINGS,
+    describe,
+    parse_keep_data,
+    parse_registration,
+    parse_stream_patch,
+)
 from pep.streams.lifecycle import StreamLifecycle
 from pep.streams.ownership import owner_or_admin
 from pep.streams.visibility import StreamVisibility

@@ -33,17 +33,26 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from concurrent.futures import wait as wait_futures
+from concurrent.futures import (
+    Future,
+    ThreadPoolExecutor,
+    TimeoutError as FutureTimeout,
+    wait as wait_futures,
+)
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 
-from common.invalidation import (EVENT_ID_HEADER, KINDS, InvalidationEvent,
-                                       format_event_id, parse_event_id, sign)
+from common.invalidation import (
+    EVENT_ID_HEADER,
+    KINDS,
+    InvalidationEvent,
+    format_event_id,
+    parse_event_id,
+    sign,
+)
 from pep.core.refs import handle_ref
 
 log = logging.getLogger(__name__)
@@ -345,7 +354,7 @@ class InvalidationHub:
             sub.offer(None)
         return len(subs)
 
-    def feed_body(self, last_event_id: str | None) -> "FeedBody":
+    def feed_body(self, last_event_id: str | None) -> FeedBody:
         """The same SSE text as `feed_stream`, as a body the server's event loop pulls
         (server.streaming.StreamBody): no thread waits on the reader's queue."""
         sub, hello, replay = self.open_feed(last_event_id)

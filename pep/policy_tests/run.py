@@ -19,12 +19,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdp import (Obligation, PolicyEngine, PolicyLoadError, RequestSyntaxError, bind_environment,
-                 bind_subject, explanation_json, explanation_text, parse_request)
+from pdp import (
+    Obligation,
+    PolicyEngine,
+    PolicyLoadError,
+    RequestSyntaxError,
+    bind_environment,
+    bind_subject,
+    explanation_json,
+    explanation_text,
+    parse_request,
+)
 from pep.policy_tests.sources import policy_sources
 from pep.policy_tests.spec import Case, ObligationSpec, SpecError, TestFile, read_test_file
-from pep.policy_tests.streams import StreamResult, check_records, run_stream_cases, \
-    scratch_catalog
+from pep.policy_tests.streams import StreamResult, check_records, run_stream_cases, scratch_catalog
 
 TEST_SUFFIXES = (".yaml", ".yml")
 

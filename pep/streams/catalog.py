@@ -30,22 +30,42 @@ import json
 import logging
 import shutil
 import threading
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from common.db import Database, open_database, opening, upsert_sql
 from common.migrations import migrate
+from pep.core.errors import NotPermitted
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
-from pep.core.errors import NotPermitted
-from pep.streams.definition import (LISTED, STREAM_NAME, InvalidStream, StreamConflict,
-                                    StreamNotFound, describe, extend_schema, parse_combining,
-                                    parse_description, parse_lateness, parse_retention,
-                                    parse_schema, parse_source, parse_visibility)
+from pep.streams.definition import (
+    LISTED,
+    STREAM_NAME,
+    InvalidStream,
+    StreamConflict,
+    StreamNotFound,
+    describe,
+    extend_schema,
+    parse_combining,
+    parse_description,
+    parse_lateness,
+    parse_retention,
+    parse_schema,
+    parse_source,
+    parse_visibility,
+)
 from pep.streams.derivations import DerivationRecord, DerivationTable
-from pep.streams.entries import (ENTRY_COLUMNS, PATCH_COLUMNS, SCHEMA, DeletedStream, StreamEntry,
-                                 entry_from_row, schema_json)
+from pep.streams.entries import (
+    ENTRY_COLUMNS,
+    PATCH_COLUMNS,
+    SCHEMA,
+    DeletedStream,
+    StreamEntry,
+    entry_from_row,
+    schema_json,
+)
 from pep.streams.ingest import DEFAULT_MAX_BODY_BYTES, RecordIngest
 from pep.streams.records import DEFAULT_MAX_LINES
 
@@ -188,7 +208,7 @@ class StreamCatalog:
             raise InvalidStream("lateness applies to time windows, and the stream has no "
                                 "time_attribute")
         definition = StreamDefinition(name, owner, parsed, spec, time_attribute, lateness)
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        now = datetime.now(UTC).isoformat(timespec="seconds")
         with self._lock:  # this store's writes, and memory changed in their order
             with self._db.transaction() as db:
                 if db.execute("SELECT 1 FROM streams WHERE name = ?", (name,)).fetchone() \
@@ -323,7 +343,7 @@ class StreamCatalog:
         lock, so that an append in progress ends before and none starts after. Returns where
         the directory went (None: it had none, or it was removed)."""
         with self._ingest_lock(name):
-            now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            now = datetime.now(UTC).isoformat(timespec="seconds")
             with self._db.transaction() as db:
                 row = db.execute("SELECT name, owner FROM streams WHERE name = ?",
                                  (name,)).fetchone()

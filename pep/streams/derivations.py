@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from common.db import Cursor, Database
 from pep.core.plan import ExecutionPlan, plan_from_json
@@ -61,7 +61,7 @@ class DerivationRecord:
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _record(row: tuple[object, ...]) -> DerivationRecord:

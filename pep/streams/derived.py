@@ -52,11 +52,19 @@ from pep.core.derived import CannotDerive, Derivation, WiderThanGrant, derive
 from pep.core.errors import Conflict, Gone, InvalidInput, NotFound, NotPermitted, Refusal
 from pep.core.explain import plan_to_json
 from pep.core.plan import StreamDefinition
-from pep.core.rows import RowBatch
 from pep.core.refs import handle_ref
+from pep.core.rows import RowBatch
 from pep.streams.catalog import StreamCatalog
-from pep.streams.definition import (RESTRICTED, STREAM_NAME, InvalidStream, StreamConflict,
-                                    StreamNotFound, describe, field_json, parse_schema)
+from pep.streams.definition import (
+    RESTRICTED,
+    STREAM_NAME,
+    InvalidStream,
+    StreamConflict,
+    StreamNotFound,
+    describe,
+    field_json,
+    parse_schema,
+)
 from pep.streams.derivations import DerivationRecord, DerivationTable, now
 from pep.streams.policy_check import derived_warnings
 from pep.streams.records import RecordError

@@ -10,7 +10,6 @@ from typing import Any
 
 from common.db import Cursor
 from common.migrations import Schema, Step
-
 from pep.core.labels import Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.streams.definition import LISTED

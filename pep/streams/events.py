@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +101,7 @@ class EventDefinition:
         """How the event's evaluation is attached to the runtime (never a handle id)."""
         return f"event:{self.stream}:{self.name}"
 
-    def to_json(self, state: "EventState | None" = None) -> dict:
+    def to_json(self, state: EventState | None = None) -> dict:
         out: dict[str, Any] = {"stream": self.stream, "name": self.name,
                                "condition": self.condition, "hold": self.hold, "key": self.key,
                                "owner": self.owner, "attribute": self.attribute_id,
@@ -122,7 +122,7 @@ class EventState:
 
 
 def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(
+    return datetime.fromtimestamp(seconds, tz=UTC).isoformat(
         timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -199,7 +199,7 @@ class StreamEvents:
                 raise InvalidInput(f"key {key!r} is not an attribute of stream {stream.name!r}",
                                    field="key")
             key = f.name
-        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        created = datetime.now(UTC).isoformat(timespec="seconds")
         return EventDefinition(stream.name, name, condition.strip(), hold, key, owner,
                                created)
 

@@ -55,7 +55,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +63,7 @@ from pdp import ManagedPolicy
 from pep.core.errors import Unavailable
 from pep.ports import StreamRuntimePort
 from pep.streams.catalog import StreamCatalog, StreamEntry
-from pep.streams.definition import (SchemaChange, StreamConflict, StreamNotFound,
-                                    extend_schema)
+from pep.streams.definition import SchemaChange, StreamConflict, StreamNotFound, extend_schema
 from pep.streams.policy_check import policies_naming
 
 log = logging.getLogger(__name__)
@@ -318,14 +317,14 @@ class StreamLifecycle:
         if self.deleted_dir is None:
             return None, None
         name = entry.definition.name
-        stamp = datetime.now(timezone.utc)
+        stamp = datetime.now(UTC)
         holding = self.deleted_dir / (f"{name}-{stamp.strftime('%Y%m%dT%H%M%SZ')}-"
                                       f"{secrets.token_hex(4)}")
         holding.mkdir(parents=True)
         kept_until = None
         if keep_data > 0:
             kept_until = datetime.fromtimestamp(stamp.timestamp() + keep_data,
-                                                timezone.utc).isoformat(timespec="seconds")
+                                                UTC).isoformat(timespec="seconds")
         note = {"stream": name, "owner": entry.definition.owner, "deleted_by": by,
                 "deleted_at": stamp.isoformat(timespec="seconds"),
                 "keep_until": kept_until or stamp.isoformat(timespec="seconds")}

@@ -22,8 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 from common.auth import Identity
-from pdp import (ManagedPolicy, PolicyInfo, RESOURCE_ID, Veto, confined_resource_ids,
-                 may_manage_policy)
+from pdp import (
+    RESOURCE_ID,
+    ManagedPolicy,
+    PolicyInfo,
+    Veto,
+    confined_resource_ids,
+    may_manage_policy,
+)
 from pep.core.plan import StreamDefinition
 from pep.streams.event_scope import foreign_event
 

@@ -16,8 +16,15 @@ from collections.abc import Callable
 from typing import Any
 
 from common.auth import Identity
-from pdp import (ManagedPolicy, PolicyEngine, PolicyLoadError, PolicySource, compile_policy,
-                 policy_combiner, policy_resource_scope)
+from pdp import (
+    ManagedPolicy,
+    PolicyEngine,
+    PolicyLoadError,
+    PolicySource,
+    compile_policy,
+    policy_combiner,
+    policy_resource_scope,
+)
 from pep.core.lint import LintDocument, LintStream, lint
 from pep.streams.catalog import StreamCatalog
 

@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from common.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
 from pep.core.errors import InputTooLarge, InvalidInput
-from pep.core.exact import (END_MICROS, MIN_MICROS, iso_from_micros, micros_from_seconds,
-                            round_half_even)
+from pep.core.exact import (
+    END_MICROS,
+    MIN_MICROS,
+    iso_from_micros,
+    micros_from_seconds,
+    round_half_even,
+)
 from pep.core.labels import LabelError
 from pep.core.plan import StreamSchema
 from pep.streams.definition import StreamError
@@ -111,8 +116,8 @@ def normalise_timestamp(value: Any) -> str:
         except ValueError:
             raise ValueError(f"{value!r} is not an ISO-8601 timestamp") from None
         try:
-            ts = (ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None
-                  else ts.astimezone(timezone.utc))
+            ts = (ts.replace(tzinfo=UTC) if ts.tzinfo is None
+                  else ts.astimezone(UTC))
         except OverflowError:  # 0001-01-01T00:00:00+01:00 is in year 0 in UTC
             raise ValueError(f"{value!r} is outside years 1 to 9999 in UTC") from None
     else:

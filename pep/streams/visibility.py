@@ -37,8 +37,17 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pdp import (ACTION as ACTION_CATEGORY, ACTION_ID, RESOURCE as RESOURCE_CATEGORY, RESOURCE_ID,
-                 STRING, Decision, RequestContext, bind_environment, bind_subject)
+from pdp import (
+    ACTION as ACTION_CATEGORY,
+    ACTION_ID,
+    RESOURCE as RESOURCE_CATEGORY,
+    RESOURCE_ID,
+    STRING,
+    Decision,
+    RequestContext,
+    bind_environment,
+    bind_subject,
+)
 from pep.streams.definition import LISTED
 
 DEFAULT_ACTIONS = ("read", "subscribe")
@@ -64,7 +73,7 @@ class StreamVisibility:
         self._lock = threading.Lock()
         self._actions_of: tuple[Any, dict[str, frozenset[str]], frozenset[str]] | None = None
 
-    def seer(self, identity: Any) -> "Seer":
+    def seer(self, identity: Any) -> Seer:
         """One caller's view: what it sees, deciding each stream as it is asked about (GET
         /streams asks about them all with one Seer)."""
         return Seer(self, identity)

@@ -58,8 +58,17 @@ sys.path.insert(0, str(ROOT))
 
 # the workload of bench_many_readers.py (its bands, ingest process and owed rows), its reader
 # processes (readers.py) and figures (harness.py: rows that never arrive count infinitely late)
-from tests.bench.bench_many_readers import (ADMIN, SCHEMA, S, band, bounds,
-                                            owed, phase_figures, request_for, token)
+from tests.bench.bench_many_readers import (
+    ADMIN,
+    SCHEMA,
+    S,
+    band,
+    bounds,
+    owed,
+    phase_figures,
+    request_for,
+    token,
+)
 from tests.bench.harness import last_reply, load_average, machine, secs
 from tests.bench.readers import ReadJob, reader_result, start_reader, write_start
 

@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +50,47 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.direct import (FILE_QUERY, USER, DirectSides, UserApp,
-                                gateway_settings, serve_user_app, started_user_app)
-from tests.bench.harness import (INF, SIDE_NAMES, Child, backlog_figures,
-                                 backlog_summary, backlog_trials, bench_parser, latency_line,
-                                 link_all, load_average, machine, pct, ratio, reply, rotations,
-                                 run_command, secs, spread)
+from tests.bench.direct import (
+    FILE_QUERY,
+    USER,
+    DirectSides,
+    UserApp,
+    gateway_settings,
+    serve_user_app,
+    started_user_app,
+)
+from tests.bench.harness import (
+    INF,
+    SIDE_NAMES,
+    Child,
+    backlog_figures,
+    backlog_summary,
+    backlog_trials,
+    bench_parser,
+    latency_line,
+    link_all,
+    load_average,
+    machine,
+    pct,
+    ratio,
+    reply,
+    rotations,
+    run_command,
+    secs,
+    spread,
+)
 from tests.bench.readers import reader_result, spawn_reader, submit, wait_ready
-from tests.bench.served import (ADMIN_TOKEN, NDJSON, Gateway, accounts,
-                                consumer_token, hdr, inline_policy, request_json, started_spark)
+from tests.bench.served import (
+    ADMIN_TOKEN,
+    NDJSON,
+    Gateway,
+    accounts,
+    consumer_token,
+    hdr,
+    inline_policy,
+    request_json,
+    started_spark,
+)
 
 NEA_POLICY = ROOT / "policies" / "weather" / "nea-weather-policy.xml"
 NEA_POLICY_ID = "urn:xsg:example:weather:nea-policy"
@@ -84,7 +116,7 @@ class RecordMaker:
 
     def __init__(self, seed: int) -> None:
         self.rnd = random.Random(seed)
-        self.t = datetime(2024, 5, 1, tzinfo=timezone.utc)
+        self.t = datetime(2024, 5, 1, tzinfo=UTC)
 
     def make(self, n: int) -> list[dict[str, Any]]:
         out = []
@@ -214,7 +246,7 @@ class BatchSplit(logging.Handler):
         if isinstance(record.msg, str) and record.msg.startswith("batch %s: table"):
             self.batches.append(tuple(record.args[1:4]))  # type: ignore[index,arg-type]
 
-    def __enter__(self) -> "BatchSplit":
+    def __enter__(self) -> BatchSplit:
         self.logger.addHandler(self)
         self.logger.setLevel(logging.DEBUG)
         return self

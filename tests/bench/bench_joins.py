@@ -28,17 +28,24 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pep.core.plan import (ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema)
+from pep.core.plan import (
+    ExecutionPlan,
+    Field,
+    JoinPlan,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+)
 from pep.runtime.joins.runtime import JoinRuntime
 from pep.runtime.session import create_spark_session
 
-T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
 STATIONS = StreamSchema((Field("t", "timestamp"), Field("station", "string"),
                          Field("rainrate", "double"), Field("humidity", "double")))
 SHIPS = StreamSchema((Field("ts", "timestamp"), Field("area", "string"), Field("mmsi", "long"),

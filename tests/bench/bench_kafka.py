@@ -49,15 +49,50 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.direct import (USER, DirectSides, Handler, QuerySettings, UserApp,
-                                from_dict, gateway_settings, serve_user_app, started_user_app)
-from tests.bench.harness import (SIDE_NAMES, Child, backlog_figures, backlog_summary,
-                                 backlog_trials, bench_parser, latency_line, load_average, machine,
-                                 pct, ratio, reply, rotations, run_child, run_command, secs,
-                                 sleep_until, spread, with_missing)
+from tests.bench.direct import (
+    USER,
+    DirectSides,
+    Handler,
+    QuerySettings,
+    UserApp,
+    from_dict,
+    gateway_settings,
+    serve_user_app,
+    started_user_app,
+)
+from tests.bench.harness import (
+    SIDE_NAMES,
+    Child,
+    backlog_figures,
+    backlog_summary,
+    backlog_trials,
+    bench_parser,
+    latency_line,
+    load_average,
+    machine,
+    pct,
+    ratio,
+    reply,
+    rotations,
+    run_child,
+    run_command,
+    secs,
+    sleep_until,
+    spread,
+    with_missing,
+)
 from tests.bench.readers import reader_result, start_reader, wait_ready
-from tests.bench.served import (ADMIN_TOKEN, NDJSON, Gateway, accounts,
-                                consumer_token, hdr, inline_policy, request_json, started_spark)
+from tests.bench.served import (
+    ADMIN_TOKEN,
+    NDJSON,
+    Gateway,
+    accounts,
+    consumer_token,
+    hdr,
+    inline_policy,
+    request_json,
+    started_spark,
+)
 
 FIELDS = [("ts", "timestamp"), ("station", "string"), ("v", "double"), ("sent", "double")]
 COLUMNS = ["ts", "station", "v", "sent"]
@@ -220,7 +255,7 @@ class Direct:
                 if lo <= sent < hi:
                     self.lat[k].append(now - sent)
 
-    def start(self) -> "Direct":
+    def start(self) -> Direct:
         """Started, and at the topic's end: records produced from now on are read."""
         from pep.runtime.sources.checkpoints import await_kafka_offsets
         writer = (self.frame.writeStream.foreachBatch(self._batch)
@@ -425,8 +460,8 @@ def main() -> None:
     trials = 1 if args.quick else args.trials
     seconds = 10.0 if args.quick else args.seconds
     print("machine:", machine())
-    from pep.runtime.session import kafka_connector_jars
     from pep.runtime.runtime import StreamRuntime
+    from pep.runtime.session import kafka_connector_jars
     from tests.kafka.broker import KafkaBroker
     if not kafka_connector_jars():
         sys.exit("no Kafka connector for this pyspark: run `make install`")

@@ -56,9 +56,22 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.harness import (bench_parser, load_average, machine, pct, reply,
-                                 rotations, rss_mib, run_child, run_command, secs, sleep_until,
-                                 spark_cpu_seconds, spread, with_missing)
+from tests.bench.harness import (
+    bench_parser,
+    load_average,
+    machine,
+    pct,
+    reply,
+    rotations,
+    rss_mib,
+    run_child,
+    run_command,
+    secs,
+    sleep_until,
+    spark_cpu_seconds,
+    spread,
+    with_missing,
+)
 from tests.bench.readers import ReadJob, reader_result, start_reader, write_start
 from tests.bench.served import Gateway
 
@@ -159,7 +172,7 @@ class BatchLog(logging.Handler):
         if record.msg.startswith("batch %s: table"):
             self.batches.append((record.created, *record.args[1:4]))
 
-    def __enter__(self) -> "BatchLog":
+    def __enter__(self) -> BatchLog:
         self.logger.addHandler(self)
         self.logger.setLevel(logging.DEBUG)
         return self

@@ -23,8 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pdp.results import AttributeAssignment, Obligation
-from pep.core.graph import WEATHER_SCHEMA
 from pep.core.errors import Refusal
+from pep.core.graph import WEATHER_SCHEMA
 from pep.core.merge import merge
 from pep.core.obligations import policy_graph
 from pep.core.userquery import query_from_json, user_graph
@@ -159,9 +159,9 @@ def _xml_escape(text: str) -> str:
 def bench_with_engine(cases, n_policies: int, n_requests: int) -> None:
     try:
         from common.auth import Identity
+        from pdp import bind_subject as bind_identity
         from pdp.engine import PolicyEngine, PolicySource
         from pdp.request import parse_request
-        from pdp import bind_subject as bind_identity
         from pep.core.access import decide_and_plan as prepare
         from pep.core.errors import Refusal as Refused
         from pep.http.errors import status_of

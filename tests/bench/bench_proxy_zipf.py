@@ -246,8 +246,8 @@ class Run:
 
 def in_process(stack: Stack, t: Template) -> tuple[float, float, object]:
     """(decision, prepare) seconds and the Grant (or None) for (b)'s subject."""
-    from pdp.request import parse_request
     from pdp import bind_subject as bind_identity
+    from pdp.request import parse_request
     from pep.core.access import decide_and_plan as prepare
     from pep.core.errors import Refusal as Refused
 

@@ -31,8 +31,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema)
+from pep.core.plan import (
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+)
 from pep.runtime.query.lifecycle import QueryLifecycle
 from pep.runtime.runtime import StreamRuntime
 from pep.runtime.session import create_spark_session

@@ -42,12 +42,35 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.direct import (FILE_QUERY, USER, DirectSides, UserApp,
-                                gateway_settings, serve_user_app, started_user_app)
-from tests.bench.harness import (INF, SIDE_NAMES, Child, backlog_figures,
-                                 backlog_summary, backlog_trials, bench_parser, latency_line,
-                                 link_all, load_average, machine, ratio, reply, rotations,
-                                 run_command, secs, sleep_until, spread)
+from tests.bench.direct import (
+    FILE_QUERY,
+    USER,
+    DirectSides,
+    UserApp,
+    gateway_settings,
+    serve_user_app,
+    started_user_app,
+)
+from tests.bench.harness import (
+    INF,
+    SIDE_NAMES,
+    Child,
+    backlog_figures,
+    backlog_summary,
+    backlog_trials,
+    bench_parser,
+    latency_line,
+    link_all,
+    load_average,
+    machine,
+    ratio,
+    reply,
+    rotations,
+    run_command,
+    secs,
+    sleep_until,
+    spread,
+)
 from tests.bench.served import started_spark
 
 SPARK_SCHEMA = "seq long, sent double, temp double, station string, _xsg_seq long"

@@ -30,8 +30,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema)
+from pep.core.plan import (
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+)
 from pep.core.schemas import WEATHER_SCHEMA
 from pep.runtime.runtime import StreamRuntime
 from pep.runtime.session import create_spark_session

@@ -35,9 +35,9 @@ class Gateway:
         from common.auth import write_auth_file
         from pep.config import GatewayConfig
         from pep.http.app import create_app
-        from server.serving import tune_gc
         from pep.serve import gateway_server
         from pep.services import build_services
+        from server.serving import tune_gc
 
         data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = data_dir

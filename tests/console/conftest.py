@@ -74,8 +74,8 @@ def start_gateway(data_dir: Path, buffer_rows: int = 10_000, wrap=None, runtime=
     `runtime` replaces the RecordingRuntime."""
     from pep.config import GatewayConfig
     from pep.http.app import create_app
-    from server.serving import HttpServer
     from pep.services import build_services
+    from server.serving import HttpServer
 
     data_dir.mkdir(parents=True, exist_ok=True)
     auth_file = data_dir / "auth.json"

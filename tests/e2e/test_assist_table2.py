@@ -34,7 +34,7 @@ import hmac
 import json
 import math
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
 from xml.sax.saxutils import escape
@@ -131,7 +131,7 @@ def edge_gap(lat: float, lon: float, flat: list[float]) -> float:
 # -- the data ---------------------------------------------------------------------------------
 
 def iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def epoch(text: str) -> float:

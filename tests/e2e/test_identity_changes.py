@@ -58,7 +58,7 @@ class MedicReader:
     status: int | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
-    def start(self) -> "MedicReader":
+    def start(self) -> MedicReader:
         threading.Thread(target=self._run, daemon=True).start()
         return self
 

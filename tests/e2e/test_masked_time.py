@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -38,7 +38,7 @@ RULE = {"Content-Type": "application/vnd.xsg.rule+json"}
 JSON = {"Content-Type": "application/xacml+json"}
 ND = {"Content-Type": "application/x-ndjson"}
 CLOCK, MARKS, FILES = "mt_clock", "mt_marks", "mt_files"
-T0 = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
 ISO = "%Y-%m-%dT%H:%M:%S.%fZ"
 ORDERED = ["v:firstval", "v:lastval", "v:count", "v:sum"]
 # the attacker's subjects (one query per stream and subject: one subject per handle here)

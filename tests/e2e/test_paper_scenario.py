@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
@@ -26,7 +26,7 @@ XML = {"Content-Type": "application/xacml+xml"}
 
 def make_records(n: int, seed: int = 7) -> list[dict]:
     rnd = random.Random(seed)
-    t0 = datetime(2024, 5, 1, 8, 0, tzinfo=timezone.utc)
+    t0 = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
     return [{"samplingtime": (t0 + timedelta(minutes=i)).strftime("%Y-%m-%dT%H:%M:%SZ"),
              "temperature": round(rnd.uniform(24, 33), 2), "humidity": round(rnd.uniform(50, 95), 1),
              "solarradiation": round(rnd.uniform(0, 900), 1),

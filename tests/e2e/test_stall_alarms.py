@@ -48,8 +48,8 @@ REQUEST = f"""<Request xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
 
 @pytest.fixture(scope="module")
 def quick_stalls(spark, tmp_path_factory):
-    from server.serving import HttpServer
     from pep.runtime.runtime import RuntimeSettings, StreamRuntime
+    from server.serving import HttpServer
 
     data_dir = tmp_path_factory.mktemp("stall-gateway")
     runtime = StreamRuntime(spark, data_dir / "runtime", settings=RuntimeSettings(

@@ -93,7 +93,7 @@ class KafkaBroker:
                 f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
                 "-cp", f"{self.jars}/*", main, *args]
 
-    def start(self, timeout: float = 90.0) -> "KafkaBroker":
+    def start(self, timeout: float = 90.0) -> KafkaBroker:
         """Format a fresh log directory and start the broker; returns once it answers metadata
         requests (or BrokerUnavailable after `timeout` seconds, with the log's tail)."""
         self.jars = self.jars or broker_jars()

@@ -7,8 +7,14 @@ from pathlib import Path
 import pytest
 
 from common.oidc import OidcSettings
-from pep.config import (SERVE_DEFAULTS, ConfigError, GatewayConfig, load_settings,
-                        read_config_file, settings)
+from pep.config import (
+    SERVE_DEFAULTS,
+    ConfigError,
+    GatewayConfig,
+    load_settings,
+    read_config_file,
+    settings,
+)
 from pep.config.validation import KINDS as _KINDS
 
 REPO = Path(__file__).resolve().parents[2]

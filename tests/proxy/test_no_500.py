@@ -9,8 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from werkzeug.test import Client
 
 pytest.importorskip("schemathesis")
@@ -18,9 +17,16 @@ pytest.importorskip("schemathesis")
 import schemathesis
 
 from common.invalidation import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from tests.pep.http.no500 import (BODIES, error_body_problem,  # noqa: F401 - no500_gateway is a fixture
-                                  hypothesis_as_found, no500_gateway, report, run_schema, seed,
-                                  send)
+from tests.pep.http.no500 import (  # noqa: F401 - no500_gateway is a fixture
+    BODIES,
+    error_body_problem,
+    hypothesis_as_found,
+    no500_gateway,
+    report,
+    run_schema,
+    seed,
+    send,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -35,8 +41,8 @@ def gateway(no500_gateway):
 
 @pytest.fixture(scope="module")
 def proxied(gateway):
-    from server.serving import HttpServer
     from proxy.app import ProxyConfig, create_app, runtime_of
+    from server.serving import HttpServer
 
     # the gateway behind the proxy on its own server, as in production
     server = HttpServer(gateway.app, host="127.0.0.1", port=0, name="no500-gateway")

@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from xsg_client.events import Event, Row
 
@@ -37,15 +37,15 @@ class _Finished:
 class Tail:
     """Reads `stream` on a daemon thread (started by `start()` or `with`); `poll` takes events."""
 
-    def __init__(self, stream: "HandleStream", max_queued: int = MAX_QUEUED) -> None:
+    def __init__(self, stream: HandleStream, max_queued: int = MAX_QUEUED) -> None:
         self.stream = stream
-        self._queue: queue.Queue[Union[list[Event], _Finished]] = queue.Queue(max_queued)
+        self._queue: queue.Queue[list[Event] | _Finished] = queue.Queue(max_queued)
         self._thread = threading.Thread(target=self._run, name="xsg-client-tail", daemon=True)
         self._closing = threading.Event()
         self._left: list[Event] = []  # of a group a poll took only part of
         self.finished = False  # the stream's last event was taken
 
-    def __enter__(self) -> "Tail":
+    def __enter__(self) -> Tail:
         self.start()
         return self
 
@@ -55,7 +55,7 @@ class Tail:
     def start(self) -> None:
         self._thread.start()
 
-    def _put(self, item: Union[list[Event], _Finished]) -> bool:
+    def _put(self, item: list[Event] | _Finished) -> bool:
         while not self._closing.is_set():
             try:
                 self._queue.put(item, timeout=0.5)

@@ -10,8 +10,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from pep.core.conditions.syntax import (ConditionError, MAX_INTEGER_DIGITS, PLACEHOLDER_CATEGORIES,
-                                        PLACEHOLDER_RE, Placeholder)
+from pep.core.conditions.syntax import (
+    MAX_INTEGER_DIGITS,
+    PLACEHOLDER_CATEGORIES,
+    PLACEHOLDER_RE,
+    ConditionError,
+    Placeholder,
+)
 
 _OP_SPELLINGS = {"<": "<", ">": ">", "<=": "<=", ">=": ">=", "=": "=", "==": "=", "!=": "!=",
                  "<>": "!=", "≤": "<=", "≥": ">=", "≠": "!="}

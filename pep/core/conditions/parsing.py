@@ -28,11 +28,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pep.core import geo
-from pep.core.conditions.syntax import (And, Box, Comparison, ConditionError, Const, Expr,
-                                        FLIPPED_OP, MAX_CONDITION_LENGTH, MAX_NESTING_DEPTH,
-                                        MAX_SET_SIZE, Membership, Not, Or, Placeholder, Spatial,
-                                        Value, format_literal)
 from pep.core.conditions.lexing import SPATIAL_FUNCTIONS, Token, tokenize
+from pep.core.conditions.syntax import (
+    FLIPPED_OP,
+    MAX_CONDITION_LENGTH,
+    MAX_NESTING_DEPTH,
+    MAX_SET_SIZE,
+    And,
+    Box,
+    Comparison,
+    ConditionError,
+    Const,
+    Expr,
+    Membership,
+    Not,
+    Or,
+    Placeholder,
+    Spatial,
+    Value,
+    format_literal,
+)
+
 
 class _Parser:
     def __init__(self, text: str, tokens: list[Token]) -> None:

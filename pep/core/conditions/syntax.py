@@ -10,8 +10,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Union
 
-from pdp import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION as ACTION_CATEGORY,
-                 ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE as RESOURCE_CATEGORY)
+from pdp import (
+    ACCESS_SUBJECT as SUBJECT_CATEGORY,
+    ACTION as ACTION_CATEGORY,
+    ENVIRONMENT as ENVIRONMENT_CATEGORY,
+    RESOURCE as RESOURCE_CATEGORY,
+)
 from pep.core.labels import Label
 from pep.core.plan import Scalar, SpatialPredicate
 
@@ -90,17 +94,17 @@ class Comparison:
 
 @dataclass(frozen=True)
 class And:
-    items: tuple["Expr", ...]
+    items: tuple[Expr, ...]
 
 
 @dataclass(frozen=True)
 class Or:
-    items: tuple["Expr", ...]
+    items: tuple[Expr, ...]
 
 
 @dataclass(frozen=True)
 class Not:
-    item: "Expr"
+    item: Expr
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,7 @@ class Membership:
     """`attribute [NOT] IN <set>` before binding: the set is literals or one bag placeholder."""
 
     attribute: str
-    values: tuple["Value", ...] | Placeholder
+    values: tuple[Value, ...] | Placeholder
     negated: bool = False
     position: int = 0
 
@@ -124,7 +128,7 @@ class Box:
 
     latitude: str
     longitude: str
-    bounds: tuple["Value", "Value", "Value", "Value"]
+    bounds: tuple[Value, Value, Value, Value]
     position: int = 0
 
 
@@ -142,10 +146,10 @@ class Spatial:
     latitude: str
     longitude: str
     op: str
-    radius: "Value"
-    points: tuple["Value", ...] | Placeholder
+    radius: Value
+    points: tuple[Value, ...] | Placeholder
     key: str | None = None
-    key_value: "Value | Label | None" = None
+    key_value: Value | Label | None = None
     position: int = 0
 
     def __str__(self) -> str:

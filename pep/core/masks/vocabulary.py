@@ -14,7 +14,6 @@ from pep.core.errors import NotPermitted
 from pep.core.exact import INT64_MAX, INT64_MIN, is_integral
 from pep.core.plan import FieldType, StreamSchema
 
-
 KINDS = ("hash", "round", "grid", "truncate", "bands", "prefix", "suffix", "null")
 STEP_KINDS = ("round", "grid")  # a number rounded down to a multiple of the step
 # masks whose values leave no order of the raw values (a keyed hash, text cut short) or none at

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal, TypedDict, Union
 
 from pep.core.errors import InvalidInput
@@ -297,8 +297,8 @@ def parse_instant(value: JsonValue, path: str) -> str:
             raise RuleError(path, f"{value!r} is not a date and time such as "
                                   "2026-11-23T08:00:00Z") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    moment = moment.astimezone(timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
+    moment = moment.astimezone(UTC)
     if moment.microsecond:
         raise RuleError(path, "give whole seconds")
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

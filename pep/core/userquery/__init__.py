@@ -80,12 +80,17 @@ graph). Callers import the names below from `pep.core.userquery`.
 """
 from __future__ import annotations
 
-from pep.core.userquery.model import (MAX_QUERY_BYTES, MAX_QUERY_DEPTH, JoinQuery, UserQuery,
-                                      UserQueryError)
-from pep.core.userquery.xml_form import parse_xml_query, query_from_element
 from pep.core.userquery.json_form import parse_json_query, query_from_json
+from pep.core.userquery.model import (
+                                      MAX_QUERY_BYTES,
+                                      MAX_QUERY_DEPTH,
+                                      JoinQuery,
+                                      UserQuery,
+                                      UserQueryError,
+)
 from pep.core.userquery.reading import parse_user_query, query_from_content
 from pep.core.userquery.to_graph import user_graph
+from pep.core.userquery.xml_form import parse_xml_query, query_from_element
 
 __all__ = ["MAX_QUERY_BYTES", "MAX_QUERY_DEPTH", "JoinQuery", "UserQuery", "UserQueryError",
            "parse_xml_query", "query_from_element", "parse_json_query", "query_from_json",

@@ -8,10 +8,17 @@ from dataclasses import replace
 from pep.core.jsontypes import JsonValue
 from pep.core.obligations import parse_window_kind, parse_window_number
 from pep.core.privacy import parse_delta, parse_epsilon
-from pep.core.userquery.model import (JoinQuery, MAX_QUERY_BYTES, MAX_QUERY_DEPTH, PRIVACY_KEYS,
-                                      UserQuery, UserQueryError, WindowPrivacy, privacy_ask,
-                                      within_seconds)
-
+from pep.core.userquery.model import (
+    MAX_QUERY_BYTES,
+    MAX_QUERY_DEPTH,
+    PRIVACY_KEYS,
+    JoinQuery,
+    UserQuery,
+    UserQueryError,
+    WindowPrivacy,
+    privacy_ask,
+    within_seconds,
+)
 
 _JSON_KEYS = {"stream", "filter", "map", "mask", "window", "join"}
 _JSON_JOIN_KEYS = {"stream", "on", "within", "filter", "map", "mask", "window"}

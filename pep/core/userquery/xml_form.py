@@ -10,8 +10,16 @@ from lxml import etree
 
 from pep.core.obligations import parse_window_kind, parse_window_number
 from pep.core.privacy import parse_delta, parse_epsilon
-from pep.core.userquery.model import (JoinQuery, MAX_QUERY_BYTES, MAX_QUERY_DEPTH, UserQuery,
-                                      UserQueryError, WindowPrivacy, privacy_ask, within_seconds)
+from pep.core.userquery.model import (
+    MAX_QUERY_BYTES,
+    MAX_QUERY_DEPTH,
+    JoinQuery,
+    UserQuery,
+    UserQueryError,
+    WindowPrivacy,
+    privacy_ask,
+    within_seconds,
+)
 
 
 class _XmlWindow(WindowPrivacy, total=False):

@@ -10,14 +10,13 @@ least upper bound of the two.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 
 from pep.core.conditions import COMPARATORS
 from pep.core.join import JOINED_LABEL, label_lattice
@@ -32,7 +31,6 @@ from pep.runtime.plans.spatial import edges, haversine, inside_polygon, valid_po
 from pep.runtime.privacy.labels import dominated_by, label_code, label_text, lub_code, lub_of
 from pep.runtime.privacy.masks import hashed_text, hmac_material, mask_literal, masked_column
 from pep.runtime.sources.frames import DELETE_COMMITTED, build_source
-
 
 TIME = "_t"  # a side's time column (a timestamp), internal
 

@@ -36,8 +36,9 @@ Kafka stream's rows again), `QueryLifecycle` (the query: start, stop, the batche
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pyspark.sql import SparkSession
 

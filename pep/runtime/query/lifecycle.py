@@ -14,8 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pep.core.plan import StreamDefinition
@@ -28,8 +27,13 @@ from pep.runtime.query.route_worker import RoutingFailed
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.runner import MicroBatchRunner
 from pep.runtime.query.settings import QuerySettings, StreamLayout
-from pep.runtime.query.start_position import (archive_present, files_per_trigger, skip_to_end,
-                                              source_files, source_path)
+from pep.runtime.query.start_position import (
+    archive_present,
+    files_per_trigger,
+    skip_to_end,
+    source_files,
+    source_path,
+)
 from pep.runtime.sources.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
 from pep.runtime.sources.frames import build_source
 

@@ -9,18 +9,33 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, Window, functions as F
 
-from pep.runtime.base.columns import (FILE_COLUMN, KEYS_COLUMN, LNGS_COLUMN, NUMS_COLUMN, PLAN,
-                                      PLANS_COLUMN, POS_COLUMN, SEQ_COLUMN, STRS_COLUMN,
-                                      TIME_COLUMN)
+from pep.runtime.base.columns import (
+    FILE_COLUMN,
+    KEYS_COLUMN,
+    LNGS_COLUMN,
+    NUMS_COLUMN,
+    PLAN,
+    PLANS_COLUMN,
+    POS_COLUMN,
+    SEQ_COLUMN,
+    STRS_COLUMN,
+    TIME_COLUMN,
+)
 from pep.runtime.plans.batch_shape import Shape, slot_names
 from pep.runtime.plans.clamp import clamped
 from pep.runtime.plans.plan_expressions import json_value, matched_plan_structs, shared_expressions
 from pep.runtime.plans.plan_schema import TIME, TIME_LONG, TIME_TIMESTAMP, TUPLE, PlanField
-from pep.runtime.privacy.masks import (hashed_text, is_hash, let, masked_column, masked_double,
-                                       masked_long, masked_text)
+from pep.runtime.privacy.masks import (
+    hashed_text,
+    is_hash,
+    let,
+    masked_column,
+    masked_double,
+    masked_long,
+    masked_text,
+)
 from pep.runtime.query.batch_columns import base_columns, masked_order, order_columns, plan_order
 from pep.runtime.query.settings import MAX_LONG, TIME_LIMIT, StreamLayout
 from pep.runtime.windows.pane_partials import KEY_SEP, PARTS, TIME_PARTS, Part

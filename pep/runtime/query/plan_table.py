@@ -16,8 +16,13 @@ from pep.runtime.plans.batch_shape import Shape
 from pep.runtime.plans.clamp import bound_arrays, is_private
 from pep.runtime.plans.compile import FAMILIES, MASKED_KIND, CompiledPlan, row_attributes
 from pep.runtime.plans.plan_expressions import value_arrays
-from pep.runtime.plans.plan_schema import (FAMILY_FIELDS, PLAIN, PLAN_TABLE_ARROW, TIME_KINDS,
-                                           PlanField)
+from pep.runtime.plans.plan_schema import (
+    FAMILY_FIELDS,
+    PLAIN,
+    PLAN_TABLE_ARROW,
+    TIME_KINDS,
+    PlanField,
+)
 from pep.runtime.plans.spatial import AnchorTracker, predicate_struct
 from pep.runtime.privacy.masks import mask_struct
 from pep.runtime.query.registry import PlanState

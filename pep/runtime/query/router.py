@@ -25,8 +25,15 @@ from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.registry import AttachedHandle, PlanRegistry, PlanState, UnionState
 from pep.runtime.query.settings import StreamLayout
 from pep.runtime.query.union import member_masks, merged_rows, tag_rows
-from pep.runtime.windows.pane_partials import (KEY_SEP, NO_SEQ, PARTS, PaneLayout, empty_partials,
-                                               partials_from_arrow, partials_from_values)
+from pep.runtime.windows.pane_partials import (
+    KEY_SEP,
+    NO_SEQ,
+    PARTS,
+    PaneLayout,
+    empty_partials,
+    partials_from_arrow,
+    partials_from_values,
+)
 
 
 class ResultRouter:

@@ -60,7 +60,7 @@ class StreamCheckpoint:
     temporary: bool
 
     @classmethod
-    def for_stream(cls, work_dir: Path, definition: StreamDefinition) -> "StreamCheckpoint":
+    def for_stream(cls, work_dir: Path, definition: StreamDefinition) -> StreamCheckpoint:
         base = Path(work_dir) / "checkpoints" / definition.name
         if definition.source.kind not in RESUMABLE_KINDS:
             return cls(base / f"tmp-{uuid.uuid4().hex}", definition, True)

@@ -10,7 +10,7 @@ columns. A batch's partials are merged into the stored ones here (`collapse`);
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -28,7 +28,7 @@ KEY_SEP = "\x01"  # joins the JSON texts of a key's values (JSON text never hold
 
 def iso_utc(seconds: float) -> str:
     """ISO-8601 UTC text with microseconds and a Z suffix: the form the gateway's ingest writes."""
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime(ISO_FORMAT)
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime(ISO_FORMAT)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ class PaneLayout:
     parts: tuple[frozenset[str], ...]  # per aggregated attribute: the partials it needs
 
     @classmethod
-    def of(cls, window: CompiledWindow, single: bool = False) -> "PaneLayout":
+    def of(cls, window: CompiledWindow, single: bool = False) -> PaneLayout:
         """`single`: every pane is one tuple (tuple windows whose tuples reach the driver)."""
         width = window.pane
         if window.kind == "tuple" and (window.keys or single):

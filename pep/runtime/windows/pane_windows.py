@@ -54,10 +54,22 @@ import pyarrow.compute as pc
 from pep.core.labels import CATEGORY_MASK, LEVEL_SHIFT, Lattice
 from pep.runtime.base.encode import json_array
 from pep.runtime.plans.compile import HIDDEN, CompiledWindow
-from pep.runtime.windows.pane_partials import (INT_MAX, INT_MIN, KEY_SEP, NO_SEQ, Columns,
-                                               PaneLayout, Part, collapse, concat_partials,
-                                               empty_partials, fill_value, key_codes, pane_count,
-                                               take_rows)
+from pep.runtime.windows.pane_partials import (
+    INT_MAX,
+    INT_MIN,
+    KEY_SEP,
+    NO_SEQ,
+    Columns,
+    PaneLayout,
+    Part,
+    collapse,
+    concat_partials,
+    empty_partials,
+    fill_value,
+    key_codes,
+    pane_count,
+    take_rows,
+)
 
 _SUM_LIMIT = 2.0 ** 62  # long sums this large are redone with Python integers
 

@@ -4,16 +4,23 @@ itself never runs this: Spark computes the partials (`query/panes_job.py`)."""
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
 from pep.runtime.plans.compile import CompiledWindow
-from pep.runtime.windows.pane_partials import (NO_SEQ, PARTS, Columns, PaneLayout, Part,
-                                               empty_partials, fill_value)
+from pep.runtime.windows.pane_partials import (
+    NO_SEQ,
+    PARTS,
+    Columns,
+    PaneLayout,
+    Part,
+    empty_partials,
+    fill_value,
+)
 from pep.runtime.windows.pane_windows import PaneWindows
-
 
 # ---------------------------------------------------------------------------------------------
 # A pure-Python reference of Spark's share: partials from plain rows (tests, and the
@@ -28,8 +35,8 @@ def _family_value(value: Any, ftype: str) -> Any:
     if ftype == "timestamp" and isinstance(value, str):
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
         if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        delta = dt - datetime(1970, 1, 1, tzinfo=timezone.utc)
+            dt = dt.replace(tzinfo=UTC)
+        delta = dt - datetime(1970, 1, 1, tzinfo=UTC)
         return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
     return value
 

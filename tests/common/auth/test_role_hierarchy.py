@@ -15,9 +15,9 @@ from common.roles import RoleHierarchy, RoleHierarchyError
 from pep.config import GatewayConfig
 from pep.http.app import create_app
 from pep.services import build_services
-from tests.pdp.api.conftest import JSON, XML, simple_policy
 from tests.common.auth.test_identity_changes import Heard, entry, replace_file
 from tests.common.auth.test_oidc import jwt_bearer, settings
+from tests.pdp.api.conftest import JSON, XML, simple_policy
 
 # the interop Todo scenario's roles: admin and evil_genius are editors, editors are viewers
 TODO = {"admin": ["editor"], "evil_genius": ["editor"], "editor": ["viewer"]}

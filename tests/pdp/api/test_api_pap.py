@@ -5,7 +5,7 @@ from urllib.parse import quote
 
 from common.auth import Identity
 from pdp import may_manage_policy
-from tests.pdp.api.conftest import (WEATHER_ID, WEATHER_POLICY, XML, bearer, simple_policy)
+from tests.pdp.api.conftest import WEATHER_ID, WEATHER_POLICY, XML, bearer, simple_policy
 
 
 def post_policy(gateway, body: bytes, who: str = "nea", content_type: str = XML):

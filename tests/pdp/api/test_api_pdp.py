@@ -5,8 +5,7 @@ import json
 
 from lxml import etree
 
-from tests.pdp.api.conftest import (JSON, LTA_REQUEST_JSON, LTA_REQUEST_XML, XML, bearer,
-                                    xml_request)
+from tests.pdp.api.conftest import JSON, LTA_REQUEST_JSON, LTA_REQUEST_XML, XML, bearer, xml_request
 
 NS = {"x": "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"}
 SYNTAX_ERROR = "urn:oasis:names:tc:xacml:1.0:status:syntax-error"

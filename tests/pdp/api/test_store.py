@@ -16,8 +16,13 @@ from pathlib import Path
 import pytest
 
 from common.db import open_storage
-from pdp.store import (PolicyExistsError, PolicyNotFoundError, SQLitePolicyStore, SQLPolicyStore,
-                       StoreError)
+from pdp.store import (
+    PolicyExistsError,
+    PolicyNotFoundError,
+    SQLitePolicyStore,
+    SQLPolicyStore,
+    StoreError,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 

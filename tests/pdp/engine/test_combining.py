@@ -5,8 +5,7 @@ import pytest
 
 from pdp import combining as c
 from pdp.errors import Indeterminate
-from pdp.evaluation import (DENY, IND_D, IND_DP, IND_P, NOT_APPLICABLE, PERMIT, EvalContext,
-                            Outcome)
+from pdp.evaluation import DENY, IND_D, IND_DP, IND_P, NOT_APPLICABLE, PERMIT, EvalContext, Outcome
 from pdp.results import Obligation, Status
 
 P, D, NA = PERMIT, DENY, NOT_APPLICABLE

@@ -11,7 +11,7 @@ from pdp.request import parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_MISSING_ATTRIBUTE, Decision, PolicyIdentifier
 
-from ._gen import I, NS, RES, RID, S, SID, SUBJ, match, request_xml, simple_policy
+from ._gen import NS, RES, RID, SID, SUBJ, I, S, match, request_xml, simple_policy
 
 XML = "application/xacml+xml"
 RULE = "urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:"
@@ -193,13 +193,13 @@ def test_failing_obligation_makes_the_decision_indeterminate():
 
 
 def test_current_time_is_supplied_when_absent():
-    cond = (f'<Condition><Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:date-greater-than">'
-            f'<Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:date-one-and-only">'
-            f'<AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:'
-            f'environment" AttributeId="urn:oasis:names:tc:xacml:1.0:environment:current-date" '
-            f'DataType="http://www.w3.org/2001/XMLSchema#date" MustBePresent="true"/></Apply>'
-            f'<AttributeValue DataType="http://www.w3.org/2001/XMLSchema#date">2020-01-01'
-            f'</AttributeValue></Apply></Condition>')
+    cond = ('<Condition><Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:date-greater-than">'
+            '<Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:date-one-and-only">'
+            '<AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:'
+            'environment" AttributeId="urn:oasis:names:tc:xacml:1.0:environment:current-date" '
+            'DataType="http://www.w3.org/2001/XMLSchema#date" MustBePresent="true"/></Apply>'
+            '<AttributeValue DataType="http://www.w3.org/2001/XMLSchema#date">2020-01-01'
+            '</AttributeValue></Apply></Condition>')
     assert decide([policy("p", rule("r", "Permit", cond))]).decision is Decision.PERMIT
 
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import pdp.engine
 import pdp.index
@@ -26,7 +25,7 @@ from pdp.errors import PolicyLoadError
 from pdp.index import RootIndex, build_index
 from pdp.request import parse_request
 
-from ._gen import ACT, AID, F, I, LEVEL, NS, RES, RID, S, SID, SUBJ, match, request_xml
+from ._gen import ACT, AID, LEVEL, NS, RES, RID, SID, SUBJ, F, I, S, match, request_xml
 
 XML = "application/xacml+xml"
 RULE = "urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:"

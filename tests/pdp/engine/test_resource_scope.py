@@ -15,7 +15,7 @@ from pdp.evaluation import NOT_APPLICABLE, EvalContext
 from pdp.policy_scope import confined_resource_ids
 from pdp.request import parse_request
 
-from ._gen import ACT, AID, NS, RES, RID, S, SUBJ, match, request_xml
+from ._gen import ACT, AID, NS, RES, RID, SUBJ, S, match, request_xml
 from .test_incremental import REQUESTS, document
 
 RULE = "urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:"

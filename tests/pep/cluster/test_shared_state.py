@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pdp import PolicyEvents, PolicyService
 from common.db import StoreUnavailable, open_storage
 from common.migrations import migrate
+from pdp import PolicyEvents, PolicyService
 from pdp.store import SQLPolicyStore
 from pep.cluster.announce import Announcements
 from pep.cluster.placement import LET_GO_AT, Elsewhere, Placement, SplitStreams

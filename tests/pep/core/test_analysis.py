@@ -4,11 +4,10 @@ import itertools
 
 import pytest
 import sympy
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from sympy.logic.boolalg import to_dnf
 
-from pep.core.analysis import (ConditionTooComplex, MergeWarning, Checker, analyse_filter, to_nnf)
+from pep.core.analysis import Checker, ConditionTooComplex, MergeWarning, analyse_filter, to_nnf
 from pep.core.conditions import And, Comparison, Not, Or, evaluate, parse_condition
 from pep.core.plan import Field, Predicate, StreamSchema
 

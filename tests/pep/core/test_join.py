@@ -12,22 +12,34 @@ import json
 
 import pytest
 from flask import Flask
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from common.auth import Identity
 from pdp.engine import PolicyEngine
 from pep.core.access import decide_and_plan
 from pep.core.analysis import MergeWarning
-from pep.core.errors import (AccessDenied, InvalidInput, NoResult, NotPermitted, Refusal,
-                             Unprocessable)
+from pep.core.errors import (
+    AccessDenied,
+    InvalidInput,
+    NoResult,
+    NotPermitted,
+    Refusal,
+    Unprocessable,
+)
 from pep.core.explain import plan_to_json
-from pep.core.join import JoinSide, analyse_join, build_join
-from pep.core.merge import merge
+from pep.core.join import JoinSide, analyse_join
 from pep.core.outputs import join_output, side_outputs
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, StreamSchema,
-                           WindowSpec, any_plan_from_json, is_join_json, plan_streams,
-                           side_plans)
+from pep.core.plan import (
+    ExecutionPlan,
+    Field,
+    JoinPlan,
+    Predicate,
+    StreamSchema,
+    any_plan_from_json,
+    is_join_json,
+    plan_streams,
+    side_plans,
+)
 from pep.core.userquery import JoinQuery, parse_user_query
 from pep.http import errors
 

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from pep.core.graph import AIS_SCHEMA, WEATHER_SCHEMA, Filter, Map, WindowAggregate
 from pep.core.errors import InvalidInput, NotPermitted
+from pep.core.graph import AIS_SCHEMA, WEATHER_SCHEMA, Filter, Map, WindowAggregate
 from pep.core.merge import QueryInvalid, QueryRefused, merge
 from pep.core.obligations import policy_graph
 from pep.core.plan import Aggregate, ExecutionPlan, Predicate, WindowSpec

@@ -10,15 +10,23 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from common.auth import Identity
 from pdp.engine import PolicyEngine, PolicySource
 from pep.core.access import decide_and_plan
 from pep.core.errors import AccessDenied, InvalidInput, NoResult, NotPermitted
-from pep.core.labels import (LABEL_MASKS, LABEL_NEGATED, Label, LabelError, Lattice, glb,
-                             holds, lub, satisfiable)
+from pep.core.labels import (
+    LABEL_MASKS,
+    LABEL_NEGATED,
+    Label,
+    LabelError,
+    Lattice,
+    glb,
+    holds,
+    lub,
+    satisfiable,
+)
 from pep.core.plan import Field, Predicate, StreamSchema, plan_from_json
 from pep.streams.definition import parse_schema
 

@@ -10,19 +10,25 @@ import random
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from common.auth import Identity
 from pep.core import geo
 from pep.core.access import caller_resolver
 from pep.core.analysis import analyse_filter
-from pep.core.conditions import (ConditionError, Not, Spatial, evaluate, parse, parse_condition,
-                                 spatial_parts, to_text)
+from pep.core.conditions import (
+    ConditionError,
+    Not,
+    Spatial,
+    evaluate,
+    parse_condition,
+    spatial_parts,
+    to_text,
+)
 from pep.core.explain import filter_sql, plan_to_json, render_sql
 from pep.core.graph import AIS_SCHEMA, pipeline_graph
 from pep.core.merge import QueryRefused, merge
-from pep.core.plan import ExecutionPlan, SpatialPredicate, plan_from_json
+from pep.core.plan import ExecutionPlan, plan_from_json
 from pep.core.userquery import UserQueryError, parse_json_query, parse_xml_query, user_graph
 
 PORT = (1.264, 103.84)

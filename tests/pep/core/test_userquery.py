@@ -6,8 +6,14 @@ from lxml import etree
 
 from pep.core.graph import AIS_SCHEMA, WEATHER_SCHEMA
 from pep.core.plan import Aggregate
-from pep.core.userquery import (UserQueryError, parse_json_query, parse_user_query, parse_xml_query,
-                           query_from_content, user_graph)
+from pep.core.userquery import (
+    UserQueryError,
+    parse_json_query,
+    parse_user_query,
+    parse_xml_query,
+    query_from_content,
+    user_graph,
+)
 
 from .helpers import FIGURE_4A, FIGURE_4A_AS_PRINTED
 
@@ -125,8 +131,11 @@ def test_content_from_a_request_element_in_any_namespace():
     assert query_from_content('{"map": ["rainrate"]}').map == ("rainrate",)
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    given,
+    settings,
+    strategies as st,
+)
 
 
 @settings(max_examples=200, deadline=None)

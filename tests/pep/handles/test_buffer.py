@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -187,7 +187,7 @@ def test_concurrent_writers_and_reader_see_every_row_once():
 
 
 def test_row_json_handles_spark_values():
-    text = row_json({"t": datetime(2024, 5, 1, 10, 0, tzinfo=timezone.utc),
+    text = row_json({"t": datetime(2024, 5, 1, 10, 0, tzinfo=UTC),
                      "naive": datetime(2024, 5, 1, 10, 0), "avg": float("nan"), "x": 1.5})
     assert json.loads(text) == {"t": "2024-05-01T10:00:00Z", "naive": "2024-05-01T10:00:00Z",
                                 "avg": None, "x": 1.5}

@@ -3,13 +3,12 @@ import threading
 
 import pytest
 
+from pep.core.errors import Conflict
 from pep.core.graph import QueryGraph, Source, WindowAggregate
 from pep.core.merge import merge
 from pep.core.obligations import policy_graph
 from pep.core.plan import Aggregate, Field, StreamSchema, WindowSpec
-from pep.core.errors import Conflict
 from pep.handles.one_window import WindowConflict, WindowRegistry
-
 from tests.pep.core.helpers import ob
 
 S = StreamSchema((Field("a", "double"),))

@@ -24,15 +24,22 @@ from urllib.parse import quote
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis.generation.modes import GenerationMode
 from werkzeug.test import Client
 
 from common.auth import write_auth_file
-from tests.fuzz.support import (LTA_REQUEST_JSON, LTA_REQUEST_XML, NEA_POLICY, NEA_POLICY_ID,
-                                SHIPS, SHIPS_POLICY, SHIPS_POLICY_ID, WEATHER)
+from tests.fuzz.support import (
+    LTA_REQUEST_JSON,
+    LTA_REQUEST_XML,
+    NEA_POLICY,
+    NEA_POLICY_ID,
+    SHIPS,
+    SHIPS_POLICY,
+    SHIPS_POLICY_ID,
+    WEATHER,
+)
 from tests.pep.conftest import RecordingRuntime, build_gateway
 
 # JSON lines (POST /streams/<name>/records) go as the text they are

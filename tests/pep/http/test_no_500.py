@@ -23,9 +23,18 @@ pytest.importorskip("schemathesis")
 import schemathesis
 
 from tests.fuzz.support import LTA_REQUEST_XML, NEA_POLICY_ID
-from tests.pep.http.no500 import (BODIES, CONVERTER, XML, headers_for,  # noqa: F401 - no500_gateway is a fixture
-                                  hypothesis_as_found, no500_gateway, report, run_schema, seed,
-                                  sweep)
+from tests.pep.http.no500 import (  # noqa: F401 - no500_gateway is a fixture
+    BODIES,
+    CONVERTER,
+    XML,
+    headers_for,
+    hypothesis_as_found,
+    no500_gateway,
+    report,
+    run_schema,
+    seed,
+    sweep,
+)
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -17,9 +17,24 @@ import json
 
 import pytest
 
-from tests.pep.http.boundaries import (ADMIN, ALICE, BOB, CAROL, DAVE, JSON_TYPE, PLACEMENTS,
-                                       XML, Gateway, build, join_query, policy, reading, request,
-                                       stream_json, stream_obligations)
+from tests.pep.http.boundaries import (
+    ADMIN,
+    ALICE,
+    BOB,
+    CAROL,
+    DAVE,
+    JSON_TYPE,
+    PLACEMENTS,
+    XML,
+    Gateway,
+    build,
+    join_query,
+    policy,
+    reading,
+    request,
+    stream_json,
+    stream_obligations,
+)
 
 KEY = "KEY-bobs-ship-zx81"  # a value of Bob's data: the key his event collected
 BOB_EVENT = "urn:xsg:event:bstream:bevent"

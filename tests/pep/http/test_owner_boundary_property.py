@@ -29,13 +29,26 @@ import itertools
 import json
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import event as note
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, Phase, event as note, given, settings, strategies as st
 
-from tests.pep.http.boundaries import (ALICE, BOB, BOB_CONSUMERS, CAROL, DAVE, JSON_TYPE,
-                                       PLACEMENTS, XML, Gateway, build, join_query, policy,
-                                       reading, request, stream_json, stream_obligations)
+from tests.pep.http.boundaries import (
+    ALICE,
+    BOB,
+    BOB_CONSUMERS,
+    CAROL,
+    DAVE,
+    JSON_TYPE,
+    PLACEMENTS,
+    XML,
+    Gateway,
+    build,
+    join_query,
+    policy,
+    reading,
+    request,
+    stream_json,
+    stream_obligations,
+)
 
 CANARY = "q7zcanary"
 # no explain phase: a failure is reported as found and shrunk (explaining took minutes)

@@ -108,7 +108,7 @@ def test_bulk_adds_all_or_nothing(gw):
 
 def test_pdp_decides_on_the_gateways_clock_not_the_requests(gw):
     client, runtime, services = gw
-    timed = f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="t"
+    timed = b"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="t"
       Version="1" RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
       <Target/><Rule RuleId="r" Effect="Permit"><Condition>
         <Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:dateTime-less-than">
@@ -118,7 +118,7 @@ def test_pdp_decides_on_the_gateways_clock_not_the_requests(gw):
               Category="urn:oasis:names:tc:xacml:3.0:attribute-category:environment"
               AttributeId="urn:oasis:names:tc:xacml:1.0:environment:current-dateTime"/></Apply>
           <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#dateTime">2001-01-01T00:00:00Z</AttributeValue>
-        </Apply></Condition></Rule></Policy>""".encode()
+        </Apply></Condition></Rule></Policy>"""
     assert client.post("/policies", data=timed, headers=auth_header("nea", **XML)).status_code == 201
     claim = b"""<Request xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
       ReturnPolicyIdList="false" CombinedDecision="false">

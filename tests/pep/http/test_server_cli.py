@@ -14,13 +14,23 @@ from urllib.parse import quote
 import pytest
 import requests
 
+from pep.cli import main
 from pep.http.app import create_app
 from pep.services import build_services
-from pep.cli import main
 from server.serving import HttpServer
-from tests.pdp.api.conftest import (LTA_REQUEST_JSON, LTA_REQUEST_XML, POLICIES, REPO, TOKENS,
-                                    WEATHER_ID, WEATHER_POLICY, XML, make_config, simple_policy,
-                                    xml_request)
+from tests.pdp.api.conftest import (
+    LTA_REQUEST_JSON,
+    LTA_REQUEST_XML,
+    POLICIES,
+    REPO,
+    TOKENS,
+    WEATHER_ID,
+    WEATHER_POLICY,
+    XML,
+    make_config,
+    simple_policy,
+    xml_request,
+)
 
 
 @pytest.fixture

@@ -15,8 +15,15 @@ import time
 import pytest
 
 from tests.pep.conftest import RecordingRuntime, build_gateway
-from tests.pep.http.test_stream_visibility import (ACTION, RESOURCE, SUBJECT, XML, access_request,
-                                                   auth_entries, bearer, match)
+from tests.pep.http.test_stream_visibility import (
+    RESOURCE,
+    SUBJECT,
+    XML,
+    access_request,
+    auth_entries,
+    bearer,
+    match,
+)
 
 SCHEMA = [{"name": "ts", "type": "timestamp"}, {"name": "v", "type": "double"},
           {"name": "note", "type": "string"}]

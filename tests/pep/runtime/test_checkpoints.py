@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 import os
-
-import pytest
 import threading
 import time
+
+import pytest
 
 from pep.core.plan import ExecutionPlan, Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.runtime.sources.checkpoints import Retention

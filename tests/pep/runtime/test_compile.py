@@ -2,8 +2,16 @@
 import pytest
 
 from pep.core.plan import Aggregate, ExecutionPlan, Field, Predicate, StreamSchema, WindowSpec
-from pep.runtime.plans.compile import (EQUAL, GREATER, INTEGER_KIND, LESS, NUMERIC_KIND,
-                                       STRING_KIND, PlanError, compile_plan)
+from pep.runtime.plans.compile import (
+    EQUAL,
+    GREATER,
+    INTEGER_KIND,
+    LESS,
+    NUMERIC_KIND,
+    STRING_KIND,
+    PlanError,
+    compile_plan,
+)
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("n", "long"),
                        Field("station", "string"), Field("ok", "boolean")))

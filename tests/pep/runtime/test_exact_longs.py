@@ -12,20 +12,26 @@ from __future__ import annotations
 
 import json
 import tempfile
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from pep.core.analysis import analyse_filter
 from pep.core.conditions import parse_condition
 from pep.core.exact import iso_from_micros, micros_from_iso
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.runtime.plans.compile import compile_plan
 
 SCHEMA = StreamSchema((Field("k", "long"), Field("n", "long"), Field("t", "timestamp"),
@@ -33,7 +39,7 @@ SCHEMA = StreamSchema((Field("k", "long"), Field("n", "long"), Field("t", "times
 SPARK_SCHEMA = "k long, n long, t timestamp, x double, _xsg_seq long, _xsg_file string"
 P53, P63 = 2 ** 53, 2 ** 63
 FAR = micros_from_iso("9999-12-31T23:59:59.999990Z")
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 OPS = ("<", "<=", ">", ">=", "=", "!=")
 PY = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
       ">=": lambda a, b: a >= b, "=": lambda a, b: a == b, "!=": lambda a, b: a != b}

@@ -23,20 +23,28 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.runtime.plans.compile import compile_plan
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"),
                        Field("station", "string"), Field("level", "long")))
 SPARK_SCHEMA = ("ts timestamp, temp double, station string, level long, _xsg_seq long, "
                 "_xsg_file string")
-T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)  # a multiple of 60 s since the epoch
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)  # a multiple of 60 s since the epoch
 ISO = "%Y-%m-%dT%H:%M:%S.%fZ"
 FUNCS = ("avg", "sum", "min", "max", "count", "firstval", "lastval")
 POLICY = ((Predicate("station", "=", "A"), Predicate("level", "<=", 1)),)
@@ -79,7 +87,7 @@ def passes(rec: dict, plan: ExecutionPlan) -> bool:
 
 
 def seconds(ts: datetime) -> float:
-    delta = ts - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    delta = ts - datetime(1970, 1, 1, tzinfo=UTC)
     micros = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
     return micros / 1_000_000.0  # as Spark computes it: unix_micros / 1e6
 
@@ -170,8 +178,8 @@ def brute(batches: list[list[dict]], plan: ExecutionPlan, lateness: float,
                 end = start + w.size
                 chunk = bags[(start, key)]
                 if closed < end <= mark and len(chunk) >= w.min_count:
-                    row = {"window_start": out(datetime.fromtimestamp(start, timezone.utc)),
-                           "window_end": out(datetime.fromtimestamp(end, timezone.utc))}
+                    row = {"window_start": out(datetime.fromtimestamp(start, UTC)),
+                           "window_end": out(datetime.fromtimestamp(end, UTC))}
                     row.update({name: key for name in w.keys})
                     for a in w.aggregates:
                         row[a.output_name] = aggregate(
@@ -487,8 +495,8 @@ def brute_join(batches: list[tuple[list[dict], list[dict]]]) -> list[tuple]:
         for r in rights:
             if r["area"] == station and abs(start + 10 - r["ts"]) <= J_WITHIN:
                 out_rows.append((
-                    datetime.fromtimestamp(start, timezone.utc).replace(tzinfo=None),
-                    datetime.fromtimestamp(start + 10, timezone.utc).replace(tzinfo=None),
+                    datetime.fromtimestamp(start, UTC).replace(tzinfo=None),
+                    datetime.fromtimestamp(start + 10, UTC).replace(tzinfo=None),
                     station, sum(values) / len(values), len(values), r["ts"], r["area"],
                     r["mmsi"]))
     return sorted(out_rows, key=repr)
@@ -497,7 +505,7 @@ def brute_join(batches: list[tuple[list[dict], list[dict]]]) -> list[tuple]:
 def join_files(batches):
     """Records as the files hold them (the left time as ISO text)."""
     return [([{**r, "t": None if r["t"] is None else out(datetime.fromtimestamp(
-        r["t"], timezone.utc))} for r in lb], rb) for lb, rb in batches]
+        r["t"], UTC))} for r in lb], rb) for lb, rb in batches]
 
 
 # the visible reports, in time order, batch by batch; the last pair moves both sides' time

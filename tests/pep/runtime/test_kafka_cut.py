@@ -9,18 +9,26 @@ from __future__ import annotations
 import json
 import tempfile
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.runtime.plans.compile import PlanError, compile_plan
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("k", "long"), Field("v", "double")))
 SPARK_SCHEMA = "ts timestamp, k long, v double, _xsg_seq long, _xsg_file string"
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PARTITIONS = 4
 # record k: partition k % 4, offset k // 4 (0..7 per partition); times in k order
 ROWS = [(k, k % PARTITIONS, k // PARTITIONS) for k in range(32)]

@@ -9,8 +9,16 @@ import time
 import pytest
 
 from pep.core.labels import LABEL_MASKS, Lattice, holds, lub
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 

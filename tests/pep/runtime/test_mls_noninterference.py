@@ -23,7 +23,7 @@ import functools
 import json
 import math
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -201,7 +201,7 @@ def deliveries(plan: ExecutionPlan, schema: StreamSchema, batches: list[list[dic
 
 
 def iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime(ISO)
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime(ISO)
 
 
 def paper_windows(batches: list[list[dict]], session: str, lateness: float) -> list[list[dict]]:

@@ -5,18 +5,26 @@ from __future__ import annotations
 import math
 import re
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("hum", "long"),
                        Field("station", "string"), Field("ok", "boolean")))
 HOSTILE = "' OR 1=1 --"
-T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 FUNCS = ("avg", "max", "min", "sum", "count", "firstval", "lastval")
 
 
@@ -231,13 +239,13 @@ def test_attach_detach_share_one_query_and_last_detach_stops_it(runtime, spark, 
 
 
 def test_physical_plan_does_not_grow_with_handles_and_constants_are_data(spark, tmp_path):
-    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.query.executor import StreamExecutor
     sd = stream(tmp_path, "static")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
-        [(datetime.fromtimestamp(i, timezone.utc), i * 1.5, i,
+        [(datetime.fromtimestamp(i, UTC), i * 1.5, i,
           HOSTILE if i == 7 else f"s{i % 3}", i % 2 == 0, i, None) for i in range(30)],
         "ts timestamp, temp double, hum long, station string, ok boolean, _xsg_seq long, "
         "_xsg_file string")
@@ -290,10 +298,10 @@ def test_a_few_plans_compiled_agree_with_the_plan_table(spark, tmp_path):
     gives it: nulls, NaN, a hostile string, booleans, timestamps, OR of ANDs, start positions."""
     from dataclasses import replace
 
-    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.base.columns import PIDS_COLUMN
-    from pep.runtime.query.executor import StreamExecutor
+    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.plans.plan_expressions import few_plans_column
+    from pep.runtime.query.executor import StreamExecutor
     sd = stream(tmp_path, "few")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -334,15 +342,15 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     positions, shapes shared by plans with other constants and operators."""
     from dataclasses import replace
 
-    from pep.runtime.plans.compile import compile_plan
-    from pep.runtime.query.rows_job import split_figures
-    from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN
-    from pep.runtime.query.executor import StreamExecutor
-    from pep.runtime.plans.plan_expressions import FEW_PLANS
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN
+    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.plans.matcher import GroupedMatcher
+    from pep.runtime.plans.plan_expressions import FEW_PLANS
+    from pep.runtime.query.executor import StreamExecutor
+    from pep.runtime.query.rows_job import split_figures
     sd = stream(tmp_path, "many")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(

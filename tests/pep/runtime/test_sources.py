@@ -11,8 +11,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.runtime.sources.frames import KafkaConnectorMissing, SourceError
 from pep.runtime.sources.generators import AIS_SCHEMA, SHIP_TYPES, WEATHER_SCHEMA
 from tests.pep.runtime.support import Collector, wait_until

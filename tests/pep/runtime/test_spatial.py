@@ -8,8 +8,15 @@ import time
 
 from pep.core import geo
 from pep.core.conditions import evaluate, spatial_from_predicate
-from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec, SpatialPredicate,
-                           StreamDefinition, StreamSchema)
+from pep.core.plan import (
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    SpatialPredicate,
+    StreamDefinition,
+    StreamSchema,
+)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SCHEMA = StreamSchema((Field("mmsi", "long"), Field("name", "string"), Field("lat", "double"),
@@ -154,8 +161,9 @@ def test_no_distance_to_without_a_known_anchor_and_the_plan_does_not_grow(runtim
 
 def test_spatial_constants_are_data_and_the_plan_does_not_grow(spark, tmp_path):
     import re
-    from pep.runtime.plans.compile import compile_plan
+
     from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.query.executor import StreamExecutor
     ex = StreamExecutor(spark, stream(tmp_path, "static"), tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(

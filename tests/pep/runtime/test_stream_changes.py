@@ -10,8 +10,15 @@ import threading
 import time
 from dataclasses import replace
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SCHEMA = StreamSchema((Field("n", "long"), Field("v", "double")))

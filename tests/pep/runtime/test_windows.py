@@ -112,11 +112,11 @@ def test_time_windows_with_too_few_tuples_are_not_emitted():
 
 import json  # noqa: E402
 import math  # noqa: E402
-from datetime import datetime, timedelta, timezone  # noqa: E402
+from datetime import UTC, datetime, timedelta  # noqa: E402
 
 from pep.core.plan import Field as _F  # noqa: E402
-from pep.runtime.windows.window_reference import partials_from_rows  # noqa: E402
 from pep.runtime.windows.pane_windows import PaneWindows  # noqa: E402
+from pep.runtime.windows.window_reference import partials_from_rows  # noqa: E402
 
 WIDE = StreamSchema((_F("t", "double"), _F("d", "double"), _F("n", "long"), _F("s", "string"),
                      _F("b", "boolean"), _F("ts", "timestamp"), _F("k", "string")))
@@ -125,7 +125,7 @@ WIDE_AGGS = (tuple(Aggregate("d", f) for f in FUNCS)
              + (Aggregate("s", "min"), Aggregate("s", "max"), Aggregate("s", "lastval"),
                 Aggregate("b", "max"), Aggregate("b", "firstval"), Aggregate("ts", "lastval"),
                 Aggregate("ts", "min")))
-T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
 
 
 def wide_spec(kind, size, step, keys=(), min_count=1):

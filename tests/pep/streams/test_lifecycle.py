@@ -12,8 +12,15 @@ import pytest
 
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.streams.catalog import StreamCatalog
-from pep.streams.definition import (InvalidStream, SchemaChange, StreamConflict, StreamNotFound,
-                                    extend_schema, parse_keep_data, parse_stream_patch)
+from pep.streams.definition import (
+    InvalidStream,
+    SchemaChange,
+    StreamConflict,
+    StreamNotFound,
+    extend_schema,
+    parse_keep_data,
+    parse_stream_patch,
+)
 from pep.streams.lifecycle import StreamLifecycle
 from pep.streams.policy_check import policies_naming
 from pep.streams.records import RecordError, validate_records
@@ -133,14 +140,14 @@ def test_an_append_under_way_finishes_before_the_directory_moves(catalog, tmp_pa
     assert outcome == [tmp_path / "held"] and not catalog.stream_dir("g").exists()
 
 
-POLICY = """<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="p"
+POLICY = b"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="p"
   Version="1" RuleCombiningAlgId="urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable">
   <Target/><Rule RuleId="r" Effect="Permit"><ObligationExpressions>
   <ObligationExpression ObligationId="exacml:obligation:stream-filter" FulfillOn="Permit">
     <AttributeAssignmentExpression AttributeId="exacml:obligation:stream-filter-condition-id">
       <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">v &gt; 1</AttributeValue>
     </AttributeAssignmentExpression></ObligationExpression></ObligationExpressions></Rule>
-</Policy>""".encode()
+</Policy>"""
 
 
 def test_the_policies_that_name_an_attribute_are_found():
