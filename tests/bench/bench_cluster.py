@@ -350,7 +350,10 @@ def failover(gw: Processes, kills: int, tmp: Path) -> list[dict]:
         stop = threading.Event()
         last = [None]
 
-        def read() -> None:  # resumes through the survivor, as a client would
+        # the loop's values are passed in: a thread outliving its round's join(30) must not
+        # read the next round's
+        def read(stop: threading.Event, round_: int, survivor: int, handle: str,
+                 last: list, got: list) -> None:  # resumes through the survivor, as a client would
             while not stop.is_set():
                 headers = {"Authorization": f"Bearer {token(round_)}",
                            "Accept": "application/x-ndjson"}
@@ -377,7 +380,7 @@ def failover(gw: Processes, kills: int, tmp: Path) -> list[dict]:
                 except requests.RequestException:
                     time.sleep(0.2)
 
-        def ingest() -> None:
+        def ingest(stop: threading.Event, round_: int, survivor: int) -> None:
             seq = 10_000_000 * (round_ + 1)
             while not stop.is_set():
                 now = time.time()
@@ -392,8 +395,9 @@ def failover(gw: Processes, kills: int, tmp: Path) -> list[dict]:
                     pass
                 time.sleep(0.1)
 
-        threads = [threading.Thread(target=read, daemon=True),
-                   threading.Thread(target=ingest, daemon=True)]
+        threads = [threading.Thread(target=read, daemon=True,
+                                    args=(stop, round_, survivor, handle, last, got)),
+                   threading.Thread(target=ingest, daemon=True, args=(stop, round_, survivor))]
         for t in threads:
             t.start()
         deadline = time.monotonic() + 120

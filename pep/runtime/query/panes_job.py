@@ -7,6 +7,7 @@ its time under the plan's mask), then Spark's partial aggregates per (plan, key,
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window, functions as F
@@ -111,9 +112,13 @@ class PanesJob:
             v = F.element_at(F.col(arrays[fam]), index)
             if shape.masked:  # the value under the plan's mask of the attribute
                 m = F.element_at(p[PlanField.MASKS], index)
-                v = {"d": lambda: masked_double(v, m), "l": lambda: masked_long(v, m),
-                     "s": lambda: masked_text(F.coalesce(v, F.element_at(
-                         F.col(LNGS_COLUMN), index).cast("string")), m)}[fam]()
+                if fam == "d":
+                    v = masked_double(v, m)
+                elif fam == "l":
+                    v = masked_long(v, m)
+                else:
+                    v = masked_text(F.coalesce(v, F.element_at(
+                        F.col(LNGS_COLUMN), index).cast("string")), m)
             elif fam == "d":
                 v = F.nanvl(v, F.lit(None).cast("double"))
             if shape.clamped:  # private windows' values into their bounds, before any sum
@@ -194,21 +199,10 @@ class PanesJob:
             # i.e. over the tuples its own filter passed (README "Time windows")
             aggs.append(F.max(tcol).alias("mt"))
         for name, fam, parts in shape.slots:
-            v = F.col(name)
-            present = v.isNotNull()
-            made = {
-                Part.COUNT: lambda: F.count(v),
-                Part.SUM: lambda: F.try_sum(v) if fam == "l" else F.sum(v),
-                Part.MIN: lambda: F.min(v), Part.MAX: lambda: F.max(v),
-                Part.OR: lambda: F.bit_or(v),
-                Part.FIRST: lambda: F.min_by(v, F.when(present, okey)),
-                Part.LAST: lambda: F.max_by(v, F.when(present, okey)),
-                Part.FIRST_TIME: lambda: F.min(F.when(present, tcol)),
-                Part.LAST_TIME: lambda: F.max(F.when(present, tcol)),
-            }
             for part in PARTS:
                 if part in parts and (tcol is not None or part not in TIME_PARTS):
-                    aggs.append(made[part]().alias(f"{name}_{part}"))
+                    made = _part_aggregate(part, F.col(name), fam, okey, tcol)
+                    aggs.append(made.alias(f"{name}_{part}"))
         stages["aggregates"] = aggs
         return stages
 
@@ -235,3 +229,21 @@ class PanesJob:
 
 
 __all__ = ["PanesJob"]
+
+
+def _part_aggregate(part: Part, v: Column, fam: str, okey: Column,
+                    tcol: Column | None) -> Column:
+    """The aggregate of one part of a slot's pane partial (`pane_partials.Part`): `okey` orders
+    first and last values, `tcol` is the plan's time (None: no time parts are asked for)."""
+    present = v.isNotNull()
+    made: dict[Part, Callable[[], Column]] = {
+        Part.COUNT: lambda: F.count(v),
+        Part.SUM: lambda: F.try_sum(v) if fam == "l" else F.sum(v),
+        Part.MIN: lambda: F.min(v), Part.MAX: lambda: F.max(v),
+        Part.OR: lambda: F.bit_or(v),
+        Part.FIRST: lambda: F.min_by(v, F.when(present, okey)),
+        Part.LAST: lambda: F.max_by(v, F.when(present, okey)),
+        Part.FIRST_TIME: lambda: F.min(F.when(present, tcol)),
+        Part.LAST_TIME: lambda: F.max(F.when(present, tcol)),
+    }
+    return made[part]()

@@ -246,7 +246,7 @@ def test_a_write_reads_only_its_own_policy(tmp_path):
         seen = []
         store._conn.set_trace_callback(seen.append)
         try:
-            write()
+            write(store)
         finally:
             store._conn.set_trace_callback(None)
         # The shape of each statement: the values bound into it differ between the stores.
@@ -257,10 +257,10 @@ def test_a_write_reads_only_its_own_policy(tmp_path):
         store = SQLitePolicyStore(tmp_path / f"s{size}.db")
         store.put_all([(f"p{i}", "1.0", "nea", b"<p/>" * 50, False) for i in range(size)])
         traces.append([
-            statements(store, lambda: store.put("new", "1.0", "nea", b"<n/>")),
-            statements(store, lambda: store.put("new", "2.0", "nea", b"<n2/>", must_exist=True)),
-            statements(store, lambda: store.put_all([("x", "1.0", "nea", b"<x/>", False)])),
-            statements(store, lambda: store.delete("new", "nea")),
+            statements(store, lambda s: s.put("new", "1.0", "nea", b"<n/>")),
+            statements(store, lambda s: s.put("new", "2.0", "nea", b"<n2/>", must_exist=True)),
+            statements(store, lambda s: s.put_all([("x", "1.0", "nea", b"<x/>", False)])),
+            statements(store, lambda s: s.delete("new", "nea")),
         ])
         store.close()
     assert traces[0] == traces[1]

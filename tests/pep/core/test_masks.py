@@ -289,8 +289,9 @@ def test_double_masks_never_claim_nr_falsely():
             itertools.product(OPS, [-5, 0, 6]), itertools.product(OPS, [-5, 0, 2.5, 3, 7.5])):
         result = merged([filter_ob(f"x {op1} {c1}"), masks_ob("x:round:2.5")],
                         {"filter": f"x {op2} {c2}"})
-        want_nr, _ = brute_force(lambda v: OPS[op1](v, Decimal(str(c1))),
-                                 lambda w: w is not None and OPS[op2](w, Decimal(str(c2))),
+        want_nr, _ = brute_force(lambda v, op1=op1, c1=c1: OPS[op1](v, Decimal(str(c1))),
+                                 lambda w, op2=op2, c2=c2:
+                                     w is not None and OPS[op2](w, Decimal(str(c2))),
                                  m, domain)
         if result.nr:
             assert want_nr, (op1, c1, op2, c2)

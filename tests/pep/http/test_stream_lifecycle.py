@@ -471,7 +471,9 @@ def test_a_deletion_racing_requests_leaves_no_live_handle_on_the_deleted_stream(
         statuses: list[int] = []
         stop = threading.Event()
 
-        def asker(who: str) -> None:
+        # the round's values are passed in: a thread outliving its join(30) must not see the
+        # next round's
+        def asker(who: str, stop: threading.Event, name: str, statuses: list[int]) -> None:
             own = client.application.test_client()
             while not stop.is_set():
                 r = ask(own, who, stream=name)
@@ -481,7 +483,8 @@ def test_a_deletion_racing_requests_leaves_no_live_handle_on_the_deleted_stream(
                 if r.status_code in (200, 201):
                     own.delete(f"/handles/{r.json['id']}", headers=bearer(who))
 
-        threads = [threading.Thread(target=asker, args=(w,)) for w in ("lta", "other")]
+        threads = [threading.Thread(target=asker, args=(w, stop, name, statuses))
+                   for w in ("lta", "other")]
         for t in threads:
             t.start()
         time.sleep(0.02 * round_)

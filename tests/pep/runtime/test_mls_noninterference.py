@@ -93,7 +93,8 @@ def reshaped(kind: str, size: int, step: int, min_count: int | None = None,
         body = m.group(1)
         for suffix, value in (("type", kind), ("size", str(size)), ("step", str(step))):
             body = re.sub(rb'(stream-window-' + suffix.encode() + rb'-id">\s*<AttributeValue '
-                          rb'[^>]*>)[^<]*', lambda x: x.group(1) + value.encode(), body)
+                          rb'[^>]*>)[^<]*', lambda x, value=value: x.group(1) + value.encode(),
+                          body)
         if min_count is not None:
             body += assignment("stream-window-min-count-id", str(min_count), True)
         if scope is not None:
