@@ -444,7 +444,7 @@ def plan_to_json(plan: ExecutionPlan | JoinPlan | UnionPlan) -> AnyPlanJson:
         members = [execution_plan_json(p) for p in plan.plans]
         return {"stream": plan.stream, "key": plan.key(), "union": members,
                 "output": list(dict.fromkeys(
-                    name for m, p in zip(members, plan.plans) if p.window is None
+                    name for m, p in zip(members, plan.plans, strict=True) if p.window is None
                     for name in m["output"]))}
     return execution_plan_json(plan)
 

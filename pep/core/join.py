@@ -441,7 +441,7 @@ def _class_satisfiable(members: Sequence[_Member], kind: str, chosen: Choice,
         return True  # too many to check: never claim NR without proof
     for combo in itertools.product(*options):
         preds = list(fixed)
-        for m, conj in zip(free, combo):
+        for m, conj in zip(free, combo, strict=True):
             preds.extend(_preds(conj, m.source))
         if values_satisfiable(kind, preds):
             return True

@@ -80,11 +80,11 @@ def build_forms(workload: wl.Workload, tokens: dict[str, str]) -> tuple[list[For
     token = [tokens[q.subject.subject_id] for q in queries]
     forms = [
         Form("POST /pdp, XACML XML", "/pdp", XML,
-             [(t, wl.request_xml(q)) for t, q in zip(token, queries)]),
+             [(t, wl.request_xml(q)) for t, q in zip(token, queries, strict=True)]),
         Form("POST /pdp, XACML JSON", "/pdp", JSON,
-             [(t, wl.request_json(q)) for t, q in zip(token, queries)]),
+             [(t, wl.request_json(q)) for t, q in zip(token, queries, strict=True)]),
         Form("AuthZEN evaluation", EVALUATION, "application/json",
-             [(t, json.dumps(authzen_body(q)).encode()) for t, q in zip(token, queries)]),
+             [(t, json.dumps(authzen_body(q)).encode()) for t, q in zip(token, queries, strict=True)]),
     ]
     expected = workload.expected()
     batch_expected: list[list[str]] = []
@@ -130,7 +130,7 @@ def check_over_http(port: int, form: Form, wanted: Sequence[Sequence[str]]) -> t
     wrong = decided = 0
     accept = JSON if form.path == "/pdp" else "application/json"
     t0 = time.perf_counter()
-    for (token, body), want in zip(form.requests, wanted):
+    for (token, body), want in zip(form.requests, wanted, strict=True):
         conn.request("POST", form.path, body=body, headers={
             "Authorization": f"Bearer {token}", "Content-Type": form.content_type,
             "Accept": accept})
@@ -139,7 +139,7 @@ def check_over_http(port: int, form: Form, wanted: Sequence[Sequence[str]]) -> t
         if form.path != "/pdp":
             want = [wl.PERMIT if w == wl.PERMIT else "not Permit" for w in want]
         decided += len(got)
-        wrong += sum(g != w for g, w in zip(got, want)) + abs(len(got) - len(want))
+        wrong += sum(g != w for g, w in zip(got, want, strict=False)) + abs(len(got) - len(want))
     conn.close()
     return decided, wrong, time.perf_counter() - t0
 
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             wanted = [[[e] for e in expected]] * 3 + batch_expected
             print(f"\nserver: {server.via}, port {server.port}, {config.threads} threads")
             print("\ncorrectness over HTTP (every request once, one keep-alive connection):")
-            for form, want in zip(forms, wanted):
+            for form, want in zip(forms, wanted, strict=True):
                 decided, wrong, secs = check_over_http(server.port, form, want)
                 print(f"  {form.label:40} {len(form.requests):5d} requests, {decided:6d} "
                       f"decisions, wrong {wrong}, {decided / secs:8,.0f} decisions/s "

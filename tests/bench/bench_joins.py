@@ -211,7 +211,7 @@ def main() -> None:
                       f"{stats.get('state_rows')}")
         xsg = statistics.median(r[0] for r in results["xsg"])
         direct = statistics.median(r[0] for r in results["direct"])
-        ratios = [d[0] / x[0] for x, d in zip(results["xsg"], results["direct"])]
+        ratios = [d[0] / x[0] for x, d in zip(results["xsg"], results["direct"], strict=True)]
         print(f"median: xsg {2 * len(left) / xsg:,.0f} input tuples/s, {want / xsg:,.0f} joined "
               f"rows/s; direct {2 * len(left) / direct:,.0f} input tuples/s, "
               f"{want / direct:,.0f} joined rows/s; throughput xsg / direct = {direct / xsg:.2f} "

@@ -501,7 +501,7 @@ def latency(bench: Bench, rate: float, seconds: float, startup: float,
         for side in order:
             res = bench.latency(side, rate, seconds, startup)
             runs[side].append(res)
-            for label, (lat, want) in zip(("start-up", "steady"), phase_split(res)):
+            for label, (lat, want) in zip(("start-up", "steady"), phase_split(res), strict=True):
                 print(f"  trial {k + 1} {SIDE_NAMES[side]:32s} {label:8s} "
                       f"{latency_line(lat, want, 'ms')}")
             late = res["sent"][0] - res["phases"][0][0] if res["sent"] else 0.0
@@ -521,7 +521,7 @@ def realtime(bench: Bench, rate: float, seconds: float, startup: float) -> dict[
     rtm = bench.app.call("realtime", wait=seconds + 300, bootstrap=bench.broker.bootstrap,
                          topic=topic, out_topic=out_topic, rate=rate, seconds=seconds,
                          startup=startup)
-    for label, (lat, want) in zip(("start-up", "steady"), phase_split(rtm)):
+    for label, (lat, want) in zip(("start-up", "steady"), phase_split(rtm), strict=True):
         print(f"  a user's real-time query -> Kafka, {label}: {latency_line(lat, want, 'ms')}")
     if rtm.get("error"):
         print(f"  (the query: {rtm['error']})")
@@ -550,7 +550,7 @@ def summary(results: dict[str, Any]) -> None:
         for s in SIDES:
             p95[s] = {"start-up": [], "steady": []}
             for res in lat[s]:
-                for label, (l, want) in zip(("start-up", "steady"), phase_split(res)):
+                for label, (l, want) in zip(("start-up", "steady"), phase_split(res), strict=True):
                     p95[s][label].append(pct(with_missing(l, want), 95) * 1000)
             print(f"    {SIDE_NAMES[s]:32s} start-up {spread(p95[s]['start-up'], '{:,.0f}')} ms,"
                   f" steady {spread(p95[s]['steady'], '{:,.0f}')} ms")
@@ -561,7 +561,7 @@ def summary(results: dict[str, Any]) -> None:
     rtm = results.get("rtm")
     if rtm:
         parts = [f"{label} p95 {secs(pct(with_missing(l, w), 95), 'ms')}"
-                 for label, (l, w) in zip(("start-up", "steady"), phase_split(rtm))]
+                 for label, (l, w) in zip(("start-up", "steady"), phase_split(rtm), strict=True)]
         print(f"  a user's real-time query: {', '.join(parts)}")
     ing = results.get("ingest")
     if ing:

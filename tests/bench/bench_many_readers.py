@@ -249,8 +249,8 @@ class FakeRuntime:
             texts = np.array([json.dumps({"ts": round(t, 6), "seq": int(q), "sent": round(t, 6),
                                           "v": round(float(v), 6), "pad": "p" * 40},
                                          separators=(",", ":"))
-                              for q, t, v in zip(seqs, sent, values)], dtype=object)
-            self.made.extend((int(q), 1, round(float(t), 6)) for q, t in zip(seqs, sent))
+                              for q, t, v in zip(seqs, sent, values, strict=True)], dtype=object)
+            self.made.extend((int(q), 1, round(float(t), 6)) for q, t in zip(seqs, sent, strict=True))
             t1 = time.perf_counter()
             with self.lock:
                 handles = list(self.handles.values())
@@ -459,7 +459,7 @@ def run_trial(n: int, rate: int, seconds: float, startup: float, procs: int, pas
             put_share = (put_times["put_seconds"] - p0, put_times["puts"] - n0)
             gateway_cpu = (time.process_time() - c0) / (time.time() - w0)
             s1 = spark_cpu_seconds()
-            spark_cpu = tuple((b - a) / (time.time() - w0) for a, b in zip(s0, s1))
+            spark_cpu = tuple((b - a) / (time.time() - w0) for a, b in zip(s0, s1, strict=True))
             memory = rss_mib()
             time.sleep(GRACE)  # the last rows reach their readers; later ones count as never
         # which buffer is whose, while they are live (revocation drops them)
@@ -553,7 +553,7 @@ def report(r: dict[str, Any], rate: int) -> None:
           f"{r['started_s']:.1f} s; handles opened in {r['opened_s']:.1f} s; "
           f"{r['connected']:,} readers connected from {r['procs']} reader processes")
     for label, ph in zip((f"start-up (first {r['startup']:.0f} s)",
-                          f"steady (after {r['startup']:.0f} s)"), r["phases"]):
+                          f"steady (after {r['startup']:.0f} s)"), r["phases"], strict=True):
         print(f"  ingest -> reader, {label}: p50 {secs(ph['p50'])}, p95 {secs(ph['p95'])}, "
               f"p99 {secs(ph['p99'])}, max {secs(ph['max'])} over {ph['owed']:,} rows owed "
               f"({ph['owed'] - ph['arrived']:,} never arrived)")

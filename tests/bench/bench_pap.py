@@ -79,7 +79,7 @@ def throughput(engines: list[PolicyEngine], contexts: list,
             t0 = time.perf_counter()
             decisions[i] = [engine.decide(c).results[0].decision.value for c in contexts]
             best[i] = max(best[i], len(contexts) / (time.perf_counter() - t0))
-    return list(zip(best, decisions))
+    return list(zip(best, decisions, strict=True))
 
 
 def run_size(n: int, adds: int, workload: wl.Workload, contexts: list, expected: list[str],
@@ -133,8 +133,8 @@ def run_size(n: int, adds: int, workload: wl.Workload, contexts: list, expected:
     # Decisions: the engine built by the adds against a fresh compile of the same documents.
     fresh = PolicyEngine.compile(base + extra)
     (inc_rate, inc_dec), (fresh_rate, fresh_dec) = throughput([service.engine, fresh], contexts)
-    wrong = sum(a != b for a, b in zip(inc_dec, expected))
-    differ = sum(a != b for a, b in zip(inc_dec, fresh_dec))
+    wrong = sum(a != b for a, b in zip(inc_dec, expected, strict=True))
+    differ = sum(a != b for a, b in zip(inc_dec, fresh_dec, strict=True))
     print(f"  decisions/s (pre-parsed), engine built by adds {inc_rate:10,.0f}   "
           f"fresh compile {fresh_rate:10,.0f}   (differing: {differ}, wrong vs reference: "
           f"{wrong} of {len(contexts)})")

@@ -98,7 +98,7 @@ def timed_loop(label: str, items: Sequence, call: Callable, expected: Sequence[s
     mismatches = 0
     clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
     start = clock()
-    for item, want in zip(items, expected):
+    for item, want in zip(items, expected, strict=True):
         c0 = cpu_clock()
         t0 = clock()
         got = call(item)
@@ -399,7 +399,7 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
             with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health", timeout=30) as r:
                 health = json.loads(r.read())
             items = [(tokens[q.subject.subject_id], body.decode(), want)
-                     for q, body, want in zip(workload.queries, bodies, expected)]
+                     for q, body, want in zip(workload.queries, bodies, expected, strict=True)]
             server_cpu_ms: dict[str, float] = {}  # the server's CPU per request, per run
             for threads in client_threads:
                 if py_spy and threads == max(client_threads):

@@ -427,7 +427,7 @@ def plot(runs: list[Run], docs: Path) -> tuple[Path, Path]:
     docs.mkdir(exist_ok=True)
     fig6 = docs / "fig6_response_time.png"
     fig, axes = plt.subplots(len(runs), 1, figsize=(11, 4.8 * len(runs)), squeeze=False)
-    for ax, run in zip(axes[:, 0], runs):
+    for ax, run in zip(axes[:, 0], runs, strict=True):
         xs = range(len(run.samples))
         ax.scatter(xs, ms(s.gateway for s in run.samples), s=4, label="(b) gateway, no cache",
                    color="tab:red")
@@ -435,7 +435,7 @@ def plot(runs: list[Run], docs: Path) -> tuple[Path, Path]:
                    color="tab:blue")
         direct = [(i, s.direct * 1000) for i, s in enumerate(run.samples) if s.direct is not None]
         if direct:
-            ax.scatter(*zip(*direct), s=16, marker="^", color="tab:green",
+            ax.scatter(*zip(*direct, strict=True), s=16, marker="^", color="tab:green",
                        label="(a) direct Spark query, no access control (sample)")
         ax.set_yscale("log")
         ax.set_xlabel("request")
@@ -452,7 +452,7 @@ def plot(runs: list[Run], docs: Path) -> tuple[Path, Path]:
     fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 5.6), squeeze=False)
     parts = [("decision", "decision"), ("graph", "graph work (parse, graphs, merge, analysis)"),
              ("network", "network + HTTP"), ("spark", "Spark submission (attach) + handle")]
-    for ax, run in zip(axes[0], runs):
+    for ax, run in zip(axes[0], runs, strict=True):
         kinds = list(MIX)
         bottom = [0.0] * len(kinds)
         for attr, label in parts:
@@ -462,7 +462,7 @@ def plot(runs: list[Run], docs: Path) -> tuple[Path, Path]:
                       and s.gateway_status in (200, 201) and not s.query_start]
                 heights.append(statistics.median(ok) * 1000 if ok else 0.0)
             ax.bar(kinds, heights, bottom=bottom, label=label)
-            bottom = [b + h for b, h in zip(bottom, heights)]
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         cached = []
         for kind in kinds:
             hits = [s.proxy * 1000 for s in run.samples if s.kind == kind and s.cache == "hit"]

@@ -102,14 +102,14 @@ def metres(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
 
 
 def vertices(flat: list[float]) -> list[tuple[float, float]]:
-    return list(zip(flat[0::2], flat[1::2]))
+    return list(zip(flat[0::2], flat[1::2], strict=True))
 
 
 def inside(lat: float, lon: float, flat: list[float]) -> bool:
     """Crossing number of a ray towards east over straight lat/lon edges."""
     pts = vertices(flat)
     crossings = 0
-    for (y1, x1), (y2, x2) in zip(pts, pts[1:] + pts[:1]):
+    for (y1, x1), (y2, x2) in zip(pts, pts[1:] + pts[:1], strict=True):
         if (y1 > lat) != (y2 > lat):
             x_at = x1 + (lat - y1) * (x2 - x1) / (y2 - y1)
             if lon < x_at:
@@ -121,7 +121,7 @@ def edge_gap(lat: float, lon: float, flat: list[float]) -> float:
     """Plane distance in degrees from (lat, lon) to the polygon's nearest edge."""
     pts = vertices(flat)
     best = math.inf
-    for (y1, x1), (y2, x2) in zip(pts, pts[1:] + pts[:1]):
+    for (y1, x1), (y2, x2) in zip(pts, pts[1:] + pts[:1], strict=True):
         dy, dx = y2 - y1, x2 - x1
         t = max(0.0, min(1.0, ((lat - y1) * dy + (lon - x1) * dx) / (dy * dy + dx * dx)))
         best = min(best, math.hypot(lat - (y1 + t * dy), lon - (x1 + t * dx)))
@@ -192,7 +192,7 @@ def anchors(records: list[dict], mmsi: int) -> list[tuple[float, float] | None]:
 def expected_rows(records: list[dict]) -> dict[str, list[dict]]:
     """The brute force: every row each consumer may see, in stream order."""
     out: dict[str, list[dict]] = {"mpa": [], "shipco": [], "captain": [], "mpa-ops": []}
-    for r, anchor in zip(records, anchors(records, CAPTAIN_SHIP)):
+    for r, anchor in zip(records, anchors(records, CAPTAIN_SHIP), strict=True):
         if inside(r["lat"], r["lon"], BOUNDS):
             out["mpa"].append(dict(r))
             if inside(r["lat"], r["lon"], INNER):
@@ -226,7 +226,7 @@ def near_a_boundary(records: list[dict]) -> list:
     geometry may differ in the last bits there): the data must have none, or a comparison
     would be luck."""
     bad = []
-    for r, anchor in zip(records, anchors(records, CAPTAIN_SHIP)):
+    for r, anchor in zip(records, anchors(records, CAPTAIN_SHIP), strict=True):
         if abs(metres(r["lat"], r["lon"], *PORT) - ROW2_RADIUS) < 1.0:
             bad.append(("row 2 circle", r))
         if anchor and abs(metres(r["lat"], r["lon"], *anchor) - ROW5_RADIUS) < 1.0:
@@ -379,7 +379,7 @@ def test_rows_1_2_4_5_match_a_brute_force_recomputation(table2):
                for r in records)  # ships cross the port's edge
     near = {r["mmsi"] for r in want["captain"]}
     assert any(r["mmsi"] in near and metres(r["lat"], r["lon"], *anchor) > ROW5_RADIUS
-               for r, anchor in zip(records, anchors(records, CAPTAIN_SHIP)) if anchor)
+               for r, anchor in zip(records, anchors(records, CAPTAIN_SHIP), strict=True) if anchor)
     assert any(metres(r["lat"], r["lon"], *PORT) > ROW2_RADIUS for r in records)
     assert len(near) > 3 and len(counts) >= 4
     readers = {}
@@ -503,7 +503,7 @@ def union_rows(anchor_records: list[dict], records: list[dict], keys: set[int]) 
     emergency (row 6: every attribute); both: every attribute; neither: nothing."""
     out = []
     seen = anchor_records + records
-    for r, anchor in list(zip(seen, anchors(seen, 244000002)))[len(anchor_records):]:
+    for r, anchor in list(zip(seen, anchors(seen, 244000002), strict=True))[len(anchor_records):]:
         row6 = r["mmsi"] in keys
         row5 = anchor is not None and metres(r["lat"], r["lon"], *anchor) <= ROW5_RADIUS
         if row6:

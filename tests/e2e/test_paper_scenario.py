@@ -116,7 +116,7 @@ def test_weather_scenario_end_to_end(gateway):
     assert len(expected) >= 15
     got = reader.wait_rows(len(expected))
     assert len(got) == len(expected), (len(got), len(expected), reader.lines[-3:])
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         assert set(g) == set(e), g
         assert g["window_start"] == e["window_start"] and g["window_end"] == e["window_end"]
         assert as_time(g["lastval_samplingtime"]) == as_time(e["lastval_samplingtime"])

@@ -353,7 +353,7 @@ def qualified_conjuncts(text: str) -> list[QualifiedConjunct]:
             continue
         parts[-1].append(tok)
     out = []
-    for part, end in zip(parts, ends):
+    for part, end in zip(parts, ends, strict=True):
         if not part:
             raise ConditionError("empty conjunct around AND", end + 1, text)
         attributes = [(i, t) for i, t in enumerate(part) if t.kind == "IDENT" and not (

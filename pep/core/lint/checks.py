@@ -412,7 +412,7 @@ def _combined(run: _Run, p: RulePath, q: RulePath) -> bool:
     if p.document != q.document:
         return run.root_combining in COLLECTS_PERMITS
     common = 0
-    for a, b in zip(p.positions, q.positions):
+    for a, b in zip(p.positions, q.positions, strict=False):
         if a != b:
             break
         common += 1

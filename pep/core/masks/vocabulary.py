@@ -152,10 +152,10 @@ def parse_mask(text: str) -> Mask:
         if len(parts) > MAX_BANDS:
             raise MaskError(f"bands: {len(parts)} edges, over the limit of {MAX_BANDS}")
         edges = tuple(_decimal(p, "a band edge").normalize() for p in parts)
-        if any(b <= a for a, b in zip(edges, edges[1:])):
+        if any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
             raise MaskError(f"bands: the edges {param!r} must be strictly increasing")
         floats = [float(e) for e in edges]
-        if any(b <= a for a, b in zip(floats, floats[1:])):
+        if any(b <= a for a, b in zip(floats, floats[1:], strict=False)):
             raise MaskError(f"bands: the edges {param!r} are too close to be told apart as "
                             "doubles")
         return Mask(kind, edges=edges)

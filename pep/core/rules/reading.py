@@ -450,7 +450,7 @@ def read_document(root: etree._Element) -> PolicyReading | None:
         description = None
         streams: tuple[str, ...] | None = None
         grants: list[GrantReading] = []
-        for part, name in zip(parts, names):
+        for part, name in zip(parts, names, strict=True):
             if name == "Description" and description is None and not grants and streams is None:
                 description = _text(part).strip() or None
             elif name == "Target" and streams is None and not grants:

@@ -292,7 +292,7 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
     names = ["window_start", "window_end", *w.keys, *(a.output_name for a in w.aggregates)]
     sources = [bound(win["start"]), bound(win["end"]), *[F.col(inner[k]) for k in w.keys],
                *[F.col(f"{prefix}g_{j}") for j in range(len(w.aggregates))]]
-    for i, (name, column) in enumerate(zip(names, sources)):
+    for i, (name, column) in enumerate(zip(names, sources, strict=True)):
         cols.append(column.alias(f"{prefix}{i}"))
         outputs.append(JoinOutput(f"{prefix}{i}", f"{definition.name}.{name}"))
     return windows.select(*cols), outputs
@@ -357,8 +357,8 @@ def joined_frame(spark: SparkSession, left: StreamDefinition, right: StreamDefin
                               feeds[0], mask_key, sources[0])
     rframe, rout = side_frame(spark, right, plan.right, plan.right_time, "r", lateness,
                               max_files, feeds[1], mask_key, sources[1])
-    index = {("left", n): o.internal for n, o in zip(_names(plan.left), lout)}
-    index.update({("right", n): o.internal for n, o in zip(_names(plan.right), rout)})
+    index = {("left", n): o.internal for n, o in zip(_names(plan.left), lout, strict=True)}
+    index.update({("right", n): o.internal for n, o in zip(_names(plan.right), rout, strict=True)})
     terms = []
     for a, b in plan.on:
         lcol, rcol = F.col(index[("left", a)]), F.col(index[("right", b)])
@@ -396,7 +396,7 @@ def _joined_label(left: StreamDefinition, right: StreamDefinition, plan: JoinPla
     lattice = lattices[0]
     assert lattice is not None
     codes = [label_code(F.col(index[(side, name)]), lattice)
-             for side, name in zip(("left", "right"), plan.label)]
+             for side, name in zip(("left", "right"), plan.label, strict=True)]
     return label_text(lub_of(*codes), lattice)
 
 

@@ -110,7 +110,7 @@ class _JoinQuery:
         rt = self.settings
         qid = uuid.uuid4().hex
         feeds: list[Path | None] = []
-        for side, definition in zip(("left", "right"), self.streams):
+        for side, definition in zip(("left", "right"), self.streams, strict=True):
             if rt.feeds is None or definition.source.kind != "ingest":
                 feeds.append(None)
                 continue

@@ -284,7 +284,7 @@ class AnchorTracker:
         table = frame.toArrow()
         out: dict[AnchorSpec, list[tuple[int, float | None, float | None]]] = {}
         for spec_id, seq, lat, lon in zip(*(table.column(c).to_pylist()
-                                            for c in ("id", "seq", "lat", "lon"))):
+                                            for c in ("id", "seq", "lat", "lon")), strict=True):
             out.setdefault(specs[spec_id], []).append((seq, lat, lon))
         return out
 

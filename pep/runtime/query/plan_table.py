@@ -92,7 +92,7 @@ class PlanTable:
             if s.compiled.masks:
                 read.update(w.keys)  # masked keys are computed per plan from the values
             seen = {"d": 0, "l": 0, "s": 0}
-            for fam, parts in zip(layout.families, layout.parts):
+            for fam, parts in zip(layout.families, layout.parts, strict=True):
                 slots.setdefault(f"{fam}{seen[fam]}", set()).update(parts)
                 seen[fam] += 1
             if w.kind == "tuple":

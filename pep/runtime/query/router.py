@@ -108,7 +108,7 @@ class ResultRouter:
         starts = np.concatenate(([0], np.flatnonzero(np.diff(plan_ids)) + 1)) \
             if len(plan_ids) else np.empty(0, np.int64)
         ends = list(starts[1:].tolist()) + [len(plan_ids)]
-        bounds = dict(zip(plan_ids[starts].tolist(), zip(starts.tolist(), ends)))
+        bounds = dict(zip(plan_ids[starts].tolist(), zip(starts.tolist(), ends, strict=True), strict=True))
         seqs = arrow.column(SEQ_COLUMN).combine_chunks().fill_null(NO_SEQ).to_numpy()
         groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[PlanState]] = {}
         closed: list[str] = []
@@ -125,7 +125,7 @@ class ResultRouter:
         for (projection, sources), members in groups.items():
             for state, out in zip(members, _member_batches(
                     arrow, projection, sources, [bounds[s.id] for s in members], row_ids,
-                    seqs)):
+                    seqs), strict=True):
                 state.batches += 1
                 closed += self._deliver(state, out)
         closed += self._route_unions(arrow, row_ids, bounds, seqs, plans, unions)
@@ -163,7 +163,7 @@ class ResultRouter:
         take = pa.array(idx)
         keys = None
         names = self._layout.field_names
-        column = dict(zip(names, self._layout.row_columns(state.compiled, names)))
+        column = dict(zip(names, self._layout.row_columns(state.compiled, names), strict=True))
         if w.keys:
             texts = [value_texts(arrow.column(column[k]).take(take)) for k in w.keys]
             joined = texts[0] if len(texts) == 1 else \
@@ -190,7 +190,7 @@ class ResultRouter:
             pids = arrow.column("pid").to_numpy()
             ids, starts = np.unique(pids, return_index=True)
             ends = list(starts[1:].tolist()) + [len(pids)]
-            bounds = dict(zip(ids.tolist(), zip(starts.tolist(), ends)))
+            bounds = dict(zip(ids.tolist(), zip(starts.tolist(), ends, strict=True), strict=True))
         closed: list[str] = []
         for state in plans:
             windows = state.windows
@@ -316,7 +316,7 @@ def _member_batches(arrow: pa.Table, projection: tuple[str, ...], sources: tuple
     tops = np.maximum.reduceat(seqs[picked], starts).tolist()
     chosen = operator.itemgetter(*at.tolist())(texts)  # a tuple: two spans or more, none empty
     return [RowBatch(chosen[begin:begin + count], size, None if top == NO_SEQ else top)
-            for begin, count, size, top in zip(starts.tolist(), counts.tolist(), sizes, tops)]
+            for begin, count, size, top in zip(starts.tolist(), counts.tolist(), sizes, tops, strict=True)]
 
 
 def _projected(arrow: pa.Table, projection: tuple[str, ...], sources: tuple[str, ...],

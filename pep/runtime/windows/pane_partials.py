@@ -229,7 +229,7 @@ def partials_from_values(layout: PaneLayout, keys: np.ndarray | None, seqs: np.n
         panes[order] = rank
     out: Columns = {"key": keys, "pane": panes, "rows": np.ones(n, np.int64),
                     "mseq": seqs.astype(np.int64)}
-    for j, ((vals, valid), parts) in enumerate(zip(values, layout.parts)):
+    for j, ((vals, valid), parts) in enumerate(zip(values, layout.parts, strict=True)):
         out[f"{Part.COUNT}{j}"] = valid.astype(np.int64)
         for part in parts - {Part.COUNT} - TIME_PARTS:
             out[f"{part}{j}"] = vals

@@ -330,7 +330,7 @@ def test_versions_stay_serial_when_two_processes_write_at_once(storage):
         assert versions == sorted(versions) and len(versions) == count
     assert sorted(written[0] + written[1]) == list(range(1, 2 * count + 1))
     assert store.store_version() == 2 * count
-    for name, versions in zip(("left", "right"), written):
+    for name, versions in zip(("left", "right"), written, strict=True):
         stored = [h.store_version for i in range(5) for h in store.history(f"{name}-{i}")]
         assert sorted(stored) == versions
     store.close()

@@ -63,7 +63,7 @@ def test_pyabac_agrees_with_the_model(workload, pyabac_decisions):
 ], ids=["xml", "json"])
 def test_xsg_agrees_with_pyabac(workload, engine, pyabac_decisions, media_type, render):
     disagreements = []
-    for i, (query, expected) in enumerate(zip(workload.queries, pyabac_decisions)):
+    for i, (query, expected) in enumerate(zip(workload.queries, pyabac_decisions, strict=True)):
         got = _xsg(engine, render(query), media_type)
         if got != expected:
             disagreements.append((i, query, expected, got))
@@ -75,7 +75,7 @@ def test_xsg_agrees_with_pyabac(workload, engine, pyabac_decisions, media_type, 
 def test_changed_policy_changes_both(engine_mod, workload):
     """Guards against a vacuous agreement: flipping one applicable policy's effect must flip the
     decision in both engines for a request it decides alone."""
-    for query, expected in zip(workload.queries, workload.expected()):
+    for query, expected in zip(workload.queries, workload.expected(), strict=True):
         applicable = [p for p in workload.policies if wl.applies(p, query)]
         if len(applicable) == 1 and expected == wl.PERMIT:
             break

@@ -172,7 +172,7 @@ def _run(alg: str, initial: list[int], steps: list, use_index: bool,
         remove_ids = [f"d{k}" for k in removes]
         sources = [PolicySource(f"d{k}#{c}", document(k, c)) for k, c, _ in upserts]
         items = [compile_policy(s) if as_compiled else s
-                 for s, (_, _, as_compiled) in zip(sources, upserts)]
+                 for s, (_, _, as_compiled) in zip(sources, upserts, strict=True)]
         wanted = _reference_list(entries, sources, remove_ids)
         try:
             scratch = PolicyEngine.compile(wanted, alg, root_policy_id, use_index=use_index)

@@ -150,7 +150,7 @@ def test_nothing_alice_can_call_tells_her_bobs_data_policies_events_or_consumers
 
     # Bob's events (keys: his data), Alice's own event
     b_events: dict[str, list[str]] = {}
-    for stream, count in zip(b_streams, scenario["b_events"]):
+    for stream, count in zip(b_streams, scenario["b_events"], strict=True):
         b_events[stream] = [f"bev{j}" for j in range(count)]
         for event in b_events[stream]:
             ok(gw.call("POST", f"/streams/{stream}/events", BOB, json={

@@ -163,13 +163,13 @@ def test_a_hidden_stream_answers_every_route_as_before_it_existed(gw):
     r = client.post("/policies", headers=bearer("acme", **XML), data=policy())
     assert r.status_code == 201, r.json
     hidden = answers(client, "other", "secret")
-    for (method, path, *_), was, now in zip(routes_naming("secret"), before, hidden):
+    for (method, path, *_), was, now in zip(routes_naming("secret"), before, hidden, strict=True):
         assert now == was, (method, path, was, now)
     # the same routes once the stream is listed: they answer otherwise (the test can fail)
     r = client.patch("/streams/secret", headers=bearer("acme"), json={"visibility": "listed"})
     assert r.status_code == 200 and r.json["visibility"] == "listed"
     listed = answers(client, "other", "secret")
-    assert sum(a != b for a, b in zip(before, listed)) >= 10
+    assert sum(a != b for a, b in zip(before, listed, strict=True)) >= 10
     assert listed[0][0] == 200 and listed[10][0] == 403  # described; the PDP says Deny
 
 

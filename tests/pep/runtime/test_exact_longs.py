@@ -155,7 +155,7 @@ def run_plans(spark, frame, plans: list[ExecutionPlan], tuple_pane_min: int = 8
     ex.lifecycle.on_batch(frame, 0)
     ex.wait_delivered()
     out = []
-    for plan, rows in zip(plans, got):
+    for plan, rows in zip(plans, got, strict=True):
         keys = [r["max_k"] if plan.window is not None else r["k"] for r in rows]
         assert len(keys) == len(set(keys))  # each tuple once
         out.append(set(keys))
@@ -184,7 +184,7 @@ def test_rows_through_the_runtime_equal_pythons_filter(spark, frame, cases):
     # a join's side filter (plain Column expressions, pep/runtime/joins/runtime.py)
     from pep.runtime.joins.frames import filter_column
     sd = StreamDefinition("exact", "o", SCHEMA, SourceSpec("ingest", (("path", "/none"),)), "t")
-    for plan, expected in zip(plans[:2], want[:2]):
+    for plan, expected in zip(plans[:2], want[:2], strict=True):
         column = filter_column(plan.filter_dnf, sd)
         rows = frame if column is None else frame.filter(column)
         assert {r["k"] for r in rows.select("k").collect()} == expected

@@ -89,7 +89,7 @@ def test_the_grouped_matcher_admits_only_records_at_or_after_the_cut(spark, fram
         + [plain(None, 0.0), plain(None, 1.0), plain((4, 4, 4, 4), -1.0)]
     assert len(plans) > 8  # past FEW_PLANS: the grouped matcher
     got = run(spark, frame, plans)
-    for plan, rows in zip(plans, got):
+    for plan, rows in zip(plans, got, strict=True):
         assert [r["k"] for r in rows] == admitted(plan.start_offsets,
                                                   plan.filter_dnf[0][0].value), plan
 

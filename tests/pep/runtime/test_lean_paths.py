@@ -45,7 +45,7 @@ def test_filter_expressions_are_built_once_per_schema(spark):
     from pep.runtime.plans.plan_expressions import filter_expressions
     first = filter_expressions(SCHEMA)
     again = filter_expressions(StreamSchema(SCHEMA.fields))
-    assert all(a is b for a, b in zip(first, again))
+    assert all(a is b for a, b in zip(first, again, strict=True))
     other = filter_expressions(StreamSchema(SCHEMA.fields[:2]))
     assert other[0] is not first[0] and other[2] is first[2]  # the match expression is generic
 

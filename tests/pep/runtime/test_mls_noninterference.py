@@ -320,7 +320,7 @@ def compare(query: str, session: str, low: list[list[dict]], high: list, latenes
     quiet = deliveries(plan, POSITION, numbered(low), lateness)
     batches, index = with_high(low, high)
     busy = deliveries(plan, POSITION, batches, lateness)
-    for i, rows in zip(index, busy):
+    for i, rows in zip(index, busy, strict=True):
         if i is None:
             assert rows == [], (query, session, "an ingest of high tuples only delivered", rows)
         else:
@@ -387,8 +387,8 @@ def test_vitals_medics_read_the_same_whatever_is_above_them(clearance, data):
     quiet = deliveries(plan, VITALS, numbered(low), 0.0)
     batches, index = with_high(low, high)
     busy = deliveries(plan, VITALS, batches, 0.0)
-    assert [rows for i, rows in zip(index, busy) if i is not None] == quiet
-    assert all(rows == [] for i, rows in zip(index, busy) if i is None)
+    assert [rows for i, rows in zip(index, busy, strict=True) if i is not None] == quiet
+    assert all(rows == [] for i, rows in zip(index, busy, strict=True) if i is None)
 
 
 # -- the owner's explicit choice of the other shape ------------------------------------------------

@@ -201,7 +201,7 @@ def check(got, recs):
         if plan.window is not None:
             rows.sort(key=sort_key(plan))
         assert len(rows) == len(want), (name, len(rows), len(want))
-        for g, e in zip(rows, want):
+        for g, e in zip(rows, want, strict=True):
             assert list(g) == list(e), (name, g, e)
             assert all(same(g[k], e[k]) for k in e), (name, g, e)
         # the stream position behind each batch: the highest of the tuples it came from

@@ -90,7 +90,7 @@ def same(a, b):
 
 def assert_rows_equal(got, expected):
     assert len(got) == len(expected), (len(got), len(expected))
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         assert g.keys() == e.keys()
         for k in e:
             assert same(g[k], e[k]), (k, g, e)
@@ -139,7 +139,7 @@ def expected_time_windows(records, plan):
     first = math.floor(min(times) / w.step) - w.size
     for k in range(first, math.floor(watermark / w.step) + 1):
         start, end = k * w.step, k * w.step + w.size
-        inside = [r for r, t in zip(rows, times) if start <= t < end]
+        inside = [r for r, t in zip(rows, times, strict=True) if start <= t < end]
         if not inside or end > watermark:
             continue
         row = {"window_start": start, "window_end": end}
@@ -393,11 +393,11 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     pids, rows = grouped.match(arrow, arrow.column("_xsg_seq").combine_chunks())
     hums = arrow.column("hum").to_pylist()
     assert len(expected) > 100
-    assert sorted((hums[r], int(p)) for p, r in zip(pids.tolist(), rows.tolist())) == expected
+    assert sorted((hums[r], int(p)) for p, r in zip(pids.tolist(), rows.tolist(), strict=True)) == expected
     # each plan's pairs together, in stream order
     runs = [int(p) for i, p in enumerate(pids) if i == 0 or p != pids[i - 1]]
     assert len(runs) == len(set(runs))
-    assert all(b < d for a, b, c, d in zip(pids, rows, pids[1:], rows[1:]) if a == c)
+    assert all(b < d for a, b, c, d in zip(pids, rows, pids[1:], rows[1:], strict=False) if a == c)
     # the executor asks no plan table of Spark when every plan is a grouped row plan
     assert "_xsg_plans" not in ex.rows.values_frame(batch, shape, grouped).columns
 
@@ -423,9 +423,9 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     pids, rows = grouped.pairs(out.column(BITS_COLUMN).combine_chunks())
     runs = [int(p) for i, p in enumerate(pids) if i == 0 or p != pids[i - 1]]
     assert len(runs) == len(set(runs))  # plan-major, rows ascending: what the routing takes
-    assert all(b < d for a, b, c, d in zip(pids, rows, pids[1:], rows[1:]) if a == c)
+    assert all(b < d for a, b, c, d in zip(pids, rows, pids[1:], rows[1:], strict=False) if a == c)
     ids_of = [[] for _ in range(out.num_rows)]
-    for p, r in zip(pids.tolist(), rows.tolist()):
+    for p, r in zip(pids.tolist(), rows.tolist(), strict=True):
         ids_of[r].append(p)
     got = sorted((r["hum"], r["_xsg_seq"], r["temp"] if r["temp"] == r["temp"] else "NaN",
                   sorted(ids_of[i])) for i, r in enumerate(out.to_pylist()))
@@ -441,6 +441,6 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     assert figures == {"rows": 30, "seq": 29}
     pids, rows = only.pairs(few.column(BITS_COLUMN).combine_chunks())
     hums = few.column("hum").to_pylist()
-    assert sorted((hums[r], int(p)) for p, r in zip(pids, rows)) == [(2 * i, 7 + i)
+    assert sorted((hums[r], int(p)) for p, r in zip(pids, rows, strict=True)) == [(2 * i, 7 + i)
                                                                       for i in range(6)]
     assert few.num_rows == 6

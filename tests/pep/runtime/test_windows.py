@@ -33,7 +33,7 @@ def brute(values):
 def chunks(items, cuts):
     cuts = sorted(set(c for c in cuts if 0 < c < len(items)))
     bounds = [0] + cuts + [len(items)]
-    return [items[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [items[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 @settings(max_examples=60, deadline=None)
@@ -192,7 +192,7 @@ def window_row(chunk, spec, start, end, key_attr, key):
 
 def assert_same_rows(got, expected):
     assert len(got) == len(expected), (len(got), len(expected))
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         assert list(g) == list(e), (g, e)  # same keys in the same order
         for name in e:
             a, b = g[name], e[name]

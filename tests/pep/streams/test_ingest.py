@@ -373,7 +373,7 @@ def test_longs_beyond_2_53_and_epoch_fractions_are_written_exactly(catalog):
     seconds = ("253402300799.999999", "1.0000015", "-62135596800", "1704067200.000001")
     # epoch seconds as JSON numbers, written as they are (not through a float)
     body = "\n".join(line(winddirection=v, samplingtime="S").replace('"S"', s)
-                     for v, s in zip(big, seconds))
+                     for v, s in zip(big, seconds, strict=True))
     catalog.append_records("weather", body.encode())
     records = read_all(catalog)
     # the file's text holds every digit (json reads it back as the same int)
