@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 from common.roles import NO_HIERARCHY, RoleHierarchy, RoleHierarchyError
 
@@ -44,7 +44,7 @@ class AuthFileError(ValueError):
     """The auth file is missing, malformed, or inconsistent; raised at start-up."""
 
 
-AttributeValue = Union[str, int, float, bool]
+AttributeValue = str | int | float | bool
 MAX_IDENTITY_ATTRIBUTES = 64
 MAX_ATTRIBUTE_VALUES = 1024
 WATCH_INTERVAL = 0.25  # seconds between two looks at the auth file by its watcher thread

@@ -42,7 +42,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Union
 
 import pdp.index as index_module
 from common.xmlsafe import get_limits
@@ -170,7 +169,7 @@ class _Root:
         return self.combine(self.candidates(ctx), ctx)
 
 
-Upsert = Union[PolicySource, CompiledPolicy]
+Upsert = PolicySource | CompiledPolicy
 
 
 class PolicyEngine:

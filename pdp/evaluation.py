@@ -26,7 +26,6 @@ from typing import (
     Generic,
     Protocol,
     TypeVar,
-    Union,
 )
 
 from pdp.datatypes import DATE, DATETIME, TIME, get_datatype
@@ -470,7 +469,7 @@ class PolicyEvaluator(Generic[ChildT]):
 
 Policy = PolicyEvaluator[Evaluable]  # a compiled <Policy>: its children are rules
 PolicySet = PolicyEvaluator[Applicable]  # a compiled <PolicySet>
-AnyPolicy = Union[Policy, PolicySet]  # a top-level document, what a reference resolves to
+AnyPolicy = Policy | PolicySet  # a top-level document, what a reference resolves to
 # The engine's link table: each reference of its documents, resolved (`pdp.references`).
 Links = Mapping["RefSpec", AnyPolicy]
 

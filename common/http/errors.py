@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
-from typing import Any, Union
+from typing import Any
 
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 # exception type -> HTTP status; an exception gets the status of the most specific class in its
 # MRO that the table names (as Flask finds error handlers), so the order of entries is free
-ErrorTable = Union[Mapping[type[BaseException], int], Sequence[tuple[type[BaseException], int]]]
+ErrorTable = Mapping[type[BaseException], int] | Sequence[tuple[type[BaseException], int]]
 
 # the shared kinds of refusal: what a route of any side raises when it refuses
 REFUSAL_STATUS: dict[type[BaseException], int] = {

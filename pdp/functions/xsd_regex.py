@@ -26,7 +26,7 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Union
+from typing import Literal
 
 MAX_PATTERN_CHARS = 2048
 MAX_REPEAT = 1000
@@ -132,7 +132,7 @@ CharNode = tuple[Literal["char"], int]
 CatNode = tuple[Literal["cat"], list["Node"]]
 AltNode = tuple[Literal["alt"], list["Node"]]
 RepNode = tuple[Literal["rep"], "Node", int, int | None]
-Node = Union[CharNode, CatNode, AltNode, RepNode, tuple[Literal["bol"]], tuple[Literal["eol"]]]
+Node = CharNode | CatNode | AltNode | RepNode | tuple[Literal["bol"]] | tuple[Literal["eol"]]
 
 
 class _Parser:

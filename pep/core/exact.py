@@ -30,7 +30,7 @@ import re
 from datetime import datetime, timedelta
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
-from typing import TypeGuard, Union
+from typing import TypeGuard
 
 from common.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
 
@@ -41,7 +41,7 @@ MIN_MICROS = MIN_EPOCH_SECONDS * MICROS_PER_SECOND
 END_MICROS = END_EPOCH_SECONDS * MICROS_PER_SECOND
 MAX_MICROS = END_MICROS - 1
 
-ExactNumber = Union[int, Decimal, Fraction, float]
+ExactNumber = int | Decimal | Fraction | float
 """A number whose value is exact as it stands (a float is the exact binary value it holds)."""
 
 _EPOCH = datetime(1970, 1, 1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime
-from typing import Literal, NotRequired, Required, TypedDict, Union
+from typing import Literal, NotRequired, Required, TypedDict
 
 from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial
 from pep.core.exact import iso_from_micros, timestamp_micros
@@ -76,7 +76,7 @@ class SpatialJson(TypedDict):
     anchor: NotRequired[AnchorJson]
 
 
-PredicateJson = Union[ComparisonJson, LabelComparisonJson, SpatialJson]
+PredicateJson = ComparisonJson | LabelComparisonJson | SpatialJson
 
 
 class AggregateJson(TypedDict):
@@ -150,7 +150,7 @@ class JoinPlanJson(TypedDict):
     output: list[str]
 
 
-AnyPlanJson = Union[PlanJson, JoinPlanJson, UnionPlanJson]
+AnyPlanJson = PlanJson | JoinPlanJson | UnionPlanJson
 
 
 class OperatorJson(TypedDict, total=False):

@@ -11,7 +11,7 @@ rendered; the merge refuses them explicitly rather than guessing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar, Union
+from typing import TypeVar
 
 from pep.core.conditions import Expr, to_text
 from pep.core.plan import PolicyWindowTerms, WindowAsk, WindowSpec
@@ -83,8 +83,8 @@ class Union_:
     inputs: tuple[Node, ...]
 
 
-Node = Union[Source, Filter, Mask, Map, WindowAggregate, Join, Union_]
-Operator = Union[Filter, Mask, Map, WindowAggregate]
+Node = Source | Filter | Mask | Map | WindowAggregate | Join | Union_
+Operator = Filter | Mask | Map | WindowAggregate
 OperatorT = TypeVar("OperatorT", Filter, Mask, Map, WindowAggregate)
 
 

@@ -10,19 +10,19 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
-from typing import Literal, Union
+from typing import Literal
 
 from pep.core.jsontypes import JsonObject
 from pep.core.labels import Label, Lattice
 from pep.core.privacy import PrivacyAsk, PrivacySpec, spec_from_json
 
 FieldType = Literal["double", "long", "string", "boolean", "timestamp", "label"]
-Scalar = Union[float, int, str, bool]
+Scalar = float | int | str | bool
 Operator = Literal["<", "<=", ">", ">=", "=", "!="]
 # The negations of label comparisons (`pep.core.labels`: NOT pushed into a comparison on a label
 # attribute is no comparison of the six), which a plan's predicates may hold too.
 LabelOperator = Literal["!<=", "!>=", "!<", "!>"]
-PredicateOperator = Union[Operator, LabelOperator]
+PredicateOperator = Operator | LabelOperator
 AggregateFunction = Literal["avg", "max", "min", "sum", "count", "firstval", "lastval", "lub"]
 
 OPERATORS: tuple[Operator, ...] = ("<", "<=", ">", ">=", "=", "!=")
@@ -121,7 +121,7 @@ class SpatialPredicate:
         return (self.latitude, self.longitude) + ((self.key,) if self.key else ())
 
 
-AnyPredicate = Union[Predicate, SpatialPredicate]
+AnyPredicate = Predicate | SpatialPredicate
 Conjunct = tuple[AnyPredicate, ...]
 
 
@@ -347,7 +347,7 @@ class UnionPlan(_Keyed):
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
 
 
-AnyPlan = Union[ExecutionPlan, JoinPlan, UnionPlan]
+AnyPlan = ExecutionPlan | JoinPlan | UnionPlan
 
 
 def is_join_json(data: str | JsonObject) -> bool:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from xsg_client.errors import XsgError
 
@@ -24,7 +24,7 @@ XML = "application/xacml+xml"
 JSON = "application/xacml+json"
 
 # A user query: its JSON form as an object, or its text (XML or JSON), as str or bytes.
-Query = Union[Mapping[str, Any], str, bytes]
+Query = Mapping[str, Any] | str | bytes
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Literal, TypedDict, Union, cast
+from typing import Any, Literal, TypedDict, cast
 
 from pep.core import geo, labels
 from pep.core.conditions import (
@@ -194,7 +194,7 @@ def written_text(expr: Expr) -> str:
 
 
 Junction = Literal["and", "or"]
-NNF = Union[Atom, bool, tuple[Junction, tuple["NNF", ...]]]
+NNF = Atom | bool | tuple[Junction, tuple["NNF", ...]]
 """A condition in negation normal form: an atom, a constant, or ("and" | "or", items)."""
 
 RawBound = tuple[str, str, Constant]

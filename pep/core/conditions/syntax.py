@@ -8,7 +8,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Union
 
 from pdp import (
     ACCESS_SUBJECT as SUBJECT_CATEGORY,
@@ -74,11 +73,11 @@ class Placeholder:
         return "{%s:%s}" % (self.category, self.attribute)
 
 
-Literal_ = Union[Scalar, Decimal]
+Literal_ = Scalar | Decimal
 """A literal as parsed: integers are ints and decimals `Decimal`s, exact as written (binding
 turns them into the attribute's representation: floats for doubles, see `pep.core.exact` for
 longs and timestamps)."""
-Value = Union[Literal_, Placeholder]
+Value = Literal_ | Placeholder
 
 
 @dataclass(frozen=True)
@@ -192,7 +191,7 @@ def spatial_text(s: Spatial | SpatialPredicate) -> str:
     return f"{head} {s.op} {format_literal(s.radius)}"
 
 
-Expr = Union[Comparison, And, Or, Not, Const, Membership, Box, Spatial]
+Expr = Comparison | And | Or | Not | Const | Membership | Box | Spatial
 TRUE = Const(True)
 FALSE = Const(False)
 

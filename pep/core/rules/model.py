@@ -37,13 +37,13 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal, TypedDict, Union
+from typing import Literal, TypedDict
 
 from pep.core.errors import InvalidInput
 from pep.core.jsontypes import JsonObject, JsonValue
 from pep.core.masks import MaskError, parse_mask
 
-AttributeValue = Union[str, int, float, bool]
+AttributeValue = str | int | float | bool
 
 DEFAULT_ACTIONS = ("read", "subscribe")
 WINDOW_TYPES = ("tuple", "time")
