@@ -108,7 +108,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = [
+__all__ = [  # noqa: PLE0604 - *_PERSISTENCE: its keys, the names __getattr__ imports
     "PolicyEngine", "PolicyInfo", "PolicySource", "compile_policy", "inspect_policy",
     "policy_resource_scope",
     "PolicyLoadError", "RequestSyntaxError", "PolicyChange", "PolicyEvents",

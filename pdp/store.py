@@ -128,7 +128,7 @@ class PolicyStore(ABC):
     def is_empty(self) -> bool:
         return self.store_version() == 0
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: the default has nothing to release
         """Release resources; the default has none."""
 
 

@@ -147,7 +147,7 @@ def _union_warnings(members: list[tuple[Alternative, MergeResult]], user: QueryG
         out.append(MergeWarning("INFO", "filter", "the grants' filters are too large to analyse "
                                 "together for partial results; each is still enforced"))
     shown = set()
-    for alt, m in members:
+    for alt, _ in members:
         policy_map = alt.policy.map
         shown |= set(policy_map.attributes if policy_map is not None else schema.names)
     hidden = [n for n in schema.names if n not in shown]

@@ -115,7 +115,7 @@ def main() -> int:
             def client_events(url: str, rows: int) -> int:
                 got = 0
                 with client.open(url, schema=schema) as stream:
-                    for event in stream.events():
+                    for _ in stream.events():
                         got += 1
                         if got == rows:
                             break

@@ -550,8 +550,8 @@ def summary(results: dict[str, Any]) -> None:
         for s in SIDES:
             p95[s] = {"start-up": [], "steady": []}
             for res in lat[s]:
-                for label, (l, want) in zip(("start-up", "steady"), phase_split(res), strict=True):
-                    p95[s][label].append(pct(with_missing(l, want), 95) * 1000)
+                for label, (lats, want) in zip(("start-up", "steady"), phase_split(res), strict=True):
+                    p95[s][label].append(pct(with_missing(lats, want), 95) * 1000)
             print(f"    {SIDE_NAMES[s]:32s} start-up {spread(p95[s]['start-up'], '{:,.0f}')} ms,"
                   f" steady {spread(p95[s]['steady'], '{:,.0f}')} ms")
         for label in ("start-up", "steady"):
@@ -560,8 +560,8 @@ def summary(results: dict[str, Any]) -> None:
                   f"{ratio(g, d)}")
     rtm = results.get("rtm")
     if rtm:
-        parts = [f"{label} p95 {secs(pct(with_missing(l, w), 95), 'ms')}"
-                 for label, (l, w) in zip(("start-up", "steady"), phase_split(rtm), strict=True)]
+        parts = [f"{label} p95 {secs(pct(with_missing(lats, w), 95), 'ms')}"
+                 for label, (lats, w) in zip(("start-up", "steady"), phase_split(rtm), strict=True)]
         print(f"  a user's real-time query: {', '.join(parts)}")
     ing = results.get("ingest")
     if ing:

@@ -508,7 +508,7 @@ def run_trial(n: int, rate: int, seconds: float, startup: float, procs: int, pas
         if put is not None:
             delivery.append(arrived - put)
     want = [0, 0]
-    for j, stream in enumerate(streams):
+    for j in range(len(streams)):
         bands = [bounds(i, n, pass_rate) for i in range(j, n, len(streams))]
         for k, count in enumerate(owed(outs[j]["puts"], bands, absolute)):
             want[k] += count

@@ -49,7 +49,7 @@ from tests.pep.conftest import TOKENS
 POLICY = Path(__file__).resolve().parents[2] / "policies" / "ais" / "port-authority-policy.xml"
 S = "http://www.w3.org/2001/XMLSchema#string"
 D = "http://www.w3.org/2001/XMLSchema#double"
-I = "http://www.w3.org/2001/XMLSchema#integer"
+INT = "http://www.w3.org/2001/XMLSchema#integer"
 B = "http://www.w3.org/2001/XMLSchema#boolean"
 SUBJECT = "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
 RESOURCE = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
@@ -354,11 +354,11 @@ HANDLES = [  # (subject, action, the consumer's own query, the request file's cl
     ("shipco", "read", None, ()),
     # row 4 leak: the request claims every ship for the company's list
     ("shipco-claims", "read", None,
-     claim_everywhere("ship-list", I, [244000000 + i for i in SHIPS])),
+     claim_everywhere("ship-list", INT, [244000000 + i for i in SHIPS])),
     ("captain", "read", None, ()),
     # row 5 leak: a wider circle in the captain's own query, and another ship claimed as his
     ("captain-wide", "read", {"filter": "DISTANCE_TO(lat, lon, mmsi, 244000007) <= 2000000"},
-     claim_everywhere("ship-mmsi", I, [244000012])),
+     claim_everywhere("ship-mmsi", INT, [244000012])),
 ]
 
 
@@ -451,17 +451,17 @@ def test_each_row_refuses_what_it_does_not_grant(table2):
     r = ask(base, "shipco", "read", {"filter": "mmsi = 244000002"})
     assert r.status_code == 422, r.text
     r = explain(base, "shipco-none", "read",
-                claims=claim_everywhere("ship-list", I, [244000002]))
+                claims=claim_everywhere("ship-list", INT, [244000002]))
     assert r.status_code == 200, r.text  # an empty list: the filter passes nothing
     assert r.json()["plan"]["filter"] == [] and "244000002" not in r.text, r.text
-    r = ask(base, "shipco-none", "read", claims=claim_everywhere("ship-list", I, [244000002]))
+    r = ask(base, "shipco-none", "read", claims=claim_everywhere("ship-list", INT, [244000002]))
     assert r.status_code == 422, r.text
     # row 5: hidden attributes, another anchor, no ship of one's own
     r = ask(base, "captain", "read", {"map": ["mmsi", "shipname"]})
     assert r.status_code == 403 and "shipname" in error(r), r.text
     r = ask(base, "captain", "read", {"filter": "DISTANCE_TO(lat, lon, mmsi, 244000001) <= 1"})
     assert r.status_code == 403 and "anchor" in error(r), r.text
-    r = ask(base, "captain-noship", "read", claims=claim_everywhere("ship-mmsi", I, [244000007]))
+    r = ask(base, "captain-noship", "read", claims=claim_everywhere("ship-mmsi", INT, [244000007]))
     assert r.status_code == 403 and "ship-mmsi" in error(r), r.text
     # row 6: the emergency view is a captain's, and only during an emergency
     r = ask(base, "shipco", "read-emergency")

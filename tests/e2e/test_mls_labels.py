@@ -420,7 +420,7 @@ def test_a_low_readers_windows_are_the_same_whether_or_not_high_tuples_are_inges
         time.sleep(1.5)  # nothing more comes on either
         assert readers[QUIET].rows == readers[BUSY].rows == want
     finally:
-        for stream, reader in readers.items():
+        for reader in readers.values():
             requests.delete(reader.url, headers=auth("analyst-cn"), timeout=30)
         for stream in (QUIET, BUSY):
             requests.delete(f"{base}/policies/urn:t:mls-ni:{stream}", headers=auth("nea"),

@@ -17,17 +17,20 @@ pytest.importorskip("schemathesis")
 import schemathesis
 
 from common.invalidation import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from tests.pep.http.no500 import (  # noqa: F401 - no500_gateway is a fixture
+from tests.pep.http import no500
+from tests.pep.http.no500 import (
     BODIES,
     error_body_problem,
-    hypothesis_as_found,
-    no500_gateway,
     report,
     run_schema,
     seed,
     send,
 )
 
+# no500's fixtures, under their names for pytest: the gateway, and Hypothesis restored after
+# these tests (autouse)
+no500_gateway = no500.no500_gateway
+hypothesis_as_found = no500.hypothesis_as_found
 pytestmark = pytest.mark.timeout(240)
 
 PROXY_EXAMPLES = 5

@@ -246,7 +246,7 @@ class Checker:
         circles: list[tuple[SpatialPredicate, Atom | None, Atom | None]] = []
         inside: list[tuple[Atom, SpatialPredicate]] = []
         outside: list[tuple[Atom, SpatialPredicate]] = []
-        for var, group in groups.items():
+        for group in groups.values():
             g = group[0].spatial
             assert g is not None
             if g.function == "polygon":
@@ -261,7 +261,7 @@ class Checker:
                     if a.op in ("<", "<=") and (hi is None or _distance(a) < _distance(hi)):
                         hi = a
                 circles.append((g, lo, hi))
-        for i, (g1, lo1, hi1) in enumerate(circles):
+        for i, (g1, _lo1, hi1) in enumerate(circles):
             for j, (g2, lo2, hi2) in enumerate(circles):
                 if i == j or (g1.latitude, g1.longitude) != (g2.latitude, g2.longitude):
                     continue

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, MutableMapping
-from typing import Any, ContextManager, Protocol
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from pep.core.delivery_gate import DELIVERY_GATE
 from pep.core.refs import handle_ref
@@ -35,7 +36,7 @@ class DeliveryTarget(Protocol):
     def deliver(self) -> Deliver: ...
 
     @property
-    def lock(self) -> ContextManager[Any]: ...
+    def lock(self) -> AbstractContextManager[Any]: ...
 
 
 def deliver_to(handles: Iterable[DeliveryTarget], batch: RowBatch,

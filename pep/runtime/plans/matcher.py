@@ -260,7 +260,7 @@ def freeze_worker_heap() -> bool:
     if marker is None:
         marker = sys.modules[_FREEZES] = types.ModuleType(_FREEZES)
     gc.freeze()
-    setattr(marker, "count", done + 1)
+    setattr(marker, "count", done + 1)  # noqa: B010 - mypy knows no attribute `count` of a module
     return True
 
 

@@ -144,7 +144,7 @@ class PanesJob:
                     single += slot_cols  # one value per attribute: the driver makes partials
                 else:  # the partials of a one-tuple pane, shaped like the time panes'
                     single.append(F.lit(1).cast("long").alias("rows"))
-                    for (name, fam, parts) in shape.slots:
+                    for name, _, parts in shape.slots:
                         v = F.col(name)
                         for part in (Part.COUNT, Part.SUM, Part.MIN, Part.MAX, Part.FIRST,
                                      Part.LAST):

@@ -141,7 +141,7 @@ def test_scope_is_sound_on_random_documents():
     """Outside its scope a document is NotApplicable, whatever else the request says."""
     rng = random.Random(7)
     checked = 0
-    for trial in range(300):
+    for _ in range(300):
         docs = [PolicySource(f"d{k}", document(k, rng.randrange(192))) for k in range(14)]
         try:
             engine = PolicyEngine.compile(docs)

@@ -154,8 +154,11 @@ def validities(draw) -> Validity | None:
         start, end = end - 1, start + 1
     if start is None and end is None:
         start = 0
-    at = (lambda days: None if days is None else
-          (BASE + timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    def at(days):
+        return None if days is None else (BASE + timedelta(days=days)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+
     return Validity(at(start), at(end))
 
 
