@@ -181,7 +181,7 @@ def _norm_result(decision: str, status: str,
 
 def normalize_xml_response(data: bytes) -> list[NormResult]:
     root = parse_xml(data)
-    ns = "{%s}" % XACML_NS
+    ns = f"{{{XACML_NS}}}"
     results: list[NormResult] = []
     for res in root.iter(ns + "Result"):
         decision = (res.findtext(ns + "Decision") or "").strip()

@@ -50,7 +50,7 @@ def _local(elem: etree._Element) -> str | None:
     tag = elem.tag
     if not isinstance(tag, str):
         return None
-    prefix = "{%s}" % XACML_NS
+    prefix = f"{{{XACML_NS}}}"
     return tag[len(prefix):] if tag.startswith(prefix) else None
 
 

@@ -28,7 +28,7 @@ from pdp.results import (
 XML_MEDIA_TYPE = "application/xacml+xml"
 JSON_MEDIA_TYPE = "application/xacml+json"
 
-_NS = "{%s}" % XACML_NS
+_NS = f"{{{XACML_NS}}}"
 _NON_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 

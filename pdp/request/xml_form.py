@@ -14,7 +14,7 @@ from pdp.request.model import (
 )
 from pdp.urns import XACML_NS
 
-_NS = "{%s}" % XACML_NS
+_NS = f"{{{XACML_NS}}}"
 XML_ID = "{http://www.w3.org/XML/1998/namespace}id"
 _ATTRIBUTES_TAG = _NS + "Attributes"
 _ATTRIBUTE_TAG = _NS + "Attribute"

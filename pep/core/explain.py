@@ -222,7 +222,7 @@ def quote_string(value: str) -> str:
         if ch in _SIMPLE_ESCAPES:
             out.append(_SIMPLE_ESCAPES[ch])
         elif _SHOWN_ESCAPED.match(ch):
-            out.append("\\u%04x" % ord(ch))
+            out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
     return "'" + "".join(out) + "'"

@@ -556,7 +556,7 @@ def main() -> None:
     for line in lines:
         print(" ", line)
     if moves:
-        print("  failover after kill -9 (lease %g s):" % args.lease,
+        print(f"  failover after kill -9 (lease {args.lease:g} s):",
               "; ".join(f"stream moved {m['moved']:.1f} s, first row sent after the kill read "
                         f"{m['first_row']:.1f} s" if m["moved"] is not None
                         and m["first_row"] is not None else str(m) for m in moves))

@@ -64,7 +64,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
-    print(f"load average {' '.join('%.2f' % x for x in os.getloadavg())}; {os.cpu_count()} cores")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} cores")
     phases = Phases()
     log = logging.getLogger("pep.runtime.query.runner")
     log.addHandler(phases)
@@ -155,7 +155,7 @@ def main() -> None:
             out = io.StringIO()
             pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(30)
             print(out.getvalue())
-        print(f"load average at the end {' '.join('%.2f' % x for x in os.getloadavg())}")
+        print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         stop.set()
         runtime.stop()

@@ -149,7 +149,7 @@ def main() -> None:
     for r in results[1:]:
         print(f"{r['way']} / separate: JVM cores {r['cores'] / max(base['cores'], 1e-9):.2f}, "
               f"p95 {r['p95'] / base['p95']:.2f}")
-    print("load average at the end:", " ".join("%.2f" % x for x in os.getloadavg()))
+    print("load average at the end:", " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

@@ -139,7 +139,7 @@ def main() -> None:
     rate, files = results
     print(f"JVM time per micro-batch, files / rate: "
           f"{files['ms_per_batch'] / max(rate['ms_per_batch'], 1e-9):.2f}")
-    print("load average at the end:", " ".join("%.2f" % x for x in os.getloadavg()))
+    print("load average at the end:", " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ SIDE_NAMES = {"gateway": "gateway", "runtime": "runtime", "user": "direct, Spark
 # -- the machine -----------------------------------------------------------------------------------
 
 def load_average() -> str:
-    return " ".join("%.2f" % x for x in os.getloadavg())
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def machine(*packages: str) -> str:

@@ -564,7 +564,7 @@ def _xacml_message(response) -> tuple[str, str] | None:
         return None
     root = etree.fromstring(response.data)
     ns = {"x": "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"}
-    if root.tag != "{%s}Response" % ns["x"]:
+    if root.tag != f"{{{ns['x']}}}Response":
         return None
     decision = root.findtext("x:Result/x:Decision", namespaces=ns) or ""
     message = root.findtext("x:Result/x:Status/x:StatusMessage", namespaces=ns) or ""

@@ -420,7 +420,7 @@ def _exact_number(lexical: str) -> int | Decimal:
     """A request attribute's lexical number, exactly (ValueError if it is none, or beyond the
     range of a double)."""
     stripped = lexical.strip()
-    if re.fullmatch(r"[+-]?[0-9]{1,%d}" % MAX_INTEGER_DIGITS, stripped):
+    if re.fullmatch(rf"[+-]?[0-9]{{1,{MAX_INTEGER_DIGITS:d}}}", stripped):
         number: int | Decimal = int(stripped)
     else:
         number = exact_decimal(stripped)

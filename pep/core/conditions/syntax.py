@@ -70,7 +70,7 @@ class Placeholder:
     position: int = 0
 
     def __str__(self) -> str:
-        return "{%s:%s}" % (self.category, self.attribute)
+        return f"{{{self.category}:{self.attribute}}}"
 
 
 Literal_ = Scalar | Decimal

@@ -124,7 +124,7 @@ class PolicyReading:
     description: str | None = None
 
 
-_PREFIX = "{%s}" % NS
+_PREFIX = f"{{{NS}}}"
 _PREFIX_LENGTH = len(_PREFIX)
 
 

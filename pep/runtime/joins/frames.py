@@ -245,7 +245,9 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
     time_attribute = w.time_attribute or definition.time_attribute
     if not time_attribute:
         raise JoinPlanError(f"stream {definition.name!r}: a time window needs a time attribute")
-    numeric_time = definition.schema.lookup(time_attribute).type != "timestamp"  # type: ignore
+    # the time attribute is one of the stream's: checked when the stream was defined
+    numeric_time = (
+        definition.schema.lookup(time_attribute).type != "timestamp")  # type: ignore[union-attr]
     bounds = _label_bounds(definition, w.label_bounds)
     needed = list(dict.fromkeys([*w.keys, *(a.attribute for a in w.aggregates),
                                  *(a for a, _, _ in bounds)]))
@@ -389,7 +391,8 @@ def _joined_label(left: StreamDefinition, right: StreamDefinition, plan: JoinPla
     assert plan.label is not None
     lattices = (label_lattice(plan.left, left.schema, plan.label[0]),
                 label_lattice(plan.right, right.schema, plan.label[1]))
-    if None in lattices or (lattices[0].levels, lattices[0].categories) != (  # type: ignore
+    # no None past `None in lattices`, which mypy does not narrow
+    if None in lattices or (lattices[0].levels, lattices[0].categories) != (  # type: ignore[union-attr]
             lattices[1].levels, lattices[1].categories):  # type: ignore[union-attr]
         raise JoinPlanError(f"the join's label reads {plan.label[0]!r} and {plan.label[1]!r}, "
                             "which are not labels over one lattice")

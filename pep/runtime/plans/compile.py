@@ -504,8 +504,10 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
                      if f is not None and f.lattice is not None)
     return CompiledWindow(w.kind, w.size, w.step, tuple(aggs.values()), time_attr, is_ts,
                           max(1, min_count), keys,
-                          tuple((a, schema.lookup(a).type) for a in attributes),  # type: ignore
-                          tuple(schema.lookup(k).type for k in keys),  # type: ignore
+                          # attributes and keys are the schema's: checked above
+                          tuple((a, schema.lookup(a).type)  # type: ignore[union-attr]
+                                for a in attributes),
+                          tuple(schema.lookup(k).type for k in keys),  # type: ignore[union-attr]
                           privacy, noise, lattices, tuple(bounds))
 
 

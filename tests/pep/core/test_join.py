@@ -384,7 +384,7 @@ def test_join_nr_agrees_with_brute_force_on_plain_sides(left, right, on):
         and any(_holds(rc, {"x": x, "y": y}) for rc in rplan.filter_dnf)
         and all({"a": a, "b": b}[p] == {"x": x, "y": y}[q] for p, q in on)
         for a, b, x, y in itertools.product(domain, repeat=4))
-    sides = [JoinSide("l", LEFT, None, None), JoinSide("r", RIGHT, None, None)]  # type: ignore
+    sides = [JoinSide("l", LEFT, None, None), JoinSide("r", RIGHT, None, None)]
     verdict = analyse_join(plan, *sides)
     assert (verdict is not None and verdict.kind == "NR") == (not matches)
 

@@ -44,7 +44,7 @@ def stream() -> StreamDefinition:
 @pytest.fixture(scope="module")
 def frame(spark):
     data = [(T0 + timedelta(seconds=k), k, float(k % 5), None,
-             "topic.a-b/%010d/%020d" % (p, o)) for k, p, o in ROWS]
+             f"topic.a-b/{p:010d}/{o:020d}") for k, p, o in ROWS]
     # shuffled: the executor orders the batch itself
     return spark.createDataFrame(list(reversed(data)), SPARK_SCHEMA).repartition(3).cache()
 
