@@ -11,7 +11,7 @@ from pdp.request import parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_MISSING_ATTRIBUTE, Decision, PolicyIdentifier
 
-from ._gen import NS, RES, RID, SID, SUBJ, I, S, match, request_xml, simple_policy
+from ._gen import INT, NS, RES, RID, SID, SUBJ, S, match, request_xml, simple_policy
 
 XML = "application/xacml+xml"
 RULE = "urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:"
@@ -64,7 +64,7 @@ def test_compile_is_all_or_nothing_and_says_where():
                          f'DataType="{S}" MustBePresent="false"/></Condition>'), "AttributeSelector"),
     (rule("r", "Permit", '<Condition><Apply FunctionId="urn:no-such-function"/></Condition>'),
      "unknown function"),
-    (rule("r", "Permit", f'<Condition><AttributeValue DataType="{I}">x</AttributeValue></Condition>'),
+    (rule("r", "Permit", f'<Condition><AttributeValue DataType="{INT}">x</AttributeValue></Condition>'),
      "invalid"),
     (rule("r", "Permit", '<Condition><VariableReference VariableId="v"/></Condition>'),
      "undefined variable"),

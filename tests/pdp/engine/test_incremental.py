@@ -25,7 +25,7 @@ from pdp.errors import PolicyLoadError
 from pdp.index import RootIndex, build_index
 from pdp.request import parse_request
 
-from ._gen import ACT, AID, LEVEL, NS, RES, RID, SID, SUBJ, F, I, S, match, request_xml
+from ._gen import ACT, AID, INT, LEVEL, NS, RES, RID, SID, SUBJ, F, S, match, request_xml
 
 XML = "application/xacml+xml"
 RULE = "urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:"
@@ -39,8 +39,8 @@ def _rule(n: str, effect: str, level: int) -> str:
     return (f'<Rule RuleId="{n}" Effect="{effect}"><Condition>'
             f'<Apply FunctionId="{F}integer-greater-than-or-equal">'
             f'<Apply FunctionId="{F}integer-one-and-only"><AttributeDesignator Category="{SUBJ}" '
-            f'AttributeId="{LEVEL}" DataType="{I}" MustBePresent="true"/></Apply>'
-            f'<AttributeValue DataType="{I}">{level}</AttributeValue></Apply></Condition>'
+            f'AttributeId="{LEVEL}" DataType="{INT}" MustBePresent="true"/></Apply>'
+            f'<AttributeValue DataType="{INT}">{level}</AttributeValue></Apply></Condition>'
             f'<ObligationExpressions><ObligationExpression ObligationId="ob-{n}" '
             f'FulfillOn="{effect}"><AttributeAssignmentExpression AttributeId="urn:example:who">'
             f'<AttributeDesignator Category="{SUBJ}" AttributeId="{SID}" DataType="{S}" '
