@@ -215,7 +215,7 @@ def only_one_applicable(children: Sequence[Applicable], ctx: EvalContext) -> Out
             applicable = child.is_applicable(ctx)
         except Indeterminate as exc:
             return Outcome(IND_DP, status_of(exc))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a bug in a target must not crash the PDP: Indeterminate
             return Outcome(IND_DP, status_of_bug(exc))
         if applicable:
             if selected is not None:

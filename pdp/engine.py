@@ -450,7 +450,7 @@ class PolicyEngine:
         traces: list[set[str]] = []
         try:
             individuals = request.individuals()
-        except Exception as exc:  # pragma: no cover - defensive
+        except Exception as exc:  # noqa: BLE001 - a bug must not crash the PDP: Indeterminate  # pragma: no cover
             return (Response((Result(Decision.INDETERMINATE, status_of_bug(exc)),)), [set()])
         for ind in individuals:
             result, docs = self._decide_one(ind)
@@ -464,7 +464,7 @@ class PolicyEngine:
             ctx = EvalContext(ind.bags, self._links)
         try:
             outcome = self._root.evaluate(ctx)
-        except Exception as exc:  # a bug must never crash the PDP; deny-biased Indeterminate
+        except Exception as exc:  # noqa: BLE001 - a bug must never crash the PDP; deny-biased Indeterminate
             return Result(Decision.INDETERMINATE, status_of_bug(exc),
                           attributes=ind.included_attributes()), set()
         d = outcome.decision
@@ -494,7 +494,7 @@ class PolicyEngine:
         explanations = []
         try:
             individuals = request.individuals()
-        except Exception as exc:  # pragma: no cover - defensive
+        except Exception as exc:  # noqa: BLE001 - a bug must not crash the PDP: Indeterminate  # pragma: no cover
             return (Response((Result(Decision.INDETERMINATE, status_of_bug(exc)),)), [])
         for ind in individuals:
             ctx = EvalContext(ind.bags, self._links)
@@ -511,7 +511,7 @@ class PolicyEngine:
                         len(self._root.by_slot))
                 else:
                     node, outcome, missing = explain_root(ctx, self._root, "", None, None, 0)
-            except Exception as exc:  # an explanation must not fail the decision
+            except Exception as exc:  # noqa: BLE001 - an explanation must not fail the decision
                 node = Node("Root", None, None, None, None, NOT_APPLICABLE,
                             f"no explanation: {type(exc).__name__}: {exc}")
                 explanations.append(Explanation(result.decision.value, status, node, [], False))
@@ -528,7 +528,7 @@ class PolicyEngine:
         except RequestSyntaxError as exc:
             return Response((Result(Decision.INDETERMINATE,
                                     Status(exc.status_code, str(exc))),))
-        except Exception as exc:  # a parser bug must not crash the caller: deny-biased answer
+        except Exception as exc:  # noqa: BLE001 - a parser bug must not crash the caller: deny-biased answer
             return Response((Result(Decision.INDETERMINATE, status_of_bug(exc)),))
         return self.decide(request)
 

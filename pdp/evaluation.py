@@ -374,7 +374,7 @@ class RuleEvaluator:
                            evaluate_obligations(self.advice, ctx), grants=((self.id, obligations),))
         except Indeterminate as exc:
             return Outcome(self._ind, status_of(exc))
-        except Exception as exc:  # a bug in a function must not crash the PDP: deny-biased
+        except Exception as exc:  # noqa: BLE001 - a bug in a function must not crash the PDP: deny-biased
             return Outcome(self._ind, status_of_bug(exc))
 
 
@@ -428,7 +428,7 @@ class PolicyEvaluator(Generic[ChildT]):
                     return NA_OUTCOME
             except Indeterminate as exc:
                 target_error = status_of(exc)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a bug in a target must not crash the PDP: Indeterminate
                 target_error = status_of_bug(exc)
         children = self.children if self.index is None else self.index.candidates(self.children, ctx)
         result = self.combine(children, ctx)
@@ -454,7 +454,7 @@ class PolicyEvaluator(Generic[ChildT]):
                 except Indeterminate as exc:
                     return Outcome(IND_P if d == PERMIT else IND_D, status_of(exc), (), (),
                                    policy_ids, docs)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - a bug must not crash the PDP: deny-biased Indeterminate
                     return Outcome(IND_P if d == PERMIT else IND_D, status_of_bug(exc), (), (),
                                    policy_ids, docs)
                 obligations = obligations + own_o

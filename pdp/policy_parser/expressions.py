@@ -156,7 +156,7 @@ class ExpressionCompiler:
                 value = ev(_DummyContext())
             except Indeterminate as exc:
                 raise self.reader.fail(f"expression always fails: {exc.message}", elem) from None
-            except Exception as exc:  # a library bug must still end as a clear load error
+            except Exception as exc:  # noqa: BLE001 - a library bug must still end as a clear load error
                 raise self.reader.fail(
                     f"expression cannot be evaluated: {type(exc).__name__}: {exc}", elem) from None
             return Typed(constant(value), rtype, rbag, True, value)

@@ -114,7 +114,7 @@ def compile_document(source: PolicySource, *, max_bytes: int | None = None,
         raise PolicyLoadError("policy nests too deeply", source.name) from None
     except PolicyLoadError:
         raise
-    except Exception as exc:  # never let a policy crash the loader with a bare exception
+    except Exception as exc:  # noqa: BLE001 - never let a policy crash the loader with a bare exception
         raise PolicyLoadError(f"cannot compile the policy: {type(exc).__name__}: {exc}",
                               source.name) from None
     evaluator.doc_id = evaluator.identifier.id

@@ -166,7 +166,7 @@ def test_gateways_starting_together_migrate_one_after_the_other(postgres, tmp_pa
         try:
             for store in open_all(storage, tmp_path):
                 store.close()
-        except Exception as exc:  # pragma: no cover - reported below
+        except Exception as exc:  # noqa: BLE001 - reported below  # pragma: no cover
             errors.append(exc)
 
     threads = [threading.Thread(target=start, args=(s,)) for s in storages]

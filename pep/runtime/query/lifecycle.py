@@ -147,7 +147,7 @@ class QueryLifecycle:
         # second), so that batch finds it ready instead of the request waiting for it first.
         try:
             self._prepare_plans()
-        except Exception as exc:  # the query runs already: its first batch builds it (or fails)
+        except Exception as exc:  # noqa: BLE001 - the query runs already: its first batch builds it (or fails)
             log.warning("stream %s: plan table not prepared: %s", definition.name, exc)
 
     def start_again(self, previous: StreamDefinition) -> None:

@@ -94,7 +94,7 @@ def test_readers_see_whole_engines_during_writes(service):
         while not stop.is_set():
             try:
                 seen.add(service.decide(ctx).results[0].decision.value)
-            except Exception as exc:  # pragma: no cover - reported below
+            except Exception as exc:  # noqa: BLE001 - reported below  # pragma: no cover
                 errors.append(exc)
 
     threads = [threading.Thread(target=reader) for _ in range(3)]

@@ -214,7 +214,7 @@ def test_concurrent_writers_from_threads(store):
             for i in range(20):
                 store.put(f"p{n}", f"1.{i}", f"w{n}", f"<p{n} i='{i}'/>".encode())
                 store.list()
-        except Exception as exc:  # pragma: no cover - reported below
+        except Exception as exc:  # noqa: BLE001 - reported below  # pragma: no cover
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]

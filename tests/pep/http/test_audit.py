@@ -207,7 +207,7 @@ def test_two_writers_on_one_table_share_one_sequence(storage):
         try:
             for i in range(40):
                 tables[n].record_many([("granted", {"subject": f"w{n}", "i": i})] * 3)
-        except Exception as exc:  # pragma: no cover - reported below
+        except Exception as exc:  # noqa: BLE001 - reported below  # pragma: no cover
             errors.append(exc)
 
     threads = [threading.Thread(target=write, args=(n,)) for n in (0, 1)]
