@@ -79,7 +79,9 @@ class Identity:
         return None
 
 
-def parse_identity_attributes(data: Any, at: str) -> tuple[tuple[str, tuple[AttributeValue, ...]], ...]:
+def parse_identity_attributes(
+    data: Any, at: str
+) -> tuple[tuple[str, tuple[AttributeValue, ...]], ...]:
     """`{"clearance": 1, "ship-list": [123, 456]}` -> identity attributes; errors name the key."""
     if not isinstance(data, dict):
         raise AuthFileError(f"{at}: 'attributes' must be an object of attribute id -> value(s)")
@@ -403,7 +405,9 @@ def parse_auth_file(data: Any, where: str = "auth file"
 def parse_auth_entries(data: Any, where: str = "auth file") -> list[tuple[str, Identity]]:
     """Validate the auth file's JSON; every error names the entry and the field."""
     if not isinstance(data, list):
-        raise AuthFileError(f"{where}: expected a JSON list of entries, found {type(data).__name__}")
+        raise AuthFileError(
+            f"{where}: expected a JSON list of entries, found {type(data).__name__}"
+        )
     entries = []
     for i, item in enumerate(data):
         at = f"{where}: entry {i}"

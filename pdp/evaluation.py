@@ -430,7 +430,9 @@ class PolicyEvaluator(Generic[ChildT]):
                 target_error = status_of(exc)
             except Exception as exc:  # noqa: BLE001 - a bug in a target must not crash the PDP: Indeterminate
                 target_error = status_of_bug(exc)
-        children = self.children if self.index is None else self.index.candidates(self.children, ctx)
+        children = (
+            self.children if self.index is None else self.index.candidates(self.children, ctx)
+        )
         result = self.combine(children, ctx)
         d = result.decision
         if d == NOT_APPLICABLE:

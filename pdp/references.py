@@ -73,7 +73,9 @@ def link_references(by_slot: Mapping[int, CompiledPolicy], versions: Mapping[str
                     other = by_slot[slot].compiled
                     if other.info.is_policy_set == spec.is_policy_set and \
                             spec.matches(other.info.version):
-                        if best is None or version_key(other.info.version) > version_key(best.info.version):
+                        if best is None or version_key(other.info.version) > version_key(
+                            best.info.version
+                        ):
                             best = other
                 if best is None:
                     raise PolicyLoadError(f"undefined reference: {spec.describe()} matches no "

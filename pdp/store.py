@@ -33,7 +33,9 @@ from common.migrations import Schema, Step, migrate
 class PolicyExistsError(StoreError):
     """`source`, when given, names the document that tried to reuse the id (bulk adds)."""
 
-    def __init__(self, policy_id: str, source: str | None = None, detail: str | None = None) -> None:
+    def __init__(
+        self, policy_id: str, source: str | None = None, detail: str | None = None
+    ) -> None:
         message = f"policy {policy_id!r} already exists"
         if source is not None:
             message += f" (in {source}{': ' + detail if detail else ''})"

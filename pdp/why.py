@@ -192,7 +192,9 @@ class Explainer:
         except Exception:  # noqa: BLE001 - an explanation must not fail on a value's form
             return tuple(str(v) for v in bag)
 
-    def _key(self, category: str, attribute_id: str, datatype: str, issuer: str | None) -> tuple[str, ...]:
+    def _key(
+        self, category: str, attribute_id: str, datatype: str, issuer: str | None
+    ) -> tuple[str, ...]:
         return (category, attribute_id, datatype) if issuer is None else \
             (category, attribute_id, datatype, issuer)
 

@@ -338,7 +338,10 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
 
     def runtime_dirs(stream: str) -> list[tuple[str, Path]]:
         work = data_dir / "runtime"
-        return [("checkpoint", work / "checkpoints" / stream), ("archive", work / "archive" / stream)]
+        return [
+            ("checkpoint", work / "checkpoints" / stream),
+            ("archive", work / "archive" / stream),
+        ]
 
     lifecycle = StreamLifecycle(
         catalog, events=stream_events, runtime=runtime, policies=policies,

@@ -142,7 +142,9 @@ def iter_raw(resp: requests.Response) -> Iterator[bytes]:
         yield data
 
 
-def request_headers(incoming: Any, client_addr: str | None, scheme: str, host: str) -> dict[str, str]:
+def request_headers(
+    incoming: Any, client_addr: str | None, scheme: str, host: str
+) -> dict[str, str]:
     headers = {k: v for k, v in incoming.items() if k.lower() not in HOP_BY_HOP}
     connection = incoming.get("Connection", "")
     for token in connection.split(","):

@@ -136,7 +136,9 @@ class JwtAuthenticator:
         if not isinstance(alg, str) or alg.lower() == "none":
             raise InvalidToken("unsigned token (alg none) refused")
         if alg not in s.algorithms:
-            why = "symmetric (shared-secret) algorithms are refused; " if alg.startswith("HS") else ""
+            why = (
+                "symmetric (shared-secret) algorithms are refused; " if alg.startswith("HS") else ""
+            )
             raise InvalidToken(f"algorithm {alg} refused: {why}accepted: "
                                f"{', '.join(s.algorithms)}")
         kid = header.get("kid")

@@ -45,7 +45,9 @@ class DayTimeDuration:
             if minutes:
                 out += f"{minutes}M"
             if secs or frac:
-                out += str(secs) if not frac else format(DEC.add(Decimal(secs), frac).normalize(), "f")
+                out += (
+                    str(secs) if not frac else format(DEC.add(Decimal(secs), frac).normalize(), "f")
+                )
                 out += "S"
         return out
 

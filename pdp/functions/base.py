@@ -212,14 +212,18 @@ def signature_error(
     for index, (dtype, is_bag) in enumerate(args):
         param = func.param_at(index)
         if param.is_bag != is_bag:
-            wanted, got = ("a bag", "a single value") if param.is_bag else ("a single value", "a bag")
+            wanted, got = (
+                ("a bag", "a single value") if param.is_bag else ("a single value", "a bag")
+            )
             return f"{name}: argument {index + 1} must be {wanted}, not {got}"
         if not _type_matches(param.type, dtype):
             return f"{name}: argument {index + 1} must be of type {param.type}, not {dtype}"
     return None
 
 
-def _higher_order_error(func: Function, args: Sequence[ArgSig], inner: Function | None) -> str | None:
+def _higher_order_error(
+    func: Function, args: Sequence[ArgSig], inner: Function | None
+) -> str | None:
     name = func.short_name
     if inner is None:
         return f"{name}: the first argument must be a <Function>"

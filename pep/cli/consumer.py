@@ -226,8 +226,10 @@ class RowWriter:
         if self.fmt == "csv":
             self._csv.writerow(self.names)
         elif self.fmt == "table":
-            self.out.write("  ".join(n.ljust(w) for n, w in zip(self.names, self.widths, strict=True))
-                           .rstrip() + "\n")
+            self.out.write(
+                "  ".join(n.ljust(w) for n, w in zip(self.names, self.widths, strict=True)).rstrip()
+                + "\n"
+            )
 
     def write(self, event_id: int, row: dict[str, Any]) -> None:
         from xsg_client.schema import wire_value
@@ -247,8 +249,10 @@ class RowWriter:
                 for value, width in zip(values, self.widths, strict=True):
                     text = "" if value is None else str(value)
                     cells.append(text if len(text) <= width else text[:width - 1] + "~")
-                self.out.write("  ".join(c.ljust(w) for c, w in zip(cells, self.widths, strict=True))
-                               .rstrip() + "\n")
+                self.out.write(
+                    "  ".join(c.ljust(w) for c, w in zip(cells, self.widths, strict=True)).rstrip()
+                    + "\n"
+                )
         self.out.flush()
 
 

@@ -46,7 +46,9 @@ def _map_from(value: Any, where: str, flatten: bool = False) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, item in value.items():
         if isinstance(item, dict) and flatten:
-            out.update({f"{key}.{k}": v for k, v in _map_from(item, f"{where}.{key}", True).items()})
+            out.update(
+                {f"{key}.{k}": v for k, v in _map_from(item, f"{where}.{key}", True).items()}
+            )
         else:
             out[str(key)] = _scalar_text(item, f"{where}.{key}")
     return out

@@ -354,7 +354,9 @@ def render_sql(plan: ExecutionPlan | UnionPlan, schema: StreamSchema | None = No
         for i, member in enumerate(plan.plans):
             parts.append(f"-- grant {i}\n" + render_sql(member, schema))
         return "\n".join(parts)
-    lines = [f"-- authorised view of stream {quote_identifier(plan.stream)}, plan {plan.key()[:16]}"]
+    lines = [
+        f"-- authorised view of stream {quote_identifier(plan.stream)}, plan {plan.key()[:16]}"
+    ]
     if schema is not None:
         cols = ", ".join(f"{quote_identifier(f.name)} {f.type}" for f in schema.fields)
         lines.append(f"-- input: {quote_identifier(plan.stream)} ({cols})")

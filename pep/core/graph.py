@@ -107,7 +107,8 @@ class QueryGraph:
         while not isinstance(node, Source):
             if isinstance(node, (Join, Union_)):
                 raise UnsupportedGraph(
-                    f"{type(node).__name__.rstrip('_')} operators are not supported by the merge yet")
+                    f"{type(node).__name__.rstrip('_')} operators are not supported by the merge yet"
+                )
             ops.append(node)
             node = node.input
         return node, tuple(reversed(ops))

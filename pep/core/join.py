@@ -520,10 +520,12 @@ def _time_satisfiable(plan: JoinPlan, lc: Conjunct, rc: Conjunct) -> bool:
 
 def _describe_time(plan: JoinPlan, lc: Conjunct, rc: Conjunct) -> tuple[str, list[str]]:
     lt, rt = _texts(lc, plan.left_time), _texts(rc, plan.right_time)
-    return (f"{plan.left.stream}.{plan.left_time} and {plan.right.stream}.{plan.right_time} are "
-            f"never within {seconds_text(plan.within)} s of each other ({plan.left.stream}'s filter "
-            f"keeps only {' AND '.join(lt)}; {plan.right.stream}'s only {' AND '.join(rt)})",
-            lt + rt)
+    return (
+        f"{plan.left.stream}.{plan.left_time} and {plan.right.stream}.{plan.right_time} are "
+        f"never within {seconds_text(plan.within)} s of each other ({plan.left.stream}'s filter "
+        f"keeps only {' AND '.join(lt)}; {plan.right.stream}'s only {' AND '.join(rt)})",
+        lt + rt,
+    )
 
 
 __all__ = ["JoinSide", "JoinResult", "build_join", "check_streams", "analyse_join",

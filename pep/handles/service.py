@@ -304,7 +304,9 @@ class HandleService:
         slots = self._slots(definitions)
         key = plan_key or plan.key()
         try:
-            cuts: dict[str, tuple[int, ...]] | Unavailable = _kafka_cuts(self.kafka_cut, definitions)
+            cuts: dict[str, tuple[int, ...]] | Unavailable = _kafka_cuts(
+                self.kafka_cut, definitions
+            )
         except Unavailable as exc:  # a broker's answer, before the lock; raised for a new handle
             cuts = exc
         with self.lock:
@@ -713,7 +715,9 @@ class HandleService:
         and this one may have lost the store); their joins' queries stop. The handles closed."""
         names = None if streams is None else set(streams)
         with self.lock:
-            ids = [h for h in self._buffers if names is None or self._buffer_streams.get(h) in names]
+            ids = [
+                h for h in self._buffers if names is None or self._buffer_streams.get(h) in names
+            ]
             for hid in ids:
                 buffer = self._buffers.pop(hid)
                 buffer.close("shutdown", reason)

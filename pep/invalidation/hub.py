@@ -305,7 +305,9 @@ class InvalidationHub:
         with self._lock:
             return self._last_id
 
-    def events_after(self, after: int, epoch: str | None = None) -> tuple[list[InvalidationEvent], bool]:
+    def events_after(
+        self, after: int, epoch: str | None = None
+    ) -> tuple[list[InvalidationEvent], bool]:
         """Events with id > after, and whether that list is complete (False: re-sync needed)."""
         with self._lock:
             return self._after_locked(after, epoch)
@@ -320,7 +322,9 @@ class InvalidationHub:
         complete = after == self._last_id or (bool(events) and events[0].id == first_needed)
         return events, complete
 
-    def open_feed(self, last_event_id: str | None) -> tuple[_Subscription, dict, list[InvalidationEvent]]:
+    def open_feed(
+        self, last_event_id: str | None
+    ) -> tuple[_Subscription, dict, list[InvalidationEvent]]:
         """Register an SSE reader atomically with a snapshot: (subscription, hello, replay)."""
         position = parse_event_id(last_event_id)
         with self._lock:

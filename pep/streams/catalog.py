@@ -120,7 +120,9 @@ class StreamCatalog:
     def add_listener(self, callback: Callable[[StreamDefinition], None]) -> None:
         self._listeners.append(callback)
 
-    def add_change_listener(self, callback: Callable[[StreamEntry, dict[str, Any], str], None]) -> None:
+    def add_change_listener(
+        self, callback: Callable[[StreamEntry, dict[str, Any], str], None]
+    ) -> None:
         self._change_listeners.append(callback)
 
     def add_delete_listener(self, callback: Callable[[str], None]) -> None:
@@ -301,8 +303,10 @@ class StreamCatalog:
         # what changed, as JSON: the settings as given, the schema as the attributes it gained
         told = {k: v for k, v in changes.items() if k in PATCH_COLUMNS}
         if schema is not None:
-            told["add_attributes"] = [{"name": f.name, "type": f.type}
-                                      for f in schema.fields[len(current.definition.schema.fields):]]
+            told["add_attributes"] = [
+                {"name": f.name, "type": f.type}
+                for f in schema.fields[len(current.definition.schema.fields) :]
+            ]
         for callback in list(self._change_listeners):
             try:
                 callback(entry, told, by)

@@ -74,7 +74,9 @@ def authzen_body(q: wl.Query) -> dict:
             "resource": {"type": "resource", "id": q.resource}, "action": {"name": q.action}}
 
 
-def build_forms(workload: wl.Workload, tokens: dict[str, str]) -> tuple[list[Form], list[list[str]]]:
+def build_forms(
+    workload: wl.Workload, tokens: dict[str, str]
+) -> tuple[list[Form], list[list[str]]]:
     """The four forms (and the batches' expected decisions, per request)."""
     queries = workload.queries
     token = [tokens[q.subject.subject_id] for q in queries]
@@ -123,7 +125,9 @@ def decisions_of(form: Form, status: int, data: bytes) -> list[str]:
     return [wl.PERMIT if item["decision"] is True else "not Permit" for item in items]
 
 
-def check_over_http(port: int, form: Form, wanted: Sequence[Sequence[str]]) -> tuple[int, int, float]:
+def check_over_http(
+    port: int, form: Form, wanted: Sequence[Sequence[str]]
+) -> tuple[int, int, float]:
     """Every request of `form` once, sequentially on one keep-alive connection: (decisions,
     wrong, seconds)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)

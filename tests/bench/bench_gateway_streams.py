@@ -387,9 +387,12 @@ def revocation(bench: Bench, k: int, rounds: int, profile: bool = False) -> dict
             gw.add_policy(policy)
             tokens = [consumer_token(3 + i) for i in range(k)]
             handles = [gw.open(t, request_json(stream))["handle"] for t in tokens]
-            job = gw.reader([(i, h, t) for i, (h, t) in enumerate(zip(handles, tokens, strict=True))],
-                            bench.out("rev"), seconds=120,
-                            ready=str(bench.tmp / f"rev-{rnd}.ready"))
+            job = gw.reader(
+                [(i, h, t) for i, (h, t) in enumerate(zip(handles, tokens, strict=True))],
+                bench.out("rev"),
+                seconds=120,
+                ready=str(bench.tmp / f"rev-{rnd}.ready"),
+            )
             proc = spawn_reader(job.out)
             submit(job)
             wait_ready(job, 60)

@@ -550,7 +550,9 @@ def summary(results: dict[str, Any]) -> None:
         for s in SIDES:
             p95[s] = {"start-up": [], "steady": []}
             for res in lat[s]:
-                for label, (lats, want) in zip(("start-up", "steady"), phase_split(res), strict=True):
+                for label, (lats, want) in zip(
+                    ("start-up", "steady"), phase_split(res), strict=True
+                ):
                     p95[s][label].append(pct(with_missing(lats, want), 95) * 1000)
             print(f"    {SIDE_NAMES[s]:32s} start-up {spread(p95[s]['start-up'], '{:,.0f}')} ms,"
                   f" steady {spread(p95[s]['steady'], '{:,.0f}')} ms")

@@ -250,7 +250,9 @@ class FakeRuntime:
                                           "v": round(float(v), 6), "pad": "p" * 40},
                                          separators=(",", ":"))
                               for q, t, v in zip(seqs, sent, values, strict=True)], dtype=object)
-            self.made.extend((int(q), 1, round(float(t), 6)) for q, t in zip(seqs, sent, strict=True))
+            self.made.extend(
+                (int(q), 1, round(float(t), 6)) for q, t in zip(seqs, sent, strict=True)
+            )
             t1 = time.perf_counter()
             with self.lock:
                 handles = list(self.handles.values())

@@ -166,7 +166,9 @@ def run_bulk(bulk: int, tmp: Path, seed: int) -> None:
     print(f"  add_many (compile, one engine change, one transaction) median "
           f"{ms(statistics.median(bulk_times))}   ({statistics.median(bulk_times) / bulk * 1e3:.3f}"
           f" ms per policy)")
-    print(f"  from-scratch compile of the same {bulk}       median {ms(statistics.median(scratch))}")
+    print(
+        f"  from-scratch compile of the same {bulk}       median {ms(statistics.median(scratch))}"
+    )
     print(f"  the same {bulk} added one by one (add)        total  {ms(one_by_one[0])}   "
           f"({one_by_one[0] / bulk * 1e3:.3f} ms per policy)")
 

@@ -136,10 +136,12 @@ def _policy_xml(i: int, obligations: list[Obligation]) -> bytes:
             for a in o.assignments) + "</ObligationExpression>" for o in obligations)
 
     def match(value: str, category: str, attribute: str) -> str:
-        return (f'<AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">'
-                f'<AttributeValue DataType="{XS}">{value}</AttributeValue><AttributeDesignator '
-                f'Category="{category}" AttributeId="{attribute}" DataType="{XS}" '
-                f'MustBePresent="false"/></Match></AllOf></AnyOf>')
+        return (
+            f'<AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">'
+            f'<AttributeValue DataType="{XS}">{value}</AttributeValue><AttributeDesignator '
+            f'Category="{category}" AttributeId="{attribute}" DataType="{XS}" '
+            f'MustBePresent="false"/></Match></AllOf></AnyOf>'
+        )
     return (f'<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="bench:{i}" '
             f'Version="1.0" RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-'
             f'algorithm:deny-overrides"><Target>'

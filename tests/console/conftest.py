@@ -86,7 +86,9 @@ def start_gateway(data_dir: Path, buffer_rows: int = 10_000, wrap=None, runtime=
     runtime = runtime if runtime is not None else RecordingRuntime()
     services = build_services(config, runtime=runtime, buffer_rows=buffer_rows)
     app = create_app(services=services)
-    server = HttpServer(wrap(app) if wrap else app, host="127.0.0.1", port=0, threads=16, name="xsg-console-test")
+    server = HttpServer(
+        wrap(app) if wrap else app, host="127.0.0.1", port=0, threads=16, name="xsg-console-test"
+    )
     server.start()
     return ConsoleGateway(server.url, app, services, server, runtime)
 

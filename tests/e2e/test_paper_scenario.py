@@ -71,7 +71,9 @@ def test_weather_scenario_end_to_end(gateway):
                       data=(POLICIES / "weather" / "nea-weather-policy.xml").read_bytes())
     assert r.status_code == 201, r.text
     # LTA sees the stream and asks for it
-    names = [s["name"] for s in requests.get(f"{base}/streams", headers=auth("lta")).json()["streams"]]
+    names = [
+        s["name"] for s in requests.get(f"{base}/streams", headers=auth("lta")).json()["streams"]
+    ]
     assert "weather" in names
     lta_request = (POLICIES / "weather" / "lta-request.xml").read_bytes()
     r = requests.post(f"{base}/requests", headers=auth("lta", **XML), data=lta_request, timeout=60)

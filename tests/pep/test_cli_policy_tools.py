@@ -98,7 +98,9 @@ def test_policy_lint_reports_each_finding_with_file_and_line_and_exits_1(capsys,
 
 
 def test_policy_lint_refuses_what_it_cannot_read(capsys, tmp_path):
-    (tmp_path / "bad.xml").write_bytes(b"<Policy xmlns='urn:oasis:names:tc:xacml:3.0:core:schema:wd-17'/>")
+    (tmp_path / "bad.xml").write_bytes(
+        b"<Policy xmlns='urn:oasis:names:tc:xacml:3.0:core:schema:wd-17'/>"
+    )
     code, _, err = run(capsys, "policy", "lint", str(tmp_path / "bad.xml"))
     assert code == 2 and "invalid policy" in err and "bad.xml" in err
     code, _, err = run(capsys, "policy", "lint")

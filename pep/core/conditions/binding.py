@@ -400,7 +400,9 @@ def _resolve_placeholder(ph: Placeholder, field: Field, resolver: PlaceholderRes
                              ph.position, text)
     values = list(resolver(PLACEHOLDER_CATEGORIES[ph.category], ph.attribute))
     if not values:
-        raise ConditionError(f"placeholder {ph}: the request has no such attribute", ph.position, text)
+        raise ConditionError(
+            f"placeholder {ph}: the request has no such attribute", ph.position, text
+        )
     if len(set(values)) > 1:
         raise ConditionError(f"placeholder {ph}: the request has {len(values)} values for it; "
                              "exactly one is needed", ph.position, text)

@@ -83,7 +83,9 @@ def tokenize(text: str, qualified: bool = False) -> list[Token]:
         if ch == "{":
             m = PLACEHOLDER_RE.match(text, i)
             if not m:
-                raise ConditionError("malformed placeholder; expected {category:attribute}", pos, text)
+                raise ConditionError(
+                    "malformed placeholder; expected {category:attribute}", pos, text
+                )
             category = m.group(1).lower()
             if category not in PLACEHOLDER_CATEGORIES:
                 raise ConditionError(

@@ -143,7 +143,9 @@ class _Parser:
                              f"found {_describe(op)}", op)
         right = self.next()
         if right.kind not in ("IDENT", "NUMBER", "STRING", "BOOL", "PLACEHOLDER"):
-            raise self.error(f"expected a value after {op.value!r}, found {_describe(right)}", right)
+            raise self.error(
+                f"expected a value after {op.value!r}, found {_describe(right)}", right
+            )
         if left.kind == "IDENT" and right.kind == "IDENT":
             raise self.error("comparing two attributes is not supported; compare an attribute "
                              "with a value", left)
@@ -235,8 +237,11 @@ class _Parser:
                 raise self.error(f"{function} takes four arguments: {usage}; found "
                                  f"{_describe(sep)}", sep)
         if function == "WITHIN_POLYGON" or len(args) != 4:
-            raise self.error(f"{function} takes {'three' if function == 'WITHIN_POLYGON' else 'four'}"
-                             f" arguments, not {len(args)}: {usage}", name)
+            raise self.error(
+                f"{function} takes {'three' if function == 'WITHIN_POLYGON' else 'four'}"
+                f" arguments, not {len(args)}: {usage}",
+                name,
+            )
         attrs = args[:3] if function == "DISTANCE_TO" else args[:2]
         for a in attrs:
             if a.kind != "IDENT":

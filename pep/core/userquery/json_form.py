@@ -57,7 +57,9 @@ def query_from_json(doc: JsonValue, path: str = "$", in_join: bool = False) -> U
     if not in_join and isinstance(doc, dict) and set(doc) == {"UserQuery"}:
         doc, path = doc["UserQuery"], "$.UserQuery"
     if not isinstance(doc, dict):
-        raise UserQueryError(f"a user query must be a JSON object, found {type(doc).__name__}", path)
+        raise UserQueryError(
+            f"a user query must be a JSON object, found {type(doc).__name__}", path
+        )
     allowed = _JSON_JOIN_KEYS if in_join else _JSON_KEYS
     unknown = sorted(set(doc) - allowed)
     if unknown:
@@ -193,7 +195,9 @@ def _json_join(doc: JsonValue, path: str) -> JoinQuery:
             raise UserQueryError("each 'on' item is a pair [left attribute, right attribute]",
                                  f"{path}.on[{i}]")
         on.append((pair[0].strip(), pair[1].strip()))
-    within = within_seconds(doc["within"], f"{path}.within") if doc.get("within") is not None else None
+    within = (
+        within_seconds(doc["within"], f"{path}.within") if doc.get("within") is not None else None
+    )
     name = doc["stream"].strip()
     side = replace(query_from_json(doc, path, in_join=True), stream=name)
     return JoinQuery(name, tuple(on), within, side)

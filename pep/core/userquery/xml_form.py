@@ -70,7 +70,9 @@ def parse_xml_query(data: bytes | str) -> UserQuery:
     if isinstance(data, str):
         data = _utf8(data)
     if len(data) > MAX_QUERY_BYTES:
-        raise UserQueryError(f"user query is {len(data)} bytes, over the limit of {MAX_QUERY_BYTES}")
+        raise UserQueryError(
+            f"user query is {len(data)} bytes, over the limit of {MAX_QUERY_BYTES}"
+        )
     if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
         raise UserQueryError("user query contains a DOCTYPE/ENTITY declaration, which is refused")
     try:
@@ -97,7 +99,9 @@ def _depth_ok(root: etree._Element) -> None:
     while stack:
         el, depth = stack.pop()
         if depth > MAX_QUERY_DEPTH:
-            raise UserQueryError(f"user query nests deeper than {MAX_QUERY_DEPTH} elements", _at(el))
+            raise UserQueryError(
+                f"user query nests deeper than {MAX_QUERY_DEPTH} elements", _at(el)
+            )
         stack.extend((c, depth + 1) for c in el)
 
 

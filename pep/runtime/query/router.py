@@ -108,7 +108,9 @@ class ResultRouter:
         starts = np.concatenate(([0], np.flatnonzero(np.diff(plan_ids)) + 1)) \
             if len(plan_ids) else np.empty(0, np.int64)
         ends = list(starts[1:].tolist()) + [len(plan_ids)]
-        bounds = dict(zip(plan_ids[starts].tolist(), zip(starts.tolist(), ends, strict=True), strict=True))
+        bounds = dict(
+            zip(plan_ids[starts].tolist(), zip(starts.tolist(), ends, strict=True), strict=True)
+        )
         seqs = arrow.column(SEQ_COLUMN).combine_chunks().fill_null(NO_SEQ).to_numpy()
         groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[PlanState]] = {}
         closed: list[str] = []

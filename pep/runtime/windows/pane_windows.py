@@ -495,8 +495,10 @@ class PaneWindows:
             return pa.array(values.astype(np.int64), pa.timestamp("us"), mask=none), False
         if ftype == "boolean":
             return pa.array(values.astype(np.int64) != 0, pa.bool_(), mask=none), False
-        return pa.array([None if m else v for v, m in zip(values.tolist(), none.tolist(), strict=True)],
-                        pa.string()), False
+        return pa.array(
+            [None if m else v for v, m in zip(values.tolist(), none.tolist(), strict=True)],
+            pa.string(),
+        ), False
 
 
 def _lub_codes(emitted: Emitted, order: np.ndarray, j: int) -> np.ndarray:

@@ -82,7 +82,9 @@ def test_subject_is_the_authenticated_caller(gateway):
         "exacml:obligation:stream-filter", "exacml:obligation:stream-map",
         "exacml:obligation:stream-window"]
     # nea's own token: the raw stream, no obligations
-    result = gateway.decide("nea", xml_request("lta", "weather"), accept=JSON).get_json()["Response"][0]
+    result = gateway.decide("nea", xml_request("lta", "weather"), accept=JSON).get_json()[
+        "Response"
+    ][0]
     assert result["Decision"] == "Permit" and "Obligations" not in result
     # other claiming lta: denied
     assert gateway.decision("other", "lta") == "Deny"

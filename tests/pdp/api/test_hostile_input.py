@@ -132,7 +132,10 @@ HOSTILE_REQUESTS = [
     (b"[" * 100_00 + b"]" * 100_00, JSON),
     (b'{"Request": {"AccessSubject": {"Attribute": [{"AttributeId": 1}]}}}', JSON),
     (b"\xff\xfe\x00garbage", JSON),
-    (b"<Request xmlns='urn:oasis:names:tc:xacml:3.0:core:schema:wd-17'><Attributes/></Request>", XML),
+    (
+        b"<Request xmlns='urn:oasis:names:tc:xacml:3.0:core:schema:wd-17'><Attributes/></Request>",
+        XML,
+    ),
 ]
 
 

@@ -156,7 +156,9 @@ def test_put_all_is_all_or_nothing(store):
     with pytest.raises(PolicyExistsError):
         store.put_all([("a", "1.0", "seed", b"<a/>", False), ("b", "1.0", "seed", b"<b2/>", False)])
     assert [p.policy_id for p in store.list()] == ["b"]
-    written = store.put_all([("a", "1.0", "seed", b"<a/>", False), ("c", "1.0", "seed", b"<c/>", True)])
+    written = store.put_all(
+        [("a", "1.0", "seed", b"<a/>", False), ("c", "1.0", "seed", b"<c/>", True)]
+    )
     assert [w.store_version for w in written] == [2, 3]
 
 

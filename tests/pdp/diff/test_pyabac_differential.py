@@ -18,7 +18,10 @@ pytest.importorskip("py_abac", reason="py-abac 0.4.1 is not installed in the ven
 @pytest.fixture(scope="module")
 def engine_mod():
     return pytest.importorskip(
-        "pdp.engine", reason="pdp.engine is not importable yet: no XACML PDP to compare with py-abac")
+        "pdp.engine",
+        reason="pdp.engine is not importable yet: no XACML PDP to compare with py-abac",
+    )
+
 
 N_POLICIES = 200
 N_REQUESTS = 500

@@ -53,7 +53,9 @@ def request_xml(subject: str, resource: str | None, action: str | None, level: i
             f'<Attributes Category="{ACT}">{act}</Attributes></Request>').encode()
 
 
-def random_policies(rng: random.Random, n: int, resources: list[str], actions: list[str]) -> list[bytes]:
+def random_policies(
+    rng: random.Random, n: int, resources: list[str], actions: list[str]
+) -> list[bytes]:
     out = []
     for i in range(n):
         out.append(simple_policy(i, rng.choice(resources), rng.choice(actions),

@@ -110,7 +110,9 @@ def test_root_policy_id_must_exist():
 def test_with_changes_reuses_compiled_documents_and_relinks_references():
     leaf = policy("leaf", rule("r", "Permit"))
     root = policy_set("root", "<PolicyIdReference>leaf</PolicyIdReference>")
-    other = policy("other", rule("r", "Permit"), target=f"<AnyOf><AllOf>{match('x', RES, RID)}</AllOf></AnyOf>")
+    other = policy(
+        "other", rule("r", "Permit"), target=f"<AnyOf><AllOf>{match('x', RES, RID)}</AllOf></AnyOf>"
+    )
     e1 = PolicyEngine.compile([PolicySource("root", root), PolicySource("leaf", leaf),
                                PolicySource("other", other)], root_policy_id="root")
     assert e1.decide(req()).results[0].decision is Decision.PERMIT
@@ -193,13 +195,15 @@ def test_failing_obligation_makes_the_decision_indeterminate():
 
 
 def test_current_time_is_supplied_when_absent():
-    cond = ('<Condition><Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:date-greater-than">'
-            '<Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:date-one-and-only">'
-            '<AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:'
-            'environment" AttributeId="urn:oasis:names:tc:xacml:1.0:environment:current-date" '
-            'DataType="http://www.w3.org/2001/XMLSchema#date" MustBePresent="true"/></Apply>'
-            '<AttributeValue DataType="http://www.w3.org/2001/XMLSchema#date">2020-01-01'
-            '</AttributeValue></Apply></Condition>')
+    cond = (
+        '<Condition><Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:date-greater-than">'
+        '<Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:date-one-and-only">'
+        '<AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:'
+        'environment" AttributeId="urn:oasis:names:tc:xacml:1.0:environment:current-date" '
+        'DataType="http://www.w3.org/2001/XMLSchema#date" MustBePresent="true"/></Apply>'
+        '<AttributeValue DataType="http://www.w3.org/2001/XMLSchema#date">2020-01-01'
+        '</AttributeValue></Apply></Condition>'
+    )
     assert decide([policy("p", rule("r", "Permit", cond))]).decision is Decision.PERMIT
 
 
@@ -215,7 +219,9 @@ def test_decide_bytes_turns_bad_requests_into_syntax_errors():
 def test_reference_chains_are_bounded():
     def chain(n):
         docs = [PolicySource("leaf", policy("p0", rule("r", "Permit")))]
-        docs.append(PolicySource("s1", policy_set("s1", "<PolicyIdReference>p0</PolicyIdReference>")))
+        docs.append(
+            PolicySource("s1", policy_set("s1", "<PolicyIdReference>p0</PolicyIdReference>"))
+        )
         for i in range(2, n + 1):
             docs.append(PolicySource(f"s{i}", policy_set(
                 f"s{i}", f"<PolicySetIdReference>s{i - 1}</PolicySetIdReference>")))

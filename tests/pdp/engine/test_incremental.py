@@ -243,7 +243,9 @@ def test_a_change_touches_only_the_changed_documents(monkeypatch):
     real_analyse, real_link = pdp.index._indexable_any_ofs, pdp.references.link_references
     monkeypatch.setattr(pdp.index, "_indexable_any_ofs",
                         lambda spec: analysed.append(spec) or real_analyse(spec))
-    monkeypatch.setattr(pdp.references, "link_references", lambda *a: linked.append(a) or real_link(*a))
+    monkeypatch.setattr(
+        pdp.references, "link_references", lambda *a: linked.append(a) or real_link(*a)
+    )
     new = compile_policy(PolicySource("new", document(999, 0)))
     monkeypatch.setattr(pdp.engine, "compile_document", _forbidden)
     engine = base.with_changes(upsert=[new])

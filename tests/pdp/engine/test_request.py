@@ -105,13 +105,16 @@ def test_unsupported_features_are_refused_clearly():
     assert "CombinedDecision" in result.status.message
 
 
-@pytest.mark.parametrize("body", [
-    b'<Request xmlns="urn:wrong"/>',
-    f'<Request xmlns="{NS}"><Attributes/></Request>'.encode(),
-    f'<Request xmlns="{NS}"><Attributes Category="c"><Attribute AttributeId="a"/></Attributes></Request>'.encode(),
-    f'<Request xmlns="{NS}" ReturnPolicyIdList="maybe"/>'.encode(),
-    f'<Request xmlns="{NS}"><Bogus/></Request>'.encode(),
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'<Request xmlns="urn:wrong"/>',
+        f'<Request xmlns="{NS}"><Attributes/></Request>'.encode(),
+        f'<Request xmlns="{NS}"><Attributes Category="c"><Attribute AttributeId="a"/></Attributes></Request>'.encode(),
+        f'<Request xmlns="{NS}" ReturnPolicyIdList="maybe"/>'.encode(),
+        f'<Request xmlns="{NS}"><Bogus/></Request>'.encode(),
+    ],
+)
 def test_invalid_xml_requests(body):
     with pytest.raises(RequestSyntaxError):
         parse_request(body, XML)

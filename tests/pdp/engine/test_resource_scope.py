@@ -62,9 +62,11 @@ def inner(pid: str, target: str, rules: str = "", alg: str = "deny-overrides") -
     return policy(pid, target, rules, alg, ns=False)
 
 
-OTHER_MATCH = (f'<Match MatchId="urn:oasis:names:tc:xacml:3.0:function:string-equal-ignore-case"><AttributeValue DataType="{S}">a'
-               f'</AttributeValue><AttributeDesignator Category="{RES}" AttributeId="{RID}" '
-               f'DataType="{S}" MustBePresent="false"/></Match>')
+OTHER_MATCH = (
+    f'<Match MatchId="urn:oasis:names:tc:xacml:3.0:function:string-equal-ignore-case"><AttributeValue DataType="{S}">a'
+    f'</AttributeValue><AttributeDesignator Category="{RES}" AttributeId="{RID}" '
+    f'DataType="{S}" MustBePresent="false"/></Match>'
+)
 URI = "http://www.w3.org/2001/XMLSchema#anyURI"
 URI_MATCH = (f'<Match MatchId="{F}anyURI-equal"><AttributeValue DataType="{URI}">a'
              f'</AttributeValue><AttributeDesignator Category="{RES}" AttributeId="{RID}" '

@@ -32,10 +32,12 @@ STR = "http://www.w3.org/2001/XMLSchema#string"
 def inline_policy(policy_id: str, resource: str, subject: str, obligations: str) -> PolicySource:
     """A one-rule Permit policy for `subject` on `resource` with the given ObligationExpressions."""
     def match(value, category, attribute):
-        return (f'<AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">'
-                f'<AttributeValue DataType="{STR}">{value}</AttributeValue>'
-                f'<AttributeDesignator Category="{category}" AttributeId="{attribute}" '
-                f'DataType="{STR}" MustBePresent="false"/></Match></AllOf></AnyOf>')
+        return (
+            f'<AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">'
+            f'<AttributeValue DataType="{STR}">{value}</AttributeValue>'
+            f'<AttributeDesignator Category="{category}" AttributeId="{attribute}" '
+            f'DataType="{STR}" MustBePresent="false"/></Match></AllOf></AnyOf>'
+        )
     xml = (f'<Policy xmlns="{NS}" PolicyId="{policy_id}" Version="1.0" RuleCombiningAlgId='
            f'"urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-overrides"><Target>'
            + match(resource, "urn:oasis:names:tc:xacml:3.0:attribute-category:resource",
@@ -181,7 +183,9 @@ def test_request_errors(engine):
 
 def test_all_applicable_policies_apply(engine):
     p = run(engine, request_json("ais"), JSON, who=Identity("port"))
-    assert p.plan.filter_dnf == ((Predicate("shiptype", "=", "cargo"), Predicate("speed", "<", 30.0)),)
+    assert p.plan.filter_dnf == (
+        (Predicate("shiptype", "=", "cargo"), Predicate("speed", "<", 30.0)),
+    )
     assert p.plan.projection == ("mmsi", "speed")
     assert p.policy_ids == {"urn:test:ais-a", "urn:test:ais-b"}
 

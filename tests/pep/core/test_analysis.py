@@ -186,7 +186,9 @@ def _representatives(attr):
     consts = CONSTANTS[attr]
     if attr == "x":
         c = sorted(consts)
-        reps = set(c) | {c[0] - 1, c[-1] + 1} | {(u + v) / 2 for u, v in zip(c, c[1:], strict=False)}
+        reps = (
+            set(c) | {c[0] - 1, c[-1] + 1} | {(u + v) / 2 for u, v in zip(c, c[1:], strict=False)}
+        )
     elif attr == "n":
         reps = set(range(-2, 5))
     elif attr == "s":

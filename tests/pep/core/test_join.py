@@ -371,7 +371,9 @@ def test_join_nr_agrees_with_brute_force_on_plain_sides(left, right, on):
     pairs = list(itertools.product(domain, repeat=2))
 
     def satisfiable(dnf, names):  # a merged plan holds only satisfiable conjuncts
-        return tuple(c for c in dnf if any(_holds(c, dict(zip(names, v, strict=True))) for v in pairs))
+        return tuple(
+            c for c in dnf if any(_holds(c, dict(zip(names, v, strict=True))) for v in pairs)
+        )
 
     lconj = satisfiable(_plan_dnf("l", left), ("a", "b"))
     rconj = satisfiable(_plan_dnf("r", right), ("x", "y"))

@@ -105,8 +105,10 @@ def test_filter_errors_point_into_the_document():
 
 
 def test_hostile_xml_is_refused():
-    bomb = (b'<?xml version="1.0"?><!DOCTYPE q [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;">]>'
-            b"<UserQuery><Filter><FilterCondition>&b;</FilterCondition></Filter></UserQuery>")
+    bomb = (
+        b'<?xml version="1.0"?><!DOCTYPE q [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;">]>'
+        b"<UserQuery><Filter><FilterCondition>&b;</FilterCondition></Filter></UserQuery>"
+    )
     with pytest.raises(UserQueryError, match="DOCTYPE"):
         parse_xml_query(bomb)
     external = (b'<!DOCTYPE q [<!ENTITY x SYSTEM "file:///etc/passwd">]>'

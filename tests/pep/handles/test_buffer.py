@@ -430,7 +430,9 @@ def test_the_one_pass_row_path_writes_what_the_event_path_writes(fmt):
                 op = rng.random()
                 if op < 0.55:
                     k = rng.randint(1, 30)
-                    buf.put(RowBatch.of_texts([f'{{"n":{n + i},"t":"%s\\u00e9"}}' for i in range(k)]))
+                    buf.put(
+                        RowBatch.of_texts([f'{{"n":{n + i},"t":"%s\\u00e9"}}' for i in range(k)])
+                    )
                     n += k
                 elif op < 0.65:
                     buf.notice("stalled", {"seconds": rng.randint(1, 9)})

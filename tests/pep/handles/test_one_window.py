@@ -19,7 +19,9 @@ def example_2_plan(size: int):
     policy = policy_graph((ob("exacml:obligation:stream-window", ("stream-window-type-id", "tuple"),
                               ("stream-window-size-id", "3"), ("stream-window-step-id", "2"),
                               ("stream-window-attr-id", "a:sum")),), "s", S)
-    user = QueryGraph(WindowAggregate(Source("s"), WindowSpec("tuple", size, 2, (Aggregate("a", "sum"),))))
+    user = QueryGraph(
+        WindowAggregate(Source("s"), WindowSpec("tuple", size, 2, (Aggregate("a", "sum"),)))
+    )
     return merge(policy, user, S).plan
 
 

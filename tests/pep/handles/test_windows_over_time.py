@@ -48,7 +48,10 @@ def gw(tmp_path):
         "name": "s", "time_attribute": "t",
         "schema": [{"name": "t", "type": "timestamp"}, {"name": "v", "type": "double"}]})
     assert r.status_code == 201
-    assert client.post("/policies", data=policy(), headers=auth_header("nea", **XML)).status_code == 201
+    assert (
+        client.post("/policies", data=policy(), headers=auth_header("nea", **XML)).status_code
+        == 201
+    )
     yield client, runtime, services
     services.close()
 

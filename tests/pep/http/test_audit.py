@@ -63,7 +63,9 @@ def test_grants_refusals_endings_and_policy_changes_are_recorded(gw):
     r = client.post("/requests", data=body, headers=auth_header("lta", **XML))
     assert r.status_code == 201
     handle_id = r.json["id"]
-    assert client.post("/requests", data=body, headers=auth_header("other", **XML)).status_code == 403
+    assert (
+        client.post("/requests", data=body, headers=auth_header("other", **XML)).status_code == 403
+    )
     assert client.delete(f"/handles/{handle_id}", headers=auth_header("lta")).status_code == 200
     r = client.post("/requests", data=body, headers=auth_header("lta", **XML))
     second = r.json["id"]

@@ -314,7 +314,9 @@ def test_the_proxy_forwards_the_path_it_was_given(edge):
 
 def test_a_console_file_has_one_date_header(edge):
     """(7) send_from_directory sets a Date of its own; the server's is the only one sent."""
-    data, _ = exchange(edge["gateway"].port,
-                       b"GET /console/console.css HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+    data, _ = exchange(
+        edge["gateway"].port,
+        b"GET /console/console.css HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n",
+    )
     head = data.split(b"\r\n\r\n", 1)[0].lower()
     assert head.startswith(b"http/1.1 200") and head.count(b"\r\ndate:") == 1

@@ -75,8 +75,9 @@ def test_dominance_filters_on_spark_match_the_lattice(runtime, tmp_path, plans_p
     clean = [r if r["level"] != "NOT-A-LABEL:{x}" else {**r, "level": None} for r in records]
     want = [oracle(clean, p, lattice) for p in plans]
     assert any(0 < len(w) < len(records) for w in want)
-    assert wait_until(lambda: all(len(s.rows) >= len(w) for s, w in zip(sinks, want, strict=True)), 60), \
-        [(len(s.rows), len(w)) for s, w in zip(sinks, want, strict=True)]
+    assert wait_until(
+        lambda: all(len(s.rows) >= len(w) for s, w in zip(sinks, want, strict=True)), 60
+    ), [(len(s.rows), len(w)) for s, w in zip(sinks, want, strict=True)]
     time.sleep(0.5)
     for sink, w in zip(sinks, want, strict=True):
         assert sink.rows == w

@@ -210,7 +210,9 @@ def test_attach_detach_share_one_query_and_last_detach_stops_it(runtime, spark, 
     runtime.attach_handle("a", sd, plan, a)
     qid = runtime.query_id("shared")
     started = time.perf_counter()
-    runtime.attach_handle("b", sd, ExecutionPlan("shared", ((Predicate("hum", ">", 50),),), ("hum",)), b)
+    runtime.attach_handle(
+        "b", sd, ExecutionPlan("shared", ((Predicate("hum", ">", 50),),), ("hum",)), b
+    )
     runtime.attach_handle("c", sd, plan, c)
     assert time.perf_counter() - started < 0.3 * 2  # attaching to a running query is cheap
     assert runtime.query_id("shared") == qid
@@ -393,7 +395,10 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     pids, rows = grouped.match(arrow, arrow.column("_xsg_seq").combine_chunks())
     hums = arrow.column("hum").to_pylist()
     assert len(expected) > 100
-    assert sorted((hums[r], int(p)) for p, r in zip(pids.tolist(), rows.tolist(), strict=True)) == expected
+    assert (
+        sorted((hums[r], int(p)) for p, r in zip(pids.tolist(), rows.tolist(), strict=True))
+        == expected
+    )
     # each plan's pairs together, in stream order
     runs = [int(p) for i, p in enumerate(pids) if i == 0 or p != pids[i - 1]]
     assert len(runs) == len(set(runs))

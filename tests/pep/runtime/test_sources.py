@@ -1,4 +1,5 @@
 """Each source kind that can run here delivers rows through the shared query; Kafka fails clearly."""
+
 from __future__ import annotations
 
 import json
@@ -59,7 +60,9 @@ def test_parquet_files_deliver_filtered_projected_rows(runtime, tmp_path):
     src.mkdir()
     sink = Collector()
     plan = ExecutionPlan("f_parquet", ((Predicate("tag", "=", "b"),),), ("t", "tag"))
-    runtime.attach_handle("h", files_stream(src, "parquet", ("maxFilesPerTrigger", "1")), plan, sink)
+    runtime.attach_handle(
+        "h", files_stream(src, "parquet", ("maxFilesPerTrigger", "1")), plan, sink
+    )
     table = pa.table({"t": pa.array([1, 2, 3, 4], pa.int64()), "v": [0.5, 1.5, None, 2.5],
                       "tag": ["a", "b", "b", None]})
     pq.write_table(table, src / ".x.tmp")
@@ -126,7 +129,9 @@ def test_socket_source_delivers_json_lines(runtime):
     sd = StreamDefinition("sock", "o", SCHEMA,
                           SourceSpec("socket", (("host", "127.0.0.1"), ("port", str(port)))))
     sink = Collector()
-    runtime.attach_handle("h", sd, ExecutionPlan("sock", ((Predicate("v", ">=", 2),),), ("t",)), sink)
+    runtime.attach_handle(
+        "h", sd, ExecutionPlan("sock", ((Predicate("v", ">=", 2),),), ("t",)), sink
+    )
     assert wait_until(lambda: len(sink.rows) >= 6)
     assert sink.rows == [{"t": i} for i in range(4, 10)]
     runtime.detach("h")

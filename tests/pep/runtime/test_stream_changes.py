@@ -25,8 +25,9 @@ SCHEMA = StreamSchema((Field("n", "long"), Field("v", "double")))
 
 
 def stream(tmp_path, name="grow", **kw) -> StreamDefinition:
-    return StreamDefinition(name, "o", SCHEMA, SourceSpec("ingest", (("path", str(tmp_path / name)),)),
-                            **kw)
+    return StreamDefinition(
+        name, "o", SCHEMA, SourceSpec("ingest", (("path", str(tmp_path / name)),)), **kw
+    )
 
 
 def runtime_for(spark, work, **kw):

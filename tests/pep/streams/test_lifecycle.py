@@ -43,7 +43,9 @@ def definition(kind: str = "ingest") -> StreamDefinition:
 
 def test_a_schema_may_only_grow():
     d = definition()
-    grown = extend_schema(d, parse_stream_patch(b'{"add_attributes": [{"name": "w", "type": "long"}]}'))
+    grown = extend_schema(
+        d, parse_stream_patch(b'{"add_attributes": [{"name": "w", "type": "long"}]}')
+    )
     assert grown.names == ("ts", "v", "w")
     same = parse_stream_patch(json.dumps({"schema": SCHEMA}).encode())
     assert extend_schema(d, same) is None and extend_schema(d, {"lateness": 1.0}) is None
