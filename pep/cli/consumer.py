@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace, command: Callable[[Client], int]) -> int:
             raise CliError(str(exc), EXIT_FAILED) from None
 
 
-# -- xsg request ------------------------------------------------------------------------------------
+# -- xsg request -----------------------------------------------------------------------------------
 
 def _query(text: str | None) -> str | bytes | None:
     """--query: a file's contents, or the query's own XML or JSON text."""
@@ -132,7 +132,7 @@ def cmd_request(args: argparse.Namespace) -> int:
     return _run(args, run)
 
 
-# -- xsg read ----------------------------------------------------------------------------------------
+# -- xsg read --------------------------------------------------------------------------------------
 
 class Progress:
     """The reader's progress on stderr: on a terminal one line kept up to date (rows, rate, the
@@ -295,7 +295,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     return _run(args, run)
 
 
-# -- xsg handles, xsg release --------------------------------------------------------------------------
+# -- xsg handles, xsg release ----------------------------------------------------------------------
 
 def cmd_handles(args: argparse.Namespace) -> int:
     _need_client(args)
@@ -331,7 +331,7 @@ def cmd_release(args: argparse.Namespace) -> int:
     return _run(args, run)
 
 
-# -- the parser ------------------------------------------------------------------------------------------
+# -- the parser ------------------------------------------------------------------------------------
 
 def _consumer_options(parser: argparse.ArgumentParser) -> None:
     client_options(parser)

@@ -142,7 +142,7 @@ def scaled(value: ExactNumber, factor: int) -> ExactNumber:
     return Fraction(value) * factor
 
 
-# -- instants ---------------------------------------------------------------------------------------
+# -- instants --------------------------------------------------------------------------------------
 
 def micros_from_iso(text: str) -> int | Fraction:
     """The instant an ISO-8601 date-time names, in epoch microseconds, exactly: any number of

@@ -392,7 +392,7 @@ class RevocationService:
         self.sweeps += 1
         return revoked
 
-    # -- start-up -----------------------------------------------------------------------------------
+    # -- start-up ----------------------------------------------------------------------------------
 
     def restore_all(self) -> tuple[list[str], list[str]]:
         """Decide every persisted live handle again: resume it or end it. Returns (resumed, ended)."""
@@ -419,7 +419,7 @@ class RevocationService:
             log.info("restored handles: %d resumed, %d ended", len(resumed), len(ended))
         return resumed, ended
 
-    # -- the periodic timer -------------------------------------------------------------------------
+    # -- the periodic timer ------------------------------------------------------------------------
 
     def start(self) -> None:
         if self._thread is not None or self.interval <= 0:

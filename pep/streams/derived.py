@@ -93,7 +93,7 @@ class Handles(Protocol):
                     records: Any = None) -> list[str]: ...
 
 
-# -- the feed ---------------------------------------------------------------------------------------
+# -- the feed --------------------------------------------------------------------------------------
 
 @dataclass
 class _Feed:
@@ -211,7 +211,7 @@ def admit_streams(derivations: DerivationTable, definitions: Sequence[StreamDefi
                        stream=definition.name)
 
 
-# -- the service --------------------------------------------------------------------------------------
+# -- the service -----------------------------------------------------------------------------------
 
 def _derive_body(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
@@ -405,7 +405,7 @@ class DerivedStreams:
                             "derives from ended (it gets no new data)") for r in live])
         return ended
 
-    # -- reading ------------------------------------------------------------------------------------
+    # -- reading -----------------------------------------------------------------------------------
 
     def _owner_of(self, stream: str) -> str | None:
         """A stream's owner, or a deleted stream's former owner."""

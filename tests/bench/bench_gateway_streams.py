@@ -108,7 +108,7 @@ SIDES = ("gateway", "user", "gateway-settings")
 SINCE = "the files appeared"
 
 
-# -- records ----------------------------------------------------------------------------------------
+# -- records ---------------------------------------------------------------------------------------
 
 class RecordMaker:
     """Weather records with increasing sampling times: temperature uniform in 24-33 (about a
@@ -165,12 +165,12 @@ def ingest(gw: Gateway, stream: str, seed: int) -> Child:
     return Child(__file__, ["--ingest", gw.url, stream, 20, 0.1, seed, 900])
 
 
-# -- the direct query: tests/bench/harness.py's FileQuery on the stream's files -----------------------
+# -- the direct query: tests/bench/harness.py's FileQuery on the stream's files --------------------
 
 SCHEMA = ", ".join(f"{n} {t}" for n, t in FIELDS) + ", _xsg_seq long"  # as the ingest writes them
 
 
-# -- the bench ------------------------------------------------------------------------------------------
+# -- the bench -------------------------------------------------------------------------------------
 
 class Bench:
     def __init__(self, spark: Any, gw: Gateway, app: UserApp, tmp: Path) -> None:
@@ -263,7 +263,7 @@ class BatchSplit(logging.Handler):
                 f"{e:.2f} s, routing + delivery to the handle buffer {r:.2f} s")
 
 
-# -- 1. request -> first result ---------------------------------------------------------------------
+# -- 1. request -> first result --------------------------------------------------------------------
 
 def first_result(bench: Bench, trials: int) -> dict[str, Any]:
     gw = bench.gw
@@ -323,7 +323,7 @@ def first_result(bench: Bench, trials: int) -> dict[str, Any]:
     return {"runs": out, "fresh": fresh}
 
 
-# -- 2. tuples per second -----------------------------------------------------------------------------
+# -- 2. tuples per second --------------------------------------------------------------------------
 
 def stage_records(directory: Path, total: int, per_file: int, condition: str) -> int:
     """The records as the ingest writes them (JSON lines with `_xsg_seq`), in files that sort in
@@ -433,7 +433,7 @@ def revocation(bench: Bench, k: int, rounds: int, profile: bool = False) -> dict
     return {"lat": latencies, "delete": delete_rt}
 
 
-# -- main -------------------------------------------------------------------------------------------
+# -- main ------------------------------------------------------------------------------------------
 
 def main() -> None:
     if run_command({"--user-app": (lambda: serve_user_app(FILE_QUERY), ()),

@@ -117,7 +117,7 @@ def record(i: int) -> dict[str, Any]:
             "sent": time.time()}
 
 
-# -- producer and consumer processes ----------------------------------------------------------------
+# -- producer and consumer processes ---------------------------------------------------------------
 
 def producer(bootstrap: str, linger_ms: int = 5) -> Any:
     from confluent_kafka import Producer
@@ -213,7 +213,7 @@ def consume_main(bootstrap: str, topic: str, seconds: float, want: int,
     reply({"lat": lat, "rows": got})
 
 
-# -- the direct query (in the user's application, or in the gateway's session) -----------------------
+# -- the direct query (in the user's application, or in the gateway's session) ---------------------
 
 class Direct:
     """The topic's records parsed, filtered and projected as the gateway's plan does, each
@@ -351,7 +351,7 @@ USER_APP: dict[str, Handler] = {"throughput": direct_throughput, "latency": dire
                                 "foreach_batch_realtime": foreach_batch_realtime}
 
 
-# -- the benchmark -----------------------------------------------------------------------------------
+# -- the benchmark ---------------------------------------------------------------------------------
 
 class Bench:
     def __init__(self, spark: Any, gw: Gateway, broker: Any, app: UserApp, tmp: Path) -> None:

@@ -118,7 +118,7 @@ def value(seq: int) -> float:
     return (seq * 7.31) % 1000.0
 
 
-# -- ingest process -------------------------------------------------------------------------------------
+# -- ingest process --------------------------------------------------------------------------------
 
 def ingest_main(url: str, stream: str, rate: int, seconds: float, first_seq: int,
                 start_at: float) -> None:
@@ -158,7 +158,7 @@ def ingest_main(url: str, stream: str, rate: int, seconds: float, first_seq: int
            "call_p50": pct(durations, 50), "call_p95": pct(durations, 95)})
 
 
-# -- the gateway's side -------------------------------------------------------------------------------
+# -- the gateway's side ----------------------------------------------------------------------------
 
 class BatchLog(logging.Handler):
     """The runtime's per-batch timings (its DEBUG line), with the time each batch ended."""

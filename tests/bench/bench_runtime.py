@@ -125,14 +125,14 @@ def stream(directory: Path, name: str) -> Any:
                             SourceSpec("ingest", (("path", str(directory)),)))
 
 
-# -- the direct query: tests/bench/harness.py's FileQuery -------------------------------------------
+# -- the direct query: tests/bench/harness.py's FileQuery ------------------------------------------
 
 def direct_args() -> dict[str, Any]:
     col, op, value = CONDITION
     return {"schema": SPARK_SCHEMA, "condition": f"{col} {op} {value}", "columns": ["seq", "temp"]}
 
 
-# -- the runtime ----------------------------------------------------------------------------------------
+# -- the runtime -----------------------------------------------------------------------------------
 
 def plan(name: str, lo: float = CONDITION[2], station: str | None = None) -> Any:
     from pep.core.plan import ExecutionPlan, Predicate
@@ -189,7 +189,7 @@ def runtime_backlog(spark: Any, work: Path, staging: Path, directory: Path,
     return {**state, "start": start}
 
 
-# -- the phases -----------------------------------------------------------------------------------------
+# -- the phases ------------------------------------------------------------------------------------
 
 class Bench:
     def __init__(self, spark: Any, app: UserApp, work: Path) -> None:

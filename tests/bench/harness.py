@@ -76,7 +76,7 @@ def machine(*packages: str) -> str:
             f"{platform.python_version()}; {', '.join(versions)}; load average {load_average()}")
 
 
-# -- figures -----------------------------------------------------------------------------------------
+# -- figures ---------------------------------------------------------------------------------------
 
 def pct(values: Sequence[float], p: float) -> float:
     """The p-th percentile (nearest rank); inf counts as a value (a row that never arrived);
@@ -199,7 +199,7 @@ def link_all(staging: Path, target: Path, prefix: str = "") -> None:
         os.link(f, target / f"{prefix}{f.name}")
 
 
-# -- child processes -----------------------------------------------------------------------------------
+# -- child processes -------------------------------------------------------------------------------
 
 def reply(obj: dict[str, Any]) -> None:
     """A child's answer to its parent: one line of JSON on stdout, marked (the JVM or a library
@@ -315,7 +315,7 @@ def sleep_until(epoch: float) -> None:
         time.sleep(pause)
 
 
-# -- Spark's processes -------------------------------------------------------------------------------------
+# -- Spark's processes -----------------------------------------------------------------------------
 
 def spark_jvm_pid() -> int | None:
     try:

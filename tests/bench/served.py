@@ -108,7 +108,7 @@ class Gateway:
                 print(f"(cleanup: {getattr(step, '__qualname__', step)} failed: {exc!r})")
 
 
-# -- talking to the gateway over HTTP -------------------------------------------------------------------
+# -- talking to the gateway over HTTP --------------------------------------------------------------
 
 ADMIN_TOKEN = "tok-bench-nea-0123456789"
 XML = {"Content-Type": "application/xacml+xml"}

@@ -112,7 +112,7 @@ def gateway(gateway_factory) -> ConsoleGateway:
     return gateway_factory()
 
 
-# -- the browser ------------------------------------------------------------------------------------
+# -- the browser -----------------------------------------------------------------------------------
 
 def browser_missing() -> str | None:
     """Why the browser tests cannot run here, with what to install; None when they can."""

@@ -77,7 +77,7 @@ def redact_http_logs() -> None:
         logger.addFilter(RedactHandles())
 
 
-# -- settings ----------------------------------------------------------------------------------------
+# -- settings --------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Settings:
@@ -132,7 +132,7 @@ class Settings:
             raise XsgError(f"{what} needs a bearer token: pass token= or set XSG_TOKEN")
 
 
-# -- handles -----------------------------------------------------------------------------------------
+# -- handles ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class HandleRef:
@@ -209,7 +209,7 @@ def _shown(text: str) -> str:
     return text[:120]
 
 
-# -- answers ------------------------------------------------------------------------------------------
+# -- answers ---------------------------------------------------------------------------------------
 
 def failure(method: str, what: str, status: int, text: str, reason: str) -> HTTPError:
     message, body = error_message(text, reason)
@@ -299,7 +299,7 @@ class ReadToken:
     expires_in: int
 
 
-# -- reading a stream --------------------------------------------------------------------------------
+# -- reading a stream ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ReadOptions:

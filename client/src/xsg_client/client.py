@@ -122,7 +122,7 @@ class Client:
                               **access.http_content())
         return Grant.from_json(json_object(response.text, "POST /requests"))
 
-    # -- handles ------------------------------------------------------------------------------------
+    # -- handles -----------------------------------------------------------------------------------
 
     def handles(self) -> list[HandleInfo]:
         """Your handles, live and ended, oldest first."""
@@ -175,7 +175,7 @@ class Client:
                 types[stream] = stream_types(json_object(response.text, "GET /streams"))
         return schema_from_plan(plan, types)
 
-    # -- reading --------------------------------------------------------------------------------------
+    # -- reading -----------------------------------------------------------------------------------
 
     def open(self, handle: HandleLike, *, last_event_id: int | None = None,
              schema: HandleSchema | None = None, types: Mapping[str, str] | None = None,

@@ -88,7 +88,7 @@ class HandleSchema:
         return cls(tuple(Column(n, t) for n, t in pairs))
 
 
-# -- values -----------------------------------------------------------------------------------------
+# -- values ----------------------------------------------------------------------------------------
 
 def parse_timestamp(text: str) -> datetime:
     """The gateway's timestamp text as an aware UTC datetime, to the microsecond."""
@@ -122,7 +122,7 @@ def wire_value(value: Any) -> Any:
     return format_timestamp(value) if isinstance(value, datetime) else value
 
 
-# -- from a plan -------------------------------------------------------------------------------------
+# -- from a plan -----------------------------------------------------------------------------------
 
 AttributeTypes = Mapping[str, Mapping[str, str]]  # stream -> attribute -> the gateway's type
 

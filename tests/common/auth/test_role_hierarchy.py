@@ -199,7 +199,7 @@ def test_the_auth_files_hierarchy_widens_jwt_identities_and_its_changes_are_anno
     assert "eyJ" not in (tmp_path / "ids.json").read_text()
 
 
-# -- decisions: a grant through an inherited role ---------------------------------------------------
+# -- decisions: a grant through an inherited role --------------------------------------------------
 
 def role_policy(policy_id: str, role: str, resource: str = "todos") -> bytes:
     """Permit anyone holding `role` on `resource` (the role bag, as the RBAC profile has it)."""

@@ -167,7 +167,7 @@ def pdp_result(client, who: str, resource: str, action: str = "read") -> dict:
     return r.get_json()["Response"][0]
 
 
-# -- allow, deny, not applicable, a missing attribute -----------------------------------------------
+# -- allow, deny, not applicable, a missing attribute ----------------------------------------------
 
 def test_allow_carries_the_obligations_pdp_gives(gateway):
     client, _ = gateway

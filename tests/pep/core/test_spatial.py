@@ -41,7 +41,7 @@ def ship(lat, lon, mmsi=1, **kw):
             "speed": 3.0, "course": 0.0, "ts": 0.0, **kw}
 
 
-# -- geometry ---------------------------------------------------------------------------------------
+# -- geometry --------------------------------------------------------------------------------------
 
 def test_haversine_on_the_mean_radius_sphere():
     one_degree = 2 * math.pi * geo.EARTH_RADIUS_M / 360
@@ -232,7 +232,7 @@ def test_distance_to_needs_a_known_anchor():
     assert evaluate(expr, near, anchor=lambda *a: (float("nan"), 103.8)) is False
 
 
-# -- the plan and its renderings ---------------------------------------------------------------------
+# -- the plan and its renderings -------------------------------------------------------------------
 
 def test_plans_keep_spatial_predicates_through_json_and_show_them():
     expr = parse_condition(f"DISTANCE(lat, lon, 1.264, 103.84) <= 92600 AND NOT WITHIN_POLYGON("
@@ -253,7 +253,7 @@ def test_plans_keep_spatial_predicates_through_json_and_show_them():
     assert "WITHIN_POLYGON" in render_sql(plan, AIS_SCHEMA)
 
 
-# -- analysis ----------------------------------------------------------------------------------------
+# -- analysis --------------------------------------------------------------------------------------
 
 def analyse(policy, user):
     return analyse_filter(parse_condition(policy, AIS_SCHEMA) if policy else None,

@@ -193,7 +193,7 @@ def test_row_json_handles_spark_values():
                                 "avg": None, "x": 1.5}
 
 
-# -- wire formats ------------------------------------------------------------------------------------
+# -- wire formats ----------------------------------------------------------------------------------
 
 def test_sse_and_ndjson_formatting():
     buf = HandleBuffer(max_rows=2)
@@ -234,7 +234,7 @@ def test_stream_events_resume_from_last_event_id():
     assert [x["id"] for x in lines] == [4, 5] and lines[0]["row"] == {"n": 3}
 
 
-# -- one delivery larger than the buffer (issue 15) ---------------------------------------------------
+# -- one delivery larger than the buffer (issue 15) ------------------------------------------------
 
 def _ndjson_reader(buf: HandleBuffer, got: list) -> threading.Thread:
     def run():
