@@ -17,8 +17,9 @@ previous tokens stay in force. After every re-read that is used, its listeners h
 subjects' identities changed (`changed_subjects`: added, removed, or with other roles, admin
 flag or attributes; roles as the hierarchy widens them, so a changed hierarchy changes exactly
 the subjects whose roles it widens differently), and its hierarchy listeners hear of a changed
-hierarchy (the JWT side re-decides its own subjects with it), so that the gateway can re-decide those subjects' live handles at once
-(`pep.handles.revocation`). OIDC / JWT bearer tokens are `common.oidc`'s.
+hierarchy (the JWT side re-decides its own subjects with it), so that the gateway can re-decide
+those subjects' live handles at once (`pep.handles.revocation`). OIDC / JWT bearer tokens are
+`common.oidc`'s.
 """
 from __future__ import annotations
 

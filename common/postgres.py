@@ -10,9 +10,10 @@ stores (a test holds it), so one schema holds them all.
 Connections are checked when taken from the pool (a server restarted meanwhile costs no
 failed request), made with a time-out, and autocommit outside `transaction()` (a read is one
 round trip). Each session waits at most `lock_timeout` for a row another process holds, and the
-server ends one left idle inside a transaction (`SESSION_SETTINGS`; a URL's own options win). When the server cannot be reached, reads and writes raise `StoreUnavailable` with
-the reason; the pool keeps trying in the background, and the first success after a failure is
-logged once, as the failure was.
+server ends one left idle inside a transaction (`SESSION_SETTINGS`; a URL's own options win). When
+the server cannot be reached, reads and writes raise `StoreUnavailable` with the reason; the pool
+keeps trying in the background, and the first success after a failure is logged once, as the failure
+was.
 
 Nothing here ever prints the URL's password: messages name user, host, port, database and schema
 (`describe_url`).

@@ -3,8 +3,8 @@
 An engine is immutable once built; `with_changes` builds the next generation, reusing the
 compiled form of every document whose bytes did not change. References between documents are
 resolved per engine through a link table (RefSpec -> evaluator; `pdp.references`), which is
-why compiled documents can be shared between generations. Building is all-or-nothing: any invalid document,
-undefined or circular reference raises PolicyLoadError and no engine is produced.
+why compiled documents can be shared between generations. Building is all-or-nothing: any invalid
+document, undefined or circular reference raises PolicyLoadError and no engine is produced.
 
 Root: without `root_policy_id`, all top-level documents are combined under the root algorithm
 (in the order given), through the target index. With `root_policy_id`, that document is the

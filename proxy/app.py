@@ -1,10 +1,10 @@
 """The caching proxy as a Flask app: forwards the gateway's API and caches stream-request answers.
 
-Routes of its own live under `/proxy/` (`stats`, `metrics`, `health`, `invalidate`); every other path goes
-to the gateway. Only `POST /requests` answers are cached, and only successful handle answers
-(200/201 JSON with a `handle`), keyed as `proxy.canonical` explains. A hit is answered `200` with
-the cached body (the gateway, too, answers a repeated identical request with the same handle) and
-`X-XSG-Cache: hit`; other answers carry `miss` or `bypass`.
+Routes of its own live under `/proxy/` (`stats`, `metrics`, `health`, `invalidate`); every other
+path goes to the gateway. Only `POST /requests` answers are cached, and only successful handle
+answers (200/201 JSON with a `handle`), keyed as `proxy.canonical` explains. A hit is answered `200`
+with the cached body (the gateway, too, answers a repeated identical request with the same handle)
+and `X-XSG-Cache: hit`; other answers carry `miss` or `bypass`.
 
 Handle URLs in answers point at the gateway; when they start with the upstream's base URL they are
 rewritten to the proxy's own base (or `public_base`), so consumers read handles through the proxy.

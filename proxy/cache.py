@@ -1,4 +1,5 @@
-"""The proxy's cache of handle answers: LRU-bounded, TTL-limited, and safe against racing revocations.
+"""The proxy's cache of handle answers: LRU-bounded, TTL-limited, and safe against racing
+revocations.
 
 Correctness rests on two rules, both enforced under one lock:
 

@@ -90,9 +90,9 @@ Receive = Callable[[], Awaitable[Message]]
 class _LoopWakes:
     """The wakes of one event loop's streams, handed to the loop together: a producer may put
     data into a thousand streams' buffers one after the other (the gateway's micro-batch), and
-    a `call_soon_threadsafe` each (a write to the loop's self-pipe, the loop woken and taking the GIL from the
-    delivering thread each time) cost more than the puts. The first wake schedules one flush;
-    the wakes that come before it runs join it.
+    a `call_soon_threadsafe` each (a write to the loop's self-pipe, the loop woken and taking the
+    GIL from the delivering thread each time) cost more than the puts. The first wake schedules one
+    flush; the wakes that come before it runs join it.
 
     A flush wakes at most `FLUSH_CHUNK` streams and leaves the rest to the loop's next turn:
     a thousand streams woken at once ran in one turn of the loop (0.1-0.25 s of writing rows),

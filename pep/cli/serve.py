@@ -59,8 +59,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         flush_repeats(handler)  # the counts of warnings held back, before the process ends
 
 
-SERVE_DESCRIPTION = """Run the gateway. With no flags: data in ./data, example policies from policies/, demo tokens in
-data/auth.json, Spark started before serving.
+SERVE_DESCRIPTION = """Run the gateway. With no flags: data in ./data, example policies from
+policies/, demo tokens in data/auth.json, Spark started before serving.
 
 Every setting below can also be given as an environment variable (shown with it) or as a key
 of a TOML configuration file (--config FILE or XSG_CONFIG; the key is the flag's name with _

@@ -1,8 +1,8 @@
 """Merging the policy's query graph with the user's into one safe graph and its execution plan.
 
 Rules (eXACML+ section 3.1, with the corrections of the design):
-- Filter: policy AND user, simplified and checked exactly (pep.core.analysis). The security filter is
-  always evaluated before any projection or window.
+- Filter: policy AND user, simplified and checked exactly (pep.core.analysis). The security filter
+  is always evaluated before any projection or window.
 - Map: the user sees the intersection of what the policy exposes and what the query asks for
   (never the paper's union, which would hand out hidden attributes). A query without a map that
   is cut down by the policy gets a PR warning naming the hidden attributes.

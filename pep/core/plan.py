@@ -1,8 +1,8 @@
 """The execution plan: what the PEP hands to the stream runtime, and the stream schema both use.
 
 The PEP core (conditions, obligations, user queries, merge, analysis) ends in an `ExecutionPlan`;
-the Spark runtime (`pep.runtime`) starts from one. Keeping this boundary small and data-only lets the
-heart of the gateway stay pure Python, and lets the runtime treat conditions as data (attribute,
+the Spark runtime (`pep.runtime`) starts from one. Keeping this boundary small and data-only lets
+the heart of the gateway stay pure Python, and lets the runtime treat conditions as data (attribute,
 operator code, constant) rather than as SQL text, which closes the door on injection.
 """
 from __future__ import annotations

@@ -11,13 +11,13 @@ waits for it to take the rows about to be dropped, at most `MAX_PUT_WAIT` second
 reader can hold its stream's shared query back by that much at most). That bound is spent once
 per episode, not per delivery: after a wait ran out, later deliveries drop at once until the
 reader has caught up (a read that had everything), and an idle reader's grace counts from the
-first wake since its last read (a reader woken long ago that never came is stalled); otherwise every micro-batch would wait again for every such reader, holding back
-all the stream's other handles (issue 26: a new consumer's first row took 11.5 s once readers
-that stopped reading had piled up). Event ids grow
-strictly per handle, also across restarts: after the n-th restart ids start at n * 2**40, so a
-reader resuming with an id from before a restart gets a `gap` with an unknown count (the rows in
-memory died with the process). Closing the buffer (revocation, release) DISCARDS rows not yet
-read, then appends the final event: nothing of a revoked handle is delivered after the
+first wake since its last read (a reader woken long ago that never came is stalled); otherwise every
+micro-batch would wait again for every such reader, holding back all the stream's other handles
+(issue 26: a new consumer's first row took 11.5 s once readers that stopped reading had piled up).
+Event ids grow strictly per handle, also across restarts: after the n-th restart ids start at n *
+2**40, so a reader resuming with an id from before a restart gets a `gap` with an unknown count (the
+rows in memory died with the process). Closing the buffer (revocation, release) DISCARDS rows not
+yet read, then appends the final event: nothing of a revoked handle is delivered after the
 revocation returns. A handle that ends on its own terms (its privacy budget is spent) closes with
 `keep=True` instead: the rows it was given stay readable, before the final event.
 

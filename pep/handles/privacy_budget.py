@@ -5,10 +5,11 @@ The ledger (`PrivacyLedger`: its store, `privacy.db` under the data directory or
 database) holds what each
 consumer paid on each stream, per second: epsilon (in integer billionths, rounded up; budgets
 are rounded down, so rounding never grants a window too many), windows and delta; a spend is
-dated at the end of its second, so it counts a little longer than its period, never shorter. A budget `epsilon/seconds` holds when the consumer's spends on that stream in
-the last `seconds` (a rolling period: at any moment, over every handle it had, has or will
-have) add up to at most `epsilon`; older spends no longer count, which is how a budget
-refills. The ledger survives restarts; nothing else is kept about a consumer's privacy.
+dated at the end of its second, so it counts a little longer than its period, never shorter. A
+budget `epsilon/seconds` holds when the consumer's spends on that stream in the last `seconds` (a
+rolling period: at any moment, over every handle it had, has or will have) add up to at most
+`epsilon`; older spends no longer count, which is how a budget refills. The ledger survives
+restarts; nothing else is kept about a consumer's privacy.
 
 The guard (`PrivacyGuard`):
 - `admit(subject, plan)` at a request (a new handle): refused (`PrivacyBudgetExceeded`, 403)

@@ -2,10 +2,11 @@
 
 `HandleService` opens handles (one window per subject and stream, the runtime attach) and ends
 them. A join's handle (`JoinPlan`) holds the caller's window on both its streams and is attached
-to the join runtime, with both streams' definitions. The runtime's deliver callback is `HandleBuffer.put`, which checks under the buffer's lock
-that the buffer is open before writing, and the buffer is closed (under that same lock) before
-the handle's state is persisted and before the runtime is told to detach: so no tuple is
-delivered after `revoke` returns, however long Spark takes to stop.
+to the join runtime, with both streams' definitions. The runtime's deliver callback is
+`HandleBuffer.put`, which checks under the buffer's lock that the buffer is open before writing, and
+the buffer is closed (under that same lock) before the handle's state is persisted and before the
+runtime is told to detach: so no tuple is delivered after `revoke` returns, however long Spark takes
+to stop.
 
 A differentially private window's handle (`pep.core.privacy`) is admitted only if the
 consumer's remaining privacy budget can pay for it, and its deliveries go through the privacy

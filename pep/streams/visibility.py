@@ -60,8 +60,8 @@ class StreamVisibility:
 
     `catalog` is the stream catalogue (`visibility`, `get`); `engine()` the PDP's current
     engine (None: no PDP, so a restricted stream is seen only by its owner and administrators);
-    `environment(stream)` the gateway's environment attributes for a decision on that stream; `live_streams(subject)` the streams of
-    the subject's live handles."""
+    `environment(stream)` the gateway's environment attributes for a decision on that stream;
+    `live_streams(subject)` the streams of the subject's live handles."""
 
     def __init__(self, catalog: Any, engine: Callable[[], Any] | None = None,
                  environment: Callable[[str], EnvironmentAttributes] | None = None,

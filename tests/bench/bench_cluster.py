@@ -79,7 +79,8 @@ GRACE = 3.0  # seconds after the ingest's end before the readers' figures are ta
 
 def policy(streams: list[str], policy_id: str = POLICY_ID, version: str = "1") -> bytes:
     """Permits every consumer on these streams (its target names them all)."""
-    matches = "".join(f"""<AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
+    matches = "".join(f"""<AllOf><Match
+      MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
       <AttributeValue DataType="{S}">{s}</AttributeValue>
       <AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
         AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id" DataType="{S}"

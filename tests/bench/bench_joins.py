@@ -10,8 +10,8 @@ and ten areas. The join: stations with rainrate > 1 (humidity hidden) and ships 
 (owner hidden), on station = area, within 1 s. Both queries read `--per-trigger` files per
 micro-batch (so the join really streams: many batches, watermarks, state evicted) and stop when
 every expected row has reached Python:
-- xsg: `JoinRuntime.attach_join` with the `JoinPlan`, rows delivered as `RowBatch`es (each row renamed
-  and encoded as JSON, what a handle's buffer receives);
+- xsg: `JoinRuntime.attach_join` with the `JoinPlan`, rows delivered as `RowBatch`es (each row
+  renamed and encoded as JSON, what a handle's buffer receives);
 - direct: the same DataFrame program written by hand (filters, projections, watermarks, the
   join condition), each micro-batch's rows brought back with `toArrow()`.
 Both are run once on a small data set first (not reported: the JVM compiles each query shape on

@@ -18,7 +18,8 @@ rule allows one live handle per subject and stream); each policy's rule matches 
 `user<i>:*` (string-starts-with). The streams are ingest directories with a few records, so Spark
 work stays small. The uncached time (b) is broken down from outside:
   decision       = `engine.decide_with_trace` on the bound request, timed in-process;
-  graph work     = `pep.core.access.decide_and_plan` (parse, bind, decide, graphs, merge, NR/PR analysis)
+  graph work     = `pep.core.access.decide_and_plan` (parse, bind, decide, graphs, merge, NR/PR
+  analysis)
                    for the same request in-process, minus the decision;
   network        = median round trip of `GET /health` on the gateway (HTTP + Flask + loopback);
   Spark + handle = the rest (attach to the stream's shared query, or start it if none runs;

@@ -38,7 +38,8 @@ def test_pdp_decide_explain_prints_the_response_then_why(capsys):
 # -- xsg policy lint ------------------------------------------------------------------------------
 
 CONFLICT = b"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="urn:t:times"
-  Version="1" RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-overrides">
+  Version="1"
+  RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-overrides">
   <Target><AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
     <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">weather</AttributeValue>
     <AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource"

@@ -4,10 +4,10 @@ batches that leave on time (`HandleStream.batches`), the Spark data source (whos
 
 The thread iterates the stream's events into a bounded queue, in the groups they come in (a
 chunk read from the socket: up to ~1,000 events, one queue operation for them all); the caller
-takes what is there (`poll`), waiting at most the time it says. A full queue stops the thread reading, so the
-socket is not read either and the gateway holds the rows (or, past its buffer, reports a gap):
-memory stays bounded whatever the rate. An error of the reader (a refusal, `ConnectionLost`)
-is raised to the caller by the `poll` that reaches it.
+takes what is there (`poll`), waiting at most the time it says. A full queue stops the thread
+reading, so the socket is not read either and the gateway holds the rows (or, past its buffer,
+reports a gap): memory stays bounded whatever the rate. An error of the reader (a refusal,
+`ConnectionLost`) is raised to the caller by the `poll` that reaches it.
 """
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ obligation (size in tuples or seconds; `min_count` absent: the PEP's default for
 `valid` bounds the grant in time (either end may be absent), `events` names stream events of
 the same stream that must all be open. `grant_option` (default false): the consumers the rule
 names may re-share what they get as derived streams of their own, never wider than this grant
-(the `exacml:obligation:stream-grant-option` obligation, `pep.core.obligations`). A rule compiles to one XACML 3.0 Policy
-(`pep.core.rules.xacml`), which is what is stored, decided and revoked.
+(the `exacml:obligation:stream-grant-option` obligation, `pep.core.obligations`). A rule compiles to
+one XACML 3.0 Policy (`pep.core.rules.xacml`), which is what is stored, decided and revoked.
 
 This module reads and writes the JSON form only (dicts, no I/O): every mistake is a `RuleError`
 whose `path` is a JSON pointer to the field (`/window/aggregates/1`).

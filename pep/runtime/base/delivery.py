@@ -2,10 +2,10 @@
 queries and joins) follow, in one place.
 
 While a revocation pass decides handles again, deliveries wait before each handle (at most a
-second: `pep.core.delivery_gate`). Each handle is delivered under its own lock, so that a revocation, which takes the same lock
-and marks it inactive, either happens before the write (nothing delivered) or after it; a
-handle whose callback refuses (False) or fails is marked inactive and reported closed, so the
-runtime detaches it.
+second: `pep.core.delivery_gate`). Each handle is delivered under its own lock, so that a
+revocation, which takes the same lock and marks it inactive, either happens before the write
+(nothing delivered) or after it; a handle whose callback refuses (False) or fails is marked inactive
+and reported closed, so the runtime detaches it.
 """
 from __future__ import annotations
 

@@ -36,7 +36,8 @@ def simple_policy(i: int, resource: str, action: str, effect: str = "Permit",
    <AttributeValue DataType="{INT}">{min_level}</AttributeValue></Apply></Condition>
   <ObligationExpressions><ObligationExpression ObligationId="ob{i}" FulfillOn="{effect}">
    <AttributeAssignmentExpression AttributeId="urn:example:who">
-    <AttributeDesignator Category="{SUBJ}" AttributeId="{SID}" DataType="{S}" MustBePresent="false"/>
+    <AttributeDesignator Category="{SUBJ}" AttributeId="{SID}" DataType="{S}"
+      MustBePresent="false"/>
    </AttributeAssignmentExpression></ObligationExpression></ObligationExpressions>
  </Rule></Policy>""".encode()
 

@@ -19,7 +19,8 @@ def policy() -> bytes:
                 f'<AttributeValue DataType="{dtype}">{value}</AttributeValue>'
                 "</AttributeAssignmentExpression>")
     return f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="p"
-      Version="1" RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
+      Version="1"
+      RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
       <Target/><Rule RuleId="r" Effect="Permit"><ObligationExpressions>
         <ObligationExpression ObligationId="exacml:obligation:stream-window" FulfillOn="Permit">
           {a("stream-window-type-id", "tuple")}{a("stream-window-size-id", "3", INT)}

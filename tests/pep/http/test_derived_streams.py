@@ -179,7 +179,8 @@ def xacml_naming(attribute: str) -> str:
       <Rule RuleId="r" Effect="Permit"><ObligationExpressions>
         <ObligationExpression ObligationId="exacml:obligation:stream-filter" FulfillOn="Permit">
           <AttributeAssignmentExpression AttributeId="exacml:obligation:stream-filter-condition-id">
-            <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">{attribute} &gt; 1</AttributeValue>
+            <AttributeValue
+              DataType="http://www.w3.org/2001/XMLSchema#string">{attribute} &gt; 1</AttributeValue>
           </AttributeAssignmentExpression></ObligationExpression>
       </ObligationExpressions></Rule></Policy>"""
 

@@ -19,7 +19,8 @@ S = "http://www.w3.org/2001/XMLSchema#string"
 def windowed(policy_id: str, stream: str | None, kind: str = "time", subject: str = "lta"
              ) -> bytes:
     """A Permit for `subject` reading `stream` (None: any stream) through a window."""
-    pinned = f"""<Target><AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
+    pinned = f"""<Target><AnyOf><AllOf><Match
+      MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
         <AttributeValue DataType="{S}">{stream}</AttributeValue>
         <AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
           AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id" DataType="{S}"
@@ -36,7 +37,8 @@ def windowed(policy_id: str, stream: str | None, kind: str = "time", subject: st
       <Rule RuleId="{policy_id}:rule" Effect="Permit">
         <Target><AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
           <AttributeValue DataType="{S}">{subject}</AttributeValue>
-          <AttributeDesignator Category="urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
+          <AttributeDesignator
+            Category="urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
             AttributeId="urn:oasis:names:tc:xacml:1.0:subject:subject-id" DataType="{S}"
             MustBePresent="false"/></Match></AllOf></AnyOf></Target>
         <ObligationExpressions>

@@ -109,7 +109,8 @@ def test_bulk_adds_all_or_nothing(gw):
 def test_pdp_decides_on_the_gateways_clock_not_the_requests(gw):
     client, runtime, services = gw
     timed = b"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="t"
-      Version="1" RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
+      Version="1"
+      RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
       <Target/><Rule RuleId="r" Effect="Permit"><Condition>
         <Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:dateTime-less-than">
           <Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:dateTime-one-and-only">

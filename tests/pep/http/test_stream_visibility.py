@@ -143,7 +143,8 @@ def open_stream_for_everyone(client) -> None:
     assert r.status_code == 201
     r = client.post("/policies", headers=bearer("root", **XML), data=b"""<Policy
       xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="urn:t:open"
-      Version="1" RuleCombiningAlgId="urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable">
+      Version="1"
+      RuleCombiningAlgId="urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable">
       <Target><AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
       <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">open</AttributeValue>
       <AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource"

@@ -1,5 +1,6 @@
 """The shared per-stream query on real Spark: every delivered row and window checked against a
-pure-Python recomputation, plan sharing, attach/detach without restarts, and plan-size invariance."""
+pure-Python recomputation, plan sharing, attach/detach without restarts, and plan-size
+invariance."""
 from __future__ import annotations
 
 import math

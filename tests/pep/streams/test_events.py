@@ -15,7 +15,8 @@ EVENT = "urn:xsg:event:weather:storm"
 def policy() -> bytes:
     """lta reads the weather stream only while the storm event is open."""
     return f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="p"
-      Version="1" RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
+      Version="1"
+      RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
       <Target/>
       <Rule RuleId="storm" Effect="Permit"><Condition>
         <Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:and">
