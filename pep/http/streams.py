@@ -190,7 +190,8 @@ def change_stream(name: str) -> Response:
           application/json: {}
       responses:
         200: {description: "the stream as it is now, with `added` attributes and `revoked` handles"}
-        400: {description: an unknown field or a bad value (named); a schema change that is not an addition}
+        400: {description: "an unknown field or a bad value (named); a schema change that is not
+          an addition"}
         403: {description: not the stream's owner or an administrator}
         404: {description: no such stream (or one the caller may not see)}
         409: {description: the schema change would break the policies it names}
@@ -213,7 +214,8 @@ def stream_dependents(name: str) -> Response:
     ---
     get:
       responses:
-        200: {description: "{stream, live_handles, joins, subjects, events, policies, other_policies}"}
+        200: {description: "{stream, live_handles, joins, subjects, events, policies,
+          other_policies}"}
         403: {description: not the stream's owner or an administrator}
         404: {description: no such stream (or one the caller may not see)}
     """
@@ -231,7 +233,8 @@ def delete_stream(name: str) -> Response:
     ---
     delete:
       responses:
-        200: {description: "what was done: {stream, handles_revoked, events_removed, policies, data}"}
+        200: {description: "what was done: {stream, handles_revoked, events_removed, policies,
+          data}"}
         400: {description: a bad keep_data or remove_policies}
         403: {description: not the stream's owner or an administrator}
         404: {description: no such stream (or one the caller may not see)}
