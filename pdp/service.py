@@ -98,7 +98,8 @@ class PolicyService:
     # -- the engine -----------------------------------------------------------------------------
 
     def reload(self) -> None:
-        """(Re)compile the engine from the store; raises PolicyLoadError if the store is unusable."""
+        """(Re)compile the engine from the store; raises PolicyLoadError if the store is
+        unusable."""
         with self._write_lock:
             version = self.store.store_version()
             # shared: the list as of that version, exactly (`catch_up` goes on from there);

@@ -84,7 +84,8 @@ class PolicyStore(ABC):
     @abstractmethod
     def put(self, policy_id: str, version: str, owner: str, data: bytes, *,
             is_policy_set: bool = False, must_exist: bool | None = None) -> StoredPolicy:
-        """Write a new version. must_exist: True = update only, False = create only, None = either."""
+        """Write a new version. must_exist: True = update only, False = create only, None =
+        either."""
 
     @abstractmethod
     def put_all(self, items: list[tuple[str, str, str, bytes, bool]]) -> list[StoredPolicy]:

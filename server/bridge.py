@@ -576,6 +576,6 @@ def _text(value: bytes | None) -> str | None:
     return value.decode("latin-1") if value is not None else None
 
 
-__all__ = ["Bridge", "BodyRefused", "NativeRoute", "FastPath", "FAST_PATH_TRIED", "FAST_PATH_EXTENSION",
-           "NATIVE_ROUTES", "BRIDGE", "read_body",
-           "respond", "respond_error", "header", "path_info"]
+__all__ = ["Bridge", "BodyRefused", "NativeRoute", "FastPath", "FAST_PATH_TRIED",
+           "FAST_PATH_EXTENSION", "NATIVE_ROUTES", "BRIDGE", "read_body", "respond",
+           "respond_error", "header", "path_info"]

@@ -34,6 +34,6 @@ from pdp.policy_parser.policy_sets import compile_document
 from pdp.policy_parser.versions import MAX_VERSION_TEXT, is_version, version_matches
 
 __all__ = [
-    "MAX_VERSION_TEXT", "CompiledDocument", "CompiledPolicy", "MatchSpec", "PolicyInfo", "PolicySource", "RefSpec",
-    "compile_document", "is_version", "version_matches",
+    "MAX_VERSION_TEXT", "CompiledDocument", "CompiledPolicy", "MatchSpec", "PolicyInfo",
+    "PolicySource", "RefSpec", "compile_document", "is_version", "version_matches",
 ]

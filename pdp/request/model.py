@@ -63,7 +63,8 @@ def normalize_datatype(datatype: str) -> str:
 
 
 class UnsupportedRequestError(RequestSyntaxError):
-    """A well-formed request that asks for a feature this PDP refuses (answered processing-error)."""
+    """A well-formed request that asks for a feature this PDP refuses (answered
+    processing-error)."""
 
     status_code = STATUS_PROCESSING_ERROR
 

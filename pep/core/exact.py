@@ -200,6 +200,6 @@ def in_timestamp_range(micros: ExactNumber) -> bool:
 
 
 __all__ = ["INT64_MIN", "INT64_MAX", "MIN_MICROS", "MAX_MICROS", "END_MICROS", "ExactNumber",
-           "is_number", "floor_exact", "ceil_exact", "round_half_even", "is_integral", "integer_comparison",
-           "exact_decimal", "scaled", "micros_from_iso", "micros_from_seconds", "iso_from_micros",
-           "timestamp_micros", "in_timestamp_range"]
+           "is_number", "floor_exact", "ceil_exact", "round_half_even", "is_integral",
+           "integer_comparison", "exact_decimal", "scaled", "micros_from_iso",
+           "micros_from_seconds", "iso_from_micros", "timestamp_micros", "in_timestamp_range"]

@@ -395,7 +395,8 @@ class RevocationService:
     # -- start-up ----------------------------------------------------------------------------------
 
     def restore_all(self) -> tuple[list[str], list[str]]:
-        """Decide every persisted live handle again: resume it or end it. Returns (resumed, ended)."""
+        """Decide every persisted live handle again: resume it or end it. Returns (resumed,
+        ended)."""
         return self.restore(self.handles.live())
 
     def restore(self, records: Iterable[HandleRecord], when: str = "at gateway start"
@@ -453,4 +454,5 @@ def _default_identity(subject: str, roles: tuple[str, ...], admin: bool) -> Any:
     return Identity(subject=subject, roles=tuple(roles), admin=admin)
 
 
-__all__ = ["RevocationService", "Verdict", "WhatIf", "TimeSensitivity", "mentions_time", "TIME_MARKERS"]
+__all__ = ["RevocationService", "Verdict", "WhatIf", "TimeSensitivity", "mentions_time",
+           "TIME_MARKERS"]

@@ -136,5 +136,5 @@ def entry_from_row(row: tuple[Any, ...]) -> StreamEntry:
                        tuple(json.loads(optional_json)), combining)
 
 
-__all__ = ["ADDED_COLUMNS", "CATALOG_TABLES", "SCHEMA", "ENTRY_COLUMNS", "PATCH_COLUMNS", "DeletedStream",
-           "StreamEntry", "entry_from_row", "schema_json"]
+__all__ = ["ADDED_COLUMNS", "CATALOG_TABLES", "SCHEMA", "ENTRY_COLUMNS", "PATCH_COLUMNS",
+           "DeletedStream", "StreamEntry", "entry_from_row", "schema_json"]

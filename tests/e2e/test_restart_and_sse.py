@@ -1,4 +1,5 @@
-"""Handles survive a gateway restart; SSE is streamed as it happens (the real HTTP server, real Spark)."""
+"""Handles survive a gateway restart; SSE is streamed as it happens (the real HTTP server, real
+Spark)."""
 
 from __future__ import annotations
 

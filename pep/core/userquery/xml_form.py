@@ -66,7 +66,8 @@ def _utf8(text: str) -> bytes:
 
 
 def parse_xml_query(data: bytes | str) -> UserQuery:
-    """Parse the XML form from bytes, hardened: no DTD, no entities, no network, size/depth limits."""
+    """Parse the XML form from bytes, hardened: no DTD, no entities, no network, size/depth
+    limits."""
     if isinstance(data, str):
         data = _utf8(data)
     if len(data) > MAX_QUERY_BYTES:

@@ -1,4 +1,5 @@
-"""PolicyService without HTTP: compile first, commit, swap, emit; readers never see half a change."""
+"""PolicyService without HTTP: compile first, commit, swap, emit; readers never see half a
+change."""
 
 from __future__ import annotations
 

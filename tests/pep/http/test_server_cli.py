@@ -1,4 +1,5 @@
-"""The real thing: the gateway's HTTP server on a loopback port, `requests` as the client, and the `xsg` CLI."""
+"""The real thing: the gateway's HTTP server on a loopback port, `requests` as the client, and the
+`xsg` CLI."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Helpers shared by the runtime tests: a recording deliver callback, atomic file writes, polling."""
+"""Helpers shared by the runtime tests: a recording deliver callback, atomic file writes,
+polling."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Each source kind that can run here delivers rows through the shared query; Kafka fails clearly."""
+"""Each source kind that can run here delivers rows through the shared query; Kafka fails
+clearly."""
 
 from __future__ import annotations
 
