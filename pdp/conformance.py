@@ -230,8 +230,9 @@ def _json_list(v: JsonValue) -> list[JsonValue]:
 
 
 def _json_assignments(items: JsonValue) -> list[NormAssignment]:
-    return [_assignment(a.get("AttributeId"), a.get("DataType", "string"), _json_str(a.get("Value")),
-                        a.get("Category"), a.get("Issuer")) for a in _json_list(items)]
+    return [_assignment(a.get("AttributeId"), a.get("DataType", "string"),
+                        _json_str(a.get("Value")), a.get("Category"), a.get("Issuer"))
+            for a in _json_list(items)]
 
 
 def _json_str(v: JsonValue) -> str:

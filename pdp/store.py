@@ -194,7 +194,8 @@ SCHEMA = Schema("policies", (
 ))
 SCHEMA_VERSION = SCHEMA.version
 
-_COLUMNS = "v.policy_id, v.version, v.store_version, v.owner, v.created_at, v.is_policy_set, v.data, v.deleted"
+_COLUMNS = ("v.policy_id, v.version, v.store_version, v.owner, v.created_at, v.is_policy_set, "
+            "v.data, v.deleted")
 
 
 def _row(row: tuple[Any, ...]) -> StoredPolicy:

@@ -140,9 +140,9 @@ def _banner(services: GatewayServices, server: HttpServer, out: TextIO,
         print(f"  cluster   member {services.cluster.member} at {services.cluster.url} "
               f"(leases of {services.cluster.lease_seconds:g} s; GET {base}/cluster)", file=out)
     policies = services.policies.engine.policies
-    print(f"  {len(policies)} policies loaded"
-          + (f" ({len(services.seeded)} seeded from {config.policies_dir})" if services.seeded else ""),
-          file=out)
+    seeded = (f" ({len(services.seeded)} seeded from {config.policies_dir})"
+              if services.seeded else "")
+    print(f"  {len(policies)} policies loaded" + seeded, file=out)
     token = None
     if config.uses_demo_auth:
         state = "created" if services.demo_auth_created else "from"

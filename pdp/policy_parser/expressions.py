@@ -46,7 +46,8 @@ class Typed:
     is_bag: bool
     is_const: bool = False
     value: Any = None
-    designator_key: tuple[str, str, str] | None = None  # (category, attribute_id, datatype) of a designator
+    # (category, attribute_id, datatype) of a designator
+    designator_key: tuple[str, str, str] | None = None
     must_be_present: bool = False
     issuer: str | None = None
 
@@ -138,8 +139,8 @@ class ExpressionCompiler:
         if inner is not None:  # a higher-order function (set above exactly then)
             rtype, rbag = func.result_type(inner)
             if (fid == ANY_OF and inner.id in FAST_EQUAL_FUNCTIONS
-                    and len(args) == 2 and args[0].is_const and not args[0].is_bag and args[1].is_bag
-                    and args[0].datatype == args[1].datatype):
+                    and len(args) == 2 and args[0].is_const and not args[0].is_bag
+                    and args[1].is_bag and args[0].datatype == args[1].datatype):
                 # any-of(equal, literal, bag): a membership test (the common policy idiom).
                 ev = make_member_test(args[0].value, args[1].ev)
             else:

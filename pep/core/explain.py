@@ -496,7 +496,8 @@ def graph_to_json(graph: QueryGraph, schema: StreamSchema | None = None) -> Grap
             return {"op": "filter", "condition": expr_sql(node.condition, schema),
                     "input": node_json(node.input)}
         if isinstance(node, Map):
-            return {"op": "map", "attributes": list(node.attributes), "input": node_json(node.input)}
+            return {"op": "map", "attributes": list(node.attributes),
+                    "input": node_json(node.input)}
         if isinstance(node, Mask):
             return {"op": "mask", "masks": masks_json(node.masks), "input": node_json(node.input)}
         if isinstance(node, WindowAggregate):

@@ -106,9 +106,8 @@ class QueryGraph:
         node = self.sink
         while not isinstance(node, Source):
             if isinstance(node, (Join, Union_)):
-                raise UnsupportedGraph(
-                    f"{type(node).__name__.rstrip('_')} operators are not supported by the merge yet"
-                )
+                raise UnsupportedGraph(f"{type(node).__name__.rstrip('_')} operators are not "
+                                       "supported by the merge yet")
             ops.append(node)
             node = node.input
         return node, tuple(reversed(ops))

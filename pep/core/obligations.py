@@ -130,7 +130,8 @@ FUNCTION_SPELLINGS: dict[str, AggregateFunction] = {
     "min": "min", "minimum": "min",
     "sum": "sum",
     "count": "count",
-    "firstval": "firstval", "firstvalue": "firstval", "first": "firstval", "first_value": "firstval",
+    "firstval": "firstval", "firstvalue": "firstval", "first": "firstval",
+    "first_value": "firstval",
     "lastval": "lastval", "lastvalue": "lastval", "last": "lastval", "last_value": "lastval",
     "lub": "lub",
 }

@@ -86,7 +86,8 @@ def build_forms(
         Form("POST /pdp, XACML JSON", "/pdp", JSON,
              [(t, wl.request_json(q)) for t, q in zip(token, queries, strict=True)]),
         Form("AuthZEN evaluation", EVALUATION, "application/json",
-             [(t, json.dumps(authzen_body(q)).encode()) for t, q in zip(token, queries, strict=True)]),
+             [(t, json.dumps(authzen_body(q)).encode())
+              for t, q in zip(token, queries, strict=True)]),
     ]
     expected = workload.expected()
     batch_expected: list[list[str]] = []
@@ -102,7 +103,8 @@ def build_forms(
             for start in range(0, len(cycle) - size + 1, size):
                 chunk = cycle[start:start + size]
                 body = {"subject": {"type": "user", "id": subject},
-                        "evaluations": [{"resource": {"type": "resource", "id": queries[i].resource},
+                        "evaluations": [{"resource": {"type": "resource",
+                                                      "id": queries[i].resource},
                                          "action": {"name": queries[i].action}} for i in chunk]}
                 requests.append((tokens[subject], json.dumps(body).encode()))
                 wanted_all.append([expected[i] for i in chunk])

@@ -127,7 +127,8 @@ class RecordMaker:
                         "temperature": round(r.uniform(24, 33), 2),
                         "humidity": round(r.uniform(50, 95), 1),
                         "solarradiation": round(r.uniform(0, 900), 1),
-                        "rainrate": round(r.uniform(0, 5) if i % 3 == 0 else r.uniform(5.01, 80), 2),
+                        "rainrate": round(r.uniform(0, 5) if i % 3 == 0
+                                          else r.uniform(5.01, 80), 2),
                         "windspeed": round(r.uniform(0, 40), 2), "winddirection": r.randrange(360),
                         "barometer": round(r.uniform(1000, 1020), 1)})
         return out

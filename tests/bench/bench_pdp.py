@@ -620,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only-http", action="store_true", help="skip py-abac and the in-process "
                     "rows except the XML one")
     ap.add_argument("--seed", type=int, default=20260522)
-    ap.add_argument("--profile", action="store_true", help="cProfile the in-process XML path and the app behind POST /pdp")
+    ap.add_argument("--profile", action="store_true",
+                    help="cProfile the in-process XML path and the app behind POST /pdp")
     ap.add_argument("--no-http", action="store_true")
     args = ap.parse_args(argv)
 

@@ -183,10 +183,12 @@ def bench_with_engine(cases, n_policies: int, n_requests: int) -> None:
         i = rng.randrange(n_policies)
         query = policies[i][2]
         body = json.dumps({"Request": {
-            "Resource": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:resource:resource-id",
+            "Resource": {"Attribute": [{"AttributeId":
+                                            "urn:oasis:names:tc:xacml:1.0:resource:resource-id",
                                         "Value": f"stream{i % 50}"}],
                          **({"Content": query} if query else {})},
-            "Action": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:action:action-id",
+            "Action": {"Attribute": [{"AttributeId":
+                                          "urn:oasis:names:tc:xacml:1.0:action:action-id",
                                       "Value": "read"}]}}}).encode()
         who = Identity(f"user{i}")
         ctx = bind_identity(parse_request(body, "application/xacml+json"), who)

@@ -208,7 +208,8 @@ def test_consumer_chart_gets_rows_and_shows_revoked_when_the_owner_deletes_the_p
 
     # rows as Spark would deliver them: the chart and the table follow
     for i in range(40):
-        gateway.runtime.push(hid, [{"lastval_samplingtime": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z",
+        at = f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z"
+        gateway.runtime.push(hid, [{"lastval_samplingtime": at,
                                     "avg_rainrate": round(8.5 + (i % 9) * 0.6 + (i % 4) * 0.2, 2),
                                     "max_windspeed": 10 + (i * 7) % 13}])
         time.sleep(0.01)

@@ -28,7 +28,8 @@ def make_records(n: int, seed: int = 7) -> list[dict]:
     rnd = random.Random(seed)
     t0 = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
     return [{"samplingtime": (t0 + timedelta(minutes=i)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-             "temperature": round(rnd.uniform(24, 33), 2), "humidity": round(rnd.uniform(50, 95), 1),
+             "temperature": round(rnd.uniform(24, 33), 2),
+             "humidity": round(rnd.uniform(50, 95), 1),
              "solarradiation": round(rnd.uniform(0, 900), 1),
              "rainrate": round(rnd.choice([0, 0, 2.5, 4.9, 5.0]) if i % 3 == 0
                                else rnd.uniform(5.01, 80), 2),

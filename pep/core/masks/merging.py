@@ -315,8 +315,9 @@ def filter_notes(dnf: tuple[Conjunct, ...] | None, plan: MaskPlan) -> list[Merge
     shown = ", ".join(f"{a} ({plan.masks[a].spec})" for a in undecided)
     return [MergeWarning("INFO", "filter",
                          f"your filter compares masked values of {shown}; the analysis cannot "
-                         "decide exactly which masked values the policy's filter lets through, so it "
-                         "may not warn of a result that stays empty (it never reports one falsely)",
+                         "decide exactly which masked values the policy's filter lets through, so "
+                         "it may not warn of a result that stays empty (it never reports one "
+                         "falsely)",
                          tuple(undecided))]
 
 

@@ -318,7 +318,8 @@ def _member_batches(arrow: pa.Table, projection: tuple[str, ...], sources: tuple
     tops = np.maximum.reduceat(seqs[picked], starts).tolist()
     chosen = operator.itemgetter(*at.tolist())(texts)  # a tuple: two spans or more, none empty
     return [RowBatch(chosen[begin:begin + count], size, None if top == NO_SEQ else top)
-            for begin, count, size, top in zip(starts.tolist(), counts.tolist(), sizes, tops, strict=True)]
+            for begin, count, size, top in zip(starts.tolist(), counts.tolist(), sizes, tops,
+                                               strict=True)]
 
 
 def _projected(arrow: pa.Table, projection: tuple[str, ...], sources: tuple[str, ...],

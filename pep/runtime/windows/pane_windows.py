@@ -489,7 +489,8 @@ class PaneWindows:
         if ftype == "long":
             if values.dtype == object:  # exact big sums, as JSON integers
                 return pa.array([None if m else str(int(v)) for v, m in
-                                 zip(values.tolist(), none.tolist(), strict=True)], pa.string()), True
+                                 zip(values.tolist(), none.tolist(), strict=True)],
+                                pa.string()), True
             return pa.array(values.astype(np.int64), pa.int64(), mask=none), False
         if ftype == "timestamp":
             return pa.array(values.astype(np.int64), pa.timestamp("us"), mask=none), False

@@ -99,9 +99,11 @@ def test_roles_come_from_the_token_not_the_request(gateway):
                  "DataType": "http://www.w3.org/2001/XMLSchema#integer"}] + ([
                 {"AttributeId": "urn:oasis:names:tc:xacml:2.0:subject:role", "Value": roles}]
                 if roles else [])},
-            "Resource": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:resource:resource-id",
+            "Resource": {"Attribute": [{"AttributeId":
+                                            "urn:oasis:names:tc:xacml:1.0:resource:resource-id",
                                         "Value": "vitals"}]},
-            "Action": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:action:action-id",
+            "Action": {"Attribute": [{"AttributeId":
+                                          "urn:oasis:names:tc:xacml:1.0:action:action-id",
                                       "Value": "read"}]}}}).encode()
 
     def decision(who, body):

@@ -43,11 +43,15 @@ def simple_policy(i: int, resource: str, action: str, effect: str = "Permit",
 
 
 def request_xml(subject: str, resource: str | None, action: str | None, level: int | None) -> bytes:
-    subj = f'<Attribute AttributeId="{SID}" IncludeInResult="false"><AttributeValue DataType="{S}">{subject}</AttributeValue></Attribute>'
+    def attribute(attribute_id: str, datatype: str, value: object) -> str:
+        return (f'<Attribute AttributeId="{attribute_id}" IncludeInResult="false">'
+                f'<AttributeValue DataType="{datatype}">{value}</AttributeValue></Attribute>')
+
+    subj = attribute(SID, S, subject)
     if level is not None:
-        subj += f'<Attribute AttributeId="{LEVEL}" IncludeInResult="false"><AttributeValue DataType="{INT}">{level}</AttributeValue></Attribute>'
-    res = "" if resource is None else f'<Attribute AttributeId="{RID}" IncludeInResult="false"><AttributeValue DataType="{S}">{resource}</AttributeValue></Attribute>'
-    act = "" if action is None else f'<Attribute AttributeId="{AID}" IncludeInResult="false"><AttributeValue DataType="{S}">{action}</AttributeValue></Attribute>'
+        subj += attribute(LEVEL, INT, level)
+    res = "" if resource is None else attribute(RID, S, resource)
+    act = "" if action is None else attribute(AID, S, action)
     return (f'<Request xmlns="{NS}" ReturnPolicyIdList="false" CombinedDecision="false">'
             f'<Attributes Category="{SUBJ}">{subj}</Attributes>'
             f'<Attributes Category="{RES}">{res}</Attributes>'

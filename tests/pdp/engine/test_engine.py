@@ -47,7 +47,8 @@ def decide(sources, request=None, **kw):
 
 def test_inspect_policy_reports_id_version_kind():
     info = inspect_policy(PolicySource("file.xml", policy("p", "", version="2.1")))
-    assert (info.id, info.version, info.is_policy_set, info.source) == ("p", "2.1", False, "file.xml")
+    assert (info.id, info.version, info.is_policy_set, info.source) == ("p", "2.1", False,
+                                                                         "file.xml")
 
 
 def test_compile_is_all_or_nothing_and_says_where():
@@ -61,10 +62,12 @@ def test_compile_is_all_or_nothing_and_says_where():
 
 @pytest.mark.parametrize("body,message", [
     (rule("r", "Permit", f'<Condition><AttributeSelector Category="{RES}" Path="/a" '
-                         f'DataType="{S}" MustBePresent="false"/></Condition>'), "AttributeSelector"),
+                         f'DataType="{S}" MustBePresent="false"/></Condition>'),
+     "AttributeSelector"),
     (rule("r", "Permit", '<Condition><Apply FunctionId="urn:no-such-function"/></Condition>'),
      "unknown function"),
-    (rule("r", "Permit", f'<Condition><AttributeValue DataType="{INT}">x</AttributeValue></Condition>'),
+    (rule("r", "Permit",
+          f'<Condition><AttributeValue DataType="{INT}">x</AttributeValue></Condition>'),
      "invalid"),
     (rule("r", "Permit", '<Condition><VariableReference VariableId="v"/></Condition>'),
      "undefined variable"),

@@ -80,8 +80,8 @@ def document(k: int, c: int) -> bytes:
     elif kind == 3:
         xml = _policy(pid, version, "", body)
     elif kind == 4:
-        xml = _policy(pid, version, _any_of(match(act, ACT, AID), match("delete", ACT, AID)),
-                      body, "urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable")
+        xml = _policy(pid, version, _any_of(match(act, ACT, AID), match("delete", ACT, AID)), body,
+                      "urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable")
     elif kind == 5:
         ref = f"d{(c // 7) % N_IDS}"
         inner = _policy(f"in-{pid}", "1.0", _any_of(match(act, ACT, AID)), body, ns=False)

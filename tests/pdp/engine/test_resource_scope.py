@@ -63,7 +63,8 @@ def inner(pid: str, target: str, rules: str = "", alg: str = "deny-overrides") -
 
 
 OTHER_MATCH = (
-    f'<Match MatchId="urn:oasis:names:tc:xacml:3.0:function:string-equal-ignore-case"><AttributeValue DataType="{S}">a'
+    '<Match MatchId="urn:oasis:names:tc:xacml:3.0:function:string-equal-ignore-case">'
+    f'<AttributeValue DataType="{S}">a'
     f'</AttributeValue><AttributeDesignator Category="{RES}" AttributeId="{RID}" '
     f'DataType="{S}" MustBePresent="false"/></Match>'
 )

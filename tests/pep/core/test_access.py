@@ -45,7 +45,8 @@ def inline_policy(policy_id: str, resource: str, subject: str, obligations: str)
            + f'</Target><Rule RuleId="{policy_id}:r" Effect="Permit"><Target>'
            + match(subject, "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject",
                    "urn:oasis:names:tc:xacml:1.0:subject:subject-id")
-           + f"</Target><ObligationExpressions>{obligations}</ObligationExpressions></Rule></Policy>")
+           + f"</Target><ObligationExpressions>{obligations}</ObligationExpressions>"
+           + "</Rule></Policy>")
     return PolicySource(policy_id, xml.encode())
 
 
@@ -62,7 +63,8 @@ def request_json(stream: str, content=None, subject="whoever") -> bytes:
     if content is not None:
         resource["Content"] = content
     return json.dumps({"Request": {
-        "AccessSubject": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:subject:subject-id",
+        "AccessSubject": {"Attribute": [{"AttributeId":
+                                             "urn:oasis:names:tc:xacml:1.0:subject:subject-id",
                                          "Value": subject}]},
         "Resource": resource,
         "Action": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:action:action-id",
@@ -82,7 +84,8 @@ def engine():
             "exacml:obligation:stream-filter",
             ("stream-filter-condition-id", "shiptype = 'cargo'")) +
             obligation("exacml:obligation:stream-map", ("stream-map-attribute-id", "mmsi"),
-                       ("stream-map-attribute-id", "speed"), ("stream-map-attribute-id", "shiptype"))),
+                       ("stream-map-attribute-id", "speed"),
+                       ("stream-map-attribute-id", "shiptype"))),
         inline_policy("urn:test:ais-odd", "ais", "odd", obligation(
             "urn:example:obligation:notify-owner", ("stream-filter-condition-id", "x"))),
     ]
@@ -126,7 +129,8 @@ def test_lta_with_its_figure_4a_query(engine):
 
 def test_lta_without_query_gets_figure_2_and_warnings(engine):
     p = run(engine, (WEATHER / "lta-request.json").read_bytes(), JSON)
-    assert p.plan.window.size == 5 and p.plan.projection == ("samplingtime", "rainrate", "windspeed")
+    assert p.plan.window.size == 5
+    assert p.plan.projection == ("samplingtime", "rainrate", "windspeed")
     assert {w.operator for w in p.warnings} == {"filter", "map"}
 
 

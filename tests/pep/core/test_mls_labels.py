@@ -219,8 +219,9 @@ def test_only_an_explicit_all_lets_tuples_above_a_bound_into_a_window(windows, s
                                                          "sid > 2")]))
     graph = policy_graph(obligations, "position", SCHEMA, resolver=resolve)
     chosen = [scope is not None and scope.strip().lower() == "all" for _, scope, _ in windows]
-    withheld = {("level", str(label(b))) for (bounds, _, _), all_ in zip(windows, chosen, strict=True)
-                if all_ for b in bounds}
+    withheld = {("level", str(label(b)))
+                for (bounds, _, _), all_ in zip(windows, chosen, strict=True) if all_
+                for b in bounds}
     entering = [label(b) for (bounds, _, _), all_ in zip(windows, chosen, strict=True) if not all_
                 for b in bounds]
     assert set(graph.window.spec.label_bounds) == withheld

@@ -359,7 +359,8 @@ def test_the_analysis_is_sound_against_sampled_positions(p1, p2, user, seed):
 # -- consumers' queries ----------------------------------------------------------------------------
 
 def test_user_queries_carry_spatial_filters_in_json_and_xml():
-    text = "DISTANCE(lat, lon, 1.26, 103.84) <= 5000 AND NOT WITHIN_POLYGON(lat, lon, [1, 103, 1, 104, 2, 104])"
+    text = ("DISTANCE(lat, lon, 1.26, 103.84) <= 5000 AND "
+            "NOT WITHIN_POLYGON(lat, lon, [1, 103, 1, 104, 2, 104])")
     from_json = user_graph(parse_json_query(json.dumps({"filter": text})), "ais", AIS_SCHEMA)
     escaped = text.replace("<", "&lt;").replace(">", "&gt;")
     xml = f"<UserQuery><Filter><FilterCondition>{escaped}</FilterCondition></Filter></UserQuery>"

@@ -98,7 +98,8 @@ def test_xml_errors(xml, fragment):
 
 
 def test_filter_errors_point_into_the_document():
-    xml = b"<UserQuery>\n<Filter>\n<FilterCondition>rainrate >> 5</FilterCondition></Filter></UserQuery>"
+    xml = (b"<UserQuery>\n<Filter>\n<FilterCondition>rainrate >> 5</FilterCondition></Filter>"
+           b"</UserQuery>")
     with pytest.raises(UserQueryError) as info:
         user_graph(parse_xml_query(xml), "weather", WEATHER_SCHEMA)
     assert info.value.position == "line 3" and "column 11" in info.value.message
@@ -143,7 +144,8 @@ from hypothesis import (  # noqa: E402
 @settings(max_examples=200, deadline=None)
 @given(st.one_of(st.binary(max_size=200),
                  st.text(max_size=200).map(lambda t: ("<UserQuery>" + t + "</UserQuery>").encode()),
-                 st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8)),
+                 st.recursive(st.one_of(st.none(), st.booleans(), st.integers(),
+                                        st.text(max_size=8)),
                               lambda kids: st.one_of(st.lists(kids, max_size=3),
                                                      st.dictionaries(st.sampled_from(
                                                          ["filter", "map", "window", "type", "size",

@@ -279,7 +279,8 @@ def test_time_limited_grant_ends_on_time(gw):
         b'<Rule RuleId="urn:xsg:example:weather:lta-reads-windows" Effect="Permit">'
         b'<Condition><Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:dateTime-less-than">'
         b'<Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:dateTime-one-and-only">'
-        b'<AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:environment"'
+        b'<AttributeDesignator'
+        b' Category="urn:oasis:names:tc:xacml:3.0:attribute-category:environment"'
         b' AttributeId="urn:oasis:names:tc:xacml:1.0:environment:current-dateTime"'
         b' DataType="http://www.w3.org/2001/XMLSchema#dateTime" MustBePresent="false"/></Apply>'
         b'<AttributeValue DataType="http://www.w3.org/2001/XMLSchema#dateTime">' + until.encode()

@@ -411,7 +411,8 @@ def test_event_state_moves_only_with_tuples_that_meet_its_condition(spark, tmp_p
         return {"ts": ts_at(offset), "temp": temp, "station": station, "level": 3}
     base = [[rec(0, 10.0)], [rec(1, 35.0, "S1")], [rec(2, 12.0)], [], [rec(3, 31.0, "S2")], []]
     cold = [[rec(FAR, 10.0), rec(-FAR, None)], [rec(None, 30.0)], [rec(FAR, -1.0)], [], [], []]
-    noisy = [a + b for a, b in zip(base, cold, strict=True)]  # tuples that do not meet `temp > 30` added
+    # tuples that do not meet `temp > 30` added
+    noisy = [a + b for a, b in zip(base, cold, strict=True)]
     shifted = [[{**r, "ts": ts_at(FAR)} for r in batch] for batch in base]  # other timestamps
     want = states(base, "base")
     assert [env != [] for _, env in want] == [False, True, True, False, True, True]

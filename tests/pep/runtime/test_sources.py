@@ -93,8 +93,9 @@ def test_generators_produce_weather_and_ais_tuples(runtime):
     runtime.attach_handle("w", weather, ExecutionPlan(
         "weather", ((Predicate("humidity", ">=", 0), Predicate("winddirection", "<", 360)),),
         ("samplingtime", "temperature", "winddirection")), w)
-    runtime.attach_handle("s", ais, ExecutionPlan("ships", ((Predicate("shiptype", "=", "cargo"),),),
-                                           ("mmsi", "shipname", "shiptype", "speed")), s)
+    runtime.attach_handle("s", ais, ExecutionPlan(
+        "ships", ((Predicate("shiptype", "=", "cargo"),),),
+        ("mmsi", "shipname", "shiptype", "speed")), s)
     assert wait_until(lambda: len(w.rows) >= 5 and len(s.rows) >= 2)
     assert set(w.rows[0]) == {"samplingtime", "temperature", "winddirection"}
     assert all(isinstance(r["temperature"], float) and 0 <= r["winddirection"] < 360

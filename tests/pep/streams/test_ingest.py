@@ -292,7 +292,8 @@ def test_importing_the_catalogue_needs_no_spark():
     import subprocess
     import sys
 
-    code = "import sys, pep.streams.catalog, pep.handles.service, pep.handles.revocation; print('pyspark' in sys.modules)"
+    code = ("import sys, pep.streams.catalog, pep.handles.service, pep.handles.revocation; "
+            "print('pyspark' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -37,8 +37,8 @@ def catalog(tmp_path, storage):
 
 
 def definition(kind: str = "ingest") -> StreamDefinition:
-    return StreamDefinition("g", "o", StreamSchema((Field("ts", "timestamp"), Field("v", "double"))),
-                            SourceSpec(kind), "ts")
+    schema = StreamSchema((Field("ts", "timestamp"), Field("v", "double")))
+    return StreamDefinition("g", "o", schema, SourceSpec(kind), "ts")
 
 
 def test_a_schema_may_only_grow():
