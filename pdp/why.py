@@ -227,7 +227,7 @@ class Explainer:
                         got = "match" if note.test(self.ctx) else "no match"
                     except Indeterminate as exc:
                         got = f"indeterminate: {exc.message}"
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:  # noqa: BLE001 - as the decision: Indeterminate
                         got = f"indeterminate: {type(exc).__name__}: {exc}"
                     trace.matches.append(MatchTrace(note, i, j, got, read.request))
         return trace
@@ -274,7 +274,7 @@ class Explainer:
             return "true" if condition(self.ctx) else "false"
         except Indeterminate as exc:
             return f"indeterminate: {exc.message}"
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - as the decision: Indeterminate
             return f"indeterminate: {type(exc).__name__}: {exc}"
 
     def policy(self, policy: AnyPolicy, doc: str | None) -> tuple[Node, Outcome]:

@@ -114,7 +114,7 @@ class FeedClient:
         if resp is not None:
             try:
                 resp.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing must go on
                 pass
         if self._thread is not None:
             self._thread.join(timeout)

@@ -300,7 +300,7 @@ def trim_memory() -> bool:
     try:
         trim(0)
         return True
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a failed trim is no fault: False
         return False
 
 
@@ -312,7 +312,7 @@ def limit_malloc_arenas(count: int = 2) -> bool:
         return False
     try:
         return bool(mallopt(-8, int(count)))  # M_ARENA_MAX
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a failed setting is no fault: False
         return False
 
 

@@ -42,7 +42,7 @@ def _need_client(args: argparse.Namespace, token: bool = True) -> None:
     """The client is installed (it is its own package: `client/`), and a token given when the
     command needs one."""
     try:
-        import xsg_client  # noqa: F401
+        import xsg_client  # noqa: F401 - imported to see that it is installed
     except ImportError:
         raise CliError("the consumer commands need the xsg client: pip install ./client",
                        EXIT_USAGE) from None

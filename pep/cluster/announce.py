@@ -181,7 +181,7 @@ class Announcements:
                 self._conn = None
                 try:
                     conn.close()
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - the connection is broken already
                     pass
             self._stop.wait(backoff)
 

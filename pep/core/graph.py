@@ -17,7 +17,7 @@ from pep.core.conditions import Expr, to_text
 from pep.core.plan import PolicyWindowTerms, WindowAsk, WindowSpec
 
 # Re-exported for callers of the graph model; defined in pep.core.schemas.
-from pep.core.schemas import AIS_SCHEMA, BUILTIN_SCHEMAS, WEATHER_SCHEMA  # noqa: F401
+from pep.core.schemas import AIS_SCHEMA, BUILTIN_SCHEMAS, WEATHER_SCHEMA  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)

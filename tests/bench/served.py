@@ -104,7 +104,7 @@ class Gateway:
         for step in steps:
             try:
                 step()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - printed; the other steps still run
                 print(f"(cleanup: {getattr(step, '__qualname__', step)} failed: {exc!r})")
 
 

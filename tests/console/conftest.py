@@ -117,7 +117,7 @@ def gateway(gateway_factory) -> ConsoleGateway:
 def browser_missing() -> str | None:
     """Why the browser tests cannot run here, with what to install; None when they can."""
     try:
-        import playwright.sync_api  # noqa: F401
+        import playwright.sync_api  # noqa: F401 - imported to see that it is installed
     except ImportError:
         return ("the playwright package is not installed: .venv/bin/pip install -e '.[test]' "
                 "(`make test` does it)")

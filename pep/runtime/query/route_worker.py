@@ -112,7 +112,7 @@ class RouteWorker:
                 log.exception("%s: routing a micro-batch failed", self._name)
                 try:
                     self._on_error(exc)
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - the worker must go on; the failure is logged
                     pass
                 with self._cond:
                     self._error = exc

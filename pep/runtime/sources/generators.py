@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from pep.core.plan import StreamSchema
 
 # The schemas the generators produce (one definition, shared with the PEP core).
-from pep.core.schemas import (  # noqa: F401
+from pep.core.schemas import (  # noqa: F401 - re-exported
     AIS_SCHEMA,
     BUILTIN_SCHEMAS as GENERATOR_SCHEMAS,
     BUILTIN_TIME_ATTRIBUTES as GENERATOR_TIME_ATTRIBUTES,

@@ -2,6 +2,7 @@
 import json
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from lxml import etree
 
 from pep.core.graph import AIS_SCHEMA, WEATHER_SCHEMA
@@ -133,12 +134,6 @@ def test_content_from_a_request_element_in_any_namespace():
     assert query_from_content({"filter": "rainrate > 2"}).filter == "rainrate > 2"
     assert query_from_content('{"map": ["rainrate"]}').map == ("rainrate",)
 
-
-from hypothesis import (  # noqa: E402
-    given,
-    settings,
-    strategies as st,
-)
 
 
 @settings(max_examples=200, deadline=None)

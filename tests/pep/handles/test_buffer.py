@@ -347,7 +347,10 @@ def test_notices_alone_stay_bounded():
 def test_waiters_are_called_on_put_notice_and_close():
     buf = HandleBuffer()
     calls = []
-    waiter = lambda: calls.append(1)  # noqa: E731
+
+    def waiter():
+        calls.append(1)
+
     buf.add_waiter(waiter)
     assert calls == [1]  # called once at once: there may be events already
     buf.put(rows(0, 3))

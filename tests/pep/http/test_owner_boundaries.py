@@ -351,7 +351,9 @@ def test_an_owners_view_of_odd_entries_never_fails():
     entry is left out, never an error (GET /audit must not answer 500)."""
     from pep.audit.views import owner_view
 
-    owns = lambda s: s == "astream"  # noqa: E731
+    def owns(s):
+        return s == "astream"
+
     odd = [{}, {"stream": 3}, {"stream": "astream", "reason": ["x"], "streams": "ab"},
            {"kind": "policy-added", "streams": "astream"}, {"stream": "astream", "plan": []},
            {"streams": ["astream", "bstream"], "sides": [1, {"stream": None}], "reason": {}},

@@ -108,7 +108,10 @@ def alice_views(gw: Gateway, a_streams: list[str], b_streams: list[str],
                 a_policies: list[str]) -> list[str]:
     """Every answer Alice can get about everything there is (texts)."""
     texts = alice_decisions(gw, a_streams)
-    get = lambda path, **kw: gw.call("GET", path, ALICE, **kw)  # noqa: E731
+
+    def get(path, **kw):
+        return gw.call("GET", path, ALICE, **kw)
+
     for stream in b_streams:
         for path in ("/pdp", "/explain", "/requests"):
             r = gw.call("POST", path, ALICE, data=request(stream, return_policy_ids=True),
