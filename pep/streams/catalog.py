@@ -305,7 +305,7 @@ class StreamCatalog:
         if schema is not None:
             told["add_attributes"] = [
                 {"name": f.name, "type": f.type}
-                for f in schema.fields[len(current.definition.schema.fields) :]
+                for f in schema.fields[len(current.definition.schema.fields):]
             ]
         for callback in list(self._change_listeners):
             try:
