@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from common.auth import Identity
+from pep.audit.trail import AuditTrail, PolicyVersions
 from pep.core.derived import CannotDerive, Derivation, WiderThanGrant, derive
 from pep.core.errors import Conflict, Gone, InvalidInput, NotFound, NotPermitted, Refusal
 from pep.core.explain import plan_to_json
@@ -232,10 +233,9 @@ class DerivedStreams:
     feeds: DerivedFeeds
     decide: Callable[[Any, Identity], Any]
     policies_about: Callable[[str], list[tuple[str, bytes]]] = field(default=lambda name: [])
-    audit: Any = None
+    audit: AuditTrail | None = None
     # (id, version, store_version) of policies, as the audit trail names them
-    policy_versions: Callable[[Iterable[str]], list[dict[str, Any]]] = field(
-        default=lambda ids: [])
+    policy_versions: PolicyVersions = field(default=lambda ids: [])
     # with several gateway processes: raises unless this process serves these streams (a
     # derivation is made where its deriving handle is served: `pep.cluster`)
     claim: Callable[[Iterable[str]], None] | None = None
