@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from pep.audit.log import AuditRecords, handle_ref
 from pep.core.errors import Refusal
+from pep.core.explain import AnyPlanJson
 from pep.core.jsontypes import JsonObject
 
 if TYPE_CHECKING:  # what the trail is told about; those packages are wired above it
@@ -144,7 +145,7 @@ class AuditTrail:
             for record in records)
 
     def stream_derived(self, derivation: DerivationRecord, chain: list[str],
-                       plan: JsonObject) -> None:
+                       plan: AnyPlanJson) -> None:
         """A derived stream was registered (`pep.streams.derived`): the deriving plan is its
         owner's own handle's, the policies behind it the source owner's (`upstream`)."""
         self.log.record("stream-derived", stream=derivation.stream, by=derivation.owner,

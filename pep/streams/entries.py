@@ -13,7 +13,7 @@ from common.migrations import Schema, Step
 
 from pep.core.labels import Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
-from pep.streams.definition import LISTED
+from pep.streams.definition import LISTED, StreamSettings
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class StreamEntry:
     optional: tuple[str, ...] = ()  # attributes added after registration: records may omit them
     combining: str | None = None  # `pep.core.union`: the owner's mode; None: the gateway's
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> StreamSettings:
         """The owner's settings as `describe` shows them (None: the gateway's default)."""
         return {"description": self.description, "lateness": self.definition.lateness,
                 "retention": self.retention}
