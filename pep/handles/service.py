@@ -47,7 +47,12 @@ KEPT_ROWS_SECONDS = 900.0
 KAFKA_RETRY_AFTER = 5  # seconds, in the Retry-After of a request whose Kafka offsets were not read
 
 
-def window_signature(plan: ExecutionPlan | UnionPlan) -> tuple | None:
+# What tells windows apart: (kind, size, step, aggregates, keys, time attribute), or a union's
+# members' signatures
+WindowSignature = tuple[object, ...]
+
+
+def window_signature(plan: ExecutionPlan | UnionPlan) -> WindowSignature | None:
     """What makes two windows "other" windows over the same tuples (None: no window). A
     union's windows are its members' (one grant each)."""
     if isinstance(plan, UnionPlan):
@@ -405,7 +410,7 @@ class HandleService:
         included)."""
         if self.stream_position is None:
             return plan
-        earlier: dict[str, set] = {}
+        earlier: dict[str, set[WindowSignature | None]] = {}
         for r in self.store.for_subject(subject):
             try:
                 sides = side_plans(any_plan_from_json(r.plan_json))

@@ -9,7 +9,7 @@ is shown (200 with the warning) rather than refused, since explaining is the poi
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -17,6 +17,7 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from common.http.auth import current_identity, require_identity
 from pep.core.access import SchemaLookup, decide_and_plan as default_decide_and_plan
+from pep.core.plan import AnyPlan
 
 EXPLAIN_EXTENSION = "xsg.explain"
 
@@ -31,12 +32,12 @@ class ExplainRoutes:
     get_engine: Callable[[], Any]
     schema_lookup: SchemaLookup
     decide_and_plan: Callable[..., Any] = default_decide_and_plan
-    privacy_status: Callable[[str, Any], dict[str, Any] | None] | None = None
+    privacy_status: Callable[[str, AnyPlan], Mapping[str, object] | None] | None = None
 
 
 def install_explain(app: Flask, get_engine: Callable[[], Any], schema_lookup: SchemaLookup,
                     decide_and_plan: Callable[..., Any] = default_decide_and_plan,
-                    privacy_status: Callable[[str, Any], dict[str, Any] | None] | None = None
+                    privacy_status: Callable[[str, AnyPlan], Mapping[str, object] | None] | None = None
                     ) -> None:
     """`POST /explain` on `app`, over these (see `ExplainRoutes`)."""
     app.extensions[EXPLAIN_EXTENSION] = ExplainRoutes(get_engine, schema_lookup, decide_and_plan,

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
 
-from common.db import Cursor
+from common.db import Cursor, Row
 from common.migrations import Schema, Step
 
 from pep.core.labels import Lattice
@@ -122,7 +121,7 @@ class DeletedStream:
     deleted_by: str
 
 
-def entry_from_row(row: tuple[Any, ...]) -> StreamEntry:
+def entry_from_row(row: Row) -> StreamEntry:
     """A stream as read from its row (the columns of ENTRY_COLUMNS, in that order)."""
     name, owner, schema_json, source_json, time_attribute, created_at, next_seq, \
         visibility, description, lateness, retention, optional_json, combining = row
