@@ -27,8 +27,8 @@ def _formatter(fmt: str) -> logging.Formatter:
 
     class JsonFormatter(logging.Formatter):
         def format(self, record: logging.LogRecord) -> str:
-            out: dict[str, object] = {"time": _utc_time(record), "level": record.levelname, "logger": record.name,
-                   "message": record.getMessage()}
+            out: dict[str, object] = {"time": _utc_time(record), "level": record.levelname,
+                                      "logger": record.name, "message": record.getMessage()}
             access = getattr(record, "access", None)
             if isinstance(access, dict):
                 out.update(access)

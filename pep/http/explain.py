@@ -20,6 +20,8 @@ from pep.core.access import SchemaLookup, decide_and_plan as default_decide_and_
 from pep.core.plan import AnyPlan
 
 EXPLAIN_EXTENSION = "xsg.explain"
+# (subject, plan) -> the caller's privacy budgets for a private plan, as explain shows them
+PrivacyStatusOf = Callable[[str, AnyPlan], Mapping[str, object] | None]
 
 
 @dataclass(frozen=True)
@@ -32,12 +34,12 @@ class ExplainRoutes:
     get_engine: Callable[[], Any]
     schema_lookup: SchemaLookup
     decide_and_plan: Callable[..., Any] = default_decide_and_plan
-    privacy_status: Callable[[str, AnyPlan], Mapping[str, object] | None] | None = None
+    privacy_status: PrivacyStatusOf | None = None
 
 
 def install_explain(app: Flask, get_engine: Callable[[], Any], schema_lookup: SchemaLookup,
                     decide_and_plan: Callable[..., Any] = default_decide_and_plan,
-                    privacy_status: Callable[[str, AnyPlan], Mapping[str, object] | None] | None = None
+                    privacy_status: PrivacyStatusOf | None = None
                     ) -> None:
     """`POST /explain` on `app`, over these (see `ExplainRoutes`)."""
     app.extensions[EXPLAIN_EXTENSION] = ExplainRoutes(get_engine, schema_lookup, decide_and_plan,

@@ -37,13 +37,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
 import requests
 
 from common.invalidation import (EVENT_ID_HEADER, KINDS, InvalidationEvent,
                                        format_event_id, parse_event_id, sign)
+from pdp import PolicyChange, PolicyEvents
 from pep.core.refs import handle_ref
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,16 @@ class PublishResult:
     acknowledged: tuple[str, ...]
     failed: tuple[str, ...]  # waited for, but failed or timed out: now stale
     skipped: tuple[str, ...]  # stale already: delivered in the background, not waited for
+
+
+class FeedHello(TypedDict):
+    """The first event of a feed: where the log stands, and whether the reader's replay
+    resumed it (False: the reader re-syncs)."""
+
+    epoch: str
+    last_id: int
+    resumed: bool
+    heartbeat: float
 
 
 @dataclass
@@ -196,7 +207,7 @@ class InvalidationHub:
             raise ValueError(f"unknown invalidation kind {kind!r}; expected one of {KINDS}")
         ids = tuple(str(h) for h in handle_ids)
         scope = None if streams is None else tuple(sorted({str(s) for s in streams}))
-        waited: list[tuple[_Proxy, Future]] = []
+        waited: list[tuple[_Proxy, Future[bool]]] = []
         skipped: list[str] = []
         with self._lock:
             # After close() there are no proxies or readers left: the event is only logged.
@@ -277,13 +288,13 @@ class InvalidationHub:
                 proxy.stale = True
         return ok
 
-    def follow_policy_events(self, events: Any) -> Callable[[], None]:
+    def follow_policy_events(self, events: PolicyEvents) -> Callable[[], None]:
         """Publish `policy-changed` for every change of a `pdp.events.PolicyEvents` hub, with
         the streams it can concern (`PolicyChange.resources`: the policy's target scope before
         and after the change; None, any stream, when a target cannot be narrowed to streams)."""
 
-        def on_change(change: Any) -> None:
-            resources = getattr(change, "resources", None)
+        def on_change(change: PolicyChange) -> None:
+            resources = change.resources
             self.publish("policy-changed", policy_id=change.policy_id, subject=change.owner,
                          streams=None if resources is None else resources)
 
@@ -311,7 +322,8 @@ class InvalidationHub:
         complete = after == self._last_id or (bool(events) and events[0].id == first_needed)
         return events, complete
 
-    def open_feed(self, last_event_id: str | None) -> tuple[_Subscription, dict, list[InvalidationEvent]]:
+    def open_feed(self, last_event_id: str | None
+                  ) -> tuple[_Subscription, FeedHello, list[InvalidationEvent]]:
         """Register an SSE reader atomically with a snapshot: (subscription, hello, replay)."""
         position = parse_event_id(last_event_id)
         with self._lock:
@@ -327,8 +339,8 @@ class InvalidationHub:
                     replay = []
             sub = _Subscription(max(64, self._log.maxlen or 64))
             self._subscriptions.add(sub)
-            hello = {"epoch": self.epoch, "last_id": self._last_id, "resumed": resumed,
-                     "heartbeat": self.heartbeat}
+            hello: FeedHello = {"epoch": self.epoch, "last_id": self._last_id,
+                                "resumed": resumed, "heartbeat": self.heartbeat}
         return sub, hello, replay
 
     def close_feed(self, sub: _Subscription) -> None:
@@ -401,7 +413,7 @@ class InvalidationHub:
 class FeedBody:
     """One feed reader's events, pulled without waiting (see `InvalidationHub.feed_body`)."""
 
-    def __init__(self, hub: InvalidationHub, sub: _Subscription, hello: dict,
+    def __init__(self, hub: InvalidationHub, sub: _Subscription, hello: FeedHello,
                  replay: list[InvalidationEvent]) -> None:
         self.hub = hub
         self.sub = sub
