@@ -1,4 +1,4 @@
-"""pep/, pdp/, server/ and common/ type-check: mypy, with the settings of setup.cfg's [mypy]
+"""pep/, pdp/, server/, common/ and proxy/ type-check: mypy, with the settings of setup.cfg's [mypy]
 sections, finds no error.
 
 mypy runs as a child process from the repository root (so that it reads setup.cfg and checks the
@@ -40,7 +40,7 @@ def test_mypy_checks_pep_and_pdp_and_silences_no_package():
     config = configparser.ConfigParser()
     config.read(REPO / "setup.cfg")
     assert {p.strip() for p in config["mypy"]["files"].split(",")} == {"pep", "pdp", "server",
-                                                                       "common"}
+                                                                       "common", "proxy"}
     assert config["mypy"].getboolean("check_untyped_defs")
     for section in config.sections():
         if section.startswith("mypy"):
