@@ -31,8 +31,8 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import pyarrow as pa
-from py4j.java_gateway import java_import  # type: ignore[import-untyped]
-from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+from py4j.java_gateway import java_import
+from py4j.protocol import Py4JJavaError
 from pyspark.errors.exceptions.captured import unwrap_spark_exception
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.serializers import CPickleSerializer
@@ -151,7 +151,8 @@ class JvmSteps:
         return pa.Table.from_batches([batches[i] for i in order]).cast(arrow_schema)
 
 
-class BatchStopped(Py4JJavaError):  # type: ignore[misc]  # py4j has no stubs: its classes are Any
+# py4j has no stubs: Py4JJavaError is Any to mypy
+class BatchStopped(Py4JJavaError):  # type: ignore[misc]  # subclassing Any, see above
     """Raised by a batch function whose query is being stopped between two batches
     (`stopped_batch`); carries the Java exception Spark is to see."""
 
