@@ -10,8 +10,11 @@ third-party package's types are missing or wrong).
 from __future__ import annotations
 
 import configparser
+import io
+import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -54,3 +57,32 @@ def test_mypy_checks_every_package_strict_and_relaxes_no_module_of_ours():
         ours = [m for m in modules if m.split(".")[0] in PACKAGES]
         assert ours == [], f"[{section}] names modules of ours: {ours}"
         assert set(config[section]) - set(config.defaults()) <= THIRD_PARTY_OPTIONS, section
+
+
+# `# type: ignore[code, ...]  # why`: the codes silenced, then the reason (it may point above)
+IGNORE_WITH_REASON = re.compile(r"#\s*type:\s*ignore\[[a-z-]+(?:,\s*[a-z-]+)*\]\s+#\s*\S")
+
+
+def ignores_without_reason(source: str) -> list[str]:
+    """The `# type: ignore` comments of a module that do not name their codes and a reason."""
+    comments = [(tok.start[0], tok.string) for tok in
+                tokenize.generate_tokens(io.StringIO(source).readline)
+                if tok.type == tokenize.COMMENT]
+    return [f"line {line}: {text}" for line, text in comments
+            if re.search(r"type:\s*ignore", text) and not IGNORE_WITH_REASON.search(text)]
+
+
+def test_every_type_ignore_names_its_codes_and_a_reason():
+    faults = [f"{path.relative_to(REPO)} {fault}" for package in sorted(PACKAGES)
+              for path in sorted((REPO / package).rglob("*.py"))
+              for fault in ignores_without_reason(path.read_text(encoding="utf-8"))]
+    assert faults == [], "\n".join(faults)
+
+
+def test_the_type_ignore_check_finds_what_it_must():
+    assert ignores_without_reason(
+        "x = f()  # type: ignore[attr-defined]  # pyspark has no stubs for f\n"
+        "y = g()  # type: ignore[arg-type, union-attr]  # see above\n") == []
+    assert len(ignores_without_reason("x = f()  # type: ignore\n")) == 1
+    assert len(ignores_without_reason("x = f()  # type: ignore[arg-type]\n")) == 1
+    assert len(ignores_without_reason("x = f()  # type: ignore  # no code\n")) == 1

@@ -78,8 +78,7 @@ def _cut_kafka_sides(plan: AnyPlan, cuts: Mapping[str, tuple[int, ...]]) -> AnyP
     if isinstance(plan, JoinPlan):
         def side(p: ExecutionPlan) -> ExecutionPlan:
             # a join's sides are single plans (never unions): so are their cuts
-            return cast(ExecutionPlan, with_start_offsets(p, cuts[p.stream])) \
-                if p.stream in cuts else p
+            return with_start_offsets(p, cuts[p.stream]) if p.stream in cuts else p
         return replace(plan, left=side(plan.left), right=side(plan.right))
     return with_start_offsets(plan, cuts[plan.stream]) if plan.stream in cuts else plan
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
@@ -49,7 +49,8 @@ def install_explain(app: Flask, get_engine: Callable[[], Any], schema_lookup: Sc
 
 def explain_routes() -> ExplainRoutes:
     """The `ExplainRoutes` of the app serving the current request."""
-    return cast(ExplainRoutes, current_app.extensions[EXPLAIN_EXTENSION])
+    routes: ExplainRoutes = current_app.extensions[EXPLAIN_EXTENSION]
+    return routes
 
 
 # Defined once, at module level: the route reads the app's `ExplainRoutes`, so any app that

@@ -16,7 +16,7 @@ exactly as a name no stream has: 404 with the same body.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, cast
+from typing import Iterable
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
@@ -83,7 +83,8 @@ def install_streams(app: Flask, catalog: StreamCatalog, owner_roles: Iterable[st
 
 def stream_routes() -> StreamRoutes:
     """The `StreamRoutes` of the app serving the current request."""
-    return cast(StreamRoutes, current_app.extensions[STREAMS_EXTENSION])
+    routes: StreamRoutes = current_app.extensions[STREAMS_EXTENSION]
+    return routes
 
 
 # Defined once, at module level: the routes read the app's `StreamRoutes`, so any app that

@@ -32,7 +32,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
@@ -111,7 +111,7 @@ class _FeedBody:
     `finally`, and each such reader would keep its place (at `max_feed_readers`: a 503 for
     every new one)."""
 
-    def __init__(self, lines: Iterator[str], end: Callable[[], None]) -> None:
+    def __init__(self, lines: Generator[str, None, None], end: Callable[[], None]) -> None:
         self._lines = lines
         self._end = end
 
@@ -123,7 +123,7 @@ class _FeedBody:
 
     def close(self) -> None:
         try:
-            self._lines.close()  # type: ignore[attr-defined]
+            self._lines.close()
         finally:
             self._end()
 
@@ -367,7 +367,7 @@ class InvalidationHub:
         """SSE text for one reader: hello, the replayed events, then live events and heartbeats."""
         sub, hello, replay = self.open_feed(last_event_id)
 
-        def generate() -> Iterator[str]:
+        def generate() -> Generator[str, None, None]:
             try:
                 yield (f"retry: 1000\nid: {format_event_id(hello['epoch'], hello['last_id'])}\n"
                        f"event: hello\ndata: {json.dumps(hello)}\n\n")

@@ -122,7 +122,8 @@ class JvmSteps:
         order). The UDF (its pickled function) is built once per `key` while `owner` (e.g. the
         matcher the function closes over) is the same object."""
         def build() -> Any:
-            udf = pandas_udf(function(), returnType=schema,  # type: ignore[call-overload]
+            # PySpark's overloads of pandas_udf leave out the map-in-Arrow eval type
+            udf = pandas_udf(function(), returnType=schema,  # type: ignore[call-overload]  # above
                              functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
             return udf(*[F.col(f"`{n}`") for n in names])._jc
         jc = self._udfs.get(key, owner, build)
