@@ -117,12 +117,12 @@ class WindowRegistryLike(Protocol):
     def acquire(self, subject: str, stream: str | tuple[str, ...], plan_key: str
                 ) -> tuple[str, bool]: ...
 
-    def release(self, handle_id: str) -> Any: ...
+    def release(self, handle_id: str) -> object: ...
 
-    def release_many(self, handle_ids: Iterable[str]) -> Any: ...
+    def release_many(self, handle_ids: Iterable[str]) -> object: ...
 
     def restore(self, subject: str, stream: str | tuple[str, ...], plan_key: str,
-                handle_id: str) -> Any: ...
+                handle_id: str) -> object: ...
 
 
 class PlacementLike(Protocol):
@@ -480,7 +480,7 @@ class HandleService:
             self._detach(handle_id)
 
     def _deliverer(self, handle_id: str, subject: str, plan: ExecutionPlan | UnionPlan,
-                   buffer: HandleBuffer) -> Callable[[Any], bool]:
+                   buffer: HandleBuffer) -> Deliver:
         """What the runtime delivers to: the buffer, or for a private window the privacy guard
         in front of it (which pays for every window first); with a `tap`, what the buffer takes
         is also handed to it (after the guard paid)."""

@@ -37,7 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TypedDict
 from urllib.parse import urlsplit
 
 import requests
@@ -68,6 +68,30 @@ class FeedHello(TypedDict):
     heartbeat: float
 
 
+class ProxyState(TypedDict):
+    """A registered proxy as the hub sees it (`GET /invalidation/proxies`, the stats)."""
+
+    url: str
+    state: str  # fresh or stale
+    pending: int
+    delivered: int
+    failures: int
+    last_error: str | None
+    last_ok: float | None
+
+
+class HubStats(TypedDict):
+    """The hub's figures: its log, its feed readers and its proxies."""
+
+    epoch: str
+    last_id: int
+    published: int
+    log_size: int
+    oldest_id: int | None
+    feed_readers: int
+    proxies: list[ProxyState]
+
+
 @dataclass
 class _Proxy:
     url: str
@@ -80,7 +104,7 @@ class _Proxy:
     last_ok: float | None = None
     registered: float = field(default_factory=time.time)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> ProxyState:
         return {"url": self.url, "state": "stale" if self.stale else "fresh",
                 "pending": self.pending, "delivered": self.delivered, "failures": self.failures,
                 "last_error": self.last_error, "last_ok": self.last_ok}
@@ -191,7 +215,7 @@ class InvalidationHub:
         log.info("invalidation webhook unregistered: %s", _loggable_url(url))
         return True
 
-    def proxies(self) -> list[dict[str, Any]]:
+    def proxies(self) -> list[ProxyState]:
         with self._lock:
             return [p.describe() for p in self._proxies.values()]
 
@@ -391,7 +415,7 @@ class InvalidationHub:
 
     # -- bookkeeping --------------------------------------------------------------------------
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> HubStats:
         with self._lock:
             return {"epoch": self.epoch, "last_id": self._last_id, "published": self.published,
                     "log_size": len(self._log),
@@ -482,4 +506,4 @@ def _sse(event: InvalidationEvent) -> str:
     return f"id: {event.sse_id}\nevent: invalidation\ndata: {data}\n\n"
 
 
-__all__ = ["InvalidationHub", "PublishResult"]
+__all__ = ["FeedHello", "HubStats", "InvalidationHub", "ProxyState", "PublishResult"]
