@@ -399,12 +399,13 @@ class PrivacyGuard:
         return out
 
     # -- at every delivery --------------------------------------------------------------------
-    def deliverer(self, handle_id: str, subject: str, plan: ExecutionPlan,
+    def deliverer(self, handle_id: str, subject: str, plan: AnyPlan,
                   put: Callable[[RowBatch], bool], end: Callable[[str], None]
                   ) -> Callable[[RowBatch | Iterable[Mapping[str, object]]], bool]:
         """`put` wrapped: every batch is paid for first; what cannot be paid is not put, the
         handle is ended through `end(reason)` (called once, from another thread: it must not
-        wait for this delivery) and every later delivery is refused."""
+        wait for this delivery) and every later delivery is refused. `plan` holds a private
+        window (`private_window`)."""
         private = private_window(plan)
         assert private is not None
         window, spec = private

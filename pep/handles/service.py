@@ -417,22 +417,27 @@ class HandleService:
                 continue
             for name, side in sides.items():
                 earlier.setdefault(name, set()).add(window_signature(side))
-        cut: dict[str, ExecutionPlan | UnionPlan] = {}
-        for name, side in side_plans(plan).items():
+        stream_position = self.stream_position
+
+        def position(side: ExecutionPlan | UnionPlan) -> int | None:
+            """Where one stream's view starts: after every tuple so far when its window differs
+            from an earlier one on its stream (each side of a join is another stream's: a
+            stream joined with itself is refused when planned), else where it asked."""
+            seen = earlier.get(side.stream)
             window = window_signature(side)
-            seen = earlier.get(name)
-            position = (self.stream_position(name) if seen and seen != {window} else None)
-            if position is None:
-                cut[name] = side
-            elif isinstance(side, UnionPlan):
-                cut[name] = side.with_start_after(position)
-            else:
-                cut[name] = replace(side, start_after=max(position, side.start_after or 0))
+            return stream_position(side.stream) if seen and seen != {window} else None
+
+        def cut(p: ExecutionPlan) -> ExecutionPlan:
+            at = position(p)
+            return p if at is None else replace(p, start_after=max(at, p.start_after or 0))
+
         if isinstance(plan, JoinPlan):
             # a join's sides are single plans (never unions): their cuts are too
-            return replace(plan, left=cast(ExecutionPlan, cut[plan.left.stream]),
-                           right=cast(ExecutionPlan, cut[plan.right.stream]))
-        return cut[plan.stream]
+            return replace(plan, left=cut(plan.left), right=cut(plan.right))
+        if isinstance(plan, UnionPlan):
+            at = position(plan)
+            return plan if at is None else plan.with_start_after(at)
+        return cut(plan)
 
     def _begin_attach(self, handle_id: str, streams: Iterable[str]) -> None:
         with self._attached:
@@ -498,7 +503,7 @@ class HandleService:
                              daemon=True).start()
 
         # a private window is a single plan's (a union never holds one: `private_window`)
-        return self.privacy.deliverer(handle_id, subject, cast(ExecutionPlan, plan), put, spent)
+        return self.privacy.deliverer(handle_id, subject, plan, put, spent)
 
     def resume(self, record: HandleRecord, policy_ids: Iterable[str] | None = None) -> bool:
         """Re-attach a live handle after a restart (or a take-over); False if not (ended, or
