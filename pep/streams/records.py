@@ -16,19 +16,24 @@ import json
 import math
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
+from typing import NoReturn
 
 from common.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
 from pep.core.errors import InputTooLarge, InvalidInput
 from pep.core.exact import (END_MICROS, MIN_MICROS, iso_from_micros, micros_from_seconds,
                             round_half_even)
 from pep.core.labels import LabelError
-from pep.core.plan import StreamSchema
+from pep.core.jsontypes import JsonObject, JsonValue
+from pep.core.plan import Scalar, StreamSchema
 from pep.streams.definition import StreamError
 
 DEFAULT_MAX_LINES = 100_000
 MAX_STRING_CHARS = 65_536
 LONG_MIN, LONG_MAX = INT64_MIN, INT64_MAX
+
+# A record as checked against its stream's schema and written to the ingest file: every
+# attribute by the schema's spelling, a value of its type or null.
+CheckedRecord = dict[str, Scalar | None]
 
 
 class RecordError(StreamError, InvalidInput):
@@ -52,12 +57,12 @@ class _BadJson(ValueError):
     pass
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise _BadJson(f"{name} is not a JSON number")
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
-    out: dict = {}
+def _no_duplicates(pairs: list[tuple[str, JsonValue]]) -> JsonObject:
+    out: JsonObject = {}
     for k, v in pairs:
         if k in out:
             raise _BadJson(f"duplicate key {k!r}")
@@ -65,7 +70,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-def _shown(value: Any) -> str:
+def _shown(value: JsonValue) -> str:
     """A number for a message, shortened (a JSON integer may have thousands of digits)."""
     text = str(value) if isinstance(value, Decimal) else repr(value)
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
@@ -78,14 +83,14 @@ def _lone_surrogate(text: str) -> str | None:
     return None
 
 
-def _type_name(value: Any) -> str:
+def _type_name(value: JsonValue) -> str:
     if value is None:
         return "null"
     return {bool: "boolean", int: "integer", float: "number", Decimal: "number", str: "string",
             list: "array", dict: "object"}.get(type(value), type(value).__name__)
 
 
-def normalise_timestamp(value: Any) -> str:
+def normalise_timestamp(value: JsonValue) -> str:
     """ISO-8601 text or epoch seconds -> ISO-8601 UTC with microseconds (`...Z`), the one form
     the runtime reads. Naive text is taken as UTC."""
     if isinstance(value, bool):
@@ -122,7 +127,7 @@ def normalise_timestamp(value: Any) -> str:
     return ts.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
-def _check_value(ftype: str, value: Any) -> Any:
+def _check_value(ftype: str, value: JsonValue) -> Scalar:
     """The value as written to the ingest file, or ValueError saying what is wrong."""
     if ftype == "double":
         if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
@@ -159,7 +164,7 @@ def _check_value(ftype: str, value: Any) -> Any:
 
 def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | None = None,
                      max_lines: int = DEFAULT_MAX_LINES,
-                     optional: frozenset[str] = frozenset()) -> list[dict]:
+                     optional: frozenset[str] = frozenset()) -> list[CheckedRecord]:
     """Parse and check JSON lines against the schema; raises RecordError at the first problem.
 
     Every field of the schema must be present in every record (field names match
@@ -179,7 +184,7 @@ def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | No
         raise BatchTooLarge(f"more than {max_lines} lines in one batch")
     by_lower = {f.name.lower(): f for f in schema.fields}
     time_key = time_attribute.lower() if time_attribute else None
-    records = []
+    records: list[CheckedRecord] = []
     for number, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line:
@@ -195,7 +200,7 @@ def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | No
             raise RecordError(f"bad JSON: {str(exc)[:200]}", line=number) from None
         if not isinstance(obj, dict):
             raise RecordError(f"expected a JSON object, found {_type_name(obj)}", line=number)
-        record: dict[str, Any] = {}
+        record: CheckedRecord = {}
         for key, value in obj.items():
             f = by_lower.get(key.lower())
             if f is None:
