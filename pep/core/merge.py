@@ -321,6 +321,15 @@ def _hidden_time(time_attribute: str | None, exposed: tuple[str, ...],
     return time_attribute
 
 
+def without_hidden_time(m: MergeResult) -> MergeResult:
+    """`m` without the null mask of a hidden time (`_hidden_time`): what union mode unites,
+    since a tuple delivered once for several grants has no one order of its own."""
+    if m.hidden_time is None:
+        return m
+    masks = tuple(mask for mask in m.plan.masks if mask != (m.hidden_time, "null"))
+    return replace(m, plan=replace(m.plan, masks=masks), hidden_time=None)
+
+
 def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
           time_attribute: str | None = None) -> MergeResult:
     """One graph and one plan from the policy's and the user's graphs.

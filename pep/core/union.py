@@ -46,14 +46,14 @@ masked or private grant works as under `intersection`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pep.core.analysis import ConditionTooComplex, MergeWarning, analyse_filter
 from pep.core.conditions import Or
 from pep.core.errors import NotPermitted, Refusal
 from pep.core.explain import GraphJson, graph_to_json
 from pep.core.graph import QueryGraph
-from pep.core.merge import MergeResult, merge
+from pep.core.merge import MergeResult, merge, without_hidden_time
 from pep.core.plan import ExecutionPlan, StreamSchema, UnionPlan
 
 INTERSECTION = "intersection"
@@ -114,7 +114,7 @@ def merge_union(alternatives: Sequence[Alternative], user: QueryGraph | None,
                           graph_to_json(m.graph, schema), (m,))
     # a grant that hides the time attribute: its null mask only orders its own plan's rows
     # (`pep.core.merge._hidden_time`), which a union's rows, merged per tuple, cannot keep
-    members = [(alt, _without_hidden_time(m)) for alt, m in members]
+    members = [(alt, without_hidden_time(m)) for alt, m in members]
     for alt, m in members:
         window = m.plan.window
         if m.plan.masks or (window is not None and window.privacy is not None):
@@ -128,13 +128,6 @@ def merge_union(alternatives: Sequence[Alternative], user: QueryGraph | None,
     graph: GraphJson = {"union": [{**graph_to_json(m.graph, schema), "rules": list(alt.rules)}
                                   for alt, m in members]}
     return UnionMerge(plan, tuple(warnings), graph, tuple(m for _, m in members))
-
-
-def _without_hidden_time(m: MergeResult) -> MergeResult:
-    if m.hidden_time is None:
-        return m
-    masks = tuple(mask for mask in m.plan.masks if mask != (m.hidden_time, "null"))
-    return replace(m, plan=replace(m.plan, masks=masks), hidden_time=None)
 
 
 def _rules(alt: Alternative) -> str:
