@@ -16,7 +16,7 @@ import json
 import math
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
+from typing import Any, Callable
 
 from common.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
 from pep.core.errors import InputTooLarge, InvalidInput
@@ -24,6 +24,7 @@ from pep.core.exact import (END_MICROS, MIN_MICROS, iso_from_micros, micros_from
                             round_half_even)
 from pep.core.labels import LabelError
 from pep.core.plan import StreamSchema
+from pep.core.punctuations import PUNCTUATION_KEY
 from pep.streams.definition import StreamError
 
 DEFAULT_MAX_LINES = 100_000
@@ -159,7 +160,8 @@ def _check_value(ftype: str, value: Any) -> Any:
 
 def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | None = None,
                      max_lines: int = DEFAULT_MAX_LINES,
-                     optional: frozenset[str] = frozenset()) -> list[dict]:
+                     optional: frozenset[str] = frozenset(),
+                     punctuation: Callable[[Any, int], Any] | None = None) -> list[dict]:
     """Parse and check JSON lines against the schema; raises RecordError at the first problem.
 
     Every field of the schema must be present in every record (field names match
@@ -168,6 +170,9 @@ def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | No
     before may not know), written as `null` when left out. A value may be `null` (a sensor
     without a reading), except the event-time attribute, which orders the stream.
     Blank lines are skipped but counted, so line numbers match the client's file.
+    A record whose only key is `$punctuation` is a security punctuation (`pep.core.punctuations`):
+    `punctuation(value, line)` reads it into `{"$punctuation": <what it returns>}`; without it
+    (the stream's punctuations are off) the batch is refused.
     """
     try:
         text = body.decode("utf-8")
@@ -195,6 +200,16 @@ def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | No
             raise RecordError(f"bad JSON: {str(exc)[:200]}", line=number) from None
         if not isinstance(obj, dict):
             raise RecordError(f"expected a JSON object, found {_type_name(obj)}", line=number)
+        if PUNCTUATION_KEY in obj:
+            if punctuation is None:
+                raise RecordError("a security punctuation, but punctuations are off on this "
+                                  "stream (its owner enables them at registration: source "
+                                  "option punctuations=on)", line=number, field=PUNCTUATION_KEY)
+            if len(obj) != 1:
+                raise RecordError("a punctuation record holds nothing but its "
+                                  f"{PUNCTUATION_KEY!r} key", line=number)
+            records.append({PUNCTUATION_KEY: punctuation(obj[PUNCTUATION_KEY], number)})
+            continue
         record: dict[str, Any] = {}
         for key, value in obj.items():
             f = by_lower.get(key.lower())

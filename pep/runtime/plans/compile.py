@@ -143,6 +143,9 @@ class CompiledPlan:
     # a Kafka stream's cut: per partition, the first offset given to the plan (a partition
     # beyond the tuple gives every record); None: no cut
     start_offsets: tuple[int, ...] | None = None
+    # a stream with security punctuations: the consumer's roles and `refine` or `defer`
+    # (`pep.core.punctuations`); None: the stream has none
+    punctuations: tuple[frozenset[str], str] | None = None
 
     @property
     def passes_nothing(self) -> bool:
@@ -366,7 +369,10 @@ def compile_plan(plan: ExecutionPlan, schema: StreamSchema, stream_time_attribut
     index = {f.name: i + 1 for i, f in enumerate(schema.fields)}
     return CompiledPlan(plan.key(), conjuncts, projection, window, start_after, types,
                         tuple((index[n], m) for n, m in masks.items()),
-                        None if offsets is None else tuple(offsets))
+                        None if offsets is None else tuple(offsets),
+                        None if plan.punctuation_roles is None else
+                        (frozenset(plan.punctuation_roles),
+                         "defer" if plan.punctuation_defer else "refine"))
 
 
 def plan_masks(plan: ExecutionPlan, schema: StreamSchema) -> dict[str, Mask]:

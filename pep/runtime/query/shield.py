@@ -1,0 +1,220 @@
+"""The Security Shield (the security punctuations paper's section 5.1) of a stream whose owner
+enabled punctuations (`pep.core.punctuations`): which of a micro-batch's rows each plan may get,
+and which of their attributes it may see, per tuple, in stream order.
+
+The ingest writes each batch's punctuations to the stream's log (`.punctuations.jsonl` in its
+ingest directory, which Spark's file source does not list) before the batch's tuples can be
+read, each with the position (`_xsg_seq`) of the first tuple it precedes; punctuation records
+never reach Spark's source as tuples. So the shield's state is the log: it survives a restart
+of the gateway or of the stream's query, a batch run again after a failure, and files a query
+skipped unread, and a tuple's segment is found by its position alone (`segments`). Per batch:
+- `prepare` reads what the log gained and, when some segment in play has tuple-level DDPs
+  (punctuations for the tuples matching a predicate), asks Spark which tuples of the batch
+  match which of them: one small job over the batch, only the matching tuples' positions come
+  back (`BatchShield.matches`);
+- `BatchShield.apply`, in routing, keeps of the rows job's (plan, row) pairs those the tuple's
+  segment shows to the plan's roles, and says which attributes of the kept rows each plan may
+  not see (the router encodes such a plan's rows on their own, the hidden values null).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from functools import reduce
+from pathlib import Path
+
+import numpy as np
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from pep.core.punctuations import (LOG_NAME, REFINE, Condition, SegmentPolicy, ShieldState,
+                                   read_log_line, visible_attributes)
+from pep.runtime.base.columns import SEQ_COLUMN
+from pep.runtime.query.registry import PlanState
+from pep.runtime.query.settings import StreamLayout
+
+log = logging.getLogger(__name__)
+
+Conditions = tuple[Condition, ...]
+_BITS = 62  # conditions per long column of the matching job
+UNKNOWN = -1  # a row's matches that the batch did not compute (denied)
+
+
+class PunctuationShield:
+    """One stream's punctuations: its log, read as it grows, as segments."""
+
+    def __init__(self, layout: StreamLayout) -> None:
+        self._layout = layout
+        path = layout.definition.source.option("path")
+        self._path = Path(path or ".") / LOG_NAME
+        self._offset = 0  # bytes of the log read
+        self._state = ShieldState()
+        self.starts: list[int] = []  # the segments' first positions, increasing
+        self.policies: list[SegmentPolicy] = []
+        self._floor = 0  # the lowest position a batch has held lately: older segments' DDPs
+        # are not asked of Spark any more (a row behind it in such a segment is denied)
+
+    def redefine(self, layout: StreamLayout) -> None:
+        self._layout = layout
+
+    @property
+    def discarded(self) -> int:
+        return self._state.discarded
+
+    def refresh(self) -> None:
+        """Read the punctuations the log gained (whole lines only)."""
+        try:
+            size = os.path.getsize(self._path)
+        except FileNotFoundError:
+            return
+        if size <= self._offset:
+            return
+        with open(self._path, "rb") as f:
+            f.seek(self._offset)
+            data = f.read(size - self._offset)
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].decode("utf-8").splitlines():
+            if not line.strip():
+                continue
+            at, sp = read_log_line(line, self._layout.schema)
+            self._state.add(sp)
+            policy = self._state.policy()
+            if self.starts and at < self.starts[-1]:
+                # never written so (the ingest numbers positions under the stream's lock):
+                # a log out of order cannot be trusted, so nothing after it is shown
+                log.error("stream %s: punctuation log out of order at position %s",
+                          self._layout.name, at)
+                policy = SegmentPolicy(complete=False)
+                at = self.starts[-1]
+            if self.starts and self.starts[-1] == at:
+                self.policies[-1] = policy
+            else:
+                self.starts.append(at)
+                self.policies.append(policy)
+        self._offset += end
+
+    def prepare(self, batch: DataFrame) -> "BatchShield":
+        """The batch's shield: the log read, the tuple DDPs in play matched in Spark."""
+        self.refresh()
+        first = max(0, int(np.searchsorted(self.starts, self._floor, side="right")) - 1)
+        wanted: dict[Conditions, list[tuple[int, int]]] = {}
+        for i in range(first, len(self.policies)):
+            hi = self.starts[i + 1] if i + 1 < len(self.starts) else None
+            for conds in self.policies[i].conditions:
+                wanted.setdefault(conds, []).append((self.starts[i], hi if hi is not None
+                                                     else -1))
+        index = {c: j for j, c in enumerate(wanted)}
+        matches: dict[int, int] = {}
+        if wanted:
+            matches = _matches(batch, wanted, index)
+        return BatchShield(self, first, index, matches)
+
+    def moved(self, low: int | None) -> None:
+        """The lowest position of a batch routed: segments before it need no matching job."""
+        if low is not None:
+            self._floor = max(self._floor, low)
+
+
+def _condition_column(c: Condition) -> Column:
+    col = F.col(f"`{c.attribute}`")
+    value = F.lit(c.value)
+    if c.type == "timestamp":
+        value = value.cast("timestamp")
+    elif c.type == "double":
+        value = value.cast("double")
+    ops = {"=": col == value, "!=": col != value, "<": col < value, "<=": col <= value,
+           ">": col > value, ">=": col >= value}
+    return ops[c.op]
+
+
+def _matches(batch: DataFrame, wanted: dict[Conditions, list[tuple[int, int]]],
+             index: dict[Conditions, int]) -> dict[int, int]:
+    """Which tuple DDPs each tuple of the batch meets, where they are in force: {position:
+    bit mask over `index`}, only the tuples meeting some."""
+    seq = F.col(SEQ_COLUMN)
+    tests = []
+    for conds, ranges in wanted.items():
+        spans = [(seq >= lo) & (seq < hi) if hi >= 0 else seq >= lo for lo, hi in ranges]
+        inside = reduce(lambda a, b: a | b, spans)
+        holds = reduce(lambda a, b: a & b, (_condition_column(c) for c in conds))
+        tests.append((index[conds], F.coalesce(inside & holds, F.lit(False))))
+    columns = []
+    for start in range(0, len(tests), _BITS):
+        chunk = tests[start:start + _BITS]
+        columns.append(reduce(lambda a, b: a + b, (F.when(t, F.lit(1 << (j - start)))
+                                                   .otherwise(F.lit(0)) for j, t in chunk))
+                       .cast("long").alias(f"_xsg_pm{start // _BITS}"))
+    names = [f"_xsg_pm{i}" for i in range(len(columns))]
+    any_bit = reduce(lambda a, b: a | b, (F.col(n) != 0 for n in names))
+    table = batch.select(seq, *columns).where(any_bit).toArrow()
+    out: dict[int, int] = {}
+    if not table.num_rows:
+        return out
+    seqs = table.column(SEQ_COLUMN).to_pylist()
+    parts = [table.column(n).to_pylist() for n in names]
+    for i, s in enumerate(seqs):
+        if s is not None:
+            out[int(s)] = sum(int(p[i]) << (k * _BITS) for k, p in enumerate(parts))
+    return out
+
+
+@dataclass
+class BatchShield:
+    """A batch's segments and matches (`PunctuationShield.prepare`), applied in routing."""
+
+    shield: PunctuationShield
+    first: int  # the first segment whose tuple DDPs were matched
+    index: dict[Conditions, int]
+    matches: dict[int, int]
+    _verdicts: dict[tuple[object, ...], frozenset[str]] = field(default_factory=dict)
+
+    def apply(self, plan_ids: np.ndarray, row_ids: np.ndarray, seqs: np.ndarray,
+              states: dict[int, PlanState]
+              ) -> tuple[np.ndarray, np.ndarray, dict[int, dict[int, frozenset[str]]]]:
+        """The (plan, row) pairs each plan may have (pairs of a plan together, in stream
+        order, as given), and per plan the rows whose attributes it may not all see: {plan id:
+        {row: hidden attributes}}. A plan with windows gets nothing: windows are refused on
+        punctuated streams when a handle is asked for, and the shield never lets one through."""
+        shield = self.shield
+        if not len(row_ids):
+            return plan_ids, row_ids, {}
+        row_seqs = seqs[row_ids]
+        segment = np.searchsorted(np.asarray(shield.starts, dtype=np.int64), row_seqs,
+                                  side="right") - 1
+        keep = np.zeros(len(row_ids), dtype=bool)
+        hidden: dict[int, dict[int, frozenset[str]]] = {}
+        for k in range(len(row_ids)):
+            state = states.get(int(plan_ids[k]))
+            if state is None or state.windows is not None:
+                continue
+            seen = self._visible(state, int(segment[k]), int(row_seqs[k]))
+            if not seen:
+                continue
+            keep[k] = True
+            projection = state.compiled.projection
+            if len(seen) < len(projection):
+                hidden.setdefault(state.id, {})[int(row_ids[k])] = \
+                    frozenset(projection) - seen
+        return plan_ids[keep], row_ids[keep], hidden
+
+    def _visible(self, state: PlanState, segment: int, seq: int) -> frozenset[str]:
+        shield = self.shield
+        policy = shield.policies[segment] if segment >= 0 else SegmentPolicy()
+        bits = 0
+        if policy.conditions:
+            if segment < self.first or seq < 0:
+                return frozenset()  # its matches were not computed: denied
+            bits = self.matches.get(seq, 0)
+        roles, mode = state.compiled.punctuations or (frozenset(), REFINE)
+        key = (segment, bits, state.id)
+        found = self._verdicts.get(key)
+        if found is None:
+            matched = frozenset(c for c in policy.conditions
+                                if bits >> self.index[c] & 1)
+            found = visible_attributes(policy, roles, mode, state.compiled.projection, matched)
+            self._verdicts[key] = found
+        return found
+
+
+__all__ = ["PunctuationShield", "BatchShield", "UNKNOWN"]
