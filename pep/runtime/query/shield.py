@@ -175,37 +175,53 @@ class BatchShield:
         """The (plan, row) pairs each plan may have (pairs of a plan together, in stream
         order, as given), and per plan the rows whose attributes it may not all see: {plan id:
         {row: hidden attributes}}. A plan with windows gets nothing: windows are refused on
-        punctuated streams when a handle is asked for, and the shield never lets one through."""
-        shield = self.shield
+        punctuated streams when a handle is asked for, and the shield never lets one through.
+
+        Vectorised per plan: the verdict is computed once per distinct (segment, matches) of
+        the plan's rows, numpy picks the rows."""
         if not len(row_ids):
             return plan_ids, row_ids, {}
         row_seqs = seqs[row_ids]
-        segment = np.searchsorted(np.asarray(shield.starts, dtype=np.int64), row_seqs,
+        segment = np.searchsorted(np.asarray(self.shield.starts, dtype=np.int64), row_seqs,
                                   side="right") - 1
+        # a row's class: its segment and which tuple DDPs it matches (a small id per mask)
+        masks: dict[int, int] = {0: 0}
+        if self.matches:
+            ids = np.fromiter((masks.setdefault(self.matches.get(int(q), 0), len(masks))
+                               for q in row_seqs.tolist()), np.int64, len(row_seqs))
+        else:
+            ids = np.zeros(len(row_seqs), np.int64)
+        bits_of = {i: m for m, i in masks.items()}
+        classes = segment.astype(np.int64) * (len(masks) + 1) + ids
         keep = np.zeros(len(row_ids), dtype=bool)
         hidden: dict[int, dict[int, frozenset[str]]] = {}
-        for k in range(len(row_ids)):
-            state = states.get(int(plan_ids[k]))
+        cuts = np.flatnonzero(np.diff(plan_ids)) + 1
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(plan_ids)]):
+            state = states.get(int(plan_ids[lo]))
             if state is None or state.windows is not None:
                 continue
-            seen = self._visible(state, int(segment[k]), int(row_seqs[k]))
-            if not seen:
-                continue
-            keep[k] = True
+            uniq, first, inverse = np.unique(classes[lo:hi], return_index=True,
+                                             return_inverse=True)
             projection = state.compiled.projection
-            if len(seen) < len(projection):
-                hidden.setdefault(state.id, {})[int(row_ids[k])] = \
-                    frozenset(projection) - seen
+            verdicts = [self._visible(state, int(segment[lo + f]), int(row_seqs[lo + f]),
+                                      bits_of[int(ids[lo + f])])
+                        for f in first.tolist()]
+            keep[lo:hi] = np.array([bool(v) for v in verdicts], dtype=bool)[inverse]
+            partial = [k for k, v in enumerate(verdicts) if v and len(v) < len(projection)]
+            if partial:
+                rows = hidden.setdefault(state.id, {})
+                for k in partial:
+                    gone = frozenset(projection) - verdicts[k]
+                    for at in (np.flatnonzero(inverse == k) + lo).tolist():
+                        rows[int(row_ids[at])] = gone
         return plan_ids[keep], row_ids[keep], hidden
 
-    def _visible(self, state: PlanState, segment: int, seq: int) -> frozenset[str]:
+    def _visible(self, state: PlanState, segment: int, seq: int, bits: int
+                 ) -> frozenset[str]:
         shield = self.shield
         policy = shield.policies[segment] if segment >= 0 else SegmentPolicy()
-        bits = 0
-        if policy.conditions:
-            if segment < self.first or seq < 0:
-                return frozenset()  # its matches were not computed: denied
-            bits = self.matches.get(seq, 0)
+        if policy.conditions and (segment < self.first or seq < 0):
+            return frozenset()  # its matches were not computed: denied
         roles, mode = state.compiled.punctuations or (frozenset(), REFINE)
         key = (segment, bits, state.id)
         found = self._verdicts.get(key)
