@@ -208,9 +208,18 @@ def _condition(doc: Any, by_lower: Mapping[str, Any], fail: Any, n: int) -> Cond
     return Condition(f.name, op, value, f.type)
 
 
-def punctuation_from_json(doc: Mapping[str, Any], schema: StreamSchema) -> Punctuation:
-    """A punctuation as `Punctuation.to_json` wrote it (the stream's log)."""
-    return parse_punctuation(doc, schema)
+def punctuation_from_json(doc: Mapping[str, Any], types: Mapping[str, str]) -> Punctuation:
+    """A punctuation as `Punctuation.to_json` wrote it (the stream's log, which only the
+    ingest writes, after `parse_punctuation` checked it): read without checking it again
+    (`types`: the stream's attribute types). A log that does not read so raises (KeyError,
+    TypeError): the micro-batch fails rather than run without the punctuation."""
+    ddp = doc["ddp"]
+    tuples, attrs = ddp["tuples"], ddp["attributes"]
+    where = None if tuples == "all" else tuple(
+        Condition(c["attribute"], c["op"], c["value"], types[c["attribute"]]) for c in tuples)
+    attributes = None if attrs == "all" else tuple(attrs)
+    return Punctuation(frozenset(doc["srp"]), doc["sign"], where, attributes,
+                       bool(doc["immutable"]), int(doc["ts"]), int(doc["sn"]))
 
 
 def shielded_plan(plan: AnyPlan, definitions: Sequence[StreamDefinition],
@@ -352,9 +361,9 @@ def log_line(at: int, sp: Punctuation) -> str:
     return json.dumps({"at": at, "sp": sp.to_json()}, separators=(",", ":"), sort_keys=True)
 
 
-def read_log_line(line: str, schema: StreamSchema) -> tuple[int, Punctuation]:
+def read_log_line(line: str, types: Mapping[str, str]) -> tuple[int, Punctuation]:
     doc = json.loads(line)
-    return int(doc["at"]), punctuation_from_json(doc["sp"], schema)
+    return int(doc["at"]), punctuation_from_json(doc["sp"], types)
 
 
 # -- the oracle ---------------------------------------------------------------------------------

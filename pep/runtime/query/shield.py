@@ -28,8 +28,8 @@ import numpy as np
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pep.core.punctuations import (LOG_NAME, REFINE, Condition, SegmentPolicy, ShieldState,
-                                   read_log_line, visible_attributes)
+from pep.core.punctuations import (LOG_NAME, REFINE, Condition, Punctuation, SegmentPolicy,
+                                   ShieldState, read_log_line, visible_attributes)
 from pep.runtime.base.columns import SEQ_COLUMN
 from pep.runtime.query.registry import PlanState
 from pep.runtime.query.settings import StreamLayout
@@ -52,6 +52,13 @@ class PunctuationShield:
         self._state = ShieldState()
         self.starts: list[int] = []  # the segments' first positions, increasing
         self.policies: list[SegmentPolicy] = []
+        # per segment, its policy's verdict class: segments whose policies differ only in
+        # `ts` and `sn` give every consumer the same verdict, computed once
+        self.kinds: list[int] = []
+        self._kinds: dict[tuple[object, ...], int] = {}
+        self.conditioned: list[int] = []  # the segments with tuple DDPs
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self._broken = False  # the log went back in position: every segment from there denied
         self._floor = 0  # the lowest position a batch has held lately: older segments' DDPs
         # are not asked of Spark any more (a row behind it in such a segment is denied)
 
@@ -74,32 +81,50 @@ class PunctuationShield:
             f.seek(self._offset)
             data = f.read(size - self._offset)
         end = data.rfind(b"\n") + 1
-        for line in data[:end].decode("utf-8").splitlines():
-            if not line.strip():
-                continue
-            at, sp = read_log_line(line, self._layout.schema)
+        entries = [read_log_line(line, self._layout.types)
+                   for line in data[:end].decode("utf-8").splitlines() if line.strip()]
+        for k, (at, sp) in enumerate(entries):
             self._state.add(sp)
-            policy = self._state.policy()
-            if self.starts and at < self.starts[-1]:
-                # never written so (the ingest numbers positions under the stream's lock):
-                # a log out of order cannot be trusted, so nothing after it is shown
-                log.error("stream %s: punctuation log out of order at position %s",
-                          self._layout.name, at)
-                policy = SegmentPolicy(complete=False)
-                at = self.starts[-1]
+            if k + 1 < len(entries) and entries[k + 1][0] == at:
+                continue  # the segment's policy once all its punctuations are in
+            if self.starts and at < self.starts[-1] and not self._broken:
+                # never written so (the ingest numbers positions under the stream's lock): a
+                # log out of order cannot be trusted, so nothing after it is shown
+                log.error("stream %s: punctuation log out of order at position %s; no tuple "
+                          "from there on is delivered", self._layout.name, at)
+                self._broken = True
+            policy = SegmentPolicy(complete=False) if self._broken else self._state.policy()
+            if self._broken:
+                at = max(at, self.starts[-1])
+            kind = self._kinds.setdefault(_verdict_key(policy), len(self._kinds))
             if self.starts and self.starts[-1] == at:
                 self.policies[-1] = policy
+                self.kinds[-1] = kind
+                if self.conditioned and self.conditioned[-1] == len(self.starts) - 1:
+                    self.conditioned.pop()
             else:
                 self.starts.append(at)
                 self.policies.append(policy)
+                self.kinds.append(kind)
+            if policy.conditions:
+                self.conditioned.append(len(self.starts) - 1)
         self._offset += end
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The segments' starts and verdict classes as arrays (made again when they grew)."""
+        if self._arrays is None or len(self._arrays[0]) != len(self.starts) \
+                or (len(self.kinds) and self._arrays[1][-1] != self.kinds[-1]):
+            self._arrays = (np.asarray(self.starts, dtype=np.int64),
+                            np.asarray(self.kinds, dtype=np.int64))
+        return self._arrays
 
     def prepare(self, batch: DataFrame) -> "BatchShield":
         """The batch's shield: the log read, the tuple DDPs in play matched in Spark."""
         self.refresh()
         first = max(0, int(np.searchsorted(self.starts, self._floor, side="right")) - 1)
         wanted: dict[Conditions, list[tuple[int, int]]] = {}
-        for i in range(first, len(self.policies)):
+        at = int(np.searchsorted(self.conditioned, first))
+        for i in self.conditioned[at:]:
             hi = self.starts[i + 1] if i + 1 < len(self.starts) else None
             for conds in self.policies[i].conditions:
                 wanted.setdefault(conds, []).append((self.starts[i], hi if hi is not None
@@ -114,6 +139,13 @@ class PunctuationShield:
         """The lowest position of a batch routed: segments before it need no matching job."""
         if low is not None:
             self._floor = max(self._floor, low)
+
+
+def _verdict_key(policy: SegmentPolicy) -> tuple[object, ...]:
+    """What a policy's verdicts depend on (not its punctuations' `ts` and `sn`)."""
+    def parts(sps: tuple[Punctuation, ...]) -> tuple[object, ...]:
+        return tuple((p.roles, p.sign, p.where, p.attributes) for p in sps)
+    return (parts(policy.current), parts(policy.fixed), policy.complete)
 
 
 def _condition_column(c: Condition) -> Column:
@@ -182,8 +214,8 @@ class BatchShield:
         if not len(row_ids):
             return plan_ids, row_ids, {}
         row_seqs = seqs[row_ids]
-        segment = np.searchsorted(np.asarray(self.shield.starts, dtype=np.int64), row_seqs,
-                                  side="right") - 1
+        starts, kinds = self.shield.arrays()
+        segment = np.searchsorted(starts, row_seqs, side="right") - 1
         # a row's class: its segment and which tuple DDPs it matches (a small id per mask)
         masks: dict[int, int] = {0: 0}
         if self.matches:
@@ -192,7 +224,12 @@ class BatchShield:
         else:
             ids = np.zeros(len(row_seqs), np.int64)
         bits_of = {i: m for m, i in masks.items()}
-        classes = segment.astype(np.int64) * (len(masks) + 1) + ids
+        # rows of segments whose policies give the same verdicts share a class; a segment
+        # before `first` (its matches not computed) is a class of its own
+        kind = np.where(segment >= 0, kinds[np.maximum(segment, 0)], -1) if len(kinds) \
+            else np.full(len(segment), -1, np.int64)
+        stale = (segment < self.first).astype(np.int64)
+        classes = ((kind + 1) * (len(masks) + 1) + ids) * 2 + stale
         keep = np.zeros(len(row_ids), dtype=bool)
         hidden: dict[int, dict[int, frozenset[str]]] = {}
         cuts = np.flatnonzero(np.diff(plan_ids)) + 1
@@ -223,7 +260,7 @@ class BatchShield:
         if policy.conditions and (segment < self.first or seq < 0):
             return frozenset()  # its matches were not computed: denied
         roles, mode = state.compiled.punctuations or (frozenset(), REFINE)
-        key = (segment, bits, state.id)
+        key = (shield.kinds[segment] if segment >= 0 else -1, bits, state.id)
         found = self._verdicts.get(key)
         if found is None:
             matched = frozenset(c for c in policy.conditions

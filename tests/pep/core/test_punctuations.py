@@ -9,6 +9,7 @@ from pep.core.plan import (ExecutionPlan, Field, JoinPlan, SourceSpec, StreamDef
                            StreamSchema, WindowSpec, Aggregate)
 from pep.core.punctuations import (DEFER, REFINE, PunctuatedQueryRefused, PunctuationError,
                                    SegmentPolicy, ShieldState, oracle, parse_punctuation,
+                                   punctuation_from_json,
                                    segments, shielded_plan, visible_attributes)
 
 SCHEMA = StreamSchema((Field("patient", "long"), Field("hr", "double"),
@@ -62,6 +63,7 @@ def test_the_record_form_round_trips():
                 "attributes": ["HR"]})
     assert p.attributes == ("hr",) and p.roles == {"doctor", "nurse"}
     assert parse_punctuation(p.to_json(), SCHEMA) == p
+    assert punctuation_from_json(p.to_json(), {f.name: f.type for f in SCHEMA.fields}) == p
 
 
 def test_positive_punctuations_narrow_to_their_roles_and_negative_ones_deny():

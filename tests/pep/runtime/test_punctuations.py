@@ -176,3 +176,28 @@ def test_a_punctuation_cannot_widen_the_policy(spark, tmp_path, catalog):
         assert got.rows == [{"patient": 2}, {"patient": 4}]
     finally:
         rt.stop()
+
+
+def test_a_log_out_of_order_shows_nothing_from_there_on(tmp_path):
+    """The shield trusts the log's order (the ingest writes it under the stream's lock); a
+    position going back means the log cannot be trusted: no tuple from there on passes."""
+    import numpy as np
+    from pep.core.plan import SourceSpec, StreamDefinition
+    from pep.core.punctuations import LOG_NAME, log_line, parse_punctuation
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.query.registry import PlanState
+    from pep.runtime.query.settings import StreamLayout
+    from pep.runtime.query.shield import BatchShield, PunctuationShield
+    definition = StreamDefinition("vitals", "o", SCHEMA, SourceSpec(
+        "ingest", (("path", str(tmp_path)), ("punctuations", "on"))))
+    lines = [(1, {"srp": ["nurse"], "ts": 1}), (5, {"srp": ["nurse"], "ts": 2}),
+             (3, {"srp": ["nurse"], "ts": 3}), (9, {"srp": ["nurse"], "ts": 4})]
+    (tmp_path / LOG_NAME).write_text("".join(
+        log_line(at, parse_punctuation(doc, SCHEMA)) + "\n" for at, doc in lines))
+    shield = PunctuationShield(StreamLayout.of(definition))
+    shield.refresh()
+    state = PlanState(0, compile_plan(plan_of("nurse"), SCHEMA), True)
+    seqs = np.arange(0, 12, dtype=np.int64)  # row i at position i
+    plan_ids, rows, hidden = BatchShield(shield, 0, {}, {}).apply(
+        np.zeros(12, np.int64), np.arange(12), seqs, {0: state})
+    assert rows.tolist() == [0, 1, 2, 3, 4] and not hidden
