@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 
 Conditions = tuple[Condition, ...]
 _BITS = 62  # conditions per long column of the matching job
+PRUNE_AT = 4096  # segments wholly behind the routed batches kept at most
 UNKNOWN = -1  # a row's matches that the batch did not compute (denied)
 
 
@@ -58,6 +60,13 @@ class PunctuationShield:
         self._kinds: dict[tuple[object, ...], int] = {}
         self.conditioned: list[int] = []  # the segments with tuple DDPs
         self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+        # segments wholly behind the batches routed are dropped past PRUNE_AT of them (a row
+        # that comes back before the first one kept is denied)
+        self.pruned = False
+        # the query's thread reads the log and prepares a batch while the route worker routes
+        # the one before (`query/route_worker.py`): the segments change under this lock, and
+        # each batch routes a snapshot of them taken when it was prepared
+        self._lock = threading.Lock()
         self._broken = False  # the log went back in position: every segment from there denied
         self._floor = 0  # the lowest position a batch has held lately: older segments' DDPs
         # are not asked of Spark any more (a row behind it in such a segment is denied)
@@ -83,6 +92,11 @@ class PunctuationShield:
         end = data.rfind(b"\n") + 1
         entries = [read_log_line(line, self._layout.types)
                    for line in data[:end].decode("utf-8").splitlines() if line.strip()]
+        with self._lock:
+            self._add(entries)
+        self._offset += end
+
+    def _add(self, entries: list[tuple[int, Punctuation]]) -> None:
         for k, (at, sp) in enumerate(entries):
             self._state.add(sp)
             if k + 1 < len(entries) and entries[k + 1][0] == at:
@@ -108,7 +122,6 @@ class PunctuationShield:
                 self.kinds.append(kind)
             if policy.conditions:
                 self.conditioned.append(len(self.starts) - 1)
-        self._offset += end
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The segments' starts and verdict classes as arrays (made again when they grew)."""
@@ -119,26 +132,39 @@ class PunctuationShield:
         return self._arrays
 
     def prepare(self, batch: DataFrame) -> "BatchShield":
-        """The batch's shield: the log read, the tuple DDPs in play matched in Spark."""
+        """The batch's shield: the log read, the segments as they are now, the tuple DDPs in
+        play matched in Spark."""
         self.refresh()
-        first = max(0, int(np.searchsorted(self.starts, self._floor, side="right")) - 1)
-        wanted: dict[Conditions, list[tuple[int, int]]] = {}
-        at = int(np.searchsorted(self.conditioned, first))
-        for i in self.conditioned[at:]:
-            hi = self.starts[i + 1] if i + 1 < len(self.starts) else None
-            for conds in self.policies[i].conditions:
-                wanted.setdefault(conds, []).append((self.starts[i], hi if hi is not None
-                                                     else -1))
+        with self._lock:
+            first = max(0, int(np.searchsorted(self.starts, self._floor, side="right")) - 1)
+            wanted: dict[Conditions, list[tuple[int, int]]] = {}
+            at = int(np.searchsorted(self.conditioned, first))
+            for i in self.conditioned[at:]:
+                hi = self.starts[i + 1] if i + 1 < len(self.starts) else -1
+                for conds in self.policies[i].conditions:
+                    wanted.setdefault(conds, []).append((self.starts[i], hi))
+            starts, kinds = self.arrays()
+            policies = list(self.policies)
+            pruned = self.pruned
         index = {c: j for j, c in enumerate(wanted)}
         matches: dict[int, int] = {}
         if wanted:
             matches = _matches(batch, wanted, index)
-        return BatchShield(self, first, index, matches)
+        return BatchShield(self, starts, kinds, policies, pruned, first, index, matches)
 
     def moved(self, low: int | None) -> None:
-        """The lowest position of a batch routed: segments before it need no matching job."""
-        if low is not None:
+        """The lowest position of a batch routed: segments before it need no matching job, and
+        past PRUNE_AT of them they are dropped."""
+        if low is None:
+            return
+        with self._lock:
             self._floor = max(self._floor, low)
+            first = int(np.searchsorted(self.starts, self._floor, side="right")) - 1
+            if first >= PRUNE_AT:
+                del self.starts[:first], self.policies[:first], self.kinds[:first]
+                self.conditioned = [i - first for i in self.conditioned if i >= first]
+                self._arrays = None
+                self.pruned = True
 
 
 def _verdict_key(policy: SegmentPolicy) -> tuple[object, ...]:
@@ -196,6 +222,10 @@ class BatchShield:
     """A batch's segments and matches (`PunctuationShield.prepare`), applied in routing."""
 
     shield: PunctuationShield
+    starts: np.ndarray  # the segments when the batch was prepared (`PunctuationShield`)
+    kinds: np.ndarray
+    policies: list[SegmentPolicy]
+    pruned: bool  # segments before the first were dropped: a row before it is denied
     first: int  # the first segment whose tuple DDPs were matched
     index: dict[Conditions, int]
     matches: dict[int, int]
@@ -214,7 +244,7 @@ class BatchShield:
         if not len(row_ids):
             return plan_ids, row_ids, {}
         row_seqs = seqs[row_ids]
-        starts, kinds = self.shield.arrays()
+        starts, kinds = self.starts, self.kinds
         segment = np.searchsorted(starts, row_seqs, side="right") - 1
         # a row's class: its segment and which tuple DDPs it matches (a small id per mask)
         masks: dict[int, int] = {0: 0}
@@ -255,12 +285,13 @@ class BatchShield:
 
     def _visible(self, state: PlanState, segment: int, seq: int, bits: int
                  ) -> frozenset[str]:
-        shield = self.shield
-        policy = shield.policies[segment] if segment >= 0 else SegmentPolicy()
+        if segment < 0 and self.pruned:
+            return frozenset()  # its segment was dropped: denied
+        policy = self.policies[segment] if segment >= 0 else SegmentPolicy()
         if policy.conditions and (segment < self.first or seq < 0):
             return frozenset()  # its matches were not computed: denied
         roles, mode = state.compiled.punctuations or (frozenset(), REFINE)
-        key = (shield.kinds[segment] if segment >= 0 else -1, bits, state.id)
+        key = (int(self.kinds[segment]) if segment >= 0 else -1, bits, state.id)
         found = self._verdicts.get(key)
         if found is None:
             matched = frozenset(c for c in policy.conditions

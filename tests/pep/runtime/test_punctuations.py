@@ -195,9 +195,37 @@ def test_a_log_out_of_order_shows_nothing_from_there_on(tmp_path):
     (tmp_path / LOG_NAME).write_text("".join(
         log_line(at, parse_punctuation(doc, SCHEMA)) + "\n" for at, doc in lines))
     shield = PunctuationShield(StreamLayout.of(definition))
-    shield.refresh()
     state = PlanState(0, compile_plan(plan_of("nurse"), SCHEMA), True)
     seqs = np.arange(0, 12, dtype=np.int64)  # row i at position i
-    plan_ids, rows, hidden = BatchShield(shield, 0, {}, {}).apply(
+    plan_ids, rows, hidden = shield.prepare(None).apply(  # no tuple DDP: no Spark job
         np.zeros(12, np.int64), np.arange(12), seqs, {0: state})
     assert rows.tolist() == [0, 1, 2, 3, 4] and not hidden
+
+
+def test_segments_behind_the_routed_batches_are_dropped_and_a_row_before_them_denied(tmp_path):
+    import numpy as np
+    from pep.core.plan import SourceSpec, StreamDefinition
+    from pep.core.punctuations import LOG_NAME, log_line, parse_punctuation
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.query.registry import PlanState
+    from pep.runtime.query.settings import StreamLayout
+    from pep.runtime.query.shield import PRUNE_AT, PunctuationShield
+    definition = StreamDefinition("vitals", "o", SCHEMA, SourceSpec(
+        "ingest", (("path", str(tmp_path)), ("punctuations", "on"))))
+    n = PRUNE_AT + 10  # segment k starts at 10 k + 1; odd ones for nurses, even for doctors
+    (tmp_path / LOG_NAME).write_text("".join(log_line(10 * k + 1, parse_punctuation(
+        {"srp": ["nurse" if k % 2 else "doctor"], "ts": k + 1}, SCHEMA)) + "\n"
+        for k in range(n)))
+    shield = PunctuationShield(StreamLayout.of(definition))
+    state = PlanState(0, compile_plan(plan_of("nurse"), SCHEMA), True)
+    seqs = np.array([5, 15, 25, 10 * (n - 1) + 5], dtype=np.int64)
+
+    def visible():
+        _, rows, _ = shield.prepare(None).apply(np.zeros(4, np.int64), np.arange(4), seqs,
+                                                {0: state})
+        return rows.tolist()
+
+    assert visible() == ([1, 3] if (n - 1) % 2 else [1])
+    shield.moved(10 * (n - 2))  # the routed batches are past all but the last two segments
+    assert shield.pruned and len(shield.starts) == 3
+    assert visible() == ([3] if (n - 1) % 2 else [])  # the old rows: denied, never "no policy"
