@@ -38,7 +38,8 @@ from datetime import datetime
 from typing import Any
 
 from pep.core.errors import InvalidInput, NotPermitted
-from pep.core.plan import AnyPlan, ExecutionPlan, StreamDefinition, StreamSchema
+from pep.core.plan import (AnyPlan, ExecutionPlan, SpatialPredicate, StreamDefinition,
+                           StreamSchema)
 
 PUNCTUATION_KEY = "$punctuation"  # a record carrying a punctuation: {"$punctuation": {...}}
 SOURCE_OPTION = "punctuations"  # the stream setting (a source option): "on" enables them
@@ -244,6 +245,20 @@ def shielded_plan(plan: AnyPlan, definitions: Sequence[StreamDefinition],
     return replace(plan, punctuation_roles=tuple(sorted(set(roles))))
 
 
+def filter_attributes(plan: ExecutionPlan) -> tuple[str, ...]:
+    """The attributes a plan's filter reads (the policy's and the consumer's conditions, a
+    spatial test's coordinates and anchor key). A row in which a punctuation hides one of them
+    reaches the consumer not at all: its presence would say how the hidden value compares."""
+    names: list[str] = []
+    for conj in plan.filter_dnf or ():
+        for p in conj:
+            if isinstance(p, SpatialPredicate):
+                names += [p.latitude, p.longitude] + ([p.key] if p.key else [])
+            else:
+                names.append(p.attribute)
+    return tuple(dict.fromkeys(names))
+
+
 # -- the Security Shield's state ----------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -321,13 +336,20 @@ REFINE, DEFER = "refine", "defer"
 
 
 def visible_attributes(policy: SegmentPolicy, roles: frozenset[str], mode: str,
-                       attributes: Sequence[str], matched: frozenset[tuple[Condition, ...]]
-                       ) -> frozenset[str]:
+                       attributes: Sequence[str], matched: frozenset[tuple[Condition, ...]],
+                       reads: Sequence[str] = ()) -> frozenset[str]:
     """Which of `attributes` a consumer with `roles` may see of a tuple of a segment under
     `policy` (`matched`: the tuple DDPs the tuple meets). A tuple none of whose attributes is
-    visible reaches the consumer not at all."""
+    visible reaches the consumer not at all; nor does one of which an attribute the consumer's
+    filter `reads` is hidden (`filter_attributes`)."""
     if not policy.complete:
         return frozenset()
+    if reads:
+        seen = visible_attributes(policy, roles, mode, tuple(dict.fromkeys(
+            [*attributes, *reads])), matched)
+        if any(a not in seen for a in reads):
+            return frozenset()
+        return frozenset(a for a in attributes if a in seen)
     groups: list[tuple[Punctuation, ...]] = [policy.current] if policy.current else []
     groups += [(p,) for p in policy.fixed]
     out = []
@@ -370,10 +392,11 @@ def read_log_line(line: str, types: Mapping[str, str]) -> tuple[int, Punctuation
 
 def oracle(records: Iterable[Mapping[str, Any]], roles: frozenset[str], mode: str,
            projection: Sequence[str], schema: StreamSchema,
-           passes: Any = None) -> list[dict[str, Any]]:
+           passes: Any = None, reads: Sequence[str] = ()) -> list[dict[str, Any]]:
     """What a consumer gets of `records` (punctuation records and tuples in stream order, as an
     owner ingests them), by brute force: each tuple's segment, its verdict, the projection with
-    hidden attributes null. `passes(record)`: the XACML plan's filter (None: every tuple)."""
+    hidden attributes null. `passes(record)`: the plan's filter (None: every tuple), which
+    `reads` those attributes."""
     state = ShieldState()
     out = []
     for record in records:
@@ -385,7 +408,7 @@ def oracle(records: Iterable[Mapping[str, Any]], roles: frozenset[str], mode: st
         policy = state.policy()
         matched = frozenset(c for c in policy.conditions
                             if all(x.holds(record.get(x.attribute)) for x in c))
-        seen = visible_attributes(policy, roles, mode, projection, matched)
+        seen = visible_attributes(policy, roles, mode, projection, matched, reads)
         if seen:
             out.append({a: (record.get(a) if a in seen else None) for a in projection})
     return out
@@ -393,5 +416,5 @@ def oracle(records: Iterable[Mapping[str, Any]], roles: frozenset[str], mode: st
 
 __all__ = ["PUNCTUATION_KEY", "SOURCE_OPTION", "POSITIVE", "NEGATIVE", "REFINE", "DEFER",
            "Condition", "Punctuation", "PunctuationError", "PunctuatedQueryRefused", "SegmentPolicy", "ShieldState",
-           "enabled", "shielded_plan", "parse_punctuation", "punctuation_from_json", "segments",
+           "enabled", "shielded_plan", "filter_attributes", "parse_punctuation", "punctuation_from_json", "segments",
            "visible_attributes", "LOG_NAME", "log_line", "read_log_line", "oracle"]

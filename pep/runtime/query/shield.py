@@ -290,13 +290,14 @@ class BatchShield:
         policy = self.policies[segment] if segment >= 0 else SegmentPolicy()
         if policy.conditions and (segment < self.first or seq < 0):
             return frozenset()  # its matches were not computed: denied
-        roles, mode = state.compiled.punctuations or (frozenset(), REFINE)
+        roles, mode, reads = state.compiled.punctuations or (frozenset(), REFINE, ())
         key = (int(self.kinds[segment]) if segment >= 0 else -1, bits, state.id)
         found = self._verdicts.get(key)
         if found is None:
             matched = frozenset(c for c in policy.conditions
                                 if bits >> self.index[c] & 1)
-            found = visible_attributes(policy, roles, mode, state.compiled.projection, matched)
+            found = visible_attributes(policy, roles, mode, state.compiled.projection, matched,
+                                       reads)
             self._verdicts[key] = found
         return found
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from pep.core.plan import (ExecutionPlan, Field, JoinPlan, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec, Aggregate)
+from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,
+                           StreamDefinition, StreamSchema, WindowSpec)
 from pep.core.punctuations import (DEFER, REFINE, PunctuatedQueryRefused, PunctuationError,
                                    SegmentPolicy, ShieldState, oracle, parse_punctuation,
-                                   punctuation_from_json,
+                                   punctuation_from_json, filter_attributes,
                                    segments, shielded_plan, visible_attributes)
 
 SCHEMA = StreamSchema((Field("patient", "long"), Field("hr", "double"),
@@ -118,6 +118,24 @@ def test_refine_never_widens_and_defer_lets_punctuations_decide():
     assert seen([sp(srp=["doctor"], ddp={"attributes": ["hr"]})], {"guest"}, DEFER) == set()
     assert seen([sp(srp=["guest"], ddp={"attributes": ["hr"]})], {"guest"}, DEFER) == {"hr"}
     assert seen([], {"doctor"}, DEFER) == set()  # no policy yet: denial by default
+
+
+def test_a_row_whose_filtered_attribute_is_hidden_reaches_nobody():
+    """A filter on an attribute a punctuation hides would tell how the hidden value compares:
+    the row is dropped whatever the comparison gives."""
+    hide_hr = sp(srp=["doctor"], ddp={"attributes": ["hr"]})
+    state = ShieldState()
+    state.add(hide_hr)
+    policy = state.policy()
+    assert visible_attributes(policy, frozenset({"nurse"}), REFINE, ("patient", "temp"),
+                              frozenset()) == {"patient", "temp"}
+    assert visible_attributes(policy, frozenset({"nurse"}), REFINE, ("patient", "temp"),
+                              frozenset(), reads=("hr",)) == set()
+    assert visible_attributes(policy, frozenset({"doctor"}), REFINE, ("patient",),
+                              frozenset(), reads=("hr",)) == {"patient"}
+    plan = ExecutionPlan("v", ((Predicate("hr", ">", 70.0), Predicate("ward", "=", "icu")),),
+                         ("patient",))
+    assert filter_attributes(plan) == ("hr", "ward")
 
 
 def test_segments_start_where_their_punctuations_precede_a_tuple():
