@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
-from typing import Literal, Union
+from typing import Literal, Union, overload
 
 from pep.core.jsontypes import JsonObject
 from pep.core.labels import Label, Lattice
@@ -77,6 +77,14 @@ class StreamSchema:
             if f.name.lower() == low:
                 return f
         return None
+
+    def field(self, name: str) -> Field:
+        """The attribute `name` names, where it is known to be in the schema (a name already
+        checked, or one read from the schema): KeyError otherwise."""
+        found = self.lookup(name)
+        if found is None:
+            raise KeyError(name)
+        return found
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -394,6 +402,19 @@ def side_plans(plan: AnyPlan) -> dict[str, "ExecutionPlan | UnionPlan"]:
     if isinstance(plan, JoinPlan):
         return {plan.left.stream: plan.left, plan.right.stream: plan.right}
     return {plan.stream: plan}
+
+
+@overload
+def with_start_offsets(plan: "ExecutionPlan", offsets: tuple[int, ...]) -> "ExecutionPlan": ...
+
+
+@overload
+def with_start_offsets(plan: "UnionPlan", offsets: tuple[int, ...]) -> "UnionPlan": ...
+
+
+@overload
+def with_start_offsets(plan: "ExecutionPlan | UnionPlan", offsets: tuple[int, ...]
+                       ) -> "ExecutionPlan | UnionPlan": ...
 
 
 def with_start_offsets(plan: "ExecutionPlan | UnionPlan", offsets: tuple[int, ...]

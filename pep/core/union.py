@@ -46,7 +46,7 @@ masked or private grant works as under `intersection`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pep.core.analysis import ConditionTooComplex, MergeWarning, analyse_filter
 from pep.core.conditions import Or
@@ -112,6 +112,9 @@ def merge_union(alternatives: Sequence[Alternative], user: QueryGraph | None,
         alt, m = members[0]
         return UnionMerge(m.plan, tuple(m.warnings) + tuple(info),
                           graph_to_json(m.graph, schema), (m,))
+    # a grant that hides the time attribute: its null mask only orders its own plan's rows
+    # (`pep.core.merge._hidden_time`), which a union's rows, merged per tuple, cannot keep
+    members = [(alt, _without_hidden_time(m)) for alt, m in members]
     for alt, m in members:
         window = m.plan.window
         if m.plan.masks or (window is not None and window.privacy is not None):
@@ -125,6 +128,13 @@ def merge_union(alternatives: Sequence[Alternative], user: QueryGraph | None,
     graph: GraphJson = {"union": [{**graph_to_json(m.graph, schema), "rules": list(alt.rules)}
                                   for alt, m in members]}
     return UnionMerge(plan, tuple(warnings), graph, tuple(m for _, m in members))
+
+
+def _without_hidden_time(m: MergeResult) -> MergeResult:
+    if m.hidden_time is None:
+        return m
+    masks = tuple(mask for mask in m.plan.masks if mask != (m.hidden_time, "null"))
+    return replace(m, plan=replace(m.plan, masks=masks), hidden_time=None)
 
 
 def _rules(alt: Alternative) -> str:

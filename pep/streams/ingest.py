@@ -29,10 +29,11 @@ import secrets
 import shutil
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from common.db import Database
 from pep.core import punctuations
+from pep.core.jsontypes import JsonValue
 from pep.streams.definition import SEQ_FIELD, StreamConflict, StreamNotFound
 from pep.streams.entries import StreamEntry
 from pep.streams.records import DEFAULT_MAX_LINES, BatchTooLarge, validate_records
@@ -143,27 +144,18 @@ class RecordIngest:
         if len(body) > self.max_body_bytes:
             raise BatchTooLarge(f"batch of {len(body)} bytes is over the limit of "
                                 f"{self.max_body_bytes}")
-        reader = None
+        # each punctuation precedes the tuples after it: how many tuples come before it
+        placed: list[tuple[int, punctuations.Punctuation]] = []
+        reader: Callable[[JsonValue, int, int], None] | None = None
         if punctuations.enabled(d):
-            def reader(doc: Any, line: int) -> punctuations.Punctuation:
-                return punctuations.parse_punctuation(doc, d.schema, f"line {line}")
+            def reader(doc: JsonValue, line: int, before: int) -> None:
+                placed.append((before, punctuations.parse_punctuation(doc, d.schema,
+                                                                      f"line {line}")))
         records = validate_records(d.schema, body, d.time_attribute, self.max_lines,
                                    optional=frozenset(n.lower() for n in entry.optional),
                                    punctuation=reader)
-        if not records:
-            return 0
         if d.source.kind == "kafka":
-            return self._kafka_appender().append(d, records)
-        # each punctuation precedes the tuples after it: the position of the first of them
-        placed: list[tuple[int, punctuations.Punctuation]] = []
-        if reader is not None:
-            tuples: list[dict[str, Any]] = []
-            for r in records:
-                if punctuations.PUNCTUATION_KEY in r:
-                    placed.append((len(tuples), r[punctuations.PUNCTUATION_KEY]))
-                else:
-                    tuples.append(r)
-            records = tuples
+            return self._kafka_appender().append(d, records) if records else 0
         if not records and not placed:
             return 0
         if self.before_append is not None:
