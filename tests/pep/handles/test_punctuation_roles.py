@@ -18,7 +18,8 @@ TOKENS = {"nea": "tok-nea-0123456789", "m1": "tok-medic1-0123456789",
           "m2": "tok-medic2-0123456789"}
 BEDSIDE = {"name": "bedside", "source": {"kind": "ingest", "punctuations": "on"},
            "schema": [{"name": "patient", "type": "long"}, {"name": "hr", "type": "double"}]}
-RULE = {"stream": "bedside", "who": {"roles": ["medic"]}, "attributes": ["patient", "hr"]}
+RULE = {"stream": "bedside", "who": {"roles": ["medic"]}, "attributes": ["patient", "hr"],
+        "grant_option": True}
 ASK = {"Request": {"Resource": {"Attribute": [{
     "AttributeId": "urn:oasis:names:tc:xacml:1.0:resource:resource-id", "Value": "bedside"}]},
     "Action": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:action:action-id",
@@ -73,3 +74,17 @@ def test_roles_are_in_the_plan_and_a_change_of_them_revokes(gw):
     assert record.state is HandleState.REVOKED
     assert "roles changed" in record.reason
     assert services.handle_store.get(handles["m2"]).state is HandleState.LIVE
+
+
+def test_a_handle_on_a_punctuated_stream_cannot_be_re_shared(gw):
+    """What a handle gets is what the punctuations show its subject's roles: re-shared as a
+    derived stream it would reach roles they exclude. Refused even with the grant option."""
+    client, runtime, services, auth = gw
+    r = client.post("/requests", json=ASK, headers={**bearer("m2"),
+                                                    "Content-Type": "application/xacml+json"})
+    assert r.status_code == 201, r.get_data(as_text=True)
+    assert r.json.get("grant_option") is True
+    r = client.post(f"/handles/{r.json['id']}/derive", headers=bearer("m2"),
+                    json={"name": "bedside-copy"})
+    assert r.status_code == 422, r.get_data(as_text=True)
+    assert "carries security punctuations" in r.json["detail"]
