@@ -5,6 +5,7 @@ handle would have gone on with the old ones). The gateway is the real one with a
 stand-in for Spark."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -88,3 +89,18 @@ def test_a_handle_on_a_punctuated_stream_cannot_be_re_shared(gw):
                     json={"name": "bedside-copy"})
     assert r.status_code == 422, r.get_data(as_text=True)
     assert "carries security punctuations" in r.json["detail"]
+
+
+def test_the_one_window_rule_holds_on_a_punctuated_stream(gw):
+    """One live query per (subject, stream): the roles the plan carries do not make a second
+    query another slot; the same request maps to the same handle."""
+    client, runtime, services, auth = gw
+    xacml = {**bearer("m2"), "Content-Type": "application/xacml+json"}
+    first = client.post("/requests", json=ASK, headers=xacml)
+    assert first.status_code == 201, first.get_data(as_text=True)
+    again = client.post("/requests", json=ASK, headers=xacml)
+    assert again.status_code == 200 and again.json["id"] == first.json["id"]
+    other = client.post("/requests", headers=bearer("m2"), data={
+        "request": (io.BytesIO(json.dumps(ASK).encode()), "r.json", "application/xacml+json"),
+        "query": (io.BytesIO(b'{"filter": "hr > 100"}'), "q.json", "application/json")})
+    assert other.status_code == 409, other.get_data(as_text=True)
