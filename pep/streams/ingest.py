@@ -197,9 +197,9 @@ class RecordIngest:
             # sequence numbers (harmless) but can never reuse one. The batch's punctuations are
             # in the stream's log before its tuples can be read: the runtime never reads a tuple
             # whose segment's policy it does not know (`pep/runtime/query/shield.py`).
-            if log_lines:
-                _append_log(directory / punctuations.LOG_NAME, log_lines)
             try:
+                if log_lines:
+                    _append_log(directory / punctuations.LOG_NAME, log_lines)
                 os.replace(tmp, final)
             finally:
                 tmp.unlink(missing_ok=True)
