@@ -7,7 +7,7 @@ ingest directory, which Spark's file source does not list) before the batch's tu
 read, each with the position (`_xsg_seq`) of the first tuple it precedes; punctuation records
 never reach Spark's source as tuples. So the shield's state is the log: it survives a restart
 of the gateway or of the stream's query, a batch run again after a failure, and files a query
-skipped unread, and a tuple's segment is found by its position alone (`segments`). Per batch:
+skipped unread, and a tuple's segment is found by its position alone. Per batch:
 - `prepare` reads what the log gained and, when some segment in play has tuple-level DDPs
   (punctuations for the tuples matching a predicate), asks Spark which tuples of the batch
   match which of them: one small job over the batch, only the matching tuples' positions come
@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 Conditions = tuple[Condition, ...]
 _BITS = 62  # conditions per long column of the matching job
 PRUNE_AT = 4096  # segments wholly behind the routed batches kept at most
-UNKNOWN = -1  # a row's matches that the batch did not compute (denied)
 
 
 class PunctuationShield:
@@ -302,4 +301,4 @@ class BatchShield:
         return found
 
 
-__all__ = ["PunctuationShield", "BatchShield", "UNKNOWN"]
+__all__ = ["PunctuationShield", "BatchShield", "PRUNE_AT"]
