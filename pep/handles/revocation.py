@@ -42,6 +42,7 @@ When it happens:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import threading
@@ -201,6 +202,9 @@ class RevocationService:
         if plan_key != record.plan_key:
             return Verdict(False, "the policy's obligations changed what this handle may see",
                            policy_ids, changed=True)
+        if _roles_changed(record, identity):
+            return Verdict(False, "the subject's roles changed, which the stream's security "
+                           "punctuations are read against", policy_ids, changed=True)
         return Verdict(True, None, policy_ids)
 
     def _decide(self, record: HandleRecord, identity: Identity,
@@ -465,6 +469,15 @@ class RevocationService:
                 self.sweep()
             except Exception:  # noqa: BLE001 - the timer must survive one bad pass
                 log.exception("periodic re-evaluation failed")
+
+
+def _roles_changed(record: HandleRecord, identity: Identity) -> bool:
+    """A handle on a punctuated stream runs with the roles its subject had when it opened
+    (`ExecutionPlan.punctuation_roles`): other roles now mean another view."""
+    if "punctuation_roles" not in record.plan_json:
+        return False
+    held = json.loads(record.plan_json).get("punctuation_roles")
+    return held is not None and list(held) != sorted(set(identity.roles))
 
 
 def _default_identity(subject: str, roles: tuple[str, ...], admin: bool) -> Identity:

@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, cast
 
 from pep.core.errors import NotFound, Unavailable
+from pep.core.punctuations import shielded_plan
 from pep.core.refs import handle_ref
 from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition, UnionPlan,
                            any_plan_from_json, plan_streams, replayable, side_plans,
@@ -293,11 +294,14 @@ class HandleService:
         StalePolicies (policies changed since `epoch`), NotFound (stream unknown) or
         Unavailable (the runtime refused)."""
         definitions = self._definitions(plan)
+        roles = tuple(roles)
+        key = plan_key or plan.key()  # the plan as decided
+        # on punctuated streams: the consumer's roles in the plan, or a refusal
+        plan = shielded_plan(plan, definitions, roles)
         if self.placement is not None:  # raises unless this process serves the streams
             self.placement.claim([d.name for d in definitions])
         stream = definitions[0]
         slots = self._slots(definitions)
-        key = plan_key or plan.key()
         try:
             cuts: dict[str, tuple[int, ...]] | Unavailable = _kafka_cuts(self.kafka_cut, definitions)
         except Unavailable as exc:  # a broker's answer, before the lock; raised for a new handle

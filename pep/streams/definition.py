@@ -436,8 +436,11 @@ def parse_source(source: JsonValue | SourceSpec, ingest_dir: Path, trusted: bool
     if kind in PRIVILEGED_SOURCE_KINDS and not trusted:
         raise SourceNotPermitted(f"only administrators may register a {kind!r} source "
                                  "(it reads the server's files or network)")
+    if "punctuations" in source and kind != "ingest":
+        raise InvalidStream(f"source ({kind}): security punctuations are supported on ingest "
+                            "streams only (docs/punctuations.md)")
     allowed = {
-        "ingest": set(),
+        "ingest": {"punctuations"},
         "files": {"path", "format", "maxFilesPerTrigger"},
         "generator": {"schema", "rate"},
         "socket": {"host", "port"},
@@ -457,6 +460,9 @@ def parse_source(source: JsonValue | SourceSpec, ingest_dir: Path, trusted: bool
     text = {str(k): _option_text(kind, k, v) for k, v in opts.items()}
     if kind == "ingest":
         text["path"] = str(ingest_dir)
+        if text.get("punctuations", "off") not in ("on", "off"):
+            raise InvalidStream("source (ingest): punctuations must be \"on\" or \"off\" "
+                                "(security punctuations in the stream, docs/punctuations.md)")
     elif kind == "files":
         if "path" not in text:
             raise InvalidStream("source (files): 'path' is required")

@@ -51,6 +51,7 @@ from common.auth import Identity
 from pep.audit.trail import AuditTrail, PolicyVersions
 from pep.core.access import Grant
 from pep.core.derived import CannotDerive, Derivation, WiderThanGrant, derive
+from pep.core import punctuations
 from pep.core.errors import Conflict, Gone, InvalidInput, NotFound, NotPermitted, Refusal
 from pep.core.explain import plan_to_json
 from pep.core.jsontypes import JsonObject, JsonValue
@@ -297,6 +298,13 @@ class DerivedStreams:
             source = self.catalog.get(record.stream)
             if source is None:
                 raise NotFound("no such handle")
+            if punctuations.enabled(source):
+                # its rows are what the stream's punctuations show the caller's roles: re-shared,
+                # they would reach roles the punctuations exclude (the paper's per-punctuation
+                # grant option is not built)
+                raise CannotDerive(f"stream {source.name!r} carries security punctuations: "
+                                   "what a handle on it gets cannot be re-shared "
+                                   "(docs/punctuations.md)", stream=source.name)
             try:
                 grant = self.decide(record, identity)
             except Refusal as exc:

@@ -16,7 +16,7 @@ import json
 import math
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 from common.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
 from pep.core.errors import InputTooLarge, InvalidInput
@@ -25,6 +25,7 @@ from pep.core.exact import (END_MICROS, MIN_MICROS, iso_from_micros, micros_from
 from pep.core.labels import LabelError
 from pep.core.jsontypes import JsonObject, JsonValue
 from pep.core.plan import Scalar, StreamSchema
+from pep.core.punctuations import PUNCTUATION_KEY
 from pep.streams.definition import StreamError
 
 DEFAULT_MAX_LINES = 100_000
@@ -164,7 +165,9 @@ def _check_value(ftype: str, value: JsonValue) -> Scalar:
 
 def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | None = None,
                      max_lines: int = DEFAULT_MAX_LINES,
-                     optional: frozenset[str] = frozenset()) -> list[CheckedRecord]:
+                     optional: frozenset[str] = frozenset(),
+                     punctuation: Callable[[JsonValue, int, int], None] | None = None
+                     ) -> list[CheckedRecord]:
     """Parse and check JSON lines against the schema; raises RecordError at the first problem.
 
     Every field of the schema must be present in every record (field names match
@@ -173,6 +176,10 @@ def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | No
     before may not know), written as `null` when left out. A value may be `null` (a sensor
     without a reading), except the event-time attribute, which orders the stream.
     Blank lines are skipped but counted, so line numbers match the client's file.
+    A record whose only key is `$punctuation` is a security punctuation (`pep.core.punctuations`),
+    not a record: `punctuation(value, line, n)` reads it (raising to refuse the batch), `n` the
+    number of records before it; without a reader (the stream's punctuations are off) the batch
+    is refused.
     """
     try:
         text = body.decode("utf-8")
@@ -200,6 +207,16 @@ def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | No
             raise RecordError(f"bad JSON: {str(exc)[:200]}", line=number) from None
         if not isinstance(obj, dict):
             raise RecordError(f"expected a JSON object, found {_type_name(obj)}", line=number)
+        if PUNCTUATION_KEY in obj:
+            if punctuation is None:
+                raise RecordError("a security punctuation, but punctuations are off on this "
+                                  "stream (its owner enables them at registration: source "
+                                  "option punctuations=on)", line=number, field=PUNCTUATION_KEY)
+            if len(obj) != 1:
+                raise RecordError("a punctuation record holds nothing but its "
+                                  f"{PUNCTUATION_KEY!r} key", line=number)
+            punctuation(obj[PUNCTUATION_KEY], number, len(records))
+            continue
         record: CheckedRecord = {}
         for key, value in obj.items():
             f = by_lower.get(key.lower())

@@ -43,6 +43,7 @@ from pep.core.lint.paths import RulePath, rule_paths
 from pep.core.lint.targets import contradiction, implies, pinned_values
 from pep.core.merge import MergeResult, merge, without_hidden_time
 from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, GRANT_OPTION_IDS,
+                                  PUNCTUATION_DEFER_IDS,
                                   MAP_ATTRIBUTE, MAP_IDS,
                                   MASK_ATTRIBUTE, MASK_IDS, WINDOW_ATTR, WINDOW_IDS, WINDOW_KEY,
                                   WINDOW_LABEL_BOUND, WINDOW_LABEL_SCOPE, WINDOW_MIN_COUNT,
@@ -62,6 +63,7 @@ UNDERSTOOD: dict[frozenset[str], tuple[str, ...]] = {
     MASK_IDS: (MASK_ATTRIBUTE,),
     JOIN_IDS: (JOIN_STREAM, JOIN_CONDITION, JOIN_WITHIN),
     GRANT_OPTION_IDS: (),  # it takes no attribute
+    PUNCTUATION_DEFER_IDS: (),  # nor does this
 }
 # Combining algorithms (by the PDP's function names) that return the obligations of every
 # Permit child when they answer Permit; the others return one child's (first-applicable,

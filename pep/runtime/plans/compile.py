@@ -41,6 +41,7 @@ from pep.core.masks import Mask, MaskError, check_fits, parse_mask
 from pep.core.plan import (AGGREGATE_FUNCTIONS, Aggregate, AnyPredicate, ExecutionPlan, Field,
                            Predicate, SpatialPredicate, StreamSchema, UnionPlan)
 from pep.core.privacy import PrivacySpec, Quantity, is_finite_spec, quantities
+from pep.core.punctuations import filter_attributes
 
 LESS, EQUAL, GREATER = 1, 2, 4
 OPERATOR_MASKS: dict[str, int] = {
@@ -143,6 +144,9 @@ class CompiledPlan:
     # a Kafka stream's cut: per partition, the first offset given to the plan (a partition
     # beyond the tuple gives every record); None: no cut
     start_offsets: tuple[int, ...] | None = None
+    # a stream with security punctuations: the consumer's roles, `refine` or `defer`, and the
+    # attributes its filter reads (`pep.core.punctuations`); None: the stream has none
+    punctuations: tuple[frozenset[str], str, tuple[str, ...]] | None = None
 
     @property
     def passes_nothing(self) -> bool:
@@ -369,7 +373,11 @@ def compile_plan(plan: ExecutionPlan, schema: StreamSchema, stream_time_attribut
     index = {f.name: i + 1 for i, f in enumerate(schema.fields)}
     return CompiledPlan(plan.key(), conjuncts, projection, window, start_after, types,
                         tuple((index[n], m) for n, m in masks.items()),
-                        None if offsets is None else tuple(offsets))
+                        None if offsets is None else tuple(offsets),
+                        None if plan.punctuation_roles is None else
+                        (frozenset(plan.punctuation_roles),
+                         "defer" if plan.punctuation_defer else "refine",
+                         filter_attributes(plan)))
 
 
 def plan_masks(plan: ExecutionPlan, schema: StreamSchema) -> dict[str, Mask]:
