@@ -20,7 +20,7 @@ from there by the HTTP edge only.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdp.combining import policy_combiner
 from pdp.engine import (
@@ -89,6 +89,24 @@ from pdp.urns import (
 )
 from pdp.why import explanation_json, explanation_text
 
+if TYPE_CHECKING:  # imported on first use at run time (`__getattr__`); a type checker sees them
+    from pdp.service import (
+        PolicyIdMismatchError,
+        PolicyService,
+        Prospect,
+        load_sources,
+        policy_files,
+        seed_store,
+    )
+    from pdp.store import (
+        PolicyExistsError,
+        PolicyNotFoundError,
+        PolicyStore,
+        SQLitePolicyStore,
+        SQLPolicyStore,
+        StoredPolicy,
+    )
+
 _PERSISTENCE = {
     "PolicyService": "pdp.service", "PolicyIdMismatchError": "pdp.service",
     "Prospect": "pdp.service",
@@ -108,7 +126,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = [  # noqa: PLE0604 - *_PERSISTENCE: its keys, the names __getattr__ imports
+__all__ = [
     "PolicyEngine", "PolicyInfo", "PolicySource", "compile_policy", "inspect_policy",
     "policy_resource_scope",
     "PolicyLoadError", "RequestSyntaxError", "PolicyChange", "PolicyEvents",
@@ -127,5 +145,9 @@ __all__ = [  # noqa: PLE0604 - *_PERSISTENCE: its keys, the names __getattr__ im
     "ALWAYS_FALSE", "NO_CONDITION", "AttributeKey", "MatchNote", "Notes", "TargetNote",
     "FAST_EQUAL_FUNCTIONS", "attribute_key", "policy_combiner",
     "explanation_json", "explanation_text",
-    *_PERSISTENCE,
+    # persistence, imported on first use (`_PERSISTENCE`): named here one by one, so that a type
+    # checker sees them exported
+    "PolicyService", "PolicyIdMismatchError", "Prospect", "seed_store", "policy_files",
+    "load_sources", "PolicyStore", "SQLitePolicyStore", "SQLPolicyStore", "StoredPolicy",
+    "PolicyExistsError", "PolicyNotFoundError",
 ]

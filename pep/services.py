@@ -20,7 +20,7 @@ for the `keep_data` its owner asked for), `auth.json` (demo tokens, when no auth
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +39,7 @@ from pdp import (
 )
 from pep.audit.log import AuditLog, AuditRecords
 from pep.audit.table import AuditTable
-from pep.audit.trail import AuditTrail
+from pep.audit.trail import AuditTrail, PolicyVersion, PolicyVersions
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
 from pep.core.access import AccessPlanner
 from pep.core.plan import StreamDefinition
@@ -462,8 +462,8 @@ def join_runtime_for(runtime: StreamRuntimePort, work_dir: Path, trigger_interva
     return LazyRuntime(build)
 
 
-def _policy_versions(policies: PolicyService) -> Callable[[Any], list[dict[str, Any]]]:
-    def versions(ids: Any) -> list[dict[str, Any]]:
+def _policy_versions(policies: PolicyService) -> PolicyVersions:
+    def versions(ids: Iterable[str]) -> list[PolicyVersion]:
         wanted = set(ids)
         return [{"id": p.policy_id, "version": p.version, "store_version": p.store_version}
                 for p in policies.list() if p.policy_id in wanted]

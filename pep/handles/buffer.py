@@ -50,9 +50,9 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from pep.core.rows import RowBatch, row_json
 
@@ -227,7 +227,7 @@ class HandleBuffer:
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def put(self, rows: RowBatch | Iterable[dict]) -> bool:
+    def put(self, rows: RowBatch | Iterable[Mapping[str, object]]) -> bool:
         """Append result rows; False once the buffer is closed (the runtime then stops sending).
 
         The closed check and the write happen under one lock, the same one `close` takes: that
@@ -318,7 +318,7 @@ class HandleBuffer:
             self._wake()
         return True
 
-    def notice(self, kind: str, data: dict[str, Any] | None = None) -> bool:
+    def notice(self, kind: str, data: Mapping[str, object] | None = None) -> bool:
         """Append a notice (not a row) that readers receive in order: SSE `event: <kind>`,
         NDJSON `{"id": n, "event": kind, ...data}`. False once the buffer is closed.
 

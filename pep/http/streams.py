@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, cast
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
@@ -28,6 +27,7 @@ from pep.streams.catalog import StreamCatalog, StreamEntry
 from pep.streams.definition import (
     LISTED,
     SETTINGS,
+    StreamJson,
     describe,
     parse_keep_data,
     parse_registration,
@@ -46,7 +46,7 @@ def may_register(identity: Identity, owner_roles: Iterable[str] = OWNER_ROLES) -
     return identity.admin or any(r in owner_roles for r in identity.roles)
 
 
-def describe_entry(entry: StreamEntry, identity: Identity) -> dict[str, Any]:
+def describe_entry(entry: StreamEntry, identity: Identity) -> StreamJson:
     d = entry.definition
     return describe(d, entry.created_at, show_source=owner_or_admin(identity, d.owner),
                     visibility=entry.visibility, settings=entry.settings(),
@@ -90,7 +90,8 @@ def install_streams(app: Flask, catalog: StreamCatalog, owner_roles: Iterable[st
 
 def stream_routes() -> StreamRoutes:
     """The `StreamRoutes` of the app serving the current request."""
-    return cast(StreamRoutes, current_app.extensions[STREAMS_EXTENSION])
+    routes: StreamRoutes = current_app.extensions[STREAMS_EXTENSION]
+    return routes
 
 
 # Defined once, at module level: the routes read the app's `StreamRoutes`, so any app that

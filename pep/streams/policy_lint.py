@@ -12,12 +12,10 @@ owner's policy.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from common.auth import Identity
 from pdp import (
     ManagedPolicy,
+    ManagePolicy,
     PolicyEngine,
     PolicyLoadError,
     PolicySource,
@@ -28,12 +26,10 @@ from pdp import (
 from pep.core.lint import LintDocument, LintStream, lint
 from pep.streams.catalog import StreamCatalog
 
-Manages = Callable[[Identity, Any], Any]
-
 
 def lint_write(document: bytes, source: str, engine: PolicyEngine, catalog: StreamCatalog,
                default_combining: str, identity: Identity | None,
-               may_manage: Manages) -> list[str]:
+               may_manage: ManagePolicy) -> list[str]:
     """Warnings for a document about to be written (see the module docstring)."""
     try:
         written = compile_policy(PolicySource(source, document))

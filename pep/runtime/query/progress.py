@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
 log = logging.getLogger(__name__)
 
