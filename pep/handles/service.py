@@ -499,11 +499,20 @@ class HandleService:
         if self.privacy is None:
             raise Unavailable("no privacy ledger: a differentially private window cannot run")
 
+        def end_spent(reason: str) -> None:
+            try:
+                self.end(handle_id, reason, keep_rows=True)
+            except Exception:
+                with self.lock:
+                    live = handle_id in self._buffers
+                if live:  # not a process exit that closed the store under it
+                    log.exception("handle %s spent its privacy budget and could not be ended",
+                                  handle_id)
+
         def spent(reason: str) -> None:
             # from the micro-batch thread, under the runtime's handle lock: end it from another
             # thread (ending detaches, and a detach waits for the delivery in progress)
-            threading.Thread(target=self.end, args=(handle_id, reason),
-                             kwargs={"keep_rows": True}, name="xsg-budget-spent",
+            threading.Thread(target=end_spent, args=(reason,), name="xsg-budget-spent",
                              daemon=True).start()
 
         # a private window is a single plan's (a union never holds one: `private_window`)
