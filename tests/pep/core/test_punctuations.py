@@ -159,7 +159,7 @@ def test_the_oracle_reads_records_in_stream_order():
         {"patient": 1, "hr": 80.0}, {"patient": 2, "hr": 90.0}, {"patient": 3, "hr": None}]
 
 
-def test_only_plain_plans_run_on_a_punctuated_stream():
+def test_plain_and_window_plans_run_on_a_punctuated_stream_joins_do_not():
     on = StreamDefinition("v", "o", SCHEMA, SourceSpec("ingest", (("punctuations", "on"),)))
     off = StreamDefinition("w", "o", SCHEMA, SourceSpec("ingest", ()))
     plan = ExecutionPlan("v", None, ("hr",))
@@ -168,9 +168,36 @@ def test_only_plain_plans_run_on_a_punctuated_stream():
     assert isinstance(shielded, ExecutionPlan)
     assert shielded.punctuation_roles == ("doctor", "nurse") and shielded.key() != plan.key()
     windowed = ExecutionPlan("v", None, (), WindowSpec("tuple", 5, 5, (Aggregate("hr", "avg"),)))
-    with pytest.raises(PunctuatedQueryRefused, match="a window on it is not supported"):
-        shielded_plan(windowed, [on], ["doctor"])
+    shielded = shielded_plan(windowed, [on], ["doctor"])
+    assert isinstance(shielded, ExecutionPlan) and shielded.punctuation_roles == ("doctor",)
+    assert shielded.window == windowed.window
     join = JoinPlan(plan, ExecutionPlan("w", None, ("hr",)), (("patient", "patient"),), 5.0,
                     "hr", "hr")
     with pytest.raises(PunctuatedQueryRefused, match="a join"):
         shielded_plan(join, [on, off], ["doctor"])
+
+
+def test_a_tuple_counts_in_a_window_only_when_every_attribute_it_reads_is_visible():
+    from pep.core.punctuations import counts_in_window
+    from pep.runtime.plans.compile import compile_plan
+
+    def counts(sps, roles, reads, mode=REFINE):
+        state = ShieldState()
+        for p in sps:
+            state.add(p)
+        return counts_in_window(state.policy(), frozenset(roles), mode, reads, frozenset())
+
+    hide_temp = [sp(srp=["nurse"], sign="-", ddp={"attributes": ["temp"]})]
+    assert counts(hide_temp, ["nurse"], ("hr",))
+    assert not counts(hide_temp, ["nurse"], ("hr", "temp"))  # the aggregate reads temp
+    assert not counts([sp(srp=["doctor"])], ["nurse"], ("hr",))  # the whole tuple hidden
+    assert counts([], ["nurse"], ("hr",)) and not counts([], ["nurse"], ("hr",), DEFER)
+    assert not counts([], ["nurse"], ())  # a window that reads nothing counts nothing
+    assert not counts([sp(srp=["nurse"], sn=2)], ["nurse"], ("hr",))  # incomplete
+    # what a window plan reads: its filter, aggregates, keys, time
+    plan = ExecutionPlan("v", ((Predicate("ward", "=", "icu"),),), (), WindowSpec(
+        "time", 10, 10, (Aggregate("hr", "avg"), Aggregate("hr", "max")), "patient",
+        keys=("temp",)), punctuation_roles=("nurse",))
+    compiled = compile_plan(plan, SCHEMA)
+    assert compiled.punctuations is not None
+    assert compiled.punctuations[2] == ("ward", "hr", "temp", "patient")
