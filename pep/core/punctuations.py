@@ -38,8 +38,8 @@ from datetime import datetime
 from typing import Any
 
 from pep.core.errors import InvalidInput, NotPermitted
-from pep.core.plan import (AnyPlan, ExecutionPlan, SpatialPredicate, StreamDefinition,
-                           StreamSchema)
+from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, SpatialPredicate,
+                           StreamDefinition, StreamSchema)
 
 PUNCTUATION_KEY = "$punctuation"  # a record carrying a punctuation: {"$punctuation": {...}}
 SOURCE_OPTION = "punctuations"  # the stream setting (a source option): "on" enables them
@@ -57,7 +57,7 @@ class PunctuationError(InvalidInput):
 
 
 class PunctuatedQueryRefused(NotPermitted):
-    """A query the shield cannot enforce punctuations on (a join, a union of grants):
+    """A query the shield cannot enforce punctuations on (a union of grants):
     refused rather than run without them."""
 
 
@@ -226,19 +226,25 @@ def punctuation_from_json(doc: Mapping[str, Any], types: Mapping[str, str]) -> P
 def shielded_plan(plan: AnyPlan, definitions: Sequence[StreamDefinition],
                   roles: Iterable[str]) -> AnyPlan:
     """The plan a consumer's handle runs on punctuated streams: a plain or window plan carrying
-    the consumer's roles, which the punctuations' SRPs are read against; the plan as it is when
-    no stream of it has punctuations. Joins and unions of grants on a punctuated stream are
-    refused (PunctuatedQueryRefused, 403): the shield filters a plan's tuples before its rows
-    and its windows' aggregates, and a join's or a union's are computed elsewhere."""
+    the consumer's roles, which the punctuations' SRPs are read against (a join: each side on
+    a punctuated stream carries them); the plan as it is when no stream of it has
+    punctuations. Unions of grants on a punctuated stream are refused (PunctuatedQueryRefused,
+    403): the shield filters a plan's tuples before its rows and its windows' aggregates, and
+    a union's merged rows are computed apart from them."""
     punctuated = [d.name for d in definitions if enabled(d)]
     if not punctuated:
         return plan
+    held = tuple(sorted(set(roles)))
+    if isinstance(plan, JoinPlan):
+        # each side on a punctuated stream reads its own punctuations (the paper's SCJoin)
+        sides = [replace(p, punctuation_roles=held) if p.stream in punctuated else p
+                 for p in (plan.left, plan.right)]
+        return replace(plan, left=sides[0], right=sides[1])
     if not isinstance(plan, ExecutionPlan):
         raise PunctuatedQueryRefused(
-            f"stream {punctuated[0]!r} carries security punctuations: a join or a union of "
-            "grants on it is not supported (plain queries and windows are; "
-            "docs/punctuations.md)")
-    return replace(plan, punctuation_roles=tuple(sorted(set(roles))))
+            f"stream {punctuated[0]!r} carries security punctuations: a union of grants on "
+            "it is not supported (plain queries, windows and joins are; docs/punctuations.md)")
+    return replace(plan, punctuation_roles=held)
 
 
 def filter_attributes(plan: ExecutionPlan) -> tuple[str, ...]:

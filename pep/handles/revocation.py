@@ -476,8 +476,14 @@ def _roles_changed(record: HandleRecord, identity: Identity) -> bool:
     (`ExecutionPlan.punctuation_roles`): other roles now mean another view."""
     if "punctuation_roles" not in record.plan_json:
         return False
-    held = json.loads(record.plan_json).get("punctuation_roles")
-    return held is not None and list(held) != sorted(set(identity.roles))
+    doc = json.loads(record.plan_json)
+    now = sorted(set(identity.roles))
+    # a plain or window plan holds them; a join, on each side on a punctuated stream
+    for plan in (doc, doc.get("left"), doc.get("right")):
+        held = plan.get("punctuation_roles") if isinstance(plan, dict) else None
+        if held is not None and list(held) != now:
+            return True
+    return False
 
 
 def _default_identity(subject: str, roles: tuple[str, ...], admin: bool) -> Identity:

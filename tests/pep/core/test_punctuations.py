@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from dataclasses import replace
+
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema, WindowSpec)
+                           StreamDefinition, StreamSchema, UnionPlan, WindowSpec)
 from pep.core.punctuations import (DEFER, REFINE, PunctuatedQueryRefused, PunctuationError,
                                    SegmentPolicy, ShieldState, oracle, parse_punctuation,
                                    punctuation_from_json, filter_attributes,
@@ -159,7 +161,7 @@ def test_the_oracle_reads_records_in_stream_order():
         {"patient": 1, "hr": 80.0}, {"patient": 2, "hr": 90.0}, {"patient": 3, "hr": None}]
 
 
-def test_plain_and_window_plans_run_on_a_punctuated_stream_joins_do_not():
+def test_plain_window_and_join_plans_run_on_a_punctuated_stream_unions_do_not():
     on = StreamDefinition("v", "o", SCHEMA, SourceSpec("ingest", (("punctuations", "on"),)))
     off = StreamDefinition("w", "o", SCHEMA, SourceSpec("ingest", ()))
     plan = ExecutionPlan("v", None, ("hr",))
@@ -173,8 +175,13 @@ def test_plain_and_window_plans_run_on_a_punctuated_stream_joins_do_not():
     assert shielded.window == windowed.window
     join = JoinPlan(plan, ExecutionPlan("w", None, ("hr",)), (("patient", "patient"),), 5.0,
                     "hr", "hr")
-    with pytest.raises(PunctuatedQueryRefused, match="a join"):
-        shielded_plan(join, [on, off], ["doctor"])
+    joined = shielded_plan(join, [on, off], ["nurse", "doctor"])
+    assert isinstance(joined, JoinPlan)  # the punctuated side carries the roles, the other not
+    assert joined.left.punctuation_roles == ("doctor", "nurse")
+    assert joined.right.punctuation_roles is None and joined.key() != join.key()
+    union = UnionPlan("v", (plan, replace(plan, projection=("temp",))))
+    with pytest.raises(PunctuatedQueryRefused, match="a union of grants"):
+        shielded_plan(union, [on], ["doctor"])
 
 
 def test_a_tuple_counts_in_a_window_only_when_every_attribute_it_reads_is_visible():
