@@ -37,9 +37,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from pep.core.errors import InvalidInput, NotPermitted
+from pep.core.errors import InvalidInput
 from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, SpatialPredicate,
-                           StreamDefinition, StreamSchema)
+                           StreamDefinition, StreamSchema, UnionPlan)
 
 PUNCTUATION_KEY = "$punctuation"  # a record carrying a punctuation: {"$punctuation": {...}}
 SOURCE_OPTION = "punctuations"  # the stream setting (a source option): "on" enables them
@@ -54,11 +54,6 @@ Value = str | int | float | bool
 
 class PunctuationError(InvalidInput):
     """A punctuation record that cannot be read; the message says what and where."""
-
-
-class PunctuatedQueryRefused(NotPermitted):
-    """A query the shield cannot enforce punctuations on (a union of grants):
-    refused rather than run without them."""
 
 
 @dataclass(frozen=True)
@@ -225,12 +220,10 @@ def punctuation_from_json(doc: Mapping[str, Any], types: Mapping[str, str]) -> P
 
 def shielded_plan(plan: AnyPlan, definitions: Sequence[StreamDefinition],
                   roles: Iterable[str]) -> AnyPlan:
-    """The plan a consumer's handle runs on punctuated streams: a plain or window plan carrying
-    the consumer's roles, which the punctuations' SRPs are read against (a join: each side on
-    a punctuated stream carries them); the plan as it is when no stream of it has
-    punctuations. Unions of grants on a punctuated stream are refused (PunctuatedQueryRefused,
-    403): the shield filters a plan's tuples before its rows and its windows' aggregates, and
-    a union's merged rows are computed apart from them."""
+    """The plan a consumer's handle runs on punctuated streams: the plan carrying the
+    consumer's roles, which the punctuations' SRPs are read against (a join: each side on a
+    punctuated stream; a union of grants: each member); the plan as it is when no stream of it
+    has punctuations."""
     punctuated = [d.name for d in definitions if enabled(d)]
     if not punctuated:
         return plan
@@ -240,10 +233,9 @@ def shielded_plan(plan: AnyPlan, definitions: Sequence[StreamDefinition],
         sides = [replace(p, punctuation_roles=held) if p.stream in punctuated else p
                  for p in (plan.left, plan.right)]
         return replace(plan, left=sides[0], right=sides[1])
-    if not isinstance(plan, ExecutionPlan):
-        raise PunctuatedQueryRefused(
-            f"stream {punctuated[0]!r} carries security punctuations: a union of grants on "
-            "it is not supported (plain queries, windows and joins are; docs/punctuations.md)")
+    if isinstance(plan, UnionPlan):
+        return replace(plan, plans=tuple(replace(p, punctuation_roles=held)
+                                         for p in plan.plans))
     return replace(plan, punctuation_roles=held)
 
 
@@ -451,7 +443,7 @@ def oracle(records: Iterable[Mapping[str, Any]], roles: frozenset[str], mode: st
 
 
 __all__ = ["PUNCTUATION_KEY", "SOURCE_OPTION", "POSITIVE", "NEGATIVE", "REFINE", "DEFER",
-           "Condition", "Punctuation", "PunctuationError", "PunctuatedQueryRefused", "SegmentPolicy", "ShieldState",
+           "Condition", "Punctuation", "PunctuationError", "SegmentPolicy", "ShieldState",
            "enabled", "shielded_plan", "filter_attributes", "parse_punctuation", "punctuation_from_json", "segments",
            "visible_attributes", "counts_in_window", "visible_tuples", "LOG_NAME",
            "log_line", "read_log_line", "oracle"]

@@ -326,6 +326,8 @@ class BatchShield:
         row = batch.agg(F.min(seq).alias("lo"), F.max(seq).alias("hi")).first()
         low = None if row is None else row["lo"]
         high = None if row is None else row["hi"]
+        if low is not None:  # (a stream with window plans only routes no rows to say it)
+            self.shield.moved(int(low))
         cases: list[tuple[int, Column]] = []
         for state in plans:
             cases.append((state.id, F.lit(False) if low is None or high is None

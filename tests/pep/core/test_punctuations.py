@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,
                            StreamDefinition, StreamSchema, UnionPlan, WindowSpec)
-from pep.core.punctuations import (DEFER, REFINE, PunctuatedQueryRefused, PunctuationError,
+from pep.core.punctuations import (DEFER, REFINE, PunctuationError,
                                    SegmentPolicy, ShieldState, oracle, parse_punctuation,
                                    punctuation_from_json, filter_attributes,
                                    segments, shielded_plan, visible_attributes)
@@ -161,7 +161,7 @@ def test_the_oracle_reads_records_in_stream_order():
         {"patient": 1, "hr": 80.0}, {"patient": 2, "hr": 90.0}, {"patient": 3, "hr": None}]
 
 
-def test_plain_window_and_join_plans_run_on_a_punctuated_stream_unions_do_not():
+def test_every_kind_of_plan_runs_on_a_punctuated_stream_with_the_consumers_roles():
     on = StreamDefinition("v", "o", SCHEMA, SourceSpec("ingest", (("punctuations", "on"),)))
     off = StreamDefinition("w", "o", SCHEMA, SourceSpec("ingest", ()))
     plan = ExecutionPlan("v", None, ("hr",))
@@ -179,9 +179,10 @@ def test_plain_window_and_join_plans_run_on_a_punctuated_stream_unions_do_not():
     assert isinstance(joined, JoinPlan)  # the punctuated side carries the roles, the other not
     assert joined.left.punctuation_roles == ("doctor", "nurse")
     assert joined.right.punctuation_roles is None and joined.key() != join.key()
-    union = UnionPlan("v", (plan, replace(plan, projection=("temp",))))
-    with pytest.raises(PunctuatedQueryRefused, match="a union of grants"):
-        shielded_plan(union, [on], ["doctor"])
+    union = shielded_plan(UnionPlan("v", (plan, replace(plan, projection=("temp",)))), [on],
+                          ["doctor"])
+    assert isinstance(union, UnionPlan)  # each member carries the roles
+    assert [p.punctuation_roles for p in union.plans] == [("doctor",), ("doctor",)]
 
 
 def test_a_tuple_counts_in_a_window_only_when_every_attribute_it_reads_is_visible():
