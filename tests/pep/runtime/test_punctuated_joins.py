@@ -208,3 +208,44 @@ def test_a_side_shield_drops_hidden_tuples_and_nulls_hidden_attributes(tmp_path)
     assert [r["_xsg_seq"] for r in windowed] == [0, 5, 6]
     # a side whose join key is the hidden attribute joins none of those tuples
     assert [r["_xsg_seq"] for r in shielded(("t", "hr"), ("hr", "t"), False)] == [0, 5, 6]
+
+
+@pytest.mark.timeout(600)
+def test_a_join_through_the_catalogue_and_the_join_runtime(spark, tmp_path):
+    """The same, end to end in the runtime: both streams registered with punctuations on, the
+    records (punctuations among them) appended through the catalogue's ingest after the join
+    opened (its feeds), the join run by `JoinRuntime`: the nurse's rows are the brute force's."""
+    from pep.runtime.joins.runtime import JoinRuntime
+    from pep.streams.catalog import StreamCatalog
+    from tests.pep.runtime.support import wait_until
+    catalog = StreamCatalog(tmp_path / "streams.db", tmp_path / "data")
+    for name, schema, time_attribute in (("vitals", LEFT, "t"), ("rounds", RIGHT, "ts")):
+        catalog.register(name, "hospital", [{"name": f.name, "type": f.type}
+                                            for f in schema.fields],
+                         {"kind": "ingest", "punctuations": "on"}, time_attribute=time_attribute)
+    left, right = catalog.get("vitals"), catalog.get("rounds")
+    lefts, rights = history(1, "left", 3, 8), history(2, "right", 3, 8)
+    want = brute(lefts, rights, ("nurse",))
+    joins = JoinRuntime(spark, tmp_path / "work", trigger_interval=0.25, lateness=1000.0,
+                        feeds=catalog)
+    got: list[tuple] = []
+    names = ["vitals.t", "vitals.ward", "vitals.hr", "vitals.temp", "rounds.ts", "rounds.ward",
+             "rounds.nurse", "rounds.note"]
+
+    def deliver(batch) -> bool:
+        got.extend(tuple(json.loads(text)[n] for n in names) for text in batch.rows)
+        return True
+    try:
+        joins.attach_join("h", (left, right), plan(("nurse",), left, right), deliver)
+        for name, batches in (("vitals", lefts), ("rounds", rights)):
+            for records in batches:
+                body = "\n".join(json.dumps({k: v for k, v in r.items() if k != "_xsg_seq"})
+                                 for r in records)
+                catalog.append_records(name, body.encode())
+        assert wait_until(lambda: len(got) >= len(want), timeout=150), (len(got), len(want))
+        import time
+        time.sleep(1.0)  # nothing more comes
+        assert sorted(got, key=repr) == want
+    finally:
+        joins.stop()
+        catalog.close()
