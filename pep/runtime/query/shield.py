@@ -23,8 +23,8 @@ import os
 import threading
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from pyspark.sql import Column, DataFrame

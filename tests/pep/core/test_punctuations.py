@@ -3,9 +3,9 @@ refusals, the Security Shield's state, the verdict per attribute, and the plan a
 handle runs on a punctuated stream."""
 from __future__ import annotations
 
-import pytest
-
 from dataclasses import replace
+
+import pytest
 
 from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,
                            StreamDefinition, StreamSchema, UnionPlan, WindowSpec)
@@ -187,7 +187,6 @@ def test_every_kind_of_plan_runs_on_a_punctuated_stream_with_the_consumers_roles
 
 def test_a_tuple_counts_in_a_window_only_when_every_attribute_it_reads_is_visible():
     from pep.core.punctuations import counts_in_window
-    from pep.runtime.plans.compile import compile_plan
 
     def counts(sps, roles, reads, mode=REFINE):
         state = ShieldState()
@@ -202,10 +201,3 @@ def test_a_tuple_counts_in_a_window_only_when_every_attribute_it_reads_is_visibl
     assert counts([], ["nurse"], ("hr",)) and not counts([], ["nurse"], ("hr",), DEFER)
     assert not counts([], ["nurse"], ())  # a window that reads nothing counts nothing
     assert not counts([sp(srp=["nurse"], sn=2)], ["nurse"], ("hr",))  # incomplete
-    # what a window plan reads: its filter, aggregates, keys, time
-    plan = ExecutionPlan("v", ((Predicate("ward", "=", "icu"),),), (), WindowSpec(
-        "time", 10, 10, (Aggregate("hr", "avg"), Aggregate("hr", "max")), "patient",
-        keys=("temp",)), punctuation_roles=("nurse",))
-    compiled = compile_plan(plan, SCHEMA)
-    assert compiled.punctuations is not None
-    assert compiled.punctuations[2] == ("ward", "hr", "temp", "patient")

@@ -167,3 +167,14 @@ def test_each_consumers_windows_hold_exactly_the_tuples_its_segments_let_count(
         assert sum(len(rows) for rows in got[name].values()) >= 2, name  # something to see
     assert len({json.dumps(expected(batches, n), sort_keys=True) for n in CONSUMERS}) == \
         len(CONSUMERS)
+
+
+def test_what_a_window_plan_reads_is_what_its_tuples_need_visible():
+    """Its filter's attributes, its aggregates', its keys and its time, by schema names."""
+    from pep.core.plan import Aggregate, Predicate, WindowSpec
+    plan = ExecutionPlan("x", ((Predicate("station", "=", "A"),),), (), WindowSpec(
+        "time", 10, 10, (Aggregate("TEMP", "avg"), Aggregate("temp", "max")), "ts",
+        keys=("level",)), punctuation_roles=("nurse",))
+    compiled = compile_plan(plan, SCHEMA)
+    assert compiled.punctuations is not None
+    assert compiled.punctuations[2] == ("station", "temp", "level", "ts")
