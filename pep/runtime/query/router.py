@@ -138,14 +138,18 @@ class ResultRouter:
                     seqs)):
                 state.batches += 1
                 closed += self._deliver(state, out)
-        closed += self._route_unions(arrow, row_ids, bounds, seqs, plans, unions)
+        closed += self._route_unions(arrow, row_ids, bounds, seqs, plans, unions, hidden)
         return closed
 
     def _route_unions(self, arrow: pa.Table, row_ids: np.ndarray,
                       bounds: dict[int, tuple[int, int]], seqs: np.ndarray,
-                      plans: list[PlanState], only: list[UnionState] | None = None
+                      plans: list[PlanState], only: list[UnionState] | None = None,
+                      hidden: dict[int, dict[int, frozenset[str]]] | None = None
                       ) -> list[str]:
-        """Each union's plain members' rows, merged per tuple (`pep.runtime.query.union`)."""
+        """Each union's plain members' rows, merged per tuple (`pep.runtime.query.union`).
+        `hidden`: per member, the rows whose attributes punctuations hide from it (the
+        members of a union are one consumer's: a row's hidden attributes are the same for
+        every member that has it, each knowing those of its own projection)."""
         unions = self._registry.unions(only)
         if not unions:
             return []
@@ -158,8 +162,12 @@ class ResultRouter:
                 continue
             mask = member_masks(arrow.num_rows, row_ids, bounds, members)
             projections = {bit: states[pid].compiled.projection for bit, pid in members}
+            gone: dict[int, frozenset[str]] = {}
+            for _, pid in members:
+                for row, names in (hidden or {}).get(pid, {}).items():
+                    gone[row] = gone.get(row, frozenset()) | names
             out = merged_rows(arrow, mask, projections, self._layout.field_names, _json_texts, seqs,
-                              NO_SEQ)
+                              NO_SEQ, gone)
             if out is not None:
                 closed += self._deliver_to(list(union.handles.values()), out)
         return closed

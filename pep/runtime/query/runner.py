@@ -186,7 +186,11 @@ class MicroBatchRunner:
             panes_source = observed_batch
         # no plan table while every window plan passes nothing: no panes (`route_panes`)
         if windowed and scalar is not None:
-            panes_arrow = self._panes.panes_frame(panes_source, scalar, shape).toArrow()
+            # on a punctuated stream, each tuple only in the windows of the plans its segment
+            # lets count it (`BatchShield.window_filter`)
+            shielded = guard.window_filter(windowed, batch) if guard is not None else None
+            panes_arrow = self._panes.panes_frame(panes_source, scalar, shape,
+                                                  shielded).toArrow()
         try:
             if observation is not None:
                 figures = self._steps.observed(batch, observation)
@@ -209,7 +213,7 @@ class MicroBatchRunner:
             closed: list[str] = []
             if rows_arrow is not None and rows_arrow.num_rows:
                 closed += router.route_rows(rows_arrow, plain, shape, grouped, shield=guard)
-            if windowed and guard is None:  # never windows on a punctuated stream
+            if windowed:
                 closed += router.route_panes(panes_arrow, windowed, shape)
             return closed
         return route, spark_s
