@@ -16,9 +16,10 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from pep.runtime.base.jvm_steps import JvmSteps
+from pep.runtime.delivery.writer import TopicWriter
 from pep.runtime.plans.batch_shape import Shape
 from pep.runtime.plans.matcher import GroupedMatcher
-from pep.runtime.query.batch_columns import observed
+from pep.runtime.query.batch_columns import observed, order_columns
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.panes_job import PanesJob
 from pep.runtime.query.plan_table import PlanTable
@@ -43,7 +44,8 @@ class MicroBatchRunner:
 
     def __init__(self, spark: SparkSession, layout: StreamLayout, registry: PlanRegistry,
                  table: PlanTable, rows: RowsJob, panes: PanesJob, router: ResultRouter,
-                 figures: QueryFigures, on_handle_closed: Callable[[str], None]) -> None:
+                 figures: QueryFigures, on_handle_closed: Callable[[str], None],
+                 topics: TopicWriter | None = None) -> None:
         self._spark = spark
         self._layout = layout
         self._registry = registry
@@ -53,6 +55,9 @@ class MicroBatchRunner:
         self._router = router
         self._figures = figures
         self._on_handle_closed = on_handle_closed
+        # delivery through plan topics (pep/runtime/delivery): the row plans whose handles read
+        # topics are written from the workers in the batch; None: every row to the driver
+        self._topics = topics
         # a batch's results are delivered one batch behind the query (`query/route_worker.py`)
         self._worker = RouteWorker(f"xsg-route-{layout.name}", figures.failed)
         self._codegen: str | None = None  # whole-stage codegen as set in the query's session
@@ -110,7 +115,7 @@ class MicroBatchRunner:
         route: Route | None = None
         spark_s = 0.0
         if scalar is not None or rows_by is not None:
-            route, spark_s = self._evaluate(batch, sets, shape, scalar, rows_by)
+            route, spark_s = self._evaluate(batch, sets, shape, scalar, rows_by, batch_id)
         self._figures.evaluated(len(plans))
         # Spark commits this batch and prepares the next while its rows are delivered
         # (`query/route_worker.py`); the one before it is routed first
@@ -131,13 +136,15 @@ class MicroBatchRunner:
             # the split tests/bench reads
             log.debug("batch %s: table %.3f eval %.3f route %.3f", batch_id, table_s, spark_s,
                       time.perf_counter() - started)
+        if self._topics is not None:
+            self._topics.flush()  # the driver's records are on the brokers before "delivered"
         self._router.delivered(batch_id)
         for handle_id in closed:
             self._on_handle_closed(handle_id)
 
     def _evaluate(self, batch: DataFrame, sets: PlanSets, shape: Shape,
-                  scalar: Column | None, rows_by: RowsMatcher | None = None
-                  ) -> tuple[Route, float]:
+                  scalar: Column | None, rows_by: RowsMatcher | None = None,
+                  batch_id: int = 0) -> tuple[Route, float]:
         """Run the batch's jobs; (what routes their results into the handles and returns the
         handles that closed on the way, seconds in Spark jobs)."""
         started = time.perf_counter()
@@ -170,13 +177,23 @@ class MicroBatchRunner:
         rows_arrow: pa.Table | None = None
         panes_arrow: pa.Table | None = None
         figures: dict[str, Any] = {}
+        # the row plans whose handles read plan topics are written from the workers; the rest
+        # (windows' rows, unions' members, handles in this process) come to the driver
+        worker, driver_plain = (self._topics.split(plain) if self._topics is not None
+                                else ([], plain))
         if plain and shape.plain_columns:
-            if grouped is not None:
+            if driver_plain and grouped is not None:
                 rows_arrow, counts = self._rows.admitted_arrow(observed_batch, shape, grouped)
                 if not from_progress:
                     figures = counts
-            elif few is not None or scalar is not None:
+            elif driver_plain and (few is not None or scalar is not None):
                 rows_arrow = self._rows.rows_frame(observed_batch, scalar, shape, few).toArrow()
+            if worker:
+                counts = self._write_topics(observed_batch, shape, scalar, few, grouped, worker,
+                                            batch_id, observe=not driver_plain and counted
+                                            and not from_progress)
+                if counts:
+                    figures = counts
             panes_source = batch
         else:
             panes_source = observed_batch
@@ -200,15 +217,39 @@ class MicroBatchRunner:
             if arrow is not None:
                 self._figures.collected(arrow)
         router = self._router
+        written = frozenset(s.id for s in worker)
 
         def route() -> list[str]:
             closed: list[str] = []
             if rows_arrow is not None and rows_arrow.num_rows:
-                closed += router.route_rows(rows_arrow, plain, shape, grouped)
+                closed += router.route_rows(rows_arrow, driver_plain, shape, grouped, written)
             if windowed:
                 closed += router.route_panes(panes_arrow, windowed, shape)
             return closed
         return route, spark_s
+
+    def _write_topics(self, batch: DataFrame, shape: Shape, scalar: Column | None,
+                      few: Column | None, grouped: GroupedMatcher | None, worker: list[Any],
+                      batch_id: int, observe: bool) -> dict[str, Any]:
+        """The rows of the plans whose handles read plan topics, written from the workers
+        (`pep.runtime.delivery`); the stream's figures when `observe` (the grouped matcher's
+        tasks count them) and no driver job collected them."""
+        topics = self._topics
+        assert topics is not None
+        layout = self._layout
+        routes = topics.routes(worker, lambda s: tuple(layout.row_columns(
+            s.compiled, s.compiled.projection)))
+        order = order_columns(layout, shape)
+        position = self._router.position(batch_id)
+        if grouped is not None:
+            keep = list(shape.plain_columns) + order
+            return topics.write_bits(self._rows.admitted_frame(batch, shape, grouped), grouped,
+                                     keep, routes, order, position, observe)
+        if few is None and scalar is None:
+            return {}
+        topics.write_pids(self._rows.rows_frame(batch, scalar, shape, few), routes, order,
+                          position)
+        return {}
 
 
 __all__ = ["MicroBatchRunner", "Route"]
