@@ -62,8 +62,12 @@ def test_row_plans_and_windows_are_written_to_their_plan_topics(spark, tmp_path,
         got = topic_records(kafka_broker, rows_topic, 3)
         assert [r for _, r in got] == [{"station": "A", "v": 1.0}, {"station": "A", "v": 3.0},
                                        {"station": "A", "v": 4.0}]
+        producer.send(source, [rec(5, 5.0), rec(6, 6.0)], partition=1)  # a later micro-batch
+        got = topic_records(kafka_broker, rows_topic, 5)
+        assert [r["v"] for _, r in got] == [1.0, 3.0, 4.0, 5.0, 6.0]
+        assert len({k.rsplit(":", 1)[0] for k, _ in got}) == 2  # two micro-batches' keys
         assert all(k.startswith("m:") for k, _ in got)
-        windows = topic_records(kafka_broker, window_topic, 2)
-        assert [w["sum_v"] for _, w in windows] == [-1.0, 7.0], windows
+        windows = topic_records(kafka_broker, window_topic, 3)
+        assert [w["sum_v"] for _, w in windows] == [-1.0, 7.0, 11.0], windows
     finally:
         rt.stop()

@@ -159,25 +159,17 @@ class TopicRows:
         return self.records(exploded, routes, order, prefix)
 
     def from_bits(self, admitted: DataFrame, matcher: Any, keep: Sequence[str],
-                  routes: Sequence[PlanRoute], order: Sequence[str], prefix: str,
-                  observe: bool) -> tuple[DataFrame, Any]:
+                  routes: Sequence[PlanRoute], order: Sequence[str], prefix: str) -> DataFrame:
         """Records from the grouped matcher's admitted frame (a bitmap per row, and the tasks'
-        figures rows): the bitmaps exploded on the workers (`worker_rows.exploded_rows`); with
-        `observe`, the figures observed on the way (read them with `observed` after the
-        write). (the records, the JVM observation or None)."""
+        figures rows, dropped here: a writer's job reports no observation, the runner counts
+        the batch itself): the bitmaps exploded on the workers (`worker_rows.exploded_rows`)."""
         schema = self._exploded_schema(admitted, keep)
         exploded = self._steps.map_in_arrow(
             admitted, ("explode", tuple(keep), id(matcher)), matcher,
             lambda: worker_rows.exploded_rows(matcher, list(keep), BITS_COLUMN, PID,
                                               (READ_COLUMN, TOP_COLUMN)),
             schema, [f.name for f in admitted.schema.fields])
-        observation = None
-        if observe:
-            exploded, observation = self._steps.observe(
-                exploded, f"xsg_topic_figures_{id(exploded)}",
-                [F.sum(F.col(READ_COLUMN)).alias("rows"), F.max(F.col(TOP_COLUMN)).alias("seq")])
-        rows = exploded.where(F.col(PID).isNotNull())
-        return self.records(rows, routes, order, prefix), observation
+        return self.records(exploded.where(F.col(PID).isNotNull()), routes, order, prefix)
 
     def _exploded_schema(self, admitted: DataFrame, keep: Sequence[str]) -> T.StructType:
         key = tuple(keep)
@@ -190,9 +182,6 @@ class TopicRows:
                                      T.StructField(TOP_COLUMN, T.LongType())])
             self._exploded[key] = schema
         return schema
-
-    def observed(self, frame: DataFrame, observation: Any) -> dict[str, Any]:
-        return self._steps.observed(frame, observation)
 
     # ----- the write ----------------------------------------------------------------------------
     def write(self, records: DataFrame, stopping: Callable[[], bool]) -> None:

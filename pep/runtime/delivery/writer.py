@@ -77,21 +77,11 @@ class TopicWriter:
                             self._stopping)
 
     def write_bits(self, admitted: DataFrame, matcher: Any, keep: Sequence[str],
-                   routes: Sequence[PlanRoute], order: Sequence[str], batch: int,
-                   observe: bool) -> dict[str, Any]:
-        """The rows of the grouped matcher's admitted frame, written from the workers; with
-        `observe`, the stream's figures its tasks counted ({} otherwise)."""
-        if not routes:
-            return {}
-        records, observation = self.rows.from_bits(admitted, matcher, keep, routes, order,
-                                                   self.prefix(batch), observe)
-        self.rows.write(records, self._stopping)
-        if observation is None:
-            return {}
-        try:
-            return self.rows.observed(records, observation)
-        except Exception:  # noqa: BLE001 - the figures only; the rows are written
-            return {}
+                   routes: Sequence[PlanRoute], order: Sequence[str], batch: int) -> None:
+        """The rows of the grouped matcher's admitted frame, written from the workers."""
+        if routes:
+            self.rows.write(self.rows.from_bits(admitted, matcher, keep, routes, order,
+                                                self.prefix(batch)), self._stopping)
 
     def produce(self, handles: Sequence[Any], out: RowBatch, batch: int | None) -> None:
         """A batch the driver finished, produced once to each topic of `handles`."""

@@ -169,18 +169,22 @@ class MicroBatchRunner:
         # observed on the batch's first job (a Kafka stream's rows come from Spark's progress)
         from_progress = self._layout.kafka
         counted = grouped is not None and bool(plain) and bool(shape.plain_columns)
+        # the row plans whose handles read plan topics are written from the workers; the rest
+        # (windows' rows, unions' members, handles in this process) come to the driver
+        worker, driver_plain = (self._topics.split(plain) if self._topics is not None
+                                else ([], plain))
+        # a write to the plan topics as the batch's only job: Spark's writer runs it as a
+        # command, whose observed metrics never reach the observation (it would wait forever):
+        # the figures come from one more small job instead
+        writes_only = bool(worker) and not driver_plain and not windowed
         observation = None
         observed_batch = batch
-        if not from_progress and not counted:
+        if not from_progress and not counted and not writes_only:
             observed_batch, observation = self._steps.observe(
                 batch, f"xsg_observed_{next(_OBSERVATIONS)}", observed(shape))
         rows_arrow: pa.Table | None = None
         panes_arrow: pa.Table | None = None
         figures: dict[str, Any] = {}
-        # the row plans whose handles read plan topics are written from the workers; the rest
-        # (windows' rows, unions' members, handles in this process) come to the driver
-        worker, driver_plain = (self._topics.split(plain) if self._topics is not None
-                                else ([], plain))
         if plain and shape.plain_columns:
             if driver_plain and grouped is not None:
                 rows_arrow, counts = self._rows.admitted_arrow(observed_batch, shape, grouped)
@@ -189,17 +193,14 @@ class MicroBatchRunner:
             elif driver_plain and (few is not None or scalar is not None):
                 rows_arrow = self._rows.rows_frame(observed_batch, scalar, shape, few).toArrow()
             if worker:
-                counts = self._write_topics(observed_batch, shape, scalar, few, grouped, worker,
-                                            batch_id, observe=not driver_plain and counted
-                                            and not from_progress)
-                if counts:
-                    figures = counts
+                self._write_topics(observed_batch, shape, scalar, few, grouped, worker, batch_id)
             panes_source = batch
         else:
             panes_source = observed_batch
         # no plan table while every window plan passes nothing: no panes (`route_panes`)
         if windowed and scalar is not None:
             panes_arrow = self._panes.panes_frame(panes_source, scalar, shape).toArrow()
+        computed = writes_only and not from_progress
         try:
             if observation is not None:
                 figures = self._steps.observed(batch, observation)
@@ -209,6 +210,8 @@ class MicroBatchRunner:
             # batches no longer observe): the same figures from one more small job
             log.debug("stream %s: observed figures unavailable (%s); computed",
                       self._layout.name, type(exc).__name__)
+            computed = True
+        if computed:
             row = batch.agg(*observed(shape)).first()  # an aggregate: always one row
             figures = row.asDict() if row is not None else {}
         spark_s = time.perf_counter() - started
@@ -230,10 +233,9 @@ class MicroBatchRunner:
 
     def _write_topics(self, batch: DataFrame, shape: Shape, scalar: Column | None,
                       few: Column | None, grouped: GroupedMatcher | None, worker: list[Any],
-                      batch_id: int, observe: bool) -> dict[str, Any]:
+                      batch_id: int) -> None:
         """The rows of the plans whose handles read plan topics, written from the workers
-        (`pep.runtime.delivery`); the stream's figures when `observe` (the grouped matcher's
-        tasks count them) and no driver job collected them."""
+        (`pep.runtime.delivery`)."""
         topics = self._topics
         assert topics is not None
         layout = self._layout
@@ -243,13 +245,11 @@ class MicroBatchRunner:
         position = self._router.position(batch_id)
         if grouped is not None:
             keep = list(shape.plain_columns) + order
-            return topics.write_bits(self._rows.admitted_frame(batch, shape, grouped), grouped,
-                                     keep, routes, order, position, observe)
-        if few is None and scalar is None:
-            return {}
-        topics.write_pids(self._rows.rows_frame(batch, scalar, shape, few), routes, order,
-                          position)
-        return {}
+            topics.write_bits(self._rows.admitted_frame(batch, shape, grouped), grouped, keep,
+                              routes, order, position)
+        elif few is not None or scalar is not None:
+            topics.write_pids(self._rows.rows_frame(batch, scalar, shape, few), routes, order,
+                              position)
 
 
 __all__ = ["MicroBatchRunner", "Route"]
