@@ -47,7 +47,7 @@ def cmd_edge(args: argparse.Namespace) -> int:
     from pep.config import SERVE_DEFAULTS, ConfigError, load_settings
     from pep.delivery.settings import DeliverySettings
     from pep.delivery.store import DeliveryStore
-    from pep.edge.app import create_edge_app
+    from pep.http.edge import create_edge_app
     from pep.edge.node import EdgeNode
     from pep.handles.records import HandleStore
     from pep.http.read_tokens import ReadTokens

@@ -185,6 +185,11 @@ def test_another_owner_reads_nothing_of_a_plan_topic_through_an_edge(setup):
                           headers=auth("lta"), timeout=30).json()["read_token"]
     r = requests.get(f"{edge}/handles/not-{handle}?read_token={token}", timeout=30)
     assert r.status_code == 401
+    # the gateway sends a reader to an edge, the read token with it
+    r = requests.get(f"{setup.gateway}/handles/{handle}?read_token={token}",
+                     allow_redirects=False, timeout=30)
+    assert r.status_code == 307 and r.headers["Location"].split("/handles/")[0] in \
+        setup.edges.values() and r.headers["Location"].endswith(f"read_token={token}")
     # the owner's read token reads the rows (from the handle's plan topic)
     reader_url = f"{edge}/handles/{handle}?read_token={token}"
     got: list[dict] = []
@@ -228,6 +233,49 @@ def test_a_released_handle_gets_nothing_more_from_any_edge(setup):
         assert reader.final is not None and reader.final["event"] == "released"
         assert [r["row"]["value"] for r in reader.rows] == [1.0, 2.0]
     time.sleep(1.0)
+    for edge in setup.edges.values():
+        r = requests.get(f"{edge}/handles/{handle}", headers=auth("lta", Accept=ND["Content-Type"]),
+                         timeout=30)
+        assert r.status_code == 410, r.text
+
+
+@pytest.mark.timeout(300)
+def test_a_revoked_handle_gets_0_rows_from_any_edge(setup):
+    register(setup.gateway, "revo")
+    handle = open_handle(setup.gateway, "revo")
+    readers = [Reader([f"{setup.edges[e]}/handles/{handle}"]).start() for e in ("e1", "e2")]
+    time.sleep(1.0)
+    post(setup.gateway, "revo", [1.0], 0)
+    for reader in readers:
+        assert len(reader.wait_rows(1)) == 1
+    # rows keep coming while the policy that granted them is deleted
+    stop = threading.Event()
+    posted: list[tuple[float, float]] = []  # (value, when its POST was answered)
+
+    def feed() -> None:
+        n = 1
+        while not stop.is_set():
+            post(setup.gateway, "revo", [float(n + 1)], n)
+            posted.append((float(n + 1), time.monotonic()))
+            n += 1
+            time.sleep(0.05)
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    time.sleep(1.0)
+    r = requests.delete(f"{setup.gateway}/policies/urn:t:revo", headers=auth("nea"), timeout=60)
+    answered = time.monotonic()
+    assert r.status_code in (200, 204), r.text
+    time.sleep(1.5)
+    stop.set()
+    feeder.join(30)
+    for reader in readers:
+        assert reader.done.wait(10)
+        assert reader.final is not None and reader.final["event"] == "revoked"
+        # the edge closed the reader before it acknowledged, and the DELETE waited for that:
+        # nothing appended after the DELETE answered reached a reader
+        assert reader.final["_at"] <= answered + 1.0
+        late = {v for v, at in posted if at > answered}
+        assert late and not late & {line["row"]["value"] for line in reader.rows}
     for edge in setup.edges.values():
         r = requests.get(f"{edge}/handles/{handle}", headers=auth("lta", Accept=ND["Content-Type"]),
                          timeout=30)
