@@ -130,8 +130,40 @@ class PlanTopics:
             if record.id in topics:
                 by_state.setdefault((record.state.value, record.reason), []).append(record.id)
         for (state, reason), ids in by_state.items():
-            self.revocations.publish(ids, state, reason)
+            silent = self.revocations.publish(ids, state, reason)
+            if silent:
+                self.fence(silent, {topics[h] for h in ids})
         self.retire(self.store.unused_topics(topics.values()))
+
+    def fence(self, edges: Iterable[str], topics: Iterable[str]) -> list[str]:
+        """Cut these edges off these plan topics: a DENY READ ACL for each one's Kafka
+        principal on each topic (a DENY wins over the ALLOW its identity has on the plan
+        topics' prefix), recorded in the store and taken away with the topic. The principals
+        fenced; an edge without an identity of its own (no SASL) cannot be fenced, which is
+        logged."""
+        from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType,
+                                           ResourcePatternType, ResourceType)
+
+        wanted = set(edges)
+        principals = sorted({e.principal for e in self.store.edges() if e.edge in wanted})
+        own = [p for p in principals if p not in ("User:ANONYMOUS", self.settings.principal)]
+        if len(own) < len(principals) or len(principals) < len(wanted):
+            log.error("plan topics: edge(s) %s did not acknowledge a revocation and cannot be "
+                      "fenced (no Kafka identity of their own)", ", ".join(sorted(wanted)))
+        names = sorted(set(topics))
+        if not own or not names:
+            return []
+        bindings = [AclBinding(ResourceType.TOPIC, t, ResourcePatternType.LITERAL, p, "*",
+                               AclOperation.READ, AclPermissionType.DENY)
+                    for t in names for p in own]
+        for binding, future in self._admin.create_acls(bindings, request_timeout=10).items():
+            future.result(10)  # a fence that could not be put raises: the DELETE fails
+        for topic in names:
+            self.store.fenced(topic, own)
+        log.warning("plan topics: fenced %s off %d plan topic(s): no acknowledgement of a "
+                    "revocation within %.2f s", ", ".join(own), len(names),
+                    self.settings.ack_timeout)
+        return own
 
     def retire(self, topics: Iterable[str]) -> None:
         """Mark these topics ended now, delete them `DELETE_GRACE` seconds later."""
@@ -148,6 +180,7 @@ class PlanTopics:
         timer.start()
 
     def _delete(self, topics: list[str]) -> None:
+        self._unfence(topics)
         try:
             for topic, future in self._admin.delete_topics(topics, request_timeout=30).items():
                 try:
@@ -156,6 +189,26 @@ class PlanTopics:
                     log.warning("plan topic %s could not be deleted: %s", topic, exc)
         except Exception as exc:  # noqa: BLE001 - the next start deletes orphans
             log.warning("plan topics could not be deleted: %s", exc)
+
+    def _unfence(self, topics: list[str]) -> None:
+        """The fences of these topics go with them (Kafka keeps ACLs of deleted topics)."""
+        from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType,
+                                           ResourcePatternType, ResourceType)
+
+        for topic in topics:
+            try:
+                principals = self.store.fences(topic)
+                if not principals:
+                    continue
+                filters = [AclBindingFilter(ResourceType.TOPIC, topic,
+                                            ResourcePatternType.LITERAL, p, "*",
+                                            AclOperation.READ, AclPermissionType.DENY)
+                           for p in principals]
+                for future in self._admin.delete_acls(filters, request_timeout=10).values():
+                    future.result(10)
+                self.store.unfence(topic)
+            except Exception as exc:  # noqa: BLE001 - the store keeps it: the next try
+                log.warning("plan topic %s: its fences could not be taken away: %s", topic, exc)
 
     def close(self) -> None:
         with self._lock:

@@ -153,7 +153,9 @@ class TopicReader:
     # -- the topic ------------------------------------------------------------------------------
 
     def _consume(self) -> None:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        DENIED = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
 
         consumer = Consumer(self._settings.client(**{
             "group.id": self._settings.group_prefix + "reader", "enable.auto.commit": False,
@@ -167,8 +169,13 @@ class TopicReader:
                 msg = consumer.poll(POLL)
                 if msg is None:
                     continue
-                if msg.error():
-                    log.debug("plan topic %s: %s", self.topic, msg.error())
+                error = msg.error()
+                if error is not None:
+                    if error.code() in DENIED:  # fenced off the topic: deny
+                        self.close("shutdown", "this edge may not read the handle's topic; "
+                                               "reconnect")
+                        return
+                    log.debug("plan topic %s: %s", self.topic, error)
                     continue
                 offset = int(msg.offset() or 0)
                 if offset > expected and offset > self._given:  # records the topic lost
