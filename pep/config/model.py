@@ -122,9 +122,8 @@ class GatewayConfig:
     # processes (`xsg edge`, pep/edge) and by this one. The brokers, this process's own SCRAM
     # identity on them (a gateway's writes and manages the topics and ACLs; each edge has its
     # own, which may only read), the topics' names' prefix, how long and how much a plan topic
-    # keeps, its replication, how long a revocation waits for every edge's acknowledgement
-    # before it fences the silent ones off the plan's topic, and whether a Kafka stream whose
-    # plans are all native runs in Spark's real-time mode.
+    # keeps, its replication, and how long a revocation waits for every edge's acknowledgement
+    # before it fences the silent ones off the plan's topic.
     delivery: str = "process"
     delivery_brokers: str | None = None
     delivery_security_protocol: str = "SASL_PLAINTEXT"
@@ -136,7 +135,6 @@ class GatewayConfig:
     delivery_retention_bytes: int = 256 * 1024 * 1024
     delivery_replication: int = 1
     delivery_ack_timeout: float = 1.0
-    delivery_realtime: bool = False
 
     def __post_init__(self) -> None:
         check_config(self)  # pep.config.validation: bounds, kinds, normalised forms

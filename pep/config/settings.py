@@ -113,8 +113,6 @@ SETTING_HELP = {
     "delivery_replication": "replicas of each delivery topic",
     "delivery_ack_timeout": "seconds a revocation waits for every edge's acknowledgement "
                             "before fencing the silent ones off the plan's topic",
-    "delivery_realtime": "run a Kafka stream whose plans are all native (filters, projections, "
-                         "masks without Python) in Spark's real-time mode",
     "oidc.issuer": "accept JWTs of this OIDC issuer (its 'iss'), besides the token file",
     "oidc.audience": "comma-separated audiences; a token's 'aud' must contain one",
     "oidc.jwks_uri": "the issuer's JWKS URL",

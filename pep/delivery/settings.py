@@ -31,7 +31,6 @@ class DeliverySettings:
     retention_bytes: int = 256 * 1024 * 1024
     replication: int = 1
     ack_timeout: float = 1.0
-    realtime: bool = False
 
     @classmethod
     def of(cls, config: Any) -> "DeliverySettings":
@@ -44,8 +43,7 @@ class DeliverySettings:
                    retention_seconds=float(config.delivery_retention_seconds),
                    retention_bytes=int(config.delivery_retention_bytes),
                    replication=int(config.delivery_replication),
-                   ack_timeout=float(config.delivery_ack_timeout),
-                   realtime=bool(config.delivery_realtime))
+                   ack_timeout=float(config.delivery_ack_timeout))
 
     # -- names ----------------------------------------------------------------------------------
 

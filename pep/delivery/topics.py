@@ -84,8 +84,10 @@ class PlanTopics:
             # decided: the runtime writes each running plan's rows to its handles' topics, so
             # two running plans on one topic would write its rows twice
             running = hashlib.sha256(record.plan_json.encode("utf-8")).hexdigest()
-            topic = self.topic_for(record.stream, running)
-            self.store.bind(handle_id, topic, end_offset(self._offsets, topic))
+            topic, created = self.topic_for(record.stream, running)
+            # a topic created now is empty: its end is 0 (the broker may not know its leader
+            # yet); an existing one's end is asked
+            self.store.bind(handle_id, topic, 0 if created else end_offset(self._offsets, topic))
             binding = self.store.binding(handle_id)
             assert binding is not None
         owner: Any = getattr(put, "__self__", None)  # the handle's HandleBuffer
@@ -93,17 +95,18 @@ class PlanTopics:
             return TopicTarget(binding[0], lambda: not owner.closed)
         return TopicTarget(binding[0], lambda: True)
 
-    def topic_for(self, stream: str, plan_key: str) -> str:
-        """The plan's live topic, created when it has none."""
+    def topic_for(self, stream: str, plan_key: str) -> tuple[str, bool]:
+        """The plan's live topic, created when it has none; (its name, whether it was
+        created now)."""
         with self._lock:
             topic = self.store.live_topic(stream, plan_key)
             if topic is not None:
-                return topic
+                return topic, False
             topic = self.settings.plan_prefix + secrets.token_hex(12)
             ensure_topics(self._admin, self.settings, (topic,))
             self.store.add_topic(topic, stream, plan_key)
             log.debug("plan topic %s for a plan of %s", topic, stream)
-            return topic
+            return topic, True
 
     def edge_url(self, handle_id: str) -> str | None:
         """Where a reader of this handle reads it: a live edge's URL (the least recently

@@ -59,7 +59,8 @@ def test_a_silent_edge_is_fenced_off_the_plan_topic(kafka_broker, postgres, tmp_
     topics = PlanTopics(gateway, store, handle=lambda h: None, eligible=lambda r: False)
     reader = None
     try:
-        topic = topics.topic_for("s", "plan")
+        topic, created = topics.topic_for("s", "plan")
+        assert created and topics.topic_for("s", "plan") == (topic, False)
         produce(kafka_broker, topic, ['{"v":1}', '{"v":2}'])
         # an edge with its own identity reads the plan topic
         reader = TopicReader(edge, "h1", topic, 0, None)
