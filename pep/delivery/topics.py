@@ -58,7 +58,7 @@ class PlanTopics:
         self.revocations = Revocations(
             settings, lambda: [e.edge for e in store.edges(seen_within=EDGE_ALIVE)])
         self._lock = threading.Lock()  # one topic per plan, also when two handles open at once
-        self._timers: list[threading.Timer] = []
+        self._timers: list[tuple[threading.Timer, list[str]]] = []  # deletions to come
         self._turn = 0  # the edge the next reader is sent to (`edge_url`)
         self.retire(store.orphan_topics())
 
@@ -179,7 +179,7 @@ class PlanTopics:
         timer.daemon = True
         timer.name = "xsg-plan-topics-delete"
         with self._lock:
-            self._timers = [t for t in self._timers if t.is_alive()] + [timer]
+            self._timers = [(t, n) for t, n in self._timers if t.is_alive()] + [(timer, names)]
         timer.start()
 
     def _delete(self, topics: list[str]) -> None:
@@ -216,10 +216,10 @@ class PlanTopics:
     def close(self) -> None:
         with self._lock:
             timers, self._timers = self._timers, []
-        for timer in timers:  # deleted now rather than never (their handles ended)
+        for timer, names in timers:  # deleted now rather than never (their handles ended)
             if timer.is_alive():
                 timer.cancel()
-                self._delete(list(timer.args[0]))  # type: ignore[index]
+                self._delete(names)
         self.revocations.close()
         self._offsets.close()
 

@@ -345,8 +345,8 @@ def read_handle(handle_id: str) -> Response:
         if not record.live:
             raise _gone(record)
         return jsonify(record.summary(public_base(configured_base_url())))
-    edge = services.delivery.edge_url(handle_id) if services.delivery is not None \
-        and record.live else None
+    delivery = getattr(services, "delivery", None)  # plan topics (pep/delivery), or None
+    edge = delivery.edge_url(handle_id) if delivery is not None and record.live else None
     if edge is not None:  # delivered through its plan topic (pep/delivery): read on an edge
         query = request.query_string.decode("latin-1")
         moved = Response(status=307)

@@ -140,12 +140,16 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
         for proc, job in readers:
             if proc.poll() is None:
                 reader_result(proc, job, 30, stop=True)
-        for proc, _ in edges:
+        for j, (proc, _) in enumerate(edges):
             proc.terminate()
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+            said = [ln for ln in (tmp / f"edge-{j}.out").read_text(errors="replace").splitlines()
+                    if " WARNING " in ln or " ERROR " in ln]
+            for line in said[:5]:  # an edge that stopped serving says why
+                print(f"  edge {j}: {line}")
         gw.close()
         spark.stop()
     lat: list[list[float]] = [[], []]
