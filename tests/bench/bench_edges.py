@@ -168,7 +168,9 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
     return {"side": side, "n": n, "phases": [many.phase_figures(lat[j], want[j])
                                              for j in range(2)],
             "revoke_call": revoke_call, "revoked": many.phase_figures(revoked, n),
-            "after_revoked": after, "gaps": gaps, "errors": errors[:5]}
+            "after_revoked": after, "gaps": gaps, "errors": errors[:5],
+            "readers": [{"rows": res["rows"], "open": res["still_open"],
+                         "finals": res["finals"]} for res in results]}
 
 
 def report(r: dict[str, Any]) -> None:
@@ -179,6 +181,8 @@ def report(r: dict[str, Any]) -> None:
           f"p99 {secs(rv['p99'], 'ms')} (DELETE {r['revoke_call'] * 1000:.0f} ms); rows after "
           f"`revoked` {r['after_revoked']}, gaps {r['gaps']}"
           + (f"; errors {r['errors']}" if r["errors"] else ""))
+    if any(x["open"] for x in r["readers"]):  # handles whose reader never saw their end
+        print(f"    reader processes: {r['readers']}")
 
 
 def side_main(a: dict[str, Any]) -> None:

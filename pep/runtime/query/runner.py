@@ -28,6 +28,7 @@ from pep.runtime.query.route_worker import DRAIN_WAIT, RouteWorker
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob, RowsMatcher
 from pep.runtime.query.settings import StreamLayout
+from pep.runtime.query.shield import BatchShield, PunctuationShield
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class MicroBatchRunner:
     def __init__(self, spark: SparkSession, layout: StreamLayout, registry: PlanRegistry,
                  table: PlanTable, rows: RowsJob, panes: PanesJob, router: ResultRouter,
                  figures: QueryFigures, on_handle_closed: Callable[[str], None],
+                 shield: PunctuationShield | None = None,
                  topics: TopicWriter | None = None) -> None:
         self._spark = spark
         self._layout = layout
@@ -58,6 +60,7 @@ class MicroBatchRunner:
         # delivery through plan topics (pep/runtime/delivery): the row plans whose handles read
         # topics are written from the workers in the batch; None: every row to the driver
         self._topics = topics
+        self._shield = shield  # the stream's security punctuations (`query/shield.py`)
         # a batch's results are delivered one batch behind the query (`query/route_worker.py`)
         self._worker = RouteWorker(f"xsg-route-{layout.name}", figures.failed)
         self._codegen: str | None = None  # whole-stage codegen as set in the query's session
@@ -104,6 +107,7 @@ class MicroBatchRunner:
             # their watermarks, in routing: the batch before this one is routed first
             self._worker.drain()
         t0 = time.perf_counter()
+        guard = self._shield.prepare(batch) if self._shield is not None else None
         self._table.anchors.update(batch, sets.anchored)  # nothing without DISTANCE_TO
         shape = self._table.shape_of(plans, version)
         rows_by = self._rows.matcher(sets, shape)
@@ -115,7 +119,8 @@ class MicroBatchRunner:
         route: Route | None = None
         spark_s = 0.0
         if scalar is not None or rows_by is not None:
-            route, spark_s = self._evaluate(batch, sets, shape, scalar, rows_by, batch_id)
+            route, spark_s = self._evaluate(batch, sets, shape, scalar, rows_by, guard,
+                                            batch_id)
         self._figures.evaluated(len(plans))
         # Spark commits this batch and prepares the next while its rows are delivered
         # (`query/route_worker.py`); the one before it is routed first
@@ -144,7 +149,7 @@ class MicroBatchRunner:
 
     def _evaluate(self, batch: DataFrame, sets: PlanSets, shape: Shape,
                   scalar: Column | None, rows_by: RowsMatcher | None = None,
-                  batch_id: int = 0) -> tuple[Route, float]:
+                  guard: BatchShield | None = None, batch_id: int = 0) -> tuple[Route, float]:
         """Run the batch's jobs; (what routes their results into the handles and returns the
         handles that closed on the way, seconds in Spark jobs)."""
         started = time.perf_counter()
@@ -171,8 +176,9 @@ class MicroBatchRunner:
         counted = grouped is not None and bool(plain) and bool(shape.plain_columns)
         # the row plans whose handles read plan topics are written from the workers; the rest
         # (windows' rows, unions' members, handles in this process) come to the driver
-        worker, driver_plain = (self._topics.split(plain) if self._topics is not None
-                                else ([], plain))
+        # (a punctuated stream's rows pass its shield on the driver first: all to the driver)
+        worker, driver_plain = (self._topics.split(plain)
+                                if self._topics is not None and guard is None else ([], plain))
         # a write to the plan topics as the batch's only job: Spark's writer runs it as a
         # command, whose observed metrics never reach the observation (it would wait forever):
         # the figures come from one more small job instead
@@ -225,8 +231,9 @@ class MicroBatchRunner:
         def route() -> list[str]:
             closed: list[str] = []
             if rows_arrow is not None and rows_arrow.num_rows:
-                closed += router.route_rows(rows_arrow, driver_plain, shape, grouped, written)
-            if windowed:
+                closed += router.route_rows(rows_arrow, driver_plain, shape, grouped, written,
+                                            shield=guard)
+            if windowed and guard is None:  # never windows on a punctuated stream
                 closed += router.route_panes(panes_arrow, windowed, shape)
             return closed
         return route, spark_s
