@@ -110,6 +110,7 @@ class Revocations:
             "logger": logging.getLogger("pep.delivery.kafka")}))
         self._acks = Consumer(settings.client(**{
             "group.id": settings.group_prefix + "gateway-acks", "enable.auto.commit": False,
+            "topic.metadata.refresh.interval.ms": 1000,
             "logger": logging.getLogger("pep.delivery.kafka")}))
         start = end_offset(self._acks, settings.acks_topic)
         self._acks.assign([TopicPartition(settings.acks_topic, CONTROL_PARTITION, start)])

@@ -53,6 +53,7 @@ class PlanTopics:
         self._admin = AdminClient(settings.client(logger=kafka_log))
         self._offsets = Consumer(settings.client(**{
             "group.id": settings.group_prefix + "gateway", "enable.auto.commit": False,
+            "topic.metadata.refresh.interval.ms": 1000,  # new plan topics are known soon
             "logger": kafka_log}))
         ensure_topics(self._admin, settings, (settings.control_topic, settings.acks_topic))
         self.revocations = Revocations(

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 MAX_QUEUED = 5000  # rows read from the topic and not yet given to the reader
 POLL = 0.05  # seconds per consumer poll
+METADATA_REFRESH_MS = 1000
 
 
 def parse_key(key: bytes | None) -> tuple[str, int, int] | None:
@@ -160,6 +161,9 @@ class TopicReader:
         consumer = Consumer(self._settings.client(**{
             "group.id": self._settings.group_prefix + "reader", "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10,
+            # a plan topic created a moment ago may be unknown to this client's first metadata:
+            # asked again every second rather than librdkafka's five minutes
+            "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
             "logger": logging.getLogger("pep.edge.kafka")}))
         try:
             consumer.assign([TopicPartition(self.topic, 0, self._start)])
