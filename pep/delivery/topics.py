@@ -21,6 +21,7 @@ import hashlib
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 from pep.delivery.control import EDGE_ALIVE, Revocations, end_offset, ensure_topics
@@ -162,6 +163,7 @@ class PlanTopics:
                     for t in names for p in own]
         for binding, future in self._admin.create_acls(bindings, request_timeout=10).items():
             future.result(10)  # a fence that could not be put raises: the DELETE fails
+        self._until_in_force(bindings)
         for topic in names:
             self.store.fenced(topic, own)
         log.warning("plan topics: fenced %s off %d plan topic(s): no acknowledgement of a "
@@ -193,6 +195,27 @@ class PlanTopics:
                     log.warning("plan topic %s could not be deleted: %s", topic, exc)
         except Exception as exc:  # noqa: BLE001 - the next start deletes orphans
             log.warning("plan topics could not be deleted: %s", exc)
+
+    def _until_in_force(self, bindings: list[Any], timeout: float = 10.0) -> None:
+        """Wait until the brokers list the fences among their ACLs: a broker applies a new ACL
+        from the cluster's metadata a moment after the controller took it, and a fetch
+        meanwhile would still be served. Raises when they do not within `timeout` (the DELETE
+        then fails rather than answer as if the fence held)."""
+        from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType,
+                                           ResourcePatternType, ResourceType)
+
+        waiting = [AclBindingFilter(ResourceType.TOPIC, b.name, ResourcePatternType.LITERAL,
+                                    b.principal, "*", AclOperation.READ, AclPermissionType.DENY)
+                   for b in bindings]
+        deadline = time.monotonic() + timeout
+        while True:
+            waiting = [f for f in waiting
+                       if not self._admin.describe_acls(f, request_timeout=timeout).result(timeout)]
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                raise RuntimeError("the brokers did not put the fences in force in time")
+            time.sleep(0.05)
 
     def _unfence(self, topics: list[str]) -> None:
         """The fences of these topics go with them (Kafka keeps ACLs of deleted topics)."""
