@@ -181,7 +181,7 @@ def report(r: dict[str, Any]) -> None:
           f"p99 {secs(rv['p99'], 'ms')} (DELETE {r['revoke_call'] * 1000:.0f} ms); rows after "
           f"`revoked` {r['after_revoked']}, gaps {r['gaps']}"
           + (f"; errors {r['errors']}" if r["errors"] else ""))
-    if any(x["open"] for x in r["readers"]):  # handles whose reader never saw their end
+    if any(x["open"] or set(x["finals"]) - {"revoked"} for x in r["readers"]):  # not all revoked
         print(f"    reader processes: {r['readers']}")
 
 
