@@ -100,7 +100,8 @@ def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float =
                           retention_seconds: float | None = 3600.0,
                           retention_bytes: int | None = 1 << 30,
                           stall_seconds: float = 30.0,
-                          retention_for: Callable[[str], float | None] | None = None
+                          retention_for: Callable[[str], float | None] | None = None,
+                          delivery: Any = None
                           ) -> Callable[[], StreamRuntimePort]:
     """A factory for `LazyRuntime`: a SparkSession on `master` and a StreamRuntime over it,
     keeping its checkpoints and archived ingest files under `work_dir` (see
@@ -124,7 +125,7 @@ def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float =
             spark.sparkContext.setLogLevel(log_level)
         return StreamRuntime(spark, work_dir, settings=RuntimeSettings(
             trigger_interval=trigger_interval, retention_seconds=retention_seconds,
-            retention_bytes=retention_bytes, stall_seconds=stall_seconds),
+            retention_bytes=retention_bytes, stall_seconds=stall_seconds, delivery=delivery),
             retention_for=retention_for)
 
     return build

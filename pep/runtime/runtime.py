@@ -43,6 +43,9 @@ class RuntimeSettings:
     # tuple windows with panes (gcd of size and step) narrower than this travel as rows and
     # are combined on the driver; wider ones are aggregated per pane in Spark
     tuple_pane_min: int = DEFAULT_TUPLE_PANE_MIN
+    # delivery through plan topics (a `pep.delivery.settings.DeliverySettings`): handles
+    # attached with a topic target have their rows written to it (`pep/runtime/delivery`)
+    delivery: Any = None
 
 
 class StreamRuntime:
@@ -95,6 +98,14 @@ class StreamRuntime:
         self._last_sweep = 0.0
         self._janitor = Janitor(self._tick, settings.janitor_interval)
         self._janitor.start()
+        # plan topics: Spark's Kafka sink options and the driver's producer, shared by the
+        # streams' queries (pep/runtime/delivery)
+        self._topics: tuple[dict[str, str], Any] | None = None
+        if settings.delivery is not None:
+            from pep.runtime.delivery.driver_rows import DriverRows
+
+            self._topics = (settings.delivery.spark_options(),
+                            DriverRows(settings.delivery.client()))
 
     def attach_handle(self, handle_id: str, stream: StreamDefinition,
                       plan: ExecutionPlan | UnionPlan, deliver: Callable[[RowBatch], bool]
@@ -144,7 +155,7 @@ class StreamRuntime:
                                           self.trigger_interval, self.max_files_per_trigger,
                                           self._lateness(stream), self._closed_by_deliver,
                                           self.settings.tuple_pane_min,
-                                          self.mask_keys.key_for)
+                                          self.mask_keys.key_for, topics=self._topics)
                 for old_id, old_plan, old_deliver in carried:
                     executor.add_handle(old_id, old_plan, old_deliver)
                 executor.add_handle(handle_id, compiled, deliver)
@@ -401,3 +412,5 @@ class StreamRuntime:
             ex.stop(idle=False)
         for t in stoppers:
             t.join(timeout=30)
+        if self._topics is not None:
+            self._topics[1].close()  # what the driver produced is on the brokers
