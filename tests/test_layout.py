@@ -164,6 +164,7 @@ RUNTIME_ROOMS = {
     "sources": ("base",),
     "joins": ("base", "privacy", "plans", "sources"),
     "query": ("base", "privacy", "plans", "windows", "sources"),
+    "shared": ("base", "privacy", "plans", "windows", "sources", "query"),
 }
 
 
