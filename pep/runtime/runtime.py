@@ -48,12 +48,12 @@ class RuntimeSettings:
     # tuple windows with panes (gcd of size and step) narrower than this travel as rows and
     # are combined on the driver; wider ones are aggregated per pane in Spark
     tuple_pane_min: int = DEFAULT_TUPLE_PANE_MIN
-    # One shared query for the process's ingest streams (pep/runtime/shared/): its trigger
-    # between these bounds (seconds), as many files per micro-batch over all its streams
+    # One shared query for the process's ingest streams (pep/runtime/shared/), its trigger
+    # between these bounds (seconds); a micro-batch lists `max_files_per_trigger` files per
+    # stream on it
     shared_query: bool = False
     shared_trigger_min: float = DEFAULT_LOW
     shared_trigger_max: float = DEFAULT_HIGH
-    shared_max_files: int = 1000
 
 
 class StreamRuntime:
@@ -166,6 +166,8 @@ class StreamRuntime:
             else:
                 executor.add_handle(handle_id, compiled, deliver)
             self._handle_streams[handle_id] = stream.name
+        if isinstance(executor, SharedStreamExecutor):
+            executor.wait_started()
 
     def _new_executor(self, stream: StreamDefinition) -> Executor:
         """The stream's own query, or with `shared_query` set its place on the shared one
@@ -175,8 +177,9 @@ class StreamRuntime:
             if self._shared is None:
                 self._shared = SharedQuery(self.spark, self.work_dir, TriggerBounds(
                     settings.shared_trigger_min, settings.shared_trigger_max),
-                    settings.shared_max_files)
+                    settings.max_files_per_trigger)
             return SharedStreamExecutor(self.spark, self._shared, stream, self.work_dir,
+                                        settings.max_files_per_trigger,
                                         self._lateness(stream), self._closed_by_deliver,
                                         settings.tuple_pane_min, self.mask_keys.key_for)
         return StreamExecutor(self.spark, stream, self.work_dir, self.trigger_interval,

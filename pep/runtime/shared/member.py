@@ -12,6 +12,7 @@ the files present to the archive (`start_position.archive_present`), never deliv
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -43,12 +44,16 @@ def can_share(definition: StreamDefinition) -> bool:
     return shareable_dir(definition) is not None
 
 
+START_WAIT = 120.0  # seconds a first handle's request waits for the shared query to read it
+
+
 class SharedStreamExecutor:
     """A stream on the shared query. `on_handle_closed(handle_id)`: a handle's delivery refused
     or failed (the runtime detaches it); `mask_key(owner)`: the owner's key of hash masks."""
 
     def __init__(self, spark: SparkSession, shared: SharedQuery, definition: StreamDefinition,
-                 work_dir: Path, lateness: float, on_handle_closed: Callable[[str], None],
+                 work_dir: Path, max_files: int, lateness: float,
+                 on_handle_closed: Callable[[str], None],
                  tuple_pane_min: int = DEFAULT_TUPLE_PANE_MIN,
                  mask_key: Callable[[str], bytes] | None = None) -> None:
         directory = shareable_dir(definition)
@@ -69,6 +74,8 @@ class SharedStreamExecutor:
                                        self.panes, self.router, self.figures, on_handle_closed)
         self._parts = self._make_parts()
         self._checkpoint: StreamCheckpoint | None = None
+        self._max_files = max_files
+        self._skip: set[str] = set()
         self._active = False
         self.started_at: float | None = None
         self.skipped_to_end = False
@@ -152,7 +159,12 @@ class SharedStreamExecutor:
         checkpoint = StreamCheckpoint.for_stream(self._work_dir, definition)
         if checkpoint.prepare():
             names = [e.name for e in source_files(definition)]
-            if names:
+            if 0 < len(names) <= self._max_files:
+                # as a query of its own: the files present are dropped from the batches
+                # that list them (the oldest first: its next ones)
+                self._skip = set(names)
+                self.skipped_to_end = True
+            elif names:
                 archive_present(definition, names, self.archive)
                 self.skipped_to_end = True
         checkpoint.mark_running()
@@ -161,6 +173,20 @@ class SharedStreamExecutor:
         self.started_at = time.time()
         self._active = True
         self._shared.join(self)
+
+    def wait_started(self) -> None:
+        """As a query of its own starts: the request that starts the stream returns once the
+        shared query reads its directory (called outside the runtime's lock: the query starts
+        again between two of its batches, whose deliveries may need that lock)."""
+        self._shared.wait_applied(START_WAIT)
+
+    def deliverable(self, paths: list[str]) -> list[str]:
+        """The stream's files of a batch less those present when its first handle came."""
+        if not self._skip:
+            return paths
+        kept = [p for p in paths if os.path.basename(p) not in self._skip]
+        self._skip.difference_update(os.path.basename(p) for p in paths)
+        return kept
 
     def stop(self, idle: bool = False) -> None:
         """Leave the shared query. `idle`: the last handle left (the next first handle starts

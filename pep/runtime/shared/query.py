@@ -64,11 +64,14 @@ class Member(Protocol):
     @property
     def archive(self) -> Path: ...
 
+    def deliverable(self, paths: list[str]) -> list[str]: ...
+
 
 class SharedQuery:
     """The shared query of one runtime: its members (by ingest directory), the Structured
     Streaming query over their directories, started again when they change, and its batches.
-    `max_files`: files one micro-batch lists at most, over all its streams."""
+    `max_files`: files one micro-batch lists at most per member stream (as a query of its own
+    would list of its directory; over all of them, the oldest first)."""
 
     def __init__(self, spark: SparkSession, work_dir: Path, bounds: TriggerBounds,
                  max_files: int) -> None:
@@ -207,7 +210,7 @@ class SharedQuery:
         for d in dirs:
             os.makedirs(d, exist_ok=True)
         source = (self._spark.readStream.format("text")
-                  .option("maxFilesPerTrigger", str(self._max_files))
+                  .option("maxFilesPerTrigger", str(self._max_files * len(dirs)))
                   .option("ignoreMissingFiles", "true").load(glob))
         millis = max(1, int(round(self.bounds.low * 1000)))
         self._codegen = None  # a new query clones a new session
@@ -317,7 +320,11 @@ class SharedQuery:
         branches: list[tuple[Member, Branch | None]] = []
         for directory, paths in by_member.items():
             member = members[directory]
-            frame = batch_frame(session, member.definition, paths)
+            keep = member.deliverable(paths)
+            if not keep:
+                branches.append((member, None))
+                continue
+            frame = batch_frame(session, member.definition, keep)
             branches.append((member, plan_branch(member.parts, frame)))
         started = time.perf_counter()
         results = self._collect(session, [b for _, b in branches])

@@ -180,17 +180,24 @@ def test_a_stream_joining_or_leaving_moves_no_other_streams_position(spark, shar
     assert sorted(r["temp"] for r in got.rows) == [float(k) for k in range(6)]  # each once
 
 
-def test_a_first_handle_starts_at_its_streams_end(spark, shared, tmp_path):
-    write_jsonl(tmp_path / "in" / "weather", "old.json", [
-        {"ts": T0.strftime(ISO), "temp": -1.0, "station": "A", "_xsg_seq": 0}])
+@pytest.mark.parametrize("before", [1, 3])
+def test_a_first_handle_starts_at_its_streams_end(spark, shared, tmp_path, before):
+    """As on a query of its own: files present at the first attach are never delivered (up to
+    the files a batch lists, 2 here, dropped from the batches that list them; more moved to the
+    archive's not-delivered)."""
+    for i in range(before):
+        write_jsonl(tmp_path / "in" / "weather", f"old{i}.json", [
+            {"ts": T0.strftime(ISO), "temp": -1.0, "station": "A", "_xsg_seq": i}])
     got = Collector()
     shared.attach_handle("a", weather(tmp_path), ExecutionPlan("weather", None, ("temp",)), got)
     write_jsonl(tmp_path / "in" / "weather", "new.json", [
-        {"ts": T0.strftime(ISO), "temp": 1.0, "station": "A", "_xsg_seq": 1}])
-    shared._shared.wait_applied()
+        {"ts": T0.strftime(ISO), "temp": 1.0, "station": "A", "_xsg_seq": 9}])
     shared.process_available("weather")
     assert [r["temp"] for r in got.rows] == [1.0]
-    assert (tmp_path / "work" / "archive" / "weather" / "not-delivered" / "old.json").is_file()
+    moved = tmp_path / "work" / "archive" / "weather" / "not-delivered"
+    assert (sorted(p.name for p in moved.iterdir()) if moved.is_dir() else []) == (
+        [f"old{i}.json" for i in range(before)] if before > 2 else [])
+    assert shared.stats()["weather"]["skipped_to_end"]
 
 
 def test_streams_other_than_ingest_keep_a_query_of_their_own(spark, shared, tmp_path):
