@@ -23,13 +23,14 @@ PACKED_SCHEMA = f"{TAG_COLUMN} string, {IPC_COLUMN} binary"
 Packer = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
-def packer(tag: str) -> Packer:
-    """A `mapInArrow` function: a task's record batches as one row (`tag`, their IPC stream).
-    A task with no batch yields nothing."""
+def packer(tag: str, before: Packer | None = None) -> Packer:
+    """A `mapInArrow` function: a task's record batches as one row (`tag`, their IPC stream),
+    after `before` (another `mapInArrow` function, run in the same Python stage). A task with
+    no batch yields nothing."""
     def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         sink: pa.BufferOutputStream | None = None
         writer: pa.RecordBatchStreamWriter | None = None
-        for batch in batches:
+        for batch in (before(batches) if before is not None else batches):
             if writer is None:
                 sink = pa.BufferOutputStream()
                 writer = pa.ipc.new_stream(sink, batch.schema)

@@ -20,12 +20,15 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 
-from pep.runtime.plans.matcher import GroupedMatcher
-from pep.runtime.base.columns import SEQ_COLUMN
+from pep.runtime.plans.matcher import GroupedMatcher, admitted_rows
+from pep.runtime.query.batch_columns import order_columns
+from pep.runtime.base.arrow_ipc import Packer
+from pep.runtime.base.columns import BITS_COLUMN, READ_COLUMN, SEQ_COLUMN, TOP_COLUMN
+from pep.runtime.plans.batch_shape import Shape
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.panes_job import PanesJob
 from pep.runtime.query.plan_table import PlanTable
-from pep.runtime.query.registry import PlanRegistry
+from pep.runtime.query.registry import PlanRegistry, PlanSets
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob, split_figures
 from pep.runtime.query.runner import MicroBatchRunner, Route
@@ -48,17 +51,36 @@ class StreamParts:
     router: ResultRouter
     runner: MicroBatchRunner
     figures: QueryFigures
+    memo: dict[str, Any]  # the branch's own: the grouped matcher of the plans' version
 
 
 @dataclass(frozen=True)
 class Branch:
-    """A stream's frames in a shared batch (tag, DataFrame), whether one of them reads the plan
-    table (whole-stage code generation is then off for the job, as on the stream's own query),
-    and `finish(results)`: its results by tag into a route for its route worker."""
+    """A stream's frames in a shared batch (tag, DataFrame, what runs on the workers before it
+    is packed: the grouped matcher's function, in the packing's Python stage), whether one of
+    them reads the plan table (whole-stage code generation is then off for the job, as on the
+    stream's own query), and `finish(results)`: its results by tag into a route for its route
+    worker."""
 
-    frames: list[tuple[str, DataFrame]]
+    frames: list[tuple[str, DataFrame, Packer | None]]
     plan_table: bool
     finish: Callable[[dict[str, pa.Table]], Route | None]
+
+
+def grouped_matcher(parts: StreamParts, sets: PlanSets, shape: Shape
+                    ) -> GroupedMatcher | None:
+    """In a shared batch the grouped matcher takes every row plan it can test, however few:
+    its tests run in the one Python stage that packs the stream's rows anyway, where the
+    compiled few-plans matcher would need a Python stage more (the packing) and a scan more
+    (the figures, which the matcher's tasks count)."""
+    if shape.spatial or shape.masked or not sets.plain:
+        return None
+    memo = parts.memo
+    if memo.get("version") != sets.version:
+        memo["version"] = sets.version
+        memo["grouped"] = GroupedMatcher.build([(s.id, s.compiled) for s in sets.plain])
+    grouped: GroupedMatcher | None = memo["grouped"]
+    return grouped
 
 
 def plan_branch(parts: StreamParts, frame: DataFrame) -> Branch | None:
@@ -74,24 +96,28 @@ def plan_branch(parts: StreamParts, frame: DataFrame) -> Branch | None:
         parts.runner.drain()
     parts.table.anchors.update(frame, sets.anchored)  # nothing without DISTANCE_TO
     shape = parts.table.shape_of(plans, version)
-    rows_by = parts.rows.matcher(sets, shape)
+    grouped = grouped_matcher(parts, sets, shape)
+    rows_by = grouped if grouped is not None else parts.rows.matcher(sets, shape)
     scalar: Column | None = None
     if rows_by is None or sets.windowed:
         _, scalar = parts.table.plan_table(plans, version, shape)
     few = rows_by if isinstance(rows_by, Column) else None
     grouped = rows_by if isinstance(rows_by, GroupedMatcher) else None
     plain, windowed = sets.plain, sets.windowed
-    frames: list[tuple[str, DataFrame]] = []
+    frames: list[tuple[str, DataFrame, Packer | None]] = []
     counted = grouped is not None and bool(plain) and bool(shape.plain_columns)
     if plain and shape.plain_columns:
         if grouped is not None:
-            frames.append((ROWS, parts.rows.admitted_frame(frame, shape, grouped)))
+            keep = list(shape.plain_columns) + order_columns(parts.layout, shape)
+            frames.append((ROWS, parts.rows.values_frame(frame, shape, grouped),
+                           admitted_rows(grouped, SEQ_COLUMN, keep, BITS_COLUMN,
+                                         (READ_COLUMN, TOP_COLUMN))))
         elif few is not None or scalar is not None:
-            frames.append((ROWS, parts.rows.rows_frame(frame, scalar, shape, few)))
+            frames.append((ROWS, parts.rows.rows_frame(frame, scalar, shape, few), None))
     if windowed and scalar is not None:
-        frames.append((PANES, parts.panes.panes_frame(frame, scalar, shape)))
+        frames.append((PANES, parts.panes.panes_frame(frame, scalar, shape), None))
     if not counted:
-        frames.append((FIGURES, frame.select(SEQ_COLUMN)))
+        frames.append((FIGURES, frame.select(SEQ_COLUMN), None))
     parts.figures.evaluated(len(plans))
 
     def finish(results: dict[str, pa.Table]) -> Route | None:

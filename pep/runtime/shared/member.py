@@ -72,6 +72,7 @@ class SharedStreamExecutor:
         self.router = ResultRouter(layout, self.registry, self.figures, lateness)
         self.runner = MicroBatchRunner(spark, layout, self.registry, self.table, self.rows,
                                        self.panes, self.router, self.figures, on_handle_closed)
+        self._memo: dict[str, Any] = {}
         self._parts = self._make_parts()
         self._checkpoint: StreamCheckpoint | None = None
         self._max_files = max_files
@@ -82,7 +83,7 @@ class SharedStreamExecutor:
 
     def _make_parts(self) -> StreamParts:
         return StreamParts(self._layout, self.registry, self.table, self.rows, self.panes,
-                           self.router, self.runner, self.figures)
+                           self.router, self.runner, self.figures, self._memo)
 
     # ----- what the shared query reads (`query.Member`) ----------------------------------------
     @property
@@ -127,6 +128,8 @@ class SharedStreamExecutor:
         self.panes.redefine(layout)
         self.router.redefine(layout)
         self.runner.redefine(layout)
+        if restarted:
+            self._memo.clear()
         self._parts = self._make_parts()
 
     @property

@@ -27,13 +27,16 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Protocol
+from types import ModuleType
+from typing import Any, Callable, Protocol
 
 import pyarrow as pa
+from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pep.core.plan import StreamDefinition
+from pep.runtime.base import arrow_ipc
 from pep.runtime.base.arrow_ipc import PACKED_SCHEMA, packer, summary_packer, unpack
 from pep.runtime.base.columns import SEQ_COLUMN
 from pep.runtime.base.jvm_steps import foreach_batch, stopped_batch
@@ -43,6 +46,11 @@ from pep.runtime.shared.trigger import TriggerBounds
 from pep.runtime.sources.shared_files import archive_files, batch_files, batch_frame, glob_path
 
 log = logging.getLogger(__name__)
+
+# the packers run on the workers: their code travels with them (as the grouped matcher's does,
+# `query/rows_job.py`), so a worker runs the driver's, xsg installed there or not
+_pickle_by_value: Callable[[ModuleType], None] = cloudpickle.register_pickle_by_value
+_pickle_by_value(arrow_ipc)
 
 SETTLE = 0.2  # seconds a change of members waits for more before the query starts again
 RETRY = 2.0  # seconds before a failed query is started again while it has members
@@ -303,6 +311,7 @@ class SharedQuery:
 
     def _run(self, batch: DataFrame, batch_id: int) -> int:
         """The batch's work; returns how many streams brought tuples."""
+        begun = time.perf_counter()
         self._archive_committed(batch_id)
         with self._lock:
             members = dict(self._members)
@@ -326,14 +335,14 @@ class SharedQuery:
                 continue
             frame = batch_frame(session, member.definition, keep)
             branches.append((member, plan_branch(member.parts, frame)))
-        started = time.perf_counter()
+        planned = time.perf_counter()
         results = self._collect(session, [b for _, b in branches])
-        spark_s = time.perf_counter() - started
+        spark_s = time.perf_counter() - planned
         archive: list[tuple[Path, list[str]]] = []
         for i, (member, branch) in enumerate(branches):
             route = None
             if branch is not None:
-                own = {tag: results[f"{i}/{tag}"] for tag, _ in branch.frames
+                own = {tag: results[f"{i}/{tag}"] for tag, _, _ in branch.frames
                        if f"{i}/{tag}" in results}
                 route = branch.finish(own)
             try:
@@ -346,6 +355,9 @@ class SharedQuery:
         with self._lock:
             self._to_archive[batch_id] = archive
         self._done = batch_id
+        log.debug("shared batch %s: %d files of %d streams, plan %.3f s, job %.3f s, handed "
+                  "over %.3f s", batch_id, len(files), len(by_member), planned - begun, spark_s,
+                  time.perf_counter() - planned - spark_s)
         return len(by_member)
 
     def _collect(self, session: Any, branches: list[Branch | None]) -> dict[str, pa.Table]:
@@ -356,9 +368,9 @@ class SharedQuery:
             if branch is None:
                 continue
             plan_table = plan_table or branch.plan_table
-            for tag, frame in branch.frames:
+            for tag, frame, before in branch.frames:
                 pack = (summary_packer(f"{i}/{tag}", SEQ_COLUMN) if tag == FIGURES
-                        else packer(f"{i}/{tag}"))
+                        else packer(f"{i}/{tag}", before))
                 packed.append(frame.mapInArrow(pack, PACKED_SCHEMA))
         if not packed:
             return {}

@@ -7,7 +7,7 @@ and the shortest interval gives the lowest latency; with many, batches that come
 they can keep the driver busy all the time and each tuple waits behind the batch before it.
 So the pause after a batch follows its own work: the next batch starts no sooner than
 `work / duty` seconds after this one began (the driver busy at most `duty` of the time, by
-default half), and never sooner than `low` nor later than `high` seconds, the operator's
+default three quarters), and never sooner than `low` nor later than `high` seconds, the operator's
 bounds. A batch of one busy stream (or none) pauses no longer than `low` asks.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 DEFAULT_LOW = 0.25
 DEFAULT_HIGH = 2.0
-DEFAULT_DUTY = 0.5
+DEFAULT_DUTY = 0.75
 
 
 @dataclass(frozen=True)

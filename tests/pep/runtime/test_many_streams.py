@@ -211,7 +211,7 @@ def test_streams_other_than_ingest_keep_a_query_of_their_own(spark, shared, tmp_
 
 def test_the_trigger_is_short_alone_and_longer_while_many_streams_are_busy():
     from pep.runtime.shared.trigger import TriggerBounds
-    bounds = TriggerBounds(0.25, 2.0)
+    bounds = TriggerBounds(0.25, 2.0, duty=0.5)
     assert bounds.interval(0.3, 1) == 0.25 and bounds.pause(0.3, 1) == 0.0
     assert bounds.interval(0.6, 20) == pytest.approx(1.2)
     assert bounds.pause(0.6, 20) == pytest.approx(0.35)
