@@ -196,6 +196,10 @@ class SharedStreamExecutor:
         at the stream's end); otherwise it resumes where it stopped."""
         self._active = False
         self._shared.leave(self)
+        if not self.in_batch_thread():
+            # as a query of its own stops: once this returns, its directory is read no more
+            # (a stop from a batch or its delivery cannot wait for the next batch boundary)
+            self._shared.wait_applied(START_WAIT)
         try:
             self.runner.drain()
         except Exception:  # noqa: BLE001 - its failure is in its figures already
