@@ -271,33 +271,40 @@ class SharedQuery:
 
     # ----- a micro-batch ----------------------------------------------------------------------
     def on_batch(self, batch: DataFrame, batch_id: int) -> None:
-        """The foreachBatch: every member's share of the batch in one Spark job."""
+        """The foreachBatch: every member's share of the batch in one Spark job. A batch that
+        starts, or fails, while the query is being stopped between two batches fails as
+        stopped (`_held_for_stop`): never committed, the next query runs it again (a batch whose
+        results were handed over is then skipped: `_done`)."""
+        query = self._query
         if self._pausing:
-            raise self._held_for_stop()
-        busy = 0
+            raise self._held_for_stop(query)
+        busy, held = 0, False
         with self._batch_lock:
-            self._batch_thread = threading.get_ident()
+            held = self._pausing
             started = time.perf_counter()
-            try:
-                busy = self._run(batch, batch_id)
-            except Exception as exc:
-                if self._pausing:
-                    return  # cancelled by the stop; the next query runs it again
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("shared stream query: micro-batch %s failed", batch_id)
-                raise
-            finally:
-                self._batch_thread = None
-                self.last_batch_at = time.time()
+            if not held:
+                self._batch_thread = threading.get_ident()
+                try:
+                    busy = self._run(batch, batch_id)
+                except Exception as exc:
+                    if not self._pausing:
+                        self.last_error = f"{type(exc).__name__}: {exc}"
+                        log.exception("shared stream query: micro-batch %s failed", batch_id)
+                        raise
+                    held = True  # cancelled by the stop
+                finally:
+                    self._batch_thread = None
+                    self.last_batch_at = time.time()
             work = time.perf_counter() - started
+        if held:
+            raise self._held_for_stop(query)
         self.last_busy = busy
         self.last_interval = self.bounds.interval(work, busy)
         pause = self.bounds.pause(work, busy)
         if pause > 0:
             self._wake.wait(pause)
 
-    def _held_for_stop(self) -> Exception:
-        query = self._query
+    def _held_for_stop(self, query: StreamingQuery | None) -> Exception:
         deadline = time.monotonic() + STOP_HOLD
         while query is not None and time.monotonic() < deadline:
             try:
