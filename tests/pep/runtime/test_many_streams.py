@@ -6,6 +6,7 @@ leaving moves no other stream's position; the trigger adapts between its bounds.
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
@@ -247,3 +248,38 @@ def test_a_batchs_files_read_from_the_end_of_a_compact_log(tmp_path):
     assert batch_files(tmp_path, 3001) == []
     assert glob_path(["/a/in/x", "/a/in/y"]) == "/a/in/{x,y}"
     assert glob_path(["/a/in/x"]) == "/a/in/x"
+
+
+def test_attributes_added_while_records_arrive_lose_and_repeat_nothing(spark, shared,
+                                                                       tmp_path):
+    """The shared query needs no restart for a stream's added attributes: its next batch reads
+    the stream's files with the new schema; the handles attached before and after get every
+    record once, in order."""
+    import threading
+    from dataclasses import replace
+    old = weather(tmp_path)
+    new = replace(old, schema=StreamSchema(WEATHER.fields + (Field("w", "long"),)))
+    plain = Collector()
+    shared.attach_handle("plain", old, ExecutionPlan("weather", None, ("temp",)), plain)
+    total = 120
+
+    def produce() -> None:
+        for i in range(0, total, 6):
+            write_jsonl(tmp_path / "in" / "weather", f"{i:06d}.json", [
+                {"ts": T0.strftime(ISO), "temp": float(k), "station": "A", "w": k * 10,
+                 "_xsg_seq": k + 1} for k in range(i, i + 6)])
+            time.sleep(0.05)
+    writer = threading.Thread(target=produce)
+    writer.start()
+    try:
+        assert wait_until(lambda: len(plain.rows) >= 12, timeout=60)
+        assert shared.redefine(new)
+        wide = Collector()
+        shared.attach_handle("wide", new, ExecutionPlan("weather", None, ("temp", "w")), wide)
+    finally:
+        writer.join(60)
+    shared.process_available("weather")
+    assert [r["temp"] for r in plain.rows] == [float(k) for k in range(total)]
+    assert wide.rows and all(r["w"] == int(r["temp"]) * 10 for r in wide.rows)
+    first = int(wide.rows[0]["temp"])
+    assert [r["temp"] for r in wide.rows] == [float(k) for k in range(first, total)]
