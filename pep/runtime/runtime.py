@@ -426,9 +426,9 @@ class StreamRuntime:
             self._handle_streams.clear()
             stoppers = list(self._stoppers)
         self._janitor.stop()
+        if self._shared is not None:
+            self._shared.stop()  # first: its streams then leave it without starting it again
         for ex in executors:
             ex.stop(idle=False)
         for t in stoppers:
             t.join(timeout=30)
-        if self._shared is not None:
-            self._shared.stop()

@@ -130,7 +130,8 @@ class SharedQuery:
         with self._lock:
             if self._members.get(member.directory) is member:
                 del self._members[member.directory]
-                self._request()
+                if not self._closed:
+                    self._request()
             for batch_id, moves in self._to_archive.items():
                 self._to_archive[batch_id] = [m for m in moves if m[0] != member.archive]
 
@@ -144,8 +145,10 @@ class SharedQuery:
         self._changed.notify_all()
 
     def wait_applied(self, timeout: float = 120.0) -> None:
-        """Until the query reads the directories of the members joined so far."""
-        self._applied.wait(timeout)
+        """Until the query reads the directories of the members joined so far (at once once
+        it is stopped)."""
+        if not self._closed:
+            self._applied.wait(timeout)
 
     # ----- the query --------------------------------------------------------------------------
     @property
