@@ -363,6 +363,9 @@ class SharedQuery:
                 log.warning("stream %s: %s", member.definition.name, exc)
             archive.append((member.archive, by_member[member.directory]))
         with self._lock:
+            # not for a stream that left meanwhile (deleted: nothing may write under its archive)
+            archive = [a for a in archive
+                       if any(m.archive == a[0] for m in self._members.values())]
             self._to_archive[batch_id] = archive
         self._done = batch_id
         log.debug("shared batch %s: %d files of %d streams, plan %.3f s, job %.3f s, handed "
