@@ -50,12 +50,16 @@ def shareable_dir(definition: StreamDefinition) -> str | None:
 
 def glob_path(directories: list[str]) -> str:
     """One Hadoop glob naming exactly `directories` (absolute, none with glob characters):
-    their common parent, then the alternatives below it."""
+    their common parent, then the alternatives below it. Always a glob, one directory too
+    (`parent/{name}`): Spark's file source takes a plain directory for the base path of every
+    file it reads again, and a batch logged before the members changed holds files of other
+    directories ("Wrong basePath" when the query starts again)."""
     if not directories:
         raise ValueError("a glob of no directory")
     dirs = sorted(set(directories))
     if len(dirs) == 1:
-        return dirs[0]
+        parent, name = os.path.split(dirs[0])
+        return os.path.join(parent, "{" + name + "}")
     parent = os.path.commonpath(dirs)
     rest = [os.path.relpath(d, parent) for d in dirs]
     if "." in rest:  # one directory holds another: name each in full below the root
