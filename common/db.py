@@ -73,6 +73,11 @@ SQLITE = Dialect("sqlite", for_update="")
 POSTGRESQL = Dialect("postgresql", for_update=" FOR UPDATE")
 
 
+# A row as the driver gives it: the values of the columns read, in their order, of the types the
+# driver maps the columns' to (the reader knows which it asked for).
+Row = tuple[Any, ...]
+
+
 class Cursor(Protocol):
     """What a store does with a transaction's cursor (sqlite3's, or `common.postgres`'s)."""
 
@@ -289,6 +294,6 @@ def open_storage(data_dir: str | Path, url: str | None = None, *, pool_size: int
     return Storage(Path(data_dir), url or None, pool_size, timeout).open()
 
 
-__all__ = ["Cursor", "Database", "Dialect", "POSTGRESQL", "SQLITE", "STORE_NAMES",
+__all__ = ["Cursor", "Database", "Dialect", "POSTGRESQL", "Row", "SQLITE", "STORE_NAMES",
            "SQLiteDatabase", "Storage", "StoreError", "StoreUnavailable", "open_database",
            "open_storage", "opening", "upsert_sql"]

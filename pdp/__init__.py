@@ -20,7 +20,7 @@ from there by the HTTP edge only.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdp.combining import policy_combiner
 from pdp.engine import (PolicyEngine, PolicyInfo, PolicySource, compile_policy, inspect_policy,
@@ -43,6 +43,12 @@ from pdp.urns import (ACCESS_SUBJECT, ACTION, ACTION_ID, CURRENT_DATE, CURRENT_D
                       CURRENT_TIME, ENVIRONMENT, FUNCTION_PREFIX, RESOURCE, RESOURCE_ID, STRING,
                       STRING_EQUAL, SUBJECT_ID, SUBJECT_ROLE, XACML_NS)
 from pdp.why import explanation_json, explanation_text
+
+if TYPE_CHECKING:  # imported on first use at run time (`__getattr__`); a type checker sees them
+    from pdp.service import (PolicyIdMismatchError, PolicyService, Prospect, load_sources,
+                             policy_files, seed_store)
+    from pdp.store import (PolicyExistsError, PolicyNotFoundError, PolicyStore, SQLitePolicyStore,
+                           SQLPolicyStore, StoredPolicy)
 
 _PERSISTENCE = {
     "PolicyService": "pdp.service", "PolicyIdMismatchError": "pdp.service",
@@ -82,5 +88,9 @@ __all__ = [
     "ALWAYS_FALSE", "NO_CONDITION", "AttributeKey", "MatchNote", "Notes", "TargetNote",
     "FAST_EQUAL_FUNCTIONS", "attribute_key", "policy_combiner",
     "explanation_json", "explanation_text",
-    *_PERSISTENCE,
+    # persistence, imported on first use (`_PERSISTENCE`): named here one by one, so that a type
+    # checker sees them exported
+    "PolicyService", "PolicyIdMismatchError", "Prospect", "seed_store", "policy_files",
+    "load_sources", "PolicyStore", "SQLitePolicyStore", "SQLPolicyStore", "StoredPolicy",
+    "PolicyExistsError", "PolicyNotFoundError",
 ]

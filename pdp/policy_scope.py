@@ -93,11 +93,11 @@ def _any_of_scope(any_of: etree._Element) -> frozenset[str] | None:
         return None
     ids: set[str] = set()
     for all_of in all_ofs:
-        literals = {_resource_literal(m) for m in _elements(all_of) if _local(m) == "Match"}
-        literals.discard(None)
+        literals = {literal for literal in (_resource_literal(m) for m in _elements(all_of)
+                                            if _local(m) == "Match") if literal is not None}
         if not literals:
             return None
-        ids |= literals  # type: ignore[arg-type]
+        ids |= literals
     return frozenset(ids)
 
 

@@ -24,10 +24,16 @@ from __future__ import annotations
 
 import logging
 from collections import Counter as Tally
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, Iterator, TypedDict
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from pdp import Response
+from pep.ports import StreamReport
+
+if TYPE_CHECKING:  # pep.services builds the metrics: no import at run time
+    from pep.services import GatewayServices
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -49,8 +55,8 @@ class GatewayMetrics:
             "xsg_revocation_seconds", "Time to deal with one policy change or stream event",
             buckets=LATENCY_BUCKETS, registry=self.registry)
 
-    def decided(self, response: Any, seconds: float) -> None:
-        for result in getattr(response, "results", ()):
+    def decided(self, response: Response, seconds: float) -> None:
+        for result in response.results:
             self.decisions.labels(result=str(result.decision.value)).inc()
         self.decision_seconds.observe(seconds)
 
@@ -58,7 +64,7 @@ class GatewayMetrics:
         self.revocations.inc(count)
         self.revocation_seconds.observe(seconds)
 
-    def watch(self, state: Callable[[], dict]) -> None:
+    def watch(self, state: Callable[[], GatewayState]) -> None:
         """Read the gateway's state at every scrape (`state()` gives the figures)."""
         self.registry.register(_StateCollector(state))
 
@@ -66,14 +72,24 @@ class GatewayMetrics:
         return generate_latest(self.registry)
 
 
+class GatewayState(TypedDict):
+    """The gateway's figures at a scrape (`gateway_state`): policies loaded, live handles and
+    rows dropped per stream, and the runtime's figures per running stream."""
+
+    policies: int
+    live_handles: dict[str, int]
+    dropped: dict[str, int]
+    runtime: StreamReport
+
+
 class _StateCollector:
-    def __init__(self, state: Callable[[], dict]) -> None:
+    def __init__(self, state: Callable[[], GatewayState]) -> None:
         self._state = state
 
-    def describe(self) -> list:
+    def describe(self) -> list[Metric]:
         return []  # described at collection: the streams are only known then
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         try:
             s = self._state()
         except Exception:  # noqa: BLE001 - a scrape must not fail because one figure does
@@ -117,18 +133,21 @@ class _StateCollector:
         yield from families.values()
 
 
-def gateway_state(services: Any, hidden: Callable[[str], bool] | None = None) -> dict:
+def gateway_state(services: GatewayServices, hidden: Callable[[str], bool] | None = None
+                  ) -> GatewayState:
     """The figures `_StateCollector` reads, from the gateway's services; streams for which
     `hidden(stream)` holds are left out (public metrics: restricted streams)."""
     # a join's handle counts on each of its two streams
     live = Tally(s for r in services.handles.live() for s in r.streams)
     stats = services.runtime.stats()
-    state = {"policies": len(services.policies.engine.policies), "live_handles": dict(live),
-             "dropped": services.handles.dropped_rows(), "runtime": stats}
+    state: GatewayState = {"policies": len(services.policies.engine.policies),
+                           "live_handles": dict(live), "dropped": services.handles.dropped_rows(),
+                           "runtime": stats}
     if hidden is not None:
-        for key in ("live_handles", "dropped", "runtime"):
-            state[key] = {s: v for s, v in state[key].items() if not hidden(s)}
+        state["live_handles"] = {s: n for s, n in state["live_handles"].items() if not hidden(s)}
+        state["dropped"] = {s: n for s, n in state["dropped"].items() if not hidden(s)}
+        state["runtime"] = {s: v for s, v in state["runtime"].items() if not hidden(s)}
     return state
 
 
-__all__ = ["GatewayMetrics", "gateway_state", "CONTENT_TYPE"]
+__all__ = ["GatewayMetrics", "GatewayState", "gateway_state", "CONTENT_TYPE"]

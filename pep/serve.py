@@ -19,10 +19,12 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from types import FrameType
 from typing import TextIO
 
 from pep.config import GatewayConfig
 from pep.http.app import create_app
+from server.bridge import WsgiApp
 from server.serving import HttpServer, limit_malloc_arenas, run_until_signal, tune_gc
 from pep.services import GatewayServices, build_services
 
@@ -105,7 +107,7 @@ def reload_on_sighup(services: GatewayServices) -> Iterator[None]:
         yield
         return
 
-    def on_hup(_signum: int, _frame) -> None:
+    def on_hup(_signum: int, _frame: FrameType | None) -> None:
         log.info("SIGHUP: re-reading the auth file")
         # not in the signal handler itself: the main thread may hold the logging lock
         threading.Thread(target=reload, name="xsg-auth-reload", daemon=True).start()
@@ -169,7 +171,7 @@ def _banner(services: GatewayServices, server: HttpServer, out: TextIO,
     out.flush()
 
 
-def gateway_server(app, config: GatewayConfig) -> HttpServer:
+def gateway_server(app: WsgiApp, config: GatewayConfig) -> HttpServer:
     """The gateway's HTTP server, with the configuration's limits (see server/serving.py)."""
     return HttpServer(app, host=config.host, port=config.port, threads=config.threads,
                       max_threads=config.max_threads, name="xsg",
@@ -182,7 +184,7 @@ def gateway_server(app, config: GatewayConfig) -> HttpServer:
                       forwarded_allow_ips=config.forwarded_allow_ips)
 
 
-def start_proxy(config: GatewayConfig, gateway_url: str) -> subprocess.Popen:
+def start_proxy(config: GatewayConfig, gateway_url: str) -> subprocess.Popen[bytes]:
     """The caching proxy as a child process beside the gateway.
 
     The feed token and webhook key travel in its environment, never on a command line."""
@@ -224,7 +226,7 @@ def serve(config: GatewayConfig, services: GatewayServices | None = None,
               file=out, flush=True)
         services = build_services(config, progress=StartupProgress(out))
     server = gateway_server(create_app(services=services), config)
-    proxy: list[subprocess.Popen] = []
+    proxy: list[subprocess.Popen[bytes]] = []
 
     def started() -> None:
         tune_gc()  # what start-up built stays; see GC_THRESHOLDS

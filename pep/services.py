@@ -23,7 +23,7 @@ import logging
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Callable, cast
 
 from common.db import Storage, open_storage
@@ -33,7 +33,7 @@ from pdp import (ManagePolicy, PolicyEvents, PolicyService, PolicyStore, SQLPoli
 from pep.core.plan import StreamDefinition
 from pep.audit.log import AuditLog, AuditRecords
 from pep.audit.table import AuditTable
-from pep.audit.trail import AuditTrail
+from pep.audit.trail import AuditTrail, PolicyVersion, PolicyVersions
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
 from pep.core.access import AccessPlanner
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS
@@ -454,8 +454,8 @@ def join_runtime_for(runtime: StreamRuntimePort, work_dir: Path, trigger_interva
     return LazyRuntime(build)
 
 
-def _policy_versions(policies: PolicyService) -> Callable[[Any], list[dict[str, Any]]]:
-    def versions(ids: Any) -> list[dict[str, Any]]:
+def _policy_versions(policies: PolicyService) -> PolicyVersions:
+    def versions(ids: Iterable[str]) -> list[PolicyVersion]:
         wanted = set(ids)
         return [{"id": p.policy_id, "version": p.version, "store_version": p.store_version}
                 for p in policies.list() if p.policy_id in wanted]

@@ -29,9 +29,10 @@ import threading
 from dataclasses import dataclass
 from io import BytesIO
 from collections.abc import Iterator
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote, urlsplit
 
+import httpx
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from werkzeug.wrappers import Request as WerkzeugRequest
 
@@ -42,11 +43,11 @@ from common.invalidation import (SIGNATURE_HEADER, TIMESTAMP_HEADER, Invalidatio
 from common.xmlsafe import parse_json
 from pdp import confined_resource_ids
 from proxy.cache import CachedAnswer, HandleCache
-from proxy.canonical import (NotCacheable, cache_key, canonical_query, canonical_request,
-                             resource_ids, subject_key)
+from proxy.canonical import (Canon, CanonicalRequest, NotCacheable, cache_key, canonical_query,
+                             canonical_request, resource_ids, subject_key)
 from proxy.feed import FeedClient
-from proxy.forward import (CACHE_HEADER, Forwarder, NotForwardable, Timeouts, UpstreamError,
-                           is_chunked, make_client, request_headers, response_headers)
+from proxy.forward import (CACHE_HEADER, Forwarder, NotForwardable, Timeouts, UpstreamBody,
+                           UpstreamError, is_chunked, make_client, request_headers, response_headers)
 from proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, metrics_text
 from proxy.relay import HandleRelay
 from proxy.sync import CacheSync
@@ -58,6 +59,7 @@ EXTENSION = "xsg.proxy"
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 MAX_ANSWER_BYTES = 256 * 1024
 SEVERAL_UPSTREAMS = "several-upstreams"  # the cache's state in front of several processes
+JsonObject = dict[str, Any]  # a decoded JSON object (a gateway's answer), its members unchecked
 
 
 @dataclass
@@ -155,7 +157,7 @@ def handle_id_of(url: str) -> str | None:
     return ident if ident and "/" not in ident else None
 
 
-def answer_streams(doc: dict, requested: frozenset[str]) -> frozenset[str] | None:
+def answer_streams(doc: JsonObject, requested: frozenset[str]) -> frozenset[str] | None:
     """The streams whose policies decide a handle answer: the handle's streams as the gateway
     names them (`streams`, or `stream`) and the resource-ids the request named; None when the
     answer names none (then any policy change drops it: deny when in doubt)."""
@@ -192,7 +194,8 @@ blueprint = Blueprint("proxy", __name__)
 
 def current_runtime() -> ProxyRuntime:
     """The runtime of the app serving the current request."""
-    return current_app.extensions[EXTENSION]
+    runtime: ProxyRuntime = current_app.extensions[EXTENSION]
+    return runtime
 
 
 # -- the proxy's own routes -------------------------------------------------------------------
@@ -304,7 +307,7 @@ def rewrite(runtime: ProxyRuntime, url: str | None) -> str | None:
 def upstream_path() -> str:
     """The path as the client sent it (the server checked it is visible ASCII): decoding it
     here and quoting it again would decode it twice upstream (`/%2562ars` became `/bars`)."""
-    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI")
+    raw: str | None = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI")
     if raw and raw.startswith("/"):
         return raw.split("?", 1)[0]
     return quote(request.path, safe="/:@!$&'()*+,;=-._~")
@@ -321,7 +324,7 @@ def chunked_upload() -> bool:
     return "chunked" in request.headers.get("Transfer-Encoding", "").lower()
 
 
-def outgoing_body(runtime: ProxyRuntime, prefix: bytes = b"") -> Any:
+def outgoing_body(runtime: ProxyRuntime, prefix: bytes = b"") -> UpstreamBody:
     """The request's body as it goes upstream: bytes, a sized stream, or chunks as they come."""
     length = request.content_length
     if length is not None and not prefix:
@@ -341,7 +344,7 @@ def outgoing_body(runtime: ProxyRuntime, prefix: bytes = b"") -> Any:
     return None
 
 
-def passthrough(runtime: ProxyRuntime, resp: Any, cache_state: str,
+def passthrough(runtime: ProxyRuntime, resp: httpx.Response, cache_state: str,
                 prefix: bytes = b"") -> Response:
     keep_length = not is_chunked(resp) and not prefix
     headers = response_headers(resp, keep_length)
@@ -367,7 +370,7 @@ def forward(runtime: ProxyRuntime, streaming: bool = False, cache_state: str = "
     return passthrough(runtime, resp, cache_state)
 
 
-def rewrite_doc(runtime: ProxyRuntime, doc: dict, hit: bool) -> bool:
+def rewrite_doc(runtime: ProxyRuntime, doc: JsonObject, hit: bool) -> bool:
     """Point handle URLs at the proxy; a hit is a repeat, so `new` is false. Changed?"""
     before = dict(doc)
     if isinstance(doc.get("handle"), str):
@@ -410,7 +413,7 @@ def key_for(runtime: ProxyRuntime, body: bytes) -> tuple[str, frozenset[str]]:
             resource_ids(canon_req))
 
 
-def answer_of(resp: Any, body: bytes, requested: frozenset[str] = frozenset()
+def answer_of(resp: httpx.Response, body: bytes, requested: frozenset[str] = frozenset()
               ) -> CachedAnswer | None:
     """The upstream's answer as a cache entry, when it is a handle answer (200/201 JSON)."""
     if resp.status_code not in (200, 201):
@@ -514,7 +517,7 @@ def handle_call(runtime: ProxyRuntime, ident: str) -> Response:
     return out
 
 
-def _multipart(body: bytes, content_type: str) -> tuple[dict, list | None]:
+def _multipart(body: bytes, content_type: str) -> tuple[CanonicalRequest, Canon | None]:
     """Canonical (request, query) from multipart parts `request` and `query` (nothing else)."""
     environ_request = WerkzeugRequest.from_values(
         input_stream=BytesIO(body), content_length=len(body), content_type=content_type,
@@ -536,7 +539,7 @@ def _multipart(body: bytes, content_type: str) -> tuple[dict, list | None]:
     return canon_req, canon_query
 
 
-def _read_up_to(stream: Any, limit: int) -> tuple[bytes, bool]:
+def _read_up_to(stream: IO[bytes], limit: int) -> tuple[bytes, bool]:
     """At most limit + 1 bytes of a body, and whether that was all of it."""
     parts: list[bytes] = []
     size = 0
@@ -550,4 +553,5 @@ def _read_up_to(stream: Any, limit: int) -> tuple[bytes, bool]:
 
 
 def runtime_of(app: Flask) -> ProxyRuntime:
-    return app.extensions[EXTENSION]
+    runtime: ProxyRuntime = app.extensions[EXTENSION]
+    return runtime

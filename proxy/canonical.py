@@ -26,7 +26,7 @@ import hashlib
 import hmac
 import json
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 from lxml import etree
 
@@ -66,6 +66,33 @@ _CATEGORIES = {
 
 class NotCacheable(ValueError):
     """The request cannot be put in canonical form; it is forwarded uncached."""
+
+
+# The canonical forms are JSON-able values hashed into the key (`cache_key`): nested lists of
+# texts, flags and the JSON Profile's values. Decoded JSON, before it is checked, is `Any`.
+Canon = list[object]
+
+
+class CanonicalCategory(TypedDict):
+    """One category instance: its attributes grouped in bags, [id, data type, issuer,
+    IncludeInResult, [values...]], in a stable order."""
+
+    category: str
+    id: str | None
+    content: Canon | None
+    attributes: list[Canon]
+
+
+class CanonicalRequest(TypedDict):
+    """A request document in canonical form: its flags and its categories (see the module
+    docstring for what is kept and what is forgotten)."""
+
+    flags: dict[str, object]
+    categories: list[CanonicalCategory]
+
+
+# (AttributeId, DataType, Issuer, IncludeInResult, value) of one attribute value
+AttributeValue = tuple[str, str, str, bool, object]
 
 
 # -- identity ----------------------------------------------------------------------------------
@@ -120,10 +147,10 @@ def _json(body: bytes | str) -> Any:
         raise NotCacheable(f"JSON: {exc}") from None
 
 
-def xml_tree(elem: etree._Element) -> list:
+def xml_tree(elem: etree._Element) -> Canon:
     """Prefix-free, attribute-order-free, indentation-free form of an element."""
     attrs = sorted([str(k), v] for k, v in elem.attrib.items())
-    out: list = [str(elem.tag), attrs]
+    out: Canon = [str(elem.tag), attrs]
     if elem.text and elem.text.strip():
         out.append(["#text", elem.text])
     for child in elem:
@@ -135,7 +162,7 @@ def xml_tree(elem: etree._Element) -> list:
     return out
 
 
-def _content(value: Any) -> list:
+def _content(value: Any) -> Canon:
     if isinstance(value, etree._Element):
         return ["xml", xml_tree(value)]
     if isinstance(value, str):
@@ -149,16 +176,17 @@ def _content(value: Any) -> list:
 
 # -- the XACML request -------------------------------------------------------------------------
 
-def _instance(category: str, xml_id: str | None, content: list | None,
-              attributes: list[tuple[str, str, str, bool, Any]]) -> dict:
-    bags: dict[tuple[str, str, str, bool], list] = {}
+def _instance(category: str, xml_id: str | None, content: Canon | None,
+              attributes: list[AttributeValue]) -> CanonicalCategory:
+    bags: dict[tuple[str, str, str, bool], list[object]] = {}
     for attr_id, datatype, issuer, include, value in attributes:
         bags.setdefault((attr_id, datatype, issuer, include), []).append(value)
     return {"category": category, "id": xml_id, "content": content,
             "attributes": [[*k, v] for k, v in sorted(bags.items(), key=lambda kv: kv[0])]}
 
 
-def _finish(instances: list[dict], flags: dict) -> dict:
+def _finish(instances: list[CanonicalCategory], flags: dict[str, object]
+            ) -> CanonicalRequest:
     # Stable sort: unrelated categories lose their order, repeated ones keep theirs.
     return {"flags": flags, "categories": sorted(instances, key=lambda i: i["category"])}
 
@@ -179,7 +207,7 @@ def _xml_bool(elem: etree._Element, name: str) -> bool:
     raise NotCacheable(f"{name}={raw!r} is not a boolean")
 
 
-def canonical_xml_request(root: etree._Element) -> dict:
+def canonical_xml_request(root: etree._Element) -> CanonicalRequest:
     if _local(root, "document") != "Request":
         raise NotCacheable("root element is not <Request>")
     unknown = set(root.attrib) - {"ReturnPolicyIdList", "CombinedDecision", XSI_SCHEMA_LOCATION}
@@ -187,9 +215,9 @@ def canonical_xml_request(root: etree._Element) -> dict:
         raise NotCacheable(f"unknown attributes on <Request>: {sorted(unknown)}")
     if root.text and root.text.strip():
         raise NotCacheable("text inside <Request>")
-    flags: dict[str, Any] = {"ReturnPolicyIdList": _xml_bool(root, "ReturnPolicyIdList"),
+    flags: dict[str, object] = {"ReturnPolicyIdList": _xml_bool(root, "ReturnPolicyIdList"),
                              "CombinedDecision": _xml_bool(root, "CombinedDecision")}
-    instances = []
+    instances: list[CanonicalCategory] = []
     for child in root:
         name = _local(child, "<Request>")
         if name == "Attributes":
@@ -201,12 +229,12 @@ def canonical_xml_request(root: etree._Element) -> dict:
     return _finish(instances, flags)
 
 
-def _xml_attributes(elem: etree._Element) -> dict:
+def _xml_attributes(elem: etree._Element) -> CanonicalCategory:
     category = (elem.get("Category") or "").strip()
     if not category or set(elem.attrib) - {"Category", XML_ID}:
         raise NotCacheable("<Attributes> without Category or with unknown attributes")
-    content = None
-    attributes = []
+    content: Canon | None = None
+    attributes: list[AttributeValue] = []
     for child in elem:
         name = _local(child, "<Attributes>")
         if name == "Content":
@@ -221,13 +249,13 @@ def _xml_attributes(elem: etree._Element) -> dict:
     return _instance(_CATEGORIES.get(category, category), elem.get(XML_ID), content, attributes)
 
 
-def _xml_attribute(elem: etree._Element) -> list:
+def _xml_attribute(elem: etree._Element) -> list[AttributeValue]:
     attr_id = elem.get("AttributeId")
     if not attr_id or set(elem.attrib) - {"AttributeId", "Issuer", "IncludeInResult"}:
         raise NotCacheable("<Attribute> without AttributeId or with unknown attributes")
     issuer = elem.get("Issuer") or ""
     include = _xml_bool(elem, "IncludeInResult")
-    out = []
+    out: list[AttributeValue] = []
     for child in elem:
         if _local(child, "<Attribute>") != "AttributeValue" or len(child):
             raise NotCacheable("<Attribute> may hold only simple <AttributeValue> elements")
@@ -235,7 +263,7 @@ def _xml_attribute(elem: etree._Element) -> list:
         if not datatype:
             raise NotCacheable("<AttributeValue> without DataType")
         extras = sorted([str(k), v] for k, v in child.attrib.items() if k != "DataType")
-        value: Any = child.text or ""
+        value: object = child.text or ""
         if extras:
             value = [value, extras]
         out.append((attr_id, _DATATYPES.get(datatype, datatype), issuer, include, value))
@@ -244,22 +272,22 @@ def _xml_attribute(elem: etree._Element) -> list:
     return out
 
 
-def _json_flag(obj: dict, key: str) -> bool:
+def _json_flag(obj: dict[str, Any], key: str) -> bool:
     value = obj.get(key, False)
     if not isinstance(value, bool):
         raise NotCacheable(f"{key} must be a JSON boolean")
     return value
 
 
-def canonical_json_request(doc: Any) -> dict:
+def canonical_json_request(doc: Any) -> CanonicalRequest:
     if not isinstance(doc, dict) or set(doc) != {"Request"} or not isinstance(doc["Request"], dict):
         raise NotCacheable('JSON request must be exactly {"Request": {...}}')
     req = doc["Request"]
-    flags: dict[str, Any] = {"ReturnPolicyIdList": _json_flag(req, "ReturnPolicyIdList"),
+    flags: dict[str, object] = {"ReturnPolicyIdList": _json_flag(req, "ReturnPolicyIdList"),
                              "CombinedDecision": _json_flag(req, "CombinedDecision")}
     if "XPathVersion" in req:
         flags["RequestDefaults"] = ["json-xpath-version", req["XPathVersion"]]
-    instances = []
+    instances: list[CanonicalCategory] = []
     for key, value in req.items():
         if key in ("ReturnPolicyIdList", "CombinedDecision", "XPathVersion"):
             continue
@@ -270,7 +298,7 @@ def canonical_json_request(doc: Any) -> dict:
     return _finish(instances, flags)
 
 
-def _json_category(obj: Any, category: str | None) -> dict:
+def _json_category(obj: Any, category: str | None) -> CanonicalCategory:
     if not isinstance(obj, dict) or set(obj) - {"CategoryId", "Attribute", "Content", "Id"}:
         raise NotCacheable("category must be an object with CategoryId, Attribute, Content, Id")
     cat = obj.get("CategoryId", category)
@@ -283,7 +311,7 @@ def _json_category(obj: Any, category: str | None) -> dict:
     attrs = [attrs] if isinstance(attrs, dict) else attrs
     if not isinstance(attrs, list):
         raise NotCacheable("Attribute must be an array")
-    out = []
+    out: list[AttributeValue] = []
     for a in attrs:
         out.extend(_json_attribute(a))
     content = _content(obj["Content"]) if obj.get("Content") is not None else None
@@ -304,7 +332,7 @@ def _lexical(value: Any) -> tuple[str, str]:
     raise NotCacheable("attribute values must be strings, numbers or booleans")
 
 
-def _json_attribute(a: Any) -> list:
+def _json_attribute(a: Any) -> list[AttributeValue]:
     if not isinstance(a, dict) or set(a) - {"AttributeId", "Value", "DataType", "Issuer",
                                              "IncludeInResult"}:
         raise NotCacheable("attribute must be an object with the JSON Profile members")
@@ -334,7 +362,7 @@ def _json_attribute(a: Any) -> list:
     return [(attr_id, datatype, issuer or "", include, lex) for lex, _ in lexicals]
 
 
-def canonical_request(body: bytes, content_type: str | None) -> dict:
+def canonical_request(body: bytes, content_type: str | None) -> CanonicalRequest:
     """Canonical form of one XACML request document (XML or JSON Profile)."""
     if len(body) > MAX_BYTES:
         raise NotCacheable(f"request of {len(body)} bytes is over {MAX_BYTES}")
@@ -343,7 +371,7 @@ def canonical_request(body: bytes, content_type: str | None) -> dict:
     return canonical_json_request(_json(body))
 
 
-def canonical_query(body: bytes, content_type: str | None) -> list:
+def canonical_query(body: bytes, content_type: str | None) -> Canon:
     """Canonical form of a user query sent beside the request: XML, JSON, or trimmed text."""
     if len(body) > MAX_BYTES:
         raise NotCacheable(f"query of {len(body)} bytes is over {MAX_BYTES}")
@@ -362,21 +390,24 @@ def canonical_query(body: bytes, content_type: str | None) -> list:
 RESOURCE_ID = "urn:oasis:names:tc:xacml:1.0:resource:resource-id"
 
 
-def resource_ids(request: dict) -> frozenset[str]:
+def resource_ids(request: CanonicalRequest) -> frozenset[str]:
     """The resource-id values (category resource, data type string) of a canonical request:
     the streams it asks for, whose policies decide it."""
-    found: set[str] = set()
+    found: set[object] = set()
     for instance in request.get("categories", ()):
         if instance.get("category") != _CATEGORIES["Resource"]:
             continue
         for attr_id, datatype, _issuer, _include, values in instance.get("attributes", ()):
-            if attr_id == RESOURCE_ID and datatype == _DATATYPES["string"]:
+            # a bag's values are a list (`_instance`); a value with extra XML attributes is
+            # [value, extras]
+            if attr_id == RESOURCE_ID and datatype == _DATATYPES["string"] \
+                    and isinstance(values, list):
                 found.update(v[0] if isinstance(v, list) else v for v in values)
     return frozenset(v for v in found if isinstance(v, str))
 
 
-def cache_key(subject: str, path: str, args: list[tuple[str, str]], request: dict,
-              query: list | None) -> str:
+def cache_key(subject: str, path: str, args: list[tuple[str, str]], request: CanonicalRequest,
+              query: Canon | None) -> str:
     """The key: version, subject hash, path (as the client sent it, undecoded), sorted
     query-string, canonical request and query."""
     material = [KEY_VERSION, subject, path, sorted(args), request, query]

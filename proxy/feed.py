@@ -36,7 +36,8 @@ MAX_HEARTBEAT = 3600.0  # seconds; a hello announcing more is malformed
 def parse_sse(chunks: Iterator[bytes]) -> Iterator[tuple[str, str, str | None]]:
     """(event, data, id) for each SSE message; comments yield ('comment', text, None)."""
     buffer = b""
-    event, data, ident = "message", [], None
+    event, ident = "message", None
+    data: list[str] = []
 
     def lines_of(text: bytes) -> list[bytes]:
         return text.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")

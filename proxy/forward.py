@@ -14,12 +14,13 @@ import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO
 from urllib.parse import urlsplit
 
 import httpx
 import requests
 from requests.adapters import HTTPAdapter
+from werkzeug.datastructures import Headers
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def make_session(pool_size: int = 32, verify: bool | str = True) -> requests.Ses
 class _SizedStream:
     """A request body of known length read in chunks, so `requests` sends a Content-Length."""
 
-    def __init__(self, stream: Any, length: int) -> None:
+    def __init__(self, stream: IO[bytes], length: int) -> None:
         self._stream = stream
         self._left = length
         self.len = length
@@ -142,7 +143,11 @@ def iter_raw(resp: requests.Response) -> Iterator[bytes]:
         yield data
 
 
-def request_headers(incoming: Any, client_addr: str | None, scheme: str, host: str) -> dict[str, str]:
+# A request's body as it goes upstream: bytes, a sized stream, chunks as they come, or none
+UpstreamBody = bytes | _SizedStream | Iterator[bytes] | None
+
+def request_headers(incoming: Headers, client_addr: str | None, scheme: str, host: str
+                    ) -> dict[str, str]:
     headers = {k: v for k, v in incoming.items() if k.lower() not in HOP_BY_HOP}
     connection = incoming.get("Connection", "")
     for token in connection.split(","):
@@ -274,8 +279,7 @@ class Forwarder:
                         "for %g s", origin, DOWN_FOR)
 
     def send(self, method: str, path: str, query_string: bytes, headers: dict[str, str],
-             body: bytes | _SizedStream | Iterator[bytes] | None,
-             streaming: bool = False) -> httpx.Response:
+             body: UpstreamBody, streaming: bool = False) -> httpx.Response:
         """Forward one call; the response body is left unread (read it with `stream_body`,
         `read_limited`, or close it). With several upstreams, a call one of them refused goes
         to the next (the class docstring)."""
@@ -321,7 +325,7 @@ class Forwarder:
             else:
                 self.sent += 1
 
-    def sized_body(self, stream: Any, length: int) -> _SizedStream:
+    def sized_body(self, stream: IO[bytes], length: int) -> _SizedStream:
         return _SizedStream(stream, length)
 
     def stream_body(self, resp: httpx.Response) -> Iterator[bytes]:

@@ -14,15 +14,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from werkzeug.datastructures import Headers
 
 from server.bridge import BRIDGE, read_body, respond_error
-from server.streaming import CONNECTION, abort, writable
+from server.streaming import CONNECTION, Receive, Scope, Send, abort, writable
 from proxy.forward import (CACHE_HEADER, HOP_BY_HOP, NotForwardable, Timeouts, is_chunked,
                            loggable_url_path, request_headers, tls_verify, wire_headers)
+
+if TYPE_CHECKING:  # proxy.app builds the relay: no import at run time
+    from proxy.app import ProxyRuntime
+    from server.bridge import Bridge
 
 log = logging.getLogger(__name__)
 # httpx logs every request it sends at INFO with its URL: here `/handles/<full handle id>`,
@@ -36,11 +40,11 @@ HEADER_LIMIT = 64 * 1024  # a GET's body, if any, is read and dropped up to this
 class HandleRelay:
     """The native route (see the module docstring); one per proxy app."""
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: ProxyRuntime) -> None:
         self.runtime = runtime
         self._client: httpx.AsyncClient | None = None
 
-    def matches(self, scope: dict) -> bool:
+    def matches(self, scope: Scope) -> bool:
         return scope["method"] == "GET" and _HANDLE.match(scope["path"]) is not None
 
     def _client_for_loop(self) -> httpx.AsyncClient:
@@ -53,9 +57,11 @@ class HandleRelay:
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
         return self._client
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = self.runtime
-        ident = _HANDLE.match(scope["path"]).group(1)
+        found = _HANDLE.match(scope["path"])
+        assert found is not None  # the server calls a native route only when it `matches`
+        ident = found.group(1)
         if await read_body(scope, receive, HEADER_LIMIT, 0, 0) is None:
             return
         incoming = Headers([(k.decode("latin-1"), v.decode("latin-1"))
@@ -116,8 +122,8 @@ class HandleRelay:
         finally:
             await upstream.aclose()
 
-    async def _pass_body(self, upstream: httpx.Response, scope: dict, receive: Any,
-                         send: Any) -> None:
+    async def _pass_body(self, upstream: httpx.Response, scope: Scope, receive: Receive,
+                         send: Send) -> None:
         """The body as it arrives; the consumer leaving, not reading, or the gateway breaking
         off ends it (the last two without the final chunk: an interrupted stream)."""
         connection = scope.get("extensions", {}).get(CONNECTION)
@@ -141,8 +147,8 @@ class HandleRelay:
             abort(connection)
             await asyncio.sleep(0)
 
-    async def _copy(self, upstream: httpx.Response, connection: Any, bridge: Any,
-                    send: Any) -> None:
+    async def _copy(self, upstream: httpx.Response, connection: Any, bridge: Bridge | None,
+                    send: Send) -> None:
         write_timeout = bridge.write_timeout if bridge is not None else 30.0
         async for chunk in upstream.aiter_raw():
             if not await writable(connection, write_timeout):
@@ -159,7 +165,7 @@ class HandleRelay:
             await self._client.aclose()
 
 
-async def _client_gone(receive: Any) -> None:
+async def _client_gone(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
 

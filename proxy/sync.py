@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from common.invalidation import InvalidationEvent, format_event_id
@@ -38,7 +39,7 @@ CONNECTING, LIVE, DOWN, NO_FEED = "connecting", "live", "down", "no-feed"
 class CacheSync:
     def __init__(self, cache: HandleCache, require_feed: bool = True,
                  expect_webhooks: bool = False, webhook_grace: float = 3.0,
-                 clock: Any = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.cache = cache
         self._lock = threading.Lock()
         self._clock = clock

@@ -568,4 +568,4 @@ def _text(value: bytes | None) -> str | None:
 
 __all__ = ["Bridge", "BodyRefused", "NativeRoute", "FastPath", "FAST_PATH_TRIED", "FAST_PATH_EXTENSION",
            "NATIVE_ROUTES", "BRIDGE", "read_body",
-           "respond", "respond_error", "header", "path_info"]
+           "respond", "respond_error", "header", "path_info", "WsgiApp"]

@@ -79,7 +79,8 @@ class CoalescingCycle(RequestResponseCycle):
     async def _send_together(self, start: Any, body: Any) -> None:
         transport = self.transport
         collecting = _Collecting(transport)
-        self.transport = collecting  # type: ignore[assignment]
+        # stands in for the transport while the two messages are written (`_Collecting`)
+        self.transport = collecting  # type: ignore[assignment]  # see above
         try:
             await super().send(start)
             await super().send(body)

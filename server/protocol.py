@@ -127,7 +127,10 @@ class StrictHttpProtocol(HttpToolsProtocol):
 
     # -- the connection ---------------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    # uvicorn's signature: it narrows asyncio's BaseTransport to Transport (the override mypy
+    # reports is uvicorn's, kept here)
+    def connection_made(self, transport: asyncio.Transport  # type: ignore[override]  # above
+                        ) -> None:
         super().connection_made(transport)
         limits = self.limits
         limits.stats["accepted"] += 1
@@ -219,7 +222,7 @@ class StrictHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         # uvicorn types extensions as dicts; this one is the connection itself (read by bridge)
-        self.scope["extensions"] = {CONNECTION: self}  # type: ignore[dict-item]
+        self.scope["extensions"] = {CONNECTION: self}  # type: ignore[dict-item]  # see above
         self._in_head = True
         self._head_bytes = 0
         self._header_count = 0

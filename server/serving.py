@@ -100,8 +100,10 @@ class HttpServer:
         self._config = uvicorn.Config(
             self.bridge, host=host, port=port, http=protocol_for(self.limits), ws="none",
             lifespan="off", interface="asgi3", log_config=None, access_log=False,
-            timeout_keep_alive=idle_timeout,  # type: ignore[arg-type]
-            timeout_graceful_shutdown=shutdown_timeout,  # type: ignore[arg-type]
+            # uvicorn declares these int and uses them as seconds for asyncio's timers: a float
+            # (0.5 s) works
+            timeout_keep_alive=idle_timeout,  # type: ignore[arg-type]  # see above
+            timeout_graceful_shutdown=shutdown_timeout,  # type: ignore[arg-type]  # see above
             server_header=False, headers=[("server", name)], proxy_headers=bool(trusted),
             forwarded_allow_ips=trusted or None, ssl_certfile=tls_cert, ssl_keyfile=tls_key,
             backlog=backlog)

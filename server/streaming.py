@@ -331,4 +331,5 @@ async def drive(body: StreamBody, scope: Scope, receive: Receive, send: Send,
 
 
 __all__ = ["STREAM_BODY", "STREAMED", "ON_STREAM_END", "CONNECTION", "StreamBody", "Wake",
-           "WakeCallback", "drive", "writable", "abort", "bound_send_buffer", "PULL_BYTES"]
+           "WakeCallback", "drive", "writable", "abort", "bound_send_buffer", "PULL_BYTES",
+           "Message", "Receive", "Scope", "Send"]

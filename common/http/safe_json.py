@@ -30,10 +30,13 @@ def install_safe_json(app: Flask) -> None:
     """Parse `app`'s JSON request bodies with `SafeJSONProvider` (keeping the app's settings
     for writing JSON)."""
     provider = SafeJSONProvider(app)
-    provider.sort_keys = app.json.sort_keys  # type: ignore[attr-defined]
-    provider.ensure_ascii = app.json.ensure_ascii  # type: ignore[attr-defined]
-    provider.compact = app.json.compact  # type: ignore[attr-defined]
-    provider.mimetype = app.json.mimetype  # type: ignore[attr-defined]
+    current = app.json
+    # Flask's DefaultJSONProvider (or this one, installed before) holds the writing settings
+    assert isinstance(current, DefaultJSONProvider), type(current)
+    provider.sort_keys = current.sort_keys
+    provider.ensure_ascii = current.ensure_ascii
+    provider.compact = current.compact
+    provider.mimetype = current.mimetype
     app.json = provider
 
 

@@ -128,7 +128,7 @@ def _guarded(function_id: str, impl: Callable[..., Any]) -> Callable[..., Any]:
 
     call.__name__ = getattr(impl, "__name__", "impl")
     call.__doc__ = impl.__doc__
-    call.__wrapped__ = impl  # type: ignore[attr-defined]
+    call.__wrapped__ = impl  # type: ignore[attr-defined]  # as functools.wraps sets it
     return call
 
 

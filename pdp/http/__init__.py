@@ -8,8 +8,8 @@ below and nothing else of this package (`tests/test_layout.py`)."""
 from __future__ import annotations
 
 from pdp.http.api import STORED_NOT_YOURS, create_pdp_blueprint, decide_as
-from pdp.http.context import PolicyFormat, read_body
+from pdp.http.context import Environment, PolicyFormat, read_body
 from pdp.http.errors import ERROR_STATUS
 
-__all__ = ["ERROR_STATUS", "PolicyFormat", "STORED_NOT_YOURS", "create_pdp_blueprint",
+__all__ = ["ERROR_STATUS", "Environment", "PolicyFormat", "STORED_NOT_YOURS", "create_pdp_blueprint",
            "decide_as", "read_body"]

@@ -3,7 +3,7 @@ in the app's extensions where each route finds them (`current_pdp()`), the other
 may be written in (`PolicyFormat`), and the reading of a request body within its limit."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +50,7 @@ class PolicyFormat:
 CheckPolicy = Callable[[bytes, str], list[str]]
 # the embedder's environment attributes for a request naming these resource-ids
 Environment = Callable[[list[str]], list[tuple[str, str, list[str]]]]
-WhatIf = Callable[[Identity, Prospect], dict[str, Any]]
+WhatIf = Callable[[Identity, Prospect], Mapping[str, object]]
 Describe = Callable[[StoredPolicy], dict[str, Any]]
 
 

@@ -19,9 +19,10 @@ import threading
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from pep.audit.views import entry_streams
+from pep.audit.views import AuditEntry, EntryView, entry_streams
+from pep.core.jsontypes import JsonValue
 from pep.core.refs import handle_ref  # the audit's name for a handle (re-exported)
 
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
@@ -41,21 +42,21 @@ class AuditRecords(Protocol):
     """What the audit trail writes to and GET /audit reads: this module's files, or a table of
     the store (`pep.audit.table.AuditTable`, with a PostgreSQL store)."""
 
-    def record(self, kind: str, **fields: Any) -> dict[str, Any]: ...
+    def record(self, kind: str, **fields: JsonValue) -> AuditEntry: ...
 
-    def record_many(self, items: Iterable[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]: ...
+    def record_many(self, items: Iterable[tuple[str, AuditEntry]]) -> list[AuditEntry]: ...
 
-    def entries(self) -> Iterator[dict[str, Any]]: ...
+    def entries(self) -> Iterator[AuditEntry]: ...
 
     def query(self, *, kinds: Iterable[str] | None = None, stream: str | None = None,
               subject: str | None = None, since: str | None = None, until: str | None = None,
-              after_seq: int | None = None, view: Any = None,
-              limit: int = 1000) -> list[dict[str, Any]]: ...
+              after_seq: int | None = None, view: EntryView | None = None,
+              limit: int = 1000) -> list[AuditEntry]: ...
 
     def close(self) -> None: ...
 
 
-def checked(items: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+def checked(items: Iterable[tuple[str, AuditEntry]]) -> list[tuple[str, AuditEntry]]:
     """The entries to write, all checked before any is: fields that could hold secrets are
     refused (ValueError)."""
     items = list(items)
@@ -66,19 +67,19 @@ def checked(items: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict
     return items
 
 
-def new_entry(now: str, seq: int, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+def new_entry(now: str, seq: int, kind: str, fields: AuditEntry) -> AuditEntry:
     """An entry as it is written: time, seq, kind, then its fields that are set."""
     return {"time": now, "seq": seq, "kind": kind,
             **{k: v for k, v in fields.items() if v is not None}}
 
 
-def encode(entry: dict[str, Any]) -> str:
+def encode(entry: AuditEntry) -> str:
     """An entry as one line of JSON (ASCII, json's default: any text fits, a lone surrogate
     included)."""
     return _ENCODE(entry)
 
 
-def matches(entry: dict[str, Any], kinds: set[str] | None, stream: str | None, subject: str | None,
+def matches(entry: AuditEntry, kinds: set[str] | None, stream: str | None, subject: str | None,
             since: str | None, until: str | None, after_seq: int | None) -> bool:
     """Does the entry pass a query's filters (`AuditLog.query`)?"""
     if kinds is not None and entry.get("kind") not in kinds:
@@ -133,11 +134,11 @@ class AuditLog:
                          key=lambda p: -int(p.suffix.lstrip(".")))
         return rotated + ([self.path] if self.path.exists() else [])
 
-    def record(self, kind: str, **fields: Any) -> dict[str, Any]:
+    def record(self, kind: str, **fields: JsonValue) -> AuditEntry:
         """Append one entry; returns it. Fields that could hold secrets are refused."""
         return self.record_many([(kind, fields)])[0]
 
-    def record_many(self, items: Iterable[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    def record_many(self, items: Iterable[tuple[str, AuditEntry]]) -> list[AuditEntry]:
         """Append entries (kind, fields) with one write and one fsync: a revocation of a
         thousand handles must not wait for a thousand disk flushes. All or none are checked
         before anything is written."""
@@ -177,7 +178,7 @@ class AuditLog:
             self.path.unlink(missing_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")
 
-    def entries(self) -> Iterator[dict[str, Any]]:
+    def entries(self) -> Iterator[AuditEntry]:
         """Every entry still kept, oldest first (a line that does not parse is skipped)."""
         with self._lock:
             self._file.flush()
@@ -197,22 +198,21 @@ class AuditLog:
 
     def query(self, *, kinds: Iterable[str] | None = None, stream: str | None = None,
               subject: str | None = None, since: str | None = None, until: str | None = None,
-              after_seq: int | None = None, view: Any = None,
-              limit: int = 1000) -> list[dict[str, Any]]:
+              after_seq: int | None = None, view: EntryView | None = None,
+              limit: int = 1000) -> list[AuditEntry]:
         """Matching entries, newest last, at most `limit` (the newest ones). `view(entry)` gives
         what the caller may see of an entry (None: nothing; `pep.audit.views`). `stream`
         matches an entry about that stream, either side of a join included
         (`pep.audit.views.entry_streams`)."""
         wanted = set(kinds) if kinds else None
-        out: list[dict[str, Any]] = []
+        out: list[AuditEntry] = []
         for entry in self.entries():
             if not matches(entry, wanted, stream, subject, since, until, after_seq):
                 continue
-            if view is not None:
-                entry = view(entry)
-                if entry is None:
-                    continue
-            out.append(entry)
+            seen = view(entry) if view is not None else entry
+            if seen is None:
+                continue
+            out.append(seen)
             if len(out) > limit:
                 out.pop(0)
         return out

@@ -21,11 +21,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
-
 from common.db import Database, open_database, opening
 from common.migrations import Schema, Step, migrate
 from pep.audit.log import _now, checked, encode, matches, new_entry
+from pep.audit.views import AuditEntry, EntryView
+from pep.core.jsontypes import JsonValue
 
 PAGE = 500  # entries read at a time
 
@@ -58,11 +58,11 @@ class AuditTable:
             self._db.close()
             raise
 
-    def record(self, kind: str, **fields: Any) -> dict[str, Any]:
+    def record(self, kind: str, **fields: JsonValue) -> AuditEntry:
         """Append one entry; returns it. Fields that could hold secrets are refused."""
         return self.record_many([(kind, fields)])[0]
 
-    def record_many(self, items: Iterable[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    def record_many(self, items: Iterable[tuple[str, AuditEntry]]) -> list[AuditEntry]:
         """Append entries (kind, fields) in one transaction, all checked before any is
         written."""
         items = checked(items)
@@ -80,7 +80,8 @@ class AuditTable:
                              for e in entries])
         return entries
 
-    def _pages(self, where: str, params: list[Any], newest_first: bool) -> Iterator[dict[str, Any]]:
+    def _pages(self, where: str, params: list[str | int],
+               newest_first: bool) -> Iterator[AuditEntry]:
         """The entries that pass the SQL conditions, a page at a time."""
         order = "DESC" if newest_first else "ASC"
         bound: int | None = None
@@ -99,19 +100,19 @@ class AuditTable:
             if len(rows) < PAGE:
                 return
 
-    def entries(self) -> Iterator[dict[str, Any]]:
+    def entries(self) -> Iterator[AuditEntry]:
         """Every entry, oldest first."""
         return self._pages("", [], newest_first=False)
 
     def query(self, *, kinds: Iterable[str] | None = None, stream: str | None = None,
               subject: str | None = None, since: str | None = None, until: str | None = None,
-              after_seq: int | None = None, view: Any = None,
-              limit: int = 1000) -> list[dict[str, Any]]:
+              after_seq: int | None = None, view: EntryView | None = None,
+              limit: int = 1000) -> list[AuditEntry]:
         """As `pep.audit.log.AuditLog.query`: the newest `limit` matching entries (what `view`
         leaves of them), oldest first."""
         wanted = sorted(set(kinds)) if kinds else None
         conditions: list[str] = []
-        params: list[Any] = []
+        params: list[str | int] = []
         if wanted is not None:
             conditions.append(f"kind IN ({', '.join('?' for _ in wanted)})")
             params.extend(wanted)
@@ -120,16 +121,15 @@ class AuditTable:
             if value is not None:
                 conditions.append(f"{column} {operator} ?")
                 params.append(value)
-        out: list[dict[str, Any]] = []
+        out: list[AuditEntry] = []
         for entry in self._pages(" AND ".join(conditions), params, newest_first=True):
             if not matches(entry, set(wanted) if wanted else None, stream, subject, since,
                            until, after_seq):
                 continue
-            if view is not None:
-                entry = view(entry)
-                if entry is None:
-                    continue
-            out.append(entry)
+            seen = view(entry) if view is not None else entry
+            if seen is None:
+                continue
+            out.append(seen)
             if len(out) >= limit:
                 break
         return out[::-1]
@@ -138,7 +138,7 @@ class AuditTable:
         self._db.close()
 
 
-def _text(value: Any) -> str | None:
+def _text(value: JsonValue) -> str | None:
     return value if isinstance(value, str) else None
 
 

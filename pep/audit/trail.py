@@ -33,12 +33,40 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from pep.audit.log import AuditRecords, handle_ref
 from pep.core.errors import Refusal
+from pep.core.explain import AnyPlanJson
+from pep.core.jsontypes import JsonObject
 
-PolicyVersions = Callable[[Iterable[str]], list[dict]]
+if TYPE_CHECKING:  # what the trail is told about; those packages are wired above it
+    from common.auth import Identity
+    from pdp import PolicyChange
+    from pep.core.plan import StreamDefinition
+    from pep.handles.records import HandleRecord
+    from pep.streams.derivations import DerivationRecord
+    from pep.streams.entries import StreamEntry
+    from pep.streams.events import EventJson
+
+
+class PolicyVersion(TypedDict):
+    """A policy a grant depended on, as the entry names it."""
+
+    id: str
+    version: str
+    store_version: int
+
+
+class JoinSide(TypedDict):
+    """One side of a join's grant: what its stream's owner is shown (`pep.audit.views`)."""
+
+    stream: str
+    plan: JsonObject
+    policies: list[PolicyVersion]
+
+
+PolicyVersions = Callable[[Iterable[str]], list[PolicyVersion]]
 PolicyScope = Callable[[str], "frozenset[str] | None"]
 Chain = Callable[[str], list[str]]
 
@@ -51,9 +79,9 @@ def _underived(stream: str) -> list[str]:
     return []
 
 
-def _join_streams(record: Any) -> list[str] | None:
+def _join_streams(record: HandleRecord) -> list[str] | None:
     """Both streams of a join's handle; None for a single stream's."""
-    streams = list(getattr(record, "streams", ()) or ())
+    streams = list(record.streams)
     return streams if len(streams) > 1 else None
 
 
@@ -65,12 +93,12 @@ class AuditTrail:
         self._policy_scope = policy_scope
         self._chain = chain
 
-    def _derived_from(self, stream: Any) -> list[str] | None:
+    def _derived_from(self, stream: str | None) -> list[str] | None:
         """The streams a derived stream derives from, nearest first (None: not derived)."""
         return (self._chain(stream) or None) if isinstance(stream, str) else None
 
-    def granted(self, record: Any, is_new: bool) -> None:
-        plan = json.loads(record.plan_json)
+    def granted(self, record: HandleRecord, is_new: bool) -> None:
+        plan: JsonObject = json.loads(record.plan_json)
         policies = self._policy_versions(record.policy_ids)
         streams = _join_streams(record)
         self.log.record("granted", subject=record.subject, stream=record.stream,
@@ -79,10 +107,10 @@ class AuditTrail:
                         sides=self._sides(plan, policies) if streams else None,
                         derived_from=None if streams else self._derived_from(record.stream))
 
-    def _sides(self, plan: dict, policies: list[dict]) -> list[dict]:
+    def _sides(self, plan: JsonObject, policies: list[PolicyVersion]) -> list[JoinSide]:
         """A join's two sides: each its stream, its plan and the policies that can apply to it."""
         scopes = {p["id"]: self._policy_scope(p["id"]) for p in policies}
-        sides = []
+        sides: list[JoinSide] = []
         for name in ("left", "right"):
             side = plan["join"][name]
             stream = side["stream"]
@@ -91,7 +119,7 @@ class AuditTrail:
                 if (scope := scopes[p["id"]]) is None or stream in scope]})
         return sides
 
-    def refused(self, identity: Any, exc: Refusal, stream: str | None = None) -> None:
+    def refused(self, identity: Identity, exc: Refusal, stream: str | None = None) -> None:
         streams = exc.details.get("streams")
         about = stream or exc.details.get("stream")
         self.log.record("refused", subject=identity.subject, stream=about,
@@ -100,7 +128,7 @@ class AuditTrail:
                         refusal=type(exc).__name__, reason=exc.message,
                         derived_from=None if streams else self._derived_from(about))
 
-    def ended(self, records: list[Any]) -> None:
+    def ended(self, records: list[HandleRecord]) -> None:
         self.log.record_many(
             (f"handle-{record.state.value}",
              {"subject": record.subject, "stream": record.stream,
@@ -108,7 +136,7 @@ class AuditTrail:
               "reason": record.reason, "derived_from": self._derived_from(record.stream)})
             for record in records)
 
-    def resumed(self, records: list[Any]) -> None:
+    def resumed(self, records: list[HandleRecord]) -> None:
         self.log.record_many(
             ("handle-resumed", {"subject": record.subject, "stream": record.stream,
                                 "streams": _join_streams(record),
@@ -116,7 +144,8 @@ class AuditTrail:
                                 "derived_from": self._derived_from(record.stream)})
             for record in records)
 
-    def stream_derived(self, derivation: Any, chain: list[str], plan: dict) -> None:
+    def stream_derived(self, derivation: DerivationRecord, chain: list[str],
+                       plan: AnyPlanJson) -> None:
         """A derived stream was registered (`pep.streams.derived`): the deriving plan is its
         owner's own handle's, the policies behind it the source owner's (`upstream`)."""
         self.log.record("stream-derived", stream=derivation.stream, by=derivation.owner,
@@ -125,7 +154,7 @@ class AuditTrail:
                         upstream={"plan": plan,
                                   "policies": self._policy_versions(derivation.policy_ids)})
 
-    def derivation_ended(self, derivation: Any, chain: list[str], how: str,
+    def derivation_ended(self, derivation: DerivationRecord, chain: list[str], how: str,
                          handles_revoked: int) -> None:
         """A derived stream's feed ended with its deriving handle (`how` it ended); the reason
         is the deriving handle's, which may quote the source owner's policies (`upstream`)."""
@@ -135,23 +164,23 @@ class AuditTrail:
                         handles_revoked=handles_revoked,
                         upstream={"reason": derivation.reason})
 
-    def policy_changed(self, change: Any) -> None:
-        resources = getattr(change, "resources", None)
+    def policy_changed(self, change: PolicyChange) -> None:
+        resources = change.resources
         self.log.record(f"policy-{change.kind}", policy_id=change.policy_id,
                         version=change.version, store_version=change.store_version,
                         by=change.owner,
                         streams=sorted(resources) if resources is not None else None)
 
-    def event_changed(self, kind: str, event: dict) -> None:
+    def event_changed(self, kind: str, event: EventJson) -> None:
         self.log.record(kind, stream=event["stream"], event=event["name"], by=event["owner"],
                         condition=event["condition"], hold=event["hold"], key=event["key"])
 
-    def stream_registered(self, definition: Any) -> None:
+    def stream_registered(self, definition: StreamDefinition) -> None:
         self.log.record("stream-registered", stream=definition.name, by=definition.owner,
                         source=definition.source.kind,
                         derived_from=self._derived_from(definition.name))
 
-    def stream_changed(self, entry: Any, changes: dict, by: str) -> None:
+    def stream_changed(self, entry: StreamEntry, changes: JsonObject, by: str) -> None:
         self.log.record("stream-changed", stream=entry.definition.name, by=by,
                         changes=dict(changes))
 
@@ -163,4 +192,4 @@ class AuditTrail:
                         policies_kept=list(policies_kept), kept_until=kept_until)
 
 
-__all__ = ["AuditTrail"]
+__all__ = ["AuditTrail", "JoinSide", "PolicyVersion"]

@@ -32,7 +32,15 @@ split after the fact).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+
+from pep.core.jsontypes import JsonObject, JsonValue
+
+# An entry as written and read back: a JSON object, its fields per kind (`pep.audit.trail`).
+AuditEntry = JsonObject
+# What a reader sees of an entry (None: nothing); `owner_view` with the reader's `Owns`.
+EntryView = Callable[[AuditEntry], "AuditEntry | None"]
+# Whether the reader owns a stream, asked of an entry's field as read (so of any JSON value).
+Owns = Callable[[JsonValue], bool]
 
 WHOLE_JOIN_FIELDS = ("plan", "plan_key", "policies")
 # a derived stream's entry: its owner's fields, and the source owner's part
@@ -42,17 +50,17 @@ UPSTREAM = "upstream"
 PLAIN_REASONS = frozenset({"released by its owner"})
 
 
-def _join_plan(entry: dict) -> dict | None:
+def _join_plan(entry: AuditEntry) -> JsonObject | None:
     plan = entry.get("plan")
     join = plan.get("join") if isinstance(plan, dict) else None
     return join if isinstance(join, dict) else None
 
 
-def is_policy_entry(entry: dict) -> bool:
+def is_policy_entry(entry: AuditEntry) -> bool:
     return str(entry.get("kind", "")).startswith("policy-")
 
 
-def entry_streams(entry: dict) -> list[str]:
+def entry_streams(entry: AuditEntry) -> list[str]:
     """Every stream the entry concerns: its `stream`, a join's `streams` (both sides), a join
     plan's two streams; for a policy change, the streams its policy is confined to."""
     out: list[str] = []
@@ -71,12 +79,12 @@ def entry_streams(entry: dict) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _derived_from(entry: dict) -> list[str]:
+def _derived_from(entry: AuditEntry) -> list[str]:
     chain = entry.get("derived_from")
     return [s for s in chain if isinstance(s, str)] if isinstance(chain, list) else []
 
 
-def _derived_view(entry: dict, owns: Callable[[Any], bool]) -> dict | None:
+def _derived_view(entry: AuditEntry, owns: Owns) -> AuditEntry | None:
     """A derived stream's entry as an owner sees it (module docstring)."""
     chain = _derived_from(entry)
     stream_owner = owns(entry.get("stream"))
@@ -95,7 +103,7 @@ def _derived_view(entry: dict, owns: Callable[[Any], bool]) -> dict | None:
     return view
 
 
-def _sides(entry: dict) -> list[dict]:
+def _sides(entry: AuditEntry) -> list[JsonObject]:
     sides = entry.get("sides")
     if isinstance(sides, list):
         return [s for s in sides if isinstance(s, dict)]
@@ -106,7 +114,7 @@ def _sides(entry: dict) -> list[dict]:
             for side in ("left", "right") if isinstance(join.get(side), dict)]
 
 
-def owner_view(entry: dict, owns: Callable[[Any], bool]) -> dict | None:
+def owner_view(entry: AuditEntry, owns: Owns) -> AuditEntry | None:
     """The entry as a non-administrator sees it, `owns(stream)` telling its streams; None when
     it concerns none of them (see the module docstring)."""
     if is_policy_entry(entry):
@@ -137,4 +145,4 @@ def owner_view(entry: dict, owns: Callable[[Any], bool]) -> dict | None:
     return view
 
 
-__all__ = ["owner_view", "entry_streams", "is_policy_entry"]
+__all__ = ["AuditEntry", "EntryView", "Owns", "owner_view", "entry_streams", "is_policy_entry"]

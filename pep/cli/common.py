@@ -9,6 +9,10 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used at run time: `xsg --help` stays fast
+    import requests
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -37,7 +41,7 @@ class CliError(Exception):
 
 # -- the HTTP client ------------------------------------------------------------------------------
 
-def session_for(args: argparse.Namespace):
+def session_for(args: argparse.Namespace) -> requests.Session:
     import requests
 
     if not args.token:
@@ -78,7 +82,7 @@ def _unreachable(url: str, source: str, exc: Exception, timeout: float) -> CliEr
         "paste).")
 
 
-def call(args: argparse.Namespace, method: str, path: str, **kwargs):
+def call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> requests.Response:
     import requests
 
     base, source = gateway_url(args)
@@ -97,14 +101,15 @@ def call(args: argparse.Namespace, method: str, path: str, **kwargs):
     return response
 
 
-def describe_error(response) -> str:
+def describe_error(response: requests.Response) -> str:
     try:
         body = response.json()
     except ValueError:
         return response.text.strip()[:500] or response.reason
     if isinstance(body, dict) and "error" in body:
         where = ", ".join(f"{k} {body[k]}" for k in ("source", "element", "line") if body.get(k))
-        return body["error"] + (f" ({where})" if where else "")
+        error: str = body["error"]
+        return error + (f" ({where})" if where else "")
     return json.dumps(body)
 
 

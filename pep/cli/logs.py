@@ -4,26 +4,31 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:  # imported where used at run time: `xsg --help` stays fast
+    import logging
 
 
-def _utc_time(record) -> str:
+def _utc_time(record: logging.LogRecord) -> str:
     from datetime import datetime, timezone
 
     moment = datetime.fromtimestamp(record.created, timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(record.msecs):03d}Z"
 
 
-def _formatter(fmt: str):
+def _formatter(fmt: str) -> logging.Formatter:
     import logging
 
     class TextFormatter(logging.Formatter):
-        def formatTime(self, record, datefmt=None):  # noqa: N802 - logging's name
+        def formatTime(self, record: logging.LogRecord,  # noqa: N802 - logging's name
+                       datefmt: str | None = None) -> str:
             return _utc_time(record)
 
     class JsonFormatter(logging.Formatter):
-        def format(self, record):
-            out = {"time": _utc_time(record), "level": record.levelname, "logger": record.name,
-                   "message": record.getMessage()}
+        def format(self, record: logging.LogRecord) -> str:
+            out: dict[str, object] = {"time": _utc_time(record), "level": record.levelname,
+                                      "logger": record.name, "message": record.getMessage()}
             access = getattr(record, "access", None)
             if isinstance(access, dict):
                 out.update(access)
@@ -42,8 +47,8 @@ LIBRARY_LOGGERS = ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark",
                    "DataFrameQueryContextLogger", "SQLQueryContextLogger")
 
 
-def configure_logging(level: str = "INFO", fmt: str = "text", stream=None,
-                      repeat_period: float | None = None):
+def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | None = None,
+                      repeat_period: float | None = None) -> logging.StreamHandler[TextIO]:
     """One handler on stderr for every line of the process: ours, the access log, py4j's and
     PySpark's Python side; ISO-8601 UTC timestamps; a record marked as repeating
     (`pep.log_repeats.repeating`) written once, then summed up every `repeat_period` seconds
@@ -80,7 +85,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream=None,
     return handler
 
 
-def flush_repeats(handler) -> None:
+def flush_repeats(handler: logging.Handler) -> None:
     """Write the summaries of the repeated warnings `handler` holds back (the process ends)."""
     from pep.log_repeats import RepeatSummary
 

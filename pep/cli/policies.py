@@ -14,6 +14,7 @@ from urllib.parse import quote
 from pep.cli.common import URL_HELP, EXIT_OK, call, read_file, seconds, whole_number
 from pep.cli.policy_tools import add_tool_parsers
 from pep.cli.rules import add_rule_flags, jsonable, rule_from_flags
+from pep.core.jsontypes import JsonObject
 
 
 def policy_path(policy_id: str) -> str:
@@ -25,7 +26,7 @@ RULE_JSON = "application/vnd.xsg.rule+json"
 RULE_YAML = "application/vnd.xsg.rule+yaml"
 
 
-def _document_headers(path: str) -> dict:
+def _document_headers(path: str) -> dict[str, str]:
     """A policy file's media type by its name: a sharing rule (.json, .yaml, .yml) or XACML."""
     suffix = Path(path).suffix.lower()
     if suffix == ".json":
@@ -35,11 +36,11 @@ def _document_headers(path: str) -> dict:
     return XML_HEADERS
 
 
-def dry_run(args: argparse.Namespace) -> dict:
+def dry_run(args: argparse.Namespace) -> dict[str, str]:
     return {"dry_run": "true"} if getattr(args, "what_if", False) else {}
 
 
-def print_what_if(body: dict) -> None:
+def print_what_if(body: JsonObject) -> None:
     """A dry run's answer: what the change would do to the live handles; nothing was done."""
     report = body.get("what_if") or {}
     n = report.get("handles", 0)
@@ -57,7 +58,7 @@ def print_what_if(body: dict) -> None:
     print("nothing was changed (dry run)")
 
 
-def _written(body: dict, verb: str) -> None:
+def _written(body: JsonObject, verb: str) -> None:
     print(f"{verb} {body['id']} version {body['version']} (store version "
           f"{body['store_version']})")
     if body.get("summary"):
@@ -150,7 +151,8 @@ def cmd_policy_list(args: argparse.Namespace) -> int:
 def _summary_of(args: argparse.Namespace, policy_id: str) -> str | None:
     for p in call(args, "GET", "/policies").json():
         if p.get("id") == policy_id:
-            return p.get("summary")
+            summary: str | None = p.get("summary")
+            return summary
     return None
 
 

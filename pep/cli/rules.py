@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import date, time
 from pathlib import Path
 
 from pep.cli.common import EXIT_USAGE, CliError, read_file
+from pep.core.jsontypes import JsonObject
 
 
-def _attribute_value(text: str):
+def _attribute_value(text: str) -> bool | int | float | str:
     """`--attribute id=value`: a number or true/false when it reads so, else the text."""
     low = text.strip().lower()
     if low in ("true", "false"):
         return low == "true"
     for kind in (int, float):
         try:
-            return kind(text)
+            number: int | float = kind(text)
+            return number
         except ValueError:
             pass
     return text
@@ -26,10 +29,10 @@ def _csv(values: list[str] | None) -> list[str]:
     return [part.strip() for v in values or [] for part in v.split(",") if part.strip()]
 
 
-def rule_from_flags(args: argparse.Namespace) -> dict:
+def rule_from_flags(args: argparse.Namespace) -> JsonObject:
     """The sharing rule of `xsg policy new`: the file's (if any), then each flag given over it.
     The gateway checks it (errors name the field)."""
-    rule: dict = {}
+    rule: JsonObject = {}
     if args.file:
         import yaml
 
@@ -49,7 +52,7 @@ def rule_from_flags(args: argparse.Namespace) -> dict:
     if args.anyone:
         rule["who"] = "anyone"
     elif args.subject or args.role or args.attribute:
-        who: dict = {}
+        who: JsonObject = {}
         if args.subject:
             who["subjects"] = _csv(args.subject)
         if args.role:
@@ -105,9 +108,9 @@ def rule_from_flags(args: argparse.Namespace) -> dict:
     return rule
 
 
-def jsonable(value):
+def jsonable(value: object) -> str:
     """YAML's dates and times (a rule file's `from: 2026-11-23`) as the text they were."""
-    if hasattr(value, "isoformat"):
+    if isinstance(value, (date, time)):  # a datetime is a date
         return value.isoformat()
     raise TypeError(f"{type(value).__name__} is not a rule value")
 

@@ -196,7 +196,8 @@ class Announcements:
         if channel == ACKS:
             if message.get("origin") == self.member:
                 with self._acked:
-                    ackers = self._acks.get(message.get("seq"))  # type: ignore[arg-type]
+                    seq = message.get("seq")  # one of ours: the int `announce` sent
+                    ackers = self._acks.get(seq) if seq is not None else None
                     if ackers is not None:
                         ackers.add(str(message.get("member")))
                         self._acked.notify_all()

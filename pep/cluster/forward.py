@@ -29,9 +29,8 @@ from typing import Any
 
 import httpx
 
-from server.bridge import (BRIDGE, BodyRefused, Receive, Send, header, read_body,
-                             respond_error)
-from server.streaming import CONNECTION, abort, writable
+from server.bridge import BRIDGE, BodyRefused, header, read_body, respond_error
+from server.streaming import CONNECTION, Receive, Send, abort, writable
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # its lines would carry handle ids

@@ -45,7 +45,8 @@ from pep.core.joingrant import JoinGrant, apply_join_grants, read_join_grant, sp
 from pep.core.labels import LabelError
 from pep.core.masks import Mask, policy_masks
 from pep.core.merge import MergeResult, merge
-from pep.core.obligations import ObligationError, grant_option, policy_graph
+from pep.core.obligations import (ObligationError, grant_option, policy_graph,
+                                  punctuation_defer)
 from pep.core.parsed import MemoKey, RequestMemo
 from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema, UnionPlan
 from pep.core.union import INTERSECTION, UNION, Alternative, merge_union
@@ -369,6 +370,7 @@ class _Decided:
     alternatives: tuple[Alternative, ...]
     joins: tuple[tuple[JoinGrant, ...], ...]  # per alternative
     grant_option: bool = False  # every permitting rule gave it (`pep.core.obligations`)
+    punctuation_defer: bool = False  # every permitting rule defers to the punctuations
 
     @property
     def policy(self) -> QueryGraph:
@@ -439,10 +441,11 @@ def _decide(req: _Planning, join: str | None = None, partner: str | None = None,
         raise _deny(f"obligation cannot be fulfilled{where}: {skipped[0]}", media_type)
     try:
         option = grant_option(g.obligations for g in result.rule_grants())
+        defer = punctuation_defer(g.obligations for g in result.rule_grants())
     except ObligationError as exc:
         raise _deny(f"obligation cannot be fulfilled{where}: {exc.message}", media_type) \
             from None
-    return _Decided(response, policy_ids, tuple(alternatives), tuple(joins), option)
+    return _Decided(response, policy_ids, tuple(alternatives), tuple(joins), option, defer)
 
 
 def _with_status_message(response: Response, message: str) -> Response:
@@ -609,6 +612,9 @@ def _plan(req: _Planning, asked: _AskedQuery) -> Grant:
 
         def graph_json() -> GraphJson:
             return united_json
+    if decided.punctuation_defer and isinstance(plan, ExecutionPlan):
+        # in the plan's key: a grant that stops deferring is a different grant
+        plan = replace(plan, punctuation_defer=True)
     if settings.refuse_nr and any(w.kind == "NR" for w in warnings):
         nr = [w for w in warnings if w.kind == "NR"]
         raise NoResult("no result: " + nr[0].message, warnings=[w.to_json() for w in warnings])

@@ -65,6 +65,9 @@ class MergeResult:
     plan: ExecutionPlan
     warnings: tuple[MergeWarning, ...]
     filter_analysis: FilterAnalysis
+    # the stream's time attribute when the policy hides it and the plan masks it as null for
+    # that reason alone (`_hidden_time`); None otherwise
+    hidden_time: str | None = None
 
     @property
     def nr(self) -> bool:
@@ -301,6 +304,32 @@ def _timing(window: WindowSpec | None, time_attribute: str | None, schema: Strea
                  for f in (schema.lookup(n),) if f is not None)
 
 
+def _hidden_time(time_attribute: str | None, exposed: tuple[str, ...],
+                 window: WindowSpec | None, schema: StreamSchema,
+                 applied: tuple[tuple[str, str], ...]) -> str | None:
+    """The stream's time attribute when the policy hides it (no mask of its own) and no time
+    window of the plan places tuples by it: the runtime then orders the plan's rows and tuple
+    windows as under a `null` mask, by stream order alone (file, position), never by the hidden
+    times, whose order would otherwise show in the order of the rows delivered. A time window
+    over a hidden time is the owner's own choice (its windows need the time) and keeps it."""
+    if not time_attribute or time_attribute in exposed or schema.lookup(time_attribute) is None:
+        return None
+    if time_attribute in dict(applied):
+        return None
+    if window is not None and window.kind == "time" and window.time_attribute == time_attribute:
+        return None
+    return time_attribute
+
+
+def without_hidden_time(m: MergeResult) -> MergeResult:
+    """`m` without the null mask of a hidden time (`_hidden_time`): what union mode unites,
+    since a tuple delivered once for several grants has no one order of its own."""
+    if m.hidden_time is None:
+        return m
+    masks = tuple(mask for mask in m.plan.masks if mask != (m.hidden_time, "null"))
+    return replace(m, plan=replace(m.plan, masks=masks), hidden_time=None)
+
+
 def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
           time_attribute: str | None = None) -> MergeResult:
     """One graph and one plan from the policy's and the user's graphs.
@@ -384,6 +413,9 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
         filter_dnf = plan_dnf(filter_dnf, masking)
         applied = output_masks(masking, (*projection, *(window_spec.keys if window_spec else ()),
                                          *_timing(window_spec, time_attribute, schema)))
+    hidden_time = _hidden_time(time_attribute, exposed, window_spec, schema, applied)
+    if hidden_time is not None:
+        applied += ((hidden_time, "null"),)
     plan = ExecutionPlan(source.stream, filter_dnf, projection, window_spec, masks=applied)
     node: Node = Source(source.stream)
     merged_filter = _dnf_expr(analysis.filter_dnf)
@@ -394,4 +426,4 @@ def merge(policy: QueryGraph, user: QueryGraph | None, schema: StreamSchema, *,
     node = Map(node, projection)
     if window_spec is not None:
         node = WindowAggregate(node, window_spec)
-    return MergeResult(QueryGraph(node), plan, tuple(warnings), analysis)
+    return MergeResult(QueryGraph(node), plan, tuple(warnings), analysis, hidden_time)

@@ -93,6 +93,9 @@ WINDOW_IDS = frozenset({"exacml:obligation:stream-window",
 MASK_IDS = frozenset({"exacml:obligation:stream-mask"})
 GRANT_OPTION_IDS = frozenset({"exacml:obligation:stream-grant-option"})
 GRANT_OPTION_ID = "exacml:obligation:stream-grant-option"
+# xsg's own: the grant defers to the stream's security punctuations (`pep.core.punctuations`)
+PUNCTUATION_DEFER_ID = "exacml:obligation:stream-punctuations-defer"
+PUNCTUATION_DEFER_IDS = frozenset({PUNCTUATION_DEFER_ID})
 
 FILTER_CONDITION = "stream-filter-condition-id"
 MAP_ATTRIBUTE = "stream-map-attribute-id"
@@ -231,6 +234,28 @@ def is_grant_option(ob: Obligation) -> bool:
     return True
 
 
+def is_punctuation_defer(ob: Obligation) -> bool:
+    """Whether `ob` is the punctuations' deferral (raises ObligationError if it carries any
+    attribute: it takes none)."""
+    if ob.id not in PUNCTUATION_DEFER_IDS:
+        return False
+    if ob.assignments:
+        raise ObligationError(f"obligation {ob.id} carries attribute(s); it takes none", ob.id)
+    return True
+
+
+def punctuation_defer(grants: Iterable[Iterable[Obligation]]) -> bool:
+    """Whether a decision defers to the stream's security punctuations: every grant behind it
+    carries `stream-punctuations-defer` (one permitting rule without it keeps the punctuations
+    narrowing only: `pep.core.punctuations`)."""
+    found = False
+    for obligations in grants:
+        if not any(is_punctuation_defer(ob) for ob in obligations):
+            return False
+        found = True
+    return found
+
+
 def grant_option(grants: Iterable[Iterable[Obligation]]) -> bool:
     """Whether a decision gives its consumer the grant option: every grant behind it (one per
     rule that permitted it, `pdp.RuleGrant`) carries it. One permitting rule without it is
@@ -285,8 +310,8 @@ def policy_graph(obligations: Iterable[Obligation], stream: str, schema: StreamS
             filters.extend(entry)
         elif ob.id in MASK_IDS:
             masks = _masks(ob, schema, masks)
-        elif is_grant_option(ob):
-            continue  # what the consumer may do with its rows, not what it sees
+        elif is_grant_option(ob) or is_punctuation_defer(ob):
+            continue  # what the consumer may do with its rows, or the punctuations' part
         else:
             raise ObligationError(
                 f"obligation {ob.id!r} is not understood by this PEP; the request is denied "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
-from typing import Literal, Union
+from typing import Literal, Union, overload
 
 from pep.core.jsontypes import JsonObject
 from pep.core.labels import Label, Lattice
@@ -77,6 +77,14 @@ class StreamSchema:
             if f.name.lower() == low:
                 return f
         return None
+
+    def field(self, name: str) -> Field:
+        """The attribute `name` names, where it is known to be in the schema (a name already
+        checked, or one read from the schema): KeyError otherwise."""
+        found = self.lookup(name)
+        if found is None:
+            raise KeyError(name)
+        return found
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -209,6 +217,11 @@ class ExecutionPlan(_Keyed):
     # the first offset of partition p given to the plan (the partition's end offset when the
     # handle was requested); a partition beyond the tuple (added later) gives every record.
     start_offsets: tuple[int, ...] | None = None
+    # On a stream with security punctuations (`pep.core.punctuations`): the consumer's roles,
+    # which the punctuations' SRPs are read against, and whether the grant defers to them
+    # (the `stream-punctuations-defer` obligation); None: the stream has none.
+    punctuation_roles: tuple[str, ...] | None = None
+    punctuation_defer: bool = False
 
     def _canonical_json(self) -> str:
         doc = asdict(self)
@@ -230,7 +243,8 @@ class ExecutionPlan(_Keyed):
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
 
 
-_LATER_FIELDS = {"start_after": None, "start_offsets": None}
+_LATER_FIELDS: dict[str, object] = {"start_after": None, "start_offsets": None,
+                                     "punctuation_roles": None, "punctuation_defer": False}
 _LATER_WINDOW_FIELDS = {"min_count": 1, "keys": (), "privacy": None, "label_bounds": ()}
 
 
@@ -256,7 +270,10 @@ def plan_from_json(data: str | JsonObject) -> ExecutionPlan:
         start_after=None if d.get("start_after") is None else int(d["start_after"]),
         masks=tuple((str(a), str(m)) for a, m in d.get("masks") or ()),
         start_offsets=None if d.get("start_offsets") is None else
-        tuple(int(o) for o in d["start_offsets"]))
+        tuple(int(o) for o in d["start_offsets"]),
+        punctuation_roles=None if d.get("punctuation_roles") is None else
+        tuple(str(r) for r in d["punctuation_roles"]),
+        punctuation_defer=bool(d.get("punctuation_defer", False)))
 
 
 def _predicate_from_json(p: JsonObject) -> AnyPredicate:
@@ -385,6 +402,19 @@ def side_plans(plan: AnyPlan) -> dict[str, "ExecutionPlan | UnionPlan"]:
     if isinstance(plan, JoinPlan):
         return {plan.left.stream: plan.left, plan.right.stream: plan.right}
     return {plan.stream: plan}
+
+
+@overload
+def with_start_offsets(plan: "ExecutionPlan", offsets: tuple[int, ...]) -> "ExecutionPlan": ...
+
+
+@overload
+def with_start_offsets(plan: "UnionPlan", offsets: tuple[int, ...]) -> "UnionPlan": ...
+
+
+@overload
+def with_start_offsets(plan: "ExecutionPlan | UnionPlan", offsets: tuple[int, ...]
+                       ) -> "ExecutionPlan | UnionPlan": ...
 
 
 def with_start_offsets(plan: "ExecutionPlan | UnionPlan", offsets: tuple[int, ...]

@@ -53,7 +53,7 @@ from pep.core.conditions import Or
 from pep.core.errors import NotPermitted, Refusal
 from pep.core.explain import GraphJson, graph_to_json
 from pep.core.graph import QueryGraph
-from pep.core.merge import MergeResult, merge
+from pep.core.merge import MergeResult, merge, without_hidden_time
 from pep.core.plan import ExecutionPlan, StreamSchema, UnionPlan
 
 INTERSECTION = "intersection"
@@ -112,6 +112,9 @@ def merge_union(alternatives: Sequence[Alternative], user: QueryGraph | None,
         alt, m = members[0]
         return UnionMerge(m.plan, tuple(m.warnings) + tuple(info),
                           graph_to_json(m.graph, schema), (m,))
+    # a grant that hides the time attribute: its null mask only orders its own plan's rows
+    # (`pep.core.merge._hidden_time`), which a union's rows, merged per tuple, cannot keep
+    members = [(alt, without_hidden_time(m)) for alt, m in members]
     for alt, m in members:
         window = m.plan.window
         if m.plan.masks or (window is not None and window.privacy is not None):

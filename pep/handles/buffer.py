@@ -51,7 +51,7 @@ import threading
 import time
 from collections import deque
 from functools import lru_cache
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from pep.core.rows import RowBatch, row_json
 
@@ -226,7 +226,7 @@ class HandleBuffer:
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def put(self, rows: RowBatch | Iterable[dict]) -> bool:
+    def put(self, rows: RowBatch | Iterable[Mapping[str, object]]) -> bool:
         """Append result rows; False once the buffer is closed (the runtime then stops sending).
 
         The closed check and the write happen under one lock, the same one `close` takes: that
@@ -317,7 +317,7 @@ class HandleBuffer:
             self._wake()
         return True
 
-    def notice(self, kind: str, data: dict[str, Any] | None = None) -> bool:
+    def notice(self, kind: str, data: Mapping[str, object] | None = None) -> bool:
         """Append a notice (not a row) that readers receive in order: SSE `event: <kind>`,
         NDJSON `{"id": n, "event": kind, ...data}`. False once the buffer is closed.
 

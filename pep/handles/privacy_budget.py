@@ -37,13 +37,13 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Iterable, Mapping, NamedTuple, NotRequired, Sequence, TypedDict
 
-from common.db import Database, open_database, opening, upsert_sql
+from common.db import Database, Row, open_database, opening, upsert_sql
 from common.migrations import Schema, Step, migrate
 from pep.core.errors import NotPermitted
-from pep.core.plan import AnyPlan, ExecutionPlan, JoinPlan
-from pep.core.privacy import (MAX_PERIOD, Budget, budget_units, from_units, units,
+from pep.core.plan import AnyPlan, ExecutionPlan, WindowSpec
+from pep.core.privacy import (MAX_PERIOD, Budget, PrivacySpec, budget_units, from_units, units,
                               windows_per_period)
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
@@ -70,6 +70,35 @@ BUCKETS = 1024  # a budget's rolling period is kept in memory in at most this ma
 def iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds") \
         .replace("+00:00", "Z")
+
+
+# A read of the ledger's table: (sql, parameters) -> its rows (the database's, or a transaction's).
+ReadRows = Callable[[str, Sequence[object]], list[Row]]
+
+
+class BudgetStateJson(TypedDict):
+    """One budget as a consumer is shown it (explain, a refusal's figures): epsilon, spent and
+    remaining in epsilon; with a window's cost, how many it can still afford and when enough
+    refills for one."""
+
+    epsilon: float
+    period_seconds: int
+    spent: float
+    remaining: float
+    windows_affordable: NotRequired[int]
+    refills_at: NotRequired[str]
+    next_refill_at: NotRequired[str]
+
+
+class PrivacyStatus(TypedDict):
+    """The consumer's budgets on a private window's stream, as explain shows them."""
+
+    stream: str
+    epsilon_per_window: float
+    budgets: list[BudgetStateJson]
+    windows_per_period: NotRequired[list[int | None]]
+    admitted: bool
+    rule: NotRequired[str]
 
 
 @dataclass(frozen=True)
@@ -101,11 +130,11 @@ class BudgetState:
                 return at + self.budget.period
         return None
 
-    def to_json(self, per_window: int | None = None) -> dict:
-        out: dict[str, Any] = {"epsilon": self.budget.epsilon,
-                               "period_seconds": self.budget.period,
-                               "spent": from_units(self.spent),
-                               "remaining": from_units(self.remaining)}
+    def to_json(self, per_window: int | None = None) -> BudgetStateJson:
+        out: BudgetStateJson = {"epsilon": self.budget.epsilon,
+                                "period_seconds": self.budget.period,
+                                "spent": from_units(self.spent),
+                                "remaining": from_units(self.remaining)}
         if per_window:
             out["windows_affordable"] = self.remaining // per_window
             refill = self.refills_at(per_window)
@@ -124,7 +153,7 @@ class _Rolling:
     def __init__(self, budget: Budget) -> None:
         self.budget = budget
         self.width = max(1, budget.period // BUCKETS)
-        self.buckets: deque[list] = deque()  # [end time, units], oldest first
+        self.buckets: deque[list[int]] = deque()  # [end time, units], oldest first
         self.total = 0
 
     def end_of(self, t: float) -> int:
@@ -198,7 +227,7 @@ class PrivacyLedger:
             self._rolling[key] = rolling
         return rolling
 
-    def _read(self, read: Callable[..., list[Any]], subject: str, stream: str,
+    def _read(self, read: ReadRows, subject: str, stream: str,
               budget: Budget, now: float) -> _Rolling:
         """A budget's spends as the database holds them now (`shared`)."""
         rolling = _Rolling(budget)
@@ -253,8 +282,9 @@ class PrivacyLedger:
                 cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 7))",
                             (f"{subject}\x1f{stream}",))
 
-            def read(sql: str, params: tuple) -> list[Any]:
-                return cur.execute(sql, params).fetchall()
+            def read(sql: str, params: Sequence[object]) -> list[Row]:
+                rows: list[Row] = cur.execute(sql, params).fetchall()
+                return rows
 
             # each budget's spent units, as `_Rolling` counts them (a second's bucket counts
             # while its end is inside the period), summed by the database
@@ -279,14 +309,23 @@ class PrivacyBudgetExceeded(NotPermitted):
     """A private window's request that the consumer's remaining budget cannot pay (403)."""
 
 
-def private_window(plan: AnyPlan) -> Any:
+class PrivateWindow(NamedTuple):
+    """A differentially private window: the plan's window and its privacy."""
+
+    window: WindowSpec
+    privacy: PrivacySpec
+
+
+def private_window(plan: AnyPlan) -> PrivateWindow | None:
     """The window of a single-stream plan, when it is differentially private. A union of grants
     never holds a private one (`pep.core.union` refuses it), nor does a join (refused when
     planned; `HandleService` checks a stored one's sides again)."""
-    window = getattr(plan, "window", None)  # a JoinPlan or a UnionPlan has none
-    if isinstance(plan, JoinPlan) or window is None or window.privacy is None:
+    if not isinstance(plan, ExecutionPlan):  # a JoinPlan or a UnionPlan has no window
         return None
-    return window
+    window = plan.window
+    if window is None or window.privacy is None:
+        return None
+    return PrivateWindow(window, window.privacy)
 
 
 class PrivacyGuard:
@@ -296,29 +335,31 @@ class PrivacyGuard:
         self.ledger = ledger
 
     # -- at a request -------------------------------------------------------------------------
-    def needs(self, window: Any, budget: Budget) -> int:
+    def needs(self, private: PrivateWindow, budget: Budget) -> int:
         """Units a new handle must find free in one budget: a period of a time window's
         windows, or one tuple window."""
-        per_window = units(window.privacy.epsilon)
+        window = private.window
+        per_window = units(private.privacy.epsilon)
         rate = windows_per_period(window.kind, window.step, budget.period)
         return per_window * (rate if rate is not None else 1)
 
     def admit(self, subject: str, plan: AnyPlan) -> None:
-        window = private_window(plan)
-        if window is None:
+        private = private_window(plan)
+        if private is None:
             return
-        states = self.ledger.states(subject, plan.stream, window.privacy.budgets)
+        window, privacy = private
+        states = self.ledger.states(subject, plan.stream, privacy.budgets)
         for state in states:
-            needed = self.needs(window, state.budget)
+            needed = self.needs(private, state.budget)
             if needed <= state.remaining:
                 continue
-            figures = {"stream": plan.stream, "budget": state.to_json(units(
-                window.privacy.epsilon)), "needed": from_units(needed),
-                "epsilon_per_window": window.privacy.epsilon}
+            figures: dict[str, object] = {
+                "stream": plan.stream, "budget": state.to_json(units(privacy.epsilon)),
+                "needed": from_units(needed), "epsilon_per_window": privacy.epsilon}
             rate = windows_per_period(window.kind, window.step, state.budget.period)
-            what = (f"{rate} windows of epsilon {window.privacy.epsilon:g} per "
+            what = (f"{rate} windows of epsilon {privacy.epsilon:g} per "
                     f"{state.budget.period} s (one every {window.step} s)" if rate is not None
-                    else f"one window of epsilon {window.privacy.epsilon:g}")
+                    else f"one window of epsilon {privacy.epsilon:g}")
             if needed > state.limit:
                 raise PrivacyBudgetExceeded(
                     f"privacy budget: this window spends {what}, more than the whole budget of "
@@ -333,46 +374,50 @@ class PrivacyGuard:
                 f"{state.budget.text()} left on stream {plan.stream!r} (spent "
                 f"{from_units(state.spent):g}), and this window needs {what}{when}", **figures)
 
-    def status(self, subject: str, plan: AnyPlan) -> dict | None:
+    def status(self, subject: str, plan: AnyPlan) -> PrivacyStatus | None:
         """The consumer's budgets on the plan's stream, as explain shows them."""
-        window = private_window(plan)
-        if window is None:
+        private = private_window(plan)
+        if private is None:
             return None
-        per_window = units(window.privacy.epsilon)
-        states = self.ledger.states(subject, plan.stream, window.privacy.budgets)
-        out: dict[str, Any] = {"stream": plan.stream,
-                               "epsilon_per_window": window.privacy.epsilon,
-                               "budgets": [s.to_json(per_window) for s in states]}
+        window, privacy = private
+        per_window = units(privacy.epsilon)
+        states = self.ledger.states(subject, plan.stream, privacy.budgets)
+        budgets = [s.to_json(per_window) for s in states]
         rates = [windows_per_period(window.kind, window.step, s.budget.period) for s in states]
+        out: PrivacyStatus
         if window.kind == "time":
-            out["windows_per_period"] = rates
-            out["admitted"] = all(self.needs(window, s.budget) <= s.remaining for s in states)
+            out = {"stream": plan.stream, "epsilon_per_window": privacy.epsilon,
+                   "budgets": budgets, "windows_per_period": rates,
+                   "admitted": all(self.needs(private, s.budget) <= s.remaining
+                                   for s in states)}
         else:
-            out["admitted"] = all(per_window <= s.remaining for s in states)
+            out = {"stream": plan.stream, "epsilon_per_window": privacy.epsilon,
+                   "budgets": budgets,
+                   "admitted": all(per_window <= s.remaining for s in states)}
             out["rule"] = ("a tuple window's rate is its stream's: each window is paid when it "
                            "is emitted, and the handle ends when the budget is spent")
         return out
 
     # -- at every delivery --------------------------------------------------------------------
-    def deliverer(self, handle_id: str, subject: str, plan: ExecutionPlan,
-                  put: Callable[[Any], bool], end: Callable[[str], None]
-                  ) -> Callable[[Any], bool]:
+    def deliverer(self, handle_id: str, subject: str, plan: AnyPlan,
+                  put: Callable[[RowBatch], bool], end: Callable[[str], None]
+                  ) -> Callable[[RowBatch | Iterable[Mapping[str, object]]], bool]:
         """`put` wrapped: every batch is paid for first; what cannot be paid is not put, the
         handle is ended through `end(reason)` (called once, from another thread: it must not
-        wait for this delivery) and every later delivery is refused."""
-        window = private_window(plan)
-        assert window is not None
-        spec = window.privacy
+        wait for this delivery) and every later delivery is refused. `plan` holds a private
+        window (`private_window`)."""
+        private = private_window(plan)
+        assert private is not None
+        window, spec = private
         per_window = units(spec.epsilon)
         grouped = window.kind == "time" and bool(window.keys)
         ref = handle_ref(handle_id)
         spent = [False]
 
-        def deliver(batch: Any) -> bool:
+        def deliver(rows: RowBatch | Iterable[Mapping[str, object]]) -> bool:
             if spent[0]:
                 return False
-            if not isinstance(batch, RowBatch):
-                batch = RowBatch.of(batch)
+            batch = rows if isinstance(rows, RowBatch) else RowBatch.of(rows)
             starts = _units_of(batch, grouped)
             if not starts:
                 return put(batch)
@@ -418,4 +463,4 @@ def _spent_reason(stream: str, epsilon: float, states: list[BudgetState], per_wi
 
 
 __all__ = ["PrivacyLedger", "PrivacyGuard", "PrivacyBudgetExceeded", "BudgetState",
-           "private_window"]
+           "BudgetStateJson", "PrivacyStatus", "PrivateWindow", "private_window"]

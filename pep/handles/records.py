@@ -19,11 +19,11 @@ from datetime import datetime, timezone
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, TypedDict
 
-from common.db import Database, open_database, opening, upsert_sql
+from common.db import Database, Row, open_database, opening, upsert_sql
 from common.migrations import Schema, Step, migrate
-from pep.core.explain import plan_to_json
+from pep.core.explain import AnyPlanJson, plan_to_json
 from pep.core.plan import any_plan_from_json, is_join_json
 
 
@@ -58,6 +58,21 @@ class StoredRequest:
     media_type: str
     user_query: bytes | None = None
     user_query_type: str | None = None
+
+
+class HandleSummary(TypedDict):
+    """A handle as its owner reads it (`GET /handles`, `GET /handles/<id>/info`)."""
+
+    id: str
+    handle: str
+    stream: str
+    streams: list[str]
+    state: str
+    reason: str | None
+    created_at: str
+    updated_at: str | None
+    plan: AnyPlanJson
+    policy_ids: list[str]
 
 
 @dataclass(frozen=True)
@@ -99,7 +114,7 @@ class HandleRecord:
             policy_ids=self.policy_ids, request=self.request, state=state, reason=reason,
             created_at=self.created_at, updated_at=at, generation=self.generation)
 
-    def summary(self, base_url: str) -> dict:
+    def summary(self, base_url: str) -> HandleSummary:
         """JSON for its owner (never the stored request: it can be large). The plan has the
         shape POST /requests and POST /explain give it."""
         return {"id": self.id, "handle": f"{base_url}/handles/{self.id}", "stream": self.stream,
@@ -186,7 +201,7 @@ class HandleStore:
         self._db.close()
 
     @staticmethod
-    def _record(row: tuple) -> HandleRecord:
+    def _record(row: Row) -> HandleRecord:
         (hid, subject, roles, admin, stream, plan_json, plan_key, policy_ids, body, media_type,
          user_query, user_query_type, state, reason, created_at, updated_at, generation) = row
         return HandleRecord(

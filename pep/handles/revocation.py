@@ -42,19 +42,21 @@ When it happens:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from common.auth import Identity
-from pep.core.access import decision_name
+from pdp import PolicyChange, PolicyEngine, PolicyService, Prospect
+from pep.core.access import Grant, SchemaLookup, decision_name
 from pep.core.delivery_gate import DELIVERY_GATE
 from pep.core.errors import AccessDenied, Refusal
-from pep.core.parsed import ParsedRequests
+from pep.core.parsed import ParsedRequests, RequestMemo
 from pep.core.refs import handle_ref
 from pep.handles.records import HandleRecord
 from pep.handles.service import HandleService
@@ -90,6 +92,24 @@ class WhatIf:
         return "kept" if verdict.keep else "changed" if verdict.changed else "revoked"
 
 
+# What deciding a handle's request again comes to: a refusal's Verdict, or (plan key, policy ids)
+# while it is still permitted; shared in a pass between the handles of one identity's request.
+Outcome = Verdict | tuple[str, tuple[str, ...]]
+DecisionMemo = dict[tuple[Identity, bytes, str, bytes | None, str | None], Outcome]
+# A policy change, announced (`pdp.PolicyChange`) or only foreseen (`pdp.Prospect`, `what_if`).
+AnyChange = PolicyChange | Prospect
+
+
+class DecideAndPlan(Protocol):
+    """`pep.core.access.AccessPlanner.decide_and_plan`: a stored request decided and planned
+    again (a Grant, or a Refusal raised)."""
+
+    def __call__(self, engine: PolicyEngine, body: bytes, media_type: str, identity: Identity,
+                 schema_lookup: SchemaLookup, user_query: bytes | None = None,
+                 user_query_type: str | None = None, *,
+                 parsed: RequestMemo | None = None) -> Grant: ...
+
+
 def mentions_time(document: bytes | None) -> bool:
     """Could this policy's decision change with the clock alone? (Coarse, on purpose.)"""
     return document is not None and TIME_MARKERS.search(document) is not None
@@ -98,7 +118,7 @@ def mentions_time(document: bytes | None) -> bool:
 class TimeSensitivity:
     """Which current policies mention time, kept up to date one change at a time."""
 
-    def __init__(self, policy_service: Any) -> None:
+    def __init__(self, policy_service: PolicyService) -> None:
         self._service = policy_service
         self._ids: set[str] = set()
         try:
@@ -110,7 +130,7 @@ class TimeSensitivity:
     def __bool__(self) -> bool:
         return bool(self._ids)
 
-    def changed(self, change: Any) -> None:
+    def changed(self, change: PolicyChange) -> None:
         self._ids.discard(change.policy_id)
         if change.kind == "deleted":
             return
@@ -126,10 +146,10 @@ class TimeSensitivity:
 class RevocationService:
     """Keeps live handles in step with the policies (see the module docstring)."""
 
-    def __init__(self, handles: HandleService, engine: Callable[[], Any], decide_and_plan: Callable,
-                 schema_lookup: Callable[[str], Any],
-                 identity_lookup: Callable[[str], Any] | None = None,
-                 make_identity: Callable[[str, tuple[str, ...], bool], Any] | None = None,
+    def __init__(self, handles: HandleService, engine: Callable[[], PolicyEngine],
+                 decide_and_plan: DecideAndPlan, schema_lookup: SchemaLookup,
+                 identity_lookup: Callable[[str], Identity | None] | None = None,
+                 make_identity: Callable[[str, tuple[str, ...], bool], Identity] | None = None,
                  time_sensitivity: TimeSensitivity | None = None,
                  interval: float = 1.0, parsed: ParsedRequests | None = None) -> None:
         self.handles = handles
@@ -143,7 +163,7 @@ class RevocationService:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.sweeps = 0  # periodic sweeps run (observable in tests)
-        self._tickers: list[Callable[[], Any]] = []
+        self._tickers: list[Callable[[], object]] = []
         # `observer(revoked, seconds)` after each policy change or environment change (metrics)
         self.observer: Callable[[int, float], None] | None = None
         # the live handles' requests as parsed: a handle's stored request never changes, so a
@@ -152,7 +172,7 @@ class RevocationService:
 
     # -- deciding again ---------------------------------------------------------------------------
 
-    def identity_for(self, record: HandleRecord) -> Any:
+    def identity_for(self, record: HandleRecord) -> Identity | None:
         if self.identity_lookup is not None:
             return self.identity_lookup(record.subject)
         return self.make_identity(record.subject, record.roles, record.admin)
@@ -161,8 +181,8 @@ class RevocationService:
     def time_sensitive(self) -> bool:
         return True if self._time_sensitivity is None else bool(self._time_sensitivity)
 
-    def reevaluate(self, record: HandleRecord, engine: Any | None = None,
-                   memo: dict | None = None) -> Verdict:
+    def reevaluate(self, record: HandleRecord, engine: PolicyEngine | None = None,
+                   memo: DecisionMemo | None = None) -> Verdict:
         """Decide the handle's request again. `memo` shares the outcome between handles of one
         pass that carry the same request from the same identity."""
         identity = self.identity_for(record)
@@ -182,10 +202,13 @@ class RevocationService:
         if plan_key != record.plan_key:
             return Verdict(False, "the policy's obligations changed what this handle may see",
                            policy_ids, changed=True)
+        if _roles_changed(record, identity):
+            return Verdict(False, "the subject's roles changed, which the stream's security "
+                           "punctuations are read against", policy_ids, changed=True)
         return Verdict(True, None, policy_ids)
 
-    def _decide(self, record: HandleRecord, identity: Any,
-                engine: Any) -> Verdict | tuple[str, tuple[str, ...]]:
+    def _decide(self, record: HandleRecord, identity: Identity,
+                engine: PolicyEngine) -> Outcome:
         """A refusal's Verdict, or (plan key, policy ids) when the request is still permitted."""
         req = record.request
         try:
@@ -208,13 +231,13 @@ class RevocationService:
         # derived stream it feeds ends)
         return grant.decided_key, tuple(sorted(set(grant.policy_ids or ())))
 
-    def _apply_all(self, records: list[HandleRecord], engine: Any, why: str,
+    def _apply_all(self, records: list[HandleRecord], engine: PolicyEngine, why: str,
                    urgent: bool = True) -> int:
         """Decide handles again; revoke, in one batch, those no longer granted exactly what they
         get, and record changed policy ids in one transaction. Returns how many were revoked.
         `records` were read under the handles' lock, which the caller holds until this returns
         (what lets the revocations hand them to the listeners as they are)."""
-        memo: dict = {}
+        memo: DecisionMemo = {}
         refused: dict[str, Verdict] = {}  # see `_shared_refusal`
         revocations: list[tuple[str, str]] = []
         policy_updates: dict[str, tuple[str, ...]] = {}
@@ -248,16 +271,15 @@ class RevocationService:
         return len(revoked)
 
     @staticmethod
-    def _never_permitted_stream(record: HandleRecord, engine: Any) -> str | None:
+    def _never_permitted_stream(record: HandleRecord, engine: PolicyEngine) -> str | None:
         """The record's one stream when `engine` proves that no request on it can be permitted
         now (`PolicyEngine.never_permits`: no policy can apply to it), else None."""
         streams = record.streams
-        never = getattr(engine, "never_permits", None)
-        if len(streams) != 1 or never is None or not never(streams[0]):
+        if len(streams) != 1 or not engine.never_permits(streams[0]):
             return None
         return streams[0]
 
-    def _shared_refusal(self, record: HandleRecord, engine: Any,
+    def _shared_refusal(self, record: HandleRecord, engine: PolicyEngine,
                         refused: dict[str, Verdict]) -> Verdict | None:
         """The refusal of a handle on a stream no request can be permitted on any more, when
         one handle of that stream was decided so in this pass: whoever asks, the PDP answers
@@ -270,7 +292,7 @@ class RevocationService:
             return None
         return refused[stream]
 
-    def _remember_refusal(self, record: HandleRecord, engine: Any, verdict: Verdict,
+    def _remember_refusal(self, record: HandleRecord, engine: PolicyEngine, verdict: Verdict,
                           refused: dict[str, Verdict]) -> None:
         if verdict.decided and not verdict.keep:
             stream = self._never_permitted_stream(record, engine)
@@ -280,9 +302,9 @@ class RevocationService:
     # -- policy events ----------------------------------------------------------------------------
 
     @staticmethod
-    def affected(records: list[HandleRecord], change: Any) -> list[HandleRecord]:
+    def affected(records: list[HandleRecord], change: AnyChange) -> list[HandleRecord]:
         """The live handles a policy change is to re-decide (see the module docstring)."""
-        resources = getattr(change, "resources", None)
+        resources = change.resources
         targets = records
         if resources is not None:
             targets = [r for r in targets if any(s in resources for s in r.streams)]
@@ -292,17 +314,17 @@ class RevocationService:
                        if not r.policy_ids or change.policy_id in r.policy_ids]
         return targets
 
-    def what_if(self, change: Any, engine: Any) -> WhatIf:
+    def what_if(self, change: AnyChange, engine: PolicyEngine) -> WhatIf:
         """What `change` (kind, policy_id, resources, as a PolicyChange) would do to the live
         handles if `engine` (the engine after it) were the live one: the same handles decided
         again the same way as `on_policy_change` would, and nothing applied, revoked or
         recorded. The handles are read without the write lock: a dry run does not wait for
         changes in progress, and answers for the state it read."""
-        memo: dict = {}
+        memo: DecisionMemo = {}
         return WhatIf(tuple((record, self.reevaluate(record, engine, memo))
                             for record in self.affected(self.handles.live(), change)))
 
-    def on_policy_change(self, change: Any) -> None:
+    def on_policy_change(self, change: PolicyChange) -> None:
         """The PDP's event callback; returns only when every affected handle is dealt with."""
         started = time.perf_counter()
         if self._time_sensitivity is not None:
@@ -312,7 +334,7 @@ class RevocationService:
         revoked = 0
         with self.handles.lock:
             self.handles.policy_epoch += 1
-            resources = getattr(change, "resources", None)
+            resources = change.resources
             live = (self.handles.live() if resources is None
                     else self.handles.live_on_streams(resources))
             targets = self.affected(self.handles.served(live), change)
@@ -321,7 +343,7 @@ class RevocationService:
         if self.observer is not None:
             self.observer(revoked, time.perf_counter() - started)
 
-    def on_environment_change(self, streams: Any = None,
+    def on_environment_change(self, streams: Collection[str] | None = None,
                               why: str = "a stream event changed") -> None:
         """The gateway's own environment changed (a stream event opened, closed or grew): the
         live handles on those streams (a join's on either of its two; every handle when
@@ -379,7 +401,7 @@ class RevocationService:
             self.observer(revoked, time.perf_counter() - started)
         return revoked
 
-    def every_tick(self, callback: Callable[[], Any]) -> None:
+    def every_tick(self, callback: Callable[[], object]) -> None:
         """Run `callback` on every period of the timer (e.g. closing stream events on time)."""
         self._tickers.append(callback)
 
@@ -405,7 +427,7 @@ class RevocationService:
         engine = self.engine()
         resumed: list[str] = []
         ended: list[str] = []
-        memo: dict = {}
+        memo: DecisionMemo = {}
         for record in records:
             verdict = self.reevaluate(record, engine, memo)
             if not verdict.keep:
@@ -449,7 +471,16 @@ class RevocationService:
                 log.exception("periodic re-evaluation failed")
 
 
-def _default_identity(subject: str, roles: tuple[str, ...], admin: bool) -> Any:
+def _roles_changed(record: HandleRecord, identity: Identity) -> bool:
+    """A handle on a punctuated stream runs with the roles its subject had when it opened
+    (`ExecutionPlan.punctuation_roles`): other roles now mean another view."""
+    if "punctuation_roles" not in record.plan_json:
+        return False
+    held = json.loads(record.plan_json).get("punctuation_roles")
+    return held is not None and list(held) != sorted(set(identity.roles))
+
+
+def _default_identity(subject: str, roles: tuple[str, ...], admin: bool) -> Identity:
     return Identity(subject=subject, roles=tuple(roles), admin=admin)
 
 

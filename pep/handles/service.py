@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, cast
 
 from pep.core.errors import NotFound, Unavailable
+from pep.core.punctuations import shielded_plan
 from pep.core.refs import handle_ref
 from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition, UnionPlan,
                            any_plan_from_json, plan_streams, replayable, side_plans,
@@ -47,7 +48,12 @@ KEPT_ROWS_SECONDS = 900.0
 KAFKA_RETRY_AFTER = 5  # seconds, in the Retry-After of a request whose Kafka offsets were not read
 
 
-def window_signature(plan: ExecutionPlan | UnionPlan) -> tuple | None:
+# What tells windows apart: (kind, size, step, aggregates, keys, time attribute), or a union's
+# members' signatures
+WindowSignature = tuple[object, ...]
+
+
+def window_signature(plan: ExecutionPlan | UnionPlan) -> WindowSignature | None:
     """What makes two windows "other" windows over the same tuples (None: no window). A
     union's windows are its members' (one grant each)."""
     if isinstance(plan, UnionPlan):
@@ -73,8 +79,7 @@ def _cut_kafka_sides(plan: AnyPlan, cuts: Mapping[str, tuple[int, ...]]) -> AnyP
     if isinstance(plan, JoinPlan):
         def side(p: ExecutionPlan) -> ExecutionPlan:
             # a join's sides are single plans (never unions): so are their cuts
-            return cast(ExecutionPlan, with_start_offsets(p, cuts[p.stream])) \
-                if p.stream in cuts else p
+            return with_start_offsets(p, cuts[p.stream]) if p.stream in cuts else p
         return replace(plan, left=side(plan.left), right=side(plan.right))
     return with_start_offsets(plan, cuts[plan.stream]) if plan.stream in cuts else plan
 
@@ -113,12 +118,12 @@ class WindowRegistryLike(Protocol):
     def acquire(self, subject: str, stream: str | tuple[str, ...], plan_key: str
                 ) -> tuple[str, bool]: ...
 
-    def release(self, handle_id: str) -> Any: ...
+    def release(self, handle_id: str) -> object: ...
 
-    def release_many(self, handle_ids: Iterable[str]) -> Any: ...
+    def release_many(self, handle_ids: Iterable[str]) -> object: ...
 
     def restore(self, subject: str, stream: str | tuple[str, ...], plan_key: str,
-                handle_id: str) -> Any: ...
+                handle_id: str) -> object: ...
 
 
 class PlacementLike(Protocol):
@@ -289,11 +294,14 @@ class HandleService:
         StalePolicies (policies changed since `epoch`), NotFound (stream unknown) or
         Unavailable (the runtime refused)."""
         definitions = self._definitions(plan)
+        roles = tuple(roles)
+        key = plan_key or plan.key()  # the plan as decided
+        # on punctuated streams: the consumer's roles in the plan, or a refusal
+        plan = shielded_plan(plan, definitions, roles)
         if self.placement is not None:  # raises unless this process serves the streams
             self.placement.claim([d.name for d in definitions])
         stream = definitions[0]
         slots = self._slots(definitions)
-        key = plan_key or plan.key()
         try:
             cuts: dict[str, tuple[int, ...]] | Unavailable = _kafka_cuts(self.kafka_cut, definitions)
         except Unavailable as exc:  # a broker's answer, before the lock; raised for a new handle
@@ -405,7 +413,7 @@ class HandleService:
         included)."""
         if self.stream_position is None:
             return plan
-        earlier: dict[str, set] = {}
+        earlier: dict[str, set[WindowSignature | None]] = {}
         for r in self.store.for_subject(subject):
             try:
                 sides = side_plans(any_plan_from_json(r.plan_json))
@@ -413,22 +421,27 @@ class HandleService:
                 continue
             for name, side in sides.items():
                 earlier.setdefault(name, set()).add(window_signature(side))
-        cut: dict[str, ExecutionPlan | UnionPlan] = {}
-        for name, side in side_plans(plan).items():
+        stream_position = self.stream_position
+
+        def position(side: ExecutionPlan | UnionPlan) -> int | None:
+            """Where one stream's view starts: after every tuple so far when its window differs
+            from an earlier one on its stream (each side of a join is another stream's: a
+            stream joined with itself is refused when planned), else where it asked."""
+            seen = earlier.get(side.stream)
             window = window_signature(side)
-            seen = earlier.get(name)
-            position = (self.stream_position(name) if seen and seen != {window} else None)
-            if position is None:
-                cut[name] = side
-            elif isinstance(side, UnionPlan):
-                cut[name] = side.with_start_after(position)
-            else:
-                cut[name] = replace(side, start_after=max(position, side.start_after or 0))
+            return stream_position(side.stream) if seen and seen != {window} else None
+
+        def cut(p: ExecutionPlan) -> ExecutionPlan:
+            at = position(p)
+            return p if at is None else replace(p, start_after=max(at, p.start_after or 0))
+
         if isinstance(plan, JoinPlan):
             # a join's sides are single plans (never unions): their cuts are too
-            return replace(plan, left=cast(ExecutionPlan, cut[plan.left.stream]),
-                           right=cast(ExecutionPlan, cut[plan.right.stream]))
-        return cut[plan.stream]
+            return replace(plan, left=cut(plan.left), right=cut(plan.right))
+        if isinstance(plan, UnionPlan):
+            at = position(plan)
+            return plan if at is None else plan.with_start_after(at)
+        return cut(plan)
 
     def _begin_attach(self, handle_id: str, streams: Iterable[str]) -> None:
         with self._attached:
@@ -476,7 +489,7 @@ class HandleService:
             self._detach(handle_id)
 
     def _deliverer(self, handle_id: str, subject: str, plan: ExecutionPlan | UnionPlan,
-                   buffer: HandleBuffer) -> Callable[[Any], bool]:
+                   buffer: HandleBuffer) -> Deliver:
         """What the runtime delivers to: the buffer, or for a private window the privacy guard
         in front of it (which pays for every window first); with a `tap`, what the buffer takes
         is also handed to it (after the guard paid)."""
@@ -494,7 +507,7 @@ class HandleService:
                              daemon=True).start()
 
         # a private window is a single plan's (a union never holds one: `private_window`)
-        return self.privacy.deliverer(handle_id, subject, cast(ExecutionPlan, plan), put, spent)
+        return self.privacy.deliverer(handle_id, subject, plan, put, spent)
 
     def resume(self, record: HandleRecord, policy_ids: Iterable[str] | None = None) -> bool:
         """Re-attach a live handle after a restart (or a take-over); False if not (ended, or

@@ -16,28 +16,49 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
+
+from pep.handles.buffer import HandleBuffer
+from pep.handles.records import HandleRecord
+from pep.ports import StreamReport
 
 log = logging.getLogger(__name__)
 
 TROUBLE = ("stalled", "failed")
 
 
-class _Handles(Protocol):
-    def live(self) -> list[Any]: ...
+class StallNotice(TypedDict):
+    """What a stalled (or failed) stream's readers are told (`stalled`)."""
 
-    def buffer(self, handle_id: str) -> Any: ...
+    stream: str
+    state: str
+    last_batch_at: str | None
+    detail: str
+
+
+class ResumeNotice(TypedDict):
+    """What they are told when it runs again (`resumed`): its state as the runtime reports
+    it (None: the runtime reports none)."""
+
+    stream: str
+    state: str | None
+
+
+class _Handles(Protocol):
+    def live(self) -> list[HandleRecord]: ...
+
+    def buffer(self, handle_id: str) -> HandleBuffer | None: ...
 
 
 class StallNotices:
     """Compares each stream's runtime state with the last one seen and notifies on change."""
 
-    def __init__(self, health: Callable[[], dict], handles: _Handles) -> None:
+    def __init__(self, health: Callable[[], StreamReport], handles: _Handles) -> None:
         self._health = health
         self._handles = handles
-        self._troubled: dict[str, dict[str, Any]] = {}  # stream -> the notice sent
+        self._troubled: dict[str, StallNotice] = {}  # stream -> the notice sent
 
-    def troubled(self) -> dict[str, dict[str, Any]]:
+    def troubled(self) -> dict[str, StallNotice]:
         """Streams stalled or failed at the last check, with what their readers were told."""
         return dict(self._troubled)
 
@@ -47,15 +68,16 @@ class StallNotices:
         except Exception:  # the runtime is stopping or not started; nothing to tell
             log.debug("runtime health unavailable", exc_info=True)
             return
-        changes: dict[str, tuple[str, dict[str, Any]]] = {}
+        changes: dict[str, tuple[str, StallNotice | ResumeNotice]] = {}
         for stream, state in health.items():
             kind = state.get("state")
             if kind in TROUBLE and stream not in self._troubled:
-                notice = {"stream": stream, "state": kind,
-                          "last_batch_at": _iso(state.get("last_batch_at")),
-                          "detail": state.get("last_error")
-                          or "input has waited longer than the stall bound without a "
-                             "completed micro-batch"}
+                notice: StallNotice = {
+                    "stream": stream, "state": kind,
+                    "last_batch_at": _iso(state.get("last_batch_at")),
+                    "detail": state.get("last_error")
+                    or "input has waited longer than the stall bound without a "
+                       "completed micro-batch"}
                 self._troubled[stream] = notice
                 changes[stream] = ("stalled", notice)
             elif kind not in TROUBLE and stream in self._troubled:
@@ -67,8 +89,8 @@ class StallNotices:
         if changes:
             self._notify(changes, self._handles.live())
 
-    def _notify(self, changes: dict[str, tuple[str, dict[str, Any]]],
-                live: Iterable[Any]) -> None:
+    def _notify(self, changes: dict[str, tuple[str, StallNotice | ResumeNotice]],
+                live: Iterable[HandleRecord]) -> None:
         for record in live:
             change = changes.get(record.stream)
             if change is None:
@@ -77,7 +99,7 @@ class StallNotices:
             if buffer is not None:
                 buffer.notice(*change)
         for stream, (kind, data) in changes.items():
-            log.info("stream %s: readers told %s (%s)", stream, kind, data.get("state"))
+            log.info("stream %s: readers told %s (%s)", stream, kind, data["state"])
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -86,4 +108,4 @@ def _iso(epoch: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
-__all__ = ["StallNotices"]
+__all__ = ["ResumeNotice", "StallNotice", "StallNotices"]

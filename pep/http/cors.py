@@ -61,7 +61,7 @@ def install_cors(app: Flask, origins: Iterable[str]) -> None:
         return None
 
     @app.before_request
-    def cors_preflight():
+    def cors_preflight() -> Response | None:
         if request.method != "OPTIONS" or "Access-Control-Request-Method" not in request.headers:
             return None
         origin = allowed_origin()

@@ -7,7 +7,7 @@ that carries services. The helpers below are what several of those routes ask of
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from flask import current_app, request
 
@@ -23,7 +23,8 @@ SERVICES_EXTENSION = "xsg.services"
 
 def current_services() -> GatewayServices:
     """The services of the app handling the current request (KeyError: an app without them)."""
-    return cast("GatewayServices", current_app.extensions[SERVICES_EXTENSION])
+    services: GatewayServices = current_app.extensions[SERVICES_EXTENSION]
+    return services
 
 
 def current_engine() -> Any:

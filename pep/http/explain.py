@@ -9,16 +9,19 @@ is shown (200 with the warning) rather than refused, since explaining is the poi
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from common.http.auth import current_identity, require_identity
 from pep.core.access import SchemaLookup, decide_and_plan as default_decide_and_plan
+from pep.core.plan import AnyPlan
 
 EXPLAIN_EXTENSION = "xsg.explain"
+# (subject, plan) -> the caller's privacy budgets for a private plan, as explain shows them
+PrivacyStatusOf = Callable[[str, AnyPlan], Mapping[str, object] | None]
 
 
 @dataclass(frozen=True)
@@ -31,12 +34,12 @@ class ExplainRoutes:
     get_engine: Callable[[], Any]
     schema_lookup: SchemaLookup
     decide_and_plan: Callable[..., Any] = default_decide_and_plan
-    privacy_status: Callable[[str, Any], dict[str, Any] | None] | None = None
+    privacy_status: PrivacyStatusOf | None = None
 
 
 def install_explain(app: Flask, get_engine: Callable[[], Any], schema_lookup: SchemaLookup,
                     decide_and_plan: Callable[..., Any] = default_decide_and_plan,
-                    privacy_status: Callable[[str, Any], dict[str, Any] | None] | None = None
+                    privacy_status: PrivacyStatusOf | None = None
                     ) -> None:
     """`POST /explain` on `app`, over these (see `ExplainRoutes`)."""
     app.extensions[EXPLAIN_EXTENSION] = ExplainRoutes(get_engine, schema_lookup, decide_and_plan,
@@ -46,7 +49,8 @@ def install_explain(app: Flask, get_engine: Callable[[], Any], schema_lookup: Sc
 
 def explain_routes() -> ExplainRoutes:
     """The `ExplainRoutes` of the app serving the current request."""
-    return cast(ExplainRoutes, current_app.extensions[EXPLAIN_EXTENSION])
+    routes: ExplainRoutes = current_app.extensions[EXPLAIN_EXTENSION]
+    return routes
 
 
 # Defined once, at module level: the route reads the app's `ExplainRoutes`, so any app that

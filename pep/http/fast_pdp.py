@@ -17,18 +17,21 @@ replayed: refusals keep the one error body and the route's own rules. The gatewa
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
-from typing import Any
-
 import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from common.auth import bearer_token
 from common.http.auth import AUTH_EXTENSION
 from common.oidc import looks_like_jwt
-from pdp import RequestSyntaxError, media_kind, parse_request, render_response
-from pdp.http import decide_as
+from pdp import PolicyService, RequestSyntaxError, media_kind, parse_request, render_response
+from pdp.http import Environment, decide_as
 from pep.http import access_log
 from server.bridge import FAST_PATH_EXTENSION, FAST_PATH_TRIED
+
+if TYPE_CHECKING:  # the WSGI types exist in typeshed only (wsgiref.types is Python 3.12's)
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+    from flask import Flask
 
 XACML_XML = "application/xacml+xml"
 XACML_JSON = "application/xacml+json"
@@ -42,9 +45,9 @@ _ALL_OFFERED = frozenset(_OFFERED["xml"] + _OFFERED["json"])
 class FastPdp:
     """WSGI middleware in front of the gateway's Flask app (see the module docstring)."""
 
-    def __init__(self, app: Callable, service: Any, extensions: dict,
-                 max_content_length: int | None,
-                 environment: Callable[[list[str]], list] | None = None) -> None:
+    def __init__(self, app: WSGIApplication, service: PolicyService,
+                 extensions: Mapping[str, Any], max_content_length: int | None,
+                 environment: Environment | None = None) -> None:
         self.app = app
         self.service = service
         self.environment = environment
@@ -53,7 +56,8 @@ class FastPdp:
         self.answered = 0  # decisions answered here (the rest went to the app)
         self.path = "/pdp"  # what the server's loop sends here (`server.bridge.FastPath`)
 
-    def __call__(self, environ: dict, start_response: Callable) -> Any:
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse
+                 ) -> Iterable[bytes]:
         """The WSGI form (any WSGI server, Flask's test client); the gateway's own server calls
         `answer` on its event loop instead and marks what it already tried."""
         if environ.get("PATH_INFO") != "/pdp" or environ.get("REQUEST_METHOD") != "POST" \
@@ -135,12 +139,12 @@ class FastPdp:
         return render_response(response, media_type), media_type, identity.subject
 
 
-def install_fast_pdp(app: Any, service: Any,
-                     environment: Callable[[list[str]], list] | None = None) -> FastPdp:
+def install_fast_pdp(app: Flask, service: PolicyService,
+                     environment: Environment | None = None) -> FastPdp:
     """Put the fast path in front of `app.wsgi_app`; returns it."""
     fast = FastPdp(app.wsgi_app, service, app.extensions, app.config.get("MAX_CONTENT_LENGTH"),
                    environment)
-    app.wsgi_app = fast
+    app.wsgi_app = fast  # type: ignore[method-assign]  # Flask's documented middleware hook
     app.extensions[FAST_PATH_EXTENSION] = fast  # the gateway's server answers on its loop
     return fast
 

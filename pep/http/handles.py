@@ -38,7 +38,7 @@ together); one more is answered 429 with `Retry-After`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -86,7 +86,8 @@ NDJSON_HEARTBEAT = '{"event":"heartbeat"}\n'
 
 
 def stream_events(buffer: HandleBuffer, after: int | None, fmt: Callable[[Event], str],
-                  heartbeat_text: str, heartbeat: float, opening: str = "") -> Iterator[bytes]:
+                  heartbeat_text: str, heartbeat: float, opening: str = ""
+                  ) -> Generator[bytes, None, None]:
     """Yield formatted events (UTF-8 bytes, as WSGI wants them) as they come; a heartbeat when
     idle; stop after the final event."""
     if opening:
@@ -229,7 +230,7 @@ class _Generated:
     generator closed before it started never runs its `finally`, and the slot would stay
     taken (at the per-subject limit: a 429 for every new reader of that subject)."""
 
-    def __init__(self, body: Iterator[bytes], release: Callable[[], None]) -> None:
+    def __init__(self, body: Generator[bytes, None, None], release: Callable[[], None]) -> None:
         self._body = body
         self._release = release
 
@@ -245,7 +246,7 @@ class _Generated:
 
     def close(self) -> None:
         try:
-            self._body.close()  # type: ignore[attr-defined]
+            self._body.close()
         finally:
             self._release()
 

@@ -9,7 +9,7 @@ import hashlib
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
@@ -48,7 +48,8 @@ def install_invalidation(app: Flask, hub: InvalidationHub,
 
 def invalidation_routes() -> InvalidationRoutes:
     """The `InvalidationRoutes` of the app serving the current request."""
-    return cast(InvalidationRoutes, current_app.extensions[INVALIDATION_EXTENSION])
+    routes: InvalidationRoutes = current_app.extensions[INVALIDATION_EXTENSION]
+    return routes
 
 
 # Defined once, at module level: the routes read the app's `InvalidationRoutes`, so any app
@@ -130,9 +131,10 @@ def feed() -> Response:
 def webhook_from_body() -> str | Response:
     """The webhook URL a body names, or the 400 that says what is wrong with it."""
     doc = request.get_json(silent=True)
-    if not isinstance(doc, dict) or not isinstance(doc.get("webhook"), str):
+    webhook = doc.get("webhook") if isinstance(doc, dict) else None
+    if not isinstance(webhook, str):
         return bad_request('body must be JSON {"webhook": "http(s)://..."}')
-    return cast(str, doc["webhook"])
+    return webhook
 
 
 @bp.post(FEED_PATH + "/subscribers")

@@ -121,16 +121,17 @@ class ReadTokens:
         return None
 
 
-def require_identity_or_read_token(handle_arg: str = "handle_id") -> Callable:
+def require_identity_or_read_token(handle_arg: str = "handle_id"
+                                   ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Like `require_identity()`, but a request without an Authorization header may instead
     carry `?read_token=` minted for the handle named by the view's `handle_arg` argument. Only
     the handle read view uses it; without the read-token blueprint it is `require_identity()`."""
 
-    def decorator(view: Callable) -> Callable:
+    def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         bearer_view = require_identity()(view)
 
         @functools.wraps(view)
-        def wrapped(*args: Any, **kwargs: Any):
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
             tokens: ReadTokens | None = current_app.extensions.get(READ_TOKENS_EXTENSION)
             token = request.args.get(QUERY_PARAMETER)
             if tokens is None or token is None or request.headers.get("Authorization") \

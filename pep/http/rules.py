@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import yaml
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
@@ -45,18 +45,22 @@ from lxml import etree
 from common.auth import AuthFileError, Identity, parse_identity_attributes
 from common.http.auth import current_identity, require_identity
 from pdp import (ManagedPolicy, PolicyExistsError, PolicyLoadError, PolicyNotFoundError,
-                 PolicySource, Prospect, inspect_policy)
+                 PolicySource, Prospect, StoredPolicy, inspect_policy)
 from pdp.http import PolicyFormat, read_body
 from pep.core.access import RESOURCE, RESOURCE_ID
 from pep.core.errors import InvalidInput, NotPermitted, Refusal, UnsupportedMedia
 from pep.core.rules import (RuleError, SharingRule, check_rule, describe_policy, rule_from_json,
                             rule_from_xacml, rule_to_json, rule_to_xacml)
+from pep.core.rules.model import RuleJson
 from pep.core.rules.reading import read_policy
 from pep.core.rules.summary import reading_text
 from pep.core.rules.xacml import ACTION, ACTION_ID, NS, STRING, SUBJECT, SUBJECT_ID
 from pep.http.errors import status_of
 from pep.streams.ownership import owner_or_admin
 from pep.streams.policy_check import check_policy, derived_rule_warnings
+
+if TYPE_CHECKING:  # pep.services wires this module in (`pep.http.app`): no import at run time
+    from pep.services import GatewayServices
 
 RULE_JSON = "application/vnd.xsg.rule+json"
 RULE_YAML = "application/vnd.xsg.rule+yaml"
@@ -66,11 +70,12 @@ MAX_SUMMARIES = 20_000
 
 # -- reading rule documents ------------------------------------------------------------------------
 
-class _RuleLoader(yaml.SafeLoader):
+# PyYAML has no stubs here (types-PyYAML is no dependency): its SafeLoader is Any to mypy
+class _RuleLoader(yaml.SafeLoader):  # type: ignore[misc]  # subclassing Any, see above
     """YAML without aliases (their expansion is how a small document becomes a huge one) and
     without implicit timestamps (a `from:` stays the text the owner wrote)."""
 
-    def compose_node(self, parent, index):  # noqa: D102 - PyYAML's hook
+    def compose_node(self, parent: object, index: object) -> object:  # noqa: D102 - PyYAML's hook
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.MarkedYAMLError(None, None, "aliases (*name) are not allowed in a rule",
@@ -113,19 +118,51 @@ def load_rule_document(body: bytes, media_type: str) -> Any:
 def dump_rule(rule: SharingRule, media_type: str) -> bytes:
     data = rule_to_json(rule)
     if media_type == RULE_YAML:
-        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True).encode("utf-8")
+        text: str = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+        return text.encode("utf-8")
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 # -- the gateway's rules ---------------------------------------------------------------------------
 
+class WhatIfConsumer(TypedDict):
+    """One consumer's handles on some streams that a change would treat alike."""
+
+    subject: str
+    streams: list[str]
+    outcome: str  # revoked, changed or kept (`WhatIf.outcome`)
+    reason: str | None
+    handles: int
+
+
+class WhatIfReport(TypedDict):
+    """What a dry run's change would do to the live handles the caller may hear of."""
+
+    handles: int
+    revoked: int
+    changed: int
+    kept: int
+    consumers: list[WhatIfConsumer]
+
+
+class RulePreview(TypedDict):
+    """`POST /rules/preview`'s answer."""
+
+    rule: RuleJson
+    xacml: str
+    summary: str | None
+    warnings: list[str]
+    change: Literal["added", "updated"]
+    explain: dict[str, object] | None
+
+
 class Rules:
     """Sharing rules over the gateway's services: the policy format, the summaries, the
     what-if report and the preview (see the module docstring)."""
 
-    def __init__(self, services: Any) -> None:
+    def __init__(self, services: GatewayServices) -> None:
         self.services = services
-        self._summaries: dict[tuple[str, int], dict] = {}
+        self._summaries: dict[tuple[str, int], dict[str, str]] = {}
 
     # reading and compiling
 
@@ -164,7 +201,7 @@ class Rules:
 
     # summaries
 
-    def describe(self, stored: Any) -> dict:
+    def describe(self, stored: StoredPolicy) -> dict[str, str]:
         """`summary` and `form` of a stored version, computed once per store version."""
         key = (stored.policy_id, stored.store_version)
         found = self._summaries.get(key)
@@ -177,7 +214,7 @@ class Rules:
 
     # what-if
 
-    def what_if(self, identity: Identity, prospect: Prospect) -> dict:
+    def what_if(self, identity: Identity, prospect: Prospect) -> WhatIfReport:
         """What the change would do to the live handles this caller may hear of."""
         report = self.services.revocation.what_if(prospect, prospect.engine)
         catalog = self.services.catalog
@@ -186,8 +223,8 @@ class Rules:
             stream = catalog.get(name)
             return stream is not None and stream.owner == identity.subject
 
-        counts: Counter = Counter()
-        groups: dict[tuple, int] = {}
+        counts: Counter[str] = Counter()
+        groups: dict[tuple[str, tuple[str, ...], str, str], int] = {}
         for record, verdict in report.outcomes:
             mine = [owned(name) for name in record.streams]
             if not identity.admin and not any(mine):
@@ -201,17 +238,17 @@ class Rules:
             key = (record.subject, record.streams, outcome, reason)
             groups[key] = groups.get(key, 0) + 1
         order = {"revoked": 0, "changed": 1, "kept": 2}
-        consumers = [{"subject": subject, "streams": list(streams), "outcome": outcome,
-                      "reason": reason or None, "handles": n}
-                     for (subject, streams, outcome, reason), n in
-                     sorted(groups.items(), key=lambda kv: (order[kv[0][2]], kv[0][0],
-                                                            kv[0][1]))]
+        consumers: list[WhatIfConsumer] = [
+            {"subject": subject, "streams": list(streams), "outcome": outcome,
+             "reason": reason or None, "handles": n}
+            for (subject, streams, outcome, reason), n in
+            sorted(groups.items(), key=lambda kv: (order[kv[0][2]], kv[0][0], kv[0][1]))]
         return {"handles": sum(counts.values()), "revoked": counts["revoked"],
                 "changed": counts["changed"], "kept": counts["kept"], "consumers": consumers}
 
     # preview
 
-    def preview(self, data: Any, identity: Identity) -> dict:
+    def preview(self, data: Any, identity: Identity) -> RulePreview:
         if not isinstance(data, dict):
             raise InvalidInput("the preview is a JSON object: {\"rule\": {...}, \"consumer\": "
                                "{...}, \"action\": ...}")
@@ -237,7 +274,7 @@ class Rules:
             raise NotPermitted(f"{identity.subject!r} may not manage policy {rule.id!r}: "
                                f"{getattr(verdict, 'reason', '')}".rstrip(": "))
         current = services.policies.policy_info(rule.id)
-        change = "added"
+        change: Literal["added", "updated"] = "added"
         if current is not None:
             change = "updated"
             try:
@@ -249,9 +286,9 @@ class Rules:
                 raise NotPermitted(f"policy {rule.id!r} exists and is not yours to replace")
         warnings = warnings + self.check(document)
         reading = read_policy(document)
-        out: dict[str, Any] = {"rule": rule_to_json(rule), "xacml": document.decode("utf-8"),
-                               "summary": reading_text(reading) if reading is not None else None,
-                               "warnings": warnings, "change": change, "explain": None}
+        out: RulePreview = {"rule": rule_to_json(rule), "xacml": document.decode("utf-8"),
+                            "summary": reading_text(reading) if reading is not None else None,
+                            "warnings": warnings, "change": change, "explain": None}
         consumer = data.get("consumer")
         if consumer is not None:
             try:
@@ -296,7 +333,7 @@ class Rules:
         return Identity(subject.strip(), tuple(roles), False, attributes)
 
     def explain_for(self, prospect: Prospect, rule: SharingRule, consumer: Identity,
-                    action: Any, query: Any) -> dict:
+                    action: Any, query: Any) -> dict[str, object]:
         """What POST /explain would answer `consumer` for `action` on the rule's stream, were
         the change applied. A refusal is described, not raised: explaining is the point."""
         if action is None:
@@ -322,8 +359,9 @@ class Rules:
             if decision is not None:  # a denial, as the PDP answered it
                 results = decision.results
                 name = results[0].decision.value if len(results) == 1 else "Indeterminate"
-            out = {"consumer": consumer.subject, "action": action, "decision": name,
-                   "status": status_of(exc), "error": exc.message}
+            out: dict[str, object] = {
+                "consumer": consumer.subject, "action": action, "decision": name,
+                "status": status_of(exc), "error": exc.message}
             if "warnings" in exc.details:
                 out["warnings"] = exc.details["warnings"]
             return out
@@ -344,7 +382,8 @@ def sample_request(subject: str, stream: str, action: str) -> bytes:
         attribute = etree.SubElement(attributes, f"{{{NS}}}Attribute", AttributeId=attribute_id,
                                      IncludeInResult="false")
         etree.SubElement(attribute, f"{{{NS}}}AttributeValue", DataType=STRING).text = value
-    return etree.tostring(root, xml_declaration=True, encoding="UTF-8")
+    document: bytes = etree.tostring(root, xml_declaration=True, encoding="UTF-8")
+    return document
 
 
 RULES_EXTENSION = "xsg.rules"

@@ -16,7 +16,7 @@ exactly as a name no stream has: 404 with the same body.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, cast
+from typing import Iterable
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
@@ -24,7 +24,7 @@ from common.auth import Identity
 from common.http.auth import current_identity, require_identity
 from pep.core.errors import InvalidInput, NotFound, NotPermitted, UnsupportedMedia
 from pep.streams.catalog import StreamCatalog, StreamEntry
-from pep.streams.definition import (LISTED, SETTINGS, describe, parse_keep_data,
+from pep.streams.definition import (LISTED, SETTINGS, StreamJson, describe, parse_keep_data,
                                     parse_registration, parse_stream_patch)
 from pep.streams.lifecycle import StreamLifecycle
 from pep.streams.ownership import owner_or_admin
@@ -39,7 +39,7 @@ def may_register(identity: Identity, owner_roles: Iterable[str] = OWNER_ROLES) -
     return identity.admin or any(r in owner_roles for r in identity.roles)
 
 
-def describe_entry(entry: StreamEntry, identity: Identity) -> dict[str, Any]:
+def describe_entry(entry: StreamEntry, identity: Identity) -> StreamJson:
     d = entry.definition
     return describe(d, entry.created_at, show_source=owner_or_admin(identity, d.owner),
                     visibility=entry.visibility, settings=entry.settings(),
@@ -83,7 +83,8 @@ def install_streams(app: Flask, catalog: StreamCatalog, owner_roles: Iterable[st
 
 def stream_routes() -> StreamRoutes:
     """The `StreamRoutes` of the app serving the current request."""
-    return cast(StreamRoutes, current_app.extensions[STREAMS_EXTENSION])
+    routes: StreamRoutes = current_app.extensions[STREAMS_EXTENSION]
+    return routes
 
 
 # Defined once, at module level: the routes read the app's `StreamRoutes`, so any app that

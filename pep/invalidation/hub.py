@@ -32,18 +32,19 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 from urllib.parse import urlsplit
 
 import requests
 
 from common.invalidation import (EVENT_ID_HEADER, KINDS, InvalidationEvent,
                                        format_event_id, parse_event_id, sign)
+from pdp import PolicyChange, PolicyEvents
 from pep.core.refs import handle_ref
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,40 @@ class PublishResult:
     acknowledged: tuple[str, ...]
     failed: tuple[str, ...]  # waited for, but failed or timed out: now stale
     skipped: tuple[str, ...]  # stale already: delivered in the background, not waited for
+
+
+class FeedHello(TypedDict):
+    """The first event of a feed: where the log stands, and whether the reader's replay
+    resumed it (False: the reader re-syncs)."""
+
+    epoch: str
+    last_id: int
+    resumed: bool
+    heartbeat: float
+
+
+class ProxyState(TypedDict):
+    """A registered proxy as the hub sees it (`GET /invalidation/proxies`, the stats)."""
+
+    url: str
+    state: str  # fresh or stale
+    pending: int
+    delivered: int
+    failures: int
+    last_error: str | None
+    last_ok: float | None
+
+
+class HubStats(TypedDict):
+    """The hub's figures: its log, its feed readers and its proxies."""
+
+    epoch: str
+    last_id: int
+    published: int
+    log_size: int
+    oldest_id: int | None
+    feed_readers: int
+    proxies: list[ProxyState]
 
 
 @dataclass
@@ -69,7 +104,7 @@ class _Proxy:
     last_ok: float | None = None
     registered: float = field(default_factory=time.time)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> ProxyState:
         return {"url": self.url, "state": "stale" if self.stale else "fresh",
                 "pending": self.pending, "delivered": self.delivered, "failures": self.failures,
                 "last_error": self.last_error, "last_ok": self.last_ok}
@@ -100,7 +135,7 @@ class _FeedBody:
     `finally`, and each such reader would keep its place (at `max_feed_readers`: a 503 for
     every new one)."""
 
-    def __init__(self, lines: Iterator[str], end: Callable[[], None]) -> None:
+    def __init__(self, lines: Generator[str, None, None], end: Callable[[], None]) -> None:
         self._lines = lines
         self._end = end
 
@@ -112,7 +147,7 @@ class _FeedBody:
 
     def close(self) -> None:
         try:
-            self._lines.close()  # type: ignore[attr-defined]
+            self._lines.close()
         finally:
             self._end()
 
@@ -180,7 +215,7 @@ class InvalidationHub:
         log.info("invalidation webhook unregistered: %s", _loggable_url(url))
         return True
 
-    def proxies(self) -> list[dict[str, Any]]:
+    def proxies(self) -> list[ProxyState]:
         with self._lock:
             return [p.describe() for p in self._proxies.values()]
 
@@ -196,7 +231,7 @@ class InvalidationHub:
             raise ValueError(f"unknown invalidation kind {kind!r}; expected one of {KINDS}")
         ids = tuple(str(h) for h in handle_ids)
         scope = None if streams is None else tuple(sorted({str(s) for s in streams}))
-        waited: list[tuple[_Proxy, Future]] = []
+        waited: list[tuple[_Proxy, Future[bool]]] = []
         skipped: list[str] = []
         with self._lock:
             # After close() there are no proxies or readers left: the event is only logged.
@@ -277,13 +312,13 @@ class InvalidationHub:
                 proxy.stale = True
         return ok
 
-    def follow_policy_events(self, events: Any) -> Callable[[], None]:
+    def follow_policy_events(self, events: PolicyEvents) -> Callable[[], None]:
         """Publish `policy-changed` for every change of a `pdp.events.PolicyEvents` hub, with
         the streams it can concern (`PolicyChange.resources`: the policy's target scope before
         and after the change; None, any stream, when a target cannot be narrowed to streams)."""
 
-        def on_change(change: Any) -> None:
-            resources = getattr(change, "resources", None)
+        def on_change(change: PolicyChange) -> None:
+            resources = change.resources
             self.publish("policy-changed", policy_id=change.policy_id, subject=change.owner,
                          streams=None if resources is None else resources)
 
@@ -311,7 +346,8 @@ class InvalidationHub:
         complete = after == self._last_id or (bool(events) and events[0].id == first_needed)
         return events, complete
 
-    def open_feed(self, last_event_id: str | None) -> tuple[_Subscription, dict, list[InvalidationEvent]]:
+    def open_feed(self, last_event_id: str | None
+                  ) -> tuple[_Subscription, FeedHello, list[InvalidationEvent]]:
         """Register an SSE reader atomically with a snapshot: (subscription, hello, replay)."""
         position = parse_event_id(last_event_id)
         with self._lock:
@@ -327,8 +363,8 @@ class InvalidationHub:
                     replay = []
             sub = _Subscription(max(64, self._log.maxlen or 64))
             self._subscriptions.add(sub)
-            hello = {"epoch": self.epoch, "last_id": self._last_id, "resumed": resumed,
-                     "heartbeat": self.heartbeat}
+            hello: FeedHello = {"epoch": self.epoch, "last_id": self._last_id,
+                                "resumed": resumed, "heartbeat": self.heartbeat}
         return sub, hello, replay
 
     def close_feed(self, sub: _Subscription) -> None:
@@ -355,7 +391,7 @@ class InvalidationHub:
         """SSE text for one reader: hello, the replayed events, then live events and heartbeats."""
         sub, hello, replay = self.open_feed(last_event_id)
 
-        def generate() -> Iterator[str]:
+        def generate() -> Generator[str, None, None]:
             try:
                 yield (f"retry: 1000\nid: {format_event_id(hello['epoch'], hello['last_id'])}\n"
                        f"event: hello\ndata: {json.dumps(hello)}\n\n")
@@ -379,7 +415,7 @@ class InvalidationHub:
 
     # -- bookkeeping --------------------------------------------------------------------------
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> HubStats:
         with self._lock:
             return {"epoch": self.epoch, "last_id": self._last_id, "published": self.published,
                     "log_size": len(self._log),
@@ -401,7 +437,7 @@ class InvalidationHub:
 class FeedBody:
     """One feed reader's events, pulled without waiting (see `InvalidationHub.feed_body`)."""
 
-    def __init__(self, hub: InvalidationHub, sub: _Subscription, hello: dict,
+    def __init__(self, hub: InvalidationHub, sub: _Subscription, hello: FeedHello,
                  replay: list[InvalidationEvent]) -> None:
         self.hub = hub
         self.sub = sub
@@ -470,4 +506,4 @@ def _sse(event: InvalidationEvent) -> str:
     return f"id: {event.sse_id}\nevent: invalidation\ndata: {data}\n\n"
 
 
-__all__ = ["InvalidationHub", "PublishResult"]
+__all__ = ["FeedHello", "HubStats", "InvalidationHub", "ProxyState", "PublishResult"]

@@ -32,15 +32,18 @@ import shutil
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
 
+from common.auth import Identity
 from common.db import Database, open_database, opening, upsert_sql
 from common.migrations import migrate
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
 from pep.core.errors import NotPermitted
+from pep.core.jsontypes import JsonObject, JsonValue
 from pep.streams.definition import (LISTED, STREAM_NAME, InvalidStream, StreamConflict,
-                                    StreamNotFound, describe, extend_schema, parse_combining,
+                                    StreamJson, StreamNotFound, StreamPatch, describe,
+                                    extend_schema, parse_combining,
                                     parse_description, parse_lateness, parse_retention,
                                     parse_schema, parse_source, parse_visibility)
 from pep.streams.derivations import DerivationRecord, DerivationTable
@@ -50,6 +53,10 @@ from pep.streams.ingest import DEFAULT_MAX_BODY_BYTES, RecordIngest
 from pep.streams.records import DEFAULT_MAX_LINES
 
 log = logging.getLogger(__name__)
+
+# `callback(entry, changes, by)` after an owner's change: the stream as it is now, what changed
+# as JSON (the settings as given, the schema as the attributes it gained), who changed it
+ChangeListener = Callable[[StreamEntry, JsonObject, str], None]
 
 
 class StreamCatalog:
@@ -76,7 +83,7 @@ class StreamCatalog:
         # Called with the definition of every stream registered (its owner registered it).
         self._listeners: list[Callable[[StreamDefinition], None]] = []
         # `callback(entry, changes, by)` after an owner's change (`update`) is committed.
-        self._change_listeners: list[Callable[[StreamEntry, dict[str, Any], str], None]] = []
+        self._change_listeners: list[ChangeListener] = []
         self._delete_listeners: list[Callable[[str], None]] = []
         # Each stream's visibility by lower-cased name: read on every call that names a stream,
         # written only through this object (register, update), so it cannot go stale.
@@ -100,7 +107,7 @@ class StreamCatalog:
     def add_listener(self, callback: Callable[[StreamDefinition], None]) -> None:
         self._listeners.append(callback)
 
-    def add_change_listener(self, callback: Callable[[StreamEntry, dict[str, Any], str], None]) -> None:
+    def add_change_listener(self, callback: ChangeListener) -> None:
         self._change_listeners.append(callback)
 
     def add_delete_listener(self, callback: Callable[[str], None]) -> None:
@@ -140,10 +147,11 @@ class StreamCatalog:
 
     # -- registration ---------------------------------------------------------------------------
 
-    def register(self, name: Any, owner: str, schema: Any, source: Any = None,
-                 time_attribute: str | None = None, *, trusted: bool = False,
-                 visibility: Any = LISTED, description: Any = None, lateness: Any = None,
-                 retention: Any = None,
+    def register(self, name: JsonValue, owner: str, schema: JsonValue | StreamSchema,
+                 source: JsonValue = None, time_attribute: JsonValue = None, *,
+                 trusted: bool = False, visibility: JsonValue = LISTED,
+                 description: JsonValue = None, lateness: JsonValue = None,
+                 retention: JsonValue = None,
                  derivation: DerivationRecord | None = None) -> StreamDefinition:
         """Register a stream; InvalidStream, SourceNotPermitted (privileged source) or
         StreamConflict (exists, or the name of another owner's deleted stream).
@@ -232,7 +240,7 @@ class StreamCatalog:
 
     # -- an owner's changes ---------------------------------------------------------------------
 
-    def update(self, name: str, changes: dict[str, Any], by: str) -> StreamEntry:
+    def update(self, name: str, changes: StreamPatch, by: str) -> StreamEntry:
         """Apply an owner's validated changes (`definition.parse_stream_patch`) to the stream, all
         in one transaction, and tell the change listeners; StreamNotFound if it is not there,
         InvalidStream (SchemaChange) for a schema change that is not an addition. Only the
@@ -419,12 +427,13 @@ class StreamCatalog:
         return [entry_from_row(r) for r in sorted(rows, key=lambda r: str(r[0]).lower())
                 if str(r[0]).lower() not in deleting]
 
-    def list_visible(self, identity: Any, may_see: Callable[[Any, StreamEntry], bool] | None = None
-                     ) -> list[dict[str, Any]]:
+    def list_visible(self, identity: Identity,
+                     may_see: Callable[[Identity, StreamEntry], bool] | None = None
+                     ) -> list[StreamJson]:
         """The streams this caller may see (`may_see(identity, entry)`, every one without it),
         described for it (`definition.describe` says what each caller is shown)."""
         return [describe(e.definition, e.created_at,
-                         show_source=bool(identity.admin) or e.definition.owner == identity.subject,
+                         show_source=identity.admin or e.definition.owner == identity.subject,
                          visibility=e.visibility, settings=e.settings(), optional=e.optional,
                          combining=e.combining)
                 for e in self.all() if may_see is None or may_see(identity, e)]

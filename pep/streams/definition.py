@@ -19,12 +19,14 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import NoReturn, NotRequired, TypedDict
 
 from common.numbers import NumberError, parse_float, parse_int
 from common.xmlsafe import json_too_deep
 from pep.core.errors import Conflict, InvalidInput, NotFound, NotPermitted, Refusal
+from pep.core.jsontypes import JsonObject, JsonValue
 from pep.core.labels import LabelError, Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.core.schemas import BUILTIN_SCHEMAS
@@ -84,7 +86,7 @@ class SourceNotPermitted(StreamError, NotPermitted):
 
 # -- the registration document -----------------------------------------------------------------
 
-def _json_object(body: bytes, what: str, expected: str) -> dict:
+def _json_object(body: bytes, what: str, expected: str) -> JsonObject:
     """The JSON object of a body an owner sends (`what` names it in a refusal), hardened like
     every parser of client input: a size and a nesting limit (Python's json module recurses), no
     NaN or Infinity, UTF-8 only. InvalidStream says `expected` and what is wrong, and where."""
@@ -99,7 +101,7 @@ def _json_object(body: bytes, what: str, expected: str) -> dict:
         raise InvalidStream(f"expected {expected}: the document nests deeper than "
                             f"{MAX_REGISTRATION_DEPTH} levels")
 
-    def reject_constant(name: str) -> Any:
+    def reject_constant(name: str) -> NoReturn:
         raise InvalidStream(f"expected {expected}: {name} is not a JSON number")
 
     try:
@@ -114,13 +116,13 @@ def _json_object(body: bytes, what: str, expected: str) -> dict:
     return doc
 
 
-def parse_registration(body: bytes) -> dict:
+def parse_registration(body: bytes) -> JsonObject:
     """The JSON object an owner sends to register a stream; InvalidStream says what is wrong
     and where (`_json_object`)."""
     return _json_object(body, "stream registration", _REGISTRATION)
 
 
-def parse_visibility(value: Any) -> str:
+def parse_visibility(value: JsonValue) -> str:
     """`listed` or `restricted`; InvalidStream names the accepted values."""
     if isinstance(value, str) and value in VISIBILITIES:
         return value
@@ -128,7 +130,7 @@ def parse_visibility(value: Any) -> str:
     raise InvalidStream(f"visibility must be one of {', '.join(VISIBILITIES)}, got {shown}")
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: JsonValue) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -143,7 +145,7 @@ def _json_type(value: Any) -> str:
 COMBINING_MODES = ("intersection", "union")
 
 
-def parse_combining(value: Any) -> str | None:
+def parse_combining(value: JsonValue) -> str | None:
     """How the obligations of several applicable rules combine on the stream
     (`pep.core.union`): `intersection`, `union`, or null for the gateway's setting."""
     if value is None or (isinstance(value, str) and value in COMBINING_MODES):
@@ -159,7 +161,7 @@ MAX_RETENTION = 366 * 86400.0  # a year
 MAX_KEEP_DATA = 366 * 86400.0
 
 
-def parse_description(value: Any) -> str:
+def parse_description(value: JsonValue) -> str:
     """Free text about the stream, shown to everyone who sees it; `null` or "" clears it."""
     if value is None:
         return ""
@@ -173,7 +175,7 @@ def parse_description(value: Any) -> str:
     return value.strip()
 
 
-def _seconds(name: str, value: Any, high: float) -> float | None:
+def _seconds(name: str, value: JsonValue, high: float) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
@@ -185,17 +187,17 @@ def _seconds(name: str, value: Any, high: float) -> float | None:
     return float(value)
 
 
-def parse_lateness(value: Any) -> float | None:
+def parse_lateness(value: JsonValue) -> float | None:
     """Seconds this stream's time windows wait for late tuples; null: the gateway's default."""
     return _seconds("lateness", value, MAX_LATENESS)
 
 
-def parse_retention(value: Any) -> float | None:
+def parse_retention(value: JsonValue) -> float | None:
     """Seconds the stream's committed ingest files stay in the archive; null: the default."""
     return _seconds("retention", value, MAX_RETENTION)
 
 
-def parse_keep_data(value: Any) -> float:
+def parse_keep_data(value: str | None) -> float:
     """`DELETE /streams/<name>?keep_data=<seconds>`: how long a deleted stream's files are kept
     (0, the default: removed at once)."""
     if value is None or value == "":
@@ -210,30 +212,61 @@ def parse_keep_data(value: Any) -> float:
     return seconds
 
 
-def parse_added_attributes(value: Any) -> tuple[Field, ...]:
+def parse_added_attributes(value: JsonValue) -> tuple[Field, ...]:
     """`add_attributes`: `[{"name", "type"}, ...]`, checked as schema entries are."""
     if not isinstance(value, list) or not value:
         raise InvalidStream("add_attributes must be a non-empty list of {name, type} objects")
     return parse_schema(value).fields
 
 
-def parse_whole_schema(value: Any) -> tuple[Field, ...]:
+def parse_whole_schema(value: JsonValue) -> tuple[Field, ...]:
     """`schema`: the whole new schema (`extend_schema` says which changes are possible)."""
     return parse_schema(value).fields
 
 
-# The fields an owner may change after registration, each with the parser of its new value. A
-# setting added here needs its column in `StreamCatalog.update` (`entries.PATCH_COLUMNS`); the
-# two schema fields are turned into a new schema by `extend_schema`.
-PATCHABLE: dict[str, Any] = {"visibility": parse_visibility, "description": parse_description,
-                             "lateness": parse_lateness, "retention": parse_retention,
-                             "add_attributes": parse_added_attributes,
-                             "schema": parse_whole_schema, "combining": parse_combining}
+class StreamPatch(TypedDict, total=False):
+    """An owner's change (`parse_stream_patch`): the fields it gives, each as its parser made
+    it. A setting added here needs its column in `StreamCatalog.update`
+    (`entries.PATCH_COLUMNS`); the two schema fields are turned into a new schema by
+    `extend_schema`."""
+
+    visibility: str
+    description: str
+    lateness: float | None
+    retention: float | None
+    add_attributes: tuple[Field, ...]
+    schema: tuple[Field, ...]
+    combining: str | None
+
+
+def _patch_field(patch: StreamPatch, name: str, value: JsonValue) -> None:
+    """One field of an owner's change, parsed by its own parser into `patch`."""
+    if name == "visibility":
+        patch["visibility"] = parse_visibility(value)
+    elif name == "description":
+        patch["description"] = parse_description(value)
+    elif name == "lateness":
+        patch["lateness"] = parse_lateness(value)
+    elif name == "retention":
+        patch["retention"] = parse_retention(value)
+    elif name == "add_attributes":
+        patch["add_attributes"] = parse_added_attributes(value)
+    elif name == "schema":
+        patch["schema"] = parse_whole_schema(value)
+    elif name == "combining":
+        patch["combining"] = parse_combining(value)
+    else:  # parse_stream_patch refused it by name before
+        raise InvalidStream(f"unknown or unchangeable field {name[:64]!r}")
+
+
+# The fields an owner may change after registration (`StreamPatch`), each with its own parser.
+PATCHABLE = ("visibility", "description", "lateness", "retention", "add_attributes", "schema",
+             "combining")
 SETTINGS = ("description", "lateness", "retention")  # also accepted at registration
 _PATCH = f"a JSON object with one or more of: {', '.join(PATCHABLE)}"
 
 
-def parse_stream_patch(body: bytes) -> dict:
+def parse_stream_patch(body: bytes) -> StreamPatch:
     """An owner's change to a stream (`PATCH /streams/<name>`): `{field: new value}` for fields
     of `PATCHABLE`, each value parsed by its own parser. Refuses unknown fields by name, an empty
     change, and anything that is not such an object (same hardening as `parse_registration`)."""
@@ -246,7 +279,10 @@ def parse_stream_patch(body: bytes) -> dict:
         raise InvalidStream(f"nothing to change: expected {_PATCH}")
     if "add_attributes" in doc and "schema" in doc:
         raise InvalidStream("give either add_attributes or the whole schema, not both")
-    return {name: PATCHABLE[name](value) for name, value in doc.items()}
+    patch: StreamPatch = {}
+    for name, value in doc.items():  # in the document's order: its first bad field is named
+        _patch_field(patch, name, value)
+    return patch
 
 
 class SchemaChange(InvalidStream):
@@ -258,7 +294,7 @@ class SchemaChange(InvalidStream):
         self.attributes = attributes
 
 
-def extend_schema(definition: StreamDefinition, changes: dict) -> StreamSchema | None:
+def extend_schema(definition: StreamDefinition, changes: StreamPatch) -> StreamSchema | None:
     """The stream's new schema for a change holding `add_attributes` or `schema` (None when it
     holds neither, or the schema is the same). Only additions are possible: the existing
     attributes keep their names, types and order, and new ones come after them.
@@ -311,7 +347,7 @@ def extend_schema(definition: StreamDefinition, changes: dict) -> StreamSchema |
 
 # -- schema and source parsing ------------------------------------------------------------------
 
-def parse_schema(fields: Any) -> StreamSchema:
+def parse_schema(fields: JsonValue | StreamSchema) -> StreamSchema:
     """Schema from JSON `[{"name", "type"}, ...]`; every error says which entry is wrong."""
     if isinstance(fields, StreamSchema):
         fields = [field_json(f) for f in fields.fields]
@@ -320,7 +356,7 @@ def parse_schema(fields: Any) -> StreamSchema:
     if len(fields) > MAX_FIELDS:
         raise InvalidStream(f"schema has {len(fields)} fields; at most {MAX_FIELDS} allowed")
     seen: set[str] = set()
-    out = []
+    out: list[Field] = []
     for i, item in enumerate(fields):
         at = f"schema entry {i}"
         if not isinstance(item, dict):
@@ -351,15 +387,27 @@ def parse_schema(fields: Any) -> StreamSchema:
     return StreamSchema(tuple(out))
 
 
-def field_json(f: Field) -> dict:
+class FieldJson(TypedDict):
+    """A schema entry as registrations write it and `describe` shows it: a label attribute
+    with its lattice, an attribute added after registration marked `optional`."""
+
+    name: str
+    type: str
+    levels: NotRequired[list[str]]
+    categories: NotRequired[list[str]]
+    optional: NotRequired[bool]
+
+
+def field_json(f: Field) -> FieldJson:
     """A schema entry as registrations write it (a label attribute with its lattice)."""
-    out: dict[str, Any] = {"name": f.name, "type": f.type}
+    out: FieldJson = {"name": f.name, "type": f.type}
     if f.lattice is not None:
-        out.update(f.lattice.to_json())
+        lattice = f.lattice.to_json()
+        out["levels"], out["categories"] = lattice["levels"], lattice["categories"]
     return out
 
 
-def _option_text(kind: str, key: str, value: Any) -> str:
+def _option_text(kind: str, key: str, value: JsonValue) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise InvalidStream(f"source ({kind}): option {key!r} must be a string or a number")
     if isinstance(value, float) and not math.isfinite(value):
@@ -372,7 +420,7 @@ def _option_text(kind: str, key: str, value: Any) -> str:
     return text
 
 
-def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
+def parse_source(source: JsonValue | SourceSpec, ingest_dir: Path, trusted: bool) -> SourceSpec:
     """Source from JSON `{"kind": ..., options...}`; `trusted` callers (admins) may use sources
     that read the server's files or network."""
     if isinstance(source, SourceSpec):
@@ -388,8 +436,11 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
     if kind in PRIVILEGED_SOURCE_KINDS and not trusted:
         raise SourceNotPermitted(f"only administrators may register a {kind!r} source "
                                  "(it reads the server's files or network)")
+    if "punctuations" in source and kind != "ingest":
+        raise InvalidStream(f"source ({kind}): security punctuations are supported on ingest "
+                            "streams only (docs/punctuations.md)")
     allowed = {
-        "ingest": set(),
+        "ingest": {"punctuations"},
         "files": {"path", "format", "maxFilesPerTrigger"},
         "generator": {"schema", "rate"},
         "socket": {"host", "port"},
@@ -409,6 +460,9 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
     text = {str(k): _option_text(kind, k, v) for k, v in opts.items()}
     if kind == "ingest":
         text["path"] = str(ingest_dir)
+        if text.get("punctuations", "off") not in ("on", "off"):
+            raise InvalidStream("source (ingest): punctuations must be \"on\" or \"off\" "
+                                "(security punctuations in the stream, docs/punctuations.md)")
     elif kind == "files":
         if "path" not in text:
             raise InvalidStream("source (files): 'path' is required")
@@ -458,30 +512,72 @@ def parse_source(source: Any, ingest_dir: Path, trusted: bool) -> SourceSpec:
     return SourceSpec(kind, tuple(sorted(text.items())))
 
 
+class StreamSettings(TypedDict):
+    """An owner's settings of a stream as `describe` shows them (None: the gateway's
+    default)."""
+
+    description: str
+    lateness: float | None
+    retention: float | None
+
+
+class DerivedFrom(TypedDict):
+    """A derived stream's source and what it holds of it (`pep.core.derived.Derivation`)."""
+
+    stream: str
+    holds: dict[str, object]
+
+
+class StreamJson(TypedDict):
+    """A stream as a caller is shown it (`describe`); `source` holds its `kind`, and its
+    options for the owner and administrators only. `derived_from` is a derived stream's, as
+    its registration answers it (`pep.streams.derived`)."""
+
+    name: str
+    owner: str
+    schema: list[FieldJson]
+    time_attribute: str | None
+    source: dict[str, str]
+    visibility: NotRequired[str]
+    description: NotRequired[str]
+    lateness: NotRequired[float | None]
+    retention: NotRequired[float | None]
+    combining: NotRequired[str]
+    created_at: NotRequired[str]
+    derived_from: NotRequired[DerivedFrom]
+
+
+def _shown_field(f: Field, optional: set[str]) -> FieldJson:
+    out = field_json(f)
+    if f.name.lower() in optional:
+        out["optional"] = True
+    return out
+
+
 def describe(definition: StreamDefinition, created_at: str | None = None,
              show_source: bool = False, visibility: str | None = None,
-             settings: dict | None = None, optional: Any = (),
-             combining: str | None = None) -> dict:
+             settings: StreamSettings | None = None, optional: Iterable[str] = (),
+             combining: str | None = None) -> StreamJson:
     """JSON view of a stream for a caller (source options only for owners and admins).
     `settings`: description, lateness, retention (None: the gateway's default); `optional`:
     attributes added after registration, which records may leave out (marked so)."""
-    src: dict[str, Any] = {"kind": definition.source.kind}
+    src: dict[str, str] = {"kind": definition.source.kind}
     if show_source:
         src.update(dict(definition.source.options))
-    optional = {n.lower() for n in optional}
-    out = {
+    lowered = {n.lower() for n in optional}
+    out: StreamJson = {
         "name": definition.name,
         "owner": definition.owner,
-        "schema": [{**field_json(f), **({"optional": True}
-                                         if f.name.lower() in optional else {})}
-                   for f in definition.schema.fields],
+        "schema": [_shown_field(f, lowered) for f in definition.schema.fields],
         "time_attribute": definition.time_attribute,
         "source": src,
     }
     if visibility is not None:
         out["visibility"] = visibility
     if settings is not None:
-        out.update(settings)
+        out["description"] = settings["description"]
+        out["lateness"] = settings["lateness"]
+        out["retention"] = settings["retention"]
     if combining is not None:
         out["combining"] = combining
     if created_at:

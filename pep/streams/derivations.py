@@ -16,8 +16,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from typing import NotRequired, TypedDict
 
 from common.db import Cursor, Database
+from pep.audit.trail import PolicyVersion
+from pep.core.explain import AnyPlanJson
 from pep.core.plan import ExecutionPlan, plan_from_json
 
 LIVE = "live"
@@ -25,6 +28,35 @@ ENDED = "ended"
 COLUMNS = ("stream, owner, source, handle_id, plan_json, plan_key, policy_ids, created_at,"
            " state, ended_at, reason")
 MAX_CHAIN = 64  # upstream streams followed (a chain cannot loop: a stream is derived once)
+
+
+class FeedStats(TypedDict):
+    """What a derived stream's feed did: rows and batches appended, records left out."""
+
+    rows: int
+    batches: int
+    left_out: int
+
+
+class DerivationView(TypedDict):
+    """A derivation as `GET /streams/<name>/derivation` shows it (never its handle id): the
+    record and the `chain` of streams it derives from, nearest first, and what this reader may
+    see of the rest (`pep.streams.derived.DerivedStreams.chain_view`): the deriving plan, what
+    the stream holds, the policies that decided the grant, the feed's figures, and `reason`
+    (why it ended)."""
+
+    stream: str
+    owner: str
+    source: str
+    created_at: str
+    state: str
+    ended_at: str | None
+    reason: NotRequired[str | None]
+    chain: list[str]
+    plan: NotRequired[AnyPlanJson]
+    holds: NotRequired[dict[str, object]]
+    policies: NotRequired[list[PolicyVersion]]
+    fed: NotRequired[FeedStats]
 
 
 @dataclass(frozen=True)
@@ -53,11 +85,12 @@ class DerivationRecord:
     def plan(self) -> ExecutionPlan:
         return plan_from_json(self.plan_json)
 
-    def summary(self) -> dict[str, object]:
-        """The record as its derived stream's owner and administrators read it (no handle id)."""
+    def summary(self, chain: list[str]) -> DerivationView:
+        """The record as its derived stream's owner and administrators read it (no handle id),
+        with the `chain` it derives from."""
         return {"stream": self.stream, "owner": self.owner, "source": self.source,
                 "created_at": self.created_at, "state": self.state,
-                "ended_at": self.ended_at, "reason": self.reason}
+                "ended_at": self.ended_at, "reason": self.reason, "chain": chain}
 
 
 def now() -> str:

@@ -43,21 +43,28 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from common.auth import Identity
+from pep.audit.trail import AuditTrail, PolicyVersions
+from pep.core.access import Grant
 from pep.core.derived import CannotDerive, Derivation, WiderThanGrant, derive
+from pep.core import punctuations
 from pep.core.errors import Conflict, Gone, InvalidInput, NotFound, NotPermitted, Refusal
 from pep.core.explain import plan_to_json
+from pep.core.jsontypes import JsonObject, JsonValue
 from pep.core.plan import StreamDefinition
 from pep.core.rows import RowBatch
 from pep.core.refs import handle_ref
+from pep.handles.records import HandleRecord
 from pep.streams.catalog import StreamCatalog
 from pep.streams.definition import (RESTRICTED, STREAM_NAME, InvalidStream, StreamConflict,
-                                    StreamNotFound, describe, field_json, parse_schema)
-from pep.streams.derivations import DerivationRecord, DerivationTable, now
+                                    StreamJson, StreamNotFound, describe, field_json,
+                                    parse_schema)
+from pep.streams.derivations import (DerivationRecord, DerivationTable, DerivationView,
+                                     FeedStats, now)
 from pep.streams.policy_check import derived_warnings
 from pep.streams.records import RecordError
 
@@ -73,16 +80,16 @@ class Handles(Protocol):
     lock: threading.RLock
     policy_epoch: int
 
-    def get_owned(self, handle_id: str, subject: str) -> Any: ...
+    def get_owned(self, handle_id: str, subject: str) -> HandleRecord | None: ...
 
-    def get(self, handle_id: str) -> Any: ...
+    def get(self, handle_id: str) -> HandleRecord | None: ...
 
-    def live_on(self, stream: str) -> list[Any]: ...
+    def live_on(self, stream: str) -> list[HandleRecord]: ...
 
-    def served(self, records: Iterable[Any]) -> list[Any]: ...
+    def served(self, records: Iterable[HandleRecord]) -> list[HandleRecord]: ...
 
     def revoke_many(self, revocations: Iterable[tuple[str, str]],
-                    records: Any = None) -> list[str]: ...
+                    records: Mapping[str, HandleRecord] | None = None) -> list[str]: ...
 
 
 # -- the feed ---------------------------------------------------------------------------------------
@@ -148,7 +155,7 @@ class DerivedFeeds:
                 else:
                     del self._feeds[handle_id]
 
-    def stats(self) -> dict[str, dict[str, int]]:
+    def stats(self) -> dict[str, FeedStats]:
         """Per derived stream being fed: rows and batches appended, records left out."""
         with self._lock:
             return {f.stream: {"rows": f.rows, "batches": f.batches, "left_out": f.left_out}
@@ -205,7 +212,7 @@ def admit_streams(derivations: DerivationTable, definitions: Sequence[StreamDefi
 
 # -- the service --------------------------------------------------------------------------------------
 
-def _derive_body(body: Any) -> dict[str, Any]:
+def _derive_body(body: JsonValue) -> JsonObject:
     if not isinstance(body, dict):
         raise InvalidInput("a derivation is a JSON object {\"name\": ..., \"description\": ...,"
                            " \"visibility\": ...}")
@@ -230,12 +237,11 @@ class DerivedStreams:
     catalog: StreamCatalog
     handles: Handles
     feeds: DerivedFeeds
-    decide: Callable[[Any, Identity], Any]
+    decide: Callable[[HandleRecord, Identity], Grant]
     policies_about: Callable[[str], list[tuple[str, bytes]]] = field(default=lambda name: [])
-    audit: Any = None
+    audit: AuditTrail | None = None
     # (id, version, store_version) of policies, as the audit trail names them
-    policy_versions: Callable[[Iterable[str]], list[dict[str, Any]]] = field(
-        default=lambda ids: [])
+    policy_versions: PolicyVersions = field(default=lambda ids: [])
     # with several gateway processes: raises unless this process serves these streams (a
     # derivation is made where its deriving handle is served: `pep.cluster`)
     claim: Callable[[Iterable[str]], None] | None = None
@@ -266,7 +272,7 @@ class DerivedStreams:
 
     # -- deriving -------------------------------------------------------------------------------
 
-    def derive(self, identity: Identity, handle_id: str, body: Any) -> dict[str, Any]:
+    def derive(self, identity: Identity, handle_id: str, body: JsonValue) -> StreamJson:
         """Register the caller's handle's output as a derived stream it owns (module
         docstring); the stream as described to its owner, with `derived_from`."""
         body = _derive_body(body)
@@ -292,6 +298,13 @@ class DerivedStreams:
             source = self.catalog.get(record.stream)
             if source is None:
                 raise NotFound("no such handle")
+            if punctuations.enabled(source):
+                # its rows are what the stream's punctuations show the caller's roles: re-shared,
+                # they would reach roles the punctuations exclude (the paper's per-punctuation
+                # grant option is not built)
+                raise CannotDerive(f"stream {source.name!r} carries security punctuations: "
+                                   "what a handle on it gets cannot be re-shared "
+                                   "(docs/punctuations.md)", stream=source.name)
             try:
                 grant = self.decide(record, identity)
             except Refusal as exc:
@@ -347,7 +360,7 @@ class DerivedStreams:
 
     # -- ending -----------------------------------------------------------------------------------
 
-    def handles_ended(self, records: list[Any]) -> None:
+    def handles_ended(self, records: list[HandleRecord]) -> None:
         """`HandleService`'s listener: a deriving handle that ended ends its derived streams,
         and their live handles are revoked (transitively: their endings come back here)."""
         for record in records:
@@ -404,7 +417,7 @@ class DerivedStreams:
         found = self.catalog.get(stream) or self.catalog.deleted(stream)
         return found.owner if found is not None else None
 
-    def chain_view(self, name: str, identity: Identity) -> dict[str, Any]:
+    def chain_view(self, name: str, identity: Identity) -> DerivationView:
         """What `GET /streams/<name>/derivation` shows this caller: the derivation, if the
         caller is an administrator, the derived stream's owner or the owner of a stream it
         derives from (anyone else: NotFound, as for a stream that is not derived). The
@@ -416,13 +429,13 @@ class DerivedStreams:
         if record is None:
             raise NotFound(f"stream {name!r} is not derived")
         chain = self.catalog.derivations.chain(record.stream)
-        admin = bool(identity.admin)
+        admin = identity.admin
         owner = record.owner == identity.subject
         source_owner = self._owner_of(record.source) == identity.subject
         upstream = any(self._owner_of(s) == identity.subject for s in chain)
         if not (admin or owner or upstream):
             raise NotFound(f"stream {name!r} is not derived")
-        out: dict[str, Any] = {**record.summary(), "chain": chain}
+        out = record.summary(chain)
         if admin or owner or source_owner:
             out["plan"] = plan_to_json(record.plan)
             derived = self.derivation(record.stream)

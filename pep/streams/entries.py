@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
 
-from common.db import Cursor
+from common.db import Cursor, Row
 from common.migrations import Schema, Step
 
 from pep.core.labels import Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
-from pep.streams.definition import LISTED
+from pep.streams.definition import LISTED, StreamSettings
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +105,7 @@ class StreamEntry:
     optional: tuple[str, ...] = ()  # attributes added after registration: records may omit them
     combining: str | None = None  # `pep.core.union`: the owner's mode; None: the gateway's
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> StreamSettings:
         """The owner's settings as `describe` shows them (None: the gateway's default)."""
         return {"description": self.description, "lateness": self.definition.lateness,
                 "retention": self.retention}
@@ -122,7 +121,7 @@ class DeletedStream:
     deleted_by: str
 
 
-def entry_from_row(row: tuple[Any, ...]) -> StreamEntry:
+def entry_from_row(row: Row) -> StreamEntry:
     """A stream as read from its row (the columns of ENTRY_COLUMNS, in that order)."""
     name, owner, schema_json, source_json, time_attribute, created_at, next_seq, \
         visibility, description, lateness, retention, optional_json, combining = row

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from pep.core.errors import NotFound
+from pep.core.jsontypes import JsonValue
 from pep.ports import StreamRuntimePort
 from pep.streams.catalog import StreamCatalog
-from pep.streams.events import EventDefinition, StreamEvents
+from pep.streams.events import EventDefinition, EventJson, StreamEvents
 
 
 @dataclass
@@ -26,13 +26,13 @@ class StreamEventAdmin:
     catalog: StreamCatalog
     events: StreamEvents
     runtime: StreamRuntimePort
-    on_change: Callable[[str, dict[str, Any]], None] | None = None
+    on_change: Callable[[str, EventJson], None] | None = None
     # with several gateway processes: raises unless this process runs the stream's query,
     # which evaluates its events (`pep.cluster`)
     claim: Callable[[str], None] | None = None
 
-    def define(self, stream: str, name: Any, condition: Any, hold: Any, key: Any,
-               owner: str) -> EventDefinition:
+    def define(self, stream: str, name: JsonValue, condition: JsonValue, hold: JsonValue,
+               key: JsonValue, owner: str) -> EventDefinition:
         """Check, store and start evaluating an event over `stream` (InvalidInput, Conflict,
         NotFound say why not). Under the stream's life-cycle lock: never while the stream is
         changed or deleted."""

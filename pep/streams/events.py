@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from common.db import Database, StoreUnavailable, open_database, opening
 from common.migrations import Schema, Step, migrate
@@ -53,6 +53,7 @@ from common.numbers import NumberError, check_float
 from pep.core.conditions import ConditionError, parse_condition
 from pep.core.errors import Conflict, InvalidInput, NotFound
 from pep.core.graph import pipeline_graph
+from pep.core.jsontypes import JsonObject, JsonValue
 from pep.core.merge import merge
 from pep.core.plan import ExecutionPlan, StreamDefinition
 from pep.core.rows import RowBatch
@@ -82,6 +83,23 @@ SCHEMA = Schema("events", (
 ))
 
 
+class EventJson(TypedDict):
+    """An event as its owner lists it (`GET /streams/<name>/events`) and the audit records it;
+    with its state, `open`, `since` and how many `keys` were seen."""
+
+    stream: str
+    name: str
+    condition: str
+    hold: float
+    key: str | None
+    owner: str
+    attribute: str
+    created_at: str
+    open: NotRequired[bool]
+    since: NotRequired[str | None]
+    keys: NotRequired[int]
+
+
 @dataclass(frozen=True)
 class EventDefinition:
     stream: str
@@ -101,8 +119,8 @@ class EventDefinition:
         """How the event's evaluation is attached to the runtime (never a handle id)."""
         return f"event:{self.stream}:{self.name}"
 
-    def to_json(self, state: "EventState | None" = None) -> dict:
-        out: dict[str, Any] = {"stream": self.stream, "name": self.name,
+    def to_json(self, state: "EventState | None" = None) -> EventJson:
+        out: EventJson = {"stream": self.stream, "name": self.name,
                                "condition": self.condition, "hold": self.hold, "key": self.key,
                                "owner": self.owner, "attribute": self.attribute_id,
                                "created_at": self.created_at}
@@ -118,7 +136,7 @@ class EventState:
     open: bool = False
     since: float = 0.0
     last_match: float = 0.0
-    keys: set = field(default_factory=set)
+    keys: set[JsonValue] = field(default_factory=set)  # the key's values, as rows hold them
 
 
 def _iso(seconds: float) -> str:
@@ -156,8 +174,9 @@ class StreamEvents:
 
     # -- definitions --------------------------------------------------------------------------
 
-    def define(self, stream: str, name: Any, condition: Any, hold: Any = 3600.0,
-               key: Any = None, owner: str = "") -> EventDefinition:
+    def define(self, stream: str, name: JsonValue, condition: JsonValue,
+               hold: JsonValue = 3600.0, key: JsonValue = None,
+               owner: str = "") -> EventDefinition:
         """Check and store an event; InvalidInput says what is wrong, Conflict if it exists."""
         definition = self.check(stream, name, condition, hold, key, owner)
         with self._db.transaction() as cur:
@@ -174,8 +193,8 @@ class StreamEvents:
                          definition.key, owner, definition.created_at))
         return definition
 
-    def check(self, stream_name: str, name: Any, condition: Any, hold: Any, key: Any,
-              owner: str) -> EventDefinition:
+    def check(self, stream_name: str, name: JsonValue, condition: JsonValue, hold: JsonValue,
+              key: JsonValue, owner: str) -> EventDefinition:
         stream = self._lookup(stream_name)
         if stream is None:
             raise NotFound(f"no stream named {stream_name!r}")
@@ -262,7 +281,7 @@ class StreamEvents:
 
     # -- state --------------------------------------------------------------------------------
 
-    def observe(self, definition: EventDefinition, rows: RowBatch | Iterable[dict]) -> bool:
+    def observe(self, definition: EventDefinition, rows: RowBatch | Iterable[JsonObject]) -> bool:
         """Tuples that met the event's condition (the runtime's delivery); always True."""
         if isinstance(rows, RowBatch):
             if not rows.rows:
@@ -369,4 +388,4 @@ class StreamEvents:
         self._db.close()
 
 
-__all__ = ["StreamEvents", "EventDefinition", "EventState", "PREFIX"]
+__all__ = ["StreamEvents", "EventDefinition", "EventJson", "EventState", "PREFIX"]

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from common.db import Database
+from pep.core import punctuations
+from pep.core.jsontypes import JsonValue
 from pep.streams.definition import SEQ_FIELD, StreamConflict, StreamNotFound
 from pep.streams.entries import StreamEntry
 from pep.streams.records import DEFAULT_MAX_LINES, BatchTooLarge, validate_records
@@ -142,12 +144,20 @@ class RecordIngest:
         if len(body) > self.max_body_bytes:
             raise BatchTooLarge(f"batch of {len(body)} bytes is over the limit of "
                                 f"{self.max_body_bytes}")
+        # each punctuation precedes the tuples after it: how many tuples come before it
+        placed: list[tuple[int, punctuations.Punctuation]] = []
+        reader: Callable[[JsonValue, int, int], None] | None = None
+        if punctuations.enabled(d):
+            def reader(doc: JsonValue, line: int, before: int) -> None:
+                placed.append((before, punctuations.parse_punctuation(doc, d.schema,
+                                                                      f"line {line}")))
         records = validate_records(d.schema, body, d.time_attribute, self.max_lines,
-                                   optional=frozenset(n.lower() for n in entry.optional))
-        if not records:
-            return 0
+                                   optional=frozenset(n.lower() for n in entry.optional),
+                                   punctuation=reader)
         if d.source.kind == "kafka":
-            return self._kafka_appender().append(d, records)
+            return self._kafka_appender().append(d, records) if records else 0
+        if not records and not placed:
+            return 0
         if self.before_append is not None:
             self.before_append(d.name)
         directory = self._ingest_dir(d.name)
@@ -163,6 +173,10 @@ class RecordIngest:
                     raise StreamNotFound(f"no stream named {name!r}")
                 (first, _) = row
                 directory.mkdir(parents=True, exist_ok=True)
+                log_lines = [punctuations.log_line(first + i, sp) for i, sp in placed]
+                if not records:  # punctuations only: they precede the next batch's tuples
+                    _append_log(directory / punctuations.LOG_NAME, log_lines)
+                    return 0
                 lines = []
                 for i, r in enumerate(records):
                     r[SEQ_FIELD] = first + i
@@ -180,14 +194,26 @@ class RecordIngest:
                     tmp.unlink(missing_ok=True)
                     raise
             # The counter is committed before the file appears: a crash in between wastes
-            # sequence numbers (harmless) but can never reuse one.
+            # sequence numbers (harmless) but can never reuse one. The batch's punctuations are
+            # in the stream's log before its tuples can be read: the runtime never reads a tuple
+            # whose segment's policy it does not know (`pep/runtime/query/shield.py`).
             try:
+                if log_lines:
+                    _append_log(directory / punctuations.LOG_NAME, log_lines)
                 os.replace(tmp, final)
             finally:
                 tmp.unlink(missing_ok=True)
             self._to_feeds(d.name, final)
             _fsync_dir(directory)
         return len(records)
+
+
+def _append_log(path: Path, lines: list[str]) -> None:
+    """Lines appended to a stream's punctuation log, on disk before this returns."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -23,10 +23,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pep.core.errors import Unavailable
 from pep.core.plan import StreamDefinition
+from pep.streams.records import CheckedRecord
+
+if TYPE_CHECKING:  # confluent-kafka is imported with the first append, not before
+    from confluent_kafka import KafkaError, Message
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +47,7 @@ class _Pending:
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def report(self, err: Any, _msg: Any) -> None:
+    def report(self, err: KafkaError | None, _msg: Message) -> None:
         with self.lock:
             if err is not None:
                 self.errors.append(str(err))
@@ -93,7 +97,7 @@ class KafkaAppender:
 
     def __init__(self, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.timeout = timeout
-        self._producers: dict[tuple, _Producer] = {}
+        self._producers: dict[tuple[tuple[str, str], ...], _Producer] = {}
         self._lock = threading.Lock()
 
     def _producer(self, config: dict[str, str]) -> _Producer:
@@ -114,7 +118,7 @@ class KafkaAppender:
             threading.Thread(target=found.close, name="xsg-kafka-producer-close",
                              daemon=True).start()
 
-    def append(self, definition: StreamDefinition, records: list[dict]) -> int:
+    def append(self, definition: StreamDefinition, records: list[CheckedRecord]) -> int:
         """Produce `records` to the stream's topic; returns their number once the broker has
         acknowledged all of them, else Unavailable saying what happened."""
         try:
@@ -130,7 +134,7 @@ class KafkaAppender:
         config["bootstrap.servers"] = opts["bootstrap.servers"]
         return config, opts["subscribe"]
 
-    def _append(self, definition: StreamDefinition, records: list[dict]) -> int:
+    def _append(self, definition: StreamDefinition, records: list[CheckedRecord]) -> int:
         from confluent_kafka import KafkaException
 
         config, topic = self._config(definition)

@@ -57,19 +57,71 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
-from pdp import ManagedPolicy
+from common.auth import Identity
+from pdp import ManagedPolicy, ManagePolicy, PolicyService, StoredPolicy
+from pep.audit.trail import AuditTrail
 from pep.core.errors import Unavailable
 from pep.ports import StreamRuntimePort
 from pep.streams.catalog import StreamCatalog, StreamEntry
-from pep.streams.definition import (SchemaChange, StreamConflict, StreamNotFound,
+from pep.handles.records import HandleRecord
+from pep.streams.definition import (SchemaChange, StreamConflict, StreamNotFound, StreamPatch,
                                     extend_schema)
+from pep.streams.events import StreamEvents
 from pep.streams.policy_check import policies_naming
 
 log = logging.getLogger(__name__)
 
 KEPT_FILE = "deleted.json"
+
+
+class PolicyFateJson(TypedDict):
+    """A policy's fate as the owner is shown it: `action` is what would be done (`remove`,
+    `keep`) before a deletion, what was done (`removed`, `kept`) after it."""
+
+    id: str
+    action: str
+    reason: str
+
+
+class ChangeOutcome(TypedDict):
+    """What followed an owner's change (`PATCH /streams/<name>` answers it beside the stream):
+    the attributes added, the handles revoked when decided again, what the runtime could not
+    take."""
+
+    added: list[str]
+    revoked: int
+    warnings: list[str]
+
+
+class StreamDependents(TypedDict):
+    """What deleting a stream would do (`GET /streams/<name>/dependents`)."""
+
+    stream: str
+    live_handles: int
+    joins: int
+    subjects: int
+    events: list[str]
+    policies: list[PolicyFateJson]
+    other_policies: int
+
+
+class KeptData(TypedDict):
+    kept_until: str
+
+
+class StreamDeletion(TypedDict):
+    """What deleting a stream did (`DELETE /streams/<name>`); `data` is `removed`, or until
+    when its files are kept."""
+
+    stream: str
+    deleted: bool
+    handles_revoked: int
+    events_removed: list[str]
+    policies: list[PolicyFateJson]
+    other_policies: int
+    data: KeptData | Literal["removed"]
 
 
 @dataclass(frozen=True)
@@ -80,8 +132,8 @@ class PolicyFate:
     remove: bool
     reason: str
 
-    def to_json(self, done: bool | None = None) -> dict:
-        out = {"id": self.policy_id, "action": "remove" if self.remove else "keep",
+    def to_json(self, done: bool | None = None) -> PolicyFateJson:
+        out: PolicyFateJson = {"id": self.policy_id, "action": "remove" if self.remove else "keep",
                "reason": self.reason}
         if done is not None:
             out["action"] = "removed" if done else "kept"
@@ -94,19 +146,19 @@ class StreamLifecycle:
     catalogue may be None (a gateway without handles, runtime or policies: nothing to do)."""
 
     catalog: StreamCatalog
-    events: Any = None                 # StreamEvents
+    events: StreamEvents | None = None
     runtime: StreamRuntimePort | None = None  # redefine(definition), drop_stream(name), detach(id)
-    policies: Any = None               # PolicyService: list(), engine, policy_info(), delete()
-    may_manage: Callable[[Any, Any], Any] | None = None
+    policies: PolicyService | None = None
+    may_manage: ManagePolicy | None = None
     revoke_stream: Callable[[str, str], int] | None = None      # revoke live handles on it
     redecide_stream: Callable[[str, str], int] | None = None    # decide them again
-    live_on: Callable[[str], list] | None = None                # the live handles on it
+    live_on: Callable[[str], list[HandleRecord]] | None = None  # the live handles on it
     bury_handles: Callable[[str], list[str]] | None = None      # set apart all its handles
     unbury_handles: Callable[[list[str]], None] | None = None   # undo that (a failed deletion)
     wait_for_attaches: Callable[[str], bool] | None = None
     runtime_dirs: Callable[[str], list[tuple[str, Path]]] | None = None
     deleted_dir: Path | None = None    # where deleted streams' files wait (data_dir/deleted)
-    audit: Any = None                  # AuditTrail
+    audit: AuditTrail | None = None
     # with several gateway processes: raises unless this process serves the stream (it then
     # goes to the one that does: `pep.cluster`); changes and deletions run where its query does
     claim: Callable[[str], None] | None = None
@@ -115,23 +167,23 @@ class StreamLifecycle:
 
     # -- policies that name a stream ---------------------------------------------------------
 
-    def _policies_about(self, stream: str) -> list[tuple[Any, frozenset[str] | None]]:
+    def _policies_about(self, stream: str) -> list[tuple[StoredPolicy, frozenset[str] | None]]:
         """(stored policy, resource scope) of every current policy; scope None: any stream."""
         if self.policies is None:
             return []
         engine = self.policies.engine
         return [(p, engine.resource_scope(p.policy_id)) for p in self.policies.list()]
 
-    def _manages(self, identity: Any, stored: Any) -> bool:
-        if getattr(identity, "admin", False):
+    def _manages(self, identity: Identity, stored: StoredPolicy) -> bool:
+        if identity.admin:
             return True
-        if self.may_manage is None:
+        if self.may_manage is None or self.policies is None:
             return False
         info = self.policies.policy_info(stored.policy_id)
         return info is not None and bool(self.may_manage(identity,
                                                          ManagedPolicy.of(info, stored.data)))
 
-    def policy_fates(self, stream: str, identity: Any, remove: bool
+    def policy_fates(self, stream: str, identity: Identity, remove: bool
                      ) -> tuple[list[PolicyFate], int]:
         """What deleting `stream` does to each policy whose target names it, as the caller may
         see it: (fates of the policies it may manage, how many others name the stream). A
@@ -165,7 +217,8 @@ class StreamLifecycle:
 
     # -- change -------------------------------------------------------------------------------
 
-    def change(self, name: str, changes: dict, identity: Any) -> tuple[StreamEntry, dict]:
+    def change(self, name: str, changes: StreamPatch, identity: Identity
+               ) -> tuple[StreamEntry, ChangeOutcome]:
         """Apply an owner's validated change (`definition.parse_stream_patch`); returns the
         stream as it is now and what followed ({"added": [...], "revoked": n, "warnings"})."""
         by = identity.subject
@@ -200,7 +253,7 @@ class StreamLifecycle:
                 revoked = self.redecide_stream(registered, "; ".join(why))
         return now, {"added": added, "revoked": revoked, "warnings": warnings}
 
-    def _naming_policies(self, entry: StreamEntry, exc: SchemaChange, identity: Any
+    def _naming_policies(self, entry: StreamEntry, exc: SchemaChange, identity: Identity
                          ) -> Exception:
         """A refused schema change, naming the policies that name what it would remove or
         retype (those the caller may manage by id, the others counted)."""
@@ -228,7 +281,8 @@ class StreamLifecycle:
 
     # -- deletion -----------------------------------------------------------------------------
 
-    def dependents(self, name: str, identity: Any, remove_policies: bool = False) -> dict:
+    def dependents(self, name: str, identity: Identity,
+                   remove_policies: bool = False) -> StreamDependents:
         """What deleting the stream would do, for the confirmation an owner is shown."""
         entry = self._entry(name)
         registered = entry.definition.name
@@ -241,8 +295,8 @@ class StreamLifecycle:
                 "events": events, "policies": [f.to_json() for f in fates],
                 "other_policies": hidden}
 
-    def delete(self, name: str, identity: Any, keep_data: float = 0.0,
-               remove_policies: bool = False) -> dict:
+    def delete(self, name: str, identity: Identity, keep_data: float = 0.0,
+               remove_policies: bool = False) -> StreamDeletion:
         """Delete the stream (module docstring); returns what was done."""
         by = identity.subject
         with self.catalog.changing(name):
@@ -275,7 +329,7 @@ class StreamLifecycle:
             if holding is not None and kept_until is None:
                 shutil.rmtree(holding, ignore_errors=True)
         removed = self._remove_policies([f for f in fates if f.remove], registered, by)
-        outcome = {
+        outcome: StreamDeletion = {
             "stream": registered, "deleted": True, "handles_revoked": revoked,
             "events_removed": events,
             "policies": [f.to_json(done=f.policy_id in removed) for f in fates],
@@ -345,9 +399,12 @@ class StreamLifecycle:
 
     def _remove_policies(self, fates: Iterable[PolicyFate], stream: str, by: str) -> set[str]:
         removed: set[str] = set()
+        if self.policies is None:  # no policies: none has a fate
+            return removed
         for fate in fates:
-            scope = self.policies.engine.resource_scope(fate.policy_id) \
-                if fate.policy_id in self.policies.engine.policies else frozenset({stream})
+            engine = self.policies.engine
+            scope = engine.resource_scope(fate.policy_id) \
+                if fate.policy_id in engine.policies else frozenset({stream})
             if scope != frozenset({stream}):
                 log.warning("policy %s was changed meanwhile to apply beyond stream %s: kept",
                             fate.policy_id, stream)
@@ -385,4 +442,5 @@ class StreamLifecycle:
         return gone
 
 
-__all__ = ["StreamLifecycle", "PolicyFate"]
+__all__ = ["ChangeOutcome", "PolicyFate", "PolicyFateJson", "StreamDeletion", "StreamDependents",
+           "StreamLifecycle"]

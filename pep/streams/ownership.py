@@ -19,12 +19,11 @@ The rule is judged again on every call against the live catalogue, not remembere
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
 from common.auth import Identity
 from pdp import (ManagedPolicy, PolicyInfo, RESOURCE_ID, Veto, confined_resource_ids,
                  may_manage_policy)
 from pep.core.plan import StreamDefinition
+from pep.streams.entries import DeletedStream
 from pep.streams.event_scope import foreign_event
 
 StreamLookup = Callable[[str], "StreamDefinition | None"]
@@ -44,7 +43,7 @@ def owner_or_admin(identity: Identity, owner: str | None) -> bool:
 
 def stream_owner_rule(lookup: StreamLookup,
                       may_see: Callable[[Identity, str], bool] | None = None,
-                      former: Callable[[str], Any] | None = None
+                      former: Callable[[str], DeletedStream | None] | None = None
                       ) -> Callable[[Identity, PolicyInfo], bool | Veto]:
     """The gateway's `may_manage`: administrators always, owners for policies confined to their
     streams. `lookup(name)` is the catalogue's `get` (a StreamDefinition with `.owner`);
@@ -65,7 +64,7 @@ def stream_owner_rule(lookup: StreamLookup,
         if not streams:
             return Veto(f"policy {info.id!r} names no stream in its target")
         for name in sorted(streams):
-            stream = lookup(name)
+            stream: StreamDefinition | DeletedStream | None = lookup(name)
             if stream is not None and may_see is not None and not may_see(identity, name):
                 stream = None
             if stream is None and former is not None:

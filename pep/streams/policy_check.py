@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from lxml import etree
+
 from common.xmlsafe import UnsafeDocumentError, parse_xml
 from pdp import (XACML_NS, AttributeAssignment, Obligation, PolicyLoadError, PolicySource,
                  policy_resource_scope)
@@ -52,7 +54,7 @@ def _local(tag: object) -> str:
     return str(tag).rsplit("}", 1)[-1]
 
 
-def _stream_obligations(root) -> tuple[list[tuple[Obligation, int | None]], list[str]]:
+def _stream_obligations(root: etree._Element) -> tuple[list[tuple[Obligation, int | None]], list[str]]:
     """The stream obligations with static values, each with its line; warnings for the rest."""
     found: list[tuple[Obligation, int | None]] = []
     warnings: list[str] = []
@@ -235,7 +237,7 @@ def policies_naming(stream: StreamDefinition, attributes: Iterable[str],
     fit it without that attribute: the same check that refuses a policy naming an attribute a
     stream lacks (`check_policy`), run the other way round for a schema change. Values computed
     at decision time cannot be checked and are not counted."""
-    wanted = [a for a in attributes if stream.schema.lookup(a) is not None]
+    wanted = [f for a in attributes if (f := stream.schema.lookup(a)) is not None]
     found: dict[str, list[tuple[str, int | None]]] = {}
     if not wanted:
         return found
@@ -249,13 +251,12 @@ def policies_naming(stream: StreamDefinition, attributes: Iterable[str],
         if not obligations or _failure(obligations, stream) is not None:
             continue  # it does not fit the stream as it is: nothing it names can be told
         for attribute in wanted:
-            low = attribute.lower()
+            low = attribute.name.lower()
             without = replace(stream, schema=StreamSchema(tuple(
                 f for f in stream.schema.fields if f.name.lower() != low)))
             failure = _failure(obligations, without)
             if failure is not None:
-                found.setdefault(policy_id, []).append(
-                    (stream.schema.lookup(attribute).name, failure[1]))  # type: ignore[union-attr]
+                found.setdefault(policy_id, []).append((attribute.name, failure[1]))
     return found
 
 

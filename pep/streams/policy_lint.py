@@ -12,21 +12,16 @@ owner's policy.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from common.auth import Identity
-from pdp import (ManagedPolicy, PolicyEngine, PolicyLoadError, PolicySource, compile_policy,
-                 policy_combiner, policy_resource_scope)
+from pdp import (ManagedPolicy, ManagePolicy, PolicyEngine, PolicyLoadError, PolicySource,
+                 compile_policy, policy_combiner, policy_resource_scope)
 from pep.core.lint import LintDocument, LintStream, lint
 from pep.streams.catalog import StreamCatalog
-
-Manages = Callable[[Identity, Any], Any]
 
 
 def lint_write(document: bytes, source: str, engine: PolicyEngine, catalog: StreamCatalog,
                default_combining: str, identity: Identity | None,
-               may_manage: Manages) -> list[str]:
+               may_manage: ManagePolicy) -> list[str]:
     """Warnings for a document about to be written (see the module docstring)."""
     try:
         written = compile_policy(PolicySource(source, document))

@@ -16,19 +16,25 @@ import json
 import math
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
+from typing import Callable, NoReturn
 
 from common.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
 from pep.core.errors import InputTooLarge, InvalidInput
 from pep.core.exact import (END_MICROS, MIN_MICROS, iso_from_micros, micros_from_seconds,
                             round_half_even)
 from pep.core.labels import LabelError
-from pep.core.plan import StreamSchema
+from pep.core.jsontypes import JsonObject, JsonValue
+from pep.core.plan import Scalar, StreamSchema
+from pep.core.punctuations import PUNCTUATION_KEY
 from pep.streams.definition import StreamError
 
 DEFAULT_MAX_LINES = 100_000
 MAX_STRING_CHARS = 65_536
 LONG_MIN, LONG_MAX = INT64_MIN, INT64_MAX
+
+# A record as checked against its stream's schema and written to the ingest file: every
+# attribute by the schema's spelling, a value of its type or null.
+CheckedRecord = dict[str, Scalar | None]
 
 
 class RecordError(StreamError, InvalidInput):
@@ -52,12 +58,12 @@ class _BadJson(ValueError):
     pass
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise _BadJson(f"{name} is not a JSON number")
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
-    out: dict = {}
+def _no_duplicates(pairs: list[tuple[str, JsonValue]]) -> JsonObject:
+    out: JsonObject = {}
     for k, v in pairs:
         if k in out:
             raise _BadJson(f"duplicate key {k!r}")
@@ -65,7 +71,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-def _shown(value: Any) -> str:
+def _shown(value: JsonValue) -> str:
     """A number for a message, shortened (a JSON integer may have thousands of digits)."""
     text = str(value) if isinstance(value, Decimal) else repr(value)
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
@@ -78,14 +84,14 @@ def _lone_surrogate(text: str) -> str | None:
     return None
 
 
-def _type_name(value: Any) -> str:
+def _type_name(value: JsonValue) -> str:
     if value is None:
         return "null"
     return {bool: "boolean", int: "integer", float: "number", Decimal: "number", str: "string",
             list: "array", dict: "object"}.get(type(value), type(value).__name__)
 
 
-def normalise_timestamp(value: Any) -> str:
+def normalise_timestamp(value: JsonValue) -> str:
     """ISO-8601 text or epoch seconds -> ISO-8601 UTC with microseconds (`...Z`), the one form
     the runtime reads. Naive text is taken as UTC."""
     if isinstance(value, bool):
@@ -122,7 +128,7 @@ def normalise_timestamp(value: Any) -> str:
     return ts.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
-def _check_value(ftype: str, value: Any) -> Any:
+def _check_value(ftype: str, value: JsonValue) -> Scalar:
     """The value as written to the ingest file, or ValueError saying what is wrong."""
     if ftype == "double":
         if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
@@ -159,7 +165,9 @@ def _check_value(ftype: str, value: Any) -> Any:
 
 def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | None = None,
                      max_lines: int = DEFAULT_MAX_LINES,
-                     optional: frozenset[str] = frozenset()) -> list[dict]:
+                     optional: frozenset[str] = frozenset(),
+                     punctuation: Callable[[JsonValue, int, int], None] | None = None
+                     ) -> list[CheckedRecord]:
     """Parse and check JSON lines against the schema; raises RecordError at the first problem.
 
     Every field of the schema must be present in every record (field names match
@@ -168,6 +176,10 @@ def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | No
     before may not know), written as `null` when left out. A value may be `null` (a sensor
     without a reading), except the event-time attribute, which orders the stream.
     Blank lines are skipped but counted, so line numbers match the client's file.
+    A record whose only key is `$punctuation` is a security punctuation (`pep.core.punctuations`),
+    not a record: `punctuation(value, line, n)` reads it (raising to refuse the batch), `n` the
+    number of records before it; without a reader (the stream's punctuations are off) the batch
+    is refused.
     """
     try:
         text = body.decode("utf-8")
@@ -179,7 +191,7 @@ def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | No
         raise BatchTooLarge(f"more than {max_lines} lines in one batch")
     by_lower = {f.name.lower(): f for f in schema.fields}
     time_key = time_attribute.lower() if time_attribute else None
-    records = []
+    records: list[CheckedRecord] = []
     for number, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line:
@@ -195,7 +207,17 @@ def validate_records(schema: StreamSchema, body: bytes, time_attribute: str | No
             raise RecordError(f"bad JSON: {str(exc)[:200]}", line=number) from None
         if not isinstance(obj, dict):
             raise RecordError(f"expected a JSON object, found {_type_name(obj)}", line=number)
-        record: dict[str, Any] = {}
+        if PUNCTUATION_KEY in obj:
+            if punctuation is None:
+                raise RecordError("a security punctuation, but punctuations are off on this "
+                                  "stream (its owner enables them at registration: source "
+                                  "option punctuations=on)", line=number, field=PUNCTUATION_KEY)
+            if len(obj) != 1:
+                raise RecordError("a punctuation record holds nothing but its "
+                                  f"{PUNCTUATION_KEY!r} key", line=number)
+            punctuation(obj[PUNCTUATION_KEY], number, len(records))
+            continue
+        record: CheckedRecord = {}
         for key, value in obj.items():
             f = by_lower.get(key.lower())
             if f is None:

@@ -35,15 +35,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
+from common.auth import Identity
 from pdp import (ACTION as ACTION_CATEGORY, ACTION_ID, RESOURCE as RESOURCE_CATEGORY, RESOURCE_ID,
-                 STRING, Decision, RequestContext, bind_environment, bind_subject)
+                 STRING, Decision, PolicyEngine, RequestContext, bind_environment, bind_subject)
+from pep.core.access import EnvironmentAttributes
+from pep.core.plan import StreamDefinition
+from pep.handles.records import HandleRecord
 from pep.streams.definition import LISTED
+from pep.streams.entries import StreamEntry
+
+if TYPE_CHECKING:  # the catalogue is handed in (it imports this package's modules)
+    from pep.streams.catalog import StreamCatalog
 
 DEFAULT_ACTIONS = ("read", "subscribe")
-
-EnvironmentAttributes = list[tuple[str, str, list[str]]]
 
 
 class StreamVisibility:
@@ -54,7 +60,7 @@ class StreamVisibility:
     `environment(stream)` the gateway's environment attributes for a decision on that stream; `live_streams(subject)` the streams of
     the subject's live handles."""
 
-    def __init__(self, catalog: Any, engine: Callable[[], Any] | None = None,
+    def __init__(self, catalog: StreamCatalog, engine: Callable[[], PolicyEngine] | None = None,
                  environment: Callable[[str], EnvironmentAttributes] | None = None,
                  live_streams: Callable[[str], Iterable[str]] | None = None) -> None:
         self.catalog = catalog
@@ -62,31 +68,32 @@ class StreamVisibility:
         self.environment = environment
         self.live_streams = live_streams
         self._lock = threading.Lock()
-        self._actions_of: tuple[Any, dict[str, frozenset[str]], frozenset[str]] | None = None
+        self._actions_of: tuple[PolicyEngine, dict[str, frozenset[str]], frozenset[str]] | None \
+            = None
 
-    def seer(self, identity: Any) -> "Seer":
+    def seer(self, identity: Identity) -> "Seer":
         """One caller's view: what it sees, deciding each stream as it is asked about (GET
         /streams asks about them all with one Seer)."""
         return Seer(self, identity)
 
-    def may_see(self, identity: Any, name: str) -> bool:
+    def may_see(self, identity: Identity, name: str) -> bool:
         """May the caller see the stream it names (spelled in any case)? False for no stream."""
         return self.seer(identity).sees_name(name)
 
     # -- the action ids to ask about, per engine generation ------------------------------------
 
-    def actions_for(self, engine: Any, stream: str) -> tuple[str, ...]:
+    def actions_for(self, engine: PolicyEngine, stream: str) -> tuple[str, ...]:
         by_stream, anywhere = self._actions(engine)
         return tuple(sorted(anywhere | by_stream.get(stream, frozenset())))
 
-    def _actions(self, engine: Any) -> tuple[dict[str, frozenset[str]], frozenset[str]]:
+    def _actions(self, engine: PolicyEngine) -> tuple[dict[str, frozenset[str]], frozenset[str]]:
         with self._lock:
             cached = self._actions_of
             if cached is not None and cached[0] is engine:
                 return cached[1], cached[2]
         by_stream: dict[str, set[str]] = {}
         anywhere: set[str] = set(DEFAULT_ACTIONS)
-        for policy_id in list(getattr(engine, "policies", {})):
+        for policy_id in list(engine.policies):
             values = {v for v in engine.target_values(policy_id, ACTION_CATEGORY, ACTION_ID)
                       if isinstance(v, str)}
             if not values:
@@ -107,14 +114,14 @@ class Seer:
     """What one caller sees, with what does not change between streams computed once: the
     bound identity and environment, the engine of this moment, the caller's live streams."""
 
-    def __init__(self, visibility: StreamVisibility, identity: Any) -> None:
+    def __init__(self, visibility: StreamVisibility, identity: Identity) -> None:
         self.visibility = visibility
         self.identity = identity
-        self._engine: Any = None
+        self._engine: PolicyEngine | None = None
         self._base: RequestContext | None = None
         self._live: frozenset[str] | None = None
 
-    def __call__(self, identity: Any, entry: Any) -> bool:
+    def __call__(self, identity: Identity, entry: StreamEntry) -> bool:
         """`catalog.list_visible`'s `may_see(identity, entry)`."""
         return self.sees(entry.definition, entry.visibility)
 
@@ -127,11 +134,11 @@ class Seer:
             return False
         return self.sees(definition, catalog.visibility(definition.name))
 
-    def sees(self, definition: Any, visibility: str | None) -> bool:
+    def sees(self, definition: StreamDefinition, visibility: str | None) -> bool:
         if visibility == LISTED:
             return True
         identity = self.identity
-        if getattr(identity, "admin", False) or definition.owner == identity.subject:
+        if identity.admin or definition.owner == identity.subject:
             return True
         if definition.name.lower() in self.live():
             return True
@@ -148,7 +155,7 @@ class Seer:
         """Does the PDP permit the caller some action on `stream` now?"""
         if self.visibility.engine is None:
             return False
-        if self._base is None:
+        if self._engine is None or self._base is None:
             self._engine = self.visibility.engine()
             self._base = bind_subject(RequestContext([]), self.identity)
         engine = self._engine
@@ -164,14 +171,14 @@ class Seer:
         return False
 
 
-def hidden_from(may_see: Callable[[Any, str], bool] | None, identity: Any
-                ) -> Callable[[Any], bool]:
+def hidden_from(may_see: Callable[[Identity, str], bool] | None, identity: Identity
+                ) -> Callable[[HandleRecord], bool]:
     """For the handle routes: is this handle of the caller's an ended one on a stream it may no
     longer see? Such a handle answers as one that does not exist, as its stream does. A live
     handle is always shown: the PDP granted it, and every change re-decides it."""
     seen: dict[str, bool] = {}
 
-    def hidden(record: Any) -> bool:
+    def hidden(record: HandleRecord) -> bool:
         if may_see is None or record.live:
             return False
         for stream in record.streams:

@@ -597,6 +597,8 @@ def trial_main(a: dict[str, Any]) -> None:
     """One trial (a fresh gateway) in this process: its report, and its figures to the parent."""
     global TRIGGER
     TRIGGER = a.pop("trigger")
+    from pep.cli.logs import configure_logging
+    configure_logging("WARNING")  # the gateway's log as `xsg serve` writes it (see bench_parser)
     with tempfile.TemporaryDirectory(prefix="xsg-bench-many-") as tmp:
         figures = run_trial(**a, tmp=Path(tmp))
     report(figures, a["rate"])

@@ -300,9 +300,13 @@ def run_command(commands: dict[str, Command]) -> bool:
 def bench_parser(quick: str, trials: str = "trials, the sides' order rotating") -> Any:
     """The command line every such benchmark has (`--quick`: a smoke run of a couple of minutes,
     `--trials`, at least three for figures), its output line-buffered (the figures stay in
-    order with Spark's lines on stderr)."""
+    order with Spark's lines on stderr), and the gateway's log as `xsg serve` writes it (a
+    warning that repeats per micro-batch, "falling behind", summed up once a minute)."""
     import argparse
+
+    from pep.cli.logs import configure_logging
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    configure_logging("WARNING")
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--trials", type=int, default=3, help=f"{trials} (default 3)")

@@ -19,6 +19,7 @@ WALKTHROUGHS: dict[str, tuple[str, ...]] = {
     "joins": (),
     "masks": (),
     "resharing": (),
+    "punctuations": (),
 }
 
 

@@ -433,7 +433,9 @@ def test_xsg_serve_prints_what_to_paste_and_restarts_and_stops_quietly(tmp_path)
             proc.wait()
     values = [e["row"]["v"] for e in reader_events if "row" in e]
     assert values == [float(v) for v in range(int(values[0]), int(values[0]) + len(values))]
-    assert 500 not in statuses and statuses.count(201) > 100
+    # every row read was an acknowledged append (no count in a fixed time: the machine's load
+    # sets how many appends fit in the run)
+    assert 500 not in statuses and statuses.count(201) >= len(values) >= 60
     lines = err.read_text(errors="replace").splitlines()
     start = next(i for i, line in enumerate(lines) if "xsg listening on" in line)
     ours = [line for line in lines[start:] if " xsg.access: " not in line]

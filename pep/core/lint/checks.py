@@ -41,8 +41,9 @@ from pep.core.joingrant import (JOIN_CONDITION, JOIN_IDS, JOIN_STREAM, JOIN_WITH
                                 split_obligations)
 from pep.core.lint.paths import RulePath, rule_paths
 from pep.core.lint.targets import contradiction, implies, pinned_values
-from pep.core.merge import MergeResult, merge
+from pep.core.merge import MergeResult, merge, without_hidden_time
 from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, GRANT_OPTION_IDS,
+                                  PUNCTUATION_DEFER_IDS,
                                   MAP_ATTRIBUTE, MAP_IDS,
                                   MASK_ATTRIBUTE, MASK_IDS, WINDOW_ATTR, WINDOW_IDS, WINDOW_KEY,
                                   WINDOW_LABEL_BOUND, WINDOW_LABEL_SCOPE, WINDOW_MIN_COUNT,
@@ -62,6 +63,7 @@ UNDERSTOOD: dict[frozenset[str], tuple[str, ...]] = {
     MASK_IDS: (MASK_ATTRIBUTE,),
     JOIN_IDS: (JOIN_STREAM, JOIN_CONDITION, JOIN_WITHIN),
     GRANT_OPTION_IDS: (),  # it takes no attribute
+    PUNCTUATION_DEFER_IDS: (),  # nor does this
 }
 # Combining algorithms (by the PDP's function names) that return the obligations of every
 # Permit child when they answer Permit; the others return one child's (first-applicable,
@@ -433,7 +435,7 @@ def _pair_on(run: _Run, p: RulePath, q: RulePath, stream: LintStream) -> None:
 
     if stream.combining == UNION:
         plans = [_merged(g, definition) for g in alone]
-        special = [_special(m.plan) for m in plans if m is not None]
+        special = [_special(without_hidden_time(m).plan) for m in plans if m is not None]
         if any(special):
             what = next(s for s in special if s)
             report("conflict", f"stream {definition.name!r} combines grants by union, which "

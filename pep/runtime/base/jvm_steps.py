@@ -31,8 +31,8 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import pyarrow as pa
-from py4j.java_gateway import java_import  # type: ignore[import-untyped]
-from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+from py4j.java_gateway import java_import
+from py4j.protocol import Py4JJavaError
 from pyspark.errors.exceptions.captured import unwrap_spark_exception
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.serializers import CPickleSerializer
@@ -43,7 +43,7 @@ from pyspark.sql.classic.column import _to_seq
 from pyspark.sql.pandas.functions import pandas_udf
 from pyspark.sql.pandas.serializers import ArrowCollectSerializer
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming import DataStreamWriter
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.util import PythonEvalType, _load_from_socket
 
 _KEPT = 64  # Seqs and UDF columns kept per executor (shapes and matchers seen lately)
@@ -111,7 +111,8 @@ class JvmSteps:
         """The observed metrics of `observe`'s frame (waits for its first job, as
         `Observation.get` does)."""
         utils = self._class(df, "org.apache.spark.sql.api.python.PythonSQLUtils")
-        row = CPickleSerializer().loads(utils.toPyRow(jo.getRow()))
+        pickled = utils.toPyRow(jo.getRow())
+        row = CPickleSerializer().loads(pickled)  # type: ignore[no-untyped-call]  # PySpark's
         return dict(row.asDict(recursive=False))
 
     def map_in_arrow(self, df: DataFrame, key: Hashable, owner: object,
@@ -121,7 +122,8 @@ class JvmSteps:
         order). The UDF (its pickled function) is built once per `key` while `owner` (e.g. the
         matcher the function closes over) is the same object."""
         def build() -> Any:
-            udf = pandas_udf(function(), returnType=schema,  # type: ignore[call-overload]
+            # PySpark's overloads of pandas_udf leave out the map-in-Arrow eval type
+            udf = pandas_udf(function(), returnType=schema,  # type: ignore[call-overload]  # above
                              functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
             return udf(*[F.col(f"`{n}`") for n in names])._jc
         jc = self._udfs.get(key, owner, build)
@@ -138,7 +140,8 @@ class JvmSteps:
             prefers_large_types=False))
         port, secret, server = df._jdf.collectAsArrowToPython()
         try:
-            with _load_from_socket((port, secret), ArrowCollectSerializer()) as stream:
+            serializer = ArrowCollectSerializer()  # type: ignore[no-untyped-call]  # PySpark's
+            with _load_from_socket((port, secret), serializer) as stream:
                 results = list(stream)
         finally:
             with unwrap_spark_exception():
@@ -149,7 +152,8 @@ class JvmSteps:
         return pa.Table.from_batches([batches[i] for i in order]).cast(arrow_schema)
 
 
-class BatchStopped(Py4JJavaError):
+# py4j has no stubs: Py4JJavaError is Any to mypy
+class BatchStopped(Py4JJavaError):  # type: ignore[misc]  # subclassing Any, see above
     """Raised by a batch function whose query is being stopped between two batches
     (`stopped_batch`); carries the Java exception Spark is to see."""
 
@@ -220,7 +224,7 @@ def foreach_batch(writer: DataStreamWriter, func: Callable[[DataFrame, int], Non
     java_import(gateway.jvm, "org.apache.spark.sql.execution.streaming.sources.*")
     gateway.jvm.PythonForeachBatchHelper.callForeachBatch(writer._jwrite,
                                                           BatchFunction(spark, func))
-    ensure_callback_server_started(gateway)
+    ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]  # PySpark's, untyped
     # A Py4JJavaError raised by a callback is thrown in the JVM as its Java exception (only
     # `BatchStopped` is let through as one); read by py4j at each callback, for the gateway
     gateway.python_parameters.propagate_java_exceptions = True

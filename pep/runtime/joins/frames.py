@@ -247,7 +247,7 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
     time_attribute = w.time_attribute or definition.time_attribute
     if not time_attribute:
         raise JoinPlanError(f"stream {definition.name!r}: a time window needs a time attribute")
-    numeric_time = definition.schema.lookup(time_attribute).type != "timestamp"  # type: ignore
+    numeric_time = definition.schema.field(time_attribute).type != "timestamp"
     bounds = _label_bounds(definition, w.label_bounds)
     needed = list(dict.fromkeys([*w.keys, *(a.attribute for a in w.aggregates),
                                  *(a for a, _, _ in bounds)]))
@@ -324,7 +324,7 @@ def _label_bounds(definition: StreamDefinition, bounds: tuple[tuple[str, str], .
             raise JoinPlanError(f"stream {definition.name!r}: window label bound on "
                                 f"{attribute!r}, which is no label attribute")
         try:
-            out.append((definition.schema.lookup(attribute).name,  # type: ignore[union-attr]
+            out.append((definition.schema.field(attribute).name,
                         lattice, lattice.parse(text).code))
         except LabelError as exc:
             raise JoinPlanError(f"stream {definition.name!r}: window label bound on "
@@ -389,14 +389,12 @@ def _joined_label(left: StreamDefinition, right: StreamDefinition, plan: JoinPla
     """The least upper bound of the two sides' labels, as text; a side without a label (null, or
     a text no label of the lattice) adds nothing to it, neither does none (null)."""
     assert plan.label is not None
-    lattices = (label_lattice(plan.left, left.schema, plan.label[0]),
-                label_lattice(plan.right, right.schema, plan.label[1]))
-    if None in lattices or (lattices[0].levels, lattices[0].categories) != (  # type: ignore
-            lattices[1].levels, lattices[1].categories):  # type: ignore[union-attr]
+    lattice = label_lattice(plan.left, left.schema, plan.label[0])
+    other = label_lattice(plan.right, right.schema, plan.label[1])
+    if lattice is None or other is None \
+            or (lattice.levels, lattice.categories) != (other.levels, other.categories):
         raise JoinPlanError(f"the join's label reads {plan.label[0]!r} and {plan.label[1]!r}, "
                             "which are not labels over one lattice")
-    lattice = lattices[0]
-    assert lattice is not None
     codes = [label_code(F.col(index[(side, name)]), lattice)
              for side, name in zip(("left", "right"), plan.label)]
     return label_text(lub_of(*codes), lattice)

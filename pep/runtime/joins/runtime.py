@@ -140,7 +140,8 @@ class _JoinQuery:
     def _close_feeds(self) -> None:
         feeds, self.feeds = self.feeds, []
         for name, directory in feeds:
-            self.settings.feeds.close_feed(name, directory)  # type: ignore[union-attr]
+            assert self.settings.feeds is not None  # the feeds opened were its
+            self.settings.feeds.close_feed(name, directory)
             shutil.rmtree(directory.parent, ignore_errors=True)
 
     @property
@@ -285,7 +286,7 @@ class JoinRuntime:
                 self._retire(query)
                 query = None
             if query is None:
-                query = _JoinQuery(self.settings, plan, tuple(streams),  # type: ignore[arg-type]
+                query = _JoinQuery(self.settings, plan, (streams[0], streams[1]),
                                    self._closed_by_deliver)
                 for h in carried:
                     query.handles[h.id] = _Handle(h.id, h.deliver)
@@ -302,7 +303,7 @@ class JoinRuntime:
         with self._lock:
             key = self._handle_keys.pop(handle_id, None)
             query = self._queries.get(key) if key is not None else None
-        if query is None:
+        if query is None or key is None:
             return
         with query.lock:
             handle = query.handles.get(handle_id)
@@ -314,8 +315,8 @@ class JoinRuntime:
             last = not query.handles
         if last:
             with self._lock:
-                if self._queries.get(key) is query:  # type: ignore[arg-type]
-                    del self._queries[key]  # type: ignore[arg-type]
+                if self._queries.get(key) is query:
+                    del self._queries[key]
             self._retire(query)
 
     def _retire(self, query: _JoinQuery) -> None:

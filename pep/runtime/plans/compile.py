@@ -41,6 +41,7 @@ from pep.core.masks import Mask, MaskError, check_fits, parse_mask
 from pep.core.plan import (AGGREGATE_FUNCTIONS, Aggregate, AnyPredicate, ExecutionPlan, Field,
                            Predicate, SpatialPredicate, StreamSchema, UnionPlan)
 from pep.core.privacy import PrivacySpec, Quantity, is_finite_spec, quantities
+from pep.core.punctuations import filter_attributes
 
 LESS, EQUAL, GREATER = 1, 2, 4
 OPERATOR_MASKS: dict[str, int] = {
@@ -143,6 +144,9 @@ class CompiledPlan:
     # a Kafka stream's cut: per partition, the first offset given to the plan (a partition
     # beyond the tuple gives every record); None: no cut
     start_offsets: tuple[int, ...] | None = None
+    # a stream with security punctuations: the consumer's roles, `refine` or `defer`, and the
+    # attributes its filter reads (`pep.core.punctuations`); None: the stream has none
+    punctuations: tuple[frozenset[str], str, tuple[str, ...]] | None = None
 
     @property
     def passes_nothing(self) -> bool:
@@ -253,8 +257,11 @@ def compile_spatial(pred: SpatialPredicate, schema: StreamSchema, where: str) ->
     if pred.function != "distance_to":
         raise PlanError(f"{where}: unknown spatial function {pred.function!r}")
     key = index(pred.key, "anchor key attribute", numeric=False)
-    key_row = compile_predicate(Predicate(schema.fields[key - 1].name, "=", pred.key_value),  # type: ignore[arg-type]
-                                schema, where)
+    # a stored plan's key_value may be missing (None): refused below as any constant that is
+    # no value of the key attribute
+    anchor = Predicate(schema.fields[key - 1].name, "=",
+                       pred.key_value)  # type: ignore[arg-type]  # None: see above
+    key_row = compile_predicate(anchor, schema, where)
     if key_row[1] != EQUAL:
         raise PlanError(f"{where}: the anchor's key value {pred.key_value!r} is not a value of "
                         f"attribute {schema.fields[key - 1].name!r}")
@@ -362,11 +369,15 @@ def compile_plan(plan: ExecutionPlan, schema: StreamSchema, stream_time_attribut
     if offsets is not None and not all(isinstance(o, int) and not isinstance(o, bool)
                                        and 0 <= o < 1 << 63 for o in offsets):
         raise PlanError(f"start_offsets: {offsets!r} are not Kafka offsets (integers >= 0)")
-    types = tuple(view.lookup(a).type for a in projection)  # type: ignore[union-attr]
+    types = tuple(view.field(a).type for a in projection)
     index = {f.name: i + 1 for i, f in enumerate(schema.fields)}
     return CompiledPlan(plan.key(), conjuncts, projection, window, start_after, types,
                         tuple((index[n], m) for n, m in masks.items()),
-                        None if offsets is None else tuple(offsets))
+                        None if offsets is None else tuple(offsets),
+                        None if plan.punctuation_roles is None else
+                        (frozenset(plan.punctuation_roles),
+                         "defer" if plan.punctuation_defer else "refine",
+                         filter_attributes(plan)))
 
 
 def plan_masks(plan: ExecutionPlan, schema: StreamSchema) -> dict[str, Mask]:
@@ -379,7 +390,7 @@ def plan_masks(plan: ExecutionPlan, schema: StreamSchema) -> dict[str, Mask]:
         canonical = _canonical(schema, name, where)
         try:
             mask = parse_mask(spec)
-            check_fits(mask, canonical, schema.lookup(canonical).type)  # type: ignore[union-attr]
+            check_fits(mask, canonical, schema.field(canonical).type)
         except MaskError as exc:
             raise PlanError(f"{where}: {exc}") from None
         if canonical in found and found[canonical] != mask:
@@ -439,7 +450,7 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
         if a.function not in AGGREGATE_FUNCTIONS:
             raise PlanError(f"window: unknown aggregate function {a.function!r}")
         name = _canonical(schema, a.attribute, f"window aggregate {a.output_name}")
-        ftype = schema.lookup(name).type  # type: ignore[union-attr]
+        ftype = schema.field(name).type
         if a.function in ("avg", "sum") and ftype not in ("double", "long"):
             raise PlanError(f"window aggregate {a.output_name}: {a.function} needs a numeric "
                             f"attribute, {name!r} is {ftype}")
@@ -450,7 +461,7 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
     bounds = []
     for attribute, text in w.label_bounds:
         name = _canonical(schema, attribute, "window label bound")
-        lattice = schema.lookup(name).lattice  # type: ignore[union-attr]
+        lattice = schema.field(name).lattice
         if lattice is None:
             raise PlanError(f"window label bound: {name!r} is no label attribute")
         try:
@@ -470,7 +481,7 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
         if not wanted:
             raise PlanError("window: a time window needs a time attribute (plan or stream)")
         time_attr = _canonical(schema, wanted, "window time attribute")
-        ftype = schema.lookup(time_attr).type  # type: ignore[union-attr]
+        ftype = schema.field(time_attr).type
         if ftype not in ("timestamp", "double", "long"):
             raise PlanError(f"window time attribute {time_attr!r} is {ftype}, "
                             "not a timestamp or epoch-seconds number")
@@ -486,8 +497,8 @@ def _compile_window(plan: ExecutionPlan, schema: StreamSchema, stream_time: str 
                      if f is not None and f.lattice is not None)
     return CompiledWindow(w.kind, w.size, w.step, tuple(aggs.values()), time_attr, is_ts,
                           max(1, min_count), keys,
-                          tuple((a, schema.lookup(a).type) for a in attributes),  # type: ignore
-                          tuple(schema.lookup(k).type for k in keys),  # type: ignore
+                          tuple((a, schema.field(a).type) for a in attributes),
+                          tuple(schema.field(k).type for k in keys),
                           privacy, noise, lattices, tuple(bounds))
 
 

@@ -76,11 +76,14 @@ def mask_struct(mask: Mask, field_type: str, key: bytes | None) -> dict[str, Any
     out: dict[str, Any] = {"c": code, "n": None, "d": None, "l": None, "e": None, "le": None,
                            "w": None, "h": None}
     if code == STEP_D:
-        step = Fraction(mask.step)  # type: ignore[arg-type]
+        step = Fraction(mask.step_value)
         out.update(n=float(step.numerator), d=float(step.denominator))
     elif code == STEP_L:
-        out["l"] = (UNIT_MICROS[mask.unit] if mask.kind == "truncate"  # type: ignore[index]
-                    else int(mask.step))  # type: ignore[arg-type]
+        if mask.kind == "truncate":
+            assert mask.unit is not None, "a truncate mask without its unit"  # see `parse_mask`
+            out["l"] = UNIT_MICROS[mask.unit]
+        else:
+            out["l"] = int(mask.step_value)
     elif code == BANDS_D:
         out["e"] = [float(e) for e in mask.edges]
     elif code == BANDS_L:

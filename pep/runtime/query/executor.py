@@ -41,6 +41,7 @@ from typing import Any, Callable
 
 from pyspark.sql import SparkSession
 
+from pep.core import punctuations
 from pep.core.plan import StreamDefinition
 from pep.runtime.base.delivery import Deliver
 from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
@@ -53,6 +54,7 @@ from pep.runtime.query.registry import PlanRegistry
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob
 from pep.runtime.query.runner import MicroBatchRunner
+from pep.runtime.query.shield import PunctuationShield
 from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN, QuerySettings, StreamLayout
 
 
@@ -77,8 +79,10 @@ class StreamExecutor:
         self.rows = RowsJob(layout)
         self.panes = PanesJob(layout)
         self.router = ResultRouter(layout, self.registry, self.figures, lateness)
+        self.shield = PunctuationShield(layout) if punctuations.enabled(definition) else None
         self.runner = MicroBatchRunner(spark, layout, self.registry, self.table, self.rows,
-                                       self.panes, self.router, self.figures, on_handle_closed)
+                                       self.panes, self.router, self.figures, on_handle_closed,
+                                       self.shield)
         self.replay = KafkaReplay(spark, layout, self.registry, self.table, self.rows,
                                   self.router, self.figures)
         self.lifecycle = QueryLifecycle(settings, layout, self.runner, self.router, self.replay,
@@ -125,6 +129,8 @@ class StreamExecutor:
         self.runner.redefine(layout)
         self.replay.redefine(layout)
         self.lifecycle.redefine(layout)
+        if self.shield is not None:
+            self.shield.redefine(layout)
 
     @property
     def lateness(self) -> float:
@@ -196,6 +202,9 @@ class StreamExecutor:
         out.update(self.health(stall_after))
         out["active"] = self.active
         out["skipped_to_end"] = self.lifecycle.skipped_to_end
+        if self.shield is not None:  # the owner's figures: how many policies, none of them
+            out["punctuation_segments"] = len(self.shield.starts)
+            out["punctuations_out_of_order"] = self.shield.discarded
         return out
 
     def health(self, stall_after: float | None = None, now: float | None = None

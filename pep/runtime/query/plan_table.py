@@ -81,7 +81,9 @@ class PlanTable:
                 plain.update(a for a, _ in w.attributes)
                 plain.update(w.keys)
                 continue
-            layout = s.windows.layout  # type: ignore[union-attr]
+            windows = s.windows
+            assert windows is not None  # a windowed plan has its panes (`PlanSets._new_windows`)
+            layout = windows.layout
             keys.update(w.keys)
             read.update(a for a, _ in w.attributes)
             if s.compiled.masks:

@@ -17,7 +17,7 @@ import threading
 from typing import Any, Callable
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
 log = logging.getLogger(__name__)
 

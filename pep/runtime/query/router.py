@@ -24,6 +24,7 @@ from pep.runtime.query.batch_columns import order_columns
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.registry import AttachedHandle, PlanRegistry, PlanState, UnionState
 from pep.runtime.query.settings import StreamLayout
+from pep.runtime.query.shield import BatchShield
 from pep.runtime.query.union import member_masks, merged_rows, tag_rows
 from pep.runtime.windows.pane_partials import (KEY_SEP, NO_SEQ, PARTS, PaneLayout, empty_partials,
                                                partials_from_arrow, partials_from_values)
@@ -77,9 +78,11 @@ class ResultRouter:
 
     def route_rows(self, arrow: pa.Table, plans: list[PlanState], shape: Shape,
                     grouped: GroupedMatcher | None = None,
-                    unions: list[UnionState] | None = None) -> list[str]:
+                    unions: list[UnionState] | None = None,
+                    shield: BatchShield | None = None) -> list[str]:
         """Deliver the rows job's rows to `plans`' handles and to the unions of grants (those
-        given; None: every union with handles)."""
+        given; None: every union with handles). `shield`: the stream's security punctuations
+        in this batch (`query/shield.py`), which each plan's rows pass first."""
         keys = [(c, "ascending", "at_end") for c in order_columns(self._layout, shape)]
         arrow = arrow.take(pc.sort_indices(arrow, sort_keys=keys))
         if grouped is not None:  # a plan's pairs together, in stream order
@@ -97,12 +100,17 @@ class ResultRouter:
                     sort_keys = (plan_ids - low).astype(np.uint16)
             by_plan = np.argsort(sort_keys, kind="stable")
             plan_ids, row_ids = plan_ids[by_plan], row_ids[by_plan]
+        seqs = arrow.column(SEQ_COLUMN).combine_chunks().fill_null(NO_SEQ).to_numpy()
+        hidden: dict[int, dict[int, frozenset[str]]] = {}
+        if shield is not None:
+            plan_ids, row_ids, hidden = shield.apply(plan_ids, row_ids, seqs,
+                                                     {s.id: s for s in plans})
+            shield.shield.moved(int(seqs.min()) if len(seqs) else None)
         # each plan's pairs are one run: its bounds
         starts = np.concatenate(([0], np.flatnonzero(np.diff(plan_ids)) + 1)) \
             if len(plan_ids) else np.empty(0, np.int64)
         ends = list(starts[1:].tolist()) + [len(plan_ids)]
         bounds = dict(zip(plan_ids[starts].tolist(), zip(starts.tolist(), ends)))
-        seqs = arrow.column(SEQ_COLUMN).combine_chunks().fill_null(NO_SEQ).to_numpy()
         groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[PlanState]] = {}
         closed: list[str] = []
         for state in plans:
@@ -111,6 +119,15 @@ class ResultRouter:
             if state.windows is not None:
                 closed += self._row_windows(state, arrow, row_ids[slice(*bounds[state.id])],
                                             seqs)
+            elif state.id in hidden:  # attributes hidden by punctuations: its own encoding
+                if state.handles:
+                    lo, hi = bounds[state.id]
+                    state.batches += 1
+                    closed += self._deliver(state, _hidden_batch(
+                        arrow, state.compiled.projection,
+                        tuple(self._layout.row_columns(state.compiled,
+                                                       state.compiled.projection)),
+                        row_ids[lo:hi], seqs, hidden[state.id]))
             elif state.handles:  # a member of unions only is delivered through them, below
                 projection = state.compiled.projection
                 sources = tuple(self._layout.row_columns(state.compiled, projection))
@@ -310,6 +327,22 @@ def _member_batches(arrow: pa.Table, projection: tuple[str, ...], sources: tuple
     chosen = operator.itemgetter(*at.tolist())(texts)  # a tuple: two spans or more, none empty
     return [RowBatch(chosen[begin:begin + count], size, None if top == NO_SEQ else top)
             for begin, count, size, top in zip(starts.tolist(), counts.tolist(), sizes, tops)]
+
+
+def _hidden_batch(arrow: pa.Table, projection: tuple[str, ...], sources: tuple[str, ...],
+                  rows: np.ndarray, seqs: np.ndarray, hidden: dict[int, frozenset[str]]
+                  ) -> RowBatch:
+    """One plan's rows, the attributes punctuations hide from it null in the rows that hide
+    them (the values are replaced before encoding: never in its text)."""
+    table = _projected(arrow, projection, sources, rows)
+    columns = []
+    for name in projection:
+        mask = pa.array([name in hidden.get(int(r), ()) for r in rows.tolist()], pa.bool_())
+        column = table.column(name)
+        columns.append(pc.if_else(mask, pa.nulls(len(rows), column.type), column))
+    texts, lengths = _json_texts(pa.table(columns, names=list(projection)))
+    top = int(seqs[rows].max())
+    return RowBatch(tuple(texts), int(lengths.sum()), None if top == NO_SEQ else top)
 
 
 def _projected(arrow: pa.Table, projection: tuple[str, ...], sources: tuple[str, ...],

@@ -27,6 +27,7 @@ from pep.runtime.query.route_worker import DRAIN_WAIT, RouteWorker
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob, RowsMatcher
 from pep.runtime.query.settings import StreamLayout
+from pep.runtime.query.shield import BatchShield, PunctuationShield
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ class MicroBatchRunner:
 
     def __init__(self, spark: SparkSession, layout: StreamLayout, registry: PlanRegistry,
                  table: PlanTable, rows: RowsJob, panes: PanesJob, router: ResultRouter,
-                 figures: QueryFigures, on_handle_closed: Callable[[str], None]) -> None:
+                 figures: QueryFigures, on_handle_closed: Callable[[str], None],
+                 shield: PunctuationShield | None = None) -> None:
         self._spark = spark
         self._layout = layout
         self._registry = registry
@@ -53,6 +55,7 @@ class MicroBatchRunner:
         self._router = router
         self._figures = figures
         self._on_handle_closed = on_handle_closed
+        self._shield = shield  # the stream's security punctuations (`query/shield.py`)
         # a batch's results are delivered one batch behind the query (`query/route_worker.py`)
         self._worker = RouteWorker(f"xsg-route-{layout.name}", figures.failed)
         self._codegen: str | None = None  # whole-stage codegen as set in the query's session
@@ -99,6 +102,7 @@ class MicroBatchRunner:
             # their watermarks, in routing: the batch before this one is routed first
             self._worker.drain()
         t0 = time.perf_counter()
+        guard = self._shield.prepare(batch) if self._shield is not None else None
         self._table.anchors.update(batch, sets.anchored)  # nothing without DISTANCE_TO
         shape = self._table.shape_of(plans, version)
         rows_by = self._rows.matcher(sets, shape)
@@ -110,7 +114,7 @@ class MicroBatchRunner:
         route: Route | None = None
         spark_s = 0.0
         if scalar is not None or rows_by is not None:
-            route, spark_s = self._evaluate(batch, sets, shape, scalar, rows_by)
+            route, spark_s = self._evaluate(batch, sets, shape, scalar, rows_by, guard)
         self._figures.evaluated(len(plans))
         # Spark commits this batch and prepares the next while its rows are delivered
         # (`query/route_worker.py`); the one before it is routed first
@@ -142,8 +146,8 @@ class MicroBatchRunner:
             self._on_handle_closed(handle_id)
 
     def _evaluate(self, batch: DataFrame, sets: PlanSets, shape: Shape,
-                  scalar: Column | None, rows_by: RowsMatcher | None = None
-                  ) -> tuple[Route, float]:
+                  scalar: Column | None, rows_by: RowsMatcher | None = None,
+                  guard: BatchShield | None = None) -> tuple[Route, float]:
         """Run the batch's jobs; (what routes their results into the handles and returns the
         handles that closed on the way, seconds in Spark jobs)."""
         started = time.perf_counter()
@@ -210,8 +214,8 @@ class MicroBatchRunner:
         def route() -> list[str]:
             closed: list[str] = []
             if rows_arrow is not None and rows_arrow.num_rows:
-                closed += router.route_rows(rows_arrow, plain, shape, grouped)
-            if windowed:
+                closed += router.route_rows(rows_arrow, plain, shape, grouped, shield=guard)
+            if windowed and guard is None:  # never windows on a punctuated stream
                 closed += router.route_panes(panes_arrow, windowed, shape)
             return closed
         return route, spark_s

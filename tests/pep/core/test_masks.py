@@ -336,6 +336,52 @@ def test_a_masked_time_is_among_the_plans_masks_whatever_it_outputs(query):
     assert "t" not in dict(unmasked.plan.masks)
 
 
+def map_ob(*names: str):
+    return ob("exacml:obligation:stream-map", *[("stream-map-attribute-id", n) for n in names])
+
+
+@pytest.mark.parametrize("query", [
+    None, {"map": ["x"]},
+    {"window": {"type": "tuple", "size": 3, "step": 1, "aggregates": ["x:firstval"]}}])
+def test_a_time_the_policy_hides_orders_nothing(query):
+    """A policy that hides the time attribute (its map leaves it out, no mask): on sources
+    without a stream position the runtime orders rows and tuple windows by the time, so the
+    order of the delivered rows would tell the order of the hidden times. The plan masks it
+    as null: its rows keep stream order alone (file, position)."""
+    result = merged([map_ob("n", "x")], query)
+    assert dict(result.plan.masks) == {"t": "null"} and result.hidden_time == "t"
+    assert "t" not in result.plan.projection
+    # shown: the time, a masked time, or the consumer's own map leaving it out: unchanged
+    for obligations, q in (([], query), ([], {"map": ["x"]}),
+                           ([map_ob("n", "x", "t")], query)):
+        other = merged(obligations, q)
+        assert "t" not in dict(other.plan.masks) and other.hidden_time is None
+    masked = merged([map_ob("n", "x"), masks_ob("t:truncate:minute")], query)
+    assert dict(masked.plan.masks)["t"] == "truncate:minute"
+
+
+def test_a_time_window_over_a_hidden_time_keeps_it():
+    """The owner's policy may window by a time it hides: the windows need it, and their bounds
+    are what the owner chose to show."""
+    window = ob("exacml:obligation:stream-window", ("stream-window-type-id", "time"),
+                ("stream-window-size-id", "60"), ("stream-window-step-id", "60"),
+                ("stream-window-attr-id", "x:sum"))
+    result = merged([map_ob("n", "x"), window])
+    assert result.plan.window is not None and result.plan.window.kind == "time"
+    assert "t" not in dict(result.plan.masks) and result.hidden_time is None
+
+
+def test_a_union_member_that_hides_the_time_still_unites():
+    """In union mode a tuple is delivered once for several grants: its order cannot be each
+    grant's own, so the hidden time's null mask is left out there (not refused as masks are)."""
+    from pep.core.union import Alternative, merge_union
+    hides = Alternative(("hides-t",), policy_graph([map_ob("n", "x"), filter_ob("x > 3")], "s",
+                                                   SCHEMA))
+    shows = Alternative(("shows-t",), policy_graph([filter_ob("n > 3")], "s", SCHEMA))
+    united = merge_union([hides, shows], None, SCHEMA, time_attribute="t")
+    assert len(united.plan.plans) == 2 and all(not plan.masks for plan in united.plan.plans)
+
+
 def test_time_windows_over_a_masked_time_need_a_time_that_orders():
     for mask in ("t:null", ):
         with pytest.raises(NotPermitted, match="a time window over it would reveal its time"):
@@ -396,6 +442,10 @@ def test_a_join_bounds_and_windows_a_masked_time_by_the_masked_value():
         hidden = side("b", right_schema, [masks_ob(mask)], {}, "ts")
         with pytest.raises(NotPermitted, match="time attribute 'ts' only as"):
             build_join(left, hidden, query)
+    # a policy that hides the time (its map leaves it out): no time to bound a join with either
+    hidden = side("b", right_schema, [map_ob("w", "id")], {}, "ts")
+    with pytest.raises(NotPermitted, match="bound uses attribute 'ts'.*policy hides"):
+        build_join(left, hidden, query)
 
 
 def test_joins_compare_masked_values_and_claim_no_nr_from_raw_filters():

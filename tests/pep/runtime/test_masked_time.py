@@ -97,16 +97,19 @@ def numeric(time_type: str) -> tuple[StreamSchema, dict[str, ExecutionPlan]]:
 
 
 def run(spark, tmp_path, kind: str, batches: list[list[dict]], lateness: float,
-        time_type: str = "timestamp") -> dict[str, dict[int, list[str]]]:
-    """Every plan's deliveries (JSON texts) per micro-batch, through the stream's own job."""
+        time_type: str = "timestamp", only: dict[str, ExecutionPlan] | None = None
+        ) -> dict[str, dict[int, list[str]]]:
+    """Every plan's deliveries (JSON texts) per micro-batch, through the stream's own job
+    (`only`: these plans instead of PLANS)."""
     from pep.runtime.query.executor import StreamExecutor
     options = (("path", str(tmp_path)),) if kind == "ingest" else (
         ("path", str(tmp_path)), ("format", "json"))
     schema, plans = (SCHEMA, PLANS) if time_type == "timestamp" else numeric(time_type)
+    plans = only if only is not None else plans
     sd = StreamDefinition("c", "o", schema, SourceSpec(kind, options), time_attribute="ts")
     ex = StreamExecutor(spark, sd, tmp_path / "work", 0.25, 2, lateness, lambda h: None,
                         tuple_pane_min=2)  # tuple windows of panes >= 2 tuples go to Spark
-    got: dict[str, dict[int, list[str]]] = {name: {} for name in PLANS}
+    got: dict[str, dict[int, list[str]]] = {name: {} for name in plans}
     current = [0]
 
     def collector(name: str):
@@ -349,3 +352,31 @@ def test_a_joins_windowed_side_orders_and_clocks_by_the_masked_time(spark, tmp_p
     # v=5 (08:04:40) is no later than the masked watermark (08:05 - 20 s) in either history
     assert by_start["08:04"] == (3, 5) and [r[4:6] for r in got_a if r[2:4] == (3, 5)] == \
         [(2, 8)], got_a
+
+
+# -- a hidden time: the policy leaves the time out (no mask), `pep.core.merge._hidden_time` ---
+
+HIDDEN = (("ts", "null"),)
+HIDDEN_PLANS = {
+    "rows": ExecutionPlan("c", None, ("v",), masks=HIDDEN),
+    "tuple": ExecutionPlan("c", None, ("v",), WindowSpec(
+        "tuple", 2, 1, (Aggregate("v", "firstval"), Aggregate("v", "lastval"))), masks=HIDDEN),
+}
+
+
+@pytest.mark.timeout(300)
+def test_a_hidden_time_orders_nothing_on_a_files_stream(spark, tmp_path_factory):
+    """A files stream orders a batch's tuples by the time attribute; a plan whose policy hides
+    that time gets them in file order, whatever the hidden times: two histories that differ
+    only in them give the same texts, and the plan without the null mask tells them apart."""
+    a = [[rec(0, 10, 1), rec(3, 0, 2), rec(1, 0, 3)], [rec(7, 0, 4), rec(5, 0, 5)]]
+    b = [[rec(9, 0, 1), rec(2, 0, 2), rec(4, 30, 3)], [rec(6, 0, 4), rec(8, 0, 5)]]
+    plans = {**HIDDEN_PLANS, "raw": replace(HIDDEN_PLANS["rows"], masks=())}
+    base = tmp_path_factory.mktemp("hidden-time")
+    got_a = run(spark, base / "a", "files", a, 3600.0, only=plans)
+    got_b = run(spark, base / "b", "files", b, 3600.0, only=plans)
+    for name in HIDDEN_PLANS:
+        assert got_a[name] == got_b[name], name
+    values = {i: [json.loads(r)["v"] for r in rows] for i, rows in got_a["rows"].items()}
+    assert values == {0: [1, 2, 3], 1: [4, 5]}  # file order
+    assert got_a["raw"] != got_b["raw"]  # the raw time orders: the histories differ

@@ -1,0 +1,76 @@
+"""Punctuation records on ingest (`pep.streams.ingest`, `pep.streams.records`): refused on a
+stream whose owner did not enable them, checked whole before anything is written, and kept in
+the stream's log (never in its data files) with the position of the first tuple they precede."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from pep.core.punctuations import LOG_NAME, PunctuationError
+from pep.streams.catalog import StreamCatalog
+from pep.streams.definition import InvalidStream
+from pep.streams.records import RecordError
+
+FIELDS = [{"name": "patient", "type": "long"}, {"name": "hr", "type": "double"}]
+SP = {"$punctuation": {"srp": ["doctor"], "ts": 1}}
+
+
+def body(*records):
+    return "\n".join(json.dumps(r) for r in records).encode()
+
+
+@pytest.fixture
+def catalog(tmp_path):
+    c = StreamCatalog(tmp_path / "streams.db", tmp_path / "data")
+    c.register("on", "o", FIELDS, {"kind": "ingest", "punctuations": "on"})
+    c.register("off", "o", FIELDS, {"kind": "ingest"})
+    yield c
+    c.close()
+
+
+def data_files(catalog, name):
+    return sorted(f for f in os.listdir(catalog.ingest_dir(name)) if not f.startswith("."))
+
+
+def test_a_punctuation_on_a_stream_without_them_is_refused_with_its_line(catalog):
+    with pytest.raises(RecordError) as err:
+        catalog.append_records("off", body({"patient": 1, "hr": 2.0}, SP))
+    assert "line 2" in str(err.value) and "punctuations are off" in str(err.value)
+    assert data_files(catalog, "off") == []
+
+
+def test_a_bad_punctuation_refuses_the_whole_batch(catalog):
+    bad = {"$punctuation": {"srp": ["doctor"], "ts": 1, "ddp": {"attributes": ["pulse"]}}}
+    with pytest.raises(PunctuationError) as err:  # an InvalidInput: 400
+        catalog.append_records("on", body(SP, {"patient": 1, "hr": 2.0}, bad))
+    assert str(err.value).startswith("line 3: $punctuation: ddp.attributes: 'pulse'")
+    with pytest.raises(RecordError, match="line 1: a punctuation record holds nothing but"):
+        catalog.append_records("on", body({"$punctuation": SP["$punctuation"], "patient": 1}))
+    assert data_files(catalog, "on") == []
+    assert not (catalog.ingest_dir("on") / LOG_NAME).exists()
+
+
+def test_punctuations_go_to_the_log_with_the_position_they_precede(catalog):
+    later = {"$punctuation": {"srp": ["nurse"], "ts": 2, "sign": "-"}}
+    assert catalog.append_records("on", body({"patient": 1, "hr": 1.0}, SP,
+                                             {"patient": 2, "hr": 2.0}, later)) == 2
+    assert catalog.append_records("on", body(later)) == 0  # punctuations only: no tuple
+    assert catalog.append_records("on", body({"patient": 3, "hr": 3.0})) == 1
+    log = [json.loads(x) for x in (catalog.ingest_dir("on") / LOG_NAME).read_text().split()]
+    assert [(e["at"], e["sp"]["srp"], e["sp"]["sign"]) for e in log] == [
+        (2, ["doctor"], "+"), (3, ["nurse"], "-"), (3, ["nurse"], "-")]
+    rows = [json.loads(x) for f in data_files(catalog, "on")
+            for x in (catalog.ingest_dir("on") / f).read_text().split()]
+    assert rows == [{"patient": 1, "hr": 1.0, "_xsg_seq": 1}, {"patient": 2, "hr": 2.0,
+                                                               "_xsg_seq": 2},
+                    {"patient": 3, "hr": 3.0, "_xsg_seq": 3}]
+
+
+def test_the_setting_is_an_ingest_streams_and_on_or_off(catalog, tmp_path):
+    with pytest.raises(InvalidStream, match='must be "on" or "off"'):
+        catalog.register("x", "o", FIELDS, {"kind": "ingest", "punctuations": "yes"})
+    with pytest.raises(InvalidStream, match="supported on ingest streams only"):
+        catalog.register("y", "o", FIELDS, {"kind": "files", "path": str(tmp_path),
+                                            "punctuations": "on"}, trusted=True)
