@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from pyspark.sql import SparkSession
 
+from pep.core import punctuations
 from pep.core.plan import StreamDefinition
 from pep.runtime.base.delivery import Deliver
 from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
@@ -38,10 +39,11 @@ from pep.runtime.sources.shared_files import shareable_dir
 
 
 def can_share(definition: StreamDefinition) -> bool:
-    """An `ingest` stream whose local directory a glob can name: the shared query can read it.
-    Every other stream (Kafka, an owner's files, sockets, generators) keeps a query of its own,
-    and so do joins (their own queries, `joins/`)."""
-    return shareable_dir(definition) is not None
+    """An `ingest` stream whose local directory a glob can name, without security punctuations:
+    the shared query can read it. Every other stream (Kafka, an owner's files, sockets,
+    generators, a punctuated stream: its shield is its own query's, `query/shield.py`) keeps a
+    query of its own, and so do joins (their own queries, `joins/`)."""
+    return shareable_dir(definition) is not None and not punctuations.enabled(definition)
 
 
 START_WAIT = 120.0  # seconds a first handle's request waits for the shared query to read it
@@ -103,7 +105,13 @@ class SharedStreamExecutor:
         return archive_dir(self._work_dir, self.definition)
 
     # ----- the stream's definition ------------------------------------------------------------
+    def _check(self, definition: StreamDefinition) -> None:
+        if not can_share(definition):  # punctuations turned on: never served without a shield
+            raise ValueError(f"stream {definition.name!r} is served by the shared query; "
+                             "detach its handles before this change")
+
     def redefine(self, definition: StreamDefinition) -> None:
+        self._check(definition)
         if definition.schema != self._layout.schema:
             raise ValueError(f"stream {definition.name!r}: a new schema restarts the query")
         self._relayout(StreamLayout.of(definition), restarted=False)
@@ -111,6 +119,7 @@ class SharedStreamExecutor:
     def restart(self, definition: StreamDefinition) -> None:
         """Attributes added: the parts are built again for the new schema. No query stops: each
         batch reads the stream's files with the schema of its definition then."""
+        self._check(definition)
         old = self.definition
         n = len(old.schema.fields)
         if (definition.name, definition.source) != (old.name, old.source) \

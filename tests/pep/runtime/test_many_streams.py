@@ -208,6 +208,14 @@ def test_streams_other_than_ingest_keep_a_query_of_their_own(spark, shared, tmp_
     (tmp_path / "owned").mkdir()
     shared.attach_handle("f", files, ExecutionPlan("owned", None, ("temp",)), Collector())
     assert type(shared._executors["owned"]).__name__ == "StreamExecutor"
+    # security punctuations: the stream's shield is its own query's (deny when in doubt)
+    from pep.core.punctuations import SOURCE_OPTION
+    punctuated = StreamDefinition("shielded", "nea", WEATHER, SourceSpec("ingest", (
+        ("path", str(tmp_path / "in" / "shielded")), (SOURCE_OPTION, "on"))),
+        time_attribute="ts")
+    shared.attach_handle("p", punctuated, ExecutionPlan("shielded", None, ("temp",)),
+                         Collector())
+    assert type(shared._executors["shielded"]).__name__ == "StreamExecutor"
 
 
 def test_the_trigger_is_short_alone_and_longer_while_many_streams_are_busy():
