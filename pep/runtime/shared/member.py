@@ -125,10 +125,11 @@ class SharedStreamExecutor:
         if (definition.name, definition.source) != (old.name, old.source) \
                 or definition.schema.fields[:n] != old.schema.fields:
             raise ValueError(f"stream {old.name!r}: a query restarts only for added attributes")
-        self.runner.drain()
-        if self._checkpoint is not None:
-            self._checkpoint.adopt(old)
-        self._relayout(StreamLayout.of(definition), restarted=True)
+        with self._shared.between_batches():
+            self.runner.drain()
+            if self._checkpoint is not None:
+                self._checkpoint.adopt(old)
+            self._relayout(StreamLayout.of(definition), restarted=True)
 
     def _relayout(self, layout: StreamLayout, restarted: bool) -> None:
         self._layout = layout

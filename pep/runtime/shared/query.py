@@ -27,6 +27,8 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, Callable, Protocol
 
@@ -134,6 +136,20 @@ class SharedQuery:
                     self._request()
             for batch_id, moves in self._to_archive.items():
                 self._to_archive[batch_id] = [m for m in moves if m[0] != member.archive]
+
+    @contextmanager
+    def between_batches(self, timeout: float = 60.0) -> Iterator[None]:
+        """Hold the next micro-batch while a member's parts change (its schema grew): the batch
+        under way ends first. Raises TimeoutError if it does not end within `timeout` seconds."""
+        if self.in_batch_thread():
+            raise RuntimeError("a micro-batch cannot wait for its own end")
+        if not self._batch_lock.acquire(timeout=timeout):
+            raise TimeoutError(f"the shared stream query's micro-batch did not end within "
+                               f"{timeout:.0f} s")
+        try:
+            yield
+        finally:
+            self._batch_lock.release()
 
     def members(self) -> int:
         with self._lock:
