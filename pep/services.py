@@ -241,7 +241,9 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
             extra_conf=config.spark_session_conf, log_level=config.spark_log_level,
             progress=progress, retention_seconds=config.ingest_retention_seconds,
             retention_bytes=config.ingest_retention_bytes, stall_seconds=config.stall_seconds,
-            retention_for=retention_for, delivery=delivery_conf))
+            retention_for=retention_for, delivery=delivery_conf,
+            shared=((config.shared_trigger_min, config.shared_trigger_max)
+                    if config.shared_query else None)))
 
     # Stream events: conditions that open grants while they hold (environment attributes).
     stream_events = StreamEvents(storage.database("events"), catalog.get)

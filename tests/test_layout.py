@@ -165,6 +165,7 @@ RUNTIME_ROOMS = {
     "delivery": ("base",),
     "joins": ("base", "privacy", "plans", "sources"),
     "query": ("base", "privacy", "plans", "windows", "sources", "delivery"),
+    "shared": ("base", "privacy", "plans", "windows", "sources", "query"),
 }
 
 

@@ -58,6 +58,12 @@ class GatewayConfig:
     start_spark: bool = False
     reevaluation_interval: float = 1.0  # seconds between re-decisions of time-dependent grants
     trigger_interval: float = 0.25  # seconds between a stream query's micro-batches
+    # One shared query for this process's ingest streams, one Spark job per micro-batch for all
+    # of them (pep/runtime/shared/, docs/operate/many-streams.md), its trigger adapting between
+    # these bounds (seconds); other streams keep a query of their own.
+    shared_query: bool = False
+    shared_trigger_min: float = 0.25
+    shared_trigger_max: float = 2.0
     audit_max_bytes: int = 10 * 1024 * 1024  # the audit file rotates past this size
     audit_keep: int = 10  # rotated audit files kept (the oldest beyond are removed)
     metrics_public: bool = False  # GET /metrics without a token (else an administrator's)

@@ -65,6 +65,13 @@ SETTING_HELP = {
     "start_spark": "start Spark before serving (else with the first handle)",
     "reevaluation_interval": "seconds between re-decisions of time-dependent grants",
     "trigger_interval": "seconds between a stream query's micro-batches",
+    "shared_query": "serve every ingest stream of this process on one shared query, one Spark "
+                    "job per micro-batch for all of them (many busy streams); other streams "
+                    "keep a query of their own",
+    "shared_trigger_min": "shortest seconds between the shared query's micro-batches (one "
+                          "busy stream)",
+    "shared_trigger_max": "longest seconds between the shared query's micro-batches (many "
+                          "busy streams)",
     "ingest_retention_seconds": "seconds committed ingest files stay in data_dir/runtime/archive "
                                 "(empty: no time bound)",
     "ingest_retention_bytes": "bytes of committed ingest files kept in all (empty: no size "

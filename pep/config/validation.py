@@ -21,6 +21,7 @@ NUMBER_RANGES: dict[str, tuple[float, float]] = {
     "heartbeat": (0.001, MAX_SECONDS),
     "reevaluation_interval": (0, MAX_SECONDS),  # 0: no periodic re-decision
     "trigger_interval": (0, MAX_SECONDS),  # 0: micro-batches one after the other
+    "shared_trigger_min": (0, 3600), "shared_trigger_max": (0.01, 3600),
     "store_pool_size": (1, 1000), "store_timeout": (0.5, 3600),
     "lease_seconds": (1, 600),
     "delivery_retention_seconds": (1, MAX_SECONDS), "delivery_retention_bytes": (1, INT64_MAX),
@@ -47,6 +48,9 @@ def check_config(config: Any) -> None:
     _check_operating_settings(config)
     config.data_dir = Path(config.data_dir)
     config.store = check_store(config.store)
+    if config.shared_trigger_min > config.shared_trigger_max:
+        raise ValueError(f"shared_trigger_min ({config.shared_trigger_min}) is above "
+                         f"shared_trigger_max ({config.shared_trigger_max})")
     if config.cluster and config.store is None:
         raise ValueError("cluster needs a PostgreSQL store (store = \"postgresql://...\"): "
                          "the processes of one gateway share it")

@@ -127,6 +127,12 @@ class MicroBatchRunner:
         self._worker.submit(functools.partial(self._batch_routed, batch_id, [route],
                                               t1 - t0, spark_s))
 
+    def route_later(self, batch_id: int, route: Route | None, spark_s: float = 0.0) -> None:
+        """A batch whose jobs ran elsewhere (the shared query, `pep/runtime/shared/`): its
+        results routed on this stream's route worker, after the batch before it."""
+        self._worker.submit(functools.partial(self._batch_routed, batch_id, [route], 0.0,
+                                              spark_s))
+
     def _batch_routed(self, batch_id: int, routes: list[Route | None], table_s: float = 0.0,
                       spark_s: float = 0.0) -> None:
         """On the route worker: deliver a batch's results, then count it delivered."""
