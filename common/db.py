@@ -40,8 +40,10 @@ log = logging.getLogger(__name__)
 
 # the stores, by name: a SQLite file `<name>.db` under the data directory each, or their tables
 # in the one PostgreSQL database (`common.migrations` lists each one's tables)
-# ("cluster": the processes of one gateway on PostgreSQL, their streams' leases: pep/cluster)
-STORE_NAMES = ("policies", "streams", "events", "handles", "privacy", "audit", "cluster")
+# ("cluster": the processes of one gateway on PostgreSQL, their streams' leases: pep/cluster;
+# "delivery": plan topics, the handles reading them, the edges: pep/delivery)
+STORE_NAMES = ("policies", "streams", "events", "handles", "privacy", "audit", "cluster",
+               "delivery")
 RETRY_AFTER_SECONDS = 5  # what a 503 for a store that cannot be reached asks clients to wait
 
 

@@ -14,6 +14,7 @@ False (or raising) detaches the handle, and no batch is delivered after `detach`
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pep.core.plan import ExecutionPlan, JoinPlan, StreamDefinition, UnionPlan
@@ -21,6 +22,22 @@ from pep.core.rows import RowBatch
 
 # the runtime's callback for one handle (or stream event): one plan's rows of one micro-batch
 Deliver = Callable[[RowBatch], bool]
+
+
+
+@dataclass(frozen=True)
+class TopicTarget:
+    """What a handle delivered through a plan topic is attached with instead of its buffer
+    (`pep.delivery`): the runtime writes the plan's rows to `topic` (`pep/runtime/delivery`),
+    and calling it with a batch only says whether the handle is still open (False: the runtime
+    detaches it, as for a buffer that refused)."""
+
+    topic: str
+    is_open: Callable[[], bool]
+
+    def __call__(self, batch: RowBatch) -> bool:
+        return self.is_open()
+
 
 # per stream (or join) name: the runtime's figures or state, JSON-ready
 StreamReport = dict[str, dict[str, Any]]
@@ -62,4 +79,4 @@ class JoinRuntimePort(Protocol):
     def stop(self) -> None: ...
 
 
-__all__ = ["Deliver", "StreamReport", "StreamRuntimePort", "JoinRuntimePort"]
+__all__ = ["Deliver", "StreamReport", "StreamRuntimePort", "JoinRuntimePort", "TopicTarget"]

@@ -43,6 +43,9 @@ from pep.audit.trail import AuditTrail, PolicyVersion, PolicyVersions
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
 from pep.core.access import AccessPlanner
 from pep.core.plan import StreamDefinition
+from pep.delivery.settings import delivery_settings
+from pep.delivery.store import DeliveryStore
+from pep.delivery.topics import PlanTopics, delivered_through_topics
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS
 from pep.handles.one_window import WindowRegistry
 from pep.handles.privacy_budget import PrivacyGuard, PrivacyLedger
@@ -116,6 +119,8 @@ class GatewayServices:
     read_token_key: str | None = None
     # with `config.cluster`: this process as one of several on the store (pep/cluster)
     cluster: ClusterNode | None = None
+    # with `delivery = "kafka"`: plan topics, their handles and revocations (pep/delivery)
+    delivery: Any = None
     _unsubscribe: list[Callable[[], None]] = field(default_factory=list)
     _stream_side_closed: bool = False
 
@@ -145,6 +150,8 @@ class GatewayServices:
             self.runtime.stop()
         except Exception:  # closing must go on
             log.exception("stopping the stream runtime failed")
+        if self.delivery is not None:
+            self.delivery.close()
         if self.cluster is not None:
             # the queries stopped with their checkpoints' place kept: the leases go now, and
             # the other processes take the streams over from there
@@ -228,6 +235,7 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
 
     # Streams: the catalogue (seeded once, when empty) and the runtime that runs them.
     catalog = StreamCatalog(storage.database("streams"), data_dir)
+    delivery_conf = delivery_settings(config)  # None: rows are delivered in this process
     if config.policies_dir is not None:
         seed_streams(catalog, Path(config.policies_dir) / "streams.json")
     if runtime is None:
@@ -240,7 +248,9 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
             extra_conf=config.spark_session_conf, log_level=config.spark_log_level,
             progress=progress, retention_seconds=config.ingest_retention_seconds,
             retention_bytes=config.ingest_retention_bytes, stall_seconds=config.stall_seconds,
-            retention_for=retention_for))
+            retention_for=retention_for, delivery=delivery_conf,
+            shared=((config.shared_trigger_min, config.shared_trigger_max)
+                    if config.shared_query else None)))
 
     # Stream events: conditions that open grants while they hold (environment attributes).
     stream_events = StreamEvents(storage.database("events"), catalog.get)
@@ -279,10 +289,16 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
         admit_streams(catalog.derivations, definitions)
     # A Kafka stream's handle starts at its partitions' end offsets when requested (the
     # broker's answer, through the gateway's own Kafka client): its cut (issue 41).
+    # With delivery = kafka, a single stream's handle is written to its plan's topic and read
+    # from the edges instead (pep/delivery/topics.py).
+    delivery = None if delivery_conf is None else PlanTopics(
+        delivery_conf, DeliveryStore(storage.database("delivery")), handle_store.get,
+        delivered_through_topics)
     handles = HandleService(handle_store, catalog.get, runtime, windows, buffer_rows,
                             buffer_bytes, stream_position=catalog.position,
                             join_runtime=join_runtime, privacy=privacy,
-                            kafka_cut=KafkaOffsets().end_offsets, tap=feeds.tap,
+                            kafka_cut=KafkaOffsets().end_offsets,
+                            tap=feeds.tap if delivery is None else delivery.tap_over(feeds.tap),
                             admit=admit,
                             chain=catalog.derivations.chain)
     revocation = RevocationService(
@@ -365,7 +381,8 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
         lifecycle=lifecycle, privacy=privacy, storage=storage, derived=derived,
         read_token_key=config.read_token_key or (
             handle_store.shared_key("read_token_key")
-            if storage.dialect.name == "postgresql" else None), cluster=node)
+            if storage.dialect.name == "postgresql" else None), cluster=node,
+        delivery=delivery)
     if node is not None:
         node.wire(services)
 
@@ -385,6 +402,8 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
     authenticator.add_listener(identity_changed)
     # 3. handles that end (revoked, released, ended) are published to proxies, after their state
     #    is persisted: one event per kind of ending for a whole batch.
+    if delivery is not None:  # the edges stop serving them before anything else is told
+        handles.add_listener(delivery.ended)
     handles.add_listener(lambda records: publish_endings(hub, records))
     # 4. a stream event that opens, closes or grows re-decides the live handles on its stream;
     stream_events.add_listener(revocation.on_environment_change)

@@ -12,6 +12,7 @@ digits, as `secrets.token_urlsafe(32)` makes them), and the tokens the test help
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 
@@ -31,6 +32,28 @@ def spark():
     for query in session.streams.active:
         query.stop()
     session.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_query_switch():
+    """XSG_TEST_SHARED_QUERY=1: every stream runtime the tests make serves its ingest streams
+    on the shared query (pep/runtime/shared/, `RuntimeSettings.shared_query`)."""
+    if os.environ.get("XSG_TEST_SHARED_QUERY") != "1":
+        yield False
+        return
+    import dataclasses
+
+    from pep.runtime.runtime import StreamRuntime
+    original = StreamRuntime.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.settings = dataclasses.replace(self.settings, shared_query=True)
+    StreamRuntime.__init__ = init
+    try:
+        yield True
+    finally:
+        StreamRuntime.__init__ = original
 
 
 # -- the stores: SQLite files, or one PostgreSQL database ---------------------------------------

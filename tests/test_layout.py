@@ -162,8 +162,10 @@ RUNTIME_ROOMS = {
     "plans": ("base", "privacy"),
     "windows": ("base", "plans"),
     "sources": ("base",),
+    "delivery": ("base",),
     "joins": ("base", "privacy", "plans", "sources"),
-    "query": ("base", "privacy", "plans", "windows", "sources"),
+    "query": ("base", "privacy", "plans", "windows", "sources", "delivery"),
+    "shared": ("base", "privacy", "plans", "windows", "sources", "query"),
 }
 
 

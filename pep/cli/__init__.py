@@ -18,6 +18,7 @@ import sys
 from common.pipes import quiet_on_broken_pipe
 from pep.cli.common import EXIT_OK, CliError
 from pep.cli.consumer import add_consumer_commands
+from pep.cli.edge import add_edge_command
 from pep.cli.pdp import add_pdp_commands
 from pep.cli.policies import add_policy_commands
 from pep.cli.serve import add_serve_command, version
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     add_serve_command(sub)
+    add_edge_command(sub)
     add_policy_commands(sub)
     add_stream_commands(sub)
     add_consumer_commands(sub)

@@ -58,6 +58,12 @@ class GatewayConfig:
     start_spark: bool = False
     reevaluation_interval: float = 1.0  # seconds between re-decisions of time-dependent grants
     trigger_interval: float = 0.25  # seconds between a stream query's micro-batches
+    # One shared query for this process's ingest streams, one Spark job per micro-batch for all
+    # of them (pep/runtime/shared/, docs/operate/many-streams.md), its trigger adapting between
+    # these bounds (seconds); other streams keep a query of their own.
+    shared_query: bool = False
+    shared_trigger_min: float = 0.25
+    shared_trigger_max: float = 2.0
     audit_max_bytes: int = 10 * 1024 * 1024  # the audit file rotates past this size
     audit_keep: int = 10  # rotated audit files kept (the oldest beyond are removed)
     metrics_public: bool = False  # GET /metrics without a token (else an administrator's)
@@ -116,6 +122,25 @@ class GatewayConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     forwarded_allow_ips: tuple[str, ...] = ()
+    # Delivery of handles' rows (pep/delivery): "process", the default, into this process's
+    # buffers, read from it; "kafka", each plan's rows written once to a Kafka topic of that plan
+    # (by Spark's Kafka sink on the workers; windows by the driver) and read from there by edge
+    # processes (`xsg edge`, pep/edge) and by this one. The brokers, this process's own SCRAM
+    # identity on them (a gateway's writes and manages the topics and ACLs; each edge has its
+    # own, which may only read), the topics' names' prefix, how long and how much a plan topic
+    # keeps, its replication, and how long a revocation waits for every edge's acknowledgement
+    # before it fences the silent ones off the plan's topic.
+    delivery: str = "process"
+    delivery_brokers: str | None = None
+    delivery_security_protocol: str = "SASL_PLAINTEXT"
+    delivery_sasl_mechanism: str = "SCRAM-SHA-512"
+    delivery_username: str | None = None
+    delivery_password: str | None = field(default=None, repr=False)
+    delivery_topic_prefix: str = "xsg."
+    delivery_retention_seconds: float = 3600.0
+    delivery_retention_bytes: int = 256 * 1024 * 1024
+    delivery_replication: int = 1
+    delivery_ack_timeout: float = 1.0
 
     def __post_init__(self) -> None:
         check_config(self)  # pep.config.validation: bounds, kinds, normalised forms

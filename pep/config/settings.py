@@ -16,7 +16,8 @@ FLAG_NAMES = {"auth_file": "--auth", "root_combining_alg": "--root-combining",
               "root_policy_id": "--root-policy", "policies_dir": "--policies",
               "spark_conf": "--conf", "oidc.attributes": "--oidc-attribute"}
 # the store's URL may carry a password
-SECRET_SETTINGS = frozenset({"proxy_token", "proxy_secret", "read_token_key", "store"})
+SECRET_SETTINGS = frozenset({"proxy_token", "proxy_secret", "read_token_key", "store",
+                             "delivery_password"})
 
 SETTING_HELP = {
     "host": "interface to listen on",
@@ -64,6 +65,13 @@ SETTING_HELP = {
     "start_spark": "start Spark before serving (else with the first handle)",
     "reevaluation_interval": "seconds between re-decisions of time-dependent grants",
     "trigger_interval": "seconds between a stream query's micro-batches",
+    "shared_query": "serve every ingest stream of this process on one shared query, one Spark "
+                    "job per micro-batch for all of them (many busy streams); other streams "
+                    "keep a query of their own",
+    "shared_trigger_min": "shortest seconds between the shared query's micro-batches (one "
+                          "busy stream)",
+    "shared_trigger_max": "longest seconds between the shared query's micro-batches (many "
+                          "busy streams)",
     "ingest_retention_seconds": "seconds committed ingest files stay in data_dir/runtime/archive "
                                 "(empty: no time bound)",
     "ingest_retention_bytes": "bytes of committed ingest files kept in all (empty: no size "
@@ -94,6 +102,24 @@ SETTING_HELP = {
     "spark_log_level": "log level of Spark's JVM side (log4j)",
     "log_level": "log level of the gateway's own lines",
     "log_format": "text or json (one object per line)",
+    "delivery": "where handles' rows go: process (this process's buffers) or kafka (a topic per "
+                "plan, read by edge processes: xsg edge)",
+    "delivery_brokers": "the Kafka brokers of delivery = kafka (host:port,...)",
+    "delivery_security_protocol": "how this process connects to them: SASL_PLAINTEXT, SASL_SSL, "
+                                  "SSL or PLAINTEXT",
+    "delivery_sasl_mechanism": "SASL mechanism: SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN",
+    "delivery_username": "this process's own identity on the brokers (a gateway's writes the "
+                         "plan topics and manages their ACLs; each edge has its own)",
+    "delivery_password": "its password (a secret: prefer the environment or the file to a "
+                         "flag)",
+    "delivery_topic_prefix": "prefix of the delivery topics' names (plan topics, the control "
+                             "and acknowledgement topics)",
+    "delivery_retention_seconds": "seconds a plan topic keeps its rows (a reader away longer "
+                                  "resumes with a gap)",
+    "delivery_retention_bytes": "bytes a plan topic keeps at most",
+    "delivery_replication": "replicas of each delivery topic",
+    "delivery_ack_timeout": "seconds a revocation waits for every edge's acknowledgement "
+                            "before fencing the silent ones off the plan's topic",
     "oidc.issuer": "accept JWTs of this OIDC issuer (its 'iss'), besides the token file",
     "oidc.audience": "comma-separated audiences; a token's 'aud' must contain one",
     "oidc.jwks_uri": "the issuer's JWKS URL",
@@ -113,6 +139,9 @@ SETTING_HELP = {
 
 DEFAULT_TEXT = {
     "store": "SQLite files under DATA_DIR",
+    "delivery_brokers": "none",
+    "delivery_username": "none",
+    "delivery_password": "none",
     "advertise_url": "from host and port",
     "auth_file": "DATA_DIR/auth.json, created with demo tokens",
     "policies_dir": "./policies",

@@ -21,9 +21,15 @@ NUMBER_RANGES: dict[str, tuple[float, float]] = {
     "heartbeat": (0.001, MAX_SECONDS),
     "reevaluation_interval": (0, MAX_SECONDS),  # 0: no periodic re-decision
     "trigger_interval": (0, MAX_SECONDS),  # 0: micro-batches one after the other
+    "shared_trigger_min": (0, 3600), "shared_trigger_max": (0.01, 3600),
     "store_pool_size": (1, 1000), "store_timeout": (0.5, 3600),
     "lease_seconds": (1, 600),
+    "delivery_retention_seconds": (1, MAX_SECONDS), "delivery_retention_bytes": (1, INT64_MAX),
+    "delivery_replication": (1, 32767), "delivery_ack_timeout": (0.05, 60),
 }
+DELIVERY_MODES = ("process", "kafka")
+DELIVERY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DELIVERY_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 SPARK_LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
 LOG_FORMATS = ("text", "json")
@@ -42,6 +48,9 @@ def check_config(config: Any) -> None:
     _check_operating_settings(config)
     config.data_dir = Path(config.data_dir)
     config.store = check_store(config.store)
+    if config.shared_trigger_min > config.shared_trigger_max:
+        raise ValueError(f"shared_trigger_min ({config.shared_trigger_min}) is above "
+                         f"shared_trigger_max ({config.shared_trigger_max})")
     if config.cluster and config.store is None:
         raise ValueError("cluster needs a PostgreSQL store (store = \"postgresql://...\"): "
                          "the processes of one gateway share it")
@@ -85,9 +94,45 @@ def check_config(config: Any) -> None:
     if config.obligation_combining not in ("intersection", "union"):
         raise ValueError(f"obligation_combining must be intersection or union, got "
                          f"{config.obligation_combining!r}")
+    _check_delivery(config)
     for name in ("ingest_retention_seconds", "ingest_retention_bytes"):
         if getattr(config, name) is not None and getattr(config, name) < 0:
             raise ValueError(f"{name} must be >= 0 or unset, got {getattr(config, name)!r}")
+
+
+def _check_delivery(config: Any) -> None:
+    """delivery = kafka names its brokers; the other delivery settings are of their kinds."""
+    config.delivery = str(config.delivery).strip().lower()
+    if config.delivery not in DELIVERY_MODES:
+        raise ValueError(f"delivery must be one of {', '.join(DELIVERY_MODES)}, got "
+                         f"{config.delivery!r}")
+    config.delivery_security_protocol = str(config.delivery_security_protocol).strip().upper()
+    if config.delivery_security_protocol not in DELIVERY_PROTOCOLS:
+        raise ValueError(f"delivery_security_protocol must be one of "
+                         f"{', '.join(DELIVERY_PROTOCOLS)}, got "
+                         f"{config.delivery_security_protocol!r}")
+    config.delivery_sasl_mechanism = str(config.delivery_sasl_mechanism).strip().upper()
+    if config.delivery_sasl_mechanism not in DELIVERY_MECHANISMS:
+        raise ValueError(f"delivery_sasl_mechanism must be one of "
+                         f"{', '.join(DELIVERY_MECHANISMS)}, got "
+                         f"{config.delivery_sasl_mechanism!r}")
+    prefix = str(config.delivery_topic_prefix)
+    if not prefix or len(prefix) > 100 or any(not (c.isascii() and (c.isalnum() or c in "._-"))
+                                               for c in prefix):
+        raise ValueError("delivery_topic_prefix must be 1 to 100 of the characters Kafka "
+                         f"allows in a topic name (letters, digits, '.', '_', '-'), got "
+                         f"{prefix!r}")
+    if config.delivery == "kafka":
+        if not config.delivery_brokers:
+            raise ValueError("delivery = kafka needs delivery_brokers (host:port,...)")
+        if config.store is None:
+            raise ValueError("delivery = kafka needs a PostgreSQL store (store = "
+                             "\"postgresql://...\"): the edges check every handle there")
+        if config.delivery_security_protocol.startswith("SASL") and not (
+                config.delivery_username and config.delivery_password):
+            raise ValueError(f"delivery_security_protocol = "
+                             f"{config.delivery_security_protocol} needs delivery_username "
+                             "and delivery_password")
 
 
 def _check_http_url(url: Any, name: str) -> str | None:

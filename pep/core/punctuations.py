@@ -37,8 +37,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from pep.core.errors import InvalidInput, NotPermitted
-from pep.core.plan import AnyPlan, ExecutionPlan, SpatialPredicate, StreamDefinition, StreamSchema
+from pep.core.errors import InvalidInput
+from pep.core.plan import (
+    AnyPlan,
+    ExecutionPlan,
+    JoinPlan,
+    SpatialPredicate,
+    StreamDefinition,
+    StreamSchema,
+    UnionPlan,
+)
 
 PUNCTUATION_KEY = "$punctuation"  # a record carrying a punctuation: {"$punctuation": {...}}
 SOURCE_OPTION = "punctuations"  # the stream setting (a source option): "on" enables them
@@ -53,11 +61,6 @@ Value = str | int | float | bool
 
 class PunctuationError(InvalidInput):
     """A punctuation record that cannot be read; the message says what and where."""
-
-
-class PunctuatedQueryRefused(NotPermitted):
-    """A query the shield cannot enforce punctuations on (a window, a join, a union of grants):
-    refused rather than run without them."""
 
 
 @dataclass(frozen=True)
@@ -224,24 +227,23 @@ def punctuation_from_json(doc: Mapping[str, Any], types: Mapping[str, str]) -> P
 
 def shielded_plan(plan: AnyPlan, definitions: Sequence[StreamDefinition],
                   roles: Iterable[str]) -> AnyPlan:
-    """The plan a consumer's handle runs on punctuated streams: a plain plan carrying the
-    consumer's roles, which the punctuations' SRPs are read against; the plan as it is when no
-    stream of it has punctuations. Windows, joins and unions of grants on a punctuated stream
-    are refused (PunctuatedQueryRefused, 403): the shield filters rows, and an aggregate or a
-    join computed before it would hold tuples a segment hides."""
+    """The plan a consumer's handle runs on punctuated streams: the plan carrying the
+    consumer's roles, which the punctuations' SRPs are read against (a join: each side on a
+    punctuated stream; a union of grants: each member); the plan as it is when no stream of it
+    has punctuations."""
     punctuated = [d.name for d in definitions if enabled(d)]
     if not punctuated:
         return plan
-    what = None
-    if not isinstance(plan, ExecutionPlan):
-        what = "a join or a union of grants"
-    elif plan.window is not None:
-        what = "a window"
-    if what is not None or not isinstance(plan, ExecutionPlan):  # (the second: for mypy)
-        raise PunctuatedQueryRefused(
-            f"stream {punctuated[0]!r} carries security punctuations: {what} on it is not "
-            "supported (only plain queries are; docs/punctuations.md)")
-    return replace(plan, punctuation_roles=tuple(sorted(set(roles))))
+    held = tuple(sorted(set(roles)))
+    if isinstance(plan, JoinPlan):
+        # each side on a punctuated stream reads its own punctuations (the paper's SCJoin)
+        sides = [replace(p, punctuation_roles=held) if p.stream in punctuated else p
+                 for p in (plan.left, plan.right)]
+        return replace(plan, left=sides[0], right=sides[1])
+    if isinstance(plan, UnionPlan):
+        return replace(plan, plans=tuple(replace(p, punctuation_roles=held)
+                                         for p in plan.plans))
+    return replace(plan, punctuation_roles=held)
 
 
 def filter_attributes(plan: ExecutionPlan) -> tuple[str, ...]:
@@ -372,6 +374,21 @@ def visible_attributes(policy: SegmentPolicy, roles: frozenset[str], mode: str,
     return frozenset(out)
 
 
+def counts_in_window(policy: SegmentPolicy, roles: frozenset[str], mode: str,
+                     reads: Sequence[str], matched: frozenset[tuple[Condition, ...]]) -> bool:
+    """Whether a tuple of a segment under `policy` counts in a consumer's windows, whose plan
+    reads `reads` (its filter's attributes, its aggregates', keys', time's and label bounds':
+    `pep.runtime.plans.compile.window_reads`): only when every one of them is visible to the
+    consumer. A tuple a segment hides, wholly or in an attribute the window reads, is in none of its
+    windows: it adds to no aggregate, numbers no tuple window's tuples, moves no time window's
+    clock (an aggregate over the attributes left visible would still count it: its presence is
+    what the segment hides). A window that reads nothing counts nothing (never built so)."""
+    if not reads:
+        return False
+    seen = visible_attributes(policy, roles, mode, reads, matched)
+    return all(a in seen for a in reads)
+
+
 # -- the stream's log ---------------------------------------------------------------------------
 
 LOG_NAME = ".punctuations.jsonl"  # in the ingest directory (Spark's file source skips it)
@@ -388,6 +405,25 @@ def read_log_line(line: str, types: Mapping[str, str]) -> tuple[int, Punctuation
 
 
 # -- the oracle ---------------------------------------------------------------------------------
+
+def visible_tuples(records: Iterable[Mapping[str, Any]], roles: frozenset[str], mode: str,
+                   reads: Sequence[str], schema: StreamSchema) -> list[dict[str, Any]]:
+    """The tuples of `records` (punctuation records and tuples in stream order) that count in
+    a consumer's windows (`counts_in_window`), by brute force: the tests' oracle feeds them to a
+    brute-force window computation."""
+    state = ShieldState()
+    out = []
+    for record in records:
+        if PUNCTUATION_KEY in record:
+            state.add(parse_punctuation(record[PUNCTUATION_KEY], schema))
+            continue
+        policy = state.policy()
+        matched = frozenset(c for c in policy.conditions
+                            if all(x.holds(record.get(x.attribute)) for x in c))
+        if counts_in_window(policy, roles, mode, reads, matched):
+            out.append(dict(record))
+    return out
+
 
 def oracle(records: Iterable[Mapping[str, Any]], roles: frozenset[str], mode: str,
            projection: Sequence[str], schema: StreamSchema,
@@ -414,7 +450,7 @@ def oracle(records: Iterable[Mapping[str, Any]], roles: frozenset[str], mode: st
 
 
 __all__ = ["PUNCTUATION_KEY", "SOURCE_OPTION", "POSITIVE", "NEGATIVE", "REFINE", "DEFER",
-           "Condition", "Punctuation", "PunctuationError", "PunctuatedQueryRefused",
-           "SegmentPolicy", "ShieldState", "enabled", "shielded_plan", "filter_attributes",
-           "parse_punctuation", "punctuation_from_json", "segments", "visible_attributes",
-           "LOG_NAME", "log_line", "read_log_line", "oracle"]
+           "Condition", "Punctuation", "PunctuationError", "SegmentPolicy", "ShieldState",
+           "enabled", "shielded_plan", "filter_attributes", "parse_punctuation",
+           "punctuation_from_json", "segments", "visible_attributes", "counts_in_window",
+           "visible_tuples", "LOG_NAME", "log_line", "read_log_line", "oracle"]

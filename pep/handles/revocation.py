@@ -477,8 +477,20 @@ def _roles_changed(record: HandleRecord, identity: Identity) -> bool:
     (`ExecutionPlan.punctuation_roles`): other roles now mean another view."""
     if "punctuation_roles" not in record.plan_json:
         return False
-    held = json.loads(record.plan_json).get("punctuation_roles")
-    return held is not None and list(held) != sorted(set(identity.roles))
+    now = sorted(set(identity.roles))
+    # a plain or window plan holds them; a join, each side on a punctuated stream; a union of
+    # grants, each member: wherever they are in the stored plan
+    pending: list[object] = [json.loads(record.plan_json)]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            held = item.get("punctuation_roles")
+            if held is not None and list(held) != now:
+                return True
+            pending += item.values()
+        elif isinstance(item, list):
+            pending += item
+    return False
 
 
 def _default_identity(subject: str, roles: tuple[str, ...], admin: bool) -> Identity:

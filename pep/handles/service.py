@@ -514,9 +514,8 @@ class HandleService:
         def spent(reason: str) -> None:
             # from the micro-batch thread, under the runtime's handle lock: end it from another
             # thread (ending detaches, and a detach waits for the delivery in progress)
-            threading.Thread(target=self.end, args=(handle_id, reason),
-                             kwargs={"keep_rows": True}, name="xsg-budget-spent",
-                             daemon=True).start()
+            threading.Thread(target=_end_spent, args=(self, handle_id, reason),
+                             name="xsg-budget-spent", daemon=True).start()
 
         # a private window is a single plan's (a union never holds one: `private_window`)
         return self.privacy.deliverer(handle_id, subject, plan, put, spent)
@@ -742,5 +741,16 @@ class HandleService:
         for hid in joins:
             self._detach(hid)
         return ids
+
+
+def _end_spent(service: HandleService, handle_id: str, reason: str) -> None:
+    """End a handle that spent its privacy budget, keeping its rows; quiet when the process
+    exits meanwhile (its store closed under it)."""
+    try:
+        service.end(handle_id, reason, keep_rows=True)
+    except Exception:
+        if service.buffer(handle_id) is not None:  # not closed by the process exit
+            log.exception("handle %s spent its privacy budget and could not be ended", handle_id)
+
 
 __all__ = ["HandleService", "PlacementLike", "StalePolicies", "WindowRegistryLike"]

@@ -346,6 +346,13 @@ def read_handle(handle_id: str) -> Response:
         if not record.live:
             raise _gone(record)
         return jsonify(record.summary(public_base(configured_base_url())))
+    delivery = getattr(services, "delivery", None)  # plan topics (pep/delivery), or None
+    edge = delivery.edge_url(handle_id) if delivery is not None and record.live else None
+    if edge is not None:  # delivered through its plan topic (pep/delivery): read on an edge
+        query = request.query_string.decode("latin-1")
+        moved = Response(status=307)
+        moved.headers["Location"] = f"{edge}/handles/{handle_id}" + (f"?{query}" if query else "")
+        return moved
     after = _last_event_id()
     buffer = kept if kept is not None else handles.buffer(handle_id)
     if buffer is None and handles.placement is not None:

@@ -100,12 +100,15 @@ def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float =
                           retention_seconds: float | None = 3600.0,
                           retention_bytes: int | None = 1 << 30,
                           stall_seconds: float = 30.0,
-                          retention_for: Callable[[str], float | None] | None = None
+                          retention_for: Callable[[str], float | None] | None = None,
+                          delivery: Any = None,
+                          shared: tuple[float, float] | None = None
                           ) -> Callable[[], StreamRuntimePort]:
     """A factory for `LazyRuntime`: a SparkSession on `master` and a StreamRuntime over it,
     keeping its checkpoints and archived ingest files under `work_dir` (see
     `pep.runtime.runtime.RuntimeSettings` for the retention and stall arguments;
-    `retention_for(stream)` is a stream's own retention, None for the default).
+    `retention_for(stream)` is a stream's own retention, None for the default; `shared`: the
+    shared query's trigger bounds (min, max) when ingest streams share one query).
 
     `extra_conf` goes to the session as spark-submit's --conf would (over the runtime's
     defaults), `log_level` is Spark's (log4j) level, and `progress(what)`, when given, returns
@@ -113,6 +116,7 @@ def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float =
 
     def build() -> StreamRuntimePort:  # mypy holds StreamRuntime to the port here
         from contextlib import nullcontext
+        from dataclasses import replace
 
         from pep.runtime.runtime import RuntimeSettings, StreamRuntime
         from pep.runtime.session import create_spark_session
@@ -122,10 +126,13 @@ def spark_runtime_factory(master: str, work_dir: Path, trigger_interval: float =
         with step:
             spark = create_spark_session(master=master, extra_conf=extra_conf)
             spark.sparkContext.setLogLevel(log_level)
-        return StreamRuntime(spark, work_dir, settings=RuntimeSettings(
+        settings = RuntimeSettings(
             trigger_interval=trigger_interval, retention_seconds=retention_seconds,
-            retention_bytes=retention_bytes, stall_seconds=stall_seconds),
-            retention_for=retention_for)
+            retention_bytes=retention_bytes, stall_seconds=stall_seconds, delivery=delivery)
+        if shared is not None:
+            settings = replace(settings, shared_query=True, shared_trigger_min=shared[0],
+                               shared_trigger_max=shared[1])
+        return StreamRuntime(spark, work_dir, settings=settings, retention_for=retention_for)
 
     return build
 

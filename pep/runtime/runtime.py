@@ -26,6 +26,9 @@ from pep.runtime.plans.compile import (
 from pep.runtime.privacy.mask_keys import MaskKeys
 from pep.runtime.query.executor import StreamExecutor
 from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN
+from pep.runtime.shared.member import SharedStreamExecutor, can_share
+from pep.runtime.shared.query import SharedQuery
+from pep.runtime.shared.trigger import DEFAULT_HIGH, DEFAULT_LOW, TriggerBounds
 from pep.runtime.sources.checkpoints import (
     DEFAULT_RETENTION_BYTES,
     DEFAULT_RETENTION_SECONDS,
@@ -35,6 +38,8 @@ from pep.runtime.sources.checkpoints import (
 )
 
 log = logging.getLogger(__name__)
+
+Executor = StreamExecutor | SharedStreamExecutor  # a stream's own query, or the shared one
 
 DEFAULT_STALL_SECONDS = 30.0
 
@@ -53,6 +58,15 @@ class RuntimeSettings:
     # tuple windows with panes (gcd of size and step) narrower than this travel as rows and
     # are combined on the driver; wider ones are aggregated per pane in Spark
     tuple_pane_min: int = DEFAULT_TUPLE_PANE_MIN
+    # delivery through plan topics (a `pep.delivery.settings.DeliverySettings`): handles
+    # attached with a topic target have their rows written to it (`pep/runtime/delivery`)
+    delivery: Any = None
+    # One shared query for the process's ingest streams (pep/runtime/shared/), its trigger
+    # between these bounds (seconds); a micro-batch lists `max_files_per_trigger` files per
+    # stream on it
+    shared_query: bool = False
+    shared_trigger_min: float = DEFAULT_LOW
+    shared_trigger_max: float = DEFAULT_HIGH
 
 
 class StreamRuntime:
@@ -93,7 +107,8 @@ class StreamRuntime:
         self.retention = Retention(settings.retention_seconds, settings.retention_bytes)
         self.retention_for = retention_for
         self._lock = threading.RLock()
-        self._executors: dict[str, StreamExecutor] = {}
+        self._executors: dict[str, Executor] = {}
+        self._shared: SharedQuery | None = None  # made with the first stream it serves
         self._handle_streams: dict[str, str] = {}
         self._stoppers: list[threading.Thread] = []
         self._closed = False
@@ -101,10 +116,18 @@ class StreamRuntime:
         self._late = LateBatches(settings.trigger_interval)  # "falling behind", for the log
         # while the gateway restores its handles (`restoring`): queries not started yet
         self._restoring = False
-        self._held: list[StreamExecutor] = []
+        self._held: list[Executor] = []
         self._last_sweep = 0.0
         self._janitor = Janitor(self._tick, settings.janitor_interval)
         self._janitor.start()
+        # plan topics: Spark's Kafka sink options and the driver's producer, shared by the
+        # streams' queries (pep/runtime/delivery)
+        self._topics: tuple[dict[str, str], Any] | None = None
+        if settings.delivery is not None:
+            from pep.runtime.delivery.driver_rows import DriverRows
+
+            self._topics = (settings.delivery.spark_options(),
+                            DriverRows(settings.delivery.client()))
 
     def attach_handle(self, handle_id: str, stream: StreamDefinition,
                       plan: ExecutionPlan | UnionPlan, deliver: Callable[[RowBatch], bool]
@@ -150,11 +173,7 @@ class StreamRuntime:
                 self._retire(executor, idle=False)
                 executor = None
             if executor is None:
-                executor = StreamExecutor(self.spark, stream, self.work_dir,
-                                          self.trigger_interval, self.max_files_per_trigger,
-                                          self._lateness(stream), self._closed_by_deliver,
-                                          self.settings.tuple_pane_min,
-                                          self.mask_keys.key_for)
+                executor = self._new_executor(stream)
                 for old_id, old_plan, old_deliver in carried:
                     executor.add_handle(old_id, old_plan, old_deliver)
                 executor.add_handle(handle_id, compiled, deliver)
@@ -168,6 +187,27 @@ class StreamRuntime:
             else:
                 executor.add_handle(handle_id, compiled, deliver)
             self._handle_streams[handle_id] = stream.name
+        if isinstance(executor, SharedStreamExecutor):
+            executor.wait_started()
+
+    def _new_executor(self, stream: StreamDefinition) -> Executor:
+        """The stream's own query, or with `shared_query` set its place on the shared one
+        (`pep/runtime/shared/`: ingest streams)."""
+        settings = self.settings
+        # delivery through plan topics writes from a stream's own query (`pep/runtime/delivery`)
+        if settings.shared_query and can_share(stream) and self._topics is None:
+            if self._shared is None:
+                self._shared = SharedQuery(self.spark, self.work_dir, TriggerBounds(
+                    settings.shared_trigger_min, settings.shared_trigger_max),
+                    settings.max_files_per_trigger)
+            return SharedStreamExecutor(self.spark, self._shared, stream, self.work_dir,
+                                        settings.max_files_per_trigger,
+                                        self._lateness(stream), self._closed_by_deliver,
+                                        settings.tuple_pane_min, self.mask_keys.key_for)
+        return StreamExecutor(self.spark, stream, self.work_dir, self.trigger_interval,
+                              self.max_files_per_trigger, self._lateness(stream),
+                              self._closed_by_deliver, settings.tuple_pane_min,
+                              self.mask_keys.key_for, topics=self._topics)
 
     @contextmanager
     def restoring(self) -> Iterator[None]:
@@ -220,7 +260,7 @@ class StreamRuntime:
             self._redefine(executor, stream)
             return True
 
-    def _redefine(self, executor: StreamExecutor, stream: StreamDefinition) -> None:
+    def _redefine(self, executor: Executor, stream: StreamDefinition) -> None:
         old = executor.definition
         if (old.name, old.source, old.time_attribute) != \
                 (stream.name, stream.source, stream.time_attribute):
@@ -269,7 +309,7 @@ class StreamRuntime:
         if last:
             self._retire(executor, idle=True)
 
-    def _retire(self, executor: StreamExecutor, idle: bool) -> None:
+    def _retire(self, executor: Executor, idle: bool) -> None:
         with self._lock:
             if executor in self._held:  # never started: it must not start later
                 self._held.remove(executor)
@@ -360,8 +400,9 @@ class StreamRuntime:
         took longer than the trigger interval since the last check (`lateness.py`); returns
         how many."""
         with self._lock:
+            # not the shared query: its batches are as long as its adaptive trigger lets them
             names = {ex.query_name: name for name, ex in self._executors.items()
-                     if ex.query_name is not None}
+                     if ex.query_name is not None and isinstance(ex, StreamExecutor)}
 
         def describe(query: str) -> str | None:
             if query in names:
@@ -407,7 +448,11 @@ class StreamRuntime:
             self._handle_streams.clear()
             stoppers = list(self._stoppers)
         self._janitor.stop()
+        if self._shared is not None:
+            self._shared.stop()  # first: its streams then leave it without starting it again
         for ex in executors:
             ex.stop(idle=False)
         for t in stoppers:
             t.join(timeout=30)
+        if self._topics is not None:
+            self._topics[1].close()  # what the driver produced is on the brokers

@@ -613,7 +613,7 @@ def trial_main(a: dict[str, Any]) -> None:
     global TRIGGER
     TRIGGER = a.pop("trigger")
     from pep.cli.logs import configure_logging
-    configure_logging("WARNING")  # the gateway's log as `xsg serve` writes it (see bench_parser)
+    configure_logging("WARNING").setLevel("WARNING")  # the gateway's log, as in bench_parser
     with tempfile.TemporaryDirectory(prefix="xsg-bench-many-") as tmp:
         figures = run_trial(**a, tmp=Path(tmp))
     report(figures, a["rate"])

@@ -306,7 +306,7 @@ def bench_parser(quick: str, trials: str = "trials, the sides' order rotating") 
 
     from pep.cli.logs import configure_logging
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    configure_logging("WARNING")
+    configure_logging("WARNING").setLevel("WARNING")  # a benchmark's own DEBUG loggers stay off it
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--trials", type=int, default=3, help=f"{trials} (default 3)")

@@ -147,8 +147,9 @@ def test_no_two_stores_name_the_same_table_or_index():
     named = re.compile(r"CREATE (?:TABLE|INDEX|COLLATION)(?: IF NOT EXISTS)? (\w+)", re.I)
     owners: dict[str, str] = {}
     from pep.cluster.store import SCHEMA as CLUSTER  # several processes' tables, same schema
+    from pep.delivery.store import SCHEMA as DELIVERY  # plan topics and edges, same schema
 
-    for schema in (*SCHEMAS, CLUSTER):
+    for schema in (*SCHEMAS, CLUSTER, DELIVERY):
         for step in schema.steps:
             for statement in (*step.sqlite, *step.postgresql):
                 if not isinstance(statement, str):

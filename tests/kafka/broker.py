@@ -4,6 +4,15 @@ that `make install` fetched into .cache/kafka/broker-<version>/ (deploy/fetch_ka
 The tests start one per run (tests/kafka/conftest.py); `make kafka` starts one for a person
 trying the README (`python -m tests.kafka.broker --port 9092`). The broker is a child process
 whose output goes to a file (never a pipe nobody reads), started and stopped with time-outs.
+
+Two client listeners. `bootstrap` (PLAINTEXT) is the administrators' listener: its principal
+(User:ANONYMOUS) is a super user, as is the broker's own on its inter-broker and controller
+listeners; the owners' streams in the tests use it as they always did. `sasl_bootstrap`
+(SASL_PLAINTEXT, SCRAM-SHA-512) authenticates every client by its own SCRAM user
+(`add_scram_user`) and the StandardAuthorizer decides what it may do by the ACLs (deny when
+no ACL allows): delivery through plan topics (pep/delivery) runs there, the gateway and each
+edge with an identity of their own. A broker for real use has no PLAINTEXT listener on a
+network anyone reaches; this one listens on 127.0.0.1 only.
 """
 from __future__ import annotations
 
@@ -33,6 +42,9 @@ appender.file.layout.pattern = %d{{ISO8601}} %p %c: %m%n
 rootLogger.level = {level}
 rootLogger.appenderRef.file.ref = file
 """
+
+
+SCRAM = "SCRAM-SHA-512"
 
 
 class BrokerUnavailable(RuntimeError):
@@ -72,11 +84,40 @@ class KafkaBroker:
     log_level: str = "WARN"
     jars: Path | None = None
     controller_port: int = 0
+    sasl_port: int = 0
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The SASL/SCRAM listener: clients are who they authenticate as, ACLs decide."""
+        return f"127.0.0.1:{self.sasl_port}"
+
+    def sasl_client(self, username: str, password: str) -> dict[str, str]:
+        """librdkafka settings of a client that authenticates as `username`."""
+        return {"bootstrap.servers": self.sasl_bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": SCRAM, "sasl.username": username,
+                "sasl.password": password}
+
+    def add_scram_user(self, username: str, password: str, timeout: float = 30.0) -> None:
+        """Create (or change) a SCRAM-SHA-512 user, through the administrators' listener."""
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        upsert = UserScramCredentialUpsertion(
+            username, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+            password.encode("utf-8"))
+        for future in admin.alter_user_scram_credentials([upsert],
+                                                         request_timeout=timeout).values():
+            future.result(timeout)
 
     @property
     def log_file(self) -> Path:
@@ -100,6 +141,7 @@ class KafkaBroker:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         self.controller_port = self.controller_port or free_port()
+        self.sasl_port = self.sasl_port or free_port()
         logs = self.work_dir / "logs"
         (self.work_dir / "log4j2.properties").write_text(
             _LOG4J.format(log=self.log_file, level=self.log_level))
@@ -109,11 +151,22 @@ class KafkaBroker:
             "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
             f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+            f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port},"
             f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port},"
+            f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,"
+            "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"sasl.enabled.mechanisms={SCRAM}",
+            f"listener.name.sasl_plaintext.{SCRAM.lower()}.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            # ACLs decide for SASL clients; the broker itself and the administrators'
+            # listener (PLAINTEXT, 127.0.0.1) are super users (the module docstring)
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found=false",
             f"log.dirs={logs}",
             "num.partitions=1",
             "auto.create.topics.enable=false",
@@ -228,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="a single-node Kafka broker (KRaft) for trying "
                                                  "xsg's Kafka streams; Ctrl-C stops it")
     parser.add_argument("--port", type=int, default=9092)
+    parser.add_argument("--sasl-port", type=int, default=0,
+                        help="the SASL/SCRAM listener's port (default: --port + 2)")
     parser.add_argument("--data-dir", default="data/kafka",
                         help="its log directory and configuration (kept across runs)")
     parser.add_argument("--topic", action="append", default=[],
@@ -235,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # the controller on the next port: the same two ports at every start of the same data dir
     broker = KafkaBroker(Path(args.data_dir).resolve(), port=args.port, heap="512m",
-                         log_level="INFO", controller_port=args.port + 1)
+                         log_level="INFO", controller_port=args.port + 1,
+                         sasl_port=args.sasl_port or args.port + 2)
     try:
         broker.start()
     except BrokerUnavailable as exc:
@@ -249,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"topic {name}: {exc}", file=sys.stderr)
     assert broker.jars is not None
     print(f"Kafka {broker.jars.name.removeprefix('broker-')} on {broker.bootstrap} "
-          f"(log {broker.log_file}); Ctrl-C stops it.\n"
+          f"(SASL/SCRAM on {broker.sasl_bootstrap}; log {broker.log_file}); Ctrl-C stops it.\n"
           f"A topic:    java -cp '{broker.jars}/*' org.apache.kafka.tools.TopicCommand "
           f"--bootstrap-server {broker.bootstrap} --create --topic readings --partitions 3\n"
           f"A producer: java -cp '{broker.jars}/*' org.apache.kafka.tools.ConsoleProducer "

@@ -55,7 +55,8 @@ def test_every_setting_can_come_from_each_source(tmp_path):
     for setting in settings():
         kind = setting.kind.removeprefix("opt")
         if kind not in samples or setting.name.startswith("oidc.") or setting.name in (
-                "port", "threads", "max_threads", "proxy_port", "read_token_ttl", "cluster"):
+                "port", "threads", "max_threads", "proxy_port", "read_token_ttl", "cluster",
+                "shared_trigger_min"):  # 2.5 alone is above the max's default (2.0): refused
             continue
         text, value = samples[kind]
         by_env = load_settings({}, {setting.env: text}, None)
@@ -264,3 +265,13 @@ def test_a_cluster_needs_a_postgresql_store_and_reachable_urls(tmp_path):
         load_settings({"advertise_url": "h:1"}, {}, None)
     with pytest.raises(ConfigError, match="lease_seconds"):
         load_settings({"lease_seconds": "0.1"}, {}, None)
+
+
+def test_the_shared_querys_trigger_bounds_are_checked_together():
+    config = load_settings({"shared_query": "true", "shared_trigger_min": "0.5",
+                            "shared_trigger_max": "3"}, {}, None)
+    assert (config.shared_query, config.shared_trigger_min, config.shared_trigger_max) == \
+        (True, 0.5, 3.0)
+    with pytest.raises(ConfigError, match=r"shared_trigger_min \(2.5\) is above "
+                                          r"shared_trigger_max \(2.0\)"):
+        load_settings({"shared_trigger_min": "2.5"}, {}, None)

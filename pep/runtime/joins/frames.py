@@ -18,12 +18,14 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 
+from pep.core import punctuations
 from pep.core.conditions import COMPARATORS
 from pep.core.join import JOINED_LABEL, label_lattice
 from pep.core.labels import LabelError, Lattice
 from pep.core.masks import Mask
 from pep.core.plan import AnyPredicate, ExecutionPlan, JoinPlan, SpatialPredicate, StreamDefinition
 from pep.runtime.base.columns import SEQ_COLUMN
+from pep.runtime.joins.shield import shielded_side
 from pep.runtime.plans.compile import PlanError, compile_predicate, plan_masks
 from pep.runtime.plans.plan_expressions import kafka_admits, offsets_literal
 from pep.runtime.plans.predicates import row_column
@@ -163,7 +165,8 @@ KEY_COLUMN = "_xsg_key"  # the owner's hash key, from a one-row table the side i
 def side_frame(spark: SparkSession, definition: StreamDefinition, plan: ExecutionPlan,
                time_output: str, prefix: str, lateness: float, max_files: int,
                feed: Path | None = None, mask_key: Callable[[str], bytes] | None = None,
-               source: DataFrame | None = None) -> tuple[DataFrame, list[JoinOutput]]:
+               source: DataFrame | None = None, reads: tuple[str, ...] = ()
+               ) -> tuple[DataFrame, list[JoinOutput]]:
     """The side's authorised view as a streaming DataFrame: columns `<prefix><i>` (its outputs,
     in order) and `<prefix>_t` (its time), watermarked; plus how to name its outputs.
 
@@ -172,7 +175,9 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
     whose files the stream's own query archives, and deleted once committed. `source`: a
     DataFrame of the source's shape (the schema's columns and `_xsg_seq`) read instead of the
     stream's source; a static one gives the same view as a batch (the tests' brute force runs
-    the very expressions a join runs)."""
+    the very expressions a join runs). On a stream with security punctuations, the side's
+    tuples pass its shield first (`joins/shield.py`; `reads`: the attributes the join reads of
+    the side, its keys, time and label: a tuple in which one is hidden joins nothing)."""
     if plan.stream != definition.name:
         raise JoinPlanError(f"side plan is for stream {plan.stream!r}, not {definition.name!r}")
     if source is not None:
@@ -192,6 +197,11 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
             raise JoinPlanError(f"stream {definition.name!r}: start_offsets cut Kafka streams "
                                 "only")
         df = df.filter(kafka_admits(offsets_literal(plan.start_offsets)))
+    if punctuations.enabled(definition):
+        try:
+            df = shielded_side(df, definition, plan, reads)
+        except ValueError as exc:
+            raise JoinPlanError(str(exc)) from None
     try:
         masks = plan_masks(plan, definition.schema)
     except PlanError as exc:
@@ -354,9 +364,9 @@ def joined_frame(spark: SparkSession, left: StreamDefinition, right: StreamDefin
     if (left.name, right.name) != plan.streams:
         raise JoinPlanError(f"the join is of {plan.streams}, not of {(left.name, right.name)}")
     lframe, lout = side_frame(spark, left, plan.left, plan.left_time, "l", lateness, max_files,
-                              feeds[0], mask_key, sources[0])
+                              feeds[0], mask_key, sources[0], _reads(plan, 0))
     rframe, rout = side_frame(spark, right, plan.right, plan.right_time, "r", lateness,
-                              max_files, feeds[1], mask_key, sources[1])
+                              max_files, feeds[1], mask_key, sources[1], _reads(plan, 1))
     index = {("left", n): o.internal for n, o in zip(_names(plan.left), lout, strict=True)}
     index.update({("right", n): o.internal for n, o in zip(_names(plan.right), rout, strict=True)})
     terms = []
@@ -396,6 +406,16 @@ def _joined_label(left: StreamDefinition, right: StreamDefinition, plan: JoinPla
     codes = [label_code(F.col(index[(side, name)]), lattice)
              for side, name in zip(("left", "right"), plan.label, strict=True)]
     return label_text(lub_of(*codes), lattice)
+
+
+def _reads(plan: JoinPlan, side: int) -> tuple[str, ...]:
+    """What the join reads of a side's outputs (its keys, its time, its label): a side's
+    punctuations must show all of them for its tuple to join (`joins/shield.py`)."""
+    names = [pair[side] for pair in plan.on]
+    names.append((plan.left_time, plan.right_time)[side])
+    if plan.label is not None:
+        names.append(plan.label[side])
+    return tuple(dict.fromkeys(names))
 
 
 def _windowed(plan: ExecutionPlan) -> int:

@@ -163,7 +163,8 @@ class CompiledPlan:
     # beyond the tuple gives every record); None: no cut
     start_offsets: tuple[int, ...] | None = None
     # a stream with security punctuations: the consumer's roles, `refine` or `defer`, and the
-    # attributes its filter reads (`pep.core.punctuations`); None: the stream has none
+    # attributes its filter reads (a window plan: every attribute it reads, `window_reads`)
+    # (`pep.core.punctuations`); None: the stream has none
     punctuations: tuple[frozenset[str], str, tuple[str, ...]] | None = None
 
     @property
@@ -395,7 +396,20 @@ def compile_plan(plan: ExecutionPlan, schema: StreamSchema, stream_time_attribut
                         None if plan.punctuation_roles is None else
                         (frozenset(plan.punctuation_roles),
                          "defer" if plan.punctuation_defer else "refine",
-                         filter_attributes(plan)))
+                         filter_attributes(plan) if window is None else
+                         window_reads(plan, window)))
+
+
+def window_reads(plan: ExecutionPlan, window: CompiledWindow) -> tuple[str, ...]:
+    """The attributes a window plan reads, by their schema names: its filter's, its
+    aggregates', its group-by keys, its time and its label bounds'. A tuple of which a security
+    punctuation hides any of them counts in none of the consumer's windows
+    (`pep.core.punctuations.counts_in_window`)."""
+    names = [*filter_attributes(plan), *(a for a, _ in window.attributes), *window.keys,
+             *(a for a, _ in window.label_bounds)]
+    if window.kind == "time" and window.time_attribute:
+        names.append(window.time_attribute)
+    return tuple(dict.fromkeys(names))
 
 
 def plan_masks(plan: ExecutionPlan, schema: StreamSchema) -> dict[str, Mask]:

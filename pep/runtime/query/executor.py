@@ -45,6 +45,9 @@ from pyspark.sql import SparkSession
 from pep.core import punctuations
 from pep.core.plan import StreamDefinition
 from pep.runtime.base.delivery import Deliver
+from pep.runtime.delivery.driver_rows import DriverRows
+from pep.runtime.delivery.topic_rows import TopicRows
+from pep.runtime.delivery.writer import TopicWriter
 from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.kafka_replay import KafkaReplay
@@ -68,7 +71,10 @@ class StreamExecutor:
                  trigger_interval: float, max_files_per_trigger: int, lateness: float,
                  on_handle_closed: Callable[[str], None],
                  tuple_pane_min: int = DEFAULT_TUPLE_PANE_MIN,
-                 mask_key: Callable[[str], bytes] | None = None) -> None:
+                 mask_key: Callable[[str], bytes] | None = None,
+                 topics: tuple[dict[str, str], DriverRows] | None = None) -> None:
+        """`topics`: delivery through plan topics (Spark's Kafka sink options, the runtime's
+        producer of the driver's rows), `pep.runtime.delivery`."""
         settings = QuerySettings(spark, Path(work_dir), trigger_interval, max_files_per_trigger,
                                  tuple_pane_min, mask_key)
         layout = StreamLayout.of(definition)
@@ -79,11 +85,14 @@ class StreamExecutor:
         self.table = PlanTable(spark, layout, mask_key)
         self.rows = RowsJob(layout)
         self.panes = PanesJob(layout)
-        self.router = ResultRouter(layout, self.registry, self.figures, lateness)
+        writer = None if topics is None else TopicWriter(
+            TopicRows(topics[0]), topics[1], epoch=lambda: self.lifecycle.checkpoint_id(),
+            stopping=lambda: self.lifecycle.stopping)
+        self.router = ResultRouter(layout, self.registry, self.figures, lateness, writer)
         self.shield = PunctuationShield(layout) if punctuations.enabled(definition) else None
         self.runner = MicroBatchRunner(spark, layout, self.registry, self.table, self.rows,
                                        self.panes, self.router, self.figures, on_handle_closed,
-                                       self.shield)
+                                       self.shield, writer)
         self.replay = KafkaReplay(spark, layout, self.registry, self.table, self.rows,
                                   self.router, self.figures)
         self.lifecycle = QueryLifecycle(settings, layout, self.runner, self.router, self.replay,

@@ -112,7 +112,7 @@ class KafkaReplay:
             for batch_id, table in replayed:
                 self._router.begin(batch_id)
                 if table.num_rows and shape is not None:
-                    self._router.route_rows(table, states, shape, grouped, unions)
+                    self._router.route_rows(table, states, shape, grouped, unions=unions)
         finally:
             self._router.begin(None)
         if ranges:

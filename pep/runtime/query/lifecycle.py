@@ -6,6 +6,7 @@ health (stalls, input waiting).
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -80,6 +81,7 @@ class QueryLifecycle:
         # (last_batch_at, when) Spark's status first said that data is available after that
         # batch: the time the input is known to have arrived (`input_waiting`)
         self._available_seen: tuple[float | None, float] | None = None
+        self._epoch: tuple[Path, str] | None = None  # (checkpoint location, its query id)
 
     def redefine(self, layout: StreamLayout) -> None:
         """The stream's definition changed (the next start reads the new one)."""
@@ -157,6 +159,28 @@ class QueryLifecycle:
                                     ).adopt(previous)
         self._stopped = False
         self.start()
+
+    # ----- what plan topics' keys need (pep/runtime/delivery) --------------------------------
+    def checkpoint_id(self) -> str:
+        """The identity of the query's checkpoint (Spark's query id, kept across restarts from
+        it; a new checkpoint numbers its batches anew): the epoch of plan topics' keys."""
+        checkpoint = self._checkpoint
+        if checkpoint is None:
+            return "0"
+        location = checkpoint.location
+        if self._epoch is None or self._epoch[0] != location:
+            try:
+                text = (location / "metadata").read_text(encoding="utf-8")
+                ident = str(json.loads(text.splitlines()[0])["id"]).replace("-", "")[:12]
+            except (OSError, ValueError, KeyError, IndexError):
+                return "0"  # not written before the query's first trigger
+            self._epoch = (location, ident)
+        return self._epoch[1]
+
+    @property
+    def stopping(self) -> bool:
+        """A stop is under way (a batch waiting for the brokers gives up)."""
+        return self._pausing or self._stopped
 
     # ----- the micro-batch's gate -------------------------------------------------------------
     def on_batch(self, batch: DataFrame, batch_id: int) -> None:

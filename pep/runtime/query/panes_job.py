@@ -53,9 +53,12 @@ class PanesJob:
         """The stream's definition changed."""
         self._layout = layout
 
-    def panes_frame(self, batch: DataFrame, plans_column: Column, shape: Shape) -> DataFrame:
+    def panes_frame(self, batch: DataFrame, plans_column: Column, shape: Shape,
+                    counts: Callable[[Column], Column] | None = None) -> DataFrame:
         """Window plans: partial aggregates per (plan, key, pane) (with `shape.raw`: each
-        tuple's values, every pane being one tuple)."""
+        tuple's values, every pane being one tuple). `counts(plan id)`: on a stream with
+        security punctuations, whether the tuple counts in that plan's windows
+        (`BatchShield.window_filter`); the plans a tuple passes keep only those."""
         base = base_columns(self._layout, shape, [], True)
         parts = []
         for kind, wanted in ((TUPLE, shape.tuple_windows), (TIME, shape.time_windows)):
@@ -64,7 +67,12 @@ class PanesJob:
             key = ("panes", self._layout.schema, shape, kind,
                    tuple(order_columns(self._layout, shape)))
             stages = shared_expressions(key, functools.partial(self._pane_stages, shape, kind))
-            frame = batch.select(*base, plans_column.alias(PLANS_COLUMN))
+            if counts is None:
+                frame = batch.select(*base, plans_column.alias(PLANS_COLUMN))
+            else:  # (a scalar subquery cannot be read inside a higher-order function)
+                frame = batch.select("*", plans_column.alias(PLANS_COLUMN)).select(
+                    *base, F.filter(F.col(PLANS_COLUMN), lambda p: counts(p[PlanField.ID]))
+                    .alias(PLANS_COLUMN))
             frame = frame.select(*stages["explode"]).select(*stages["values"])
             if kind == TUPLE:
                 frame = frame.select(*stages["number"]).select(*stages["pane"])

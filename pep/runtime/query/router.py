@@ -18,6 +18,7 @@ from pep.core.rows import RowBatch
 from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN, SEQ_COLUMN
 from pep.runtime.base.delivery import deliver_to
 from pep.runtime.base.encode import json_array, value_texts
+from pep.runtime.delivery.writer import TopicWriter, topic_of
 from pep.runtime.plans.batch_shape import Shape
 from pep.runtime.plans.matcher import GroupedMatcher
 from pep.runtime.query.batch_columns import order_columns
@@ -42,8 +43,11 @@ class ResultRouter:
     micro-batch is being delivered and the last one delivered in full."""
 
     def __init__(self, layout: StreamLayout, registry: PlanRegistry, figures: QueryFigures,
-                 lateness: float) -> None:
+                 lateness: float, topics: TopicWriter | None = None) -> None:
         self._layout = layout
+        # delivery through plan topics: what the driver finishes for handles that read topics
+        # is produced there once per topic (`pep.runtime.delivery`)
+        self._topics = topics
         self._registry = registry
         self._figures = figures
         self.lateness = lateness  # seconds: a time window's tuples this late still count
@@ -85,11 +89,14 @@ class ResultRouter:
 
     def route_rows(self, arrow: pa.Table, plans: list[PlanState], shape: Shape,
                     grouped: GroupedMatcher | None = None,
+                    written: frozenset[int] = frozenset(),
                     unions: list[UnionState] | None = None,
                     shield: BatchShield | None = None) -> list[str]:
         """Deliver the rows job's rows to `plans`' handles and to the unions of grants (those
-        given; None: every union with handles). `shield`: the stream's security punctuations
-        in this batch (`query/shield.py`), which each plan's rows pass first."""
+        given; None: every union with handles). `written`: the plans whose rows the workers
+        wrote to their handles' topics already (only their other handles get them here).
+        `shield`: the stream's security punctuations in this batch (`query/shield.py`), which
+        each plan's rows pass first."""
         keys = [(c, "ascending", "at_end") for c in order_columns(self._layout, shape)]
         arrow = arrow.take(pc.sort_indices(arrow, sort_keys=keys))
         if grouped is not None:  # a plan's pairs together, in stream order
@@ -145,15 +152,19 @@ class ResultRouter:
                     arrow, projection, sources, [bounds[s.id] for s in members], row_ids,
                     seqs), strict=True):
                 state.batches += 1
-                closed += self._deliver(state, out)
-        closed += self._route_unions(arrow, row_ids, bounds, seqs, plans, unions)
+                closed += self._deliver(state, out, state.id in written)
+        closed += self._route_unions(arrow, row_ids, bounds, seqs, plans, unions, hidden)
         return closed
 
     def _route_unions(self, arrow: pa.Table, row_ids: np.ndarray,
                       bounds: dict[int, tuple[int, int]], seqs: np.ndarray,
-                      plans: list[PlanState], only: list[UnionState] | None = None
+                      plans: list[PlanState], only: list[UnionState] | None = None,
+                      hidden: dict[int, dict[int, frozenset[str]]] | None = None
                       ) -> list[str]:
-        """Each union's plain members' rows, merged per tuple (`pep.runtime.query.union`)."""
+        """Each union's plain members' rows, merged per tuple (`pep.runtime.query.union`).
+        `hidden`: per member, the rows whose attributes punctuations hide from it (the
+        members of a union are one consumer's: a row's hidden attributes are the same for
+        every member that has it, each knowing those of its own projection)."""
         unions = self._registry.unions(only)
         if not unions:
             return []
@@ -166,8 +177,12 @@ class ResultRouter:
                 continue
             mask = member_masks(arrow.num_rows, row_ids, bounds, members)
             projections = {bit: states[pid].compiled.projection for bit, pid in members}
+            gone: dict[int, frozenset[str]] = {}
+            for _, pid in members:
+                for row, names in (hidden or {}).get(pid, {}).items():
+                    gone[row] = gone.get(row, frozenset()) | names
             out = merged_rows(arrow, mask, projections, self._layout.field_names, _json_texts, seqs,
-                              NO_SEQ)
+                              NO_SEQ, gone)
             if out is not None:
                 closed += self._deliver_to(list(union.handles.values()), out)
         return closed
@@ -234,17 +249,28 @@ class ResultRouter:
                 closed += self._deliver(state, out)
         return closed
 
-    def _deliver(self, state: PlanState, out: RowBatch) -> list[str]:
-        closed = self._deliver_to(list(state.handles.values()), out)
+    def _deliver(self, state: PlanState, out: RowBatch, written: bool = False) -> list[str]:
+        closed = self._deliver_to(list(state.handles.values()), out, written)
         if state.unions and state.windows is not None:
             # a windowed member's windows go to its unions' handles, tagged with its index
             for union, index in self._registry.union_targets(state):
                 closed += self._deliver_to(list(union.handles.values()), tag_rows(out, index))
         return closed
 
-    def _deliver_to(self, handles: list[AttachedHandle], out: RowBatch) -> list[str]:
+    def _deliver_to(self, handles: list[AttachedHandle], out: RowBatch,
+                    written: bool = False) -> list[str]:
         if self._layout.kafka and self._routing_batch is not None:
             out = replace(out, batch=self._routing_batch)  # its micro-batch (Kafka)
+        if self._topics is not None:
+            to_topics = [h for h in handles if topic_of(h.deliver) is not None]
+            if to_topics:
+                # once per topic (`written`: the workers wrote them in the batch), then each
+                # handle is asked whether it is still open, as a delivery would
+                handles = [h for h in handles if topic_of(h.deliver) is None]
+                if not written:
+                    self._topics.produce(to_topics, out, self._routing_batch)
+                closed = deliver_to(to_topics, out, self._figures.counters)
+                return closed + deliver_to(handles, out, self._figures.counters)
         return deliver_to(handles, out, self._figures.counters)
 
 

@@ -17,9 +17,10 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from pep.runtime.base.jvm_steps import JvmSteps
+from pep.runtime.delivery.writer import TopicWriter
 from pep.runtime.plans.batch_shape import Shape
 from pep.runtime.plans.matcher import GroupedMatcher
-from pep.runtime.query.batch_columns import observed
+from pep.runtime.query.batch_columns import observed, order_columns
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.panes_job import PanesJob
 from pep.runtime.query.plan_table import PlanTable
@@ -46,7 +47,8 @@ class MicroBatchRunner:
     def __init__(self, spark: SparkSession, layout: StreamLayout, registry: PlanRegistry,
                  table: PlanTable, rows: RowsJob, panes: PanesJob, router: ResultRouter,
                  figures: QueryFigures, on_handle_closed: Callable[[str], None],
-                 shield: PunctuationShield | None = None) -> None:
+                 shield: PunctuationShield | None = None,
+                 topics: TopicWriter | None = None) -> None:
         self._spark = spark
         self._layout = layout
         self._registry = registry
@@ -56,6 +58,9 @@ class MicroBatchRunner:
         self._router = router
         self._figures = figures
         self._on_handle_closed = on_handle_closed
+        # delivery through plan topics (pep/runtime/delivery): the row plans whose handles read
+        # topics are written from the workers in the batch; None: every row to the driver
+        self._topics = topics
         self._shield = shield  # the stream's security punctuations (`query/shield.py`)
         # a batch's results are delivered one batch behind the query (`query/route_worker.py`)
         self._worker = RouteWorker(f"xsg-route-{layout.name}", figures.failed)
@@ -115,12 +120,19 @@ class MicroBatchRunner:
         route: Route | None = None
         spark_s = 0.0
         if scalar is not None or rows_by is not None:
-            route, spark_s = self._evaluate(batch, sets, shape, scalar, rows_by, guard)
+            route, spark_s = self._evaluate(batch, sets, shape, scalar, rows_by, guard,
+                                            batch_id)
         self._figures.evaluated(len(plans))
         # Spark commits this batch and prepares the next while its rows are delivered
         # (`query/route_worker.py`); the one before it is routed first
         self._worker.submit(functools.partial(self._batch_routed, batch_id, [route],
                                               t1 - t0, spark_s))
+
+    def route_later(self, batch_id: int, route: Route | None, spark_s: float = 0.0) -> None:
+        """A batch whose jobs ran elsewhere (the shared query, `pep/runtime/shared/`): its
+        results routed on this stream's route worker, after the batch before it."""
+        self._worker.submit(functools.partial(self._batch_routed, batch_id, [route], 0.0,
+                                              spark_s))
 
     def _batch_routed(self, batch_id: int, routes: list[Route | None], table_s: float = 0.0,
                       spark_s: float = 0.0) -> None:
@@ -136,13 +148,15 @@ class MicroBatchRunner:
             # the split tests/bench reads
             log.debug("batch %s: table %.3f eval %.3f route %.3f", batch_id, table_s, spark_s,
                       time.perf_counter() - started)
+        if self._topics is not None:
+            self._topics.flush()  # the driver's records are on the brokers before "delivered"
         self._router.delivered(batch_id)
         for handle_id in closed:
             self._on_handle_closed(handle_id)
 
     def _evaluate(self, batch: DataFrame, sets: PlanSets, shape: Shape,
                   scalar: Column | None, rows_by: RowsMatcher | None = None,
-                  guard: BatchShield | None = None) -> tuple[Route, float]:
+                  guard: BatchShield | None = None, batch_id: int = 0) -> tuple[Route, float]:
         """Run the batch's jobs; (what routes their results into the handles and returns the
         handles that closed on the way, seconds in Spark jobs)."""
         started = time.perf_counter()
@@ -167,27 +181,43 @@ class MicroBatchRunner:
         # observed on the batch's first job (a Kafka stream's rows come from Spark's progress)
         from_progress = self._layout.kafka
         counted = grouped is not None and bool(plain) and bool(shape.plain_columns)
+        # the row plans whose handles read plan topics are written from the workers; the rest
+        # (windows' rows, unions' members, handles in this process) come to the driver
+        # (a punctuated stream's rows pass its shield on the driver first: all to the driver)
+        worker, driver_plain = (self._topics.split(plain)
+                                if self._topics is not None and guard is None else ([], plain))
+        # a write to the plan topics as the batch's only job: Spark's writer runs it as a
+        # command, whose observed metrics never reach the observation (it would wait forever):
+        # the figures come from one more small job instead
+        writes_only = bool(worker) and not driver_plain and not windowed
         observation = None
         observed_batch = batch
-        if not from_progress and not counted:
+        if not from_progress and not counted and not writes_only:
             observed_batch, observation = self._steps.observe(
                 batch, f"xsg_observed_{next(_OBSERVATIONS)}", observed(shape))
         rows_arrow: pa.Table | None = None
         panes_arrow: pa.Table | None = None
         figures: dict[str, Any] = {}
         if plain and shape.plain_columns:
-            if grouped is not None:
+            if driver_plain and grouped is not None:
                 rows_arrow, counts = self._rows.admitted_arrow(observed_batch, shape, grouped)
                 if not from_progress:
                     figures = counts
-            elif few is not None or scalar is not None:
+            elif driver_plain and (few is not None or scalar is not None):
                 rows_arrow = self._rows.rows_frame(observed_batch, scalar, shape, few).toArrow()
+            if worker:
+                self._write_topics(observed_batch, shape, scalar, few, grouped, worker, batch_id)
             panes_source = batch
         else:
             panes_source = observed_batch
         # no plan table while every window plan passes nothing: no panes (`route_panes`)
         if windowed and scalar is not None:
-            panes_arrow = self._panes.panes_frame(panes_source, scalar, shape).toArrow()
+            # on a punctuated stream, each tuple only in the windows of the plans its segment
+            # lets count it (`BatchShield.window_filter`)
+            shielded = guard.window_filter(windowed, batch) if guard is not None else None
+            panes_arrow = self._panes.panes_frame(panes_source, scalar, shape,
+                                                  shielded).toArrow()
+        computed = writes_only and not from_progress
         try:
             if observation is not None:
                 figures = self._steps.observed(batch, observation)
@@ -197,6 +227,8 @@ class MicroBatchRunner:
             # batches no longer observe): the same figures from one more small job
             log.debug("stream %s: observed figures unavailable (%s); computed",
                       self._layout.name, type(exc).__name__)
+            computed = True
+        if computed:
             row = batch.agg(*observed(shape)).first()  # an aggregate: always one row
             figures = row.asDict() if row is not None else {}
         spark_s = time.perf_counter() - started
@@ -205,15 +237,37 @@ class MicroBatchRunner:
             if arrow is not None:
                 self._figures.collected(arrow)
         router = self._router
+        written = frozenset(s.id for s in worker)
 
         def route() -> list[str]:
             closed: list[str] = []
             if rows_arrow is not None and rows_arrow.num_rows:
-                closed += router.route_rows(rows_arrow, plain, shape, grouped, shield=guard)
-            if windowed and guard is None:  # never windows on a punctuated stream
+                closed += router.route_rows(rows_arrow, driver_plain, shape, grouped, written,
+                                            shield=guard)
+            if windowed:
                 closed += router.route_panes(panes_arrow, windowed, shape)
             return closed
         return route, spark_s
+
+    def _write_topics(self, batch: DataFrame, shape: Shape, scalar: Column | None,
+                      few: Column | None, grouped: GroupedMatcher | None, worker: list[Any],
+                      batch_id: int) -> None:
+        """The rows of the plans whose handles read plan topics, written from the workers
+        (`pep.runtime.delivery`)."""
+        topics = self._topics
+        assert topics is not None
+        layout = self._layout
+        routes = topics.routes(worker, lambda s: tuple(layout.row_columns(
+            s.compiled, s.compiled.projection)))
+        order = order_columns(layout, shape)
+        position = self._router.position(batch_id)
+        if grouped is not None:
+            keep = list(shape.plain_columns) + order
+            topics.write_bits(self._rows.admitted_frame(batch, shape, grouped), grouped, keep,
+                              routes, order, position)
+        elif few is not None or scalar is not None:
+            topics.write_pids(self._rows.rows_frame(batch, scalar, shape, few), routes, order,
+                              position)
 
 
 __all__ = ["MicroBatchRunner", "Route"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
@@ -35,6 +36,7 @@ from pep.core.punctuations import (
     Punctuation,
     SegmentPolicy,
     ShieldState,
+    counts_in_window,
     read_log_line,
     visible_attributes,
 )
@@ -242,8 +244,9 @@ class BatchShield:
               ) -> tuple[np.ndarray, np.ndarray, dict[int, dict[int, frozenset[str]]]]:
         """The (plan, row) pairs each plan may have (pairs of a plan together, in stream
         order, as given), and per plan the rows whose attributes it may not all see: {plan id:
-        {row: hidden attributes}}. A plan with windows gets nothing: windows are refused on
-        punctuated streams when a handle is asked for, and the shield never lets one through.
+        {row: hidden attributes}}. A tuple window's plan whose tuples come back as rows
+        (`PlanState.rows`) keeps the tuples that count in its windows (`counts_in_window`),
+        whole.
 
         Vectorised per plan: the verdict is computed once per distinct (segment, matches) of
         the plan's rows, numpy picks the rows."""
@@ -271,7 +274,7 @@ class BatchShield:
         cuts = np.flatnonzero(np.diff(plan_ids)) + 1
         for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(plan_ids)], strict=True):
             state = states.get(int(plan_ids[lo]))
-            if state is None or state.windows is not None:
+            if state is None:
                 continue
             uniq, first, inverse = np.unique(classes[lo:hi], return_index=True,
                                              return_inverse=True)
@@ -280,7 +283,8 @@ class BatchShield:
                                       bits_of[int(ids[lo + f])])
                         for f in first.tolist()]
             keep[lo:hi] = np.array([bool(v) for v in verdicts], dtype=bool)[inverse]
-            partial = [k for k, v in enumerate(verdicts) if v and len(v) < len(projection)]
+            partial = [k for k, v in enumerate(verdicts) if v and len(v) < len(projection)
+                       and state.windows is None]
             if partial:
                 rows = hidden.setdefault(state.id, {})
                 for k in partial:
@@ -302,10 +306,134 @@ class BatchShield:
         if found is None:
             matched = frozenset(c for c in policy.conditions
                                 if bits >> self.index[c] & 1)
-            found = visible_attributes(policy, roles, mode, state.compiled.projection, matched,
-                                       reads)
+            if state.windows is not None:
+                found = frozenset(reads) if counts_in_window(policy, roles, mode, reads,
+                                                             matched) else frozenset()
+            else:
+                found = visible_attributes(policy, roles, mode, state.compiled.projection,
+                                           matched, reads)
             self._verdicts[key] = found
         return found
 
+    def window_filter(self, plans: list[PlanState], batch: DataFrame
+                      ) -> Callable[[Column], Column]:
+        """For the panes job: given a plan's id, whether the batch's tuple counts in that
+        window plan's windows (`counts_in_window` under the tuple's segment), as a Column over
+        the batch's row. Applied to the plans a tuple passes before the panes are numbered and
+        aggregated (`PanesJob.panes_frame`), where the plan's filter is: a tuple a segment
+        hides is in no pane of the plan, numbers no tuple of its tuple windows and moves no
+        clock of its time windows.
 
-__all__ = ["PunctuationShield", "BatchShield", "PRUNE_AT"]
+        One small job gives the batch's first and last positions; the expression covers the
+        segments between them, runs of segments with the same verdict as one range, and the
+        tuple DDPs of a segment as their comparisons (every combination of those it has met or
+        not; past MAX_WINDOW_CONDITIONS of them, its tuples are denied). A tuple outside the
+        segments (no position; behind segments dropped) is denied."""
+        seq = F.col(SEQ_COLUMN)
+        row = batch.agg(F.min(seq).alias("lo"), F.max(seq).alias("hi")).first()
+        low = None if row is None else row["lo"]
+        high = None if row is None else row["hi"]
+        if low is not None:  # (a stream with window plans only routes no rows to say it)
+            self.shield.moved(int(low))
+        cases: list[tuple[int, Column]] = []
+        for state in plans:
+            cases.append((state.id, F.lit(False) if low is None or high is None
+                          else self._window_counts(state, int(low), int(high))))
+
+        def counts(pid: Column) -> Column:
+            out = None
+            for plan_id, test in cases:
+                out = (F.when(pid == F.lit(plan_id), test) if out is None
+                       else out.when(pid == F.lit(plan_id), test))
+            return F.lit(False) if out is None else out.otherwise(F.lit(False))
+        return counts
+
+    def _window_counts(self, state: PlanState, low: int, high: int) -> Column:
+        seq = F.col(SEQ_COLUMN)
+        starts = self.starts.tolist()
+        first = int(np.searchsorted(self.starts, low, side="right")) - 1
+        last = int(np.searchsorted(self.starts, high, side="right")) - 1
+        roles, mode, reads = state.compiled.punctuations or (frozenset(), REFINE, ())
+
+        def span(i: int) -> Column:
+            lo = starts[i] if i >= 0 else None
+            hi = starts[i + 1] if i + 1 < len(starts) else None
+            inside = F.lit(True)
+            if lo is not None:
+                inside = seq >= F.lit(lo)
+            if hi is not None:
+                inside = inside & (seq < F.lit(hi))
+            return inside
+
+        terms: list[Column] = []
+        run: int | None = None  # the first segment of a run of counted ones
+        for i in range(first, last + 1):
+            if i < 0 and self.pruned:
+                ok: bool | list[Column] = False  # its segment was dropped: denied
+            else:
+                ok = self._segment_counts(state, i, roles, mode, reads)
+            if ok is True:
+                run = i if run is None else run
+                continue
+            if run is not None:
+                terms.append(_between(seq, starts, run, i))
+                run = None
+            if isinstance(ok, list) and ok:
+                terms.append(span(i) & reduce(lambda a, b: a | b, ok))
+        if run is not None:
+            terms.append(_between(seq, starts, run, last + 1))
+        if not terms:
+            return F.lit(False)
+        return F.coalesce(reduce(lambda a, b: a | b, terms), F.lit(False))
+
+    def _segment_counts(self, state: PlanState, segment: int, roles: frozenset[str],
+                        mode: str, reads: tuple[str, ...]) -> bool | list[Column]:
+        """Whether a segment's tuples count in the plan's windows: True, False, or the tests
+        of the combinations of its tuple DDPs under which they do."""
+        policy = self.policies[segment] if segment >= 0 else SegmentPolicy()
+        conditions = policy.conditions
+        if len(conditions) > MAX_WINDOW_CONDITIONS:
+            return False
+        kind = int(self.kinds[segment]) if segment >= 0 else -1
+        out: list[Column] = []
+        for bits in range(1 << len(conditions)):
+            met = tuple(c for j, c in enumerate(conditions) if bits >> j & 1)
+            key = ("window", kind, met, state.id)
+            found = self._verdicts.get(key)
+            if found is None:
+                matched = frozenset(met)
+                found = frozenset(reads) if counts_in_window(policy, roles, mode, reads,
+                                                             matched) else frozenset()
+                self._verdicts[key] = found
+            if not found:
+                continue
+            if not conditions:
+                return True
+            tests = [_holds(c) if bits >> j & 1 else ~_holds(c)
+                     for j, c in enumerate(conditions)]
+            out.append(reduce(lambda a, b: a & b, tests))
+        if not conditions:
+            return False
+        return True if len(out) == 1 << len(conditions) else out
+
+
+MAX_WINDOW_CONDITIONS = 6  # distinct tuple DDPs of one segment the window filter enumerates
+
+
+def _holds(conds: Conditions) -> Column:
+    """Whether a tuple meets a tuple DDP (a null compares as unmet, as in `Condition.holds`)."""
+    return F.coalesce(reduce(lambda a, b: a & b, (_condition_column(c) for c in conds)),
+                      F.lit(False))
+
+
+def _between(seq: Column, starts: list[int], first: int, end: int) -> Column:
+    """Positions from segment `first` (-1: before any) up to segment `end`'s start."""
+    inside = F.lit(True)
+    if first >= 0:
+        inside = seq >= F.lit(starts[first])
+    if end < len(starts):
+        inside = inside & (seq < F.lit(starts[end]))
+    return inside
+
+
+__all__ = ["PunctuationShield", "BatchShield", "PRUNE_AT", "MAX_WINDOW_CONDITIONS"]

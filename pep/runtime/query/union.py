@@ -15,7 +15,7 @@ union's handles with `"grant": i` first in each object (`tag_rows`), i being the
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -40,24 +40,40 @@ def member_masks(num_rows: int, row_ids: np.ndarray, bounds: dict[int, tuple[int
 
 def merged_rows(arrow: pa.Table, mask: np.ndarray, projections: dict[int, tuple[str, ...]],
                 order: Sequence[str], encode: Encode, seqs: np.ndarray,
-                no_seq: int) -> RowBatch | None:
+                no_seq: int, hidden: Mapping[int, frozenset[str]] | None = None
+                ) -> RowBatch | None:
     """The rows any member passed, each once, with the attributes of every member it passed
-    (`projections`: bit -> that member's projection), in stream order (the table's)."""
+    (`projections`: bit -> that member's projection), in stream order (the table's).
+    `hidden`: rows (of the table) whose attributes security punctuations hide: null in them,
+    replaced before encoding."""
     rows = np.nonzero(mask)[0]
     if not len(rows):
         return None
     masks = mask[rows]
+    kinds: dict[frozenset[str], int] = {frozenset(): 0}
+    if hidden:
+        hid = np.fromiter((kinds.setdefault(hidden.get(r, frozenset()), len(kinds))
+                           for r in rows.tolist()), np.int64, len(rows))
+    else:
+        hid = np.zeros(len(rows), np.int64)
+    names_of = {i: names for names, i in kinds.items()}
     texts = np.empty(len(rows), dtype=object)
     sizes = np.zeros(len(rows), dtype=np.int64)
     rank = {name: i for i, name in enumerate(order)}
-    for value in np.unique(masks):
-        where = np.nonzero(masks == value)[0]
+    pairs = np.unique(np.stack([masks.astype(np.uint64), hid.astype(np.uint64)], axis=1), axis=0)
+    for value, kind in pairs.tolist():
+        where = np.nonzero((masks == np.uint64(value)) & (hid == kind))[0]
         wanted: set[str] = set()
         for bit, projection in projections.items():
             if int(value) >> bit & 1:
                 wanted.update(projection)
         columns = sorted(wanted, key=lambda n: rank.get(n, len(rank)))
-        encoded, lengths = encode(arrow.select(columns).take(pa.array(rows[where])))
+        table = arrow.select(columns).take(pa.array(rows[where]))
+        gone = names_of[int(kind)]
+        if gone:
+            table = pa.table([pa.nulls(len(table), table.column(n).type) if n in gone
+                              else table.column(n) for n in columns], names=columns)
+        encoded, lengths = encode(table)
         texts[where] = encoded
         sizes[where] = lengths
     top = int(seqs[rows].max())

@@ -3,6 +3,8 @@ refusals, the Security Shield's state, the verdict per attribute, and the plan a
 handle runs on a punctuated stream."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pep.core.plan import (
@@ -14,12 +16,12 @@ from pep.core.plan import (
     SourceSpec,
     StreamDefinition,
     StreamSchema,
+    UnionPlan,
     WindowSpec,
 )
 from pep.core.punctuations import (
     DEFER,
     REFINE,
-    PunctuatedQueryRefused,
     PunctuationError,
     SegmentPolicy,
     ShieldState,
@@ -179,7 +181,7 @@ def test_the_oracle_reads_records_in_stream_order():
         {"patient": 1, "hr": 80.0}, {"patient": 2, "hr": 90.0}, {"patient": 3, "hr": None}]
 
 
-def test_only_plain_plans_run_on_a_punctuated_stream():
+def test_every_kind_of_plan_runs_on_a_punctuated_stream_with_the_consumers_roles():
     on = StreamDefinition("v", "o", SCHEMA, SourceSpec("ingest", (("punctuations", "on"),)))
     off = StreamDefinition("w", "o", SCHEMA, SourceSpec("ingest", ()))
     plan = ExecutionPlan("v", None, ("hr",))
@@ -188,9 +190,34 @@ def test_only_plain_plans_run_on_a_punctuated_stream():
     assert isinstance(shielded, ExecutionPlan)
     assert shielded.punctuation_roles == ("doctor", "nurse") and shielded.key() != plan.key()
     windowed = ExecutionPlan("v", None, (), WindowSpec("tuple", 5, 5, (Aggregate("hr", "avg"),)))
-    with pytest.raises(PunctuatedQueryRefused, match="a window on it is not supported"):
-        shielded_plan(windowed, [on], ["doctor"])
+    shielded = shielded_plan(windowed, [on], ["doctor"])
+    assert isinstance(shielded, ExecutionPlan) and shielded.punctuation_roles == ("doctor",)
+    assert shielded.window == windowed.window
     join = JoinPlan(plan, ExecutionPlan("w", None, ("hr",)), (("patient", "patient"),), 5.0,
                     "hr", "hr")
-    with pytest.raises(PunctuatedQueryRefused, match="a join"):
-        shielded_plan(join, [on, off], ["doctor"])
+    joined = shielded_plan(join, [on, off], ["nurse", "doctor"])
+    assert isinstance(joined, JoinPlan)  # the punctuated side carries the roles, the other not
+    assert joined.left.punctuation_roles == ("doctor", "nurse")
+    assert joined.right.punctuation_roles is None and joined.key() != join.key()
+    union = shielded_plan(UnionPlan("v", (plan, replace(plan, projection=("temp",)))), [on],
+                          ["doctor"])
+    assert isinstance(union, UnionPlan)  # each member carries the roles
+    assert [p.punctuation_roles for p in union.plans] == [("doctor",), ("doctor",)]
+
+
+def test_a_tuple_counts_in_a_window_only_when_every_attribute_it_reads_is_visible():
+    from pep.core.punctuations import counts_in_window
+
+    def counts(sps, roles, reads, mode=REFINE):
+        state = ShieldState()
+        for p in sps:
+            state.add(p)
+        return counts_in_window(state.policy(), frozenset(roles), mode, reads, frozenset())
+
+    hide_temp = [sp(srp=["nurse"], sign="-", ddp={"attributes": ["temp"]})]
+    assert counts(hide_temp, ["nurse"], ("hr",))
+    assert not counts(hide_temp, ["nurse"], ("hr", "temp"))  # the aggregate reads temp
+    assert not counts([sp(srp=["doctor"])], ["nurse"], ("hr",))  # the whole tuple hidden
+    assert counts([], ["nurse"], ("hr",)) and not counts([], ["nurse"], ("hr",), DEFER)
+    assert not counts([], ["nurse"], ())  # a window that reads nothing counts nothing
+    assert not counts([sp(srp=["nurse"], sn=2)], ["nurse"], ("hr",))  # incomplete

@@ -172,3 +172,28 @@ def test_a_join_handle_resumes_after_a_restart_with_both_slots(tmp_path):
         assert r.status_code == 409 and r.json["handle"].endswith(hid)
     finally:
         services2.close()
+
+
+def test_a_join_on_a_punctuated_stream_opens_with_the_roles_on_that_side(tmp_path):
+    """A join of a stream with security punctuations and one without (issue 48): the handle
+    opens (it was refused with a 403 before joins read each side's segments), the punctuated
+    side's plan carries the consumer's roles, the other side's none."""
+    runtime = RecordingRuntime()
+    app, services = build_gateway(tmp_path / "data", runtime)
+    client = app.test_client()
+    try:
+        punctuated = {**STATIONS, "source": {"kind": "ingest", "punctuations": "on"}}
+        for stream in (punctuated, SHIPS):
+            assert client.post("/streams", json=stream,
+                               headers=auth_header("nea")).status_code == 201
+        for doc in (policy("jstations", "lta", "rainrate > 1", "t", "station", "rainrate"),
+                    policy("jships", "lta", "mmsi > 0", "ts", "area", "mmsi")):
+            assert client.post("/policies", data=doc,
+                               headers=auth_header("nea", **XML)).status_code == 201
+        r = post(client, request("jstations", JOIN))
+        assert r.status_code == 201, r.json
+        _, plan, _ = runtime.attached[r.json["id"]]
+        assert isinstance(plan, JoinPlan)
+        assert plan.left.punctuation_roles is not None and plan.right.punctuation_roles is None
+    finally:
+        services.close()

@@ -104,3 +104,35 @@ def test_the_one_window_rule_holds_on_a_punctuated_stream(gw):
         "request": (io.BytesIO(json.dumps(ASK).encode()), "r.json", "application/xacml+json"),
         "query": (io.BytesIO(b'{"filter": "hr > 100"}'), "q.json", "application/json")})
     assert other.status_code == 409, other.get_data(as_text=True)
+
+
+def test_changed_roles_are_found_in_a_joins_sides_and_a_unions_members():
+    """A join's sides and a union's members carry the roles (`shielded_plan`): a change of
+    the subject's roles is seen in them as in a plain plan."""
+    from common.auth import Identity
+    from pep.core.plan import (
+        ExecutionPlan,
+        Field,
+        JoinPlan,
+        SourceSpec,
+        StreamDefinition,
+        StreamSchema,
+        UnionPlan,
+    )
+    from pep.core.punctuations import shielded_plan
+    from pep.handles.records import HandleRecord, StoredRequest
+    from pep.handles.revocation import _roles_changed
+    schema = StreamSchema((Field("patient", "long"), Field("hr", "double")))
+    on = StreamDefinition("v", "o", schema, SourceSpec("ingest", (("punctuations", "on"),)))
+    off = StreamDefinition("w", "o", schema, SourceSpec("ingest", ()))
+    side = ExecutionPlan("v", None, ("patient", "hr"))
+    plans = [shielded_plan(JoinPlan(ExecutionPlan("w", None, ("patient", "hr")), side,
+                                    (("patient", "patient"),), 5.0, "hr", "hr"), [off, on],
+                           ["medic"]),
+             shielded_plan(UnionPlan("v", (side, ExecutionPlan("v", None, ("hr",)))), [on],
+                           ["medic"])]
+    for plan in plans:
+        record = HandleRecord("h", "m2", ("medic",), False, "v", plan.canonical_json(),
+                              plan.key(), (), StoredRequest(b"{}", "application/json"))
+        assert not _roles_changed(record, Identity(subject="m2", roles=("medic",)))
+        assert _roles_changed(record, Identity(subject="m2", roles=("medic", "consumer")))

@@ -236,3 +236,44 @@ def test_segments_behind_the_routed_batches_are_dropped_and_a_row_before_them_de
     shield.moved(10 * (n - 2))  # the routed batches are past all but the last two segments
     assert shield.pruned and len(shield.starts) == 3
     assert visible() == ([3] if (n - 1) % 2 else [])  # the old rows: denied, never "no policy"
+
+
+def test_a_union_of_grants_merges_only_what_the_segments_show(spark, tmp_path, catalog):
+    """A union of two grants for a nurse (hr above 70 with the patient; the patient and the
+    ward): each tuple once, with the attributes of the members it passes under its segment,
+    those a segment hides null, a member whose filtered attribute is hidden not passed; equal
+    to the oracle's rows of each member merged per tuple."""
+    from pep.core.plan import UnionPlan
+    from pep.core.punctuations import shielded_plan
+    definition = catalog.get("vitals")
+    hr70 = ExecutionPlan("vitals", ((_gt("hr", 70.0),),), ("patient", "hr"))
+    wards = ExecutionPlan("vitals", None, ("patient", "ward"))
+    union = shielded_plan(UnionPlan("vitals", (hr70, wards)), [definition], ["nurse"])
+    assert isinstance(union, UnionPlan)
+    assert all(p.punctuation_roles == ("nurse",) for p in union.plans)
+    records = history(53, 60, 0, 10)
+    merged: dict[int, dict] = {}
+    order = [f.name for f in SCHEMA.fields]
+    for projection, passes, reads in (
+            (hr70.projection, lambda r: r["hr"] is not None and r["hr"] > 70.0, ("hr",)),
+            (wards.projection, None, ())):
+        for row in oracle(records, frozenset({"nurse"}), REFINE, projection, SCHEMA, passes,
+                          reads):
+            merged.setdefault(row["patient"], {}).update(row)
+    want = [{a: merged[p][a] for a in order if a in merged[p]} for p in sorted(merged)]
+    rt = runtime_for(spark, tmp_path / "work")
+    try:
+        got = Collector()
+        rt.attach_handle("u", definition, union, got)
+        append(catalog, records, 3)
+        assert wait_until(lambda: len(got.rows) >= len(want), timeout=60)
+        time.sleep(0.8)
+        assert got.rows == want
+    finally:
+        rt.stop()
+    # the punctuations took something: rows, and attributes nulled in rows that remain
+    plain = [r for r in records if "$punctuation" not in r]
+    assert len(want) < len(plain)
+    source = {r["patient"]: r for r in plain}
+    assert any(v is None and source[r["patient"]][a] is not None
+               for r in want for a, v in r.items())

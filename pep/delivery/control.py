@@ -1,0 +1,257 @@
+"""The control topic and the acknowledgements topic: how a revocation reaches every edge before
+the gateway answers.
+
+The gateway (`Revocations`) publishes a `Revocation` (its id, the handles, their new state and
+reason) on `<prefix>control` once the handles' state is in the store, then waits until every edge
+the store lists as alive (`delivery_edges`, seen within `EDGE_ALIVE` seconds) acknowledged it on
+`<prefix>acks`, at most `ack_timeout` seconds. An edge (`ControlListener`) reads the control topic
+from where it was when it started, closes the readers of the handles named (rows in its memory
+are dropped: `pep.edge.reader`) and then acknowledges. An edge that cannot reach the control
+topic for `CONTROL_LOST` seconds stops serving (deny when in doubt), so an edge that missed a
+revocation is not serving anyone after that bound either.
+
+Both topics have one partition (one order for every edge); their records are JSON.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pep.delivery.settings import DeliverySettings
+
+log = logging.getLogger(__name__)
+
+EDGE_ALIVE = 5.0  # seconds: an edge not seen in the store for longer is not waited for
+CONTROL_LOST = 3.0  # seconds without reaching the control topic after which an edge stops
+PROBE_EVERY = 0.5  # seconds between an edge's probes of the control topic
+CONTROL_PARTITION = 0
+
+
+@dataclass(frozen=True)
+class Revocation:
+    """Handles that ended (revoked, released, ended): no edge may serve them any more."""
+
+    id: str
+    handles: tuple[str, ...]
+    state: str
+    reason: str | None
+
+    def encode(self) -> bytes:
+        return json.dumps({"kind": "revocation", "id": self.id, "handles": list(self.handles),
+                           "state": self.state, "reason": self.reason}).encode("utf-8")
+
+    @staticmethod
+    def decode(data: bytes | None) -> Revocation | None:
+        """A control record as a revocation; None for anything else (never raises)."""
+        try:
+            obj = json.loads(data or b"")
+            if not isinstance(obj, dict) or obj.get("kind") != "revocation":
+                return None
+            handles = tuple(str(h) for h in obj["handles"])
+            reason = obj.get("reason")
+            return Revocation(str(obj["id"]), handles, str(obj["state"]),
+                              None if reason is None else str(reason))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def ensure_topics(admin: Any, settings: DeliverySettings, names: Iterable[str],
+                  timeout: float = 30.0) -> None:
+    """Create these one-partition delivery topics when they do not exist yet."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    wanted = [NewTopic(n, 1, settings.replication, config=settings.topic_config())
+              for n in names]
+    for name, future in admin.create_topics(wanted, request_timeout=timeout).items():
+        try:
+            future.result(timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+            log.debug("delivery topic %s exists", name)
+
+
+def end_offset(consumer: Any, topic: str, timeout: float = 10.0) -> int:
+    """The offset the next record of a one-partition topic will have (from the broker; a topic
+    just created has no leader for a moment: asked again until `timeout`)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, CONTROL_PARTITION), timeout=max(0.5, timeout / 4),
+                cached=False)
+            return int(high)
+        except KafkaException:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
+class Revocations:
+    """The gateway's side (the module docstring). `edges()`: the edges alive now, as
+    (edge id) strings."""
+
+    def __init__(self, settings: DeliverySettings, edges: Callable[[], list[str]]) -> None:
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        self._settings = settings
+        self._edges = edges
+        self._producer = Producer(settings.client(**{
+            "acks": "all", "enable.idempotence": True, "linger.ms": 0,
+            "logger": logging.getLogger("pep.delivery.kafka")}))
+        self._acks = Consumer(settings.client(**{
+            "group.id": settings.group_prefix + "gateway-acks", "enable.auto.commit": False,
+            "topic.metadata.refresh.interval.ms": 1000,
+            "logger": logging.getLogger("pep.delivery.kafka")}))
+        start = end_offset(self._acks, settings.acks_topic)
+        self._acks.assign([TopicPartition(settings.acks_topic, CONTROL_PARTITION, start)])
+        self._cond = threading.Condition()
+        self._acked: dict[str, set[str]] = {}  # revocation id -> edges that acknowledged it
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read_acks, name="xsg-delivery-acks",
+                                        daemon=True)
+        self._thread.start()
+
+    def _read_acks(self) -> None:
+        while not self._stop.is_set():
+            try:
+                msg = self._acks.poll(0.2)
+            except RuntimeError:  # closed
+                return
+            if msg is None or msg.error():
+                continue
+            try:
+                obj = json.loads(msg.value() or b"")
+                rid, edge = str(obj["id"]), str(obj["edge"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            with self._cond:
+                if rid in self._acked:
+                    self._acked[rid].add(edge)
+                    self._cond.notify_all()
+
+    def publish(self, handles: Iterable[str], state: str, reason: str | None) -> list[str]:
+        """Publish a revocation of `handles` and wait for every live edge's acknowledgement, at
+        most `ack_timeout` seconds; the edges that did not acknowledge (empty: all did)."""
+        ids = tuple(sorted(set(handles)))
+        if not ids:
+            return []
+        revocation = Revocation(uuid.uuid4().hex, ids, state, reason)
+        waiting = set(self._edges())
+        with self._cond:
+            self._acked[revocation.id] = set()
+        try:
+            self._producer.produce(self._settings.control_topic, revocation.encode(),
+                                   partition=CONTROL_PARTITION)
+            left = self._producer.flush(self._settings.ack_timeout)
+            if left:
+                log.warning("plan topics: a revocation of %d handle(s) could not be published "
+                            "within %.2f s; every edge stops serving when it cannot read the "
+                            "control topic", len(ids), self._settings.ack_timeout)
+                return sorted(waiting)
+            deadline = time.monotonic() + self._settings.ack_timeout
+            with self._cond:
+                while not waiting <= self._acked[revocation.id]:
+                    left_s = deadline - time.monotonic()
+                    if left_s <= 0:
+                        break
+                    self._cond.wait(left_s)
+                silent = sorted(waiting - self._acked[revocation.id])
+        finally:
+            with self._cond:
+                self._acked.pop(revocation.id, None)
+        if silent:
+            log.warning("plan topics: edge(s) %s did not acknowledge a revocation of %d "
+                        "handle(s) within %.2f s", ", ".join(silent), len(ids),
+                        self._settings.ack_timeout)
+        return silent
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._producer.flush(5.0)
+        self._acks.close()
+
+
+class ControlListener:
+    """An edge's side (the module docstring): `on_revoked(revocation)` for each revocation
+    published since the edge started, then its acknowledgement; `healthy` while the control
+    topic was reached within `CONTROL_LOST` seconds."""
+
+    def __init__(self, settings: DeliverySettings, edge: str,
+                 on_revoked: Callable[[Revocation], None]) -> None:
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        self._settings = settings
+        self._edge = edge
+        self._on_revoked = on_revoked
+        kafka_log = logging.getLogger("pep.edge.kafka")
+        self._consumer = Consumer(settings.client(**{
+            "group.id": settings.group_prefix + edge, "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10, "logger": kafka_log}))
+        self._producer = Producer(settings.client(**{"acks": "all", "linger.ms": 0,
+                                                     "logger": kafka_log}))
+        self._partition = TopicPartition(settings.control_topic, CONTROL_PARTITION)
+        start = end_offset(self._consumer, settings.control_topic)
+        self._consumer.assign([TopicPartition(settings.control_topic, CONTROL_PARTITION,
+                                              start)])
+        self._reached = time.monotonic()
+        self._stop = threading.Event()
+        self.acknowledged = 0
+        self._thread = threading.Thread(target=self._run, name="xsg-edge-control", daemon=True)
+        self._thread.start()
+
+    @property
+    def healthy(self) -> bool:
+        return time.monotonic() - self._reached < CONTROL_LOST
+
+    def _run(self) -> None:
+        probed = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now - probed >= PROBE_EVERY:
+                probed = now
+                try:  # the broker answers for the control topic: it is reachable
+                    self._consumer.get_watermark_offsets(self._partition, timeout=1.0,
+                                                         cached=False)
+                    self._reached = time.monotonic()
+                except Exception:  # noqa: BLE001 - unreachable: `healthy` turns False
+                    pass
+            try:
+                msg = self._consumer.poll(0.05)
+            except RuntimeError:  # closed
+                return
+            if msg is None or msg.error():
+                continue
+            revocation = Revocation.decode(msg.value())
+            if revocation is None:
+                continue
+            try:
+                self._on_revoked(revocation)
+            except Exception:  # never acknowledge what was not done
+                log.exception("edge %s: a revocation could not be applied", self._edge)
+                continue
+            self._producer.produce(self._settings.acks_topic, json.dumps(
+                {"id": revocation.id, "edge": self._edge}).encode("utf-8"),
+                partition=CONTROL_PARTITION)
+            self._producer.flush(self._settings.ack_timeout)
+            self.acknowledged += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._producer.flush(2.0)
+        self._consumer.close()
+
+
+__all__ = ["CONTROL_LOST", "ControlListener", "EDGE_ALIVE", "Revocation", "Revocations",
+           "end_offset", "ensure_topics"]

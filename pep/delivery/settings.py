@@ -1,0 +1,118 @@
+"""What a process needs to reach the delivery topics: the brokers, its own identity there, the
+topics' names and bounds (`DeliverySettings`, made from a `GatewayConfig`), in the two forms the
+two clients read: librdkafka's (confluent-kafka: the gateway's driver, its admin client, the
+edges) and the Java client's (Spark's Kafka sink on the workers, `kafka.`-prefixed options)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+CONTROL = "control"  # the control topic's name after the prefix: revocations, stream notices
+ACKS = "acks"  # the edges' acknowledgements of control messages
+PLAN = "plan."  # plan topics: <prefix>plan.<random id>
+GROUP = "edge."  # consumer group ids (edges assign partitions; librdkafka wants a group id)
+JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+@dataclass(frozen=True)
+class DeliverySettings:
+    """One process's view of the delivery topics (the module docstring)."""
+
+    brokers: str
+    security_protocol: str = "SASL_PLAINTEXT"
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    prefix: str = "xsg."
+    retention_seconds: float = 3600.0
+    retention_bytes: int = 256 * 1024 * 1024
+    replication: int = 1
+    ack_timeout: float = 1.0
+
+    @classmethod
+    def of(cls, config: Any) -> DeliverySettings:
+        """From a `GatewayConfig` whose `delivery` is kafka."""
+        return cls(brokers=str(config.delivery_brokers),
+                   security_protocol=config.delivery_security_protocol,
+                   sasl_mechanism=config.delivery_sasl_mechanism,
+                   username=config.delivery_username, password=config.delivery_password,
+                   prefix=config.delivery_topic_prefix,
+                   retention_seconds=float(config.delivery_retention_seconds),
+                   retention_bytes=int(config.delivery_retention_bytes),
+                   replication=int(config.delivery_replication),
+                   ack_timeout=float(config.delivery_ack_timeout))
+
+    # -- names ----------------------------------------------------------------------------------
+
+    @property
+    def control_topic(self) -> str:
+        return self.prefix + CONTROL
+
+    @property
+    def acks_topic(self) -> str:
+        return self.prefix + ACKS
+
+    @property
+    def plan_prefix(self) -> str:
+        return self.prefix + PLAN
+
+    @property
+    def group_prefix(self) -> str:
+        return self.prefix + GROUP
+
+    @property
+    def principal(self) -> str:
+        """This process's Kafka principal (User:ANONYMOUS without SASL)."""
+        return f"User:{self.username}" if self.sasl and self.username else "User:ANONYMOUS"
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL")
+
+    def topic_config(self) -> dict[str, str]:
+        """A delivery topic's settings: deleted by time and size, never compacted."""
+        return {"retention.ms": str(int(self.retention_seconds * 1000)),
+                "retention.bytes": str(self.retention_bytes), "cleanup.policy": "delete"}
+
+    # -- the clients ----------------------------------------------------------------------------
+
+    def client(self, **extra: Any) -> dict[str, Any]:
+        """librdkafka settings of a client of this identity, with `extra`."""
+        out: dict[str, Any] = {"bootstrap.servers": self.brokers,
+                               "security.protocol": self.security_protocol}
+        if self.sasl:
+            out.update({"sasl.mechanism": self.sasl_mechanism, "sasl.username": self.username,
+                        "sasl.password": self.password})
+        out.update(extra)
+        return out
+
+    def spark_options(self) -> dict[str, str]:
+        """Spark's Kafka sink options for this identity (the Java client's names, `kafka.`):
+        acknowledged by every in-sync replica, idempotent, and quick to say the brokers are
+        away (a write that fails is tried again by the micro-batch: `pep.runtime.delivery`)."""
+        out = {"kafka.bootstrap.servers": self.brokers,
+               "kafka.security.protocol": self.security_protocol,
+               "kafka.acks": "all", "kafka.enable.idempotence": "true",
+               "kafka.max.in.flight.requests.per.connection": "5",
+               "kafka.linger.ms": "0", "kafka.max.block.ms": "5000",
+               "kafka.request.timeout.ms": "5000", "kafka.delivery.timeout.ms": "10000"}
+        if self.sasl:
+            module = JAAS_MODULES[self.sasl_mechanism]
+            out["kafka.sasl.mechanism"] = self.sasl_mechanism
+            out["kafka.sasl.jaas.config"] = (
+                f"{module} required username={json.dumps(self.username or '')} "
+                f"password={json.dumps(self.password or '')};")
+        return out
+
+
+def delivery_settings(config: Any) -> DeliverySettings | None:
+    """The delivery settings of a configuration, None when rows are delivered in-process."""
+    if getattr(config, "delivery", "process") != "kafka":
+        return None
+    return DeliverySettings.of(config)
+
+
+__all__ = ["ACKS", "CONTROL", "DeliverySettings", "GROUP", "PLAN", "delivery_settings"]

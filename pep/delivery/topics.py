@@ -1,0 +1,281 @@
+"""The gateway's side of delivery through plan topics (`delivery = "kafka"`).
+
+- A handle opened (or resumed) on a single stream, without a differentially private window, is
+  attached to the runtime with a `TopicTarget` instead of its buffer (`tap`): the runtime writes
+  its plan's rows to the plan's topic (`pep/runtime/delivery`), and its rows never reach this
+  process's memory. The topic is the plan's live one in the store, else a new one (created here,
+  one partition, the configured retention); the handle is bound to it from the topic's end
+  offset then (a handle joining a plan gets nothing of the plan from before it). A join, a
+  private window and a handle that feeds derived streams stay in this process.
+- When handles end (`ended`, a `HandleService` listener, so before the DELETE or the
+  revocation pass returns): the revocation is published on the control topic and every live
+  edge's acknowledgement awaited (`pep.delivery.control`); then the topics no live handle reads
+  any more are marked ended in the store (no handle binds to them again) and deleted
+  `DELETE_GRACE` seconds later (a micro-batch under way may still be writing to them).
+- At start, topics that no live handle reads (a gateway stopped before deleting them) go the
+  same way.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pep.core.errors import Unavailable
+from pep.delivery.control import EDGE_ALIVE, Revocations, end_offset, ensure_topics
+from pep.delivery.settings import DeliverySettings
+from pep.delivery.store import DeliveryStore
+from pep.handles.records import HandleRecord
+from pep.ports import Deliver, TopicTarget
+
+log = logging.getLogger(__name__)
+
+DELETE_GRACE = 10.0  # seconds between a topic's last handle ending and the topic's deletion
+
+
+class PlanTopics:
+    """Plan topics for one gateway process (the module docstring). `handle(id)`: a handle's
+    stored record; `eligible(record)`: whether it may be delivered through a topic."""
+
+    def __init__(self, settings: DeliverySettings, store: DeliveryStore,
+                 handle: Callable[[str], HandleRecord | None],
+                 eligible: Callable[[HandleRecord], bool]) -> None:
+        from confluent_kafka import Consumer
+        from confluent_kafka.admin import AdminClient
+
+        self.settings = settings
+        self.store = store
+        self._handle = handle
+        self._eligible = eligible
+        kafka_log = logging.getLogger("pep.delivery.kafka")
+        self._admin = AdminClient(settings.client(logger=kafka_log))
+        self._offsets = Consumer(settings.client(**{
+            "group.id": settings.group_prefix + "gateway", "enable.auto.commit": False,
+            "topic.metadata.refresh.interval.ms": 1000,  # new plan topics are known soon
+            "logger": kafka_log}))
+        ensure_topics(self._admin, settings, (settings.control_topic, settings.acks_topic))
+        self.revocations = Revocations(
+            settings, lambda: [e.edge for e in store.edges(seen_within=EDGE_ALIVE)])
+        self._lock = threading.Lock()  # one topic per plan, also when two handles open at once
+        self._timers: list[tuple[threading.Timer, list[str]]] = []  # deletions to come
+        self._turn = 0  # the edge the next reader is sent to (`edge_url`)
+        self.retire(store.orphan_topics())
+
+    # -- opening --------------------------------------------------------------------------------
+
+    def tap_over(self, other: Callable[[str, Deliver], Deliver]
+                 ) -> Callable[[str, Deliver], Deliver]:
+        """`HandleService`'s tap: a topic target for an eligible handle, `other`'s otherwise."""
+        def tap(handle_id: str, put: Deliver) -> Deliver:
+            target = self.target(handle_id, put)
+            return target if target is not None else other(handle_id, put)
+        return tap
+
+    def target(self, handle_id: str, put: Deliver) -> TopicTarget | None:
+        """The handle's topic target, bound in the store; None when it stays in this process.
+        `put` is its buffer's: the target is open while that buffer is."""
+        record = self._handle(handle_id)
+        if record is None or not self._eligible(record):
+            return None
+        binding = self.store.binding(handle_id)
+        if binding is None or not self.store.topic_live(binding[0]):
+            # keyed by the plan that runs (its start position included), not the plan as
+            # decided: the runtime writes each running plan's rows to its handles' topics, so
+            # two running plans on one topic would write its rows twice
+            running = hashlib.sha256(record.plan_json.encode("utf-8")).hexdigest()
+            topic, created = self.topic_for(record.stream, running)
+            # a topic created now is empty: its end is 0 (the broker may not know its leader
+            # yet); an existing one's end is asked
+            self.store.bind(handle_id, topic, 0 if created else end_offset(self._offsets, topic))
+            binding = self.store.binding(handle_id)
+            assert binding is not None
+        owner: Any = getattr(put, "__self__", None)  # the handle's HandleBuffer
+        if isinstance(getattr(owner, "closed", None), bool):
+            return TopicTarget(binding[0], lambda: not owner.closed)
+        return TopicTarget(binding[0], lambda: True)
+
+    def topic_for(self, stream: str, plan_key: str) -> tuple[str, bool]:
+        """The plan's live topic, created when it has none; (its name, whether it was
+        created now)."""
+        with self._lock:
+            topic = self.store.live_topic(stream, plan_key)
+            if topic is not None:
+                return topic, False
+            topic = self.settings.plan_prefix + secrets.token_hex(12)
+            ensure_topics(self._admin, self.settings, (topic,))
+            self.store.add_topic(topic, stream, plan_key)
+            log.debug("plan topic %s for a plan of %s", topic, stream)
+            return topic, True
+
+    def edge_url(self, handle_id: str) -> str | None:
+        """Where a reader of this handle reads it: a live edge's URL (the least recently
+        started first, then the others in turn), None when the handle is not delivered through
+        a topic; Unavailable when no edge is alive."""
+        if self.store.binding(handle_id) is None:
+            return None
+        edges = [e.url for e in self.store.edges(seen_within=EDGE_ALIVE) if e.url]
+        if not edges:
+            raise Unavailable("no edge serves plan topics now; retry shortly", retry_after=1)
+        self._turn = (self._turn + 1) % len(edges)
+        return edges[self._turn]
+
+    # -- ending ---------------------------------------------------------------------------------
+
+    def ended(self, records: list[HandleRecord]) -> None:
+        """Handles ended (a `HandleService` listener): the edges are told and acknowledge before
+        this returns; the topics no live handle reads are retired."""
+        topics = self.store.topics_of(r.id for r in records)
+        if not topics:
+            return
+        by_state: dict[tuple[str, str | None], list[str]] = {}
+        for record in records:
+            if record.id in topics:
+                by_state.setdefault((record.state.value, record.reason), []).append(record.id)
+        for (state, reason), ids in by_state.items():
+            silent = self.revocations.publish(ids, state, reason)
+            if silent:
+                self.fence(silent, {topics[h] for h in ids})
+        self.retire(self.store.unused_topics(topics.values()))
+
+    def fence(self, edges: Iterable[str], topics: Iterable[str]) -> list[str]:
+        """Cut these edges off these plan topics: a DENY READ ACL for each one's Kafka
+        principal on each topic (a DENY wins over the ALLOW its identity has on the plan
+        topics' prefix), recorded in the store and taken away with the topic. The principals
+        fenced; an edge without an identity of its own (no SASL) cannot be fenced, which is
+        logged."""
+        from confluent_kafka.admin import (
+            AclBinding,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        wanted = set(edges)
+        principals = sorted({e.principal for e in self.store.edges() if e.edge in wanted})
+        own = [p for p in principals if p not in ("User:ANONYMOUS", self.settings.principal)]
+        if len(own) < len(principals) or len(principals) < len(wanted):
+            log.error("plan topics: edge(s) %s did not acknowledge a revocation and cannot be "
+                      "fenced (no Kafka identity of their own)", ", ".join(sorted(wanted)))
+        names = sorted(set(topics))
+        if not own or not names:
+            return []
+        bindings = [AclBinding(ResourceType.TOPIC, t, ResourcePatternType.LITERAL, p, "*",
+                               AclOperation.READ, AclPermissionType.DENY)
+                    for t in names for p in own]
+        for future in self._admin.create_acls(bindings, request_timeout=10).values():
+            future.result(10)  # a fence that could not be put raises: the DELETE fails
+        self._until_in_force(bindings)
+        for topic in names:
+            self.store.fenced(topic, own)
+        log.warning("plan topics: fenced %s off %d plan topic(s): no acknowledgement of a "
+                    "revocation within %.2f s", ", ".join(own), len(names),
+                    self.settings.ack_timeout)
+        return own
+
+    def retire(self, topics: Iterable[str]) -> None:
+        """Mark these topics ended now, delete them `DELETE_GRACE` seconds later."""
+        names = sorted(set(topics))
+        if not names:
+            return
+        for topic in names:
+            self.store.end_topic(topic)
+        timer = threading.Timer(DELETE_GRACE, self._delete, args=(names,))
+        timer.daemon = True
+        timer.name = "xsg-plan-topics-delete"
+        with self._lock:
+            self._timers = [(t, n) for t, n in self._timers if t.is_alive()] + [(timer, names)]
+        timer.start()
+
+    def _delete(self, topics: list[str]) -> None:
+        self._unfence(topics)
+        try:
+            for topic, future in self._admin.delete_topics(topics, request_timeout=30).items():
+                try:
+                    future.result(30)
+                except Exception as exc:  # noqa: BLE001 - gone already, or the broker away
+                    log.warning("plan topic %s could not be deleted: %s", topic, exc)
+        except Exception as exc:  # noqa: BLE001 - the next start deletes orphans
+            log.warning("plan topics could not be deleted: %s", exc)
+
+    def _until_in_force(self, bindings: list[Any], timeout: float = 10.0) -> None:
+        """Wait until the brokers list the fences among their ACLs: a broker applies a new ACL
+        from the cluster's metadata a moment after the controller took it, and a fetch
+        meanwhile would still be served. Raises when they do not within `timeout` (the DELETE
+        then fails rather than answer as if the fence held)."""
+        from confluent_kafka.admin import (
+            AclBindingFilter,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        waiting = [AclBindingFilter(ResourceType.TOPIC, b.name, ResourcePatternType.LITERAL,
+                                    b.principal, "*", AclOperation.READ, AclPermissionType.DENY)
+                   for b in bindings]
+        deadline = time.monotonic() + timeout
+        while True:
+            waiting = [f for f in waiting
+                       if not self._admin.describe_acls(f, request_timeout=timeout).result(timeout)]
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                raise RuntimeError("the brokers did not put the fences in force in time")
+            time.sleep(0.05)
+
+    def _unfence(self, topics: list[str]) -> None:
+        """The fences of these topics go with them (Kafka keeps ACLs of deleted topics)."""
+        from confluent_kafka.admin import (
+            AclBindingFilter,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        for topic in topics:
+            try:
+                principals = self.store.fences(topic)
+                if not principals:
+                    continue
+                filters = [AclBindingFilter(ResourceType.TOPIC, topic,
+                                            ResourcePatternType.LITERAL, p, "*",
+                                            AclOperation.READ, AclPermissionType.DENY)
+                           for p in principals]
+                for future in self._admin.delete_acls(filters, request_timeout=10).values():
+                    future.result(10)
+                self.store.unfence(topic)
+            except Exception as exc:  # noqa: BLE001 - the store keeps it: the next try
+                log.warning("plan topic %s: its fences could not be taken away: %s", topic, exc)
+
+    def close(self) -> None:
+        with self._lock:
+            timers, self._timers = self._timers, []
+        for timer, names in timers:  # deleted now rather than never (their handles ended)
+            if timer.is_alive():
+                timer.cancel()
+                self._delete(names)
+        self.revocations.close()
+        self._offsets.close()
+
+
+def delivered_through_topics(record: HandleRecord) -> bool:
+    """A handle the runtime may write to a plan topic: one stream, no private window (its
+    budget is paid in this process, window by window)."""
+    from pep.core.plan import JoinPlan, any_plan_from_json
+    from pep.handles.privacy_budget import private_window
+
+    try:
+        plan = any_plan_from_json(record.plan_json)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return not isinstance(plan, JoinPlan) and len(record.streams) == 1 \
+        and private_window(plan) is None
+
+
+__all__ = ["DELETE_GRACE", "PlanTopics", "delivered_through_topics"]

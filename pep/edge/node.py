@@ -1,0 +1,204 @@
+"""One edge process: who it serves and whether it may serve at all.
+
+An edge keeps nothing a restart would miss: a reader's handle, owner, state, topic and start are
+read from the shared store (`DeliveryStore.reader_view`) every time a reader connects, and the
+rows from the plan topic. What it holds in memory is which readers it serves now, so that:
+
+- a revocation on the control topic (`pep.delivery.control`) closes them at once, before the
+  edge acknowledges it (rows not yet written are dropped, `pep.edge.reader`);
+- every `WATCH_EVERY` seconds the store is asked for the state of the handles it serves (a
+  second path, should a control record be missed) and the edge's row in `delivery_edges` is
+  renewed (the gateway waits for the acknowledgements of the edges seen lately);
+- when the store or the control topic cannot be reached for `LOST_AFTER` seconds, it stops
+  serving: every reader gets `shutdown` (it resumes on another edge), and new readers get 503
+  until both are back. Deny when in doubt: an edge that cannot check a handle does not serve it.
+
+A reader is registered before its handle is checked in the store, and a revocation that comes
+between the check and the registration is remembered (`_revoked`), so no interleaving lets a
+reader of a revoked handle through.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from pep.core.errors import Gone, NotFound, Unavailable
+from pep.delivery.control import CONTROL_LOST, ControlListener, Revocation
+from pep.delivery.settings import DeliverySettings
+from pep.delivery.store import DeliveryStore
+from pep.edge.reader import TopicReader
+
+log = logging.getLogger(__name__)
+
+WATCH_EVERY = 0.5  # seconds between the edge's looks at the store
+LOST_AFTER = CONTROL_LOST  # seconds without the store (or the control topic) before it stops
+REVOKED_KEPT = 300.0  # seconds a revocation is remembered for readers being checked
+
+
+class EdgeNode:
+    """An edge (the module docstring). `store` is the delivery store on the gateway's
+    PostgreSQL database; `edge` this edge's id (unique among the edges); `url` where readers
+    reach it."""
+
+    def __init__(self, settings: DeliverySettings, store: DeliveryStore, edge: str,
+                 url: str = "") -> None:
+        self.settings = settings
+        self.store = store
+        self.edge = edge
+        self.url = url
+        self._lock = threading.Lock()
+        self._readers: dict[str, set[TopicReader]] = {}
+        self._revoked: dict[str, float] = {}  # handle id -> monotonic time it was revoked
+        self._store_ok = time.monotonic()
+        self._serving = False
+        self._stop = threading.Event()
+        self.control: ControlListener | None = None
+        self._watch = threading.Thread(target=self._watch_loop, name="xsg-edge-watch",
+                                       daemon=True)
+
+    def start(self, url: str | None = None) -> None:
+        """Join the edges (the store's row, the control topic) and serve."""
+        if url is not None:
+            self.url = url
+        self.store.register_edge(self.edge, self.settings.principal, self.url,
+                                 socket.gethostname(), os.getpid())
+        self.control = ControlListener(self.settings, self.edge, self.revoked)
+        self._store_ok = time.monotonic()
+        self._serving = True
+        self._watch.start()
+        log.info("edge %s serves plan topics (%s)", self.edge, self.settings.brokers)
+
+    @property
+    def serving(self) -> bool:
+        return self._serving
+
+    # -- readers --------------------------------------------------------------------------------
+
+    def open(self, handle_id: str, subject: str, after: int | None) -> TopicReader:
+        """A reader of `subject`'s handle from the event after `after`: NotFound for a handle
+        that is not theirs (or does not exist, or was of a deleted stream), Gone for one that
+        ended, Unavailable when this edge cannot check it now."""
+        if not self._serving:
+            raise Unavailable("this edge cannot check handles now; retry (another edge)",
+                              retry_after=1)
+        try:
+            view = self.store.reader_view(handle_id)
+        except Exception as exc:  # noqa: BLE001 - the store away: deny
+            raise Unavailable(f"this edge cannot reach the store: {type(exc).__name__}",
+                              retry_after=1) from None
+        if view is None or view.buried or view.subject != subject:
+            raise NotFound("no such handle")
+        if not view.live:
+            raise Gone(f"handle is {view.state}", state=view.state, reason=view.reason)
+        if view.topic is None:
+            raise NotFound("this handle is not delivered through a plan topic; read it from "
+                           "the gateway")
+        reader = TopicReader(self.settings, handle_id, view.topic, view.start_offset, after)
+        with self._lock:
+            if handle_id in self._revoked:  # revoked since the store said live
+                raise Gone("handle is revoked", state="revoked", reason=None)
+            self._readers.setdefault(handle_id, set()).add(reader)
+        reader.start()
+        return reader
+
+    def closed(self, reader: TopicReader) -> None:
+        """The reader's connection ended."""
+        reader.close("shutdown", "the reader left")
+        with self._lock:
+            readers = self._readers.get(reader.handle_id)
+            if readers is not None:
+                readers.discard(reader)
+                if not readers:
+                    del self._readers[reader.handle_id]
+
+    def reader_count(self) -> int:
+        with self._lock:
+            return sum(len(r) for r in self._readers.values())
+
+    # -- endings --------------------------------------------------------------------------------
+
+    def revoked(self, revocation: Revocation) -> None:
+        """The control topic's revocation: these handles' readers end now (before the edge
+        acknowledges)."""
+        now = time.monotonic()
+        with self._lock:
+            for handle_id in revocation.handles:
+                self._revoked[handle_id] = now
+            readers = [r for h in revocation.handles for r in self._readers.pop(h, ())]
+            if len(self._revoked) > 10_000:
+                self._revoked = {h: t for h, t in self._revoked.items()
+                                 if now - t < REVOKED_KEPT}
+        for reader in readers:
+            reader.close(revocation.state, revocation.reason)
+
+    def _end_readers(self, pick: Callable[[str], tuple[str, str | None] | None]) -> int:
+        """Close the readers of the handles `pick` gives a (state, reason) for."""
+        with self._lock:
+            ending = [(h, pick(h)) for h in list(self._readers)]
+            closing = [(r, end) for h, end in ending if end is not None
+                       for r in self._readers.pop(h, ())]
+        for reader, (state, reason) in closing:
+            reader.close(state, reason)
+        return len(closing)
+
+    def _watch_loop(self) -> None:
+        while not self._stop.wait(WATCH_EVERY):
+            try:
+                if not self.store.seen(self.edge):  # let go meanwhile: join again
+                    self.store.register_edge(self.edge, self.settings.principal, self.url,
+                                             socket.gethostname(), os.getpid())
+                with self._lock:
+                    served = list(self._readers)
+                states = self.store.states(served) if served else {}
+                self._store_ok = time.monotonic()
+            except Exception as exc:  # noqa: BLE001 - counted below: deny after the bound
+                log.debug("edge %s: the store did not answer: %s", self.edge, exc)
+                states = None
+            if states is not None:
+                self._end_readers(_not_live(states))
+            self._check_health()
+
+    def _check_health(self) -> None:
+        store_ok = time.monotonic() - self._store_ok < LOST_AFTER
+        control_ok = self.control is not None and self.control.healthy
+        if self._serving and not (store_ok and control_ok):
+            self._serving = False
+            what = "the store" if not store_ok else "the control topic"
+            log.warning("edge %s lost %s: it stops serving until both are back", self.edge,
+                        what)
+            self._end_readers(lambda h: ("shutdown", f"the edge lost {what}; reconnect"))
+        elif not self._serving and store_ok and control_ok and not self._stop.is_set():
+            self._serving = True
+            log.info("edge %s serves again", self.edge)
+
+    def stop(self) -> None:
+        """Readers get `shutdown` (they resume on another edge); the edge leaves."""
+        self._stop.set()
+        self._serving = False
+        self._end_readers(lambda h: ("shutdown", "the edge is stopping; reconnect"))
+        if self._watch.is_alive():
+            self._watch.join(timeout=5)
+        if self.control is not None:
+            self.control.close()
+        try:
+            self.store.leave(self.edge)
+        except Exception:  # noqa: BLE001 - its row ages out
+            log.debug("edge %s could not leave the store", self.edge)
+
+
+def _not_live(states: dict[str, tuple[str, str | None]]
+              ) -> Callable[[str], tuple[str, str | None] | None]:
+    """The readers to end after a look at the store: the state and reason of each handle that is
+    no longer live (one the store does not know: ended)."""
+    def pick(h: str) -> tuple[str, str | None] | None:
+        if states.get(h, ("gone", None))[0] == "live":
+            return None
+        return states[h] if h in states else ("ended", None)
+    return pick
+
+
+__all__ = ["EdgeNode", "LOST_AFTER", "WATCH_EVERY"]

@@ -1,0 +1,216 @@
+"""One reader's view of a handle's plan topic on an edge: the events of the topic's records,
+through the reading interface the gateway's handle stream pulls from (`pep.http.handles.
+HandleStream`: `read`, `withholds`, `last_id`, `base`, waiters), so the edge writes them with the
+gateway's own code.
+
+- A row's event id is its position in the topic: the record at offset o is event o + 1. Every
+  edge numbers the same record the same, so a reader resumes on any edge with `Last-Event-ID`
+  exactly where it was.
+- The topic is read from the handle's start offset (where it was bound, `delivery_handles`) on:
+  a micro-batch written again after a failure repeats keys (`m:<epoch>:<batch>:<i>`,
+  `pep/runtime/delivery`), and a record whose key is not above the highest one before it (same
+  epoch) is skipped; since every edge reads from the same start, every edge skips the same ones.
+  Records up to the reader's `Last-Event-ID` are read for that and not sent.
+- A record the topic no longer holds (its retention passed) is told as a `gap` with the count.
+- `close(kind, reason)` drops the rows not yet given to the reader and ends with the final
+  event (revoked, released, ended, shutdown), whose id is the last row the reader was given (a
+  reader told `shutdown` resumes from there on another edge).
+- The consumer runs ahead of the reader by at most `MAX_QUEUED` rows.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from pep.delivery.settings import DeliverySettings
+from pep.handles.buffer import Event
+
+log = logging.getLogger(__name__)
+
+MAX_QUEUED = 5000  # rows read from the topic and not yet given to the reader
+POLL = 0.05  # seconds per consumer poll
+METADATA_REFRESH_MS = 1000
+
+
+def parse_key(key: bytes | None) -> tuple[str, int, int] | None:
+    """(epoch, batch, index) of a plan-topic record's key; None for another key."""
+    try:
+        kind, epoch, batch, index = (key or b"").decode("ascii").split(":")
+        return (epoch, int(batch), int(index)) if kind == "m" else None
+    except ValueError:
+        return None
+
+
+class TopicReader:
+    """A handle's plan topic for one reader (the module docstring)."""
+
+    positioned = False
+    base = 0
+
+    def __init__(self, settings: DeliverySettings, handle_id: str, topic: str,
+                 start_offset: int, after: int | None) -> None:
+        self.handle_id = handle_id
+        self.topic = topic
+        self._settings = settings
+        self._start = max(0, int(start_offset))
+        # the reader has had every event up to this id (ids are offsets + 1)
+        self._given = max(self._start, after or 0)
+        self._rows: deque[Event] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._final: Event | None = None
+        self._final_read = False
+        self._waiters: tuple[Callable[[], None], ...] = ()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._consume, daemon=True,
+                                        name=f"xsg-edge-reader-{handle_id[:8]}")
+        self.skipped = 0  # records repeated by a micro-batch written again
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # -- the reading interface of `HandleStream` -------------------------------------------------
+
+    @property
+    def withholds(self) -> bool:
+        return self._final is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._final is not None
+
+    @property
+    def final_read(self) -> bool:
+        return self._final_read
+
+    @property
+    def last_id(self) -> int:
+        with self._cond:
+            if self._final is not None:
+                return self._final.id + (0 if self._final_read else 1)
+            return self._rows[-1].id if self._rows else self._given
+
+    def add_waiter(self, callback: Callable[[], None]) -> None:
+        with self._cond:
+            self._waiters = self._waiters + (callback,)
+        callback()
+
+    def remove_waiter(self, callback: Callable[[], None]) -> None:
+        with self._cond:
+            self._waiters = tuple(w for w in self._waiters if w is not callback)
+
+    def _wake(self, final: bool = False) -> None:
+        self._cond.notify_all()
+        for waiter in self._waiters:
+            try:
+                (getattr(waiter, "urgent", waiter) if final else waiter)()
+            except Exception:  # noqa: BLE001 - a reader's callback must not stop the consumer
+                pass
+
+    def read(self, after: int | None = None, timeout: float | None = None, limit: int = 1000,
+             max_bytes: int | None = None) -> list[Event]:
+        """Events after the id `after` (None: after what was given), waiting up to `timeout`
+        seconds for one; after the final event, nothing."""
+        with self._cond:
+            if after is not None and after > self._given:
+                self._given = after
+            if not self._rows and self._final is None and timeout:
+                self._cond.wait(timeout)
+            if self._final is not None:
+                if self._final_read:
+                    return []
+                self._final_read = True
+                return [self._final]
+            out: list[Event] = []
+            size = 0
+            rows = self._rows
+            while rows and len(out) < limit:
+                event = rows.popleft()
+                if event.id <= self._given:
+                    continue
+                out.append(event)
+                size += len(event.data)
+                if max_bytes is not None and size >= max_bytes:
+                    break
+            if out:
+                self._given = out[-1].id
+                self._cond.notify_all()  # room for the consumer
+            return out
+
+    def close(self, kind: str, reason: str | None = None) -> bool:
+        """Drop what the reader was not given, and end with the final event (False: closed
+        already)."""
+        with self._cond:
+            if self._final is not None:
+                return False
+            self._rows.clear()
+            self._final = Event(self._given, kind, json.dumps({"event": kind, "reason": reason}))
+            self._wake(final=True)
+        self._stop.set()
+        return True
+
+    # -- the topic ------------------------------------------------------------------------------
+
+    def _consume(self) -> None:
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        DENIED = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
+
+        consumer = Consumer(self._settings.client(**{
+            "group.id": self._settings.group_prefix + "reader", "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10,
+            # a plan topic created a moment ago may be unknown to this client's first metadata:
+            # asked again every second rather than librdkafka's five minutes
+            "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
+            "logger": logging.getLogger("pep.edge.kafka")}))
+        try:
+            consumer.assign([TopicPartition(self.topic, 0, self._start)])
+            expected = self._start
+            top: tuple[str, int, int] | None = None
+            while not self._stop.is_set():
+                msg = consumer.poll(POLL)
+                if msg is None:
+                    continue
+                error = msg.error()
+                if error is not None:
+                    if error.code() in DENIED:  # fenced off the topic: deny
+                        self.close("shutdown", "this edge may not read the handle's topic; "
+                                               "reconnect")
+                        return
+                    log.debug("plan topic %s: %s", self.topic, error)
+                    continue
+                offset = int(msg.offset() or 0)
+                if offset > expected and offset > self._given:  # records the topic lost
+                    self._put(Event(offset, "gap", json.dumps(
+                        {"event": "gap", "lost": offset - max(expected, self._given),
+                         "resume_from": offset + 1})))
+                expected = offset + 1
+                key = parse_key(msg.key())
+                if key is not None:
+                    if top is not None and top[0] == key[0] and key[1:] <= top[1:]:
+                        self.skipped += 1
+                        continue
+                    top = key
+                if offset + 1 > self._given:
+                    value = msg.value() or b"{}"
+                    self._put(Event(offset + 1, "row", value.decode("utf-8")))
+        except Exception:  # the reader is told, and reconnects elsewhere
+            log.exception("plan topic %s could not be read", self.topic)
+            self.close("shutdown", "the edge could not read the handle's topic; reconnect")
+        finally:
+            consumer.close()
+
+    def _put(self, event: Event) -> None:
+        with self._cond:
+            while len(self._rows) >= MAX_QUEUED and self._final is None \
+                    and not self._stop.is_set():
+                self._cond.wait(0.2)
+            if self._final is not None:
+                return
+            self._rows.append(event)
+            self._wake()
+
+
+__all__ = ["MAX_QUEUED", "TopicReader", "parse_key"]

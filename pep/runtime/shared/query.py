@@ -1,0 +1,433 @@
+"""One Structured Streaming query for the ingest streams of a gateway process: one Spark job per
+micro-batch for every stream that brought tuples.
+
+Each stream's query costs Spark's driver ~0.1 s of JVM time per micro-batch whatever it
+carries (listing its directory, the offset and commit logs, planning and scheduling a job), so
+busy streams add up where handles on one stream do not (docs/scale-out.md). The shared query
+pays that once per trigger: its file source lists every member stream's directory
+(`sources/shared_files.py`), and its foreachBatch (`on_batch`) builds, for each stream whose
+files the batch holds, that stream's own jobs over its own files read with its own schema
+(`branch.py`, the per-stream parts unchanged), packs each job's result into one common schema
+(`base/arrow_ipc.py`) and collects the union of all of them in one job. Each stream's results
+then go to its own route worker, one batch behind, as on its own query.
+
+What stays per stream: everything the parts own (plans, windows and their watermarks, the
+anchors, unions, figures), the route worker, the archive of its committed files, and whether
+its next first handle starts at its end (`StreamCheckpoint`'s state). What is shared: the file
+source's checkpoint, which keeps the files it has seen by path, so a stream joining or leaving
+(the query is started again with the new set of directories, a fraction of a second after the
+last change) moves no other stream's position.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Protocol
+
+import pyarrow as pa
+from pyspark import cloudpickle
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from pep.core.plan import StreamDefinition
+from pep.runtime.base import arrow_ipc
+from pep.runtime.base.arrow_ipc import PACKED_SCHEMA, packer, summary_packer, unpack
+from pep.runtime.base.columns import SEQ_COLUMN
+from pep.runtime.base.jvm_steps import foreach_batch, stopped_batch
+from pep.runtime.query.route_worker import RoutingFailed
+from pep.runtime.shared.branch import FIGURES, Branch, StreamParts, plan_branch
+from pep.runtime.shared.trigger import TriggerBounds
+from pep.runtime.sources.shared_files import archive_files, batch_files, batch_frame, glob_path
+
+log = logging.getLogger(__name__)
+
+# the packers run on the workers: their code travels with them (as the grouped matcher's does,
+# `query/rows_job.py`), so a worker runs the driver's, xsg installed there or not
+_pickle_by_value: Callable[[ModuleType], None] = cloudpickle.register_pickle_by_value
+_pickle_by_value(arrow_ipc)
+
+SETTLE = 0.2  # seconds a change of members waits for more before the query starts again
+RETRY = 2.0  # seconds before a failed query is started again while it has members
+STOP_HOLD = 10.0
+
+
+class Member(Protocol):
+    """What the shared query needs of a stream on it (`member.py`)."""
+
+    @property
+    def definition(self) -> StreamDefinition: ...
+
+    @property
+    def directory(self) -> str: ...
+
+    @property
+    def parts(self) -> StreamParts: ...
+
+    @property
+    def archive(self) -> Path: ...
+
+    def deliverable(self, paths: list[str]) -> list[str]: ...
+
+
+class SharedQuery:
+    """The shared query of one runtime: its members (by ingest directory), the Structured
+    Streaming query over their directories, started again when they change, and its batches.
+    `max_files`: files one micro-batch lists at most per member stream (as a query of its own
+    would list of its directory; over all of them, the oldest first)."""
+
+    def __init__(self, spark: SparkSession, work_dir: Path, bounds: TriggerBounds,
+                 max_files: int) -> None:
+        self._spark = spark
+        self._root = Path(work_dir) / "shared-query"
+        self._checkpoint = self._root / "checkpoint"
+        self.bounds = bounds
+        self._max_files = max_files
+        self._lock = threading.RLock()
+        self._members: dict[str, Member] = {}
+        self._query: StreamingQuery | None = None
+        self._glob: str | None = None
+        self._pausing = False
+        self._closed = False
+        self._batch_lock = threading.Lock()
+        self._batch_thread: int | None = None
+        self._wake = threading.Event()
+        self._changed = threading.Condition(self._lock)
+        self._dirty = False
+        self._applied = threading.Event()
+        self._applied.set()
+        # the last batch whose results were handed to the route workers (kept across a stop:
+        # a batch the stop cut off before its commit is run again, and skipped)
+        self._done = self._read_done()
+        self._to_archive: dict[int, list[tuple[Path, list[str]]]] = {}
+        self._codegen: str | None = None
+        self.last_batch_at: float | None = None
+        self.started_at: float | None = None
+        self.last_error: str | None = None
+        self.last_busy = 0
+        self.jobs_run = 0  # micro-batches that collected their streams' results (one job each)
+        self.last_interval = bounds.low
+        self._control = threading.Thread(target=self._run_control, name="xsg-shared-query",
+                                         daemon=True)
+        self._control.start()
+
+    # ----- members ----------------------------------------------------------------------------
+    def join(self, member: Member) -> None:
+        """The stream is served from now on (its query starts again with its directory, in a
+        moment)."""
+        with self._lock:
+            self._members[member.directory] = member
+            self._request()
+
+    def leave(self, member: Member) -> None:
+        """The stream is no longer served: its files of batches not yet committed stay where
+        they are (nothing of this query writes under its archive afterwards)."""
+        with self._lock:
+            if self._members.get(member.directory) is member:
+                del self._members[member.directory]
+                if not self._closed:
+                    self._request()
+            for batch_id, moves in self._to_archive.items():
+                self._to_archive[batch_id] = [m for m in moves if m[0] != member.archive]
+
+    @contextmanager
+    def between_batches(self, timeout: float = 60.0) -> Iterator[None]:
+        """Hold the next micro-batch while a member's parts change (its schema grew): the batch
+        under way ends first. Raises TimeoutError if it does not end within `timeout` seconds."""
+        if self.in_batch_thread():
+            raise RuntimeError("a micro-batch cannot wait for its own end")
+        if not self._batch_lock.acquire(timeout=timeout):
+            raise TimeoutError(f"the shared stream query's micro-batch did not end within "
+                               f"{timeout:.0f} s")
+        try:
+            yield
+        finally:
+            self._batch_lock.release()
+
+    def members(self) -> int:
+        with self._lock:
+            return len(self._members)
+
+    def _request(self) -> None:
+        self._dirty = True
+        self._applied.clear()
+        self._changed.notify_all()
+
+    def wait_applied(self, timeout: float = 120.0) -> None:
+        """Until the query reads the directories of the members joined so far (at once once
+        it is stopped)."""
+        if not self._closed:
+            self._applied.wait(timeout)
+
+    # ----- the query --------------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        query = self._query
+        try:
+            return query is not None and query.isActive
+        except Exception:  # noqa: BLE001 - the session is stopping
+            return False
+
+    def active_or_starting(self) -> bool:
+        """Running, or being started again for a change of members (not failed, not stopped)."""
+        if self._closed:
+            return False
+        return self.active or not self._applied.is_set()
+
+    @property
+    def query_id(self) -> str | None:
+        query = self._query
+        return str(query.id) if query is not None else None
+
+    @property
+    def query_name(self) -> str | None:
+        query = self._query
+        return str(query.name) if query is not None else None
+
+    def in_batch_thread(self) -> bool:
+        return self._batch_thread == threading.get_ident()
+
+    def process_available(self, timeout: float = 120.0) -> None:
+        """Every file the members' directories hold now is read and handed to their route
+        workers (then drained by the member)."""
+        self.wait_applied(timeout)
+        query = self._query
+        if query is not None and query.isActive:
+            query.processAllAvailable()
+
+    def _run_control(self) -> None:
+        """Starts the query again when its members changed (after SETTLE seconds of no other
+        change) or when it failed while it has members."""
+        while True:
+            with self._lock:
+                while not self._dirty and not self._closed:
+                    if not self._changed.wait(RETRY):
+                        if self._members and not self.active and self._query is not None:
+                            self._dirty = True  # failed: tried again with the same members
+                if self._closed:
+                    return
+            time.sleep(SETTLE)
+            with self._lock:
+                self._dirty = False
+                dirs = sorted(self._members)
+            try:
+                self._apply(dirs)
+            except Exception as exc:  # tried again at the next change
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("the shared stream query did not start")
+            with self._lock:
+                if not self._dirty:
+                    self._applied.set()
+
+    def _apply(self, dirs: list[str]) -> None:
+        glob = glob_path(dirs) if dirs else None
+        if glob == self._glob and self.active:
+            return
+        self._stop_query()
+        if glob is None or self._closed:
+            self._glob = None
+            return
+        for d in dirs:
+            os.makedirs(d, exist_ok=True)
+        source = (self._spark.readStream.format("text")
+                  .option("maxFilesPerTrigger", str(self._max_files * len(dirs)))
+                  .option("ignoreMissingFiles", "true").load(glob))
+        millis = max(1, int(round(self.bounds.low * 1000)))
+        self._codegen = None  # a new query clones a new session
+        self.started_at = time.time()
+        self._query = (foreach_batch(source.writeStream.queryName(
+            f"xsg-shared-{uuid.uuid4().hex[:12]}"), self.on_batch)
+            .option("checkpointLocation", str(self._checkpoint))
+            .trigger(processingTime=f"{millis} milliseconds").start())
+        self._glob = glob
+        log.info("shared stream query reads %d streams", len(dirs))
+
+    def _stop_query(self) -> None:
+        """Between two batches: the batch under way ends first; one starting meanwhile fails
+        uncommitted (`on_batch`) and the next query runs it."""
+        query = self._query
+        if query is None:
+            return
+        self._pausing = True
+        self._wake.set()
+        try:
+            with self._batch_lock:
+                pass
+            try:
+                query.stop()
+            except Exception:  # stopping must not fail the caller
+                log.exception("stopping the shared stream query failed")
+        finally:
+            self._pausing = False
+            self._wake.clear()
+
+    def stop(self) -> None:
+        """Stop the query (the gateway stopping): the members' positions stay in its checkpoint."""
+        with self._lock:
+            self._closed = True
+            self._changed.notify_all()
+        self._control.join(timeout=30)
+        self._stop_query()
+        self._query = None
+        try:
+            self._root.mkdir(parents=True, exist_ok=True)
+            (self._root / "delivered").write_text(str(self._done), encoding="ascii")
+        except OSError:
+            log.exception("shared stream query: its last batch delivered was not written")
+
+    def _read_done(self) -> int:
+        try:
+            return int((self._root / "delivered").read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            return -1
+
+    # ----- a micro-batch ----------------------------------------------------------------------
+    def on_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """The foreachBatch: every member's share of the batch in one Spark job. A batch that
+        starts, or fails, while the query is being stopped between two batches fails as
+        stopped (`_held_for_stop`): never committed, the next query runs it again (a batch whose
+        results were handed over is then skipped: `_done`)."""
+        query = self._query
+        if self._pausing:
+            raise self._held_for_stop(query)
+        busy, held = 0, False
+        with self._batch_lock:
+            held = self._pausing
+            started = time.perf_counter()
+            if not held:
+                self._batch_thread = threading.get_ident()
+                try:
+                    busy = self._run(batch, batch_id)
+                except Exception as exc:
+                    if not self._pausing:
+                        self.last_error = f"{type(exc).__name__}: {exc}"
+                        log.exception("shared stream query: micro-batch %s failed", batch_id)
+                        raise
+                    held = True  # cancelled by the stop
+                finally:
+                    self._batch_thread = None
+                    self.last_batch_at = time.time()
+            work = time.perf_counter() - started
+        if held:
+            raise self._held_for_stop(query)
+        self.last_busy = busy
+        self.last_interval = self.bounds.interval(work, busy)
+        pause = self.bounds.pause(work, busy)
+        if pause > 0:
+            self._wake.wait(pause)
+
+    def _held_for_stop(self, query: StreamingQuery | None) -> Exception:
+        deadline = time.monotonic() + STOP_HOLD
+        while query is not None and time.monotonic() < deadline:
+            try:
+                if not query.isActive:
+                    return stopped_batch(self._spark, "shared stream query stopped between two "
+                                         "micro-batches")
+            except Exception:  # noqa: BLE001
+                break
+            time.sleep(0.01)
+        return RuntimeError("shared stream query: a micro-batch came while it was stopping")
+
+    def _run(self, batch: DataFrame, batch_id: int) -> int:
+        """The batch's work; returns how many streams brought tuples."""
+        begun = time.perf_counter()
+        self._archive_committed(batch_id)
+        with self._lock:
+            members = dict(self._members)
+        for member in members.values():
+            member.parts.runner.began()
+        if batch_id <= self._done:
+            return 0  # run again after a restart: handed over in full before the stop
+        files = batch_files(self._checkpoint, batch_id)
+        by_member: dict[str, list[str]] = {}
+        for path in files:
+            directory = os.path.dirname(path)
+            if directory in members and os.path.exists(path):
+                by_member.setdefault(directory, []).append(path)
+        session = batch.sparkSession
+        branches: list[tuple[Member, Branch | None]] = []
+        for directory, paths in by_member.items():
+            member = members[directory]
+            keep = member.deliverable(paths)
+            if not keep:
+                branches.append((member, None))
+                continue
+            frame = batch_frame(session, member.definition, keep)
+            branches.append((member, plan_branch(member.parts, frame)))
+        planned = time.perf_counter()
+        results = self._collect(session, [b for _, b in branches])
+        spark_s = time.perf_counter() - planned
+        archive: list[tuple[Path, list[str]]] = []
+        for i, (member, branch) in enumerate(branches):
+            route = None
+            if branch is not None:
+                own = {tag: results[f"{i}/{tag}"] for tag, _, _ in branch.frames
+                       if f"{i}/{tag}" in results}
+                route = branch.finish(own)
+            try:
+                member.parts.runner.route_later(batch_id, route, spark_s)
+            except RoutingFailed as exc:
+                # its batch before this one failed to route: that stream's, not the others'
+                member.parts.figures.failed(exc)
+                log.warning("stream %s: %s", member.definition.name, exc)
+            archive.append((member.archive, by_member[member.directory]))
+        with self._lock:
+            # not for a stream that left meanwhile (deleted: nothing may write under its archive)
+            archive = [a for a in archive
+                       if any(m.archive == a[0] for m in self._members.values())]
+            self._to_archive[batch_id] = archive
+        self._done = batch_id
+        log.debug("shared batch %s: %d files of %d streams, plan %.3f s, job %.3f s, handed "
+                  "over %.3f s", batch_id, len(files), len(by_member), planned - begun, spark_s,
+                  time.perf_counter() - planned - spark_s)
+        return len(by_member)
+
+    def _collect(self, session: Any, branches: list[Branch | None]) -> dict[str, pa.Table]:
+        """Every branch's frames, packed and collected in one job."""
+        packed: list[DataFrame] = []
+        plan_table = False
+        for i, branch in enumerate(branches):
+            if branch is None:
+                continue
+            plan_table = plan_table or branch.plan_table
+            for tag, frame, before in branch.frames:
+                pack = (summary_packer(f"{i}/{tag}", SEQ_COLUMN) if tag == FIGURES
+                        else packer(f"{i}/{tag}", before))
+                packed.append(frame.mapInArrow(pack, PACKED_SCHEMA))
+        if not packed:
+            return {}
+        # as on a stream's own query: generated code off while the plan table is read (its
+        # lambdas fall back to interpretation, copying the table per row inside it)
+        codegen = "false" if plan_table else "true"
+        if codegen != self._codegen:
+            if not session._jsparkSession.equals(self._spark._jsparkSession):
+                session.conf.set("spark.sql.codegen.wholeStage", codegen)
+            self._codegen = codegen
+        union = functools.reduce(DataFrame.unionAll, packed)
+        self.jobs_run += 1
+        return unpack(union.toArrow())
+
+    def _archive_committed(self, batch_id: int) -> None:
+        """Batches before `batch_id` are committed (Spark runs a batch once the one before it
+        committed): their files move to their streams' archives."""
+        with self._lock:
+            moves = [self._to_archive.pop(b) for b in sorted(self._to_archive) if b < batch_id]
+            for batch_moves in moves:
+                for archive, paths in batch_moves:
+                    archive_files(paths, archive)
+
+    def health(self) -> dict[str, Any]:
+        return {"active": self.active, "last_batch_at": self.last_batch_at,
+                "started_at": self.started_at, "last_error": self.last_error,
+                "members": self.members(), "busy": self.last_busy,
+                "interval": self.last_interval}
+
+
+__all__ = ["Member", "SharedQuery"]

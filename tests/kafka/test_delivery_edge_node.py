@@ -1,0 +1,84 @@
+"""An edge checks every reader in the store, and stops serving (deny when in doubt) when it
+cannot reach the store: a real PostgreSQL store, the session's broker for the control topic,
+an `EdgeNode` in this process."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pep.core.errors import Gone, NotFound, Unavailable
+from pep.delivery.control import Revocation, ensure_topics
+from pep.delivery.settings import DeliverySettings
+from pep.delivery.store import DeliveryStore
+from pep.edge.node import LOST_AFTER, EdgeNode
+
+
+class Cuttable(DeliveryStore):
+    """The store as an edge sees it, whose edge-side calls fail as an unreachable store's do
+    while `cut`."""
+
+    cut = False
+
+    def seen(self, edge: str) -> bool:
+        if self.cut:
+            raise ConnectionError("the store cannot be reached")
+        return super().seen(edge)
+
+
+@pytest.mark.timeout(120)
+def test_an_edge_checks_readers_and_stops_serving_without_its_store(kafka_broker, postgres,
+                                                                    tmp_path):
+    from confluent_kafka.admin import AdminClient
+
+    from common.db import open_storage
+    from common.migrations import migrate
+    from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
+    from pep.streams.entries import SCHEMA as CATALOG_SCHEMA
+
+    storage = open_storage(tmp_path, postgres.new_url(), pool_size=4)
+    handles = HandleStore(storage.database("handles"))
+    migrate(storage.database("streams"), CATALOG_SCHEMA)
+    prefix = f"n{int(time.time()) % 100000}."
+    settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT",
+                                prefix=prefix)
+    ensure_topics(AdminClient({"bootstrap.servers": kafka_broker.bootstrap}), settings,
+                  (settings.control_topic, settings.acks_topic, prefix + "plan.p"))
+    store = Cuttable(storage.database("delivery"))
+    for hid in ("h1", "h2"):
+        handles.insert(HandleRecord(hid, "lta", (), False, "s", "{}", "k", (),
+                                    StoredRequest(b"<Request/>", "application/xacml+xml")))
+        store.bind(hid, prefix + "plan.p", 0)
+    node = EdgeNode(settings, store, "edge-n", "http://127.0.0.1:1")
+    node.start()
+    try:
+        with pytest.raises(NotFound):
+            node.open("h1", "other", None)  # another subject: as for no such handle
+        with pytest.raises(NotFound):
+            node.open("nope", "lta", None)
+        reader = node.open("h1", "lta", None)
+        # a revocation on the control topic closes its readers, and no new reader opens
+        node.revoked(Revocation("r1", ("h1",), "revoked", "a test"))
+        assert reader.closed and reader.read(None)[0].kind == "revoked"
+        handles.finish_many([("h1", HandleState.REVOKED, "a test")], at="2026-01-01T00:00:00Z")
+        with pytest.raises(Gone):
+            node.open("h1", "lta", None)
+        # the store away: after the bound, the readers end and new ones are refused
+        other = node.open("h2", "lta", None)
+        store.cut = True
+        deadline = time.monotonic() + LOST_AFTER + 3
+        while node.serving and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not node.serving
+        assert other.closed and other.read(None)[0].kind == "shutdown"
+        with pytest.raises(Unavailable):
+            node.open("h2", "lta", None)
+        store.cut = False  # back: it serves again
+        deadline = time.monotonic() + 5
+        while not node.serving and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert node.serving
+        node.closed(node.open("h2", "lta", None))
+    finally:
+        node.stop()
+        storage.close()

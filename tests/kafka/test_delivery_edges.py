@@ -1,0 +1,315 @@
+"""Edges end to end, as users run them: a gateway (`xsg serve`, delivery = kafka, a real
+PostgreSQL store, the session's broker) and two edges (`xsg edge`), child processes each.
+Started once for this module; the tests run in file order, the last one kills an edge.
+
+- another owner's bearer token, or a read token of another handle, reads nothing of a plan
+  topic through an edge (404 / 401), the owner's read token does;
+- a handle released (or revoked) through the gateway: the DELETE answers after both edges
+  acknowledged, the reader gets its final event, no row after it, and every edge answers 410;
+- kill -9 of the edge a reader reads through: the reader resumes on the other edge with
+  Last-Event-ID, and gets every row once (by event id: increasing, no hole in the rows)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.e2e.test_cluster import ND, XML, Process, auth, records, register
+from tests.e2e.test_restart_and_sse import sensor_request
+from tests.pep.conftest import write_auth
+
+REPO = Path(__file__).resolve().parents[2]
+FINAL = ("revoked", "released", "ended", "shutdown")
+
+
+@dataclass
+class Setup:
+    gateway: str
+    edges: dict[str, str]
+    procs: dict[str, Process]
+    store: str = ""
+    bootstrap: str = ""
+
+    def topic_dump(self, handle: str) -> list[tuple[int, str, str]]:
+        """(offset, key, value) of the handle's plan topic (for a failure's message)."""
+        import psycopg
+        from confluent_kafka import Consumer, TopicPartition
+        with psycopg.connect(self.store) as conn:
+            row = conn.execute("SELECT topic FROM delivery_handles WHERE handle_id = %s",
+                               (handle,)).fetchone()
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "dump",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(row[0], 0, 0)])
+        out = []
+        while (msg := consumer.poll(2.0)) is not None:
+            if not msg.error():
+                out.append((msg.offset(), msg.key().decode(), msg.value().decode()))
+        consumer.close()
+        return out
+
+
+@pytest.fixture(scope="module")
+def setup(postgres, kafka_broker, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("edges")
+    store = postgres.new_url()
+    auth_file = tmp / "auth.json"
+    write_auth(auth_file)
+    empty = tmp / "no-policies"
+    empty.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XSG_STORE": store,
+           "XSG_DELIVERY_BROKERS": kafka_broker.bootstrap,
+           "XSG_DELIVERY_SECURITY_PROTOCOL": "PLAINTEXT", "XSG_DELIVERY_ACK_TIMEOUT": "2"}
+    procs: dict[str, Process] = {}
+    procs["gw"] = Process(tmp, "gw", [
+        sys.executable, "-u", "-m", "pep.cli", "serve", "--delivery", "kafka", "--port", "0",
+        "--data-dir", str(tmp / "data"), "--auth", str(auth_file), "--policies", str(empty),
+        "--spark-master", "local[1]", "--conf", "spark.sql.shuffle.partitions=1",
+        "--heartbeat", "1", "--stall-seconds", "120", "--trigger-interval", "0.1"], env)
+    gateway = procs["gw"].wait_for("xsg gateway listening on ", 300).split()[4]
+    edges = {}
+    for name in ("e1", "e2"):
+        procs[name] = Process(tmp, name, [
+            sys.executable, "-u", "-m", "pep.cli", "edge", "--port", "0", "--id", name,
+            "--auth", str(auth_file)], env)
+    for name in ("e1", "e2"):
+        edges[name] = procs[name].wait_for(f"xsg edge {name} on ", 120).split()[4]
+    yield Setup(gateway, edges, procs, store, kafka_broker.bootstrap)
+    for p in procs.values():
+        p.kill(signal.SIGTERM)
+
+
+@dataclass
+class Reader:
+    """A consumer reading a handle's NDJSON from edges in a thread: after a broken connection,
+    a 503 or `shutdown`, again on the next edge with Last-Event-ID."""
+
+    urls: list[str]
+    token: str = "lta"
+    lines: list = field(default_factory=list)
+    statuses: list = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=threading.Event)
+    final: dict | None = None
+    last_id: int | None = None
+    serving: str | None = None
+
+    def start(self) -> Reader:
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        turn = 0
+        try:
+            while not self.stop.is_set():
+                url = self.urls[turn % len(self.urls)]
+                headers = auth(self.token, Accept="application/x-ndjson")
+                if self.last_id is not None:
+                    headers["Last-Event-ID"] = str(self.last_id)
+                try:
+                    with requests.get(url, headers=headers, stream=True, timeout=(5, 20)) as r:
+                        self.statuses.append(r.status_code)
+                        if r.status_code != 200:
+                            if r.status_code == 503:
+                                turn += 1
+                                time.sleep(0.2)
+                                continue
+                            return
+                        self.serving = url
+                        for raw in r.iter_lines(chunk_size=1):
+                            if not raw:
+                                continue
+                            obj = json.loads(raw)
+                            if obj.get("event") == "heartbeat":
+                                continue
+                            obj["_at"] = time.monotonic()
+                            self.lines.append(obj)
+                            if "id" in obj:
+                                self.last_id = obj["id"]
+                            if obj.get("event") == "shutdown":
+                                break
+                            if obj.get("event") in FINAL:
+                                self.final = obj
+                                return
+                except (requests.ConnectionError, requests.Timeout,
+                        requests.exceptions.ChunkedEncodingError):
+                    self.statuses.append("broken")
+                turn += 1
+                time.sleep(0.1)
+        finally:
+            self.done.set()
+
+    @property
+    def rows(self) -> list[dict]:
+        return [x for x in self.lines if "row" in x]
+
+    def wait_rows(self, n: int, timeout: float = 90) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while len(self.rows) < n and time.monotonic() < deadline and not self.done.is_set():
+            time.sleep(0.05)
+        return self.rows
+
+
+def open_handle(base: str, stream: str, who: str = "lta") -> str:
+    r = requests.post(f"{base}/requests", headers=auth(who, **XML), data=sensor_request(stream),
+                      timeout=120)
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def post(base: str, stream: str, values, start: int) -> None:
+    r = requests.post(f"{base}/streams/{stream}/records", data=records(values, start),
+                      headers=auth("nea", **ND), timeout=60)
+    assert r.status_code in (200, 201), r.text
+
+
+@pytest.mark.timeout(400)
+def test_another_owner_reads_nothing_of_a_plan_topic_through_an_edge(setup):
+    register(setup.gateway, "own")
+    handle = open_handle(setup.gateway, "own")
+    edge = setup.edges["e1"]
+    # another subject's bearer token: as for a handle that does not exist
+    r = requests.get(f"{edge}/handles/{handle}", headers=auth("other", Accept=ND["Content-Type"]),
+                     timeout=30)
+    assert r.status_code == 404, r.text
+    assert requests.get(f"{edge}/handles/{handle}", timeout=30).status_code == 401
+    # a read token minted for one handle does not open another
+    token = requests.post(f"{setup.gateway}/handles/{handle}/read-token",
+                          headers=auth("lta"), timeout=30).json()["read_token"]
+    r = requests.get(f"{edge}/handles/not-{handle}?read_token={token}", timeout=30)
+    assert r.status_code == 401
+    # the gateway sends a reader to an edge, the read token with it
+    r = requests.get(f"{setup.gateway}/handles/{handle}?read_token={token}",
+                     allow_redirects=False, timeout=30)
+    assert r.status_code == 307 and r.headers["Location"].split("/handles/")[0] in \
+        setup.edges.values() and r.headers["Location"].endswith(f"read_token={token}")
+    # the owner's read token reads the rows (from the handle's plan topic)
+    reader_url = f"{edge}/handles/{handle}?read_token={token}"
+    got: list[dict] = []
+
+    def read() -> None:
+        with requests.get(reader_url, headers={"Accept": "application/x-ndjson"}, stream=True,
+                          timeout=(5, 30)) as resp:
+            assert resp.status_code == 200
+            for raw in resp.iter_lines(chunk_size=1):
+                obj = json.loads(raw) if raw else {}
+                if "row" in obj:
+                    got.append(obj)
+                    if len(got) == 2:
+                        return
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    time.sleep(1.0)
+    post(setup.gateway, "own", [1.0, -1.0, 2.0], 0)
+    t.join(90)
+    assert [g["row"]["value"] for g in got] == [1.0, 2.0]
+    assert set(got[0]["row"]) == {"ts", "value"}  # projected: no `secret`
+
+
+@pytest.mark.timeout(300)
+def test_a_released_handle_gets_nothing_more_from_any_edge(setup):
+    register(setup.gateway, "rel")
+    handle = open_handle(setup.gateway, "rel")
+    readers = [Reader([f"{setup.edges[e]}/handles/{handle}"]).start() for e in ("e1", "e2")]
+    time.sleep(1.0)
+    post(setup.gateway, "rel", [1.0, 2.0], 0)
+    for reader in readers:
+        assert [r["row"]["value"] for r in reader.wait_rows(2)] == [1.0, 2.0]
+    started = time.monotonic()
+    r = requests.delete(f"{setup.gateway}/handles/{handle}", headers=auth("lta"), timeout=60)
+    answered = time.monotonic()
+    assert r.status_code == 200, r.text
+    assert answered - started < 5
+    post(setup.gateway, "rel", [3.0, 4.0], 2)
+    for reader in readers:
+        assert reader.done.wait(10)
+        assert reader.final is not None and reader.final["event"] == "released"
+        assert [r["row"]["value"] for r in reader.rows] == [1.0, 2.0]
+    time.sleep(1.0)
+    for edge in setup.edges.values():
+        r = requests.get(f"{edge}/handles/{handle}", headers=auth("lta", Accept=ND["Content-Type"]),
+                         timeout=30)
+        assert r.status_code == 410, r.text
+
+
+@pytest.mark.timeout(300)
+def test_a_revoked_handle_gets_0_rows_from_any_edge(setup):
+    register(setup.gateway, "revo")
+    handle = open_handle(setup.gateway, "revo")
+    readers = [Reader([f"{setup.edges[e]}/handles/{handle}"]).start() for e in ("e1", "e2")]
+    time.sleep(1.0)
+    post(setup.gateway, "revo", [1.0], 0)
+    for reader in readers:
+        assert len(reader.wait_rows(1)) == 1
+    # rows keep coming while the policy that granted them is deleted
+    stop = threading.Event()
+    posted: list[tuple[float, float]] = []  # (value, when its POST was answered)
+
+    def feed() -> None:
+        n = 1
+        while not stop.is_set():
+            post(setup.gateway, "revo", [float(n + 1)], n)
+            posted.append((float(n + 1), time.monotonic()))
+            n += 1
+            time.sleep(0.05)
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    time.sleep(1.0)
+    r = requests.delete(f"{setup.gateway}/policies/urn:t:revo", headers=auth("nea"), timeout=60)
+    answered = time.monotonic()
+    assert r.status_code in (200, 204), r.text
+    time.sleep(1.5)
+    stop.set()
+    feeder.join(30)
+    for reader in readers:
+        assert reader.done.wait(10)
+        assert reader.final is not None and reader.final["event"] == "revoked"
+        # the edge closed the reader before it acknowledged, and the DELETE waited for that:
+        # nothing appended after the DELETE answered reached a reader
+        assert reader.final["_at"] <= answered + 1.0
+        late = {v for v, at in posted if at > answered}
+        assert late and not late & {line["row"]["value"] for line in reader.rows}
+    for edge in setup.edges.values():
+        r = requests.get(f"{edge}/handles/{handle}", headers=auth("lta", Accept=ND["Content-Type"]),
+                         timeout=30)
+        assert r.status_code == 410, r.text
+
+
+@pytest.mark.timeout(300)
+def test_kill_9_of_an_edge_the_reader_resumes_on_another_without_loss_or_repeat(setup):
+    register(setup.gateway, "kill")
+    handle = open_handle(setup.gateway, "kill")
+    urls = [f"{setup.edges[e]}/handles/{handle}" for e in ("e1", "e2")]
+    reader = Reader(urls).start()
+    time.sleep(1.0)
+    values: list[float] = []
+    n = 0
+    for _ in range(5):
+        batch = [float(n + i + 1) for i in range(20)]
+        post(setup.gateway, "kill", batch, n)
+        values += batch
+        n += 20
+        time.sleep(0.1)
+    assert len(reader.wait_rows(40)) >= 40, \
+        f"the plan topic holds {[k for _, k, _ in setup.topic_dump(handle)][-3:]}"
+    assert reader.serving == urls[0]
+    setup.procs["e1"].kill(signal.SIGKILL)
+    for _ in range(5):
+        batch = [float(n + i + 1) for i in range(20)]
+        post(setup.gateway, "kill", batch, n)
+        values += batch
+        n += 20
+        time.sleep(0.1)
+    rows = reader.wait_rows(len(values))
+    reader.stop.set()
+    assert reader.serving == urls[1]
+    ids = [r["id"] for r in rows]
+    assert ids == sorted(set(ids)), "an event id repeated or went back"
+    assert [r["row"]["value"] for r in rows] == values
