@@ -45,7 +45,7 @@ def test_row_plans_and_windows_are_written_to_their_plan_topics(spark, tmp_path,
     rt = StreamRuntime(spark, tmp_path / "work", settings=RuntimeSettings(
         trigger_interval=0.25, delivery=settings))
     try:
-        open_ = lambda: True  # noqa: E731
+        open_ = lambda: True  # noqa: E731 - a callback that always answers True
         rt.attach_handle("a", stream, ExecutionPlan(stream.name, ((Predicate("v", ">", 0.0),),),
                                                     ("station", "v")),
                          TopicTarget(rows_topic, open_))

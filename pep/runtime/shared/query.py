@@ -330,7 +330,7 @@ class SharedQuery:
                 if not query.isActive:
                     return stopped_batch(self._spark, "shared stream query stopped between two "
                                          "micro-batches")
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a query gone already: say it came while stopping
                 break
             time.sleep(0.01)
         return RuntimeError("shared stream query: a micro-batch came while it was stopping")
