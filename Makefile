@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test bench check-java chromium postgresql wrk clean kafka-jars kafka typecheck docs cluster
+.PHONY: install run test bench check-java chromium postgresql wrk clean kafka-jars kafka typecheck lint docs cluster
 CHROMIUM ?= $(or $(XSG_CHROMIUM),/usr/bin/chromium)
 
 # The consumer's client (client/, package xsg_client) is a distribution of its own; the gateway's
@@ -105,7 +105,7 @@ bench: install wrk
 	for f in tests/bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) build site *.egg-info .pytest_cache .mypy_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache .mypy_cache .ruff_cache
 
 # The documentation site (mkdocs.yml, docs/) into site/; tests/test_docs.py builds it with
 # --strict in `make test`. `$(VENV)/bin/mkdocs serve` shows it while writing.
@@ -115,3 +115,8 @@ docs: install
 # The type checker alone (tests/test_types.py runs the same): settings in setup.cfg's [mypy].
 typecheck: install
 	$(PY) -m mypy
+
+# The linter alone (tests/test_lint.py runs the same): settings in ruff.toml. `ruff check --fix`
+# repairs the safe findings. The formatter (`ruff format`) is not adopted (docs/tests.md).
+lint: install
+	$(VENV)/bin/ruff check .

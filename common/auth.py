@@ -17,8 +17,9 @@ previous tokens stay in force. After every re-read that is used, its listeners h
 subjects' identities changed (`changed_subjects`: added, removed, or with other roles, admin
 flag or attributes; roles as the hierarchy widens them, so a changed hierarchy changes exactly
 the subjects whose roles it widens differently), and its hierarchy listeners hear of a changed
-hierarchy (the JWT side re-decides its own subjects with it), so that the gateway can re-decide those subjects' live handles at once
-(`pep.handles.revocation`). OIDC / JWT bearer tokens are `common.oidc`'s.
+hierarchy (the JWT side re-decides its own subjects with it), so that the gateway can re-decide
+those subjects' live handles at once (`pep.handles.revocation`). OIDC / JWT bearer tokens are
+`common.oidc`'s.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 from common.roles import NO_HIERARCHY, RoleHierarchy, RoleHierarchyError
 
@@ -44,7 +45,7 @@ class AuthFileError(ValueError):
     """The auth file is missing, malformed, or inconsistent; raised at start-up."""
 
 
-AttributeValue = Union[str, int, float, bool]
+AttributeValue = str | int | float | bool
 MAX_IDENTITY_ATTRIBUTES = 64
 MAX_ATTRIBUTE_VALUES = 1024
 WATCH_INTERVAL = 0.25  # seconds between two looks at the auth file by its watcher thread
@@ -79,7 +80,9 @@ class Identity:
         return None
 
 
-def parse_identity_attributes(data: Any, at: str) -> tuple[tuple[str, tuple[AttributeValue, ...]], ...]:
+def parse_identity_attributes(
+    data: Any, at: str
+) -> tuple[tuple[str, tuple[AttributeValue, ...]], ...]:
     """`{"clearance": 1, "ship-list": [123, 456]}` -> identity attributes; errors name the key."""
     if not isinstance(data, dict):
         raise AuthFileError(f"{at}: 'attributes' must be an object of attribute id -> value(s)")
@@ -300,7 +303,7 @@ class TokenFileAuthenticator:
         for callback in list(self._listeners) if changed else ():
             try:
                 callback(changed, "auth file")
-            except Exception:  # noqa: BLE001 - the new tokens are in force whatever a listener does
+            except Exception:  # the new tokens are in force whatever a listener does
                 log.exception("identity listener failed after reloading %s", self.path)
         current = self._current
         if current.hierarchy == previous.hierarchy:
@@ -308,7 +311,7 @@ class TokenFileAuthenticator:
         for hierarchy_callback in list(self._hierarchy_listeners):
             try:
                 hierarchy_callback(previous.hierarchy, current.hierarchy)
-            except Exception:  # noqa: BLE001 - as above
+            except Exception:  # as above
                 log.exception("role hierarchy listener failed after reloading %s", self.path)
 
     def _maybe_reload(self, force: bool = False) -> None:
@@ -343,7 +346,7 @@ class TokenFileAuthenticator:
             while not self._watch_stop.wait(interval):
                 try:
                     self.poll()
-                except Exception:  # noqa: BLE001 - the watcher must survive one bad look
+                except Exception:  # the watcher must survive one bad look
                     log.exception("looking at auth file %s failed", self.path)
 
         self._watcher = threading.Thread(target=run, name="xsg-auth-watch", daemon=True)
@@ -403,7 +406,9 @@ def parse_auth_file(data: Any, where: str = "auth file"
 def parse_auth_entries(data: Any, where: str = "auth file") -> list[tuple[str, Identity]]:
     """Validate the auth file's JSON; every error names the entry and the field."""
     if not isinstance(data, list):
-        raise AuthFileError(f"{where}: expected a JSON list of entries, found {type(data).__name__}")
+        raise AuthFileError(
+            f"{where}: expected a JSON list of entries, found {type(data).__name__}"
+        )
     entries = []
     for i, item in enumerate(data):
         at = f"{where}: entry {i}"

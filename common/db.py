@@ -143,7 +143,7 @@ def _notify(db: Database) -> None:
     for callback in list(db.on_commit):
         try:
             callback(db.store)
-        except Exception:  # noqa: BLE001 - a listener must not undo a committed write
+        except Exception:  # a listener must not undo a committed write
             log.exception("commit listener failed for store %s", db.store)
 
 
@@ -227,7 +227,7 @@ def opening(what: str, where: str) -> Iterator[None]:
         raise
 
 
-def open_database(where: "Database | str | Path", store: str, **sqlite_options: Any) -> Database:
+def open_database(where: Database | str | Path, store: str, **sqlite_options: Any) -> Database:
     """`where` itself when it is a Database, else the SQLite file at that path."""
     if isinstance(where, (str, Path)):
         return SQLiteDatabase(where, store=store, **sqlite_options)
@@ -249,7 +249,7 @@ class Storage:
     def dialect(self) -> Dialect:
         return SQLITE if self.url is None else POSTGRESQL
 
-    def open(self) -> "Storage":
+    def open(self) -> Storage:
         """Connect (PostgreSQL); StoreUnavailable says why it cannot, naming no password."""
         if self.url is not None and self._backend is None:
             from common.postgres import PostgresBackend

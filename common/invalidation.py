@@ -66,7 +66,7 @@ class InvalidationEvent:
                 "streams": None if self.streams is None else list(self.streams)}
 
     @classmethod
-    def from_json(cls, doc: Any) -> "InvalidationEvent":
+    def from_json(cls, doc: Any) -> InvalidationEvent:
         """Validate a received event document; raises InvalidEventError saying which field."""
         if not isinstance(doc, dict):
             raise InvalidEventError("event must be a JSON object")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from common.db import Cursor, Database, StoreError, upsert_sql
 
@@ -98,7 +98,7 @@ def migrate(db: Database, schema: Schema, upto: int | None = None) -> int:
                 else:
                     statement(cur)
         if target > found:
-            now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            now = datetime.now(UTC).isoformat(timespec="seconds")
             cur.execute(upsert_sql(VERSIONS_TABLE, ("store", "version", "migrated_at"),
                                    ("store",)), (schema.store, target, now))
     if target > found and found:

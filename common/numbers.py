@@ -127,5 +127,5 @@ def float_argument(low: float, high: float) -> Callable[[str], float]:
     return number
 
 
-__all__ = ["INT64_MIN", "INT64_MAX", "MIN_EPOCH_SECONDS", "END_EPOCH_SECONDS", "NumberError", "parse_int", "parse_float", "check_int", "check_float",
-           "int_argument", "float_argument"]
+__all__ = ["INT64_MIN", "INT64_MAX", "MIN_EPOCH_SECONDS", "END_EPOCH_SECONDS", "NumberError",
+           "parse_int", "parse_float", "check_int", "check_float", "int_argument", "float_argument"]

@@ -10,9 +10,10 @@ stores (a test holds it), so one schema holds them all.
 Connections are checked when taken from the pool (a server restarted meanwhile costs no
 failed request), made with a time-out, and autocommit outside `transaction()` (a read is one
 round trip). Each session waits at most `lock_timeout` for a row another process holds, and the
-server ends one left idle inside a transaction (`SESSION_SETTINGS`; a URL's own options win). When the server cannot be reached, reads and writes raise `StoreUnavailable` with
-the reason; the pool keeps trying in the background, and the first success after a failure is
-logged once, as the failure was.
+server ends one left idle inside a transaction (`SESSION_SETTINGS`; a URL's own options win). When
+the server cannot be reached, reads and writes raise `StoreUnavailable` with the reason; the pool
+keeps trying in the background, and the first success after a failure is logged once, as the failure
+was.
 
 Nothing here ever prints the URL's password: messages name user, host, port, database and schema
 (`describe_url`).
@@ -138,11 +139,11 @@ class PostgresCursor:
     def rowcount(self) -> int:
         return self._cursor.rowcount
 
-    def execute(self, statement: str, params: Sequence[Any] = (), /) -> "PostgresCursor":
+    def execute(self, statement: str, params: Sequence[Any] = (), /) -> PostgresCursor:
         self._cursor.execute(translate(statement), tuple(params))
         return self
 
-    def executemany(self, statement: str, params: Iterable[Sequence[Any]], /) -> "PostgresCursor":
+    def executemany(self, statement: str, params: Iterable[Sequence[Any]], /) -> PostgresCursor:
         """One statement for many rows, sent in one pipeline (not a round trip per row)."""
         self._cursor.executemany(translate(statement), [tuple(p) for p in params])
         return self
@@ -169,7 +170,7 @@ class PostgresBackend:
         self._probe: tuple[float, str] = (0.0, "")
 
     @classmethod
-    def connect(cls, url: str, *, pool_size: int = 10, timeout: float = 5.0) -> "PostgresBackend":
+    def connect(cls, url: str, *, pool_size: int = 10, timeout: float = 5.0) -> PostgresBackend:
         """Connect once directly (so that a failure says why), create the schema when missing,
         then open the pool; StoreUnavailable (a StoreError) says what went wrong."""
         try:
@@ -223,7 +224,7 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise self._unavailable(_scrub(_first_line(exc), self.url)) from None
 
-    def database(self, store: str) -> "PostgresDatabase":
+    def database(self, store: str) -> PostgresDatabase:
         return PostgresDatabase(self, store)
 
     @contextmanager

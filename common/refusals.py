@@ -54,7 +54,7 @@ class InvalidInput(Refusal):
     """A body, document or query parameter that is malformed or empty."""
 
     @classmethod
-    def of(cls, exc: Located) -> "InvalidInput":
+    def of(cls, exc: Located) -> InvalidInput:
         """A document that does not load (a policy), said with where (source, element, line)."""
         return cls(exc.message, source=exc.source, element=exc.element, line=exc.line)
 
@@ -88,7 +88,7 @@ class Conflict(Refusal):
     references the policy to delete."""
 
     @classmethod
-    def of(cls, exc: Located) -> "Conflict":
+    def of(cls, exc: Located) -> Conflict:
         """A change the engine cannot load with what else it holds, said with where."""
         return cls(exc.message, source=exc.source, element=exc.element, line=exc.line)
 

@@ -77,9 +77,14 @@ def _has_doctype(data: bytes) -> bool:
     # Cheap pre-scan before parsing at all. UTF-16/32 documents are decoded first so that the
     # check cannot be dodged by an encoding change; lxml checks again after parsing.
     head = data
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or data[:4] in (b"\x00\x00\xfe\xff", b"\xff\xfe\x00\x00"):
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or data[:4] in (
+        b"\x00\x00\xfe\xff",
+        b"\xff\xfe\x00\x00",
+    ):
         try:
-            head = data.decode("utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-32").encode("utf-8")
+            head = data.decode(
+                "utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-32"
+            ).encode("utf-8")
         except UnicodeDecodeError:
             return False
     return b"<!DOCTYPE" in head or b"<!ENTITY" in head
@@ -98,7 +103,9 @@ def parse_xml(data: bytes, *, max_bytes: int | None = None,
     if not data.strip():
         raise UnsafeDocumentError("XML document is empty")
     if _has_doctype(data):
-        raise UnsafeDocumentError("XML document contains a DOCTYPE/ENTITY declaration, which is refused")
+        raise UnsafeDocumentError(
+            "XML document contains a DOCTYPE/ENTITY declaration, which is refused"
+        )
     try:
         root = etree.fromstring(data, _parser())
     except etree.XMLSyntaxError as exc:

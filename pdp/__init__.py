@@ -23,32 +23,89 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from pdp.combining import policy_combiner
-from pdp.engine import (PolicyEngine, PolicyInfo, PolicySource, compile_policy, inspect_policy,
-                        policy_resource_scope)
+from pdp.engine import (
+    PolicyEngine,
+    PolicyInfo,
+    PolicySource,
+    compile_policy,
+    inspect_policy,
+    policy_resource_scope,
+)
 from pdp.errors import PolicyLoadError, RequestSyntaxError
-from pdp.evaluation import (DENY, PERMIT, AnyPolicy, AnyValue, ObligationExpr, PolicyCombiner,
-                            PolicyEvaluator, ReferenceEvaluator, RuleCombiner, RuleEvaluator)
+from pdp.evaluation import (
+    DENY,
+    PERMIT,
+    AnyPolicy,
+    AnyValue,
+    ObligationExpr,
+    PolicyCombiner,
+    PolicyEvaluator,
+    ReferenceEvaluator,
+    RuleCombiner,
+    RuleEvaluator,
+)
 from pdp.events import PolicyChange, PolicyEvents
 from pdp.manage import ManagedPolicy, ManagePolicy, Veto, may_manage_policy
 from pdp.notes import ALWAYS_FALSE, NO_CONDITION, AttributeKey, MatchNote, Notes, TargetNote
 from pdp.policy_parser.expressions import FAST_EQUAL_FUNCTIONS
 from pdp.policy_scope import confined_resource_ids
-from pdp.request import (JOIN_WITH, RequestContext, bind_environment, bind_join, bind_subject,
-                         media_kind, parse_request)
+from pdp.request import (
+    JOIN_WITH,
+    RequestContext,
+    bind_environment,
+    bind_join,
+    bind_subject,
+    media_kind,
+    parse_request,
+)
 from pdp.response import render_response
-from pdp.results import (STATUS_SYNTAX_ERROR, AttributeAssignment, Decision, Obligation, Response,
-                         Result, RuleGrant, Status)
+from pdp.results import (
+    STATUS_SYNTAX_ERROR,
+    AttributeAssignment,
+    Decision,
+    Obligation,
+    Response,
+    Result,
+    RuleGrant,
+    Status,
+)
 from pdp.target_scope import attribute_key
-from pdp.urns import (ACCESS_SUBJECT, ACTION, ACTION_ID, CURRENT_DATE, CURRENT_DATETIME,
-                      CURRENT_TIME, ENVIRONMENT, FUNCTION_PREFIX, RESOURCE, RESOURCE_ID, STRING,
-                      STRING_EQUAL, SUBJECT_ID, SUBJECT_ROLE, XACML_NS)
+from pdp.urns import (
+    ACCESS_SUBJECT,
+    ACTION,
+    ACTION_ID,
+    CURRENT_DATE,
+    CURRENT_DATETIME,
+    CURRENT_TIME,
+    ENVIRONMENT,
+    FUNCTION_PREFIX,
+    RESOURCE,
+    RESOURCE_ID,
+    STRING,
+    STRING_EQUAL,
+    SUBJECT_ID,
+    SUBJECT_ROLE,
+    XACML_NS,
+)
 from pdp.why import explanation_json, explanation_text
 
 if TYPE_CHECKING:  # imported on first use at run time (`__getattr__`); a type checker sees them
-    from pdp.service import (PolicyIdMismatchError, PolicyService, Prospect, load_sources,
-                             policy_files, seed_store)
-    from pdp.store import (PolicyExistsError, PolicyNotFoundError, PolicyStore, SQLitePolicyStore,
-                           SQLPolicyStore, StoredPolicy)
+    from pdp.service import (
+        PolicyIdMismatchError,
+        PolicyService,
+        Prospect,
+        load_sources,
+        policy_files,
+        seed_store,
+    )
+    from pdp.store import (
+        PolicyExistsError,
+        PolicyNotFoundError,
+        PolicyStore,
+        SQLitePolicyStore,
+        SQLPolicyStore,
+        StoredPolicy,
+    )
 
 _PERSISTENCE = {
     "PolicyService": "pdp.service", "PolicyIdMismatchError": "pdp.service",

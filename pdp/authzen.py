@@ -43,7 +43,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdp.request.model import (
-    DATATYPE_SHORTHANDS, STRING, CategoryInstance, RequestAttribute, RequestContext,
+    DATATYPE_SHORTHANDS,
+    STRING,
+    CategoryInstance,
+    RequestAttribute,
+    RequestContext,
 )
 from pdp.results import STATUS_MISSING_ATTRIBUTE, STATUS_OK, Decision, Obligation, Result
 from pdp.urns import ACTION, ACTION_ID, ENVIRONMENT, RESOURCE, RESOURCE_ID

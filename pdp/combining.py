@@ -19,12 +19,29 @@ errors lead to; the closures are built once at import, so a decision pays no dis
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from pdp.errors import Indeterminate
-from pdp.evaluation import (DENY, IND_D, IND_DP, IND_P, NA_OUTCOME, NOT_APPLICABLE, PERMIT,
-                            Applicable, Combiner, EvalContext, Evaluable, Grant, Obligations,
-                            Outcome, PolicyCombiner, RuleCombiner, status_of, status_of_bug)
+from pdp.evaluation import (
+    DENY,
+    IND_D,
+    IND_DP,
+    IND_P,
+    NA_OUTCOME,
+    NOT_APPLICABLE,
+    PERMIT,
+    Applicable,
+    Combiner,
+    EvalContext,
+    Evaluable,
+    Grant,
+    Obligations,
+    Outcome,
+    PolicyCombiner,
+    RuleCombiner,
+    status_of,
+    status_of_bug,
+)
 from pdp.results import STATUS_PROCESSING_ERROR, PolicyIdentifier, Status
 
 _EMPTY: frozenset[str] = frozenset()
@@ -198,7 +215,7 @@ def only_one_applicable(children: Sequence[Applicable], ctx: EvalContext) -> Out
             applicable = child.is_applicable(ctx)
         except Indeterminate as exc:
             return Outcome(IND_DP, status_of(exc))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a bug in a target must not crash the PDP: Indeterminate
             return Outcome(IND_DP, status_of_bug(exc))
         if applicable:
             if selected is not None:

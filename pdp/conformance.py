@@ -127,7 +127,7 @@ def _canon_value(datatype: str, value: str) -> str:
         from pdp.datatypes import get_datatype
         dt = get_datatype(datatype)
         return dt.format(dt.parse(value))
-    except Exception:
+    except Exception:  # noqa: BLE001 - a value its type cannot read is compared as written
         return value
 
 
@@ -181,7 +181,7 @@ def _norm_result(decision: str, status: str,
 
 def normalize_xml_response(data: bytes) -> list[NormResult]:
     root = parse_xml(data)
-    ns = "{%s}" % XACML_NS
+    ns = f"{{{XACML_NS}}}"
     results: list[NormResult] = []
     for res in root.iter(ns + "Result"):
         decision = (res.findtext(ns + "Decision") or "").strip()
@@ -230,8 +230,9 @@ def _json_list(v: JsonValue) -> list[JsonValue]:
 
 
 def _json_assignments(items: JsonValue) -> list[NormAssignment]:
-    return [_assignment(a.get("AttributeId"), a.get("DataType", "string"), _json_str(a.get("Value")),
-                        a.get("Category"), a.get("Issuer")) for a in _json_list(items)]
+    return [_assignment(a.get("AttributeId"), a.get("DataType", "string"),
+                        _json_str(a.get("Value")), a.get("Category"), a.get("Issuer"))
+            for a in _json_list(items)]
 
 
 def _json_str(v: JsonValue) -> str:
@@ -355,7 +356,7 @@ def run_suite(path: Path | str, fmt: str = "xml", verbose: bool = False,
     for case in discover(path):
         try:
             status, reason = run_case(case, fmt)
-        except Exception as exc:  # the runner reports, it never stops half-way
+        except Exception as exc:  # noqa: BLE001 - the runner reports, it never stops half-way
             status, reason = "fail", f"runner error: {type(exc).__name__}: {exc}"
         if status == "pass":
             result.passed.append(case.name)

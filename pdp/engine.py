@@ -3,8 +3,8 @@
 An engine is immutable once built; `with_changes` builds the next generation, reusing the
 compiled form of every document whose bytes did not change. References between documents are
 resolved per engine through a link table (RefSpec -> evaluator; `pdp.references`), which is
-why compiled documents can be shared between generations. Building is all-or-nothing: any invalid document,
-undefined or circular reference raises PolicyLoadError and no engine is produced.
+why compiled documents can be shared between generations. Building is all-or-nothing: any invalid
+document, undefined or circular reference raises PolicyLoadError and no engine is produced.
 
 Root: without `root_policy_id`, all top-level documents are combined under the root algorithm
 (in the order given), through the target index. With `root_policy_id`, that document is the
@@ -41,24 +41,44 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Iterable, Mapping, Sequence, Union
+from collections.abc import Iterable, Mapping, Sequence
 
 import pdp.index as index_module
 from common.xmlsafe import get_limits
 from pdp import references
 from pdp.combining import DENY_OVERRIDES_3_0, deny_unless_permit, policy_combiner
 from pdp.errors import PolicyLoadError, RequestSyntaxError
-from pdp.evaluation import (DENY, NOT_APPLICABLE, PERMIT, TO_DECISION, AnyPolicy, AnyValue,
-                            EvalContext, Outcome, PolicyCombiner, status_of_bug)
+from pdp.evaluation import (
+    DENY,
+    NOT_APPLICABLE,
+    PERMIT,
+    TO_DECISION,
+    AnyPolicy,
+    AnyValue,
+    EvalContext,
+    Outcome,
+    PolicyCombiner,
+    status_of_bug,
+)
 from pdp.index import RootIndex
-from pdp.policy_parser import (CompiledDocument, CompiledPolicy, PolicyInfo, PolicySource,
-                               RefSpec, compile_document)
+from pdp.policy_parser import (
+    CompiledDocument,
+    CompiledPolicy,
+    PolicyInfo,
+    PolicySource,
+    RefSpec,
+    compile_document,
+)
 from pdp.references import defined_twice, latest_info, named_root
 from pdp.request import Individual, RequestContext, parse_request
-from pdp.results import (STATUS_PROCESSING_ERROR, Decision, Response, Result, RuleGrant,
-                          Status)
-from pdp.target_scope import (NOT_APPLICABLE_WHEN_ALL_ARE, ScopeMemo, attribute_key,
-                               evaluator_scope, target_literals)
+from pdp.results import STATUS_PROCESSING_ERROR, Decision, Response, Result, RuleGrant, Status
+from pdp.target_scope import (
+    NOT_APPLICABLE_WHEN_ALL_ARE,
+    ScopeMemo,
+    attribute_key,
+    evaluator_scope,
+    target_literals,
+)
 from pdp.why import Explanation, Node, explain_root
 
 __all__ = ["PolicyEngine", "PolicySource", "PolicyInfo", "CompiledPolicy", "compile_policy",
@@ -149,7 +169,7 @@ class _Root:
         return self.combine(self.candidates(ctx), ctx)
 
 
-Upsert = Union[PolicySource, CompiledPolicy]
+Upsert = PolicySource | CompiledPolicy
 
 
 class PolicyEngine:
@@ -233,13 +253,13 @@ class PolicyEngine:
 
     @classmethod
     def compile(cls, sources: Sequence[Upsert], root_combining_alg: str = DENY_OVERRIDES_3_0,
-                root_policy_id: str | None = None, *, use_index: bool = True) -> "PolicyEngine":
+                root_policy_id: str | None = None, *, use_index: bool = True) -> PolicyEngine:
         entries = [s if isinstance(s, CompiledPolicy) else CompiledPolicy(s, compile_document(s))
                    for s in sources]
         return cls(entries, root_combining_alg, root_policy_id, use_index)
 
     def with_changes(self, upsert: Sequence[Upsert] = (),
-                     remove_ids: Iterable[str] = ()) -> "PolicyEngine":
+                     remove_ids: Iterable[str] = ()) -> PolicyEngine:
         """Next generation: documents with an id in `remove_ids` are dropped (every version),
         then each upserted document replaces the one with the same id and version, or is added
         at the end. An upsert is a CompiledPolicy (taken as it is: see `compile_policy`) or a
@@ -292,7 +312,7 @@ class PolicyEngine:
 
     def _next(self, by_slot: dict[int, CompiledPolicy], slot_of: dict[DocKey, int],
               versions: dict[str, tuple[int, ...]], next_slot: int, touched_slots: set[int],
-              touched_ids: dict[str, None]) -> "PolicyEngine":
+              touched_ids: dict[str, None]) -> PolicyEngine:
         referrers = self._referrers
         if any(s in referrers or (s in by_slot and by_slot[s].compiled.references)
                for s in touched_slots):
@@ -430,7 +450,7 @@ class PolicyEngine:
         traces: list[set[str]] = []
         try:
             individuals = request.individuals()
-        except Exception as exc:  # pragma: no cover - defensive
+        except Exception as exc:  # noqa: BLE001 - a bug must not crash the PDP: Indeterminate  # pragma: no cover
             return (Response((Result(Decision.INDETERMINATE, status_of_bug(exc)),)), [set()])
         for ind in individuals:
             result, docs = self._decide_one(ind)
@@ -444,7 +464,7 @@ class PolicyEngine:
             ctx = EvalContext(ind.bags, self._links)
         try:
             outcome = self._root.evaluate(ctx)
-        except Exception as exc:  # a bug must never crash the PDP; deny-biased Indeterminate
+        except Exception as exc:  # noqa: BLE001 - a bug must never crash the PDP; deny-biased Indeterminate
             return Result(Decision.INDETERMINATE, status_of_bug(exc),
                           attributes=ind.included_attributes()), set()
         d = outcome.decision
@@ -474,7 +494,7 @@ class PolicyEngine:
         explanations = []
         try:
             individuals = request.individuals()
-        except Exception as exc:  # pragma: no cover - defensive
+        except Exception as exc:  # noqa: BLE001 - a bug must not crash the PDP: Indeterminate  # pragma: no cover
             return (Response((Result(Decision.INDETERMINATE, status_of_bug(exc)),)), [])
         for ind in individuals:
             ctx = EvalContext(ind.bags, self._links)
@@ -491,7 +511,7 @@ class PolicyEngine:
                         len(self._root.by_slot))
                 else:
                     node, outcome, missing = explain_root(ctx, self._root, "", None, None, 0)
-            except Exception as exc:  # an explanation must not fail the decision
+            except Exception as exc:  # noqa: BLE001 - an explanation must not fail the decision
                 node = Node("Root", None, None, None, None, NOT_APPLICABLE,
                             f"no explanation: {type(exc).__name__}: {exc}")
                 explanations.append(Explanation(result.decision.value, status, node, [], False))
@@ -508,7 +528,7 @@ class PolicyEngine:
         except RequestSyntaxError as exc:
             return Response((Result(Decision.INDETERMINATE,
                                     Status(exc.status_code, str(exc))),))
-        except Exception as exc:  # a parser bug must not crash the caller: deny-biased answer
+        except Exception as exc:  # noqa: BLE001 - a parser bug must not crash the caller: deny-biased answer
             return Response((Result(Decision.INDETERMINATE, status_of_bug(exc)),))
         return self.decide(request)
 

@@ -19,13 +19,27 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-from typing import (TYPE_CHECKING, Any, Callable, Generic, Iterable, Mapping, Protocol, Sequence,
-                    TypeVar, Union)
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    Protocol,
+    TypeVar,
+)
 
 from pdp.datatypes import DATE, DATETIME, TIME, get_datatype
 from pdp.errors import Indeterminate
-from pdp.results import (STATUS_MISSING_ATTRIBUTE, STATUS_PROCESSING_ERROR, AttributeAssignment,
-                         Decision, MissingAttributeDetail, Obligation, PolicyIdentifier, Status)
+from pdp.results import (
+    STATUS_MISSING_ATTRIBUTE,
+    STATUS_PROCESSING_ERROR,
+    AttributeAssignment,
+    Decision,
+    MissingAttributeDetail,
+    Obligation,
+    PolicyIdentifier,
+    Status,
+)
 from pdp.urns import CURRENT_DATE, CURRENT_DATETIME, CURRENT_TIME
 
 if TYPE_CHECKING:  # for annotations only
@@ -70,7 +84,7 @@ class EvalContext:
     def now(self) -> _dt.datetime:
         # One clock reading per decision, so current-time, -date and -dateTime agree.
         if self._now is None:
-            self._now = _dt.datetime.now(_dt.timezone.utc).astimezone()
+            self._now = _dt.datetime.now(_dt.UTC).astimezone()
         return self._now
 
 
@@ -360,7 +374,7 @@ class RuleEvaluator:
                            evaluate_obligations(self.advice, ctx), grants=((self.id, obligations),))
         except Indeterminate as exc:
             return Outcome(self._ind, status_of(exc))
-        except Exception as exc:  # a bug in a function must not crash the PDP: deny-biased
+        except Exception as exc:  # noqa: BLE001 - a bug in a function must not crash the PDP: deny-biased
             return Outcome(self._ind, status_of_bug(exc))
 
 
@@ -414,9 +428,11 @@ class PolicyEvaluator(Generic[ChildT]):
                     return NA_OUTCOME
             except Indeterminate as exc:
                 target_error = status_of(exc)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a bug in a target must not crash the PDP: Indeterminate
                 target_error = status_of_bug(exc)
-        children = self.children if self.index is None else self.index.candidates(self.children, ctx)
+        children = (
+            self.children if self.index is None else self.index.candidates(self.children, ctx)
+        )
         result = self.combine(children, ctx)
         d = result.decision
         if d == NOT_APPLICABLE:
@@ -440,7 +456,7 @@ class PolicyEvaluator(Generic[ChildT]):
                 except Indeterminate as exc:
                     return Outcome(IND_P if d == PERMIT else IND_D, status_of(exc), (), (),
                                    policy_ids, docs)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - a bug must not crash the PDP: deny-biased Indeterminate
                     return Outcome(IND_P if d == PERMIT else IND_D, status_of_bug(exc), (), (),
                                    policy_ids, docs)
                 obligations = obligations + own_o
@@ -455,7 +471,7 @@ class PolicyEvaluator(Generic[ChildT]):
 
 Policy = PolicyEvaluator[Evaluable]  # a compiled <Policy>: its children are rules
 PolicySet = PolicyEvaluator[Applicable]  # a compiled <PolicySet>
-AnyPolicy = Union[Policy, PolicySet]  # a top-level document, what a reference resolves to
+AnyPolicy = Policy | PolicySet  # a top-level document, what a reference resolves to
 # The engine's link table: each reference of its documents, resolved (`pdp.references`).
 Links = Mapping["RefSpec", AnyPolicy]
 

@@ -61,7 +61,7 @@ class PolicyEvents:
         for callback in subscribers:
             try:
                 callback(change)
-            except Exception as exc:  # noqa: BLE001 - isolation of subscribers is the point
+            except Exception as exc:  # isolation of subscribers is the point
                 log.exception("policy event subscriber %r failed on %s", callback, change)
                 errors.append(exc)
         return errors

@@ -21,7 +21,8 @@ only-one-applicable) see the same sequence minus NotApplicable children.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from pdp.evaluation import AnyValue, Bags, EvalContext
 from pdp.notes import AttributeKey
@@ -234,7 +235,7 @@ class RootIndex:
         self.distinct = distinct  # key -> {value: how many children test it}
 
     @classmethod
-    def empty(cls) -> "RootIndex":
+    def empty(cls) -> RootIndex:
         return cls({}, {}, frozenset(), {}, {}, {})
 
     def __len__(self) -> int:

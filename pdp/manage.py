@@ -25,7 +25,7 @@ class ManagedPolicy(PolicyInfo):
     data: bytes = b""
 
     @classmethod
-    def of(cls, info: PolicyInfo, data: bytes) -> "ManagedPolicy":
+    def of(cls, info: PolicyInfo, data: bytes) -> ManagedPolicy:
         return cls(**{f.name: getattr(info, f.name) for f in fields(PolicyInfo)}, data=data)
 
 

@@ -41,7 +41,6 @@ from lxml import etree
 from common.xmlsafe import UnsafeDocumentError, parse_xml
 from pdp.urns import RESOURCE as RESOURCE_CATEGORY, RESOURCE_ID, STRING, STRING_EQUAL, XACML_NS
 
-
 _TOP_LEVEL = {"Policy", "PolicySet"}
 _REFERENCES = {"PolicyIdReference", "PolicySetIdReference"}
 
@@ -51,7 +50,7 @@ def _local(elem: etree._Element) -> str | None:
     tag = elem.tag
     if not isinstance(tag, str):
         return None
-    prefix = "{%s}" % XACML_NS
+    prefix = f"{{{XACML_NS}}}"
     return tag[len(prefix):] if tag.startswith(prefix) else None
 
 

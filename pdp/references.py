@@ -7,7 +7,7 @@ Beside it: which version of an id is the latest, and the root a configuration na
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from pdp.errors import PolicyLoadError
 from pdp.evaluation import AnyPolicy
@@ -73,7 +73,9 @@ def link_references(by_slot: Mapping[int, CompiledPolicy], versions: Mapping[str
                     other = by_slot[slot].compiled
                     if other.info.is_policy_set == spec.is_policy_set and \
                             spec.matches(other.info.version):
-                        if best is None or version_key(other.info.version) > version_key(best.info.version):
+                        if best is None or version_key(other.info.version) > version_key(
+                            best.info.version
+                        ):
                             best = other
                 if best is None:
                     raise PolicyLoadError(f"undefined reference: {spec.describe()} matches no "

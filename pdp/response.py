@@ -7,19 +7,28 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Mapping, NotRequired, TypedDict
+from collections.abc import Mapping
+from typing import NotRequired, TypedDict
 
 from lxml import etree
 
 from pdp.request import XACML_NS, XML_ID, media_kind
-from pdp.results import (AttributeAssignment, MissingAttributeDetail, Obligation,
-                         PolicyIdentifier, Response, Result, ResultAttribute, ResultCategory,
-                         Status)
+from pdp.results import (
+    AttributeAssignment,
+    MissingAttributeDetail,
+    Obligation,
+    PolicyIdentifier,
+    Response,
+    Result,
+    ResultAttribute,
+    ResultCategory,
+    Status,
+)
 
 XML_MEDIA_TYPE = "application/xacml+xml"
 JSON_MEDIA_TYPE = "application/xacml+json"
 
-_NS = "{%s}" % XACML_NS
+_NS = f"{{{XACML_NS}}}"
 _NON_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 

@@ -34,14 +34,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdp.engine import (CompiledPolicy, PolicyEngine, PolicyInfo, PolicySource,
-                        compile_policy)
+from pdp.engine import CompiledPolicy, PolicyEngine, PolicyInfo, PolicySource, compile_policy
 from pdp.errors import PolicyLoadError
 from pdp.events import ChangeKind, PolicyChange, PolicyEvents
 from pdp.request import RequestContext
 from pdp.results import Response
-from pdp.store import (PolicyExistsError, PolicyNotFoundError, PolicyStore, StoredPolicy,
-                       source_name)
+from pdp.store import PolicyExistsError, PolicyNotFoundError, PolicyStore, StoredPolicy, source_name
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +98,8 @@ class PolicyService:
     # -- the engine -----------------------------------------------------------------------------
 
     def reload(self) -> None:
-        """(Re)compile the engine from the store; raises PolicyLoadError if the store is unusable."""
+        """(Re)compile the engine from the store; raises PolicyLoadError if the store is
+        unusable."""
         with self._write_lock:
             version = self.store.store_version()
             # shared: the list as of that version, exactly (`catch_up` goes on from there);
@@ -207,7 +206,7 @@ class PolicyService:
         for observer in list(observers):
             try:
                 observer(written)
-            except Exception:  # noqa: BLE001 - the write is committed
+            except Exception:  # the write is committed
                 log.exception("policy write observer failed")
 
     @property
@@ -374,7 +373,7 @@ class PolicyService:
         return tombstone
 
     def prospect(self, kind: ChangeKind, policy_id: str, data: bytes | None = None,
-                 source: str = "proposed policy") -> "Prospect":
+                 source: str = "proposed policy") -> Prospect:
         """What a change would make of the engine, without storing, swapping or announcing
         anything: the engine after the change and the resources it concerns, exactly as
         `add` (kind "added"), `update` ("updated") or `delete` ("deleted") would compute them

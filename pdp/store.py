@@ -22,7 +22,7 @@ from __future__ import annotations
 import builtins
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,9 @@ from common.migrations import Schema, Step, migrate
 class PolicyExistsError(StoreError):
     """`source`, when given, names the document that tried to reuse the id (bulk adds)."""
 
-    def __init__(self, policy_id: str, source: str | None = None, detail: str | None = None) -> None:
+    def __init__(
+        self, policy_id: str, source: str | None = None, detail: str | None = None
+    ) -> None:
         message = f"policy {policy_id!r} already exists"
         if source is not None:
             message += f" (in {source}{': ' + detail if detail else ''})"
@@ -82,7 +84,8 @@ class PolicyStore(ABC):
     @abstractmethod
     def put(self, policy_id: str, version: str, owner: str, data: bytes, *,
             is_policy_set: bool = False, must_exist: bool | None = None) -> StoredPolicy:
-        """Write a new version. must_exist: True = update only, False = create only, None = either."""
+        """Write a new version. must_exist: True = update only, False = create only, None =
+        either."""
 
     @abstractmethod
     def put_all(self, items: list[tuple[str, str, str, bytes, bool]]) -> list[StoredPolicy]:
@@ -128,7 +131,7 @@ class PolicyStore(ABC):
     def is_empty(self) -> bool:
         return self.store_version() == 0
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: the default has nothing to release
         """Release resources; the default has none."""
 
 
@@ -191,7 +194,8 @@ SCHEMA = Schema("policies", (
 ))
 SCHEMA_VERSION = SCHEMA.version
 
-_COLUMNS = "v.policy_id, v.version, v.store_version, v.owner, v.created_at, v.is_policy_set, v.data, v.deleted"
+_COLUMNS = ("v.policy_id, v.version, v.store_version, v.owner, v.created_at, v.is_policy_set, "
+            "v.data, v.deleted")
 
 
 def _row(row: tuple[Any, ...]) -> StoredPolicy:
@@ -285,7 +289,7 @@ class SQLPolicyStore(PolicyStore):
     def _insert_version(self, cur: Cursor, store_version: int, policy_id: str, version: str,
                         owner: str, data: bytes, is_policy_set: bool,
                         deleted: bool) -> StoredPolicy:
-        created_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        created_at = datetime.now(UTC).isoformat(timespec="milliseconds")
         cur.execute(
             "INSERT INTO policy_versions (store_version, policy_id, version, owner, created_at,"
             " is_policy_set, deleted, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

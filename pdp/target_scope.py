@@ -29,11 +29,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pdp.combining import (deny_overrides, first_applicable, legacy_deny_overrides_policies,
-                           legacy_deny_overrides_rules, legacy_permit_overrides_policies,
-                           legacy_permit_overrides_rules, only_one_applicable, permit_overrides)
-from pdp.evaluation import (AnyValue, Evaluable, Links, PolicyCombiner, PolicyEvaluator,
-                            ReferenceEvaluator, RuleEvaluator)
+from pdp.combining import (
+    deny_overrides,
+    first_applicable,
+    legacy_deny_overrides_policies,
+    legacy_deny_overrides_rules,
+    legacy_permit_overrides_policies,
+    legacy_permit_overrides_rules,
+    only_one_applicable,
+    permit_overrides,
+)
+from pdp.evaluation import (
+    AnyValue,
+    Evaluable,
+    Links,
+    PolicyCombiner,
+    PolicyEvaluator,
+    ReferenceEvaluator,
+    RuleEvaluator,
+)
 from pdp.notes import AttributeKey
 from pdp.urns import RESOURCE as RESOURCE_CATEGORY, RESOURCE_ID, STRING
 

@@ -29,9 +29,25 @@ from typing import Any, Protocol
 
 from pdp.datatypes import get_datatype
 from pdp.errors import Indeterminate
-from pdp.evaluation import (DECISION_NAMES, DENY, IND_D, IND_DP, IND_P, NOT_APPLICABLE, PERMIT,
-                            AnyPolicy, EvalContext, Evaluable, Expr, Matcher, Outcome,
-                            PolicyCombiner, PolicyEvaluator, ReferenceEvaluator, RuleEvaluator)
+from pdp.evaluation import (
+    DECISION_NAMES,
+    DENY,
+    IND_D,
+    IND_DP,
+    IND_P,
+    NOT_APPLICABLE,
+    PERMIT,
+    AnyPolicy,
+    EvalContext,
+    Evaluable,
+    Expr,
+    Matcher,
+    Outcome,
+    PolicyCombiner,
+    PolicyEvaluator,
+    ReferenceEvaluator,
+    RuleEvaluator,
+)
 from pdp.notes import ALWAYS_FALSE, MatchNote, Notes
 from pdp.results import Obligation
 from pdp.urns import ACCESS_SUBJECT, CURRENT_DATE, CURRENT_DATETIME, CURRENT_TIME, ENVIRONMENT
@@ -92,7 +108,7 @@ class Node:
     algorithm: str | None = None
     family: str | None = None  # the combining function's name (deny_overrides, ...)
     combined: int | None = None  # what the algorithm gave, before a target error weakened it
-    children: list["Node"] = field(default_factory=list)  # those the algorithm consulted
+    children: list[Node] = field(default_factory=list)  # those the algorithm consulted
     not_reached: int = 0  # children the algorithm did not consult (it had decided)
     skipped: int = 0  # children the target index proved NotApplicable, never evaluated
     obligations: tuple[Obligation, ...] = ()  # its own, when its decision reached the result
@@ -139,7 +155,7 @@ class _Probe:
 
     __slots__ = ("explainer", "child", "doc", "node", "checked")
 
-    def __init__(self, explainer: "Explainer", child: Evaluable, doc: str | None) -> None:
+    def __init__(self, explainer: Explainer, child: Evaluable, doc: str | None) -> None:
         self.explainer = explainer
         self.child = child
         self.doc = doc
@@ -176,7 +192,9 @@ class Explainer:
         except Exception:  # noqa: BLE001 - an explanation must not fail on a value's form
             return tuple(str(v) for v in bag)
 
-    def _key(self, category: str, attribute_id: str, datatype: str, issuer: str | None) -> tuple[str, ...]:
+    def _key(
+        self, category: str, attribute_id: str, datatype: str, issuer: str | None
+    ) -> tuple[str, ...]:
         return (category, attribute_id, datatype) if issuer is None else \
             (category, attribute_id, datatype, issuer)
 
@@ -209,7 +227,7 @@ class Explainer:
                         got = "match" if note.test(self.ctx) else "no match"
                     except Indeterminate as exc:
                         got = f"indeterminate: {exc.message}"
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:  # noqa: BLE001 - as the decision: Indeterminate
                         got = f"indeterminate: {type(exc).__name__}: {exc}"
                     trace.matches.append(MatchTrace(note, i, j, got, read.request))
         return trace
@@ -256,7 +274,7 @@ class Explainer:
             return "true" if condition(self.ctx) else "false"
         except Indeterminate as exc:
             return f"indeterminate: {exc.message}"
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - as the decision: Indeterminate
             return f"indeterminate: {type(exc).__name__}: {exc}"
 
     def policy(self, policy: AnyPolicy, doc: str | None) -> tuple[Node, Outcome]:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter as Tally
-from typing import TYPE_CHECKING, Callable, Iterator, TypedDict
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypedDict
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -92,7 +93,7 @@ class _StateCollector:
     def collect(self) -> Iterator[Metric]:
         try:
             s = self._state()
-        except Exception:  # noqa: BLE001 - a scrape must not fail because one figure does
+        except Exception:  # a scrape must not fail because one figure does
             log.exception("metrics: reading the gateway's state failed")
             return
         yield GaugeMetricFamily("xsg_policies_loaded", "Policies in the engine",

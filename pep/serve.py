@@ -24,9 +24,9 @@ from typing import TextIO
 
 from pep.config import GatewayConfig
 from pep.http.app import create_app
+from pep.services import GatewayServices, build_services
 from server.bridge import WsgiApp
 from server.serving import HttpServer, limit_malloc_arenas, run_until_signal, tune_gc
-from pep.services import GatewayServices, build_services
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY = 5.0  # seconds between "still starting ..." lines
@@ -142,9 +142,9 @@ def _banner(services: GatewayServices, server: HttpServer, out: TextIO,
         print(f"  cluster   member {services.cluster.member} at {services.cluster.url} "
               f"(leases of {services.cluster.lease_seconds:g} s; GET {base}/cluster)", file=out)
     policies = services.policies.engine.policies
-    print(f"  {len(policies)} policies loaded"
-          + (f" ({len(services.seeded)} seeded from {config.policies_dir})" if services.seeded else ""),
-          file=out)
+    seeded = (f" ({len(services.seeded)} seeded from {config.policies_dir})"
+              if services.seeded else "")
+    print(f"  {len(policies)} policies loaded" + seeded, file=out)
     token = None
     if config.uses_demo_auth:
         state = "created" if services.demo_auth_created else "from"

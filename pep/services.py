@@ -20,22 +20,29 @@ for the `keep_data` its owner asked for), `auth.json` (demo tokens, when no auth
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from common.db import Storage, open_storage
 from common.oidc import CompositeAuthenticator, build_authenticator
-from pdp import (ManagePolicy, PolicyEvents, PolicyService, PolicyStore, SQLPolicyStore,
-                 StoredPolicy, seed_store)
-from pep.core.plan import StreamDefinition
+from pdp import (
+    ManagePolicy,
+    PolicyEvents,
+    PolicyService,
+    PolicyStore,
+    SQLPolicyStore,
+    StoredPolicy,
+    seed_store,
+)
 from pep.audit.log import AuditLog, AuditRecords
 from pep.audit.table import AuditTable
 from pep.audit.trail import AuditTrail, PolicyVersion, PolicyVersions
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
 from pep.core.access import AccessPlanner
+from pep.core.plan import StreamDefinition
 from pep.delivery.settings import delivery_settings
 from pep.delivery.store import DeliveryStore
 from pep.delivery.topics import PlanTopics, delivered_through_topics
@@ -49,8 +56,8 @@ from pep.handles.stall_notices import StallNotices
 from pep.invalidation.hub import InvalidationHub
 from pep.metrics import GatewayMetrics, gateway_state
 from pep.ports import JoinRuntimePort, StreamRuntimePort
-from pep.runtime.sources.kafka_offsets import KafkaOffsets
 from pep.runtime.lazy import LazyRuntime, spark_runtime_factory
+from pep.runtime.sources.kafka_offsets import KafkaOffsets
 from pep.streams.catalog import StreamCatalog, seed_streams
 from pep.streams.derived import DerivedFeeds, DerivedStreams, admit_streams
 from pep.streams.event_admin import StreamEventAdmin
@@ -137,11 +144,11 @@ class GatewayServices:
         if self.join_runtime is not None and self.join_runtime is not cast(object, self.runtime):
             try:
                 self.join_runtime.stop()
-            except Exception:  # noqa: BLE001 - closing must go on
+            except Exception:  # closing must go on
                 log.exception("stopping the join runtime failed")
         try:
             self.runtime.stop()
-        except Exception:  # noqa: BLE001 - closing must go on
+        except Exception:  # closing must go on
             log.exception("stopping the stream runtime failed")
         if self.delivery is not None:
             self.delivery.close()
@@ -347,7 +354,10 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
 
     def runtime_dirs(stream: str) -> list[tuple[str, Path]]:
         work = data_dir / "runtime"
-        return [("checkpoint", work / "checkpoints" / stream), ("archive", work / "archive" / stream)]
+        return [
+            ("checkpoint", work / "checkpoints" / stream),
+            ("archive", work / "archive" / stream),
+        ]
 
     lifecycle = StreamLifecycle(
         catalog, events=stream_events, runtime=runtime, policies=policies,

@@ -1,10 +1,10 @@
 """The caching proxy as a Flask app: forwards the gateway's API and caches stream-request answers.
 
-Routes of its own live under `/proxy/` (`stats`, `metrics`, `health`, `invalidate`); every other path goes
-to the gateway. Only `POST /requests` answers are cached, and only successful handle answers
-(200/201 JSON with a `handle`), keyed as `proxy.canonical` explains. A hit is answered `200` with
-the cached body (the gateway, too, answers a repeated identical request with the same handle) and
-`X-XSG-Cache: hit`; other answers carry `miss` or `bypass`.
+Routes of its own live under `/proxy/` (`stats`, `metrics`, `health`, `invalidate`); every other
+path goes to the gateway. Only `POST /requests` answers are cached, and only successful handle
+answers (200/201 JSON with a `handle`), keyed as `proxy.canonical` explains. A hit is answered `200`
+with the cached body (the gateway, too, answers a repeated identical request with the same handle)
+and `X-XSG-Cache: hit`; other answers carry `miss` or `bypass`.
 
 Handle URLs in answers point at the gateway; when they start with the upstream's base URL they are
 rewritten to the proxy's own base (or `public_base`), so consumers read handles through the proxy.
@@ -26,9 +26,9 @@ import json
 import logging
 import secrets
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from io import BytesIO
-from collections.abc import Iterator
 from typing import IO, Any
 from urllib.parse import quote, urlsplit
 
@@ -38,16 +38,39 @@ from werkzeug.wrappers import Request as WerkzeugRequest
 
 from common.http.errors import REFUSAL_STATUS, error_response, install_error_handlers
 from common.http.safe_json import install_safe_json
-from common.invalidation import (SIGNATURE_HEADER, TIMESTAMP_HEADER, InvalidationEvent,
-                                       InvalidEventError, verify)
+from common.invalidation import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    InvalidationEvent,
+    InvalidEventError,
+    verify,
+)
 from common.xmlsafe import parse_json
 from pdp import confined_resource_ids
 from proxy.cache import CachedAnswer, HandleCache
-from proxy.canonical import (Canon, CanonicalRequest, NotCacheable, cache_key, canonical_query,
-                             canonical_request, resource_ids, subject_key)
+from proxy.canonical import (
+    Canon,
+    CanonicalRequest,
+    NotCacheable,
+    cache_key,
+    canonical_query,
+    canonical_request,
+    resource_ids,
+    subject_key,
+)
 from proxy.feed import FeedClient
-from proxy.forward import (CACHE_HEADER, Forwarder, NotForwardable, Timeouts, UpstreamBody,
-                           UpstreamError, is_chunked, make_client, request_headers, response_headers)
+from proxy.forward import (
+    CACHE_HEADER,
+    Forwarder,
+    NotForwardable,
+    Timeouts,
+    UpstreamBody,
+    UpstreamError,
+    is_chunked,
+    make_client,
+    request_headers,
+    response_headers,
+)
 from proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, metrics_text
 from proxy.relay import HandleRelay
 from proxy.sync import CacheSync
@@ -459,7 +482,7 @@ def stream_request(runtime: ProxyRuntime) -> Response:
             key, requested = key_for(runtime, body)
         except NotCacheable as exc:
             runtime.count("bypassed", f"not cacheable: {exc}"[:200])
-        except Exception as exc:  # noqa: BLE001 - a canonicaliser bug must not become a 500
+        except Exception as exc:  # a canonicaliser bug must not become a 500
             log.exception("canonicalisation failed")
             runtime.count("bypassed", f"canonicalisation error: {type(exc).__name__}")
     if key is not None:

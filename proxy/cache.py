@@ -1,4 +1,5 @@
-"""The proxy's cache of handle answers: LRU-bounded, TTL-limited, and safe against racing revocations.
+"""The proxy's cache of handle answers: LRU-bounded, TTL-limited, and safe against racing
+revocations.
 
 Correctness rests on two rules, both enforced under one lock:
 
@@ -32,7 +33,7 @@ _HISTORY = 512
 HANDLES, STREAMS = "handles", "streams"  # what a targeted invalidation names
 
 
-def _concerns(dropped: tuple[str, frozenset[str]] | None, answer: "CachedAnswer") -> bool:
+def _concerns(dropped: tuple[str, frozenset[str]] | None, answer: CachedAnswer) -> bool:
     """Whether an invalidation (None: a flush) could concern `answer`."""
     if dropped is None:
         return True

@@ -33,7 +33,7 @@ from lxml import etree
 from common.xmlsafe import UnsafeDocumentError, parse_json, parse_xml
 
 XACML_NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
-_NS = "{%s}" % XACML_NS
+_NS = f"{{{XACML_NS}}}"
 XML_ID = "{http://www.w3.org/XML/1998/namespace}id"
 XSI_SCHEMA_LOCATION = "{http://www.w3.org/2001/XMLSchema-instance}schemaLocation"
 KEY_VERSION = "xsg-proxy-key/1"

@@ -22,8 +22,7 @@ from typing import Any
 
 import requests
 
-from common.invalidation import (FEED_PATH, MAX_EVENT_NUMBER, InvalidationEvent,
-                                       InvalidEventError)
+from common.invalidation import FEED_PATH, MAX_EVENT_NUMBER, InvalidationEvent, InvalidEventError
 from common.numbers import check_float, check_int
 from proxy.forward import iter_raw, make_session
 from proxy.sync import CacheSync
@@ -116,7 +115,7 @@ class FeedClient:
         if resp is not None:
             try:
                 resp.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing must go on
                 pass
         if self._thread is not None:
             self._thread.join(timeout)

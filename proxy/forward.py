@@ -372,6 +372,6 @@ class Forwarder:
         for resp in open_now:
             try:
                 resp.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing must go on
                 pass
         self.client.close()

@@ -19,10 +19,19 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from werkzeug.datastructures import Headers
 
+from proxy.forward import (
+    CACHE_HEADER,
+    HOP_BY_HOP,
+    NotForwardable,
+    Timeouts,
+    is_chunked,
+    loggable_url_path,
+    request_headers,
+    tls_verify,
+    wire_headers,
+)
 from server.bridge import BRIDGE, read_body, respond_error
 from server.streaming import CONNECTION, Receive, Scope, Send, abort, writable
-from proxy.forward import (CACHE_HEADER, HOP_BY_HOP, NotForwardable, Timeouts, is_chunked,
-                           loggable_url_path, request_headers, tls_verify, wire_headers)
 
 if TYPE_CHECKING:  # proxy.app builds the relay: no import at run time
     from proxy.app import ProxyRuntime

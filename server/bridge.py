@@ -44,8 +44,18 @@ from urllib.parse import unquote_to_bytes
 
 from server.pool import WorkerPool
 from server.protocol import error_body
-from server.streaming import (ON_STREAM_END, STREAM_BODY, STREAMED, Message, Receive, Scope,
-                              Send, StreamBody, drive, writable)
+from server.streaming import (
+    ON_STREAM_END,
+    STREAM_BODY,
+    STREAMED,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    StreamBody,
+    drive,
+    writable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +151,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int | None, min_rate:
                 raise BodyRefused(408, f"request body slower than {min_rate:g} bytes/s")
         try:
             message = await _within(receive(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise BodyRefused(408, f"request body slower than {min_rate:g} bytes/s") from None
         if message["type"] != "http.request":
             return None
@@ -280,7 +290,7 @@ class Bridge:
             return
         try:
             answer = await self.in_pool(self._run_app, environ)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("error in the WSGI app (%s %s)", scope["method"], scope["path"])
             await respond_error(send, 500, "internal error; see the server log")
             return
@@ -494,7 +504,7 @@ class Bridge:
                     break
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except Exception:  # noqa: BLE001 - the client has the status line: cut the response
+        except Exception:  # the client has the status line: cut the response
             log.info("a streamed response broke off", exc_info=True)
             if connection is not None:
                 connection.transport.abort()
@@ -535,12 +545,12 @@ def _close_quietly(result: Any, on_end: Iterable[Callable[[], None]] = ()) -> No
     try:
         if result is not None and hasattr(result, "close"):
             result.close()
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.exception("closing a response body")
     for callback in on_end:
         try:
             callback()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("after a stream")
 
 
@@ -566,6 +576,6 @@ def _text(value: bytes | None) -> str | None:
     return value.decode("latin-1") if value is not None else None
 
 
-__all__ = ["Bridge", "BodyRefused", "NativeRoute", "FastPath", "FAST_PATH_TRIED", "FAST_PATH_EXTENSION",
-           "NATIVE_ROUTES", "BRIDGE", "read_body",
-           "respond", "respond_error", "header", "path_info", "WsgiApp"]
+__all__ = ["Bridge", "BodyRefused", "NativeRoute", "FastPath", "FAST_PATH_TRIED",
+           "FAST_PATH_EXTENSION", "NATIVE_ROUTES", "BRIDGE", "read_body", "respond",
+           "respond_error", "header", "path_info", "WsgiApp"]

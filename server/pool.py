@@ -97,7 +97,7 @@ class WorkerPool:
             fn, args = task
             try:
                 fn(*args)
-            except Exception:  # noqa: BLE001 - a task's failure must not kill its thread
+            except Exception:  # a task's failure must not kill its thread
                 log.exception("server task failed")
             del fn, args, task
 

@@ -149,7 +149,7 @@ class HttpServer:
             return 0
         return sum(getattr(c, "streams", 0) for c in list(self._server.server_state.connections))
 
-    def start(self) -> "HttpServer":
+    def start(self) -> HttpServer:
         """Bind, load TLS, start the pool and the loop's thread; returns when the port accepts."""
         raise_fd_limit(self.max_connections + 512)
         self._config.load()  # TLS files are read here: a bad pair fails now, in the caller
@@ -197,7 +197,7 @@ class HttpServer:
             self._thread.join(self.shutdown_timeout + 10)
         self.pool.stop(2.0)
 
-    def __enter__(self) -> "HttpServer":
+    def __enter__(self) -> HttpServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -211,7 +211,7 @@ class HttpServer:
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported to start() or logged
+        except BaseException as exc:  # reported to start() or logged
             self._failure = exc
             if self._started.is_set():
                 log.exception("the %s server stopped on an error", self.name)
@@ -302,7 +302,7 @@ def trim_memory() -> bool:
     try:
         trim(0)
         return True
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a failed trim is no fault: False
         return False
 
 
@@ -314,7 +314,7 @@ def limit_malloc_arenas(count: int = 2) -> bool:
         return False
     try:
         return bool(mallopt(-8, int(count)))  # M_ARENA_MAX
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a failed setting is no fault: False
         return False
 
 

@@ -90,9 +90,9 @@ Receive = Callable[[], Awaitable[Message]]
 class _LoopWakes:
     """The wakes of one event loop's streams, handed to the loop together: a producer may put
     data into a thousand streams' buffers one after the other (the gateway's micro-batch), and
-    a `call_soon_threadsafe` each (a write to the loop's self-pipe, the loop woken and taking the GIL from the
-    delivering thread each time) cost more than the puts. The first wake schedules one flush;
-    the wakes that come before it runs join it.
+    a `call_soon_threadsafe` each (a write to the loop's self-pipe, the loop woken and taking the
+    GIL from the delivering thread each time) cost more than the puts. The first wake schedules one
+    flush; the wakes that come before it runs join it.
 
     A flush wakes at most `FLUSH_CHUNK` streams and leaves the rest to the loop's next turn:
     a thousand streams woken at once ran in one turn of the loop (0.1-0.25 s of writing rows),
@@ -113,7 +113,7 @@ class _LoopWakes:
         self.urgent: deque[_Waker] = deque()  # woken before `pending`, in the order they came
         self.scheduled = False
 
-    def add(self, waker: "_Waker", first: bool = False) -> None:
+    def add(self, waker: _Waker, first: bool = False) -> None:
         """Queue `waker`; `first`: ahead of the others (a stream's final event, e.g. `revoked`,
         is not written after a micro-batch's rows to every other stream; a revocation's
         thousand final events go out in the order the handles were revoked)."""
@@ -143,7 +143,7 @@ class _LoopWakes:
             self.loop.call_soon(self._flush)
 
 
-_LOOP_WAKES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWakes]" = \
+_LOOP_WAKES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWakes] = \
     weakref.WeakKeyDictionary()
 
 
@@ -254,7 +254,7 @@ async def writable(connection: Any, timeout: float) -> bool:
     try:
         await asyncio.wait_for(flow.drain(), timeout)
         return True
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
 
 
@@ -326,7 +326,7 @@ async def drive(body: StreamBody, scope: Scope, receive: Receive, send: Send,
             connection.streams -= 1
         try:
             body.close()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("closing a stream body")
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.bench import bench_many_readers, bench_runtime
-from tests.bench.direct import gateway_settings  # noqa: E402
-from tests.bench.harness import INF, backlog_figures, pct, rotations, with_missing  # noqa: E402
-from tests.bench.readers import ReadJob, reader_result, start_reader, wait_ready  # noqa: E402
+from tests.bench.direct import gateway_settings
+from tests.bench.harness import INF, backlog_figures, pct, rotations, with_missing
+from tests.bench.readers import ReadJob, reader_result, start_reader, wait_ready
 
 
 def test_every_side_leads_one_trial_in_turn():
@@ -65,7 +65,7 @@ class Handles(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     start = 0.0
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # http.server's name
         if self.path != "/handles/a":
             self.send_response(403)
             self.end_headers()

@@ -26,7 +26,7 @@ async def read(xsg: AsyncClient, stream: str, max_rows: int | None, idle: float 
 async def main(streams: list[str], max_rows: int | None, idle: float | None) -> None:
     async with AsyncClient(ca_file=os.environ.get("XSG_CA_FILE")) as xsg:  # XSG_URL, XSG_TOKEN
         counts = await asyncio.gather(*(read(xsg, s, max_rows, idle) for s in streams))
-        for stream, count in zip(streams, counts):
+        for stream, count in zip(streams, counts, strict=True):
             print(f"{stream}: {count} rows")
 
 

@@ -15,8 +15,7 @@ import os
 import sys
 import time
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession, functions as F
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -72,7 +72,8 @@ def authenticate_request() -> Identity | None:
 
 
 def require_identity() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: the view runs only for an authenticated caller, available as `current_identity()`."""
+    """Decorator: the view runs only for an authenticated caller, available as
+    `current_identity()`."""
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(view)

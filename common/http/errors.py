@@ -17,22 +17,32 @@ most specific of its classes the table names (its MRO is walked, as Flask finds 
 from __future__ import annotations
 
 import logging
-from http import HTTPStatus
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Union
+from http import HTTPStatus
+from typing import Any
 
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from common.numbers import NumberError
-from common.refusals import (Conflict, Gone, InputTooLarge, InvalidInput, NotAcceptable, NotFound,
-                             NotPermitted, Unauthenticated, Unavailable, UnsupportedMedia)
+from common.refusals import (
+    Conflict,
+    Gone,
+    InputTooLarge,
+    InvalidInput,
+    NotAcceptable,
+    NotFound,
+    NotPermitted,
+    Unauthenticated,
+    Unavailable,
+    UnsupportedMedia,
+)
 
 log = logging.getLogger(__name__)
 
 # exception type -> HTTP status; an exception gets the status of the most specific class in its
 # MRO that the table names (as Flask finds error handlers), so the order of entries is free
-ErrorTable = Union[Mapping[type[BaseException], int], Sequence[tuple[type[BaseException], int]]]
+ErrorTable = Mapping[type[BaseException], int] | Sequence[tuple[type[BaseException], int]]
 
 # the shared kinds of refusal: what a route of any side raises when it refuses
 REFUSAL_STATUS: dict[type[BaseException], int] = {

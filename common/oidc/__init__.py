@@ -51,5 +51,5 @@ from common.oidc.settings import ASYMMETRIC_ALGORITHMS, DEFAULT_ALGORITHMS, Oidc
 from common.oidc.tokens import JwtAuthenticator, claim, looks_like_jwt
 
 __all__ = ["ASYMMETRIC_ALGORITHMS", "DEFAULT_ALGORITHMS", "AuthenticationFailed",
-           "CompositeAuthenticator", "InvalidToken", "JwksCache", "JwtAuthenticator", "KeysUnavailable", "OidcSettings",
-           "build_authenticator", "claim", "looks_like_jwt"]
+           "CompositeAuthenticator", "InvalidToken", "JwksCache", "JwtAuthenticator",
+           "KeysUnavailable", "OidcSettings", "build_authenticator", "claim", "looks_like_jwt"]

@@ -1,12 +1,15 @@
 """The gateway's authenticator: the token file's opaque tokens first, then the issuer's JWTs."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-import logging
-
 from common.auth import (
-    WATCH_INTERVAL, Identity, IdentityListener, TokenAuthenticator, TokenFileAuthenticator,
+    WATCH_INTERVAL,
+    Identity,
+    IdentityListener,
+    TokenAuthenticator,
+    TokenFileAuthenticator,
     bearer_token,
 )
 from common.oidc.settings import OidcSettings
@@ -47,7 +50,7 @@ class CompositeAuthenticator:
         for callback in list(self._listeners):
             try:
                 callback(subjects, "role hierarchy (auth file)")
-            except Exception:  # noqa: BLE001 - the new hierarchy is in force whatever happens
+            except Exception:  # the new hierarchy is in force whatever happens
                 log.exception("identity listener failed after the role hierarchy changed")
 
     def authenticate(self, token: str | None) -> Identity | None:

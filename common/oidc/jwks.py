@@ -90,7 +90,9 @@ class JwksCache:
                 raise KeysUnavailable(f"cannot verify the token now: the keys of issuer "
                                       f"{self.settings.issuer} cannot be fetched ({exc})") from None
             # keep the cached keys, and try again after a refetch period, not a cache period
-            self._fetched_at -= self.settings.jwks_cache_seconds - self.settings.jwks_refetch_seconds
+            self._fetched_at -= (
+                self.settings.jwks_cache_seconds - self.settings.jwks_refetch_seconds
+            )
             return
         self._failure = None
         keys = []

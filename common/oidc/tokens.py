@@ -12,12 +12,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from common.auth import (
-    AttributeValue, Identity, IdentityListener, parse_identity_attributes, with_inherited_roles,
+    AttributeValue,
+    Identity,
+    IdentityListener,
+    parse_identity_attributes,
+    with_inherited_roles,
 )
 from common.numbers import END_EPOCH_SECONDS, NumberError, check_float
 from common.oidc.errors import InvalidToken
@@ -50,7 +54,7 @@ def claim(claims: Mapping[str, Any], path: str) -> Any:
 
 def _when(timestamp: Any) -> str:
     try:
-        return datetime.fromtimestamp(float(timestamp), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return datetime.fromtimestamp(float(timestamp), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (TypeError, ValueError, OverflowError, OSError):
         return repr(timestamp)
 
@@ -132,7 +136,9 @@ class JwtAuthenticator:
         if not isinstance(alg, str) or alg.lower() == "none":
             raise InvalidToken("unsigned token (alg none) refused")
         if alg not in s.algorithms:
-            why = "symmetric (shared-secret) algorithms are refused; " if alg.startswith("HS") else ""
+            why = (
+                "symmetric (shared-secret) algorithms are refused; " if alg.startswith("HS") else ""
+            )
             raise InvalidToken(f"algorithm {alg} refused: {why}accepted: "
                                f"{', '.join(s.algorithms)}")
         kid = header.get("kid")
@@ -284,7 +290,7 @@ class JwtAuthenticator:
             for callback in list(self._listeners):
                 try:
                     callback(frozenset({subject}), "new token claims")
-                except Exception:  # noqa: BLE001 - the caller is authenticated whatever happens
+                except Exception:  # the caller is authenticated whatever happens
                     log.exception("identity listener failed for subject %r", subject)
 
     def _save_remembered(self) -> None:

@@ -37,22 +37,49 @@ XML Schema whitespace facet `collapse` demands; strings are taken verbatim.
 """
 from __future__ import annotations
 
-from pdp.datatypes.ids import (
-    XS, LEGACY_XQ, STRING, BOOLEAN, INTEGER, DOUBLE, TIME, DATE, DATETIME, ANYURI, HEXBINARY,
-    BASE64BINARY, DAYTIMEDURATION, YEARMONTHDURATION, LEGACY_DAYTIMEDURATION,
-    LEGACY_YEARMONTHDURATION, X500NAME, RFC822NAME, IPADDRESS, DNSNAME, XPATHEXPRESSION,
-)
-from pdp.datatypes.temporal import XSDate, XSDateTime, XSTime
 from pdp.datatypes.durations import (
-    DayTimeDuration, YearMonthDuration, add_year_month, date_add_yearmonth,
-    datetime_add_daytime, datetime_add_yearmonth,
+    DayTimeDuration,
+    YearMonthDuration,
+    add_year_month,
+    date_add_yearmonth,
+    datetime_add_daytime,
+    datetime_add_yearmonth,
+)
+from pdp.datatypes.ids import (
+    ANYURI,
+    BASE64BINARY,
+    BOOLEAN,
+    DATE,
+    DATETIME,
+    DAYTIMEDURATION,
+    DNSNAME,
+    DOUBLE,
+    HEXBINARY,
+    INTEGER,
+    IPADDRESS,
+    LEGACY_DAYTIMEDURATION,
+    LEGACY_XQ,
+    LEGACY_YEARMONTHDURATION,
+    RFC822NAME,
+    STRING,
+    TIME,
+    X500NAME,
+    XPATHEXPRESSION,
+    XS,
+    YEARMONTHDURATION,
 )
 from pdp.datatypes.names import Rfc822Name, X500Name
 from pdp.datatypes.net import DNSNameValue, IPAddressValue, PortRange
-from pdp.datatypes.scalars import NAN, equality_key, format_double, values_equal
 from pdp.datatypes.registry import (
-    DATATYPES, JSON_SHORTHANDS, DataType, canonical_datatype_id, get_datatype, same_datatype,
+    DATATYPES,
+    JSON_SHORTHANDS,
+    DataType,
+    canonical_datatype_id,
+    get_datatype,
+    same_datatype,
 )
+from pdp.datatypes.scalars import NAN, equality_key, format_double, values_equal
+from pdp.datatypes.temporal import XSDate, XSDateTime, XSTime
 
 __all__ = [
     "ANYURI", "BASE64BINARY", "BOOLEAN", "DATATYPES", "DATE", "DATETIME", "DAYTIMEDURATION",

@@ -10,6 +10,7 @@ from functools import total_ordering
 from pdp.datatypes.common import DEC, fail
 from pdp.datatypes.temporal import XSDate, XSDateTime, days_in_month
 
+
 @total_ordering
 @dataclass(frozen=True)
 class DayTimeDuration:
@@ -22,7 +23,7 @@ class DayTimeDuration:
             return NotImplemented
         return self.seconds < other.seconds
 
-    def __neg__(self) -> "DayTimeDuration":
+    def __neg__(self) -> DayTimeDuration:
         return DayTimeDuration(-self.seconds)
 
     def __str__(self) -> str:
@@ -44,7 +45,9 @@ class DayTimeDuration:
             if minutes:
                 out += f"{minutes}M"
             if secs or frac:
-                out += str(secs) if not frac else format(DEC.add(Decimal(secs), frac).normalize(), "f")
+                out += (
+                    str(secs) if not frac else format(DEC.add(Decimal(secs), frac).normalize(), "f")
+                )
                 out += "S"
         return out
 
@@ -61,7 +64,7 @@ class YearMonthDuration:
             return NotImplemented
         return self.months < other.months
 
-    def __neg__(self) -> "YearMonthDuration":
+    def __neg__(self) -> YearMonthDuration:
         return YearMonthDuration(-self.months)
 
     def __str__(self) -> str:

@@ -132,7 +132,9 @@ class Rfc822Name:
 
 
 _LOCAL_RE = re.compile(r'[^\s@]+|"[^"]*"')
-_DOMAIN_RE = re.compile(r"(?:[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?)(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?|\[[^\]\s]+\]")
+_DOMAIN_RE = re.compile(
+    r"(?:[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?)(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?|\[[^\]\s]+\]"
+)
 
 
 def parse_rfc822(text: str) -> Rfc822Name:

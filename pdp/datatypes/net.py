@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from pdp.datatypes.common import fail
 
+
 @dataclass(frozen=True)
 class PortRange:
     """A port range; None for an open end ("-80" is 0..80 in effect, "8080-" is 8080..)."""

@@ -3,27 +3,60 @@ JSON Profile's short names, and the lookups by identifier."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import InvalidOperation
-from typing import Any, Callable
+from typing import Any
 
 from pdp.datatypes.common import XML_WS
 from pdp.datatypes.durations import (
-    DayTimeDuration, YearMonthDuration, parse_daytime, parse_yearmonth,
+    DayTimeDuration,
+    YearMonthDuration,
+    parse_daytime,
+    parse_yearmonth,
 )
 from pdp.datatypes.ids import (
-    ANYURI, BASE64BINARY, BOOLEAN, DATE, DATETIME, DAYTIMEDURATION, DNSNAME, DOUBLE, HEXBINARY,
-    INTEGER, IPADDRESS, LEGACY_DAYTIMEDURATION, LEGACY_YEARMONTHDURATION, RFC822NAME, STRING,
-    TIME, X500NAME, XPATHEXPRESSION, YEARMONTHDURATION,
+    ANYURI,
+    BASE64BINARY,
+    BOOLEAN,
+    DATE,
+    DATETIME,
+    DAYTIMEDURATION,
+    DNSNAME,
+    DOUBLE,
+    HEXBINARY,
+    INTEGER,
+    IPADDRESS,
+    LEGACY_DAYTIMEDURATION,
+    LEGACY_YEARMONTHDURATION,
+    RFC822NAME,
+    STRING,
+    TIME,
+    X500NAME,
+    XPATHEXPRESSION,
+    YEARMONTHDURATION,
 )
 from pdp.datatypes.names import Rfc822Name, X500Name, parse_rfc822, parse_x500
 from pdp.datatypes.net import DNSNameValue, IPAddressValue, parse_dnsname, parse_ipaddress
 from pdp.datatypes.scalars import (
-    format_double, parse_anyuri, parse_base64, parse_boolean, parse_double, parse_hex,
+    format_double,
+    parse_anyuri,
+    parse_base64,
+    parse_boolean,
+    parse_double,
+    parse_hex,
     parse_integer,
 )
-from pdp.datatypes.temporal import XSDate, XSDateTime, XSTime, parse_date, parse_datetime, parse_time
+from pdp.datatypes.temporal import (
+    XSDate,
+    XSDateTime,
+    XSTime,
+    parse_date,
+    parse_datetime,
+    parse_time,
+)
 from pdp.errors import ValueSyntaxError
+
 
 @dataclass(frozen=True)
 class DataType:
@@ -129,7 +162,7 @@ JSON_SHORTHANDS: dict[str, str] = {
 }
 
 
-def get_datatype(id: str) -> DataType:  # noqa: A002 - the XACML attribute is called Id
+def get_datatype(id: str) -> DataType:  # the XACML attribute is called Id
     """The data type with this URI; KeyError (naming the id) if it is not supported."""
     try:
         return DATATYPES[id]
@@ -137,7 +170,7 @@ def get_datatype(id: str) -> DataType:  # noqa: A002 - the XACML attribute is ca
         raise KeyError(f"unknown data type {id!r}") from None
 
 
-def canonical_datatype_id(id: str) -> str:  # noqa: A002
+def canonical_datatype_id(id: str) -> str:
     """Maps the legacy xquery-operators duration ids onto the XSD ones; others unchanged."""
     return _CANONICAL_ID.get(id, id)
 

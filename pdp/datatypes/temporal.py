@@ -128,7 +128,7 @@ class XSDateTime:
         return DEC.subtract(self._local_seconds(), Decimal((self.tz or 0) * 60))
 
     @classmethod
-    def from_local_seconds(cls, total: Decimal, tz: int | None) -> "XSDateTime":
+    def from_local_seconds(cls, total: Decimal, tz: int | None) -> XSDateTime:
         days, rem = divmod(int(total // 1), 86400)
         frac = DEC.subtract(total, Decimal(int(total // 1)))
         year, month, day = civil_from_days(days)

@@ -6,15 +6,6 @@ Importing the package registers every family; see `Function` for the calling con
 """
 from __future__ import annotations
 
-from pdp.functions.base import (
-    FUNCTION_PARAM,
-    FUNCTIONS,
-    ArgSig,
-    Function,
-    Param,
-    get_function,
-    signature_error,
-)
 from pdp.functions import (  # noqa: F401  (imported for their registrations)
     arithmetic,
     bags,
@@ -28,6 +19,15 @@ from pdp.functions import (  # noqa: F401  (imported for their registrations)
     special,
     strings,
     temporal,
+)
+from pdp.functions.base import (
+    FUNCTION_PARAM,
+    FUNCTIONS,
+    ArgSig,
+    Function,
+    Param,
+    get_function,
+    signature_error,
 )
 
 __all__ = [

@@ -4,7 +4,8 @@ Bags are tuples. Membership uses the type's XACML equality (`datatypes.values_eq
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pdp import datatypes as dt
 from pdp.functions.base import (

@@ -5,8 +5,9 @@ family so that importing the package yields the complete standard library.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from pdp.datatypes import canonical_datatype_id
 from pdp.errors import Indeterminate
@@ -98,7 +99,7 @@ class Function:
             raise IndexError(f"{self.short_name} takes {len(self.params)} arguments")
         return self.params[-1]
 
-    def result_type(self, inner: "Function | None" = None) -> tuple[str | None, bool]:
+    def result_type(self, inner: Function | None = None) -> tuple[str | None, bool]:
         """(datatype URI, is bag) of a call's result; map needs the function it applies."""
         if self.return_type is None and inner is not None:
             return inner.return_type, True
@@ -163,7 +164,7 @@ def register(
     return func
 
 
-def get_function(id: str) -> Function:  # noqa: A002 - mirrors the XACML FunctionId
+def get_function(id: str) -> Function:  # mirrors the XACML FunctionId
     """The function with this id; KeyError (naming the id) if it is not supported."""
     try:
         return FUNCTIONS[id]
@@ -211,14 +212,18 @@ def signature_error(
     for index, (dtype, is_bag) in enumerate(args):
         param = func.param_at(index)
         if param.is_bag != is_bag:
-            wanted, got = ("a bag", "a single value") if param.is_bag else ("a single value", "a bag")
+            wanted, got = (
+                ("a bag", "a single value") if param.is_bag else ("a single value", "a bag")
+            )
             return f"{name}: argument {index + 1} must be {wanted}, not {got}"
         if not _type_matches(param.type, dtype):
             return f"{name}: argument {index + 1} must be of type {param.type}, not {dtype}"
     return None
 
 
-def _higher_order_error(func: Function, args: Sequence[ArgSig], inner: Function | None) -> str | None:
+def _higher_order_error(
+    func: Function, args: Sequence[ArgSig], inner: Function | None
+) -> str | None:
     name = func.short_name
     if inner is None:
         return f"{name}: the first argument must be a <Function>"

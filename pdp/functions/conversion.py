@@ -5,7 +5,8 @@ Indeterminate on anything else; `string-from-T` gives the form `DataType.format`
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pdp import datatypes as dt
 from pdp.errors import ValueSyntaxError

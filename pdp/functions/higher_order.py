@@ -12,7 +12,8 @@ the result is Indeterminate. The number of applications per call is bounded.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable, Iterator, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
 
 from pdp import datatypes as dt
 from pdp.errors import Indeterminate

@@ -4,7 +4,8 @@ that would have been Indeterminate.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pdp import datatypes as dt
 from pdp.errors import Indeterminate

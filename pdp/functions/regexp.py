@@ -10,7 +10,8 @@ exceed the engine's work budget is Indeterminate.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pdp import datatypes as dt
 from pdp.functions.base import F1, F2, Param, fail, register

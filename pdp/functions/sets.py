@@ -4,7 +4,8 @@ obligations are reproducible. union takes two or more bags (XACML 3.0).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pdp import datatypes as dt
 from pdp.datatypes import equality_key

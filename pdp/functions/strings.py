@@ -6,7 +6,7 @@ Positions count Unicode code points. Results longer than MAX_STRING_CHARS are re
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from pdp import datatypes as dt
 from pdp.functions.base import F1, F2, F3, MAX_STRING_CHARS, Param, fail, register

@@ -23,9 +23,10 @@ from __future__ import annotations
 import re
 import sys
 import unicodedata
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Iterable, Literal, Union
+from typing import Literal
 
 MAX_PATTERN_CHARS = 2048
 MAX_REPEAT = 1000
@@ -130,8 +131,8 @@ def _property_class(name: str) -> str:
 CharNode = tuple[Literal["char"], int]
 CatNode = tuple[Literal["cat"], list["Node"]]
 AltNode = tuple[Literal["alt"], list["Node"]]
-RepNode = tuple[Literal["rep"], "Node", int, Union[int, None]]
-Node = Union[CharNode, CatNode, AltNode, RepNode, tuple[Literal["bol"]], tuple[Literal["eol"]]]
+RepNode = tuple[Literal["rep"], "Node", int, int | None]
+Node = CharNode | CatNode | AltNode | RepNode | tuple[Literal["bol"]] | tuple[Literal["eol"]]
 
 
 class _Parser:

@@ -11,5 +11,5 @@ from pdp.http.api import STORED_NOT_YOURS, create_pdp_blueprint, decide_as
 from pdp.http.context import Environment, PolicyFormat, read_body
 from pdp.http.errors import ERROR_STATUS
 
-__all__ = ["ERROR_STATUS", "Environment", "PolicyFormat", "STORED_NOT_YOURS", "create_pdp_blueprint",
-           "decide_as", "read_body"]
+__all__ = ["ERROR_STATUS", "Environment", "PolicyFormat", "STORED_NOT_YOURS",
+           "create_pdp_blueprint", "decide_as", "read_body"]

@@ -27,16 +27,33 @@ from flask import Blueprint, Response as FlaskResponse, jsonify, request
 
 from common.refusals import Unavailable
 from pdp.http.authzen import (
-    CONFIGURATION_PATH, EVALUATION_PATH, EVALUATIONS_PATH, authzen_configuration,
-    authzen_evaluation, authzen_evaluations, echo_request_id,
+    CONFIGURATION_PATH,
+    EVALUATION_PATH,
+    EVALUATIONS_PATH,
+    authzen_configuration,
+    authzen_evaluation,
+    authzen_evaluations,
+    echo_request_id,
 )
 from pdp.http.context import (
-    PDP_EXTENSION, CheckPolicy, Describe, Environment, PdpRoutes, PolicyFormat, WhatIf,
-    current_pdp, read_body,
+    PDP_EXTENSION,
+    CheckPolicy,
+    Describe,
+    Environment,
+    PdpRoutes,
+    PolicyFormat,
+    WhatIf,
+    current_pdp,
+    read_body,
 )
 from pdp.http.decisions import decide, decide_as
 from pdp.http.policies import (
-    STORED_NOT_YOURS, add_policies, add_policy, delete_policy, get_policy, list_policies,
+    STORED_NOT_YOURS,
+    add_policies,
+    add_policy,
+    delete_policy,
+    get_policy,
+    list_policies,
     update_policy,
 )
 from pdp.manage import ManagePolicy, may_manage_policy
@@ -60,11 +77,11 @@ def create_pdp_blueprint(service: PolicyService,
     a non-empty `problems` list among them makes the status `degraded` (still 200: decisions
     are served, so a load balancer should not take the gateway out).
 
-    `check_policy(document, source)` runs before a policy is written: it returns warnings for the answer
-    or raises PolicyLoadError (400) when the policy cannot work (the gateway checks obligations
-    against stream schemas). `environment(resource_ids)` gives the gateway's own environment
-    attributes for a request naming those resource-ids, which a decision sees instead of the
-    request's (`pdp.request.bind_environment`).
+    `check_policy(document, source)` runs before a policy is written: it returns warnings for the
+    answer or raises PolicyLoadError (400) when the policy cannot work (the gateway checks
+    obligations against stream schemas). `environment(resource_ids)` gives the gateway's own
+    environment attributes for a request naming those resource-ids, which a decision sees instead of
+    the request's (`pdp.request.bind_environment`).
 
     `formats` are other media types a policy may be written in (and read back as, by Accept).
     `describe(stored)` adds fields to each policy of GET /policies and to a write's answer (the

@@ -23,12 +23,23 @@ from flask import Response as FlaskResponse, jsonify, request
 
 from common.auth import Identity
 from common.http.auth import current_identity, require_identity
-from common.refusals import (InputTooLarge, InvalidInput, NotAcceptable, NotPermitted,
-                             UnsupportedMedia)
+from common.refusals import (
+    InputTooLarge,
+    InvalidInput,
+    NotAcceptable,
+    NotPermitted,
+    UnsupportedMedia,
+)
 from common.xmlsafe import UnsafeDocumentError, parse_json
 from pdp.authzen import (
-    AuthzenInputError, Batch, Evaluation, decision_json, evaluations_json, parse_evaluation,
-    parse_evaluations, run_batch,
+    AuthzenInputError,
+    Batch,
+    Evaluation,
+    decision_json,
+    evaluations_json,
+    parse_evaluation,
+    parse_evaluations,
+    run_batch,
 )
 from pdp.http.context import current_pdp, read_body
 from pdp.http.decisions import decide_as

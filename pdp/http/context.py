@@ -43,7 +43,7 @@ class PolicyFormat:
     media_type)` gives a stored document in this form, or None when it cannot be written so."""
 
     media_types: tuple[str, ...]
-    to_xacml: Callable[[bytes, str, Identity, "str | None"], "tuple[bytes, list[str]]"]
+    to_xacml: Callable[[bytes, str, Identity, str | None], tuple[bytes, list[str]]]
     from_xacml: Callable[[bytes, str], bytes | None]
 
 
@@ -75,7 +75,9 @@ class PdpRoutes:
     def described(self, stored: StoredPolicy) -> dict[str, Any]:
         return self.describe(stored) if self.describe is not None else {}
 
-    def dry_run_answer(self, identity: Identity, prospect: Prospect, **fields: Any) -> FlaskResponse:
+    def dry_run_answer(
+        self, identity: Identity, prospect: Prospect, **fields: Any
+    ) -> FlaskResponse:
         report = self.what_if(identity, prospect) if self.what_if is not None else None
         return jsonify({"dry_run": True, "change": prospect.kind, "id": prospect.policy_id,
                         **fields, "what_if": report})

@@ -9,7 +9,12 @@ from common.http.auth import current_identity, require_identity
 from common.refusals import NotAcceptable, UnsupportedMedia
 from pdp.errors import RequestSyntaxError
 from pdp.http.context import (
-    OFFERED, XACML_JSON, XACML_XML, Environment, current_pdp, read_body,
+    OFFERED,
+    XACML_JSON,
+    XACML_XML,
+    Environment,
+    current_pdp,
+    read_body,
 )
 from pdp.http.why import explain_asked, explained
 from pdp.request import RequestContext, bind_environment, bind_subject, media_kind, parse_request

@@ -17,7 +17,13 @@ from common.http.auth import current_identity, require_identity
 from common.http.errors import no_content
 from common.numbers import INT64_MAX, parse_int
 from common.refusals import (
-    Conflict, Gone, InputTooLarge, InvalidInput, NotAcceptable, NotFound, NotPermitted,
+    Conflict,
+    Gone,
+    InputTooLarge,
+    InvalidInput,
+    NotAcceptable,
+    NotFound,
+    NotPermitted,
     UnsupportedMedia,
 )
 from pdp.engine import PolicySource, inspect_policy

@@ -23,12 +23,17 @@ undefined references across documents.
 from __future__ import annotations
 
 from pdp.policy_parser.model import (
-    CompiledDocument, CompiledPolicy, MatchSpec, PolicyInfo, PolicySource, RefSpec,
+    CompiledDocument,
+    CompiledPolicy,
+    MatchSpec,
+    PolicyInfo,
+    PolicySource,
+    RefSpec,
 )
 from pdp.policy_parser.policy_sets import compile_document
 from pdp.policy_parser.versions import MAX_VERSION_TEXT, is_version, version_matches
 
 __all__ = [
-    "MAX_VERSION_TEXT", "CompiledDocument", "CompiledPolicy", "MatchSpec", "PolicyInfo", "PolicySource", "RefSpec",
-    "compile_document", "is_version", "version_matches",
+    "MAX_VERSION_TEXT", "CompiledDocument", "CompiledPolicy", "MatchSpec", "PolicyInfo",
+    "PolicySource", "RefSpec", "compile_document", "is_version", "version_matches",
 ]

@@ -2,16 +2,23 @@
 function's signature, and folded when its arguments are constant) and VariableReferences."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from lxml import etree
 
 from pdp.datatypes import canonical_datatype_id
 from pdp.errors import Indeterminate, ValueSyntaxError
 from pdp.evaluation import (
-    EvalContext, constant, make_apply, make_designator, make_higher_order, make_lazy_apply,
-    make_member_test, now_supplier,
+    EvalContext,
+    constant,
+    make_apply,
+    make_designator,
+    make_higher_order,
+    make_lazy_apply,
+    make_member_test,
+    now_supplier,
 )
 from pdp.policy_parser.reader import DocumentReader
 from pdp.request import normalize_category
@@ -39,7 +46,8 @@ class Typed:
     is_bag: bool
     is_const: bool = False
     value: Any = None
-    designator_key: tuple[str, str, str] | None = None  # (category, attribute_id, datatype) of a designator
+    # (category, attribute_id, datatype) of a designator
+    designator_key: tuple[str, str, str] | None = None
     must_be_present: bool = False
     issuer: str | None = None
 
@@ -131,8 +139,8 @@ class ExpressionCompiler:
         if inner is not None:  # a higher-order function (set above exactly then)
             rtype, rbag = func.result_type(inner)
             if (fid == ANY_OF and inner.id in FAST_EQUAL_FUNCTIONS
-                    and len(args) == 2 and args[0].is_const and not args[0].is_bag and args[1].is_bag
-                    and args[0].datatype == args[1].datatype):
+                    and len(args) == 2 and args[0].is_const and not args[0].is_bag
+                    and args[1].is_bag and args[0].datatype == args[1].datatype):
                 # any-of(equal, literal, bag): a membership test (the common policy idiom).
                 ev = make_member_test(args[0].value, args[1].ev)
             else:
@@ -149,7 +157,7 @@ class ExpressionCompiler:
                 value = ev(_DummyContext())
             except Indeterminate as exc:
                 raise self.reader.fail(f"expression always fails: {exc.message}", elem) from None
-            except Exception as exc:  # a library bug must still end as a clear load error
+            except Exception as exc:  # noqa: BLE001 - a library bug must still end as a clear load error
                 raise self.reader.fail(
                     f"expression cannot be evaluated: {type(exc).__name__}: {exc}", elem) from None
             return Typed(constant(value), rtype, rbag, True, value)

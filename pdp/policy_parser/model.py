@@ -64,7 +64,8 @@ class CompiledDocument:
 
 @dataclass(frozen=True)
 class CompiledPolicy:
-    """One document and its compiled form: what an engine generation (`pdp.engine`) takes without compiling again."""
+    """One document and its compiled form: what an engine generation (`pdp.engine`) takes without
+    compiling again."""
 
     source: PolicySource
     compiled: CompiledDocument

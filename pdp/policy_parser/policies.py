@@ -6,12 +6,25 @@ from lxml import etree
 
 from pdp.combining import RULE_COMBINING
 from pdp.evaluation import (
-    DENY, PERMIT, AnyPolicy, AssignmentExpr, ObligationExpr, Policy, PolicyEvaluator,
+    DENY,
+    PERMIT,
+    AnyPolicy,
+    AssignmentExpr,
+    ObligationExpr,
+    Policy,
+    PolicyEvaluator,
     RuleEvaluator,
 )
 from pdp.index import build_index
-from pdp.notes import (ALWAYS_FALSE, COMPUTED, NO_CONDITION, DesignatorNote, Notes, TargetNote,
-                       designators_in)
+from pdp.notes import (
+    ALWAYS_FALSE,
+    COMPUTED,
+    NO_CONDITION,
+    DesignatorNote,
+    Notes,
+    TargetNote,
+    designators_in,
+)
 from pdp.policy_parser.expressions import BOOLEAN, ExpressionCompiler, VariableScope
 from pdp.policy_parser.reader import NO_DELEGATION, DocumentReader
 from pdp.policy_parser.targets import TargetCompiler

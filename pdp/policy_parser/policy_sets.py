@@ -7,8 +7,7 @@ from lxml import etree
 from common.xmlsafe import UnsafeDocumentError, parse_xml
 from pdp.combining import POLICY_COMBINING
 from pdp.errors import PolicyLoadError
-from pdp.evaluation import (AnyPolicy, ObligationExpr, PolicyEvaluator, PolicySet,
-                            ReferenceEvaluator)
+from pdp.evaluation import AnyPolicy, ObligationExpr, PolicyEvaluator, PolicySet, ReferenceEvaluator
 from pdp.notes import Notes, TargetNote
 from pdp.policy_parser.expressions import ExpressionCompiler
 from pdp.policy_parser.model import CompiledDocument, PolicyInfo, PolicySource, RefSpec
@@ -30,7 +29,7 @@ class PolicySetCompiler:
         self.policies = policies
 
     @classmethod
-    def for_document(cls, source: str) -> "PolicySetCompiler":
+    def for_document(cls, source: str) -> PolicySetCompiler:
         """The compiler of one document: its reader and the parts that share it."""
         reader = DocumentReader(source)
         expressions = ExpressionCompiler(reader)
@@ -115,7 +114,7 @@ def compile_document(source: PolicySource, *, max_bytes: int | None = None,
         raise PolicyLoadError("policy nests too deeply", source.name) from None
     except PolicyLoadError:
         raise
-    except Exception as exc:  # never let a policy crash the loader with a bare exception
+    except Exception as exc:  # noqa: BLE001 - never let a policy crash the loader with a bare exception
         raise PolicyLoadError(f"cannot compile the policy: {type(exc).__name__}: {exc}",
                               source.name) from None
     evaluator.doc_id = evaluator.identifier.id

@@ -2,7 +2,7 @@
 (element and line), and the lookups of XACML elements, attributes, datatypes and functions."""
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from lxml import etree
 
@@ -14,7 +14,7 @@ from pdp.policy_parser.model import RefSpec
 from pdp.policy_parser.versions import is_version
 from pdp.urns import XACML_NS
 
-_NS = "{%s}" % XACML_NS
+_NS = f"{{{XACML_NS}}}"
 # Untrusted (issued) policies belong to the Administration and Delegation profile; treating them
 # as trusted would be wrong, so they are refused rather than silently evaluated.
 NO_DELEGATION = ("PolicyIssuer (XACML Administration and Delegation profile) is not supported; "

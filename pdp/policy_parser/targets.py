@@ -5,10 +5,13 @@ from __future__ import annotations
 from lxml import etree
 
 from pdp.evaluation import Matcher, make_all_of, make_any_of, make_match, make_target
-from pdp.policy_parser.expressions import (
-    BOOLEAN, FAST_EQUAL_FUNCTIONS, ExpressionCompiler, is_clock_attribute,
-)
 from pdp.notes import MatchNote, TargetNote
+from pdp.policy_parser.expressions import (
+    BOOLEAN,
+    FAST_EQUAL_FUNCTIONS,
+    ExpressionCompiler,
+    is_clock_attribute,
+)
 from pdp.policy_parser.model import MatchSpec
 from pdp.policy_parser.reader import DocumentReader
 

@@ -16,14 +16,28 @@ what the profile allows a PDP that does not implement them to do.
 from __future__ import annotations
 
 from pdp.request.binding import (
-    CURRENT_TIME_IDS, GATEWAY_ENVIRONMENT_PREFIX, GATEWAY_RESOURCE_PREFIX, JOIN_WITH,
-    bind_environment, bind_join, bind_subject,
+    CURRENT_TIME_IDS,
+    GATEWAY_ENVIRONMENT_PREFIX,
+    GATEWAY_RESOURCE_PREFIX,
+    JOIN_WITH,
+    bind_environment,
+    bind_join,
+    bind_subject,
 )
 from pdp.request.json_form import parse_json_request
 from pdp.request.model import (
-    CATEGORY_SHORTHANDS, DATATYPE_SHORTHANDS, MAX_INDIVIDUAL_DECISIONS, STRING,
-    CategoryInstance, Individual, RequestAttribute, RequestContext, UnsupportedRequestError,
-    iter_individuals, normalize_category, normalize_datatype,
+    CATEGORY_SHORTHANDS,
+    DATATYPE_SHORTHANDS,
+    MAX_INDIVIDUAL_DECISIONS,
+    STRING,
+    CategoryInstance,
+    Individual,
+    RequestAttribute,
+    RequestContext,
+    UnsupportedRequestError,
+    iter_individuals,
+    normalize_category,
+    normalize_datatype,
 )
 from pdp.request.parse import JSON_MEDIA_TYPES, XML_MEDIA_TYPES, media_kind, parse_request
 from pdp.request.xml_form import XML_ID, parse_xml_request

@@ -2,16 +2,25 @@
 the environment's clock and `urn:xsg:` attributes, and the stream a request is joined with."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from common.auth import AttributeValue, Identity
-
 from pdp.request.model import (
-    DATATYPE_SHORTHANDS, STRING, CategoryInstance, RequestAttribute, RequestContext,
+    DATATYPE_SHORTHANDS,
+    STRING,
+    CategoryInstance,
+    RequestAttribute,
+    RequestContext,
 )
 from pdp.urns import (
-    ACCESS_SUBJECT, CURRENT_DATE, CURRENT_DATETIME, CURRENT_TIME, ENVIRONMENT, RESOURCE,
-    SUBJECT_ID, SUBJECT_ROLE,
+    ACCESS_SUBJECT,
+    CURRENT_DATE,
+    CURRENT_DATETIME,
+    CURRENT_TIME,
+    ENVIRONMENT,
+    RESOURCE,
+    SUBJECT_ID,
+    SUBJECT_ROLE,
 )
 
 

@@ -8,8 +8,15 @@ from typing import Any
 
 from pdp.errors import RequestSyntaxError
 from pdp.request.model import (
-    CATEGORY_SHORTHANDS, DATATYPE_SHORTHANDS, STRING, CategoryInstance, RequestAttribute,
-    RequestContext, UnsupportedRequestError, normalize_category, normalize_datatype,
+    CATEGORY_SHORTHANDS,
+    DATATYPE_SHORTHANDS,
+    STRING,
+    CategoryInstance,
+    RequestAttribute,
+    RequestContext,
+    UnsupportedRequestError,
+    normalize_category,
+    normalize_datatype,
 )
 
 

@@ -8,7 +8,8 @@ category asks for one decision per combination; `RequestContext.individuals()` e
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable, NamedTuple, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 from pdp import datatypes
 from pdp.errors import RequestSyntaxError, ValueSyntaxError
@@ -62,7 +63,8 @@ def normalize_datatype(datatype: str) -> str:
 
 
 class UnsupportedRequestError(RequestSyntaxError):
-    """A well-formed request that asks for a feature this PDP refuses (answered processing-error)."""
+    """A well-formed request that asks for a feature this PDP refuses (answered
+    processing-error)."""
 
     status_code = STATUS_PROCESSING_ERROR
 
@@ -100,7 +102,7 @@ class CategoryInstance:
 
     @classmethod
     def build(cls, category: str, attributes: Sequence[RequestAttribute], content: Any = None,
-              xml_id: str | None = None, where: str = "") -> "CategoryInstance":
+              xml_id: str | None = None, where: str = "") -> CategoryInstance:
         bags: dict[tuple[str, ...], tuple[Any, ...]] = {}
         known = datatypes.DATATYPES
         canonical = datatypes.canonical_datatype_id
@@ -215,7 +217,7 @@ class RequestContext:
         return None
 
     def with_attribute(self, category: str, attribute_id: str, datatype: str,
-                       values: Sequence[str]) -> "RequestContext":
+                       values: Sequence[str]) -> RequestContext:
         """A copy where the attribute is replaced (or added) in every instance of the category.
 
         The PEP uses this to bind the authenticated subject: whatever the request claimed for

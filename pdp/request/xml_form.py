@@ -5,12 +5,16 @@ from lxml import etree
 
 from pdp.errors import RequestSyntaxError
 from pdp.request.model import (
-    CategoryInstance, RequestAttribute, RequestContext, UnsupportedRequestError,
-    normalize_category, normalize_datatype,
+    CategoryInstance,
+    RequestAttribute,
+    RequestContext,
+    UnsupportedRequestError,
+    normalize_category,
+    normalize_datatype,
 )
 from pdp.urns import XACML_NS
 
-_NS = "{%s}" % XACML_NS
+_NS = f"{{{XACML_NS}}}"
 XML_ID = "{http://www.w3.org/XML/1998/namespace}id"
 _ATTRIBUTES_TAG = _NS + "Attributes"
 _ATTRIBUTE_TAG = _NS + "Attribute"

@@ -17,7 +17,7 @@ import json
 import os
 import threading
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -35,7 +35,7 @@ _ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class AuditRecords(Protocol):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
 from common.db import Database, open_database, opening
 from common.migrations import Schema, Step, migrate
 from pep.audit.log import _now, checked, encode, matches, new_entry

@@ -27,8 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from pep.cli.common import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, client_options,
-                            gateway_url)
+from pep.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, client_options, gateway_url
 
 if TYPE_CHECKING:
     from xsg_client import Client, Event, HandleSchema
@@ -43,7 +42,7 @@ def _need_client(args: argparse.Namespace, token: bool = True) -> None:
     """The client is installed (it is its own package: `client/`), and a token given when the
     command needs one."""
     try:
-        import xsg_client  # noqa: F401
+        import xsg_client  # noqa: F401 - imported to see that it is installed
     except ImportError:
         raise CliError("the consumer commands need the xsg client: pip install ./client",
                        EXIT_USAGE) from None
@@ -52,7 +51,7 @@ def _need_client(args: argparse.Namespace, token: bool = True) -> None:
                        EXIT_USAGE)
 
 
-def _client(args: argparse.Namespace) -> "Client":
+def _client(args: argparse.Namespace) -> Client:
     from xsg_client import Client, XsgError
 
     base, source = gateway_url(args)
@@ -65,7 +64,7 @@ def _client(args: argparse.Namespace) -> "Client":
         raise CliError(str(exc), EXIT_USAGE) from None
 
 
-def _run(args: argparse.Namespace, command: Callable[["Client"], int]) -> int:
+def _run(args: argparse.Namespace, command: Callable[[Client], int]) -> int:
     """`command` with a client; the client's errors as the CLI's (BadHandle: a usage error;
     no answer at all: which gateway was tried, and how to name another, as every command)."""
     from xsg_client import BadHandle, Unreachable, XsgError
@@ -86,7 +85,7 @@ def _run(args: argparse.Namespace, command: Callable[["Client"], int]) -> int:
             raise CliError(str(exc), EXIT_FAILED) from None
 
 
-# -- xsg request ------------------------------------------------------------------------------------
+# -- xsg request -----------------------------------------------------------------------------------
 
 def _query(text: str | None) -> str | bytes | None:
     """--query: a file's contents, or the query's own XML or JSON text."""
@@ -111,7 +110,7 @@ def cmd_request(args: argparse.Namespace) -> int:
     except XsgError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
 
-    def run(client: "Client") -> int:
+    def run(client: Client) -> int:
         grant = client.send(access)
         if args.json:
             print(json.dumps(grant.raw, indent=2))
@@ -133,7 +132,7 @@ def cmd_request(args: argparse.Namespace) -> int:
     return _run(args, run)
 
 
-# -- xsg read ----------------------------------------------------------------------------------------
+# -- xsg read --------------------------------------------------------------------------------------
 
 class Progress:
     """The reader's progress on stderr: on a terminal one line kept up to date (rows, rate, the
@@ -187,7 +186,7 @@ class Progress:
         self.out.flush()
 
 
-def describe_event(event: "Event") -> str:
+def describe_event(event: Event) -> str:
     """A non-row event as a line of the progress."""
     from xsg_client import Disconnected, End, Gap, Notice, Reconnected
 
@@ -212,7 +211,7 @@ class RowWriter:
     """Rows on stdout as NDJSON (the gateway's own lines: `{"id": n, "row": {...}}`), CSV (a
     header, then the values; timestamps as the gateway writes them) or a table."""
 
-    def __init__(self, fmt: str, schema: "HandleSchema", out: TextIO) -> None:
+    def __init__(self, fmt: str, schema: HandleSchema, out: TextIO) -> None:
         self.fmt = fmt
         self.out = out
         self.names = list(schema.names)
@@ -227,8 +226,10 @@ class RowWriter:
         if self.fmt == "csv":
             self._csv.writerow(self.names)
         elif self.fmt == "table":
-            self.out.write("  ".join(n.ljust(w) for n, w in zip(self.names, self.widths))
-                           .rstrip() + "\n")
+            self.out.write(
+                "  ".join(n.ljust(w) for n, w in zip(self.names, self.widths, strict=True)).rstrip()
+                + "\n"
+            )
 
     def write(self, event_id: int, row: dict[str, Any]) -> None:
         from xsg_client.schema import wire_value
@@ -245,11 +246,13 @@ class RowWriter:
                 self._csv.writerow(["" if v is None else v for v in values])
             else:
                 cells = []
-                for value, width in zip(values, self.widths):
+                for value, width in zip(values, self.widths, strict=True):
                     text = "" if value is None else str(value)
                     cells.append(text if len(text) <= width else text[:width - 1] + "~")
-                self.out.write("  ".join(c.ljust(w) for c, w in zip(cells, self.widths))
-                               .rstrip() + "\n")
+                self.out.write(
+                    "  ".join(c.ljust(w) for c, w in zip(cells, self.widths, strict=True)).rstrip()
+                    + "\n"
+                )
         self.out.flush()
 
 
@@ -264,7 +267,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     if not with_token:
         _need_client(args)
 
-    def run(client: "Client") -> int:
+    def run(client: Client) -> int:
         stream = client.open(args.handle, last_event_id=args.from_id,
                              idle_timeout=None if args.follow else args.idle,
                              resume_after_shutdown=args.follow)
@@ -292,12 +295,12 @@ def cmd_read(args: argparse.Namespace) -> int:
     return _run(args, run)
 
 
-# -- xsg handles, xsg release --------------------------------------------------------------------------
+# -- xsg handles, xsg release ----------------------------------------------------------------------
 
 def cmd_handles(args: argparse.Namespace) -> int:
     _need_client(args)
 
-    def run(client: "Client") -> int:
+    def run(client: Client) -> int:
         handles = client.handles()
         if args.json:
             print(json.dumps([dataclasses.asdict(h) for h in handles], indent=2))
@@ -318,7 +321,7 @@ def cmd_handles(args: argparse.Namespace) -> int:
 def cmd_release(args: argparse.Namespace) -> int:
     _need_client(args)
 
-    def run(client: "Client") -> int:
+    def run(client: Client) -> int:
         ref = client.ref(args.handle)
         done = client.release(ref)
         state = done.get("state") if isinstance(done, dict) else None
@@ -328,7 +331,7 @@ def cmd_release(args: argparse.Namespace) -> int:
     return _run(args, run)
 
 
-# -- the parser ------------------------------------------------------------------------------------------
+# -- the parser ------------------------------------------------------------------------------------
 
 def _consumer_options(parser: argparse.ArgumentParser) -> None:
     client_options(parser)

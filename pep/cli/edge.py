@@ -10,9 +10,9 @@ from typing import Any
 from pep.cli.common import EXIT_USAGE, CliError
 from pep.cli.logs import configure_logging
 
-EDGE_DESCRIPTION = """Run an edge: a stateless process that serves handle reads (GET /handles/<id>, SSE or NDJSON,
-bearer or read tokens, Last-Event-ID) from the plan topics a gateway with delivery = "kafka"
-writes. Any number of edges may run, on any host; a reader may reconnect to any of them and
+EDGE_DESCRIPTION = """Run an edge: a stateless process that serves handle reads (GET /handles/<id>,
+SSE or NDJSON, bearer or read tokens, Last-Event-ID) from the plan topics a gateway with delivery =
+"kafka" writes. Any number of edges may run, on any host; a reader may reconnect to any of them and
 resumes exactly where it was (event ids are positions in the plan topic).
 
 It reads the gateway's configuration (--config FILE or XSG_CONFIG, and the XSG_* environment):
@@ -47,9 +47,9 @@ def cmd_edge(args: argparse.Namespace) -> int:
     from pep.config import SERVE_DEFAULTS, ConfigError, load_settings
     from pep.delivery.settings import DeliverySettings
     from pep.delivery.store import DeliveryStore
-    from pep.http.edge import create_edge_app
     from pep.edge.node import EdgeNode
     from pep.handles.records import HandleStore
+    from pep.http.edge import create_edge_app
     from pep.http.read_tokens import ReadTokens
     from server.serving import HttpServer, run_until_signal
 

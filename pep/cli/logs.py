@@ -11,9 +11,9 @@ if TYPE_CHECKING:  # imported where used at run time: `xsg --help` stays fast
 
 
 def _utc_time(record: logging.LogRecord) -> str:
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
-    moment = datetime.fromtimestamp(record.created, timezone.utc)
+    moment = datetime.fromtimestamp(record.created, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(record.msecs):03d}Z"
 
 
@@ -21,7 +21,7 @@ def _formatter(fmt: str) -> logging.Formatter:
     import logging
 
     class TextFormatter(logging.Formatter):
-        def formatTime(self, record: logging.LogRecord,  # noqa: N802 - logging's name
+        def formatTime(self, record: logging.LogRecord,  # logging's name
                        datefmt: str | None = None) -> str:
             return _utc_time(record)
 

@@ -11,8 +11,15 @@ from pep.cli.common import EXIT_OK, EXIT_USAGE, CliError, read_file
 
 
 def cmd_pdp_decide(args: argparse.Namespace) -> int:
-    from pdp import (PolicyEngine, PolicyLoadError, RequestSyntaxError, load_sources,
-                     parse_request, policy_files, render_response)
+    from pdp import (
+        PolicyEngine,
+        PolicyLoadError,
+        RequestSyntaxError,
+        load_sources,
+        parse_request,
+        policy_files,
+        render_response,
+    )
 
     policies = Path(args.policies)
     if not policies.exists():

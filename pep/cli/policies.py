@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from pep.cli.common import URL_HELP, EXIT_OK, call, read_file, seconds, whole_number
+from pep.cli.common import EXIT_OK, URL_HELP, call, read_file, seconds, whole_number
 from pep.cli.policy_tools import add_tool_parsers
 from pep.cli.rules import add_rule_flags, jsonable, rule_from_flags
 from pep.core.jsontypes import JsonObject

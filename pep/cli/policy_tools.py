@@ -20,7 +20,6 @@ from urllib.parse import quote
 
 from pep.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, call, gateway_url
 
-
 # -- xsg policy test ------------------------------------------------------------------------------
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
@@ -76,8 +75,7 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
 # -- xsg policy lint ------------------------------------------------------------------------------
 
 def cmd_policy_lint(args: argparse.Namespace) -> int:
-    from pdp import PolicyEngine, PolicyLoadError
-    from pdp import policy_combiner
+    from pdp import PolicyEngine, PolicyLoadError, policy_combiner
     from pep.core.lint import LintDocument, lint
 
     try:

@@ -12,8 +12,7 @@ from pep.cli.logs import configure_logging, flush_repeats
 
 def version() -> str:
     """The installed package's version (its metadata)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as package_version
+    from importlib.metadata import PackageNotFoundError, version as package_version
 
     try:
         return package_version("xsg")
@@ -60,8 +59,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         flush_repeats(handler)  # the counts of warnings held back, before the process ends
 
 
-SERVE_DESCRIPTION = """Run the gateway. With no flags: data in ./data, example policies from policies/, demo tokens in
-data/auth.json, Spark started before serving.
+SERVE_DESCRIPTION = """Run the gateway. With no flags: data in ./data, example policies from
+policies/, demo tokens in data/auth.json, Spark started before serving.
 
 Every setting below can also be given as an environment variable (shown with it) or as a key
 of a TOML configuration file (--config FILE or XSG_CONFIG; the key is the flag's name with _

@@ -181,7 +181,7 @@ class Announcements:
                 self._conn = None
                 try:
                     conn.close()
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - the connection is broken already
                     pass
             self._stop.wait(backoff)
 
@@ -222,7 +222,7 @@ class Announcements:
             except StoreUnavailable as exc:  # (the store says once that it is down)
                 log.debug("cluster: a %s waits for the store (%s); it is applied at the next "
                           "catch-up", message.get("kind"), exc)
-            except Exception:  # noqa: BLE001 - the worker must survive one bad change
+            except Exception:  # the worker must survive one bad change
                 log.exception("cluster: applying an announced %s change failed",
                               message.get("kind"))
 

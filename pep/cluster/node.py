@@ -169,7 +169,7 @@ class ClusterNode:
             if definition.stream in wanted:
                 try:
                     services.stream_events.evaluate(definition, services.runtime)
-                except Exception:  # noqa: BLE001 - the other events go on
+                except Exception:  # the other events go on
                     log.exception("cannot evaluate event %s", definition.attribute_id)
 
     def _let_go(self, streams: list[str], reason: str) -> None:
@@ -185,7 +185,7 @@ class ClusterNode:
             # from there), whatever is attached (the streams' events too)
             try:
                 services.runtime.drop_stream(name)
-            except Exception:  # noqa: BLE001 - the buffers are closed: nothing is delivered
+            except Exception:  # the buffers are closed: nothing is delivered
                 log.exception("cluster: stopping the query of stream %s failed", name)
         services.stream_events.forget(streams)
         log.info("cluster: %d handle(s) of %s let go", len(gone), ", ".join(streams))

@@ -135,7 +135,7 @@ class Placement:
         with self._taking:
             try:
                 self._take_over(streams)
-            except Exception:  # noqa: BLE001 - the handles that could not resume say so
+            except Exception:  # the handles that could not resume say so
                 log.exception("cluster: taking over %s failed", ", ".join(streams))
 
     # -- the thread -----------------------------------------------------------------------------
@@ -175,7 +175,7 @@ class Placement:
         while not self._stop.wait(every * (0.9 + 0.2 * random.random())):
             try:
                 self.tick()
-            except Exception:  # noqa: BLE001 - the thread must survive one bad look
+            except Exception:  # the thread must survive one bad look
                 log.exception("cluster: lease upkeep failed")
 
     def tick(self) -> None:
@@ -218,7 +218,7 @@ class Placement:
         try:
             self._let_go(streams, f"this stream moved to another gateway process ({why}); "
                                   "reconnect with Last-Event-ID")
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("cluster: letting go of %s failed", ", ".join(streams))
 
     def _adopt_orphans(self) -> None:

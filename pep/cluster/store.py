@@ -7,9 +7,9 @@ fencing token that tells a stale holder from the current one (a renewal names it
 renews only a lease still valid; a lease that expired is another process's to take).
 
 Taking leases (`claim`) is one transaction over every stream asked for (a join's two move
-together, and so do a derived stream and the stream it is fed from): the rows are created when missing, locked in name order (two claims never wait on
-each other in a circle), and taken only when none is validly held by another process; then the
-holder is named and nothing changes.
+together, and so do a derived stream and the stream it is fed from): the rows are created when
+missing, locked in name order (two claims never wait on each other in a circle), and taken only when
+none is validly held by another process; then the holder is named and nothing changes.
 
 Only PostgreSQL: several processes need one database they all reach.
 """

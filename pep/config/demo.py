@@ -8,7 +8,6 @@ from typing import Any
 from common.auth import AuthFileError, new_token, write_auth_file
 from pep.config.model import GatewayConfig
 
-
 # The port of Singapore for the AIS examples (policies/ais/, ASSIST Table 2): the port waters as
 # a polygon (lat, lon pairs) and the port's point; the generator's ships sail there.
 DEMO_PORT = {"port-bounds": [1.15, 103.60, 1.13, 103.85, 1.18, 104.05, 1.30, 104.05, 1.32, 103.85,

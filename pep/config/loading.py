@@ -18,8 +18,8 @@ from pep.config.validation import MAX_SECONDS, check_store
 # One precedence, setting by setting: flags > environment (XSG_<SETTING>) > configuration file
 # (TOML, `xsg serve --config FILE` or XSG_CONFIG) > defaults (GatewayConfig's embedded ones,
 # with SERVE_DEFAULTS for `xsg serve`). The settings are GatewayConfig's fields, so one added
-# there is at once a file key, an XSG_ variable and a flag. `spark_conf` merges key by key in the same
-# order (file [spark] < XSG_SPARK_CONF < --conf), as spark-submit's --conf does over
+# there is at once a file key, an XSG_ variable and a flag. `spark_conf` merges key by key in the
+# same order (file [spark] < XSG_SPARK_CONF < --conf), as spark-submit's --conf does over
 # spark-defaults.conf; the [oidc] table's keys are the `oidc.*` settings.
 
 class ConfigError(ValueError):
@@ -46,7 +46,9 @@ def _map_from(value: Any, where: str, flatten: bool = False) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, item in value.items():
         if isinstance(item, dict) and flatten:
-            out.update({f"{key}.{k}": v for k, v in _map_from(item, f"{where}.{key}", True).items()})
+            out.update(
+                {f"{key}.{k}": v for k, v in _map_from(item, f"{where}.{key}", True).items()}
+            )
         else:
             out[str(key)] = _scalar_text(item, f"{where}.{key}")
     return out

@@ -30,14 +30,43 @@ from functools import cached_property
 from typing import Protocol
 
 from common.auth import Identity
-from pdp import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION, ACTION_ID,
-                 ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE, RESOURCE_ID, STATUS_SYNTAX_ERROR,
-                 STRING, SUBJECT_ID, SUBJECT_ROLE, Decision, RequestContext, RequestSyntaxError,
-                 Response, Result, RuleGrant, Status, bind_environment, bind_join, bind_subject,
-                 media_kind, parse_request)
+from pdp import (
+    ACCESS_SUBJECT as SUBJECT_CATEGORY,
+    ACTION,
+    ACTION_ID,
+    ENVIRONMENT as ENVIRONMENT_CATEGORY,
+    RESOURCE,
+    RESOURCE_ID,
+    STATUS_SYNTAX_ERROR,
+    STRING,
+    SUBJECT_ID,
+    SUBJECT_ROLE,
+    Decision,
+    RequestContext,
+    RequestSyntaxError,
+    Response,
+    Result,
+    RuleGrant,
+    Status,
+    bind_environment,
+    bind_join,
+    bind_subject,
+    media_kind,
+    parse_request,
+)
 from pep.core.analysis import ConditionTooComplex, MergeWarning
-from pep.core.errors import (AccessDenied, InvalidInput, MalformedRequest, NoResult, NotFound,
-                             NotPermitted, Refusal, TooComplex, Unprocessable, UnsupportedMedia)
+from pep.core.errors import (
+    AccessDenied,
+    InvalidInput,
+    MalformedRequest,
+    NoResult,
+    NotFound,
+    NotPermitted,
+    Refusal,
+    TooComplex,
+    Unprocessable,
+    UnsupportedMedia,
+)
 from pep.core.explain import AnyPlanJson, GraphJson, graph_to_json, plan_to_json, render_sql
 from pep.core.graph import QueryGraph, UnsupportedGraph
 from pep.core.join import JoinSide, build_join, check_streams
@@ -45,14 +74,18 @@ from pep.core.joingrant import JoinGrant, apply_join_grants, read_join_grant, sp
 from pep.core.labels import LabelError
 from pep.core.masks import Mask, policy_masks
 from pep.core.merge import MergeResult, merge
-from pep.core.obligations import (ObligationError, grant_option, policy_graph,
-                                  punctuation_defer)
+from pep.core.obligations import ObligationError, grant_option, policy_graph, punctuation_defer
 from pep.core.parsed import MemoKey, RequestMemo
 from pep.core.plan import ExecutionPlan, JoinPlan, StreamSchema, UnionPlan
 from pep.core.union import INTERSECTION, UNION, Alternative, merge_union
-from pep.core.userquery import (JoinQuery, UserQuery, UserQueryError, parse_user_query,
-                                query_from_content, user_graph)
-
+from pep.core.userquery import (
+    JoinQuery,
+    UserQuery,
+    UserQueryError,
+    parse_user_query,
+    query_from_content,
+    user_graph,
+)
 
 SchemaLookup = Callable[[str], "StreamSchema | None"]
 Explained = tuple[str, AnyPlanJson, GraphJson]
@@ -505,7 +538,7 @@ class _AskedQuery:
 
 
 def _read_user_query(ctx: RequestContext, user_query: bytes | None,
-                     user_query_type: str | None, memo: "_Memo") -> _AskedQuery:
+                     user_query_type: str | None, memo: _Memo) -> _AskedQuery:
     try:
         return _AskedQuery(memo.query(lambda: _user_query(ctx, user_query, user_query_type)),
                            None)

@@ -54,9 +54,19 @@ from pep.core.graph import QueryGraph, UnsupportedGraph, pipeline_graph
 from pep.core.masks import Mask, at_least_as_coarse, masks_of
 from pep.core.merge import merge
 from pep.core.obligations import FUNCTIONS_FOR_TYPE, ObligationError, policy_graph
-from pep.core.plan import (AGGREGATE_FUNCTIONS, Aggregate, AnyPlan, ExecutionPlan, Field,
-                           FieldType, Predicate, PolicyWindowTerms, StreamSchema, WindowAsk,
-                           WindowSpec)
+from pep.core.plan import (
+    AGGREGATE_FUNCTIONS,
+    Aggregate,
+    AnyPlan,
+    ExecutionPlan,
+    Field,
+    FieldType,
+    PolicyWindowTerms,
+    Predicate,
+    StreamSchema,
+    WindowAsk,
+    WindowSpec,
+)
 
 Resolver = Callable[[str, str], list[str]]
 NUMBER_TYPES = ("double", "long")

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
-from typing import TypeGuard, Union
+from typing import TypeGuard
 
 from common.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
 
@@ -41,7 +41,7 @@ MIN_MICROS = MIN_EPOCH_SECONDS * MICROS_PER_SECOND
 END_MICROS = END_EPOCH_SECONDS * MICROS_PER_SECOND
 MAX_MICROS = END_MICROS - 1
 
-ExactNumber = Union[int, Decimal, Fraction, float]
+ExactNumber = int | Decimal | Fraction | float
 """A number whose value is exact as it stands (a float is the exact binary value it holds)."""
 
 _EPOCH = datetime(1970, 1, 1)
@@ -142,7 +142,7 @@ def scaled(value: ExactNumber, factor: int) -> ExactNumber:
     return Fraction(value) * factor
 
 
-# -- instants ---------------------------------------------------------------------------------------
+# -- instants --------------------------------------------------------------------------------------
 
 def micros_from_iso(text: str) -> int | Fraction:
     """The instant an ISO-8601 date-time names, in epoch microseconds, exactly: any number of
@@ -200,6 +200,6 @@ def in_timestamp_range(micros: ExactNumber) -> bool:
 
 
 __all__ = ["INT64_MIN", "INT64_MAX", "MIN_MICROS", "MAX_MICROS", "END_MICROS", "ExactNumber",
-           "is_number", "floor_exact", "ceil_exact", "round_half_even", "is_integral", "integer_comparison",
-           "exact_decimal", "scaled", "micros_from_iso", "micros_from_seconds", "iso_from_micros",
-           "timestamp_micros", "in_timestamp_range"]
+           "is_number", "floor_exact", "ceil_exact", "round_half_even", "is_integral",
+           "integer_comparison", "exact_decimal", "scaled", "micros_from_iso",
+           "micros_from_seconds", "iso_from_micros", "timestamp_micros", "in_timestamp_range"]

@@ -8,18 +8,36 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timezone
-from typing import Literal, NotRequired, Required, TypedDict, Union
+from datetime import UTC, datetime
+from typing import Literal, NotRequired, Required, TypedDict
 
-from pep.core.exact import iso_from_micros, timestamp_micros
 from pep.core.conditions import And, Comparison, Const, Expr, Not, Or, Spatial
+from pep.core.exact import iso_from_micros, timestamp_micros
+from pep.core.graph import (
+    Filter,
+    Join,
+    Map,
+    Mask,
+    Node,
+    QueryGraph,
+    Source,
+    Union_,
+    WindowAggregate,
+)
 from pep.core.labels import Label, comparison_text
-from pep.core.graph import (Filter, Join, Map, Mask, Node, QueryGraph, Source, Union_,
-                            WindowAggregate)
 from pep.core.masks import describe, mask_sql, masks_json, parse_mask, split_variable
 from pep.core.outputs import JOINED_LABEL, join_output, output_names
-from pep.core.plan import (AnyPredicate, Conjunct, ExecutionPlan, FieldType, JoinPlan, Scalar,
-                           UnionPlan, SpatialPredicate, StreamSchema)
+from pep.core.plan import (
+    AnyPredicate,
+    Conjunct,
+    ExecutionPlan,
+    FieldType,
+    JoinPlan,
+    Scalar,
+    SpatialPredicate,
+    StreamSchema,
+    UnionPlan,
+)
 from pep.core.privacy import PrivacySpecJson, spec_to_json
 
 # -- the JSON forms ------------------------------------------------------------------------------
@@ -58,7 +76,7 @@ class SpatialJson(TypedDict):
     anchor: NotRequired[AnchorJson]
 
 
-PredicateJson = Union[ComparisonJson, LabelComparisonJson, SpatialJson]
+PredicateJson = ComparisonJson | LabelComparisonJson | SpatialJson
 
 
 class AggregateJson(TypedDict):
@@ -132,7 +150,7 @@ class JoinPlanJson(TypedDict):
     output: list[str]
 
 
-AnyPlanJson = Union[PlanJson, JoinPlanJson, UnionPlanJson]
+AnyPlanJson = PlanJson | JoinPlanJson | UnionPlanJson
 
 
 class OperatorJson(TypedDict, total=False):
@@ -151,10 +169,10 @@ class OperatorJson(TypedDict, total=False):
     aggregates: list[str]
     keys: list[str]
     min_count: int
-    input: "OperatorJson"
-    left: "OperatorJson"
-    right: "OperatorJson"
-    inputs: list["OperatorJson"]
+    input: OperatorJson
+    left: OperatorJson
+    right: OperatorJson
+    inputs: list[OperatorJson]
 
 
 class JoinSinkJson(TypedDict):
@@ -164,8 +182,8 @@ class JoinSinkJson(TypedDict):
     on: list[JoinPairJson]
     within: float
     time: JoinPairJson
-    left: "GraphJson"
-    right: "GraphJson"
+    left: GraphJson
+    right: GraphJson
 
 
 class GraphJson(TypedDict, total=False):
@@ -175,7 +193,7 @@ class GraphJson(TypedDict, total=False):
 
     operators: list[OperatorJson]
     sink: OperatorJson | JoinSinkJson
-    union: list["GraphJson"]
+    union: list[GraphJson]
     rules: list[str]
 
 
@@ -204,7 +222,7 @@ def quote_string(value: str) -> str:
         if ch in _SIMPLE_ESCAPES:
             out.append(_SIMPLE_ESCAPES[ch])
         elif _SHOWN_ESCAPED.match(ch):
-            out.append("\\u%04x" % ord(ch))
+            out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
     return "'" + "".join(out) + "'"
@@ -226,7 +244,7 @@ def sql_literal(value: object, field_type: str | None = None) -> str:
     if field_type == "timestamp" and isinstance(value, (int, float)) and math.isfinite(value):
         # epoch seconds: plans stored before timestamps were held as text
         try:
-            moment = datetime.fromtimestamp(value, tz=timezone.utc)
+            moment = datetime.fromtimestamp(value, tz=UTC)
         except (OverflowError, OSError, ValueError):
             # outside years 1 to 9999 (conditions refuse such constants; a plan restored from
             # elsewhere may still hold one): shown as the number of epoch seconds it is
@@ -336,7 +354,9 @@ def render_sql(plan: ExecutionPlan | UnionPlan, schema: StreamSchema | None = No
         for i, member in enumerate(plan.plans):
             parts.append(f"-- grant {i}\n" + render_sql(member, schema))
         return "\n".join(parts)
-    lines = [f"-- authorised view of stream {quote_identifier(plan.stream)}, plan {plan.key()[:16]}"]
+    lines = [
+        f"-- authorised view of stream {quote_identifier(plan.stream)}, plan {plan.key()[:16]}"
+    ]
     if schema is not None:
         cols = ", ".join(f"{quote_identifier(f.name)} {f.type}" for f in schema.fields)
         lines.append(f"-- input: {quote_identifier(plan.stream)} ({cols})")
@@ -426,7 +446,7 @@ def plan_to_json(plan: ExecutionPlan | JoinPlan | UnionPlan) -> AnyPlanJson:
         members = [execution_plan_json(p) for p in plan.plans]
         return {"stream": plan.stream, "key": plan.key(), "union": members,
                 "output": list(dict.fromkeys(
-                    name for m, p in zip(members, plan.plans) if p.window is None
+                    name for m, p in zip(members, plan.plans, strict=True) if p.window is None
                     for name in m["output"]))}
     return execution_plan_json(plan)
 
@@ -476,7 +496,8 @@ def graph_to_json(graph: QueryGraph, schema: StreamSchema | None = None) -> Grap
             return {"op": "filter", "condition": expr_sql(node.condition, schema),
                     "input": node_json(node.input)}
         if isinstance(node, Map):
-            return {"op": "map", "attributes": list(node.attributes), "input": node_json(node.input)}
+            return {"op": "map", "attributes": list(node.attributes),
+                    "input": node_json(node.input)}
         if isinstance(node, Mask):
             return {"op": "mask", "masks": masks_json(node.masks), "input": node_json(node.input)}
         if isinstance(node, WindowAggregate):

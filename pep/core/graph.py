@@ -11,12 +11,13 @@ rendered; the merge refuses them explicitly rather than guessing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar, Union
+from typing import TypeVar
 
 from pep.core.conditions import Expr, to_text
 from pep.core.plan import PolicyWindowTerms, WindowAsk, WindowSpec
+
 # Re-exported for callers of the graph model; defined in pep.core.schemas.
-from pep.core.schemas import AIS_SCHEMA, BUILTIN_SCHEMAS, WEATHER_SCHEMA  # noqa: F401
+from pep.core.schemas import AIS_SCHEMA, BUILTIN_SCHEMAS, WEATHER_SCHEMA  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Source:
 
 @dataclass(frozen=True)
 class Filter:
-    input: "Node"
+    input: Node
     condition: Expr  # bound to the stream schema
     text: str = ""  # as written, for messages
 
@@ -40,13 +41,13 @@ class Mask:
     policy's graph the owner's masks; in a user's graph the coarser masks the consumer asks
     for; in a merged graph what is applied, right after the filter."""
 
-    input: "Node"
+    input: Node
     masks: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
 class Map:
-    input: "Node"
+    input: Node
     attributes: tuple[str, ...]  # canonical schema names, in schema order
 
 
@@ -58,7 +59,7 @@ class WindowAggregate:
     policy's graph), what only a consumer asks `ask` (set in a consumer's); a merged graph has
     neither."""
 
-    input: "Node"
+    input: Node
     spec: WindowSpec
     policy: PolicyWindowTerms | None = None
     ask: WindowAsk | None = None
@@ -68,8 +69,8 @@ class WindowAggregate:
 class Join:
     """Windowed join of two inputs (ASSIST section 5.1); not merged by this PEP yet."""
 
-    left: "Node"
-    right: "Node"
+    left: Node
+    right: Node
     condition: Expr
     left_window: tuple[int, int] | None = None  # (size, step)
     right_window: tuple[int, int] | None = None
@@ -79,11 +80,11 @@ class Join:
 class Union_:
     """Union of inputs with one schema (ASSIST section 5.1); not merged by this PEP yet."""
 
-    inputs: tuple["Node", ...]
+    inputs: tuple[Node, ...]
 
 
-Node = Union[Source, Filter, Mask, Map, WindowAggregate, Join, Union_]
-Operator = Union[Filter, Mask, Map, WindowAggregate]
+Node = Source | Filter | Mask | Map | WindowAggregate | Join | Union_
+Operator = Filter | Mask | Map | WindowAggregate
 OperatorT = TypeVar("OperatorT", Filter, Mask, Map, WindowAggregate)
 
 
@@ -105,8 +106,8 @@ class QueryGraph:
         node = self.sink
         while not isinstance(node, Source):
             if isinstance(node, (Join, Union_)):
-                raise UnsupportedGraph(
-                    f"{type(node).__name__.rstrip('_')} operators are not supported by the merge yet")
+                raise UnsupportedGraph(f"{type(node).__name__.rstrip('_')} operators are not "
+                                       "supported by the merge yet")
             ops.append(node)
             node = node.input
         return node, tuple(reversed(ops))

@@ -53,18 +53,23 @@ from fractions import Fraction
 from typing import Literal
 
 from pep.core.analysis import Constraint, MergeWarning, values_satisfiable
+from pep.core.conditions import format_literal
 from pep.core.errors import Unprocessable
 from pep.core.exact import micros_from_iso
-from pep.core.explain import (GraphJson, JoinPlanJson, join_graph_json, join_plan_to_json,
-                              render_join_sql, seconds_text)
-from pep.core.conditions import format_literal
+from pep.core.explain import (
+    GraphJson,
+    JoinPlanJson,
+    join_graph_json,
+    join_plan_to_json,
+    render_join_sql,
+    seconds_text,
+)
 from pep.core.graph import QueryGraph
 from pep.core.labels import LabelError, Lattice
 from pep.core.masks import UNORDERED, parse_mask
 from pep.core.merge import MergeResult, QueryInvalid, QueryRefused
+from pep.core.outputs import JOINED_LABEL, join_output, output_names, output_source, side_outputs
 from pep.core.plan import Conjunct, ExecutionPlan, JoinPlan, Predicate, StreamSchema
-from pep.core.outputs import (JOINED_LABEL, join_output, output_names, output_source,
-                              side_outputs)
 from pep.core.userquery import JoinQuery
 
 Side = Literal["left", "right"]
@@ -436,7 +441,7 @@ def _class_satisfiable(members: Sequence[_Member], kind: str, chosen: Choice,
         return True  # too many to check: never claim NR without proof
     for combo in itertools.product(*options):
         preds = list(fixed)
-        for m, conj in zip(free, combo):
+        for m, conj in zip(free, combo, strict=True):
             preds.extend(_preds(conj, m.source))
         if values_satisfiable(kind, preds):
             return True
@@ -515,10 +520,12 @@ def _time_satisfiable(plan: JoinPlan, lc: Conjunct, rc: Conjunct) -> bool:
 
 def _describe_time(plan: JoinPlan, lc: Conjunct, rc: Conjunct) -> tuple[str, list[str]]:
     lt, rt = _texts(lc, plan.left_time), _texts(rc, plan.right_time)
-    return (f"{plan.left.stream}.{plan.left_time} and {plan.right.stream}.{plan.right_time} are "
-            f"never within {seconds_text(plan.within)} s of each other ({plan.left.stream}'s filter "
-            f"keeps only {' AND '.join(lt)}; {plan.right.stream}'s only {' AND '.join(rt)})",
-            lt + rt)
+    return (
+        f"{plan.left.stream}.{plan.left_time} and {plan.right.stream}.{plan.right_time} are "
+        f"never within {seconds_text(plan.within)} s of each other ({plan.left.stream}'s filter "
+        f"keeps only {' AND '.join(lt)}; {plan.right.stream}'s only {' AND '.join(rt)})",
+        lt + rt,
+    )
 
 
 __all__ = ["JoinSide", "JoinResult", "build_join", "check_streams", "analyse_join",

@@ -39,8 +39,15 @@ from dataclasses import dataclass
 
 from common.numbers import NumberError, parse_float
 from pdp import Obligation
-from pep.core.conditions import (ConditionError, Expr, PlaceholderResolver, attributes_of,
-                                 conjoin, parse_condition, qualified_conjuncts)
+from pep.core.conditions import (
+    ConditionError,
+    Expr,
+    PlaceholderResolver,
+    attributes_of,
+    conjoin,
+    parse_condition,
+    qualified_conjuncts,
+)
 from pep.core.graph import QueryGraph, pipeline_graph
 from pep.core.obligations import ObligationError, obligation_assignments
 from pep.core.plan import StreamSchema

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence, TypedDict
+from typing import TypedDict
 
 MAX_LEVELS = 127
 MAX_CATEGORIES = 56
@@ -86,7 +87,7 @@ class Lattice:
         return {"levels": list(self.levels), "categories": list(self.categories)}
 
     @classmethod
-    def from_json(cls, doc: object) -> "Lattice":
+    def from_json(cls, doc: object) -> Lattice:
         if not isinstance(doc, dict):
             raise LabelError("a label lattice is {levels: [...], categories: [...]}")
         levels, categories = doc.get("levels"), doc.get("categories", [])
@@ -96,7 +97,7 @@ class Lattice:
 
     # -- labels --------------------------------------------------------------------------------
 
-    def parse(self, value: object) -> "Label":
+    def parse(self, value: object) -> Label:
         """A label from its text (`S:{crypto,nuclear}`, `S`, `S:{}`) or a JSON object
         {"level": "S", "categories": [...]}; LabelError names what is wrong."""
         if isinstance(value, dict):
@@ -128,18 +129,18 @@ class Lattice:
             bits |= 1 << self.categories.index(name)
         return Label(self, self.levels.index(level), bits)
 
-    def label(self, code: int) -> "Label":
+    def label(self, code: int) -> Label:
         level = code >> LEVEL_SHIFT
         if not 0 <= level < len(self.levels) or (code & CATEGORY_MASK) >> len(self.categories):
             raise LabelError(f"code {code} is no label of this lattice")
         return Label(self, level, code & CATEGORY_MASK)
 
     @property
-    def top(self) -> "Label":
+    def top(self) -> Label:
         return Label(self, len(self.levels) - 1, (1 << len(self.categories)) - 1)
 
     @property
-    def bottom(self) -> "Label":
+    def bottom(self) -> Label:
         return Label(self, 0, 0)
 
 
@@ -168,7 +169,7 @@ class Label:
     def __repr__(self) -> str:
         return f"Label({str(self)!r})"
 
-    def _other(self, other: object) -> "Label | None":
+    def _other(self, other: object) -> Label | None:
         if isinstance(other, Label):
             return other
         if isinstance(other, str):
@@ -178,10 +179,10 @@ class Label:
                 return None
         return None
 
-    def dominated_by(self, other: "Label") -> bool:
+    def dominated_by(self, other: Label) -> bool:
         return self.level <= other.level and not self.categories & ~other.categories
 
-    def outcome(self, other: "Label") -> int:
+    def outcome(self, other: Label) -> int:
         """How this label compares with `other`: BELOW, EQUAL, ABOVE or INCOMPARABLE."""
         le, ge = self.dominated_by(other), other.dominated_by(self)
         if le and ge:

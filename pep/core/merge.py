@@ -1,8 +1,8 @@
 """Merging the policy's query graph with the user's into one safe graph and its execution plan.
 
 Rules (eXACML+ section 3.1, with the corrections of the design):
-- Filter: policy AND user, simplified and checked exactly (pep.core.analysis). The security filter is
-  always evaluated before any projection or window.
+- Filter: policy AND user, simplified and checked exactly (pep.core.analysis). The security filter
+  is always evaluated before any projection or window.
 - Map: the user sees the intersection of what the policy exposes and what the query asks for
   (never the paper's union, which would hand out hidden attributes). A query without a map that
   is cut down by the policy gets a PR warning naming the hidden attributes.
@@ -35,15 +35,30 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pep.core.analysis import FilterAnalysis, MergeWarning, analyse_filter
+from pep.core.conditions import (
+    FALSE,
+    And,
+    Comparison,
+    Expr,
+    Or,
+    Spatial,
+    attributes_of,
+    spatial_from_predicate,
+    spatial_parts,
+)
 from pep.core.errors import InvalidInput, NotPermitted, Unprocessable
-from pep.core.conditions import (And, Comparison, Expr, FALSE, Or, Spatial, attributes_of,
-                                 spatial_from_predicate, spatial_parts)
 from pep.core.graph import Filter, Map, Mask, Node, QueryGraph, Source, WindowAggregate
-from pep.core.masks import (MaskPlan, filter_notes, output_masks, plan_dnf, plan_masks,
-                            window_masks)
+from pep.core.masks import MaskPlan, filter_notes, output_masks, plan_dnf, plan_masks, window_masks
 from pep.core.obligations import FUNCTIONS_FOR_TYPE
-from pep.core.plan import (Aggregate, Conjunct, ExecutionPlan, SpatialPredicate, StreamSchema,
-                           WindowAsk, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    Conjunct,
+    ExecutionPlan,
+    SpatialPredicate,
+    StreamSchema,
+    WindowAsk,
+    WindowSpec,
+)
 from pep.core.privacy import DP_FUNCTIONS, NOT_PRIVATE, AskTooMuch, PrivacySpec, apply_ask
 
 

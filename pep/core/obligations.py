@@ -76,13 +76,25 @@ from typing import Literal
 
 from common.numbers import INT64_MAX, NumberError, parse_int
 from pdp import Obligation
-from pep.core.conditions import (Comparison, ConditionError, Expr, PlaceholderResolver, conjoin,
-                                 parse_condition)
+from pep.core.conditions import (
+    Comparison,
+    ConditionError,
+    Expr,
+    PlaceholderResolver,
+    conjoin,
+    parse_condition,
+)
 from pep.core.graph import QueryGraph, pipeline_graph
 from pep.core.labels import Label
 from pep.core.masks import Mask, MaskError, compose_all, ordered, parse_assignment
-from pep.core.plan import (AGGREGATE_FUNCTIONS, Aggregate, AggregateFunction, PolicyWindowTerms,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    AGGREGATE_FUNCTIONS,
+    Aggregate,
+    AggregateFunction,
+    PolicyWindowTerms,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.core.privacy import DP_ATTRIBUTES, check_aggregates, parse_spec, strictest
 
 PREFIXES = ("exacml:obligation:", "pcloud:obligation:")
@@ -121,7 +133,8 @@ FUNCTION_SPELLINGS: dict[str, AggregateFunction] = {
     "min": "min", "minimum": "min",
     "sum": "sum",
     "count": "count",
-    "firstval": "firstval", "firstvalue": "firstval", "first": "firstval", "first_value": "firstval",
+    "firstval": "firstval", "firstvalue": "firstval", "first": "firstval",
+    "first_value": "firstval",
     "lastval": "lastval", "lastvalue": "lastval", "last": "lastval", "last_value": "lastval",
     "lub": "lub",
 }

@@ -89,4 +89,5 @@ def join_output(plan: JoinPlan) -> tuple[str, ...]:
             + ((JOINED_LABEL,) if plan.label is not None else ()))
 
 
-__all__ = ["ORDER_PRESERVING", "JOINED_LABEL", "side_outputs", "output_names", "output_source", "join_output"]
+__all__ = ["ORDER_PRESERVING", "JOINED_LABEL", "side_outputs", "output_names", "output_source",
+           "join_output"]

@@ -73,7 +73,7 @@ class ParsedRequests:
         self._put(key, value)
         return value
 
-    def fill_only(self) -> "FillOnly":
+    def fill_only(self) -> FillOnly:
         """A view that parses every time and keeps what parsed, never answering from the memo:
         for a request whose caller must not be able to tell, by its timing, whether somebody
         else sent the same bytes before (`POST /requests`), while the revocation passes that

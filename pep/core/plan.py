@@ -1,8 +1,8 @@
 """The execution plan: what the PEP hands to the stream runtime, and the stream schema both use.
 
 The PEP core (conditions, obligations, user queries, merge, analysis) ends in an `ExecutionPlan`;
-the Spark runtime (`pep.runtime`) starts from one. Keeping this boundary small and data-only lets the
-heart of the gateway stay pure Python, and lets the runtime treat conditions as data (attribute,
+the Spark runtime (`pep.runtime`) starts from one. Keeping this boundary small and data-only lets
+the heart of the gateway stay pure Python, and lets the runtime treat conditions as data (attribute,
 operator code, constant) rather than as SQL text, which closes the door on injection.
 """
 from __future__ import annotations
@@ -10,19 +10,19 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
-from typing import Literal, Union, overload
+from typing import Literal, overload
 
 from pep.core.jsontypes import JsonObject
 from pep.core.labels import Label, Lattice
 from pep.core.privacy import PrivacyAsk, PrivacySpec, spec_from_json
 
 FieldType = Literal["double", "long", "string", "boolean", "timestamp", "label"]
-Scalar = Union[float, int, str, bool]
+Scalar = float | int | str | bool
 Operator = Literal["<", "<=", ">", ">=", "=", "!="]
 # The negations of label comparisons (`pep.core.labels`: NOT pushed into a comparison on a label
 # attribute is no comparison of the six), which a plan's predicates may hold too.
 LabelOperator = Literal["!<=", "!>=", "!<", "!>"]
-PredicateOperator = Union[Operator, LabelOperator]
+PredicateOperator = Operator | LabelOperator
 AggregateFunction = Literal["avg", "max", "min", "sum", "count", "firstval", "lastval", "lub"]
 
 OPERATORS: tuple[Operator, ...] = ("<", "<=", ">", ">=", "=", "!=")
@@ -129,7 +129,7 @@ class SpatialPredicate:
         return (self.latitude, self.longitude) + ((self.key,) if self.key else ())
 
 
-AnyPredicate = Union[Predicate, SpatialPredicate]
+AnyPredicate = Predicate | SpatialPredicate
 Conjunct = tuple[AnyPredicate, ...]
 
 
@@ -347,7 +347,7 @@ class UnionPlan(_Keyed):
         marks = [p.start_after for p in self.plans if p.start_after is not None]
         return max(marks) if marks else None
 
-    def with_start_after(self, position: int) -> "UnionPlan":
+    def with_start_after(self, position: int) -> UnionPlan:
         from dataclasses import replace
         return UnionPlan(self.stream, tuple(
             replace(p, start_after=max(position, p.start_after or 0)) for p in self.plans))
@@ -364,7 +364,7 @@ class UnionPlan(_Keyed):
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
 
 
-AnyPlan = Union[ExecutionPlan, JoinPlan, UnionPlan]
+AnyPlan = ExecutionPlan | JoinPlan | UnionPlan
 
 
 def is_join_json(data: str | JsonObject) -> bool:
@@ -397,7 +397,7 @@ def plan_streams(plan: AnyPlan) -> tuple[str, ...]:
     return plan.streams if isinstance(plan, JoinPlan) else (plan.stream,)
 
 
-def side_plans(plan: AnyPlan) -> dict[str, "ExecutionPlan | UnionPlan"]:
+def side_plans(plan: AnyPlan) -> dict[str, ExecutionPlan | UnionPlan]:
     """Each stream's own authorised view in a plan: {stream: plan} (a union is one view)."""
     if isinstance(plan, JoinPlan):
         return {plan.left.stream: plan.left, plan.right.stream: plan.right}
@@ -405,20 +405,20 @@ def side_plans(plan: AnyPlan) -> dict[str, "ExecutionPlan | UnionPlan"]:
 
 
 @overload
-def with_start_offsets(plan: "ExecutionPlan", offsets: tuple[int, ...]) -> "ExecutionPlan": ...
+def with_start_offsets(plan: ExecutionPlan, offsets: tuple[int, ...]) -> ExecutionPlan: ...
 
 
 @overload
-def with_start_offsets(plan: "UnionPlan", offsets: tuple[int, ...]) -> "UnionPlan": ...
+def with_start_offsets(plan: UnionPlan, offsets: tuple[int, ...]) -> UnionPlan: ...
 
 
 @overload
-def with_start_offsets(plan: "ExecutionPlan | UnionPlan", offsets: tuple[int, ...]
-                       ) -> "ExecutionPlan | UnionPlan": ...
+def with_start_offsets(plan: ExecutionPlan | UnionPlan, offsets: tuple[int, ...]
+                       ) -> ExecutionPlan | UnionPlan: ...
 
 
-def with_start_offsets(plan: "ExecutionPlan | UnionPlan", offsets: tuple[int, ...]
-                       ) -> "ExecutionPlan | UnionPlan":
+def with_start_offsets(plan: ExecutionPlan | UnionPlan, offsets: tuple[int, ...]
+                       ) -> ExecutionPlan | UnionPlan:
     """A Kafka stream's view cut at `offsets` (per partition: the first offset it is given),
     every member of a union alike. A plan cut already keeps, per partition, the later cut."""
     from dataclasses import replace
@@ -451,7 +451,7 @@ def replayable(plan: AnyPlan) -> bool:
         for p in members)
 
 
-def member_plans(plan: "ExecutionPlan | UnionPlan") -> tuple[ExecutionPlan, ...]:
+def member_plans(plan: ExecutionPlan | UnionPlan) -> tuple[ExecutionPlan, ...]:
     """A single stream's plan as its members: a union's, or the plan itself."""
     return plan.plans if isinstance(plan, UnionPlan) else (plan,)
 

@@ -38,8 +38,15 @@ from datetime import datetime
 from typing import Any
 
 from pep.core.errors import InvalidInput
-from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, SpatialPredicate,
-                           StreamDefinition, StreamSchema, UnionPlan)
+from pep.core.plan import (
+    AnyPlan,
+    ExecutionPlan,
+    JoinPlan,
+    SpatialPredicate,
+    StreamDefinition,
+    StreamSchema,
+    UnionPlan,
+)
 
 PUNCTUATION_KEY = "$punctuation"  # a record carrying a punctuation: {"$punctuation": {...}}
 SOURCE_OPTION = "punctuations"  # the stream setting (a source option): "on" enables them
@@ -371,8 +378,8 @@ def counts_in_window(policy: SegmentPolicy, roles: frozenset[str], mode: str,
                      reads: Sequence[str], matched: frozenset[tuple[Condition, ...]]) -> bool:
     """Whether a tuple of a segment under `policy` counts in a consumer's windows, whose plan
     reads `reads` (its filter's attributes, its aggregates', keys', time's and label bounds':
-    `pep.runtime.plans.compile.window_reads`): only when every one of them is visible to the consumer. A
-    tuple a segment hides, wholly or in an attribute the window reads, is in none of its
+    `pep.runtime.plans.compile.window_reads`): only when every one of them is visible to the
+    consumer. A tuple a segment hides, wholly or in an attribute the window reads, is in none of its
     windows: it adds to no aggregate, numbers no tuple window's tuples, moves no time window's
     clock (an aggregate over the attributes left visible would still count it: its presence is
     what the segment hides). A window that reads nothing counts nothing (never built so)."""
@@ -444,6 +451,6 @@ def oracle(records: Iterable[Mapping[str, Any]], roles: frozenset[str], mode: st
 
 __all__ = ["PUNCTUATION_KEY", "SOURCE_OPTION", "POSITIVE", "NEGATIVE", "REFINE", "DEFER",
            "Condition", "Punctuation", "PunctuationError", "SegmentPolicy", "ShieldState",
-           "enabled", "shielded_plan", "filter_attributes", "parse_punctuation", "punctuation_from_json", "segments",
-           "visible_attributes", "counts_in_window", "visible_tuples", "LOG_NAME",
-           "log_line", "read_log_line", "oracle"]
+           "enabled", "shielded_plan", "filter_attributes", "parse_punctuation",
+           "punctuation_from_json", "segments", "visible_attributes", "counts_in_window",
+           "visible_tuples", "LOG_NAME", "log_line", "read_log_line", "oracle"]

@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 
@@ -34,14 +34,14 @@ class RowBatch:
     resumed_from: int | None = None
 
     @classmethod
-    def of_texts(cls, texts: Sequence[str], last_position: int | None = None) -> "RowBatch":
+    def of_texts(cls, texts: Sequence[str], last_position: int | None = None) -> RowBatch:
         texts = tuple(texts)
         size = sum(len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts)
         return cls(texts, size, last_position)
 
     @classmethod
     def of(cls, rows: Iterable[Mapping[str, object]], last_position: int | None = None
-           ) -> "RowBatch":
+           ) -> RowBatch:
         """Encode plain rows (dicts) with `row_json`."""
         return cls.of_texts([row_json(r) for r in rows], last_position)
 
@@ -54,8 +54,8 @@ def _json_default(value: object) -> object:
     runtime delivers it (datetimes, decimals, numpy and pandas scalars, collections)."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, Decimal):

@@ -150,14 +150,14 @@ def _union_warnings(members: list[tuple[Alternative, MergeResult]], user: QueryG
         out.append(MergeWarning("INFO", "filter", "the grants' filters are too large to analyse "
                                 "together for partial results; each is still enforced"))
     shown = set()
-    for alt, m in members:
+    for alt, _ in members:
         policy_map = alt.policy.map
         shown |= set(policy_map.attributes if policy_map is not None else schema.names)
     hidden = [n for n in schema.names if n not in shown]
     asks_map = user is not None and user.map is not None
     if hidden and not asks_map:
-        out.append(MergeWarning("PR", "map", "partial result: no applicable grant shows attribute(s) "
-                                f"{', '.join(hidden)}", tuple(hidden)))
+        out.append(MergeWarning("PR", "map", "partial result: no applicable grant shows "
+                                f"attribute(s) {', '.join(hidden)}", tuple(hidden)))
     for i, (alt, m) in enumerate(members):
         for w in m.warnings:
             if w.operator not in ("filter", "map"):

@@ -1,1 +1,2 @@
-"""Delivery of handles' rows through Kafka topics per plan: settings, the shared store of topics, handles and edges, the gateway's side (topic housekeeping, revocations on the control topic)."""
+"""Delivery of handles' rows through Kafka topics per plan: settings, the shared store of topics,
+handles and edges, the gateway's side (topic housekeeping, revocations on the control topic)."""

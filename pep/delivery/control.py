@@ -47,7 +47,7 @@ class Revocation:
                            "state": self.state, "reason": self.reason}).encode("utf-8")
 
     @staticmethod
-    def decode(data: bytes | None) -> "Revocation | None":
+    def decode(data: bytes | None) -> Revocation | None:
         """A control record as a revocation; None for anything else (never raises)."""
         try:
             obj = json.loads(data or b"")
@@ -237,7 +237,7 @@ class ControlListener:
                 continue
             try:
                 self._on_revoked(revocation)
-            except Exception:  # noqa: BLE001 - never acknowledge what was not done
+            except Exception:  # never acknowledge what was not done
                 log.exception("edge %s: a revocation could not be applied", self._edge)
                 continue
             self._producer.produce(self._settings.acks_topic, json.dumps(

@@ -33,7 +33,7 @@ class DeliverySettings:
     ack_timeout: float = 1.0
 
     @classmethod
-    def of(cls, config: Any) -> "DeliverySettings":
+    def of(cls, config: Any) -> DeliverySettings:
         """From a `GatewayConfig` whose `delivery` is kafka."""
         return cls(brokers=str(config.delivery_brokers),
                    security_protocol=config.delivery_security_protocol,

@@ -24,10 +24,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from pep.core.errors import Unavailable
 from pep.delivery.control import EDGE_ALIVE, Revocations, end_offset, ensure_topics
 from pep.delivery.settings import DeliverySettings
 from pep.delivery.store import DeliveryStore
-from pep.core.errors import Unavailable
 from pep.handles.records import HandleRecord
 from pep.ports import Deliver, TopicTarget
 
@@ -146,8 +147,13 @@ class PlanTopics:
         topics' prefix), recorded in the store and taken away with the topic. The principals
         fenced; an edge without an identity of its own (no SASL) cannot be fenced, which is
         logged."""
-        from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType,
-                                           ResourcePatternType, ResourceType)
+        from confluent_kafka.admin import (
+            AclBinding,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
 
         wanted = set(edges)
         principals = sorted({e.principal for e in self.store.edges() if e.edge in wanted})
@@ -161,7 +167,7 @@ class PlanTopics:
         bindings = [AclBinding(ResourceType.TOPIC, t, ResourcePatternType.LITERAL, p, "*",
                                AclOperation.READ, AclPermissionType.DENY)
                     for t in names for p in own]
-        for binding, future in self._admin.create_acls(bindings, request_timeout=10).items():
+        for future in self._admin.create_acls(bindings, request_timeout=10).values():
             future.result(10)  # a fence that could not be put raises: the DELETE fails
         self._until_in_force(bindings)
         for topic in names:
@@ -201,8 +207,13 @@ class PlanTopics:
         from the cluster's metadata a moment after the controller took it, and a fetch
         meanwhile would still be served. Raises when they do not within `timeout` (the DELETE
         then fails rather than answer as if the fence held)."""
-        from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType,
-                                           ResourcePatternType, ResourceType)
+        from confluent_kafka.admin import (
+            AclBindingFilter,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
 
         waiting = [AclBindingFilter(ResourceType.TOPIC, b.name, ResourcePatternType.LITERAL,
                                     b.principal, "*", AclOperation.READ, AclPermissionType.DENY)
@@ -219,8 +230,13 @@ class PlanTopics:
 
     def _unfence(self, topics: list[str]) -> None:
         """The fences of these topics go with them (Kafka keeps ACLs of deleted topics)."""
-        from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType,
-                                           ResourcePatternType, ResourceType)
+        from confluent_kafka.admin import (
+            AclBindingFilter,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
 
         for topic in topics:
             try:

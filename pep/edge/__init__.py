@@ -1,1 +1,2 @@
-"""Edge processes (`xsg edge`): stateless readers of plan topics that serve handle reads (pep/delivery, docs/operate/edges.md)."""
+"""Edge processes (`xsg edge`): stateless readers of plan topics that serve handle reads
+(pep/delivery, docs/operate/edges.md)."""

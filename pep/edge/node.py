@@ -159,8 +159,7 @@ class EdgeNode:
                 log.debug("edge %s: the store did not answer: %s", self.edge, exc)
                 states = None
             if states is not None:
-                self._end_readers(lambda h: None if states.get(h, ("gone", None))[0] == "live"
-                                  else (states[h] if h in states else ("ended", None)))
+                self._end_readers(_not_live(states))
             self._check_health()
 
     def _check_health(self) -> None:
@@ -189,6 +188,17 @@ class EdgeNode:
             self.store.leave(self.edge)
         except Exception:  # noqa: BLE001 - its row ages out
             log.debug("edge %s could not leave the store", self.edge)
+
+
+def _not_live(states: dict[str, tuple[str, str | None]]
+              ) -> Callable[[str], tuple[str, str | None] | None]:
+    """The readers to end after a look at the store: the state and reason of each handle that is
+    no longer live (one the store does not know: ended)."""
+    def pick(h: str) -> tuple[str, str | None] | None:
+        if states.get(h, ("gone", None))[0] == "live":
+            return None
+        return states[h] if h in states else ("ended", None)
+    return pick
 
 
 __all__ = ["EdgeNode", "LOST_AFTER", "WATCH_EVERY"]

@@ -196,7 +196,7 @@ class TopicReader:
                 if offset + 1 > self._given:
                     value = msg.value() or b"{}"
                     self._put(Event(offset + 1, "row", value.decode("utf-8")))
-        except Exception:  # noqa: BLE001 - the reader is told, and reconnects elsewhere
+        except Exception:  # the reader is told, and reconnects elsewhere
             log.exception("plan topic %s could not be read", self.topic)
             self.close("shutdown", "the edge could not read the handle's topic; reconnect")
         finally:

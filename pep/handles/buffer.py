@@ -11,13 +11,13 @@ waits for it to take the rows about to be dropped, at most `MAX_PUT_WAIT` second
 reader can hold its stream's shared query back by that much at most). That bound is spent once
 per episode, not per delivery: after a wait ran out, later deliveries drop at once until the
 reader has caught up (a read that had everything), and an idle reader's grace counts from the
-first wake since its last read (a reader woken long ago that never came is stalled); otherwise every micro-batch would wait again for every such reader, holding back
-all the stream's other handles (issue 26: a new consumer's first row took 11.5 s once readers
-that stopped reading had piled up). Event ids grow
-strictly per handle, also across restarts: after the n-th restart ids start at n * 2**40, so a
-reader resuming with an id from before a restart gets a `gap` with an unknown count (the rows in
-memory died with the process). Closing the buffer (revocation, release) DISCARDS rows not yet
-read, then appends the final event: nothing of a revoked handle is delivered after the
+first wake since its last read (a reader woken long ago that never came is stalled); otherwise every
+micro-batch would wait again for every such reader, holding back all the stream's other handles
+(issue 26: a new consumer's first row took 11.5 s once readers that stopped reading had piled up).
+Event ids grow strictly per handle, also across restarts: after the n-th restart ids start at n *
+2**40, so a reader resuming with an id from before a restart gets a `gap` with an unknown count (the
+rows in memory died with the process). Closing the buffer (revocation, release) DISCARDS rows not
+yet read, then appends the final event: nothing of a revoked handle is delivered after the
 revocation returns. A handle that ends on its own terms (its privacy budget is spent) closes with
 `keep=True` instead: the rows it was given stay readable, before the final event.
 
@@ -50,8 +50,9 @@ import re
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 from pep.core.rows import RowBatch, row_json
 
@@ -103,7 +104,7 @@ class _Notice(str):
 
     kind: str
 
-    def __new__(cls, text: str, kind: str) -> "_Notice":
+    def __new__(cls, text: str, kind: str) -> _Notice:
         notice = super().__new__(cls, text)
         notice.kind = kind
         return notice
@@ -136,7 +137,7 @@ class HandleBuffer:
         self._segments_from = 0  # entry numbers below it lost their segment (MAX_SEGMENTS)
         self._unknown_upto = 0  # event ids <= it: rows may exist that this buffer never had
         self._putting = False  # a put is under way (positioned: notices wait for its end)
-        self._deferred: list["_Notice"] = []
+        self._deferred: list[_Notice] = []
         self._cond = threading.Condition(threading.Lock())
         # Rows' texts (shared with the plan's other handles) and notices (`_Notice`); an entry's
         # id is its place: ids run without a hole from `_floor + 1` (a row or a notice takes
@@ -342,7 +343,7 @@ class HandleBuffer:
             self._wake()
             return True
 
-    def _append_notice(self, notice: "_Notice") -> None:
+    def _append_notice(self, notice: _Notice) -> None:
         """Under the lock: a notice takes the next id."""
         self._last += 1
         self._entries.append(notice)

@@ -5,10 +5,11 @@ The ledger (`PrivacyLedger`: its store, `privacy.db` under the data directory or
 database) holds what each
 consumer paid on each stream, per second: epsilon (in integer billionths, rounded up; budgets
 are rounded down, so rounding never grants a window too many), windows and delta; a spend is
-dated at the end of its second, so it counts a little longer than its period, never shorter. A budget `epsilon/seconds` holds when the consumer's spends on that stream in
-the last `seconds` (a rolling period: at any moment, over every handle it had, has or will
-have) add up to at most `epsilon`; older spends no longer count, which is how a budget
-refills. The ledger survives restarts; nothing else is kept about a consumer's privacy.
+dated at the end of its second, so it counts a little longer than its period, never shorter. A
+budget `epsilon/seconds` holds when the consumer's spends on that stream in the last `seconds` (a
+rolling period: at any moment, over every handle it had, has or will have) add up to at most
+`epsilon`; older spends no longer count, which is how a budget refills. The ledger survives
+restarts; nothing else is kept about a consumer's privacy.
 
 The guard (`PrivacyGuard`):
 - `admit(subject, plan)` at a request (a new handle): refused (`PrivacyBudgetExceeded`, 403)
@@ -34,17 +35,25 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, NamedTuple, NotRequired, Sequence, TypedDict
+from typing import NamedTuple, NotRequired, TypedDict
 
 from common.db import Database, Row, open_database, opening, upsert_sql
 from common.migrations import Schema, Step, migrate
 from pep.core.errors import NotPermitted
 from pep.core.plan import AnyPlan, ExecutionPlan, WindowSpec
-from pep.core.privacy import (MAX_PERIOD, Budget, PrivacySpec, budget_units, from_units, units,
-                              windows_per_period)
+from pep.core.privacy import (
+    MAX_PERIOD,
+    Budget,
+    PrivacySpec,
+    budget_units,
+    from_units,
+    units,
+    windows_per_period,
+)
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
 
@@ -68,7 +77,7 @@ BUCKETS = 1024  # a budget's rolling period is kept in memory in at most this ma
 
 
 def iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds") \
+    return datetime.fromtimestamp(t, tz=UTC).isoformat(timespec="seconds") \
         .replace("+00:00", "Z")
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, TypedDict
+from typing import TypedDict
 
 from common.db import Database, Row, open_database, opening, upsert_sql
 from common.migrations import Schema, Step, migrate
@@ -44,7 +45,7 @@ def new_handle_id() -> str:
 
 def record_time() -> str:
     """Now, as a record's created_at and updated_at hold it."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 _now = record_time
@@ -104,7 +105,7 @@ class HandleRecord:
             return (join["left"]["stream"], join["right"]["stream"])
         return (self.stream,)
 
-    def ended(self, state: HandleState, reason: str | None, at: str) -> "HandleRecord":
+    def ended(self, state: HandleState, reason: str | None, at: str) -> HandleRecord:
         """This record as `HandleStore.finish_many` leaves it (state, reason, updated_at): what
         a pass tells the listeners without reading a thousand records back. Built field by
         field (twice as fast as dataclasses.replace); a test checks it against replace()."""

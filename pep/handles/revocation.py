@@ -123,7 +123,7 @@ class TimeSensitivity:
         self._ids: set[str] = set()
         try:
             self._ids = {p.policy_id for p in policy_service.list() if mentions_time(p.data)}
-        except Exception:  # noqa: BLE001 - if we cannot tell, assume time matters
+        except Exception:  # if we cannot tell, assume time matters
             log.exception("cannot list policies; assuming time-dependent policies")
             self._ids = {"*"}
 
@@ -136,7 +136,7 @@ class TimeSensitivity:
             return
         try:
             document = self._service.get(change.policy_id).data
-        except Exception:  # noqa: BLE001 - if we cannot tell, assume it does
+        except Exception:  # if we cannot tell, assume it does
             log.exception("cannot read policy %s; assuming it mentions time", change.policy_id)
             document = b"environment"
         if mentions_time(document):
@@ -220,7 +220,7 @@ class RevocationService:
             kind = type(exc).__name__
             return Verdict(False, f"the request is no longer permitted ({kind}): {exc.message}",
                            decided=isinstance(exc, AccessDenied))
-        except Exception as exc:  # noqa: BLE001 - anything else: deny when in doubt
+        except Exception as exc:  # anything else: deny when in doubt
             log.exception("re-evaluation of handle %s failed", handle_ref(record.id))
             return Verdict(False, f"re-evaluation failed: {str(exc) or type(exc).__name__}")
         decision = decision_name(grant.decision)
@@ -414,10 +414,11 @@ class RevocationService:
         self.sweeps += 1
         return revoked
 
-    # -- start-up -----------------------------------------------------------------------------------
+    # -- start-up ----------------------------------------------------------------------------------
 
     def restore_all(self) -> tuple[list[str], list[str]]:
-        """Decide every persisted live handle again: resume it or end it. Returns (resumed, ended)."""
+        """Decide every persisted live handle again: resume it or end it. Returns (resumed,
+        ended)."""
         return self.restore(self.handles.live())
 
     def restore(self, records: Iterable[HandleRecord], when: str = "at gateway start"
@@ -441,7 +442,7 @@ class RevocationService:
             log.info("restored handles: %d resumed, %d ended", len(resumed), len(ended))
         return resumed, ended
 
-    # -- the periodic timer -------------------------------------------------------------------------
+    # -- the periodic timer ------------------------------------------------------------------------
 
     def start(self) -> None:
         if self._thread is not None or self.interval <= 0:
@@ -461,13 +462,13 @@ class RevocationService:
             for tick in list(self._tickers):
                 try:
                     tick()
-                except Exception:  # noqa: BLE001 - the timer must survive one bad tick
+                except Exception:  # the timer must survive one bad tick
                     log.exception("periodic tick failed")
             if not self.time_sensitive:
                 continue
             try:
                 self.sweep()
-            except Exception:  # noqa: BLE001 - the timer must survive one bad pass
+            except Exception:  # the timer must survive one bad pass
                 log.exception("periodic re-evaluation failed")
 
 
@@ -496,4 +497,5 @@ def _default_identity(subject: str, roles: tuple[str, ...], admin: bool) -> Iden
     return Identity(subject=subject, roles=tuple(roles), admin=admin)
 
 
-__all__ = ["RevocationService", "Verdict", "WhatIf", "TimeSensitivity", "mentions_time", "TIME_MARKERS"]
+__all__ = ["RevocationService", "Verdict", "WhatIf", "TimeSensitivity", "mentions_time",
+           "TIME_MARKERS"]

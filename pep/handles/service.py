@@ -2,10 +2,11 @@
 
 `HandleService` opens handles (one window per subject and stream, the runtime attach) and ends
 them. A join's handle (`JoinPlan`) holds the caller's window on both its streams and is attached
-to the join runtime, with both streams' definitions. The runtime's deliver callback is `HandleBuffer.put`, which checks under the buffer's lock
-that the buffer is open before writing, and the buffer is closed (under that same lock) before
-the handle's state is persisted and before the runtime is told to detach: so no tuple is
-delivered after `revoke` returns, however long Spark takes to stop.
+to the join runtime, with both streams' definitions. The runtime's deliver callback is
+`HandleBuffer.put`, which checks under the buffer's lock that the buffer is open before writing, and
+the buffer is closed (under that same lock) before the handle's state is persisted and before the
+runtime is told to detach: so no tuple is delivered after `revoke` returns, however long Spark takes
+to stop.
 
 A differentially private window's handle (`pep.core.privacy`) is admitted only if the
 consumer's remaining privacy budget can pay for it, and its deliveries go through the privacy
@@ -24,19 +25,28 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Mapping, Protocol, cast
+from typing import Protocol, cast
 
 from pep.core.errors import NotFound, Unavailable
+from pep.core.plan import (
+    AnyPlan,
+    ExecutionPlan,
+    JoinPlan,
+    StreamDefinition,
+    UnionPlan,
+    any_plan_from_json,
+    plan_streams,
+    replayable,
+    side_plans,
+    with_start_offsets,
+)
 from pep.core.punctuations import shielded_plan
 from pep.core.refs import handle_ref
-from pep.core.plan import (AnyPlan, ExecutionPlan, JoinPlan, StreamDefinition, UnionPlan,
-                           any_plan_from_json, plan_streams, replayable, side_plans,
-                           with_start_offsets)
 from pep.handles.buffer import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, HandleBuffer
 from pep.handles.privacy_budget import PrivacyGuard, private_window
-from pep.handles.records import (HandleRecord, HandleState, HandleStore, StoredRequest,
-                                 record_time)
+from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest, record_time
 from pep.ports import Deliver, JoinRuntimePort, StreamRuntimePort
 
 log = logging.getLogger(__name__)
@@ -303,7 +313,9 @@ class HandleService:
         stream = definitions[0]
         slots = self._slots(definitions)
         try:
-            cuts: dict[str, tuple[int, ...]] | Unavailable = _kafka_cuts(self.kafka_cut, definitions)
+            cuts: dict[str, tuple[int, ...]] | Unavailable = _kafka_cuts(
+                self.kafka_cut, definitions
+            )
         except Unavailable as exc:  # a broker's answer, before the lock; raised for a new handle
             cuts = exc
         with self.lock:
@@ -401,7 +413,7 @@ class HandleService:
         for callback in list(self._open_listeners):
             try:
                 callback(record, is_new)
-            except Exception:  # noqa: BLE001 - a listener must not undo a granted handle
+            except Exception:  # a listener must not undo a granted handle
                 log.exception("handle open listener failed for %s", handle_ref(record.id))
 
     def _start_after_other_windows(self, subject: str, plan: AnyPlan) -> AnyPlan:
@@ -650,7 +662,7 @@ class HandleService:
             ended = [hid for hid, _, _ in endings if hid in changed or hid in closed]
             try:  # (the store's bookings, with several processes: one statement)
                 self.windows.release_many(ended)
-            except Exception:  # noqa: BLE001 - the handles are ended whatever the registry says
+            except Exception:  # the handles are ended whatever the registry says
                 log.exception("window registry release failed for %d handle(s)", len(ended))
         for handle_id in ended:
             self._detach(handle_id)
@@ -660,7 +672,7 @@ class HandleService:
             for callback in list(self._listeners):
                 try:
                     callback(ended_records)
-                except Exception:  # noqa: BLE001 - a listener must not undo an ended handle
+                except Exception:  # a listener must not undo an ended handle
                     log.exception("handle listener failed for %d handles", len(ended_records))
         return finished
 
@@ -689,7 +701,7 @@ class HandleService:
             self._joins.discard(handle_id)
         try:
             (self.join_runtime if join else self.runtime).detach(handle_id)
-        except Exception:  # noqa: BLE001 - the buffer is closed; nothing more is delivered
+        except Exception:  # the buffer is closed; nothing more is delivered
             log.exception("runtime detach failed for %s", handle_ref(handle_id))
 
     def _forget_buffer(self, handle_id: str, buffer: HandleBuffer) -> None:
@@ -716,7 +728,9 @@ class HandleService:
         and this one may have lost the store); their joins' queries stop. The handles closed."""
         names = None if streams is None else set(streams)
         with self.lock:
-            ids = [h for h in self._buffers if names is None or self._buffer_streams.get(h) in names]
+            ids = [
+                h for h in self._buffers if names is None or self._buffer_streams.get(h) in names
+            ]
             for hid in ids:
                 buffer = self._buffers.pop(hid)
                 buffer.close("shutdown", reason)

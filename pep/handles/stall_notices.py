@@ -5,8 +5,8 @@ completed micro-batch (`StreamRuntime.health()`: state `stalled`, or `failed` af
 the readers of its handles would otherwise see only silence (issue 15). On every transition each
 live handle of that stream gets a notice in its buffer, which its readers receive in order with
 the rows: `stalled` (NDJSON `{"event": "stalled", "stream": ..., "state": "stalled"|"failed",
-"last_batch_at": ..., "detail": ...}`, SSE `event: stalled`) and later `resumed`. Handles are not ended
-by a stall: the query may recover, and a reader that wants to give up can release its handle.
+"last_batch_at": ..., "detail": ...}`, SSE `event: stalled`) and later `resumed`. Handles are not
+ended by a stall: the query may recover, and a reader that wants to give up can release its handle.
 
 Polled from the re-evaluation timer (once a second by default), so a notice follows the runtime's
 verdict by at most that interval.

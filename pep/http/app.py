@@ -17,8 +17,13 @@ from pep.http import access_log, errors
 from pep.http.audit import audit_blueprint
 from pep.http.console import console_blueprint
 from pep.http.cors import install_cors
-from pep.http.current import (SERVICES_EXTENSION, admin_asks, caller_is_admin, current_engine,
-                             visible_schema)
+from pep.http.current import (
+    SERVICES_EXTENSION,
+    admin_asks,
+    caller_is_admin,
+    current_engine,
+    visible_schema,
+)
 from pep.http.derived import derived_blueprint
 from pep.http.events import events_blueprint
 from pep.http.explain import install_explain

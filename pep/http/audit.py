@@ -9,7 +9,7 @@ Query parameters, all optional: `kind` (repeatable: granted, refused, handle-rev
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
@@ -32,8 +32,8 @@ def _moment(name: str) -> str | None:
     try:
         moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
         if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
-        moment = moment.astimezone(timezone.utc)
+            moment = moment.replace(tzinfo=UTC)
+        moment = moment.astimezone(UTC)
     except ValueError:
         raise InvalidInput(f"query parameter {name!r} must be an ISO-8601 date-time, got "
                            f"{raw[:40]!r}") from None

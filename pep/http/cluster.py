@@ -9,8 +9,8 @@ from common.http.errors import error_response
 from pep.cluster.forward import OWNER_HEADER, ForwardRoute
 from pep.cluster.node import ClusterNode
 from pep.cluster.placement import Elsewhere
-from server.bridge import NATIVE_ROUTES
 from pep.http.current import caller_is_admin
+from server.bridge import NATIVE_ROUTES
 
 
 def install_cluster(app: Flask, node: ClusterNode) -> None:

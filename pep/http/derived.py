@@ -75,7 +75,8 @@ def derive_stream(handle_id: str) -> Response:
         400: {description: a malformed body (named)}
         403: {description: "the grant carries no grant option, or no longer permits the handle"}
         404: {description: "no such handle of the caller's"}
-        409: {description: "the name is taken, the handle feeds one already, its grant changed, or a kept policy is wider"}
+        409: {description: "the name is taken, the handle feeds one already, its grant changed,
+          or a kept policy is wider"}
         410: {description: the handle ended}
         422: {description: a join or a union of grants cannot be derived}
     """

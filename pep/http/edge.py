@@ -21,12 +21,23 @@ from common.http.safe_json import install_safe_json
 from common.oidc import AuthenticationFailed
 from pep.edge.node import EdgeNode
 from pep.http import access_log, errors
-from pep.http.handles import (NDJSON, NDJSON_HEARTBEAT, READER_RETRY_AFTER, SSE, SSE_HEARTBEAT,
-                              HandleStream, ReaderSlots, _Generated, _last_event_id,
-                              _released_once, _wanted_format, ndjson_event, sse_event,
-                              stream_events)
-from pep.http.read_tokens import READ_TOKENS_EXTENSION, ReadTokens, \
-    require_identity_or_read_token
+from pep.http.handles import (
+    NDJSON,
+    NDJSON_HEARTBEAT,
+    READER_RETRY_AFTER,
+    SSE,
+    SSE_HEARTBEAT,
+    HandleStream,
+    ReaderSlots,
+    _Generated,
+    _last_event_id,
+    _released_once,
+    _wanted_format,
+    ndjson_event,
+    sse_event,
+    stream_events,
+)
+from pep.http.read_tokens import READ_TOKENS_EXTENSION, ReadTokens, require_identity_or_read_token
 from server.streaming import STREAM_BODY
 
 EDGE_EXTENSION = "xsg.edge"

@@ -5,10 +5,11 @@ adapter, context-local lookups, `Accept` matching, the response object) cost mor
 decision itself: about 0.25 ms of 0.4 ms per call. This WSGI wrapper answers, with the very
 code the route in `pdp.http.api` uses (the token's identity, `parse_request`, `decide_as`, which
 binds the caller and the gateway's environment and decides, and `render_response`), exactly the
-requests that route would answer 200: a ready engine, a valid bearer token, a XACML XML or JSON Content-Type, no
-Accept or one naming one of the offered types exactly, a Content-Length under the app's limit,
-no query string (`?explain=1` is the route's), and a body that parses. Every other request (a refusal of any kind, a chunked body, an Accept
-with alternatives or wildcards, any other path) goes to the Flask app unchanged, its body
+requests that route would answer 200: a ready engine, a valid bearer token, a XACML XML or JSON
+Content-Type, no Accept or one naming one of the offered types exactly, a Content-Length under the
+app's limit, no query string (`?explain=1` is the route's), and a body that parses. Every other
+request (a refusal of any kind, a chunked body, an Accept with alternatives or wildcards, any other
+path) goes to the Flask app unchanged, its body
 replayed: refusals keep the one error body and the route's own rules. The gateway's server
 (server/serving.py) calls `answer` on its event loop with the body it has read (it is the app's
 `server.bridge.FastPath`), and hands what it declines to Flask marked as tried.

@@ -6,12 +6,12 @@ exist):
   (the default `message` event); a `gap` event (`data: {"lost": k, "resume_from": n}`) says
   rows were dropped because the reader was too slow or away (k is null when rows may have died
   with a restarted gateway and nobody can count them; a Kafka handle without a window is given
-  such rows again, under the ids they had: no gap); a notice is `id: <n>` + `event: <kind>` + `data: {"event": kind, ...}` (e.g.
-  `stalled`: the stream's query makes no progress; it is not a row and the stream goes on); the
-  last event is `revoked`, `released`, `ended` or `shutdown`, then the connection closes. A
-  comment line is sent every `heartbeat` seconds (default 15) while nothing else is. Resume with
-  `Last-Event-ID` (or `?last_event_id=`): every event with an id (rows, gaps, notices) is a
-  place to resume from.
+  such rows again, under the ids they had: no gap); a notice is `id: <n>` + `event: <kind>` + `data:
+  {"event": kind, ...}` (e.g. `stalled`: the stream's query makes no progress; it is not a row and
+  the stream goes on); the last event is `revoked`, `released`, `ended` or `shutdown`, then the
+  connection closes. A comment line is sent every `heartbeat` seconds (default 15) while nothing
+  else is. Resume with `Last-Event-ID` (or `?last_event_id=`): every event with an id (rows, gaps,
+  notices) is a place to resume from.
 - `Accept: application/x-ndjson` (also the answer to `*/*` or no Accept): JSON lines, the same
   events: `{"id": n, "row": {...}}`, `{"id": n, "event": "gap", "lost": k, ...}`,
   `{"id": n, "event": "stalled", ...}` (a notice), `{"event": "heartbeat"}`, and finally
@@ -27,8 +27,8 @@ exist):
 Delivery: on the gateway's server (`server.serving`) a reader holds no thread. The route hands
 a `HandleStream` to the server's event loop (`server.streaming`), which is woken when the
 handle's buffer gets events and writes whatever is there as one chunk (many events per write;
-the rows' JSON texts go out as the runtime encoded them). A reader whose socket does not drain for the server's
-`write_timeout` is disconnected; its handle stays live and it may reconnect with
+the rows' JSON texts go out as the runtime encoded them). A reader whose socket does not drain for
+the server's `write_timeout` is disconnected; its handle stays live and it may reconnect with
 `Last-Event-ID` (rows it missed meanwhile are still there, or a `gap` says how many went).
 Under another WSGI server (or Flask's test client) the same events come from a generator.
 

@@ -19,7 +19,6 @@ from common.numbers import NumberError, parse_int
 from pep.invalidation.hub import InvalidationHub
 from server.streaming import STREAM_BODY
 
-
 INVALIDATION_EXTENSION = "xsg.invalidation"
 
 

@@ -33,7 +33,7 @@ import hmac
 import secrets
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
@@ -177,7 +177,7 @@ def mint_read_token(handle_id: str) -> Response:
     url = f"{public_base(configured_base_url())}/handles/{record.id}?{QUERY_PARAMETER}={token}"
     response = jsonify(
         read_token=token, url=url, expires_in=int(tokens.ttl),
-        expires_at=datetime.fromtimestamp(expiry, timezone.utc).isoformat().replace(
+        expires_at=datetime.fromtimestamp(expiry, UTC).isoformat().replace(
             "+00:00", "Z"))
     response.status_code = 201
     response.headers["Cache-Control"] = "no-store"

@@ -44,13 +44,29 @@ from lxml import etree
 
 from common.auth import AuthFileError, Identity, parse_identity_attributes
 from common.http.auth import current_identity, require_identity
-from pdp import (ManagedPolicy, PolicyExistsError, PolicyLoadError, PolicyNotFoundError,
-                 PolicySource, Prospect, StoredPolicy, inspect_policy)
+from pdp import (
+    ManagedPolicy,
+    PolicyExistsError,
+    PolicyLoadError,
+    PolicyNotFoundError,
+    PolicySource,
+    Prospect,
+    StoredPolicy,
+    inspect_policy,
+)
 from pdp.http import PolicyFormat, read_body
 from pep.core.access import RESOURCE, RESOURCE_ID
 from pep.core.errors import InvalidInput, NotPermitted, Refusal, UnsupportedMedia
-from pep.core.rules import (RuleError, SharingRule, check_rule, describe_policy, rule_from_json,
-                            rule_from_xacml, rule_to_json, rule_to_xacml)
+from pep.core.rules import (
+    RuleError,
+    SharingRule,
+    check_rule,
+    describe_policy,
+    rule_from_json,
+    rule_from_xacml,
+    rule_to_json,
+    rule_to_xacml,
+)
 from pep.core.rules.model import RuleJson
 from pep.core.rules.reading import read_policy
 from pep.core.rules.summary import reading_text
@@ -75,7 +91,7 @@ class _RuleLoader(yaml.SafeLoader):  # type: ignore[misc]  # subclassing Any, se
     """YAML without aliases (their expansion is how a small document becomes a huge one) and
     without implicit timestamps (a `from:` stays the text the owner wrote)."""
 
-    def compose_node(self, parent: object, index: object) -> object:  # noqa: D102 - PyYAML's hook
+    def compose_node(self, parent: object, index: object) -> object:  # PyYAML's hook
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.MarkedYAMLError(None, None, "aliases (*name) are not allowed in a rule",

@@ -15,8 +15,8 @@ exactly as a name no stream has: 404 with the same body.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
@@ -24,8 +24,15 @@ from common.auth import Identity
 from common.http.auth import current_identity, require_identity
 from pep.core.errors import InvalidInput, NotFound, NotPermitted, UnsupportedMedia
 from pep.streams.catalog import StreamCatalog, StreamEntry
-from pep.streams.definition import (LISTED, SETTINGS, StreamJson, describe, parse_keep_data,
-                                    parse_registration, parse_stream_patch)
+from pep.streams.definition import (
+    LISTED,
+    SETTINGS,
+    StreamJson,
+    describe,
+    parse_keep_data,
+    parse_registration,
+    parse_stream_patch,
+)
 from pep.streams.lifecycle import StreamLifecycle
 from pep.streams.ownership import owner_or_admin
 from pep.streams.visibility import StreamVisibility
@@ -184,7 +191,8 @@ def change_stream(name: str) -> Response:
           application/json: {}
       responses:
         200: {description: "the stream as it is now, with `added` attributes and `revoked` handles"}
-        400: {description: an unknown field or a bad value (named); a schema change that is not an addition}
+        400: {description: "an unknown field or a bad value (named); a schema change that is not
+          an addition"}
         403: {description: not the stream's owner or an administrator}
         404: {description: no such stream (or one the caller may not see)}
         409: {description: the schema change would break the policies it names}
@@ -207,7 +215,8 @@ def stream_dependents(name: str) -> Response:
     ---
     get:
       responses:
-        200: {description: "{stream, live_handles, joins, subjects, events, policies, other_policies}"}
+        200: {description: "{stream, live_handles, joins, subjects, events, policies,
+          other_policies}"}
         403: {description: not the stream's owner or an administrator}
         404: {description: no such stream (or one the caller may not see)}
     """
@@ -225,7 +234,8 @@ def delete_stream(name: str) -> Response:
     ---
     delete:
       responses:
-        200: {description: "what was done: {stream, handles_revoked, events_removed, policies, data}"}
+        200: {description: "what was done: {stream, handles_revoked, events_removed, policies,
+          data}"}
         400: {description: a bad keep_data or remove_policies}
         403: {description: not the stream's owner or an administrator}
         404: {description: no such stream (or one the caller may not see)}

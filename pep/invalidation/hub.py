@@ -33,17 +33,26 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from concurrent.futures import wait as wait_futures
+from concurrent.futures import (
+    Future,
+    ThreadPoolExecutor,
+    TimeoutError as FutureTimeout,
+    wait as wait_futures,
+)
 from dataclasses import dataclass, field
 from typing import TypedDict
 from urllib.parse import urlsplit
 
 import requests
 
-from common.invalidation import (EVENT_ID_HEADER, KINDS, InvalidationEvent,
-                                       format_event_id, parse_event_id, sign)
+from common.invalidation import (
+    EVENT_ID_HEADER,
+    KINDS,
+    InvalidationEvent,
+    format_event_id,
+    parse_event_id,
+    sign,
+)
 from pdp import PolicyChange, PolicyEvents
 from pep.core.refs import handle_ref
 
@@ -331,7 +340,9 @@ class InvalidationHub:
         with self._lock:
             return self._last_id
 
-    def events_after(self, after: int, epoch: str | None = None) -> tuple[list[InvalidationEvent], bool]:
+    def events_after(
+        self, after: int, epoch: str | None = None
+    ) -> tuple[list[InvalidationEvent], bool]:
         """Events with id > after, and whether that list is complete (False: re-sync needed)."""
         with self._lock:
             return self._after_locked(after, epoch)
@@ -381,7 +392,7 @@ class InvalidationHub:
             sub.offer(None)
         return len(subs)
 
-    def feed_body(self, last_event_id: str | None) -> "FeedBody":
+    def feed_body(self, last_event_id: str | None) -> FeedBody:
         """The same SSE text as `feed_stream`, as a body the server's event loop pulls
         (server.streaming.StreamBody): no thread waits on the reader's queue."""
         sub, hello, replay = self.open_feed(last_event_id)

@@ -19,12 +19,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdp import (Obligation, PolicyEngine, PolicyLoadError, RequestSyntaxError, bind_environment,
-                 bind_subject, explanation_json, explanation_text, parse_request)
+from pdp import (
+    Obligation,
+    PolicyEngine,
+    PolicyLoadError,
+    RequestSyntaxError,
+    bind_environment,
+    bind_subject,
+    explanation_json,
+    explanation_text,
+    parse_request,
+)
 from pep.policy_tests.sources import policy_sources
 from pep.policy_tests.spec import Case, ObligationSpec, SpecError, TestFile, read_test_file
-from pep.policy_tests.streams import StreamResult, check_records, run_stream_cases, \
-    scratch_catalog
+from pep.policy_tests.streams import StreamResult, check_records, run_stream_cases, scratch_catalog
 
 TEST_SUFFIXES = (".yaml", ".yml")
 
@@ -214,7 +222,7 @@ def values_equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
 
 
@@ -223,7 +231,7 @@ def rows_equal(expected: list[dict[str, Any]], actual: list[dict[str, Any]],
     if len(expected) != len(actual):
         return False
     if ordered:
-        return all(values_equal(e, a) for e, a in zip(expected, actual))
+        return all(values_equal(e, a) for e, a in zip(expected, actual, strict=True))
     left = list(actual)
     for e in expected:
         match = next((i for i, a in enumerate(left) if values_equal(e, a)), None)

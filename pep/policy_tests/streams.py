@@ -23,8 +23,16 @@ from typing import Any
 
 from pdp import PolicyEngine
 from pep.core.access import Grant, decide_and_plan
-from pep.core.errors import (AccessDenied, InvalidInput, NoResult, NotFound, NotPermitted,
-                             Refusal, TooComplex, Unprocessable)
+from pep.core.errors import (
+    AccessDenied,
+    InvalidInput,
+    NoResult,
+    NotFound,
+    NotPermitted,
+    Refusal,
+    TooComplex,
+    Unprocessable,
+)
 from pep.core.plan import JoinPlan
 from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
 from pep.core.union import INTERSECTION

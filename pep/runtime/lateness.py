@@ -61,7 +61,7 @@ class LateBatches:
                     seconds = int(report.batchDuration()) / 1000.0
                     if seconds > self.trigger_interval:
                         found.append(LateBatch(name, int(report.batchId()), seconds))
-            except Exception:  # noqa: BLE001 - a query stopping meanwhile has nothing to say
+            except Exception:  # a query stopping meanwhile has nothing to say
                 log.debug("progress of a query not read", exc_info=True)
                 continue
             seen[name] = newest

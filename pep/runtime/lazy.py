@@ -8,10 +8,10 @@ imports no Spark itself; the factory does, when it is called.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pep.core.plan import ExecutionPlan, JoinPlan, StreamDefinition, UnionPlan

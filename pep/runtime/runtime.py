@@ -4,11 +4,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -16,16 +16,26 @@ from pep.core.plan import ExecutionPlan, StreamDefinition, UnionPlan
 from pep.core.rows import RowBatch
 from pep.runtime.base.delivery import Deliver
 from pep.runtime.lateness import LateBatches
-from pep.runtime.plans.compile import (CompiledPlan, CompiledUnion, PlanError, compile_plan,
-                                       compile_union)
+from pep.runtime.plans.compile import (
+    CompiledPlan,
+    CompiledUnion,
+    PlanError,
+    compile_plan,
+    compile_union,
+)
 from pep.runtime.privacy.mask_keys import MaskKeys
 from pep.runtime.query.executor import StreamExecutor
 from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN
 from pep.runtime.shared.member import SharedStreamExecutor, can_share
 from pep.runtime.shared.query import SharedQuery
 from pep.runtime.shared.trigger import DEFAULT_HIGH, DEFAULT_LOW, TriggerBounds
-from pep.runtime.sources.checkpoints import (DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_SECONDS,
-                                             Janitor, Retention, StreamCheckpoint)
+from pep.runtime.sources.checkpoints import (
+    DEFAULT_RETENTION_BYTES,
+    DEFAULT_RETENTION_SECONDS,
+    Janitor,
+    Retention,
+    StreamCheckpoint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +234,7 @@ class StreamRuntime:
         for executor in held:
             try:
                 executor.start(replay=True)
-            except Exception as exc:  # noqa: BLE001 - the other streams start all the same
+            except Exception as exc:  # the other streams start all the same
                 executor.failed(exc)
                 log.exception("stream %s: its query did not start after the restore",
                               executor.definition.name)

@@ -10,8 +10,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from pep.runtime.sources.kafka_connector import (KAFKA_CACHE, kafka_connector_jars,
-                                                 kafka_unavailable_reason)
+from pep.runtime.sources.kafka_connector import (
+    KAFKA_CACHE,
+    kafka_connector_jars,
+    kafka_unavailable_reason,
+)
 
 # The JVM's log lines in the gateway's own format and on stderr (see the file); a path with
 # spaces is quoted, as spark-submit splits the option string like a shell.

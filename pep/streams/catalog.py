@@ -30,25 +30,45 @@ import json
 import logging
 import shutil
 import threading
-from datetime import datetime, timezone
-from pathlib import Path
 from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
 
 from common.auth import Identity
 from common.db import Database, open_database, opening, upsert_sql
 from common.migrations import migrate
-from pep.core.plan import StreamDefinition, StreamSchema
-from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
 from pep.core.errors import NotPermitted
 from pep.core.jsontypes import JsonObject, JsonValue
-from pep.streams.definition import (LISTED, STREAM_NAME, InvalidStream, StreamConflict,
-                                    StreamJson, StreamNotFound, StreamPatch, describe,
-                                    extend_schema, parse_combining,
-                                    parse_description, parse_lateness, parse_retention,
-                                    parse_schema, parse_source, parse_visibility)
+from pep.core.plan import StreamDefinition, StreamSchema
+from pep.core.schemas import BUILTIN_SCHEMAS, BUILTIN_TIME_ATTRIBUTES
+from pep.streams.definition import (
+    LISTED,
+    STREAM_NAME,
+    InvalidStream,
+    StreamConflict,
+    StreamJson,
+    StreamNotFound,
+    StreamPatch,
+    describe,
+    extend_schema,
+    parse_combining,
+    parse_description,
+    parse_lateness,
+    parse_retention,
+    parse_schema,
+    parse_source,
+    parse_visibility,
+)
 from pep.streams.derivations import DerivationRecord, DerivationTable
-from pep.streams.entries import (ENTRY_COLUMNS, PATCH_COLUMNS, SCHEMA, DeletedStream, StreamEntry,
-                                 entry_from_row, schema_json)
+from pep.streams.entries import (
+    ENTRY_COLUMNS,
+    PATCH_COLUMNS,
+    SCHEMA,
+    DeletedStream,
+    StreamEntry,
+    entry_from_row,
+    schema_json,
+)
 from pep.streams.ingest import DEFAULT_MAX_BODY_BYTES, RecordIngest
 from pep.streams.records import DEFAULT_MAX_LINES
 
@@ -196,7 +216,7 @@ class StreamCatalog:
             raise InvalidStream("lateness applies to time windows, and the stream has no "
                                 "time_attribute")
         definition = StreamDefinition(name, owner, parsed, spec, time_attribute, lateness)
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        now = datetime.now(UTC).isoformat(timespec="seconds")
         with self._lock:  # this store's writes, and memory changed in their order
             with self._db.transaction() as db:
                 if db.execute("SELECT 1 FROM streams WHERE name = ?", (name,)).fetchone() \
@@ -234,7 +254,7 @@ class StreamCatalog:
         for callback in list(self._listeners):
             try:
                 callback(definition)
-            except Exception:  # noqa: BLE001 - a listener must not undo a registration
+            except Exception:  # a listener must not undo a registration
                 log.exception("stream listener failed for %s", name)
         return definition
 
@@ -289,12 +309,14 @@ class StreamCatalog:
         # what changed, as JSON: the settings as given, the schema as the attributes it gained
         told = {k: v for k, v in changes.items() if k in PATCH_COLUMNS}
         if schema is not None:
-            told["add_attributes"] = [{"name": f.name, "type": f.type}
-                                      for f in schema.fields[len(current.definition.schema.fields):]]
+            told["add_attributes"] = [
+                {"name": f.name, "type": f.type}
+                for f in schema.fields[len(current.definition.schema.fields):]
+            ]
         for callback in list(self._change_listeners):
             try:
                 callback(entry, told, by)
-            except Exception:  # noqa: BLE001 - a listener must not undo a committed change
+            except Exception:  # a listener must not undo a committed change
                 log.exception("stream change listener failed for %s", registered)
         return entry
 
@@ -331,7 +353,7 @@ class StreamCatalog:
         lock, so that an append in progress ends before and none starts after. Returns where
         the directory went (None: it had none, or it was removed)."""
         with self._ingest_lock(name):
-            now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            now = datetime.now(UTC).isoformat(timespec="seconds")
             with self._db.transaction() as db:
                 row = db.execute("SELECT name, owner FROM streams WHERE name = ?",
                                  (name,)).fetchone()
@@ -353,7 +375,7 @@ class StreamCatalog:
             for callback in list(self._delete_listeners):
                 try:
                     callback(registered)
-                except Exception:  # noqa: BLE001 - a listener must not undo a deletion
+                except Exception:  # a listener must not undo a deletion
                     log.exception("stream delete listener failed for %s", registered)
             directory = self.stream_dir(registered)
             if not directory.exists():

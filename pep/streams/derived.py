@@ -49,22 +49,35 @@ from typing import Protocol
 
 from common.auth import Identity
 from pep.audit.trail import AuditTrail, PolicyVersions
+from pep.core import punctuations
 from pep.core.access import Grant
 from pep.core.derived import CannotDerive, Derivation, WiderThanGrant, derive
-from pep.core import punctuations
 from pep.core.errors import Conflict, Gone, InvalidInput, NotFound, NotPermitted, Refusal
 from pep.core.explain import plan_to_json
 from pep.core.jsontypes import JsonObject, JsonValue
 from pep.core.plan import StreamDefinition
-from pep.core.rows import RowBatch
 from pep.core.refs import handle_ref
+from pep.core.rows import RowBatch
 from pep.handles.records import HandleRecord
 from pep.streams.catalog import StreamCatalog
-from pep.streams.definition import (RESTRICTED, STREAM_NAME, InvalidStream, StreamConflict,
-                                    StreamJson, StreamNotFound, describe, field_json,
-                                    parse_schema)
-from pep.streams.derivations import (DerivationRecord, DerivationTable, DerivationView,
-                                     FeedStats, now)
+from pep.streams.definition import (
+    RESTRICTED,
+    STREAM_NAME,
+    InvalidStream,
+    StreamConflict,
+    StreamJson,
+    StreamNotFound,
+    describe,
+    field_json,
+    parse_schema,
+)
+from pep.streams.derivations import (
+    DerivationRecord,
+    DerivationTable,
+    DerivationView,
+    FeedStats,
+    now,
+)
 from pep.streams.policy_check import derived_warnings
 from pep.streams.records import RecordError
 
@@ -92,7 +105,7 @@ class Handles(Protocol):
                     records: Mapping[str, HandleRecord] | None = None) -> list[str]: ...
 
 
-# -- the feed ---------------------------------------------------------------------------------------
+# -- the feed --------------------------------------------------------------------------------------
 
 @dataclass
 class _Feed:
@@ -187,7 +200,7 @@ class DerivedFeeds:
                 break
         except (StreamNotFound, StreamConflict):
             feed.closed = True  # the derived stream is gone: its deletion settles the rest
-        except Exception:  # noqa: BLE001 - the deriving handle must keep its own deliveries
+        except Exception:  # the deriving handle must keep its own deliveries
             log.exception("derived stream %s: a batch of %s could not be appended",
                           feed.stream, handle_ref(feed.handle_id))
 
@@ -210,7 +223,7 @@ def admit_streams(derivations: DerivationTable, definitions: Sequence[StreamDefi
                        stream=definition.name)
 
 
-# -- the service --------------------------------------------------------------------------------------
+# -- the service -----------------------------------------------------------------------------------
 
 def _derive_body(body: JsonValue) -> JsonObject:
     if not isinstance(body, dict):
@@ -410,7 +423,7 @@ class DerivedStreams:
                             "derives from ended (it gets no new data)") for r in live])
         return ended
 
-    # -- reading ------------------------------------------------------------------------------------
+    # -- reading -----------------------------------------------------------------------------------
 
     def _owner_of(self, stream: str) -> str | None:
         """A stream's owner, or a deleted stream's former owner."""

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from common.db import Cursor, Row
 from common.migrations import Schema, Step
-
 from pep.core.labels import Lattice
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.streams.definition import LISTED, StreamSettings
@@ -136,5 +135,5 @@ def entry_from_row(row: Row) -> StreamEntry:
                        tuple(json.loads(optional_json)), combining)
 
 
-__all__ = ["ADDED_COLUMNS", "CATALOG_TABLES", "SCHEMA", "ENTRY_COLUMNS", "PATCH_COLUMNS", "DeletedStream",
-           "StreamEntry", "entry_from_row", "schema_json"]
+__all__ = ["ADDED_COLUMNS", "CATALOG_TABLES", "SCHEMA", "ENTRY_COLUMNS", "PATCH_COLUMNS",
+           "DeletedStream", "StreamEntry", "entry_from_row", "schema_json"]

@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
@@ -119,7 +119,7 @@ class EventDefinition:
         """How the event's evaluation is attached to the runtime (never a handle id)."""
         return f"event:{self.stream}:{self.name}"
 
-    def to_json(self, state: "EventState | None" = None) -> EventJson:
+    def to_json(self, state: EventState | None = None) -> EventJson:
         out: EventJson = {"stream": self.stream, "name": self.name,
                                "condition": self.condition, "hold": self.hold, "key": self.key,
                                "owner": self.owner, "attribute": self.attribute_id,
@@ -140,7 +140,7 @@ class EventState:
 
 
 def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(
+    return datetime.fromtimestamp(seconds, tz=UTC).isoformat(
         timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -218,7 +218,7 @@ class StreamEvents:
                 raise InvalidInput(f"key {key!r} is not an attribute of stream {stream.name!r}",
                                    field="key")
             key = f.name
-        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        created = datetime.now(UTC).isoformat(timespec="seconds")
         return EventDefinition(stream.name, name, condition.strip(), hold, key, owner,
                                created)
 
@@ -276,7 +276,7 @@ class StreamEvents:
         for definition in self.all():
             try:
                 self.evaluate(definition, runtime)
-            except Exception:  # noqa: BLE001 - one event must not keep the others off
+            except Exception:  # one event must not keep the others off
                 log.exception("cannot evaluate event %s", definition.attribute_id)
 
     # -- state --------------------------------------------------------------------------------
@@ -381,7 +381,7 @@ class StreamEvents:
         for callback in list(self._listeners):
             try:
                 callback(changed)
-            except Exception:  # noqa: BLE001 - a listener must not stop the event's state
+            except Exception:  # a listener must not stop the event's state
                 log.exception("event listener failed")
 
     def close(self) -> None:

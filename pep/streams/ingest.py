@@ -28,8 +28,9 @@ import os
 import secrets
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from common.db import Database
 from pep.core import punctuations

@@ -55,7 +55,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, TypedDict
 
@@ -63,11 +63,16 @@ from common.auth import Identity
 from pdp import ManagedPolicy, ManagePolicy, PolicyService, StoredPolicy
 from pep.audit.trail import AuditTrail
 from pep.core.errors import Unavailable
+from pep.handles.records import HandleRecord
 from pep.ports import StreamRuntimePort
 from pep.streams.catalog import StreamCatalog, StreamEntry
-from pep.handles.records import HandleRecord
-from pep.streams.definition import (SchemaChange, StreamConflict, StreamNotFound, StreamPatch,
-                                    extend_schema)
+from pep.streams.definition import (
+    SchemaChange,
+    StreamConflict,
+    StreamNotFound,
+    StreamPatch,
+    extend_schema,
+)
 from pep.streams.events import StreamEvents
 from pep.streams.policy_check import policies_naming
 
@@ -238,7 +243,7 @@ class StreamLifecycle:
             if now.definition != entry.definition and self.runtime is not None:
                 try:
                     self.runtime.redefine(now.definition)
-                except Exception as exc:  # noqa: BLE001 - the change is committed; say so
+                except Exception as exc:  # the change is committed; say so
                     log.exception("stream %s: the runtime could not take the change", registered)
                     warnings.append(f"the stream's running query could not be restarted "
                                     f"({exc}); it is restarted with the next handle")
@@ -372,14 +377,14 @@ class StreamLifecycle:
         if self.deleted_dir is None:
             return None, None
         name = entry.definition.name
-        stamp = datetime.now(timezone.utc)
+        stamp = datetime.now(UTC)
         holding = self.deleted_dir / (f"{name}-{stamp.strftime('%Y%m%dT%H%M%SZ')}-"
                                       f"{secrets.token_hex(4)}")
         holding.mkdir(parents=True)
         kept_until = None
         if keep_data > 0:
             kept_until = datetime.fromtimestamp(stamp.timestamp() + keep_data,
-                                                timezone.utc).isoformat(timespec="seconds")
+                                                UTC).isoformat(timespec="seconds")
         note = {"stream": name, "owner": entry.definition.owner, "deleted_by": by,
                 "deleted_at": stamp.isoformat(timespec="seconds"),
                 "keep_until": kept_until or stamp.isoformat(timespec="seconds")}

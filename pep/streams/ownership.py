@@ -19,9 +19,16 @@ The rule is judged again on every call against the live catalogue, not remembere
 from __future__ import annotations
 
 from collections.abc import Callable
+
 from common.auth import Identity
-from pdp import (ManagedPolicy, PolicyInfo, RESOURCE_ID, Veto, confined_resource_ids,
-                 may_manage_policy)
+from pdp import (
+    RESOURCE_ID,
+    ManagedPolicy,
+    PolicyInfo,
+    Veto,
+    confined_resource_ids,
+    may_manage_policy,
+)
 from pep.core.plan import StreamDefinition
 from pep.streams.entries import DeletedStream
 from pep.streams.event_scope import foreign_event

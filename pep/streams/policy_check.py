@@ -36,12 +36,25 @@ from dataclasses import replace
 from lxml import etree
 
 from common.xmlsafe import UnsafeDocumentError, parse_xml
-from pdp import (XACML_NS, AttributeAssignment, Obligation, PolicyLoadError, PolicySource,
-                 policy_resource_scope)
-from pep.core.obligations import (FILTER_IDS, MAP_IDS, MASK_IDS, WINDOW_IDS,
-                                  WINDOW_LABEL_SCOPE, ObligationError, policy_graph,
-                                  presence_leaks)
+from pdp import (
+    XACML_NS,
+    AttributeAssignment,
+    Obligation,
+    PolicyLoadError,
+    PolicySource,
+    policy_resource_scope,
+)
 from pep.core.derived import Derivation, WiderThanGrant, check_obligation, check_obligations
+from pep.core.obligations import (
+    FILTER_IDS,
+    MAP_IDS,
+    MASK_IDS,
+    WINDOW_IDS,
+    WINDOW_LABEL_SCOPE,
+    ObligationError,
+    policy_graph,
+    presence_leaks,
+)
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.streams.event_scope import event_references
 
@@ -54,7 +67,8 @@ def _local(tag: object) -> str:
     return str(tag).rsplit("}", 1)[-1]
 
 
-def _stream_obligations(root: etree._Element) -> tuple[list[tuple[Obligation, int | None]], list[str]]:
+def _stream_obligations(root: etree._Element
+                        ) -> tuple[list[tuple[Obligation, int | None]], list[str]]:
     """The stream obligations with static values, each with its line; warnings for the rest."""
     found: list[tuple[Obligation, int | None]] = []
     warnings: list[str] = []
@@ -228,7 +242,7 @@ def _unpinned(obligations: list[tuple[Obligation, int | None]],
 
 
 def policies_naming(stream: StreamDefinition, attributes: Iterable[str],
-                    policies: Iterable[tuple[str, bytes, "frozenset[str] | None"]]
+                    policies: Iterable[tuple[str, bytes, frozenset[str] | None]]
                     ) -> dict[str, list[tuple[str, int | None]]]:
     """Which of `policies` ((id, document, resource scope), None: any stream) name which of the
     stream's `attributes` in a stream obligation: {policy id: [(attribute, line), ...]}.

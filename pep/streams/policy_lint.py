@@ -13,8 +13,16 @@ owner's policy.
 from __future__ import annotations
 
 from common.auth import Identity
-from pdp import (ManagedPolicy, ManagePolicy, PolicyEngine, PolicyLoadError, PolicySource,
-                 compile_policy, policy_combiner, policy_resource_scope)
+from pdp import (
+    ManagedPolicy,
+    ManagePolicy,
+    PolicyEngine,
+    PolicyLoadError,
+    PolicySource,
+    compile_policy,
+    policy_combiner,
+    policy_resource_scope,
+)
 from pep.core.lint import LintDocument, LintStream, lint
 from pep.streams.catalog import StreamCatalog
 

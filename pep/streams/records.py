@@ -14,16 +14,22 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Callable, NoReturn
+from typing import NoReturn
 
 from common.numbers import END_EPOCH_SECONDS, INT64_MAX, INT64_MIN, MIN_EPOCH_SECONDS
 from pep.core.errors import InputTooLarge, InvalidInput
-from pep.core.exact import (END_MICROS, MIN_MICROS, iso_from_micros, micros_from_seconds,
-                            round_half_even)
-from pep.core.labels import LabelError
+from pep.core.exact import (
+    END_MICROS,
+    MIN_MICROS,
+    iso_from_micros,
+    micros_from_seconds,
+    round_half_even,
+)
 from pep.core.jsontypes import JsonObject, JsonValue
+from pep.core.labels import LabelError
 from pep.core.plan import Scalar, StreamSchema
 from pep.core.punctuations import PUNCTUATION_KEY
 from pep.streams.definition import StreamError
@@ -117,8 +123,8 @@ def normalise_timestamp(value: JsonValue) -> str:
         except ValueError:
             raise ValueError(f"{value!r} is not an ISO-8601 timestamp") from None
         try:
-            ts = (ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None
-                  else ts.astimezone(timezone.utc))
+            ts = (ts.replace(tzinfo=UTC) if ts.tzinfo is None
+                  else ts.astimezone(UTC))
         except OverflowError:  # 0001-01-01T00:00:00+01:00 is in year 0 in UTC
             raise ValueError(f"{value!r} is outside years 1 to 9999 in UTC") from None
     else:

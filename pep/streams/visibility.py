@@ -38,8 +38,18 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from common.auth import Identity
-from pdp import (ACTION as ACTION_CATEGORY, ACTION_ID, RESOURCE as RESOURCE_CATEGORY, RESOURCE_ID,
-                 STRING, Decision, PolicyEngine, RequestContext, bind_environment, bind_subject)
+from pdp import (
+    ACTION as ACTION_CATEGORY,
+    ACTION_ID,
+    RESOURCE as RESOURCE_CATEGORY,
+    RESOURCE_ID,
+    STRING,
+    Decision,
+    PolicyEngine,
+    RequestContext,
+    bind_environment,
+    bind_subject,
+)
 from pep.core.access import EnvironmentAttributes
 from pep.core.plan import StreamDefinition
 from pep.handles.records import HandleRecord
@@ -57,8 +67,8 @@ class StreamVisibility:
 
     `catalog` is the stream catalogue (`visibility`, `get`); `engine()` the PDP's current
     engine (None: no PDP, so a restricted stream is seen only by its owner and administrators);
-    `environment(stream)` the gateway's environment attributes for a decision on that stream; `live_streams(subject)` the streams of
-    the subject's live handles."""
+    `environment(stream)` the gateway's environment attributes for a decision on that stream;
+    `live_streams(subject)` the streams of the subject's live handles."""
 
     def __init__(self, catalog: StreamCatalog, engine: Callable[[], PolicyEngine] | None = None,
                  environment: Callable[[str], EnvironmentAttributes] | None = None,
@@ -71,7 +81,7 @@ class StreamVisibility:
         self._actions_of: tuple[PolicyEngine, dict[str, frozenset[str]], frozenset[str]] | None \
             = None
 
-    def seer(self, identity: Identity) -> "Seer":
+    def seer(self, identity: Identity) -> Seer:
         """One caller's view: what it sees, deciding each stream as it is asked about (GET
         /streams asks about them all with one Seer)."""
         return Seer(self, identity)

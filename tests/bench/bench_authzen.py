@@ -36,9 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -46,8 +46,8 @@ for p in (str(REPO), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import bench_pdp as bp  # noqa: E402
-import pdp_workload as wl  # noqa: E402
+import bench_pdp as bp
+import pdp_workload as wl
 
 XML = "application/xacml+xml"
 JSON = "application/xacml+json"
@@ -74,17 +74,20 @@ def authzen_body(q: wl.Query) -> dict:
             "resource": {"type": "resource", "id": q.resource}, "action": {"name": q.action}}
 
 
-def build_forms(workload: wl.Workload, tokens: dict[str, str]) -> tuple[list[Form], list[list[str]]]:
+def build_forms(
+    workload: wl.Workload, tokens: dict[str, str]
+) -> tuple[list[Form], list[list[str]]]:
     """The four forms (and the batches' expected decisions, per request)."""
     queries = workload.queries
     token = [tokens[q.subject.subject_id] for q in queries]
     forms = [
         Form("POST /pdp, XACML XML", "/pdp", XML,
-             [(t, wl.request_xml(q)) for t, q in zip(token, queries)]),
+             [(t, wl.request_xml(q)) for t, q in zip(token, queries, strict=True)]),
         Form("POST /pdp, XACML JSON", "/pdp", JSON,
-             [(t, wl.request_json(q)) for t, q in zip(token, queries)]),
+             [(t, wl.request_json(q)) for t, q in zip(token, queries, strict=True)]),
         Form("AuthZEN evaluation", EVALUATION, "application/json",
-             [(t, json.dumps(authzen_body(q)).encode()) for t, q in zip(token, queries)]),
+             [(t, json.dumps(authzen_body(q)).encode())
+              for t, q in zip(token, queries, strict=True)]),
     ]
     expected = workload.expected()
     batch_expected: list[list[str]] = []
@@ -100,7 +103,8 @@ def build_forms(workload: wl.Workload, tokens: dict[str, str]) -> tuple[list[For
             for start in range(0, len(cycle) - size + 1, size):
                 chunk = cycle[start:start + size]
                 body = {"subject": {"type": "user", "id": subject},
-                        "evaluations": [{"resource": {"type": "resource", "id": queries[i].resource},
+                        "evaluations": [{"resource": {"type": "resource",
+                                                      "id": queries[i].resource},
                                          "action": {"name": queries[i].action}} for i in chunk]}
                 requests.append((tokens[subject], json.dumps(body).encode()))
                 wanted_all.append([expected[i] for i in chunk])
@@ -123,14 +127,16 @@ def decisions_of(form: Form, status: int, data: bytes) -> list[str]:
     return [wl.PERMIT if item["decision"] is True else "not Permit" for item in items]
 
 
-def check_over_http(port: int, form: Form, wanted: Sequence[Sequence[str]]) -> tuple[int, int, float]:
+def check_over_http(
+    port: int, form: Form, wanted: Sequence[Sequence[str]]
+) -> tuple[int, int, float]:
     """Every request of `form` once, sequentially on one keep-alive connection: (decisions,
     wrong, seconds)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     wrong = decided = 0
     accept = JSON if form.path == "/pdp" else "application/json"
     t0 = time.perf_counter()
-    for (token, body), want in zip(form.requests, wanted):
+    for (token, body), want in zip(form.requests, wanted, strict=True):
         conn.request("POST", form.path, body=body, headers={
             "Authorization": f"Bearer {token}", "Content-Type": form.content_type,
             "Accept": accept})
@@ -139,7 +145,7 @@ def check_over_http(port: int, form: Form, wanted: Sequence[Sequence[str]]) -> t
         if form.path != "/pdp":
             want = [wl.PERMIT if w == wl.PERMIT else "not Permit" for w in want]
         decided += len(got)
-        wrong += sum(g != w for g, w in zip(got, want)) + abs(len(got) - len(want))
+        wrong += sum(g != w for g, w in zip(got, want, strict=False)) + abs(len(got) - len(want))
     conn.close()
     return decided, wrong, time.perf_counter() - t0
 
@@ -263,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             wanted = [[[e] for e in expected]] * 3 + batch_expected
             print(f"\nserver: {server.via}, port {server.port}, {config.threads} threads")
             print("\ncorrectness over HTTP (every request once, one keep-alive connection):")
-            for form, want in zip(forms, wanted):
+            for form, want in zip(forms, wanted, strict=True):
                 decided, wrong, secs = check_over_http(server.port, form, want)
                 print(f"  {form.label:40} {len(form.requests):5d} requests, {decided:6d} "
                       f"decisions, wrong {wrong}, {decided / secs:8,.0f} decisions/s "

@@ -32,10 +32,10 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.harness import machine  # noqa: E402
-from tests.client.conftest import ServeProcess, bearer  # noqa: E402
-from tests.pep.conftest import TOKENS  # noqa: E402
-from xsg_client import Client  # noqa: E402
+from tests.bench.harness import machine
+from tests.client.conftest import ServeProcess, bearer
+from tests.pep.conftest import TOKENS
+from xsg_client import Client
 
 SCHEMA = [("ts", "timestamp"), ("temperature", "double"), ("humidity", "double"),
           ("rainrate", "double"), ("windspeed", "double"), ("barometer", "double"),
@@ -115,7 +115,7 @@ def main() -> int:
             def client_events(url: str, rows: int) -> int:
                 got = 0
                 with client.open(url, schema=schema) as stream:
-                    for event in stream.events():
+                    for _ in stream.events():
                         got += 1
                         if got == rows:
                             break

@@ -58,10 +58,19 @@ sys.path.insert(0, str(ROOT))
 
 # the workload of bench_many_readers.py (its bands, ingest process and owed rows), its reader
 # processes (readers.py) and figures (harness.py: rows that never arrive count infinitely late)
-from tests.bench.bench_many_readers import (ADMIN, SCHEMA, S, band, bounds,  # noqa: E402
-                                            owed, phase_figures, request_for, token)
-from tests.bench.harness import last_reply, load_average, machine, secs  # noqa: E402
-from tests.bench.readers import ReadJob, reader_result, start_reader, write_start  # noqa: E402
+from tests.bench.bench_many_readers import (
+    ADMIN,
+    SCHEMA,
+    S,
+    band,
+    bounds,
+    owed,
+    phase_figures,
+    request_for,
+    token,
+)
+from tests.bench.harness import last_reply, load_average, machine, secs
+from tests.bench.readers import ReadJob, reader_result, start_reader, write_start
 
 INGEST = str(ROOT / "tests" / "bench" / "bench_many_readers.py")  # its --ingest process
 POLICY_ID = "urn:bench:cluster:both"
@@ -70,7 +79,8 @@ GRACE = 3.0  # seconds after the ingest's end before the readers' figures are ta
 
 def policy(streams: list[str], policy_id: str = POLICY_ID, version: str = "1") -> bytes:
     """Permits every consumer on these streams (its target names them all)."""
-    matches = "".join(f"""<AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
+    matches = "".join(f"""<AllOf><Match
+      MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
       <AttributeValue DataType="{S}">{s}</AttributeValue>
       <AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
         AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id" DataType="{S}"
@@ -341,7 +351,10 @@ def failover(gw: Processes, kills: int, tmp: Path) -> list[dict]:
         stop = threading.Event()
         last = [None]
 
-        def read() -> None:  # resumes through the survivor, as a client would
+        # the loop's values are passed in: a thread outliving its round's join(30) must not
+        # read the next round's
+        def read(stop: threading.Event, round_: int, survivor: int, handle: str,
+                 last: list, got: list) -> None:  # resumes through the survivor, as a client would
             while not stop.is_set():
                 headers = {"Authorization": f"Bearer {token(round_)}",
                            "Accept": "application/x-ndjson"}
@@ -368,7 +381,7 @@ def failover(gw: Processes, kills: int, tmp: Path) -> list[dict]:
                 except requests.RequestException:
                     time.sleep(0.2)
 
-        def ingest() -> None:
+        def ingest(stop: threading.Event, round_: int, survivor: int) -> None:
             seq = 10_000_000 * (round_ + 1)
             while not stop.is_set():
                 now = time.time()
@@ -383,8 +396,9 @@ def failover(gw: Processes, kills: int, tmp: Path) -> list[dict]:
                     pass
                 time.sleep(0.1)
 
-        threads = [threading.Thread(target=read, daemon=True),
-                   threading.Thread(target=ingest, daemon=True)]
+        threads = [threading.Thread(target=read, daemon=True,
+                                    args=(stop, round_, survivor, handle, last, got)),
+                   threading.Thread(target=ingest, daemon=True, args=(stop, round_, survivor))]
         for t in threads:
             t.start()
         deadline = time.monotonic() + 120
@@ -543,7 +557,7 @@ def main() -> None:
     for line in lines:
         print(" ", line)
     if moves:
-        print("  failover after kill -9 (lease %g s):" % args.lease,
+        print(f"  failover after kill -9 (lease {args.lease:g} s):",
               "; ".join(f"stream moved {m['moved']:.1f} s, first row sent after the kill read "
                         f"{m['first_row']:.1f} s" if m["moved"] is not None
                         and m["first_row"] is not None else str(m) for m in moves))

@@ -32,11 +32,21 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench import bench_many_readers as many  # noqa: E402
-from tests.bench.harness import (bench_parser, load_average, machine, reply,  # noqa: E402
-                                 rotations, run_child, run_command, secs, sleep_until, spread)
-from tests.bench.readers import ReadJob, reader_result, start_reader, write_start  # noqa: E402
-from tests.bench.served import Gateway  # noqa: E402
+from tests.bench import bench_many_readers as many
+from tests.bench.harness import (
+    bench_parser,
+    load_average,
+    machine,
+    reply,
+    rotations,
+    run_child,
+    run_command,
+    secs,
+    sleep_until,
+    spread,
+)
+from tests.bench.readers import ReadJob, reader_result, start_reader, write_start
+from tests.bench.served import Gateway
 
 TRIGGER = 0.25
 
@@ -232,7 +242,8 @@ def main() -> None:
             postgres.close()
     print("\n== summary (median and range over the trials)")
     for side, runs in results.items():
-        print(f"  {side:>8}: p95 start-up {spread((r['phases'][0]['p95'] for r in runs), '{:.2f}')} s, "
+        start = spread((r['phases'][0]['p95'] for r in runs), '{:.2f}')
+        print(f"  {side:>8}: p95 start-up {start} s, "
               f"steady {spread((r['phases'][1]['p95'] for r in runs), '{:.3f}')} s, revocation "
               f"p99 {spread(r['revoked']['p99'] * 1000 for r in runs)} ms")
     print("load average at the end:", load_average())

@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +50,47 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.direct import (FILE_QUERY, USER, DirectSides, UserApp,  # noqa: E402
-                                gateway_settings, serve_user_app, started_user_app)
-from tests.bench.harness import (INF, SIDE_NAMES, Child, backlog_figures,  # noqa: E402
-                                 backlog_summary, backlog_trials, bench_parser, latency_line,
-                                 link_all, load_average, machine, pct, ratio, reply, rotations,
-                                 run_command, secs, spread)
-from tests.bench.readers import reader_result, spawn_reader, submit, wait_ready  # noqa: E402
-from tests.bench.served import (ADMIN_TOKEN, NDJSON, Gateway, accounts,  # noqa: E402
-                                consumer_token, hdr, inline_policy, request_json, started_spark)
+from tests.bench.direct import (
+    FILE_QUERY,
+    USER,
+    DirectSides,
+    UserApp,
+    gateway_settings,
+    serve_user_app,
+    started_user_app,
+)
+from tests.bench.harness import (
+    INF,
+    SIDE_NAMES,
+    Child,
+    backlog_figures,
+    backlog_summary,
+    backlog_trials,
+    bench_parser,
+    latency_line,
+    link_all,
+    load_average,
+    machine,
+    pct,
+    ratio,
+    reply,
+    rotations,
+    run_command,
+    secs,
+    spread,
+)
+from tests.bench.readers import reader_result, spawn_reader, submit, wait_ready
+from tests.bench.served import (
+    ADMIN_TOKEN,
+    NDJSON,
+    Gateway,
+    accounts,
+    consumer_token,
+    hdr,
+    inline_policy,
+    request_json,
+    started_spark,
+)
 
 NEA_POLICY = ROOT / "policies" / "weather" / "nea-weather-policy.xml"
 NEA_POLICY_ID = "urn:xsg:example:weather:nea-policy"
@@ -76,7 +108,7 @@ SIDES = ("gateway", "user", "gateway-settings")
 SINCE = "the files appeared"
 
 
-# -- records ----------------------------------------------------------------------------------------
+# -- records ---------------------------------------------------------------------------------------
 
 class RecordMaker:
     """Weather records with increasing sampling times: temperature uniform in 24-33 (about a
@@ -84,7 +116,7 @@ class RecordMaker:
 
     def __init__(self, seed: int) -> None:
         self.rnd = random.Random(seed)
-        self.t = datetime(2024, 5, 1, tzinfo=timezone.utc)
+        self.t = datetime(2024, 5, 1, tzinfo=UTC)
 
     def make(self, n: int) -> list[dict[str, Any]]:
         out = []
@@ -95,7 +127,8 @@ class RecordMaker:
                         "temperature": round(r.uniform(24, 33), 2),
                         "humidity": round(r.uniform(50, 95), 1),
                         "solarradiation": round(r.uniform(0, 900), 1),
-                        "rainrate": round(r.uniform(0, 5) if i % 3 == 0 else r.uniform(5.01, 80), 2),
+                        "rainrate": round(r.uniform(0, 5) if i % 3 == 0
+                                          else r.uniform(5.01, 80), 2),
                         "windspeed": round(r.uniform(0, 40), 2), "winddirection": r.randrange(360),
                         "barometer": round(r.uniform(1000, 1020), 1)})
         return out
@@ -133,12 +166,12 @@ def ingest(gw: Gateway, stream: str, seed: int) -> Child:
     return Child(__file__, ["--ingest", gw.url, stream, 20, 0.1, seed, 900])
 
 
-# -- the direct query: tests/bench/harness.py's FileQuery on the stream's files -----------------------
+# -- the direct query: tests/bench/harness.py's FileQuery on the stream's files --------------------
 
 SCHEMA = ", ".join(f"{n} {t}" for n, t in FIELDS) + ", _xsg_seq long"  # as the ingest writes them
 
 
-# -- the bench ------------------------------------------------------------------------------------------
+# -- the bench -------------------------------------------------------------------------------------
 
 class Bench:
     def __init__(self, spark: Any, gw: Gateway, app: UserApp, tmp: Path) -> None:
@@ -214,7 +247,7 @@ class BatchSplit(logging.Handler):
         if isinstance(record.msg, str) and record.msg.startswith("batch %s: table"):
             self.batches.append(tuple(record.args[1:4]))  # type: ignore[index,arg-type]
 
-    def __enter__(self) -> "BatchSplit":
+    def __enter__(self) -> BatchSplit:
         self.logger.addHandler(self)
         self.logger.setLevel(logging.DEBUG)
         return self
@@ -231,7 +264,7 @@ class BatchSplit(logging.Handler):
                 f"{e:.2f} s, routing + delivery to the handle buffer {r:.2f} s")
 
 
-# -- 1. request -> first result ---------------------------------------------------------------------
+# -- 1. request -> first result --------------------------------------------------------------------
 
 def first_result(bench: Bench, trials: int) -> dict[str, Any]:
     gw = bench.gw
@@ -291,7 +324,7 @@ def first_result(bench: Bench, trials: int) -> dict[str, Any]:
     return {"runs": out, "fresh": fresh}
 
 
-# -- 2. tuples per second -----------------------------------------------------------------------------
+# -- 2. tuples per second --------------------------------------------------------------------------
 
 def stage_records(directory: Path, total: int, per_file: int, condition: str) -> int:
     """The records as the ingest writes them (JSON lines with `_xsg_seq`), in files that sort in
@@ -355,9 +388,12 @@ def revocation(bench: Bench, k: int, rounds: int, profile: bool = False) -> dict
             gw.add_policy(policy)
             tokens = [consumer_token(3 + i) for i in range(k)]
             handles = [gw.open(t, request_json(stream))["handle"] for t in tokens]
-            job = gw.reader([(i, h, t) for i, (h, t) in enumerate(zip(handles, tokens))],
-                            bench.out("rev"), seconds=120,
-                            ready=str(bench.tmp / f"rev-{rnd}.ready"))
+            job = gw.reader(
+                [(i, h, t) for i, (h, t) in enumerate(zip(handles, tokens, strict=True))],
+                bench.out("rev"),
+                seconds=120,
+                ready=str(bench.tmp / f"rev-{rnd}.ready"),
+            )
             proc = spawn_reader(job.out)
             submit(job)
             wait_ready(job, 60)
@@ -398,7 +434,7 @@ def revocation(bench: Bench, k: int, rounds: int, profile: bool = False) -> dict
     return {"lat": latencies, "delete": delete_rt}
 
 
-# -- main -------------------------------------------------------------------------------------------
+# -- main ------------------------------------------------------------------------------------------
 
 def main() -> None:
     if run_command({"--user-app": (lambda: serve_user_app(FILE_QUERY), ()),

@@ -84,8 +84,8 @@ def main() -> None:
 
     from pep.config import GatewayConfig
     from pep.http.app import create_app
-    from server.serving import HttpServer
     from pep.services import build_services
+    from server.serving import HttpServer
     from tests.pep.conftest import RecordingRuntime
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,8 +10,8 @@ and ten areas. The join: stations with rainrate > 1 (humidity hidden) and ships 
 (owner hidden), on station = area, within 1 s. Both queries read `--per-trigger` files per
 micro-batch (so the join really streams: many batches, watermarks, state evicted) and stop when
 every expected row has reached Python:
-- xsg: `JoinRuntime.attach_join` with the `JoinPlan`, rows delivered as `RowBatch`es (each row renamed
-  and encoded as JSON, what a handle's buffer receives);
+- xsg: `JoinRuntime.attach_join` with the `JoinPlan`, rows delivered as `RowBatch`es (each row
+  renamed and encoded as JSON, what a handle's buffer receives);
 - direct: the same DataFrame program written by hand (filters, projections, watermarks, the
   join condition), each micro-batch's rows brought back with `toArrow()`.
 Both are run once on a small data set first (not reported: the JVM compiles each query shape on
@@ -28,17 +28,24 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pep.core.plan import (ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,  # noqa: E402
-                           StreamDefinition, StreamSchema)
-from pep.runtime.joins.runtime import JoinRuntime  # noqa: E402
-from pep.runtime.session import create_spark_session  # noqa: E402
+from pep.core.plan import (
+    ExecutionPlan,
+    Field,
+    JoinPlan,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+)
+from pep.runtime.joins.runtime import JoinRuntime
+from pep.runtime.session import create_spark_session
 
-T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
 STATIONS = StreamSchema((Field("t", "timestamp"), Field("station", "string"),
                          Field("rainrate", "double"), Field("humidity", "double")))
 SHIPS = StreamSchema((Field("ts", "timestamp"), Field("area", "string"), Field("mmsi", "long"),
@@ -204,7 +211,7 @@ def main() -> None:
                       f"{stats.get('state_rows')}")
         xsg = statistics.median(r[0] for r in results["xsg"])
         direct = statistics.median(r[0] for r in results["direct"])
-        ratios = [d[0] / x[0] for x, d in zip(results["xsg"], results["direct"])]
+        ratios = [d[0] / x[0] for x, d in zip(results["xsg"], results["direct"], strict=True)]
         print(f"median: xsg {2 * len(left) / xsg:,.0f} input tuples/s, {want / xsg:,.0f} joined "
               f"rows/s; direct {2 * len(left) / direct:,.0f} input tuples/s, "
               f"{want / direct:,.0f} joined rows/s; throughput xsg / direct = {direct / xsg:.2f} "

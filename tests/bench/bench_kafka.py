@@ -49,15 +49,50 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.direct import (USER, DirectSides, Handler, QuerySettings, UserApp,  # noqa: E402
-                                from_dict, gateway_settings, serve_user_app, started_user_app)
-from tests.bench.harness import (SIDE_NAMES, Child, backlog_figures, backlog_summary,  # noqa: E402
-                                 backlog_trials, bench_parser, latency_line, load_average, machine,
-                                 pct, ratio, reply, rotations, run_child, run_command, secs,
-                                 sleep_until, spread, with_missing)
-from tests.bench.readers import reader_result, start_reader, wait_ready  # noqa: E402
-from tests.bench.served import (ADMIN_TOKEN, NDJSON, Gateway, accounts,  # noqa: E402
-                                consumer_token, hdr, inline_policy, request_json, started_spark)
+from tests.bench.direct import (
+    USER,
+    DirectSides,
+    Handler,
+    QuerySettings,
+    UserApp,
+    from_dict,
+    gateway_settings,
+    serve_user_app,
+    started_user_app,
+)
+from tests.bench.harness import (
+    SIDE_NAMES,
+    Child,
+    backlog_figures,
+    backlog_summary,
+    backlog_trials,
+    bench_parser,
+    latency_line,
+    load_average,
+    machine,
+    pct,
+    ratio,
+    reply,
+    rotations,
+    run_child,
+    run_command,
+    secs,
+    sleep_until,
+    spread,
+    with_missing,
+)
+from tests.bench.readers import reader_result, start_reader, wait_ready
+from tests.bench.served import (
+    ADMIN_TOKEN,
+    NDJSON,
+    Gateway,
+    accounts,
+    consumer_token,
+    hdr,
+    inline_policy,
+    request_json,
+    started_spark,
+)
 
 FIELDS = [("ts", "timestamp"), ("station", "string"), ("v", "double"), ("sent", "double")]
 COLUMNS = ["ts", "station", "v", "sent"]
@@ -82,7 +117,7 @@ def record(i: int) -> dict[str, Any]:
             "sent": time.time()}
 
 
-# -- producer and consumer processes ----------------------------------------------------------------
+# -- producer and consumer processes ---------------------------------------------------------------
 
 def producer(bootstrap: str, linger_ms: int = 5) -> Any:
     from confluent_kafka import Producer
@@ -178,7 +213,7 @@ def consume_main(bootstrap: str, topic: str, seconds: float, want: int,
     reply({"lat": lat, "rows": got})
 
 
-# -- the direct query (in the user's application, or in the gateway's session) -----------------------
+# -- the direct query (in the user's application, or in the gateway's session) ---------------------
 
 class Direct:
     """The topic's records parsed, filtered and projected as the gateway's plan does, each
@@ -220,7 +255,7 @@ class Direct:
                 if lo <= sent < hi:
                     self.lat[k].append(now - sent)
 
-    def start(self) -> "Direct":
+    def start(self) -> Direct:
         """Started, and at the topic's end: records produced from now on are read."""
         from pep.runtime.sources.checkpoints import await_kafka_offsets
         writer = (self.frame.writeStream.foreachBatch(self._batch)
@@ -316,7 +351,7 @@ USER_APP: dict[str, Handler] = {"throughput": direct_throughput, "latency": dire
                                 "foreach_batch_realtime": foreach_batch_realtime}
 
 
-# -- the benchmark -----------------------------------------------------------------------------------
+# -- the benchmark ---------------------------------------------------------------------------------
 
 class Bench:
     def __init__(self, spark: Any, gw: Gateway, broker: Any, app: UserApp, tmp: Path) -> None:
@@ -425,8 +460,8 @@ def main() -> None:
     trials = 1 if args.quick else args.trials
     seconds = 10.0 if args.quick else args.seconds
     print("machine:", machine())
-    from pep.runtime.session import kafka_connector_jars
     from pep.runtime.runtime import StreamRuntime
+    from pep.runtime.session import kafka_connector_jars
     from tests.kafka.broker import KafkaBroker
     if not kafka_connector_jars():
         sys.exit("no Kafka connector for this pyspark: run `make install`")
@@ -466,7 +501,7 @@ def latency(bench: Bench, rate: float, seconds: float, startup: float,
         for side in order:
             res = bench.latency(side, rate, seconds, startup)
             runs[side].append(res)
-            for label, (lat, want) in zip(("start-up", "steady"), phase_split(res)):
+            for label, (lat, want) in zip(("start-up", "steady"), phase_split(res), strict=True):
                 print(f"  trial {k + 1} {SIDE_NAMES[side]:32s} {label:8s} "
                       f"{latency_line(lat, want, 'ms')}")
             late = res["sent"][0] - res["phases"][0][0] if res["sent"] else 0.0
@@ -486,7 +521,7 @@ def realtime(bench: Bench, rate: float, seconds: float, startup: float) -> dict[
     rtm = bench.app.call("realtime", wait=seconds + 300, bootstrap=bench.broker.bootstrap,
                          topic=topic, out_topic=out_topic, rate=rate, seconds=seconds,
                          startup=startup)
-    for label, (lat, want) in zip(("start-up", "steady"), phase_split(rtm)):
+    for label, (lat, want) in zip(("start-up", "steady"), phase_split(rtm), strict=True):
         print(f"  a user's real-time query -> Kafka, {label}: {latency_line(lat, want, 'ms')}")
     if rtm.get("error"):
         print(f"  (the query: {rtm['error']})")
@@ -515,8 +550,10 @@ def summary(results: dict[str, Any]) -> None:
         for s in SIDES:
             p95[s] = {"start-up": [], "steady": []}
             for res in lat[s]:
-                for label, (l, want) in zip(("start-up", "steady"), phase_split(res)):
-                    p95[s][label].append(pct(with_missing(l, want), 95) * 1000)
+                for label, (lats, want) in zip(
+                    ("start-up", "steady"), phase_split(res), strict=True
+                ):
+                    p95[s][label].append(pct(with_missing(lats, want), 95) * 1000)
             print(f"    {SIDE_NAMES[s]:32s} start-up {spread(p95[s]['start-up'], '{:,.0f}')} ms,"
                   f" steady {spread(p95[s]['steady'], '{:,.0f}')} ms")
         for label in ("start-up", "steady"):
@@ -525,8 +562,8 @@ def summary(results: dict[str, Any]) -> None:
                   f"{ratio(g, d)}")
     rtm = results.get("rtm")
     if rtm:
-        parts = [f"{label} p95 {secs(pct(with_missing(l, w), 95), 'ms')}"
-                 for label, (l, w) in zip(("start-up", "steady"), phase_split(rtm))]
+        parts = [f"{label} p95 {secs(pct(with_missing(lats, w), 95), 'ms')}"
+                 for label, (lats, w) in zip(("start-up", "steady"), phase_split(rtm), strict=True)]
         print(f"  a user's real-time query: {', '.join(parts)}")
     ing = results.get("ingest")
     if ing:

@@ -56,11 +56,24 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.harness import (bench_parser, load_average, machine, pct, reply,  # noqa: E402
-                                 rotations, rss_mib, run_child, run_command, secs, sleep_until,
-                                 spark_cpu_seconds, spread, with_missing)
-from tests.bench.readers import ReadJob, reader_result, start_reader, write_start  # noqa: E402
-from tests.bench.served import Gateway  # noqa: E402
+from tests.bench.harness import (
+    bench_parser,
+    load_average,
+    machine,
+    pct,
+    reply,
+    rotations,
+    rss_mib,
+    run_child,
+    run_command,
+    secs,
+    sleep_until,
+    spark_cpu_seconds,
+    spread,
+    with_missing,
+)
+from tests.bench.readers import ReadJob, reader_result, start_reader, write_start
+from tests.bench.served import Gateway
 
 ADMIN = "tok-many-admin-0123456789"
 TRIGGER = 0.25
@@ -105,7 +118,7 @@ def value(seq: int) -> float:
     return (seq * 7.31) % 1000.0
 
 
-# -- ingest process -------------------------------------------------------------------------------------
+# -- ingest process --------------------------------------------------------------------------------
 
 def ingest_main(url: str, stream: str, rate: int, seconds: float, first_seq: int,
                 start_at: float) -> None:
@@ -145,7 +158,7 @@ def ingest_main(url: str, stream: str, rate: int, seconds: float, first_seq: int
            "call_p50": pct(durations, 50), "call_p95": pct(durations, 95)})
 
 
-# -- the gateway's side -------------------------------------------------------------------------------
+# -- the gateway's side ----------------------------------------------------------------------------
 
 class BatchLog(logging.Handler):
     """The runtime's per-batch timings (its DEBUG line), with the time each batch ended."""
@@ -159,7 +172,7 @@ class BatchLog(logging.Handler):
         if record.msg.startswith("batch %s: table"):
             self.batches.append((record.created, *record.args[1:4]))
 
-    def __enter__(self) -> "BatchLog":
+    def __enter__(self) -> BatchLog:
         self.logger.addHandler(self)
         self.logger.setLevel(logging.DEBUG)
         return self
@@ -236,8 +249,10 @@ class FakeRuntime:
             texts = np.array([json.dumps({"ts": round(t, 6), "seq": int(q), "sent": round(t, 6),
                                           "v": round(float(v), 6), "pad": "p" * 40},
                                          separators=(",", ":"))
-                              for q, t, v in zip(seqs, sent, values)], dtype=object)
-            self.made.extend((int(q), 1, round(float(t), 6)) for q, t in zip(seqs, sent))
+                              for q, t, v in zip(seqs, sent, values, strict=True)], dtype=object)
+            self.made.extend(
+                (int(q), 1, round(float(t), 6)) for q, t in zip(seqs, sent, strict=True)
+            )
             t1 = time.perf_counter()
             with self.lock:
                 handles = list(self.handles.values())
@@ -446,7 +461,7 @@ def run_trial(n: int, rate: int, seconds: float, startup: float, procs: int, pas
             put_share = (put_times["put_seconds"] - p0, put_times["puts"] - n0)
             gateway_cpu = (time.process_time() - c0) / (time.time() - w0)
             s1 = spark_cpu_seconds()
-            spark_cpu = tuple((b - a) / (time.time() - w0) for a, b in zip(s0, s1))
+            spark_cpu = tuple((b - a) / (time.time() - w0) for a, b in zip(s0, s1, strict=True))
             memory = rss_mib()
             time.sleep(GRACE)  # the last rows reach their readers; later ones count as never
         # which buffer is whose, while they are live (revocation drops them)
@@ -495,7 +510,7 @@ def run_trial(n: int, rate: int, seconds: float, startup: float, procs: int, pas
         if put is not None:
             delivery.append(arrived - put)
     want = [0, 0]
-    for j, stream in enumerate(streams):
+    for j in range(len(streams)):
         bands = [bounds(i, n, pass_rate) for i in range(j, n, len(streams))]
         for k, count in enumerate(owed(outs[j]["puts"], bands, absolute)):
             want[k] += count
@@ -540,7 +555,7 @@ def report(r: dict[str, Any], rate: int) -> None:
           f"{r['started_s']:.1f} s; handles opened in {r['opened_s']:.1f} s; "
           f"{r['connected']:,} readers connected from {r['procs']} reader processes")
     for label, ph in zip((f"start-up (first {r['startup']:.0f} s)",
-                          f"steady (after {r['startup']:.0f} s)"), r["phases"]):
+                          f"steady (after {r['startup']:.0f} s)"), r["phases"], strict=True):
         print(f"  ingest -> reader, {label}: p50 {secs(ph['p50'])}, p95 {secs(ph['p95'])}, "
               f"p99 {secs(ph['p99'])}, max {secs(ph['max'])} over {ph['owed']:,} rows owed "
               f"({ph['owed'] - ph['arrived']:,} never arrived)")

@@ -38,13 +38,31 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.bench_many_readers import (ADMIN, SCHEMA, bounds, open_handles,  # noqa: E402
-                                            owed, policy, token, value)
-from tests.bench.harness import (bench_parser, load_average, machine, pct, reply,  # noqa: E402
-                                 run_child, run_command, secs, sleep_until, spark_cpu_seconds,
-                                 with_missing)
-from tests.bench.readers import ReadJob, reader_result, start_reader, write_start  # noqa: E402
-from tests.bench.served import Gateway  # noqa: E402
+from tests.bench.bench_many_readers import (
+    ADMIN,
+    SCHEMA,
+    bounds,
+    open_handles,
+    owed,
+    policy,
+    token,
+    value,
+)
+from tests.bench.harness import (
+    bench_parser,
+    load_average,
+    machine,
+    pct,
+    reply,
+    run_child,
+    run_command,
+    secs,
+    sleep_until,
+    spark_cpu_seconds,
+    with_missing,
+)
+from tests.bench.readers import ReadJob, reader_result, start_reader, write_start
+from tests.bench.served import Gateway
 
 TRIGGER = 0.25  # a stream's own query (the gateway's default)
 SHARED_BOUNDS = (0.25, 2.0)  # the shared query's (the gateway's defaults)
@@ -157,12 +175,12 @@ def run_trial(n: int, streams: int, busy: int, shared: bool, rate: int, seconds:
         if not producers:
             sleep_until(start_at + seconds)
         w1, s1 = time.time(), spark_cpu_seconds()
-        busy_cpu = [(b - a) / (w1 - w0) for a, b in zip(s0, s1)]
+        busy_cpu = [(b - a) / (w1 - w0) for a, b in zip(s0, s1, strict=True)]
         time.sleep(GRACE)
         w2, s2 = time.time(), spark_cpu_seconds()
         time.sleep(idle)
         w3, s3 = time.time(), spark_cpu_seconds()
-        idle_cpu = [(b - a) / (w3 - w2) for a, b in zip(s2, s3)]
+        idle_cpu = [(b - a) / (w3 - w2) for a, b in zip(s2, s3, strict=True)]
         stats = runtime.stats()
         results = [reader_result(proc, job, 60, stop=True) for proc, job in readers]
         readers = []

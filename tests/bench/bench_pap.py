@@ -36,14 +36,14 @@ for p in (str(REPO), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import pdp_workload as wl  # noqa: E402
-from bench_pdp import load_average, machine  # noqa: E402
+import pdp_workload as wl
+from bench_pdp import load_average, machine
 
-from pdp.engine import PolicyEngine, PolicySource, compile_policy  # noqa: E402
-from pdp.policy_parser import compile_document  # noqa: E402
-from pdp.request import parse_request  # noqa: E402
-from pdp.service import PolicyService  # noqa: E402
-from pdp.store import SQLitePolicyStore  # noqa: E402
+from pdp.engine import PolicyEngine, PolicySource, compile_policy
+from pdp.policy_parser import compile_document
+from pdp.request import parse_request
+from pdp.service import PolicyService
+from pdp.store import SQLitePolicyStore
 
 XML = "application/xacml+xml"
 
@@ -79,7 +79,7 @@ def throughput(engines: list[PolicyEngine], contexts: list,
             t0 = time.perf_counter()
             decisions[i] = [engine.decide(c).results[0].decision.value for c in contexts]
             best[i] = max(best[i], len(contexts) / (time.perf_counter() - t0))
-    return list(zip(best, decisions))
+    return list(zip(best, decisions, strict=True))
 
 
 def run_size(n: int, adds: int, workload: wl.Workload, contexts: list, expected: list[str],
@@ -133,8 +133,8 @@ def run_size(n: int, adds: int, workload: wl.Workload, contexts: list, expected:
     # Decisions: the engine built by the adds against a fresh compile of the same documents.
     fresh = PolicyEngine.compile(base + extra)
     (inc_rate, inc_dec), (fresh_rate, fresh_dec) = throughput([service.engine, fresh], contexts)
-    wrong = sum(a != b for a, b in zip(inc_dec, expected))
-    differ = sum(a != b for a, b in zip(inc_dec, fresh_dec))
+    wrong = sum(a != b for a, b in zip(inc_dec, expected, strict=True))
+    differ = sum(a != b for a, b in zip(inc_dec, fresh_dec, strict=True))
     print(f"  decisions/s (pre-parsed), engine built by adds {inc_rate:10,.0f}   "
           f"fresh compile {fresh_rate:10,.0f}   (differing: {differ}, wrong vs reference: "
           f"{wrong} of {len(contexts)})")
@@ -166,7 +166,9 @@ def run_bulk(bulk: int, tmp: Path, seed: int) -> None:
     print(f"  add_many (compile, one engine change, one transaction) median "
           f"{ms(statistics.median(bulk_times))}   ({statistics.median(bulk_times) / bulk * 1e3:.3f}"
           f" ms per policy)")
-    print(f"  from-scratch compile of the same {bulk}       median {ms(statistics.median(scratch))}")
+    print(
+        f"  from-scratch compile of the same {bulk}       median {ms(statistics.median(scratch))}"
+    )
     print(f"  the same {bulk} added one by one (add)        total  {ms(one_by_one[0])}   "
           f"({one_by_one[0] / bulk * 1e3:.3f} ms per policy)")
 

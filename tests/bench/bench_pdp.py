@@ -36,9 +36,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -46,7 +46,7 @@ for p in (str(REPO), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import pdp_workload as wl  # noqa: E402
+import pdp_workload as wl
 
 XML = "application/xacml+xml"
 JSON = "application/xacml+json"
@@ -98,7 +98,7 @@ def timed_loop(label: str, items: Sequence, call: Callable, expected: Sequence[s
     mismatches = 0
     clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
     start = clock()
-    for item, want in zip(items, expected):
+    for item, want in zip(items, expected, strict=True):
         c0 = cpu_clock()
         t0 = clock()
         got = call(item)
@@ -352,8 +352,8 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
     """The gateway app on its server in this process; clients in another process (1 and 4
     threads by default), so that the figure is the server's, not the client's GIL's."""
     try:
-        from pep.http.app import create_app
         from pep.config import GatewayConfig
+        from pep.http.app import create_app
     except ImportError as exc:
         return [], [f"HTTP part skipped: the gateway is not importable yet ({exc})"]
 
@@ -399,7 +399,7 @@ def run_http(workload: wl.Workload, bodies: Sequence[bytes], expected: Sequence[
             with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health", timeout=30) as r:
                 health = json.loads(r.read())
             items = [(tokens[q.subject.subject_id], body.decode(), want)
-                     for q, body, want in zip(workload.queries, bodies, expected)]
+                     for q, body, want in zip(workload.queries, bodies, expected, strict=True)]
             server_cpu_ms: dict[str, float] = {}  # the server's CPU per request, per run
             for threads in client_threads:
                 if py_spy and threads == max(client_threads):
@@ -493,7 +493,7 @@ def _lua_string(data: bytes) -> str:
                          for b in data) + '"'
 
 
-def cpu_ratios(in_process: "Timing", server_cpu_ms: dict[str, float]) -> str:
+def cpu_ratios(in_process: Timing, server_cpu_ms: dict[str, float]) -> str:
     """Over HTTP against in process by CPU time: the in-process call's mean CPU time over the
     server process's CPU time per request. Blind to how a busy machine shares its cores
     between the server, the load generator and other jobs, which moves the wall-clock ratio."""
@@ -503,10 +503,10 @@ def cpu_ratios(in_process: "Timing", server_cpu_ms: dict[str, float]) -> str:
             f"request): " + "; ".join(parts))
 
 
-def run_wrk(port: int, items: list, in_process: "Timing", seconds: int = 10,
+def run_wrk(port: int, items: list, in_process: Timing, seconds: int = 10,
             connections: Sequence[int] = (1, 8),
             server_cpu_ms: dict[str, float] | None = None,
-            alongside: Callable[[], "Timing"] | None = None) -> list[str]:
+            alongside: Callable[[], Timing] | None = None) -> list[str]:
     """`wrk` against POST /pdp, cycling through the workload's requests (each with its subject's
     token); the figures and their ratio to the in-process row, as notes. With `alongside` (a
     short in-process run), each wrk run is also compared with in-process runs just before and
@@ -620,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only-http", action="store_true", help="skip py-abac and the in-process "
                     "rows except the XML one")
     ap.add_argument("--seed", type=int, default=20260522)
-    ap.add_argument("--profile", action="store_true", help="cProfile the in-process XML path and the app behind POST /pdp")
+    ap.add_argument("--profile", action="store_true",
+                    help="cProfile the in-process XML path and the app behind POST /pdp")
     ap.add_argument("--no-http", action="store_true")
     args = ap.parse_args(argv)
 

@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pdp.results import AttributeAssignment, Obligation  # noqa: E402
-from pep.core.graph import WEATHER_SCHEMA  # noqa: E402
-from pep.core.errors import Refusal  # noqa: E402
-from pep.core.merge import merge  # noqa: E402
-from pep.core.obligations import policy_graph  # noqa: E402
-from pep.core.userquery import query_from_json, user_graph  # noqa: E402
+from pdp.results import AttributeAssignment, Obligation
+from pep.core.errors import Refusal
+from pep.core.graph import WEATHER_SCHEMA
+from pep.core.merge import merge
+from pep.core.obligations import policy_graph
+from pep.core.userquery import query_from_json, user_graph
 
 MIX = {"FB": 160, "MB": 170, "AB": 130, "FB+MB": 124, "FB+AB": 254, "MB+AB": 290, "FB+MB+AB": 372}
 NUMERIC = [f.name for f in WEATHER_SCHEMA.fields if f.type == "double"]
@@ -136,10 +136,12 @@ def _policy_xml(i: int, obligations: list[Obligation]) -> bytes:
             for a in o.assignments) + "</ObligationExpression>" for o in obligations)
 
     def match(value: str, category: str, attribute: str) -> str:
-        return (f'<AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">'
-                f'<AttributeValue DataType="{XS}">{value}</AttributeValue><AttributeDesignator '
-                f'Category="{category}" AttributeId="{attribute}" DataType="{XS}" '
-                f'MustBePresent="false"/></Match></AllOf></AnyOf>')
+        return (
+            f'<AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">'
+            f'<AttributeValue DataType="{XS}">{value}</AttributeValue><AttributeDesignator '
+            f'Category="{category}" AttributeId="{attribute}" DataType="{XS}" '
+            f'MustBePresent="false"/></Match></AllOf></AnyOf>'
+        )
     return (f'<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="bench:{i}" '
             f'Version="1.0" RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-'
             f'algorithm:deny-overrides"><Target>'
@@ -159,9 +161,9 @@ def _xml_escape(text: str) -> str:
 def bench_with_engine(cases, n_policies: int, n_requests: int) -> None:
     try:
         from common.auth import Identity
+        from pdp import bind_subject as bind_identity
         from pdp.engine import PolicyEngine, PolicySource
         from pdp.request import parse_request
-        from pdp import bind_subject as bind_identity
         from pep.core.access import decide_and_plan as prepare
         from pep.core.errors import Refusal as Refused
         from pep.http.errors import status_of
@@ -181,10 +183,12 @@ def bench_with_engine(cases, n_policies: int, n_requests: int) -> None:
         i = rng.randrange(n_policies)
         query = policies[i][2]
         body = json.dumps({"Request": {
-            "Resource": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:resource:resource-id",
+            "Resource": {"Attribute": [{"AttributeId":
+                                            "urn:oasis:names:tc:xacml:1.0:resource:resource-id",
                                         "Value": f"stream{i % 50}"}],
                          **({"Content": query} if query else {})},
-            "Action": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:action:action-id",
+            "Action": {"Attribute": [{"AttributeId":
+                                          "urn:oasis:names:tc:xacml:1.0:action:action-id",
                                       "Value": "read"}]}}}).encode()
         who = Identity(f"user{i}")
         ctx = bind_identity(parse_request(body, "application/xacml+json"), who)

@@ -18,7 +18,8 @@ rule allows one live handle per subject and stream); each policy's rule matches 
 `user<i>:*` (string-starts-with). The streams are ingest directories with a few records, so Spark
 work stays small. The uncached time (b) is broken down from outside:
   decision       = `engine.decide_with_trace` on the bound request, timed in-process;
-  graph work     = `pep.core.access.decide_and_plan` (parse, bind, decide, graphs, merge, NR/PR analysis)
+  graph work     = `pep.core.access.decide_and_plan` (parse, bind, decide, graphs, merge, NR/PR
+  analysis)
                    for the same request in-process, minus the decision;
   network        = median round trip of `GET /health` on the gateway (HTTP + Flask + loopback);
   Spark + handle = the rest (attach to the stream's shared query, or start it if none runs;
@@ -50,9 +51,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import requests  # noqa: E402
+import requests
 
-from tests.bench.bench_pep_core import MIX, XS, _policy_xml, percentile, workload  # noqa: E402
+from tests.bench.bench_pep_core import MIX, XS, _policy_xml, percentile, workload
 
 RESOURCE_ID = "urn:oasis:names:tc:xacml:1.0:resource:resource-id"
 ACTION_ID = "urn:oasis:names:tc:xacml:1.0:action:action-id"
@@ -246,8 +247,8 @@ class Run:
 
 def in_process(stack: Stack, t: Template) -> tuple[float, float, object]:
     """(decision, prepare) seconds and the Grant (or None) for (b)'s subject."""
-    from pdp.request import parse_request
     from pdp import bind_subject as bind_identity
+    from pdp.request import parse_request
     from pep.core.access import decide_and_plan as prepare
     from pep.core.errors import Refusal as Refused
 
@@ -427,7 +428,7 @@ def plot(runs: list[Run], docs: Path) -> tuple[Path, Path]:
     docs.mkdir(exist_ok=True)
     fig6 = docs / "fig6_response_time.png"
     fig, axes = plt.subplots(len(runs), 1, figsize=(11, 4.8 * len(runs)), squeeze=False)
-    for ax, run in zip(axes[:, 0], runs):
+    for ax, run in zip(axes[:, 0], runs, strict=True):
         xs = range(len(run.samples))
         ax.scatter(xs, ms(s.gateway for s in run.samples), s=4, label="(b) gateway, no cache",
                    color="tab:red")
@@ -435,7 +436,7 @@ def plot(runs: list[Run], docs: Path) -> tuple[Path, Path]:
                    color="tab:blue")
         direct = [(i, s.direct * 1000) for i, s in enumerate(run.samples) if s.direct is not None]
         if direct:
-            ax.scatter(*zip(*direct), s=16, marker="^", color="tab:green",
+            ax.scatter(*zip(*direct, strict=True), s=16, marker="^", color="tab:green",
                        label="(a) direct Spark query, no access control (sample)")
         ax.set_yscale("log")
         ax.set_xlabel("request")
@@ -452,7 +453,7 @@ def plot(runs: list[Run], docs: Path) -> tuple[Path, Path]:
     fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 5.6), squeeze=False)
     parts = [("decision", "decision"), ("graph", "graph work (parse, graphs, merge, analysis)"),
              ("network", "network + HTTP"), ("spark", "Spark submission (attach) + handle")]
-    for ax, run in zip(axes[0], runs):
+    for ax, run in zip(axes[0], runs, strict=True):
         kinds = list(MIX)
         bottom = [0.0] * len(kinds)
         for attr, label in parts:
@@ -462,7 +463,7 @@ def plot(runs: list[Run], docs: Path) -> tuple[Path, Path]:
                       and s.gateway_status in (200, 201) and not s.query_start]
                 heights.append(statistics.median(ok) * 1000 if ok else 0.0)
             ax.bar(kinds, heights, bottom=bottom, label=label)
-            bottom = [b + h for b, h in zip(bottom, heights)]
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         cached = []
         for kind in kinds:
             hits = [s.proxy * 1000 for s in run.samples if s.kind == kind and s.cache == "hit"]

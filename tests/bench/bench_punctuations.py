@@ -36,11 +36,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pep.core.plan import ExecutionPlan  # noqa: E402
-from pep.core.punctuations import LOG_NAME  # noqa: E402
-from pep.streams.catalog import StreamCatalog  # noqa: E402
-from tests.bench.harness import (backlog_figures, bench_parser,  # noqa: E402
-                                 machine, ratio, rotations, secs, spread)
+from pep.core.plan import ExecutionPlan
+from pep.core.punctuations import LOG_NAME
+from pep.streams.catalog import StreamCatalog
+from tests.bench.harness import (
+    backlog_figures,
+    bench_parser,
+    machine,
+    ratio,
+    rotations,
+    secs,
+    spread,
+)
 
 FIELDS = [{"name": "patient", "type": "long"}, {"name": "hr", "type": "double"},
           {"name": "temp", "type": "double"}, {"name": "ward", "type": "string"}]
@@ -121,7 +128,7 @@ def main() -> None:
             "kind": "ingest", "punctuations": "off" if every is None else "on"})
         counters = {h: Counter() for h in READERS}
         ids = [f"{name}-{h}" for h in READERS]
-        for handle, reader in zip(ids, READERS):
+        for handle, reader in zip(ids, READERS, strict=True):
             plan = ExecutionPlan(name, None, READERS[reader],
                                  punctuation_roles=None if every is None else ("consumer",))
             runtime.attach_handle(handle, definition, plan, counters[reader])
@@ -168,7 +175,7 @@ def main() -> None:
     for s in ("every 1000", "every 10"):
         # each trial's own ratio too: the sides of one trial ran next to each other, under
         # the same load
-        per_trial = [a / b for a, b in zip(rates[s], rates["none"]) if b]
+        per_trial = [a / b for a, b in zip(rates[s], rates["none"], strict=True) if b]
         print(f"    {s} / none: {ratio(med[s], med['none'])} of the medians, "
               f"{statistics.median(per_trial):.2f} the median of the trials' ratios "
               f"({', '.join(f'{x:.2f}' for x in per_trial)}); start-up "

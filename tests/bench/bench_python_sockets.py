@@ -66,7 +66,7 @@ def child(transport: str, jobs: int, partitions: int) -> dict[str, float]:
         firsts = table.column("first").to_pylist()
         whole.append(1000 * (t1 - t0))
         to_fn.append(1000 * (min(started) - t0))
-        to_first.append(1000 * max(f - s for f, s in zip(firsts, started)))
+        to_first.append(1000 * max(f - s for f, s in zip(firsts, started, strict=True)))
         time.sleep(0.05)
     spark.stop()
     return {"job": statistics.median(whole), "submit_to_function": statistics.median(to_fn),

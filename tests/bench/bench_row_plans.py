@@ -31,11 +31,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec,  # noqa: E402
-                           StreamDefinition, StreamSchema)
-from pep.runtime.query.lifecycle import QueryLifecycle  # noqa: E402
-from pep.runtime.runtime import StreamRuntime  # noqa: E402
-from pep.runtime.session import create_spark_session  # noqa: E402
+from pep.core.plan import (
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+)
+from pep.runtime.query.lifecycle import QueryLifecycle
+from pep.runtime.runtime import StreamRuntime
+from pep.runtime.session import create_spark_session
 
 SCHEMA = StreamSchema((Field("seq", "long"), Field("sent", "double"), Field("v", "double"),
                        Field("pad", "string")))
@@ -58,7 +64,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
-    print(f"load average {' '.join('%.2f' % x for x in os.getloadavg())}; {os.cpu_count()} cores")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} cores")
     phases = Phases()
     log = logging.getLogger("pep.runtime.query.runner")
     log.addHandler(phases)
@@ -149,7 +155,7 @@ def main() -> None:
             out = io.StringIO()
             pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(30)
             print(out.getvalue())
-        print(f"load average at the end {' '.join('%.2f' % x for x in os.getloadavg())}")
+        print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         stop.set()
         runtime.stop()

@@ -42,13 +42,36 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.direct import (FILE_QUERY, USER, DirectSides, UserApp,  # noqa: E402
-                                gateway_settings, serve_user_app, started_user_app)
-from tests.bench.harness import (INF, SIDE_NAMES, Child, backlog_figures,  # noqa: E402
-                                 backlog_summary, backlog_trials, bench_parser, latency_line,
-                                 link_all, load_average, machine, ratio, reply, rotations,
-                                 run_command, secs, sleep_until, spread)
-from tests.bench.served import started_spark  # noqa: E402
+from tests.bench.direct import (
+    FILE_QUERY,
+    USER,
+    DirectSides,
+    UserApp,
+    gateway_settings,
+    serve_user_app,
+    started_user_app,
+)
+from tests.bench.harness import (
+    INF,
+    SIDE_NAMES,
+    Child,
+    backlog_figures,
+    backlog_summary,
+    backlog_trials,
+    bench_parser,
+    latency_line,
+    link_all,
+    load_average,
+    machine,
+    ratio,
+    reply,
+    rotations,
+    run_command,
+    secs,
+    sleep_until,
+    spread,
+)
+from tests.bench.served import started_spark
 
 SPARK_SCHEMA = "seq long, sent double, temp double, station string, _xsg_seq long"
 CONDITION = ("temp", ">", 15.0)  # temp is uniform in -10..40: half the records pass
@@ -102,14 +125,14 @@ def stream(directory: Path, name: str) -> Any:
                             SourceSpec("ingest", (("path", str(directory)),)))
 
 
-# -- the direct query: tests/bench/harness.py's FileQuery -------------------------------------------
+# -- the direct query: tests/bench/harness.py's FileQuery ------------------------------------------
 
 def direct_args() -> dict[str, Any]:
     col, op, value = CONDITION
     return {"schema": SPARK_SCHEMA, "condition": f"{col} {op} {value}", "columns": ["seq", "temp"]}
 
 
-# -- the runtime ----------------------------------------------------------------------------------------
+# -- the runtime -----------------------------------------------------------------------------------
 
 def plan(name: str, lo: float = CONDITION[2], station: str | None = None) -> Any:
     from pep.core.plan import ExecutionPlan, Predicate
@@ -166,7 +189,7 @@ def runtime_backlog(spark: Any, work: Path, staging: Path, directory: Path,
     return {**state, "start": start}
 
 
-# -- the phases -----------------------------------------------------------------------------------------
+# -- the phases ------------------------------------------------------------------------------------
 
 class Bench:
     def __init__(self, spark: Any, app: UserApp, work: Path) -> None:

@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pep.runtime.session import create_spark_session  # noqa: E402
-from tests.bench.harness import machine, pct, spark_cpu_seconds  # noqa: E402
+from pep.runtime.session import create_spark_session
+from tests.bench.harness import machine, pct, spark_cpu_seconds
 
 SCHEMA = "seq long, ts double, v double"
 WAYS = ("separate", "union-1", "union-K")
@@ -111,7 +111,7 @@ def measure(spark, way: str, streams: int, seconds: float, work: Path) -> dict: 
         for q in queries:
             try:
                 q.stop()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - printed; the others still stop
                 print(f"(stopping a query failed: {exc!r})")
     cores = (c1 - c0) / (t1 - t0)
     triggers = seconds / TRIGGER
@@ -149,7 +149,7 @@ def main() -> None:
     for r in results[1:]:
         print(f"{r['way']} / separate: JVM cores {r['cores'] / max(base['cores'], 1e-9):.2f}, "
               f"p95 {r['p95'] / base['p95']:.2f}")
-    print("load average at the end:", " ".join("%.2f" % x for x in os.getloadavg()))
+    print("load average at the end:", " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

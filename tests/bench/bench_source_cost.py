@@ -30,12 +30,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec,  # noqa: E402
-                           StreamDefinition, StreamSchema)
-from pep.core.schemas import WEATHER_SCHEMA  # noqa: E402
-from pep.runtime.runtime import StreamRuntime  # noqa: E402
-from pep.runtime.session import create_spark_session  # noqa: E402
-from tests.bench.harness import machine, spark_cpu_seconds  # noqa: E402
+from pep.core.plan import (
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+)
+from pep.core.schemas import WEATHER_SCHEMA
+from pep.runtime.runtime import StreamRuntime
+from pep.runtime.session import create_spark_session
+from tests.bench.harness import machine, spark_cpu_seconds
 
 FILE_SCHEMA = StreamSchema((Field("seq", "long"), Field("ts", "timestamp"), Field("v", "double")))
 
@@ -133,7 +139,7 @@ def main() -> None:
     rate, files = results
     print(f"JVM time per micro-batch, files / rate: "
           f"{files['ms_per_batch'] / max(rate['ms_per_batch'], 1e-9):.2f}")
-    print("load average at the end:", " ".join("%.2f" % x for x in os.getloadavg()))
+    print("load average at the end:", " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

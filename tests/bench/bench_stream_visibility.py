@@ -29,7 +29,7 @@ REPO = HERE.parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.pep.http.test_stream_visibility import SECRET, auth_entries, bearer, policy  # noqa: E402
+from tests.pep.http.test_stream_visibility import SECRET, auth_entries, bearer, policy
 
 
 def main() -> None:

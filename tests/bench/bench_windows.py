@@ -40,26 +40,52 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,  # noqa: E402
-                           StreamDefinition, StreamSchema, WindowSpec)
-from tests.bench.direct import (USER, DirectSides, Handler, UserApp, from_dict,  # noqa: E402
-                                gateway_settings, serve_user_app, started_user_app)
-from tests.bench.harness import (INF, SIDE_NAMES, bench_parser, link_all,  # noqa: E402
-                                 load_average, machine, ratio, rotations, run_command, secs,
-                                 spread)
-from tests.bench.served import started_spark  # noqa: E402
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
+from tests.bench.direct import (
+    USER,
+    DirectSides,
+    Handler,
+    UserApp,
+    from_dict,
+    gateway_settings,
+    serve_user_app,
+    started_user_app,
+)
+from tests.bench.harness import (
+    INF,
+    SIDE_NAMES,
+    bench_parser,
+    link_all,
+    load_average,
+    machine,
+    ratio,
+    rotations,
+    run_command,
+    secs,
+    spread,
+)
+from tests.bench.served import started_spark
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temperature", "double"),
                        Field("rainrate", "double"), Field("station", "string")))
 SPARK_SCHEMA = "ts timestamp, temperature double, rainrate double, station string, _xsg_seq long"
-T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
 TICK = 0.1  # seconds of event time between tuples
 SHAPES = {"tuple-60/1": ("tuple", 60, 1), "time-60s/1s": ("time", 60, 1),
           "tuple-10/2": ("tuple", 10, 2)}
@@ -162,8 +188,7 @@ def run_runtime(spark, work: Path, staging: Path, shape: tuple, count: int, n: i
 def run_direct(spark, settings: dict, work: str, staging: str, shape: list, count: int, n: int,
                timeout: float) -> dict:
     """The direct query (in the user's application, or in the runtime's session)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    from pyspark.sql import Window, functions as F
     qs = from_dict(settings)
     kind, size, step = shape
     src = Path(work) / f"direct-{int(time.time() * 1000) % 10 ** 9}"

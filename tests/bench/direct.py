@@ -145,7 +145,7 @@ class FileQuery:
         if self.rows >= self.want:
             self.done.set()
 
-    def start(self) -> "FileQuery":
+    def start(self) -> FileQuery:
         writer = self.frame.writeStream.foreachBatch(self._batch)
         self.query = self.settings.trigger_on(writer).start()
         return self
@@ -195,7 +195,7 @@ class DirectSides:
     """Runs an operation of `ops` for a direct side: "user" in the user's application (which
     serves the same `ops`), "gateway-settings" here, in the gateway's session `spark`."""
 
-    def __init__(self, spark: Any, app: "UserApp | None", ops: dict[str, Handler]) -> None:
+    def __init__(self, spark: Any, app: UserApp | None, ops: dict[str, Handler]) -> None:
         self.spark, self.app, self.ops = spark, app, ops
         self.settings = {"user": USER, "gateway-settings": gateway_settings()}
 
@@ -207,7 +207,7 @@ class DirectSides:
         return self.ops[op](self.spark, settings=settings, **args)
 
 
-def started_user_app(stack: ExitStack, script: str | Path) -> "UserApp":
+def started_user_app(stack: ExitStack, script: str | Path) -> UserApp:
     """The user's application (`script --user-app`, see `UserApp`), closed with `stack`."""
     app = UserApp(script)
     stack.callback(app.close)

@@ -49,7 +49,7 @@ SIDE_NAMES = {"gateway": "gateway", "runtime": "runtime", "user": "direct, Spark
 # -- the machine -----------------------------------------------------------------------------------
 
 def load_average() -> str:
-    return " ".join("%.2f" % x for x in os.getloadavg())
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def machine(*packages: str) -> str:
@@ -76,7 +76,7 @@ def machine(*packages: str) -> str:
             f"{platform.python_version()}; {', '.join(versions)}; load average {load_average()}")
 
 
-# -- figures -----------------------------------------------------------------------------------------
+# -- figures ---------------------------------------------------------------------------------------
 
 def pct(values: Sequence[float], p: float) -> float:
     """The p-th percentile (nearest rank); inf counts as a value (a row that never arrived);
@@ -199,7 +199,7 @@ def link_all(staging: Path, target: Path, prefix: str = "") -> None:
         os.link(f, target / f"{prefix}{f.name}")
 
 
-# -- child processes -----------------------------------------------------------------------------------
+# -- child processes -------------------------------------------------------------------------------
 
 def reply(obj: dict[str, Any]) -> None:
     """A child's answer to its parent: one line of JSON on stdout, marked (the JVM or a library
@@ -319,7 +319,7 @@ def sleep_until(epoch: float) -> None:
         time.sleep(pause)
 
 
-# -- Spark's processes -------------------------------------------------------------------------------------
+# -- Spark's processes -----------------------------------------------------------------------------
 
 def spark_jvm_pid() -> int | None:
     try:

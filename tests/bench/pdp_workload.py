@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 from xml.sax.saxutils import escape, quoteattr
 
 PERMIT = "Permit"

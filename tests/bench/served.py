@@ -35,9 +35,9 @@ class Gateway:
         from common.auth import write_auth_file
         from pep.config import GatewayConfig
         from pep.http.app import create_app
-        from server.serving import tune_gc
         from pep.serve import gateway_server
         from pep.services import build_services
+        from server.serving import tune_gc
 
         data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = data_dir
@@ -104,11 +104,11 @@ class Gateway:
         for step in steps:
             try:
                 step()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - printed; the other steps still run
                 print(f"(cleanup: {getattr(step, '__qualname__', step)} failed: {exc!r})")
 
 
-# -- talking to the gateway over HTTP -------------------------------------------------------------------
+# -- talking to the gateway over HTTP --------------------------------------------------------------
 
 ADMIN_TOKEN = "tok-bench-nea-0123456789"
 XML = {"Content-Type": "application/xacml+xml"}

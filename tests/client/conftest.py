@@ -63,7 +63,7 @@ class ServeProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
-    def start(self, timeout: float = 180.0) -> "ServeProcess":
+    def start(self, timeout: float = 180.0) -> ServeProcess:
         self.starts += 1
         with open(self.work / f"serve-{self.starts}.out", "wb") as out, \
                 open(self.work / f"serve-{self.starts}.err", "wb") as err:
@@ -147,7 +147,7 @@ class RawReader:
     verify: str | bool = True
     lines: list[dict[str, Any]] | None = None
 
-    def start(self) -> "RawReader":
+    def start(self) -> RawReader:
         self.lines = []
         self.done = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()

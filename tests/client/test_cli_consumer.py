@@ -12,7 +12,6 @@ from tests.client.test_client import SENSOR, sensor
 from tests.pep.conftest import TOKENS
 from xsg_client import AccessRequest
 
-
 XML_REQUEST = """<?xml version="1.0" encoding="UTF-8"?>
 <Request xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" ReturnPolicyIdList="false"
          CombinedDecision="false">

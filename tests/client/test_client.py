@@ -9,15 +9,25 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from tests.client.conftest import CLIENT, RawReader, wait_for
 from tests.client.relay import Relay
 from tests.pep.conftest import TOKENS
-from xsg_client import (AsyncClient, BadHandle, Client, Disconnected, End, Gap, HTTPError,
-                        Reconnected, Row, XsgError)
+from xsg_client import (
+    AsyncClient,
+    BadHandle,
+    Client,
+    Disconnected,
+    End,
+    Gap,
+    HTTPError,
+    Reconnected,
+    Row,
+    XsgError,
+)
 from xsg_client.schema import parse_timestamp, wire_value
 
 SENSOR = [("ts", "timestamp"), ("v", "double"), ("n", "long"), ("tag", "string")]
@@ -28,7 +38,7 @@ def sensor(ns) -> list[dict]:
 
 
 def utc(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
 def collect(stream, rows: int, into: list) -> threading.Thread:

@@ -8,11 +8,10 @@ import pytest
 
 from pep.core.explain import plan_to_json
 from pep.core.outputs import side_outputs
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, StreamSchema, WindowSpec)
+from pep.core.plan import Aggregate, ExecutionPlan, Field, JoinPlan, StreamSchema, WindowSpec
 from pep.handles.buffer import HandleBuffer
 from pep.http.handles import ndjson_event
-from xsg_client import (ConnectionLost, Disconnected, End, Gap, Notice, Row, Unreachable,
-                        XsgError)
+from xsg_client import ConnectionLost, Disconnected, End, Gap, Notice, Row, Unreachable, XsgError
 from xsg_client._core import HandleRef, ReadOptions, ReadState
 from xsg_client.schema import HandleSchema, parse_timestamp, schema_from_plan
 

@@ -32,7 +32,8 @@ def test_a_gateway_restart_is_resumed_with_no_row_lost_or_read_twice(tmp_path):
             stopped = collect(stopping_reader, 10 ** 6, stopping)
             gateway.append("r_sensor", sensor(range(5)))
             for events in (resuming, stopping):
-                wait_for(lambda: sum(isinstance(e, Row) for e in events) == 5, what="5 rows")
+                wait_for(lambda events=events: sum(isinstance(e, Row) for e in events) == 5,
+                         what="5 rows")
             gateway.stop()  # SIGTERM: readers get `shutdown`; live handles resume at the start
             stopped.join(30)
             assert not stopped.is_alive()

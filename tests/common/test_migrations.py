@@ -52,7 +52,8 @@ def test_an_older_version_is_migrated_and_keeps_its_data(storage):
     with db.transaction() as cur:
         for version, data in ((1, b"<a1/>"), (2, b"<a2/>"), (3, b"<b/>")):
             cur.execute("INSERT INTO policy_versions (store_version, policy_id, version, owner,"
-                        " created_at, is_policy_set, deleted, data) VALUES (?, ?, ?, ?, ?, 0, 0, ?)",
+                        " created_at, is_policy_set, deleted, data)"
+                        " VALUES (?, ?, ?, ?, ?, 0, 0, ?)",
                         (version, "b" if version == 3 else "a", f"1.{version}", "nea",
                          "2026-01-01T00:00:00+00:00", data))
         cur.execute("INSERT INTO policy_current (policy_id, store_version) VALUES ('a', 2),"
@@ -167,7 +168,7 @@ def test_gateways_starting_together_migrate_one_after_the_other(postgres, tmp_pa
         try:
             for store in open_all(storage, tmp_path):
                 store.close()
-        except Exception as exc:  # pragma: no cover - reported below
+        except Exception as exc:  # noqa: BLE001 - reported below  # pragma: no cover
             errors.append(exc)
 
     threads = [threading.Thread(target=start, args=(s,)) for s in storages]

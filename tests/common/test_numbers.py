@@ -9,11 +9,19 @@ import sys
 import unicodedata
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from common.numbers import (INT64_MAX, MAX_TEXT, NumberError, check_float, check_int,
-                         float_argument, int_argument, parse_float, parse_int)
+from common.numbers import (
+    INT64_MAX,
+    MAX_TEXT,
+    NumberError,
+    check_float,
+    check_int,
+    float_argument,
+    int_argument,
+    parse_float,
+    parse_int,
+)
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None)
 

@@ -74,8 +74,8 @@ def start_gateway(data_dir: Path, buffer_rows: int = 10_000, wrap=None, runtime=
     `runtime` replaces the RecordingRuntime."""
     from pep.config import GatewayConfig
     from pep.http.app import create_app
-    from server.serving import HttpServer
     from pep.services import build_services
+    from server.serving import HttpServer
 
     data_dir.mkdir(parents=True, exist_ok=True)
     auth_file = data_dir / "auth.json"
@@ -86,7 +86,9 @@ def start_gateway(data_dir: Path, buffer_rows: int = 10_000, wrap=None, runtime=
     runtime = runtime if runtime is not None else RecordingRuntime()
     services = build_services(config, runtime=runtime, buffer_rows=buffer_rows)
     app = create_app(services=services)
-    server = HttpServer(wrap(app) if wrap else app, host="127.0.0.1", port=0, threads=16, name="xsg-console-test")
+    server = HttpServer(
+        wrap(app) if wrap else app, host="127.0.0.1", port=0, threads=16, name="xsg-console-test"
+    )
     server.start()
     return ConsoleGateway(server.url, app, services, server, runtime)
 
@@ -110,12 +112,12 @@ def gateway(gateway_factory) -> ConsoleGateway:
     return gateway_factory()
 
 
-# -- the browser ------------------------------------------------------------------------------------
+# -- the browser -----------------------------------------------------------------------------------
 
 def browser_missing() -> str | None:
     """Why the browser tests cannot run here, with what to install; None when they can."""
     try:
-        import playwright.sync_api  # noqa: F401
+        import playwright.sync_api  # noqa: F401 - imported to see that it is installed
     except ImportError:
         return ("the playwright package is not installed: .venv/bin/pip install -e '.[test]' "
                 "(`make test` does it)")

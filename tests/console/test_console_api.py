@@ -240,7 +240,7 @@ def test_configured_key_survives_a_restart(tmp_path):
         again.close()
 
 
-# -- CORS -------------------------------------------------------------------------------------------
+# -- CORS ------------------------------------------------------------------------------------------
 
 def test_no_cors_by_default(gateway):
     r = requests.options(gateway.url + "/policies", headers={

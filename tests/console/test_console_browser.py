@@ -142,14 +142,18 @@ def test_owner_uploads_a_policy_with_errors_sees_them_at_their_line_and_fixes_it
     # 4. a second version, its history and the diff between the two
     tab.fill("#editor-text", WEATHER_POLICY.replace("rainrate &gt; 5", "rainrate &gt; 6"))
     tab.click("#editor-save")
-    wait_true(tab, "document.getElementById('editor-result').textContent.includes('store version 2')")
+    wait_true(
+        tab, "document.getElementById('editor-result').textContent.includes('store version 2')"
+    )
     tab.click("#editor-history")
     tab.wait_for_selector("#history-table tr[data-store-version='2']")
     assert tab.locator("#history-table tbody tr").count() == 2
     tab.click("#history-diff")
     tab.wait_for_selector("#diff:not([hidden])")
     assert tab.get_attribute("#diff", "data-changes") == "2"
-    assert "- " in tab.inner_text("#diff .del") and "rainrate &gt; 5" in tab.inner_text("#diff .del")
+    assert "- " in tab.inner_text("#diff .del") and "rainrate &gt; 5" in tab.inner_text(
+        "#diff .del"
+    )
     assert "rainrate &gt; 6" in tab.inner_text("#diff .add")
     tab.locator("#policy-history").scroll_into_view_if_needed()
     tab.screenshot(path=str(shots / "policy-history.png"), full_page=True)
@@ -204,7 +208,8 @@ def test_consumer_chart_gets_rows_and_shows_revoked_when_the_owner_deletes_the_p
 
     # rows as Spark would deliver them: the chart and the table follow
     for i in range(40):
-        gateway.runtime.push(hid, [{"lastval_samplingtime": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z",
+        at = f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z"
+        gateway.runtime.push(hid, [{"lastval_samplingtime": at,
                                     "avg_rainrate": round(8.5 + (i % 9) * 0.6 + (i % 4) * 0.2, 2),
                                     "max_windspeed": 10 + (i * 7) % 13}])
         time.sleep(0.01)

@@ -53,7 +53,7 @@ def matches(expected: str, actual: str) -> bool:
     want = [line.rstrip() for line in expected.rstrip("\n").split("\n")] if expected.strip() else []
     got = [line.rstrip() for line in actual.rstrip("\n").split("\n")] if actual.strip() else []
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def fit(i: int, j: int) -> bool:
         if i == len(want):
             return j == len(got)

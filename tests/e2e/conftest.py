@@ -69,7 +69,7 @@ class Reader:
     done: threading.Event = field(default_factory=threading.Event)
     final_at: float | None = None
 
-    def start(self) -> "Reader":
+    def start(self) -> Reader:
         threading.Thread(target=self._run, daemon=True).start()
         return self
 

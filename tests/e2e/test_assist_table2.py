@@ -34,7 +34,7 @@ import hmac
 import json
 import math
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
 from xml.sax.saxutils import escape
@@ -49,7 +49,7 @@ from tests.pep.conftest import TOKENS
 POLICY = Path(__file__).resolve().parents[2] / "policies" / "ais" / "port-authority-policy.xml"
 S = "http://www.w3.org/2001/XMLSchema#string"
 D = "http://www.w3.org/2001/XMLSchema#double"
-I = "http://www.w3.org/2001/XMLSchema#integer"
+INT = "http://www.w3.org/2001/XMLSchema#integer"
 B = "http://www.w3.org/2001/XMLSchema#boolean"
 SUBJECT = "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
 RESOURCE = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
@@ -102,14 +102,14 @@ def metres(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
 
 
 def vertices(flat: list[float]) -> list[tuple[float, float]]:
-    return list(zip(flat[0::2], flat[1::2]))
+    return list(zip(flat[0::2], flat[1::2], strict=True))
 
 
 def inside(lat: float, lon: float, flat: list[float]) -> bool:
     """Crossing number of a ray towards east over straight lat/lon edges."""
     pts = vertices(flat)
     crossings = 0
-    for (y1, x1), (y2, x2) in zip(pts, pts[1:] + pts[:1]):
+    for (y1, x1), (y2, x2) in zip(pts, pts[1:] + pts[:1], strict=True):
         if (y1 > lat) != (y2 > lat):
             x_at = x1 + (lat - y1) * (x2 - x1) / (y2 - y1)
             if lon < x_at:
@@ -121,7 +121,7 @@ def edge_gap(lat: float, lon: float, flat: list[float]) -> float:
     """Plane distance in degrees from (lat, lon) to the polygon's nearest edge."""
     pts = vertices(flat)
     best = math.inf
-    for (y1, x1), (y2, x2) in zip(pts, pts[1:] + pts[:1]):
+    for (y1, x1), (y2, x2) in zip(pts, pts[1:] + pts[:1], strict=True):
         dy, dx = y2 - y1, x2 - x1
         t = max(0.0, min(1.0, ((lat - y1) * dy + (lon - x1) * dx) / (dy * dy + dx * dx)))
         best = min(best, math.hypot(lat - (y1 + t * dy), lon - (x1 + t * dx)))
@@ -131,7 +131,7 @@ def edge_gap(lat: float, lon: float, flat: list[float]) -> float:
 # -- the data ---------------------------------------------------------------------------------
 
 def iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def epoch(text: str) -> float:
@@ -192,7 +192,7 @@ def anchors(records: list[dict], mmsi: int) -> list[tuple[float, float] | None]:
 def expected_rows(records: list[dict]) -> dict[str, list[dict]]:
     """The brute force: every row each consumer may see, in stream order."""
     out: dict[str, list[dict]] = {"mpa": [], "shipco": [], "captain": [], "mpa-ops": []}
-    for r, anchor in zip(records, anchors(records, CAPTAIN_SHIP)):
+    for r, anchor in zip(records, anchors(records, CAPTAIN_SHIP), strict=True):
         if inside(r["lat"], r["lon"], BOUNDS):
             out["mpa"].append(dict(r))
             if inside(r["lat"], r["lon"], INNER):
@@ -226,7 +226,7 @@ def near_a_boundary(records: list[dict]) -> list:
     geometry may differ in the last bits there): the data must have none, or a comparison
     would be luck."""
     bad = []
-    for r, anchor in zip(records, anchors(records, CAPTAIN_SHIP)):
+    for r, anchor in zip(records, anchors(records, CAPTAIN_SHIP), strict=True):
         if abs(metres(r["lat"], r["lon"], *PORT) - ROW2_RADIUS) < 1.0:
             bad.append(("row 2 circle", r))
         if anchor and abs(metres(r["lat"], r["lon"], *anchor) - ROW5_RADIUS) < 1.0:
@@ -354,11 +354,11 @@ HANDLES = [  # (subject, action, the consumer's own query, the request file's cl
     ("shipco", "read", None, ()),
     # row 4 leak: the request claims every ship for the company's list
     ("shipco-claims", "read", None,
-     claim_everywhere("ship-list", I, [244000000 + i for i in SHIPS])),
+     claim_everywhere("ship-list", INT, [244000000 + i for i in SHIPS])),
     ("captain", "read", None, ()),
     # row 5 leak: a wider circle in the captain's own query, and another ship claimed as his
     ("captain-wide", "read", {"filter": "DISTANCE_TO(lat, lon, mmsi, 244000007) <= 2000000"},
-     claim_everywhere("ship-mmsi", I, [244000012])),
+     claim_everywhere("ship-mmsi", INT, [244000012])),
 ]
 
 
@@ -379,7 +379,7 @@ def test_rows_1_2_4_5_match_a_brute_force_recomputation(table2):
                for r in records)  # ships cross the port's edge
     near = {r["mmsi"] for r in want["captain"]}
     assert any(r["mmsi"] in near and metres(r["lat"], r["lon"], *anchor) > ROW5_RADIUS
-               for r, anchor in zip(records, anchors(records, CAPTAIN_SHIP)) if anchor)
+               for r, anchor in zip(records, anchors(records, CAPTAIN_SHIP), strict=True) if anchor)
     assert any(metres(r["lat"], r["lon"], *PORT) > ROW2_RADIUS for r in records)
     assert len(near) > 3 and len(counts) >= 4
     readers = {}
@@ -451,17 +451,17 @@ def test_each_row_refuses_what_it_does_not_grant(table2):
     r = ask(base, "shipco", "read", {"filter": "mmsi = 244000002"})
     assert r.status_code == 422, r.text
     r = explain(base, "shipco-none", "read",
-                claims=claim_everywhere("ship-list", I, [244000002]))
+                claims=claim_everywhere("ship-list", INT, [244000002]))
     assert r.status_code == 200, r.text  # an empty list: the filter passes nothing
     assert r.json()["plan"]["filter"] == [] and "244000002" not in r.text, r.text
-    r = ask(base, "shipco-none", "read", claims=claim_everywhere("ship-list", I, [244000002]))
+    r = ask(base, "shipco-none", "read", claims=claim_everywhere("ship-list", INT, [244000002]))
     assert r.status_code == 422, r.text
     # row 5: hidden attributes, another anchor, no ship of one's own
     r = ask(base, "captain", "read", {"map": ["mmsi", "shipname"]})
     assert r.status_code == 403 and "shipname" in error(r), r.text
     r = ask(base, "captain", "read", {"filter": "DISTANCE_TO(lat, lon, mmsi, 244000001) <= 1"})
     assert r.status_code == 403 and "anchor" in error(r), r.text
-    r = ask(base, "captain-noship", "read", claims=claim_everywhere("ship-mmsi", I, [244000007]))
+    r = ask(base, "captain-noship", "read", claims=claim_everywhere("ship-mmsi", INT, [244000007]))
     assert r.status_code == 403 and "ship-mmsi" in error(r), r.text
     # row 6: the emergency view is a captain's, and only during an emergency
     r = ask(base, "shipco", "read-emergency")
@@ -503,7 +503,7 @@ def union_rows(anchor_records: list[dict], records: list[dict], keys: set[int]) 
     emergency (row 6: every attribute); both: every attribute; neither: nothing."""
     out = []
     seen = anchor_records + records
-    for r, anchor in list(zip(seen, anchors(seen, 244000002)))[len(anchor_records):]:
+    for r, anchor in list(zip(seen, anchors(seen, 244000002), strict=True))[len(anchor_records):]:
         row6 = r["mmsi"] in keys
         row5 = anchor is not None and metres(r["lat"], r["lon"], *anchor) <= ROW5_RADIUS
         if row6:

@@ -221,7 +221,7 @@ class Reader:
     final_at: float | None = None
     last_id: int | None = None
 
-    def start(self) -> "Reader":
+    def start(self) -> Reader:
         threading.Thread(target=self._run, daemon=True).start()
         return self
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ RULE = {"Content-Type": "application/vnd.xsg.rule+json"}
 JSON = {"Content-Type": "application/xacml+json"}
 ND = {"Content-Type": "application/x-ndjson"}
 SUBJECTS = ("dv-lta", "dv-other", "dv-third", "dv-fourth")
-T0 = datetime(2026, 3, 1, 6, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
 UPSTREAM = "urn:t:dv:lta"
 
 

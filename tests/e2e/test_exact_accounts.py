@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from tests.e2e.conftest import Reader, auth
-from tests.e2e.test_restart_and_sse import ND, S, XML, sensor_request
+from tests.e2e.test_restart_and_sse import ND, XML, S, sensor_request
 
 STREAM = "exact_accounts"
 POLICY_ID = f"urn:t:{STREAM}"

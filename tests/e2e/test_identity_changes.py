@@ -58,7 +58,7 @@ class MedicReader:
     status: int | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
-    def start(self) -> "MedicReader":
+    def start(self) -> MedicReader:
         threading.Thread(target=self._run, daemon=True).start()
         return self
 
@@ -163,7 +163,9 @@ def test_a_lowered_clearance_revokes_within_a_second_and_nothing_of_level_2_foll
         assert last["event"] == "revoked", last
         assert "identity changed (auth file)" in last["reason"]
         seconds = arrived - changed_at
-        print(f"\nclearance lowered in the auth file -> reader's `revoked`: {seconds * 1000:.0f} ms")
+        print(
+            f"\nclearance lowered in the auth file -> reader's `revoked`: {seconds * 1000:.0f} ms"
+        )
         assert seconds < 1.0, seconds
         # nothing ingested after the revocation reached the old reader
         late = [row["sid"] for row in reader.rows() if ingest.started_at[row["sid"]] > arrived]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
@@ -25,7 +25,7 @@ XML = {"Content-Type": "application/xacml+xml"}
 JSON = {"Content-Type": "application/xacml+json"}
 ND = {"Content-Type": "application/x-ndjson"}
 LEFT, RIGHT = "j_stations", "j_ships"
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 WITHIN = 5
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -38,7 +38,7 @@ RULE = {"Content-Type": "application/vnd.xsg.rule+json"}
 JSON = {"Content-Type": "application/xacml+json"}
 ND = {"Content-Type": "application/x-ndjson"}
 CLOCK, MARKS, FILES = "mt_clock", "mt_marks", "mt_files"
-T0 = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
 ISO = "%Y-%m-%dT%H:%M:%S.%fZ"
 ORDERED = ["v:firstval", "v:lastval", "v:count", "v:sum"]
 # the attacker's subjects (one query per stream and subject: one subject per handle here)
@@ -199,7 +199,7 @@ def test_rows_and_windows_of_a_stream_ordered_by_time_follow_the_masked_minute(s
         "times": {"window": {"type": "time", "size": 60, "step": 60,
                              "aggregates": ["v:firstval", "v:lastval", "v:count"]}},
     }
-    who = dict(zip(queries, SUBJECTS))
+    who = dict(zip(queries, SUBJECTS, strict=True))
     docs = {name: ask(base, who[name], FILES, q) for name, q in queries.items()}
     readers = {name: Reader(doc["handle"], who[name]).start() for name, doc in docs.items()}
     # two files alike once masked (minutes 0, 0, 1 and 2, 2, 3; v 1, 2, 3 in place order),
@@ -215,7 +215,7 @@ def test_rows_and_windows_of_a_stream_ordered_by_time_follow_the_masked_minute(s
         read_in(gateway.runtime, FILES, read)
     minute = [at(m) for m in (0, 0, 1, 2, 2, 3, 10)]
     assert readers["rows"].wait_rows(7) == [
-        {"ts": t, "v": v} for t, v in zip(minute, (1, 2, 3, 1, 2, 3, 0))]
+        {"ts": t, "v": v} for t, v in zip(minute, (1, 2, 3, 1, 2, 3, 0), strict=True)]
     assert readers["values"].wait_rows(7) == [{"v": v} for v in (1, 2, 3, 1, 2, 3, 0)]
     assert [(r["firstval_v"], r["lastval_v"]) for r in readers["tuples"].wait_rows(2)] == \
         [(1, 3), (1, 3)]

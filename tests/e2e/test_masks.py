@@ -27,7 +27,7 @@ import os
 import stat
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
 
@@ -40,7 +40,7 @@ from tests.pep.conftest import TOKENS
 RULE = "application/vnd.xsg.rule+json"
 JSON = {"Content-Type": "application/xacml+json"}
 ND = {"Content-Type": "application/x-ndjson"}
-T0 = datetime(2025, 6, 1, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2025, 6, 1, 10, 0, tzinfo=UTC)
 SUBJECTS = ("fleet-a", "fleet-b", "fleet-c", "fleet-d", "fleet-e", "fleet-x")
 MASKS = {"mmsi": "hash", "name": "prefix:3", "callsign": "suffix:2", "lat,lon": "grid:0.1",
          "speed": "round:5", "course": "bands:0,90,180,270", "code": "round:100", "ok": "null",
@@ -228,7 +228,7 @@ def expected(data: list[dict], join_rows: list[dict], key: bytes) -> dict:
     out["fleet-d"] = {(s, lat): (pytest.approx(sum(m["speed"] for m in ms)),
                                  max(m["course"] for m in ms), len(ms))
                       for (s, lat), ms in cells.items()
-                      if datetime.fromtimestamp(s + 120, timezone.utc) <= watermark}
+                      if datetime.fromtimestamp(s + 120, UTC) <= watermark}
     pairs = Counter()
     for r in allowed:
         m = masked(r, key)

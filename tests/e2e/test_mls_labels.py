@@ -10,7 +10,7 @@ import json
 import random
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -34,7 +34,7 @@ ANY = CLEAN + ["TS", "S:{army}", "TS:{nuclear,crypto,army}", "C:{army}"]
 
 
 def iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def records() -> list[dict]:
@@ -420,7 +420,7 @@ def test_a_low_readers_windows_are_the_same_whether_or_not_high_tuples_are_inges
         time.sleep(1.5)  # nothing more comes on either
         assert readers[QUIET].rows == readers[BUSY].rows == want
     finally:
-        for stream, reader in readers.items():
+        for reader in readers.values():
             requests.delete(reader.url, headers=auth("analyst-cn"), timeout=30)
         for stream in (QUIET, BUSY):
             requests.delete(f"{base}/policies/urn:t:mls-ni:{stream}", headers=auth("nea"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
@@ -26,9 +26,10 @@ XML = {"Content-Type": "application/xacml+xml"}
 
 def make_records(n: int, seed: int = 7) -> list[dict]:
     rnd = random.Random(seed)
-    t0 = datetime(2024, 5, 1, 8, 0, tzinfo=timezone.utc)
+    t0 = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
     return [{"samplingtime": (t0 + timedelta(minutes=i)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-             "temperature": round(rnd.uniform(24, 33), 2), "humidity": round(rnd.uniform(50, 95), 1),
+             "temperature": round(rnd.uniform(24, 33), 2),
+             "humidity": round(rnd.uniform(50, 95), 1),
              "solarradiation": round(rnd.uniform(0, 900), 1),
              "rainrate": round(rnd.choice([0, 0, 2.5, 4.9, 5.0]) if i % 3 == 0
                                else rnd.uniform(5.01, 80), 2),
@@ -71,7 +72,9 @@ def test_weather_scenario_end_to_end(gateway):
                       data=(POLICIES / "weather" / "nea-weather-policy.xml").read_bytes())
     assert r.status_code == 201, r.text
     # LTA sees the stream and asks for it
-    names = [s["name"] for s in requests.get(f"{base}/streams", headers=auth("lta")).json()["streams"]]
+    names = [
+        s["name"] for s in requests.get(f"{base}/streams", headers=auth("lta")).json()["streams"]
+    ]
     assert "weather" in names
     lta_request = (POLICIES / "weather" / "lta-request.xml").read_bytes()
     r = requests.post(f"{base}/requests", headers=auth("lta", **XML), data=lta_request, timeout=60)
@@ -116,7 +119,7 @@ def test_weather_scenario_end_to_end(gateway):
     assert len(expected) >= 15
     got = reader.wait_rows(len(expected))
     assert len(got) == len(expected), (len(got), len(expected), reader.lines[-3:])
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         assert set(g) == set(e), g
         assert g["window_start"] == e["window_start"] and g["window_end"] == e["window_end"]
         assert as_time(g["lastval_samplingtime"]) == as_time(e["lastval_samplingtime"])

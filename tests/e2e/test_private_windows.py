@@ -18,7 +18,7 @@ import json
 import requests
 
 from tests.e2e.conftest import Reader, auth
-from tests.e2e.test_restart_and_sse import ND, S, XML, sensor_request
+from tests.e2e.test_restart_and_sse import ND, XML, S, sensor_request
 
 INTEGER = "http://www.w3.org/2001/XMLSchema#integer"
 STREAM = "dp_weather"
@@ -115,16 +115,16 @@ def test_private_windows_over_http(gateway):
         assert (len(s3), len(s4), len(s5)) == (20, 19, 19)
         exact3 = [sum(values[2 * k:2 * k + 3]) for k in range(20)]
         assert all(w["window_start"] == 2 * k for k, w in enumerate(s3))
-        assert not any(w["sum_rainrate"] == e for w, e in zip(s3, exact3))  # all noisy
+        assert not any(w["sum_rainrate"] == e for w, e in zip(s3, exact3, strict=True))  # all noisy
         recovered, truth = [], []
         for k in range(19):
             recovered.append(s4[k]["sum_rainrate"] - s3[k]["sum_rainrate"])  # a[2k+3]
             truth.append(values[2 * k + 3])
             recovered.append(s5[k]["sum_rainrate"] - s4[k]["sum_rainrate"])  # a[2k+4]
             truth.append(values[2 * k + 4])
-        close = sum(abs(r_ - t) < 0.5 for r_, t in zip(recovered, truth))
+        close = sum(abs(r_ - t) < 0.5 for r_, t in zip(recovered, truth, strict=True))
         assert close <= 6, (close, recovered, truth)  # expected under 0.5; exact: all 38
-        assert sum(abs(r_ - t) for r_, t in zip(recovered, truth)) / len(truth) > 5
+        assert sum(abs(r_ - t) for r_, t in zip(recovered, truth, strict=True)) / len(truth) > 5
 
         # the budget: lta spent 20 x 0.5 = 10 of 12; four more windows, then the end
         ingest(base, [5.0] * 20, 1_714_550_500.0)

@@ -37,9 +37,9 @@ class _LateApp:
 def stack(spark, tmp_path):
     from pep.invalidation.hub import InvalidationHub
     from pep.runtime.runtime import StreamRuntime
-    from server.serving import HttpServer
     from proxy.app import ProxyConfig, create_app, runtime_of
     from proxy.feed import wait_live
+    from server.serving import HttpServer
     from tests.pep.conftest import build_gateway
 
     token, secret = secrets.token_urlsafe(24), secrets.token_urlsafe(24)

@@ -1,4 +1,6 @@
-"""Handles survive a gateway restart; SSE is streamed as it happens (the real HTTP server, real Spark)."""
+"""Handles survive a gateway restart; SSE is streamed as it happens (the real HTTP server, real
+Spark)."""
+
 from __future__ import annotations
 
 import json
@@ -28,12 +30,14 @@ def sensor_policy(stream: str, policy_id: str) -> bytes:
       <Rule RuleId="lta" Effect="Permit"><Target><AnyOf><AllOf>
         <Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
           <AttributeValue DataType="{S}">lta</AttributeValue>
-          <AttributeDesignator Category="urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
+          <AttributeDesignator
+            Category="urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
             AttributeId="urn:oasis:names:tc:xacml:1.0:subject:subject-id" DataType="{S}"
             MustBePresent="false"/></Match></AllOf></AnyOf></Target>
         <ObligationExpressions>
           <ObligationExpression ObligationId="exacml:obligation:stream-filter" FulfillOn="Permit">
-            <AttributeAssignmentExpression AttributeId="exacml:obligation:stream-filter-condition-id">
+            <AttributeAssignmentExpression
+              AttributeId="exacml:obligation:stream-filter-condition-id">
               <AttributeValue DataType="{S}">value &gt; 0</AttributeValue>
             </AttributeAssignmentExpression></ObligationExpression>
           <ObligationExpression ObligationId="exacml:obligation:stream-map" FulfillOn="Permit">

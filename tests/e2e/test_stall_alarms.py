@@ -48,8 +48,8 @@ REQUEST = f"""<Request xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
 
 @pytest.fixture(scope="module")
 def quick_stalls(spark, tmp_path_factory):
-    from server.serving import HttpServer
     from pep.runtime.runtime import RuntimeSettings, StreamRuntime
+    from server.serving import HttpServer
 
     data_dir = tmp_path_factory.mktemp("stall-gateway")
     runtime = StreamRuntime(spark, data_dir / "runtime", settings=RuntimeSettings(
@@ -126,7 +126,7 @@ def test_an_append_after_an_idle_stream_is_no_stall_and_a_real_stall_still_is(qu
             time.sleep(STALL * 1.5)
             assert gw.runtime.health()[STREAM]["state"] == "idle"
             append(base, float(n))
-            seen = watch(gw, lambda: len(reader.rows()) >= n, 60)
+            seen = watch(gw, lambda n=n: len(reader.rows()) >= n, 60)
             states |= seen[0]
             statuses |= seen[1]
             assert [row["v"] for row in reader.rows()] == [float(v) for v in range(1, n + 1)]

@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from tests.e2e.conftest import Reader, auth
-from tests.e2e.test_restart_and_sse import S, XML, ND, sensor_request
+from tests.e2e.test_restart_and_sse import ND, XML, S, sensor_request
 
 
 def window_policy(stream: str) -> bytes:

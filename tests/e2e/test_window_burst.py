@@ -12,7 +12,7 @@ import json
 import requests
 
 from tests.e2e.conftest import Reader, auth
-from tests.e2e.test_restart_and_sse import ND, S, XML, sensor_request
+from tests.e2e.test_restart_and_sse import ND, XML, S, sensor_request
 
 INTEGER = "http://www.w3.org/2001/XMLSchema#integer"
 

@@ -106,7 +106,7 @@ def time_windows(times: list[float], values: list[float], size: int, step: int,
                  functions: list[str]) -> list[dict]:
     top = max(times)
     by_window: dict[int, list[float]] = {}
-    for t, v in zip(times, values):
+    for t, v in zip(times, values, strict=True):
         for k in range(math.floor((t - size) / step) + 1, math.floor(t / step) + 1):
             by_window.setdefault(k, []).append(v)
     out = []
@@ -178,7 +178,7 @@ def test_every_window_arrives_well_past_the_old_stall(gateway, monkeypatch):
             assert reader.error is None, (who, reader.error)
             assert [e for e in reader.events if e.get("event") == "gap"] == [], who
             assert len(reader.rows) == len(want), (who, len(reader.rows), len(want))
-            for got, exp in zip(reader.rows, want):
+            for got, exp in zip(reader.rows, want, strict=True):
                 if who == "nea":  # time windows' bounds are ISO text
                     got = {**got, "window_start": _epoch(got["window_start"])}
                 for key, v in exp.items():

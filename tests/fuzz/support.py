@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings, strategies as st
 from lxml import etree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -565,7 +564,7 @@ def _xacml_message(response) -> tuple[str, str] | None:
         return None
     root = etree.fromstring(response.data)
     ns = {"x": "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"}
-    if root.tag != "{%s}Response" % ns["x"]:
+    if root.tag != f"{{{ns['x']}}}Response":
         return None
     decision = root.findtext("x:Result/x:Decision", namespaces=ns) or ""
     message = root.findtext("x:Result/x:Status/x:StatusMessage", namespaces=ns) or ""

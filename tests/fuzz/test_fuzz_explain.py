@@ -2,12 +2,22 @@
 that is explained renders its SQL text, whatever literals its conditions hold."""
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from tests.fuzz.support import (FUZZ, LTA_REQUEST_JSON, LTA_REQUEST_XML, ODD_BODIES, check,
-                                content_type, headers, mostly, mutated, one_of, xacml_json_request,
-                                xacml_xml_request)
+from tests.fuzz.support import (
+    FUZZ,
+    LTA_REQUEST_JSON,
+    LTA_REQUEST_XML,
+    ODD_BODIES,
+    check,
+    content_type,
+    headers,
+    mostly,
+    mutated,
+    one_of,
+    xacml_json_request,
+    xacml_xml_request,
+)
 from tests.pep.conftest import auth_header
 
 requests = mostly(

@@ -1,12 +1,22 @@
 """POST /pdp: any body, any Content-Type and Accept -> below 500, refusals say what and where."""
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from tests.fuzz.support import (FUZZ_MORE, LTA_REQUEST_JSON, LTA_REQUEST_XML, ODD_BODIES, check,
-                                content_type, headers, mostly, mutated, one_of, xacml_json_request,
-                                xacml_xml_request)
+from tests.fuzz.support import (
+    FUZZ_MORE,
+    LTA_REQUEST_JSON,
+    LTA_REQUEST_XML,
+    ODD_BODIES,
+    check,
+    content_type,
+    headers,
+    mostly,
+    mutated,
+    one_of,
+    xacml_json_request,
+    xacml_xml_request,
+)
 from tests.pep.conftest import auth_header
 
 ACCEPTS = (None, "*/*", "application/xacml+json", "application/xacml+xml", "application/json",

@@ -4,13 +4,31 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from tests.fuzz.support import (DATATYPES, FUZZ, FUZZ_MORE, LTA_REQUEST_XML, NEA_POLICY,
-                                NEA_POLICY_ID, ODD_BODIES, STREAMS, XS, check, conditions,
-                                content_type, headers, hostile_slot, mostly, mutated, nasty_text,
-                                number_token, one_of, to_bytes, xml_escape)
+from tests.fuzz.support import (
+    DATATYPES,
+    FUZZ,
+    FUZZ_MORE,
+    LTA_REQUEST_XML,
+    NEA_POLICY,
+    NEA_POLICY_ID,
+    ODD_BODIES,
+    STREAMS,
+    XS,
+    check,
+    conditions,
+    content_type,
+    headers,
+    hostile_slot,
+    mostly,
+    mutated,
+    nasty_text,
+    number_token,
+    one_of,
+    to_bytes,
+    xml_escape,
+)
 from tests.pep.conftest import auth_header
 
 FILTER = b"rainrate &gt; 5"

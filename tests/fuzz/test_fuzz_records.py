@@ -4,12 +4,26 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from tests.fuzz.support import (FUZZ_MORE, ODD_BODIES, TIMESTAMP_EDGES, TIMESTAMP_TEXTS, check,
-                                dump, headers, json_scalar, mostly, mutated, nasty_text,
-                                number_token, one_in, one_of, Raw, to_bytes)
+from tests.fuzz.support import (
+    FUZZ_MORE,
+    ODD_BODIES,
+    TIMESTAMP_EDGES,
+    TIMESTAMP_TEXTS,
+    Raw,
+    check,
+    dump,
+    headers,
+    json_scalar,
+    mostly,
+    mutated,
+    nasty_text,
+    number_token,
+    one_in,
+    one_of,
+    to_bytes,
+)
 from tests.pep.conftest import auth_header
 
 WEATHER_RECORD = {"samplingtime": "2024-01-01T00:00:00Z", "temperature": 25.5, "humidity": 80.0,

@@ -3,13 +3,28 @@ anything -> below 500. A request that opens a handle releases it again, so that 
 example is not refused as a second window."""
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from tests.fuzz.support import (FUZZ, FUZZ_MORE, LTA_REQUEST_JSON, LTA_REQUEST_XML, ODD_BODIES,
-                                check, content_type, dump, headers, hostile_slot, json_user_query,
-                                mostly, mutated, one_of, to_bytes, xacml_json_request,
-                                xacml_xml_request, xml_user_query)
+from tests.fuzz.support import (
+    FUZZ,
+    FUZZ_MORE,
+    LTA_REQUEST_JSON,
+    LTA_REQUEST_XML,
+    ODD_BODIES,
+    check,
+    content_type,
+    dump,
+    headers,
+    hostile_slot,
+    json_user_query,
+    mostly,
+    mutated,
+    one_of,
+    to_bytes,
+    xacml_json_request,
+    xacml_xml_request,
+    xml_user_query,
+)
 from tests.pep.conftest import auth_header
 
 plain = mostly(

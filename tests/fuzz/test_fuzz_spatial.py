@@ -10,8 +10,7 @@ import time
 from xml.sax.saxutils import escape
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from tests.fuzz.support import FUZZ, check, mostly, one_in, one_of
 from tests.pep.conftest import RecordingRuntime, auth_header, build_gateway

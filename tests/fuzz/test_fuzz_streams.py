@@ -1,12 +1,25 @@
 """POST /streams (registration JSON): any body and Content-Type -> below 500."""
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from tests.fuzz.support import (FUZZ_MORE, ODD_BODIES, check, content_type, dump, headers,
-                                hostile_slot, json_scalar, mostly, mutated, nasty_text,
-                                number_token, one_of, Raw, to_bytes)
+from tests.fuzz.support import (
+    FUZZ_MORE,
+    ODD_BODIES,
+    Raw,
+    check,
+    content_type,
+    dump,
+    headers,
+    hostile_slot,
+    json_scalar,
+    mostly,
+    mutated,
+    nasty_text,
+    number_token,
+    one_of,
+    to_bytes,
+)
 from tests.pep.conftest import auth_header
 
 field_types = mostly(st.sampled_from(["double", "long", "string", "boolean", "timestamp"]),

@@ -104,8 +104,12 @@ class KafkaBroker:
 
     def add_scram_user(self, username: str, password: str, timeout: float = 30.0) -> None:
         """Create (or change) a SCRAM-SHA-512 user, through the administrators' listener."""
-        from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
-                                           UserScramCredentialUpsertion)
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         upsert = UserScramCredentialUpsertion(
@@ -130,7 +134,7 @@ class KafkaBroker:
                 f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
                 "-cp", f"{self.jars}/*", main, *args]
 
-    def start(self, timeout: float = 90.0) -> "KafkaBroker":
+    def start(self, timeout: float = 90.0) -> KafkaBroker:
         """Format a fresh log directory and start the broker; returns once it answers metadata
         requests (or BrokerUnavailable after `timeout` seconds, with the log's tail)."""
         self.jars = self.jars or broker_jars()

@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import pytest
 

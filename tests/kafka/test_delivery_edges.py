@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.test_cluster import ND, XML, Process, auth, free_port, records, register
+from tests.e2e.test_cluster import ND, XML, Process, auth, records, register
 from tests.e2e.test_restart_and_sse import sensor_request
 from tests.pep.conftest import write_auth
 
@@ -101,7 +101,7 @@ class Reader:
     last_id: int | None = None
     serving: str | None = None
 
-    def start(self) -> "Reader":
+    def start(self) -> Reader:
         threading.Thread(target=self._run, daemon=True).start()
         return self
 

@@ -16,8 +16,14 @@ from pep.edge.reader import TopicReader
 def allow(broker, principal: str, grants: list[tuple[str, str, str, str]]) -> None:
     """ALLOW ACLs (resource type, name, pattern, operation) through the administrators'
     listener."""
-    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
-                                       ResourcePatternType, ResourceType)
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     bindings = [AclBinding(ResourceType[kind], name, ResourcePatternType[pattern], principal, "*",
                            AclOperation[op], AclPermissionType.ALLOW)

@@ -10,7 +10,6 @@ from pep.core.plan import Aggregate, ExecutionPlan, Predicate, WindowSpec
 from pep.delivery.settings import DeliverySettings
 from pep.ports import TopicTarget
 from tests.kafka.test_kafka_runtime import kafka_stream, rec
-from tests.pep.runtime.support import wait_until
 
 
 def topic_records(broker, topic: str, want: int, timeout: float = 90.0) -> list[tuple[str, dict]]:
@@ -46,7 +45,7 @@ def test_row_plans_and_windows_are_written_to_their_plan_topics(spark, tmp_path,
     rt = StreamRuntime(spark, tmp_path / "work", settings=RuntimeSettings(
         trigger_interval=0.25, delivery=settings))
     try:
-        open_ = lambda: True  # noqa: E731
+        open_ = lambda: True  # noqa: E731 - a callback that always answers True
         rt.attach_handle("a", stream, ExecutionPlan(stream.name, ((Predicate("v", ">", 0.0),),),
                                                     ("station", "v")),
                          TopicTarget(rows_topic, open_))

@@ -12,10 +12,12 @@ import requests
 
 from tests.e2e.conftest import Reader, auth
 from tests.e2e.test_restart_and_sse import sensor_request
+from tests.kafka import test_kafka_gateway
 from tests.kafka.broker import free_port
 from tests.kafka.conftest import SteadyProducer, kafka_source
-from tests.kafka.test_kafka_gateway import kgateway, register  # noqa: F401 - the fixture
+from tests.kafka.test_kafka_gateway import register
 
+kgateway = test_kafka_gateway.kgateway  # its gateway fixture, shared under its name
 XML = {"Content-Type": "application/xacml+xml"}
 S = "http://www.w3.org/2001/XMLSchema#string"
 

@@ -7,7 +7,6 @@ policy would have let through."""
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import replace
 
 from pep.core.plan import ExecutionPlan, Predicate, UnionPlan, with_start_offsets

@@ -6,8 +6,17 @@ import time
 
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
-                           SpatialPredicate, StreamDefinition, StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    SpatialPredicate,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from tests.pep.runtime.support import Collector, wait_until
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("station", "string"),

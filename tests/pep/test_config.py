@@ -7,8 +7,14 @@ from pathlib import Path
 import pytest
 
 from common.oidc import OidcSettings
-from pep.config import (SERVE_DEFAULTS, ConfigError, GatewayConfig, load_settings,
-                        read_config_file, settings)
+from pep.config import (
+    SERVE_DEFAULTS,
+    ConfigError,
+    GatewayConfig,
+    load_settings,
+    read_config_file,
+    settings,
+)
 from pep.config.validation import KINDS as _KINDS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -160,10 +166,11 @@ def test_a_config_built_in_code_is_checked_too():
 def test_spark_conf_merges_key_by_key_and_the_ui_setting(tmp_path):
     file = toml(tmp_path, '[spark]\n"spark.driver.memory" = "1g"\nsql.shuffle.partitions = 4\n'
                           'spark.ui.port = 4050\n"spark.eventLog.enabled" = true\n')
-    config = load_settings({"spark_conf": ["spark.driver.memory=3g", "spark.a.b=x=y"],
-                            "spark_ui": True},
-                           {"XSG_SPARK_CONF": '{"spark.driver.memory": "2g", "spark.ui.port": 4060}'},
-                           file)
+    config = load_settings(
+        {"spark_conf": ["spark.driver.memory=3g", "spark.a.b=x=y"], "spark_ui": True},
+        {"XSG_SPARK_CONF": '{"spark.driver.memory": "2g", "spark.ui.port": 4060}'},
+        file,
+    )
     assert config.spark_conf == {"spark.driver.memory": "3g", "spark.sql.shuffle.partitions": "4",
                                  "spark.ui.port": "4060", "spark.eventLog.enabled": "true",
                                  "spark.a.b": "x=y"}

@@ -7,8 +7,7 @@ import pytest
 from urllib3 import encode_multipart_formdata
 
 from proxy.app import _multipart
-from proxy.canonical import (NotCacheable, cache_key, canonical_query, canonical_request,
-                             subject_key)
+from proxy.canonical import NotCacheable, cache_key, canonical_query, canonical_request, subject_key
 
 SALT = b"s" * 32
 XML_CT = "application/xacml+xml"

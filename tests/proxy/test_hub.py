@@ -8,9 +8,16 @@ import time
 import pytest
 from flask import Flask, jsonify, request
 
-from common.invalidation import (FEED_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER,
-                                       InvalidationEvent, InvalidEventError, parse_event_id, sign,
-                                       verify)
+from common.invalidation import (
+    FEED_PATH,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    InvalidationEvent,
+    InvalidEventError,
+    parse_event_id,
+    sign,
+    verify,
+)
 from pdp.events import PolicyChange, PolicyEvents
 from pep.http.invalidation import install_invalidation
 from pep.invalidation.hub import InvalidationHub
@@ -213,7 +220,7 @@ def test_sse_feed_says_hello_streams_and_resumes(feed_app):
     threading.Timer(0.15, lambda: hub.publish("handle-released", ["b"])).start()
     hello, live = read_blocks(resp, 2)
     resp.close()
-    assert "event: hello" in hello and f'"last_id": 1' in hello and '"resumed": false' in hello
+    assert "event: hello" in hello and '"last_id": 1' in hello and '"resumed": false' in hello
     assert f"id: {hub.epoch}.2" in live and '"handle_ids":["b"]' in live
     # Resume after event 1: event 2 is replayed after the hello.
     resp = client.get(FEED_PATH, headers={**auth, "Last-Event-ID": f"{hub.epoch}.1"},

@@ -9,19 +9,28 @@ from __future__ import annotations
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from werkzeug.test import Client
 
 pytest.importorskip("schemathesis")
 
-import schemathesis  # noqa: E402
+import schemathesis
 
-from common.invalidation import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign  # noqa: E402
-from tests.pep.http.no500 import (BODIES, error_body_problem,  # noqa: E402,F401
-                                  hypothesis_as_found, no500_gateway, report, run_schema, seed,
-                                  send)
+from common.invalidation import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from tests.pep.http import no500
+from tests.pep.http.no500 import (
+    BODIES,
+    error_body_problem,
+    report,
+    run_schema,
+    seed,
+    send,
+)
 
+# no500's fixtures, under their names for pytest: the gateway, and Hypothesis restored after
+# these tests (autouse)
+no500_gateway = no500.no500_gateway
+hypothesis_as_found = no500.hypothesis_as_found
 pytestmark = pytest.mark.timeout(240)
 
 PROXY_EXAMPLES = 5
@@ -35,8 +44,8 @@ def gateway(no500_gateway):
 
 @pytest.fixture(scope="module")
 def proxied(gateway):
-    from server.serving import HttpServer
     from proxy.app import ProxyConfig, create_app, runtime_of
+    from server.serving import HttpServer
 
     # the gateway behind the proxy on its own server, as in production
     server = HttpServer(gateway.app, host="127.0.0.1", port=0, name="no500-gateway")

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import pytest
 import requests
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from common.invalidation import InvalidationEvent, InvalidEventError
 from pdp.events import PolicyChange, PolicyEvents

@@ -110,7 +110,7 @@ class Wire:
         self.sock.settimeout(timeout)
         try:
             return self.sock.recv(1) == b""
-        except socket.timeout:
+        except TimeoutError:
             return False
         except ConnectionResetError:
             return True
@@ -496,7 +496,7 @@ def test_a_stream_pulls_only_what_the_connection_can_take():
                 if not more:
                     break
                 data += more
-        except (socket.timeout, ConnectionResetError):
+        except (TimeoutError, ConnectionResetError):
             pass
         assert body.closed.wait(3)
         assert data.count(b"z") < 1024 * 1024  # the transport's and the socket's buffers
@@ -546,7 +546,7 @@ def self_signed(tmp_path) -> tuple[str, str]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=1))

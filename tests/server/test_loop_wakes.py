@@ -45,8 +45,8 @@ def test_a_stream_woken_again_before_its_turn_is_woken_once() -> None:
 
 
 def test_a_final_event_is_woken_ahead_of_the_streams_queued_before_it() -> None:
-    from pep.handles.buffer import HandleBuffer
     from pep.core.rows import RowBatch
+    from pep.handles.buffer import HandleBuffer
     from server.streaming import WakeCallback
 
     n = 3 * FLUSH_CHUNK

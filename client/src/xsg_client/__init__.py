@@ -15,9 +15,16 @@ from xsg_client._core import Grant, HandleInfo, HandleRef, ReadToken, handle_ref
 from xsg_client.access import AccessRequest
 from xsg_client.aio import AsyncClient, AsyncHandleStream
 from xsg_client.client import Client, HandleStream
-from xsg_client.errors import (BadHandle, ConnectionLost, HandleEnded, HTTPError, SchemaError,
-                               Unreachable, XsgError)
-from xsg_client.events import (Disconnected, End, Event, Gap, Notice, Reconnected, Row)
+from xsg_client.errors import (
+                               BadHandle,
+                               ConnectionLost,
+                               HandleEnded,
+                               HTTPError,
+                               SchemaError,
+                               Unreachable,
+                               XsgError,
+)
+from xsg_client.events import Disconnected, End, Event, Gap, Notice, Reconnected, Row
 from xsg_client.schema import Column, HandleSchema, format_timestamp, parse_timestamp
 
 __version__ = "0.1.0"

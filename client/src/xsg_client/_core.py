@@ -21,14 +21,20 @@ import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
-from xsg_client.errors import (BadHandle, ConnectionLost, HTTPError, Unreachable, XsgError,
-                               error_message, short_id)
-from xsg_client.events import (Disconnected, End, Event, Gap, Notice, Reconnected, Row,
-                               parse_event)
+from xsg_client.errors import (
+    BadHandle,
+    ConnectionLost,
+    HTTPError,
+    Unreachable,
+    XsgError,
+    error_message,
+    short_id,
+)
+from xsg_client.events import Disconnected, End, Event, Gap, Notice, Reconnected, Row, parse_event
 from xsg_client.schema import HandleSchema, parse_timestamp
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -39,7 +45,7 @@ _HANDLE_PATH = re.compile(r"(?P<prefix>.*)/handles/(?P<id>[A-Za-z0-9_-]{1,200})/
 TRANSIENT = (429, 502, 503, 504)  # statuses a reader waits out and asks again
 FIRST_DELAY, MAX_DELAY = 0.2, 5.0
 _fromisoformat = datetime.fromisoformat  # the gateway's timestamps end in Z: UTC at once
-_UTC = timezone.utc  # seconds between attempts to reconnect: doubled, capped
+_UTC = UTC  # seconds between attempts to reconnect: doubled, capped
 
 
 # -- logs ------------------------------------------------------------------------------------------
@@ -71,7 +77,7 @@ def redact_http_logs() -> None:
         logger.addFilter(RedactHandles())
 
 
-# -- settings ----------------------------------------------------------------------------------------
+# -- settings --------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Settings:
@@ -89,7 +95,7 @@ class Settings:
 
     @classmethod
     def make(cls, url: str | None, token: str | None, ca_file: str | None, timeout: float,
-             read_timeout: float) -> "Settings":
+             read_timeout: float) -> Settings:
         base = (url or os.environ.get("XSG_URL") or DEFAULT_URL).rstrip("/")
         parts = urlsplit(base)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -126,7 +132,7 @@ class Settings:
             raise XsgError(f"{what} needs a bearer token: pass token= or set XSG_TOKEN")
 
 
-# -- handles -----------------------------------------------------------------------------------------
+# -- handles ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class HandleRef:
@@ -146,7 +152,7 @@ class HandleRef:
         return (self.url if self.read_token is None
                 else f"{self.url}?{READ_TOKEN_PARAMETER}={quote(self.read_token, safe='')}")
 
-    def with_read_token(self, token: str | None) -> "HandleRef":
+    def with_read_token(self, token: str | None) -> HandleRef:
         return HandleRef(self.url, self.id, token)
 
 
@@ -156,7 +162,7 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
 
 
-def handle_ref(handle: "str | HandleRef | Any", base_url: str) -> HandleRef:
+def handle_ref(handle: str | HandleRef | Any, base_url: str) -> HandleRef:
     """A handle given as its URL (what `POST /requests` answered, or a read URL with
     `?read_token=`), as its id (on the gateway at `base_url`), or as a `Grant` or `HandleInfo`
     (which the gateway at `base_url` answered: its id there, whatever public URL the gateway
@@ -203,7 +209,7 @@ def _shown(text: str) -> str:
     return text[:120]
 
 
-# -- answers ------------------------------------------------------------------------------------------
+# -- answers ---------------------------------------------------------------------------------------
 
 def failure(method: str, what: str, status: int, text: str, reason: str) -> HTTPError:
     message, body = error_message(text, reason)
@@ -242,7 +248,7 @@ class Grant:
     raw: dict[str, Any]
 
     @classmethod
-    def from_json(cls, body: Mapping[str, Any]) -> "Grant":
+    def from_json(cls, body: Mapping[str, Any]) -> Grant:
         return cls(handle=str(body["handle"]), id=str(body["id"]), stream=str(body["stream"]),
                    streams=tuple(body.get("streams") or (body["stream"],)),
                    new=bool(body.get("new", True)),
@@ -269,7 +275,7 @@ class HandleInfo:
     policy_ids: tuple[str, ...]
 
     @classmethod
-    def from_json(cls, body: Mapping[str, Any]) -> "HandleInfo":
+    def from_json(cls, body: Mapping[str, Any]) -> HandleInfo:
         return cls(handle=str(body["handle"]), id=str(body["id"]), stream=str(body["stream"]),
                    streams=tuple(body.get("streams") or (body["stream"],)),
                    state=str(body["state"]), reason=body.get("reason"),
@@ -293,7 +299,7 @@ class ReadToken:
     expires_in: int
 
 
-# -- reading a stream --------------------------------------------------------------------------------
+# -- reading a stream ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ReadOptions:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from xsg_client.errors import XsgError
 
@@ -24,7 +24,7 @@ XML = "application/xacml+xml"
 JSON = "application/xacml+json"
 
 # A user query: its JSON form as an object, or its text (XML or JSON), as str or bytes.
-Query = Union[Mapping[str, Any], str, bytes]
+Query = Mapping[str, Any] | str | bytes
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class AccessRequest:
 
     @classmethod
     def for_stream(cls, stream: str, action: str = "read", subject: str | None = None,
-                   query: Query | None = None) -> "AccessRequest":
+                   query: Query | None = None) -> AccessRequest:
         """A request to `action` (`read`, `subscribe`, ...) the stream `stream`, with the
         consumer's own `query` (optional)."""
         if not isinstance(stream, str) or not stream:
@@ -54,7 +54,7 @@ class AccessRequest:
         return cls(body, JSON).with_query(query)
 
     @classmethod
-    def from_file(cls, path: str | Path, query: Query | None = None) -> "AccessRequest":
+    def from_file(cls, path: str | Path, query: Query | None = None) -> AccessRequest:
         """A request file sent as it is: XML or JSON, told by its first character."""
         try:
             body = Path(path).read_bytes()
@@ -65,7 +65,7 @@ class AccessRequest:
             raise XsgError(f"{path} is neither XML nor JSON (it must start with '<' or '{{')")
         return cls(body, media).with_query(query)
 
-    def with_query(self, query: Query | None) -> "AccessRequest":
+    def with_query(self, query: Query | None) -> AccessRequest:
         """This request with the consumer's own query beside it (None: none)."""
         if query is None:
             return AccessRequest(self.body, self.media_type)

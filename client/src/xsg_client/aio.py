@@ -17,15 +17,26 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
 
-from xsg_client._core import (HandleInfo, HandleRef, Grant, ReadOptions, ReadState, ReadToken,
-                              RetryLater, Settings, failure, handle_ref, json_object,
-                              redact_http_logs,
-                              transport_cause)
+from xsg_client._core import (
+    Grant,
+    HandleInfo,
+    HandleRef,
+    ReadOptions,
+    ReadState,
+    ReadToken,
+    RetryLater,
+    Settings,
+    failure,
+    handle_ref,
+    json_object,
+    redact_http_logs,
+    transport_cause,
+)
 from xsg_client.access import AccessRequest, Query
 from xsg_client.client import USER_AGENT, HandleLike
 from xsg_client.errors import HTTPError, Unreachable
@@ -57,7 +68,7 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -143,7 +154,7 @@ class AsyncClient:
                    schema: HandleSchema | None = None, types: Mapping[str, str] | None = None,
                    resume_after_shutdown: bool = True,
                    reconnect_timeout: float | None = 300.0,
-                   idle_timeout: float | None = None) -> "AsyncHandleStream":
+                   idle_timeout: float | None = None) -> AsyncHandleStream:
         """See `Client.open`."""
         ref = self.ref(handle)
         if ref.read_token is None:
@@ -296,19 +307,19 @@ class AsyncHandleStream:
             try:
                 await asyncio.wait_for(self._stop.wait(), disconnected.retry_in)
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def batches(self, max_rows: int = 10_000, max_wait: float = 1.0,
                       id_column: str | None = None,
                       on_event: Callable[[Event], None] | None = None
-                      ) -> AsyncIterator["pyarrow.RecordBatch"]:
+                      ) -> AsyncIterator[pyarrow.RecordBatch]:
         """See `HandleStream.batches`: the stream is read by a task of its own meanwhile."""
         from xsg_client.batches import to_record_batch
 
         if max_rows < 1 or max_wait < 0:
             raise ValueError("max_rows must be at least 1 and max_wait at least 0")
-        items: asyncio.Queue[Union[Event, _Done]] = asyncio.Queue(50_000)
+        items: asyncio.Queue[Event | _Done] = asyncio.Queue(50_000)
         task = asyncio.ensure_future(_pump(self.events(), items))
         rows: list[dict[str, Any]] = []
         ids: list[int] = []
@@ -318,7 +329,7 @@ class AsyncHandleStream:
                 wait = None if not rows else max(0.0, first_at + max_wait - time.monotonic())
                 try:
                     item = await asyncio.wait_for(items.get(), wait)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     item = None
                 done = False
                 if isinstance(item, _Done):
@@ -344,7 +355,7 @@ class AsyncHandleStream:
     async def frames(self, max_rows: int = 10_000, max_wait: float = 1.0,
                      id_column: str | None = None,
                      on_event: Callable[[Event], None] | None = None
-                     ) -> AsyncIterator["pandas.DataFrame"]:
+                     ) -> AsyncIterator[pandas.DataFrame]:
         """See `HandleStream.frames`."""
         from xsg_client.batches import to_pandas
 
@@ -359,7 +370,7 @@ class _Done:
         self.error = error
 
 
-async def _pump(events: AsyncIterator[Event], items: "asyncio.Queue[Union[Event, _Done]]"
+async def _pump(events: AsyncIterator[Event], items: asyncio.Queue[Event | _Done]
                 ) -> None:
     error: BaseException | None = None
     try:

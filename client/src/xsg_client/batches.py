@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import pyarrow
 
 
-def arrow_type(kind: str) -> "pyarrow.DataType | None":
+def arrow_type(kind: str) -> pyarrow.DataType | None:
     """The Arrow type of a column type (None for `json`: inferred from the values)."""
     import pyarrow as pa
 
@@ -32,7 +32,7 @@ def arrow_type(kind: str) -> "pyarrow.DataType | None":
 
 def to_record_batch(rows: Sequence[dict[str, Any]], schema: HandleSchema,
                     ids: Sequence[int] | None = None,
-                    id_column: str | None = None) -> "pyarrow.RecordBatch":
+                    id_column: str | None = None) -> pyarrow.RecordBatch:
     """`rows` (typed dicts, as a handle stream gives them) as one record batch, the columns in
     the schema's order; `id_column` (with `ids`): the rows' event ids first, as int64."""
     import pyarrow as pa
@@ -64,7 +64,7 @@ def to_record_batch(rows: Sequence[dict[str, Any]], schema: HandleSchema,
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _inferred(values: list[Any]) -> "pyarrow.Array":
+def _inferred(values: list[Any]) -> pyarrow.Array:
     import pyarrow as pa
 
     try:
@@ -73,7 +73,7 @@ def _inferred(values: list[Any]) -> "pyarrow.Array":
         return pa.array([None if v is None else json.dumps(v) for v in values], pa.string())
 
 
-def to_pandas(batch: "pyarrow.RecordBatch") -> "pandas.DataFrame":
+def to_pandas(batch: pyarrow.RecordBatch) -> pandas.DataFrame:
     """A record batch as a DataFrame, with exact nullable integers and booleans."""
     import pandas as pd
     import pyarrow as pa

@@ -25,10 +25,21 @@ from urllib.parse import quote
 
 import httpx
 
-from xsg_client._core import (HandleInfo, HandleRef, Grant, ReadOptions, ReadState, ReadToken,
-                              RetryLater, Settings, failure, handle_ref, json_object,
-                              redact_http_logs,
-                              transport_cause)
+from xsg_client._core import (
+    Grant,
+    HandleInfo,
+    HandleRef,
+    ReadOptions,
+    ReadState,
+    ReadToken,
+    RetryLater,
+    Settings,
+    failure,
+    handle_ref,
+    json_object,
+    redact_http_logs,
+    transport_cause,
+)
 from xsg_client.access import AccessRequest, Query
 from xsg_client.errors import HTTPError, Unreachable
 from xsg_client.events import End, Event, Row
@@ -66,7 +77,7 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -111,7 +122,7 @@ class Client:
                               **access.http_content())
         return Grant.from_json(json_object(response.text, "POST /requests"))
 
-    # -- handles ------------------------------------------------------------------------------------
+    # -- handles -----------------------------------------------------------------------------------
 
     def handles(self) -> list[HandleInfo]:
         """Your handles, live and ended, oldest first."""
@@ -164,12 +175,12 @@ class Client:
                 types[stream] = stream_types(json_object(response.text, "GET /streams"))
         return schema_from_plan(plan, types)
 
-    # -- reading --------------------------------------------------------------------------------------
+    # -- reading -----------------------------------------------------------------------------------
 
     def open(self, handle: HandleLike, *, last_event_id: int | None = None,
              schema: HandleSchema | None = None, types: Mapping[str, str] | None = None,
              resume_after_shutdown: bool = True, reconnect_timeout: float | None = 300.0,
-             idle_timeout: float | None = None) -> "HandleStream":
+             idle_timeout: float | None = None) -> HandleStream:
         """A reader of `handle` (its URL, a read URL with `?read_token=`, its id, or a
         `Grant`), from after `last_event_id` (None: from the oldest row the gateway keeps).
 
@@ -240,7 +251,7 @@ class HandleStream:
     def end(self) -> End | None:
         return self._state.end
 
-    def __enter__(self) -> "HandleStream":
+    def __enter__(self) -> HandleStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -357,7 +368,7 @@ class HandleStream:
     def batches(self, max_rows: int = 10_000, max_wait: float = 1.0,
                 id_column: str | None = None,
                 on_event: Callable[[Event], None] | None = None
-                ) -> Iterator["pyarrow.RecordBatch"]:
+                ) -> Iterator[pyarrow.RecordBatch]:
         """The rows as Arrow record batches (needs pyarrow): a batch once `max_rows` rows came,
         or `max_wait` seconds after its first row, typed by the schema (timestamps as
         `timestamp[us, UTC]`, longs as int64); `id_column` adds each row's event id. The
@@ -372,7 +383,7 @@ class HandleStream:
     def frames(self, max_rows: int = 10_000, max_wait: float = 1.0,
                id_column: str | None = None,
                on_event: Callable[[Event], None] | None = None
-               ) -> Iterator["pandas.DataFrame"]:
+               ) -> Iterator[pandas.DataFrame]:
         """`batches()` as pandas DataFrames (needs pandas): longs as nullable `Int64` (exact,
         never through a float), timestamps as `datetime64[us, UTC]`."""
         from xsg_client.batches import to_pandas

@@ -117,5 +117,5 @@ def error_message(text: str, fallback: str) -> tuple[str, dict[str, Any]]:
     return json.dumps(body)[:500], body if isinstance(body, dict) else {}
 
 
-__all__ = ["XsgError", "BadHandle", "HTTPError", "Unreachable", "ConnectionLost", "SchemaError", "HandleEnded",
-           "end_message", "error_message", "short_id"]
+__all__ = ["XsgError", "BadHandle", "HTTPError", "Unreachable", "ConnectionLost", "SchemaError",
+           "HandleEnded", "end_message", "error_message", "short_id"]

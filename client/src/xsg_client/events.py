@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple
 
 from xsg_client.errors import HandleEnded, SchemaError, end_message
 from xsg_client.schema import typed_row
@@ -94,7 +94,7 @@ class End:
         raise HandleEnded(self.kind, self.reason)
 
 
-Event = Union[Row, Gap, Notice, Disconnected, Reconnected, End]
+Event = Row | Gap | Notice | Disconnected | Reconnected | End
 
 
 def parse_line(line: bytes | str, timestamps: tuple[str, ...]) -> Row | Gap | Notice | End | None:

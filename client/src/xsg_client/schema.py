@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from xsg_client.errors import SchemaError
@@ -72,7 +72,7 @@ class HandleSchema:
                 return column.type
         return "json"
 
-    def with_types(self, types: Mapping[str, str]) -> "HandleSchema":
+    def with_types(self, types: Mapping[str, str]) -> HandleSchema:
         """This schema with the columns named in `types` given those types (a name that is not
         a column is added at the end)."""
         columns = [Column(c.name, types.get(c.name, c.type)) for c in self.columns]
@@ -84,11 +84,11 @@ class HandleSchema:
         return [{"name": c.name, "type": c.type} for c in self.columns]
 
     @classmethod
-    def of(cls, pairs: Iterable[tuple[str, str]]) -> "HandleSchema":
+    def of(cls, pairs: Iterable[tuple[str, str]]) -> HandleSchema:
         return cls(tuple(Column(n, t) for n, t in pairs))
 
 
-# -- values -----------------------------------------------------------------------------------------
+# -- values ----------------------------------------------------------------------------------------
 
 def parse_timestamp(text: str) -> datetime:
     """The gateway's timestamp text as an aware UTC datetime, to the microsecond."""
@@ -97,15 +97,15 @@ def parse_timestamp(text: str) -> datetime:
     except ValueError:
         raise SchemaError(f"not a timestamp: {text!r}") from None
     if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 def format_timestamp(value: datetime) -> str:
     """A datetime as the gateway writes timestamps: `YYYY-MM-DDTHH:MM:SS.ffffffZ` (UTC)."""
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def typed_row(row: dict[str, Any], timestamps: tuple[str, ...]) -> dict[str, Any]:
@@ -122,7 +122,7 @@ def wire_value(value: Any) -> Any:
     return format_timestamp(value) if isinstance(value, datetime) else value
 
 
-# -- from a plan -------------------------------------------------------------------------------------
+# -- from a plan -----------------------------------------------------------------------------------
 
 AttributeTypes = Mapping[str, Mapping[str, str]]  # stream -> attribute -> the gateway's type
 

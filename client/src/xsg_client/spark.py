@@ -47,8 +47,16 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, SimpleDataSourceStreamReader
-from pyspark.sql.types import (BooleanType, DataType, DoubleType, LongType, StringType,
-                               StructField, StructType, TimestampType)
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from xsg_client._core import handle_ref
 from xsg_client.client import Client
@@ -80,7 +88,7 @@ class SourceOptions:
     poll_seconds: float
 
     @classmethod
-    def of(cls, options: Mapping[str, str]) -> "SourceOptions":
+    def of(cls, options: Mapping[str, str]) -> SourceOptions:
         given = {str(k).lower(): v for k, v in options.items()}
         handle = given.get("handle")
         if not handle:

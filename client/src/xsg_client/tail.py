@@ -4,10 +4,10 @@ batches that leave on time (`HandleStream.batches`), the Spark data source (whos
 
 The thread iterates the stream's events into a bounded queue, in the groups they come in (a
 chunk read from the socket: up to ~1,000 events, one queue operation for them all); the caller
-takes what is there (`poll`), waiting at most the time it says. A full queue stops the thread reading, so the
-socket is not read either and the gateway holds the rows (or, past its buffer, reports a gap):
-memory stays bounded whatever the rate. An error of the reader (a refusal, `ConnectionLost`)
-is raised to the caller by the `poll` that reaches it.
+takes what is there (`poll`), waiting at most the time it says. A full queue stops the thread
+reading, so the socket is not read either and the gateway holds the rows (or, past its buffer,
+reports a gap): memory stays bounded whatever the rate. An error of the reader (a refusal,
+`ConnectionLost`) is raised to the caller by the `poll` that reaches it.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from xsg_client.events import Event, Row
 
@@ -37,15 +37,15 @@ class _Finished:
 class Tail:
     """Reads `stream` on a daemon thread (started by `start()` or `with`); `poll` takes events."""
 
-    def __init__(self, stream: "HandleStream", max_queued: int = MAX_QUEUED) -> None:
+    def __init__(self, stream: HandleStream, max_queued: int = MAX_QUEUED) -> None:
         self.stream = stream
-        self._queue: queue.Queue[Union[list[Event], _Finished]] = queue.Queue(max_queued)
+        self._queue: queue.Queue[list[Event] | _Finished] = queue.Queue(max_queued)
         self._thread = threading.Thread(target=self._run, name="xsg-client-tail", daemon=True)
         self._closing = threading.Event()
         self._left: list[Event] = []  # of a group a poll took only part of
         self.finished = False  # the stream's last event was taken
 
-    def __enter__(self) -> "Tail":
+    def __enter__(self) -> Tail:
         self.start()
         return self
 
@@ -55,7 +55,7 @@ class Tail:
     def start(self) -> None:
         self._thread.start()
 
-    def _put(self, item: Union[list[Event], _Finished]) -> bool:
+    def _put(self, item: list[Event] | _Finished) -> bool:
         while not self._closing.is_set():
             try:
                 self._queue.put(item, timeout=0.5)

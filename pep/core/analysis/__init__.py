@@ -45,10 +45,25 @@ consumer's filters analysed together). Callers import the names below from `pep.
 """
 from __future__ import annotations
 
-from pep.core.analysis.atoms import (ANALYSIS_LIMIT, CONTAINMENT_LIMIT, DISTANCE_MARGIN_M, MASKED,
-                                     NEVER, PLAN_LIMIT, SPATIAL, WORK_LIMIT, Atom,
-                                     ConditionTooComplex, Constant, MergeWarning,
-                                     MergeWarningJson, NNF, RawBound, TooLarge, to_nnf)
+from pep.core.analysis.atoms import (
+                                     ANALYSIS_LIMIT,
+                                     CONTAINMENT_LIMIT,
+                                     DISTANCE_MARGIN_M,
+                                     MASKED,
+                                     NEVER,
+                                     NNF,
+                                     PLAN_LIMIT,
+                                     SPATIAL,
+                                     WORK_LIMIT,
+                                     Atom,
+                                     ConditionTooComplex,
+                                     Constant,
+                                     MergeWarning,
+                                     MergeWarningJson,
+                                     RawBound,
+                                     TooLarge,
+                                     to_nnf,
+)
 from pep.core.analysis.conjuncts import Atoms, Checker, Constraint, values_satisfiable
 from pep.core.analysis.filters import FilterAnalysis, analyse_filter
 

@@ -6,14 +6,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Literal, TypedDict, Union, cast
+from typing import Any, Literal, TypedDict, cast
 
 from pep.core import geo, labels
-from pep.core.conditions import (And, Comparison, Const, Expr, NEGATED_OP, Not, Or,
-                                 Placeholder, Spatial, format_literal, spatial_text)
+from pep.core.conditions import (
+    NEGATED_OP,
+    And,
+    Comparison,
+    Const,
+    Expr,
+    Not,
+    Or,
+    Placeholder,
+    Spatial,
+    format_literal,
+    spatial_text,
+)
 from pep.core.labels import LABEL_NEGATED, Label
 from pep.core.plan import Operator, Scalar, SpatialPredicate
-
 
 ANALYSIS_LIMIT = 256  # conjuncts in the DNF of NOT(policy) and of the user's filter, for PR
 PLAN_LIMIT = 1024  # conjuncts in the final filter handed to the runtime
@@ -45,7 +55,7 @@ class MergeWarning:
     message: str
     predicates: tuple[str, ...] = ()
 
-    def to_json(self) -> "MergeWarningJson":
+    def to_json(self) -> MergeWarningJson:
         return {"kind": self.kind, "operator": self.operator, "message": self.message,
                 "predicates": list(self.predicates)}
 
@@ -129,7 +139,7 @@ def _variable(s: Spatial) -> str:
 
 
 def _spatial_atoms(expr: Spatial, origin: Origin, negate: bool,
-                   around: str | None = None) -> "NNF":
+                   around: str | None = None) -> NNF:
     geometry = expr.to_predicate()
     term = written_text(expr)
     written = around if around is not None else term
@@ -184,7 +194,7 @@ def written_text(expr: Expr) -> str:
 
 
 Junction = Literal["and", "or"]
-NNF = Union[Atom, bool, tuple[Junction, tuple["NNF", ...]]]
+NNF = Atom | bool | tuple[Junction, tuple["NNF", ...]]
 """A condition in negation normal form: an atom, a constant, or ("and" | "or", items)."""
 
 RawBound = tuple[str, str, Constant]

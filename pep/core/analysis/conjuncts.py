@@ -9,15 +9,40 @@ from dataclasses import dataclass
 from typing import cast
 
 from pep.core import geo, labels
-from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ExactNumber, ceil_exact,
-                            floor_exact, is_integral, is_number, iso_from_micros, micros_from_iso,
-                            micros_from_seconds)
+from pep.core.analysis.atoms import (
+    CONTAINMENT_LIMIT,
+    DISTANCE_MARGIN_M,
+    NNF,
+    SPATIAL,
+    WORK_LIMIT,
+    Atom,
+    Constant,
+    TooLarge,
+    spatial_with,
+)
+from pep.core.exact import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_MICROS,
+    MIN_MICROS,
+    ExactNumber,
+    ceil_exact,
+    floor_exact,
+    is_integral,
+    is_number,
+    iso_from_micros,
+    micros_from_iso,
+    micros_from_seconds,
+)
 from pep.core.labels import Label
-from pep.core.plan import (AnyPredicate, Conjunct, Predicate, PredicateOperator, SpatialPredicate,
-                           StreamSchema)
-from pep.core.analysis.atoms import (Atom, CONTAINMENT_LIMIT, Constant, DISTANCE_MARGIN_M, NNF,
-                                     SPATIAL, TooLarge, WORK_LIMIT, spatial_with)
-
+from pep.core.plan import (
+    AnyPredicate,
+    Conjunct,
+    Predicate,
+    PredicateOperator,
+    SpatialPredicate,
+    StreamSchema,
+)
 
 _UNSET = object()
 
@@ -166,7 +191,7 @@ def _distance(atom: Atom) -> float:
 class Checker:
     """Satisfiability of conjuncts for one schema, with a small memo."""
 
-    def __init__(self, schema: StreamSchema, inexact: "set[str] | frozenset[str]" = frozenset(),
+    def __init__(self, schema: StreamSchema, inexact: set[str] | frozenset[str] = frozenset(),
                  variables: Mapping[str, str] | None = None) -> None:
         # an attribute's type, or a derived variable's kind (`variables`: a masked value's)
         self.kinds: dict[str, str] = {f.name: f.type for f in schema.fields}
@@ -221,7 +246,7 @@ class Checker:
         circles: list[tuple[SpatialPredicate, Atom | None, Atom | None]] = []
         inside: list[tuple[Atom, SpatialPredicate]] = []
         outside: list[tuple[Atom, SpatialPredicate]] = []
-        for var, group in groups.items():
+        for group in groups.values():
             g = group[0].spatial
             assert g is not None
             if g.function == "polygon":
@@ -236,7 +261,7 @@ class Checker:
                     if a.op in ("<", "<=") and (hi is None or _distance(a) < _distance(hi)):
                         hi = a
                 circles.append((g, lo, hi))
-        for i, (g1, lo1, hi1) in enumerate(circles):
+        for i, (g1, _lo1, hi1) in enumerate(circles):
             for j, (g2, lo2, hi2) in enumerate(circles):
                 if i == j or (g1.latitude, g1.longitude) != (g2.latitude, g2.longitude):
                     continue

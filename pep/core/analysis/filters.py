@@ -7,12 +7,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from pep.core.analysis.atoms import (
+    ANALYSIS_LIMIT,
+    MASKED,
+    NEVER,
+    NNF,
+    PLAN_LIMIT,
+    SPATIAL,
+    WORK_LIMIT,
+    Atom,
+    ConditionTooComplex,
+    Constant,
+    MergeWarning,
+    RawBound,
+    TooLarge,
+    combine,
+    to_nnf,
+)
+from pep.core.analysis.conjuncts import Atoms, Checker, predicate_key
 from pep.core.conditions import Expr
 from pep.core.plan import Conjunct, StreamSchema
-from pep.core.analysis.atoms import (ANALYSIS_LIMIT, Atom, ConditionTooComplex, Constant,
-                                     MASKED, MergeWarning, NEVER, NNF, PLAN_LIMIT, RawBound,
-                                     SPATIAL, TooLarge, WORK_LIMIT, combine, to_nnf)
-from pep.core.analysis.conjuncts import Atoms, Checker, predicate_key
 
 
 class MaskedValues(Protocol):

@@ -42,20 +42,49 @@ names below from `pep.core.conditions`, never from the step modules.
 """
 from __future__ import annotations
 
-from pdp import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION as ACTION_CATEGORY,
-                 ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE as RESOURCE_CATEGORY)
-from pep.core.conditions.syntax import (FALSE, FLIPPED_OP,
-                                        LABEL_WORDS, MAX_CONDITION_LENGTH, MAX_NESTING_DEPTH,
-                                        MAX_SET_SIZE, NEGATED_OP, NUMERIC_TYPES,
-                                        PLACEHOLDER_CATEGORIES,
-                                        TRUE, And, Box, Comparison, ConditionError, Const, Expr,
-                                        Literal_, Membership, Not, Or, Placeholder, Spatial, Value,
-                                        attributes_of, conjoin, format_literal, has_placeholders,
-                                        placeholders_in, spatial_from_predicate, spatial_parts,
-                                        spatial_text, to_text)
-from pep.core.conditions.parsing import QualifiedConjunct, parse, qualified_conjuncts
+from pdp import (
+                 ACCESS_SUBJECT as SUBJECT_CATEGORY,
+                 ACTION as ACTION_CATEGORY,
+                 ENVIRONMENT as ENVIRONMENT_CATEGORY,
+                 RESOURCE as RESOURCE_CATEGORY,
+)
 from pep.core.conditions.binding import PlaceholderResolver, bind, bind_literal, parse_condition
 from pep.core.conditions.evaluation import COMPARATORS, AnchorLookup, evaluate, spatial_holds
+from pep.core.conditions.parsing import QualifiedConjunct, parse, qualified_conjuncts
+from pep.core.conditions.syntax import (
+                 FALSE,
+                 FLIPPED_OP,
+                 LABEL_WORDS,
+                 MAX_CONDITION_LENGTH,
+                 MAX_NESTING_DEPTH,
+                 MAX_SET_SIZE,
+                 NEGATED_OP,
+                 NUMERIC_TYPES,
+                 PLACEHOLDER_CATEGORIES,
+                 TRUE,
+                 And,
+                 Box,
+                 Comparison,
+                 ConditionError,
+                 Const,
+                 Expr,
+                 Literal_,
+                 Membership,
+                 Not,
+                 Or,
+                 Placeholder,
+                 Spatial,
+                 Value,
+                 attributes_of,
+                 conjoin,
+                 format_literal,
+                 has_placeholders,
+                 placeholders_in,
+                 spatial_from_predicate,
+                 spatial_parts,
+                 spatial_text,
+                 to_text,
+)
 
 __all__ = [
     "ACTION_CATEGORY", "ENVIRONMENT_CATEGORY", "FALSE", "FLIPPED_OP", "LABEL_WORDS",

@@ -11,17 +11,43 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 
 from pep.core import geo
-from pep.core.exact import (ExactNumber, MAX_MICROS, MIN_MICROS, exact_decimal, in_timestamp_range,
-                            integer_comparison, is_number, iso_from_micros, micros_from_iso,
-                            micros_from_seconds)
+from pep.core.conditions.parsing import parse
+from pep.core.conditions.syntax import (
+    FALSE,
+    LABEL_WORDS,
+    MAX_INTEGER_DIGITS,
+    MAX_SET_SIZE,
+    PLACEHOLDER_CATEGORIES,
+    TRUE,
+    And,
+    Box,
+    Comparison,
+    ConditionError,
+    Const,
+    Expr,
+    Literal_,
+    Membership,
+    Not,
+    Or,
+    Placeholder,
+    Spatial,
+    Value,
+    format_literal,
+)
+from pep.core.exact import (
+    MAX_MICROS,
+    MIN_MICROS,
+    ExactNumber,
+    exact_decimal,
+    in_timestamp_range,
+    integer_comparison,
+    is_number,
+    iso_from_micros,
+    micros_from_iso,
+    micros_from_seconds,
+)
 from pep.core.labels import Label, LabelError
 from pep.core.plan import Field, Scalar, StreamSchema
-from pep.core.conditions.syntax import (And, Box, Comparison, ConditionError, Const, Expr, FALSE,
-                                        LABEL_WORDS, Literal_, MAX_INTEGER_DIGITS, MAX_SET_SIZE,
-                                        Membership, Not, Or, PLACEHOLDER_CATEGORIES, Placeholder,
-                                        Spatial, TRUE, Value, format_literal)
-from pep.core.conditions.parsing import parse
-
 
 PlaceholderResolver = Callable[[str, str], Sequence[str]]
 """(category URI, attribute as written) -> the request's lexical values for it."""
@@ -374,7 +400,9 @@ def _resolve_placeholder(ph: Placeholder, field: Field, resolver: PlaceholderRes
                              ph.position, text)
     values = list(resolver(PLACEHOLDER_CATEGORIES[ph.category], ph.attribute))
     if not values:
-        raise ConditionError(f"placeholder {ph}: the request has no such attribute", ph.position, text)
+        raise ConditionError(
+            f"placeholder {ph}: the request has no such attribute", ph.position, text
+        )
     if len(set(values)) > 1:
         raise ConditionError(f"placeholder {ph}: the request has {len(values)} values for it; "
                              "exactly one is needed", ph.position, text)
@@ -394,7 +422,7 @@ def _exact_number(lexical: str) -> int | Decimal:
     """A request attribute's lexical number, exactly (ValueError if it is none, or beyond the
     range of a double)."""
     stripped = lexical.strip()
-    if re.fullmatch(r"[+-]?[0-9]{1,%d}" % MAX_INTEGER_DIGITS, stripped):
+    if re.fullmatch(rf"[+-]?[0-9]{{1,{MAX_INTEGER_DIGITS:d}}}", stripped):
         number: int | Decimal = int(stripped)
     else:
         number = exact_decimal(stripped)

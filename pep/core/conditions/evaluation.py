@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pep.core import geo
+from pep.core.conditions.syntax import And, Comparison, Const, Expr, Not, Or, Spatial
 from pep.core.labels import Label, LabelError, holds as label_holds
 from pep.core.plan import Scalar, SpatialPredicate
-from pep.core.conditions.syntax import And, Comparison, Const, Expr, Not, Or, Spatial
 
 Operand = Any
 """What a comparator compares: a Python value, or a Spark Column (whose comparison is a Column):

@@ -10,11 +10,17 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from pep.core.conditions.syntax import (ConditionError, MAX_INTEGER_DIGITS, PLACEHOLDER_CATEGORIES,
-                                        PLACEHOLDER_RE, Placeholder)
+from pep.core.conditions.syntax import (
+    MAX_INTEGER_DIGITS,
+    PLACEHOLDER_CATEGORIES,
+    PLACEHOLDER_RE,
+    ConditionError,
+    Placeholder,
+)
 
 _OP_SPELLINGS = {"<": "<", ">": ">", "<=": "<=", ">=": ">=", "=": "=", "==": "=", "!=": "!=",
                  "<>": "!=", "≤": "<=", "≥": ">=", "≠": "!="}
+_PUNCTUATION = {"(": "LPAREN", ")": "RPAREN", ",": "COMMA", "[": "LBRACKET", "]": "RBRACKET"}
 
 TokenValue = Any
 """A token's value, whose type its `kind` says (the parser reads it by kind): the text of an
@@ -57,21 +63,19 @@ def tokenize(text: str, qualified: bool = False) -> list[Token]:
             i += 1
             continue
         pos = i + 1
-        if ch == "(":
-            tokens.append(Token("LPAREN", ch, pos)); i += 1; continue
-        if ch == ")":
-            tokens.append(Token("RPAREN", ch, pos)); i += 1; continue
-        if ch == ",":
-            tokens.append(Token("COMMA", ch, pos)); i += 1; continue
-        if ch == "[":
-            tokens.append(Token("LBRACKET", ch, pos)); i += 1; continue
-        if ch == "]":
-            tokens.append(Token("RBRACKET", ch, pos)); i += 1; continue
+        if ch in _PUNCTUATION:
+            tokens.append(Token(_PUNCTUATION[ch], ch, pos))
+            i += 1
+            continue
         two = text[i:i + 2]
         if two in ("<=", ">=", "==", "!=", "<>"):
-            tokens.append(Token("OP", _OP_SPELLINGS[two], pos)); i += 2; continue
+            tokens.append(Token("OP", _OP_SPELLINGS[two], pos))
+            i += 2
+            continue
         if ch in "<>=≤≥≠":
-            tokens.append(Token("OP", _OP_SPELLINGS[ch], pos)); i += 1; continue
+            tokens.append(Token("OP", _OP_SPELLINGS[ch], pos))
+            i += 1
+            continue
         if ch in "'\"":
             value, i = _lex_string(text, i)
             tokens.append(Token("STRING", value, pos))
@@ -79,7 +83,9 @@ def tokenize(text: str, qualified: bool = False) -> list[Token]:
         if ch == "{":
             m = PLACEHOLDER_RE.match(text, i)
             if not m:
-                raise ConditionError("malformed placeholder; expected {category:attribute}", pos, text)
+                raise ConditionError(
+                    "malformed placeholder; expected {category:attribute}", pos, text
+                )
             category = m.group(1).lower()
             if category not in PLACEHOLDER_CATEGORIES:
                 raise ConditionError(
@@ -168,7 +174,9 @@ def _lex_string(text: str, start: int) -> tuple[str, int]:
                 break
             esc = text[i + 1]
             if esc in _ESCAPES:
-                out.append(_ESCAPES[esc]); i += 2; continue
+                out.append(_ESCAPES[esc])
+                i += 2
+                continue
             if esc == "u":
                 code = _hex4(text, i + 2)
                 if code is None:
@@ -182,7 +190,9 @@ def _lex_string(text: str, start: int) -> tuple[str, int]:
                         continue
                 if 0xD800 <= code <= 0xDFFF:
                     raise _lone_surrogate(chr(code), i + 1, text)
-                out.append(chr(code)); i += 6; continue
+                out.append(chr(code))
+                i += 6
+                continue
             raise ConditionError(f"unknown escape \\{esc} in string", i + 1, text)
         if _is_surrogate(ch):
             raise _lone_surrogate(ch, i + 1, text)

@@ -28,11 +28,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pep.core import geo
-from pep.core.conditions.syntax import (And, Box, Comparison, ConditionError, Const, Expr,
-                                        FLIPPED_OP, MAX_CONDITION_LENGTH, MAX_NESTING_DEPTH,
-                                        MAX_SET_SIZE, Membership, Not, Or, Placeholder, Spatial,
-                                        Value, format_literal)
 from pep.core.conditions.lexing import SPATIAL_FUNCTIONS, Token, tokenize
+from pep.core.conditions.syntax import (
+    FLIPPED_OP,
+    MAX_CONDITION_LENGTH,
+    MAX_NESTING_DEPTH,
+    MAX_SET_SIZE,
+    And,
+    Box,
+    Comparison,
+    ConditionError,
+    Const,
+    Expr,
+    Membership,
+    Not,
+    Or,
+    Placeholder,
+    Spatial,
+    Value,
+    format_literal,
+)
+
 
 class _Parser:
     def __init__(self, text: str, tokens: list[Token]) -> None:
@@ -127,7 +143,9 @@ class _Parser:
                              f"found {_describe(op)}", op)
         right = self.next()
         if right.kind not in ("IDENT", "NUMBER", "STRING", "BOOL", "PLACEHOLDER"):
-            raise self.error(f"expected a value after {op.value!r}, found {_describe(right)}", right)
+            raise self.error(
+                f"expected a value after {op.value!r}, found {_describe(right)}", right
+            )
         if left.kind == "IDENT" and right.kind == "IDENT":
             raise self.error("comparing two attributes is not supported; compare an attribute "
                              "with a value", left)
@@ -219,8 +237,11 @@ class _Parser:
                 raise self.error(f"{function} takes four arguments: {usage}; found "
                                  f"{_describe(sep)}", sep)
         if function == "WITHIN_POLYGON" or len(args) != 4:
-            raise self.error(f"{function} takes {'three' if function == 'WITHIN_POLYGON' else 'four'}"
-                             f" arguments, not {len(args)}: {usage}", name)
+            raise self.error(
+                f"{function} takes {'three' if function == 'WITHIN_POLYGON' else 'four'}"
+                f" arguments, not {len(args)}: {usage}",
+                name,
+            )
         attrs = args[:3] if function == "DISTANCE_TO" else args[:2]
         for a in attrs:
             if a.kind != "IDENT":
@@ -337,7 +358,7 @@ def qualified_conjuncts(text: str) -> list[QualifiedConjunct]:
             continue
         parts[-1].append(tok)
     out = []
-    for part, end in zip(parts, ends):
+    for part, end in zip(parts, ends, strict=True):
         if not part:
             raise ConditionError("empty conjunct around AND", end + 1, text)
         attributes = [(i, t) for i, t in enumerate(part) if t.kind == "IDENT" and not (

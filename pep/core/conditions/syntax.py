@@ -8,10 +8,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Union
 
-from pdp import (ACCESS_SUBJECT as SUBJECT_CATEGORY, ACTION as ACTION_CATEGORY,
-                 ENVIRONMENT as ENVIRONMENT_CATEGORY, RESOURCE as RESOURCE_CATEGORY)
+from pdp import (
+    ACCESS_SUBJECT as SUBJECT_CATEGORY,
+    ACTION as ACTION_CATEGORY,
+    ENVIRONMENT as ENVIRONMENT_CATEGORY,
+    RESOURCE as RESOURCE_CATEGORY,
+)
 from pep.core.labels import Label
 from pep.core.plan import Scalar, SpatialPredicate
 
@@ -67,14 +70,14 @@ class Placeholder:
     position: int = 0
 
     def __str__(self) -> str:
-        return "{%s:%s}" % (self.category, self.attribute)
+        return f"{{{self.category}:{self.attribute}}}"
 
 
-Literal_ = Union[Scalar, Decimal]
+Literal_ = Scalar | Decimal
 """A literal as parsed: integers are ints and decimals `Decimal`s, exact as written (binding
 turns them into the attribute's representation: floats for doubles, see `pep.core.exact` for
 longs and timestamps)."""
-Value = Union[Literal_, Placeholder]
+Value = Literal_ | Placeholder
 
 
 @dataclass(frozen=True)
@@ -90,17 +93,17 @@ class Comparison:
 
 @dataclass(frozen=True)
 class And:
-    items: tuple["Expr", ...]
+    items: tuple[Expr, ...]
 
 
 @dataclass(frozen=True)
 class Or:
-    items: tuple["Expr", ...]
+    items: tuple[Expr, ...]
 
 
 @dataclass(frozen=True)
 class Not:
-    item: "Expr"
+    item: Expr
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ class Membership:
     """`attribute [NOT] IN <set>` before binding: the set is literals or one bag placeholder."""
 
     attribute: str
-    values: tuple["Value", ...] | Placeholder
+    values: tuple[Value, ...] | Placeholder
     negated: bool = False
     position: int = 0
 
@@ -124,7 +127,7 @@ class Box:
 
     latitude: str
     longitude: str
-    bounds: tuple["Value", "Value", "Value", "Value"]
+    bounds: tuple[Value, Value, Value, Value]
     position: int = 0
 
 
@@ -142,10 +145,10 @@ class Spatial:
     latitude: str
     longitude: str
     op: str
-    radius: "Value"
-    points: tuple["Value", ...] | Placeholder
+    radius: Value
+    points: tuple[Value, ...] | Placeholder
     key: str | None = None
-    key_value: "Value | Label | None" = None
+    key_value: Value | Label | None = None
     position: int = 0
 
     def __str__(self) -> str:
@@ -188,7 +191,7 @@ def spatial_text(s: Spatial | SpatialPredicate) -> str:
     return f"{head} {s.op} {format_literal(s.radius)}"
 
 
-Expr = Union[Comparison, And, Or, Not, Const, Membership, Box, Spatial]
+Expr = Comparison | And | Or | Not | Const | Membership | Box | Spatial
 TRUE = Const(True)
 FALSE = Const(False)
 

@@ -7,8 +7,14 @@ handed in (`LintStream`), never looked up.
 """
 from __future__ import annotations
 
-from pep.core.lint.checks import (COLLECTS_PERMITS, UNDERSTOOD, Finding, LintDocument,
-                                  LintStream, lint)
+from pep.core.lint.checks import (
+                                  COLLECTS_PERMITS,
+                                  UNDERSTOOD,
+                                  Finding,
+                                  LintDocument,
+                                  LintStream,
+                                  lint,
+)
 from pep.core.lint.paths import RulePath, rule_paths
 from pep.core.lint.targets import SINGLE_VALUED, contradiction, implies, pinned_values
 

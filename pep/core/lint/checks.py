@@ -31,24 +31,50 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NotRequired, TypedDict
 
-from pdp import (ALWAYS_FALSE, DENY, PERMIT, RESOURCE, RESOURCE_ID, AnyPolicy,
-                 AttributeAssignment, Obligation, ObligationExpr, PolicyEvaluator, RuleEvaluator,
-                 attribute_key)
+from pdp import (
+    ALWAYS_FALSE,
+    DENY,
+    PERMIT,
+    RESOURCE,
+    RESOURCE_ID,
+    AnyPolicy,
+    AttributeAssignment,
+    Obligation,
+    ObligationExpr,
+    PolicyEvaluator,
+    RuleEvaluator,
+    attribute_key,
+)
 from pep.core.analysis import ConditionTooComplex
 from pep.core.errors import Refusal
 from pep.core.graph import QueryGraph, UnsupportedGraph
-from pep.core.joingrant import (JOIN_CONDITION, JOIN_IDS, JOIN_STREAM, JOIN_WITHIN,
-                                split_obligations)
+from pep.core.joingrant import JOIN_CONDITION, JOIN_IDS, JOIN_STREAM, JOIN_WITHIN, split_obligations
 from pep.core.lint.paths import RulePath, rule_paths
 from pep.core.lint.targets import contradiction, implies, pinned_values
 from pep.core.merge import MergeResult, merge, without_hidden_time
-from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, GRANT_OPTION_IDS,
-                                  PUNCTUATION_DEFER_IDS,
-                                  MAP_ATTRIBUTE, MAP_IDS,
-                                  MASK_ATTRIBUTE, MASK_IDS, WINDOW_ATTR, WINDOW_IDS, WINDOW_KEY,
-                                  WINDOW_LABEL_BOUND, WINDOW_LABEL_SCOPE, WINDOW_MIN_COUNT,
-                                  WINDOW_PREFILTER, WINDOW_SIZE, WINDOW_STEP, WINDOW_TYPE,
-                                  ObligationError, obligation_assignments, policy_graph)
+from pep.core.obligations import (
+    FILTER_CONDITION,
+    FILTER_IDS,
+    GRANT_OPTION_IDS,
+    MAP_ATTRIBUTE,
+    MAP_IDS,
+    MASK_ATTRIBUTE,
+    MASK_IDS,
+    PUNCTUATION_DEFER_IDS,
+    WINDOW_ATTR,
+    WINDOW_IDS,
+    WINDOW_KEY,
+    WINDOW_LABEL_BOUND,
+    WINDOW_LABEL_SCOPE,
+    WINDOW_MIN_COUNT,
+    WINDOW_PREFILTER,
+    WINDOW_SIZE,
+    WINDOW_STEP,
+    WINDOW_TYPE,
+    ObligationError,
+    obligation_assignments,
+    policy_graph,
+)
 from pep.core.plan import ExecutionPlan, StreamDefinition
 from pep.core.privacy import DP_ATTRIBUTES
 from pep.core.union import INTERSECTION, UNION
@@ -388,7 +414,7 @@ def _combined(run: _Run, p: RulePath, q: RulePath) -> bool:
     if p.document != q.document:
         return run.root_combining in COLLECTS_PERMITS
     common = 0
-    for a, b in zip(p.positions, q.positions):
+    for a, b in zip(p.positions, q.positions, strict=False):
         if a != b:
             break
         common += 1

@@ -11,9 +11,22 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from pdp import (NO_CONDITION, PERMIT, AnyPolicy, AnyValue, AttributeAssignment, Notes, Obligation,
-                 ObligationExpr, PolicyCombiner, PolicyEvaluator, ReferenceEvaluator,
-                 RuleCombiner, RuleEvaluator, TargetNote)
+from pdp import (
+    NO_CONDITION,
+    PERMIT,
+    AnyPolicy,
+    AnyValue,
+    AttributeAssignment,
+    Notes,
+    Obligation,
+    ObligationExpr,
+    PolicyCombiner,
+    PolicyEvaluator,
+    ReferenceEvaluator,
+    RuleCombiner,
+    RuleEvaluator,
+    TargetNote,
+)
 
 _MISSING = object()
 

@@ -21,8 +21,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from pdp import (ACCESS_SUBJECT, ACTION, ACTION_ID, FAST_EQUAL_FUNCTIONS, JOIN_WITH, RESOURCE,
-                 RESOURCE_ID, SUBJECT_ID, AttributeKey, MatchNote, TargetNote, attribute_key)
+from pdp import (
+    ACCESS_SUBJECT,
+    ACTION,
+    ACTION_ID,
+    FAST_EQUAL_FUNCTIONS,
+    JOIN_WITH,
+    RESOURCE,
+    RESOURCE_ID,
+    SUBJECT_ID,
+    AttributeKey,
+    MatchNote,
+    TargetNote,
+    attribute_key,
+)
 
 SINGLE_VALUED: frozenset[AttributeKey] = frozenset({
     attribute_key(ACCESS_SUBJECT, SUBJECT_ID),

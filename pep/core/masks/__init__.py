@@ -35,15 +35,45 @@ masks, for the merge and the analysis). Callers import the names below from `pep
 """
 from __future__ import annotations
 
-from pep.core.masks.vocabulary import (KINDS, KINDS_FOR_TYPE, MAX_BANDS, MAX_DIGITS, MAX_LENGTH,
-                                       STEP_KINDS, UNIT_MICROS, UNORDERED, Mask, MaskError,
+from pep.core.masks.merging import (
+                                       MaskPlan,
+                                       filter_notes,
+                                       output_masks,
+                                       plan_dnf,
+                                       plan_masks,
+                                       policy_masks,
+                                       split_variable,
+                                       variable,
+                                       window_masks,
+)
+from pep.core.masks.order import (
+                                       at_least_as_coarse,
+                                       compose,
+                                       compose_all,
+                                       masks_of,
+                                       ordered,
+                                       view_schema,
+)
+from pep.core.masks.vocabulary import (
+                                       KINDS,
+                                       KINDS_FOR_TYPE,
+                                       MAX_BANDS,
+                                       MAX_DIGITS,
+                                       MAX_LENGTH,
+                                       STEP_KINDS,
+                                       UNIT_MICROS,
+                                       UNORDERED,
+                                       Mask,
+                                       MaskError,
                                        MaskRefused,
-                                       check_fits, decimal_text, describe, mask_sql, masks_json,
-                                       parse_assignment, parse_mask)
-from pep.core.masks.order import (at_least_as_coarse, compose, compose_all, masks_of, ordered,
-                                  view_schema)
-from pep.core.masks.merging import (MaskPlan, filter_notes, output_masks, plan_dnf, plan_masks,
-                                    policy_masks, split_variable, variable, window_masks)
+                                       check_fits,
+                                       decimal_text,
+                                       describe,
+                                       mask_sql,
+                                       masks_json,
+                                       parse_assignment,
+                                       parse_mask,
+)
 
 __all__ = ["Mask", "MaskError", "MaskRefused", "MaskPlan", "KINDS", "UNIT_MICROS", "parse_mask",
            "parse_assignment", "check_fits", "at_least_as_coarse", "compose", "compose_all",

@@ -8,15 +8,25 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pep.core.analysis import MASKED, Constant, MergeWarning, NEVER, RawBound
+
+from pep.core.analysis import MASKED, NEVER, Constant, MergeWarning, RawBound
 from pep.core.conditions import And, Comparison, Expr, Not, Or, spatial_parts
-from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ceil_exact, floor_exact,
-                            is_integral, is_number, iso_from_micros, micros_from_iso)
+from pep.core.exact import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_MICROS,
+    MIN_MICROS,
+    ceil_exact,
+    floor_exact,
+    is_integral,
+    is_number,
+    iso_from_micros,
+    micros_from_iso,
+)
 from pep.core.graph import QueryGraph
-from pep.core.plan import (Aggregate, AnyPredicate, Conjunct, FieldType, Predicate,
-                           StreamSchema)
-from pep.core.masks.vocabulary import Mask, MaskRefused, STEP_KINDS, parse_mask
 from pep.core.masks.order import at_least_as_coarse, masks_of
+from pep.core.masks.vocabulary import STEP_KINDS, Mask, MaskRefused, parse_mask
+from pep.core.plan import Aggregate, AnyPredicate, Conjunct, FieldType, Predicate, StreamSchema
 
 Alternatives = list[list[RawBound]]
 """An OR of ANDs of bounds on a raw attribute (`MaskPlan.implied`)."""
@@ -305,8 +315,9 @@ def filter_notes(dnf: tuple[Conjunct, ...] | None, plan: MaskPlan) -> list[Merge
     shown = ", ".join(f"{a} ({plan.masks[a].spec})" for a in undecided)
     return [MergeWarning("INFO", "filter",
                          f"your filter compares masked values of {shown}; the analysis cannot "
-                         "decide exactly which masked values the policy's filter lets through, so it "
-                         "may not warn of a result that stays empty (it never reports one falsely)",
+                         "decide exactly which masked values the policy's filter lets through, so "
+                         "it may not warn of a result that stays empty (it never reports one "
+                         "falsely)",
                          tuple(undecided))]
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from pep.core.masks.vocabulary import STEP_KINDS, Mask, MaskError, parse_mask
 from pep.core.plan import Field, StreamSchema
-from pep.core.masks.vocabulary import Mask, MaskError, STEP_KINDS, parse_mask
 
 
 def at_least_as_coarse(a: Mask | None, b: Mask | None) -> bool:

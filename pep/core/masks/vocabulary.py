@@ -14,7 +14,6 @@ from pep.core.errors import NotPermitted
 from pep.core.exact import INT64_MAX, INT64_MIN, is_integral
 from pep.core.plan import FieldType, StreamSchema
 
-
 KINDS = ("hash", "round", "grid", "truncate", "bands", "prefix", "suffix", "null")
 STEP_KINDS = ("round", "grid")  # a number rounded down to a multiple of the step
 # masks whose values leave no order of the raw values (a keyed hash, text cut short) or none at
@@ -153,10 +152,10 @@ def parse_mask(text: str) -> Mask:
         if len(parts) > MAX_BANDS:
             raise MaskError(f"bands: {len(parts)} edges, over the limit of {MAX_BANDS}")
         edges = tuple(_decimal(p, "a band edge").normalize() for p in parts)
-        if any(b <= a for a, b in zip(edges, edges[1:])):
+        if any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
             raise MaskError(f"bands: the edges {param!r} must be strictly increasing")
         floats = [float(e) for e in edges]
-        if any(b <= a for a, b in zip(floats, floats[1:])):
+        if any(b <= a for a, b in zip(floats, floats[1:], strict=False)):
             raise MaskError(f"bands: the edges {param!r} are too close to be told apart as "
                             "doubles")
         return Mask(kind, edges=edges)

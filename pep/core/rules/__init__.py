@@ -9,8 +9,17 @@
 Pure: lxml and `pdp`'s public names, like the rest of `pep.core`.
 """
 from pep.core.rules.check import check_rule
-from pep.core.rules.model import (AttributeMatch, RuleError, RuleWindow, SharingRule, Validity,
-                                  Who, default_id, rule_from_json, rule_to_json)
+from pep.core.rules.model import (
+                                  AttributeMatch,
+                                  RuleError,
+                                  RuleWindow,
+                                  SharingRule,
+                                  Validity,
+                                  Who,
+                                  default_id,
+                                  rule_from_json,
+                                  rule_to_json,
+)
 from pep.core.rules.reading import read_policy, rule_from_reading, rule_from_xacml
 from pep.core.rules.summary import CUSTOM, describe_policy
 from pep.core.rules.xacml import event_attribute, rule_to_xacml

@@ -25,8 +25,8 @@ obligation (size in tuples or seconds; `min_count` absent: the PEP's default for
 `valid` bounds the grant in time (either end may be absent), `events` names stream events of
 the same stream that must all be open. `grant_option` (default false): the consumers the rule
 names may re-share what they get as derived streams of their own, never wider than this grant
-(the `exacml:obligation:stream-grant-option` obligation, `pep.core.obligations`). A rule compiles to one XACML 3.0 Policy
-(`pep.core.rules.xacml`), which is what is stored, decided and revoked.
+(the `exacml:obligation:stream-grant-option` obligation, `pep.core.obligations`). A rule compiles to
+one XACML 3.0 Policy (`pep.core.rules.xacml`), which is what is stored, decided and revoked.
 
 This module reads and writes the JSON form only (dicts, no I/O): every mistake is a `RuleError`
 whose `path` is a JSON pointer to the field (`/window/aggregates/1`).
@@ -36,14 +36,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Literal, TypedDict, Union
+from datetime import UTC, datetime
+from typing import Literal, TypedDict
 
 from pep.core.errors import InvalidInput
 from pep.core.jsontypes import JsonObject, JsonValue
 from pep.core.masks import MaskError, parse_mask
 
-AttributeValue = Union[str, int, float, bool]
+AttributeValue = str | int | float | bool
 
 DEFAULT_ACTIONS = ("read", "subscribe")
 WINDOW_TYPES = ("tuple", "time")
@@ -297,8 +297,8 @@ def parse_instant(value: JsonValue, path: str) -> str:
             raise RuleError(path, f"{value!r} is not a date and time such as "
                                   "2026-11-23T08:00:00Z") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    moment = moment.astimezone(timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
+    moment = moment.astimezone(UTC)
     if moment.microsecond:
         raise RuleError(path, "give whole seconds")
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

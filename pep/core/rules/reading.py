@@ -22,18 +22,60 @@ from lxml import etree
 
 from common.xmlsafe import UnsafeDocumentError, parse_xml
 from pep.core.masks import MaskError, parse_mask
-from pep.core.obligations import (FILTER_CONDITION, FILTER_IDS, GRANT_OPTION_IDS,
-                                  MAP_ATTRIBUTE, MAP_IDS, MASK_ATTRIBUTE, MASK_IDS, PREFIXES,
-                                  WINDOW_ATTR, WINDOW_IDS, WINDOW_KEY, WINDOW_MIN_COUNT,
-                                  WINDOW_PREFILTER, WINDOW_SIZE, WINDOW_STEP, WINDOW_TYPE,
-                                  parse_window_kind, parse_window_number)
-from pep.core.rules.model import (AttributeMatch, RuleError, RuleWindow, SharingRule, Validity,
-                                  Who, parse_instant, rule_from_json,
-                                  rule_to_json)
-from pep.core.rules.xacml import (ACTION, ACTION_ID, AND, BOOLEAN, BOOLEAN_IS_IN,
-                                  CURRENT_DATETIME, DATETIME, DATETIME_GE, DATETIME_LT,
-                                  DATETIME_ONE, DOUBLE, ENVIRONMENT, EQUAL, INTEGER, NS, RESOURCE,
-                                  RESOURCE_ID, ROLE, STRING, SUBJECT, SUBJECT_ID)
+from pep.core.obligations import (
+    FILTER_CONDITION,
+    FILTER_IDS,
+    GRANT_OPTION_IDS,
+    MAP_ATTRIBUTE,
+    MAP_IDS,
+    MASK_ATTRIBUTE,
+    MASK_IDS,
+    PREFIXES,
+    WINDOW_ATTR,
+    WINDOW_IDS,
+    WINDOW_KEY,
+    WINDOW_MIN_COUNT,
+    WINDOW_PREFILTER,
+    WINDOW_SIZE,
+    WINDOW_STEP,
+    WINDOW_TYPE,
+    parse_window_kind,
+    parse_window_number,
+)
+from pep.core.rules.model import (
+    AttributeMatch,
+    RuleError,
+    RuleWindow,
+    SharingRule,
+    Validity,
+    Who,
+    parse_instant,
+    rule_from_json,
+    rule_to_json,
+)
+from pep.core.rules.xacml import (
+    ACTION,
+    ACTION_ID,
+    AND,
+    BOOLEAN,
+    BOOLEAN_IS_IN,
+    CURRENT_DATETIME,
+    DATETIME,
+    DATETIME_GE,
+    DATETIME_LT,
+    DATETIME_ONE,
+    DOUBLE,
+    ENVIRONMENT,
+    EQUAL,
+    INTEGER,
+    NS,
+    RESOURCE,
+    RESOURCE_ID,
+    ROLE,
+    STRING,
+    SUBJECT,
+    SUBJECT_ID,
+)
 
 RULE_ALGS = "rule-combining-algorithm:"
 # Algorithms under which a policy of Permit rules is read rule by rule. Deny rules are read only
@@ -82,7 +124,7 @@ class PolicyReading:
     description: str | None = None
 
 
-_PREFIX = "{%s}" % NS
+_PREFIX = f"{{{NS}}}"
 _PREFIX_LENGTH = len(_PREFIX)
 
 
@@ -408,7 +450,7 @@ def read_document(root: etree._Element) -> PolicyReading | None:
         description = None
         streams: tuple[str, ...] | None = None
         grants: list[GrantReading] = []
-        for part, name in zip(parts, names):
+        for part, name in zip(parts, names, strict=True):
             if name == "Description" and description is None and not grants and streams is None:
                 description = _text(part).strip() or None
             elif name == "Target" and streams is None and not grants:

@@ -26,12 +26,33 @@ import re
 
 from lxml import etree
 
-from pdp import (ACCESS_SUBJECT as SUBJECT, ACTION, ACTION_ID, CURRENT_DATETIME, ENVIRONMENT,
-                 FUNCTION_PREFIX as FN, RESOURCE, RESOURCE_ID, STRING, SUBJECT_ID,
-                 SUBJECT_ROLE as ROLE, XACML_NS as NS)
-from pep.core.obligations import (FILTER_CONDITION, GRANT_OPTION_ID, MAP_ATTRIBUTE,
-                                  MASK_ATTRIBUTE, WINDOW_ATTR, WINDOW_KEY, WINDOW_MIN_COUNT,
-                                  WINDOW_PREFILTER, WINDOW_SIZE, WINDOW_STEP, WINDOW_TYPE)
+from pdp import (
+    ACCESS_SUBJECT as SUBJECT,
+    ACTION,
+    ACTION_ID,
+    CURRENT_DATETIME,
+    ENVIRONMENT,
+    FUNCTION_PREFIX as FN,
+    RESOURCE,
+    RESOURCE_ID,
+    STRING,
+    SUBJECT_ID,
+    SUBJECT_ROLE as ROLE,
+    XACML_NS as NS,
+)
+from pep.core.obligations import (
+    FILTER_CONDITION,
+    GRANT_OPTION_ID,
+    MAP_ATTRIBUTE,
+    MASK_ATTRIBUTE,
+    WINDOW_ATTR,
+    WINDOW_KEY,
+    WINDOW_MIN_COUNT,
+    WINDOW_PREFILTER,
+    WINDOW_SIZE,
+    WINDOW_STEP,
+    WINDOW_TYPE,
+)
 from pep.core.rules.model import AttributeMatch, SharingRule
 
 FIRST_APPLICABLE = "urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable"

@@ -70,9 +70,9 @@ A join joins exactly two streams (no `join` inside a `join`), and two different 
 An object `{"UserQuery": {...}}` is accepted too. Aggregates are "attr:function",
 "function(attr)" or {"attribute": ..., "function": ...}. A window without aggregates asks for
 whatever the policy's window allows, one without keys for the policy's group-by keys (`"keys": []`
-for none); a minimum count below the policy's has no effect (the larger wins). Errors are `UserQueryError(message, position)` (HTTP 400);
-the position is "line L, column C" for XML, a JSON path such as "$.window.size" for JSON, or
-"filter, column C" for a condition.
+for none); a minimum count below the policy's has no effect (the larger wins). Errors are
+`UserQueryError(message, position)` (HTTP 400); the position is "line L, column C" for XML, a JSON
+path such as "$.window.size" for JSON, or "filter, column C" for a condition.
 
 The parts, one module each: `model` (the parsed query, its errors and limits), `xml_form`,
 `json_form`, `reading` (which form, where it sits) and `to_graph` (against a schema, to a query
@@ -80,12 +80,17 @@ graph). Callers import the names below from `pep.core.userquery`.
 """
 from __future__ import annotations
 
-from pep.core.userquery.model import (MAX_QUERY_BYTES, MAX_QUERY_DEPTH, JoinQuery, UserQuery,
-                                      UserQueryError)
-from pep.core.userquery.xml_form import parse_xml_query, query_from_element
 from pep.core.userquery.json_form import parse_json_query, query_from_json
+from pep.core.userquery.model import (
+                                      MAX_QUERY_BYTES,
+                                      MAX_QUERY_DEPTH,
+                                      JoinQuery,
+                                      UserQuery,
+                                      UserQueryError,
+)
 from pep.core.userquery.reading import parse_user_query, query_from_content
 from pep.core.userquery.to_graph import user_graph
+from pep.core.userquery.xml_form import parse_xml_query, query_from_element
 
 __all__ = ["MAX_QUERY_BYTES", "MAX_QUERY_DEPTH", "JoinQuery", "UserQuery", "UserQueryError",
            "parse_xml_query", "query_from_element", "parse_json_query", "query_from_json",

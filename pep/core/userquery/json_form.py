@@ -8,10 +8,17 @@ from dataclasses import replace
 from pep.core.jsontypes import JsonValue
 from pep.core.obligations import parse_window_kind, parse_window_number
 from pep.core.privacy import parse_delta, parse_epsilon
-from pep.core.userquery.model import (JoinQuery, MAX_QUERY_BYTES, MAX_QUERY_DEPTH, PRIVACY_KEYS,
-                                      UserQuery, UserQueryError, WindowPrivacy, privacy_ask,
-                                      within_seconds)
-
+from pep.core.userquery.model import (
+    MAX_QUERY_BYTES,
+    MAX_QUERY_DEPTH,
+    PRIVACY_KEYS,
+    JoinQuery,
+    UserQuery,
+    UserQueryError,
+    WindowPrivacy,
+    privacy_ask,
+    within_seconds,
+)
 
 _JSON_KEYS = {"stream", "filter", "map", "mask", "window", "join"}
 _JSON_JOIN_KEYS = {"stream", "on", "within", "filter", "map", "mask", "window"}
@@ -50,7 +57,9 @@ def query_from_json(doc: JsonValue, path: str = "$", in_join: bool = False) -> U
     if not in_join and isinstance(doc, dict) and set(doc) == {"UserQuery"}:
         doc, path = doc["UserQuery"], "$.UserQuery"
     if not isinstance(doc, dict):
-        raise UserQueryError(f"a user query must be a JSON object, found {type(doc).__name__}", path)
+        raise UserQueryError(
+            f"a user query must be a JSON object, found {type(doc).__name__}", path
+        )
     allowed = _JSON_JOIN_KEYS if in_join else _JSON_KEYS
     unknown = sorted(set(doc) - allowed)
     if unknown:
@@ -186,7 +195,9 @@ def _json_join(doc: JsonValue, path: str) -> JoinQuery:
             raise UserQueryError("each 'on' item is a pair [left attribute, right attribute]",
                                  f"{path}.on[{i}]")
         on.append((pair[0].strip(), pair[1].strip()))
-    within = within_seconds(doc["within"], f"{path}.within") if doc.get("within") is not None else None
+    within = (
+        within_seconds(doc["within"], f"{path}.within") if doc.get("within") is not None else None
+    )
     name = doc["stream"].strip()
     side = replace(query_from_json(doc, path, in_join=True), stream=name)
     return JoinQuery(name, tuple(on), within, side)

@@ -11,7 +11,6 @@ from pep.core.jsontypes import JsonValue
 from pep.core.obligations import MAX_WINDOW
 from pep.core.privacy import PrivacyAsk
 
-
 MAX_QUERY_BYTES = 64 * 1024
 MAX_QUERY_DEPTH = 16
 
@@ -41,7 +40,7 @@ class UserQuery:
     window_keys: tuple[str, ...] | None = None  # None: the policy's
     window_min_count: int = 1
     window_coarsen: bool = False
-    join: "JoinQuery | None" = None  # a second stream joined with this one
+    join: JoinQuery | None = None  # a second stream joined with this one
     window_privacy: PrivacyAsk | None = None  # a smaller epsilon/delta than the policy's
     masks: tuple[str, ...] = ()  # "attribute:mask" texts: coarser masks asked for
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from lxml import etree
 
+from pep.core.userquery.json_form import parse_json_query, query_from_json
 from pep.core.userquery.model import UserQuery, UserQueryError
 from pep.core.userquery.xml_form import parse_xml_query, query_from_element
-from pep.core.userquery.json_form import parse_json_query, query_from_json
 
 
 def parse_user_query(data: bytes | str, kind: str | None = None) -> UserQuery:

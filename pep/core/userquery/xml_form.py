@@ -10,8 +10,16 @@ from lxml import etree
 
 from pep.core.obligations import parse_window_kind, parse_window_number
 from pep.core.privacy import parse_delta, parse_epsilon
-from pep.core.userquery.model import (JoinQuery, MAX_QUERY_BYTES, MAX_QUERY_DEPTH, UserQuery,
-                                      UserQueryError, WindowPrivacy, privacy_ask, within_seconds)
+from pep.core.userquery.model import (
+    MAX_QUERY_BYTES,
+    MAX_QUERY_DEPTH,
+    JoinQuery,
+    UserQuery,
+    UserQueryError,
+    WindowPrivacy,
+    privacy_ask,
+    within_seconds,
+)
 
 
 class _XmlWindow(WindowPrivacy, total=False):
@@ -58,11 +66,14 @@ def _utf8(text: str) -> bytes:
 
 
 def parse_xml_query(data: bytes | str) -> UserQuery:
-    """Parse the XML form from bytes, hardened: no DTD, no entities, no network, size/depth limits."""
+    """Parse the XML form from bytes, hardened: no DTD, no entities, no network, size/depth
+    limits."""
     if isinstance(data, str):
         data = _utf8(data)
     if len(data) > MAX_QUERY_BYTES:
-        raise UserQueryError(f"user query is {len(data)} bytes, over the limit of {MAX_QUERY_BYTES}")
+        raise UserQueryError(
+            f"user query is {len(data)} bytes, over the limit of {MAX_QUERY_BYTES}"
+        )
     if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
         raise UserQueryError("user query contains a DOCTYPE/ENTITY declaration, which is refused")
     try:
@@ -89,7 +100,9 @@ def _depth_ok(root: etree._Element) -> None:
     while stack:
         el, depth = stack.pop()
         if depth > MAX_QUERY_DEPTH:
-            raise UserQueryError(f"user query nests deeper than {MAX_QUERY_DEPTH} elements", _at(el))
+            raise UserQueryError(
+                f"user query nests deeper than {MAX_QUERY_DEPTH} elements", _at(el)
+            )
         stack.extend((c, depth + 1) for c in el)
 
 

@@ -2,16 +2,17 @@
 queries and joins) follow, in one place.
 
 While a revocation pass decides handles again, deliveries wait before each handle (at most a
-second: `pep.core.delivery_gate`). Each handle is delivered under its own lock, so that a revocation, which takes the same lock
-and marks it inactive, either happens before the write (nothing delivered) or after it; a
-handle whose callback refuses (False) or fails is marked inactive and reported closed, so the
-runtime detaches it.
+second: `pep.core.delivery_gate`). Each handle is delivered under its own lock, so that a
+revocation, which takes the same lock and marks it inactive, either happens before the write
+(nothing delivered) or after it; a handle whose callback refuses (False) or fails is marked inactive
+and reported closed, so the runtime detaches it.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, MutableMapping
-from typing import Any, ContextManager, Protocol
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from pep.core.delivery_gate import DELIVERY_GATE
 from pep.core.refs import handle_ref
@@ -35,7 +36,7 @@ class DeliveryTarget(Protocol):
     def deliver(self) -> Deliver: ...
 
     @property
-    def lock(self) -> ContextManager[Any]: ...
+    def lock(self) -> AbstractContextManager[Any]: ...
 
 
 def deliver_to(handles: Iterable[DeliveryTarget], batch: RowBatch,
@@ -49,7 +50,7 @@ def deliver_to(handles: Iterable[DeliveryTarget], batch: RowBatch,
                 continue
             try:
                 ok = handle.deliver(batch)
-            except Exception:  # noqa: BLE001 - one handle's failure detaches it, not the batch
+            except Exception:  # one handle's failure detaches it, not the batch
                 log.exception("deliver of handle %s failed; detaching it", handle_ref(handle.id))
                 ok = False
             if ok is False:

@@ -36,9 +36,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors.exceptions.captured import unwrap_spark_exception
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.serializers import CPickleSerializer
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import Column, DataFrame, SparkSession, functions as F, types as T
 from pyspark.sql.classic.column import _to_seq
 from pyspark.sql.pandas.functions import pandas_udf
 from pyspark.sql.pandas.serializers import ArrowCollectSerializer

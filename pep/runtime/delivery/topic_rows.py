@@ -31,15 +31,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
 from pyspark import cloudpickle
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import Column, DataFrame, Window, functions as F, types as T
 
 from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN, READ_COLUMN, TOP_COLUMN
 from pep.runtime.base.jvm_steps import JvmSteps
@@ -119,7 +117,7 @@ class TopicRows:
         value: Column | None = None
         for (projection, sources), index in sorted(projections.items(), key=lambda kv: kv[1]):
             fields = [_json_ready(F.col(f"`{src}`"), types[src]).alias(name)
-                      for name, src in zip(projection, sources)]
+                      for name, src in zip(projection, sources, strict=True)]
             text = F.to_json(F.struct(*fields), JSON_OPTIONS) if fields else F.lit("{}")
             value = text if value is None else \
                 F.when(F.col(PROJ) == index, text).otherwise(value)
@@ -198,7 +196,7 @@ class TopicRows:
                     log.info("plan topics: the rows of a micro-batch were written after the "
                              "brokers came back")
                 return
-            except Exception as exc:  # noqa: BLE001 - the brokers away, or a fault: try again
+            except Exception as exc:  # the brokers away, or a fault: try again
                 if stopping():
                     raise
                 self.retried += 1

@@ -10,14 +10,13 @@ least upper bound of the two.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 
 from pep.core import punctuations
 from pep.core.conditions import COMPARATORS
@@ -34,7 +33,6 @@ from pep.runtime.plans.spatial import edges, haversine, inside_polygon, valid_po
 from pep.runtime.privacy.labels import dominated_by, label_code, label_text, lub_code, lub_of
 from pep.runtime.privacy.masks import hashed_text, hmac_material, mask_literal, masked_column
 from pep.runtime.sources.frames import DELETE_COMMITTED, build_source
-
 
 TIME = "_t"  # a side's time column (a timestamp), internal
 
@@ -304,7 +302,7 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
     names = ["window_start", "window_end", *w.keys, *(a.output_name for a in w.aggregates)]
     sources = [bound(win["start"]), bound(win["end"]), *[F.col(inner[k]) for k in w.keys],
                *[F.col(f"{prefix}g_{j}") for j in range(len(w.aggregates))]]
-    for i, (name, column) in enumerate(zip(names, sources)):
+    for i, (name, column) in enumerate(zip(names, sources, strict=True)):
         cols.append(column.alias(f"{prefix}{i}"))
         outputs.append(JoinOutput(f"{prefix}{i}", f"{definition.name}.{name}"))
     return windows.select(*cols), outputs
@@ -369,8 +367,8 @@ def joined_frame(spark: SparkSession, left: StreamDefinition, right: StreamDefin
                               feeds[0], mask_key, sources[0], _reads(plan, 0))
     rframe, rout = side_frame(spark, right, plan.right, plan.right_time, "r", lateness,
                               max_files, feeds[1], mask_key, sources[1], _reads(plan, 1))
-    index = {("left", n): o.internal for n, o in zip(_names(plan.left), lout)}
-    index.update({("right", n): o.internal for n, o in zip(_names(plan.right), rout)})
+    index = {("left", n): o.internal for n, o in zip(_names(plan.left), lout, strict=True)}
+    index.update({("right", n): o.internal for n, o in zip(_names(plan.right), rout, strict=True)})
     terms = []
     for a, b in plan.on:
         lcol, rcol = F.col(index[("left", a)]), F.col(index[("right", b)])
@@ -406,7 +404,7 @@ def _joined_label(left: StreamDefinition, right: StreamDefinition, plan: JoinPla
         raise JoinPlanError(f"the join's label reads {plan.label[0]!r} and {plan.label[1]!r}, "
                             "which are not labels over one lattice")
     codes = [label_code(F.col(index[(side, name)]), lattice)
-             for side, name in zip(("left", "right"), plan.label)]
+             for side, name in zip(("left", "right"), plan.label, strict=True)]
     return label_text(lub_of(*codes), lattice)
 
 

@@ -110,7 +110,7 @@ class _JoinQuery:
         rt = self.settings
         qid = uuid.uuid4().hex
         feeds: list[Path | None] = []
-        for side, definition in zip(("left", "right"), self.streams):
+        for side, definition in zip(("left", "right"), self.streams, strict=True):
             if rt.feeds is None or definition.source.kind != "ingest":
                 feeds.append(None)
                 continue
@@ -213,7 +213,7 @@ class _JoinQuery:
         if self.query is not None:
             try:
                 self.query.stop()
-            except Exception as exc:  # it may have failed already: report, don't raise
+            except Exception as exc:  # noqa: BLE001 - it may have failed already: report, don't raise
                 log.warning("stopping join %s: %s", self.plan.key()[:12], exc)
         if self.checkpoint is not None:
             shutil.rmtree(self.checkpoint, ignore_errors=True)

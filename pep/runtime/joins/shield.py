@@ -29,9 +29,18 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from pep.core.plan import ExecutionPlan, StreamDefinition
-from pep.core.punctuations import (DEFER, LOG_NAME, REFINE, Condition, SegmentPolicy,
-                                   counts_in_window, filter_attributes, read_log_line,
-                                   segments, visible_attributes)
+from pep.core.punctuations import (
+    DEFER,
+    LOG_NAME,
+    REFINE,
+    Condition,
+    SegmentPolicy,
+    counts_in_window,
+    filter_attributes,
+    read_log_line,
+    segments,
+    visible_attributes,
+)
 from pep.runtime.base.columns import SEQ_COLUMN
 
 

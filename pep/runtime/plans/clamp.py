@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+from pyspark.sql import Column, functions as F
 
 from pep.runtime.plans.compile import CompiledWindow
 from pep.runtime.plans.plan_schema import PlanField

@@ -33,13 +33,31 @@ from fractions import Fraction
 from typing import Any
 
 from pep.core import geo
-from pep.core.exact import (INT64_MAX, INT64_MIN, MAX_MICROS, MIN_MICROS, ExactNumber,
-                            exact_decimal, in_timestamp_range, integer_comparison, is_number,
-                            micros_from_iso)
+from pep.core.exact import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_MICROS,
+    MIN_MICROS,
+    ExactNumber,
+    exact_decimal,
+    in_timestamp_range,
+    integer_comparison,
+    is_number,
+    micros_from_iso,
+)
 from pep.core.labels import LABEL_MASKS, LabelError, Lattice
 from pep.core.masks import Mask, MaskError, check_fits, parse_mask
-from pep.core.plan import (AGGREGATE_FUNCTIONS, Aggregate, AnyPredicate, ExecutionPlan, Field,
-                           Predicate, SpatialPredicate, StreamSchema, UnionPlan)
+from pep.core.plan import (
+    AGGREGATE_FUNCTIONS,
+    Aggregate,
+    AnyPredicate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SpatialPredicate,
+    StreamSchema,
+    UnionPlan,
+)
 from pep.core.privacy import PrivacySpec, Quantity, is_finite_spec, quantities
 from pep.core.punctuations import filter_attributes
 

@@ -39,8 +39,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pep.runtime.base.columns import FILE_COLUMN, KAFKA_OFFSET_AT, KAFKA_PARTITION_AT
-from pep.runtime.plans.compile import (EQUAL, GREATER, INTEGER_KIND, LESS, NUMERIC_KIND,
-                                       STRING_KIND, CompiledPlan)
+from pep.runtime.plans.compile import (
+    EQUAL,
+    GREATER,
+    INTEGER_KIND,
+    LESS,
+    NUMERIC_KIND,
+    STRING_KIND,
+    CompiledPlan,
+)
 
 FAMILY_OF_KIND = {NUMERIC_KIND: "d", INTEGER_KIND: "l", STRING_KIND: "s"}
 # at most this many (tuple, plan) cells are tested at once: bounds the driver's memory per batch
@@ -79,7 +86,7 @@ class GroupedMatcher:
     columns: tuple[tuple[int, str], ...]  # (attribute, family) the rows job must return
 
     @staticmethod
-    def build(plans: list[tuple[int, CompiledPlan]]) -> "GroupedMatcher | None":
+    def build(plans: list[tuple[int, CompiledPlan]]) -> GroupedMatcher | None:
         """None when some plan has a comparison this matcher does not make (spatial, label,
         masked, or a null constant): the plan table then evaluates them all."""
         shapes: dict[tuple[Any, ...], list[tuple[int, CompiledPlan]]] = {}
@@ -253,7 +260,7 @@ def freeze_worker_heap() -> bool:
     if marker is None:
         marker = sys.modules[_FREEZES] = types.ModuleType(_FREEZES)
     gc.freeze()
-    setattr(marker, "count", done + 1)
+    setattr(marker, "count", done + 1)  # noqa: B010 - mypy knows no attribute `count` of a module
     return True
 
 

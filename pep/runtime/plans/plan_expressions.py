@@ -6,19 +6,33 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any, Callable, TypeVar, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import Column, functions as F, types as T
 
 from pep.core.plan import StreamDefinition, StreamSchema
-from pep.runtime.base.columns import (FILE_COLUMN, KAFKA_OFFSET_AT, KAFKA_PARTITION_AT, KOFF_COLUMN,
-                                      KPART_COLUMN, LNGS_COLUMN, NUMS_COLUMN, PLANS_COLUMN,
-                                      SEQ_COLUMN, STRS_COLUMN)
+from pep.runtime.base.columns import (
+    FILE_COLUMN,
+    KAFKA_OFFSET_AT,
+    KAFKA_PARTITION_AT,
+    KOFF_COLUMN,
+    KPART_COLUMN,
+    LNGS_COLUMN,
+    NUMS_COLUMN,
+    PLANS_COLUMN,
+    SEQ_COLUMN,
+    STRS_COLUMN,
+)
 from pep.runtime.base.memo import OwnedCache
-from pep.runtime.plans.compile import (INTEGER_KIND, LABEL_KIND, MASKED_KIND, NUMERIC_KIND,
-                                       STRING_KIND, CompiledPlan)
+from pep.runtime.plans.compile import (
+    INTEGER_KIND,
+    LABEL_KIND,
+    MASKED_KIND,
+    NUMERIC_KIND,
+    STRING_KIND,
+    CompiledPlan,
+)
 from pep.runtime.plans.plan_schema import PlanField, PredicateField
 from pep.runtime.plans.spatial import spatial_outcome
 from pep.runtime.privacy.labels import label_code, label_holds, label_outcome

@@ -17,7 +17,6 @@ import pyarrow as pa
 from pep.runtime.plans.spatial import PREDICATE_FIELDS
 from pep.runtime.privacy.masks import MASK_ARROW
 
-
 # plan kinds in the plan table: plain rows; tuple windows whose panes Spark aggregates; time
 # windows; tuple windows whose tuples come back as rows (panes of one tuple, on the driver)
 PLAIN, TUPLE, TIME, ROW_TUPLE = 0, 1, 2, 3

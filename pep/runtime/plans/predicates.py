@@ -12,12 +12,20 @@ import functools
 import operator
 from collections.abc import Callable
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+from pyspark.sql import Column, functions as F
 
 from pep.core.plan import StreamSchema
-from pep.runtime.plans.compile import (EQUAL, GREATER, INTEGER_KIND, LABEL_KIND, LESS, MASKED_KIND,
-                                       NUMERIC_KIND, PredicateRow, base_kind)
+from pep.runtime.plans.compile import (
+    EQUAL,
+    GREATER,
+    INTEGER_KIND,
+    LABEL_KIND,
+    LESS,
+    MASKED_KIND,
+    NUMERIC_KIND,
+    PredicateRow,
+    base_kind,
+)
 from pep.runtime.privacy.labels import label_code, label_holds
 from pep.runtime.privacy.masks import masked_double, masked_long, masked_text
 

@@ -38,17 +38,26 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 
 from pep.core.geo import EARTH_DIAMETER_M
 from pep.runtime.base.columns import SEQ_COLUMN
-from pep.runtime.plans.compile import (ANCHOR_KIND, DISTANCE_KIND, INTEGER_KIND, LABEL_KIND,
-                                       base_kind, NUMERIC_KIND, POLYGON_KIND, AnchorSpec,
-                                       CompiledPlan, PredicateRow)
+from pep.runtime.plans.compile import (
+    ANCHOR_KIND,
+    DISTANCE_KIND,
+    INTEGER_KIND,
+    LABEL_KIND,
+    NUMERIC_KIND,
+    POLYGON_KIND,
+    AnchorSpec,
+    CompiledPlan,
+    PredicateRow,
+    base_kind,
+)
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +216,7 @@ class AnchorTracker:
         self.version = 0
         self.rows = 0  # anchor tuples brought to the driver, in all
 
-    def with_schema(self, schema: Any) -> "AnchorTracker":
+    def with_schema(self, schema: Any) -> AnchorTracker:
         """The same anchors' positions over a schema that added attributes after this one's (a
         stream's query restarted for its new attributes: attribute indices stay valid)."""
         other = AnchorTracker(self.spark, self._value_arrays, schema)
@@ -275,7 +284,7 @@ class AnchorTracker:
         table = frame.toArrow()
         out: dict[AnchorSpec, list[tuple[int, float | None, float | None]]] = {}
         for spec_id, seq, lat, lon in zip(*(table.column(c).to_pylist()
-                                            for c in ("id", "seq", "lat", "lon"))):
+                                            for c in ("id", "seq", "lat", "lon")), strict=True):
             out.setdefault(specs[spec_id], []).append((seq, lat, lon))
         return out
 

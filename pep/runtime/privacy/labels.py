@@ -11,8 +11,7 @@ INCOMPARABLE 8, tested against the op's mask exactly like the comparisons of the
 """
 from __future__ import annotations
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+from pyspark.sql import Column, functions as F
 
 from pep.core.labels import CATEGORY_MASK, LEVEL_SHIFT, Lattice
 

@@ -35,9 +35,7 @@ from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Column
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import Column, functions as F, types as T
 
 from pep.core.masks import STEP_KINDS, UNIT_MICROS, Mask
 

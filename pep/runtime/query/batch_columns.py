@@ -5,15 +5,27 @@ stream's own figures (`observed`). Built once per schema and shape (`shared_expr
 """
 from __future__ import annotations
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+from pyspark.sql import Column, functions as F
 
-from pep.runtime.base.columns import (FILE_COLUMN, KEYS_COLUMN, KOFF_COLUMN, KPART_COLUMN,
-                                      LNGS_COLUMN, NUMS_COLUMN, POS_COLUMN, SEQ_COLUMN, STRS_COLUMN,
-                                      TIME_COLUMN)
+from pep.runtime.base.columns import (
+    FILE_COLUMN,
+    KEYS_COLUMN,
+    KOFF_COLUMN,
+    KPART_COLUMN,
+    LNGS_COLUMN,
+    NUMS_COLUMN,
+    POS_COLUMN,
+    SEQ_COLUMN,
+    STRS_COLUMN,
+    TIME_COLUMN,
+)
 from pep.runtime.plans.batch_shape import Shape
-from pep.runtime.plans.plan_expressions import (key_array, kafka_position, shared_expressions,
-                                                value_arrays)
+from pep.runtime.plans.plan_expressions import (
+    kafka_position,
+    key_array,
+    shared_expressions,
+    value_arrays,
+)
 from pep.runtime.privacy.masks import masked_seconds
 from pep.runtime.query.settings import UNIQUE_SEQ_KINDS, StreamLayout
 

@@ -36,8 +36,9 @@ Kafka stream's rows again), `QueryLifecycle` (the query: start, stop, the batche
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -57,8 +58,8 @@ from pep.runtime.query.registry import PlanRegistry
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob
 from pep.runtime.query.runner import MicroBatchRunner
-from pep.runtime.query.shield import PunctuationShield
 from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN, QuerySettings, StreamLayout
+from pep.runtime.query.shield import PunctuationShield
 
 
 class StreamExecutor:

@@ -28,8 +28,17 @@ from pep.runtime.query.rows_job import RowsJob
 from pep.runtime.query.settings import StreamLayout
 from pep.runtime.sources.frames import kafka_options, kafka_range_frame
 from pep.runtime.sources.kafka_offsets import KafkaOffsets
-from pep.runtime.sources.replay import (BatchRange, batch_of, batch_ranges, batch_start, covers,
-                                        last_committed, offsets_json, split_by_batch, still_held)
+from pep.runtime.sources.replay import (
+    BatchRange,
+    batch_of,
+    batch_ranges,
+    batch_start,
+    covers,
+    last_committed,
+    offsets_json,
+    split_by_batch,
+    still_held,
+)
 
 log = logging.getLogger(__name__)
 

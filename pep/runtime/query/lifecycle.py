@@ -7,7 +7,6 @@ health (stalls, input waiting).
 from __future__ import annotations
 
 import json
-
 import logging
 import threading
 import time
@@ -16,8 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pep.core.plan import StreamDefinition
@@ -30,8 +28,13 @@ from pep.runtime.query.route_worker import RoutingFailed
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.runner import MicroBatchRunner
 from pep.runtime.query.settings import QuerySettings, StreamLayout
-from pep.runtime.query.start_position import (archive_present, files_per_trigger, skip_to_end,
-                                              source_files, source_path)
+from pep.runtime.query.start_position import (
+    archive_present,
+    files_per_trigger,
+    skip_to_end,
+    source_files,
+    source_path,
+)
 from pep.runtime.sources.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
 from pep.runtime.sources.frames import build_source
 
@@ -146,7 +149,7 @@ class QueryLifecycle:
         # second), so that batch finds it ready instead of the request waiting for it first.
         try:
             self._prepare_plans()
-        except Exception as exc:  # the query runs already: its first batch builds it (or fails)
+        except Exception as exc:  # noqa: BLE001 - the query runs already: its first batch builds it (or fails)
             log.warning("stream %s: plan table not prepared: %s", definition.name, exc)
 
     def start_again(self, previous: StreamDefinition) -> None:
@@ -276,7 +279,7 @@ class QueryLifecycle:
             if self._query is not None:
                 try:
                     self._query.stop()
-                except Exception:  # noqa: BLE001 - stopping must not fail the caller
+                except Exception:  # stopping must not fail the caller
                     log.exception("stopping the query of stream %s failed", self._layout.name)
             # the batch in flight is delivered before the last delivered batch is written down
             try:

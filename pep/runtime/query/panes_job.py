@@ -7,20 +7,36 @@ its time under the plan's mask), then Spark's partial aggregates per (plan, key,
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, Window, functions as F
 
-from pep.runtime.base.columns import (FILE_COLUMN, KEYS_COLUMN, LNGS_COLUMN, NUMS_COLUMN, PLAN,
-                                      PLANS_COLUMN, POS_COLUMN, SEQ_COLUMN, STRS_COLUMN,
-                                      TIME_COLUMN)
+from pep.runtime.base.columns import (
+    FILE_COLUMN,
+    KEYS_COLUMN,
+    LNGS_COLUMN,
+    NUMS_COLUMN,
+    PLAN,
+    PLANS_COLUMN,
+    POS_COLUMN,
+    SEQ_COLUMN,
+    STRS_COLUMN,
+    TIME_COLUMN,
+)
 from pep.runtime.plans.batch_shape import Shape, slot_names
 from pep.runtime.plans.clamp import clamped
 from pep.runtime.plans.plan_expressions import json_value, matched_plan_structs, shared_expressions
 from pep.runtime.plans.plan_schema import TIME, TIME_LONG, TIME_TIMESTAMP, TUPLE, PlanField
-from pep.runtime.privacy.masks import (hashed_text, is_hash, let, masked_column, masked_double,
-                                       masked_long, masked_text)
+from pep.runtime.privacy.masks import (
+    hashed_text,
+    is_hash,
+    let,
+    masked_column,
+    masked_double,
+    masked_long,
+    masked_text,
+)
 from pep.runtime.query.batch_columns import base_columns, masked_order, order_columns, plan_order
 from pep.runtime.query.settings import MAX_LONG, TIME_LIMIT, StreamLayout
 from pep.runtime.windows.pane_partials import KEY_SEP, PARTS, TIME_PARTS, Part
@@ -104,9 +120,13 @@ class PanesJob:
             v = F.element_at(F.col(arrays[fam]), index)
             if shape.masked:  # the value under the plan's mask of the attribute
                 m = F.element_at(p[PlanField.MASKS], index)
-                v = {"d": lambda: masked_double(v, m), "l": lambda: masked_long(v, m),
-                     "s": lambda: masked_text(F.coalesce(v, F.element_at(
-                         F.col(LNGS_COLUMN), index).cast("string")), m)}[fam]()
+                if fam == "d":
+                    v = masked_double(v, m)
+                elif fam == "l":
+                    v = masked_long(v, m)
+                else:
+                    v = masked_text(F.coalesce(v, F.element_at(
+                        F.col(LNGS_COLUMN), index).cast("string")), m)
             elif fam == "d":
                 v = F.nanvl(v, F.lit(None).cast("double"))
             if shape.clamped:  # private windows' values into their bounds, before any sum
@@ -132,7 +152,7 @@ class PanesJob:
                     single += slot_cols  # one value per attribute: the driver makes partials
                 else:  # the partials of a one-tuple pane, shaped like the time panes'
                     single.append(F.lit(1).cast("long").alias("rows"))
-                    for (name, fam, parts) in shape.slots:
+                    for name, _, parts in shape.slots:
                         v = F.col(name)
                         for part in (Part.COUNT, Part.SUM, Part.MIN, Part.MAX, Part.FIRST,
                                      Part.LAST):
@@ -187,21 +207,10 @@ class PanesJob:
             # i.e. over the tuples its own filter passed (README "Time windows")
             aggs.append(F.max(tcol).alias("mt"))
         for name, fam, parts in shape.slots:
-            v = F.col(name)
-            present = v.isNotNull()
-            made = {
-                Part.COUNT: lambda: F.count(v),
-                Part.SUM: lambda: F.try_sum(v) if fam == "l" else F.sum(v),
-                Part.MIN: lambda: F.min(v), Part.MAX: lambda: F.max(v),
-                Part.OR: lambda: F.bit_or(v),
-                Part.FIRST: lambda: F.min_by(v, F.when(present, okey)),
-                Part.LAST: lambda: F.max_by(v, F.when(present, okey)),
-                Part.FIRST_TIME: lambda: F.min(F.when(present, tcol)),
-                Part.LAST_TIME: lambda: F.max(F.when(present, tcol)),
-            }
             for part in PARTS:
                 if part in parts and (tcol is not None or part not in TIME_PARTS):
-                    aggs.append(made[part]().alias(f"{name}_{part}"))
+                    made = _part_aggregate(part, F.col(name), fam, okey, tcol)
+                    aggs.append(made.alias(f"{name}_{part}"))
         stages["aggregates"] = aggs
         return stages
 
@@ -228,3 +237,21 @@ class PanesJob:
 
 
 __all__ = ["PanesJob"]
+
+
+def _part_aggregate(part: Part, v: Column, fam: str, okey: Column,
+                    tcol: Column | None) -> Column:
+    """The aggregate of one part of a slot's pane partial (`pane_partials.Part`): `okey` orders
+    first and last values, `tcol` is the plan's time (None: no time parts are asked for)."""
+    present = v.isNotNull()
+    made: dict[Part, Callable[[], Column]] = {
+        Part.COUNT: lambda: F.count(v),
+        Part.SUM: lambda: F.try_sum(v) if fam == "l" else F.sum(v),
+        Part.MIN: lambda: F.min(v), Part.MAX: lambda: F.max(v),
+        Part.OR: lambda: F.bit_or(v),
+        Part.FIRST: lambda: F.min_by(v, F.when(present, okey)),
+        Part.LAST: lambda: F.max_by(v, F.when(present, okey)),
+        Part.FIRST_TIME: lambda: F.min(F.when(present, tcol)),
+        Part.LAST_TIME: lambda: F.max(F.when(present, tcol)),
+    }
+    return made[part]()

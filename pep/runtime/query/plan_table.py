@@ -16,8 +16,13 @@ from pep.runtime.plans.batch_shape import Shape
 from pep.runtime.plans.clamp import bound_arrays, is_private
 from pep.runtime.plans.compile import FAMILIES, MASKED_KIND, CompiledPlan, row_attributes
 from pep.runtime.plans.plan_expressions import value_arrays
-from pep.runtime.plans.plan_schema import (FAMILY_FIELDS, PLAIN, PLAN_TABLE_ARROW, TIME_KINDS,
-                                           PlanField)
+from pep.runtime.plans.plan_schema import (
+    FAMILY_FIELDS,
+    PLAIN,
+    PLAN_TABLE_ARROW,
+    TIME_KINDS,
+    PlanField,
+)
 from pep.runtime.plans.spatial import AnchorTracker, predicate_struct
 from pep.runtime.privacy.masks import mask_struct
 from pep.runtime.query.registry import PlanState
@@ -89,7 +94,7 @@ class PlanTable:
             if s.compiled.masks:
                 read.update(w.keys)  # masked keys are computed per plan from the values
             seen = {"d": 0, "l": 0, "s": 0}
-            for fam, parts in zip(layout.families, layout.parts):
+            for fam, parts in zip(layout.families, layout.parts, strict=True):
                 slots.setdefault(f"{fam}{seen[fam]}", set()).update(parts)
                 seen[fam] += 1
             if w.kind == "tuple":

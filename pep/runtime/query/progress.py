@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
@@ -50,7 +51,7 @@ class _Progress(StreamingQueryListener):
             return
         try:
             callback(int(progress.numInputRows or 0))
-        except Exception:  # noqa: BLE001 - a figure must not break Spark's listener bus
+        except Exception:  # a figure must not break Spark's listener bus
             log.exception("query %s: progress not counted", progress.name)
 
     def onQueryIdle(self, event: Any) -> None:

@@ -108,11 +108,11 @@ class RouteWorker:
                     return
             try:
                 job()
-            except BaseException as exc:  # noqa: BLE001 - kept for the next batch to raise
+            except BaseException as exc:  # kept for the next batch to raise
                 log.exception("%s: routing a micro-batch failed", self._name)
                 try:
                     self._on_error(exc)
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - the worker must go on; the failure is logged
                     pass
                 with self._cond:
                     self._error = exc

@@ -27,8 +27,15 @@ from pep.runtime.query.registry import AttachedHandle, PlanRegistry, PlanState, 
 from pep.runtime.query.settings import StreamLayout
 from pep.runtime.query.shield import BatchShield
 from pep.runtime.query.union import member_masks, merged_rows, tag_rows
-from pep.runtime.windows.pane_partials import (KEY_SEP, NO_SEQ, PARTS, PaneLayout, empty_partials,
-                                               partials_from_arrow, partials_from_values)
+from pep.runtime.windows.pane_partials import (
+    KEY_SEP,
+    NO_SEQ,
+    PARTS,
+    PaneLayout,
+    empty_partials,
+    partials_from_arrow,
+    partials_from_values,
+)
 
 
 class ResultRouter:
@@ -117,7 +124,8 @@ class ResultRouter:
         starts = np.concatenate(([0], np.flatnonzero(np.diff(plan_ids)) + 1)) \
             if len(plan_ids) else np.empty(0, np.int64)
         ends = list(starts[1:].tolist()) + [len(plan_ids)]
-        bounds = dict(zip(plan_ids[starts].tolist(), zip(starts.tolist(), ends)))
+        bounds = dict(zip(plan_ids[starts].tolist(), zip(starts.tolist(), ends, strict=True),
+                          strict=True))
         groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[PlanState]] = {}
         closed: list[str] = []
         for state in plans:
@@ -142,7 +150,7 @@ class ResultRouter:
         for (projection, sources), members in groups.items():
             for state, out in zip(members, _member_batches(
                     arrow, projection, sources, [bounds[s.id] for s in members], row_ids,
-                    seqs)):
+                    seqs), strict=True):
                 state.batches += 1
                 closed += self._deliver(state, out, state.id in written)
         closed += self._route_unions(arrow, row_ids, bounds, seqs, plans, unions, hidden)
@@ -188,7 +196,7 @@ class ResultRouter:
         take = pa.array(idx)
         keys = None
         names = self._layout.field_names
-        column = dict(zip(names, self._layout.row_columns(state.compiled, names)))
+        column = dict(zip(names, self._layout.row_columns(state.compiled, names), strict=True))
         if w.keys:
             texts = [value_texts(arrow.column(column[k]).take(take)) for k in w.keys]
             joined = texts[0] if len(texts) == 1 else \
@@ -215,7 +223,7 @@ class ResultRouter:
             pids = arrow.column("pid").to_numpy()
             ids, starts = np.unique(pids, return_index=True)
             ends = list(starts[1:].tolist()) + [len(pids)]
-            bounds = dict(zip(ids.tolist(), zip(starts.tolist(), ends)))
+            bounds = dict(zip(ids.tolist(), zip(starts.tolist(), ends, strict=True), strict=True))
         closed: list[str] = []
         for state in plans:
             windows = state.windows
@@ -352,7 +360,8 @@ def _member_batches(arrow: pa.Table, projection: tuple[str, ...], sources: tuple
     tops = np.maximum.reduceat(seqs[picked], starts).tolist()
     chosen = operator.itemgetter(*at.tolist())(texts)  # a tuple: two spans or more, none empty
     return [RowBatch(chosen[begin:begin + count], size, None if top == NO_SEQ else top)
-            for begin, count, size, top in zip(starts.tolist(), counts.tolist(), sizes, tops)]
+            for begin, count, size, top in zip(starts.tolist(), counts.tolist(), sizes, tops,
+                                               strict=True)]
 
 
 def _hidden_batch(arrow: pa.Table, projection: tuple[str, ...], sources: tuple[str, ...],

@@ -6,30 +6,50 @@ on Spark's workers (`values_frame`, `admitted_frame`: the `GroupedMatcher`), or 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import cloudpickle
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import Column, DataFrame, functions as F, types as T
 
-from pep.runtime.base.columns import (BITS_COLUMN, EMIT, HASHED_PREFIX, LNGS_COLUMN, NUMS_COLUMN,
-                                      ORDER_EXACT, ORDER_NUMBER, PIDS_COLUMN, PLANS_COLUMN,
-                                      READ_COLUMN, SEQ_COLUMN, TOP_COLUMN)
+from pep.runtime.base.columns import (
+    BITS_COLUMN,
+    EMIT,
+    HASHED_PREFIX,
+    LNGS_COLUMN,
+    NUMS_COLUMN,
+    ORDER_EXACT,
+    ORDER_NUMBER,
+    PIDS_COLUMN,
+    PLANS_COLUMN,
+    READ_COLUMN,
+    SEQ_COLUMN,
+    TOP_COLUMN,
+)
 from pep.runtime.base.jvm_steps import JvmSteps
 from pep.runtime.plans import matcher as matcher_module
 from pep.runtime.plans.batch_shape import Shape
 from pep.runtime.plans.matcher import GroupedMatcher, admitted_rows, value_column
-from pep.runtime.plans.plan_expressions import (FEW_PLANS, few_plans_column, masked_emissions,
-                                                matched_plans_column, shared_expressions,
-                                                value_elements)
+from pep.runtime.plans.plan_expressions import (
+    FEW_PLANS,
+    few_plans_column,
+    masked_emissions,
+    matched_plans_column,
+    shared_expressions,
+    value_elements,
+)
 from pep.runtime.plans.plan_schema import ROW_KINDS, PlanField
 from pep.runtime.privacy.masks import hashed_text, masked_column
-from pep.runtime.query.batch_columns import (base_columns, masked_order, order_columns,
-                                             order_expressions, plan_order)
+from pep.runtime.query.batch_columns import (
+    base_columns,
+    masked_order,
+    order_columns,
+    order_expressions,
+    plan_order,
+)
 from pep.runtime.query.registry import PlanSets
 from pep.runtime.query.settings import StreamLayout
 
@@ -152,7 +172,7 @@ class RowsJob:
         # arrays are built and the batch's DataFrame is analysed once here, not twice (each
         # DataFrame step is a py4j call and an analysis per batch: ~6 ms, 25 ms at p95 here).
         def build() -> list[Column]:
-            elements = dict(zip("dsl", value_elements(layout.schema, shape.read)))
+            elements = dict(zip("dsl", value_elements(layout.schema, shape.read), strict=True))
             return ([F.col(f"`{n}`") for n in columns] + order_expressions(layout, shape)
                     + [elements[fam][a - 1].alias(value_column(a, fam))
                        for a, fam in grouped.columns])

@@ -10,7 +10,8 @@ import functools
 import itertools
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -220,7 +221,7 @@ class MicroBatchRunner:
         try:
             if observation is not None:
                 figures = self._steps.observed(batch, observation)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the figures come from one more job (below)
             # pyspark 4.2.0 (the version Kafka pins) sometimes had no observed row for a Kafka
             # micro-batch whose only job was the panes job (toPyRow's assertion fails; Kafka
             # batches no longer observe): the same figures from one more small job

@@ -55,7 +55,7 @@ class StreamLayout:
     time_attr: str | None
 
     @staticmethod
-    def of(definition: StreamDefinition) -> "StreamLayout":
+    def of(definition: StreamDefinition) -> StreamLayout:
         names = tuple(definition.schema.names)
         return StreamLayout(definition, names,
                             MappingProxyType({n: i + 1 for i, n in enumerate(names)}),

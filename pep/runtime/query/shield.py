@@ -21,18 +21,25 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, functions as F
 
-from pep.core.punctuations import (LOG_NAME, REFINE, Condition, Punctuation, SegmentPolicy,
-                                   ShieldState, read_log_line, counts_in_window,
-                                   visible_attributes)
+from pep.core.punctuations import (
+    LOG_NAME,
+    REFINE,
+    Condition,
+    Punctuation,
+    SegmentPolicy,
+    ShieldState,
+    counts_in_window,
+    read_log_line,
+    visible_attributes,
+)
 from pep.runtime.base.columns import SEQ_COLUMN
 from pep.runtime.query.registry import PlanState
 from pep.runtime.query.settings import StreamLayout
@@ -132,7 +139,7 @@ class PunctuationShield:
                             np.asarray(self.kinds, dtype=np.int64))
         return self._arrays
 
-    def prepare(self, batch: DataFrame) -> "BatchShield":
+    def prepare(self, batch: DataFrame) -> BatchShield:
         """The batch's shield: the log read, the segments as they are now, the tuple DDPs in
         play matched in Spark."""
         self.refresh()
@@ -265,7 +272,7 @@ class BatchShield:
         keep = np.zeros(len(row_ids), dtype=bool)
         hidden: dict[int, dict[int, frozenset[str]]] = {}
         cuts = np.flatnonzero(np.diff(plan_ids)) + 1
-        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(plan_ids)]):
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(plan_ids)], strict=True):
             state = states.get(int(plan_ids[lo]))
             if state is None:
                 continue

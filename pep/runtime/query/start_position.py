@@ -87,7 +87,7 @@ def skip_to_end(spark: SparkSession, definition: StreamDefinition, checkpoint: P
             if query.exception() is None:
                 break
             raise RuntimeError(str(query.exception()))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             query.stop()
             if attempt == 2:
                 raise

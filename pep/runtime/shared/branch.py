@@ -20,11 +20,11 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 
-from pep.runtime.plans.matcher import GroupedMatcher, admitted_rows
-from pep.runtime.query.batch_columns import order_columns
 from pep.runtime.base.arrow_ipc import Packer
 from pep.runtime.base.columns import BITS_COLUMN, READ_COLUMN, SEQ_COLUMN, TOP_COLUMN
 from pep.runtime.plans.batch_shape import Shape
+from pep.runtime.plans.matcher import GroupedMatcher, admitted_rows
+from pep.runtime.query.batch_columns import order_columns
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.panes_job import PanesJob
 from pep.runtime.query.plan_table import PlanTable

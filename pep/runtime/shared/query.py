@@ -26,11 +26,11 @@ import os
 import threading
 import time
 import uuid
-from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark import cloudpickle
@@ -219,7 +219,7 @@ class SharedQuery:
                 dirs = sorted(self._members)
             try:
                 self._apply(dirs)
-            except Exception as exc:  # noqa: BLE001 - tried again at the next change
+            except Exception as exc:  # tried again at the next change
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("the shared stream query did not start")
             with self._lock:
@@ -262,7 +262,7 @@ class SharedQuery:
                 pass
             try:
                 query.stop()
-            except Exception:  # noqa: BLE001 - stopping must not fail the caller
+            except Exception:  # stopping must not fail the caller
                 log.exception("stopping the shared stream query failed")
         finally:
             self._pausing = False
@@ -330,7 +330,7 @@ class SharedQuery:
                 if not query.isActive:
                     return stopped_batch(self._spark, "shared stream query stopped between two "
                                          "micro-batches")
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a query gone already: say it came while stopping
                 break
             time.sleep(0.01)
         return RuntimeError("shared stream query: a micro-batch came while it was stopping")

@@ -60,7 +60,7 @@ class StreamCheckpoint:
     temporary: bool
 
     @classmethod
-    def for_stream(cls, work_dir: Path, definition: StreamDefinition) -> "StreamCheckpoint":
+    def for_stream(cls, work_dir: Path, definition: StreamDefinition) -> StreamCheckpoint:
         base = Path(work_dir) / "checkpoints" / definition.name
         if definition.source.kind not in RESUMABLE_KINDS:
             return cls(base / f"tmp-{uuid.uuid4().hex}", definition, True)
@@ -267,7 +267,7 @@ class Janitor(threading.Thread):
         while not self._stop_event.wait(self.interval):
             try:
                 self._tick()
-            except Exception:  # noqa: BLE001 - a janitor must keep going
+            except Exception:  # a janitor must keep going
                 log.exception("runtime janitor tick failed")
 
     def stop(self) -> None:

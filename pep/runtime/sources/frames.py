@@ -21,13 +21,12 @@ no time attribute).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlparse
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import Column, DataFrame, SparkSession, functions as F, types as T
 
 from common.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition, StreamSchema

@@ -9,10 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pep.core.plan import StreamSchema
+
 # The schemas the generators produce (one definition, shared with the PEP core).
-from pep.core.schemas import AIS_SCHEMA, WEATHER_SCHEMA  # noqa: F401
-from pep.core.schemas import BUILTIN_SCHEMAS as GENERATOR_SCHEMAS  # noqa: F401
-from pep.core.schemas import BUILTIN_TIME_ATTRIBUTES as GENERATOR_TIME_ATTRIBUTES  # noqa: F401
+from pep.core.schemas import (  # noqa: F401 - re-exported
+    AIS_SCHEMA,
+    BUILTIN_SCHEMAS as GENERATOR_SCHEMAS,
+    BUILTIN_TIME_ATTRIBUTES as GENERATOR_TIME_ATTRIBUTES,
+    WEATHER_SCHEMA,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -22,12 +26,12 @@ SHIP_COUNT = 25
 SHIP_TYPES = ("cargo", "tanker", "passenger", "fishing", "tug")
 
 
-def _noise(v: "Column", prime: int, spread: float) -> "Column":
+def _noise(v: Column, prime: int, spread: float) -> Column:
     """A repeatable pseudo-random value in [-spread, spread) from the counter."""
     return ((v * prime) % 1000) / 1000.0 * (2 * spread) - spread
 
 
-def _weather_columns(v: "Column", ts: "Column") -> dict[str, "Column"]:
+def _weather_columns(v: Column, ts: Column) -> dict[str, Column]:
     from pyspark.sql import functions as F
     day = F.sin(v / 240.0)
     return {
@@ -42,7 +46,7 @@ def _weather_columns(v: "Column", ts: "Column") -> dict[str, "Column"]:
     }
 
 
-def _ais_columns(v: "Column", ts: "Column") -> dict[str, "Column"]:
+def _ais_columns(v: Column, ts: Column) -> dict[str, Column]:
     from pyspark.sql import functions as F
     ship = v % SHIP_COUNT
     leg = F.floor(v / SHIP_COUNT)
@@ -62,8 +66,8 @@ def _ais_columns(v: "Column", ts: "Column") -> dict[str, "Column"]:
 _BUILDERS = {"weather": _weather_columns, "ais": _ais_columns}
 
 
-def generator_frame(spark: "SparkSession", kind: str, rate: int, schema: StreamSchema
-                    ) -> "DataFrame":
+def generator_frame(spark: SparkSession, kind: str, rate: int, schema: StreamSchema
+                    ) -> DataFrame:
     """A streaming DataFrame of `kind` at `rate` rows/s shaped to the declared `schema`.
 
     The declared schema may list a subset of the generator's attributes (case-insensitive) and

@@ -24,8 +24,7 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from pep.core.plan import StreamDefinition
 from pep.runtime.base.columns import FILE_COLUMN, SEQ_COLUMN

@@ -26,13 +26,13 @@ own review process); enabling it is what every OpenDP program that uses them doe
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
-
 import opendp.prelude as dp
+import pyarrow as pa
 
 from pep.core.privacy import PrivacySpec, Quantity
 from pep.runtime.windows.pane_partials import Part

@@ -10,7 +10,7 @@ columns. A batch's partials are merged into the stored ones here (`collapse`);
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -28,7 +28,7 @@ KEY_SEP = "\x01"  # joins the JSON texts of a key's values (JSON text never hold
 
 def iso_utc(seconds: float) -> str:
     """ISO-8601 UTC text with microseconds and a Z suffix: the form the gateway's ingest writes."""
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime(ISO_FORMAT)
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime(ISO_FORMAT)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ class PaneLayout:
     parts: tuple[frozenset[str], ...]  # per aggregated attribute: the partials it needs
 
     @classmethod
-    def of(cls, window: CompiledWindow, single: bool = False) -> "PaneLayout":
+    def of(cls, window: CompiledWindow, single: bool = False) -> PaneLayout:
         """`single`: every pane is one tuple (tuple windows whose tuples reach the driver)."""
         width = window.pane
         if window.kind == "tuple" and (window.keys or single):
@@ -229,7 +229,7 @@ def partials_from_values(layout: PaneLayout, keys: np.ndarray | None, seqs: np.n
         panes[order] = rank
     out: Columns = {"key": keys, "pane": panes, "rows": np.ones(n, np.int64),
                     "mseq": seqs.astype(np.int64)}
-    for j, ((vals, valid), parts) in enumerate(zip(values, layout.parts)):
+    for j, ((vals, valid), parts) in enumerate(zip(values, layout.parts, strict=True)):
         out[f"{Part.COUNT}{j}"] = valid.astype(np.int64)
         for part in parts - {Part.COUNT} - TIME_PARTS:
             out[f"{part}{j}"] = vals

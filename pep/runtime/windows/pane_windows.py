@@ -54,10 +54,22 @@ import pyarrow.compute as pc
 from pep.core.labels import CATEGORY_MASK, LEVEL_SHIFT, Lattice
 from pep.runtime.base.encode import json_array
 from pep.runtime.plans.compile import HIDDEN, CompiledWindow
-from pep.runtime.windows.pane_partials import (INT_MAX, INT_MIN, KEY_SEP, NO_SEQ, Columns,
-                                               PaneLayout, Part, collapse, concat_partials,
-                                               empty_partials, fill_value, key_codes, pane_count,
-                                               take_rows)
+from pep.runtime.windows.pane_partials import (
+    INT_MAX,
+    INT_MIN,
+    KEY_SEP,
+    NO_SEQ,
+    Columns,
+    PaneLayout,
+    Part,
+    collapse,
+    concat_partials,
+    empty_partials,
+    fill_value,
+    key_codes,
+    pane_count,
+    take_rows,
+)
 
 _SUM_LIMIT = 2.0 ** 62  # long sums this large are redone with Python integers
 
@@ -126,7 +138,7 @@ def _combine(cols: Columns, layout: PaneLayout, segments: list[tuple[str, int, i
         cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
         los = np.concatenate([[0], cuts]).tolist()
         his = np.concatenate([cuts, [len(keys)]]).tolist()
-        ranges = {keys[lo]: (lo, hi) for lo, hi in zip(los, his)}
+        ranges = {keys[lo]: (lo, hi) for lo, hi in zip(los, his, strict=True)}
     for i, (key, base, count) in enumerate(segments):
         if key not in ranges:
             continue
@@ -150,7 +162,7 @@ def _combine(cols: Columns, layout: PaneLayout, segments: list[tuple[str, int, i
     mseq = _slide(dense("mseq", NO_SEQ), starts, span, np.maximum)
     values: dict[str, np.ndarray] = {}
     index = np.arange(total, dtype=np.int64)
-    for j, (fam, parts) in enumerate(zip(layout.families, layout.parts)):
+    for j, (fam, parts) in enumerate(zip(layout.families, layout.parts, strict=True)):
         cnt_d = dense(f"{Part.COUNT}{j}", 0)
         valid = cnt_d > 0
         values[f"{Part.COUNT}{j}"] = _slide(cnt_d, starts, span, np.add)
@@ -291,7 +303,7 @@ class PaneWindows:
             uniq, code = key_codes(new["key"])
             before = np.array([self.counts.get(k, 0) for k in uniq.tolist()], dtype=np.int64)
             added = np.bincount(code, weights=new["rows"], minlength=len(uniq)).astype(np.int64)
-            for k, b, a in zip(uniq.tolist(), before.tolist(), added.tolist()):
+            for k, b, a in zip(uniq.tolist(), before.tolist(), added.tolist(), strict=True):
                 self.counts[k] = b + a
             new = dict(new, pane=new["pane"] + (before // width)[code])
             # panes between windows (step > size) belong to none
@@ -390,7 +402,7 @@ class PaneWindows:
         bounds = np.flatnonzero((keys[1:] != keys[:-1]) | (np.diff(panes) >= span)) + 1
         lo_idx = np.concatenate([[0], bounds])
         hi_idx = np.concatenate([bounds, [len(panes)]]) - 1
-        for lo, hi in zip(lo_idx.tolist(), hi_idx.tolist()):
+        for lo, hi in zip(lo_idx.tolist(), hi_idx.tolist(), strict=True):
             a, b = int(panes[lo]), int(panes[hi])
             first = -((span - 1 - a) // stride)  # ceil((a - span + 1) / stride)
             last = b // stride
@@ -466,7 +478,7 @@ class PaneWindows:
             sums = emitted.values[f"{Part.SUM}{j}"][order]
             with np.errstate(invalid="ignore", divide="ignore"):
                 avg = np.array([float(s) / c if c else np.nan
-                                for s, c in zip(sums.tolist(), cnt.tolist())]) \
+                                for s, c in zip(sums.tolist(), cnt.tolist(), strict=True)]) \
                     if sums.dtype == object else sums.astype(np.float64) / np.maximum(cnt, 1)
             return pa.array(avg, pa.float64(), mask=none), False
         key = {"sum": Part.SUM, "min": Part.MIN, "max": Part.MAX, "firstval": Part.FIRST,
@@ -477,14 +489,17 @@ class PaneWindows:
         if ftype == "long":
             if values.dtype == object:  # exact big sums, as JSON integers
                 return pa.array([None if m else str(int(v)) for v, m in
-                                 zip(values.tolist(), none.tolist())], pa.string()), True
+                                 zip(values.tolist(), none.tolist(), strict=True)],
+                                pa.string()), True
             return pa.array(values.astype(np.int64), pa.int64(), mask=none), False
         if ftype == "timestamp":
             return pa.array(values.astype(np.int64), pa.timestamp("us"), mask=none), False
         if ftype == "boolean":
             return pa.array(values.astype(np.int64) != 0, pa.bool_(), mask=none), False
-        return pa.array([None if m else v for v, m in zip(values.tolist(), none.tolist())],
-                        pa.string()), False
+        return pa.array(
+            [None if m else v for v, m in zip(values.tolist(), none.tolist(), strict=True)],
+            pa.string(),
+        ), False
 
 
 def _lub_codes(emitted: Emitted, order: np.ndarray, j: int) -> np.ndarray:

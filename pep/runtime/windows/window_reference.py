@@ -4,16 +4,23 @@ itself never runs this: Spark computes the partials (`query/panes_job.py`)."""
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
 from pep.runtime.plans.compile import CompiledWindow
-from pep.runtime.windows.pane_partials import (NO_SEQ, PARTS, Columns, PaneLayout, Part,
-                                               empty_partials, fill_value)
+from pep.runtime.windows.pane_partials import (
+    NO_SEQ,
+    PARTS,
+    Columns,
+    PaneLayout,
+    Part,
+    empty_partials,
+    fill_value,
+)
 from pep.runtime.windows.pane_windows import PaneWindows
-
 
 # ---------------------------------------------------------------------------------------------
 # A pure-Python reference of Spark's share: partials from plain rows (tests, and the
@@ -28,8 +35,8 @@ def _family_value(value: Any, ftype: str) -> Any:
     if ftype == "timestamp" and isinstance(value, str):
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
         if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        delta = dt - datetime(1970, 1, 1, tzinfo=timezone.utc)
+            dt = dt.replace(tzinfo=UTC)
+        delta = dt - datetime(1970, 1, 1, tzinfo=UTC)
         return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
     return value
 
@@ -46,7 +53,7 @@ def partials_from_rows(layout: PaneLayout, rows: Iterable[dict[str, Any]], panes
     times = list(times) if times is not None else [0.0] * len(rows)
     seqs = list(seqs) if seqs is not None else [None] * len(rows)
     groups: dict[tuple[str, int], list[int]] = {}
-    for i, (k, p) in enumerate(zip(keys, panes)):
+    for i, (k, p) in enumerate(zip(keys, panes, strict=True)):
         groups.setdefault((k, p), []).append(i)
     w = layout.window
     out: dict[str, list[Any]] = {n: [] for n in empty_partials(layout)}
@@ -57,7 +64,7 @@ def partials_from_rows(layout: PaneLayout, rows: Iterable[dict[str, Any]], panes
         s = [q for q in (seqs[i] for i in idx) if q is not None]
         out["mseq"].append(max(s) if s else NO_SEQ)
         for j, ((attr, ftype), fam, parts) in enumerate(zip(w.attributes, layout.families,
-                                                            layout.parts)):
+                                                            layout.parts, strict=True)):
             vals = [(times[i], n, _family_value(rows[i].get(attr), ftype))
                     for n, i in enumerate(idx)]
             vals = [v for v in vals if v[2] is not None]
@@ -141,7 +148,7 @@ class TimeWindows:
     def add(self, rows: list[dict[str, Any]], times: list[float | None],
             keys: list[str] | None = None) -> None:
         keys = keys if keys is not None else [""] * len(rows)
-        picked = [(r, t, k) for r, t, k in zip(rows, times, keys) if t is not None]
+        picked = [(r, t, k) for r, t, k in zip(rows, times, keys, strict=True) if t is not None]
         width = self.state.layout.width
         parts = partials_from_rows(self.state.layout, [r for r, _, _ in picked],
                                    [math.floor(t / width) for _, t, _ in picked],

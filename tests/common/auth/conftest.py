@@ -67,7 +67,7 @@ class Issuer:
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's name
+            def do_GET(self):  # http.server's name
                 if self.path == "/jwks":
                     issuer.jwks_requests += 1
                     body = json.dumps({"keys": [public_jwk(issuer.keys[k], k)

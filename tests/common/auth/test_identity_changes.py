@@ -11,8 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from common.auth import TokenAuthenticator, TokenFileAuthenticator, changed_subjects, \
-    parse_auth_entries
+from common.auth import (
+    TokenAuthenticator,
+    TokenFileAuthenticator,
+    changed_subjects,
+    parse_auth_entries,
+)
 from common.oidc import CompositeAuthenticator, JwtAuthenticator
 from pep.serve import reload_on_sighup
 from tests.common.auth.test_oidc import settings

@@ -8,15 +8,26 @@ import jwt
 import pytest
 
 from common.auth import Identity
-from common.oidc import (InvalidToken, JwksCache, JwtAuthenticator, KeysUnavailable, OidcSettings,
-                      claim)
+from common.oidc import (
+    InvalidToken,
+    JwksCache,
+    JwtAuthenticator,
+    KeysUnavailable,
+    OidcSettings,
+    claim,
+)
 from pep.config import GatewayConfig
 from pep.http.app import create_app
 from pep.services import build_services
-from tests.pdp.api.conftest import (AUTH_ENTRIES, TOKENS, XML, bearer, simple_policy,
-                                    xml_request)
-from tests.common.auth.conftest import (AUDIENCE, ec_key, hmac_token, public_jwk, public_pem,
-                                     rsa_key, unsigned_token)
+from tests.common.auth.conftest import (
+    AUDIENCE,
+    ec_key,
+    hmac_token,
+    public_pem,
+    rsa_key,
+    unsigned_token,
+)
+from tests.pdp.api.conftest import AUTH_ENTRIES, TOKENS, XML, bearer, simple_policy, xml_request
 
 
 def settings(issuer, **overrides) -> OidcSettings:

@@ -15,9 +15,9 @@ from common.roles import RoleHierarchy, RoleHierarchyError
 from pep.config import GatewayConfig
 from pep.http.app import create_app
 from pep.services import build_services
-from tests.pdp.api.conftest import JSON, XML, simple_policy
 from tests.common.auth.test_identity_changes import Heard, entry, replace_file
 from tests.common.auth.test_oidc import jwt_bearer, settings
+from tests.pdp.api.conftest import JSON, XML, simple_policy
 
 # the interop Todo scenario's roles: admin and evil_genius are editors, editors are viewers
 TODO = {"admin": ["editor"], "evil_genius": ["editor"], "editor": ["viewer"]}
@@ -199,7 +199,7 @@ def test_the_auth_files_hierarchy_widens_jwt_identities_and_its_changes_are_anno
     assert "eyJ" not in (tmp_path / "ids.json").read_text()
 
 
-# -- decisions: a grant through an inherited role ---------------------------------------------------
+# -- decisions: a grant through an inherited role --------------------------------------------------
 
 def role_policy(policy_id: str, role: str, resource: str = "todos") -> bytes:
     """Permit anyone holding `role` on `resource` (the role bag, as the RBAC profile has it)."""

@@ -41,7 +41,8 @@ def simple_policy(policy_id: str, resource: str = "weather", subject: str = "lta
                   effect: str = "Permit", version: str = "1.0") -> bytes:
     """A one-rule policy: `effect` for `subject` on `resource` (no obligations)."""
     return f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="{policy_id}"
-  Version="{version}" RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-overrides">
+  Version="{version}"
+  RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-overrides">
   <Target><AnyOf><AllOf>
     <Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
       <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">{resource}</AttributeValue>
@@ -65,11 +66,13 @@ def xml_request(subject: str, resource: str, action: str = "read") -> bytes:
     return f"""<Request xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
   ReturnPolicyIdList="false" CombinedDecision="false">
   <Attributes Category="urn:oasis:names:tc:xacml:1.0:subject-category:access-subject">
-    <Attribute AttributeId="urn:oasis:names:tc:xacml:1.0:subject:subject-id" IncludeInResult="false">
+    <Attribute AttributeId="urn:oasis:names:tc:xacml:1.0:subject:subject-id"
+      IncludeInResult="false">
       <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">{subject}</AttributeValue>
     </Attribute></Attributes>
   <Attributes Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource">
-    <Attribute AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id" IncludeInResult="false">
+    <Attribute AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id"
+      IncludeInResult="false">
       <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">{resource}</AttributeValue>
     </Attribute></Attributes>
   <Attributes Category="urn:oasis:names:tc:xacml:3.0:attribute-category:action">

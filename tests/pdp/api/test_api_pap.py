@@ -5,7 +5,7 @@ from urllib.parse import quote
 
 from common.auth import Identity
 from pdp import may_manage_policy
-from tests.pdp.api.conftest import (WEATHER_ID, WEATHER_POLICY, XML, bearer, simple_policy)
+from tests.pdp.api.conftest import WEATHER_ID, WEATHER_POLICY, XML, bearer, simple_policy
 
 
 def post_policy(gateway, body: bytes, who: str = "nea", content_type: str = XML):
@@ -78,9 +78,13 @@ def test_add_show_update_delete_take_effect_at_once(gateway):
     assert [h["version"] for h in r.get_json()] == ["1.0", "2.0"]
     r = gateway.client.get(f"/policies/{quote(pid, safe='')}?version=1.0", headers=bearer("nea"))
     assert b'Effect="Permit"' in r.data
-    r = gateway.client.get(f"/policies/{quote(pid, safe='')}?store_version=6", headers=bearer("nea"))
+    r = gateway.client.get(
+        f"/policies/{quote(pid, safe='')}?store_version=6", headers=bearer("nea")
+    )
     assert b'Version="1.0"' in r.data
-    r = gateway.client.get(f"/policies/{quote(pid, safe='')}?store_version=x", headers=bearer("nea"))
+    r = gateway.client.get(
+        f"/policies/{quote(pid, safe='')}?store_version=x", headers=bearer("nea")
+    )
     assert r.status_code == 400
 
     r = delete_policy(gateway, pid)
@@ -119,7 +123,9 @@ def test_only_admins_change_policies(gateway):
     before = snapshot(gateway)
     body = simple_policy("urn:test:x")
     assert post_policy(gateway, body, who="lta").status_code == 403
-    assert put_policy(gateway, WEATHER_ID, WEATHER_POLICY.read_bytes(), who="lta").status_code == 403
+    assert (
+        put_policy(gateway, WEATHER_ID, WEATHER_POLICY.read_bytes(), who="lta").status_code == 403
+    )
     assert delete_policy(gateway, WEATHER_ID, who="lta").status_code == 403
     r = gateway.client.get(f"/policies/{quote(WEATHER_ID, safe='')}", headers=bearer("lta"))
     assert r.status_code == 403

@@ -5,8 +5,7 @@ import json
 
 from lxml import etree
 
-from tests.pdp.api.conftest import (JSON, LTA_REQUEST_JSON, LTA_REQUEST_XML, XML, bearer,
-                                    xml_request)
+from tests.pdp.api.conftest import JSON, LTA_REQUEST_JSON, LTA_REQUEST_XML, XML, bearer, xml_request
 
 NS = {"x": "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"}
 SYNTAX_ERROR = "urn:oasis:names:tc:xacml:1.0:status:syntax-error"
@@ -83,7 +82,9 @@ def test_subject_is_the_authenticated_caller(gateway):
         "exacml:obligation:stream-filter", "exacml:obligation:stream-map",
         "exacml:obligation:stream-window"]
     # nea's own token: the raw stream, no obligations
-    result = gateway.decide("nea", xml_request("lta", "weather"), accept=JSON).get_json()["Response"][0]
+    result = gateway.decide("nea", xml_request("lta", "weather"), accept=JSON).get_json()[
+        "Response"
+    ][0]
     assert result["Decision"] == "Permit" and "Obligations" not in result
     # other claiming lta: denied
     assert gateway.decision("other", "lta") == "Deny"
@@ -98,9 +99,11 @@ def test_roles_come_from_the_token_not_the_request(gateway):
                  "DataType": "http://www.w3.org/2001/XMLSchema#integer"}] + ([
                 {"AttributeId": "urn:oasis:names:tc:xacml:2.0:subject:role", "Value": roles}]
                 if roles else [])},
-            "Resource": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:resource:resource-id",
+            "Resource": {"Attribute": [{"AttributeId":
+                                            "urn:oasis:names:tc:xacml:1.0:resource:resource-id",
                                         "Value": "vitals"}]},
-            "Action": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:action:action-id",
+            "Action": {"Attribute": [{"AttributeId":
+                                          "urn:oasis:names:tc:xacml:1.0:action:action-id",
                                       "Value": "read"}]}}}).encode()
 
     def decision(who, body):

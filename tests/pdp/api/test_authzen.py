@@ -96,9 +96,11 @@ CLOCK_POLICY = _policy("urn:test:authzen:clock", _target_type("capsule"), "".joi
                          f'<AttributeValue DataType="{XS}dateTime">1990-01-01T00:00:00Z'
                          f'</AttributeValue></Apply>'),
     _rule("gateway-storm", f'<Apply FunctionId="{FN}boolean-is-in">{_TRUE}'
-                           f'{_designator(ENV, "urn:xsg:event:storm", datatype="boolean")}</Apply>'),
+                           f'{_designator(ENV, "urn:xsg:event:storm", datatype="boolean")}'
+                           '</Apply>'),
     _rule("example-storm", f'<Apply FunctionId="{FN}boolean-is-in">{_TRUE}'
-                           f'{_designator(ENV, "urn:example:storm", datatype="boolean")}</Apply>'),
+                           f'{_designator(ENV, "urn:example:storm", datatype="boolean")}'
+                           '</Apply>'),
 ]))
 
 _OWNER = (f'<Apply FunctionId="{FN}string-at-least-one-member-of">'
@@ -167,7 +169,7 @@ def pdp_result(client, who: str, resource: str, action: str = "read") -> dict:
     return r.get_json()["Response"][0]
 
 
-# -- allow, deny, not applicable, a missing attribute -----------------------------------------------
+# -- allow, deny, not applicable, a missing attribute ----------------------------------------------
 
 def test_allow_carries_the_obligations_pdp_gives(gateway):
     client, _ = gateway

@@ -20,7 +20,9 @@ def engine():
 
 def decide(engine, relative: str):
     path = POLICIES / relative
-    result = engine.decide(parse_request(path.read_bytes(), JSON if path.suffix == ".json" else XML))
+    result = engine.decide(
+        parse_request(path.read_bytes(), JSON if path.suffix == ".json" else XML)
+    )
     assert len(result.results) == 1
     return result.results[0]
 
@@ -92,7 +94,9 @@ def test_weather_others_are_denied(engine):
     for subject, action, expected in [("other", b"read", Decision.DENY),
                                       ("lta", b"delete", Decision.DENY),
                                       ("nea", b"read", Decision.PERMIT)]:
-        body = base.replace(b">lta<", f">{subject}<".encode()).replace(b">read<", b">" + action + b"<")
+        body = base.replace(b">lta<", f">{subject}<".encode()).replace(
+            b">read<", b">" + action + b"<"
+        )
         result = engine.decide(parse_request(body, XML)).results[0]
         assert result.decision is expected, subject
         if subject == "nea":
@@ -177,7 +181,9 @@ def test_port_authority_join_both_sides(engine):
 def test_mls_no_read_up(engine):
     ok = decide(engine, "mls/medic-request.xml")
     assert ok.decision is Decision.PERMIT
-    assert ok.obligations[0].values("stream-filter-condition-id") == ["level <= {subject:clearance}"]
+    assert ok.obligations[0].values("stream-filter-condition-id") == [
+        "level <= {subject:clearance}"
+    ]
     assert decide(engine, "mls/medic-read-up-request.xml").decision is Decision.DENY
 
 

@@ -44,8 +44,8 @@ HOSTILE_POLICIES = [
     ("truncated", GOOD[: len(GOOD) // 2], XML, 400),
     ("deeply nested", DEEP, XML, 400),
     ("not XML", b"\x00\xff\xfe garbage \x80\x81", XML, 400),
-    ("a request, not a policy", b"<Request xmlns='urn:oasis:names:tc:xacml:3.0:core:schema:wd-17'/>",
-     XML, 400),
+    ("a request, not a policy",
+     b"<Request xmlns='urn:oasis:names:tc:xacml:3.0:core:schema:wd-17'/>", XML, 400),
     ("wrong namespace", GOOD.replace(b"urn:oasis:names:tc:xacml:3.0:core:schema:wd-17",
                                      b"urn:example:not-xacml"), XML, 400),
     ("bad version", GOOD.replace(b'Version="1.0"', b'Version="one"'), XML, 400),
@@ -132,7 +132,10 @@ HOSTILE_REQUESTS = [
     (b"[" * 100_00 + b"]" * 100_00, JSON),
     (b'{"Request": {"AccessSubject": {"Attribute": [{"AttributeId": 1}]}}}', JSON),
     (b"\xff\xfe\x00garbage", JSON),
-    (b"<Request xmlns='urn:oasis:names:tc:xacml:3.0:core:schema:wd-17'><Attributes/></Request>", XML),
+    (
+        b"<Request xmlns='urn:oasis:names:tc:xacml:3.0:core:schema:wd-17'><Attributes/></Request>",
+        XML,
+    ),
 ]
 
 

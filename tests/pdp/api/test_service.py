@@ -1,4 +1,6 @@
-"""PolicyService without HTTP: compile first, commit, swap, emit; readers never see half a change."""
+"""PolicyService without HTTP: compile first, commit, swap, emit; readers never see half a
+change."""
+
 from __future__ import annotations
 
 import logging
@@ -94,7 +96,7 @@ def test_readers_see_whole_engines_during_writes(service):
         while not stop.is_set():
             try:
                 seen.add(service.decide(ctx).results[0].decision.value)
-            except Exception as exc:  # pragma: no cover - reported below
+            except Exception as exc:  # noqa: BLE001 - reported below  # pragma: no cover
                 errors.append(exc)
 
     threads = [threading.Thread(target=reader) for _ in range(3)]
@@ -124,7 +126,9 @@ def test_root_policy_set_and_algorithm(tmp_path):
     by_root = PolicyService(store, root_policy_id="urn:t:root")
     assert decision(by_root, "u", "r") == "Permit"  # the root set's permit-overrides decides
     assert decision(PolicyService(store), "u", "r") == "Deny"  # default deny-overrides
-    assert decision(PolicyService(store, root_combining_alg="permit-overrides"), "u", "r") == "Permit"
+    assert (
+        decision(PolicyService(store, root_combining_alg="permit-overrides"), "u", "r") == "Permit"
+    )
     # deleting a policy the root still references is refused, nothing changes
     with pytest.raises(PolicyLoadError):
         by_root.delete("urn:t:permit", "nea")
@@ -139,7 +143,9 @@ def test_seed_is_all_or_nothing_and_only_into_an_empty_store(tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "ok.xml").write_bytes(simple_policy("urn:t:ok"))
-    (bad / "broken.xml").write_bytes(simple_policy("urn:t:broken").replace(b"string-equal", b"nope"))
+    (bad / "broken.xml").write_bytes(
+        simple_policy("urn:t:broken").replace(b"string-equal", b"nope")
+    )
     with pytest.raises(PolicyLoadError) as err:
         seed_store(store, bad, owner="seed")
     assert "broken.xml" in str(err.value)
@@ -254,7 +260,10 @@ def test_add_many_decides_like_adding_one_by_one(tmp_path):
     for n, alg in enumerate(sorted(POLICY_COMBINING)):
         one = SQLitePolicyStore(tmp_path / f"one-{n}.db")
         bulk = SQLitePolicyStore(tmp_path / f"bulk-{n}.db")
-        s1, s2 = PolicyService(one, root_combining_alg=alg), PolicyService(bulk, root_combining_alg=alg)
+        s1, s2 = (
+            PolicyService(one, root_combining_alg=alg),
+            PolicyService(bulk, root_combining_alg=alg),
+        )
         for d in docs:
             s1.add(d, owner="nea")
         s2.add_many(docs, owner="nea")

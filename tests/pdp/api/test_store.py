@@ -16,8 +16,13 @@ from pathlib import Path
 import pytest
 
 from common.db import open_storage
-from pdp.store import (PolicyExistsError, PolicyNotFoundError, SQLitePolicyStore, SQLPolicyStore,
-                       StoreError)
+from pdp.store import (
+    PolicyExistsError,
+    PolicyNotFoundError,
+    SQLitePolicyStore,
+    SQLPolicyStore,
+    StoreError,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -151,7 +156,9 @@ def test_put_all_is_all_or_nothing(store):
     with pytest.raises(PolicyExistsError):
         store.put_all([("a", "1.0", "seed", b"<a/>", False), ("b", "1.0", "seed", b"<b2/>", False)])
     assert [p.policy_id for p in store.list()] == ["b"]
-    written = store.put_all([("a", "1.0", "seed", b"<a/>", False), ("c", "1.0", "seed", b"<c/>", True)])
+    written = store.put_all(
+        [("a", "1.0", "seed", b"<a/>", False), ("c", "1.0", "seed", b"<c/>", True)]
+    )
     assert [w.store_version for w in written] == [2, 3]
 
 
@@ -209,7 +216,7 @@ def test_concurrent_writers_from_threads(store):
             for i in range(20):
                 store.put(f"p{n}", f"1.{i}", f"w{n}", f"<p{n} i='{i}'/>".encode())
                 store.list()
-        except Exception as exc:  # pragma: no cover - reported below
+        except Exception as exc:  # noqa: BLE001 - reported below  # pragma: no cover
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
@@ -241,7 +248,7 @@ def test_a_write_reads_only_its_own_policy(tmp_path):
         seen = []
         store._conn.set_trace_callback(seen.append)
         try:
-            write()
+            write(store)
         finally:
             store._conn.set_trace_callback(None)
         # The shape of each statement: the values bound into it differ between the stores.
@@ -252,10 +259,10 @@ def test_a_write_reads_only_its_own_policy(tmp_path):
         store = SQLitePolicyStore(tmp_path / f"s{size}.db")
         store.put_all([(f"p{i}", "1.0", "nea", b"<p/>" * 50, False) for i in range(size)])
         traces.append([
-            statements(store, lambda: store.put("new", "1.0", "nea", b"<n/>")),
-            statements(store, lambda: store.put("new", "2.0", "nea", b"<n2/>", must_exist=True)),
-            statements(store, lambda: store.put_all([("x", "1.0", "nea", b"<x/>", False)])),
-            statements(store, lambda: store.delete("new", "nea")),
+            statements(store, lambda s: s.put("new", "1.0", "nea", b"<n/>")),
+            statements(store, lambda s: s.put("new", "2.0", "nea", b"<n2/>", must_exist=True)),
+            statements(store, lambda s: s.put_all([("x", "1.0", "nea", b"<x/>", False)])),
+            statements(store, lambda s: s.delete("new", "nea")),
         ])
         store.close()
     assert traces[0] == traces[1]
@@ -325,7 +332,7 @@ def test_versions_stay_serial_when_two_processes_write_at_once(storage):
         assert versions == sorted(versions) and len(versions) == count
     assert sorted(written[0] + written[1]) == list(range(1, 2 * count + 1))
     assert store.store_version() == 2 * count
-    for name, versions in zip(("left", "right"), written):
+    for name, versions in zip(("left", "right"), written, strict=True):
         stored = [h.store_version for i in range(5) for h in store.history(f"{name}-{i}")]
         assert sorted(stored) == versions
     store.close()

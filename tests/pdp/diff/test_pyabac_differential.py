@@ -18,7 +18,10 @@ pytest.importorskip("py_abac", reason="py-abac 0.4.1 is not installed in the ven
 @pytest.fixture(scope="module")
 def engine_mod():
     return pytest.importorskip(
-        "pdp.engine", reason="pdp.engine is not importable yet: no XACML PDP to compare with py-abac")
+        "pdp.engine",
+        reason="pdp.engine is not importable yet: no XACML PDP to compare with py-abac",
+    )
+
 
 N_POLICIES = 200
 N_REQUESTS = 500
@@ -63,7 +66,7 @@ def test_pyabac_agrees_with_the_model(workload, pyabac_decisions):
 ], ids=["xml", "json"])
 def test_xsg_agrees_with_pyabac(workload, engine, pyabac_decisions, media_type, render):
     disagreements = []
-    for i, (query, expected) in enumerate(zip(workload.queries, pyabac_decisions)):
+    for i, (query, expected) in enumerate(zip(workload.queries, pyabac_decisions, strict=True)):
         got = _xsg(engine, render(query), media_type)
         if got != expected:
             disagreements.append((i, query, expected, got))
@@ -75,7 +78,7 @@ def test_xsg_agrees_with_pyabac(workload, engine, pyabac_decisions, media_type, 
 def test_changed_policy_changes_both(engine_mod, workload):
     """Guards against a vacuous agreement: flipping one applicable policy's effect must flip the
     decision in both engines for a request it decides alone."""
-    for query, expected in zip(workload.queries, workload.expected()):
+    for query, expected in zip(workload.queries, workload.expected(), strict=True):
         applicable = [p for p in workload.policies if wl.applies(p, query)]
         if len(applicable) == 1 and expected == wl.PERMIT:
             break

@@ -5,7 +5,7 @@ import random
 
 NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
 S = "http://www.w3.org/2001/XMLSchema#string"
-I = "http://www.w3.org/2001/XMLSchema#integer"
+INT = "http://www.w3.org/2001/XMLSchema#integer"
 SUBJ = "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject"
 RES = "urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
 ACT = "urn:oasis:names:tc:xacml:3.0:attribute-category:action"
@@ -32,28 +32,35 @@ def simple_policy(i: int, resource: str, action: str, effect: str = "Permit",
  <Rule RuleId="r{i}" Effect="{effect}">
   <Condition><Apply FunctionId="{F}integer-greater-than-or-equal">
    <Apply FunctionId="{F}integer-one-and-only"><AttributeDesignator Category="{SUBJ}"
-    AttributeId="{LEVEL}" DataType="{I}" MustBePresent="true"/></Apply>
-   <AttributeValue DataType="{I}">{min_level}</AttributeValue></Apply></Condition>
+    AttributeId="{LEVEL}" DataType="{INT}" MustBePresent="true"/></Apply>
+   <AttributeValue DataType="{INT}">{min_level}</AttributeValue></Apply></Condition>
   <ObligationExpressions><ObligationExpression ObligationId="ob{i}" FulfillOn="{effect}">
    <AttributeAssignmentExpression AttributeId="urn:example:who">
-    <AttributeDesignator Category="{SUBJ}" AttributeId="{SID}" DataType="{S}" MustBePresent="false"/>
+    <AttributeDesignator Category="{SUBJ}" AttributeId="{SID}" DataType="{S}"
+      MustBePresent="false"/>
    </AttributeAssignmentExpression></ObligationExpression></ObligationExpressions>
  </Rule></Policy>""".encode()
 
 
 def request_xml(subject: str, resource: str | None, action: str | None, level: int | None) -> bytes:
-    subj = f'<Attribute AttributeId="{SID}" IncludeInResult="false"><AttributeValue DataType="{S}">{subject}</AttributeValue></Attribute>'
+    def attribute(attribute_id: str, datatype: str, value: object) -> str:
+        return (f'<Attribute AttributeId="{attribute_id}" IncludeInResult="false">'
+                f'<AttributeValue DataType="{datatype}">{value}</AttributeValue></Attribute>')
+
+    subj = attribute(SID, S, subject)
     if level is not None:
-        subj += f'<Attribute AttributeId="{LEVEL}" IncludeInResult="false"><AttributeValue DataType="{I}">{level}</AttributeValue></Attribute>'
-    res = "" if resource is None else f'<Attribute AttributeId="{RID}" IncludeInResult="false"><AttributeValue DataType="{S}">{resource}</AttributeValue></Attribute>'
-    act = "" if action is None else f'<Attribute AttributeId="{AID}" IncludeInResult="false"><AttributeValue DataType="{S}">{action}</AttributeValue></Attribute>'
+        subj += attribute(LEVEL, INT, level)
+    res = "" if resource is None else attribute(RID, S, resource)
+    act = "" if action is None else attribute(AID, S, action)
     return (f'<Request xmlns="{NS}" ReturnPolicyIdList="false" CombinedDecision="false">'
             f'<Attributes Category="{SUBJ}">{subj}</Attributes>'
             f'<Attributes Category="{RES}">{res}</Attributes>'
             f'<Attributes Category="{ACT}">{act}</Attributes></Request>').encode()
 
 
-def random_policies(rng: random.Random, n: int, resources: list[str], actions: list[str]) -> list[bytes]:
+def random_policies(
+    rng: random.Random, n: int, resources: list[str], actions: list[str]
+) -> list[bytes]:
     out = []
     for i in range(n):
         out.append(simple_policy(i, rng.choice(resources), rng.choice(actions),

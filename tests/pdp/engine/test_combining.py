@@ -5,8 +5,7 @@ import pytest
 
 from pdp import combining as c
 from pdp.errors import Indeterminate
-from pdp.evaluation import (DENY, IND_D, IND_DP, IND_P, NOT_APPLICABLE, PERMIT, EvalContext,
-                            Outcome)
+from pdp.evaluation import DENY, IND_D, IND_DP, IND_P, NOT_APPLICABLE, PERMIT, EvalContext, Outcome
 from pdp.results import Obligation, Status
 
 P, D, NA = PERMIT, DENY, NOT_APPLICABLE
@@ -124,7 +123,9 @@ def test_every_standard_id_is_known():
     for alg in ("deny-overrides", "permit-overrides", "ordered-deny-overrides",
                 "ordered-permit-overrides", "deny-unless-permit", "permit-unless-deny"):
         assert f"urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:{alg}" in c.RULE_COMBINING
-        assert f"urn:oasis:names:tc:xacml:3.0:policy-combining-algorithm:{alg}" in c.POLICY_COMBINING
+        assert (
+            f"urn:oasis:names:tc:xacml:3.0:policy-combining-algorithm:{alg}" in c.POLICY_COMBINING
+        )
     for legacy in ("1.0:rule-combining-algorithm:deny-overrides",
                    "1.0:rule-combining-algorithm:permit-overrides",
                    "1.0:rule-combining-algorithm:first-applicable",

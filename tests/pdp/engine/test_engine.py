@@ -11,7 +11,7 @@ from pdp.request import parse_request
 from pdp.response import render_response
 from pdp.results import STATUS_MISSING_ATTRIBUTE, Decision, PolicyIdentifier
 
-from ._gen import I, NS, RES, RID, S, SID, SUBJ, match, request_xml, simple_policy
+from ._gen import INT, NS, RES, RID, SID, SUBJ, S, match, request_xml, simple_policy
 
 XML = "application/xacml+xml"
 RULE = "urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:"
@@ -47,7 +47,8 @@ def decide(sources, request=None, **kw):
 
 def test_inspect_policy_reports_id_version_kind():
     info = inspect_policy(PolicySource("file.xml", policy("p", "", version="2.1")))
-    assert (info.id, info.version, info.is_policy_set, info.source) == ("p", "2.1", False, "file.xml")
+    assert (info.id, info.version, info.is_policy_set, info.source) == ("p", "2.1", False,
+                                                                         "file.xml")
 
 
 def test_compile_is_all_or_nothing_and_says_where():
@@ -61,10 +62,12 @@ def test_compile_is_all_or_nothing_and_says_where():
 
 @pytest.mark.parametrize("body,message", [
     (rule("r", "Permit", f'<Condition><AttributeSelector Category="{RES}" Path="/a" '
-                         f'DataType="{S}" MustBePresent="false"/></Condition>'), "AttributeSelector"),
+                         f'DataType="{S}" MustBePresent="false"/></Condition>'),
+     "AttributeSelector"),
     (rule("r", "Permit", '<Condition><Apply FunctionId="urn:no-such-function"/></Condition>'),
      "unknown function"),
-    (rule("r", "Permit", f'<Condition><AttributeValue DataType="{I}">x</AttributeValue></Condition>'),
+    (rule("r", "Permit",
+          f'<Condition><AttributeValue DataType="{INT}">x</AttributeValue></Condition>'),
      "invalid"),
     (rule("r", "Permit", '<Condition><VariableReference VariableId="v"/></Condition>'),
      "undefined variable"),
@@ -110,7 +113,9 @@ def test_root_policy_id_must_exist():
 def test_with_changes_reuses_compiled_documents_and_relinks_references():
     leaf = policy("leaf", rule("r", "Permit"))
     root = policy_set("root", "<PolicyIdReference>leaf</PolicyIdReference>")
-    other = policy("other", rule("r", "Permit"), target=f"<AnyOf><AllOf>{match('x', RES, RID)}</AllOf></AnyOf>")
+    other = policy(
+        "other", rule("r", "Permit"), target=f"<AnyOf><AllOf>{match('x', RES, RID)}</AllOf></AnyOf>"
+    )
     e1 = PolicyEngine.compile([PolicySource("root", root), PolicySource("leaf", leaf),
                                PolicySource("other", other)], root_policy_id="root")
     assert e1.decide(req()).results[0].decision is Decision.PERMIT
@@ -193,13 +198,15 @@ def test_failing_obligation_makes_the_decision_indeterminate():
 
 
 def test_current_time_is_supplied_when_absent():
-    cond = (f'<Condition><Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:date-greater-than">'
-            f'<Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:date-one-and-only">'
-            f'<AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:'
-            f'environment" AttributeId="urn:oasis:names:tc:xacml:1.0:environment:current-date" '
-            f'DataType="http://www.w3.org/2001/XMLSchema#date" MustBePresent="true"/></Apply>'
-            f'<AttributeValue DataType="http://www.w3.org/2001/XMLSchema#date">2020-01-01'
-            f'</AttributeValue></Apply></Condition>')
+    cond = (
+        '<Condition><Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:date-greater-than">'
+        '<Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:date-one-and-only">'
+        '<AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:'
+        'environment" AttributeId="urn:oasis:names:tc:xacml:1.0:environment:current-date" '
+        'DataType="http://www.w3.org/2001/XMLSchema#date" MustBePresent="true"/></Apply>'
+        '<AttributeValue DataType="http://www.w3.org/2001/XMLSchema#date">2020-01-01'
+        '</AttributeValue></Apply></Condition>'
+    )
     assert decide([policy("p", rule("r", "Permit", cond))]).decision is Decision.PERMIT
 
 
@@ -215,7 +222,9 @@ def test_decide_bytes_turns_bad_requests_into_syntax_errors():
 def test_reference_chains_are_bounded():
     def chain(n):
         docs = [PolicySource("leaf", policy("p0", rule("r", "Permit")))]
-        docs.append(PolicySource("s1", policy_set("s1", "<PolicyIdReference>p0</PolicyIdReference>")))
+        docs.append(
+            PolicySource("s1", policy_set("s1", "<PolicyIdReference>p0</PolicyIdReference>"))
+        )
         for i in range(2, n + 1):
             docs.append(PolicySource(f"s{i}", policy_set(
                 f"s{i}", f"<PolicySetIdReference>s{i - 1}</PolicySetIdReference>")))

@@ -28,7 +28,8 @@ BILLION_LAUGHS = b"""<?xml version="1.0"?>
 XXE = b"""<?xml version="1.0"?>
 <!DOCTYPE r [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>
 <Request xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" ReturnPolicyIdList="false"
- CombinedDecision="false"><Attributes Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource">
+ CombinedDecision="false"><Attributes
+   Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource">
  <Attribute AttributeId="x" IncludeInResult="true"><AttributeValue
   DataType="http://www.w3.org/2001/XMLSchema#string">&xxe;</AttributeValue></Attribute>
  </Attributes></Request>"""

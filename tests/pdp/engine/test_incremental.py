@@ -14,8 +14,7 @@ from __future__ import annotations
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import pdp.engine
 import pdp.index
@@ -26,7 +25,7 @@ from pdp.errors import PolicyLoadError
 from pdp.index import RootIndex, build_index
 from pdp.request import parse_request
 
-from ._gen import ACT, AID, F, I, LEVEL, NS, RES, RID, S, SID, SUBJ, match, request_xml
+from ._gen import ACT, AID, INT, LEVEL, NS, RES, RID, SID, SUBJ, F, S, match, request_xml
 
 XML = "application/xacml+xml"
 RULE = "urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:"
@@ -40,8 +39,8 @@ def _rule(n: str, effect: str, level: int) -> str:
     return (f'<Rule RuleId="{n}" Effect="{effect}"><Condition>'
             f'<Apply FunctionId="{F}integer-greater-than-or-equal">'
             f'<Apply FunctionId="{F}integer-one-and-only"><AttributeDesignator Category="{SUBJ}" '
-            f'AttributeId="{LEVEL}" DataType="{I}" MustBePresent="true"/></Apply>'
-            f'<AttributeValue DataType="{I}">{level}</AttributeValue></Apply></Condition>'
+            f'AttributeId="{LEVEL}" DataType="{INT}" MustBePresent="true"/></Apply>'
+            f'<AttributeValue DataType="{INT}">{level}</AttributeValue></Apply></Condition>'
             f'<ObligationExpressions><ObligationExpression ObligationId="ob-{n}" '
             f'FulfillOn="{effect}"><AttributeAssignmentExpression AttributeId="urn:example:who">'
             f'<AttributeDesignator Category="{SUBJ}" AttributeId="{SID}" DataType="{S}" '
@@ -81,8 +80,8 @@ def document(k: int, c: int) -> bytes:
     elif kind == 3:
         xml = _policy(pid, version, "", body)
     elif kind == 4:
-        xml = _policy(pid, version, _any_of(match(act, ACT, AID), match("delete", ACT, AID)),
-                      body, "urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable")
+        xml = _policy(pid, version, _any_of(match(act, ACT, AID), match("delete", ACT, AID)), body,
+                      "urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable")
     elif kind == 5:
         ref = f"d{(c // 7) % N_IDS}"
         inner = _policy(f"in-{pid}", "1.0", _any_of(match(act, ACT, AID)), body, ns=False)
@@ -173,7 +172,7 @@ def _run(alg: str, initial: list[int], steps: list, use_index: bool,
         remove_ids = [f"d{k}" for k in removes]
         sources = [PolicySource(f"d{k}#{c}", document(k, c)) for k, c, _ in upserts]
         items = [compile_policy(s) if as_compiled else s
-                 for s, (_, _, as_compiled) in zip(sources, upserts)]
+                 for s, (_, _, as_compiled) in zip(sources, upserts, strict=True)]
         wanted = _reference_list(entries, sources, remove_ids)
         try:
             scratch = PolicyEngine.compile(wanted, alg, root_policy_id, use_index=use_index)
@@ -244,7 +243,9 @@ def test_a_change_touches_only_the_changed_documents(monkeypatch):
     real_analyse, real_link = pdp.index._indexable_any_ofs, pdp.references.link_references
     monkeypatch.setattr(pdp.index, "_indexable_any_ofs",
                         lambda spec: analysed.append(spec) or real_analyse(spec))
-    monkeypatch.setattr(pdp.references, "link_references", lambda *a: linked.append(a) or real_link(*a))
+    monkeypatch.setattr(
+        pdp.references, "link_references", lambda *a: linked.append(a) or real_link(*a)
+    )
     new = compile_policy(PolicySource("new", document(999, 0)))
     monkeypatch.setattr(pdp.engine, "compile_document", _forbidden)
     engine = base.with_changes(upsert=[new])

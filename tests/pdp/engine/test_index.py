@@ -10,7 +10,7 @@ from pdp.combining import SHORT_POLICY_ALGS
 from pdp.engine import PolicyEngine, PolicySource
 from pdp.request import parse_request
 
-from ._gen import NS, match, random_policies, request_xml, simple_policy, RES, RID, ACT, AID
+from ._gen import ACT, AID, NS, RES, RID, match, random_policies, request_xml, simple_policy
 
 RESOURCES = [f"r{i}" for i in range(12)]
 ACTIONS = ["read", "write", "delete"]

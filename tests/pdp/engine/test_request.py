@@ -27,7 +27,8 @@ def test_json_shorthand_categories_and_inferred_types():
         "AccessSubject": {"Attribute": [{"AttributeId": SID, "Value": "alice"},
                                         {"AttributeId": LEVEL, "Value": 5}]},
         "Resource": {"Attribute": [{"AttributeId": RID, "Value": ["doc1"], "DataType": "string"}]},
-        "Category": [{"CategoryId": "Action", "Attribute": [{"AttributeId": AID, "Value": "read"}]}],
+        "Category": [{"CategoryId": "Action",
+                      "Attribute": [{"AttributeId": AID, "Value": "read"}]}],
     }}).encode()
     req = parse_request(body, JSON)
     assert req.values("AccessSubject", SID) == ["alice"]
@@ -105,13 +106,17 @@ def test_unsupported_features_are_refused_clearly():
     assert "CombinedDecision" in result.status.message
 
 
-@pytest.mark.parametrize("body", [
-    b'<Request xmlns="urn:wrong"/>',
-    f'<Request xmlns="{NS}"><Attributes/></Request>'.encode(),
-    f'<Request xmlns="{NS}"><Attributes Category="c"><Attribute AttributeId="a"/></Attributes></Request>'.encode(),
-    f'<Request xmlns="{NS}" ReturnPolicyIdList="maybe"/>'.encode(),
-    f'<Request xmlns="{NS}"><Bogus/></Request>'.encode(),
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'<Request xmlns="urn:wrong"/>',
+        f'<Request xmlns="{NS}"><Attributes/></Request>'.encode(),
+        f'<Request xmlns="{NS}"><Attributes Category="c"><Attribute AttributeId="a"/></Attributes>'
+        '</Request>'.encode(),
+        f'<Request xmlns="{NS}" ReturnPolicyIdList="maybe"/>'.encode(),
+        f'<Request xmlns="{NS}"><Bogus/></Request>'.encode(),
+    ],
+)
 def test_invalid_xml_requests(body):
     with pytest.raises(RequestSyntaxError):
         parse_request(body, XML)
@@ -121,7 +126,8 @@ def test_invalid_xml_requests(body):
     [], {"Request": []}, {"Request": {"Bogus": 1}},
     {"Request": {"Resource": {"Attribute": [{"AttributeId": "a", "Value": {"x": 1}}]}}},
     {"Request": {"Resource": {"Attribute": [{"AttributeId": "a", "Value": [1, "x"]}]}}},
-    {"Request": {"Resource": {"Attribute": [{"AttributeId": "a", "Value": "x", "DataType": "integer"}]}}},
+    {"Request": {"Resource": {"Attribute": [{"AttributeId": "a", "Value": "x",
+                                             "DataType": "integer"}]}}},
     {"Request": {"ReturnPolicyIdList": "yes"}},
 ])
 def test_invalid_json_requests(doc):

@@ -30,7 +30,7 @@ def test_nested_policies_and_references_are_followed_and_other_ids_are_empty():
     inner = policy("inner", any_of(act("inner-action")), ns=False)
     referenced = policy("ref", any_of(act("by-reference")))
     outer = policy_set("x", any_of(res("ais")),
-                       inner + f'<PolicyIdReference>ref</PolicyIdReference>')
+                       inner + '<PolicyIdReference>ref</PolicyIdReference>')
     assert values(outer, referenced) == {"inner-action", "by-reference"}
     assert values(outer, referenced, pid="nope") == frozenset()
 

@@ -38,7 +38,8 @@ CLEARED = f"""<Policy xmlns="{NS}" PolicyId="urn:xsg:test:vitals" Version="1.0"
   RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
   <Target><AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
     <AttributeValue DataType="{STRING}">vitals</AttributeValue>
-    <AttributeDesignator Category="{RESOURCE}" AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id"
+    <AttributeDesignator Category="{RESOURCE}"
+      AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id"
       DataType="{STRING}" MustBePresent="false"/></Match></AllOf></AnyOf></Target>
   <Rule RuleId="urn:xsg:test:vitals:cleared-reads" Effect="Permit">
     <Condition>

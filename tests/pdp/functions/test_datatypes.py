@@ -109,7 +109,9 @@ def test_date_and_time_ordering_follow_xpath():
 
 
 def test_temporal_formatting_keeps_timezone_and_fraction():
-    fmt = lambda uri, x: dt.get_datatype(uri).format(x)  # noqa: E731
+    def fmt(uri, x):
+        return dt.get_datatype(uri).format(x)
+
     assert fmt(dt.DATETIME, v("dateTime", "2002-03-22T08:23:47.250-05:00")) == \
         "2002-03-22T08:23:47.25-05:00"
     assert fmt(dt.TIME, v("time", "08:23:47")) == "08:23:47"

@@ -2,8 +2,7 @@ import pytest
 
 from pdp import datatypes as dt
 from pdp.errors import Indeterminate
-from pdp.functions import get_function
-from pdp.functions import higher_order
+from pdp.functions import get_function, higher_order
 from tests.pdp.functions.helpers import call, fid
 
 F1 = "urn:oasis:names:tc:xacml:1.0:function:"

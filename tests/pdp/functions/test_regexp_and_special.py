@@ -1,8 +1,8 @@
+import time
+
 import pytest
 
 from pdp.errors import Indeterminate
-import time
-
 from pdp.functions.xsd_regex import RegexSyntaxError, compile_xsd_regex
 from tests.pdp.functions.helpers import call, v
 

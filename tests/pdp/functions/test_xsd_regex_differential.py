@@ -15,7 +15,9 @@ def _random_pattern(rng: random.Random, depth: int = 0) -> str:
         if roll < 0.15 and depth < 3:
             atom = "(" + _random_pattern(rng, depth + 1) + ")"
         elif roll < 0.2 and depth < 3:
-            atom = "(" + _random_pattern(rng, depth + 1) + "|" + _random_pattern(rng, depth + 1) + ")"
+            atom = (
+                "(" + _random_pattern(rng, depth + 1) + "|" + _random_pattern(rng, depth + 1) + ")"
+            )
         else:
             atom = rng.choice(ATOMS)
         quant = rng.choice(["", "", "", "*", "+", "?", "{2}", "{0,2}", "{1,}", "*?"])

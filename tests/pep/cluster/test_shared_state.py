@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pdp import PolicyEvents, PolicyService
 from common.db import StoreUnavailable, open_storage
 from common.migrations import migrate
+from pdp import PolicyEvents, PolicyService
 from pdp.store import SQLPolicyStore
 from pep.cluster.announce import Announcements
 from pep.cluster.placement import LET_GO_AT, Elsewhere, Placement, SplitStreams
@@ -318,7 +318,7 @@ def test_policies_written_by_two_processes_at_once_are_all_followed_in_order(sto
                     svc.add(policy(f"shared-{who}"), who)
                 if n % 5 == 4:
                     svc.delete(f"{who}-{n}", who)
-        except BaseException as exc:  # pragma: no cover - reported below
+        except BaseException as exc:  # noqa: BLE001 - reported below  # pragma: no cover
             errors.append(exc)
 
     threads = [threading.Thread(target=write, args=(svc, who)) for svc, who in ((a, "a"),
@@ -413,7 +413,7 @@ def test_processes_starting_together_seed_and_register_once(storages, tmp_path):
             seeded = seed_store(stores[n], repo / "policies", owner="xsg-seed")
             names = seed_streams(catalogs[n], repo / "policies" / "streams.json")
             outcomes.append((len(seeded), names))
-        except BaseException as exc:  # pragma: no cover - reported below
+        except BaseException as exc:  # noqa: BLE001 - reported below  # pragma: no cover
             outcomes.append(exc)
 
     threads = [threading.Thread(target=start, args=(n,)) for n in range(2)]

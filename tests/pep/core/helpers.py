@@ -4,7 +4,9 @@ from pdp.results import AttributeAssignment, Obligation
 XS = "http://www.w3.org/2001/XMLSchema#"
 
 
-def ob(obligation_id: str, *pairs: tuple[str, str], prefix: str = "pCloud:obligation:") -> Obligation:
+def ob(
+    obligation_id: str, *pairs: tuple[str, str], prefix: str = "pCloud:obligation:"
+) -> Obligation:
     return Obligation(obligation_id, tuple(
         AttributeAssignment(prefix + name, XS + ("integer" if value.isdigit() else "string"), value)
         for name, value in pairs))

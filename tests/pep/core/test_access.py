@@ -32,10 +32,12 @@ STR = "http://www.w3.org/2001/XMLSchema#string"
 def inline_policy(policy_id: str, resource: str, subject: str, obligations: str) -> PolicySource:
     """A one-rule Permit policy for `subject` on `resource` with the given ObligationExpressions."""
     def match(value, category, attribute):
-        return (f'<AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">'
-                f'<AttributeValue DataType="{STR}">{value}</AttributeValue>'
-                f'<AttributeDesignator Category="{category}" AttributeId="{attribute}" '
-                f'DataType="{STR}" MustBePresent="false"/></Match></AllOf></AnyOf>')
+        return (
+            f'<AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">'
+            f'<AttributeValue DataType="{STR}">{value}</AttributeValue>'
+            f'<AttributeDesignator Category="{category}" AttributeId="{attribute}" '
+            f'DataType="{STR}" MustBePresent="false"/></Match></AllOf></AnyOf>'
+        )
     xml = (f'<Policy xmlns="{NS}" PolicyId="{policy_id}" Version="1.0" RuleCombiningAlgId='
            f'"urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-overrides"><Target>'
            + match(resource, "urn:oasis:names:tc:xacml:3.0:attribute-category:resource",
@@ -43,7 +45,8 @@ def inline_policy(policy_id: str, resource: str, subject: str, obligations: str)
            + f'</Target><Rule RuleId="{policy_id}:r" Effect="Permit"><Target>'
            + match(subject, "urn:oasis:names:tc:xacml:1.0:subject-category:access-subject",
                    "urn:oasis:names:tc:xacml:1.0:subject:subject-id")
-           + f"</Target><ObligationExpressions>{obligations}</ObligationExpressions></Rule></Policy>")
+           + f"</Target><ObligationExpressions>{obligations}</ObligationExpressions>"
+           + "</Rule></Policy>")
     return PolicySource(policy_id, xml.encode())
 
 
@@ -60,7 +63,8 @@ def request_json(stream: str, content=None, subject="whoever") -> bytes:
     if content is not None:
         resource["Content"] = content
     return json.dumps({"Request": {
-        "AccessSubject": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:subject:subject-id",
+        "AccessSubject": {"Attribute": [{"AttributeId":
+                                             "urn:oasis:names:tc:xacml:1.0:subject:subject-id",
                                          "Value": subject}]},
         "Resource": resource,
         "Action": {"Attribute": [{"AttributeId": "urn:oasis:names:tc:xacml:1.0:action:action-id",
@@ -80,7 +84,8 @@ def engine():
             "exacml:obligation:stream-filter",
             ("stream-filter-condition-id", "shiptype = 'cargo'")) +
             obligation("exacml:obligation:stream-map", ("stream-map-attribute-id", "mmsi"),
-                       ("stream-map-attribute-id", "speed"), ("stream-map-attribute-id", "shiptype"))),
+                       ("stream-map-attribute-id", "speed"),
+                       ("stream-map-attribute-id", "shiptype"))),
         inline_policy("urn:test:ais-odd", "ais", "odd", obligation(
             "urn:example:obligation:notify-owner", ("stream-filter-condition-id", "x"))),
     ]
@@ -124,7 +129,8 @@ def test_lta_with_its_figure_4a_query(engine):
 
 def test_lta_without_query_gets_figure_2_and_warnings(engine):
     p = run(engine, (WEATHER / "lta-request.json").read_bytes(), JSON)
-    assert p.plan.window.size == 5 and p.plan.projection == ("samplingtime", "rainrate", "windspeed")
+    assert p.plan.window.size == 5
+    assert p.plan.projection == ("samplingtime", "rainrate", "windspeed")
     assert {w.operator for w in p.warnings} == {"filter", "map"}
 
 
@@ -181,7 +187,9 @@ def test_request_errors(engine):
 
 def test_all_applicable_policies_apply(engine):
     p = run(engine, request_json("ais"), JSON, who=Identity("port"))
-    assert p.plan.filter_dnf == ((Predicate("shiptype", "=", "cargo"), Predicate("speed", "<", 30.0)),)
+    assert p.plan.filter_dnf == (
+        (Predicate("shiptype", "=", "cargo"), Predicate("speed", "<", 30.0)),
+    )
     assert p.plan.projection == ("mmsi", "speed")
     assert p.policy_ids == {"urn:test:ais-a", "urn:test:ais-b"}
 

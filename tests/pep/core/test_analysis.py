@@ -4,11 +4,10 @@ import itertools
 
 import pytest
 import sympy
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from sympy.logic.boolalg import to_dnf
 
-from pep.core.analysis import (ConditionTooComplex, MergeWarning, Checker, analyse_filter, to_nnf)
+from pep.core.analysis import Checker, ConditionTooComplex, MergeWarning, analyse_filter, to_nnf
 from pep.core.conditions import And, Comparison, Not, Or, evaluate, parse_condition
 from pep.core.plan import Field, Predicate, StreamSchema
 
@@ -187,7 +186,9 @@ def _representatives(attr):
     consts = CONSTANTS[attr]
     if attr == "x":
         c = sorted(consts)
-        reps = set(c) | {c[0] - 1, c[-1] + 1} | {(u + v) / 2 for u, v in zip(c, c[1:])}
+        reps = (
+            set(c) | {c[0] - 1, c[-1] + 1} | {(u + v) / 2 for u, v in zip(c, c[1:], strict=False)}
+        )
     elif attr == "n":
         reps = set(range(-2, 5))
     elif attr == "s":
@@ -236,7 +237,7 @@ def test_verdicts_match_brute_force(policy, user):
     attrs = sorted(_attrs(policy, _attrs(user, set())))
     nr_truth, pr_truth = True, False
     for values in itertools.product(*[_representatives(a) for a in attrs]):
-        row = dict(zip(attrs, values))
+        row = dict(zip(attrs, values, strict=True))
         p = evaluate(policy, row)
         u = True if user is None else evaluate(user, row)
         if p and u:

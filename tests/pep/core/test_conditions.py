@@ -1,8 +1,21 @@
 """The condition language: parsing, positions in errors, limits, binding to a schema, evaluation."""
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from pep.core.conditions import (MAX_CONDITION_LENGTH, MAX_NESTING_DEPTH, And, Comparison, ConditionError,
-                            Const, Not, Or, evaluate, parse, parse_condition, to_text)
+from pep.core.conditions import (
+    MAX_CONDITION_LENGTH,
+    MAX_NESTING_DEPTH,
+    And,
+    Comparison,
+    ConditionError,
+    Const,
+    Not,
+    Or,
+    evaluate,
+    parse,
+    parse_condition,
+    to_text,
+)
 from pep.core.graph import AIS_SCHEMA, WEATHER_SCHEMA
 from pep.core.plan import Field, StreamSchema
 
@@ -192,9 +205,6 @@ def test_to_text_round_trips():
                 for t in ("1970-01-01T00:00:01.000000Z", "1970-01-01T00:00:09.000000Z")]
         assert all(evaluate(expr, r) == evaluate(again, r) for r in rows)
 
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _pieces = st.sampled_from(["a", "n", "s", "flag", "t", "(", ")", "NOT", "AND", "OR", "<", ">=", "=",
                            "!=", "<>", "'x'", '"y\\"', "1", "-2.5", "1e3", "true", "{subject:id}",

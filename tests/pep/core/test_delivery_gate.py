@@ -2,10 +2,10 @@
 import threading
 import time
 
+import pep.runtime.base.delivery as delivery
 from pep.core.delivery_gate import DeliveryGate
 from pep.core.rows import RowBatch
 from pep.runtime.base.delivery import deliver_to
-import pep.runtime.base.delivery as delivery
 
 
 def test_a_delivery_waits_for_the_pass_and_goes_on_when_it_ends() -> None:

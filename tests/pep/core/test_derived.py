@@ -7,8 +7,16 @@ import pytest
 from pdp import AttributeAssignment, Obligation
 from pep.core.derived import CannotDerive, WiderThanGrant, check_obligation, derive
 from pep.core.labels import Lattice
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, StreamSchema,
-                           UnionPlan, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    JoinPlan,
+    Predicate,
+    StreamSchema,
+    UnionPlan,
+    WindowSpec,
+)
 from pep.core.privacy import Bound, PrivacySpec
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("station", "string"),

@@ -11,13 +11,17 @@ from decimal import Decimal
 from fractions import Fraction
 
 import pytest
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from pep.core.analysis import analyse_filter
 from pep.core.conditions import ConditionError, evaluate, parse_condition
-from pep.core.exact import (INT64_MAX, INT64_MIN, integer_comparison, iso_from_micros,
-                            micros_from_iso)
+from pep.core.exact import (
+    INT64_MAX,
+    INT64_MIN,
+    integer_comparison,
+    iso_from_micros,
+    micros_from_iso,
+)
 from pep.core.plan import Field, Predicate, StreamSchema
 
 SCHEMA = StreamSchema((Field("n", "long"), Field("x", "double"), Field("t", "timestamp")))

@@ -1,9 +1,9 @@
 """SQL-like and JSON renderings of plans and graphs."""
 import json
 
+from pep.core.conditions import Comparison
 from pep.core.explain import graph_to_json, plan_to_json, quote_identifier, render_sql, sql_literal
 from pep.core.graph import WEATHER_SCHEMA, Join, QueryGraph, Source
-from pep.core.conditions import Comparison
 from pep.core.merge import merge
 from pep.core.obligations import policy_graph
 from pep.core.plan import ExecutionPlan, Field, Predicate, StreamSchema

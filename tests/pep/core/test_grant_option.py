@@ -5,15 +5,21 @@ from __future__ import annotations
 import pytest
 
 from common.auth import Identity
+from pdp import AttributeAssignment, Obligation, compile_policy
 from pdp.engine import PolicyEngine, PolicySource
 from pep.core.access import decide_and_plan, decided_key
 from pep.core.errors import AccessDenied
+from pep.core.graph import BUILTIN_SCHEMAS
 from pep.core.lint import LintDocument, lint
 from pep.core.obligations import GRANT_OPTION_ID, ObligationError, grant_option, policy_graph
-from pep.core.graph import BUILTIN_SCHEMAS
-from pep.core.rules import (RuleError, describe_policy, rule_from_json, rule_from_xacml,
-                            rule_to_json, rule_to_xacml)
-from pdp import AttributeAssignment, Obligation, compile_policy
+from pep.core.rules import (
+    RuleError,
+    describe_policy,
+    rule_from_json,
+    rule_from_xacml,
+    rule_to_json,
+    rule_to_xacml,
+)
 
 from .test_access import inline_policy, obligation, request_json
 

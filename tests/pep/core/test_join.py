@@ -12,22 +12,34 @@ import json
 
 import pytest
 from flask import Flask
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from common.auth import Identity
 from pdp.engine import PolicyEngine
 from pep.core.access import decide_and_plan
 from pep.core.analysis import MergeWarning
-from pep.core.errors import (AccessDenied, InvalidInput, NoResult, NotPermitted, Refusal,
-                             Unprocessable)
+from pep.core.errors import (
+    AccessDenied,
+    InvalidInput,
+    NoResult,
+    NotPermitted,
+    Refusal,
+    Unprocessable,
+)
 from pep.core.explain import plan_to_json
-from pep.core.join import JoinSide, analyse_join, build_join
-from pep.core.merge import merge
+from pep.core.join import JoinSide, analyse_join
 from pep.core.outputs import join_output, side_outputs
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, StreamSchema,
-                           WindowSpec, any_plan_from_json, is_join_json, plan_streams,
-                           side_plans)
+from pep.core.plan import (
+    ExecutionPlan,
+    Field,
+    JoinPlan,
+    Predicate,
+    StreamSchema,
+    any_plan_from_json,
+    is_join_json,
+    plan_streams,
+    side_plans,
+)
 from pep.core.userquery import JoinQuery, parse_user_query
 from pep.http import errors
 
@@ -359,7 +371,9 @@ def test_join_nr_agrees_with_brute_force_on_plain_sides(left, right, on):
     pairs = list(itertools.product(domain, repeat=2))
 
     def satisfiable(dnf, names):  # a merged plan holds only satisfiable conjuncts
-        return tuple(c for c in dnf if any(_holds(c, dict(zip(names, v))) for v in pairs))
+        return tuple(
+            c for c in dnf if any(_holds(c, dict(zip(names, v, strict=True))) for v in pairs)
+        )
 
     lconj = satisfiable(_plan_dnf("l", left), ("a", "b"))
     rconj = satisfiable(_plan_dnf("r", right), ("x", "y"))
@@ -372,7 +386,7 @@ def test_join_nr_agrees_with_brute_force_on_plain_sides(left, right, on):
         and any(_holds(rc, {"x": x, "y": y}) for rc in rplan.filter_dnf)
         and all({"a": a, "b": b}[p] == {"x": x, "y": y}[q] for p, q in on)
         for a, b, x, y in itertools.product(domain, repeat=4))
-    sides = [JoinSide("l", LEFT, None, None), JoinSide("r", RIGHT, None, None)]  # type: ignore
+    sides = [JoinSide("l", LEFT, None, None), JoinSide("r", RIGHT, None, None)]
     verdict = analyse_join(plan, *sides)
     assert (verdict is not None and verdict.kind == "NR") == (not matches)
 

@@ -10,7 +10,7 @@ import pytest
 from pdp import PolicyEngine, PolicySource
 from pdp.service import load_sources, policy_files
 from pep.core.lint import LintDocument, LintStream, contradiction, implies, lint
-from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
+from pep.core.plan import SourceSpec, StreamDefinition
 from pep.streams.definition import parse_schema
 
 REPO = Path(__file__).resolve().parents[3]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
 
 import pytest
@@ -15,15 +15,27 @@ import pytest
 from pep.core.errors import NotPermitted
 from pep.core.explain import graph_to_json, plan_to_json, render_sql
 from pep.core.join import JoinSide, build_join
-from pep.core.masks import (MaskError, at_least_as_coarse, compose, parse_assignment,
-                            parse_mask, policy_masks)
+from pep.core.masks import (
+    MaskError,
+    at_least_as_coarse,
+    compose,
+    parse_assignment,
+    parse_mask,
+    policy_masks,
+)
 from pep.core.merge import merge
 from pep.core.obligations import ObligationError, policy_graph
 from pep.core.plan import ExecutionPlan, Field, Predicate, StreamSchema, plan_from_json
-from pep.core.rules import (check_rule, describe_policy, rule_from_json, rule_from_xacml,
-                            rule_to_json, rule_to_xacml)
+from pep.core.rules import (
+    check_rule,
+    describe_policy,
+    rule_from_json,
+    rule_from_xacml,
+    rule_to_json,
+    rule_to_xacml,
+)
 from pep.core.schemas import AIS_SCHEMA
-from pep.core.userquery import (UserQueryError, parse_json_query, parse_xml_query, user_graph)
+from pep.core.userquery import UserQueryError, parse_json_query, parse_xml_query, user_graph
 from tests.pep.core.helpers import ob
 
 SCHEMA = StreamSchema((Field("n", "long"), Field("x", "double"), Field("s", "string"),
@@ -277,8 +289,9 @@ def test_double_masks_never_claim_nr_falsely():
             itertools.product(OPS, [-5, 0, 6]), itertools.product(OPS, [-5, 0, 2.5, 3, 7.5])):
         result = merged([filter_ob(f"x {op1} {c1}"), masks_ob("x:round:2.5")],
                         {"filter": f"x {op2} {c2}"})
-        want_nr, _ = brute_force(lambda v: OPS[op1](v, Decimal(str(c1))),
-                                 lambda w: w is not None and OPS[op2](w, Decimal(str(c2))),
+        want_nr, _ = brute_force(lambda v, op1=op1, c1=c1: OPS[op1](v, Decimal(str(c1))),
+                                 lambda w, op2=op2, c2=c2:
+                                     w is not None and OPS[op2](w, Decimal(str(c2))),
                                  m, domain)
         if result.nr:
             assert want_nr, (op1, c1, op2, c2)
@@ -543,7 +556,7 @@ def test_a_rules_mask_compiles_decompiles_and_is_summarised():
 
 
 def test_truncated_timestamps_step_by_whole_units():
-    base = datetime(2025, 1, 1, 10, 0, tzinfo=timezone.utc)
+    base = datetime(2025, 1, 1, 10, 0, tzinfo=UTC)
     for minutes in (0, 1, 59):
         t = base + timedelta(minutes=minutes, seconds=59, microseconds=999_999)
         seconds = Decimal(int(t.timestamp()))

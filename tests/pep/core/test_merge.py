@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from pep.core.graph import AIS_SCHEMA, WEATHER_SCHEMA, Filter, Map, WindowAggregate
 from pep.core.errors import InvalidInput, NotPermitted
+from pep.core.graph import AIS_SCHEMA, WEATHER_SCHEMA, Filter, Map, WindowAggregate
 from pep.core.merge import QueryInvalid, QueryRefused, merge
 from pep.core.obligations import policy_graph
 from pep.core.plan import Aggregate, ExecutionPlan, Predicate, WindowSpec
@@ -91,7 +91,8 @@ def test_map_is_an_intersection():
 def test_user_window_when_the_policy_has_none():
     p = policy_graph((), "ais", AIS_SCHEMA)
     g = user_graph(parse_json_query(json.dumps({"window": {
-        "type": "time", "size": 3600, "step": 600, "aggregates": ["mmsi:count"]}})), "ais", AIS_SCHEMA)
+        "type": "time", "size": 3600, "step": 600, "aggregates": ["mmsi:count"]}})), "ais",
+        AIS_SCHEMA)
     r = merge(p, g, AIS_SCHEMA)
     assert r.plan.window == WindowSpec("time", 3600, 600, (Aggregate("mmsi", "count"),), "ts")
     bare = user_graph(parse_json_query('{"window": {"type": "tuple", "size": 3, "step": 1}}'),

@@ -10,15 +10,23 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from common.auth import Identity
 from pdp.engine import PolicyEngine, PolicySource
 from pep.core.access import decide_and_plan
 from pep.core.errors import AccessDenied, InvalidInput, NoResult, NotPermitted
-from pep.core.labels import (LABEL_MASKS, LABEL_NEGATED, Label, LabelError, Lattice, glb,
-                             holds, lub, satisfiable)
+from pep.core.labels import (
+    LABEL_MASKS,
+    LABEL_NEGATED,
+    Label,
+    LabelError,
+    Lattice,
+    glb,
+    holds,
+    lub,
+    satisfiable,
+)
 from pep.core.plan import Field, Predicate, StreamSchema, plan_from_json
 from pep.streams.definition import parse_schema
 
@@ -211,9 +219,10 @@ def test_only_an_explicit_all_lets_tuples_above_a_bound_into_a_window(windows, s
                                                          "sid > 2")]))
     graph = policy_graph(obligations, "position", SCHEMA, resolver=resolve)
     chosen = [scope is not None and scope.strip().lower() == "all" for _, scope, _ in windows]
-    withheld = {("level", str(label(b))) for (bounds, _, _), all_ in zip(windows, chosen)
-                if all_ for b in bounds}
-    entering = [label(b) for (bounds, _, _), all_ in zip(windows, chosen) if not all_
+    withheld = {("level", str(label(b)))
+                for (bounds, _, _), all_ in zip(windows, chosen, strict=True) if all_
+                for b in bounds}
+    entering = [label(b) for (bounds, _, _), all_ in zip(windows, chosen, strict=True) if not all_
                 for b in bounds]
     assert set(graph.window.spec.label_bounds) == withheld
     assert len(graph.window.spec.label_bounds) == len(withheld)

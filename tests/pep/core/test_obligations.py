@@ -30,7 +30,8 @@ def test_table_1_ids_and_the_exacml_prefix_are_accepted():
            prefix="exacml:obligation:"),
         ob("exacml:obligation:stream-window-aggregation", ("stream-window-type-id", "Time"),
            ("stream-window-size-id", "60"), ("stream-window-step-id", "30"),
-           ("stream-window-attr-id", "rainrate:Avg"), ("stream-window-attr-id", "samplingtime:LastValue"),
+           ("stream-window-attr-id", "rainrate:Avg"),
+           ("stream-window-attr-id", "samplingtime:LastValue"),
            ("stream-window-attr-id", "windspeed:FirstValue"), prefix="exacml:obligation:"),
     )
     g = policy_graph(obligations, "weather", WEATHER_SCHEMA)
@@ -59,7 +60,8 @@ def test_every_applicable_policy_applies():
 
 
 def test_windows_of_different_types_deny():
-    obligations = figure2() + (ob("exacml:obligation:stream-window", ("stream-window-type-id", "time"),
+    obligations = figure2() + (ob("exacml:obligation:stream-window",
+                                  ("stream-window-type-id", "time"),
                                   ("stream-window-size-id", "5"), ("stream-window-step-id", "2"),
                                   ("stream-window-attr-id", "rainrate:avg")),)
     with pytest.raises(ObligationError, match="different types"):
@@ -75,7 +77,8 @@ def test_windows_of_different_types_deny():
     ((ob("exacml:obligation:stream-filter"),), "no stream-filter-condition-id"),
     ((ob("exacml:obligation:stream-filter", ("stream-filter-condition-idx", "rainrate > 1")),),
      "does not understand"),
-    ((ob("exacml:obligation:stream-map", ("stream-map-attribute-id", "snow")),), "no attribute 'snow'"),
+    ((ob("exacml:obligation:stream-map", ("stream-map-attribute-id", "snow")),),
+     "no attribute 'snow'"),
     ((ob("exacml:obligation:stream-map"),), "lists no visible attribute"),
     ((ob("exacml:obligation:stream-window", ("stream-window-type-id", "tuple"),
          ("stream-window-size-id", "-5"), ("stream-window-step-id", "2"),
@@ -124,7 +127,8 @@ def test_aggregate_spellings():
 def test_policy_order_does_not_change_the_graph():
     extra = ob("exacml:obligation:stream-window", ("stream-window-type-id", "tuple"),
                ("stream-window-size-id", "3"), ("stream-window-step-id", "2"),
-               ("stream-window-attr-id", "windspeed:max"), ("stream-window-attr-id", "rainrate:avg"),
+               ("stream-window-attr-id", "windspeed:max"),
+               ("stream-window-attr-id", "rainrate:avg"),
                ("stream-window-attr-id", "samplingtime:lastval"))
     a = policy_graph(figure2() + (extra,), "weather", WEATHER_SCHEMA)
     b = policy_graph((extra,) + tuple(reversed(figure2())), "weather", WEATHER_SCHEMA)

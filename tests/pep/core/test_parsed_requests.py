@@ -12,8 +12,11 @@ from pep.core.errors import Refusal
 from pep.core.parsed import ParsedRequests
 from pep.core.plan import Predicate
 
+from . import test_access
 from .helpers import FIGURE_4A
-from .test_access import JSON, MLS, SCHEMAS, WEATHER, XML, engine, request_json  # noqa: F401
+from .test_access import JSON, MLS, SCHEMAS, WEATHER, XML, request_json
+
+engine = test_access.engine  # test_access's fixture, shared (pytest finds it by this name)
 
 
 def outcome(engine, body, media_type=XML, who=Identity("lta"), **kw):

@@ -118,7 +118,8 @@ def test_the_stream_is_the_resource_placeholder():
 def test_policies_see_the_callers_attributes_not_the_requests():
     """The decision itself, too: a Condition on a subject attribute sees the identity's value."""
     engine = PolicyEngine.compile([PolicySource("p", f"""<Policy xmlns="{NS}" PolicyId="p"
-      Version="1" RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
+      Version="1"
+      RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
       <Target/><Rule RuleId="r" Effect="Permit"><Condition>
         <Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:string-is-in">
           <AttributeValue DataType="{S}">auditor</AttributeValue>

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import pytest
 
+from pep.core.explain import plan_to_json, render_sql
 from pep.core.graph import WEATHER_SCHEMA
 from pep.core.merge import QueryInvalid, QueryRefused, merge
 from pep.core.obligations import ObligationError, policy_graph
 from pep.core.plan import plan_from_json
-from pep.core.privacy import (Bound, Budget, PrivacySpec, budget_units, quantities, units,
-                              windows_per_period)
-from pep.core.explain import plan_to_json, render_sql
+from pep.core.privacy import (
+    Bound,
+    Budget,
+    PrivacySpec,
+    budget_units,
+    quantities,
+    units,
+    windows_per_period,
+)
 from pep.core.userquery import UserQueryError, parse_user_query, user_graph
 from tests.pep.core.helpers import ob
 

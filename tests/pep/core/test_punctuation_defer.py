@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from common.auth import Identity
+from pdp import Obligation
 from pdp.engine import PolicyEngine
 from pep.core.access import decide_and_plan
 from pep.core.errors import AccessDenied
 from pep.core.graph import BUILTIN_SCHEMAS
 from pep.core.obligations import PUNCTUATION_DEFER_ID, punctuation_defer
-from pdp import Obligation
 
 from .test_access import inline_policy, obligation, request_json
 

@@ -7,12 +7,32 @@ from dataclasses import replace
 
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema, UnionPlan, WindowSpec)
-from pep.core.punctuations import (DEFER, REFINE, PunctuationError,
-                                   SegmentPolicy, ShieldState, oracle, parse_punctuation,
-                                   punctuation_from_json, filter_attributes,
-                                   segments, shielded_plan, visible_attributes)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    JoinPlan,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    UnionPlan,
+    WindowSpec,
+)
+from pep.core.punctuations import (
+    DEFER,
+    REFINE,
+    PunctuationError,
+    SegmentPolicy,
+    ShieldState,
+    filter_attributes,
+    oracle,
+    parse_punctuation,
+    punctuation_from_json,
+    segments,
+    shielded_plan,
+    visible_attributes,
+)
 
 SCHEMA = StreamSchema((Field("patient", "long"), Field("hr", "double"),
                        Field("temp", "double"), Field("ward", "string")))

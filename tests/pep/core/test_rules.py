@@ -11,8 +11,15 @@ import yaml
 
 from pdp import PolicyEngine, PolicySource, parse_request
 from pep.core.obligations import policy_graph
-from pep.core.rules import (RuleError, describe_policy, read_policy, rule_from_json,
-                            rule_from_xacml, rule_to_json, rule_to_xacml)
+from pep.core.rules import (
+    RuleError,
+    describe_policy,
+    read_policy,
+    rule_from_json,
+    rule_from_xacml,
+    rule_to_json,
+    rule_to_xacml,
+)
 from pep.core.schemas import WEATHER_SCHEMA
 
 POLICIES = Path(__file__).resolve().parents[3] / "policies"

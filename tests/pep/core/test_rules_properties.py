@@ -9,22 +9,52 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from lxml import etree
 
-from pdp import (Decision, PolicyEngine, PolicySource, confined_resource_ids, inspect_policy,
-                 parse_request)
+from pdp import (
+    Decision,
+    PolicyEngine,
+    PolicySource,
+    confined_resource_ids,
+    inspect_policy,
+    parse_request,
+)
 from pep.core.obligations import policy_graph
 from pep.core.plan import Field, SourceSpec, StreamDefinition, StreamSchema
-from pep.core.rules import (AttributeMatch, RuleWindow, SharingRule, Validity, Who, check_rule,
-                            describe_policy, rule_from_json, rule_from_xacml, rule_to_json,
-                            rule_to_xacml)
-from pep.core.rules.xacml import (ACTION, ACTION_ID, BOOLEAN, CURRENT_DATETIME, DATETIME,
-                                  ENVIRONMENT, NS, RESOURCE, RESOURCE_ID, ROLE, STRING, SUBJECT,
-                                  SUBJECT_ID, datatype_of, event_attribute, lexical)
+from pep.core.rules import (
+    AttributeMatch,
+    RuleWindow,
+    SharingRule,
+    Validity,
+    Who,
+    check_rule,
+    describe_policy,
+    rule_from_json,
+    rule_from_xacml,
+    rule_to_json,
+    rule_to_xacml,
+)
+from pep.core.rules.xacml import (
+    ACTION,
+    ACTION_ID,
+    BOOLEAN,
+    CURRENT_DATETIME,
+    DATETIME,
+    ENVIRONMENT,
+    NS,
+    RESOURCE,
+    RESOURCE_ID,
+    ROLE,
+    STRING,
+    SUBJECT,
+    SUBJECT_ID,
+    datatype_of,
+    event_attribute,
+    lexical,
+)
 from pep.streams.policy_check import check_policy
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("rainrate", "double"),
@@ -39,7 +69,7 @@ FUNCTIONS = {"ts": ("max", "min", "count", "firstval", "lastval"),
              "level": ("avg", "max", "min", "sum", "count", "firstval", "lastval"),
              "station": ("max", "min", "count", "firstval", "lastval"),
              "wet": ("count", "firstval", "lastval")}
-BASE = datetime(2026, 11, 23, tzinfo=timezone.utc)
+BASE = datetime(2026, 11, 23, tzinfo=UTC)
 MASKS = [("rainrate", "round:0.5"), ("level", "round:10"), ("level", "bands:0,10"),
          ("station", "prefix:2"), ("station", "hash"), ("ts", "truncate:minute"),
          ("wet", "null")]
@@ -124,8 +154,11 @@ def validities(draw) -> Validity | None:
         start, end = end - 1, start + 1
     if start is None and end is None:
         start = 0
-    at = (lambda days: None if days is None else
-          (BASE + timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    def at(days):
+        return None if days is None else (BASE + timedelta(days=days)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+
     return Validity(at(start), at(end))
 
 
@@ -321,7 +354,7 @@ def test_requests_aimed_at_the_rule_are_permitted_as_it_reads(rule, req):
             req["attributes"] = {m.id: [m.value]}
     if rule.valid is not None:
         start = rule.valid.start or rule.valid.end
-        moment = datetime.strptime(start, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        moment = datetime.strptime(start, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         req["now"] = moment if rule.valid.start else moment - timedelta(seconds=1)
     engine = PolicyEngine.compile([PolicySource("compiled", rule_to_xacml(rule))])
     result = engine.decide(parse_request(_request_xml(req), "application/xacml+xml")).results[0]

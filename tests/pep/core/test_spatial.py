@@ -10,19 +10,25 @@ import random
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from common.auth import Identity
 from pep.core import geo
 from pep.core.access import caller_resolver
 from pep.core.analysis import analyse_filter
-from pep.core.conditions import (ConditionError, Not, Spatial, evaluate, parse, parse_condition,
-                                 spatial_parts, to_text)
+from pep.core.conditions import (
+    ConditionError,
+    Not,
+    Spatial,
+    evaluate,
+    parse_condition,
+    spatial_parts,
+    to_text,
+)
 from pep.core.explain import filter_sql, plan_to_json, render_sql
 from pep.core.graph import AIS_SCHEMA, pipeline_graph
 from pep.core.merge import QueryRefused, merge
-from pep.core.plan import ExecutionPlan, SpatialPredicate, plan_from_json
+from pep.core.plan import ExecutionPlan, plan_from_json
 from pep.core.userquery import UserQueryError, parse_json_query, parse_xml_query, user_graph
 
 PORT = (1.264, 103.84)
@@ -35,7 +41,7 @@ def ship(lat, lon, mmsi=1, **kw):
             "speed": 3.0, "course": 0.0, "ts": 0.0, **kw}
 
 
-# -- geometry ---------------------------------------------------------------------------------------
+# -- geometry --------------------------------------------------------------------------------------
 
 def test_haversine_on_the_mean_radius_sphere():
     one_degree = 2 * math.pi * geo.EARTH_RADIUS_M / 360
@@ -226,7 +232,7 @@ def test_distance_to_needs_a_known_anchor():
     assert evaluate(expr, near, anchor=lambda *a: (float("nan"), 103.8)) is False
 
 
-# -- the plan and its renderings ---------------------------------------------------------------------
+# -- the plan and its renderings -------------------------------------------------------------------
 
 def test_plans_keep_spatial_predicates_through_json_and_show_them():
     expr = parse_condition(f"DISTANCE(lat, lon, 1.264, 103.84) <= 92600 AND NOT WITHIN_POLYGON("
@@ -247,7 +253,7 @@ def test_plans_keep_spatial_predicates_through_json_and_show_them():
     assert "WITHIN_POLYGON" in render_sql(plan, AIS_SCHEMA)
 
 
-# -- analysis ----------------------------------------------------------------------------------------
+# -- analysis --------------------------------------------------------------------------------------
 
 def analyse(policy, user):
     return analyse_filter(parse_condition(policy, AIS_SCHEMA) if policy else None,
@@ -353,7 +359,8 @@ def test_the_analysis_is_sound_against_sampled_positions(p1, p2, user, seed):
 # -- consumers' queries ----------------------------------------------------------------------------
 
 def test_user_queries_carry_spatial_filters_in_json_and_xml():
-    text = "DISTANCE(lat, lon, 1.26, 103.84) <= 5000 AND NOT WITHIN_POLYGON(lat, lon, [1, 103, 1, 104, 2, 104])"
+    text = ("DISTANCE(lat, lon, 1.26, 103.84) <= 5000 AND "
+            "NOT WITHIN_POLYGON(lat, lon, [1, 103, 1, 104, 2, 104])")
     from_json = user_graph(parse_json_query(json.dumps({"filter": text})), "ais", AIS_SCHEMA)
     escaped = text.replace("<", "&lt;").replace(">", "&gt;")
     xml = f"<UserQuery><Filter><FilterCondition>{escaped}</FilterCondition></Filter></UserQuery>"

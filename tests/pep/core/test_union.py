@@ -7,16 +7,21 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from common.auth import Identity
 from pdp.engine import PolicyEngine, PolicySource
 from pep.core.access import decide_and_plan
 from pep.core.conditions import evaluate, parse_condition
 from pep.core.errors import NoResult, NotPermitted, Refusal, Unprocessable
-from pep.core.plan import (ExecutionPlan, Field, StreamSchema, UnionPlan, any_plan_from_json,
-                           member_plans)
+from pep.core.plan import (
+    ExecutionPlan,
+    Field,
+    StreamSchema,
+    UnionPlan,
+    any_plan_from_json,
+    member_plans,
+)
 from pep.core.schemas import AIS_SCHEMA
 
 from .test_access import STR

@@ -2,12 +2,19 @@
 import json
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from lxml import etree
 
 from pep.core.graph import AIS_SCHEMA, WEATHER_SCHEMA
 from pep.core.plan import Aggregate
-from pep.core.userquery import (UserQueryError, parse_json_query, parse_user_query, parse_xml_query,
-                           query_from_content, user_graph)
+from pep.core.userquery import (
+    UserQueryError,
+    parse_json_query,
+    parse_user_query,
+    parse_xml_query,
+    query_from_content,
+    user_graph,
+)
 
 from .helpers import FIGURE_4A, FIGURE_4A_AS_PRINTED
 
@@ -92,15 +99,18 @@ def test_xml_errors(xml, fragment):
 
 
 def test_filter_errors_point_into_the_document():
-    xml = b"<UserQuery>\n<Filter>\n<FilterCondition>rainrate >> 5</FilterCondition></Filter></UserQuery>"
+    xml = (b"<UserQuery>\n<Filter>\n<FilterCondition>rainrate >> 5</FilterCondition></Filter>"
+           b"</UserQuery>")
     with pytest.raises(UserQueryError) as info:
         user_graph(parse_xml_query(xml), "weather", WEATHER_SCHEMA)
     assert info.value.position == "line 3" and "column 11" in info.value.message
 
 
 def test_hostile_xml_is_refused():
-    bomb = (b'<?xml version="1.0"?><!DOCTYPE q [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;">]>'
-            b"<UserQuery><Filter><FilterCondition>&b;</FilterCondition></Filter></UserQuery>")
+    bomb = (
+        b'<?xml version="1.0"?><!DOCTYPE q [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;">]>'
+        b"<UserQuery><Filter><FilterCondition>&b;</FilterCondition></Filter></UserQuery>"
+    )
     with pytest.raises(UserQueryError, match="DOCTYPE"):
         parse_xml_query(bomb)
     external = (b'<!DOCTYPE q [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
@@ -125,14 +135,12 @@ def test_content_from_a_request_element_in_any_namespace():
     assert query_from_content('{"map": ["rainrate"]}').map == ("rainrate",)
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
 
 @settings(max_examples=200, deadline=None)
 @given(st.one_of(st.binary(max_size=200),
                  st.text(max_size=200).map(lambda t: ("<UserQuery>" + t + "</UserQuery>").encode()),
-                 st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8)),
+                 st.recursive(st.one_of(st.none(), st.booleans(), st.integers(),
+                                        st.text(max_size=8)),
                               lambda kids: st.one_of(st.lists(kids, max_size=3),
                                                      st.dictionaries(st.sampled_from(
                                                          ["filter", "map", "window", "type", "size",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -187,13 +187,13 @@ def test_concurrent_writers_and_reader_see_every_row_once():
 
 
 def test_row_json_handles_spark_values():
-    text = row_json({"t": datetime(2024, 5, 1, 10, 0, tzinfo=timezone.utc),
+    text = row_json({"t": datetime(2024, 5, 1, 10, 0, tzinfo=UTC),
                      "naive": datetime(2024, 5, 1, 10, 0), "avg": float("nan"), "x": 1.5})
     assert json.loads(text) == {"t": "2024-05-01T10:00:00Z", "naive": "2024-05-01T10:00:00Z",
                                 "avg": None, "x": 1.5}
 
 
-# -- wire formats ------------------------------------------------------------------------------------
+# -- wire formats ----------------------------------------------------------------------------------
 
 def test_sse_and_ndjson_formatting():
     buf = HandleBuffer(max_rows=2)
@@ -234,7 +234,7 @@ def test_stream_events_resume_from_last_event_id():
     assert [x["id"] for x in lines] == [4, 5] and lines[0]["row"] == {"n": 3}
 
 
-# -- one delivery larger than the buffer (issue 15) ---------------------------------------------------
+# -- one delivery larger than the buffer (issue 15) ------------------------------------------------
 
 def _ndjson_reader(buf: HandleBuffer, got: list) -> threading.Thread:
     def run():
@@ -347,7 +347,10 @@ def test_notices_alone_stay_bounded():
 def test_waiters_are_called_on_put_notice_and_close():
     buf = HandleBuffer()
     calls = []
-    waiter = lambda: calls.append(1)  # noqa: E731
+
+    def waiter():
+        calls.append(1)
+
     buf.add_waiter(waiter)
     assert calls == [1]  # called once at once: there may be events already
     buf.put(rows(0, 3))
@@ -430,7 +433,9 @@ def test_the_one_pass_row_path_writes_what_the_event_path_writes(fmt):
                 op = rng.random()
                 if op < 0.55:
                     k = rng.randint(1, 30)
-                    buf.put(RowBatch.of_texts([f'{{"n":{n + i},"t":"%s\\u00e9"}}' for i in range(k)]))
+                    buf.put(
+                        RowBatch.of_texts([f'{{"n":{n + i},"t":"%s\\u00e9"}}' for i in range(k)])
+                    )
                     n += k
                 elif op < 0.65:
                     buf.notice("stalled", {"seconds": rng.randint(1, 9)})

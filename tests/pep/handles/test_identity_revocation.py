@@ -202,7 +202,7 @@ def test_a_request_decided_with_the_old_identity_is_decided_again(gw):
     assert level_bound(handle["plan"]) == 1
 
 
-# -- JWTs -------------------------------------------------------------------------------------------
+# -- JWTs ------------------------------------------------------------------------------------------
 
 @pytest.fixture
 def issuer():

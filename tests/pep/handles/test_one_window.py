@@ -3,13 +3,12 @@ import threading
 
 import pytest
 
+from pep.core.errors import Conflict
 from pep.core.graph import QueryGraph, Source, WindowAggregate
 from pep.core.merge import merge
 from pep.core.obligations import policy_graph
 from pep.core.plan import Aggregate, Field, StreamSchema, WindowSpec
-from pep.core.errors import Conflict
 from pep.handles.one_window import WindowConflict, WindowRegistry
-
 from tests.pep.core.helpers import ob
 
 S = StreamSchema((Field("a", "double"),))
@@ -20,7 +19,9 @@ def example_2_plan(size: int):
     policy = policy_graph((ob("exacml:obligation:stream-window", ("stream-window-type-id", "tuple"),
                               ("stream-window-size-id", "3"), ("stream-window-step-id", "2"),
                               ("stream-window-attr-id", "a:sum")),), "s", S)
-    user = QueryGraph(WindowAggregate(Source("s"), WindowSpec("tuple", size, 2, (Aggregate("a", "sum"),))))
+    user = QueryGraph(
+        WindowAggregate(Source("s"), WindowSpec("tuple", size, 2, (Aggregate("a", "sum"),)))
+    )
     return merge(policy, user, S).plan
 
 
@@ -32,9 +33,9 @@ def test_example_2_three_windows_would_rebuild_the_stream():
     # Why the rule exists: S2 - S1 and S3 - S2 interleave into the raw stream from a3 on.
     raw = [7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0]
     s1, s2, s3 = sums(raw, 3, 2), sums(raw, 4, 2), sums(raw, 5, 2)
-    odd = [b - a for a, b in zip(s1, s2)]  # a3, a5, a7, ...
-    even = [c - b for b, c in zip(s2, s3)]  # a4, a6, a8, ...
-    rebuilt = [x for pair in zip(odd, even) for x in pair]
+    odd = [b - a for a, b in zip(s1, s2, strict=False)]  # a3, a5, a7, ...
+    even = [c - b for b, c in zip(s2, s3, strict=False)]  # a4, a6, a8, ...
+    rebuilt = [x for pair in zip(odd, even, strict=False) for x in pair]
     assert rebuilt == raw[3:3 + len(rebuilt)] and len(rebuilt) >= 6
 
 

@@ -110,8 +110,15 @@ def test_changed_roles_are_found_in_a_joins_sides_and_a_unions_members():
     """A join's sides and a union's members carry the roles (`shielded_plan`): a change of
     the subject's roles is seen in them as in a plain plan."""
     from common.auth import Identity
-    from pep.core.plan import (ExecutionPlan, Field, JoinPlan, SourceSpec, StreamDefinition,
-                               StreamSchema, UnionPlan)
+    from pep.core.plan import (
+        ExecutionPlan,
+        Field,
+        JoinPlan,
+        SourceSpec,
+        StreamDefinition,
+        StreamSchema,
+        UnionPlan,
+    )
     from pep.core.punctuations import shielded_plan
     from pep.handles.records import HandleRecord, StoredRequest
     from pep.handles.revocation import _roles_changed

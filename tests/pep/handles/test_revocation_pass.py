@@ -14,8 +14,8 @@ import pytest
 from pdp import RequestSyntaxError, parse_request
 from pep.audit.log import handle_ref
 from pep.core import access
-from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
 from pep.handles import revocation
+from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
 from pep.handles.revocation import FINAL_READS_WAIT
 from tests.pep.conftest import RecordingRuntime, auth_header, build_gateway
 

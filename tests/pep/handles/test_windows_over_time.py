@@ -9,7 +9,7 @@ import pytest
 from tests.pep.conftest import RecordingRuntime, auth_header, build_gateway
 
 S = "http://www.w3.org/2001/XMLSchema#string"
-I = "http://www.w3.org/2001/XMLSchema#integer"
+INT = "http://www.w3.org/2001/XMLSchema#integer"
 XML = {"Content-Type": "application/xacml+xml"}
 
 
@@ -19,11 +19,12 @@ def policy() -> bytes:
                 f'<AttributeValue DataType="{dtype}">{value}</AttributeValue>'
                 "</AttributeAssignmentExpression>")
     return f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="p"
-      Version="1" RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
+      Version="1"
+      RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
       <Target/><Rule RuleId="r" Effect="Permit"><ObligationExpressions>
         <ObligationExpression ObligationId="exacml:obligation:stream-window" FulfillOn="Permit">
-          {a("stream-window-type-id", "tuple")}{a("stream-window-size-id", "3", I)}
-          {a("stream-window-step-id", "3", I)}{a("stream-window-attr-id", "v:sum")}
+          {a("stream-window-type-id", "tuple")}{a("stream-window-size-id", "3", INT)}
+          {a("stream-window-step-id", "3", INT)}{a("stream-window-attr-id", "v:sum")}
         </ObligationExpression></ObligationExpressions></Rule></Policy>""".encode()
 
 
@@ -48,7 +49,10 @@ def gw(tmp_path):
         "name": "s", "time_attribute": "t",
         "schema": [{"name": "t", "type": "timestamp"}, {"name": "v", "type": "double"}]})
     assert r.status_code == 201
-    assert client.post("/policies", data=policy(), headers=auth_header("nea", **XML)).status_code == 201
+    assert (
+        client.post("/policies", data=policy(), headers=auth_header("nea", **XML)).status_code
+        == 201
+    )
     yield client, runtime, services
     services.close()
 

@@ -24,15 +24,22 @@ from urllib.parse import quote
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis.generation.modes import GenerationMode
 from werkzeug.test import Client
 
 from common.auth import write_auth_file
-from tests.fuzz.support import (LTA_REQUEST_JSON, LTA_REQUEST_XML, NEA_POLICY, NEA_POLICY_ID,
-                                SHIPS, SHIPS_POLICY, SHIPS_POLICY_ID, WEATHER)
+from tests.fuzz.support import (
+    LTA_REQUEST_JSON,
+    LTA_REQUEST_XML,
+    NEA_POLICY,
+    NEA_POLICY_ID,
+    SHIPS,
+    SHIPS_POLICY,
+    SHIPS_POLICY_ID,
+    WEATHER,
+)
 from tests.pep.conftest import RecordingRuntime, build_gateway
 
 # JSON lines (POST /streams/<name>/records) go as the text they are
@@ -294,6 +301,42 @@ def _plain(operation) -> bool:
     return not (operation.query or operation.headers or operation.body)
 
 
+def _one_case(client: Client, operation, label: str, strategies: list, examples: int,
+              failures: list[Failure], answered: dict[str, int]) -> Callable[[], None]:
+    """The hypothesis test of one operation: each generated case sent to `client`, its 5xx and
+    bad error bodies added to `failures`, its status class counted in `answered`."""
+    @settings(max_examples=4 if _plain(operation) else 2 * examples, deadline=None,
+              derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(case=evenly(strategies), caller=st.sampled_from(CALLERS),
+           accept=st.sampled_from(ACCEPTS), data=st.data())
+    def one(case, caller, accept, data):
+        kwargs = case.as_transport_kwargs(headers=headers_for(caller, accept))
+        kwargs.pop("base_url", None)
+        media = case.media_type or ""
+        if isinstance(case.body, str) and "json" not in media \
+                and not media.startswith("multipart/"):
+            # the text itself: an XML document, JSON lines (schemathesis would wrap a
+            # string in an XML element of its own)
+            kwargs["data"] = case.body.encode("utf-8", "surrogatepass")
+        kwargs = mutate(kwargs, operation, data)
+        try:
+            status, content_type, body = send(client, kwargs)
+        except Exception as exc:  # noqa: BLE001 - an exception out of the app is a 500
+            failures.append(Failure(label, caller, type(exc).__name__, kwargs, repr(exc)))
+            return
+        answered[f"{status // 100}xx"] = answered.get(f"{status // 100}xx", 0) + 1
+        if status >= 500:
+            failures.append(Failure(label, caller, status, kwargs,
+                                    body.decode("utf-8", "replace")))
+        elif status >= 400:
+            problem = error_body_problem(status, content_type, body)
+            if problem is not None:
+                failures.append(Failure(label, caller, f"{status}: {problem}", kwargs,
+                                        body.decode("utf-8", "replace")))
+
+    return one
+
+
 def run_schema(schema, app, known: dict[str, list[str]], examples: int,
                bodies: dict[str, list[tuple[str, Any]]] | None = None,
                skip: Callable[[str], bool] = lambda label: False) -> tuple[list[Failure], dict]:
@@ -329,37 +372,8 @@ def run_schema(schema, app, known: dict[str, list[str]], examples: int,
                                for media, body in (bodies or {}).get(label, ())
                                for p in real_paths or [None]]
 
-        @settings(max_examples=4 if _plain(operation) else 2 * examples, deadline=None,
-                  derandomize=True, database=None, suppress_health_check=list(HealthCheck))
-        @given(case=evenly(strategies), caller=st.sampled_from(CALLERS),
-               accept=st.sampled_from(ACCEPTS), data=st.data())
-        def one(case, caller, accept, data):
-            kwargs = case.as_transport_kwargs(headers=headers_for(caller, accept))
-            kwargs.pop("base_url", None)
-            media = case.media_type or ""
-            if isinstance(case.body, str) and "json" not in media \
-                    and not media.startswith("multipart/"):
-                # the text itself: an XML document, JSON lines (schemathesis would wrap a
-                # string in an XML element of its own)
-                kwargs["data"] = case.body.encode("utf-8", "surrogatepass")
-            kwargs = mutate(kwargs, operation, data)
-            try:
-                status, content_type, body = send(client, kwargs)
-            except Exception as exc:  # noqa: BLE001 - an exception out of the app is a 500
-                failures.append(Failure(label, caller, type(exc).__name__, kwargs, repr(exc)))
-                return
-            answered[f"{status // 100}xx"] = answered.get(f"{status // 100}xx", 0) + 1
-            if status >= 500:
-                failures.append(Failure(label, caller, status, kwargs,
-                                        body.decode("utf-8", "replace")))
-            elif status >= 400:
-                problem = error_body_problem(status, content_type, body)
-                if problem is not None:
-                    failures.append(Failure(label, caller, f"{status}: {problem}", kwargs,
-                                            body.decode("utf-8", "replace")))
-
         try:
-            one()
+            _one_case(client, operation, label, strategies, examples, failures, answered)()
         except Unsatisfiable:  # nothing to make invalid (no parameters, no body)
             pass
     return failures, answered

@@ -63,7 +63,9 @@ def test_grants_refusals_endings_and_policy_changes_are_recorded(gw):
     r = client.post("/requests", data=body, headers=auth_header("lta", **XML))
     assert r.status_code == 201
     handle_id = r.json["id"]
-    assert client.post("/requests", data=body, headers=auth_header("other", **XML)).status_code == 403
+    assert (
+        client.post("/requests", data=body, headers=auth_header("other", **XML)).status_code == 403
+    )
     assert client.delete(f"/handles/{handle_id}", headers=auth_header("lta")).status_code == 200
     r = client.post("/requests", data=body, headers=auth_header("lta", **XML))
     second = r.json["id"]
@@ -207,7 +209,7 @@ def test_two_writers_on_one_table_share_one_sequence(storage):
         try:
             for i in range(40):
                 tables[n].record_many([("granted", {"subject": f"w{n}", "i": i})] * 3)
-        except Exception as exc:  # pragma: no cover - reported below
+        except Exception as exc:  # noqa: BLE001 - reported below  # pragma: no cover
             errors.append(exc)
 
     threads = [threading.Thread(target=write, args=(n,)) for n in (0, 1)]

@@ -30,7 +30,7 @@ LTA_RULE = {"id": "urn:t:rain:lta", "stream": "rain", "who": {"subjects": ["lta"
             "attributes": ["ts", "station", "rate"], "filter": "rate > 8",
             "mask": {"rate": "round:5"}, "grant_option": True}
 KIM_RULE = {"id": "urn:t:rain:kim", "stream": "rain", "who": {"subjects": ["kim"]}}
-ROWS = [{"ts": "2026-01-01T00:00:0%dZ" % i, "station": f"S{i % 2}", "rate": 10.0 + 5 * i}
+ROWS = [{"ts": f"2026-01-01T00:00:0{i:d}Z", "station": f"S{i % 2}", "rate": 10.0 + 5 * i}
         for i in range(4)]
 
 
@@ -179,7 +179,8 @@ def xacml_naming(attribute: str) -> str:
       <Rule RuleId="r" Effect="Permit"><ObligationExpressions>
         <ObligationExpression ObligationId="exacml:obligation:stream-filter" FulfillOn="Permit">
           <AttributeAssignmentExpression AttributeId="exacml:obligation:stream-filter-condition-id">
-            <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">{attribute} &gt; 1</AttributeValue>
+            <AttributeValue
+              DataType="http://www.w3.org/2001/XMLSchema#string">{attribute} &gt; 1</AttributeValue>
           </AttributeAssignmentExpression></ObligationExpression>
       </ObligationExpressions></Rule></Policy>"""
 

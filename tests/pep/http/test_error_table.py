@@ -5,8 +5,17 @@ from __future__ import annotations
 from common.http.errors import status_for
 from common.numbers import NumberError
 from pdp import PolicyNotFoundError
-from pep.core.errors import (AccessDenied, Conflict, InputTooLarge, InvalidInput,
-                             MalformedRequest, NoResult, NotPermitted, Refusal, Unavailable)
+from pep.core.errors import (
+    AccessDenied,
+    Conflict,
+    InputTooLarge,
+    InvalidInput,
+    MalformedRequest,
+    NoResult,
+    NotPermitted,
+    Refusal,
+    Unavailable,
+)
 from pep.handles.one_window import WindowConflict
 from pep.http.errors import status_of
 from pep.streams.records import BatchTooLarge, RecordError

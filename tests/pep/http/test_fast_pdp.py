@@ -10,8 +10,13 @@ from werkzeug.test import Client
 from pep.http.app import create_app
 from pep.http.fast_pdp import FastPdp
 from pep.services import build_services
-from tests.pdp.api.conftest import (LTA_REQUEST_JSON, LTA_REQUEST_XML, TOKENS, make_config,
-                                    xml_request)
+from tests.pdp.api.conftest import (
+    LTA_REQUEST_JSON,
+    LTA_REQUEST_XML,
+    TOKENS,
+    make_config,
+    xml_request,
+)
 
 XML, JSON = "application/xacml+xml", "application/xacml+json"
 

@@ -114,7 +114,7 @@ def first_row_after(port: int, hid: str, subject: str, limit: float) -> float:
         while time.monotonic() - started < limit:
             try:
                 chunk = s.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             if not chunk:
                 break

@@ -10,7 +10,6 @@ import pytest
 import requests
 
 from pep.core.rows import RowBatch
-from pep.http.app import create_app
 from server.serving import HttpServer
 from tests.pep.conftest import RecordingRuntime, auth_header, build_gateway
 from tests.pep.http.test_handles_api import POLICIES, WEATHER, XML

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -272,14 +272,15 @@ def test_updated_obligations_revoke(gw):
 
 def test_time_limited_grant_ends_on_time(gw):
     client, runtime, services, _ = gw
-    until = (datetime.now(timezone.utc) + timedelta(seconds=1.5)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    until = (datetime.now(UTC) + timedelta(seconds=1.5)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     timed = (POLICIES / "nea-weather-policy.xml").read_bytes().replace(
         b'Version="1.0"', b'Version="2.0"').replace(
         b'<Rule RuleId="urn:xsg:example:weather:lta-reads-windows" Effect="Permit">',
         b'<Rule RuleId="urn:xsg:example:weather:lta-reads-windows" Effect="Permit">'
         b'<Condition><Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:dateTime-less-than">'
         b'<Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:dateTime-one-and-only">'
-        b'<AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:environment"'
+        b'<AttributeDesignator'
+        b' Category="urn:oasis:names:tc:xacml:3.0:attribute-category:environment"'
         b' AttributeId="urn:oasis:names:tc:xacml:1.0:environment:current-dateTime"'
         b' DataType="http://www.w3.org/2001/XMLSchema#dateTime" MustBePresent="false"/></Apply>'
         b'<AttributeValue DataType="http://www.w3.org/2001/XMLSchema#dateTime">' + until.encode()
@@ -302,7 +303,7 @@ def test_time_limited_grant_ends_on_time(gw):
         time.sleep(0.1)
         state = client.get("/handles", headers=auth_header("lta")).json["handles"][0]["state"]
     assert state == "revoked"
-    assert datetime.now(timezone.utc) >= datetime.fromisoformat(until.replace("Z", "+00:00"))
+    assert datetime.now(UTC) >= datetime.fromisoformat(until.replace("Z", "+00:00"))
     assert hid in runtime.detached
 
 

@@ -20,13 +20,25 @@ from werkzeug.test import EnvironBuilder
 
 pytest.importorskip("schemathesis")
 
-import schemathesis  # noqa: E402
+import schemathesis
 
-from tests.fuzz.support import LTA_REQUEST_XML, NEA_POLICY_ID  # noqa: E402
-from tests.pep.http.no500 import (BODIES, CONVERTER, XML, headers_for,  # noqa: E402,F401
-                                  hypothesis_as_found, no500_gateway, report, run_schema, seed,
-                                  sweep)
+from tests.fuzz.support import LTA_REQUEST_XML, NEA_POLICY_ID
+from tests.pep.http import no500
+from tests.pep.http.no500 import (
+    BODIES,
+    CONVERTER,
+    XML,
+    headers_for,
+    report,
+    run_schema,
+    seed,
+    sweep,
+)
 
+# no500's fixtures, under their names for pytest: the gateway, and Hypothesis restored after
+# these tests (autouse)
+no500_gateway = no500.no500_gateway
+hypothesis_as_found = no500.hypothesis_as_found
 pytestmark = pytest.mark.timeout(240)
 
 EXAMPLES = 12  # per operation and generation mode (4 where only a path varies): ~15 s idle

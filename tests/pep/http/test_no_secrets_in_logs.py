@@ -10,7 +10,6 @@ extra fields and traceback) is searched for every secret the run handed out.
 from __future__ import annotations
 
 import http.server
-import json
 import logging
 import threading
 
@@ -18,10 +17,26 @@ import pytest
 
 from pep.core.refs import handle_ref
 from proxy.forward import loggable_url_path
-from tests.pep.http.boundaries import (ADMIN, ALICE, BOB, CAROL, DAVE, JSON_TYPE, PROXY_SECRET,
-                                       PROXY_TOKEN, READ_TOKEN_KEY, TOKENS, XML, build,
-                                       join_query, policy, reading, request, stream_json,
-                                       stream_obligations)
+from tests.pep.http.boundaries import (
+    ADMIN,
+    ALICE,
+    BOB,
+    CAROL,
+    DAVE,
+    JSON_TYPE,
+    PROXY_SECRET,
+    PROXY_TOKEN,
+    READ_TOKEN_KEY,
+    TOKENS,
+    XML,
+    build,
+    join_query,
+    policy,
+    reading,
+    request,
+    stream_json,
+    stream_obligations,
+)
 
 
 class Capture(logging.Handler):
@@ -50,7 +65,7 @@ _PLAIN = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 class Receiver(http.server.BaseHTTPRequestHandler):
     """A caching proxy's webhook endpoint: acknowledges every event."""
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server API
+    def do_POST(self) -> None:  # the http.server API
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.send_response(200)
         self.send_header("Content-Length", "0")

@@ -17,9 +17,24 @@ import json
 
 import pytest
 
-from tests.pep.http.boundaries import (ADMIN, ALICE, BOB, CAROL, DAVE, JSON_TYPE, PLACEMENTS,
-                                       XML, Gateway, build, join_query, policy, reading, request,
-                                       stream_json, stream_obligations)
+from tests.pep.http.boundaries import (
+    ADMIN,
+    ALICE,
+    BOB,
+    CAROL,
+    DAVE,
+    JSON_TYPE,
+    PLACEMENTS,
+    XML,
+    Gateway,
+    build,
+    join_query,
+    policy,
+    reading,
+    request,
+    stream_json,
+    stream_obligations,
+)
 
 KEY = "KEY-bobs-ship-zx81"  # a value of Bob's data: the key his event collected
 BOB_EVENT = "urn:xsg:event:bstream:bevent"
@@ -336,7 +351,9 @@ def test_an_owners_view_of_odd_entries_never_fails():
     entry is left out, never an error (GET /audit must not answer 500)."""
     from pep.audit.views import owner_view
 
-    owns = lambda s: s == "astream"  # noqa: E731
+    def owns(s):
+        return s == "astream"
+
     odd = [{}, {"stream": 3}, {"stream": "astream", "reason": ["x"], "streams": "ab"},
            {"kind": "policy-added", "streams": "astream"}, {"stream": "astream", "plan": []},
            {"streams": ["astream", "bstream"], "sides": [1, {"stream": None}], "reason": {}},

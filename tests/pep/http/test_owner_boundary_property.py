@@ -29,13 +29,26 @@ import itertools
 import json
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import event as note
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, Phase, event as note, given, settings, strategies as st
 
-from tests.pep.http.boundaries import (ALICE, BOB, BOB_CONSUMERS, CAROL, DAVE, JSON_TYPE,
-                                       PLACEMENTS, XML, Gateway, build, join_query, policy,
-                                       reading, request, stream_json, stream_obligations)
+from tests.pep.http.boundaries import (
+    ALICE,
+    BOB,
+    BOB_CONSUMERS,
+    CAROL,
+    DAVE,
+    JSON_TYPE,
+    PLACEMENTS,
+    XML,
+    Gateway,
+    build,
+    join_query,
+    policy,
+    reading,
+    request,
+    stream_json,
+    stream_obligations,
+)
 
 CANARY = "q7zcanary"
 # no explain phase: a failure is reported as found and shrunk (explaining took minutes)
@@ -95,7 +108,10 @@ def alice_views(gw: Gateway, a_streams: list[str], b_streams: list[str],
                 a_policies: list[str]) -> list[str]:
     """Every answer Alice can get about everything there is (texts)."""
     texts = alice_decisions(gw, a_streams)
-    get = lambda path, **kw: gw.call("GET", path, ALICE, **kw)  # noqa: E731
+
+    def get(path, **kw):
+        return gw.call("GET", path, ALICE, **kw)
+
     for stream in b_streams:
         for path in ("/pdp", "/explain", "/requests"):
             r = gw.call("POST", path, ALICE, data=request(stream, return_policy_ids=True),
@@ -137,7 +153,7 @@ def test_nothing_alice_can_call_tells_her_bobs_data_policies_events_or_consumers
 
     # Bob's events (keys: his data), Alice's own event
     b_events: dict[str, list[str]] = {}
-    for stream, count in zip(b_streams, scenario["b_events"]):
+    for stream, count in zip(b_streams, scenario["b_events"], strict=True):
         b_events[stream] = [f"bev{j}" for j in range(count)]
         for event in b_events[stream]:
             ok(gw.call("POST", f"/streams/{stream}/events", BOB, json={

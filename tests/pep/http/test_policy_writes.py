@@ -108,8 +108,9 @@ def test_bulk_adds_all_or_nothing(gw):
 
 def test_pdp_decides_on_the_gateways_clock_not_the_requests(gw):
     client, runtime, services = gw
-    timed = f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="t"
-      Version="1" RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
+    timed = b"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="t"
+      Version="1"
+      RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
       <Target/><Rule RuleId="r" Effect="Permit"><Condition>
         <Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:dateTime-less-than">
           <Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:dateTime-one-and-only">
@@ -118,8 +119,10 @@ def test_pdp_decides_on_the_gateways_clock_not_the_requests(gw):
               Category="urn:oasis:names:tc:xacml:3.0:attribute-category:environment"
               AttributeId="urn:oasis:names:tc:xacml:1.0:environment:current-dateTime"/></Apply>
           <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#dateTime">2001-01-01T00:00:00Z</AttributeValue>
-        </Apply></Condition></Rule></Policy>""".encode()
-    assert client.post("/policies", data=timed, headers=auth_header("nea", **XML)).status_code == 201
+        </Apply></Condition></Rule></Policy>"""
+    assert (
+        client.post("/policies", data=timed, headers=auth_header("nea", **XML)).status_code == 201
+    )
     claim = b"""<Request xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
       ReturnPolicyIdList="false" CombinedDecision="false">
       <Attributes Category="urn:oasis:names:tc:xacml:3.0:attribute-category:environment">
@@ -137,7 +140,10 @@ def test_consistent_answers_204_without_a_type_406_on_accept_one_plan_shape(gw):
     client.post("/policies", data=NEA_POLICY, headers=auth_header("nea", **XML))
     pid = "/policies/urn:xsg:example:weather:nea-policy"
     assert client.get(pid, headers=auth_header("nea", Accept="application/json")).status_code == 406
-    assert client.get(pid, headers=auth_header("nea", Accept="application/xacml+xml")).status_code == 200
+    assert (
+        client.get(pid, headers=auth_header("nea", Accept="application/xacml+xml")).status_code
+        == 200
+    )
     assert client.get(pid + "?history=true", headers=auth_header(
         "nea", Accept="application/json")).status_code == 200
     r = client.post("/requests", data=(POLICIES / "lta-request.xml").read_bytes(),

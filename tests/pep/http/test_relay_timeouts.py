@@ -5,14 +5,13 @@ the server's write bound, which closes the upstream response too."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
 import requests
 
-from server.serving import HttpServer
 from proxy.app import ProxyConfig, create_app
 from proxy.forward import Timeouts
+from server.serving import HttpServer
 
 
 def upstream_app(environ, start_response):

@@ -1,4 +1,6 @@
-"""The real thing: the gateway's HTTP server on a loopback port, `requests` as the client, and the `xsg` CLI."""
+"""The real thing: the gateway's HTTP server on a loopback port, `requests` as the client, and the
+`xsg` CLI."""
+
 from __future__ import annotations
 
 import json
@@ -14,13 +16,23 @@ from urllib.parse import quote
 import pytest
 import requests
 
+from pep.cli import main
 from pep.http.app import create_app
 from pep.services import build_services
-from pep.cli import main
 from server.serving import HttpServer
-from tests.pdp.api.conftest import (LTA_REQUEST_JSON, LTA_REQUEST_XML, POLICIES, REPO, TOKENS,
-                                    WEATHER_ID, WEATHER_POLICY, XML, make_config, simple_policy,
-                                    xml_request)
+from tests.pdp.api.conftest import (
+    LTA_REQUEST_JSON,
+    LTA_REQUEST_XML,
+    POLICIES,
+    REPO,
+    TOKENS,
+    WEATHER_ID,
+    WEATHER_POLICY,
+    XML,
+    make_config,
+    simple_policy,
+    xml_request,
+)
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ import time
 import pytest
 import requests
 
-from server.serving import HttpServer
 from proxy.app import ProxyConfig, create_app as create_proxy_app, runtime_of
+from server.serving import HttpServer
 from tests.pep.conftest import TOKENS, RecordingRuntime, auth_header, build_gateway
 from tests.pep.http.test_handles_api import POLICIES, WEATHER, XML
 
@@ -195,7 +195,7 @@ def exchange(port: int, raw: bytes, timeout: float = 4.0) -> tuple[bytes, float]
             if not data:
                 break
             out += data
-    except (socket.timeout, ConnectionResetError, BrokenPipeError):
+    except (TimeoutError, ConnectionResetError, BrokenPipeError):
         pass
     finally:
         s.close()
@@ -294,7 +294,7 @@ def test_trickled_bodies_hold_no_thread_and_health_stays_fast(edge, where):
         try:
             while chunk := s.recv(65536):
                 data += chunk
-        except (socket.timeout, ConnectionResetError):
+        except (TimeoutError, ConnectionResetError):
             pass
         assert data.startswith(b"HTTP/1.1 408 "), data[:200]
         s.close()
@@ -314,7 +314,9 @@ def test_the_proxy_forwards_the_path_it_was_given(edge):
 
 def test_a_console_file_has_one_date_header(edge):
     """(7) send_from_directory sets a Date of its own; the server's is the only one sent."""
-    data, _ = exchange(edge["gateway"].port,
-                       b"GET /console/console.css HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+    data, _ = exchange(
+        edge["gateway"].port,
+        b"GET /console/console.css HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n",
+    )
     head = data.split(b"\r\n\r\n", 1)[0].lower()
     assert head.startswith(b"http/1.1 200") and head.count(b"\r\ndate:") == 1

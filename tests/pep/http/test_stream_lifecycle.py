@@ -15,8 +15,15 @@ import time
 import pytest
 
 from tests.pep.conftest import RecordingRuntime, build_gateway
-from tests.pep.http.test_stream_visibility import (ACTION, RESOURCE, SUBJECT, XML, access_request,
-                                                   auth_entries, bearer, match)
+from tests.pep.http.test_stream_visibility import (
+    RESOURCE,
+    SUBJECT,
+    XML,
+    access_request,
+    auth_entries,
+    bearer,
+    match,
+)
 
 SCHEMA = [{"name": "ts", "type": "timestamp"}, {"name": "v", "type": "double"},
           {"name": "note", "type": "string"}]
@@ -164,8 +171,9 @@ def test_added_attributes_leave_explicit_grants_alone_and_revoke_the_others(gw):
                                                                             "w"]
     # producers that do not know w go on; those that do may send it; the old fields stay
     # required
-    post = lambda body: client.post("/streams/gauge/records", headers=bearer("acme", **ND),
-                                    data=body)
+    def post(body):
+        return client.post("/streams/gauge/records", headers=bearer("acme", **ND), data=body)
+
     assert post(record()).status_code == 201
     assert post(record(w=7)).status_code == 201
     bad = post(record(w="seven"))
@@ -464,7 +472,9 @@ def test_a_deletion_racing_requests_leaves_no_live_handle_on_the_deleted_stream(
         statuses: list[int] = []
         stop = threading.Event()
 
-        def asker(who: str) -> None:
+        # the round's values are passed in: a thread outliving its join(30) must not see the
+        # next round's
+        def asker(who: str, stop: threading.Event, name: str, statuses: list[int]) -> None:
             own = client.application.test_client()
             while not stop.is_set():
                 r = ask(own, who, stream=name)
@@ -474,7 +484,8 @@ def test_a_deletion_racing_requests_leaves_no_live_handle_on_the_deleted_stream(
                 if r.status_code in (200, 201):
                     own.delete(f"/handles/{r.json['id']}", headers=bearer(who))
 
-        threads = [threading.Thread(target=asker, args=(w,)) for w in ("lta", "other")]
+        threads = [threading.Thread(target=asker, args=(w, stop, name, statuses))
+                   for w in ("lta", "other")]
         for t in threads:
             t.start()
         time.sleep(0.02 * round_)

@@ -143,7 +143,8 @@ def open_stream_for_everyone(client) -> None:
     assert r.status_code == 201
     r = client.post("/policies", headers=bearer("root", **XML), data=b"""<Policy
       xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="urn:t:open"
-      Version="1" RuleCombiningAlgId="urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable">
+      Version="1"
+      RuleCombiningAlgId="urn:oasis:names:tc:xacml:1.0:rule-combining-algorithm:first-applicable">
       <Target><AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
       <AttributeValue DataType="http://www.w3.org/2001/XMLSchema#string">open</AttributeValue>
       <AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
@@ -163,13 +164,13 @@ def test_a_hidden_stream_answers_every_route_as_before_it_existed(gw):
     r = client.post("/policies", headers=bearer("acme", **XML), data=policy())
     assert r.status_code == 201, r.json
     hidden = answers(client, "other", "secret")
-    for (method, path, *_), was, now in zip(routes_naming("secret"), before, hidden):
+    for (method, path, *_), was, now in zip(routes_naming("secret"), before, hidden, strict=True):
         assert now == was, (method, path, was, now)
     # the same routes once the stream is listed: they answer otherwise (the test can fail)
     r = client.patch("/streams/secret", headers=bearer("acme"), json={"visibility": "listed"})
     assert r.status_code == 200 and r.json["visibility"] == "listed"
     listed = answers(client, "other", "secret")
-    assert sum(a != b for a, b in zip(before, listed)) >= 10
+    assert sum(a != b for a, b in zip(before, listed, strict=True)) >= 10
     assert listed[0][0] == 200 and listed[10][0] == 403  # described; the PDP says Deny
 
 

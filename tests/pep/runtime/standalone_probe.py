@@ -10,8 +10,16 @@ import sys
 import time
 from pathlib import Path
 
-from pep.core.plan import ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition, StreamSchema
-from pep.core.plan import Aggregate, WindowSpec
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.runtime.runtime import StreamRuntime
 from pep.runtime.session import create_spark_session
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl

@@ -1,11 +1,13 @@
-"""Helpers shared by the runtime tests: a recording deliver callback, atomic file writes, polling."""
+"""Helpers shared by the runtime tests: a recording deliver callback, atomic file writes,
+polling."""
+
 from __future__ import annotations
 
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 class Collector:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 import os
-
-import pytest
 import threading
 import time
+
+import pytest
 
 from pep.core.plan import ExecutionPlan, Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.runtime.sources.checkpoints import Retention
@@ -269,7 +269,7 @@ def test_late_micro_batches_are_logged_as_one_repeating_warning(spark, tmp_path,
         rt.attach_handle("h", sd, PLAN, a)
         for i in range(3):
             write_jsonl(tmp_path / "ck", f"{i}.json", recs(i, i + 1))
-            assert wait_until(lambda: len(a.rows) >= i + 1)
+            assert wait_until(lambda i=i: len(a.rows) >= i + 1)
         assert wait_until(lambda: len(rt._executors["ck"].lifecycle._query.recentProgress) >= 3)
         with caplog.at_level(logging.WARNING, logger="pep.runtime.lateness"):
             logged = rt.check_lateness()

@@ -2,8 +2,16 @@
 import pytest
 
 from pep.core.plan import Aggregate, ExecutionPlan, Field, Predicate, StreamSchema, WindowSpec
-from pep.runtime.plans.compile import (EQUAL, GREATER, INTEGER_KIND, LESS, NUMERIC_KIND,
-                                       STRING_KIND, PlanError, compile_plan)
+from pep.runtime.plans.compile import (
+    EQUAL,
+    GREATER,
+    INTEGER_KIND,
+    LESS,
+    NUMERIC_KIND,
+    STRING_KIND,
+    PlanError,
+    compile_plan,
+)
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("n", "long"),
                        Field("station", "string"), Field("ok", "boolean")))
@@ -23,7 +31,10 @@ def test_predicates_become_index_mask_kind_constant_rows():
     compiled = compile_plan(plan(((Predicate("TEMP", ">=", 20), Predicate("station", "!=", "a")),
                                   (Predicate("ok", "=", True),))), SCHEMA)
     assert compiled.conjuncts == (
-        ((2, GREATER | EQUAL, NUMERIC_KIND, 20.0, None), (4, LESS | GREATER, STRING_KIND, None, "a")),
+        (
+            (2, GREATER | EQUAL, NUMERIC_KIND, 20.0, None),
+            (4, LESS | GREATER, STRING_KIND, None, "a"),
+        ),
         ((5, EQUAL, INTEGER_KIND, 1, None),),
     )
 

@@ -12,20 +12,26 @@ from __future__ import annotations
 
 import json
 import tempfile
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from pep.core.analysis import analyse_filter
 from pep.core.conditions import parse_condition
 from pep.core.exact import iso_from_micros, micros_from_iso
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.runtime.plans.compile import compile_plan
 
 SCHEMA = StreamSchema((Field("k", "long"), Field("n", "long"), Field("t", "timestamp"),
@@ -33,7 +39,7 @@ SCHEMA = StreamSchema((Field("k", "long"), Field("n", "long"), Field("t", "times
 SPARK_SCHEMA = "k long, n long, t timestamp, x double, _xsg_seq long, _xsg_file string"
 P53, P63 = 2 ** 53, 2 ** 63
 FAR = micros_from_iso("9999-12-31T23:59:59.999990Z")
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 OPS = ("<", "<=", ">", ">=", "=", "!=")
 PY = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
       ">=": lambda a, b: a >= b, "=": lambda a, b: a == b, "!=": lambda a, b: a != b}
@@ -149,7 +155,7 @@ def run_plans(spark, frame, plans: list[ExecutionPlan], tuple_pane_min: int = 8
     ex.lifecycle.on_batch(frame, 0)
     ex.wait_delivered()
     out = []
-    for plan, rows in zip(plans, got):
+    for plan, rows in zip(plans, got, strict=True):
         keys = [r["max_k"] if plan.window is not None else r["k"] for r in rows]
         assert len(keys) == len(set(keys))  # each tuple once
         out.append(set(keys))
@@ -178,7 +184,7 @@ def test_rows_through_the_runtime_equal_pythons_filter(spark, frame, cases):
     # a join's side filter (plain Column expressions, pep/runtime/joins/runtime.py)
     from pep.runtime.joins.frames import filter_column
     sd = StreamDefinition("exact", "o", SCHEMA, SourceSpec("ingest", (("path", "/none"),)), "t")
-    for plan, expected in zip(plans[:2], want[:2]):
+    for plan, expected in zip(plans[:2], want[:2], strict=True):
         column = filter_column(plan.filter_dnf, sd)
         rows = frame if column is None else frame.filter(column)
         assert {r["k"] for r in rows.select("k").collect()} == expected

@@ -23,20 +23,28 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.runtime.plans.compile import compile_plan
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"),
                        Field("station", "string"), Field("level", "long")))
 SPARK_SCHEMA = ("ts timestamp, temp double, station string, level long, _xsg_seq long, "
                 "_xsg_file string")
-T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)  # a multiple of 60 s since the epoch
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)  # a multiple of 60 s since the epoch
 ISO = "%Y-%m-%dT%H:%M:%S.%fZ"
 FUNCS = ("avg", "sum", "min", "max", "count", "firstval", "lastval")
 POLICY = ((Predicate("station", "=", "A"), Predicate("level", "<=", 1)),)
@@ -79,7 +87,7 @@ def passes(rec: dict, plan: ExecutionPlan) -> bool:
 
 
 def seconds(ts: datetime) -> float:
-    delta = ts - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    delta = ts - datetime(1970, 1, 1, tzinfo=UTC)
     micros = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
     return micros / 1_000_000.0  # as Spark computes it: unix_micros / 1e6
 
@@ -170,8 +178,8 @@ def brute(batches: list[list[dict]], plan: ExecutionPlan, lateness: float,
                 end = start + w.size
                 chunk = bags[(start, key)]
                 if closed < end <= mark and len(chunk) >= w.min_count:
-                    row = {"window_start": out(datetime.fromtimestamp(start, timezone.utc)),
-                           "window_end": out(datetime.fromtimestamp(end, timezone.utc))}
+                    row = {"window_start": out(datetime.fromtimestamp(start, UTC)),
+                           "window_end": out(datetime.fromtimestamp(end, UTC))}
                     row.update({name: key for name in w.keys})
                     for a in w.aggregates:
                         row[a.output_name] = aggregate(
@@ -219,7 +227,7 @@ def run(spark, tmp_path, stream: Stream, lateness: float) -> dict[str, dict[int,
             ex.add_handle(name, compile_plan(plan, SCHEMA, "ts"), collector(name))
     attach(CONSUMER)
     attach(OWNER)
-    for i, (recs, visible) in enumerate(zip(stream.batches, stream.visible_index)):
+    for i, (recs, visible) in enumerate(zip(stream.batches, stream.visible_index, strict=True)):
         current[0] = visible if visible is not None else -1 - i
         frame = spark.createDataFrame(
             [tuple(r[c] for c in ("ts", "temp", "station", "level", "_xsg_seq")) + (None,)
@@ -403,7 +411,8 @@ def test_event_state_moves_only_with_tuples_that_meet_its_condition(spark, tmp_p
         return {"ts": ts_at(offset), "temp": temp, "station": station, "level": 3}
     base = [[rec(0, 10.0)], [rec(1, 35.0, "S1")], [rec(2, 12.0)], [], [rec(3, 31.0, "S2")], []]
     cold = [[rec(FAR, 10.0), rec(-FAR, None)], [rec(None, 30.0)], [rec(FAR, -1.0)], [], [], []]
-    noisy = [a + b for a, b in zip(base, cold)]  # tuples that do not meet `temp > 30` added
+    # tuples that do not meet `temp > 30` added
+    noisy = [a + b for a, b in zip(base, cold, strict=True)]
     shifted = [[{**r, "ts": ts_at(FAR)} for r in batch] for batch in base]  # other timestamps
     want = states(base, "base")
     assert [env != [] for _, env in want] == [False, True, True, False, True, True]
@@ -487,8 +496,8 @@ def brute_join(batches: list[tuple[list[dict], list[dict]]]) -> list[tuple]:
         for r in rights:
             if r["area"] == station and abs(start + 10 - r["ts"]) <= J_WITHIN:
                 out_rows.append((
-                    datetime.fromtimestamp(start, timezone.utc).replace(tzinfo=None),
-                    datetime.fromtimestamp(start + 10, timezone.utc).replace(tzinfo=None),
+                    datetime.fromtimestamp(start, UTC).replace(tzinfo=None),
+                    datetime.fromtimestamp(start + 10, UTC).replace(tzinfo=None),
                     station, sum(values) / len(values), len(values), r["ts"], r["area"],
                     r["mmsi"]))
     return sorted(out_rows, key=repr)
@@ -497,7 +506,7 @@ def brute_join(batches: list[tuple[list[dict], list[dict]]]) -> list[tuple]:
 def join_files(batches):
     """Records as the files hold them (the left time as ISO text)."""
     return [([{**r, "t": None if r["t"] is None else out(datetime.fromtimestamp(
-        r["t"], timezone.utc))} for r in lb], rb) for lb, rb in batches]
+        r["t"], UTC))} for r in lb], rb) for lb, rb in batches]
 
 
 # the visible reports, in time order, batch by batch; the last pair moves both sides' time

@@ -19,8 +19,17 @@ from pep.core.graph import QueryGraph, Source
 from pep.core.join import JoinSide, build_join
 from pep.core.labels import Label, Lattice, lub
 from pep.core.merge import merge
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    JoinPlan,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.core.userquery import JoinQuery, UserQuery
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 

@@ -8,8 +8,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import functions as F, types as T
 
 from pep.runtime.base.jvm_steps import JvmSteps
 
@@ -18,7 +17,7 @@ SCHEMA = T.StructType([T.StructField("ts", T.TimestampType()), T.StructField("v"
 
 
 def frame(spark):
-    rows = [(dt.datetime(2026, 1, 1, 0, 0, i, tzinfo=dt.timezone.utc), i, f"t{i}")
+    rows = [(dt.datetime(2026, 1, 1, 0, 0, i, tzinfo=dt.UTC), i, f"t{i}")
             for i in range(20)]
     return spark.createDataFrame(rows, SCHEMA).repartition(3)
 

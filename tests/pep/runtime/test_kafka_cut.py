@@ -9,18 +9,26 @@ from __future__ import annotations
 import json
 import tempfile
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.runtime.plans.compile import PlanError, compile_plan
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("k", "long"), Field("v", "double")))
 SPARK_SCHEMA = "ts timestamp, k long, v double, _xsg_seq long, _xsg_file string"
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PARTITIONS = 4
 # record k: partition k % 4, offset k // 4 (0..7 per partition); times in k order
 ROWS = [(k, k % PARTITIONS, k // PARTITIONS) for k in range(32)]
@@ -36,7 +44,7 @@ def stream() -> StreamDefinition:
 @pytest.fixture(scope="module")
 def frame(spark):
     data = [(T0 + timedelta(seconds=k), k, float(k % 5), None,
-             "topic.a-b/%010d/%020d" % (p, o)) for k, p, o in ROWS]
+             f"topic.a-b/{p:010d}/{o:020d}") for k, p, o in ROWS]
     # shuffled: the executor orders the batch itself
     return spark.createDataFrame(list(reversed(data)), SPARK_SCHEMA).repartition(3).cache()
 
@@ -81,7 +89,7 @@ def test_the_grouped_matcher_admits_only_records_at_or_after_the_cut(spark, fram
         + [plain(None, 0.0), plain(None, 1.0), plain((4, 4, 4, 4), -1.0)]
     assert len(plans) > 8  # past FEW_PLANS: the grouped matcher
     got = run(spark, frame, plans)
-    for plan, rows in zip(plans, got):
+    for plan, rows in zip(plans, got, strict=True):
         assert [r["k"] for r in rows] == admitted(plan.start_offsets,
                                                   plan.filter_dnf[0][0].value), plan
 

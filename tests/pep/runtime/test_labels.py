@@ -9,8 +9,16 @@ import time
 import pytest
 
 from pep.core.labels import LABEL_MASKS, Lattice, holds, lub
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 
@@ -56,7 +64,7 @@ def test_dominance_filters_on_spark_match_the_lattice(runtime, tmp_path, plans_p
                           for _ in range(rng.randint(1, 2)))
         plans.append(ExecutionPlan(name, conjuncts, ("n", "level")))
     sinks = [Collector() for _ in plans]
-    for i, (p, sink) in enumerate(zip(plans, sinks)):
+    for i, (p, sink) in enumerate(zip(plans, sinks, strict=True)):
         runtime.attach_handle(f"h{i}", sd, p, sink)
     records = [{"n": i, "level": str(random_label(rng, lattice)) if i % 17 else None,
                 "_xsg_seq": i} for i in range(120)]
@@ -67,10 +75,11 @@ def test_dominance_filters_on_spark_match_the_lattice(runtime, tmp_path, plans_p
     clean = [r if r["level"] != "NOT-A-LABEL:{x}" else {**r, "level": None} for r in records]
     want = [oracle(clean, p, lattice) for p in plans]
     assert any(0 < len(w) < len(records) for w in want)
-    assert wait_until(lambda: all(len(s.rows) >= len(w) for s, w in zip(sinks, want)), 60), \
-        [(len(s.rows), len(w)) for s, w in zip(sinks, want)]
+    assert wait_until(
+        lambda: all(len(s.rows) >= len(w) for s, w in zip(sinks, want, strict=True)), 60
+    ), [(len(s.rows), len(w)) for s, w in zip(sinks, want, strict=True)]
     time.sleep(0.5)
-    for sink, w in zip(sinks, want):
+    for sink, w in zip(sinks, want, strict=True):
         assert sink.rows == w
     for i in range(len(plans)):
         runtime.detach(f"h{i}")

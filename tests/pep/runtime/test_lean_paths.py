@@ -3,14 +3,22 @@ reused, only the columns the plans output come back to the driver, timestamps fo
 before."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("hum", "long"),
                        Field("station", "string"), Field("ok", "boolean")))
@@ -37,7 +45,7 @@ def test_filter_expressions_are_built_once_per_schema(spark):
     from pep.runtime.plans.plan_expressions import filter_expressions
     first = filter_expressions(SCHEMA)
     again = filter_expressions(StreamSchema(SCHEMA.fields))
-    assert all(a is b for a, b in zip(first, again))
+    assert all(a is b for a, b in zip(first, again, strict=True))
     other = filter_expressions(StreamSchema(SCHEMA.fields[:2]))
     assert other[0] is not first[0] and other[2] is first[2]  # the match expression is generic
 
@@ -57,13 +65,13 @@ def test_source_frame_reused_but_checks_still_run(spark, tmp_path):
 
 
 def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
-    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.query.executor import StreamExecutor
     from pep.runtime.sources.frames import SEQ_COLUMN
     ex = StreamExecutor(spark, definition(tmp_path), tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
-        [(datetime.fromtimestamp(i, timezone.utc), i * 1.5, i, f"s{i % 3}", i % 2 == 0, i, None)
+        [(datetime.fromtimestamp(i, UTC), i * 1.5, i, f"s{i % 3}", i % 2 == 0, i, None)
          for i in range(12)],
         "ts timestamp, temp double, hum long, station string, ok boolean, _xsg_seq long, "
         "_xsg_file string")

@@ -7,20 +7,28 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 WEATHER = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"),
                         Field("station", "string")))
 SHIPS = StreamSchema((Field("mmsi", "long"), Field("speed", "double"), Field("at", "timestamp"),
                       Field("flag", "string")))
-T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 ISO = "%Y-%m-%dT%H:%M:%S.%fZ"
 POLICY = ((Predicate("station", "=", "A"),),)
 

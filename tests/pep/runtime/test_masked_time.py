@@ -21,14 +21,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from pep.core.labels import Lattice
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.core.privacy import Bound, Budget, PrivacySpec
 from pep.runtime.plans.compile import compile_plan
 from tests.pep.runtime.test_hidden_time import brute, decoded
@@ -37,8 +44,8 @@ LATTICE = Lattice(("U", "S"))
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("v", "long"), Field("k", "string"),
                        Field("lvl", "label", LATTICE)))
 SPARK_SCHEMA = "ts timestamp, v long, k string, lvl string, _xsg_seq long, _xsg_file string"
-T0 = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)  # 08:00, a multiple of 60 s
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)  # 08:00, a multiple of 60 s
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MASK = (("ts", "truncate:minute"),)
 ORDERED = (Aggregate("v", "firstval"), Aggregate("v", "lastval"), Aggregate("v", "count"),
            Aggregate("v", "sum"))

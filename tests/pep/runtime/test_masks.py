@@ -7,11 +7,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import ROUND_FLOOR, Decimal
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("x", "double"), Field("n", "long"),
                        Field("s", "string")))
@@ -43,14 +51,14 @@ def plans(count: int) -> list[ExecutionPlan]:
 
 
 def test_masks_are_data_of_the_plan_table_and_rows_match_a_reference(spark, tmp_path):
-    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.query.executor import StreamExecutor
     definition = StreamDefinition("m", "nea", SCHEMA, SourceSpec("ingest", (
         ("path", str(tmp_path / "m")),)), "ts")
     ex = StreamExecutor(spark, definition, tmp_path, 0.25, 2, 0.0, lambda h: None,
                         mask_key=lambda owner: KEY)
-    values = [(datetime.fromtimestamp(1_700_000_000 + 7 * i, timezone.utc), 0.7 * i,
+    values = [(datetime.fromtimestamp(1_700_000_000 + 7 * i, UTC), 0.7 * i,
                1000 + i % 25, f"name-{i}", i, None) for i in range(40)]
     batch = spark.createDataFrame(values, "ts timestamp, x double, n long, s string, "
                                           "_xsg_seq long, _xsg_file string")

@@ -29,10 +29,10 @@ def test_each_plan_gets_what_its_own_rows_encode_to():
         plans = [sorted(rng.sample(range(n), rng.randint(1, n))) for _ in range(rng.randint(1, 6))]
         row_ids = np.array([r for rows in plans for r in rows], np.int64)
         ends = np.cumsum([len(rows) for rows in plans]).tolist()
-        spans = list(zip([0] + ends[:-1], ends))
+        spans = list(zip([0] + ends[:-1], ends, strict=True))
         got = _member_batches(arrow, ("A", "B"), ("a", "b"), spans, row_ids, seqs)
         assert len(got) == len(plans)
-        for rows, batch in zip(plans, got):
+        for rows, batch in zip(plans, got, strict=True):
             expected = [json.dumps({"A": arrow.column("a")[r].as_py(),
                                     "B": arrow.column("b")[r].as_py()},
                                    separators=(",", ":"), ensure_ascii=False) for r in rows]

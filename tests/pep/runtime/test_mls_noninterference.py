@@ -23,7 +23,7 @@ import functools
 import json
 import math
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -93,7 +93,8 @@ def reshaped(kind: str, size: int, step: int, min_count: int | None = None,
         body = m.group(1)
         for suffix, value in (("type", kind), ("size", str(size)), ("step", str(step))):
             body = re.sub(rb'(stream-window-' + suffix.encode() + rb'-id">\s*<AttributeValue '
-                          rb'[^>]*>)[^<]*', lambda x: x.group(1) + value.encode(), body)
+                          rb'[^>]*>)[^<]*', lambda x, value=value: x.group(1) + value.encode(),
+                          body)
         if min_count is not None:
             body += assignment("stream-window-min-count-id", str(min_count), True)
         if scope is not None:
@@ -201,7 +202,7 @@ def deliveries(plan: ExecutionPlan, schema: StreamSchema, batches: list[list[dic
 
 
 def iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime(ISO)
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime(ISO)
 
 
 def paper_windows(batches: list[list[dict]], session: str, lateness: float) -> list[list[dict]]:
@@ -319,7 +320,7 @@ def compare(query: str, session: str, low: list[list[dict]], high: list, latenes
     quiet = deliveries(plan, POSITION, numbered(low), lateness)
     batches, index = with_high(low, high)
     busy = deliveries(plan, POSITION, batches, lateness)
-    for i, rows in zip(index, busy):
+    for i, rows in zip(index, busy, strict=True):
         if i is None:
             assert rows == [], (query, session, "an ingest of high tuples only delivered", rows)
         else:
@@ -386,8 +387,8 @@ def test_vitals_medics_read_the_same_whatever_is_above_them(clearance, data):
     quiet = deliveries(plan, VITALS, numbered(low), 0.0)
     batches, index = with_high(low, high)
     busy = deliveries(plan, VITALS, batches, 0.0)
-    assert [rows for i, rows in zip(index, busy) if i is not None] == quiet
-    assert all(rows == [] for i, rows in zip(index, busy) if i is None)
+    assert [rows for i, rows in zip(index, busy, strict=True) if i is not None] == quiet
+    assert all(rows == [] for i, rows in zip(index, busy, strict=True) if i is None)
 
 
 # -- the owner's explicit choice of the other shape ------------------------------------------------

@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.core.rows import RowBatch
 from pep.runtime.plans.compile import compile_plan
 
@@ -19,7 +27,7 @@ SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field(
                        Field("station", "string"), Field("ok", "boolean")))
 SPARK_SCHEMA = ("ts timestamp, temp double, hum long, station string, ok boolean, "
                 "_xsg_seq long, _xsg_file string")
-T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 ISO = "%Y-%m-%dT%H:%M:%S.%fZ"
 FUNCS = ("avg", "max", "min", "sum", "count", "firstval", "lastval")
 
@@ -136,8 +144,8 @@ def expected(recs, plan):
             chunk = [r for r in rows if start <= r["ts"].timestamp() < end and key_of(r) == key]
             chunk.sort(key=lambda r: r["ts"])  # stable: stream order among equal times
             if chunk and len(chunk) >= w.min_count:
-                row = window_row(chunk, w, datetime.fromtimestamp(start, timezone.utc)
-                                 .strftime(ISO), datetime.fromtimestamp(end, timezone.utc)
+                row = window_row(chunk, w, datetime.fromtimestamp(start, UTC)
+                                 .strftime(ISO), datetime.fromtimestamp(end, UTC)
                                  .strftime(ISO), key)
                 out.append(row)
     return out
@@ -193,7 +201,7 @@ def check(got, recs):
         if plan.window is not None:
             rows.sort(key=sort_key(plan))
         assert len(rows) == len(want), (name, len(rows), len(want))
-        for g, e in zip(rows, want):
+        for g, e in zip(rows, want, strict=True):
             assert list(g) == list(e), (name, g, e)
             assert all(same(g[k], e[k]) for k in e), (name, g, e)
         # the stream position behind each batch: the highest of the tuples it came from

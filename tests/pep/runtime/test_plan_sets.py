@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import random
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, UnionPlan, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    UnionPlan,
+    WindowSpec,
+)
 from pep.runtime.plans.compile import compile_plan, compile_union
 from pep.runtime.query.executor import StreamExecutor
 

@@ -10,16 +10,23 @@ failure is rarer than one in a million) and far narrower than the gap clamping m
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.core.privacy import Bound, Budget, PrivacySpec
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("hum", "long"),
                        Field("station", "string")))
-T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 SPEC = PrivacySpec(100.0, 0.0, (Bound("temp", 0.0, 10.0), Bound("hum", 0, 5)),
                    (Budget(1e6, 60),))
 AGGS = (Aggregate("temp", "sum"), Aggregate("temp", "count"), Aggregate("hum", "sum"),

@@ -15,10 +15,24 @@ import random
 
 import pytest
 
-from pep.core.plan import (ExecutionPlan, Field, JoinPlan, Predicate, SourceSpec,
-                           StreamDefinition, StreamSchema)
-from pep.core.punctuations import (LOG_NAME, REFINE, ShieldState, log_line, parse_punctuation,
-                                   shielded_plan, visible_attributes)
+from pep.core.plan import (
+    ExecutionPlan,
+    Field,
+    JoinPlan,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+)
+from pep.core.punctuations import (
+    LOG_NAME,
+    REFINE,
+    ShieldState,
+    log_line,
+    parse_punctuation,
+    shielded_plan,
+    visible_attributes,
+)
 from tests.pep.runtime.support import write_jsonl
 
 LEFT = StreamSchema((Field("t", "double"), Field("ward", "string"), Field("hr", "double"),

@@ -19,11 +19,16 @@ from dataclasses import replace
 import pytest
 
 from pep.core.plan import ExecutionPlan, SourceSpec, StreamDefinition
-from pep.core.punctuations import (DEFER, LOG_NAME, REFINE, log_line, parse_punctuation,
-                                   visible_tuples)
+from pep.core.punctuations import (
+    DEFER,
+    LOG_NAME,
+    REFINE,
+    log_line,
+    parse_punctuation,
+    visible_tuples,
+)
 from pep.runtime.plans.compile import compile_plan
-from tests.pep.runtime.test_hidden_time import (CONSUMER, SCHEMA, SPARK_SCHEMA, brute, decoded,
-                                                ts_at)
+from tests.pep.runtime.test_hidden_time import CONSUMER, SCHEMA, SPARK_SCHEMA, brute, decoded, ts_at
 
 ROLES = ("doctor", "nurse")
 # consumer -> (the plan of test_hidden_time, roles, mode)

@@ -88,7 +88,7 @@ def expected(records: list[dict], handle: str) -> list[dict]:
 def append(catalog: StreamCatalog, records: list[dict], pieces: int) -> None:
     """The records in `pieces` ingests, each cut anywhere (a punctuation may end one)."""
     cuts = sorted(random.Random(len(records)).sample(range(1, len(records)), pieces - 1))
-    for lo, hi in zip([0] + cuts, cuts + [len(records)]):
+    for lo, hi in zip([0] + cuts, cuts + [len(records)], strict=True):
         body = "\n".join(json.dumps(r) for r in records[lo:hi]).encode()
         catalog.append_records("vitals", body)
 
@@ -187,12 +187,13 @@ def test_a_log_out_of_order_shows_nothing_from_there_on(tmp_path):
     """The shield trusts the log's order (the ingest writes it under the stream's lock); a
     position going back means the log cannot be trusted: no tuple from there on passes."""
     import numpy as np
+
     from pep.core.plan import SourceSpec, StreamDefinition
     from pep.core.punctuations import LOG_NAME, log_line, parse_punctuation
     from pep.runtime.plans.compile import compile_plan
     from pep.runtime.query.registry import PlanState
     from pep.runtime.query.settings import StreamLayout
-    from pep.runtime.query.shield import BatchShield, PunctuationShield
+    from pep.runtime.query.shield import PunctuationShield
     definition = StreamDefinition("vitals", "o", SCHEMA, SourceSpec(
         "ingest", (("path", str(tmp_path)), ("punctuations", "on"))))
     lines = [(1, {"srp": ["nurse"], "ts": 1}), (5, {"srp": ["nurse"], "ts": 2}),
@@ -209,6 +210,7 @@ def test_a_log_out_of_order_shows_nothing_from_there_on(tmp_path):
 
 def test_segments_behind_the_routed_batches_are_dropped_and_a_row_before_them_denied(tmp_path):
     import numpy as np
+
     from pep.core.plan import SourceSpec, StreamDefinition
     from pep.core.punctuations import LOG_NAME, log_line, parse_punctuation
     from pep.runtime.plans.compile import compile_plan

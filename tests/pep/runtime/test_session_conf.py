@@ -2,8 +2,14 @@
 import os
 import stat
 
-from pep.runtime.session import (DEFAULT_CONF, JAVA_OPTIONS, UDS_DIR, UDS_ENABLED,
-                                 local_python_sockets, session_conf)
+from pep.runtime.session import (
+    DEFAULT_CONF,
+    JAVA_OPTIONS,
+    UDS_DIR,
+    UDS_ENABLED,
+    local_python_sockets,
+    session_conf,
+)
 
 
 def test_defaults_compile_with_c1_and_keep_the_stack_size() -> None:

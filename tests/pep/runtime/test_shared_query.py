@@ -1,22 +1,31 @@
 """The shared per-stream query on real Spark: every delivered row and window checked against a
-pure-Python recomputation, plan sharing, attach/detach without restarts, and plan-size invariance."""
+pure-Python recomputation, plan sharing, attach/detach without restarts, and plan-size
+invariance."""
 from __future__ import annotations
 
 import math
 import re
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SCHEMA = StreamSchema((Field("ts", "timestamp"), Field("temp", "double"), Field("hum", "long"),
                        Field("station", "string"), Field("ok", "boolean")))
 HOSTILE = "' OR 1=1 --"
-T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 FUNCS = ("avg", "max", "min", "sum", "count", "firstval", "lastval")
 
 
@@ -82,7 +91,7 @@ def same(a, b):
 
 def assert_rows_equal(got, expected):
     assert len(got) == len(expected), (len(got), len(expected))
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         assert g.keys() == e.keys()
         for k in e:
             assert same(g[k], e[k]), (k, g, e)
@@ -131,7 +140,7 @@ def expected_time_windows(records, plan):
     first = math.floor(min(times) / w.step) - w.size
     for k in range(first, math.floor(watermark / w.step) + 1):
         start, end = k * w.step, k * w.step + w.size
-        inside = [r for r, t in zip(rows, times) if start <= t < end]
+        inside = [r for r, t in zip(rows, times, strict=True) if start <= t < end]
         if not inside or end > watermark:
             continue
         row = {"window_start": start, "window_end": end}
@@ -202,7 +211,9 @@ def test_attach_detach_share_one_query_and_last_detach_stops_it(runtime, spark, 
     runtime.attach_handle("a", sd, plan, a)
     qid = runtime.query_id("shared")
     started = time.perf_counter()
-    runtime.attach_handle("b", sd, ExecutionPlan("shared", ((Predicate("hum", ">", 50),),), ("hum",)), b)
+    runtime.attach_handle(
+        "b", sd, ExecutionPlan("shared", ((Predicate("hum", ">", 50),),), ("hum",)), b
+    )
     runtime.attach_handle("c", sd, plan, c)
     assert time.perf_counter() - started < 0.3 * 2  # attaching to a running query is cheap
     assert runtime.query_id("shared") == qid
@@ -231,13 +242,13 @@ def test_attach_detach_share_one_query_and_last_detach_stops_it(runtime, spark, 
 
 
 def test_physical_plan_does_not_grow_with_handles_and_constants_are_data(spark, tmp_path):
-    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.query.executor import StreamExecutor
     sd = stream(tmp_path, "static")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
-        [(datetime.fromtimestamp(i, timezone.utc), i * 1.5, i,
+        [(datetime.fromtimestamp(i, UTC), i * 1.5, i,
           HOSTILE if i == 7 else f"s{i % 3}", i % 2 == 0, i, None) for i in range(30)],
         "ts timestamp, temp double, hum long, station string, ok boolean, _xsg_seq long, "
         "_xsg_file string")
@@ -290,10 +301,10 @@ def test_a_few_plans_compiled_agree_with_the_plan_table(spark, tmp_path):
     gives it: nulls, NaN, a hostile string, booleans, timestamps, OR of ANDs, start positions."""
     from dataclasses import replace
 
-    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.base.columns import PIDS_COLUMN
-    from pep.runtime.query.executor import StreamExecutor
+    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.plans.plan_expressions import few_plans_column
+    from pep.runtime.query.executor import StreamExecutor
     sd = stream(tmp_path, "few")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -334,15 +345,15 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     positions, shapes shared by plans with other constants and operators."""
     from dataclasses import replace
 
-    from pep.runtime.plans.compile import compile_plan
-    from pep.runtime.query.rows_job import split_figures
-    from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN
-    from pep.runtime.query.executor import StreamExecutor
-    from pep.runtime.plans.plan_expressions import FEW_PLANS
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN
+    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.plans.matcher import GroupedMatcher
+    from pep.runtime.plans.plan_expressions import FEW_PLANS
+    from pep.runtime.query.executor import StreamExecutor
+    from pep.runtime.query.rows_job import split_figures
     sd = stream(tmp_path, "many")
     ex = StreamExecutor(spark, sd, tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -385,11 +396,14 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     pids, rows = grouped.match(arrow, arrow.column("_xsg_seq").combine_chunks())
     hums = arrow.column("hum").to_pylist()
     assert len(expected) > 100
-    assert sorted((hums[r], int(p)) for p, r in zip(pids.tolist(), rows.tolist())) == expected
+    assert (
+        sorted((hums[r], int(p)) for p, r in zip(pids.tolist(), rows.tolist(), strict=True))
+        == expected
+    )
     # each plan's pairs together, in stream order
     runs = [int(p) for i, p in enumerate(pids) if i == 0 or p != pids[i - 1]]
     assert len(runs) == len(set(runs))
-    assert all(b < d for a, b, c, d in zip(pids, rows, pids[1:], rows[1:]) if a == c)
+    assert all(b < d for a, b, c, d in zip(pids, rows, pids[1:], rows[1:], strict=False) if a == c)
     # the executor asks no plan table of Spark when every plan is a grouped row plan
     assert "_xsg_plans" not in ex.rows.values_frame(batch, shape, grouped).columns
 
@@ -415,9 +429,9 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     pids, rows = grouped.pairs(out.column(BITS_COLUMN).combine_chunks())
     runs = [int(p) for i, p in enumerate(pids) if i == 0 or p != pids[i - 1]]
     assert len(runs) == len(set(runs))  # plan-major, rows ascending: what the routing takes
-    assert all(b < d for a, b, c, d in zip(pids, rows, pids[1:], rows[1:]) if a == c)
+    assert all(b < d for a, b, c, d in zip(pids, rows, pids[1:], rows[1:], strict=False) if a == c)
     ids_of = [[] for _ in range(out.num_rows)]
-    for p, r in zip(pids.tolist(), rows.tolist()):
+    for p, r in zip(pids.tolist(), rows.tolist(), strict=True):
         ids_of[r].append(p)
     got = sorted((r["hum"], r["_xsg_seq"], r["temp"] if r["temp"] == r["temp"] else "NaN",
                   sorted(ids_of[i])) for i, r in enumerate(out.to_pylist()))
@@ -433,6 +447,6 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
     assert figures == {"rows": 30, "seq": 29}
     pids, rows = only.pairs(few.column(BITS_COLUMN).combine_chunks())
     hums = few.column("hum").to_pylist()
-    assert sorted((hums[r], int(p)) for p, r in zip(pids, rows)) == [(2 * i, 7 + i)
+    assert sorted((hums[r], int(p)) for p, r in zip(pids, rows, strict=True)) == [(2 * i, 7 + i)
                                                                       for i in range(6)]
     assert few.num_rows == 6

@@ -1,4 +1,6 @@
-"""Each source kind that can run here delivers rows through the shared query; Kafka fails clearly."""
+"""Each source kind that can run here delivers rows through the shared query; Kafka fails
+clearly."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +13,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, Predicate, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from pep.runtime.sources.frames import KafkaConnectorMissing, SourceError
 from pep.runtime.sources.generators import AIS_SCHEMA, SHIP_TYPES, WEATHER_SCHEMA
 from tests.pep.runtime.support import Collector, wait_until
@@ -51,7 +61,9 @@ def test_parquet_files_deliver_filtered_projected_rows(runtime, tmp_path):
     src.mkdir()
     sink = Collector()
     plan = ExecutionPlan("f_parquet", ((Predicate("tag", "=", "b"),),), ("t", "tag"))
-    runtime.attach_handle("h", files_stream(src, "parquet", ("maxFilesPerTrigger", "1")), plan, sink)
+    runtime.attach_handle(
+        "h", files_stream(src, "parquet", ("maxFilesPerTrigger", "1")), plan, sink
+    )
     table = pa.table({"t": pa.array([1, 2, 3, 4], pa.int64()), "v": [0.5, 1.5, None, 2.5],
                       "tag": ["a", "b", "b", None]})
     pq.write_table(table, src / ".x.tmp")
@@ -81,8 +93,9 @@ def test_generators_produce_weather_and_ais_tuples(runtime):
     runtime.attach_handle("w", weather, ExecutionPlan(
         "weather", ((Predicate("humidity", ">=", 0), Predicate("winddirection", "<", 360)),),
         ("samplingtime", "temperature", "winddirection")), w)
-    runtime.attach_handle("s", ais, ExecutionPlan("ships", ((Predicate("shiptype", "=", "cargo"),),),
-                                           ("mmsi", "shipname", "shiptype", "speed")), s)
+    runtime.attach_handle("s", ais, ExecutionPlan(
+        "ships", ((Predicate("shiptype", "=", "cargo"),),),
+        ("mmsi", "shipname", "shiptype", "speed")), s)
     assert wait_until(lambda: len(w.rows) >= 5 and len(s.rows) >= 2)
     assert set(w.rows[0]) == {"samplingtime", "temperature", "winddirection"}
     assert all(isinstance(r["temperature"], float) and 0 <= r["winddirection"] < 360
@@ -118,7 +131,9 @@ def test_socket_source_delivers_json_lines(runtime):
     sd = StreamDefinition("sock", "o", SCHEMA,
                           SourceSpec("socket", (("host", "127.0.0.1"), ("port", str(port)))))
     sink = Collector()
-    runtime.attach_handle("h", sd, ExecutionPlan("sock", ((Predicate("v", ">=", 2),),), ("t",)), sink)
+    runtime.attach_handle(
+        "h", sd, ExecutionPlan("sock", ((Predicate("v", ">=", 2),),), ("t",)), sink
+    )
     assert wait_until(lambda: len(sink.rows) >= 6)
     assert sink.rows == [{"t": i} for i in range(4, 10)]
     runtime.detach("h")

@@ -8,8 +8,15 @@ import time
 
 from pep.core import geo
 from pep.core.conditions import evaluate, spatial_from_predicate
-from pep.core.plan import (ExecutionPlan, Field, Predicate, SourceSpec, SpatialPredicate,
-                           StreamDefinition, StreamSchema)
+from pep.core.plan import (
+    ExecutionPlan,
+    Field,
+    Predicate,
+    SourceSpec,
+    SpatialPredicate,
+    StreamDefinition,
+    StreamSchema,
+)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SCHEMA = StreamSchema((Field("mmsi", "long"), Field("name", "string"), Field("lat", "double"),
@@ -91,15 +98,15 @@ def near_boundary(records, plan) -> list:
 PLANS = {
     "near-port": ExecutionPlan("ships", ((SpatialPredicate("distance", "lat", "lon", "<=", 25_000.0,
                                                             PORT),),), ("mmsi", "lat", "lon")),
-    "far-and-fast": ExecutionPlan("ships", ((SpatialPredicate("distance", "lat", "lon", ">", 40_000.0,
-                                                               PORT),
+    "far-and-fast": ExecutionPlan("ships", ((SpatialPredicate("distance", "lat", "lon", ">",
+                                                               40_000.0, PORT),
                                              Predicate("speed", ">", 8.0)),), ("mmsi", "speed")),
     "in-port": ExecutionPlan("ships", ((SpatialPredicate("polygon", "lat", "lon", "=", 0.0,
                                                           BOUNDS),),), ("mmsi", "name", "lat")),
     "outside": ExecutionPlan("ships", ((SpatialPredicate("polygon", "lat", "lon", "!=", 0.0,
                                                           BOUNDS),),), ("mmsi", "lon")),
-    "captain": ExecutionPlan("ships", ((SpatialPredicate("distance_to", "lat", "lon", "<=", 30_000.0,
-                                                          (), "mmsi", ANCHOR),),),
+    "captain": ExecutionPlan("ships", ((SpatialPredicate("distance_to", "lat", "lon", "<=",
+                                                          30_000.0, (), "mmsi", ANCHOR),),),
                              ("mmsi", "lat", "lon")),
     "captain-far": ExecutionPlan("ships", ((SpatialPredicate("distance_to", "lat", "lon", ">",
                                                               30_000.0, (), "mmsi", ANCHOR),
@@ -154,8 +161,9 @@ def test_no_distance_to_without_a_known_anchor_and_the_plan_does_not_grow(runtim
 
 def test_spatial_constants_are_data_and_the_plan_does_not_grow(spark, tmp_path):
     import re
-    from pep.runtime.plans.compile import compile_plan
+
     from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.plans.compile import compile_plan
     from pep.runtime.query.executor import StreamExecutor
     ex = StreamExecutor(spark, stream(tmp_path, "static"), tmp_path, 0.25, 2, 0.0, lambda h: None)
     batch = spark.createDataFrame(
@@ -175,7 +183,8 @@ def test_spatial_constants_are_data_and_the_plan_does_not_grow(spark, tmp_path):
                               ("mmsi",)),
                 ExecutionPlan("static", ((SpatialPredicate(
                     "polygon", "lat", "lon", "=", 0.0,
-                    (1.0, 103.0, 1.0, base / 1e4 + i / 10, 1.2345 + i / 1e3, 103.6)),),), ("mmsi",)),
+                    (1.0, 103.0, 1.0, base / 1e4 + i / 10, 1.2345 + i / 1e3, 103.6)),),),
+                              ("mmsi",)),
                 ExecutionPlan("static", ((SpatialPredicate("distance_to", "lat", "lon", ">", base,
                                                            (), "mmsi", 987654 + i),),), ("mmsi",))]
         for i, p in enumerate(plans):

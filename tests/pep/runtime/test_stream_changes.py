@@ -10,16 +10,24 @@ import threading
 import time
 from dataclasses import replace
 
-from pep.core.plan import (Aggregate, ExecutionPlan, Field, SourceSpec, StreamDefinition,
-                           StreamSchema, WindowSpec)
+from pep.core.plan import (
+    Aggregate,
+    ExecutionPlan,
+    Field,
+    SourceSpec,
+    StreamDefinition,
+    StreamSchema,
+    WindowSpec,
+)
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SCHEMA = StreamSchema((Field("n", "long"), Field("v", "double")))
 
 
 def stream(tmp_path, name="grow", **kw) -> StreamDefinition:
-    return StreamDefinition(name, "o", SCHEMA, SourceSpec("ingest", (("path", str(tmp_path / name)),)),
-                            **kw)
+    return StreamDefinition(
+        name, "o", SCHEMA, SourceSpec("ingest", (("path", str(tmp_path / name)),)), **kw
+    )
 
 
 def runtime_for(spark, work, **kw):

@@ -15,9 +15,15 @@ from pep.core.plan import Aggregate, ExecutionPlan, Predicate, UnionPlan, Window
 from pep.core.rows import RowBatch
 from pep.runtime.query.union import tag_rows
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
-from tests.pep.runtime.test_shared_query import (SCHEMA, assert_rows_equal, expected_rows,
-                                                 expected_tuple_windows, make_records, passes,
-                                                 stream)
+from tests.pep.runtime.test_shared_query import (
+    SCHEMA,
+    assert_rows_equal,
+    expected_rows,
+    expected_tuple_windows,
+    make_records,
+    passes,
+    stream,
+)
 
 NAMES = SCHEMA.names
 

@@ -1,11 +1,15 @@
 """Window state against a brute-force recomputation (pure Python, no Spark)."""
+import json
+import math
 import random
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings, strategies as st
 
-from pep.core.plan import Aggregate, ExecutionPlan, Field, StreamSchema, WindowSpec
+from pep.core.plan import Aggregate, ExecutionPlan, Field, Field as _F, StreamSchema, WindowSpec
 from pep.runtime.plans.compile import compile_plan
-from pep.runtime.windows.window_reference import TimeWindows, TupleWindows
+from pep.runtime.windows.pane_windows import PaneWindows
+from pep.runtime.windows.window_reference import TimeWindows, TupleWindows, partials_from_rows
 
 SCHEMA = StreamSchema((Field("t", "double"), Field("v", "double")))
 FUNCS = ("avg", "max", "min", "sum", "count", "firstval", "lastval")
@@ -33,7 +37,7 @@ def brute(values):
 def chunks(items, cuts):
     cuts = sorted(set(c for c in cuts if 0 < c < len(items)))
     bounds = [0] + cuts + [len(items)]
-    return [items[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [items[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 @settings(max_examples=60, deadline=None)
@@ -110,14 +114,6 @@ def test_time_windows_with_too_few_tuples_are_not_emitted():
 # Panes: every attribute type, nulls, group-by keys, min_count, batches split anywhere
 # ---------------------------------------------------------------------------------------------
 
-import json  # noqa: E402
-import math  # noqa: E402
-from datetime import datetime, timedelta, timezone  # noqa: E402
-
-from pep.core.plan import Field as _F  # noqa: E402
-from pep.runtime.windows.window_reference import partials_from_rows  # noqa: E402
-from pep.runtime.windows.pane_windows import PaneWindows  # noqa: E402
-
 WIDE = StreamSchema((_F("t", "double"), _F("d", "double"), _F("n", "long"), _F("s", "string"),
                      _F("b", "boolean"), _F("ts", "timestamp"), _F("k", "string")))
 WIDE_AGGS = (tuple(Aggregate("d", f) for f in FUNCS)
@@ -125,7 +121,7 @@ WIDE_AGGS = (tuple(Aggregate("d", f) for f in FUNCS)
              + (Aggregate("s", "min"), Aggregate("s", "max"), Aggregate("s", "lastval"),
                 Aggregate("b", "max"), Aggregate("b", "firstval"), Aggregate("ts", "lastval"),
                 Aggregate("ts", "min")))
-T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
 
 
 def wide_spec(kind, size, step, keys=(), min_count=1):
@@ -192,7 +188,7 @@ def window_row(chunk, spec, start, end, key_attr, key):
 
 def assert_same_rows(got, expected):
     assert len(got) == len(expected), (len(got), len(expected))
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         assert list(g) == list(e), (g, e)  # same keys in the same order
         for name in e:
             a, b = g[name], e[name]
@@ -303,7 +299,10 @@ def test_time_windows_out_of_order_within_open_windows(values, size, step, keyed
     first_sorted = sorted(first, key=lambda r: r["t"])
     expected = ([w for w in brute_time_windows(first_sorted, spec, wm1, "k" if keyed else None)]
                 + [w for w in expected if w["window_end"] > closed])
-    key = lambda r: (r["window_start"], json.dumps(r.get("k")))  # noqa: E731
+
+    def key(r):
+        return (r["window_start"], json.dumps(r.get("k")))
+
     assert_same_rows(sorted(got, key=key), sorted(expected, key=key))
     assert state.late == sum(1 for r in second if late(r))
 

@@ -12,7 +12,6 @@ import pyarrow as pa
 from pep.runtime.plans.matcher import FROZEN_TASKS, freeze_worker_heap
 from pep.runtime.query import rows_job
 
-
 assert rows_job  # imported for its side effect: the matcher is pickled by value, as the
 # runtime ships it to the workers
 

@@ -15,7 +15,8 @@ EVENT = "urn:xsg:event:weather:storm"
 def policy() -> bytes:
     """lta reads the weather stream only while the storm event is open."""
     return f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17" PolicyId="p"
-      Version="1" RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
+      Version="1"
+      RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
       <Target/>
       <Rule RuleId="storm" Effect="Permit"><Condition>
         <Apply FunctionId="urn:oasis:names:tc:xacml:1.0:function:and">
@@ -67,7 +68,10 @@ def gw(tmp_path, store_url):
         "name": "weather", "time_attribute": "t",
         "schema": [{"name": "t", "type": "timestamp"}, {"name": "rainrate", "type": "double"}]})
     assert r.status_code == 201
-    assert client.post("/policies", data=policy(), headers=auth_header("nea", **XML)).status_code == 201
+    assert (
+        client.post("/policies", data=policy(), headers=auth_header("nea", **XML)).status_code
+        == 201
+    )
     yield client, runtime, services, clock
     services.close()
 
@@ -79,7 +83,10 @@ def test_an_event_opens_a_grant_while_it_holds_and_closes_it_on_time(gw):
     assert r.status_code == 201 and r.json["attribute"] == EVENT and r.json["open"] is False
     stream, plan, deliver = runtime.attached["event:weather:storm"]
     assert plan.filter_dnf[0][0].attribute == "rainrate" and plan.projection == ("t",)
-    assert client.post("/requests", data=request(), headers=auth_header("lta", **XML)).status_code == 403
+    assert (
+        client.post("/requests", data=request(), headers=auth_header("lta", **XML)).status_code
+        == 403
+    )
     # a request cannot claim the event for itself
     assert client.post("/requests", data=request(claim=True),
                        headers=auth_header("lta", **XML)).status_code == 403
@@ -98,7 +105,10 @@ def test_an_event_opens_a_grant_while_it_holds_and_closes_it_on_time(gw):
     assert services.stream_events.tick() is True
     record = services.handles.get(handle)
     assert record.state.value == "revoked" and "stream event" in record.reason
-    assert client.post("/requests", data=request(), headers=auth_header("lta", **XML)).status_code == 403
+    assert (
+        client.post("/requests", data=request(), headers=auth_header("lta", **XML)).status_code
+        == 403
+    )
 
 
 def test_defining_events_is_for_owners_and_checked(gw):

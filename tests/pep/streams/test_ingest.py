@@ -292,7 +292,8 @@ def test_importing_the_catalogue_needs_no_spark():
     import subprocess
     import sys
 
-    code = "import sys, pep.streams.catalog, pep.handles.service, pep.handles.revocation; print('pyspark' in sys.modules)"
+    code = ("import sys, pep.streams.catalog, pep.handles.service, pep.handles.revocation; "
+            "print('pyspark' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -373,7 +374,7 @@ def test_longs_beyond_2_53_and_epoch_fractions_are_written_exactly(catalog):
     seconds = ("253402300799.999999", "1.0000015", "-62135596800", "1704067200.000001")
     # epoch seconds as JSON numbers, written as they are (not through a float)
     body = "\n".join(line(winddirection=v, samplingtime="S").replace('"S"', s)
-                     for v, s in zip(big, seconds))
+                     for v, s in zip(big, seconds, strict=True))
     catalog.append_records("weather", body.encode())
     records = read_all(catalog)
     # the file's text holds every digit (json reads it back as the same int)

@@ -13,7 +13,9 @@ NS = "urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
 WEATHER = StreamDefinition("weather", "nea", StreamSchema((
     Field("samplingtime", "timestamp"), Field("rainrate", "double"), Field("windspeed", "double"))),
     SourceSpec("ingest"), "samplingtime")
-SHIPS = StreamDefinition("ships", "nea", StreamSchema((Field("mmsi", "long"),)), SourceSpec("ingest"))
+SHIPS = StreamDefinition(
+    "ships", "nea", StreamSchema((Field("mmsi", "long"),)), SourceSpec("ingest")
+)
 STREAMS = {s.name: s for s in (WEATHER, SHIPS)}
 
 

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pep.streams.catalog import seed_streams
 from pep.core.schemas import WEATHER_SCHEMA
-from pep.streams.catalog import StreamCatalog
+from pep.streams.catalog import StreamCatalog, seed_streams
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "policies" / "streams.json"
 
