@@ -39,7 +39,11 @@ def _java_option(name: str, value: str) -> str:
 # mostly); with C1 alone the 1,000-reader benchmark's micro-batches took 0.26-0.34 s at p50
 # instead of 0.39-0.59 s. A `spark.driver.extraJavaOptions` of the operator's own is appended
 # after these, so `-XX:TieredStopAtLevel=4` there brings C2 back (later JVM flags win).
-JAVA_OPTIONS = ("-Xss16m -XX:TieredStopAtLevel=1 "
+# C1 alone also lowers the JVM's default code cache from 240 to 48 MiB, which a gateway that
+# runs many queries for days fills: then the JIT stops for good ("CodeCache is full. Compiler
+# has been disabled", seen in bench_kafka after 200 s). The cache is reserved, not committed:
+# 240 MiB costs only what is compiled.
+JAVA_OPTIONS = ("-Xss16m -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m "
                 + _java_option("log4j2.configurationFile", LOG4J2_CONFIG))
 DEFAULT_CONF: dict[str, str] = {
     "spark.driver.extraJavaOptions": JAVA_OPTIONS,

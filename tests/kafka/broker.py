@@ -129,7 +129,10 @@ class KafkaBroker:
         if java is None:
             raise BrokerUnavailable("no java on PATH (Java 17+ is needed)")
         assert self.jars is not None
+        # C1 alone, its code cache at the size both tiers get (C1 alone reserves 48 MiB, which
+        # a long run fills: the JIT then stops)
         return [java, f"-Xmx{heap or self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                "-XX:ReservedCodeCacheSize=240m",
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
                 "-cp", f"{self.jars}/*", main, *args]

@@ -17,6 +17,7 @@ def test_defaults_compile_with_c1_and_keep_the_stack_size() -> None:
     assert conf == DEFAULT_CONF
     options = conf["spark.driver.extraJavaOptions"].split()
     assert "-XX:TieredStopAtLevel=1" in options and "-Xss16m" in options
+    assert "-XX:ReservedCodeCacheSize=240m" in options  # C1 alone would reserve 48 MiB
 
 
 def test_an_operators_java_options_follow_the_gateways_own() -> None:
