@@ -68,10 +68,10 @@ SETTING_HELP = {
     "shared_query": "serve every ingest stream of this process on one shared query, one Spark "
                     "job per micro-batch for all of them (many busy streams); other streams "
                     "keep a query of their own",
-    "shared_trigger_min": "shortest seconds between the shared query's micro-batches (one "
-                          "busy stream)",
-    "shared_trigger_max": "longest seconds between the shared query's micro-batches (many "
-                          "busy streams)",
+    "shared_trigger_min": "seconds between the shared query's micro-batches at the shortest "
+                          "(one busy stream)",
+    "shared_trigger_max": "seconds between the shared query's micro-batches at the longest "
+                          "(many busy streams)",
     "ingest_retention_seconds": "seconds committed ingest files stay in data_dir/runtime/archive "
                                 "(empty: no time bound)",
     "ingest_retention_bytes": "bytes of committed ingest files kept in all (empty: no size "
