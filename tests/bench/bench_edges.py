@@ -183,7 +183,8 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
             "after_revoked": after, "gaps": gaps, "errors": errors[:5],
             "missing_before_last": holes, "missing_after_last": cut,
             "readers": [{"rows": res["rows"], "open": res["still_open"],
-                         "finals": res["finals"]} for res in results]}
+                         "finals": res["finals"], "reasons": res.get("reasons", {})}
+                        for res in results]}
 
 
 def missing(puts: list[tuple[int, int, float]], bands: list[tuple[float, float]],

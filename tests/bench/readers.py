@@ -170,6 +170,7 @@ def reader_main(job_path: str) -> None:
     samples: list[tuple[int, int, float]] = []
     revoked: list[float] = []
     finals: dict[str, int] = {}
+    reasons: dict[str, int] = {}  # final events by kind and reason
     out = {"rows": 0, "gaps": 0, "lost": 0, "after_final": 0}
     first: float | None = None
     last: float | None = None
@@ -237,6 +238,8 @@ def reader_main(job_path: str) -> None:
                     elif kind in FINAL_EVENTS:
                         c.final = kind
                         finals[kind] = finals.get(kind, 0) + 1
+                        said = f"{kind}: {obj.get('reason')}"[:200]
+                        reasons[said] = reasons.get(said, 0) + 1
                         if kind == "revoked":
                             revoked.append(now)
                         out["after_final"] += len(ROW_LINE.findall(chunk, at))
@@ -279,7 +282,7 @@ def reader_main(job_path: str) -> None:
     Path(job.out).write_text(json.dumps({
         **out, "lat": lat, "first": first, "last": last, "revoked": revoked, "finals": finals,
         "samples": samples, "errors": errors[:5], "still_open": still_open,
-        "tops": {str(i): t for i, t in tops.items()}}))
+        "tops": {str(i): t for i, t in tops.items()}, "reasons": reasons}))
 
 
 if __name__ == "__main__":
