@@ -14,7 +14,9 @@ side of a trial is a fresh gateway in a process of its own (Spark with the gatew
     process each) and the handles' readers spread over them (handle i on edge i mod K).
 The sides' order rotates between trials. Revocation: with every reader connected, the owner
 deletes the policy behind all the handles; with edges the DELETE answers after every edge
-acknowledged (`pep.delivery.control`).
+acknowledged (`pep.delivery.control`). Rows owed that never arrived are told apart: missing
+before a reader's last row (lost) or after it (on their way when its stream ended), with the
+readers' final events by kind and reason.
 """
 from __future__ import annotations
 
