@@ -24,7 +24,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from pep.core.errors import Gone, NotFound, Unavailable
 from pep.delivery.control import CONTROL_LOST, ControlListener, Revocation
@@ -159,7 +159,7 @@ class EdgeNode:
                 log.debug("edge %s: the store did not answer: %s", self.edge, exc)
                 states = None
             if states is not None:
-                self._end_readers(_not_live(states))
+                self._end_readers(_not_live(states, served))
             self._check_health()
 
     def _check_health(self) -> None:
@@ -190,12 +190,16 @@ class EdgeNode:
             log.debug("edge %s could not leave the store", self.edge)
 
 
-def _not_live(states: dict[str, tuple[str, str | None]]
+def _not_live(states: dict[str, tuple[str, str | None]], asked: Iterable[str]
               ) -> Callable[[str], tuple[str, str | None] | None]:
-    """The readers to end after a look at the store: the state and reason of each handle that is
-    no longer live (one the store does not know: ended)."""
+    """The readers to end after a look at the store: the state and reason of each handle asked
+    about that is no longer live (one the store does not know: ended). A handle whose first
+    reader came after the look was not asked about and stays (`open` checked it): ending it as
+    unknown cut live handles' readers off with `ended` (issue 45)."""
+    looked = set(asked)
+
     def pick(h: str) -> tuple[str, str | None] | None:
-        if states.get(h, ("gone", None))[0] == "live":
+        if h not in looked or states.get(h, ("gone", None))[0] == "live":
             return None
         return states[h] if h in states else ("ended", None)
     return pick

@@ -8,9 +8,15 @@ gateway's own code.
   exactly where it was.
 - The topic is read from the handle's start offset (where it was bound, `delivery_handles`) on:
   a micro-batch written again after a failure repeats keys (`m:<epoch>:<batch>:<i>`,
-  `pep/runtime/delivery`), and a record whose key is not above the highest one before it (same
-  epoch) is skipped; since every edge reads from the same start, every edge skips the same ones.
-  Records up to the reader's `Last-Event-ID` are read for that and not sent.
+  `pep/runtime/delivery`), and a record whose key was read before (`KeyLog`) is skipped; since
+  every edge reads from the same start, every edge skips the same ones. Records up to the
+  reader's `Last-Event-ID` are read for that and not sent.
+- A failed write may have put some of a batch's records on the topic and not others before them
+  (the producer's batches of one partition expire, the later ones go on with a new producer
+  epoch), so the write run again fills holes below the highest key: only keys read before are
+  skipped, never "not above the highest" (which dropped those rows, issue 45). A hole still
+  open when the next batch's first record comes (a batch's write ends before the next batch
+  starts) is a row lost: the reader is told with a `gap`, never silence.
 - A record the topic no longer holds (its retention passed) is told as a `gap` with the count.
 - `close(kind, reason)` drops the rows not yet given to the reader and ends with the final
   event (revoked, released, ended, shutdown), whose id is the last row the reader was given (a
@@ -42,6 +48,33 @@ def parse_key(key: bytes | None) -> tuple[str, int, int] | None:
         return (epoch, int(batch), int(index)) if kind == "m" else None
     except ValueError:
         return None
+
+
+class KeyLog:
+    """The keys of the records read so far, for the batch being written (`note`). A key of an
+    earlier batch of the same epoch is a repeat: batch b + 1 runs only once b's write
+    succeeded, so b's records are all on the topic before b + 1's first one."""
+
+    def __init__(self) -> None:
+        self.epoch: str | None = None
+        self.batch = -1
+        self.seen: set[int] = set()
+
+    def note(self, key: tuple[str, int, int]) -> tuple[bool, int]:
+        """(whether the record is new, how many of the batch before it were never written:
+        indexes between the lowest and the highest read that no record had)."""
+        epoch, batch, index = key
+        lost = 0
+        if epoch != self.epoch or batch > self.batch:
+            lost = self.holes()
+            self.epoch, self.batch, self.seen = epoch, batch, set()
+        elif batch < self.batch or index in self.seen:
+            return False, 0
+        self.seen.add(index)
+        return True, lost
+
+    def holes(self) -> int:
+        return max(self.seen) - min(self.seen) + 1 - len(self.seen) if self.seen else 0
 
 
 class TopicReader:
@@ -128,8 +161,8 @@ class TopicReader:
             rows = self._rows
             while rows and len(out) < limit:
                 event = rows.popleft()
-                if event.id <= self._given:
-                    continue
+                if event.id < self._given or (event.id == self._given and event.kind != "gap"):
+                    continue  # a hole's gap has the id of the row before it
                 out.append(event)
                 size += len(event.data)
                 if max_bytes is not None and size >= max_bytes:
@@ -168,7 +201,7 @@ class TopicReader:
         try:
             consumer.assign([TopicPartition(self.topic, 0, self._start)])
             expected = self._start
-            top: tuple[str, int, int] | None = None
+            keys = KeyLog()
             while not self._stop.is_set():
                 msg = consumer.poll(POLL)
                 if msg is None:
@@ -189,10 +222,13 @@ class TopicReader:
                 expected = offset + 1
                 key = parse_key(msg.key())
                 if key is not None:
-                    if top is not None and top[0] == key[0] and key[1:] <= top[1:]:
+                    new, lost = keys.note(key)
+                    if not new:
                         self.skipped += 1
                         continue
-                    top = key
+                    if lost and offset + 1 > self._given:  # rows a failed write never put
+                        self._put(Event(offset, "gap", json.dumps(
+                            {"event": "gap", "lost": lost, "resume_from": offset + 1})))
                 if offset + 1 > self._given:
                     value = msg.value() or b"{}"
                     self._put(Event(offset + 1, "row", value.decode("utf-8")))
@@ -213,4 +249,4 @@ class TopicReader:
             self._wake()
 
 
-__all__ = ["MAX_QUEUED", "TopicReader", "parse_key"]
+__all__ = ["MAX_QUEUED", "KeyLog", "TopicReader", "parse_key"]

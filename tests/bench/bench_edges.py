@@ -14,7 +14,9 @@ side of a trial is a fresh gateway in a process of its own (Spark with the gatew
     process each) and the handles' readers spread over them (handle i on edge i mod K).
 The sides' order rotates between trials. Revocation: with every reader connected, the owner
 deletes the policy behind all the handles; with edges the DELETE answers after every edge
-acknowledged (`pep.delivery.control`).
+acknowledged (`pep.delivery.control`). Rows owed that never arrived are told apart: missing
+before a reader's last row (lost) or after it (on their way when its stream ended), with the
+readers' final events by kind and reason.
 """
 from __future__ import annotations
 
@@ -175,12 +177,39 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
         errors += res["errors"]
     bands = [many.bounds(i, n, pass_rate) for i in range(n)]
     want = many.owed(out["puts"], bands, absolute)
+    holes, cut = missing(out["puts"], bands, (absolute[0][0], absolute[-1][1]),
+                         {int(i): t for res in results for i, t in res.get("tops", {}).items()})
     return {"side": side, "n": n, "phases": [many.phase_figures(lat[j], want[j])
                                              for j in range(2)],
             "revoke_call": revoke_call, "revoked": many.phase_figures(revoked, n),
             "after_revoked": after, "gaps": gaps, "errors": errors[:5],
+            "missing_before_last": holes, "missing_after_last": cut,
             "readers": [{"rows": res["rows"], "open": res["still_open"],
-                         "finals": res["finals"]} for res in results]}
+                         "finals": res["finals"], "reasons": res.get("reasons", {})}
+                        for res in results]}
+
+
+def missing(puts: list[tuple[int, int, float]], bands: list[tuple[float, float]],
+            window: tuple[float, float], tops: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """Rows owed that never arrived, split: (those below the highest seq the handle's reader
+    got, lost in the middle of its stream; those above it, still on their way when the
+    revocation ended the stream)."""
+    before = [0] * len(bands)
+    after = [0] * len(bands)
+    for first, count, sent in puts:
+        if not window[0] <= sent < window[1]:
+            continue
+        for seq in range(first, first + count):
+            v = many.value(seq)
+            for i, (a, b) in enumerate(bands):
+                if a <= v < b:
+                    rows, top = tops.get(i, (0, -1))
+                    if seq <= top:
+                        before[i] += 1
+                    else:
+                        after[i] += 1
+    got = {i: t[0] for i, t in tops.items()}
+    return (sum(max(0, before[i] - got.get(i, 0)) for i in range(len(bands))), sum(after))
 
 
 def report(r: dict[str, Any]) -> None:
@@ -189,7 +218,9 @@ def report(r: dict[str, Any]) -> None:
     print(f"  {r['side']:>8}: p95 start-up {secs(up['p95'])} (max {secs(up['max'])}), steady "
           f"{secs(steady['p95'])} ({steady['arrived']:,} of {steady['owed']:,} rows); revocation "
           f"p99 {secs(rv['p99'], 'ms')} (DELETE {r['revoke_call'] * 1000:.0f} ms); rows after "
-          f"`revoked` {r['after_revoked']}, gaps {r['gaps']}"
+          f"`revoked` {r['after_revoked']}, gaps {r['gaps']}; rows owed that never arrived: "
+          f"{r['missing_before_last']} before a reader's last row, "
+          f"{r['missing_after_last']} after it"
           + (f"; errors {r['errors']}" if r["errors"] else ""))
     if any(x["open"] or set(x["finals"]) - {"revoked"} for x in r["readers"]):  # not all revoked
         print(f"    reader processes: {r['readers']}")

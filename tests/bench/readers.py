@@ -122,7 +122,7 @@ def reader_result(proc: subprocess.Popen[bytes], job: ReadJob, timeout: float,
 
 
 class _Conn:
-    __slots__ = ("index", "sock", "pending", "head", "final", "rows", "lost")
+    __slots__ = ("index", "sock", "pending", "head", "final", "rows", "lost", "top")
 
     def __init__(self, index: int, sock: socket.socket) -> None:
         self.index, self.sock = index, sock
@@ -131,6 +131,7 @@ class _Conn:
         self.final: str | None = None
         self.rows = 0
         self.lost = 0
+        self.top = -1  # the highest `seq` of the rows it got
 
 
 def reader_main(job_path: str) -> None:
@@ -169,14 +170,18 @@ def reader_main(job_path: str) -> None:
     samples: list[tuple[int, int, float]] = []
     revoked: list[float] = []
     finals: dict[str, int] = {}
+    reasons: dict[str, int] = {}  # final events by kind and reason
     out = {"rows": 0, "gaps": 0, "lost": 0, "after_final": 0}
     first: float | None = None
     last: float | None = None
     errors: list[str] = []
     ready_written = job.ready is None
 
+    tops: dict[int, tuple[int, int]] = {}  # per handle index: (rows, highest seq)
+
     def close(c: _Conn) -> None:
         out["lost"] += c.lost
+        tops[c.index] = (c.rows, c.top)
         sel.unregister(c.sock)
         c.sock.close()
         del conns[c.index]
@@ -233,6 +238,8 @@ def reader_main(job_path: str) -> None:
                     elif kind in FINAL_EVENTS:
                         c.final = kind
                         finals[kind] = finals.get(kind, 0) + 1
+                        said = f"{kind}: {obj.get('reason')}"[:200]
+                        reasons[said] = reasons.get(said, 0) + 1
                         if kind == "revoked":
                             revoked.append(now)
                         out["after_final"] += len(ROW_LINE.findall(chunk, at))
@@ -257,8 +264,11 @@ def reader_main(job_path: str) -> None:
                                 if lo <= sent < hi:
                                     lat[k].append(now - sent)
                                     break
+                seqs = SEQ.findall(chunk)
+                if seqs:
+                    c.top = max(c.top, *(int(t) for t in seqs))
                 if job.sample:
-                    for seq_text in SEQ.findall(chunk):
+                    for seq_text in seqs:
                         seq = int(seq_text)
                         if seq % job.sample == 0:
                             samples.append((c.index, seq, now))
@@ -271,7 +281,8 @@ def reader_main(job_path: str) -> None:
         Path(job.ready).write_text("ended before every head arrived")
     Path(job.out).write_text(json.dumps({
         **out, "lat": lat, "first": first, "last": last, "revoked": revoked, "finals": finals,
-        "samples": samples, "errors": errors[:5], "still_open": still_open}))
+        "samples": samples, "errors": errors[:5], "still_open": still_open,
+        "tops": {str(i): t for i, t in tops.items()}, "reasons": reasons}))
 
 
 if __name__ == "__main__":

@@ -82,3 +82,63 @@ def test_an_edge_checks_readers_and_stops_serving_without_its_store(kafka_broker
     finally:
         node.stop()
         storage.close()
+
+
+class Slow(DeliveryStore):
+    """The store as an edge sees it, where a reader opens while the edge's look at the states of
+    the handles it serves is under way (`during`)."""
+
+    during: list = []
+
+    def states(self, handle_ids):
+        out = super().states(handle_ids)
+        while self.during:
+            self.during.pop()()
+        return out
+
+
+@pytest.mark.timeout(120)
+def test_a_reader_that_opens_during_the_edges_look_at_the_store_is_not_ended(kafka_broker,
+                                                                             postgres, tmp_path):
+    """The edge's look (twice a second) asks about the handles it served when it began; a
+    handle whose first reader came meanwhile is live, and its reader reads on (issue 45: it got
+    `ended` at once, and none of its rows)."""
+    from confluent_kafka.admin import AdminClient
+
+    from common.db import open_storage
+    from common.migrations import migrate
+    from pep.edge.node import WATCH_EVERY
+    from pep.handles.records import HandleRecord, HandleStore, StoredRequest
+    from pep.streams.entries import SCHEMA as CATALOG_SCHEMA
+
+    storage = open_storage(tmp_path, postgres.new_url(), pool_size=4)
+    handles = HandleStore(storage.database("handles"))
+    migrate(storage.database("streams"), CATALOG_SCHEMA)
+    prefix = f"s{int(time.time()) % 100000}."
+    settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT",
+                                prefix=prefix)
+    ensure_topics(AdminClient({"bootstrap.servers": kafka_broker.bootstrap}), settings,
+                  (settings.control_topic, settings.acks_topic, prefix + "plan.p"))
+    store = Slow(storage.database("delivery"))
+    for hid in ("h1", "h2"):
+        handles.insert(HandleRecord(hid, "lta", (), False, "s", "{}", "k", (),
+                                    StoredRequest(b"<Request/>", "application/xacml+xml")))
+        store.bind(hid, prefix + "plan.p", 0)
+    node = EdgeNode(settings, store, "edge-s", "http://127.0.0.1:1")
+    node.start()
+    try:
+        first = node.open("h1", "lta", None)
+        late: list = []
+        store.during.append(lambda: late.append(node.open("h2", "lta", None)))
+        deadline = time.monotonic() + 10
+        while not late and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert late, "the edge did not look at the store"
+        time.sleep(3 * WATCH_EVERY)  # its next looks ask about h2 too
+        assert not first.closed
+        assert not late[0].closed, late[0].read(None)
+        node.closed(late[0])
+        node.closed(first)
+    finally:
+        node.stop()
+        storage.close()
