@@ -327,13 +327,13 @@ def _hidden_time(time_attribute: str | None, exposed: tuple[str, ...],
     windows as under a `null` mask, by stream order alone (file, position), never by the hidden
     times, whose order would otherwise show in the order of the rows delivered. A time window
     over a hidden time is the owner's own choice (its windows need the time) and keeps it."""
-    if not time_attribute or time_attribute in exposed or schema.lookup(time_attribute) is None:
+    field = schema.lookup(time_attribute) if time_attribute else None
+    if field is None or field.name in exposed or field.name in dict(applied):
         return None
-    if time_attribute in dict(applied):
+    if window is not None and window.kind == "time" and window.time_attribute in (
+            field.name, time_attribute):
         return None
-    if window is not None and window.kind == "time" and window.time_attribute == time_attribute:
-        return None
-    return time_attribute
+    return field.name
 
 
 def without_hidden_time(m: MergeResult) -> MergeResult:

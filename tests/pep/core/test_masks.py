@@ -371,6 +371,12 @@ def test_a_time_the_policy_hides_orders_nothing(query):
         assert "t" not in dict(other.plan.masks) and other.hidden_time is None
     masked = merged([map_ob("n", "x"), masks_ob("t:truncate:minute")], query)
     assert dict(masked.plan.masks)["t"] == "truncate:minute"
+    # the stream's time attribute named in another case is the same attribute
+    policy = policy_graph([map_ob("n", "x", "t")], "s", SCHEMA)
+    assert merge(policy, None, SCHEMA, time_attribute="T").hidden_time is None
+    hidden = merge(policy_graph([map_ob("n", "x")], "s", SCHEMA), None, SCHEMA,
+                   time_attribute="T")
+    assert dict(hidden.plan.masks) == {"t": "null"}
 
 
 def test_a_time_window_over_a_hidden_time_keeps_it():
