@@ -342,7 +342,9 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
 
     derived = DerivedStreams(catalog, handles, feeds, decide=decide_again,
                              policies_about=policies_about, audit=audit,
-                             policy_versions=_policy_versions(policies))
+                             policy_versions=_policy_versions(policies),
+                             through_topic=(lambda handle_id: False) if delivery is None else
+                             (lambda handle_id: delivery.store.binding(handle_id) is not None))
 
     # Changing and deleting streams: the catalogue, the events, the runtime, the policies and
     # the live handles, in the order `pep/streams/lifecycle.py` describes.

@@ -258,6 +258,9 @@ class DerivedStreams:
     # with several gateway processes: raises unless this process serves these streams (a
     # derivation is made where its deriving handle is served: `pep.cluster`)
     claim: Callable[[Iterable[str]], None] | None = None
+    # whether a handle's rows go to a plan topic (`delivery = "kafka"`, pep/delivery): they
+    # never pass this process, so they cannot feed a derived stream
+    through_topic: Callable[[str], bool] = field(default=lambda handle_id: False)
 
     # -- what a derived stream is --------------------------------------------------------------
 
@@ -318,6 +321,11 @@ class DerivedStreams:
                 raise CannotDerive(f"stream {source.name!r} carries security punctuations: "
                                    "what a handle on it gets cannot be re-shared "
                                    "(docs/punctuations.md)", stream=source.name)
+            if self.through_topic(record.id):
+                raise CannotDerive("the handle's rows are delivered through a Kafka plan topic "
+                                   "by the edges and never pass the gateway: they cannot feed "
+                                   "a derived stream (docs/operate/edges.md)",
+                                   stream=source.name)
             try:
                 grant = self.decide(record, identity)
             except Refusal as exc:

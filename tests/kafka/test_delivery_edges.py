@@ -211,6 +211,10 @@ def test_another_owner_reads_nothing_of_a_plan_topic_through_an_edge(setup):
     t.join(90)
     assert [g["row"]["value"] for g in got] == [1.0, 2.0]
     assert set(got[0]["row"]) == {"ts", "value"}  # projected: no `secret`
+    # its rows never pass the gateway: they cannot feed a derived stream (refused, not empty)
+    r = requests.post(f"{setup.gateway}/handles/{handle}/derive", headers=auth("lta"),
+                      json={"name": "own-again"}, timeout=30)
+    assert r.status_code == 422 and "plan topic" in r.text, r.text
 
 
 @pytest.mark.timeout(300)
