@@ -186,6 +186,12 @@ def test_a_stream_joining_or_leaving_moves_no_other_streams_position(spark, shar
     write(5)
     shared._shared.wait_applied()
     shared.process_available("weather")
+    # once in four CI runs under load the last row was not there yet right after this (a batch
+    # the restart cut, run again by the new query?): waited for, bounded, never more than once
+    deadline = time.monotonic() + 30
+    while len(got.rows) < 6 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        shared.process_available("weather")
     assert sorted(r["temp"] for r in got.rows) == [float(k) for k in range(6)]  # each once
 
 
