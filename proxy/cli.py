@@ -13,6 +13,7 @@ import os
 import sys
 from urllib.parse import urlsplit
 
+from common.logs import configure_logging, flush_repeats
 from common.numbers import float_argument, int_argument
 from proxy.app import ProxyConfig, create_app, runtime_of
 from proxy.forward import Timeouts
@@ -65,7 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--forwarded-allow-ips", default="",
                    help="comma-separated addresses of reverse proxies whose X-Forwarded-For "
                         "and X-Forwarded-Proto are trusted (default: none)")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", type=str.upper,
+                   choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="lowest level logged (default INFO)")
+    p.add_argument("--log-format", default="text", choices=("text", "json"),
+                   help="log lines as text or one JSON object each, as `xsg serve` writes them "
+                        "(UTC times; default text)")
     return p
 
 
@@ -98,8 +104,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = configure_logging(args.log_level, args.log_format)
     config = config_from_args(args)
     if not config.feed_token:
         logging.getLogger("proxy").warning(
@@ -120,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
                         tls_cert=cert, tls_key=key,
                         forwarded_allow_ips=[p.strip() for p in args.forwarded_allow_ips.split(",")
                                              if p.strip()])
-    run_until_signal(server, on_start=runtime.start, on_stop=runtime.close)
+    try:
+        run_until_signal(server, on_start=runtime.start, on_stop=runtime.close)
+    finally:
+        flush_repeats(handler)
     return 0
 
 

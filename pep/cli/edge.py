@@ -7,8 +7,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from common.logs import configure_logging
 from pep.cli.common import EXIT_USAGE, CliError
-from pep.cli.logs import configure_logging
 
 EDGE_DESCRIPTION = """Run an edge: a stateless process that serves handle reads (GET /handles/<id>,
 SSE or NDJSON, bearer or read tokens, Last-Event-ID) from the plan topics a gateway with delivery =
