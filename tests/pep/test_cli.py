@@ -491,3 +491,14 @@ def test_each_flags_placeholder_names_the_unit_its_help_gives():
             seen.add(action.dest)
     assert {"min_body_rate", "header_timeout", "max_content_length"} <= seen
     assert next(a.metavar for a in serve._actions if a.dest == "min_body_rate") == "BYTES/S"
+
+
+def test_xsg_edge_takes_the_log_flags_of_the_other_programs():
+    """`xsg edge`, `xsg serve` and `xsg proxy` log alike (common/logs.py): the same flags."""
+    from pep.cli import build_parser
+    from pep.cli.edge import edge_flags
+
+    args = build_parser().parse_args(["edge", "--log-level", "DEBUG", "--log-format", "json"])
+    assert edge_flags(args) == {"delivery": "kafka", "log_level": "DEBUG", "log_format": "json"}
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["edge", "--log-format", "xml"])
