@@ -175,6 +175,17 @@ if [ "$edges" -gt 0 ]; then
 fi
 
 # -- the gateway's processes -------------------------------------------------------------------
+# the proxy's feed token and webhook key, shared by the processes' hubs and the proxy (the same
+# XSG_PROXY_* names): made once, kept (mode 600); without them the proxy cannot cache
+proxy_secrets=$dir/proxy.env
+if [ ! -f "$proxy_secrets" ]; then
+  (umask 077
+   echo "XSG_PROXY_TOKEN=$("$python" -c 'import secrets; print(secrets.token_urlsafe(32))')" \
+     >"$proxy_secrets"
+   echo "XSG_PROXY_SECRET=$("$python" -c 'import secrets; print(secrets.token_urlsafe(32))')" \
+     >>"$proxy_secrets")
+fi
+set -a; . "$proxy_secrets"; set +a
 # the demo tokens, made once before the processes start (they share the data directory)
 "$python" - "$dir/data" <<'EOF'
 import sys

@@ -122,6 +122,19 @@ def test_make_cluster_with_edges_serves_reads_through_the_proxy_and_stops_on_sig
         assert all(set(g["row"]) == {"ts", "value"} for g in got)  # `secret` projected away
         ids = [g["id"] for g in got]
         assert ids == sorted(set(ids))
+        # the proxy follows the gateway's invalidation feed, so it caches: a repeated request
+        # is a hit (one process here; with several the proxy forwards without caching)
+        deadline = time.monotonic() + 60
+        while requests.get(f"{proxy}/proxy/stats", timeout=10).json()["feed"]["state"] \
+                != "live":
+            assert time.monotonic() < deadline, "the proxy's feed never came up"
+            time.sleep(0.5)
+        again = requests.post(f"{proxy}/requests", headers=auth("lta", **XML), timeout=180,
+                              data=sensor_request("readings"))
+        assert again.status_code == 200 and again.json()["id"] == handle, again.text
+        third = requests.post(f"{proxy}/requests", headers=auth("lta", **XML), timeout=180,
+                              data=sensor_request("readings"))
+        assert third.headers["X-XSG-Cache"] == "hit", third.headers
     finally:
         if script.poll() is None:
             script.send_signal(signal.SIGTERM)  # the script stops what it started
