@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -22,31 +21,9 @@ import requests
 
 from tests.e2e.test_cluster import ND, XML, records
 from tests.e2e.test_restart_and_sse import sensor_policy, sensor_request
+from tests.processes import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_ports(count: int) -> int:
-    """The first of `count` consecutive free ports (the broker wants three in a row)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = int(probe.getsockname()[1])
-        if first + count >= 65000:
-            continue
-        try:
-            held = []
-            for port in range(first, first + count):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-        return first
-    raise RuntimeError("no run of free ports")
 
 
 @pytest.mark.timeout(600)

@@ -24,9 +24,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.test_cluster import ND, XML, Process, auth, free_port, records, register
+from tests.e2e.test_cluster import ND, XML, auth, records, register
 from tests.e2e.test_restart_and_sse import sensor_request
 from tests.pep.conftest import write_auth
+from tests.processes import Process, start_proxy
 
 REPO = Path(__file__).resolve().parents[2]
 FINAL = ("revoked", "released", "ended", "shutdown")
@@ -84,19 +85,8 @@ def setup(postgres, kafka_broker, tmp_path_factory):
             "--auth", str(auth_file)], env)
     for name in ("e1", "e2"):
         edges[name] = procs[name].wait_for(f"xsg edge {name} on ", 120).split()[4]
-    port = free_port()
-    procs["proxy"] = Process(tmp, "proxy", [
-        sys.executable, "-u", "-m", "proxy", "--upstream", gateway, "--port", str(port),
-        "--edges", ",".join(edges[name] for name in ("e1", "e2"))],
-        {**env, "XSG_PROXY_TOKEN": "", "XSG_PROXY_SECRET": ""})
-    proxy = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(f"{proxy}/proxy/health", timeout=2).status_code == 200:
-                break
-        except requests.ConnectionError:
-            time.sleep(0.2)
+    procs["proxy"], proxy = start_proxy(tmp, gateway, env, "--edges",
+                                        ",".join(edges[name] for name in ("e1", "e2")))
     yield Setup(gateway, edges, procs, store=store, bootstrap=kafka_broker.bootstrap, proxy=proxy)
     for p in procs.values():
         p.kill(signal.SIGTERM)
