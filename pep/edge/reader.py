@@ -268,19 +268,22 @@ class TopicReader:
             expected = self._start
             keys = KeyLog()
             last_record = time.monotonic()
+            looked = True  # at the holes, since the last record (once per quiet spell)
             while not self._stop.is_set():
                 msg = consumer.poll(POLL)
                 if msg is None:
-                    if (not self._held and time.monotonic() - max(last_record, self._released_at)
-                            >= self._hole_after and keys.missing() - keys.told):
+                    if (not looked and not self._held and time.monotonic()
+                            - max(last_record, self._released_at) >= self._hole_after):
                         # a quiet stream: the last batch's hole is told without waiting for
                         # a next batch (issue 45)
+                        looked = True
                         lost = keys.tell()
-                        if expected >= self._given:
+                        if lost and expected >= self._given:
                             self._put(Event(expected, "gap", json.dumps(
                                 {"event": "gap", "lost": lost, "resume_from": expected + 1})))
                     continue
                 last_record = time.monotonic()
+                looked = False
                 error = msg.error()
                 if error is not None:
                     if error.code() in DENIED:  # fenced off the topic: deny
