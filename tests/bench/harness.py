@@ -304,7 +304,7 @@ def bench_parser(quick: str, trials: str = "trials, the sides' order rotating") 
     warning that repeats per micro-batch, "falling behind", summed up once a minute)."""
     import argparse
 
-    from pep.cli.logs import configure_logging
+    from common.logs import configure_logging
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     configure_logging("WARNING").setLevel("WARNING")  # a benchmark's own DEBUG loggers stay off it
     parser = argparse.ArgumentParser()

@@ -1,7 +1,7 @@
 """Edges end to end, as users run them: a gateway (`xsg serve`, delivery = kafka, a real
 PostgreSQL store, a broker of this module's own: one test stops it) and two edges (`xsg edge`),
-child processes each. Started once for this module; the tests run in file order, the last one
-kills an edge.
+child processes each, and the caching proxy. Started once for this module; the tests run in
+file order, the last two kill an edge.
 
 - another owner's bearer token, or a read token of another handle, reads nothing of a plan
   topic through an edge (404 / 401), the owner's read token does;
@@ -13,7 +13,9 @@ kills an edge.
   new reader is refused (503) while the edge cannot hear revocations, and when the broker is
   back every row comes once (posted before, during and after), after `resumed`;
 - kill -9 of the edge a reader reads through: the reader resumes on the other edge with
-  Last-Event-ID, and gets every row once (by event id: increasing, no hole in the rows)."""
+  Last-Event-ID, and gets every row once (by event id: increasing, no hole in the rows);
+- the caching proxy (`--edges`) relays reads from the edges itself, and a handle whose edge is
+  dead is read from the next one of its order."""
 from __future__ import annotations
 
 import json
@@ -30,7 +32,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.e2e.test_cluster import ND, XML, Process, auth, records, register
+from tests.e2e.test_cluster import ND, XML, Process, auth, free_port, records, register
 from tests.e2e.test_restart_and_sse import sensor_request
 from tests.pep.conftest import TOKENS, write_auth
 
@@ -46,6 +48,7 @@ class Setup:
     gateway: str
     edges: dict[str, str]
     procs: dict[str, Process]
+    proxy: str = ""
     store: str = ""
     bootstrap: str = ""
     broker: Any = None
@@ -94,7 +97,21 @@ def setup(postgres, own_broker, tmp_path_factory):
             "--auth", str(auth_file)], env)
     for name in ("e1", "e2"):
         edges[name] = procs[name].wait_for(f"xsg edge {name} on ", 120).split()[4]
-    yield Setup(gateway, edges, procs, store, kafka_broker.bootstrap, kafka_broker)
+    port = free_port()
+    procs["proxy"] = Process(tmp, "proxy", [
+        sys.executable, "-u", "-m", "proxy", "--upstream", gateway, "--port", str(port),
+        "--edges", ",".join(edges[name] for name in ("e1", "e2"))],
+        {**env, "XSG_PROXY_TOKEN": "", "XSG_PROXY_SECRET": ""})
+    proxy = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"{proxy}/proxy/health", timeout=2).status_code == 200:
+                break
+        except requests.ConnectionError:
+            time.sleep(0.2)
+    yield Setup(gateway, edges, procs, store=store, bootstrap=kafka_broker.bootstrap,
+                proxy=proxy, broker=kafka_broker)
     for p in procs.values():
         p.kill(signal.SIGTERM)
 
@@ -481,3 +498,41 @@ def test_kill_9_of_an_edge_the_reader_resumes_on_another_without_loss_or_repeat(
     ids = [r["id"] for r in rows]
     assert ids == sorted(set(ids)), "an event id repeated or went back"
     assert [r["row"]["value"] for r in rows] == values
+
+
+@pytest.mark.timeout(300)
+def test_the_proxy_reads_from_the_edges_and_passes_over_a_dead_one(setup):
+    """After the kill above, e1 is dead: a handle whose rendezvous order puts e1 first is read
+    through the proxy from e2, with no redirect reaching the reader (run alone, e1 is killed
+    here: the test stands by itself)."""
+    from proxy.edges import EdgeChooser
+
+    setup.procs["e1"].kill(signal.SIGKILL)
+    register(setup.gateway, "viaproxy")
+    chooser = EdgeChooser([setup.edges["e1"], setup.edges["e2"]])
+    for _ in range(12):  # each handle puts e1 first with probability 1/2: else a new one
+        handle = open_handle(setup.proxy, "viaproxy")
+        if chooser.order(handle)[0] == setup.edges["e1"]:
+            break
+        r = requests.delete(f"{setup.gateway}/handles/{handle}", headers=auth("lta"), timeout=60)
+        assert r.status_code == 200, r.text
+    else:
+        pytest.fail("no handle put e1 first in 12 tries")
+    url = f"{setup.proxy}/handles/{handle}"
+    with requests.get(url, headers=auth("lta", Accept=ND["Content-Type"]), stream=True,
+                      allow_redirects=False, timeout=(5, 30)) as r:
+        assert r.status_code == 200, r.text  # relayed, not a 307 to the reader
+        assert r.headers["X-XSG-Cache"] == "bypass"
+    reader = Reader([url]).start()
+    time.sleep(1.0)
+    values = [float(v) for v in range(1, 31)]
+    post(setup.gateway, "viaproxy", values, 0)
+    rows = reader.wait_rows(len(values))
+    reader.stop.set()
+    assert [r["row"]["value"] for r in rows] == values
+    ids = [r["id"] for r in rows]
+    assert ids == sorted(set(ids))
+    assert set(reader.statuses) == {200}, reader.statuses
+    log = setup.procs["proxy"].err.read_text(errors="replace")
+    assert f"edge {setup.edges['e1']} refused a connection" in log
+    assert handle not in log  # a handle's id is a capability: never in a log line
