@@ -12,7 +12,8 @@ exploded on the workers by `worker_rows.py`) becomes one record per (tuple, plan
   `1e+20`, the same number; NaN and infinities null; timestamps `YYYY-MM-DDTHH:MM:SS.ffffffZ`;
   nulls kept);
 - `key`: `m:<epoch>:<batch>:<i>`, i the row's place among the batch's rows of that topic in
-  stream order (`row_number` over the topic, ordered by the stream's order columns). A
+  stream order (`row_number` over the topic, ordered by the stream's order columns, then by
+  plan and value: deterministic also for rows that tie in the order columns). A
   micro-batch that runs again after a crash writes the same keys: an edge keeps, per topic,
   the highest (batch, i) of the epoch and skips what is not above it (`pep.edge.topic_log`).
   The epoch is the query's checkpoint's (Spark's query id): batches are numbered anew only with
@@ -136,9 +137,14 @@ class TopicRows:
         types = {f.name: f.dataType for f in exploded.schema.fields if f.name in sources}
         joined = exploded.join(F.broadcast(self._routes_frame(exploded.sparkSession, routes,
                                                               projections)), on=PID)
+        # rows that tie in the stream's order are told apart by their plan and their value,
+        # so that a write run again numbers every row as the first did, whatever order its
+        # tasks give them in (an edge skips a key it read: a row keyed differently the second
+        # time would be skipped or repeated); rows alike in all of these are the same record
         ordering = Window.partitionBy(TOPIC).orderBy(
-            *[F.col(o).asc_nulls_last() for o in order])
-        numbered = joined.select(F.col(TOPIC), self._value(projections, types).alias("value"),
+            *[F.col(o).asc_nulls_last() for o in order], F.col(PID), F.col("value"))
+        numbered = joined.select(F.col(TOPIC), F.col(PID),
+                                 self._value(projections, types).alias("value"),
                                  *[F.col(o) for o in order]) \
             .withColumn(INDEX, F.row_number().over(ordering) - 1)
         return numbered.select(

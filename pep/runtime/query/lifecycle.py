@@ -81,7 +81,8 @@ class QueryLifecycle:
         # (last_batch_at, when) Spark's status first said that data is available after that
         # batch: the time the input is known to have arrived (`input_waiting`)
         self._available_seen: tuple[float | None, float] | None = None
-        self._epoch: tuple[Path, str] | None = None  # (checkpoint location, its query id)
+        # ((the checkpoint's metadata file, its inode, its mtime), its query id)
+        self._epoch: tuple[tuple[Path, int, int], str] | None = None
 
     def redefine(self, layout: StreamLayout) -> None:
         """The stream's definition changed (the next start reads the new one)."""
@@ -163,18 +164,27 @@ class QueryLifecycle:
     # ----- what plan topics' keys need (pep/runtime/delivery) --------------------------------
     def checkpoint_id(self) -> str:
         """The identity of the query's checkpoint (Spark's query id, kept across restarts from
-        it; a new checkpoint numbers its batches anew): the epoch of plan topics' keys."""
+        it; a new checkpoint numbers its batches anew): the epoch of plan topics' keys. Cached
+        by the metadata file itself (its inode and modification time), not by the path: a
+        checkpoint deleted and created again at the same path (a Kafka query dropped when its
+        last handle left, a source changed) has a new id, and batches numbered from 0 again
+        under the old one would be skipped by the edges as repeats."""
         checkpoint = self._checkpoint
         if checkpoint is None:
             return "0"
-        location = checkpoint.location
-        if self._epoch is None or self._epoch[0] != location:
+        metadata = checkpoint.location / "metadata"
+        try:
+            stat = metadata.stat()
+        except OSError:
+            return "0"  # not written before the query's first trigger
+        which = (metadata, stat.st_ino, stat.st_mtime_ns)
+        if self._epoch is None or self._epoch[0] != which:
             try:
-                text = (location / "metadata").read_text(encoding="utf-8")
+                text = metadata.read_text(encoding="utf-8")
                 ident = str(json.loads(text.splitlines()[0])["id"]).replace("-", "")[:12]
             except (OSError, ValueError, KeyError, IndexError):
-                return "0"  # not written before the query's first trigger
-            self._epoch = (location, ident)
+                return "0"
+            self._epoch = (which, ident)
         return self._epoch[1]
 
     @property
