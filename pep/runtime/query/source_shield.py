@@ -137,7 +137,8 @@ class SourceShield:
         """Each partition of the batch: its punctuations learnt (and logged) first."""
         out = []
         written: list[str] = []
-        for row in sorted(rows, key=lambda r: int(r["lane"])):
+        for row in sorted((r for r in rows if r["lane"] is not None),
+                          key=lambda r: int(r["lane"])):
             p = int(row["lane"])
             base = p << LANE_BITS
             lo, hi = int(row["lo"]) - base, int(row["hi"]) - base
@@ -169,7 +170,7 @@ class SourceShield:
                                Any]:
         """Each file of the batch, numbered by its path in sorted order (the same on a batch
         run again: Spark's checkpoint names its files), with its segments."""
-        files = sorted(rows, key=lambda r: str(r["lane"]))
+        files = sorted((r for r in rows if r["lane"] is not None), key=lambda r: str(r["lane"]))
         out = []
         for i, row in enumerate(files):
             entries = [(int(item["at"]), self._read(item["sp"], f"file {row['lane']} line "

@@ -276,8 +276,12 @@ def _kafka_records(stream: StreamDefinition, reader: Any) -> DataFrame:
         raise
     text = F.col("value").cast("string")
     if punctuations.enabled(stream):
-        # a record's place in its lane: its partition, then its offset
-        seq = F.shiftleft(F.col("partition").cast("long"), LANE_BITS) + F.col("offset")
+        # a record's place in its lane: its partition, then its offset (null past the axis:
+        # such a record's segment is unknown, and the shield denies it)
+        seq = F.when((F.col("offset") < F.lit(1 << LANE_BITS))
+                     & (F.col("partition") < F.lit(1 << (62 - LANE_BITS))),
+                     F.shiftleft(F.col("partition").cast("long"), LANE_BITS)
+                     + F.col("offset"))
         return _punctuated_records(
             raw.where(F.ltrim(text).startswith("{")).select(
                 text.alias("_xsg_text"), seq.alias("_xsg_pos"),
