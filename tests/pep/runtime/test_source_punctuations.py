@@ -150,3 +150,69 @@ def test_a_files_punctuation_cannot_widen_the_policy(spark, tmp_path, catalog):
         assert got.rows == [{"patient": 2}, {"patient": 4}]
     finally:
         rt.stop()
+
+
+@pytest.mark.timeout(600)
+def test_windows_on_a_files_stream_hold_exactly_the_tuples_its_segments_let_count(
+        spark, tmp_path):
+    """The windows test of the ingest streams (`test_punctuated_windows`), each micro-batch a
+    file whose punctuations are lines of it, fed through the stream's per-batch job as the
+    files source shapes them: every consumer's windows equal the brute force over the tuples
+    its segments let count, each file starting with no punctuation; the punctuation lines are
+    in no window."""
+    from pyspark.sql import functions as F
+
+    from pep.core.plan import SourceSpec, StreamDefinition
+    from pep.core.punctuations import visible_tuples
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.query.executor import StreamExecutor
+    from pep.runtime.sources.frames import _punctuated_records
+    from tests.pep.runtime import test_punctuated_windows as w
+    from tests.pep.runtime.test_hidden_time import CONSUMER, ISO, SCHEMA, brute, decoded
+
+    batches = w.history(77, 5, 12)
+    sd = StreamDefinition("x", "o", SCHEMA, SourceSpec("files", (
+        ("format", "json"), ("path", str(tmp_path)), ("punctuations", "on"))),
+        time_attribute="ts")
+    ex = StreamExecutor(spark, sd, tmp_path / "work", 0.25, 2, w.LATENESS, lambda h: None,
+                        tuple_pane_min=2)
+    got: dict[str, dict[int, list[str]]] = {name: {} for name in w.CONSUMERS}
+    current = [0]
+
+    def collector(name: str):
+        def deliver(batch) -> bool:
+            assert batch.rows
+            got[name].setdefault(current[0], []).extend(batch.rows)
+            return True
+        return deliver
+
+    def line(r: dict) -> str:
+        if "$punctuation" in r:
+            return json.dumps(r)
+        return json.dumps({k: (v.strftime(ISO) if k == "ts" and v is not None else v)
+                           for k, v in r.items() if k != "_xsg_seq"})
+    for name in w.CONSUMERS:
+        ex.add_handle(name, compile_plan(w.plan_of(name), SCHEMA, "ts"), collector(name))
+    try:
+        for i, records in enumerate(batches):
+            current[0] = i
+            df = spark.createDataFrame([(line(r), n, f"file:/src/f{i}.json")
+                                        for n, r in enumerate(records)],
+                                       "t string, n long, _xsg_file string")
+            ex.lifecycle.on_batch(_punctuated_records(df, sd, F.col("t"), F.col("n")), i)
+            ex.wait_delivered()
+    finally:
+        ex.stop()
+    for name, (base, roles, mode) in w.CONSUMERS.items():
+        compiled = compile_plan(w.plan_of(name), SCHEMA, "ts")
+        assert compiled.punctuations is not None
+        kept = [{r["_xsg_seq"] for r in visible_tuples(b, frozenset(roles), mode,
+                                                       compiled.punctuations[2], SCHEMA)}
+                for b in batches]  # each file on its own
+        mine = [[r for r in b if "$punctuation" not in r and r["_xsg_seq"] in kept[i]]
+                for i, b in enumerate(batches)]
+        assert decoded(got[name]) == brute(mine, CONSUMER[base], w.LATENESS), name
+        whole = brute([[r for r in b if "$punctuation" not in r] for b in batches],
+                      CONSUMER[base], w.LATENESS)
+        assert brute(mine, CONSUMER[base], w.LATENESS) != whole, name
+        assert sum(len(rows) for rows in got[name].values()) >= 2, name  # something to see
