@@ -14,12 +14,13 @@ verdict per plan in routing, the window filter in the panes job) applies unchang
   last place and its `$punctuation` records (never a tuple);
 - a Kafka partition's punctuations are kept, by offset, in the stream's punctuation log under
   the runtime's work directory (fsynced before the batch's rows are routed), with the highest
-  offset read in each partition. A batch run again after a crash reads the same offsets, finds
-  the same punctuations at the same places, and gets the same segments; a query that starts
-  anew (its checkpoint dropped) or skipped offsets reads the records between the last offset the
-  log knows and the batch's first with a bounded Kafka read, punctuations only, so no
-  punctuation is ever missed. Records the topic no longer holds may have been punctuations:
-  the partition is in doubt, as for a record that cannot be read (below);
+  offset read in each partition (now and then, and at a stop). A batch run again after a crash
+  reads the same offsets, finds the same punctuations at the same places, and gets the same
+  segments; a query that starts anew (its checkpoint dropped) or skipped offsets reads the
+  records between the last offset the log knows and the batch's first with a bounded Kafka
+  read, punctuations only, so no punctuation is ever missed. Records the topic no longer holds
+  may have been punctuations: the partition is in doubt, as for a record that cannot be read
+  (below);
 - a file is read whole in one batch (`wholetext`): its segments need no state;
 - the batch without its punctuation records (and, for files, its lanes numbered by their paths
   in sorted order) is what every job of the batch reads: a punctuation is never a tuple, never
@@ -58,6 +59,9 @@ from pep.runtime.query.shield import BatchShield, Conditions, match_tuples, verd
 log = logging.getLogger(__name__)
 
 LOG_DIR = "punctuations"  # under the runtime's work directory: one log per Kafka stream
+# offsets read in a partition before the log says so again (and when punctuations are learnt,
+# and at a stop): offsets read but not logged are only read again for punctuations
+SEEN_EVERY = 100_000
 
 
 @dataclass
@@ -67,6 +71,7 @@ class _Lane:
 
     entries: dict[int, Punctuation | None] = field(default_factory=dict)
     seen: int = -1
+    logged: int = -1  # the highest offset read that the log says
     cached: tuple[list[int], list[SegmentPolicy], int] | None = None
 
     def segments(self) -> tuple[list[int], list[SegmentPolicy], int]:
@@ -156,9 +161,9 @@ class SourceShield:
                 written += [json.dumps({"p": p, "o": o, "sp": None if sp is None
                                         else sp.to_json()}, sort_keys=True)
                             for o, sp in sorted(new.items())]
-            if hi > lane.seen:
-                lane.seen = hi
-                written.append(json.dumps({"p": p, "seen": hi}, sort_keys=True))
+            lane.seen = max(lane.seen, hi)
+            if lane.seen > lane.logged and (new or lane.seen - lane.logged >= SEEN_EVERY):
+                written.append(self._seen_line(p, lane))
             starts, policies, _ = lane.segments()
             out.append((p, starts, policies, lo, hi))
         if written:
@@ -289,7 +294,7 @@ class SourceShield:
             doc = json.loads(line)
             lane = self._lanes.setdefault(int(doc["p"]), _Lane())
             if "seen" in doc:
-                lane.seen = max(lane.seen, int(doc["seen"]))
+                lane.seen = lane.logged = max(lane.seen, int(doc["seen"]))
             else:
                 sp = doc["sp"]
                 lane.entries[int(doc["o"])] = (None if sp is None
@@ -305,7 +310,19 @@ class SourceShield:
             f.flush()
             os.fsync(f.fileno())
 
+    @staticmethod
+    def _seen_line(p: int, lane: _Lane) -> str:
+        lane.logged = lane.seen
+        return json.dumps({"p": p, "seen": lane.seen}, sort_keys=True)
+
     def close(self) -> None:
+        """The query stopped: the offsets read are logged (a crash before loses only them:
+        the next start reads those records again for punctuations)."""
+        if self._log is not None:
+            lines = [self._seen_line(p, lane) for p, lane in sorted(self._lanes.items())
+                     if lane.seen > lane.logged]
+            if lines:
+                self._append(lines)
         if self._offsets is not None:
             self._offsets.close()
             self._offsets = None
