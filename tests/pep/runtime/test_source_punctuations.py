@@ -216,3 +216,57 @@ def test_windows_on_a_files_stream_hold_exactly_the_tuples_its_segments_let_coun
                       CONSUMER[base], w.LATENESS)
         assert brute(mine, CONSUMER[base], w.LATENESS) != whole, name
         assert sum(len(rows) for rows in got[name].values()) >= 2, name  # something to see
+
+
+def test_a_kafka_batch_run_again_after_a_crash_gets_the_same_segments(spark, tmp_path):
+    """The segments a Kafka micro-batch gets depend on its offsets alone: run again after a
+    crash (a new shield reading the stream's log, the batch after it learnt its punctuations
+    but before Spark committed it), it gets the same ones, in each partition the policy in
+    force at the end of the batch before carried in."""
+    from pyspark.sql import functions as F
+
+    from pep.core.plan import SourceSpec, StreamDefinition
+    from pep.runtime.base.columns import KAFKA_FILE_FORMAT, LANE_BITS
+    from pep.runtime.query.settings import StreamLayout
+    from pep.runtime.query.shield import verdict_key
+    from pep.runtime.query.source_shield import SourceShield
+    from pep.runtime.sources.frames import _punctuated_records
+
+    sd = StreamDefinition("vitals", "o", SCHEMA, SourceSpec("kafka", (
+        ("bootstrap.servers", "127.0.0.1:9"), ("punctuations", "on"), ("subscribe", "t"))))
+    parts = [history(80, 24, 0, 10), history(81, 24, 100, 10)]
+    cut = [len(p) // 2 for p in parts]  # batch 0: the first half of each partition
+
+    def frame(batch: int):
+        rows = []
+        for p, records in enumerate(parts):
+            span = range(0, cut[p]) if batch == 0 else range(cut[p], len(records))
+            rows += [(json.dumps(records[o]), (p << LANE_BITS) + o,
+                      KAFKA_FILE_FORMAT % ("t", p, o)) for o in span]
+        df = spark.createDataFrame(rows, "t string, n long, _xsg_file string")
+        return _punctuated_records(df, sd, F.col("t"), F.col("n"))
+
+    def segments(shield, batch: int):
+        tuples, guard = shield.shielded(frame(batch))
+        assert tuples.where(F.col("patient").isNull()).count() == 0  # no punctuation row
+        return guard.starts.tolist(), [verdict_key(p) for p in guard.policies]
+
+    work = tmp_path / "work"
+    first = SourceShield(spark, StreamLayout.of(sd), work)
+    segments(first, 0)
+    before = segments(first, 1)
+    # the process dies after batch 1 learnt its punctuations, before Spark committed it
+    again = SourceShield(spark, StreamLayout.of(sd), work)
+    assert segments(again, 1) == before
+    # and they are the brute force's: each partition's punctuations before each tuple
+    from pep.core.punctuations import PUNCTUATION_KEY, ShieldState, parse_punctuation
+    for p, records in enumerate(parts):
+        state = ShieldState()
+        for o, r in enumerate(records):
+            if PUNCTUATION_KEY in r:
+                state.add(parse_punctuation(r[PUNCTUATION_KEY], SCHEMA))
+            elif o >= cut[p]:
+                starts, kinds = before
+                at = (p << LANE_BITS) + o
+                k = max(i for i, s in enumerate(starts) if s <= at)
+                assert kinds[k] == verdict_key(state.policy()), (p, o)
