@@ -60,6 +60,7 @@ from pep.runtime.query.rows_job import RowsJob
 from pep.runtime.query.runner import MicroBatchRunner
 from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN, QuerySettings, StreamLayout
 from pep.runtime.query.shield import PunctuationShield
+from pep.runtime.query.source_shield import SourceShield
 
 
 class StreamExecutor:
@@ -89,7 +90,12 @@ class StreamExecutor:
             TopicRows(topics[0]), topics[1], epoch=lambda: self.lifecycle.checkpoint_id(),
             stopping=lambda: self.lifecycle.stopping)
         self.router = ResultRouter(layout, self.registry, self.figures, lateness, writer)
-        self.shield = PunctuationShield(layout) if punctuations.enabled(definition) else None
+        self.shield: PunctuationShield | SourceShield | None = None
+        if punctuations.enabled(definition):
+            # an ingest stream's punctuations are in its log; a files or kafka stream's in
+            # its records, learnt per micro-batch (`query/source_shield.py`)
+            self.shield = (PunctuationShield(layout) if definition.source.kind == "ingest"
+                           else SourceShield(spark, layout, Path(work_dir)))
         self.runner = MicroBatchRunner(spark, layout, self.registry, self.table, self.rows,
                                        self.panes, self.router, self.figures, on_handle_closed,
                                        self.shield, writer)
@@ -174,6 +180,8 @@ class StreamExecutor:
 
     def stop(self, idle: bool = False) -> None:
         self.lifecycle.stop(idle)
+        if isinstance(self.shield, SourceShield):
+            self.shield.close()
 
     def failed(self, exc: BaseException) -> None:
         """The query failed outside a micro-batch (it did not start): `health()` says so."""
@@ -215,6 +223,8 @@ class StreamExecutor:
         if self.shield is not None:  # the owner's figures: how many policies, none of them
             out["punctuation_segments"] = len(self.shield.starts)
             out["punctuations_out_of_order"] = self.shield.discarded
+            if isinstance(self.shield, SourceShield):
+                out["punctuations_unreadable"] = self.shield.malformed
         return out
 
     def health(self, stall_after: float | None = None, now: float | None = None

@@ -29,8 +29,15 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession, functions as F, types as T
 
 from common.numbers import NumberError, parse_int
+from pep.core import punctuations
 from pep.core.plan import StreamDefinition, StreamSchema
-from pep.runtime.base.columns import FILE_COLUMN, KAFKA_FILE_FORMAT, SEQ_COLUMN
+from pep.runtime.base.columns import (
+    FILE_COLUMN,
+    KAFKA_FILE_FORMAT,
+    LANE_BITS,
+    PUNCT_COLUMN,
+    SEQ_COLUMN,
+)
 from pep.runtime.base.memo import OwnedCache
 from pep.runtime.sources.generators import generator_frame
 from pep.runtime.sources.kafka_connector import kafka_unavailable_reason
@@ -108,6 +115,8 @@ def _file_frame(spark: SparkSession, stream: StreamDefinition, path: str | None,
 
 def _file_reader_frame(spark: SparkSession, stream: StreamDefinition, path: str, fmt: str,
                        max_files: int | None, archive: str | None) -> DataFrame:
+    if stream.source.kind == "files" and punctuations.enabled(stream):
+        return _punctuated_file_frame(spark, stream, path, max_files)
     with_seq = fmt != "csv"  # CSV columns are positional: only the declared ones exist
     reader = spark.readStream.schema(spark_schema(stream.schema, with_seq))
     if max_files is not None:
@@ -129,6 +138,54 @@ def _file_reader_frame(spark: SparkSession, stream: StreamDefinition, path: str,
     df = reader.format(fmt).load(path)
     seq = F.col(f"`{SEQ_COLUMN}`") if with_seq else None
     return _shape(df, stream.schema, seq, F.col("_metadata.file_path"))
+
+
+def _punctuated_file_frame(spark: SparkSession, stream: StreamDefinition, path: str,
+                           max_files: int | None) -> DataFrame:
+    """A `files` stream of JSON lines whose owner enabled security punctuations: each file read
+    whole (never split between tasks) and cut into its lines, so that each line keeps its
+    number (`_xsg_seq`: a file's punctuations govern the lines after them in that file,
+    `query/source_shield.py`). A blank line, or one that is not a JSON object, is no record."""
+    reader = spark.readStream.format("text").option("wholetext", "true")
+    if max_files is not None:
+        reader = reader.option("maxFilesPerTrigger", str(max_files))
+    reader = reader.option("ignoreMissingFiles", "true")
+    for option in ("pathGlobFilter", "recursiveFileLookup"):
+        value = stream.source.option(option)
+        if value is not None:
+            reader = reader.option(option, value)
+    lines = reader.load(path).select(
+        F.col("_metadata.file_path").alias(FILE_COLUMN),
+        F.posexplode(F.split(F.col("value"), "\r?\n")).alias("_xsg_line_no", "_xsg_line"))
+    lines = lines.where(F.ltrim(F.col("_xsg_line")).startswith("{"))
+    return _punctuated_records(lines, stream, F.col("_xsg_line"), F.col("_xsg_line_no"))
+
+
+def _punctuated_records(df: DataFrame, stream: StreamDefinition, text: Column, seq: Column
+                        ) -> DataFrame:
+    """The frame of a punctuated `files` or `kafka` stream (`df`: its records' JSON `text`,
+    their place `seq` in their lane, `FILE_COLUMN`): the stream's shape, plus `PUNCT_COLUMN`,
+    null on a tuple and on a `$punctuation` record its value as JSON text, or "" when the
+    record cannot be read as one (other keys beside it; a record that does not parse and names
+    a punctuation). The stream's query takes these records out of its batches before any plan
+    reads them (`query/source_shield.py`): a punctuation is never a tuple."""
+    key = punctuations.PUNCTUATION_KEY
+    schema = spark_schema(stream.schema)
+    with_key = T.StructType([*schema.fields, T.StructField(key, T.StringType(), True)])
+    keys = F.json_object_keys(text)
+    named = F.coalesce(F.array_contains(keys, F.lit(key)), F.lit(False))
+    broken = keys.isNull() & text.contains("punctuation")
+    parsed = F.from_json(text, with_key)
+    punct = (F.when(named & (F.size(keys) == 1),
+                    F.coalesce(parsed.getField(key), F.lit("null")))
+             .when(named | broken, F.lit("")))
+    framed = df.select(parsed.alias("_xsg_r"), punct.alias(PUNCT_COLUMN),
+                       seq.cast("long").alias(SEQ_COLUMN), F.col(FILE_COLUMN))
+    cols = [F.col("_xsg_r").getField(f.name).cast(_SPARK_TYPES[f.type]).alias(f.name)
+            for f in stream.schema.fields]
+    return framed.select(*cols, F.col(SEQ_COLUMN),
+                         F.col(FILE_COLUMN).cast("string").alias(FILE_COLUMN),
+                         F.col(PUNCT_COLUMN))
 
 
 def _socket_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
@@ -218,6 +275,19 @@ def _kafka_records(stream: StreamDefinition, reader: Any) -> DataFrame:
                 f"{kafka_unavailable_reason()}") from None
         raise
     text = F.col("value").cast("string")
+    if punctuations.enabled(stream):
+        # a record's place in its lane: its partition, then its offset (null past the axis:
+        # such a record's segment is unknown, and the shield denies it)
+        seq = F.when((F.col("offset") < F.lit(1 << LANE_BITS))
+                     & (F.col("partition") < F.lit(1 << (62 - LANE_BITS))),
+                     F.shiftleft(F.col("partition").cast("long"), LANE_BITS)
+                     + F.col("offset"))
+        return _punctuated_records(
+            raw.where(F.ltrim(text).startswith("{")).select(
+                text.alias("_xsg_text"), seq.alias("_xsg_pos"),
+                F.format_string(KAFKA_FILE_FORMAT, F.col("topic"), F.col("partition"),
+                                F.col("offset")).alias(FILE_COLUMN)),
+            stream, F.col("_xsg_text"), F.col("_xsg_pos"))
     # Only on the text: a filter on the parsed struct would be pushed below the projection and
     # parse every record twice (measured: the rows job 1.3x slower)
     parsed = (raw.where(F.ltrim(text).startswith("{"))
