@@ -17,6 +17,11 @@ gateway's own code.
   skipped, never "not above the highest" (which dropped those rows, issue 45). A hole still
   open when the next batch's first record comes (a batch's write ends before the next batch
   starts) is a row lost: the reader is told with a `gap`, never silence.
+- A real-time query (`pep.runtime.delivery.realtime`) keys a record by its place in the
+  stream's topic (`r:<epoch>:<topic>/<partition>/<offset>`) and writes a source partition's
+  records in offset order; started again, it writes again what it read since its last commit:
+  a record whose source offset is not above the highest read of its partition is skipped
+  (`SourceLog`).
 - A record the topic no longer holds (its retention passed) is told as a `gap` with the count.
 - `close(kind, reason)` drops the rows not yet given to the reader and ends with the final
   event (revoked, released, ended, shutdown), whose id is the last row the reader was given (a
@@ -50,6 +55,18 @@ def parse_key(key: bytes | None) -> tuple[str, int, int] | None:
         return None
 
 
+def parse_source_key(key: bytes | None) -> tuple[str, str, int] | None:
+    """(epoch, source topic/partition, offset) of a key a real-time query wrote
+    (`r:<epoch>:<topic>/<partition>/<offset>`, `pep.runtime.delivery.realtime`); None for
+    another key."""
+    try:
+        kind, epoch, place = (key or b"").decode("ascii").split(":")
+        topic, partition, offset = place.rsplit("/", 2)
+        return (epoch, f"{topic}/{int(partition)}", int(offset)) if kind == "r" else None
+    except ValueError:
+        return None
+
+
 class KeyLog:
     """The keys of the records read so far, for the batch being written (`note`). A key of an
     earlier batch of the same epoch is a repeat: batch b + 1 runs only once b's write
@@ -75,6 +92,27 @@ class KeyLog:
 
     def holes(self) -> int:
         return max(self.seen) - min(self.seen) + 1 - len(self.seen) if self.seen else 0
+
+
+class SourceLog:
+    """The source records a real-time query wrote, per source partition the highest offset
+    read (`note`). A real-time query writes a partition's records in offset order; one started
+    again reads from its last committed offsets and writes some records again, under the same
+    keys: not above the highest, a repeat."""
+
+    def __init__(self) -> None:
+        self.epoch: str | None = None
+        self.top: dict[str, int] = {}
+
+    def note(self, key: tuple[str, str, int]) -> bool:
+        """Whether the record is new."""
+        epoch, partition, offset = key
+        if epoch != self.epoch:
+            self.epoch, self.top = epoch, {}
+        if offset <= self.top.get(partition, -1):
+            return False
+        self.top[partition] = offset
+        return True
 
 
 class TopicReader:
@@ -202,6 +240,7 @@ class TopicReader:
             consumer.assign([TopicPartition(self.topic, 0, self._start)])
             expected = self._start
             keys = KeyLog()
+            sources = SourceLog()
             while not self._stop.is_set():
                 msg = consumer.poll(POLL)
                 if msg is None:
@@ -221,6 +260,10 @@ class TopicReader:
                          "resume_from": offset + 1})))
                 expected = offset + 1
                 key = parse_key(msg.key())
+                place = parse_source_key(msg.key()) if key is None else None
+                if place is not None and not sources.note(place):
+                    self.skipped += 1
+                    continue
                 if key is not None:
                     new, lost = keys.note(key)
                     if not new:
@@ -249,4 +292,4 @@ class TopicReader:
             self._wake()
 
 
-__all__ = ["MAX_QUEUED", "KeyLog", "TopicReader", "parse_key"]
+__all__ = ["MAX_QUEUED", "KeyLog", "SourceLog", "TopicReader", "parse_key", "parse_source_key"]

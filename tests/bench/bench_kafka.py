@@ -81,7 +81,7 @@ from tests.bench.harness import (
     spread,
     with_missing,
 )
-from tests.bench.readers import reader_result, start_reader, wait_ready
+from tests.bench.readers import ReadJob, handle_path, reader_result, start_reader, wait_ready
 from tests.bench.served import (
     ADMIN_TOKEN,
     NDJSON,
@@ -98,7 +98,10 @@ FIELDS = [("ts", "timestamp"), ("station", "string"), ("v", "double"), ("sent", 
 COLUMNS = ["ts", "station", "v", "sent"]
 CONDITION = "v < 50"  # half the records pass: record i has v = i % 100
 POLICY_ID = "urn:xsg:bench:kafka"
-SIDES = ("gateway", "user", "gateway-settings")
+SIDES = ("gateway", "gateway-topics", "user", "gateway-settings")
+# the gateway's two ways of delivering: rows into the handle's buffer in the gateway process
+# (`delivery = "process"`), or written by Spark to the plan's topic and served by an edge
+GATEWAYS = ("gateway", "gateway-topics")
 SINCE = "the first record"
 GRACE = 5.0  # seconds after the last record a row may still arrive before it counts as never
 LEAD = 3.0  # seconds from a latency run's set-up to its first record (the producer's start)
@@ -354,10 +357,14 @@ USER_APP: dict[str, Handler] = {"throughput": direct_throughput, "latency": dire
 # -- the benchmark ---------------------------------------------------------------------------------
 
 class Bench:
-    def __init__(self, spark: Any, gw: Gateway, broker: Any, app: UserApp, tmp: Path) -> None:
-        self.spark, self.gw, self.broker, self.app, self.tmp = spark, gw, broker, app, tmp
+    def __init__(self, spark: Any, gws: dict[str, Gateway], edge_port: int, broker: Any,
+                 app: UserApp, tmp: Path) -> None:
+        self.spark, self.gws, self.broker, self.app, self.tmp = spark, gws, broker, app, tmp
+        self.gw = gws["gateway"]
+        self.edge_port = edge_port  # the edge that serves the plan-topics gateway's handles
         self.sides = DirectSides(spark, app, USER_APP)
         self.count = 0
+        self.cap: int | None = None  # the streams' maxOffsetsPerTrigger, None: the gateway's
 
     def topic(self, partitions: int = 3) -> str:
         self.count += 1
@@ -365,61 +372,75 @@ class Bench:
         self.broker.create_topic(name, partitions)
         return name
 
-    def stream(self) -> tuple[str, str]:
+    def stream(self, side: str = "gateway") -> tuple[str, str]:
         """A fresh topic and a gateway stream on it (its defaults), granted to every consumer."""
         topic = self.topic()
         name = f"k{self.count}"
-        self.gw.register(name, FIELDS, {"kind": "kafka", "bootstrap.servers": self.broker.bootstrap,
-                                        "subscribe": topic}, "ts")
-        self.gw.add_policy(inline_policy(f"{POLICY_ID}:{name}", [name], CONDITION, COLUMNS))
+        gw = self.gws[side]
+        source = {"kind": "kafka", "bootstrap.servers": self.broker.bootstrap, "subscribe": topic}
+        if self.cap is not None:
+            source["maxOffsetsPerTrigger"] = str(self.cap)
+        gw.register(name, FIELDS, source, "ts")
+        gw.add_policy(inline_policy(f"{POLICY_ID}:{name}", [name], CONDITION, COLUMNS))
         return name, topic
 
-    def reader(self, handle: str, **options: Any) -> tuple[Any, Any]:
-        job = self.gw.reader([(0, handle, consumer_token(1))], self.tmp / f"read-{self.count}.out",
-                             ready=str(self.tmp / f"read-{self.count}.ready"), **options)
+    def reader(self, side: str, handle: str, **options: Any) -> tuple[Any, Any]:
+        """The reader process of `handle`: on the gateway, or on the edge for plan topics."""
+        out = self.tmp / f"read-{self.count}.out"
+        ready = str(self.tmp / f"read-{self.count}.ready")
+        if side == "gateway-topics":
+            job = ReadJob("127.0.0.1", self.edge_port, [(0, handle_path(handle),
+                                                         consumer_token(1))], str(out),
+                          ready=ready, **options)
+        else:
+            job = self.gws[side].reader([(0, handle, consumer_token(1))], out, ready=ready,
+                                        **options)
         proc = start_reader(job)
         if not wait_ready(job, 60):
             raise RuntimeError("the reader process did not connect")
         return proc, job
 
     def throughput(self, side: str, n: int, timeout: float) -> dict[str, Any]:
-        if side != "gateway":
+        if side not in GATEWAYS:
             res = self.sides.run(side, "throughput", wait=timeout + 300,
                                  bootstrap=self.broker.bootstrap, topic=self.topic(), n=n,
                                  timeout=timeout)
         else:
-            name, topic = self.stream()
-            handle = self.gw.open(consumer_token(1), request_json(name))["handle"]
+            gw = self.gws[side]
+            name, topic = self.stream(side)
+            handle = gw.open(consumer_token(1), request_json(name))["handle"]
             try:
-                proc, job = self.reader(handle, want=expected_rows(n), seconds=timeout)
+                proc, job = self.reader(side, handle, want=expected_rows(n), seconds=timeout)
                 produced = run_child(__file__, ["--produce-backlog", self.broker.bootstrap, topic,
                                                 n])
                 got = reader_result(proc, job, timeout + 60)
             finally:
-                self.gw.release(consumer_token(1), handle)
+                gw.release(consumer_token(1), handle)
             res = {"rows": got["rows"], "lost": got["lost"], "start": produced["start"],
                    "first": got["first"], "last": got["last"], "errors": got["errors"]}
         return backlog_figures(res, expected_rows(n))
 
     def latency(self, side: str, rate: float, seconds: float, startup: float) -> dict[str, Any]:
-        if side != "gateway":
+        if side not in GATEWAYS:
             return self.sides.run(side, "latency", wait=seconds + 300,
                                   bootstrap=self.broker.bootstrap, topic=self.topic(), rate=rate,
                                   seconds=seconds, startup=startup)
-        name, topic = self.stream()
-        handle = self.gw.open(consumer_token(1), request_json(name))["handle"]
+        gw = self.gws[side]
+        name, topic = self.stream(side)
+        handle = gw.open(consumer_token(1), request_json(name))["handle"]
         try:
-            # rows produced before the reader is connected wait in the handle's buffer: the
-            # records start at `start_at` whether it is or not
+            # rows produced before the reader is connected wait in the handle's buffer (or its
+            # topic): the records start at `start_at` whether it is or not
             start_at = time.time() + LEAD
             split = phases(start_at, startup, seconds)
-            proc, job = self.reader(handle, phases=split, seconds=seconds + LEAD + GRACE + 30)
+            proc, job = self.reader(side, handle, phases=split,
+                                    seconds=seconds + LEAD + GRACE + 30)
             sent = run_child(__file__, ["--produce-steady", self.broker.bootstrap, topic, rate,
                                         seconds, start_at], seconds + 120)["sent"]
             time.sleep(max(0.0, sent[-1] + GRACE - time.time()) if sent else 0.0)
             got = reader_result(proc, job, 30, stop=True)
         finally:
-            self.gw.release(consumer_token(1), handle)
+            gw.release(consumer_token(1), handle)
         return {"sent": sent, "phases": split, "lat": got["lat"]}
 
     def ingest(self, how: str, batches: int, per_batch: int) -> float:
@@ -455,14 +476,21 @@ def main() -> None:
     parser.add_argument("--startup", type=float, default=5.0,
                         help="the latency run's first seconds, reported as start-up")
     parser.add_argument("--timeout", type=float, default=300.0, help="per throughput run")
+    parser.add_argument("--parts", default="throughput,latency,realtime,ingest",
+                        help="which parts to run, comma-separated")
+    parser.add_argument("--cap", type=int, default=None,
+                        help="the gateway streams' maxOffsetsPerTrigger (default: the gateway's)")
     args = parser.parse_args()
     n = 20_000 if args.quick else args.records
     trials = 1 if args.quick else args.trials
     seconds = 10.0 if args.quick else args.seconds
     print("machine:", machine())
-    from pep.runtime.runtime import StreamRuntime
+    from pep.delivery.settings import DeliverySettings
+    from pep.runtime.runtime import RuntimeSettings, StreamRuntime
     from pep.runtime.session import kafka_connector_jars
+    from tests.bench.bench_edges import start_edges
     from tests.kafka.broker import KafkaBroker
+    from tests.pg_server import start_server
     if not kafka_connector_jars():
         sys.exit("no Kafka connector for this pyspark: run `make install`")
     gws = gateway_settings()
@@ -474,17 +502,47 @@ def main() -> None:
         tmp = Path(tmp_dir)
         broker = KafkaBroker(tmp / "kafka", heap="1g").start()
         stack.callback(broker.stop)
+        postgres = start_server()
+        stack.callback(postgres.close)
         spark = started_spark(stack)
-        gw = Gateway(StreamRuntime(spark, tmp / "gw" / "runtime"), tmp / "gw", accounts(2))
-        stack.callback(gw.close)
+        gws = {"gateway": Gateway(StreamRuntime(spark, tmp / "gw" / "runtime"), tmp / "gw",
+                                  accounts(2))}
+        stack.callback(gws["gateway"].close)
+        # the same gateway delivering through plan topics (`delivery = "kafka"`) on a real store
+        # and the broker, its handles read through an edge (`xsg edge`, a process of its own)
+        store, brokers = postgres.new_url(), broker.bootstrap
+        delivery = DeliverySettings(brokers, security_protocol="PLAINTEXT")
+        gws["gateway-topics"] = Gateway(
+            StreamRuntime(spark, tmp / "gwt" / "runtime",
+                          settings=RuntimeSettings(delivery=delivery)),
+            tmp / "gwt", accounts(2), store=store, delivery="kafka", delivery_brokers=brokers,
+            delivery_security_protocol="PLAINTEXT")
+        stack.callback(gws["gateway-topics"].close)
+        edges = start_edges(1, tmp, store, brokers, tmp / "gwt" / "auth.json")
+        stack.callback(stop_edges, edges)
         app = started_user_app(stack, __file__)
-        bench = Bench(spark, gw, broker, app, tmp)
-        results["tp"] = throughput(bench, n, trials, args.timeout)
-        results["lat"] = latency(bench, args.rate, seconds, args.startup, trials)
-        results["rtm"] = realtime(bench, args.rate, seconds, args.startup)
-        results["ingest"] = ingest_rates(bench, 10 if args.quick else 40, max(1, trials))
+        bench = Bench(spark, gws, edges[0][1], broker, app, tmp)
+        bench.cap = args.cap
+        parts = set(args.parts.split(","))
+        if "throughput" in parts:
+            results["tp"] = throughput(bench, n, trials, args.timeout)
+        if "latency" in parts:
+            results["lat"] = latency(bench, args.rate, seconds, args.startup, trials)
+        if "realtime" in parts:
+            results["rtm"] = realtime(bench, args.rate, seconds, args.startup)
+        if "ingest" in parts:
+            results["ingest"] = ingest_rates(bench, 10 if args.quick else 40, max(1, trials))
     summary(results)
     print("load average at the end:", load_average())
+
+
+def stop_edges(edges: list[tuple[Any, int]]) -> None:
+    for proc, _ in edges:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except Exception:  # noqa: BLE001 - it is killed instead
+            proc.kill()
 
 
 def throughput(bench: Bench, n: int, trials: int, timeout: float) -> dict[str, Any]:
@@ -544,6 +602,11 @@ def summary(results: dict[str, Any]) -> None:
     print("\nsummary (median of the trials, lowest-highest)")
     if tp:
         backlog_summary(tp, SIDES, "from the first record produced to the last row read")
+        med = {s: statistics.median(t["rate"] for t in tp["runs"][s]) for s in SIDES}
+        print(f"    gateway-topics / {SIDE_NAMES['user']}: "
+              f"{ratio(med['gateway-topics'], med['user'])}; gateway-topics / "
+              f"{SIDE_NAMES['gateway-settings']}: "
+              f"{ratio(med['gateway-topics'], med['gateway-settings'])}")
     if lat:
         print("  p95 latency produce -> reader, every passing record (never arrived = infinite)")
         p95: dict[str, dict[str, list[float]]] = {}
@@ -557,9 +620,11 @@ def summary(results: dict[str, Any]) -> None:
             print(f"    {SIDE_NAMES[s]:32s} start-up {spread(p95[s]['start-up'], '{:,.0f}')} ms,"
                   f" steady {spread(p95[s]['steady'], '{:,.0f}')} ms")
         for label in ("start-up", "steady"):
-            g, u, d = (statistics.median(p95[s][label]) for s in SIDES)
-            print(f"    {label}: gateway / user {ratio(g, u)}, gateway / gateway-settings "
-                  f"{ratio(g, d)}")
+            u, d = (statistics.median(p95[s][label]) for s in ("user", "gateway-settings"))
+            for g in GATEWAYS:
+                m = statistics.median(p95[g][label])
+                print(f"    {label}: {g} / user {ratio(m, u)}, {g} / gateway-settings "
+                      f"{ratio(m, d)}")
     rtm = results.get("rtm")
     if rtm:
         parts = [f"{label} p95 {secs(pct(with_missing(lats, w), 95), 'ms')}"

@@ -129,6 +129,22 @@ class TopicRows:
                 prefix: str) -> DataFrame:
         """(topic, key, value) of every (row, plan topic) of `exploded` (a row per (row,
         plan): its plan id in `PID`, the routes' sources and the order columns)."""
+        joined, value = self.routed(exploded, routes)
+        ordering = Window.partitionBy(TOPIC).orderBy(
+            *[F.col(o).asc_nulls_last() for o in order])
+        numbered = joined.select(F.col(TOPIC), value.alias("value"),
+                                 *[F.col(o) for o in order]) \
+            .withColumn(INDEX, F.row_number().over(ordering) - 1)
+        return numbered.select(
+            F.col(TOPIC),
+            F.concat(F.lit(prefix), F.col(INDEX).cast("string")).cast("binary").alias("key"),
+            F.col("value"))
+
+    def routed(self, exploded: DataFrame, routes: Sequence[PlanRoute]
+               ) -> tuple[DataFrame, Column]:
+        """`exploded` joined with the routes (a broadcast of the small table: a row per (row,
+        plan topic)) and the records' value Column over it; shared with the real-time query
+        (`realtime.py`), which allows a broadcast join but no window."""
         projections: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
         for r in routes:
             projections.setdefault((r.projection, r.sources), len(projections))
@@ -136,15 +152,7 @@ class TopicRows:
         types = {f.name: f.dataType for f in exploded.schema.fields if f.name in sources}
         joined = exploded.join(F.broadcast(self._routes_frame(exploded.sparkSession, routes,
                                                               projections)), on=PID)
-        ordering = Window.partitionBy(TOPIC).orderBy(
-            *[F.col(o).asc_nulls_last() for o in order])
-        numbered = joined.select(F.col(TOPIC), self._value(projections, types).alias("value"),
-                                 *[F.col(o) for o in order]) \
-            .withColumn(INDEX, F.row_number().over(ordering) - 1)
-        return numbered.select(
-            F.col(TOPIC),
-            F.concat(F.lit(prefix), F.col(INDEX).cast("string")).cast("binary").alias("key"),
-            F.col("value"))
+        return joined, self._value(projections, types)
 
     # ----- the frames the rows job makes --------------------------------------------------------
     def from_pids(self, frame: DataFrame, routes: Sequence[PlanRoute], order: Sequence[str],

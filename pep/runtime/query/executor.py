@@ -46,6 +46,7 @@ from pep.core import punctuations
 from pep.core.plan import StreamDefinition
 from pep.runtime.base.delivery import Deliver
 from pep.runtime.delivery.driver_rows import DriverRows
+from pep.runtime.delivery.realtime import RealTimeRows
 from pep.runtime.delivery.topic_rows import TopicRows
 from pep.runtime.delivery.writer import TopicWriter
 from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
@@ -59,6 +60,7 @@ from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob
 from pep.runtime.query.runner import MicroBatchRunner
 from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN, QuerySettings, StreamLayout
+from pep.runtime.sources.frames import KAFKA_MAX_OFFSETS, KAFKA_TOPICS_MAX_OFFSETS
 from pep.runtime.query.shield import PunctuationShield
 
 
@@ -72,11 +74,16 @@ class StreamExecutor:
                  on_handle_closed: Callable[[str], None],
                  tuple_pane_min: int = DEFAULT_TUPLE_PANE_MIN,
                  mask_key: Callable[[str], bytes] | None = None,
-                 topics: tuple[dict[str, str], DriverRows] | None = None) -> None:
+                 topics: tuple[dict[str, str], DriverRows] | None = None,
+                 realtime: float = 0.0) -> None:
         """`topics`: delivery through plan topics (Spark's Kafka sink options, the runtime's
-        producer of the driver's rows), `pep.runtime.delivery`."""
+        producer of the driver's rows), `pep.runtime.delivery`; `realtime`: seconds of a
+        real-time batch, for a Kafka stream whose plans qualify (0: micro-batches only,
+        `pep.runtime.delivery.realtime`)."""
         settings = QuerySettings(spark, Path(work_dir), trigger_interval, max_files_per_trigger,
-                                 tuple_pane_min, mask_key)
+                                 tuple_pane_min, mask_key,
+                                 KAFKA_TOPICS_MAX_OFFSETS if topics is not None
+                                 else KAFKA_MAX_OFFSETS)
         layout = StreamLayout.of(definition)
         self._settings = settings
         self._layout = layout
@@ -88,6 +95,8 @@ class StreamExecutor:
         writer = None if topics is None else TopicWriter(
             TopicRows(topics[0]), topics[1], epoch=lambda: self.lifecycle.checkpoint_id(),
             stopping=lambda: self.lifecycle.stopping)
+        realtime_rows = (RealTimeRows(writer.rows, topics[0], realtime)
+                         if writer is not None and topics is not None and realtime > 0 else None)
         self.router = ResultRouter(layout, self.registry, self.figures, lateness, writer)
         self.shield = PunctuationShield(layout) if punctuations.enabled(definition) else None
         self.runner = MicroBatchRunner(spark, layout, self.registry, self.table, self.rows,
@@ -96,7 +105,9 @@ class StreamExecutor:
         self.replay = KafkaReplay(spark, layout, self.registry, self.table, self.rows,
                                   self.router, self.figures)
         self.lifecycle = QueryLifecycle(settings, layout, self.runner, self.router, self.replay,
-                                        self.figures, self._prepare_plans)
+                                        self.figures, self._prepare_plans, realtime_rows,
+                                        lambda: self.registry.current()[0],
+                                        self.shield is not None)
 
     def _prepare_plans(self) -> None:
         self.table.prepare(*self.registry.current())
@@ -155,10 +166,13 @@ class StreamExecutor:
     def add_handle(self, handle_id: str, compiled: CompiledPlan | CompiledUnion,
                    deliver: Deliver) -> None:
         self.registry.add_handle(handle_id, compiled, deliver)
+        self.lifecycle.plans_changed()
 
     def remove_handle(self, handle_id: str) -> int:
         """Detach a handle (waiting for a delivery to it in progress); returns handles left."""
-        return self.registry.remove_handle(handle_id)
+        left = self.registry.remove_handle(handle_id)
+        self.lifecycle.plans_changed()
+        return left
 
     def attached(self) -> list[tuple[str, CompiledPlan | CompiledUnion, Deliver]]:
         """The active handles with their plans (to move them onto a replacement query)."""
