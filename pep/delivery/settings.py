@@ -32,7 +32,7 @@ class DeliverySettings:
     replication: int = 1
     ack_timeout: float = 1.0
     # seconds of a real-time batch for Kafka streams whose plans all qualify
-    # (`pep.runtime.delivery.realtime`); 0: micro-batches only
+    # (`pep.runtime.query.realtime`); 0: micro-batches only
     realtime: float = 0.0
 
     @classmethod

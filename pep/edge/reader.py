@@ -17,7 +17,7 @@ gateway's own code.
   skipped, never "not above the highest" (which dropped those rows, issue 45). A hole still
   open when the next batch's first record comes (a batch's write ends before the next batch
   starts) is a row lost: the reader is told with a `gap`, never silence.
-- A real-time query (`pep.runtime.delivery.realtime`) keys a record by its place in the
+- A real-time query (`pep.runtime.query.realtime`) keys a record by its place in the
   stream's topic (`r:<epoch>:<topic>/<partition>/<offset>`) and writes a source partition's
   records in offset order; started again, it writes again what it read since its last commit:
   a record whose source offset is not above the highest read of its partition is skipped
@@ -57,7 +57,7 @@ def parse_key(key: bytes | None) -> tuple[str, int, int] | None:
 
 def parse_source_key(key: bytes | None) -> tuple[str, str, int] | None:
     """(epoch, source topic/partition, offset) of a key a real-time query wrote
-    (`r:<epoch>:<topic>/<partition>/<offset>`, `pep.runtime.delivery.realtime`); None for
+    (`r:<epoch>:<topic>/<partition>/<offset>`, `pep.runtime.query.realtime`); None for
     another key."""
     try:
         kind, epoch, place = (key or b"").decode("ascii").split(":")

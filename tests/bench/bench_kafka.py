@@ -38,7 +38,9 @@ Only loopback traffic; every loop is bounded; everything started is stopped, eve
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -101,7 +103,10 @@ POLICY_ID = "urn:xsg:bench:kafka"
 SIDES = ("gateway", "gateway-topics", "user", "gateway-settings")
 # the gateway's two ways of delivering: rows into the handle's buffer in the gateway process
 # (`delivery = "process"`), or written by Spark to the plan's topic and served by an edge
-GATEWAYS = ("gateway", "gateway-topics")
+GATEWAYS = ("gateway", "gateway-topics", "gateway-realtime")
+# the same-topic comparison of the plan-topics path in micro-batches and in real-time mode
+REALTIME_SIDES = ("gateway-topics", "gateway-realtime")
+REALTIME_BATCH = 5.0  # seconds of a real-time batch (Spark's minimum)
 SINCE = "the first record"
 GRACE = 5.0  # seconds after the last record a row may still arrive before it counts as never
 LEAD = 3.0  # seconds from a latency run's set-up to its first record (the producer's start)
@@ -357,13 +362,14 @@ USER_APP: dict[str, Handler] = {"throughput": direct_throughput, "latency": dire
 # -- the benchmark ---------------------------------------------------------------------------------
 
 class Bench:
-    def __init__(self, spark: Any, gws: dict[str, Gateway], edge_port: int, broker: Any,
-                 app: UserApp, tmp: Path) -> None:
+    def __init__(self, spark: Any, gws: dict[str, Gateway], edge_ports: dict[str, int],
+                 broker: Any, app: UserApp, tmp: Path) -> None:
         self.spark, self.gws, self.broker, self.app, self.tmp = spark, gws, broker, app, tmp
         self.gw = gws["gateway"]
-        self.edge_port = edge_port  # the edge that serves the plan-topics gateway's handles
+        self.edge_ports = edge_ports  # per plan-topics gateway, the edge serving its handles
         self.sides = DirectSides(spark, app, USER_APP)
         self.count = 0
+        self.streams = 0
         self.cap: int | None = None  # the streams' maxOffsetsPerTrigger, None: the gateway's
 
     def topic(self, partitions: int = 3) -> str:
@@ -372,10 +378,12 @@ class Bench:
         self.broker.create_topic(name, partitions)
         return name
 
-    def stream(self, side: str = "gateway") -> tuple[str, str]:
-        """A fresh topic and a gateway stream on it (its defaults), granted to every consumer."""
-        topic = self.topic()
-        name = f"k{self.count}"
+    def stream(self, side: str = "gateway", topic: str | None = None) -> tuple[str, str]:
+        """A gateway stream (its defaults) on `topic` (None: a fresh one of 3 partitions),
+        granted to every consumer."""
+        topic = topic or self.topic()
+        self.streams += 1
+        name = f"k{self.streams}"
         gw = self.gws[side]
         source = {"kind": "kafka", "bootstrap.servers": self.broker.bootstrap, "subscribe": topic}
         if self.cap is not None:
@@ -388,8 +396,8 @@ class Bench:
         """The reader process of `handle`: on the gateway, or on the edge for plan topics."""
         out = self.tmp / f"read-{self.count}.out"
         ready = str(self.tmp / f"read-{self.count}.ready")
-        if side == "gateway-topics":
-            job = ReadJob("127.0.0.1", self.edge_port, [(0, handle_path(handle),
+        if side in self.edge_ports:
+            job = ReadJob("127.0.0.1", self.edge_ports[side], [(0, handle_path(handle),
                                                          consumer_token(1))], str(out),
                           ready=ready, **options)
         else:
@@ -420,15 +428,20 @@ class Bench:
                    "first": got["first"], "last": got["last"], "errors": got["errors"]}
         return backlog_figures(res, expected_rows(n))
 
-    def latency(self, side: str, rate: float, seconds: float, startup: float) -> dict[str, Any]:
+    def latency(self, side: str, rate: float, seconds: float, startup: float,
+                topic: str | None = None) -> dict[str, Any]:
         if side not in GATEWAYS:
             return self.sides.run(side, "latency", wait=seconds + 300,
                                   bootstrap=self.broker.bootstrap, topic=self.topic(), rate=rate,
                                   seconds=seconds, startup=startup)
         gw = self.gws[side]
-        name, topic = self.stream(side)
+        name, topic = self.stream(side, topic)
         handle = gw.open(consumer_token(1), request_json(name))["handle"]
+        mode = None
         try:
+            if side == "gateway-realtime":
+                mode = wait_mode(gw, name, "realtime", 60.0)
+                time.sleep(2.0)  # its real-time tasks are reading the partitions
             # rows produced before the reader is connected wait in the handle's buffer (or its
             # topic): the records start at `start_at` whether it is or not
             start_at = time.time() + LEAD
@@ -441,7 +454,7 @@ class Bench:
             got = reader_result(proc, job, 30, stop=True)
         finally:
             gw.release(consumer_token(1), handle)
-        return {"sent": sent, "phases": split, "lat": got["lat"]}
+        return {"sent": sent, "phases": split, "lat": got["lat"], "mode": mode}
 
     def ingest(self, how: str, batches: int, per_batch: int) -> float:
         name, topic = self.stream()
@@ -488,7 +501,6 @@ def main() -> None:
     from pep.delivery.settings import DeliverySettings
     from pep.runtime.runtime import RuntimeSettings, StreamRuntime
     from pep.runtime.session import kafka_connector_jars
-    from tests.bench.bench_edges import start_edges
     from tests.kafka.broker import KafkaBroker
     from tests.pg_server import start_server
     if not kafka_connector_jars():
@@ -518,10 +530,24 @@ def main() -> None:
             tmp / "gwt", accounts(2), store=store, delivery="kafka", delivery_brokers=brokers,
             delivery_security_protocol="PLAINTEXT")
         stack.callback(gws["gateway-topics"].close)
-        edges = start_edges(1, tmp, store, brokers, tmp / "gwt" / "auth.json")
+        # and with real-time mode on (`delivery_realtime`), a store, prefix and edge of its own
+        rt_store = postgres.new_url()
+        gws["gateway-realtime"] = Gateway(
+            StreamRuntime(spark, tmp / "gwr" / "runtime", settings=RuntimeSettings(
+                delivery=DeliverySettings(brokers, security_protocol="PLAINTEXT",
+                                          prefix="xsgrt.", realtime=REALTIME_BATCH))),
+            tmp / "gwr", accounts(2), store=rt_store, delivery="kafka",
+            delivery_brokers=brokers, delivery_security_protocol="PLAINTEXT",
+            delivery_topic_prefix="xsgrt.", delivery_realtime=REALTIME_BATCH)
+        stack.callback(gws["gateway-realtime"].close)
+        edges = [start_edge(tmp, "edge-topics", store, brokers, tmp / "gwt" / "auth.json",
+                            "xsg."),
+                 start_edge(tmp, "edge-realtime", rt_store, brokers,
+                            tmp / "gwr" / "auth.json", "xsgrt.")]
         stack.callback(stop_edges, edges)
         app = started_user_app(stack, __file__)
-        bench = Bench(spark, gws, edges[0][1], broker, app, tmp)
+        bench = Bench(spark, gws, {"gateway-topics": edges[0][1],
+                                   "gateway-realtime": edges[1][1]}, broker, app, tmp)
         bench.cap = args.cap
         parts = set(args.parts.split(","))
         if "throughput" in parts:
@@ -529,11 +555,49 @@ def main() -> None:
         if "latency" in parts:
             results["lat"] = latency(bench, args.rate, seconds, args.startup, trials)
         if "realtime" in parts:
+            results["rtm_gw"] = realtime_gateway(bench, args.rate, seconds, args.startup, trials)
             results["rtm"] = realtime(bench, args.rate, seconds, args.startup)
         if "ingest" in parts:
             results["ingest"] = ingest_rates(bench, 10 if args.quick else 40, max(1, trials))
     summary(results)
     print("load average at the end:", load_average())
+
+
+def start_edge(tmp: Path, name: str, store: str, brokers: str, auth: Path, prefix: str
+               ) -> tuple[subprocess.Popen[bytes], int]:
+    """An edge (`xsg edge`, a process of its own) of the gateway whose store and topic prefix
+    these are; (process, port) once it listens."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XSG_STORE": store,
+           "XSG_DELIVERY_BROKERS": brokers, "XSG_DELIVERY_SECURITY_PROTOCOL": "PLAINTEXT",
+           "XSG_DELIVERY_TOPIC_PREFIX": prefix}
+    log = tmp / f"{name}.out"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-u", "-m", "pep.cli", "edge", "--port", "0",
+                                 "--id", name, "--auth", str(auth), "--log-level", "WARNING"],
+                                stdout=f, stderr=subprocess.STDOUT, env=env,
+                                stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith(f"xsg edge {name} on "):
+                return proc, int(line.split()[4].rsplit(":", 1)[1])
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"edge {name} did not start: {log.read_text()[-2000:]}")
+
+
+def wait_mode(gw: Gateway, stream: str, mode: str, timeout: float) -> str | None:
+    """The mode of the stream's query (`QueryLifecycle.mode`) once it is `mode`, or what it is
+    after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    now = None
+    while time.monotonic() < deadline:
+        executor = gw.runtime._executors.get(stream)
+        now = executor.lifecycle.mode if executor is not None else None
+        if now == mode and executor.lifecycle.active:
+            return now
+        time.sleep(0.1)
+    return now
 
 
 def stop_edges(edges: list[tuple[Any, int]]) -> None:
@@ -568,8 +632,29 @@ def latency(bench: Bench, rate: float, seconds: float, startup: float,
     return runs
 
 
+def realtime_gateway(bench: Bench, rate: float, seconds: float, startup: float,
+                     trials: int) -> dict[str, Any]:
+    """Through plan topics and an edge, micro-batches against real-time mode, on the same topic
+    (one partition: real-time mode wants a task slot per partition and one more), one side at a
+    time, the order rotating."""
+    print(f"\n3. plan topics + edge, micro-batches against real-time mode ({REALTIME_BATCH:g} s "
+          f"batches), the same topic (1 partition), {rate:.0f} records/s for {seconds:.0f} s "
+          f"(half pass), start-up = the first {startup:.0f} s")
+    topic = bench.topic(1)
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in REALTIME_SIDES}
+    for k, order in enumerate(rotations(REALTIME_SIDES, trials)):
+        for side in order:
+            res = bench.latency(side, rate, seconds, startup, topic=topic)
+            runs[side].append(res)
+            for label, (lat, want) in zip(("start-up", "steady"), phase_split(res), strict=True):
+                print(f"  trial {k + 1} {SIDE_NAMES[side]:32s} {label:8s} "
+                      f"{latency_line(lat, want, 'ms')}"
+                      + (f" (query: {res['mode']})" if res.get("mode") else ""))
+    return runs
+
+
 def realtime(bench: Bench, rate: float, seconds: float, startup: float) -> dict[str, Any]:
-    print("\n3. real-time mode")
+    print("\n3b. a user's real-time query")
     answer = bench.app.call("foreach_batch_realtime", bootstrap=bench.broker.bootstrap,
                             topic=bench.topic())["answer"]
     print(f"  foreachBatch (the shared query's sink) in real-time mode: {answer}")
@@ -625,6 +710,16 @@ def summary(results: dict[str, Any]) -> None:
                 m = statistics.median(p95[g][label])
                 print(f"    {label}: {g} / user {ratio(m, u)}, {g} / gateway-settings "
                       f"{ratio(m, d)}")
+    rtm_gw = results.get("rtm_gw")
+    if rtm_gw:
+        print("  plan topics + edge, same topic: p50 / p95 produce -> reader (never arrived = "
+              "infinite)")
+        for s in REALTIME_SIDES:
+            for k, label in enumerate(("start-up", "steady")):
+                p50 = [pct(with_missing(*phase_split(r)[k]), 50) * 1000 for r in rtm_gw[s]]
+                p95 = [pct(with_missing(*phase_split(r)[k]), 95) * 1000 for r in rtm_gw[s]]
+                print(f"    {SIDE_NAMES[s]:32s} {label:8s} p50 {spread(p50, '{:,.1f}')} ms, "
+                      f"p95 {spread(p95, '{:,.1f}')} ms")
     rtm = results.get("rtm")
     if rtm:
         parts = [f"{label} p95 {secs(pct(with_missing(lats, w), 95), 'ms')}"

@@ -1,4 +1,4 @@
-"""Real-time mode (issue 45, `pep.runtime.delivery.realtime`): a Kafka stream whose plans all
+"""Real-time mode (issue 45, `pep.runtime.query.realtime`): a Kafka stream whose plans all
 compile to Spark expressions runs one real-time query from its topic to the plan topics; its
 rows are read through the edge's own reader of a plan topic (`pep.edge.reader.TopicReader`:
 event ids, skipping what a restarted query writes again). A plan that does not qualify (a
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import time
+
+import pytest
 
 from pep.core.plan import Aggregate, ExecutionPlan, Predicate, WindowSpec
 from pep.delivery.settings import DeliverySettings
@@ -100,8 +102,8 @@ def test_a_qualifying_stream_runs_in_real_time_mode_and_falls_back_for_a_window(
 def test_which_plans_qualify():
     """`refusal`: each reason a stream's plans keep it in micro-batches."""
     from pep.core.plan import SpatialPredicate
-    from pep.runtime.delivery.realtime import refusal
     from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.query.realtime import refusal
     from pep.runtime.query.registry import AttachedHandle, PlanState
     from tests.kafka.test_kafka_runtime import SCHEMA
 
@@ -126,3 +128,27 @@ def test_which_plans_qualify():
     assert "masks" in refusal([state(masked)], False)
     in_process = state(plain, deliver=lambda batch: True)
     assert "gateway process" in refusal([in_process], False)
+
+
+def test_an_edge_skips_what_a_restarted_real_time_query_writes_again():
+    """`SourceLog`: per source partition, a record not above the highest offset read is a
+    repeat; another epoch (a new checkpoint) starts afresh; micro-batch keys are not its."""
+    from pep.edge.reader import SourceLog, parse_key, parse_source_key
+    key = parse_source_key(b"r:abc:src.t-1/0000000002/00000000000000000017")
+    assert key == ("abc", "src.t-1/2", 17)
+    assert parse_source_key(b"m:abc:3:4") is None and parse_key(b"r:abc:t/1/2") is None
+    assert parse_source_key(b"r:abc:nonsense") is None
+    log = SourceLog()
+    assert [log.note(("e", "t/0", o)) for o in (5, 6, 7)] == [True, True, True]
+    assert log.note(("e", "t/1", 3))  # another partition: its own offsets
+    assert not log.note(("e", "t/0", 6)) and not log.note(("e", "t/0", 7))  # written again
+    assert log.note(("e", "t/0", 8))
+    assert log.note(("f", "t/0", 1))  # a new checkpoint's query
+
+
+def test_real_time_batches_are_off_or_at_least_spark_s_minimum():
+    from pep.config.model import GatewayConfig
+    assert GatewayConfig().delivery_realtime == 0.0
+    assert GatewayConfig(delivery_realtime=5.0).delivery_realtime == 5.0
+    with pytest.raises(ValueError, match="delivery_realtime .* at least 5 seconds"):
+        GatewayConfig(delivery_realtime=2.0)

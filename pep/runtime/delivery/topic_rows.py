@@ -144,7 +144,7 @@ class TopicRows:
                ) -> tuple[DataFrame, Column]:
         """`exploded` joined with the routes (a broadcast of the small table: a row per (row,
         plan topic)) and the records' value Column over it; shared with the real-time query
-        (`realtime.py`), which allows a broadcast join but no window."""
+        (`pep/runtime/query/realtime.py`), which allows a broadcast join but no window."""
         projections: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
         for r in routes:
             projections.setdefault((r.projection, r.sources), len(projections))

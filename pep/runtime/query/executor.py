@@ -46,7 +46,6 @@ from pep.core import punctuations
 from pep.core.plan import StreamDefinition
 from pep.runtime.base.delivery import Deliver
 from pep.runtime.delivery.driver_rows import DriverRows
-from pep.runtime.delivery.realtime import RealTimeRows
 from pep.runtime.delivery.topic_rows import TopicRows
 from pep.runtime.delivery.writer import TopicWriter
 from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
@@ -55,13 +54,14 @@ from pep.runtime.query.kafka_replay import KafkaReplay
 from pep.runtime.query.lifecycle import QueryLifecycle
 from pep.runtime.query.panes_job import PanesJob
 from pep.runtime.query.plan_table import PlanTable
+from pep.runtime.query.realtime import RealTimeRows
 from pep.runtime.query.registry import PlanRegistry
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob
 from pep.runtime.query.runner import MicroBatchRunner
 from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN, QuerySettings, StreamLayout
-from pep.runtime.sources.frames import KAFKA_MAX_OFFSETS, KAFKA_TOPICS_MAX_OFFSETS
 from pep.runtime.query.shield import PunctuationShield
+from pep.runtime.sources.frames import KAFKA_MAX_OFFSETS, KAFKA_TOPICS_MAX_OFFSETS
 
 
 class StreamExecutor:
@@ -79,7 +79,7 @@ class StreamExecutor:
         """`topics`: delivery through plan topics (Spark's Kafka sink options, the runtime's
         producer of the driver's rows), `pep.runtime.delivery`; `realtime`: seconds of a
         real-time batch, for a Kafka stream whose plans qualify (0: micro-batches only,
-        `pep.runtime.delivery.realtime`)."""
+        `pep.runtime.query.realtime`)."""
         settings = QuerySettings(spark, Path(work_dir), trigger_interval, max_files_per_trigger,
                                  tuple_pane_min, mask_key,
                                  KAFKA_TOPICS_MAX_OFFSETS if topics is not None

@@ -21,11 +21,11 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pep.core.plan import StreamDefinition
 from pep.runtime.base.columns import FILE_COLUMN
 from pep.runtime.base.jvm_steps import foreach_batch, stopped_batch
-from pep.runtime.delivery.realtime import RealTimeRows, ensure_epoch, refusal, routes_key
 from pep.runtime.delivery.writer import TopicWriter
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.kafka_replay import KafkaReplay
 from pep.runtime.query.progress import query_progress
+from pep.runtime.query.realtime import RealTimeRows, ensure_epoch, refusal, routes_key
 from pep.runtime.query.route_worker import RoutingFailed
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.runner import MicroBatchRunner
@@ -64,7 +64,7 @@ class QueryLifecycle:
                  realtime: RealTimeRows | None = None,
                  plans: Callable[[], list[Any]] = list, punctuated: bool = False) -> None:
         """`realtime`: a Kafka stream's queries may run in real-time mode while its plans
-        (`plans()`, the registry's states) qualify (`pep.runtime.delivery.realtime`)."""
+        (`plans()`, the registry's states) qualify (`pep.runtime.query.realtime`)."""
         self._settings = settings
         self._layout = layout
         self._runner = runner
@@ -169,7 +169,7 @@ class QueryLifecycle:
         except Exception as exc:  # noqa: BLE001 - the query runs already: its first batch builds it (or fails)
             log.warning("stream %s: plan table not prepared: %s", definition.name, exc)
 
-    # ----- real-time mode (pep/runtime/delivery/realtime.py) ----------------------------------
+    # ----- real-time mode (pep/runtime/query/realtime.py) ----------------------------------
     @property
     def mode(self) -> str:
         """"realtime" while the query runs in real-time mode, else "micro-batch"."""
@@ -267,7 +267,7 @@ class QueryLifecycle:
                     return
                 self._stopped = False
                 self.start()
-            except Exception as exc:  # noqa: BLE001 - told as the query's failure (health)
+            except Exception as exc:
                 self._figures.failed(exc)
                 log.exception("stream %s: the query did not start again", self._layout.name)
 

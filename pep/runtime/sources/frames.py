@@ -187,7 +187,7 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition,
 
 
 def kafka_realtime_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
-    """A Kafka stream's frame for a real-time query (`pep.runtime.delivery.realtime`): as
+    """A Kafka stream's frame for a real-time query (`pep.runtime.query.realtime`): as
     `_kafka_frame`, without a cap per trigger (real-time mode refuses maxOffsetsPerTrigger:
     its tasks read each partition as it comes)."""
     return _cached_frame(spark, ("kafka-realtime", stream),

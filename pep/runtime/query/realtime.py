@@ -128,11 +128,10 @@ class RealTimeRows:
 
     def start(self, records: DataFrame, name: str, checkpoint: Path) -> StreamingQuery:
         """The real-time query writing `records` to their topics."""
+        interval = f"{max(1, int(round(self.batch_seconds * 1000)))} milliseconds"
         writer = (records.writeStream.queryName(name).format("kafka").options(**self._options)
-                  .option("checkpointLocation", str(checkpoint)).outputMode("update")
-                  # pyspark 4.2's overloads of trigger() do not name realTime yet
-                  .trigger(realTime=f"{max(1, int(round(self.batch_seconds * 1000)))} "  # type: ignore[call-overload]
-                                    "milliseconds"))
+                  .option("checkpointLocation", str(checkpoint)).outputMode("update"))
+        writer = writer.trigger(realTime=interval)  # type: ignore[call-overload]  # not in pyspark 4.2's overloads
         query: StreamingQuery = writer.start()
         return query
 
