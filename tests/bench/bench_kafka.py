@@ -409,13 +409,18 @@ class Bench:
         return proc, job
 
     def throughput(self, side: str, n: int, timeout: float) -> dict[str, Any]:
+        side, _, cap = side.partition("@")  # "gateway-topics@30000": that stream's cap
         if side not in GATEWAYS:
             res = self.sides.run(side, "throughput", wait=timeout + 300,
                                  bootstrap=self.broker.bootstrap, topic=self.topic(), n=n,
                                  timeout=timeout)
         else:
             gw = self.gws[side]
-            name, topic = self.stream(side)
+            before, self.cap = self.cap, int(cap) if cap else self.cap
+            try:
+                name, topic = self.stream(side)
+            finally:
+                self.cap = before
             handle = gw.open(consumer_token(1), request_json(name))["handle"]
             try:
                 proc, job = self.reader(side, handle, want=expected_rows(n), seconds=timeout)
@@ -491,6 +496,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0, help="per throughput run")
     parser.add_argument("--parts", default="throughput,latency,realtime,ingest",
                         help="which parts to run, comma-separated")
+    parser.add_argument("--topics-caps", default="",
+                        help="throughput of the plan-topics gateway at each of these "
+                             "maxOffsetsPerTrigger (comma-separated) against the user's query")
     parser.add_argument("--cap", type=int, default=None,
                         help="the gateway streams' maxOffsetsPerTrigger (default: the gateway's)")
     args = parser.parse_args()
@@ -552,6 +560,9 @@ def main() -> None:
         parts = set(args.parts.split(","))
         if "throughput" in parts:
             results["tp"] = throughput(bench, n, trials, args.timeout)
+        if args.topics_caps:
+            results["caps"] = caps_sweep(bench, n, trials, args.timeout,
+                                         [int(c) for c in args.topics_caps.split(",")])
         if "latency" in parts:
             results["lat"] = latency(bench, args.rate, seconds, args.startup, trials)
         if "realtime" in parts:
@@ -612,6 +623,23 @@ def stop_edges(edges: list[tuple[Any, int]]) -> None:
 def throughput(bench: Bench, n: int, trials: int, timeout: float) -> dict[str, Any]:
     print(f"\n1. throughput: a backlog of {n:,} records ({expected_rows(n):,} pass), 3 partitions")
     return backlog_trials(lambda side: bench.throughput(side, n, timeout), SIDES, trials, SINCE)
+
+
+def caps_sweep(bench: Bench, n: int, trials: int, timeout: float,
+               caps: list[int]) -> dict[str, Any]:
+    """The plan-topics gateway's backlog rate at each records-per-micro-batch cap, against the
+    user's query, in rotating trials (to choose the default, `KAFKA_TOPICS_MAX_OFFSETS`)."""
+    print(f"\n1b. plan topics + edge by maxOffsetsPerTrigger, a backlog of {n:,} records")
+    sides = [f"gateway-topics@{c}" for c in caps] + ["user"]
+    names = {**SIDE_NAMES, **{f"gateway-topics@{c}": f"plan topics + edge, cap {c:,}"
+                              for c in caps}}
+    tp = backlog_trials(lambda side: bench.throughput(side, n, timeout), sides, trials, SINCE,
+                        names)
+    med = {s: statistics.median(t["rate"] for t in tp["runs"][s]) for s in sides}
+    for c in caps:
+        print(f"    cap {c:>7,}: {med[f'gateway-topics@{c}']:,.0f} rows/s, / user "
+              f"{ratio(med[f'gateway-topics@{c}'], med['user'])}")
+    return tp
 
 
 def latency(bench: Bench, rate: float, seconds: float, startup: float,
