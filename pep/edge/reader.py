@@ -246,8 +246,12 @@ class TopicReader:
                 # a batch of records per call, and given to the reader in one step (one lock,
                 # one wake of its writer): one record per call held a reader to ~5,000 rows/s
                 # on a loaded machine (bench_kafka.py)
+                first = consumer.poll(POLL)  # waits for one record: its latency stays
+                if first is None:
+                    continue
+                # then what is there already, without waiting (consume waits for a full batch)
                 events: list[Event] = []
-                for msg in consumer.consume(CONSUME_BATCH, POLL):
+                for msg in [first, *consumer.consume(CONSUME_BATCH - 1, 0)]:
                     error = msg.error()
                     if error is not None:
                         if error.code() in DENIED:  # fenced off the topic: deny
