@@ -734,7 +734,7 @@ def summary(results: dict[str, Any]) -> None:
                   f" steady {spread(p95[s]['steady'], '{:,.0f}')} ms")
         for label in ("start-up", "steady"):
             u, d = (statistics.median(p95[s][label]) for s in ("user", "gateway-settings"))
-            for g in GATEWAYS:
+            for g in (g for g in GATEWAYS if g in SIDES):
                 m = statistics.median(p95[g][label])
                 print(f"    {label}: {g} / user {ratio(m, u)}, {g} / gateway-settings "
                       f"{ratio(m, d)}")
