@@ -3,14 +3,21 @@ write on the same kind of topic; and what Spark's real-time mode gives.
 
 Run: .venv/bin/python tests/bench/bench_kafka.py [--quick] [--trials 3] [--records 100000]
                                                 [--rate 200] [--seconds 20] [--startup 5]
+                                                [--parts throughput,latency,realtime,ingest]
+                                                [--topics-caps 10000,30000,100000]
      (needs `make install`'s jars)
 
 A single-node Kafka broker (KRaft, tests/kafka/broker.py); topics of 3 partitions; records carry
 `v` (0-99) and `sent` (epoch seconds when produced); the policy's filter `v < 50` passes half of
-them and its map keeps four columns. Three sides (tests/bench/harness.py says why these):
+them and its map keeps four columns. The sides (tests/bench/harness.py says why these):
 - gateway: one real gateway as `xsg serve` runs it (its SparkSession, StreamRuntime, HTTP server),
   a stream on the topic with the gateway's defaults (trigger 0.25 s, maxOffsetsPerTrigger
   10,000); a handle read over HTTP (NDJSON) by a reader process of its own;
+- gateway-topics: the same gateway with `delivery = "kafka"` (a real PostgreSQL store, the
+  broker): Spark writes the plan's topic (maxOffsetsPerTrigger 100,000), an edge (`xsg edge`, a
+  process of its own) serves the reader;
+- gateway-realtime: that gateway with real-time mode on (`delivery_realtime`, 5 s batches; a
+  store, topic prefix and edge of its own), in part 3 only;
 - user: the same parse, filter and projection as a user writes it, in an application of its own
   (its own process, JVM and SparkSession with Spark's defaults; no maxOffsetsPerTrigger, the
   default trigger), each micro-batch's rows brought to the driver with `toArrow()`;
@@ -27,9 +34,13 @@ Producers are processes of their own (confluent-kafka, acks=all).
    right after the side's query started; p50/p95/p99 over every record that passes, those that
    never arrive infinitely late; the first `--startup` seconds (start-up) apart from the rest
    (steady state). Same rotation of trials.
-3. real-time mode (Spark 4.1+): a user's real-time query (`trigger(realTime=...)`, the same
-   filter and projection, Kafka -> Kafka), latency read by a consumer process of the output
-   topic; and whether the gateway's shared query could run so (its sink is foreachBatch).
+3. real-time mode (Spark 4.1+): gateway-topics against gateway-realtime on the same topic (one
+   partition: a real-time task holds a slot per partition), one side at a time, the order
+   rotating, as in 2; then a user's real-time query (`trigger(realTime=...)`, the same filter
+   and projection, Kafka -> Kafka), latency read by a consumer process of the output topic; and
+   whether a foreachBatch sink may run so (it may not).
+   `--topics-caps 10000,30000,100000`: gateway-topics' backlog rate at each cap against the
+   user's query (how KAFKA_TOPICS_MAX_OFFSETS was chosen). `--parts` picks the parts to run.
 4. the gateway's records API into Kafka: records/s acknowledged through
    `POST /streams/<s>/records` against the same batches produced directly, each from a process
    of its own, alternating.
