@@ -42,7 +42,9 @@ if str(ROOT) not in sys.path:
 INF = float("inf")
 T = TypeVar("T")
 # the sides of a comparison (see the module's docstring)
-SIDE_NAMES = {"gateway": "gateway", "runtime": "runtime", "user": "direct, Spark's defaults",
+SIDE_NAMES = {"gateway": "gateway", "gateway-topics": "gateway, plan topics + edge",
+              "gateway-realtime": "gateway, plan topics, real-time",
+              "runtime": "runtime", "user": "direct, Spark's defaults",
               "gateway-settings": "direct, the gateway's settings"}
 
 

@@ -204,6 +204,12 @@ def _socket_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
 # a backlog is read in batches a handle's buffer (10,000 rows) can take, as the file sources'
 # maxFilesPerTrigger does.
 KAFKA_MAX_OFFSETS = 10_000
+# The same when the stream's rows go to plan topics (`delivery = "kafka"`): no buffer holds them,
+# and each micro-batch pays a fixed cost (the topic write's job, the figures' job, ~0.3-0.5 s
+# here), which 10,000-record batches paid every 10,000 records: a backlog read at half the rate
+# of the query a user writes (issue 45, docs/benchmarks.md). A batch of 100,000 still ends within
+# a few seconds; below a backlog the 0.25 s trigger reads what came, as before.
+KAFKA_TOPICS_MAX_OFFSETS = 100_000
 
 
 def kafka_options(stream: StreamDefinition) -> tuple[str, str, dict[str, str]]:
@@ -221,7 +227,8 @@ def kafka_options(stream: StreamDefinition) -> tuple[str, str, dict[str, str]]:
     return servers, topic, client
 
 
-def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
+def _kafka_frame(spark: SparkSession, stream: StreamDefinition,
+                 max_offsets: int = KAFKA_MAX_OFFSETS) -> DataFrame:
     """A Kafka topic's records, each value a JSON object of the stream's attributes.
 
     A new query starts at the latest offsets (nothing is replayed: the runtime drops a Kafka
@@ -232,14 +239,28 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
     (see the module docstring): `_xsg_seq` is null and `_xsg_file` is "<topic>/<partition>/
     <offset>", zero-padded, so that the executor orders a micro-batch by the stream's time
     attribute, then partition, then offset."""
+    per_trigger = stream.source.option("maxOffsetsPerTrigger") or str(max_offsets)
+    return _kafka_stream_records(spark, stream, per_trigger)
+
+
+def kafka_realtime_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
+    """A Kafka stream's frame for a real-time query (`pep.runtime.query.realtime`): as
+    `_kafka_frame`, without a cap per trigger (real-time mode refuses maxOffsetsPerTrigger:
+    its tasks read each partition as it comes)."""
+    return _cached_frame(spark, ("kafka-realtime", stream),
+                         lambda: _kafka_stream_records(spark, stream, None))
+
+
+def _kafka_stream_records(spark: SparkSession, stream: StreamDefinition,
+                          per_trigger: str | None) -> DataFrame:
     servers, topic, client = kafka_options(stream)
-    per_trigger = stream.source.option("maxOffsetsPerTrigger") or str(KAFKA_MAX_OFFSETS)
     reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers)
               .option("subscribe", topic).option("startingOffsets", "latest")
-              .option("maxOffsetsPerTrigger", per_trigger)
               # records that retention removed while the query was stopped are skipped (logged
               # by Spark) rather than failing the stream at every restart
               .option("failOnDataLoss", "false"))
+    if per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", per_trigger)
     for key, value in client.items():
         reader = reader.option(f"kafka.{key}", value)
     return _kafka_records(stream, reader)
@@ -315,11 +336,13 @@ DELETE_COMMITTED = "<delete committed files>"
 
 
 def build_source(spark: SparkSession, stream: StreamDefinition,
-                 max_files_per_trigger: int | None = 50, archive_dir: str | None = None
-                 ) -> DataFrame:
+                 max_files_per_trigger: int | None = 50, archive_dir: str | None = None,
+                 max_offsets_per_trigger: int = KAFKA_MAX_OFFSETS) -> DataFrame:
     """The stream's source as a streaming DataFrame (see the module docstring for its shape).
 
-    `max_files_per_trigger` None: no bound (the runtime's skip-to-the-end query). `archive_dir`:
+    `max_files_per_trigger` None: no bound (the runtime's skip-to-the-end query);
+    `max_offsets_per_trigger`: a Kafka stream's records per micro-batch, unless its definition
+    sets its own. `archive_dir`:
     where an `ingest` stream's committed files go (Spark's `cleanSource=archive`), or
     `DELETE_COMMITTED`; the files of a `files` source are the owner's and are never moved. Checks
     run on every call; the frame itself is reused for the same session, definition and
@@ -352,5 +375,6 @@ def build_source(spark: SparkSession, stream: StreamDefinition,
     if kind == "socket":
         return _cached_frame(spark, ("socket", stream), lambda: _socket_frame(spark, stream))
     if kind == "kafka":
-        return _cached_frame(spark, ("kafka", stream), lambda: _kafka_frame(spark, stream))
+        return _cached_frame(spark, ("kafka", stream, max_offsets_per_trigger),
+                             lambda: _kafka_frame(spark, stream, max_offsets_per_trigger))
     raise SourceError(f"stream {stream.name!r}: unknown source kind {kind!r}")
