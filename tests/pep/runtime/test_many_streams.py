@@ -95,6 +95,8 @@ def test_streams_of_different_schemas_share_one_query_and_one_job_per_batch(spar
     collected = shared._shared.jobs_run
     assert 1 <= collected <= stats["weather"]["batches"] + stats["ships"]["batches"]
     assert jobs_of(spark, str(query.runId)) == collected
+    # both streams' row plans matched in the shared stage (pep/runtime/shared/stage.py)
+    assert shared._shared.staged >= 2 and shared._shared.read_again == 0
     # committed files leave the ingest directories for each stream's own archive (as Spark's
     # cleanSource moves them: when the next batch starts)
     write_jsonl(tmp_path / "in" / "weather", "9999.json", [
