@@ -426,8 +426,9 @@ class SharedQuery:
                 member, keep, _, _ = work[i]
                 frame = batch_frame(session, member.definition, keep)
                 work[i] = (member, keep, None, plan_branch(member.parts, frame))
-            log.info("shared batch %s: %d streams read again by Spark's reader", batch_id,
-                     len(again))
+                log.info("stream %s: micro-batch %s read again by Spark's reader (a line in "
+                         "a form the shared stage does not parse)", member.definition.name,
+                         batch_id)
             more = self._collect(session, None, [work[i][3] if i in again else None
                                                  for i in range(len(work))])
             results.update(more)  # tagged by their places in `work`: the stage's were not

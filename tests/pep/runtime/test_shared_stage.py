@@ -46,6 +46,7 @@ ODD = [
     '{"ts":"2024-5-1T1:2:3Z"}', '{"ts":"+2024-05-01T12:00:00Z"}', '{"ts":1714564800}',
     '{"ts":"2024-05-01T12:00:00.1234567Z"}', '{"ts":"2024-02-30T00:00:00Z"}',
     '{"ts":"2024-05-01T12:00:00+02:00"}', '{"ts":"2024-05-01T24:00:00Z"}',
+    '{"ts":"0000-01-01T00:00:00Z"}', '{"ts":"2024-05-01T12:00:60Z"}',
     '{"temp":NaN}', '{"temp":-NaN}', '{"temp":Infinity}', '{"temp":"1.5"}', '{"temp":1e400}',
     '{"n":5.0}', '{"n":"5"}', '{"n":9223372036854775808}', '{"n":-0}',
     '{"s":5}', '{"s":5.0}', '{"s":{"a":1}}', '{"s":true}', '{"s":"\\ud800"}',
@@ -66,6 +67,13 @@ def ingested_lines() -> list[str]:
     return out
 
 
+def _exact(table: pa.Table) -> pa.Table:
+    """Timestamps as their microseconds (Spark reads some texts into year 0, which Python's
+    datetime cannot hold)."""
+    return pa.table([c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c
+                     for c in table.columns], names=table.column_names)
+
+
 def test_the_stage_reads_every_line_as_sparks_json_reader_or_leaves_it_to_spark(spark,
                                                                                tmp_path):
     """Each line alone in a file, read by Spark's JSON reader with the stream's schema (what
@@ -84,7 +92,7 @@ def test_the_stage_reads_every_line_as_sparks_json_reader_or_leaves_it_to_spark(
              .selectExpr("*", "_metadata.file_name AS f"))
     table = frame.toArrow()
     by_file: dict[str, list[dict]] = {}
-    for row in table.to_pylist():
+    for row in _exact(table).to_pylist():
         by_file.setdefault(row.pop("f"), []).append(row)
     refused = []
     for i, line in enumerate(lines):
@@ -94,7 +102,7 @@ def test_the_stage_reads_every_line_as_sparks_json_reader_or_leaves_it_to_spark(
             continue
         assert ours.schema == pa.schema([(n, t) for n, t in zip(
             table.column_names, table.schema.types, strict=False) if n != "f"]), line
-        assert ours.to_pylist() == by_file.get(f"{i:03d}.json", []), line
+        assert _exact(ours).to_pylist() == by_file.get(f"{i:03d}.json", []), line
     assert not [line for line in canonical if line in refused]
     # what Spark reads differently from pyarrow is refused (and much else that is odd)
     for line in ('{"ts":"2024-05-01T12:00Z"}', '{"temp":-NaN}', '{"s":5}', '{"n":1} {"n":2}',
