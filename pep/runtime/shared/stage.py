@@ -57,8 +57,8 @@ ARROW_TYPES = {"double": pa.float64(), "long": pa.int64(), "string": pa.string()
                "timestamp": pa.timestamp("us", tz="UTC")}
 # The one timestamp text both readers read alike (checked against Spark: test_shared_stage):
 # ISO-8601 date and time with seconds, up to six fractional digits, UTC ("Z") or no zone (the
-# session's time zone, UTC, as ingest assumes), years 1 to 9999. Spark reads some texts this excludes
-# differently from pyarrow (no seconds: null in Spark, a time in pyarrow).
+# session's time zone, UTC, as ingest assumes), years 1 to 9999. Spark reads some texts this
+# excludes differently from pyarrow (no seconds: null in Spark, a time in pyarrow).
 TIMESTAMP_TEXT = (r"^(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"
                   r"-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
                   r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z?$")
