@@ -407,8 +407,9 @@ class SharedQuery:
             if not keep or (plan is not None and len(keep) == len(paths)):
                 work.append((member, keep, plan if keep else None, None))
                 continue
-            # files of the batch not delivered (its first handle came after them): its own
-            # jobs over the files kept (the stage reads every line of the batch)
+            # its own jobs over the files it keeps: a stream the stage does not serve, or one
+            # with files of the batch not delivered (its first handle came after them; the
+            # stage reads every line of the batch, and its rows of that stream are left)
             frame = batch_frame(session, member.definition, keep)
             work.append((member, keep, None, plan_branch(member.parts, frame)))
         planned = time.perf_counter()
