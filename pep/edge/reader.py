@@ -21,7 +21,10 @@ gateway's own code.
 - `close(kind, reason)` drops the rows not yet given to the reader and ends with the final
   event (revoked, released, ended, shutdown), whose id is the last row the reader was given (a
   reader told `shutdown` resumes from there on another edge).
-- The consumer runs ahead of the reader by at most `MAX_QUEUED` rows.
+- The records come from the edge's one consumer (`pep.edge.feed`), shared by all its readers;
+  each reader keeps its own next offset and key log, so it sees what a consumer of its own
+  would. The feed runs ahead of the reader by at most `MAX_QUEUED` rows (a full reader
+  refuses a record and is handed it again once it has room).
 """
 from __future__ import annotations
 
@@ -32,13 +35,12 @@ from collections import deque
 from collections.abc import Callable
 
 from pep.delivery.settings import DeliverySettings
+from pep.edge.feed import EdgeFeed
 from pep.handles.buffer import Event
 
 log = logging.getLogger(__name__)
 
 MAX_QUEUED = 5000  # rows read from the topic and not yet given to the reader
-POLL = 0.05  # seconds per consumer poll
-METADATA_REFRESH_MS = 1000
 
 
 def parse_key(key: bytes | None) -> tuple[str, int, int] | None:
@@ -96,13 +98,18 @@ class TopicReader:
         self._final: Event | None = None
         self._final_read = False
         self._waiters: tuple[Callable[[], None], ...] = ()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._consume, daemon=True,
-                                        name=f"xsg-edge-reader-{handle_id[:8]}")
+        self._expected = self._start  # the next offset needed (the feed's thread only)
+        self._keys = KeyLog()
+        self._feed: EdgeFeed | None = None
+        self._own_feed = False
         self.skipped = 0  # records repeated by a micro-batch written again
 
-    def start(self) -> None:
-        self._thread.start()
+    def start(self, feed: EdgeFeed | None = None) -> None:
+        """Read the topic through the edge's consumer `feed` (None: a consumer of its own)."""
+        if feed is None:
+            feed, self._own_feed = EdgeFeed(self._settings), True
+        self._feed = feed
+        feed.add(self)
 
     # -- the reading interface of `HandleStream` -------------------------------------------------
 
@@ -181,69 +188,54 @@ class TopicReader:
             self._rows.clear()
             self._final = Event(self._given, kind, json.dumps({"event": kind, "reason": reason}))
             self._wake(final=True)
-        self._stop.set()
+        feed = self._feed
+        if feed is not None:
+            feed.remove(self)
+            if self._own_feed:
+                feed.close()
         return True
 
-    # -- the topic ------------------------------------------------------------------------------
+    # -- the topic (records handed by the edge's consumer, `pep.edge.feed`) --------------------
 
-    def _consume(self) -> None:
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+    @property
+    def expected(self) -> int:
+        """The offset of the next record this reader needs."""
+        return self._expected
 
-        DENIED = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
+    def has_room(self) -> bool:
+        with self._cond:
+            return len(self._rows) < MAX_QUEUED or self._final is not None
 
-        consumer = Consumer(self._settings.client(**{
-            "group.id": self._settings.group_prefix + "reader", "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10,
-            # a plan topic created a moment ago may be unknown to this client's first metadata:
-            # asked again every second rather than librdkafka's five minutes
-            "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
-            "logger": logging.getLogger("pep.edge.kafka")}))
-        try:
-            consumer.assign([TopicPartition(self.topic, 0, self._start)])
-            expected = self._start
-            keys = KeyLog()
-            while not self._stop.is_set():
-                msg = consumer.poll(POLL)
-                if msg is None:
-                    continue
-                error = msg.error()
-                if error is not None:
-                    if error.code() in DENIED:  # fenced off the topic: deny
-                        self.close("shutdown", "this edge may not read the handle's topic; "
-                                               "reconnect")
-                        return
-                    log.debug("plan topic %s: %s", self.topic, error)
-                    continue
-                offset = int(msg.offset() or 0)
-                if offset > expected and offset > self._given:  # records the topic lost
-                    self._put(Event(offset, "gap", json.dumps(
-                        {"event": "gap", "lost": offset - max(expected, self._given),
-                         "resume_from": offset + 1})))
-                expected = offset + 1
-                key = parse_key(msg.key())
-                if key is not None:
-                    new, lost = keys.note(key)
-                    if not new:
-                        self.skipped += 1
-                        continue
-                    if lost and offset + 1 > self._given:  # rows a failed write never put
-                        self._put(Event(offset, "gap", json.dumps(
-                            {"event": "gap", "lost": lost, "resume_from": offset + 1})))
-                if offset + 1 > self._given:
-                    value = msg.value() or b"{}"
-                    self._put(Event(offset + 1, "row", value.decode("utf-8")))
-        except Exception:  # the reader is told, and reconnects elsewhere
-            log.exception("plan topic %s could not be read", self.topic)
-            self.close("shutdown", "the edge could not read the handle's topic; reconnect")
-        finally:
-            consumer.close()
+    def offer(self, offset: int, key: bytes | None, value: bytes | None) -> bool:
+        """The topic's record at `offset` (the feed's thread only): False when the queue is
+        full (the record is not taken; the feed hands it again later). A record below the
+        next one needed was read before."""
+        if offset < self._expected or self._final is not None:
+            return True
+        with self._cond:
+            if len(self._rows) >= MAX_QUEUED:
+                return False
+        if offset > self._expected and offset > self._given:  # records the topic lost
+            self._put(Event(offset, "gap", json.dumps(
+                {"event": "gap", "lost": offset - max(self._expected, self._given),
+                 "resume_from": offset + 1})))
+        self._expected = offset + 1
+        parsed = parse_key(key)
+        if parsed is not None:
+            new, lost = self._keys.note(parsed)
+            if not new:
+                self.skipped += 1
+                return True
+            if lost and offset + 1 > self._given:  # rows a failed write never put
+                self._put(Event(offset, "gap", json.dumps(
+                    {"event": "gap", "lost": lost, "resume_from": offset + 1})))
+        if offset + 1 > self._given:
+            self._put(Event(offset + 1, "row", (value or b"{}").decode("utf-8")))
+        return True
 
     def _put(self, event: Event) -> None:
         with self._cond:
-            while len(self._rows) >= MAX_QUEUED and self._final is None \
-                    and not self._stop.is_set():
-                self._cond.wait(0.2)
-            if self._final is not None:
+            if self._final is not None:  # closed: what it was not given is dropped
                 return
             self._rows.append(event)
             self._wake()
