@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 POLL = 0.05  # seconds per consumer poll
 METADATA_REFRESH_MS = 1000
+FETCH_WAIT_MS = 100
 PARTITION = 0  # a plan topic's only partition
 
 
@@ -104,7 +105,11 @@ class EdgeFeed:
 
         config = self._settings.client(**{
             "group.id": self._settings.group_prefix + "reader", "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10,
+            "auto.offset.reset": "earliest",
+            # the broker answers a fetch as soon as one of its partitions has a record; the
+            # wait bounds only idle fetches, each of which names every topic the edge reads
+            # (a consumer per reader at 10 ms: 100 fetches a second per reader, for nothing)
+            "fetch.wait.max.ms": FETCH_WAIT_MS,
             # a plan topic created a moment ago may be unknown to this client's first metadata:
             # asked again every second rather than librdkafka's five minutes
             "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
