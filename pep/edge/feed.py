@@ -195,21 +195,21 @@ class EdgeFeed:
             entry.paused = True
 
     def _resume(self, consumer: Any) -> None:
-        """Readers that refused a record and have room again: their topic read again from the
-        lowest of their next offsets (the others ignore what they read already); a topic
-        paused because all its readers refused goes on."""
+        """Readers that refused a record and have room again (and readers that joined a paused
+        topic): their topic read again from the lowest next offset of the readers that take
+        records (the others ignore what they read already); a paused topic goes on."""
         from confluent_kafka import TopicPartition
 
         for topic, entry in self._topics.items():
-            if not entry.blocked:
+            if not entry.blocked and not entry.paused:
                 continue
-            ready = [r for r in entry.readers
-                     if id(r) in entry.blocked and (r.closed or r.has_room())]
-            if not ready:
+            for r in entry.readers:
+                if id(r) in entry.blocked and (r.closed or r.has_room()):
+                    entry.blocked.discard(id(r))
+            takers = [r for r in entry.readers if not r.closed and id(r) not in entry.blocked]
+            if not takers:
                 continue
-            for r in ready:
-                entry.blocked.discard(id(r))
-            start = min((r.expected for r in ready if not r.closed), default=entry.position)
+            start = min(r.expected for r in takers)
             if start < entry.position:
                 _seek(consumer, topic, start)
                 entry.position = start

@@ -36,13 +36,15 @@ def test_one_consumer_feeds_readers_at_their_own_positions_a_full_one_misses_not
     settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT",
                                 prefix=f"fd{int(time.time() * 1000) % 100000}.")
     one, two = settings.plan_prefix + "one", settings.plan_prefix + "two"
+    three = settings.plan_prefix + "three"
     ensure_topics(AdminClient({"bootstrap.servers": kafka_broker.bootstrap}), settings,
-                  (one, two))
+                  (one, two, three))
     producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "acks": "all",
                          "enable.idempotence": True})
     for i in range(30):
         producer.produce(one, json.dumps({"v": i}).encode(), f"m:e:1:{i}".encode())
         producer.produce(two, json.dumps({"v": 100 + i}).encode(), f"m:e:1:{i}".encode())
+        producer.produce(three, json.dumps({"v": 200 + i}).encode(), f"m:e:1:{i}".encode())
     assert producer.flush(30) == 0
 
     consumers = []
@@ -53,9 +55,11 @@ def test_one_consumer_feeds_readers_at_their_own_positions_a_full_one_misses_not
     fast = TopicReader(settings, "h-fast", one, 10, None)  # bound later: from offset 10
     other = TopicReader(settings, "h-other", two, 0, 25)  # resumes after event 25
     gone = TopicReader(settings, "h-gone", two, 0, None)
-    readers = [slow, fast, other, gone]
+    stuck = TopicReader(settings, "h-stuck", three, 0, None)  # never reads: topic three paused
+    late = TopicReader(settings, "h-late", three, 0, None)  # joins the paused topic
+    readers = [slow, fast, other, gone, stuck, late]
     try:
-        for r in (fast, other, gone):
+        for r in (fast, other, gone, stuck):
             r.start(feed)
         assert _rows(fast, 20) == [(o + 1, o) for o in range(10, 30)]
         assert _rows(other, 5) == [(o + 1, 100 + o) for o in range(25, 30)]
@@ -68,10 +72,12 @@ def test_one_consumer_feeds_readers_at_their_own_positions_a_full_one_misses_not
         assert producer.flush(30) == 0
         assert _rows(fast, 3) == [(31, 30), (32, 31), (33, 32)]
         assert _rows(slow, 3) == [(31, 30), (32, 31), (33, 32)]
+        late.start(feed)  # topic three is paused for `stuck`, full all along
+        assert _rows(late, 30) == [(o + 1, 200 + o) for o in range(30)]
         # the closed reader: its final event, then nothing
         final = gone.read(timeout=0.2)
         assert [e.kind for e in final] == ["revoked"] and gone.read(timeout=0.2) == []
-        assert consumers == [1]  # one consumer for the four readers of two topics
+        assert consumers == [1]  # one consumer for the six readers of three topics
     finally:
         for r in readers:
             r.close("shutdown")
