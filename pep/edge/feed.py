@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 POLL = 0.05  # seconds per consumer poll
 METADATA_REFRESH_MS = 1000
-FETCH_WAIT_MS = 100
+FETCH_WAIT_MS = 10
 PARTITION = 0  # a plan topic's only partition
 
 
@@ -106,9 +106,10 @@ class EdgeFeed:
         config = self._settings.client(**{
             "group.id": self._settings.group_prefix + "reader", "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            # the broker answers a fetch as soon as one of its partitions has a record; the
-            # wait bounds only idle fetches, each of which names every topic the edge reads
-            # (a consumer per reader at 10 ms: 100 fetches a second per reader, for nothing)
+            # short: a fence (an ACL) applies from the next fetch, and a fetch parked at the
+            # broker before it returns what is written while it waits (at 100 ms, a record
+            # written after the fence reached the fenced edge's reader); one consumer per edge
+            # makes that 100 idle fetches a second per edge, not per reader
             "fetch.wait.max.ms": FETCH_WAIT_MS,
             # a plan topic created a moment ago may be unknown to this client's first metadata:
             # asked again every second rather than librdkafka's five minutes
