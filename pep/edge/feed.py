@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Protocol
 
 from pep.delivery.settings import DeliverySettings
@@ -32,6 +33,8 @@ from pep.delivery.settings import DeliverySettings
 log = logging.getLogger(__name__)
 
 POLL = 0.05  # seconds per consumer poll
+CONSUME_BATCH = 500  # records taken per poll at most
+IDLE_EVERY = 0.5  # seconds between the readers' looks at a quiet stream's holes
 METADATA_REFRESH_MS = 1000
 FETCH_WAIT_MS = 10
 PARTITION = 0  # a plan topic's only partition
@@ -51,6 +54,10 @@ class FedReader(Protocol):
     def has_room(self) -> bool: ...
 
     def offer(self, offset: int, key: bytes | None, value: bytes | None) -> bool: ...
+
+    def flush(self) -> None: ...
+
+    def idle(self, now: float) -> None: ...
 
     def close(self, kind: str, reason: str | None = None) -> bool: ...
 
@@ -114,7 +121,9 @@ class EdgeFeed:
             # a plan topic created a moment ago may be unknown to this client's first metadata:
             # asked again every second rather than librdkafka's five minutes
             "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
-            "logger": logging.getLogger("pep.edge.kafka")})
+            # only critical client logs: the edge says once that the brokers are away
+            # (`pep.edge.node`); the errors that matter come from `poll`
+            "log_level": 2, "logger": logging.getLogger("pep.edge.kafka")})
         return Consumer(config)
 
     def _run(self) -> None:
@@ -124,25 +133,37 @@ class EdgeFeed:
         consumer = None
         try:
             consumer = self._consumer()
+            looked = time.monotonic()
             while not self._stop.is_set():
                 self._apply(consumer)
                 self._resume(consumer)
+                now = time.monotonic()
+                if now - looked >= IDLE_EVERY:  # quiet readers look at their holes
+                    looked = now
+                    for entry in self._topics.values():
+                        for reader in entry.readers:
+                            reader.idle(now)
                 if not self._topics:
                     self._stop.wait(POLL)
                     continue
-                msg = consumer.poll(POLL)
-                if msg is None:
+                # one record waited for (its latency stays), then what is there already
+                first = consumer.poll(POLL)
+                if first is None:
                     continue
-                error = msg.error()
-                if error is not None:
-                    if error.code() in denied:  # fenced off the topic: deny
-                        self._end(msg.topic(), "this edge may not read the handle's topic; "
-                                               "reconnect")
-                    else:
-                        log.debug("plan topics: %s", error)
-                    continue
-                self._hand(consumer, msg.topic(), int(msg.offset() or 0), msg.key(),
-                           msg.value())
+                touched: dict[int, FedReader] = {}
+                for msg in [first, *consumer.consume(CONSUME_BATCH - 1, 0)]:
+                    error = msg.error()
+                    if error is not None:
+                        if error.code() in denied:  # fenced off the topic: deny
+                            self._end(msg.topic(), "this edge may not read the handle's "
+                                                   "topic; reconnect")
+                        else:
+                            log.debug("plan topics: %s", error)
+                        continue
+                    self._hand(consumer, msg.topic(), int(msg.offset() or 0), msg.key(),
+                               msg.value(), touched)
+                for reader in touched.values():
+                    reader.flush()
         except Exception:  # the readers are told (below), and reconnect elsewhere
             log.exception("the edge's plan topics could not be read")
         finally:
@@ -176,7 +197,7 @@ class EdgeFeed:
                     consumer.incremental_unassign([TopicPartition(reader.topic, PARTITION)])
 
     def _hand(self, consumer: Any, topic: str | None, offset: int, key: bytes | None,
-              value: bytes | None) -> None:
+              value: bytes | None, touched: dict[int, FedReader]) -> None:
         entry = self._topics.get(topic or "")
         if topic is None or entry is None or entry.paused:
             return
@@ -189,6 +210,7 @@ class EdgeFeed:
                 entry.blocked.add(id(reader))
             else:
                 waiting = False
+                touched[id(reader)] = reader
         if waiting:
             from confluent_kafka import TopicPartition
 

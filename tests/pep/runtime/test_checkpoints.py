@@ -258,8 +258,8 @@ def test_a_batch_that_starts_while_its_query_stops_ends_it_quietly(spark, tmp_pa
 def test_late_micro_batches_are_logged_as_one_repeating_warning(spark, tmp_path, caplog):
     """Spark's own "falling behind" WARN is off (a line per trigger); the runtime reads the
     same figure from the queries' progress and logs each late batch as a repeating warning
-    (`pep.log_repeats`), which the gateway's log sums up."""
-    from pep.log_repeats import REPEAT, VALUE
+    (`common.log_repeats`), which the gateway's log sums up."""
+    from common.log_repeats import REPEAT, VALUE
 
     sd = ingest(tmp_path)
     rt = runtime_for(spark, tmp_path / "work", janitor_interval=3600)
