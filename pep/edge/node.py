@@ -2,7 +2,8 @@
 
 An edge keeps nothing a restart would miss: a reader's handle, owner, state, topic and start are
 read from the shared store (`DeliveryStore.reader_view`) every time a reader connects, and the
-rows from the plan topic. What it holds in memory is which readers it serves now, so that:
+rows from the plan topics (through one consumer for all its readers, `pep.edge.feed`). What it
+holds in memory is which readers it serves now, so that:
 
 - a revocation on the control topic (`pep.delivery.control`) closes them at once, before the
   edge acknowledges it (rows not yet written are dropped, `pep.edge.reader`);
@@ -37,6 +38,7 @@ from pep.core.refs import possible_handle_id
 from pep.delivery.control import CONTROL_LOST, ControlListener, Revocation
 from pep.delivery.settings import DeliverySettings
 from pep.delivery.store import DeliveryStore
+from pep.edge.feed import EdgeFeed
 from pep.edge.reader import TopicReader
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ class EdgeNode:
         self._holding = False  # the control topic lost: readers held (`TopicReader.hold`)
         self._stop = threading.Event()
         self.control: ControlListener | None = None
+        self.feed = EdgeFeed(settings)  # one consumer of plan topics for all the readers
         self._watch = threading.Thread(target=self._watch_loop, name="xsg-edge-watch",
                                        daemon=True)
 
@@ -117,7 +120,7 @@ class EdgeNode:
                 raise Unavailable("this edge cannot check handles now; retry (another edge)",
                                   retry_after=1)
             self._readers.setdefault(handle_id, set()).add(reader)
-        reader.start()
+        reader.start(self.feed)
         return reader
 
     def closed(self, reader: TopicReader) -> None:
@@ -224,6 +227,7 @@ class EdgeNode:
             self._watch.join(timeout=5)
         if self.control is not None:
             self.control.close()
+        self.feed.close()
         try:
             self.store.leave(self.edge)
         except Exception:  # noqa: BLE001 - its row ages out

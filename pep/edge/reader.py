@@ -34,7 +34,10 @@ gateway's own code.
 - `close(kind, reason)` drops the rows not yet given to the reader and ends with the final
   event (revoked, released, ended, shutdown), whose id is the last row the reader was given (a
   reader told `shutdown` resumes from there on another edge).
-- The consumer runs ahead of the reader by at most `MAX_QUEUED` rows (and one poll's batch).
+- The records come from the edge's one consumer (`pep.edge.feed`), shared by all its readers;
+  each reader keeps its own next offset and key logs, so it sees what a consumer of its own
+  would. The feed runs ahead of the reader by at most `MAX_QUEUED` rows (a full reader refuses
+  a record and is handed it again once it has room).
 """
 from __future__ import annotations
 
@@ -45,8 +48,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from pep.core.refs import handle_ref
 from pep.delivery.settings import DeliverySettings
+from pep.edge.feed import EdgeFeed
 from pep.handles.buffer import Event
 
 log = logging.getLogger(__name__)
@@ -54,9 +57,6 @@ log = logging.getLogger(__name__)
 MAX_QUEUED = 5000  # rows read from the topic and not yet given to the reader
 HOLE_AFTER = 30.0  # seconds of quiet (brokers reached) after which the last batch's hole is a gap
 NOTICES = ("stalled", "resumed")  # what a held reader is still given
-POLL = 0.05  # seconds per consumer poll
-CONSUME_BATCH = 500  # records per poll at most (the queue may hold this many beyond MAX_QUEUED)
-METADATA_REFRESH_MS = 1000
 
 
 def parse_key(key: bytes | None) -> tuple[str, int, int] | None:
@@ -161,14 +161,23 @@ class TopicReader:
         self._released_at = 0.0  # monotonic time of the last `release` (the quiet restarts)
         self._hole_after = hole_after
         self._waiters: tuple[Callable[[], None], ...] = ()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._consume, daemon=True,
-                                        # never the id (a capability): its reference
-                                        name=f"xsg-edge-reader-{handle_ref(handle_id)[:8]}")
+        # the topic as this reader has read it (the feed's thread only)
+        self._expected = self._start  # the next offset needed
+        self._keys = KeyLog()
+        self._sources = SourceLog()
+        self._last_record = time.monotonic()
+        self._looked = True  # at the holes, since the last record (once per quiet spell)
+        self._pending: list[Event] = []  # taken by `offer`, given at `flush`
+        self._feed: EdgeFeed | None = None
+        self._own_feed = False
         self.skipped = 0  # records repeated by a micro-batch written again
 
-    def start(self) -> None:
-        self._thread.start()
+    def start(self, feed: EdgeFeed | None = None) -> None:
+        """Read the topic through the edge's consumer `feed` (None: a consumer of its own)."""
+        if feed is None:
+            feed, self._own_feed = EdgeFeed(self._settings), True
+        self._feed = feed
+        feed.add(self)
 
     # -- the reading interface of `HandleStream` -------------------------------------------------
 
@@ -282,98 +291,82 @@ class TopicReader:
             self._rows.clear()
             self._final = Event(self._given, kind, json.dumps({"event": kind, "reason": reason}))
             self._wake(final=True)
-        self._stop.set()
+        feed = self._feed
+        if feed is not None:
+            feed.remove(self)
+            if self._own_feed:
+                feed.close()
         return True
 
     # -- the topic ------------------------------------------------------------------------------
 
-    def _consume(self) -> None:
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+    # -- the topic (records handed by the edge's consumer, `pep.edge.feed`) --------------------
 
-        DENIED = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
+    @property
+    def expected(self) -> int:
+        """The offset of the next record this reader needs."""
+        return self._expected
 
-        consumer = Consumer(self._settings.client(**{
-            "group.id": self._settings.group_prefix + "reader", "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10,
-            # a plan topic created a moment ago may be unknown to this client's first metadata:
-            # asked again every second rather than librdkafka's five minutes
-            "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
-            # only critical client logs: a consumer per reader would log every failed
-            # connection while the brokers are away (16 lines a second each, measured), which
-            # the edge says once (`pep.edge.node`); the errors that matter come from `poll`
-            "log_level": 2, "logger": logging.getLogger("pep.edge.kafka")}))
-        try:
-            consumer.assign([TopicPartition(self.topic, 0, self._start)])
-            expected = self._start
-            keys = KeyLog()
-            sources = SourceLog()
-            last_record = time.monotonic()
-            looked = True  # at the holes, since the last record (once per quiet spell)
-            while not self._stop.is_set():
-                # a batch of records per call, and given to the reader in one step (one lock,
-                # one wake of its writer): one record per call held a reader to ~5,000 rows/s
-                # on a loaded machine (bench_kafka.py)
-                first = consumer.poll(POLL)  # waits for one record: its latency stays
-                if first is None:
-                    if (not looked and not self._held and time.monotonic()
-                            - max(last_record, self._released_at) >= self._hole_after):
-                        # a quiet stream: the last batch's hole is told without waiting for
-                        # a next batch (issue 45)
-                        looked = True
-                        lost = keys.tell()
-                        if lost and expected >= self._given:
-                            self._put([Event(expected, "gap", json.dumps(
-                                {"event": "gap", "lost": lost, "resume_from": expected + 1}))])
-                    continue
-                last_record = time.monotonic()
-                looked = False
-                # then what is there already, without waiting (consume waits for a full batch)
-                events: list[Event] = []
-                for msg in [first, *consumer.consume(CONSUME_BATCH - 1, 0)]:
-                    error = msg.error()
-                    if error is not None:
-                        if error.code() in DENIED:  # fenced off the topic: deny
-                            self.close("shutdown", "this edge may not read the handle's topic; "
-                                                   "reconnect")
-                            return
-                        log.debug("plan topic %s: %s", self.topic, error)
-                        continue
-                    offset = int(msg.offset() or 0)
-                    if offset > expected and offset > self._given:  # records the topic lost
-                        events.append(Event(offset, "gap", json.dumps(
-                            {"event": "gap", "lost": offset - max(expected, self._given),
-                             "resume_from": offset + 1})))
-                    expected = offset + 1
-                    key = parse_key(msg.key())
-                    place = parse_source_key(msg.key()) if key is None else None
-                    if place is not None and not sources.note(place):
-                        self.skipped += 1
-                        continue
-                    if key is not None:
-                        new, lost = keys.note(key)
-                        if not new:
-                            self.skipped += 1
-                            continue
-                        if lost and offset + 1 > self._given:  # rows a failed write never put
-                            events.append(Event(offset, "gap", json.dumps(
-                                {"event": "gap", "lost": lost, "resume_from": offset + 1})))
-                    if offset + 1 > self._given:
-                        value = msg.value() or b"{}"
-                        events.append(Event(offset + 1, "row", value.decode("utf-8")))
-                if events:
-                    self._put(events)
-        except Exception:  # the reader is told, and reconnects elsewhere
-            log.exception("plan topic %s could not be read", self.topic)
-            self.close("shutdown", "the edge could not read the handle's topic; reconnect")
-        finally:
-            consumer.close()
+    def has_room(self) -> bool:
+        with self._cond:
+            return len(self._rows) < MAX_QUEUED or self._final is not None
+
+    def offer(self, offset: int, key: bytes | None, value: bytes | None) -> bool:
+        """The topic's record at `offset` (the feed's thread only): False when the queue is
+        full (the record is not taken; the feed hands it again later). A record below the
+        next one needed was read before."""
+        if offset < self._expected or self._final is not None:
+            return True
+        with self._cond:
+            if len(self._rows) + len(self._pending) >= MAX_QUEUED:
+                return False
+        self._last_record = time.monotonic()
+        self._looked = False
+        events: list[Event] = []
+        expected, self._expected = self._expected, offset + 1
+        if offset > expected and offset > self._given:  # records the topic lost
+            events.append(Event(offset, "gap", json.dumps(
+                {"event": "gap", "lost": offset - max(expected, self._given),
+                 "resume_from": offset + 1})))
+        parsed = parse_key(key)
+        place = parse_source_key(key) if parsed is None else None
+        if place is not None and not self._sources.note(place):
+            self.skipped += 1
+        elif parsed is not None and not (noted := self._keys.note(parsed))[0]:
+            self.skipped += 1
+        else:
+            lost = noted[1] if parsed is not None else 0
+            if lost and offset + 1 > self._given:  # rows a failed write never put
+                events.append(Event(offset, "gap", json.dumps(
+                    {"event": "gap", "lost": lost, "resume_from": offset + 1})))
+            if offset + 1 > self._given:
+                events.append(Event(offset + 1, "row", (value or b"{}").decode("utf-8")))
+        self._pending += events
+        return True
+
+    def flush(self) -> None:
+        """Give the reader what `offer` took since the last flush, in one step (one lock, one
+        wake of its writer per poll's records: one per record held a reader to ~5,000 rows/s
+        on a loaded machine, bench_kafka.py)."""
+        if self._pending:
+            events, self._pending = self._pending, []
+            self._put(events)
+
+    def idle(self, now: float) -> None:
+        """No record for a while (the feed's thread, every so often): a quiet stream's last
+        batch's hole is told as a gap without waiting for a next batch (issue 45)."""
+        if self._looked or self._held or \
+                now - max(self._last_record, self._released_at) < self._hole_after:
+            return
+        self._looked = True
+        lost = self._keys.tell()
+        if lost and self._expected >= self._given:
+            self._put([Event(self._expected, "gap", json.dumps(
+                {"event": "gap", "lost": lost, "resume_from": self._expected + 1}))])
 
     def _put(self, events: list[Event]) -> None:
         with self._cond:
-            while len(self._rows) >= MAX_QUEUED and self._final is None \
-                    and not self._stop.is_set():
-                self._cond.wait(0.2)
-            if self._final is not None:
+            if self._final is not None:  # closed: what it was not given is dropped
                 return
             self._rows.extend(events)
             self._wake()

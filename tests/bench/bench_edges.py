@@ -2,8 +2,9 @@
 one run: ingest-to-reader latency (start-up and steady state, rows that never arrive infinitely
 late) and revocation (each reader's `revoked` from the DELETE's start).
 
-Run: .venv/bin/python tests/bench/bench_edges.py [--quick] [--handles 100] [--trials 3]
-         [--rate 200] [--seconds 45] [--startup 15] [--pass-rate 0.1] [--edges 1,2]
+Run: .venv/bin/python tests/bench/bench_edges.py [--quick] [--handles 1000,5000] [--trials 3]
+         [--rate 200] [--seconds 45] [--startup 15] [--pass-rate 0.1] [--edges 1,2,4]
+         [--no-process] [--reader-procs 4]
 
 The workload is bench_many_readers' (its ingest process, its handles: each a band of `v` of its
 own, passing about `--pass-rate` of the tuples; its reader processes over raw sockets). Each
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,7 @@ from tests.bench.harness import (
     run_command,
     secs,
     sleep_until,
+    spark_cpu_seconds,
     spread,
 )
 from tests.bench.readers import ReadJob, reader_result, start_reader, write_start
@@ -81,8 +84,34 @@ def start_edges(k: int, tmp: Path, store: str, brokers: str, auth: Path
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a process used so far (/proc/<pid>/stat); nan if gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def raise_fd_limit() -> int:
+    """The soft limit of open files raised to the hard one (inherited by the children)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def usage(edges: list[int]) -> dict[str, Any]:
+    """CPU seconds so far: each edge's, this (the gateway's) process's, Spark's JVM and its
+    Python workers'."""
+    jvm, workers = spark_cpu_seconds()
+    return {"edges": [cpu_seconds(pid) for pid in edges], "gateway": cpu_seconds(os.getpid()),
+            "jvm": jvm, "workers": workers}
+
+
 def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_rate: float,
-             store: str, brokers: str, tmp: Path) -> dict[str, Any]:
+             store: str, brokers: str, tmp: Path, procs: int = 4) -> dict[str, Any]:
     """One side of a trial in this process: Spark and the gateway (and its edges), the handles
     and their readers, the ingest, the revocation."""
     from pep.delivery.settings import DeliverySettings
@@ -118,10 +147,11 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
         phases = [(0.0, startup), (startup, seconds)]
         start_file = str(tmp / "start")
         targets = [gw.port] if not k else [port for _, port in edges]
-        for j, port in enumerate(targets):
-            job = ReadJob("127.0.0.1", port,
-                          [(i, f"/handles/{ids[i]}", many.token(i))
-                           for i in range(j, n, len(targets))],
+        # reader process j reads edge j mod K's handles i with i mod P == j (P a multiple of K)
+        p = -(-max(procs, len(targets)) // len(targets)) * len(targets)
+        for j in range(p):
+            job = ReadJob("127.0.0.1", targets[j % len(targets)],
+                          [(i, f"/handles/{ids[i]}", many.token(i)) for i in range(j, n, p)],
                           str(tmp / f"reader-{j}.out"), ready=str(tmp / f"reader-{j}.ready"),
                           seconds=seconds + 900, phases=phases, start_file=start_file)
             readers.append((start_reader(job), job))
@@ -135,10 +165,12 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
         ingest = subprocess.Popen([sys.executable, many.__file__, "--ingest", gw.url, stream,
                                    str(rate), str(seconds), "0", repr(start_at)],
                                   stdout=subprocess.PIPE, text=True)
-        sleep_until(start_at)
+        sleep_until(start_at - 0.2)
+        cpu_before = usage([proc.pid for proc, _ in edges])
         text = ingest.communicate(timeout=seconds + 120)[0]
         out = json.loads([ln for ln in text.splitlines() if ln.startswith("@@")][-1][2:])
         time.sleep(many.GRACE)
+        cpu_after = usage([proc.pid for proc, _ in edges])
         t_revoke = time.time()
         r = requests.delete(f"{gw.url}/policies/urn:bench:many:{stream}", timeout=300,
                             headers={"Authorization": f"Bearer {many.ADMIN}"})
@@ -179,8 +211,18 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
     want = many.owed(out["puts"], bands, absolute)
     holes, cut = missing(out["puts"], bands, (absolute[0][0], absolute[-1][1]),
                          {int(i): t for res in results for i, t in res.get("tops", {}).items()})
-    return {"side": side, "n": n, "phases": [many.phase_figures(lat[j], want[j])
-                                             for j in range(2)],
+    # rows each edge delivered (its readers' rows), and its CPU per million of them
+    per_edge = [0] * max(1, k)
+    for j, res in enumerate(results):
+        per_edge[j % max(1, k)] += res["rows"]
+    cpu = {key: cpu_after[key] - cpu_before[key] for key in ("gateway", "jvm", "workers")}
+    edge_cpu = [b - a for a, b in zip(cpu_before["edges"], cpu_after["edges"], strict=True)]
+    return {"side": side, "n": n, "load": load_average(),
+            "edge_cpu": edge_cpu, "edge_rows": per_edge if k else [],
+            "edge_cpu_per_m": [c / r * 1e6 if r else float("nan")
+                               for c, r in zip(edge_cpu, per_edge, strict=False)],
+            "cpu": cpu, "rows": sum(per_edge),
+            "phases": [many.phase_figures(lat[j], want[j]) for j in range(2)],
             "revoke_call": revoke_call, "revoked": many.phase_figures(revoked, n),
             "after_revoked": after, "gaps": gaps, "errors": errors[:5],
             "missing_before_last": holes, "missing_after_last": cut,
@@ -222,8 +264,24 @@ def report(r: dict[str, Any]) -> None:
           f"{r['missing_before_last']} before a reader's last row, "
           f"{r['missing_after_last']} after it"
           + (f"; errors {r['errors']}" if r["errors"] else ""))
+    c = r["cpu"]
+    line = (f"    CPU s over the ingest: gateway process {c['gateway']:.1f}, Spark JVM "
+            f"{c['jvm']:.1f}, Python workers {c['workers']:.1f}; {r['rows']:,} rows delivered")
+    if r["edge_cpu"]:
+        per_m = r["edge_cpu_per_m"]
+        line += ("; per edge: " + ", ".join(
+            f"{cs:.1f} s / {rows:,} rows = {m:.0f} s per M" for cs, rows, m in
+            zip(r["edge_cpu"], r["edge_rows"], per_m, strict=True))
+            + f" (max/min {flatness(per_m):.2f})")
+    print(line + f"; load average {r['load']}")
     if any(x["open"] or set(x["finals"]) - {"revoked"} for x in r["readers"]):  # not all revoked
         print(f"    reader processes: {r['readers']}")
+
+
+def flatness(values: list[float]) -> float:
+    """The highest over the lowest (1.0: flat); nan without values."""
+    v = [x for x in values if x == x and x > 0]
+    return max(v) / min(v) if v else float("nan")
 
 
 def side_main(a: dict[str, Any]) -> None:
@@ -238,45 +296,66 @@ def main() -> None:
         return
     ap = bench_parser("one trial of 20 s (10 s start-up) at 20 handles, a smoke run",
                       "trials, the sides' order rotating")
-    ap.add_argument("--handles", type=int, default=100)
+    ap.add_argument("--handles", default="1000", help="handle counts, comma-separated")
     ap.add_argument("--rate", type=int, default=200, help="tuples ingested per second")
     ap.add_argument("--seconds", type=float, default=45.0)
     ap.add_argument("--startup", type=float, default=15.0)
     ap.add_argument("--pass-rate", type=float, default=0.1)
-    ap.add_argument("--edges", default="1,2", help="edge counts, comma-separated")
+    ap.add_argument("--edges", default="1,2,4", help="edge counts, comma-separated")
+    ap.add_argument("--no-process", action="store_true", help="edges only (no `process` side)")
+    ap.add_argument("--reader-procs", type=int, default=4)
     args = ap.parse_args()
+    sizes = [int(x) for x in args.handles.split(",")]
     if args.quick:
-        args.trials, args.seconds, args.startup, args.handles = 1, 20.0, 10.0, 20
+        args.trials, args.seconds, args.startup, sizes = 1, 20.0, 10.0, [20]
     from tests.kafka.broker import KafkaBroker
     from tests.pg_server import start_server
 
-    sides = ["process"] + [f"edges-{int(k)}" for k in args.edges.split(",")]
-    print("machine:", machine("confluent_kafka"), f"; {args.handles} handles, {args.rate} "
-          f"tuples/s, {args.pass_rate:.0%} of the handles per tuple")
-    results: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
+    sides = ([] if args.no_process else ["process"]) + [f"edges-{int(k)}"
+                                                        for k in args.edges.split(",")]
+    print("machine:", machine("confluent_kafka"), f"; {sizes} handles, {args.rate} tuples/s, "
+          f"{args.pass_rate:.0%} of the handles per tuple; open files up to {raise_fd_limit()}")
+    results: dict[tuple[int, str], list[dict[str, Any]]] = {(n, s): [] for n in sizes
+                                                            for s in sides}
     with tempfile.TemporaryDirectory(prefix="xsg-bench-edges-") as tmp:
         postgres = start_server()
         broker = KafkaBroker(Path(tmp) / "kafka")
         broker.start()
         try:
-            for k, order in enumerate(rotations(sides, args.trials)):
-                print(f"\n== trial {k + 1}")
-                for side in order:
-                    a = {"side": side, "n": args.handles, "rate": args.rate,
-                         "seconds": args.seconds, "startup": args.startup,
-                         "pass_rate": args.pass_rate, "store": postgres.new_url(),
-                         "brokers": broker.bootstrap}
-                    results[side].append(run_child(__file__, ["--side", json.dumps(a)],
-                                                   timeout=args.seconds + 1200, echo=True))
+            for t, order in enumerate(rotations(sides, args.trials)):
+                for n in (sizes if t % 2 == 0 else sizes[::-1]):
+                    print(f"\n== trial {t + 1}, {n:,} handles")
+                    for side in order:
+                        a = {"side": side, "n": n, "rate": args.rate, "seconds": args.seconds,
+                             "startup": args.startup, "pass_rate": args.pass_rate,
+                             "store": postgres.new_url(), "brokers": broker.bootstrap,
+                             "procs": args.reader_procs}
+                        results[(n, side)].append(run_child(
+                            __file__, ["--side", json.dumps(a)], timeout=args.seconds + 1800,
+                            echo=True))
         finally:
             broker.stop()
             postgres.close()
     print("\n== summary (median and range over the trials)")
-    for side, runs in results.items():
+    for (n, side), runs in results.items():
         start = spread((r['phases'][0]['p95'] for r in runs), '{:.2f}')
-        print(f"  {side:>8}: p95 start-up {start} s, "
+        per_m = [statistics.mean(r["edge_cpu_per_m"]) for r in runs if r["edge_cpu_per_m"]]
+        print(f"  {n:>6,} {side:>8}: p95 start-up {start} s, "
               f"steady {spread((r['phases'][1]['p95'] for r in runs), '{:.3f}')} s, revocation "
-              f"p99 {spread(r['revoked']['p99'] * 1000 for r in runs)} ms")
+              f"p99 {spread(r['revoked']['p99'] * 1000 for r in runs)} ms, gaps "
+              f"{sum(r['gaps'] for r in runs)}, never arrived "
+              f"{sum(r['missing_before_last'] for r in runs)}"
+              + (f"; edge CPU s per M rows {spread(per_m)} (max/min within a run "
+                 f"{spread((flatness(r['edge_cpu_per_m']) for r in runs), '{:.2f}')})"
+                 if per_m else "")
+              + f"; gateway process CPU s {spread((r['cpu']['gateway'] for r in runs), '{:.1f}')}")
+    for n in sizes:
+        means = [statistics.median([statistics.mean(r["edge_cpu_per_m"]) for r in runs])
+                 for (m, side), runs in results.items()
+                 if m == n and side.startswith("edges") and runs]
+        if len(means) > 1:
+            print(f"  {n:,} handles: edge CPU per M rows from {sides[-len(means)]} to {sides[-1]}:"
+                  f" max/min {flatness(means):.2f}")
     print("load average at the end:", load_average())
 
 

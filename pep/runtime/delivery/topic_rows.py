@@ -37,7 +37,7 @@ from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
-from pyspark import cloudpickle
+from pyspark import AccumulatorParam, cloudpickle
 from pyspark.sql import Column, DataFrame, Window, functions as F, types as T
 
 from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN, READ_COLUMN, TOP_COLUMN
@@ -85,6 +85,7 @@ class TopicRows:
         self._routes: tuple[Any, DataFrame] | None = None  # (routes' key, their frame)
         self._values: dict[Any, tuple[Column, list[str]]] = {}  # (routes, types) -> value
         self._exploded: dict[Any, T.StructType] = {}
+        self._counted: Any = None  # the exploding tasks' figures (`_counter`)
         self.written = 0  # write jobs done (observable)
         self.retried = 0  # writes tried again
 
@@ -172,15 +173,34 @@ class TopicRows:
     def from_bits(self, admitted: DataFrame, matcher: Any, keep: Sequence[str],
                   routes: Sequence[PlanRoute], order: Sequence[str], prefix: str) -> DataFrame:
         """Records from the grouped matcher's admitted frame (a bitmap per row, and the tasks'
-        figures rows, dropped here: a writer's job reports no observation, the runner counts
-        the batch itself): the bitmaps exploded on the workers (`worker_rows.exploded_rows`)."""
+        figures rows): the bitmaps exploded on the workers (`worker_rows.exploded_rows`), the
+        figures added to an accumulator (`counted()` once the write is done: a writer's job
+        reports no observation, and one more job to count the batch cost as much as a second
+        pass over it)."""
         schema = self._exploded_schema(admitted, keep)
+        counted = self._counter(admitted.sparkSession)
+        counted.value = {}
         exploded = self._steps.map_in_arrow(
             admitted, ("explode", tuple(keep), id(matcher)), matcher,
             lambda: worker_rows.exploded_rows(matcher, list(keep), BITS_COLUMN, PID,
-                                              (READ_COLUMN, TOP_COLUMN)),
+                                              (READ_COLUMN, TOP_COLUMN), counted),
             schema, [f.name for f in admitted.schema.fields])
         return self.records(exploded.where(F.col(PID).isNotNull()), routes, order, prefix)
+
+    def _counter(self, session: Any) -> Any:
+        """The accumulator the exploding tasks add their figures to (one per writer: the
+        exploding function, built once, closes over it)."""
+        with self._lock:
+            if self._counted is None:
+                self._counted = session.sparkContext.accumulator({}, _PerTask())
+            return self._counted
+
+    def counted(self) -> dict[str, Any]:
+        """The figures of the batch `from_bits` last wrote: {"rows": tuples read, "seq": their
+        highest position or None}, summed over its tasks."""
+        per_task = dict(self._counted.value) if self._counted is not None else {}
+        tops = [t for _, t in per_task.values() if t is not None]
+        return {"rows": sum(r for r, _ in per_task.values()), "seq": max(tops) if tops else None}
 
     def _exploded_schema(self, admitted: DataFrame, keep: Sequence[str]) -> T.StructType:
         key = tuple(keep)
@@ -220,6 +240,18 @@ class TopicRows:
                     warned = True
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY[1])
+
+
+class _PerTask(AccumulatorParam[dict[int, Any]]):
+    """{partition: figures}: a task's figures replace those of an earlier run of the same task
+    (a write tried again, a task retried), so nothing is counted twice."""
+
+    def zero(self, value: dict[int, Any]) -> dict[int, Any]:
+        return {}
+
+    def addInPlace(self, a: dict[int, Any], b: dict[int, Any]) -> dict[int, Any]:
+        a.update(b)
+        return a
 
 
 def _json_ready(column: Column, dtype: T.DataType) -> Column:

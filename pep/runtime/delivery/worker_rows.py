@@ -13,15 +13,18 @@ import pyarrow.compute as pc
 
 
 def exploded_rows(matcher: Any, keep: list[str], bits_column: str, pid_column: str,
-                  figures: tuple[str, str]
+                  figures: tuple[str, str], counted: Any = None
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The `mapInArrow` function over the admitted frame (`matcher.admitted_rows`' output): each
     admitted row repeated for every plan its bitmap names (`GroupedMatcher.pairs`), with the
-    plan's id in `pid_column` and the `keep` columns; the tasks' figures rows pass through with
-    a null plan id (the caller observes and drops them)."""
+    plan's id in `pid_column` and the `keep` columns. The tasks' figures rows pass through with
+    a null plan id (the caller drops them), or, with `counted` (a Spark accumulator of
+    {partition: (tuples read, highest position)}), are added to it, once per task: a task run
+    again replaces its partition's figures rather than adding to them."""
     read_column, top_column = figures
 
     def explode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        read_total, top = 0, None
         for batch in batches:
             if not batch.num_rows:
                 continue
@@ -30,14 +33,21 @@ def exploded_rows(matcher: Any, keep: list[str], bits_column: str, pid_column: s
             if pc.any(is_figures).as_py():
                 rows = batch.filter(pc.invert(is_figures))
                 facts = batch.filter(is_figures)
+            else:
+                rows, facts = batch, None
+            if facts is not None and counted is not None:
+                read_total += int(pc.sum(facts.column(facts.schema.get_field_index(
+                    read_column))).as_py() or 0)
+                high = pc.max(facts.column(facts.schema.get_field_index(top_column))).as_py()
+                if high is not None:
+                    top = high if top is None else max(top, high)
+            elif facts is not None:
                 yield pa.RecordBatch.from_arrays(
                     [pa.nulls(facts.num_rows, pa.int64()),
                      *(facts.column(facts.schema.get_field_index(n)) for n in keep),
                      facts.column(facts.schema.get_field_index(read_column)),
                      facts.column(facts.schema.get_field_index(top_column))],
                     names=[pid_column, *keep, read_column, top_column])
-            else:
-                rows = batch
             if not rows.num_rows:
                 continue
             bits = rows.column(rows.schema.get_field_index(bits_column))
@@ -51,6 +61,11 @@ def exploded_rows(matcher: Any, keep: list[str], bits_column: str, pid_column: s
                  *(rows.column(rows.schema.get_field_index(n)).take(take) for n in keep),
                  nulls, nulls],
                 names=[pid_column, *keep, read_column, top_column])
+        if counted is not None:
+            from pyspark import TaskContext
+
+            context = TaskContext.get()
+            counted.add({context.partitionId() if context is not None else 0: (read_total, top)})
     return explode
 
 

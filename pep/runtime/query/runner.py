@@ -191,7 +191,8 @@ class MicroBatchRunner:
                                 if self._topics is not None and guard is None else ([], plain))
         # a write to the plan topics as the batch's only job: Spark's writer runs it as a
         # command, whose observed metrics never reach the observation (it would wait forever):
-        # the figures come from one more small job instead
+        # the grouped matcher's tasks count the batch on the way (`TopicRows.counted`), else
+        # the figures come from one more small job
         writes_only = bool(worker) and not driver_plain and not windowed
         observation = None
         observed_batch = batch
@@ -209,7 +210,10 @@ class MicroBatchRunner:
             elif driver_plain and (few is not None or scalar is not None):
                 rows_arrow = self._rows.rows_frame(observed_batch, scalar, shape, few).toArrow()
             if worker:
-                self._write_topics(observed_batch, shape, scalar, few, grouped, worker, batch_id)
+                tasks_counted = self._write_topics(observed_batch, shape, scalar, few, grouped,
+                                                   worker, batch_id)
+                if writes_only and tasks_counted is not None and not from_progress:
+                    figures, writes_only = tasks_counted, False  # no job more to count it
             panes_source = batch
         else:
             panes_source = observed_batch
@@ -254,9 +258,10 @@ class MicroBatchRunner:
 
     def _write_topics(self, batch: DataFrame, shape: Shape, scalar: Column | None,
                       few: Column | None, grouped: GroupedMatcher | None, worker: list[Any],
-                      batch_id: int) -> None:
+                      batch_id: int) -> dict[str, Any] | None:
         """The rows of the plans whose handles read plan topics, written from the workers
-        (`pep.runtime.delivery`)."""
+        (`pep.runtime.delivery`); the batch's figures when the grouped matcher's tasks counted
+        them on the way (None otherwise)."""
         topics = self._topics
         assert topics is not None
         layout = self._layout
@@ -268,9 +273,11 @@ class MicroBatchRunner:
             keep = list(shape.plain_columns) + order
             topics.write_bits(self._rows.admitted_frame(batch, shape, grouped), grouped, keep,
                               routes, order, position)
-        elif few is not None or scalar is not None:
+            return topics.rows.counted() if routes else None
+        if few is not None or scalar is not None:
             topics.write_pids(self._rows.rows_frame(batch, scalar, shape, few), routes, order,
                               position)
+        return None
 
 
 __all__ = ["MicroBatchRunner", "Route"]

@@ -1,0 +1,268 @@
+"""One Kafka consumer for all the readers of an edge: the plan topics' records handed to each
+reader of their topic (`TopicReader.offer`), which keeps its own position, its own log of keys
+read (`KeyLog`) and its own queue.
+
+A consumer per reader cost each reader a librdkafka client (its threads, its connection to
+every broker, its fetch loop): at 2,500 readers on an edge, the edge spent its CPU polling
+idle consumers. Here one consumer, assigned the partition of every topic some reader reads
+(partition 0: a plan topic has one), fetches them all; what a reader sees is what its own
+consumer saw before, record for record:
+
+- a reader's next offset is its own (`TopicReader.expected`); the consumer reads a topic from
+  the lowest of its readers' and each reader ignores what it read already, so a reader that
+  joins a topic below the others makes the consumer go back (`seek`), harmlessly for them;
+- a reader whose queue is full refuses a record (`offer` is False) and is handed nothing more
+  until it has room; then its topic is read again from its next offset (the others ignore the
+  repeats): the consumer never waits on one slow reader, the topic's other readers go on, and
+  no reader misses a record; a topic whose readers all refused is paused meanwhile;
+- a topic this edge may not read (fenced off: authorization failed) ends its readers with
+  `shutdown`; an error the consumer cannot place ends every reader (they reconnect elsewhere).
+
+Readers are added and removed from any thread; the consumer's own thread applies the changes
+(a librdkafka consumer is not used from two threads).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Protocol
+
+from pep.delivery.settings import DeliverySettings
+
+log = logging.getLogger(__name__)
+
+POLL = 0.05  # seconds per consumer poll
+CONSUME_BATCH = 500  # records taken per poll at most
+IDLE_EVERY = 0.5  # seconds between the readers' looks at a quiet stream's holes
+METADATA_REFRESH_MS = 1000
+FETCH_WAIT_MS = 10
+PARTITION = 0  # a plan topic's only partition
+
+
+class FedReader(Protocol):
+    """What the feed needs of a reader (`pep.edge.reader.TopicReader`)."""
+
+    topic: str
+
+    @property
+    def expected(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def has_room(self) -> bool: ...
+
+    def offer(self, offset: int, key: bytes | None, value: bytes | None) -> bool: ...
+
+    def flush(self) -> None: ...
+
+    def idle(self, now: float) -> None: ...
+
+    def close(self, kind: str, reason: str | None = None) -> bool: ...
+
+
+class _Topic:
+    """The readers of one topic and where the consumer reads it."""
+
+    __slots__ = ("readers", "blocked", "paused", "position")
+
+    def __init__(self) -> None:
+        self.readers: list[FedReader] = []
+        self.blocked: set[int] = set()  # id() of readers that refused a record
+        self.paused = False
+        self.position = -1  # the next offset the consumer hands out (-1: not assigned yet)
+
+
+class EdgeFeed:
+    """The edge's consumer of plan topics (the module docstring)."""
+
+    def __init__(self, settings: DeliverySettings) -> None:
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._changes: list[tuple[str, FedReader]] = []
+        self._topics: dict[str, _Topic] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="xsg-edge-feed", daemon=True)
+        self._started = False
+
+    def add(self, reader: FedReader) -> None:
+        """Hand `reader` its topic's records from its next offset on."""
+        with self._lock:
+            self._changes.append(("add", reader))
+            if not self._started:
+                self._started = True
+                self._thread.start()
+
+    def remove(self, reader: FedReader) -> None:
+        """Stop handing `reader` records (its topic is let go with its last reader)."""
+        with self._lock:
+            self._changes.append(("remove", reader))
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._started and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    # -- the consumer's thread ------------------------------------------------------------------
+
+    def _consumer(self) -> Any:
+        from confluent_kafka import Consumer
+
+        config = self._settings.client(**{
+            "group.id": self._settings.group_prefix + "reader", "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            # short: a fence (an ACL) applies from the next fetch, and a fetch parked at the
+            # broker before it returns what is written while it waits (at 100 ms, a record
+            # written after the fence reached the fenced edge's reader); one consumer per edge
+            # makes that 100 idle fetches a second per edge, not per reader
+            "fetch.wait.max.ms": FETCH_WAIT_MS,
+            # a plan topic created a moment ago may be unknown to this client's first metadata:
+            # asked again every second rather than librdkafka's five minutes
+            "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
+            # only critical client logs: the edge says once that the brokers are away
+            # (`pep.edge.node`); the errors that matter come from `poll`
+            "log_level": 2, "logger": logging.getLogger("pep.edge.kafka")})
+        return Consumer(config)
+
+    def _run(self) -> None:
+        from confluent_kafka import KafkaError
+
+        denied = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
+        consumer = None
+        try:
+            consumer = self._consumer()
+            looked = time.monotonic()
+            while not self._stop.is_set():
+                self._apply(consumer)
+                self._resume(consumer)
+                now = time.monotonic()
+                if now - looked >= IDLE_EVERY:  # quiet readers look at their holes
+                    looked = now
+                    for entry in self._topics.values():
+                        for reader in entry.readers:
+                            reader.idle(now)
+                if not self._topics:
+                    self._stop.wait(POLL)
+                    continue
+                # one record waited for (its latency stays), then what is there already
+                first = consumer.poll(POLL)
+                if first is None:
+                    continue
+                touched: dict[int, FedReader] = {}
+                for msg in [first, *consumer.consume(CONSUME_BATCH - 1, 0)]:
+                    error = msg.error()
+                    if error is not None:
+                        if error.code() in denied:  # fenced off the topic: deny
+                            self._end(msg.topic(), "this edge may not read the handle's "
+                                                   "topic; reconnect")
+                        else:
+                            log.debug("plan topics: %s", error)
+                        continue
+                    self._hand(consumer, msg.topic(), int(msg.offset() or 0), msg.key(),
+                               msg.value(), touched)
+                for reader in touched.values():
+                    reader.flush()
+        except Exception:  # the readers are told (below), and reconnect elsewhere
+            log.exception("the edge's plan topics could not be read")
+        finally:
+            self._end(None, "the edge could not read the handle's topic; reconnect")
+            if consumer is not None:
+                consumer.close()
+
+    def _apply(self, consumer: Any) -> None:
+        from confluent_kafka import TopicPartition
+
+        with self._lock:
+            changes, self._changes = self._changes, []
+        for kind, reader in changes:
+            entry = self._topics.get(reader.topic)
+            if kind == "add":
+                if entry is None:
+                    entry = self._topics[reader.topic] = _Topic()
+                entry.readers.append(reader)
+                start = reader.expected
+                if entry.position < 0:
+                    consumer.incremental_assign([TopicPartition(reader.topic, PARTITION, start)])
+                    entry.position = start
+                elif start < entry.position and not entry.paused:
+                    _seek(consumer, reader.topic, start)
+                    entry.position = start
+            elif entry is not None:
+                entry.readers = [r for r in entry.readers if r is not reader]
+                entry.blocked.discard(id(reader))
+                if not entry.readers:
+                    del self._topics[reader.topic]
+                    consumer.incremental_unassign([TopicPartition(reader.topic, PARTITION)])
+
+    def _hand(self, consumer: Any, topic: str | None, offset: int, key: bytes | None,
+              value: bytes | None, touched: dict[int, FedReader]) -> None:
+        entry = self._topics.get(topic or "")
+        if topic is None or entry is None or entry.paused:
+            return
+        entry.position = offset + 1
+        waiting = True  # every reader of the topic refused (or is closed): pause it
+        for reader in entry.readers:
+            if reader.closed:
+                continue
+            if id(reader) in entry.blocked or not reader.offer(offset, key, value):
+                entry.blocked.add(id(reader))
+            else:
+                waiting = False
+                touched[id(reader)] = reader
+        if waiting:
+            from confluent_kafka import TopicPartition
+
+            consumer.pause([TopicPartition(topic, PARTITION)])
+            entry.paused = True
+
+    def _resume(self, consumer: Any) -> None:
+        """Readers that refused a record and have room again (and readers that joined a paused
+        topic): their topic read again from the lowest next offset of the readers that take
+        records (the others ignore what they read already); a paused topic goes on."""
+        from confluent_kafka import TopicPartition
+
+        for topic, entry in self._topics.items():
+            if not entry.blocked and not entry.paused:
+                continue
+            for r in entry.readers:
+                if id(r) in entry.blocked and (r.closed or r.has_room()):
+                    entry.blocked.discard(id(r))
+            takers = [r for r in entry.readers if not r.closed and id(r) not in entry.blocked]
+            if not takers:
+                continue
+            start = min(r.expected for r in takers)
+            if start < entry.position:
+                _seek(consumer, topic, start)
+                entry.position = start
+            if entry.paused:
+                consumer.resume([TopicPartition(topic, PARTITION)])
+                entry.paused = False
+
+    def _end(self, topic: str | None, reason: str) -> None:
+        """End the readers of `topic` (None: of every topic) with `shutdown`."""
+        for name, entry in list(self._topics.items()):
+            if topic is None or name == topic:
+                for reader in entry.readers:
+                    reader.close("shutdown", reason)
+        if topic is None:
+            with self._lock:
+                pending = [r for kind, r in self._changes if kind == "add"]
+            for reader in pending:
+                reader.close("shutdown", reason)
+
+
+def _seek(consumer: Any, topic: str, offset: int) -> None:
+    """Read `topic` from `offset` next; a partition librdkafka does not fetch yet (assigned a
+    moment ago) cannot seek, and is assigned again from there."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        consumer.seek(TopicPartition(topic, PARTITION, offset))
+    except KafkaException:
+        consumer.incremental_unassign([TopicPartition(topic, PARTITION)])
+        consumer.incremental_assign([TopicPartition(topic, PARTITION, offset)])
+
+
+__all__ = ["EdgeFeed", "FedReader"]
