@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -120,12 +121,7 @@ class ResultRouter:
             plan_ids, row_ids, hidden = shield.apply(plan_ids, row_ids, seqs,
                                                      {s.id: s for s in plans})
             shield.shield.moved(int(seqs.min()) if len(seqs) else None)
-        # each plan's pairs are one run: its bounds
-        starts = np.concatenate(([0], np.flatnonzero(np.diff(plan_ids)) + 1)) \
-            if len(plan_ids) else np.empty(0, np.int64)
-        ends = list(starts[1:].tolist()) + [len(plan_ids)]
-        bounds = dict(zip(plan_ids[starts].tolist(), zip(starts.tolist(), ends, strict=True),
-                          strict=True))
+        bounds = plan_runs(plan_ids)
         groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[PlanState]] = {}
         closed: list[str] = []
         for state in plans:
@@ -385,4 +381,16 @@ def _projected(arrow: pa.Table, projection: tuple[str, ...], sources: tuple[str,
     return arrow.select(list(sources)).rename_columns(list(projection)).take(pa.array(rows))
 
 
-__all__ = ["ResultRouter"]
+
+def plan_runs(plan_ids: np.ndarray[Any, Any]) -> dict[int, tuple[int, int]]:
+    """Each plan's (start, end) in `plan_ids`, where each plan's pairs are one run; none when
+    no pair is left (the shield may hide every tuple of a batch from every plan)."""
+    if not len(plan_ids):
+        return {}
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(plan_ids)) + 1))
+    ends = [*starts[1:].tolist(), len(plan_ids)]
+    return dict(zip(plan_ids[starts].tolist(), zip(starts.tolist(), ends, strict=True),
+                    strict=True))
+
+
+__all__ = ["ResultRouter", "plan_runs"]

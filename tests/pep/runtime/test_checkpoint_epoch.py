@@ -9,6 +9,7 @@ import json
 import shutil
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from pep.runtime.query.lifecycle import QueryLifecycle
@@ -25,7 +26,8 @@ def _new_checkpoint(location: Path) -> str:
 
 def test_the_epoch_follows_a_checkpoint_created_again_at_the_same_path(tmp_path: Path) -> None:
     nothing: Any = None
-    lifecycle = QueryLifecycle(nothing, nothing, nothing, nothing, nothing, nothing,
+    not_kafka: Any = SimpleNamespace(kafka=False)  # the layout: an ingest stream's
+    lifecycle = QueryLifecycle(nothing, not_kafka, nothing, nothing, nothing, nothing,
                                lambda: None)
     assert lifecycle.checkpoint_id() == "0"  # no checkpoint yet
     checkpoint = StreamCheckpoint(tmp_path / "s", nothing, False)
