@@ -171,7 +171,7 @@ class SharedStreamExecutor:
         delivered) unless it stopped with handles attached, when it goes on where it stopped."""
         definition = self.definition
         checkpoint = StreamCheckpoint.for_stream(self._work_dir, definition)
-        if checkpoint.prepare():
+        if checkpoint.prepare(self._shared.checkpoint_dir):
             names = [e.name for e in source_files(definition)]
             if 0 < len(names) <= self._max_files:
                 # as a query of its own: the files present are dropped from the batches

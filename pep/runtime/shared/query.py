@@ -151,6 +151,11 @@ class SharedQuery:
         finally:
             self._batch_lock.release()
 
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Spark's checkpoint of the query: every member stream's position."""
+        return self._checkpoint
+
     def members(self) -> int:
         with self._lock:
             return len(self._members)

@@ -12,7 +12,13 @@ import pytest
 
 from pep.core.plan import ExecutionPlan, Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.runtime.sources.checkpoints import Retention
-from tests.pep.runtime.support import Collector, wait_until, write_jsonl
+from tests.pep.runtime.support import (
+    Collector,
+    query_checkpoint,
+    stop_gate,
+    wait_until,
+    write_jsonl,
+)
 
 SCHEMA = StreamSchema((Field("n", "long"), Field("v", "double")))
 
@@ -70,7 +76,7 @@ def test_first_handle_starts_at_the_end_and_again_after_the_last_left(spark, tmp
         rt.stop()
 
 
-def test_restarted_query_continues_where_it_stopped(spark, tmp_path):
+def test_restarted_query_continues_where_it_stopped(spark, tmp_path, query_mode):
     sd = ingest(tmp_path)
     work = tmp_path / "work"
     rt = runtime_for(spark, work)
@@ -82,7 +88,7 @@ def test_restarted_query_continues_where_it_stopped(spark, tmp_path):
     finally:
         rt.stop()  # the gateway stops with the handle live: its stream resumes at next start
     write_jsonl(tmp_path / "ck", "b.json", recs(3, 6))  # ingested while the gateway was down
-    assert (work / "checkpoints" / "ck" / "query" / "commits").is_dir()
+    assert (query_checkpoint(work, "ck", query_mode) / "commits").is_dir()
     # written through Hadoop's raw local filesystem: no checksum side files (session.py)
     assert not list((work / "checkpoints").rglob("*.crc"))
     rt = runtime_for(spark, work)
@@ -98,7 +104,8 @@ def test_restarted_query_continues_where_it_stopped(spark, tmp_path):
         rt.stop()
 
 
-def test_a_batch_delivered_whose_commit_the_stop_cut_off_is_not_delivered_again(spark, tmp_path):
+def test_a_batch_delivered_whose_commit_the_stop_cut_off_is_not_delivered_again(spark, tmp_path,
+                                                                                query_mode):
     """The stop lands after a batch's rows went out but before Spark wrote its commit (seen
     under load): the next query runs that batch again under the same id, and skips it."""
     sd = ingest(tmp_path)
@@ -111,7 +118,7 @@ def test_a_batch_delivered_whose_commit_the_stop_cut_off_is_not_delivered_again(
         assert wait_until(lambda: len(a.rows) >= 3)
     finally:
         rt.stop()
-    commits = work / "checkpoints" / "ck" / "query" / "commits"
+    commits = query_checkpoint(work, "ck", query_mode) / "commits"
     numbered = [int(p.name) for p in commits.iterdir() if p.name.isdigit()]
     if numbered:  # (none: the stop itself came before Spark wrote the first one)
         last = str(max(numbered))
@@ -213,7 +220,8 @@ def test_a_stall_is_reported_once_and_clears(spark, tmp_path, caplog):
         rt.stop()
 
 
-def test_a_batch_that_starts_while_its_query_stops_ends_it_quietly(spark, tmp_path, caplog):
+def test_a_batch_that_starts_while_its_query_stops_ends_it_quietly(spark, tmp_path, caplog,
+                                                                   query_mode):
     """Issue 42: a restart or the gateway's stop pauses the query between two batches; a batch
     starting meanwhile must deliver nothing and not be committed (the next query runs it). It
     used to raise `Paused`: the query "terminated with error", an ERROR with a 75-line stack
@@ -228,9 +236,9 @@ def test_a_batch_that_starts_while_its_query_stops_ends_it_quietly(spark, tmp_pa
         rt.attach_handle("h", sd, PLAN, a)
         write_jsonl(tmp_path / "ck", "a.json", recs(0, 3))
         assert wait_until(lambda: len(a.rows) >= 3)
-        executor = rt._executors["ck"]
-        query = executor.lifecycle._query
-        executor.lifecycle._pausing = True  # what restart() and stop() set first: a stop has begun
+        gate = stop_gate(rt, "ck", query_mode)
+        query = gate._query
+        gate._pausing = True  # what restart() and stop() set first: a stop has begun
         with caplog.at_level(logging.INFO):
             write_jsonl(tmp_path / "ck", "b.json", recs(3, 6))  # its batch starts paused
             assert wait_until(lambda: query.status["isTriggerActive"]
