@@ -129,7 +129,11 @@ class SharedStreamExecutor:
         with self._shared.between_batches():
             self.runner.drain()
             if self._checkpoint is not None:
-                self._checkpoint.adopt(old)
+                # the stream's state now the new definition's (a restart of the gateway then
+                # resumes it, rather than taking it for another source and skipping to its end)
+                checkpoint = StreamCheckpoint.for_stream(self._work_dir, definition)
+                checkpoint.adopt(old)
+                self._checkpoint = checkpoint
             self._relayout(StreamLayout.of(definition), restarted=True)
 
     def _relayout(self, layout: StreamLayout, restarted: bool) -> None:
