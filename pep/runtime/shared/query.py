@@ -57,6 +57,7 @@ _pickle_by_value(arrow_ipc)
 SETTLE = 0.2  # seconds a change of members waits for more before the query starts again
 RETRY = 2.0  # seconds before a failed query is started again while it has members
 STOP_HOLD = 10.0
+NOTES_KEPT = 256  # batches whose pause and streams are kept (Spark reports the last 100)
 
 
 class Member(Protocol):
@@ -114,6 +115,9 @@ class SharedQuery:
         self.last_busy = 0
         self.jobs_run = 0  # micro-batches that collected their streams' results (one job each)
         self.last_interval = bounds.low
+        self.last_streams: tuple[str, ...] = ()  # the streams that brought tuples to it
+        # per recent batch: seconds held by the adaptive trigger, its streams (`lateness.py`)
+        self._notes: dict[int, tuple[float, tuple[str, ...]]] = {}
         self._control = threading.Thread(target=self._run_control, name="xsg-shared-query",
                                          daemon=True)
         self._control.start()
@@ -325,8 +329,25 @@ class SharedQuery:
         self.last_busy = busy
         self.last_interval = self.bounds.interval(work, busy)
         pause = self.bounds.pause(work, busy)
+        self._note(batch_id, pause)
         if pause > 0:
             self._wake.wait(pause)
+
+    def _note(self, batch_id: int, pause: float) -> None:
+        self._notes[batch_id] = (pause, self.last_streams)
+        while len(self._notes) > NOTES_KEPT:
+            del self._notes[min(self._notes)]
+
+    def held(self, batch_id: int) -> float:
+        """Seconds the adaptive trigger held the batch before it returned (in the batch's
+        duration as Spark reports it, not its work)."""
+        note = self._notes.get(batch_id)
+        return note[0] if note is not None else 0.0
+
+    def streams_of(self, batch_id: int) -> tuple[str, ...]:
+        """The streams that brought tuples to a recent batch (none: not known any more)."""
+        note = self._notes.get(batch_id)
+        return note[1] if note is not None else ()
 
     def _held_for_stop(self, query: StreamingQuery | None) -> Exception:
         deadline = time.monotonic() + STOP_HOLD
@@ -343,6 +364,7 @@ class SharedQuery:
     def _run(self, batch: DataFrame, batch_id: int) -> int:
         """The batch's work; returns how many streams brought tuples."""
         begun = time.perf_counter()
+        self.last_streams = ()
         self._archive_committed(batch_id)
         with self._lock:
             members = dict(self._members)
@@ -389,6 +411,7 @@ class SharedQuery:
                        if any(m.archive == a[0] for m in self._members.values())]
             self._to_archive[batch_id] = archive
         self._done = batch_id
+        self.last_streams = tuple(members[d].definition.name for d in by_member)
         log.debug("shared batch %s: %d files of %d streams, plan %.3f s, job %.3f s, handed "
                   "over %.3f s", batch_id, len(files), len(by_member), planned - begun, spark_s,
                   time.perf_counter() - planned - spark_s)

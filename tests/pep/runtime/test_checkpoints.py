@@ -263,22 +263,29 @@ def test_a_batch_that_starts_while_its_query_stops_ends_it_quietly(spark, tmp_pa
         rt.stop()
 
 
-def test_late_micro_batches_are_logged_as_one_repeating_warning(spark, tmp_path, caplog):
+def test_late_micro_batches_are_logged_as_one_repeating_warning(spark, tmp_path, caplog,
+                                                              query_mode):
     """Spark's own "falling behind" WARN is off (a line per trigger); the runtime reads the
     same figure from the queries' progress and logs each late batch as a repeating warning
-    (`pep.log_repeats`), which the gateway's log sums up."""
+    (`pep.log_repeats`), which the gateway's log sums up. On the shared query a batch is late
+    past the longest interval its adaptive trigger may choose, and each stream it carried is
+    named."""
     from pep.log_repeats import REPEAT, VALUE
 
     sd = ingest(tmp_path)
     rt = runtime_for(spark, tmp_path / "work", janitor_interval=3600)
-    rt._late.trigger_interval = 0.001  # every batch is late against 1 ms
     try:
         a = Collector()
         rt.attach_handle("h", sd, PLAN, a)
+        late = rt._shared_late if query_mode == "shared" else rt._late
+        late.trigger_interval = 0.001  # every batch is late against 1 ms
+        limit = ("the shared query's longest trigger interval" if query_mode == "shared"
+                 else "the trigger interval")
         for i in range(3):
             write_jsonl(tmp_path / "ck", f"{i}.json", recs(i, i + 1))
             assert wait_until(lambda i=i: len(a.rows) >= i + 1)
-        assert wait_until(lambda: len(rt._executors["ck"].lifecycle._query.recentProgress) >= 3)
+        query = spark.streams.get(rt.query_id("ck"))
+        assert wait_until(lambda: len(query.recentProgress) >= 3)
         with caplog.at_level(logging.WARNING, logger="pep.runtime.lateness"):
             logged = rt.check_lateness()
             assert logged >= 3
@@ -288,7 +295,6 @@ def test_late_micro_batches_are_logged_as_one_repeating_warning(spark, tmp_path,
         assert {getattr(r, REPEAT) for r in records} == {"stream ck is falling behind"}
         assert all(getattr(r, VALUE) > 0.001 for r in records)
         assert all(r.getMessage().startswith("stream ck is falling behind: micro-batch ")
-                   and "longer than the trigger interval (0.00 s)" in r.getMessage()
-                   for r in records)
+                   and f"longer than {limit} (0.00 s)" in r.getMessage() for r in records)
     finally:
         rt.stop()
