@@ -137,7 +137,8 @@ def test_a_batch_delivered_whose_commit_the_stop_cut_off_is_not_delivered_again(
         rt.stop()
 
 
-def test_committed_files_are_archived_and_swept_uncommitted_ones_never(spark, tmp_path):
+def test_committed_files_are_archived_and_swept_uncommitted_ones_never(spark, tmp_path,
+                                                                       query_mode):
     sd = ingest(tmp_path)
     work = tmp_path / "work"
     rt = runtime_for(spark, work, retention_seconds=None, retention_bytes=None)
@@ -183,7 +184,7 @@ def test_retention_by_age_and_by_size(tmp_path):
     assert Retention(max_age=0).sweep(tmp_path / "missing") == (0, 0)
 
 
-def test_a_stall_is_reported_once_and_clears(spark, tmp_path, caplog):
+def test_a_stall_is_reported_once_and_clears(spark, tmp_path, caplog, query_mode):
     sd = ingest(tmp_path)
     rt = runtime_for(spark, tmp_path / "work", stall_seconds=1.0, janitor_interval=0.2)
     release = threading.Event()

@@ -101,7 +101,8 @@ def test_added_attributes_restart_the_query_losing_and_repeating_nothing(spark, 
         rt.stop()
 
 
-def test_a_new_lateness_reaches_the_running_query_and_a_dropped_stream_stops(spark, tmp_path):
+def test_a_new_lateness_reaches_the_running_query_and_a_dropped_stream_stops(spark, tmp_path,
+                                                                             query_mode):
     sd = stream(tmp_path, "late", lateness=7.0)
     (tmp_path / "late").mkdir()
     rt = runtime_for(spark, tmp_path / "work")
