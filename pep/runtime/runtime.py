@@ -172,14 +172,14 @@ class StreamRuntime:
                 # its query failed: a new attach starts a fresh query (on the same checkpoint,
                 # so the failed batch is tried again) and moves the old handles onto it (their
                 # windows restart), rather than attaching to a dead one
-                carried = executor.attached()
+                carried = executor.handles.attached()
                 self._retire(executor, idle=False)
                 executor = None
             if executor is None:
                 executor = self._new_executor(stream)
                 for old_id, old_plan, old_deliver in carried:
-                    executor.add_handle(old_id, old_plan, old_deliver)
-                executor.add_handle(handle_id, compiled, deliver)
+                    executor.handles.add_handle(old_id, old_plan, old_deliver)
+                executor.handles.add_handle(handle_id, compiled, deliver)
                 if self._restoring:
                     # started once every restored handle of the stream is attached, after the
                     # replay it owes them (`end_restore`)
@@ -188,7 +188,7 @@ class StreamRuntime:
                     executor.start()
                 self._executors[stream.name] = executor
             else:
-                executor.add_handle(handle_id, compiled, deliver)
+                executor.handles.add_handle(handle_id, compiled, deliver)
             self._handle_streams[handle_id] = stream.name
         if isinstance(executor, SharedStreamExecutor):
             executor.wait_started()
@@ -275,9 +275,9 @@ class StreamRuntime:
             executor.restart(stream)  # raises ValueError unless attributes were only added
         else:
             executor.redefine(stream)
-        executor.lateness = self._lateness(stream)
+        executor.handles.lateness = self._lateness(stream)
         log.info("stream %s redefined (%d attributes, lateness %.1f s)", stream.name,
-                 len(stream.schema.fields), executor.lateness)
+                 len(stream.schema.fields), executor.handles.lateness)
 
     def drop_stream(self, name: str) -> bool:
         """The stream is being deleted: stop its query whatever is still attached (its handles
@@ -306,9 +306,9 @@ class StreamRuntime:
             executor = self._executors.get(stream) if stream is not None else None
         if executor is None or stream is None:
             return
-        executor.remove_handle(handle_id)  # outside our lock: it may wait for a delivery
+        executor.handles.remove_handle(handle_id)  # outside our lock: it may wait for a delivery
         with self._lock:
-            last = (not executor.has_handles() and self._executors.get(stream) is executor)
+            last = (not executor.handles.has_handles() and self._executors.get(stream) is executor)
             if last:
                 del self._executors[stream]
         if last:

@@ -22,8 +22,6 @@ from pyspark.sql import SparkSession
 
 from pep.core import punctuations
 from pep.core.plan import StreamDefinition
-from pep.runtime.base.delivery import Deliver
-from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.panes_job import PanesJob
 from pep.runtime.query.plan_table import PlanTable
@@ -33,6 +31,7 @@ from pep.runtime.query.rows_job import RowsJob
 from pep.runtime.query.runner import MicroBatchRunner
 from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN, StreamLayout
 from pep.runtime.query.start_position import archive_present, source_files
+from pep.runtime.query.stream_handles import StreamHandles
 from pep.runtime.shared.branch import StreamParts
 from pep.runtime.shared.query import SharedQuery
 from pep.runtime.sources.checkpoints import StreamCheckpoint, archive_dir
@@ -73,6 +72,7 @@ class SharedStreamExecutor:
         self.rows = RowsJob(layout)
         self.panes = PanesJob(layout)
         self.router = ResultRouter(layout, self.registry, self.figures, lateness)
+        self.handles = StreamHandles(self.registry, self.router, self.figures)
         self.runner = MicroBatchRunner(spark, layout, self.registry, self.table, self.rows,
                                        self.panes, self.router, self.figures, on_handle_closed)
         self._memo: dict[str, Any] = {}
@@ -146,28 +146,6 @@ class SharedStreamExecutor:
         if restarted:
             self._memo.clear()
         self._parts = self._make_parts()
-
-    @property
-    def lateness(self) -> float:
-        return self.router.lateness
-
-    @lateness.setter
-    def lateness(self, seconds: float) -> None:
-        self.router.lateness = seconds
-
-    # ----- handles ----------------------------------------------------------------------------
-    def add_handle(self, handle_id: str, compiled: CompiledPlan | CompiledUnion,
-                   deliver: Deliver) -> None:
-        self.registry.add_handle(handle_id, compiled, deliver)
-
-    def remove_handle(self, handle_id: str) -> int:
-        return self.registry.remove_handle(handle_id)
-
-    def attached(self) -> list[tuple[str, CompiledPlan | CompiledUnion, Deliver]]:
-        return self.registry.attached()
-
-    def has_handles(self) -> bool:
-        return self.registry.has_handles()
 
     # ----- on and off the shared query --------------------------------------------------------
     def start(self, replay: bool = False) -> None:
@@ -253,11 +231,7 @@ class SharedStreamExecutor:
 
     # ----- figures ----------------------------------------------------------------------------
     def stats(self, stall_after: float | None = None) -> dict[str, Any]:
-        out = self.figures.snapshot()
-        plans = self.registry.stats()
-        out.update(handles=plans["handles"], plans=plans["plans"], query_id=self.query_id,
-                   late_rows=plans["late_rows"] + out["late_rows"],
-                   window_panes=plans["window_panes"])
+        out = self.handles.counters(self.query_id)
         out.update(self.health(stall_after))
         out["active"] = self.active
         out["skipped_to_end"] = self.skipped_to_end

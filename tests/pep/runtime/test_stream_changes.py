@@ -110,9 +110,9 @@ def test_a_new_lateness_reaches_the_running_query_and_a_dropped_stream_stops(spa
         sink = Collector()
         rt.attach_handle("h", sd, ExecutionPlan("late", None, ("n",)), sink)
         executor = rt._executors["late"]
-        assert executor.lateness == 7.0
+        assert executor.handles.lateness == 7.0
         assert rt.redefine(replace(sd, lateness=None))  # back to the runtime's default
-        assert executor.lateness == 0.0 and executor.active  # the same query, not restarted
+        assert executor.handles.lateness == 0.0 and executor.active  # the same query, not restarted
         assert rt.redefine(replace(sd, lateness=None)) is False  # nothing changed
         write_jsonl(tmp_path / "late", "a.json", [{"n": 1, "v": 0.5, "_xsg_seq": 1}])
         assert wait_until(lambda: len(sink.rows) == 1)
