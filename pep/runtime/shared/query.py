@@ -108,6 +108,7 @@ class SharedQuery:
         # a batch the stop cut off before its commit is run again, and skipped)
         self._done = self._read_done()
         self._to_archive: dict[int, list[tuple[Path, list[str]]]] = {}
+        self._first_batch = True  # the first this process runs (`_archive_committed`)
         self._codegen: str | None = None
         self.last_batch_at: float | None = None
         self.started_at: float | None = None
@@ -371,6 +372,8 @@ class SharedQuery:
         for member in members.values():
             member.parts.runner.began()
         if batch_id <= self._done:
+            with self._lock:  # its files move once the batch after it runs, as if delivered now
+                self._to_archive.setdefault(batch_id, self._member_files(batch_id))
             return 0  # run again after a restart: handed over in full before the stop
         files = batch_files(self._checkpoint, batch_id)
         by_member: dict[str, list[str]] = {}
@@ -444,12 +447,32 @@ class SharedQuery:
 
     def _archive_committed(self, batch_id: int) -> None:
         """Batches before `batch_id` are committed (Spark runs a batch once the one before it
-        committed): their files move to their streams' archives."""
+        committed): their files move to their streams' archives. The first batch this process
+        runs also moves those of the batch before it, committed before the gateway stopped
+        (their move was due at a batch that did not come there)."""
         with self._lock:
+            if self._first_batch:
+                self._first_batch = False
+                if batch_id > 0 and batch_id - 1 not in self._to_archive:
+                    self._to_archive[batch_id - 1] = self._member_files(batch_id - 1)
             moves = [self._to_archive.pop(b) for b in sorted(self._to_archive) if b < batch_id]
             for batch_moves in moves:
                 for archive, paths in batch_moves:
                     archive_files(paths, archive)
+
+    def _member_files(self, batch_id: int) -> list[tuple[Path, list[str]]]:
+        """A logged batch's files of the streams served now, by their archives (none when
+        its logs are gone: its files then stay where they are)."""
+        try:
+            files = batch_files(self._checkpoint, batch_id)
+        except (OSError, ValueError):
+            return []
+        by_dir: dict[str, list[str]] = {}
+        for path in files:
+            directory = os.path.dirname(path)
+            if directory in self._members:
+                by_dir.setdefault(directory, []).append(path)
+        return [(self._members[d].archive, paths) for d, paths in by_dir.items()]
 
     def health(self) -> dict[str, Any]:
         return {"active": self.active, "last_batch_at": self.last_batch_at,

@@ -100,6 +100,9 @@ def test_restarted_query_continues_where_it_stopped(spark, tmp_path, query_mode)
         assert wait_until(lambda: len(b.rows) >= 4)
         time.sleep(0.6)
         assert [r["n"] for r in b.rows] == [3, 4, 5, 6]  # nothing replayed, nothing lost
+        # the last batch before the stop had its files archived as the next batch ran
+        assert wait_until(lambda: not (tmp_path / "ck" / "a.json").exists())
+        assert "a.json" in {p.name for p in (work / "archive" / "ck").rglob("*.json")}
     finally:
         rt.stop()
 
