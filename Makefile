@@ -28,9 +28,11 @@ run: install
 	$(VENV)/bin/xsg serve $(if $(PORT),--port $(PORT)) --proxy-port $(PROXY_PORT)
 
 # One gateway of several processes on this machine (deploy/local-cluster.sh): PostgreSQL, a Spark
-# standalone master and worker, PROCESSES gateway processes and the proxy in front; Ctrl-C stops all.
+# standalone master and worker, PROCESSES gateway processes and the proxy in front; EDGES=N adds a
+# Kafka broker and N edges (delivery through plan topics); Ctrl-C stops all.
 cluster: install postgresql
-	XSG_PROCESSES=$(or $(PROCESSES),2) $(if $(PORT),XSG_PORT=$(PORT)) deploy/local-cluster.sh
+	XSG_PROCESSES=$(or $(PROCESSES),2) $(if $(PORT),XSG_PORT=$(PORT)) \
+	  $(if $(EDGES),XSG_EDGES=$(EDGES)) deploy/local-cluster.sh
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a test file each at a time: most of
 # its time is spent waiting on Spark's micro-batches and on child processes, not computing, so

@@ -2,8 +2,10 @@
 # One gateway of several processes on this machine, as one command: PostgreSQL (Debian's server,
 # initdb/pg_ctl in a data folder), a Spark standalone master and worker
 # (deploy/standalone-cluster.sh), N `xsg serve --cluster` processes sharing that store and one
-# data directory, and the caching proxy in front of them. Ctrl-C (or SIGTERM) stops everything,
-# in the reverse order; the data stays for the next start.
+# data directory, and the caching proxy in front of them; with XSG_EDGES, also a Kafka broker
+# and that many edges (`xsg edge`): the processes deliver through plan topics and the proxy
+# relays reads from the edges. Ctrl-C (or SIGTERM) stops everything, in the reverse order; the
+# data stays for the next start.
 #   deploy/local-cluster.sh            (or: make cluster)
 # Settings (environment):
 #   XSG_PROCESSES (2)        gateway processes
@@ -14,6 +16,12 @@
 #   XSG_LOCAL_CLUSTER_DIR (data/local-cluster): postgres/, spark/, data/ (the gateway's shared
 #                            data directory), logs/
 #   XSG_SPARK_MASTER         use this Spark master instead of starting one (e.g. local[2])
+#   XSG_EDGES (0)            edges: delivery = "kafka" (docs/operate/edges.md), a Kafka broker
+#                            (KRaft, the one `make kafka` runs) started here, SCRAM users and
+#                            ACLs for the processes and each edge (python -m pep.delivery.grants)
+#   XSG_FIRST_EDGE_PORT (8191) the edges listen on this port and the next ones
+#   XSG_KAFKA_PORT (19092)   the broker's administrators' listener; its controller on the next
+#                            port, SASL/SCRAM (what the processes and edges use) on the one after
 #   XSG_PYTHON (.venv/bin/python), and deploy/standalone-cluster.sh's own settings.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,12 +31,16 @@ proxy_port=${XSG_PORT:-8080}
 first_port=${XSG_FIRST_PORT:-8091}
 pg_port=${XSG_PG_PORT:-55432}
 lease=${XSG_LEASE_SECONDS:-5}
+edges=${XSG_EDGES:-0}
+first_edge_port=${XSG_FIRST_EDGE_PORT:-8191}
+kafka_port=${XSG_KAFKA_PORT:-19092}
 dir=${XSG_LOCAL_CLUSTER_DIR:-$here/data/local-cluster}
 mkdir -p "$dir/logs" "$dir/data"
 dir=$(cd "$dir" && pwd)
 logs=$dir/logs
 store="postgresql://xsg@127.0.0.1:$pg_port/xsg"
 pids=()
+kafka_pid=""
 started_spark=0
 started_pg=0
 
@@ -66,6 +78,12 @@ stop_all() {  # $1: the exit status
       for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
       kill -KILL "$pid" 2>/dev/null || true
     done
+  fi
+  if [ -n "$kafka_pid" ]; then  # after the processes and edges: their last writes land
+    kill -TERM "$kafka_pid" 2>/dev/null || true
+    for _ in $(seq 1 120); do kill -0 "$kafka_pid" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL "$kafka_pid" 2>/dev/null || true
+    say "Kafka stopped"
   fi
   if [ "$started_spark" = 1 ]; then
     XSG_CLUSTER_DIR="$dir/spark" "$here/deploy/standalone-cluster.sh" stop || true
@@ -115,7 +133,59 @@ if [ -z "$master" ]; then
   spark_conf=(--conf spark.cores.max=1 --conf spark.executor.memory=512m)
 fi
 
+# -- Kafka and the edges' identities (XSG_EDGES) -----------------------------------------------
+delivery_env=()
+if [ "$edges" -gt 0 ]; then
+  "$python" -u -m tests.kafka.broker --port "$kafka_port" --data-dir "$dir/kafka" \
+    >"$logs/kafka.out" 2>"$logs/kafka.err" &
+  kafka_pid=$!
+  for _ in $(seq 1 240); do
+    grep -q "^Kafka .* on " "$logs/kafka.out" 2>/dev/null && break
+    if ! kill -0 "$kafka_pid" 2>/dev/null; then
+      echo "local-cluster: Kafka stopped; see $logs/kafka.err" >&2; exit 1
+    fi
+    sleep 0.5
+  done
+  sasl_port=$((kafka_port + 2))
+  # one SCRAM password per Kafka user, made at the first start and kept (mode 600)
+  secrets_file=$dir/kafka-users.env
+  if [ ! -f "$secrets_file" ]; then
+    (umask 077; : >"$secrets_file")
+  fi
+  users=(xsg-gateway)
+  for k in $(seq 1 "$edges"); do users+=("edge-$k"); done
+  for user in "${users[@]}"; do
+    var=XSG_DELIVERY_PASSWORD_$(echo "$user" | tr 'a-z.-' 'A-Z__')
+    grep -q "^$var=" "$secrets_file" || \
+      echo "$var=$("$python" -c 'import secrets; print(secrets.token_urlsafe(24))')" \
+        >>"$secrets_file"
+  done
+  set -a; . "$secrets_file"; set +a
+  edge_flags=()
+  for k in $(seq 1 "$edges"); do edge_flags+=(--edge "edge-$k"); done
+  "$python" -m pep.delivery.grants --bootstrap "127.0.0.1:$kafka_port" --gateway xsg-gateway \
+    "${edge_flags[@]}" >"$logs/grants.log" 2>&1 || {
+      echo "local-cluster: could not grant the Kafka users; see $logs/grants.log" >&2; exit 1; }
+  delivery_env=(XSG_DELIVERY=kafka XSG_DELIVERY_BROKERS="127.0.0.1:$sasl_port"
+                XSG_DELIVERY_SECURITY_PROTOCOL=SASL_PLAINTEXT
+                XSG_DELIVERY_USERNAME=xsg-gateway
+                XSG_DELIVERY_PASSWORD="$XSG_DELIVERY_PASSWORD_XSG_GATEWAY")
+  say "Kafka on 127.0.0.1:$kafka_port (SASL/SCRAM on $sasl_port; log $logs/kafka.err); users" \
+      "in $secrets_file"
+fi
+
 # -- the gateway's processes -------------------------------------------------------------------
+# the proxy's feed token and webhook key, shared by the processes' hubs and the proxy (the same
+# XSG_PROXY_* names): made once, kept (mode 600); without them the proxy cannot cache
+proxy_secrets=$dir/proxy.env
+if [ ! -f "$proxy_secrets" ]; then
+  (umask 077
+   echo "XSG_PROXY_TOKEN=$("$python" -c 'import secrets; print(secrets.token_urlsafe(32))')" \
+     >"$proxy_secrets"
+   echo "XSG_PROXY_SECRET=$("$python" -c 'import secrets; print(secrets.token_urlsafe(32))')" \
+     >>"$proxy_secrets")
+fi
+set -a; . "$proxy_secrets"; set +a
 # the demo tokens, made once before the processes start (they share the data directory)
 "$python" - "$dir/data" <<'EOF'
 import sys
@@ -127,7 +197,8 @@ EOF
 upstreams=()
 for n in $(seq 0 $((processes - 1))); do
   port=$((first_port + n))
-  XSG_STORE="$store" PYSPARK_PYTHON="$python" "$python" -u -m pep.cli serve --cluster \
+  env "${delivery_env[@]}" XSG_STORE="$store" PYSPARK_PYTHON="$python" \
+    "$python" -u -m pep.cli serve --cluster \
     --port "$port" --data-dir "$dir/data" --spark-master "$master" \
     --lease-seconds "$lease" --base-url "http://127.0.0.1:$proxy_port" "${spark_conf[@]}" \
     >"$logs/gateway-$n.out" 2>"$logs/gateway-$n.err" &
@@ -146,9 +217,36 @@ for n in $(seq 0 $((processes - 1))); do
 done
 say "gateway processes up: ${upstreams[*]}"
 
+# -- the edges ---------------------------------------------------------------------------------
+edge_urls=()
+if [ "$edges" -gt 0 ]; then
+  first_edge_pid=${#pids[@]}
+  for k in $(seq 1 "$edges"); do
+    port=$((first_edge_port + k - 1))
+    var=XSG_DELIVERY_PASSWORD_EDGE_$k
+    env "${delivery_env[@]}" XSG_STORE="$store" XSG_DELIVERY_PASSWORD="${!var}" \
+      "$python" -u -m pep.cli edge --port "$port" --id "edge-$k" --username "edge-$k" \
+      --auth "$dir/data/auth.json" >"$logs/edge-$k.out" 2>"$logs/edge-$k.err" &
+    pids+=($!)
+    edge_urls+=("http://127.0.0.1:$port")
+  done
+  for k in $(seq 1 "$edges"); do
+    for _ in $(seq 1 240); do
+      grep -q "^xsg edge edge-$k on " "$logs/edge-$k.out" 2>/dev/null && break
+      if ! kill -0 "${pids[$((first_edge_pid + k - 1))]}" 2>/dev/null; then
+        echo "local-cluster: edge $k stopped; see $logs/edge-$k.err" >&2; exit 1
+      fi
+      sleep 0.5
+    done
+  done
+  say "edges up: ${edge_urls[*]}"
+fi
+
 # -- the proxy ---------------------------------------------------------------------------------
 joined=$(IFS=,; echo "${upstreams[*]}")
-"$python" -u -m proxy --upstream "$joined" --port "$proxy_port" \
+proxy_edges=()
+if [ "$edges" -gt 0 ]; then proxy_edges=(--edges "$(IFS=,; echo "${edge_urls[*]}")"); fi
+"$python" -u -m proxy --upstream "$joined" --port "$proxy_port" "${proxy_edges[@]}" \
   >"$logs/proxy.out" 2>"$logs/proxy.err" &
 pids+=($!)
 for _ in $(seq 1 120); do
@@ -161,6 +259,9 @@ echo
 echo "xsg gateway of $processes processes: http://127.0.0.1:$proxy_port (through the proxy)"
 echo "  store     $store   data $dir/data   Spark $master"
 echo "  processes ${upstreams[*]}   (GET /cluster: who serves which stream)"
+if [ "$edges" -gt 0 ]; then
+  echo "  edges     ${edge_urls[*]}   (handle reads, through the proxy; Kafka 127.0.0.1:$kafka_port)"
+fi
 echo "  demo tokens: $dir/data/auth.json"
 "$python" - "$dir/data/auth.json" <<'EOF'
 import json, sys

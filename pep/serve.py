@@ -191,7 +191,8 @@ def start_proxy(config: GatewayConfig, gateway_url: str) -> subprocess.Popen[byt
     env = dict(os.environ, XSG_PROXY_TOKEN=config.proxy_token or "",
                XSG_PROXY_SECRET=config.proxy_secret or "")
     cmd = [sys.executable, "-m", "proxy", "--upstream", gateway_url,
-           "--host", config.host, "--port", str(config.proxy_port)]
+           "--host", config.host, "--port", str(config.proxy_port),
+           "--log-level", config.log_level, "--log-format", config.log_format]
     if config.tls_cert is not None:
         # the proxy reaches the gateway over HTTPS with the gateway's certificate file as its CA
         # bundle (right for a self-signed certificate; one signed by a CA verifies only if the

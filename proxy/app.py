@@ -58,6 +58,7 @@ from proxy.canonical import (
     resource_ids,
     subject_key,
 )
+from proxy.edges import EdgeChooser
 from proxy.feed import FeedClient
 from proxy.forward import (
     CACHE_HEADER,
@@ -105,6 +106,7 @@ class ProxyConfig:
     timeouts: Timeouts | None = None
     pool_size: int = 32
     upstream_ca: str | None = None  # CA file for a gateway on HTTPS (None: the system's CAs)
+    edges: tuple[str, ...] = ()  # the gateway's edges: its 307s to one are followed (edges.py)
 
 
 class ProxyRuntime:
@@ -125,6 +127,7 @@ class ProxyRuntime:
         self.forwarder = Forwarder(upstreams, make_client(config.pool_size, self.verify),
                                    timeouts=config.timeouts or Timeouts())
         self.salt = secrets.token_bytes(32)
+        self.edges = EdgeChooser(config.edges) if config.edges else None
         self.feed: FeedClient | None = None
         if len(upstreams) > 1:
             # several processes of one gateway: each announces the ends of the handles it

@@ -13,8 +13,10 @@ import os
 import sys
 from urllib.parse import urlsplit
 
+from common.logs import configure_logging, flush_repeats
 from common.numbers import float_argument, int_argument
 from proxy.app import ProxyConfig, create_app, runtime_of
+from proxy.edges import edge_urls
 from proxy.forward import Timeouts
 from server.serving import HttpServer, run_until_signal
 
@@ -49,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: http://<host>:<port>/proxy/invalidate when a secret is set)")
     p.add_argument("--public-base", default=None,
                    help="base URL consumers use for this proxy (default: the Host they used)")
+    p.add_argument("--edges", default="",
+                   help="the gateway's edges (xsg edge), comma-separated base URLs: a read the "
+                        "gateway redirects to an edge (delivery = \"kafka\") is relayed from "
+                        "one of these, the same for a handle while it answers, the next when it "
+                        "does not (default: the redirect goes to the reader)")
     p.add_argument("--no-rewrite-handles", action="store_true",
                    help="leave handle URLs pointing at the gateway")
     p.add_argument("--feed-timeout", type=float_argument(0.1, MAX_SECONDS), default=6.0,
@@ -65,7 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--forwarded-allow-ips", default="",
                    help="comma-separated addresses of reverse proxies whose X-Forwarded-For "
                         "and X-Forwarded-Proto are trusted (default: none)")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", type=str.upper,
+                   choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="lowest level logged (default INFO)")
+    p.add_argument("--log-format", default="text", choices=("text", "json"),
+                   help="log lines as text or one JSON object each, as `xsg serve` writes them "
+                        "(UTC times; default text)")
     return p
 
 
@@ -85,7 +97,11 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     if webhook_url is None and secret:
         host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
         webhook_url = f"http://{host}:{args.port}/proxy/invalidate"
-    return ProxyConfig(upstream=args.upstream, feed_token=token, webhook_secret=secret,
+    try:
+        edges = edge_urls(args.edges)
+    except ValueError as exc:
+        raise SystemExit(f"xsg proxy: --edges: {exc}") from None
+    return ProxyConfig(upstream=args.upstream, edges=edges, feed_token=token, webhook_secret=secret,
                        webhook_url=webhook_url if secret else None, max_entries=args.cache_size,
                        ttl=args.ttl, feed_read_timeout=args.feed_timeout,
                        public_base=args.public_base,
@@ -98,8 +114,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = configure_logging(args.log_level, args.log_format)
     config = config_from_args(args)
     if not config.feed_token:
         logging.getLogger("proxy").warning(
@@ -120,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
                         tls_cert=cert, tls_key=key,
                         forwarded_allow_ips=[p.strip() for p in args.forwarded_allow_ips.split(",")
                                              if p.strip()])
-    run_until_signal(server, on_start=runtime.start, on_stop=runtime.close)
+    try:
+        run_until_signal(server, on_start=runtime.start, on_stop=runtime.close)
+    finally:
+        flush_repeats(handler)
     return 0
 
 

@@ -35,6 +35,7 @@ from server.streaming import CONNECTION, Receive, Scope, Send, abort, writable
 
 if TYPE_CHECKING:  # proxy.app builds the relay: no import at run time
     from proxy.app import ProxyRuntime
+    from proxy.edges import EdgeChooser
     from server.bridge import Bridge
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,19 @@ class HandleRelay:
             return
         runtime.forwarder._count(failed=False)
         runtime.count("forwarded")
+        if upstream.status_code == 307 and runtime.edges is not None:
+            # delivered through a plan topic: read on an edge of ours (proxy/edges.py)
+            await upstream.aclose()
+            query = scope.get("query_string", b"")
+            edge_target = raw_path.encode("latin-1") + (b"?" + query if query else b"")
+            from_edge = await self._from_edge(client, runtime.edges, ident, edge_target,
+                                              out_headers)
+            if from_edge is None:
+                runtime.count("upstream_errors")
+                await respond_error(send, 502, "no edge of the gateway could be reached",
+                                    close=False)
+                return
+            upstream = from_edge
         try:
             if upstream.status_code in (404, 410):
                 runtime.cache.invalidate_handles([ident])
@@ -130,6 +144,30 @@ class HandleRelay:
             await self._pass_body(upstream, scope, receive, send)
         finally:
             await upstream.aclose()
+
+    @staticmethod
+    async def _from_edge(client: httpx.AsyncClient, edges: EdgeChooser, ident: str,
+                         target: bytes, headers: list[tuple[bytes, bytes]]
+                         ) -> httpx.Response | None:
+        """The read's answer from the first edge of the handle's order that serves it: one
+        that cannot be reached, or answers 503 (not serving), is passed over; the last one's
+        503 is the answer (its Retry-After with it). None: no edge could be reached."""
+        order = edges.order(ident)
+        for turn, edge in enumerate(order):
+            try:
+                answer = await client.send(client.build_request(
+                    "GET", edge + "/", extensions={"target": target}, headers=headers),
+                    stream=True)
+            except httpx.TransportError as exc:
+                if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+                    edges.mark_down(edge, "refused a connection")
+                continue
+            if answer.status_code == 503 and turn < len(order) - 1:
+                edges.mark_down(edge, "is not serving (503)")
+                await answer.aclose()
+                continue
+            return answer
+        return None
 
     async def _pass_body(self, upstream: httpx.Response, scope: Scope, receive: Receive,
                          send: Send) -> None:

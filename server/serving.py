@@ -361,7 +361,7 @@ def run_until_signal(server: HttpServer, on_start: Callable[[], None] | None = N
     done = threading.Event()
 
     def stop(signum: int, _frame: Any) -> None:
-        log.info("received signal %s, stopping", signum)
+        log.info("%s received signal %s, stopping", server.name, signum)
         done.set()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}

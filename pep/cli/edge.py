@@ -7,8 +7,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from common.logs import configure_logging
 from pep.cli.common import EXIT_USAGE, CliError
-from pep.cli.logs import configure_logging
 
 EDGE_DESCRIPTION = """Run an edge: a stateless process that serves handle reads (GET /handles/<id>,
 SSE or NDJSON, bearer or read tokens, Last-Event-ID) from the plan topics a gateway with delivery =
@@ -34,7 +34,8 @@ def edge_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The gateway settings the edge's flags set (delivery is kafka for an edge)."""
     flags: dict[str, Any] = {"delivery": "kafka"}
     for flag, name in (("store", "store"), ("auth", "auth_file"), ("brokers", "delivery_brokers"),
-                       ("username", "delivery_username"), ("log_level", "log_level")):
+                       ("username", "delivery_username"), ("log_level", "log_level"),
+                       ("log_format", "log_format")):
         value = getattr(args, flag, None)
         if value is not None:
             flags[name] = value
@@ -121,6 +122,8 @@ def add_edge_command(sub: Any) -> None:
                    help="this edge's own Kafka identity (its password: env "
                         "XSG_DELIVERY_PASSWORD)")
     e.add_argument("--log-level", default=None, metavar="LEVEL", help="log level (INFO)")
+    e.add_argument("--log-format", default=None, choices=("text", "json"),
+                   help="log lines as text or one JSON object each (text; env XSG_LOG_FORMAT)")
     e.set_defaults(func=cmd_edge)
 
 

@@ -6,8 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from common.logs import configure_logging, flush_repeats
 from pep.cli.common import EXIT_USAGE, CliError
-from pep.cli.logs import configure_logging, flush_repeats
 
 
 def version() -> str:

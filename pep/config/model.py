@@ -141,6 +141,9 @@ class GatewayConfig:
     delivery_retention_bytes: int = 256 * 1024 * 1024
     delivery_replication: int = 1
     delivery_ack_timeout: float = 1.0
+    # seconds of a real-time batch (Spark's real-time mode) for a Kafka stream whose plans all
+    # compile to Spark expressions (docs/operate/edges.md); 0, the default: micro-batches only
+    delivery_realtime: float = 0.0
 
     def __post_init__(self) -> None:
         check_config(self)  # pep.config.validation: bounds, kinds, normalised forms

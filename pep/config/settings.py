@@ -120,6 +120,8 @@ SETTING_HELP = {
     "delivery_replication": "replicas of each delivery topic",
     "delivery_ack_timeout": "seconds a revocation waits for every edge's acknowledgement "
                             "before fencing the silent ones off the plan's topic",
+    "delivery_realtime": "seconds of a real-time batch for Kafka streams whose plans all "
+                         "compile to Spark expressions (Spark's real-time mode); 0: off",
     "oidc.issuer": "accept JWTs of this OIDC issuer (its 'iss'), besides the token file",
     "oidc.audience": "comma-separated audiences; a token's 'aud' must contain one",
     "oidc.jwks_uri": "the issuer's JWKS URL",

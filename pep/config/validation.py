@@ -26,8 +26,10 @@ NUMBER_RANGES: dict[str, tuple[float, float]] = {
     "lease_seconds": (1, 600),
     "delivery_retention_seconds": (1, MAX_SECONDS), "delivery_retention_bytes": (1, INT64_MAX),
     "delivery_replication": (1, 32767), "delivery_ack_timeout": (0.05, 60),
+    "delivery_realtime": (0, 3600),  # 0: micro-batches only
 }
 DELIVERY_MODES = ("process", "kafka")
+REALTIME_MIN_BATCH = 5.0  # seconds: Spark's own minimum real-time batch
 DELIVERY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DELIVERY_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -51,6 +53,10 @@ def check_config(config: Any) -> None:
     if config.shared_trigger_min > config.shared_trigger_max:
         raise ValueError(f"shared_trigger_min ({config.shared_trigger_min}) is above "
                          f"shared_trigger_max ({config.shared_trigger_max})")
+    if 0 < config.delivery_realtime < REALTIME_MIN_BATCH:
+        raise ValueError(f"delivery_realtime ({config.delivery_realtime}) must be 0 (off) or at "
+                         f"least {REALTIME_MIN_BATCH:g} seconds (Spark's shortest real-time "
+                         "batch, spark.sql.streaming.realTimeMode.minBatchDuration)")
     if config.cluster and config.store is None:
         raise ValueError("cluster needs a PostgreSQL store (store = \"postgresql://...\"): "
                          "the processes of one gateway share it")

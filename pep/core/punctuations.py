@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from pep.core.errors import InvalidInput
+from pep.core.errors import InvalidInput, Unprocessable
 from pep.core.plan import (
     AnyPlan,
     ExecutionPlan,
@@ -236,6 +236,15 @@ def shielded_plan(plan: AnyPlan, definitions: Sequence[StreamDefinition],
         return plan
     held = tuple(sorted(set(roles)))
     if isinstance(plan, JoinPlan):
+        for d in definitions:
+            if enabled(d) and d.source.kind != "ingest":
+                # a join reads its sides' sources in a query of its own, whose side shield
+                # reads an ingest stream's log: a files or kafka stream's punctuations are in
+                # its records, learnt by the stream's own query only (not built for joins)
+                raise Unprocessable(f"stream {d.name!r} carries security punctuations in its "
+                                    f"{d.source.kind} records, which a join does not read "
+                                    "yet; ask for the stream alone (docs/punctuations.md)",
+                                    stream=d.name)
         # each side on a punctuated stream reads its own punctuations (the paper's SCJoin)
         sides = [replace(p, punctuation_roles=held) if p.stream in punctuated else p
                  for p in (plan.left, plan.right)]
@@ -323,6 +332,32 @@ def segments(entries: Iterable[tuple[int, Punctuation]]
     for at, sp in entries:
         state.add(sp)
         policy = state.policy()
+        if starts and starts[-1] == at:
+            policies[-1] = policy
+        else:
+            starts.append(at)
+            policies.append(policy)
+    return starts, policies
+
+
+def lane_segments(entries: Iterable[tuple[int, Punctuation | None]],
+                  state: ShieldState | None = None) -> tuple[list[int], list[SegmentPolicy]]:
+    """`segments` of one lane of a `files` or `kafka` stream (a file, a partition: its own
+    stream order, starting with no punctuation), where a `$punctuation` record that could not
+    be read is None: the stream could not refuse it, and it may have narrowed the policy, so
+    from it on every tuple is denied (`SegmentPolicy(complete=False)`) until a punctuation
+    starts a newer policy (a `ts` above the current one's)."""
+    state = ShieldState()
+    doubt = False
+    starts: list[int] = []
+    policies: list[SegmentPolicy] = []
+    for at, sp in entries:
+        if sp is None:
+            doubt = True
+        else:
+            doubt = doubt and not (state.ts is None or sp.ts > state.ts)
+            state.add(sp)
+        policy = SegmentPolicy(complete=False) if doubt else state.policy()
         if starts and starts[-1] == at:
             policies[-1] = policy
         else:
@@ -431,14 +466,27 @@ def oracle(records: Iterable[Mapping[str, Any]], roles: frozenset[str], mode: st
     """What a consumer gets of `records` (punctuation records and tuples in stream order, as an
     owner ingests them), by brute force: each tuple's segment, its verdict, the projection with
     hidden attributes null. `passes(record)`: the plan's filter (None: every tuple), which
-    `reads` those attributes."""
+    `reads` those attributes. A punctuation record that does not read (a `files` or `kafka`
+    stream's, which nothing refused) denies every tuple after it until a newer policy starts
+    (`lane_segments`)."""
     state = ShieldState()
+    doubt = False
     out = []
     for record in records:
         if PUNCTUATION_KEY in record:
-            state.add(parse_punctuation(record[PUNCTUATION_KEY], schema))
+            try:
+                if set(record) != {PUNCTUATION_KEY}:
+                    raise PunctuationError("a punctuation record holds nothing else")
+                sp = parse_punctuation(record[PUNCTUATION_KEY], schema)
+            except PunctuationError:
+                doubt = True
+                continue
+            doubt = doubt and not (state.ts is None or sp.ts > state.ts)
+            state.add(sp)
             continue
         if passes is not None and not passes(record):
+            continue
+        if doubt:
             continue
         policy = state.policy()
         matched = frozenset(c for c in policy.conditions
@@ -452,5 +500,6 @@ def oracle(records: Iterable[Mapping[str, Any]], roles: frozenset[str], mode: st
 __all__ = ["PUNCTUATION_KEY", "SOURCE_OPTION", "POSITIVE", "NEGATIVE", "REFINE", "DEFER",
            "Condition", "Punctuation", "PunctuationError", "SegmentPolicy", "ShieldState",
            "enabled", "shielded_plan", "filter_attributes", "parse_punctuation",
-           "punctuation_from_json", "segments", "visible_attributes", "counts_in_window",
+           "punctuation_from_json", "segments", "lane_segments", "visible_attributes",
+           "counts_in_window",
            "visible_tuples", "LOG_NAME", "log_line", "read_log_line", "oracle"]

@@ -15,4 +15,14 @@ def handle_ref(handle_id: str) -> str:
     return hashlib.sha256(handle_id.encode("utf-8")).hexdigest()[:16]
 
 
-__all__ = ["handle_ref"]
+MAX_HANDLE_ID = 200  # characters: no handle id is longer (`secrets.token_urlsafe(32)`: 43)
+
+
+def possible_handle_id(text: object) -> bool:
+    """Whether `text` may be a handle's id at all. Anything else is no handle, answered as one
+    that does not exist without asking a store: PostgreSQL refuses a NUL byte with an error
+    (a 500 on the gateway, a 503 blaming the store on an edge), which is no answer."""
+    return isinstance(text, str) and 0 < len(text) <= MAX_HANDLE_ID and "\x00" not in text
+
+
+__all__ = ["MAX_HANDLE_ID", "handle_ref", "possible_handle_id"]

@@ -31,6 +31,9 @@ class DeliverySettings:
     retention_bytes: int = 256 * 1024 * 1024
     replication: int = 1
     ack_timeout: float = 1.0
+    # seconds of a real-time batch for Kafka streams whose plans all qualify
+    # (`pep.runtime.query.realtime`); 0: micro-batches only
+    realtime: float = 0.0
 
     @classmethod
     def of(cls, config: Any) -> DeliverySettings:
@@ -43,7 +46,8 @@ class DeliverySettings:
                    retention_seconds=float(config.delivery_retention_seconds),
                    retention_bytes=int(config.delivery_retention_bytes),
                    replication=int(config.delivery_replication),
-                   ack_timeout=float(config.delivery_ack_timeout))
+                   ack_timeout=float(config.delivery_ack_timeout),
+                   realtime=float(config.delivery_realtime))
 
     # -- names ----------------------------------------------------------------------------------
 

@@ -9,9 +9,15 @@ rows from the plan topic. What it holds in memory is which readers it serves now
 - every `WATCH_EVERY` seconds the store is asked for the state of the handles it serves (a
   second path, should a control record be missed) and the edge's row in `delivery_edges` is
   renewed (the gateway waits for the acknowledgements of the edges seen lately);
-- when the store or the control topic cannot be reached for `LOST_AFTER` seconds, it stops
-  serving: every reader gets `shutdown` (it resumes on another edge), and new readers get 503
-  until both are back. Deny when in doubt: an edge that cannot check a handle does not serve it.
+- when the store cannot be reached for `LOST_AFTER` seconds, it stops serving: every reader
+  gets `shutdown` (it resumes on another edge), and new readers get 503 until it is back.
+- when the control topic cannot be reached for `LOST_AFTER` seconds (the brokers are away:
+  no row comes either), it stops serving too, but its readers stay connected: each is told
+  `stalled` and given nothing more (`TopicReader.hold`) until the control topic is back and a
+  look at the store begun after that found their handles live; then `resumed`, and the rows
+  go on from where they were (nothing lost or repeated). New readers get 503 meanwhile.
+  Deny when in doubt: an edge that cannot check a handle, or hear of its revocation, gives
+  nothing of it.
 
 A reader is registered before its handle is checked in the store, and a revocation that comes
 between the check and the registration is remembered (`_revoked`), so no interleaving lets a
@@ -27,6 +33,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from pep.core.errors import Gone, NotFound, Unavailable
+from pep.core.refs import possible_handle_id
 from pep.delivery.control import CONTROL_LOST, ControlListener, Revocation
 from pep.delivery.settings import DeliverySettings
 from pep.delivery.store import DeliveryStore
@@ -54,7 +61,10 @@ class EdgeNode:
         self._readers: dict[str, set[TopicReader]] = {}
         self._revoked: dict[str, float] = {}  # handle id -> monotonic time it was revoked
         self._store_ok = time.monotonic()
+        self._looked_from = 0.0  # when the last look at the store that answered began
+        self._back_at: float | None = None  # when store and control topic were first both back
         self._serving = False
+        self._holding = False  # the control topic lost: readers held (`TopicReader.hold`)
         self._stop = threading.Event()
         self.control: ControlListener | None = None
         self._watch = threading.Thread(target=self._watch_loop, name="xsg-edge-watch",
@@ -85,6 +95,8 @@ class EdgeNode:
         if not self._serving:
             raise Unavailable("this edge cannot check handles now; retry (another edge)",
                               retry_after=1)
+        if not possible_handle_id(handle_id):  # no handle has such an id: never a query
+            raise NotFound("no such handle")
         try:
             view = self.store.reader_view(handle_id)
         except Exception as exc:  # noqa: BLE001 - the store away: deny
@@ -101,6 +113,9 @@ class EdgeNode:
         with self._lock:
             if handle_id in self._revoked:  # revoked since the store said live
                 raise Gone("handle is revoked", state="revoked", reason=None)
+            if not self._serving:  # stopped serving since the first check
+                raise Unavailable("this edge cannot check handles now; retry (another edge)",
+                                  retry_after=1)
             self._readers.setdefault(handle_id, set()).add(reader)
         reader.start()
         return reader
@@ -147,6 +162,7 @@ class EdgeNode:
 
     def _watch_loop(self) -> None:
         while not self._stop.wait(WATCH_EVERY):
+            began = time.monotonic()
             try:
                 if not self.store.seen(self.edge):  # let go meanwhile: join again
                     self.store.register_edge(self.edge, self.settings.principal, self.url,
@@ -155,6 +171,7 @@ class EdgeNode:
                     served = list(self._readers)
                 states = self.store.states(served) if served else {}
                 self._store_ok = time.monotonic()
+                self._looked_from = began
             except Exception as exc:  # noqa: BLE001 - counted below: deny after the bound
                 log.debug("edge %s: the store did not answer: %s", self.edge, exc)
                 states = None
@@ -163,17 +180,40 @@ class EdgeNode:
             self._check_health()
 
     def _check_health(self) -> None:
-        store_ok = time.monotonic() - self._store_ok < LOST_AFTER
+        now = time.monotonic()
+        store_ok = now - self._store_ok < LOST_AFTER
         control_ok = self.control is not None and self.control.healthy
-        if self._serving and not (store_ok and control_ok):
-            self._serving = False
-            what = "the store" if not store_ok else "the control topic"
-            log.warning("edge %s lost %s: it stops serving until both are back", self.edge,
-                        what)
-            self._end_readers(lambda h: ("shutdown", f"the edge lost {what}; reconnect"))
-        elif not self._serving and store_ok and control_ok and not self._stop.is_set():
+        if not (store_ok and control_ok):
+            self._back_at = None
+        if not store_ok:
+            if self._serving or self._holding:
+                self._serving = self._holding = False
+                log.warning("edge %s lost the store: it stops serving until it is back",
+                            self.edge)
+                self._end_readers(lambda h: ("shutdown", "the edge lost the store; reconnect"))
+        elif not control_ok:
+            if self._serving:
+                self._serving, self._holding = False, True
+                log.warning("edge %s lost the control topic (the brokers): its readers are "
+                            "told `stalled` and given nothing until it is back", self.edge)
+                self._each_reader(lambda r: r.hold(
+                    "the edge cannot reach the brokers; the rows resume when they are back"))
+        elif not self._serving and not self._stop.is_set():
+            if self._back_at is None:
+                self._back_at = now
+            if self._looked_from <= self._back_at:
+                return  # a revocation published meanwhile is in the store: look first
+            if self._holding:
+                self._holding = False
+                self._each_reader(lambda r: r.release())
             self._serving = True
             log.info("edge %s serves again", self.edge)
+
+    def _each_reader(self, do: Callable[[TopicReader], None]) -> None:
+        with self._lock:
+            readers = [r for rs in self._readers.values() for r in rs]
+        for reader in readers:
+            do(reader)
 
     def stop(self) -> None:
         """Readers get `shutdown` (they resume on another edge); the edge leaves."""

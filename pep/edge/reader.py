@@ -17,27 +17,45 @@ gateway's own code.
   skipped, never "not above the highest" (which dropped those rows, issue 45). A hole still
   open when the next batch's first record comes (a batch's write ends before the next batch
   starts) is a row lost: the reader is told with a `gap`, never silence.
+  A hole in the last batch written (no next batch comes: a quiet stream) is told as a `gap`
+  once no record came for `hole_after` seconds while the edge reached the brokers; a row that
+  fills it later is still given (under its own position).
+- A real-time query (`pep.runtime.query.realtime`) keys a record by its place in the
+  stream's topic (`r:<epoch>:<topic>/<partition>/<offset>`) and writes a source partition's
+  records in offset order; started again, it writes again what it read since its last commit:
+  a record whose source offset is not above the highest read of its partition is skipped
+  (`SourceLog`).
 - A record the topic no longer holds (its retention passed) is told as a `gap` with the count.
+- `hold(detail)` (the edge lost the control topic: the brokers are away, `pep.edge.node`): the
+  reader is told `stalled` at once and given nothing more (rows read meanwhile wait) until
+  `release()`, which tells it `resumed` (or nothing, when it had not read the `stalled` yet).
+  Deny when in doubt: rows are withheld while revocations cannot reach the edge, and nothing
+  is lost or repeated: the consumer keeps its position, and ids stay positions in the topic.
 - `close(kind, reason)` drops the rows not yet given to the reader and ends with the final
   event (revoked, released, ended, shutdown), whose id is the last row the reader was given (a
   reader told `shutdown` resumes from there on another edge).
-- The consumer runs ahead of the reader by at most `MAX_QUEUED` rows.
+- The consumer runs ahead of the reader by at most `MAX_QUEUED` rows (and one poll's batch).
 """
 from __future__ import annotations
 
 import json
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
+from pep.core.refs import handle_ref
 from pep.delivery.settings import DeliverySettings
 from pep.handles.buffer import Event
 
 log = logging.getLogger(__name__)
 
 MAX_QUEUED = 5000  # rows read from the topic and not yet given to the reader
+HOLE_AFTER = 30.0  # seconds of quiet (brokers reached) after which the last batch's hole is a gap
+NOTICES = ("stalled", "resumed")  # what a held reader is still given
 POLL = 0.05  # seconds per consumer poll
+CONSUME_BATCH = 500  # records per poll at most (the queue may hold this many beyond MAX_QUEUED)
 METADATA_REFRESH_MS = 1000
 
 
@@ -46,6 +64,18 @@ def parse_key(key: bytes | None) -> tuple[str, int, int] | None:
     try:
         kind, epoch, batch, index = (key or b"").decode("ascii").split(":")
         return (epoch, int(batch), int(index)) if kind == "m" else None
+    except ValueError:
+        return None
+
+
+def parse_source_key(key: bytes | None) -> tuple[str, str, int] | None:
+    """(epoch, source topic/partition, offset) of a key a real-time query wrote
+    (`r:<epoch>:<topic>/<partition>/<offset>`, `pep.runtime.query.realtime`); None for
+    another key."""
+    try:
+        kind, epoch, place = (key or b"").decode("ascii").split(":")
+        topic, partition, offset = place.rsplit("/", 2)
+        return (epoch, f"{topic}/{int(partition)}", int(offset)) if kind == "r" else None
     except ValueError:
         return None
 
@@ -59,22 +89,54 @@ class KeyLog:
         self.epoch: str | None = None
         self.batch = -1
         self.seen: set[int] = set()
+        self.told: set[int] = set()  # holes of this batch already told as a gap (`tell`)
 
     def note(self, key: tuple[str, int, int]) -> tuple[bool, int]:
         """(whether the record is new, how many of the batch before it were never written:
-        indexes between the lowest and the highest read that no record had)."""
+        indexes between the lowest and the highest read that no record had, and that were
+        not told already)."""
         epoch, batch, index = key
         lost = 0
         if epoch != self.epoch or batch > self.batch:
-            lost = self.holes()
-            self.epoch, self.batch, self.seen = epoch, batch, set()
+            lost = len(self.missing() - self.told)
+            self.epoch, self.batch, self.seen, self.told = epoch, batch, set(), set()
         elif batch < self.batch or index in self.seen:
             return False, 0
         self.seen.add(index)
         return True, lost
 
-    def holes(self) -> int:
-        return max(self.seen) - min(self.seen) + 1 - len(self.seen) if self.seen else 0
+    def missing(self) -> set[int]:
+        """The batch's indexes between the lowest and the highest read that no record had."""
+        if not self.seen:
+            return set()
+        return set(range(min(self.seen), max(self.seen) + 1)) - self.seen
+
+    def tell(self) -> int:
+        """How many of the batch's holes were not told yet; they count as told from now."""
+        new = self.missing() - self.told
+        self.told |= new
+        return len(new)
+
+
+class SourceLog:
+    """The source records a real-time query wrote, per source partition the highest offset
+    read (`note`). A real-time query writes a partition's records in offset order; one started
+    again reads from its last committed offsets and writes some records again, under the same
+    keys: not above the highest, a repeat."""
+
+    def __init__(self) -> None:
+        self.epoch: str | None = None
+        self.top: dict[str, int] = {}
+
+    def note(self, key: tuple[str, str, int]) -> bool:
+        """Whether the record is new."""
+        epoch, partition, offset = key
+        if epoch != self.epoch:
+            self.epoch, self.top = epoch, {}
+        if offset <= self.top.get(partition, -1):
+            return False
+        self.top[partition] = offset
+        return True
 
 
 class TopicReader:
@@ -84,7 +146,7 @@ class TopicReader:
     base = 0
 
     def __init__(self, settings: DeliverySettings, handle_id: str, topic: str,
-                 start_offset: int, after: int | None) -> None:
+                 start_offset: int, after: int | None, hole_after: float = HOLE_AFTER) -> None:
         self.handle_id = handle_id
         self.topic = topic
         self._settings = settings
@@ -95,10 +157,14 @@ class TopicReader:
         self._cond = threading.Condition(threading.Lock())
         self._final: Event | None = None
         self._final_read = False
+        self._held = False  # `hold`: only notices are given
+        self._released_at = 0.0  # monotonic time of the last `release` (the quiet restarts)
+        self._hole_after = hole_after
         self._waiters: tuple[Callable[[], None], ...] = ()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._consume, daemon=True,
-                                        name=f"xsg-edge-reader-{handle_id[:8]}")
+                                        # never the id (a capability): its reference
+                                        name=f"xsg-edge-reader-{handle_ref(handle_id)[:8]}")
         self.skipped = 0  # records repeated by a micro-batch written again
 
     def start(self) -> None:
@@ -149,7 +215,7 @@ class TopicReader:
         with self._cond:
             if after is not None and after > self._given:
                 self._given = after
-            if not self._rows and self._final is None and timeout:
+            if not self._readable() and self._final is None and timeout:
                 self._cond.wait(timeout)
             if self._final is not None:
                 if self._final_read:
@@ -160,9 +226,11 @@ class TopicReader:
             size = 0
             rows = self._rows
             while rows and len(out) < limit:
+                if self._held and rows[0].kind not in NOTICES:
+                    break  # withheld until `release`
                 event = rows.popleft()
-                if event.id < self._given or (event.id == self._given and event.kind != "gap"):
-                    continue  # a hole's gap has the id of the row before it
+                if event.id < self._given or (event.id == self._given and event.kind == "row"):
+                    continue  # a gap or a notice has the id of the row before it
                 out.append(event)
                 size += len(event.data)
                 if max_bytes is not None and size >= max_bytes:
@@ -171,6 +239,39 @@ class TopicReader:
                 self._given = out[-1].id
                 self._cond.notify_all()  # room for the consumer
             return out
+
+    def _readable(self) -> bool:
+        """Under the lock: whether `read` has something to give now."""
+        rows = self._rows
+        return bool(rows) and (not self._held or rows[0].kind in NOTICES)
+
+    def hold(self, detail: str) -> None:
+        """Tell the reader `stalled` and give it nothing else until `release` (the module
+        docstring)."""
+        with self._cond:
+            if self._final is not None or self._held:
+                return
+            self._held = True
+            self._rows.appendleft(Event(self._given, "stalled", json.dumps(
+                {"event": "stalled", "state": "stalled", "detail": detail})))
+            self._wake()
+
+    def release(self) -> None:
+        """Give the reader its rows again, after `resumed` (none when it had not read the
+        `stalled` notice yet: nothing to tell)."""
+        with self._cond:
+            if not self._held:
+                return
+            self._held = False
+            self._released_at = time.monotonic()
+            if self._final is not None:
+                return
+            if self._rows and self._rows[0].kind == "stalled":
+                self._rows.popleft()
+            else:
+                self._rows.appendleft(Event(self._given, "resumed", json.dumps(
+                    {"event": "resumed", "state": "serving"})))
+            self._wake()
 
     def close(self, kind: str, reason: str | None = None) -> bool:
         """Drop what the reader was not given, and end with the final event (False: closed
@@ -197,56 +298,85 @@ class TopicReader:
             # a plan topic created a moment ago may be unknown to this client's first metadata:
             # asked again every second rather than librdkafka's five minutes
             "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
-            "logger": logging.getLogger("pep.edge.kafka")}))
+            # only critical client logs: a consumer per reader would log every failed
+            # connection while the brokers are away (16 lines a second each, measured), which
+            # the edge says once (`pep.edge.node`); the errors that matter come from `poll`
+            "log_level": 2, "logger": logging.getLogger("pep.edge.kafka")}))
         try:
             consumer.assign([TopicPartition(self.topic, 0, self._start)])
             expected = self._start
             keys = KeyLog()
+            sources = SourceLog()
+            last_record = time.monotonic()
+            looked = True  # at the holes, since the last record (once per quiet spell)
             while not self._stop.is_set():
-                msg = consumer.poll(POLL)
-                if msg is None:
+                # a batch of records per call, and given to the reader in one step (one lock,
+                # one wake of its writer): one record per call held a reader to ~5,000 rows/s
+                # on a loaded machine (bench_kafka.py)
+                first = consumer.poll(POLL)  # waits for one record: its latency stays
+                if first is None:
+                    if (not looked and not self._held and time.monotonic()
+                            - max(last_record, self._released_at) >= self._hole_after):
+                        # a quiet stream: the last batch's hole is told without waiting for
+                        # a next batch (issue 45)
+                        looked = True
+                        lost = keys.tell()
+                        if lost and expected >= self._given:
+                            self._put([Event(expected, "gap", json.dumps(
+                                {"event": "gap", "lost": lost, "resume_from": expected + 1}))])
                     continue
-                error = msg.error()
-                if error is not None:
-                    if error.code() in DENIED:  # fenced off the topic: deny
-                        self.close("shutdown", "this edge may not read the handle's topic; "
-                                               "reconnect")
-                        return
-                    log.debug("plan topic %s: %s", self.topic, error)
-                    continue
-                offset = int(msg.offset() or 0)
-                if offset > expected and offset > self._given:  # records the topic lost
-                    self._put(Event(offset, "gap", json.dumps(
-                        {"event": "gap", "lost": offset - max(expected, self._given),
-                         "resume_from": offset + 1})))
-                expected = offset + 1
-                key = parse_key(msg.key())
-                if key is not None:
-                    new, lost = keys.note(key)
-                    if not new:
+                last_record = time.monotonic()
+                looked = False
+                # then what is there already, without waiting (consume waits for a full batch)
+                events: list[Event] = []
+                for msg in [first, *consumer.consume(CONSUME_BATCH - 1, 0)]:
+                    error = msg.error()
+                    if error is not None:
+                        if error.code() in DENIED:  # fenced off the topic: deny
+                            self.close("shutdown", "this edge may not read the handle's topic; "
+                                                   "reconnect")
+                            return
+                        log.debug("plan topic %s: %s", self.topic, error)
+                        continue
+                    offset = int(msg.offset() or 0)
+                    if offset > expected and offset > self._given:  # records the topic lost
+                        events.append(Event(offset, "gap", json.dumps(
+                            {"event": "gap", "lost": offset - max(expected, self._given),
+                             "resume_from": offset + 1})))
+                    expected = offset + 1
+                    key = parse_key(msg.key())
+                    place = parse_source_key(msg.key()) if key is None else None
+                    if place is not None and not sources.note(place):
                         self.skipped += 1
                         continue
-                    if lost and offset + 1 > self._given:  # rows a failed write never put
-                        self._put(Event(offset, "gap", json.dumps(
-                            {"event": "gap", "lost": lost, "resume_from": offset + 1})))
-                if offset + 1 > self._given:
-                    value = msg.value() or b"{}"
-                    self._put(Event(offset + 1, "row", value.decode("utf-8")))
+                    if key is not None:
+                        new, lost = keys.note(key)
+                        if not new:
+                            self.skipped += 1
+                            continue
+                        if lost and offset + 1 > self._given:  # rows a failed write never put
+                            events.append(Event(offset, "gap", json.dumps(
+                                {"event": "gap", "lost": lost, "resume_from": offset + 1})))
+                    if offset + 1 > self._given:
+                        value = msg.value() or b"{}"
+                        events.append(Event(offset + 1, "row", value.decode("utf-8")))
+                if events:
+                    self._put(events)
         except Exception:  # the reader is told, and reconnects elsewhere
             log.exception("plan topic %s could not be read", self.topic)
             self.close("shutdown", "the edge could not read the handle's topic; reconnect")
         finally:
             consumer.close()
 
-    def _put(self, event: Event) -> None:
+    def _put(self, events: list[Event]) -> None:
         with self._cond:
             while len(self._rows) >= MAX_QUEUED and self._final is None \
                     and not self._stop.is_set():
                 self._cond.wait(0.2)
             if self._final is not None:
                 return
-            self._rows.append(event)
+            self._rows.extend(events)
             self._wake()
 
 
-__all__ = ["MAX_QUEUED", "KeyLog", "TopicReader", "parse_key"]
+__all__ = ["MAX_QUEUED", "KeyLog", "SourceLog", "TopicReader", "parse_key", "parse_source_key"]

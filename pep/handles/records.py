@@ -26,6 +26,7 @@ from common.db import Database, Row, open_database, opening, upsert_sql
 from common.migrations import Schema, Step, migrate
 from pep.core.explain import AnyPlanJson, plan_to_json
 from pep.core.plan import any_plan_from_json, is_join_json
+from pep.core.refs import possible_handle_id
 
 
 class HandleState(str, Enum):
@@ -225,7 +226,7 @@ class HandleStore:
              r.state.value, r.reason, r.created_at, r.updated_at, r.generation))
 
     def get(self, handle_id: str) -> HandleRecord | None:
-        if not isinstance(handle_id, str) or len(handle_id) > 200:
+        if not possible_handle_id(handle_id):
             return None
         row = self._db.fetchone(f"SELECT {self._COLUMNS} FROM handles WHERE id = ?",
                                 (handle_id,))

@@ -6,7 +6,7 @@ same figure is read here instead: the trigger's duration in Spark's progress rep
 (`batchDuration`), off the micro-batch path. The runtime's janitor asks every few seconds for the
 reports of the batches since its last look (`StreamingQuery.recentProgress`: Spark keeps the
 last 100 of each query) and logs each late batch as a warning marked as repeating
-(`pep.log_repeats`): the gateway's log writes the first in full, then once a minute how often it
+(`common.log_repeats`): the gateway's log writes the first in full, then once a minute how often it
 happened and the worst ("stream weather is falling behind: 37 times in the last 60 s, worst
 2.1 s").
 
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pep.log_repeats import repeating
+from common.log_repeats import repeating
 
 log = logging.getLogger(__name__)
 

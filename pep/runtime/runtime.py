@@ -212,7 +212,8 @@ class StreamRuntime:
         return StreamExecutor(self.spark, stream, self.work_dir, self.trigger_interval,
                               self.max_files_per_trigger, self._lateness(stream),
                               self._closed_by_deliver, settings.tuple_pane_min,
-                              self.mask_keys.key_for, topics=self._topics)
+                              self.mask_keys.key_for, topics=self._topics,
+                              realtime=float(getattr(settings.delivery, "realtime", 0.0) or 0.0))
 
     @contextmanager
     def restoring(self) -> Iterator[None]:

@@ -37,6 +37,8 @@ FIELD_TYPES = ("double", "long", "string", "boolean", "timestamp", "label")
 SOURCE_KINDS = ("ingest", "files", "generator", "socket", "kafka")
 # Sources that reach into the server's file system or network: administrators only.
 PRIVILEGED_SOURCE_KINDS = ("files", "socket", "kafka")
+# sources whose owner may enable security punctuations (`pep.core.punctuations`)
+PUNCTUATED_SOURCE_KINDS = ("ingest", "files", "kafka")
 FILE_FORMATS = ("json", "csv", "parquet")
 KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 # `kafka.<setting>` options of a Kafka source go to Spark's consumer (Java client names, e.g.
@@ -436,15 +438,15 @@ def parse_source(source: JsonValue | SourceSpec, ingest_dir: Path, trusted: bool
     if kind in PRIVILEGED_SOURCE_KINDS and not trusted:
         raise SourceNotPermitted(f"only administrators may register a {kind!r} source "
                                  "(it reads the server's files or network)")
-    if "punctuations" in source and kind != "ingest":
-        raise InvalidStream(f"source ({kind}): security punctuations are supported on ingest "
-                            "streams only (docs/punctuations.md)")
+    if "punctuations" in source and kind not in PUNCTUATED_SOURCE_KINDS:
+        raise InvalidStream(f"source ({kind}): security punctuations are supported on ingest, "
+                            "files (JSON lines) and kafka streams only (docs/punctuations.md)")
     allowed = {
         "ingest": {"punctuations"},
-        "files": {"path", "format", "maxFilesPerTrigger"},
+        "files": {"path", "format", "maxFilesPerTrigger", "punctuations"},
         "generator": {"schema", "rate"},
         "socket": {"host", "port"},
-        "kafka": {"bootstrap.servers", "subscribe", "maxOffsetsPerTrigger"},
+        "kafka": {"bootstrap.servers", "subscribe", "maxOffsetsPerTrigger", "punctuations"},
     }[kind]
     opts = {k: v for k, v in source.items() if k != "kind"}
     unknown = set(opts) - allowed
@@ -458,11 +460,15 @@ def parse_source(source: JsonValue | SourceSpec, ingest_dir: Path, trusted: bool
                             f"{', '.join(sorted(map(str, unknown)))}; allowed: "
                             f"{', '.join(sorted(allowed)) or 'none'}")
     text = {str(k): _option_text(kind, k, v) for k, v in opts.items()}
+    if text.get("punctuations", "off") not in ("on", "off"):
+        raise InvalidStream(f"source ({kind}): punctuations must be \"on\" or \"off\" "
+                            "(security punctuations in the stream, docs/punctuations.md)")
+    if kind == "files" and text.get("punctuations") == "on" \
+            and text.get("format", "json") != "json":
+        raise InvalidStream("source (files): punctuations need format json (JSON lines: a "
+                            "punctuation is a line {\"$punctuation\": ...}, docs/punctuations.md)")
     if kind == "ingest":
         text["path"] = str(ingest_dir)
-        if text.get("punctuations", "off") not in ("on", "off"):
-            raise InvalidStream("source (ingest): punctuations must be \"on\" or \"off\" "
-                                "(security punctuations in the stream, docs/punctuations.md)")
     elif kind == "files":
         if "path" not in text:
             raise InvalidStream("source (files): 'path' is required")

@@ -37,7 +37,12 @@ from pep.core import punctuations
 from pep.core.jsontypes import JsonValue
 from pep.streams.definition import SEQ_FIELD, StreamConflict, StreamNotFound
 from pep.streams.entries import StreamEntry
-from pep.streams.records import DEFAULT_MAX_LINES, BatchTooLarge, validate_records
+from pep.streams.records import (
+    DEFAULT_MAX_LINES,
+    BatchTooLarge,
+    RecordError,
+    validate_records,
+)
 
 if TYPE_CHECKING:  # confluent-kafka is imported with the first Kafka append, not before
     from pep.streams.kafka_producer import KafkaAppender
@@ -150,6 +155,13 @@ class RecordIngest:
         reader: Callable[[JsonValue, int, int], None] | None = None
         if punctuations.enabled(d):
             def reader(doc: JsonValue, line: int, before: int) -> None:
+                if d.source.kind == "kafka":
+                    # the gateway's producer spreads records over the partitions, and a
+                    # punctuation holds within its partition only: its owner sends it itself
+                    raise RecordError("a security punctuation cannot be appended through the "
+                                      "gateway to a kafka stream: send it to the topic, to "
+                                      "each partition it governs (docs/punctuations.md)",
+                                      line=line, field=punctuations.PUNCTUATION_KEY)
                 placed.append((before, punctuations.parse_punctuation(doc, d.schema,
                                                                       f"line {line}")))
         records = validate_records(d.schema, body, d.time_attribute, self.max_lines,

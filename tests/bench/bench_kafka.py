@@ -3,14 +3,21 @@ write on the same kind of topic; and what Spark's real-time mode gives.
 
 Run: .venv/bin/python tests/bench/bench_kafka.py [--quick] [--trials 3] [--records 100000]
                                                 [--rate 200] [--seconds 20] [--startup 5]
+                                                [--parts throughput,latency,realtime,ingest]
+                                                [--topics-caps 10000,30000,100000]
      (needs `make install`'s jars)
 
 A single-node Kafka broker (KRaft, tests/kafka/broker.py); topics of 3 partitions; records carry
 `v` (0-99) and `sent` (epoch seconds when produced); the policy's filter `v < 50` passes half of
-them and its map keeps four columns. Three sides (tests/bench/harness.py says why these):
+them and its map keeps four columns. The sides (tests/bench/harness.py says why these):
 - gateway: one real gateway as `xsg serve` runs it (its SparkSession, StreamRuntime, HTTP server),
   a stream on the topic with the gateway's defaults (trigger 0.25 s, maxOffsetsPerTrigger
   10,000); a handle read over HTTP (NDJSON) by a reader process of its own;
+- gateway-topics: the same gateway with `delivery = "kafka"` (a real PostgreSQL store, the
+  broker): Spark writes the plan's topic (maxOffsetsPerTrigger 100,000), an edge (`xsg edge`, a
+  process of its own) serves the reader;
+- gateway-realtime: that gateway with real-time mode on (`delivery_realtime`, 5 s batches; a
+  store, topic prefix and edge of its own), in part 3 only;
 - user: the same parse, filter and projection as a user writes it, in an application of its own
   (its own process, JVM and SparkSession with Spark's defaults; no maxOffsetsPerTrigger, the
   default trigger), each micro-batch's rows brought to the driver with `toArrow()`;
@@ -27,9 +34,13 @@ Producers are processes of their own (confluent-kafka, acks=all).
    right after the side's query started; p50/p95/p99 over every record that passes, those that
    never arrive infinitely late; the first `--startup` seconds (start-up) apart from the rest
    (steady state). Same rotation of trials.
-3. real-time mode (Spark 4.1+): a user's real-time query (`trigger(realTime=...)`, the same
-   filter and projection, Kafka -> Kafka), latency read by a consumer process of the output
-   topic; and whether the gateway's shared query could run so (its sink is foreachBatch).
+3. real-time mode (Spark 4.1+): gateway-topics against gateway-realtime on the same topic (one
+   partition: a real-time task holds a slot per partition), one side at a time, the order
+   rotating, as in 2; then a user's real-time query (`trigger(realTime=...)`, the same filter
+   and projection, Kafka -> Kafka), latency read by a consumer process of the output topic; and
+   whether a foreachBatch sink may run so (it may not).
+   `--topics-caps 10000,30000,100000`: gateway-topics' backlog rate at each cap against the
+   user's query (how KAFKA_TOPICS_MAX_OFFSETS was chosen). `--parts` picks the parts to run.
 4. the gateway's records API into Kafka: records/s acknowledged through
    `POST /streams/<s>/records` against the same batches produced directly, each from a process
    of its own, alternating.
@@ -38,7 +49,9 @@ Only loopback traffic; every loop is bounded; everything started is stopped, eve
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,7 +94,7 @@ from tests.bench.harness import (
     spread,
     with_missing,
 )
-from tests.bench.readers import reader_result, start_reader, wait_ready
+from tests.bench.readers import ReadJob, handle_path, reader_result, start_reader, wait_ready
 from tests.bench.served import (
     ADMIN_TOKEN,
     NDJSON,
@@ -98,7 +111,13 @@ FIELDS = [("ts", "timestamp"), ("station", "string"), ("v", "double"), ("sent", 
 COLUMNS = ["ts", "station", "v", "sent"]
 CONDITION = "v < 50"  # half the records pass: record i has v = i % 100
 POLICY_ID = "urn:xsg:bench:kafka"
-SIDES = ("gateway", "user", "gateway-settings")
+SIDES = ("gateway", "gateway-topics", "user", "gateway-settings")
+# the gateway's two ways of delivering: rows into the handle's buffer in the gateway process
+# (`delivery = "process"`), or written by Spark to the plan's topic and served by an edge
+GATEWAYS = ("gateway", "gateway-topics", "gateway-realtime")
+# the same-topic comparison of the plan-topics path in micro-batches and in real-time mode
+REALTIME_SIDES = ("gateway-topics", "gateway-realtime")
+REALTIME_BATCH = 5.0  # seconds of a real-time batch (Spark's minimum)
 SINCE = "the first record"
 GRACE = 5.0  # seconds after the last record a row may still arrive before it counts as never
 LEAD = 3.0  # seconds from a latency run's set-up to its first record (the producer's start)
@@ -354,10 +373,15 @@ USER_APP: dict[str, Handler] = {"throughput": direct_throughput, "latency": dire
 # -- the benchmark ---------------------------------------------------------------------------------
 
 class Bench:
-    def __init__(self, spark: Any, gw: Gateway, broker: Any, app: UserApp, tmp: Path) -> None:
-        self.spark, self.gw, self.broker, self.app, self.tmp = spark, gw, broker, app, tmp
+    def __init__(self, spark: Any, gws: dict[str, Gateway], edge_ports: dict[str, int],
+                 broker: Any, app: UserApp, tmp: Path) -> None:
+        self.spark, self.gws, self.broker, self.app, self.tmp = spark, gws, broker, app, tmp
+        self.gw = gws["gateway"]
+        self.edge_ports = edge_ports  # per plan-topics gateway, the edge serving its handles
         self.sides = DirectSides(spark, app, USER_APP)
         self.count = 0
+        self.streams = 0
+        self.cap: int | None = None  # the streams' maxOffsetsPerTrigger, None: the gateway's
 
     def topic(self, partitions: int = 3) -> str:
         self.count += 1
@@ -365,62 +389,88 @@ class Bench:
         self.broker.create_topic(name, partitions)
         return name
 
-    def stream(self) -> tuple[str, str]:
-        """A fresh topic and a gateway stream on it (its defaults), granted to every consumer."""
-        topic = self.topic()
-        name = f"k{self.count}"
-        self.gw.register(name, FIELDS, {"kind": "kafka", "bootstrap.servers": self.broker.bootstrap,
-                                        "subscribe": topic}, "ts")
-        self.gw.add_policy(inline_policy(f"{POLICY_ID}:{name}", [name], CONDITION, COLUMNS))
+    def stream(self, side: str = "gateway", topic: str | None = None) -> tuple[str, str]:
+        """A gateway stream (its defaults) on `topic` (None: a fresh one of 3 partitions),
+        granted to every consumer."""
+        topic = topic or self.topic()
+        self.streams += 1
+        name = f"k{self.streams}"
+        gw = self.gws[side]
+        source = {"kind": "kafka", "bootstrap.servers": self.broker.bootstrap, "subscribe": topic}
+        if self.cap is not None:
+            source["maxOffsetsPerTrigger"] = str(self.cap)
+        gw.register(name, FIELDS, source, "ts")
+        gw.add_policy(inline_policy(f"{POLICY_ID}:{name}", [name], CONDITION, COLUMNS))
         return name, topic
 
-    def reader(self, handle: str, **options: Any) -> tuple[Any, Any]:
-        job = self.gw.reader([(0, handle, consumer_token(1))], self.tmp / f"read-{self.count}.out",
-                             ready=str(self.tmp / f"read-{self.count}.ready"), **options)
+    def reader(self, side: str, handle: str, **options: Any) -> tuple[Any, Any]:
+        """The reader process of `handle`: on the gateway, or on the edge for plan topics."""
+        out = self.tmp / f"read-{self.count}.out"
+        ready = str(self.tmp / f"read-{self.count}.ready")
+        if side in self.edge_ports:
+            job = ReadJob("127.0.0.1", self.edge_ports[side], [(0, handle_path(handle),
+                                                         consumer_token(1))], str(out),
+                          ready=ready, **options)
+        else:
+            job = self.gws[side].reader([(0, handle, consumer_token(1))], out, ready=ready,
+                                        **options)
         proc = start_reader(job)
         if not wait_ready(job, 60):
             raise RuntimeError("the reader process did not connect")
         return proc, job
 
     def throughput(self, side: str, n: int, timeout: float) -> dict[str, Any]:
-        if side != "gateway":
+        side, _, cap = side.partition("@")  # "gateway-topics@30000": that stream's cap
+        if side not in GATEWAYS:
             res = self.sides.run(side, "throughput", wait=timeout + 300,
                                  bootstrap=self.broker.bootstrap, topic=self.topic(), n=n,
                                  timeout=timeout)
         else:
-            name, topic = self.stream()
-            handle = self.gw.open(consumer_token(1), request_json(name))["handle"]
+            gw = self.gws[side]
+            before, self.cap = self.cap, int(cap) if cap else self.cap
             try:
-                proc, job = self.reader(handle, want=expected_rows(n), seconds=timeout)
+                name, topic = self.stream(side)
+            finally:
+                self.cap = before
+            handle = gw.open(consumer_token(1), request_json(name))["handle"]
+            try:
+                proc, job = self.reader(side, handle, want=expected_rows(n), seconds=timeout)
                 produced = run_child(__file__, ["--produce-backlog", self.broker.bootstrap, topic,
                                                 n])
                 got = reader_result(proc, job, timeout + 60)
             finally:
-                self.gw.release(consumer_token(1), handle)
+                gw.release(consumer_token(1), handle)
             res = {"rows": got["rows"], "lost": got["lost"], "start": produced["start"],
                    "first": got["first"], "last": got["last"], "errors": got["errors"]}
         return backlog_figures(res, expected_rows(n))
 
-    def latency(self, side: str, rate: float, seconds: float, startup: float) -> dict[str, Any]:
-        if side != "gateway":
+    def latency(self, side: str, rate: float, seconds: float, startup: float,
+                topic: str | None = None) -> dict[str, Any]:
+        if side not in GATEWAYS:
             return self.sides.run(side, "latency", wait=seconds + 300,
                                   bootstrap=self.broker.bootstrap, topic=self.topic(), rate=rate,
                                   seconds=seconds, startup=startup)
-        name, topic = self.stream()
-        handle = self.gw.open(consumer_token(1), request_json(name))["handle"]
+        gw = self.gws[side]
+        name, topic = self.stream(side, topic)
+        handle = gw.open(consumer_token(1), request_json(name))["handle"]
+        mode = None
         try:
-            # rows produced before the reader is connected wait in the handle's buffer: the
-            # records start at `start_at` whether it is or not
+            if side == "gateway-realtime":
+                mode = wait_mode(gw, name, "realtime", 60.0)
+                time.sleep(2.0)  # its real-time tasks are reading the partitions
+            # rows produced before the reader is connected wait in the handle's buffer (or its
+            # topic): the records start at `start_at` whether it is or not
             start_at = time.time() + LEAD
             split = phases(start_at, startup, seconds)
-            proc, job = self.reader(handle, phases=split, seconds=seconds + LEAD + GRACE + 30)
+            proc, job = self.reader(side, handle, phases=split,
+                                    seconds=seconds + LEAD + GRACE + 30)
             sent = run_child(__file__, ["--produce-steady", self.broker.bootstrap, topic, rate,
                                         seconds, start_at], seconds + 120)["sent"]
             time.sleep(max(0.0, sent[-1] + GRACE - time.time()) if sent else 0.0)
             got = reader_result(proc, job, 30, stop=True)
         finally:
-            self.gw.release(consumer_token(1), handle)
-        return {"sent": sent, "phases": split, "lat": got["lat"]}
+            gw.release(consumer_token(1), handle)
+        return {"sent": sent, "phases": split, "lat": got["lat"], "mode": mode}
 
     def ingest(self, how: str, batches: int, per_batch: int) -> float:
         name, topic = self.stream()
@@ -455,14 +505,23 @@ def main() -> None:
     parser.add_argument("--startup", type=float, default=5.0,
                         help="the latency run's first seconds, reported as start-up")
     parser.add_argument("--timeout", type=float, default=300.0, help="per throughput run")
+    parser.add_argument("--parts", default="throughput,latency,realtime,ingest",
+                        help="which parts to run, comma-separated")
+    parser.add_argument("--topics-caps", default="",
+                        help="throughput of the plan-topics gateway at each of these "
+                             "maxOffsetsPerTrigger (comma-separated) against the user's query")
+    parser.add_argument("--cap", type=int, default=None,
+                        help="the gateway streams' maxOffsetsPerTrigger (default: the gateway's)")
     args = parser.parse_args()
     n = 20_000 if args.quick else args.records
     trials = 1 if args.quick else args.trials
     seconds = 10.0 if args.quick else args.seconds
     print("machine:", machine())
-    from pep.runtime.runtime import StreamRuntime
+    from pep.delivery.settings import DeliverySettings
+    from pep.runtime.runtime import RuntimeSettings, StreamRuntime
     from pep.runtime.session import kafka_connector_jars
     from tests.kafka.broker import KafkaBroker
+    from tests.pg_server import start_server
     if not kafka_connector_jars():
         sys.exit("no Kafka connector for this pyspark: run `make install`")
     gws = gateway_settings()
@@ -474,22 +533,124 @@ def main() -> None:
         tmp = Path(tmp_dir)
         broker = KafkaBroker(tmp / "kafka", heap="1g").start()
         stack.callback(broker.stop)
+        postgres = start_server()
+        stack.callback(postgres.close)
         spark = started_spark(stack)
-        gw = Gateway(StreamRuntime(spark, tmp / "gw" / "runtime"), tmp / "gw", accounts(2))
-        stack.callback(gw.close)
+        gws = {"gateway": Gateway(StreamRuntime(spark, tmp / "gw" / "runtime"), tmp / "gw",
+                                  accounts(2))}
+        stack.callback(gws["gateway"].close)
+        # the same gateway delivering through plan topics (`delivery = "kafka"`) on a real store
+        # and the broker, its handles read through an edge (`xsg edge`, a process of its own)
+        store, brokers = postgres.new_url(), broker.bootstrap
+        delivery = DeliverySettings(brokers, security_protocol="PLAINTEXT")
+        gws["gateway-topics"] = Gateway(
+            StreamRuntime(spark, tmp / "gwt" / "runtime",
+                          settings=RuntimeSettings(delivery=delivery)),
+            tmp / "gwt", accounts(2), store=store, delivery="kafka", delivery_brokers=brokers,
+            delivery_security_protocol="PLAINTEXT")
+        stack.callback(gws["gateway-topics"].close)
+        # and with real-time mode on (`delivery_realtime`), a store, prefix and edge of its own
+        rt_store = postgres.new_url()
+        gws["gateway-realtime"] = Gateway(
+            StreamRuntime(spark, tmp / "gwr" / "runtime", settings=RuntimeSettings(
+                delivery=DeliverySettings(brokers, security_protocol="PLAINTEXT",
+                                          prefix="xsgrt.", realtime=REALTIME_BATCH))),
+            tmp / "gwr", accounts(2), store=rt_store, delivery="kafka",
+            delivery_brokers=brokers, delivery_security_protocol="PLAINTEXT",
+            delivery_topic_prefix="xsgrt.", delivery_realtime=REALTIME_BATCH)
+        stack.callback(gws["gateway-realtime"].close)
+        edges = [start_edge(tmp, "edge-topics", store, brokers, tmp / "gwt" / "auth.json",
+                            "xsg."),
+                 start_edge(tmp, "edge-realtime", rt_store, brokers,
+                            tmp / "gwr" / "auth.json", "xsgrt.")]
+        stack.callback(stop_edges, edges)
         app = started_user_app(stack, __file__)
-        bench = Bench(spark, gw, broker, app, tmp)
-        results["tp"] = throughput(bench, n, trials, args.timeout)
-        results["lat"] = latency(bench, args.rate, seconds, args.startup, trials)
-        results["rtm"] = realtime(bench, args.rate, seconds, args.startup)
-        results["ingest"] = ingest_rates(bench, 10 if args.quick else 40, max(1, trials))
+        bench = Bench(spark, gws, {"gateway-topics": edges[0][1],
+                                   "gateway-realtime": edges[1][1]}, broker, app, tmp)
+        bench.cap = args.cap
+        parts = set(args.parts.split(","))
+        if "throughput" in parts:
+            results["tp"] = throughput(bench, n, trials, args.timeout)
+        if args.topics_caps:
+            results["caps"] = caps_sweep(bench, n, trials, args.timeout,
+                                         [int(c) for c in args.topics_caps.split(",")])
+        if "latency" in parts:
+            results["lat"] = latency(bench, args.rate, seconds, args.startup, trials)
+        if "realtime" in parts:
+            results["rtm_gw"] = realtime_gateway(bench, args.rate, seconds, args.startup, trials)
+            results["rtm"] = realtime(bench, args.rate, seconds, args.startup)
+        if "ingest" in parts:
+            results["ingest"] = ingest_rates(bench, 10 if args.quick else 40, max(1, trials))
     summary(results)
     print("load average at the end:", load_average())
+
+
+def start_edge(tmp: Path, name: str, store: str, brokers: str, auth: Path, prefix: str
+               ) -> tuple[subprocess.Popen[bytes], int]:
+    """An edge (`xsg edge`, a process of its own) of the gateway whose store and topic prefix
+    these are; (process, port) once it listens."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XSG_STORE": store,
+           "XSG_DELIVERY_BROKERS": brokers, "XSG_DELIVERY_SECURITY_PROTOCOL": "PLAINTEXT",
+           "XSG_DELIVERY_TOPIC_PREFIX": prefix}
+    log = tmp / f"{name}.out"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-u", "-m", "pep.cli", "edge", "--port", "0",
+                                 "--id", name, "--auth", str(auth), "--log-level", "WARNING"],
+                                stdout=f, stderr=subprocess.STDOUT, env=env,
+                                stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith(f"xsg edge {name} on "):
+                return proc, int(line.split()[4].rsplit(":", 1)[1])
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"edge {name} did not start: {log.read_text()[-2000:]}")
+
+
+def wait_mode(gw: Gateway, stream: str, mode: str, timeout: float) -> str | None:
+    """The mode of the stream's query (`QueryLifecycle.mode`) once it is `mode`, or what it is
+    after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    now = None
+    while time.monotonic() < deadline:
+        executor = gw.runtime._executors.get(stream)
+        now = executor.lifecycle.mode if executor is not None else None
+        if now == mode and executor.lifecycle.active:
+            return now
+        time.sleep(0.1)
+    return now
+
+
+def stop_edges(edges: list[tuple[Any, int]]) -> None:
+    for proc, _ in edges:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except Exception:  # noqa: BLE001 - it is killed instead
+            proc.kill()
 
 
 def throughput(bench: Bench, n: int, trials: int, timeout: float) -> dict[str, Any]:
     print(f"\n1. throughput: a backlog of {n:,} records ({expected_rows(n):,} pass), 3 partitions")
     return backlog_trials(lambda side: bench.throughput(side, n, timeout), SIDES, trials, SINCE)
+
+
+def caps_sweep(bench: Bench, n: int, trials: int, timeout: float,
+               caps: list[int]) -> dict[str, Any]:
+    """The plan-topics gateway's backlog rate at each records-per-micro-batch cap, against the
+    user's query, in rotating trials (to choose the default, `KAFKA_TOPICS_MAX_OFFSETS`)."""
+    print(f"\n1b. plan topics + edge by maxOffsetsPerTrigger, a backlog of {n:,} records")
+    sides = [f"gateway-topics@{c}" for c in caps] + ["user"]
+    names = {**SIDE_NAMES, **{f"gateway-topics@{c}": f"plan topics + edge, cap {c:,}"
+                              for c in caps}}
+    tp = backlog_trials(lambda side: bench.throughput(side, n, timeout), sides, trials, SINCE,
+                        names)
+    med = {s: statistics.median(t["rate"] for t in tp["runs"][s]) for s in sides}
+    for c in caps:
+        print(f"    cap {c:>7,}: {med[f'gateway-topics@{c}']:,.0f} rows/s, / user "
+              f"{ratio(med[f'gateway-topics@{c}'], med['user'])}")
+    return tp
 
 
 def latency(bench: Bench, rate: float, seconds: float, startup: float,
@@ -510,8 +671,29 @@ def latency(bench: Bench, rate: float, seconds: float, startup: float,
     return runs
 
 
+def realtime_gateway(bench: Bench, rate: float, seconds: float, startup: float,
+                     trials: int) -> dict[str, Any]:
+    """Through plan topics and an edge, micro-batches against real-time mode, on the same topic
+    (one partition: real-time mode wants a task slot per partition and one more), one side at a
+    time, the order rotating."""
+    print(f"\n3. plan topics + edge, micro-batches against real-time mode ({REALTIME_BATCH:g} s "
+          f"batches), the same topic (1 partition), {rate:.0f} records/s for {seconds:.0f} s "
+          f"(half pass), start-up = the first {startup:.0f} s")
+    topic = bench.topic(1)
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in REALTIME_SIDES}
+    for k, order in enumerate(rotations(REALTIME_SIDES, trials)):
+        for side in order:
+            res = bench.latency(side, rate, seconds, startup, topic=topic)
+            runs[side].append(res)
+            for label, (lat, want) in zip(("start-up", "steady"), phase_split(res), strict=True):
+                print(f"  trial {k + 1} {SIDE_NAMES[side]:32s} {label:8s} "
+                      f"{latency_line(lat, want, 'ms')}"
+                      + (f" (query: {res['mode']})" if res.get("mode") else ""))
+    return runs
+
+
 def realtime(bench: Bench, rate: float, seconds: float, startup: float) -> dict[str, Any]:
-    print("\n3. real-time mode")
+    print("\n3b. a user's real-time query")
     answer = bench.app.call("foreach_batch_realtime", bootstrap=bench.broker.bootstrap,
                             topic=bench.topic())["answer"]
     print(f"  foreachBatch (the shared query's sink) in real-time mode: {answer}")
@@ -544,6 +726,11 @@ def summary(results: dict[str, Any]) -> None:
     print("\nsummary (median of the trials, lowest-highest)")
     if tp:
         backlog_summary(tp, SIDES, "from the first record produced to the last row read")
+        med = {s: statistics.median(t["rate"] for t in tp["runs"][s]) for s in SIDES}
+        print(f"    gateway-topics / {SIDE_NAMES['user']}: "
+              f"{ratio(med['gateway-topics'], med['user'])}; gateway-topics / "
+              f"{SIDE_NAMES['gateway-settings']}: "
+              f"{ratio(med['gateway-topics'], med['gateway-settings'])}")
     if lat:
         print("  p95 latency produce -> reader, every passing record (never arrived = infinite)")
         p95: dict[str, dict[str, list[float]]] = {}
@@ -557,9 +744,21 @@ def summary(results: dict[str, Any]) -> None:
             print(f"    {SIDE_NAMES[s]:32s} start-up {spread(p95[s]['start-up'], '{:,.0f}')} ms,"
                   f" steady {spread(p95[s]['steady'], '{:,.0f}')} ms")
         for label in ("start-up", "steady"):
-            g, u, d = (statistics.median(p95[s][label]) for s in SIDES)
-            print(f"    {label}: gateway / user {ratio(g, u)}, gateway / gateway-settings "
-                  f"{ratio(g, d)}")
+            u, d = (statistics.median(p95[s][label]) for s in ("user", "gateway-settings"))
+            for g in (g for g in GATEWAYS if g in SIDES):
+                m = statistics.median(p95[g][label])
+                print(f"    {label}: {g} / user {ratio(m, u)}, {g} / gateway-settings "
+                      f"{ratio(m, d)}")
+    rtm_gw = results.get("rtm_gw")
+    if rtm_gw:
+        print("  plan topics + edge, same topic: p50 / p95 produce -> reader (never arrived = "
+              "infinite)")
+        for s in REALTIME_SIDES:
+            for k, label in enumerate(("start-up", "steady")):
+                p50 = [pct(with_missing(*phase_split(r)[k]), 50) * 1000 for r in rtm_gw[s]]
+                p95 = [pct(with_missing(*phase_split(r)[k]), 95) * 1000 for r in rtm_gw[s]]
+                print(f"    {SIDE_NAMES[s]:32s} {label:8s} p50 {spread(p50, '{:,.1f}')} ms, "
+                      f"p95 {spread(p95, '{:,.1f}')} ms")
     rtm = results.get("rtm")
     if rtm:
         parts = [f"{label} p95 {secs(pct(with_missing(lats, w), 95), 'ms')}"

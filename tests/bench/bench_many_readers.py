@@ -612,7 +612,7 @@ def trial_main(a: dict[str, Any]) -> None:
     """One trial (a fresh gateway) in this process: its report, and its figures to the parent."""
     global TRIGGER
     TRIGGER = a.pop("trigger")
-    from pep.cli.logs import configure_logging
+    from common.logs import configure_logging
     configure_logging("WARNING").setLevel("WARNING")  # the gateway's log, as in bench_parser
     with tempfile.TemporaryDirectory(prefix="xsg-bench-many-") as tmp:
         figures = run_trial(**a, tmp=Path(tmp))

@@ -42,7 +42,9 @@ if str(ROOT) not in sys.path:
 INF = float("inf")
 T = TypeVar("T")
 # the sides of a comparison (see the module's docstring)
-SIDE_NAMES = {"gateway": "gateway", "runtime": "runtime", "user": "direct, Spark's defaults",
+SIDE_NAMES = {"gateway": "gateway", "gateway-topics": "gateway, plan topics + edge",
+              "gateway-realtime": "gateway, plan topics, real-time",
+              "runtime": "runtime", "user": "direct, Spark's defaults",
               "gateway-settings": "direct, the gateway's settings"}
 
 
@@ -304,7 +306,7 @@ def bench_parser(quick: str, trials: str = "trials, the sides' order rotating") 
     warning that repeats per micro-batch, "falling behind", summed up once a minute)."""
     import argparse
 
-    from pep.cli.logs import configure_logging
+    from common.logs import configure_logging
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     configure_logging("WARNING").setLevel("WARNING")  # a benchmark's own DEBUG loggers stay off it
     parser = argparse.ArgumentParser()

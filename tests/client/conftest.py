@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,17 +23,12 @@ import pytest
 import requests
 
 from tests.pep.conftest import TOKENS, write_auth
+from tests.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT = REPO / "client"
 RULE_JSON = {"Content-Type": "application/vnd.xsg.rule+json"}
 NDJSON = {"Content-Type": "application/x-ndjson"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def bearer(who: str, **extra: str) -> dict[str, str]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -29,6 +28,7 @@ import requests
 
 from tests.e2e.test_restart_and_sse import records, sensor_policy, sensor_request
 from tests.pep.conftest import TOKENS, write_auth
+from tests.processes import Process, start_proxy
 
 REPO = Path(__file__).resolve().parents[2]
 XML = {"Content-Type": "application/xacml+xml"}
@@ -39,45 +39,6 @@ FINAL = ("revoked", "released", "ended", "shutdown")
 
 def auth(who: str, **extra: str) -> dict:
     return {"Authorization": f"Bearer {TOKENS[who]}", **extra}
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Process:
-    """One child process, its output in files (never a pipe nobody reads)."""
-
-    def __init__(self, tmp: Path, name: str, command: list[str], env: dict) -> None:
-        self.name = name
-        self.out, self.err = tmp / f"{name}.out", tmp / f"{name}.err"
-        with open(self.out, "wb") as out, open(self.err, "wb") as err:
-            self.proc = subprocess.Popen(command, stdout=out, stderr=err,
-                                         stdin=subprocess.DEVNULL, cwd=tmp, env=env)
-
-    def wait_for(self, prefix: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            for line in self.out.read_text(errors="replace").splitlines():
-                if line.startswith(prefix):
-                    return line
-            time.sleep(0.2)
-        self.kill()
-        pytest.fail(f"{self.name} did not come up:\n{self.out.read_text(errors='replace')}"
-                    f"\n--- stderr ---\n{self.err.read_text(errors='replace')[-5000:]}")
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
 
 
 @dataclass
@@ -118,18 +79,7 @@ def cluster(postgres, tmp_path_factory):
             env)
     urls = {name: p.wait_for("xsg gateway listening on ", 300).split()[4]
             for name, p in procs.items()}
-    port = free_port()
-    procs["proxy"] = Process(tmp, "proxy", [
-        sys.executable, "-u", "-m", "proxy", "--upstream", f"{urls['a']},{urls['b']}",
-        "--port", str(port)], {**env, "XSG_PROXY_TOKEN": "", "XSG_PROXY_SECRET": ""})
-    proxy = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(f"{proxy}/proxy/health", timeout=2).status_code == 200:
-                break
-        except requests.ConnectionError:
-            time.sleep(0.2)
+    procs["proxy"], proxy = start_proxy(tmp, f"{urls['a']},{urls['b']}", env)
     made = Cluster(store, urls["a"], urls["b"], proxy, procs)
     for url in (made.a, made.b):
         made.members[url] = made.state(url)["member"]

@@ -75,3 +75,38 @@ def test_a_segment_outlives_a_gateway_restart(spark, tmp_path):
         assert reader.rows[0] == {"patient": 6, "hr": 66.0}
     finally:
         b.close()
+
+
+def test_a_files_stream_s_punctuation_lines_govern_the_lines_after_them(spark, tmp_path):
+    """A `files` stream registered with punctuations on (an administrator's): the owner's
+    JSON lines carry them; lta (consumer) gets the tuples of the consumers' segments of each
+    file, never a punctuation line, and a file starts with no punctuation."""
+    folder = tmp_path / "ward-files"
+    folder.mkdir()
+    a = start_gateway(spark, tmp_path / "gw")
+    try:
+        r = requests.post(f"{a.url}/streams", headers=auth("nea"), timeout=30, json={
+            "name": "ward", "source": {"kind": "files", "path": str(folder),
+                                       "punctuations": "on"},
+            "schema": [{"name": "patient", "type": "long"}, {"name": "hr", "type": "double"}]})
+        assert r.status_code == 201, r.text  # (main: 400, "supported on ingest streams only")
+        r = requests.post(f"{a.url}/policies", data=json.dumps(RULE), timeout=30, headers=auth(
+            "nea", **{"Content-Type": "application/vnd.xsg.rule+json"}))
+        assert r.status_code == 201, r.text
+        r = requests.post(f"{a.url}/requests", json=ASK, timeout=60,
+                          headers=auth("lta", **{"Content-Type": "application/xacml+json"}))
+        assert r.status_code == 201, r.text
+        reader = Reader(r.json()["handle"]).start()
+        time.sleep(1.5)  # the handle's query starts at the directory's end
+        (folder / ".a.tmp").write_bytes(lines(reading(1), only(["medic"], 1), reading(2),
+                                              only(["consumer"], 2), reading(3),
+                                              only(["medic"], 3), reading(4)))
+        (folder / ".a.tmp").rename(folder / "a.json")
+        (folder / ".b.tmp").write_bytes(lines(reading(5)))
+        (folder / ".b.tmp").rename(folder / "b.json")
+        rows = reader.wait_rows(3, timeout=90)
+        time.sleep(1.5)
+        assert sorted(row["patient"] for row in reader.rows) == [1, 3, 5]
+        assert rows[0] == reading(rows[0]["patient"])
+    finally:
+        a.close()

@@ -41,6 +41,23 @@ def kafka_broker(tmp_path_factory):
     broker.stop()
 
 
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory):
+    """A broker of the module's own, for tests that stop it and start it again (on the same
+    ports and log directory: `KafkaBroker.stop`, `.start`); the session's stays up."""
+    reason = _connector_reason()
+    if reason:
+        pytest.skip(f"Kafka: {reason}")
+    try:
+        broker_jars()
+    except BrokerUnavailable as exc:
+        pytest.skip(f"Kafka: {exc}")
+    broker = KafkaBroker(tmp_path_factory.mktemp("own-kafka"))
+    broker.start()
+    yield broker
+    broker.stop()
+
+
 @pytest.fixture
 def kafka_topic(kafka_broker):
     """A fresh topic of 3 partitions per test."""

@@ -4,6 +4,9 @@ an `EdgeNode` in this process."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -14,53 +17,87 @@ from pep.delivery.store import DeliveryStore
 from pep.edge.node import LOST_AFTER, EdgeNode
 
 
-class Cuttable(DeliveryStore):
-    """The store as an edge sees it, whose edge-side calls fail as an unreachable store's do
-    while `cut`."""
+class EdgeStore(DeliveryStore):
+    """The store as an edge sees it: its edge-side calls fail as an unreachable store's do
+    while `cut`; the callables in `during` run while the edge's look at the states of the
+    handles it serves is under way (a reader that opens meanwhile)."""
 
-    cut = False
+    def __init__(self, database: Any) -> None:
+        super().__init__(database)
+        self.cut = False
+        self.during: list[Callable[[], None]] = []
 
     def seen(self, edge: str) -> bool:
         if self.cut:
             raise ConnectionError("the store cannot be reached")
         return super().seen(edge)
 
+    def states(self, handle_ids):
+        out = super().states(handle_ids)
+        while self.during:
+            self.during.pop()()
+        return out
 
-@pytest.mark.timeout(120)
-def test_an_edge_checks_readers_and_stops_serving_without_its_store(kafka_broker, postgres,
-                                                                    tmp_path):
+
+@dataclass
+class World:
+    """A real PostgreSQL store with two live handles of `lta` ("h1", "h2") bound to one plan
+    topic, and the delivery topics on the session's broker."""
+
+    settings: DeliverySettings
+    store: EdgeStore
+    handles: Any
+
+
+@pytest.fixture
+def world(kafka_broker, postgres, tmp_path):
     from confluent_kafka.admin import AdminClient
 
     from common.db import open_storage
     from common.migrations import migrate
-    from pep.handles.records import HandleRecord, HandleState, HandleStore, StoredRequest
+    from pep.handles.records import HandleRecord, HandleStore, StoredRequest
     from pep.streams.entries import SCHEMA as CATALOG_SCHEMA
 
     storage = open_storage(tmp_path, postgres.new_url(), pool_size=4)
     handles = HandleStore(storage.database("handles"))
     migrate(storage.database("streams"), CATALOG_SCHEMA)
-    prefix = f"n{int(time.time()) % 100000}."
+    prefix = f"n{int(time.time() * 1000) % 1000000}."
     settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT",
                                 prefix=prefix)
     ensure_topics(AdminClient({"bootstrap.servers": kafka_broker.bootstrap}), settings,
                   (settings.control_topic, settings.acks_topic, prefix + "plan.p"))
-    store = Cuttable(storage.database("delivery"))
+    store = EdgeStore(storage.database("delivery"))
     for hid in ("h1", "h2"):
         handles.insert(HandleRecord(hid, "lta", (), False, "s", "{}", "k", (),
                                     StoredRequest(b"<Request/>", "application/xacml+xml")))
         store.bind(hid, prefix + "plan.p", 0)
-    node = EdgeNode(settings, store, "edge-n", "http://127.0.0.1:1")
+    try:
+        yield World(settings, store, handles)
+    finally:
+        storage.close()
+
+
+@pytest.mark.timeout(120)
+def test_an_edge_checks_readers_and_stops_serving_without_its_store(world):
+    from pep.handles.records import HandleState
+
+    store = world.store
+    node = EdgeNode(world.settings, store, "edge-n", "http://127.0.0.1:1")
     node.start()
     try:
         with pytest.raises(NotFound):
             node.open("h1", "other", None)  # another subject: as for no such handle
         with pytest.raises(NotFound):
             node.open("nope", "lta", None)
+        for absurd in ("h1\x00", "x" * 5000, ""):  # no handle's id: no query, as for none
+            with pytest.raises(NotFound):
+                node.open(absurd, "lta", None)
         reader = node.open("h1", "lta", None)
         # a revocation on the control topic closes its readers, and no new reader opens
         node.revoked(Revocation("r1", ("h1",), "revoked", "a test"))
         assert reader.closed and reader.read(None)[0].kind == "revoked"
-        handles.finish_many([("h1", HandleState.REVOKED, "a test")], at="2026-01-01T00:00:00Z")
+        world.handles.finish_many([("h1", HandleState.REVOKED, "a test")],
+                                  at="2026-01-01T00:00:00Z")
         with pytest.raises(Gone):
             node.open("h1", "lta", None)
         # the store away: after the bound, the readers end and new ones are refused
@@ -81,50 +118,17 @@ def test_an_edge_checks_readers_and_stops_serving_without_its_store(kafka_broker
         node.closed(node.open("h2", "lta", None))
     finally:
         node.stop()
-        storage.close()
-
-
-class Slow(DeliveryStore):
-    """The store as an edge sees it, where a reader opens while the edge's look at the states of
-    the handles it serves is under way (`during`)."""
-
-    during: list = []
-
-    def states(self, handle_ids):
-        out = super().states(handle_ids)
-        while self.during:
-            self.during.pop()()
-        return out
 
 
 @pytest.mark.timeout(120)
-def test_a_reader_that_opens_during_the_edges_look_at_the_store_is_not_ended(kafka_broker,
-                                                                             postgres, tmp_path):
+def test_a_reader_that_opens_during_the_edges_look_at_the_store_is_not_ended(world):
     """The edge's look (twice a second) asks about the handles it served when it began; a
     handle whose first reader came meanwhile is live, and its reader reads on (issue 45: it got
     `ended` at once, and none of its rows)."""
-    from confluent_kafka.admin import AdminClient
-
-    from common.db import open_storage
-    from common.migrations import migrate
     from pep.edge.node import WATCH_EVERY
-    from pep.handles.records import HandleRecord, HandleStore, StoredRequest
-    from pep.streams.entries import SCHEMA as CATALOG_SCHEMA
 
-    storage = open_storage(tmp_path, postgres.new_url(), pool_size=4)
-    handles = HandleStore(storage.database("handles"))
-    migrate(storage.database("streams"), CATALOG_SCHEMA)
-    prefix = f"s{int(time.time()) % 100000}."
-    settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT",
-                                prefix=prefix)
-    ensure_topics(AdminClient({"bootstrap.servers": kafka_broker.bootstrap}), settings,
-                  (settings.control_topic, settings.acks_topic, prefix + "plan.p"))
-    store = Slow(storage.database("delivery"))
-    for hid in ("h1", "h2"):
-        handles.insert(HandleRecord(hid, "lta", (), False, "s", "{}", "k", (),
-                                    StoredRequest(b"<Request/>", "application/xacml+xml")))
-        store.bind(hid, prefix + "plan.p", 0)
-    node = EdgeNode(settings, store, "edge-s", "http://127.0.0.1:1")
+    store = world.store
+    node = EdgeNode(world.settings, store, "edge-s", "http://127.0.0.1:1")
     node.start()
     try:
         first = node.open("h1", "lta", None)
@@ -141,4 +145,3 @@ def test_a_reader_that_opens_during_the_edges_look_at_the_store_is_not_ended(kaf
         node.closed(first)
     finally:
         node.stop()
-        storage.close()

@@ -1,32 +1,46 @@
 """Edges end to end, as users run them: a gateway (`xsg serve`, delivery = kafka, a real
-PostgreSQL store, the session's broker) and two edges (`xsg edge`), child processes each.
-Started once for this module; the tests run in file order, the last one kills an edge.
+PostgreSQL store, a broker of this module's own: one test stops it) and two edges (`xsg edge`),
+child processes each, and the caching proxy. Started once for this module; the tests run in
+file order, the last two kill an edge.
 
 - another owner's bearer token, or a read token of another handle, reads nothing of a plan
   topic through an edge (404 / 401), the owner's read token does;
 - a handle released (or revoked) through the gateway: the DELETE answers after both edges
   acknowledged, the reader gets its final event, no row after it, and every edge answers 410;
+- hostile requests to an edge get a 4xx that says what (never a 500 or a hang), and the edge's
+  log holds no handle id, read token or row value;
+- the broker goes away: the reader is told `stalled` (never `gap`) on the same connection, a
+  new reader is refused (503) while the edge cannot hear revocations, and when the broker is
+  back every row comes once (posted before, during and after), after `resumed`;
 - kill -9 of the edge a reader reads through: the reader resumes on the other edge with
-  Last-Event-ID, and gets every row once (by event id: increasing, no hole in the rows)."""
+  Last-Event-ID, and gets every row once (by event id: increasing, no hole in the rows);
+- the caching proxy (`--edges`) relays reads from the edges itself, and a handle whose edge is
+  dead is read from the next one of its order."""
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 
-from tests.e2e.test_cluster import ND, XML, Process, auth, records, register
+from tests.e2e.test_cluster import ND, XML, auth, records, register
 from tests.e2e.test_restart_and_sse import sensor_request
-from tests.pep.conftest import write_auth
+from tests.pep.conftest import TOKENS, write_auth
+from tests.processes import Process, start_proxy
 
 REPO = Path(__file__).resolve().parents[2]
+# the gateway's log lines of a plan-topic write that failed and of its success later
+FAILED_WRITE = "plan topics: a micro-batch's rows could not be written"
+WRITTEN_AGAIN = "written after the brokers came back"
 FINAL = ("revoked", "released", "ended", "shutdown")
 
 
@@ -35,8 +49,10 @@ class Setup:
     gateway: str
     edges: dict[str, str]
     procs: dict[str, Process]
+    proxy: str = ""
     store: str = ""
     bootstrap: str = ""
+    broker: Any = None
 
     def topic_dump(self, handle: str) -> list[tuple[int, str, str]]:
         """(offset, key, value) of the handle's plan topic (for a failure's message)."""
@@ -57,7 +73,8 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def setup(postgres, kafka_broker, tmp_path_factory):
+def setup(postgres, own_broker, tmp_path_factory):
+    kafka_broker = own_broker
     tmp = tmp_path_factory.mktemp("edges")
     store = postgres.new_url()
     auth_file = tmp / "auth.json"
@@ -81,7 +98,10 @@ def setup(postgres, kafka_broker, tmp_path_factory):
             "--auth", str(auth_file)], env)
     for name in ("e1", "e2"):
         edges[name] = procs[name].wait_for(f"xsg edge {name} on ", 120).split()[4]
-    yield Setup(gateway, edges, procs, store, kafka_broker.bootstrap)
+    procs["proxy"], proxy = start_proxy(tmp, gateway, env, "--edges",
+                                        ",".join(edges[name] for name in ("e1", "e2")))
+    yield Setup(gateway, edges, procs, store=store, bootstrap=kafka_broker.bootstrap,
+                proxy=proxy, broker=kafka_broker)
     for p in procs.values():
         p.kill(signal.SIGTERM)
 
@@ -110,7 +130,8 @@ class Reader:
         try:
             while not self.stop.is_set():
                 url = self.urls[turn % len(self.urls)]
-                headers = auth(self.token, Accept="application/x-ndjson")
+                headers = (auth(self.token, Accept="application/x-ndjson") if self.token
+                           else {"Accept": "application/x-ndjson"})  # a read token in the URL
                 if self.last_id is not None:
                     headers["Last-Event-ID"] = str(self.last_id)
                 try:
@@ -286,6 +307,156 @@ def test_a_revoked_handle_gets_0_rows_from_any_edge(setup):
         assert r.status_code == 410, r.text
 
 
+def _raw_get(url: str, head_lines: list[str], timeout: float = 10.0) -> bytes:
+    """A GET with the head as given (what `requests` would not send), the server's answer."""
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    path = "/" + url.split("//")[1].split("/", 1)[1]
+    with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+        head = f"GET {path} HTTP/1.1\r\nHost: {host}\r\n" + "".join(
+            f"{line}\r\n" for line in head_lines) + "Connection: close\r\n\r\n"
+        try:
+            conn.sendall(head.encode("latin-1"))
+        except OSError:  # refused before it read it all: its answer is still there
+            pass
+        out = b""
+        while chunk := conn.recv(65536):
+            out += chunk
+        return out
+
+
+@pytest.mark.timeout(200)
+def test_hostile_requests_to_an_edge_get_a_4xx_that_says_what(setup):
+    register(setup.gateway, "hostile")
+    handle = open_handle(setup.gateway, "hostile")
+    edge = setup.edges["e1"]
+    url = f"{edge}/handles/{handle}"
+    nd = ND["Content-Type"]
+
+    def said(r: requests.Response, status: int, *words: str) -> None:
+        assert r.status_code == status, (r.status_code, r.text)
+        text = r.json()["error"] if "json" in r.headers.get("Content-Type", "") else r.text
+        for word in words:
+            assert word in text, (word, r.text)
+
+    # malformed resumption positions: 400 naming the field
+    for bad in ("abc", "-1", "1.5", "9" * 40, "0x10", "1e3", "\u0661"):
+        r = requests.get(url, headers=auth("lta", Accept=nd, **{"Last-Event-ID":
+                                                                bad.encode("utf-8")}),
+                         timeout=10)
+        said(r, 400, "Last-Event-ID")
+    said(requests.get(url + "?after=x", headers=auth("lta", Accept=nd), timeout=10),
+         400, "after")
+    said(requests.get(url + "?last_event_id=-3", headers=auth("lta", Accept=nd), timeout=10),
+         400, "last_event_id")
+    # an unknown handle, another owner's, an absurd id: the same 404
+    unknown = requests.get(f"{edge}/handles/{'0' * len(handle)}", headers=auth("lta", Accept=nd),
+                           timeout=10)
+    other = requests.get(url, headers=auth("other", Accept=nd), timeout=10)
+    said(unknown, 404)
+    said(other, 404)
+    assert unknown.json() == other.json()
+    said(requests.get(f"{edge}/handles/{'x' * 4000}", headers=auth("lta", Accept=nd),
+                      timeout=10), 404)
+    for base in (edge, setup.gateway):  # an id no handle has (a NUL byte): never a 5xx
+        said(requests.get(f"{base}/handles/a%00b%0a", headers=auth("lta", Accept=nd),
+                          timeout=10), 404)
+    # bad credentials: 401 saying so
+    for header in ("Bearer nope", "Bearer ", "Basic bHRhOmx0YQ==", "lta", "Bearer " + "a" * 8000):
+        r = requests.get(url, headers={"Authorization": header, "Accept": nd}, timeout=10)
+        assert r.status_code == 401 and r.text, (header[:20], r.status_code, r.text)
+    for token in ("garbage", "a.b.c", "", "%ff" * 10):
+        r = requests.get(f"{url}?read_token={token}", headers={"Accept": nd}, timeout=10)
+        assert r.status_code == 401 and r.text, (token, r.status_code, r.text)
+    # a format an edge does not serve: 406 saying which it does
+    said(requests.get(url, headers=auth("lta", Accept="application/json"), timeout=10),
+         406, "text/event-stream")
+    # methods an edge does not answer: 405, never a 500
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        r = requests.request(method, url, headers=auth("lta"), data=b"{}", timeout=10)
+        assert r.status_code == 405, (method, r.status_code, r.text)
+        assert "GET" in r.headers.get("Allow", ""), r.headers
+    assert requests.post(f"{edge}/health", timeout=10).status_code == 405
+    assert requests.get(f"{edge}/handles", headers=auth("lta"), timeout=10).status_code == 404
+    # a head too large, too many header lines: 431, answered at once
+    big = _raw_get(url, ["X-Big: " + "a" * 70_000])
+    assert big.startswith(b"HTTP/1.1 431"), big[:200]
+    many = _raw_get(url, [f"X-H{i}: v" for i in range(150)])
+    assert many.startswith(b"HTTP/1.1 431"), many[:200]
+
+    # what the edge logged holds no handle id, no read token and no row value
+    token = requests.post(f"{setup.gateway}/handles/{handle}/read-token",
+                          headers=auth("lta"), timeout=30).json()["read_token"]
+    reader = Reader([f"{url}?read_token={token}"], token="").start()
+    time.sleep(1.0)
+    post(setup.gateway, "hostile", [271828.5], 0)
+    assert [r["row"]["value"] for r in reader.wait_rows(1)] == [271828.5]
+    reader.stop.set()
+    reader.done.wait(30)
+    time.sleep(1.0)  # the stream's access line is written when it ends
+    proc = setup.procs["e1"]
+    logged = proc.out.read_text(errors="replace") + proc.err.read_text(errors="replace")
+    assert "/handles/ref:" in logged  # the access log names handles by reference
+    for secret in (handle, token, TOKENS["lta"], "271828"):
+        assert secret not in logged, secret
+
+
+@pytest.mark.timeout(400)
+def test_a_broker_outage_stalls_the_reader_and_it_resumes_without_loss_or_repeat(setup):
+    """The broker stops (its process ends) and starts again on the same ports and log
+    directory; the gateway's query and the edge carry on by themselves."""
+    register(setup.gateway, "outage")
+    handle = open_handle(setup.gateway, "outage")
+    url = f"{setup.edges['e2']}/handles/{handle}"
+    reader = Reader([url]).start()
+    time.sleep(1.0)
+    values: list[float] = []
+
+    def feed(count: int) -> None:
+        batch = [float(len(values) + i + 1) for i in range(count)]
+        post(setup.gateway, "outage", batch, len(values))
+        values.extend(batch)
+
+    feed(10)
+    assert len(reader.wait_rows(10)) == 10
+    setup.broker.stop()
+    try:
+        def told() -> bool:
+            return any(x.get("event") == "stalled" for x in reader.lines)
+        deadline = time.monotonic() + 30
+        while not told() and time.monotonic() < deadline:
+            feed(5)  # ingested while the broker is away
+            time.sleep(0.5)
+        assert told(), reader.lines[-5:]
+        # deny when in doubt: no new reader while the edge cannot hear revocations
+        r = requests.get(url, headers=auth("lta", Accept=ND["Content-Type"]), timeout=10)
+        assert r.status_code == 503 and r.headers.get("Retry-After"), r.text
+        # away long enough for the gateway's write to fail (Spark's producer gives a record
+        # up after 10 s): the micro-batch writes it again, the same keys, until it succeeds
+        gateway_log = setup.procs["gw"].err
+        deadline = time.monotonic() + 90
+        while FAILED_WRITE not in gateway_log.read_text(errors="replace") \
+                and time.monotonic() < deadline:
+            feed(5)
+            time.sleep(1.0)
+        assert FAILED_WRITE in gateway_log.read_text(errors="replace")
+    finally:
+        setup.broker.start()
+    feed(10)
+    rows = reader.wait_rows(len(values), timeout=180)
+    reader.stop.set()
+    assert WRITTEN_AGAIN in gateway_log.read_text(errors="replace")
+    kinds = [x["event"] for x in reader.lines if "event" in x]
+    assert "gap" not in kinds, kinds
+    assert "stalled" in kinds and "resumed" in kinds[kinds.index("stalled"):], kinds
+    assert reader.statuses == [200], reader.statuses  # one connection throughout
+    ids = [r["id"] for r in rows]
+    assert ids == sorted(set(ids)), "an event id repeated or went back"
+    got = [r["row"]["value"] for r in rows]
+    # a write cut by the outage may fill its holes out of the stream's order: each row once
+    assert sorted(got) == values and len(set(got)) == len(got), \
+        (len(got), len(values), sorted(set(values) - set(got))[:10])
+
+
 @pytest.mark.timeout(300)
 def test_kill_9_of_an_edge_the_reader_resumes_on_another_without_loss_or_repeat(setup):
     register(setup.gateway, "kill")
@@ -317,3 +488,41 @@ def test_kill_9_of_an_edge_the_reader_resumes_on_another_without_loss_or_repeat(
     ids = [r["id"] for r in rows]
     assert ids == sorted(set(ids)), "an event id repeated or went back"
     assert [r["row"]["value"] for r in rows] == values
+
+
+@pytest.mark.timeout(300)
+def test_the_proxy_reads_from_the_edges_and_passes_over_a_dead_one(setup):
+    """After the kill above, e1 is dead: a handle whose rendezvous order puts e1 first is read
+    through the proxy from e2, with no redirect reaching the reader (run alone, e1 is killed
+    here: the test stands by itself)."""
+    from proxy.edges import EdgeChooser
+
+    setup.procs["e1"].kill(signal.SIGKILL)
+    register(setup.gateway, "viaproxy")
+    chooser = EdgeChooser([setup.edges["e1"], setup.edges["e2"]])
+    for _ in range(12):  # each handle puts e1 first with probability 1/2: else a new one
+        handle = open_handle(setup.proxy, "viaproxy")
+        if chooser.order(handle)[0] == setup.edges["e1"]:
+            break
+        r = requests.delete(f"{setup.gateway}/handles/{handle}", headers=auth("lta"), timeout=60)
+        assert r.status_code == 200, r.text
+    else:
+        pytest.fail("no handle put e1 first in 12 tries")
+    url = f"{setup.proxy}/handles/{handle}"
+    with requests.get(url, headers=auth("lta", Accept=ND["Content-Type"]), stream=True,
+                      allow_redirects=False, timeout=(5, 30)) as r:
+        assert r.status_code == 200, r.text  # relayed, not a 307 to the reader
+        assert r.headers["X-XSG-Cache"] == "bypass"
+    reader = Reader([url]).start()
+    time.sleep(1.0)
+    values = [float(v) for v in range(1, 31)]
+    post(setup.gateway, "viaproxy", values, 0)
+    rows = reader.wait_rows(len(values))
+    reader.stop.set()
+    assert [r["row"]["value"] for r in rows] == values
+    ids = [r["id"] for r in rows]
+    assert ids == sorted(set(ids))
+    assert set(reader.statuses) == {200}, reader.statuses
+    log = setup.procs["proxy"].err.read_text(errors="replace")
+    assert f"edge {setup.edges['e1']} refused a connection" in log
+    assert handle not in log  # a handle's id is a capability: never in a log line

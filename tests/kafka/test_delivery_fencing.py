@@ -7,29 +7,11 @@ import time
 
 import pytest
 
+from pep.delivery.grants import apply_grants, delivery_grants, upsert_scram_users
 from pep.delivery.settings import DeliverySettings
 from pep.delivery.store import DeliveryStore
 from pep.delivery.topics import PlanTopics
 from pep.edge.reader import TopicReader
-
-
-def allow(broker, principal: str, grants: list[tuple[str, str, str, str]]) -> None:
-    """ALLOW ACLs (resource type, name, pattern, operation) through the administrators'
-    listener."""
-    from confluent_kafka.admin import (
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        AdminClient,
-        ResourcePatternType,
-        ResourceType,
-    )
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    bindings = [AclBinding(ResourceType[kind], name, ResourcePatternType[pattern], principal, "*",
-                           AclOperation[op], AclPermissionType.ALLOW)
-                for kind, name, pattern, op in grants]
-    for future in admin.create_acls(bindings, request_timeout=30).values():
-        future.result(30)
 
 
 def produce(broker, topic: str, values: list[str]) -> None:
@@ -47,15 +29,10 @@ def test_a_silent_edge_is_fenced_off_the_plan_topic(kafka_broker, postgres, tmp_
     from pep.handles.records import HandleStore
 
     prefix = f"f{int(time.time()) % 100000}."
-    kafka_broker.add_scram_user("xsg-gw", "gw-secret")
-    kafka_broker.add_scram_user("edge-1", "edge-secret")
-    allow(kafka_broker, "User:xsg-gw", [("TOPIC", prefix, "PREFIXED", "ALL"),
-                                        ("GROUP", prefix, "PREFIXED", "ALL"),
-                                        ("BROKER", "kafka-cluster", "LITERAL", "ALTER")])
-    allow(kafka_broker, "User:edge-1", [("TOPIC", prefix, "PREFIXED", "READ"),
-                                        ("TOPIC", prefix, "PREFIXED", "DESCRIBE"),
-                                        ("TOPIC", prefix + "acks", "LITERAL", "WRITE"),
-                                        ("GROUP", prefix, "PREFIXED", "READ")])
+    # the users and ACLs as an operator grants them (pep.delivery.grants, edges.md's table)
+    admin = {"bootstrap.servers": kafka_broker.bootstrap}
+    upsert_scram_users(admin, {"xsg-gw": "gw-secret", "edge-1": "edge-secret"})
+    apply_grants(admin, delivery_grants(prefix, "xsg-gw", ["edge-1"]))
     storage = open_storage(tmp_path, postgres.new_url(), pool_size=4)
     HandleStore(storage.database("handles")).close()
     store = DeliveryStore(storage.database("delivery"))

@@ -68,3 +68,77 @@ def test_a_rewritten_batch_fills_its_hole_and_an_unfilled_hole_is_a_gap(kafka_br
     finally:
         again.close("shutdown")
     assert [(i, k) for i, k, _ in resumed] == [(6, "row"), (7, "row"), (7, "gap"), (8, "row")]
+
+
+@pytest.mark.timeout(60)
+def test_a_hole_in_the_last_batch_is_a_gap_after_a_quiet_bound(kafka_broker):
+    """No next batch comes (a quiet stream): the hole of the last batch written is told after
+    `hole_after` seconds without a record, not never (issue 45); a row that fills it later is
+    still given, and the hole is not told twice when the next batch comes."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT",
+                                prefix=f"q{int(time.time() * 1000) % 100000}.")
+    topic = settings.plan_prefix + "quiet"
+    ensure_topics(AdminClient({"bootstrap.servers": kafka_broker.bootstrap}), settings, (topic,))
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "acks": "all",
+                         "enable.idempotence": True})
+
+    def write(records: list[tuple[str, str]]) -> None:
+        for key, value in records:
+            producer.produce(topic, json.dumps({"v": value}).encode(), key.encode())
+        assert producer.flush(30) == 0
+
+    write([("m:e:1:0", "a0"), ("m:e:1:2", "a2")])
+    reader = TopicReader(settings, "h-quiet", topic, 0, None, hole_after=1.0)
+    reader.start()
+    try:
+        started = time.monotonic()
+        events = _events(reader, 3, timeout=15)
+        assert [(i, k) for i, k, _ in events] == [(1, "row"), (2, "row"), (2, "gap")], events
+        assert json.loads(events[2][2]) == {"event": "gap", "lost": 1, "resume_from": 3}
+        assert time.monotonic() - started < 10
+        write([("m:e:1:1", "a1"), ("m:e:2:0", "b0")])
+        later = _events(reader, 2, timeout=15)
+        assert [(i, k, json.loads(d).get("v")) for i, k, d in later] == \
+            [(3, "row", "a1"), (4, "row", "b0")]
+        assert not reader.read(timeout=1.5)  # the filled hole is not told again
+    finally:
+        reader.close("shutdown")
+
+
+@pytest.mark.timeout(60)
+def test_a_held_reader_is_told_stalled_gets_no_row_and_resumes_where_it_was(kafka_broker):
+    """`hold` (the edge lost the control topic): `stalled` at once, no row until `release`,
+    then `resumed` and every row once, by position."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT",
+                                prefix=f"h{int(time.time() * 1000) % 100000}.")
+    topic = settings.plan_prefix + "held"
+    ensure_topics(AdminClient({"bootstrap.servers": kafka_broker.bootstrap}), settings, (topic,))
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "acks": "all"})
+
+    def write(batch: int, values: list[str]) -> None:
+        for i, value in enumerate(values):
+            producer.produce(topic, json.dumps({"v": value}).encode(),
+                             f"m:e:{batch}:{i}".encode())
+        assert producer.flush(30) == 0
+
+    write(1, ["a0", "a1"])
+    reader = TopicReader(settings, "h-held", topic, 0, None)
+    reader.start()
+    try:
+        assert [i for i, _, _ in _events(reader, 2)] == [1, 2]
+        reader.hold("the edge cannot reach the brokers")
+        write(2, ["b0", "b1"])
+        held = _events(reader, 3, timeout=3)
+        assert [(i, k) for i, k, _ in held] == [(2, "stalled")]
+        assert json.loads(held[0][2])["state"] == "stalled"
+        reader.release()
+        after = _events(reader, 3)
+        assert [(i, k) for i, k, _ in after] == [(2, "resumed"), (3, "row"), (4, "row")]
+    finally:
+        reader.close("shutdown")

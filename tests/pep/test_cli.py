@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from common.logs import configure_logging
 from pep.cli import main
-from pep.cli.logs import configure_logging
 from pep.config import SERVE_DEFAULTS, GatewayConfig, settings
 from pep.http.app import create_app
 from pep.services import build_services
@@ -27,8 +27,6 @@ from tests.pdp.api.conftest import AUTH_ENTRIES, LTA_REQUEST_XML, TOKENS, XML, b
 
 REPO = Path(__file__).resolve().parents[2]
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
-PROXY_LINE = re.compile(  # its own
-    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ (pep|proxy|server|common)\.")
 
 
 def run(capsys, *argv):
@@ -214,9 +212,9 @@ def test_text_lines_have_one_utc_timestamp_format_and_libraries_share_the_handle
 
 def test_a_repeating_warning_is_written_once_then_summed_up(log_stream):
     """Issue 42: the gateway's log writes a warning marked as repeating once, then how often it
-    came and the worst value, once per period (`pep.log_repeats`); the rest goes on as is."""
-    from pep.cli.logs import flush_repeats
-    from pep.log_repeats import repeating
+    came and the worst value, once per period (`common.log_repeats`); the rest goes on as is."""
+    from common.log_repeats import repeating
+    from common.logs import flush_repeats
 
     stream = log_stream("text")
     handler = next(h for h in logging.getLogger().handlers if getattr(h, "xsg", False))
@@ -445,12 +443,14 @@ def test_xsg_serve_prints_what_to_paste_and_restarts_and_stops_quietly(tmp_path)
     assert len([line for line in late if "micro-batch" in line]) <= 2  # then summed up
     noise = [line for line in ours if line not in late and (
         re.search(r" (WARN|WARNING|ERROR|CRITICAL) ", line)
-        or not (ISO_UTC.match(line) or PROXY_LINE.match(line)))]  # a traceback's lines
+        or not ISO_UTC.match(line))]  # a traceback's lines, or a line in another format
     assert noise == [], "\n".join(noise[:40])
     gateway = [line for line in ours if ISO_UTC.match(line) and line not in late]
-    stopping = next(i for i, line in enumerate(gateway) if "received signal 15" in line)
-    assert gateway[stopping:] == [gateway[stopping]]  # one line, and nothing after it
-    assert gateway[stopping].endswith(" INFO server.serving: received signal 15, stopping")
+    stopping = next(i for i, line in enumerate(gateway) if "xsg received signal 15" in line)
+    # one line, and nothing after it but the proxy child's own stop (the same logger and format)
+    assert [line.split(" ", 1)[1] for line in gateway[stopping + 1:]] in (
+        [], ["INFO server.serving: xsg-proxy received signal 15, stopping"]), gateway[stopping:]
+    assert gateway[stopping].endswith(" INFO server.serving: xsg received signal 15, stopping")
 
 
 @pytest.mark.parametrize("argv", [
@@ -491,3 +491,14 @@ def test_each_flags_placeholder_names_the_unit_its_help_gives():
             seen.add(action.dest)
     assert {"min_body_rate", "header_timeout", "max_content_length"} <= seen
     assert next(a.metavar for a in serve._actions if a.dest == "min_body_rate") == "BYTES/S"
+
+
+def test_xsg_edge_takes_the_log_flags_of_the_other_programs():
+    """`xsg edge`, `xsg serve` and `xsg proxy` log alike (common/logs.py): the same flags."""
+    from pep.cli import build_parser
+    from pep.cli.edge import edge_flags
+
+    args = build_parser().parse_args(["edge", "--log-level", "DEBUG", "--log-format", "json"])
+    assert edge_flags(args) == {"delivery": "kafka", "log_level": "DEBUG", "log_format": "json"}
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["edge", "--log-format", "xml"])

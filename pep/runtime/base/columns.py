@@ -31,10 +31,15 @@ KAFKA_PARTITION_AT = (-31, 10)  # (start from the end, length)
 KAFKA_OFFSET_AT = (-20, 20)
 KPART_COLUMN = "_xsg_kp"  # ... read back once per row when some plan has a Kafka cut
 KOFF_COLUMN = "_xsg_ko"
+# A punctuated `files` or `kafka` stream's frame (sources/frames.py): a `$punctuation` record's
+# value as JSON text ("" when the record cannot be read), null on a tuple; its `_xsg_seq` is the
+# record's place in its lane: (partition << LANE_BITS) + offset, or the file's line
+PUNCT_COLUMN = "_xsg_punct"
+LANE_BITS = 40
 
 __all__ = ["SEQ_COLUMN", "FILE_COLUMN", "POS_COLUMN", "TIME_COLUMN", "ORDER_NUMBER",
            "ORDER_EXACT", "NUMS_COLUMN",
            "STRS_COLUMN", "LNGS_COLUMN", "KEYS_COLUMN", "PLANS_COLUMN", "PIDS_COLUMN",
            "BITS_COLUMN", "READ_COLUMN", "TOP_COLUMN", "HASHED_PREFIX", "EMIT", "PLAN",
            "KAFKA_FILE_FORMAT", "KAFKA_PARTITION_AT", "KAFKA_OFFSET_AT", "KPART_COLUMN",
-           "KOFF_COLUMN"]
+           "KOFF_COLUMN", "PUNCT_COLUMN", "LANE_BITS"]

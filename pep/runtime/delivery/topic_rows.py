@@ -12,7 +12,8 @@ exploded on the workers by `worker_rows.py`) becomes one record per (tuple, plan
   `1e+20`, the same number; NaN and infinities null; timestamps `YYYY-MM-DDTHH:MM:SS.ffffffZ`;
   nulls kept);
 - `key`: `m:<epoch>:<batch>:<i>`, i the row's place among the batch's rows of that topic in
-  stream order (`row_number` over the topic, ordered by the stream's order columns). A
+  stream order (`row_number` over the topic, ordered by the stream's order columns, then by
+  plan and value: deterministic also for rows that tie in the order columns). A
   micro-batch that runs again after a crash writes the same keys: an edge keeps, per topic,
   the highest (batch, i) of the epoch and skips what is not above it (`pep.edge.topic_log`).
   The epoch is the query's checkpoint's (Spark's query id): batches are numbered anew only with
@@ -129,6 +130,26 @@ class TopicRows:
                 prefix: str) -> DataFrame:
         """(topic, key, value) of every (row, plan topic) of `exploded` (a row per (row,
         plan): its plan id in `PID`, the routes' sources and the order columns)."""
+        joined, value = self.routed(exploded, routes)
+        # rows that tie in the stream's order are told apart by their plan and their value,
+        # so that a write run again numbers every row as the first did, whatever order its
+        # tasks give them in (an edge skips a key it read: a row keyed differently the second
+        # time would be skipped or repeated); rows alike in all of these are the same record
+        ordering = Window.partitionBy(TOPIC).orderBy(
+            *[F.col(o).asc_nulls_last() for o in order], F.col(PID), F.col("value"))
+        numbered = joined.select(F.col(TOPIC), F.col(PID), value.alias("value"),
+                                 *[F.col(o) for o in order]) \
+            .withColumn(INDEX, F.row_number().over(ordering) - 1)
+        return numbered.select(
+            F.col(TOPIC),
+            F.concat(F.lit(prefix), F.col(INDEX).cast("string")).cast("binary").alias("key"),
+            F.col("value"))
+
+    def routed(self, exploded: DataFrame, routes: Sequence[PlanRoute]
+               ) -> tuple[DataFrame, Column]:
+        """`exploded` joined with the routes (a broadcast of the small table: a row per (row,
+        plan topic)) and the records' value Column over it; shared with the real-time query
+        (`pep/runtime/query/realtime.py`), which allows a broadcast join but no window."""
         projections: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
         for r in routes:
             projections.setdefault((r.projection, r.sources), len(projections))
@@ -136,15 +157,7 @@ class TopicRows:
         types = {f.name: f.dataType for f in exploded.schema.fields if f.name in sources}
         joined = exploded.join(F.broadcast(self._routes_frame(exploded.sparkSession, routes,
                                                               projections)), on=PID)
-        ordering = Window.partitionBy(TOPIC).orderBy(
-            *[F.col(o).asc_nulls_last() for o in order])
-        numbered = joined.select(F.col(TOPIC), self._value(projections, types).alias("value"),
-                                 *[F.col(o) for o in order]) \
-            .withColumn(INDEX, F.row_number().over(ordering) - 1)
-        return numbered.select(
-            F.col(TOPIC),
-            F.concat(F.lit(prefix), F.col(INDEX).cast("string")).cast("binary").alias("key"),
-            F.col("value"))
+        return joined, self._value(projections, types)
 
     # ----- the frames the rows job makes --------------------------------------------------------
     def from_pids(self, frame: DataFrame, routes: Sequence[PlanRoute], order: Sequence[str],

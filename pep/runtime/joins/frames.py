@@ -198,6 +198,9 @@ def side_frame(spark: SparkSession, definition: StreamDefinition, plan: Executio
                                 "only")
         df = df.filter(kafka_admits(offsets_literal(plan.start_offsets)))
     if punctuations.enabled(definition):
+        if definition.source.kind != "ingest":  # refused when the handle is asked for, too
+            raise JoinPlanError(f"stream {definition.name!r}: its security punctuations are in "
+                                "its records, which a join's side does not read")
         try:
             df = shielded_side(df, definition, plan, reads)
         except ValueError as exc:

@@ -53,13 +53,16 @@ from pep.runtime.query.kafka_replay import KafkaReplay
 from pep.runtime.query.lifecycle import QueryLifecycle
 from pep.runtime.query.panes_job import PanesJob
 from pep.runtime.query.plan_table import PlanTable
+from pep.runtime.query.realtime import RealTimeRows
 from pep.runtime.query.registry import PlanRegistry
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob
 from pep.runtime.query.runner import MicroBatchRunner
 from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN, QuerySettings, StreamLayout
 from pep.runtime.query.shield import PunctuationShield
+from pep.runtime.query.source_shield import SourceShield
 from pep.runtime.query.stream_handles import StreamHandles
+from pep.runtime.sources.frames import KAFKA_MAX_OFFSETS, KAFKA_TOPICS_MAX_OFFSETS
 
 
 class StreamExecutor:
@@ -72,11 +75,16 @@ class StreamExecutor:
                  on_handle_closed: Callable[[str], None],
                  tuple_pane_min: int = DEFAULT_TUPLE_PANE_MIN,
                  mask_key: Callable[[str], bytes] | None = None,
-                 topics: tuple[dict[str, str], DriverRows] | None = None) -> None:
+                 topics: tuple[dict[str, str], DriverRows] | None = None,
+                 realtime: float = 0.0) -> None:
         """`topics`: delivery through plan topics (Spark's Kafka sink options, the runtime's
-        producer of the driver's rows), `pep.runtime.delivery`."""
+        producer of the driver's rows), `pep.runtime.delivery`; `realtime`: seconds of a
+        real-time batch, for a Kafka stream whose plans qualify (0: micro-batches only,
+        `pep.runtime.query.realtime`)."""
         settings = QuerySettings(spark, Path(work_dir), trigger_interval, max_files_per_trigger,
-                                 tuple_pane_min, mask_key)
+                                 tuple_pane_min, mask_key,
+                                 KAFKA_TOPICS_MAX_OFFSETS if topics is not None
+                                 else KAFKA_MAX_OFFSETS)
         layout = StreamLayout.of(definition)
         self._settings = settings
         self._layout = layout
@@ -88,16 +96,27 @@ class StreamExecutor:
         writer = None if topics is None else TopicWriter(
             TopicRows(topics[0]), topics[1], epoch=lambda: self.lifecycle.checkpoint_id(),
             stopping=lambda: self.lifecycle.stopping)
+        realtime_rows = (RealTimeRows(writer.rows, topics[0], realtime)
+                         if writer is not None and topics is not None and realtime > 0 else None)
         self.router = ResultRouter(layout, self.registry, self.figures, lateness, writer)
-        self.handles = StreamHandles(self.registry, self.router, self.figures)
-        self.shield = PunctuationShield(layout) if punctuations.enabled(definition) else None
+        # real-time mode follows the plans (`QueryLifecycle.plans_changed`)
+        self.handles = StreamHandles(self.registry, self.router, self.figures,
+                                     on_change=lambda: self.lifecycle.plans_changed())
+        self.shield: PunctuationShield | SourceShield | None = None
+        if punctuations.enabled(definition):
+            # an ingest stream's punctuations are in its log; a files or kafka stream's in
+            # its records, learnt per micro-batch (`query/source_shield.py`)
+            self.shield = (PunctuationShield(layout) if definition.source.kind == "ingest"
+                           else SourceShield(spark, layout, Path(work_dir)))
         self.runner = MicroBatchRunner(spark, layout, self.registry, self.table, self.rows,
                                        self.panes, self.router, self.figures, on_handle_closed,
                                        self.shield, writer)
         self.replay = KafkaReplay(spark, layout, self.registry, self.table, self.rows,
                                   self.router, self.figures)
         self.lifecycle = QueryLifecycle(settings, layout, self.runner, self.router, self.replay,
-                                        self.figures, self._prepare_plans)
+                                        self.figures, self._prepare_plans, realtime_rows,
+                                        lambda: self.registry.current()[0],
+                                        self.shield is not None)
 
     def _prepare_plans(self) -> None:
         self.table.prepare(*self.registry.current())
@@ -150,6 +169,8 @@ class StreamExecutor:
 
     def stop(self, idle: bool = False) -> None:
         self.lifecycle.stop(idle)
+        if isinstance(self.shield, SourceShield):
+            self.shield.close()
 
     def failed(self, exc: BaseException) -> None:
         """The query failed outside a micro-batch (it did not start): `health()` says so."""
@@ -187,6 +208,8 @@ class StreamExecutor:
         if self.shield is not None:  # the owner's figures: how many policies, none of them
             out["punctuation_segments"] = len(self.shield.starts)
             out["punctuations_out_of_order"] = self.shield.discarded
+            if isinstance(self.shield, SourceShield):
+                out["punctuations_unreadable"] = self.shield.malformed
         return out
 
     def health(self, stall_after: float | None = None, now: float | None = None

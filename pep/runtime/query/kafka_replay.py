@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import Column, SparkSession
 
+from pep.core import punctuations
 from pep.core.rows import RowBatch
 from pep.runtime.base.columns import FILE_COLUMN
 from pep.runtime.base.delivery import deliver_to
@@ -88,7 +89,9 @@ class KafkaReplay:
         shape: Shape | None = None
         grouped: GroupedMatcher | None = None
         started = time.perf_counter()
-        if last >= 0:
+        # a punctuated stream's records would need their partitions' punctuations before them
+        # (`query/source_shield.py`): not read again; their readers get a gap
+        if last >= 0 and not punctuations.enabled(definition):
             try:
                 ranges = batch_ranges(location, topic, last)
                 if ranges:

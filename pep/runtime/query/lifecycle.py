@@ -21,9 +21,11 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pep.core.plan import StreamDefinition
 from pep.runtime.base.columns import FILE_COLUMN
 from pep.runtime.base.jvm_steps import foreach_batch, stopped_batch
+from pep.runtime.delivery.writer import TopicWriter
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.kafka_replay import KafkaReplay
 from pep.runtime.query.progress import query_progress
+from pep.runtime.query.realtime import RealTimeRows, ensure_epoch, refusal, routes_key
 from pep.runtime.query.route_worker import RoutingFailed
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.runner import MicroBatchRunner
@@ -36,7 +38,7 @@ from pep.runtime.query.start_position import (
     source_path,
 )
 from pep.runtime.sources.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
-from pep.runtime.sources.frames import build_source
+from pep.runtime.sources.frames import build_source, kafka_realtime_frame
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +60,11 @@ class QueryLifecycle:
 
     def __init__(self, settings: QuerySettings, layout: StreamLayout, runner: MicroBatchRunner,
                  router: ResultRouter, replay: KafkaReplay, figures: QueryFigures,
-                 prepare_plans: Callable[[], None]) -> None:
+                 prepare_plans: Callable[[], None],
+                 realtime: RealTimeRows | None = None,
+                 plans: Callable[[], list[Any]] = list, punctuated: bool = False) -> None:
+        """`realtime`: a Kafka stream's queries may run in real-time mode while its plans
+        (`plans()`, the registry's states) qualify (`pep.runtime.query.realtime`)."""
         self._settings = settings
         self._layout = layout
         self._runner = runner
@@ -81,7 +87,15 @@ class QueryLifecycle:
         # (last_batch_at, when) Spark's status first said that data is available after that
         # batch: the time the input is known to have arrived (`input_waiting`)
         self._available_seen: tuple[float | None, float] | None = None
-        self._epoch: tuple[Path, str] | None = None  # (checkpoint location, its query id)
+        # ((the checkpoint's metadata file, its inode, its mtime), its query id)
+        self._epoch: tuple[tuple[Path, int, int], str] | None = None
+        self._realtime = realtime if layout.kafka else None
+        self._plans = plans
+        self._punctuated = punctuated
+        # what the running real-time query was built from (None: micro-batches)
+        self._realtime_built: tuple[Any, ...] | None = None
+        self._mode_lock = threading.Lock()  # one change of mode at a time, none after a stop
+        self._ended = False  # stopped from outside: no change of mode starts it again
 
     def redefine(self, layout: StreamLayout) -> None:
         """The stream's definition changed (the next start reads the new one)."""
@@ -126,20 +140,24 @@ class QueryLifecycle:
             elif names != []:
                 skip_to_end(settings.spark, definition, self._checkpoint.location, archive)
                 self.skipped_to_end = True
-        source = build_source(settings.spark, definition, settings.max_files_per_trigger,
-                              archive)
         millis = max(1, int(round(settings.trigger_interval * 1000)))
         self.started_at = time.time()
         name = f"xsg-{uuid.uuid4().hex[:12]}"
-        if self._layout.kafka:
-            # no stream positions: the rows read come from Spark's progress reports, not from
-            # an observation in every batch (pep/runtime/query/progress.py)
-            query_progress(settings.spark).register(name, self._figures.rows_read)
         self._query_name = name
-        self._query = (foreach_batch(source.writeStream.queryName(name), self.on_batch)
-                       .option("checkpointLocation", str(self._checkpoint.location))
-                       .trigger(processingTime=f"{millis} milliseconds")
-                       .start())
+        realtime = self._realtime_plans()
+        if realtime is not None:
+            self._query = self._start_realtime(realtime, name)
+        else:
+            if self._layout.kafka:
+                # no stream positions: the rows read come from Spark's progress reports, not
+                # from an observation in every batch (pep/runtime/query/progress.py)
+                query_progress(settings.spark).register(name, self._figures.rows_read)
+            source = build_source(settings.spark, definition, settings.max_files_per_trigger,
+                                  archive, settings.max_offsets_per_trigger)
+            self._query = (foreach_batch(source.writeStream.queryName(name), self.on_batch)
+                           .option("checkpointLocation", str(self._checkpoint.location))
+                           .trigger(processingTime=f"{millis} milliseconds")
+                           .start())
         self._checkpoint.mark_running()
         if kind == "kafka":
             # a new query starts at the latest offsets, fixed at its first trigger: every record
@@ -152,6 +170,108 @@ class QueryLifecycle:
         except Exception as exc:  # noqa: BLE001 - the query runs already: its first batch builds it (or fails)
             log.warning("stream %s: plan table not prepared: %s", definition.name, exc)
 
+    # ----- real-time mode (pep/runtime/query/realtime.py) ----------------------------------
+    @property
+    def mode(self) -> str:
+        """"realtime" while the query runs in real-time mode, else "micro-batch"."""
+        return "realtime" if self._realtime_built is not None else "micro-batch"
+
+    @property
+    def realtime_plans(self) -> tuple[int, ...]:
+        """The ids of the plans the running real-time query serves (none: micro-batches)."""
+        built = self._realtime_built
+        return tuple(route.pid for route, _ in built) if built is not None else ()
+
+    def _realtime_plans(self) -> tuple[list[Any], list[Any]] | None:
+        """(plan states, their routes) when the stream's query may run in real-time mode now;
+        None: micro-batches (the reason is logged at DEBUG)."""
+        if self._realtime is None:
+            return None
+        plans = [s for s in self._plans() if s.used]
+        why = refusal(plans, self._punctuated) or self._slots_refusal(plans)
+        if why is not None:
+            log.debug("stream %s: micro-batches, not real-time mode: %s", self._layout.name, why)
+            return None
+        layout = self._layout
+        routes = TopicWriter.routes(plans, lambda s: tuple(layout.row_columns(
+            s.compiled, s.compiled.projection)))
+        return plans, routes
+
+    def _slots_refusal(self, plans: list[Any]) -> str | None:
+        """A real-time task per source partition holds its slot for the whole batch: the query
+        needs fewer partitions than the session has slots (one left for the other queries)."""
+        slots = int(self._settings.spark.sparkContext.defaultParallelism)
+        cuts = [len(s.compiled.start_offsets) for s in plans
+                if s.compiled.start_offsets is not None]
+        if not cuts:
+            try:
+                from pep.runtime.sources.kafka_offsets import KafkaOffsets
+                cuts = [len(KafkaOffsets().end_offsets(self._layout.definition))]
+            except Exception as exc:  # noqa: BLE001 - micro-batches, which need no count
+                return f"the topic's partitions are unknown ({exc})"
+        partitions = max(cuts)
+        if partitions >= slots:
+            return (f"the topic has {partitions} partition(s) and Spark {slots} task slot(s): "
+                    "real-time mode needs a slot per partition and one more")
+        return None
+
+    def _start_realtime(self, chosen: tuple[list[Any], list[Any]], name: str
+                        ) -> StreamingQuery:
+        assert self._realtime is not None and self._checkpoint is not None
+        plans, routes = chosen
+        settings, layout = self._settings, self._layout
+        location = self._checkpoint.location
+        epoch = ensure_epoch(location)
+        records = self._realtime.records(kafka_realtime_frame(settings.spark, layout.definition),
+                                         layout.schema, plans, routes, epoch)
+
+        def progressed(rows: int) -> None:
+            # a real-time batch ended (committed): no foreachBatch tells the figures and the
+            # health checks that the query moves
+            self._figures.rows_read(rows)
+            self.last_batch_at = time.time()
+        query_progress(settings.spark).register(name, progressed)
+        query = self._realtime.start(records, name, location)
+        self._realtime_built = routes_key(routes, plans)
+        log.info("stream %s: real-time mode, %d plan(s)", layout.name, len(plans))
+        return query
+
+    def plans_changed(self) -> None:
+        """A handle came or went. With real-time mode allowed, the query is started again when
+        its mode must change, or when the plans a real-time query was built from changed (they
+        are literals of it); in a thread of its own (the caller may hold the runtime's lock or
+        be in a batch's delivery)."""
+        if self._realtime is None or self._query is None or self._stopped:
+            return
+        t = threading.Thread(target=self._change_mode, name="xsg-realtime-restart", daemon=True)
+        t.start()
+
+    def _change_mode(self) -> None:
+        with self._mode_lock:
+            if self._ended or self._stopped or self._query is None:
+                return
+            if not any(s.used for s in self._plans()):
+                return  # the last handle left: the runtime stops the query
+            chosen = self._realtime_plans()
+            built = self._realtime_built
+            if chosen is None and built is None:
+                return
+            if chosen is not None and built is not None \
+                    and routes_key(chosen[1], chosen[0]) == built:
+                return
+            log.info("stream %s: %s, its query starts again", self._layout.name,
+                     "its plans changed" if chosen is not None and built is not None
+                     else f"to {'real-time mode' if chosen is not None else 'micro-batches'}")
+            try:
+                self.stop_between_batches()
+                if self._ended:
+                    return
+                self._stopped = False
+                self.start()
+            except Exception as exc:
+                self._figures.failed(exc)
+                log.exception("stream %s: the query did not start again", self._layout.name)
+
     def start_again(self, previous: StreamDefinition) -> None:
         """Start the query stopped by `stop_between_batches` again, on the checkpoint of
         `previous`, the definition it ran with (adopted by the new one's)."""
@@ -163,18 +283,27 @@ class QueryLifecycle:
     # ----- what plan topics' keys need (pep/runtime/delivery) --------------------------------
     def checkpoint_id(self) -> str:
         """The identity of the query's checkpoint (Spark's query id, kept across restarts from
-        it; a new checkpoint numbers its batches anew): the epoch of plan topics' keys."""
+        it; a new checkpoint numbers its batches anew): the epoch of plan topics' keys. Cached
+        by the metadata file itself (its inode and modification time), not by the path: a
+        checkpoint deleted and created again at the same path (a Kafka query dropped when its
+        last handle left, a source changed) has a new id, and batches numbered from 0 again
+        under the old one would be skipped by the edges as repeats."""
         checkpoint = self._checkpoint
         if checkpoint is None:
             return "0"
-        location = checkpoint.location
-        if self._epoch is None or self._epoch[0] != location:
+        metadata = checkpoint.location / "metadata"
+        try:
+            stat = metadata.stat()
+        except OSError:
+            return "0"  # not written before the query's first trigger
+        which = (metadata, stat.st_ino, stat.st_mtime_ns)
+        if self._epoch is None or self._epoch[0] != which:
             try:
-                text = (location / "metadata").read_text(encoding="utf-8")
+                text = metadata.read_text(encoding="utf-8")
                 ident = str(json.loads(text.splitlines()[0])["id"]).replace("-", "")[:12]
             except (OSError, ValueError, KeyError, IndexError):
-                return "0"  # not written before the query's first trigger
-            self._epoch = (location, ident)
+                return "0"
+            self._epoch = (which, ident)
         return self._epoch[1]
 
     @property
@@ -257,7 +386,7 @@ class QueryLifecycle:
             deadline = time.monotonic() + 120.0
             while self._batch_thread is not None and time.monotonic() < deadline:
                 time.sleep(0.02)
-            self.stop(idle=False)
+            self._stop(idle=False)
         finally:
             self._pausing = False
 
@@ -267,6 +396,11 @@ class QueryLifecycle:
         the batch under way ends first (one starting meanwhile fails before it delivers, so is
         not committed), and the last batch delivered in full is written down for the next
         query, which skips it if this stop cut off its commit."""
+        self._ended = True
+        with self._mode_lock:
+            self._stop(idle)
+
+    def _stop(self, idle: bool = False) -> None:
         pause = not idle and not self._pausing and self._query is not None \
             and not self.in_batch_thread()
         if pause:
@@ -276,6 +410,7 @@ class QueryLifecycle:
                 time.sleep(0.02)
         try:
             self._stopped = True
+            self._realtime_built = None
             if self._query is not None:
                 try:
                     self._query.stop()

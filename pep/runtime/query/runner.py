@@ -30,6 +30,7 @@ from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob, RowsMatcher
 from pep.runtime.query.settings import StreamLayout
 from pep.runtime.query.shield import BatchShield, PunctuationShield
+from pep.runtime.query.source_shield import SourceShield
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class MicroBatchRunner:
     def __init__(self, spark: SparkSession, layout: StreamLayout, registry: PlanRegistry,
                  table: PlanTable, rows: RowsJob, panes: PanesJob, router: ResultRouter,
                  figures: QueryFigures, on_handle_closed: Callable[[str], None],
-                 shield: PunctuationShield | None = None,
+                 shield: PunctuationShield | SourceShield | None = None,
                  topics: TopicWriter | None = None) -> None:
         self._spark = spark
         self._layout = layout
@@ -108,7 +109,9 @@ class MicroBatchRunner:
             # their watermarks, in routing: the batch before this one is routed first
             self._worker.drain()
         t0 = time.perf_counter()
-        guard = self._shield.prepare(batch) if self._shield is not None else None
+        guard = None
+        if self._shield is not None:  # (a files or kafka stream's: its punctuations taken out)
+            batch, guard = self._shield.shielded(batch)
         self._table.anchors.update(batch, sets.anchored)  # nothing without DISTANCE_TO
         shape = self._table.shape_of(plans, version)
         rows_by = self._rows.matcher(sets, shape)

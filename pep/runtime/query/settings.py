@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from pep.core.plan import StreamDefinition, StreamSchema
 from pep.runtime.base.columns import HASHED_PREFIX
 from pep.runtime.plans.compile import CompiledPlan
+from pep.runtime.sources.frames import KAFKA_MAX_OFFSETS
 
 # Tuple windows with panes narrower than this travel as rows (see README "Where windows are
 # computed"); wider panes are aggregated in Spark.
@@ -36,6 +37,8 @@ class QuerySettings:
     tuple_pane_min: int = DEFAULT_TUPLE_PANE_MIN
     # the stream owner's key of hash masks (`pep.runtime.privacy.mask_keys`); None: none served
     mask_key: Callable[[str], bytes] | None = None
+    # a Kafka stream's records per micro-batch (`sources/frames.py`: larger through plan topics)
+    max_offsets_per_trigger: int = KAFKA_MAX_OFFSETS
 
 
 @dataclass(frozen=True, eq=False)

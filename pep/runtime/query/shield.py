@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from pyspark.sql import Column, DataFrame, functions as F
@@ -49,6 +50,13 @@ log = logging.getLogger(__name__)
 Conditions = tuple[Condition, ...]
 _BITS = 62  # conditions per long column of the matching job
 PRUNE_AT = 4096  # segments wholly behind the routed batches kept at most
+
+
+class Moves(Protocol):
+    """What a batch's shield tells its stream's shield after routing (`PunctuationShield.moved`;
+    a `files` or `kafka` stream's, `query/source_shield.py`, makes its segments per batch)."""
+
+    def moved(self, low: int | None) -> None: ...
 
 
 class PunctuationShield:
@@ -118,7 +126,7 @@ class PunctuationShield:
             policy = SegmentPolicy(complete=False) if self._broken else self._state.policy()
             if self._broken:
                 at = max(at, self.starts[-1])
-            kind = self._kinds.setdefault(_verdict_key(policy), len(self._kinds))
+            kind = self._kinds.setdefault(verdict_key(policy), len(self._kinds))
             if self.starts and self.starts[-1] == at:
                 self.policies[-1] = policy
                 self.kinds[-1] = kind
@@ -157,8 +165,13 @@ class PunctuationShield:
         index = {c: j for j, c in enumerate(wanted)}
         matches: dict[int, int] = {}
         if wanted:
-            matches = _matches(batch, wanted, index)
+            matches = match_tuples(batch, wanted, index)
         return BatchShield(self, starts, kinds, policies, pruned, first, index, matches)
+
+    def shielded(self, batch: DataFrame) -> tuple[DataFrame, BatchShield]:
+        """The batch the jobs read (an ingest stream's: as it is; its punctuations are in the
+        log, never in its files) and its shield."""
+        return batch, self.prepare(batch)
 
     def moved(self, low: int | None) -> None:
         """The lowest position of a batch routed: segments before it need no matching job, and
@@ -175,7 +188,7 @@ class PunctuationShield:
                 self.pruned = True
 
 
-def _verdict_key(policy: SegmentPolicy) -> tuple[object, ...]:
+def verdict_key(policy: SegmentPolicy) -> tuple[object, ...]:
     """What a policy's verdicts depend on (not its punctuations' `ts` and `sn`)."""
     def parts(sps: tuple[Punctuation, ...]) -> tuple[object, ...]:
         return tuple((p.roles, p.sign, p.where, p.attributes) for p in sps)
@@ -194,7 +207,7 @@ def _condition_column(c: Condition) -> Column:
     return ops[c.op]
 
 
-def _matches(batch: DataFrame, wanted: dict[Conditions, list[tuple[int, int]]],
+def match_tuples(batch: DataFrame, wanted: dict[Conditions, list[tuple[int, int]]],
              index: dict[Conditions, int]) -> dict[int, int]:
     """Which tuple DDPs each tuple of the batch meets, where they are in force: {position:
     bit mask over `index`}, only the tuples meeting some."""
@@ -229,7 +242,7 @@ def _matches(batch: DataFrame, wanted: dict[Conditions, list[tuple[int, int]]],
 class BatchShield:
     """A batch's segments and matches (`PunctuationShield.prepare`), applied in routing."""
 
-    shield: PunctuationShield
+    shield: Moves
     starts: np.ndarray  # the segments when the batch was prepared (`PunctuationShield`)
     kinds: np.ndarray
     policies: list[SegmentPolicy]
@@ -436,4 +449,5 @@ def _between(seq: Column, starts: list[int], first: int, end: int) -> Column:
     return inside
 
 
-__all__ = ["PunctuationShield", "BatchShield", "PRUNE_AT", "MAX_WINDOW_CONDITIONS"]
+__all__ = ["PunctuationShield", "BatchShield", "Moves", "Conditions", "PRUNE_AT",
+           "MAX_WINDOW_CONDITIONS", "match_tuples", "verdict_key"]

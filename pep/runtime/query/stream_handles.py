@@ -9,6 +9,7 @@ stream's counters. This part answers it once, over those parts, and each executo
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pep.runtime.base.delivery import Deliver
@@ -20,21 +21,28 @@ from pep.runtime.query.router import ResultRouter
 
 class StreamHandles:
     """The handles of one stream (its `registry`), the lateness its `router` applies to their
-    time windows, and its counters (`figures`)."""
+    time windows, and its counters (`figures`). `on_change()`: called once a handle was added
+    or removed (a query whose mode follows its plans, `QueryLifecycle.plans_changed`)."""
 
-    def __init__(self, registry: PlanRegistry, router: ResultRouter,
-                 figures: QueryFigures) -> None:
+    def __init__(self, registry: PlanRegistry, router: ResultRouter, figures: QueryFigures,
+                 on_change: Callable[[], None] | None = None) -> None:
         self._registry = registry
         self._router = router
         self._figures = figures
+        self._on_change = on_change
 
     def add_handle(self, handle_id: str, compiled: CompiledPlan | CompiledUnion,
                    deliver: Deliver) -> None:
         self._registry.add_handle(handle_id, compiled, deliver)
+        if self._on_change is not None:
+            self._on_change()
 
     def remove_handle(self, handle_id: str) -> int:
         """Detach a handle (waiting for a delivery to it in progress); returns handles left."""
-        return self._registry.remove_handle(handle_id)
+        left = self._registry.remove_handle(handle_id)
+        if self._on_change is not None:
+            self._on_change()
+        return left
 
     def attached(self) -> list[tuple[str, CompiledPlan | CompiledUnion, Deliver]]:
         """The active handles with their plans (to move them onto a replacement query)."""

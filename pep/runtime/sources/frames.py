@@ -29,8 +29,15 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession, functions as F, types as T
 
 from common.numbers import NumberError, parse_int
+from pep.core import punctuations
 from pep.core.plan import StreamDefinition, StreamSchema
-from pep.runtime.base.columns import FILE_COLUMN, KAFKA_FILE_FORMAT, SEQ_COLUMN
+from pep.runtime.base.columns import (
+    FILE_COLUMN,
+    KAFKA_FILE_FORMAT,
+    LANE_BITS,
+    PUNCT_COLUMN,
+    SEQ_COLUMN,
+)
 from pep.runtime.base.memo import OwnedCache
 from pep.runtime.sources.generators import generator_frame
 from pep.runtime.sources.kafka_connector import kafka_unavailable_reason
@@ -108,6 +115,8 @@ def _file_frame(spark: SparkSession, stream: StreamDefinition, path: str | None,
 
 def _file_reader_frame(spark: SparkSession, stream: StreamDefinition, path: str, fmt: str,
                        max_files: int | None, archive: str | None) -> DataFrame:
+    if stream.source.kind == "files" and punctuations.enabled(stream):
+        return _punctuated_file_frame(spark, stream, path, max_files)
     with_seq = fmt != "csv"  # CSV columns are positional: only the declared ones exist
     reader = spark.readStream.schema(spark_schema(stream.schema, with_seq))
     if max_files is not None:
@@ -131,6 +140,54 @@ def _file_reader_frame(spark: SparkSession, stream: StreamDefinition, path: str,
     return _shape(df, stream.schema, seq, F.col("_metadata.file_path"))
 
 
+def _punctuated_file_frame(spark: SparkSession, stream: StreamDefinition, path: str,
+                           max_files: int | None) -> DataFrame:
+    """A `files` stream of JSON lines whose owner enabled security punctuations: each file read
+    whole (never split between tasks) and cut into its lines, so that each line keeps its
+    number (`_xsg_seq`: a file's punctuations govern the lines after them in that file,
+    `query/source_shield.py`). A blank line, or one that is not a JSON object, is no record."""
+    reader = spark.readStream.format("text").option("wholetext", "true")
+    if max_files is not None:
+        reader = reader.option("maxFilesPerTrigger", str(max_files))
+    reader = reader.option("ignoreMissingFiles", "true")
+    for option in ("pathGlobFilter", "recursiveFileLookup"):
+        value = stream.source.option(option)
+        if value is not None:
+            reader = reader.option(option, value)
+    lines = reader.load(path).select(
+        F.col("_metadata.file_path").alias(FILE_COLUMN),
+        F.posexplode(F.split(F.col("value"), "\r?\n")).alias("_xsg_line_no", "_xsg_line"))
+    lines = lines.where(F.ltrim(F.col("_xsg_line")).startswith("{"))
+    return _punctuated_records(lines, stream, F.col("_xsg_line"), F.col("_xsg_line_no"))
+
+
+def _punctuated_records(df: DataFrame, stream: StreamDefinition, text: Column, seq: Column
+                        ) -> DataFrame:
+    """The frame of a punctuated `files` or `kafka` stream (`df`: its records' JSON `text`,
+    their place `seq` in their lane, `FILE_COLUMN`): the stream's shape, plus `PUNCT_COLUMN`,
+    null on a tuple and on a `$punctuation` record its value as JSON text, or "" when the
+    record cannot be read as one (other keys beside it; a record that does not parse and names
+    a punctuation). The stream's query takes these records out of its batches before any plan
+    reads them (`query/source_shield.py`): a punctuation is never a tuple."""
+    key = punctuations.PUNCTUATION_KEY
+    schema = spark_schema(stream.schema)
+    with_key = T.StructType([*schema.fields, T.StructField(key, T.StringType(), True)])
+    keys = F.json_object_keys(text)
+    named = F.coalesce(F.array_contains(keys, F.lit(key)), F.lit(False))
+    broken = keys.isNull() & text.contains("punctuation")
+    parsed = F.from_json(text, with_key)
+    punct = (F.when(named & (F.size(keys) == 1),
+                    F.coalesce(parsed.getField(key), F.lit("null")))
+             .when(named | broken, F.lit("")))
+    framed = df.select(parsed.alias("_xsg_r"), punct.alias(PUNCT_COLUMN),
+                       seq.cast("long").alias(SEQ_COLUMN), F.col(FILE_COLUMN))
+    cols = [F.col("_xsg_r").getField(f.name).cast(_SPARK_TYPES[f.type]).alias(f.name)
+            for f in stream.schema.fields]
+    return framed.select(*cols, F.col(SEQ_COLUMN),
+                         F.col(FILE_COLUMN).cast("string").alias(FILE_COLUMN),
+                         F.col(PUNCT_COLUMN))
+
+
 def _socket_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
     host = stream.source.option("host", "localhost")
     try:
@@ -147,6 +204,12 @@ def _socket_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
 # a backlog is read in batches a handle's buffer (10,000 rows) can take, as the file sources'
 # maxFilesPerTrigger does.
 KAFKA_MAX_OFFSETS = 10_000
+# The same when the stream's rows go to plan topics (`delivery = "kafka"`): no buffer holds them,
+# and each micro-batch pays a fixed cost (the topic write's job, the figures' job, ~0.3-0.5 s
+# here), which 10,000-record batches paid every 10,000 records: a backlog read at half the rate
+# of the query a user writes (issue 45, docs/benchmarks.md). A batch of 100,000 still ends within
+# a few seconds; below a backlog the 0.25 s trigger reads what came, as before.
+KAFKA_TOPICS_MAX_OFFSETS = 100_000
 
 
 def kafka_options(stream: StreamDefinition) -> tuple[str, str, dict[str, str]]:
@@ -164,7 +227,8 @@ def kafka_options(stream: StreamDefinition) -> tuple[str, str, dict[str, str]]:
     return servers, topic, client
 
 
-def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
+def _kafka_frame(spark: SparkSession, stream: StreamDefinition,
+                 max_offsets: int = KAFKA_MAX_OFFSETS) -> DataFrame:
     """A Kafka topic's records, each value a JSON object of the stream's attributes.
 
     A new query starts at the latest offsets (nothing is replayed: the runtime drops a Kafka
@@ -175,14 +239,28 @@ def _kafka_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
     (see the module docstring): `_xsg_seq` is null and `_xsg_file` is "<topic>/<partition>/
     <offset>", zero-padded, so that the executor orders a micro-batch by the stream's time
     attribute, then partition, then offset."""
+    per_trigger = stream.source.option("maxOffsetsPerTrigger") or str(max_offsets)
+    return _kafka_stream_records(spark, stream, per_trigger)
+
+
+def kafka_realtime_frame(spark: SparkSession, stream: StreamDefinition) -> DataFrame:
+    """A Kafka stream's frame for a real-time query (`pep.runtime.query.realtime`): as
+    `_kafka_frame`, without a cap per trigger (real-time mode refuses maxOffsetsPerTrigger:
+    its tasks read each partition as it comes)."""
+    return _cached_frame(spark, ("kafka-realtime", stream),
+                         lambda: _kafka_stream_records(spark, stream, None))
+
+
+def _kafka_stream_records(spark: SparkSession, stream: StreamDefinition,
+                          per_trigger: str | None) -> DataFrame:
     servers, topic, client = kafka_options(stream)
-    per_trigger = stream.source.option("maxOffsetsPerTrigger") or str(KAFKA_MAX_OFFSETS)
     reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers)
               .option("subscribe", topic).option("startingOffsets", "latest")
-              .option("maxOffsetsPerTrigger", per_trigger)
               # records that retention removed while the query was stopped are skipped (logged
               # by Spark) rather than failing the stream at every restart
               .option("failOnDataLoss", "false"))
+    if per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", per_trigger)
     for key, value in client.items():
         reader = reader.option(f"kafka.{key}", value)
     return _kafka_records(stream, reader)
@@ -218,6 +296,19 @@ def _kafka_records(stream: StreamDefinition, reader: Any) -> DataFrame:
                 f"{kafka_unavailable_reason()}") from None
         raise
     text = F.col("value").cast("string")
+    if punctuations.enabled(stream):
+        # a record's place in its lane: its partition, then its offset (null past the axis:
+        # such a record's segment is unknown, and the shield denies it)
+        seq = F.when((F.col("offset") < F.lit(1 << LANE_BITS))
+                     & (F.col("partition") < F.lit(1 << (62 - LANE_BITS))),
+                     F.shiftleft(F.col("partition").cast("long"), LANE_BITS)
+                     + F.col("offset"))
+        return _punctuated_records(
+            raw.where(F.ltrim(text).startswith("{")).select(
+                text.alias("_xsg_text"), seq.alias("_xsg_pos"),
+                F.format_string(KAFKA_FILE_FORMAT, F.col("topic"), F.col("partition"),
+                                F.col("offset")).alias(FILE_COLUMN)),
+            stream, F.col("_xsg_text"), F.col("_xsg_pos"))
     # Only on the text: a filter on the parsed struct would be pushed below the projection and
     # parse every record twice (measured: the rows job 1.3x slower)
     parsed = (raw.where(F.ltrim(text).startswith("{"))
@@ -245,11 +336,13 @@ DELETE_COMMITTED = "<delete committed files>"
 
 
 def build_source(spark: SparkSession, stream: StreamDefinition,
-                 max_files_per_trigger: int | None = 50, archive_dir: str | None = None
-                 ) -> DataFrame:
+                 max_files_per_trigger: int | None = 50, archive_dir: str | None = None,
+                 max_offsets_per_trigger: int = KAFKA_MAX_OFFSETS) -> DataFrame:
     """The stream's source as a streaming DataFrame (see the module docstring for its shape).
 
-    `max_files_per_trigger` None: no bound (the runtime's skip-to-the-end query). `archive_dir`:
+    `max_files_per_trigger` None: no bound (the runtime's skip-to-the-end query);
+    `max_offsets_per_trigger`: a Kafka stream's records per micro-batch, unless its definition
+    sets its own. `archive_dir`:
     where an `ingest` stream's committed files go (Spark's `cleanSource=archive`), or
     `DELETE_COMMITTED`; the files of a `files` source are the owner's and are never moved. Checks
     run on every call; the frame itself is reused for the same session, definition and
@@ -282,5 +375,6 @@ def build_source(spark: SparkSession, stream: StreamDefinition,
     if kind == "socket":
         return _cached_frame(spark, ("socket", stream), lambda: _socket_frame(spark, stream))
     if kind == "kafka":
-        return _cached_frame(spark, ("kafka", stream), lambda: _kafka_frame(spark, stream))
+        return _cached_frame(spark, ("kafka", stream, max_offsets_per_trigger),
+                             lambda: _kafka_frame(spark, stream, max_offsets_per_trigger))
     raise SourceError(f"stream {stream.name!r}: unknown source kind {kind!r}")

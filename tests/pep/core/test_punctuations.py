@@ -26,6 +26,7 @@ from pep.core.punctuations import (
     SegmentPolicy,
     ShieldState,
     filter_attributes,
+    lane_segments,
     oracle,
     parse_punctuation,
     punctuation_from_json,
@@ -179,6 +180,35 @@ def test_the_oracle_reads_records_in_stream_order():
         {"patient": 1, "hr": 80.0}, {"patient": 3, "hr": 70.0}]
     assert oracle(records, frozenset({"doctor"}), REFINE, ("patient", "hr"), SCHEMA) == [
         {"patient": 1, "hr": 80.0}, {"patient": 2, "hr": 90.0}, {"patient": 3, "hr": None}]
+
+
+def test_an_unreadable_punctuation_denies_its_lane_until_a_newer_policy():
+    """A files or kafka stream cannot refuse a `$punctuation` record that does not read
+    (None): from it on nobody sees its lane's tuples, until a punctuation starts a policy newer
+    than the current one; the oracle reads it alike."""
+    starts, policies = lane_segments([(0, sp(srp=["a"], ts=2)), (3, None),
+                                      (5, sp(srp=["a"], ts=2, sn=2)), (7, sp(srp=["a"], ts=3))])
+    assert starts == [0, 3, 5, 7]
+    assert [p.complete for p in policies] == [True, False, False, True]
+    records = [{"$punctuation": {"srp": ["nurse"], "ts": 2}}, {"patient": 1},
+               {"$punctuation": {"srp": "nurse", "ts": 9}}, {"patient": 2},
+               {"$punctuation": {"srp": ["nurse"], "ts": 2, "sn": 2}}, {"patient": 3},
+               {"$punctuation": {"srp": ["nurse"], "ts": 3}, "patient": 0}, {"patient": 4},
+               {"$punctuation": {"srp": ["nurse"], "ts": 4}}, {"patient": 5}]
+    assert oracle(records, frozenset({"nurse"}), REFINE, ("patient",), SCHEMA) == [
+        {"patient": 1}, {"patient": 5}]
+
+
+def test_a_join_of_a_files_or_kafka_stream_with_punctuations_is_refused():
+    from pep.core.errors import Unprocessable
+    kafka = StreamDefinition("v", "o", SCHEMA, SourceSpec("kafka", (("punctuations", "on"),)))
+    off = StreamDefinition("w", "o", SCHEMA, SourceSpec("ingest", ()))
+    join = JoinPlan(ExecutionPlan("v", None, ("hr",)), ExecutionPlan("w", None, ("hr",)),
+                    (("patient", "patient"),), 5.0, "hr", "hr")
+    with pytest.raises(Unprocessable, match="which a join does not read yet"):
+        shielded_plan(join, [kafka, off], ["doctor"])
+    plain = shielded_plan(ExecutionPlan("v", None, ("hr",)), [kafka], ["doctor"])
+    assert isinstance(plain, ExecutionPlan) and plain.punctuation_roles == ("doctor",)
 
 
 def test_every_kind_of_plan_runs_on_a_punctuated_stream_with_the_consumers_roles():

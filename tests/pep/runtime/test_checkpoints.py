@@ -271,10 +271,10 @@ def test_late_micro_batches_are_logged_as_one_repeating_warning(spark, tmp_path,
                                                               query_mode):
     """Spark's own "falling behind" WARN is off (a line per trigger); the runtime reads the
     same figure from the queries' progress and logs each late batch as a repeating warning
-    (`pep.log_repeats`), which the gateway's log sums up. On the shared query a batch is late
+    (`common.log_repeats`), which the gateway's log sums up. On the shared query a batch is late
     past the longest interval its adaptive trigger may choose, and each stream it carried is
     named."""
-    from pep.log_repeats import REPEAT, VALUE
+    from common.log_repeats import REPEAT, VALUE
 
     sd = ingest(tmp_path)
     rt = runtime_for(spark, tmp_path / "work", janitor_interval=3600)

@@ -3,21 +3,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.processes import free_port
+
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "deploy" / "standalone-cluster.sh"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.standalone

@@ -68,9 +68,34 @@ def test_punctuations_go_to_the_log_with_the_position_they_precede(catalog):
                     {"patient": 3, "hr": 3.0, "_xsg_seq": 3}]
 
 
-def test_the_setting_is_an_ingest_streams_and_on_or_off(catalog, tmp_path):
+def test_the_setting_is_on_or_off_on_ingest_files_and_kafka_streams(catalog, tmp_path):
     with pytest.raises(InvalidStream, match='must be "on" or "off"'):
         catalog.register("x", "o", FIELDS, {"kind": "ingest", "punctuations": "yes"})
-    with pytest.raises(InvalidStream, match="supported on ingest streams only"):
-        catalog.register("y", "o", FIELDS, {"kind": "files", "path": str(tmp_path),
+    with pytest.raises(InvalidStream, match='must be "on" or "off"'):
+        catalog.register("x", "o", FIELDS, {"kind": "files", "path": str(tmp_path),
+                                            "punctuations": "yes"}, trusted=True)
+    with pytest.raises(InvalidStream, match="supported on ingest, files"):
+        catalog.register("y", "o", FIELDS, {"kind": "generator", "schema": "sensors",
                                             "punctuations": "on"}, trusted=True)
+    # a punctuation is a JSON line: CSV and Parquet files cannot carry one
+    with pytest.raises(InvalidStream, match="punctuations need format json"):
+        catalog.register("y", "o", FIELDS, {"kind": "files", "path": str(tmp_path),
+                                            "format": "csv", "punctuations": "on"},
+                         trusted=True)
+    # (main refused both: "supported on ingest streams only")
+    files = catalog.register("f", "o", FIELDS, {"kind": "files", "path": str(tmp_path),
+                                                "punctuations": "on"}, trusted=True)
+    kafka = catalog.register("k", "o", FIELDS, {"kind": "kafka", "bootstrap.servers": "h:9",
+                                                "subscribe": "t", "punctuations": "on"},
+                             trusted=True)
+    assert [d.source.option("punctuations") for d in (files, kafka)] == ["on", "on"]
+
+
+def test_a_punctuation_appended_through_the_gateway_to_a_kafka_stream_is_refused(catalog):
+    """The gateway's producer spreads records over the partitions, and a punctuation holds in
+    its own partition only: its owner sends it to the topic itself (nothing is sent)."""
+    catalog.register("k", "o", FIELDS, {"kind": "kafka", "bootstrap.servers": "127.0.0.1:9",
+                                        "subscribe": "t", "punctuations": "on"}, trusted=True)
+    with pytest.raises(RecordError) as err:
+        catalog.append_records("k", body({"patient": 1, "hr": 2.0}, SP))
+    assert "line 2" in str(err.value) and "each partition" in str(err.value)

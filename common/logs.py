@@ -1,5 +1,6 @@
-"""The process's log lines (`xsg serve`): one handler on stderr, text or JSON, UTC times;
-warnings that repeat summed up once a minute (`pep.log_repeats`)."""
+"""A process's log lines (`xsg serve`, `xsg edge`, `xsg proxy`): one handler on stderr, text or
+JSON, UTC times; warnings that repeat summed up once a minute (`common.log_repeats`). One module
+for every program, so that an operator's log pipeline reads the proxy's lines as the gateway's."""
 from __future__ import annotations
 
 import json
@@ -51,11 +52,11 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | N
                       repeat_period: float | None = None) -> logging.StreamHandler[TextIO]:
     """One handler on stderr for every line of the process: ours, the access log, py4j's and
     PySpark's Python side; ISO-8601 UTC timestamps; a record marked as repeating
-    (`pep.log_repeats.repeating`) written once, then summed up every `repeat_period` seconds
+    (`common.log_repeats.repeating`) written once, then summed up every `repeat_period` seconds
     (default a minute) while it repeats. Returns the handler."""
     import logging
 
-    from pep.log_repeats import DEFAULT_PERIOD, RepeatSummary
+    from common.log_repeats import DEFAULT_PERIOD, RepeatSummary
 
     root = logging.getLogger()
     for handler in list(root.handlers):
@@ -87,7 +88,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | N
 
 def flush_repeats(handler: logging.Handler) -> None:
     """Write the summaries of the repeated warnings `handler` holds back (the process ends)."""
-    from pep.log_repeats import RepeatSummary
+    from common.log_repeats import RepeatSummary
 
     for summary in list(handler.filters):
         if isinstance(summary, RepeatSummary):

@@ -5,7 +5,7 @@ Under load a warning that fires per micro-batch or per request floods the log (i
 A record that may repeat says so with `extra=repeating(label, value)`: `label` names what
 repeats (the same label for the same condition: "stream weather is falling behind"), `value` an
 optional measure of each occurrence (seconds). `RepeatSummary`, a filter on the gateway's log
-handler (`pep.cli.logs.configure_logging`), lets the first record of a label through as it is,
+handler (`common.logs.configure_logging`), lets the first record of a label through as it is,
 holds the next ones for `period` seconds, and then writes one line at the first record's level:
 "stream weather is falling behind: 37 times in the last 60 s, worst 2.1 s". While the records
 keep coming, a summary per period; one period without any ends it, and the next record is

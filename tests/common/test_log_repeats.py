@@ -1,4 +1,4 @@
-"""Repeated warnings are written once, then summed up per period (`pep.log_repeats`, issue 42:
+"""Repeated warnings are written once, then summed up per period (`common.log_repeats`, issue 42:
 477 of 752 log lines in ten minutes were the same "falling behind" warning)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pep.log_repeats import RepeatSummary, repeating
+from common.log_repeats import RepeatSummary, repeating
 
 LABEL = "stream weather is falling behind"
 

@@ -1,0 +1,140 @@
+"""Real-time mode (issue 45): a Kafka stream whose plans all compile to Spark expressions runs
+one real-time query (`trigger(realTime=...)`, Spark 4.1+: long-running tasks that read, filter
+and write each record as it comes, milliseconds instead of a micro-batch's floor) from its
+topic straight to the plan topics, instead of the micro-batches and their foreachBatch.
+
+What real-time mode allows (Spark 4.2's allowlist, `RealTimeModeAllowlist`): projections,
+filters, `explode`, unions of distinct sources, broadcast hash joins with a local table,
+observations; the Kafka sink (and `foreach`, console, memory), never `foreachBatch`; output mode
+update; no Python UDF (`mapInArrow`, pandas or Arrow UDFs are not on the list), no shuffle, no
+window function, no state. So the query is, per record: the few plans' filters as one Column
+(`plan_expressions.few_plans_column`, the micro-batch rows job's own tests), the ids of the
+plans it passes exploded, a broadcast join with the small (plan id, topic, projection) table,
+the value as the micro-batch writer encodes it (`TopicRows.value_column`) and the key
+`r:<epoch>:<source topic>/<partition>/<offset>`: the record's place in the stream's topic. There
+is no row number within a batch (a window function), so a replay after a restart is told by
+that place: per source partition the records come in offset order, and an edge skips a record
+whose source offset is not above the last one it read of that partition (`pep.edge.reader`).
+
+A stream qualifies (`refusal` says why not) when every plan on it is a row plan (no window, no
+member of a union of grants), compares only numbers, integers, strings and labels (no spatial
+predicate, no masked comparison), masks nothing, has no security punctuations, there are at most
+`FEW_PLANS` of them (more go to the grouped matcher, which runs in Python on the workers) and
+every handle reads a plan topic. Real-time tasks hold one task slot per source partition for
+the whole batch: the query also needs more slots than the topic has partitions (one left for
+the gateway's other queries).
+
+The plans are literals of the query: a plan that comes or goes restarts it (`QueryLifecycle`).
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, functions as F
+from pyspark.sql.streaming.query import StreamingQuery
+
+from pep.runtime.base.columns import FILE_COLUMN, PIDS_COLUMN
+from pep.runtime.delivery.topic_rows import PID, TOPIC, PlanRoute, TopicRows
+from pep.runtime.delivery.writer import topic_of
+from pep.runtime.plans.compile import INTEGER_KIND, LABEL_KIND, NUMERIC_KIND, STRING_KIND
+from pep.runtime.plans.plan_expressions import FEW_PLANS, few_plans_column
+
+NATIVE_KINDS = frozenset({NUMERIC_KIND, STRING_KIND, INTEGER_KIND, LABEL_KIND})
+REALTIME_KEY = "r"
+
+
+def realtime_key(epoch: str) -> str:
+    """The keys' common part of a real-time query (`r:<epoch>:`); the source record's
+    `<topic>/<partition>/<offset>` follows."""
+    return f"{REALTIME_KEY}:{epoch}:"
+
+
+def refusal(plans: Sequence[Any], punctuated: bool) -> str | None:
+    """Why a stream with these plan states (`PlanRegistry`'s) cannot run in real-time mode;
+    None when it can (the module docstring)."""
+    if not plans:
+        return "no plan"
+    if punctuated:
+        return "the stream has security punctuations (its shield runs on the driver)"
+    if len(plans) > FEW_PLANS:
+        return (f"{len(plans)} plans: more than {FEW_PLANS} are matched by the grouped matcher, "
+                "in Python on the workers")
+    for state in plans:
+        compiled = state.compiled
+        if compiled.window is not None or state.windows is not None:
+            return "a window plan (its windows are finished on the driver)"
+        if state.unions:
+            return "a union of grants (its members' rows are merged on the driver)"
+        if compiled.masks:
+            return "a plan masks attributes (its masks come from the plan table)"
+        if compiled.punctuations is not None:
+            return "the stream has security punctuations (its shield runs on the driver)"
+        if any(row[2] not in NATIVE_KINDS for conj in compiled.conjuncts for row in conj):
+            return "a spatial or masked comparison (read from the plan table)"
+        if not state.handles or not all(topic_of(h.deliver) for h in state.handles.values()):
+            return "a handle is read in the gateway process, not from a plan topic"
+    return None
+
+
+def ensure_epoch(checkpoint: Path) -> str:
+    """The checkpoint's identity as `QueryLifecycle.checkpoint_id` reads it, written first when
+    the checkpoint is new (Spark's own `metadata` file, `{"id": ...}`, which Spark then keeps):
+    a real-time query's keys are fixed before it starts."""
+    metadata = checkpoint / "metadata"
+    if not metadata.exists():
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        tmp = checkpoint / ".metadata.xsg"
+        tmp.write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n", encoding="utf-8")
+        tmp.replace(metadata)
+    return str(json.loads(metadata.read_text(encoding="utf-8").splitlines()[0])["id"]
+               ).replace("-", "")[:12]
+
+
+def routes_key(routes: Sequence[PlanRoute], plans: Sequence[Any]) -> tuple[Any, ...]:
+    """What the running query was built from: a change of it restarts the query."""
+    cuts = {s.id: (s.compiled.key, s.compiled.start_offsets) for s in plans}
+    return tuple((r, cuts.get(r.pid)) for r in routes)
+
+
+class RealTimeRows:
+    """Builds and starts a stream's real-time query (the module docstring). `rows`: the
+    micro-batch writer of the same plan topics (its routes table and value encoding);
+    `batch_seconds`: the real-time batch's length (offsets are committed once per batch)."""
+
+    def __init__(self, rows: TopicRows, options: dict[str, str], batch_seconds: float) -> None:
+        self._rows = rows
+        self._options = dict(options)
+        self.batch_seconds = batch_seconds
+
+    def records(self, source: DataFrame, schema: Any, plans: Sequence[Any],
+                routes: Sequence[PlanRoute], epoch: str) -> DataFrame:
+        """(topic, key, value) of every (record, plan topic) of the stream's Kafka frame."""
+        few = few_plans_column([(s.id, s.compiled) for s in plans], schema)
+        sources = sorted({c for r in routes for c in r.sources})
+        passed = (source.select(*[F.col(f"`{c}`") for c in sources], F.col(FILE_COLUMN),
+                                few.alias(PIDS_COLUMN))
+                  .where(F.size(F.col(PIDS_COLUMN)) > 0))
+        exploded = passed.select(F.explode(F.col(PIDS_COLUMN)).alias(PID),
+                                 *[F.col(f"`{c}`") for c in sources], F.col(FILE_COLUMN))
+        joined, value = self._rows.routed(exploded, routes)
+        return joined.select(
+            F.col(TOPIC),
+            F.concat(F.lit(realtime_key(epoch)), F.col(FILE_COLUMN)).cast("binary").alias("key"),
+            value.alias("value"))
+
+    def start(self, records: DataFrame, name: str, checkpoint: Path) -> StreamingQuery:
+        """The real-time query writing `records` to their topics."""
+        interval = f"{max(1, int(round(self.batch_seconds * 1000)))} milliseconds"
+        writer = (records.writeStream.queryName(name).format("kafka").options(**self._options)
+                  .option("checkpointLocation", str(checkpoint)).outputMode("update"))
+        writer = writer.trigger(realTime=interval)  # type: ignore[call-overload]  # not in pyspark 4.2's overloads
+        query: StreamingQuery = writer.start()
+        return query
+
+
+__all__ = ["NATIVE_KINDS", "REALTIME_KEY", "RealTimeRows", "ensure_epoch", "realtime_key",
+           "refusal", "routes_key"]
