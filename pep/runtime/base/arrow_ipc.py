@@ -66,16 +66,28 @@ def summary_packer(tag: str, column: str) -> Packer:
 def unpack(packed: pa.Table) -> dict[str, pa.Table]:
     """The collected union of packed frames, as one table per tag (tags whose tasks computed
     nothing are absent)."""
-    pieces: dict[str, list[pa.Table]] = {}
-    tags = packed.column(TAG_COLUMN).to_pylist()
-    blobs = packed.column(IPC_COLUMN)
-    for i, tag in enumerate(tags):
-        blob = blobs[i].as_py()
+    return {tag: unpack_blobs(blobs) for tag, blobs in packed_blobs(packed).items()}
+
+
+def packed_blobs(packed: pa.Table) -> dict[str, list[bytes]]:
+    """The collected union's IPC streams by tag, not read yet (`unpack_blobs` reads a tag's):
+    whoever needs a tag's table reads it, on its own thread."""
+    pieces: dict[str, list[bytes]] = {}
+    for tag, blob in zip(packed.column(TAG_COLUMN).to_pylist(),
+                         packed.column(IPC_COLUMN).to_pylist(), strict=True):
+        pieces.setdefault(str(tag), []).append(blob)
+    return pieces
+
+
+def unpack_blobs(blobs: list[bytes]) -> pa.Table:
+    """One tag's IPC streams (the tasks' pieces, in the order Spark returned them) as one
+    table."""
+    tables = []
+    for blob in blobs:
         with pa.ipc.open_stream(pa.py_buffer(blob)) as reader:
-            pieces.setdefault(str(tag), []).append(reader.read_all())
-    return {tag: (tables[0] if len(tables) == 1 else pa.concat_tables(tables))
-            for tag, tables in pieces.items()}
+            tables.append(reader.read_all())
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
-__all__ = ["IPC_COLUMN", "PACKED_SCHEMA", "Packer", "TAG_COLUMN", "packer", "summary_packer",
-           "unpack"]
+__all__ = ["IPC_COLUMN", "PACKED_SCHEMA", "Packer", "TAG_COLUMN", "packed_blobs", "packer",
+           "summary_packer", "unpack", "unpack_blobs"]

@@ -5,11 +5,23 @@ Each stream's query costs Spark's driver ~0.1 s of JVM time per micro-batch what
 carries (listing its directory, the offset and commit logs, planning and scheduling a job), so
 busy streams add up where handles on one stream do not (docs/scale-out.md). The shared query
 pays that once per trigger: its file source lists every member stream's directory
-(`sources/shared_files.py`), and its foreachBatch (`on_batch`) builds, for each stream whose
-files the batch holds, that stream's own jobs over its own files read with its own schema
-(`branch.py`, the per-stream parts unchanged), packs each job's result into one common schema
-(`base/arrow_ipc.py`) and collects the union of all of them in one job. Each stream's results
-then go to its own route worker, one batch behind, as on its own query.
+(`sources/shared_files.py`) and gives each line with its file. Its foreachBatch (`on_batch`)
+runs one Spark job for every stream the batch holds:
+
+- streams whose plans are row plans the grouped matcher tests (the bulk) go through the one
+  Python stage (`stage.py`): a `mapInArrow` over the batch itself that parses each stream's
+  lines with its schema and matches them against its plans on the workers; its function is
+  built once per change of those streams' plans, so the driver builds and analyses no
+  DataFrame per stream and batch (`branch.stage_plan`);
+- the others (window plans, masks, spatial or label comparisons, anchors; a stream some of
+  whose files in the batch are not delivered) keep their own jobs over their own files read
+  with their own schema (`branch.plan_branch`, the per-stream parts unchanged).
+
+Every result is packed into one common schema (`base/arrow_ipc.py`) and the union collected in
+that one job. A stream whose lines the stage does not read exactly as Spark's JSON reader does
+(no ingest writes such lines: a file dropped in by other means) is read again by Spark's reader
+in its own jobs, one job more in that batch. Each stream's results then go to its own route
+worker, one batch behind, as on its own query.
 
 What stays per stream: everything the parts own (plans, windows and their watermarks, the
 anchors, unions, figures), the route worker, the archive of its committed files, and whether
@@ -32,28 +44,53 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
-import pyarrow as pa
 from pyspark import cloudpickle
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, functions as F, types as T
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pep.core.plan import StreamDefinition
 from pep.runtime.base import arrow_ipc
-from pep.runtime.base.arrow_ipc import PACKED_SCHEMA, packer, summary_packer, unpack
+from pep.runtime.base.arrow_ipc import (
+    IPC_COLUMN,
+    PACKED_SCHEMA,
+    TAG_COLUMN,
+    packed_blobs,
+    packer,
+    summary_packer,
+    unpack_blobs,
+)
 from pep.runtime.base.columns import SEQ_COLUMN
-from pep.runtime.base.jvm_steps import foreach_batch, stopped_batch
+from pep.runtime.base.jvm_steps import JvmSteps, foreach_batch, stopped_batch
 from pep.runtime.query.route_worker import RoutingFailed
-from pep.runtime.shared.branch import FIGURES, Branch, StreamParts, plan_branch
+from pep.runtime.query.runner import Route
+from pep.runtime.shared import stage
+from pep.runtime.shared.branch import (
+    FIGURES,
+    Branch,
+    StagePlan,
+    StreamParts,
+    needs_again,
+    plan_branch,
+    stage_finish,
+    stage_plan,
+    stage_rows,
+)
+from pep.runtime.shared.stage import LINE_COLUMN, PATH_COLUMN, StageStream, stage_function
 from pep.runtime.shared.trigger import TriggerBounds
 from pep.runtime.sources.shared_files import archive_files, batch_files, batch_frame, glob_path
 
 log = logging.getLogger(__name__)
 
-# the packers run on the workers: their code travels with them (as the grouped matcher's does,
-# `query/rows_job.py`), so a worker runs the driver's, xsg installed there or not
+# the packers and the stage run on the workers: their code travels with them (as the grouped
+# matcher's does, `query/rows_job.py`), so a worker runs the driver's, xsg installed there or not
 _pickle_by_value: Callable[[ModuleType], None] = cloudpickle.register_pickle_by_value
 _pickle_by_value(arrow_ipc)
+_pickle_by_value(stage)
 
+PACKED = T.StructType([T.StructField(TAG_COLUMN, T.StringType()),
+                       T.StructField(IPC_COLUMN, T.BinaryType())])
+
+OPEN_COST = 64 * 1024  # bytes a file counts for in the shared query's read tasks (see _collect)
 SETTLE = 0.2  # seconds a change of members waits for more before the query starts again
 RETRY = 2.0  # seconds before a failed query is started again while it has members
 STOP_HOLD = 10.0
@@ -110,11 +147,16 @@ class SharedQuery:
         self._to_archive: dict[int, list[tuple[Path, list[str]]]] = {}
         self._first_batch = True  # the first this process runs (`_archive_committed`)
         self._codegen: str | None = None
+        self._steps = JvmSteps()  # the stage's UDF, built once per change of its streams
+        self._stage_streams: tuple[StageStream, ...] = ()
         self.last_batch_at: float | None = None
         self.started_at: float | None = None
         self.last_error: str | None = None
         self.last_busy = 0
         self.jobs_run = 0  # micro-batches that collected their streams' results (one job each)
+        self.stage_builds = 0  # the stage's function built (its streams' plans changed)
+        self.staged = 0  # streams' shares of batches matched in the stage
+        self.read_again = 0  # ... then read again by Spark's reader (`stage.parse_lines`)
         self.last_interval = bounds.low
         self.last_streams: tuple[str, ...] = ()  # the streams that brought tuples to it
         # per recent batch: seconds held by the adaptive trigger, its streams (`lateness.py`)
@@ -246,9 +288,12 @@ class SharedQuery:
             return
         for d in dirs:
             os.makedirs(d, exist_ok=True)
+        # each line with its file: the stage tells the streams apart by its directory
         source = (self._spark.readStream.format("text")
                   .option("maxFilesPerTrigger", str(self._max_files * len(dirs)))
-                  .option("ignoreMissingFiles", "true").load(glob))
+                  .option("ignoreMissingFiles", "true").load(glob)
+                  .select(F.col("value").alias(LINE_COLUMN),
+                          F.col("_metadata.file_path").alias(PATH_COLUMN)))
         millis = max(1, int(round(self.bounds.low * 1000)))
         self._codegen = None  # a new query clones a new session
         self.started_at = time.time()
@@ -382,23 +427,50 @@ class SharedQuery:
             if directory in members and os.path.exists(path):
                 by_member.setdefault(directory, []).append(path)
         session = batch.sparkSession
-        branches: list[tuple[Member, Branch | None]] = []
+        staged = self._stage_plans(members) if by_member else {}
+        # per stream of the batch: its plan for the stage, or its own jobs (a branch), or none
+        work: list[tuple[Member, list[str], StagePlan | None, Branch | None]] = []
         for directory, paths in by_member.items():
             member = members[directory]
             keep = member.deliverable(paths)
-            if not keep:
-                branches.append((member, None))
+            plan = staged.get(directory)
+            if not keep or (plan is not None and len(keep) == len(paths)):
+                work.append((member, keep, plan if keep else None, None))
                 continue
+            # its own jobs over the files it keeps: a stream the stage does not serve, or one
+            # with files of the batch not delivered (its first handle came after them; the
+            # stage reads every line of the batch, and its rows of that stream are left)
             frame = batch_frame(session, member.definition, keep)
-            branches.append((member, plan_branch(member.parts, frame)))
+            work.append((member, keep, None, plan_branch(member.parts, frame)))
         planned = time.perf_counter()
-        results = self._collect(session, [b for _, b in branches])
+        use_stage = any(plan is not None for _, _, plan, _ in work)
+        results = self._collect(session, batch if use_stage else None,
+                                [b for _, _, _, b in work])
+        again = [i for i, (_, _, plan, _) in enumerate(work)
+                 if plan is not None and needs_again(plan, results)]
+        self.staged += sum(1 for w in work if w[2] is not None)
+        self.read_again += len(again)
+        if again:
+            # some line the stage does not read as Spark does: those streams' files of the
+            # batch read by Spark's reader, their own jobs (one job more, this batch only)
+            for i in again:
+                member, keep, _, _ = work[i]
+                frame = batch_frame(session, member.definition, keep)
+                work[i] = (member, keep, None, plan_branch(member.parts, frame))
+                log.info("stream %s: micro-batch %s read again by Spark's reader (a line in "
+                         "a form the shared stage does not parse)", member.definition.name,
+                         batch_id)
+            more = self._collect(session, None, [work[i][3] if i in again else None
+                                                 for i in range(len(work))])
+            results.update(more)  # tagged by their places in `work`: the stage's were not
         spark_s = time.perf_counter() - planned
         archive: list[tuple[Path, list[str]]] = []
-        for i, (member, branch) in enumerate(branches):
-            route = None
-            if branch is not None:
-                own = {tag: results[f"{i}/{tag}"] for tag, _, _ in branch.frames
+        for i, (member, _, plan, branch) in enumerate(work):
+            route: Route | None = None
+            if plan is not None:
+                route = stage_finish(member.parts, plan, stage_rows(plan, results))
+            elif branch is not None:
+                own = {tag: unpack_blobs(results[f"{i}/{tag}"]) for tag, _, _ in branch.frames
                        if f"{i}/{tag}" in results}
                 route = branch.finish(own)
             try:
@@ -415,14 +487,41 @@ class SharedQuery:
             self._to_archive[batch_id] = archive
         self._done = batch_id
         self.last_streams = tuple(members[d].definition.name for d in by_member)
-        log.debug("shared batch %s: %d files of %d streams, plan %.3f s, job %.3f s, handed "
-                  "over %.3f s", batch_id, len(files), len(by_member), planned - begun, spark_s,
+        log.debug("shared batch %s: %d files of %d streams (%d in the stage), plan %.3f s, "
+                  "job %.3f s, handed over %.3f s", batch_id, len(files), len(by_member),
+                  sum(1 for w in work if w[2] is not None), planned - begun, spark_s,
                   time.perf_counter() - planned - spark_s)
         return len(by_member)
 
-    def _collect(self, session: Any, branches: list[Branch | None]) -> dict[str, pa.Table]:
-        """Every branch's frames, packed and collected in one job."""
+    def _stage_plans(self, members: dict[str, Member]) -> dict[str, StagePlan]:
+        """Every member's plan for the stage (by directory), the streams whose plans the stage
+        can run; the stage's function covers all of them, busy or not, so that it is built
+        again only when their plans change, not when another set of them is busy."""
+        plans: dict[str, StagePlan] = {}
+        for k, directory in enumerate(sorted(members)):
+            plan = stage_plan(members[directory].parts, directory, f"s{k}")
+            if plan is not None:
+                plans[directory] = plan
+        streams = tuple(p.stream for p in plans.values())
+        known = self._stage_streams
+        if len(streams) != len(known) or any(a is not b for a, b in zip(streams, known,
+                                                                           strict=True)):
+            self._stage_streams = streams
+        return plans
+
+    def _collect(self, session: Any, batch: DataFrame | None,
+                 branches: list[Branch | None]) -> dict[str, list[bytes]]:
+        """The stage over `batch` (when given) and every branch's frames, packed and collected
+        in one job: their IPC streams by tag, read by whoever needs them (`arrow_ipc`)."""
         packed: list[DataFrame] = []
+        if batch is not None:
+            streams = self._stage_streams
+
+            def build() -> Callable[..., Any]:
+                self.stage_builds += 1
+                return stage_function(streams)
+            packed.append(self._steps.map_in_arrow(batch, "stage", streams, build, PACKED,
+                                                   [LINE_COLUMN, PATH_COLUMN]))
         plan_table = False
         for i, branch in enumerate(branches):
             if branch is None:
@@ -434,6 +533,13 @@ class SharedQuery:
                 packed.append(frame.mapInArrow(pack, PACKED_SCHEMA))
         if not packed:
             return {}
+        if self._codegen is None and not session._jsparkSession.equals(
+                self._spark._jsparkSession):
+            # the query's own session (its first batch; the next batches are planned in it):
+            # a batch's many small files read by as few tasks as the cores, not one task per
+            # ~32 files (Spark counts each file as OPEN_COST bytes more, 4 MiB by default); each
+            # task of the stage costs a Python worker's round (~20-50 ms here)
+            session.conf.set("spark.sql.files.openCostInBytes", str(OPEN_COST))
         # as on a stream's own query: generated code off while the plan table is read (its
         # lambdas fall back to interpretation, copying the table per row inside it)
         codegen = "false" if plan_table else "true"
@@ -443,7 +549,7 @@ class SharedQuery:
             self._codegen = codegen
         union = functools.reduce(DataFrame.unionAll, packed)
         self.jobs_run += 1
-        return unpack(union.toArrow())
+        return packed_blobs(self._steps.to_arrow(union, PACKED))
 
     def _archive_committed(self, batch_id: int) -> None:
         """Batches before `batch_id` are committed (Spark runs a batch once the one before it

@@ -95,6 +95,8 @@ def test_streams_of_different_schemas_share_one_query_and_one_job_per_batch(spar
     collected = shared._shared.jobs_run
     assert 1 <= collected <= stats["weather"]["batches"] + stats["ships"]["batches"]
     assert jobs_of(spark, str(query.runId)) == collected
+    # both streams' row plans matched in the shared stage (pep/runtime/shared/stage.py)
+    assert shared._shared.staged >= 2 and shared._shared.read_again == 0
     # committed files leave the ingest directories for each stream's own archive (as Spark's
     # cleanSource moves them: when the next batch starts)
     write_jsonl(tmp_path / "in" / "weather", "9999.json", [
@@ -106,20 +108,23 @@ def test_streams_of_different_schemas_share_one_query_and_one_job_per_batch(spar
         "0000.json", "0001.json", "0002.json"]
 
 
-def _run_consumer(spark, tmp_path, hidden: bool):
+def _run_consumer(spark, tmp_path, hidden: bool, windows: bool = True):
     """A consumer's time windows and rows on `weather` (its policy: station A) while, in the
     same micro-batches, tuples it may not see arrive on its own stream (station B) and on a
-    stream of another owner (`ships`), all with far-future and far-past times."""
+    stream of another owner (`ships`), all with far-future and far-past times. Without
+    `windows`, its rows alone: its stream's row plans are matched in the shared stage, with
+    the other stream's, in the same Python tasks."""
     from pep.runtime.runtime import RuntimeSettings, StreamRuntime
     rt = StreamRuntime(spark, tmp_path / "work", settings=RuntimeSettings(
         trigger_interval=0.25, max_files_per_trigger=50, shared_query=True,
         shared_trigger_min=0.2, shared_trigger_max=0.5))
     try:
         w, s = weather(tmp_path), ships(tmp_path)
-        windows, rows, other = Collector(), Collector(), Collector()
-        rt.attach_handle("win", w, ExecutionPlan("weather", POLICY, (), WindowSpec(
-            "time", 10, 5, (Aggregate("temp", "sum"), Aggregate("temp", "count"),
-                            Aggregate("ts", "lastval")), "ts")), windows)
+        panes, rows, other = Collector(), Collector(), Collector()
+        if windows:
+            rt.attach_handle("win", w, ExecutionPlan("weather", POLICY, (), WindowSpec(
+                "time", 10, 5, (Aggregate("temp", "sum"), Aggregate("temp", "count"),
+                                Aggregate("ts", "lastval")), "ts")), panes)
         rt.attach_handle("rows", w, ExecutionPlan("weather", POLICY, ("ts", "temp")), rows)
         rt.attach_handle("other", s, ExecutionPlan("ships", None, ("mmsi",)), other)
         rt._shared.wait_applied()
@@ -142,7 +147,8 @@ def _run_consumer(spark, tmp_path, hidden: bool):
                      "flag": "X", "_xsg_seq": k}])
             rt.process_available("weather")
             rt.process_available("ships")
-        return windows.rows, rows.rows, other.rows
+        staged = rt._shared.staged
+        return panes.rows, rows.rows, other.rows, staged
     finally:
         rt.stop()
 
@@ -159,6 +165,17 @@ def test_hidden_tuples_of_its_stream_and_of_another_owners_move_none_of_its_time
     assert noisy[1] == clean[1]
     assert len(noisy[2]) == 6 and clean[2] == []  # the other stream's tuples were in the jobs
     assert all(v < 1e6 for w in clean[0] for v in w.values() if isinstance(v, float))
+
+
+def test_hidden_tuples_in_the_shared_stage_change_none_of_its_rows(spark, tmp_path_factory):
+    """The same with row plans only: the consumer's stream and the other owner's are parsed and
+    matched in the same Python stage (and tasks); its rows with the hidden tuples are exactly
+    those without them, in the same order."""
+    clean = _run_consumer(spark, tmp_path_factory.mktemp("clean"), hidden=False, windows=False)
+    noisy = _run_consumer(spark, tmp_path_factory.mktemp("noisy"), hidden=True, windows=False)
+    assert len(clean[1]) == 24 and noisy[1] == clean[1]
+    assert len(noisy[2]) == 6
+    assert noisy[3] >= 6  # the stage served them (both streams in the noisy run's batches)
 
 
 def test_a_stream_joining_or_leaving_moves_no_other_streams_position(spark, shared, tmp_path):

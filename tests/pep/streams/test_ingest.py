@@ -402,3 +402,37 @@ def test_longs_outside_64_bits_or_not_integers_are_refused_naming_line_and_field
         catalog.append_records("weather", body.encode())
     assert e.value.line == 2 and e.value.field == "winddirection" and fragment in str(e.value)
     assert read_all(catalog) == []
+
+
+def test_an_append_waiting_on_its_disk_holds_back_no_other_streams_append(catalog, monkeypatch):
+    """Issue 49: the numbers are reserved in a short transaction and the file written after it,
+    so the catalogue's write lock is not held through a file's fsync (a busy gateway's appends
+    queued there, one behind the other)."""
+    import threading
+
+    catalog.register("other", "nea", SCHEMA, {"kind": "ingest"}, "samplingtime")
+    in_fsync, release = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if threading.current_thread().name == "slow-append":
+            in_fsync.set()
+            assert release.wait(30)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    slow = threading.Thread(target=catalog.append_records, name="slow-append",
+                            args=("weather", (line(rainrate=1.0) + "\n").encode()))
+    slow.start()
+    try:
+        assert in_fsync.wait(30)
+        done = threading.Event()
+        other = threading.Thread(target=lambda: (catalog.append_records(
+            "other", (line(rainrate=2.0) + "\n").encode()), done.set()))
+        other.start()
+        assert done.wait(10), "the other stream's append waited for this one's disk write"
+    finally:
+        release.set()
+        slow.join(30)
+    assert [r["rainrate"] for r in read_all(catalog, "weather")] == [1.0]
+    assert [r["rainrate"] for r in read_all(catalog, "other")] == [2.0]
