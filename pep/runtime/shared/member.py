@@ -243,10 +243,12 @@ class SharedStreamExecutor:
     def health(self, stall_after: float | None = None, now: float | None = None
                ) -> dict[str, Any]:
         """As a query of its own reports it: input waiting is a file in the stream's directory
-        newer than the shared query's last batch (it lists every member's directory)."""
+        newer than the start of the shared query's last completed batch (it lists every
+        member's directory before a batch: a file written while that batch ran is not in it,
+        and one in a batch still under way has not been delivered)."""
         now = time.time() if now is None else now
         last = self._shared.last_batch_at
-        listed = last or self.started_at or 0.0
+        listed = self._shared.listed_at or self.started_at or 0.0
         since: float | None = None
         for entry in source_files(self.definition):
             try:

@@ -150,6 +150,8 @@ class SharedQuery:
         self._steps = JvmSteps()  # the stage's UDF, built once per change of its streams
         self._stage_streams: tuple[StageStream, ...] = ()
         self.last_batch_at: float | None = None
+        # when the last completed batch began: Spark had listed its files (`member.health`)
+        self.listed_at: float | None = None
         self.started_at: float | None = None
         self.last_error: str | None = None
         self.last_busy = 0
@@ -358,6 +360,7 @@ class SharedQuery:
             started = time.perf_counter()
             if not held:
                 self._batch_thread = threading.get_ident()
+                begun_at = time.time()
                 try:
                     busy = self._run(batch, batch_id)
                 except Exception as exc:
@@ -369,6 +372,7 @@ class SharedQuery:
                 finally:
                     self._batch_thread = None
                     self.last_batch_at = time.time()
+                    self.listed_at = begun_at
             work = time.perf_counter() - started
         if held:
             raise self._held_for_stop(query)
