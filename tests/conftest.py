@@ -15,6 +15,8 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -34,13 +36,9 @@ def spark():
     session.stop()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def shared_query_switch():
-    """XSG_TEST_SHARED_QUERY=1: every stream runtime the tests make serves its ingest streams
-    on the shared query (pep/runtime/shared/, `RuntimeSettings.shared_query`)."""
-    if os.environ.get("XSG_TEST_SHARED_QUERY") != "1":
-        yield False
-        return
+@contextmanager
+def _shared_runtimes() -> Iterator[None]:
+    """Every stream runtime made meanwhile serves its ingest streams on the shared query."""
     import dataclasses
 
     from pep.runtime.runtime import StreamRuntime
@@ -51,9 +49,40 @@ def shared_query_switch():
         self.settings = dataclasses.replace(self.settings, shared_query=True)
     StreamRuntime.__init__ = init
     try:
-        yield True
+        yield
     finally:
         StreamRuntime.__init__ = original
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_query_switch():
+    """XSG_TEST_SHARED_QUERY=1: every stream runtime the tests make serves its ingest streams
+    on the shared query (pep/runtime/shared/, `RuntimeSettings.shared_query`)."""
+    if os.environ.get("XSG_TEST_SHARED_QUERY") != "1":
+        yield False
+        return
+    with _shared_runtimes():
+        yield True
+
+
+def pytest_generate_tests(metafunc):
+    if "query_mode" in metafunc.fixturenames:
+        modes = ["shared"] if os.environ.get("XSG_TEST_SHARED_QUERY") == "1" else [
+            "own", "shared"]
+        metafunc.parametrize("query_mode", modes, indirect=True)
+
+
+@pytest.fixture
+def query_mode(request, shared_query_switch):
+    """A test that takes this runs in both modes a stream can be served in: "own" (each ingest
+    stream its own query, the default) and "shared" (the shared query, issue 49), asserting
+    what a user sees in both, so that `make test` keeps the shared query's behaviour the
+    per-stream query's (the whole stream suite runs shared with XSG_TEST_SHARED_QUERY=1)."""
+    if request.param == "shared" and not shared_query_switch:
+        with _shared_runtimes():
+            yield "shared"
+    else:
+        yield request.param
 
 
 # -- the stores: SQLite files, or one PostgreSQL database ---------------------------------------

@@ -9,6 +9,11 @@ last 100 of each query) and logs each late batch as a warning marked as repeatin
 (`common.log_repeats`): the gateway's log writes the first in full, then once a minute how often it
 happened and the worst ("stream weather is falling behind: 37 times in the last 60 s, worst
 2.1 s").
+
+The shared query (`pep/runtime/shared/`) is measured against the longest interval its adaptive
+trigger may choose (`shared_trigger_max`), less the time it held a batch on purpose (the
+trigger's pause, which Spark counts in the batch); each stream that brought tuples to a late
+batch is named, as its own query would be.
 """
 from __future__ import annotations
 
@@ -32,10 +37,15 @@ class LateBatch:
 
 
 class LateBatches:
-    """Finds the late batches of a session's running queries since the last look."""
+    """Finds the late batches of a session's running queries since the last look: those longer
+    than `trigger_interval` seconds (`limit`: what that bound is, for the log), less what
+    `held(batch id)` says the query held the batch on purpose."""
 
-    def __init__(self, trigger_interval: float) -> None:
+    def __init__(self, trigger_interval: float, limit: str = "the trigger interval",
+                 held: Callable[[int], float] | None = None) -> None:
         self.trigger_interval = float(trigger_interval)
+        self.limit = limit
+        self._held = held
         # query name -> the start of the last trigger looked at (ISO-8601 UTC text, which
         # orders as time does; not the batch id: an idle trigger reports the id of the batch
         # that has not run yet, and that batch's own report comes later under the same id)
@@ -59,8 +69,11 @@ class LateBatches:
                         break
                     newest = max(newest, started)
                     seconds = int(report.batchDuration()) / 1000.0
+                    batch_id = int(report.batchId())
+                    if self._held is not None:
+                        seconds = max(0.0, seconds - self._held(batch_id))
                     if seconds > self.trigger_interval:
-                        found.append(LateBatch(name, int(report.batchId()), seconds))
+                        found.append(LateBatch(name, batch_id, seconds))
             except Exception:  # a query stopping meanwhile has nothing to say
                 log.debug("progress of a query not read", exc_info=True)
                 continue
@@ -69,20 +82,18 @@ class LateBatches:
         self._seen = seen  # queries no longer running are forgotten
         return late
 
-    def log(self, queries: Iterable[Any], describe: Callable[[str], str | None]) -> int:
-        """Log each late batch of `queries`; `describe(query name)` says what the query serves
-        ("stream weather"), None for a query that is not the gateway's (not logged). Returns
-        how many were logged."""
+    def log(self, queries: Iterable[Any], describe: Callable[[LateBatch], list[str]]) -> int:
+        """Log each late batch of `queries`; `describe(batch)` says what it served, a warning
+        each (["stream weather"]; none for a query that is not the gateway's). Returns how many
+        were logged."""
         logged = 0
         for batch in self.since_last(queries):
-            what = describe(batch.query)
-            if what is None:
-                continue
-            log.warning("%s is falling behind: micro-batch %d took %.1f s, longer than the "
-                        "trigger interval (%.2f s)", what, batch.batch_id, batch.seconds,
-                        self.trigger_interval,
-                        extra=repeating(f"{what} is falling behind", batch.seconds))
-            logged += 1
+            for what in describe(batch):
+                log.warning("%s is falling behind: micro-batch %d took %.1f s, longer than %s "
+                            "(%.2f s)", what, batch.batch_id, batch.seconds, self.limit,
+                            self.trigger_interval,
+                            extra=repeating(f"{what} is falling behind", batch.seconds))
+                logged += 1
         return logged
 
 

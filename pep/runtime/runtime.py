@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from pep.core.plan import ExecutionPlan, StreamDefinition, UnionPlan
 from pep.core.rows import RowBatch
 from pep.runtime.base.delivery import Deliver
-from pep.runtime.lateness import LateBatches
+from pep.runtime.lateness import LateBatch, LateBatches
 from pep.runtime.plans.compile import (
     CompiledPlan,
     CompiledUnion,
@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 Executor = StreamExecutor | SharedStreamExecutor  # a stream's own query, or the shared one
 
 DEFAULT_STALL_SECONDS = 30.0
+# the shared query's batches are late past its trigger's longest interval (`shared_trigger_max`)
+SHARED_LIMIT = "the shared query's longest trigger interval"
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,7 @@ class StreamRuntime:
         self._closed = False
         self._stall_warned: set[str] = set()
         self._late = LateBatches(settings.trigger_interval)  # "falling behind", for the log
+        self._shared_late: LateBatches | None = None  # the shared query's, made with it
         # while the gateway restores its handles (`restoring`): queries not started yet
         self._restoring = False
         self._held: list[Executor] = []
@@ -169,14 +172,14 @@ class StreamRuntime:
                 # its query failed: a new attach starts a fresh query (on the same checkpoint,
                 # so the failed batch is tried again) and moves the old handles onto it (their
                 # windows restart), rather than attaching to a dead one
-                carried = executor.attached()
+                carried = executor.handles.attached()
                 self._retire(executor, idle=False)
                 executor = None
             if executor is None:
                 executor = self._new_executor(stream)
                 for old_id, old_plan, old_deliver in carried:
-                    executor.add_handle(old_id, old_plan, old_deliver)
-                executor.add_handle(handle_id, compiled, deliver)
+                    executor.handles.add_handle(old_id, old_plan, old_deliver)
+                executor.handles.add_handle(handle_id, compiled, deliver)
                 if self._restoring:
                     # started once every restored handle of the stream is attached, after the
                     # replay it owes them (`end_restore`)
@@ -185,7 +188,7 @@ class StreamRuntime:
                     executor.start()
                 self._executors[stream.name] = executor
             else:
-                executor.add_handle(handle_id, compiled, deliver)
+                executor.handles.add_handle(handle_id, compiled, deliver)
             self._handle_streams[handle_id] = stream.name
         if isinstance(executor, SharedStreamExecutor):
             executor.wait_started()
@@ -200,6 +203,8 @@ class StreamRuntime:
                 self._shared = SharedQuery(self.spark, self.work_dir, TriggerBounds(
                     settings.shared_trigger_min, settings.shared_trigger_max),
                     settings.max_files_per_trigger)
+                self._shared_late = LateBatches(settings.shared_trigger_max, SHARED_LIMIT,
+                                                held=self._shared.held)
             return SharedStreamExecutor(self.spark, self._shared, stream, self.work_dir,
                                         settings.max_files_per_trigger,
                                         self._lateness(stream), self._closed_by_deliver,
@@ -271,9 +276,9 @@ class StreamRuntime:
             executor.restart(stream)  # raises ValueError unless attributes were only added
         else:
             executor.redefine(stream)
-        executor.lateness = self._lateness(stream)
+        executor.handles.lateness = self._lateness(stream)
         log.info("stream %s redefined (%d attributes, lateness %.1f s)", stream.name,
-                 len(stream.schema.fields), executor.lateness)
+                 len(stream.schema.fields), executor.handles.lateness)
 
     def drop_stream(self, name: str) -> bool:
         """The stream is being deleted: stop its query whatever is still attached (its handles
@@ -302,9 +307,9 @@ class StreamRuntime:
             executor = self._executors.get(stream) if stream is not None else None
         if executor is None or stream is None:
             return
-        executor.remove_handle(handle_id)  # outside our lock: it may wait for a delivery
+        executor.handles.remove_handle(handle_id)  # outside our lock: it may wait for a delivery
         with self._lock:
-            last = (not executor.has_handles() and self._executors.get(stream) is executor)
+            last = (not executor.handles.has_handles() and self._executors.get(stream) is executor)
             if last:
                 del self._executors[stream]
         if last:
@@ -398,22 +403,29 @@ class StreamRuntime:
 
     def check_lateness(self) -> int:
         """Log the micro-batches of the session's queries (this runtime's and the joins') that
-        took longer than the trigger interval since the last check (`lateness.py`); returns
-        how many."""
+        took longer than the trigger interval since the last check (`lateness.py`), and those
+        of the shared query longer than its trigger's longest interval (each stream they
+        carried named); returns how many."""
         with self._lock:
-            # not the shared query: its batches are as long as its adaptive trigger lets them
             names = {ex.query_name: name for name, ex in self._executors.items()
                      if ex.query_name is not None and isinstance(ex, StreamExecutor)}
+            shared, shared_late = self._shared, self._shared_late
 
-        def describe(query: str) -> str | None:
-            if query in names:
-                return f"stream {names[query]}"
-            return f"join query {query}" if query.startswith("xsg-join-") else None
+        def describe(batch: LateBatch) -> list[str]:
+            if batch.query in names:
+                return [f"stream {names[batch.query]}"]
+            return [f"join query {batch.query}"] if batch.query.startswith("xsg-join-") else []
         try:
-            queries = self.spark.streams.active
+            queries = list(self.spark.streams.active)
         except Exception:  # noqa: BLE001 - the session is stopping
             return 0
-        return self._late.log(queries, describe)
+        logged = self._late.log(queries, describe)
+        if shared is not None and shared_late is not None:
+            name = shared.query_name
+            logged += shared_late.log(
+                [q for q in queries if name is not None and q.name == name],
+                lambda batch: [f"stream {s}" for s in shared.streams_of(batch.batch_id)])
+        return logged
 
     def sweep(self) -> tuple[int, int]:
         """Apply the retention settings to the archived ingest files of every stream: each

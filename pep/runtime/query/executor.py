@@ -28,7 +28,8 @@ filter passed (a max per pane in the panes job), so a tuple a plan's policy hide
 its time.
 
 `StreamExecutor` is the wiring: it makes the parts, each the one owner of its state, hands each
-the others it uses, and answers the stream runtime (`runtime.py`). The parts, from the bottom:
+the others it uses, and answers the stream runtime (`runtime.py`; about its handles through
+`StreamHandles`, the same part a stream on the shared query has). The parts, from the bottom:
 `PlanRegistry` (handles and plan states), `PlanTable` (the batch's shape, the plan table, the
 anchors), `RowsJob` and `PanesJob` (the batch's Spark jobs), `ResultRouter` (results into the
 handles), `MicroBatchRunner` (a micro-batch's work, the route worker), `KafkaReplay` (a restored
@@ -44,11 +45,9 @@ from pyspark.sql import SparkSession
 
 from pep.core import punctuations
 from pep.core.plan import StreamDefinition
-from pep.runtime.base.delivery import Deliver
 from pep.runtime.delivery.driver_rows import DriverRows
 from pep.runtime.delivery.topic_rows import TopicRows
 from pep.runtime.delivery.writer import TopicWriter
-from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.kafka_replay import KafkaReplay
 from pep.runtime.query.lifecycle import QueryLifecycle
@@ -62,6 +61,7 @@ from pep.runtime.query.runner import MicroBatchRunner
 from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN, QuerySettings, StreamLayout
 from pep.runtime.query.shield import PunctuationShield
 from pep.runtime.query.source_shield import SourceShield
+from pep.runtime.query.stream_handles import StreamHandles
 from pep.runtime.sources.frames import KAFKA_MAX_OFFSETS, KAFKA_TOPICS_MAX_OFFSETS
 
 
@@ -99,6 +99,9 @@ class StreamExecutor:
         realtime_rows = (RealTimeRows(writer.rows, topics[0], realtime)
                          if writer is not None and topics is not None and realtime > 0 else None)
         self.router = ResultRouter(layout, self.registry, self.figures, lateness, writer)
+        # real-time mode follows the plans (`QueryLifecycle.plans_changed`)
+        self.handles = StreamHandles(self.registry, self.router, self.figures,
+                                     on_change=lambda: self.lifecycle.plans_changed())
         self.shield: PunctuationShield | SourceShield | None = None
         if punctuations.enabled(definition):
             # an ingest stream's punctuations are in its log; a files or kafka stream's in
@@ -159,34 +162,6 @@ class StreamExecutor:
         if self.shield is not None:
             self.shield.redefine(layout)
 
-    @property
-    def lateness(self) -> float:
-        """Seconds a time window's tuples may come late (`ResultRouter`)."""
-        return self.router.lateness
-
-    @lateness.setter
-    def lateness(self, seconds: float) -> None:
-        self.router.lateness = seconds
-
-    # ----- handles ----------------------------------------------------------------------------
-    def add_handle(self, handle_id: str, compiled: CompiledPlan | CompiledUnion,
-                   deliver: Deliver) -> None:
-        self.registry.add_handle(handle_id, compiled, deliver)
-        self.lifecycle.plans_changed()
-
-    def remove_handle(self, handle_id: str) -> int:
-        """Detach a handle (waiting for a delivery to it in progress); returns handles left."""
-        left = self.registry.remove_handle(handle_id)
-        self.lifecycle.plans_changed()
-        return left
-
-    def attached(self) -> list[tuple[str, CompiledPlan | CompiledUnion, Deliver]]:
-        """The active handles with their plans (to move them onto a replacement query)."""
-        return self.registry.attached()
-
-    def has_handles(self) -> bool:
-        return self.registry.has_handles()
-
     # ----- the query --------------------------------------------------------------------------
     def start(self, replay: bool = False) -> None:
         """Start the query (`QueryLifecycle.start`; `replay`: its handles were restored)."""
@@ -226,11 +201,7 @@ class StreamExecutor:
 
     # ----- figures ----------------------------------------------------------------------------
     def stats(self, stall_after: float | None = None) -> dict[str, Any]:
-        out = self.figures.snapshot()
-        plans = self.registry.stats()
-        out.update(handles=plans["handles"], plans=plans["plans"], query_id=self.query_id,
-                   late_rows=plans["late_rows"] + out["late_rows"],
-                   window_panes=plans["window_panes"])
+        out = self.handles.counters(self.query_id)
         out.update(self.health(stall_after))
         out["active"] = self.active
         out["skipped_to_end"] = self.lifecycle.skipped_to_end

@@ -22,8 +22,6 @@ from pyspark.sql import SparkSession
 
 from pep.core import punctuations
 from pep.core.plan import StreamDefinition
-from pep.runtime.base.delivery import Deliver
-from pep.runtime.plans.compile import CompiledPlan, CompiledUnion
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.panes_job import PanesJob
 from pep.runtime.query.plan_table import PlanTable
@@ -33,6 +31,7 @@ from pep.runtime.query.rows_job import RowsJob
 from pep.runtime.query.runner import MicroBatchRunner
 from pep.runtime.query.settings import DEFAULT_TUPLE_PANE_MIN, StreamLayout
 from pep.runtime.query.start_position import archive_present, source_files
+from pep.runtime.query.stream_handles import StreamHandles
 from pep.runtime.shared.branch import StreamParts
 from pep.runtime.shared.query import SharedQuery
 from pep.runtime.sources.checkpoints import StreamCheckpoint, archive_dir
@@ -73,6 +72,7 @@ class SharedStreamExecutor:
         self.rows = RowsJob(layout)
         self.panes = PanesJob(layout)
         self.router = ResultRouter(layout, self.registry, self.figures, lateness)
+        self.handles = StreamHandles(self.registry, self.router, self.figures)
         self.runner = MicroBatchRunner(spark, layout, self.registry, self.table, self.rows,
                                        self.panes, self.router, self.figures, on_handle_closed)
         self._memo: dict[str, Any] = {}
@@ -129,7 +129,11 @@ class SharedStreamExecutor:
         with self._shared.between_batches():
             self.runner.drain()
             if self._checkpoint is not None:
-                self._checkpoint.adopt(old)
+                # the stream's state now the new definition's (a restart of the gateway then
+                # resumes it, rather than taking it for another source and skipping to its end)
+                checkpoint = StreamCheckpoint.for_stream(self._work_dir, definition)
+                checkpoint.adopt(old)
+                self._checkpoint = checkpoint
             self._relayout(StreamLayout.of(definition), restarted=True)
 
     def _relayout(self, layout: StreamLayout, restarted: bool) -> None:
@@ -143,35 +147,13 @@ class SharedStreamExecutor:
             self._memo.clear()
         self._parts = self._make_parts()
 
-    @property
-    def lateness(self) -> float:
-        return self.router.lateness
-
-    @lateness.setter
-    def lateness(self, seconds: float) -> None:
-        self.router.lateness = seconds
-
-    # ----- handles ----------------------------------------------------------------------------
-    def add_handle(self, handle_id: str, compiled: CompiledPlan | CompiledUnion,
-                   deliver: Deliver) -> None:
-        self.registry.add_handle(handle_id, compiled, deliver)
-
-    def remove_handle(self, handle_id: str) -> int:
-        return self.registry.remove_handle(handle_id)
-
-    def attached(self) -> list[tuple[str, CompiledPlan | CompiledUnion, Deliver]]:
-        return self.registry.attached()
-
-    def has_handles(self) -> bool:
-        return self.registry.has_handles()
-
     # ----- on and off the shared query --------------------------------------------------------
     def start(self, replay: bool = False) -> None:
         """Join the shared query: at the stream's end (the files present are archived, never
         delivered) unless it stopped with handles attached, when it goes on where it stopped."""
         definition = self.definition
         checkpoint = StreamCheckpoint.for_stream(self._work_dir, definition)
-        if checkpoint.prepare():
+        if checkpoint.prepare(self._shared.checkpoint_dir):
             names = [e.name for e in source_files(definition)]
             if 0 < len(names) <= self._max_files:
                 # as a query of its own: the files present are dropped from the batches
@@ -249,11 +231,7 @@ class SharedStreamExecutor:
 
     # ----- figures ----------------------------------------------------------------------------
     def stats(self, stall_after: float | None = None) -> dict[str, Any]:
-        out = self.figures.snapshot()
-        plans = self.registry.stats()
-        out.update(handles=plans["handles"], plans=plans["plans"], query_id=self.query_id,
-                   late_rows=plans["late_rows"] + out["late_rows"],
-                   window_panes=plans["window_panes"])
+        out = self.handles.counters(self.query_id)
         out.update(self.health(stall_after))
         out["active"] = self.active
         out["skipped_to_end"] = self.skipped_to_end
@@ -265,10 +243,12 @@ class SharedStreamExecutor:
     def health(self, stall_after: float | None = None, now: float | None = None
                ) -> dict[str, Any]:
         """As a query of its own reports it: input waiting is a file in the stream's directory
-        newer than the shared query's last batch (it lists every member's directory)."""
+        newer than the start of the shared query's last completed batch (it lists every
+        member's directory before a batch: a file written while that batch ran is not in it,
+        and one in a batch still under way has not been delivered)."""
         now = time.time() if now is None else now
         last = self._shared.last_batch_at
-        listed = last or self.started_at or 0.0
+        listed = self._shared.listed_at or self.started_at or 0.0
         since: float | None = None
         for entry in source_files(self.definition):
             try:

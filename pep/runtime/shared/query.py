@@ -94,6 +94,7 @@ OPEN_COST = 64 * 1024  # bytes a file counts for in the shared query's read task
 SETTLE = 0.2  # seconds a change of members waits for more before the query starts again
 RETRY = 2.0  # seconds before a failed query is started again while it has members
 STOP_HOLD = 10.0
+NOTES_KEPT = 256  # batches whose pause and streams are kept (Spark reports the last 100)
 
 
 class Member(Protocol):
@@ -144,10 +145,13 @@ class SharedQuery:
         # a batch the stop cut off before its commit is run again, and skipped)
         self._done = self._read_done()
         self._to_archive: dict[int, list[tuple[Path, list[str]]]] = {}
+        self._first_batch = True  # the first this process runs (`_archive_committed`)
         self._codegen: str | None = None
         self._steps = JvmSteps()  # the stage's UDF, built once per change of its streams
         self._stage_streams: tuple[StageStream, ...] = ()
         self.last_batch_at: float | None = None
+        # when the last completed batch began: Spark had listed its files (`member.health`)
+        self.listed_at: float | None = None
         self.started_at: float | None = None
         self.last_error: str | None = None
         self.last_busy = 0
@@ -156,6 +160,9 @@ class SharedQuery:
         self.staged = 0  # streams' shares of batches matched in the stage
         self.read_again = 0  # ... then read again by Spark's reader (`stage.parse_lines`)
         self.last_interval = bounds.low
+        self.last_streams: tuple[str, ...] = ()  # the streams that brought tuples to it
+        # per recent batch: seconds held by the adaptive trigger, its streams (`lateness.py`)
+        self._notes: dict[int, tuple[float, tuple[str, ...]]] = {}
         self._control = threading.Thread(target=self._run_control, name="xsg-shared-query",
                                          daemon=True)
         self._control.start()
@@ -192,6 +199,11 @@ class SharedQuery:
             yield
         finally:
             self._batch_lock.release()
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Spark's checkpoint of the query: every member stream's position."""
+        return self._checkpoint
 
     def members(self) -> int:
         with self._lock:
@@ -348,6 +360,7 @@ class SharedQuery:
             started = time.perf_counter()
             if not held:
                 self._batch_thread = threading.get_ident()
+                begun_at = time.time()
                 try:
                     busy = self._run(batch, batch_id)
                 except Exception as exc:
@@ -359,14 +372,32 @@ class SharedQuery:
                 finally:
                     self._batch_thread = None
                     self.last_batch_at = time.time()
+                    self.listed_at = begun_at
             work = time.perf_counter() - started
         if held:
             raise self._held_for_stop(query)
         self.last_busy = busy
         self.last_interval = self.bounds.interval(work, busy)
         pause = self.bounds.pause(work, busy)
+        self._note(batch_id, pause)
         if pause > 0:
             self._wake.wait(pause)
+
+    def _note(self, batch_id: int, pause: float) -> None:
+        self._notes[batch_id] = (pause, self.last_streams)
+        while len(self._notes) > NOTES_KEPT:
+            del self._notes[min(self._notes)]
+
+    def held(self, batch_id: int) -> float:
+        """Seconds the adaptive trigger held the batch before it returned (in the batch's
+        duration as Spark reports it, not its work)."""
+        note = self._notes.get(batch_id)
+        return note[0] if note is not None else 0.0
+
+    def streams_of(self, batch_id: int) -> tuple[str, ...]:
+        """The streams that brought tuples to a recent batch (none: not known any more)."""
+        note = self._notes.get(batch_id)
+        return note[1] if note is not None else ()
 
     def _held_for_stop(self, query: StreamingQuery | None) -> Exception:
         deadline = time.monotonic() + STOP_HOLD
@@ -383,12 +414,15 @@ class SharedQuery:
     def _run(self, batch: DataFrame, batch_id: int) -> int:
         """The batch's work; returns how many streams brought tuples."""
         begun = time.perf_counter()
+        self.last_streams = ()
         self._archive_committed(batch_id)
         with self._lock:
             members = dict(self._members)
         for member in members.values():
             member.parts.runner.began()
         if batch_id <= self._done:
+            with self._lock:  # its files move once the batch after it runs, as if delivered now
+                self._to_archive.setdefault(batch_id, self._member_files(batch_id))
             return 0  # run again after a restart: handed over in full before the stop
         files = batch_files(self._checkpoint, batch_id)
         by_member: dict[str, list[str]] = {}
@@ -456,6 +490,7 @@ class SharedQuery:
                        if any(m.archive == a[0] for m in self._members.values())]
             self._to_archive[batch_id] = archive
         self._done = batch_id
+        self.last_streams = tuple(members[d].definition.name for d in by_member)
         log.debug("shared batch %s: %d files of %d streams (%d in the stage), plan %.3f s, "
                   "job %.3f s, handed over %.3f s", batch_id, len(files), len(by_member),
                   sum(1 for w in work if w[2] is not None), planned - begun, spark_s,
@@ -522,12 +557,32 @@ class SharedQuery:
 
     def _archive_committed(self, batch_id: int) -> None:
         """Batches before `batch_id` are committed (Spark runs a batch once the one before it
-        committed): their files move to their streams' archives."""
+        committed): their files move to their streams' archives. The first batch this process
+        runs also moves those of the batch before it, committed before the gateway stopped
+        (their move was due at a batch that did not come there)."""
         with self._lock:
+            if self._first_batch:
+                self._first_batch = False
+                if batch_id > 0 and batch_id - 1 not in self._to_archive:
+                    self._to_archive[batch_id - 1] = self._member_files(batch_id - 1)
             moves = [self._to_archive.pop(b) for b in sorted(self._to_archive) if b < batch_id]
             for batch_moves in moves:
                 for archive, paths in batch_moves:
                     archive_files(paths, archive)
+
+    def _member_files(self, batch_id: int) -> list[tuple[Path, list[str]]]:
+        """A logged batch's files of the streams served now, by their archives (none when
+        its logs are gone: its files then stay where they are)."""
+        try:
+            files = batch_files(self._checkpoint, batch_id)
+        except (OSError, ValueError):
+            return []
+        by_dir: dict[str, list[str]] = {}
+        for path in files:
+            directory = os.path.dirname(path)
+            if directory in self._members:
+                by_dir.setdefault(directory, []).append(path)
+        return [(self._members[d].archive, paths) for d, paths in by_dir.items()]
 
     def health(self) -> dict[str, Any]:
         return {"active": self.active, "last_batch_at": self.last_batch_at,

@@ -89,9 +89,11 @@ class StreamCheckpoint:
         tmp.write_text(json.dumps(doc))
         os.replace(tmp, self.state_file)
 
-    def prepare(self) -> bool:
+    def prepare(self, query_dir: Path | None = None) -> bool:
         """Make the directory ready for a start; True when the query must first skip to the
-        stream's current end (no usable checkpoint, or the last handle had left)."""
+        stream's current end (no usable checkpoint, or the last handle had left). `query_dir`:
+        the Spark checkpoint that holds the stream's position when it is not `location` (the
+        shared query's, `pep/runtime/shared/`)."""
         if self.temporary:
             self.location.mkdir(parents=True, exist_ok=True)
             return False
@@ -118,7 +120,7 @@ class StreamCheckpoint:
                 return False
             self._drop_kafka_query()
             return True
-        if not (self.location / "offsets").is_dir():
+        if not ((query_dir or self.location) / "offsets").is_dir():
             return True
         return not running
 

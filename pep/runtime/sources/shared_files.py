@@ -10,9 +10,15 @@ as that stream's own source frame.
   it has not are read by the next query).
 - **Which files a batch holds.** The micro-batch's DataFrame of a foreachBatch sink is an RDD
   without its files, and asking Spark would be a job; the file source writes them before the
-  batch runs into its own log, `sources/0/<batch>` (JSON lines after a `v1` line; every tenth
-  batch a `<batch>.compact` file holding every entry so far, the batch's own last), which
-  `batch_files` reads, from the end for a compact one.
+  batch runs into its own log, `sources/0/<n>` (JSON lines after a `v1` line; every tenth entry
+  a `<n>.compact` file holding every entry so far, its own last), which `batch_files` reads,
+  from the end for a compact one. That log is numbered by the source, not by the query's
+  batches: a stop that lands after the source logged new files but before the query wrote the
+  batch's offsets leaves an entry no batch names, and the next query's first batch takes it
+  with the entry it logs itself. So the batch's own offsets say which entries it holds
+  (`offsets/<batch>`: the source's last entry; the batch before's: where it starts), never its
+  number alone (read so, every later batch read the entry of the batch before it, and a
+  stream's last files waited for the next file to come, `process_available` done).
 - **Each stream read as itself.** `batch_frame` reads a stream's files of the batch with its
   own schema, shaped as its streaming source is (`sources/frames.py`: the attributes,
   `_xsg_seq`, `_xsg_file`), so every job of the per-stream query runs on it unchanged.
@@ -74,21 +80,65 @@ def _path_of(uri: str) -> str:
 def batch_files(checkpoint: Path, batch_id: int) -> list[str]:
     """The local paths of the files the shared query's file source put in batch `batch_id`, in
     the order it logged them (`checkpoint`: the query's checkpoint directory)."""
+    first, last = source_range(checkpoint, batch_id)
+    return logged_files(checkpoint, first, last)
+
+
+def source_range(checkpoint: Path, batch_id: int) -> tuple[int, int]:
+    """The file source's log entries batch `batch_id` holds, (after, last]: the source's offset
+    in the offset log of the batch before (-1 for the first batch), and in the batch's own.
+    Raises OSError or ValueError when the batch's offsets cannot be read (the batch fails,
+    never runs on a guess)."""
+    last = _logged_offset(checkpoint / "offsets" / str(batch_id))
+    if last is None:
+        raise ValueError(f"shared stream query: batch {batch_id} has no offsets of its source")
+    after = -1
+    if batch_id > 0:
+        before = _logged_offset(checkpoint / "offsets" / str(batch_id - 1))
+        if before is not None:
+            after = before
+    return after, last
+
+
+def _logged_offset(path: Path) -> int | None:
+    """The file source's offset in one offset log file (`v1`, the batch's metadata, then one
+    line per source: `{"logOffset":n}`), None when the file is not there."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return None
+    sources = [line for line in lines[2:] if line.strip()]
+    if len(sources) != 1:
+        raise ValueError(f"{path}: one source's offset expected, found {len(sources)}")
+    return int(json.loads(sources[0])["logOffset"])
+
+
+def logged_files(checkpoint: Path, after: int, last: int) -> list[str]:
+    """The local paths of the file source's log entries after `after` up to `last`, in order."""
     log_dir = checkpoint / "sources" / "0"
-    plain = log_dir / str(batch_id)
-    if plain.is_file():
-        lines = plain.read_text(encoding="utf-8").splitlines()[1:]
-        return [_path_of(json.loads(line)["path"]) for line in lines if line.strip()]
-    compact = log_dir / f"{batch_id}.compact"
-    if not compact.is_file():
-        return []
-    return _tail_entries(compact, batch_id)
+    found: list[str] = []
+    compacts: list[int] | None = None
+    for entry in range(after + 1, last + 1):
+        plain = log_dir / str(entry)
+        if plain.is_file():
+            lines = plain.read_text(encoding="utf-8").splitlines()[1:]
+            found += [_path_of(json.loads(line)["path"]) for line in lines if line.strip()]
+            continue
+        # compacted: in the first compact file from this entry on (its own, or a later one
+        # once the plain file was cleaned up)
+        if compacts is None:
+            compacts = sorted(int(p.name.split(".")[0]) for p in log_dir.glob("*.compact")
+                              if p.name.split(".")[0].isdigit())
+        holder = next((c for c in compacts if c >= entry), None)
+        if holder is not None:
+            found += _tail_entries(log_dir / f"{holder}.compact", entry)
+    return found
 
 
 def _tail_entries(path: Path, batch_id: int) -> list[str]:
-    """A compact log's entries of `batch_id`, the last ones in it: read back from the end, a
-    block at a time, until an entry of an earlier batch (never the whole log, which holds
-    every file the source ever read)."""
+    """A compact log's entries of `batch_id`, read back from the end, a block at a time, until
+    an entry of an earlier one (never the whole log, which holds every file the source ever
+    read)."""
     size = path.stat().st_size
     found: list[str] = []
     with open(path, "rb") as f:
@@ -105,10 +155,12 @@ def _tail_entries(path: Path, batch_id: int) -> list[str]:
                 if not line or line == b"v1":
                     continue
                 entry = json.loads(line)
-                if int(entry["batchId"]) != batch_id:
+                logged = int(entry["batchId"])
+                if logged < batch_id:
                     found.reverse()
                     return found
-                found.append(_path_of(entry["path"]))
+                if logged == batch_id:
+                    found.append(_path_of(entry["path"]))
             end = start
     found.reverse()
     return found
@@ -142,4 +194,5 @@ def archive_files(files: list[str], archive: Path) -> int:
     return moved
 
 
-__all__ = ["archive_files", "batch_files", "batch_frame", "glob_path", "shareable_dir"]
+__all__ = ["archive_files", "batch_files", "batch_frame", "glob_path", "logged_files",
+           "shareable_dir", "source_range"]

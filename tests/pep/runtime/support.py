@@ -43,3 +43,25 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, step: float
             return True
         time.sleep(step)
     return predicate()
+
+
+# -- a test that runs in both modes (the `query_mode` fixture, tests/conftest.py) ---------------
+
+def query_checkpoint(work: Path, stream: str, mode: str) -> Path:
+    """Spark's checkpoint that keeps an ingest stream's position: its own query's, or the
+    shared query's (`pep/runtime/shared/`)."""
+    if mode == "shared":
+        return work / "shared-query" / "checkpoint"
+    return work / "checkpoints" / stream / "query"
+
+
+def stop_gate(runtime, stream: str, mode: str):
+    """What lets a stream's micro-batches in and holds them while its query stops (`_pausing`,
+    `_query`): its own query's life cycle, or the shared query."""
+    return runtime._shared if mode == "shared" else runtime._executors[stream].lifecycle
+
+
+def query_run(spark, runtime, stream: str) -> str:
+    """The run id of the Structured Streaming query serving the stream (a new one each time
+    the query starts again on its checkpoint)."""
+    return str(spark.streams.get(runtime.query_id(stream)).runId)

@@ -150,8 +150,9 @@ def run_plans(spark, frame, plans: list[ExecutionPlan], tuple_pane_min: int = 8
     ex = StreamExecutor(spark, sd, work / "work", 0.25, 2, 0.0, lambda h: None, tuple_pane_min)
     got: list[list] = [[] for _ in plans]
     for i, plan in enumerate(plans):
-        ex.add_handle(f"h{i}", compile_plan(plan, SCHEMA, "t"),
-                      lambda batch, i=i: got[i].extend(json.loads(t) for t in batch.rows) or True)
+        ex.handles.add_handle(f"h{i}", compile_plan(plan, SCHEMA, "t"),
+                              lambda batch, i=i: got[i].extend(json.loads(t) for t in batch.rows)
+                              or True)
     ex.lifecycle.on_batch(frame, 0)
     ex.wait_delivered()
     out = []

@@ -224,7 +224,7 @@ def run(spark, tmp_path, stream: Stream, lateness: float) -> dict[str, dict[int,
 
     def attach(plans: dict[str, ExecutionPlan]) -> None:
         for name, plan in plans.items():
-            ex.add_handle(name, compile_plan(plan, SCHEMA, "ts"), collector(name))
+            ex.handles.add_handle(name, compile_plan(plan, SCHEMA, "ts"), collector(name))
     attach(CONSUMER)
     attach(OWNER)
     for i, (recs, visible) in enumerate(zip(stream.batches, stream.visible_index, strict=True)):
@@ -390,9 +390,9 @@ def test_event_state_moves_only_with_tuples_that_meet_its_condition(spark, tmp_p
             definition = events.define("x", "hot", "temp > 30", hold=5, key="station",
                                        owner="o")
             ex = StreamExecutor(spark, sd, tmp_path / where, 0.25, 2, 0.0, lambda h: None)
-            ex.add_handle(definition.runtime_id, compile_plan(events.plan(definition), SCHEMA,
-                                                              "ts"),
-                          lambda rows: events.observe(definition, rows))
+            ex.handles.add_handle(definition.runtime_id,
+                                  compile_plan(events.plan(definition), SCHEMA, "ts"),
+                                  lambda rows: events.observe(definition, rows))
             seen = []
             for i, recs in enumerate(numbered(batches)):
                 frame = spark.createDataFrame(
@@ -596,8 +596,8 @@ def test_numeric_times_that_are_no_time_move_nothing(spark, tmp_path):
         ex = StreamExecutor(spark, sd, tmp_path / where, 0.25, 2, 0.0, lambda h: None)
         got: dict[str, list[str]] = {name: [] for name in plans}
         for name, plan in plans.items():
-            ex.add_handle(name, compile_plan(plan, schema, "tn"),
-                          lambda batch, name=name: got[name].extend(batch.rows) or True)
+            ex.handles.add_handle(name, compile_plan(plan, schema, "tn"),
+                                  lambda batch, name=name: got[name].extend(batch.rows) or True)
         seq = 0
         for i, batch in enumerate(batches):
             rows = []

@@ -60,9 +60,9 @@ def run(spark, frame, plans: list[ExecutionPlan]) -> list[list[dict]]:
     ex = StreamExecutor(spark, stream(), work, 0.25, 2, 0.0, lambda h: None)
     got: list[list[dict]] = [[] for _ in plans]
     for i, plan in enumerate(plans):
-        ex.add_handle(f"h{i}", compile_plan(plan, SCHEMA, "ts"),
-                      lambda batch, i=i: got[i].extend(json.loads(t) for t in batch.rows)
-                      or True)
+        ex.handles.add_handle(f"h{i}", compile_plan(plan, SCHEMA, "ts"),
+                              lambda batch, i=i: got[i].extend(json.loads(t) for t in batch.rows)
+                              or True)
     ex.lifecycle.on_batch(frame, 0)
     ex.wait_delivered()
     return got

@@ -77,7 +77,7 @@ def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
         "_xsg_file string")
 
     def attach(handle, plan):
-        ex.add_handle(handle, compile_plan(plan, SCHEMA, "ts"), lambda rows: True)
+        ex.handles.add_handle(handle, compile_plan(plan, SCHEMA, "ts"), lambda rows: True)
         plans, version = ex.registry.current()
         shape = ex.table.shape_of(plans, version)
         _, scalar = ex.table.plan_table(plans, version, shape)
@@ -102,8 +102,8 @@ def test_only_the_columns_the_plans_output_come_back(spark, tmp_path):
     shape, _ = attach("c", ExecutionPlan(
         "lean", None, (), WindowSpec("tuple", 4, 2, (Aggregate("ok", "max"),))))
     assert shape.plain_columns == ("hum", "ok")
-    ex.remove_handle("a")
-    ex.remove_handle("c")
+    ex.handles.remove_handle("a")
+    ex.handles.remove_handle("c")
     plans, version = ex.registry.current()
     assert ex.table.shape_of(plans, version).plain_columns == ()
 

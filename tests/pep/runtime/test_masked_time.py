@@ -126,7 +126,7 @@ def run(spark, tmp_path, kind: str, batches: list[list[dict]], lateness: float,
         return deliver
 
     for name, plan in plans.items():
-        ex.add_handle(name, compile_plan(plan, schema, "ts"), collector(name))
+        ex.handles.add_handle(name, compile_plan(plan, schema, "ts"), collector(name))
     seq = 0
     for i, recs in enumerate(batches):
         current[0] = i

@@ -69,7 +69,7 @@ def test_masks_are_data_of_the_plan_table_and_rows_match_a_reference(spark, tmp_
         ex.registry._version += 1
         chosen = plans(count)
         for i, p in enumerate(chosen):
-            ex.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
+            ex.handles.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
         states, version = ex.registry.current()
         shape = ex.table.shape_of(states, version)
         _, scalar = ex.table.plan_table(states, version, shape)

@@ -181,8 +181,8 @@ def run(spark, tmp_path, batches, names=None, tuple_pane_min=None):
     got: dict[str, list[RowBatch]] = {name: [] for name in names}
     for name in names:
         plan = PLANS[name]
-        ex.add_handle(name, compile_plan(plan, SCHEMA, "ts"),
-                      lambda batch, name=name: got[name].append(batch) or True)
+        ex.handles.add_handle(name, compile_plan(plan, SCHEMA, "ts"),
+                              lambda batch, name=name: got[name].append(batch) or True)
     for i, recs in enumerate(batches):
         frame = spark.createDataFrame([tuple(r[c] for c in
                                              ("ts", "temp", "hum", "station", "ok", "_xsg_seq"))

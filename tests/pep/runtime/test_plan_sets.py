@@ -57,11 +57,11 @@ def test_plan_sets_follow_attaches_and_detaches(tmp_path):
     last = None
     for step in range(300):
         if attached and rnd.random() < 0.45:
-            ex.remove_handle(attached.pop(rnd.randrange(len(attached))))
+            ex.handles.remove_handle(attached.pop(rnd.randrange(len(attached))))
         else:
             hid = f"h{step}"
-            ex.add_handle(hid, union if rnd.random() < 0.15 else rnd.choice(compiled),
-                          lambda rows: True)
+            ex.handles.add_handle(hid, union if rnd.random() < 0.15 else rnd.choice(compiled),
+                                  lambda rows: True)
             attached.append(hid)
         sets = ex.registry.plan_sets()
         assert ex.registry.plan_sets() is sets  # the same version: not built again

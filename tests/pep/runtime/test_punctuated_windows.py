@@ -114,7 +114,7 @@ def run(spark, tmp_path, batches: list[list[dict]]) -> dict[str, dict[int, list[
         return deliver
 
     for name in CONSUMERS:
-        ex.add_handle(name, compile_plan(plan_of(name), SCHEMA, "ts"), collector(name))
+        ex.handles.add_handle(name, compile_plan(plan_of(name), SCHEMA, "ts"), collector(name))
     try:
         for i, records in enumerate(batches):
             lines, pending = [], []

@@ -267,7 +267,7 @@ def test_physical_plan_does_not_grow_with_handles_and_constants_are_data(spark, 
                                            "ts", keys=("station",) if i % 3 == 0 else ()))
                   for i in range(n_handles + 3)]  # both kinds, with and without keys
         for i, p in enumerate(plans):
-            ex.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
+            ex.handles.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
         states, version = ex.registry.current()
         shape = ex.table.shape_of(states, version)
         _, scalar = ex.table.plan_table(states, version, shape)
@@ -326,7 +326,7 @@ def test_a_few_plans_compiled_agree_with_the_plan_table(spark, tmp_path):
         ExecutionPlan("few", ((Predicate("station", ">", "s0"),),), ("station",)),
     ]
     for i, p in enumerate(plans):
-        ex.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
+        ex.handles.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
     states, version = ex.registry.current()
     shape = ex.table.shape_of(states, version)
     _, scalar = ex.table.plan_table(states, version, shape)
@@ -382,7 +382,7 @@ def test_many_plans_grouped_by_shape_agree_with_the_plan_table(spark, tmp_path):
             ExecutionPlan("many", ((Predicate("hum", "=", 2 * i),),), ("hum",)),
         ]
     for i, p in enumerate(plans):
-        ex.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
+        ex.handles.add_handle(f"h{i}", compile_plan(p, SCHEMA, "ts"), lambda rows: True)
     states, version = ex.registry.current()
     assert len(states) > FEW_PLANS
     shape = ex.table.shape_of(states, version)

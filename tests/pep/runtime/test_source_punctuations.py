@@ -192,7 +192,7 @@ def test_windows_on_a_files_stream_hold_exactly_the_tuples_its_segments_let_coun
         return json.dumps({k: (v.strftime(ISO) if k == "ts" and v is not None else v)
                            for k, v in r.items() if k != "_xsg_seq"})
     for name in w.CONSUMERS:
-        ex.add_handle(name, compile_plan(w.plan_of(name), SCHEMA, "ts"), collector(name))
+        ex.handles.add_handle(name, compile_plan(w.plan_of(name), SCHEMA, "ts"), collector(name))
     try:
         for i, records in enumerate(batches):
             current[0] = i

@@ -188,7 +188,7 @@ def test_spatial_constants_are_data_and_the_plan_does_not_grow(spark, tmp_path):
                 ExecutionPlan("static", ((SpatialPredicate("distance_to", "lat", "lon", ">", base,
                                                            (), "mmsi", 987654 + i),),), ("mmsi",))]
         for i, p in enumerate(plans):
-            ex.add_handle(f"h{i}", compile_plan(p, SCHEMA), lambda rows: True)
+            ex.handles.add_handle(f"h{i}", compile_plan(p, SCHEMA), lambda rows: True)
         ex.table.anchors.update(batch, [s.compiled for s in ex.registry.current()[0]])
         states, version = ex.registry.current()
         shape = ex.table.shape_of(states, version)
