@@ -462,6 +462,16 @@ def test_kill_9_of_an_edge_the_reader_resumes_on_another_without_loss_or_repeat(
     register(setup.gateway, "kill")
     handle = open_handle(setup.gateway, "kill")
     urls = [f"{setup.edges[e]}/handles/{handle}" for e in ("e1", "e2")]
+    # e1 may still be coming back from the outage above (503 until its control topic and a
+    # look at the store after it: deny when in doubt): the reader must start on e1
+    deadline = time.monotonic() + 60
+    while True:
+        with requests.get(urls[0], headers=auth("lta", Accept=ND["Content-Type"]), stream=True,
+                          timeout=(5, 5)) as probe:
+            if probe.status_code == 200:
+                break
+            assert probe.status_code == 503 and time.monotonic() < deadline, probe.text
+        time.sleep(0.5)
     reader = Reader(urls).start()
     time.sleep(1.0)
     values: list[float] = []
