@@ -463,6 +463,10 @@ def parse_source(source: JsonValue | SourceSpec, ingest_dir: Path, trusted: bool
     if text.get("punctuations", "off") not in ("on", "off"):
         raise InvalidStream(f"source ({kind}): punctuations must be \"on\" or \"off\" "
                             "(security punctuations in the stream, docs/punctuations.md)")
+    if text.get("kafka.isolation.level", "read_committed") not in ("read_committed",
+                                                                   "read_uncommitted"):
+        raise InvalidStream(f"source ({kind}): kafka.isolation.level must be \"read_committed\" "
+                            "(the default) or \"read_uncommitted\"")
     if kind == "files" and text.get("punctuations") == "on" \
             and text.get("format", "json") != "json":
         raise InvalidStream("source (files): punctuations need format json (JSON lines: a "

@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from pep.core.plan import SourceSpec, StreamDefinition
+from tests.kafka.conftest import CLIENT_LOG
 from tests.pep.runtime.support import Collector, wait_until
 from tests.pep.runtime.test_punctuations import CONSUMERS, SCHEMA, expected, history, plan_of
 
@@ -107,5 +110,43 @@ def test_a_query_started_after_a_punctuation_still_applies_it(
         assert sorted(r["patient"] for r in got["doctor"].rows) == [2, 3, 4]
         assert got["nurse"].rows == []
         assert rt.stats()["vitals"]["punctuations_unreadable"] == 1
+    finally:
+        rt.stop()
+
+
+@pytest.mark.timeout(180)
+def test_an_aborted_transaction_s_punctuation_and_tuples_have_no_effect(
+        spark, tmp_path, kafka_broker, kafka_topic, producer):
+    """A punctuation that would let nurses see the partition, written in a Kafka transaction
+    that is then aborted, loosens nothing, and the aborted tuples reach nobody: the gateway
+    reads its Kafka streams `read_committed` (`sources/frames.py`, `kafka_options`)."""
+    from confluent_kafka import Producer
+
+    topic = kafka_topic(1)
+    stream = vitals(kafka_broker, topic)
+    reading = {"hr": 80.0, "temp": 37.0, "ward": "er"}
+    rt = runtime(spark, tmp_path / "work")
+    try:
+        got = attach(rt, stream, ("doctor", "nurse"))
+        producer.send(topic, [{"$punctuation": {"srp": ["doctor"], "ts": 1}},
+                              {"patient": 1, **reading}], partition=0)
+        aborted = Producer({"bootstrap.servers": kafka_broker.bootstrap,
+                            "transactional.id": f"xsg-abort-{topic}", "linger.ms": 0,
+                            "logger": CLIENT_LOG})
+        aborted.init_transactions(30)
+        aborted.begin_transaction()
+        for record in ({"$punctuation": {"srp": ["doctor", "nurse"], "ts": 2}},
+                       {"patient": 2, **reading}):
+            aborted.produce(topic, json.dumps(record).encode(), partition=0)
+        assert aborted.flush(30) == 0  # on the broker, in the partition's log
+        aborted.abort_transaction(30)
+        del aborted  # its client ends here, not at the broker's stop
+        producer.send(topic, [{"patient": 3, **reading}, {"patient": 4, **reading}],
+                      partition=0)
+        assert wait_until(lambda: len(got["doctor"].rows) >= 3, timeout=120)
+        time.sleep(1.5)  # nothing more comes
+        assert sorted(r["patient"] for r in got["doctor"].rows) == [1, 3, 4]
+        assert got["nurse"].rows == []
+        assert rt.stats()["vitals"]["punctuations_unreadable"] == 0
     finally:
         rt.stop()

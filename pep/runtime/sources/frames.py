@@ -212,9 +212,17 @@ KAFKA_MAX_OFFSETS = 10_000
 KAFKA_TOPICS_MAX_OFFSETS = 100_000
 
 
+# Spark's Kafka consumer reads `read_uncommitted` unless told: the records of a transaction the
+# producer then aborted would be tuples, and an aborted security punctuation would govern the
+# records after it (`query/source_shield.py`). Deny when in doubt: only committed records,
+# unless the owner set `kafka.isolation.level` at registration (docs/punctuations.md).
+KAFKA_ISOLATION = "read_committed"
+
+
 def kafka_options(stream: StreamDefinition) -> tuple[str, str, dict[str, str]]:
     """(bootstrap servers, topic, consumer settings) of a Kafka stream's source; the settings
-    are the `kafka.*` options without their prefix (Java client names: security, SASL)."""
+    are the `kafka.*` options without their prefix (Java client names: security, SASL), with
+    `isolation.level` `read_committed` unless the owner's options set it."""
     opts = dict(stream.source.options)
     servers = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
     if not servers:
@@ -224,6 +232,7 @@ def kafka_options(stream: StreamDefinition) -> tuple[str, str, dict[str, str]]:
         raise SourceError(f"stream {stream.name!r}: kafka source needs 'subscribe' (its topic)")
     client = {k[len("kafka."):]: v for k, v in opts.items()
               if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
+    client.setdefault("isolation.level", KAFKA_ISOLATION)
     return servers, topic, client
 
 

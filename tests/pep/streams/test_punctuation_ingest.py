@@ -99,3 +99,20 @@ def test_a_punctuation_appended_through_the_gateway_to_a_kafka_stream_is_refused
     with pytest.raises(RecordError) as err:
         catalog.append_records("k", body({"patient": 1, "hr": 2.0}, SP))
     assert "line 2" in str(err.value) and "each partition" in str(err.value)
+
+
+@pytest.mark.timeout(30)
+def test_a_kafka_stream_reads_committed_records_unless_its_owner_says_otherwise(catalog):
+    """Records of an aborted transaction (a punctuation among them) are no records of the
+    stream: Spark's consumer reads `read_committed` unless the registration set it."""
+    from pep.runtime.sources.frames import kafka_options
+    source = {"kind": "kafka", "bootstrap.servers": "h:9", "subscribe": "t",
+              "punctuations": "on"}
+    plain = catalog.register("k1", "o", FIELDS, source, trusted=True)
+    assert kafka_options(plain)[2]["isolation.level"] == "read_committed"
+    loose = catalog.register("k2", "o", FIELDS, {**source, "kafka.isolation.level":
+                                                 "read_uncommitted"}, trusted=True)
+    assert kafka_options(loose)[2]["isolation.level"] == "read_uncommitted"
+    with pytest.raises(InvalidStream, match="kafka.isolation.level must be"):
+        catalog.register("k3", "o", FIELDS, {**source, "kafka.isolation.level": "committed"},
+                         trusted=True)
