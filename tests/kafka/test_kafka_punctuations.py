@@ -148,5 +148,8 @@ def test_an_aborted_transaction_s_punctuation_and_tuples_have_no_effect(
         assert sorted(r["patient"] for r in got["doctor"].rows) == [1, 3, 4]
         assert got["nurse"].rows == []
         assert rt.stats()["vitals"]["punctuations_unreadable"] == 0
+        # the rows read are the tuples (1, 3, 4): the punctuation record is none (Spark's
+        # numInputRows, 4, counts it)
+        assert rt.stats()["vitals"]["rows_in"] == 3
     finally:
         rt.stop()

@@ -19,6 +19,13 @@ class QueryFigures:
             "plan_evaluations": 0, "late_rows": 0, "last_error": None,
             "driver_rows": 0, "driver_bytes": 0, "max_position": None,
         }
+        # a punctuated Kafka stream's tuples are counted by its shield (`tuples_read`):
+        # Spark's progress counts its punctuation records too, which are no rows
+        self._shield_counts = False
+
+    def counted_by_shield(self) -> None:
+        """From now on `rows_in` is what `tuples_read` says; Spark's progress is ignored."""
+        self._shield_counts = True
 
     @property
     def last_error(self) -> str | None:
@@ -39,7 +46,12 @@ class QueryFigures:
 
     def rows_read(self, rows: int) -> None:
         """A batch's input rows as Spark reported them (`query/progress.py`; Kafka streams)."""
-        self.counters["rows_in"] += rows
+        if not self._shield_counts:
+            self.counters["rows_in"] += rows
+
+    def tuples_read(self, tuples: int) -> None:
+        """A punctuated Kafka stream's batch: its tuples, as its shield counted them."""
+        self.counters["rows_in"] += tuples
 
     def observed(self, figures: dict[str, Any]) -> None:
         """A batch's figures, observed or counted by its tasks: {"rows", "seq"}."""

@@ -93,6 +93,7 @@ class SourceShield:
         self._kinds: dict[tuple[object, ...], int] = {}
         self.starts: list[int] = []  # the last batch's segments (the runtime's figures)
         self.malformed = 0  # `$punctuation` records that could not be read (and records gone)
+        self.tuples = 0  # the last batch's tuples (its records less its punctuation records)
         self._warned = False
         self._file_discarded = 0
         self._offsets: Any = None
@@ -125,9 +126,11 @@ class SourceShield:
         lane = F.shiftright(seq, LANE_BITS) if self._kafka else F.col(FILE_COLUMN)
         rows = batch.groupBy(lane.alias("lane")).agg(
             F.min(seq).alias("lo"), F.max(seq).alias("hi"),
+            F.count(F.when(punct.isNull(), 1)).alias("tuples"),
             F.collect_list(F.when(punct.isNotNull(), F.struct(seq.alias("at"),
                                                               punct.alias("sp")))).alias("sps")
         ).collect()
+        self.tuples = sum(int(r["tuples"]) for r in rows)
         tuples = batch.where(punct.isNull()).drop(PUNCT_COLUMN)
         if self._kafka:
             lanes = self._kafka_lanes(rows)
