@@ -46,6 +46,22 @@ started_pg=0
 
 say() { echo "local-cluster: $*"; }
 
+# wait_line FILE PATTERN PID [SECONDS]: until a line of FILE matches PATTERN (grep) - the ready
+# line a process prints once it serves; fails, saying why on stderr, when process PID stopped
+# first or after SECONDS (300)
+wait_line() {
+  local file=$1 pattern=$2 pid=$3 tries=$((${4:-300} * 2))
+  for _ in $(seq 1 "$tries"); do
+    grep -q "$pattern" "$file" 2>/dev/null && return 0
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "local-cluster: process $pid stopped before it was ready" >&2; return 1
+    fi
+    sleep 0.5
+  done
+  echo "local-cluster: no line '$pattern' in $file after ${4:-300} s" >&2
+  return 1
+}
+
 # -- PostgreSQL --------------------------------------------------------------------------------
 pg_bin=""
 for candidate in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
@@ -139,13 +155,8 @@ if [ "$edges" -gt 0 ]; then
   "$python" -u -m tests.kafka.broker --port "$kafka_port" --data-dir "$dir/kafka" \
     >"$logs/kafka.out" 2>"$logs/kafka.err" &
   kafka_pid=$!
-  for _ in $(seq 1 240); do
-    grep -q "^Kafka .* on " "$logs/kafka.out" 2>/dev/null && break
-    if ! kill -0 "$kafka_pid" 2>/dev/null; then
-      echo "local-cluster: Kafka stopped; see $logs/kafka.err" >&2; exit 1
-    fi
-    sleep 0.5
-  done
+  wait_line "$logs/kafka.out" "^Kafka .* on " "$kafka_pid" 120 || {
+    echo "local-cluster: Kafka did not start; see $logs/kafka.err" >&2; exit 1; }
   sasl_port=$((kafka_port + 2))
   # one SCRAM password per Kafka user, made at the first start and kept (mode 600)
   secrets_file=$dir/kafka-users.env
@@ -207,13 +218,9 @@ for n in $(seq 0 $((processes - 1))); do
   say "gateway process $n starting on 127.0.0.1:$port (log $logs/gateway-$n.err)"
 done
 for n in $(seq 0 $((processes - 1))); do
-  for _ in $(seq 1 600); do
-    grep -q "^xsg gateway listening on" "$logs/gateway-$n.out" 2>/dev/null && break
-    if ! kill -0 "${pids[$n]}" 2>/dev/null; then
-      echo "local-cluster: gateway process $n stopped; see $logs/gateway-$n.err" >&2; exit 1
-    fi
-    sleep 0.5
-  done
+  wait_line "$logs/gateway-$n.out" "^xsg gateway listening on" "${pids[$n]}" 300 || {
+    echo "local-cluster: gateway process $n did not start; see $logs/gateway-$n.err" >&2
+    exit 1; }
 done
 say "gateway processes up: ${upstreams[*]}"
 
@@ -231,13 +238,8 @@ if [ "$edges" -gt 0 ]; then
     edge_urls+=("http://127.0.0.1:$port")
   done
   for k in $(seq 1 "$edges"); do
-    for _ in $(seq 1 240); do
-      grep -q "^xsg edge edge-$k on " "$logs/edge-$k.out" 2>/dev/null && break
-      if ! kill -0 "${pids[$((first_edge_pid + k - 1))]}" 2>/dev/null; then
-        echo "local-cluster: edge $k stopped; see $logs/edge-$k.err" >&2; exit 1
-      fi
-      sleep 0.5
-    done
+    wait_line "$logs/edge-$k.out" "^xsg edge edge-$k on " "${pids[$((first_edge_pid + k - 1))]}" \
+      120 || { echo "local-cluster: edge $k did not start; see $logs/edge-$k.err" >&2; exit 1; }
   done
   say "edges up: ${edge_urls[*]}"
 fi

@@ -223,13 +223,16 @@ class Reader:
         return self.rows
 
 
-def register(base: str, stream: str) -> None:
-    r = requests.post(f"{base}/streams", headers=auth("nea"), timeout=60, json={
+def register(base: str, stream: str, owner: dict[str, str] | None = None) -> None:
+    """The sensor stream `stream` and its policy, registered by the owner whose headers are
+    `owner` (nea of the suite's tokens when not given)."""
+    owner = auth("nea") if owner is None else owner
+    r = requests.post(f"{base}/streams", headers=owner, timeout=60, json={
         "name": stream, "time_attribute": "ts", "source": {"kind": "ingest"},
         "schema": [{"name": "ts", "type": "timestamp"}, {"name": "value", "type": "double"},
                    {"name": "secret", "type": "string"}]})
     assert r.status_code == 201, r.text
-    r = requests.post(f"{base}/policies", headers=auth("nea", **XML),
+    r = requests.post(f"{base}/policies", headers={**owner, **XML},
                       data=sensor_policy(stream, f"urn:t:{stream}"), timeout=60)
     assert r.status_code == 201, r.text
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.test_cluster import ND, XML, records
-from tests.e2e.test_restart_and_sse import sensor_policy, sensor_request
+from tests.e2e.test_cluster import ND, XML, records, register
+from tests.e2e.test_restart_and_sse import sensor_request
 from tests.processes import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,14 +57,7 @@ def test_make_cluster_with_edges_serves_reads_through_the_proxy_and_stops_on_sig
         def auth(who: str, **extra: str) -> dict[str, str]:
             return {"Authorization": f"Bearer {tokens[who]}", **extra}
 
-        r = requests.post(f"{proxy}/streams", headers=auth("nea"), timeout=60, json={
-            "name": "readings", "time_attribute": "ts", "source": {"kind": "ingest"},
-            "schema": [{"name": "ts", "type": "timestamp"}, {"name": "value", "type": "double"},
-                       {"name": "secret", "type": "string"}]})
-        assert r.status_code == 201, r.text
-        r = requests.post(f"{proxy}/policies", headers=auth("nea", **XML), timeout=60,
-                          data=sensor_policy("readings", "urn:t:readings"))
-        assert r.status_code == 201, r.text
+        register(proxy, "readings", auth("nea"))  # the demo tokens, not the suite's
         r = requests.post(f"{proxy}/requests", headers=auth("lta", **XML), timeout=180,
                           data=sensor_request("readings"))
         assert r.status_code == 201, r.text

@@ -26,8 +26,9 @@ def _connector_reason() -> str | None:
     return None if kafka_connector_jars() else kafka_unavailable_reason()
 
 
-@pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory):
+def _started_broker(tmp_path_factory, name: str) -> KafkaBroker:
+    """A broker started in a fresh directory `name`; the test skips, saying which and what to
+    install, without Spark's Kafka connector or the broker's jars."""
     reason = _connector_reason()
     if reason:
         pytest.skip(f"Kafka: {reason}")
@@ -35,8 +36,12 @@ def kafka_broker(tmp_path_factory):
         broker_jars()
     except BrokerUnavailable as exc:
         pytest.skip(f"Kafka: {exc}")
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
-    broker.start()
+    return KafkaBroker(tmp_path_factory.mktemp(name)).start()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    broker = _started_broker(tmp_path_factory, "kafka")
     yield broker
     broker.stop()
 
@@ -45,15 +50,7 @@ def kafka_broker(tmp_path_factory):
 def own_broker(tmp_path_factory):
     """A broker of the module's own, for tests that stop it and start it again (on the same
     ports and log directory: `KafkaBroker.stop`, `.start`); the session's stays up."""
-    reason = _connector_reason()
-    if reason:
-        pytest.skip(f"Kafka: {reason}")
-    try:
-        broker_jars()
-    except BrokerUnavailable as exc:
-        pytest.skip(f"Kafka: {exc}")
-    broker = KafkaBroker(tmp_path_factory.mktemp("own-kafka"))
-    broker.start()
+    broker = _started_broker(tmp_path_factory, "own-kafka")
     yield broker
     broker.stop()
 
