@@ -23,6 +23,12 @@ from dataclasses import dataclass
 from pep.delivery.settings import ACKS
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+# what a Kafka topic name may hold (`delivery_topic_prefix` is checked the same way in
+# pep/config/validation.py): an empty prefix would grant every edge every topic
+PREFIX = re.compile(r"[A-Za-z0-9._-]{1,100}")
+# a user name as principal `User:<name>` and in an environment variable's name: no blank, no
+# `:`/`,`/`=` (principals' and SCRAM's separators)
+USER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -99,20 +105,68 @@ def password_variable(user: str) -> str:
     return "XSG_DELIVERY_PASSWORD_" + re.sub(r"[^A-Za-z0-9]", "_", user).upper()
 
 
+def _bootstrap(text: str) -> str:
+    """`host:port[,host:port...]`, each port 1 to 65535 (argparse's `type`)."""
+    for server in text.split(","):
+        host, _, port = server.strip().rpartition(":")
+        if not host or not port:
+            raise argparse.ArgumentTypeError(f"expected host:port[,host:port...], got {text!r}")
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise argparse.ArgumentTypeError(f"the port of {server.strip()!r} must be a number "
+                                             "from 1 to 65535")
+    return text
+
+
+def _prefix(text: str) -> str:
+    if not PREFIX.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must be 1 to 100 of the characters Kafka allows in "
+                                         f"a topic name (letters, digits, '.', '_', '-'), got "
+                                         f"{text!r}")
+    return text
+
+
+def _user(text: str) -> str:
+    if not USER.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected a Kafka user name (1 to 128 letters, digits, "
+                                         f"'.', '_', '@', '-'; a letter or digit first), got "
+                                         f"{text!r}")
+    return text
+
+
+def _check_users(parser: argparse.ArgumentParser, gateway: str, edges: Sequence[str]) -> None:
+    """Each edge its own identity (it is fenced alone), never the gateway's; and each user its
+    own password variable."""
+    seen: dict[str, str] = {password_variable(gateway): gateway}
+    for edge in edges:
+        if edge == gateway:
+            parser.error(f"argument --edge: {edge!r} is the gateway's user (--gateway): an edge "
+                         "has an identity of its own")
+        variable = password_variable(edge)
+        if variable in seen:
+            other = seen[variable]
+            parser.error(f"argument --edge: {edge!r} given twice" if other == edge else
+                         f"argument --edge: {edge!r} and {other!r} would share the password "
+                         f"variable {variable}")
+        seen[variable] = edge
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pep.delivery.grants",
         description="Create the Kafka users and ACLs of delivery through plan topics (the "
                     "gateway's and each edge's; docs/operate/edges.md). Passwords come from "
                     "XSG_DELIVERY_PASSWORD_<USER>.")
-    parser.add_argument("--bootstrap", required=True,
-                        help="a listener on which this client administers the cluster")
-    parser.add_argument("--prefix", default="xsg.", help="the delivery_topic_prefix (xsg.)")
-    parser.add_argument("--gateway", required=True, help="the gateway's Kafka user")
-    parser.add_argument("--edge", action="append", default=[], help="an edge's Kafka user "
-                        "(repeatable)")
+    parser.add_argument("--bootstrap", required=True, type=_bootstrap,
+                        help="a listener on which this client administers the cluster "
+                             "(host:port[,host:port...])")
+    parser.add_argument("--prefix", default="xsg.", type=_prefix,
+                        help="the delivery_topic_prefix (xsg.)")
+    parser.add_argument("--gateway", required=True, type=_user, help="the gateway's Kafka user")
+    parser.add_argument("--edge", action="append", default=[], type=_user,
+                        help="an edge's Kafka user (repeatable)")
     parser.add_argument("--mechanism", default="SCRAM-SHA-512", choices=MECHANISMS)
     args = parser.parse_args(argv)
+    _check_users(parser, args.gateway, args.edge)
     users = [args.gateway, *args.edge]
     passwords = {u: os.environ[password_variable(u)] for u in users
                  if os.environ.get(password_variable(u))}
