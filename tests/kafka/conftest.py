@@ -39,11 +39,35 @@ def _started_broker(tmp_path_factory, name: str) -> KafkaBroker:
     return KafkaBroker(tmp_path_factory.mktemp(name)).start()
 
 
+def _close_spark_producers() -> None:
+    """Close the Kafka producers Spark keeps in this process's JVM. Spark's Kafka sink (plan
+    topics, `pep/runtime/delivery`) takes its producer from a pool of the JVM and leaves it
+    there when the query stops, for `spark.kafka.producer.cache.timeout` (10 minutes): once
+    its broker is stopped it logged "Connection to node 1 ... could not be established" until
+    the process ended, past the suite's last line. A producer not closed is the fault, so it
+    is closed here rather than its logger silenced (which would hide a real outage)."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    if jvm is None:  # no Spark in this process
+        return
+    from py4j.java_gateway import JavaClass
+
+    pool = getattr(jvm.org.apache.spark.sql.kafka010.producer, "InternalKafkaProducerPool$")
+    if isinstance(pool, JavaClass):  # (the connector loaded: a query wrote to Kafka)
+        getattr(pool, "MODULE$").reset()
+
+
+def _stopped(broker: KafkaBroker) -> None:
+    _close_spark_producers()
+    broker.stop()
+
+
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory):
     broker = _started_broker(tmp_path_factory, "kafka")
     yield broker
-    broker.stop()
+    _stopped(broker)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +76,7 @@ def own_broker(tmp_path_factory):
     ports and log directory: `KafkaBroker.stop`, `.start`); the session's stays up."""
     broker = _started_broker(tmp_path_factory, "own-kafka")
     yield broker
-    broker.stop()
+    _stopped(broker)
 
 
 @pytest.fixture
