@@ -119,37 +119,43 @@ def test_an_aborted_transaction_s_punctuation_and_tuples_have_no_effect(
         spark, tmp_path, kafka_broker, kafka_topic, producer):
     """A punctuation that would let nurses see the partition, written in a Kafka transaction
     that is then aborted, loosens nothing, and the aborted tuples reach nobody: the gateway
-    reads its Kafka streams `read_committed` (`sources/frames.py`, `kafka_options`)."""
+    reads its Kafka streams `read_committed` (`sources/frames.py`, `kafka_options`). Both
+    ways a punctuation is read: sent before the query started (the shield's bounded read of
+    the records before its first offset) and in the query's own micro-batches."""
     from confluent_kafka import Producer
 
     topic = kafka_topic(1)
     stream = vitals(kafka_broker, topic)
     reading = {"hr": 80.0, "temp": 37.0, "ward": "er"}
+    aborted = Producer({"bootstrap.servers": kafka_broker.bootstrap,
+                        "transactional.id": f"xsg-abort-{topic}", "linger.ms": 0,
+                        "logger": CLIENT_LOG})
+    aborted.init_transactions(30)
+
+    def abort(client: Producer, ts: int, patient: int) -> None:
+        client.begin_transaction()
+        for record in ({"$punctuation": {"srp": ["doctor", "nurse"], "ts": ts}},
+                       {"patient": patient, **reading}):
+            client.produce(topic, json.dumps(record).encode(), partition=0)
+        assert client.flush(30) == 0  # on the broker, in the partition's log
+        client.abort_transaction(30)
+    producer.send(topic, [{"$punctuation": {"srp": ["doctor"], "ts": 1}},
+                          {"patient": 1, **reading}], partition=0)
+    abort(aborted, 2, 2)  # before the query: read by the shield's bounded read
     rt = runtime(spark, tmp_path / "work")
     try:
         got = attach(rt, stream, ("doctor", "nurse"))
-        producer.send(topic, [{"$punctuation": {"srp": ["doctor"], "ts": 1}},
-                              {"patient": 1, **reading}], partition=0)
-        aborted = Producer({"bootstrap.servers": kafka_broker.bootstrap,
-                            "transactional.id": f"xsg-abort-{topic}", "linger.ms": 0,
-                            "logger": CLIENT_LOG})
-        aborted.init_transactions(30)
-        aborted.begin_transaction()
-        for record in ({"$punctuation": {"srp": ["doctor", "nurse"], "ts": 2}},
-                       {"patient": 2, **reading}):
-            aborted.produce(topic, json.dumps(record).encode(), partition=0)
-        assert aborted.flush(30) == 0  # on the broker, in the partition's log
-        aborted.abort_transaction(30)
-        del aborted  # its client ends here, not at the broker's stop
-        producer.send(topic, [{"patient": 3, **reading}, {"patient": 4, **reading}],
+        producer.send(topic, [{"patient": 3, **reading}], partition=0)
+        abort(aborted, 3, 4)  # read by the query's micro-batches
+        producer.send(topic, [{"patient": 5, **reading}, {"patient": 6, **reading}],
                       partition=0)
         assert wait_until(lambda: len(got["doctor"].rows) >= 3, timeout=120)
         time.sleep(1.5)  # nothing more comes
-        assert sorted(r["patient"] for r in got["doctor"].rows) == [1, 3, 4]
+        assert sorted(r["patient"] for r in got["doctor"].rows) == [3, 5, 6]
         assert got["nurse"].rows == []
         assert rt.stats()["vitals"]["punctuations_unreadable"] == 0
-        # the rows read are the tuples (1, 3, 4): the punctuation record is none (Spark's
-        # numInputRows, 4, counts it)
+        # the rows read are the tuples (3, 5, 6) and no punctuation record
         assert rt.stats()["vitals"]["rows_in"] == 3
     finally:
         rt.stop()
+        del aborted  # its client ends here, not at the broker's stop
