@@ -17,7 +17,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pep.delivery.settings import ACKS
@@ -117,20 +117,19 @@ def _bootstrap(text: str) -> str:
     return text
 
 
-def _prefix(text: str) -> str:
-    if not PREFIX.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"must be 1 to 100 of the characters Kafka allows in "
-                                         f"a topic name (letters, digits, '.', '_', '-'), got "
-                                         f"{text!r}")
-    return text
+def _matching(pattern: re.Pattern[str], expected: str) -> Callable[[str], str]:
+    """An argparse `type` that takes a text `pattern` matches whole, else says `expected`."""
+    def check(text: str) -> str:
+        if not pattern.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return text
+    return check
 
 
-def _user(text: str) -> str:
-    if not USER.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"expected a Kafka user name (1 to 128 letters, digits, "
-                                         f"'.', '_', '@', '-'; a letter or digit first), got "
-                                         f"{text!r}")
-    return text
+_prefix = _matching(PREFIX, "1 to 100 of the characters Kafka allows in a topic name "
+                            "(letters, digits, '.', '_', '-')")
+_user = _matching(USER, "a Kafka user name (1 to 128 letters, digits, '.', '_', '@', '-'; a "
+                        "letter or digit first)")
 
 
 def _check_users(parser: argparse.ArgumentParser, gateway: str, edges: Sequence[str]) -> None:
