@@ -65,8 +65,9 @@ class MicroBatchRunner:
         self._shield = shield  # the stream's security punctuations (`query/shield.py`)
         # a Kafka stream's rows read come from Spark's progress, which counts punctuation
         # records: a punctuated one's tuples are counted by its shield instead
-        self._shield_counts = isinstance(shield, SourceShield) and layout.kafka
-        if self._shield_counts:
+        self._counting = (shield if isinstance(shield, SourceShield) and layout.kafka
+                          else None)
+        if self._counting is not None:
             figures.counted_by_shield()
         # a batch's results are delivered one batch behind the query (`query/route_worker.py`)
         self._worker = RouteWorker(f"xsg-route-{layout.name}", figures.failed)
@@ -117,9 +118,8 @@ class MicroBatchRunner:
         guard = None
         if self._shield is not None:  # (a files or kafka stream's: its punctuations taken out)
             batch, guard = self._shield.shielded(batch)
-            if self._shield_counts:
-                assert isinstance(self._shield, SourceShield)
-                self._figures.tuples_read(self._shield.tuples)
+            if self._counting is not None:
+                self._figures.tuples_read(self._counting.tuples)
         self._table.anchors.update(batch, sets.anchored)  # nothing without DISTANCE_TO
         shape = self._table.shape_of(plans, version)
         rows_by = self._rows.matcher(sets, shape)
