@@ -130,7 +130,8 @@ class StreamRuntime:
             from pep.runtime.delivery.driver_rows import DriverRows
 
             self._topics = (settings.delivery.spark_options(),
-                            DriverRows(settings.delivery.client()))
+                            DriverRows(settings.delivery.client(), settings.delivery.client(**{
+                                "group.id": settings.delivery.group_prefix + "gateway"})))
 
     def attach_handle(self, handle_id: str, stream: StreamDefinition,
                       plan: ExecutionPlan | UnionPlan, deliver: Callable[[RowBatch], bool]

@@ -53,6 +53,17 @@ def realtime_key(epoch: str) -> str:
     return f"{REALTIME_KEY}:{epoch}:"
 
 
+def source_place(key: bytes | None) -> tuple[str, int, int] | None:
+    """(epoch, source partition, source offset) of a key `realtime_key` began; None for
+    another key."""
+    try:
+        kind, epoch, place = (key or b"").decode("ascii").split(":")
+        _topic, partition, offset = place.rsplit("/", 2)
+        return (epoch, int(partition), int(offset)) if kind == REALTIME_KEY else None
+    except ValueError:
+        return None
+
+
 def refusal(plans: Sequence[Any], punctuated: bool) -> str | None:
     """Why a stream with these plan states (`PlanRegistry`'s) cannot run in real-time mode;
     None when it can (the module docstring)."""
@@ -137,4 +148,4 @@ class RealTimeRows:
 
 
 __all__ = ["NATIVE_KINDS", "REALTIME_KEY", "RealTimeRows", "ensure_epoch", "realtime_key",
-           "refusal", "routes_key"]
+           "refusal", "routes_key", "source_place"]
