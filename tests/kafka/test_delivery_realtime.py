@@ -221,6 +221,28 @@ def test_the_cuts_past_what_a_stopped_real_time_query_wrote():
     assert plan_cuts(routes, tops) == {1: (6, 0, 10), 2: (5, 0)}
 
 
+def test_raised_cuts_never_lower_a_plan_s_cut_and_make_a_new_version():
+    """`PlanRegistry.raise_cuts`: per partition the higher of the plan's cut and the new one
+    (a plan without a cut gets one); a plan gone meanwhile is passed over."""
+    from pep.runtime.plans.compile import compile_plan
+    from pep.runtime.query.registry import PlanRegistry
+    from tests.kafka.test_kafka_runtime import SCHEMA
+    registry = PlanRegistry(2)
+    cut = ExecutionPlan("s", ((Predicate("v", ">", 0.0),),), ("v",), start_offsets=(4, 9))
+    uncut = ExecutionPlan("s", ((Predicate("v", "<", 0.0),),), ("v",))
+    registry.add_handle("h1", compile_plan(cut, SCHEMA, "ts"), lambda batch: True)
+    registry.add_handle("h2", compile_plan(uncut, SCHEMA, "ts"), lambda batch: True)
+    plans, version = registry.current()
+    ids = {s.compiled.start_offsets is None: s.id for s in plans}
+    registry.raise_cuts({ids[False]: (6, 2, 3), ids[True]: (0, 5), 99: (7,)})
+    after, new_version = registry.current()
+    assert new_version > version
+    assert {s.id: s.compiled.start_offsets for s in after} == {ids[False]: (6, 9, 3),
+                                                               ids[True]: (0, 5)}
+    registry.raise_cuts({ids[False]: (1, 1)})  # lower: nothing changes
+    assert registry.current()[1] == new_version
+
+
 def test_an_edge_skips_what_a_restarted_real_time_query_writes_again():
     """`SourceLog`: per source partition, a record not above the highest offset read is a
     repeat; another epoch (a new checkpoint) starts afresh; micro-batch keys are not its."""
