@@ -41,7 +41,7 @@ def wait_for(check, timeout: float = 120.0) -> bool:
 
 
 def test_a_qualifying_stream_runs_in_real_time_mode_and_falls_back_for_a_window(
-        spark, tmp_path, kafka_broker, kafka_topic, producer):
+        spark, tmp_path, kafka_broker, kafka_topic, producer, caplog):
     from pep.runtime.runtime import RuntimeSettings, StreamRuntime
     source = kafka_topic(1)  # the test session has 2 task slots: one for the partition
     stream = kafka_stream(kafka_broker, source)
@@ -83,6 +83,12 @@ def test_a_qualifying_stream_runs_in_real_time_mode_and_falls_back_for_a_window(
         assert [r for _, r in got_a] == [{"station": "A", "v": 4.0}]
         got_b = read_rows(b, 1)
         assert [r for _, r in got_b] == [{"v": -5.0}]
+
+        # a real-time batch lasts its 5 s by design: never told as "falling behind" (the
+        # runtime's janitor looks every 5 s; several batches ended by now)
+        assert lifecycle.last_batch_at is not None
+        assert not [r.getMessage() for r in caplog.records
+                    if "falling behind" in r.getMessage() and stream.name in r.getMessage()]
 
         # a window plan does not qualify: the stream's query runs micro-batches again, and the
         # row plans' rows keep coming (through the micro-batches' writer)

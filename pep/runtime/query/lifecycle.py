@@ -2,7 +2,9 @@
 handle: `start_position.py`; after the replay a restored Kafka stream's handles are owed), stop
 between two batches (for a restart with added attributes, or the gateway stopping), and the
 gate every micro-batch passes before it runs (`on_batch`, the query's foreachBatch); the query's
-health (stalls, input waiting).
+health (stalls, input waiting). A Kafka stream's real-time mode is a part of its own
+(`realtime_mode.RealTimeMode`): it chooses the mode at each start and restarts the query through
+this class's `QueryControl` side (`layout`, `running`, `restart`).
 """
 from __future__ import annotations
 

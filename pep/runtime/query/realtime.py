@@ -24,7 +24,8 @@ every handle reads a plan topic. Real-time tasks hold one task slot per source p
 the whole batch: the query also needs more slots than the topic has partitions (one left for
 the gateway's other queries).
 
-The plans are literals of the query: a plan that comes or goes restarts it (`QueryLifecycle`).
+The plans are literals of the query: a plan that comes or goes restarts it (`RealTimeMode`,
+`realtime_mode.py`, which also keeps a change of mode from repeating rows).
 """
 from __future__ import annotations
 
