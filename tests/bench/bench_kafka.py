@@ -16,8 +16,9 @@ them and its map keeps four columns. The sides (tests/bench/harness.py says why 
 - gateway-topics: the same gateway with `delivery = "kafka"` (a real PostgreSQL store, the
   broker): Spark writes the plan's topic (maxOffsetsPerTrigger 100,000), an edge (`xsg edge`, a
   process of its own) serves the reader;
-- gateway-realtime: that gateway with real-time mode on (`delivery_realtime`, 5 s batches; a
-  store, topic prefix and edge of its own), in part 3 only;
+- gateway-realtime: that gateway with real-time mode on (`delivery_realtime`, 30 s batches,
+  `--realtime-batch`: each batch's end pauses the reading; a store, topic prefix and edge of its
+  own), in part 3 only;
 - user: the same parse, filter and projection as a user writes it, in an application of its own
   (its own process, JVM and SparkSession with Spark's defaults; no maxOffsetsPerTrigger, the
   default trigger), each micro-batch's rows brought to the driver with `toArrow()`;
@@ -117,7 +118,7 @@ SIDES = ("gateway", "gateway-topics", "user", "gateway-settings")
 GATEWAYS = ("gateway", "gateway-topics", "gateway-realtime")
 # the same-topic comparison of the plan-topics path in micro-batches and in real-time mode
 REALTIME_SIDES = ("gateway-topics", "gateway-realtime")
-REALTIME_BATCH = 5.0  # seconds of a real-time batch (Spark's minimum)
+REALTIME_BATCH = 30.0  # seconds of a real-time batch (each batch end pauses the reading)
 SINCE = "the first record"
 GRACE = 5.0  # seconds after the last record a row may still arrive before it counts as never
 LEAD = 3.0  # seconds from a latency run's set-up to its first record (the producer's start)

@@ -199,13 +199,15 @@ class RealTimeMode:
             return
         try:
             self._await_tasks(running.run_id)
-            if self._client is None or not running.routes:
+            # the plans still attached (a plan whose last handle left: its topic goes too)
+            live = {s.id for s in self._plans() if s.used}
+            routes = [r for r in running.routes if r.pid in live]
+            if self._client is None or not routes:
                 return
             since = (running.progressed or running.started) - self._rows.batch_seconds - 2.0
-            tops = written_tops(self._client, sorted({t for r in running.routes
-                                                      for t in r.topics}),
+            tops = written_tops(self._client, sorted({t for r in routes for t in r.topics}),
                                 running.epoch, since)
-            cuts = plan_cuts(running.routes, tops)
+            cuts = plan_cuts(routes, tops)
             if cuts:
                 self._raise_cuts(cuts)
                 log.info("stream %s: the real-time query wrote up to offsets %s: its plans "
@@ -342,11 +344,21 @@ def written_tops(client: dict[str, Any], topics: Sequence[str], epoch: str, sinc
 def _settled_ends(consumer: Any, topics: Sequence[str]) -> dict[str, int]:
     """The topics' end offsets once they stayed the same for SETTLE seconds (a stopped
     query's producer delivers what its tasks handed it)."""
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    gone = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+            KafkaError._UNKNOWN_PARTITION)
+
+    def end(topic: str) -> int:
+        try:
+            return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10.0)[1])
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() in gone:
+                return 0  # deleted meanwhile (its handles ended): nothing to start after
+            raise
 
     def ends() -> dict[str, int]:
-        return {t: int(consumer.get_watermark_offsets(TopicPartition(t, 0), timeout=10.0)[1])
-                for t in topics}
+        return {t: end(t) for t in topics}
     last = ends()
     deadline = time.monotonic() + SETTLE_MAX
     while time.monotonic() < deadline:
