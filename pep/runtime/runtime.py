@@ -130,7 +130,8 @@ class StreamRuntime:
             from pep.runtime.delivery.driver_rows import DriverRows
 
             self._topics = (settings.delivery.spark_options(),
-                            DriverRows(settings.delivery.client()))
+                            DriverRows(settings.delivery.client(), settings.delivery.client(**{
+                                "group.id": settings.delivery.group_prefix + "gateway"})))
 
     def attach_handle(self, handle_id: str, stream: StreamDefinition,
                       plan: ExecutionPlan | UnionPlan, deliver: Callable[[RowBatch], bool]
@@ -407,8 +408,10 @@ class StreamRuntime:
         of the shared query longer than its trigger's longest interval (each stream they
         carried named); returns how many."""
         with self._lock:
+            # a real-time batch lasts its `delivery_realtime` seconds by design: not late
             names = {ex.query_name: name for name, ex in self._executors.items()
-                     if ex.query_name is not None and isinstance(ex, StreamExecutor)}
+                     if ex.query_name is not None and isinstance(ex, StreamExecutor)
+                     and ex.lifecycle.mode != "realtime"}
             shared, shared_late = self._shared, self._shared_late
 
         def describe(batch: LateBatch) -> list[str]:

@@ -16,8 +16,9 @@ them and its map keeps four columns. The sides (tests/bench/harness.py says why 
 - gateway-topics: the same gateway with `delivery = "kafka"` (a real PostgreSQL store, the
   broker): Spark writes the plan's topic (maxOffsetsPerTrigger 100,000), an edge (`xsg edge`, a
   process of its own) serves the reader;
-- gateway-realtime: that gateway with real-time mode on (`delivery_realtime`, 5 s batches; a
-  store, topic prefix and edge of its own), in part 3 only;
+- gateway-realtime: that gateway with real-time mode on (`delivery_realtime`, 30 s batches,
+  `--realtime-batch`: each batch's end pauses the reading; a store, topic prefix and edge of its
+  own), in part 3 only;
 - user: the same parse, filter and projection as a user writes it, in an application of its own
   (its own process, JVM and SparkSession with Spark's defaults; no maxOffsetsPerTrigger, the
   default trigger), each micro-batch's rows brought to the driver with `toArrow()`;
@@ -117,7 +118,7 @@ SIDES = ("gateway", "gateway-topics", "user", "gateway-settings")
 GATEWAYS = ("gateway", "gateway-topics", "gateway-realtime")
 # the same-topic comparison of the plan-topics path in micro-batches and in real-time mode
 REALTIME_SIDES = ("gateway-topics", "gateway-realtime")
-REALTIME_BATCH = 5.0  # seconds of a real-time batch (Spark's minimum)
+REALTIME_BATCH = 30.0  # seconds of a real-time batch (each batch end pauses the reading)
 SINCE = "the first record"
 GRACE = 5.0  # seconds after the last record a row may still arrive before it counts as never
 LEAD = 3.0  # seconds from a latency run's set-up to its first record (the producer's start)
@@ -325,16 +326,17 @@ def phases(start_at: float, startup: float, seconds: float) -> list[list[float]]
 
 
 def realtime_latency(spark: Any, bootstrap: str, topic: str, out_topic: str, rate: float,
-                     seconds: float, startup: float) -> dict[str, Any]:
+                     seconds: float, startup: float, batch: float = 30.0) -> dict[str, Any]:
     """A user's real-time query: Kafka -> parse, filter, project -> Kafka output topic; a
-    consumer process of the output topic measures the latency."""
+    consumer process of the output topic measures the latency. `batch`: seconds of its
+    real-time batches (the gateway's, `--realtime-batch`: each batch's end pauses the reading)."""
     from pyspark.sql import functions as F
     direct = Direct(spark, USER, bootstrap, topic)
     query = (direct.frame.select(F.to_json(F.struct(*COLUMNS)).alias("value"))
              .writeStream.format("kafka").outputMode("update")
              .option("kafka.bootstrap.servers", bootstrap)
              .option("topic", out_topic).option("checkpointLocation", direct.checkpoint)
-             .trigger(realTime="30 seconds").start())
+             .trigger(realTime=f"{int(batch)} seconds").start())
     try:
         time.sleep(5.0)  # the real-time query has started its long-running batch
         start_at = time.time() + LEAD
@@ -510,6 +512,9 @@ def main() -> None:
     parser.add_argument("--topics-caps", default="",
                         help="throughput of the plan-topics gateway at each of these "
                              "maxOffsetsPerTrigger (comma-separated) against the user's query")
+    parser.add_argument("--realtime-batch", type=float, default=REALTIME_BATCH,
+                        help="seconds of a real-time batch, the gateway's (delivery_realtime) "
+                             "and the user's real-time query's alike")
     parser.add_argument("--cap", type=int, default=None,
                         help="the gateway streams' maxOffsetsPerTrigger (default: the gateway's)")
     args = parser.parse_args()
@@ -554,10 +559,10 @@ def main() -> None:
         gws["gateway-realtime"] = Gateway(
             StreamRuntime(spark, tmp / "gwr" / "runtime", settings=RuntimeSettings(
                 delivery=DeliverySettings(brokers, security_protocol="PLAINTEXT",
-                                          prefix="xsgrt.", realtime=REALTIME_BATCH))),
+                                          prefix="xsgrt.", realtime=args.realtime_batch))),
             tmp / "gwr", accounts(2), store=rt_store, delivery="kafka",
             delivery_brokers=brokers, delivery_security_protocol="PLAINTEXT",
-            delivery_topic_prefix="xsgrt.", delivery_realtime=REALTIME_BATCH)
+            delivery_topic_prefix="xsgrt.", delivery_realtime=args.realtime_batch)
         stack.callback(gws["gateway-realtime"].close)
         edges = [start_edge(tmp, "edge-topics", store, brokers, tmp / "gwt" / "auth.json",
                             "xsg."),
@@ -577,8 +582,10 @@ def main() -> None:
         if "latency" in parts:
             results["lat"] = latency(bench, args.rate, seconds, args.startup, trials)
         if "realtime" in parts:
-            results["rtm_gw"] = realtime_gateway(bench, args.rate, seconds, args.startup, trials)
-            results["rtm"] = realtime(bench, args.rate, seconds, args.startup)
+            results["rtm_gw"] = realtime_gateway(bench, args.rate, seconds, args.startup, trials,
+                                                 args.realtime_batch)
+            results["rtm"] = realtime(bench, args.rate, seconds, args.startup,
+                                      args.realtime_batch)
         if "ingest" in parts:
             results["ingest"] = ingest_rates(bench, 10 if args.quick else 40, max(1, trials))
     summary(results)
@@ -672,11 +679,11 @@ def latency(bench: Bench, rate: float, seconds: float, startup: float,
 
 
 def realtime_gateway(bench: Bench, rate: float, seconds: float, startup: float,
-                     trials: int) -> dict[str, Any]:
+                     trials: int, batch: float) -> dict[str, Any]:
     """Through plan topics and an edge, micro-batches against real-time mode, on the same topic
     (one partition: real-time mode wants a task slot per partition and one more), one side at a
     time, the order rotating."""
-    print(f"\n3. plan topics + edge, micro-batches against real-time mode ({REALTIME_BATCH:g} s "
+    print(f"\n3. plan topics + edge, micro-batches against real-time mode ({batch:g} s "
           f"batches), the same topic (1 partition), {rate:.0f} records/s for {seconds:.0f} s "
           f"(half pass), start-up = the first {startup:.0f} s")
     topic = bench.topic(1)
@@ -692,17 +699,21 @@ def realtime_gateway(bench: Bench, rate: float, seconds: float, startup: float,
     return runs
 
 
-def realtime(bench: Bench, rate: float, seconds: float, startup: float) -> dict[str, Any]:
-    print("\n3b. a user's real-time query")
+def realtime(bench: Bench, rate: float, seconds: float, startup: float, batch: float
+             ) -> dict[str, Any]:
+    print(f"\n3b. a user's real-time query ({batch:g} s batches)")
     answer = bench.app.call("foreach_batch_realtime", bootstrap=bench.broker.bootstrap,
                             topic=bench.topic())["answer"]
     print(f"  foreachBatch (the shared query's sink) in real-time mode: {answer}")
-    topic = bench.topic()
+    # one partition, as the gateway's real-time side: a real-time task holds a slot per
+    # partition, and the user's application has two (of three partitions, a third of the
+    # records were never read)
+    topic = bench.topic(1)
     out_topic = f"{topic}-out"
     bench.broker.create_topic(out_topic, 1)
     rtm = bench.app.call("realtime", wait=seconds + 300, bootstrap=bench.broker.bootstrap,
                          topic=topic, out_topic=out_topic, rate=rate, seconds=seconds,
-                         startup=startup)
+                         startup=startup, batch=batch)
     for label, (lat, want) in zip(("start-up", "steady"), phase_split(rtm), strict=True):
         print(f"  a user's real-time query -> Kafka, {label}: {latency_line(lat, want, 'ms')}")
     if rtm.get("error"):

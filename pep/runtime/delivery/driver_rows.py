@@ -24,10 +24,14 @@ FLUSH_STEP = 1.0  # seconds per flush call while waiting for the brokers
 
 class DriverRows:
     """The driver's producer of plan-topic records (the module docstring). `client`: its
-    librdkafka settings (`DeliverySettings.client()`)."""
+    librdkafka settings (`DeliverySettings.client()`); `reader`: those of a consumer of the
+    plan topics under the same identity (a stopped real-time query's last records are read
+    back, `pep.runtime.query.realtime_mode`)."""
 
-    def __init__(self, client: dict[str, Any]) -> None:
+    def __init__(self, client: dict[str, Any], reader: dict[str, Any] | None = None) -> None:
         from confluent_kafka import Producer
+
+        self.reader = reader
 
         settings = {**client, "acks": "all", "enable.idempotence": True, "linger.ms": 1,
                     "message.timeout.ms": 0,  # never give a record up: the brokers come back

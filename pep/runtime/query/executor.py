@@ -54,6 +54,7 @@ from pep.runtime.query.lifecycle import QueryLifecycle
 from pep.runtime.query.panes_job import PanesJob
 from pep.runtime.query.plan_table import PlanTable
 from pep.runtime.query.realtime import RealTimeRows
+from pep.runtime.query.realtime_mode import RealTimeMode
 from pep.runtime.query.registry import PlanRegistry
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.rows_job import RowsJob
@@ -113,10 +114,11 @@ class StreamExecutor:
                                        self.shield, writer)
         self.replay = KafkaReplay(spark, layout, self.registry, self.table, self.rows,
                                   self.router, self.figures)
+        realtime_mode = None if realtime_rows is None or topics is None else RealTimeMode(
+            realtime_rows, spark, lambda: self.registry.current()[0], self.shield is not None,
+            self.registry.raise_cuts, topics[1].reader)
         self.lifecycle = QueryLifecycle(settings, layout, self.runner, self.router, self.replay,
-                                        self.figures, self._prepare_plans, realtime_rows,
-                                        lambda: self.registry.current()[0],
-                                        self.shield is not None)
+                                        self.figures, self._prepare_plans, realtime_mode)
 
     def _prepare_plans(self) -> None:
         self.table.prepare(*self.registry.current())

@@ -2,7 +2,9 @@
 handle: `start_position.py`; after the replay a restored Kafka stream's handles are owed), stop
 between two batches (for a restart with added attributes, or the gateway stopping), and the
 gate every micro-batch passes before it runs (`on_batch`, the query's foreachBatch); the query's
-health (stalls, input waiting).
+health (stalls, input waiting). A Kafka stream's real-time mode is a part of its own
+(`realtime_mode.RealTimeMode`): it chooses the mode at each start and restarts the query through
+this class's `QueryControl` side (`layout`, `running`, `restart`).
 """
 from __future__ import annotations
 
@@ -21,11 +23,10 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pep.core.plan import StreamDefinition
 from pep.runtime.base.columns import FILE_COLUMN
 from pep.runtime.base.jvm_steps import foreach_batch, stopped_batch
-from pep.runtime.delivery.writer import TopicWriter
 from pep.runtime.query.figures import QueryFigures
 from pep.runtime.query.kafka_replay import KafkaReplay
 from pep.runtime.query.progress import query_progress
-from pep.runtime.query.realtime import RealTimeRows, ensure_epoch, refusal, routes_key
+from pep.runtime.query.realtime_mode import RealTimeMode
 from pep.runtime.query.route_worker import RoutingFailed
 from pep.runtime.query.router import ResultRouter
 from pep.runtime.query.runner import MicroBatchRunner
@@ -38,7 +39,7 @@ from pep.runtime.query.start_position import (
     source_path,
 )
 from pep.runtime.sources.checkpoints import StreamCheckpoint, archive_dir, await_kafka_offsets
-from pep.runtime.sources.frames import build_source, kafka_realtime_frame
+from pep.runtime.sources.frames import build_source
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +62,9 @@ class QueryLifecycle:
     def __init__(self, settings: QuerySettings, layout: StreamLayout, runner: MicroBatchRunner,
                  router: ResultRouter, replay: KafkaReplay, figures: QueryFigures,
                  prepare_plans: Callable[[], None],
-                 realtime: RealTimeRows | None = None,
-                 plans: Callable[[], list[Any]] = list, punctuated: bool = False) -> None:
-        """`realtime`: a Kafka stream's queries may run in real-time mode while its plans
-        (`plans()`, the registry's states) qualify (`pep.runtime.query.realtime`)."""
+                 realtime: RealTimeMode | None = None) -> None:
+        """`realtime`: a Kafka stream's query may run in real-time mode while its plans
+        qualify (`pep.runtime.query.realtime_mode`)."""
         self._settings = settings
         self._layout = layout
         self._runner = runner
@@ -90,12 +90,13 @@ class QueryLifecycle:
         # ((the checkpoint's metadata file, its inode, its mtime), its query id)
         self._epoch: tuple[tuple[Path, int, int], str] | None = None
         self._realtime = realtime if layout.kafka else None
-        self._plans = plans
-        self._punctuated = punctuated
-        # what the running real-time query was built from (None: micro-batches)
-        self._realtime_built: tuple[Any, ...] | None = None
-        self._mode_lock = threading.Lock()  # one change of mode at a time, none after a stop
         self._ended = False  # stopped from outside: no change of mode starts it again
+
+    def _progressed(self, rows: int) -> None:
+        """A real-time batch ended (committed): no foreachBatch tells the figures and the
+        health checks that the query moves."""
+        self._figures.rows_read(rows)
+        self.last_batch_at = time.time()
 
     def redefine(self, layout: StreamLayout) -> None:
         """The stream's definition changed (the next start reads the new one)."""
@@ -144,9 +145,11 @@ class QueryLifecycle:
         self.started_at = time.time()
         name = f"xsg-{uuid.uuid4().hex[:12]}"
         self._query_name = name
-        realtime = self._realtime_plans()
-        if realtime is not None:
-            self._query = self._start_realtime(realtime, name)
+        chosen = self._realtime.choose(self._layout) if self._realtime is not None else None
+        if chosen is not None and self._realtime is not None:
+            self._query = self._realtime.start(chosen, self._layout, name,
+                                               self._checkpoint.location,
+                                               self._router.completed_batch, self._progressed)
         else:
             if self._layout.kafka:
                 # no stream positions: the rows read come from Spark's progress reports, not
@@ -170,107 +173,45 @@ class QueryLifecycle:
         except Exception as exc:  # noqa: BLE001 - the query runs already: its first batch builds it (or fails)
             log.warning("stream %s: plan table not prepared: %s", definition.name, exc)
 
-    # ----- real-time mode (pep/runtime/query/realtime.py) ----------------------------------
+    # ----- real-time mode (pep/runtime/query/realtime_mode.py) -----------------------------
     @property
     def mode(self) -> str:
-        """"realtime" while the query runs in real-time mode, else "micro-batch"."""
-        return "realtime" if self._realtime_built is not None else "micro-batch"
+        """"realtime" while the query runs in real-time mode (until it has stopped), else
+        "micro-batch"."""
+        return self._realtime.mode if self._realtime is not None else "micro-batch"
 
     @property
     def realtime_plans(self) -> tuple[int, ...]:
         """The ids of the plans the running real-time query serves (none: micro-batches)."""
-        built = self._realtime_built
-        return tuple(route.pid for route, _ in built) if built is not None else ()
+        return self._realtime.plan_ids if self._realtime is not None else ()
 
-    def _realtime_plans(self) -> tuple[list[Any], list[Any]] | None:
-        """(plan states, their routes) when the stream's query may run in real-time mode now;
-        None: micro-batches (the reason is logged at DEBUG)."""
-        if self._realtime is None:
-            return None
-        plans = [s for s in self._plans() if s.used]
-        why = refusal(plans, self._punctuated) or self._slots_refusal(plans)
-        if why is not None:
-            log.debug("stream %s: micro-batches, not real-time mode: %s", self._layout.name, why)
-            return None
-        layout = self._layout
-        routes = TopicWriter.routes(plans, lambda s: tuple(layout.row_columns(
-            s.compiled, s.compiled.projection)))
-        return plans, routes
+    @property
+    def layout(self) -> StreamLayout:
+        return self._layout
 
-    def _slots_refusal(self, plans: list[Any]) -> str | None:
-        """A real-time task per source partition holds its slot for the whole batch: the query
-        needs fewer partitions than the session has slots (one left for the other queries)."""
-        slots = int(self._settings.spark.sparkContext.defaultParallelism)
-        cuts = [len(s.compiled.start_offsets) for s in plans
-                if s.compiled.start_offsets is not None]
-        if not cuts:
-            try:
-                from pep.runtime.sources.kafka_offsets import KafkaOffsets
-                cuts = [len(KafkaOffsets().end_offsets(self._layout.definition))]
-            except Exception as exc:  # noqa: BLE001 - micro-batches, which need no count
-                return f"the topic's partitions are unknown ({exc})"
-        partitions = max(cuts)
-        if partitions >= slots:
-            return (f"the topic has {partitions} partition(s) and Spark {slots} task slot(s): "
-                    "real-time mode needs a slot per partition and one more")
-        return None
+    @property
+    def running(self) -> bool:
+        """The query was started and not stopped (`RealTimeMode`'s `QueryControl`)."""
+        return self._query is not None and not self._stopped and not self._ended
 
-    def _start_realtime(self, chosen: tuple[list[Any], list[Any]], name: str
-                        ) -> StreamingQuery:
-        assert self._realtime is not None and self._checkpoint is not None
-        plans, routes = chosen
-        settings, layout = self._settings, self._layout
-        location = self._checkpoint.location
-        epoch = ensure_epoch(location)
-        records = self._realtime.records(kafka_realtime_frame(settings.spark, layout.definition),
-                                         layout.schema, plans, routes, epoch)
-
-        def progressed(rows: int) -> None:
-            # a real-time batch ended (committed): no foreachBatch tells the figures and the
-            # health checks that the query moves
-            self._figures.rows_read(rows)
-            self.last_batch_at = time.time()
-        query_progress(settings.spark).register(name, progressed)
-        query = self._realtime.start(records, name, location)
-        self._realtime_built = routes_key(routes, plans)
-        log.info("stream %s: real-time mode, %d plan(s)", layout.name, len(plans))
-        return query
+    def restart(self) -> None:
+        """Stop the query between two batches and start it again: its mode is chosen at the
+        start (`RealTimeMode`'s `QueryControl`)."""
+        try:
+            self.stop_between_batches()
+            if self._ended:
+                return
+            self._stopped = False
+            self.start()
+        except Exception as exc:
+            self._figures.failed(exc)
+            log.exception("stream %s: the query did not start again", self._layout.name)
 
     def plans_changed(self) -> None:
-        """A handle came or went. With real-time mode allowed, the query is started again when
-        its mode must change, or when the plans a real-time query was built from changed (they
-        are literals of it); in a thread of its own (the caller may hold the runtime's lock or
-        be in a batch's delivery)."""
-        if self._realtime is None or self._query is None or self._stopped:
-            return
-        t = threading.Thread(target=self._change_mode, name="xsg-realtime-restart", daemon=True)
-        t.start()
-
-    def _change_mode(self) -> None:
-        with self._mode_lock:
-            if self._ended or self._stopped or self._query is None:
-                return
-            if not any(s.used for s in self._plans()):
-                return  # the last handle left: the runtime stops the query
-            chosen = self._realtime_plans()
-            built = self._realtime_built
-            if chosen is None and built is None:
-                return
-            if chosen is not None and built is not None \
-                    and routes_key(chosen[1], chosen[0]) == built:
-                return
-            log.info("stream %s: %s, its query starts again", self._layout.name,
-                     "its plans changed" if chosen is not None and built is not None
-                     else f"to {'real-time mode' if chosen is not None else 'micro-batches'}")
-            try:
-                self.stop_between_batches()
-                if self._ended:
-                    return
-                self._stopped = False
-                self.start()
-            except Exception as exc:
-                self._figures.failed(exc)
-                log.exception("stream %s: the query did not start again", self._layout.name)
+        """A handle came or went: with real-time mode allowed, the query starts again when its
+        mode must change or the plans of its real-time query changed (`RealTimeMode`)."""
+        if self._realtime is not None:
+            self._realtime.plans_changed(self)
 
     def start_again(self, previous: StreamDefinition) -> None:
         """Start the query stopped by `stop_between_batches` again, on the checkpoint of
@@ -397,7 +338,11 @@ class QueryLifecycle:
         not committed), and the last batch delivered in full is written down for the next
         query, which skips it if this stop cut off its commit."""
         self._ended = True
-        with self._mode_lock:
+        if self._realtime is None:
+            self._stop(idle)
+            return
+        self._realtime.ended = True
+        with self._realtime.lock:
             self._stop(idle)
 
     def _stop(self, idle: bool = False) -> None:
@@ -410,12 +355,16 @@ class QueryLifecycle:
                 time.sleep(0.02)
         try:
             self._stopped = True
-            self._realtime_built = None
             if self._query is not None:
                 try:
                     self._query.stop()
                 except Exception:  # stopping must not fail the caller
                     log.exception("stopping the query of stream %s failed", self._layout.name)
+            if self._realtime is not None and not idle and not self._ended:
+                # what the real-time query wrote is not written again by the next query
+                self._realtime.after_stop(self._layout)
+            elif self._realtime is not None:
+                self._realtime.forget()  # no next query on this checkpoint in this process
             # the batch in flight is delivered before the last delivered batch is written down
             try:
                 self._runner.drain()

@@ -24,7 +24,8 @@ every handle reads a plan topic. Real-time tasks hold one task slot per source p
 the whole batch: the query also needs more slots than the topic has partitions (one left for
 the gateway's other queries).
 
-The plans are literals of the query: a plan that comes or goes restarts it (`QueryLifecycle`).
+The plans are literals of the query: a plan that comes or goes restarts it (`RealTimeMode`,
+`realtime_mode.py`, which also keeps a change of mode from repeating rows).
 """
 from __future__ import annotations
 
@@ -51,6 +52,17 @@ def realtime_key(epoch: str) -> str:
     """The keys' common part of a real-time query (`r:<epoch>:`); the source record's
     `<topic>/<partition>/<offset>` follows."""
     return f"{REALTIME_KEY}:{epoch}:"
+
+
+def source_place(key: bytes | None) -> tuple[str, int, int] | None:
+    """(epoch, source partition, source offset) of a key `realtime_key` began; None for
+    another key."""
+    try:
+        kind, epoch, place = (key or b"").decode("ascii").split(":")
+        _topic, partition, offset = place.rsplit("/", 2)
+        return (epoch, int(partition), int(offset)) if kind == REALTIME_KEY else None
+    except ValueError:
+        return None
 
 
 def refusal(plans: Sequence[Any], punctuated: bool) -> str | None:
@@ -137,4 +149,4 @@ class RealTimeRows:
 
 
 __all__ = ["NATIVE_KINDS", "REALTIME_KEY", "RealTimeRows", "ensure_epoch", "realtime_key",
-           "refusal", "routes_key"]
+           "refusal", "routes_key", "source_place"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pep.runtime.base.delivery import Deliver
@@ -206,6 +206,27 @@ class PlanRegistry:
             del self._plans[state.id]
             del self._plan_ids[state.compiled.key]
             self._version += 1
+
+    def raise_cuts(self, cuts: dict[int, tuple[int, ...]]) -> None:
+        """Raise these plans' Kafka cuts (plan id -> per partition, the first offset given to
+        it; never lowered): what a stopped real-time query already wrote to their topics is
+        not given again (`pep.runtime.query.realtime_mode`). A new version: the next batch
+        matches with them."""
+        with self._lock:
+            changed = False
+            for pid, cut in cuts.items():
+                state = self._plans.get(pid)
+                if state is None:
+                    continue
+                old = state.compiled.start_offsets or ()
+                width = max(len(old), len(cut))
+                new = tuple(max(old[i] if i < len(old) else 0, cut[i] if i < len(cut) else 0)
+                            for i in range(width))
+                if new != old:
+                    state.compiled = replace(state.compiled, start_offsets=new)
+                    changed = True
+            if changed:
+                self._version += 1
 
     def attached(self) -> list[tuple[str, CompiledPlan | CompiledUnion, Deliver]]:
         """The active handles with their plans (to move them onto a replacement query)."""
