@@ -29,6 +29,7 @@ stream stalls (its readers are told) rather than losing or repeating rows.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -234,9 +235,10 @@ class TopicRows:
                     raise
                 self.retried += 1
                 if not warned:
+                    # never Spark's text: it may quote a row's value (a cast, a record too
+                    # large), and what a policy hides reaches no log line
                     log.warning("plan topics: a micro-batch's rows could not be written (%s); "
-                                "trying again until the brokers answer",
-                                _first_line(exc))
+                                "trying again until the brokers answer", described(exc))
                     warned = True
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY[1])
@@ -262,9 +264,31 @@ def _json_ready(column: Column, dtype: T.DataType) -> Column:
     return column
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+_NAME = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*")
 
 
-__all__ = ["PID", "PlanRoute", "TopicRows", "micro_batch_key"]
+def described(exc: BaseException) -> str:
+    """What a log line may say of a failed write: the exception's class, Spark's error
+    condition and, for an error of the JVM, its Java class; each only when it is a plain name
+    (identifiers from code, never from data). Never the message: Spark quotes values in it."""
+    parts = [type(exc).__name__]
+    condition = getattr(exc, "getCondition", None)
+    if callable(condition):
+        try:
+            name = condition()
+        except Exception:  # noqa: BLE001 - no condition then
+            name = None
+        if isinstance(name, str) and _NAME.fullmatch(name):
+            parts.append(name)
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            name = java.getClass().getName()
+        except Exception:  # noqa: BLE001 - the JVM gone: no class then
+            name = None
+        if isinstance(name, str) and _NAME.fullmatch(name):
+            parts.append(name)
+    return ", ".join(parts)
+
+
+__all__ = ["PID", "PlanRoute", "TopicRows", "described", "micro_batch_key"]
