@@ -515,6 +515,9 @@ def main() -> None:
     parser.add_argument("--realtime-batch", type=float, default=REALTIME_BATCH,
                         help="seconds of a real-time batch, the gateway's (delivery_realtime) "
                              "and the user's real-time query's alike")
+    parser.add_argument("--sides", default=",".join(SIDES),
+                        help="the throughput part's sides, comma-separated (gateway-topics,user "
+                             "for the plan-topics path against the user's query alone)")
     parser.add_argument("--cap", type=int, default=None,
                         help="the gateway streams' maxOffsetsPerTrigger (default: the gateway's)")
     args = parser.parse_args()
@@ -575,7 +578,11 @@ def main() -> None:
         bench.cap = args.cap
         parts = set(args.parts.split(","))
         if "throughput" in parts:
-            results["tp"] = throughput(bench, n, trials, args.timeout)
+            sides = tuple(x for x in args.sides.split(",") if x)
+            unknown = set(sides) - set(SIDES)
+            if unknown:
+                sys.exit(f"--sides: unknown {sorted(unknown)}; known {list(SIDES)}")
+            results["tp"] = throughput(bench, n, trials, args.timeout, sides)
         if args.topics_caps:
             results["caps"] = caps_sweep(bench, n, trials, args.timeout,
                                          [int(c) for c in args.topics_caps.split(",")])
@@ -638,9 +645,12 @@ def stop_edges(edges: list[tuple[Any, int]]) -> None:
             proc.kill()
 
 
-def throughput(bench: Bench, n: int, trials: int, timeout: float) -> dict[str, Any]:
+def throughput(bench: Bench, n: int, trials: int, timeout: float,
+               sides: tuple[str, ...] = SIDES) -> dict[str, Any]:
     print(f"\n1. throughput: a backlog of {n:,} records ({expected_rows(n):,} pass), 3 partitions")
-    return backlog_trials(lambda side: bench.throughput(side, n, timeout), SIDES, trials, SINCE)
+    tp = backlog_trials(lambda side: bench.throughput(side, n, timeout), sides, trials, SINCE)
+    tp["sides"] = sides
+    return tp
 
 
 def caps_sweep(bench: Bench, n: int, trials: int, timeout: float,
@@ -735,13 +745,19 @@ def ingest_rates(bench: Bench, batches: int, trials: int) -> dict[str, list[floa
 def summary(results: dict[str, Any]) -> None:
     tp, lat = results.get("tp"), results.get("lat")
     print("\nsummary (median of the trials, lowest-highest)")
-    if tp:
+    if tp and tuple(tp["sides"]) == SIDES:
         backlog_summary(tp, SIDES, "from the first record produced to the last row read")
-        med = {s: statistics.median(t["rate"] for t in tp["runs"][s]) for s in SIDES}
-        print(f"    gateway-topics / {SIDE_NAMES['user']}: "
-              f"{ratio(med['gateway-topics'], med['user'])}; gateway-topics / "
-              f"{SIDE_NAMES['gateway-settings']}: "
-              f"{ratio(med['gateway-topics'], med['gateway-settings'])}")
+    if tp:
+        sides = tp["sides"]
+        med = {s: statistics.median(t["rate"] for t in tp["runs"][s]) for s in sides}
+        if tuple(sides) != SIDES:
+            print("  throughput, rows/s from the first record produced to the last row read")
+            for s in sides:
+                print(f"    {SIDE_NAMES[s]:32s} {spread([t['rate'] for t in tp['runs'][s]])}")
+        if "gateway-topics" in med:
+            print("    " + "; ".join(f"gateway-topics / {SIDE_NAMES[s]}: "
+                                     f"{ratio(med['gateway-topics'], med[s])}"
+                                     for s in ("user", "gateway-settings") if s in med))
     if lat:
         print("  p95 latency produce -> reader, every passing record (never arrived = infinite)")
         p95: dict[str, dict[str, list[float]]] = {}

@@ -4,7 +4,10 @@ as the plan says; keys that name the micro-batch and the row's place in it."""
 from __future__ import annotations
 
 import json
+import logging
 import time
+
+import pytest
 
 from pep.core.plan import Aggregate, ExecutionPlan, Predicate, WindowSpec
 from pep.delivery.settings import DeliverySettings
@@ -98,3 +101,35 @@ def test_rows_that_tie_in_stream_order_are_keyed_alike_whatever_order_they_come_
     assert first["m:e:0:3"] == '{"v":4.0}'  # stream order first
     for order in (list(reversed(rows)), [rows[2], rows[0], rows[3], rows[1]]):
         assert keyed(order) == first
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_write_logs_no_value_of_its_rows(spark, kafka_broker, kafka_topic, caplog):
+    """Spark's error of a failed write may quote a row's value (here a cast's: ANSI mode names
+    the value it could not cast); the warning says the exception's class and condition, never
+    its text, so what a policy hides reaches no log line."""
+    from pyspark.sql import functions as F
+
+    from pep.runtime.delivery.topic_rows import TopicRows
+
+    topic = kafka_topic(1)
+    secret = "Mrs Secret 0451"
+    frame = spark.createDataFrame([(secret,)], "s string")
+    records = frame.select(F.lit(topic).alias("topic"),
+                           F.col("s").cast("int").cast("string").alias("value"))
+    writer = TopicRows({"kafka.bootstrap.servers": kafka_broker.bootstrap})
+    asked: list[int] = []
+
+    def stopping() -> bool:  # the first failure is tried again (and warned of), the second ends
+        asked.append(1)
+        return len(asked) > 1
+
+    caplog.set_level(logging.DEBUG, logger="pep.runtime.delivery")
+    with pytest.raises(Exception) as failed:
+        writer.write(records, stopping)
+    assert secret in str(failed.value)  # Spark's text does quote it
+    warnings = [r for r in caplog.records if r.name.startswith("pep.runtime.delivery")]
+    assert any("could not be written" in r.getMessage() and "CAST_INVALID_INPUT" in
+               r.getMessage() for r in warnings), [r.getMessage() for r in warnings]
+    assert "Secret" not in caplog.text
+    assert writer.retried == 1 and writer.written == 0

@@ -29,6 +29,7 @@ stream stalls (its readers are told) rather than losing or repeating rows.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -55,6 +56,7 @@ PROJ = "_xsg_proj"
 INDEX = "_xsg_i"
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'",
                 "ignoreNullFields": "false"}
+KEPT = 64  # Column lists kept (`_shaped`): shapes seen lately
 RETRY = (0.5, 5.0)  # seconds before a failed write is tried again, doubling up to the second
 
 
@@ -85,6 +87,7 @@ class TopicRows:
         self._routes: tuple[Any, DataFrame] | None = None  # (routes' key, their frame)
         self._values: dict[Any, tuple[Column, list[str]]] = {}  # (routes, types) -> value
         self._exploded: dict[Any, T.StructType] = {}
+        self._columns: dict[Any, tuple[object, list[Column]]] = {}  # `_shaped`
         self._counted: Any = None  # the exploding tasks' figures (`_counter`)
         self.written = 0  # write jobs done (observable)
         self.retried = 0  # writes tried again
@@ -93,7 +96,8 @@ class TopicRows:
     def _routes_frame(self, session: Any, routes: Sequence[PlanRoute],
                       projections: dict[tuple[tuple[str, ...], tuple[str, ...]], int]
                       ) -> DataFrame:
-        """(plan id, topic, projection index) as a small local table, built when they change."""
+        """(plan id, topic, projection index) as a small local table, built when they change,
+        hinted for a broadcast."""
         key = tuple((r.pid, r.topics, projections[(r.projection, r.sources)]) for r in routes)
         with self._lock:
             memo = self._routes
@@ -102,7 +106,7 @@ class TopicRows:
         table = pa.table({PID: pa.array([p for p, ts, _ in key for _ in ts], pa.int64()),
                           TOPIC: pa.array([t for _, ts, _ in key for t in ts], pa.string()),
                           PROJ: pa.array([j for _, ts, j in key for _ in ts], pa.int32())})
-        frame: DataFrame = session.createDataFrame(table)
+        frame: DataFrame = F.broadcast(session.createDataFrame(table))
         with self._lock:
             self._routes = (key, frame)
         return frame
@@ -132,19 +136,46 @@ class TopicRows:
         """(topic, key, value) of every (row, plan topic) of `exploded` (a row per (row,
         plan): its plan id in `PID`, the routes' sources and the order columns)."""
         joined, value = self.routed(exploded, routes)
-        # rows that tie in the stream's order are told apart by their plan and their value,
-        # so that a write run again numbers every row as the first did, whatever order its
-        # tasks give them in (an edge skips a key it read: a row keyed differently the second
-        # time would be skipped or repeated); rows alike in all of these are the same record
-        ordering = Window.partitionBy(TOPIC).orderBy(
-            *[F.col(o).asc_nulls_last() for o in order], F.col(PID), F.col("value"))
-        numbered = joined.select(F.col(TOPIC), F.col(PID), value.alias("value"),
-                                 *[F.col(o) for o in order]) \
-            .withColumn(INDEX, F.row_number().over(ordering) - 1)
-        return numbered.select(
-            F.col(TOPIC),
-            F.concat(F.lit(prefix), F.col(INDEX).cast("string")).cast("binary").alias("key"),
-            F.col("value"))
+        order_key = tuple(order)
+
+        def valued() -> list[Column]:
+            return [F.col(TOPIC), F.col(PID), value.alias("value"), *[F.col(o) for o in order]]
+
+        def numbered() -> list[Column]:
+            # rows that tie in the stream's order are told apart by their plan and their
+            # value, so that a write run again numbers every row as the first did, whatever
+            # order its tasks give them in (an edge skips a key it read: a row keyed
+            # differently the second time would be skipped or repeated); rows alike in all of
+            # these are the same record
+            ordering = Window.partitionBy(TOPIC).orderBy(
+                *[F.col(o).asc_nulls_last() for o in order], F.col(PID), F.col("value"))
+            return [F.col(TOPIC), F.col(PID), F.col("value"), *[F.col(o) for o in order],
+                    (F.row_number().over(ordering) - 1).alias(INDEX)]
+
+        steps = self._steps
+        rows = steps.select(steps.select(joined, self._shaped(("valued", order_key), value,
+                                                              valued)),
+                            self._shaped(("numbered", order_key), value, numbered))
+        topic, index, text = self._shaped(("keyed",), self, lambda: [
+            F.col(TOPIC), F.col(INDEX).cast("string"), F.col("value")])
+        return rows.select(topic, F.concat(F.lit(prefix), index).cast("binary").alias("key"),
+                           text)
+
+    def _shaped(self, key: Any, owner: object, build: Callable[[], list[Column]]
+                ) -> list[Column]:
+        """The Columns of one of the records' steps, built once per shape while `owner` (the
+        value Column they read) is the same object: each is a py4j call, and a batch's records
+        were ~0.3 s of them on a loaded machine (py-spy of the batch thread)."""
+        with self._lock:
+            hit = self._columns.get(key)
+        if hit is not None and hit[0] is owner:
+            return hit[1]
+        columns = build()  # outside the lock: py4j calls
+        with self._lock:
+            if len(self._columns) >= KEPT:
+                self._columns.clear()
+            self._columns[key] = (owner, columns)
+        return columns
 
     def routed(self, exploded: DataFrame, routes: Sequence[PlanRoute]
                ) -> tuple[DataFrame, Column]:
@@ -156,8 +187,8 @@ class TopicRows:
             projections.setdefault((r.projection, r.sources), len(projections))
         sources = sorted({s for r in routes for s in r.sources})
         types = {f.name: f.dataType for f in exploded.schema.fields if f.name in sources}
-        joined = exploded.join(F.broadcast(self._routes_frame(exploded.sparkSession, routes,
-                                                              projections)), on=PID)
+        joined = exploded.join(self._routes_frame(exploded.sparkSession, routes, projections),
+                               on=PID)
         return joined, self._value(projections, types)
 
     # ----- the frames the rows job makes --------------------------------------------------------
@@ -165,10 +196,10 @@ class TopicRows:
                   prefix: str) -> DataFrame:
         """Records from a rows frame with a list of plan ids per row (`PIDS_COLUMN`)."""
         sources = sorted({s for r in routes for s in r.sources})
-        exploded = frame.select(F.explode(F.col(PIDS_COLUMN)).alias(PID),
-                                *[F.col(f"`{s}`") for s in sources if s not in order],
-                                *[F.col(o) for o in order])
-        return self.records(exploded, routes, order, prefix)
+        columns = self._shaped(("pids", tuple(sources), tuple(order)), self, lambda: [
+            F.explode(F.col(PIDS_COLUMN)).alias(PID),
+            *[F.col(f"`{s}`") for s in sources if s not in order], *[F.col(o) for o in order]])
+        return self.records(self._steps.select(frame, columns), routes, order, prefix)
 
     def from_bits(self, admitted: DataFrame, matcher: Any, keep: Sequence[str],
                   routes: Sequence[PlanRoute], order: Sequence[str], prefix: str) -> DataFrame:
@@ -234,9 +265,10 @@ class TopicRows:
                     raise
                 self.retried += 1
                 if not warned:
+                    # never Spark's text: it may quote a row's value (a cast, a record too
+                    # large), and what a policy hides reaches no log line
                     log.warning("plan topics: a micro-batch's rows could not be written (%s); "
-                                "trying again until the brokers answer",
-                                _first_line(exc))
+                                "trying again until the brokers answer", described(exc))
                     warned = True
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY[1])
@@ -262,9 +294,31 @@ def _json_ready(column: Column, dtype: T.DataType) -> Column:
     return column
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+_NAME = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*")
 
 
-__all__ = ["PID", "PlanRoute", "TopicRows", "micro_batch_key"]
+def described(exc: BaseException) -> str:
+    """What a log line may say of a failed write: the exception's class, Spark's error
+    condition and, for an error of the JVM, its Java class; each only when it is a plain name
+    (identifiers from code, never from data). Never the message: Spark quotes values in it."""
+    parts = [type(exc).__name__]
+    condition = getattr(exc, "getCondition", None)
+    if callable(condition):
+        try:
+            name = condition()
+        except Exception:  # noqa: BLE001 - no condition then
+            name = None
+        if isinstance(name, str) and _NAME.fullmatch(name):
+            parts.append(name)
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            name = java.getClass().getName()
+        except Exception:  # noqa: BLE001 - the JVM gone: no class then
+            name = None
+        if isinstance(name, str) and _NAME.fullmatch(name):
+            parts.append(name)
+    return ", ".join(parts)
+
+
+__all__ = ["PID", "PlanRoute", "TopicRows", "described", "micro_batch_key"]

@@ -210,6 +210,13 @@ KAFKA_MAX_OFFSETS = 10_000
 # of the query a user writes (issue 45, docs/benchmarks.md). A batch of 100,000 still ends within
 # a few seconds; below a backlog the 0.25 s trigger reads what came, as before.
 KAFKA_TOPICS_MAX_OFFSETS = 100_000
+# Records a Spark task's Kafka consumer takes per poll (the client's max.poll.records, 500 by
+# default; a stream's own `kafka.max.poll.records` wins). Spark's consumer asks the broker for
+# the partition's earliest and latest offsets after every poll (two requests): at 500 records
+# that was two round trips per 500 records, 40% of the tasks' samples waiting on them (jstack,
+# bench_kafka's backlog) and twice to four times the broker's CPU of polls as large as a fetch
+# brings (what a poll returns is still bounded by the fetch sizes: max.partition.fetch.bytes).
+KAFKA_POLL_RECORDS = 100_000
 
 
 # Spark's Kafka consumer reads `read_uncommitted` unless told: the records of a transaction the
@@ -267,7 +274,8 @@ def _kafka_stream_records(spark: SparkSession, stream: StreamDefinition,
               .option("subscribe", topic).option("startingOffsets", "latest")
               # records that retention removed while the query was stopped are skipped (logged
               # by Spark) rather than failing the stream at every restart
-              .option("failOnDataLoss", "false"))
+              .option("failOnDataLoss", "false")
+              .option("kafka.max.poll.records", str(KAFKA_POLL_RECORDS)))
     if per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", per_trigger)
     for key, value in client.items():
@@ -285,7 +293,8 @@ def kafka_range_frame(spark: SparkSession, stream: StreamDefinition, assign: str
     servers, _, client = kafka_options(stream)
     reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", servers)
               .option("assign", assign).option("startingOffsets", start)
-              .option("endingOffsets", end).option("failOnDataLoss", "true"))
+              .option("endingOffsets", end).option("failOnDataLoss", "true")
+              .option("kafka.max.poll.records", str(KAFKA_POLL_RECORDS)))
     for key, value in client.items():
         reader = reader.option(f"kafka.{key}", value)
     return _kafka_records(stream, reader)
