@@ -12,6 +12,9 @@ CONTROL = "control"  # the control topic's name after the prefix: revocations, s
 ACKS = "acks"  # the edges' acknowledgements of control messages
 PLAN = "plan."  # plan topics: <prefix>plan.<random id>
 GROUP = "edge."  # consumer group ids (edges assign partitions; librdkafka wants a group id)
+# the key of the record that makes a new plan topic known to Spark's producer before its first
+# rows (`pep.runtime.delivery.warm`): no row, an edge skips it
+WARM_KEY = b"w:"
 JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
@@ -119,4 +122,5 @@ def delivery_settings(config: Any) -> DeliverySettings | None:
     return DeliverySettings.of(config)
 
 
-__all__ = ["ACKS", "CONTROL", "DeliverySettings", "GROUP", "PLAN", "delivery_settings"]
+__all__ = ["ACKS", "CONTROL", "DeliverySettings", "GROUP", "PLAN", "WARM_KEY",
+           "delivery_settings"]
