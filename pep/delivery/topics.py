@@ -237,8 +237,7 @@ class PlanTopics:
         names = sorted(set(topics))
         if not names:
             return
-        for topic in names:
-            self.store.end_topic(topic)
+        self.store.end_topics(names)
         timer = threading.Timer(DELETE_GRACE, self._delete, args=(names,))
         timer.daemon = True
         timer.name = "xsg-plan-topics-delete"

@@ -67,6 +67,11 @@ def test_plan_topics_asked_for_at_once_are_created_together(kafka_broker, postgr
         listed = AdminClient({"bootstrap.servers": kafka_broker.bootstrap}).list_topics(
             timeout=10).topics
         assert {t for v in by_plan.values() for t in v} <= set(listed)
+        # their plans' last handles end: every topic is ended at once (no handle binds to it)
+        made = sorted(t for v in by_plan.values() for t in v)
+        topics.retire(made)
+        assert not any(store.topic_live(t) for t in made)
+        assert all(store.live_topic("s", p) is None for p in by_plan)
     finally:
         topics.close()
         storage.close()
