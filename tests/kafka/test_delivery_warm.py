@@ -89,3 +89,22 @@ def test_an_edge_skips_the_warm_record(kafka_broker, kafka_topic):
         assert [(e.kind, e.id, e.data) for e in got] == [("row", 2, '{"v":1}')]
     finally:
         reader.close("released")
+
+
+@pytest.mark.timeout(120)
+def test_a_topic_the_broker_has_not_made_yet_is_warmed_on_a_later_try(spark, kafka_broker):
+    """A broker still creating a topic's log fails the whole warm write (seen with 10,000 new
+    topics on a loaded machine): the write is tried again."""
+    from pep.runtime.delivery.warm import TopicWarmer
+    settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT")
+    topic = f"warm-later-{int(time.time() * 1000)}"
+    warmer = TopicWarmer(spark, settings.spark_options())
+    try:
+        warmer.add(topic)  # not on the broker yet: the first write fails after max.block.ms
+        time.sleep(1.0)
+        kafka_broker.create_topic(topic, 1)
+        assert warmer.idle(60)
+        assert records(kafka_broker, topic, 1) == [(WARM_KEY, b"")]
+        assert warmer.warmed == 1
+    finally:
+        warmer.close()

@@ -15,13 +15,17 @@ record is keyed `WARM_KEY` with an empty value: an edge skips it (`pep.edge.read
 row and takes no event id's place in a reader's stream beyond its offset.
 
 With a cluster of executors, a warm write's tasks run on some of them: the others' producers
-still look topics up on the first rows (what they did without it). A failed warm write is only
-logged: the rows' write looks the topics up itself, as before.
+still look topics up on the first rows (what they did without it). One topic the broker has
+not made yet (it creates a topic's log a moment after the controller took the topic; 10,000
+new topics on a loaded machine: "not present in metadata after 5000 ms") fails the whole
+write: it is tried again (`TRIES`), then only logged (the rows' write looks the topics up
+itself, as before).
 """
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -30,6 +34,8 @@ from pep.delivery.settings import WARM_KEY
 log = logging.getLogger(__name__)
 
 REMEMBERED = 100_000  # topics remembered as warmed (the oldest forgotten first)
+TRIES = 3  # writes of a topic's record before giving up on it
+RETRY_AFTER = 2.0  # seconds before a failed write is tried again
 
 
 class TopicWarmer:
@@ -44,6 +50,7 @@ class TopicWarmer:
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._closed = False
         self._busy = False  # a write under way
+        self._tries: dict[str, int] = {}  # failed writes per topic
         self.warmed = 0  # topics written to (observable)
         self._thread = threading.Thread(target=self._run, name="xsg-topic-warmer", daemon=True)
         self._thread.start()
@@ -75,10 +82,21 @@ class TopicWarmer:
             try:
                 self._write(topics)
             except Exception as exc:  # noqa: BLE001 - the rows' write looks them up itself
-                log.warning("plan topics: %d new topic(s) could not be made known to the "
-                            "producer ahead of their rows: %s", len(topics),
-                            str(exc).strip().splitlines()[0][:300] if str(exc).strip()
-                            else type(exc).__name__)
+                again = [t for t in topics if self._tries.get(t, 0) < TRIES - 1]
+                for t in topics:
+                    self._tries[t] = self._tries.get(t, 0) + 1
+                if again:  # a broker still creating a topic's log fails the whole write
+                    time.sleep(RETRY_AFTER)
+                    with self._cond:
+                        self._queued = again + self._queued
+                else:
+                    log.warning("plan topics: %d new topic(s) could not be made known to the "
+                                "producer ahead of their rows: %s", len(topics),
+                                str(exc).strip().splitlines()[0][:300] if str(exc).strip()
+                                else type(exc).__name__)
+            else:
+                for t in topics:
+                    self._tries.pop(t, None)
             finally:
                 with self._cond:
                     self._busy = False
