@@ -101,10 +101,13 @@ def test_a_topic_the_broker_has_not_made_yet_is_warmed_on_a_later_try(spark, kaf
     warmer = TopicWarmer(spark, settings.spark_options())
     try:
         warmer.add(topic)  # not on the broker yet: the first write fails after max.block.ms
-        time.sleep(1.0)
+        deadline = time.monotonic() + 60
+        while topic not in warmer._tries and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert warmer._tries.get(topic) == 1  # the first write failed
         kafka_broker.create_topic(topic, 1)
         assert warmer.idle(60)
-        assert records(kafka_broker, topic, 1) == [(WARM_KEY, b"")]
+        assert records(kafka_broker, topic, 1, timeout=15) == [(WARM_KEY, b"")]
         assert warmer.warmed == 1
     finally:
         warmer.close()
