@@ -124,18 +124,21 @@ class StreamRuntime:
         self._last_sweep = 0.0
         self._janitor = Janitor(self._tick, settings.janitor_interval)
         self._janitor.start()
+        # new plan topics made known to Spark's producer before their first rows (the same
+        # options as the rows' writes: the same producer, pep/runtime/delivery/warm.py)
+        self._warmer: Any = None
+        if settings.delivery is not None:
+            from pep.runtime.delivery.warm import TopicWarmer
+
+            self._warmer = TopicWarmer(spark, settings.delivery.spark_options())
         # plan topics: Spark's Kafka sink options and the driver's producer, shared by the
         # streams' queries (pep/runtime/delivery)
         self._topics: tuple[dict[str, str], Any] | None = None
-        self._warmer: Any = None
         if settings.delivery is not None:
             from pep.runtime.delivery.driver_rows import DriverRows
-            from pep.runtime.delivery.warm import TopicWarmer
 
             self._topics = (settings.delivery.spark_options(),
                             DriverRows(settings.delivery.client()))
-            # new plan topics made known to the producer before their first rows
-            self._warmer = TopicWarmer(spark, self._topics[0])
 
     def attach_handle(self, handle_id: str, stream: StreamDefinition,
                       plan: ExecutionPlan | UnionPlan, deliver: Callable[[RowBatch], bool]
