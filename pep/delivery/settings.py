@@ -18,6 +18,9 @@ GROUP = "edge."  # consumer group ids (edges assign partitions; librdkafka wants
 # CPU and took less time (bench_kafka). With linger.ms 0 a batch still leaves as soon as the
 # producer can send it: no row waits for a batch to fill.
 SINK_BATCH_BYTES = 262_144
+# the key of the record that makes a new plan topic known to Spark's producer before its first
+# rows (`pep.runtime.delivery.warm`): no row, an edge skips it
+WARM_KEY = b"w:"
 JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
@@ -102,14 +105,20 @@ class DeliverySettings:
     def spark_options(self) -> dict[str, str]:
         """Spark's Kafka sink options for this identity (the Java client's names, `kafka.`):
         acknowledged by every in-sync replica, idempotent, and quick to say the brokers are
-        away (a write that fails is tried again by the micro-batch: `pep.runtime.delivery`)."""
+        away (a write that fails is tried again by the micro-batch: `pep.runtime.delivery`).
+
+        A broker that is there but slow is waited for: a request that times out closes the
+        connection and sends everything in flight again, which on a loaded machine (a batch's
+        records to 1,000 plan topics, load 18 on 2 cores) turned a slow batch into one of 36 s
+        of retries; 15 s per request, 20 s per record (a broker that went away is told to
+        the readers by the edges, which lose the control topic, not by these bounds)."""
         out = {"kafka.bootstrap.servers": self.brokers,
                "kafka.security.protocol": self.security_protocol,
                "kafka.acks": "all", "kafka.enable.idempotence": "true",
                "kafka.max.in.flight.requests.per.connection": "5",
                "kafka.linger.ms": "0", "kafka.batch.size": str(SINK_BATCH_BYTES),
                "kafka.max.block.ms": "5000",
-               "kafka.request.timeout.ms": "5000", "kafka.delivery.timeout.ms": "10000"}
+               "kafka.request.timeout.ms": "15000", "kafka.delivery.timeout.ms": "20000"}
         if self.sasl:
             module = JAAS_MODULES[self.sasl_mechanism]
             out["kafka.sasl.mechanism"] = self.sasl_mechanism
@@ -126,4 +135,5 @@ def delivery_settings(config: Any) -> DeliverySettings | None:
     return DeliverySettings.of(config)
 
 
-__all__ = ["ACKS", "CONTROL", "DeliverySettings", "GROUP", "PLAN", "delivery_settings"]
+__all__ = ["ACKS", "CONTROL", "DeliverySettings", "GROUP", "PLAN", "WARM_KEY",
+           "delivery_settings"]

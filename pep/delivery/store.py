@@ -103,6 +103,16 @@ class DeliveryStore:
         self._db.execute(f"UPDATE delivery_plan_topics SET state = 'ended', ended_at = {NOW}"
                          " WHERE topic = ?", (topic,))
 
+    def end_topics(self, topics: Iterable[str]) -> None:
+        """`end_topic` of each, a statement per thousand (a revocation of 1,000 handles of
+        1,000 plans ends 1,000 topics before its DELETE answers)."""
+        names = sorted(set(topics))
+        for lo in range(0, len(names), 1000):
+            chunk = names[lo:lo + 1000]
+            marks = ", ".join("?" for _ in chunk)
+            self._db.execute(f"UPDATE delivery_plan_topics SET state = 'ended', ended_at = {NOW}"
+                             f" WHERE topic IN ({marks})", chunk)
+
     def topic_live(self, topic: str) -> bool:
         row = self._db.fetchone("SELECT state FROM delivery_plan_topics WHERE topic = ?",
                                 (topic,))

@@ -48,7 +48,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from pep.delivery.settings import DeliverySettings
+from pep.delivery.settings import WARM_KEY, DeliverySettings
 from pep.edge.feed import EdgeFeed
 from pep.handles.buffer import Event
 
@@ -330,7 +330,9 @@ class TopicReader:
                  "resume_from": offset + 1})))
         parsed = parse_key(key)
         place = parse_source_key(key) if parsed is None else None
-        if place is not None and not self._sources.note(place):
+        if key == WARM_KEY:  # no row: the producer's first record to a new topic
+            self.skipped += 1
+        elif place is not None and not self._sources.note(place):
             self.skipped += 1
         elif parsed is not None and not (noted := self._keys.note(parsed))[0]:
             self.skipped += 1

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from pep.core.plan import ExecutionPlan, StreamDefinition, UnionPlan
 from pep.core.rows import RowBatch
 from pep.runtime.base.delivery import Deliver
+from pep.runtime.delivery.writer import topic_of
 from pep.runtime.lateness import LateBatch, LateBatches
 from pep.runtime.plans.compile import (
     CompiledPlan,
@@ -123,6 +124,13 @@ class StreamRuntime:
         self._last_sweep = 0.0
         self._janitor = Janitor(self._tick, settings.janitor_interval)
         self._janitor.start()
+        # new plan topics made known to Spark's producer before their first rows (the same
+        # options as the rows' writes: the same producer, pep/runtime/delivery/warm.py)
+        self._warmer: Any = None
+        if settings.delivery is not None:
+            from pep.runtime.delivery.warm import TopicWarmer
+
+            self._warmer = TopicWarmer(spark, settings.delivery.spark_options())
         # plan topics: Spark's Kafka sink options and the driver's producer, shared by the
         # streams' queries (pep/runtime/delivery)
         self._topics: tuple[dict[str, str], Any] | None = None
@@ -156,6 +164,8 @@ class StreamRuntime:
                 from pep.runtime.windows.noise import mechanism_of
                 for quantity in member.window.noise:
                     mechanism_of(quantity)
+        if self._warmer is not None and (topic := topic_of(deliver)) is not None:
+            self._warmer.add(topic)
         if any(m.kind == "hash" for member in members for _, m in member.masks):
             self.mask_keys.key_for(stream.owner)  # made (or found unusable) now, not mid-batch
         with self._lock:
@@ -470,5 +480,7 @@ class StreamRuntime:
             ex.stop(idle=False)
         for t in stoppers:
             t.join(timeout=30)
+        if self._warmer is not None:
+            self._warmer.close()
         if self._topics is not None:
             self._topics[1].close()  # what the driver produced is on the brokers

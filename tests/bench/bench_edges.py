@@ -143,7 +143,9 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
         r = requests.post(f"{gw.url}/policies", data=many.policy(stream), timeout=30, headers={
             "Authorization": f"Bearer {many.ADMIN}", "Content-Type": "application/xacml+xml"})
         assert r.status_code == 201, r.text
+        opening = time.monotonic()
         ids = many.open_handles(gw, n, [stream], pass_rate)
+        opened = time.monotonic() - opening
         phases = [(0.0, startup), (startup, seconds)]
         start_file = str(tmp / "start")
         targets = [gw.port] if not k else [port for _, port in edges]
@@ -217,7 +219,7 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
         per_edge[j % max(1, k)] += res["rows"]
     cpu = {key: cpu_after[key] - cpu_before[key] for key in ("gateway", "jvm", "workers")}
     edge_cpu = [b - a for a, b in zip(cpu_before["edges"], cpu_after["edges"], strict=True)]
-    return {"side": side, "n": n, "load": load_average(),
+    return {"side": side, "n": n, "load": load_average(), "opened": opened,
             "edge_cpu": edge_cpu, "edge_rows": per_edge if k else [],
             "edge_cpu_per_m": [c / r * 1e6 if r else float("nan")
                                for c, r in zip(edge_cpu, per_edge, strict=False)],
@@ -273,7 +275,8 @@ def report(r: dict[str, Any]) -> None:
             f"{cs:.1f} s / {rows:,} rows = {m:.0f} s per M" for cs, rows, m in
             zip(r["edge_cpu"], r["edge_rows"], per_m, strict=True))
             + f" (max/min {flatness(per_m):.2f})")
-    print(line + f"; load average {r['load']}")
+    print(line + f"; {r['n']:,} handles opened in {r.get('opened', float('nan')):.1f} s"
+          f"; load average {r['load']}")
     if any(x["open"] or set(x["finals"]) - {"revoked"} for x in r["readers"]):  # not all revoked
         print(f"    reader processes: {r['readers']}")
 
@@ -308,7 +311,7 @@ def main() -> None:
     sizes = [int(x) for x in args.handles.split(",")]
     if args.quick:
         args.trials, args.seconds, args.startup, sizes = 1, 20.0, 10.0, [20]
-    from tests.kafka.broker import KafkaBroker
+    from tests.kafka.broker import KafkaBroker, heap_for
     from tests.pg_server import start_server
 
     sides = ([] if args.no_process else ["process"]) + [f"edges-{int(k)}"
@@ -319,7 +322,9 @@ def main() -> None:
                                                             for s in sides}
     with tempfile.TemporaryDirectory(prefix="xsg-bench-edges-") as tmp:
         postgres = start_server()
-        broker = KafkaBroker(Path(tmp) / "kafka")
+        # sized for a plan topic per handle (tests/kafka/broker.py: 384 MB held 4,000)
+        broker = KafkaBroker(Path(tmp) / "kafka", heap=heap_for(max(sizes)))
+        print(f"broker heap {broker.heap} for {max(sizes):,} plan topics")
         broker.start()
         try:
             for t, order in enumerate(rotations(sides, args.trials)):

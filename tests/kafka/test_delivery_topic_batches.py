@@ -1,0 +1,77 @@
+"""Plan topics asked for at the same time are created together (issue 45): a creation is one
+round trip to the controller whatever it makes, and one call per topic held 1,000 handles
+opened by 8 clients to about 17 a second through plan topics (58 s, against 3.8 s in one
+process). Still one topic per plan, also when handles of one plan open at once."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pep.delivery import topics as topics_module
+from pep.delivery.settings import DeliverySettings
+from pep.delivery.store import DeliveryStore
+from pep.delivery.topics import PlanTopics
+
+
+@pytest.mark.timeout(120)
+def test_plan_topics_asked_for_at_once_are_created_together(kafka_broker, postgres, tmp_path,
+                                                            monkeypatch):
+    from confluent_kafka.admin import AdminClient
+
+    from common.db import open_storage
+    from pep.handles.records import HandleStore
+
+    prefix = f"b{int(time.time() * 1000) % 10**8}."
+    storage = open_storage(tmp_path, postgres.new_url(), pool_size=8)
+    HandleStore(storage.database("handles")).close()
+    store = DeliveryStore(storage.database("delivery"))
+    settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT",
+                                prefix=prefix)
+    calls: list[int] = []  # topics per creation call (the real call, counted)
+    real = topics_module.ensure_topics
+
+    def counted(admin, settings, names, timeout=30.0):
+        names = list(names)
+        calls.append(len(names))
+        time.sleep(0.05)  # a controller a little slower than this one: calls overlap
+        return real(admin, settings, names, timeout)
+
+    topics = PlanTopics(settings, store, handle=lambda h: None, eligible=lambda r: False)
+    monkeypatch.setattr(topics_module, "ensure_topics", counted)
+    got: dict[tuple[int, int], tuple[str, bool]] = {}
+    start = threading.Barrier(8)
+
+    def open_(t: int) -> None:
+        start.wait()
+        for i in range(10):  # 8 clients, 40 plans, each plan asked for by two of them
+            got[(t, i)] = topics.topic_for("s", f"plan-{(t // 2) * 10 + i}")
+
+    threads = [threading.Thread(target=open_, args=(t,)) for t in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(got) == 80
+        by_plan: dict[str, set[str]] = {}
+        for (t, i), (topic, _) in got.items():
+            by_plan.setdefault(f"plan-{(t // 2) * 10 + i}", set()).add(topic)
+        assert all(len(v) == 1 for v in by_plan.values()), by_plan  # one topic per plan
+        # each plan's topic created once, by one of its two callers
+        assert sorted(calls) and sum(calls) == 40
+        assert sum(created for _, created in got.values()) == 40
+        assert len(calls) < 20, calls  # together: not a call per topic
+        assert all(store.live_topic("s", p) == next(iter(v)) for p, v in by_plan.items())
+        listed = AdminClient({"bootstrap.servers": kafka_broker.bootstrap}).list_topics(
+            timeout=10).topics
+        assert {t for v in by_plan.values() for t in v} <= set(listed)
+        # their plans' last handles end: every topic is ended at once (no handle binds to it)
+        made = sorted(t for v in by_plan.values() for t in v)
+        topics.retire(made)
+        assert not any(store.topic_live(t) for t in made)
+        assert all(store.live_topic("s", p) is None for p in by_plan)
+    finally:
+        topics.close()
+        storage.close()
