@@ -19,6 +19,11 @@ holds in memory is which readers it serves now, so that:
   go on from where they were (nothing lost or repeated). New readers get 503 meanwhile.
   Deny when in doubt: an edge that cannot check a handle, or hear of its revocation, gives
   nothing of it.
+- a stream whose query the gateway found stalled (or failed) and later running again: its
+  readers are told `stalled` / `resumed` as the gateway's own are (`pep.handles.
+  stall_notices`). The news comes on the control topic (`StreamNotice`) and is in the store
+  (`stalled_streams`), read when the edge starts and at each look: an edge that starts during
+  a stall tells its readers at once, and a control record missed is made up at the next look.
 
 A reader is registered before its handle is checked in the store, and a revocation that comes
 between the check and the registration is remembered (`_revoked`), so no interleaving lets a
@@ -35,7 +40,7 @@ from collections.abc import Callable, Iterable
 
 from pep.core.errors import Gone, NotFound, Unavailable
 from pep.core.refs import possible_handle_id
-from pep.delivery.control import CONTROL_LOST, ControlListener, Revocation
+from pep.delivery.control import CONTROL_LOST, ControlListener, Revocation, StreamNotice
 from pep.delivery.settings import DeliverySettings
 from pep.delivery.store import DeliveryStore
 from pep.edge.feed import EdgeFeed
@@ -62,6 +67,8 @@ class EdgeNode:
         self._lock = threading.Lock()
         self._readers: dict[str, set[TopicReader]] = {}
         self._revoked: dict[str, float] = {}  # handle id -> monotonic time it was revoked
+        self._stalls: dict[str, StreamNotice] = {}  # the streams stalled now
+        self._noticed: dict[str, float] = {}  # stream -> when the control topic last told
         self._store_ok = time.monotonic()
         self._looked_from = 0.0  # when the last look at the store that answered began
         self._back_at: float | None = None  # when store and control topic were first both back
@@ -79,7 +86,9 @@ class EdgeNode:
             self.url = url
         self.store.register_edge(self.edge, self.settings.principal, self.url,
                                  socket.gethostname(), os.getpid())
-        self.control = ControlListener(self.settings, self.edge, self.revoked)
+        self.control = ControlListener(self.settings, self.edge, self.revoked,
+                                       self.stream_notice)
+        self._look_at_stalls(time.monotonic(), self.store.stalled_streams())
         self._store_ok = time.monotonic()
         self._serving = True
         self._watch.start()
@@ -112,7 +121,8 @@ class EdgeNode:
         if view.topic is None:
             raise NotFound("this handle is not delivered through a plan topic; read it from "
                            "the gateway")
-        reader = TopicReader(self.settings, handle_id, view.topic, view.start_offset, after)
+        reader = TopicReader(self.settings, handle_id, view.topic, view.start_offset, after,
+                             stream=view.stream)
         with self._lock:
             if handle_id in self._revoked:  # revoked since the store said live
                 raise Gone("handle is revoked", state="revoked", reason=None)
@@ -120,6 +130,9 @@ class EdgeNode:
                 raise Unavailable("this edge cannot check handles now; retry (another edge)",
                                   retry_after=1)
             self._readers.setdefault(handle_id, set()).add(reader)
+            stall = self._stalls.get(view.stream)
+            if stall is not None:  # stalled before the reader came: told first
+                reader.notice(*stall.event())
         reader.start(self.feed)
         return reader
 
@@ -153,6 +166,43 @@ class EdgeNode:
         for reader in readers:
             reader.close(revocation.state, revocation.reason)
 
+    # -- stream notices -------------------------------------------------------------------------
+
+    def stream_notice(self, notice: StreamNotice) -> None:
+        """The control topic's news of a stream's query: its readers told (the module
+        docstring)."""
+        with self._lock:
+            self._noticed[notice.stream] = time.monotonic()
+            self._tell(notice)
+
+    def _look_at_stalls(self, began: float, stalls: dict[str, tuple[str, str | None]]) -> None:
+        """The store's streams stalled now, from a look begun at `began`: what differs from
+        what the edge knows is told (a stream the control topic told of since the look began
+        is left as it said: the store's answer may be older)."""
+        with self._lock:
+            for stream in set(stalls) | set(self._stalls):
+                if self._noticed.get(stream, -1.0) >= began:
+                    continue
+                if stream in stalls:
+                    state, at = stalls[stream]
+                    known = self._stalls.get(stream)
+                    if known is None or known.state != state:
+                        self._tell(StreamNotice(stream, True, state, at))
+                elif stream in self._stalls:
+                    self._tell(StreamNotice(stream, False, None))
+
+    def _tell(self, notice: StreamNotice) -> None:
+        """Under the lock: remember the stream's verdict and tell its readers."""
+        if notice.stalled:
+            self._stalls[notice.stream] = notice
+        elif self._stalls.pop(notice.stream, None) is None:
+            return
+        kind, fields = notice.event()
+        for readers in self._readers.values():
+            for reader in readers:
+                if reader.stream == notice.stream:
+                    reader.notice(kind, fields)
+
     def _end_readers(self, pick: Callable[[str], tuple[str, str | None] | None]) -> int:
         """Close the readers of the handles `pick` gives a (state, reason) for."""
         with self._lock:
@@ -173,6 +223,7 @@ class EdgeNode:
                 with self._lock:
                     served = list(self._readers)
                 states = self.store.states(served) if served else {}
+                stalls = self.store.stalled_streams()
                 self._store_ok = time.monotonic()
                 self._looked_from = began
             except Exception as exc:  # noqa: BLE001 - counted below: deny after the bound
@@ -180,6 +231,7 @@ class EdgeNode:
                 states = None
             if states is not None:
                 self._end_readers(_not_live(states, served))
+                self._look_at_stalls(began, stalls)
             self._check_health()
 
     def _check_health(self) -> None:
