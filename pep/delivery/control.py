@@ -15,7 +15,7 @@ stream's query stalled (or failed) and later runs again (`pep.handles.stall_noti
 an edge tells the readers of that stream's handles `stalled` / `resumed` as the gateway tells
 its own. A notice names the stream and its state, never a row, a predicate or an error's text
 (the text may quote a plan). It is not acknowledged: the streams stalled now are also in the
-store (`DeliveryStore.stalled_streams`), which an edge reads when it starts and at each look,
+store (`DeliveryStore.stalled_streams`), which an edge reads when it starts and every 2 s,
 so an edge that starts during a stall, or missed a record, learns it there.
 
 Both topics have one partition (one order for every edge); their records are JSON.
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 EDGE_ALIVE = 5.0  # seconds: an edge not seen in the store for longer is not waited for
 CONTROL_LOST = 3.0  # seconds without reaching the control topic after which an edge stops
 PROBE_EVERY = 0.5  # seconds between an edge's probes of the control topic
+CONTROL_POLL = 0.1  # seconds an edge's control consumer waits in a poll
+CONTROL_FETCH_WAIT_MS = 250  # its fetches parked at the broker until a record comes, at most
 CONTROL_PARTITION = 0
 
 
@@ -271,7 +273,7 @@ class StreamNotices:
         for notice in notices:
             try:
                 self._tell(notice)
-            except Exception as exc:  # noqa: BLE001 - the edges read the store at each look
+            except Exception as exc:  # noqa: BLE001 - the edges read the store too
                 log.warning("plan topics: a stream notice could not be published (%s); the "
                             "edges learn it from the store", type(exc).__name__)
 
@@ -294,7 +296,10 @@ class ControlListener:
         kafka_log = logging.getLogger("pep.edge.kafka")
         self._consumer = Consumer(settings.client(**{
             "group.id": settings.group_prefix + edge, "enable.auto.commit": False,
-            "fetch.wait.max.ms": 10, "logger": kafka_log}))
+            # a fetch parked at the broker returns as soon as a record comes (a revocation
+            # waits for nothing): parked longer, the edge's idle fetches are fewer (at 10 ms,
+            # 100 round trips a second per edge for a quiet topic)
+            "fetch.wait.max.ms": CONTROL_FETCH_WAIT_MS, "logger": kafka_log}))
         self._producer = Producer(settings.client(**{"acks": "all", "linger.ms": 0,
                                                      "logger": kafka_log}))
         self._partition = TopicPartition(settings.control_topic, CONTROL_PARTITION)
@@ -323,8 +328,8 @@ class ControlListener:
                     self._reached = time.monotonic()
                 except Exception:  # noqa: BLE001 - unreachable: `healthy` turns False
                     pass
-            try:
-                msg = self._consumer.poll(0.05)
+            try:  # returns at once when a record comes; the probes' pace otherwise
+                msg = self._consumer.poll(CONTROL_POLL)
             except RuntimeError:  # closed
                 return
             if msg is None or msg.error():

@@ -7,9 +7,11 @@ holds in memory is which readers it serves now, so that:
 
 - a revocation on the control topic (`pep.delivery.control`) closes them at once, before the
   edge acknowledges it (rows not yet written are dropped, `pep.edge.reader`);
-- every `WATCH_EVERY` seconds the store is asked for the state of the handles it serves (a
-  second path, should a control record be missed) and the edge's row in `delivery_edges` is
-  renewed (the gateway waits for the acknowledgements of the edges seen lately);
+- every `WATCH_EVERY` seconds (0.5 s) the store is asked for the state of the handles it
+  serves (a second path, should a control record be missed; kept at 0.5 s: it bounds how long
+  a reader of a handle ended in the store can be served should the control topic fail to
+  bring the revocation), and every second the edge's row in `delivery_edges` is renewed (the
+  gateway waits for the acknowledgements of the edges seen within 5 s);
 - when the store cannot be reached for `LOST_AFTER` seconds, it stops serving: every reader
   gets `shutdown` (it resumes on another edge), and new readers get 503 until it is back.
 - when the control topic cannot be reached for `LOST_AFTER` seconds (the brokers are away:
@@ -22,8 +24,8 @@ holds in memory is which readers it serves now, so that:
 - a stream whose query the gateway found stalled (or failed) and later running again: its
   readers are told `stalled` / `resumed` as the gateway's own are (`pep.handles.
   stall_notices`). The news comes on the control topic (`StreamNotice`) and is in the store
-  (`stalled_streams`), read when the edge starts and at each look: an edge that starts during
-  a stall tells its readers at once, and a control record missed is made up at the next look.
+  (`stalled_streams`), read when the edge starts and every 2 s: an edge that starts during
+  a stall tells its readers at once, and a control record missed is made up within 2 s.
 
 A reader is registered before its handle is checked in the store, and a revocation that comes
 between the check and the registration is remembered (`_revoked`), so no interleaving lets a
@@ -48,7 +50,9 @@ from pep.edge.reader import TopicReader
 
 log = logging.getLogger(__name__)
 
-WATCH_EVERY = 0.5  # seconds between the edge's looks at the store
+WATCH_EVERY = 0.5  # seconds between the edge's looks at the store (its handles' states)
+SEEN_EVERY = 2  # looks between two renewals of the edge's row (1 s; the gateway waits 5 s)
+STALLS_EVERY = 4  # looks between two reads of the streams stalled now (2 s)
 LOST_AFTER = CONTROL_LOST  # seconds without the store (or the control topic) before it stops
 REVOKED_KEPT = 300.0  # seconds a revocation is remembered for readers being checked
 
@@ -214,24 +218,36 @@ class EdgeNode:
         return len(closing)
 
     def _watch_loop(self) -> None:
+        looks = 0
         while not self._stop.wait(WATCH_EVERY):
             began = time.monotonic()
+            looks += 1
+            stalls = None
             try:
-                if not self.store.seen(self.edge):  # let go meanwhile: join again
+                # the handles served: at every look (the second path of a revocation). The
+                # edge's row: every `SEEN_EVERY` looks, well within the gateway's `EDGE_ALIVE`;
+                # the streams stalled: every `STALLS_EVERY` (the control topic tells at once;
+                # this is for an edge that missed it). Fewer round trips to the store per edge
+                # (each one a connection check and a query): an edge's fixed cost per second
+                asked = looks % SEEN_EVERY == 0
+                if asked and not self.store.seen(self.edge):
                     self.store.register_edge(self.edge, self.settings.principal, self.url,
                                              socket.gethostname(), os.getpid())
                 with self._lock:
                     served = list(self._readers)
                 states = self.store.states(served) if served else {}
-                stalls = self.store.stalled_streams()
-                self._store_ok = time.monotonic()
-                self._looked_from = began
+                if looks % STALLS_EVERY == 0:
+                    stalls = self.store.stalled_streams()
+                if asked or served:  # the store answered (a look that asked nothing: no news)
+                    self._store_ok = time.monotonic()
+                    self._looked_from = began
             except Exception as exc:  # noqa: BLE001 - counted below: deny after the bound
                 log.debug("edge %s: the store did not answer: %s", self.edge, exc)
                 states = None
             if states is not None:
                 self._end_readers(_not_live(states, served))
-                self._look_at_stalls(began, stalls)
+                if stalls is not None:
+                    self._look_at_stalls(began, stalls)
             self._check_health()
 
     def _check_health(self) -> None:
@@ -301,4 +317,4 @@ def _not_live(states: dict[str, tuple[str, str | None]], asked: Iterable[str]
     return pick
 
 
-__all__ = ["EdgeNode", "LOST_AFTER", "WATCH_EVERY"]
+__all__ = ["EdgeNode", "LOST_AFTER", "SEEN_EVERY", "STALLS_EVERY", "WATCH_EVERY"]

@@ -18,8 +18,8 @@ from pep.edge.node import LOST_AFTER, EdgeNode
 
 
 class EdgeStore(DeliveryStore):
-    """The store as an edge sees it: its edge-side calls fail as an unreachable store's do
-    while `cut`; the callables in `during` run while the edge's look at the states of the
+    """The store as an edge sees it: its edge-side calls (`seen`, `states`, `stalled_streams`)
+    fail as an unreachable store's do while `cut`; the callables in `during` run while the edge's look at the states of the
     handles it serves is under way (a reader that opens meanwhile)."""
 
     def __init__(self, database: Any) -> None:
@@ -32,7 +32,14 @@ class EdgeStore(DeliveryStore):
             raise ConnectionError("the store cannot be reached")
         return super().seen(edge)
 
+    def stalled_streams(self):
+        if self.cut:
+            raise ConnectionError("the store cannot be reached")
+        return super().stalled_streams()
+
     def states(self, handle_ids):
+        if self.cut:
+            raise ConnectionError("the store cannot be reached")
         out = super().states(handle_ids)
         while self.during:
             self.during.pop()()
