@@ -19,8 +19,9 @@ from pep.edge.node import LOST_AFTER, EdgeNode
 
 class EdgeStore(DeliveryStore):
     """The store as an edge sees it: its edge-side calls (`seen`, `states`, `stalled_streams`)
-    fail as an unreachable store's do while `cut`; the callables in `during` run while the edge's look at the states of the
-    handles it serves is under way (a reader that opens meanwhile)."""
+    fail as an unreachable store's do while `cut`; the callables in `during` run while the
+    edge's look at the states of the handles it serves is under way (a reader that opens
+    meanwhile)."""
 
     def __init__(self, database: Any) -> None:
         super().__init__(database)
