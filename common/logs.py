@@ -53,9 +53,11 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | N
     """One handler on stderr for every line of the process: ours, the access log, py4j's and
     PySpark's Python side; ISO-8601 UTC timestamps; a record marked as repeating
     (`common.log_repeats.repeating`) written once, then summed up every `repeat_period` seconds
-    (default a minute) while it repeats. Returns the handler."""
+    (default a minute) while it repeats; so are the Kafka clients' (`common.kafka_logs`).
+    Returns the handler."""
     import logging
 
+    from common.kafka_logs import KafkaClientRepeats
     from common.log_repeats import DEFAULT_PERIOD, RepeatSummary
 
     root = logging.getLogger()
@@ -68,6 +70,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | N
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.xsg = True  # type: ignore[attr-defined]  # marks the handlers this module added
     handler.setFormatter(_formatter(fmt))
+    handler.addFilter(KafkaClientRepeats())  # librdkafka's lines: repeating (before the sums)
     handler.addFilter(RepeatSummary(handler.handle, repeat_period or DEFAULT_PERIOD))
     root.addHandler(handler)
     root.setLevel(level)

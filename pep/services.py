@@ -43,6 +43,7 @@ from pep.audit.trail import AuditTrail, PolicyVersion, PolicyVersions
 from pep.config import GatewayConfig, ensure_data_dir, ensure_demo_auth_file
 from pep.core.access import AccessPlanner
 from pep.core.plan import StreamDefinition
+from pep.delivery.control import StreamNotices
 from pep.delivery.settings import delivery_settings
 from pep.delivery.store import DeliveryStore
 from pep.delivery.topics import PlanTopics, delivered_through_topics
@@ -413,6 +414,9 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
     # 5. a stream whose query stalls or fails (and later runs again) is announced to the
     #    readers of its handles (`stalled` / `resumed` notices); /health lists it too.
     revocation.every_tick(services.stall_notices.check)
+    if delivery is not None:  # ... and to the edges' readers (the store, the control topic)
+        services.stall_notices.add_listener(StreamNotices(
+            delivery.store.save_stalls, delivery.revocations.tell).changed)
     # 5b. deleted streams' files whose keeping time is over are removed (looked at each minute).
     revocation.every_tick(lifecycle.sweep_kept)
     # 6. the audit trail records every grant, ending, policy change and stream registration.

@@ -10,6 +10,14 @@ are dropped: `pep.edge.reader`) and then acknowledges. An edge that cannot reach
 topic for `CONTROL_LOST` seconds stops serving (deny when in doubt), so an edge that missed a
 revocation is not serving anyone after that bound either.
 
+The control topic also carries stream notices (`StreamNotice`): the gateway's verdict that a
+stream's query stalled (or failed) and later runs again (`pep.handles.stall_notices`), so that
+an edge tells the readers of that stream's handles `stalled` / `resumed` as the gateway tells
+its own. A notice names the stream and its state, never a row, a predicate or an error's text
+(the text may quote a plan). It is not acknowledged: the streams stalled now are also in the
+store (`DeliveryStore.stalled_streams`), which an edge reads when it starts and every 2 s,
+so an edge that starts during a stall, or missed a record, learns it there.
+
 Both topics have one partition (one order for every edge); their records are JSON.
 """
 from __future__ import annotations
@@ -30,6 +38,8 @@ log = logging.getLogger(__name__)
 EDGE_ALIVE = 5.0  # seconds: an edge not seen in the store for longer is not waited for
 CONTROL_LOST = 3.0  # seconds without reaching the control topic after which an edge stops
 PROBE_EVERY = 0.5  # seconds between an edge's probes of the control topic
+CONTROL_POLL = 0.1  # seconds an edge's control consumer waits in a poll
+CONTROL_FETCH_WAIT_MS = 250  # its fetches parked at the broker until a record comes, at most
 CONTROL_PARTITION = 0
 
 
@@ -57,6 +67,50 @@ class Revocation:
             reason = obj.get("reason")
             return Revocation(str(obj["id"]), handles, str(obj["state"]),
                               None if reason is None else str(reason))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+STALL_DETAIL = ("the stream's query has not completed a micro-batch within the stall bound; "
+                "the rows resume when it runs again")
+FAIL_DETAIL = "the stream's query failed; the rows resume when it runs again"
+
+
+@dataclass(frozen=True)
+class StreamNotice:
+    """A stream's query stalled (`state` "stalled" or "failed") or runs again (`stalled`
+    False, `state` its state then, or None when its query is gone)."""
+
+    stream: str
+    stalled: bool
+    state: str | None
+    last_batch_at: str | None = None
+
+    def event(self) -> tuple[str, dict[str, object]]:
+        """The notice a reader is given, as the gateway's own readers get it
+        (`pep.handles.stall_notices`): its kind and fields."""
+        if not self.stalled:
+            return "resumed", {"stream": self.stream, "state": self.state}
+        return "stalled", {"stream": self.stream, "state": self.state,
+                           "last_batch_at": self.last_batch_at,
+                           "detail": FAIL_DETAIL if self.state == "failed" else STALL_DETAIL}
+
+    def encode(self) -> bytes:
+        return json.dumps({"kind": "stream", "stream": self.stream, "stalled": self.stalled,
+                           "state": self.state, "last_batch_at": self.last_batch_at}
+                          ).encode("utf-8")
+
+    @staticmethod
+    def decode(data: bytes | None) -> StreamNotice | None:
+        """A control record as a stream notice; None for anything else (never raises)."""
+        try:
+            obj = json.loads(data or b"")
+            if not isinstance(obj, dict) or obj.get("kind") != "stream":
+                return None
+            state, at = obj.get("state"), obj.get("last_batch_at")
+            return StreamNotice(str(obj["stream"]), bool(obj["stalled"]),
+                                None if state is None else str(state),
+                                None if at is None else str(at))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -175,6 +229,13 @@ class Revocations:
                         self._settings.ack_timeout)
         return silent
 
+    def tell(self, notice: StreamNotice) -> None:
+        """Publish a stream notice (not acknowledged, never waited for: the stall check must
+        not wait on brokers that are away; the store has the same news for the edges)."""
+        self._producer.produce(self._settings.control_topic, notice.encode(),
+                               partition=CONTROL_PARTITION)
+        self._producer.poll(0)
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
@@ -182,22 +243,63 @@ class Revocations:
         self._acks.close()
 
 
+class StreamNotices:
+    """The gateway's side of stream notices (the module docstring): `changed(troubled)` with
+    the streams stalled or failed now (stream -> (state, last batch's time), from the stall
+    check, `pep.handles.stall_notices`) saves them in the store (`save`) and publishes a notice
+    for each stream whose verdict changed (`tell`). Called at every check; it does nothing
+    while nothing changed, and a save that failed is done again at the next call."""
+
+    def __init__(self, save: Callable[[dict[str, tuple[str, str | None]]], None],
+                 tell: Callable[[StreamNotice], None]) -> None:
+        self._save = save
+        self._tell = tell
+        self._saved: dict[str, tuple[str, str | None]] | None = None  # None: never saved
+
+    def changed(self, troubled: dict[str, tuple[str, str | None]]) -> None:
+        if troubled == self._saved:
+            return
+        before = self._saved or {}
+        try:
+            self._save(dict(troubled))
+        except Exception as exc:  # noqa: BLE001 - saved at the next check
+            log.warning("plan topics: the streams stalled now could not be saved for the "
+                        "edges (%s); tried again at the next check", type(exc).__name__)
+            return
+        self._saved = dict(troubled)
+        notices = [StreamNotice(s, True, state, at) for s, (state, at) in troubled.items()
+                   if before.get(s, (None,))[0] != state]
+        notices += [StreamNotice(s, False, None) for s in before if s not in troubled]
+        for notice in notices:
+            try:
+                self._tell(notice)
+            except Exception as exc:  # noqa: BLE001 - the edges read the store too
+                log.warning("plan topics: a stream notice could not be published (%s); the "
+                            "edges learn it from the store", type(exc).__name__)
+
+
 class ControlListener:
     """An edge's side (the module docstring): `on_revoked(revocation)` for each revocation
-    published since the edge started, then its acknowledgement; `healthy` while the control
+    published since the edge started, then its acknowledgement; `on_notice(notice)` for each
+    stream notice; `healthy` while the control
     topic was reached within `CONTROL_LOST` seconds."""
 
     def __init__(self, settings: DeliverySettings, edge: str,
-                 on_revoked: Callable[[Revocation], None]) -> None:
+                 on_revoked: Callable[[Revocation], None],
+                 on_notice: Callable[[StreamNotice], None] | None = None) -> None:
         from confluent_kafka import Consumer, Producer, TopicPartition
 
         self._settings = settings
         self._edge = edge
         self._on_revoked = on_revoked
+        self._on_notice = on_notice
         kafka_log = logging.getLogger("pep.edge.kafka")
         self._consumer = Consumer(settings.client(**{
             "group.id": settings.group_prefix + edge, "enable.auto.commit": False,
-            "fetch.wait.max.ms": 10, "logger": kafka_log}))
+            # a fetch parked at the broker returns as soon as a record comes (a revocation
+            # waits for nothing): parked longer, the edge's idle fetches are fewer (at 10 ms,
+            # 100 round trips a second per edge for a quiet topic)
+            "fetch.wait.max.ms": CONTROL_FETCH_WAIT_MS, "logger": kafka_log}))
         self._producer = Producer(settings.client(**{"acks": "all", "linger.ms": 0,
                                                      "logger": kafka_log}))
         self._partition = TopicPartition(settings.control_topic, CONTROL_PARTITION)
@@ -226,14 +328,21 @@ class ControlListener:
                     self._reached = time.monotonic()
                 except Exception:  # noqa: BLE001 - unreachable: `healthy` turns False
                     pass
-            try:
-                msg = self._consumer.poll(0.05)
+            try:  # returns at once when a record comes; the probes' pace otherwise
+                msg = self._consumer.poll(CONTROL_POLL)
             except RuntimeError:  # closed
                 return
             if msg is None or msg.error():
                 continue
             revocation = Revocation.decode(msg.value())
             if revocation is None:
+                notice = StreamNotice.decode(msg.value())
+                if notice is not None and self._on_notice is not None:
+                    try:
+                        self._on_notice(notice)
+                    except Exception:
+                        log.exception("edge %s: a stream notice could not be applied",
+                                      self._edge)
                 continue
             try:
                 self._on_revoked(revocation)
@@ -254,4 +363,4 @@ class ControlListener:
 
 
 __all__ = ["CONTROL_LOST", "ControlListener", "EDGE_ALIVE", "Revocation", "Revocations",
-           "end_offset", "ensure_topics"]
+           "StreamNotice", "StreamNotices", "end_offset", "ensure_topics"]

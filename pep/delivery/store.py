@@ -8,6 +8,10 @@
   An edge checks every reader against this and `handles` (owner, state) before it serves.
 - `delivery_edges`: the edge processes alive (seen within a few seconds, by the database's
   clock) and their Kafka principals: a revocation waits for each one's acknowledgement.
+- `delivery_stream_stalls`: the streams whose query is stalled (or failed) now, as the
+  gateway's stall check last saw them (`pep.delivery.control.StreamNotices`): an edge that
+  starts, or misses a control record, learns from it that their readers are to be told
+  `stalled`. A stream's name and state only, nothing of a policy.
 - `delivery_fences`: the DENY ACLs a revocation put on a plan topic for an edge that did not
   acknowledge in time; taken away with the topic.
 
@@ -38,6 +42,8 @@ _EDGES = ("CREATE TABLE delivery_edges (edge TEXT PRIMARY KEY, principal TEXT NO
 _FENCES = ("CREATE TABLE delivery_fences (topic TEXT COLLATE \"C\" NOT NULL,"
            " principal TEXT NOT NULL, fenced_at DOUBLE PRECISION NOT NULL,"
            " PRIMARY KEY (topic, principal))")
+_STALLS = ("CREATE TABLE delivery_stream_stalls (stream TEXT PRIMARY KEY, state TEXT NOT NULL,"
+           " last_batch_at TEXT, since DOUBLE PRECISION NOT NULL)")
 # SQLite is listed for the schema's own tests only: delivery through topics runs on PostgreSQL
 SCHEMA = Schema("delivery", (
     Step("plan topics, the handles reading them, the edges and their fences",
@@ -46,6 +52,8 @@ SCHEMA = Schema("delivery", (
                       for s in (_TOPICS, _TOPICS_BY_PLAN, _HANDLES, _HANDLES_BY_TOPIC, _EDGES,
                                 _FENCES)),
          postgresql=(_TOPICS, _TOPICS_BY_PLAN, _HANDLES, _HANDLES_BY_TOPIC, _EDGES, _FENCES)),
+    Step("the streams stalled now, for the edges",
+         sqlite=(_STALLS.replace("DOUBLE PRECISION", "REAL"),), postgresql=(_STALLS,)),
 ))
 
 
@@ -224,6 +232,23 @@ class DeliveryStore:
         """Rows of edges not seen for `older_than` seconds (they died): removed."""
         return self._db.execute(f"DELETE FROM delivery_edges WHERE seen_at < {NOW} - ?",
                                 (older_than,))
+
+    # -- stream stalls ---------------------------------------------------------------------------
+
+    def save_stalls(self, stalls: dict[str, tuple[str, str | None]]) -> None:
+        """The streams stalled now (stream -> (state, last batch's time)), in place of those
+        saved before."""
+        with self._db.transaction() as cur:
+            cur.execute("DELETE FROM delivery_stream_stalls")
+            cur.executemany("INSERT INTO delivery_stream_stalls (stream, state, last_batch_at,"
+                            f" since) VALUES (?, ?, ?, {NOW})",
+                            [(s, state, at) for s, (state, at) in sorted(stalls.items())])
+
+    def stalled_streams(self) -> dict[str, tuple[str, str | None]]:
+        """The streams stalled now (an edge's look): stream -> (state, last batch's time)."""
+        return {str(s): (str(state), None if at is None else str(at)) for s, state, at in
+                self._db.fetchall("SELECT stream, state, last_batch_at FROM"
+                                  " delivery_stream_stalls")}
 
     # -- fences ---------------------------------------------------------------------------------
 

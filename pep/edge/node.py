@@ -7,9 +7,11 @@ holds in memory is which readers it serves now, so that:
 
 - a revocation on the control topic (`pep.delivery.control`) closes them at once, before the
   edge acknowledges it (rows not yet written are dropped, `pep.edge.reader`);
-- every `WATCH_EVERY` seconds the store is asked for the state of the handles it serves (a
-  second path, should a control record be missed) and the edge's row in `delivery_edges` is
-  renewed (the gateway waits for the acknowledgements of the edges seen lately);
+- every `WATCH_EVERY` seconds (0.5 s) the store is asked for the state of the handles it
+  serves (a second path, should a control record be missed; kept at 0.5 s: it bounds how long
+  a reader of a handle ended in the store can be served should the control topic fail to
+  bring the revocation), and every second the edge's row in `delivery_edges` is renewed (the
+  gateway waits for the acknowledgements of the edges seen within 5 s);
 - when the store cannot be reached for `LOST_AFTER` seconds, it stops serving: every reader
   gets `shutdown` (it resumes on another edge), and new readers get 503 until it is back.
 - when the control topic cannot be reached for `LOST_AFTER` seconds (the brokers are away:
@@ -19,6 +21,11 @@ holds in memory is which readers it serves now, so that:
   go on from where they were (nothing lost or repeated). New readers get 503 meanwhile.
   Deny when in doubt: an edge that cannot check a handle, or hear of its revocation, gives
   nothing of it.
+- a stream whose query the gateway found stalled (or failed) and later running again: its
+  readers are told `stalled` / `resumed` as the gateway's own are (`pep.handles.
+  stall_notices`). The news comes on the control topic (`StreamNotice`) and is in the store
+  (`stalled_streams`), read when the edge starts and every 2 s: an edge that starts during
+  a stall tells its readers at once, and a control record missed is made up within 2 s.
 
 A reader is registered before its handle is checked in the store, and a revocation that comes
 between the check and the registration is remembered (`_revoked`), so no interleaving lets a
@@ -35,7 +42,7 @@ from collections.abc import Callable, Iterable
 
 from pep.core.errors import Gone, NotFound, Unavailable
 from pep.core.refs import possible_handle_id
-from pep.delivery.control import CONTROL_LOST, ControlListener, Revocation
+from pep.delivery.control import CONTROL_LOST, ControlListener, Revocation, StreamNotice
 from pep.delivery.settings import DeliverySettings
 from pep.delivery.store import DeliveryStore
 from pep.edge.feed import EdgeFeed
@@ -43,7 +50,9 @@ from pep.edge.reader import TopicReader
 
 log = logging.getLogger(__name__)
 
-WATCH_EVERY = 0.5  # seconds between the edge's looks at the store
+WATCH_EVERY = 0.5  # seconds between the edge's looks at the store (its handles' states)
+SEEN_EVERY = 2  # looks between two renewals of the edge's row (1 s; the gateway waits 5 s)
+STALLS_EVERY = 4  # looks between two reads of the streams stalled now (2 s)
 LOST_AFTER = CONTROL_LOST  # seconds without the store (or the control topic) before it stops
 REVOKED_KEPT = 300.0  # seconds a revocation is remembered for readers being checked
 
@@ -62,6 +71,8 @@ class EdgeNode:
         self._lock = threading.Lock()
         self._readers: dict[str, set[TopicReader]] = {}
         self._revoked: dict[str, float] = {}  # handle id -> monotonic time it was revoked
+        self._stalls: dict[str, StreamNotice] = {}  # the streams stalled now
+        self._noticed: dict[str, float] = {}  # stream -> when the control topic last told
         self._store_ok = time.monotonic()
         self._looked_from = 0.0  # when the last look at the store that answered began
         self._back_at: float | None = None  # when store and control topic were first both back
@@ -79,7 +90,9 @@ class EdgeNode:
             self.url = url
         self.store.register_edge(self.edge, self.settings.principal, self.url,
                                  socket.gethostname(), os.getpid())
-        self.control = ControlListener(self.settings, self.edge, self.revoked)
+        self.control = ControlListener(self.settings, self.edge, self.revoked,
+                                       self.stream_notice)
+        self._look_at_stalls(time.monotonic(), self.store.stalled_streams())
         self._store_ok = time.monotonic()
         self._serving = True
         self._watch.start()
@@ -112,7 +125,8 @@ class EdgeNode:
         if view.topic is None:
             raise NotFound("this handle is not delivered through a plan topic; read it from "
                            "the gateway")
-        reader = TopicReader(self.settings, handle_id, view.topic, view.start_offset, after)
+        reader = TopicReader(self.settings, handle_id, view.topic, view.start_offset, after,
+                             stream=view.stream)
         with self._lock:
             if handle_id in self._revoked:  # revoked since the store said live
                 raise Gone("handle is revoked", state="revoked", reason=None)
@@ -120,6 +134,9 @@ class EdgeNode:
                 raise Unavailable("this edge cannot check handles now; retry (another edge)",
                                   retry_after=1)
             self._readers.setdefault(handle_id, set()).add(reader)
+            stall = self._stalls.get(view.stream)
+            if stall is not None:  # stalled before the reader came: told first
+                reader.notice(*stall.event())
         reader.start(self.feed)
         return reader
 
@@ -153,6 +170,43 @@ class EdgeNode:
         for reader in readers:
             reader.close(revocation.state, revocation.reason)
 
+    # -- stream notices -------------------------------------------------------------------------
+
+    def stream_notice(self, notice: StreamNotice) -> None:
+        """The control topic's news of a stream's query: its readers told (the module
+        docstring)."""
+        with self._lock:
+            self._noticed[notice.stream] = time.monotonic()
+            self._tell(notice)
+
+    def _look_at_stalls(self, began: float, stalls: dict[str, tuple[str, str | None]]) -> None:
+        """The store's streams stalled now, from a look begun at `began`: what differs from
+        what the edge knows is told (a stream the control topic told of since the look began
+        is left as it said: the store's answer may be older)."""
+        with self._lock:
+            for stream in set(stalls) | set(self._stalls):
+                if self._noticed.get(stream, -1.0) >= began:
+                    continue
+                if stream in stalls:
+                    state, at = stalls[stream]
+                    known = self._stalls.get(stream)
+                    if known is None or known.state != state:
+                        self._tell(StreamNotice(stream, True, state, at))
+                elif stream in self._stalls:
+                    self._tell(StreamNotice(stream, False, None))
+
+    def _tell(self, notice: StreamNotice) -> None:
+        """Under the lock: remember the stream's verdict and tell its readers."""
+        if notice.stalled:
+            self._stalls[notice.stream] = notice
+        elif self._stalls.pop(notice.stream, None) is None:
+            return
+        kind, fields = notice.event()
+        for readers in self._readers.values():
+            for reader in readers:
+                if reader.stream == notice.stream:
+                    reader.notice(kind, fields)
+
     def _end_readers(self, pick: Callable[[str], tuple[str, str | None] | None]) -> int:
         """Close the readers of the handles `pick` gives a (state, reason) for."""
         with self._lock:
@@ -164,22 +218,36 @@ class EdgeNode:
         return len(closing)
 
     def _watch_loop(self) -> None:
+        looks = 0
         while not self._stop.wait(WATCH_EVERY):
             began = time.monotonic()
+            looks += 1
+            stalls = None
             try:
-                if not self.store.seen(self.edge):  # let go meanwhile: join again
+                # the handles served: at every look (the second path of a revocation). The
+                # edge's row: every `SEEN_EVERY` looks, well within the gateway's `EDGE_ALIVE`;
+                # the streams stalled: every `STALLS_EVERY` (the control topic tells at once;
+                # this is for an edge that missed it). Fewer round trips to the store per edge
+                # (each one a connection check and a query): an edge's fixed cost per second
+                asked = looks % SEEN_EVERY == 0
+                if asked and not self.store.seen(self.edge):
                     self.store.register_edge(self.edge, self.settings.principal, self.url,
                                              socket.gethostname(), os.getpid())
                 with self._lock:
                     served = list(self._readers)
                 states = self.store.states(served) if served else {}
-                self._store_ok = time.monotonic()
-                self._looked_from = began
+                if looks % STALLS_EVERY == 0:
+                    stalls = self.store.stalled_streams()
+                if asked or served:  # the store answered (a look that asked nothing: no news)
+                    self._store_ok = time.monotonic()
+                    self._looked_from = began
             except Exception as exc:  # noqa: BLE001 - counted below: deny after the bound
                 log.debug("edge %s: the store did not answer: %s", self.edge, exc)
                 states = None
             if states is not None:
                 self._end_readers(_not_live(states, served))
+                if stalls is not None:
+                    self._look_at_stalls(began, stalls)
             self._check_health()
 
     def _check_health(self) -> None:
@@ -249,4 +317,4 @@ def _not_live(states: dict[str, tuple[str, str | None]], asked: Iterable[str]
     return pick
 
 
-__all__ = ["EdgeNode", "LOST_AFTER", "WATCH_EVERY"]
+__all__ = ["EdgeNode", "LOST_AFTER", "SEEN_EVERY", "STALLS_EVERY", "WATCH_EVERY"]

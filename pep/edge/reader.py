@@ -31,6 +31,10 @@ gateway's own code.
   `release()`, which tells it `resumed` (or nothing, when it had not read the `stalled` yet).
   Deny when in doubt: rows are withheld while revocations cannot reach the edge, and nothing
   is lost or repeated: the consumer keeps its position, and ids stay positions in the topic.
+- `notice(kind, fields)` (the gateway said the stream's query stalled or runs again:
+  `pep.delivery.control.StreamNotice`): `stalled` / `resumed` in the rows' order, as the
+  gateway's own readers get them (`pep.handles.stall_notices`); rows are not withheld (the
+  query writes none while it is stalled), and a notice that repeats the last is not given.
 - `close(kind, reason)` drops the rows not yet given to the reader and ends with the final
   event (revoked, released, ended, shutdown), whose id is the last row the reader was given (a
   reader told `shutdown` resumes from there on another edge).
@@ -146,9 +150,11 @@ class TopicReader:
     base = 0
 
     def __init__(self, settings: DeliverySettings, handle_id: str, topic: str,
-                 start_offset: int, after: int | None, hole_after: float = HOLE_AFTER) -> None:
+                 start_offset: int, after: int | None, hole_after: float = HOLE_AFTER,
+                 stream: str = "") -> None:
         self.handle_id = handle_id
         self.topic = topic
+        self.stream = stream
         self._settings = settings
         self._start = max(0, int(start_offset))
         # the reader has had every event up to this id (ids are offsets + 1)
@@ -158,6 +164,8 @@ class TopicReader:
         self._final: Event | None = None
         self._final_read = False
         self._held = False  # `hold`: only notices are given
+        self._hold_notice: Event | None = None  # the `stalled` that `hold` queued
+        self._stream_notice = "resumed"  # the last stream notice given (`notice`)
         self._released_at = 0.0  # monotonic time of the last `release` (the quiet restarts)
         self._hole_after = hole_after
         self._waiters: tuple[Callable[[], None], ...] = ()
@@ -261,8 +269,9 @@ class TopicReader:
             if self._final is not None or self._held:
                 return
             self._held = True
-            self._rows.appendleft(Event(self._given, "stalled", json.dumps(
-                {"event": "stalled", "state": "stalled", "detail": detail})))
+            self._hold_notice = Event(self._given, "stalled", json.dumps(
+                {"event": "stalled", "state": "stalled", "detail": detail}))
+            self._rows.appendleft(self._hold_notice)
             self._wake()
 
     def release(self) -> None:
@@ -275,11 +284,22 @@ class TopicReader:
             self._released_at = time.monotonic()
             if self._final is not None:
                 return
-            if self._rows and self._rows[0].kind == "stalled":
+            if self._rows and self._rows[0] is self._hold_notice:
                 self._rows.popleft()
             else:
                 self._rows.appendleft(Event(self._given, "resumed", json.dumps(
                     {"event": "resumed", "state": "serving"})))
+            self._wake()
+
+    def notice(self, kind: str, fields: dict[str, object]) -> None:
+        """A stream notice (`stalled` or `resumed`, the module docstring), after the rows
+        queued; nothing when it repeats the last one given."""
+        with self._cond:
+            if self._final is not None or kind == self._stream_notice:
+                return
+            self._stream_notice = kind
+            at = self._rows[-1].id if self._rows else self._given
+            self._rows.append(Event(at, kind, json.dumps({"event": kind, **fields})))
             self._wake()
 
     def close(self, kind: str, reason: str | None = None) -> bool:

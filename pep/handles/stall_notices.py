@@ -8,6 +8,10 @@ the rows: `stalled` (NDJSON `{"event": "stalled", "stream": ..., "state": "stall
 "last_batch_at": ..., "detail": ...}`, SSE `event: stalled`) and later `resumed`. Handles are not
 ended by a stall: the query may recover, and a reader that wants to give up can release its handle.
 
+Listeners (`add_listener`) get the streams stalled or failed now after every check: with
+delivery through plan topics, the edges are told from there (`pep.delivery.control.
+StreamNotices`).
+
 Polled from the re-evaluation timer (once a second by default), so a notice follows the runtime's
 verdict by at most that interval.
 """
@@ -57,6 +61,13 @@ class StallNotices:
         self._health = health
         self._handles = handles
         self._troubled: dict[str, StallNotice] = {}  # stream -> the notice sent
+        self._listeners: list[Callable[[dict[str, tuple[str, str | None]]], None]] = []
+
+    def add_listener(self, listener: Callable[[dict[str, tuple[str, str | None]]], None]
+                     ) -> None:
+        """`listener(troubled)` after every check: stream -> (state, last batch's time) of
+        the streams stalled or failed now."""
+        self._listeners.append(listener)
 
     def troubled(self) -> dict[str, StallNotice]:
         """Streams stalled or failed at the last check, with what their readers were told."""
@@ -88,6 +99,13 @@ class StallNotices:
             del self._troubled[stream]
         if changes:
             self._notify(changes, self._handles.live())
+        if self._listeners:
+            now = {s: (n["state"], n["last_batch_at"]) for s, n in self._troubled.items()}
+            for listener in self._listeners:
+                try:
+                    listener(now)
+                except Exception:
+                    log.exception("a stall listener failed")
 
     def _notify(self, changes: dict[str, tuple[str, StallNotice | ResumeNotice]],
                 live: Iterable[HandleRecord]) -> None:

@@ -18,9 +18,10 @@ from pep.edge.node import LOST_AFTER, EdgeNode
 
 
 class EdgeStore(DeliveryStore):
-    """The store as an edge sees it: its edge-side calls fail as an unreachable store's do
-    while `cut`; the callables in `during` run while the edge's look at the states of the
-    handles it serves is under way (a reader that opens meanwhile)."""
+    """The store as an edge sees it: its edge-side calls (`seen`, `states`, `stalled_streams`)
+    fail as an unreachable store's do while `cut`; the callables in `during` run while the
+    edge's look at the states of the handles it serves is under way (a reader that opens
+    meanwhile)."""
 
     def __init__(self, database: Any) -> None:
         super().__init__(database)
@@ -32,7 +33,14 @@ class EdgeStore(DeliveryStore):
             raise ConnectionError("the store cannot be reached")
         return super().seen(edge)
 
+    def stalled_streams(self):
+        if self.cut:
+            raise ConnectionError("the store cannot be reached")
+        return super().stalled_streams()
+
     def states(self, handle_ids):
+        if self.cut:
+            raise ConnectionError("the store cannot be reached")
         out = super().states(handle_ids)
         while self.during:
             self.during.pop()()
@@ -143,5 +151,50 @@ def test_a_reader_that_opens_during_the_edges_look_at_the_store_is_not_ended(wor
         assert not late[0].closed, late[0].read(None)
         node.closed(late[0])
         node.closed(first)
+    finally:
+        node.stop()
+
+
+@pytest.mark.timeout(60)
+def test_an_edge_tells_a_streams_readers_of_its_stall_from_the_store_and_the_control_topic(world):
+    """Issue 45: the streams stalled now are in the store (read at each look, twice a second)
+    and come on the control topic; a reader of a stalled stream's handle is told `stalled`
+    (first, when it comes during the stall), then `resumed`, each once; a store answer older
+    than the control record does not undo it."""
+    import json
+
+    from pep.delivery.control import StreamNotice
+    from pep.edge.node import WATCH_EVERY
+
+    def kinds(reader) -> list[str]:
+        return [e.kind for e in reader.read(None, timeout=0.1)]
+
+    store = world.store
+    node = EdgeNode(world.settings, store, "edge-t", "http://127.0.0.1:1")
+    node.start()
+    try:
+        first = node.open("h1", "lta", None)
+        store.save_stalls({"s": ("stalled", "2026-01-01T00:00:00Z")})  # the gateway's save
+        deadline = time.monotonic() + 5
+        told: list = []
+        while not told and time.monotonic() < deadline:
+            told = first.read(None, timeout=0.1)
+        assert [e.kind for e in told] == ["stalled"], told
+        assert json.loads(told[0].data) == {
+            "event": "stalled", "stream": "s", "state": "stalled",
+            "last_batch_at": "2026-01-01T00:00:00Z", "detail": json.loads(told[0].data)["detail"]}
+        late = node.open("h2", "lta", None)  # during the stall: told at once
+        assert kinds(late) == ["stalled"]
+        node.stream_notice(StreamNotice("s", True, "stalled"))  # the control record: no repeat
+        time.sleep(3 * WATCH_EVERY)
+        assert kinds(first) == [] and kinds(late) == []
+        # the gateway saves, then publishes: whichever the edge hears of first tells, once
+        store.save_stalls({})
+        node.stream_notice(StreamNotice("s", False, None))
+        assert kinds(first) == ["resumed"] and kinds(late) == ["resumed"]
+        time.sleep(3 * WATCH_EVERY)
+        assert kinds(first) == [] and kinds(late) == []
+        node.closed(first)
+        node.closed(late)
     finally:
         node.stop()
