@@ -416,7 +416,8 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
     revocation.every_tick(services.stall_notices.check)
     if delivery is not None:  # ... and to the edges' readers (the store, the control topic)
         services.stall_notices.add_listener(StreamNotices(
-            delivery.store.save_stalls, delivery.revocations.tell).changed)
+            node.member if node is not None else "gateway", delivery.store.save_stalls,
+            delivery.revocations.tell).changed)
     # 5b. deleted streams' files whose keeping time is over are removed (looked at each minute).
     revocation.every_tick(lifecycle.sweep_kept)
     # 6. the audit trail records every grant, ending, policy change and stream registration.

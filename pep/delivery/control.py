@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pep.delivery.settings import DeliverySettings
+from pep.delivery.store import STALLS_REFRESH
 
 log = logging.getLogger(__name__)
 
@@ -246,27 +247,36 @@ class Revocations:
 class StreamNotices:
     """The gateway's side of stream notices (the module docstring): `changed(troubled)` with
     the streams stalled or failed now (stream -> (state, last batch's time), from the stall
-    check, `pep.handles.stall_notices`) saves them in the store (`save`) and publishes a notice
-    for each stream whose verdict changed (`tell`). Called at every check; it does nothing
-    while nothing changed, and a save that failed is done again at the next call."""
+    check, `pep.handles.stall_notices`) saves them in the store under this gateway's name
+    (`save(reporter, troubled)`) and publishes a notice for each stream whose verdict changed
+    (`tell`). Called at every check; it saves again only when something changed, or every
+    `STALLS_REFRESH` seconds while a stream is stalled (an edge reads no row its gateway has not
+    renewed lately: a stopped gateway's streams run elsewhere); a save that failed is done again
+    at the next call."""
 
-    def __init__(self, save: Callable[[dict[str, tuple[str, str | None]]], None],
-                 tell: Callable[[StreamNotice], None]) -> None:
+    def __init__(self, reporter: str,
+                 save: Callable[[str, dict[str, tuple[str, str | None]]], None],
+                 tell: Callable[[StreamNotice], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._reporter = reporter
         self._save = save
         self._tell = tell
+        self._clock = clock
         self._saved: dict[str, tuple[str, str | None]] | None = None  # None: never saved
+        self._saved_at = 0.0
 
     def changed(self, troubled: dict[str, tuple[str, str | None]]) -> None:
-        if troubled == self._saved:
+        now = self._clock()
+        if troubled == self._saved and (not troubled or now - self._saved_at < STALLS_REFRESH):
             return
         before = self._saved or {}
         try:
-            self._save(dict(troubled))
+            self._save(self._reporter, dict(troubled))
         except Exception as exc:  # noqa: BLE001 - saved at the next check
             log.warning("plan topics: the streams stalled now could not be saved for the "
                         "edges (%s); tried again at the next check", type(exc).__name__)
             return
-        self._saved = dict(troubled)
+        self._saved, self._saved_at = dict(troubled), now
         notices = [StreamNotice(s, True, state, at) for s, (state, at) in troubled.items()
                    if before.get(s, (None,))[0] != state]
         notices += [StreamNotice(s, False, None) for s in before if s not in troubled]

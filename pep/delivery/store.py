@@ -8,10 +8,13 @@
   An edge checks every reader against this and `handles` (owner, state) before it serves.
 - `delivery_edges`: the edge processes alive (seen within a few seconds, by the database's
   clock) and their Kafka principals: a revocation waits for each one's acknowledgement.
-- `delivery_stream_stalls`: the streams whose query is stalled (or failed) now, as the
+- `delivery_stream_stalls`: the streams whose query is stalled (or failed) now, as each
   gateway's stall check last saw them (`pep.delivery.control.StreamNotices`): an edge that
   starts, or misses a control record, learns from it that their readers are to be told
-  `stalled`. A stream's name and state only, nothing of a policy.
+  `stalled`. A stream's name and state only, nothing of a policy. Rows are per reporting
+  gateway (several `--cluster` processes share the store, each running its own streams: one's
+  save must not erase another's stalls), refreshed every `STALLS_REFRESH` seconds; a reporter
+  silent for `STALLS_STALE` seconds stopped, and its rows are not read.
 - `delivery_fences`: the DENY ACLs a revocation put on a plan topic for an edge that did not
   acknowledge in time; taken away with the topic.
 
@@ -42,8 +45,13 @@ _EDGES = ("CREATE TABLE delivery_edges (edge TEXT PRIMARY KEY, principal TEXT NO
 _FENCES = ("CREATE TABLE delivery_fences (topic TEXT COLLATE \"C\" NOT NULL,"
            " principal TEXT NOT NULL, fenced_at DOUBLE PRECISION NOT NULL,"
            " PRIMARY KEY (topic, principal))")
-_STALLS = ("CREATE TABLE delivery_stream_stalls (stream TEXT PRIMARY KEY, state TEXT NOT NULL,"
-           " last_batch_at TEXT, since DOUBLE PRECISION NOT NULL)")
+_STALLS = ("CREATE TABLE delivery_stream_stalls (reporter TEXT NOT NULL, stream TEXT NOT NULL,"
+           " state TEXT NOT NULL, last_batch_at TEXT, seen DOUBLE PRECISION NOT NULL,"
+           " PRIMARY KEY (reporter, stream))")
+# a gateway saves its stalled streams at least this often (seconds); rows of a reporter not
+# heard from for STALLS_STALE are a stopped gateway's, whose streams another one took over
+STALLS_REFRESH = 5.0
+STALLS_STALE = 20.0
 # SQLite is listed for the schema's own tests only: delivery through topics runs on PostgreSQL
 SCHEMA = Schema("delivery", (
     Step("plan topics, the handles reading them, the edges and their fences",
@@ -235,20 +243,29 @@ class DeliveryStore:
 
     # -- stream stalls ---------------------------------------------------------------------------
 
-    def save_stalls(self, stalls: dict[str, tuple[str, str | None]]) -> None:
-        """The streams stalled now (stream -> (state, last batch's time)), in place of those
-        saved before."""
+    def save_stalls(self, reporter: str, stalls: dict[str, tuple[str, str | None]]) -> None:
+        """The streams stalled now in the gateway `reporter` (stream -> (state, last batch's
+        time)), in place of those it saved before; other gateways' rows are theirs."""
         with self._db.transaction() as cur:
-            cur.execute("DELETE FROM delivery_stream_stalls")
-            cur.executemany("INSERT INTO delivery_stream_stalls (stream, state, last_batch_at,"
-                            f" since) VALUES (?, ?, ?, {NOW})",
-                            [(s, state, at) for s, (state, at) in sorted(stalls.items())])
+            cur.execute("DELETE FROM delivery_stream_stalls WHERE reporter = ?", (reporter,))
+            cur.executemany("INSERT INTO delivery_stream_stalls (reporter, stream, state,"
+                            f" last_batch_at, seen) VALUES (?, ?, ?, ?, {NOW})",
+                            [(reporter, s, state, at)
+                             for s, (state, at) in sorted(stalls.items())])
 
     def stalled_streams(self) -> dict[str, tuple[str, str | None]]:
-        """The streams stalled now (an edge's look): stream -> (state, last batch's time)."""
-        return {str(s): (str(state), None if at is None else str(at)) for s, state, at in
-                self._db.fetchall("SELECT stream, state, last_batch_at FROM"
-                                  " delivery_stream_stalls")}
+        """The streams stalled now (an edge's look): stream -> (state, last batch's time), from
+        the gateways heard from within `STALLS_STALE` seconds ("failed" over "stalled" when two
+        say different things of one stream, as while it moves between them)."""
+        rows = self._db.fetchall(
+            "SELECT stream, state, last_batch_at FROM delivery_stream_stalls"
+            f" WHERE seen > {NOW} - ? ORDER BY stream, state DESC",
+            (STALLS_STALE,))
+        out: dict[str, tuple[str, str | None]] = {}
+        for stream, state, at in rows:
+            if str(stream) not in out or str(state) == "failed":
+                out[str(stream)] = (str(state), None if at is None else str(at))
+        return out
 
     # -- fences ---------------------------------------------------------------------------------
 

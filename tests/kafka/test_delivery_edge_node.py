@@ -174,7 +174,7 @@ def test_an_edge_tells_a_streams_readers_of_its_stall_from_the_store_and_the_con
     node.start()
     try:
         first = node.open("h1", "lta", None)
-        store.save_stalls({"s": ("stalled", "2026-01-01T00:00:00Z")})  # the gateway's save
+        store.save_stalls("g1", {"s": ("stalled", "2026-01-01T00:00:00Z")})  # the gateway's save
         deadline = time.monotonic() + 5
         told: list = []
         while not told and time.monotonic() < deadline:
@@ -189,7 +189,7 @@ def test_an_edge_tells_a_streams_readers_of_its_stall_from_the_store_and_the_con
         time.sleep(3 * WATCH_EVERY)
         assert kinds(first) == [] and kinds(late) == []
         # the gateway saves, then publishes: whichever the edge hears of first tells, once
-        store.save_stalls({})
+        store.save_stalls("g1", {})
         node.stream_notice(StreamNotice("s", False, None))
         assert kinds(first) == ["resumed"] and kinds(late) == ["resumed"]
         time.sleep(3 * WATCH_EVERY)
@@ -198,3 +198,49 @@ def test_an_edge_tells_a_streams_readers_of_its_stall_from_the_store_and_the_con
         node.closed(late)
     finally:
         node.stop()
+
+
+@pytest.mark.timeout(60)
+def test_stalls_are_kept_per_gateway_and_a_silent_gateway_s_are_not_read(world):
+    """Several `--cluster` gateways share the store, each running its own streams: one's save
+    does not erase another's stalls; a gateway not heard from for `STALLS_STALE` seconds
+    stopped (its streams run elsewhere now) and its rows are not read."""
+    store = world.store
+    store.save_stalls("g1", {"s": ("stalled", None)})
+    store.save_stalls("g2", {"t": ("failed", "2026-01-01T00:00:00Z")})
+    assert store.stalled_streams() == {"s": ("stalled", None),
+                                       "t": ("failed", "2026-01-01T00:00:00Z")}
+    store.save_stalls("g2", {})  # g2's stream runs again; g1's is still stalled
+    assert store.stalled_streams() == {"s": ("stalled", None)}
+    store.save_stalls("g2", {"s": ("failed", None)})  # while s moves: failed over stalled
+    assert store.stalled_streams() == {"s": ("failed", None)}
+    store.save_stalls("g2", {})
+    with store._db.transaction() as cur:  # g1 silent for longer than STALLS_STALE
+        cur.execute("UPDATE delivery_stream_stalls SET seen = seen - 3600 WHERE reporter = 'g1'")
+    assert store.stalled_streams() == {}
+
+
+def test_a_gateway_renews_its_stalls_while_they_last():
+    """`StreamNotices` saves on a change, and again every `STALLS_REFRESH` seconds while a
+    stream is stalled (so that its rows are not read as a stopped gateway's), never while
+    nothing is stalled and nothing changed; notices only on changes."""
+    from pep.delivery.control import StreamNotices
+    from pep.delivery.store import STALLS_REFRESH
+
+    now = [100.0]
+    saved: list = []
+    told: list = []
+    notices = StreamNotices("g1", lambda r, s: saved.append((r, s)), told.append,
+                            clock=lambda: now[0])
+    notices.changed({})
+    notices.changed({})
+    assert saved == [("g1", {})]
+    notices.changed({"s": ("stalled", None)})
+    notices.changed({"s": ("stalled", None)})
+    assert len(saved) == 2 and [(n.stream, n.stalled) for n in told] == [("s", True)]
+    now[0] += STALLS_REFRESH + 0.1
+    notices.changed({"s": ("stalled", None)})
+    assert saved[-1] == ("g1", {"s": ("stalled", None)}) and len(saved) == 3
+    assert len(told) == 1  # renewed, not told again
+    notices.changed({})
+    assert saved[-1] == ("g1", {}) and [(n.stream, n.stalled) for n in told][-1] == ("s", False)
