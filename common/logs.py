@@ -42,10 +42,15 @@ def _formatter(fmt: str) -> logging.Formatter:
     return TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-# Python-side loggers of py4j and PySpark; PySpark's query-context loggers would otherwise add
-# their own handler (and JSON format) when first used, so they are created here, plain.
-LIBRARY_LOGGERS = ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark",
-                   "DataFrameQueryContextLogger", "SQLQueryContextLogger")
+# Python-side loggers of py4j and PySpark, written through our handler.
+LIBRARY_LOGGERS = ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark")
+# PySpark's query-context loggers: a Spark error with a query context logs its whole message
+# there when it is raised, and that message can quote a row's value (a failed cast names the
+# value), which must reach no log line. They are created here, plain and disabled: PySpark
+# would otherwise make them its own (with a JSON handler of their own), and a plain logger
+# that is enabled makes PySpark's call, which passes keywords only its logger takes
+# (`file=`, `line=`), raise TypeError in place of the Spark error being raised.
+SILENCED_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 
 
 def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | None = None,
@@ -80,6 +85,8 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | N
             if not isinstance(own, logging.NullHandler):
                 logger.removeHandler(own)
         logger.propagate = True
+    for name in SILENCED_LOGGERS:
+        logging.getLogger(name).disabled = True
     # py4j logs a line per callback at INFO: only its warnings, unless we debug
     logging.getLogger("py4j").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     # psycopg's pool warns at every reconnection attempt while a PostgreSQL store is down; the

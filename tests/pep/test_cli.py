@@ -201,13 +201,28 @@ def test_text_lines_have_one_utc_timestamp_format_and_libraries_share_the_handle
     stream = log_stream("text")
     logging.getLogger("xsg.test").warning("hello")
     logging.getLogger("py4j.clientserver").warning("from py4j")
-    logging.getLogger("SQLQueryContextLogger").warning("from pyspark")
+    logging.getLogger("pyspark").warning("from pyspark")
     logging.getLogger("py4j.clientserver").info("a callback")  # py4j: warnings only
     lines = stream.getvalue().splitlines()
     assert len(lines) == 3 and all(ISO_UTC.match(line) for line in lines), lines
     assert lines[0].endswith("WARNING xsg.test: hello")
     assert "py4j.clientserver: from py4j" in lines[1]
-    assert "SQLQueryContextLogger: from pyspark" in lines[2]
+    assert "pyspark: from pyspark" in lines[2]
+
+
+def test_pyspark_s_query_context_loggers_write_nothing_and_raise_nothing(log_stream):
+    """A Spark error with a query context logs its message (which can quote a row's value) on
+    PySpark's query-context loggers, with keywords only PySpark's own logger takes: after the
+    gateway's logging is set up, that call neither writes a line nor raises (it raised
+    TypeError, which replaced the Spark error being raised: seen in CI)."""
+    from pyspark.logger import PySparkLogger
+
+    stream = log_stream("text")
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+        logger = PySparkLogger.getLogger(name)  # as pyspark.errors.exceptions.base does
+        logger.exception("[CAST_INVALID_INPUT] The value 'Mrs Secret' cannot be cast",
+                         file="app.py", line="3", fragment="cast", errorClass="CAST")
+    assert "Secret" not in stream.getvalue()
 
 
 def test_a_repeating_warning_is_written_once_then_summed_up(log_stream):
