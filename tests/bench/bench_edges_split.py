@@ -141,6 +141,19 @@ def consume(brokers: str, stop: threading.Event, path: list[Path]) -> None:
         c.close()
 
 
+def cpu_watch(pid: int, stop: threading.Event, out: Path) -> None:
+    """Every second: (time, the broker's CPU seconds so far, the machine's idle and busy
+    jiffies so far): whether the broker waits for a core while the gateway waits on it."""
+    with open(out, "a") as f:
+        while not stop.is_set():
+            fields = Path("/proc/stat").read_text().split("\n")[0].split()[1:]
+            idle = int(fields[3]) + int(fields[4])
+            busy = sum(int(x) for x in fields[:8]) - idle
+            f.write(f"{time.time()} {edges.cpu_seconds(pid)} {idle} {busy}\n")
+            f.flush()
+            stop.wait(1)
+
+
 def gc_watch(pid: int, stop: threading.Event, out: Path) -> None:
     """`jstat -gc` of the broker every 2 s: (time, full GCs, their seconds, young GCs' seconds,
     old generation used MB)."""
@@ -166,8 +179,8 @@ def q(values: list[float], p: float) -> float:
     return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
 
 
-def summary(side: str, out: Path) -> None:
-    """The split of one side (the module docstring)."""
+def summary(side: str, out: Path, cpu: list[tuple[float, ...]]) -> None:
+    """The split of one side (the module docstring); `cpu` is `cpu_watch`'s samples."""
     records = [tuple(map(float, ln.split())) for ln in
                (out / f"kafka-{side}.txt").read_text().splitlines() if ln.strip()]
     if records:
@@ -198,6 +211,14 @@ def summary(side: str, out: Path) -> None:
         print("    batch (input rows, triggerExecution / addBatch ms): " + "; ".join(
             f"{p['batch']} ({p['rows']}, {p['dur'].get('triggerExecution')}/"
             f"{p['dur'].get('addBatch')})" for p in progress[:14]))
+        for x in batches[:10]:  # the broker's CPU and the machine's idle share meanwhile
+            inside = [c for c in cpu if x["start"] <= c[0] <= x["end"]]
+            if len(inside) > 1:
+                first, last = inside[0], inside[-1]
+                idle = (last[2] - first[2]) / max(1.0, last[2] - first[2] + last[3] - first[3])
+                share = (last[1] - first[1]) / (last[0] - first[0])
+                print(f"    batch {x['batch']} {x['end'] - x['start']:.1f} s: broker CPU "
+                      f"{share:.0%} of a core, machine idle {idle:.0%}")
 
 
 def main() -> None:
@@ -230,6 +251,8 @@ def main() -> None:
         if broker.process is not None:
             threads.append(threading.Thread(target=gc_watch, daemon=True, args=(
                 broker.process.pid, stop, out / "broker-gc.txt")))
+            threads.append(threading.Thread(target=cpu_watch, daemon=True, args=(
+                broker.process.pid, stop, out / "cpu.txt")))
         for t in threads:
             t.start()
         marks = []
@@ -255,8 +278,10 @@ def main() -> None:
     print("\n== split")
     gc = [tuple(map(float, ln.split())) for ln in (out / "broker-gc.txt").read_text()
           .splitlines()] if (out / "broker-gc.txt").exists() else []
+    cpu = [tuple(map(float, ln.split())) for ln in (out / "cpu.txt").read_text()
+           .splitlines()] if (out / "cpu.txt").exists() else []
     for side, lo, hi in marks:
-        summary(side, out)
+        summary(side, out, cpu)
         inside = [g for g in gc if lo <= g[0] <= hi]
         if len(inside) > 1:
             print(f"    broker: {inside[-1][1] - inside[0][1]:.0f} full GCs "
