@@ -63,12 +63,20 @@ def broker_jars() -> Path:
                             "(deploy/fetch_kafka_jars.sh fetches them with mvn)")
 
 
+# the broker's heap before its topics (`heap_for`)
+BASE_HEAP_MB = 896
+
+
 def heap_for(topics: int) -> str:
-    """The broker's heap for this many one-partition topics: a topic's log keeps about 40 KB
-    of heap (measured: 420 MB live after a full GC with 10,000 plan topics; with 384 MB the
-    old generation was full at 4,000 topics and the broker stopped answering metadata near
-    8,000), with room for the young generation: 384 MB, and 64 MB more per 1,000 topics."""
-    return f"{384 + 64 * -(-max(0, topics) // 1000)}m"
+    """The broker's heap for this many one-partition topics, with plan topics written and read.
+    A topic's log keeps about 40 KB of heap (measured: 420 MB live after a full GC with 10,000
+    plan topics; with 384 MB the old generation was full at 4,000 topics and the broker stopped
+    answering metadata near 8,000), but under bench_edges' traffic (1,000 handles, 20,000
+    rows/s, two edges) the broker kept 240-300 MB live at 1,000 topics: with 448 MB (SerialGC:
+    an old generation of ~300 MB) it ran 18 full GCs in 18 s while a micro-batch waited on its
+    acknowledgements (issue 45, `tests/bench/bench_edges_split.py`). The old generation (two
+    thirds of the heap) is kept at twice that: 896 MB, and 64 MB more per 1,000 topics."""
+    return f"{BASE_HEAP_MB + 64 * -(-max(0, topics) // 1000)}m"
 
 
 def free_port() -> int:
