@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,6 +99,17 @@ class Reader:
     @property
     def rows(self) -> list[dict]:
         return [x["row"] for x in self.lines if "row" in x]
+
+    def kinds(self) -> list[str]:
+        """Each line's kind in order: its event, or "row"."""
+        return [x.get("event", "row") for x in self.lines]
+
+    def wait(self, until: Callable[[], bool], timeout: float = 60) -> bool:
+        """Whether `until()` came true within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while not until() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return bool(until())
 
     def wait_rows(self, n: int, timeout: float = 90) -> list[dict]:
         deadline = time.monotonic() + timeout

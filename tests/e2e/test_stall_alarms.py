@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from pep.core.plan import ExecutionPlan
-from tests.e2e.conftest import Gateway, auth
+from tests.e2e.conftest import Gateway, Reader, auth
 from tests.e2e.test_stream_lifecycle import RESOURCE, STRING, SUBJECT, match
 from tests.pep.conftest import build_gateway
 
@@ -62,28 +62,6 @@ def quick_stalls(spark, tmp_path_factory):
     gw.close()
 
 
-class Reader:
-    """The handle's NDJSON events (heartbeats left out), read in a thread."""
-
-    def __init__(self, url: str) -> None:
-        self.events: list[dict] = []
-        threading.Thread(target=self._run, args=(url,), daemon=True).start()
-
-    def _run(self, url: str) -> None:
-        with requests.get(url, headers=auth("lta", Accept="application/x-ndjson"), stream=True,
-                          timeout=120) as r:
-            for raw in r.iter_lines(chunk_size=1):
-                event = json.loads(raw) if raw else {"event": "heartbeat"}
-                if event.get("event") != "heartbeat":
-                    self.events.append(event)
-
-    def rows(self) -> list[dict]:
-        return [e["row"] for e in self.events if "row" in e]
-
-    def kinds(self) -> list[str]:
-        return [e.get("event", "row") for e in self.events]
-
-
 def append(base: str, v: float) -> None:
     r = requests.post(f"{base}/streams/{STREAM}/records", timeout=30,
                       data=json.dumps({"v": v}) + "\n",
@@ -116,21 +94,21 @@ def test_an_append_after_an_idle_stream_is_no_stall_and_a_real_stall_still_is(qu
     assert r.status_code == 201, r.text
     r = requests.post(f"{base}/requests", headers=auth("lta", **XML), data=REQUEST, timeout=60)
     assert r.status_code == 201, r.text
-    reader = Reader(r.json()["handle"])
+    reader = Reader(r.json()["handle"]).start()
     with caplog.at_level(logging.WARNING, logger="pep.runtime.runtime"):
         append(base, 1.0)
-        states, statuses = watch(gw, lambda: len(reader.rows()) >= 1, 90)
-        assert len(reader.rows()) == 1, reader.events
+        states, statuses = watch(gw, lambda: len(reader.rows) >= 1, 90)
+        assert len(reader.rows) == 1, reader.lines
 
         for n in (2, 3):  # idle for longer than the stall bound, then one append
             time.sleep(STALL * 1.5)
             assert gw.runtime.health()[STREAM]["state"] == "idle"
             append(base, float(n))
-            seen = watch(gw, lambda n=n: len(reader.rows()) >= n, 60)
+            seen = watch(gw, lambda n=n: len(reader.rows) >= n, 60)
             states |= seen[0]
             statuses |= seen[1]
-            assert [row["v"] for row in reader.rows()] == [float(v) for v in range(1, n + 1)]
-        assert "stalled" not in reader.kinds(), reader.events
+            assert [row["v"] for row in reader.rows] == [float(v) for v in range(1, n + 1)]
+        assert "stalled" not in reader.kinds(), reader.lines
         assert "stalled" not in states and statuses == {"ready"}, (states, statuses)
         assert not [r for r in caplog.records if "stalled" in r.getMessage()]
 
@@ -151,17 +129,17 @@ def test_an_append_after_an_idle_stream_is_no_stall_and_a_real_stall_still_is(qu
             append(base, 5.0)  # waits behind the batch whose delivery is stuck
             arrived = time.monotonic()
             states, statuses = watch(gw, lambda: "stalled" in reader.kinds(), 30)
-            assert "stalled" in reader.kinds(), reader.events
+            assert "stalled" in reader.kinds(), reader.lines
             assert time.monotonic() - arrived >= STALL  # not before the bound
             assert "stalled" in states and "degraded" in statuses
             warned = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
             assert len(warned) == 1 and f"stream {STREAM} is stalled" in warned[0]
         finally:
             release.set()
-        watch(gw, lambda: "resumed" in reader.kinds() and len(reader.rows()) == 5, 30)
+        watch(gw, lambda: "resumed" in reader.kinds() and len(reader.rows) == 5, 30)
         kinds = reader.kinds()
         assert "resumed" in kinds and kinds.index("resumed") > kinds.index("stalled"), kinds
         assert kinds.count("stalled") == 1
-        assert [row["v"] for row in reader.rows()] == [1.0, 2.0, 3.0, 4.0, 5.0]
+        assert [row["v"] for row in reader.rows] == [1.0, 2.0, 3.0, 4.0, 5.0]
         assert requests.get(f"{base}/health", timeout=10).json()["status"] == "ready"
         gw.runtime.detach("stuck")

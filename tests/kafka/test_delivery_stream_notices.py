@@ -8,47 +8,17 @@ an edge started during the stall tells its new reader `stalled` first (it reads 
 and both get `resumed` once the batch goes on, then every row once (by event id)."""
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 import pytest
 import requests
 
-from tests.e2e.conftest import Gateway, auth
+from tests.e2e.conftest import Gateway, Reader, auth
 from tests.e2e.test_stall_alarms import POLICY, REQUEST, STALL, STREAM, XML, append
 from tests.pep.conftest import write_auth
 
 pytestmark = pytest.mark.timeout(240)
-
-
-class Reader:
-    """A handle's NDJSON events from an edge (heartbeats left out), read in a thread."""
-
-    def __init__(self, url: str) -> None:
-        self.events: list[dict] = []
-        threading.Thread(target=self._run, args=(url,), daemon=True).start()
-
-    def _run(self, url: str) -> None:
-        with requests.get(url, headers=auth("lta", Accept="application/x-ndjson"), stream=True,
-                          timeout=120) as r:
-            assert r.status_code == 200, r.text
-            for raw in r.iter_lines(chunk_size=1):
-                event = json.loads(raw) if raw else {"event": "heartbeat"}
-                if event.get("event") != "heartbeat":
-                    self.events.append(event)
-
-    def rows(self) -> list[dict]:
-        return [e for e in self.events if "row" in e]
-
-    def kinds(self) -> list[str]:
-        return [e.get("event", "row") for e in self.events]
-
-    def wait(self, until, timeout: float = 60) -> bool:
-        deadline = time.monotonic() + timeout
-        while not until() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return bool(until())
 
 
 class Edge:
@@ -136,15 +106,15 @@ def test_a_stall_is_told_to_an_edges_readers_and_to_an_edge_started_during_it(ga
     assert r.status_code == 201, r.text
     handle = r.json()["id"]
     gw.edges.append(Edge(gw.config, "edge-a"))
-    reader = Reader(f"{gw.edges[0].url}/handles/{handle}")
+    reader = Reader(f"{gw.edges[0].url}/handles/{handle}").start()
     append(base, 1.0)
-    assert reader.wait(lambda: len(reader.rows()) == 1, 90), reader.events
+    assert reader.wait(lambda: len(reader.rows) == 1, 90), reader.lines
     # a first micro-batch slower than the bound on a loaded machine is a stall too (told and
     # resumed): what follows is counted from when the stream runs
     assert reader.wait(lambda: STREAM not in gw.services.stall_notices.troubled()
                        and reader.kinds().count("stalled") == reader.kinds().count("resumed"),
-                       30), reader.events
-    mark = len(reader.events)
+                       30), reader.lines
+    mark = len(reader.lines)
 
     release, blocked = threading.Event(), threading.Event()
 
@@ -163,28 +133,28 @@ def test_a_stall_is_told_to_an_edges_readers_and_to_an_edge_started_during_it(ga
         # lasts (a slow batch before, such as the query's restart for the new plan, may have
         # been told and resumed already)
         assert reader.wait(lambda: STREAM in gw.services.stall_notices.troubled(), 30)
-        assert reader.wait(lambda: notices(reader)[-1:] == ["stalled"], 30), reader.events
-        stalled = [e for e in reader.events if e.get("event") == "stalled"][-1]
+        assert reader.wait(lambda: notices(reader)[-1:] == ["stalled"], 30), reader.lines
+        stalled = [e for e in reader.lines if e.get("event") == "stalled"][-1]
         assert stalled["stream"] == STREAM and stalled["state"] == "stalled", stalled
         assert set(stalled) <= {"id", "event", "stream", "state", "last_batch_at", "detail"}
         # an edge that starts during the stall learns it from the store
         gw.edges.append(Edge(gw.config, "edge-b"))
-        late = Reader(f"{gw.edges[1].url}/handles/{handle}")
-        assert late.wait(lambda: "stalled" in late.kinds(), 30), late.events
-        assert late.kinds()[0] == "stalled", late.events
+        late = Reader(f"{gw.edges[1].url}/handles/{handle}").start()
+        assert late.wait(lambda: "stalled" in late.kinds(), 30), late.lines
+        assert late.kinds()[0] == "stalled", late.lines
     finally:
         release.set()
-    assert reader.wait(lambda: "resumed" in reader.kinds()[mark:] and len(reader.rows()) == 3,
-                       60), reader.events
-    assert late.wait(lambda: "resumed" in late.kinds() and len(late.rows()) == 3, 60), \
-        late.events
+    assert reader.wait(lambda: "resumed" in reader.kinds()[mark:] and len(reader.rows) == 3,
+                       60), reader.lines
+    assert late.wait(lambda: "resumed" in late.kinds() and len(late.rows) == 3, 60), \
+        late.lines
     time.sleep(1.0)  # nothing more comes
     kinds = notices(reader, mark)
     assert kinds and kinds == ["stalled", "resumed"] * (len(kinds) // 2), kinds
-    assert "gap" not in reader.kinds(), reader.events
-    assert [e["row"]["v"] for e in reader.rows()] == [1.0, 2.0, 3.0], reader.events
-    ids = [e["id"] for e in reader.rows()]
+    assert "gap" not in reader.kinds(), reader.lines
+    assert [r["v"] for r in reader.rows] == [1.0, 2.0, 3.0], reader.lines
+    ids = [e["id"] for e in reader.lines if "row" in e]
     assert ids == sorted(set(ids)), ids  # no row repeated
-    assert notices(late) == ["stalled", "resumed"], late.events
-    assert [e["row"]["v"] for e in late.rows()] == [1.0, 2.0, 3.0], late.events
+    assert notices(late) == ["stalled", "resumed"], late.lines
+    assert [r["v"] for r in late.rows] == [1.0, 2.0, 3.0], late.lines
     gw.runtime.detach("stuck")
