@@ -105,13 +105,16 @@ def password_variable(user: str) -> str:
     return "XSG_DELIVERY_PASSWORD_" + re.sub(r"[^A-Za-z0-9]", "_", user).upper()
 
 
+_PORT = re.compile(r"[0-9]{1,5}")  # ASCII digits only (str.isdigit also takes "²")
+
+
 def _bootstrap(text: str) -> str:
     """`host:port[,host:port...]`, each port 1 to 65535 (argparse's `type`)."""
     for server in text.split(","):
         host, _, port = server.strip().rpartition(":")
         if not host or not port:
             raise argparse.ArgumentTypeError(f"expected host:port[,host:port...], got {text!r}")
-        if not port.isdigit() or not 1 <= int(port) <= 65535:
+        if not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
             raise argparse.ArgumentTypeError(f"the port of {server.strip()!r} must be a number "
                                              "from 1 to 65535")
     return text

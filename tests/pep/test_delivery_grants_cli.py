@@ -17,6 +17,7 @@ OK = ["--bootstrap", "127.0.0.1:1", "--gateway", "xsg-gw"]
     (["--bootstrap", "broker", "--gateway", "g"], "argument --bootstrap", "host:port"),
     (["--bootstrap", "h:y", "--gateway", "g"], "argument --bootstrap", "'h:y'"),
     (["--bootstrap", "h:70000", "--gateway", "g"], "argument --bootstrap", "1 to 65535"),
+    (["--bootstrap", "h:\u00b2", "--gateway", "g"], "argument --bootstrap", "1 to 65535"),
     (["--bootstrap", "h:9092,", "--gateway", "g"], "argument --bootstrap", "host:port"),
     ([*OK, "--prefix", ""], "argument --prefix", "1 to 100"),
     ([*OK, "--prefix", "xsg /"], "argument --prefix", "'xsg /'"),
