@@ -57,6 +57,7 @@ from pep.runtime.query.realtime import (
 )
 from pep.runtime.query.settings import StreamLayout
 from pep.runtime.sources.frames import kafka_realtime_frame
+from pep.runtime.sources.replay import last_committed, planned_batches
 
 log = logging.getLogger(__name__)
 
@@ -275,15 +276,15 @@ def commit_delivered(location: Path, delivered: int) -> bool:
     """Write Spark's commit of the checkpoint's last planned micro-batch when that batch was
     delivered in full (`delivered` is at least its id) and a stop cut off its commit, so that a
     real-time query, which cannot skip it, does not run it again. True when written."""
-    offsets, commits = location / "offsets", location / "commits"
-    planned = _batch_ids(offsets)
+    commits = location / "commits"
+    planned = planned_batches(location)
     if not planned:
         return False
-    last = max(planned)
-    done = _batch_ids(commits)
-    if last > delivered or (done and max(done) >= last):
+    last = planned[-1]
+    committed = last_committed(location)
+    if last > delivered or committed >= last:
         return False
-    previous = (commits / str(max(done))) if done else None
+    previous = (commits / str(committed)) if committed >= 0 else None
     text = (previous.read_text(encoding="utf-8") if previous is not None
             else 'v1\n{"nextBatchWatermarkMs":0}')
     commits.mkdir(parents=True, exist_ok=True)
@@ -291,12 +292,6 @@ def commit_delivered(location: Path, delivered: int) -> bool:
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(commits / str(last))
     return True
-
-
-def _batch_ids(directory: Path) -> list[int]:
-    if not directory.is_dir():
-        return []
-    return [int(p.name) for p in directory.iterdir() if p.name.isdigit()]
 
 
 def written_tops(client: dict[str, Any], topics: Sequence[str], epoch: str, since: float
