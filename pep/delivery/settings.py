@@ -21,6 +21,12 @@ SINK_BATCH_BYTES = 262_144
 # the key of the record that makes a new plan topic known to Spark's producer before its first
 # rows (`pep.runtime.delivery.warm`): no row, an edge skips it
 WARM_KEY = b"w:"
+# a delivery topic's segments (`DeliverySettings.topic_config`): a quarter of the retention
+# each, in Kafka's bounds for segment.bytes (1 MiB to 1 GiB); an offset-index entry per MiB
+SEGMENT_PARTS = 4
+MIN_SEGMENT_BYTES = 1 << 20
+MAX_SEGMENT_BYTES = 1 << 30
+INDEX_INTERVAL_BYTES = 1 << 20
 JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
@@ -86,9 +92,35 @@ class DeliverySettings:
         return self.security_protocol.startswith("SASL")
 
     def topic_config(self) -> dict[str, str]:
-        """A delivery topic's settings: deleted by time and size, never compacted."""
-        return {"retention.ms": str(int(self.retention_seconds * 1000)),
-                "retention.bytes": str(self.retention_bytes), "cleanup.policy": "delete"}
+        """A delivery topic's settings: deleted by time and size, never compacted.
+
+        Kafka deletes whole segments, never the one being written unless all of it expired, so
+        retention holds only with segments that roll: with Kafka's defaults (1 GiB or 7 days)
+        a topic written to every few seconds kept every row for up to a week whatever
+        `retention_seconds` said. A segment here rolls after a quarter of the retention (time
+        and size), each roll moved earlier by up to a quarter of that at random
+        (`segment.jitter.ms`) so that topics created together do not roll together; a row
+        then goes between the retention and 1.25 times it, plus the broker's retention check
+        (`log.retention.check.interval.ms`, 5 minutes by default).
+
+        The offset index gets an entry per `index.interval.bytes` of a segment, and the first
+        entry of a segment touches its memory-mapped index files for the first time: at
+        Kafka's 4 KiB, 1,000 plan topics written at the same pace reached it in the same
+        batch, and the broker's request threads spent 21 s on those first touches (page faults
+        that allocate the files' blocks) while every produce request waited. At 1 MiB a topic
+        written at a few KiB a second has no entry for minutes, or none before its segment
+        rolls; a reader resuming at an offset then reads at most 1 MiB of the segment to find
+        it."""
+        retention_ms = max(1, int(self.retention_seconds * 1000))
+        segment_ms = max(1, retention_ms // SEGMENT_PARTS)
+        segment_bytes = min(MAX_SEGMENT_BYTES, max(MIN_SEGMENT_BYTES,
+                                                   self.retention_bytes // SEGMENT_PARTS))
+        return {"retention.ms": str(retention_ms),
+                "retention.bytes": str(self.retention_bytes), "cleanup.policy": "delete",
+                "segment.ms": str(segment_ms),
+                "segment.jitter.ms": str(segment_ms // SEGMENT_PARTS),
+                "segment.bytes": str(segment_bytes),
+                "index.interval.bytes": str(min(INDEX_INTERVAL_BYTES, segment_bytes))}
 
     # -- the clients ----------------------------------------------------------------------------
 

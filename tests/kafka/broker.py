@@ -101,6 +101,9 @@ class KafkaBroker:
     jars: Path | None = None
     controller_port: int = 0
     sasl_port: int = 0
+    # how often the broker deletes what retention let go (Kafka: every 5 minutes, first 30 s
+    # after the start); a test of retention asks for seconds
+    retention_check_ms: int | None = None
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -197,6 +200,9 @@ class KafkaBroker:
             "share.coordinator.state.topic.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
             "log.flush.interval.ms=1000",
+            *([f"log.retention.check.interval.ms={self.retention_check_ms}",
+               f"log.initial.task.delay.ms={self.retention_check_ms}"]
+              if self.retention_check_ms else []),
             "",
         ]))
         deadline = time.monotonic() + timeout

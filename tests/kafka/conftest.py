@@ -36,7 +36,8 @@ def _started_broker(tmp_path_factory, name: str) -> KafkaBroker:
         broker_jars()
     except BrokerUnavailable as exc:
         pytest.skip(f"Kafka: {exc}")
-    return KafkaBroker(tmp_path_factory.mktemp(name)).start()
+    # retention checked every second: tests/kafka/test_delivery_retention.py
+    return KafkaBroker(tmp_path_factory.mktemp(name), retention_check_ms=1000).start()
 
 
 def _close_spark_producers() -> None:
