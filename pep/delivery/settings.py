@@ -12,12 +12,18 @@ CONTROL = "control"  # the control topic's name after the prefix: revocations, s
 ACKS = "acks"  # the edges' acknowledgements of control messages
 PLAN = "plan."  # plan topics: <prefix>plan.<random id>
 GROUP = "edge."  # consumer group ids (edges assign partitions; librdkafka wants a group id)
-# The Spark sink's producer batch, in bytes (the Java client's batch.size, 16 KiB by default):
-# a micro-batch's rows of a topic are written in a burst by one task, and 16 KiB batches were
-# ~340 produce requests per 50,000 rows; at 256 KiB the same write cost the broker 40% of the
-# CPU and took less time (bench_kafka). With linger.ms 0 a batch still leaves as soon as the
-# producer can send it: no row waits for a batch to fill.
-SINK_BATCH_BYTES = 262_144
+# The Spark sink's producer (`DeliverySettings.spark_options`; tests/bench/bench_sink_topics.py).
+# The Java client takes a whole batch.size from its buffer for each partition it has records
+# for, however few, and blocks a writing task when buffer.memory is spent until batches sent
+# earlier are acknowledged: at 256 KiB against the default 32 MiB, a micro-batch's rows to
+# 1,000 plan topics went out 128 topics at a time, in eight rounds of acknowledgements
+# (1.2-2.8 s for 20,000 records, where 0.25-0.6 s with the settings below). 32 KiB in
+# 128 MiB gives 4,000 topics a batch each at once; a stream with few plans writes bigger
+# bursts per topic, where 32 KiB batches cost the write ~17% against 256 KiB (1M records to
+# 4 topics), far from its bottleneck. With linger.ms 0 a batch leaves as soon as the producer
+# can send it: no row waits for a batch to fill.
+SINK_BATCH_BYTES = 32 * 1024
+SINK_BUFFER_BYTES = 128 * 1024 * 1024
 # the key of the record that makes a new plan topic known to Spark's producer before its first
 # rows (`pep.runtime.delivery.warm`): no row, an edge skips it
 WARM_KEY = b"w:"
@@ -149,6 +155,7 @@ class DeliverySettings:
                "kafka.acks": "all", "kafka.enable.idempotence": "true",
                "kafka.max.in.flight.requests.per.connection": "5",
                "kafka.linger.ms": "0", "kafka.batch.size": str(SINK_BATCH_BYTES),
+               "kafka.buffer.memory": str(SINK_BUFFER_BYTES),
                "kafka.max.block.ms": "5000",
                "kafka.request.timeout.ms": "15000", "kafka.delivery.timeout.ms": "20000"}
         if self.sasl:
