@@ -21,6 +21,9 @@ SINK_BATCH_BYTES = 262_144
 # the key of the record that makes a new plan topic known to Spark's producer before its first
 # rows (`pep.runtime.delivery.warm`): no row, an edge skips it
 WARM_KEY = b"w:"
+# the kind of a real-time batch's count marker (`c:<epoch>:<mark>`, written by the gateway after
+# the batch, `pep.runtime.query.realtime_mode`): no row, an edge checks its holes with it
+COUNT_KIND = "c"
 JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
@@ -135,5 +138,5 @@ def delivery_settings(config: Any) -> DeliverySettings | None:
     return DeliverySettings.of(config)
 
 
-__all__ = ["ACKS", "CONTROL", "DeliverySettings", "GROUP", "PLAN", "WARM_KEY",
+__all__ = ["ACKS", "CONTROL", "COUNT_KIND", "DeliverySettings", "GROUP", "PLAN", "WARM_KEY",
            "delivery_settings"]
