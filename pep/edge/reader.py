@@ -152,8 +152,10 @@ class CountLog:
             have = sum(1 for p, (first, end) in ranges.items()
                        for o in self.read.get(p, ()) if first <= o < end)
             lost = max(0, rows - have)
-        for p, (_first, end) in ranges.items():  # checked or not, done with
-            kept = {o for o in self.read.get(p, ()) if o >= end}
+        # checked or not, done with; only its own ranges: a marker may come late, after the
+        # next batch's (a query started again within a batch begins where that batch began)
+        for p, (first, end) in ranges.items():
+            kept = {o for o in self.read.get(p, ()) if not first <= o < end}
             if kept:
                 self.read[p] = kept
             else:

@@ -55,7 +55,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -209,7 +209,7 @@ class CountMarkers(StreamingQueryListener):
             counted, progress = item
             try:
                 self._batch(counted, progress)
-            except Exception:  # noqa: BLE001 - that batch is not checked; the next ones are
+            except Exception:  # that batch is not checked; the next ones are
                 log.exception("stream query %s: the counts of real-time batch %s could not be "
                               "written; its rows are not checked for holes", counted.name,
                               getattr(progress, "batchId", "?"))
@@ -261,7 +261,7 @@ def _timestamp(text: str) -> float:
     """A progress's `timestamp` (`2026-12-06T17:23:53.113Z`, the batch's start) in epoch
     seconds."""
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        tzinfo=timezone.utc).timestamp()
+        tzinfo=UTC).timestamp()
 
 
 _MARKERS_ATTRIBUTE = "_xsg_count_markers"
@@ -380,7 +380,7 @@ class RealTimeMode:
             topics = counted_topics(chosen.routes)
             try:
                 markers.open(topics, epoch)
-            except Exception:  # noqa: BLE001 - the batches are still checked from the next marker
+            except Exception:  # its first batch is then checked only by an earlier marker
                 log.exception("stream %s: no opening count marker", layout.name)
         started = time.time()
         query = self._rows.start(records, name, location)
