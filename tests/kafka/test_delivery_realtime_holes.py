@@ -183,3 +183,28 @@ def test_a_real_time_query_s_lost_record_reaches_the_reader_as_a_gap(
             r_.close("released")
         rt.stop()
         thread.join(10)
+
+
+def test_a_marker_names_its_batch_s_ranges_and_an_earlier_marker_acknowledged_before_it():
+    """`batch_ranges`: [start, end) per source partition from a progress's offsets (a new
+    checkpoint's first batch has no start: from 0); `_Anchors.before`: the latest marker of
+    the topic acknowledged before the batch began, none when there is none."""
+    from types import SimpleNamespace
+
+    from pep.runtime.query.realtime import batch_ranges, marker_value
+    from pep.runtime.query.realtime_mode import _Anchors
+    first = SimpleNamespace(startOffset=None, endOffset='{"src": {"0": 3, "1": 5}}')
+    later = SimpleNamespace(startOffset='{"src": {"0": 3, "1": 5}}',
+                            endOffset='{"src": {"0": 9, "1": 5, "2": 4}}')
+    assert batch_ranges([first]) == {"src/0": (0, 3), "src/1": (0, 5)}
+    assert batch_ranges([later]) == {"src/0": (3, 9), "src/1": (5, 5), "src/2": (0, 4)}
+    assert json.loads(marker_value({"src/0": (3, 9)}, 4, "b1")) == {
+        "after": "b1", "ranges": {"src/0": [3, 9]}, "rows": 4}
+    assert json.loads(marker_value(None, None, None)) == {"after": None}
+    anchors = _Anchors()
+    assert anchors.before("t", 100.0) is None
+    anchors.add("t", "oX", 10.0)
+    anchors.add("t", "b0", 20.0)
+    anchors.add("u", "b0", 5.0)
+    assert anchors.before("t", 15.0) == "oX" and anchors.before("t", 25.0) == "b0"
+    assert anchors.before("t", 20.0) == "oX"  # acknowledged at the batch's start: not before

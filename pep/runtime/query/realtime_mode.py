@@ -269,13 +269,17 @@ _MARKERS_LOCK = threading.Lock()
 
 
 def count_markers(spark: SparkSession, client: dict[str, Any]) -> CountMarkers:
-    """The session's marker writer (added to it as a listener on first use, kept on it)."""
+    """The session's marker writer for these brokers and identity (added to the session as a
+    listener on first use, kept on it: runtimes of one session may use other brokers)."""
+    key = tuple(sorted((k, str(v)) for k, v in client.items() if k not in CONSUMER_ONLY
+                       and not callable(v) and not isinstance(v, logging.Logger)))
     with _MARKERS_LOCK:
-        markers = getattr(spark, _MARKERS_ATTRIBUTE, None)
+        writers: dict[Any, CountMarkers] = getattr(spark, _MARKERS_ATTRIBUTE, None) or {}
+        markers = writers.get(key)
         if markers is None:
-            markers = CountMarkers(client)
+            markers = writers[key] = CountMarkers(client)
             spark.streams.addListener(markers)
-            setattr(spark, _MARKERS_ATTRIBUTE, markers)
+            setattr(spark, _MARKERS_ATTRIBUTE, writers)
         return markers
 
 
