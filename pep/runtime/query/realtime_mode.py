@@ -129,15 +129,19 @@ class _Anchors:
     """Per plan topic, the markers written lately: (mark, when acknowledged, epoch seconds)."""
 
     by_topic: dict[str, deque[tuple[str, float]]] = field(default_factory=dict)
+    # delivery reports run in whichever thread flushes (a query's start, the writer's thread)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, topic: str, mark: str, acked: float) -> None:
-        self.by_topic.setdefault(topic, deque(maxlen=ANCHORS)).append((mark, acked))
+        with self.lock:
+            self.by_topic.setdefault(topic, deque(maxlen=ANCHORS)).append((mark, acked))
 
     def before(self, topic: str, began: float) -> str | None:
         """The latest marker of `topic` acknowledged before `began`."""
-        for mark, acked in reversed(self.by_topic.get(topic, ())):
-            if acked < began:
-                return mark
+        with self.lock:
+            for mark, acked in reversed(self.by_topic.get(topic, ())):
+                if acked < began:
+                    return mark
         return None
 
 
@@ -153,6 +157,9 @@ class CountMarkers(StreamingQueryListener):
         settings = {k: v for k, v in client.items() if k not in CONSUMER_ONLY}
         self._producer = Producer({**settings, "acks": "all", "enable.idempotence": True,
                                    "linger.ms": 0,
+                                   # a late marker to a topic deleted meanwhile (its plan's
+                                   # last handle left) must not create it again
+                                   "allow.auto.create.topics": False,
                                    "message.timeout.ms": int(MARKER_TIMEOUT * 1000),
                                    "logger": logging.getLogger("pep.runtime.delivery.kafka")})
         self._lock = threading.Lock()
@@ -230,12 +237,17 @@ class CountMarkers(StreamingQueryListener):
     def _write(self, markers: list[tuple[str, str, str, bytes]], wait: float) -> None:
         """Produce the markers and wait for them up to `wait` seconds; each acknowledged one
         becomes an anchor (one acknowledged later anchors no batch that began before)."""
+        from confluent_kafka import KafkaError
+
         failed: list[str] = []
+        gone = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
 
         def report(err: Any, msg: Any) -> None:
             if err is None:
                 self._anchors.add(str(msg.topic()), mark_of(msg.key()), time.time())
                 self.written += 1
+            elif err.code() in gone:  # deleted with its plan: no reader left to check
+                log.debug("plan topic %s: gone before its count marker", msg.topic())
             else:
                 failed.append(f"{msg.topic()}: {err}")
         for topic, epoch, mark, value in markers:
