@@ -33,6 +33,9 @@ SEGMENT_PARTS = 4
 MIN_SEGMENT_BYTES = 1 << 20
 MAX_SEGMENT_BYTES = 1 << 30
 INDEX_INTERVAL_BYTES = 1 << 20
+# the kind of a real-time batch's count marker (`c:<epoch>:<mark>`, written by the gateway after
+# the batch, `pep.runtime.query.realtime_mode`): no row, an edge checks its holes with it
+COUNT_KIND = "c"
 JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
@@ -174,5 +177,5 @@ def delivery_settings(config: Any) -> DeliverySettings | None:
     return DeliverySettings.of(config)
 
 
-__all__ = ["ACKS", "CONTROL", "DeliverySettings", "GROUP", "PLAN", "WARM_KEY",
+__all__ = ["ACKS", "CONTROL", "COUNT_KIND", "DeliverySettings", "GROUP", "PLAN", "WARM_KEY",
            "delivery_settings"]

@@ -25,6 +25,14 @@ gateway's own code.
   records in offset order; started again, it writes again what it read since its last commit:
   a record whose source offset is not above the highest read of its partition is skipped
   (`SourceLog`).
+  Its holes are found by count markers (`c:<epoch>:<mark>`, written by the gateway after each
+  real-time batch, `pep.runtime.query.realtime_mode`): a marker names the batch's source offset
+  ranges, the records written to this topic from them, and a marker read before (`after`)
+  that every record of the batch follows. When the reader read that one, it read the whole
+  batch: the records it lacks (distinct source offsets in the ranges, against the count) are
+  told as a `gap` at the marker, after the batch's rows (`CountLog`). A marker whose `after`
+  it did not read (it joined within the batch, or the topic lost records) checks nothing: an
+  alarm only for a real loss. Markers, like the warm record, take offsets and give no event.
 - A record the topic no longer holds (its retention passed) is told as a `gap` with the count.
 - `hold(detail)` (the edge lost the control topic: the brokers are away, `pep.edge.node`): the
   reader is told `stalled` at once and given nothing more (rows read meanwhile wait) until
@@ -52,13 +60,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from pep.delivery.settings import WARM_KEY, DeliverySettings
+from pep.delivery.settings import COUNT_KIND, WARM_KEY, DeliverySettings
 from pep.edge.feed import EdgeFeed
 from pep.handles.buffer import Event
 
 log = logging.getLogger(__name__)
 
 MAX_QUEUED = 5000  # rows read from the topic and not yet given to the reader
+MAX_UNCHECKED = 1_000_000  # real-time records read and not yet checked by a marker, at most
 HOLE_AFTER = 30.0  # seconds of quiet (brokers reached) after which the last batch's hole is a gap
 NOTICES = ("stalled", "resumed")  # what a held reader is still given
 
@@ -82,6 +91,78 @@ def parse_source_key(key: bytes | None) -> tuple[str, str, int] | None:
         return (epoch, f"{topic}/{int(partition)}", int(offset)) if kind == "r" else None
     except ValueError:
         return None
+
+
+def parse_count_key(key: bytes | None) -> tuple[str, str] | None:
+    """(epoch, mark) of a count marker's key (`c:<epoch>:<mark>`); None for another key."""
+    try:
+        kind, epoch, mark = (key or b"").decode("ascii").split(":")
+        return (epoch, mark) if kind == COUNT_KIND and mark else None
+    except ValueError:
+        return None
+
+
+class CountLog:
+    """A real-time query's records as one reader read them, checked against the count markers
+    (the module docstring): per source partition the offsets read and not yet checked, and
+    the marks of the markers read since the topic was last read without a break."""
+
+    def __init__(self) -> None:
+        self.epoch: str | None = None
+        self.read: dict[str, set[int]] = {}
+        self.unchecked = 0  # offsets noted since the last marker (bounds `read`)
+        self.anchors: deque[str] = deque(maxlen=64)
+
+    def _epoch(self, epoch: str) -> None:
+        if epoch != self.epoch:
+            self.epoch, self.read = epoch, {}
+            self.anchors.clear()
+
+    def note(self, key: tuple[str, str, int]) -> None:
+        """A record of a real-time query (a repeat too: its offset is counted once)."""
+        epoch, partition, offset = key
+        self._epoch(epoch)
+        self.read.setdefault(partition, set()).add(offset)
+        self.unchecked += 1
+        if self.unchecked > MAX_UNCHECKED:  # no marker for long: what was read is let go
+            self.read, self.unchecked = {}, 0
+            self.anchors.clear()
+
+    def broken(self) -> None:
+        """The topic lost records (told as a gap already): no marker read so far vouches for
+        what follows."""
+        self.anchors.clear()
+
+    def check(self, key: tuple[str, str], value: bytes | None) -> int:
+        """A count marker: how many of its batch's records this reader lacks (0 when it cannot
+        tell: it did not read the marker the batch follows)."""
+        epoch, mark = key
+        self._epoch(epoch)
+        try:
+            body = json.loads(value or b"{}")
+            ranges = {str(p): (int(r[0]), int(r[1]))
+                      for p, r in (body.get("ranges") or {}).items()}
+            rows, after = int(body.get("rows") or 0), body.get("after")
+        except (ValueError, TypeError, AttributeError, IndexError):
+            log.warning("plan topic: a count marker that cannot be read (%s); not checked",
+                        mark)
+            return 0
+        lost = 0
+        if ranges and after is not None and after in self.anchors:
+            have = sum(1 for p, (first, end) in ranges.items()
+                       for o in self.read.get(p, ()) if first <= o < end)
+            lost = max(0, rows - have)
+        # checked or not, done with; only its own ranges: a marker may come late, after the
+        # next batch's (a query started again within a batch begins where that batch began)
+        for p, (first, end) in ranges.items():
+            kept = {o for o in self.read.get(p, ()) if not first <= o < end}
+            if kept:
+                self.read[p] = kept
+            else:
+                self.read.pop(p, None)
+        self.anchors.append(mark)
+        self.unchecked = sum(len(v) for v in self.read.values())
+        return lost
 
 
 class KeyLog:
@@ -173,6 +254,7 @@ class TopicReader:
         self._expected = self._start  # the next offset needed
         self._keys = KeyLog()
         self._sources = SourceLog()
+        self._counts = CountLog()
         self._last_record = time.monotonic()
         self._looked = True  # at the holes, since the last record (once per quiet spell)
         self._pending: list[Event] = []  # taken by `offer`, given at `flush`
@@ -344,14 +426,23 @@ class TopicReader:
         self._looked = False
         events: list[Event] = []
         expected, self._expected = self._expected, offset + 1
-        if offset > expected and offset > self._given:  # records the topic lost
-            events.append(Event(offset, "gap", json.dumps(
-                {"event": "gap", "lost": offset - max(expected, self._given),
-                 "resume_from": offset + 1})))
+        if offset > expected:  # records the topic lost
+            self._counts.broken()
+            if offset > self._given:
+                events.append(Event(offset, "gap", json.dumps(
+                    {"event": "gap", "lost": offset - max(expected, self._given),
+                     "resume_from": offset + 1})))
         parsed = parse_key(key)
         place = parse_source_key(key) if parsed is None else None
+        if place is not None:
+            self._counts.note(place)
         if key == WARM_KEY:  # no row: the producer's first record to a new topic
             self.skipped += 1
+        elif parsed is None and place is None and (marker := parse_count_key(key)) is not None:
+            lost = self._counts.check(marker, value)  # no row: a real-time batch's count
+            if lost and offset + 1 > self._given:
+                events.append(Event(offset, "gap", json.dumps(
+                    {"event": "gap", "lost": lost, "resume_from": offset + 1})))
         elif place is not None and not self._sources.note(place):
             self.skipped += 1
         elif parsed is not None and not (noted := self._keys.note(parsed))[0]:
@@ -394,4 +485,5 @@ class TopicReader:
             self._wake()
 
 
-__all__ = ["MAX_QUEUED", "KeyLog", "SourceLog", "TopicReader", "parse_key", "parse_source_key"]
+__all__ = ["MAX_QUEUED", "CountLog", "KeyLog", "SourceLog", "TopicReader", "parse_count_key",
+           "parse_key", "parse_source_key"]

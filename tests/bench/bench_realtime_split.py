@@ -104,7 +104,8 @@ def main() -> None:
         reader.join(5)
         rows = [(sent[o], written - sent[o], arrived - written, arrived - sent[o])
                 for key, written, arrived in got
-                if (o := int(key.rsplit("/", 1)[1])) in sent]
+                if key.startswith("r:")  # rows, not the count markers (realtime_mode.py)
+                and (o := int(key.rsplit("/", 1)[1])) in sent]
         print(f"real-time batches of {args.batch:g} s, {args.rate:g} records/s for "
               f"{args.seconds:g} s: {len(rows)} of {len(sent)} rows")
         for name, k in (("produce -> Spark's write", 1), ("Spark's write -> consumer", 2),

@@ -26,6 +26,14 @@ the gateway's other queries).
 
 The plans are literals of the query: a plan that comes or goes restarts it (`RealTimeMode`,
 `realtime_mode.py`, which also keeps a change of mode from repeating rows).
+
+Holes: without a row number an edge cannot tell a record lost on its way from a record that
+never passed. So the query also counts, per plan topic, the records it writes in each batch
+(`DataFrame.observe`, on the allowlist: the counts come with the batch's progress, from tasks
+that ended, after their producer flushed), and the gateway writes after each batch a count
+marker to each plan topic (`count_key`, `marker_value`: the batch's source offset ranges and
+the topic's count, never a row); an edge compares it with the records it read in those ranges
+(`pep.edge.reader.CountLog`; `realtime_mode.CountMarkers` writes them).
 """
 from __future__ import annotations
 
@@ -38,6 +46,7 @@ from typing import Any
 from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from pep.delivery.settings import COUNT_KIND
 from pep.runtime.base.columns import FILE_COLUMN, PIDS_COLUMN
 from pep.runtime.delivery.topic_rows import PID, TOPIC, PlanRoute, TopicRows
 from pep.runtime.delivery.writer import topic_of
@@ -46,6 +55,7 @@ from pep.runtime.plans.plan_expressions import FEW_PLANS, few_plans_column
 
 NATIVE_KINDS = frozenset({NUMERIC_KIND, STRING_KIND, INTEGER_KIND, LABEL_KIND})
 REALTIME_KEY = "r"
+COUNTS = "xsg_realtime_counts"  # the observation of the records written per plan topic
 
 
 def realtime_key(epoch: str) -> str:
@@ -63,6 +73,54 @@ def source_place(key: bytes | None) -> tuple[str, int, int] | None:
         return (epoch, int(partition), int(offset)) if kind == REALTIME_KEY else None
     except ValueError:
         return None
+
+
+def count_key(epoch: str, mark: str) -> bytes:
+    """The key of a count marker (`c:<epoch>:<mark>`): `mark` names it among the epoch's
+    markers of the topic (`b<batch>` after a batch, `o<random>` before a query starts)."""
+    return f"{COUNT_KIND}:{epoch}:{mark}".encode("ascii")
+
+
+def marker_value(ranges: dict[str, tuple[int, int]] | None, rows: int | None,
+                 after: str | None) -> bytes:
+    """A count marker's value: the batch's source offset ranges (`<topic>/<partition>` ->
+    [first, end)), the records written to the topic from them, and `after`: a marker of the
+    topic that was on the brokers before the batch's first record could be written (None: none
+    known; an edge checks a batch only when it read that marker, so it read the whole batch).
+    An opening marker has no ranges."""
+    out: dict[str, Any] = {"after": after}
+    if ranges is not None:
+        out["ranges"] = {p: [first, end] for p, (first, end) in sorted(ranges.items())}
+        out["rows"] = int(rows or 0)
+    return json.dumps(out, separators=(",", ":")).encode("utf-8")
+
+
+def batch_ranges(sources: Sequence[Any]) -> dict[str, tuple[int, int]]:
+    """Per source `<topic>/<partition>`, the offsets [first, end) a batch read, from its
+    progress's sources (`startOffset` is null for a new checkpoint's first batch: from 0, the
+    epoch has no records before it)."""
+    out: dict[str, tuple[int, int]] = {}
+    for source in sources:
+        ends = _offsets(getattr(source, "endOffset", None))
+        starts = _offsets(getattr(source, "startOffset", None))
+        for topic, partitions in ends.items():
+            for partition, end in partitions.items():
+                first = int(starts.get(topic, {}).get(partition, 0))
+                out[f"{topic}/{int(partition)}"] = (first, int(end))
+    return out
+
+
+def _offsets(text: Any) -> dict[str, dict[str, int]]:
+    """A Kafka source's offsets JSON (`{"topic": {"0": 5}}`); {} for null or another
+    source's."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(t): {str(p): int(o) for p, o in ps.items()}
+            for t, ps in value.items() if isinstance(ps, dict)}
 
 
 def refusal(plans: Sequence[Any], punctuated: bool) -> str | None:
@@ -112,6 +170,11 @@ def routes_key(routes: Sequence[PlanRoute], plans: Sequence[Any]) -> tuple[Any, 
     return tuple((r, cuts.get(r.pid)) for r in routes)
 
 
+def counted_topics(routes: Sequence[PlanRoute]) -> list[str]:
+    """The plan topics in the order of the query's counts (`COUNTS`: n0, n1, ...)."""
+    return sorted({t for r in routes for t in r.topics})
+
+
 class RealTimeRows:
     """Builds and starts a stream's real-time query (the module docstring). `rows`: the
     micro-batch writer of the same plan topics (its routes table and value encoding);
@@ -133,10 +196,13 @@ class RealTimeRows:
         exploded = passed.select(F.explode(F.col(PIDS_COLUMN)).alias(PID),
                                  *[F.col(f"`{c}`") for c in sources], F.col(FILE_COLUMN))
         joined, value = self._rows.routed(exploded, routes)
-        return joined.select(
+        records = joined.select(
             F.col(TOPIC),
             F.concat(F.lit(realtime_key(epoch)), F.col(FILE_COLUMN)).cast("binary").alias("key"),
             value.alias("value"))
+        return records.observe(COUNTS, *[
+            F.count(F.when(F.col(TOPIC) == topic, 1)).alias(f"n{i}")
+            for i, topic in enumerate(counted_topics(routes))])
 
     def start(self, records: DataFrame, name: str, checkpoint: Path) -> StreamingQuery:
         """The real-time query writing `records` to their topics."""
@@ -148,5 +214,6 @@ class RealTimeRows:
         return query
 
 
-__all__ = ["NATIVE_KINDS", "REALTIME_KEY", "RealTimeRows", "ensure_epoch", "realtime_key",
-           "refusal", "routes_key", "source_place"]
+__all__ = ["COUNTS", "NATIVE_KINDS", "REALTIME_KEY", "RealTimeRows", "batch_ranges", "count_key",
+           "counted_topics", "ensure_epoch", "marker_value", "realtime_key", "refusal",
+           "routes_key", "source_place"]

@@ -30,27 +30,50 @@ change of mode is a stop and a start on it. Two things made a row come twice acr
 
 `mode` says "micro-batch" only once the real-time query has stopped: a row sent after it says
 so is never read by the real-time query.
+
+Holes (`CountMarkers`): after each real-time batch the gateway writes to each plan topic a count
+marker (`c:<epoch>:b<batch>`: the batch's source offset ranges, from its progress, and the
+records the query wrote to that topic, its observation `realtime.COUNTS`), and before each
+real-time query starts an opening marker (`c:<epoch>:o<random>`). A batch's tasks flush their
+producer before they end (Spark's `KafkaDataWriter.commit`), the progress comes after the batch
+committed: the marker is on the topic after every record of its batch. A batch's successor
+writes while the marker is written, so records of batch n + 1 may precede marker n: each marker
+names (`after`) the latest marker of its topic acknowledged before its batch began (the
+progress's `timestamp`, the driver's clock, as the acknowledgement's): every record of the
+batch is after that one, so an edge that read it read the whole batch. A batch whose marker
+never comes (the query stopped within it, the gateway died, the brokers refused the marker) is
+not checked; the records of a batch cut short are written again, and counted, by the next
+real-time query's first batch.
 """
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pep.runtime.delivery.topic_rows import PlanRoute
 from pep.runtime.delivery.writer import TopicWriter
 from pep.runtime.query.progress import query_progress
 from pep.runtime.query.realtime import (
+    COUNTS,
     RealTimeRows,
+    batch_ranges,
+    count_key,
+    counted_topics,
     ensure_epoch,
+    marker_value,
     refusal,
     routes_key,
     source_place,
@@ -64,6 +87,10 @@ log = logging.getLogger(__name__)
 TASKS_END = 15.0  # seconds a stopped real-time query's tasks may take to end
 SETTLE = 0.3  # seconds the plan topics' ends must stay still before their tails are read
 SETTLE_MAX = 10.0  # seconds at most of waiting for them (Spark's producer: delivery.timeout.ms)
+
+MARKER_TIMEOUT = 30.0  # seconds a count marker may wait for the brokers before it is given up
+OPEN_WAIT = 10.0  # seconds a query's start waits for its opening markers
+ANCHORS = 16  # markers remembered per topic (`after`)
 
 Cuts = dict[int, tuple[int, ...]]  # plan id -> per source partition, the first offset it is given
 
@@ -86,6 +113,186 @@ class _Running:
     run_id: str
     started: float
     progressed: float | None = None
+
+
+@dataclass
+class _Counted:
+    """What one real-time query counts: its epoch and its counted plan topics."""
+
+    epoch: str
+    topics: list[str]
+    name: str = ""
+
+
+@dataclass
+class _Anchors:
+    """Per plan topic, the markers written lately: (mark, when acknowledged, epoch seconds)."""
+
+    by_topic: dict[str, deque[tuple[str, float]]] = field(default_factory=dict)
+    # delivery reports run in whichever thread flushes (a query's start, the writer's thread)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, topic: str, mark: str, acked: float) -> None:
+        with self.lock:
+            self.by_topic.setdefault(topic, deque(maxlen=ANCHORS)).append((mark, acked))
+
+    def before(self, topic: str, began: float) -> str | None:
+        """The latest marker of `topic` acknowledged before `began`."""
+        with self.lock:
+            for mark, acked in reversed(self.by_topic.get(topic, ())):
+                if acked < began:
+                    return mark
+        return None
+
+
+class CountMarkers(StreamingQueryListener):
+    """Writes the count markers of a session's real-time queries (the module docstring): the
+    opening marker before a query starts (`open`, waited for), a batch's markers when its
+    progress comes (a listener of the session; written by a thread of its own, never on
+    Spark's listener bus). `client`: librdkafka settings of the gateway's identity."""
+
+    def __init__(self, client: dict[str, Any]) -> None:
+        from confluent_kafka import Producer
+
+        settings = {k: v for k, v in client.items() if k not in CONSUMER_ONLY}
+        self._producer = Producer({**settings, "acks": "all", "enable.idempotence": True,
+                                   "linger.ms": 0,
+                                   # a late marker to a topic deleted meanwhile (its plan's
+                                   # last handle left) must not create it again
+                                   "allow.auto.create.topics": False,
+                                   "message.timeout.ms": int(MARKER_TIMEOUT * 1000),
+                                   "logger": logging.getLogger("pep.runtime.delivery.kafka")})
+        self._lock = threading.Lock()
+        self._queries: dict[str, _Counted] = {}  # run id -> what it counts (the last few)
+        self._anchors = _Anchors()
+        self._work: queue.Queue[Any] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="xsg-count-markers", daemon=True)
+        self._thread.start()
+        self.written = 0  # markers acknowledged (observable)
+        self.failed = 0  # markers given up
+
+    def open(self, topics: Sequence[str], epoch: str) -> None:
+        """Write an opening marker to each topic and wait for them (before the query starts:
+        every record it writes comes after)."""
+        mark = f"o{uuid.uuid4().hex[:12]}"
+        self._write([(t, epoch, mark, marker_value(None, None, None)) for t in topics],
+                    OPEN_WAIT)
+
+    def counting(self, run_id: str, counted: _Counted) -> None:
+        """The query `run_id` (started) counts `counted`'s topics."""
+        with self._lock:
+            self._queries[run_id] = counted
+            while len(self._queries) > ANCHORS:
+                self._queries.pop(next(iter(self._queries)))
+
+    def close(self) -> None:
+        self._work.put(None)
+        self._thread.join(timeout=5)
+        self._producer.flush(5)
+
+    # ----- the listener (Spark's bus: hand over, never block it) ------------------------------
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        with self._lock:
+            counted = self._queries.get(str(progress.runId))
+        if counted is not None:
+            self._work.put((counted, progress))
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+    # ----- the writer's thread ----------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            counted, progress = item
+            try:
+                self._batch(counted, progress)
+            except Exception:  # that batch is not checked; the next ones are
+                log.exception("stream query %s: the counts of real-time batch %s could not be "
+                              "written; its rows are not checked for holes", counted.name,
+                              getattr(progress, "batchId", "?"))
+
+    def _batch(self, counted: _Counted, progress: Any) -> None:
+        metrics = (progress.observedMetrics or {}).get(COUNTS)
+        if metrics is None:
+            return  # not this query's observation: nothing to compare with
+        ranges = batch_ranges(progress.sources)
+        began = _timestamp(progress.timestamp)
+        values = metrics.asDict()
+        mark = f"b{int(progress.batchId)}"
+        self._write([(topic, counted.epoch, mark,
+                      marker_value(ranges, int(values.get(f"n{i}") or 0),
+                                   self._anchors.before(topic, began)))
+                     for i, topic in enumerate(counted.topics)], MARKER_TIMEOUT + 5)
+
+    def _write(self, markers: list[tuple[str, str, str, bytes]], wait: float) -> None:
+        """Produce the markers and wait for them up to `wait` seconds; each acknowledged one
+        becomes an anchor (one acknowledged later anchors no batch that began before)."""
+        from confluent_kafka import KafkaError
+
+        failed: list[str] = []
+        gone = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+
+        def report(err: Any, msg: Any) -> None:
+            if err is None:
+                self._anchors.add(str(msg.topic()), mark_of(msg.key()), time.time())
+                self.written += 1
+            elif err.code() in gone:  # deleted with its plan: no reader left to check
+                log.debug("plan topic %s: gone before its count marker", msg.topic())
+            else:
+                failed.append(f"{msg.topic()}: {err}")
+        for topic, epoch, mark, value in markers:
+            self._producer.produce(topic, value, count_key(epoch, mark), on_delivery=report)
+        left = self._producer.flush(wait)
+        if failed or left:
+            self.failed += len(failed) + left
+            log.warning("plan topics: %d count marker(s) not acknowledged (%s); those "
+                        "real-time batches may go unchecked for holes", len(failed) + left,
+                        "; ".join(failed[:3]) or "the brokers did not answer")
+
+
+CONSUMER_ONLY = frozenset({"group.id", "enable.auto.commit", "auto.offset.reset",
+                           "enable.partition.eof"})
+
+
+def mark_of(key: bytes | None) -> str:
+    """The mark of a count marker's key (`c:<epoch>:<mark>`)."""
+    return (key or b"").decode("ascii").rsplit(":", 1)[-1]
+
+
+def _timestamp(text: str) -> float:
+    """A progress's `timestamp` (`2026-12-06T17:23:53.113Z`, the batch's start) in epoch
+    seconds."""
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=UTC).timestamp()
+
+
+_MARKERS_ATTRIBUTE = "_xsg_count_markers"
+_MARKERS_LOCK = threading.Lock()
+
+
+def count_markers(spark: SparkSession, client: dict[str, Any]) -> CountMarkers:
+    """The session's marker writer for these brokers and identity (added to the session as a
+    listener on first use, kept on it: runtimes of one session may use other brokers)."""
+    key = tuple(sorted((k, str(v)) for k, v in client.items() if k not in CONSUMER_ONLY
+                       and not callable(v) and not isinstance(v, logging.Logger)))
+    with _MARKERS_LOCK:
+        writers: dict[Any, CountMarkers] = getattr(spark, _MARKERS_ATTRIBUTE, None) or {}
+        markers = writers.get(key)
+        if markers is None:
+            markers = writers[key] = CountMarkers(client)
+            spark.streams.addListener(markers)
+            setattr(spark, _MARKERS_ATTRIBUTE, writers)
+        return markers
 
 
 class QueryControl(Protocol):
@@ -183,8 +390,18 @@ class RealTimeMode:
                 running.progressed = time.time()
             progressed(rows)
         query_progress(self._spark).register(name, ended)
+        markers = None
+        if self._client is not None:
+            markers = count_markers(self._spark, self._client)
+            topics = counted_topics(chosen.routes)
+            try:
+                markers.open(topics, epoch)
+            except Exception:  # its first batch is then checked only by an earlier marker
+                log.exception("stream %s: no opening count marker", layout.name)
         started = time.time()
         query = self._rows.start(records, name, location)
+        if markers is not None:
+            markers.counting(str(query.runId), _Counted(epoch, topics, name))
         self._running = _Running(routes_key(chosen.routes, chosen.plans), list(chosen.routes),
                                  epoch, str(query.runId), started)
         log.info("stream %s: real-time mode, %d plan(s)", layout.name, len(chosen.plans))
@@ -383,5 +600,5 @@ def plan_cuts(routes: Sequence[PlanRoute], tops: dict[str, dict[int, int]]) -> C
     return cuts
 
 
-__all__ = ["Chosen", "Cuts", "QueryControl", "RealTimeMode", "commit_delivered", "plan_cuts",
-           "written_tops"]
+__all__ = ["Chosen", "CountMarkers", "Cuts", "QueryControl", "RealTimeMode", "commit_delivered",
+           "count_markers", "mark_of", "plan_cuts", "written_tops"]
