@@ -410,4 +410,5 @@ def _not_live(states: dict[str, tuple[str, str | None]], asked: Iterable[str]
     return pick
 
 
-__all__ = ["CHECK_WAIT", "EdgeNode", "LOST_AFTER", "ReaderChecks", "SEEN_EVERY", "STALLS_EVERY", "WATCH_EVERY"]
+__all__ = ["CHECK_WAIT", "EdgeNode", "LOST_AFTER", "ReaderChecks", "SEEN_EVERY", "STALLS_EVERY",
+           "WATCH_EVERY"]
