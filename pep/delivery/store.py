@@ -67,7 +67,7 @@ SCHEMA = Schema("delivery", (
 
 @dataclass(frozen=True)
 class ReaderView:
-    """What an edge checks before it serves a handle's reader (one query: `reader_view`)."""
+    """What an edge checks before it serves a handle's reader (`reader_views`)."""
 
     subject: str
     state: str
@@ -180,14 +180,10 @@ class DeliveryStore:
                 chunk)})
         return out
 
-    def reader_view(self, handle_id: str) -> ReaderView | None:
-        """Everything an edge checks before serving a reader of this handle, in one query."""
-        return self.reader_views((handle_id,)).get(handle_id)
-
     def reader_views(self, handle_ids: Iterable[str]) -> dict[str, ReaderView]:
-        """`reader_view` of each of these handles, a query per thousand (an edge checks the
-        readers that connected meanwhile together: `pep.edge.node.ReaderChecks`); a handle the
-        store does not know is missing."""
+        """Everything an edge checks before serving a reader of each of these handles, a query
+        per thousand (an edge checks the readers that connected meanwhile together: `pep.edge.
+        node.ReaderChecks`); a handle the store does not know is missing."""
         ids = sorted(set(handle_ids))
         out: dict[str, ReaderView] = {}
         for lo in range(0, len(ids), 1000):
