@@ -8,12 +8,16 @@ creates and migrates its own tables there (`common.migrations`). Table names do 
 stores (a test holds it), so one schema holds them all.
 
 Connections are checked when taken from the pool (a server restarted meanwhile costs no
-failed request), made with a time-out, and autocommit outside `transaction()` (a read is one
-round trip). Each session waits at most `lock_timeout` for a row another process holds, and the
-server ends one left idle inside a transaction (`SESSION_SETTINGS`; a URL's own options win). When
+failed request), cheaply (`check_pooled`: a round trip only for a connection the server wrote to
+while it was idle, as a server that stops does, or one idle for `CHECK_IDLE_AFTER` seconds), made
+with a time-out, and autocommit outside `transaction()` (a read is one round trip). Each session
+waits at most `lock_timeout` for a row another process holds, and the server ends one left idle
+inside a transaction (`SESSION_SETTINGS`; a URL's own options win). When
 the server cannot be reached, reads and writes raise `StoreUnavailable` with the reason; the pool
 keeps trying in the background, and the first success after a failure is logged once, as the failure
-was.
+was. When the server can be reached but every pooled connection stayed busy for the time-out (a
+burst of requests), the caller gets `StoreBusy` (a `StoreUnavailable`: 503 with Retry-After) and the
+store is not counted as away: load is not an outage.
 
 Nothing here ever prints the URL's password: messages name user, host, port, database and schema
 (`describe_url`).
@@ -23,8 +27,10 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import select
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -40,8 +46,13 @@ from common.db import POSTGRESQL, StoreUnavailable, _notify
 log = logging.getLogger(__name__)
 
 DEFAULT_SCHEMA = "xsg"
+NO_FREE_CONNECTION = "no connection free in time"
 RECONNECT_SECONDS = 10.0  # the pool retries a failed connection this long, then on demand
 DOWN_WAIT = 1.0  # seconds a connection is waited for while the store is known to be down
+# a pooled connection idle for longer than this is checked with a round trip when taken (one
+# used more recently is checked without one: `check_pooled`)
+CHECK_IDLE_AFTER = 5.0
+BUSY_LOG_EVERY = 60.0  # seconds between two log lines of a pool with no connection free
 # Each session's bounds: a write waits at most this long for a row another process locked (then
 # StoreUnavailable: a 503, nothing changed), and the server ends a session left idle inside a
 # transaction (a hung process) so that it holds no lock for long (the version clock's row)
@@ -129,6 +140,40 @@ def translate(statement: str) -> str:
     return "".join(out)
 
 
+# a pooled connection -> when it was last given back to the pool (`PostgresBackend.connection`;
+# not the pool's `reset` callback: with one, the pool hands every connection given back to a
+# worker thread before another caller may have it)
+_returned: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = \
+    weakref.WeakKeyDictionary()
+
+
+def check_pooled(conn: psycopg.Connection[Any]) -> None:
+    """The pool's `check` callback, run on every connection taken from it: raises for one that
+    does not work (the pool then discards it and takes another), without a round trip when it
+    can tell. `ConnectionPool.check_connection` sends an empty query each time (a round trip
+    per look at the store, under load the most of an edge's look); here the round trip is
+    made only for a connection that was idle more than `CHECK_IDLE_AFTER` seconds, or that the
+    server wrote to while it was idle: a server that stops or restarts ends its sessions with
+    a message and closes them, which makes their sockets readable (an idle autocommit session
+    is sent nothing else: the gateway does not LISTEN on pooled connections). A connection cut
+    without a word (a host gone) hangs the empty query as it would the real one."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    since = _returned.get(conn)
+    if since is not None and time.monotonic() - since < CHECK_IDLE_AFTER:
+        poller = select.poll()  # not select(): an edge's descriptors pass 1024
+        poller.register(conn.pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
+        if not poller.poll(0):
+            return
+    ConnectionPool.check_connection(conn)
+
+
+class StoreBusy(StoreUnavailable):
+    """The server answers, but no pooled connection came free within the time-out: load (a
+    burst of requests), not an outage. A 503 with Retry-After as `StoreUnavailable`; the store
+    is not counted as away."""
+
+
 class PostgresCursor:
     """A psycopg cursor that takes the stores' statements (`translate`)."""
 
@@ -168,6 +213,7 @@ class PostgresBackend:
         self._down_since: float | None = None
         self._state_lock = threading.Lock()
         self._probe: tuple[float, str] = (0.0, "")
+        self._busy_logged = -BUSY_LOG_EVERY
 
     @classmethod
     def connect(cls, url: str, *, pool_size: int = 10, timeout: float = 5.0) -> PostgresBackend:
@@ -201,7 +247,7 @@ class PostgresBackend:
                                    f"{_scrub(_first_line(exc), url)}") from None
         pool = ConnectionPool(conninfo, min_size=1, max_size=max(1, pool_size), timeout=timeout,
                               kwargs={"autocommit": True, "connect_timeout": connect_timeout},
-                              check=ConnectionPool.check_connection,
+                              check=check_pooled,
                               reconnect_timeout=RECONNECT_SECONDS, name="xsg-store", open=False)
         try:
             pool.open(wait=True, timeout=max(timeout, 1.0))
@@ -235,9 +281,15 @@ class PostgresBackend:
         wait = self.timeout if self._down_since is None else min(self.timeout, DOWN_WAIT)
         try:
             with self._pool.connection(timeout=wait) as conn:
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    _returned[conn] = time.monotonic()
         except PoolTimeout:
-            raise self._unavailable(self._reason()) from None
+            reason = self._reason()
+            if reason == NO_FREE_CONNECTION:
+                raise self._busy(wait) from None
+            raise self._unavailable(reason) from None
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise self._unavailable(_scrub(_first_line(exc), self.url)) from None
         else:
@@ -253,11 +305,23 @@ class PostgresBackend:
             return reason
         try:
             with psycopg.connect(self.url, connect_timeout=2):
-                reason = "no connection free in time"
+                reason = NO_FREE_CONNECTION
         except psycopg.Error as exc:
             reason = _scrub(_first_line(exc), self.url)
         self._probe = (now, reason)
         return reason
+
+    def _busy(self, waited: float) -> StoreBusy:
+        """No pooled connection free in time while the server answers: load. Logged at most
+        once a minute (a burst answers many requests 503)."""
+        now = time.monotonic()
+        if now - self._busy_logged >= BUSY_LOG_EVERY:
+            self._busy_logged = now
+            log.warning("store: PostgreSQL %s answers, but none of the pool's %d connections "
+                        "came free within %g s: requests are answered 503 (retry) meanwhile",
+                        self.describe(), self._pool.max_size, waited)
+        return StoreBusy(f"the store is busy, nothing was changed: no connection came free "
+                         f"within {waited:g} s; retry")
 
     def _unavailable(self, reason: str) -> StoreUnavailable:
         """The error a caller gets: the reason without where the database is (clients are told
@@ -344,5 +408,5 @@ class PostgresDatabase:
         """Nothing of its own: the pool is the backend's (`common.db.Storage.close`)."""
 
 
-__all__ = ["DEFAULT_SCHEMA", "PostgresBackend", "PostgresCursor", "PostgresDatabase",
-           "check_url", "describe_url", "schema_of", "translate"]
+__all__ = ["DEFAULT_SCHEMA", "PostgresBackend", "PostgresCursor", "PostgresDatabase", "StoreBusy",
+           "check_pooled", "check_url", "describe_url", "schema_of", "translate"]

@@ -24,10 +24,32 @@ XSG_DELIVERY_PASSWORD, never on a command line): a gateway can then fence one ed
 An edge that cannot reach the store or the control topic for 3 s stops serving (its readers get
 `shutdown` and reconnect elsewhere; new ones get 503) until both are back.
 
+Readers that connect at once (thousands, when a proxy or another edge restarts) are checked
+together, one store query for all those waiting, on one of the edge's --store-pool-size
+connections; the others keep the edge's own looks at the store free. A reader whose check does
+not come within 5 s gets 503 with Retry-After (it retries), never rows.
+
 examples:
   xsg edge --config deploy/xsg.toml --port 8091
   XSG_DELIVERY_PASSWORD=... xsg edge --config xsg.toml --port 8092 --username edge-2 --id edge-2
 """
+
+
+EDGE_POOL_SIZE = 4
+MAX_POOL_SIZE = 1000
+
+
+def _pool_size(text: str) -> int:
+    """--store-pool-size: a whole number from 2 (the readers' checks and the edge's looks each
+    need a connection of their own, or a burst of readers delays the looks)."""
+    try:
+        size = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, found {text!r}") from None
+    if not 2 <= size <= MAX_POOL_SIZE:
+        raise argparse.ArgumentTypeError(f"expected 2 to {MAX_POOL_SIZE} connections, found "
+                                         f"{size}")
+    return size
 
 
 def edge_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -63,7 +85,7 @@ def cmd_edge(args: argparse.Namespace) -> int:
     settings = DeliverySettings.of(config)
     edge_id = args.id or f"{socket.gethostname()}-{os.getpid()}"
     try:
-        storage = open_storage(config.data_dir, config.store, pool_size=4,
+        storage = open_storage(config.data_dir, config.store, pool_size=args.store_pool_size,
                                timeout=config.store_timeout)
     except (StoreError, StoreUnavailable) as exc:
         raise CliError(f"cannot start the edge: store: {exc}") from None
@@ -114,6 +136,10 @@ def add_edge_command(sub: Any) -> None:
                    help="the URL readers reach this edge at (default: from host and port)")
     e.add_argument("--store", default=None, metavar="URL",
                    help="the gateway's PostgreSQL store (postgresql://...; env XSG_STORE)")
+    e.add_argument("--store-pool-size", type=_pool_size, default=EDGE_POOL_SIZE, metavar="N",
+                   help="connections to the store this edge keeps at most, 2 or more: one for "
+                        "the readers' checks (batched), the others for the edge's own looks "
+                        f"(default: {EDGE_POOL_SIZE})")
     e.add_argument("--auth", default=None, metavar="FILE",
                    help="the gateway's token file (env XSG_AUTH_FILE)")
     e.add_argument("--brokers", default=None, metavar="HOST:PORT,...",

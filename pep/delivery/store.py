@@ -67,7 +67,7 @@ SCHEMA = Schema("delivery", (
 
 @dataclass(frozen=True)
 class ReaderView:
-    """What an edge checks before it serves a handle's reader (one query: `reader_view`)."""
+    """What an edge checks before it serves a handle's reader (`reader_views`)."""
 
     subject: str
     state: str
@@ -180,20 +180,25 @@ class DeliveryStore:
                 chunk)})
         return out
 
-    def reader_view(self, handle_id: str) -> ReaderView | None:
-        """Everything an edge checks before serving a reader of this handle, in one query."""
-        row = self._db.fetchone(
-            "SELECT h.subject, h.state, h.reason, h.stream, d.topic, d.start_offset,"
-            " EXISTS (SELECT 1 FROM deleted_stream_handles b WHERE b.id = h.id),"
-            " (SELECT s.visibility FROM streams s WHERE s.name = h.stream)"
-            " FROM handles h LEFT JOIN delivery_handles d ON d.handle_id = h.id"
-            " WHERE h.id = ?", (handle_id,))
-        if row is None:
-            return None
-        subject, state, reason, stream, topic, start, buried, visibility = row
-        return ReaderView(str(subject), str(state), reason, str(stream),
-                          None if topic is None else str(topic),
-                          int(start or 0), bool(buried), visibility)
+    def reader_views(self, handle_ids: Iterable[str]) -> dict[str, ReaderView]:
+        """Everything an edge checks before serving a reader of each of these handles, a query
+        per thousand (an edge checks the readers that connected meanwhile together: `pep.edge.
+        node.ReaderChecks`); a handle the store does not know is missing."""
+        ids = sorted(set(handle_ids))
+        out: dict[str, ReaderView] = {}
+        for lo in range(0, len(ids), 1000):
+            for row in self._db.fetchall(
+                    "SELECT h.id, h.subject, h.state, h.reason, h.stream, d.topic,"
+                    " d.start_offset,"
+                    " EXISTS (SELECT 1 FROM deleted_stream_handles b WHERE b.id = h.id),"
+                    " (SELECT s.visibility FROM streams s WHERE s.name = h.stream)"
+                    " FROM handles h LEFT JOIN delivery_handles d ON d.handle_id = h.id"
+                    " WHERE h.id = ANY(?)", (ids[lo:lo + 1000],)):
+                hid, subject, state, reason, stream, topic, start, buried, visibility = row
+                out[str(hid)] = ReaderView(str(subject), str(state), reason, str(stream),
+                                           None if topic is None else str(topic),
+                                           int(start or 0), bool(buried), visibility)
+        return out
 
     def states(self, handle_ids: Iterable[str]) -> dict[str, tuple[str, str | None]]:
         """The state and reason of each of these handles (an edge's look at those it serves);

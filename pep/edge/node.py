@@ -1,9 +1,16 @@
 """One edge process: who it serves and whether it may serve at all.
 
 An edge keeps nothing a restart would miss: a reader's handle, owner, state, topic and start are
-read from the shared store (`DeliveryStore.reader_view`) every time a reader connects, and the
-rows from the plan topics (through one consumer for all its readers, `pep.edge.feed`). What it
-holds in memory is which readers it serves now, so that:
+read from the shared store (`DeliveryStore.reader_views`) every time a reader connects, and the
+rows from the plan topics (through one consumer for all its readers, `pep.edge.feed`). The
+readers that connect while a check is under way are checked together by the next one, one query
+for all of them on one connection (`ReaderChecks`): a burst of thousands of readers (a proxy or
+an edge restarted, an edge killed: its readers all move to the others at once) is a few queries,
+and leaves the pool's other connections to the edge's looks below, so that a burst never makes
+the edge believe it lost the store. A reader whose check does not come within `CHECK_WAIT`
+seconds (or whose check failed) gets 503 with Retry-After, never rows: load is told as load, and
+a handle that could not be checked is not served. What it holds in memory is which readers it
+serves now, so that:
 
 - a revocation on the control topic (`pep.delivery.control`) closes them at once, before the
   edge acknowledges it (rows not yet written are dropped, `pep.edge.reader`);
@@ -44,7 +51,7 @@ from pep.core.errors import Gone, NotFound, Unavailable
 from pep.core.refs import possible_handle_id
 from pep.delivery.control import CONTROL_LOST, ControlListener, Revocation, StreamNotice
 from pep.delivery.settings import DeliverySettings
-from pep.delivery.store import DeliveryStore
+from pep.delivery.store import DeliveryStore, ReaderView
 from pep.edge.feed import EdgeFeed
 from pep.edge.reader import TopicReader
 
@@ -55,6 +62,93 @@ SEEN_EVERY = 2  # looks between two renewals of the edge's row (1 s; the gateway
 STALLS_EVERY = 4  # looks between two reads of the streams stalled now (2 s)
 LOST_AFTER = CONTROL_LOST  # seconds without the store (or the control topic) before it stops
 REVOKED_KEPT = 300.0  # seconds a revocation is remembered for readers being checked
+CHECK_WAIT = 5.0  # seconds a connecting reader waits for its check before a 503 (retry)
+CHECK_BATCH = 1000  # handles checked in one query at most
+
+
+class _Check:
+    """One connecting reader's wait for its handle's check."""
+
+    __slots__ = ("done", "view", "error")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.view: ReaderView | None = None
+        self.error: BaseException | None = None
+
+
+class ReaderChecks:
+    """The checks of connecting readers, coalesced: one thread reads the views of every handle
+    whose reader waits (`look`: `DeliveryStore.reader_views`, one query per thousand), so that
+    the readers that come while a query runs are answered by the next one, and reader checks
+    hold one pooled connection at a time however many readers connect at once (the module
+    docstring). Nothing is cached: every check is a read begun after the reader came."""
+
+    def __init__(self, look: Callable[[list[str]], dict[str, ReaderView]]) -> None:
+        self._look = look
+        self._cond = threading.Condition()
+        self._waiting: dict[str, list[_Check]] = {}
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="xsg-edge-checks", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def check(self, handle_id: str, wait: float = CHECK_WAIT) -> ReaderView | None:
+        """The handle's view from a store read begun after this call (None: no such handle);
+        Unavailable (503, retry) when no read answered within `wait` seconds or it failed."""
+        pending = _Check()
+        with self._cond:
+            if self._stopped:
+                raise Unavailable("this edge is stopping; retry (another edge)", retry_after=1)
+            self._waiting.setdefault(handle_id, []).append(pending)
+            self._cond.notify()
+        if not pending.done.wait(wait):
+            with self._cond:
+                left = self._waiting.get(handle_id)
+                if left is not None and pending in left:
+                    left.remove(pending)
+                    if not left:
+                        del self._waiting[handle_id]
+            raise Unavailable(f"this edge could not check the handle within {wait:g} s (many "
+                              "readers connecting at once); retry", retry_after=1)
+        if pending.error is not None:
+            raise Unavailable("this edge cannot reach the store: "
+                              f"{type(pending.error).__name__}", retry_after=1)
+        return pending.view
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                ids = list(self._waiting)[:CHECK_BATCH]
+                batch = {h: self._waiting.pop(h) for h in ids}
+            error: BaseException | None = None
+            try:
+                views = self._look(ids)
+            except Exception as exc:  # noqa: BLE001 - the store away or busy: 503s, deny
+                log.debug("reader checks: the store did not answer: %s", exc)
+                views, error = {}, exc
+            for handle_id, checks in batch.items():
+                for pending in checks:
+                    pending.view, pending.error = views.get(handle_id), error
+                    pending.done.set()
+
+    def stop(self) -> None:
+        """Readers still waiting get 503 (retry on another edge)."""
+        with self._cond:
+            self._stopped = True
+            left = [c for cs in self._waiting.values() for c in cs]
+            self._waiting.clear()
+            self._cond.notify_all()
+        for pending in left:
+            pending.error = RuntimeError("the edge is stopping")
+            pending.done.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
 
 class EdgeNode:
@@ -81,6 +175,7 @@ class EdgeNode:
         self._stop = threading.Event()
         self.control: ControlListener | None = None
         self.feed = EdgeFeed(settings)  # one consumer of plan topics for all the readers
+        self.checks = ReaderChecks(store.reader_views)
         self._watch = threading.Thread(target=self._watch_loop, name="xsg-edge-watch",
                                        daemon=True)
 
@@ -94,6 +189,7 @@ class EdgeNode:
                                        self.stream_notice)
         self._look_at_stalls(time.monotonic(), self.store.stalled_streams())
         self._store_ok = time.monotonic()
+        self.checks.start()
         self._serving = True
         self._watch.start()
         log.info("edge %s serves plan topics (%s)", self.edge, self.settings.brokers)
@@ -113,11 +209,7 @@ class EdgeNode:
                               retry_after=1)
         if not possible_handle_id(handle_id):  # no handle has such an id: never a query
             raise NotFound("no such handle")
-        try:
-            view = self.store.reader_view(handle_id)
-        except Exception as exc:  # noqa: BLE001 - the store away: deny
-            raise Unavailable(f"this edge cannot reach the store: {type(exc).__name__}",
-                              retry_after=1) from None
+        view = self.checks.check(handle_id)  # Unavailable when it cannot be checked: deny
         if view is None or view.buried or view.subject != subject:
             raise NotFound("no such handle")
         if not view.live:
@@ -290,6 +382,7 @@ class EdgeNode:
         """Readers get `shutdown` (they resume on another edge); the edge leaves."""
         self._stop.set()
         self._serving = False
+        self.checks.stop()
         self._end_readers(lambda h: ("shutdown", "the edge is stopping; reconnect"))
         if self._watch.is_alive():
             self._watch.join(timeout=5)
@@ -317,4 +410,5 @@ def _not_live(states: dict[str, tuple[str, str | None]], asked: Iterable[str]
     return pick
 
 
-__all__ = ["EdgeNode", "LOST_AFTER", "SEEN_EVERY", "STALLS_EVERY", "WATCH_EVERY"]
+__all__ = ["CHECK_WAIT", "EdgeNode", "LOST_AFTER", "ReaderChecks", "SEEN_EVERY", "STALLS_EVERY",
+           "WATCH_EVERY"]

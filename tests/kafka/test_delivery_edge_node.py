@@ -27,6 +27,16 @@ class EdgeStore(DeliveryStore):
         super().__init__(database)
         self.cut = False
         self.during: list[Callable[[], None]] = []
+        self.views: list[list[str]] = []  # the handles of each reader check, in order
+        self.views_slow = 0.0  # seconds each reader check takes more (a loaded store)
+        self.views_cut = False  # reader checks fail as an unreachable store's do
+
+    def reader_views(self, handle_ids):
+        self.views.append(sorted(handle_ids))
+        time.sleep(self.views_slow)
+        if self.views_cut:
+            raise ConnectionError("the store cannot be reached")
+        return super().reader_views(handle_ids)
 
     def seen(self, edge: str) -> bool:
         if self.cut:
@@ -244,3 +254,51 @@ def test_a_gateway_renews_its_stalls_while_they_last():
     assert len(told) == 1  # renewed, not told again
     notices.changed({})
     assert saved[-1] == ("g1", {}) and [(n.stream, n.stalled) for n in told][-1] == ("s", False)
+
+
+@pytest.mark.timeout(60)
+def test_readers_connecting_at_once_are_checked_together_and_never_unchecked(world):
+    """Issue 45: a burst of readers is a few store reads (those that come while one runs are
+    checked by the next, together), each begun after its readers came; a reader whose check
+    fails gets 503, never a reader, and the edge keeps serving the others."""
+    import threading
+
+    store = world.store
+    node = EdgeNode(world.settings, store, "edge-b", "http://127.0.0.1:1")
+    node.start()
+    store.views_slow = 0.3
+    wanted = ["h1", "h2", "nope"] * 40
+    start = threading.Barrier(len(wanted))
+    got: list[Any] = [None] * len(wanted)
+
+    def connect(i: int) -> None:
+        start.wait()
+        try:
+            got[i] = node.open(wanted[i], "lta", None)
+        except Exception as exc:  # noqa: BLE001 - what the reader was told
+            got[i] = exc
+    try:
+        threads = [threading.Thread(target=connect, args=(i,)) for i in range(len(wanted))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        for handle, answer in zip(wanted, got, strict=True):
+            if handle == "nope":
+                assert isinstance(answer, NotFound), answer
+            else:
+                assert getattr(answer, "handle_id", None) == handle, answer
+        assert 1 <= len(store.views) <= 4, store.views  # 120 readers, a few reads
+        assert sorted({h for v in store.views for h in v}) == ["h1", "h2", "nope"]
+        for reader in got:
+            if not isinstance(reader, Exception):
+                node.closed(reader)
+        store.views_slow, store.views_cut = 0.0, True  # the reads fail: 503, no reader
+        with pytest.raises(Unavailable) as told:
+            node.open("h1", "lta", None)
+        assert told.value.retry_after == 1
+        assert node.reader_count() == 0
+        store.views_cut = False
+        node.closed(node.open("h1", "lta", None))
+    finally:
+        node.stop()

@@ -517,3 +517,22 @@ def test_xsg_edge_takes_the_log_flags_of_the_other_programs():
     assert edge_flags(args) == {"delivery": "kafka", "log_level": "DEBUG", "log_format": "json"}
     with pytest.raises(SystemExit):
         build_parser().parse_args(["edge", "--log-format", "xml"])
+
+
+def test_xsg_edge_says_its_store_pool_size_and_refuses_one_too_small(capsys):
+    """The edge's pool size is a flag its help describes (default 4); below 2 its readers'
+    checks would hold the one connection its own looks at the store need: a usage error."""
+    from pep.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["edge"]).store_pool_size == 4
+    assert parser.parse_args(["edge", "--store-pool-size", "12"]).store_pool_size == 12
+    with pytest.raises(SystemExit):
+        parser.parse_args(["edge", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "--store-pool-size N connections to the store this edge keeps at most" in said
+    for bad in ("1", "0", "many", "1001"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["edge", "--store-pool-size", bad])
+        err = capsys.readouterr().err
+        assert "--store-pool-size" in err and "expected" in err, err
