@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Protocol, cast
 
+from common.errors import described
 from pep.core.errors import NotFound, Unavailable
 from pep.core.plan import (
     AnyPlan,
@@ -112,7 +113,7 @@ def _kafka_cuts(kafka_cut: Callable[[StreamDefinition], tuple[int, ...]] | None,
             cuts[definition.name] = tuple(kafka_cut(definition))
         except Exception as exc:  # noqa: BLE001 - whatever the client raised: refused
             # the broker's address and the topic are the owner's: in the log, not the answer
-            log.warning("no handle on stream %s: %s", definition.name, exc)
+            log.warning("no handle on stream %s: %s", definition.name, described(exc))
             raise Unavailable(f"stream {definition.name!r}: the offsets of its Kafka "
                               "partitions could not be read, so a handle cannot start at "
                               "this request; retry later",
@@ -490,11 +491,14 @@ class HandleService:
             else:
                 self.runtime.attach_handle(handle_id, streams[0], plan,
                                            self._deliverer(handle_id, subject, plan, buffer))
-        except Exception as exc:
-            log.exception("runtime refused handle %s", handle_ref(handle_id))
-            self._finish(handle_id, HandleState.ENDED, f"the stream runtime failed: {exc}")
-            raise Unavailable(f"the stream runtime could not start the query: {exc}") \
-                from None
+        except Exception as exc:  # noqa: BLE001 - said by its kinds
+            # its kinds only, in the log, the handle's end and the answer: a query's error
+            # quotes rows' values (common/errors.py)
+            log.error("runtime refused handle %s: %s", handle_ref(handle_id), described(exc))
+            self._finish(handle_id, HandleState.ENDED,
+                         f"the stream runtime failed: {described(exc)}")
+            raise Unavailable(f"the stream runtime could not start the query: "
+                              f"{described(exc)}") from None
         with self.lock:
             finished_meanwhile = self._buffers.get(handle_id) is not buffer
         if finished_meanwhile:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from common.errors import described
 from common.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition
 from pep.runtime.sources.frames import build_source, local_dir
@@ -86,13 +87,15 @@ def skip_to_end(spark: SparkSession, definition: StreamDefinition, checkpoint: P
             query.awaitTermination(120)
             if query.exception() is None:
                 break
-            raise RuntimeError(str(query.exception()))
+            # its kinds, not its text: the message can quote a row (common/errors.py)
+            raise RuntimeError(f"the query that skips to the end failed: "
+                               f"{described(query.exception())}")
         except Exception as exc:
             query.stop()
             if attempt == 2:
                 raise
             log.warning("stream %s: skipping to the end failed (%s); starting a new "
-                        "checkpoint", definition.name, exc)
+                        "checkpoint", definition.name, described(exc))
             shutil.rmtree(checkpoint, ignore_errors=True)
     log.info("stream %s: started at the end of its source (%.2f s)", definition.name,
              time.perf_counter() - started)
