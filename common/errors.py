@@ -43,8 +43,9 @@ def _condition(exc: BaseException) -> str | None:
 
 
 def _java_class(exc: BaseException) -> str | None:
-    """The JVM exception's class of a py4j error (or of a PySpark error made of one)."""
-    java = getattr(exc, "java_exception", None)
+    """The JVM exception's class of a py4j error (`java_exception`) or of a PySpark error made
+    of one (`_origin`)."""
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
     if java is None:
         return None
     try:

@@ -90,8 +90,9 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | N
         logger.propagate = True
     for name in SILENCED_LOGGERS:
         logging.getLogger(name).disabled = True
-    # py4j logs a line per callback at INFO: only its warnings, unless we debug
-    logging.getLogger("py4j").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
+    # py4j logs a line per callback at INFO, and at DEBUG every command and answer it carries
+    # (rows' values and Spark's errors among them): only its warnings, at every level
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     # psycopg's pool warns at every reconnection attempt while a PostgreSQL store is down; the
     # store says once that it is down and once that it is back (common/postgres.py)
     logging.getLogger("psycopg.pool").setLevel(logging.DEBUG if level == "DEBUG"

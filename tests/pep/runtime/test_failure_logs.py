@@ -1,0 +1,200 @@
+"""A query that fails on a row's value says what failed, never the value (common/errors.py).
+
+Spark quotes the value in its error ("The value 'Mrs Secret 0451' of the type "STRING" cannot be
+cast to "INT""), a Python step's error carries the worker's traceback with what its exception
+said of the row, and py4j repeats both. The gateway's data never makes Spark fail on a value, so
+the failures here are made by a step added to a real query (a cast under ANSI, a Python step on
+the workers), over a real stream's tuple: what is under test is every place the failure goes.
+"""
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+from common.errors import SafeExceptions, described
+from common.logs import SILENCED_LOGGERS, configure_logging
+from pep.core.plan import ExecutionPlan, Field, SourceSpec, StreamDefinition, StreamSchema
+from pep.runtime.query.runner import MicroBatchRunner
+from tests.pep.runtime.support import Collector, wait_until, write_jsonl
+
+SECRET = "Mrs Secret 0451"
+SCHEMA = StreamSchema((Field("t", "long"), Field("tag", "string")))
+
+
+def _stream(path) -> StreamDefinition:
+    return StreamDefinition("leaky", "owner", SCHEMA,
+                            SourceSpec("files", (("path", str(path)), ("format", "json"))),
+                            time_attribute="t")
+
+
+class GatewayLogs:
+    """What the gateway's log would hold: its Python handler (`configure_logging`, into a
+    buffer), every record as caplog has it (formatted without our filter: message and
+    traceback), and the JVM's lines through a file appender with the stderr appender's layout
+    and filters (pep/runtime/log4j2.properties)."""
+
+    def __init__(self, caplog, handler_out: io.StringIO, jvm_file) -> None:
+        self._caplog, self._out, self._jvm_file = caplog, handler_out, jvm_file
+
+    def text(self) -> str:
+        plain = logging.Formatter("%(levelname)s %(name)s: %(message)s")
+        records = "\n".join(plain.format(r) for r in self._caplog.records)
+        jvm = self._jvm_file.read_text() if self._jvm_file.exists() else ""
+        return "\n".join((records, self._out.getvalue(), jvm))
+
+    def jvm(self) -> str:
+        return self._jvm_file.read_text() if self._jvm_file.exists() else ""
+
+
+@pytest.fixture
+def gateway_logs(spark, caplog, tmp_path):
+    root, py4j = logging.getLogger(), logging.getLogger("py4j")
+    levels = (root.level, py4j.level)
+    silenced = {name: logging.getLogger(name).disabled for name in SILENCED_LOGGERS}
+    out = io.StringIO()
+    handler = configure_logging("INFO", stream=out)
+    caplog.set_level(logging.INFO)
+    jvm = spark.sparkContext._jvm
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    config = context.getConfiguration()
+    stderr = config.getAppender("stderr")
+    jvm_file = tmp_path / "jvm.log"
+    builder = jvm.org.apache.logging.log4j.core.appender.FileAppender.newBuilder()
+    builder.setName("xsg-test-failure-logs")
+    builder.withFileName(str(jvm_file))
+    builder.withImmediateFlush(True)
+    builder.setLayout(stderr.getLayout())
+    builder.setFilter(stderr.getFilter())
+    builder.setConfiguration(config)
+    appender = builder.build()
+    appender.start()
+    config.addAppender(appender)
+    config.getRootLogger().addAppender(appender, None, None)
+    context.updateLoggers()
+    try:
+        yield GatewayLogs(caplog, out, jvm_file)
+    finally:
+        config.getRootLogger().removeAppender("xsg-test-failure-logs")
+        context.updateLoggers()
+        appender.stop()
+        root.removeHandler(handler)
+        root.setLevel(levels[0])
+        py4j.setLevel(levels[1])
+        for name, disabled in silenced.items():
+            logging.getLogger(name).disabled = disabled
+
+
+def _refuse_values(spark, batch) -> None:
+    """A Python step on the workers that fails on the tuple it reads, saying its value."""
+    def refuse(batches):
+        for b in batches:
+            for tag in b.column("tag").to_pylist():
+                raise ValueError(f"cannot read {tag!r}")
+            yield b
+    batch.select("tag").mapInArrow(refuse, "tag string").collect()
+
+
+def _cast_values(spark, batch) -> None:
+    """A cast under ANSI of the tuple's text to a number: Spark's error quotes the value."""
+    batch.select(F.col("tag").cast("int")).collect()
+
+
+@pytest.mark.parametrize("step", [_cast_values, _refuse_values], ids=["cast", "python"])
+def test_a_failed_micro_batch_says_its_kinds_never_the_value(runtime, spark, tmp_path,
+                                                            monkeypatch, gateway_logs, step):
+    src = tmp_path / "in"
+    src.mkdir()
+    real_run = MicroBatchRunner.run
+
+    def run(self, batch, batch_id):
+        step(spark, batch)
+        return real_run(self, batch, batch_id)
+
+    monkeypatch.setattr(MicroBatchRunner, "run", run)
+    sink = Collector()
+    definition = _stream(src)
+    runtime.attach_handle("h", definition, ExecutionPlan("leaky", None, ("t",)), sink)
+    write_jsonl(src, "a.json", [{"t": 1, "tag": SECRET}])
+    assert wait_until(lambda: runtime.health()["leaky"]["state"] == "failed", timeout=90)
+
+    assert wait_until(lambda: "terminated with error" in gateway_logs.jvm(), timeout=30)
+    logged = gateway_logs.text()
+    assert "micro-batch" in logged and "failed" in logged  # the line is there ...
+    assert SECRET not in logged  # ... and says no value, nor does any other line
+    health, stats = runtime.health()["leaky"], runtime.stats()["leaky"]
+    assert SECRET not in json.dumps(health, default=str) + json.dumps(stats, default=str)
+    kinds = "CAST_INVALID_INPUT" if step is _cast_values else "PythonException"
+    assert kinds in health["last_error"]  # what failed is said
+    assert "Lost task" not in logged  # Spark's line that quotes the task's error
+    # the query's own error, which Spark logs and awaitTermination raises, has it no more
+    query = runtime._executors["leaky"].lifecycle._query
+    assert query is not None and query.exception() is not None
+    assert SECRET not in str(query.exception())
+    assert sink.rows == []
+
+
+def test_a_query_that_does_not_start_again_says_its_kinds(runtime, spark, tmp_path,
+                                                          gateway_logs):
+    """The restart path (`QueryLifecycle.restart`, as real-time mode calls it): the new query's
+    start fails on a value; the log line and the health say the failure's kinds."""
+    src = tmp_path / "in"
+    src.mkdir()
+    write_jsonl(src, "a.json", [{"t": 1, "tag": "plain"}])
+    sink = Collector()
+    runtime.attach_handle("h", _stream(src), ExecutionPlan("leaky", None, ("t",)), sink)
+    assert wait_until(lambda: sink.rows == [{"t": 1}] or runtime.stats()["leaky"]["batches"] > 0)
+    lifecycle = runtime._executors["leaky"].lifecycle
+    real_start = lifecycle.start
+
+    def start(*args, **kwargs):
+        frame = spark.createDataFrame([(SECRET,)], "tag string")
+        _refuse_values(spark, frame)  # raises: the start fails on this value
+        return real_start(*args, **kwargs)
+
+    lifecycle.start = start
+    lifecycle.restart()
+    lifecycle.start = real_start
+    logged = gateway_logs.text()
+    assert "did not start again" in logged and "PythonException" in logged
+    assert SECRET not in logged
+    health = runtime.health()["leaky"]
+    assert "PythonException" in health["last_error"] and SECRET not in json.dumps(health)
+
+
+def test_the_log_handler_writes_an_exceptions_kinds_and_frames_never_its_text():
+    """The last guard (`SafeExceptions`, on every program's handler): a line that still passes
+    an exception, ours or a library's, is written without its message, in both formats."""
+    for fmt in ("text", "json"):
+        out = io.StringIO()
+        handler = configure_logging("INFO", fmt, stream=out)
+        try:
+            log = logging.getLogger("tests.failure_logs")
+            try:
+                raise ValueError(f"cannot read {SECRET!r}")
+            except ValueError as exc:
+                log.exception("step failed")
+                log.warning("step failed: %s", exc)
+                log.error("step failed", exc_info=exc)
+            handler.flush()
+        finally:
+            logging.getLogger().removeHandler(handler)
+        text = out.getvalue()
+        assert SECRET not in text
+        lines = text.strip().splitlines()
+        assert len(lines) == 3 and all("ValueError" in line for line in lines)
+        assert "test_failure_logs.py:" in lines[0]  # where, as frames of code
+        assert any(isinstance(f, SafeExceptions) for f in handler.filters)
+
+
+def test_described_names_sparks_condition_and_the_java_class(spark):
+    with pytest.raises(Exception) as failed:
+        spark.createDataFrame([(SECRET,)], "s string").select(F.col("s").cast("int")).collect()
+    assert SECRET in str(failed.value)  # Spark's text does quote it
+    said = described(failed.value)
+    assert "CAST_INVALID_INPUT" in said and SECRET not in said
+    assert described(pa.ArrowInvalid(SECRET)) == "ArrowInvalid"
