@@ -161,7 +161,7 @@ def log_stream():
         if getattr(handler, "xsg", False):
             root.removeHandler(handler)
             for summary in handler.filters:
-                if hasattr(summary, "close"):  # the repeats' sums (not SafeExceptions: nothing held)
+                if hasattr(summary, "close"):  # the sums (SafeExceptions holds none)
                     summary.close()
     root.setLevel(level)
 

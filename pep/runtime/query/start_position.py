@@ -85,15 +85,16 @@ def skip_to_end(spark: SparkSession, definition: StreamDefinition, checkpoint: P
                  .trigger(availableNow=True).start())
         try:
             query.awaitTermination(120)
-            if query.exception() is None:
+            failure = query.exception()
+            if failure is None:
                 break
-            # its kinds, not its text: the message can quote a row (common/errors.py)
-            raise RuntimeError(f"the query that skips to the end failed: "
-                               f"{described(query.exception())}")
-        except Exception as exc:
+            raise failure
+        except Exception as exc:  # noqa: BLE001 - tried again, then raised by its kinds
             query.stop()
             if attempt == 2:
-                raise
+                # its kinds, not its text: Spark's message can quote a row (common/errors.py)
+                raise RuntimeError(f"stream {definition.name}: skipping to the end failed: "
+                                   f"{described(exc)}") from None
             log.warning("stream %s: skipping to the end failed (%s); starting a new "
                         "checkpoint", definition.name, described(exc))
             shutil.rmtree(checkpoint, ignore_errors=True)
