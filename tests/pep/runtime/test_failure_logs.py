@@ -17,76 +17,26 @@ import pytest
 from pyspark.sql import functions as F
 
 from common.errors import SafeExceptions, described
-from common.logs import SILENCED_LOGGERS, configure_logging
+from common.logs import configure_logging
 from pep.core.plan import ExecutionPlan, Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.runtime.query.runner import MicroBatchRunner
+from tests.pep.runtime.log_capture import captured_logs
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SECRET = "Mrs Secret 0451"
 SCHEMA = StreamSchema((Field("t", "long"), Field("tag", "string")))
 
 
+@pytest.fixture
+def gateway_logs(spark, caplog, tmp_path):
+    with captured_logs(spark, caplog, tmp_path) as logs:
+        yield logs
+
+
 def _stream(path) -> StreamDefinition:
     return StreamDefinition("leaky", "owner", SCHEMA,
                             SourceSpec("files", (("path", str(path)), ("format", "json"))),
                             time_attribute="t")
-
-
-class GatewayLogs:
-    """What the gateway's log would hold: its Python handler (`configure_logging`, into a
-    buffer), every record as caplog has it (formatted without our filter: message and
-    traceback), and the JVM's lines through a file appender with the stderr appender's layout
-    and filters (pep/runtime/log4j2.properties)."""
-
-    def __init__(self, caplog, handler_out: io.StringIO, jvm_file) -> None:
-        self._caplog, self._out, self._jvm_file = caplog, handler_out, jvm_file
-
-    def text(self) -> str:
-        plain = logging.Formatter("%(levelname)s %(name)s: %(message)s")
-        records = "\n".join(plain.format(r) for r in self._caplog.records)
-        jvm = self._jvm_file.read_text() if self._jvm_file.exists() else ""
-        return "\n".join((records, self._out.getvalue(), jvm))
-
-    def jvm(self) -> str:
-        return self._jvm_file.read_text() if self._jvm_file.exists() else ""
-
-
-@pytest.fixture
-def gateway_logs(spark, caplog, tmp_path):
-    root, py4j = logging.getLogger(), logging.getLogger("py4j")
-    levels = (root.level, py4j.level)
-    silenced = {name: logging.getLogger(name).disabled for name in SILENCED_LOGGERS}
-    out = io.StringIO()
-    handler = configure_logging("INFO", stream=out)
-    caplog.set_level(logging.INFO)
-    jvm = spark.sparkContext._jvm
-    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
-    config = context.getConfiguration()
-    stderr = config.getAppender("stderr")
-    jvm_file = tmp_path / "jvm.log"
-    builder = jvm.org.apache.logging.log4j.core.appender.FileAppender.newBuilder()
-    builder.setName("xsg-test-failure-logs")
-    builder.withFileName(str(jvm_file))
-    builder.withImmediateFlush(True)
-    builder.setLayout(stderr.getLayout())
-    builder.setFilter(stderr.getFilter())
-    builder.setConfiguration(config)
-    appender = builder.build()
-    appender.start()
-    config.addAppender(appender)
-    config.getRootLogger().addAppender(appender, None, None)
-    context.updateLoggers()
-    try:
-        yield GatewayLogs(caplog, out, jvm_file)
-    finally:
-        config.getRootLogger().removeAppender("xsg-test-failure-logs")
-        context.updateLoggers()
-        appender.stop()
-        root.removeHandler(handler)
-        root.setLevel(levels[0])
-        py4j.setLevel(levels[1])
-        for name, disabled in silenced.items():
-            logging.getLogger(name).disabled = disabled
 
 
 def _refuse_values(spark, batch) -> None:
