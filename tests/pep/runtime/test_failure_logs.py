@@ -148,3 +148,38 @@ def test_described_names_sparks_condition_and_the_java_class(spark):
     said = described(failed.value)
     assert "CAST_INVALID_INPUT" in said and SECRET not in said
     assert described(pa.ArrowInvalid(SECRET)) == "ArrowInvalid"
+
+
+def test_the_shared_query_s_failed_micro_batch_says_its_kinds(spark, tmp_path, monkeypatch,
+                                                              gateway_logs):
+    """The shared query (pep/runtime/shared/): its micro-batch's raw lines cast under ANSI; the
+    error quotes the line, so the value."""
+    from pep.runtime.runtime import RuntimeSettings, StreamRuntime
+    from pep.runtime.shared.query import SharedQuery
+
+    real_run = SharedQuery._run
+
+    def run(self, batch, batch_id):
+        batch.select(*[F.col(c).cast("int") for c, t in batch.dtypes if t == "string"]
+                     ).collect()
+        return real_run(self, batch, batch_id)
+
+    monkeypatch.setattr(SharedQuery, "_run", run)
+    rt = StreamRuntime(spark, tmp_path / "work", settings=RuntimeSettings(
+        trigger_interval=0.25, shared_query=True, shared_trigger_min=0.2,
+        shared_trigger_max=1.0))
+    try:
+        definition = StreamDefinition("leaky", "owner", SCHEMA, SourceSpec(
+            "ingest", (("path", str(tmp_path / "in")),)), time_attribute="t")
+        sink = Collector()
+        rt.attach_handle("h", definition, ExecutionPlan("leaky", None, ("t",)), sink)
+        assert type(rt._executors["leaky"]).__name__ == "SharedStreamExecutor"
+        write_jsonl(tmp_path / "in", "a.json", [{"t": 1, "tag": SECRET}])
+        assert wait_until(lambda: rt.health()["leaky"]["state"] == "failed", timeout=90)
+        assert wait_until(lambda: "terminated with error" in gateway_logs.jvm(), timeout=30)
+        logged = gateway_logs.text()
+        assert "shared stream query: micro-batch" in logged and SECRET not in logged
+        health = rt.health()["leaky"]
+        assert "CAST_INVALID_INPUT" in health["last_error"] and SECRET not in json.dumps(health)
+    finally:
+        rt.stop()
