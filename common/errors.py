@@ -67,11 +67,12 @@ def described(exc: BaseException) -> str:
 
 
 def frames(tb: TracebackType | None, limit: int = MAX_FRAMES) -> str:
-    """Where an exception was raised, innermost last: "file:line in function" per Python frame
-    of `tb` (at most `limit`, the innermost). Code only: no source line (a line of the caller
-    could be a literal), no message, no chained exception."""
-    summary = traceback.extract_tb(tb)[-limit:] if tb is not None else []
-    return " < ".join(f"{_short(f.filename)}:{f.lineno} in {f.name}" for f in reversed(summary))
+    """Where an exception was raised, innermost first ("a.py:3 in f < b.py:9 in g"): file, line
+    and function of each Python frame of `tb`, at most `limit` (the innermost). Code only: no
+    source line (a line can hold a literal), no message, no chained exception."""
+    walked = [(frame.f_code.co_filename, line, frame.f_code.co_name)
+              for frame, line in traceback.walk_tb(tb)][-limit:]
+    return " < ".join(f"{_short(file)}:{line} in {name}" for file, line, name in reversed(walked))
 
 
 def _short(filename: str) -> str:
@@ -90,9 +91,12 @@ class SafeExceptions(logging.Filter):
     exception's frames in its place, and an exception passed as an argument (`log.warning("...:
     %s", exc)`) is written as `described`. The last guard, for a line of ours or a library's
     (py4j logs the callbacks' errors) that would otherwise print a message: each line of ours
-    says what failed, and this makes sure the exception's text never follows it."""
+    says what failed, and this makes sure the exception's text never follows it. An exception
+    logged as the message itself (`log.error(exc)`) is written as `described` too."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, BaseException):  # `log.error(exc)`
+            record.msg = described(record.msg)
         info = record.exc_info
         if info and info[1] is not None:
             exc = info[1]

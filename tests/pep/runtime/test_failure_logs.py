@@ -130,13 +130,14 @@ def test_the_log_handler_writes_an_exceptions_kinds_and_frames_never_its_text():
                 log.exception("step failed")
                 log.warning("step failed: %s", exc)
                 log.error("step failed", exc_info=exc)
+                log.error(exc)
             handler.flush()
         finally:
             logging.getLogger().removeHandler(handler)
         text = out.getvalue()
         assert SECRET not in text
         lines = text.strip().splitlines()
-        assert len(lines) == 3 and all("ValueError" in line for line in lines)
+        assert len(lines) == 4 and all("ValueError" in line for line in lines)
         assert "test_failure_logs.py:" in lines[0]  # where, as frames of code
         assert any(isinstance(f, SafeExceptions) for f in handler.filters)
 
