@@ -80,7 +80,8 @@ def test_a_failed_micro_batch_says_its_kinds_never_the_value(runtime, spark, tmp
     assert SECRET not in json.dumps(health, default=str) + json.dumps(stats, default=str)
     kinds = "CAST_INVALID_INPUT" if step is _cast_values else "PythonException"
     assert kinds in health["last_error"]  # what failed is said
-    assert "Lost task" not in logged  # Spark's line that quotes the task's error
+    # Spark's line of the failed task is there, cut at the exception it quotes
+    assert "Lost task" in logged and "Exception (text not logged)" in gateway_logs.jvm()
     # the query's own error, which Spark logs and awaitTermination raises, has it no more
     query = runtime._executors["leaky"].lifecycle._query
     assert query is not None and query.exception() is not None
