@@ -108,6 +108,13 @@ def test_readers_health_and_answers_say_the_failure_not_the_value(gateway, spark
         assert again.status_code == 503 and SECRET not in again.text, again.text
         assert "PythonException" in again.json()["detail"]
 
-        seen = "\n".join((json.dumps(reader.lines), health.text, again.text, logs.text()))
+        # the handle it made ended, its reason stored and shown to its owner
+        listed = requests.get(f"{base}/handles", headers=auth("lta"), timeout=30)
+        ended = [h for h in listed.json()["handles"] if h["state"] == "ended"]
+        assert ended and "PythonException" in ended[0]["reason"], listed.text
+        assert SECRET not in listed.text
+
+        seen = "\n".join((json.dumps(reader.lines), health.text, again.text, listed.text,
+                          logs.text()))
         assert SECRET not in seen
         assert "micro-batch" in logs.text() and "runtime refused handle" in logs.text()
