@@ -705,8 +705,8 @@ class HandleService:
             self._joins.discard(handle_id)
         try:
             (self.join_runtime if join else self.runtime).detach(handle_id)
-        except Exception:  # the buffer is closed; nothing more is delivered
-            log.exception("runtime detach failed for %s", handle_ref(handle_id))
+        except Exception as exc:  # noqa: BLE001 - the buffer is closed; nothing more is delivered
+            log.error("runtime detach failed for %s: %s", handle_ref(handle_id), described(exc))
 
     def _forget_buffer(self, handle_id: str, buffer: HandleBuffer) -> None:
         stream = self._buffer_streams.pop(handle_id, None)
@@ -752,9 +752,10 @@ def _end_spent(service: HandleService, handle_id: str, reason: str) -> None:
     exits meanwhile (its store closed under it)."""
     try:
         service.end(handle_id, reason, keep_rows=True)
-    except Exception:
+    except Exception as exc:  # noqa: BLE001 - said by its kinds
         if service.buffer(handle_id) is not None:  # not closed by the process exit
-            log.exception("handle %s spent its privacy budget and could not be ended", handle_id)
+            log.error("handle %s spent its privacy budget and could not be ended: %s",
+                      handle_ref(handle_id), described(exc))
 
 
 __all__ = ["HandleService", "PlacementLike", "StalePolicies", "WindowRegistryLike"]
