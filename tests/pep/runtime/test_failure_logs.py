@@ -185,3 +185,40 @@ def test_the_shared_query_s_failed_micro_batch_says_its_kinds(spark, tmp_path, m
         assert "CAST_INVALID_INPUT" in health["last_error"] and SECRET not in json.dumps(health)
     finally:
         rt.stop()
+
+
+def test_a_join_s_failed_micro_batch_says_its_kinds(spark, tmp_path, monkeypatch, gateway_logs):
+    """The join runtime (pep/runtime/joins/): a joined row's text cast under ANSI while its
+    micro-batch runs."""
+    from pep.core.plan import JoinPlan
+    from pep.runtime.joins.runtime import JoinRuntime, _JoinQuery
+    from tests.pep.runtime.test_joins import definitions, iso
+
+    real_rows = _JoinQuery._rows
+
+    def rows(self, arrow):  # the joined rows, in the batch: their text cast by Spark
+        texts = [(v,) for c in arrow.column_names if pa.types.is_string(arrow.column(c).type)
+                 for v in arrow.column(c).to_pylist()]
+        spark.createDataFrame(texts, "s string").select(F.col("s").cast("int")).collect()
+        return real_rows(self, arrow)
+
+    monkeypatch.setattr(_JoinQuery, "_rows", rows)
+    left_def, right_def = definitions(tmp_path)
+    t0 = 1_740_000_000
+    write_jsonl(tmp_path / "st", "0.json", [{"t": iso(t0), "station": SECRET, "rainrate": 2.0}])
+    write_jsonl(tmp_path / "sh", "0.json", [{"ts": t0 + 0.5, "area": SECRET, "mmsi": 1}])
+    plan = JoinPlan(ExecutionPlan("st", None, ("t", "station")),
+                    ExecutionPlan("sh", None, ("ts", "area")), (("station", "area"),), 3.0,
+                    "t", "ts")
+    joins = JoinRuntime(spark, tmp_path / "work", trigger_interval=0.25, lateness=2.0)
+    try:
+        joins.attach_join("j", (left_def, right_def), plan, lambda batch: True)
+        assert wait_until(lambda: any(s["last_error"] for s in joins.stats().values()),
+                          timeout=120)
+        stats = json.dumps(joins.stats(), default=str)
+        assert "CAST_INVALID_INPUT" in stats and SECRET not in stats
+        assert wait_until(lambda: "terminated with error" in gateway_logs.jvm(), timeout=30)
+        logged = gateway_logs.text()
+        assert "join " in logged and "micro-batch" in logged and SECRET not in logged
+    finally:
+        joins.stop()
