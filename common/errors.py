@@ -9,8 +9,8 @@ its kinds only (`described`): the exception's class, Spark's error condition, th
 each only when it is a plain identifier (code names it, data cannot). Where a line needs the
 place in our code, `frames` gives the file, line and function of each Python frame: code, never
 a message. The handler every program logs through (`common/logs.py`) applies the same rule to a
-line that still passes an exception (`log.exception`, `exc_info`, an exception as an argument):
-`SafeExceptions`.
+line that still passes such an exception (`log.exception`, `exc_info`, an exception as an
+argument): `SafeExceptions`.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import logging
 import re
 import traceback
 from types import TracebackType
+from typing import TypeGuard
 
 # a dotted identifier: an exception's class, Spark's condition (CAST_INVALID_INPUT,
 # FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH), a Java class name
@@ -85,34 +86,59 @@ def _short(filename: str) -> str:
     return "/".join(parts[-2:])
 
 
+# Where an exception may carry a row: the libraries a query's errors come from (their classes'
+# top package), and the loggers of the code that runs queries and handles their rows
+QUERY_LIBRARIES = ("pyspark", "py4j", "pyarrow")
+QUERY_LOGGERS = ("pep.runtime", "py4j", "pyspark")
+
+
+def from_a_query(exc: BaseException) -> bool:
+    """`exc`, or an exception it was raised from or while handling, is Spark's, py4j's or
+    Arrow's (a PythonException of the workers is PySpark's)."""
+    todo, seen = [exc], set()
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if type(current).__module__.split(".")[0] in QUERY_LIBRARIES:
+            return True
+        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return False
+
+
 class SafeExceptions(logging.Filter):
-    """On the handler every program writes through (`common.logs.configure_logging`): a record
-    that carries an exception (`log.exception`, `exc_info=`) is written with `described` and the
-    exception's frames in its place, and an exception passed as an argument (`log.warning("...:
-    %s", exc)`) is written as `described`. The last guard, for a line of ours or a library's
-    (py4j logs the callbacks' errors) that would otherwise print a message: each line of ours
-    says what failed, and this makes sure the exception's text never follows it. An exception
-    logged as the message itself (`log.error(exc)`) is written as `described` too."""
+    """On the handler every program writes through (`common.logs.configure_logging`): the last
+    guard, for a line of ours or a library's that passes an exception which may carry a row (one
+    `from_a_query`, or any on a logger of the code that runs queries, `QUERY_LOGGERS`; py4j logs
+    the callbacks' errors). A record that carries it (`log.exception`, `exc_info=`) is written
+    with `described` and the exception's frames in its place; passed as an argument
+    (`log.warning("...: %s", exc)`) or as the message (`log.error(exc)`), as `described`. Each
+    line of ours on a query's path says what failed by itself; this makes sure no exception's
+    text follows it. Other exceptions (a configuration file's, an identity provider's) keep
+    their text: it is the operator's, and says what to fix."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, BaseException):  # `log.error(exc)`
+        everything = any(record.name == name or record.name.startswith(name + ".")
+                         for name in QUERY_LOGGERS)
+
+        def scrubbed(value: object) -> TypeGuard[BaseException]:
+            return isinstance(value, BaseException) and (everything or from_a_query(value))
+
+        if scrubbed(record.msg):
             record.msg = described(record.msg)
         info = record.exc_info
-        if info and info[1] is not None:
-            exc = info[1]
+        if info and info[1] is not None and scrubbed(info[1]):
             where = frames(info[2])
-            record.msg = f"{record.msg} [{described(exc)}{'; at ' + where if where else ''}]"
-        if info or record.exc_text:
+            record.msg = f"{record.msg} [{described(info[1])}{'; at ' + where if where else ''}]"
             record.exc_info, record.exc_text = None, None
         args = record.args
-        if isinstance(args, tuple) and any(isinstance(a, BaseException) for a in args):
-            record.args = tuple(described(a) if isinstance(a, BaseException) else a
-                                for a in args)
-        elif isinstance(args, dict) and any(isinstance(a, BaseException)
-                                            for a in args.values()):
-            record.args = {k: described(a) if isinstance(a, BaseException) else a
-                           for k, a in args.items()}
+        if isinstance(args, tuple) and any(scrubbed(a) for a in args):
+            record.args = tuple(described(a) if scrubbed(a) else a for a in args)
+        elif isinstance(args, dict) and any(scrubbed(a) for a in args.values()):
+            record.args = {k: described(a) if scrubbed(a) else a for k, a in args.items()}
         return True
 
 
-__all__ = ["MAX_FRAMES", "SafeExceptions", "described", "frames"]
+__all__ = ["MAX_FRAMES", "QUERY_LIBRARIES", "QUERY_LOGGERS", "SafeExceptions", "described",
+           "frames", "from_a_query"]

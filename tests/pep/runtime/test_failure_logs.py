@@ -118,28 +118,42 @@ def test_a_query_that_does_not_start_again_says_its_kinds(runtime, spark, tmp_pa
 
 
 def test_the_log_handler_writes_an_exceptions_kinds_and_frames_never_its_text():
-    """The last guard (`SafeExceptions`, on every program's handler): a line that still passes
-    an exception, ours or a library's, is written without its message, in both formats."""
+    """The last guard (`SafeExceptions`, on every program's handler), in both formats: a line
+    of the runtime's loggers that still passes an exception, or any line that passes one of
+    Spark's, py4j's or Arrow's (or one raised from it), is written without its message; an
+    operator's error elsewhere (a configuration file's) keeps its text."""
     for fmt in ("text", "json"):
         out = io.StringIO()
         handler = configure_logging("INFO", fmt, stream=out)
         try:
-            log = logging.getLogger("tests.failure_logs")
+            runtime_log = logging.getLogger("pep.runtime.tests")
             try:
                 raise ValueError(f"cannot read {SECRET!r}")
             except ValueError as exc:
-                log.exception("step failed")
-                log.warning("step failed: %s", exc)
-                log.error("step failed", exc_info=exc)
-                log.error(exc)
+                runtime_log.exception("step failed")
+                runtime_log.warning("step failed: %s", exc)
+                runtime_log.error("step failed", exc_info=exc)
+                runtime_log.error(exc)
+            other = logging.getLogger("pep.handles.tests")
+            try:
+                try:
+                    raise pa.ArrowInvalid(f"cannot read {SECRET!r}")
+                except pa.ArrowInvalid as cause:
+                    raise RuntimeError(f"wrapped: {cause}") from cause
+            except RuntimeError as exc:
+                other.exception("delivery failed")
+                other.warning("delivery failed: %s", exc)
+            other.warning("auth file not reloaded: %s", ValueError("line 3: not JSON"))
             handler.flush()
         finally:
             logging.getLogger().removeHandler(handler)
         text = out.getvalue()
         assert SECRET not in text
         lines = text.strip().splitlines()
-        assert len(lines) == 4 and all("ValueError" in line for line in lines)
+        assert len(lines) == 7 and all("ValueError" in line for line in lines[:4])
+        assert all("RuntimeError" in line for line in lines[4:6])
         assert "test_failure_logs.py:" in lines[0]  # where, as frames of code
+        assert "line 3: not JSON" in lines[6]
         assert any(isinstance(f, SafeExceptions) for f in handler.filters)
 
 
