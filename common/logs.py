@@ -58,10 +58,12 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | N
     """One handler on stderr for every line of the process: ours, the access log, py4j's and
     PySpark's Python side; ISO-8601 UTC timestamps; a record marked as repeating
     (`common.log_repeats.repeating`) written once, then summed up every `repeat_period` seconds
-    (default a minute) while it repeats; so are the Kafka clients' (`common.kafka_logs`).
+    (default a minute) while it repeats; so are the Kafka clients' (`common.kafka_logs`). An
+    exception is written as its kinds and frames, never its message (`common.errors`).
     Returns the handler."""
     import logging
 
+    from common.errors import SafeExceptions
     from common.kafka_logs import KafkaClientRepeats
     from common.log_repeats import DEFAULT_PERIOD, RepeatSummary
 
@@ -75,6 +77,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | N
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.xsg = True  # type: ignore[attr-defined]  # marks the handlers this module added
     handler.setFormatter(_formatter(fmt))
+    handler.addFilter(SafeExceptions())  # an exception's kinds and frames, never its text
     handler.addFilter(KafkaClientRepeats())  # librdkafka's lines: repeating (before the sums)
     handler.addFilter(RepeatSummary(handler.handle, repeat_period or DEFAULT_PERIOD))
     root.addHandler(handler)
@@ -87,8 +90,9 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | N
         logger.propagate = True
     for name in SILENCED_LOGGERS:
         logging.getLogger(name).disabled = True
-    # py4j logs a line per callback at INFO: only its warnings, unless we debug
-    logging.getLogger("py4j").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
+    # py4j logs a line per callback at INFO, and at DEBUG every command and answer it carries
+    # (rows' values and Spark's errors among them): only its warnings, at every level
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     # psycopg's pool warns at every reconnection attempt while a PostgreSQL store is down; the
     # store says once that it is down and once that it is back (common/postgres.py)
     logging.getLogger("psycopg.pool").setLevel(logging.DEBUG if level == "DEBUG"

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from common.db import Storage, open_storage
+from common.errors import described
 from common.oidc import CompositeAuthenticator, build_authenticator
 from pdp import (
     ManagePolicy,
@@ -145,12 +146,12 @@ class GatewayServices:
         if self.join_runtime is not None and self.join_runtime is not cast(object, self.runtime):
             try:
                 self.join_runtime.stop()
-            except Exception:  # closing must go on
-                log.exception("stopping the join runtime failed")
+            except Exception as exc:  # noqa: BLE001 - closing must go on
+                log.error("stopping the join runtime failed: %s", described(exc))
         try:
             self.runtime.stop()
-        except Exception:  # closing must go on
-            log.exception("stopping the stream runtime failed")
+        except Exception as exc:  # noqa: BLE001 - closing must go on
+            log.error("stopping the stream runtime failed: %s", described(exc))
         if self.delivery is not None:
             self.delivery.close()
         if self.cluster is not None:

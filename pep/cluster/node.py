@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from common.db import Storage, StoreUnavailable
+from common.errors import described
 from pep.cluster.announce import Announcements
 from pep.cluster.placement import RENEWALS_PER_LEASE, Placement
 from pep.cluster.store import ClusterStore
@@ -185,8 +186,9 @@ class ClusterNode:
             # from there), whatever is attached (the streams' events too)
             try:
                 services.runtime.drop_stream(name)
-            except Exception:  # the buffers are closed: nothing is delivered
-                log.exception("cluster: stopping the query of stream %s failed", name)
+            except Exception as exc:  # noqa: BLE001 - the buffers are closed: nothing is delivered
+                log.error("cluster: stopping the query of stream %s failed: %s", name,
+                          described(exc))
         services.stream_events.forget(streams)
         log.info("cluster: %d handle(s) of %s let go", len(gone), ", ".join(streams))
 

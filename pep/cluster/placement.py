@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from common.db import StoreUnavailable
+from common.errors import described
 from pep.cluster.store import ClusterStore
 from pep.core.errors import Conflict
 
@@ -135,8 +136,9 @@ class Placement:
         with self._taking:
             try:
                 self._take_over(streams)
-            except Exception:  # the handles that could not resume say so
-                log.exception("cluster: taking over %s failed", ", ".join(streams))
+            except Exception as exc:  # noqa: BLE001 - the handles that could not resume say so
+                log.error("cluster: taking over %s failed: %s", ", ".join(streams),
+                          described(exc))
 
     # -- the thread -----------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Protocol, cast
 
+from common.errors import described
 from pep.core.errors import NotFound, Unavailable
 from pep.core.plan import (
     AnyPlan,
@@ -112,7 +113,7 @@ def _kafka_cuts(kafka_cut: Callable[[StreamDefinition], tuple[int, ...]] | None,
             cuts[definition.name] = tuple(kafka_cut(definition))
         except Exception as exc:  # noqa: BLE001 - whatever the client raised: refused
             # the broker's address and the topic are the owner's: in the log, not the answer
-            log.warning("no handle on stream %s: %s", definition.name, exc)
+            log.warning("no handle on stream %s: %s", definition.name, described(exc))
             raise Unavailable(f"stream {definition.name!r}: the offsets of its Kafka "
                               "partitions could not be read, so a handle cannot start at "
                               "this request; retry later",
@@ -490,11 +491,14 @@ class HandleService:
             else:
                 self.runtime.attach_handle(handle_id, streams[0], plan,
                                            self._deliverer(handle_id, subject, plan, buffer))
-        except Exception as exc:
-            log.exception("runtime refused handle %s", handle_ref(handle_id))
-            self._finish(handle_id, HandleState.ENDED, f"the stream runtime failed: {exc}")
-            raise Unavailable(f"the stream runtime could not start the query: {exc}") \
-                from None
+        except Exception as exc:  # noqa: BLE001 - said by its kinds
+            # its kinds only, in the log, the handle's end and the answer: a query's error
+            # quotes rows' values (common/errors.py)
+            log.error("runtime refused handle %s: %s", handle_ref(handle_id), described(exc))
+            self._finish(handle_id, HandleState.ENDED,
+                         f"the stream runtime failed: {described(exc)}")
+            raise Unavailable(f"the stream runtime could not start the query: "
+                              f"{described(exc)}") from None
         with self.lock:
             finished_meanwhile = self._buffers.get(handle_id) is not buffer
         if finished_meanwhile:
@@ -701,8 +705,8 @@ class HandleService:
             self._joins.discard(handle_id)
         try:
             (self.join_runtime if join else self.runtime).detach(handle_id)
-        except Exception:  # the buffer is closed; nothing more is delivered
-            log.exception("runtime detach failed for %s", handle_ref(handle_id))
+        except Exception as exc:  # noqa: BLE001 - the buffer is closed; nothing more is delivered
+            log.error("runtime detach failed for %s: %s", handle_ref(handle_id), described(exc))
 
     def _forget_buffer(self, handle_id: str, buffer: HandleBuffer) -> None:
         stream = self._buffer_streams.pop(handle_id, None)
@@ -748,9 +752,10 @@ def _end_spent(service: HandleService, handle_id: str, reason: str) -> None:
     exits meanwhile (its store closed under it)."""
     try:
         service.end(handle_id, reason, keep_rows=True)
-    except Exception:
+    except Exception as exc:  # noqa: BLE001 - said by its kinds
         if service.buffer(handle_id) is not None:  # not closed by the process exit
-            log.exception("handle %s spent its privacy budget and could not be ended", handle_id)
+            log.error("handle %s spent its privacy budget and could not be ended: %s",
+                      handle_ref(handle_id), described(exc))
 
 
 __all__ = ["HandleService", "PlacementLike", "StalePolicies", "WindowRegistryLike"]

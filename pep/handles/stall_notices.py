@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Protocol, TypedDict
 
+from common.errors import described
 from pep.handles.buffer import HandleBuffer
 from pep.handles.records import HandleRecord
 from pep.ports import StreamReport
@@ -76,8 +77,8 @@ class StallNotices:
     def check(self) -> None:
         try:
             health = self._health() or {}
-        except Exception:  # the runtime is stopping or not started; nothing to tell
-            log.debug("runtime health unavailable", exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - the runtime is stopping or not started; nothing to tell
+            log.debug("runtime health unavailable: %s", described(exc))
             return
         changes: dict[str, tuple[str, StallNotice | ResumeNotice]] = {}
         for stream, state in health.items():

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from common.errors import described
 from common.log_repeats import repeating
 
 log = logging.getLogger(__name__)
@@ -74,8 +75,8 @@ class LateBatches:
                         seconds = max(0.0, seconds - self._held(batch_id))
                     if seconds > self.trigger_interval:
                         found.append(LateBatch(name, batch_id, seconds))
-            except Exception:  # a query stopping meanwhile has nothing to say
-                log.debug("progress of a query not read", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - a query stopping meanwhile has nothing to say
+                log.debug("progress of a query not read: %s", described(exc))
                 continue
             seen[name] = newest
             late.extend(reversed(found))

@@ -12,6 +12,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from common.errors import described
 from pep.core.plan import ExecutionPlan, StreamDefinition, UnionPlan
 from pep.core.rows import RowBatch
 from pep.runtime.base.delivery import Deliver
@@ -251,10 +252,10 @@ class StreamRuntime:
         for executor in held:
             try:
                 executor.start(replay=True)
-            except Exception as exc:  # the other streams start all the same
+            except Exception as exc:  # noqa: BLE001 - the other streams start all the same
                 executor.failed(exc)
-                log.exception("stream %s: its query did not start after the restore",
-                              executor.definition.name)
+                log.error("stream %s: its query did not start after the restore: %s",
+                          executor.definition.name, described(exc))
 
     def _lateness(self, stream: StreamDefinition) -> float:
         return stream.lateness if stream.lateness is not None else self.time_window_lateness

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from common.auth import Identity
+from common.errors import described
 from pep.audit.trail import AuditTrail, PolicyVersions
 from pep.core import punctuations
 from pep.core.access import Grant
@@ -200,9 +201,9 @@ class DerivedFeeds:
                 break
         except (StreamNotFound, StreamConflict):
             feed.closed = True  # the derived stream is gone: its deletion settles the rest
-        except Exception:  # the deriving handle must keep its own deliveries
-            log.exception("derived stream %s: a batch of %s could not be appended",
-                          feed.stream, handle_ref(feed.handle_id))
+        except Exception as exc:  # noqa: BLE001 - the deriving handle must keep its own deliveries
+            log.error("derived stream %s: a batch of %s could not be appended: %s",
+                      feed.stream, handle_ref(feed.handle_id), described(exc))
 
 
 def admit_streams(derivations: DerivationTable, definitions: Sequence[StreamDefinition]) -> None:

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Literal, TypedDict
 
 from common.auth import Identity
+from common.errors import described
 from pdp import ManagedPolicy, ManagePolicy, PolicyService, StoredPolicy
 from pep.audit.trail import AuditTrail
 from pep.core.errors import Unavailable
@@ -243,10 +244,11 @@ class StreamLifecycle:
             if now.definition != entry.definition and self.runtime is not None:
                 try:
                     self.runtime.redefine(now.definition)
-                except Exception as exc:  # the change is committed; say so
-                    log.exception("stream %s: the runtime could not take the change", registered)
+                except Exception as exc:  # noqa: BLE001 - the change is committed; say so
+                    log.error("stream %s: the runtime could not take the change: %s",
+                              registered, described(exc))
                     warnings.append(f"the stream's running query could not be restarted "
-                                    f"({exc}); it is restarted with the next handle")
+                                    f"({described(exc)}); it is restarted with the next handle")
             # decided again here, before the answer, so that its `revoked` is what happened
             why = []
             if added:
@@ -328,8 +330,9 @@ class StreamLifecycle:
                 self.catalog.abort_delete(registered)
                 if isinstance(exc, StreamNotFound):
                     raise
-                log.exception("deleting stream %s failed", registered)
-                raise Unavailable(f"stream {registered!r} could not be deleted ({exc}); its live "
+                log.error("deleting stream %s failed: %s", registered, described(exc))
+                raise Unavailable(f"stream {registered!r} could not be deleted "
+                                  f"({described(exc)}); its live "
                                   "handles were revoked; try again") from None
             if holding is not None and kept_until is None:
                 shutil.rmtree(holding, ignore_errors=True)

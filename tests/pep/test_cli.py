@@ -161,7 +161,8 @@ def log_stream():
         if getattr(handler, "xsg", False):
             root.removeHandler(handler)
             for summary in handler.filters:
-                summary.close()
+                if hasattr(summary, "close"):  # the sums (SafeExceptions holds none)
+                    summary.close()
     root.setLevel(level)
 
 

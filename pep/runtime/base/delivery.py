@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, MutableMapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from common.errors import described
 from pep.core.delivery_gate import DELIVERY_GATE
 from pep.core.refs import handle_ref
 from pep.core.rows import RowBatch
@@ -50,8 +51,9 @@ def deliver_to(handles: Iterable[DeliveryTarget], batch: RowBatch,
                 continue
             try:
                 ok = handle.deliver(batch)
-            except Exception:  # one handle's failure detaches it, not the batch
-                log.exception("deliver of handle %s failed; detaching it", handle_ref(handle.id))
+            except Exception as exc:  # noqa: BLE001 - one handle's failure detaches it, not the batch
+                log.error("deliver of handle %s failed (%s); detaching it",
+                          handle_ref(handle.id), described(exc))
                 ok = False
             if ok is False:
                 handle.active = False

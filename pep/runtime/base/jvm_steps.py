@@ -44,6 +44,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.util import PythonEvalType, _load_from_socket
 
+from common.errors import described
+
 _KEPT = 64  # Seqs and UDF columns kept per executor (shapes and matchers seen lately)
 
 
@@ -200,14 +202,14 @@ class BatchFunction:
             self._func(DataFrame(jdf, session), batch_id)
         except BatchStopped:
             raise  # its Java exception is thrown in the JVM (propagate_java_exceptions)
-        except Py4JJavaError as exc:
-            # any other failure reaches the JVM as before propagation was on: a Py4JException
-            # with the Python traceback, not the bare Java exception
-            self.error = exc
-            raise RuntimeError(f"micro-batch {batch_id} failed") from exc
-        except Exception as exc:
-            self.error = exc  # what PySpark's own wrapper keeps, for the same reason
-            raise
+        except Exception as exc:  # noqa: BLE001 - said by its kinds
+            # Any other failure reaches the JVM as before propagation was on: a Py4JException
+            # with the Python traceback py4j formats, not the bare Java exception. That text
+            # becomes the query's exception, which Spark logs and `awaitTermination` raises:
+            # it says the failure's kinds and frames, never its message (a Spark error quotes
+            # rows' values; common/errors.py), and chains no cause that would print one.
+            self.error = exc  # what PySpark's own wrapper keeps
+            raise RuntimeError(f"micro-batch {batch_id} failed: {described(exc)}") from None
 
     class Java:
         implements = ["org.apache.spark.sql.execution.streaming.sources.PythonForeachBatchFunction"]

@@ -29,7 +29,6 @@ stream stalls (its readers are told) rather than losing or repeating rows.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +40,7 @@ import pyarrow as pa
 from pyspark import AccumulatorParam, cloudpickle
 from pyspark.sql import Column, DataFrame, Window, functions as F, types as T
 
+from common.errors import described
 from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN, READ_COLUMN, TOP_COLUMN
 from pep.runtime.base.jvm_steps import JvmSteps
 from pep.runtime.delivery import worker_rows
@@ -292,33 +292,6 @@ def _json_ready(column: Column, dtype: T.DataType) -> Column:
         return F.when(F.isnan(column) | (F.abs(column) == float("inf")), F.lit(None)
                       ).otherwise(column)
     return column
-
-
-_NAME = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*")
-
-
-def described(exc: BaseException) -> str:
-    """What a log line may say of a failed write: the exception's class, Spark's error
-    condition and, for an error of the JVM, its Java class; each only when it is a plain name
-    (identifiers from code, never from data). Never the message: Spark quotes values in it."""
-    parts = [type(exc).__name__]
-    condition = getattr(exc, "getCondition", None)
-    if callable(condition):
-        try:
-            name = condition()
-        except Exception:  # noqa: BLE001 - no condition then
-            name = None
-        if isinstance(name, str) and _NAME.fullmatch(name):
-            parts.append(name)
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        try:
-            name = java.getClass().getName()
-        except Exception:  # noqa: BLE001 - the JVM gone: no class then
-            name = None
-        if isinstance(name, str) and _NAME.fullmatch(name):
-            parts.append(name)
-    return ", ".join(parts)
 
 
 __all__ = ["PID", "PlanRoute", "TopicRows", "described", "micro_batch_key"]

@@ -29,6 +29,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from common.errors import described
 from pep.delivery.settings import WARM_KEY
 
 log = logging.getLogger(__name__)
@@ -92,8 +93,7 @@ class TopicWarmer:
                 else:
                     log.warning("plan topics: %d new topic(s) could not be made known to the "
                                 "producer ahead of their rows: %s", len(topics),
-                                str(exc).strip().splitlines()[0][:300] if str(exc).strip()
-                                else type(exc).__name__)
+                                described(exc))
             else:
                 for t in topics:
                     self._tries.pop(t, None)

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from common.errors import described
 from pep.core.plan import JoinPlan, StreamDefinition
 from pep.core.rows import RowBatch
 from pep.runtime.base.delivery import Deliver, deliver_to
@@ -172,8 +173,9 @@ class _JoinQuery:
         except Exception as exc:
             if self.stopped:
                 return
-            self.counters["last_error"] = f"{type(exc).__name__}: {exc}"
-            log.exception("join %s: micro-batch %s failed", self.plan.key()[:12], batch_id)
+            self.counters["last_error"] = described(exc)
+            log.error("join %s: micro-batch %s failed: %s", self.plan.key()[:12], batch_id,
+                      described(exc))
             raise
         finally:
             self.batch_thread = None
@@ -214,7 +216,7 @@ class _JoinQuery:
             try:
                 self.query.stop()
             except Exception as exc:  # noqa: BLE001 - it may have failed already: report, don't raise
-                log.warning("stopping join %s: %s", self.plan.key()[:12], exc)
+                log.warning("stopping join %s: %s", self.plan.key()[:12], described(exc))
         if self.checkpoint is not None:
             shutil.rmtree(self.checkpoint, ignore_errors=True)
         self._close_feeds()

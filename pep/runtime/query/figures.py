@@ -8,6 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from common.errors import described
+
 
 class QueryFigures:
     """The query's counters. `counters` is what delivery counts delivered rows in
@@ -33,8 +35,9 @@ class QueryFigures:
         return error
 
     def failed(self, exc: BaseException) -> None:
-        """A batch, its routing or the query's start failed (`health()` says so)."""
-        self.counters["last_error"] = f"{type(exc).__name__}: {exc}"
+        """A batch, its routing or the query's start failed (`health()` says so, and the
+        stall notices: their kinds only, `common.errors.described`)."""
+        self.counters["last_error"] = described(exc)
 
     def batch_took(self, millis: float) -> None:
         self.counters["last_batch_ms"] = millis

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import Column, SparkSession
 
+from common.errors import described
 from pep.core import punctuations
 from pep.core.rows import RowBatch
 from pep.runtime.base.columns import FILE_COLUMN
@@ -101,8 +102,8 @@ class KafkaReplay:
                     replayed, shape, grouped = self._replay_rows(ranges, states)
             except Exception as exc:  # noqa: BLE001 - the handles resume; the rows are lost
                 log.warning("stream %s: the micro-batches before the restart could not be "
-                            "read again (%s: %s); readers that had not read them get a gap",
-                            definition.name, type(exc).__name__, exc)
+                            "read again (%s); readers that had not read them get a gap",
+                            definition.name, described(exc))
                 ranges, replayed = [], []
         first = ranges[0].batch if ranges else last + 1
         start = None if fresh else (ranges[0].start if ranges

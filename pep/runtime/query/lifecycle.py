@@ -20,6 +20,7 @@ from typing import Any
 from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from common.errors import described
 from pep.core.plan import StreamDefinition
 from pep.runtime.base.columns import FILE_COLUMN
 from pep.runtime.base.jvm_steps import foreach_batch, stopped_batch
@@ -171,7 +172,8 @@ class QueryLifecycle:
         try:
             self._prepare_plans()
         except Exception as exc:  # noqa: BLE001 - the query runs already: its first batch builds it (or fails)
-            log.warning("stream %s: plan table not prepared: %s", definition.name, exc)
+            log.warning("stream %s: plan table not prepared: %s", definition.name,
+                        described(exc))
 
     # ----- real-time mode (pep/runtime/query/realtime_mode.py) -----------------------------
     @property
@@ -203,9 +205,10 @@ class QueryLifecycle:
                 return
             self._stopped = False
             self.start()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - said by its kinds
             self._figures.failed(exc)
-            log.exception("stream %s: the query did not start again", self._layout.name)
+            log.error("stream %s: the query did not start again: %s", self._layout.name,
+                      described(exc))
 
     def plans_changed(self) -> None:
         """A handle came or went: with real-time mode allowed, the query starts again when its
@@ -281,7 +284,8 @@ class QueryLifecycle:
             if self._stopped:
                 return  # the job was cancelled by stop(); nothing is delivered any more
             self._figures.failed(exc)
-            log.exception("stream %s: micro-batch %s failed", self._layout.name, batch_id)
+            log.error("stream %s: micro-batch %s failed: %s", self._layout.name, batch_id,
+                      described(exc))
             raise
         finally:
             self._batch_thread = None
@@ -358,8 +362,9 @@ class QueryLifecycle:
             if self._query is not None:
                 try:
                     self._query.stop()
-                except Exception:  # stopping must not fail the caller
-                    log.exception("stopping the query of stream %s failed", self._layout.name)
+                except Exception as exc:  # noqa: BLE001 - stopping must not fail the caller
+                    log.error("stopping the query of stream %s failed: %s", self._layout.name,
+                              described(exc))
             if self._realtime is not None and not idle and not self._ended:
                 # what the real-time query wrote is not written again by the next query
                 self._realtime.after_stop(self._layout)
@@ -369,7 +374,7 @@ class QueryLifecycle:
             try:
                 self._runner.drain()
             except RoutingFailed as exc:
-                log.warning("stream %s: %s", self._layout.name, exc)
+                log.warning("stream %s: %s", self._layout.name, str(exc))  # ours: no data
             self._runner.close()
             if self._layout.kafka and self._query_name is not None:
                 # its last batches' progress may still be on Spark's listener bus
@@ -384,8 +389,9 @@ class QueryLifecycle:
                         self._checkpoint.mark_idle()
                     else:
                         self._checkpoint.release(self._router.completed_batch)
-                except OSError:
-                    log.exception("stream %s: checkpoint state not written", self._layout.name)
+                except OSError as exc:
+                    log.error("stream %s: checkpoint state not written: %s", self._layout.name,
+                              described(exc))
         finally:
             if pause:
                 self._pausing = False

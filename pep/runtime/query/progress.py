@@ -20,6 +20,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from common.errors import described
+
 log = logging.getLogger(__name__)
 
 RowsRead = Callable[[int], None]
@@ -51,8 +53,8 @@ class _Progress(StreamingQueryListener):
             return
         try:
             callback(int(progress.numInputRows or 0))
-        except Exception:  # a figure must not break Spark's listener bus
-            log.exception("query %s: progress not counted", progress.name)
+        except Exception as exc:  # noqa: BLE001 - a figure must not break Spark's listener bus
+            log.error("query %s: progress not counted: %s", progress.name, described(exc))
 
     def onQueryIdle(self, event: Any) -> None:
         pass

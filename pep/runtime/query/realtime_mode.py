@@ -63,6 +63,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
+from common.errors import described
 from pep.runtime.delivery.topic_rows import PlanRoute
 from pep.runtime.delivery.writer import TopicWriter
 from pep.runtime.query.progress import query_progress
@@ -367,7 +368,7 @@ class RealTimeMode:
                 from pep.runtime.sources.kafka_offsets import KafkaOffsets
                 cuts = [len(KafkaOffsets().end_offsets(layout.definition))]
             except Exception as exc:  # noqa: BLE001 - micro-batches, which need no count
-                return f"the topic's partitions are unknown ({exc})"
+                return f"the topic's partitions are unknown ({described(exc)})"
         partitions = max(cuts)
         if partitions >= slots:
             return (f"the topic has {partitions} partition(s) and Spark {slots} task slot(s): "
@@ -431,9 +432,9 @@ class RealTimeMode:
                 log.info("stream %s: the real-time query wrote up to offsets %s: its plans "
                          "start after them", layout.name,
                          {pid: list(c) for pid, c in sorted(cuts.items())})
-        except Exception:  # the next query may then write some rows again
-            log.exception("stream %s: what the real-time query wrote is unknown; the next "
-                          "query may write some of its rows again", layout.name)
+        except Exception as exc:  # noqa: BLE001 - the next query may then write some rows again
+            log.error("stream %s: what the real-time query wrote is unknown (%s); the next "
+                      "query may write some of its rows again", layout.name, described(exc))
         finally:
             self._running = None
 

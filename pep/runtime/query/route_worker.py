@@ -29,6 +29,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from common.errors import described
+
 log = logging.getLogger(__name__)
 
 DRAIN_WAIT = 120.0  # the longest a batch or a stop waits for the batch in flight (seconds)
@@ -83,8 +85,9 @@ class RouteWorker:
                 self._cond.wait(left)
             error, self._error = self._error, None
         if error is not None:
+            # its kinds only: this message is logged and reported (common/errors.py)
             raise RoutingFailed(f"routing the previous micro-batch failed: "
-                                f"{type(error).__name__}: {error}") from error
+                                f"{described(error)}") from error
 
     def idle(self) -> bool:
         with self._cond:
@@ -108,8 +111,8 @@ class RouteWorker:
                     return
             try:
                 job()
-            except BaseException as exc:  # kept for the next batch to raise
-                log.exception("%s: routing a micro-batch failed", self._name)
+            except BaseException as exc:  # noqa: BLE001 - kept for the next batch to raise
+                log.error("%s: routing a micro-batch failed: %s", self._name, described(exc))
                 try:
                     self._on_error(exc)
                 except Exception:  # noqa: BLE001 - the worker must go on; the failure is logged

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from common.errors import described
 from common.numbers import NumberError, parse_int
 from pep.core.plan import StreamDefinition
 from pep.runtime.sources.frames import build_source, local_dir
@@ -84,15 +85,18 @@ def skip_to_end(spark: SparkSession, definition: StreamDefinition, checkpoint: P
                  .trigger(availableNow=True).start())
         try:
             query.awaitTermination(120)
-            if query.exception() is None:
+            failure = query.exception()
+            if failure is None:
                 break
-            raise RuntimeError(str(query.exception()))
-        except Exception as exc:
+            raise failure
+        except Exception as exc:  # noqa: BLE001 - tried again, then raised by its kinds
             query.stop()
             if attempt == 2:
-                raise
+                # its kinds, not its text: Spark's message can quote a row (common/errors.py)
+                raise RuntimeError(f"stream {definition.name}: skipping to the end failed: "
+                                   f"{described(exc)}") from None
             log.warning("stream %s: skipping to the end failed (%s); starting a new "
-                        "checkpoint", definition.name, exc)
+                        "checkpoint", definition.name, described(exc))
             shutil.rmtree(checkpoint, ignore_errors=True)
     log.info("stream %s: started at the end of its source (%.2f s)", definition.name,
              time.perf_counter() - started)

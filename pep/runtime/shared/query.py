@@ -48,6 +48,7 @@ from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession, functions as F, types as T
 from pyspark.sql.streaming.query import StreamingQuery
 
+from common.errors import described
 from pep.core.plan import StreamDefinition
 from pep.runtime.base import arrow_ipc
 from pep.runtime.base.arrow_ipc import (
@@ -273,9 +274,9 @@ class SharedQuery:
                 dirs = sorted(self._members)
             try:
                 self._apply(dirs)
-            except Exception as exc:  # tried again at the next change
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("the shared stream query did not start")
+            except Exception as exc:  # noqa: BLE001 - tried again at the next change
+                self.last_error = described(exc)
+                log.error("the shared stream query did not start: %s", described(exc))
             with self._lock:
                 if not self._dirty:
                     self._applied.set()
@@ -319,8 +320,8 @@ class SharedQuery:
                 pass
             try:
                 query.stop()
-            except Exception:  # stopping must not fail the caller
-                log.exception("stopping the shared stream query failed")
+            except Exception as exc:  # noqa: BLE001 - stopping must not fail the caller
+                log.error("stopping the shared stream query failed: %s", described(exc))
         finally:
             self._pausing = False
             self._wake.clear()
@@ -336,8 +337,9 @@ class SharedQuery:
         try:
             self._root.mkdir(parents=True, exist_ok=True)
             (self._root / "delivered").write_text(str(self._done), encoding="ascii")
-        except OSError:
-            log.exception("shared stream query: its last batch delivered was not written")
+        except OSError as exc:
+            log.error("shared stream query: its last batch delivered was not written: %s",
+                      described(exc))
 
     def _read_done(self) -> int:
         try:
@@ -365,8 +367,9 @@ class SharedQuery:
                     busy = self._run(batch, batch_id)
                 except Exception as exc:
                     if not self._pausing:
-                        self.last_error = f"{type(exc).__name__}: {exc}"
-                        log.exception("shared stream query: micro-batch %s failed", batch_id)
+                        self.last_error = described(exc)
+                        log.error("shared stream query: micro-batch %s failed: %s", batch_id,
+                                  described(exc))
                         raise
                     held = True  # cancelled by the stop
                 finally:
@@ -482,7 +485,7 @@ class SharedQuery:
             except RoutingFailed as exc:
                 # its batch before this one failed to route: that stream's, not the others'
                 member.parts.figures.failed(exc)
-                log.warning("stream %s: %s", member.definition.name, exc)
+                log.warning("stream %s: %s", member.definition.name, str(exc))  # no data
             archive.append((member.archive, by_member[member.directory]))
         with self._lock:
             # not for a stream that left meanwhile (deleted: nothing may write under its archive)

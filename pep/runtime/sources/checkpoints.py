@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common.errors import described
 from pep.core.plan import StreamDefinition
 
 if TYPE_CHECKING:  # the module loads no Spark itself
@@ -269,8 +270,8 @@ class Janitor(threading.Thread):
         while not self._stop_event.wait(self.interval):
             try:
                 self._tick()
-            except Exception:  # a janitor must keep going
-                log.exception("runtime janitor tick failed")
+            except Exception as exc:  # noqa: BLE001 - a janitor must keep going
+                log.error("runtime janitor tick failed: %s", described(exc))
 
     def stop(self) -> None:
         self._stop_event.set()
