@@ -217,10 +217,10 @@ class CountMarkers(StreamingQueryListener):
             counted, progress = item
             try:
                 self._batch(counted, progress)
-            except Exception:  # that batch is not checked; the next ones are
-                log.exception("stream query %s: the counts of real-time batch %s could not be "
-                              "written; its rows are not checked for holes", counted.name,
-                              getattr(progress, "batchId", "?"))
+            except Exception as exc:  # noqa: BLE001 - that batch is not checked; the next ones are
+                log.error("stream query %s: the counts of real-time batch %s could not be "
+                          "written (%s); its rows are not checked for holes", counted.name,
+                          getattr(progress, "batchId", "?"), described(exc))
 
     def _batch(self, counted: _Counted, progress: Any) -> None:
         metrics = (progress.observedMetrics or {}).get(COUNTS)
@@ -397,8 +397,8 @@ class RealTimeMode:
             topics = counted_topics(chosen.routes)
             try:
                 markers.open(topics, epoch)
-            except Exception:  # its first batch is then checked only by an earlier marker
-                log.exception("stream %s: no opening count marker", layout.name)
+            except Exception as exc:  # noqa: BLE001 - its first batch: checked by an earlier marker
+                log.error("stream %s: no opening count marker (%s)", layout.name, described(exc))
         started = time.time()
         query = self._rows.start(records, name, location)
         if markers is not None:
