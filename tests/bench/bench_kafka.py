@@ -8,8 +8,9 @@ Run: .venv/bin/python tests/bench/bench_kafka.py [--quick] [--trials 3] [--recor
      (needs `make install`'s jars)
 
 A single-node Kafka broker (KRaft, tests/kafka/broker.py); topics of 3 partitions; records carry
-`v` (0-99) and `sent` (epoch seconds when produced); the policy's filter `v < 50` passes half of
-them and its map keeps four columns. The sides (tests/bench/harness.py says why these):
+`ts` (ISO-8601 text, 1 ms apart), `v` (0-99) and `sent` (epoch seconds when produced); the
+policy's filter `v < 50` passes half of them and its map keeps four columns. The sides
+(tests/bench/harness.py says why these):
 - gateway: one real gateway as `xsg serve` runs it (its SparkSession, StreamRuntime, HTTP server),
   a stream on the topic with the gateway's defaults (trigger 0.25 s, maxOffsetsPerTrigger
   10,000); a handle read over HTTP (NDJSON) by a reader process of its own;
@@ -63,6 +64,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from pep.core.exact import iso_from_micros
 from tests.bench.direct import (
     USER,
     DirectSides,
@@ -122,6 +124,7 @@ REALTIME_BATCH = 30.0  # seconds of a real-time batch (each batch end pauses the
 SINCE = "the first record"
 GRACE = 5.0  # seconds after the last record a row may still arrive before it counts as never
 LEAD = 3.0  # seconds from a latency run's set-up to its first record (the producer's start)
+T0_MICROS = 1_700_000_000_000_000  # record 0's `ts`, epoch microseconds
 
 
 def passes(i: int) -> bool:
@@ -133,8 +136,11 @@ def expected_rows(n: int) -> int:
 
 
 def record(i: int) -> dict[str, Any]:
-    return {"ts": 1_700_000_000 + i * 0.001, "station": "ABC"[i % 3], "v": float(i % 100),
-            "sent": time.time()}
+    """Record i: `ts` 1 ms after record i - 1's, in the text a Kafka stream's `timestamp` reads
+    (ISO-8601, as the records API writes it: Spark's JSON parser makes a fractional number of
+    epoch seconds null, and the gateway's query and the user's alike would carry no time)."""
+    return {"ts": iso_from_micros(T0_MICROS + i * 1000), "station": "ABC"[i % 3],
+            "v": float(i % 100), "sent": time.time()}
 
 
 # -- producer and consumer processes ---------------------------------------------------------------
