@@ -58,16 +58,28 @@ def auth(who: str, **extra) -> dict:
     return {"Authorization": f"Bearer {TOKENS[who]}", **extra}
 
 
+FINAL = ("revoked", "released", "ended", "shutdown")  # a handle's last line on a connection
+
+
 @dataclass
 class Reader:
-    """Reads a handle's NDJSON in a background thread, like a consumer's application."""
+    """Reads a handle's NDJSON in a background thread, like a consumer's application: one
+    response, until its final event. With `resume`, as `xsg_client` does: after a broken
+    connection or `shutdown`, again with Last-Event-ID (a 503 waits its Retry-After), until
+    another final event, another refusal or `stop`."""
 
     url: str
     who: str = "lta"
-    last_event_id: int | None = None
+    last_event_id: int | None = None  # sent on the first request; then the last line's id
+    resume: bool = False
+    timeout: float | tuple[float, float] = 60  # requests' (connect, read) time-outs
     lines: list = field(default_factory=list)
-    status: int | None = None
+    arrived: list = field(default_factory=list)  # time.monotonic() of each line's arrival
+    status: int | None = None  # the last response's status
+    statuses: list = field(default_factory=list)  # each response's, "broken" for a broken one
     done: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=threading.Event)
+    final: dict | None = None
     final_at: float | None = None
 
     def start(self) -> Reader:
@@ -75,26 +87,52 @@ class Reader:
         return self
 
     def _run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                if not self.resume:
+                    self._read()
+                    return
+                try:
+                    again = self._read()
+                except (requests.ConnectionError, requests.Timeout,
+                        requests.exceptions.ChunkedEncodingError):
+                    self.statuses.append("broken")
+                    time.sleep(0.2)
+                    continue
+                if not again:
+                    return
+        finally:
+            self.done.set()
+
+    def _read(self) -> bool:
+        """One response, read to its end; whether to read again (`resume`)."""
         headers = auth(self.who, Accept="application/x-ndjson")
         if self.last_event_id is not None:
             headers["Last-Event-ID"] = str(self.last_event_id)
-        try:
-            with requests.get(self.url, headers=headers, stream=True, timeout=60) as r:
-                self.status = r.status_code
-                if r.status_code != 200:
-                    return
-                for raw in r.iter_lines(chunk_size=1):
-                    if not raw:
-                        continue
-                    obj = json.loads(raw)
-                    if obj.get("event") == "heartbeat":
-                        continue
-                    self.lines.append(obj)
-                    if obj.get("event") in ("revoked", "released", "ended", "shutdown"):
-                        self.final_at = time.monotonic()
-                        return
-        finally:
-            self.done.set()
+        with requests.get(self.url, headers=headers, stream=True, timeout=self.timeout) as r:
+            self.status = r.status_code
+            self.statuses.append(r.status_code)
+            if r.status_code == 503 and self.resume:
+                time.sleep(float(r.headers.get("Retry-After", "1")))
+                return True
+            if r.status_code != 200:
+                return False
+            for raw in r.iter_lines(chunk_size=1):
+                if not raw:
+                    continue
+                obj = json.loads(raw)
+                if obj.get("event") == "heartbeat":
+                    continue
+                self.lines.append(obj)
+                self.arrived.append(time.monotonic())
+                if "id" in obj:
+                    self.last_event_id = obj["id"]
+                if obj.get("event") == "shutdown" and self.resume:
+                    return True  # the stream moved: read again wherever it is now
+                if obj.get("event") in FINAL:
+                    self.final, self.final_at = obj, self.arrived[-1]
+                    return False
+        return self.resume
 
     @property
     def rows(self) -> list[dict]:

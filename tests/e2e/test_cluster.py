@@ -13,7 +13,6 @@ and the last one kills a process.
   answers throughout (a 503 with Retry-After while the stream moves, never a 502)."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -26,19 +25,15 @@ import psycopg
 import pytest
 import requests
 
+from tests.e2e.conftest import Reader, auth
 from tests.e2e.test_restart_and_sse import records, sensor_policy, sensor_request
-from tests.pep.conftest import TOKENS, write_auth
+from tests.pep.conftest import write_auth
 from tests.processes import Process, start_proxy
 
 REPO = Path(__file__).resolve().parents[2]
 XML = {"Content-Type": "application/xacml+xml"}
 ND = {"Content-Type": "application/x-ndjson"}
 LEASE = 3.0  # seconds: the processes' lease_seconds (short, so the test's failover is short)
-FINAL = ("revoked", "released", "ended", "shutdown")
-
-
-def auth(who: str, **extra: str) -> dict:
-    return {"Authorization": f"Bearer {TOKENS[who]}", **extra}
 
 
 @dataclass
@@ -157,72 +152,6 @@ def test_two_processes_write_policies_at_once_and_no_update_is_lost(cluster):
     assert listed[0] == current
 
 
-@dataclass
-class Reader:
-    """A consumer reading a handle's NDJSON in a thread, resuming as `xsg_client` does: after a
-    broken connection or `shutdown`, again with Last-Event-ID (a 503 waits Retry-After)."""
-
-    url: str
-    lines: list = field(default_factory=list)
-    statuses: list = field(default_factory=list)
-    done: threading.Event = field(default_factory=threading.Event)
-    stop: threading.Event = field(default_factory=threading.Event)
-    final: dict | None = None
-    final_at: float | None = None
-    last_id: int | None = None
-
-    def start(self) -> Reader:
-        threading.Thread(target=self._run, daemon=True).start()
-        return self
-
-    def _run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                headers = auth("lta", Accept="application/x-ndjson")
-                if self.last_id is not None:
-                    headers["Last-Event-ID"] = str(self.last_id)
-                try:
-                    with requests.get(self.url, headers=headers, stream=True,
-                                      timeout=(5, 20)) as r:
-                        self.statuses.append(r.status_code)
-                        if r.status_code == 503:
-                            time.sleep(float(r.headers.get("Retry-After", "1")))
-                            continue
-                        if r.status_code != 200:
-                            return
-                        for raw in r.iter_lines(chunk_size=1):
-                            if not raw:
-                                continue
-                            obj = json.loads(raw)
-                            if obj.get("event") == "heartbeat":
-                                continue
-                            obj["_at"] = time.monotonic()
-                            self.lines.append(obj)
-                            if "id" in obj:
-                                self.last_id = obj["id"]
-                            if obj.get("event") == "shutdown":
-                                break  # the stream moved: resume wherever it is now
-                            if obj.get("event") in FINAL:
-                                self.final, self.final_at = obj, time.monotonic()
-                                return
-                except (requests.ConnectionError, requests.Timeout,
-                        requests.exceptions.ChunkedEncodingError):
-                    self.statuses.append("broken")
-                    time.sleep(0.2)
-        finally:
-            self.done.set()
-
-    @property
-    def rows(self) -> list[dict]:
-        return [x["row"] for x in self.lines if "row" in x]
-
-    def wait_rows(self, n: int, timeout: float = 120) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while len(self.rows) < n and time.monotonic() < deadline and not self.done.is_set():
-            time.sleep(0.05)
-        return self.rows
-
-
 def register(base: str, stream: str, owner: dict[str, str] | None = None) -> None:
     """The sensor stream `stream` and its policy, registered by the owner whose headers are
     `owner` (nea of the suite's tokens when not given)."""
@@ -263,10 +192,11 @@ def test_a_policy_deleted_through_one_process_revokes_a_handle_served_by_the_oth
     # the request reached B first: B serves the stream, and A knows it
     assert cluster.served_by(cluster.a, "rev") == cluster.members[cluster.b]
     through_a = cluster.a + handle[len(cluster.b):]
-    reader = Reader(through_a).start()  # read through A, forwarded to B
+    # read through A, forwarded to B
+    reader = Reader(through_a, resume=True, timeout=(5, 20)).start()
     seen: list = []
     post_records(cluster.a, "rev", [1.0, 2.0, 3.0], 0, seen)  # appended through A, written by B
-    assert [row["value"] for row in reader.wait_rows(3)] == [1.0, 2.0, 3.0]
+    assert [row["value"] for row in reader.wait_rows(3, timeout=120)] == [1.0, 2.0, 3.0]
     writing = threading.Event()
 
     def keep_appending() -> None:  # rows keep coming while the policy is deleted
@@ -282,7 +212,7 @@ def test_a_policy_deleted_through_one_process_revokes_a_handle_served_by_the_oth
 
     appender = threading.Thread(target=keep_appending, daemon=True)
     appender.start()
-    reader.wait_rows(6)
+    reader.wait_rows(6, timeout=120)
     r = requests.delete(f"{cluster.a}/policies/urn:t:rev", headers=auth("nea"), timeout=60)
     answered = time.monotonic()
     assert r.status_code == 204, r.text
@@ -312,10 +242,10 @@ def test_kill_9_moves_the_streams_and_the_proxy_answers_throughout(cluster):
     dead_url = next(u for u, m in cluster.members.items() if m == owner)
     survivor = cluster.a if dead_url == cluster.b else cluster.b
     dead = cluster.procs["a" if dead_url == cluster.a else "b"]
-    reader = Reader(handle).start()
+    reader = Reader(handle, resume=True, timeout=(5, 20)).start()
     seen: list = []
     post_records(proxy, "fail", [1.0, 2.0], 0, seen)
-    assert len(reader.wait_rows(2)) == 2
+    assert len(reader.wait_rows(2, timeout=120)) == 2
     post_records(proxy, "fail", [3.0, 4.0], 2, seen)  # acknowledged just before the kill
 
     dead.kill(signal.SIGKILL)
@@ -336,8 +266,8 @@ def test_kill_9_moves_the_streams_and_the_proxy_answers_throughout(cluster):
     assert moved_at is not None
     rows = reader.wait_rows(5, timeout=180)
     values = [row["value"] for row in rows]
-    delivered = next(x["_at"] for x in reader.lines if x.get("row", {}).get("value") == 5.0) \
-        if 5.0 in values else None
+    delivered = next((at for x, at in zip(reader.lines, reader.arrived, strict=False)
+                      if x.get("row", {}).get("value") == 5.0), None)
     # what was acknowledged after the kill reached the reader, and what was acknowledged
     # before it either did or is in a gap the docs name (rows the dead process held)
     assert {5.0, 6.0, 7.0} <= set(values), reader.lines

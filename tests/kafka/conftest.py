@@ -10,7 +10,9 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -167,3 +169,69 @@ class SteadyProducer(threading.Thread):
             i += 1
             time.sleep(self.every)
         self.producer.flush(30)
+
+
+def topic_messages(broker: KafkaBroker, topic: str, want: int, timeout: float = 90.0,
+                   keep: Callable[[bytes | None], bool] = lambda key: True,
+                   settle: float = 1.0) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of partition 0 of `topic` from its start whose key `keep` passes, until
+    `want` came, then until `settle` seconds pass with no more (one too many would come
+    then)."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "t",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[tuple[bytes | None, bytes | None]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < want and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error() and keep(msg.key()):
+                out.append((msg.key(), msg.value()))
+        while (msg := consumer.poll(settle)) is not None:
+            if not msg.error() and keep(msg.key()):
+                out.append((msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+@dataclass
+class PlanTopicsRuntime:
+    """A Kafka stream on a fresh topic (`source`) and a runtime (trigger 0.25 s) that writes
+    its plans' rows to plan topics on the session's broker."""
+
+    source: str
+    stream: Any  # StreamDefinition
+    settings: Any  # DeliverySettings
+    rt: Any  # StreamRuntime
+
+    def attach(self, handle: str, plan: Any, topic: str) -> None:
+        """`handle` served `plan` through plan topic `topic` (its reader always there)."""
+        from pep.ports import TopicTarget
+        self.rt.attach_handle(handle, self.stream, plan, TopicTarget(topic, lambda: True))
+
+
+@pytest.fixture
+def plan_topics_runtime(spark, tmp_path, kafka_broker, kafka_topic
+                        ) -> Iterator[Callable[..., PlanTopicsRuntime]]:
+    """make(partitions=1, realtime=0.0): a `PlanTopicsRuntime`, its source topic of
+    `partitions`, real-time batches of `realtime` seconds (0: micro-batches only); stopped
+    after the test."""
+    from pep.delivery.settings import DeliverySettings
+    from pep.runtime.runtime import RuntimeSettings, StreamRuntime
+    from tests.kafka.test_kafka_runtime import kafka_stream
+    made: list[PlanTopicsRuntime] = []
+
+    def make(partitions: int = 1, realtime: float = 0.0) -> PlanTopicsRuntime:
+        source = kafka_topic(partitions)
+        settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT",
+                                    realtime=realtime)
+        rt = StreamRuntime(spark, tmp_path / f"work{len(made) or ''}", settings=RuntimeSettings(
+            trigger_interval=0.25, delivery=settings))
+        made.append(PlanTopicsRuntime(source, kafka_stream(kafka_broker, source), settings, rt))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.rt.stop()

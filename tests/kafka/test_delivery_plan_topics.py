@@ -5,75 +5,46 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 
 import pytest
 
 from pep.core.plan import Aggregate, ExecutionPlan, Predicate, WindowSpec
-from pep.delivery.settings import WARM_KEY, DeliverySettings
-from pep.ports import TopicTarget
-from tests.kafka.test_kafka_runtime import kafka_stream, rec
+from pep.delivery.settings import WARM_KEY
+from tests.kafka.conftest import topic_messages
+from tests.kafka.test_kafka_runtime import rec
 
 
 def topic_records(broker, topic: str, want: int, timeout: float = 90.0) -> list[tuple[str, dict]]:
     """(key, row) of a plan topic's records, from its start, until `want` came (the record
     that made the topic known to the producer left out: pep/runtime/delivery/warm.py)."""
-    from confluent_kafka import Consumer, TopicPartition
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "t",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    out: list[tuple[str, dict]] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(out) < want and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() or msg.key() == WARM_KEY:  # no row (warm.py)
-                continue
-            out.append((msg.key().decode(), json.loads(msg.value())))
-        time.sleep(1.0)  # nothing more than wanted comes
-        while (msg := consumer.poll(0.5)) is not None:
-            if not msg.error() and msg.key() != WARM_KEY:
-                out.append((msg.key().decode(), json.loads(msg.value())))
-    finally:
-        consumer.close()
-    return out
+    return [(key.decode(), json.loads(value)) for key, value in topic_messages(
+        broker, topic, want, timeout, keep=lambda key: key != WARM_KEY, settle=1.5)]
 
 
-def test_row_plans_and_windows_are_written_to_their_plan_topics(spark, tmp_path, kafka_broker,
-                                                                 kafka_topic, producer):
-    from pep.runtime.runtime import RuntimeSettings, StreamRuntime
-    source = kafka_topic(3)
-    stream = kafka_stream(kafka_broker, source)
-    settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT")
+def test_row_plans_and_windows_are_written_to_their_plan_topics(kafka_broker, kafka_topic,
+                                                                 producer, plan_topics_runtime):
+    setup = plan_topics_runtime(partitions=3)
+    name = setup.stream.name
     rows_topic, window_topic = kafka_topic(1), kafka_topic(1)
-    rt = StreamRuntime(spark, tmp_path / "work", settings=RuntimeSettings(
-        trigger_interval=0.25, delivery=settings))
-    try:
-        open_ = lambda: True  # noqa: E731 - a callback that always answers True
-        rt.attach_handle("a", stream, ExecutionPlan(stream.name, ((Predicate("v", ">", 0.0),),),
-                                                    ("station", "v")),
-                         TopicTarget(rows_topic, open_))
-        # a second handle of the same plan and topic: its rows are written once
-        rt.attach_handle("b", stream, ExecutionPlan(stream.name, ((Predicate("v", ">", 0.0),),),
-                                                    ("station", "v")),
-                         TopicTarget(rows_topic, open_))
-        window = WindowSpec("tuple", 2, 2, (Aggregate("v", "sum"),))
-        rt.attach_handle("w", stream, ExecutionPlan(stream.name, None, (), window),
-                         TopicTarget(window_topic, open_))
-        producer.send(source, [rec(1, 1.0), rec(2, -2.0), rec(3, 3.0), rec(4, 4.0)],
-                      partition=0)
-        got = topic_records(kafka_broker, rows_topic, 3)
-        assert [r for _, r in got] == [{"station": "A", "v": 1.0}, {"station": "A", "v": 3.0},
-                                       {"station": "A", "v": 4.0}]
-        producer.send(source, [rec(5, 5.0), rec(6, 6.0)], partition=1)  # a later micro-batch
-        got = topic_records(kafka_broker, rows_topic, 5)
-        assert [r["v"] for _, r in got] == [1.0, 3.0, 4.0, 5.0, 6.0]
-        assert len({k.rsplit(":", 1)[0] for k, _ in got}) == 2  # two micro-batches' keys
-        assert all(k.startswith("m:") for k, _ in got)
-        windows = topic_records(kafka_broker, window_topic, 3)
-        assert [w["sum_v"] for _, w in windows] == [-1.0, 7.0, 11.0], windows
-    finally:
-        rt.stop()
+    setup.attach("a", ExecutionPlan(name, ((Predicate("v", ">", 0.0),),), ("station", "v")),
+                 rows_topic)
+    # a second handle of the same plan and topic: its rows are written once
+    setup.attach("b", ExecutionPlan(name, ((Predicate("v", ">", 0.0),),), ("station", "v")),
+                 rows_topic)
+    window = WindowSpec("tuple", 2, 2, (Aggregate("v", "sum"),))
+    setup.attach("w", ExecutionPlan(name, None, (), window), window_topic)
+    producer.send(setup.source, [rec(1, 1.0), rec(2, -2.0), rec(3, 3.0), rec(4, 4.0)],
+                  partition=0)
+    got = topic_records(kafka_broker, rows_topic, 3)
+    assert [r for _, r in got] == [{"station": "A", "v": 1.0}, {"station": "A", "v": 3.0},
+                                   {"station": "A", "v": 4.0}]
+    producer.send(setup.source, [rec(5, 5.0), rec(6, 6.0)], partition=1)  # a later micro-batch
+    got = topic_records(kafka_broker, rows_topic, 5)
+    assert [r["v"] for _, r in got] == [1.0, 3.0, 4.0, 5.0, 6.0]
+    assert len({k.rsplit(":", 1)[0] for k, _ in got}) == 2  # two micro-batches' keys
+    assert all(k.startswith("m:") for k, _ in got)
+    windows = topic_records(kafka_broker, window_topic, 3)
+    assert [w["sum_v"] for _, w in windows] == [-1.0, 7.0, 11.0], windows
 
 
 def test_rows_that_tie_in_stream_order_are_keyed_alike_whatever_order_they_come_in(spark):

@@ -11,10 +11,9 @@ import time
 import pytest
 
 from pep.core.plan import Aggregate, ExecutionPlan, Predicate, WindowSpec
-from pep.delivery.settings import DeliverySettings
 from pep.edge.reader import TopicReader
 from pep.ports import TopicTarget
-from tests.kafka.test_kafka_runtime import kafka_stream, rec
+from tests.kafka.test_kafka_runtime import rec
 
 
 def read_rows(reader: TopicReader, want: int, timeout: float = 90.0,
@@ -53,15 +52,11 @@ def wait_for(check, timeout: float = 120.0) -> bool:
 
 
 def test_a_qualifying_stream_runs_in_real_time_mode_and_falls_back_for_a_window(
-        spark, tmp_path, kafka_broker, kafka_topic, producer, caplog):
-    from pep.runtime.runtime import RuntimeSettings, StreamRuntime
-    source = kafka_topic(1)  # the test session has 2 task slots: one for the partition
-    stream = kafka_stream(kafka_broker, source)
-    settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT",
-                                realtime=5.0)
+        kafka_topic, producer, caplog, plan_topics_runtime):
+    # one source partition: the test session has 2 task slots, one for the partition
+    setup = plan_topics_runtime(realtime=5.0)
+    source, stream, settings, rt = setup.source, setup.stream, setup.settings, setup.rt
     topic_a, topic_b, topic_w = kafka_topic(1), kafka_topic(1), kafka_topic(1)
-    rt = StreamRuntime(spark, tmp_path / "work", settings=RuntimeSettings(
-        trigger_interval=0.25, delivery=settings))
     readers: list[TopicReader] = []
     try:
         open_ = lambda: True  # noqa: E731 - a callback that always answers True
@@ -123,27 +118,21 @@ def test_a_qualifying_stream_runs_in_real_time_mode_and_falls_back_for_a_window(
         assert [r for _, r in got_a] == [{"station": "A", "v": 6.0},
                                          {"station": "A", "v": 7.0}], got_a
         assert increasing([last, *[i for i, _ in got_a]]), got_a
-    finally:
+    finally:  # (the runtime is stopped by plan_topics_runtime, after the readers)
         for r in readers:
             r.close("released")
-        rt.stop()
 
 
 def test_a_change_of_mode_repeats_no_row_in_either_direction(
-        spark, tmp_path, kafka_broker, kafka_topic, producer):
+        kafka_topic, producer, plan_topics_runtime):
     """Rows a real-time query wrote after its last commit (its batch is long here: none
     commits during the test) are read again by the micro-batch query that follows it, which
     starts at the last committed offsets: they must not reach the reader a second time; nor
     may the real-time query that follows micro-batches write again what they delivered.
     Every row exactly once, by event id, across both changes of mode."""
-    from pep.runtime.runtime import RuntimeSettings, StreamRuntime
-    source = kafka_topic(1)
-    stream = kafka_stream(kafka_broker, source)
-    settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT",
-                                realtime=120.0)
+    setup = plan_topics_runtime(realtime=120.0)
+    source, stream, settings, rt = setup.source, setup.stream, setup.settings, setup.rt
     topic_a, topic_w = kafka_topic(1), kafka_topic(1)
-    rt = StreamRuntime(spark, tmp_path / "work", settings=RuntimeSettings(
-        trigger_interval=0.25, delivery=settings))
     readers: list[TopicReader] = []
     try:
         open_ = lambda: True  # noqa: E731 - a callback that always answers True
@@ -178,10 +167,9 @@ def test_a_change_of_mode_repeats_no_row_in_either_direction(
         got += read_rows(a, 1)
         assert increasing([i for i, _ in got]), got
         assert [r["v"] for _, r in got] == [1.0, 3.0, 4.0, 5.0, 6.0], got
-    finally:
+    finally:  # (the runtime is stopped by plan_topics_runtime, after the readers)
         for r in readers:
             r.close("released")
-        rt.stop()
 
 
 def test_which_plans_qualify():

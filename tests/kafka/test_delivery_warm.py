@@ -13,58 +13,27 @@ import pytest
 from pep.core.plan import ExecutionPlan, Predicate
 from pep.delivery.settings import WARM_KEY, DeliverySettings
 from pep.edge.reader import TopicReader
-from pep.ports import TopicTarget
-from tests.kafka.test_kafka_runtime import kafka_stream, rec
-
-
-def records(broker, topic: str, want: int, timeout: float = 60.0) -> list[tuple[bytes, bytes]]:
-    """(key, value) of the topic's records from its start, until `want` came (and a second
-    more)."""
-    from confluent_kafka import Consumer, TopicPartition
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "warm",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    out: list[tuple[bytes, bytes]] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(out) < want and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and not msg.error():
-                out.append((msg.key(), msg.value()))
-        while (msg := consumer.poll(1.0)) is not None:
-            if not msg.error():
-                out.append((msg.key(), msg.value()))
-    finally:
-        consumer.close()
-    return out
+from tests.kafka.conftest import topic_messages
+from tests.kafka.test_kafka_runtime import rec
 
 
 @pytest.mark.timeout(180)
-def test_a_new_plan_topic_gets_its_warm_record_before_any_row(spark, tmp_path, kafka_broker,
-                                                              kafka_topic, producer):
-    from pep.runtime.runtime import RuntimeSettings, StreamRuntime
-    source = kafka_topic(1)
-    stream = kafka_stream(kafka_broker, source)
-    settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT")
+def test_a_new_plan_topic_gets_its_warm_record_before_any_row(kafka_broker, kafka_topic,
+                                                              producer, plan_topics_runtime):
+    setup = plan_topics_runtime()
     first, second = kafka_topic(1), kafka_topic(1)
-    rt = StreamRuntime(spark, tmp_path / "work", settings=RuntimeSettings(
-        trigger_interval=0.25, delivery=settings))
-    try:
-        plan = ExecutionPlan(stream.name, ((Predicate("v", ">", 0.0),),), ("v",))
-        open_ = lambda: True  # noqa: E731 - a callback that always answers True
-        rt.attach_handle("a", stream, plan, TopicTarget(first, open_))
-        rt.attach_handle("b", stream, plan, TopicTarget(first, open_))  # the same topic
-        rt.attach_handle("c", stream, plan, TopicTarget(second, open_))
-        # no tuple yet: what the topics hold is the warm record alone, once each
-        assert records(kafka_broker, first, 1) == [(WARM_KEY, b"")]
-        assert records(kafka_broker, second, 1) == [(WARM_KEY, b"")]
-        producer.send(source, [rec(1, 1.0), rec(2, -2.0), rec(3, 3.0)], partition=0)
-        got = records(kafka_broker, first, 3)
-        assert got[0] == (WARM_KEY, b"")
-        assert [json.loads(v) for k, v in got[1:]] == [{"v": 1.0}, {"v": 3.0}]
-        assert all(k.startswith(b"m:") for k, _ in got[1:])
-    finally:
-        rt.stop()
+    plan = ExecutionPlan(setup.stream.name, ((Predicate("v", ">", 0.0),),), ("v",))
+    setup.attach("a", plan, first)
+    setup.attach("b", plan, first)  # the same topic
+    setup.attach("c", plan, second)
+    # no tuple yet: what the topics hold is the warm record alone, once each
+    assert topic_messages(kafka_broker, first, 1, 60) == [(WARM_KEY, b"")]
+    assert topic_messages(kafka_broker, second, 1, 60) == [(WARM_KEY, b"")]
+    producer.send(setup.source, [rec(1, 1.0), rec(2, -2.0), rec(3, 3.0)], partition=0)
+    got = topic_messages(kafka_broker, first, 3, 60)
+    assert got[0] == (WARM_KEY, b"")
+    assert [json.loads(v) for k, v in got[1:]] == [{"v": 1.0}, {"v": 3.0}]
+    assert all(k.startswith(b"m:") for k, _ in got[1:])
 
 
 @pytest.mark.timeout(60)
@@ -107,7 +76,7 @@ def test_a_topic_the_broker_has_not_made_yet_is_warmed_on_a_later_try(spark, kaf
         assert warmer._tries.get(topic) == 1  # the first write failed
         kafka_broker.create_topic(topic, 1)
         assert warmer.idle(60)
-        assert records(kafka_broker, topic, 1, timeout=15) == [(WARM_KEY, b"")]
+        assert topic_messages(kafka_broker, topic, 1, 15) == [(WARM_KEY, b"")]
         assert warmer.warmed == 1
     finally:
         warmer.close()
