@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from common.errors import described
 from pep.core.plan import StreamDefinition
+from pep.runtime.sources.replay import planned_batches
 
 if TYPE_CHECKING:  # the module loads no Spark itself
     from pyspark.sql.streaming.query import StreamingQuery
@@ -114,7 +115,7 @@ class StreamCheckpoint:
             # latest offsets, whatever an old checkpoint says
             if running and (self.location / "sources").is_dir():
                 offsets = self.location / "offsets"
-                if offsets.is_dir() and not any(p.name.isdigit() for p in offsets.iterdir()):
+                if offsets.is_dir() and not planned_batches(self.location):
                     # stopped while writing its first batch's offsets: only a temporary file,
                     # which Spark refuses to start batch 0 on; the starting offsets stay
                     shutil.rmtree(offsets, ignore_errors=True)
@@ -162,11 +163,9 @@ class StreamCheckpoint:
         """Remove a Kafka query's checkpoint; the next one's batches count on after its, and
         the batch its last stop had delivered is forgotten (the next query numbers its own
         batches from 0: a batch of it under that number is no re-run to skip)."""
-        offsets = self.location / "offsets"
-        planned = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()] \
-            if offsets.is_dir() else []
+        planned = planned_batches(self.location)  # ascending
         shutil.rmtree(self.location, ignore_errors=True)
-        self._write(batch_base=self.batch_base() + (max(planned) + 1 if planned else 0),
+        self._write(batch_base=self.batch_base() + (planned[-1] + 1 if planned else 0),
                     delivered_batch=-1)
 
     def release(self, delivered_batch: int = -1) -> None:
