@@ -70,6 +70,7 @@ class Reader:
 
     url: str
     who: str = "lta"
+    token: str | None = None  # a bearer token of the test's own; None: the suite's of `who`
     last_event_id: int | None = None  # sent on the first request; then the last line's id
     resume: bool = False
     timeout: float | tuple[float, float] = 60  # requests' (connect, read) time-outs
@@ -106,7 +107,8 @@ class Reader:
 
     def _read(self) -> bool:
         """One response, read to its end; whether to read again (`resume`)."""
-        headers = auth(self.who, Accept="application/x-ndjson")
+        headers = ({"Authorization": f"Bearer {self.token}", "Accept": "application/x-ndjson"}
+                   if self.token else auth(self.who, Accept="application/x-ndjson"))
         if self.last_event_id is not None:
             headers["Last-Event-ID"] = str(self.last_event_id)
         with requests.get(self.url, headers=headers, stream=True, timeout=self.timeout) as r:
@@ -137,6 +139,11 @@ class Reader:
     @property
     def rows(self) -> list[dict]:
         return [x["row"] for x in self.lines if "row" in x]
+
+    @property
+    def events(self) -> list[tuple[float, dict]]:
+        """(arrival, line) of every line so far."""
+        return list(zip(self.arrived, self.lines, strict=False))
 
     def kinds(self) -> list[str]:
         """Each line's kind in order: its event, or "row"."""

@@ -15,12 +15,11 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
 
-from tests.e2e.conftest import POLICIES, auth
+from tests.e2e.conftest import POLICIES, Reader, auth
 
 SUBJECT, TOKEN = "medic-ident", "tok-medic-ident-0123456789"
 STREAM = "vitals_ident"
@@ -47,52 +46,6 @@ def replace_auth(path: Path, entries: list[dict]) -> float:
         json.dump(entries, f)
     os.replace(tmp, path)
     return time.monotonic()
-
-
-@dataclass
-class MedicReader:
-    """Reads one handle's NDJSON in a thread; remembers when each event arrived."""
-
-    url: str
-    events: list = field(default_factory=list)  # (arrival, event)
-    status: int | None = None
-    done: threading.Event = field(default_factory=threading.Event)
-
-    def start(self) -> MedicReader:
-        threading.Thread(target=self._run, daemon=True).start()
-        return self
-
-    def _run(self) -> None:
-        try:
-            with requests.get(self.url, headers=medic_headers(Accept="application/x-ndjson"),
-                              stream=True, timeout=60) as r:
-                self.status = r.status_code
-                if r.status_code != 200:
-                    return
-                for raw in r.iter_lines(chunk_size=1):
-                    if not raw:
-                        continue
-                    event = json.loads(raw)
-                    if event.get("event") == "heartbeat":
-                        continue
-                    self.events.append((time.monotonic(), event))
-                    if event.get("event") in ("revoked", "released", "ended", "shutdown"):
-                        return
-        finally:
-            self.done.set()
-
-    def rows(self) -> list[dict]:
-        return [e["row"] for _, e in self.events if "row" in e]
-
-    def wait(self, predicate, timeout: float = 60) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate(self):
-                return True
-            if self.done.is_set():
-                return predicate(self)
-            time.sleep(0.05)
-        return False
 
 
 class Ingest:
@@ -152,13 +105,13 @@ def test_a_lowered_clearance_revokes_within_a_second_and_nothing_of_level_2_foll
                           timeout=60)
         assert r.status_code == 201, r.text
         assert "`level` <= 2" in r.json()["sql"], r.json()["sql"]
-        reader = MedicReader(r.json()["handle"]).start()
+        reader = Reader(r.json()["handle"], token=TOKEN).start()
         ingest.thread.start()
-        assert reader.wait(lambda rd: any(row["level"] == 2 for row in rd.rows())), \
+        assert reader.wait(lambda: any(row["level"] == 2 for row in reader.rows)), \
             reader.events[-3:]
 
         changed_at = replace_auth(auth_file, entries + [medic_entry(1)])
-        assert reader.wait(lambda rd: rd.done.is_set(), timeout=10)
+        assert reader.wait(reader.done.is_set, timeout=10)
         arrived, last = reader.events[-1]
         assert last["event"] == "revoked", last
         assert "identity changed (auth file)" in last["reason"]
@@ -168,7 +121,7 @@ def test_a_lowered_clearance_revokes_within_a_second_and_nothing_of_level_2_foll
         )
         assert seconds < 1.0, seconds
         # nothing ingested after the revocation reached the old reader
-        late = [row["sid"] for row in reader.rows() if ingest.started_at[row["sid"]] > arrived]
+        late = [row["sid"] for row in reader.rows if ingest.started_at[row["sid"]] > arrived]
         assert late == []
         assert requests.get(reader.url, headers=medic_headers(Accept="application/x-ndjson"),
                             timeout=10).status_code == 410
@@ -178,10 +131,10 @@ def test_a_lowered_clearance_revokes_within_a_second_and_nothing_of_level_2_foll
                           timeout=60)
         assert r.status_code == 201, r.text
         assert "`level` <= 1" in r.json()["sql"]
-        again = MedicReader(r.json()["handle"]).start()
-        assert again.wait(lambda rd: len(rd.rows()) >= 20)
-        assert {row["level"] for row in again.rows()} <= {0, 1}
-        assert {row["level"] for row in again.rows()} == {0, 1}
+        again = Reader(r.json()["handle"], token=TOKEN).start()
+        assert again.wait(lambda: len(again.rows) >= 20)
+        assert {row["level"] for row in again.rows} <= {0, 1}
+        assert {row["level"] for row in again.rows} == {0, 1}
     finally:
         ingest.stop.set()
         if ingest.thread.is_alive():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 
-from tests.e2e.conftest import auth
+from tests.e2e.conftest import Reader, auth
 from tests.e2e.test_identity_changes import replace_auth
 
 OWNER, OWNER_TOKEN = "rh-owner", "tok-rh-owner-0123456789"
@@ -89,43 +89,6 @@ class Producer:
             self.stop.wait(0.05)
 
 
-class Reader:
-    """Reads the handle's NDJSON in a thread; remembers each event with its arrival time."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.events: list[tuple[float, dict]] = []
-        self.done = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            with requests.get(self.url, headers=as_(READER_TOKEN, Accept="application/x-ndjson"),
-                              stream=True, timeout=120) as r:
-                for raw in r.iter_lines(chunk_size=1):
-                    if not raw:
-                        continue
-                    event = json.loads(raw)
-                    if event.get("event") == "heartbeat":
-                        continue
-                    self.events.append((time.monotonic(), event))
-                    if event.get("event") in ("revoked", "released", "ended", "shutdown"):
-                        return
-        finally:
-            self.done.set()
-
-    def rows(self) -> list[dict]:
-        return [e["row"] for _, e in self.events if "row" in e]
-
-    def wait(self, predicate, timeout: float = 90) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self.done.is_set():
-            if predicate():
-                return True
-            time.sleep(0.05)
-        return predicate()
-
-
 def auth_file_with(original: list, hierarchy: dict) -> dict:
     return {"tokens": original + [
         {"token": OWNER_TOKEN, "subject": OWNER, "roles": ["data-owner"]},
@@ -156,9 +119,9 @@ def test_a_handle_granted_through_an_inherited_role_ends_with_the_inheritance(ga
                           timeout=60)
         assert r.status_code == 201, r.text  # granted through the inherited rh-reader
         handle = r.json()["handle"]
-        reader = Reader(handle)
+        reader = Reader(handle, token=READER_TOKEN, timeout=120).start()
         producer.thread.start()
-        assert reader.wait(lambda: len(reader.rows()) >= 10), reader.events[-3:]
+        assert reader.wait(lambda: len(reader.rows) >= 10), reader.events[-3:]
 
         # the inheritance removed: the reader's handle is re-decided and revoked at once
         changed_at = time.monotonic()
@@ -172,7 +135,7 @@ def test_a_handle_granted_through_an_inherited_role_ends_with_the_inheritance(ga
         assert arrived - changed_at < 5.0
         # 0 rows after `revoked`: the stream ends with it, and no value whose append began
         # after the revocation reached the reader
-        late = [row["v"] for row in reader.rows() if producer.sent_at[row["v"]] > arrived]
+        late = [row["v"] for row in reader.rows if producer.sent_at[row["v"]] > arrived]
         assert late == []
         assert requests.get(handle, headers=as_(READER_TOKEN, Accept="application/x-ndjson"),
                             timeout=10).status_code == 410

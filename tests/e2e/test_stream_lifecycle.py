@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 
-from tests.e2e.conftest import auth
+from tests.e2e.conftest import Reader, auth
 from tests.e2e.test_identity_changes import replace_auth
 
 OWNER, OWNER_TOKEN = "lc-owner", "tok-lc-owner-0123456789"
@@ -100,43 +100,6 @@ class Producer:
             self.stop.wait(0.05)
 
 
-class Reader:
-    """Reads the handle's NDJSON in a thread; remembers each event with its arrival time."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.events: list[tuple[float, dict]] = []
-        self.done = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            with requests.get(self.url, headers=as_(READER_TOKEN, Accept="application/x-ndjson"),
-                              stream=True, timeout=120) as r:
-                for raw in r.iter_lines(chunk_size=1):
-                    if not raw:
-                        continue
-                    event = json.loads(raw)
-                    if event.get("event") == "heartbeat":
-                        continue
-                    self.events.append((time.monotonic(), event))
-                    if event.get("event") in ("revoked", "released", "ended", "shutdown"):
-                        return
-        finally:
-            self.done.set()
-
-    def rows(self) -> list[dict]:
-        return [e["row"] for _, e in self.events if "row" in e]
-
-    def wait(self, predicate, timeout: float = 90) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self.done.is_set():
-            if predicate():
-                return True
-            time.sleep(0.05)
-        return predicate()
-
-
 def test_an_owner_adds_attributes_then_deletes_the_stream_while_it_is_read(gateway):
     base = gateway.url
     data_dir = Path(gateway.services.config.data_dir)
@@ -162,9 +125,9 @@ def test_an_owner_adds_attributes_then_deletes_the_stream_while_it_is_read(gatew
                           timeout=60)
         assert r.status_code == 201, r.text
         handle = r.json()["handle"]
-        reader = Reader(handle)
+        reader = Reader(handle, token=READER_TOKEN, timeout=120).start()
         producer.thread.start()
-        assert reader.wait(lambda: len(reader.rows()) >= 10), reader.events[-3:]
+        assert reader.wait(lambda: len(reader.rows) >= 10), reader.events[-3:]
 
         # attributes added while records arrive: the query restarts, the reader sees nothing
         # change and misses nothing
@@ -174,11 +137,11 @@ def test_an_owner_adds_attributes_then_deletes_the_stream_while_it_is_read(gatew
         assert r.status_code == 200, r.text
         assert r.json()["added"] == ["w"] and r.json()["revoked"] == 0
         producer.wide = True
-        seen = len(reader.rows())
-        assert reader.wait(lambda: len(reader.rows()) >= seen + 20), reader.events[-3:]
-        values = [row["v"] for row in reader.rows()]
+        seen = len(reader.rows)
+        assert reader.wait(lambda: len(reader.rows) >= seen + 20), reader.events[-3:]
+        values = [row["v"] for row in reader.rows]
         assert values == [float(v) for v in range(int(values[0]), int(values[0]) + len(values))]
-        assert all(set(row) == {"ts", "v"} for row in reader.rows())
+        assert all(set(row) == {"ts", "v"} for row in reader.rows)
 
         # the owner deletes it: the reader's last event is `revoked`, nothing after it
         query = gateway.runtime.query_id(STREAM)
