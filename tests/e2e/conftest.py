@@ -54,8 +54,42 @@ def gateway(spark, tmp_path_factory):
     gw.close()
 
 
+def bearer(token: str, **extra: str) -> dict:
+    """Headers that authenticate with `token` (a test's own subject), `extra` beside."""
+    return {"Authorization": f"Bearer {token}", **extra}
+
+
 def auth(who: str, **extra) -> dict:
-    return {"Authorization": f"Bearer {TOKENS[who]}", **extra}
+    """Headers that authenticate as `who`, one of the suite's subjects (tests.pep.conftest)."""
+    return bearer(TOKENS[who], **extra)
+
+
+STRING = "http://www.w3.org/2001/XMLSchema#string"
+RESOURCE = ("urn:oasis:names:tc:xacml:3.0:attribute-category:resource",
+            "urn:oasis:names:tc:xacml:1.0:resource:resource-id")
+SUBJECT = ("urn:oasis:names:tc:xacml:1.0:subject-category:access-subject",
+           "urn:oasis:names:tc:xacml:1.0:subject:subject-id")
+
+
+def match(category: str, attribute: str, value: str) -> str:
+    """A XACML Match: the (category, attribute) designated equals the string `value`."""
+    return (f'<Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">'
+            f'<AttributeValue DataType="{STRING}">{value}</AttributeValue>'
+            f'<AttributeDesignator Category="{category}" AttributeId="{attribute}" '
+            f'MustBePresent="false" DataType="{STRING}"/></Match>')
+
+
+def read_request(stream: str) -> bytes:
+    """A XACML request to read `stream` (its resource-id, action `read`)."""
+    return f"""<Request xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
+  ReturnPolicyIdList="false" CombinedDecision="false">
+  <Attributes Category="{RESOURCE[0]}"><Attribute AttributeId="{RESOURCE[1]}"
+    IncludeInResult="false"><AttributeValue DataType="{STRING}">{stream}</AttributeValue>
+  </Attribute></Attributes>
+  <Attributes Category="urn:oasis:names:tc:xacml:3.0:attribute-category:action"><Attribute
+    AttributeId="urn:oasis:names:tc:xacml:1.0:action:action-id" IncludeInResult="false">
+    <AttributeValue DataType="{STRING}">read</AttributeValue></Attribute></Attributes>
+</Request>""".encode()
 
 
 FINAL = ("revoked", "released", "ended", "shutdown")  # a handle's last line on a connection
@@ -107,8 +141,8 @@ class Reader:
 
     def _read(self) -> bool:
         """One response, read to its end; whether to read again (`resume`)."""
-        headers = ({"Authorization": f"Bearer {self.token}", "Accept": "application/x-ndjson"}
-                   if self.token else auth(self.who, Accept="application/x-ndjson"))
+        headers = (bearer(self.token, Accept="application/x-ndjson") if self.token
+                   else auth(self.who, Accept="application/x-ndjson"))
         if self.last_event_id is not None:
             headers["Last-Event-ID"] = str(self.last_event_id)
         with requests.get(self.url, headers=headers, stream=True, timeout=self.timeout) as r:

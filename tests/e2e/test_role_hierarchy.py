@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 
-from tests.e2e.conftest import Reader, auth
+from tests.e2e.conftest import RESOURCE, Reader, auth, bearer, match, read_request
 from tests.e2e.test_identity_changes import replace_auth
 
 OWNER, OWNER_TOKEN = "rh-owner", "tok-rh-owner-0123456789"
@@ -27,22 +27,8 @@ STREAM = "rh_gauge"
 POLICY_ID = "urn:xsg:test:e2e:rh-gauge"
 XML = {"Content-Type": "application/xacml+xml"}
 ND = {"Content-Type": "application/x-ndjson"}
-STRING = "http://www.w3.org/2001/XMLSchema#string"
-RESOURCE = ("urn:oasis:names:tc:xacml:3.0:attribute-category:resource",
-            "urn:oasis:names:tc:xacml:1.0:resource:resource-id")
 ROLE = ("urn:oasis:names:tc:xacml:1.0:subject-category:access-subject",
         "urn:oasis:names:tc:xacml:2.0:subject:role")
-
-
-def as_(token: str, **extra) -> dict:
-    return {"Authorization": f"Bearer {token}", **extra}
-
-
-def match(category: str, attribute: str, value: str) -> str:
-    return (f'<Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">'
-            f'<AttributeValue DataType="{STRING}">{value}</AttributeValue>'
-            f'<AttributeDesignator Category="{category}" AttributeId="{attribute}" '
-            f'MustBePresent="false" DataType="{STRING}"/></Match>')
 
 
 # Only `rh-reader` is granted; the reader never holds it directly.
@@ -54,15 +40,7 @@ POLICY = f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
     <Target><AnyOf><AllOf>{match(*ROLE, "rh-reader")}</AllOf></AnyOf></Target></Rule>
 </Policy>""".encode()
 
-REQUEST = f"""<Request xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
-  ReturnPolicyIdList="false" CombinedDecision="false">
-  <Attributes Category="{RESOURCE[0]}"><Attribute AttributeId="{RESOURCE[1]}"
-    IncludeInResult="false"><AttributeValue DataType="{STRING}">{STREAM}</AttributeValue>
-  </Attribute></Attributes>
-  <Attributes Category="urn:oasis:names:tc:xacml:3.0:attribute-category:action"><Attribute
-    AttributeId="urn:oasis:names:tc:xacml:1.0:action:action-id" IncludeInResult="false">
-    <AttributeValue DataType="{STRING}">read</AttributeValue></Attribute></Attributes>
-</Request>""".encode()
+REQUEST = read_request(STREAM)
 
 
 class Producer:
@@ -81,7 +59,7 @@ class Producer:
             v = float(self.next_v)
             self.sent_at[v] = time.monotonic()
             r = requests.post(f"{self.base}/streams/{STREAM}/records",
-                              data=json.dumps({"v": v}) + "\n", headers=as_(OWNER_TOKEN, **ND),
+                              data=json.dumps({"v": v}) + "\n", headers=bearer(OWNER_TOKEN, **ND),
                               timeout=30)
             if r.status_code != 201:
                 return
@@ -105,17 +83,17 @@ def test_a_handle_granted_through_an_inherited_role_ends_with_the_inheritance(ga
     producer = Producer(base)
     try:
         deadline = time.monotonic() + 10  # the watcher picks the new subjects up
-        while requests.get(f"{base}/handles", headers=as_(READER_TOKEN),
+        while requests.get(f"{base}/handles", headers=bearer(READER_TOKEN),
                            timeout=10).status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.1)
-        r = requests.post(f"{base}/streams", headers=as_(OWNER_TOKEN), timeout=30, json={
+        r = requests.post(f"{base}/streams", headers=bearer(OWNER_TOKEN), timeout=30, json={
             "name": STREAM, "source": {"kind": "ingest"},
             "schema": [{"name": "v", "type": "double"}]})
         assert r.status_code == 201, r.text
-        r = requests.post(f"{base}/policies", headers=as_(OWNER_TOKEN, **XML), data=POLICY,
+        r = requests.post(f"{base}/policies", headers=bearer(OWNER_TOKEN, **XML), data=POLICY,
                           timeout=30)
         assert r.status_code == 201, r.text
-        r = requests.post(f"{base}/requests", headers=as_(READER_TOKEN, **XML), data=REQUEST,
+        r = requests.post(f"{base}/requests", headers=bearer(READER_TOKEN, **XML), data=REQUEST,
                           timeout=60)
         assert r.status_code == 201, r.text  # granted through the inherited rh-reader
         handle = r.json()["handle"]
@@ -137,9 +115,9 @@ def test_a_handle_granted_through_an_inherited_role_ends_with_the_inheritance(ga
         # after the revocation reached the reader
         late = [row["v"] for row in reader.rows if producer.sent_at[row["v"]] > arrived]
         assert late == []
-        assert requests.get(handle, headers=as_(READER_TOKEN, Accept="application/x-ndjson"),
+        assert requests.get(handle, headers=bearer(READER_TOKEN, Accept="application/x-ndjson"),
                             timeout=10).status_code == 410
-        r = requests.post(f"{base}/requests", headers=as_(READER_TOKEN, **XML), data=REQUEST,
+        r = requests.post(f"{base}/requests", headers=bearer(READER_TOKEN, **XML), data=REQUEST,
                           timeout=60)
         assert r.status_code == 403, r.text
         # the owner's other handles and the rest of the file were untouched: nea still decides

@@ -19,8 +19,7 @@ import pytest
 import requests
 
 from pep.core.plan import ExecutionPlan
-from tests.e2e.conftest import Gateway, Reader, auth
-from tests.e2e.test_stream_lifecycle import RESOURCE, STRING, SUBJECT, match
+from tests.e2e.conftest import RESOURCE, SUBJECT, Gateway, Reader, auth, match, read_request
 from tests.pep.conftest import build_gateway
 
 pytestmark = pytest.mark.timeout(240)
@@ -35,15 +34,7 @@ POLICY = f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
   <Rule RuleId="lta" Effect="Permit">
     <Target><AnyOf><AllOf>{match(*SUBJECT, "lta")}</AllOf></AnyOf></Target></Rule>
   <Rule RuleId="deny" Effect="Deny"/></Policy>""".encode()
-REQUEST = f"""<Request xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
-  ReturnPolicyIdList="false" CombinedDecision="false">
-  <Attributes Category="{RESOURCE[0]}"><Attribute AttributeId="{RESOURCE[1]}"
-    IncludeInResult="false"><AttributeValue DataType="{STRING}">{STREAM}</AttributeValue>
-  </Attribute></Attributes>
-  <Attributes Category="urn:oasis:names:tc:xacml:3.0:attribute-category:action"><Attribute
-    AttributeId="urn:oasis:names:tc:xacml:1.0:action:action-id" IncludeInResult="false">
-    <AttributeValue DataType="{STRING}">read</AttributeValue></Attribute></Attributes>
-</Request>""".encode()
+REQUEST = read_request(STREAM)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,16 @@ from pathlib import Path
 
 import requests
 
-from tests.e2e.conftest import Reader, auth
+from tests.e2e.conftest import (
+    RESOURCE,
+    STRING,
+    SUBJECT,
+    Reader,
+    auth,
+    bearer,
+    match,
+    read_request,
+)
 from tests.e2e.test_identity_changes import replace_auth
 
 OWNER, OWNER_TOKEN = "lc-owner", "tok-lc-owner-0123456789"
@@ -27,24 +36,7 @@ STREAM = "lc_gauge"
 POLICY_ID = "urn:xsg:test:e2e:lc-gauge"
 XML = {"Content-Type": "application/xacml+xml"}
 ND = {"Content-Type": "application/x-ndjson"}
-STRING = "http://www.w3.org/2001/XMLSchema#string"
 
-
-def as_(token: str, **extra) -> dict:
-    return {"Authorization": f"Bearer {token}", **extra}
-
-
-def match(category: str, attribute: str, value: str) -> str:
-    return (f'<Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">'
-            f'<AttributeValue DataType="{STRING}">{value}</AttributeValue>'
-            f'<AttributeDesignator Category="{category}" AttributeId="{attribute}" '
-            f'MustBePresent="false" DataType="{STRING}"/></Match>')
-
-
-RESOURCE = ("urn:oasis:names:tc:xacml:3.0:attribute-category:resource",
-            "urn:oasis:names:tc:xacml:1.0:resource:resource-id")
-SUBJECT = ("urn:oasis:names:tc:xacml:1.0:subject-category:access-subject",
-           "urn:oasis:names:tc:xacml:1.0:subject:subject-id")
 
 POLICY = f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
   PolicyId="{POLICY_ID}" Version="1"
@@ -62,15 +54,7 @@ POLICY = f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
     </ObligationExpressions></Rule>
   <Rule RuleId="deny" Effect="Deny"/></Policy>""".encode()
 
-REQUEST = f"""<Request xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
-  ReturnPolicyIdList="false" CombinedDecision="false">
-  <Attributes Category="{RESOURCE[0]}"><Attribute AttributeId="{RESOURCE[1]}"
-    IncludeInResult="false"><AttributeValue DataType="{STRING}">{STREAM}</AttributeValue>
-  </Attribute></Attributes>
-  <Attributes Category="urn:oasis:names:tc:xacml:3.0:attribute-category:action"><Attribute
-    AttributeId="urn:oasis:names:tc:xacml:1.0:action:action-id" IncludeInResult="false">
-    <AttributeValue DataType="{STRING}">read</AttributeValue></Attribute></Attributes>
-</Request>""".encode()
+REQUEST = read_request(STREAM)
 
 
 class Producer:
@@ -92,7 +76,7 @@ class Producer:
             if self.wide:
                 row["w"] = self.next_v * 10
             r = requests.post(f"{self.base}/streams/{STREAM}/records", data=json.dumps(row) + "\n",
-                              headers=as_(OWNER_TOKEN, **ND), timeout=30)
+                              headers=bearer(OWNER_TOKEN, **ND), timeout=30)
             self.statuses.append(r.status_code)
             if r.status_code != 201:
                 return
@@ -111,17 +95,17 @@ def test_an_owner_adds_attributes_then_deletes_the_stream_while_it_is_read(gatew
     producer = Producer(base)
     try:
         deadline = time.monotonic() + 10  # the watcher picks the new subjects up
-        while requests.get(f"{base}/handles", headers=as_(READER_TOKEN),
+        while requests.get(f"{base}/handles", headers=bearer(READER_TOKEN),
                            timeout=10).status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.1)
-        r = requests.post(f"{base}/streams", headers=as_(OWNER_TOKEN), timeout=30, json={
+        r = requests.post(f"{base}/streams", headers=bearer(OWNER_TOKEN), timeout=30, json={
             "name": STREAM, "source": {"kind": "ingest"}, "time_attribute": "ts",
             "schema": [{"name": "ts", "type": "timestamp"}, {"name": "v", "type": "double"}]})
         assert r.status_code == 201, r.text
-        r = requests.post(f"{base}/policies", headers=as_(OWNER_TOKEN, **XML), data=POLICY,
+        r = requests.post(f"{base}/policies", headers=bearer(OWNER_TOKEN, **XML), data=POLICY,
                           timeout=30)
         assert r.status_code == 201, r.text
-        r = requests.post(f"{base}/requests", headers=as_(READER_TOKEN, **XML), data=REQUEST,
+        r = requests.post(f"{base}/requests", headers=bearer(READER_TOKEN, **XML), data=REQUEST,
                           timeout=60)
         assert r.status_code == 201, r.text
         handle = r.json()["handle"]
@@ -131,7 +115,7 @@ def test_an_owner_adds_attributes_then_deletes_the_stream_while_it_is_read(gatew
 
         # attributes added while records arrive: the query restarts, the reader sees nothing
         # change and misses nothing
-        r = requests.patch(f"{base}/streams/{STREAM}", headers=as_(OWNER_TOKEN), timeout=60,
+        r = requests.patch(f"{base}/streams/{STREAM}", headers=bearer(OWNER_TOKEN), timeout=60,
                            json={"add_attributes": [{"name": "w", "type": "long"}],
                                  "description": "a gauge that grows"})
         assert r.status_code == 200, r.text
@@ -146,20 +130,20 @@ def test_an_owner_adds_attributes_then_deletes_the_stream_while_it_is_read(gatew
         # the owner deletes it: the reader's last event is `revoked`, nothing after it
         query = gateway.runtime.query_id(STREAM)
         assert query is not None
-        before = requests.get(f"{base}/streams/{STREAM}/dependents", headers=as_(OWNER_TOKEN),
+        before = requests.get(f"{base}/streams/{STREAM}/dependents", headers=bearer(OWNER_TOKEN),
                               timeout=30).json()
         assert before["live_handles"] == 1
         assert [p["id"] for p in before["policies"]] == [POLICY_ID]
         started = time.monotonic()
         r = requests.delete(f"{base}/streams/{STREAM}?remove_policies=true",
-                            headers=as_(OWNER_TOKEN), timeout=60)
+                            headers=bearer(OWNER_TOKEN), timeout=60)
         assert r.status_code == 200, r.text
         assert r.json()["handles_revoked"] == 1 and r.json()["data"] == "removed"
         assert reader.wait(lambda: reader.done.is_set(), timeout=10)
         arrived, last = reader.events[-1]
         assert last["event"] == "revoked" and f"stream '{STREAM}' was deleted" in last["reason"]
         print(f"\nDELETE /streams -> reader's `revoked`: {(arrived - started) * 1000:.0f} ms")
-        assert requests.get(handle, headers=as_(READER_TOKEN, Accept="application/x-ndjson"),
+        assert requests.get(handle, headers=bearer(READER_TOKEN, Accept="application/x-ndjson"),
                             timeout=10).status_code == 404
         time.sleep(1.0)
         assert producer.statuses[-1] == 404  # the next append found no stream
@@ -173,7 +157,7 @@ def test_an_owner_adds_attributes_then_deletes_the_stream_while_it_is_read(gatew
         assert requests.get(f"{base}/policies/{POLICY_ID}", headers=auth("nea"),
                             timeout=10).status_code == 404
         entry = requests.get(f"{base}/audit?kind=stream-deleted&stream={STREAM}",
-                             headers=as_(OWNER_TOKEN), timeout=10).json()["entries"]
+                             headers=bearer(OWNER_TOKEN), timeout=10).json()["entries"]
         assert [(e["by"], e["handles_revoked"]) for e in entry] == [(OWNER, 1)]
     finally:
         producer.stop.set()
