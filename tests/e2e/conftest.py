@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +53,33 @@ def gateway(spark, tmp_path_factory):
     gw = start_gateway(spark, tmp_path_factory.mktemp("gateway"))
     yield gw
     gw.close()
+
+
+@contextmanager
+def added_subjects(gateway: Gateway, subjects: dict[str, dict]) -> Iterator[None]:
+    """The gateway's auth file with `subjects` added while the block runs (subject: what its
+    entry holds beside its token and `admin: false`, its roles and attributes), each with the
+    token `tok-<subject>-0123456789`, which `auth` knows meanwhile. Enters once the gateway has
+    re-read the file (15 s at the most); puts the file and the tokens back at the end."""
+    auth_file = Path(gateway.services.config.effective_auth_file)
+    original = auth_file.read_bytes()
+    entries = json.loads(original)
+    for subject, entry in subjects.items():
+        TOKENS[subject] = f"tok-{subject}-0123456789"
+        entries.append({"token": TOKENS[subject], "subject": subject, "admin": False, **entry})
+    auth_file.write_text(json.dumps(entries))
+    try:
+        last = list(subjects)[-1]
+        deadline = time.monotonic() + 15
+        while requests.get(f"{gateway.url}/streams", headers=auth(last),
+                           timeout=10).status_code != 200:
+            assert time.monotonic() < deadline, "the auth file was not re-read"
+            time.sleep(0.1)
+        yield
+    finally:
+        auth_file.write_bytes(original)
+        for subject in subjects:
+            TOKENS.pop(subject, None)
 
 
 def bearer(token: str, **extra: str) -> dict:

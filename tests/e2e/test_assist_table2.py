@@ -43,8 +43,7 @@ import pytest
 import requests
 
 from pep.config import DEMO_PORT
-from tests.e2e.conftest import Reader, auth
-from tests.pep.conftest import TOKENS
+from tests.e2e.conftest import Reader, added_subjects, auth
 
 POLICY = Path(__file__).resolve().parents[2] / "policies" / "ais" / "port-authority-policy.xml"
 S = "http://www.w3.org/2001/XMLSchema#string"
@@ -313,33 +312,24 @@ def error(r) -> str:
 def table2(gateway):
     """The ais stream, the Table 2 policy, its subjects in the auth file, the emergency event."""
     base = gateway.url
-    auth_file = Path(gateway.services.config.effective_auth_file)
-    original = auth_file.read_bytes()
-    entries = json.loads(original)
-    for subject, (roles, attributes) in SUBJECTS.items():
-        TOKENS[subject] = f"tok-{subject}-0123456789"
-        entries.append({"token": TOKENS[subject], "subject": subject, "roles": roles,
-                        "admin": False, **({"attributes": attributes} if attributes else {})})
-    auth_file.write_text(json.dumps(entries))
-    try:
-        assert wait_for(lambda: requests.get(f"{base}/streams", headers=auth("captain2"),
-                                             timeout=10).status_code == 200, 15)
-        r = requests.post(f"{base}/streams", headers=auth("nea"), timeout=30, json={
-            "name": "ais", "time_attribute": "ts", "source": {"kind": "ingest"}, "schema": SCHEMA})
-        assert r.status_code == 201, r.text
-        r = requests.post(f"{base}/policies", data=POLICY.read_bytes(), timeout=30,
-                          headers=auth("nea", **{"Content-Type": XML}))
-        assert r.status_code == 201, r.text
-        r = requests.post(f"{base}/streams/ais/events", headers=auth("nea"), timeout=30, json={
-            "name": "emergency", "condition": "speed >= 30", "key": "mmsi", "hold": HOLD})
-        assert r.status_code == 201, r.text
-        yield base
-    finally:
-        requests.delete(f"{base}/policies/urn:xsg:example:ais:port-authority-policy",
-                        headers=auth("nea"), timeout=30)
-        auth_file.write_bytes(original)
-        for subject in SUBJECTS:
-            TOKENS.pop(subject, None)
+    subjects = {s: {"roles": roles, **({"attributes": attributes} if attributes else {})}
+                for s, (roles, attributes) in SUBJECTS.items()}
+    with added_subjects(gateway, subjects):
+        try:
+            r = requests.post(f"{base}/streams", headers=auth("nea"), timeout=30, json={
+                "name": "ais", "time_attribute": "ts", "source": {"kind": "ingest"},
+                "schema": SCHEMA})
+            assert r.status_code == 201, r.text
+            r = requests.post(f"{base}/policies", data=POLICY.read_bytes(), timeout=30,
+                              headers=auth("nea", **{"Content-Type": XML}))
+            assert r.status_code == 201, r.text
+            r = requests.post(f"{base}/streams/ais/events", headers=auth("nea"), timeout=30, json={
+                "name": "emergency", "condition": "speed >= 30", "key": "mmsi", "hold": HOLD})
+            assert r.status_code == 201, r.text
+            yield base
+        finally:
+            requests.delete(f"{base}/policies/urn:xsg:example:ais:port-authority-policy",
+                            headers=auth("nea"), timeout=30)
 
 
 # -- rows 1, 2, 4, 5 on Spark against the brute force -------------------------------------------

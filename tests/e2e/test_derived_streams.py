@@ -12,13 +12,11 @@ import json
 import math
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import requests
 
-from tests.e2e.conftest import Reader, auth
-from tests.pep.conftest import TOKENS
+from tests.e2e.conftest import Reader, added_subjects, auth
 
 RULE = {"Content-Type": "application/vnd.xsg.rule+json"}
 JSON = {"Content-Type": "application/xacml+json"}
@@ -71,41 +69,27 @@ def other_view(derived: list[dict]) -> list[dict]:
 @pytest.fixture(scope="module")
 def rain(gateway):
     base = gateway.url
-    auth_file = Path(gateway.services.config.effective_auth_file)
-    original = auth_file.read_bytes()
-    entries = json.loads(original)
-    for subject in SUBJECTS:
-        TOKENS[subject] = f"tok-{subject}-0123456789"
-        entries.append({"token": TOKENS[subject], "subject": subject, "roles": ["consumer"],
-                        "admin": False})
-    auth_file.write_text(json.dumps(entries))
-    try:
-        deadline = time.monotonic() + 15
-        while requests.get(f"{base}/streams", headers=auth("dv-fourth"),
-                           timeout=10).status_code != 200:
-            assert time.monotonic() < deadline, "the auth file was not re-read"
-            time.sleep(0.1)
-        r = requests.post(f"{base}/streams", headers=auth("nea"), timeout=30, json={
-            "name": "dv-rain", "time_attribute": "ts", "source": {"kind": "ingest"},
-            "schema": [{"name": "ts", "type": "timestamp"}, {"name": "station", "type": "string"},
-                       {"name": "rainrate", "type": "double"},
-                       {"name": "humidity", "type": "double"}]})
-        assert r.status_code == 201, r.text
-        for rule in ({"id": UPSTREAM, "stream": "dv-rain", "who": {"subjects": ["dv-lta"]},
-                      "attributes": ["ts", "station", "rainrate"], "filter": "rainrate > 8",
-                      "mask": {"rainrate": "round:5"}, "grant_option": True},
-                     {"id": "urn:t:dv:fourth", "stream": "dv-rain",
-                      "who": {"subjects": ["dv-fourth"]}}):
-            r = requests.post(f"{base}/policies", data=json.dumps(rule), timeout=30,
-                              headers=auth("nea", **RULE))
+    with added_subjects(gateway, {s: {"roles": ["consumer"]} for s in SUBJECTS}):
+        try:
+            r = requests.post(f"{base}/streams", headers=auth("nea"), timeout=30, json={
+                "name": "dv-rain", "time_attribute": "ts", "source": {"kind": "ingest"},
+                "schema": [{"name": "ts", "type": "timestamp"},
+                           {"name": "station", "type": "string"},
+                           {"name": "rainrate", "type": "double"},
+                           {"name": "humidity", "type": "double"}]})
             assert r.status_code == 201, r.text
-        yield base
-    finally:
-        for policy in (UPSTREAM, "urn:t:dv:fourth"):
-            requests.delete(f"{base}/policies/{policy}", headers=auth("nea"), timeout=30)
-        auth_file.write_bytes(original)
-        for subject in SUBJECTS:
-            TOKENS.pop(subject, None)
+            for rule in ({"id": UPSTREAM, "stream": "dv-rain", "who": {"subjects": ["dv-lta"]},
+                          "attributes": ["ts", "station", "rainrate"], "filter": "rainrate > 8",
+                          "mask": {"rainrate": "round:5"}, "grant_option": True},
+                         {"id": "urn:t:dv:fourth", "stream": "dv-rain",
+                          "who": {"subjects": ["dv-fourth"]}}):
+                r = requests.post(f"{base}/policies", data=json.dumps(rule), timeout=30,
+                                  headers=auth("nea", **RULE))
+                assert r.status_code == 201, r.text
+            yield base
+        finally:
+            for policy in (UPSTREAM, "urn:t:dv:fourth"):
+                requests.delete(f"{base}/policies/{policy}", headers=auth("nea"), timeout=30)
 
 
 def ask(base: str, who: str, stream: str) -> dict:

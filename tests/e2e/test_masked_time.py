@@ -30,8 +30,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.conftest import Reader, auth
-from tests.pep.conftest import TOKENS
+from tests.e2e.conftest import Reader, added_subjects, auth
 from tests.pep.runtime.support import write_jsonl
 
 RULE = {"Content-Type": "application/vnd.xsg.rule+json"}
@@ -79,14 +78,6 @@ def read_in(runtime, stream: str, rows: int, timeout: float = 60) -> None:
 def streams(gateway, tmp_path_factory):
     base = gateway.url
     folder = tmp_path_factory.mktemp("mt-files")
-    auth_file = Path(gateway.services.config.effective_auth_file)
-    original = auth_file.read_bytes()
-    entries = json.loads(original)
-    for subject in SUBJECTS:
-        TOKENS[subject] = f"tok-{subject}-0123456789"
-        entries.append({"token": TOKENS[subject], "subject": subject, "roles": ["mt-watch"],
-                        "admin": False})
-    auth_file.write_text(json.dumps(entries))
     definitions = [
         {"name": CLOCK, "time_attribute": "ts", "lateness": 20, "source": {"kind": "ingest"},
          "schema": [{"name": "ts", "type": "timestamp"}, {"name": "v", "type": "long"},
@@ -99,27 +90,20 @@ def streams(gateway, tmp_path_factory):
     ]
     rules = [rule(CLOCK, {"ts": "truncate:minute"}), rule(MARKS, {}),
              rule(FILES, {"ts": "truncate:minute"})]
-    try:
-        deadline = time.monotonic() + 15
-        while requests.get(f"{base}/streams", headers=auth(SUBJECTS[-1]),
-                           timeout=10).status_code != 200:
-            assert time.monotonic() < deadline, "the auth file was not re-read"
-            time.sleep(0.1)
-        for definition in definitions:
-            r = requests.post(f"{base}/streams", headers=auth("nea"), json=definition,
-                              timeout=30)
-            assert r.status_code == 201, r.text
-        for body in rules:
-            r = requests.post(f"{base}/policies", data=json.dumps(body), timeout=30,
-                              headers=auth("nea", **RULE))
-            assert r.status_code == 201, r.text
-        yield gateway, folder
-    finally:
-        for body in rules:
-            requests.delete(f"{base}/policies/{body['id']}", headers=auth("nea"), timeout=30)
-        auth_file.write_bytes(original)
-        for subject in SUBJECTS:
-            TOKENS.pop(subject, None)
+    with added_subjects(gateway, {s: {"roles": ["mt-watch"]} for s in SUBJECTS}):
+        try:
+            for definition in definitions:
+                r = requests.post(f"{base}/streams", headers=auth("nea"), json=definition,
+                                  timeout=30)
+                assert r.status_code == 201, r.text
+            for body in rules:
+                r = requests.post(f"{base}/policies", data=json.dumps(body), timeout=30,
+                                  headers=auth("nea", **RULE))
+                assert r.status_code == 201, r.text
+            yield gateway, folder
+        finally:
+            for body in rules:
+                requests.delete(f"{base}/policies/{body['id']}", headers=auth("nea"), timeout=30)
 
 
 def ingest(base: str, stream: str, rows: list[dict]) -> None:

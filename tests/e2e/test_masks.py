@@ -29,13 +29,11 @@ import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
-from pathlib import Path
 
 import pytest
 import requests
 
-from tests.e2e.conftest import Reader, auth
-from tests.pep.conftest import TOKENS
+from tests.e2e.conftest import Reader, added_subjects, auth
 
 RULE = "application/vnd.xsg.rule+json"
 JSON = {"Content-Type": "application/xacml+json"}
@@ -114,44 +112,28 @@ def rule(masks: dict) -> dict:
 @pytest.fixture(scope="module")
 def fleet(gateway):
     base = gateway.url
-    auth_file = Path(gateway.services.config.effective_auth_file)
-    original = auth_file.read_bytes()
-    entries = json.loads(original)
-    for subject in SUBJECTS:
-        TOKENS[subject] = f"tok-{subject}-0123456789"
-        entries.append({"token": TOKENS[subject], "subject": subject, "roles": ["fleet-watch"],
-                        "admin": False})
-    auth_file.write_text(json.dumps(entries))
-    try:
-        deadline = time.monotonic() + 15
-        while requests.get(f"{base}/streams", headers=auth("fleet-x"),
-                           timeout=10).status_code != 200:
-            assert time.monotonic() < deadline, "the auth file was not re-read"
-            time.sleep(0.1)
-        for name, schema in (("fleet", SCHEMA), ("fleet2", [("mmsi", "long"), ("port", "string"),
-                                                            ("ref", "long"),
-                                                            ("ts", "timestamp")])):
-            r = requests.post(f"{base}/streams", headers=auth("nea"), timeout=30, json={
-                "name": name, "time_attribute": "ts", "source": {"kind": "ingest"},
-                "schema": [{"name": n, "type": t} for n, t in schema]})
+    with added_subjects(gateway, {s: {"roles": ["fleet-watch"]} for s in SUBJECTS}):
+        try:
+            fleet2 = [("mmsi", "long"), ("port", "string"), ("ref", "long"), ("ts", "timestamp")]
+            for name, schema in (("fleet", SCHEMA), ("fleet2", fleet2)):
+                r = requests.post(f"{base}/streams", headers=auth("nea"), timeout=30, json={
+                    "name": name, "time_attribute": "ts", "source": {"kind": "ingest"},
+                    "schema": [{"name": n, "type": t} for n, t in schema]})
+                assert r.status_code == 201, r.text
+            r = requests.post(f"{base}/policies", data=json.dumps(rule(MASKS)), timeout=30,
+                              headers=auth("nea", **{"Content-Type": RULE}))
             assert r.status_code == 201, r.text
-        r = requests.post(f"{base}/policies", data=json.dumps(rule(MASKS)), timeout=30,
-                          headers=auth("nea", **{"Content-Type": RULE}))
-        assert r.status_code == 201, r.text
-        assert "mmsi as hash" in r.json()["summary"] and "lat and lon as grid:0.1" in \
-            r.json()["summary"], r.json()
-        r = requests.post(f"{base}/policies", timeout=30, headers=auth("nea", **{
-            "Content-Type": RULE}), data=json.dumps({
-                "id": "urn:t:mask:fleet2", "stream": "fleet2", "who": {"roles": ["fleet-watch"]},
-                "mask": {"mmsi": "hash"}}))
-        assert r.status_code == 201, r.text
-        yield gateway
-    finally:
-        for policy in (RULE_ID, "urn:t:mask:fleet2"):
-            requests.delete(f"{base}/policies/{policy}", headers=auth("nea"), timeout=30)
-        auth_file.write_bytes(original)
-        for subject in SUBJECTS:
-            TOKENS.pop(subject, None)
+            assert "mmsi as hash" in r.json()["summary"] and "lat and lon as grid:0.1" in \
+                r.json()["summary"], r.json()
+            r = requests.post(f"{base}/policies", timeout=30, headers=auth("nea", **{
+                "Content-Type": RULE}), data=json.dumps({
+                    "id": "urn:t:mask:fleet2", "stream": "fleet2",
+                    "who": {"roles": ["fleet-watch"]}, "mask": {"mmsi": "hash"}}))
+            assert r.status_code == 201, r.text
+            yield gateway
+        finally:
+            for policy in (RULE_ID, "urn:t:mask:fleet2"):
+                requests.delete(f"{base}/policies/{policy}", headers=auth("nea"), timeout=30)
 
 
 def request(stream: str, query: dict | None = None) -> bytes:

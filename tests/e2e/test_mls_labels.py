@@ -18,8 +18,7 @@ import requests
 
 from pep.core.labels import lub
 from pep.streams.definition import parse_schema
-from tests.e2e.conftest import Reader, auth
-from tests.pep.conftest import TOKENS
+from tests.e2e.conftest import Reader, added_subjects, auth
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 POSITION = next(s for s in json.loads((POLICIES / "streams.json").read_text())
@@ -67,34 +66,21 @@ def ask(base: str, who: str, body: bytes):
 @pytest.fixture(scope="module")
 def mls(gateway):
     base = gateway.url
-    auth_file = Path(gateway.services.config.effective_auth_file)
-    original = auth_file.read_bytes()
-    entries = json.loads(original)
-    for subject, clearance in SUBJECTS.items():
-        TOKENS[subject] = f"tok-{subject}-0123456789"
-        entries.append({"token": TOKENS[subject], "subject": subject, "roles": ["analyst"],
-                        "admin": False, "attributes": {"clearance": clearance}})
-    auth_file.write_text(json.dumps(entries))
-    try:
-        deadline = time.monotonic() + 15
-        while requests.get(f"{base}/streams", headers=auth("analyst-cw"),
-                           timeout=10).status_code != 200 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        r = requests.post(f"{base}/streams", headers=auth("nea"), timeout=30, json={
-            k: POSITION[k] for k in ("name", "time_attribute", "source", "schema")})
-        assert r.status_code == 201, r.text
-        assert r.json()["schema"][3]["categories"] == ["nuclear", "crypto", "army"]
-        policy = POLICIES / "mls" / "position-policy.xml"
-        r = requests.post(f"{base}/policies", data=policy.read_bytes(), timeout=30,
-                          headers=auth("nea", **{"Content-Type": XML}))
-        assert r.status_code == 201, r.text
-        yield base
-    finally:
-        requests.delete(f"{base}/policies/urn:xsg:example:mls:position-policy",
-                        headers=auth("nea"), timeout=30)
-        auth_file.write_bytes(original)
-        for subject in SUBJECTS:
-            TOKENS.pop(subject, None)
+    with added_subjects(gateway, {s: {"roles": ["analyst"], "attributes": {"clearance": c}}
+                                for s, c in SUBJECTS.items()}):
+        try:
+            r = requests.post(f"{base}/streams", headers=auth("nea"), timeout=30, json={
+                k: POSITION[k] for k in ("name", "time_attribute", "source", "schema")})
+            assert r.status_code == 201, r.text
+            assert r.json()["schema"][3]["categories"] == ["nuclear", "crypto", "army"]
+            policy = POLICIES / "mls" / "position-policy.xml"
+            r = requests.post(f"{base}/policies", data=policy.read_bytes(), timeout=30,
+                              headers=auth("nea", **{"Content-Type": XML}))
+            assert r.status_code == 201, r.text
+            yield base
+        finally:
+            requests.delete(f"{base}/policies/urn:xsg:example:mls:position-policy",
+                            headers=auth("nea"), timeout=30)
 
 
 def dominated(text: str, session: str) -> bool:
