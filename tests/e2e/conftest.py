@@ -93,6 +93,7 @@ def auth(who: str, **extra) -> dict:
 
 
 STRING = "http://www.w3.org/2001/XMLSchema#string"
+INTEGER = "http://www.w3.org/2001/XMLSchema#integer"
 RESOURCE = ("urn:oasis:names:tc:xacml:3.0:attribute-category:resource",
             "urn:oasis:names:tc:xacml:1.0:resource:resource-id")
 SUBJECT = ("urn:oasis:names:tc:xacml:1.0:subject-category:access-subject",
@@ -105,6 +106,31 @@ def match(category: str, attribute: str, value: str) -> str:
             f'<AttributeValue DataType="{STRING}">{value}</AttributeValue>'
             f'<AttributeDesignator Category="{category}" AttributeId="{attribute}" '
             f'MustBePresent="false" DataType="{STRING}"/></Match>')
+
+
+def window_policy(stream: str, kind: str, size: int, step: int, aggregates: tuple[str, ...],
+                  **options: str) -> bytes:
+    """A policy that gives `stream` to everyone as windows (obligation `stream-window`): `kind`
+    "tuple" or "time", `size` and `step` (tuples or seconds), `aggregates` ("attr:fn" each);
+    `options`, the window's further attributes as text by the middle of their id
+    (dp_epsilon="0.5": `stream-window-dp-epsilon-id`)."""
+    def assign(attr: str, value: str, dtype: str = STRING) -> str:
+        return (f'<AttributeAssignmentExpression AttributeId="exacml:obligation:{attr}">'
+                f'<AttributeValue DataType="{dtype}">{value}</AttributeValue>'
+                "</AttributeAssignmentExpression>")
+    assigned = [assign("stream-window-type-id", kind),
+                assign("stream-window-size-id", str(size), INTEGER),
+                assign("stream-window-step-id", str(step), INTEGER),
+                *(assign("stream-window-attr-id", a) for a in aggregates),
+                *(assign(f"stream-window-{k.replace('_', '-')}-id", v) for k, v in options.items())]
+    return f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
+      PolicyId="urn:t:{stream}" Version="1"
+      RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
+      <Target><AnyOf><AllOf>{match(*RESOURCE, stream)}</AllOf></AnyOf></Target>
+      <Rule RuleId="all" Effect="Permit"><ObligationExpressions>
+        <ObligationExpression ObligationId="exacml:obligation:stream-window" FulfillOn="Permit">
+          {"".join(assigned)}
+        </ObligationExpression></ObligationExpressions></Rule></Policy>""".encode()
 
 
 def read_request(stream: str) -> bytes:

@@ -17,37 +17,10 @@ import json
 
 import requests
 
-from tests.e2e.conftest import Reader, auth
-from tests.e2e.test_restart_and_sse import ND, XML, S, sensor_request
+from tests.e2e.conftest import Reader, auth, window_policy
+from tests.e2e.test_restart_and_sse import ND, XML, sensor_request
 
-INTEGER = "http://www.w3.org/2001/XMLSchema#integer"
 STREAM = "dp_weather"
-
-
-def private_policy(stream: str) -> bytes:
-    def assign(attr: str, value: str, dtype: str = S) -> str:
-        return (f'<AttributeAssignmentExpression AttributeId="exacml:obligation:{attr}">'
-                f'<AttributeValue DataType="{dtype}">{value}</AttributeValue>'
-                "</AttributeAssignmentExpression>")
-    return f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
-      PolicyId="urn:t:{stream}" Version="1"
-      RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
-      <Target><AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
-        <AttributeValue DataType="{S}">{stream}</AttributeValue>
-        <AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
-          AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id" DataType="{S}"
-          MustBePresent="false"/></Match></AllOf></AnyOf></Target>
-      <Rule RuleId="all" Effect="Permit"><ObligationExpressions>
-        <ObligationExpression ObligationId="exacml:obligation:stream-window" FulfillOn="Permit">
-          {assign("stream-window-type-id", "tuple")}
-          {assign("stream-window-size-id", "3", INTEGER)}
-          {assign("stream-window-step-id", "2", INTEGER)}
-          {assign("stream-window-attr-id", "rainrate:sum")}
-          {assign("stream-window-attr-id", "rainrate:max")}
-          {assign("stream-window-dp-epsilon-id", "0.5")}
-          {assign("stream-window-dp-bounds-id", "rainrate:0:10")}
-          {assign("stream-window-dp-budget-id", "12/86400")}
-        </ObligationExpression></ObligationExpressions></Rule></Policy>""".encode()
 
 
 def ask(base: str, who: str, size: int, extra: dict | None = None) -> requests.Response:
@@ -72,8 +45,9 @@ def test_private_windows_over_http(gateway):
         "schema": [{"name": "samplingtime", "type": "timestamp"},
                    {"name": "rainrate", "type": "double"}]})
     assert r.status_code == 201, r.text
-    r = requests.post(f"{base}/policies", headers=auth("nea", **XML),
-                      data=private_policy(STREAM), timeout=30)
+    private = window_policy(STREAM, "tuple", 3, 2, ("rainrate:sum", "rainrate:max"),
+                            dp_epsilon="0.5", dp_bounds="rainrate:0:10", dp_budget="12/86400")
+    r = requests.post(f"{base}/policies", headers=auth("nea", **XML), data=private, timeout=30)
     assert r.status_code == 201, r.text
     try:
         # explain: the parameters, and a full budget

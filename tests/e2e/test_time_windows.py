@@ -7,32 +7,8 @@ import time
 import pytest
 import requests
 
-from tests.e2e.conftest import Reader, auth
-from tests.e2e.test_restart_and_sse import ND, XML, S, sensor_request
-
-
-def window_policy(stream: str) -> bytes:
-    def assign(attr: str, value: str, dtype: str = S) -> str:
-        return (f'<AttributeAssignmentExpression AttributeId="exacml:obligation:{attr}">'
-                f'<AttributeValue DataType="{dtype}">{value}</AttributeValue>'
-                "</AttributeAssignmentExpression>")
-    integer = "http://www.w3.org/2001/XMLSchema#integer"
-    return f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
-      PolicyId="urn:t:{stream}" Version="1"
-      RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
-      <Target><AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
-        <AttributeValue DataType="{S}">{stream}</AttributeValue>
-        <AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
-          AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id" DataType="{S}"
-          MustBePresent="false"/></Match></AllOf></AnyOf></Target>
-      <Rule RuleId="all" Effect="Permit"><ObligationExpressions>
-        <ObligationExpression ObligationId="exacml:obligation:stream-window" FulfillOn="Permit">
-          {assign("stream-window-type-id", "time")}
-          {assign("stream-window-size-id", "10", integer)}
-          {assign("stream-window-step-id", "10", integer)}
-          {assign("stream-window-attr-id", "value:sum")}
-          {assign("stream-window-attr-id", "value:count")}
-        </ObligationExpression></ObligationExpressions></Rule></Policy>""".encode()
+from tests.e2e.conftest import Reader, auth, window_policy
+from tests.e2e.test_restart_and_sse import ND, XML, sensor_request
 
 
 def test_time_windows_over_http(gateway):
@@ -41,8 +17,8 @@ def test_time_windows_over_http(gateway):
         "name": stream, "time_attribute": "ts", "source": {"kind": "ingest"},
         "schema": [{"name": "ts", "type": "timestamp"}, {"name": "value", "type": "double"}]})
     assert r.status_code == 201, r.text
-    r = requests.post(f"{base}/policies", headers=auth("nea", **XML), data=window_policy(stream),
-                      timeout=30)
+    policy = window_policy(stream, "time", 10, 10, ("value:sum", "value:count"))
+    r = requests.post(f"{base}/policies", headers=auth("nea", **XML), data=policy, timeout=30)
     assert r.status_code == 201, r.text
     r = requests.post(f"{base}/requests", headers=auth("lta", **XML),
                       data=sensor_request(stream), timeout=60)

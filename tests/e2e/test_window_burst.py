@@ -11,32 +11,8 @@ import json
 
 import requests
 
-from tests.e2e.conftest import Reader, auth
-from tests.e2e.test_restart_and_sse import ND, XML, S, sensor_request
-
-INTEGER = "http://www.w3.org/2001/XMLSchema#integer"
-
-
-def sliding_policy(stream: str, size: int) -> bytes:
-    def assign(attr: str, value: str, dtype: str = S) -> str:
-        return (f'<AttributeAssignmentExpression AttributeId="exacml:obligation:{attr}">'
-                f'<AttributeValue DataType="{dtype}">{value}</AttributeValue>'
-                "</AttributeAssignmentExpression>")
-    return f"""<Policy xmlns="urn:oasis:names:tc:xacml:3.0:core:schema:wd-17"
-      PolicyId="urn:t:{stream}" Version="1"
-      RuleCombiningAlgId="urn:oasis:names:tc:xacml:3.0:rule-combining-algorithm:deny-unless-permit">
-      <Target><AnyOf><AllOf><Match MatchId="urn:oasis:names:tc:xacml:1.0:function:string-equal">
-        <AttributeValue DataType="{S}">{stream}</AttributeValue>
-        <AttributeDesignator Category="urn:oasis:names:tc:xacml:3.0:attribute-category:resource"
-          AttributeId="urn:oasis:names:tc:xacml:1.0:resource:resource-id" DataType="{S}"
-          MustBePresent="false"/></Match></AllOf></AnyOf></Target>
-      <Rule RuleId="all" Effect="Permit"><ObligationExpressions>
-        <ObligationExpression ObligationId="exacml:obligation:stream-window" FulfillOn="Permit">
-          {assign("stream-window-type-id", "tuple")}
-          {assign("stream-window-size-id", str(size), INTEGER)}
-          {assign("stream-window-step-id", "1", INTEGER)}
-          {assign("stream-window-attr-id", "rainrate:avg")}
-        </ObligationExpression></ObligationExpressions></Rule></Policy>""".encode()
+from tests.e2e.conftest import Reader, auth, window_policy
+from tests.e2e.test_restart_and_sse import ND, XML, sensor_request
 
 
 def test_one_batch_larger_than_the_handle_buffer_reaches_a_reading_reader(gateway):
@@ -47,7 +23,7 @@ def test_one_batch_larger_than_the_handle_buffer_reaches_a_reading_reader(gatewa
                    {"name": "rainrate", "type": "double"}]})
     assert r.status_code == 201, r.text
     r = requests.post(f"{base}/policies", headers=auth("nea", **XML),
-                      data=sliding_policy(stream, size), timeout=30)
+                      data=window_policy(stream, "tuple", size, 1, ("rainrate:avg",)), timeout=30)
     assert r.status_code == 201, r.text
     try:
         r = requests.post(f"{base}/requests", headers=auth("lta", **XML),
