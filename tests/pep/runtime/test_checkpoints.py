@@ -12,6 +12,7 @@ import pytest
 
 from pep.core.plan import ExecutionPlan, Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.runtime.sources.checkpoints import Retention
+from pep.runtime.sources.replay import last_committed
 from tests.pep.runtime.support import (
     Collector,
     query_checkpoint,
@@ -121,12 +122,11 @@ def test_a_batch_delivered_whose_commit_the_stop_cut_off_is_not_delivered_again(
         assert wait_until(lambda: len(a.rows) >= 3)
     finally:
         rt.stop()
-    commits = query_checkpoint(work, "ck", query_mode) / "commits"
-    numbered = [int(p.name) for p in commits.iterdir() if p.name.isdigit()]
-    if numbered:  # (none: the stop itself came before Spark wrote the first one)
-        last = str(max(numbered))
-        for p in commits.iterdir():  # as if the stop had come before Spark wrote it
-            if p.name.lstrip(".").split(".")[0] == last:
+    checkpoint = query_checkpoint(work, "ck", query_mode)
+    last = last_committed(checkpoint)
+    if last >= 0:  # (none: the stop itself came before Spark wrote the first one)
+        for p in (checkpoint / "commits").iterdir():  # as if the stop came before Spark wrote it
+            if p.name.lstrip(".").split(".")[0] == str(last):
                 p.unlink()
     rt = runtime_for(spark, work)
     try:
