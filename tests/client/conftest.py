@@ -1,6 +1,7 @@
-"""The xsg client's tests run against a real gateway: `xsg serve` as a child process (as
-tests/kafka/test_kafka_kill.py starts it), its output in files, on a fixed port (a handle's URL
-survives a restart), local Spark, the auth file of tests.pep.conftest, heartbeats every second.
+"""The xsg client's tests run against a real gateway: `xsg serve` as a child process
+(`ServeProcess`, which tests/kafka/test_kafka_kill.py starts too), its output in files, on a
+fixed port (a handle's URL survives a restart), local Spark, the auth file of
+tests.pep.conftest, heartbeats every second.
 
 One gateway serves the whole session (`served`); a test that restarts the gateway starts its own
 (`ServeProcess`). Streams and policies are made through the gateway's HTTP API, as an owner

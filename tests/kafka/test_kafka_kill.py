@@ -5,24 +5,17 @@ produced while no gateway ran. `xsg serve` runs as a child process whose output 
 files."""
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import requests
 
+from tests.client.conftest import ServeProcess
 from tests.e2e.conftest import Reader, auth
 from tests.e2e.test_restart_and_sse import sensor_policy, sensor_request
-from tests.kafka.broker import free_port
 from tests.kafka.conftest import SteadyProducer, kafka_source
 from tests.kafka.test_kafka_gateway import SENSOR_SCHEMA
-from tests.pep.conftest import write_auth
 
-REPO = Path(__file__).resolve().parents[2]
 XML = {"Content-Type": "application/xacml+xml"}
 
 
@@ -36,60 +29,6 @@ class KilledReader(Reader):
             pass
 
 
-class ServeProcess:
-    """`xsg serve` on a fixed port (the handle's URL survives the restart); stdout and stderr
-    go to files, never to a pipe."""
-
-    def __init__(self, data_dir: Path, auth_file: Path, port: int, log_dir: Path) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.args = [sys.executable, "-u", "-m", "pep.cli", "serve", "--port", str(port),
-                     "--data-dir", str(data_dir), "--auth", str(auth_file),
-                     "--spark-master", "local[2]", "--conf", "spark.driver.memory=1g"]
-        self.log_dir = log_dir
-        self.proc: subprocess.Popen | None = None
-        self.starts = 0
-
-    def start(self, timeout: float = 180.0) -> None:
-        self.starts += 1
-        out = open(self.log_dir / f"serve-{self.starts}.out", "wb")
-        err = open(self.log_dir / f"serve-{self.starts}.err", "wb")
-        with out, err:
-            self.proc = subprocess.Popen(self.args, stdout=out, stderr=err,
-                                         stdin=subprocess.DEVNULL, cwd=self.log_dir,
-                                         env={**os.environ, "PYTHONPATH": str(REPO)},
-                                         start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"xsg serve exited with {self.proc.returncode}: {self.stderr()}")
-            try:
-                if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.25)
-        self.kill()
-        pytest.fail(f"xsg serve did not become ready in {timeout} s: {self.stderr()}")
-
-    def stderr(self) -> str:
-        path = self.log_dir / f"serve-{self.starts}.err"
-        return path.read_text(errors="replace")[-4000:] if path.is_file() else ""
-
-    def kill(self) -> None:
-        """kill -9, the whole process group (the gateway and its JVM)."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
 @pytest.mark.timeout(600)
 def test_kill_9_while_records_flow_resumes_every_record_once_without_a_gap(
         tmp_path, kafka_broker, kafka_topic):
@@ -97,9 +36,7 @@ def test_kill_9_while_records_flow_resumes_every_record_once_without_a_gap(
     reader had (`Last-Event-ID`) and gives it exactly the rest: every acknowledged record the
     policy lets through, once, those produced before the kill, while no gateway ran and after
     the restart, and no `gap` (nothing was lost)."""
-    auth_file = tmp_path / "auth.json"
-    write_auth(auth_file)
-    gw = ServeProcess(tmp_path / "data", auth_file, free_port(), tmp_path)
+    gw = ServeProcess(tmp_path, heartbeat=15.0)  # (the gateway's default heartbeat)
     topic = kafka_topic(3)
     gw.start()
     producer = SteadyProducer(kafka_broker.bootstrap, topic, every=0.01, negative=3)
