@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 import requests
 
+from pep.http.access_log import loggable_path
 from tests.e2e.test_cluster import ND, XML, auth, records, register
 from tests.e2e.test_restart_and_sse import sensor_request
 from tests.pep.conftest import TOKENS, write_auth
@@ -92,10 +93,10 @@ def setup(postgres, own_broker, tmp_path_factory):
         "--heartbeat", "1", "--stall-seconds", "120", "--trigger-interval", "0.1"], env)
     gateway = procs["gw"].wait_for("xsg gateway listening on ", 300).split()[4]
     edges = {}
-    for name in ("e1", "e2"):
+    for name in ("e1", "e2"):  # a heartbeat each second: a reader that hangs up is noticed
         procs[name] = Process(tmp, name, [
             sys.executable, "-u", "-m", "pep.cli", "edge", "--port", "0", "--id", name,
-            "--auth", str(auth_file)], env)
+            "--auth", str(auth_file)], {**env, "XSG_HEARTBEAT": "1"})
     for name in ("e1", "e2"):
         edges[name] = procs[name].wait_for(f"xsg edge {name} on ", 120).split()[4]
     procs["proxy"], proxy = start_proxy(tmp, gateway, env, "--edges",
@@ -147,6 +148,8 @@ class Reader:
                         for raw in r.iter_lines(chunk_size=1):
                             if not raw:
                                 continue
+                            if self.stop.is_set():
+                                return  # hang up (at the latest on the next heartbeat)
                             obj = json.loads(raw)
                             if obj.get("event") == "heartbeat":
                                 continue
@@ -391,11 +394,19 @@ def test_hostile_requests_to_an_edge_get_a_4xx_that_says_what(setup):
     post(setup.gateway, "hostile", [271828.5], 0)
     assert [r["row"]["value"] for r in reader.wait_rows(1)] == [271828.5]
     reader.stop.set()
-    reader.done.wait(30)
-    time.sleep(1.0)  # the stream's access line is written when it ends
+    assert reader.done.wait(30)
+    # the stream's access line is written when it ends (the edge's next heartbeat finds the
+    # reader gone): the line of the request that carried the read token is among those checked
     proc = setup.procs["e1"]
-    logged = proc.out.read_text(errors="replace") + proc.err.read_text(errors="replace")
-    assert "/handles/ref:" in logged  # the access log names handles by reference
+
+    def edge_log() -> str:
+        return proc.out.read_text(errors="replace") + proc.err.read_text(errors="replace")
+    streamed = f"GET {loggable_path(f'/handles/{handle}')} 200 "
+    deadline = time.monotonic() + 30
+    while streamed not in edge_log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    logged = edge_log()
+    assert streamed in logged  # the access log names handles by reference
     for secret in (handle, token, TOKENS["lta"], "271828"):
         assert secret not in logged, secret
 
