@@ -23,6 +23,13 @@ from tests.e2e.test_restart_and_sse import ND, XML, sensor_request
 STREAM = "dp_weather"
 
 
+def private_policy(stream: str) -> bytes:
+    """Tuple windows of 3 every 2 with differentially private sums and maxima (also
+    tests/pep/http/test_private_windows_api.py's)."""
+    return window_policy(stream, "tuple", 3, 2, ("rainrate:sum", "rainrate:max"),
+                         dp_epsilon="0.5", dp_bounds="rainrate:0:10", dp_budget="12/86400")
+
+
 def ask(base: str, who: str, size: int, extra: dict | None = None) -> requests.Response:
     query = {"window": {"type": "tuple", "size": size, "step": 2, **(extra or {})}}
     return requests.post(f"{base}/requests", headers=auth(who), timeout=60, files={
@@ -45,8 +52,7 @@ def test_private_windows_over_http(gateway):
         "schema": [{"name": "samplingtime", "type": "timestamp"},
                    {"name": "rainrate", "type": "double"}]})
     assert r.status_code == 201, r.text
-    private = window_policy(STREAM, "tuple", 3, 2, ("rainrate:sum", "rainrate:max"),
-                            dp_epsilon="0.5", dp_bounds="rainrate:0:10", dp_budget="12/86400")
+    private = private_policy(STREAM)
     r = requests.post(f"{base}/policies", headers=auth("nea", **XML), data=private, timeout=30)
     assert r.status_code == 201, r.text
     try:
