@@ -19,21 +19,11 @@ from pep.runtime.query.runner import MicroBatchRunner
 from tests.e2e.conftest import Gateway, Reader, auth
 from tests.e2e.test_stall_alarms import POLICY, REQUEST, STREAM
 from tests.pep.conftest import build_gateway
-from tests.pep.runtime.log_capture import captured_logs
+from tests.pep.runtime.log_capture import captured_logs, refuse_values
 
 pytestmark = pytest.mark.timeout(240)
 
 SECRET = "Mrs Secret 0451"
-
-
-def refuse_values(batch) -> None:
-    """The Python step: fails on the workers, its exception quoting the tuple's value."""
-    def refuse(batches):
-        for b in batches:
-            for tag in b.column("tag").to_pylist():
-                raise ValueError(f"cannot read {tag!r}")
-            yield b
-    batch.select("tag").mapInArrow(refuse, "tag string").collect()
 
 
 @pytest.fixture

@@ -70,3 +70,14 @@ def captured_logs(spark, caplog: pytest.LogCaptureFixture, tmp_path: Path
         py4j.setLevel(levels[1])
         for name, disabled in silenced.items():
             logging.getLogger(name).disabled = disabled
+
+
+def refuse_values(batch) -> None:
+    """A Python step on the workers that fails on the tuple it reads, its exception quoting the
+    tuple's `tag` (the failure the log tests look for)."""
+    def refuse(batches):
+        for b in batches:
+            for tag in b.column("tag").to_pylist():
+                raise ValueError(f"cannot read {tag!r}")
+            yield b
+    batch.select("tag").mapInArrow(refuse, "tag string").collect()

@@ -20,7 +20,7 @@ from common.errors import SafeExceptions, described
 from common.logs import configure_logging
 from pep.core.plan import ExecutionPlan, Field, SourceSpec, StreamDefinition, StreamSchema
 from pep.runtime.query.runner import MicroBatchRunner
-from tests.pep.runtime.log_capture import captured_logs
+from tests.pep.runtime.log_capture import captured_logs, refuse_values
 from tests.pep.runtime.support import Collector, wait_until, write_jsonl
 
 SECRET = "Mrs Secret 0451"
@@ -41,12 +41,7 @@ def _stream(path) -> StreamDefinition:
 
 def _refuse_values(spark, batch) -> None:
     """A Python step on the workers that fails on the tuple it reads, saying its value."""
-    def refuse(batches):
-        for b in batches:
-            for tag in b.column("tag").to_pylist():
-                raise ValueError(f"cannot read {tag!r}")
-            yield b
-    batch.select("tag").mapInArrow(refuse, "tag string").collect()
+    refuse_values(batch)
 
 
 def _cast_values(spark, batch) -> None:
