@@ -20,8 +20,7 @@ from pep.delivery.topics import PlanTopics
 from pep.edge.feed import EdgeFeed
 from pep.edge.reader import TopicReader
 from tests.kafka.conftest import topic_messages
-from tests.kafka.test_delivery_realtime_holes import c, events, r
-from tests.kafka.test_delivery_realtime_holes import produce as produce_records
+from tests.kafka.test_delivery_realtime_holes import c, events, produce as produce_records, r
 
 
 def produce(broker, topic: str, values: list[str]) -> None:
