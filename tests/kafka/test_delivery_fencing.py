@@ -226,3 +226,27 @@ def test_an_edge_not_named_skips_fence_records_as_no_row_no_hole_no_count(kafka_
     finally:
         reader.close("released")
         resumed.close("released")
+
+
+def test_a_reader_handed_a_fence_record_naming_its_edge_ends_there():
+    """Without a broker: records handed to the reader itself (the feed ends a named edge's
+    readers before handing them the record; the reader holds the same line on its own). A fence
+    record naming another edge gives no event; one naming this edge ends the reader with what
+    it was given; one that cannot be read ends it too (deny when in doubt)."""
+    edge = DeliverySettings("127.0.0.1:1", username="edge-1", password="x")
+    reader = TopicReader(edge, "h", "t", 0, None)
+    assert reader.offer(0, *m(0, 0, '{"v":1}'))
+    assert reader.offer(1, *fence("User:edge-2"))
+    assert reader.offer(2, *m(0, 1, '{"v":2}'))
+    reader.flush()
+    assert [(e.kind, e.id) for e in reader.read()] == [("row", 1), ("row", 3)]
+    assert reader.offer(3, *fence("User:edge-2", "User:edge-1"))
+    assert reader.closed
+    assert reader.offer(4, *m(0, 2, '{"v":3}'))
+    reader.flush()
+    assert [(e.kind, e.id) for e in reader.read()] == [("shutdown", 3)]
+    assert reader.read() == []
+
+    unreadable = TopicReader(edge, "h", "t", 0, None)
+    assert unreadable.offer(0, FENCE_KEY + b"x", b"not json")
+    assert unreadable.closed
