@@ -230,6 +230,12 @@ class Revocations:
                         self._settings.ack_timeout)
         return silent
 
+    @property
+    def producer(self) -> Any:
+        """The gateway's producer of delivery records (acks=all, idempotent), which `PlanTopics`
+        also writes fence records with."""
+        return self._producer
+
     def tell(self, notice: StreamNotice) -> None:
         """Publish a stream notice (not acknowledged, never waited for: the stall check must
         not wait on brokers that are away; the store has the same news for the edges)."""

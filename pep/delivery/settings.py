@@ -27,6 +27,11 @@ SINK_BUFFER_BYTES = 128 * 1024 * 1024
 # the key of the record that makes a new plan topic known to Spark's producer before its first
 # rows (`pep.runtime.delivery.warm`): no row, an edge skips it
 WARM_KEY = b"w:"
+# the key prefix of a fence record (`f:<id>`, `pep.delivery.topics.PlanTopics.fence`): written
+# to a plan topic once the fence's DENY ACLs are in force, its value names the principals fenced
+# (JSON `{"fenced": [...]}`); no row: an edge named ends the topic's readers there (a fetch
+# parked before the ACL may still return what follows), another edge skips it
+FENCE_KEY = b"f:"
 # a delivery topic's segments (`DeliverySettings.topic_config`): a quarter of the retention
 # each, in Kafka's bounds for segment.bytes (1 MiB to 1 GiB); an offset-index entry per MiB
 SEGMENT_PARTS = 4
@@ -177,5 +182,5 @@ def delivery_settings(config: Any) -> DeliverySettings | None:
     return DeliverySettings.of(config)
 
 
-__all__ = ["ACKS", "CONTROL", "COUNT_KIND", "DeliverySettings", "GROUP", "PLAN", "WARM_KEY",
-           "delivery_settings"]
+__all__ = ["ACKS", "CONTROL", "COUNT_KIND", "DeliverySettings", "FENCE_KEY", "GROUP", "PLAN",
+           "WARM_KEY", "delivery_settings"]

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import secrets
 import threading
@@ -28,7 +29,7 @@ from typing import Any
 
 from pep.core.errors import Unavailable
 from pep.delivery.control import EDGE_ALIVE, Revocations, end_offset, ensure_topics
-from pep.delivery.settings import DeliverySettings
+from pep.delivery.settings import FENCE_KEY, DeliverySettings
 from pep.delivery.store import DeliveryStore
 from pep.handles.records import HandleRecord
 from pep.ports import Deliver, TopicTarget
@@ -199,9 +200,15 @@ class PlanTopics:
     def fence(self, edges: Iterable[str], topics: Iterable[str]) -> list[str]:
         """Cut these edges off these plan topics: a DENY READ ACL for each one's Kafka
         principal on each topic (a DENY wins over the ALLOW its identity has on the plan
-        topics' prefix), recorded in the store and taken away with the topic. The principals
-        fenced; an edge without an identity of its own (no SASL) cannot be fenced, which is
-        logged."""
+        topics' prefix), recorded in the store and taken away with the topic; once the brokers
+        list it, a fence record on each topic (`_mark`). The principals fenced; an edge without
+        an identity of its own (no SASL) cannot be fenced, which is logged.
+
+        The ACL alone does not hold: Kafka authorizes a fetch when it arrives, and a fetch the
+        edge parked at the broker just before the ACL took effect still returns what is
+        written while it waits. The record does: a partition keeps its order, so everything
+        written after this returns comes after the record, and an edge it names ends the
+        topic's readers there (`pep.edge.feed`)."""
         from confluent_kafka.admin import (
             AclBinding,
             AclOperation,
@@ -224,9 +231,10 @@ class PlanTopics:
                     for t in names for p in own]
         for future in self._admin.create_acls(bindings, request_timeout=10).values():
             future.result(10)  # a fence that could not be put raises: the DELETE fails
-        self._until_in_force(bindings)
-        for topic in names:
+        for topic in names:  # before the waits: a fence put is taken away with its topic
             self.store.fenced(topic, own)
+        self._until_in_force(bindings)
+        self._mark(names, own)
         log.warning("plan topics: fenced %s off %d plan topic(s): no acknowledgement of a "
                     "revocation within %.2f s", ", ".join(own), len(names),
                     self.settings.ack_timeout)
@@ -255,6 +263,33 @@ class PlanTopics:
                     log.warning("plan topic %s could not be deleted: %s", topic, exc)
         except Exception as exc:  # noqa: BLE001 - the next start deletes orphans
             log.warning("plan topics could not be deleted: %s", exc)
+
+    def _mark(self, topics: list[str], principals: list[str], timeout: float = 10.0) -> None:
+        """Write a fence record (`FENCE_KEY`, naming `principals`) to each topic, acknowledged
+        by every in-sync replica, and wait for them all. Raises when one is not written within
+        `timeout` (the DELETE then fails rather than answer as if the fence held)."""
+        value = json.dumps({"fenced": principals}).encode("utf-8")
+        cond = threading.Condition()
+        reported: list[Any] = []  # one error (None: written) per record
+
+        def done(error: Any, _msg: Any) -> None:
+            with cond:
+                reported.append(error)
+                cond.notify_all()
+
+        producer = self.revocations.producer
+        for topic in topics:  # partition 0: a plan topic's only one
+            producer.produce(topic, value, FENCE_KEY + secrets.token_hex(8).encode("ascii"),
+                             partition=0, on_delivery=done)
+        deadline = time.monotonic() + timeout
+        producer.flush(timeout)
+        with cond:  # another thread's flush or poll may serve the reports
+            while len(reported) < len(topics) and time.monotonic() < deadline:
+                cond.wait(max(0.0, deadline - time.monotonic()))
+            errors = [e for e in reported if e is not None]
+            if len(reported) < len(topics) or errors:
+                raise RuntimeError("the fence records could not be written to the plan "
+                                   f"topics: {errors[0] if errors else 'timed out'}")
 
     def _until_in_force(self, bindings: list[Any], timeout: float = 10.0) -> None:
         """Wait until the brokers list the fences among their ACLs: a broker applies a new ACL

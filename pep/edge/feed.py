@@ -17,18 +17,25 @@ consumer saw before, record for record:
   no reader misses a record; a topic whose readers all refused is paused meanwhile;
 - a topic this edge may not read (fenced off: authorization failed) ends its readers with
   `shutdown`; an error the consumer cannot place ends every reader (they reconnect elsewhere).
+- so does a fence record (`FENCE_KEY`, `pep.delivery.topics.PlanTopics.fence`) that names this
+  edge's principal, at once and before any reader is handed it or what follows it: Kafka
+  authorizes a fetch when it arrives, and a fetch parked at the broker just before the fence's
+  ACL took effect still returns records written after the gateway answered; the record comes
+  before all of them. The topic is not read again by this edge (readers that join it end at
+  once). A fence record naming other edges is handed on: readers skip it (no event).
 
 Readers are added and removed from any thread; the consumer's own thread applies the changes
 (a librdkafka consumer is not used from two threads).
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from typing import Any, Protocol
 
-from pep.delivery.settings import DeliverySettings
+from pep.delivery.settings import FENCE_KEY, DeliverySettings
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +44,7 @@ CONSUME_BATCH = 500  # records taken per poll at most
 IDLE_EVERY = 0.5  # seconds between the readers' looks at a quiet stream's holes
 METADATA_REFRESH_MS = 1000
 FETCH_WAIT_MS = 10
+FENCED = "this edge may not read the handle's topic; reconnect"  # a fenced topic's readers' end
 PARTITION = 0  # a plan topic's only partition
 
 
@@ -60,6 +68,23 @@ class FedReader(Protocol):
     def idle(self, now: float) -> None: ...
 
     def close(self, kind: str, reason: str | None = None) -> bool: ...
+
+
+def fence_names(key: bytes | None, value: bytes | None, principal: str) -> bool | None:
+    """Whether a plan-topic record is a fence record naming `principal` (None: no fence
+    record). One whose value cannot be read names every edge: deny when in doubt (only the
+    gateway's user may write a plan topic)."""
+    if key is None or not key.startswith(FENCE_KEY):
+        return None
+    try:
+        fenced = json.loads(value or b"")["fenced"]
+        if not isinstance(fenced, list):
+            raise TypeError(fenced)
+    except (ValueError, KeyError, TypeError):
+        log.error("plan topics: a fence record that cannot be read (%r); taken as naming this "
+                  "edge", value)
+        return True
+    return principal in fenced
 
 
 class _Topic:
@@ -86,6 +111,8 @@ class EdgeFeed:
         # looks at (a look at every topic at every poll cost an edge with 1,000 readers a
         # scan of 1,000 topics some 50 times a second)
         self._waiting: set[str] = set()
+        # topics a fence record named this edge in: never read again (`_hand`, `_apply`)
+        self._fenced: set[str] = set()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="xsg-edge-feed", daemon=True)
@@ -117,10 +144,11 @@ class EdgeFeed:
         config = self._settings.client(**{
             "group.id": self._settings.group_prefix + "reader", "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            # short: a fence (an ACL) applies from the next fetch, and a fetch parked at the
-            # broker before it returns what is written while it waits (at 100 ms, a record
-            # written after the fence reached the fenced edge's reader); one consumer per edge
-            # makes that 100 idle fetches a second per edge, not per reader
+            # a fence's ACL applies from the next fetch, and a fetch parked at the broker before
+            # it returns what is written while it waits (at 100 ms, a record written after the
+            # fence reached the fenced edge's reader; at 10 ms too, under load): the fence
+            # record (`fence_names`) holds whatever this is, by the partition's order. 10 ms
+            # makes 100 idle fetches a second per edge (one consumer per edge, not per reader)
             "fetch.wait.max.ms": FETCH_WAIT_MS,
             # a plan topic created a moment ago may be unknown to this client's first metadata:
             # asked again every second rather than librdkafka's five minutes
@@ -159,8 +187,7 @@ class EdgeFeed:
                     error = msg.error()
                     if error is not None:
                         if error.code() in denied:  # fenced off the topic: deny
-                            self._end(msg.topic(), "this edge may not read the handle's "
-                                                   "topic; reconnect")
+                            self._end(msg.topic(), FENCED)
                         else:
                             log.debug("plan topics: %s", error)
                         continue
@@ -182,6 +209,9 @@ class EdgeFeed:
             changes, self._changes = self._changes, []
         for kind, reader in changes:
             entry = self._topics.get(reader.topic)
+            if kind == "add" and reader.topic in self._fenced:
+                reader.close("shutdown", FENCED)  # its remove comes with the next changes
+                continue
             if kind == "add":
                 if entry is None:
                     entry = self._topics[reader.topic] = _Topic()
@@ -206,7 +236,16 @@ class EdgeFeed:
     def _hand(self, consumer: Any, topic: str | None, offset: int, key: bytes | None,
               value: bytes | None, touched: dict[int, FedReader]) -> None:
         entry = self._topics.get(topic or "")
-        if topic is None or entry is None or entry.paused:
+        if topic is None or entry is None:
+            return
+        if fence_names(key, value, self._settings.principal):
+            self._fenced.add(topic)
+            entry.position = offset + 1
+            self._end(topic, FENCED)
+            log.warning("plan topics: this edge (%s) was fenced off %s",
+                        self._settings.principal, topic)
+            return
+        if entry.paused or topic in self._fenced:
             return
         entry.position = offset + 1
         waiting = True  # every reader of the topic refused (or is closed): pause it
@@ -276,4 +315,4 @@ def _seek(consumer: Any, topic: str, offset: int) -> None:
         consumer.incremental_assign([TopicPartition(topic, PARTITION, offset)])
 
 
-__all__ = ["EdgeFeed", "FedReader"]
+__all__ = ["FENCED", "EdgeFeed", "FedReader", "fence_names"]

@@ -33,6 +33,9 @@ gateway's own code.
   told as a `gap` at the marker, after the batch's rows (`CountLog`). A marker whose `after`
   it did not read (it joined within the batch, or the topic lost records) checks nothing: an
   alarm only for a real loss. Markers, like the warm record, take offsets and give no event.
+- A fence record (`f:<id>`, `pep.delivery.topics.PlanTopics.fence`) that names another edge
+  takes an offset and gives no event either (no row, no hole, no count); one naming this edge
+  ends the reader with `shutdown` there (`pep.edge.feed`): nothing from it on is given.
 - A record the topic no longer holds (its retention passed) is told as a `gap` with the count.
 - `hold(detail)` (the edge lost the control topic: the brokers are away, `pep.edge.node`): the
   reader is told `stalled` at once and given nothing more (rows read meanwhile wait) until
@@ -60,8 +63,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from pep.delivery.settings import COUNT_KIND, WARM_KEY, DeliverySettings
-from pep.edge.feed import EdgeFeed
+from pep.delivery.settings import COUNT_KIND, FENCE_KEY, WARM_KEY, DeliverySettings
+from pep.edge.feed import FENCED, EdgeFeed, fence_names
 from pep.handles.buffer import Event
 
 log = logging.getLogger(__name__)
@@ -438,6 +441,12 @@ class TopicReader:
             self._counts.note(place)
         if key == WARM_KEY:  # no row: the producer's first record to a new topic
             self.skipped += 1
+        elif key is not None and key.startswith(FENCE_KEY):
+            # no row: another edge was fenced off the topic (a record naming this edge ends
+            # the topic's readers in the feed before any of them is handed it)
+            if fence_names(key, value, self._settings.principal):
+                self.close("shutdown", FENCED)  # not through the feed: deny all the same
+                return True
         elif parsed is None and place is None and (marker := parse_count_key(key)) is not None:
             lost = self._counts.check(marker, value)  # no row: a real-time batch's count
             if lost and offset + 1 > self._given:
