@@ -43,7 +43,7 @@ POLL = 0.05  # seconds per consumer poll
 CONSUME_BATCH = 500  # records taken per poll at most
 IDLE_EVERY = 0.5  # seconds between the readers' looks at a quiet stream's holes
 METADATA_REFRESH_MS = 1000
-FETCH_WAIT_MS = 10
+FETCH_WAIT_MS = 200
 FENCED = "this edge may not read the handle's topic; reconnect"  # a fenced topic's readers' end
 PARTITION = 0  # a plan topic's only partition
 
@@ -144,11 +144,13 @@ class EdgeFeed:
         config = self._settings.client(**{
             "group.id": self._settings.group_prefix + "reader", "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            # a fence's ACL applies from the next fetch, and a fetch parked at the broker before
-            # it returns what is written while it waits (at 100 ms, a record written after the
-            # fence reached the fenced edge's reader; at 10 ms too, under load): the fence
-            # record (`fence_names`) holds whatever this is, by the partition's order. 10 ms
-            # makes 100 idle fetches a second per edge (one consumer per edge, not per reader)
+            # how long a fetch waits at the broker for a record when its topics have none: a
+            # record is returned as soon as it is there (fetch.min.bytes 1), so this bounds only
+            # the idle fetches (5 a second per edge; each reads every partition the edge serves,
+            # at 1,000 plan topics the most of the broker's CPU at 10 ms). A fence does not
+            # rest on it: a fetch parked before the fence's ACL still returns what is written
+            # while it waits, and the fence record (`fence_names`) ends the fenced edge's
+            # readers at its place in the partition whatever this is
             "fetch.wait.max.ms": FETCH_WAIT_MS,
             # a plan topic created a moment ago may be unknown to this client's first metadata:
             # asked again every second rather than librdkafka's five minutes

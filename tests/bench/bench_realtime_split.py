@@ -2,10 +2,10 @@
 (`pep.runtime.query.realtime`) on a StreamRuntime of its own, one plan topic, a producer of
 `--rate` records/s for `--seconds`; per row, from its produce call to Spark's write of it to
 the plan topic (the plan record's CreateTime, set by Spark's Kafka producer), and from there to
-a consumer of the plan topic fetching as the edge does (`fetch.wait.max.ms` 10,
-`pep.edge.feed`). The worst rows are listed with the second of the run they were produced in:
-a burst of late rows, each a little less late than the one before, is a pause of the reading
-(a real-time batch's end: its commit, the next batch planned and its tasks started).
+a consumer of the plan topic fetching as the edge does (`fetch.wait.max.ms`
+`pep.edge.feed.FETCH_WAIT_MS`). The worst rows are listed with the second of the run they were
+produced in: a burst of late rows, each a little less late than the one before, is a pause of
+the reading (a real-time batch's end: its commit, the next batch planned and its tasks started).
 
 Run: .venv/bin/python tests/bench/bench_realtime_split.py [--batch 30] [--seconds 60]
                                                          [--rate 100]
@@ -41,6 +41,7 @@ def main() -> None:
 
     from pep.core.plan import ExecutionPlan, Predicate
     from pep.delivery.settings import DeliverySettings
+    from pep.edge.feed import FETCH_WAIT_MS
     from pep.ports import TopicTarget
     from pep.runtime.runtime import RuntimeSettings, StreamRuntime
     from pep.runtime.session import create_spark_session
@@ -72,7 +73,8 @@ def main() -> None:
 
         def consume() -> None:
             consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "split",
-                                 "fetch.wait.max.ms": 10, "enable.auto.commit": False})
+                                 "fetch.wait.max.ms": FETCH_WAIT_MS,
+                                 "enable.auto.commit": False})
             consumer.assign([TopicPartition("plan", 0, 0)])
             while not stop.is_set():
                 msg = consumer.poll(0.05)
