@@ -40,8 +40,13 @@ TERMINAL_STATES = (HandleState.REVOKED, HandleState.RELEASED, HandleState.ENDED)
 
 
 def new_handle_id() -> str:
-    """256 random bits, URL-safe: the id is the capability's secret part, so never guessable."""
-    return secrets.token_urlsafe(32)
+    """256 random bits, URL-safe: the id is the capability's secret part, so never guessable.
+    Never one that begins with '-': a command line (`xsg stream derive <handle> <name>`) took
+    such an id for an option, one id in 64 (drawing again costs no bit of the 256)."""
+    while True:
+        handle_id = secrets.token_urlsafe(32)
+        if not handle_id.startswith("-"):
+            return handle_id
 
 
 def record_time() -> str:

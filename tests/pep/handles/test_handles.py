@@ -44,6 +44,8 @@ def test_handle_ids_are_unguessable():
     ids = {new_handle_id() for _ in range(2000)}
     assert len(ids) == 2000
     assert all(re.fullmatch(r"[A-Za-z0-9_-]{43}", i) for i in ids)  # 256 bits, URL-safe
+    # none a command line takes for an option (one in 64 did: `xsg stream derive <id> <name>`)
+    assert not any(i.startswith("-") for i in ids)
 
 
 def test_open_persists_and_attaches(env):
