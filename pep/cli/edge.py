@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from common.logs import configure_logging
+from common.numbers import NumberError, parse_int
 from pep.cli.common import EXIT_USAGE, CliError
 
 EDGE_DESCRIPTION = """Run an edge: a stateless process that serves handle reads (GET /handles/<id>,
@@ -43,13 +44,10 @@ def _pool_size(text: str) -> int:
     """--store-pool-size: a whole number from 2 (the readers' checks and the edge's looks each
     need a connection of their own, or a burst of readers delays the looks)."""
     try:
-        size = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, found {text!r}") from None
-    if not 2 <= size <= MAX_POOL_SIZE:
-        raise argparse.ArgumentTypeError(f"expected 2 to {MAX_POOL_SIZE} connections, found "
-                                         f"{size}")
-    return size
+        return parse_int(text, "--store-pool-size", low=2, high=MAX_POOL_SIZE)
+    except NumberError as exc:
+        raise argparse.ArgumentTypeError(f"expected 2 to {MAX_POOL_SIZE} connections: "
+                                         f"{exc.message}") from None
 
 
 def edge_flags(args: argparse.Namespace) -> dict[str, Any]:

@@ -532,7 +532,7 @@ def test_xsg_edge_says_its_store_pool_size_and_refuses_one_too_small(capsys):
         parser.parse_args(["edge", "--help"])
     said = " ".join(capsys.readouterr().out.split())
     assert "--store-pool-size N connections to the store this edge keeps at most" in said
-    for bad in ("1", "0", "many", "1001"):
+    for bad in ("1", "0", "many", "1001", "\u0663", "1_0"):  # int() took '٣' and '1_0'
         with pytest.raises(SystemExit):
             parser.parse_args(["edge", "--store-pool-size", bad])
         err = capsys.readouterr().err
