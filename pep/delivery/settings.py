@@ -20,8 +20,8 @@ GROUP = "edge."  # consumer group ids (edges assign partitions; librdkafka wants
 # (1.2-2.8 s for 20,000 records, where 0.25-0.6 s with the settings below). 32 KiB in
 # 128 MiB gives 4,000 topics a batch each at once; a stream with few plans writes bigger
 # bursts per topic, where 32 KiB batches cost the write 7-17% against 256 KiB in two runs
-# (1M records to 4 topics; the trials' ranges overlap), far from its bottleneck. With linger.ms 0 a batch leaves as soon as the producer
-# can send it: no row waits for a batch to fill.
+# (1M records to 4 topics; the trials' ranges overlap), far from its bottleneck. With
+# linger.ms 0 a batch leaves as soon as the producer can send it: no row waits for it to fill.
 SINK_BATCH_BYTES = 32 * 1024
 SINK_BUFFER_BYTES = 128 * 1024 * 1024
 # the key of the record that makes a new plan topic known to Spark's producer before its first
