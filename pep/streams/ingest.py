@@ -7,7 +7,12 @@ names starting with `.`) and renamed into place with `os.replace`, so Spark neve
 batch. Each record gets `_xsg_seq`, a per-stream, strictly increasing integer that the runtime
 uses to order tuples for tuple windows (the file source does not keep arrival order within a
 micro-batch); the counter is persisted in the catalogue's database, so it keeps increasing after
-a restart.
+a restart. Across micro-batches the order is the files': Spark's file source takes a batch's
+files oldest first by modification time, in whole milliseconds, and files of the same
+millisecond in the directory's listing order (on ext4 the hash order of their names), so each
+file of a stream gets a modification time in a later millisecond than the stream's file before
+it (`_file_time`): two batches appended within one millisecond are never read the later one
+first.
 
 For a `kafka` stream, `append_records` validates the batch the same way and produces its
 records to the stream's topic, returning once the broker acknowledged them all
@@ -71,6 +76,8 @@ class RecordIngest:
         self.max_lines = max_lines
         self._locks: dict[str, threading.Lock] = {}
         self._feeds: dict[str, list[Path]] = {}
+        # per stream, the modification time (ns) given to its last file (`_file_time`)
+        self._file_times: dict[str, int] = {}
         # records appended to Kafka-backed streams go to their topics (made at the first one)
         self._kafka: KafkaAppender | None = None
         # called with an `ingest` stream's name before its batch is numbered and written:
@@ -117,6 +124,26 @@ class RecordIngest:
         with self._lock:
             self._feeds.pop(name.lower(), None)
 
+    def _file_time(self, name: str, directory: Path, written: int) -> int:
+        """The modification time (ns) for the stream's next file, written at `written`: that
+        time if it is in a later millisecond than the stream's last file's, else the next
+        millisecond. Spark's file source reads a stream's files in the order of their times in
+        milliseconds (ties in listing order, not in the order written): a file written in the
+        same millisecond as the one before it (a fast disk appends one every ~0.2-1 ms; a
+        kernel with coarse file times gives every file of one clock tick, 1-10 ms, the same
+        time), or after the clock was set back, would otherwise be read before it, its tuples
+        delivered ahead of earlier ones, and with `maxFilesPerTrigger` a micro-batch could
+        hold it without the file before it. The first file of a stream in this process comes
+        after the newest file still waiting in its directory (written by an earlier process).
+        Called under the stream's lock."""
+        key = name.lower()
+        last = self._file_times.get(key)
+        if last is None:
+            last = _newest_file_time(directory)
+        stamp = written if written // _MS > last // _MS else (last // _MS + 1) * _MS
+        self._file_times[key] = stamp
+        return stamp
+
     def _to_feeds(self, name: str, final: Path) -> None:
         for feed in self._feeds.get(name.lower(), ()):
             target = feed / final.name
@@ -128,6 +155,7 @@ class RecordIngest:
                 try:  # another filesystem: a hidden copy renamed into place, never half a file
                     hidden = feed / f".incoming-{secrets.token_hex(8)}.json.tmp"
                     shutil.copyfile(final, hidden)
+                    shutil.copystat(final, hidden)  # its time orders it, as a link's does
                     os.replace(hidden, target)
                 except OSError as exc:
                     log.error("stream %s: could not feed %s into %s: %s", name, final.name,
@@ -215,12 +243,36 @@ class RecordIngest:
                     os.fsync(f.fileno())
                 if log_lines:
                     _append_log(directory / punctuations.LOG_NAME, log_lines)
+                written = os.stat(tmp).st_mtime_ns
+                stamp = self._file_time(d.name, directory, written)
+                if stamp != written:
+                    os.utime(tmp, ns=(stamp, stamp))  # before Spark can list it
                 os.replace(tmp, final)
             finally:
                 tmp.unlink(missing_ok=True)
             self._to_feeds(d.name, final)
             _fsync_dir(directory)
         return len(records)
+
+
+_MS = 1_000_000  # ns: the resolution of the modification times Spark's file source orders by
+
+
+def _newest_file_time(directory: Path) -> int:
+    """The latest modification time (ns) of the batch files in `directory` (0: none)."""
+    newest = 0
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.startswith(".") or not entry.name.endswith(".json"):
+                    continue
+                try:
+                    newest = max(newest, entry.stat().st_mtime_ns)
+                except OSError:
+                    continue  # read and archived meanwhile
+    except OSError:
+        return 0
+    return newest
 
 
 def _append_log(path: Path, lines: list[str]) -> None:
