@@ -129,9 +129,9 @@ class RecordIngest:
         time if it is in a later millisecond than the stream's last file's, else the next
         millisecond. Spark's file source reads a stream's files in the order of their times in
         milliseconds (ties in listing order, not in the order written): a file written in the
-        same millisecond as the one before it (a fast disk appends one every ~0.2-1 ms; a
-        kernel with coarse file times gives every file of one clock tick, 1-10 ms, the same
-        time), or after the clock was set back, would otherwise be read before it, its tuples
+        same millisecond as the one before it (a burst of appends on a fast disk; on a kernel
+        whose file times have the clock tick's resolution, 1-10 ms, every file of one tick),
+        or after the clock was set back, would otherwise be read before it, its tuples
         delivered ahead of earlier ones, and with `maxFilesPerTrigger` a micro-batch could
         hold it without the file before it. The first file of a stream in this process comes
         after the newest file still waiting in its directory (written by an earlier process).

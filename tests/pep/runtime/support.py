@@ -65,3 +65,21 @@ def query_run(spark, runtime, stream: str) -> str:
     """The run id of the Structured Streaming query serving the stream (a new one each time
     the query starts again on its checkpoint)."""
     return str(spark.streams.get(runtime.query_id(stream)).runId)
+
+
+def files_in_one_clock_tick(monkeypatch, stamp_ns: int = 1_700_000_000_123_000_000) -> None:
+    """Every ingest file written from now on gets the same modification time, as files
+    written within one tick of the kernel's clock (or after it was set back) do: set when its
+    data is on disk (`os.fsync` of the ingest's `.incoming-*` file), where the kernel sets it.
+    Spark's file source orders files by that time, then in listing order (ext4: hash order)."""
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        try:
+            name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            return
+        if name.startswith(".incoming-"):
+            os.utime(fd, ns=(stamp_ns, stamp_ns))
+    monkeypatch.setattr(os, "fsync", fsync)

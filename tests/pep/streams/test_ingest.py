@@ -436,3 +436,36 @@ def test_an_append_waiting_on_its_disk_holds_back_no_other_streams_append(catalo
         slow.join(30)
     assert [r["rainrate"] for r in read_all(catalog, "weather")] == [1.0]
     assert [r["rainrate"] for r in read_all(catalog, "other")] == [2.0]
+
+
+# -- the files' times: the order Spark's file source reads a stream's batches in ---------------
+
+MS = 1_000_000  # ns: Spark's file source orders files by their times in milliseconds
+
+
+def test_each_file_is_timed_after_the_one_before_even_in_one_clock_tick_and_after_a_restart(
+        catalog, storage, tmp_path, monkeypatch):
+    """Spark's file source takes a micro-batch's files oldest first by modification time in
+    milliseconds, a tie in listing order (ext4: the names' hash order): files written in one
+    tick of the clock (a burst of appends; a kernel's coarse file times), or after the clock
+    was set back, would be read in any order, later tuples delivered first. Each file of a
+    stream is timed in a later millisecond than the one before, in this process and the next
+    (behind the files still waiting in the directory)."""
+    from tests.pep.runtime.support import files_in_one_clock_tick
+    files_in_one_clock_tick(monkeypatch)
+    feed = tmp_path / "feed"
+    catalog.open_feed("weather", feed)
+    for k in range(4):
+        catalog.append_records("weather", line(rainrate=float(k)).encode())
+    again = StreamCatalog(storage.database("streams"), tmp_path / "data")  # a restart
+    try:
+        again.append_records("weather", line(rainrate=4.0).encode())
+    finally:
+        again.close()
+    names = ingest_files(catalog)
+    times = [os.stat(catalog.ingest_dir("weather") / f).st_mtime_ns // MS for f in names]
+    # in name order (the stream's order: the first sequence number, zero-padded)
+    assert [r["rainrate"] for r in read_all(catalog)] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert all(a < b for a, b in zip(times, times[1:], strict=False)), times
+    # a feed's file is the same file (a link, or a copy with its time): its reader reads in order
+    assert [os.stat(feed / f).st_mtime_ns // MS for f in names[:4]] == times[:4]
