@@ -129,7 +129,8 @@ def _settle(got: dict[str, Collector], want: dict[str, list[dict]], when: str) -
                             "timed out after 60 s waiting for the oracle's rows")]
     for h in wrong:
         g, w = got[h].rows, want[h]
-        at = next((i for i, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))
+        at = next((i for i, (a, b) in enumerate(zip(g, w, strict=False)) if a != b),
+                  min(len(g), len(w)))
         lines.append(f"{h}: {len(g)} rows, the oracle {len(w)}, first difference at {at}"
                      f"\n  got  {[r['patient'] for r in g]}\n  want {[r['patient'] for r in w]}"
                      f"\n  got rows  {g}\n  want rows {w}")
