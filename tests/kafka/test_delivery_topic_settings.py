@@ -9,6 +9,7 @@ import logging
 import time
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from pep.delivery.settings import DeliverySettings
@@ -23,11 +24,26 @@ def _configs(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, str]]
     return {r.name: {k: e.value for k, e in f.result(30).items()} for r, f in described.items()}
 
 
+def _known(admin: AdminClient, topics: list[str], timeout: float = 30.0) -> None:
+    """Until the broker describes these new topics (it learns them from the controller a
+    moment after the creation is acknowledged)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _configs(admin, topics)
+            return
+        except KafkaException:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _made_before(admin: AdminClient, topics: list[str], config: dict[str, str]) -> None:
     """Topics as an older xsg (or an operator) left them: not the gateway's settings."""
     for future in admin.create_topics([NewTopic(t, 1, 1, config=config) for t in topics],
                                       request_timeout=30).values():
         future.result(30)
+    _known(admin, topics)
 
 
 def _prefix(tag: str) -> str:
