@@ -38,6 +38,21 @@ def _known(admin: AdminClient, topics: list[str], timeout: float = 30.0) -> None
             time.sleep(0.1)
 
 
+def _in_line(admin: AdminClient, topics: list[str], wanted: dict[str, str],
+             timeout: float = 30.0) -> dict[str, dict[str, str]]:
+    """The topics' configs once the broker describes `wanted` for each (it applies an altered
+    config from the cluster's metadata a moment after the controller acknowledged it: 1,000
+    topics described right after their alter still had their old settings), or as they are
+    after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = _configs(admin, topics)
+        if all({k: got[t][k] for k in wanted} == wanted for t in topics) \
+                or time.monotonic() >= deadline:
+            return got
+        time.sleep(0.1)
+
+
 def _made_before(admin: AdminClient, topics: list[str], config: dict[str, str]) -> None:
     """Topics as an older xsg (or an operator) left them: not the gateway's settings."""
     for future in admin.create_topics([NewTopic(t, 1, 1, config=config) for t in topics],
@@ -92,8 +107,8 @@ def test_a_gateway_gives_existing_delivery_topics_its_settings_at_start(
 
     try:
         logged = start()
-        after = _configs(admin, [*control, plan])
         wanted = settings.topic_config()
+        after = _in_line(admin, [*control, plan], wanted)
         for topic in (*control, plan):
             assert {k: after[topic][k] for k in wanted} == wanted, topic
         assert after[plan][OPERATOR_KEY[0]] == OPERATOR_KEY[1]  # the operator's key stays
@@ -117,7 +132,7 @@ def test_topics_are_aligned_a_batch_per_request_and_only_where_they_differ(kafka
     _made_before(admin, topics[4:], settings.topic_config())  # already in line
     done = align_topics(admin, settings, topics, batch=2)
     assert (done.altered, done.left, done.error) == (4, 0, None)
-    after = _configs(admin, topics)
+    after = _in_line(admin, topics, settings.topic_config())
     assert all({k: after[t][k] for k in settings.topic_config()} == settings.topic_config()
                for t in topics)
     assert all(after[t][OPERATOR_KEY[0]] == OPERATOR_KEY[1] for t in topics[:4])
