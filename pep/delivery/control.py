@@ -42,6 +42,8 @@ PROBE_EVERY = 0.5  # seconds between an edge's probes of the control topic
 CONTROL_POLL = 0.1  # seconds an edge's control consumer waits in a poll
 CONTROL_FETCH_WAIT_MS = 250  # its fetches parked at the broker until a record comes, at most
 CONTROL_PARTITION = 0
+ALIGN_BATCH = 1000  # topics per describe and per alter request of `align_topics`
+ALIGN_TIMEOUT = 10.0  # seconds `align_topics` may take in all (a gateway's start waits for it)
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,115 @@ def ensure_topics(admin: Any, settings: DeliverySettings, names: Iterable[str],
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
             log.debug("delivery topic %s exists", name)
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """What `align_topics` did: topics whose settings it changed, topics it could not check or
+    change (the brokers away or refusing), and why (None: every topic was checked)."""
+
+    altered: int
+    left: int
+    error: str | None
+
+
+def align_topics(admin: Any, settings: DeliverySettings, names: Iterable[str],
+                 timeout: float = ALIGN_TIMEOUT, batch: int = ALIGN_BATCH) -> Alignment:
+    """Bring existing delivery topics to the settings `ensure_topics` creates them with
+    (`DeliverySettings.topic_config`).
+
+    `ensure_topics` only creates: a topic made by an older xsg, or under another retention,
+    kept what it had (Kafka's 1 GiB / 7-day segments, which keep rows for a week whatever the
+    retention says; 4 KiB index intervals, the broker stall at 1,000 topics). Each topic's
+    settings are described, and only the keys the gateway sets that differ are changed, by an
+    incremental alter (any other key an operator set stays, and a topic already in line is not
+    written to, so the count is what changed); `batch` topics per describe and per alter
+    request (a request to the controller is one round trip whatever the number). A topic that
+    no longer exists is skipped. The first failure, or `timeout` seconds in all, ends it: the
+    rest keep their settings until the next call."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    wanted = settings.topic_config()
+    topics = sorted(set(names))
+    deadline = time.monotonic() + timeout
+    altered, left, error = 0, 0, None
+    for lo in range(0, len(topics), batch):
+        if error is not None:
+            left += len(topics) - lo
+            break
+        chunk = topics[lo:lo + batch]
+        changes: dict[str, dict[str, str]] = {}
+        answers = _answers(admin.describe_configs,
+                           [ConfigResource(ConfigResource.Type.TOPIC, t) for t in chunk],
+                           deadline, timeout)
+        for topic, (config, problem) in answers.items():
+            if problem is not None:
+                left, error = left + 1, error or problem
+            elif config is not _GONE:
+                diff = {k: v for k, v in wanted.items()
+                        if (config[k].value if k in config else None) != v}
+                if diff:
+                    changes[topic] = diff
+        if not changes:
+            continue
+        alters = [ConfigResource(ConfigResource.Type.TOPIC, t, incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in sorted(diff.items())]) for t, diff in sorted(changes.items())]
+        answers = _answers(admin.incremental_alter_configs, alters, deadline, timeout)
+        for _, (done, problem) in answers.items():
+            if problem is not None:
+                left, error = left + 1, error or problem
+            elif done is not _GONE:
+                altered += 1
+    return Alignment(altered, left, error)
+
+
+_GONE = object()  # `_answers`: the topic does not exist (any more)
+
+
+def _remaining(deadline: float, timeout: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"no answer within {timeout:g} s")
+    return left
+
+
+def _answers(ask: Callable[..., dict[Any, Any]], resources: list[Any], deadline: float,
+             timeout: float) -> dict[str, tuple[Any, str | None]]:
+    """Each topic's answer to one admin request about these topics' `ConfigResource`s (`ask`:
+    the admin client's method, which returns a future per resource): (the result, None),
+    (`_GONE`, None) for a topic that does not exist, or (None, why) when the brokers refused
+    or did not answer by `deadline`."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    topics = [r.name for r in resources]
+    try:
+        asked = ask(resources, request_timeout=_remaining(deadline, timeout))
+        futures = {resource.name: future for resource, future in asked.items()}
+    except (KafkaException, TimeoutError, ValueError) as exc:
+        return {t: (None, _why(exc)) for t in topics}
+    out: dict[str, tuple[Any, str | None]] = {}
+    for topic in topics:
+        try:
+            # librdkafka answers by `request_timeout`: a moment more for its answer to come
+            wait = max(0.0, deadline - time.monotonic()) + 1.0
+            out[topic] = (futures[topic].result(wait), None)
+        except KafkaException as exc:
+            gone = exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                          KafkaError._UNKNOWN_TOPIC)
+            out[topic] = (_GONE, None) if gone else (None, _why(exc))
+        except (TimeoutError, KeyError):
+            out[topic] = (None, f"no answer within {timeout:g} s")
+    return out
+
+
+def _why(exc: Exception) -> str:
+    """An admin request's failure in a few words (librdkafka's text, or the exception's)."""
+    from confluent_kafka import KafkaException
+
+    if isinstance(exc, KafkaException) and exc.args and hasattr(exc.args[0], "str"):
+        return str(exc.args[0].str())
+    return str(exc) or type(exc).__name__
 
 
 def end_offset(consumer: Any, topic: str, timeout: float = 10.0) -> int:
@@ -378,5 +489,6 @@ class ControlListener:
         self._consumer.close()
 
 
-__all__ = ["CONTROL_LOST", "ControlListener", "EDGE_ALIVE", "Revocation", "Revocations",
-           "StreamNotice", "StreamNotices", "end_offset", "ensure_topics"]
+__all__ = ["ALIGN_BATCH", "ALIGN_TIMEOUT", "Alignment", "CONTROL_LOST", "ControlListener",
+           "EDGE_ALIVE", "Revocation", "Revocations", "StreamNotice", "StreamNotices",
+           "align_topics", "end_offset", "ensure_topics"]

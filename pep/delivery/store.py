@@ -155,6 +155,13 @@ class DeliveryStore:
             " d.topic = t.topic AND h.state = 'live') ORDER BY t.topic")
         return [str(r[0]) for r in rows]
 
+    def live_topics(self) -> list[str]:
+        """Every live plan topic (at a gateway's start, once `orphan_topics` are ended: the
+        topics its handles read, which it takes up)."""
+        rows = self._db.fetchall("SELECT topic FROM delivery_plan_topics WHERE state = 'live'"
+                                 " ORDER BY topic")
+        return [str(r[0]) for r in rows]
+
     # -- handles --------------------------------------------------------------------------------
 
     def bind(self, handle_id: str, topic: str, start_offset: int) -> None:

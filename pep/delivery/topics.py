@@ -13,7 +13,8 @@
   any more are marked ended in the store (no handle binds to them again) and deleted
   `DELETE_GRACE` seconds later (a micro-batch under way may still be writing to them).
 - At start, topics that no live handle reads (a gateway stopped before deleting them) go the
-  same way.
+  same way; the delivery topics it takes up (the control and acks topics, the live plan topics)
+  are given the settings it would create them with (`pep.delivery.control.align_topics`).
 """
 from __future__ import annotations
 
@@ -28,7 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pep.core.errors import Unavailable
-from pep.delivery.control import EDGE_ALIVE, Revocations, end_offset, ensure_topics
+from pep.delivery.control import (
+    EDGE_ALIVE,
+    Revocations,
+    align_topics,
+    end_offset,
+    ensure_topics,
+)
 from pep.delivery.settings import FENCE_KEY, DeliverySettings
 from pep.delivery.store import DeliveryStore
 from pep.handles.records import HandleRecord
@@ -81,6 +88,23 @@ class PlanTopics:
         self._timers: list[tuple[threading.Timer, list[str]]] = []  # deletions to come
         self._turn = 0  # the edge the next reader is sent to (`edge_url`)
         self.retire(store.orphan_topics())
+        # the topics this gateway takes up (made before it started, perhaps by an older xsg
+        # or under other settings) get the settings it creates topics with
+        self._align([settings.control_topic, settings.acks_topic,
+                     *(t for t in store.live_topics() if t.startswith(settings.plan_prefix))])
+
+    def _align(self, topics: list[str]) -> None:
+        """`align_topics` within `ALIGN_TIMEOUT` seconds; what it could not do is logged once
+        (a WARNING) and left to the next start: a start does not wait long on brokers that
+        are away, and a topic keeps working with its old settings meanwhile."""
+        done = align_topics(self._admin, self.settings, topics)
+        if done.altered:
+            log.info("delivery topics: %d existing topic(s) given this gateway's settings "
+                     "(retention, segments, index interval; other keys kept)", done.altered)
+        if done.error is not None:
+            log.warning("delivery topics: the settings of %d of %d existing topic(s) could not "
+                        "be checked or changed (%s); they keep theirs until the next start",
+                        done.left, len(topics), done.error)
 
     # -- opening --------------------------------------------------------------------------------
 

@@ -51,6 +51,24 @@ def wait_for(check, timeout: float = 120.0) -> bool:
     return False
 
 
+def reading(rt, lifecycle) -> bool:
+    """The stream's real-time query runs and has a task running: its batch's start offsets are
+    fixed (a fresh checkpoint starts at the topic's end when the batch is planned) and the
+    task reads the partition as records come, so a record sent now is read (Spark runs a
+    query's jobs in a group named by its run id, as `RealTimeMode._await_tasks` reads them)."""
+    query = lifecycle._query
+    if lifecycle.mode != "realtime" or query is None or not query.isActive:
+        return False
+    tracker = rt.spark.sparkContext.statusTracker()
+    for job in tracker.getJobIdsForGroup(str(query.runId)):
+        info = tracker.getJobInfo(job)
+        for stage in (info.stageIds if info is not None else ()):
+            stage_info = tracker.getStageInfo(stage)
+            if stage_info is not None and stage_info.numActiveTasks > 0:
+                return True
+    return False
+
+
 def test_a_qualifying_stream_runs_in_real_time_mode_and_falls_back_for_a_window(
         kafka_topic, producer, caplog, plan_topics_runtime):
     # one source partition: the test session has 2 task slots, one for the partition
@@ -68,7 +86,7 @@ def test_a_qualifying_stream_runs_in_real_time_mode_and_falls_back_for_a_window(
         a = TopicReader(settings, "a", topic_a, 0, None)
         readers.append(a)
         a.start()
-        time.sleep(3.0)  # the real-time batch's tasks read the partition
+        assert wait_for(lambda: reading(rt, lifecycle))  # its tasks read the partition
         assert rt._warmer.idle(60)  # the topic's first record is in (warm.py)
         producer.send(source, [rec(1, 1.0), rec(2, -2.0), rec(3, 3.0, "B")], partition=0)
         got = read_rows(a, 2)
@@ -78,6 +96,10 @@ def test_a_qualifying_stream_runs_in_real_time_mode_and_falls_back_for_a_window(
         # count marker, pep/runtime/query/realtime_mode.py)
         assert increasing([i for i, _ in got]) and got[0][0] >= 3, got
         last = got[-1][0]
+        # the batch that read them commits before "b" comes: "b" has no cut (`start_offsets`),
+        # so what the restarted query reads again since the last commit would reach it too
+        read_at = time.time()
+        assert wait_for(lambda: (lifecycle.last_batch_at or 0.0) > read_at)
 
         # a second qualifying plan: the query starts again with both (its plans are literals),
         # and may write again what it read since its last commit: the edge's reader skips it
@@ -89,7 +111,7 @@ def test_a_qualifying_stream_runs_in_real_time_mode_and_falls_back_for_a_window(
         b = TopicReader(settings, "b", topic_b, 0, None)
         readers.append(b)
         b.start()
-        time.sleep(3.0)
+        assert wait_for(lambda: reading(rt, lifecycle))  # the new query's tasks read it
         producer.send(source, [rec(4, 4.0), rec(5, -5.0)], partition=0)
         got_a = read_rows(a, 1)
         assert [r for _, r in got_a] == [{"station": "A", "v": 4.0}]
@@ -145,7 +167,7 @@ def test_a_change_of_mode_repeats_no_row_in_either_direction(
         readers.append(a)
         a.start()
         assert rt._warmer.idle(60)  # the topic's first record (event 1) is in (warm.py)
-        time.sleep(3.0)  # the real-time batch's tasks read the partition
+        assert wait_for(lambda: reading(rt, lifecycle))  # its tasks read the partition
         producer.send(source, [rec(1, 1.0), rec(2, -2.0), rec(3, 3.0)], partition=0)
         got = read_rows(a, 2, settle=0.5)
         assert [r for _, r in got] == [{"v": 1.0}, {"v": 3.0}], got
@@ -162,7 +184,7 @@ def test_a_change_of_mode_repeats_no_row_in_either_direction(
         # and back to real-time mode (the window's handle leaves)
         rt.detach("w")
         assert wait_for(lambda: lifecycle.mode == "realtime" and lifecycle.active)
-        time.sleep(3.0)
+        assert wait_for(lambda: reading(rt, lifecycle))  # the new query's tasks read it
         producer.send(source, [rec(6, 6.0)], partition=0)
         got += read_rows(a, 1)
         assert increasing([i for i, _ in got]), got
