@@ -125,10 +125,7 @@ def numbered_records(pairs: Callable[[pa.RecordBatch], tuple[np.ndarray, np.ndar
         tiebreak = [n for n in keep if n not in order
                     and any(getattr(pa.types, t)(records.schema.field(n).type) for t in SORTABLE)]
         records = records.append_column("_at", pa.array(np.arange(records.num_rows)))
-        ordering = pc.sort_indices(records, sort_keys=[
-            ("_topic", "ascending"), *[(n, "ascending") for n in order],
-            ("_pid", "ascending"), *[(n, "ascending") for n in tiebreak], ("_at", "ascending")],
-            null_placement="at_end")
+        ordering = _sorted(records, ["_topic", *order, "_pid", *tiebreak, "_at"])
         records = records.take(ordering)
         topics = np.asarray(records.column("_topic"), dtype=np.int64)
         first = np.flatnonzero(np.r_[True, topics[1:] != topics[:-1]])
@@ -139,6 +136,16 @@ def numbered_records(pairs: Callable[[pa.RecordBatch], tuple[np.ndarray, np.ndar
                           names=[topic_name, projection_name, index_name, *keep])
         yield from result.to_batches(max_chunksize=CHUNK)
     return number
+
+
+def _sorted(records: pa.Table, keys: list[str]) -> pa.Array:
+    """The indices that sort `records` by `keys`, ascending, nulls last (as Spark's
+    `asc_nulls_last`): per key on pyarrow 25 and later, for the whole sort before (a worker's
+    pyarrow may be older than the gateway's: `pyarrow>=14`)."""
+    if tuple(int(p) for p in pa.__version__.split(".")[:1]) >= (25,):
+        return pc.sort_indices(records, sort_keys=[(k, "ascending", "at_end") for k in keys])
+    return pc.sort_indices(records, sort_keys=[(k, "ascending") for k in keys],
+                           null_placement="at_end")
 
 
 def _routed(rows: pa.RecordBatch,
