@@ -55,24 +55,29 @@ def test_rows_that_tie_in_stream_order_are_keyed_alike_whatever_order_they_come_
     tasks gave them (issue 45)."""
     from pyspark.sql import types as T
 
-    from pep.runtime.delivery.topic_rows import PID, PlanRoute, TopicRows
+    from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.delivery.topic_rows import PlanRoute, TopicRows
 
-    schema = T.StructType([T.StructField(PID, T.LongType()), T.StructField("v", T.DoubleType()),
+    schema = T.StructType([T.StructField(PIDS_COLUMN, T.ArrayType(T.LongType())),
+                           T.StructField("v", T.DoubleType()),
                            T.StructField("_seq", T.LongType())])
-    rows = [(1, 1.0, 7), (2, 2.0, 7), (1, 3.0, 7), (1, 4.0, 8)]
-    routes = [PlanRoute(1, ("t",), ("v",), ("v",)), PlanRoute(2, ("t",), ("v",), ("v",))]
+    rows = [([1, 2], 1.0, 7), ([2], 2.0, 7), ([1], 3.0, 7), ([1, 3], 4.0, 8), ([3], 5.0, None)]
+    routes = [PlanRoute(1, ("t",), ("v",), ("v",)), PlanRoute(2, ("t", "u"), ("v",), ("v",))]
     writer = TopicRows({})
 
-    def keyed(data: list) -> dict[str, str]:
-        frame = spark.createDataFrame(data, schema).coalesce(1)
-        out = writer.records(frame, routes, ["_seq"], "m:e:0:").collect()
-        return {bytes(r["key"]).decode(): r["value"] for r in out}
+    def keyed(data: list, partitions: int) -> dict[tuple[str, str], str]:
+        frame = spark.createDataFrame(data, schema).repartition(partitions)
+        out = writer.from_pids(frame, routes, ["_seq"], "m:e:0:").collect()
+        return {(r["topic"], bytes(r["key"]).decode()): r["value"] for r in out}
 
-    first = keyed(rows)
-    assert sorted(first) == ["m:e:0:0", "m:e:0:1", "m:e:0:2", "m:e:0:3"]
-    assert first["m:e:0:3"] == '{"v":4.0}'  # stream order first
-    for order in (list(reversed(rows)), [rows[2], rows[0], rows[3], rows[1]]):
-        assert keyed(order) == first
+    first = keyed(rows, 1)
+    assert first == {("t", "m:e:0:0"): '{"v":1.0}', ("t", "m:e:0:1"): '{"v":3.0}',
+                     ("t", "m:e:0:2"): '{"v":1.0}', ("t", "m:e:0:3"): '{"v":2.0}',
+                     ("t", "m:e:0:4"): '{"v":4.0}',  # stream order first, then plan, value
+                     ("u", "m:e:0:0"): '{"v":1.0}', ("u", "m:e:0:1"): '{"v":2.0}'}, first
+    for order, partitions in ((list(reversed(rows)), 1), ([rows[2], rows[0], rows[3], rows[1]]
+                                                           + rows[4:], 3), (rows, 2)):
+        assert keyed(order, partitions) == first
 
 
 @pytest.mark.timeout(120)

@@ -2,25 +2,27 @@
 workers, inside the stream's foreachBatch: never collected to the driver.
 
 The rows job's frame (each tuple some row plan passes, its projected attributes, its order
-columns and the plans that passed it: a list of plan ids, or the grouped matcher's bitmap,
-exploded on the workers by `worker_rows.py`) becomes one record per (tuple, plan topic):
+columns and the plans that passed it: a list of plan ids, or the grouped matcher's bitmap)
+becomes one record per (tuple, plan topic), made on the workers by `worker_rows.py`:
 
-- `topic`: the plan's topic (a small table of (plan id, topic, projection) joined by plan id;
-  a plan read by handles of several topics is written to each);
+- `topic`: the plan's topic (a plan read by handles of several topics is written to each);
 - `value`: the row's JSON object, the plan's projection in its order (`to_json` of a struct,
   natively: doubles as Java prints them, `1.0E20` where the gateway's own encoder writes
   `1e+20`, the same number; NaN and infinities null; timestamps `YYYY-MM-DDTHH:MM:SS.ffffffZ`;
   nulls kept);
 - `key`: `m:<epoch>:<batch>:<i>`, i the row's place among the batch's rows of that topic in
-  stream order (`row_number` over the topic, ordered by the stream's order columns, then by
-  plan and value: deterministic also for rows that tie in the order columns). A
-  micro-batch that runs again after a crash writes the same keys: an edge keeps, per topic,
-  the highest (batch, i) of the epoch and skips what is not above it (`pep.edge.topic_log`).
-  The epoch is the query's checkpoint's (Spark's query id): batches are numbered anew only with
-  a new checkpoint.
+  stream order (ordered by the stream's order columns, then by plan, then by the row's
+  values: deterministic also for rows that tie in the order columns). A micro-batch that runs
+  again after a crash writes the same keys: an edge skips a key it read
+  (`pep.edge.reader.KeyLog`). The epoch is the query's checkpoint's (Spark's query id):
+  batches are numbered anew only with a new checkpoint.
 
-The records of one topic are in one task (the window's partitioning), written in stream order
-by one producer (idempotent, acks=all): one partition per plan topic keeps them in that order.
+The whole batch's records are made in one task (the frame coalesced to one partition, so no
+shuffle: a window over the topics cost a shuffle and a sort, about 0.25 s of a 0.3-0.5 s
+micro-batch at 1,000 plan topics), numbered there per topic and written in stream order by one
+producer (idempotent, acks=all): one partition per plan topic keeps them in that order. The
+micro-batches this path serves are bounded (the sources' per-trigger caps), so holding one
+batch's records in the task's memory is what the window's sort did too.
 
 A write that fails (the brokers away) is tried again, the same records under the same keys,
 until it succeeds or the query stops: the micro-batch is not committed meanwhile, so the
@@ -38,7 +40,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark import AccumulatorParam, cloudpickle
-from pyspark.sql import Column, DataFrame, Window, functions as F, types as T
+from pyspark.sql import Column, DataFrame, functions as F, types as T
 
 from common.errors import described
 from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN, READ_COLUMN, TOP_COLUMN
@@ -86,7 +88,6 @@ class TopicRows:
         self._lock = threading.Lock()
         self._routes: tuple[Any, DataFrame] | None = None  # (routes' key, their frame)
         self._values: dict[Any, tuple[Column, list[str]]] = {}  # (routes, types) -> value
-        self._exploded: dict[Any, T.StructType] = {}
         self._columns: dict[Any, tuple[object, list[Column]]] = {}  # `_shaped`
         self._counted: Any = None  # the exploding tasks' figures (`_counter`)
         self.written = 0  # write jobs done (observable)
@@ -131,36 +132,6 @@ class TopicRows:
         self._values[key] = (value, [])
         return value
 
-    def records(self, exploded: DataFrame, routes: Sequence[PlanRoute], order: Sequence[str],
-                prefix: str) -> DataFrame:
-        """(topic, key, value) of every (row, plan topic) of `exploded` (a row per (row,
-        plan): its plan id in `PID`, the routes' sources and the order columns)."""
-        joined, value = self.routed(exploded, routes)
-        order_key = tuple(order)
-
-        def valued() -> list[Column]:
-            return [F.col(TOPIC), F.col(PID), value.alias("value"), *[F.col(o) for o in order]]
-
-        def numbered() -> list[Column]:
-            # rows that tie in the stream's order are told apart by their plan and their
-            # value, so that a write run again numbers every row as the first did, whatever
-            # order its tasks give them in (an edge skips a key it read: a row keyed
-            # differently the second time would be skipped or repeated); rows alike in all of
-            # these are the same record
-            ordering = Window.partitionBy(TOPIC).orderBy(
-                *[F.col(o).asc_nulls_last() for o in order], F.col(PID), F.col("value"))
-            return [F.col(TOPIC), F.col(PID), F.col("value"), *[F.col(o) for o in order],
-                    (F.row_number().over(ordering) - 1).alias(INDEX)]
-
-        steps = self._steps
-        rows = steps.select(steps.select(joined, self._shaped(("valued", order_key), value,
-                                                              valued)),
-                            self._shaped(("numbered", order_key), value, numbered))
-        topic, index, text = self._shaped(("keyed",), self, lambda: [
-            F.col(TOPIC), F.col(INDEX).cast("string"), F.col("value")])
-        return rows.select(topic, F.concat(F.lit(prefix), index).cast("binary").alias("key"),
-                           text)
-
     def _shaped(self, key: Any, owner: object, build: Callable[[], list[Column]]
                 ) -> list[Column]:
         """The Columns of one of the records' steps, built once per shape while `owner` (the
@@ -196,27 +167,55 @@ class TopicRows:
                   prefix: str) -> DataFrame:
         """Records from a rows frame with a list of plan ids per row (`PIDS_COLUMN`)."""
         sources = sorted({s for r in routes for s in r.sources})
-        columns = self._shaped(("pids", tuple(sources), tuple(order)), self, lambda: [
-            F.explode(F.col(PIDS_COLUMN)).alias(PID),
-            *[F.col(f"`{s}`") for s in sources if s not in order], *[F.col(o) for o in order]])
-        return self.records(self._steps.select(frame, columns), routes, order, prefix)
+        keep = [*[s for s in sources if s not in order], *order]
+        columns = self._shaped(("pids", tuple(keep)), self, lambda: [
+            F.col(PIDS_COLUMN), *[F.col(f"`{s}`") for s in keep]])
+        return self._numbered(self._steps.select(frame, columns), "pids", self,
+                              lambda: worker_rows.list_pairs(PIDS_COLUMN), keep, routes,
+                              order, prefix, None)
 
     def from_bits(self, admitted: DataFrame, matcher: Any, keep: Sequence[str],
                   routes: Sequence[PlanRoute], order: Sequence[str], prefix: str) -> DataFrame:
         """Records from the grouped matcher's admitted frame (a bitmap per row, and the tasks'
-        figures rows): the bitmaps exploded on the workers (`worker_rows.exploded_rows`), the
-        figures added to an accumulator (`counted()` once the write is done: a writer's job
-        reports no observation, and one more job to count the batch cost as much as a second
-        pass over it)."""
-        schema = self._exploded_schema(admitted, keep)
+        figures rows); the figures are added to an accumulator (`counted()` once the write is
+        done: a writer's job reports no observation, and one more job to count the batch cost
+        as much as a second pass over it)."""
         counted = self._counter(admitted.sparkSession)
         counted.value = {}
-        exploded = self._steps.map_in_arrow(
-            admitted, ("explode", tuple(keep), id(matcher)), matcher,
-            lambda: worker_rows.exploded_rows(matcher, list(keep), BITS_COLUMN, PID,
-                                              (READ_COLUMN, TOP_COLUMN), counted),
-            schema, [f.name for f in admitted.schema.fields])
-        return self.records(exploded.where(F.col(PID).isNotNull()), routes, order, prefix)
+        return self._numbered(admitted, ("bits", id(matcher)), matcher,
+                              lambda: worker_rows.bitmap_pairs(matcher, BITS_COLUMN), keep,
+                              routes, order, prefix, counted)
+
+    def _numbered(self, frame: DataFrame, kind: Any, owner: object,
+                  pairs: Callable[[], Any], keep: Sequence[str], routes: Sequence[PlanRoute],
+                  order: Sequence[str], prefix: str, counted: Any) -> DataFrame:
+        """(topic, key, value) of every (row, plan topic) of `frame`, numbered on the workers
+        without a shuffle (`worker_rows.numbered_records`): the frame goes through one task,
+        which writes every topic's records in stream order (one producer; one partition per
+        plan topic keeps that order)."""
+        projections: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
+        for r in routes:
+            projections.setdefault((r.projection, r.sources), len(projections))
+        table_key = tuple((r.pid, r.topics, projections[(r.projection, r.sources)])
+                          for r in routes)
+        fields = {f.name: f.dataType for f in frame.schema.fields}
+        schema = T.StructType([T.StructField(TOPIC, T.StringType()),
+                               T.StructField(PROJ, T.IntegerType()),
+                               T.StructField(INDEX, T.LongType()),
+                               *[T.StructField(n, fields[n]) for n in keep]])
+        figures = (READ_COLUMN, TOP_COLUMN) if counted is not None else None
+        numbered = self._steps.map_in_arrow(
+            frame.coalesce(1), ("numbered", kind, tuple(keep), tuple(order), table_key), owner,
+            lambda: worker_rows.numbered_records(
+                pairs(), list(keep), list(order), worker_rows.route_table(table_key),
+                (TOPIC, PROJ, INDEX), figures, counted),
+            schema, list(fields))
+        sources = sorted({s for r in routes for s in r.sources})
+        value = self._value(projections, {n: fields[n] for n in sources})
+        topic, index, text = self._shaped(("keyed",), value, lambda: [
+            F.col(TOPIC), F.col(INDEX).cast("string"), value.alias("value")])
+        return numbered.select(topic, F.concat(F.lit(prefix), index).cast("binary").alias("key"),
+                               text)
 
     def _counter(self, session: Any) -> Any:
         """The accumulator the exploding tasks add their figures to (one per writer: the
@@ -232,18 +231,6 @@ class TopicRows:
         per_task = dict(self._counted.value) if self._counted is not None else {}
         tops = [t for _, t in per_task.values() if t is not None]
         return {"rows": sum(r for r, _ in per_task.values()), "seq": max(tops) if tops else None}
-
-    def _exploded_schema(self, admitted: DataFrame, keep: Sequence[str]) -> T.StructType:
-        key = tuple(keep)
-        schema = self._exploded.get(key)
-        if schema is None:
-            fields = {f.name: f.dataType for f in admitted.schema.fields}
-            schema = T.StructType([T.StructField(PID, T.LongType())]
-                                  + [T.StructField(n, fields[n]) for n in keep]
-                                  + [T.StructField(READ_COLUMN, T.LongType()),
-                                     T.StructField(TOP_COLUMN, T.LongType())])
-            self._exploded[key] = schema
-        return schema
 
     # ----- the write ----------------------------------------------------------------------------
     def write(self, records: DataFrame, stopping: Callable[[], bool]) -> None:
