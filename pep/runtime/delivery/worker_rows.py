@@ -35,7 +35,11 @@ class RouteTable:
 def route_table(routes: Sequence[tuple[int, Sequence[str], int]]) -> RouteTable:
     """The table of (plan id, its topics, its projection index) triples."""
     names: dict[str, int] = {}
-    pids, starts, counts, topics, projections = [], [], [], [], []
+    pids: list[int] = []
+    starts: list[int] = []
+    counts: list[int] = []
+    topics: list[int] = []
+    projections: list[int] = []
     for pid, plan_topics, projection in sorted(routes, key=lambda r: r[0]):
         if not plan_topics:
             continue
