@@ -47,16 +47,22 @@ def test_row_plans_and_windows_are_written_to_their_plan_topics(kafka_broker, ka
     assert [w["sum_v"] for _, w in windows] == [-1.0, 7.0, 11.0], windows
 
 
-def test_rows_that_tie_in_stream_order_are_keyed_alike_whatever_order_they_come_in(spark):
+@pytest.mark.parametrize("values_before", [4, 0], ids=["values-made-before", "values-after"])
+def test_rows_that_tie_in_stream_order_are_keyed_alike_whatever_order_they_come_in(
+        spark, monkeypatch, values_before):
     """A batch's write run again (after a half-failed write) must key every row as the first
     did: an edge skips a key it read, so a row keyed differently the second time is skipped
     or repeated. Rows that tie in the order columns (one tuple on one topic through two
     plans; two tuples the order columns do not tell apart) were numbered in the order the
-    tasks gave them (issue 45)."""
+    tasks gave them (issue 45). Both ways of making the values: before the records (a few
+    projections) and after."""
     from pyspark.sql import types as T
 
     from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.delivery import topic_rows
     from pep.runtime.delivery.topic_rows import PlanRoute, TopicRows
+
+    monkeypatch.setattr(topic_rows, "VALUES_BEFORE", values_before)
 
     schema = T.StructType([T.StructField(PIDS_COLUMN, T.ArrayType(T.LongType())),
                            T.StructField("v", T.DoubleType()),

@@ -56,6 +56,8 @@ PID = "_xsg_pid"
 TOPIC = "topic"
 PROJ = "_xsg_proj"
 INDEX = "_xsg_i"
+VALUE = "_xsg_value"  # the value columns made before the records (`_numbered`): VALUE<j>
+VALUES_BEFORE = 4  # at most this many projections: each row's values made before the records
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'",
                 "ignoreNullFields": "false"}
 KEPT = 64  # Column lists kept (`_shaped`): shapes seen lately
@@ -87,7 +89,7 @@ class TopicRows:
         self._steps = JvmSteps()
         self._lock = threading.Lock()
         self._routes: tuple[Any, DataFrame] | None = None  # (routes' key, their frame)
-        self._values: dict[Any, tuple[Column, list[str]]] = {}  # (routes, types) -> value
+        self._values: dict[Any, tuple[Column, list[Column]]] = {}  # (projections, types)
         self._columns: dict[Any, tuple[object, list[Column]]] = {}  # `_shaped`
         self._counted: Any = None  # the exploding tasks' figures (`_counter`)
         self.written = 0  # write jobs done (observable)
@@ -116,21 +118,32 @@ class TopicRows:
                types: dict[str, T.DataType]) -> Column:
         """The record's value: per projection its JSON object (a CASE over the projection
         index when the plans show more than one)."""
+        return self._encoded(projections, types)[0]
+
+    def _texts(self, projections: dict[tuple[tuple[str, ...], tuple[str, ...]], int],
+               types: dict[str, T.DataType]) -> list[Column]:
+        """Each projection's JSON object of a row, by projection index."""
+        return self._encoded(projections, types)[1]
+
+    def _encoded(self, projections: dict[tuple[tuple[str, ...], tuple[str, ...]], int],
+                 types: dict[str, T.DataType]) -> tuple[Column, list[Column]]:
         key = (tuple(sorted(projections.items(), key=lambda kv: kv[1])),
                tuple(sorted((n, t.simpleString()) for n, t in types.items())))
         memo = self._values.get(key)
         if memo is not None:
-            return memo[0]
+            return memo
         value: Column | None = None
+        texts: list[Column] = []
         for (projection, sources), index in sorted(projections.items(), key=lambda kv: kv[1]):
             fields = [_json_ready(F.col(f"`{src}`"), types[src]).alias(name)
                       for name, src in zip(projection, sources, strict=True)]
             text = F.to_json(F.struct(*fields), JSON_OPTIONS) if fields else F.lit("{}")
+            texts.append(text.alias(f"{VALUE}{index}"))
             value = text if value is None else \
                 F.when(F.col(PROJ) == index, text).otherwise(value)
         assert value is not None
-        self._values[key] = (value, [])
-        return value
+        self._values[key] = (value, texts)
+        return value, texts
 
     def _shaped(self, key: Any, owner: object, build: Callable[[], list[Column]]
                 ) -> list[Column]:
@@ -199,21 +212,41 @@ class TopicRows:
         table_key = tuple((r.pid, r.topics, projections[(r.projection, r.sources)])
                           for r in routes)
         fields = {f.name: f.dataType for f in frame.schema.fields}
-        schema = T.StructType([T.StructField(TOPIC, T.StringType()),
-                               T.StructField(PROJ, T.IntegerType()),
-                               T.StructField(INDEX, T.LongType()),
-                               *[T.StructField(n, fields[n]) for n in keep]])
+        types = {n: fields[n] for n in sorted({s for r in routes for s in r.sources})}
         figures = (READ_COLUMN, TOP_COLUMN) if counted is not None else None
-        numbered = self._steps.map_in_arrow(
-            frame.coalesce(1), ("numbered", kind, tuple(keep), tuple(order), table_key), owner,
-            lambda: worker_rows.numbered_records(
-                pairs(), list(keep), list(order), worker_rows.route_table(table_key),
-                (TOPIC, PROJ, INDEX), figures, counted),
-            schema, list(fields))
-        sources = sorted({s for r in routes for s in r.sources})
-        value = self._value(projections, {n: fields[n] for n in sources})
-        topic, index, text = self._shaped(("keyed",), value, lambda: [
-            F.col(TOPIC), F.col(INDEX).cast("string"), value.alias("value")])
+        key = ("numbered", kind, tuple(keep), tuple(order), table_key)
+        out = (TOPIC, PROJ, INDEX, "value")
+        if len(projections) <= VALUES_BEFORE:
+            texts = self._texts(projections, types)
+            values = [f"{VALUE}{j}" for j in range(len(texts))]
+            framed = self._steps.select(frame, self._shaped(
+                ("valued", tuple(fields)), texts, lambda: [
+                    *[F.col(f"`{n}`") for n in fields], *texts]))
+            schema = T.StructType([T.StructField(TOPIC, T.StringType()),
+                                   T.StructField(INDEX, T.LongType()),
+                                   T.StructField("value", T.StringType())])
+            numbered = self._steps.map_in_arrow(
+                framed.coalesce(1), (*key, "values"), owner,
+                lambda: worker_rows.numbered_records(
+                    pairs(), [*order, *values], list(order),
+                    worker_rows.route_table(table_key), out, figures, counted, values),
+                schema, [*fields, *values])
+            topic, index, text = self._shaped(("keyed-values",), self, lambda: [
+                F.col(TOPIC), F.col(INDEX).cast("string"), F.col("value")])
+        else:
+            schema = T.StructType([T.StructField(TOPIC, T.StringType()),
+                                   T.StructField(PROJ, T.IntegerType()),
+                                   T.StructField(INDEX, T.LongType()),
+                                   *[T.StructField(n, fields[n]) for n in keep]])
+            numbered = self._steps.map_in_arrow(
+                frame.coalesce(1), key, owner,
+                lambda: worker_rows.numbered_records(
+                    pairs(), list(keep), list(order), worker_rows.route_table(table_key),
+                    out, figures, counted),
+                schema, list(fields))
+            value = self._value(projections, types)
+            topic, index, text = self._shaped(("keyed",), value, lambda: [
+                F.col(TOPIC), F.col(INDEX).cast("string"), value.alias("value")])
         return numbered.select(topic, F.concat(F.lit(prefix), index).cast("binary").alias("key"),
                                text)
 

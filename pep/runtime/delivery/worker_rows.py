@@ -79,8 +79,8 @@ def list_pairs(pids_column: str) -> Callable[[pa.RecordBatch], tuple[np.ndarray,
 
 def numbered_records(pairs: Callable[[pa.RecordBatch], tuple[np.ndarray, np.ndarray]],
                      keep: list[str], order: list[str], table: RouteTable,
-                     out: tuple[str, str, str], figures: tuple[str, str] | None = None,
-                     counted: Any = None
+                     out: tuple[str, str, str, str], figures: tuple[str, str] | None = None,
+                     counted: Any = None, values: list[str] | None = None
                      ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The `mapInArrow` function that makes a micro-batch's plan-topic records without a
     shuffle: run over the batch in one task (the frame coalesced to one partition), it
@@ -88,11 +88,14 @@ def numbered_records(pairs: Callable[[pa.RecordBatch], tuple[np.ndarray, np.ndar
     `table` their topics), puts them in order (topic, the stream's `order` columns, plan,
     then the kept values: a write run again after a failure numbers every row as the first did,
     whatever order the rows came in) and numbers each topic's records from 0 in that order.
-    Out: the `out` columns (topic, projection index, number), then `keep`. With `figures`,
+    Out: three of the `out` columns (topic, projection index, number), then `keep`; with
+    `values` (the row's value under each projection, made before: one column per projection
+    index, in `keep`) only the topic, the number and the record's own value (`out`'s fourth),
+    which also breaks ties in place of the kept columns. With `figures`,
     the rows whose first figures column is set are the tasks' figures, added to `counted` (a
     Spark accumulator of {partition: (tuples read, highest position)}, once per task: a task
     run again replaces its partition's figures) and are not records."""
-    topic_name, projection_name, index_name = out
+    topic_name, projection_name, index_name, value_name = out
     names = pa.array(table.names, pa.string())
 
     def number(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -115,7 +118,7 @@ def numbered_records(pairs: Callable[[pa.RecordBatch], tuple[np.ndarray, np.ndar
                     if high is not None:
                         top = high if top is None else max(top, high)
             if rows.num_rows and len(table.pids):
-                part = _routed(rows, pairs, keep, table)
+                part = _routed(rows, pairs, keep, table, values)
                 if part is not None:
                     parts.append(part)
         if counted is not None:
@@ -126,18 +129,24 @@ def numbered_records(pairs: Callable[[pa.RecordBatch], tuple[np.ndarray, np.ndar
         if not parts:
             return
         records = pa.concat_tables(parts)
-        tiebreak = [n for n in keep if n not in order
-                    and any(getattr(pa.types, t)(records.schema.field(n).type) for t in SORTABLE)]
+        carried = list(order) if values is not None else keep
+        tiebreak = ["_value"] if values is not None else [
+            n for n in keep if n not in order
+            and any(getattr(pa.types, t)(records.schema.field(n).type) for t in SORTABLE)]
         records = records.append_column("_at", pa.array(np.arange(records.num_rows)))
         ordering = _sorted(records, ["_topic", *order, "_pid", *tiebreak, "_at"])
         records = records.take(ordering)
         topics = np.asarray(records.column("_topic"), dtype=np.int64)
         first = np.flatnonzero(np.r_[True, topics[1:] != topics[:-1]])
         sizes = np.diff(np.r_[first, len(topics)])
-        index = np.arange(len(topics)) - np.repeat(first, sizes)
-        result = pa.table([names.take(pa.array(topics)), records.column("_projection"),
-                           pa.array(index, pa.int64()), *(records.column(n) for n in keep)],
-                          names=[topic_name, projection_name, index_name, *keep])
+        index = pa.array(np.arange(len(topics)) - np.repeat(first, sizes), pa.int64())
+        if values is not None:
+            result = pa.table([names.take(pa.array(topics)), index, records.column("_value")],
+                              names=[topic_name, index_name, value_name])
+        else:
+            result = pa.table([names.take(pa.array(topics)), records.column("_projection"),
+                               index, *(records.column(n) for n in carried)],
+                              names=[topic_name, projection_name, index_name, *carried])
         yield from result.to_batches(max_chunksize=CHUNK)
     return number
 
@@ -154,8 +163,9 @@ def _sorted(records: pa.Table, keys: list[str]) -> pa.Array:
 
 def _routed(rows: pa.RecordBatch,
             pairs: Callable[[pa.RecordBatch], tuple[np.ndarray, np.ndarray]],
-            keep: list[str], table: RouteTable) -> pa.Table | None:
-    """A batch's rows repeated for each (plan, topic) they go to: the `keep` columns and the
+            keep: list[str], table: RouteTable, values: list[str] | None) -> pa.Table | None:
+    """A batch's rows repeated for each (plan, topic) they go to: the `keep` columns (with
+    `values`: only those that are not values, and the record's value as `_value`), the
     topic's index (`_topic`), the projection index (`_projection`) and the plan (`_pid`)."""
     plan_ids, row_ids = pairs(rows)
     plan_ids = np.asarray(plan_ids, dtype=np.int64)
@@ -172,11 +182,21 @@ def _routed(rows: pa.RecordBatch,
     pair = np.repeat(np.arange(len(at)), counts)
     entry = table.starts[at][pair] + (np.arange(len(pair))
                                       - np.repeat(np.cumsum(counts) - counts, counts))
-    take = pa.array(row_ids[pair])
-    return pa.table([*(rows.column(rows.schema.get_field_index(n)).take(take) for n in keep),
-                     pa.array(table.topics[entry]), pa.array(table.projections[entry]),
+    rows_of = row_ids[pair]
+    projections = table.projections[entry]
+    carried = [n for n in keep if values is None or n not in values]
+    columns = [rows.column(rows.schema.get_field_index(n)).take(pa.array(rows_of))
+               for n in carried]
+    names = list(carried)
+    if values is not None:  # projection j's value of row r is at j * rows + r of them all
+        stacked = pa.concat_arrays([rows.column(rows.schema.get_field_index(v))
+                                    for v in values])
+        columns.append(stacked.take(pa.array(projections.astype(np.int64) * rows.num_rows
+                                             + rows_of)))
+        names.append("_value")
+    return pa.table([*columns, pa.array(table.topics[entry]), pa.array(projections),
                      pa.array(plan_ids[pair])],
-                    names=[*keep, "_topic", "_projection", "_pid"])
+                    names=[*names, "_topic", "_projection", "_pid"])
 
 
 __all__ = ["RouteTable", "bitmap_pairs", "list_pairs", "numbered_records",
