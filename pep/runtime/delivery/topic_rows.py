@@ -9,7 +9,10 @@ becomes one record per (tuple, plan topic), made on the workers by `worker_rows.
 - `value`: the row's JSON object, the plan's projection in its order (`to_json` of a struct,
   natively: doubles as Java prints them, `1.0E20` where the gateway's own encoder writes
   `1e+20`, the same number; NaN and infinities null; timestamps `YYYY-MM-DDTHH:MM:SS.ffffffZ`;
-  nulls kept);
+  nulls kept). When the plans show at most `VALUES_BEFORE` projections, each row's object
+  under each is made before the rows are repeated per plan (a row passing 100 plans of one
+  projection is encoded once, not 100 times), and the worker picks each record's; otherwise
+  the records carry the projected attributes and are encoded after;
 - `key`: `m:<epoch>:<batch>:<i>`, i the row's place among the batch's rows of that topic in
   stream order (ordered by the stream's order columns, then by plan, then by the row's
   values: deterministic also for rows that tie in the order columns). A micro-batch that runs
