@@ -141,3 +141,52 @@ def test_the_runtime_benchmark_owes_each_handle_what_its_filter_passes():
         k = 0 if sent < 1005.0 else 1
         want[k] += sum(1 for h, lo in enumerate(los) if temp > lo and station != f"s{h % 20}")
     assert bench_runtime.owed([list(w) for w in written], los, phases) == want
+
+
+class Busy(BaseHTTPRequestHandler):
+    """A handle refused twice (429, then 503, each with `Retry-After: 1`, as a server at its
+    connection limit and an edge whose check did not come answer), then served: a row and
+    `revoked`; and one refused without `Retry-After` (an error, not asked again)."""
+
+    protocol_version = "HTTP/1.0"
+    asked = 0
+
+    def do_GET(self) -> None:  # http.server's name
+        if self.path == "/handles/x":
+            self.send_response(503)
+            self.end_headers()
+            return
+        Busy.asked += 1
+        if Busy.asked <= 2:
+            self.send_response(429 if Busy.asked == 1 else 503)
+            self.send_header("retry-after", "1")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.end_headers()
+        for line in ({"id": 1, "row": {"seq": 7, "sent": time.time()}},
+                     {"id": 2, "event": "revoked"}):
+            self.wfile.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+            self.wfile.flush()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_reader_asks_again_after_retry_after_when_told_to(tmp_path: Path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        job = ReadJob("127.0.0.1", server.server_address[1],
+                      [(0, "/handles/c", "t"), (1, "/handles/x", "t")], str(tmp_path / "r.out"),
+                      ready=str(tmp_path / "r.ready"), seconds=20, retry=True)
+        t0 = time.monotonic()
+        proc = start_reader(job)
+        got = reader_result(proc, job, 30)
+    finally:
+        server.shutdown()
+    assert Busy.asked == 3 and time.monotonic() - t0 >= 2.0  # after each Retry-After, not at once
+    assert got["rows"] == 1 and got["finals"] == {"revoked": 1}
+    assert got["refused"] == {"429": 1, "503": 1} and got["never_served"] == 0
+    assert len(got["errors"]) == 1 and " 503 " in got["errors"][0]

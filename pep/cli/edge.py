@@ -5,11 +5,16 @@ import argparse
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.logs import configure_logging
 from common.numbers import NumberError, parse_int
 from pep.cli.common import EXIT_USAGE, CliError
+
+if TYPE_CHECKING:
+    from pep.config import GatewayConfig
+    from server.bridge import WsgiApp
+    from server.serving import HttpServer
 
 EDGE_DESCRIPTION = """Run an edge: a stateless process that serves handle reads (GET /handles/<id>,
 SSE or NDJSON, bearer or read tokens, Last-Event-ID) from the plan topics a gateway with delivery =
@@ -62,6 +67,20 @@ def edge_flags(args: argparse.Namespace) -> dict[str, Any]:
     return flags
 
 
+def edge_server(app: WsgiApp, config: GatewayConfig, host: str, port: int, name: str
+                ) -> HttpServer:
+    """The edge's HTTP server with the configuration's limits on connections, as the gateway's
+    (`pep.serve.gateway_server`): without `max_connections` an edge answered 429 past 4,096
+    readers whatever the configuration said (bench_edges, 5,000 handles on one edge)."""
+    from server.serving import HttpServer
+
+    return HttpServer(app, host=host, port=port, name=name, threads=8,
+                      max_connections=config.max_connections,
+                      write_timeout=config.write_timeout, idle_timeout=config.idle_timeout,
+                      header_timeout=config.header_timeout,
+                      forwarded_allow_ips=config.forwarded_allow_ips)
+
+
 def cmd_edge(args: argparse.Namespace) -> int:
     from common.db import StoreError, StoreUnavailable, open_storage
     from common.oidc import build_authenticator
@@ -72,7 +91,7 @@ def cmd_edge(args: argparse.Namespace) -> int:
     from pep.handles.records import HandleStore
     from pep.http.edge import create_edge_app
     from pep.http.read_tokens import ReadTokens
-    from server.serving import HttpServer, run_until_signal
+    from server.serving import run_until_signal
 
     config_file = args.config or os.environ.get("XSG_CONFIG") or None
     try:
@@ -98,10 +117,7 @@ def cmd_edge(args: argparse.Namespace) -> int:
         app = create_edge_app(node, authenticator, ReadTokens(
             key, config.read_token_ttl, lambda: authenticator.identities),
             config.heartbeat, config.max_readers_per_subject)
-        server = HttpServer(app, host=args.host, port=args.port, name=f"xsg-edge {edge_id}",
-                            threads=8, write_timeout=config.write_timeout,
-                            idle_timeout=config.idle_timeout,
-                            forwarded_allow_ips=config.forwarded_allow_ips)
+        server = edge_server(app, config, args.host, args.port, f"xsg-edge {edge_id}")
         authenticator.watch()
 
         def started() -> None:

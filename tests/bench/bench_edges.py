@@ -13,6 +13,9 @@ side of a trial is a fresh gateway in a process of its own (Spark with the gatew
   * `edges-K`: `delivery = "kafka"` on a real PostgreSQL store (tests/pg_server.py) and a real
     broker (tests/kafka/broker.py), both started once for the run; K edges (`xsg edge`, a
     process each) and the handles' readers spread over them (handle i on edge i mod K).
+A reader answered 429 or 503 with `Retry-After` (an edge at its connection limit, one whose
+store check did not come within 5 s, one that lost the brokers) asks again after it, as the
+edges tell clients to; how many were refused is printed with the side's figures.
 The sides' order rotates between trials. Revocation: with every reader connected, the owner
 deletes the policy behind all the handles; with edges the DELETE answers after every edge
 acknowledged (`pep.delivery.control`). Rows owed that never arrived are told apart: missing
@@ -41,6 +44,7 @@ from tests.bench.harness import (
     bench_parser,
     load_average,
     machine,
+    ratio,
     reply,
     rotations,
     run_child,
@@ -56,11 +60,13 @@ from tests.bench.served import Gateway
 TRIGGER = 0.25
 
 
-def start_edges(k: int, tmp: Path, store: str, brokers: str, auth: Path
+def start_edges(k: int, tmp: Path, store: str, brokers: str, auth: Path, readers: int
                 ) -> list[tuple[subprocess.Popen[bytes], int]]:
-    """K edges (`xsg edge`), each a process of its own; (process, port) each once listening."""
+    """K edges (`xsg edge`), each a process of its own; (process, port) each once listening.
+    Each may hold every reader (`max_connections`, 4,096 by default: one edge takes 5,000)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XSG_STORE": store,
-           "XSG_DELIVERY_BROKERS": brokers, "XSG_DELIVERY_SECURITY_PROTOCOL": "PLAINTEXT"}
+           "XSG_DELIVERY_BROKERS": brokers, "XSG_DELIVERY_SECURITY_PROTOCOL": "PLAINTEXT",
+           "XSG_MAX_CONNECTIONS": str(readers + 1000)}
     out = []
     for j in range(k):
         log = tmp / f"edge-{j}.out"
@@ -107,7 +113,7 @@ def usage(edges: list[int]) -> dict[str, Any]:
     Python workers'."""
     jvm, workers = spark_cpu_seconds()
     return {"edges": [cpu_seconds(pid) for pid in edges], "gateway": cpu_seconds(os.getpid()),
-            "jvm": jvm, "workers": workers}
+            "jvm": jvm, "workers": workers, "at": time.monotonic()}
 
 
 def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_rate: float,
@@ -131,7 +137,7 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
                  [{"token": many.ADMIN, "subject": "nea", "roles": ["data-owner"], "admin": True}]
                  + [{"token": many.token(i), "subject": f"c{i:05d}", "roles": ["consumer"],
                      "admin": False} for i in range(n)], **config)
-    edges = start_edges(k, tmp, store, brokers, tmp / "gw" / "auth.json") if k else []
+    edges = start_edges(k, tmp, store, brokers, tmp / "gw" / "auth.json", n) if k else []
     stream = f"edges{n}{side.replace('-', '')}{int(time.time()) % 10000}"
     readers: list[tuple[subprocess.Popen[bytes], ReadJob]] = []
     ingest: subprocess.Popen[str] | None = None
@@ -155,7 +161,8 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
             job = ReadJob("127.0.0.1", targets[j % len(targets)],
                           [(i, f"/handles/{ids[i]}", many.token(i)) for i in range(j, n, p)],
                           str(tmp / f"reader-{j}.out"), ready=str(tmp / f"reader-{j}.ready"),
-                          seconds=seconds + 900, phases=phases, start_file=start_file)
+                          seconds=seconds + 900, phases=phases, start_file=start_file,
+                          retry=True)
             readers.append((start_reader(job), job))
         deadline = time.monotonic() + 120
         while (not all(Path(str(job.ready)).exists() for _, job in readers)
@@ -200,9 +207,13 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
         spark.stop()
     lat: list[list[float]] = [[], []]
     revoked: list[float] = []
-    after = gaps = 0
+    after = gaps = never_served = 0
     errors: list[str] = []
+    refused: dict[str, int] = {}
     for res in results:
+        for status, count in res.get("refused", {}).items():
+            refused[status] = refused.get(status, 0) + count
+        never_served += res.get("never_served", 0)
         for j in range(2):
             lat[j] += res["lat"][j]
         revoked += [t - t_revoke for t in res["revoked"]]
@@ -219,14 +230,16 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
         per_edge[j % max(1, k)] += res["rows"]
     cpu = {key: cpu_after[key] - cpu_before[key] for key in ("gateway", "jvm", "workers")}
     edge_cpu = [b - a for a, b in zip(cpu_before["edges"], cpu_after["edges"], strict=True)]
+    window = cpu_after["at"] - cpu_before["at"]
     return {"side": side, "n": n, "load": load_average(), "opened": opened,
-            "edge_cpu": edge_cpu, "edge_rows": per_edge if k else [],
+            "edge_cpu": edge_cpu, "edge_rows": per_edge if k else [], "cpu_window": window,
             "edge_cpu_per_m": [c / r * 1e6 if r else float("nan")
                                for c, r in zip(edge_cpu, per_edge, strict=False)],
             "cpu": cpu, "rows": sum(per_edge),
             "phases": [many.phase_figures(lat[j], want[j]) for j in range(2)],
             "revoke_call": revoke_call, "revoked": many.phase_figures(revoked, n),
             "after_revoked": after, "gaps": gaps, "errors": errors[:5],
+            "refused": refused, "never_served": never_served,
             "missing_before_last": holes, "missing_after_last": cut,
             "readers": [{"rows": res["rows"], "open": res["still_open"],
                          "finals": res["finals"], "reasons": res.get("reasons", {})}
@@ -265,7 +278,11 @@ def report(r: dict[str, Any]) -> None:
           f"`revoked` {r['after_revoked']}, gaps {r['gaps']}; rows owed that never arrived: "
           f"{r['missing_before_last']} before a reader's last row, "
           f"{r['missing_after_last']} after it"
-          + (f"; errors {r['errors']}" if r["errors"] else ""))
+          + (f"; readers refused and asked again after Retry-After: {r['refused']} "
+             f"({r['never_served']} never served)" if r.get("refused") else "")
+          + (f"; reader errors (first {len(r['errors'])}): "
+             + " | ".join(" ".join(e.split())[:160] for e in r["errors"][:2])
+             if r["errors"] else ""))
     c = r["cpu"]
     line = (f"    CPU s over the ingest: gateway process {c['gateway']:.1f}, Spark JVM "
             f"{c['jvm']:.1f}, Python workers {c['workers']:.1f}; {r['rows']:,} rows delivered")
@@ -274,11 +291,36 @@ def report(r: dict[str, Any]) -> None:
         line += ("; per edge: " + ", ".join(
             f"{cs:.1f} s / {rows:,} rows = {m:.0f} s per M" for cs, rows, m in
             zip(r["edge_cpu"], r["edge_rows"], per_m, strict=True))
-            + f" (max/min {flatness(per_m):.2f})")
+            + f" (max/min {flatness(per_m):.2f}); an edge used "
+            f"{statistics.mean(r['edge_cpu']) / r['cpu_window']:.0%} of a core on average over "
+            f"the {r['cpu_window']:.0f} s (a fixed cost per second weighs more when rows are few)")
     print(line + f"; {r['n']:,} handles opened in {r.get('opened', float('nan')):.1f} s"
           f"; load average {r['load']}")
     if any(x["open"] or set(x["finals"]) - {"revoked"} for x in r["readers"]):  # not all revoked
         print(f"    reader processes: {r['readers']}")
+
+
+def broker_state(pid: int, bootstrap: str) -> str:
+    """The broker after a side: its topics (a side's gateway deletes its plan topics when it
+    closes), its CPU seconds so far, and its heap (`jstat -gcutil`: old generation full, full
+    GCs so far and their seconds), to tell a broker short of heap from a slow gateway."""
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        topics = len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(
+            timeout=30).topics)
+    except Exception as exc:  # noqa: BLE001 - a figure, not the run
+        topics = f"? ({exc})"
+    gc = "no jstat"
+    try:
+        out = subprocess.run(["jstat", "-gcutil", str(pid)], capture_output=True, text=True,
+                             timeout=30).stdout.split("\n")
+        row = dict(zip(out[0].split(), out[1].split(), strict=False))
+        gc = (f"old generation {row['O']}% full, {row['FGC']} full GCs ({row['FGCT']} s), "
+              f"{row['YGC']} young ({row['YGCT']} s)")
+    except (OSError, IndexError, KeyError, subprocess.SubprocessError):
+        pass
+    return f"{topics} topics, {cpu_seconds(pid):.0f} CPU s so far, {gc}"
 
 
 def flatness(values: list[float]) -> float:
@@ -338,6 +380,9 @@ def main() -> None:
                         results[(n, side)].append(run_child(
                             __file__, ["--side", json.dumps(a)], timeout=args.seconds + 1800,
                             echo=True))
+                        assert broker.process is not None
+                        print(f"    broker after {side}: "
+                              f"{broker_state(broker.process.pid, broker.bootstrap)}")
         finally:
             broker.stop()
             postgres.close()
@@ -348,19 +393,26 @@ def main() -> None:
         print(f"  {n:>6,} {side:>8}: p95 start-up {start} s, "
               f"steady {spread((r['phases'][1]['p95'] for r in runs), '{:.3f}')} s, revocation "
               f"p99 {spread(r['revoked']['p99'] * 1000 for r in runs)} ms, gaps "
-              f"{sum(r['gaps'] for r in runs)}, never arrived "
-              f"{sum(r['missing_before_last'] for r in runs)}"
+              f"{sum(r['gaps'] for r in runs)}, rows after `revoked` "
+              f"{sum(r['after_revoked'] for r in runs)}, never arrived "
+              f"{sum(r['missing_before_last'] for r in runs)} (before a reader's last row) + "
+              f"{sum(r['missing_after_last'] for r in runs)} (after it), runs with reader errors "
+              f"{sum(len(r['errors']) > 0 for r in runs)}"
               + (f"; edge CPU s per M rows {spread(per_m)} (max/min within a run "
                  f"{spread((flatness(r['edge_cpu_per_m']) for r in runs), '{:.2f}')})"
                  if per_m else "")
               + f"; gateway process CPU s {spread((r['cpu']['gateway'] for r in runs), '{:.1f}')}")
     for n in sizes:
-        means = [statistics.median([statistics.mean(r["edge_cpu_per_m"]) for r in runs])
+        means = {side: statistics.median([statistics.mean(r["edge_cpu_per_m"]) for r in runs])
                  for (m, side), runs in results.items()
-                 if m == n and side.startswith("edges") and runs]
+                 if m == n and side.startswith("edges") and runs}
         if len(means) > 1:
-            print(f"  {n:,} handles: edge CPU per M rows from {sides[-len(means)]} to {sides[-1]}:"
-                  f" max/min {flatness(means):.2f}")
+            base, *more = means
+            print(f"  {n:,} handles: edge CPU s per M rows (the median of each side's mean over "
+                  f"its edges) " + ", ".join(f"{side} {v:.1f}" for side, v in means.items())
+                  + "; " + ", ".join(f"{side}/{base} {ratio(means[side], means[base])}"
+                                     for side in more)
+                  + f"; max/min {flatness(list(means.values())):.2f} (aim: within 1.20)")
     print("load average at the end:", load_average())
 
 

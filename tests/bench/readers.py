@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import selectors
 import signal
@@ -31,6 +32,7 @@ FINAL_EVENTS = ("revoked", "released", "ended", "shutdown")
 ROW_LINE = re.compile(rb'^\{"id":[0-9]+,"row":', re.M)
 SENT = re.compile(rb'"sent":(-?[0-9][0-9.eE+-]*)')
 SEQ = re.compile(rb'"seq":(-?[0-9]+)')
+RETRY_AFTER = re.compile(rb'\r\nretry-after: *([0-9]+)', re.I)
 
 
 @dataclass
@@ -41,7 +43,11 @@ class ReadJob:
     (and rows reported lost), or when the connection ends; the process at `seconds`, at SIGTERM,
     or when every handle is done. With `phases` ((lo, hi) epoch ranges of the rows' `sent`) every
     row's latency (arrival - sent) is kept under its phase; with `sample`, (index, seq, arrival)
-    of the rows with seq % sample == 0."""
+    of the rows with seq % sample == 0. With `retry`, a handle answered 429 or 503 with
+    `Retry-After` (a server at its connection limit, an edge whose store check did not come in
+    time or that cannot reach the brokers) is asked again after that many seconds (and up to
+    as many more, spread), as a client is told to, until `seconds` end; each such answer is
+    counted in `refused` (by status), not in `errors`."""
 
     host: str
     port: int
@@ -53,6 +59,7 @@ class ReadJob:
     phases: list[tuple[float, float]] = field(default_factory=list)
     sample: int = 0
     start_file: str | None = None  # phases are offsets from the epoch second written there
+    retry: bool = False
 
 
 def write_start(job: ReadJob, epoch: float) -> None:
@@ -146,13 +153,21 @@ def reader_main(job_path: str) -> None:
     deadline = time.monotonic() + job.seconds
     sel = selectors.DefaultSelector()
     conns: dict[int, _Conn] = {}
-    for index, path, token in job.handles:
+    requests = {index: (path, token) for index, path, token in job.handles}
+    again: list[tuple[float, int]] = []  # (monotonic time, handle index) to ask again
+    refused: dict[str, int] = {}
+
+    def connect(index: int) -> None:
+        path, token = requests[index]
         s = socket.create_connection((job.host, job.port), timeout=30)
         s.sendall(f"GET {path} HTTP/1.0\r\nAccept: application/x-ndjson\r\n"
                   f"Authorization: Bearer {token}\r\n\r\n".encode())
         s.setblocking(False)
         conns[index] = _Conn(index, s)
         sel.register(s, selectors.EVENT_READ, index)
+
+    for index in requests:
+        connect(index)
     phases = [tuple(p) for p in job.phases]
     relative = job.start_file is not None
 
@@ -186,10 +201,18 @@ def reader_main(job_path: str) -> None:
         c.sock.close()
         del conns[c.index]
 
-    while not stop.is_set() and conns and time.monotonic() < deadline:
+    while not stop.is_set() and (conns or again) and time.monotonic() < deadline:
         if relative:
             resolve()
-        if not ready_written and all(c.head for c in conns.values()):
+        if again and again[0][0] <= time.monotonic():
+            due = [i for at, i in again if at <= time.monotonic()]
+            again = [(at, i) for at, i in again if at > time.monotonic()]
+            for index in due:
+                try:
+                    connect(index)
+                except OSError as exc:
+                    errors.append(f"handle {index}: asked again: {exc!r}")
+        if not ready_written and not again and all(c.head for c in conns.values()):
             Path(job.ready).write_text("ready")  # type: ignore[arg-type]
             ready_written = True
         for key, _ in sel.select(0.2):
@@ -214,7 +237,16 @@ def reader_main(job_path: str) -> None:
                     c.pending = buf
                     continue
                 if b" 200 " not in buf[:20]:
-                    errors.append(buf[:300].decode(errors="replace"))
+                    status = buf[9:12].decode(errors="replace")
+                    wait = RETRY_AFTER.search(buf[:end])
+                    if job.retry and status in ("429", "503") and wait:
+                        refused[status] = refused.get(status, 0) + 1
+                        pause = float(wait.group(1))
+                        again.append((time.monotonic() + pause * (1 + random.random()),
+                                      c.index))
+                        again.sort()
+                    else:
+                        errors.append(buf[:300].decode(errors="replace"))
                     close(c)
                     continue
                 buf = buf[end + 4:]
@@ -282,7 +314,8 @@ def reader_main(job_path: str) -> None:
     Path(job.out).write_text(json.dumps({
         **out, "lat": lat, "first": first, "last": last, "revoked": revoked, "finals": finals,
         "samples": samples, "errors": errors[:5], "still_open": still_open,
-        "tops": {str(i): t for i, t in tops.items()}, "reasons": reasons}))
+        "tops": {str(i): t for i, t in tops.items()}, "reasons": reasons,
+        "refused": refused, "never_served": len(again)}))
 
 
 if __name__ == "__main__":

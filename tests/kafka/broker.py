@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="its log directory and configuration (kept across runs)")
     parser.add_argument("--plan-topics", type=int, default=5000,
                         help="plan topics (delivery = kafka: one per plan with a handle) the "
-                             "broker is sized for: its heap (default 5000: 704 MB)")
+                             f"broker is sized for: its heap (default 5000: {heap_for(5000)})")
     parser.add_argument("--topic", action="append", default=[],
                         help="NAME[:PARTITIONS] to create if missing (repeatable)")
     args = parser.parse_args(argv)

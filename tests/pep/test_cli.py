@@ -537,3 +537,35 @@ def test_xsg_edge_says_its_store_pool_size_and_refuses_one_too_small(capsys):
             parser.parse_args(["edge", "--store-pool-size", bad])
         err = capsys.readouterr().err
         assert "--store-pool-size" in err and "expected" in err, err
+
+
+def test_xsg_edge_serves_as_many_readers_as_the_configuration_allows():
+    """`max_connections` of the gateway's configuration holds for its edges too: an edge built
+    without it answered 429 to the 4,097th reader whatever the configuration said (bench_edges,
+    5,000 handles on one edge); here the limit is 3, so the fourth connection gets 429."""
+    from pep.cli.edge import edge_server
+
+    def ok(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+    config = GatewayConfig(max_connections=3, header_timeout=4.0)
+    server = edge_server(ok, config, "127.0.0.1", 0, "xsg-edge t").start()
+    held = []
+    try:
+        assert server.max_connections == 3 and server.limits.header_timeout == 4.0
+        held = [socket.create_connection(("127.0.0.1", server.port), timeout=5)
+                for _ in range(3)]
+        time.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        held.append(extra)
+        extra.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+        said = b""
+        while chunk := extra.recv(4096):  # the server closes its side after the answer
+            said += chunk
+        assert said.startswith(b"HTTP/1.1 429 "), said[:200]
+        assert b"at most 3 at once" in said, said
+    finally:
+        for s in held:
+            s.close()
+        server.stop()
