@@ -80,3 +80,35 @@ def test_a_topic_the_broker_has_not_made_yet_is_warmed_on_a_later_try(spark, kaf
         assert warmer.warmed == 1
     finally:
         warmer.close()
+
+
+@pytest.mark.timeout(180)
+def test_many_new_topics_are_warmed_a_chunk_at_a_time_in_one_task_each(spark, kafka_broker):
+    """A warm write takes one task slot, a `CHUNK` of topics at a time: 5,000 new topics in 8
+    tasks held both slots of a 2-core machine for over 30 s, and the stream's first micro-batch
+    waited behind them (issue 45's 5,000-handle benchmark)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from pep.runtime.delivery.warm import CHUNK, JOB_GROUP, TopicWarmer
+    settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT")
+    stamp = int(time.time() * 1000)
+    topics = [f"warm-many-{stamp}-{i}" for i in range(2 * CHUNK + 1)]
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    for future in admin.create_topics([NewTopic(t, 1, 1) for t in topics],
+                                      operation_timeout=60, request_timeout=60).values():
+        future.result(60)
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup(JOB_GROUP))
+    warmer = TopicWarmer(spark, settings.spark_options())
+    try:
+        for topic in topics:
+            warmer.add(topic)
+        assert warmer.idle(120)
+        assert warmer.warmed == len(topics)
+        jobs = sorted(set(tracker.getJobIdsForGroup(JOB_GROUP)) - before)
+        tasks = [tracker.getStageInfo(s).numTasks for j in jobs
+                 for s in tracker.getJobInfo(j).stageIds if tracker.getStageInfo(s)]
+        assert len(jobs) >= 3 and tasks and all(n == 1 for n in tasks), (jobs, tasks)
+        assert topic_messages(kafka_broker, topics[-1], 1, 15) == [(WARM_KEY, b"")]
+    finally:
+        warmer.close()

@@ -10,7 +10,8 @@ again: 0.2 s), so a fresh gateway's readers waited seconds behind its first batc
 the runtime has not seen, the topic is queued, and a background thread writes one record to each
 queued topic through Spark's Kafka sink with the very options the rows are written with (Spark
 keeps one producer per set of options in each executor: the rows' producer is the one that
-learnt the topics). Topics queued while one such write runs go together in the next one. The
+learnt the topics). Topics queued while one such write runs go together in the next ones, at
+most `CHUNK` a write, each write one task: the stream's micro-batches keep a task slot. The
 record is keyed `WARM_KEY` with an empty value: an edge skips it (`pep.edge.reader`), it is no
 row and takes no event id's place in a reader's stream beyond its offset.
 
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 REMEMBERED = 100_000  # topics remembered as warmed (the oldest forgotten first)
 TRIES = 3  # writes of a topic's record before giving up on it
 RETRY_AFTER = 2.0  # seconds before a failed write is tried again
+CHUNK = 100  # topics per warm write (one task each: `_write`)
+JOB_GROUP = "xsg-topic-warm"  # Spark's job group of the warm writes
 
 
 class TopicWarmer:
@@ -78,7 +81,7 @@ class TopicWarmer:
                 self._cond.wait_for(lambda: self._queued or self._closed)
                 if self._closed:
                     return
-                topics, self._queued = self._queued, []
+                topics, self._queued = self._queued[:CHUNK], self._queued[CHUNK:]
                 self._busy = True
             try:
                 self._write(topics)
@@ -103,12 +106,16 @@ class TopicWarmer:
                     self._cond.notify_all()
 
     def _write(self, topics: list[str]) -> None:
+        """One write of at most `CHUNK` topics, in one task (`JOB_GROUP`): its sends wait on a
+        lookup each, so the task runs long while the broker is busy making topics, and the
+        stream's micro-batches must keep a task slot meanwhile (the warm write of 5,000 topics
+        in 8 tasks held both of a 2-core machine's slots for over 30 s, and the first
+        micro-batch waited behind it)."""
+        context = self._spark.sparkContext
+        context.setJobGroup(JOB_GROUP, "xsg: new plan topics made known to the producer")
         frame = self._spark.createDataFrame(
             [(t, WARM_KEY, b"") for t in topics], "topic string, key binary, value binary")
-        # a task per few hundred topics: its sends wait on one lookup each, and concurrent
-        # tasks' lookups share the producer's metadata requests
-        frame = frame.repartition(max(1, min(8, len(topics) // 250)))
-        frame.write.format("kafka").options(**self._options).save()
+        frame.coalesce(1).write.format("kafka").options(**self._options).save()
         self.warmed += len(topics)
 
     def close(self) -> None:
@@ -119,4 +126,4 @@ class TopicWarmer:
         self._thread.join(30)
 
 
-__all__ = ["WARM_KEY", "TopicWarmer"]
+__all__ = ["CHUNK", "JOB_GROUP", "WARM_KEY", "TopicWarmer"]
