@@ -46,6 +46,9 @@ from common.db import POSTGRESQL, StoreUnavailable, _notify
 log = logging.getLogger(__name__)
 
 DEFAULT_SCHEMA = "xsg"
+# the first key of the lock a schema is created under (`connect`; with the name's hash as the
+# second): any fixed 32-bit number, xsg's own (migrations lock a 64-bit key: another space)
+SCHEMA_LOCK = 0x78736701
 NO_FREE_CONNECTION = "no connection free in time"
 RECONNECT_SECONDS = 10.0  # the pool retries a failed connection this long, then on demand
 DOWN_WAIT = 1.0  # seconds a connection is waited for while the store is known to be down
@@ -240,8 +243,14 @@ class PostgresBackend:
                 found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
                                      (schema,)).fetchone()
                 if found is None:
-                    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
-                        sql.Identifier(schema)))
+                    # `CREATE SCHEMA IF NOT EXISTS` is not safe against a concurrent one (the
+                    # second fails on pg_namespace's unique index): processes starting together
+                    # create it one at a time, under a lock of the schema's name
+                    with conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                                     (SCHEMA_LOCK, schema))
+                        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                            sql.Identifier(schema)))
         except psycopg.Error as exc:
             raise StoreUnavailable(f"cannot use PostgreSQL at {where}: "
                                    f"{_scrub(_first_line(exc), url)}") from None
