@@ -47,22 +47,25 @@ def test_row_plans_and_windows_are_written_to_their_plan_topics(kafka_broker, ka
     assert [w["sum_v"] for _, w in windows] == [-1.0, 7.0, 11.0], windows
 
 
-@pytest.mark.parametrize("values_before", [4, 0], ids=["values-made-before", "values-after"])
+@pytest.mark.parametrize("values_before", [None, 4, 0],
+                         ids=["window", "worker-values-made-before", "worker-values-after"])
 def test_rows_that_tie_in_stream_order_are_keyed_alike_whatever_order_they_come_in(
         spark, monkeypatch, values_before):
     """A batch's write run again (after a half-failed write) must key every row as the first
     did: an edge skips a key it read, so a row keyed differently the second time is skipped
     or repeated. Rows that tie in the order columns (one tuple on one topic through two
     plans; two tuples the order columns do not tell apart) were numbered in the order the
-    tasks gave them (issue 45). Both ways of making the values: before the records (a few
-    projections) and after."""
+    tasks gave them (issue 45). The native window's numbering (a few plans) and the worker's
+    (the grouped matcher's way), with the values made before the records (a few projections)
+    and after: the same keys."""
     from pyspark.sql import types as T
 
     from pep.runtime.base.columns import PIDS_COLUMN
     from pep.runtime.delivery import topic_rows
     from pep.runtime.delivery.topic_rows import PlanRoute, TopicRows
 
-    monkeypatch.setattr(topic_rows, "VALUES_BEFORE", values_before)
+    if values_before is not None:
+        monkeypatch.setattr(topic_rows, "VALUES_BEFORE", values_before)
 
     schema = T.StructType([T.StructField(PIDS_COLUMN, T.ArrayType(T.LongType())),
                            T.StructField("v", T.DoubleType()),
@@ -73,7 +76,8 @@ def test_rows_that_tie_in_stream_order_are_keyed_alike_whatever_order_they_come_
 
     def keyed(data: list, partitions: int) -> dict[tuple[str, str], str]:
         frame = spark.createDataFrame(data, schema).repartition(partitions)
-        out = writer.from_pids(frame, routes, ["_seq"], "m:e:0:").collect()
+        records = writer.from_pids if values_before is None else writer.from_pids_on_worker
+        out = records(frame, routes, ["_seq"], "m:e:0:").collect()
         return {(r["topic"], bytes(r["key"]).decode()): r["value"] for r in out}
 
     first = keyed(rows, 1)

@@ -20,12 +20,15 @@ becomes one record per (tuple, plan topic), made on the workers by `worker_rows.
   (`pep.edge.reader.KeyLog`). The epoch is the query's checkpoint's (Spark's query id):
   batches are numbered anew only with a new checkpoint.
 
-The whole batch's records are made in one task (the frame coalesced to one partition, so no
-shuffle: a window over the topics cost a shuffle and a sort, about 0.25 s of a 0.3-0.5 s
-micro-batch at 1,000 plan topics), numbered there per topic and written in stream order by one
-producer (idempotent, acks=all): one partition per plan topic keeps them in that order. The
-micro-batches this path serves are bounded (the sources' per-trigger caps), so holding one
-batch's records in the task's memory is what the window's sort did too.
+With the grouped matcher (many plans, `from_bits`) the whole batch's records are made in one
+task (the frame coalesced to one partition, so no shuffle: a window over the topics cost a
+shuffle and a sort, about 0.25 s of a 0.3-0.5 s micro-batch at 1,000 plan topics), numbered
+there per topic and written in stream order by one producer (idempotent, acks=all): one
+partition per plan topic keeps them in that order. The micro-batches this path serves are
+bounded (the sources' per-trigger caps), so holding one batch's records in the task's memory
+is what the window's sort did too. With a few plans (`from_pids`) the rows job's own explode,
+a broadcast join with the routes and a window over the topics number them (the upstream stays
+in every task; the window's partitioning puts a topic's records in one task).
 
 A write that fails (the brokers away) is tried again, the same records under the same keys,
 until it succeeds or the query stops: the micro-batch is not committed meanwhile, so the
@@ -43,7 +46,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark import AccumulatorParam, cloudpickle
-from pyspark.sql import Column, DataFrame, functions as F, types as T
+from pyspark.sql import Column, DataFrame, Window, functions as F, types as T
 
 from common.errors import described
 from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN, READ_COLUMN, TOP_COLUMN
@@ -181,10 +184,54 @@ class TopicRows:
     # ----- the frames the rows job makes --------------------------------------------------------
     def from_pids(self, frame: DataFrame, routes: Sequence[PlanRoute], order: Sequence[str],
                   prefix: str) -> DataFrame:
-        """Records from a rows frame with a list of plan ids per row (`PIDS_COLUMN`)."""
+        """Records from a rows frame with a list of plan ids per row (`PIDS_COLUMN`: a few
+        plans, each row a record or two), natively: exploded, joined with the routes and
+        numbered by a window over the topics. A Python step in one task (`from_bits`' way)
+        cost more here than the window's shuffle and sort: a Kafka backlog of 100,000 records
+        through one plan went at 0.58 of the user's query's rate that way, 0.82 with the
+        window (`bench_kafka.py --parts throughput`), whose upstream (the source's read and
+        parse) runs in every task."""
+        sources = sorted({s for r in routes for s in r.sources})
+        columns = self._shaped(("pids", tuple(sources), tuple(order)), self, lambda: [
+            F.explode(F.col(PIDS_COLUMN)).alias(PID),
+            *[F.col(f"`{s}`") for s in sources if s not in order], *[F.col(o) for o in order]])
+        return self._windowed(self._steps.select(frame, columns), routes, order, prefix)
+
+    def _windowed(self, exploded: DataFrame, routes: Sequence[PlanRoute], order: Sequence[str],
+                  prefix: str) -> DataFrame:
+        """(topic, key, value) of every (row, plan topic) of `exploded` (a row per (row,
+        plan): its plan id in `PID`, the routes' sources and the order columns), numbered by
+        `row_number` over the topic."""
+        joined, value = self.routed(exploded, routes)
+        order_key = tuple(order)
+
+        def valued() -> list[Column]:
+            return [F.col(TOPIC), F.col(PID), value.alias("value"), *[F.col(o) for o in order]]
+
+        def numbered() -> list[Column]:
+            # as the worker's numbering: the stream's order, then the plan, then the value
+            ordering = Window.partitionBy(TOPIC).orderBy(
+                *[F.col(o).asc_nulls_last() for o in order], F.col(PID), F.col("value"))
+            return [F.col(TOPIC), F.col(PID), F.col("value"), *[F.col(o) for o in order],
+                    (F.row_number().over(ordering) - 1).alias(INDEX)]
+
+        steps = self._steps
+        rows = steps.select(steps.select(joined, self._shaped(("valued", order_key), value,
+                                                              valued)),
+                            self._shaped(("numbered", order_key), value, numbered))
+        topic, index, text = self._shaped(("keyed",), self, lambda: [
+            F.col(TOPIC), F.col(INDEX).cast("string"), F.col("value")])
+        return rows.select(topic, F.concat(F.lit(prefix), index).cast("binary").alias("key"),
+                           text)
+
+    def from_pids_on_worker(self, frame: DataFrame, routes: Sequence[PlanRoute],
+                            order: Sequence[str], prefix: str) -> DataFrame:
+        """`from_pids`' records made as `from_bits` makes them (routed and numbered by a
+        worker's Python step in one task), for a plan-ids frame: the same keys either way
+        (tests hold the two to it)."""
         sources = sorted({s for r in routes for s in r.sources})
         keep = [*[s for s in sources if s not in order], *order]
-        columns = self._shaped(("pids", tuple(keep)), self, lambda: [
+        columns = self._shaped(("pids-on-worker", tuple(keep)), self, lambda: [
             F.col(PIDS_COLUMN), *[F.col(f"`{s}`") for s in keep]])
         return self._numbered(self._steps.select(frame, columns), "pids", self,
                               lambda: worker_rows.list_pairs(PIDS_COLUMN), keep, routes,
@@ -223,7 +270,7 @@ class TopicRows:
             texts = self._texts(projections, types)
             values = [f"{VALUE}{j}" for j in range(len(texts))]
             framed = self._steps.select(frame, self._shaped(
-                ("valued", tuple(fields)), texts, lambda: [
+                ("valued-before", tuple(fields)), texts, lambda: [
                     *[F.col(f"`{n}`") for n in fields], *texts]))
             schema = T.StructType([T.StructField(TOPIC, T.StringType()),
                                    T.StructField(INDEX, T.LongType()),
@@ -248,7 +295,7 @@ class TopicRows:
                     out, figures, counted),
                 schema, list(fields))
             value = self._value(projections, types)
-            topic, index, text = self._shaped(("keyed",), value, lambda: [
+            topic, index, text = self._shaped(("keyed-after",), value, lambda: [
                 F.col(TOPIC), F.col(INDEX).cast("string"), value.alias("value")])
         return numbered.select(topic, F.concat(F.lit(prefix), index).cast("binary").alias("key"),
                                text)
