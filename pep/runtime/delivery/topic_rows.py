@@ -172,10 +172,8 @@ class TopicRows:
         """`exploded` joined with the routes (a broadcast of the small table: a row per (row,
         plan topic)) and the records' value Column over it; shared with the real-time query
         (`pep/runtime/query/realtime.py`), which allows a broadcast join but no window."""
-        projections: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
-        for r in routes:
-            projections.setdefault((r.projection, r.sources), len(projections))
-        sources = sorted({s for r in routes for s in r.sources})
+        projections = _projections(routes)
+        sources = _sources(routes)
         types = {f.name: f.dataType for f in exploded.schema.fields if f.name in sources}
         joined = exploded.join(self._routes_frame(exploded.sparkSession, routes, projections),
                                on=PID)
@@ -188,10 +186,10 @@ class TopicRows:
         plans, each row a record or two), natively: exploded, joined with the routes and
         numbered by a window over the topics. A Python step in one task (`from_bits`' way)
         cost more here than the window's shuffle and sort: a Kafka backlog of 100,000 records
-        through one plan went at 0.58 of the user's query's rate that way, 0.82 with the
-        window (`bench_kafka.py --parts throughput`), whose upstream (the source's read and
-        parse) runs in every task."""
-        sources = sorted({s for r in routes for s in r.sources})
+        through one plan went at 0.58 of the user's query's rate that way, 0.81-0.82 with the
+        window, whose upstream (the source's read and parse) runs in every task
+        (`bench_kafka.py --parts throughput`)."""
+        sources = _sources(routes)
         columns = self._shaped(("pids", tuple(sources), tuple(order)), self, lambda: [
             F.explode(F.col(PIDS_COLUMN)).alias(PID),
             *[F.col(f"`{s}`") for s in sources if s not in order], *[F.col(o) for o in order]])
@@ -229,7 +227,7 @@ class TopicRows:
         """`from_pids`' records made as `from_bits` makes them (routed and numbered by a
         worker's Python step in one task), for a plan-ids frame: the same keys either way
         (tests hold the two to it)."""
-        sources = sorted({s for r in routes for s in r.sources})
+        sources = _sources(routes)
         keep = [*[s for s in sources if s not in order], *order]
         columns = self._shaped(("pids-on-worker", tuple(keep)), self, lambda: [
             F.col(PIDS_COLUMN), *[F.col(f"`{s}`") for s in keep]])
@@ -256,13 +254,11 @@ class TopicRows:
         without a shuffle (`worker_rows.numbered_records`): the frame goes through one task,
         which writes every topic's records in stream order (one producer; one partition per
         plan topic keeps that order)."""
-        projections: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
-        for r in routes:
-            projections.setdefault((r.projection, r.sources), len(projections))
+        projections = _projections(routes)
         table_key = tuple((r.pid, r.topics, projections[(r.projection, r.sources)])
                           for r in routes)
         fields = {f.name: f.dataType for f in frame.schema.fields}
-        types = {n: fields[n] for n in sorted({s for r in routes for s in r.sources})}
+        types = {n: fields[n] for n in _sources(routes)}
         figures = (READ_COLUMN, TOP_COLUMN) if counted is not None else None
         key = ("numbered", kind, tuple(keep), tuple(order), table_key)
         out = (TOPIC, PROJ, INDEX, "value")
@@ -281,7 +277,7 @@ class TopicRows:
                     pairs(), [*order, *values], list(order),
                     worker_rows.route_table(table_key), out, figures, counted, values),
                 schema, [*fields, *values])
-            topic, index, text = self._shaped(("keyed-values",), self, lambda: [
+            topic, index, text = self._shaped(("keyed",), self, lambda: [
                 F.col(TOPIC), F.col(INDEX).cast("string"), F.col("value")])
         else:
             schema = T.StructType([T.StructField(TOPIC, T.StringType()),
@@ -354,6 +350,21 @@ class _PerTask(AccumulatorParam[dict[int, Any]]):
     def addInPlace(self, a: dict[int, Any], b: dict[int, Any]) -> dict[int, Any]:
         a.update(b)
         return a
+
+
+def _projections(routes: Sequence[PlanRoute]
+                 ) -> dict[tuple[tuple[str, ...], tuple[str, ...]], int]:
+    """Each distinct (projection, sources) of the routes, numbered in order of appearance (the
+    records' projection index)."""
+    projections: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
+    for r in routes:
+        projections.setdefault((r.projection, r.sources), len(projections))
+    return projections
+
+
+def _sources(routes: Sequence[PlanRoute]) -> list[str]:
+    """The frame's columns the routes' records read, sorted."""
+    return sorted({s for r in routes for s in r.sources})
 
 
 def _json_ready(column: Column, dtype: T.DataType) -> Column:

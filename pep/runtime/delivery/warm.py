@@ -76,6 +76,10 @@ class TopicWarmer:
             return self._cond.wait_for(lambda: not self._queued and not self._busy, timeout)
 
     def _run(self) -> None:
+        # Spark's local properties are the thread's: every warm write of this thread is a job
+        # of the group
+        self._spark.sparkContext.setJobGroup(
+            JOB_GROUP, "xsg: new plan topics made known to the producer")
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._queued or self._closed)
@@ -106,13 +110,11 @@ class TopicWarmer:
                     self._cond.notify_all()
 
     def _write(self, topics: list[str]) -> None:
-        """One write of at most `CHUNK` topics, in one task (`JOB_GROUP`): its sends wait on a
-        lookup each, so the task runs long while the broker is busy making topics, and the
+        """One write of at most `CHUNK` topics, in one task (a job of `JOB_GROUP`): its sends
+        wait on a lookup each, so the task runs long while the broker is busy making topics, and the
         stream's micro-batches must keep a task slot meanwhile (the warm write of 5,000 topics
         in 8 tasks held both of a 2-core machine's slots for over 30 s, and the first
         micro-batch waited behind it)."""
-        context = self._spark.sparkContext
-        context.setJobGroup(JOB_GROUP, "xsg: new plan topics made known to the producer")
         frame = self._spark.createDataFrame(
             [(t, WARM_KEY, b"") for t in topics], "topic string, key binary, value binary")
         frame.coalesce(1).write.format("kafka").options(**self._options).save()
