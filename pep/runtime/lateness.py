@@ -10,10 +10,10 @@ last 100 of each query) and logs each late batch as a warning marked as repeatin
 happened and the worst ("stream weather is falling behind: 37 times in the last 60 s, worst
 2.1 s").
 
-A query run's first trigger is not counted: it plans the query, generates its code and opens its
-sources (0.3-1.5 s measured for a new Kafka stream's query against a 0.25 s trigger), which is the
-start of a query, not a query falling behind; a backlog it cannot work off shows in the batches
-after it.
+A query run's start is not counted (its first batch and the triggers before it that found
+nothing to read): it plans the query, generates its code and opens its sources (0.3-1.5 s
+measured for a new Kafka stream's query against a 0.25 s trigger), which is the start of a
+query, not a query falling behind; a backlog it cannot work off shows in the batches after it.
 
 The shared query (`pep/runtime/shared/`) is measured against the longest interval its adaptive
 trigger may choose (`shared_trigger_max`), less the time it held a batch on purpose (the
@@ -51,7 +51,7 @@ class LateBatches:
                  held: Callable[[int], float] | None = None, retained: int = 100) -> None:
         self.trigger_interval = float(trigger_interval)
         # how many reports Spark keeps per query (spark.sql.streaming.numRecentProgressUpdates):
-        # fewer than that and the oldest one held is the run's first trigger
+        # fewer than that and the reports held go back to the run's first trigger
         self.retained = retained
         self.limit = limit
         self._held = held
@@ -71,14 +71,15 @@ class LateBatches:
                 reports = query._jsq.recentProgress()  # the JVM's array: read from its end
                 last = self._seen.get(name, "")
                 newest, found = last, []
+                start = _start(reports) if len(reports) < self.retained else -1
                 for i in range(len(reports) - 1, -1, -1):
                     report = reports[i]
                     started = str(report.timestamp())
                     if started <= last:
                         break
                     newest = max(newest, started)
-                    if i == 0 and len(reports) < self.retained:
-                        continue  # the run's first trigger: the query's start, see above
+                    if i <= start:
+                        continue  # the query's start, see above
                     seconds = int(report.batchDuration()) / 1000.0
                     batch_id = int(report.batchId())
                     if self._held is not None:
@@ -106,6 +107,17 @@ class LateBatches:
                             extra=repeating(f"{what} is falling behind", batch.seconds))
                 logged += 1
         return logged
+
+
+def _start(reports: Any) -> int:
+    """The index of the last report of a query run's start among its reports (a JVM array,
+    oldest first, back to the run's first trigger): that of its first batch that ran
+    (`addBatch` timed), the triggers before it having found nothing to read (reported under
+    the id of the batch still to come); all of them while no batch ran."""
+    for i in range(len(reports)):
+        if reports[i].durationMs().containsKey("addBatch"):
+            return i
+    return len(reports) - 1
 
 
 __all__ = ["LateBatch", "LateBatches"]

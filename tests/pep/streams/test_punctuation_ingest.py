@@ -113,6 +113,13 @@ def test_a_kafka_stream_reads_committed_records_unless_its_owner_says_otherwise(
     loose = catalog.register("k2", "o", FIELDS, {**source, "kafka.isolation.level":
                                                  "read_uncommitted"}, trusted=True)
     assert kafka_options(loose)[2]["isolation.level"] == "read_uncommitted"
+    # tasks of fixed ranges (micro-batches, batch reads) fetch with a short wait at the broker
+    # (frames.KAFKA_FETCH_WAIT_MS says why); real-time mode's long-running tasks keep Kafka's
+    assert kafka_options(plain, ranges=True)[2]["fetch.max.wait.ms"] == "10"
+    assert "fetch.max.wait.ms" not in kafka_options(plain)[2]
+    waits = catalog.register("k4", "o", FIELDS, {**source, "kafka.fetch.max.wait.ms": "100"},
+                             trusted=True)
+    assert kafka_options(waits, ranges=True)[2]["fetch.max.wait.ms"] == "100"
     with pytest.raises(InvalidStream, match="kafka.isolation.level must be"):
         catalog.register("k3", "o", FIELDS, {**source, "kafka.isolation.level": "committed"},
                          trusted=True)
