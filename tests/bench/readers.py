@@ -204,9 +204,12 @@ def reader_main(job_path: str) -> None:
     while not stop.is_set() and (conns or again) and time.monotonic() < deadline:
         if relative:
             resolve()
-        if again and again[0][0] <= time.monotonic():
-            due = [i for at, i in again if at <= time.monotonic()]
-            again = [(at, i) for at, i in again if at > time.monotonic()]
+        now = time.monotonic()
+        if again and again[0][0] <= now:
+            # one clock reading for both halves: an entry falling due between two readings
+            # would be in neither, its handle never asked again
+            due = [i for at, i in again if at <= now]
+            again = [(at, i) for at, i in again if at > now]
             for index in due:
                 try:
                     connect(index)
