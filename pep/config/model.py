@@ -144,6 +144,9 @@ class GatewayConfig:
     # seconds of a real-time batch (Spark's real-time mode) for a Kafka stream whose plans all
     # compile to Spark expressions (docs/operate/edges.md); 0, the default: micro-batches only
     delivery_realtime: float = 0.0
+    # plans of a stream sharing one plan topic, each under a lane (`pep.delivery.lanes`);
+    # 1: a topic per plan
+    delivery_plans_per_topic: int = 64
 
     def __post_init__(self) -> None:
         check_config(self)  # pep.config.validation: bounds, kinds, normalised forms

@@ -122,6 +122,8 @@ SETTING_HELP = {
                             "before fencing the silent ones off the plan's topic",
     "delivery_realtime": "seconds of a real-time batch for Kafka streams whose plans all "
                          "compile to Spark expressions (Spark's real-time mode); 0: off",
+    "delivery_plans_per_topic": "plans of a stream that share one plan topic, each under a "
+                                "lane of its own; 1: a topic per plan",
     "oidc.issuer": "accept JWTs of this OIDC issuer (its 'iss'), besides the token file",
     "oidc.audience": "comma-separated audiences; a token's 'aud' must contain one",
     "oidc.jwks_uri": "the issuer's JWKS URL",

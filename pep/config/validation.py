@@ -27,6 +27,7 @@ NUMBER_RANGES: dict[str, tuple[float, float]] = {
     "delivery_retention_seconds": (1, MAX_SECONDS), "delivery_retention_bytes": (1, INT64_MAX),
     "delivery_replication": (1, 32767), "delivery_ack_timeout": (0.05, 60),
     "delivery_realtime": (0, 3600),  # 0: micro-batches only
+    "delivery_plans_per_topic": (1, 100_000),
 }
 DELIVERY_MODES = ("process", "kafka")
 REALTIME_MIN_BATCH = 5.0  # seconds: Spark's own minimum real-time batch

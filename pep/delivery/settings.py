@@ -63,6 +63,8 @@ class DeliverySettings:
     # seconds of a real-time batch for Kafka streams whose plans all qualify
     # (`pep.runtime.query.realtime`); 0: micro-batches only
     realtime: float = 0.0
+    # plans of a stream sharing one plan topic, each under a lane (`pep.delivery.lanes`)
+    plans_per_topic: int = 64
 
     @classmethod
     def of(cls, config: Any) -> DeliverySettings:
@@ -76,7 +78,8 @@ class DeliverySettings:
                    retention_bytes=int(config.delivery_retention_bytes),
                    replication=int(config.delivery_replication),
                    ack_timeout=float(config.delivery_ack_timeout),
-                   realtime=float(config.delivery_realtime))
+                   realtime=float(config.delivery_realtime),
+                   plans_per_topic=int(config.delivery_plans_per_topic))
 
     # -- names ----------------------------------------------------------------------------------
 
