@@ -1,8 +1,11 @@
 """What the gateway and its edges share about delivery through plan topics, in the store.
 
-- `delivery_plan_topics`: each plan topic (its random name, the stream and plan key it carries,
-  live or ended). A plan's handles share its topic; a plan asked for again after its topic was
-  deleted gets a new one (a deleted Kafka topic's name cannot be used again at once).
+- `delivery_plan_topics`: each plan's destination (`<topic>#<lane>`, `pep.delivery.lanes`: up
+  to `plans_per_topic` plans of a stream share a Kafka topic, each under a lane; a name without
+  `#` is a topic of one plan), the stream and plan key it carries, live or ended. A plan's
+  handles share its destination; a plan asked for again after it ended gets a new one. A
+  Kafka topic is deleted once none of its destinations is live (a deleted Kafka topic's
+  name cannot be used again at once).
 - `delivery_handles`: which topic a handle reads and the offset it starts at (the topic's end
   when the handle was opened: a handle joining a plan gets nothing of the plan from before it).
   An edge checks every reader against this and `handles` (owner, state) before it serves.
@@ -113,6 +116,34 @@ class DeliveryStore:
         self._db.execute("INSERT INTO delivery_plan_topics (topic, stream, plan_key, state,"
                          f" created_at) VALUES (?, ?, ?, 'live', {NOW})",
                          (topic, stream, plan_key))
+
+    def open_topic(self, stream: str, limit: int) -> tuple[str, int] | None:
+        """A Kafka topic of `stream` that other plans' lanes may join (`pep.delivery.lanes`):
+        some of its lanes live (a topic whose lanes all ended is on its way out), fewer than
+        `limit`, and no edge fenced off it (a fence holds for the topic's life: a new plan
+        there could not be read by that edge); (its name, its live lanes), the fullest first.
+        None when there is none."""
+        if limit < 2:
+            return None
+        row = self._db.fetchone(
+            "SELECT split_part(p.topic, '#', 1) AS t, COUNT(*) AS n FROM delivery_plan_topics p"
+            " WHERE p.stream = ? AND p.state = 'live' AND strpos(p.topic, '#') > 0"
+            " AND NOT EXISTS (SELECT 1 FROM delivery_fences f"
+            " WHERE f.topic = split_part(p.topic, '#', 1))"
+            " GROUP BY t HAVING COUNT(*) < ? ORDER BY n DESC, t LIMIT 1", (stream, int(limit)))
+        return (str(row[0]), int(row[1])) if row else None
+
+    def topics_in_use(self, topics: Iterable[str]) -> set[str]:
+        """Of these Kafka topics, those with a live plan (a live destination, any lane)."""
+        names = sorted(set(topics))
+        out: set[str] = set()
+        for lo in range(0, len(names), 1000):
+            chunk = names[lo:lo + 1000]
+            marks = ", ".join("?" for _ in chunk)
+            out.update(str(r[0]) for r in self._db.fetchall(
+                "SELECT DISTINCT split_part(topic, '#', 1) FROM delivery_plan_topics WHERE"
+                f" state = 'live' AND split_part(topic, '#', 1) IN ({marks})", chunk))
+        return out
 
     def end_topic(self, topic: str) -> None:
         """The topic is deleted (or being deleted): no handle may be bound to it again."""

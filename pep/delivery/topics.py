@@ -2,16 +2,20 @@
 
 - A handle opened (or resumed) on a single stream, without a differentially private window, is
   attached to the runtime with a `TopicTarget` instead of its buffer (`tap`): the runtime writes
-  its plan's rows to the plan's topic (`pep/runtime/delivery`), and its rows never reach this
-  process's memory. The topic is the plan's live one in the store, else a new one (created here,
-  one partition, the configured retention); the handle is bound to it from the topic's end
-  offset then (a handle joining a plan gets nothing of the plan from before it). A join, a
-  private window and a handle that feeds derived streams stay in this process.
+  its plan's rows to the plan's destination (`pep/runtime/delivery`), and its rows never reach
+  this process's memory. The destination is the plan's live one in the store, else a new lane
+  (`pep.delivery.lanes`) on a topic of the stream with room for one more plan
+  (`plans_per_topic`), else on a new topic (created here, one partition, the configured
+  retention); the handle is bound to it from the topic's end offset then (a handle joining a
+  plan gets nothing of the plan from before it). A join, a private window and a handle that
+  feeds derived streams stay in this process.
 - When handles end (`ended`, a `HandleService` listener, so before the DELETE or the
   revocation pass returns): the revocation is published on the control topic and every live
-  edge's acknowledgement awaited (`pep.delivery.control`); then the topics no live handle reads
-  any more are marked ended in the store (no handle binds to them again) and deleted
-  `DELETE_GRACE` seconds later (a micro-batch under way may still be writing to them).
+  edge's acknowledgement awaited (`pep.delivery.control`); then the destinations no live handle
+  reads any more are marked ended in the store (no handle binds to them again), and the Kafka
+  topics left with no live destination are deleted `DELETE_GRACE` seconds later (a micro-batch
+  under way may still be writing to them; one that another gateway gave a new lane meanwhile
+  is kept).
 - At start, topics that no live handle reads (a gateway stopped before deleting them) go the
   same way; the delivery topics it takes up (the control and acks topics, the live plan topics)
   are given the settings it would create them with (`pep.delivery.control.align_topics`).
@@ -36,6 +40,7 @@ from pep.delivery.control import (
     end_offset,
     ensure_topics,
 )
+from pep.delivery.lanes import destination, kafka_topic, kafka_topics, new_lane
 from pep.delivery.settings import FENCE_KEY, DeliverySettings
 from pep.delivery.store import DeliveryStore
 from pep.handles.records import HandleRecord
@@ -48,11 +53,12 @@ DELETE_GRACE = 10.0  # seconds between a topic's last handle ending and the topi
 
 @dataclass
 class _Creation:
-    """A plan topic on its way (`PlanTopics.topic_for`)."""
+    """A plan's destination on its way (`PlanTopics.topic_for`)."""
 
     stream: str
     plan_key: str
-    topic: str
+    topic: str = ""  # its destination, once placed (`_place`)
+    new: bool = False  # on a topic created for it and others now (empty: bound from 0)
     done: bool = False
     error: Exception | None = None
 
@@ -91,7 +97,8 @@ class PlanTopics:
         # the topics this gateway takes up (made before it started, perhaps by an older xsg
         # or under other settings) get the settings it creates topics with
         self._align([settings.control_topic, settings.acks_topic,
-                     *(t for t in store.live_topics() if t.startswith(settings.plan_prefix))])
+                     *kafka_topics(t for t in store.live_topics()
+                                   if t.startswith(settings.plan_prefix))])
 
     def _align(self, topics: list[str]) -> None:
         """`align_topics` within `ALIGN_TIMEOUT` seconds; what it could not do is logged once
@@ -128,10 +135,12 @@ class PlanTopics:
             # decided: the runtime writes each running plan's rows to its handles' topics, so
             # two running plans on one topic would write its rows twice
             running = hashlib.sha256(record.plan_json.encode("utf-8")).hexdigest()
-            topic, created = self.topic_for(record.stream, running)
+            dest, created = self.topic_for(record.stream, running)
             # a topic created now is empty: its end is 0 (the broker may not know its leader
-            # yet); an existing one's end is asked
-            self.store.bind(handle_id, topic, 0 if created else end_offset(self._offsets, topic))
+            # yet); an existing one's end is asked (also for a new lane on it: its reader
+            # starts there, not at the other plans' older records)
+            self.store.bind(handle_id, dest, 0 if created else
+                            end_offset(self._offsets, kafka_topic(dest)))
             binding = self.store.binding(handle_id)
             assert binding is not None
         owner: Any = getattr(put, "__self__", None)  # the handle's HandleBuffer
@@ -140,8 +149,8 @@ class PlanTopics:
         return TopicTarget(binding[0], lambda: True)
 
     def topic_for(self, stream: str, plan_key: str) -> tuple[str, bool]:
-        """The plan's live topic, created when it has none; (its name, whether it was
-        created now by this call).
+        """The plan's live destination, made when it has none; (its name, whether its Kafka
+        topic was created now for it).
 
         Topics asked for at the same time are created together: a creation is one round trip
         to the controller (about 50 ms here) whether it makes one topic or a thousand, so
@@ -155,8 +164,7 @@ class PlanTopics:
             creation = self._creating.get(key)
             mine = creation is None
             if creation is None:
-                creation = _Creation(stream, plan_key,
-                                     self.settings.plan_prefix + secrets.token_hex(12))
+                creation = _Creation(stream, plan_key)
                 self._creating[key] = creation
                 self._pending.append(creation)
             while not creation.done:
@@ -167,8 +175,8 @@ class PlanTopics:
         if creation.error is not None:
             raise creation.error
         if mine:
-            log.debug("plan topic %s for a plan of %s", creation.topic, stream)
-        return creation.topic, mine
+            log.debug("plan destination %s for a plan of %s", creation.topic, stream)
+        return creation.topic, creation.new
 
     def _create_pending(self) -> None:
         """Create every pending topic in one call (the lock held on entry and on return, not
@@ -177,7 +185,9 @@ class PlanTopics:
         batch, self._pending = self._pending, []
         self._lock.release()
         try:
-            ensure_topics(self._admin, self.settings, [c.topic for c in batch])
+            created = self._place(batch)
+            if created:
+                ensure_topics(self._admin, self.settings, created)
             for c in batch:
                 self.store.add_topic(c.topic, c.stream, c.plan_key)
         except Exception as exc:  # noqa: BLE001 - raised to every caller of the call
@@ -190,6 +200,29 @@ class PlanTopics:
                 c.done = True
                 self._creating.pop((c.stream, c.plan_key), None)
             self._lock.notify_all()
+
+    def _place(self, batch: list[_Creation]) -> list[str]:
+        """Give each plan of `batch` its destination: a new lane on a topic of its stream with
+        room (`plans_per_topic`), else on a new topic; the new topics' names (to create).
+        With `plans_per_topic` 1, a topic of its own, without a lane."""
+        per_topic = max(1, self.settings.plans_per_topic)
+        created: list[str] = []
+        by_stream: dict[str, list[_Creation]] = {}
+        for c in batch:
+            by_stream.setdefault(c.stream, []).append(c)
+        for stream, plans in by_stream.items():
+            room: tuple[str, int] | None = None
+            if per_topic > 1:
+                found = self.store.open_topic(stream, per_topic)
+                room = (found[0], per_topic - found[1]) if found else None
+            for c in plans:
+                if room is None or room[1] <= 0:
+                    room = (self.settings.plan_prefix + secrets.token_hex(12), per_topic)
+                    created.append(room[0])
+                c.topic = destination(room[0], new_lane() if per_topic > 1 else "")
+                c.new = room[0] in created
+                room = (room[0], room[1] - 1)
+        return created
 
     def edge_url(self, handle_id: str) -> str | None:
         """Where a reader of this handle reads it: a live edge's URL (the least recently
@@ -218,7 +251,7 @@ class PlanTopics:
         for (state, reason), ids in by_state.items():
             silent = self.revocations.publish(ids, state, reason)
             if silent:
-                self.fence(silent, {topics[h] for h in ids})
+                self.fence(silent, kafka_topics(topics[h] for h in ids))
         self.retire(self.store.unused_topics(topics.values()))
 
     def fence(self, edges: Iterable[str], topics: Iterable[str]) -> list[str]:
@@ -264,12 +297,17 @@ class PlanTopics:
                     self.settings.ack_timeout)
         return own
 
-    def retire(self, topics: Iterable[str]) -> None:
-        """Mark these topics ended now, delete them `DELETE_GRACE` seconds later."""
-        names = sorted(set(topics))
+    def retire(self, dests: Iterable[str]) -> None:
+        """Mark these destinations ended now; their Kafka topics left with no live one are
+        deleted `DELETE_GRACE` seconds later (`_delete` looks again)."""
+        ended = sorted(set(dests))
+        if not ended:
+            return
+        self.store.end_topics(ended)
+        topics = kafka_topics(ended)
+        names = sorted(set(topics) - self.store.topics_in_use(topics))
         if not names:
             return
-        self.store.end_topics(names)
         timer = threading.Timer(DELETE_GRACE, self._delete, args=(names,))
         timer.daemon = True
         timer.name = "xsg-plan-topics-delete"
@@ -278,6 +316,14 @@ class PlanTopics:
         timer.start()
 
     def _delete(self, topics: list[str]) -> None:
+        # a topic another gateway gave a new lane since it was retired stays
+        try:
+            topics = sorted(set(topics) - self.store.topics_in_use(topics))
+        except Exception as exc:  # noqa: BLE001 - the next start deletes orphans
+            log.warning("plan topics could not be checked before their deletion: %s", exc)
+            return
+        if not topics:
+            return
         self._unfence(topics)
         try:
             for topic, future in self._admin.delete_topics(topics, request_timeout=30).items():

@@ -64,7 +64,7 @@ class Setup:
                                (handle,)).fetchone()
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "dump",
                              "enable.auto.commit": False})
-        consumer.assign([TopicPartition(row[0], 0, 0)])
+        consumer.assign([TopicPartition(row[0].split("#")[0], 0, 0)])  # a lane's topic
         out = []
         while (msg := consumer.poll(2.0)) is not None:
             if not msg.error():

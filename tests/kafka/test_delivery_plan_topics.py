@@ -90,6 +90,65 @@ def test_rows_that_tie_in_stream_order_are_keyed_alike_whatever_order_they_come_
         assert keyed(order, partitions) == first
 
 
+@pytest.mark.parametrize("values_before", [None, 4, 0],
+                         ids=["window", "worker-values-made-before", "worker-values-after"])
+def test_plans_sharing_a_topic_are_numbered_and_keyed_per_lane(spark, monkeypatch,
+                                                                values_before):
+    """Plans of one stream share a topic, each under a lane (`pep.delivery.lanes`): a record
+    goes to the destination's Kafka topic, keyed `<lane>|m:...`, numbered per lane from 0 (an
+    edge checks a lane's holes as a topic of its own); a destination without a lane is written
+    as before. Every numbering path the same."""
+    from pyspark.sql import types as T
+
+    from pep.runtime.base.columns import PIDS_COLUMN
+    from pep.runtime.delivery import topic_rows
+    from pep.runtime.delivery.topic_rows import PlanRoute, TopicRows
+
+    if values_before is not None:
+        monkeypatch.setattr(topic_rows, "VALUES_BEFORE", values_before)
+    schema = T.StructType([T.StructField(PIDS_COLUMN, T.ArrayType(T.LongType())),
+                           T.StructField("v", T.DoubleType()),
+                           T.StructField("_seq", T.LongType())])
+    rows = [([1, 2], 1.0, 7), ([2], 2.0, 7), ([1], 3.0, 7), ([1, 3], 4.0, 8)]
+    routes = [PlanRoute(1, ("t#a1",), ("v",), ("v",)),
+              PlanRoute(2, ("t#b2", "u"), ("v",), ("v",))]
+    writer = TopicRows({})
+    frame = spark.createDataFrame(rows, schema)
+    records = writer.from_pids if values_before is None else writer.from_pids_on_worker
+    got = sorted((r["topic"], bytes(r["key"]).decode(), r["value"])
+                 for r in records(frame, routes, ["_seq"], "m:e:0:").collect())
+    assert got == [("t", "a1|m:e:0:0", '{"v":1.0}'), ("t", "a1|m:e:0:1", '{"v":3.0}'),
+                   ("t", "a1|m:e:0:2", '{"v":4.0}'),
+                   ("t", "b2|m:e:0:0", '{"v":1.0}'), ("t", "b2|m:e:0:1", '{"v":2.0}'),
+                   ("u", "m:e:0:0", '{"v":1.0}'), ("u", "m:e:0:1", '{"v":2.0}')], got
+
+
+@pytest.mark.timeout(180)
+def test_two_plans_write_their_lanes_of_one_topic(kafka_broker, kafka_topic, producer,
+                                                  plan_topics_runtime):
+    """Through the stream's query and Spark's Kafka sink: two plans on lanes of one topic,
+    each lane's rows under its own keys, numbered from 0, in stream order; a third handle
+    of the first plan adds nothing (a plan's rows are written once per destination)."""
+    setup = plan_topics_runtime()
+    name = setup.stream.name
+    topic = kafka_topic(1)
+    setup.attach("a", ExecutionPlan(name, ((Predicate("v", ">", 0.0),),), ("v",)),
+                 f"{topic}#aa")
+    setup.attach("b", ExecutionPlan(name, ((Predicate("v", ">", 3.0),),), ("station",)),
+                 f"{topic}#bb")
+    setup.attach("c", ExecutionPlan(name, ((Predicate("v", ">", 0.0),),), ("v",)),
+                 f"{topic}#aa")
+    producer.send(setup.source, [rec(1, 1.0), rec(2, -2.0), rec(3, 3.0), rec(4, 4.0)])
+    got = topic_records(kafka_broker, topic, 4)
+    lanes: dict[str, list[tuple[int, dict]]] = {}
+    for key, row in got:
+        lane, _, rest = key.partition("|")
+        assert rest.startswith("m:"), key
+        lanes.setdefault(lane, []).append((int(rest.rsplit(":", 1)[1]), row))
+    assert lanes == {"aa": [(0, {"v": 1.0}), (1, {"v": 3.0}), (2, {"v": 4.0})],
+                     "bb": [(0, {"station": "A"})]}, got
+
+
 @pytest.mark.timeout(120)
 def test_a_failed_write_logs_no_value_of_its_rows(spark, kafka_broker, kafka_topic, caplog):
     """Spark's error of a failed write may quote a row's value (here a cast's: ANSI mode names

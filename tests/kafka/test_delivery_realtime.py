@@ -69,12 +69,20 @@ def reading(rt, lifecycle) -> bool:
     return False
 
 
+@pytest.mark.parametrize("lanes", [False, True], ids=["topic-per-plan", "lanes-of-one-topic"])
 def test_a_qualifying_stream_runs_in_real_time_mode_and_falls_back_for_a_window(
-        kafka_topic, producer, caplog, plan_topics_runtime):
+        kafka_topic, producer, caplog, plan_topics_runtime, lanes):
+    """Also with the three plans on lanes of one topic (`pep.delivery.lanes`): the real-time
+    records, their count markers (a false `gap` fails `read_rows`), the change of mode and
+    the driver's windows, each reader given only its lane's rows."""
     # one source partition: the test session has 2 task slots, one for the partition
     setup = plan_topics_runtime(realtime=5.0)
     source, stream, settings, rt = setup.source, setup.stream, setup.settings, setup.rt
-    topic_a, topic_b, topic_w = kafka_topic(1), kafka_topic(1), kafka_topic(1)
+    if lanes:
+        shared = kafka_topic(1)
+        topic_a, topic_b, topic_w = f"{shared}#aa", f"{shared}#bb", f"{shared}#ww"
+    else:
+        topic_a, topic_b, topic_w = kafka_topic(1), kafka_topic(1), kafka_topic(1)
     readers: list[TopicReader] = []
     try:
         open_ = lambda: True  # noqa: E731 - a callback that always answers True

@@ -1,7 +1,8 @@
 """Plan topics asked for at the same time are created together (issue 45): a creation is one
 round trip to the controller whatever it makes, and one call per topic held 1,000 handles
 opened by 8 clients to about 17 a second through plan topics (58 s, against 3.8 s in one
-process). Still one topic per plan, also when handles of one plan open at once."""
+process). Still one destination per plan, also when handles of one plan open at once: a topic
+of its own with `plans_per_topic` 1, else a lane of a topic its stream's plans share."""
 from __future__ import annotations
 
 import threading
@@ -16,8 +17,9 @@ from pep.delivery.topics import PlanTopics
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("per_topic", [1, 16])
 def test_plan_topics_asked_for_at_once_are_created_together(kafka_broker, postgres, tmp_path,
-                                                            monkeypatch):
+                                                            monkeypatch, per_topic):
     from confluent_kafka.admin import AdminClient
 
     from common.db import open_storage
@@ -28,7 +30,7 @@ def test_plan_topics_asked_for_at_once_are_created_together(kafka_broker, postgr
     HandleStore(storage.database("handles")).close()
     store = DeliveryStore(storage.database("delivery"))
     settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT",
-                                prefix=prefix)
+                                prefix=prefix, plans_per_topic=per_topic)
     calls: list[int] = []  # topics per creation call (the real call, counted)
     real = topics_module.ensure_topics
 
@@ -58,20 +60,34 @@ def test_plan_topics_asked_for_at_once_are_created_together(kafka_broker, postgr
         by_plan: dict[str, set[str]] = {}
         for (t, i), (topic, _) in got.items():
             by_plan.setdefault(f"plan-{(t // 2) * 10 + i}", set()).add(topic)
-        assert all(len(v) == 1 for v in by_plan.values()), by_plan  # one topic per plan
-        # each plan's topic created once, by one of its two callers
-        assert sorted(calls) and sum(calls) == 40
-        assert sum(created for _, created in got.values()) == 40
+        assert all(len(v) == 1 for v in by_plan.values()), by_plan  # one destination a plan
+        made = sorted(t for v in by_plan.values() for t in v)
+        assert len(set(made)) == 40
+        kafka = sorted({d.split("#")[0] for d in made})
+        if per_topic == 1:  # a topic per plan, no lane
+            assert kafka == made
+        else:  # lanes of topics filled in turn: 40 plans, 16 a topic
+            assert len(kafka) == 3 and all("#" in d for d in made), made
+            sizes = sorted(sum(d.startswith(t + "#") for d in made) for t in kafka)
+            assert sizes == [8, 16, 16], sizes
+        # each topic created once, by one of its plans' callers
+        assert sorted(calls) and sum(calls) == len(kafka)
         assert len(calls) < 20, calls  # together: not a call per topic
         assert all(store.live_topic("s", p) == next(iter(v)) for p, v in by_plan.items())
         listed = AdminClient({"bootstrap.servers": kafka_broker.bootstrap}).list_topics(
             timeout=10).topics
-        assert {t for v in by_plan.values() for t in v} <= set(listed)
-        # their plans' last handles end: every topic is ended at once (no handle binds to it)
-        made = sorted(t for v in by_plan.values() for t in v)
+        assert set(kafka) <= set(listed)
+        if per_topic > 1:  # a topic stays while one of its lanes is live
+            first = [d for d in made if d.startswith(kafka[0] + "#")]
+            topics.retire(first[:-1])
+            assert store.topics_in_use(kafka) == set(kafka)
+            assert store.topic_live(first[-1]) and not store.topic_live(first[0])
+        # their plans' last handles end: every destination is ended at once (no handle binds
+        # to it), and no topic is in use any more
         topics.retire(made)
         assert not any(store.topic_live(t) for t in made)
         assert all(store.live_topic("s", p) is None for p in by_plan)
+        assert store.topics_in_use(kafka) == set()
     finally:
         topics.close()
         storage.close()

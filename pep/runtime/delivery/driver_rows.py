@@ -5,8 +5,9 @@ per runtime (idempotent, acks=all, retried for as long as it takes: a broker awa
 stream's routing, never drops a window), flushed at the end of every routed batch, so a batch
 counts as delivered only once its rows are on the brokers.
 
-Keys are the row plans' (`topic_rows.py`): `m:<epoch>:<batch>:<i>`, i counted per topic and
-batch in the order the rows were produced (stream order, windows in the order they close).
+Keys are the row plans' (`topic_rows.py`): `m:<epoch>:<batch>:<i>`, i counted per destination
+(a plan's lane of a topic, `pep.delivery.lanes`; behind `<lane>|`) and batch in the order the
+rows were produced (stream order, windows in the order they close).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pep.core.rows import RowBatch
+from pep.delivery.lanes import kafka_topic, lane_key, lane_of
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,7 @@ class DriverRows:
                     "logger": logging.getLogger("pep.runtime.delivery.kafka")}
         self._producer = Producer(settings)
         self._lock = threading.Lock()
-        self._counts: dict[tuple[str, str], int] = {}  # (topic, batch prefix) -> rows so far
+        self._counts: dict[tuple[str, str], int] = {}  # (destination, prefix) -> rows so far
         self._errors: list[str] = []
         self.produced = 0
 
@@ -55,10 +57,11 @@ class DriverRows:
                 self._counts[(topic, prefix)] = start + len(batch.rows)
                 self.produced += len(batch.rows)
 
-    def _send(self, topic: str, value: str, key: str) -> None:
+    def _send(self, dest: str, value: str, key: str) -> None:
+        topic, record_key = kafka_topic(dest), lane_key(lane_of(dest), key.encode("ascii"))
         while True:
             try:
-                self._producer.produce(topic, value.encode("utf-8"), key.encode("ascii"),
+                self._producer.produce(topic, value.encode("utf-8"), record_key,
                                        on_delivery=self._report)
                 return
             except BufferError:  # the local queue is full: let the brokers take some first

@@ -5,7 +5,9 @@ The rows job's frame (each tuple some row plan passes, its projected attributes,
 columns and the plans that passed it: a list of plan ids, or the grouped matcher's bitmap)
 becomes one record per (tuple, plan topic), made on the workers by `worker_rows.py`:
 
-- `topic`: the plan's topic (a plan read by handles of several topics is written to each);
+- `topic`: the plan's topic (a plan read by handles of several topics is written to each): the
+  Kafka topic of each destination `<topic>#<lane>` the plan's handles are bound to
+  (`pep.delivery.lanes`; routed, numbered and ordered per destination, so per lane);
 - `value`: the row's JSON object, the plan's projection in its order (`to_json` of a struct,
   natively: doubles as Java prints them, `1.0E20` where the gateway's own encoder writes
   `1e+20`, the same number; NaN and infinities null; timestamps `YYYY-MM-DDTHH:MM:SS.ffffffZ`;
@@ -13,7 +15,8 @@ becomes one record per (tuple, plan topic), made on the workers by `worker_rows.
   under each is made before the rows are repeated per plan (a row passing 100 plans of one
   projection is encoded once, not 100 times), and the worker picks each record's; otherwise
   the records carry the projected attributes and are encoded after;
-- `key`: `m:<epoch>:<batch>:<i>`, i the row's place among the batch's rows of that topic in
+- `key`: `m:<epoch>:<batch>:<i>` (behind `<lane>|` for a lane), i the row's place among the
+  batch's rows of that destination in
   stream order (ordered by the stream's order columns, then by plan, then by the row's
   values: deterministic also for rows that tie in the order columns). A micro-batch that runs
   again after a crash writes the same keys: an edge skips a key it read
@@ -49,6 +52,7 @@ from pyspark import AccumulatorParam, cloudpickle
 from pyspark.sql import Column, DataFrame, Window, functions as F, types as T
 
 from common.errors import described
+from pep.delivery.lanes import LANE_END, LANE_MARK
 from pep.runtime.base.columns import BITS_COLUMN, PIDS_COLUMN, READ_COLUMN, TOP_COLUMN
 from pep.runtime.base.jvm_steps import JvmSteps
 from pep.runtime.delivery import worker_rows
@@ -179,6 +183,17 @@ class TopicRows:
                                on=PID)
         return joined, self._value(projections, types)
 
+    def lane_records(self, destination: Column, key: Column, value: Column) -> list[Column]:
+        """The (topic, key, value) Columns of records to destinations (`pep.delivery.lanes`):
+        the Kafka topic before `#`, the key behind `<lane>|` when there is a lane (both
+        native: the records are made on the workers)."""
+        topic, lane = self._shaped(("lanes",), self, lambda: [
+            F.substring_index(destination, LANE_MARK, 1).alias("topic"),
+            F.when(F.instr(destination, LANE_MARK) > 0,
+                   F.concat(F.substring_index(destination, LANE_MARK, -1),
+                            F.lit(LANE_END.decode("ascii")))).otherwise(F.lit(""))])
+        return [topic, F.concat(lane, key).cast("binary").alias("key"), value.alias("value")]
+
     # ----- the frames the rows job makes --------------------------------------------------------
     def from_pids(self, frame: DataFrame, routes: Sequence[PlanRoute], order: Sequence[str],
                   prefix: str) -> DataFrame:
@@ -219,8 +234,7 @@ class TopicRows:
                             self._shaped(("numbered", order_key), value, numbered))
         topic, index, text = self._shaped(("keyed",), self, lambda: [
             F.col(TOPIC), F.col(INDEX).cast("string"), F.col("value")])
-        return rows.select(topic, F.concat(F.lit(prefix), index).cast("binary").alias("key"),
-                           text)
+        return rows.select(*self.lane_records(topic, F.concat(F.lit(prefix), index), text))
 
     def from_pids_on_worker(self, frame: DataFrame, routes: Sequence[PlanRoute],
                             order: Sequence[str], prefix: str) -> DataFrame:
@@ -293,8 +307,7 @@ class TopicRows:
             value = self._value(projections, types)
             topic, index, text = self._shaped(("keyed-after",), value, lambda: [
                 F.col(TOPIC), F.col(INDEX).cast("string"), value.alias("value")])
-        return numbered.select(topic, F.concat(F.lit(prefix), index).cast("binary").alias("key"),
-                               text)
+        return numbered.select(*self.lane_records(topic, F.concat(F.lit(prefix), index), text))
 
     def _counter(self, session: Any) -> Any:
         """The accumulator the exploding tasks add their figures to (one per writer: the

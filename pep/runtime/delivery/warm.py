@@ -31,6 +31,7 @@ from collections import OrderedDict
 from typing import Any
 
 from common.errors import described
+from pep.delivery.lanes import kafka_topic
 from pep.delivery.settings import WARM_KEY
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,10 @@ class TopicWarmer:
         self._thread = threading.Thread(target=self._run, name="xsg-topic-warmer", daemon=True)
         self._thread.start()
 
-    def add(self, topic: str) -> None:
-        """Queue `topic` unless it was queued before (many handles share a plan's topic)."""
+    def add(self, dest: str) -> None:
+        """Queue the Kafka topic of a plan's destination (`pep.delivery.lanes`) unless it was
+        queued before (many handles share a plan's topic, many plans a topic)."""
+        topic = kafka_topic(dest)
         with self._cond:
             if self._closed or topic in self._seen:
                 return

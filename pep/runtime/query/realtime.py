@@ -196,13 +196,12 @@ class RealTimeRows:
         exploded = passed.select(F.explode(F.col(PIDS_COLUMN)).alias(PID),
                                  *[F.col(f"`{c}`") for c in sources], F.col(FILE_COLUMN))
         joined, value = self._rows.routed(exploded, routes)
-        records = joined.select(
-            F.col(TOPIC),
-            F.concat(F.lit(realtime_key(epoch)), F.col(FILE_COLUMN)).cast("binary").alias("key"),
-            value.alias("value"))
-        return records.observe(COUNTS, *[
+        # counted per destination (a plan's lane, `pep.delivery.lanes`), then written to its topic
+        counted = joined.observe(COUNTS, *[
             F.count(F.when(F.col(TOPIC) == topic, 1)).alias(f"n{i}")
             for i, topic in enumerate(counted_topics(routes))])
+        return counted.select(*self._rows.lane_records(
+            F.col(TOPIC), F.concat(F.lit(realtime_key(epoch)), F.col(FILE_COLUMN)), value))
 
     def start(self, records: DataFrame, name: str, checkpoint: Path) -> StreamingQuery:
         """The real-time query writing `records` to their topics."""

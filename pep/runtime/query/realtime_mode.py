@@ -64,6 +64,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
 from common.errors import described
+from pep.delivery.lanes import destination, kafka_topic, kafka_topics, lane_key, lane_of, split_key
 from pep.runtime.delivery.topic_rows import PlanRoute
 from pep.runtime.delivery.writer import TopicWriter
 from pep.runtime.query.progress import query_progress
@@ -245,14 +246,17 @@ class CountMarkers(StreamingQueryListener):
 
         def report(err: Any, msg: Any) -> None:
             if err is None:
-                self._anchors.add(str(msg.topic()), mark_of(msg.key()), time.time())
+                lane, key = split_key(msg.key())
+                self._anchors.add(destination(str(msg.topic()), lane), mark_of(key), time.time())
                 self.written += 1
             elif err.code() in gone:  # deleted with its plan: no reader left to check
                 log.debug("plan topic %s: gone before its count marker", msg.topic())
             else:
                 failed.append(f"{msg.topic()}: {err}")
-        for topic, epoch, mark, value in markers:
-            self._producer.produce(topic, value, count_key(epoch, mark), on_delivery=report)
+        for dest, epoch, mark, value in markers:  # a marker per plan: to its lane of a topic
+            self._producer.produce(kafka_topic(dest), value,
+                                   lane_key(lane_of(dest), count_key(epoch, mark)),
+                                   on_delivery=report)
         left = self._producer.flush(wait)
         if failed or left:
             self.failed += len(failed) + left
@@ -512,21 +516,23 @@ def commit_delivered(location: Path, delivered: int) -> bool:
     return True
 
 
-def written_tops(client: dict[str, Any], topics: Sequence[str], epoch: str, since: float
+def written_tops(client: dict[str, Any], dests: Sequence[str], epoch: str, since: float
                  ) -> dict[str, dict[int, int]]:
-    """Per plan topic, per source partition, the highest source offset a real-time query of
-    `epoch` wrote to it (its keys, `realtime_key`), among the records written from `since`
-    (epoch seconds) on; read once the topics' ends stay still for SETTLE seconds."""
+    """Per plan destination (a lane of a topic, `pep.delivery.lanes`), per source partition,
+    the highest source offset a real-time query of `epoch` wrote to it (its keys,
+    `realtime_key`), among the records written from `since` (epoch seconds) on; read once the
+    topics' ends stay still for SETTLE seconds."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({**client, "enable.auto.commit": False, "auto.offset.reset": "latest",
                          "enable.partition.eof": True, "log_level": 2,
                          "logger": logging.getLogger("pep.runtime.delivery.kafka")})
+    topics = kafka_topics(dests)
     try:
         ends = _settled_ends(consumer, topics)
         wanted = [TopicPartition(t, 0, int(since * 1000)) for t in topics if ends.get(t, 0) > 0]
         starts = consumer.offsets_for_times(wanted, timeout=10.0) if wanted else []
-        out: dict[str, dict[int, int]] = {t: {} for t in topics}
+        out: dict[str, dict[int, int]] = {d: {} for d in dests}
         assign = [TopicPartition(tp.topic, 0, tp.offset) for tp in starts
                   if tp.offset >= 0 and tp.offset < ends[tp.topic]]
         if not assign:
@@ -541,9 +547,10 @@ def written_tops(client: dict[str, Any], topics: Sequence[str], epoch: str, sinc
                     if error.code() == KafkaError._PARTITION_EOF:
                         left.discard(topic)
                     continue
-                place = source_place(msg.key())
-                if place is not None and place[0] == epoch:
-                    top = out[topic]
+                lane, key = split_key(msg.key())
+                place = source_place(key)
+                top = out.get(destination(topic, lane))
+                if place is not None and place[0] == epoch and top is not None:
                     top[place[1]] = max(top.get(place[1], -1), place[2])
                 if offset is not None and offset + 1 >= ends[topic]:
                     left.discard(topic)
