@@ -49,6 +49,7 @@ from pep.ports import Deliver, TopicTarget
 log = logging.getLogger(__name__)
 
 DELETE_GRACE = 10.0  # seconds between a topic's last handle ending and the topic's deletion
+ENDS_KEPT = 2.0  # seconds a topic's end offset serves a new lane's handles (`_lane_start`)
 
 
 @dataclass
@@ -93,6 +94,7 @@ class PlanTopics:
         self._creator = False  # a call is creating topics
         self._timers: list[tuple[threading.Timer, list[str]]] = []  # deletions to come
         self._turn = 0  # the edge the next reader is sent to (`edge_url`)
+        self._ends: dict[str, tuple[float, int]] = {}  # topic -> (when, its end): `_lane_start`
         self.retire(store.orphan_topics())
         # the topics this gateway takes up (made before it started, perhaps by an older xsg
         # or under other settings) get the settings it creates topics with
@@ -135,12 +137,11 @@ class PlanTopics:
             # decided: the runtime writes each running plan's rows to its handles' topics, so
             # two running plans on one topic would write its rows twice
             running = hashlib.sha256(record.plan_json.encode("utf-8")).hexdigest()
-            dest, created = self.topic_for(record.stream, running)
-            # a topic created now is empty: its end is 0 (the broker may not know its leader
-            # yet); an existing one's end is asked (also for a new lane on it: its reader
-            # starts there, not at the other plans' older records)
-            self.store.bind(handle_id, dest, 0 if created else
-                            end_offset(self._offsets, kafka_topic(dest)))
+            dest, fresh = self.topic_for(record.stream, running)
+            # a plan already running: the topic's end now (a handle joining a plan gets
+            # nothing of it from before); a lane made now: `_lane_start`
+            self.store.bind(handle_id, dest, self._lane_start(kafka_topic(dest)) if fresh
+                            else end_offset(self._offsets, kafka_topic(dest)))
             binding = self.store.binding(handle_id)
             assert binding is not None
         owner: Any = getattr(put, "__self__", None)  # the handle's HandleBuffer
@@ -148,9 +149,27 @@ class PlanTopics:
             return TopicTarget(binding[0], lambda: not owner.closed)
         return TopicTarget(binding[0], lambda: True)
 
+    def _lane_start(self, topic: str) -> int:
+        """Where the first handle of a lane made now starts: no record of the lane exists yet,
+        so any offset up to the topic's end will do, and the end asked at most `ENDS_KEPT`
+        seconds ago (0 for a topic created now: the broker may not know its leader yet)
+        spares a round trip to the broker per new plan (most handles of a benchmark's
+        thousands); the reader skips the other lanes' few records after it."""
+        now = time.monotonic()
+        with self._lock:
+            kept = self._ends.get(topic)
+        if kept is not None and now - kept[0] < ENDS_KEPT:
+            return kept[1]
+        end = end_offset(self._offsets, topic)
+        with self._lock:
+            self._ends[topic] = (now, end)
+            if len(self._ends) > 10_000:
+                self._ends = {t: e for t, e in self._ends.items() if now - e[0] < ENDS_KEPT}
+        return end
+
     def topic_for(self, stream: str, plan_key: str) -> tuple[str, bool]:
-        """The plan's live destination, made when it has none; (its name, whether its Kafka
-        topic was created now for it).
+        """The plan's live destination, made when it has none; (its name, whether this call
+        made it: its lane has no record yet).
 
         Topics asked for at the same time are created together: a creation is one round trip
         to the controller (about 50 ms here) whether it makes one topic or a thousand, so
@@ -176,7 +195,7 @@ class PlanTopics:
             raise creation.error
         if mine:
             log.debug("plan destination %s for a plan of %s", creation.topic, stream)
-        return creation.topic, creation.new
+        return creation.topic, mine
 
     def _create_pending(self) -> None:
         """Create every pending topic in one call (the lock held on entry and on return, not
@@ -193,6 +212,11 @@ class PlanTopics:
         except Exception as exc:  # noqa: BLE001 - raised to every caller of the call
             for c in batch:
                 c.error = exc
+        else:
+            now = time.monotonic()
+            for c in batch:  # a topic created now is empty
+                if c.new:
+                    self._ends[kafka_topic(c.topic)] = (now, 0)
         finally:
             self._lock.acquire()
             self._creator = False
