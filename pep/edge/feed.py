@@ -1,31 +1,46 @@
-"""One Kafka consumer for all the readers of an edge: the plan topics' records handed to each
-reader of their topic (`TopicReader.offer`), which keeps its own position, its own log of keys
-read (`KeyLog`) and its own queue.
+"""One Kafka consumer for all the readers of an edge: each plan topic's records handed to the
+readers of their lane (`TopicReader.offer`), each of which keeps its own position, its own log of
+keys read (`KeyLog`) and its own queue.
 
 A consumer per reader cost each reader a librdkafka client (its threads, its connection to
 every broker, its fetch loop): at 2,500 readers on an edge, the edge spent its CPU polling
 idle consumers. Here one consumer, assigned the partition of every topic some reader reads
 (partition 0: a plan topic has one), fetches them all; what a reader sees is what its own
-consumer saw before, record for record:
+consumer saw before, record for record, less the other lanes' and the topic's own records:
 
+- plans share topics, each under a lane (`pep.delivery.lanes`): a reader's `topic` is its
+  destination `<topic>#<lane>` (`<topic>`: lane ''), its topic's readers are kept by lane, and
+  a record keyed `<lane>|<key>` is handed, as `<key>`, to its lane's readers only (an unprefixed
+  key is lane ''s). A record of another lane costs a `find` and a dict look-up, whatever the
+  topic's readers (5,000 plans in 80 topics: a record per row and plan); the topic's own
+  records (the warm record, fence records not naming this edge) are handed to no reader;
+- so a reader no longer sees every offset, and cannot tell a record the topic lost from one
+  of another lane: the feed tells it, handing each record with the start of the run of the
+  topic it read without a break (`run_start`: where it was assigned or sought to, moved up to a
+  record that comes after a jump, which means the topic lost records: its retention passed);
+  the reader tells a `gap` when the run began above its next offset;
 - a reader's next offset is its own (`TopicReader.expected`); the consumer reads a topic from
   the lowest of its readers' and each reader ignores what it read already, so a reader that
   joins a topic below the others makes the consumer go back (`seek`), harmlessly for them;
 - a reader whose queue is full refuses a record (`offer` is False) and is handed nothing more
-  until it has room; then its topic is read again from its next offset (the others ignore the
-  repeats): the consumer never waits on one slow reader, the topic's other readers go on, and
-  no reader misses a record; a topic whose readers all refused is paused meanwhile;
-- a topic this edge may not read (fenced off: authorization failed) ends its readers with
-  `shutdown`; an error the consumer cannot place ends every reader (they reconnect elsewhere).
+  until it has room; then its topic is read again from its next offset (the others, which
+  were handed every record of their lanes meanwhile, ignore the repeats): the consumer never
+  waits on one slow reader, the topic's other readers, of every lane, go on, and no reader
+  misses a record; a topic none of whose readers (of any lane) takes records is paused
+  meanwhile;
+- a topic this edge may not read (fenced off: authorization failed) ends its readers, every
+  lane's, with `shutdown`; an error the consumer cannot place ends every reader (they
+  reconnect elsewhere).
 - so does a fence record (`FENCE_KEY`, `pep.delivery.topics.PlanTopics.fence`) that names this
   edge's principal, at once and before any reader is handed it or what follows it: Kafka
   authorizes a fetch when it arrives, and a fetch parked at the broker just before the fence's
   ACL took effect still returns records written after the gateway answered; the record comes
   before all of them. The topic is not read again by this edge (readers that join it end at
-  once). A fence record naming other edges is handed on: readers skip it (no event).
+  once). A fence record naming other edges is handed to no reader.
 
 Readers are added and removed from any thread; the consumer's own thread applies the changes
-(a librdkafka consumer is not used from two threads).
+(a librdkafka consumer is not used from two threads). The topic's partition is assigned with
+its first reader, of any lane, and let go with its last.
 """
 from __future__ import annotations
 
@@ -35,7 +50,8 @@ import threading
 import time
 from typing import Any, Protocol
 
-from pep.delivery.settings import FENCE_KEY, DeliverySettings
+from pep.delivery.lanes import LANE_END, kafka_topic, lane_of
+from pep.delivery.settings import FENCE_KEY, WARM_KEY, DeliverySettings
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +77,8 @@ class FedReader(Protocol):
 
     def has_room(self) -> bool: ...
 
-    def offer(self, offset: int, key: bytes | None, value: bytes | None) -> bool: ...
+    def offer(self, offset: int, key: bytes | None, value: bytes | None,
+              run_start: int) -> bool: ...
 
     def flush(self) -> None: ...
 
@@ -88,15 +105,19 @@ def fence_names(key: bytes | None, value: bytes | None, principal: str) -> bool 
 
 
 class _Topic:
-    """The readers of one topic and where the consumer reads it."""
+    """The readers of one Kafka topic, by lane, and where the consumer reads it."""
 
-    __slots__ = ("readers", "blocked", "paused", "position")
+    __slots__ = ("lanes", "size", "blocked", "paused", "position", "run", "due")
 
     def __init__(self) -> None:
-        self.readers: list[FedReader] = []
-        self.blocked: set[int] = set()  # id() of readers that refused a record
+        self.lanes: dict[bytes, list[FedReader]] = {}  # lane ('' : no lane) -> its readers
+        self.size = 0  # readers, all lanes
+        # readers that refused a record (or closed, until removed), by id(): handed nothing
+        self.blocked: dict[int, FedReader] = {}
         self.paused = False
         self.position = -1  # the next offset the consumer hands out (-1: not assigned yet)
+        self.run = 0  # the consumer read [run, position) without a break
+        self.due: int | None = None  # read again from here when it goes on (a paused topic's)
 
 
 class EdgeFeed:
@@ -106,7 +127,7 @@ class EdgeFeed:
         self._settings = settings
         self._lock = threading.Lock()
         self._changes: list[tuple[str, FedReader]] = []
-        self._topics: dict[str, _Topic] = {}
+        self._topics: dict[str, _Topic] = {}  # by Kafka topic
         # the topics with a reader that refused a record, or paused: the only ones `_resume`
         # looks at (a look at every topic at every poll cost an edge with 1,000 readers a
         # scan of 1,000 topics some 50 times a second)
@@ -119,7 +140,7 @@ class EdgeFeed:
         self._started = False
 
     def add(self, reader: FedReader) -> None:
-        """Hand `reader` its topic's records from its next offset on."""
+        """Hand `reader` its lane's records from its next offset on."""
         with self._lock:
             self._changes.append(("add", reader))
             if not self._started:
@@ -175,8 +196,9 @@ class EdgeFeed:
                 if now - looked >= IDLE_EVERY:  # quiet readers look at their holes
                     looked = now
                     for entry in self._topics.values():
-                        for reader in entry.readers:
-                            reader.idle(now)
+                        for readers in entry.lanes.values():
+                            for reader in readers:
+                                reader.idle(now)
                 if not self._topics:
                     self._stop.wait(POLL)
                     continue
@@ -210,37 +232,48 @@ class EdgeFeed:
         with self._lock:
             changes, self._changes = self._changes, []
         for kind, reader in changes:
-            entry = self._topics.get(reader.topic)
-            if kind == "add" and reader.topic in self._fenced:
+            topic, lane = kafka_topic(reader.topic), lane_of(reader.topic).encode()
+            entry = self._topics.get(topic)
+            if kind == "add" and topic in self._fenced:
                 reader.close("shutdown", FENCED)  # its remove comes with the next changes
                 continue
             if kind == "add":
                 if entry is None:
-                    entry = self._topics[reader.topic] = _Topic()
-                entry.readers.append(reader)
+                    entry = self._topics[topic] = _Topic()
+                entry.lanes.setdefault(lane, []).append(reader)
+                entry.size += 1
                 start = reader.expected
                 if entry.position < 0:
-                    consumer.incremental_assign([TopicPartition(reader.topic, PARTITION, start)])
-                    entry.position = start
-                elif start < entry.position and not entry.paused:
-                    _seek(consumer, reader.topic, start)
-                    entry.position = start
+                    consumer.incremental_assign([TopicPartition(topic, PARTITION, start)])
+                    entry.position = entry.run = start
                 elif entry.paused:  # a reader that takes records: the topic goes on
-                    self._waiting.add(reader.topic)
-            elif entry is not None:
-                entry.readers = [r for r in entry.readers if r is not reader]
-                entry.blocked.discard(id(reader))
-                if not entry.readers:
-                    del self._topics[reader.topic]
-                    self._waiting.discard(reader.topic)
-                    consumer.incremental_unassign([TopicPartition(reader.topic, PARTITION)])
+                    entry.due = start if entry.due is None else min(entry.due, start)
+                    self._waiting.add(topic)
+                elif start < entry.position:
+                    self._read_from(consumer, topic, entry, start)
+            elif entry is not None and reader in (readers := entry.lanes.get(lane, [])):
+                readers.remove(reader)
+                if not readers:
+                    del entry.lanes[lane]
+                entry.size -= 1
+                entry.blocked.pop(id(reader), None)
+                if not entry.size:
+                    del self._topics[topic]
+                    self._waiting.discard(topic)
+                    consumer.incremental_unassign([TopicPartition(topic, PARTITION)])
+                elif len(entry.blocked) >= entry.size and not entry.paused:
+                    consumer.pause([TopicPartition(topic, PARTITION)])  # its last taker gone
+                    entry.paused = True
 
     def _hand(self, consumer: Any, topic: str | None, offset: int, key: bytes | None,
               value: bytes | None, touched: dict[int, FedReader]) -> None:
+        """A record of `topic`, offered to the readers of its lane (the module docstring)."""
         entry = self._topics.get(topic or "")
         if topic is None or entry is None:
             return
-        if fence_names(key, value, self._settings.principal):
+        raw = key or b""
+        at = raw.find(LANE_END)  # `split_key`'s split (the lane not decoded: lanes are bytes)
+        if at < 0 and fence_names(key, value, self._settings.principal):
             self._fenced.add(topic)
             entry.position = offset + 1
             self._end(topic, FENCED)
@@ -249,55 +282,83 @@ class EdgeFeed:
             return
         if entry.paused or topic in self._fenced:
             return
+        if offset > entry.position:  # the topic lost records (retention): a new run
+            entry.run = offset
+        elif offset < entry.run:  # read again from further back
+            entry.run = offset
         entry.position = offset + 1
-        waiting = True  # every reader of the topic refused (or is closed): pause it
-        for reader in entry.readers:
-            if reader.closed:
+        if at >= 0:
+            readers = entry.lanes.get(raw[:at])
+            if readers is None:
+                return  # another plan's record
+            key = raw[at + 1:]
+        elif raw == WARM_KEY or raw.startswith(FENCE_KEY):
+            return  # the topic's, no plan's (a fence naming another edge, the warm record)
+        else:
+            readers = entry.lanes.get(b"")
+            if readers is None:
+                return
+        blocked, run, refused = entry.blocked, entry.run, False
+        for reader in readers:
+            if id(reader) in blocked:
                 continue
-            if id(reader) in entry.blocked or not reader.offer(offset, key, value):
-                entry.blocked.add(id(reader))
-                self._waiting.add(topic)
+            if reader.closed or not reader.offer(offset, key, value, run):
+                blocked[id(reader)] = reader
+                refused = True
             else:
-                waiting = False
                 touched[id(reader)] = reader
-        if waiting:
-            from confluent_kafka import TopicPartition
-
-            consumer.pause([TopicPartition(topic, PARTITION)])
-            entry.paused = True
+        if refused:
             self._waiting.add(topic)
+            if len(blocked) >= entry.size:  # no reader of the topic takes records: pause it
+                from confluent_kafka import TopicPartition
+
+                consumer.pause([TopicPartition(topic, PARTITION)])
+                entry.paused = True
 
     def _resume(self, consumer: Any) -> None:
         """Readers that refused a record and have room again (and readers that joined a paused
-        topic): their topic read again from the lowest next offset of the readers that take
-        records (the others ignore what they read already); a paused topic goes on."""
+        topic): their topic read again from the lowest of their next offsets (the topic's other
+        readers were handed every record of their lanes, and ignore what they read already); a
+        paused topic goes on once one of its readers takes records."""
         from confluent_kafka import TopicPartition
 
         for topic in list(self._waiting):
             entry = self._topics.get(topic)
-            if entry is None or (not entry.blocked and not entry.paused):
+            if entry is None or (not entry.blocked and not entry.paused and entry.due is None):
                 self._waiting.discard(topic)
                 continue
-            for r in entry.readers:
-                if id(r) in entry.blocked and (r.closed or r.has_room()):
-                    entry.blocked.discard(id(r))
-            takers = [r for r in entry.readers if not r.closed and id(r) not in entry.blocked]
-            if not takers:
+            start = entry.due
+            for rid, r in list(entry.blocked.items()):
+                if not r.closed and r.has_room():  # a closed one stays until removed
+                    del entry.blocked[rid]
+                    start = r.expected if start is None else min(start, r.expected)
+            if len(entry.blocked) >= entry.size:  # still no reader that takes records
+                entry.due = start
                 continue
-            start = min(r.expected for r in takers)
-            if start < entry.position:
-                _seek(consumer, topic, start)
-                entry.position = start
-            if entry.paused:
+            entry.due = None
+            if entry.paused:  # what came after `position` while paused was dropped
+                self._read_from(consumer, topic, entry,
+                           entry.position if start is None else min(start, entry.position))
                 consumer.resume([TopicPartition(topic, PARTITION)])
                 entry.paused = False
+            elif start is not None and start < entry.position:
+                self._read_from(consumer, topic, entry, start)
+
+    @staticmethod
+    def _read_from(consumer: Any, topic: str, entry: _Topic, offset: int) -> None:
+        """Read `topic` again from `offset` (not above its position): the run read without a
+        break goes on (a record that then jumps ahead of `offset` starts a new one)."""
+        _seek(consumer, topic, offset)
+        entry.position = offset
+        entry.run = min(entry.run, offset)
 
     def _end(self, topic: str | None, reason: str) -> None:
-        """End the readers of `topic` (None: of every topic) with `shutdown`."""
+        """End the readers of `topic` (None: of every topic), all lanes, with `shutdown`."""
         for name, entry in list(self._topics.items()):
             if topic is None or name == topic:
-                for reader in entry.readers:
-                    reader.close("shutdown", reason)
+                for readers in list(entry.lanes.values()):
+                    for reader in list(readers):
+                        reader.close("shutdown", reason)
         if topic is None:
             with self._lock:
                 pending = [r for kind, r in self._changes if kind == "add"]

@@ -1,11 +1,13 @@
-"""One reader's view of a handle's plan topic on an edge: the events of the topic's records,
-through the reading interface the gateway's handle stream pulls from (`pep.http.handles.
-HandleStream`: `read`, `withholds`, `last_id`, `base`, waiters), so the edge writes them with the
-gateway's own code.
+"""One reader's view of a handle's plan topic on an edge: the events of its plan's records
+(its lane's, `pep.delivery.lanes`, when plans share the topic), through the reading interface
+the gateway's handle stream pulls from (`pep.http.handles.HandleStream`: `read`, `withholds`,
+`last_id`, `base`, waiters), so the edge writes them with the gateway's own code.
 
 - A row's event id is its position in the topic: the record at offset o is event o + 1. Every
   edge numbers the same record the same, so a reader resumes on any edge with `Last-Event-ID`
-  exactly where it was.
+  exactly where it was. A lane's ids increase but are not consecutive (other lanes' records
+  are between); its keys reach the reader without the lane, as on a topic of its own, so
+  repeats, holes and counts below are its lane's alone.
 - The topic is read from the handle's start offset (where it was bound, `delivery_handles`) on:
   a micro-batch written again after a failure repeats keys (`m:<epoch>:<batch>:<i>`,
   `pep/runtime/delivery`), and a record whose key was read before (`KeyLog`) is skipped; since
@@ -35,8 +37,13 @@ gateway's own code.
   alarm only for a real loss. Markers, like the warm record, take offsets and give no event.
 - A fence record (`f:<id>`, `pep.delivery.topics.PlanTopics.fence`) that names another edge
   takes an offset and gives no event either (no row, no hole, no count); one naming this edge
-  ends the reader with `shutdown` there (`pep.edge.feed`): nothing from it on is given.
-- A record the topic no longer holds (its retention passed) is told as a `gap` with the count.
+  ends the reader with `shutdown` there (`pep.edge.feed`): nothing from it on is given. The
+  feed hands a reader neither these nor the warm record (the reader skips them all the same).
+- A record the topic no longer holds (its retention passed) is told as a `gap`: the feed hands
+  each record with the start of the run of the topic it read without a break (`offer`'s
+  `run_start`), and a run that began above the reader's next offset lost what lay between,
+  told with the count (`lost`), or `lost: null` on a lane (how many were its own, no one can
+  tell).
 - `hold(detail)` (the edge lost the control topic: the brokers are away, `pep.edge.node`): the
   reader is told `stalled` at once and given nothing more (rows read meanwhile wait) until
   `release()`, which tells it `resumed` (or nothing, when it had not read the `stalled` yet).
@@ -63,6 +70,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from pep.delivery.lanes import lane_of
 from pep.delivery.settings import COUNT_KIND, FENCE_KEY, WARM_KEY, DeliverySettings
 from pep.edge.feed import FENCED, EdgeFeed, fence_names
 from pep.handles.buffer import Event
@@ -237,7 +245,8 @@ class TopicReader:
                  start_offset: int, after: int | None, hole_after: float = HOLE_AFTER,
                  stream: str = "") -> None:
         self.handle_id = handle_id
-        self.topic = topic
+        self.topic = topic  # the destination: `<topic>#<lane>`, or `<topic>` (lane '')
+        self._lane = lane_of(topic)
         self.stream = stream
         self._settings = settings
         self._start = max(0, int(start_offset))
@@ -416,10 +425,12 @@ class TopicReader:
         with self._cond:
             return len(self._rows) < MAX_QUEUED or self._final is not None
 
-    def offer(self, offset: int, key: bytes | None, value: bytes | None) -> bool:
-        """The topic's record at `offset` (the feed's thread only): False when the queue is
-        full (the record is not taken; the feed hands it again later). A record below the
-        next one needed was read before."""
+    def offer(self, offset: int, key: bytes | None, value: bytes | None,
+              run_start: int) -> bool:
+        """The record of this reader's lane at `offset` of the topic, `key` without the lane
+        (the feed's thread only), which the feed read every offset of the topic from
+        `run_start` to without a break: False when the queue is full (the record is not taken;
+        the feed hands it again later). A record below the next one needed was read before."""
         if offset < self._expected or self._final is not None:
             return True
         with self._cond:
@@ -429,11 +440,12 @@ class TopicReader:
         self._looked = False
         events: list[Event] = []
         expected, self._expected = self._expected, offset + 1
-        if offset > expected:  # records the topic lost
+        if run_start > expected:  # the topic lost its records [expected, run_start)
             self._counts.broken()
-            if offset > self._given:
+            if run_start > self._given:  # (a lane's: how many were its own, nobody knows)
                 events.append(Event(offset, "gap", json.dumps(
-                    {"event": "gap", "lost": offset - max(expected, self._given),
+                    {"event": "gap",
+                     "lost": None if self._lane else run_start - max(expected, self._given),
                      "resume_from": offset + 1})))
         parsed = parse_key(key)
         place = parse_source_key(key) if parsed is None else None

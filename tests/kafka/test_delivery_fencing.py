@@ -235,18 +235,18 @@ def test_a_reader_handed_a_fence_record_naming_its_edge_ends_there():
     it was given; one that cannot be read ends it too (deny when in doubt)."""
     edge = DeliverySettings("127.0.0.1:1", username="edge-1", password="x")
     reader = TopicReader(edge, "h", "t", 0, None)
-    assert reader.offer(0, *m(0, 0, '{"v":1}'))
-    assert reader.offer(1, *fence("User:edge-2"))
-    assert reader.offer(2, *m(0, 1, '{"v":2}'))
+    assert reader.offer(0, *m(0, 0, '{"v":1}'), 0)
+    assert reader.offer(1, *fence("User:edge-2"), 0)
+    assert reader.offer(2, *m(0, 1, '{"v":2}'), 0)
     reader.flush()
     assert [(e.kind, e.id) for e in reader.read()] == [("row", 1), ("row", 3)]
-    assert reader.offer(3, *fence("User:edge-2", "User:edge-1"))
+    assert reader.offer(3, *fence("User:edge-2", "User:edge-1"), 0)
     assert reader.closed
-    assert reader.offer(4, *m(0, 2, '{"v":3}'))
+    assert reader.offer(4, *m(0, 2, '{"v":3}'), 0)
     reader.flush()
     assert [(e.kind, e.id) for e in reader.read()] == [("shutdown", 3)]
     assert reader.read() == []
 
     unreadable = TopicReader(edge, "h", "t", 0, None)
-    assert unreadable.offer(0, FENCE_KEY + b"x", b"not json")
+    assert unreadable.offer(0, FENCE_KEY + b"x", b"not json", 0)
     assert unreadable.closed
