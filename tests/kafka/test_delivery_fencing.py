@@ -23,11 +23,14 @@ from tests.kafka.conftest import topic_messages
 from tests.kafka.test_delivery_realtime_holes import c, events, produce as produce_records, r
 
 
-def produce(broker, topic: str, values: list[str]) -> None:
+def produce(broker, dest: str, values: list[str]) -> None:
+    """Rows to a plan's destination (`<topic>#<lane>`: keyed behind the lane)."""
     from confluent_kafka import Producer
     producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    topic, _, lane = dest.partition("#")
     for i, v in enumerate(values):
-        producer.produce(topic, v.encode(), f"m:e:{int(time.time() * 1000)}:{i}".encode(),
+        key = f"m:e:{int(time.time() * 1000)}:{i}".encode()
+        producer.produce(topic, v.encode(), lane.encode() + b"|" + key if lane else key,
                          partition=0)
     assert producer.flush(30) == 0
 
@@ -49,11 +52,18 @@ def test_a_silent_edge_is_fenced_off_the_plan_topic(kafka_broker, postgres, tmp_
     gateway = DeliverySettings(username="xsg-gw", password="gw-secret", **sasl)
     edge = DeliverySettings(username="edge-1", password="edge-secret", **sasl)
     topics = PlanTopics(gateway, store, handle=lambda h: None, eligible=lambda r: False)
-    reader = None
+    reader = neighbour = None
     try:
         topic, created = topics.topic_for("s", "plan")
         assert created and topics.topic_for("s", "plan") == (topic, False)
+        # another plan of the stream: a lane of the same topic (`pep.delivery.lanes`)
+        other, _ = topics.topic_for("s", "plan-2")
+        kafka = topic.split("#")[0]
+        assert other != topic and other.split("#")[0] == kafka
         produce(kafka_broker, topic, ['{"v":1}', '{"v":2}'])
+        produce(kafka_broker, other, ['{"w":1}'])
+        neighbour = TopicReader(edge, "h3", other, 0, None)  # of the other plan, same edge
+        neighbour.start()
         # an edge with its own identity reads the plan topic
         reader = TopicReader(edge, "h1", topic, 0, None)
         reader.start()
@@ -68,11 +78,14 @@ def test_a_silent_edge_is_fenced_off_the_plan_topic(kafka_broker, postgres, tmp_
         silent = topics.revocations.publish(["h1"], "revoked", "a test")
         assert silent == ["edge-1"]
         assert 1.0 <= time.monotonic() - started < 3.0
-        assert topics.fence(silent, {topic}) == ["User:edge-1"]
-        assert store.fences(topic) == ["User:edge-1"]
+        assert topics.fence(silent, {kafka}) == ["User:edge-1"]
+        assert store.fences(kafka) == ["User:edge-1"]
+        # no new plan joins a fenced topic (the fence lasts as long as the topic)
+        third, _ = topics.topic_for("s", "plan-3")
+        assert third.split("#")[0] != kafka
         # the fence record is on the topic, naming the edge's principal and nothing else
-        fences = topic_messages(kafka_broker, topic, 3, 30)
-        assert [k.startswith(FENCE_KEY) for k, _ in fences] == [False, False, True]
+        fences = topic_messages(kafka_broker, kafka, 4, 30)
+        assert [k.startswith(FENCE_KEY) for k, _ in fences] == [False, False, False, True]
         assert json.loads(fences[-1][1]) == {"fenced": ["User:edge-1"]}
         produce(kafka_broker, topic, ['{"v":3}'])  # written after the fence
         deadline = time.monotonic() + 30
@@ -81,6 +94,11 @@ def test_a_silent_edge_is_fenced_off_the_plan_topic(kafka_broker, postgres, tmp_
             later += reader.read(None, timeout=0.5)
         assert reader.closed, "the fenced edge's reader went on"
         assert [e for e in later if e.kind == "row"] == []
+        # the topic's other lane on that edge too: a fence cuts the edge off the whole topic
+        deadline = time.monotonic() + 30
+        while not neighbour.closed and time.monotonic() < deadline:
+            neighbour.read(None, timeout=0.5)
+        assert neighbour.closed
         # a new reader of that edge reads nothing of the topic either
         again = TopicReader(edge, "h2", topic, 0, None)
         again.start()
@@ -89,13 +107,15 @@ def test_a_silent_edge_is_fenced_off_the_plan_topic(kafka_broker, postgres, tmp_
         while not again.closed and time.monotonic() < deadline:
             rows += [e for e in again.read(None, timeout=0.5) if e.kind == "row"]
         assert again.closed and rows == []
-        # the fence goes with the topic
-        topics.retire([topic])
-        topics._delete([topic])
-        assert store.fences(topic) == []
+        # the fence goes with the topic (once its lanes have all ended)
+        topics.retire([topic, other])
+        topics._delete([kafka])
+        assert store.fences(kafka) == []
     finally:
         if reader is not None:
             reader.close("shutdown")
+        if neighbour is not None:
+            neighbour.close("shutdown")
         topics.close()
         storage.close()
 
