@@ -6,9 +6,11 @@ reader away from the proxy for good: its reconnections no longer pass here, and 
 lands on is the gateway's choice, not the one of the part in front that sees the edges fail.
 With `--edges`, the proxy follows such a redirect itself, to an edge of its own list:
 
-- the edges are ordered per handle by rendezvous hashing (highest hash of edge and handle id
-  first), so a handle's readers, and a reader's reconnections, land on the same edge while it
-  lives, the handles spread evenly, and removing one edge moves only that edge's handles;
+- the edges are ordered per read by rendezvous hashing (highest hash of edge and key first,
+  `common.edge_affinity`): the key is the one the gateway's redirect names (its plan topic's,
+  so that a topic's readers meet on one edge, which then reads no topic for few of them), else
+  the handle id; so a handle's readers, and a reader's reconnections, land on the same edge
+  while it lives, the handles spread evenly, and removing one edge moves only its handles;
 - an edge that refuses the connection, or answers 503 (an edge that lost its store or its
   control topic stops serving), is passed over for `DOWN_FOR` seconds, the next in that
   handle's order taking its share; when every edge is down, all are tried anyway.
@@ -18,12 +20,13 @@ topic), so moving a reader to another edge loses and repeats nothing.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
 from collections.abc import Iterable
 from urllib.parse import urlsplit
+
+from common.edge_affinity import rendezvous
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +59,10 @@ class EdgeChooser:
         self._down: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def order(self, handle_id: str) -> list[str]:
-        """The edges for `handle_id`: its rendezvous order, those down lately last."""
-        ranked = sorted(self.edges, key=lambda edge: _weight(edge, handle_id), reverse=True)
+    def order(self, key: str) -> list[str]:
+        """The edges for a read of `key` (the gateway's affinity key, else the handle id): its
+        rendezvous order, those down lately last."""
+        ranked = rendezvous(self.edges, key)
         now = time.monotonic()
         with self._lock:
             down = {edge for edge, until in self._down.items() if until > now}
@@ -71,11 +75,6 @@ class EdgeChooser:
         if not was_down:
             log.warning("edge %s %s; its readers go to the next edge for %g s", edge, why,
                         self.down_for)
-
-
-def _weight(edge: str, handle_id: str) -> int:
-    digest = hashlib.blake2b(f"{edge}\n{handle_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
 
 
 __all__ = ["DOWN_FOR", "EdgeChooser", "edge_urls"]

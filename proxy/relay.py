@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from werkzeug.datastructures import Headers
 
+from common.edge_affinity import AFFINITY_HEADER
 from proxy.forward import (
     CACHE_HEADER,
     HOP_BY_HOP,
@@ -122,7 +123,9 @@ class HandleRelay:
             await upstream.aclose()
             query = scope.get("query_string", b"")
             edge_target = raw_path.encode("latin-1") + (b"?" + query if query else b"")
-            from_edge = await self._from_edge(client, runtime.edges, ident, edge_target,
+            # the readers of one plan topic meet on one edge (common/edge_affinity.py)
+            key = upstream.headers.get(AFFINITY_HEADER) or ident
+            from_edge = await self._from_edge(client, runtime.edges, key, edge_target,
                                               out_headers)
             if from_edge is None:
                 runtime.count("upstream_errors")
@@ -146,13 +149,13 @@ class HandleRelay:
             await upstream.aclose()
 
     @staticmethod
-    async def _from_edge(client: httpx.AsyncClient, edges: EdgeChooser, ident: str,
+    async def _from_edge(client: httpx.AsyncClient, edges: EdgeChooser, key: str,
                          target: bytes, headers: list[tuple[bytes, bytes]]
                          ) -> httpx.Response | None:
         """The read's answer from the first edge of the handle's order that serves it: one
         that cannot be reached, or answers 503 (not serving), is passed over; the last one's
         503 is the answer (its Retry-After with it). None: no edge could be reached."""
-        order = edges.order(ident)
+        order = edges.order(key)
         for turn, edge in enumerate(order):
             try:
                 answer = await client.send(client.build_request(

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from common.edge_affinity import affinity_key, rendezvous
 from pep.core.errors import Unavailable
 from pep.delivery.control import (
     EDGE_ALIVE,
@@ -93,7 +94,6 @@ class PlanTopics:
         self._pending: list[_Creation] = []  # topics the next creation makes
         self._creator = False  # a call is creating topics
         self._timers: list[tuple[threading.Timer, list[str]]] = []  # deletions to come
-        self._turn = 0  # the edge the next reader is sent to (`edge_url`)
         self._ends: dict[str, tuple[float, int]] = {}  # topic -> (when, its end): `_lane_start`
         self.retire(store.orphan_topics())
         # the topics this gateway takes up (made before it started, perhaps by an older xsg
@@ -248,17 +248,19 @@ class PlanTopics:
                 room = (room[0], room[1] - 1)
         return created
 
-    def edge_url(self, handle_id: str) -> str | None:
-        """Where a reader of this handle reads it: a live edge's URL (the least recently
-        started first, then the others in turn), None when the handle is not delivered through
-        a topic; Unavailable when no edge is alive."""
-        if self.store.binding(handle_id) is None:
+    def edge_url(self, handle_id: str) -> tuple[str, str] | None:
+        """Where a reader of this handle reads it: (a live edge's URL, the affinity key of the
+        handle's topic), the first live edge in the key's rendezvous order, so that the readers
+        of one topic meet on one edge (`common.edge_affinity`); None when the handle is not
+        delivered through a topic; Unavailable when no edge is alive."""
+        binding = self.store.binding(handle_id)
+        if binding is None:
             return None
         edges = [e.url for e in self.store.edges(seen_within=EDGE_ALIVE) if e.url]
         if not edges:
             raise Unavailable("no edge serves plan topics now; retry shortly", retry_after=1)
-        self._turn = (self._turn + 1) % len(edges)
-        return edges[self._turn]
+        key = affinity_key(kafka_topic(binding[0]))
+        return rendezvous(edges, key)[0], key
 
     # -- ending ---------------------------------------------------------------------------------
 

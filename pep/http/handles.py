@@ -43,6 +43,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
+from common.edge_affinity import AFFINITY_HEADER
 from common.http.auth import current_identity, require_identity
 from common.http.errors import error_response
 from common.numbers import parse_int
@@ -351,7 +352,9 @@ def read_handle(handle_id: str) -> Response:
     if edge is not None:  # delivered through its plan topic (pep/delivery): read on an edge
         query = request.query_string.decode("latin-1")
         moved = Response(status=307)
-        moved.headers["Location"] = f"{edge}/handles/{handle_id}" + (f"?{query}" if query else "")
+        moved.headers["Location"] = f"{edge[0]}/handles/{handle_id}" + (
+            f"?{query}" if query else "")
+        moved.headers[AFFINITY_HEADER] = edge[1]  # for the proxy's choice of edge
         return moved
     after = _last_event_id()
     buffer = kept if kept is not None else handles.buffer(handle_id)

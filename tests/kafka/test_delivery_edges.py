@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -32,6 +33,7 @@ from typing import Any
 import pytest
 import requests
 
+from common.edge_affinity import AFFINITY_HEADER
 from pep.http.access_log import loggable_path
 from tests.e2e.test_cluster import ND, XML, auth, records, register
 from tests.e2e.test_restart_and_sse import sensor_request
@@ -214,6 +216,17 @@ def test_another_owner_reads_nothing_of_a_plan_topic_through_an_edge(setup):
                      allow_redirects=False, timeout=30)
     assert r.status_code == 307 and r.headers["Location"].split("/handles/")[0] in \
         setup.edges.values() and r.headers["Location"].endswith(f"read_token={token}")
+    # with the key of its plan topic (common/edge_affinity.py): another handle on the stream
+    # (the same topic) is sent to the same edge, whichever the turn
+    key, to = r.headers[AFFINITY_HEADER], r.headers["Location"].split("/handles/")[0]
+    assert re.fullmatch(r"[0-9a-f]{16}", key), key
+    for _ in range(3):
+        again = requests.get(f"{setup.gateway}/handles/{open_handle(setup.gateway, 'own')}",
+                             headers=auth("lta", Accept=ND["Content-Type"]),
+                             allow_redirects=False, timeout=30)
+        assert again.status_code == 307, again.text
+        assert (again.headers[AFFINITY_HEADER], again.headers["Location"].split("/handles/")[0]
+                ) == (key, to)
     # the owner's read token reads the rows (from the handle's plan topic)
     reader_url = f"{edge}/handles/{handle}?read_token={token}"
     got: list[dict] = []
@@ -521,9 +534,12 @@ def test_the_proxy_reads_from_the_edges_and_passes_over_a_dead_one(setup):
     setup.procs["e1"].kill(signal.SIGKILL)
     register(setup.gateway, "viaproxy")
     chooser = EdgeChooser([setup.edges["e1"], setup.edges["e2"]])
-    for _ in range(12):  # each handle puts e1 first with probability 1/2: else a new one
+    for _ in range(12):  # each topic puts e1 first with probability 1/2: else a new one
         handle = open_handle(setup.proxy, "viaproxy")
-        if chooser.order(handle)[0] == setup.edges["e1"]:
+        moved = requests.get(f"{setup.gateway}/handles/{handle}", allow_redirects=False,
+                             headers=auth("lta", Accept=ND["Content-Type"]), timeout=30)
+        # the proxy orders its edges by the key the gateway's redirect names (its topic's)
+        if chooser.order(moved.headers[AFFINITY_HEADER])[0] == setup.edges["e1"]:
             break
         r = requests.delete(f"{setup.gateway}/handles/{handle}", headers=auth("lta"), timeout=60)
         assert r.status_code == 200, r.text
