@@ -12,7 +12,10 @@ side of a trial is a fresh gateway in a process of its own (Spark with the gatew
   * `process`: `delivery = "process"`, the readers read the gateway;
   * `edges-K`: `delivery = "kafka"` on a real PostgreSQL store (tests/pg_server.py) and a real
     broker (tests/kafka/broker.py), both started once for the run; K edges (`xsg edge`, a
-    process each) and the handles' readers spread over them (handle i on edge i mod K).
+    process each) and the handles' readers spread over them as the gateway's redirect and the
+    proxy place them: the readers of one plan topic on one edge, the edge first in the
+    rendezvous order of the topic's key (`common/edge_affinity.py`; the handles' topics read
+    from the store).
 A reader answered 429 or 503 with `Retry-After` (an edge at its connection limit, one whose
 store check did not come within 5 s, one that lost the brokers) asks again after it, as the
 edges tell clients to; how many were refused is printed with the side's figures.
@@ -90,6 +93,27 @@ def start_edges(k: int, tmp: Path, store: str, brokers: str, auth: Path, readers
     return out
 
 
+def placement(store: str, ids: list[str], ports: list[int]) -> list[list[int]]:
+    """Per edge (by port), the indexes of the handles whose reads go there: the first in the
+    rendezvous order of its plan topic's key, as the gateway's redirect and the proxy choose
+    (`common.edge_affinity`)."""
+    import psycopg
+
+    from common.edge_affinity import affinity_key, rendezvous
+    from pep.delivery.lanes import kafka_topic
+
+    with psycopg.connect(store) as conn:
+        bound = dict(conn.execute("SELECT handle_id, topic FROM delivery_handles").fetchall())
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    out: list[list[int]] = [[] for _ in ports]
+    for i, handle in enumerate(ids):
+        dest = bound.get(handle)
+        first = urls.index(rendezvous(urls, affinity_key(kafka_topic(dest)))[0]) if dest \
+            else i % len(ports)
+        out[first].append(i)
+    return out
+
+
 def cpu_seconds(pid: int) -> float:
     """User and system CPU seconds a process used so far (/proc/<pid>/stat); nan if gone."""
     try:
@@ -155,11 +179,14 @@ def run_side(side: str, n: int, rate: int, seconds: float, startup: float, pass_
         phases = [(0.0, startup), (startup, seconds)]
         start_file = str(tmp / "start")
         targets = [gw.port] if not k else [port for _, port in edges]
-        # reader process j reads edge j mod K's handles i with i mod P == j (P a multiple of K)
+        placed = placement(store, ids, targets) if k else [list(range(n))]
+        # reader process j reads edge j mod K's handles, every (P / K)-th of them from j // K
+        # on (P a multiple of K)
         p = -(-max(procs, len(targets)) // len(targets)) * len(targets)
         for j in range(p):
+            share = placed[j % len(targets)][j // len(targets)::p // len(targets)]
             job = ReadJob("127.0.0.1", targets[j % len(targets)],
-                          [(i, f"/handles/{ids[i]}", many.token(i)) for i in range(j, n, p)],
+                          [(i, f"/handles/{ids[i]}", many.token(i)) for i in share],
                           str(tmp / f"reader-{j}.out"), ready=str(tmp / f"reader-{j}.ready"),
                           seconds=seconds + 900, phases=phases, start_file=start_file,
                           retry=True)
