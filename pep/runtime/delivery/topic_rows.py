@@ -183,10 +183,11 @@ class TopicRows:
                                on=PID)
         return joined, self._value(projections, types)
 
-    def lane_records(self, destination: Column, key: Column, value: Column) -> list[Column]:
-        """The (topic, key, value) Columns of records to destinations (`pep.delivery.lanes`):
-        the Kafka topic before `#`, the key behind `<lane>|` when there is a lane (both
-        native: the records are made on the workers)."""
+    def lane_records(self, key: Column, value: Column) -> list[Column]:
+        """The (topic, key, value) Columns of records to the destinations in the `TOPIC`
+        column (`pep.delivery.lanes`): the Kafka topic before `#`, the key behind `<lane>|`
+        when there is a lane (both native: the records are made on the workers)."""
+        destination = F.col(TOPIC)
         topic, lane = self._shaped(("lanes",), self, lambda: [
             F.substring_index(destination, LANE_MARK, 1).alias("topic"),
             F.when(F.instr(destination, LANE_MARK) > 0,
@@ -232,9 +233,9 @@ class TopicRows:
         rows = steps.select(steps.select(joined, self._shaped(("valued", order_key), value,
                                                               valued)),
                             self._shaped(("numbered", order_key), value, numbered))
-        topic, index, text = self._shaped(("keyed",), self, lambda: [
-            F.col(TOPIC), F.col(INDEX).cast("string"), F.col("value")])
-        return rows.select(*self.lane_records(topic, F.concat(F.lit(prefix), index), text))
+        index, text = self._shaped(("keyed",), self, lambda: [
+            F.col(INDEX).cast("string"), F.col("value")])
+        return rows.select(*self.lane_records(F.concat(F.lit(prefix), index), text))
 
     def from_pids_on_worker(self, frame: DataFrame, routes: Sequence[PlanRoute],
                             order: Sequence[str], prefix: str) -> DataFrame:
@@ -291,8 +292,8 @@ class TopicRows:
                     pairs(), [*order, *values], list(order),
                     worker_rows.route_table(table_key), out, figures, counted, values),
                 schema, [*fields, *values])
-            topic, index, text = self._shaped(("keyed",), self, lambda: [
-                F.col(TOPIC), F.col(INDEX).cast("string"), F.col("value")])
+            index, text = self._shaped(("keyed",), self, lambda: [
+                F.col(INDEX).cast("string"), F.col("value")])
         else:
             schema = T.StructType([T.StructField(TOPIC, T.StringType()),
                                    T.StructField(PROJ, T.IntegerType()),
@@ -305,9 +306,9 @@ class TopicRows:
                     out, figures, counted),
                 schema, list(fields))
             value = self._value(projections, types)
-            topic, index, text = self._shaped(("keyed-after",), value, lambda: [
-                F.col(TOPIC), F.col(INDEX).cast("string"), value.alias("value")])
-        return numbered.select(*self.lane_records(topic, F.concat(F.lit(prefix), index), text))
+            index, text = self._shaped(("keyed-after",), value, lambda: [
+                F.col(INDEX).cast("string"), value.alias("value")])
+        return numbered.select(*self.lane_records(F.concat(F.lit(prefix), index), text))
 
     def _counter(self, session: Any) -> Any:
         """The accumulator the exploding tasks add their figures to (one per writer: the

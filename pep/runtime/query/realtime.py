@@ -201,7 +201,7 @@ class RealTimeRows:
             F.count(F.when(F.col(TOPIC) == topic, 1)).alias(f"n{i}")
             for i, topic in enumerate(counted_topics(routes))])
         return counted.select(*self._rows.lane_records(
-            F.col(TOPIC), F.concat(F.lit(realtime_key(epoch)), F.col(FILE_COLUMN)), value))
+            F.concat(F.lit(realtime_key(epoch)), F.col(FILE_COLUMN)), value))
 
     def start(self, records: DataFrame, name: str, checkpoint: Path) -> StreamingQuery:
         """The real-time query writing `records` to their topics."""
