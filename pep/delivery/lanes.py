@@ -61,15 +61,20 @@ def lane_key(lane: str, key: bytes) -> bytes:
     return lane.encode("ascii") + LANE_END + key if lane else key
 
 
+def split_lane(key: bytes) -> tuple[bytes, bytes]:
+    """(lane, the key without it) of a record's key, the lane undecoded (an edge's readers
+    are kept by it: one look per record of every lane); (b'', key) for a key without a lane."""
+    at = key.find(LANE_END)
+    return (b"", key) if at < 0 else (key[:at], key[at + 1:])
+
+
 def split_key(key: bytes | None) -> tuple[str, bytes | None]:
     """(lane, the key without it) of a record's key; ('', key) for a key without a lane."""
     if key is None:
         return "", None
-    at = key.find(LANE_END)
-    if at < 0:
-        return "", key
-    return key[:at].decode("ascii", "replace"), key[at + 1:]
+    lane, rest = split_lane(key)
+    return lane.decode("ascii", "replace"), rest
 
 
 __all__ = ["LANE_END", "LANE_MARK", "destination", "kafka_topic", "kafka_topics", "lane_key",
-           "lane_of", "new_lane", "split_key"]
+           "lane_of", "new_lane", "split_key", "split_lane"]

@@ -50,7 +50,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from pep.delivery.lanes import LANE_END, kafka_topic, lane_of
+from pep.delivery.lanes import kafka_topic, lane_of, split_lane
 from pep.delivery.settings import FENCE_KEY, WARM_KEY, DeliverySettings
 
 log = logging.getLogger(__name__)
@@ -271,9 +271,8 @@ class EdgeFeed:
         entry = self._topics.get(topic or "")
         if topic is None or entry is None:
             return
-        raw = key or b""
-        at = raw.find(LANE_END)  # `split_key`'s split (the lane not decoded: lanes are bytes)
-        if at < 0 and fence_names(key, value, self._settings.principal):
+        lane, rest = split_lane(key or b"")
+        if not lane and fence_names(key, value, self._settings.principal):
             self._fenced.add(topic)
             entry.position = offset + 1
             self._end(topic, FENCED)
@@ -287,17 +286,13 @@ class EdgeFeed:
         elif offset < entry.run:  # read again from further back
             entry.run = offset
         entry.position = offset + 1
-        if at >= 0:
-            readers = entry.lanes.get(raw[:at])
-            if readers is None:
-                return  # another plan's record
-            key = raw[at + 1:]
-        elif raw == WARM_KEY or raw.startswith(FENCE_KEY):
+        if not lane and (rest == WARM_KEY or rest.startswith(FENCE_KEY)):
             return  # the topic's, no plan's (a fence naming another edge, the warm record)
-        else:
-            readers = entry.lanes.get(b"")
-            if readers is None:
-                return
+        readers = entry.lanes.get(lane)
+        if readers is None:
+            return  # another plan's record
+        if lane:
+            key = rest
         blocked, run, refused = entry.blocked, entry.run, False
         for reader in readers:
             if id(reader) in blocked:

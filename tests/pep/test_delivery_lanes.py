@@ -13,6 +13,7 @@ from pep.delivery.lanes import (
     lane_of,
     new_lane,
     split_key,
+    split_lane,
 )
 from pep.delivery.settings import DeliverySettings
 
@@ -38,6 +39,8 @@ def test_a_destination_names_its_topic_and_lane_and_reads_back():
 def test_a_lane_s_key_splits_back_into_lane_and_key(key):
     assert split_key(lane_key("a1b2c3d4", key)) == ("a1b2c3d4", key)
     assert split_key(lane_key("", key)) == ("", key)  # a topic of one plan: the key as is
+    assert split_lane(lane_key("a1b2c3d4", key)) == (b"a1b2c3d4", key)  # the edge's form
+    assert split_lane(key) == (b"", key)
 
 
 @pytest.mark.timeout(10)
