@@ -162,7 +162,8 @@ def create_spark_session(master: str = "local[*]", app_name: str = "xsg",
                          log_level: str = "WARN") -> SparkSession:
     """Build (or return the process's existing) SparkSession; takes seconds cold, so call once.
 
-    With `warm` (the default) a throw-away shared query runs one micro-batch first (see warm_up).
+    With `warm` (the default) a throw-away shared query runs one micro-batch first (see warm_up)
+    and Spark's Python workers are started (`python_workers.warm_python_workers`).
     `log_level` is Spark's own (log4j): `xsg policy test` keeps only errors.
     """
     # Python workers (the rows job's grouped matcher, `DataFrame.mapInArrow`) need numpy and
@@ -179,6 +180,9 @@ def create_spark_session(master: str = "local[*]", app_name: str = "xsg",
     global _warmed
     if warm and not _warmed:
         warm_up(spark)
+        from pep.runtime.python_workers import warm_python_workers
+
+        warm_python_workers(spark)
         _warmed = True
     return spark
 

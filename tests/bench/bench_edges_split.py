@@ -76,8 +76,26 @@ def install_taps(out: Path, options: dict[str, str]) -> None:
                                        topic_rows.TopicRows.write)
     warm.TopicWarmer._write = timed("warm_write", warm.TopicWarmer._write,  # type: ignore[method-assign]
                                     n=lambda a: len(a[1]))
-    runner.MicroBatchRunner.run = timed("batch", runner.MicroBatchRunner.run,  # type: ignore[method-assign]
-                                        batch=lambda a: a[2])
+    run = timed("batch", runner.MicroBatchRunner.run, batch=lambda a: a[2])
+    profiled: list[int] = []
+
+    def run_profiled(self: Any, batch: Any, batch_id: int) -> Any:
+        """The first micro-batches with rows of the side's query under cProfile (in
+        `profile-<side>-<batch>.txt`): where a slow first batch's driver time goes."""
+        import cProfile
+        import pstats
+
+        if batch_id > 2 or len(profiled) >= 3 or not self._registry.plan_sets().plans:
+            return run(self, batch, batch_id)
+        profiled.append(batch_id)
+        prof = cProfile.Profile()
+        try:
+            return prof.runcall(run, self, batch, batch_id)
+        finally:
+            side = out.stem.removeprefix("spans-")
+            with open(out.parent / f"profile-{side}-{batch_id}.txt", "w") as f:
+                pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(60)
+    runner.MicroBatchRunner.run = run_profiled  # type: ignore[method-assign]
 
     class Progress(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
@@ -95,8 +113,13 @@ def install_taps(out: Path, options: dict[str, str]) -> None:
             pass
 
     create = session.create_spark_session
+    events = out.parent / f"events-{out.stem.removeprefix('spans-')}"
+    events.mkdir(exist_ok=True)
 
     def created(*a: Any, **k: Any) -> Any:
+        k["extra_conf"] = {**(k.get("extra_conf") or {}), "spark.eventLog.enabled": "true",
+                           "spark.eventLog.dir": events.as_uri(),
+                           "spark.eventLog.compress": "false"}
         spark = create(*a, **k)
         spark.streams.addListener(Progress())
         return spark
@@ -172,6 +195,73 @@ def gc_watch(pid: int, stop: threading.Event, out: Path) -> None:
                         f"{float(v.get('OC', 'nan')) / 1024:.0f}\n")
                 f.flush()
             stop.wait(2)
+
+
+def jobs_by_batch(events: Path, batches: int) -> None:
+    """Spark's event log of a side: per micro-batch of the stream query, its jobs (from their
+    submission to their end) and each job's stages (tasks; summed run, deserialize and GC
+    time of the tasks, ms), so a slow batch shows which step is slow."""
+    logs = sorted(events.glob("*")) if events.exists() else []
+    if not logs:
+        return
+    jobs: dict[int, dict[str, Any]] = {}
+    stage_job: dict[int, int] = {}
+    stages: dict[int, dict[str, Any]] = {}
+    files = sorted(logs[-1].glob("events_*")) if logs[-1].is_dir() else [logs[-1]]
+    lines = [ln for f in files for ln in f.read_text().splitlines() if ln.strip()]
+    for line in lines:
+        e = json.loads(line)
+        kind = e.get("Event")
+        if kind == "SparkListenerJobStart":
+            props = e.get("Properties") or {}
+            batch = props.get("streaming.sql.batchId")
+            jobs[e["Job ID"]] = {"batch": None if batch is None else int(batch),
+                                 "query": props.get("sql.streaming.queryId")
+                                 or props.get("spark.job.description", "").split("\n")[0],
+                                 "start": e["Submission Time"], "end": None,
+                                 "stages": [s["Stage ID"] for s in e["Stage Infos"]]}
+            for s in e["Stage Infos"]:
+                stage_job[s["Stage ID"]] = e["Job ID"]
+        elif kind == "SparkListenerJobEnd" and e["Job ID"] in jobs:
+            jobs[e["Job ID"]]["end"] = e["Completion Time"]
+        elif kind == "SparkListenerStageCompleted":
+            info = e["Stage Info"]
+            stages[info["Stage ID"]] = {"name": info["Stage Name"].split(" at ")[0],
+                                        "tasks": info["Number of Tasks"],
+                                        "start": info.get("Submission Time"),
+                                        "end": info.get("Completion Time"),
+                                        "run": 0, "deser": 0, "gc": 0}
+        elif kind == "SparkListenerTaskEnd" and e.get("Task Metrics"):
+            m = e["Task Metrics"]
+            s = stages.setdefault(e["Stage ID"], {"name": "?", "tasks": 0, "start": None,
+                                                  "end": None, "run": 0, "deser": 0, "gc": 0})
+            s["run"] += m.get("Executor Run Time", 0)
+            s["deser"] += m.get("Executor Deserialize Time", 0)
+            s["gc"] += m.get("JVM GC Time", 0)
+    per_query: dict[str, int] = {}
+    for job in jobs.values():
+        if job["batch"] is not None and job["query"]:
+            per_query[job["query"]] = per_query.get(job["query"], 0) + 1
+    if not per_query:
+        return
+    busiest = max(per_query, key=lambda k: per_query[k])  # the side's stream, not the warm-up
+    per_batch: dict[int, list[dict[str, Any]]] = {}
+    for job in jobs.values():
+        if job["batch"] is not None and job["query"] == busiest:
+            per_batch.setdefault(job["batch"], []).append(job)
+    for batch in sorted(per_batch)[:batches]:
+        parts = []
+        for job in sorted(per_batch[batch], key=lambda j: j["start"]):
+            inner = []
+            for sid in job["stages"]:
+                s = stages.get(sid)
+                if s is None or s["start"] is None:
+                    continue
+                inner.append(f"{s['name']} x{s['tasks']} {s['end'] - s['start']} ms "
+                             f"(run {s['run']}, deser {s['deser']}, gc {s['gc']})")
+            took = (job["end"] or job["start"]) - job["start"]
+            parts.append(f"job {took} ms [" + "; ".join(inner) + "]")
+        print(f"    batch {batch}: " + " | ".join(parts))
 
 
 def q(values: list[float], p: float) -> float:
@@ -282,6 +372,7 @@ def main() -> None:
            .splitlines()] if (out / "cpu.txt").exists() else []
     for side, lo, hi in marks:
         summary(side, out, cpu)
+        jobs_by_batch(out / f"events-{side}", 8)
         inside = [g for g in gc if lo <= g[0] <= hi]
         if len(inside) > 1:
             print(f"    broker: {inside[-1][1] - inside[0][1]:.0f} full GCs "
