@@ -29,6 +29,7 @@ from pep.audit.views import AuditEntry, EntryView
 from pep.core.jsontypes import JsonValue
 
 PAGE = 500  # entries read at a time
+ROWS_PER_INSERT = 150  # entries written per INSERT statement (`record_many`)
 
 _TABLES = (
     "CREATE TABLE audit_entries (seq {int} PRIMARY KEY, time TEXT{c} NOT NULL,"
@@ -75,10 +76,15 @@ class AuditTable:
             now = _now()
             entries = [new_entry(now, last - len(items) + n, kind, fields)
                        for n, (kind, fields) in enumerate(items, 1)]
-            cur.executemany("INSERT INTO audit_entries (seq, time, kind, subject, entry)"
-                            " VALUES (?, ?, ?, ?, ?)",
-                            [(e["seq"], now, e["kind"], _text(e.get("subject")), encode(e))
-                             for e in entries])
+            rows = [(e["seq"], now, e["kind"], _text(e.get("subject")), encode(e))
+                    for e in entries]
+            # rows per statement (5 parameters each, within SQLite's 999): a revocation of 1,000
+            # handles took 89 ms as one row per statement in PostgreSQL's pipeline
+            for start in range(0, len(rows), ROWS_PER_INSERT):
+                chunk = rows[start:start + ROWS_PER_INSERT]
+                cur.execute("INSERT INTO audit_entries (seq, time, kind, subject, entry) VALUES "
+                            + ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk)),
+                            [v for row in chunk for v in row])
         return entries
 
     def _pages(self, where: str, params: list[str | int],

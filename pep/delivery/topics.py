@@ -11,7 +11,9 @@
   feeds derived streams stay in this process.
 - When handles end (`ended`, a `HandleService` listener, so before the DELETE or the
   revocation pass returns): the revocation is published on the control topic and every live
-  edge's acknowledgement awaited (`pep.delivery.control`); then the destinations no live handle
+  edge's acknowledgement awaited (`pep.delivery.control`); a revocation pass tells the edges
+  earlier, once its handles are decided and before its transaction (`closing`), as it closes
+  this process's readers then. Then the destinations no live handle
   reads any more are marked ended in the store (no handle binds to them again), and the Kafka
   topics left with no live destination are deleted `DELETE_GRACE` seconds later (a micro-batch
   under way may still be writing to them; one that another gateway gave a new lane meanwhile
@@ -51,6 +53,7 @@ log = logging.getLogger(__name__)
 
 DELETE_GRACE = 10.0  # seconds between a topic's last handle ending and the topic's deletion
 ENDS_KEPT = 2.0  # seconds a topic's end offset serves a new lane's handles (`_lane_start`)
+TOLD_KEPT = 60.0  # seconds `closing` remembers a handle it told of, for `ended`
 
 
 @dataclass
@@ -95,6 +98,7 @@ class PlanTopics:
         self._creator = False  # a call is creating topics
         self._timers: list[tuple[threading.Timer, list[str]]] = []  # deletions to come
         self._ends: dict[str, tuple[float, int]] = {}  # topic -> (when, its end): `_lane_start`
+        self._told: dict[str, float] = {}  # handles `closing` told the edges of -> when
         self.retire(store.orphan_topics())
         # the topics this gateway takes up (made before it started, perhaps by an older xsg
         # or under other settings) get the settings it creates topics with
@@ -264,21 +268,43 @@ class PlanTopics:
 
     # -- ending ---------------------------------------------------------------------------------
 
+    def closing(self, endings: list[tuple[str, str, str | None]]) -> None:
+        """Handles a revocation pass is about to end, (id, state, reason) (a `HandleService`
+        closing listener): the edges are told and acknowledge (or are fenced) before this
+        returns, ahead of the pass's transaction and detaches; `ended` then tells only what
+        was not told here."""
+        topics = self.store.topics_of(h for h, _, _ in endings)
+        if not topics:
+            return
+        self._tell([e for e in endings if e[0] in topics], topics)
+        now = time.monotonic()
+        with self._lock:
+            self._told = {h: t for h, t in self._told.items() if now - t < TOLD_KEPT}
+            self._told.update((h, now) for h, _, _ in endings if h in topics)
+
     def ended(self, records: list[HandleRecord]) -> None:
         """Handles ended (a `HandleService` listener): the edges are told and acknowledge before
-        this returns; the topics no live handle reads are retired."""
+        this returns (unless `closing` told them); the topics no live handle reads are
+        retired."""
         topics = self.store.topics_of(r.id for r in records)
         if not topics:
             return
+        with self._lock:
+            told = {r.id for r in records if self._told.pop(r.id, None) is not None}
+        self._tell([(r.id, r.state.value, r.reason) for r in records
+                    if r.id in topics and r.id not in told], topics)
+        self.retire(self.store.unused_topics(topics.values()))
+
+    def _tell(self, endings: list[tuple[str, str, str | None]], topics: dict[str, str]) -> None:
+        """Publish the endings (one revocation per state and reason); the edges that did not
+        acknowledge are fenced off the handles' topics."""
         by_state: dict[tuple[str, str | None], list[str]] = {}
-        for record in records:
-            if record.id in topics:
-                by_state.setdefault((record.state.value, record.reason), []).append(record.id)
+        for handle_id, state, reason in endings:
+            by_state.setdefault((state, reason), []).append(handle_id)
         for (state, reason), ids in by_state.items():
             silent = self.revocations.publish(ids, state, reason)
             if silent:
                 self.fence(silent, kafka_topics(topics[h] for h in ids))
-        self.retire(self.store.unused_topics(topics.values()))
 
     def fence(self, edges: Iterable[str], topics: Iterable[str]) -> list[str]:
         """Cut these edges off these plan topics: a DENY READ ACL for each one's Kafka

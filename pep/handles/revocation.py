@@ -20,9 +20,11 @@ When it happens:
   again: their parsed forms are kept (`pep.core.parsed`, filled when the handles opened) and
   bound to the caller afresh at every decision. Each revoked handle's buffer is closed
   as soon as its handle is decided (`HandleService.close_now`), so its reader gets `revoked`
-  without waiting for the rest of the pass; the pass then waits (at most `FINAL_READS_WAIT`,
-  rows still held) until those readers were given it, before the bookkeeping (the
-  transaction, detaching, the listeners) competes with the event loop for the interpreter.
+  without waiting for the rest of the pass; the edges are told of the pass's revocations
+  once all are decided (`HandleService.close_elsewhere`), before the transaction. The pass
+  then waits (at most `FINAL_READS_WAIT`, rows still held) until this process's readers were
+  given it, before the bookkeeping (the transaction, detaching, the listeners) competes with
+  the event loop for the interpreter.
 - when subjects' identities change (`on_identity_change`): the auth file re-read (a change on
   disk, seen by its watcher or at a request, or SIGHUP), a subject removed from it, or a JWT
   whose claims differ from the ones remembered. Only the live handles of those subjects are
@@ -257,6 +259,8 @@ class RevocationService:
                     reason = f"{why}: {verdict.reason}"
                     self.handles.close_now(record.id, reason)  # its reader learns it now
                     revocations.append((record.id, reason))
+            if revocations:  # the edges' readers too (`pep.delivery.topics`)
+                self.handles.close_elsewhere(revocations)
             if urgent and revocations:
                 # their readers get `revoked` before the bookkeeping below takes the CPU
                 self.handles.await_final_reads([hid for hid, _ in revocations],

@@ -46,7 +46,7 @@ def install_taps(out: Path, options: dict[str, str]) -> None:
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     import pep.runtime.session as session
-    from pep.delivery import settings
+    from pep.delivery import control, settings, topics
     from pep.runtime.delivery import topic_rows, warm
     from pep.runtime.query import runner
 
@@ -76,6 +76,35 @@ def install_taps(out: Path, options: dict[str, str]) -> None:
                                        topic_rows.TopicRows.write)
     warm.TopicWarmer._write = timed("warm_write", warm.TopicWarmer._write,  # type: ignore[method-assign]
                                     n=lambda a: len(a[1]))
+    topics.PlanTopics.ended = timed("ended", topics.PlanTopics.ended,  # type: ignore[method-assign]
+                                    n=lambda a: len(a[1]))
+    control.Revocations.publish = timed(  # type: ignore[method-assign]
+        "publish", control.Revocations.publish, n=lambda a: len(list(a[1])))
+    from pep.handles import service as handles_service
+
+    finish_many = handles_service.HandleService.finish_many
+
+    def finish_profiled(self: Any, endings: Any, *a: Any, **k: Any) -> Any:
+        """A revocation of many handles under cProfile (`profile-<side>-revocation.txt`)."""
+        import cProfile
+        import pstats
+
+        endings = list(endings)
+        if len(endings) < 100:
+            return finish_many(self, endings, *a, **k)
+        prof = cProfile.Profile()
+        t = time.time()
+        try:
+            return prof.runcall(finish_many, self, endings, *a, **k)
+        finally:
+            emit(kind="finish_many", start=t, end=time.time(), n=len(endings))
+            side = out.stem.removeprefix("spans-")
+            with open(out.parent / f"profile-{side}-revocation.txt", "w") as f:
+                pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(60)
+    handles_service.HandleService.finish_many = finish_profiled  # type: ignore[method-assign]
+    import requests
+
+    requests.delete = timed("delete", requests.delete)  # the side's revocation
     run = timed("batch", runner.MicroBatchRunner.run, batch=lambda a: a[2])
     profiled: list[int] = []
 
@@ -291,6 +320,13 @@ def summary(side: str, out: Path, cpu: list[tuple[float, ...]]) -> None:
     writes = [s for s in spans if s["kind"] == "rows_write"]
     warms = [s for s in spans if s["kind"] == "warm_write"]
     progress = [s for s in spans if s["kind"] == "progress"]
+    deletes = [s for s in spans if s["kind"] == "delete"]
+    t0 = deletes[-1]["start"] if deletes else None
+    for kind in ("delete", "finish_many", "ended", "publish"):
+        for x in [s for s in spans if s["kind"] == kind]:
+            at = f" from {1000 * (x['start'] - t0):.0f} ms" if t0 is not None else ""
+            print(f"    {kind}: {x.get('n', '')} handles, {1000 * (x['end'] - x['start']):.0f} ms"
+                  f"{at} after the DELETE's start")
     if batches:
         d = [s["end"] - s["start"] for s in batches]
         w = sum(s["end"] - s["start"] for s in writes)

@@ -10,7 +10,13 @@ import pytest
 from pep.core.errors import NotFound, Unavailable
 from pep.core.plan import plan_from_json
 from pep.handles.one_window import WindowConflict, WindowRegistry
-from pep.handles.records import HandleState, HandleStore, StoredRequest, new_handle_id
+from pep.handles.records import (
+    HandleRecord,
+    HandleState,
+    HandleStore,
+    StoredRequest,
+    new_handle_id,
+)
 from pep.handles.service import HandleService, StalePolicies
 from pep.streams.catalog import StreamCatalog
 from tests.pep.conftest import RecordingRuntime, plan
@@ -56,6 +62,36 @@ def test_open_persists_and_attaches(env):
     assert stored == record and stored.request == REQ and stored.policy_ids == ("p1",)
     assert runtime.push(record.id, [{"rainrate": 9.0}])
     assert [e.kind for e in svc.buffer(record.id).read(0, timeout=0)] == ["row"]
+
+
+def test_finish_many_ends_each_live_handle_once_as_its_first_ending_says(storage):
+    """Past one statement's 500 ids, with two (state, reason) groups, a handle named twice (its
+    first ending holds) and one ended before (left as it was)."""
+    store = HandleStore(storage.database("handles"))
+    try:
+        ids = [new_handle_id() for _ in range(1203)]
+        for i, hid in enumerate(ids):
+            store.insert(HandleRecord(hid, f"s{i}", ("consumer",), False, "weather", "{}",
+                                      f"k{i}", ("p1",), REQ))
+        assert store.finish(ids[0], HandleState.RELEASED, "released by its owner")
+        endings = [(h, HandleState.REVOKED, "policy deleted") for h in ids[:1100]]
+        endings += [(ids[5], HandleState.ENDED, "later"), (ids[1100], HandleState.ENDED, "done"),
+                    (ids[1100], HandleState.REVOKED, "second")]
+        changed = store.finish_many(endings, at="2026-12-07T00:00:00.000000Z")
+        assert changed == set(ids[1:1101])
+        got = {r.id: r for r in store.get_many(ids)}
+        assert (got[ids[0]].state, got[ids[0]].reason) == (HandleState.RELEASED,
+                                                           "released by its owner")
+        assert all(got[h].state is HandleState.REVOKED and got[h].reason == "policy deleted"
+                   and got[h].updated_at == "2026-12-07T00:00:00.000000Z" for h in ids[1:1100])
+        assert (got[ids[1100]].state, got[ids[1100]].reason) == (HandleState.ENDED, "done")
+        assert all(got[h].live for h in ids[1101:])
+        assert store.finish_many([(ids[1], HandleState.ENDED, "x")]) == set()
+        with pytest.raises(ValueError):
+            store.finish_many([(ids[1201], HandleState.LIVE, None)])
+        assert store.get(ids[1201]).live
+    finally:
+        store.close()
 
 
 def test_identical_request_gets_same_handle_different_one_conflicts(env):

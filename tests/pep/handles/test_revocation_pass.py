@@ -106,6 +106,33 @@ def test_the_listeners_get_the_records_as_the_store_holds_them_after_the_pass(gw
                                                      entries[0]["seq"] + len(entries)))
 
 
+def test_the_closing_listeners_hear_a_pass_s_revocations_before_its_transaction(gw):
+    """The edges' listener (`PlanTopics.closing`) is told once the handles are decided, while
+    the store still holds them live; the transaction's listeners after, with them revoked."""
+    client, services, handles = gw
+    order: list[tuple[str, list[str]]] = []
+
+    def closing(endings):
+        order.append(("closing", sorted(h for h, _, _ in endings)))
+        assert {state(services, h)[0] for h, _, _ in endings} == {"live"}
+        assert {(s, r.split(":")[0]) for _, s, r in endings} == {
+            ("revoked", "policy 'urn:t:s0' deleted")}
+
+    services.handles.add_closing_listener(closing)
+    services.handles.add_listener(
+        lambda records: order.append(("ended", sorted(r.id for r in records))))
+    r = client.delete("/policies/urn:t:s0", headers=auth_header("nea"))
+    assert r.status_code in (200, 204)
+    ids = sorted(handles[(who, "s0")] for who in CONSUMERS)
+    assert order == [("closing", ids), ("ended", ids)]
+    assert {state(services, h)[0] for h in ids} == {"revoked"}
+    # a listener that fails does not stop the pass (the transaction's listeners tell again)
+    services.handles.add_closing_listener(lambda endings: 1 / 0)
+    r = client.delete("/policies/urn:t:s1", headers=auth_header("nea"))
+    assert r.status_code in (200, 204)
+    assert {state(services, handles[(who, "s1")])[0] for who in CONSUMERS} == {"revoked"}
+
+
 def test_records_the_caller_holds_are_used_only_while_live_and_the_first_ending_wins(gw):
     client, services, handles = gw
     told = []
