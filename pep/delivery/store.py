@@ -2,10 +2,12 @@
 
 - `delivery_plan_topics`: each plan's destination (`<topic>#<lane>`, `pep.delivery.lanes`: up
   to `plans_per_topic` plans of a stream share a Kafka topic, each under a lane; a name without
-  `#` is a topic of one plan), the stream and plan key it carries, live or ended. A plan's
-  handles share its destination; a plan asked for again after it ended gets a new one. A
-  Kafka topic is deleted once none of its destinations is live (a deleted Kafka topic's
-  name cannot be used again at once).
+  `#` is a topic of one plan), the stream and plan key it carries, live, ended or deleted (its
+  Kafka topic deleted from the brokers). A plan's handles share its destination; a plan asked
+  for again after it ended gets a new one. A Kafka topic is deleted once none of its
+  destinations is live (a deleted Kafka topic's name cannot be used again at once); one left
+  ended but not deleted (its gateway stopped before the deletion) is deleted by the next
+  gateway that starts.
 - `delivery_handles`: which topic a handle reads and the offset it starts at (the topic's end
   when the handle was opened: a handle joining a plan gets nothing of the plan from before it).
   An edge checks every reader against this and `handles` (owner, state) before it serves.
@@ -185,6 +187,28 @@ class DeliveryStore:
             " (SELECT 1 FROM delivery_handles d JOIN handles h ON h.id = d.handle_id WHERE"
             " d.topic = t.topic AND h.state = 'live') ORDER BY t.topic")
         return [str(r[0]) for r in rows]
+
+    def undeleted_topics(self) -> list[str]:
+        """Kafka topics whose destinations have all ended but that were not deleted (a gateway
+        stopped within the grace before the deletion, or the brokers were away then): the
+        next gateway to start deletes them (`PlanTopics`)."""
+        rows = self._db.fetchall(
+            "SELECT DISTINCT split_part(t.topic, '#', 1) AS k FROM delivery_plan_topics t"
+            " WHERE t.state = 'ended' AND NOT EXISTS (SELECT 1 FROM delivery_plan_topics l"
+            " WHERE l.state = 'live' AND split_part(l.topic, '#', 1) ="
+            " split_part(t.topic, '#', 1)) ORDER BY k")
+        return [str(r[0]) for r in rows]
+
+    def deleted_topics(self, topics: Iterable[str]) -> None:
+        """These Kafka topics are deleted from the brokers: their ended destinations are
+        marked `deleted` (`undeleted_topics` no longer lists them)."""
+        names = sorted(set(topics))
+        for lo in range(0, len(names), 1000):
+            chunk = names[lo:lo + 1000]
+            marks = ", ".join("?" for _ in chunk)
+            self._db.execute(f"UPDATE delivery_plan_topics SET state = 'deleted' WHERE"
+                             f" state = 'ended' AND split_part(topic, '#', 1) IN ({marks})",
+                             chunk)
 
     def live_topics(self) -> list[str]:
         """Every live plan topic (at a gateway's start, once `orphan_topics` are ended: the

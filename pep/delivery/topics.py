@@ -19,8 +19,10 @@
   under way may still be writing to them; one that another gateway gave a new lane meanwhile
   is kept).
 - At start, topics that no live handle reads (a gateway stopped before deleting them) go the
-  same way; the delivery topics it takes up (the control and acks topics, the live plan topics)
-  are given the settings it would create them with (`pep.delivery.control.align_topics`).
+  same way, and so do topics whose destinations all ended but that were never deleted (a
+  gateway stopped within `DELETE_GRACE`, or the brokers were away then); the delivery topics
+  it takes up (the control and acks topics, the live plan topics) are given the settings it
+  would create them with (`pep.delivery.control.align_topics`).
 """
 from __future__ import annotations
 
@@ -100,6 +102,7 @@ class PlanTopics:
         self._ends: dict[str, tuple[float, int]] = {}  # topic -> (when, its end): `_lane_start`
         self._told: dict[str, float] = {}  # handles `closing` told the edges of -> when
         self.retire(store.orphan_topics())
+        self._delete_later(store.undeleted_topics())  # ended before, never deleted
         # the topics this gateway takes up (made before it started, perhaps by an older xsg
         # or under other settings) get the settings it creates topics with
         self._align([settings.control_topic, settings.acks_topic,
@@ -357,7 +360,10 @@ class PlanTopics:
             return
         self.store.end_topics(ended)
         topics = kafka_topics(ended)
-        names = sorted(set(topics) - self.store.topics_in_use(topics))
+        self._delete_later(sorted(set(topics) - self.store.topics_in_use(topics)))
+
+    def _delete_later(self, names: list[str]) -> None:
+        """Delete these Kafka topics `DELETE_GRACE` seconds from now (`_delete`)."""
         if not names:
             return
         timer = threading.Timer(DELETE_GRACE, self._delete, args=(names,))
@@ -376,15 +382,28 @@ class PlanTopics:
             return
         if not topics:
             return
+        from confluent_kafka import KafkaError, KafkaException
+
         self._unfence(topics)
+        deleted = []
         try:
             for topic, future in self._admin.delete_topics(topics, request_timeout=30).items():
                 try:
                     future.result(30)
-                except Exception as exc:  # noqa: BLE001 - gone already, or the broker away
+                    deleted.append(topic)
+                except KafkaException as exc:
+                    if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        deleted.append(topic)  # deleted already (by another gateway)
+                    else:  # the brokers away: the next start deletes it
+                        log.warning("plan topic %s could not be deleted: %s", topic, exc)
+                except Exception as exc:  # noqa: BLE001 - the next start deletes it
                     log.warning("plan topic %s could not be deleted: %s", topic, exc)
-        except Exception as exc:  # noqa: BLE001 - the next start deletes orphans
+        except Exception as exc:  # noqa: BLE001 - the next start deletes them
             log.warning("plan topics could not be deleted: %s", exc)
+        try:
+            self.store.deleted_topics(deleted)
+        except Exception as exc:  # noqa: BLE001 - deleted again at a start: no harm
+            log.warning("plan topics deleted but not marked so in the store: %s", exc)
 
     def _mark(self, topics: list[str], principals: list[str], timeout: float = 10.0) -> None:
         """Write a fence record (`FENCE_KEY`, naming `principals`) to each topic, acknowledged

@@ -92,3 +92,55 @@ def test_plan_topics_asked_for_at_once_are_created_together(kafka_broker, postgr
     finally:
         topics.close()
         storage.close()
+
+
+@pytest.mark.timeout(120)
+def test_topics_ended_but_never_deleted_are_deleted_by_the_next_gateway(
+        kafka_broker, postgres, tmp_path, monkeypatch, caplog):
+    """A gateway that stops within `DELETE_GRACE` of a topic's last lane ending (or whose
+    deletion failed) leaves the topic on the brokers; the next gateway to start deletes it,
+    marks it deleted in the store, and leaves a topic with a live lane alone. A topic someone
+    deleted meanwhile counts as deleted, without a warning."""
+    from confluent_kafka.admin import AdminClient
+
+    from common.db import open_storage
+    from pep.handles.records import HandleRecord, HandleStore, StoredRequest
+
+    prefix = f"u{int(time.time() * 1000) % 10**8}."
+    storage = open_storage(tmp_path, postgres.new_url(), pool_size=8)
+    handles = HandleStore(storage.database("handles"))
+    store = DeliveryStore(storage.database("delivery"))
+    settings = DeliverySettings(kafka_broker.bootstrap, security_protocol="PLAINTEXT",
+                                prefix=prefix, plans_per_topic=2)
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    topics = PlanTopics(settings, store, handle=lambda h: None, eligible=lambda r: False)
+    second = None
+    try:
+        made = [topics.topic_for("s", f"plan-{i}")[0] for i in range(6)]
+        a, b, c = (made[i].split("#")[0] for i in (0, 2, 4))
+        assert len({a, b, c}) == 3 and {d.split("#")[0] for d in made} == {a, b, c}
+        handles.insert(HandleRecord("h-b", "lta", ("consumer",), False, "s", "{}", "k",
+                                    ("p1",), StoredRequest(b"<Request/>", "application/xml")))
+        store.bind("h-b", made[2], 0)  # a live handle reads a lane of b
+        monkeypatch.setattr(topics, "_delete_later", lambda names: None)  # stops in the grace
+        topics.retire(made[:2] + made[4:])
+        topics.close()
+        assert store.undeleted_topics() == sorted([a, c])
+        for future in admin.delete_topics([c], request_timeout=30).values():
+            future.result(30)  # someone else deleted c meanwhile
+        monkeypatch.setattr(topics_module, "DELETE_GRACE", 0.2)
+        second = PlanTopics(settings, store, handle=lambda h: None, eligible=lambda r: False)
+        deadline = time.monotonic() + 30
+        while store.undeleted_topics() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert store.undeleted_topics() == []
+        listed = admin.list_topics(timeout=10).topics
+        assert a not in listed and c not in listed and b in listed
+        assert store.topic_live(made[2]) and store.topics_in_use([b]) == {b}
+        assert not [r for r in caplog.records if r.levelname == "WARNING"
+                    and r.name.startswith("pep.delivery")]
+    finally:
+        if second is not None:
+            second.close()
+        handles.close()
+        storage.close()
