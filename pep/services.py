@@ -407,7 +407,7 @@ def _wire(storage: Storage, config: GatewayConfig, authenticator: CompositeAuthe
     # 3. handles that end (revoked, released, ended) are published to proxies, after their state
     #    is persisted: one event per kind of ending for a whole batch.
     if delivery is not None:  # the edges stop serving them before anything else is told
-        handles.add_closing_listener(delivery.closing)  # (a pass's: before its transaction)
+        revocation.add_closing_listener(delivery.closing)  # (before a pass's transaction)
         handles.add_listener(delivery.ended)
     handles.add_listener(lambda records: publish_endings(hub, records))
     # 4. a stream event that opens, closes or grows re-decides the live handles on its stream;

@@ -206,9 +206,6 @@ class HandleService:
         # Called with the final records after handles end (state persisted, runtime detached),
         # outside the lock, once per batch: e.g. to tell caching proxies that they are gone.
         self._listeners: list[Callable[[list[HandleRecord]], None]] = []
-        # Called with (handle id, state, reason) of handles a pass is about to end, with their
-        # buffers' close (`close_elsewhere`): readers served by other processes (the edges)
-        self._closing_listeners: list[Callable[[list[tuple[str, str, str | None]]], None]] = []
         self._open_listeners: list[Callable[[HandleRecord, bool], None]] = []
         # Handles being attached (outside the lock) -> their streams; a stream's deletion waits
         # for them (`wait_for_attaches`) before it removes what a query would read or write.
@@ -218,12 +215,6 @@ class HandleService:
 
     def add_listener(self, callback: Callable[[list[HandleRecord]], None]) -> None:
         self._listeners.append(callback)
-
-    def add_closing_listener(
-            self, callback: Callable[[list[tuple[str, str, str | None]]], None]) -> None:
-        """`callback(endings)` when a pass ends handles whose readers may be in other processes
-        (`close_elsewhere`); it must not raise for what it cannot do (a listener is told once)."""
-        self._closing_listeners.append(callback)
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -588,20 +579,6 @@ class HandleService:
         with self.lock:
             buffer = self._buffers.get(handle_id)
             return buffer.close(HandleState.REVOKED.value, reason) if buffer is not None else False
-
-    def close_elsewhere(self, revocations: list[tuple[str, str]]) -> None:
-        """Tell the closing listeners (the edges, `pep.delivery.topics.PlanTopics.closing`)
-        that these handles are revoked, as `close_now` tells this process's readers: ahead of
-        `revoke_many`'s transaction and detaches (a policy's 1,000 handles: ~50 ms of them),
-        which then tell the other listeners. Should the process stop in between, the handles
-        are still live in the store and are decided again at start-up; an edge remembers a
-        revoked handle (refuses its readers) meanwhile."""
-        endings = [(hid, HandleState.REVOKED.value, reason) for hid, reason in revocations]
-        for callback in list(self._closing_listeners):
-            try:
-                callback(endings)
-            except Exception:  # the transaction's listeners tell it again
-                log.exception("handle closing listener failed for %d handles", len(endings))
 
     def await_final_reads(self, handle_ids: Iterable[str], timeout: float) -> int:
         """Wait until the readers of these handles, closed by `close_now`, were given their

@@ -1,7 +1,8 @@
 """A revocation pass tells the edges of its revocations once they are decided, before its
-transaction (`PlanTopics.closing`, `HandleService.close_elsewhere`); the transaction's listener
-(`PlanTopics.ended`) then tells only what was not told: each ending reaches the edges once. A
-real broker, a real edge's control listener, a real PostgreSQL store."""
+transaction (`PlanTopics.closing`, `RevocationService.add_closing_listener`); the
+transaction's listener (`PlanTopics.ended`) then tells only what was not told: each ending
+reaches the edges once. A real broker, a real edge's control listener, a real PostgreSQL
+store."""
 from __future__ import annotations
 
 import time

@@ -118,7 +118,7 @@ def test_the_closing_listeners_hear_a_pass_s_revocations_before_its_transaction(
         assert {(s, r.split(":")[0]) for _, s, r in endings} == {
             ("revoked", "policy 'urn:t:s0' deleted")}
 
-    services.handles.add_closing_listener(closing)
+    services.revocation.add_closing_listener(closing)
     services.handles.add_listener(
         lambda records: order.append(("ended", sorted(r.id for r in records))))
     r = client.delete("/policies/urn:t:s0", headers=auth_header("nea"))
@@ -127,7 +127,7 @@ def test_the_closing_listeners_hear_a_pass_s_revocations_before_its_transaction(
     assert order == [("closing", ids), ("ended", ids)]
     assert {state(services, h)[0] for h in ids} == {"revoked"}
     # a listener that fails does not stop the pass (the transaction's listeners tell again)
-    services.handles.add_closing_listener(lambda endings: 1 / 0)
+    services.revocation.add_closing_listener(lambda endings: 1 / 0)
     r = client.delete("/policies/urn:t:s1", headers=auth_header("nea"))
     assert r.status_code in (200, 204)
     assert {state(services, handles[(who, "s1")])[0] for who in CONSUMERS} == {"revoked"}
