@@ -13,8 +13,8 @@
   revocation pass returns): the revocation is published on the control topic and every live
   edge's acknowledgement awaited (`pep.delivery.control`); a revocation pass tells the edges
   earlier, once its handles are decided and before its transaction (`closing`), as it closes
-  this process's readers then. Then the destinations no live handle
-  reads any more are marked ended in the store (no handle binds to them again), and the Kafka
+  this process's readers then. Then the destinations no live handle reads any more are
+  marked ended in the store (no handle binds to them again), and the Kafka
   topics left with no live destination are deleted `DELETE_GRACE` seconds later (a micro-batch
   under way may still be writing to them; one that another gateway gave a new lane meanwhile
   is kept).
@@ -272,10 +272,10 @@ class PlanTopics:
     # -- ending ---------------------------------------------------------------------------------
 
     def closing(self, endings: list[tuple[str, str, str | None]]) -> None:
-        """Handles a revocation pass is about to end, (id, state, reason) (a `HandleService`
-        closing listener): the edges are told and acknowledge (or are fenced) before this
-        returns, ahead of the pass's transaction and detaches; `ended` then tells only what
-        was not told here."""
+        """Handles a revocation pass is about to end, (id, state, reason) (a closing listener
+        of `pep.handles.revocation.RevocationService`): the edges are told and acknowledge (or
+        are fenced) before this returns, ahead of the pass's transaction and detaches; `ended`
+        then tells only what was not told here."""
         topics = self.store.topics_of(h for h, _, _ in endings)
         if not topics:
             return
