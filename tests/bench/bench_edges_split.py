@@ -9,6 +9,12 @@ ingest) with, in the side's process:
     (`durationMs` per phase, input rows);
   * every write of the rows to the plan topics (`TopicRows.write`) and of the warm records
     (`TopicWarmer._write`);
+  * Spark's event log (`events-<side>/`): per micro-batch of the side's query, its jobs and
+    their stages (tasks' run, deserialize and GC time);
+  * a cProfile of the first micro-batches with plans (`profile-<side>-<batch>.txt`) and of the
+    revocation (`profile-<side>-revocation.txt`: `HandleService.finish_many`), and the spans of
+    the revocation's steps from the DELETE's start (the pass's transaction, the edges told,
+    their acknowledgements);
 and in this process, for the whole run:
   * a consumer of every plan topic (`fetch.wait.max.ms` 100: it adds its own fetches to the
     broker's load, fewer than an edge's): per record, the tuple's ingest time (`sent` in the
@@ -18,7 +24,8 @@ and in this process, for the whole run:
 `--options` adds Spark Kafka sink options (an experiment: e.g. another batch.size).
 Printed per side: ingest -> producer (the gateway's share) and producer -> consumer (the
 producer's queue, the broker, a fetch) per 5 s of ingest; the batches' durations and their
-write's share; the broker's full GCs over the side. Raw data stays in --out.
+write's share; the first batches' jobs; the revocation's steps; the broker's full GCs over the
+side. Raw data stays in --out.
 """
 from __future__ import annotations
 
