@@ -157,6 +157,19 @@ def local_python_sockets(conf: dict[str, str], master: str) -> dict[str, str]:
     return out
 
 
+DAEMON_MODULE = "spark.python.daemon.module"
+
+
+def quiet_python_daemon(conf: dict[str, str], master: str) -> dict[str, str]:
+    """`conf` with Spark's Python daemon as `pep.runtime.quiet_daemon` (no traceback in the
+    log when Spark stops an idle worker), when the master is local, the workers run this
+    process's interpreter (which has xsg) and the operator chose no daemon of their own."""
+    if (not master.startswith("local") or DAEMON_MODULE in conf
+            or os.environ.get("PYSPARK_PYTHON", sys.executable) != sys.executable):
+        return conf
+    return {**conf, DAEMON_MODULE: "pep.runtime.quiet_daemon"}
+
+
 def create_spark_session(master: str = "local[*]", app_name: str = "xsg",
                          extra_conf: dict[str, str] | None = None, warm: bool = True,
                          log_level: str = "WARN") -> SparkSession:
@@ -170,8 +183,8 @@ def create_spark_session(master: str = "local[*]", app_name: str = "xsg",
     # pyarrow: the gateway's own interpreter unless PYSPARK_PYTHON names another (pyspark reads
     # only that variable when it starts the context; `python3` on the PATH otherwise)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = _with_jars(local_python_sockets(session_conf(extra_conf), master),
-                      kafka_connector_jars())
+    conf = _with_jars(quiet_python_daemon(local_python_sockets(session_conf(extra_conf), master),
+                                          master), kafka_connector_jars())
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -219,5 +232,6 @@ def warm_up(spark: SparkSession, timeout: float = 60.0) -> float:
     return time.perf_counter() - started
 
 
-__all__ = ["DEFAULT_CONF", "JAVA_OPTIONS", "session_conf", "local_python_sockets", "KAFKA_CACHE",
-           "create_spark_session", "kafka_connector_jars", "kafka_unavailable_reason", "warm_up"]
+__all__ = ["DEFAULT_CONF", "JAVA_OPTIONS", "KAFKA_CACHE", "create_spark_session",
+           "kafka_connector_jars", "kafka_unavailable_reason", "local_python_sockets",
+           "quiet_python_daemon", "session_conf", "warm_up"]

@@ -1,13 +1,19 @@
 """The gateway's Spark settings and an operator's own (no Spark started)."""
 import os
 import stat
+import sys
 
+import pytest
+
+from pep.runtime import quiet_daemon
 from pep.runtime.session import (
+    DAEMON_MODULE,
     DEFAULT_CONF,
     JAVA_OPTIONS,
     UDS_DIR,
     UDS_ENABLED,
     local_python_sockets,
+    quiet_python_daemon,
     session_conf,
 )
 
@@ -62,3 +68,27 @@ def test_the_kafka_connectors_cache_is_the_checkouts() -> None:
     checkout = Path(__file__).resolve().parents[3]
     if not os.environ.get("XSG_KAFKA_CACHE"):
         assert KAFKA_CACHE == checkout / ".cache" / "kafka"
+
+
+def test_a_local_gateway_runs_spark_s_python_daemon_quietly(monkeypatch) -> None:
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    assert quiet_python_daemon({}, "local[2]")[DAEMON_MODULE] == "pep.runtime.quiet_daemon"
+    assert DAEMON_MODULE not in quiet_python_daemon({}, "spark://h:7077")  # xsg not there
+    assert quiet_python_daemon({DAEMON_MODULE: "own"}, "local")[DAEMON_MODULE] == "own"
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/other/python3")  # not this interpreter
+    assert DAEMON_MODULE not in quiet_python_daemon({}, "local[2]")
+
+
+def test_the_quiet_daemon_ends_a_worker_spark_disconnected_and_nothing_else(monkeypatch) -> None:
+    def disconnected(sock, authenticated):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(quiet_daemon, "_worker", disconnected)
+    assert quiet_daemon.quiet_worker(None, True) == 1  # type: ignore[arg-type]
+
+    def failing(sock, authenticated):
+        raise ValueError("a worker's own error")
+
+    monkeypatch.setattr(quiet_daemon, "_worker", failing)
+    with pytest.raises(ValueError):
+        quiet_daemon.quiet_worker(None, True)  # type: ignore[arg-type]
