@@ -155,12 +155,8 @@ class DeliveryStore:
     def end_topics(self, topics: Iterable[str]) -> None:
         """`end_topic` of each, a statement per thousand (a revocation of 1,000 handles of
         1,000 plans ends 1,000 topics before its DELETE answers)."""
-        names = sorted(set(topics))
-        for lo in range(0, len(names), 1000):
-            chunk = names[lo:lo + 1000]
-            marks = ", ".join("?" for _ in chunk)
-            self._db.execute(f"UPDATE delivery_plan_topics SET state = 'ended', ended_at = {NOW}"
-                             f" WHERE topic IN ({marks})", chunk)
+        self._execute_in(f"UPDATE delivery_plan_topics SET state = 'ended', ended_at = {NOW}"
+                         " WHERE topic IN ({marks})", topics)
 
     def topic_live(self, topic: str) -> bool:
         row = self._db.fetchone("SELECT state FROM delivery_plan_topics WHERE topic = ?",
@@ -202,13 +198,16 @@ class DeliveryStore:
     def deleted_topics(self, topics: Iterable[str]) -> None:
         """These Kafka topics are deleted from the brokers: their ended destinations are
         marked `deleted` (`undeleted_topics` no longer lists them)."""
-        names = sorted(set(topics))
-        for lo in range(0, len(names), 1000):
-            chunk = names[lo:lo + 1000]
-            marks = ", ".join("?" for _ in chunk)
-            self._db.execute(f"UPDATE delivery_plan_topics SET state = 'deleted' WHERE"
-                             f" state = 'ended' AND split_part(topic, '#', 1) IN ({marks})",
-                             chunk)
+        self._execute_in("UPDATE delivery_plan_topics SET state = 'deleted' WHERE"
+                         " state = 'ended' AND split_part(topic, '#', 1) IN ({marks})", topics)
+
+    def _execute_in(self, statement: str, names: Iterable[str]) -> None:
+        """`statement` over these names, distinct, a thousand at a time (its `{marks}`: their
+        placeholders)."""
+        unique = sorted(set(names))
+        for lo in range(0, len(unique), 1000):
+            chunk = unique[lo:lo + 1000]
+            self._db.execute(statement.format(marks=", ".join("?" for _ in chunk)), chunk)
 
     def live_topics(self) -> list[str]:
         """Every live plan topic (at a gateway's start, once `orphan_topics` are ended: the

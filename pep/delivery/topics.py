@@ -279,11 +279,12 @@ class PlanTopics:
         topics = self.store.topics_of(h for h, _, _ in endings)
         if not topics:
             return
-        self._tell([e for e in endings if e[0] in topics], topics)
+        ours = [e for e in endings if e[0] in topics]
+        self._tell(ours, topics)
         now = time.monotonic()
         with self._lock:
             self._told = {h: t for h, t in self._told.items() if now - t < TOLD_KEPT}
-            self._told.update((h, now) for h, _, _ in endings if h in topics)
+            self._told.update((h, now) for h, _, _ in ours)
 
     def ended(self, records: list[HandleRecord]) -> None:
         """Handles ended (a `HandleService` listener): the edges are told and acknowledge before
