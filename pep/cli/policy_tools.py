@@ -48,7 +48,7 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
             session.append(create_spark_session(args.spark_master, "xsg-policy-test",
                                                 {"spark.sql.shuffle.partitions": "2",
                                                  "spark.ui.enabled": "false"},
-                                                log_level="ERROR"))
+                                                log_level="ERROR", python_workers=False))
         return session[0]
 
     shown: list[Path] = []

@@ -172,11 +172,13 @@ def quiet_python_daemon(conf: dict[str, str], master: str) -> dict[str, str]:
 
 def create_spark_session(master: str = "local[*]", app_name: str = "xsg",
                          extra_conf: dict[str, str] | None = None, warm: bool = True,
-                         log_level: str = "WARN") -> SparkSession:
+                         log_level: str = "WARN", python_workers: bool = True) -> SparkSession:
     """Build (or return the process's existing) SparkSession; takes seconds cold, so call once.
 
     With `warm` (the default) a throw-away shared query runs one micro-batch first (see warm_up)
-    and Spark's Python workers are started (`python_workers.warm_python_workers`).
+    and, with `python_workers` too, Spark's Python workers are started
+    (`python_workers.warm_python_workers`: what a gateway's many plans run on; a command that
+    runs a few cases, `xsg policy test`, does without).
     `log_level` is Spark's own (log4j): `xsg policy test` keeps only errors.
     """
     # Python workers (the rows job's grouped matcher, `DataFrame.mapInArrow`) need numpy and
@@ -193,9 +195,10 @@ def create_spark_session(master: str = "local[*]", app_name: str = "xsg",
     global _warmed
     if warm and not _warmed:
         warm_up(spark)
-        from pep.runtime.python_workers import warm_python_workers
+        if python_workers:
+            from pep.runtime.python_workers import warm_python_workers
 
-        warm_python_workers(spark)
+            warm_python_workers(spark)
         _warmed = True
     return spark
 
