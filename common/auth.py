@@ -449,4 +449,10 @@ def write_auth_file(path: str | Path, entries: list[dict[str, Any]] | dict[str, 
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(24)
+    """192 random bits, URL-safe. Never one that begins with '-': `xsg stream --token <token>`
+    (argparse) took such a token for an option, one token in 64 (a walkthrough's step failed
+    so); drawing again costs no bit of the 192."""
+    while True:
+        token = secrets.token_urlsafe(24)
+        if not token.startswith("-"):
+            return token

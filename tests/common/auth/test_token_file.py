@@ -89,3 +89,18 @@ def test_sighup_reloads(tmp_path):
             time.sleep(0.01)
     assert signal.getsignal(signal.SIGHUP) is before
     assert tokens.authenticate("tok-b-456").subject == "bob"
+
+
+def test_a_new_token_never_begins_with_a_dash(monkeypatch):
+    """`xsg stream --token <token>` took a token beginning with '-' for an option (one in 64):
+    such a draw is drawn again."""
+    import secrets
+
+    from common import auth
+
+    draws = iter(["-looks-like-an-option", "-again", "fine_token"])
+    monkeypatch.setattr(secrets, "token_urlsafe", lambda n: next(draws))
+    assert auth.new_token() == "fine_token"
+    monkeypatch.undo()
+    tokens = {auth.new_token() for _ in range(2000)}
+    assert len(tokens) == 2000 and not any(t.startswith("-") for t in tokens)
